@@ -1,0 +1,229 @@
+"""The unit of work: one transaction per ``run``, domain repositories in, commit or rollback out.
+
+U1 Everything the handler writes, and every ship store called inside the run, commits or rolls
+   back together: they all share the scope's connection.
+U3 Serialization failures and deadlocks (SQLSTATE 40001, 40P01) re-run the handler, up to
+   ``max_attempts`` runs in all. Handlers must therefore be re-runnable: no external effects
+   before the commit (use the outbox, or ``scope.after_commit``).
+U4 ``after_commit`` callbacks run after the outermost commit only, never after a rollback.
+U5 A ``run`` inside an active run joins the outer transaction (or a SAVEPOINT with
+   ``savepoint=True``); it never silently opens a second connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ship_sqla._scope import Database, TransactionScope, _current, run_after_commit
+from ship_sqla._sql_errors import sqlstate_of
+from ship_sqla.kernel import ConfigurationError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine.interfaces import IsolationLevel
+
+__all__ = ["UnitOfWork", "create_unit_of_work"]
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+logger = logging.getLogger("ship_sqla")
+
+RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
+"""serialization_failure and deadlock_detected: the transaction may succeed when re-run."""
+
+_ISOLATION_LEVELS = frozenset(
+    {"SERIALIZABLE", "REPEATABLE READ", "READ COMMITTED", "READ UNCOMMITTED", "AUTOCOMMIT"}
+)
+
+
+def _check_isolation(level: str | None) -> None:
+    if level is not None and level not in _ISOLATION_LEVELS:
+        raise ConfigurationError(
+            f"isolation_level {level!r} is not one PostgreSQL knows.",
+            fix="use one of " + ", ".join(sorted(_ISOLATION_LEVELS - {"AUTOCOMMIT"})) + ".",
+        )
+    if level == "AUTOCOMMIT":
+        raise ConfigurationError(
+            "isolation_level 'AUTOCOMMIT' would make a unit of work non-atomic.",
+            fix="use 'READ COMMITTED' or stricter; autocommit work needs no unit of work.",
+        )
+
+
+class UnitOfWork(Generic[R]):
+    """Runs handlers in one transaction each, handing them the application's repositories."""
+
+    def __init__(
+        self,
+        bind: Database,
+        *,
+        repositories: Callable[[TransactionScope], R],
+        isolation_level: IsolationLevel | None = None,
+        max_attempts: int = 3,
+        row_level_security: bool = False,
+    ) -> None:
+        if not isinstance(bind, AsyncEngine | AsyncConnection):
+            raise ConfigurationError(
+                f"create_unit_of_work needs an AsyncEngine or AsyncConnection, got {type(bind).__name__}.",
+                fix="pass create_async_engine('postgresql+asyncpg://...') or a connection in a transaction.",
+            )
+        _check_isolation(isolation_level)
+        if max_attempts < 1:
+            raise ConfigurationError(
+                f"max_attempts must be at least 1, got {max_attempts}.",
+                fix="use 1 to disable re-running on serialization failures.",
+            )
+        self._bind = bind
+        self._repositories = repositories
+        self._isolation_level = isolation_level
+        self._max_attempts = max_attempts
+        self._row_level_security = row_level_security
+
+    @property
+    def bind(self) -> Database:
+        return self._bind
+
+    async def run(
+        self,
+        handler: Callable[[R], Awaitable[T]],
+        *,
+        tenant: str | None = None,
+        isolation_level: IsolationLevel | None = None,
+        savepoint: bool = False,
+    ) -> T:
+        """Run ``handler(repositories)`` in one transaction and return its result.
+
+        Commits when the handler returns, rolls back and re-raises (unchanged) when it raises.
+        Re-runs the whole handler on SQLSTATE 40001/40P01 up to ``max_attempts`` (U3).
+        Inside an active run on the same bind, joins it (U5); ``savepoint=True`` makes the
+        nested work a SAVEPOINT that rolls back alone when the nested handler raises.
+        """
+        _check_isolation(isolation_level)
+        outer = _current.get()
+        if outer is not None and outer.active:
+            return await self._run_nested(outer, handler, tenant=tenant, savepoint=savepoint)
+        level = isolation_level or self._isolation_level
+        attempt = 1
+        while True:
+            try:
+                return await self._run_once(handler, tenant=tenant, isolation_level=level)
+            except DBAPIError as exc:
+                state = sqlstate_of(exc)
+                if (
+                    state not in RETRYABLE_SQLSTATES
+                    or attempt >= self._max_attempts
+                    or isinstance(self._bind, AsyncConnection)
+                ):
+                    raise
+                logger.info(
+                    "ship_sqla: uow.run re-running after SQLSTATE %s (attempt %d of %d)",
+                    state,
+                    attempt,
+                    self._max_attempts,
+                )
+                attempt += 1
+
+    async def _run_once(
+        self,
+        handler: Callable[[R], Awaitable[T]],
+        *,
+        tenant: str | None,
+        isolation_level: IsolationLevel | None,
+    ) -> T:
+        async with self._transaction(isolation_level) as connection:
+            scope = TransactionScope(connection, database=self._bind, tenant=tenant)
+            token = scope._enter()  # noqa: SLF001 - the unit of work owns the scope's lifecycle
+            try:
+                if self._row_level_security:
+                    await _set_tenant_setting(connection, tenant)
+                result = await handler(self._repositories(scope))
+                await scope._flush_sessions()  # noqa: SLF001
+            finally:
+                TransactionScope._exit(token)  # noqa: SLF001
+                await scope._close()  # noqa: SLF001
+        await run_after_commit(scope._take_after_commit())  # noqa: SLF001
+        return result
+
+    async def _run_nested(
+        self,
+        outer: TransactionScope,
+        handler: Callable[[R], Awaitable[T]],
+        *,
+        tenant: str | None,
+        savepoint: bool,
+    ) -> T:
+        outer.check_usable()
+        if not _same_bind(outer.database, self._bind):
+            raise ConfigurationError(
+                "uow.run was called inside another unit of work's run on a different database;"
+                " joining is impossible and a second connection would break atomicity (U5).",
+                fix="build both units of work on the same engine, or finish the outer run first.",
+            )
+        scope = outer._child(tenant)  # noqa: SLF001
+        token = scope._enter()  # noqa: SLF001
+        try:
+            if savepoint:
+                async with outer.connection.begin_nested():
+                    return await handler(self._repositories(scope))
+            return await handler(self._repositories(scope))
+        finally:
+            TransactionScope._exit(token)  # noqa: SLF001
+            await scope._close()  # noqa: SLF001
+
+    @asynccontextmanager
+    async def _transaction(
+        self, isolation_level: IsolationLevel | None
+    ) -> AsyncIterator[AsyncConnection]:
+        if isinstance(self._bind, AsyncConnection):
+            # The test path: the caller owns the outer transaction; ours is a SAVEPOINT of it.
+            async with self._bind.begin_nested():
+                yield self._bind
+            return
+        async with self._bind.connect() as connection:
+            if isolation_level is not None:
+                await connection.execution_options(isolation_level=isolation_level)
+            async with connection.begin():
+                yield connection
+
+
+def _same_bind(a: Database, b: Database) -> bool:
+    def engine_of(d: Database) -> AsyncEngine:
+        return d if isinstance(d, AsyncEngine) else d.engine
+
+    return a is b or engine_of(a).sync_engine is engine_of(b).sync_engine
+
+
+async def _set_tenant_setting(connection: AsyncConnection, tenant: str | None) -> None:
+    from ship_sqla._rls import SET_TENANT_SETTING  # noqa: PLC0415 - keeps RLS optional
+
+    await connection.execute(SET_TENANT_SETTING, {"tenant": tenant or ""})
+
+
+def create_unit_of_work(
+    bind: Database,
+    *,
+    repositories: Callable[[TransactionScope], R],
+    isolation_level: IsolationLevel | None = None,
+    max_attempts: int = 3,
+    row_level_security: bool = False,
+) -> UnitOfWork[R]:
+    """Build a unit of work over ``bind`` (an ``AsyncEngine``, or a connection in a transaction).
+
+    ``repositories(scope)`` builds the application's domain repositories for one scope; handlers
+    see only what it returns. ``isolation_level`` applies to every run unless a run overrides it;
+    ``max_attempts`` bounds re-runs on serialization failures and deadlocks (U3).
+    ``row_level_security=True`` sets ``ship.tenant_id`` at the start of each run (see
+    :func:`ship_sqla.tenant_policy_ddl`).
+    """
+    return UnitOfWork(
+        bind,
+        repositories=repositories,
+        isolation_level=isolation_level,
+        max_attempts=max_attempts,
+        row_level_security=row_level_security,
+    )

@@ -1,0 +1,93 @@
+"""Errors with a stable code, a statement of what happened, and the fix.
+
+Every error ship_sqla raises on purpose derives from :class:`ShipError`. The ``code`` is stable
+across releases (``SHIP_SQLA_*``) so applications and log pipelines can match on it; the message
+says what went wrong and what to do about it.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class ShipError(Exception):
+    """Base of every deliberate ship_sqla error: a stable ``code`` and an actionable message."""
+
+    code: ClassVar[str] = "SHIP_SQLA_ERROR"
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        self.message = message
+        self.fix = fix
+        text = f"{self.code}: {message}"
+        if fix:
+            text = f"{text} Fix: {fix}"
+        super().__init__(text)
+
+
+class ConfigurationError(ShipError, ValueError):
+    """A factory or declaration was given options that cannot work together."""
+
+    code = "SHIP_SQLA_CONFIGURATION"
+
+
+class ScopeClosedError(ShipError, RuntimeError):
+    """A transaction scope was used after the ``uow.run`` that opened it had ended (U2)."""
+
+    code = "SHIP_SQLA_SCOPE_CLOSED"
+
+
+class ScopeConcurrencyError(ShipError, RuntimeError):
+    """A transaction scope was used from a task other than the one running its ``uow.run``."""
+
+    code = "SHIP_SQLA_SCOPE_CONCURRENT_USE"
+
+
+class TenantRequiredError(ShipError, ValueError):
+    """A tenant-scoped repository was built for a scope that names no tenant (R2)."""
+
+    code = "SHIP_SQLA_TENANT_REQUIRED"
+
+
+class TenantViolationError(ShipError, ValueError):
+    """A write named a tenant other than the repository's own, or tried to move a row (R2)."""
+
+    code = "SHIP_SQLA_TENANT_VIOLATION"
+
+
+class BoundExceededError(ShipError, ValueError):
+    """A repository call asked for more rows than the repository's declared bound (R1)."""
+
+    code = "SHIP_SQLA_BOUND_EXCEEDED"
+
+
+class InvalidCursorError(ShipError, ValueError):
+    """A page cursor was tampered with, malformed, or reused on a different query."""
+
+    code = "SHIP_SQLA_INVALID_CURSOR"
+
+
+class VersionConflictError(ShipError, RuntimeError):
+    """An optimistic update named a version the row no longer has."""
+
+    code = "SHIP_SQLA_VERSION_CONFLICT"
+
+
+class UnknownProjectionError(ShipError, KeyError):
+    """A projection was selected by a name the repository does not declare (R4)."""
+
+    code = "SHIP_SQLA_UNKNOWN_PROJECTION"
+
+    def __str__(self) -> str:  # KeyError would repr() the message; keep it readable.
+        return Exception.__str__(self)
+
+
+class NotYetImplementedError(ShipError, NotImplementedError):
+    """A capability that is declared but not built yet; the message says which."""
+
+    code = "SHIP_SQLA_NOT_YET"
+
+
+class PermissionDeniedError(ShipError, PermissionError):
+    """An operator operation was refused by the application's authorizer."""
+
+    code = "SHIP_SQLA_PERMISSION_DENIED"

@@ -1,0 +1,226 @@
+"""The seam between the job runtime and where runs are stored (ADR-0015 ``JobBackend``).
+
+The runtime never sees SQL: it calls these methods. Two implementations pass one conformance
+suite: :class:`ship_sqla.kernel.InMemoryJobBackend` (the reference, and the model for property
+tests) and the PostgreSQL backend from :func:`ship_sqla.create_job_backend`.
+
+Run lifecycle::
+
+    waiting --claim--> running --complete--> completed
+       ^                 |  \\--fail (attempts left)--> waiting (run_at = retry time)
+       |                 |   \\--fail (last attempt) / lease lapsed on last attempt--> dead
+       |                 \\--release (JOB_LOCK_HELD: attempt not consumed)--> waiting
+       \\--------- operator retry (dead -> waiting, one more attempt)
+    waiting / dead --operator discard--> discarded
+
+``completed``, ``dead`` and ``discarded`` are terminal: no claim ever returns them again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import attrs
+
+from ship_sqla.kernel._clock import Clock
+from ship_sqla.kernel._errors import ShipError
+from ship_sqla.kernel._jobs import JobDefinition
+
+__all__ = [
+    "ClaimedRun",
+    "EnqueueRequest",
+    "EnqueueResult",
+    "JobBackend",
+    "JobLeaseStaleError",
+    "Lock",
+    "LockProvider",
+    "RunRecord",
+    "RunState",
+    "SettleOutcome",
+    "TERMINAL_STATES",
+]
+
+RunState = Literal["waiting", "running", "completed", "dead", "discarded"]
+TERMINAL_STATES: frozenset[str] = frozenset({"completed", "dead", "discarded"})
+
+LEASE_LAPSED_FINAL_ATTEMPT = "SHIP_SQLA_JOB_LEASE_LAPSED_FINAL_ATTEMPT"
+"""The error recorded on a run dead-lettered because its lease lapsed on its final attempt (J6)."""
+
+
+class JobLeaseStaleError(ShipError, RuntimeError):
+    """A settle (complete/fail/release/heartbeat) carried a fencing token that is no longer
+    current: the lease lapsed and another worker may hold the run. Nothing was changed (J5)."""
+
+    code = "SHIP_SQLA_JOB_LEASE_STALE"
+
+
+@attrs.frozen
+class EnqueueRequest:
+    """One run to enqueue, for ``enqueue_many``. ``payload`` is the job's typed payload; the
+    backend validates and encodes it with the job's codec before writing anything."""
+
+    payload: Any
+    dedupe_key: str | None = None
+    run_at: datetime | None = None
+    run_id: str | None = None
+    """A caller-chosen durable id (schedules use ``<job_id>/<occurrence>``); generated if None."""
+
+
+@attrs.frozen
+class EnqueueResult:
+    """What enqueue did. Exactly one of: a new run, a deduplicated existing run, a rejection."""
+
+    run_id: str | None
+    deduplicated: bool = False
+    rejected: Literal["queue-full"] | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.rejected is None
+
+
+@attrs.frozen
+class ClaimedRun:
+    """A run handed to a worker. ``token`` fences every later settle of this claim (J5)."""
+
+    run_id: str
+    job_id: str
+    payload: Any
+    attempt: int
+    max_attempts: int
+    token: int
+    key: str | None
+    lease_expires_at: datetime
+    created_at: datetime
+
+
+SettleOutcome = Literal["completed", "retrying", "dead", "released", "stale"]
+
+
+@attrs.frozen
+class RunRecord:
+    """A run as operators see it, with its history of failed attempts."""
+
+    run_id: str
+    job_id: str
+    state: RunState
+    payload: Any
+    attempt: int
+    max_attempts: int
+    key: str | None
+    dedupe_key: str | None
+    run_at: datetime
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+    lease_expires_at: datetime | None
+    last_error: str | None
+    history: tuple[Any, ...] = ()
+
+
+@runtime_checkable
+class Lock(Protocol):
+    """A held lock. ``lost`` becomes true when the lease ended before ``release`` (L2)."""
+
+    @property
+    def lost(self) -> bool: ...
+
+    async def release(self) -> None: ...
+
+
+@runtime_checkable
+class LockProvider(Protocol):
+    """Cross-process mutual exclusion with a lease (L1, L2)."""
+
+    async def acquire(self, key: str, lease: float) -> Lock | None:
+        """The lock, or None when another holder has it. ``lease`` is in seconds."""
+        ...
+
+
+@runtime_checkable
+class JobBackend(Protocol):
+    """Stores runs and hands them out. Every method is safe to call from many processes."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def lock_provider(self) -> LockProvider | None: ...
+
+    @property
+    def poll_interval(self) -> float:
+        """Seconds between polls when no local wake arrives (J3)."""
+        ...
+
+    @property
+    def max_in_flight(self) -> int:
+        """Process-wide cap on runs executing at once in one runtime (J3)."""
+        ...
+
+    def report_error(self, error: BaseException) -> None:
+        """Hand an error the loop absorbed to the application's ``on_error`` (J11); never raises."""
+        ...
+
+    async def enqueue(
+        self,
+        job: JobDefinition[Any],
+        payload: Any,  # noqa: ANN401 - the job's typed payload
+        *,
+        dedupe_key: str | None = None,
+        run_at: datetime | None = None,
+        run_id: str | None = None,
+        scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
+    ) -> EnqueueResult:
+        """Insert one run (J1 dedupe, J2 queue-full). Joins the active unit of work (U1/U2);
+        a committed enqueue wakes the local loop after commit (J3)."""
+        ...
+
+    async def enqueue_many(
+        self,
+        job: JobDefinition[Any],
+        requests: Sequence[EnqueueRequest],
+        *,
+        scope: Any = None,  # noqa: ANN401
+    ) -> list[EnqueueResult]:
+        """Insert many runs of one job in one statement; results in request order."""
+        ...
+
+    async def claim(
+        self,
+        job: JobDefinition[Any],
+        *,
+        worker: str,
+        limit: int,
+        exclude_keys: Sequence[str] = (),
+    ) -> list[ClaimedRun]:
+        """Claim up to ``limit`` due runs, honouring ``concurrency.max`` across processes (J3).
+
+        Lapsed leases are retaken (J6); one that lapsed on its final attempt is dead-lettered
+        instead of being returned.
+        """
+        ...
+
+    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> list[bool]:
+        """Extend each run's lease by its job's ``concurrency.lease``; False where stale."""
+        ...
+
+    async def complete(self, runs: Sequence[ClaimedRun]) -> list[SettleOutcome]:
+        """Mark runs completed, each only while its token is current ("stale" otherwise)."""
+        ...
+
+    async def fail(
+        self, run: ClaimedRun, error: str, *, retry_at: datetime | None
+    ) -> SettleOutcome:
+        """Record a failed attempt in the run's history. ``retry_at`` None or attempts spent:
+        "dead"; otherwise "retrying" (waiting again at ``retry_at``). Fenced on the token."""
+        ...
+
+    async def release(self, run: ClaimedRun, *, run_at: datetime) -> SettleOutcome:
+        """Return a claimed run to waiting without consuming its attempt (JOB_LOCK_HELD, J7)."""
+        ...
+
+    async def wait_for_work(self, timeout: float) -> None:
+        """Return when a local enqueue/retry committed, or after ``timeout`` seconds (J3)."""
+        ...

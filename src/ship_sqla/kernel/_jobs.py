@@ -1,0 +1,285 @@
+"""Job definitions: what a job is, declared once, validated at declaration time.
+
+A definition is plain data (attrs, frozen) plus the handler. Backends store runs of it; the
+runtime executes them. Nothing here touches a database.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+
+import attrs
+
+from ship_sqla.kernel._errors import ConfigurationError, ShipError
+
+if TYPE_CHECKING:
+    from ship_sqla.kernel._job_context import JobContext
+
+__all__ = [
+    "Concurrency",
+    "IdempotencyPolicy",
+    "InvalidPayloadError",
+    "JobDefinition",
+    "PayloadCodec",
+    "Retention",
+    "RetryPolicy",
+    "Schedule",
+    "define_job",
+]
+
+P = TypeVar("P")
+
+Backoff = Literal["exponential", "linear", "fixed"]
+Jitter = Literal["full", "equal", "none"]
+
+_JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+class InvalidPayloadError(ShipError, ValueError):
+    """A payload did not match its job's declared type; nothing was enqueued."""
+
+    code = "SHIP_SQLA_JOB_PAYLOAD_INVALID"
+
+
+@runtime_checkable
+class PayloadCodec(Protocol[P]):
+    """Turns a payload into JSON-able data and back, validating on the way in."""
+
+    def encode(self, value: P) -> Any: ...  # noqa: ANN401 - JSON-able by contract
+
+    def decode(self, data: Any) -> P: ...  # noqa: ANN401 - JSON-able by contract
+
+
+def _positive(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
+        if value is not None and value <= 0:
+            raise ConfigurationError(f"{name} must be positive, got {value!r}.")
+
+    return check
+
+
+@attrs.frozen
+class Concurrency:
+    """How many runs of a job may execute at once, across every process (``max``), how long a
+    claim lasts without a heartbeat (``lease``, seconds), and single-runner exclusion.
+
+    ``single_runner=True`` with ``key=None`` allows one run of the job at a time; with ``key``
+    (a function of the payload) one run per key. Exclusion across processes comes from the
+    backend's ``LockProvider`` (J4).
+    """
+
+    max: int = attrs.field(default=10, validator=_positive("concurrency.max"))
+    lease: float = attrs.field(default=30.0, validator=_positive("concurrency.lease"))
+    single_runner: bool = False
+    key: Callable[[Any], str] | None = None
+
+    @property
+    def heartbeat_interval(self) -> float:
+        """Every third of the lease (J5): two heartbeats can fail before the lease lapses."""
+        return self.lease / 3
+
+
+@attrs.frozen
+class RetryPolicy:
+    """``attempts`` is the total number of runs (the first included) before a run is dead."""
+
+    attempts: int = attrs.field(default=5, validator=_positive("retry.attempts"))
+    backoff: Backoff = "exponential"
+    base_delay: float = attrs.field(default=1.0, validator=_positive("retry.base_delay"))
+    max_delay: float = attrs.field(default=3600.0, validator=_positive("retry.max_delay"))
+    jitter: Jitter = "full"
+
+    def __attrs_post_init__(self) -> None:
+        if self.backoff not in ("exponential", "linear", "fixed"):
+            raise ConfigurationError(
+                f"retry.backoff {self.backoff!r} is unknown.",
+                fix="use 'exponential', 'linear' or 'fixed'.",
+            )
+        if self.jitter not in ("full", "equal", "none"):
+            raise ConfigurationError(
+                f"retry.jitter {self.jitter!r} is unknown.", fix="use 'full', 'equal' or 'none'."
+            )
+
+
+@attrs.frozen
+class Retention:
+    """How long finished runs are kept before ``cleanup`` deletes them."""
+
+    completed: timedelta = timedelta(days=1)
+    dead: timedelta = timedelta(days=30)
+    discarded: timedelta = timedelta(days=7)
+
+
+@attrs.frozen
+class Schedule:
+    """Either a cron expression in a time zone, or a fixed interval (J9)."""
+
+    cron: str | None = None
+    timezone: str = "UTC"
+    interval: timedelta | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if (self.cron is None) == (self.interval is None):
+            raise ConfigurationError(
+                "a schedule needs exactly one of cron= or interval=.",
+                fix="Schedule(cron='0 3 * * *', timezone='Europe/Berlin') or"
+                " Schedule(interval=timedelta(minutes=5)).",
+            )
+        if self.interval is not None and self.interval <= timedelta(0):
+            raise ConfigurationError(f"schedule interval must be positive, got {self.interval}.")
+
+    @property
+    def trigger(self) -> str:
+        """A stable text of the trigger, stored so an unchanged trigger keeps its ``next_at``."""
+        if self.cron is not None:
+            return f"cron:{self.cron}@{self.timezone}"
+        assert self.interval is not None  # noqa: S101 - guaranteed by __attrs_post_init__
+        return f"interval:{self.interval.total_seconds()}"
+
+
+@attrs.frozen
+class IdempotencyPolicy:
+    """Runs whose ``dedupe_key`` (from the payload) matches a non-terminal run are deduplicated
+    (J1). ``key`` derives the dedupe key when the caller gives none."""
+
+    key: Callable[[Any], str]
+
+
+class _IdentityCodec:
+    """For ``payload=dict`` (or ``None``): JSON objects pass through, anything else is refused."""
+
+    def __init__(self, expected: type[Any] | None) -> None:
+        self._expected = expected
+
+    def encode(self, value: Any) -> Any:  # noqa: ANN401
+        return self.decode(value)
+
+    def decode(self, data: Any) -> Any:  # noqa: ANN401
+        if self._expected is not None and not isinstance(data, self._expected):
+            raise InvalidPayloadError(
+                f"payload must be a {self._expected.__name__}, got {type(data).__name__}."
+            )
+        return data
+
+
+class _AttrsCodec(Generic[P]):
+    """For attrs classes: encode with ``asdict``, decode by calling the class (validators run)."""
+
+    def __init__(self, cls: type[P]) -> None:
+        self._cls = cls
+
+    def encode(self, value: P) -> Any:  # noqa: ANN401
+        if not isinstance(value, self._cls):
+            raise InvalidPayloadError(
+                f"payload must be a {self._cls.__name__}, got {type(value).__name__}.",
+                fix=f"pass {self._cls.__name__}(...) to enqueue.",
+            )
+        return attrs.asdict(value)  # type: ignore[arg-type]
+
+    def decode(self, data: Any) -> P:  # noqa: ANN401
+        if not isinstance(data, Mapping):
+            raise InvalidPayloadError(f"stored payload for {self._cls.__name__} is not an object.")
+        try:
+            return self._cls(**data)
+        except (TypeError, ValueError) as exc:
+            raise InvalidPayloadError(
+                f"payload does not fit {self._cls.__name__}: {exc}"
+            ) from exc
+
+
+def codec_for(payload: type[Any] | PayloadCodec[Any] | None) -> PayloadCodec[Any]:
+    """The codec for a ``payload=`` declaration: a codec, an attrs class, ``dict`` or ``None``."""
+    if payload is None:
+        return _IdentityCodec(None)
+    if isinstance(payload, type) and attrs.has(payload):
+        return _AttrsCodec(payload)
+    if isinstance(payload, type) and hasattr(payload, "model_validate"):
+        return _PydanticCodec(payload)
+    if isinstance(payload, type):
+        return _IdentityCodec(payload)
+    if isinstance(payload, PayloadCodec):
+        return payload
+    raise ConfigurationError(
+        f"payload={payload!r} is neither a type nor a codec.",
+        fix="pass an attrs class, a pydantic model, dict, or an object with encode/decode.",
+    )
+
+
+class _PydanticCodec(Generic[P]):
+    def __init__(self, cls: type[P]) -> None:
+        self._cls: Any = cls
+
+    def encode(self, value: P) -> Any:  # noqa: ANN401
+        return self._cls.model_validate(value).model_dump(mode="json")
+
+    def decode(self, data: Any) -> P:  # noqa: ANN401
+        try:
+            return self._cls.model_validate(data)  # type: ignore[no-any-return]
+        except ValueError as exc:
+            raise InvalidPayloadError(f"payload does not fit {self._cls.__name__}: {exc}") from exc
+
+
+Handler = Callable[["JobContext", P], Awaitable[None]]
+
+
+@attrs.frozen
+class JobDefinition(Generic[P]):
+    """A declared job. Build it with :func:`define_job`."""
+
+    id: str
+    handler: Handler[P]
+    codec: PayloadCodec[P]
+    concurrency: Concurrency = Concurrency()
+    retry: RetryPolicy = RetryPolicy()
+    retention: Retention = Retention()
+    schedule: Schedule | None = None
+    idempotency: IdempotencyPolicy | None = None
+
+    def encode(self, payload: P) -> Any:  # noqa: ANN401 - JSON-able
+        """Validate and encode ``payload`` for storage; raises :class:`InvalidPayloadError`."""
+        return self.codec.encode(payload)
+
+    def decode(self, data: Any) -> P:  # noqa: ANN401 - JSON-able
+        return self.codec.decode(data)
+
+    def key_of(self, payload: P) -> str | None:
+        """The single-runner key of a payload (None when the job is not keyed)."""
+        if not self.concurrency.single_runner:
+            return None
+        if self.concurrency.key is None:
+            return ""
+        return self.concurrency.key(payload)
+
+
+def define_job(
+    id: str,  # noqa: A002 - the seed's name for it
+    handler: Handler[P],
+    *,
+    payload: type[P] | PayloadCodec[P] | None = None,
+    concurrency: Concurrency | None = None,
+    retry: RetryPolicy | None = None,
+    retention: Retention | None = None,
+    schedule: Schedule | None = None,
+    idempotency: IdempotencyPolicy | None = None,
+) -> JobDefinition[P]:
+    """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec."""
+    if not _JOB_ID.match(id):
+        raise ConfigurationError(
+            f"job id {id!r} is not valid.",
+            fix="use 1-128 characters: letters, digits and _ . : - (not starting with a symbol).",
+        )
+    if not callable(handler):
+        raise ConfigurationError(f"job {id!r}: handler must be an async callable.")
+    return JobDefinition(
+        id=id,
+        handler=handler,
+        codec=codec_for(payload),
+        concurrency=concurrency or Concurrency(),
+        retry=retry or RetryPolicy(),
+        retention=retention or Retention(),
+        schedule=schedule,
+        idempotency=idempotency,
+    )
