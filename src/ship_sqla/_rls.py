@@ -20,7 +20,9 @@ _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 def _quote(name: str, what: str) -> str:
     if not _IDENTIFIER.match(name):
-        msg = f"{what} {name!r} is not a plain SQL identifier; rename it or write the policy by hand."
+        msg = (
+            f"{what} {name!r} is not a plain SQL identifier; rename it or write the policy by hand."
+        )
         raise ValueError(msg)
     return f'"{name}"'
 
@@ -41,7 +43,9 @@ def tenant_policy_ddl(
     return [
         f"ALTER TABLE {qualified} ENABLE ROW LEVEL SECURITY",
         f"ALTER TABLE {qualified} FORCE ROW LEVEL SECURITY",
-        f"CREATE POLICY {policy} ON {qualified}"
-        f" USING ({column}::text = current_setting('ship.tenant_id', true))"
-        f" WITH CHECK ({column}::text = current_setting('ship.tenant_id', true))",
+        (
+            f"CREATE POLICY {policy} ON {qualified}"
+            f" USING ({column}::text = current_setting('ship.tenant_id', true))"
+            f" WITH CHECK ({column}::text = current_setting('ship.tenant_id', true))"
+        ),
     ]

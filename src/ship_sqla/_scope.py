@@ -51,8 +51,8 @@ class TransactionScope:
     """
 
     __slots__ = (
-        "_after_commit",
         "_active",
+        "_after_commit",
         "_connection",
         "_database",
         "_owner",
@@ -121,7 +121,9 @@ class TransactionScope:
         """
         self.check_usable()
         kwargs.setdefault("expire_on_commit", False)
-        session = AsyncSession(bind=self._connection, join_transaction_mode="rollback_only", **kwargs)
+        session = AsyncSession(
+            bind=self._connection, join_transaction_mode="rollback_only", **kwargs
+        )
         self._root()._sessions.append(session)  # noqa: SLF001 - same class
         return session
 
@@ -143,7 +145,9 @@ class TransactionScope:
         return scope
 
     def _child(self, tenant: str | None) -> TransactionScope:
-        return TransactionScope(self._connection, database=self._database, tenant=tenant, parent=self)
+        return TransactionScope(
+            self._connection, database=self._database, tenant=tenant, parent=self
+        )
 
     async def _flush_sessions(self) -> None:
         for session in self._sessions:

@@ -62,7 +62,8 @@ def to_async_url(url: str | URL) -> URL:
     parsed = make_url(text)
     if parsed.get_backend_name() != "postgresql":
         raise NoServerError(
-            f"the database URL names backend {parsed.get_backend_name()!r}; ship_sqla needs PostgreSQL.",
+            f"the database URL names backend {parsed.get_backend_name()!r};"
+            " ship_sqla needs PostgreSQL.",
             fix="set SHIP_SQLA_DATABASE_URL=postgresql+asyncpg://user@host:5432/dbname",
         )
     return parsed.set(drivername="postgresql+asyncpg")
@@ -88,7 +89,9 @@ def _local_answers() -> bool:
             pass
     except OSError:
         return False
-    return asyncio.run(_can_connect(make_url(f"postgresql+asyncpg://postgres@{LOCAL_HOST}:{LOCAL_PORT}/postgres")))
+    return asyncio.run(
+        _can_connect(make_url(f"postgresql+asyncpg://postgres@{LOCAL_HOST}:{LOCAL_PORT}/postgres"))
+    )
 
 
 async def _can_connect(url: URL) -> bool:
@@ -96,7 +99,7 @@ async def _can_connect(url: URL) -> bool:
 
     try:
         connection = await asyncpg.connect(**asyncpg_dsn(url), timeout=5)
-    except (OSError, asyncpg.PostgresError, asyncio.TimeoutError):
+    except (TimeoutError, OSError, asyncpg.PostgresError):
         return False
     await connection.close()
     return True
@@ -123,7 +126,9 @@ def start_embedded(data_dir: Path | None = None, *, cleanup: str = "stop") -> Re
     return ResolvedServer(url=url.set(database="postgres"), source="embedded", handle=server)
 
 
-def resolve_server(*, embedded_dir: Path | None = None, embedded_cleanup: str = "stop") -> ResolvedServer:
+def resolve_server(
+    *, embedded_dir: Path | None = None, embedded_cleanup: str = "stop"
+) -> ResolvedServer:
     """Find a server as the module docstring describes."""
     for variable in ("SHIP_SQLA_DATABASE_URL", "DATABASE_URL"):
         configured = os.environ.get(variable)

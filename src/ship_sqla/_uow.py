@@ -13,7 +13,6 @@ U5 A ``run`` inside an active run joins the outer transaction (or a SAVEPOINT wi
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -25,6 +24,8 @@ from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel import ConfigurationError
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
+
     from sqlalchemy.engine.interfaces import IsolationLevel
 
 __all__ = ["UnitOfWork", "create_unit_of_work"]
@@ -69,8 +70,10 @@ class UnitOfWork(Generic[R]):
     ) -> None:
         if not isinstance(bind, AsyncEngine | AsyncConnection):
             raise ConfigurationError(
-                f"create_unit_of_work needs an AsyncEngine or AsyncConnection, got {type(bind).__name__}.",
-                fix="pass create_async_engine('postgresql+asyncpg://...') or a connection in a transaction.",
+                "create_unit_of_work needs an AsyncEngine or AsyncConnection,"
+                f" got {type(bind).__name__}.",
+                fix="pass create_async_engine('postgresql+asyncpg://...'),"
+                " or a connection already in a transaction.",
             )
         _check_isolation(isolation_level)
         if max_attempts < 1:

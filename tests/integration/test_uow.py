@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import Column, Integer, MetaData, String, Table, insert, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped
 
 from ship_sqla import TransactionScope, create_unit_of_work, current_scope
 from ship_sqla._scope import joined
@@ -34,7 +34,7 @@ class Note(Base):
     body: Mapped[str]
 
 
-class Boom(Exception):
+class BoomError(Exception):
     pass
 
 
@@ -80,9 +80,9 @@ async def test_commit_on_return_rollback_on_raise(engine: AsyncEngine) -> None:
         session = scope.session()
         session.add(Note(body="lost-orm"))
         await session.flush()
-        raise Boom
+        raise BoomError
 
-    with pytest.raises(Boom):
+    with pytest.raises(BoomError):
         await uow.run(write_then_fail)
     assert await bodies(engine) == ["core", "orm"]
 
@@ -99,9 +99,9 @@ async def test_stores_join_explicit_and_ambient_scope(conn: AsyncConnection) -> 
         async with joined(conn, scope) as tx:
             assert tx.scope is scope
             await tx.connection.execute(insert(notes).values(body="explicit"))
-        raise Boom
+        raise BoomError
 
-    with pytest.raises(Boom):
+    with pytest.raises(BoomError):
         await uow.run(handler)
     assert await bodies(conn) == []
     assert current_scope() is None
@@ -170,9 +170,9 @@ async def test_after_commit_runs_only_after_commit(engine: AsyncEngine) -> None:
 
     async def fails(scope: TransactionScope) -> None:
         scope.after_commit(lambda: events.append("never"))
-        raise Boom
+        raise BoomError
 
-    with pytest.raises(Boom):
+    with pytest.raises(BoomError):
         await uow.run(fails)
     assert events == ["committed"]
 
@@ -185,7 +185,7 @@ async def test_failing_after_commit_callback_is_logged_not_raised(
     events: list[str] = []
 
     def bad() -> None:
-        raise Boom
+        raise BoomError
 
     async def handler(scope: TransactionScope) -> None:
         await scope.connection.execute(insert(notes).values(body="kept"))
@@ -211,9 +211,9 @@ async def test_nested_run_joins_outer_transaction(engine: AsyncEngine) -> None:
         await uow.run(inner)
         assert events == []
         assert scope.connection is current_scope().connection  # type: ignore[union-attr]
-        raise Boom
+        raise BoomError
 
-    with pytest.raises(Boom):
+    with pytest.raises(BoomError):
         await uow.run(outer)
     assert await bodies(engine) == []
     assert events == []
@@ -225,11 +225,11 @@ async def test_nested_run_with_savepoint_rolls_back_alone(engine: AsyncEngine) -
 
     async def inner(scope: TransactionScope) -> None:
         await scope.connection.execute(insert(notes).values(body="inner"))
-        raise Boom
+        raise BoomError
 
     async def outer(scope: TransactionScope) -> None:
         await scope.connection.execute(insert(notes).values(body="outer"))
-        with pytest.raises(Boom):
+        with pytest.raises(BoomError):
             await uow.run(inner, savepoint=True)
 
     await uow.run(outer)
@@ -262,11 +262,13 @@ async def test_serialization_failures_rerun_the_handler(engine: AsyncEngine) -> 
     readers = 0
     calls = {"a": 0, "b": 0}
 
-    def handler(name: str):  # noqa: ANN202
+    def handler(name: str):
         async def run(scope: TransactionScope) -> None:
             nonlocal readers
             calls[name] += 1
-            total = sum(int(b) for b in (await scope.connection.execute(select(notes.c.body))).scalars())
+            total = sum(
+                int(b) for b in (await scope.connection.execute(select(notes.c.body))).scalars()
+            )
             if calls[name] == 1:
                 readers += 1
                 if readers == 2:
@@ -323,7 +325,9 @@ async def test_row_level_security_sets_tenant(conn: AsyncConnection) -> None:
 
     async def setting(scope: TransactionScope) -> str:
         return str(
-            (await scope.connection.execute(text("select current_setting('ship.tenant_id')"))).scalar()
+            (
+                await scope.connection.execute(text("select current_setting('ship.tenant_id')"))
+            ).scalar()
         )
 
     assert await uow.run(setting, tenant="acme") == "acme"

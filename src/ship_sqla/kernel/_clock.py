@@ -1,8 +1,8 @@
 """One clock for the whole process, injectable so tests freeze and advance time.
 
-Production uses :class:`SystemClock`. Tests use :class:`FrozenClock`, whose :meth:`~FrozenClock.sleep`
-returns only when the test advances time past the sleeper's deadline: no test ever waits on the
-wall clock for an event.
+Production uses :class:`SystemClock`. Tests use :class:`FrozenClock`, whose ``sleep`` returns
+only when the test advances time past the sleeper's deadline: no test ever waits on the wall
+clock for an event.
 """
 
 from __future__ import annotations

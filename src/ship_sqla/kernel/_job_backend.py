@@ -18,17 +18,21 @@ Run lifecycle::
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import attrs
 
-from ship_sqla.kernel._clock import Clock
 from ship_sqla.kernel._errors import ShipError
-from ship_sqla.kernel._jobs import JobDefinition
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._jobs import JobDefinition
 
 __all__ = [
+    "TERMINAL_STATES",
     "ClaimedRun",
     "EnqueueRequest",
     "EnqueueResult",
@@ -39,7 +43,6 @@ __all__ = [
     "RunRecord",
     "RunState",
     "SettleOutcome",
-    "TERMINAL_STATES",
 ]
 
 RunState = Literal["waiting", "running", "completed", "dead", "discarded"]
@@ -221,6 +224,6 @@ class JobBackend(Protocol):
         """Return a claimed run to waiting without consuming its attempt (JOB_LOCK_HELD, J7)."""
         ...
 
-    async def wait_for_work(self, timeout: float) -> None:
+    async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the poll interval
         """Return when a local enqueue/retry committed, or after ``timeout`` seconds (J3)."""
         ...

@@ -185,9 +185,7 @@ class _AttrsCodec(Generic[P]):
         try:
             return self._cls(**data)
         except (TypeError, ValueError) as exc:
-            raise InvalidPayloadError(
-                f"payload does not fit {self._cls.__name__}: {exc}"
-            ) from exc
+            raise InvalidPayloadError(f"payload does not fit {self._cls.__name__}: {exc}") from exc
 
 
 def codec_for(payload: type[Any] | PayloadCodec[Any] | None) -> PayloadCodec[Any]:

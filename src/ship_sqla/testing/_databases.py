@@ -8,16 +8,20 @@ module creates is named ``ship_sqla_test_*`` and dropped when its owner is done.
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import asyncpg
-from sqlalchemy import MetaData
-from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from ship_sqla._server import ResolvedServer, asyncpg_dsn
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
+    from sqlalchemy import MetaData
+    from sqlalchemy.engine import URL
 
 __all__ = ["DatabaseFactory", "new_database_name"]
 

@@ -21,18 +21,22 @@ Async fixtures are plain async functions: run tests with anyio's plugin (mark ``
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from sqlalchemy import MetaData
-from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from ship_sqla._server import ResolvedServer, resolve_server, stop_embedded
 from ship_sqla.kernel import FrozenClock
 from ship_sqla.testing._databases import DatabaseFactory, new_database_name
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+
+    from sqlalchemy.engine import URL
 
 
 @pytest.fixture(scope="session")
