@@ -12,7 +12,13 @@ nox.options.sessions = ["lint", "typecheck", "tests", "examples"]
 nox.options.reuse_existing_virtualenvs = True
 
 ROOT = Path(__file__).parent
-EXAMPLES = sorted(p for p in (ROOT / "examples").glob("*.py") if not p.name.startswith("_"))
+# Every runnable example, as a module name (`python -m examples.<name>`); schema.py is the
+# example application's tables, imported by the others and by Alembic, not a program.
+EXAMPLES = sorted(
+    f"examples.{p.stem}"
+    for p in (ROOT / "examples").glob("*.py")
+    if not p.name.startswith("_") and p.stem != "schema"
+)
 
 
 def _install(session: nox.Session) -> None:
@@ -67,6 +73,14 @@ def ci(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
     session.run("mypy")
     session.run("pytest", *session.posargs)
-    python = sys.executable if session.virtualenv.venv_backend == "none" else "python"
+    _run_examples(session)
+
+
+def _run_examples(session: nox.Session) -> None:
+    python = (
+        sys.executable
+        if isinstance(session.virtualenv, nox.virtualenv.PassthroughEnv)
+        else "python"
+    )
     for example in EXAMPLES:
-        session.run(python, str(example), env={"PYTHONUNBUFFERED": "1", **os.environ})
+        session.run(python, "-m", example, env={"PYTHONUNBUFFERED": "1", **os.environ})

@@ -10,10 +10,10 @@ from logging.config import fileConfig
 from typing import TYPE_CHECKING
 
 from alembic import context
-from examples.schema import metadata
 from sqlalchemy import pool
 from sqlalchemy.ext.asyncio import async_engine_from_config
 
+from examples.schema import metadata
 from ship_sqla._server import to_async_url
 
 if TYPE_CHECKING:

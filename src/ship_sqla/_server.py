@@ -105,8 +105,18 @@ async def _can_connect(url: URL) -> bool:
     return True
 
 
+DEFAULT_EMBEDDED_DIR = Path.home() / ".cache" / "ship_sqla" / "embedded"
+"""Where the embedded server keeps its data unless told otherwise: reused across runs."""
+
+
 def start_embedded(data_dir: Path | None = None, *, cleanup: str = "stop") -> ResolvedServer:
-    """Start (or reuse) an embedded PostgreSQL from the ``pgserver`` package."""
+    """Start (or reuse) an embedded PostgreSQL from the ``pgserver`` package.
+
+    ``cleanup="stop"`` stops the server when this process exits and keeps its data directory
+    (the default one is reused by the next run); ``"delete"`` removes the directory too.
+    """
+    # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset (CI shells); harmless.
+    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
     try:
         import pgserver  # noqa: PLC0415 - optional extra
     except ImportError as exc:
@@ -116,25 +126,30 @@ def start_embedded(data_dir: Path | None = None, *, cleanup: str = "stop") -> Re
             fix="pip install 'ship-sqla[embedded]', or start PostgreSQL, or set"
             " SHIP_SQLA_DATABASE_URL=postgresql+asyncpg://user@host:5432/postgres",
         ) from exc
-    if data_dir is None:
-        data_dir = Path(tempfile.mkdtemp(prefix="ship_sqla_pg_"))
+    data_dir = DEFAULT_EMBEDDED_DIR if data_dir is None else data_dir
     data_dir.mkdir(parents=True, exist_ok=True)
-    # pgserver warns through platformdirs when XDG_RUNTIME_DIR is unset (CI shells); harmless.
-    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
     server = pgserver.get_server(str(data_dir), cleanup_mode=cleanup)
     url = to_async_url(server.get_uri())
     return ResolvedServer(url=url.set(database="postgres"), source="embedded", handle=server)
 
 
 def resolve_server(
-    *, embedded_dir: Path | None = None, embedded_cleanup: str = "stop"
+    *,
+    embedded_dir: Path | None = None,
+    embedded_cleanup: str = "stop",
+    prefer_embedded: bool = False,
 ) -> ResolvedServer:
-    """Find a server as the module docstring describes."""
+    """Find a server as the module docstring describes.
+
+    ``prefer_embedded`` skips the local probe (the demo's default: it runs the same on a machine
+    with or without a server); ``SHIP_SQLA_EMBEDDED=1`` does the same for the test plugin.
+    """
     for variable in ("SHIP_SQLA_DATABASE_URL", "DATABASE_URL"):
         configured = os.environ.get(variable)
         if configured:
             return ResolvedServer(url=to_async_url(configured), source="environment")
-    if os.environ.get("SHIP_SQLA_EMBEDDED") != "1" and _local_answers():
+    skip_local = prefer_embedded or os.environ.get("SHIP_SQLA_EMBEDDED") == "1"
+    if not skip_local and _local_answers():
         return ResolvedServer(
             url=make_url(f"postgresql+asyncpg://postgres@{LOCAL_HOST}:{LOCAL_PORT}/postgres"),
             source="local",
