@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import Any
 
 import pytest
 
@@ -12,8 +13,9 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        function = getattr(item, "function", None)
-        if function is not None and inspect.iscoroutinefunction(function):
-            item.add_marker(pytest.mark.anyio)
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: Any) -> None:
+    # Marking at collection (before parametrize expands the function) rather than afterwards
+    # keeps anyio's backend parametrization working together with @pytest.mark.parametrize.
+    if collector.funcnamefilter(name) and inspect.iscoroutinefunction(obj):  # type: ignore[attr-defined]
+        pytest.mark.anyio(obj)

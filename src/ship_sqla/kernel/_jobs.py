@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runt
 import attrs
 
 from ship_sqla.kernel._errors import ConfigurationError, ShipError
+from ship_sqla.kernel._schedule import validate_schedule
 
 if TYPE_CHECKING:
     from ship_sqla.kernel._job_context import JobContext
@@ -130,6 +131,7 @@ class Schedule:
             )
         if self.interval is not None and self.interval <= timedelta(0):
             raise ConfigurationError(f"schedule interval must be positive, got {self.interval}.")
+        validate_schedule(self)
 
     @property
     def trigger(self) -> str:

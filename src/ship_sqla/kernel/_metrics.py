@@ -1,0 +1,205 @@
+"""Job metrics (J10): the seed's six instruments, through the OpenTelemetry metrics API.
+
+Names, units and attributes match the seed (and ship-jobs-bullmq), so one dashboard serves
+every backend:
+
+- ``ship.job.queue.depth``: observable gauge, ``{run}``; ``ship.job.id``.
+- ``ship.job.queue.oldest_waiting_age``: observable gauge, ``s``; ``ship.job.id``.
+- ``ship.job.run.duration``: histogram, ``s``; ``ship.job.id``, ``ship.job.key``,
+  ``ship.job.outcome``.
+- ``ship.job.runs``: counter, ``{run}``; ``ship.job.id``, ``ship.job.key``, ``ship.job.outcome``.
+- ``ship.job.dead_letter.count``: counter, ``{run}``; ``ship.job.id``, ``ship.job.key``.
+- ``ship.job.lock.wait``: histogram, ``s``; ``ship.job.id``, ``ship.job.key``.
+
+``ship.job.key`` is set only for keyed single-runner jobs (a non-empty key); keys can be of
+high cardinality (one per customer, say), so ``JobMetrics(include_key=False)`` drops it.
+
+The API alone records nothing: without an SDK every instrument is a no-op, so the runtime and
+backends call these methods unconditionally. This module imports the OpenTelemetry API only
+(never an SDK, never SQLAlchemy).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Final, Literal, get_args
+
+from opentelemetry import metrics
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from opentelemetry.metrics import CallbackOptions, Histogram, Meter, MeterProvider
+    from opentelemetry.util.types import AttributeValue
+
+__all__ = ["JOB_METRIC_NAMES", "JobMetrics", "JobOutcome"]
+
+JobOutcome = Literal["completed", "retrying", "dead", "stale", "lock_held", "cancelled"]
+"""How one execution of a run ended, the ``ship.job.outcome`` attribute of ``ship.job.runs``:
+
+- ``completed``: the handler returned and the completion landed.
+- ``retrying``: the handler failed and the run was rescheduled with backoff (J7).
+- ``dead``: the handler failed on its last attempt; the run is dead-lettered.
+- ``stale``: the outcome was rejected because the claim token was no longer current (J5).
+- ``lock_held``: ``JOB_LOCK_HELD``; the run went back to waiting without using an attempt (J7).
+- ``cancelled``: the runtime stopped and cancelled the run past its drain timeout (J12).
+"""
+
+_OUTCOMES: Final = frozenset(get_args(JobOutcome))
+
+INSTRUMENTATION_SCOPE: Final = "ship_sqla.jobs"
+
+QUEUE_DEPTH: Final = "ship.job.queue.depth"
+QUEUE_OLDEST_WAITING_AGE: Final = "ship.job.queue.oldest_waiting_age"
+RUN_DURATION: Final = "ship.job.run.duration"
+RUNS: Final = "ship.job.runs"
+DEAD_LETTER_COUNT: Final = "ship.job.dead_letter.count"
+LOCK_WAIT: Final = "ship.job.lock.wait"
+
+JOB_METRIC_NAMES: Final = (
+    QUEUE_DEPTH,
+    QUEUE_OLDEST_WAITING_AGE,
+    RUN_DURATION,
+    RUNS,
+    DEAD_LETTER_COUNT,
+    LOCK_WAIT,
+)
+"""The six instrument names of J10, in the seed's order."""
+
+ATTR_JOB_ID: Final = "ship.job.id"
+ATTR_JOB_KEY: Final = "ship.job.key"
+ATTR_OUTCOME: Final = "ship.job.outcome"
+
+# Job runs last from milliseconds to hours; the SDK's default buckets are tuned for
+# milliseconds and would put every run above 10 s into one bucket.
+_DURATION_BUCKETS: Final = (
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+)  # fmt: skip
+_LOCK_WAIT_BUCKETS: Final = (
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+
+
+def _histogram(meter: Meter, name: str, description: str, buckets: Sequence[float]) -> Histogram:
+    try:
+        return meter.create_histogram(
+            name, unit="s", description=description, explicit_bucket_boundaries_advisory=buckets
+        )
+    except TypeError:
+        # opentelemetry-api before 1.30 has no bucket advisory; the SDK's View still can.
+        return meter.create_histogram(name, unit="s", description=description)
+
+
+class JobMetrics:
+    """The job instruments of one backend/runtime (J10).
+
+    ``meter_provider=None`` uses the global provider, a no-op until the application installs an
+    SDK. Synchronous instruments are recorded as events happen; the two queue gauges are
+    observed at collection time from the latest :meth:`set_depth` snapshot, so a backend
+    refreshes the snapshot when it polls (every process that polls reports the same
+    database-wide value: aggregate them with ``max``, not ``sum``).
+
+    Safe to call from any thread: the snapshot is replaced under a lock, and the SDK's reader
+    thread only reads it.
+    """
+
+    def __init__(
+        self, meter_provider: MeterProvider | None = None, *, include_key: bool = True
+    ) -> None:
+        self._include_key = include_key
+        self._lock = threading.Lock()
+        self._depth: dict[str, tuple[int, float]] = {}
+        meter = metrics.get_meter(INSTRUMENTATION_SCOPE, meter_provider=meter_provider)
+        self._run_duration = _histogram(
+            meter,
+            RUN_DURATION,
+            "Time from a run's start to its outcome, per attempt.",
+            _DURATION_BUCKETS,
+        )
+        self._runs = meter.create_counter(
+            RUNS, unit="{run}", description="Run attempts that ended, by outcome."
+        )
+        self._dead_letter = meter.create_counter(
+            DEAD_LETTER_COUNT, unit="{run}", description="Runs that were dead-lettered."
+        )
+        self._lock_wait = _histogram(
+            meter,
+            LOCK_WAIT,
+            "Time spent acquiring a single-runner (job id, key) lease before a run started.",
+            _LOCK_WAIT_BUCKETS,
+        )
+        meter.create_observable_gauge(
+            QUEUE_DEPTH,
+            callbacks=[self._observe_depth],
+            unit="{run}",
+            description="Runs waiting or delayed (not yet claimed) per job.",
+        )
+        meter.create_observable_gauge(
+            QUEUE_OLDEST_WAITING_AGE,
+            callbacks=[self._observe_oldest_age],
+            unit="s",
+            description="Age of the oldest due, unclaimed run per job (0 when none is due).",
+        )
+
+    def _attributes(self, job_id: str, key: str | None) -> dict[str, AttributeValue]:
+        attributes: dict[str, AttributeValue] = {ATTR_JOB_ID: job_id}
+        # An empty key is the unkeyed single-runner job (JobDefinition.key_of): not keyed.
+        if key and self._include_key:
+            attributes[ATTR_JOB_KEY] = key
+        return attributes
+
+    def record_run(
+        self, job_id: str, key: str | None, outcome: JobOutcome, duration_s: float
+    ) -> None:
+        """One attempt of a run ended: counts ``ship.job.runs`` and records its duration."""
+        if outcome not in _OUTCOMES:
+            # An open-ended attribute would multiply time series; refuse instead of exporting.
+            raise ValueError(
+                f"unknown job outcome {outcome!r}. Fix: use one of {sorted(_OUTCOMES)}."
+            )
+        attributes = self._attributes(job_id, key)
+        attributes[ATTR_OUTCOME] = outcome
+        self._runs.add(1, attributes)
+        self._run_duration.record(max(duration_s, 0.0), attributes)
+
+    def record_dead_letter(self, job_id: str, key: str | None) -> None:
+        """A run became dead, by its last failed attempt or by a lease lapsing on it (J6)."""
+        self._dead_letter.add(1, self._attributes(job_id, key))
+
+    def record_lock_wait(self, job_id: str, key: str | None, seconds: float) -> None:
+        """Time spent acquiring the (job id, key) lease of a single-runner job (J4)."""
+        self._lock_wait.record(max(seconds, 0.0), self._attributes(job_id, key))
+
+    def set_depth(self, job_id: str, depth: int, oldest_age_s: float) -> None:
+        """Snapshot one job's queue: ``depth`` waiting or delayed runs, and the age in seconds
+        of the oldest due one (0 when none is due). Observed at the next collection."""
+        with self._lock:
+            self._depth[job_id] = (depth, max(oldest_age_s, 0.0))
+
+    def set_depths(self, snapshot: Mapping[str, tuple[int, float]]) -> None:
+        """Replace the whole snapshot: jobs absent from ``snapshot`` stop being reported."""
+        with self._lock:
+            self._depth = {
+                job_id: (depth, max(age, 0.0)) for job_id, (depth, age) in snapshot.items()
+            }
+
+    def forget_depth(self, job_id: str) -> None:
+        """Stop reporting a job's queue gauges (e.g. the job is no longer registered)."""
+        with self._lock:
+            self._depth.pop(job_id, None)
+
+    def _snapshot(self) -> list[tuple[str, int, float]]:
+        with self._lock:
+            return [(job_id, depth, age) for job_id, (depth, age) in self._depth.items()]
+
+    def _observe_depth(self, _options: CallbackOptions) -> Iterable[metrics.Observation]:
+        return [
+            metrics.Observation(depth, {ATTR_JOB_ID: job_id})
+            for job_id, depth, _ in self._snapshot()
+        ]
+
+    def _observe_oldest_age(self, _options: CallbackOptions) -> Iterable[metrics.Observation]:
+        return [
+            metrics.Observation(age, {ATTR_JOB_ID: job_id}) for job_id, _, age in self._snapshot()
+        ]
