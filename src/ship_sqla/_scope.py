@@ -55,6 +55,7 @@ class TransactionScope:
         "_after_commit",
         "_connection",
         "_database",
+        "_failed_nested",
         "_owner",
         "_parent",
         "_sessions",
@@ -75,6 +76,7 @@ class TransactionScope:
         self._parent = parent
         self._owner = asyncio.current_task()
         self._active = True
+        self._failed_nested: BaseException | None = None
         self._after_commit: list[AfterCommit] = []
         self._sessions: list[AsyncSession] = []
 

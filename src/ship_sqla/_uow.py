@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._scope import Database, TransactionScope, _current, run_after_commit
 from ship_sqla._sql_errors import sqlstate_of
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.kernel import ConfigurationError, RollbackOnlyError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -145,6 +145,14 @@ class UnitOfWork(Generic[R]):
                 if self._row_level_security:
                     await _set_tenant_setting(connection, tenant)
                 result = await handler(self._repositories(scope))
+                if scope._failed_nested is not None:  # noqa: SLF001
+                    raise RollbackOnlyError(
+                        "a nested uow.run that joined this run raised, and this run's handler"
+                        " returned anyway; the nested run's partial writes cannot be separated"
+                        " from this run's, so the whole transaction was rolled back.",
+                        fix="let the nested run's exception propagate, or call it with"
+                        " savepoint=True so its failure rolls back alone.",
+                    ) from scope._failed_nested  # noqa: SLF001
                 await scope._flush_sessions()  # noqa: SLF001
             finally:
                 TransactionScope._exit(token)  # noqa: SLF001
@@ -167,13 +175,19 @@ class UnitOfWork(Generic[R]):
                 " joining is impossible and a second connection would break atomicity (U5).",
                 fix="build both units of work on the same engine, or finish the outer run first.",
             )
-        scope = outer._child(tenant)  # noqa: SLF001
+        # A nested run without tenant= keeps the outer run's tenant: joining never widens scope.
+        scope = outer._child(outer.tenant if tenant is None else tenant)  # noqa: SLF001
         token = scope._enter()  # noqa: SLF001
         try:
             if savepoint:
                 async with outer.connection.begin_nested():
                     return await handler(self._repositories(scope))
-            return await handler(self._repositories(scope))
+            try:
+                return await handler(self._repositories(scope))
+            except BaseException as exc:
+                # Joined work has no boundary of its own: the outer run must never commit it.
+                outer._root()._failed_nested = exc  # noqa: SLF001
+                raise
         finally:
             TransactionScope._exit(token)  # noqa: SLF001
             await scope._close()  # noqa: SLF001

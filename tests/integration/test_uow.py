@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import anyio
 import pytest
@@ -13,7 +14,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped
 
 from ship_sqla import TransactionScope, create_unit_of_work, current_scope
 from ship_sqla._scope import joined
-from ship_sqla.kernel import ConfigurationError, ScopeClosedError, ScopeConcurrencyError
+from ship_sqla.kernel import (
+    ConfigurationError,
+    RollbackOnlyError,
+    ScopeClosedError,
+    ScopeConcurrencyError,
+)
 
 metadata = MetaData()
 notes = Table(
@@ -337,3 +343,36 @@ def test_misconfiguration_is_explained() -> None:
     """Misuse gets an error that says what was wrong and what to do."""
     with pytest.raises(ConfigurationError, match="AsyncEngine or AsyncConnection"):
         create_unit_of_work("postgresql://x", repositories=scope_only)  # type: ignore[arg-type]
+
+
+async def test_nested_run_inherits_the_outer_tenant(conn: AsyncConnection) -> None:
+    """U5: a nested run without tenant= keeps the outer run's tenant; it may name its own."""
+    uow = create_unit_of_work(conn, repositories=scope_only)
+
+    async def tenant_of(scope: TransactionScope) -> str | None:
+        return scope.tenant
+
+    async def outer(scope: TransactionScope) -> tuple[str | None, str | None]:
+        return await uow.run(tenant_of), await uow.run(tenant_of, tenant="other")
+
+    assert await uow.run(outer, tenant="acme") == ("acme", "other")
+
+
+async def test_swallowed_nested_failure_rolls_back_the_outer_run(engine: AsyncEngine) -> None:
+    """U5: a joined nested run that raised can never be committed, even if the outer handler
+    swallows its exception: the outer run rolls back and says why."""
+    uow = create_unit_of_work(engine, repositories=scope_only)
+
+    async def inner(scope: TransactionScope) -> None:
+        await scope.connection.execute(insert(notes).values(body="half-done"))
+        raise BoomError
+
+    async def outer(scope: TransactionScope) -> None:
+        await scope.connection.execute(insert(notes).values(body="outer"))
+        with contextlib.suppress(BoomError):
+            await uow.run(inner)
+
+    with pytest.raises(RollbackOnlyError, match="rolled back") as caught:
+        await uow.run(outer)
+    assert isinstance(caught.value.__cause__, BoomError)
+    assert await bodies(engine) == []

@@ -81,6 +81,13 @@ class UnknownProjectionError(ShipError, KeyError):
         return Exception.__str__(self)
 
 
+class RollbackOnlyError(ShipError, RuntimeError):
+    """A nested ``uow.run`` that joined this run raised; its partial writes cannot be separated
+    from the outer run's, so the whole transaction was rolled back (U5)."""
+
+    code = "SHIP_SQLA_UOW_ROLLBACK_ONLY"
+
+
 class NotYetImplementedError(ShipError, NotImplementedError):
     """A capability that is declared but not built yet; the message says which."""
 
