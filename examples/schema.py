@@ -21,7 +21,14 @@ from sqlalchemy import (
     func,
 )
 
+from ship_sqla import ship_idempotency_table, ship_outbox_table, ship_webhook_events_table
+
 metadata = MetaData()
+
+# The ship tables, on the application's own metadata so Alembic autogenerates them.
+outbox = ship_outbox_table(metadata)
+idempotency = ship_idempotency_table(metadata)
+webhook_events = ship_webhook_events_table(metadata)
 
 orders = Table(
     "orders",

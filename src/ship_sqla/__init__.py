@@ -20,6 +20,26 @@ from ship_sqla._repository import RepositoryUsageError as RepositoryUsageError
 from ship_sqla._repository import TableRepository as TableRepository
 
 # --- outbox (section owned by the outbox work) --------------------------------------------------
+# isort: split
+from ship_sqla._outbox import DeadLetterPage as DeadLetterPage
+from ship_sqla._outbox import Outbox as Outbox
+from ship_sqla._outbox import OutboxBackoff as OutboxBackoff
+from ship_sqla._outbox import OutboxClaimStaleError as OutboxClaimStaleError
+from ship_sqla._outbox import OutboxDeadLetteredError as OutboxDeadLetteredError
+from ship_sqla._outbox import OutboxIntent as OutboxIntent
+from ship_sqla._outbox import OutboxMessage as OutboxMessage
+from ship_sqla._outbox import OutboxOutcome as OutboxOutcome
+from ship_sqla._outbox import OutboxPayloadError as OutboxPayloadError
+from ship_sqla._outbox import OutboxPublishError as OutboxPublishError
+from ship_sqla._outbox import OutboxRecord as OutboxRecord
+from ship_sqla._outbox import OutboxRelay as OutboxRelay
+from ship_sqla._outbox import OutboxSink as OutboxSink
+from ship_sqla._outbox import OutboxSinkRejectedError as OutboxSinkRejectedError
+from ship_sqla._outbox import OutboxStatus as OutboxStatus
+from ship_sqla._outbox import create_outbox as create_outbox
+from ship_sqla._outbox import create_outbox_relay as create_outbox_relay
+from ship_sqla._outbox import job_sink as job_sink
+from ship_sqla._outbox import ship_outbox_table as ship_outbox_table
 
 # --- idempotency and webhooks (section owned by the idempotency/webhooks work) ------------------
 # isort: split
@@ -81,6 +101,25 @@ __all__ = (
     "RepositoryUsageError",
     "TableRepository",
     # outbox
+    "DeadLetterPage",
+    "Outbox",
+    "OutboxBackoff",
+    "OutboxClaimStaleError",
+    "OutboxDeadLetteredError",
+    "OutboxIntent",
+    "OutboxMessage",
+    "OutboxOutcome",
+    "OutboxPayloadError",
+    "OutboxPublishError",
+    "OutboxRecord",
+    "OutboxRelay",
+    "OutboxSink",
+    "OutboxSinkRejectedError",
+    "OutboxStatus",
+    "create_outbox",
+    "create_outbox_relay",
+    "job_sink",
+    "ship_outbox_table",
     # idempotency and webhooks
     "IdempotencyClaim",
     "IdempotencyClaimLostError",

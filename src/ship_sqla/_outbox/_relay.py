@@ -1,0 +1,391 @@
+"""The relay: claim -> publish -> acknowledge, in a loop that never raises.
+
+The relay never sees SQL: it calls the :class:`~ship_sqla._outbox._store.Outbox`. One batch is
+
+1. ``claim`` up to ``batch_size`` messages for ``lease`` seconds (own short transaction);
+2. publish them one by one to the sink, in claim order. Successes are acknowledged together in
+   one statement at the end of the batch (and before every lease extension); a sink error
+   ``fail``s that message (retry with backoff, or dead) and is reported to ``on_error``;
+3. every third of the lease, acknowledge what is published and extend the rest; a message whose
+   claim turned stale is not published by this relay (its new holder will).
+
+Stopping is graceful: the message being published finishes, published ones are acknowledged and
+the batch's unpublished messages are released (their attempt given back), so another relay takes
+them at once instead of after a lease. Errors the loop absorbs (poll and settle failures during a
+database outage, stale claims, publish failures) go to ``on_error``; after a failure the loop backs
+off and tries again, so it survives outages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Self
+
+from ship_sqla._outbox._backoff import OutboxBackoff
+from ship_sqla._outbox._store import ErrorHandler, Outbox, default_worker
+from ship_sqla._outbox._types import (
+    OutboxClaimStaleError,
+    OutboxMessage,
+    OutboxOutcome,
+    OutboxPublishError,
+    OutboxSinkRejectedError,
+)
+from ship_sqla.kernel import ConfigurationError
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from ship_sqla.kernel import Clock
+    from ship_sqla.kernel._job_backend import JobBackend
+    from ship_sqla.kernel._jobs import JobDefinition
+
+__all__ = ["OutboxRelay", "OutboxSink", "create_outbox_relay", "job_sink"]
+
+logger = logging.getLogger("ship_sqla")
+
+OutboxSink = Callable[[OutboxMessage], Awaitable[None]]
+"""Publishes one message; raising means "not published" (the message is failed and retried).
+
+A sink may be called again for a message it already published (at-least-once delivery): make it
+idempotent, e.g. by deduplicating on ``message.id``.
+"""
+
+_MAX_OUTAGE_DELAY = 30.0
+
+
+class OutboxRelay:
+    """Moves one logical outbox's messages to a sink. Build it with :func:`create_outbox_relay`.
+
+    Run it with ``async with relay:`` (start, then graceful stop on exit), with
+    ``relay.start()`` / ``await relay.stop()``, or by awaiting ``relay.run()`` in a task group
+    and calling ``stop()`` from elsewhere; a relay runs once. :meth:`run_once` processes a
+    single batch (tests). Give the outbox an ``AsyncEngine``: the relay's statements run on
+    their own connections, concurrently with the application's.
+    """
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        outbox_id: str,
+        sink: OutboxSink,
+        *,
+        batch_size: int,
+        lease: float,
+        poll_interval: float,
+        ordered: bool,
+        on_error: ErrorHandler | None,
+        clock: Clock | None,
+        worker: str | None,
+    ) -> None:
+        self._outbox = outbox
+        self._outbox_id = outbox_id
+        self._sink = sink
+        self._batch_size = batch_size
+        self._lease = lease
+        self._poll_interval = poll_interval
+        self._ordered = ordered
+        self._on_error = on_error
+        self._clock = clock or outbox.clock
+        self.worker = worker or default_worker()
+        self._stopping = False
+        self._running = False
+        self._task: asyncio.Task[None] | None = None
+        self._done = asyncio.Event()
+        self._wakeup = outbox.subscribe(outbox_id)
+        self._outage = OutboxBackoff(
+            base=min(poll_interval, 1.0), max_delay=_MAX_OUTAGE_DELAY, jitter="equal"
+        )
+        self.delivered = 0
+        """Messages this relay has acknowledged (a counter for tests and health checks)."""
+
+    @property
+    def outbox_id(self) -> str:
+        return self._outbox_id
+
+    @property
+    def ordered(self) -> bool:
+        return self._ordered
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Run the loop in a background task of the running event loop."""
+        if self._task is not None or self._running or self._stopping:
+            raise ConfigurationError(
+                "this outbox relay is already running, or was stopped.",
+                fix="start each relay once; build a new relay to restart or for throughput.",
+            )
+        self._task = asyncio.get_running_loop().create_task(
+            self.run(), name=f"ship_sqla outbox relay {self._outbox_id}"
+        )
+
+    async def stop(self, *, grace: float | None = None) -> None:
+        """Stop gracefully: finish the message in flight, acknowledge, release the rest.
+
+        With ``grace`` (seconds, on the wall clock), a sink still busy after it is cancelled;
+        its message is then left to its lease. Tolerates a relay that was never started.
+        """
+        self._stopping = True
+        self._wakeup.set()
+        task, self._task = self._task, None
+        if task is not None:
+            if grace is None:
+                await asyncio.shield(task)
+            else:
+                done, _ = await asyncio.wait({task}, timeout=grace)
+                if not done:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        elif self._running:
+            await self._done.wait()
+        self._outbox.unsubscribe(self._outbox_id, self._wakeup)
+
+    async def __aenter__(self) -> Self:
+        self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def wake(self) -> None:
+        """Make the loop poll now instead of after ``poll_interval``."""
+        self._wakeup.set()
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Loop until :meth:`stop`. Never raises (except cancellation)."""
+        if self._running:
+            raise ConfigurationError(
+                "this outbox relay is already running.", fix="run each relay once."
+            )
+        self._running = True
+        self._done = asyncio.Event()
+        failures = 0
+        try:
+            while not self._stopping:
+                try:
+                    handled = await self.run_once()
+                except Exception as exc:  # noqa: BLE001 - the loop reports and survives everything
+                    failures += 1
+                    self._report(exc)
+                    await self._idle(self._outage(failures))
+                    continue
+                failures = 0
+                if handled < self._batch_size:
+                    await self._idle(self._poll_interval)
+        finally:
+            self._running = False
+            self._done.set()
+
+    async def _idle(self, seconds: float) -> None:
+        if not self._stopping:
+            await self._wakeup.wait(seconds, self._clock)
+
+    async def run_once(self) -> int:
+        """Claim and publish one batch; returns how many messages were claimed.
+
+        Database errors propagate (the loop reports them and backs off); sink errors do not.
+        """
+        messages = await self._outbox.claim(
+            self._outbox_id,
+            self._batch_size,
+            self._lease,
+            worker=self.worker,
+            ordered=self._ordered,
+            on_error=self._report,
+        )
+        if messages:
+            await self._publish(messages)
+        return len(messages)
+
+    async def _publish(self, messages: list[OutboxMessage]) -> None:
+        published: list[OutboxMessage] = []
+        remaining = list(messages)
+        extended_at = self._clock.monotonic()
+        try:
+            while remaining and not self._stopping:
+                if self._clock.monotonic() - extended_at >= self._lease / 3:
+                    await self._flush(published)
+                    remaining = await self._extend(remaining)
+                    extended_at = self._clock.monotonic()
+                    continue
+                message = remaining.pop(0)
+                try:
+                    await self._sink(message)
+                except Exception as exc:  # noqa: BLE001 - a sink error fails the message only
+                    await self._fail(message, exc)
+                else:
+                    published.append(message)
+        except BaseException:
+            # Cancelled (hard stop) or a settle failed: hand back what we can, then re-raise.
+            # The message that was in the sink is unknown-published and is left to its lease.
+            with contextlib.suppress(Exception):
+                await self._flush(published)
+                await self._release(remaining)
+            raise
+        await self._flush(published)
+        await self._release(remaining)
+
+    async def _flush(self, published: list[OutboxMessage]) -> None:
+        if not published:
+            return
+        batch = list(published)
+        published.clear()
+        outcomes = await self._outbox.acknowledge_many(batch)
+        acknowledged = 0
+        for message, outcome in zip(batch, outcomes, strict=True):
+            if outcome == "stale":
+                self._report(OutboxClaimStaleError(message.id, "acknowledge"))
+            else:
+                acknowledged += 1
+        self.delivered += acknowledged
+        if self._ordered and acknowledged:
+            # Each acknowledgement may unblock the next message of its key: let every local
+            # relay (this one included) claim again now rather than after a poll interval.
+            self._outbox.notify(self._outbox_id)
+
+    async def _extend(self, remaining: list[OutboxMessage]) -> list[OutboxMessage]:
+        held = await self._outbox.extend(remaining, self._lease)
+        kept: list[OutboxMessage] = []
+        for message, still_held in zip(remaining, held, strict=True):
+            if still_held:
+                kept.append(message)
+            else:
+                self._report(OutboxClaimStaleError(message.id, "extend"))
+        return kept
+
+    async def _release(self, remaining: list[OutboxMessage]) -> None:
+        for message in remaining:
+            outcome = await self._outbox.release(message)
+            if outcome == "stale":
+                self._report(OutboxClaimStaleError(message.id, "release"))
+
+    async def _fail(self, message: OutboxMessage, exc: Exception) -> None:
+        outcome: OutboxOutcome | None = None
+        try:
+            outcome = await self._outbox.fail(message, exc)
+        finally:
+            error = OutboxPublishError(message, outcome, f"{type(exc).__name__}: {exc}")
+            error.__cause__ = exc
+            self._report(error)
+
+    def _report(self, error: BaseException) -> None:
+        if self._on_error is None:
+            self._outbox.report_error(error)
+            return
+        try:
+            self._on_error(error)
+        except Exception:
+            logger.exception("ship_sqla outbox relay: on_error raised while handling %r", error)
+
+
+def create_outbox_relay(
+    outbox: Outbox,
+    outbox_id: str,
+    sink: OutboxSink,
+    *,
+    batch_size: int = 100,
+    lease: float = 30.0,
+    poll_interval: float = 1.0,
+    ordered: bool = False,
+    on_error: ErrorHandler | None = None,
+    clock: Clock | None = None,
+    worker: str | None = None,
+) -> OutboxRelay:
+    """A relay publishing ``outbox_id``'s messages to ``sink``.
+
+    Polls every ``poll_interval`` seconds when idle; a local enqueue (through the same
+    :class:`Outbox`) wakes it as soon as its transaction commits. Delivery is at-least-once.
+
+    ``ordered=True`` — per-key ordering. Guarantee: a message with ordering key K is handed out
+    only when no other message of K that is earlier by ``(created_at, id)`` is pending or claimed
+    (skip rows whose key has ANY earlier undelivered row; dead rows do not block). Consequences,
+    for messages of K whose enqueues committed in ``(created_at, id)`` order (one producer per key
+    at a time, or several enqueues in one transaction):
+
+    - delivery (acknowledgement) order per key equals enqueue order, across any number of relays
+      and processes on the database;
+    - at most one message per key is claimed at a time, as long as each holder settles within
+      its lease (a lapsed lease lets another relay retake the same message: at-least-once);
+    - a failed message blocks its key until it is delivered or dead (retries keep the order);
+      a dead message stops blocking, so later messages go on without it. Redriving it puts it
+      back at its original position; messages of K already claimed are not recalled.
+
+    Enqueues of one key that commit out of ``created_at`` order (concurrent producers) may be
+    delivered in commit order and may overlap. Messages without a key are not ordered. A key
+    with a long backlog costs the claim one ``<table>_ordering_idx`` probe per row it skips.
+    """
+    if batch_size < 1:
+        raise ConfigurationError(
+            f"batch_size must be at least 1, got {batch_size}.", fix="pass batch_size >= 1."
+        )
+    if lease <= 0:
+        raise ConfigurationError(
+            f"lease must be a positive number of seconds, got {lease}.",
+            fix="pass a lease longer than publishing one message takes, e.g. 30.",
+        )
+    if poll_interval <= 0:
+        raise ConfigurationError(
+            f"poll_interval must be a positive number of seconds, got {poll_interval}.",
+            fix="pass e.g. 1.0; local enqueues wake the relay at once anyway.",
+        )
+    return OutboxRelay(
+        outbox,
+        outbox_id,
+        sink,
+        batch_size=batch_size,
+        lease=lease,
+        poll_interval=poll_interval,
+        ordered=ordered,
+        on_error=on_error,
+        clock=clock,
+        worker=worker,
+    )
+
+
+def job_sink(
+    backend: JobBackend,
+    job: JobDefinition[Any],
+    *,
+    payload: Callable[[OutboxMessage], Any] | None = None,
+) -> OutboxSink:
+    """A sink that enqueues ``job`` on ``backend`` for every message.
+
+    The job's payload is ``payload(message)`` (default ``message.payload``), validated by the
+    backend with the job's codec. The message id is the ``dedupe_key`` and names the durable
+    ``run_id`` (``<job id>/outbox-<message id>``), so a redelivered message (a lease that lapsed
+    after the enqueue, an acknowledgement lost to an outage) does not enqueue a second run: the
+    backend answers "deduplicated" while the run exists. A queue-full rejection raises
+    :class:`OutboxSinkRejectedError`, so the message is retried with backoff (back-pressure).
+    """
+    to_payload = payload or (lambda message: message.payload)
+
+    async def sink(message: OutboxMessage) -> None:
+        result = await backend.enqueue(
+            job,
+            to_payload(message),
+            dedupe_key=str(message.id),
+            run_id=f"{job.id}/outbox-{message.id}",
+        )
+        if not result.accepted:
+            raise OutboxSinkRejectedError(
+                f"job {job.id!r} rejected outbox message {message.id}: {result.rejected}.",
+                fix="let the job backend drain (the message is retried with backoff), or raise"
+                " the job's queue depth limit.",
+            )
+
+    return sink

@@ -1,0 +1,372 @@
+"""Every statement the outbox runs, built once per table and named.
+
+The outbox table's name and schema are the application's choice, so the statements are built from
+the :class:`~sqlalchemy.Table` by :func:`build_statements` rather than written as module-level
+text; each is still one named, stable statement (SQLAlchemy caches its compiled form, asyncpg its
+prepared statement). Rules every statement here follows:
+
+- Time is ``coalesce(:now, now())``: ``:now`` is the injected clock's time when it is frozen.
+- Partial-index predicates are written word for word as the index declares them, as SQL
+  literals, never as bound parameters: PostgreSQL uses a partial index only when the query's
+  predicate implies the index's, and a generic prepared plan cannot prove that about ``$1``.
+- Arrays, never expanding IN lists: ``= ANY(:ids)`` and ``unnest(:ids, :tokens)`` keep one SQL
+  text whatever the batch size.
+- Settles (acknowledge, fail, release, extend) match ``id`` AND ``claim_token`` AND
+  ``status = 'claimed'`` (O3): a holder whose claim was retaken changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+from sqlalchemy import (
+    Boolean,
+    Float,
+    Integer,
+    Table,
+    Text,
+    and_,
+    bindparam,
+    case,
+    cast,
+    exists,
+    func,
+    insert,
+    literal_column,
+    null,
+    or_,
+    select,
+    tuple_,
+    union_all,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
+
+if TYPE_CHECKING:
+    from sqlalchemy.sql import ColumnElement
+    from sqlalchemy.sql.dml import Insert, ReturningUpdate
+    from sqlalchemy.sql.selectable import Select
+
+__all__ = ["LEASE_LAPSED_FINAL_ATTEMPT", "OutboxStatements", "build_statements"]
+
+LEASE_LAPSED_FINAL_ATTEMPT = "SHIP_SQLA_OUTBOX_LEASE_LAPSED_FINAL_ATTEMPT"
+"""The ``last_error`` of a row dead-lettered because its lease lapsed on its final attempt."""
+
+_TSTZ = TIMESTAMP(timezone=True)
+_ONE_SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
+_ZERO = literal_column("0", Integer)
+_ONE = literal_column("1", Integer)
+
+
+def _lit(value: str) -> ColumnElement[Any]:
+    """A SQL string literal (never a bind parameter): see the module docstring on predicates."""
+    if "'" in value:
+        msg = f"status literal {value!r} must not contain a quote"
+        raise ValueError(msg)
+    return literal_column(f"'{value}'", Text)
+
+
+PENDING = _lit("pending")
+CLAIMED = _lit("claimed")
+DELIVERED = _lit("delivered")
+DEAD = _lit("dead")
+
+
+def _now() -> ColumnElement[Any]:
+    return func.coalesce(bindparam("now", type_=_TSTZ), func.now())
+
+
+def _seconds(name: str) -> ColumnElement[Any]:
+    return bindparam(name, type_=Float) * _ONE_SECOND
+
+
+@attrs.frozen
+class OutboxStatements:
+    """The outbox's statements for one table. Parameters are listed on each."""
+
+    enqueue: Insert
+    """:ids uuid[], :topics text[], :payloads text[] (JSON), :header_docs text[] (JSON),
+    :ordering_keys text[], :available_ats timestamptz[] (NULL = now), :outbox, :tenant,
+    :attempt_limit, :now. One row per array element, in one statement whatever the count."""
+
+    claim: ReturningUpdate[Any]
+    """:outbox, :batch_size, :lease (seconds), :worker, :now. See :func:`_claim`."""
+
+    claim_ordered: ReturningUpdate[Any]
+    """As ``claim``, skipping rows whose ordering key has an earlier undelivered row."""
+
+    acknowledge: ReturningUpdate[Any]
+    """:ids uuid[], :tokens uuid[], :now -> the (id, token) pairs acknowledged (others: stale)."""
+
+    fail: ReturningUpdate[Any]
+    """:message_id, :token, :error, :delay (seconds), :permanent, :now -> new status, or no row."""
+
+    release: ReturningUpdate[Any]
+    """:message_id, :token, :release_at (NULL = now), :now -> one row unless stale."""
+
+    extend: ReturningUpdate[Any]
+    """:ids uuid[], :tokens uuid[], :lease (seconds), :now -> (id, token, lease_expires_at)."""
+
+    list_dead_first: Select[Any]
+    """:outbox, :limit -> dead rows by (created_at, id)."""
+
+    list_dead_after: Select[Any]
+    """:outbox, :limit, :after_created_at, :after_id -> the next page."""
+
+    redrive: ReturningUpdate[Any]
+    """:ids uuid[], :now -> the ids moved from dead back to pending."""
+
+    get: Select[Any]
+    """:message_id -> the row, whatever its status."""
+
+
+def build_statements(table: Table) -> OutboxStatements:
+    return OutboxStatements(
+        enqueue=_enqueue(table),
+        claim=_claim(table, ordered=False),
+        claim_ordered=_claim(table, ordered=True),
+        acknowledge=_acknowledge(table),
+        fail=_fail(table),
+        release=_release(table),
+        extend=_extend(table),
+        list_dead_first=_list_dead(table, after=False),
+        list_dead_after=_list_dead(table, after=True),
+        redrive=_redrive(table),
+        get=select(table).where(table.c.id == bindparam("message_id")),
+    )
+
+
+def _enqueue(t: Table) -> Insert:
+    rows = func.unnest(
+        bindparam("ids", type_=ARRAY(UUID(as_uuid=True))),
+        bindparam("topics", type_=ARRAY(Text)),
+        bindparam("payloads", type_=ARRAY(Text)),
+        bindparam("header_docs", type_=ARRAY(Text)),
+        bindparam("ordering_keys", type_=ARRAY(Text)),
+        bindparam("available_ats", type_=ARRAY(_TSTZ)),
+    ).table_valued("id", "topic", "payload", "headers", "ordering_key", "available_at")
+    rows = rows.render_derived(name="r", with_types=False)
+    now = _now()
+    source = select(
+        rows.c.id,
+        bindparam("outbox", type_=Text),
+        rows.c.topic,
+        cast(rows.c.payload, JSONB),
+        cast(rows.c.headers, JSONB),
+        rows.c.ordering_key,
+        bindparam("tenant", type_=Text),
+        PENDING,
+        _ZERO,
+        bindparam("attempt_limit", type_=Integer),
+        func.coalesce(rows.c.available_at, now),
+        now,
+    )
+    columns = [
+        "id",
+        "outbox_id",
+        "topic",
+        "payload",
+        "headers",
+        "ordering_key",
+        "tenant_id",
+        "status",
+        "attempts",
+        "max_attempts",
+        "available_at",
+        "created_at",
+    ]
+    return insert(t).from_select(columns, source)
+
+
+def _no_earlier_undelivered_row(t: Table) -> ColumnElement[bool]:
+    """True when the candidate row's ordering key has no earlier pending or claimed row.
+
+    Served by ``<table>_ordering_idx`` (predicate word for word): the first index entry of
+    (outbox_id, ordering_key) decides it. It reads the statement's snapshot without SKIP LOCKED,
+    so a row another relay is claiming right now still counts as pending and blocks its key.
+    """
+    earlier = t.alias("earlier")
+    return ~exists().where(
+        earlier.c.outbox_id == t.c.outbox_id,
+        earlier.c.ordering_key == t.c.ordering_key,
+        earlier.c.ordering_key.is_not(None),
+        earlier.c.status.in_([PENDING, CLAIMED]),
+        tuple_(earlier.c.created_at, earlier.c.id) < tuple_(t.c.created_at, t.c.id),
+    )
+
+
+def _claim(t: Table, *, ordered: bool) -> ReturningUpdate[Any]:
+    """O2: lapsed leases first, then due pending rows; each scan index-ordered and SKIP LOCKED.
+
+    ``lapsed`` walks ``<table>_lease_idx`` (outbox_id, lease_expires_at) WHERE status = 'claimed';
+    ``due`` walks ``<table>_pending_idx`` (outbox_id, available_at, created_at) WHERE status =
+    'pending', limited to what the lapsed scan left of the batch so no row is locked only to be
+    dropped. Both stop after about ``batch_size`` entries whatever the backlog. The claim runs in
+    its own short transaction: rows a SKIP LOCKED scan locked stay locked until it ends.
+
+    A lapsed row already on its final attempt becomes 'dead' (with LEASE_LAPSED_FINAL_ATTEMPT)
+    instead of being handed out again; the caller sees its status in RETURNING.
+    """
+    now = _now()
+    batch = bindparam("batch_size", type_=Integer)
+    lapsed_q = (
+        select(t.c.id)
+        .where(t.c.outbox_id == bindparam("outbox", type_=Text))
+        .where(t.c.status == CLAIMED)
+        .where(t.c.lease_expires_at <= now)
+    )
+    due_q = (
+        select(t.c.id)
+        .where(t.c.outbox_id == bindparam("outbox", type_=Text))
+        .where(t.c.status == PENDING)
+        .where(t.c.available_at <= now)
+    )
+    if ordered:
+        lapsed_q = lapsed_q.where(_no_earlier_undelivered_row(t))
+        due_q = due_q.where(_no_earlier_undelivered_row(t))
+    lapsed = (
+        lapsed_q.order_by(t.c.lease_expires_at)
+        .limit(batch)
+        .with_for_update(skip_locked=True)
+        .cte("lapsed")
+        .prefix_with("MATERIALIZED", dialect="postgresql")
+    )
+    left = func.greatest(batch - select(func.count()).select_from(lapsed).scalar_subquery(), _ZERO)
+    due = (
+        due_q.order_by(t.c.available_at, t.c.created_at)
+        .limit(left)
+        .with_for_update(skip_locked=True)
+        .cte("due")
+        .prefix_with("MATERIALIZED", dialect="postgresql")
+    )
+    picked = union_all(select(lapsed.c.id), select(due.c.id)).scalar_subquery()
+    dies = and_(t.c.status == CLAIMED, t.c.attempts >= t.c.max_attempts)
+    return (
+        update(t)
+        # = ANY(ARRAY(...)) pins the update to primary-key probes: a join against the CTEs
+        # could be planned as a hash join over the whole table when the LIMIT is a parameter.
+        .where(t.c.id == func.any(func.array(picked)))
+        .values(
+            status=case((dies, DEAD), else_=CLAIMED),
+            attempts=case((dies, t.c.attempts), else_=t.c.attempts + _ONE),
+            claim_token=case((dies, null()), else_=func.gen_random_uuid()),
+            claimed_by=case((dies, t.c.claimed_by), else_=bindparam("worker", type_=Text)),
+            lease_expires_at=case((dies, null()), else_=now + _seconds("lease")),
+            last_error=case(
+                (dies, literal_column(f"'{LEASE_LAPSED_FINAL_ATTEMPT}'", Text)),
+                else_=t.c.last_error,
+            ),
+        )
+        .returning(*t.c)
+    )
+
+
+def _settle_pairs() -> Any:  # noqa: ANN401 - a table-valued unnest
+    pairs = func.unnest(
+        bindparam("ids", type_=ARRAY(UUID(as_uuid=True))),
+        bindparam("tokens", type_=ARRAY(UUID(as_uuid=True))),
+    ).table_valued("id", "token")
+    return pairs.render_derived(name="held", with_types=False)
+
+
+def _acknowledge(t: Table) -> ReturningUpdate[Any]:
+    held = _settle_pairs()
+    return (
+        update(t)
+        .where(t.c.id == held.c.id, t.c.claim_token == held.c.token, t.c.status == CLAIMED)
+        .values(
+            status=DELIVERED,
+            delivered_at=_now(),
+            lease_expires_at=null(),
+            claim_token=null(),
+        )
+        # The (id, token) pair, not the id: a batch may carry a stale and a current claim of
+        # the same message, and only the matching pair was acknowledged.
+        .returning(held.c.id, held.c.token)
+    )
+
+
+def _fail(t: Table) -> ReturningUpdate[Any]:
+    now = _now()
+    dies = or_(bindparam("permanent", type_=Boolean), t.c.attempts >= t.c.max_attempts)
+    return (
+        update(t)
+        .where(
+            t.c.id == bindparam("message_id", type_=UUID(as_uuid=True)),
+            t.c.claim_token == bindparam("token", type_=UUID(as_uuid=True)),
+            t.c.status == CLAIMED,
+        )
+        .values(
+            status=case((dies, DEAD), else_=PENDING),
+            available_at=case((dies, t.c.available_at), else_=now + _seconds("delay")),
+            last_error=bindparam("error", type_=Text),
+            lease_expires_at=null(),
+            claim_token=null(),
+        )
+        .returning(t.c.status, t.c.available_at)
+    )
+
+
+def _release(t: Table) -> ReturningUpdate[Any]:
+    # The claim counted an attempt that was never made: give it back.
+    return (
+        update(t)
+        .where(
+            t.c.id == bindparam("message_id", type_=UUID(as_uuid=True)),
+            t.c.claim_token == bindparam("token", type_=UUID(as_uuid=True)),
+            t.c.status == CLAIMED,
+        )
+        .values(
+            status=PENDING,
+            attempts=func.greatest(t.c.attempts - _ONE, _ZERO),
+            available_at=func.coalesce(bindparam("release_at", type_=_TSTZ), _now()),
+            lease_expires_at=null(),
+            claim_token=null(),
+        )
+        .returning(t.c.id)
+    )
+
+
+def _extend(t: Table) -> ReturningUpdate[Any]:
+    held = _settle_pairs()
+    return (
+        update(t)
+        .where(t.c.id == held.c.id, t.c.claim_token == held.c.token, t.c.status == CLAIMED)
+        .values(lease_expires_at=_now() + _seconds("lease"))
+        .returning(held.c.id, held.c.token, t.c.lease_expires_at)
+    )
+
+
+def _list_dead(t: Table, *, after: bool) -> Select[Any]:
+    # An operator query: no index serves dead rows (the seed declares only the two claim
+    # indexes), so a page is a scan of the outbox's rows filtered to 'dead'.
+    query = select(t).where(t.c.outbox_id == bindparam("outbox", type_=Text), t.c.status == DEAD)
+    if after:
+        query = query.where(
+            tuple_(t.c.created_at, t.c.id)
+            > tuple_(
+                bindparam("after_created_at", type_=_TSTZ),
+                bindparam("after_id", type_=UUID(as_uuid=True)),
+            )
+        )
+    return query.order_by(t.c.created_at, t.c.id).limit(bindparam("limit", type_=Integer))
+
+
+def _redrive(t: Table) -> ReturningUpdate[Any]:
+    return (
+        update(t)
+        .where(
+            t.c.id == func.any(bindparam("ids", type_=ARRAY(UUID(as_uuid=True)))),
+            t.c.status == DEAD,
+        )
+        .values(
+            status=PENDING,
+            attempts=_ZERO,
+            available_at=_now(),
+            lease_expires_at=null(),
+            claim_token=null(),
+            delivered_at=null(),
+        )
+        .returning(t.c.id)
+    )

@@ -1,0 +1,665 @@
+"""The outbox store: enqueue inside the unit of work, claim and settle outside it.
+
+O1 ``enqueue`` joins the active unit of work: its row commits or rolls back with the business
+   write, and a committed enqueue wakes this process's relays after the commit.
+O2 ``claim`` retakes lapsed leases before due pending rows, with SKIP LOCKED, in its own short
+   transaction, reading about ``batch_size`` index entries whatever the backlog.
+O3 ``acknowledge`` / ``fail`` / ``release`` / ``extend`` are fenced on the claim token: a stale
+   holder changes nothing and gets ``"stale"`` (or :class:`OutboxClaimStaleError`).
+O4 A failure makes the row pending again after a backoff, or dead once ``max_attempts`` are
+   spent; a lease that lapses on the final attempt is dead too. Dead rows stay until an
+   operator redrives them: nothing is dropped silently.
+
+Delivery is at-least-once: a relay that publishes and dies before acknowledging lets its lease
+lapse, and the message is published again. Consumers dedupe on the message id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import json
+import logging
+import os
+import re
+import socket
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import MetaData, Row, Table
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from ship_sqla._outbox._backoff import Backoff, OutboxBackoff
+from ship_sqla._outbox._ids import new_message_id
+from ship_sqla._outbox._sql import OutboxStatements, build_statements
+from ship_sqla._outbox._tables import ship_outbox_table
+from ship_sqla._outbox._types import (
+    DeadLetterPage,
+    OutboxClaimStaleError,
+    OutboxDeadLetteredError,
+    OutboxIntent,
+    OutboxMessage,
+    OutboxOutcome,
+    OutboxPayloadError,
+    OutboxRecord,
+)
+from ship_sqla._scope import Database, TransactionScope, joined
+from ship_sqla.kernel import (
+    BoundExceededError,
+    Clock,
+    ConfigurationError,
+    InvalidCursorError,
+    SystemClock,
+    TenantViolationError,
+)
+
+__all__ = ["MAX_DEAD_PAGE", "ErrorHandler", "Outbox", "Wakeup", "create_outbox", "default_worker"]
+
+logger = logging.getLogger("ship_sqla")
+
+ErrorHandler = Callable[[BaseException], None]
+
+MAX_DEAD_PAGE = 1000
+"""The largest ``list_dead`` page; a larger ``limit`` is refused, never silently cut."""
+
+_default_table: Table | None = None
+
+
+def default_worker() -> str:
+    """``host:pid:random``: names the holder in ``claimed_by`` for operators."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _default_outbox_table() -> Table:
+    global _default_table  # noqa: PLW0603 - one shared default so repeated create_outbox agree
+    if _default_table is None:
+        _default_table = ship_outbox_table(MetaData())
+    return _default_table
+
+
+class Wakeup:
+    """A level-triggered wake signal for one relay: set by commits, consumed by ``wait``."""
+
+    __slots__ = ("_event",)
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def set(self) -> None:
+        self._event.set()
+
+    async def wait(self, at_most: float, clock: Clock) -> bool:
+        """Return True at once if set since the last wait, else when set, or False after
+        ``at_most`` seconds on ``clock`` (so a frozen clock's ``advance`` ends the wait).
+        """
+        if not self._event.is_set():
+            waiter = asyncio.ensure_future(self._event.wait())
+            sleeper = asyncio.ensure_future(clock.sleep(at_most))
+            try:
+                await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for task in (waiter, sleeper):
+                    task.cancel()
+                await asyncio.gather(waiter, sleeper, return_exceptions=True)
+        woke = self._event.is_set()
+        self._event.clear()
+        return woke
+
+
+# \u0000 preceded by an even number of backslashes: an escaped NUL, not the literal text "\u0000".
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def _json(value: object, what: str) -> str:
+    try:
+        encoded = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise OutboxPayloadError(
+            f"the outbox message {what} cannot be encoded as JSON: {exc}.",
+            fix="pass dicts, lists, str, int, float (finite), bool or None; convert datetimes,"
+            " UUIDs, decimals and models to JSON-friendly values first.",
+        ) from exc
+    if _ESCAPED_NUL.search(encoded):
+        raise OutboxPayloadError(
+            f"the outbox message {what} contains a NUL character (\\u0000): valid JSON, but"
+            " PostgreSQL's jsonb cannot store it.",
+            fix="strip NUL characters, or base64-encode binary data before enqueueing.",
+        )
+    return encoded
+
+
+def _aware(value: datetime | None, what: str) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        raise ConfigurationError(
+            f"{what} must be timezone-aware, got the naive datetime {value.isoformat()}.",
+            fix="pass datetime(..., tzinfo=UTC) or clock.now() + timedelta(...).",
+        )
+    return value
+
+
+def _error_text(error: str | BaseException) -> str:
+    if isinstance(error, BaseException):
+        text = str(error)
+        return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return error
+
+
+def _record(row: Row[Any]) -> OutboxRecord:
+    m = row._mapping  # noqa: SLF001 - SQLAlchemy's public Row mapping accessor
+    return OutboxRecord(
+        id=m["id"],
+        outbox_id=m["outbox_id"],
+        topic=m["topic"],
+        payload=m["payload"],
+        headers=m["headers"],
+        ordering_key=m["ordering_key"],
+        tenant=m["tenant_id"],
+        status=m["status"],
+        attempts=m["attempts"],
+        max_attempts=m["max_attempts"],
+        available_at=m["available_at"],
+        created_at=m["created_at"],
+        lease_expires_at=m["lease_expires_at"],
+        claimed_by=m["claimed_by"],
+        delivered_at=m["delivered_at"],
+        last_error=m["last_error"],
+    )
+
+
+def _message(row: Row[Any]) -> OutboxMessage:
+    m = row._mapping  # noqa: SLF001 - SQLAlchemy's public Row mapping accessor
+    return OutboxMessage(
+        id=m["id"],
+        outbox_id=m["outbox_id"],
+        topic=m["topic"],
+        payload=m["payload"],
+        headers=m["headers"],
+        ordering_key=m["ordering_key"],
+        tenant=m["tenant_id"],
+        attempt=m["attempts"],
+        max_attempts=m["max_attempts"],
+        claim_token=m["claim_token"],
+        claimed_by=m["claimed_by"],
+        lease_expires_at=m["lease_expires_at"],
+        available_at=m["available_at"],
+        created_at=m["created_at"],
+        last_error=m["last_error"],
+    )
+
+
+def encode_cursor(outbox_id: str, record: OutboxRecord) -> str:
+    raw = json.dumps([outbox_id, record.created_at.isoformat(), str(record.id)])
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(outbox_id: str, cursor: str) -> tuple[datetime, uuid.UUID]:
+    """The (created_at, id) after which the next page starts; refuses foreign or broken cursors."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        owner, created_at, message_id = json.loads(raw)
+        position = (datetime.fromisoformat(created_at), uuid.UUID(message_id))
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+        raise InvalidCursorError(
+            f"the dead-letter cursor {cursor!r} is malformed.",
+            fix="pass back the next_cursor of the previous list_dead page unchanged.",
+        ) from exc
+    if owner != outbox_id or position[0].tzinfo is None:
+        raise InvalidCursorError(
+            f"the dead-letter cursor belongs to outbox {owner!r}, not {outbox_id!r}.",
+            fix="page each outbox with its own cursors; start again without a cursor.",
+        )
+    return position
+
+
+class Outbox:
+    """The transactional outbox on one table. Safe to share across tasks and relays.
+
+    Build it with :func:`create_outbox`.
+    """
+
+    def __init__(
+        self,
+        *,
+        database: Database,
+        table: Table,
+        clock: Clock,
+        max_attempts: int,
+        backoff: Backoff,
+        on_error: ErrorHandler | None,
+    ) -> None:
+        self._database = database
+        self._table = table
+        self._sql: OutboxStatements = build_statements(table)
+        self._clock = clock
+        self._max_attempts = max_attempts
+        self._backoff = backoff
+        self._on_error = on_error
+        self._wakeups: dict[str, set[Wakeup]] = {}
+
+    # -- configuration -------------------------------------------------------------------------
+
+    @property
+    def database(self) -> Database:
+        return self._database
+
+    @property
+    def table(self) -> Table:
+        return self._table
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def max_attempts(self) -> int:
+        return self._max_attempts
+
+    def report_error(self, error: BaseException) -> None:
+        """Hand an absorbed error to ``on_error`` (or log it); never raises."""
+        if self._on_error is None:
+            logger.error("ship_sqla outbox: %s", error, exc_info=error)
+            return
+        try:
+            self._on_error(error)
+        except Exception:
+            logger.exception("ship_sqla outbox: on_error raised while handling %r", error)
+
+    def _now(self) -> datetime | None:
+        return self._clock.now() if self._clock.frozen else None
+
+    # -- local wake-ups ------------------------------------------------------------------------
+
+    def subscribe(self, outbox_id: str) -> Wakeup:
+        """A wake signal set after every local commit that enqueued into ``outbox_id``."""
+        wakeup = Wakeup()
+        self._wakeups.setdefault(outbox_id, set()).add(wakeup)
+        return wakeup
+
+    def unsubscribe(self, outbox_id: str, wakeup: Wakeup) -> None:
+        self._wakeups.get(outbox_id, set()).discard(wakeup)
+
+    def notify(self, outbox_id: str) -> None:
+        """Wake this process's relays of ``outbox_id`` now (other processes poll)."""
+        self._wake(outbox_id)()
+
+    def _wake(self, outbox_id: str) -> Callable[[], None]:
+        def wake() -> None:
+            for wakeup in tuple(self._wakeups.get(outbox_id, ())):
+                wakeup.set()
+
+        return wake
+
+    # -- producing (joins the unit of work) ----------------------------------------------------
+
+    async def enqueue(
+        self,
+        outbox_id: str,
+        topic: str,
+        payload: Any,  # noqa: ANN401 - any JSON value
+        *,
+        headers: Mapping[str, Any] | None = None,
+        ordering_key: str | None = None,
+        available_at: datetime | None = None,
+        tenant: str | None = None,
+        max_attempts: int | None = None,
+        scope: TransactionScope | None = None,
+    ) -> uuid.UUID:
+        """Record a message in the caller's transaction (O1); returns its id.
+
+        Joins ``scope`` or the ambient ``uow.run`` scope, else runs in its own short transaction.
+        ``tenant`` defaults to the scope's tenant. Rows of one ``ordering_key`` are delivered in
+        enqueue order by an ordered relay (see :func:`create_outbox_relay`).
+        """
+        intent = OutboxIntent(
+            topic=topic,
+            payload=payload,
+            headers=headers,
+            ordering_key=ordering_key,
+            available_at=available_at,
+        )
+        (message_id,) = await self.enqueue_many(
+            outbox_id, [intent], tenant=tenant, max_attempts=max_attempts, scope=scope
+        )
+        return message_id
+
+    async def enqueue_many(
+        self,
+        outbox_id: str,
+        intents: Sequence[OutboxIntent],
+        *,
+        tenant: str | None = None,
+        max_attempts: int | None = None,
+        scope: TransactionScope | None = None,
+    ) -> list[uuid.UUID]:
+        """Record many messages in one statement, in the caller's transaction (O1).
+
+        Ids are returned in ``intents`` order and increase in that order, so one ordering key's
+        messages keep the order they are given in.
+        """
+        attempts = self._max_attempts if max_attempts is None else max_attempts
+        _check_max_attempts(attempts)
+        if not intents:
+            return []
+        ids = [new_message_id() for _ in intents]
+        params = {
+            "ids": ids,
+            "topics": [i.topic for i in intents],
+            "payloads": [_json(i.payload, "payload") for i in intents],
+            "header_docs": [_json(dict(i.headers or {}), "headers") for i in intents],
+            "ordering_keys": [i.ordering_key for i in intents],
+            "available_ats": [_aware(i.available_at, "available_at") for i in intents],
+            "outbox": outbox_id,
+            "attempt_limit": attempts,
+            "now": self._now(),
+        }
+        async with joined(self._database, scope) as tx:
+            params["tenant"] = _tenant_for(tenant, tx.scope)
+            await tx.connection.execute(self._sql.enqueue, params)
+            tx.after_commit(self._wake(outbox_id))
+        return ids
+
+    # -- consuming (own short transactions) ----------------------------------------------------
+
+    async def claim(
+        self,
+        outbox_id: str,
+        batch_size: int,
+        lease: float,
+        *,
+        worker: str | None = None,
+        ordered: bool = False,
+        on_error: ErrorHandler | None = None,
+    ) -> list[OutboxMessage]:
+        """Claim up to ``batch_size`` messages for ``lease`` seconds (O2), in enqueue order.
+
+        Lapsed leases are retaken first, then due pending rows. Each claimed row gets a new claim
+        token and one more attempt. A lapsed row already on its final attempt is dead-lettered
+        instead, and reported as :class:`OutboxDeadLetteredError` to ``on_error`` (default: the
+        outbox's).
+
+        ``ordered``: skip any row whose ordering key has an earlier row (by ``created_at``, id)
+        that is pending or claimed; see :func:`create_outbox_relay` for the guarantee.
+
+        Never joins a unit of work: rows a SKIP LOCKED scan locks stay locked until the
+        transaction ends, so the claim runs and commits on its own.
+        """
+        if batch_size < 1:
+            raise ConfigurationError(
+                f"batch_size must be at least 1, got {batch_size}.", fix="pass batch_size >= 1."
+            )
+        if lease <= 0:
+            raise ConfigurationError(
+                f"lease must be a positive number of seconds, got {lease}.",
+                fix="pass a lease longer than publishing a batch takes, e.g. 30.",
+            )
+        statement = self._sql.claim_ordered if ordered else self._sql.claim
+        params = {
+            "outbox": outbox_id,
+            "batch_size": batch_size,
+            "lease": float(lease),
+            "worker": worker or default_worker(),
+            "now": self._now(),
+        }
+        async with self._own_transaction() as connection:
+            rows = (await connection.execute(statement, params)).all()
+        messages: list[OutboxMessage] = []
+        for row in rows:
+            if row.status == "dead":
+                dead = OutboxDeadLetteredError(_record(row))
+                if on_error is None:
+                    self.report_error(dead)
+                else:
+                    on_error(dead)
+            else:
+                messages.append(_message(row))
+        messages.sort(key=lambda m: (m.created_at, m.id))
+        return messages
+
+    async def acknowledge(
+        self,
+        message: OutboxMessage,
+        *,
+        raise_if_stale: bool = False,
+        scope: TransactionScope | None = None,
+    ) -> OutboxOutcome:
+        """Mark the message delivered while its claim is current (O3): ``"delivered"``/``"stale"``.
+
+        Joins ``scope`` (or the ambient one) when given, so a consumer can settle in the same
+        transaction as its own writes.
+        """
+        (outcome,) = await self.acknowledge_many([message], scope=scope)
+        if raise_if_stale and outcome == "stale":
+            raise OutboxClaimStaleError(message.id, "acknowledge")
+        return outcome
+
+    async def acknowledge_many(
+        self, messages: Sequence[OutboxMessage], *, scope: TransactionScope | None = None
+    ) -> list[OutboxOutcome]:
+        """Acknowledge many messages in one statement; outcomes in ``messages`` order (O3)."""
+        if not messages:
+            return []
+        params = {
+            "ids": [m.id for m in messages],
+            "tokens": [m.claim_token for m in messages],
+            "now": self._now(),
+        }
+        async with joined(self._database, scope) as tx:
+            result = await tx.connection.execute(self._sql.acknowledge, params)
+            done = {(row.id, row.token) for row in result}
+        return ["delivered" if (m.id, m.claim_token) in done else "stale" for m in messages]
+
+    async def fail(
+        self,
+        message: OutboxMessage,
+        error: str | BaseException,
+        *,
+        retry_in: float | None = None,
+        permanent: bool = False,
+        raise_if_stale: bool = False,
+        scope: TransactionScope | None = None,
+    ) -> OutboxOutcome:
+        """Record a failed delivery (O3, O4): ``"retrying"``, ``"dead"`` or ``"stale"``.
+
+        Retries after ``retry_in`` seconds, default the outbox's backoff for this attempt; the
+        message is dead once its attempts are spent, or at once with ``permanent=True``.
+        """
+        delay = self._backoff(message.attempt) if retry_in is None else retry_in
+        if delay < 0:
+            raise ConfigurationError(
+                f"retry delay must be >= 0 seconds, got {delay}.",
+                fix="pass a non-negative retry_in, or fix the backoff function.",
+            )
+        params = {
+            "message_id": message.id,
+            "token": message.claim_token,
+            "error": _error_text(error),
+            "delay": float(delay),
+            "permanent": permanent,
+            "now": self._now(),
+        }
+        async with joined(self._database, scope) as tx:
+            row = (await tx.connection.execute(self._sql.fail, params)).first()
+            if row is not None and row.status == "pending" and delay <= 0:
+                tx.after_commit(self._wake(message.outbox_id))
+        if row is None:
+            if raise_if_stale:
+                raise OutboxClaimStaleError(message.id, "fail")
+            return "stale"
+        return "retrying" if row.status == "pending" else "dead"
+
+    async def release(
+        self,
+        message: OutboxMessage,
+        *,
+        available_at: datetime | None = None,
+        raise_if_stale: bool = False,
+        scope: TransactionScope | None = None,
+    ) -> OutboxOutcome:
+        """Hand a claimed message back unpublished (O3): ``"released"`` or ``"stale"``.
+
+        The attempt the claim counted is given back; the row is due at ``available_at`` (now).
+        """
+        params = {
+            "message_id": message.id,
+            "token": message.claim_token,
+            "release_at": _aware(available_at, "available_at"),
+            "now": self._now(),
+        }
+        async with joined(self._database, scope) as tx:
+            row = (await tx.connection.execute(self._sql.release, params)).first()
+            if row is not None:
+                tx.after_commit(self._wake(message.outbox_id))
+        if row is None:
+            if raise_if_stale:
+                raise OutboxClaimStaleError(message.id, "release")
+            return "stale"
+        return "released"
+
+    async def extend(self, messages: Sequence[OutboxMessage], lease: float) -> list[bool]:
+        """Push each lease to now + ``lease`` seconds while its claim is current (O3).
+
+        Returns, per message, whether it is still held; False means another relay may have it.
+        """
+        if not messages:
+            return []
+        params = {
+            "ids": [m.id for m in messages],
+            "tokens": [m.claim_token for m in messages],
+            "lease": float(lease),
+            "now": self._now(),
+        }
+        async with self._own_transaction() as connection:
+            result = await connection.execute(self._sql.extend, params)
+            held = {(row.id, row.token) for row in result}
+        return [(m.id, m.claim_token) in held for m in messages]
+
+    # -- operators -----------------------------------------------------------------------------
+
+    async def list_dead(
+        self, outbox_id: str, limit: int = 100, cursor: str | None = None
+    ) -> DeadLetterPage:
+        """Dead messages of ``outbox_id`` by (created_at, id), keyset-paged (O4).
+
+        Not index-served (the outbox declares only the claim's indexes): meant for operators.
+        """
+        if limit < 1 or limit > MAX_DEAD_PAGE:
+            raise BoundExceededError(
+                f"list_dead limit must be between 1 and {MAX_DEAD_PAGE}, got {limit}.",
+                fix="page with next_cursor instead of asking for everything at once.",
+            )
+        params: dict[str, Any] = {"outbox": outbox_id, "limit": limit + 1}
+        statement = self._sql.list_dead_first
+        if cursor is not None:
+            params["after_created_at"], params["after_id"] = decode_cursor(outbox_id, cursor)
+            statement = self._sql.list_dead_after
+        async with self._own_transaction() as connection:
+            rows = (await connection.execute(statement, params)).all()
+        items = tuple(_record(row) for row in rows[:limit])
+        more = len(rows) > limit
+        return DeadLetterPage(
+            items=items, next_cursor=encode_cursor(outbox_id, items[-1]) if more else None
+        )
+
+    async def redrive(
+        self, ids: Iterable[uuid.UUID], *, scope: TransactionScope | None = None
+    ) -> list[uuid.UUID]:
+        """Move dead messages back to pending with a fresh attempt budget (O4).
+
+        Returns the ids moved; ids that are unknown or not dead are left alone and absent from
+        the result, so the caller can tell which ones did not move.
+        """
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return []
+        params = {"ids": wanted, "now": self._now()}
+        async with joined(self._database, scope) as tx:
+            moved = {row.id for row in await tx.connection.execute(self._sql.redrive, params)}
+            for outbox_id in self._wakeups:
+                tx.after_commit(self._wake(outbox_id))
+        return [i for i in wanted if i in moved]
+
+    async def get(self, message_id: uuid.UUID) -> OutboxRecord | None:
+        """One row, whatever its status; None when no such id."""
+        async with self._own_transaction() as connection:
+            row = (await connection.execute(self._sql.get, {"message_id": message_id})).first()
+        return None if row is None else _record(row)
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _own_transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A short transaction of the outbox's own, never the ambient unit of work's."""
+        database = self._database
+        if isinstance(database, AsyncConnection):
+            async with database.begin_nested():
+                yield database
+            return
+        async with database.connect() as connection, connection.begin():
+            yield connection
+
+
+def _check_max_attempts(value: int) -> None:
+    if value < 1:
+        raise ConfigurationError(
+            f"max_attempts must be at least 1, got {value}.",
+            fix="pass max_attempts >= 1 (1 means no retry).",
+        )
+
+
+def _tenant_for(tenant: str | None, scope: TransactionScope | None) -> str | None:
+    scope_tenant = None if scope is None else scope.tenant
+    if tenant is None:
+        return scope_tenant
+    if scope_tenant is not None and tenant != scope_tenant:
+        raise TenantViolationError(
+            f"enqueue named tenant {tenant!r} inside a unit of work for tenant {scope_tenant!r}.",
+            fix="enqueue for the scope's own tenant (omit tenant=), or use that tenant's scope.",
+        )
+    return tenant
+
+
+def create_outbox(
+    *,
+    database: Database,
+    table: Table | None = None,
+    clock: Clock | None = None,
+    max_attempts: int = 10,
+    backoff: Backoff | None = None,
+    on_error: ErrorHandler | None = None,
+) -> Outbox:
+    """The transactional outbox on ``table`` (default ``ship_outbox_table`` named ship_outbox).
+
+    - ``database``: an ``AsyncEngine``, or an ``AsyncConnection`` in a transaction (tests).
+    - ``clock``: time source; a frozen clock is passed to SQL as ``:now`` (default system).
+    - ``max_attempts``: deliveries before a message is dead (per message overridable).
+    - ``backoff``: seconds before retry after failed attempt n (default exponential 1 s .. 1 h,
+      full jitter).
+    - ``on_error``: receives errors the outbox and its relays absorb (dead-lettering by lease
+      lapse, publish failures, poll failures); default logs them on the ``ship_sqla`` logger.
+    """
+    _check_max_attempts(max_attempts)
+    if table is None:
+        table = _default_outbox_table()
+    elif not isinstance(table, Table):
+        raise ConfigurationError(
+            f"table must be a sqlalchemy Table, got {type(table).__name__}.",
+            fix="pass ship_outbox_table(metadata).",
+        )
+    missing = {"id", "outbox_id", "claim_token", "status", "lease_expires_at"} - set(table.c.keys())
+    if missing:
+        raise ConfigurationError(
+            f"table {table.name!r} is not an outbox table: it lacks {sorted(missing)}.",
+            fix="build it with ship_outbox_table(metadata, name=...).",
+        )
+    return Outbox(
+        database=database,
+        table=table,
+        clock=clock or SystemClock(),
+        max_attempts=max_attempts,
+        backoff=backoff or OutboxBackoff(),
+        on_error=on_error,
+    )

@@ -1,0 +1,416 @@
+"""The outbox relay on real PostgreSQL: claim -> publish -> acknowledge, wake-ups, failures,
+graceful stop, outages, lease extension, the job sink."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import asyncpg
+import pytest
+from sqlalchemy import MetaData, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ship_sqla._outbox import (
+    Outbox,
+    OutboxBackoff,
+    OutboxClaimStaleError,
+    OutboxDeadLetteredError,
+    OutboxMessage,
+    OutboxPublishError,
+    OutboxSinkRejectedError,
+    create_outbox,
+    create_outbox_relay,
+    job_sink,
+    ship_outbox_table,
+)
+from ship_sqla.kernel import ConfigurationError, FrozenClock, SystemClock
+from ship_sqla.kernel._jobs import define_job
+
+try:
+    from ship_sqla.kernel import InMemoryJobBackend  # type: ignore[attr-defined]
+except ImportError:  # exported from the kernel package by the job-backend work
+    from ship_sqla.kernel._memory_jobs import InMemoryJobBackend
+
+metadata = MetaData()
+table = ship_outbox_table(metadata)
+
+
+class BoomError(Exception):
+    pass
+
+
+@pytest.fixture
+async def engine(ship_engine: AsyncEngine) -> AsyncEngine:
+    async with ship_engine.begin() as c:
+        await c.run_sync(metadata.create_all)
+    return ship_engine
+
+
+class Errors(list[BaseException]):
+    """An on_error handler that records errors and lets a test wait for the n-th one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = asyncio.Event()
+
+    def __call__(self, error: BaseException) -> None:
+        self.append(error)
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    async def wait_for(self, count: int, within: float = 10) -> None:
+        with anyio.fail_after(within):
+            while len(self) < count:
+                await self._changed.wait()
+
+
+@pytest.fixture
+def errors() -> Errors:
+    return Errors()
+
+
+@pytest.fixture
+def outbox(engine: AsyncEngine, ship_clock: FrozenClock, errors: Errors) -> Outbox:
+    return create_outbox(
+        database=engine,
+        table=table,
+        clock=ship_clock,
+        max_attempts=3,
+        backoff=OutboxBackoff(base=10.0, jitter="none"),
+        on_error=errors,
+    )
+
+
+async def statuses(engine: AsyncEngine) -> list[tuple[str, int]]:
+    async with engine.connect() as c:
+        result = await c.execute(
+            select(table.c.status, table.c.attempts).order_by(table.c.created_at, table.c.id)
+        )
+        return [(r.status, r.attempts) for r in result]
+
+
+class Recorder:
+    """A sink that records what it published and signals when ``expected`` have arrived."""
+
+    def __init__(self, expected: int) -> None:
+        self.published: list[OutboxMessage] = []
+        self.expected = expected
+        self.done = anyio.Event()
+
+    async def __call__(self, message: OutboxMessage) -> None:
+        self.published.append(message)
+        if len(self.published) >= self.expected:
+            self.done.set()
+
+
+async def until_parked(clock: FrozenClock, sleepers: int = 1) -> None:
+    """Yield until ``sleepers`` tasks are parked on the frozen clock (never a wall-clock sleep)."""
+    with anyio.fail_after(10):
+        # FrozenClock offers no "a task parked" event; each turn is a bare checkpoint.
+        while clock.sleepers < sleepers:
+            await anyio.lowlevel.checkpoint()
+
+
+async def test_relay_publishes_and_acknowledges_everything(engine, outbox, ship_clock):
+    """O2/O3: the relay claims, publishes in enqueue order and acknowledges in batches."""
+    ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(25)]
+    sink = Recorder(25)
+    relay = create_outbox_relay(outbox, "main", sink, batch_size=10, poll_interval=3600)
+    async with relay:
+        with anyio.fail_after(10):
+            await sink.done.wait()
+    assert [m.id for m in sink.published] == ids
+    assert await statuses(engine) == [("delivered", 1)] * 25
+    assert relay.delivered == 25
+    assert not relay.running
+
+
+async def test_relay_wakes_immediately_after_a_local_commit(engine, outbox, ship_clock):
+    """O1: a committed enqueue wakes the relay at once; the frozen clock never reaches its
+    hour-long poll interval."""
+    sink = Recorder(1)
+    async with create_outbox_relay(outbox, "main", sink, poll_interval=3600):
+        await until_parked(ship_clock)
+        await outbox.enqueue("main", "t", {"n": 1})
+        with anyio.fail_after(10):
+            await sink.done.wait()
+    assert await statuses(engine) == [("delivered", 1)]
+
+
+async def test_sink_errors_fail_the_message_and_reach_on_error(engine, outbox, ship_clock, errors):
+    """O4: a sink error fails the message (retry after backoff, then dead), is reported to
+    on_error with the message, and never stops the loop."""
+    calls: list[int] = []
+    ok = anyio.Event()
+
+    async def sink(message: OutboxMessage) -> None:
+        calls.append(message.attempt)
+        if message.attempt < 2:
+            raise BoomError("broker down")
+        ok.set()
+
+    async with create_outbox_relay(outbox, "main", sink, poll_interval=3600):
+        await outbox.enqueue("main", "t", {})
+        await errors.wait_for(1)
+        (error,) = errors
+        assert isinstance(error, OutboxPublishError)
+        assert error.code == "SHIP_SQLA_OUTBOX_PUBLISH_FAILED"
+        assert error.outcome == "retrying"
+        assert isinstance(error.__cause__, BoomError)
+        await until_parked(ship_clock)
+        ship_clock.advance(3600)  # past the backoff and the poll interval
+        with anyio.fail_after(10):
+            await ok.wait()
+    assert calls == [1, 2]
+    assert await statuses(engine) == [("delivered", 2)]
+
+
+async def test_a_message_failing_every_attempt_ends_dead_and_is_reported(
+    engine, outbox, ship_clock, errors
+):
+    """O4: after max_attempts failures the message is dead (listed), reported each time."""
+
+    async def sink(message: OutboxMessage) -> None:
+        raise BoomError(message.attempt)
+
+    async with create_outbox_relay(outbox, "main", sink, poll_interval=3600):
+        await outbox.enqueue("main", "t", {})
+        for n in range(1, 4):
+            await errors.wait_for(n)
+            await until_parked(ship_clock)
+            ship_clock.advance(3600)
+    assert [e.outcome for e in errors if isinstance(e, OutboxPublishError)] == [
+        "retrying",
+        "retrying",
+        "dead",
+    ]
+    assert await statuses(engine) == [("dead", 3)]
+    assert len((await outbox.list_dead("main")).items) == 1
+
+
+async def test_graceful_stop_finishes_in_flight_and_releases_the_rest(engine, outbox, ship_clock):
+    """O3: stop() lets the message being published finish, acknowledges it, and releases the
+    batch's unpublished messages with their attempt given back."""
+    entered = anyio.Event()
+    proceed = anyio.Event()
+    published: list[uuid.UUID] = []
+
+    async def sink(message: OutboxMessage) -> None:
+        entered.set()
+        await proceed.wait()
+        published.append(message.id)
+
+    ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(5)]
+    relay = create_outbox_relay(outbox, "main", sink, batch_size=5, poll_interval=3600)
+    relay.start()
+    with anyio.fail_after(10):
+        await entered.wait()
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay.stop)
+        await anyio.lowlevel.checkpoint()
+        proceed.set()
+    assert published == ids[:1]
+    assert await statuses(engine) == [("delivered", 1)] + [("pending", 0)] * 4
+    assert not relay.running
+
+
+async def test_stop_with_grace_cancels_a_hung_sink_and_leaves_it_to_its_lease(
+    engine, outbox, ship_clock
+):
+    """O3: a sink that never returns is cancelled after the grace period; its message stays
+    claimed until the lease lapses, the rest of the batch is released."""
+    entered = anyio.Event()
+
+    async def sink(message: OutboxMessage) -> None:
+        entered.set()
+        await anyio.Event().wait()
+
+    await outbox.enqueue("main", "t", {})
+    await outbox.enqueue("main", "t", {})
+    relay = create_outbox_relay(outbox, "main", sink, batch_size=5, poll_interval=3600)
+    relay.start()
+    with anyio.fail_after(10):
+        await entered.wait()
+        await relay.stop(grace=0.05)
+    assert await statuses(engine) == [("claimed", 1), ("pending", 0)]
+
+
+async def test_stop_tolerates_a_relay_never_started_and_run_in_a_task_group(outbox):
+    relay = create_outbox_relay(outbox, "main", Recorder(1), poll_interval=3600)
+    await relay.stop()
+    relay2 = create_outbox_relay(outbox, "main", Recorder(1), poll_interval=3600)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay2.run)
+        with anyio.fail_after(10):
+            while not relay2.running:
+                await anyio.lowlevel.checkpoint()
+            await relay2.stop()
+    assert not relay2.running
+
+
+async def test_relay_options_are_validated(outbox):
+    for kwargs in ({"batch_size": 0}, {"lease": 0}, {"poll_interval": 0}):
+        with pytest.raises(ConfigurationError, match="Fix:"):
+            create_outbox_relay(outbox, "main", Recorder(1), **kwargs)
+    relay = create_outbox_relay(outbox, "main", Recorder(1), poll_interval=3600)
+    async with relay:
+        with pytest.raises(ConfigurationError):
+            relay.start()
+    with pytest.raises(ConfigurationError, match="stopped"):
+        relay.start()
+
+
+async def test_relay_reports_lease_lapse_dead_letters_to_its_on_error(engine, ship_clock):
+    """O4: a message whose lease lapsed on its final attempt is dead-lettered by the relay's
+    claim and reported to the relay's on_error, not dropped."""
+    outbox = create_outbox(database=engine, table=table, clock=ship_clock, max_attempts=1)
+    relay_errors = Errors()
+    message_id = await outbox.enqueue("main", "t", {})
+    await outbox.claim("main", 1, lease=10, worker="died")
+    ship_clock.advance(11)
+    relay = create_outbox_relay(outbox, "main", Recorder(1), on_error=relay_errors)
+    assert await relay.run_once() == 0
+    (error,) = relay_errors
+    assert isinstance(error, OutboxDeadLetteredError)
+    assert error.record.id == message_id
+    assert [r.id for r in (await outbox.list_dead("main")).items] == [message_id]
+
+
+async def test_relay_extends_leases_and_skips_messages_it_lost(engine, outbox, ship_clock, errors):
+    """O3: every third of the lease the relay acknowledges what it published and extends the
+    rest; a message whose claim another relay retook is not published by the old holder."""
+    ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(4)]
+    published: list[uuid.UUID] = []
+    stolen: list[OutboxMessage] = []
+
+    async def sink(message: OutboxMessage) -> None:
+        published.append(message.id)
+        if message.id == ids[0]:
+            ship_clock.advance(5)  # a third of the 12 s lease: the relay extends before the next
+        if message.id == ids[1]:
+            ship_clock.advance(13)  # the whole lease: another relay retakes the rest
+            stolen.extend(await outbox.claim("main", 10, lease=60, worker="thief"))
+
+    relay = create_outbox_relay(outbox, "main", sink, batch_size=4, lease=12, poll_interval=3600)
+    with anyio.fail_after(10):
+        await relay.run_once()
+    # ids[0] was acknowledged before the extension; the thief retook the other three, so the
+    # old holder's acknowledgement of ids[1] is stale and ids[2:] are never published by it.
+    assert published == ids[:2]
+    assert [m.id for m in stolen] == ids[1:]
+    stale = {(e.message_id, e.operation) for e in errors if isinstance(e, OutboxClaimStaleError)}
+    assert stale == {(ids[1], "acknowledge"), (ids[2], "extend"), (ids[3], "extend")}
+    assert await statuses(engine) == [("delivered", 1)] + [("claimed", 2)] * 3
+
+
+async def test_relay_survives_a_database_outage(engine, ship_engine_url, errors):
+    """O4: the loop never raises: poll failures during an outage go to on_error, the relay
+    backs off and resumes once the database is back, losing nothing."""
+    clock = SystemClock()
+    outbox = create_outbox(database=engine, table=table, clock=clock, on_error=errors)
+    sink = Recorder(1)
+    database = engine.url.database
+    admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
+    acknowledged = asyncio.Event()
+    real_acknowledge_many = outbox.acknowledge_many
+
+    async def acknowledge_many(messages, **kwargs):
+        outcomes = await real_acknowledge_many(messages, **kwargs)
+        acknowledged.set()
+        return outcomes
+
+    outbox.acknowledge_many = acknowledge_many  # type: ignore[method-assign]
+    relay = create_outbox_relay(outbox, "main", sink, poll_interval=0.02)
+    try:
+        async with relay:
+            await outbox.enqueue("main", "t", {"n": 0})
+            with anyio.fail_after(10):
+                await acknowledged.wait()  # before the outage, or message 0 waits for its lease
+            await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
+                database,
+            )
+            await errors.wait_for(2, within=20)
+            assert relay.running
+            await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+            sink.expected, sink.done = 2, anyio.Event()
+            with anyio.fail_after(20):
+                while True:  # the enqueue itself may meet a connection killed by the outage
+                    try:
+                        await outbox.enqueue("main", "t", {"n": 1})
+                        break
+                    except Exception:
+                        await anyio.sleep(0.01)
+                await sink.done.wait()
+    finally:
+        await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS true')
+        await admin.close()
+    assert [m.payload for m in sink.published] == [{"n": 0}, {"n": 1}]
+    assert await statuses(engine) == [("delivered", 1), ("delivered", 1)]
+
+
+async def test_job_sink_enqueues_a_job_deduplicated_by_message_id(engine, outbox, ship_clock):
+    """O3: the job sink enqueues one run per message, keyed by the message id, so a redelivered
+    message (lease lapsed after publishing) does not enqueue a second run."""
+    backend = InMemoryJobBackend(clock=ship_clock)
+
+    async def handler(payload: dict[str, Any]) -> None:
+        return None
+
+    job = define_job("send-email", handler, payload=dict)
+    sink = job_sink(backend, job)
+    message_id = await outbox.enqueue("main", "email", {"to": "a@example.com"})
+    (first,) = await outbox.claim("main", 1, lease=10)
+    await sink(first)
+    ship_clock.advance(11)  # the relay died before acknowledging
+    (again,) = await outbox.claim("main", 1, lease=10)
+    await sink(again)
+    (run,) = backend.runs("send-email")
+    assert run.payload == {"to": "a@example.com"}
+    assert run.dedupe_key == str(message_id)
+
+
+async def test_job_sink_turns_queue_full_into_a_retry(engine, outbox, ship_clock):
+    """O4: a full job queue rejects the message; the sink raises so it is retried later."""
+    backend = InMemoryJobBackend(clock=ship_clock, queue_depth_limit=1)
+
+    async def handler(payload: dict[str, Any]) -> None:
+        return None
+
+    job = define_job("send-email", handler, payload=dict)
+    sink = job_sink(backend, job, payload=lambda m: {"wrapped": m.payload})
+    await outbox.enqueue("main", "email", {"n": 1})
+    await outbox.enqueue("main", "email", {"n": 2})
+    a, b = await outbox.claim("main", 2, lease=10)
+    await sink(a)
+    with pytest.raises(OutboxSinkRejectedError, match="queue-full"):
+        await sink(b)
+    assert backend.runs("send-email")[0].payload == {"wrapped": {"n": 1}}
+
+
+async def test_run_once_propagates_database_errors_the_loop_absorbs_them(errors):
+    """O4: run_once lets a database error through; the loop reports it and keeps going."""
+    engine = create_async_engine(
+        "postgresql+asyncpg://postgres@127.0.0.1:5432/ship_sqla_outbox_no_such_database"
+    )
+    clock = FrozenClock()
+    outbox = create_outbox(database=engine, table=table, clock=clock, on_error=errors)
+    relay = create_outbox_relay(outbox, "main", Recorder(1), poll_interval=1)
+    try:
+        with pytest.raises(DBAPIError):
+            await relay.run_once()
+        async with relay:
+            await errors.wait_for(1)
+            await until_parked(clock)
+            clock.advance(60)
+            await errors.wait_for(2)
+            assert relay.running
+        assert all(isinstance(e, DBAPIError) for e in errors)
+    finally:
+        await engine.dispose()

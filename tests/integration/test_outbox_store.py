@@ -1,0 +1,506 @@
+"""The outbox store on real PostgreSQL: O1 (unit of work), O2 (claim), O3 (fencing), O4 (retry,
+dead letters, redrive)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import anyio
+import pytest
+from sqlalchemy import MetaData, select, text, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ship_sqla import TransactionScope, create_unit_of_work
+from ship_sqla._outbox import (
+    LEASE_LAPSED_FINAL_ATTEMPT,
+    Outbox,
+    OutboxBackoff,
+    OutboxClaimStaleError,
+    OutboxDeadLetteredError,
+    OutboxIntent,
+    OutboxPayloadError,
+    create_outbox,
+    ship_outbox_table,
+)
+from ship_sqla.kernel import (
+    BoundExceededError,
+    ConfigurationError,
+    FrozenClock,
+    InvalidCursorError,
+    TenantViolationError,
+)
+
+metadata = MetaData()
+table = ship_outbox_table(metadata)
+BACKOFF = OutboxBackoff(base=10.0, factor=2.0, max_delay=1000.0, jitter="none")
+
+
+class BoomError(Exception):
+    pass
+
+
+@pytest.fixture
+async def conn(ship_connection: AsyncConnection) -> AsyncConnection:
+    await ship_connection.run_sync(metadata.create_all)
+    return ship_connection
+
+
+@pytest.fixture
+def errors() -> list[BaseException]:
+    return []
+
+
+@pytest.fixture
+def outbox(conn: AsyncConnection, ship_clock: FrozenClock, errors: list[BaseException]) -> Outbox:
+    return create_outbox(
+        database=conn,
+        table=table,
+        clock=ship_clock,
+        max_attempts=3,
+        backoff=BACKOFF,
+        on_error=errors.append,
+    )
+
+
+@pytest.fixture
+async def engine(ship_engine: AsyncEngine) -> AsyncEngine:
+    async with ship_engine.begin() as c:
+        await c.run_sync(metadata.create_all)
+    return ship_engine
+
+
+async def rows(bind: AsyncConnection | AsyncEngine) -> list[dict[str, object]]:
+    query = select(table).order_by(table.c.created_at, table.c.id)
+    if isinstance(bind, AsyncConnection):
+        result = await bind.execute(query)
+        return [dict(r._mapping) for r in result]
+    async with bind.connect() as c:
+        return [dict(r._mapping) for r in await c.execute(query)]
+
+
+def scope_only(scope: TransactionScope) -> TransactionScope:
+    return scope
+
+
+# -- O1 ---------------------------------------------------------------------------------------
+
+
+async def test_enqueue_in_rolled_back_unit_of_work_leaves_no_row(conn, outbox):
+    """O1: enqueue joins the unit of work; a rolled-back run leaves no outbox row."""
+    uow = create_unit_of_work(conn, repositories=scope_only)
+
+    async def handler(scope: TransactionScope) -> None:
+        await outbox.enqueue("main", "order.placed", {"id": 1}, scope=scope)
+        raise BoomError
+
+    with pytest.raises(BoomError):
+        await uow.run(handler)
+    assert await rows(conn) == []
+
+    async def ok(scope: TransactionScope) -> uuid.UUID:
+        return await outbox.enqueue("main", "order.placed", {"id": 2})  # ambient scope
+
+    message_id = await uow.run(ok)
+    (row,) = await rows(conn)
+    assert row["id"] == message_id
+    assert row["payload"] == {"id": 2}
+    assert row["status"] == "pending"
+
+
+async def test_committed_enqueue_wakes_local_relays_after_commit_only(engine, ship_clock):
+    """O1: a committed enqueue wakes this process's relays after the commit, never on rollback."""
+    outbox = create_outbox(database=engine, table=table, clock=ship_clock)
+    wakeup = outbox.subscribe("main")
+    other = outbox.subscribe("other")
+    uow = create_unit_of_work(engine, repositories=scope_only)
+    seen_inside: list[int] = []
+
+    async def handler(scope: TransactionScope) -> None:
+        await outbox.enqueue("main", "t", {}, scope=scope)
+        # Not yet committed: a relay woken now would find nothing to claim.
+        async with engine.connect() as c:
+            seen_inside.append(len((await c.execute(select(table.c.id))).all()))
+        assert not wakeup._event.is_set()
+
+    async def failing(scope: TransactionScope) -> None:
+        await outbox.enqueue("main", "t", {}, scope=scope)
+        raise BoomError
+
+    with pytest.raises(BoomError):
+        await uow.run(failing)
+    assert not wakeup._event.is_set()
+    await uow.run(handler)
+    assert seen_inside == [0]
+    with anyio.fail_after(5):
+        assert await wakeup.wait(3600, ship_clock) is True
+    assert not other._event.is_set()
+
+
+async def test_enqueue_many_is_ordered_and_takes_the_scope_tenant(conn, outbox, ship_clock):
+    """O1: enqueue_many writes every intent in one statement, ids increasing in intent order."""
+    later = ship_clock.now() + timedelta(minutes=5)
+    uow = create_unit_of_work(conn, repositories=scope_only)
+
+    async def handler(scope: TransactionScope) -> list[uuid.UUID]:
+        return await outbox.enqueue_many(
+            "main",
+            [
+                OutboxIntent("a", {"n": 1}, headers={"trace": "x"}, ordering_key="k"),
+                OutboxIntent("b", [1, 2], ordering_key="k"),
+                OutboxIntent("c", "text", available_at=later),
+            ],
+            scope=scope,
+        )
+
+    ids = await uow.run(handler, tenant="acme")
+    assert ids == sorted(ids)
+    got = await rows(conn)
+    assert [r["id"] for r in got] == ids
+    assert [r["topic"] for r in got] == ["a", "b", "c"]
+    assert got[0]["headers"] == {"trace": "x"}
+    assert got[1]["headers"] == {}
+    assert {r["tenant_id"] for r in got} == {"acme"}
+    assert got[2]["available_at"] == later
+    assert got[0]["created_at"] == ship_clock.now()
+    assert {r["max_attempts"] for r in got} == {3}
+
+    async def wrong_tenant(scope: TransactionScope) -> None:
+        await outbox.enqueue("main", "t", {}, tenant="globex")
+
+    with pytest.raises(TenantViolationError):
+        await uow.run(wrong_tenant, tenant="acme")
+
+
+async def test_enqueue_refuses_bad_input_with_a_fix(outbox):
+    with pytest.raises(OutboxPayloadError, match="Fix:"):
+        await outbox.enqueue("main", "t", {"when": datetime.now(UTC)})
+    with pytest.raises(OutboxPayloadError):
+        await outbox.enqueue("main", "t", {"x": float("nan")})
+    with pytest.raises(OutboxPayloadError, match="NUL"):
+        await outbox.enqueue("main", "t", {"x": "a\x00b"})
+    with pytest.raises(OutboxPayloadError, match="headers"):
+        await outbox.enqueue("main", "t", {}, headers={"x": object()})
+    literal = await outbox.enqueue("main", "t", {"x": "a\\u0000b"})  # the text, not a NUL
+    assert (await outbox.get(literal)).payload == {"x": "a\\u0000b"}
+    with pytest.raises(ConfigurationError, match="timezone-aware"):
+        await outbox.enqueue("main", "t", {}, available_at=datetime(2030, 1, 1))  # noqa: DTZ001
+    with pytest.raises(ConfigurationError, match="max_attempts"):
+        await outbox.enqueue("main", "t", {}, max_attempts=0)
+    with pytest.raises(ConfigurationError, match="batch_size"):
+        await outbox.claim("main", 0, 10)
+    with pytest.raises(ConfigurationError, match="lease"):
+        await outbox.claim("main", 1, 0)
+    assert await outbox.enqueue_many("main", []) == []
+
+
+# -- O2 ---------------------------------------------------------------------------------------
+
+
+async def test_claim_takes_lapsed_leases_before_pending(conn, outbox, ship_clock):
+    """O2: lease-expired claimed rows are claimed before pending ones, with a new token and one
+    more attempt."""
+    first = [await outbox.enqueue("main", "t", {"n": n}) for n in range(2)]
+    held = await outbox.claim("main", 2, lease=10, worker="A")
+    assert [m.id for m in held] == first
+    assert all(m.attempt == 1 and m.claimed_by == "A" for m in held)
+    ship_clock.advance(5)
+    fresh = [await outbox.enqueue("main", "t", {"n": n}) for n in range(2, 4)]
+    assert await outbox.claim("main", 5, lease=10, worker="B") != []  # only the fresh ones
+    ship_clock.advance(60)  # every lease lapsed: A's at t=10, B's at t=15
+    retaken = await outbox.claim("main", 2, lease=10, worker="C")
+    assert [m.id for m in retaken] == first  # A's lapsed first (earliest lease), not B's
+    assert all(m.attempt == 2 and m.claimed_by == "C" for m in retaken)
+    assert {m.claim_token for m in retaken}.isdisjoint({m.claim_token for m in held})
+    assert len({m.claim_token for m in retaken}) == 2
+    rest = await outbox.claim("main", 10, lease=10, worker="C")
+    assert [m.id for m in rest] == fresh
+
+
+async def test_claim_mixes_lapsed_and_due_within_one_batch(conn, outbox, ship_clock):
+    """O2: a batch is topped up with due pending rows after the lapsed ones."""
+    a = await outbox.enqueue("main", "t", {})
+    await outbox.claim("main", 1, lease=10)
+    b = await outbox.enqueue("main", "t", {})
+    c = await outbox.enqueue("main", "t", {})
+    ship_clock.advance(11)
+    got = await outbox.claim("main", 2, lease=10)
+    assert {m.id for m in got} == {a, b}
+    assert (await outbox.claim("main", 2, lease=10))[0].id == c
+
+
+async def test_claim_honours_available_at_and_outbox_id(conn, outbox, ship_clock):
+    """O2: only due rows of the asked outbox are claimed."""
+    later = await outbox.enqueue(
+        "main", "t", {}, available_at=ship_clock.now() + timedelta(seconds=30)
+    )
+    await outbox.enqueue("other", "t", {})
+    assert await outbox.claim("main", 10, lease=10) == []
+    ship_clock.advance(30)
+    assert [m.id for m in await outbox.claim("main", 10, lease=10)] == [later]
+
+
+async def test_claim_skips_rows_locked_by_another_transaction(engine, ship_clock):
+    """O2: the claim uses FOR UPDATE SKIP LOCKED: a row another transaction locked is passed
+    over instead of waited for."""
+    outbox = create_outbox(database=engine, table=table, clock=ship_clock)
+    locked = await outbox.enqueue("main", "t", {})
+    free = await outbox.enqueue("main", "t", {})
+    async with engine.connect() as other, other.begin():
+        await other.execute(select(table.c.id).where(table.c.id == locked).with_for_update())
+        with anyio.fail_after(5):
+            got = await outbox.claim("main", 10, lease=10)
+    assert [m.id for m in got] == [free]
+
+
+async def test_claim_runs_in_its_own_transaction_not_the_unit_of_work(engine, ship_clock):
+    """O2: a claim inside a uow.run commits on its own: its locks do not live as long as the
+    caller's transaction, and rolling the caller back does not undo the claim."""
+    outbox = create_outbox(database=engine, table=table, clock=ship_clock)
+    await outbox.enqueue("main", "t", {})
+    uow = create_unit_of_work(engine, repositories=scope_only)
+
+    async def handler(scope: TransactionScope) -> None:
+        assert len(await outbox.claim("main", 10, lease=10)) == 1
+        raise BoomError
+
+    with pytest.raises(BoomError):
+        await uow.run(handler)
+    (row,) = await rows(engine)
+    assert row["status"] == "claimed"
+
+
+# -- O3 ---------------------------------------------------------------------------------------
+
+
+async def test_stale_holder_changes_nothing_and_is_told(conn, outbox, ship_clock):
+    """O3: after a lease lapsed and the row was retaken, the old holder's acknowledge, fail and
+    release change nothing and report "stale" (or raise SHIP_SQLA_OUTBOX_CLAIM_STALE)."""
+    await outbox.enqueue("main", "t", {})
+    (old,) = await outbox.claim("main", 1, lease=10, worker="A")
+    ship_clock.advance(11)
+    (new,) = await outbox.claim("main", 1, lease=10, worker="B")
+    before = await rows(conn)
+    assert await outbox.acknowledge(old) == "stale"
+    assert await outbox.fail(old, "boom") == "stale"
+    assert await outbox.release(old) == "stale"
+    assert await outbox.extend([old], 100) == [False]
+    assert await rows(conn) == before
+    with pytest.raises(OutboxClaimStaleError) as caught:
+        await outbox.acknowledge(old, raise_if_stale=True)
+    assert caught.value.code == "SHIP_SQLA_OUTBOX_CLAIM_STALE"
+    assert caught.value.message_id == old.id
+    with pytest.raises(OutboxClaimStaleError):
+        await outbox.fail(old, "boom", raise_if_stale=True)
+    with pytest.raises(OutboxClaimStaleError):
+        await outbox.release(old, raise_if_stale=True)
+    assert await rows(conn) == before
+    assert await outbox.acknowledge(new) == "delivered"
+    # A settled claim is stale too: acknowledging twice changes nothing.
+    assert await outbox.acknowledge(new) == "stale"
+    (row,) = await rows(conn)
+    assert row["status"] == "delivered"
+    assert row["claim_token"] is None
+    assert row["delivered_at"] == ship_clock.now()
+
+
+async def test_current_holder_may_settle_after_its_lease_lapsed_if_nobody_retook_it(
+    conn, outbox, ship_clock
+):
+    """O3: fencing is on the token, not the clock: a late but unretaken claim still settles."""
+    await outbox.enqueue("main", "t", {})
+    (message,) = await outbox.claim("main", 1, lease=10)
+    ship_clock.advance(60)
+    assert await outbox.acknowledge(message) == "delivered"
+
+
+async def test_acknowledge_many_settles_in_one_statement_per_message_outcomes(
+    conn, outbox, ship_clock
+):
+    """O3: batch acknowledge fences each message on its own token; outcomes in order."""
+    for n in range(3):
+        await outbox.enqueue("main", "t", {"n": n})
+    a, b, c = await outbox.claim("main", 3, lease=10)
+    assert await outbox.release(b) == "released"
+    assert await outbox.acknowledge_many([a, b, c]) == ["delivered", "stale", "delivered"]
+    assert await outbox.acknowledge_many([]) == []
+    assert [r["status"] for r in await rows(conn)] == ["delivered", "pending", "delivered"]
+
+
+async def test_release_gives_the_attempt_back_and_extend_moves_the_lease(conn, outbox, ship_clock):
+    """O3: release returns the message unpublished without spending an attempt; extend keeps a
+    current claim alive."""
+    await outbox.enqueue("main", "t", {})
+    (m,) = await outbox.claim("main", 1, lease=10)
+    assert await outbox.extend([m], 100) == [True]
+    ship_clock.advance(50)
+    assert await outbox.claim("main", 1, lease=10) == []  # lease now ends at t=100
+    assert await outbox.release(m) == "released"
+    (row,) = await rows(conn)
+    assert (row["status"], row["attempts"], row["claim_token"]) == ("pending", 0, None)
+    (again,) = await outbox.claim("main", 1, lease=10)
+    assert again.attempt == 1
+
+
+# -- O4 ---------------------------------------------------------------------------------------
+
+
+async def test_failures_retry_with_backoff_then_end_dead(conn, outbox, ship_clock):
+    """O4: each failure makes the row pending after the backoff of that attempt; the failure
+    on the last attempt makes it dead, with the error kept."""
+    message_id = await outbox.enqueue("main", "t", {})
+    (m,) = await outbox.claim("main", 1, lease=10)
+    assert await outbox.fail(m, BoomError("first")) == "retrying"
+    (row,) = await rows(conn)
+    assert row["available_at"] == ship_clock.now() + timedelta(seconds=10)  # BACKOFF(1)
+    assert row["last_error"] == "BoomError: first"
+    assert await outbox.claim("main", 1, lease=10) == []
+    ship_clock.advance(10)
+    (m,) = await outbox.claim("main", 1, lease=10)
+    assert m.attempt == 2
+    assert await outbox.fail(m, "second") == "retrying"
+    (row,) = await rows(conn)
+    assert row["available_at"] == ship_clock.now() + timedelta(seconds=20)  # BACKOFF(2)
+    ship_clock.advance(20)
+    (m,) = await outbox.claim("main", 1, lease=10)
+    assert m.attempt == 3
+    assert await outbox.fail(m, "third") == "dead"
+    ship_clock.advance(10_000)
+    assert await outbox.claim("main", 1, lease=10) == []
+    (row,) = await rows(conn)
+    assert (row["status"], row["attempts"], row["last_error"]) == ("dead", 3, "third")
+    page = await outbox.list_dead("main")
+    assert [r.id for r in page.items] == [message_id]
+    assert page.next_cursor is None
+
+
+async def test_fail_permanent_and_explicit_delay(conn, outbox, ship_clock):
+    """O4: a permanent failure is dead at once; retry_in overrides the backoff."""
+    await outbox.enqueue("main", "t", {})
+    await outbox.enqueue("main", "t", {})
+    a, b = await outbox.claim("main", 2, lease=10)
+    assert await outbox.fail(a, "bad payload", permanent=True) == "dead"
+    assert await outbox.fail(b, "later", retry_in=0) == "retrying"
+    assert [m.id for m in await outbox.claim("main", 2, lease=10)] == [b.id]
+    with pytest.raises(ConfigurationError):
+        await outbox.fail(b, "x", retry_in=-1)
+
+
+async def test_lease_lapsing_on_the_final_attempt_is_dead_not_retried(
+    conn, outbox, ship_clock, errors
+):
+    """O4: a lease that lapses on the final attempt dead-letters the row (reported to on_error)
+    instead of handing it out forever; attempts never exceed max_attempts."""
+    message_id = await outbox.enqueue("main", "t", {})
+    for attempt in range(1, 4):
+        (m,) = await outbox.claim("main", 1, lease=10)
+        assert m.attempt == attempt
+        ship_clock.advance(11)
+    assert await outbox.claim("main", 1, lease=10) == []
+    (row,) = await rows(conn)
+    assert (row["status"], row["attempts"]) == ("dead", 3)
+    assert row["last_error"] == LEASE_LAPSED_FINAL_ATTEMPT
+    assert row["claim_token"] is None
+    (error,) = errors
+    assert isinstance(error, OutboxDeadLetteredError)
+    assert error.record.id == message_id
+    assert error.code == "SHIP_SQLA_OUTBOX_LEASE_LAPSED_FINAL_ATTEMPT"
+
+
+async def test_list_dead_pages_by_keyset_and_redrive_revives(conn, outbox, ship_clock):
+    """O4: dead messages are listed page by page (nothing skipped, nothing repeated) and
+    redrive moves them back to pending with a fresh attempt budget."""
+    ids = [await outbox.enqueue("main", "t", {"n": n}, max_attempts=1) for n in range(5)]
+    await outbox.enqueue("other", "t", {}, max_attempts=1)
+    for m in await outbox.claim("main", 10, lease=10):
+        assert await outbox.fail(m, "boom") == "dead"
+    seen = []
+    cursor = None
+    while True:
+        page = await outbox.list_dead("main", limit=2, cursor=cursor)
+        seen.extend(r.id for r in page.items)
+        assert all(r.status == "dead" and r.last_error == "boom" for r in page.items)
+        if page.next_cursor is None:
+            break
+        cursor = page.next_cursor
+    assert seen == ids
+    with pytest.raises(InvalidCursorError):
+        await outbox.list_dead("other", cursor=cursor)
+    with pytest.raises(InvalidCursorError):
+        await outbox.list_dead("main", cursor="not-a-cursor")
+    with pytest.raises(BoundExceededError):
+        await outbox.list_dead("main", limit=1001)
+
+    unknown = uuid.uuid4()
+    assert await outbox.redrive([ids[0], ids[1], unknown, ids[0]]) == [ids[0], ids[1]]
+    assert await outbox.redrive([ids[0]]) == []  # no longer dead: left alone, and reported
+    record = await outbox.get(ids[0])
+    assert record is not None
+    assert (record.status, record.attempts) == ("pending", 0)
+    assert [m.id for m in await outbox.claim("main", 10, lease=10)] == ids[:2]
+    assert await outbox.get(unknown) is None
+
+
+async def test_nothing_is_dropped_every_message_is_accounted_for(conn, outbox, ship_clock):
+    """O4: after a mix of successes, failures and lapses every enqueued message is delivered,
+    dead (listed), or still pending/claimed: none vanishes."""
+    ids = {await outbox.enqueue("main", "t", {"n": n}) for n in range(12)}
+    for round_ in range(8):
+        for i, m in enumerate(await outbox.claim("main", 4, lease=10)):
+            if (i + round_) % 3 == 0:
+                await outbox.acknowledge(m)
+            elif (i + round_) % 3 == 1:
+                await outbox.fail(m, "boom", retry_in=0)
+            # else: left to lapse
+        ship_clock.advance(11)
+    statuses = {r["id"]: r["status"] for r in await rows(conn)}
+    assert set(statuses) == ids
+    dead = {r.id for r in (await outbox.list_dead("main", limit=100)).items}
+    assert dead == {i for i, s in statuses.items() if s == "dead"}
+    assert all(r["attempts"] <= r["max_attempts"] for r in await rows(conn))
+
+
+async def test_time_comes_from_the_injected_clock(conn, ship_clock):
+    """O2: available_at / lease arithmetic uses coalesce(:now, now()) with the frozen clock."""
+    start = datetime(2040, 6, 1, tzinfo=UTC)
+    clock = FrozenClock(start)
+    outbox = create_outbox(database=conn, table=table, clock=clock)
+    await outbox.enqueue("main", "t", {})
+    (m,) = await outbox.claim("main", 1, lease=7.5)
+    assert m.created_at == start
+    assert m.lease_expires_at == start + timedelta(seconds=7.5)
+
+
+async def test_a_second_outbox_table_name_is_independent(conn, ship_clock):
+    """T1: tables built with another name carry their own derived index names."""
+    md = MetaData()
+    other = ship_outbox_table(md, name="billing_outbox")
+    await conn.run_sync(md.create_all)
+    names = set(
+        (
+            await conn.execute(
+                text("SELECT indexname FROM pg_indexes WHERE tablename = 'billing_outbox'")
+            )
+        ).scalars()
+    )
+    assert names == {
+        "billing_outbox_pkey",
+        "billing_outbox_pending_idx",
+        "billing_outbox_lease_idx",
+        "billing_outbox_ordering_idx",
+    }
+    outbox = create_outbox(database=conn, table=other, clock=ship_clock)
+    await outbox.enqueue("main", "t", {})
+    assert len(await outbox.claim("main", 1, lease=1)) == 1
+    await conn.execute(update(other).values(status="dead"))
+
+
+async def test_a_batch_holding_a_stale_and_a_current_claim_of_one_message(conn, outbox, ship_clock):
+    """O3: when a batch carries both an old and the current claim of the same message, only the
+    current one is "delivered" (found by the state machine: outcomes were matched by id)."""
+    await outbox.enqueue("main", "t", {})
+    (old,) = await outbox.claim("main", 1, lease=10)
+    assert await outbox.release(old) == "released"
+    (new,) = await outbox.claim("main", 1, lease=10)
+    assert await outbox.extend([old, new], 30) == [False, True]
+    assert await outbox.acknowledge_many([old, new]) == ["stale", "delivered"]

@@ -1,0 +1,121 @@
+"""Cursors, errors and wake-ups of the outbox, without a database."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+
+import anyio
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ship_sqla._outbox import (
+    OutboxClaimStaleError,
+    OutboxDeadLetteredError,
+    OutboxMessage,
+    OutboxPublishError,
+    OutboxRecord,
+)
+from ship_sqla._outbox._store import Wakeup, decode_cursor, encode_cursor
+from ship_sqla.kernel import FrozenClock, InvalidCursorError
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def record(created_at: datetime = NOW, message_id: uuid.UUID | None = None) -> OutboxRecord:
+    return OutboxRecord(
+        id=message_id or uuid.uuid4(),
+        outbox_id="main",
+        topic="t",
+        payload={},
+        headers={},
+        ordering_key=None,
+        tenant=None,
+        status="dead",
+        attempts=3,
+        max_attempts=3,
+        available_at=created_at,
+        created_at=created_at,
+        lease_expires_at=None,
+        claimed_by=None,
+        delivered_at=None,
+        last_error="boom",
+    )
+
+
+def message() -> OutboxMessage:
+    return OutboxMessage(
+        id=uuid.uuid4(),
+        outbox_id="main",
+        topic="t",
+        payload={},
+        headers={},
+        ordering_key=None,
+        tenant=None,
+        attempt=2,
+        max_attempts=3,
+        claim_token=uuid.uuid4(),
+        claimed_by="w",
+        lease_expires_at=NOW,
+        available_at=NOW,
+        created_at=NOW,
+        last_error=None,
+    )
+
+
+@given(
+    st.text(min_size=1, max_size=40),
+    st.datetimes(timezones=st.just(UTC)),
+    st.uuids(),
+)
+def test_cursor_round_trips(outbox_id, created_at, message_id):
+    """O4: a list_dead cursor encodes exactly the (created_at, id) the next page starts after."""
+    cursor = encode_cursor(outbox_id, record(created_at, message_id))
+    assert decode_cursor(outbox_id, cursor) == (created_at, message_id)
+
+
+@pytest.mark.parametrize("cursor", ["", "!!!", "bm90IGpzb24", "WzEsMl0"])
+def test_broken_cursors_are_refused(cursor):
+    with pytest.raises(InvalidCursorError, match="Fix:"):
+        decode_cursor("main", cursor)
+
+
+def test_a_cursor_of_another_outbox_is_refused():
+    cursor = encode_cursor("billing", record())
+    with pytest.raises(InvalidCursorError, match="billing"):
+        decode_cursor("main", cursor)
+
+
+def test_errors_carry_codes_what_happened_and_the_fix():
+    """O3: the stale error names the message and the operation, with a stable code."""
+    m = message()
+    stale = OutboxClaimStaleError(m.id, "acknowledge")
+    assert stale.code == "SHIP_SQLA_OUTBOX_CLAIM_STALE"
+    assert str(m.id) in str(stale)
+    assert "Fix:" in str(stale)
+    published = OutboxPublishError(m, "dead", "BoomError: x")
+    assert "attempt 2/3" in str(published)
+    assert "dead" in str(published)
+    lapsed = OutboxDeadLetteredError(record())
+    assert lapsed.code == "SHIP_SQLA_OUTBOX_LEASE_LAPSED_FINAL_ATTEMPT"
+
+
+async def test_wakeup_is_level_triggered_and_times_out_on_the_clock():
+    clock = FrozenClock()
+    wakeup = Wakeup()
+    wakeup.set()
+    assert await wakeup.wait(60, clock) is True  # set before the wait: returns at once
+    results: list[bool] = []
+
+    async def waiter() -> None:
+        results.append(await wakeup.wait(60, clock))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(waiter)
+        with anyio.fail_after(5):
+            while clock.sleepers == 0:
+                await anyio.lowlevel.checkpoint()
+        clock.advance(60)
+    assert results == [False]
+    assert clock.sleepers == 0
