@@ -1,8 +1,12 @@
-"""Developer and CI sessions. `nox -s ci` is what CI and the README's test command run."""
+"""Developer and CI sessions. ``nox -s ci`` is what CI and the README's test command run.
+
+With ``--no-venv`` the sessions use the interpreter nox runs under (the project's .venv, where
+``pip install -e '.[dev]'`` put everything); otherwise nox builds its own virtualenv per session.
+Tools are run as modules (``python -m ruff``) so both ways find them.
+"""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -21,66 +25,64 @@ EXAMPLES = sorted(
 )
 
 
-def _install(session: nox.Session) -> None:
-    if not isinstance(session.virtualenv, nox.virtualenv.PassthroughEnv):
-        session.install("-e", ".[dev]")
+def _python(session: nox.Session) -> str:
+    """The interpreter with the project installed; installs it into nox's own venv if needed."""
+    if isinstance(session.virtualenv, nox.virtualenv.PassthroughEnv):
+        return sys.executable
+    session.install("-e", ".[dev]")
+    return "python"
+
+
+def _lint(session: nox.Session, python: str) -> None:
+    session.run(python, "-m", "ruff", "check", ".")
+    session.run(python, "-m", "ruff", "format", "--check", ".")
+
+
+def _examples(session: nox.Session, python: str) -> None:
+    for example in EXAMPLES:
+        session.run(python, "-m", example, env={"PYTHONUNBUFFERED": "1"})
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    _install(session)
-    session.run("ruff", "check", ".")
-    session.run("ruff", "format", "--check", ".")
+    _lint(session, _python(session))
 
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    _install(session)
-    session.run("mypy")
+    session.run(_python(session), "-m", "mypy")
 
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole suite: unit, property (small Hypothesis budget), conformance, integration."""
-    _install(session)
-    session.run("pytest", *session.posargs)
+    session.run(_python(session), "-m", "pytest", *session.posargs)
 
 
 @nox.session(name="tests_large")
 def tests_large(session: nox.Session) -> None:
     """Property tests with the large Hypothesis budget."""
-    _install(session)
     session.run(
-        "pytest", "tests/property", *session.posargs, env={"SHIP_SQLA_HYPOTHESIS_PROFILE": "large"}
+        _python(session),
+        "-m",
+        "pytest",
+        "tests/property",
+        *session.posargs,
+        env={"SHIP_SQLA_HYPOTHESIS_PROFILE": "large"},
     )
 
 
 @nox.session
 def examples(session: nox.Session) -> None:
     """Every example runs as a test: it must exit 0."""
-    _install(session)
-    for example in EXAMPLES:
-        session.run(
-            sys.executable if session.virtualenv.venv_backend == "none" else "python", str(example)
-        )
+    _examples(session, _python(session))
 
 
 @nox.session
 def ci(session: nox.Session) -> None:
     """lint, typecheck, tests and examples in one session (what .ci/run runs)."""
-    _install(session)
-    session.run("ruff", "check", ".")
-    session.run("ruff", "format", "--check", ".")
-    session.run("mypy")
-    session.run("pytest", *session.posargs)
-    _run_examples(session)
-
-
-def _run_examples(session: nox.Session) -> None:
-    python = (
-        sys.executable
-        if isinstance(session.virtualenv, nox.virtualenv.PassthroughEnv)
-        else "python"
-    )
-    for example in EXAMPLES:
-        session.run(python, "-m", example, env={"PYTHONUNBUFFERED": "1", **os.environ})
+    python = _python(session)
+    _lint(session, python)
+    session.run(python, "-m", "mypy")
+    session.run(python, "-m", "pytest", *session.posargs)
+    _examples(session, python)
