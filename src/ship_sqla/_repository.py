@@ -120,8 +120,9 @@ class TableRepository:
       batches; ``max_count`` bounds ``count(up_to=)`` (R1). Exceeding a bound raises
       :class:`~ship_sqla.kernel.BoundExceededError`; a result is never silently truncated.
     - ``default_order``: the page ordering when ``find``/``project`` get no ``order_by``:
-      column names, ``"-name"`` for descending. The key columns are always appended (ascending,
-      unless named) so the order is total; every ordering column must be NOT NULL.
+      column names, ``"-name"`` for descending. The key columns are always appended (in the
+      direction of the last term, unless named) so the order is total; every ordering column
+      must be NOT NULL.
     - Indexes: key lookups use the unique index the key was checked against. A page ordered
       one way (all ascending or all descending) is a row comparison that an index on
       ``(tenant_column, *order columns, *key)`` serves directly; create the indexes your
@@ -866,7 +867,10 @@ class BoundRepository:
             else decl._parse_order(order_by, error=RepositoryUsageError)
         )
         named = {column for column, _ in terms}
-        terms += tuple((c, False) for c in self._key_columns if c not in named)
+        # Key columns follow the last term's direction, so ("-created_at",) stays one-directional
+        # (a row comparison an index seeks) instead of silently becoming a mixed order.
+        descending = terms[-1][1] if terms else False
+        terms += tuple((c, descending) for c in self._key_columns if c not in named)
         user_where = self._where(where)
         fingerprint = self._fingerprint(kind, user_where, terms)
         conditions = self._tenant_filter() + ([] if user_where is None else [user_where])

@@ -103,6 +103,12 @@ class TransactionScope:
         return self._active
 
     @property
+    def rollback_only(self) -> bool:
+        """True once a nested ``uow.run`` that joined this transaction raised: the run that owns
+        the transaction will roll back, whatever its handler returns (U5)."""
+        return self._root()._failed_nested is not None  # noqa: SLF001 - same class
+
+    @property
     def database(self) -> Database:
         """The engine or connection the unit of work that opened this scope was built on."""
         return self._database

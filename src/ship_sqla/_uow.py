@@ -145,7 +145,7 @@ class UnitOfWork(Generic[R]):
                 if self._row_level_security:
                     await _set_tenant_setting(connection, tenant)
                 result = await handler(self._repositories(scope))
-                if scope._failed_nested is not None:  # noqa: SLF001
+                if scope.rollback_only:
                     raise RollbackOnlyError(
                         "a nested uow.run that joined this run raised, and this run's handler"
                         " returned anyway; the nested run's partial writes cannot be separated"

@@ -321,3 +321,37 @@ async def test_client_errors_can_roll_back_instead(engine: AsyncEngine) -> None:
 )
 def test_idempotency_key_is_a_structured_field_string(raw: str, parsed: str | None) -> None:
     assert parse_idempotency_key(raw) == parsed
+
+
+async def test_nested_failure_turned_into_a_response_is_never_stored(engine: AsyncEngine) -> None:
+    """U5/I1: a joined nested uow.run that raised, whose exception the framework turned into a
+    4xx, is sent to the client but neither its writes nor the response nor the claim commit;
+    a retry with the same key runs again."""
+    harness = Harness(engine)
+
+    async def domain_error(_request: Request, _exc: Exception) -> Response:
+        return JSONResponse({"error": "rejected by the domain"}, status_code=422)
+
+    async def create_then_fail(request: Request) -> Response:
+        payload = await request.json()
+        harness.calls += 1
+
+        async def write_then_raise(tx: TransactionScope) -> None:
+            await tx.connection.execute(insert(items).values(name=payload["name"]))
+            raise BoomError
+
+        await harness.uow.run(write_then_raise)
+        return JSONResponse({"never": True})
+
+    harness.app = Starlette(
+        routes=[Route("/items", create_then_fail, methods=["POST"])],
+        middleware=[Middleware(IdempotencyKeyMiddleware, store=harness.store)],
+        exception_handlers={BoomError: domain_error},
+    )
+    async with harness.client() as client:
+        first = await client.post("/items", json={"name": "x"}, headers=key("k-nested"))
+        again = await client.post("/items", json={"name": "x"}, headers=key("k-nested"))
+    assert (first.status_code, again.status_code) == (422, 422)
+    assert "idempotent-replayed" not in again.headers
+    assert (await harness.count(), await harness.count(keys)) == (0, 0)
+    assert harness.calls == 2

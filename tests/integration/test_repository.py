@@ -400,8 +400,10 @@ async def test_paging_ascending_and_descending(conn: AsyncConnection) -> None:
         assert ids == list(range(1, 10))
         assert [len(p.items) for p in pages] == [3, 3, 3]
         ids, _ = await page_all(repo, 4, order_by=("-created_at",))
-        expected = sorted(range(1, 10), key=lambda i: (-(i % 3), i))
+        expected = sorted(range(1, 10), key=lambda i: (-(i % 3), -i))  # key follows: id DESC
         assert ids == expected
+        ids, _ = await page_all(repo, 4, order_by=("-created_at", "id"))
+        assert ids == sorted(range(1, 10), key=lambda i: (-(i % 3), i))  # a named key wins
         ids, _ = await page_all(repo, 2, order_by=("-id",), where={"status": "open"})
         assert ids == list(range(9, 0, -1))
         ids, _ = await page_all(repo, 2, where=orders_table.c.amount >= 5)
@@ -508,7 +510,7 @@ async def test_projection_paging_by_a_column_outside_it(conn: AsyncConnection) -
                 return items
 
     items = await in_tenant(conn, "a", work)
-    assert [i.id for i in items] == sorted(range(1, 8), key=lambda i: (-(i % 3), i))
+    assert [i.id for i in items] == sorted(range(1, 8), key=lambda i: (-(i % 3), -i))
 
 
 # -- unit of work (U1) ----------------------------------------------------------------------------

@@ -104,10 +104,11 @@ def sql_filter(where: tuple[str, Any] | None) -> Any:
 
 
 def model_order(rows: list[dict[str, Any]], order: tuple[str, ...]) -> list[int]:
-    """The rows' ids in ``order`` then ascending id (stable sorts, last term first)."""
+    """The rows' ids in ``order`` then id in the last term's direction (stable sorts, last term
+    first)."""
     terms = [(spec.lstrip("-"), spec.startswith("-")) for spec in order]
     if "id" not in {name for name, _ in terms}:
-        terms.append(("id", False))
+        terms.append(("id", terms[-1][1] if terms else False))
     ordered = list(rows)
     for name, descending in reversed(terms):
         ordered.sort(key=lambda row: row[name], reverse=descending)
@@ -181,6 +182,6 @@ def test_model_order_breaks_ties_by_key() -> None:
         return {"id": key, "status": status, "created_at": datetime(2024, 1, day, tzinfo=UTC)}
 
     rows = [row(2, "a", 1), row(1, "a", 1), row(3, "b", 2)]
-    assert model_order(rows, ("-status",)) == [3, 1, 2]
+    assert model_order(rows, ("-status",)) == [3, 2, 1]  # id follows the last direction
     assert model_order(rows, ("status", "-id")) == [2, 1, 3]
     assert model_order(rows, ("-created_at", "status")) == [3, 1, 2]

@@ -19,12 +19,12 @@ writes, the outbox messages, the claim and the stored response commit together. 
 that writes through another engine or connection is not covered by that guarantee. Each
 protected request holds one pooled connection, in a transaction, for as long as it runs.
 
-Hazard: frameworks turn exceptions into responses INSIDE the route (Starlette's exception
-handlers run in the route's ``request_response`` wrapper), so this middleware sees a 4xx response,
-not the exception. A nested ``uow.run`` that joined this unit of work and raised has rolled nothing
-back (joining is not a savepoint), so its writes would commit with the stored 4xx. When handlers
-map domain exceptions to 4xx responses, pass ``store_client_errors=False`` (4xx then roll back
-everything), or make the nested run ``uow.run(..., savepoint=True)``.
+Frameworks turn exceptions into responses INSIDE the route (Starlette's exception handlers run in
+the route's ``request_response`` wrapper), so this middleware sees a response, not the exception.
+A nested ``uow.run`` that joined this unit of work and raised marks it rollback-only (U5): the
+middleware then sends the application's response but stores nothing and rolls everything back,
+claim included, so a retry runs again. To keep and replay such a 4xx, make the nested run
+``uow.run(..., savepoint=True)``: its failure then rolls back alone.
 
 Responses are buffered whole before they are sent (they must be stored first): do not put
 long-lived streams behind this middleware.
@@ -239,7 +239,9 @@ class IdempotencyKeyMiddleware:
             scope_without_send_extensions(scope), replaying_receive(body, receive), recorder.send
         )
         response = recorder.response()
-        if response.status >= self._release_from:
+        if response.status >= self._release_from or tx.rollback_only:
+            # A joined nested uow.run that raised (and was turned into this response by the
+            # framework) can never commit: answer with the response, store nothing (U5).
             raise _ReleaseClaimError(response)
         await outcome.claim.complete(response, scope=tx)
         return response, False
