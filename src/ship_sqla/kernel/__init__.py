@@ -13,6 +13,7 @@ from ship_sqla.kernel._errors import ConfigurationError as ConfigurationError
 from ship_sqla.kernel._errors import InvalidCursorError as InvalidCursorError
 from ship_sqla.kernel._errors import NotYetImplementedError as NotYetImplementedError
 from ship_sqla.kernel._errors import PermissionDeniedError as PermissionDeniedError
+from ship_sqla.kernel._errors import RollbackOnlyError as RollbackOnlyError
 from ship_sqla.kernel._errors import ScopeClosedError as ScopeClosedError
 from ship_sqla.kernel._errors import ScopeConcurrencyError as ScopeConcurrencyError
 from ship_sqla.kernel._errors import ShipError as ShipError
@@ -20,21 +21,114 @@ from ship_sqla.kernel._errors import TenantRequiredError as TenantRequiredError
 from ship_sqla.kernel._errors import TenantViolationError as TenantViolationError
 from ship_sqla.kernel._errors import UnknownProjectionError as UnknownProjectionError
 from ship_sqla.kernel._errors import VersionConflictError as VersionConflictError
+from ship_sqla.kernel._job_backend import LEASE_LAPSED_FINAL_ATTEMPT as LEASE_LAPSED_FINAL_ATTEMPT
+from ship_sqla.kernel._job_backend import TERMINAL_STATES as TERMINAL_STATES
+from ship_sqla.kernel._job_backend import ClaimedRun as ClaimedRun
+from ship_sqla.kernel._job_backend import EnqueueRequest as EnqueueRequest
+from ship_sqla.kernel._job_backend import EnqueueResult as EnqueueResult
+from ship_sqla.kernel._job_backend import JobBackend as JobBackend
+from ship_sqla.kernel._job_backend import JobLeaseStaleError as JobLeaseStaleError
+from ship_sqla.kernel._job_backend import Lock as Lock
+from ship_sqla.kernel._job_backend import LockProvider as LockProvider
+from ship_sqla.kernel._job_backend import RenewableLock as RenewableLock
+from ship_sqla.kernel._job_backend import RunRecord as RunRecord
+from ship_sqla.kernel._job_backend import RunState as RunState
+from ship_sqla.kernel._job_backend import SettleOutcome as SettleOutcome
+from ship_sqla.kernel._job_context import Cancellation as Cancellation
+from ship_sqla.kernel._job_context import CancelReason as CancelReason
+from ship_sqla.kernel._job_context import JobContext as JobContext
+from ship_sqla.kernel._jobs import Concurrency as Concurrency
+from ship_sqla.kernel._jobs import IdempotencyPolicy as IdempotencyPolicy
+from ship_sqla.kernel._jobs import InvalidPayloadError as InvalidPayloadError
+from ship_sqla.kernel._jobs import JobDefinition as JobDefinition
+from ship_sqla.kernel._jobs import PayloadCodec as PayloadCodec
+from ship_sqla.kernel._jobs import Retention as Retention
+from ship_sqla.kernel._jobs import RetryPolicy as RetryPolicy
+from ship_sqla.kernel._jobs import Schedule as Schedule
+from ship_sqla.kernel._jobs import define_job as define_job
+from ship_sqla.kernel._memory_jobs import InMemoryJobBackend as InMemoryJobBackend
+from ship_sqla.kernel._memory_locks import InMemoryLock as InMemoryLock
+from ship_sqla.kernel._memory_locks import InMemoryLockProvider as InMemoryLockProvider
+from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
+from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
+from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
+from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
+from ship_sqla.kernel._registry import JobRegistry as JobRegistry
+from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
+from ship_sqla.kernel._retry import backoff_delay as backoff_delay
+from ship_sqla.kernel._retry import lock_held_delay as lock_held_delay
+from ship_sqla.kernel._retry import retry_at as retry_at
+from ship_sqla.kernel._retry import retry_delay as retry_delay
+from ship_sqla.kernel._runtime import JobRuntime as JobRuntime
+from ship_sqla.kernel._runtime import RuntimeMode as RuntimeMode
+from ship_sqla.kernel._runtime import start_job_runtime as start_job_runtime
+from ship_sqla.kernel._runtime_state import JobCancelledError as JobCancelledError
+from ship_sqla.kernel._schedule import due_occurrence as due_occurrence
+from ship_sqla.kernel._schedule import next_occurrence as next_occurrence
+from ship_sqla.kernel._schedule import occurrence_id as occurrence_id
+from ship_sqla.kernel._schedule import previous_occurrence as previous_occurrence
 
 __all__ = (
+    "JOB_METRIC_NAMES",
+    "LEASE_LAPSED_FINAL_ATTEMPT",
+    "TERMINAL_STATES",
     "BoundExceededError",
+    "CancelReason",
+    "Cancellation",
+    "ClaimedRun",
     "Clock",
+    "Concurrency",
     "ConfigurationError",
+    "DuplicateJobError",
+    "EnqueueRequest",
+    "EnqueueResult",
     "FrozenClock",
+    "IdempotencyPolicy",
+    "InMemoryJobBackend",
+    "InMemoryLock",
+    "InMemoryLockProvider",
     "InvalidCursorError",
+    "InvalidPayloadError",
+    "JobBackend",
+    "JobCancelledError",
+    "JobContext",
+    "JobDefinition",
+    "JobLeaseStaleError",
+    "JobMetrics",
+    "JobOutcome",
+    "JobRegistry",
+    "JobRuntime",
+    "Lock",
+    "LockProvider",
     "NotYetImplementedError",
+    "PayloadCodec",
     "PermissionDeniedError",
+    "RenewableLock",
+    "Retention",
+    "RetryPolicy",
+    "RollbackOnlyError",
+    "RunRecord",
+    "RunState",
+    "RuntimeMode",
+    "Schedule",
     "ScopeClosedError",
     "ScopeConcurrencyError",
+    "SettleOutcome",
     "ShipError",
     "SystemClock",
     "TenantRequiredError",
     "TenantViolationError",
+    "UnknownJobError",
     "UnknownProjectionError",
     "VersionConflictError",
+    "backoff_delay",
+    "define_job",
+    "due_occurrence",
+    "lock_held_delay",
+    "next_occurrence",
+    "occurrence_id",
+    "previous_occurrence",
+    "retry_at",
+    "retry_delay",
+    "start_job_runtime",
 )

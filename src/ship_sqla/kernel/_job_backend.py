@@ -40,6 +40,7 @@ __all__ = [
     "JobLeaseStaleError",
     "Lock",
     "LockProvider",
+    "RenewableLock",
     "RunRecord",
     "RunState",
     "SettleOutcome",
@@ -104,7 +105,11 @@ SettleOutcome = Literal["completed", "retrying", "dead", "released", "stale"]
 
 @attrs.frozen
 class RunRecord:
-    """A run as operators see it, with its history of failed attempts."""
+    """A run as operators see it, with its history of failed attempts.
+
+    ``history`` holds one JSON object per failed or cancelled attempt, oldest first:
+    ``{"attempt": int, "at": ISO-8601 text, "error": str}``.
+    """
 
     run_id: str
     job_id: str
@@ -131,6 +136,17 @@ class Lock(Protocol):
     def lost(self) -> bool: ...
 
     async def release(self) -> None: ...
+
+
+@runtime_checkable
+class RenewableLock(Lock, Protocol):
+    """A lock whose lease can be extended. The runtime extends a single-runner lock at every
+    heartbeat of its run, so a run longer than ``concurrency.lease`` keeps its exclusion; a lock
+    without ``extend`` holds only for the lease it was acquired with."""
+
+    async def extend(self, lease: float) -> bool:
+        """Restart the lease at ``lease`` seconds from now; False (nothing held) once ``lost``."""
+        ...
 
 
 @runtime_checkable
@@ -220,8 +236,13 @@ class JobBackend(Protocol):
         "dead"; otherwise "retrying" (waiting again at ``retry_at``). Fenced on the token."""
         ...
 
-    async def release(self, run: ClaimedRun, *, run_at: datetime) -> SettleOutcome:
-        """Return a claimed run to waiting without consuming its attempt (JOB_LOCK_HELD, J7)."""
+    async def release(
+        self, run: ClaimedRun, *, run_at: datetime, error: str | None = None
+    ) -> SettleOutcome:
+        """Return a claimed run to waiting at ``run_at`` without consuming its attempt
+        (JOB_LOCK_HELD, J7; a drain cancellation, J12). ``error``, when given, is appended to the
+        run's history and becomes ``last_error`` (a cancelled attempt keeps its history).
+        Fenced on the token: "released", or "stale" with nothing changed."""
         ...
 
     async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the poll interval

@@ -1,0 +1,132 @@
+"""The set of jobs one application declares: each job id names exactly one definition."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from ship_sqla.kernel._errors import ConfigurationError, ShipError
+from ship_sqla.kernel._jobs import (
+    Concurrency,
+    Handler,
+    IdempotencyPolicy,
+    JobDefinition,
+    PayloadCodec,
+    Retention,
+    RetryPolicy,
+    Schedule,
+    define_job,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+
+__all__ = ["DuplicateJobError", "JobRegistry", "UnknownJobError"]
+
+P = TypeVar("P")
+
+
+class DuplicateJobError(ConfigurationError):
+    """Two definitions were registered under one job id."""
+
+    code = "SHIP_SQLA_JOB_DUPLICATE"
+
+
+class UnknownJobError(ShipError, KeyError):
+    """A job id was looked up that no definition in the registry declares."""
+
+    code = "SHIP_SQLA_JOB_UNKNOWN"
+
+    def __str__(self) -> str:  # KeyError would repr() the message; keep it readable.
+        return Exception.__str__(self)
+
+
+class JobRegistry:
+    """Job definitions by id, in registration order.
+
+    A job id is registered at most once: a second definition under the same id (even an equal
+    one) raises :class:`DuplicateJobError`, because two handlers for one stored run would make
+    which one executes depend on import order.
+    """
+
+    __slots__ = ("_definitions",)
+
+    def __init__(self, definitions: Iterable[JobDefinition[Any]] = ()) -> None:
+        self._definitions: dict[str, JobDefinition[Any]] = {}
+        for definition in definitions:
+            self.register(definition)
+
+    def register(self, definition: JobDefinition[P]) -> JobDefinition[P]:
+        """Add ``definition``; returns it so registration can wrap a module-level assignment."""
+        if not isinstance(definition, JobDefinition):
+            raise ConfigurationError(
+                f"can only register JobDefinition objects, got {type(definition).__name__}.",
+                fix="build the definition with define_job(id, handler, ...).",
+            )
+        if definition.id in self._definitions:
+            raise DuplicateJobError(
+                f"job id {definition.id!r} is already registered.",
+                fix="give each job a unique id, or register the definition only once.",
+            )
+        self._definitions[definition.id] = definition
+        return definition
+
+    def job(
+        self,
+        id: str,  # noqa: A002 - the seed's name for it
+        *,
+        payload: type[P] | PayloadCodec[P] | None = None,
+        concurrency: Concurrency | None = None,
+        retry: RetryPolicy | None = None,
+        retention: Retention | None = None,
+        schedule: Schedule | None = None,
+        idempotency: IdempotencyPolicy | None = None,
+    ) -> Callable[[Handler[P]], JobDefinition[P]]:
+        """Decorator form: ``@registry.job("emails.send", payload=SendEmail)`` on the handler
+        defines and registers the job; the decorated name becomes the definition."""
+
+        def decorate(handler: Handler[P]) -> JobDefinition[P]:
+            return self.register(
+                define_job(
+                    id,
+                    handler,
+                    payload=payload,
+                    concurrency=concurrency,
+                    retry=retry,
+                    retention=retention,
+                    schedule=schedule,
+                    idempotency=idempotency,
+                )
+            )
+
+        return decorate
+
+    def get(self, job_id: str) -> JobDefinition[Any]:
+        """The definition of ``job_id``; raises :class:`UnknownJobError` when none is registered."""
+        try:
+            return self._definitions[job_id]
+        except KeyError:
+            known = ", ".join(sorted(self._definitions)) or "none"
+            raise UnknownJobError(
+                f"no job {job_id!r} is registered (registered: {known}).",
+                fix="register the job's definition in the registry the runtime was started with.",
+            ) from None
+
+    def find(self, job_id: str) -> JobDefinition[Any] | None:
+        """The definition of ``job_id``, or None."""
+        return self._definitions.get(job_id)
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(self._definitions)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._definitions
+
+    def __iter__(self) -> Iterator[JobDefinition[Any]]:
+        return iter(tuple(self._definitions.values()))
+
+    def __len__(self) -> int:
+        return len(self._definitions)
+
+    def __repr__(self) -> str:
+        return f"JobRegistry({list(self._definitions)!r})"

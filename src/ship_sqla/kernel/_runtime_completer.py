@@ -1,0 +1,125 @@
+"""Batched completion: successful runs are settled with one ``backend.complete`` per batch.
+
+A handler that returns appends its run and goes; it never waits for its completion to land. The
+completer flushes whatever accumulated as soon as it gets the event loop, which is after every
+handler that was ready to finish has finished; while one flush is on the wire the next batch
+accumulates. So a noop run costs no round trip of its own: at load, batches grow with the
+backend's latency; at idle, a run completes one round trip after its handler returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from ship_sqla.kernel._runtime_state import InFlight, stale_error
+from ship_sqla.kernel._waiting import wait_event
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._job_backend import JobBackend
+    from ship_sqla.kernel._metrics import JobOutcome
+
+__all__ = ["Completer"]
+
+MAX_BATCH = 1000
+"""Runs per ``complete`` call; bounds one statement's size, not throughput."""
+
+
+class Completer:
+    """Owns runs from ``add`` until their completion was answered (or given up at close).
+
+    Invariants: every added run is passed to ``on_settled`` exactly once; a run is never sent to
+    ``complete`` after its lease was reported lost; a failed flush is retried after a bounded
+    backoff until it succeeds or the runtime closes, and every failure goes to report_error.
+    """
+
+    def __init__(
+        self,
+        backend: JobBackend,
+        clock: Clock,
+        *,
+        on_settled: Callable[[InFlight], None],
+        on_outcome: Callable[[InFlight, JobOutcome], None],
+        on_flushed: Callable[[], None],
+        error_backoff: Callable[[int], float],
+    ) -> None:
+        self._backend = backend
+        self._clock = clock
+        self._on_settled = on_settled
+        self._on_outcome = on_outcome
+        self._on_flushed = on_flushed
+        self._error_backoff = error_backoff
+        self._pending: list[InFlight] = []
+        self._in_flush = 0
+        self._ready = asyncio.Event()
+        self._closing = asyncio.Event()
+
+    @property
+    def unflushed(self) -> int:
+        """Runs whose handler returned but whose completion has not been answered yet."""
+        return len(self._pending) + self._in_flush
+
+    def add(self, entry: InFlight) -> None:
+        self._pending.append(entry)
+        if len(self._pending) == 1:
+            self._ready.set()
+
+    def close(self) -> None:
+        """Flush what is pending (one try per batch), then let :meth:`run` return."""
+        self._closing.set()
+        self._ready.set()
+
+    async def run(self) -> None:
+        failures = 0
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            while self._pending:
+                batch = self._pending[:MAX_BATCH]
+                del self._pending[:MAX_BATCH]
+                self._in_flush = len(batch)
+                try:
+                    flushed = await self._flush(batch)
+                finally:
+                    self._in_flush = 0
+                if flushed:
+                    failures = 0
+                elif self._closing.is_set():
+                    # Giving up is safe: those runs are still running with a lease, which lapses
+                    # and lets any worker retake them (J6, at-least-once).
+                    for entry in batch:
+                        self._on_settled(entry)
+                else:
+                    failures += 1
+                    self._pending[:0] = batch
+                    await wait_event(self._closing, self._clock, self._error_backoff(failures))
+                    continue
+                self._on_flushed()
+            if self._closing.is_set():
+                return
+
+    async def _flush(self, batch: list[InFlight]) -> bool:
+        live = [entry for entry in batch if not entry.lost]
+        if live:
+            try:
+                outcomes = await self._backend.complete([entry.run for entry in live])
+                if len(outcomes) != len(live):
+                    msg = (
+                        f"backend.complete answered {len(outcomes)} outcomes for {len(live)}"
+                        " runs; a JobBackend must answer one outcome per run, in order."
+                    )
+                    raise RuntimeError(msg)  # noqa: TRY301 - reported with the other failures
+            except Exception as exc:  # noqa: BLE001 - J11: absorbed, reported, retried
+                self._backend.report_error(exc)
+                return False
+            for entry, outcome in zip(live, outcomes, strict=True):
+                if outcome == "stale" and not entry.lost:
+                    entry.mark_lost()
+                    self._backend.report_error(stale_error(entry.run, "complete"))
+                self._on_outcome(entry, "stale" if outcome == "stale" else "completed")
+        for entry in batch:
+            self._on_settled(entry)
+        return True

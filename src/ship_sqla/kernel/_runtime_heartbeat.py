@@ -1,0 +1,95 @@
+"""Automatic heartbeats: one ``backend.heartbeat`` call per round for every due run (J5).
+
+Each run is due every third of its job's ``concurrency.lease`` after its claim (so two beats may
+fail before the lease lapses). Runs claimed together fall due together and share one call.
+A single-runner lock is extended in the same round, so exclusion lasts as long as the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import TYPE_CHECKING
+
+from ship_sqla.kernel._job_backend import JobBackend, RenewableLock
+from ship_sqla.kernel._waiting import wait_event
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._job_context import CancelReason
+    from ship_sqla.kernel._runtime_state import InFlight
+
+__all__ = ["Heartbeater"]
+
+
+class Heartbeater:
+    """Invariants: a run whose heartbeat answered False is never heartbeated again and is
+    handed to ``on_lost`` once; a heartbeat call that raises cancels nothing (the lease may
+    still be good) and goes to report_error; the next round retries it."""
+
+    def __init__(
+        self,
+        backend: JobBackend,
+        clock: Clock,
+        entries: Mapping[str, InFlight],
+        *,
+        tick: float,
+        on_lost: Callable[[InFlight, CancelReason], None],
+    ) -> None:
+        self._backend = backend
+        self._clock = clock
+        self._entries = entries
+        # The longest this loop sleeps: a run claimed while it sleeps falls due no earlier than
+        # one tick later, because no job heartbeats more often than every ``tick`` seconds.
+        self._tick = tick
+        self._on_lost = on_lost
+        self._closing = asyncio.Event()
+
+    def close(self) -> None:
+        self._closing.set()
+
+    async def run(self) -> None:
+        while not self._closing.is_set():
+            now = self._clock.monotonic()
+            due = [entry for entry in self._entries.values() if entry.beat_due <= now]
+            if due:
+                await self._beat(due, now)
+            next_due = min((entry.beat_due for entry in self._entries.values()), default=math.inf)
+            delay = min(next_due - self._clock.monotonic(), self._tick)
+            await wait_event(self._closing, self._clock, max(delay, 0.0))
+
+    async def _beat(self, due: list[InFlight], now: float) -> None:
+        for entry in due:
+            entry.beat_due = now + entry.job.concurrency.heartbeat_interval
+        try:
+            alive = await self._backend.heartbeat([entry.run for entry in due])
+            if len(alive) != len(due):
+                msg = (
+                    f"backend.heartbeat answered {len(alive)} results for {len(due)} runs; a"
+                    " JobBackend must answer one result per run, in order."
+                )
+                raise RuntimeError(msg)  # noqa: TRY301 - reported with the other failures
+        except Exception as exc:  # noqa: BLE001 - J11: absorbed and reported; next round retries
+            self._backend.report_error(exc)
+            return
+        for entry, ok in zip(due, alive, strict=True):
+            if not ok and not entry.lost:
+                self._on_lost(entry, "lease-lost")
+            elif ok and entry.lock is not None:
+                await self._extend_lock(entry)
+
+    async def _extend_lock(self, entry: InFlight) -> None:
+        lock = entry.lock
+        assert lock is not None  # noqa: S101 - checked by the caller
+        try:
+            if isinstance(lock, RenewableLock):
+                held = await lock.extend(entry.job.concurrency.lease)
+            else:
+                held = not lock.lost
+        except Exception as exc:  # noqa: BLE001 - J11: absorbed and reported; next round retries
+            self._backend.report_error(exc)
+            return
+        if not held:
+            self._on_lost(entry, "lock-lost")

@@ -1,0 +1,90 @@
+"""The runtime's record of one claimed run, from claim until its settle landed (or failed)."""
+
+from __future__ import annotations
+
+import math
+import traceback
+from typing import TYPE_CHECKING, Any
+
+from ship_sqla.kernel._errors import ShipError
+from ship_sqla.kernel._job_backend import ClaimedRun, JobLeaseStaleError, Lock
+from ship_sqla.kernel._job_context import Cancellation, CancelReason, JobContext
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from ship_sqla.kernel._jobs import JobDefinition
+
+__all__ = ["InFlight", "JobCancelledError", "describe_failure", "stale_error"]
+
+
+class JobCancelledError(ShipError, RuntimeError):
+    """A run was cancelled by the runtime (drain deadline, lost single-runner lock) and returned
+    to waiting without consuming its attempt; the text is recorded in the run's history (J12)."""
+
+    code = "SHIP_SQLA_JOB_CANCELLED"
+
+
+class InFlight(Cancellation):
+    """One claimed run this process has not settled yet.
+
+    The entry is its run's :class:`Cancellation` (so a run costs one object plus its context and
+    its task). ``in_handler`` is true exactly while the handler coroutine is being awaited: the
+    runtime cancels the task only then, so a cancellation never lands in a settle call.
+    """
+
+    __slots__ = (
+        "beat_due",
+        "claimed_at",
+        "ctx",
+        "in_handler",
+        "job",
+        "lock",
+        "lost",
+        "run",
+        "task",
+    )
+
+    def __init__(
+        self, job: JobDefinition[Any], run: ClaimedRun, worker_id: str, now: float
+    ) -> None:
+        super().__init__()
+        self.job = job
+        self.run = run
+        self.ctx = JobContext(run, self, worker_id=worker_id)
+        self.task: asyncio.Task[None] | None = None
+        self.lock: Lock | None = None
+        self.in_handler = False
+        # True once the backend said the token is stale; the stale report was made then.
+        self.lost = False
+        self.claimed_at = now
+        self.beat_due = now + job.concurrency.heartbeat_interval
+
+    def interrupt(self, reason: CancelReason) -> None:
+        """Cancel the run for ``reason``, and its handler's task if the handler is running."""
+        self.cancel(reason)
+        if self.in_handler and self.task is not None:
+            self.task.cancel()
+
+    def mark_lost(self) -> None:
+        self.lost = True
+        self.beat_due = math.inf
+
+
+def stale_error(run: ClaimedRun, during: str) -> JobLeaseStaleError:
+    return JobLeaseStaleError(
+        f"job {run.job_id!r} run {run.run_id!r} (attempt {run.attempt}, claim token {run.token}):"
+        f" {during} was refused because the claim is no longer current; its lease lapsed and"
+        " another worker may have retaken the run. Nothing was changed.",
+        fix="nothing to undo: the run's current holder settles it. If this repeats, raise the"
+        " job's concurrency.lease or stop the handler from blocking the event loop (heartbeats"
+        " must run every third of the lease). Effects the handler already made will repeat"
+        " (at-least-once): make the handler idempotent or declare idempotency.",
+    )
+
+
+def describe_failure(exc: BaseException) -> str:
+    """The text recorded in a run's history: the exception first, then where it was raised."""
+    summary = "".join(traceback.format_exception_only(exc)).strip()
+    where = "".join(traceback.format_tb(exc.__traceback__)).rstrip()
+    return f"{summary}\n\nTraceback (most recent call last):\n{where}" if where else summary

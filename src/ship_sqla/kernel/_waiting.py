@@ -1,0 +1,55 @@
+"""Waiting on an event for at most some time on an injected :class:`Clock`.
+
+With :class:`SystemClock` a timeout is a plain ``asyncio.timeout``. Any other clock (the frozen
+one in tests) may only move time through its own ``sleep``, so the wait races ``event.wait()``
+against ``clock.sleep(timeout)`` in two tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from ship_sqla.kernel._clock import Clock, SystemClock
+
+if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
+__all__ = ["first_done", "wait_event"]
+
+
+async def first_done(*coroutines: Coroutine[Any, Any, Any]) -> int:
+    """Run ``coroutines`` concurrently; return the index of the first to finish after cancelling
+    (and awaiting) the others. An exception from the first to finish is raised."""
+    tasks = [asyncio.ensure_future(coroutine) for coroutine in coroutines]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        # Also on our own cancellation: no task is ever left running behind the caller.
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    winner = next(index for index, task in enumerate(tasks) if task in done)
+    tasks[winner].result()
+    return winner
+
+
+async def wait_event(event: asyncio.Event, clock: Clock, seconds: float | None) -> bool:
+    """True once ``event`` is set; False when ``seconds`` passed on ``clock`` first (None: no
+    limit)."""
+    if event.is_set():
+        return True
+    if seconds is None:
+        await event.wait()
+        return True
+    if seconds <= 0:
+        return False
+    if isinstance(clock, SystemClock):
+        try:
+            async with asyncio.timeout(seconds):
+                await event.wait()
+        except TimeoutError:
+            return event.is_set()
+        return True
+    await first_done(event.wait(), clock.sleep(seconds))
+    return event.is_set()

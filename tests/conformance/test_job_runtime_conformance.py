@@ -1,0 +1,394 @@
+"""The job runtime end to end, on every backend: the loop, retries, locks, drain, recovery.
+
+Waits are on events with ``anyio.fail_after``; time moves only through the FrozenClock.
+"""
+
+from __future__ import annotations
+
+import inspect
+from datetime import timedelta
+
+import anyio
+import pytest
+from jobs_conformance_support import ErrorLog, SpyBackend, advance_until
+
+from ship_sqla.kernel import (
+    Concurrency,
+    EnqueueRequest,
+    JobCancelledError,
+    RetryPolicy,
+    define_job,
+    start_job_runtime,
+)
+
+LEASE = 30.0
+
+
+async def record_of(backend, run_id):
+    record = backend.get_run(run_id)
+    if inspect.isawaitable(record):
+        record = await record
+    assert record is not None
+    return record
+
+
+async def test_runtime_completes_every_enqueued_run(clock, job_backend_factory):
+    """J3 end to end: N enqueued runs are each executed once and completed; completions are
+    batched (fewer complete calls than runs)."""
+    errors = ErrorLog()
+    backend = SpyBackend(job_backend_factory(clock, on_error=errors))
+    seen: list[int] = []
+    all_seen = anyio.Event()
+    total = 60
+
+    async def handler(ctx, payload):
+        assert ctx.attempt == 1
+        assert ctx.token >= 1
+        seen.append(payload["n"])
+        if len(seen) == total:
+            all_seen.set()
+
+    job = define_job("conf.e2e", handler, payload=dict, concurrency=Concurrency(max=25))
+    results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(total)])
+    async with await start_job_runtime([job], backend=backend, worker_id="w1"):
+        with anyio.fail_after(20):
+            await all_seen.wait()
+    assert sorted(seen) == list(range(total))
+    for result in results:
+        assert (await record_of(backend, result.run_id)).state == "completed"
+    completed = [run for runs, _ in backend.calls["complete"] for run in runs]
+    assert len(completed) == total
+    assert len(backend.calls["complete"]) < total
+    assert errors.errors == []
+
+
+async def test_runtime_wakes_on_enqueue_after_start(clock, job_backend_factory):
+    """J3: an enqueue made while the loop waits wakes it at once (frozen time never polls)."""
+    backend = job_backend_factory(clock, poll_interval=3600.0)
+    ran = anyio.Event()
+
+    async def handler(ctx, payload):
+        ran.set()
+
+    job = define_job("conf.wake", handler, payload=dict)
+    async with await start_job_runtime([job], backend=backend):
+        for _ in range(10):
+            await anyio.lowlevel.checkpoint()
+        await backend.enqueue(job, {})
+        with anyio.fail_after(10):
+            await ran.wait()
+
+
+async def test_runtime_retries_then_dead_letters(clock, job_backend_factory):
+    """J7 through the runtime: a failing handler is retried after the declared backoff, its
+    failures land in history, and the run is dead after retry.attempts."""
+    errors = ErrorLog()
+    backend = SpyBackend(job_backend_factory(clock, on_error=errors))
+    attempts: list[int] = []
+
+    async def handler(ctx, payload):
+        attempts.append(ctx.attempt)
+        raise ValueError(f"boom on attempt {ctx.attempt}")
+
+    job = define_job(
+        "conf.fails",
+        handler,
+        payload=dict,
+        # A long lease: time is pumped forward while the database answers.
+        concurrency=Concurrency(lease=600),
+        retry=RetryPolicy(attempts=3, backoff="fixed", base_delay=10, jitter="none"),
+    )
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime([job], backend=backend):
+        await backend.wait_calls("fail", 1)
+        _, _, retry_at, outcome = backend.calls["fail"][0]
+        assert outcome == "retrying"
+        assert retry_at == clock.now() + timedelta(seconds=10)
+        third = anyio.Event()
+
+        async def watch():
+            await backend.wait_calls("fail", 3, limit=30)
+            third.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await advance_until(clock, third, step=1.0)
+    assert attempts == [1, 2, 3]
+    assert [call[3] for call in backend.calls["fail"]] == ["retrying", "retrying", "dead"]
+    record = await record_of(backend, result.run_id)
+    assert record.state == "dead"
+    assert len(record.history) == 3
+    assert "ValueError: boom on attempt 3" in record.last_error
+    assert errors.errors == []
+
+
+async def test_undecodable_payload_is_dead_lettered_not_retried(clock, job_backend_factory):
+    """A stored payload the job's codec refuses is dead-lettered at once with a clear error."""
+    errors = ErrorLog()
+    backend = job_backend_factory(clock, on_error=errors)
+    ran = False
+
+    async def handler(ctx, payload):
+        nonlocal ran
+        ran = True
+
+    loose = define_job("conf.decode", handler, payload=dict)
+    strict = define_job("conf.decode", handler, payload=list, retry=RetryPolicy(attempts=5))
+    result = await backend.enqueue(loose, {"not": "a list"})
+    spy = SpyBackend(backend)
+    async with await start_job_runtime([strict], backend=spy):
+        await spy.wait_calls("fail", 1)
+    assert not ran
+    record = await record_of(backend, result.run_id)
+    assert record.state == "dead"
+    assert "SHIP_SQLA_JOB_PAYLOAD_INVALID" in record.last_error
+    assert errors.errors == []
+
+
+async def test_j5_heartbeats_keep_a_long_run_leased(clock, job_backend_factory):
+    """J5: the runtime heartbeats every third of the lease, so a run longer than its lease is
+    never retaken by another worker."""
+    backend = SpyBackend(job_backend_factory(clock))
+    started = anyio.Event()
+    release = anyio.Event()
+
+    async def handler(ctx, payload):
+        started.set()
+        await release.wait()
+
+    job = define_job("conf.long", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime([job], backend=backend):
+        try:
+            with anyio.fail_after(10):
+                await started.wait()
+            for beats in range(1, 7):
+                beat = anyio.Event()
+
+                async def watch(count=beats, beat=beat):
+                    await backend.wait_started("heartbeat", count, limit=30)
+                    beat.set()
+
+                # Time stops as soon as the heartbeat is sent, however long its answer takes.
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(watch)
+                    await advance_until(clock, beat, step=1.0)
+                await backend.wait_calls("heartbeat", beats)
+                assert backend.calls["heartbeat"][-1][1] == [True]
+            # Two full leases have passed: without heartbeats the run would be up for grabs.
+            assert await backend.inner.claim(job, worker="other", limit=1) == []
+            record = await record_of(backend, result.run_id)
+            assert record.lease_expires_at > clock.now()
+        finally:
+            # Never leave the handler blocked: stop() would wait out the drain in frozen time.
+            release.set()
+        await backend.wait_calls("complete", 1)
+    assert (await record_of(backend, result.run_id)).state == "completed"
+
+
+async def test_j7_lock_held_elsewhere_returns_the_run_without_an_attempt(
+    clock, job_backend_factory
+):
+    """J4/J7: when the (job id, key) lock is held elsewhere, the run goes back to waiting one
+    jittered backoff step later without consuming an attempt; once free, it runs."""
+    errors = ErrorLog()
+    inner = job_backend_factory(clock, with_locks=True, on_error=errors)
+    backend = SpyBackend(inner)
+    assert backend.lock_provider is not None
+    ran = anyio.Event()
+
+    async def handler(ctx, payload):
+        assert ctx.attempt == 1
+        ran.set()
+
+    job = define_job(
+        "conf.single",
+        handler,
+        payload=dict,
+        # A long lease: time is pumped forward while the lock and the database answer, and
+        # this test is about the lock, not about leases.
+        concurrency=Concurrency(single_runner=True, key=lambda p: p["account"], lease=600),
+        retry=RetryPolicy(attempts=1, backoff="fixed", base_delay=4, jitter="none"),
+    )
+    elsewhere = await backend.lock_provider.acquire("conf.single/acme", 600)
+    assert elsewhere is not None
+    try:
+        result = await backend.enqueue(job, {"account": "acme"})
+        async with await start_job_runtime([job], backend=backend):
+            await backend.wait_calls("release", 1)
+            _, run_at, error, outcome = backend.calls["release"][0]
+            assert outcome == "released"
+            assert error is None
+            assert run_at == clock.now() + timedelta(seconds=4)
+            record = await record_of(backend, result.run_id)
+            assert record.state == "waiting"
+            assert record.attempt == 0
+            assert not ran.is_set()
+            await elsewhere.release()
+            elsewhere = None
+            await advance_until(clock, ran, step=1.0)
+            await backend.wait_calls("complete", 1)
+    finally:
+        if elsewhere is not None:
+            await elsewhere.release()
+    record = await record_of(backend, result.run_id)
+    assert record.state == "completed"
+    assert record.attempt == 1
+    assert errors.errors == []
+
+
+async def test_j12_drain_lets_running_handlers_finish(clock, job_backend_factory):
+    """J12: stop stops claiming and waits for in-flight handlers within the drain timeout."""
+    backend = SpyBackend(job_backend_factory(clock))
+    started = anyio.Event()
+    proceed = anyio.Event()
+
+    async def handler(ctx, payload):
+        started.set()
+        await proceed.wait()
+
+    job = define_job("conf.drain_ok", handler, payload=dict)
+    result = await backend.enqueue(job, {})
+    runtime = await start_job_runtime([job], backend=backend, drain_timeout=30)
+    with anyio.fail_after(10):
+        await started.wait()
+    stopped = anyio.Event()
+
+    async def stop():
+        await runtime.stop()
+        stopped.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stop)
+        for _ in range(10):
+            await anyio.lowlevel.checkpoint()
+        assert not stopped.is_set()
+        await backend.enqueue(job, {"late": True})
+        proceed.set()
+        with anyio.fail_after(10):
+            await stopped.wait()
+    assert (await record_of(backend, result.run_id)).state == "completed"
+    assert len([run for batch in backend.calls["claim"] for run in batch]) == 1
+
+
+async def test_j12_drain_deadline_cancels_and_the_run_is_retaken(clock, job_backend_factory):
+    """J12: past the drain deadline the handler is cancelled (ctx.cancelled, task cancelled);
+    the run goes back to waiting with the cancellation in its history and its attempt unspent,
+    and the next runtime retakes it."""
+    errors = ErrorLog()
+    backend = job_backend_factory(clock, on_error=errors)
+    started = anyio.Event()
+    contexts = []
+    block = True
+
+    async def handler(ctx, payload):
+        contexts.append(ctx)
+        started.set()
+        if block:
+            await anyio.Event().wait()
+
+    # A long lease: time is pumped forward while the database answers (this test is not about
+    # leases; with attempts=1 a lapse would dead-letter the run).
+    job = define_job(
+        "conf.drain",
+        handler,
+        payload=dict,
+        concurrency=Concurrency(lease=600),
+        retry=RetryPolicy(attempts=1),
+    )
+    result = await backend.enqueue(job, {})
+    runtime = await start_job_runtime([job], backend=backend, worker_id="first")
+    with anyio.fail_after(10):
+        await started.wait()
+    stopped = anyio.Event()
+
+    async def stop():
+        await runtime.stop(drain_timeout=5)
+        stopped.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(stop)
+        await advance_until(clock, stopped, step=1.0)
+    [first] = contexts
+    assert first.cancelled
+    assert first.cancel_reason == "drain"
+    record = await record_of(backend, result.run_id)
+    assert record.state == "waiting"
+    assert record.attempt == 0
+    assert len(record.history) == 1
+    assert JobCancelledError.code in record.history[0]["error"]
+    assert record.history[0]["attempt"] == 1
+
+    block = False
+    spy = SpyBackend(backend)
+    completed = _completed_event(spy)
+    async with await start_job_runtime([job], backend=spy, worker_id="second"):
+        await advance_until(clock, completed, step=1.0)
+    record = await record_of(backend, result.run_id)
+    assert record.state == "completed"
+    assert record.attempt == 1
+    assert contexts[1].attempt == 1
+    assert errors.errors == []
+
+
+def _completed_event(spy: SpyBackend) -> anyio.Event:
+    done = anyio.Event()
+    original = spy.complete
+
+    async def complete(runs):
+        outcomes = await original(runs)
+        done.set()
+        return outcomes
+
+    spy.complete = complete  # type: ignore[method-assign]
+    return done
+
+
+async def test_j11_claim_failure_is_reported_and_the_loop_recovers(clock, job_backend_factory):
+    """J11: a claim that raises goes to on_error, nothing escapes the loop, and after a bounded
+    backoff the loop claims again and runs the work."""
+    errors = ErrorLog()
+    backend = SpyBackend(job_backend_factory(clock, on_error=errors))
+    backend.claim_error = ConnectionError("database restarted")
+    ran = anyio.Event()
+
+    async def handler(ctx, payload):
+        ran.set()
+
+    job = define_job("conf.recover", handler, payload=dict, concurrency=Concurrency(lease=600))
+    await backend.enqueue(job, {})
+    async with await start_job_runtime([job], backend=backend) as runtime:
+        reported = await errors.wait_for(lambda e: isinstance(e, ConnectionError))
+        assert str(reported) == "database restarted"
+        assert runtime.running
+        await advance_until(clock, ran, step=0.5)
+    assert len(backend.calls["claim"]) >= 2
+
+
+@pytest.mark.parametrize("max_in_flight", [1, 3])
+async def test_runtime_never_exceeds_max_in_flight(clock, job_backend_factory, max_in_flight):
+    """J3: the loop never claims more runs than free slots (process-wide max_in_flight)."""
+    backend = job_backend_factory(clock, max_in_flight=max_in_flight)
+    running = 0
+    peak = 0
+    done = 0
+    finished = anyio.Event()
+    total = 12
+
+    async def handler(ctx, payload):
+        nonlocal running, peak, done
+        running += 1
+        peak = max(peak, running)
+        for _ in range(3):
+            await anyio.lowlevel.checkpoint()
+        running -= 1
+        done += 1
+        if done == total:
+            finished.set()
+
+    job = define_job("conf.slots", handler, payload=dict, concurrency=Concurrency(max=50))
+    await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(total)])
+    async with await start_job_runtime([job], backend=backend):
+        with anyio.fail_after(20):
+            await finished.wait()
+    assert peak == max_in_flight

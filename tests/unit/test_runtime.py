@@ -1,0 +1,705 @@
+"""The job runtime on the in-memory backend: registry, context, heartbeats, settles, errors.
+
+Backend-agnostic end-to-end behaviour lives in tests/conformance; these tests drive the runtime
+through a scripted backend to reach the paths a healthy backend never takes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import anyio
+import pytest
+from runtime_support import ErrorLog, ScriptedBackend, advance_until, settle_loop
+
+from ship_sqla.kernel import (
+    Concurrency,
+    ConfigurationError,
+    DuplicateJobError,
+    EnqueueRequest,
+    FrozenClock,
+    InMemoryJobBackend,
+    InMemoryLockProvider,
+    JobCancelledError,
+    JobContext,
+    JobLeaseStaleError,
+    JobRegistry,
+    RetryPolicy,
+    UnknownJobError,
+    define_job,
+    start_job_runtime,
+)
+
+LEASE = 30.0
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    return FrozenClock()
+
+
+@pytest.fixture
+def errors() -> ErrorLog:
+    return ErrorLog()
+
+
+@pytest.fixture
+def backend(clock, errors) -> InMemoryJobBackend:
+    return InMemoryJobBackend(clock=clock, on_error=errors)
+
+
+async def _noop(ctx, payload):
+    return None
+
+
+# --- registry -----------------------------------------------------------------------------------
+
+
+def test_registry_refuses_a_duplicate_id():
+    registry = JobRegistry([define_job("a", _noop)])
+    with pytest.raises(DuplicateJobError, match="'a' is already registered") as caught:
+        registry.register(define_job("a", _noop))
+    assert caught.value.code == "SHIP_SQLA_JOB_DUPLICATE"
+    with pytest.raises(DuplicateJobError):
+        JobRegistry([define_job("b", _noop), define_job("b", _noop)])
+
+
+def test_registry_lookup_by_id():
+    first = define_job("a", _noop)
+    registry = JobRegistry([first])
+
+    @registry.job("b", payload=dict, concurrency=Concurrency(max=2))
+    async def second(ctx, payload):
+        return None
+
+    assert registry.get("a") is first
+    assert registry.get("b") is second
+    assert second.concurrency.max == 2
+    assert registry.find("zzz") is None
+    assert registry.ids == ("a", "b")
+    assert "a" in registry
+    assert len(registry) == 2
+    assert [d.id for d in registry] == ["a", "b"]
+    with pytest.raises(UnknownJobError, match=r"no job 'zzz' is registered \(registered: a, b\)"):
+        registry.get("zzz")
+
+
+def test_registry_refuses_non_definitions():
+    with pytest.raises(ConfigurationError, match="JobDefinition"):
+        JobRegistry().register(_noop)  # type: ignore[arg-type]
+
+
+# --- starting -----------------------------------------------------------------------------------
+
+
+async def test_start_validates_its_options(backend):
+    job = define_job("a", _noop)
+    with pytest.raises(ConfigurationError, match="unknown runtime mode"):
+        await start_job_runtime([job], backend=backend, mode="workers")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="drain_timeout"):
+        await start_job_runtime([job], backend=backend, drain_timeout=-1)
+    with pytest.raises(ConfigurationError, match="JobBackend protocol"):
+        await start_job_runtime([job], backend=object())  # type: ignore[arg-type]
+    with pytest.raises(DuplicateJobError):
+        await start_job_runtime([job, define_job("a", _noop)], backend=backend)
+
+
+async def test_enqueue_only_mode_never_claims(backend):
+    """mode="enqueue-only" runs no loop: enqueued runs stay waiting."""
+    job = define_job("a", _noop, payload=dict)
+    async with await start_job_runtime(job, backend=backend, mode="enqueue-only") as runtime:
+        result = await runtime.enqueue("a", {"x": 1})
+        await runtime.enqueue_many(job, [EnqueueRequest({"x": 2})])
+        await settle_loop()
+        with pytest.raises(UnknownJobError):
+            await runtime.enqueue("nope", {})
+    assert backend.waiting_count("a") == 2
+    assert backend.get_run(result.run_id).state == "waiting"
+    assert not runtime.running
+
+
+async def test_context_describes_the_run(backend):
+    seen: list[JobContext] = []
+    done = anyio.Event()
+
+    async def handler(ctx, payload):
+        seen.append(ctx)
+        done.set()
+
+    job = define_job(
+        "ctx",
+        handler,
+        payload=dict,
+        concurrency=Concurrency(single_runner=True, key=lambda p: p["k"]),
+        retry=RetryPolicy(attempts=4),
+    )
+    result = await backend.enqueue(job, {"k": "acct-1"})
+    async with await start_job_runtime(job, backend=backend, worker_id="w-1"):
+        with anyio.fail_after(5):
+            await done.wait()
+    [ctx] = seen
+    assert ctx.run_id == result.run_id
+    assert ctx.job_id == "ctx"
+    assert ctx.attempt == 1
+    assert ctx.max_attempts == 4
+    assert not ctx.is_final_attempt
+    assert ctx.token >= 1
+    assert ctx.key == "acct-1"
+    assert ctx.worker_id == "w-1"
+    assert not ctx.cancelled
+    assert ctx.cancel_reason is None
+    assert "ctx" in repr(ctx)
+
+
+async def test_stop_is_idempotent_and_concurrent_stops_share_it(backend):
+    runtime = await start_job_runtime([define_job("a", _noop)], backend=backend)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runtime.stop)
+        tg.start_soon(runtime.stop)
+    await runtime.stop()
+    assert not runtime.running
+    assert runtime.in_flight == 0
+
+
+# --- limits ---------------------------------------------------------------------------------------
+
+
+async def test_job_concurrency_max_caps_this_process(clock, backend):
+    """J3: never more running handlers of a job than its concurrency.max."""
+    running = 0
+    peak = 0
+    finished = anyio.Event()
+    done = 0
+
+    async def handler(ctx, payload):
+        nonlocal running, peak, done
+        running += 1
+        peak = max(peak, running)
+        await settle_loop(5)
+        running -= 1
+        done += 1
+        if done == 9:
+            finished.set()
+
+    job = define_job("capped", handler, payload=dict, concurrency=Concurrency(max=2))
+    await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(9)])
+    async with await start_job_runtime(job, backend=backend):
+        with anyio.fail_after(10):
+            await finished.wait()
+    assert peak == 2
+
+
+async def test_single_runner_keys_never_run_twice_at_once_in_one_process(backend):
+    """J4: a single-runner job claims one run per pass and skips keys this process runs."""
+    active: dict[str, int] = {}
+    overlap = False
+    order: list[str] = []
+    gate = anyio.Event()
+    finished = anyio.Event()
+
+    async def handler(ctx, payload):
+        nonlocal overlap
+        key = payload["k"]
+        active[key] = active.get(key, 0) + 1
+        overlap = overlap or active[key] > 1
+        order.append(f"{key}{payload['n']}")
+        if payload["n"] == 0 and key == "a":
+            await gate.wait()
+        active[key] -= 1
+        if len(order) == 4:
+            finished.set()
+
+    job = define_job(
+        "single",
+        handler,
+        payload=dict,
+        concurrency=Concurrency(max=10, single_runner=True, key=lambda p: p["k"]),
+    )
+    for key, n in (("a", 0), ("a", 1), ("b", 0), ("b", 1)):
+        await backend.enqueue(job, {"k": key, "n": n})
+    async with await start_job_runtime(job, backend=backend):
+        with anyio.fail_after(5):
+            while len(order) < 3:
+                await settle_loop(1)
+        # b ran both of its runs while a0 blocks; a1 waits for a0.
+        assert order == ["a0", "b0", "b1"]
+        gate.set()
+        with anyio.fail_after(5):
+            await finished.wait()
+    assert order == ["a0", "b0", "b1", "a1"]
+    assert not overlap
+
+
+async def test_jobs_share_slots_fairly(clock):
+    """The loop visits jobs from a rotating start: a busy job cannot starve another of the
+    process's only slot."""
+    backend = InMemoryJobBackend(clock=clock, max_in_flight=1)
+    order: list[str] = []
+    finished = anyio.Event()
+
+    async def handler(ctx, payload):
+        order.append(ctx.job_id)
+        if len(order) == 6:
+            finished.set()
+
+    busy = define_job("busy", handler, payload=dict)
+    quiet = define_job("quiet", handler, payload=dict)
+    await backend.enqueue_many(busy, [EnqueueRequest({}) for _ in range(5)])
+    await backend.enqueue(quiet, {})
+    async with await start_job_runtime([busy, quiet], backend=backend):
+        with anyio.fail_after(5):
+            await finished.wait()
+    assert "quiet" in order[:2]
+
+
+# --- heartbeats and leases ----------------------------------------------------------------------
+
+
+async def test_heartbeat_every_third_of_the_lease_for_all_runs_in_one_call(clock, backend):
+    """J5: in-flight runs are heartbeated every lease/3, batched into one backend call."""
+    spy = ScriptedBackend(backend)
+    gate = anyio.Event()
+    started = 0
+    all_started = anyio.Event()
+
+    async def handler(ctx, payload):
+        nonlocal started
+        started += 1
+        if started == 3:
+            all_started.set()
+        await gate.wait()
+
+    job = define_job("beat", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
+    await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(3)])
+    async with await start_job_runtime(job, backend=spy):
+        try:
+            with anyio.fail_after(5):
+                await all_started.wait()
+            beat = anyio.Event()
+
+            async def watch():
+                await spy.wait_calls("heartbeat", 1)
+                beat.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch)
+                await advance_until(clock, beat, step=1.0)
+            ((runs,), _, alive) = spy.calls["heartbeat"][0]
+            assert len(runs) == 3
+            assert alive == [True, True, True]
+            assert clock.monotonic() == pytest.approx(LEASE / 3)
+        finally:
+            gate.set()
+
+
+async def test_lost_lease_cancels_the_handler_and_is_reported(clock, backend, errors):
+    """J5: a heartbeat answered False cancels that handler (ctx.cancelled, task cancelled),
+    reports SHIP_SQLA_JOB_LEASE_STALE, and settles nothing for the run."""
+    spy = ScriptedBackend(backend)
+    spy.answers["heartbeat"] = lambda runs: [False] * len(runs)
+    started = anyio.Event()
+    cancelled = anyio.Event()
+    contexts: list[JobContext] = []
+
+    async def handler(ctx, payload):
+        contexts.append(ctx)
+        started.set()
+        try:
+            await anyio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    job = define_job("lost", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
+    await backend.enqueue(job, {})
+    async with await start_job_runtime(job, backend=spy) as runtime:
+        with anyio.fail_after(5):
+            await started.wait()
+        await advance_until(clock, cancelled, step=1.0)
+        await settle_loop()
+        assert runtime.in_flight == 0
+    [ctx] = contexts
+    assert ctx.cancelled
+    assert ctx.cancel_reason == "lease-lost"
+    assert errors.codes() == [JobLeaseStaleError.code]
+    assert "heartbeat was refused" in str(errors.errors[0])
+    assert "complete" not in spy.calls
+    assert "fail" not in spy.calls
+    assert "release" not in spy.calls
+
+
+async def test_failed_heartbeat_is_reported_and_cancels_nothing(clock, backend, errors):
+    """J11: a heartbeat call that raises goes to on_error; the handler keeps running and the
+    next round heartbeats again."""
+    spy = ScriptedBackend(backend)
+    spy.raise_once["heartbeat"] = ConnectionError("connection reset")
+    gate = anyio.Event()
+    started = anyio.Event()
+    contexts: list[JobContext] = []
+
+    async def handler(ctx, payload):
+        contexts.append(ctx)
+        started.set()
+        await gate.wait()
+
+    job = define_job("flaky", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
+    await backend.enqueue(job, {})
+    async with await start_job_runtime(job, backend=spy):
+        try:
+            with anyio.fail_after(5):
+                await started.wait()
+            second = anyio.Event()
+
+            async def watch():
+                await spy.wait_calls("heartbeat", 2)
+                second.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch)
+                await advance_until(clock, second, step=1.0)
+            assert spy.calls["heartbeat"][1][2] == [True]
+            assert not contexts[0].cancelled
+        finally:
+            gate.set()
+    assert [type(e) for e in errors.errors] == [ConnectionError]
+    assert spy.calls["complete"][0][2] == ["completed"]
+
+
+async def test_stale_completion_is_reported(clock, backend, errors):
+    """J5: a completion answered "stale" reports SHIP_SQLA_JOB_LEASE_STALE to on_error."""
+    spy = ScriptedBackend(backend)
+    spy.answers["complete"] = lambda runs: ["stale"] * len(runs)
+    job = define_job("stale", _noop, payload=dict)
+    await backend.enqueue(job, {})
+    async with await start_job_runtime(job, backend=spy):
+        await errors.wait_count(1)
+    assert errors.codes() == [JobLeaseStaleError.code]
+    assert "complete was refused" in str(errors.errors[0])
+
+
+async def test_stale_failure_is_reported_once(clock, backend, errors):
+    """J5: a failure answered "stale" is reported once; nothing else is settled."""
+    spy = ScriptedBackend(backend)
+    spy.answers["fail"] = lambda *_args, **_kwargs: "stale"
+
+    async def handler(ctx, payload):
+        raise RuntimeError("boom")
+
+    job = define_job("stale-fail", handler, payload=dict)
+    await backend.enqueue(job, {})
+    async with await start_job_runtime(job, backend=spy):
+        await errors.wait_count(1)
+        await settle_loop()
+    assert errors.codes() == [JobLeaseStaleError.code]
+    assert "fail was refused" in str(errors.errors[0])
+
+
+async def test_completion_failure_is_reported_and_retried(clock, backend, errors):
+    """J11: a complete call that raises goes to on_error, and the batch is retried after a
+    bounded backoff until it lands."""
+    spy = ScriptedBackend(backend)
+    spy.raise_once["complete"] = ConnectionError("server closed the connection")
+    job = define_job("retry-complete", _noop, payload=dict)
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime(job, backend=spy):
+        await errors.wait_count(1)
+        landed = anyio.Event()
+
+        async def watch():
+            await spy.wait_calls("complete", 2)
+            landed.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await advance_until(clock, landed, step=0.5)
+    assert backend.get_run(result.run_id).state == "completed"
+    assert [type(e) for e in errors.errors] == [ConnectionError]
+
+
+async def test_handler_failure_schedules_the_retry_with_the_policy(clock, backend):
+    """J7: a failure is recorded with its traceback and retried at now + retry_delay."""
+    spy = ScriptedBackend(backend)
+
+    async def handler(ctx, payload):
+        message = "card declined"
+        raise ValueError(message)
+
+    job = define_job(
+        "fails",
+        handler,
+        payload=dict,
+        retry=RetryPolicy(attempts=2, backoff="fixed", base_delay=7, jitter="none"),
+    )
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime(job, backend=spy):
+        await spy.wait_calls("fail", 1)
+    ((_, error), kwargs, outcome) = spy.calls["fail"][0]
+    assert outcome == "retrying"
+    assert kwargs["retry_at"] == clock.now() + timedelta(seconds=7)
+    assert error.startswith("ValueError: card declined")
+    assert "Traceback (most recent call last):" in error
+    assert "in handler" in error
+    assert backend.get_run(result.run_id).run_at == clock.now() + timedelta(seconds=7)
+
+
+async def test_codec_errors_of_any_kind_dead_letter(backend):
+    """A codec that raises something other than InvalidPayloadError still dead-letters the run,
+    with the job named in the error."""
+
+    class Broken:
+        def encode(self, value):
+            return value
+
+        def decode(self, data):
+            raise KeyError(data)
+
+    job = define_job("broken", _noop, payload=Broken())
+    spy = ScriptedBackend(backend)
+    result = await backend.enqueue(job, {"a": 1})
+    async with await start_job_runtime(job, backend=spy):
+        await spy.wait_calls("fail", 1)
+    record = backend.get_run(result.run_id)
+    assert record.state == "dead"
+    assert "SHIP_SQLA_JOB_PAYLOAD_INVALID" in record.last_error
+    assert "'broken'" in record.last_error
+
+
+# --- locks ----------------------------------------------------------------------------------------
+
+
+async def test_single_runner_lock_is_held_for_the_run_and_extended(clock, errors):
+    """J4/L1: the (job id, key) lock is held while the handler runs, extended at every
+    heartbeat past its first lease, and released after the run."""
+    locks = InMemoryLockProvider(clock)
+    backend = InMemoryJobBackend(clock=clock, lock_provider=locks, on_error=errors)
+    spy = ScriptedBackend(backend)
+    gate = anyio.Event()
+    started = anyio.Event()
+
+    async def handler(ctx, payload):
+        started.set()
+        await gate.wait()
+
+    job = define_job(
+        "locked",
+        handler,
+        payload=dict,
+        concurrency=Concurrency(single_runner=True, key=lambda p: p["k"], lease=LEASE),
+    )
+    await backend.enqueue(job, {"k": "x"})
+    async with await start_job_runtime(job, backend=spy):
+        try:
+            with anyio.fail_after(5):
+                await started.wait()
+            assert locks.holder("locked/x") is not None
+            fourth = anyio.Event()
+
+            async def watch():
+                await spy.wait_calls("heartbeat", 4)
+                fourth.set()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(watch)
+                await advance_until(clock, fourth, step=1.0)
+            assert clock.monotonic() > LEASE
+            assert locks.holder("locked/x") is not None
+        finally:
+            gate.set()
+    assert locks.holder("locked/x") is None
+    assert errors.errors == []
+
+
+class _LosingLock:
+    lost = False
+
+    async def extend(self, _lease):
+        self.lost = True
+        return False
+
+    async def release(self):
+        return None
+
+
+class _LosingLocks:
+    async def acquire(self, _key, _lease):
+        return _LosingLock()
+
+
+async def test_lost_lock_cancels_and_releases_the_run(clock, errors):
+    """L2/J12: when the single-runner lock cannot be extended the handler is cancelled, the run
+    is released (attempt unspent, cancellation in history) and the loss is reported."""
+    backend = InMemoryJobBackend(clock=clock, lock_provider=_LosingLocks(), on_error=errors)
+    spy = ScriptedBackend(backend)
+    started = anyio.Event()
+    contexts: list[JobContext] = []
+
+    async def handler(ctx, payload):
+        contexts.append(ctx)
+        started.set()
+        await anyio.Event().wait()
+
+    job = define_job(
+        "losing",
+        handler,
+        payload=dict,
+        concurrency=Concurrency(single_runner=True, lease=LEASE),
+        retry=RetryPolicy(backoff="fixed", base_delay=3, jitter="none"),
+    )
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime(job, backend=spy):
+        with anyio.fail_after(5):
+            await started.wait()
+        released = anyio.Event()
+
+        async def watch():
+            await spy.wait_calls("release", 1)
+            released.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch)
+            await advance_until(clock, released, step=1.0)
+    assert contexts[0].cancel_reason == "lock-lost"
+    record = backend.get_run(result.run_id)
+    assert record.state == "waiting"
+    assert record.attempt == 0
+    assert JobCancelledError.code in record.last_error
+    assert errors.codes() == [JobCancelledError.code]
+
+
+# --- drain ----------------------------------------------------------------------------------------
+
+
+async def test_drain_cancellation_wins_over_an_exception_raised_from_it(clock, backend):
+    """J12: a handler that turns its drain cancellation into another exception is still
+    released as cancelled, not failed (no attempt spent)."""
+    started = anyio.Event()
+
+    async def handler(ctx, payload):
+        started.set()
+        try:
+            await anyio.Event().wait()
+        except asyncio.CancelledError:
+            message = "cleanup went wrong"
+            raise RuntimeError(message) from None
+
+    job = define_job("converts", handler, payload=dict, retry=RetryPolicy(attempts=1))
+    result = await backend.enqueue(job, {})
+    runtime = await start_job_runtime(job, backend=backend)
+    with anyio.fail_after(5):
+        await started.wait()
+    await runtime.stop(drain_timeout=0)
+    record = backend.get_run(result.run_id)
+    assert record.state == "waiting"
+    assert record.attempt == 0
+    assert JobCancelledError.code in record.last_error
+
+
+async def test_stop_with_zero_drain_cancels_at_once(clock, backend):
+    """J12: drain_timeout=0 cancels in-flight handlers immediately; finished runs complete."""
+    started = anyio.Event()
+
+    async def handler(ctx, payload):
+        if payload["block"]:
+            started.set()
+            await anyio.Event().wait()
+
+    job = define_job("mixed", handler, payload=dict)
+    quick = await backend.enqueue(job, {"block": False})
+    slow = await backend.enqueue(job, {"block": True})
+    runtime = await start_job_runtime(job, backend=backend)
+    with anyio.fail_after(5):
+        await started.wait()
+    await runtime.stop(drain_timeout=0)
+    assert backend.get_run(quick.run_id).state == "completed"
+    assert backend.get_run(slow.run_id).state == "waiting"
+    with pytest.raises(ConfigurationError):
+        await runtime.stop(drain_timeout=-1)
+
+
+async def test_a_slow_completion_backend_stops_claiming(clock):
+    """Backpressure: while 2 * max_in_flight finished runs wait for their completion, the loop
+    claims nothing more; once completions land, it carries on."""
+    backend = InMemoryJobBackend(clock=clock, max_in_flight=2)
+    spy = ScriptedBackend(backend)
+    gate = anyio.Event()
+    original = backend.complete
+
+    async def slow_complete(runs):
+        await gate.wait()
+        return await original(runs)
+
+    spy.inner = _Override(backend, complete=slow_complete)
+    job = define_job("slow", _noop, payload=dict)
+    results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(10)])
+    async with await start_job_runtime(job, backend=spy) as runtime:
+        try:
+            await settle_loop(100)
+            claimed = sum(len(call[2]) for call in spy.calls["claim"])
+            assert claimed == 4
+            assert runtime.executing == 0
+        finally:
+            gate.set()
+        with anyio.fail_after(5):
+            while any(backend.get_run(r.run_id).state != "completed" for r in results):
+                await settle_loop(1)
+
+
+class _Override:
+    """The in-memory backend with some methods replaced."""
+
+    def __init__(self, inner, **methods):
+        self._inner = inner
+        self._methods = methods
+
+    def __getattr__(self, name):
+        return self._methods.get(name) or getattr(self._inner, name)
+
+
+async def test_runtime_records_job_metrics(clock):
+    """J10: the runtime records each attempt's outcome (ship.job.runs, ship.job.run.duration),
+    dead letters and single-runner lock waits on the JobMetrics it was given."""
+    from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
+
+    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+
+    reader = InMemoryMetricReader()
+    metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
+    backend = InMemoryJobBackend(clock=clock, lock_provider=InMemoryLockProvider(clock))
+    spy = ScriptedBackend(backend)
+
+    async def handler(ctx, payload):
+        if payload["fail"]:
+            message = "boom"
+            raise RuntimeError(message)
+
+    job = define_job(
+        "metered",
+        handler,
+        payload=dict,
+        concurrency=Concurrency(single_runner=True, key=lambda p: p["k"]),
+        retry=RetryPolicy(attempts=1),
+    )
+    await backend.enqueue(job, {"k": "a", "fail": False})
+    await backend.enqueue(job, {"k": "b", "fail": True})
+    async with await start_job_runtime(job, backend=spy, metrics=metrics):
+        await spy.wait_calls("fail", 1)
+        await spy.wait_calls("complete", 1)
+    data = reader.get_metrics_data()
+    found = {
+        metric.name: metric
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    runs = {
+        (p.attributes["ship.job.key"], p.attributes["ship.job.outcome"]): p.value
+        for p in found["ship.job.runs"].data.data_points
+    }
+    assert runs == {("a", "completed"): 1, ("b", "dead"): 1}
+    [dead] = found["ship.job.dead_letter.count"].data.data_points
+    assert dead.value == 1
+    assert dead.attributes["ship.job.key"] == "b"
+    assert sum(p.count for p in found["ship.job.lock.wait"].data.data_points) == 2
+    assert sum(p.count for p in found["ship.job.run.duration"].data.data_points) == 2
