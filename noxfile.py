@@ -79,6 +79,12 @@ def examples(session: nox.Session) -> None:
 
 
 @nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmarks (not part of ci): ``nox -s bench -- [names...] [--quick] [--rounds N]``."""
+    session.run(_python(session), "-m", "benchmarks", *session.posargs)
+
+
+@nox.session
 def ci(session: nox.Session) -> None:
     """lint, typecheck, tests and examples in one session (what .ci/run runs)."""
     python = _python(session)

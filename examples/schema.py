@@ -21,7 +21,13 @@ from sqlalchemy import (
     func,
 )
 
-from ship_sqla import ship_idempotency_table, ship_outbox_table, ship_webhook_events_table
+from ship_sqla import (
+    ship_idempotency_table,
+    ship_job_runs_table,
+    ship_job_state_table,
+    ship_outbox_table,
+    ship_webhook_events_table,
+)
 
 metadata = MetaData()
 
@@ -29,6 +35,8 @@ metadata = MetaData()
 outbox = ship_outbox_table(metadata)
 idempotency = ship_idempotency_table(metadata)
 webhook_events = ship_webhook_events_table(metadata)
+job_runs = ship_job_runs_table(metadata)
+job_state = ship_job_state_table(metadata)
 
 orders = Table(
     "orders",

@@ -9,8 +9,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 import ship_sqla.kernel
 
 KERNEL_DIR = Path(ship_sqla.kernel.__file__).parent
@@ -34,12 +32,6 @@ def _loaded_after_import(prelude: str = "") -> list[str]:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.xfail(
-    reason="ship_sqla/__init__.py imports the SQLAlchemy layers eagerly, and importing "
-    "ship_sqla.kernel imports its parent package first. Fix: make ship_sqla/__init__.py lazy "
-    "(PEP 562 module __getattr__), then remove this marker.",
-    strict=True,
-)
 def test_import_ship_sqla_kernel_loads_no_orm_or_driver():
     """§0: ``import ship_sqla.kernel`` in a fresh interpreter loads no sqlalchemy/asyncpg."""
     assert _loaded_after_import() == []

@@ -47,3 +47,19 @@ def test_public_objects_live_in_private_modules_or_say_so() -> None:
         if module is not None and module.startswith("ship_sqla"):
             private = any(part.startswith("_") for part in module.split(".")[1:])
             assert private, f"{attr} is defined in public module {module}"
+
+
+def test_lazy_exports_match_the_type_checking_imports() -> None:
+    """The lazy table and the imports type checkers read name the same objects."""
+    import ast  # noqa: PLC0415
+    from pathlib import Path  # noqa: PLC0415
+
+    tree = ast.parse(Path(ship_sqla.__file__).read_text())
+    checked: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            for sub in node.body:
+                if isinstance(sub, ast.ImportFrom) and sub.module:
+                    checked.update({a.asname or a.name: sub.module for a in sub.names})
+    assert checked == ship_sqla._EXPORTS
+    assert set(checked) == set(ship_sqla.__all__)

@@ -1,0 +1,169 @@
+"""process: how fast one worker drains a backlog of noop runs.
+
+ship_sqla: N runs pre-enqueued with ``enqueue_many``; one runtime (``start_job_runtime`` over
+``create_job_backend``) in this process; the time from start until ``stop()`` returned after the
+last handler (so the last batched completion is included) gives jobs/s. Every run must end
+``completed`` or the round is invalid.
+
+Baseline: the raw ceiling of the same work on an equivalent table (same factory, same indexes):
+4 asyncpg connections, each looping claim 50 (``FOR UPDATE SKIP LOCKED``) then complete them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy import MetaData
+
+from benchmarks._harness import (
+    Bench,
+    BenchDatabase,
+    BenchmarkError,
+    Figure,
+    Stopwatch,
+    Target,
+    paired_rounds,
+    rate,
+)
+from benchmarks._raw_sql import job_sql
+from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla.kernel import (
+    Concurrency,
+    EnqueueRequest,
+    JobContext,
+    JobDefinition,
+    define_job,
+    start_job_runtime,
+)
+
+__all__ = ["NAME", "run"]
+
+NAME = "process"
+JOB_ID = "bench.noop"
+RAW_TABLE = "raw_job_runs"
+RAW_CONNECTIONS = 4
+RAW_BATCH = 50
+ENQUEUE_BATCH = 10_000
+MAX_IN_FLIGHT = 1000
+"""Runtime tuning for throughput: noop handlers finish at once, so slots only bound batching."""
+DRAIN_TIMEOUT = 120.0
+
+
+def _runs(bench: Bench) -> int:
+    return 5_000 if bench.quick else 20_000
+
+
+class _Drain:
+    """Counts handler calls; ``done`` is set at the N-th."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.count = 0
+        self.done = asyncio.Event()
+
+    async def handler(self, _ctx: JobContext, _payload: dict[str, Any]) -> None:
+        self.count += 1
+        if self.count == self.expected:
+            self.done.set()
+
+
+async def _ship_round(bench: Bench, db: BenchDatabase, runs: int) -> float:
+    metadata = MetaData()
+    table = ship_job_runs_table(metadata)
+    state = ship_job_state_table(metadata)
+    await db.maintain(f"TRUNCATE {table.name}")
+    drain = _Drain(runs)
+    job: JobDefinition[dict[str, Any]] = define_job(
+        JOB_ID, drain.handler, payload=dict, concurrency=Concurrency(max=MAX_IN_FLIGHT)
+    )
+    backend = create_job_backend(
+        database=db.engine,
+        table=table,
+        state_table=state,
+        poll_interval=5.0,
+        max_in_flight=MAX_IN_FLIGHT,
+    )
+    for start in range(0, runs, ENQUEUE_BATCH):
+        size = min(ENQUEUE_BATCH, runs - start)
+        await backend.enqueue_many(job, [EnqueueRequest(payload={}) for _ in range(size)])
+    await db.maintain(f"VACUUM (ANALYZE) {table.name}")
+    with Stopwatch() as watch:
+        runtime = await start_job_runtime(job, backend=backend)
+        try:
+            async with asyncio.timeout(DRAIN_TIMEOUT):
+                await drain.done.wait()
+        finally:
+            await runtime.stop()
+    async with db.engine.connect() as connection:
+        completed = await connection.exec_driver_sql(
+            f"SELECT count(*) FROM {table.name} WHERE state = 'completed'"
+        )
+        finished = completed.scalar_one()
+    if finished != runs:
+        raise BenchmarkError(f"process: {finished} of {runs} runs completed after the drain")
+    jobs_per_s = rate(runs, watch.seconds)
+    bench.log(f"ship  {runs} runs in {watch.seconds:.2f} s = {jobs_per_s:,.0f} jobs/s")
+    return jobs_per_s
+
+
+async def _raw_round(bench: Bench, db: BenchDatabase, runs: int) -> float:
+    sql = job_sql(RAW_TABLE)
+    loader = await db.raw()
+    await loader.execute(f"TRUNCATE {RAW_TABLE}")
+    await loader.execute(sql.load_waiting, JOB_ID, runs)
+    await loader.execute(f"VACUUM (ANALYZE) {RAW_TABLE}")
+    connections = [await db.raw() for _ in range(RAW_CONNECTIONS)]
+    done = 0
+
+    async def worker(connection: Any) -> None:  # noqa: ANN401 - asyncpg is untyped
+        nonlocal done
+        while True:
+            claimed = await connection.fetch(sql.claim, JOB_ID, "raw", RAW_BATCH)
+            if not claimed:
+                return
+            await connection.execute(
+                sql.complete, [row[0] for row in claimed], [row[1] for row in claimed]
+            )
+            done += len(claimed)
+
+    with Stopwatch() as watch:
+        await asyncio.gather(*(worker(connection) for connection in connections))
+    for connection in connections:
+        await connection.close()
+    if done != runs:
+        raise BenchmarkError(f"process baseline: {done} of {runs} runs completed")
+    jobs_per_s = rate(runs, watch.seconds)
+    bench.log(f"raw   {runs} runs in {watch.seconds:.2f} s = {jobs_per_s:,.0f} jobs/s")
+    return jobs_per_s
+
+
+async def run(bench: Bench) -> list[Figure]:
+    runs = _runs(bench)
+    async with bench.database(NAME) as db:
+        metadata = MetaData()
+        ship_job_runs_table(metadata)
+        ship_job_state_table(metadata)
+        ship_job_runs_table(metadata, name=RAW_TABLE)
+        async with db.engine.begin() as connection:
+            await connection.run_sync(metadata.create_all)
+        # Warm-up (not measured): connections, prepared statements, the runtime's code paths.
+        await _ship_round(bench, db, 1_000)
+        await _raw_round(bench, db, 1_000)
+        ours, theirs = await paired_rounds(
+            bench.rounds,
+            lambda: _ship_round(bench, db, runs),
+            lambda: _raw_round(bench, db, runs),
+        )
+    return [
+        Figure.from_rounds(
+            "process.noop",
+            "jobs/s",
+            ours,
+            theirs,
+            baseline_label=f"raw asyncpg claim {RAW_BATCH} + complete, {RAW_CONNECTIONS} conns",
+            targets=(Target("value", ">=", 15_000), Target("ratio", ">=", 0.30)),
+            note=f"N={runs:,} noop runs, one runtime, max_in_flight={MAX_IN_FLIGHT},"
+            f" concurrency.max={MAX_IN_FLIGHT}",
+        )
+    ]

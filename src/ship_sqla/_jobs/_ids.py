@@ -1,0 +1,62 @@
+"""Run ids that sort in the order this process generated them (UUID version 7 text).
+
+Time-ordered ids land at the right edge of the primary key's B-tree instead of on random pages
+(a random uuid4 dirties a different index page per insert), and read in roughly creation order
+in logs. Version 7 (RFC 9562): 48-bit Unix milliseconds, then a counter, then random bits;
+generated under a lock, so strictly increasing within the process. Ids are made a batch at a
+time with one ``os.urandom`` call: ``enqueue_many`` of 10,000 runs must not pay 10,000 system
+calls for them. (The claim's FIFO tie-break is the ``seq`` column, not the id: caller-given and
+durable ids follow no order.)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+__all__ = ["new_run_ids"]
+
+_COUNTER_BITS = 42  # RFC 9562 method 1: 12 bits of rand_a and the top 30 bits of rand_b
+_COUNTER_MAX = (1 << _COUNTER_BITS) - 1
+_VERSION_AND_VARIANT = (0x7 << 76) | (0b10 << 62)
+
+_lock = threading.Lock()
+_last_ms = -1
+_counter = 0
+
+
+def _text(value: int) -> str:
+    digits = f"{value:032x}"
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+
+
+def new_run_ids(count: int) -> list[str]:
+    """``count`` version 7 UUIDs as text, each greater than every one generated before here."""
+    global _last_ms, _counter  # noqa: PLW0603 - process-wide monotonic state, guarded by _lock
+    noise = os.urandom(4 * count + 6)
+    ids: list[str] = []
+    with _lock:
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms > _last_ms:
+            _last_ms = now_ms
+            # A random start in the lower half leaves room to count within one millisecond.
+            _counter = int.from_bytes(noise[-6:]) >> (48 - _COUNTER_BITS + 1)
+        else:  # same millisecond, or the wall clock stepped back: keep counting from the last id
+            _counter += 1
+        for index in range(count):
+            if _counter > _COUNTER_MAX:
+                _last_ms += 1
+                _counter = 0
+            tail = int.from_bytes(noise[4 * index : 4 * index + 4])
+            value = (
+                ((_last_ms & 0xFFFF_FFFF_FFFF) << 80)
+                | _VERSION_AND_VARIANT
+                | ((_counter >> 30) << 64)
+                | ((_counter & 0x3FFF_FFFF) << 32)
+                | tail
+            )
+            ids.append(_text(value))
+            _counter += 1
+        _counter -= 1  # the next call's "+= 1" continues right after the last id handed out
+    return ids

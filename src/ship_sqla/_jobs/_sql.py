@@ -1,0 +1,362 @@
+"""Every statement the PostgreSQL job backend runs: named, in one place, each hot one beside the
+index that serves it.
+
+The runs table's name and schema are the application's choice, so each statement is a template
+rendered once per backend (:func:`render`) with the quoted table names; after that it is one
+stable SQL text, so SQLAlchemy caches its compiled form and asyncpg its prepared statement.
+Rules every statement follows:
+
+- Time is ``coalesce(CAST(:now AS timestamptz), now())`` (``NOW`` below): ``:now`` is the
+  injected clock's time when it is frozen, else NULL and the database's clock rules.
+- Partial-index predicates are written as the index declares them (``_tables.py``), as SQL
+  literals, never bound parameters: PostgreSQL uses a partial index only when the query's
+  predicate implies the index's, and a generic prepared plan cannot prove that about ``$1``.
+- Arrays, never expanding IN lists: ``unnest(CAST(:ids AS text[]), ...)`` and
+  ``= ANY(...)`` keep one SQL text whatever the batch size.
+- Every settle (complete, fail, release, heartbeat) matches ``id`` AND ``lease_token`` AND
+  ``state = 'running'`` (J5): a holder whose claim was retaken changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from sqlalchemy import TextClause, text
+
+__all__ = [
+    "CLAIM_DUE_AND_LAPSED_SKIP_LOCKED",
+    "CLAIM_LOCK",
+    "CLAIM_LOCK_TUNED",
+    "COMPLETE_IF_TOKEN_CURRENT",
+    "DELETE_FINISHED_BEFORE",
+    "DISCARD_IF_NOT_RUNNING",
+    "ENQUEUE_MANY",
+    "ENQUEUE_PLAIN",
+    "FAIL_IF_TOKEN_CURRENT",
+    "GET_RUN",
+    "HEARTBEAT_IF_TOKEN_CURRENT",
+    "LIST_DEAD",
+    "RELEASE_IF_TOKEN_CURRENT",
+    "RETRY_DEAD",
+    "render",
+]
+
+NOW: Final = "coalesce(CAST(:now AS timestamptz), now())"
+AT: Final = "to_char(" + NOW + """ AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
+"""A history entry's ``at``: ISO-8601 UTC text whatever the session's TimeZone."""
+
+_RUN_COLUMNS = (
+    "r.id, r.job_id, r.state, r.payload, r.key, r.dedupe_key, r.attempt, r.max_attempts,"
+    " r.run_at, r.created_at, r.updated_at, r.finished_at, r.lease_expires_at, r.lease_token,"
+    " r.claimed_by, r.last_error, r.history"
+)
+
+
+def render(template: str, *, runs: str) -> TextClause:
+    """The statement for one runs table (``runs``: the quoted, schema-qualified name)."""
+    return text(
+        template.replace("{runs}", runs)
+        .replace("{at}", AT)
+        .replace("{now}", NOW)
+        .replace("{cols}", _RUN_COLUMNS)
+    )
+
+
+ENQUEUE_PLAIN: Final = """
+INSERT INTO {runs} (
+    id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
+    run_at, created_at, updated_at, history
+)
+SELECT t.id, :job_id, 'waiting', CAST(t.payload AS jsonb), t.key, NULL, 0,
+    CAST(:max_attempts AS integer), coalesce(t.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb)
+FROM unnest(
+    CAST(:ids AS text[]), CAST(:payloads AS text[]), CAST(:keys AS text[]),
+    CAST(:run_ats AS timestamptz[])
+) AS t(id, payload, key, run_at)
+"""
+"""Insert many runs that need no check: fresh generated ids, no dedupe key, no depth limit.
+
+The common enqueue, kept to a plain INSERT ... SELECT FROM unnest: nothing to probe, so nothing
+to plan beyond the insert itself (the full ENQUEUE_MANY re-plans six CTEs at every call)."""
+
+ENQUEUE_MANY: Final = """
+WITH input AS (
+    SELECT t.id, t.payload, t.dedupe_key, t.key, t.run_at, t.ord
+    FROM unnest(
+        CAST(:ids AS text[]), CAST(:payloads AS text[]), CAST(:dedupe_keys AS text[]),
+        CAST(:keys AS text[]), CAST(:run_ats AS timestamptz[])
+    ) WITH ORDINALITY AS t(id, payload, dedupe_key, key, run_at, ord)
+), probed AS (
+    SELECT i.*,
+        coalesce(
+            -- <runs>_pkey: a durable id that exists already is that run, terminal or not.
+            (SELECT r.id FROM {runs} r WHERE r.id = i.id),
+            -- <runs>_dedupe_idx: the live run holding this dedupe key (J1).
+            (SELECT r.id FROM {runs} r
+             WHERE r.job_id = :job_id AND r.dedupe_key = i.dedupe_key
+               AND r.dedupe_key IS NOT NULL AND r.state IN ('waiting', 'running'))
+        ) AS existing_id
+    FROM input i
+), fresh AS (
+    SELECT p.*, row_number() OVER (ORDER BY p.ord) AS rn
+    FROM probed p
+    WHERE p.existing_id IS NULL
+), depth AS (
+    -- <runs>_due_idx (index-only): the bounded depth check (J2) stops after the limit's
+    -- number of entries, whatever the backlog. The ORDER BY is the index's own order: it keeps
+    -- the planner off a LIMITed sequential scan, which would read the whole table whenever
+    -- this job's rows sit behind other rows. No limit configured: it reads nothing.
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM {runs}
+        WHERE job_id = :job_id AND state = 'waiting'
+        ORDER BY run_at, seq
+        LIMIT coalesce(CAST(:depth_limit AS integer), 0)
+    ) d
+), room AS (
+    SELECT CASE WHEN CAST(:depth_limit AS integer) IS NULL THEN NULL
+                ELSE CAST(:depth_limit AS integer) - depth.n END AS n
+    FROM depth
+), inserted AS (
+    INSERT INTO {runs} (
+        id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
+        run_at, created_at, updated_at, history
+    )
+    SELECT f.id, :job_id, 'waiting', CAST(f.payload AS jsonb), f.key, f.dedupe_key, 0,
+        CAST(:max_attempts AS integer), coalesce(f.run_at, {now}), {now}, {now},
+        CAST('[]' AS jsonb)
+    FROM fresh f, room
+    WHERE room.n IS NULL OR f.rn <= room.n
+    ORDER BY f.ord
+    -- Any unique violation here (the pkey or <runs>_dedupe_idx) is a concurrent duplicate; the
+    -- caller re-runs this statement for the losers, whose new snapshot sees the winner.
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+SELECT p.ord, p.id, p.existing_id,
+    EXISTS (SELECT 1 FROM inserted x WHERE x.id = p.id) AND p.existing_id IS NULL AS inserted,
+    f.rn, (SELECT room.n FROM room) AS room
+FROM probed p
+LEFT JOIN fresh f ON f.ord = p.ord
+ORDER BY p.ord
+"""
+"""Insert many runs of one job in one statement (J1 dedupe, J2 queue-full).
+
+The requests must not repeat a run id or a dedupe key among themselves (the backend splits a
+batch that does into consecutive statements, which keeps a batch equal to enqueueing its requests
+one by one). Per request it reports: inserted; or ``existing_id`` (deduplicated against a stored
+run, by id first, then by dedupe key); or, not inserted, queue-full (``rn > room``) or a lost race
+with a concurrent insert."""
+
+CLAIM_LOCK: Final = "SELECT pg_advisory_xact_lock(CAST(:claim_key AS bigint))"
+CLAIM_LOCK_TUNED: Final = (
+    "SELECT pg_advisory_xact_lock(CAST(:claim_key AS bigint)),"
+    " set_config('plan_cache_mode', 'force_generic_plan', true),"
+    " set_config('synchronous_commit', 'off', true)"
+)
+"""CLAIM_LOCK, plus two settings for the rest of the claim's own transaction only (the backend
+uses it when it owns the connection, never inside an application's transaction):
+
+- the prepared claim's generic plan: PostgreSQL otherwise keeps re-planning it (its LIMITs are
+  parameters, which makes the generic plan look dearer than it is), about 0.5 ms per claim; the
+  generic plan is the same two ordered index scans (test_job_explain.py checks both plans);
+- no wait for the commit's WAL flush: a claim lost in a database crash only leaves its runs
+  unclaimed (or their leases lapsing), and they are taken again, which at-least-once delivery
+  (J6) already allows. Enqueues and settles keep the server's synchronous_commit."""
+
+CLAIM_DUE_AND_LAPSED_SKIP_LOCKED: Final = """
+WITH live AS (
+    -- <runs>_lease_idx: unexpired leases of this job, counted up to concurrency.max.
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM {runs}
+        WHERE job_id = :job_id AND state = 'running' AND lease_expires_at > {now}
+        LIMIT CAST(:max_running AS integer)
+    ) l
+), room AS (
+    SELECT greatest(least(CAST(:limit AS integer), CAST(:max_running AS integer) - live.n), 0)
+        AS n
+    FROM live
+), lapsed AS (
+    -- <runs>_lease_idx: lapsed leases (their holders died or stalled: J6). Live leases never
+    -- exceed concurrency.max, so this bound reads them all unless workers died en masse.
+    SELECT id, seq, key, run_at, attempt >= max_attempts AS exhausted
+    FROM {runs}
+    WHERE job_id = :job_id AND state = 'running' AND lease_expires_at <= {now}
+    ORDER BY lease_expires_at
+    LIMIT CAST(:max_running AS integer) + CAST(:limit AS integer)
+    FOR UPDATE SKIP LOCKED
+), due AS (
+    -- <runs>_due_idx: due waiting runs in (run_at, seq) order, read straight off the index; a
+    -- claim reads about limit entries at any backlog (J3).
+    SELECT id, seq, run_at
+    FROM {runs}
+    WHERE job_id = :job_id AND state = 'waiting' AND run_at <= {now}
+      AND (key IS NULL OR key <> ALL(CAST(:exclude_keys AS text[])))
+    ORDER BY run_at, seq
+    LIMIT CAST(:limit AS integer)
+    FOR UPDATE SKIP LOCKED
+), picked AS (
+    -- The small outer sort: retakable lapsed runs and due runs together by (run_at, seq), at
+    -- most room of them. Rows the scans locked and this limit dropped stay locked until COMMIT,
+    -- which is why a claim is its own short transaction.
+    SELECT c.id FROM (
+        SELECT id, seq, run_at FROM lapsed
+        WHERE NOT exhausted AND (key IS NULL OR key <> ALL(CAST(:exclude_keys AS text[])))
+        UNION ALL
+        SELECT id, seq, run_at FROM due
+    ) c
+    ORDER BY c.run_at, c.seq
+    LIMIT (SELECT n FROM room)
+), buried AS (
+    -- <runs>_pkey. A lease that lapsed on the final attempt is dead-lettered, not retried
+    -- forever (J6), whether or not this claim has room.
+    UPDATE {runs} r
+    SET state = 'dead', finished_at = {now}, updated_at = {now}, lease_expires_at = NULL,
+        claimed_by = NULL, last_error = CAST(:lapsed_final AS text),
+        history = r.history || jsonb_build_array(jsonb_build_object(
+            'attempt', r.attempt, 'at', {at}, 'error', CAST(:lapsed_final AS text)))
+    WHERE r.id = ANY(ARRAY(SELECT id FROM lapsed WHERE exhausted))
+    RETURNING r.id
+), claimed AS (
+    -- <runs>_pkey. A new fencing token per claim: strictly above the row's previous one (so
+    -- never equal to any earlier holder's) plus a random step (so a deleted and re-inserted
+    -- durable id does not repeat a token either).
+    UPDATE {runs} r
+    SET state = 'running', attempt = r.attempt + 1,
+        lease_token = coalesce(r.lease_token, 0) + 1 + CAST(floor(random() * 1048576) AS bigint),
+        lease_expires_at = {now} + CAST(:lease AS double precision) * interval '1 second',
+        claimed_by = CAST(:worker AS text), updated_at = {now}
+    WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
+    RETURNING r.id, r.payload, r.attempt, r.max_attempts, r.lease_token, r.key,
+        r.lease_expires_at, r.created_at, r.run_at, r.seq
+)
+SELECT c.id, c.payload, c.attempt, c.max_attempts, c.lease_token, c.key, c.lease_expires_at,
+    c.created_at, c.run_at, c.seq, false AS buried
+FROM claimed c
+UNION ALL
+SELECT b.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM buried b
+ORDER BY buried, run_at, seq
+"""
+"""Claim up to ``limit`` runs of one job (J3, J6): at most ``concurrency.max`` unexpired leases
+of the job at once, lapsed leases retaken, due runs by ``(run_at, seq)`` (creation order).
+
+Two ordered index scans (lapsed leases, due runs) then a small outer sort, so a claim costs the
+same at any backlog; one ``state IN (...) OR ...`` scan could not be served in order. Returns
+the claimed runs in claim order, ``(run_at, seq)``, then the ids it dead-lettered (``buried``)."""
+
+COMPLETE_IF_TOKEN_CURRENT: Final = """
+WITH settle AS (
+    SELECT t.id, t.token
+    FROM unnest(CAST(:ids AS text[]), CAST(:tokens AS bigint[])) AS t(id, token)
+)
+UPDATE {runs} r
+SET state = 'completed', finished_at = {now}, updated_at = {now}, lease_expires_at = NULL,
+    claimed_by = NULL
+FROM settle s
+-- <runs>_pkey, one probe per settled run; the token fences out stale holders (J5).
+WHERE r.id = s.id AND r.lease_token = s.token AND r.state = 'running'
+RETURNING r.id, s.token
+"""  # noqa: S105 - SQL naming a fencing token, not a secret
+"""Complete many runs in one statement; the (id, token) pairs returned were current."""
+
+HEARTBEAT_IF_TOKEN_CURRENT: Final = """
+WITH beat AS (
+    SELECT t.id, t.token, t.lease
+    FROM unnest(CAST(:ids AS text[]), CAST(:tokens AS bigint[]),
+                CAST(:leases AS double precision[])) AS t(id, token, lease)
+)
+UPDATE {runs} r
+SET lease_expires_at = {now} + b.lease * interval '1 second', updated_at = {now}
+FROM beat b
+-- <runs>_pkey, one probe per run. A lease that lapsed but that no claim retook is still the
+-- holder's: nobody else has the run.
+WHERE r.id = b.id AND r.lease_token = b.token AND r.state = 'running'
+RETURNING r.id, b.token
+"""  # noqa: S105 - SQL naming a fencing token, not a secret
+"""Extend many leases by their job's ``concurrency.lease``; the (id, token) pairs returned were
+extended."""
+
+FAIL_IF_TOKEN_CURRENT: Final = """
+UPDATE {runs} r
+SET state = CASE WHEN CAST(:retry_at AS timestamptz) IS NULL OR r.attempt >= r.max_attempts
+                 THEN 'dead' ELSE 'waiting' END,
+    run_at = CASE WHEN CAST(:retry_at AS timestamptz) IS NULL OR r.attempt >= r.max_attempts
+                  THEN r.run_at ELSE CAST(:retry_at AS timestamptz) END,
+    finished_at = CASE WHEN CAST(:retry_at AS timestamptz) IS NULL OR r.attempt >= r.max_attempts
+                       THEN {now} ELSE NULL END,
+    lease_expires_at = NULL, claimed_by = NULL, updated_at = {now},
+    last_error = CAST(:error AS text),
+    history = r.history || jsonb_build_array(jsonb_build_object(
+        'attempt', r.attempt, 'at', {at}, 'error', CAST(:error AS text)))
+-- <runs>_pkey; fenced on the token (J5).
+WHERE r.id = :id AND r.lease_token = CAST(:token AS bigint) AND r.state = 'running'
+RETURNING r.state
+"""  # noqa: S105 - SQL naming a fencing token, not a secret
+"""Record a failed attempt (J7): waiting again at ``retry_at``, or dead when none is left."""
+
+RELEASE_IF_TOKEN_CURRENT: Final = """
+UPDATE {runs} r
+SET state = 'waiting', run_at = CAST(:run_at AS timestamptz), attempt = r.attempt - 1,
+    lease_expires_at = NULL, claimed_by = NULL, updated_at = {now},
+    last_error = coalesce(CAST(:error AS text), r.last_error),
+    history = CASE WHEN CAST(:error AS text) IS NULL THEN r.history
+        ELSE r.history || jsonb_build_array(jsonb_build_object(
+            'attempt', r.attempt, 'at', {at}, 'error', CAST(:error AS text))) END
+-- <runs>_pkey; fenced on the token (J5).
+WHERE r.id = :id AND r.lease_token = CAST(:token AS bigint) AND r.state = 'running'
+RETURNING r.id
+"""  # noqa: S105 - SQL naming a fencing token, not a secret
+"""Return a claimed run to waiting without consuming its attempt (JOB_LOCK_HELD, J7; a drain
+cancellation, J12), appending ``error`` to its history when given."""
+
+GET_RUN: Final = "SELECT {cols} FROM {runs} r WHERE r.id = :id"
+"""One run by id (<runs>_pkey)."""
+
+LIST_DEAD: Final = """
+SELECT {cols} FROM {runs} r
+-- <runs>_finished_idx, newest first, keyset on (finished_at, id).
+WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded') AND r.state = 'dead'
+  AND (CAST(:before_at AS timestamptz) IS NULL
+       OR (r.finished_at, r.id) < (CAST(:before_at AS timestamptz), CAST(:before_id AS text)))
+ORDER BY r.finished_at DESC, r.id DESC
+LIMIT CAST(:limit AS integer)
+"""
+"""Dead runs of one job, a bounded page (operators' ``list_failed``)."""
+
+RETRY_DEAD: Final = """
+UPDATE {runs} r
+SET state = 'waiting', max_attempts = r.attempt + 1, run_at = {now}, finished_at = NULL,
+    lease_expires_at = NULL, claimed_by = NULL, updated_at = {now}
+-- <runs>_pkey. Not while a newer live run holds the dedupe key (<runs>_dedupe_idx): reviving
+-- this one would break J1. A concurrent enqueue that wins anyway trips the unique index.
+WHERE r.id = :id AND r.state = 'dead'
+  AND NOT EXISTS (
+    SELECT 1 FROM {runs} o
+    WHERE o.job_id = r.job_id AND o.dedupe_key = r.dedupe_key
+      AND o.dedupe_key IS NOT NULL AND o.state IN ('waiting', 'running'))
+RETURNING r.id
+"""
+"""Operator retry (J8): a dead run waits again, due now, with one more attempt."""
+
+DISCARD_IF_NOT_RUNNING: Final = """
+UPDATE {runs} r
+SET state = 'discarded', finished_at = {now}, updated_at = {now}
+-- <runs>_pkey. A running run is not discarded under its holder: it settles first.
+WHERE r.id = :id AND r.state IN ('waiting', 'dead')
+RETURNING r.id
+"""
+"""Operator discard: a waiting or dead run becomes terminal."""
+
+DELETE_FINISHED_BEFORE: Final = """
+DELETE FROM {runs} d
+WHERE d.id = ANY(ARRAY(
+    -- <runs>_finished_idx: this job's terminal runs finished at least the state's retention
+    -- ago, oldest first, a bounded batch.
+    SELECT r.id FROM {runs} r
+    WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded')
+      AND r.finished_at <= {now} - CAST(:retention AS double precision) * interval '1 second'
+      AND r.state = CAST(:state AS text)
+    ORDER BY r.finished_at
+    LIMIT CAST(:batch AS integer)
+))
+"""
+"""Cleanup (retention): delete one bounded batch of one job's runs in one terminal state."""

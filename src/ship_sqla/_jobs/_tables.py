@@ -1,0 +1,162 @@
+"""The job tables: runs (one row per run) and state (one row per job id).
+
+Every index is partial and serves a named statement in :mod:`ship_sqla._jobs._sql`; the
+predicates below are the exact words those statements use, because PostgreSQL uses a partial
+index only when the query's predicate implies the index's (and a generic prepared plan can prove
+that only from literals, never from ``$1``). Every name is explicit, derived from the table name
+and wrapped in ``conv()`` so an application's naming convention cannot rename it (T1).
+
+Queue tables churn: each run is inserted, updated two or three times and deleted by ``cleanup``.
+Give both tables aggressive autovacuum settings in production, e.g.
+``ALTER TABLE ship_job_runs SET (autovacuum_vacuum_scale_factor = 0.01,
+autovacuum_vacuum_cost_delay = 1)``, and avoid long transactions on the database: dead tuples
+are kept for the oldest open snapshot, and the claim's index scans walk over them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+from sqlalchemy.sql.elements import conv
+
+from ship_sqla.kernel import ConfigurationError
+
+__all__ = [
+    "DEDUPE_PREDICATE",
+    "DUE_PREDICATE",
+    "FINISHED_PREDICATE",
+    "LEASE_PREDICATE",
+    "RUN_STATES",
+    "ship_job_runs_table",
+    "ship_job_state_table",
+]
+
+RUN_STATES = ("waiting", "running", "completed", "dead", "discarded")
+
+DUE_PREDICATE = "state = 'waiting'"
+"""``<runs>_due_idx``: waiting runs (due or delayed) of one job in ``(run_at, seq)`` order."""
+LEASE_PREDICATE = "state = 'running'"
+"""``<runs>_lease_idx``: running runs of one job in ``lease_expires_at`` order."""
+DEDUPE_PREDICATE = "dedupe_key IS NOT NULL AND state IN ('waiting', 'running')"
+"""``<runs>_dedupe_idx`` (unique): one non-terminal run per (job, dedupe key) (J1)."""
+FINISHED_PREDICATE = "state IN ('completed', 'dead', 'discarded')"
+"""``<runs>_finished_idx``: terminal runs of one job in ``finished_at`` order, for cleanup."""
+
+_MAX_IDENTIFIER_BYTES = 63
+_TSTZ = TIMESTAMP(timezone=True)
+
+
+def _names(table: str, suffixes: tuple[str, ...], what: str) -> dict[str, conv]:
+    longest = max(suffixes, key=len)
+    size = len(f"{table}{longest}".encode())
+    if size > _MAX_IDENTIFIER_BYTES:
+        raise ConfigurationError(
+            f"{what} table name {table!r} is too long: its name {table}{longest} would be"
+            f" {size} bytes, over PostgreSQL's {_MAX_IDENTIFIER_BYTES}-byte limit (it would be"
+            " silently truncated and stop matching the declared name).",
+            fix=f"use a table name of at most {_MAX_IDENTIFIER_BYTES - len(longest)} bytes.",
+        )
+    return {suffix: conv(f"{table}{suffix}") for suffix in suffixes}
+
+
+def ship_job_runs_table(
+    metadata: MetaData, name: str = "ship_job_runs", schema: str | None = None
+) -> Table:
+    """The job runs table, added to ``metadata`` so Alembic autogenerate sees it.
+
+    Columns: ``id`` text pk (a uuid, or a durable ``<job_id>/<occurrence>``); ``seq`` (identity:
+    creation order, the claim's tie-break); ``job_id``;
+    ``state`` (waiting | running | completed | dead | discarded); ``payload`` jsonb; ``key``
+    (single-runner key) and ``dedupe_key`` text null; ``attempt`` (attempts started) and
+    ``max_attempts``; ``run_at`` (due time), ``created_at``, ``updated_at``, ``finished_at``;
+    the lease: ``lease_expires_at``, ``lease_token`` (the fencing token, new at every claim),
+    ``claimed_by``; ``last_error`` and ``history`` (jsonb array, one entry per failed attempt).
+    """
+    n = _names(
+        name,
+        ("_pkey", "_state_check", "_due_idx", "_lease_idx", "_dedupe_idx", "_finished_idx"),
+        "job runs",
+    )
+    states = ", ".join(f"'{s}'" for s in RUN_STATES)
+    return Table(
+        name,
+        metadata,
+        Column("id", Text, nullable=False),
+        # Creation order, for FIFO among runs due at the same instant (durable and caller-given
+        # ids do not sort in creation order; this does, across processes).
+        Column("seq", BigInteger, Identity(always=False), nullable=False),
+        Column("job_id", Text, nullable=False),
+        Column("state", Text, nullable=False, server_default=text("'waiting'")),
+        Column("payload", JSONB, nullable=False),
+        Column("key", Text, nullable=True),
+        Column("dedupe_key", Text, nullable=True),
+        Column("attempt", Integer, nullable=False, server_default=text("0")),
+        Column("max_attempts", Integer, nullable=False),
+        Column("run_at", _TSTZ, nullable=False, server_default=text("now()")),
+        Column("created_at", _TSTZ, nullable=False, server_default=text("now()")),
+        Column("updated_at", _TSTZ, nullable=False, server_default=text("now()")),
+        Column("finished_at", _TSTZ, nullable=True),
+        Column("lease_expires_at", _TSTZ, nullable=True),
+        Column("lease_token", BigInteger, nullable=True),
+        Column("claimed_by", Text, nullable=True),
+        Column("last_error", Text, nullable=True),
+        Column("history", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+        PrimaryKeyConstraint("id", name=n["_pkey"]),
+        CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
+        # Serves CLAIM's due scan (job_id =, run_at <= now, ORDER BY run_at, seq: creation order
+        # breaks ties) and ENQUEUE's bounded depth count (J2): both read only this job's waiting
+        # entries.
+        Index(n["_due_idx"], "job_id", "run_at", "seq", postgresql_where=text(DUE_PREDICATE)),
+        # Serves CLAIM's lapsed-lease scan and its count of live leases (concurrency.max).
+        Index(
+            n["_lease_idx"], "job_id", "lease_expires_at", postgresql_where=text(LEASE_PREDICATE)
+        ),
+        # Serves ENQUEUE's ON CONFLICT (J1) and its lookup of the existing run.
+        Index(
+            n["_dedupe_idx"],
+            "job_id",
+            "dedupe_key",
+            unique=True,
+            postgresql_where=text(DEDUPE_PREDICATE),
+        ),
+        # Serves CLEANUP's bounded deletes of finished runs past retention.
+        Index(
+            n["_finished_idx"], "job_id", "finished_at", postgresql_where=text(FINISHED_PREDICATE)
+        ),
+        schema=schema,
+        comment="ship_sqla job runs (ship_job_runs_table)",
+    )
+
+
+def ship_job_state_table(
+    metadata: MetaData, name: str = "ship_job_state", schema: str | None = None
+) -> Table:
+    """One row per job id: the schedule's ``next_at`` and ``trigger`` text, and ``updated_at``.
+
+    Schedules (J9) upsert it and lock due rows with SKIP LOCKED; it is keyed by ``job_id`` alone,
+    so it needs no index beyond its primary key.
+    """
+    n = _names(name, ("_pkey",), "job state")
+    return Table(
+        name,
+        metadata,
+        Column("job_id", Text, nullable=False),
+        Column("next_at", _TSTZ, nullable=True),
+        Column("trigger", Text, nullable=True),
+        Column("updated_at", _TSTZ, nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("job_id", name=n["_pkey"]),
+        schema=schema,
+        comment="ship_sqla per-job state (ship_job_state_table)",
+    )

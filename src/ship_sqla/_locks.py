@@ -1,0 +1,275 @@
+"""PostgreSQL advisory locks as the kernel ``LockProvider`` (L1, L2).
+
+A lock is ``pg_try_advisory_xact_lock`` taken inside a transaction on a connection dedicated to
+that lock: the transaction stays open while the lock is held, and rolling it back (``release``,
+or the local lease timer) frees the lock. Transaction-level locks, not session-level ones, so the
+provider also works behind PgBouncer in transaction pooling mode.
+
+L1 At most one holder per key across every process on the database. The lock is freed at
+   ``release()``, when the lease timer fires, and when the holding process dies (PostgreSQL ends
+   the dead session's transaction).
+L2 PostgreSQL advisory locks never expire on their own: the lease is enforced by the holder's
+   clock. ``lock.lost`` turns true the moment the lease ends, and the timer then rolls the
+   transaction back. The pause hazard: a holder that is paused, not killed, past its lease (a
+   stop-the-world pause, a suspended container) may still believe it holds a lock that another
+   process now has. Check ``lost`` before acting on what the lock protects, and fence writes
+   with something the database checks (the job backend's run token does exactly that, J5).
+
+Keys share ONE 64-bit space per database with every other user of advisory locks. A key is
+hashed with its namespace: the lock id is the first 8 bytes of
+``sha256(namespace + "\\x00" + key)`` read as a big-endian signed int64
+(:func:`advisory_lock_key`), so two libraries (or two applications on one database) collide only
+by a 2**-64 chance as long as their namespaces differ.
+
+Each held lock keeps one connection of the engine's pool checked out (idle in transaction) until
+it ends: size the pool for the locks you hold at once, and keep the server's
+``idle_in_transaction_session_timeout`` above the longest lease (a session the server ends loses
+its lock; ``extend`` then answers False).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from typing import Final
+
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
+
+__all__ = ["AdvisoryLock", "AdvisoryLockProvider", "advisory_lock_key", "advisory_lock_provider"]
+
+logger = logging.getLogger("ship_sqla.locks")
+
+TRY_LOCK: Final = text("SELECT pg_try_advisory_xact_lock(CAST(:lock_id AS bigint))")
+"""Take the lock for this transaction, or answer false at once (never waits)."""
+STILL_HELD: Final = text("SELECT 1")
+"""Proves the holding session and its transaction (hence the xact lock) are still alive."""
+
+
+def advisory_lock_key(namespace: str, key: str) -> int:
+    """The signed 64-bit advisory-lock id of ``key`` in ``namespace`` (see the module docstring).
+
+    Pure and stable across processes, versions and platforms.
+    """
+    digest = hashlib.sha256(namespace.encode() + b"\x00" + key.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def _check_lease(lease: float) -> float:
+    if not lease > 0:
+        raise ConfigurationError(
+            f"a lock lease must be positive seconds, got {lease!r}.",
+            fix="pass the job's concurrency.lease (seconds).",
+        )
+    return float(lease)
+
+
+class AdvisoryLock:
+    """One holding of a key: a transaction on a dedicated connection holding the xact lock.
+
+    Not safe to share across event loops; safe for concurrent tasks of one loop (``extend``,
+    ``release`` and the lease timer are serialized).
+    """
+
+    def __init__(
+        self,
+        *,
+        connection: AsyncConnection,
+        key: str,
+        lock_id: int,
+        lease: float,
+        clock: Clock,
+    ) -> None:
+        self.key = key
+        self.lock_id = lock_id
+        self._connection: AsyncConnection | None = connection
+        self._clock = clock
+        self._expires_at = clock.monotonic() + lease
+        self._lost = False
+        self._released = False
+        self._guard = asyncio.Lock()
+        self._freed = asyncio.Event()
+        self._timer = asyncio.get_running_loop().create_task(
+            self._expire_when_due(), name=f"ship_sqla advisory lock lease {key!r}"
+        )
+
+    @property
+    def expires_at(self) -> float:
+        """The clock's ``monotonic()`` reading at which the lease ends."""
+        return self._expires_at
+
+    @property
+    def lost(self) -> bool:
+        """True once the lease ended (or the session died) before ``release`` (L2)."""
+        if self._released:
+            return self._lost
+        return self._lost or self._clock.monotonic() >= self._expires_at
+
+    @property
+    def held(self) -> bool:
+        return not self._released and not self.lost
+
+    async def wait_freed(self) -> None:
+        """Return once the lock's transaction has ended (released, lease timer, lost session):
+        from then on another session can take the key."""
+        await self._freed.wait()
+
+    async def extend(self, lease: float) -> bool:
+        """Restart the lease at ``lease`` seconds from now; False once lost or released.
+
+        Costs one round trip on the holding connection, which proves the session (and so the
+        lock) is still alive: a lock whose session the server ended answers False here.
+        """
+        lease = _check_lease(lease)
+        async with self._guard:
+            if not self.held or self._connection is None:
+                return False
+            try:
+                await self._connection.execute(STILL_HELD)
+            except (SQLAlchemyError, OSError):
+                logger.warning(
+                    "advisory lock %r: its session is gone; the lock is lost",
+                    self.key,
+                    exc_info=True,
+                )
+                self._lost = True
+                await self._end()
+                return False
+            self._expires_at = self._clock.monotonic() + lease
+            return True
+
+    async def release(self) -> None:
+        """Free the key by rolling the transaction back. Safe to call twice or after a loss:
+        rolling back our own transaction can only free our own lock."""
+        if self._released:
+            return
+        if self._clock.monotonic() >= self._expires_at:
+            self._lost = True
+        self._released = True
+        self._timer.cancel()
+        async with self._guard:
+            await self._end()
+
+    async def _expire_when_due(self) -> None:
+        while True:
+            remaining = self._expires_at - self._clock.monotonic()
+            if remaining > 0:
+                await self._clock.sleep(remaining)
+                continue
+            async with self._guard:
+                if self._released or self._connection is None:
+                    return
+                if self._clock.monotonic() < self._expires_at:  # extended while we waited
+                    continue
+                self._lost = True
+                logger.warning(
+                    "advisory lock %r: lease ended before release; the lock is freed", self.key
+                )
+                await self._end()
+                return
+
+    async def _end(self) -> None:
+        """Roll back and return the connection (caller holds ``_guard``). Shielded: a cancelled
+        caller must not leave a transaction open that would keep the lock held."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        await asyncio.shield(_close(connection, self.key, self._freed))
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else ("lost" if self.lost else "held")
+        return f"AdvisoryLock({self.key!r}, {state})"
+
+
+async def _close(connection: AsyncConnection, key: str, freed: asyncio.Event | None = None) -> None:
+    try:
+        # close() rolls back the open transaction, which frees the xact lock.
+        await connection.close()
+    except Exception:
+        # A broken connection is discarded by the pool; its session's end frees the lock.
+        logger.warning("advisory lock %r: closing its connection failed", key, exc_info=True)
+        with contextlib.suppress(Exception):
+            await connection.invalidate()
+    finally:
+        if freed is not None:
+            freed.set()
+
+
+class AdvisoryLockProvider:
+    """The kernel ``LockProvider`` over PostgreSQL advisory locks (L1, L2).
+
+    ``acquire`` never waits for another holder: it answers None at once when the key is taken.
+    """
+
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        namespace: str = "ship_sqla",
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(engine, AsyncEngine):
+            raise ConfigurationError(
+                f"advisory_lock_provider needs an AsyncEngine, got {type(engine).__name__}.",
+                fix="pass the application's create_async_engine(...): each held lock needs a"
+                " connection (and a transaction) of its own.",
+            )
+        if not namespace:
+            raise ConfigurationError(
+                "advisory_lock_provider namespace must not be empty.",
+                fix="keep the default 'ship_sqla' or name your application.",
+            )
+        self._engine = engine
+        self._namespace = namespace
+        self._clock: Clock = clock if clock is not None else SystemClock()
+
+    @property
+    def namespace(self) -> str:
+        return self._namespace
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def lock_id(self, key: str) -> int:
+        """The advisory-lock id ``key`` maps to (for ``pg_locks`` inspection)."""
+        return advisory_lock_key(self._namespace, key)
+
+    async def acquire(self, key: str, lease: float) -> AdvisoryLock | None:
+        """The lock on ``key`` for ``lease`` seconds, or None when another session holds it."""
+        lease = _check_lease(lease)
+        lock_id = self.lock_id(key)
+        connection = await self._engine.connect()
+        lock: AdvisoryLock | None = None
+        try:
+            await connection.begin()
+            got = (await connection.execute(TRY_LOCK, {"lock_id": lock_id})).scalar_one()
+            if got:
+                lock = AdvisoryLock(
+                    connection=connection,
+                    key=key,
+                    lock_id=lock_id,
+                    lease=lease,
+                    clock=self._clock,
+                )
+        finally:
+            if lock is None:
+                # Not taken, failed or cancelled: never leave the transaction open behind us.
+                await asyncio.shield(_close(connection, key))
+        return lock
+
+
+def advisory_lock_provider(
+    database: AsyncEngine, *, namespace: str = "ship_sqla", clock: Clock | None = None
+) -> AdvisoryLockProvider:
+    """The advisory-lock ``LockProvider`` for ``database`` (an ``AsyncEngine``).
+
+    Keys are hashed with ``namespace`` into PostgreSQL's one 64-bit advisory-lock space (see
+    :func:`advisory_lock_key`). ``clock`` runs the local lease timers (a ``FrozenClock`` in tests).
+    """
+    return AdvisoryLockProvider(database, namespace=namespace, clock=clock)

@@ -1,0 +1,214 @@
+"""The hot statements' plans at a backlog of 1,000,000 waiting runs (J2, J3).
+
+EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of the claim of 50, of the enqueue's bounded depth check
+and of a batched complete, both as PostgreSQL first plans them (custom plans) and as a prepared
+statement's generic plan (what asyncpg's statement cache ends up running): index scans on the
+named partial indexes, never a sequential scan of the runs table, and buffer counts within 2x of
+the same statement against a backlog of 1,000.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from sqlalchemy import MetaData, Table, TextClause, text
+from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from ship_sqla._jobs import _sql, ship_job_runs_table, ship_job_state_table
+
+BIG = 1_000_000
+SMALL = 1_000
+RUNNING = 2_000
+
+metadata = MetaData()
+big_runs = ship_job_runs_table(metadata)
+small_runs = ship_job_runs_table(metadata, name="small_job_runs")
+ship_job_state_table(metadata)
+
+
+def _load(table: str, waiting: int) -> list[str]:
+    """Waiting runs of job 'bulk' (due over the last hour), finished runs, and running runs
+    (tokens 1..RUNNING) spread over three jobs: a busy queue table's shape."""
+    columns = "id, job_id, state, payload, max_attempts, run_at, created_at, updated_at"
+    return [
+        (
+            f"INSERT INTO {table} ({columns})"
+            " SELECT 'w' || lpad(g::text, 9, '0'), 'bulk', 'waiting', '{}'::jsonb, 5,"
+            "  now() - interval '1 hour' + g * interval '1 millisecond', now(), now()"
+            f" FROM generate_series(1, {waiting}) g"
+        ),
+        (
+            f"INSERT INTO {table} ({columns}, finished_at)"
+            " SELECT 'c' || lpad(g::text, 9, '0'), 'bulk', 'completed', '{}'::jsonb, 5,"
+            "  now(), now(), now(), now()"
+            f" FROM generate_series(1, {max(waiting // 10, 100)}) g"
+        ),
+        (
+            f"INSERT INTO {table} ({columns}, lease_expires_at, lease_token, attempt)"
+            " SELECT 'x' || lpad(g::text, 9, '0'), 'bulk' || (g % 3), 'running', '{}'::jsonb, 5,"
+            "  now(), now(), now(), now() + interval '1 hour', g, 1"
+            f" FROM generate_series(1, {RUNNING}) g"
+        ),
+    ]
+
+
+@pytest.fixture
+async def loaded(ship_engine: AsyncEngine) -> AsyncEngine:
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+        for statement in _load("ship_job_runs", BIG) + _load("small_job_runs", SMALL):
+            await connection.execute(text(statement))
+    async with ship_engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text("VACUUM (ANALYZE) ship_job_runs"))
+        await connection.execute(text("VACUUM (ANALYZE) small_job_runs"))
+    return ship_engine
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list):
+        return "ARRAY[" + ", ".join(_literal(v) for v in value) + "]" if value else "'{}'"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+async def explain(
+    connection: AsyncConnection, statement: TextClause, params: dict[str, Any], *, generic: bool
+) -> dict[str, Any]:
+    """EXPLAIN ANALYZE of ``statement`` run as a prepared statement (its effects rolled back)."""
+    compiled = statement.compile(dialect=asyncpg_dialect.dialect())
+    names = list(compiled.positiontup or [])
+    mode = "force_generic_plan" if generic else "force_custom_plan"
+    await connection.execute(text(f"SET LOCAL plan_cache_mode = {mode}"))
+    await connection.exec_driver_sql(f"PREPARE ship_explained AS {compiled.string}")
+    types = (
+        await connection.execute(
+            text(
+                "SELECT parameter_types::text[] FROM pg_prepared_statements"
+                " WHERE name = 'ship_explained'"
+            )
+        )
+    ).scalar_one()
+    arguments = ", ".join(
+        f"CAST({_literal(params[name])} AS {kind})" for name, kind in zip(names, types, strict=True)
+    )
+    raw = (
+        await connection.exec_driver_sql(
+            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE ship_explained({arguments})"
+        )
+    ).scalar_one()
+    await connection.exec_driver_sql("DEALLOCATE ship_explained")
+    document = json.loads(raw) if isinstance(raw, str) else raw
+    return dict(document[0]["Plan"])
+
+
+def nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found += nodes(child)
+    return found
+
+
+def buffers(plan: dict[str, Any]) -> int:
+    return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+
+
+def check_plan(plan: dict[str, Any], table: Table, *, uses: set[str]) -> None:
+    seq_scans = [
+        n
+        for n in nodes(plan)
+        if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == table.name
+    ]
+    assert not seq_scans, f"sequential scan of {table.name}: {seq_scans}"
+    indexes = {n["Index Name"] for n in nodes(plan) if "Index Name" in n}
+    expected = {f"{table.name}_{suffix}" for suffix in uses}
+    assert expected <= indexes, f"expected {expected}, plan used {indexes}"
+
+
+def claim_params() -> dict[str, Any]:
+    return {
+        "job_id": "bulk",
+        "limit": 50,
+        "max_running": 100,
+        "lease": 30.0,
+        "worker": "explain",
+        "exclude_keys": [],
+        "lapsed_final": "lapsed",
+        "now": None,
+    }
+
+
+def depth_params() -> dict[str, Any]:
+    return {
+        "job_id": "bulk",
+        "max_attempts": 5,
+        "depth_limit": 500,
+        "now": None,
+        "ids": ["explained-run"],
+        "payloads": ["{}"],
+        "dedupe_keys": ["explained-key"],
+        "keys": [None],
+        "run_ats": [None],
+    }
+
+
+def complete_params() -> dict[str, Any]:
+    return {
+        "ids": [f"x{n:09d}" for n in range(1, 51)],
+        "tokens": list(range(1, 51)),
+        "now": None,
+    }
+
+
+CASES = [
+    # name, statement, parameters, indexes it must read, rows it returns, buffers bounded by 2x
+    (
+        "claim",
+        _sql.CLAIM_DUE_AND_LAPSED_SKIP_LOCKED,
+        claim_params,
+        {"due_idx", "lease_idx"},
+        50,
+        True,
+    ),
+    ("depth check", _sql.ENQUEUE_MANY, depth_params, {"due_idx", "dedupe_idx", "pkey"}, 1, True),
+    # At a few thousand rows a hash join over a sequential scan is the cheaper plan, so only
+    # the large table's plan shape is checked for the batched complete.
+    ("complete", _sql.COMPLETE_IF_TOKEN_CURRENT, complete_params, {"pkey"}, 50, False),
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.slow
+async def test_hot_statements_use_their_indexes_at_a_million_runs(loaded: AsyncEngine) -> None:
+    """J3, J2: at 1,000,000 waiting runs the claim of 50 reads the due and lease partial indexes,
+    the depth check reads the due index (index-only, stops at the limit), a batched complete
+    probes the primary key; no statement scans the runs table sequentially, in custom or generic
+    plans, and each reads at most twice the buffers it reads at a backlog of 1,000."""
+    report = []
+    for name, template, params, uses, returned, bounded in CASES:
+        for generic in (False, True):
+            plans = {}
+            for table in (big_runs, small_runs):
+                statement = _sql.render(template, runs=table.name)
+                async with loaded.connect() as connection, connection.begin() as transaction:
+                    plans[table.name] = await explain(
+                        connection, statement, params(), generic=generic
+                    )
+                    await transaction.rollback()
+            big, small = plans[big_runs.name], plans[small_runs.name]
+            check_plan(big, big_runs, uses=uses)
+            if bounded:
+                check_plan(small, small_runs, uses=uses)
+            assert big["Actual Rows"] == small["Actual Rows"] == returned
+            report.append((name, "generic" if generic else "custom", buffers(big), buffers(small)))
+            if bounded:
+                assert buffers(big) <= 2 * buffers(small), report[-1]
+    print(report)  # noqa: T201 - the measured buffers, for the log

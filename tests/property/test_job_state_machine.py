@@ -1,0 +1,402 @@
+"""The PostgreSQL job backend against the in-memory model, step by step (J1-J7).
+
+Hypothesis drives both backends with the same calls (enqueue, enqueue_many, claim as worker A or
+B, heartbeat, complete / fail / release with a current or stale token, the frozen clock moving
+past leases, operator retry / discard, cleanup) and after every step checks that the database
+equals the model and that the backend's invariants hold.
+
+Hypothesis has no async rules, so the sync rules drive the async backends through one event loop
+kept for the whole test (an anyio blocking portal); one engine per test on a database created
+for it; the tables are truncated between examples. ``SHIP_SQLA_HYPOTHESIS_PROFILE=large`` runs
+many more examples.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Coroutine, Iterator
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, TypeVar
+
+import attrs
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from sqlalchemy import MetaData, text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs._backend import PostgresJobBackend, _record
+from ship_sqla._jobs._sql import GET_RUN, render
+from ship_sqla._server import ResolvedServer
+from ship_sqla.kernel import FrozenClock
+from ship_sqla.kernel._job_backend import (
+    TERMINAL_STATES,
+    ClaimedRun,
+    EnqueueRequest,
+    EnqueueResult,
+    RunRecord,
+)
+from ship_sqla.kernel._jobs import Concurrency, IdempotencyPolicy, RetryPolicy, define_job
+from ship_sqla.kernel._memory_jobs import InMemoryJobBackend
+from ship_sqla.testing import DatabaseFactory
+from ship_sqla.testing._databases import new_database_name
+
+T = TypeVar("T")
+
+LARGE = os.environ.get("SHIP_SQLA_HYPOTHESIS_PROFILE") == "large"
+SETTINGS = settings(
+    max_examples=300 if LARGE else 25,
+    stateful_step_count=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+DEPTH_LIMIT = 4
+
+metadata = MetaData()
+runs_table = ship_job_runs_table(metadata)
+state_table = ship_job_state_table(metadata)
+ALL_RUNS = render(GET_RUN.replace("WHERE r.id = :id", "ORDER BY r.id"), runs="ship_job_runs")
+
+
+async def noop(ctx: Any, payload: Any) -> None:
+    return None
+
+
+PLAIN = define_job(
+    "plain",
+    noop,
+    payload=dict,
+    concurrency=Concurrency(max=2, lease=10),
+    retry=RetryPolicy(attempts=3),
+)
+KEYED = define_job(
+    "keyed",
+    noop,
+    payload=dict,
+    concurrency=Concurrency(max=3, lease=6, single_runner=True, key=lambda p: p["key"]),
+    retry=RetryPolicy(attempts=2),
+    idempotency=IdempotencyPolicy(key=lambda p: f"n{p['n'] % 3}"),
+)
+JOBS = st.sampled_from([PLAIN, KEYED])
+WORKERS = st.sampled_from(["A", "B"])
+PICKS = st.integers(min_value=0, max_value=10_000)
+
+
+@attrs.frozen
+class Claim:
+    """One claim as both backends answered it: their tokens differ, the run is the same."""
+
+    pg: ClaimedRun
+    model: ClaimedRun
+    worker: str
+
+
+def _normalized(record: RunRecord) -> RunRecord:
+    """History ``at`` texts differ in format (microseconds); compare them as instants."""
+    history = tuple(
+        {**entry, "at": datetime.fromisoformat(entry["at"])} for entry in record.history
+    )
+    return attrs.evolve(record, history=history)
+
+
+def _claimed_view(run: ClaimedRun) -> tuple[Any, ...]:
+    return (
+        run.run_id,
+        run.job_id,
+        run.payload,
+        run.attempt,
+        run.max_attempts,
+        run.key,
+        run.lease_expires_at,
+        run.created_at,
+    )
+
+
+class JobBackendMachine(RuleBasedStateMachine):
+    portal: ClassVar[BlockingPortal]
+    engine: ClassVar[AsyncEngine]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.run(self._truncate())
+        self.clock = FrozenClock()
+        self.pg: PostgresJobBackend = create_job_backend(
+            database=self.engine,
+            table=runs_table,
+            state_table=state_table,
+            clock=self.clock,
+            queue_depth_limit=DEPTH_LIMIT,
+        )
+        self.model = InMemoryJobBackend(clock=self.clock, queue_depth_limit=DEPTH_LIMIT)
+        self.claims: list[Claim] = []
+        self.tokens: dict[str, int] = {}
+        self.counter = 0
+        self.seen: dict[str, str] = {}
+        self.retried: set[str] = set()
+
+    # --- plumbing --------------------------------------------------------------------------------
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        async def awaited() -> T:
+            return await coroutine
+
+        return self.portal.call(awaited)
+
+    async def _truncate(self) -> None:
+        async with self.engine.begin() as connection:
+            await connection.execute(text("TRUNCATE ship_job_runs, ship_job_state"))
+
+    async def _pg_records(self) -> list[RunRecord]:
+        async with self.engine.connect() as connection:
+            return [_record(row) for row in await connection.execute(ALL_RUNS)]
+
+    def pg_records(self) -> dict[str, RunRecord]:
+        return {r.run_id: r for r in self.run(self._pg_records())}
+
+    def next_id(self) -> str:
+        self.counter += 1
+        return f"run-{self.counter:05d}"
+
+    def pick(self, index: int, stale: bool = False) -> Claim:
+        """A recorded claim: one whose token is current, or with ``stale`` preferably one whose
+        run is running under a newer token (the zombie J5 fences out), else any stale one."""
+        current: list[Claim] = []
+        superseded: list[Claim] = []
+        for claim in self.claims:
+            record = self.model.get_run(claim.pg.run_id)
+            if record is None or record.state != "running":
+                continue
+            if self.tokens[claim.pg.run_id] == claim.pg.token:
+                current.append(claim)
+            else:
+                superseded.append(claim)
+        pool = (superseded or [c for c in self.claims if c not in current]) if stale else current
+        pool = pool or self.claims
+        return pool[index % len(pool)]
+
+    def known_ids(self) -> list[str]:
+        return sorted(self.pg_records())
+
+    # --- enqueue -------------------------------------------------------------------------------
+
+    def _request(self, dedupe: str | None, delay: int, key: str) -> EnqueueRequest:
+        payload = {"n": self.counter, "key": key}
+        run_at = self.clock.now() + timedelta(seconds=delay) if delay else None
+        return EnqueueRequest(
+            payload=payload, dedupe_key=dedupe, run_at=run_at, run_id=self.next_id()
+        )
+
+    @initialize()
+    def some_runs(self) -> None:
+        for job in (PLAIN, KEYED):
+            self.enqueue(job, [(None, 0, "x"), (None, 0, "y")], repeat_id=False)
+
+    @rule(
+        job=JOBS,
+        specs=st.lists(
+            st.tuples(
+                st.none() | st.sampled_from(["d1", "d2"]),
+                st.sampled_from([0, 0, 5]),
+                st.sampled_from(["x", "y"]),
+            ),
+            min_size=1,
+            max_size=4,
+        ),
+        repeat_id=st.booleans(),
+    )
+    def enqueue(self, job: Any, specs: list[tuple[Any, int, str]], repeat_id: bool) -> None:
+        """One request through ``enqueue``, several through ``enqueue_many``."""
+        requests = [self._request(*spec) for spec in specs]
+        if len(requests) == 1:
+            [request] = requests
+            waiting_before = self.model.waiting_count(job.id)
+            kwargs = {
+                "dedupe_key": request.dedupe_key,
+                "run_at": request.run_at,
+                "run_id": request.run_id,
+            }
+            expected = self.run(self.model.enqueue(job, request.payload, **kwargs))
+            actual = self.run(self.pg.enqueue(job, request.payload, **kwargs))
+            assert actual == expected
+            if waiting_before >= DEPTH_LIMIT and not actual.deduplicated:
+                assert actual.rejected == "queue-full"  # J2
+            return
+        if repeat_id:
+            requests[-1] = attrs.evolve(requests[-1], run_id=requests[0].run_id)
+        many: list[EnqueueResult] = self.run(self.model.enqueue_many(job, requests))
+        assert self.run(self.pg.enqueue_many(job, requests)) == many
+
+    # --- claim and settle ----------------------------------------------------------------------
+
+    @rule(
+        job=JOBS,
+        worker=WORKERS,
+        limit=st.integers(min_value=1, max_value=3),
+        exclude=st.sampled_from([(), ("x",)]),
+    )
+    def claim(self, job: Any, worker: str, limit: int, exclude: tuple[str, ...]) -> None:
+        expected = self.run(self.model.claim(job, worker=worker, limit=limit, exclude_keys=exclude))
+        actual = self.run(self.pg.claim(job, worker=worker, limit=limit, exclude_keys=exclude))
+        assert [_claimed_view(r) for r in actual] == [_claimed_view(r) for r in expected]
+        for pg_run, model_run in zip(actual, expected, strict=True):
+            # J5: every claim draws a token above any earlier holder's of the same run.
+            assert pg_run.token > self.tokens.get(pg_run.run_id, 0)
+            self.tokens[pg_run.run_id] = pg_run.token
+            self.claims.append(Claim(pg_run, model_run, worker))
+
+    @precondition(lambda self: self.claims)
+    @rule(
+        op=st.sampled_from(["heartbeat", "complete", "fail", "release"]),
+        picks=st.lists(st.tuples(PICKS, st.booleans()), min_size=1, max_size=3),
+        retry_in=st.none() | st.sampled_from([0, 3]),
+        error=st.none() | st.sampled_from(["e1", "e2"]),
+    )
+    def settle(
+        self, op: str, picks: list[tuple[int, bool]], retry_in: int | None, error: str | None
+    ) -> None:
+        """heartbeat / complete take a batch; fail / release the first pick. A pick is a current
+        claim or (flag) a stale one; whatever the backends answer must agree, and a stale
+        answer must leave the row as it was (J5)."""
+        chosen = [self.pick(i, stale) for i, stale in picks]
+        before = self.pg_records()
+        if op == "heartbeat":
+            expected: list[Any] = self.run(self.model.heartbeat([c.model for c in chosen]))
+            actual: list[Any] = self.run(self.pg.heartbeat([c.pg for c in chosen]))
+            assert actual == expected
+            stale_flags = [not ok for ok in actual]
+        elif op == "complete":
+            expected = self.run(self.model.complete([c.model for c in chosen]))
+            actual = self.run(self.pg.complete([c.pg for c in chosen]))
+            assert actual == expected
+            stale_flags = [o == "stale" for o in actual]
+        else:
+            chosen = chosen[:1]
+            claim = chosen[0]
+            when = None if retry_in is None else self.clock.now() + timedelta(seconds=retry_in)
+            if op == "fail":
+                outcome = self.run(self.model.fail(claim.model, error or "e", retry_at=when))
+                assert self.run(self.pg.fail(claim.pg, error or "e", retry_at=when)) == outcome
+            else:
+                when = when or self.clock.now()
+                outcome = self.run(self.model.release(claim.model, run_at=when, error=error))
+                assert self.run(self.pg.release(claim.pg, run_at=when, error=error)) == outcome
+            stale_flags = [outcome == "stale"]
+        after = self.pg_records()
+        settled = {c.pg.run_id for c, stale in zip(chosen, stale_flags, strict=True) if not stale}
+        for claim, stale in zip(chosen, stale_flags, strict=True):
+            if stale and claim.pg.run_id not in settled:
+                assert after.get(claim.pg.run_id) == before.get(claim.pg.run_id)  # J5
+
+    @rule(seconds=st.sampled_from([1, 3, 7, 11, 2 * 86400]))
+    def advance(self, seconds: int) -> None:
+        self.clock.advance(seconds)
+
+    # --- operator operations -------------------------------------------------------------------
+
+    @rule(op=st.sampled_from(["retry", "discard", "cleanup"]), pick=PICKS, job=JOBS)
+    def operate(self, op: str, pick: int, job: Any) -> None:
+        if op == "cleanup":
+            assert self.run(self.pg.cleanup(job, limit=1000)) == self.model.cleanup(job, limit=1000)
+            return
+        ids = self.known_ids()
+        if not ids:
+            return
+        run_id = ids[pick % len(ids)]
+        if op == "retry":
+            expected = self.model.retry(run_id)
+            assert self.run(self.pg.retry(run_id)) == expected
+            if expected:
+                self.retried.add(run_id)
+        else:
+            assert self.run(self.pg.discard(run_id)) == self.model.discard(run_id)
+
+    # --- invariants ----------------------------------------------------------------------------
+
+    @invariant()
+    def database_equals_model_and_invariants_hold(self) -> None:
+        records = self.pg_records()
+        self.database_equals_model(records)
+        self.backend_invariants_hold(records)
+
+    def database_equals_model(self, records: dict[str, RunRecord]) -> None:
+        model = {r.run_id: r for r in self.model.runs()}
+        assert sorted(records) == sorted(model)
+        for run_id, record in records.items():
+            assert _normalized(record) == _normalized(model[run_id]), run_id
+
+    def backend_invariants_hold(self, records: dict[str, RunRecord]) -> None:
+        live_keys: set[tuple[str, str]] = set()
+        for run_id, record in records.items():
+            # Attempts never exceed the bound.
+            assert 0 <= record.attempt <= record.max_attempts, record
+            # J1: one non-terminal run per (job, dedupe key).
+            if record.dedupe_key is not None and record.state not in TERMINAL_STATES:
+                assert (record.job_id, record.dedupe_key) not in live_keys, record
+                live_keys.add((record.job_id, record.dedupe_key))
+            # Terminal runs never come back (a dead run only through an operator retry).
+            previous = self.seen.get(run_id)
+            if previous in ("completed", "discarded"):
+                assert record.state == previous, (run_id, previous, record.state)
+            if previous == "dead" and record.state != "dead":
+                assert record.state == "discarded" or run_id in self.retried, record
+        # Cleanup may delete terminal runs; it never deletes a live one.
+        for run_id, previous in self.seen.items():
+            if run_id not in records:
+                assert previous in TERMINAL_STATES, (run_id, previous)
+        self.seen = {run_id: record.state for run_id, record in records.items()}
+        self.retried.clear()
+        # No run has two live holders: at most one recorded claim per run holds its current
+        # token, and only a running run has one.
+        holders: dict[str, int] = {}
+        for claim in self.claims:
+            record = records.get(claim.pg.run_id)
+            if record is not None and record.state == "running":
+                current = self.tokens[claim.pg.run_id] == claim.pg.token
+                holders[claim.pg.run_id] = holders.get(claim.pg.run_id, 0) + int(current)
+        assert all(count <= 1 for count in holders.values()), holders
+
+
+@pytest.fixture(scope="module")
+def job_database(ship_server: ResolvedServer) -> Iterator[str]:
+    """A database of this module's own (created and dropped synchronously)."""
+    factory = DatabaseFactory(ship_server)
+    name = new_database_name("jobsm")
+    url = asyncio.run(factory.create(name))
+    try:
+        yield url.render_as_string(hide_password=False)
+    finally:
+        asyncio.run(factory.drop(name))
+
+
+@pytest.mark.timeout(900 if LARGE else 300)
+def test_postgres_backend_matches_the_model(job_database: str) -> None:
+    """J1-J7 against the model: after every step the database equals the in-memory model; no
+    run has two live holders; a stale token never changes a row (J5); terminal runs never come
+    back; attempts never exceed the bound; dedupe (J1) and queue-full (J2) hold; lapsed leases
+    are retaken or dead-lettered as the model says (J6)."""
+    with start_blocking_portal(backend="asyncio") as portal:
+
+        async def setup() -> AsyncEngine:
+            engine = create_async_engine(job_database, pool_size=3)
+            async with engine.begin() as connection:
+                await connection.run_sync(metadata.create_all)
+            return engine
+
+        engine = portal.call(setup)
+        JobBackendMachine.portal = portal
+        JobBackendMachine.engine = engine
+        try:
+            run_state_machine_as_test(JobBackendMachine, settings=SETTINGS)
+        finally:
+            portal.call(engine.dispose)
