@@ -1,20 +1,20 @@
 """A job worker on PostgreSQL: define a job, enqueue runs, run them, stop.
 
-    SHIP_SQLA_DATABASE_URL=postgresql+asyncpg://user@host/db python examples/worker.py
+    python -m examples.worker
 
-Without SHIP_SQLA_DATABASE_URL it uses postgresql+asyncpg://postgres@127.0.0.1:5432/postgres.
-It creates the two job tables if they are missing (an application would let Alembic do that:
-the tables come from ``ship_job_runs_table`` / ``ship_job_state_table`` on its metadata).
+It uses the server ``SHIP_SQLA_DATABASE_URL`` names, else the embedded one (the ``embedded``
+extra), creates a scratch database with the two job tables (an application would let Alembic
+create them: they come from ``ship_job_runs_table`` / ``ship_job_state_table`` on its
+metadata), and drops it at the end.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 
 import attrs
 from sqlalchemy import MetaData
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla.kernel import (
@@ -25,10 +25,8 @@ from ship_sqla.kernel import (
     define_job,
     start_job_runtime,
 )
+from ship_sqla.testing import DatabaseFactory, resolve_server
 
-DATABASE_URL = os.environ.get(
-    "SHIP_SQLA_DATABASE_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
-)
 RUNS = 20
 
 metadata = MetaData()
@@ -42,9 +40,20 @@ class Greeting:
 
 
 async def main() -> None:
-    engine = create_async_engine(DATABASE_URL)
+    factory = DatabaseFactory(resolve_server(prefer_embedded=True))
+    name = "ship_sqla_worker_example"
+    await factory.drop(name)
+    engine = create_async_engine(await factory.create(name))
+    try:
+        await run(engine)
+    finally:
+        await engine.dispose()
+        await factory.drop(name)
+
+
+async def run(engine: AsyncEngine) -> None:
     async with engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)  # checkfirst: existing tables are kept
+        await connection.run_sync(metadata.create_all)
 
     greeted: list[str] = []
     all_done = asyncio.Event()
@@ -76,7 +85,6 @@ async def main() -> None:
         await asyncio.wait_for(all_done.wait(), timeout=60)
     finally:
         await runtime.stop()  # lets running handlers finish and flushes their completions
-        await engine.dispose()
     print(f"done: {len(greeted)} runs completed")
 
 

@@ -1,10 +1,10 @@
 """The hot statements' plans at a backlog of 1,000,000 waiting runs (J2, J3).
 
 EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of the claim of 50, of the enqueue's bounded depth check
-and of a batched complete, both as PostgreSQL first plans them (custom plans) and as a prepared
-statement's generic plan (what asyncpg's statement cache ends up running): index scans on the
-named partial indexes, never a sequential scan of the runs table, and buffer counts within 2x of
-the same statement against a backlog of 1,000.
+and of a batched complete, both as custom plans and as a prepared statement's generic plan (the
+claim forces its generic plan; the others get one from asyncpg's statement cache once PostgreSQL
+prefers it): index scans on the named partial indexes, never a sequential scan of the runs
+table, and buffer counts within 2x of the same statement against a backlog of 1,000.
 """
 
 from __future__ import annotations

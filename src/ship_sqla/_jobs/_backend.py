@@ -20,7 +20,10 @@ J7 ``release`` returns a run to waiting without consuming its attempt; ``fail`` 
 
 Speed: claims and completes are batched (one statement for many runs), statement texts are
 stable (compiled once by SQLAlchemy, prepared once per connection by asyncpg), and the backend's
-own statements run on autocommit connections, so a settle costs one round trip.
+own statements run on autocommit connections, so a settle costs one round trip. A claim runs its
+generic plan without waiting for its commit's WAL flush (``CLAIM_LOCK_TUNED``). Enqueues that
+cannot conflict (generated ids, no dedupe key, no depth limit) take a plain INSERT from
+``unnest``; the rest take the checked statement.
 
 Errors: the backend raises; the runtime's loop catches, reports through :meth:`report_error`
 (J11) and retries. Every operation on the backend's own connections is bounded by
