@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -21,6 +22,7 @@ from ship_sqla._jobs import (
     ship_job_state_table,
 )
 from ship_sqla._jobs._backend import CLAIM_LOCK_NAMESPACE
+from ship_sqla._jobs._ids import new_run_ids
 from ship_sqla._locks import AdvisoryLockProvider, advisory_lock_key
 from ship_sqla.kernel import FrozenClock
 from ship_sqla.kernel._job_backend import (
@@ -59,6 +61,12 @@ async def engine(ship_engine: AsyncEngine) -> AsyncEngine:
 @pytest.fixture
 def backend(engine: AsyncEngine, ship_clock: FrozenClock) -> PostgresJobBackend:
     return create_job_backend(database=engine, table=runs, state_table=state, clock=ship_clock)
+
+
+async def let_tasks_run(rounds: int = 20) -> None:
+    """Give every ready task a few steps (no wall-clock wait)."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)
 
 
 async def rows(engine: AsyncEngine, job_id: str = JOB.id) -> list[Any]:
@@ -263,7 +271,7 @@ async def test_wake_is_kept_when_no_loop_waits(backend: PostgresJobBackend) -> N
     with anyio.fail_after(5):
         await backend.wait_for_work(3600)
     waiter = asyncio.ensure_future(backend.wait_for_work(10))
-    await asyncio.sleep(0.01)
+    await let_tasks_run()
     assert not waiter.done()
     backend.clock.advance(10)  # type: ignore[attr-defined]
     with anyio.fail_after(5):
@@ -274,7 +282,7 @@ async def test_delayed_enqueue_does_not_wake(backend: PostgresJobBackend) -> Non
     """J3: only a run that is due now wakes the loop."""
     await backend.enqueue(JOB, {"n": 1}, run_at=backend.clock.now() + timedelta(minutes=5))
     waiter = asyncio.ensure_future(backend.wait_for_work(10))
-    await asyncio.sleep(0.01)
+    await let_tasks_run()
     assert not waiter.done()
     waiter.cancel()
 
@@ -621,3 +629,13 @@ async def test_backend_on_a_connection_in_a_transaction(
     assert len(first) + len(second) == 3
     outcomes = await asyncio.gather(backend.complete(first), backend.complete(second))
     assert sum(len(o) for o in outcomes) == 3
+
+
+def test_run_ids_are_increasing_version_7_uuids() -> None:
+    """Generated run ids are RFC 9562 version 7 UUIDs, strictly increasing within the process,
+    across batches (the pkey stays append-mostly)."""
+    ids = new_run_ids(1000) + new_run_ids(1) + new_run_ids(500)
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    parsed = [uuid.UUID(i) for i in ids]
+    assert {(u.version, u.variant) for u in parsed} == {(7, uuid.RFC_4122)}
