@@ -30,8 +30,12 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._idempotency import create_idempotency_store as create_idempotency_store
     from ship_sqla._idempotency import ship_idempotency_table as ship_idempotency_table
     from ship_sqla._jobs import JobBackendTimeoutError as JobBackendTimeoutError
+    from ship_sqla._jobs import JobOperationRefusedError as JobOperationRefusedError
+    from ship_sqla._jobs import JobOperations as JobOperations
     from ship_sqla._jobs import PostgresJobBackend as PostgresJobBackend
+    from ship_sqla._jobs import RunPage as RunPage
     from ship_sqla._jobs import create_job_backend as create_job_backend
+    from ship_sqla._jobs import create_job_operations as create_job_operations
     from ship_sqla._jobs import ship_job_runs_table as ship_job_runs_table
     from ship_sqla._jobs import ship_job_state_table as ship_job_state_table
     from ship_sqla._locks import AdvisoryLock as AdvisoryLock
@@ -101,6 +105,7 @@ _EXPORTS: dict[str, str] = {
     "check_schema": "ship_sqla._schema_check",
     "create_idempotency_store": "ship_sqla._idempotency",
     "create_job_backend": "ship_sqla._jobs",
+    "create_job_operations": "ship_sqla._jobs",
     "create_outbox": "ship_sqla._outbox",
     "create_outbox_relay": "ship_sqla._outbox",
     "create_unit_of_work": "ship_sqla._uow",
@@ -121,6 +126,9 @@ _EXPORTS: dict[str, str] = {
     "IdempotencyStore": "ship_sqla._idempotency",
     "job_sink": "ship_sqla._outbox",
     "JobBackendTimeoutError": "ship_sqla._jobs",
+    "JobOperationRefusedError": "ship_sqla._jobs",
+    "JobOperations": "ship_sqla._jobs",
+    "RunPage": "ship_sqla._jobs",
     "Outbox": "ship_sqla._outbox",
     "OutboxBackoff": "ship_sqla._outbox",
     "OutboxClaimStaleError": "ship_sqla._outbox",
@@ -189,6 +197,8 @@ __all__ = (
     "IdempotencyStarted",
     "IdempotencyStore",
     "JobBackendTimeoutError",
+    "JobOperationRefusedError",
+    "JobOperations",
     "Outbox",
     "OutboxBackoff",
     "OutboxClaimStaleError",
@@ -207,6 +217,7 @@ __all__ = (
     "PostgresJobBackend",
     "Projection",
     "RepositoryUsageError",
+    "RunPage",
     "SchemaCheckError",
     "SchemaDifference",
     "SchemaReport",
@@ -230,6 +241,7 @@ __all__ = (
     "check_schema",
     "create_idempotency_store",
     "create_job_backend",
+    "create_job_operations",
     "create_outbox",
     "create_outbox_relay",
     "create_unit_of_work",

@@ -115,8 +115,12 @@ def start_embedded(data_dir: Path | None = None, *, cleanup: str = "stop") -> Re
     ``cleanup="stop"`` stops the server when this process exits and keeps its data directory
     (the default one is reused by the next run); ``"delete"`` removes the directory too.
     """
-    # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset (CI shells); harmless.
-    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
+    if "XDG_RUNTIME_DIR" not in os.environ:
+        # pgserver's platformdirs warns when XDG_RUNTIME_DIR is unset (CI shells) or is not a
+        # private directory: give it one of ours, mode 0700 as the XDG spec asks.
+        runtime = Path(tempfile.gettempdir()) / f"ship_sqla-runtime-{os.getuid()}"
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        os.environ["XDG_RUNTIME_DIR"] = str(runtime)
     try:
         import pgserver  # noqa: PLC0415 - optional extra
     except ImportError as exc:

@@ -734,6 +734,10 @@ class PostgresJobBackend:
             self._wakeup.wake()
         return "released"
 
+    def wake(self) -> None:
+        """Wake this process's worker loop now (after an operator retry has committed)."""
+        self._wakeup.wake()
+
     async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the poll interval
         """Return when a local enqueue/retry committed, or after ``timeout`` seconds (J3)."""
         await self._wakeup.wait(self._clock, timeout)

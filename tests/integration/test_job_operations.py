@@ -1,0 +1,269 @@
+"""J8 operator operations on real PostgreSQL: list_failed, get_run, retry, discard, cleanup."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import anyio
+import pytest
+from sqlalchemy import MetaData, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ship_sqla import JobOperations, create_job_operations
+from ship_sqla._jobs import (
+    PostgresJobBackend,
+    create_job_backend,
+    ship_job_runs_table,
+    ship_job_state_table,
+)
+from ship_sqla._jobs._operations import JobOperationRefusedError
+from ship_sqla.kernel import (
+    BoundExceededError,
+    FrozenClock,
+    InvalidCursorError,
+    PermissionDeniedError,
+)
+from ship_sqla.kernel._jobs import Concurrency, Retention, RetryPolicy, define_job
+
+metadata = MetaData()
+runs = ship_job_runs_table(metadata)
+state = ship_job_state_table(metadata)
+
+
+async def noop(ctx: Any, payload: Any) -> None:
+    return None
+
+
+JOB = define_job(
+    "ops.mail",
+    noop,
+    payload=dict,
+    concurrency=Concurrency(max=100, lease=30),
+    retry=RetryPolicy(attempts=1),
+    retention=Retention(
+        completed=timedelta(hours=1), dead=timedelta(hours=2), discarded=timedelta(hours=3)
+    ),
+)
+OTHER = define_job(
+    "ops.other",
+    noop,
+    payload=dict,
+    concurrency=Concurrency(max=100, lease=30),
+    retry=RetryPolicy(attempts=1),
+)
+
+
+class Authorizer:
+    def __init__(self, *, allow: bool) -> None:
+        self.allow = allow
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, permission: str, operation: str) -> bool:
+        self.calls.append((permission, operation))
+        return self.allow
+
+
+@pytest.fixture
+async def engine(ship_engine: AsyncEngine) -> AsyncEngine:
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    return ship_engine
+
+
+@pytest.fixture
+def backend(engine: AsyncEngine, ship_clock: FrozenClock) -> PostgresJobBackend:
+    return create_job_backend(database=engine, table=runs, state_table=state, clock=ship_clock)
+
+
+@pytest.fixture
+def ops(backend: PostgresJobBackend) -> JobOperations:
+    return create_job_operations(backend, authorizer=Authorizer(allow=True))
+
+
+async def snapshot(engine: AsyncEngine) -> list[Any]:
+    async with engine.connect() as connection:
+        result = await connection.execute(text("SELECT * FROM ship_job_runs ORDER BY id"))
+        return list(result.all())
+
+
+async def dead_runs(backend: PostgresJobBackend, job: Any, count: int) -> list[str]:
+    """Enqueue ``count`` runs of ``job`` and fail each on its only attempt: dead."""
+    for i in range(count):
+        await backend.enqueue(job, {"i": i})
+    claimed = await backend.claim(job, worker="w", limit=count)
+    assert len(claimed) == count
+    for run in claimed:
+        assert await backend.fail(run, "boom", retry_at=None) == "dead"
+    return [run.run_id for run in claimed]
+
+
+async def test_refusal_changes_nothing(
+    backend: PostgresJobBackend, engine: AsyncEngine, ship_clock: FrozenClock
+) -> None:
+    """J8: every operation asks for ship.jobs:manage first; a refusal (sync or async
+    authorizer) raises PermissionDeniedError naming permission and operation, and changes
+    nothing."""
+    [dead] = await dead_runs(backend, JOB, 1)
+    waiting = (await backend.enqueue(JOB, {"w": 1})).run_id
+    assert waiting is not None
+    ship_clock.advance(timedelta(days=365))
+    before = await snapshot(engine)
+    refuse = Authorizer(allow=False)
+
+    async def refuse_async(permission: str, operation: str) -> bool:
+        return False
+
+    for authorizer in (refuse, refuse_async):
+        denied = create_job_operations(backend, authorizer=authorizer)
+        calls = [
+            ("list_failed", denied.list_failed()),
+            ("get_run", denied.get_run(dead)),
+            ("retry", denied.retry(dead)),
+            ("discard", denied.discard(waiting)),
+            ("cleanup", denied.cleanup([JOB])),
+        ]
+        for operation, call in calls:
+            with pytest.raises(PermissionDeniedError) as caught:
+                await call
+            assert "ship.jobs:manage" in str(caught.value)
+            assert operation in str(caught.value)
+    assert [c[1] for c in refuse.calls] == ["list_failed", "get_run", "retry", "discard", "cleanup"]
+    assert {c[0] for c in refuse.calls} == {"ship.jobs:manage"}
+    assert await snapshot(engine) == before
+
+
+async def test_list_failed_pages_every_dead_run_exactly_once(
+    backend: PostgresJobBackend, ops: JobOperations, ship_clock: FrozenClock
+) -> None:
+    """J8: list_failed pages dead runs newest first by (finished_at, id): each exactly once,
+    ties included; job_id filters; the limit is bounded and cursors are checked."""
+    expected: list[str] = []
+    for _ in range(3):  # several runs share each finished_at: the id breaks ties
+        expected += await dead_runs(backend, JOB, 3)
+        ship_clock.advance(1)
+    other = await dead_runs(backend, OTHER, 2)
+    await backend.enqueue(JOB, {"live": True})  # waiting: never listed
+
+    async def all_pages(job_id: str | None) -> list[str]:
+        seen: list[str] = []
+        cursor = None
+        while True:
+            page = await ops.list_failed(job_id=job_id, limit=2, cursor=cursor)
+            assert len(page.items) <= 2
+            assert all(r.state == "dead" for r in page.items)
+            seen += [r.run_id for r in page.items]
+            if page.next_cursor is None:
+                return seen
+            cursor = page.next_cursor
+
+    of_job = await all_pages(JOB.id)
+    assert sorted(of_job) == sorted(expected)
+    assert len(of_job) == len(set(of_job))
+    everything = await all_pages(None)
+    assert sorted(everything) == sorted(expected + other)
+    assert len(everything) == len(set(everything))
+
+    with pytest.raises(BoundExceededError):
+        await ops.list_failed(limit=501)
+    first = await ops.list_failed(job_id=JOB.id, limit=1)
+    with pytest.raises(InvalidCursorError):
+        await ops.list_failed(job_id=OTHER.id, cursor=first.next_cursor)
+    with pytest.raises(InvalidCursorError):
+        await ops.list_failed(cursor="not a cursor")
+
+
+async def test_retry_gives_exactly_one_more_attempt(
+    backend: PostgresJobBackend, ops: JobOperations
+) -> None:
+    """J8: retry puts a dead run back to waiting, due now, with exactly one more attempt; a
+    claim takes it; failing that attempt makes it dead again. Non-dead runs are refused."""
+    [run_id] = await dead_runs(backend, JOB, 1)
+    record = await ops.get_run(run_id)
+    assert record is not None
+    assert record.state == "dead"
+    assert [h["error"] for h in record.history] == ["boom"]
+
+    await backend.wait_for_work(0)  # consume the wake the setup's enqueues left pending
+    retried = await ops.retry(run_id)
+    with anyio.fail_after(5):  # J3: the committed retry woke the local loop (the clock is frozen)
+        await backend.wait_for_work(3600)
+    assert retried.state == "waiting"
+    assert retried.max_attempts == retried.attempt + 1 == 2
+    assert retried.finished_at is None
+
+    [claimed] = await backend.claim(JOB, worker="w", limit=10)
+    assert claimed.run_id == run_id
+    assert claimed.attempt == claimed.max_attempts == 2
+    assert await backend.fail(claimed, "again", retry_at=backend.clock.now()) == "dead"
+    again = await ops.get_run(run_id)
+    assert again is not None
+    assert again.state == "dead"
+    assert [h["error"] for h in again.history] == ["boom", "again"]
+
+    waiting = (await backend.enqueue(JOB, {"x": 1})).run_id
+    assert waiting is not None
+    with pytest.raises(JobOperationRefusedError, match="'waiting'"):
+        await ops.retry(waiting)
+    with pytest.raises(JobOperationRefusedError, match="no such run"):
+        await ops.retry("missing")
+    assert await ops.get_run("missing") is None
+
+
+async def test_discard_waiting_or_dead_but_not_running(
+    backend: PostgresJobBackend, ops: JobOperations
+) -> None:
+    """J8: discard makes a waiting or dead run discarded; a running run is refused and left."""
+    [dead] = await dead_runs(backend, JOB, 1)
+    waiting = (await backend.enqueue(JOB, {"w": 1})).run_id
+    assert waiting is not None
+    assert (await ops.discard(dead)).state == "discarded"
+    discarded = await ops.discard(waiting)
+    assert discarded.state == "discarded"
+    assert discarded.finished_at is not None
+
+    await backend.enqueue(JOB, {"r": 1})
+    [running] = await backend.claim(JOB, worker="w", limit=1)
+    with pytest.raises(JobOperationRefusedError, match="'running'"):
+        await ops.discard(running.run_id)
+    record = await ops.get_run(running.run_id)
+    assert record is not None
+    assert record.state == "running"
+    assert await backend.complete([running]) == ["completed"]
+    with pytest.raises(JobOperationRefusedError, match="'completed'"):
+        await ops.discard(running.run_id)
+
+
+async def test_cleanup_deletes_only_runs_past_retention_in_batches(
+    backend: PostgresJobBackend, ops: JobOperations, engine: AsyncEngine, ship_clock: FrozenClock
+) -> None:
+    """J8: cleanup applies each job's retention per terminal state in bounded batches (at most
+    max_batches x batch_size per job per call) and leaves live and recent runs."""
+    for i in range(5):
+        await backend.enqueue(JOB, {"c": i})
+    done = await backend.claim(JOB, worker="w", limit=5)
+    await backend.complete(done)  # completed at t0 (retention 1 h)
+    old_dead = await dead_runs(backend, JOB, 2)  # dead at t0 (retention 2 h)
+    waiting = (await backend.enqueue(JOB, {"w": 1})).run_id
+    await ops.discard(waiting or "")  # discarded at t0 (retention 3 h)
+    await backend.enqueue(JOB, {"live": 1})  # waiting forever: never deleted
+    ship_clock.advance(timedelta(minutes=90))
+    recent = await dead_runs(backend, JOB, 1)  # dead at t0 + 90 min
+    other_done = await dead_runs(backend, OTHER, 1)  # OTHER: default retention (dead 30 d)
+
+    # t0 + 150 min: completed (1 h) and the old dead (2 h) are past; the rest are not.
+    ship_clock.advance(timedelta(hours=1))
+    assert await ops.cleanup([JOB, OTHER], batch_size=2, max_batches=1) == {JOB.id: 2, OTHER.id: 0}
+    assert await ops.cleanup([JOB, OTHER], batch_size=2, max_batches=10) == {
+        JOB.id: 5,
+        OTHER.id: 0,
+    }
+    left = {row.id: row.state for row in await snapshot(engine)}
+    assert not set(old_dead) & set(left)
+    assert not {run.run_id for run in done} & set(left)
+    assert set(recent) | set(other_done) | {waiting} <= set(left)
+    assert sorted(left.values()) == ["dead", "dead", "discarded", "waiting"]
+    assert await ops.cleanup([JOB]) == {JOB.id: 0}
+
+    with pytest.raises(BoundExceededError):
+        await ops.cleanup([JOB], batch_size=10_001)
