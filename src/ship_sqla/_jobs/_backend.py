@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -48,6 +48,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._jobs import _sql
 from ship_sqla._jobs._ids import new_run_ids
+from ship_sqla._jobs._schedules import Schedules
 from ship_sqla._jobs._tables import ship_job_runs_table, ship_job_state_table
 from ship_sqla._locks import advisory_lock_key, advisory_lock_provider
 from ship_sqla._scope import Database, TransactionScope, current_scope, joined
@@ -305,6 +306,7 @@ class PostgresJobBackend:
         self._wakeup = _Wakeup()
         self._leases: dict[str, float] = {}
         self._claim_keys: dict[str, int] = {}
+        self._schedule_half: Schedules | None = None
 
     # --- JobBackend properties ------------------------------------------------------------------
 
@@ -733,6 +735,28 @@ class PostgresJobBackend:
         if run_at <= self._clock.now():
             self._wakeup.wake()
         return "released"
+
+    # --- schedules (J9; the logic is in _schedules.py) -------------------------------------------
+
+    def _schedules(self) -> Schedules:
+        if self._schedule_half is None:
+            self._schedule_half = Schedules(
+                state=_quoted(self._state_table),
+                runs=self._runs_name,
+                transaction=self._transaction,
+                deadline=self._deadline,
+                now=self._now,
+                wake=self._wakeup.wake,
+            )
+        return self._schedule_half
+
+    async def schedule(self, definitions: Iterable[JobDefinition[Any]]) -> None:
+        """Upsert one state row per scheduled job; an unchanged trigger keeps its next_at."""
+        await self._schedules().install(definitions)
+
+    async def tick(self, definitions: Iterable[JobDefinition[Any]]) -> int:
+        """Fire each due occurrence once (SKIP LOCKED; catch-up is ONE run); the runs created."""
+        return await self._schedules().tick(definitions)
 
     def wake(self) -> None:
         """Wake this process's worker loop now (after an operator retry has committed)."""

@@ -50,6 +50,8 @@ from ship_sqla.kernel._job_backend import (
     SettleOutcome,
 )
 from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
+from ship_sqla.kernel._schedule import due_occurrence, next_occurrence, occurrence_id
+from ship_sqla.kernel._scheduled_runs import scheduled_only, scheduled_payload
 from ship_sqla.kernel._waiting import wait_event
 
 __all__ = ["InMemoryJobBackend"]
@@ -214,6 +216,8 @@ class InMemoryJobBackend:
         self._wake_event = asyncio.Event()
         self._wake_pending = False
         self._waiters = 0
+        # job id -> (trigger text, next_at): the state table of the PostgreSQL backend (J9).
+        self._schedules: dict[str, tuple[str, datetime]] = {}
 
     # --- JobBackend properties ------------------------------------------------------------------
 
@@ -476,6 +480,44 @@ class InMemoryJobBackend:
             run.run_id
         ):
             del self._dedupe[(run.job_id, run.dedupe_key)]
+
+    # --- schedules (J9) -------------------------------------------------------------------------
+
+    async def schedule(self, definitions: Iterable[JobDefinition[Any]]) -> None:
+        """One state per scheduled job; an unchanged trigger keeps its ``next_at`` (J9)."""
+        scheduled = scheduled_only(definitions)
+        for job, _ in scheduled:
+            scheduled_payload(job)
+        now = self._clock.now()
+        for job, schedule in scheduled:
+            stored = self._schedules.get(job.id)
+            if stored is None or stored[0] != schedule.trigger:
+                self._schedules[job.id] = (schedule.trigger, next_occurrence(schedule, now))
+
+    async def tick(self, definitions: Iterable[JobDefinition[Any]]) -> int:
+        """Fire ONE run per due schedule (the latest missed occurrence, id
+        ``<job_id>/<occurrence>``) and advance to the first occurrence after now (J9)."""
+        now = self._clock.now()
+        created = 0
+        for job, schedule in scheduled_only(definitions):
+            stored = self._schedules.get(job.id)
+            if stored is None or stored[0] != schedule.trigger:
+                continue
+            fire, next_at = due_occurrence(schedule, stored[1], now)
+            if fire is None:
+                continue
+            self._schedules[job.id] = (stored[0], next_at)
+            payload = scheduled_payload(job)
+            _, run = self._insert(job, payload, None, fire, occurrence_id(job.id, fire), now)
+            created += run is not None
+        if created:
+            self._wake()
+        return created
+
+    def next_at(self, job_id: str) -> datetime | None:
+        """The stored next occurrence of ``job_id``'s schedule (None: not scheduled)."""
+        stored = self._schedules.get(job_id)
+        return stored[1] if stored is not None else None
 
     # --- waking ---------------------------------------------------------------------------------
 

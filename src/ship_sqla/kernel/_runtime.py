@@ -68,6 +68,10 @@ logger = logging.getLogger("ship_sqla.jobs")
 
 RuntimeMode = Literal["worker", "enqueue-only"]
 
+SCHEDULE_TICK_INTERVAL = 1.0
+"""Seconds of the runtime's clock between schedule ticks (J9); also caps the loop's idle wait
+while scheduled jobs are registered, so a due occurrence is fired within about a second."""
+
 MAX_ERROR_BACKOFF = 30.0
 """Seconds: the longest the loop (or the completer) waits after consecutive failures."""
 
@@ -118,6 +122,10 @@ class JobRuntime:
         self.clock = clock
         self.metrics = metrics
         self._jobs: tuple[JobDefinition[Any], ...] = tuple(registry)
+        # J9: in worker mode the loop ticks these jobs' schedules (start_job_runtime checked that
+        # the backend has schedule/tick and installed them).
+        self._scheduled = tuple(job for job in self._jobs if job.schedule is not None)
+        self._last_tick: float | None = None
         self._max_in_flight = backend.max_in_flight
         # One batch on the wire and one filling: claiming overlaps the completion round trip,
         # and a slow backend still bounds what this process holds.
@@ -275,6 +283,7 @@ class JobRuntime:
         failures = 0
         while not self._stopping:
             try:
+                await self._tick_if_due()
                 freed_before_pass = self._freed
                 more, blocked = await self._claim_pass()
                 if self._stop_requested():
@@ -298,6 +307,20 @@ class JobRuntime:
                     break
                 await wait_event(self._kick, self.clock, self._error_backoff(failures))
 
+    async def _tick_if_due(self) -> None:
+        """J9: fire due schedule occurrences, at most once per SCHEDULE_TICK_INTERVAL of the
+        runtime's clock. A failed tick is reported (J11); the next pass tries again."""
+        if not self._scheduled:
+            return
+        now = self.clock.monotonic()
+        if self._last_tick is not None and now - self._last_tick < SCHEDULE_TICK_INTERVAL:
+            return
+        self._last_tick = now
+        try:
+            await self.backend.tick(self._scheduled)  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - J11: reported; the next tick retries
+            self.backend.report_error(exc)
+
     def _stop_requested(self) -> bool:
         # A call, not an attribute test, so type checkers do not assume the flag cannot change
         # across the awaits above it.
@@ -318,11 +341,15 @@ class JobRuntime:
             if self._kick.is_set() or (self._want_capacity and self._freed != freed_before_pass):
                 return
             if not self._has_capacity():
-                await self._kick.wait()
+                if self._scheduled:
+                    await wait_event(self._kick, self.clock, SCHEDULE_TICK_INTERVAL)
+                else:
+                    await self._kick.wait()
                 return
-            await first_done(
-                self.backend.wait_for_work(self.backend.poll_interval), self._kick.wait()
-            )
+            timeout = self.backend.poll_interval
+            if self._scheduled:
+                timeout = min(timeout, SCHEDULE_TICK_INTERVAL)
+            await first_done(self.backend.wait_for_work(timeout), self._kick.wait())
         finally:
             self._want_capacity = False
             self._kick.clear()
@@ -660,5 +687,16 @@ async def start_job_runtime(
         clock=clock if clock is not None else backend.clock,
         metrics=metrics if metrics is not None else _metrics_of(backend),
     )
+    scheduled = [job for job in runtime.registry if job.schedule is not None]
+    if mode == "worker" and scheduled:
+        if not all(callable(getattr(backend, name, None)) for name in ("schedule", "tick")):
+            raise ConfigurationError(
+                f"jobs {sorted(job.id for job in scheduled)} have schedules, but backend"
+                f" {type(backend).__name__} has no schedule()/tick() methods (J9).",
+                fix="use create_job_backend(...) or InMemoryJobBackend(...), or add"
+                " `async schedule(definitions)` and `async tick(definitions) -> int` to the"
+                " backend; or drop schedule= from these jobs.",
+            )
+        await backend.schedule(scheduled)  # type: ignore[attr-defined]
     runtime._start()  # noqa: SLF001 - the factory owns the runtime's start
     return runtime
