@@ -16,7 +16,7 @@ import inspect
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 from sqlalchemy import MetaData
@@ -24,16 +24,39 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from ship_sqla._cli_jobs import (
+    MAX_STATS_GROUPS,
+    format_failed,
+    format_run,
+    format_stats,
+    job_stats,
+    not_found,
+    record_dict,
+    run_operation,
+    run_worker,
+)
+from ship_sqla._jobs._operations import MAX_CLEANUP_BATCH, MAX_LIST_LIMIT
 from ship_sqla._schema_check import SchemaCheckError, check_schema
 from ship_sqla._schema_sql import schema_sql
 from ship_sqla._server import NoServerError, to_async_url
-from ship_sqla.kernel import ConfigurationError, NotYetImplementedError, ShipError
+from ship_sqla.kernel import (
+    ConfigurationError,
+    InvalidCursorError,
+    JobDefinition,
+    JobRegistry,
+    NotYetImplementedError,
+    ShipError,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine
+
     from sqlalchemy import Table
     from sqlalchemy.engine import URL
 
+    from ship_sqla._jobs import JobOperations, RunPage
     from ship_sqla._schema_check import SchemaReport
+    from ship_sqla.kernel._job_backend import RunRecord
 
 if TYPE_CHECKING:
     _AnyParamType = click.ParamType[Any]
@@ -45,6 +68,8 @@ __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "cli", "main"]
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+
+T = TypeVar("T")
 
 DATABASE_URL_ENV = "SHIP_SQLA_DATABASE_URL"
 DEMO_MODULE = "ship_sqla._demo"
@@ -86,6 +111,17 @@ class ObjectReference(_AnyParamType):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: ANN401
         if isinstance(value, self.expected):
             return value
+        found = self._load(value, param, ctx)
+        if not isinstance(found, self.expected):
+            self.fail(
+                f"{value} is a {type(found).__name__}, not a {self.what}"
+                f" ({self.expected.__module__}.{self.expected.__qualname__}).",
+                param,
+                ctx,
+            )
+        return found
+
+    def _load(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: ANN401
         module_name, _, attribute = str(value).partition(":")
         if not module_name or not attribute:
             self.fail(
@@ -106,13 +142,6 @@ class ObjectReference(_AnyParamType):
                     param,
                     ctx,
                 )
-        if not isinstance(found, self.expected):
-            self.fail(
-                f"{value} is a {type(found).__name__}, not a {self.what}"
-                f" ({self.expected.__module__}.{self.expected.__qualname__}).",
-                param,
-                ctx,
-            )
         return found
 
     def _import(
@@ -305,74 +334,237 @@ async def _awaited(awaitable: Any) -> Any:  # noqa: ANN401 - whatever the demo r
     return await awaitable
 
 
-def _not_yet(command: str) -> NoReturn:
-    raise NotYetImplementedError(
-        f"`ship-sqla {command}` is not built yet; it arrives with the PostgreSQL job backend.",
-        fix="use the job backend's Python API (create_job_backend / start_job_runtime) for now.",
+class JobsReference(ObjectReference):
+    """``module:attr`` naming a :class:`JobRegistry`, one job definition, or a list or tuple of
+    them; converted to a registry. Every failure is a usage error (exit 2)."""
+
+    def __init__(self) -> None:
+        super().__init__(JobRegistry, "job registry")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: ANN401
+        if isinstance(value, JobRegistry):
+            return value
+        found = self._load(value, param, ctx)
+        if isinstance(found, JobRegistry):
+            return found
+        if isinstance(found, JobDefinition):
+            found = [found]
+        registry: JobRegistry | None = None
+        message = (
+            f"{value} is a {type(found).__name__}, not a job registry: name a JobRegistry,"
+            " a job definition (define_job) or a list of them, like myapp.jobs:registry."
+        )
+        if isinstance(found, list | tuple) and all(isinstance(d, JobDefinition) for d in found):
+            try:
+                registry = JobRegistry(found)
+            except ConfigurationError as exc:
+                message = f"{value}: {exc}"
+        if registry is None:
+            self.fail(message, param, ctx)
+        return registry
+
+
+REGISTRY = JobsReference()
+
+OPERATOR_NOTE = (
+    "The operator at the shell is trusted: these commands grant themselves ship.jobs:manage"
+    " (J8); whoever holds the database URL could change the runs directly anyway."
+)
+
+
+def _run_jobs_call(database_url: URL, call: Coroutine[Any, Any, T], *, as_json: bool = False) -> T:
+    """Run ``call``; a database that cannot be reached or lacks the tables is exit 1."""
+    try:
+        return asyncio.run(call)
+    except (SQLAlchemyError, OSError) as exc:
+        where = database_url.render_as_string(hide_password=True)
+        _fail(
+            f"cannot reach the job runs at {where}: {type(exc).__name__}:"
+            f" {str(exc).splitlines()[0]}. Fix: check the URL, that the server is up, and that"
+            " the job tables exist (ship_job_runs_table / ship_job_state_table in your"
+            " migrations, or `ship-sqla schema sql`).",
+            as_json=as_json,
+            cause=exc,
+        )
+
+
+@cli.command(short_help="Run a job worker until SIGTERM/SIGINT (J12 drain).")
+@click.argument("registry", metavar="APP:REGISTRY", type=REGISTRY)
+@database_url_option
+@click.option(
+    "--max-in-flight",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="Runs this worker executes at once.",
+)
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0, min_open=True),
+    default=1.0,
+    show_default=True,
+    help="Seconds between polls for due runs.",
+)
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds in-flight runs may finish after SIGTERM before they are cancelled.",
+)
+def worker(
+    registry: JobRegistry,
+    database_url: URL,
+    max_in_flight: int,
+    poll_interval: float,
+    drain_timeout: float,
+) -> None:
+    """Execute the runs of the jobs registered at APP:REGISTRY (a JobRegistry, or a list of
+    job definitions) from the default job tables, until SIGTERM or SIGINT. Then it stops
+    claiming, lets in-flight runs finish within --drain-timeout, cancels the rest (they wait
+    again without losing an attempt, J12) and exits 0. Errors the loop absorbs are logged to
+    stderr."""
+    _run_jobs_call(
+        database_url,
+        run_worker(
+            database_url,
+            registry,
+            max_in_flight=max_in_flight,
+            poll_interval=poll_interval,
+            drain_timeout=drain_timeout,
+        ),
     )
 
 
-@cli.command(short_help="Run a job worker (not built yet).")
-@click.argument("registry", metavar="APP:REGISTRY")
-@database_url_option
-def worker(registry: str, database_url: URL) -> None:  # noqa: ARG001 - placeholder
-    """Run a job worker for the jobs registered at APP:REGISTRY until SIGTERM/SIGINT."""
-    _not_yet("worker")
-
-
-@cli.group(short_help="Operator operations on job runs (not built yet).")
+@cli.group(short_help="Operator operations on job runs (J8).", epilog=OPERATOR_NOTE)
 def jobs() -> None:
-    """Operator operations on job runs (need the ship.jobs:manage permission in the app)."""
+    """Operator operations on the runs in the default job tables: list dead runs, show one,
+    retry, discard, counts by state, retention cleanup (J8)."""
 
 
-@jobs.command("failed")
+@jobs.command("failed", epilog=OPERATOR_NOTE)
 @database_url_option
 @click.option("--job", "job_id", metavar="JOB_ID", help="Only runs of this job.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True)
+@click.option("--cursor", metavar="CURSOR", help="The next page, as printed by the last one.")
 @json_option
-def jobs_failed(database_url: URL, job_id: str | None, limit: int, as_json: bool) -> None:  # noqa: ARG001 - placeholder
-    """List dead (failed) runs, newest first."""
-    _not_yet("jobs failed")
+def jobs_failed(
+    database_url: URL, job_id: str | None, limit: int, cursor: str | None, as_json: bool
+) -> None:
+    """List dead (failed) runs, newest first, a page at a time."""
+
+    async def call(ops: JobOperations) -> RunPage:
+        return await ops.list_failed(job_id=job_id, limit=limit, cursor=cursor)
+
+    try:
+        page = _run_jobs_call(database_url, run_operation(database_url, call), as_json=as_json)
+    except InvalidCursorError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cursor") from exc
+    if as_json:
+        runs = [record_dict(r) for r in page.items]
+        click.echo(json.dumps({"runs": runs, "next_cursor": page.next_cursor}, indent=2))
+    else:
+        click.echo(format_failed(page))
 
 
-@jobs.command("show")
+@jobs.command("show", epilog=OPERATOR_NOTE)
 @click.argument("run_id")
 @database_url_option
 @json_option
-def jobs_show(run_id: str, database_url: URL, as_json: bool) -> None:  # noqa: ARG001 - placeholder
-    """Show one run: state, attempts, history."""
-    _not_yet("jobs show")
+def jobs_show(run_id: str, database_url: URL, as_json: bool) -> None:
+    """Show one run: state, attempts, payload and the history of its failed attempts."""
+
+    async def call(ops: JobOperations) -> RunRecord | None:
+        return await ops.get_run(run_id)
+
+    record = _run_jobs_call(database_url, run_operation(database_url, call), as_json=as_json)
+    if record is None:
+        raise not_found(run_id)
+    if as_json:
+        click.echo(json.dumps(record_dict(record), indent=2))
+    else:
+        click.echo(format_run(record))
 
 
-@jobs.command("retry")
+@jobs.command("retry", epilog=OPERATOR_NOTE)
 @click.argument("run_id")
 @database_url_option
-def jobs_retry(run_id: str, database_url: URL) -> None:  # noqa: ARG001 - placeholder
-    """Give a dead run one more attempt."""
-    _not_yet("jobs retry")
+def jobs_retry(run_id: str, database_url: URL) -> None:
+    """Give a dead run exactly one more attempt, due now (refused unless it is dead)."""
+
+    async def call(ops: JobOperations) -> RunRecord:
+        return await ops.retry(run_id)
+
+    record = _run_jobs_call(database_url, run_operation(database_url, call))
+    click.echo(
+        f"run {record.run_id} ({record.job_id}) is {record.state} again:"
+        f" attempt {record.attempt + 1} of {record.max_attempts}."
+    )
 
 
-@jobs.command("discard")
+@jobs.command("discard", epilog=OPERATOR_NOTE)
 @click.argument("run_id")
 @database_url_option
-def jobs_discard(run_id: str, database_url: URL) -> None:  # noqa: ARG001 - placeholder
-    """Discard a run that is not running."""
-    _not_yet("jobs discard")
+def jobs_discard(run_id: str, database_url: URL) -> None:
+    """Discard a waiting or dead run (refused for running and finished runs)."""
+
+    async def call(ops: JobOperations) -> RunRecord:
+        return await ops.discard(run_id)
+
+    record = _run_jobs_call(database_url, run_operation(database_url, call))
+    click.echo(f"run {record.run_id} ({record.job_id}) is {record.state}.")
 
 
-@jobs.command("stats")
+@jobs.command("stats", epilog=OPERATOR_NOTE)
 @database_url_option
 @json_option
-def jobs_stats(database_url: URL, as_json: bool) -> None:  # noqa: ARG001 - placeholder
-    """Queue depth and oldest waiting age per job."""
-    _not_yet("jobs stats")
+def jobs_stats(database_url: URL, as_json: bool) -> None:
+    """Runs per job by state, and the age of each job's oldest due waiting run (seconds)."""
+    rows, truncated = _run_jobs_call(database_url, job_stats(database_url), as_json=as_json)
+    if as_json:
+        click.echo(json.dumps({"jobs": rows, "truncated": truncated}, indent=2))
+    else:
+        click.echo(format_stats(rows))
+    if truncated:
+        click.echo(
+            f"ship-sqla jobs stats: only the first {MAX_STATS_GROUPS} (job, state) groups are"
+            " shown; clean up old runs (`ship-sqla jobs cleanup`).",
+            err=True,
+        )
 
 
-@jobs.command("cleanup")
+@jobs.command("cleanup", epilog=OPERATOR_NOTE)
 @database_url_option
-def jobs_cleanup(database_url: URL) -> None:  # noqa: ARG001 - placeholder
-    """Delete finished runs past each job's retention, in bounded batches."""
-    _not_yet("jobs cleanup")
+@click.option(
+    "--registry",
+    type=REGISTRY,
+    required=True,
+    help="The jobs whose retention applies, as APP:REGISTRY (a JobRegistry or list of jobs).",
+)
+@click.option(
+    "--batch-size", type=click.IntRange(1, MAX_CLEANUP_BATCH), default=1000, show_default=True
+)
+@click.option("--max-batches", type=click.IntRange(min=1), default=100, show_default=True)
+@json_option
+def jobs_cleanup(
+    database_url: URL, registry: JobRegistry, batch_size: int, max_batches: int, as_json: bool
+) -> None:
+    """Delete completed, dead and discarded runs past each registered job's retention, in
+    DELETEs of at most --batch-size rows, at most --max-batches per job."""
+
+    async def call(ops: JobOperations) -> dict[str, int]:
+        return await ops.cleanup(registry, batch_size=batch_size, max_batches=max_batches)
+
+    deleted = _run_jobs_call(database_url, run_operation(database_url, call), as_json=as_json)
+    capped = sorted(j for j, n in deleted.items() if n >= batch_size * max_batches)
+    if as_json:
+        click.echo(json.dumps({"deleted": deleted, "more_to_delete": capped}, indent=2))
+    else:
+        for job_id, count in sorted(deleted.items()):
+            click.echo(f"{job_id}: deleted {count} run(s).")
+        click.echo(f"{sum(deleted.values())} run(s) deleted.")
+        if capped:
+            click.echo(f"more may be past retention for {', '.join(capped)}: run again.")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -220,8 +220,8 @@ class JobOperations:
                 fix="let that run finish, or discard this one.",
             )
         return JobOperationRefusedError(
-            f"{operation} of run {run_id!r}: it is {record.state!r}; only {allowed} runs can be"
-            f" {operation}ed.",
+            f"{operation} of run {run_id!r}: it is {record.state!r}; {operation} takes only"
+            f" {allowed} runs.",
             fix="list dead runs with list_failed; a running run must settle first.",
         )
 

@@ -1,0 +1,277 @@
+"""What ``ship-sqla worker`` and ``ship-sqla jobs ...`` do, apart from click (see ``_cli``).
+
+The operator at the shell is trusted: whoever holds the database URL can change the runs
+directly, so the CLI's authorizer grants ``ship.jobs:manage`` (J8) to every operation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+import attrs
+from sqlalchemy import text
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+
+from ship_sqla._jobs import create_job_backend, create_job_operations
+from ship_sqla._jobs._operations import MANAGE_PERMISSION, JobOperationRefusedError
+from ship_sqla.kernel import start_job_runtime
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+    from sqlalchemy.engine import URL
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from ship_sqla._jobs import JobOperations, PostgresJobBackend, RunPage
+    from ship_sqla.kernel import JobDefinition, JobRegistry
+    from ship_sqla.kernel._job_backend import RunRecord
+
+__all__ = [
+    "JOB_STATS",
+    "MAX_STATS_GROUPS",
+    "RUN_STATES",
+    "format_failed",
+    "format_run",
+    "format_stats",
+    "job_stats",
+    "record_dict",
+    "run_operation",
+    "run_worker",
+]
+
+RUN_STATES: Final = ("waiting", "running", "completed", "dead", "discarded")
+MAX_STATS_GROUPS: Final = 5000
+"""(job, state) groups read by ``jobs stats``: 1000 jobs of five states."""
+
+JOB_STATS: Final = """
+SELECT r.job_id, r.state, count(*) AS runs,
+       extract(epoch FROM coalesce(:now, now())
+               - min(r.run_at) FILTER (WHERE r.state = 'waiting'
+                                        AND r.run_at <= coalesce(:now, now())))
+           AS oldest_due_seconds
+FROM {runs} r
+GROUP BY r.job_id, r.state
+ORDER BY r.job_id, r.state
+LIMIT :limit
+"""
+"""Counts by state per job for ``ship-sqla jobs stats``. Operator-invoked, never on a hot path:
+it aggregates the whole runs table (a sequential scan; cleanup keeps the table bounded by each
+job's retention). At most ``:limit`` groups come back; the caller asks for one more than it
+shows so that a cut is reported, never silent."""
+
+T = TypeVar("T")
+
+_PREPARER = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]
+
+
+def _operator_at_the_shell(permission: str, operation: str) -> bool:  # noqa: ARG001 - all allowed
+    """The CLI's authorizer: the operator holding the database URL is trusted (see module doc)."""
+    return permission == MANAGE_PERMISSION
+
+
+def _engine(url: URL) -> AsyncEngine:
+    return create_async_engine(url, poolclass=NullPool)
+
+
+async def run_operation(url: URL, operation: Callable[[JobOperations], Awaitable[T]]) -> T:
+    """Run one J8 operation against the default runs table at ``url``, then dispose."""
+    engine = _engine(url)
+    try:
+        backend = create_job_backend(database=engine)
+        ops = create_job_operations(backend, authorizer=_operator_at_the_shell)
+        return await operation(ops)
+    finally:
+        await engine.dispose()
+
+
+async def job_stats(url: URL) -> tuple[list[dict[str, Any]], bool]:
+    """Per job: counts by state and the age in seconds of its oldest due waiting run; and
+    whether more than :data:`MAX_STATS_GROUPS` groups exist (the rest are not shown)."""
+    engine = _engine(url)
+    try:
+        backend = create_job_backend(database=engine)
+        statement = text(JOB_STATS.replace("{runs}", str(_PREPARER.format_table(backend.table))))
+        async with engine.connect() as connection:
+            rows = (
+                await connection.execute(statement, {"now": None, "limit": MAX_STATS_GROUPS + 1})
+            ).all()
+    finally:
+        await engine.dispose()
+    truncated = len(rows) > MAX_STATS_GROUPS
+    jobs: dict[str, dict[str, Any]] = {}
+    for row in rows[:MAX_STATS_GROUPS]:
+        entry = jobs.setdefault(
+            row.job_id,
+            {"job_id": row.job_id, **dict.fromkeys(RUN_STATES, 0), "oldest_due_seconds": None},
+        )
+        entry[row.state] = row.runs
+        if row.oldest_due_seconds is not None:
+            entry["oldest_due_seconds"] = round(float(row.oldest_due_seconds), 3)
+    return list(jobs.values()), truncated
+
+
+def _jsonable(value: Any) -> Any:  # noqa: ANN401 - any RunRecord field
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def record_dict(record: RunRecord) -> dict[str, Any]:
+    return {k: _jsonable(v) for k, v in attrs.asdict(record, recurse=False).items()}
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.isoformat(timespec="seconds")
+
+
+def _first_line(error: str | None, width: int = 60) -> str:
+    if not error:
+        return "-"
+    line = error.splitlines()[0]
+    return line if len(line) <= width else f"{line[: width - 1]}…"
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    body = [list(headers), *(list(r) for r in rows)]
+    widths = [max(len(r[i]) for r in body) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in body
+    )
+
+
+def format_failed(page: RunPage) -> str:
+    if not page.items:
+        return "no dead runs."
+    lines = _table(
+        ("RUN_ID", "JOB", "ATTEMPTS", "FINISHED_AT", "LAST_ERROR"),
+        (
+            (
+                r.run_id,
+                r.job_id,
+                f"{r.attempt}/{r.max_attempts}",
+                _when(r.finished_at),
+                _first_line(r.last_error),
+            )
+            for r in page.items
+        ),
+    )
+    more = "" if page.next_cursor is None else f"\nmore: --cursor {page.next_cursor}"
+    return f"{lines}\n{len(page.items)} dead run(s).{more}"
+
+
+def format_run(record: RunRecord) -> str:
+    fields = [
+        ("run", record.run_id),
+        ("job", record.job_id),
+        ("state", record.state),
+        ("attempts", f"{record.attempt} of {record.max_attempts}"),
+        ("key", record.key or "-"),
+        ("dedupe_key", record.dedupe_key or "-"),
+        ("run_at", _when(record.run_at)),
+        ("created_at", _when(record.created_at)),
+        ("updated_at", _when(record.updated_at)),
+        ("finished_at", _when(record.finished_at)),
+        ("lease_expires_at", _when(record.lease_expires_at)),
+        ("last_error", record.last_error or "-"),
+        ("payload", json.dumps(record.payload, sort_keys=True)),
+    ]
+    lines = [f"{name + ':':<18}{value}" for name, value in fields]
+    lines.append(f"history ({len(record.history)}):")
+    for entry in record.history:
+        if isinstance(entry, dict):
+            lines.append(
+                f"  attempt {entry.get('attempt')} at {entry.get('at')}: {entry.get('error')}"
+            )
+        else:
+            lines.append(f"  {entry}")
+    return "\n".join(lines)
+
+
+def format_stats(jobs: Sequence[dict[str, Any]]) -> str:
+    if not jobs:
+        return "no runs."
+    return _table(
+        ("JOB", *(s.upper() for s in RUN_STATES), "OLDEST_DUE_S"),
+        (
+            (
+                j["job_id"],
+                *(str(j[s]) for s in RUN_STATES),
+                "-" if j["oldest_due_seconds"] is None else f"{j['oldest_due_seconds']:.1f}",
+            )
+            for j in jobs
+        ),
+    )
+
+
+def not_found(run_id: str) -> JobOperationRefusedError:
+    return JobOperationRefusedError(
+        f"run {run_id!r} was not found in the runs table.",
+        fix="pass the id of an existing run (`ship-sqla jobs failed` lists dead ones).",
+    )
+
+
+def _report_error(error: BaseException) -> None:
+    print(f"ship-sqla worker: {type(error).__name__}: {error}", file=sys.stderr, flush=True)  # noqa: T201 - the worker's on_error
+
+
+async def _check_tables(engine: AsyncEngine, backend: PostgresJobBackend) -> None:
+    """Fail at start, not in the loop (which would retry forever), when the tables are absent."""
+    for table in (backend.table, backend.state_table):
+        name = str(_PREPARER.format_table(table))
+        async with engine.connect() as connection:
+            await connection.execute(text(f"SELECT 1 FROM {name} LIMIT 0"))  # noqa: S608 - quoted
+
+
+async def run_worker(
+    url: URL,
+    jobs: JobRegistry | Sequence[JobDefinition[Any]],
+    *,
+    max_in_flight: int,
+    poll_interval: float,
+    drain_timeout: float,
+) -> None:
+    """Execute ``jobs``' runs until SIGTERM or SIGINT, then stop claiming and drain (J12)."""
+    engine = create_async_engine(url)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGTERM, signal.SIGINT)
+    # Installed before the runtime starts, so a signal is never the default (abrupt) exit once
+    # a run may be executing.
+    for number in signals:
+        loop.add_signal_handler(number, stop.set)
+    try:
+        backend = create_job_backend(
+            database=engine,
+            poll_interval=poll_interval,
+            max_in_flight=max_in_flight,
+            on_error=_report_error,
+        )
+        await _check_tables(engine, backend)
+        runtime = await start_job_runtime(
+            jobs, backend=backend, mode="worker", drain_timeout=drain_timeout
+        )
+        ids = ", ".join(d.id for d in jobs)
+        _report(f"ship-sqla worker: executing {ids}; SIGTERM or Ctrl-C drains and stops.")
+        try:
+            await stop.wait()
+            _report(f"ship-sqla worker: stopping, draining for up to {drain_timeout:g}s.")
+        finally:
+            await runtime.stop()
+        _report("ship-sqla worker: stopped.")
+    finally:
+        for number in signals:
+            loop.remove_signal_handler(number)
+        await engine.dispose()
+
+
+def _report(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)  # noqa: T201 - progress for the operator

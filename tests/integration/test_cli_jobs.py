@@ -1,0 +1,424 @@
+"""`ship-sqla worker` and `ship-sqla jobs ...` driven as an operator would: `python -m ship_sqla`
+in a subprocess against a real database. Exit codes: 0 ok, 1 failed/refused, 2 bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import MetaData, text
+
+from ship_sqla._cli import cli
+from ship_sqla._jobs import (
+    PostgresJobBackend,
+    create_job_backend,
+    ship_job_runs_table,
+    ship_job_state_table,
+)
+from ship_sqla.kernel import Concurrency, Retention, RetryPolicy, define_job
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+REGISTRY_MODULE = textwrap.dedent(
+    """
+    from datetime import timedelta
+
+    import anyio
+
+    from ship_sqla.kernel import Concurrency, JobRegistry, Retention, RetryPolicy, define_job
+
+    registry = JobRegistry()
+
+
+    @registry.job(
+        "cli.mail",
+        payload=dict,
+        concurrency=Concurrency(max=10, lease=30),
+        retry=RetryPolicy(attempts=1),
+        retention=Retention(dead=timedelta(hours=2)),
+    )
+    async def mail(ctx, payload):
+        return None
+
+
+    @registry.job(
+        "cli.slow",
+        payload=dict,
+        concurrency=Concurrency(max=10, lease=30),
+        retry=RetryPolicy(attempts=3),
+    )
+    async def slow(ctx, payload):
+        await anyio.sleep(3600)  # only a drain deadline ends it
+
+
+    job_list = [mail]
+    not_registry = 42
+    """
+)
+
+
+async def _noop(ctx: Any, payload: Any) -> None:
+    return None
+
+
+# The same ids and policies as the registry module, for seeding runs from the test process.
+MAIL = define_job(
+    "cli.mail",
+    _noop,
+    payload=dict,
+    concurrency=Concurrency(max=10, lease=30),
+    retry=RetryPolicy(attempts=1),
+    retention=Retention(dead=timedelta(hours=2)),
+)
+SLOW = define_job(
+    "cli.slow",
+    _noop,
+    payload=dict,
+    concurrency=Concurrency(max=10, lease=30),
+    retry=RetryPolicy(attempts=3),
+)
+
+
+@pytest.fixture
+def app_dir(tmp_path: Path) -> Path:
+    (tmp_path / "cli_jobs_app.py").write_text(REGISTRY_MODULE)
+    return tmp_path
+
+
+@pytest.fixture
+async def backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
+    metadata = MetaData()
+    ship_job_runs_table(metadata)
+    ship_job_state_table(metadata)
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    return create_job_backend(database=ship_engine)
+
+
+def _environment(app_dir: Path) -> dict[str, str]:
+    environment = {k: v for k, v in os.environ.items() if k != "SHIP_SQLA_DATABASE_URL"}
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(app_dir), *filter(None, [environment.get("PYTHONPATH")])]
+    )
+    return environment
+
+
+async def ship_sqla(*args: str, cwd: Path) -> tuple[int, str, str]:
+    """Run ``python -m ship_sqla ARGS`` as a user would."""
+    result = await anyio.run_process(
+        [sys.executable, "-m", "ship_sqla", *args],
+        cwd=cwd,
+        env=_environment(cwd),
+        check=False,
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def dead_runs(backend: PostgresJobBackend, count: int) -> list[str]:
+    """Enqueue ``count`` runs of MAIL and fail each on its only attempt: dead, history 1."""
+    for i in range(count):
+        await backend.enqueue(MAIL, {"i": i})
+    claimed = await backend.claim(MAIL, worker="test", limit=count)
+    for run in claimed:
+        assert await backend.fail(run, f"boom {run.run_id}", retry_at=None) == "dead"
+    return [run.run_id for run in claimed]
+
+
+async def state_of(engine: AsyncEngine, run_id: str) -> tuple[str, int, int, Any]:
+    async with engine.connect() as connection:
+        row = (
+            await connection.execute(
+                text(
+                    "SELECT state, attempt, max_attempts, history FROM ship_job_runs WHERE id = :id"
+                ),
+                {"id": run_id},
+            )
+        ).one()
+    return row.state, row.attempt, row.max_attempts, row.history
+
+
+def test_help_lists_every_command(app_dir: Path) -> None:
+    """Every worker and job command is in the tree; the help says the operator is trusted."""
+    top = subprocess.run(
+        [sys.executable, "-m", "ship_sqla", "--help"],
+        cwd=app_dir, env=_environment(app_dir), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert top.returncode == 0
+    for command in ("demo", "jobs", "schema", "worker"):
+        assert f"  {command} " in top.stdout
+    jobs = subprocess.run(
+        [sys.executable, "-m", "ship_sqla", "jobs", "--help"],
+        cwd=app_dir, env=_environment(app_dir), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert jobs.returncode == 0
+    for command in ("failed", "show", "retry", "discard", "stats", "cleanup"):
+        assert f"  {command} " in jobs.stdout
+    assert "operator at the shell is trusted" in jobs.stdout
+    assert "ship.jobs:manage" in jobs.stdout
+
+
+async def test_failed_show_retry_discard(
+    app_dir: Path, backend: PostgresJobBackend, ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """J8 from the shell: `jobs failed` lists dead runs (table, --json, keyset pages), `show`
+    prints the history, `retry` makes a dead run wait with one more attempt, `discard` ends a
+    dead run; refusals and unknown runs exit 1, a foreign cursor exits 2."""
+    first, second = await dead_runs(backend, 2)
+    url = ("--database-url", ship_engine_url)
+
+    code, out, err = await ship_sqla("jobs", "failed", *url, cwd=app_dir)
+    assert (code, err) == (0, ""), err
+    assert out.splitlines()[0].split() == ["RUN_ID", "JOB", "ATTEMPTS", "FINISHED_AT", "LAST_ERROR"]
+    assert first in out
+    assert second in out
+    assert "2 dead run(s)." in out
+
+    code, out, _ = await ship_sqla(
+        "jobs", "failed", *url, "--job", "cli.mail", "--json", cwd=app_dir
+    )
+    assert code == 0
+    listed = json.loads(out)
+    assert {r["run_id"] for r in listed["runs"]} == {first, second}
+    assert listed["next_cursor"] is None
+    assert all(r["state"] == "dead" for r in listed["runs"])
+
+    code, out, _ = await ship_sqla("jobs", "failed", *url, "--limit", "1", "--json", cwd=app_dir)
+    page = json.loads(out)
+    assert len(page["runs"]) == 1
+    assert page["next_cursor"] is not None
+    code, out, _ = await ship_sqla(
+        "jobs", "failed", *url, "--limit", "1", "--cursor", page["next_cursor"], "--json",
+        cwd=app_dir,
+    )  # fmt: skip
+    rest = json.loads(out)
+    assert {page["runs"][0]["run_id"], rest["runs"][0]["run_id"]} == {first, second}
+
+    code, _, err = await ship_sqla(
+        "jobs", "failed", *url, "--job", "other", "--cursor", page["next_cursor"], cwd=app_dir
+    )
+    assert code == 2
+    assert "belongs to another query" in err
+
+    code, out, err = await ship_sqla("jobs", "show", first, *url, cwd=app_dir)
+    assert (code, err) == (0, ""), err
+    assert "state:            dead" in out
+    assert "history (1):" in out
+    assert f"boom {first}" in out
+    code, out, _ = await ship_sqla("jobs", "show", first, *url, "--json", cwd=app_dir)
+    shown = json.loads(out)
+    assert shown["run_id"] == first
+    assert [h["error"] for h in shown["history"]] == [f"boom {first}"]
+
+    code, out, err = await ship_sqla("jobs", "retry", first, *url, cwd=app_dir)
+    assert (code, err) == (0, ""), err
+    assert "is waiting again: attempt 2 of 2." in out
+    assert (await state_of(ship_engine, first))[:3] == ("waiting", 1, 2)
+
+    code, out, err = await ship_sqla("jobs", "retry", first, *url, cwd=app_dir)
+    assert code == 1
+    assert "SHIP_SQLA_JOB_OPERATION_REFUSED" in err
+    assert "it is 'waiting'; retry takes only dead runs" in err
+    assert "Traceback" not in err
+
+    code, out, err = await ship_sqla("jobs", "discard", second, *url, cwd=app_dir)
+    assert (code, err) == (0, ""), err
+    assert f"run {second} (cli.mail) is discarded." in out
+    assert (await state_of(ship_engine, second))[0] == "discarded"
+
+    for command in ("show", "retry", "discard"):
+        code, _, err = await ship_sqla("jobs", command, "no-such-run", *url, cwd=app_dir)
+        assert code == 1, command
+        assert "no-such-run" in err
+        assert "Traceback" not in err
+
+
+async def test_stats_counts_runs_by_state(
+    app_dir: Path, backend: PostgresJobBackend, ship_engine_url: str
+) -> None:
+    """`jobs stats` counts each job's runs by state (bounded GROUP BY), with the age of the
+    oldest due waiting run."""
+    await dead_runs(backend, 2)
+    await backend.enqueue(MAIL, {"waiting": True})
+    await backend.enqueue(SLOW, {"waiting": True})
+    url = ("--database-url", ship_engine_url)
+
+    code, out, err = await ship_sqla("jobs", "stats", *url, "--json", cwd=app_dir)
+    assert (code, err) == (0, ""), err
+    stats = json.loads(out)
+    assert stats["truncated"] is False
+    by_job = {j["job_id"]: j for j in stats["jobs"]}
+    assert set(by_job) == {"cli.mail", "cli.slow"}
+    mail = by_job["cli.mail"]
+    assert (mail["waiting"], mail["dead"], mail["running"], mail["completed"]) == (1, 2, 0, 0)
+    assert mail["oldest_due_seconds"] >= 0
+    assert by_job["cli.slow"]["waiting"] == 1
+
+    code, out, _ = await ship_sqla("jobs", "stats", *url, cwd=app_dir)
+    assert code == 0
+    header, *rows = out.splitlines()
+    assert header.split()[:3] == ["JOB", "WAITING", "RUNNING"]
+    assert rows[0].split()[:5] == ["cli.mail", "1", "0", "0", "2"]
+
+
+async def test_cleanup_applies_the_registry_retention(
+    app_dir: Path, backend: PostgresJobBackend, ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """J8: `jobs cleanup --registry` deletes dead runs past the registered job's retention
+    (2 hours here) and keeps the younger ones."""
+    old, young = await dead_runs(backend, 2)
+    async with ship_engine.begin() as connection:
+        await connection.execute(
+            text(
+                "UPDATE ship_job_runs SET finished_at = now() - interval '3 hours' WHERE id = :id"
+            ),
+            {"id": old},
+        )
+    code, out, err = await ship_sqla(
+        "jobs", "cleanup", "--database-url", ship_engine_url, "--registry",
+        "cli_jobs_app:registry", "--json", cwd=app_dir,
+    )  # fmt: skip
+    assert (code, err) == (0, ""), err
+    assert json.loads(out) == {"deleted": {"cli.mail": 1, "cli.slow": 0}, "more_to_delete": []}
+    async with ship_engine.connect() as connection:
+        left = (await connection.execute(text("SELECT id FROM ship_job_runs"))).scalars().all()
+    assert left == [young]
+
+
+async def _wait_for_state(engine: AsyncEngine, run_id: str, state: str) -> None:
+    """Poll the database (real processes: nothing to wait on in-process) until a deadline."""
+    with anyio.fail_after(30):
+        while True:
+            if (await state_of(engine, run_id))[0] == state:
+                return
+            await anyio.sleep(0.05)  # another process changes the row: nothing to wait on
+
+
+async def test_worker_executes_runs_and_drains_on_sigterm(
+    app_dir: Path, backend: PostgresJobBackend, ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """J12: `ship-sqla worker` executes the registry's runs; on SIGTERM it stops claiming,
+    cancels the run still executing at the drain deadline (back to waiting, the cancellation
+    in its history, no attempt lost) and exits 0."""
+    log = app_dir / "worker.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(  # noqa: ASYNC220 - a long-lived child, waited on in a thread
+            [
+                sys.executable, "-m", "ship_sqla", "worker", "cli_jobs_app:registry",
+                "--database-url", ship_engine_url, "--poll-interval", "0.2",
+                "--drain-timeout", "0.5",
+            ],
+            cwd=app_dir, env=_environment(app_dir), stdout=subprocess.DEVNULL, stderr=stderr,
+        )  # fmt: skip
+    try:
+        done = await backend.enqueue(MAIL, {"to": "a@example.com"})
+        assert done.run_id is not None
+        await _wait_for_state(ship_engine, done.run_id, "completed")
+        slow = await backend.enqueue(SLOW, {})
+        assert slow.run_id is not None
+        await _wait_for_state(ship_engine, slow.run_id, "running")
+        process.send_signal(signal.SIGTERM)
+        code = await anyio.to_thread.run_sync(process.wait, 30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = log.read_text()
+    assert code == 0, output
+    assert "executing cli.mail, cli.slow" in output
+    assert "stopped." in output
+    state, attempt, max_attempts, history = await state_of(ship_engine, slow.run_id)
+    assert (state, max_attempts) == ("waiting", 3)
+    assert attempt == 0
+    assert len(history) == 1
+    assert "drain" in history[0]["error"]
+
+
+# --- bad input and failures, fast, through CliRunner ----------------------------------------
+
+
+@pytest.fixture
+def runner(app_dir: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.chdir(app_dir)
+    monkeypatch.delenv("SHIP_SQLA_DATABASE_URL", raising=False)
+    return CliRunner()
+
+
+URL = ("--database-url", "postgresql://u@127.0.0.1:1/nothing")
+
+
+@pytest.mark.parametrize(
+    ("reference", "message"),
+    [
+        ("cli_jobs_app:not_registry", "is a int, not a job registry"),
+        ("cli_jobs_app:missing", "has no attribute 'missing'"),
+        ("no_such_module_xyz:registry", "module 'no_such_module_xyz' was not found"),
+        ("cli_jobs_app", "is not MODULE:ATTR"),
+    ],
+)
+@pytest.mark.parametrize("command", ["worker", "cleanup"])
+def test_a_registry_that_cannot_load_is_bad_input(
+    runner: CliRunner, reference: str, message: str, command: str
+) -> None:
+    """APP:REGISTRY that is not a JobRegistry or list of jobs: exit 2 before any database."""
+    args = (
+        ["worker", reference, *URL]
+        if command == "worker"
+        else ["jobs", "cleanup", *URL, "--registry", reference]
+    )
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_a_list_of_job_definitions_is_a_registry(runner: CliRunner) -> None:
+    """A list of definitions loads (it reaches the database, which is down here: exit 1)."""
+    result = runner.invoke(cli, ["jobs", "cleanup", *URL, "--registry", "cli_jobs_app:job_list"])
+    assert result.exit_code == 1, result.output
+    assert (
+        "cannot reach the job runs at postgresql+asyncpg://u@127.0.0.1:1/nothing" in result.output
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["worker", "cli_jobs_app:registry", *URL],
+        ["jobs", "failed", *URL],
+        ["jobs", "show", "run-1", *URL],
+        ["jobs", "retry", "run-1", *URL],
+        ["jobs", "discard", "run-1", *URL],
+        ["jobs", "stats", *URL],
+    ],
+)
+def test_an_unreachable_database_fails_with_exit_1(runner: CliRunner, args: list[str]) -> None:
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert "cannot reach the job runs" in result.output
+    assert "Fix: check the URL" in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["worker", "cli_jobs_app:registry", *URL, "--max-in-flight", "0"],
+        ["worker", "cli_jobs_app:registry", *URL, "--poll-interval", "0"],
+        ["jobs", "failed", *URL, "--limit", "0"],
+        ["jobs", "failed", *URL, "--cursor", "not-a-cursor"],
+        ["jobs", "show", *URL],
+    ],
+)
+def test_malformed_options_are_bad_input(runner: CliRunner, args: list[str]) -> None:
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 2, result.output
