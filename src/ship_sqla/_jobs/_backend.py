@@ -64,6 +64,7 @@ from ship_sqla.kernel._job_backend import (
     SettleOutcome,
 )
 from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
+from ship_sqla.kernel._metrics import JobMetrics
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
@@ -256,7 +257,7 @@ class PostgresJobBackend:
         poll_interval: float,
         queue_depth_limit: int | None,
         max_in_flight: int,
-        meter_provider: Any,  # noqa: ANN401 - an OpenTelemetry MeterProvider; metrics come later
+        meter_provider: Any,  # noqa: ANN401 - an OpenTelemetry MeterProvider
         on_error: ErrorHandler | None,
         clock: Clock | None,
         operation_timeout: float,
@@ -289,6 +290,8 @@ class PostgresJobBackend:
         self._queue_depth_limit = queue_depth_limit
         self._max_in_flight = max_in_flight
         self._meter_provider = meter_provider
+        # J10: a runtime on this backend records through these instruments unless given others.
+        self.metrics = JobMetrics(meter_provider) if meter_provider is not None else None
         self._on_error = on_error
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._operation_timeout = float(operation_timeout)

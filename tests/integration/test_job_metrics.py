@@ -1,0 +1,72 @@
+"""Job metrics on the PostgreSQL backend, read back through the OpenTelemetry SDK (J10)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from sqlalchemy import MetaData
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ship_sqla import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla.kernel import (
+    JOB_METRIC_NAMES,
+    EnqueueRequest,
+    RetryPolicy,
+    define_job,
+    start_job_runtime,
+)
+
+metadata = MetaData()
+runs = ship_job_runs_table(metadata)
+state = ship_job_state_table(metadata)
+
+
+async def test_backend_meter_provider_feeds_the_runtime(ship_engine: AsyncEngine) -> None:
+    """J10: create_job_backend(meter_provider=...) is where the runtime records ship.job.runs,
+    ship.job.run.duration and ship.job.dead_letter.count, with the ship.job.id attribute."""
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    reader = InMemoryMetricReader()
+    backend = create_job_backend(
+        database=ship_engine,
+        table=runs,
+        state_table=state,
+        meter_provider=MeterProvider(metric_readers=[reader]),
+    )
+    settled = 0
+    all_settled = anyio.Event()
+
+    async def handler(_ctx: Any, payload: dict[str, bool]) -> None:
+        nonlocal settled
+        settled += 1
+        if settled == 3:
+            all_settled.set()
+        if payload["fail"]:
+            message = "boom"
+            raise RuntimeError(message)
+
+    job = define_job("metered.pg", handler, payload=dict, retry=RetryPolicy(attempts=1))
+    async with await start_job_runtime([job], backend=backend) as runtime:
+        await runtime.enqueue_many(job, [EnqueueRequest({"fail": f}) for f in (False, False, True)])
+        with anyio.fail_after(30):
+            await all_settled.wait()
+    found = {
+        metric.name: metric
+        for resource in reader.get_metrics_data().resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert set(found) <= set(JOB_METRIC_NAMES)
+    outcomes = {
+        p.attributes["ship.job.outcome"]: p.value for p in found["ship.job.runs"].data.data_points
+    }
+    assert outcomes == {"completed": 2, "dead": 1}
+    assert all(
+        p.attributes["ship.job.id"] == "metered.pg" for p in found["ship.job.runs"].data.data_points
+    )
+    [dead] = found["ship.job.dead_letter.count"].data.data_points
+    assert dead.value == 1
+    assert sum(p.count for p in found["ship.job.run.duration"].data.data_points) == 3
