@@ -23,12 +23,19 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from ship_sqla.kernel import ScopeClosedError, ScopeConcurrencyError
+from ship_sqla.kernel import ScopeClosedError, ScopeConcurrencyError, TenantViolationError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import IsolationLevel
 
-__all__ = ["AfterCommit", "Database", "TransactionScope", "current_scope", "joined"]
+__all__ = [
+    "AfterCommit",
+    "Database",
+    "TransactionScope",
+    "current_scope",
+    "joined",
+    "tenant_within",
+]
 
 logger = logging.getLogger("ship_sqla")
 
@@ -177,6 +184,27 @@ class TransactionScope:
     @staticmethod
     def _exit(token: contextvars.Token[TransactionScope | None]) -> None:
         _current.reset(token)
+
+
+def tenant_within(
+    scope: TransactionScope | None, tenant: str | None, *, operation: str
+) -> str | None:
+    """The tenant a store call acts for: ``tenant=`` or the scope's own (R2 for stores).
+
+    Inside a unit of work for tenant T a store may only act for T: naming another tenant would
+    read or write another tenant's rows through a scope that was granted only T's.
+    """
+    scope_tenant = None if scope is None else scope.tenant
+    if tenant is None:
+        return scope_tenant
+    if scope_tenant is not None and tenant != scope_tenant:
+        raise TenantViolationError(
+            f"{operation} named tenant {tenant!r} inside a unit of work for tenant"
+            f" {scope_tenant!r}.",
+            fix=f"{operation} for the scope's own tenant (omit tenant=),"
+            " or run it in that tenant's unit of work.",
+        )
+    return tenant
 
 
 def current_scope() -> TransactionScope | None:

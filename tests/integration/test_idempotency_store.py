@@ -22,7 +22,12 @@ from ship_sqla._idempotency import (
     create_idempotency_store,
     ship_idempotency_table,
 )
-from ship_sqla.kernel import BoundExceededError, ConfigurationError, FrozenClock
+from ship_sqla.kernel import (
+    BoundExceededError,
+    ConfigurationError,
+    FrozenClock,
+    TenantViolationError,
+)
 
 # Module-level marker: anyio then requests its backend fixture at collection, which keeps
 # pytest.mark.parametrize on async tests (marking later, in the conftest, drops the parameters).
@@ -397,3 +402,21 @@ async def test_cleanup_is_served_by_the_expiry_index(conn: AsyncConnection) -> N
         )
     )
     assert "ship_idempotency_expires_idx" in plan, plan
+
+
+async def test_another_tenant_is_refused_inside_a_tenant_scope(conn: AsyncConnection) -> None:
+    """R2/I1: inside a unit of work for one tenant, begin and get refuse another tenant's keys
+    (a replay would hand out that tenant's stored response)."""
+    store = create_idempotency_store(database=conn, table=keys)
+    uow = create_unit_of_work(conn, repositories=scope_only)
+
+    async def begin_for_other(tx: TransactionScope) -> object:
+        return await store.begin("k", "fp", tenant="t2")
+
+    async def get_for_other(tx: TransactionScope) -> object:
+        return await store.get("k", tenant="t2")
+
+    for handler in (begin_for_other, get_for_other):
+        with pytest.raises(TenantViolationError, match="inside a unit of work for tenant 't1'"):
+            await uow.run(handler, tenant="t1")
+    assert await count(conn, keys) == 0

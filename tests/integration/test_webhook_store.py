@@ -25,7 +25,12 @@ from ship_sqla._webhooks import (
     ship_webhook_events_table,
     webhook_idempotency_prefix,
 )
-from ship_sqla.kernel import BoundExceededError, ConfigurationError, FrozenClock
+from ship_sqla.kernel import (
+    BoundExceededError,
+    ConfigurationError,
+    FrozenClock,
+    TenantViolationError,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -243,3 +248,16 @@ def test_names_are_explicit_and_fit() -> None:
     assert all(len(n.encode()) <= 63 for n in names)
     with pytest.raises(ConfigurationError, match="too long"):
         ship_webhook_events_table(MetaData(), name="w" * 46)
+
+
+async def test_another_tenant_is_refused_inside_a_tenant_scope(conn: AsyncConnection) -> None:
+    """R2/U2: inside a unit of work for one tenant, record refuses to file the event for
+    another tenant."""
+    store = make_store(conn)
+    uow = create_unit_of_work(conn, repositories=scope_only)
+
+    async def record_for_other(tx: TransactionScope) -> object:
+        return await store.record("stripe", "evt_t", {"a": 1}, tenant="t2")
+
+    with pytest.raises(TenantViolationError, match="inside a unit of work for tenant 't1'"):
+        await uow.run(record_for_other, tenant="t1")

@@ -34,7 +34,7 @@ from ship_sqla._idempotency._types import (
     StoredResponse,
     _ClaimOwner,
 )
-from ship_sqla._scope import Database, joined
+from ship_sqla._scope import Database, joined, tenant_within
 from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, SystemClock
 
 if TYPE_CHECKING:
@@ -154,8 +154,7 @@ class IdempotencyStore(_ClaimOwner):
             )
         ttl_seconds = self._ttl_seconds if ttl is None else _positive("ttl", ttl)
         async with joined(self._database, scope) as tx:
-            if tenant is None and tx.scope is not None:
-                tenant = tx.scope.tenant
+            tenant = tenant_within(tx.scope, tenant, operation="idempotency begin")
             params: dict[str, Any] = {
                 "k_prefix": prefix,
                 "k_tenant": tenant or "",
@@ -256,8 +255,7 @@ class IdempotencyStore(_ClaimOwner):
     ) -> IdempotencyRecord | None:
         """The key's row, whatever its status (None when there is none)."""
         async with joined(self._database, scope) as tx:
-            if tenant is None and tx.scope is not None:
-                tenant = tx.scope.tenant
+            tenant = tenant_within(tx.scope, tenant, operation="idempotency get")
             params = {"k_prefix": prefix, "k_tenant": tenant or "", "k_key": key}
             row = (await tx.connection.execute(self._sql.read, params)).first()
         if row is None:

@@ -47,14 +47,13 @@ from ship_sqla._outbox._types import (
     OutboxPayloadError,
     OutboxRecord,
 )
-from ship_sqla._scope import Database, TransactionScope, joined
+from ship_sqla._scope import Database, TransactionScope, joined, tenant_within
 from ship_sqla.kernel import (
     BoundExceededError,
     Clock,
     ConfigurationError,
     InvalidCursorError,
     SystemClock,
-    TenantViolationError,
 )
 
 __all__ = ["MAX_DEAD_PAGE", "ErrorHandler", "Outbox", "Wakeup", "create_outbox", "default_worker"]
@@ -357,7 +356,7 @@ class Outbox:
             "now": self._now(),
         }
         async with joined(self._database, scope) as tx:
-            params["tenant"] = _tenant_for(tenant, tx.scope)
+            params["tenant"] = tenant_within(tx.scope, tenant, operation="enqueue")
             await tx.connection.execute(self._sql.enqueue, params)
             tx.after_commit(self._wake(outbox_id))
         return ids
@@ -608,18 +607,6 @@ def _check_max_attempts(value: int) -> None:
             f"max_attempts must be at least 1, got {value}.",
             fix="pass max_attempts >= 1 (1 means no retry).",
         )
-
-
-def _tenant_for(tenant: str | None, scope: TransactionScope | None) -> str | None:
-    scope_tenant = None if scope is None else scope.tenant
-    if tenant is None:
-        return scope_tenant
-    if scope_tenant is not None and tenant != scope_tenant:
-        raise TenantViolationError(
-            f"enqueue named tenant {tenant!r} inside a unit of work for tenant {scope_tenant!r}.",
-            fix="enqueue for the scope's own tenant (omit tenant=), or use that tenant's scope.",
-        )
-    return tenant
 
 
 def create_outbox(

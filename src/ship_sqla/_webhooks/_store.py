@@ -23,7 +23,7 @@ from ship_sqla._idempotency._lock_wait import (
 )
 from ship_sqla._idempotency._sql import build_statements as build_idempotency_statements
 from ship_sqla._idempotency._store import check_cleanup_limit, run_cleanup
-from ship_sqla._scope import Database, joined
+from ship_sqla._scope import Database, joined, tenant_within
 from ship_sqla._webhooks._sql import WebhookStatements, build_statements
 from ship_sqla._webhooks._types import (
     WebhookCleanupResult,
@@ -156,8 +156,7 @@ class WebhookEventStore:
         _check_name(webhook)
         _check_event_id(event_id)
         async with joined(self._database, scope) as tx:
-            if tenant is None and tx.scope is not None:
-                tenant = tx.scope.tenant
+            tenant = tenant_within(tx.scope, tenant, operation="webhook record")
             params: dict[str, Any] = {
                 "w_id": uuid.uuid4(),
                 "w_webhook": webhook,
