@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
@@ -65,16 +64,17 @@ from ship_sqla.kernel._job_backend import (
 )
 from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
 from ship_sqla.kernel._metrics import JobMetrics
+from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
     from datetime import datetime
 
 __all__ = ["JobBackendTimeoutError", "PostgresJobBackend", "create_job_backend"]
 
 logger = logging.getLogger("ship_sqla.jobs")
 
-ErrorHandler = Callable[[BaseException], None]
 
 MAX_ENQUEUE_BATCH: Final = 10_000
 """Requests per ``enqueue_many``: one statement's arrays, bounded (R1)."""
@@ -351,13 +351,7 @@ class PostgresJobBackend:
 
     def report_error(self, error: BaseException) -> None:
         """Pass ``error`` to ``on_error`` (or log it when none is set). Never raises (J11)."""
-        if self._on_error is None:
-            logger.error("job runtime absorbed an error: %s", error, exc_info=error)
-            return
-        try:
-            self._on_error(error)
-        except Exception:
-            logger.exception("on_error raised while handling %r", error)
+        deliver_error(self._on_error, error, source="job runtime", log=logger)
 
     # --- connections ----------------------------------------------------------------------------
 

@@ -25,10 +25,9 @@ import os
 import re
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import MetaData, Row, Table
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -55,12 +54,15 @@ from ship_sqla.kernel import (
     InvalidCursorError,
     SystemClock,
 )
+from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
 __all__ = ["MAX_DEAD_PAGE", "ErrorHandler", "Outbox", "Wakeup", "create_outbox", "default_worker"]
 
 logger = logging.getLogger("ship_sqla")
 
-ErrorHandler = Callable[[BaseException], None]
 
 MAX_DEAD_PAGE = 1000
 """The largest ``list_dead`` page; a larger ``limit`` is refused, never silently cut."""
@@ -259,13 +261,7 @@ class Outbox:
 
     def report_error(self, error: BaseException) -> None:
         """Hand an absorbed error to ``on_error`` (or log it); never raises."""
-        if self._on_error is None:
-            logger.error("ship_sqla outbox: %s", error, exc_info=error)
-            return
-        try:
-            self._on_error(error)
-        except Exception:
-            logger.exception("ship_sqla outbox: on_error raised while handling %r", error)
+        deliver_error(self._on_error, error, source="ship_sqla outbox", log=logger)
 
     def _now(self) -> datetime | None:
         return self._clock.now() if self._clock.frozen else None

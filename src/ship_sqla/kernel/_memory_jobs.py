@@ -32,9 +32,8 @@ import itertools
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._clock import Clock, SystemClock
 from ship_sqla.kernel._errors import ConfigurationError
@@ -50,15 +49,18 @@ from ship_sqla.kernel._job_backend import (
     SettleOutcome,
 )
 from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
+from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
 from ship_sqla.kernel._schedule import due_occurrence, next_occurrence, occurrence_id
 from ship_sqla.kernel._scheduled_runs import scheduled_only, scheduled_payload
 from ship_sqla.kernel._waiting import wait_event
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
 
 __all__ = ["InMemoryJobBackend"]
 
 logger = logging.getLogger("ship_sqla.jobs")
 
-ErrorHandler = Callable[[BaseException], None]
 
 _LEASE_LAPSED_MESSAGE = (
     f"{LEASE_LAPSED_FINAL_ATTEMPT}: the run's lease lapsed on its final attempt (its worker died"
@@ -243,13 +245,7 @@ class InMemoryJobBackend:
 
     def report_error(self, error: BaseException) -> None:
         """Pass ``error`` to ``on_error`` (or log it when none is set). Never raises (J11)."""
-        if self._on_error is None:
-            logger.error("job runtime absorbed an error: %s", error, exc_info=error)
-            return
-        try:
-            self._on_error(error)
-        except Exception:
-            logger.exception("on_error raised while handling %r", error)
+        deliver_error(self._on_error, error, source="job runtime", log=logger)
 
     # --- enqueue --------------------------------------------------------------------------------
 
