@@ -36,7 +36,7 @@ from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla._jobs._backend import PostgresJobBackend, _record
+from ship_sqla._jobs._backend import PostgresJobBackend, run_record
 from ship_sqla._jobs._sql import GET_RUN, render
 from ship_sqla._server import ResolvedServer
 from ship_sqla.kernel import FrozenClock
@@ -159,7 +159,7 @@ class JobBackendMachine(RuleBasedStateMachine):
 
     async def _pg_records(self) -> list[RunRecord]:
         async with self.engine.connect() as connection:
-            return [_record(row) for row in await connection.execute(ALL_RUNS)]
+            return [run_record(row) for row in await connection.execute(ALL_RUNS)]
 
     def pg_records(self) -> dict[str, RunRecord]:
         return {r.run_id: r for r in self.run(self._pg_records())}

@@ -769,7 +769,7 @@ class PostgresJobBackend:
         """One run as operators see it, or None."""
         async with self._deadline("get_run"), self._autocommitted() as connection:
             row = (await connection.execute(self._s.get_run, {"id": run_id})).one_or_none()
-        return None if row is None else _record(row)
+        return None if row is None else run_record(row)
 
     async def list_failed(
         self, job_id: str, *, limit: int = 100, before: RunRecord | None = None
@@ -789,7 +789,7 @@ class PostgresJobBackend:
         }
         async with self._deadline("list_failed"), self._autocommitted() as connection:
             rows = (await connection.execute(self._s.list_dead, params)).all()
-        return [_record(row) for row in rows]
+        return [run_record(row) for row in rows]
 
     async def retry(self, run_id: str) -> bool:
         """Operator retry (J8): a dead run gets one more attempt and waits, due now. False when
@@ -843,7 +843,7 @@ class PostgresJobBackend:
         return deleted
 
 
-def _record(row: Any) -> RunRecord:  # noqa: ANN401 - a SQLAlchemy Row of GET_RUN's columns
+def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
     return RunRecord(
         run_id=row.id,
         job_id=row.job_id,

@@ -21,6 +21,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 
 from ship_sqla._jobs import _operations_sql as _ops
+from ship_sqla._jobs._backend import run_record
 from ship_sqla._jobs._sql import render
 from ship_sqla._scope import joined
 from ship_sqla._sql_errors import sqlstate_of
@@ -31,12 +32,12 @@ from ship_sqla.kernel import (
     PermissionDeniedError,
     ShipError,
 )
-from ship_sqla.kernel._job_backend import RunRecord
 
 if TYPE_CHECKING:
     from sqlalchemy import Table, TextClause
 
     from ship_sqla._jobs._backend import PostgresJobBackend
+    from ship_sqla.kernel._job_backend import RunRecord
     from ship_sqla.kernel._jobs import JobDefinition
 
 __all__ = [
@@ -117,26 +118,6 @@ def _decode_cursor(cursor: str, job_id: str | None) -> tuple[datetime, str]:
     return after_at, run_id
 
 
-def _record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the {cols} columns
-    return RunRecord(
-        run_id=row.id,
-        job_id=row.job_id,
-        state=row.state,
-        payload=row.payload,
-        attempt=row.attempt,
-        max_attempts=row.max_attempts,
-        key=row.key,
-        dedupe_key=row.dedupe_key,
-        run_at=row.run_at,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        finished_at=row.finished_at,
-        lease_expires_at=row.lease_expires_at,
-        last_error=row.last_error,
-        history=tuple(row.history),
-    )
-
-
 class JobOperations:
     """J8 operator operations over one :class:`PostgresJobBackend`'s runs table.
 
@@ -190,7 +171,7 @@ class JobOperations:
             params["job_id"] = job_id
         async with joined(self._backend.database, None) as tx:
             rows = (await tx.connection.execute(statement, params)).all()
-        records = tuple(_record(row) for row in rows[:limit])
+        records = tuple(run_record(row) for row in rows[:limit])
         more = len(rows) > limit
         return RunPage(records, _encode_cursor(job_id, records[-1]) if more else None)
 
@@ -199,12 +180,12 @@ class JobOperations:
         await self._authorize("get_run")
         async with joined(self._backend.database, None) as tx:
             row = (await tx.connection.execute(self._s.get_run, {"id": run_id})).one_or_none()
-        return None if row is None else _record(row)
+        return None if row is None else run_record(row)
 
     async def _state_of(self, run_id: str) -> RunRecord | None:
         async with joined(self._backend.database, None) as tx:
             row = (await tx.connection.execute(self._s.get_run, {"id": run_id})).one_or_none()
-        return None if row is None else _record(row)
+        return None if row is None else run_record(row)
 
     async def _refuse(self, operation: str, run_id: str, allowed: str) -> JobOperationRefusedError:
         record = await self._state_of(run_id)
@@ -241,7 +222,7 @@ class JobOperations:
             row = None  # a concurrent enqueue took the dedupe key (J1)
         if row is None:
             raise await self._refuse("retry", run_id, "dead")
-        return _record(row)
+        return run_record(row)
 
     async def discard(self, run_id: str) -> RunRecord:
         """A waiting or dead run becomes discarded. Refused for running (and finished) runs."""
@@ -251,7 +232,7 @@ class JobOperations:
             row = (await tx.connection.execute(self._s.discard, params)).one_or_none()
         if row is None:
             raise await self._refuse("discard", run_id, "waiting or dead")
-        return _record(row)
+        return run_record(row)
 
     async def cleanup(
         self,
