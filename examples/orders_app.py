@@ -319,16 +319,8 @@ async def run_demo(engine: AsyncEngine) -> None:
 async def main() -> None:
     server = resolve_server(prefer_embedded=True)
     print(f"PostgreSQL: {server.source}")
-    factory = DatabaseFactory(server)
-    name = "ship_sqla_orders_example"
-    await factory.drop(name)
-    url = await factory.create(name)
-    engine = create_async_engine(url)
-    try:
+    async with DatabaseFactory(server).private(name="ship_sqla_orders_example") as (_, engine):
         await run_demo(engine)
-    finally:
-        await engine.dispose()
-        await factory.drop(name)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 import attrs
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from examples.schema import metadata, orders
 from ship_sqla import (
@@ -24,6 +24,9 @@ from ship_sqla import (
     create_unit_of_work,
 )
 from ship_sqla.testing import DatabaseFactory, resolve_server
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 
 @attrs.frozen
@@ -111,16 +114,8 @@ async def run_demo(engine: AsyncEngine) -> None:
 async def main() -> None:
     server = resolve_server(prefer_embedded=True)
     print(f"PostgreSQL: {server.source}")
-    factory = DatabaseFactory(server)
-    name = "ship_sqla_quickstart"
-    await factory.drop(name)
-    url = await factory.create(name)
-    engine = create_async_engine(url)
-    try:
+    async with DatabaseFactory(server).private(name="ship_sqla_quickstart") as (_, engine):
         await run_demo(engine)
-    finally:
-        await engine.dispose()
-        await factory.drop(name)
 
 
 if __name__ == "__main__":

@@ -11,10 +11,10 @@ metadata), and drops it at the end.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
 import attrs
 from sqlalchemy import MetaData
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla.kernel import (
@@ -26,6 +26,9 @@ from ship_sqla.kernel import (
     start_job_runtime,
 )
 from ship_sqla.testing import DatabaseFactory, resolve_server
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 RUNS = 20
 
@@ -41,14 +44,8 @@ class Greeting:
 
 async def main() -> None:
     factory = DatabaseFactory(resolve_server(prefer_embedded=True))
-    name = "ship_sqla_worker_example"
-    await factory.drop(name)
-    engine = create_async_engine(await factory.create(name))
-    try:
+    async with factory.private(name="ship_sqla_worker_example") as (_, engine):
         await run(engine)
-    finally:
-        await engine.dispose()
-        await factory.drop(name)
 
 
 async def run(engine: AsyncEngine) -> None:

@@ -75,9 +75,18 @@ class DatabaseFactory:
         return url
 
     @asynccontextmanager
-    async def private(self, template: str) -> AsyncIterator[tuple[URL, AsyncEngine]]:
-        """A database cloned from ``template``, with an engine; both gone on exit."""
-        name = new_database_name("db")
+    async def private(
+        self, template: str | None = None, *, name: str | None = None
+    ) -> AsyncIterator[tuple[URL, AsyncEngine]]:
+        """A database (empty, or cloned from ``template``) with an engine; both gone on exit.
+
+        ``name`` picks a fixed name (a leftover of that name from an interrupted run is dropped
+        first); by default it is a fresh ``ship_sqla_test_db_*``.
+        """
+        if name is None:
+            name = new_database_name("db")
+        else:
+            await self.drop(name)
         url = await self.create(name, template=template)
         engine = create_async_engine(url, pool_size=5, max_overflow=10)
         try:
