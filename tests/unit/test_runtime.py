@@ -703,3 +703,35 @@ async def test_runtime_records_job_metrics(clock):
     assert dead.attributes["ship.job.key"] == "b"
     assert sum(p.count for p in found["ship.job.lock.wait"].data.data_points) == 2
     assert sum(p.count for p in found["ship.job.run.duration"].data.data_points) == 2
+
+
+async def test_claims_leave_the_room_of_unanswered_completions(clock):
+    """J3: runs whose completion is not answered yet still count against concurrency.max in
+    the backend, so the runtime does not ask for their room: such a claim comes back short,
+    which reads as "no more due work" and used to park the loop until the poll interval when
+    the completion landed mid-claim (a 20x throughput cliff with max_in_flight above 1000)."""
+    backend = InMemoryJobBackend(clock=clock, max_in_flight=4)
+    spy = ScriptedBackend(backend)
+    gate = anyio.Event()
+    original = backend.complete
+
+    async def gated_complete(runs):
+        await gate.wait()
+        return await original(runs)
+
+    spy.inner = _Override(backend, complete=gated_complete)
+    job = define_job("roomy", _noop, payload=dict, concurrency=Concurrency(max=4))
+    results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(8)])
+    async with await start_job_runtime(job, backend=spy) as runtime:
+        try:
+            await settle_loop(100)
+            assert runtime.executing == 0
+            # Four handlers ended, their completion waits at the gate: no claim may ask for
+            # their room meanwhile.
+            assert [call[1]["limit"] for call in spy.calls["claim"]] == [4]
+        finally:
+            gate.set()
+        with anyio.fail_after(5):
+            while any(backend.get_run(r.run_id).state != "completed" for r in results):
+                await settle_loop(1)
+    assert [call[1]["limit"] for call in spy.calls["claim"]][:2] == [4, 4]

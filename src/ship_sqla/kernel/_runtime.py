@@ -399,9 +399,14 @@ class JobRuntime:
     def _room_for(self, job: JobDefinition[Any]) -> tuple[int, tuple[str, ...]]:
         """How many runs of ``job`` one claim may take now, and the keys it must skip (J4)."""
         concurrency = job.concurrency
+        # Runs whose completion is not answered yet still hold a lease in the backend's count of
+        # concurrency.max: asking for their room would come back short, which reads as "no
+        # more due work" and parks the loop until the poll interval.
         limit = min(
             self._max_in_flight - self._executing,
-            concurrency.max - self._executing_by_job.get(job.id, 0),
+            concurrency.max
+            - self._executing_by_job.get(job.id, 0)
+            - self._completer.unflushed_of(job.id),
         )
         if not concurrency.single_runner:
             return limit, ()

@@ -54,6 +54,9 @@ class Completer:
         self._error_backoff = error_backoff
         self._pending: list[InFlight] = []
         self._in_flush = 0
+        # Per job: the backend still counts these runs against concurrency.max (J4) until their
+        # completion lands, so the runtime must not ask for their slots back before then.
+        self._unflushed_by_job: dict[str, int] = {}
         self._ready = asyncio.Event()
         self._closing = asyncio.Event()
 
@@ -62,7 +65,13 @@ class Completer:
         """Runs whose handler returned but whose completion has not been answered yet."""
         return len(self._pending) + self._in_flush
 
+    def unflushed_of(self, job_id: str) -> int:
+        """Unflushed runs of one job (see :attr:`unflushed`)."""
+        return self._unflushed_by_job.get(job_id, 0)
+
     def add(self, entry: InFlight) -> None:
+        job_id = entry.job.id
+        self._unflushed_by_job[job_id] = self._unflushed_by_job.get(job_id, 0) + 1
         self._pending.append(entry)
         if len(self._pending) == 1:
             self._ready.set()
@@ -90,8 +99,7 @@ class Completer:
                 elif self._closing.is_set():
                     # Giving up is safe: those runs are still running with a lease, which lapses
                     # and lets any worker retake them (J6, at-least-once).
-                    for entry in batch:
-                        self._on_settled(entry)
+                    self._settle(batch)
                 else:
                     failures += 1
                     self._pending[:0] = batch
@@ -120,6 +128,16 @@ class Completer:
                     entry.mark_lost()
                     self._backend.report_error(stale_error(entry.run, "complete"))
                 self._on_outcome(entry, "stale" if outcome == "stale" else "completed")
-        for entry in batch:
-            self._on_settled(entry)
+        self._settle(batch)
         return True
+
+    def _settle(self, batch: list[InFlight]) -> None:
+        counts = self._unflushed_by_job
+        for entry in batch:
+            job_id = entry.job.id
+            left = counts[job_id] - 1
+            if left:
+                counts[job_id] = left
+            else:
+                del counts[job_id]
+            self._on_settled(entry)
