@@ -472,3 +472,30 @@ async def test_typed_payloads_round_trip(clock, job_backend_factory):
     [claimed] = await backend.claim(definition, worker="A", limit=1)
     assert claimed.payload == {"order_id": 5}
     assert definition.decode(claimed.payload) == Order(order_id=5)
+
+
+async def test_queue_depths_count_waiting_runs_and_age_the_oldest_due(clock, job_backend_factory):
+    """J10: queue_depths answers every job asked for: its waiting runs (due or delayed, never
+    running ones) and the seconds since the oldest due one became due (0 when none is due)."""
+    backend = job_backend_factory(clock)
+    busy, delayed, empty = job("depth.busy"), job("depth.delayed"), job("depth.empty")
+    start = clock.now()
+    await backend.enqueue_many(busy, [EnqueueRequest({"n": n}) for n in range(3)])
+    later = start + timedelta(minutes=5)
+    await backend.enqueue(delayed, {"n": 0}, run_at=later)
+    clock.advance(90)
+    await backend.enqueue(busy, {"n": 3})
+    [claimed] = await backend.claim(busy, worker="A", limit=1)
+    assert claimed.payload == {"n": 0}
+
+    depths = await backend.queue_depths([busy.id, delayed.id, empty.id])
+
+    assert set(depths) == {busy.id, delayed.id, empty.id}
+    assert depths[busy.id].depth == 3
+    assert depths[busy.id].oldest_due_age == pytest.approx(90.0)
+    assert (depths[delayed.id].depth, depths[delayed.id].oldest_due_age) == (1, 0.0)
+    assert (depths[empty.id].depth, depths[empty.id].oldest_due_age) == (0, 0.0)
+    clock.set(later + timedelta(seconds=30))
+    assert (await backend.queue_depths([delayed.id]))[delayed.id].oldest_due_age == pytest.approx(
+        30.0
+    )

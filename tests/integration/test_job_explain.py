@@ -179,6 +179,16 @@ CASES = [
         True,
     ),
     ("depth check", _sql.ENQUEUE_MANY, depth_params, {"due_idx", "dedupe_idx", "pkey"}, 1, True),
+    # J10's gauges: counting a million waiting runs reads them all, so only the index is
+    # checked (an index-only scan of the due index, never the heap sequentially).
+    (
+        "queue depths",
+        _sql.QUEUE_DEPTHS,
+        lambda: {"job_ids": ["bulk"], "now": None},
+        {"due_idx"},
+        1,
+        False,
+    ),
     # At a few thousand rows a hash join over a sequential scan is the cheaper plan, so only
     # the large table's plan shape is checked for the batched complete.
     ("complete", _sql.COMPLETE_IF_TOKEN_CURRENT, complete_params, {"pkey"}, 50, False),
@@ -189,7 +199,8 @@ CASES = [
 @pytest.mark.slow
 async def test_hot_statements_use_their_indexes_at_a_million_runs(loaded: AsyncEngine) -> None:
     """J3, J2: at 1,000,000 waiting runs the claim of 50 reads the due and lease partial indexes,
-    the depth check reads the due index (index-only, stops at the limit), a batched complete
+    the depth check reads the due index (index-only, stops at the limit), the J10 queue gauges
+    read the due index, a batched complete
     probes the primary key; no statement scans the runs table sequentially, in custom or generic
     plans, and each reads at most twice the buffers it reads at a backlog of 1,000."""
     report = []

@@ -67,6 +67,9 @@ class ScriptedBackend:
     async def claim(self, job: Any, **kwargs: Any) -> Any:
         return await self._call("claim", job, **kwargs)
 
+    async def queue_depths(self, job_ids: Any) -> Any:
+        return await self._call("queue_depths", list(job_ids))
+
     async def heartbeat(self, runs: Any) -> Any:
         return await self._call("heartbeat", list(runs))
 

@@ -735,3 +735,61 @@ async def test_claims_leave_the_room_of_unanswered_completions(clock):
             while any(backend.get_run(r.run_id).state != "completed" for r in results):
                 await settle_loop(1)
     assert [call[1]["limit"] for call in spy.calls["claim"]][:2] == [4, 4]
+
+
+async def test_worker_samples_the_queue_gauges(clock, errors):
+    """J10: a worker runtime with metrics samples ship.job.queue.depth and
+    ship.job.queue.oldest_waiting_age per registered job at start and every
+    DEPTH_SAMPLE_INTERVAL seconds; a failed sample goes to on_error (J11) and the next one
+    recovers."""
+    from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
+
+    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+    from ship_sqla.kernel._runtime_depth import DEPTH_SAMPLE_INTERVAL  # noqa: PLC0415
+
+    reader = InMemoryMetricReader()
+    metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
+    spy = ScriptedBackend(backend)
+    later = clock.now() + timedelta(hours=1)
+    queued = define_job("gauged.queued", _noop, payload=dict)
+    idle = define_job("gauged.idle", _noop, payload=dict)
+    await backend.enqueue_many(queued, [EnqueueRequest({"n": n}, run_at=later) for n in range(2)])
+
+    def gauges():
+        found = {
+            metric.name: {p.attributes["ship.job.id"]: p.value for p in metric.data.data_points}
+            for resource in reader.get_metrics_data().resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+        }
+        return found["ship.job.queue.depth"], found["ship.job.queue.oldest_waiting_age"]
+
+    async with await start_job_runtime([queued, idle], backend=spy, metrics=metrics):
+        await spy.wait_calls("queue_depths", 1)
+        depth, age = gauges()
+        assert depth == {"gauged.queued": 2, "gauged.idle": 0}
+        assert age == {"gauged.queued": 0.0, "gauged.idle": 0.0}
+
+        spy.raise_once["queue_depths"] = ConnectionError("database went away")
+        await backend.enqueue(queued, {"n": 2}, run_at=later)
+        await settle_loop()  # the sampler parks on the clock
+        clock.advance(DEPTH_SAMPLE_INTERVAL)
+        await spy.wait_calls("queue_depths", 2)
+        assert errors.errors[-1].args == ("database went away",)
+        assert gauges()[0]["gauged.queued"] == 2  # the last good sample stays
+
+        await settle_loop()
+        clock.advance(DEPTH_SAMPLE_INTERVAL)
+        await spy.wait_calls("queue_depths", 3)
+        assert gauges()[0]["gauged.queued"] == 3
+
+
+async def test_no_metrics_no_queue_sampling(clock, backend):
+    """J10: without metrics the runtime never queries the queues."""
+    spy = ScriptedBackend(backend)
+    job = define_job("unmetered", _noop, payload=dict)
+    async with await start_job_runtime(job, backend=spy):
+        await settle_loop(20)
+    assert "queue_depths" not in spy.calls

@@ -59,6 +59,7 @@ from ship_sqla.kernel._job_backend import (
     EnqueueRequest,
     EnqueueResult,
     LockProvider,
+    QueueDepth,
     RunRecord,
     SettleOutcome,
 )
@@ -131,6 +132,7 @@ class _Statements:
     fail: TextClause
     release: TextClause
     get_run: TextClause
+    queue_depths: TextClause
     list_dead: TextClause
     retry: TextClause
     discard: TextClause
@@ -152,6 +154,7 @@ class _Statements:
             fail=r(_sql.FAIL_IF_TOKEN_CURRENT),
             release=r(_sql.RELEASE_IF_TOKEN_CURRENT),
             get_run=r(_sql.GET_RUN),
+            queue_depths=r(_sql.QUEUE_DEPTHS),
             list_dead=r(_sql.LIST_DEAD),
             retry=r(_sql.RETRY_DEAD),
             discard=r(_sql.DISCARD_IF_NOT_RUNNING),
@@ -770,6 +773,14 @@ class PostgresJobBackend:
         async with self._deadline("get_run"), self._autocommitted() as connection:
             row = (await connection.execute(self._s.get_run, {"id": run_id})).one_or_none()
         return None if row is None else run_record(row)
+
+    async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
+        """J10's queue gauges: waiting runs per job and the age of the oldest due one, for
+        every job of ``job_ids`` (sampled by worker runtimes with metrics)."""
+        params = {"job_ids": list(job_ids), "now": self._now()}
+        async with self._deadline("queue_depths"), self._autocommitted() as connection:
+            rows = (await connection.execute(self._s.queue_depths, params)).all()
+        return {job_id: QueueDepth(depth, float(age)) for job_id, depth, age in rows}
 
     async def list_failed(
         self, job_id: str, *, limit: int = 100, before: RunRecord | None = None

@@ -36,6 +36,7 @@ __all__ = [
     "GET_RUN",
     "HEARTBEAT_IF_TOKEN_CURRENT",
     "LIST_DEAD",
+    "QUEUE_DEPTHS",
     "RELEASE_IF_TOKEN_CURRENT",
     "RETRY_DEAD",
     "render",
@@ -307,6 +308,21 @@ RETURNING r.id
 """  # noqa: S105 - SQL naming a fencing token, not a secret
 """Return a claimed run to waiting without consuming its attempt (JOB_LOCK_HELD, J7; a drain
 cancellation, J12), appending ``error`` to its history when given."""
+
+QUEUE_DEPTHS: Final = """
+SELECT j.job_id, q.depth,
+    coalesce(extract(epoch FROM {now} - q.oldest_due), 0) AS oldest_due_age
+FROM unnest(CAST(:job_ids AS text[])) AS j(job_id)
+CROSS JOIN LATERAL (
+    -- <runs>_due_idx: an index-only scan of one job's waiting runs (due or delayed).
+    SELECT count(*) AS depth, min(r.run_at) FILTER (WHERE r.run_at <= {now}) AS oldest_due
+    FROM {runs} r
+    WHERE r.job_id = j.job_id AND r.state = 'waiting'
+) q
+"""
+"""J10's queue gauges for the given jobs (every one answered, 0 when empty). Costs one entry
+read per waiting run, so the runtime samples it every ``DEPTH_SAMPLE_INTERVAL`` seconds, not
+per claim."""
 
 GET_RUN: Final = "SELECT {cols} FROM {runs} r WHERE r.id = :id"
 """One run by id (<runs>_pkey)."""

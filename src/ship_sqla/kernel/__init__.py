@@ -30,6 +30,8 @@ from ship_sqla.kernel._job_backend import JobBackend as JobBackend
 from ship_sqla.kernel._job_backend import JobLeaseStaleError as JobLeaseStaleError
 from ship_sqla.kernel._job_backend import Lock as Lock
 from ship_sqla.kernel._job_backend import LockProvider as LockProvider
+from ship_sqla.kernel._job_backend import QueueDepth as QueueDepth
+from ship_sqla.kernel._job_backend import QueueDepthSource as QueueDepthSource
 from ship_sqla.kernel._job_backend import RenewableLock as RenewableLock
 from ship_sqla.kernel._job_backend import RunRecord as RunRecord
 from ship_sqla.kernel._job_backend import RunState as RunState
@@ -103,6 +105,8 @@ __all__ = (
     "NotYetImplementedError",
     "PayloadCodec",
     "PermissionDeniedError",
+    "QueueDepth",
+    "QueueDepthSource",
     "RenewableLock",
     "Retention",
     "RetryPolicy",

@@ -40,6 +40,8 @@ __all__ = [
     "JobLeaseStaleError",
     "Lock",
     "LockProvider",
+    "QueueDepth",
+    "QueueDepthSource",
     "RenewableLock",
     "RunRecord",
     "RunState",
@@ -155,6 +157,27 @@ class LockProvider(Protocol):
 
     async def acquire(self, key: str, lease: float) -> Lock | None:
         """The lock, or None when another holder has it. ``lease`` is in seconds."""
+        ...
+
+
+@attrs.frozen
+class QueueDepth:
+    """One job's queue as the J10 gauges report it: ``depth`` runs waiting (due or delayed,
+    not claimed), and ``oldest_due_age`` seconds since the oldest due one became due (0 when
+    none is due)."""
+
+    depth: int
+    oldest_due_age: float
+
+
+@runtime_checkable
+class QueueDepthSource(Protocol):
+    """A backend that can count its queues (J10's ``ship.job.queue.depth`` and
+    ``ship.job.queue.oldest_waiting_age``). Both backends are; a worker runtime with metrics
+    samples it every ``DEPTH_SAMPLE_INTERVAL`` seconds."""
+
+    async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
+        """Every job of ``job_ids``, also those with an empty queue (depth 0)."""
         ...
 
 

@@ -44,6 +44,7 @@ from ship_sqla.kernel._job_backend import (
     EnqueueRequest,
     EnqueueResult,
     LockProvider,
+    QueueDepth,
     RunRecord,
     RunState,
     SettleOutcome,
@@ -551,6 +552,24 @@ class InMemoryJobBackend:
     def waiting_count(self, job_id: str) -> int:
         """Runs of ``job_id`` in state waiting, due or delayed: what J2 compares to the limit."""
         return self._waiting.get(job_id, 0)
+
+    async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
+        """J10's queue gauges: waiting runs per job and the age of the oldest due one."""
+        now = self._clock.now()
+        depths = dict.fromkeys(job_ids, 0)
+        oldest: dict[str, datetime] = {}
+        for run in self._runs.values():
+            if run.state != "waiting" or run.job_id not in depths:
+                continue
+            depths[run.job_id] += 1
+            if run.run_at <= now and (run.job_id not in oldest or run.run_at < oldest[run.job_id]):
+                oldest[run.job_id] = run.run_at
+        return {
+            job_id: QueueDepth(
+                depth, (now - oldest[job_id]).total_seconds() if job_id in oldest else 0.0
+            )
+            for job_id, depth in depths.items()
+        }
 
     def retry(self, run_id: str) -> bool:
         """Operator retry (J8): a dead run gets one more attempt and waits, due now.

@@ -38,6 +38,7 @@ from ship_sqla.kernel._job_backend import (
     EnqueueRequest,
     EnqueueResult,
     JobBackend,
+    QueueDepthSource,
     SettleOutcome,
 )
 from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
@@ -45,6 +46,7 @@ from ship_sqla.kernel._metrics import JobMetrics
 from ship_sqla.kernel._registry import JobRegistry
 from ship_sqla.kernel._retry import lock_held_delay, retry_at
 from ship_sqla.kernel._runtime_completer import Completer
+from ship_sqla.kernel._runtime_depth import DepthSampler
 from ship_sqla.kernel._runtime_heartbeat import Heartbeater
 from ship_sqla.kernel._runtime_state import (
     InFlight,
@@ -158,6 +160,19 @@ class JobRuntime:
         self._heartbeater = Heartbeater(
             backend, clock, self._entries, tick=tick, on_lost=self._lost
         )
+        # J10's queue gauges, sampled only where someone collects them.
+        self._sampler = (
+            DepthSampler(
+                backend,
+                metrics,
+                [job.id for job in self._jobs],
+                clock=clock,
+                report_error=backend.report_error,
+            )
+            if metrics is not None and mode == "worker" and isinstance(backend, QueueDepthSource)
+            else None
+        )
+        self._sampler_task: asyncio.Task[None] | None = None
 
     # --- public surface -------------------------------------------------------------------------
 
@@ -251,6 +266,10 @@ class JobRuntime:
             loop.create_task(self._completer.run(), name="ship_sqla.jobs.completer"),
             loop.create_task(self._heartbeater.run(), name="ship_sqla.jobs.heartbeat"),
         ]
+        if self._sampler is not None:
+            self._sampler_task = loop.create_task(
+                self._sampler.run(), name="ship_sqla.jobs.queue_depths"
+            )
         logger.debug("job runtime %s started for %d jobs", self.worker_id, len(self._jobs))
 
     async def _stop(self, drain_timeout: float) -> None:
@@ -271,6 +290,9 @@ class JobRuntime:
         await completer_task
         self._heartbeater.close()
         await heartbeat_task
+        if self._sampler is not None and self._sampler_task is not None:
+            self._sampler.close()
+            await self._sampler_task
         logger.debug("job runtime %s stopped", self.worker_id)
 
     def _error_backoff(self, failures: int) -> float:
