@@ -3,10 +3,16 @@ run per occurrence across concurrent tickers, interval schedules."""
 
 from __future__ import annotations
 
+import sys
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import anyio
+import anyio.abc
 import pytest
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -177,3 +183,119 @@ async def test_schedule_refuses_payload_a_tick_cannot_give(backend: PostgresJobB
     job = define_job("typed", noop, payload=list, schedule=Schedule(interval=timedelta(1)))
     with pytest.raises(ConfigurationError, match="payload=None or payload=dict"):
         await backend.schedule([job])
+
+
+@pytest.mark.parametrize(
+    ("cron", "start", "local_time"),
+    [
+        # Spring forward on 2030-03-31: 02:30 does not exist that day and fires at 03:00.
+        ("30 2 * * *", datetime(2030, 3, 28, tzinfo=UTC), (2, 30)),
+        # Fall back on 2030-10-27: 02:30 happens twice and fires once.
+        ("30 2 * * *", datetime(2030, 10, 24, tzinfo=UTC), (2, 30)),
+        ("0 3 * * *", datetime(2030, 3, 28, tzinfo=UTC), (3, 0)),
+    ],
+)
+async def test_daily_cron_across_a_dst_change_fires_once_a_day_at_local_time(
+    engine: AsyncEngine, clock: FrozenClock, cron: str, start: datetime, local_time: tuple[int, int]
+) -> None:
+    """J9: a daily cron in Europe/Berlin, ticked on PostgreSQL every 20 minutes through a week
+    with a DST change, creates exactly one run per local day, each due at the declared local
+    time (at the end of the gap on the day that skips it)."""
+    berlin = ZoneInfo("Europe/Berlin")
+    clock.set(start)
+    job = define_job("report.daily", noop, schedule=Schedule(cron=cron, timezone="Europe/Berlin"))
+    backend = create_job_backend(database=engine, table=runs, state_table=state, clock=clock)
+    await backend.schedule([job])
+    created = 0
+    while clock.now() < start + timedelta(days=7):
+        clock.advance(timedelta(minutes=20))
+        created += await backend.tick([job])
+    rows = await run_rows(engine, job.id)
+    local_days = Counter(row.run_at.astimezone(berlin).date() for row in rows)
+    assert created == len(rows) == 7
+    assert set(local_days.values()) == {1}
+    for row in rows:
+        local = row.run_at.astimezone(berlin)
+        skipped = local.date().isoformat() == "2030-03-31" and local_time == (2, 30)
+        assert (local.hour, local.minute) == ((3, 0) if skipped else local_time), row.id
+
+
+_TICKER = """
+import asyncio, sys
+from datetime import datetime, timedelta
+from sqlalchemy import MetaData
+from sqlalchemy.ext.asyncio import create_async_engine
+from ship_sqla import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla.kernel import FrozenClock, Schedule, define_job
+
+async def noop(ctx, payload):
+    return None
+
+async def main(url, start):
+    metadata = MetaData()
+    runs, state = ship_job_runs_table(metadata), ship_job_state_table(metadata)
+    clock = FrozenClock(datetime.fromisoformat(start))
+    engine = create_async_engine(url)
+    backend = create_job_backend(database=engine, table=runs, state_table=state, clock=clock)
+    job = define_job("report.minutely", noop, schedule=Schedule(cron="* * * * *"))
+    await backend.schedule([job])
+    print("ready", flush=True)
+    # One line per occurrence from the test: every process moves to the same minute, then
+    # ticks three times at once; the count of runs it created goes back on stdout.
+    for line in sys.stdin:
+        clock.set(datetime.fromisoformat(line.strip()))
+        created = sum(await asyncio.gather(*(backend.tick([job]) for _ in range(3))))
+        print(created, flush=True)
+    await engine.dispose()
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+async def test_three_worker_processes_ticking_at_once_create_one_run_per_occurrence(
+    engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """J9: three OS processes, each with its own pool and clock, move to the same minute in
+    lock step and tick it three times concurrently, for 20 occurrences: exactly one run per
+    occurrence (SKIP LOCKED and the durable id), and the runs the processes report creating
+    add up to 20."""
+    occurrences = 20
+    minutes = [START + timedelta(minutes=m) for m in range(1, occurrences + 1)]
+    created = 0
+    async with AsyncExitStack() as stack:
+        processes = [
+            await stack.enter_async_context(
+                await anyio.open_process(
+                    [sys.executable, "-c", _TICKER, ship_engine_url, START.isoformat()],
+                    stderr=None,
+                )
+            )
+            for _ in range(3)
+        ]
+        lines = [_lines(process) for process in processes]
+        with anyio.fail_after(120):
+            for each in lines:
+                assert await anext(each) == "ready"
+            for minute in minutes:
+                for process in processes:
+                    assert process.stdin is not None
+                    await process.stdin.send(f"{minute.isoformat()}\n".encode())
+                for each in lines:
+                    created += int(await anext(each))
+            for process in processes:
+                assert process.stdin is not None
+                await process.stdin.aclose()
+                assert await process.wait() == 0
+    assert created == occurrences
+    ids = [row.id for row in await run_rows(engine, EVERY_MINUTE.id)]
+    assert ids == [f"report.minutely/{m.replace(second=0):%Y-%m-%dT%H:%M:%SZ}" for m in minutes]
+
+
+async def _lines(process: anyio.abc.Process) -> AsyncIterator[str]:
+    assert process.stdout is not None
+    buffered = b""
+    async for chunk in process.stdout:
+        buffered += chunk
+        while b"\n" in buffered:
+            line, buffered = buffered.split(b"\n", 1)
+            yield line.decode()
