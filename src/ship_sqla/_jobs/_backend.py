@@ -45,6 +45,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ship_sqla._jobs import _operations_sql as _ops
 from ship_sqla._jobs import _sql
 from ship_sqla._jobs._ids import new_run_ids
 from ship_sqla._jobs._schedules import Schedules
@@ -153,12 +154,12 @@ class _Statements:
             heartbeat=r(_sql.HEARTBEAT_IF_TOKEN_CURRENT),
             fail=r(_sql.FAIL_IF_TOKEN_CURRENT),
             release=r(_sql.RELEASE_IF_TOKEN_CURRENT),
-            get_run=r(_sql.GET_RUN),
+            get_run=r(_ops.OPS_GET_RUN),
             queue_depths=r(_sql.QUEUE_DEPTHS),
-            list_dead=r(_sql.LIST_DEAD),
-            retry=r(_sql.RETRY_DEAD),
-            discard=r(_sql.DISCARD_IF_NOT_RUNNING),
-            delete_finished=r(_sql.DELETE_FINISHED_BEFORE),
+            list_dead=r(_ops.OPS_LIST_DEAD_OF_JOB),
+            retry=r(_ops.OPS_RETRY_DEAD),
+            discard=r(_ops.OPS_DISCARD_WAITING_OR_DEAD),
+            delete_finished=r(_ops.OPS_DELETE_FINISHED_BATCH),
         )
 
 
@@ -795,8 +796,8 @@ class PostgresJobBackend:
         params = {
             "job_id": job_id,
             "limit": limit,
-            "before_at": before.finished_at if before is not None else None,
-            "before_id": before.run_id if before is not None else None,
+            "after_at": before.finished_at if before is not None else None,
+            "after_id": before.run_id if before is not None else None,
         }
         async with self._deadline("list_failed"), self._autocommitted() as connection:
             rows = (await connection.execute(self._s.list_dead, params)).all()

@@ -28,17 +28,12 @@ __all__ = [
     "CLAIM_LOCK",
     "CLAIM_LOCK_TUNED",
     "COMPLETE_IF_TOKEN_CURRENT",
-    "DELETE_FINISHED_BEFORE",
-    "DISCARD_IF_NOT_RUNNING",
     "ENQUEUE_MANY",
     "ENQUEUE_PLAIN",
     "FAIL_IF_TOKEN_CURRENT",
-    "GET_RUN",
     "HEARTBEAT_IF_TOKEN_CURRENT",
-    "LIST_DEAD",
     "QUEUE_DEPTHS",
     "RELEASE_IF_TOKEN_CURRENT",
-    "RETRY_DEAD",
     "render",
 ]
 
@@ -323,56 +318,3 @@ CROSS JOIN LATERAL (
 """J10's queue gauges for the given jobs (every one answered, 0 when empty). Costs one entry
 read per waiting run, so the runtime samples it every ``DEPTH_SAMPLE_INTERVAL`` seconds, not
 per claim."""
-
-GET_RUN: Final = "SELECT {cols} FROM {runs} r WHERE r.id = :id"
-"""One run by id (<runs>_pkey)."""
-
-LIST_DEAD: Final = """
-SELECT {cols} FROM {runs} r
--- <runs>_finished_idx, newest first, keyset on (finished_at, id).
-WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded') AND r.state = 'dead'
-  AND (CAST(:before_at AS timestamptz) IS NULL
-       OR (r.finished_at, r.id) < (CAST(:before_at AS timestamptz), CAST(:before_id AS text)))
-ORDER BY r.finished_at DESC, r.id DESC
-LIMIT CAST(:limit AS integer)
-"""
-"""Dead runs of one job, a bounded page (operators' ``list_failed``)."""
-
-RETRY_DEAD: Final = """
-UPDATE {runs} r
-SET state = 'waiting', max_attempts = r.attempt + 1, run_at = {now}, finished_at = NULL,
-    lease_expires_at = NULL, claimed_by = NULL, updated_at = {now}
--- <runs>_pkey. Not while a newer live run holds the dedupe key (<runs>_dedupe_idx): reviving
--- this one would break J1. A concurrent enqueue that wins anyway trips the unique index.
-WHERE r.id = :id AND r.state = 'dead'
-  AND NOT EXISTS (
-    SELECT 1 FROM {runs} o
-    WHERE o.job_id = r.job_id AND o.dedupe_key = r.dedupe_key
-      AND o.dedupe_key IS NOT NULL AND o.state IN ('waiting', 'running'))
-RETURNING r.id
-"""
-"""Operator retry (J8): a dead run waits again, due now, with one more attempt."""
-
-DISCARD_IF_NOT_RUNNING: Final = """
-UPDATE {runs} r
-SET state = 'discarded', finished_at = {now}, updated_at = {now}
--- <runs>_pkey. A running run is not discarded under its holder: it settles first.
-WHERE r.id = :id AND r.state IN ('waiting', 'dead')
-RETURNING r.id
-"""
-"""Operator discard: a waiting or dead run becomes terminal."""
-
-DELETE_FINISHED_BEFORE: Final = """
-DELETE FROM {runs} d
-WHERE d.id = ANY(ARRAY(
-    -- <runs>_finished_idx: this job's terminal runs finished at least the state's retention
-    -- ago, oldest first, a bounded batch.
-    SELECT r.id FROM {runs} r
-    WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded')
-      AND r.finished_at <= {now} - CAST(:retention AS double precision) * interval '1 second'
-      AND r.state = CAST(:state AS text)
-    ORDER BY r.finished_at
-    LIMIT CAST(:batch AS integer)
-))
-"""
-"""Cleanup (retention): delete one bounded batch of one job's runs in one terminal state."""
