@@ -3,20 +3,21 @@
 Tables for people, ``--json`` for scripts. Exit codes are part of the interface:
 
 - 0: success (for ``schema check``: the database matches the metadata);
-- 1: the check found differences, or the operation failed (database unreachable, a command
-  that is not built yet); the message on stderr says what happened and the fix;
+- 1: the check found differences, or the operation failed (database unreachable, a run that
+  does not exist); the message on stderr says what happened and the fix;
 - 2: bad input: a usage error, a malformed option, a ``MODULE:ATTR`` that cannot be loaded.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import importlib
 import inspect
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 import click
 from sqlalchemy import MetaData
@@ -25,11 +26,15 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from ship_sqla._cli_jobs import (
+    DEFAULT_RUNS_TABLE,
+    DEFAULT_STATE_TABLE,
     MAX_STATS_GROUPS,
+    JobTables,
     format_failed,
     format_run,
     format_stats,
     job_stats,
+    job_tables,
     not_found,
     record_dict,
     run_operation,
@@ -44,12 +49,11 @@ from ship_sqla.kernel import (
     InvalidCursorError,
     JobDefinition,
     JobRegistry,
-    NotYetImplementedError,
     ShipError,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Coroutine
+    from collections.abc import Callable, Coroutine
 
     from sqlalchemy import Table
     from sqlalchemy.engine import URL
@@ -72,6 +76,10 @@ EXIT_USAGE = 2
 T = TypeVar("T")
 
 DATABASE_URL_ENV = "SHIP_SQLA_DATABASE_URL"
+RUNS_TABLE_ENV = "SHIP_SQLA_JOB_RUNS_TABLE"
+STATE_TABLE_ENV = "SHIP_SQLA_JOB_STATE_TABLE"
+SCHEMA_ENV = "SHIP_SQLA_JOB_SCHEMA"
+MAX_IDENTIFIER_BYTES = 63
 DEMO_MODULE = "ship_sqla._demo"
 
 
@@ -186,6 +194,42 @@ class DatabaseUrl(_AnyParamType):
             self.fail(exc.message, param, ctx)
 
 
+class Identifier(_AnyParamType):
+    """One PostgreSQL identifier (a table or a schema name), used as given and always quoted.
+
+    A dotted name is refused: ``--schema`` names the schema, so ``app.runs`` is more likely a
+    mistake than a table whose name contains a dot.
+    """
+
+    name = "NAME"
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:  # noqa: ANN401
+        text = str(value)
+        if not text.strip():
+            self.fail(
+                f"the {self.what} name is empty; name one, or leave the option out.", param, ctx
+            )
+        if "\x00" in text:
+            self.fail(f"the {self.what} name {text!r} contains a NUL character.", param, ctx)
+        if "." in text:
+            hint = " (pass the schema with --schema)" if self.what == "table" else ""
+            self.fail(
+                f"{text!r} is a dotted name; give the bare {self.what} name{hint}.", param, ctx
+            )
+        size = len(text.encode())
+        if size > MAX_IDENTIFIER_BYTES:
+            self.fail(
+                f"the {self.what} name {text!r} is {size} bytes, over PostgreSQL's"
+                f" {MAX_IDENTIFIER_BYTES}-byte identifier limit.",
+                param,
+                ctx,
+            )
+        return text
+
+
 METADATA = ObjectReference(MetaData, "SQLAlchemy MetaData")
 
 database_url_option = click.option(
@@ -210,6 +254,73 @@ table_option = click.option(
     metavar="NAME",
     help="Limit to this table (its key in metadata.tables); repeatable.",
 )
+runs_table_option = click.option(
+    "--runs-table",
+    type=Identifier("table"),
+    envvar=RUNS_TABLE_ENV,
+    show_envvar=True,
+    default=DEFAULT_RUNS_TABLE,
+    show_default=True,
+    help="The job runs table's name, as given to ship_job_runs_table(metadata, name=...).",
+)
+state_table_option = click.option(
+    "--state-table",
+    type=Identifier("table"),
+    envvar=STATE_TABLE_ENV,
+    show_envvar=True,
+    default=DEFAULT_STATE_TABLE,
+    show_default=True,
+    help="The job state table's name (schedules), as given to ship_job_state_table.",
+)
+schema_option = click.option(
+    "--schema",
+    type=Identifier("schema"),
+    envvar=SCHEMA_ENV,
+    show_envvar=True,
+    default=None,
+    help="The schema holding the job tables, as given to the table factories' schema="
+    " (default: none, the search_path decides).",
+)
+
+_Command = TypeVar("_Command", bound="Callable[..., None]")
+
+
+def job_tables_options(*, with_state_table: bool) -> Callable[[_Command], _Command]:
+    """Adds --runs-table, --schema (and --state-table where the command uses that table) and
+    hands the command ``tables``, a :class:`JobTables`, instead of the three strings."""
+
+    def decorate(command: _Command) -> _Command:
+        @functools.wraps(command)
+        def with_tables(
+            *args: Any,  # noqa: ANN401 - click's arguments, passed on
+            runs_table: str,
+            schema: str | None,
+            state_table: str = DEFAULT_STATE_TABLE,
+            **kwargs: Any,  # noqa: ANN401
+        ) -> None:
+            command(*args, tables=_job_tables(runs_table, state_table, schema), **kwargs)
+
+        options = [runs_table_option, state_table_option, schema_option]
+        if not with_state_table:
+            options.remove(state_table_option)
+        decorated: Any = with_tables
+        for option in reversed(options):
+            decorated = option(decorated)
+        return cast("_Command", decorated)
+
+    return decorate
+
+
+def _job_tables(runs: str, state: str, schema: str | None) -> JobTables:
+    """The tables, or exit 2 naming the option whose name the table factory refused."""
+    try:
+        job_tables(runs=runs, schema=schema)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--runs-table") from exc
+    try:
+        return job_tables(runs=runs, state=state, schema=schema)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--state-table") from exc
 
 
 @click.group(cls=_ShipGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -311,20 +422,16 @@ def schema_sql_command(metadata: MetaData, tables: tuple[str, ...]) -> None:
     click.echo(schema_sql(metadata, tables=_resolve_tables(metadata, tables)), nl=False)
 
 
-@cli.command(short_help="Run the README demo.")
+@cli.command(short_help="Run the README demo (no configuration needed).")
 @click.pass_context
 def demo(ctx: click.Context) -> None:
-    """Run the README demo (a unit of work, the outbox and a job, end to end)."""
-    try:
-        module = importlib.import_module(DEMO_MODULE)
-    except ModuleNotFoundError as exc:
-        if exc.name != DEMO_MODULE:
-            raise
-        raise NotYetImplementedError(
-            "the demo is not built into this version of ship_sqla yet.",
-            fix="run examples/quickstart.py from a source checkout.",
-        ) from exc
-    result = module.main()
+    """Run the README demo: two tenants' rows through a unit of work, an outbox message relayed
+    to a printing sink, a job run by a worker, and a rollback that leaves none of them, in a
+    scratch database dropped afterwards. The server is SHIP_SQLA_DATABASE_URL, else
+    127.0.0.1:5432 when it answers, else the embedded one (the `embedded` extra;
+    SHIP_SQLA_EMBEDDED=1 skips the local probe)."""
+    # Imported on use: the demo pulls in every store, which the other commands do not need.
+    result = importlib.import_module(DEMO_MODULE).main()
     if inspect.isawaitable(result):
         result = asyncio.run(_awaited(result))
     ctx.exit(result if isinstance(result, int) else EXIT_OK)
@@ -372,8 +479,14 @@ OPERATOR_NOTE = (
 )
 
 
-def _run_jobs_call(database_url: URL, call: Coroutine[Any, Any, T], *, as_json: bool = False) -> T:
-    """Run ``call``; a database that cannot be reached or lacks the tables is exit 1."""
+def _run_jobs_call(
+    database_url: URL,
+    call: Coroutine[Any, Any, T],
+    *,
+    tables: str,
+    as_json: bool = False,
+) -> T:
+    """Run ``call``; a database that cannot be reached or lacks ``tables`` is exit 1."""
     try:
         return asyncio.run(call)
     except (SQLAlchemyError, OSError) as exc:
@@ -381,8 +494,10 @@ def _run_jobs_call(database_url: URL, call: Coroutine[Any, Any, T], *, as_json: 
         _fail(
             f"cannot reach the job runs at {where}: {type(exc).__name__}:"
             f" {str(exc).splitlines()[0]}. Fix: check the URL, that the server is up, and that"
-            " the job tables exist (ship_job_runs_table / ship_job_state_table in your"
-            " migrations, or `ship-sqla schema sql`).",
+            f" the job tables exist (here: {tables}; created by ship_job_runs_table /"
+            " ship_job_state_table in your migrations, or `ship-sqla schema sql`); name tables"
+            " created under other names or in another schema with --runs-table and --schema"
+            " (and --state-table for the worker).",
             as_json=as_json,
             cause=exc,
         )
@@ -412,18 +527,21 @@ def _run_jobs_call(database_url: URL, call: Coroutine[Any, Any, T], *, as_json: 
     show_default=True,
     help="Seconds in-flight runs may finish after SIGTERM before they are cancelled.",
 )
+@job_tables_options(with_state_table=True)
 def worker(
+    *,
     registry: JobRegistry,
     database_url: URL,
     max_in_flight: int,
     poll_interval: float,
     drain_timeout: float,
+    tables: JobTables,
 ) -> None:
     """Execute the runs of the jobs registered at APP:REGISTRY (a JobRegistry, or a list of
-    job definitions) from the default job tables, until SIGTERM or SIGINT. Then it stops
-    claiming, lets in-flight runs finish within --drain-timeout, cancels the rest (they wait
-    again without losing an attempt, J12) and exits 0. Errors the loop absorbs are logged to
-    stderr."""
+    job definitions) from the job tables (the default names unless --runs-table, --state-table
+    or --schema say otherwise), until SIGTERM or SIGINT. Then it stops claiming, lets in-flight
+    runs finish within --drain-timeout, cancels the rest (they wait again without losing an
+    attempt, J12) and exits 0. Errors the loop absorbs are logged to stderr."""
     _run_jobs_call(
         database_url,
         run_worker(
@@ -432,24 +550,34 @@ def worker(
             max_in_flight=max_in_flight,
             poll_interval=poll_interval,
             drain_timeout=drain_timeout,
+            tables=tables,
         ),
+        tables=tables.names,
     )
 
 
 @cli.group(short_help="Operator operations on job runs (J8).", epilog=OPERATOR_NOTE)
 def jobs() -> None:
-    """Operator operations on the runs in the default job tables: list dead runs, show one,
-    retry, discard, counts by state, retention cleanup (J8)."""
+    """Operator operations on job runs: list dead runs, show one, retry, discard, counts by
+    state, retention cleanup (J8). Each works on the runs table ship_job_runs unless
+    --runs-table / --schema (or their environment variables) name another."""
 
 
 @jobs.command("failed", epilog=OPERATOR_NOTE)
 @database_url_option
+@job_tables_options(with_state_table=False)
 @click.option("--job", "job_id", metavar="JOB_ID", help="Only runs of this job.")
 @click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True)
 @click.option("--cursor", metavar="CURSOR", help="The next page, as printed by the last one.")
 @json_option
 def jobs_failed(
-    database_url: URL, job_id: str | None, limit: int, cursor: str | None, as_json: bool
+    *,
+    database_url: URL,
+    job_id: str | None,
+    limit: int,
+    cursor: str | None,
+    as_json: bool,
+    tables: JobTables,
 ) -> None:
     """List dead (failed) runs, newest first, a page at a time."""
 
@@ -457,7 +585,12 @@ def jobs_failed(
         return await ops.list_failed(job_id=job_id, limit=limit, cursor=cursor)
 
     try:
-        page = _run_jobs_call(database_url, run_operation(database_url, call), as_json=as_json)
+        page = _run_jobs_call(
+            database_url,
+            run_operation(database_url, call, tables),
+            tables=tables.runs_name,
+            as_json=as_json,
+        )
     except InvalidCursorError as exc:
         raise click.BadParameter(str(exc), param_hint="--cursor") from exc
     if as_json:
@@ -470,16 +603,22 @@ def jobs_failed(
 @jobs.command("show", epilog=OPERATOR_NOTE)
 @click.argument("run_id")
 @database_url_option
+@job_tables_options(with_state_table=False)
 @json_option
-def jobs_show(run_id: str, database_url: URL, as_json: bool) -> None:
+def jobs_show(run_id: str, database_url: URL, as_json: bool, tables: JobTables) -> None:
     """Show one run: state, attempts, payload and the history of its failed attempts."""
 
     async def call(ops: JobOperations) -> RunRecord | None:
         return await ops.get_run(run_id)
 
-    record = _run_jobs_call(database_url, run_operation(database_url, call), as_json=as_json)
+    record = _run_jobs_call(
+        database_url,
+        run_operation(database_url, call, tables),
+        tables=tables.runs_name,
+        as_json=as_json,
+    )
     if record is None:
-        raise not_found(run_id)
+        raise not_found(run_id, tables)
     if as_json:
         click.echo(json.dumps(record_dict(record), indent=2))
     else:
@@ -489,13 +628,16 @@ def jobs_show(run_id: str, database_url: URL, as_json: bool) -> None:
 @jobs.command("retry", epilog=OPERATOR_NOTE)
 @click.argument("run_id")
 @database_url_option
-def jobs_retry(run_id: str, database_url: URL) -> None:
+@job_tables_options(with_state_table=False)
+def jobs_retry(run_id: str, database_url: URL, tables: JobTables) -> None:
     """Give a dead run exactly one more attempt, due now (refused unless it is dead)."""
 
     async def call(ops: JobOperations) -> RunRecord:
         return await ops.retry(run_id)
 
-    record = _run_jobs_call(database_url, run_operation(database_url, call))
+    record = _run_jobs_call(
+        database_url, run_operation(database_url, call, tables), tables=tables.runs_name
+    )
     click.echo(
         f"run {record.run_id} ({record.job_id}) is {record.state} again:"
         f" attempt {record.attempt + 1} of {record.max_attempts}."
@@ -505,22 +647,28 @@ def jobs_retry(run_id: str, database_url: URL) -> None:
 @jobs.command("discard", epilog=OPERATOR_NOTE)
 @click.argument("run_id")
 @database_url_option
-def jobs_discard(run_id: str, database_url: URL) -> None:
+@job_tables_options(with_state_table=False)
+def jobs_discard(run_id: str, database_url: URL, tables: JobTables) -> None:
     """Discard a waiting or dead run (refused for running and finished runs)."""
 
     async def call(ops: JobOperations) -> RunRecord:
         return await ops.discard(run_id)
 
-    record = _run_jobs_call(database_url, run_operation(database_url, call))
+    record = _run_jobs_call(
+        database_url, run_operation(database_url, call, tables), tables=tables.runs_name
+    )
     click.echo(f"run {record.run_id} ({record.job_id}) is {record.state}.")
 
 
 @jobs.command("stats", epilog=OPERATOR_NOTE)
 @database_url_option
+@job_tables_options(with_state_table=False)
 @json_option
-def jobs_stats(database_url: URL, as_json: bool) -> None:
+def jobs_stats(database_url: URL, as_json: bool, tables: JobTables) -> None:
     """Runs per job by state, and the age of each job's oldest due waiting run (seconds)."""
-    rows, truncated = _run_jobs_call(database_url, job_stats(database_url), as_json=as_json)
+    rows, truncated = _run_jobs_call(
+        database_url, job_stats(database_url, tables), tables=tables.runs_name, as_json=as_json
+    )
     if as_json:
         click.echo(json.dumps({"jobs": rows, "truncated": truncated}, indent=2))
     else:
@@ -535,6 +683,7 @@ def jobs_stats(database_url: URL, as_json: bool) -> None:
 
 @jobs.command("cleanup", epilog=OPERATOR_NOTE)
 @database_url_option
+@job_tables_options(with_state_table=False)
 @click.option(
     "--registry",
     type=REGISTRY,
@@ -547,7 +696,13 @@ def jobs_stats(database_url: URL, as_json: bool) -> None:
 @click.option("--max-batches", type=click.IntRange(min=1), default=100, show_default=True)
 @json_option
 def jobs_cleanup(
-    database_url: URL, registry: JobRegistry, batch_size: int, max_batches: int, as_json: bool
+    *,
+    database_url: URL,
+    registry: JobRegistry,
+    batch_size: int,
+    max_batches: int,
+    as_json: bool,
+    tables: JobTables,
 ) -> None:
     """Delete completed, dead and discarded runs past each registered job's retention, in
     DELETEs of at most --batch-size rows, at most --max-batches per job."""
@@ -555,7 +710,12 @@ def jobs_cleanup(
     async def call(ops: JobOperations) -> dict[str, int]:
         return await ops.cleanup(registry, batch_size=batch_size, max_batches=max_batches)
 
-    deleted = _run_jobs_call(database_url, run_operation(database_url, call), as_json=as_json)
+    deleted = _run_jobs_call(
+        database_url,
+        run_operation(database_url, call, tables),
+        tables=tables.runs_name,
+        as_json=as_json,
+    )
     capped = sorted(j for j, n in deleted.items() if n >= batch_size * max_batches)
     if as_json:
         click.echo(json.dumps({"deleted": deleted, "more_to_delete": capped}, indent=2))

@@ -14,18 +14,24 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
-from sqlalchemy import text
+from sqlalchemy import MetaData, text
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from ship_sqla._jobs import create_job_backend, create_job_operations
+from ship_sqla._jobs import (
+    create_job_backend,
+    create_job_operations,
+    ship_job_runs_table,
+    ship_job_state_table,
+)
 from ship_sqla._jobs._operations import MANAGE_PERMISSION, JobOperationRefusedError
 from ship_sqla.kernel import start_job_runtime
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Sequence
 
+    from sqlalchemy import Table
     from sqlalchemy.engine import URL
     from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -34,13 +40,17 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._job_backend import RunRecord
 
 __all__ = [
+    "DEFAULT_RUNS_TABLE",
+    "DEFAULT_STATE_TABLE",
     "JOB_STATS",
     "MAX_STATS_GROUPS",
     "RUN_STATES",
+    "JobTables",
     "format_failed",
     "format_run",
     "format_stats",
     "job_stats",
+    "job_tables",
     "record_dict",
     "run_operation",
     "run_worker",
@@ -66,9 +76,48 @@ it aggregates the whole runs table (a sequential scan; cleanup keeps the table b
 job's retention). At most ``:limit`` groups come back; the caller asks for one more than it
 shows so that a cut is reported, never silent."""
 
+DEFAULT_RUNS_TABLE: Final = "ship_job_runs"
+DEFAULT_STATE_TABLE: Final = "ship_job_state"
+
 T = TypeVar("T")
 
 _PREPARER = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]
+
+
+@attrs.frozen
+class JobTables:
+    """The job tables the commands work on: the defaults, or what the operator named."""
+
+    runs: Table
+    state: Table
+
+    @property
+    def runs_name(self) -> str:
+        """The runs table's quoted, schema-qualified name, for messages."""
+        return str(_PREPARER.format_table(self.runs))
+
+    @property
+    def names(self) -> str:
+        """Both tables' quoted, schema-qualified names, for messages."""
+        return f"{self.runs_name} and {_PREPARER.format_table(self.state)}"
+
+
+def job_tables(
+    *,
+    runs: str = DEFAULT_RUNS_TABLE,
+    state: str = DEFAULT_STATE_TABLE,
+    schema: str | None = None,
+) -> JobTables:
+    """The tables ``create_job_backend`` gets, built by the same factories as the application's
+    (so their index names match); a name too long for them raises ``ConfigurationError``."""
+    metadata = MetaData()
+    return JobTables(
+        runs=ship_job_runs_table(metadata, name=runs, schema=schema),
+        state=ship_job_state_table(metadata, name=state, schema=schema),
+    )
+
+
+DEFAULT_TABLES: Final = job_tables()
 
 
 def _operator_at_the_shell(permission: str, operation: str) -> bool:  # noqa: ARG001 - all allowed
@@ -80,24 +129,29 @@ def _engine(url: URL) -> AsyncEngine:
     return create_async_engine(url, poolclass=NullPool)
 
 
-async def run_operation(url: URL, operation: Callable[[JobOperations], Awaitable[T]]) -> T:
-    """Run one J8 operation against the default runs table at ``url``, then dispose."""
+async def run_operation(
+    url: URL,
+    operation: Callable[[JobOperations], Awaitable[T]],
+    tables: JobTables = DEFAULT_TABLES,
+) -> T:
+    """Run one J8 operation against ``tables`` at ``url``, then dispose."""
     engine = _engine(url)
     try:
-        backend = create_job_backend(database=engine)
+        backend = create_job_backend(database=engine, table=tables.runs, state_table=tables.state)
         ops = create_job_operations(backend, authorizer=_operator_at_the_shell)
         return await operation(ops)
     finally:
         await engine.dispose()
 
 
-async def job_stats(url: URL) -> tuple[list[dict[str, Any]], bool]:
+async def job_stats(
+    url: URL, tables: JobTables = DEFAULT_TABLES
+) -> tuple[list[dict[str, Any]], bool]:
     """Per job: counts by state and the age in seconds of its oldest due waiting run; and
     whether more than :data:`MAX_STATS_GROUPS` groups exist (the rest are not shown)."""
     engine = _engine(url)
     try:
-        backend = create_job_backend(database=engine)
-        statement = text(JOB_STATS.replace("{runs}", str(_PREPARER.format_table(backend.table))))
+        statement = text(JOB_STATS.replace("{runs}", str(_PREPARER.format_table(tables.runs))))
         async with engine.connect() as connection:
             rows = (
                 await connection.execute(statement, {"now": None, "limit": MAX_STATS_GROUPS + 1})
@@ -212,9 +266,9 @@ def format_stats(jobs: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def not_found(run_id: str) -> JobOperationRefusedError:
+def not_found(run_id: str, tables: JobTables = DEFAULT_TABLES) -> JobOperationRefusedError:
     return JobOperationRefusedError(
-        f"run {run_id!r} was not found in the runs table.",
+        f"run {run_id!r} was not found in {tables.runs_name}.",
         fix="pass the id of an existing run (`ship-sqla jobs failed` lists dead ones).",
     )
 
@@ -238,6 +292,7 @@ async def run_worker(
     max_in_flight: int,
     poll_interval: float,
     drain_timeout: float,
+    tables: JobTables = DEFAULT_TABLES,
 ) -> None:
     """Execute ``jobs``' runs until SIGTERM or SIGINT, then stop claiming and drain (J12)."""
     engine = create_async_engine(url)
@@ -251,6 +306,8 @@ async def run_worker(
     try:
         backend = create_job_backend(
             database=engine,
+            table=tables.runs,
+            state_table=tables.state,
             poll_interval=poll_interval,
             max_in_flight=max_in_flight,
             on_error=_report_error,

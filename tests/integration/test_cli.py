@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -15,13 +16,16 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 from click.testing import CliRunner
+from sqlalchemy import text
 
 from ship_sqla._cli import cli
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+    from ship_sqla.testing import ResolvedServer
 
 APP_MODULE = textwrap.dedent(
     """
@@ -228,13 +232,55 @@ def test_job_commands_are_built(runner: CliRunner) -> None:
     assert "not a job registry" in result.output
 
 
-def test_demo_without_the_demo_module_says_not_yet(
+async def test_demo_runs_end_to_end(
+    app_dir: Path, ship_server: ResolvedServer, ship_connection: AsyncConnection
+) -> None:
+    """`ship-sqla demo`, the README's first command, runs the whole story in a scratch database
+    of the test server and exits 0: two tenants' rows through a unit of work, each with an
+    outbox message relayed to the printing sink and a job run by the worker, then a rolled-back
+    unit of work that leaves neither row, message nor job; the scratch database is dropped."""
+    admin_url = ship_server.url.render_as_string(hide_password=False)
+    with anyio.fail_after(60):
+        code, out, err = await ship_sqla(
+            "demo", cwd=app_dir, env={"SHIP_SQLA_DATABASE_URL": admin_url}
+        )
+    assert (code, err) == (0, ""), err
+    steps = [line.split(".", 1)[0] for line in out.splitlines() if line[:1].isdigit()]
+    assert steps == [str(n) for n in range(1, 9)], out
+    for line in (
+        'relay  -> sink: order.placed {"order_id": 1, "total": "12.50"} (tenant acme)',
+        'relay  -> sink: order.placed {"order_id": 1, "total": "5.00"} (tenant globex)',
+        "worker -> demo.send_receipt: receipt for order 1 (Ada, tenant acme), attempt 1",
+        "worker -> demo.send_receipt: receipt for order 1 (Linus, tenant globex), attempt 1",
+        "   acme: order 1 Ada 12.50\n",
+        "   globex: order 1 Linus 5.00\n",
+        "rolled back: order 2 absent, message absent, job run absent (2 rows in",
+        "2 message(s) relayed, 2 job run(s) executed.",
+    ):
+        assert line in out, out
+    assert out.count("relay  -> sink:") == 2
+    assert out.count("worker -> ") == 2
+    found = re.search(r"scratch database (ship_sqla_demo_[0-9a-f]+)\.", out)
+    assert found is not None, out
+    left = await ship_connection.execute(
+        text("SELECT count(*) FROM pg_database WHERE datname = :name"), {"name": found[1]}
+    )
+    assert left.scalar_one() == 0
+
+
+def test_demo_on_an_unreachable_server_fails_with_exit_1(
     runner: CliRunner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "ship_sqla._demo", None)
+    """A demo that cannot reach its server is a failed operation: exit 1, the error's code,
+    what happened and the fix, no traceback."""
+    monkeypatch.setenv("SHIP_SQLA_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/postgres")
     result = runner.invoke(cli, ["demo"])
-    assert result.exit_code == 1
-    assert "SHIP_SQLA_NOT_YET: the demo is not built" in result.output
+    assert result.exit_code == 1, result.output
+    assert "SHIP_SQLA_DEMO_FAILED: the demo failed on postgresql+asyncpg://nobody@127.0.0.1:1/" in (
+        result.output
+    )
+    assert "Fix: check that the server is up" in result.output
+    assert "Traceback" not in result.output
 
 
 @pytest.mark.parametrize(("returned", "code"), [(None, 0), (0, 0), (3, 3)])

@@ -107,20 +107,27 @@ async def backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
     return create_job_backend(database=ship_engine)
 
 
-def _environment(app_dir: Path) -> dict[str, str]:
-    environment = {k: v for k, v in os.environ.items() if k != "SHIP_SQLA_DATABASE_URL"}
+def _environment(app_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "SHIP_SQLA_DATABASE_URL" and not k.startswith("SHIP_SQLA_JOB_")
+    }
+    environment.update(extra or {})
     environment["PYTHONPATH"] = os.pathsep.join(
         [str(app_dir), *filter(None, [environment.get("PYTHONPATH")])]
     )
     return environment
 
 
-async def ship_sqla(*args: str, cwd: Path) -> tuple[int, str, str]:
+async def ship_sqla(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
     """Run ``python -m ship_sqla ARGS`` as a user would."""
     result = await anyio.run_process(
         [sys.executable, "-m", "ship_sqla", *args],
         cwd=cwd,
-        env=_environment(cwd),
+        env=_environment(cwd, env),
         check=False,
     )
     return result.returncode, result.stdout.decode(), result.stderr.decode()
@@ -136,13 +143,13 @@ async def dead_runs(backend: PostgresJobBackend, count: int) -> list[str]:
     return [run.run_id for run in claimed]
 
 
-async def state_of(engine: AsyncEngine, run_id: str) -> tuple[str, int, int, Any]:
+async def state_of(
+    engine: AsyncEngine, run_id: str, runs: str = "ship_job_runs"
+) -> tuple[str, int, int, Any]:
     async with engine.connect() as connection:
         row = (
             await connection.execute(
-                text(
-                    "SELECT state, attempt, max_attempts, history FROM ship_job_runs WHERE id = :id"
-                ),
+                text(f"SELECT state, attempt, max_attempts, history FROM {runs} WHERE id = :id"),
                 {"id": run_id},
             )
         ).one()
@@ -296,11 +303,13 @@ async def test_cleanup_applies_the_registry_retention(
     assert left == [young]
 
 
-async def _wait_for_state(engine: AsyncEngine, run_id: str, state: str) -> None:
+async def _wait_for_state(
+    engine: AsyncEngine, run_id: str, state: str, runs: str = "ship_job_runs"
+) -> None:
     """Poll the database (real processes: nothing to wait on in-process) until a deadline."""
     with anyio.fail_after(30):
         while True:
-            if (await state_of(engine, run_id))[0] == state:
+            if (await state_of(engine, run_id, runs))[0] == state:
                 return
             await anyio.sleep(0.05)  # another process changes the row: nothing to wait on
 
@@ -343,6 +352,123 @@ async def test_worker_executes_runs_and_drains_on_sigterm(
     assert attempt == 0
     assert len(history) == 1
     assert "drain" in history[0]["error"]
+
+
+# --- tables under other names, in another schema ---------------------------------------------
+
+CUSTOM = {"runs": "billing_runs", "state": "billing_state", "schema": "ops"}
+CUSTOM_OPTIONS = ("--runs-table", "billing_runs", "--schema", "ops")
+
+
+@pytest.fixture
+async def custom_backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
+    """A backend on tables created as an application with its own names would create them."""
+    metadata = MetaData()
+    runs = ship_job_runs_table(metadata, name=CUSTOM["runs"], schema=CUSTOM["schema"])
+    state = ship_job_state_table(metadata, name=CUSTOM["state"], schema=CUSTOM["schema"])
+    async with ship_engine.begin() as connection:
+        await connection.execute(text(f"CREATE SCHEMA {CUSTOM['schema']}"))
+        await connection.run_sync(metadata.create_all)
+    return create_job_backend(database=ship_engine, table=runs, state_table=state)
+
+
+async def test_job_commands_on_tables_with_other_names(
+    app_dir: Path,
+    custom_backend: PostgresJobBackend,
+    ship_engine: AsyncEngine,
+    ship_engine_url: str,
+) -> None:
+    """J8 on a backend created with custom table names in a custom schema: --runs-table and
+    --schema (or SHIP_SQLA_JOB_RUNS_TABLE / SHIP_SQLA_JOB_SCHEMA) reach its runs; without
+    them the default table is missing, which fails with exit 1 and says which options fix it."""
+    first, second = await dead_runs(custom_backend, 2)
+    url = ("--database-url", ship_engine_url)
+    runs = "ops.billing_runs"
+
+    code, out, err = await ship_sqla("jobs", "failed", *url, *CUSTOM_OPTIONS, "--json", cwd=app_dir)
+    assert (code, err) == (0, ""), err
+    assert {r["run_id"] for r in json.loads(out)["runs"]} == {first, second}
+
+    code, out, err = await ship_sqla("jobs", "show", first, *url, *CUSTOM_OPTIONS, cwd=app_dir)
+    assert (code, err) == (0, ""), err
+    assert "state:            dead" in out
+
+    code, out, err = await ship_sqla("jobs", "retry", first, *url, *CUSTOM_OPTIONS, cwd=app_dir)
+    assert (code, err) == (0, ""), err
+    assert (await state_of(ship_engine, first, runs))[:3] == ("waiting", 1, 2)
+
+    code, _, err = await ship_sqla(
+        "jobs", "show", "no-such-run", *url, *CUSTOM_OPTIONS, cwd=app_dir
+    )
+    assert code == 1
+    assert "'no-such-run' was not found in ops.billing_runs" in err
+
+    # The same through the environment, as a deployment would set it once.
+    environment = {"SHIP_SQLA_JOB_RUNS_TABLE": "billing_runs", "SHIP_SQLA_JOB_SCHEMA": "ops"}
+    code, out, err = await ship_sqla("jobs", "stats", *url, "--json", cwd=app_dir, env=environment)
+    assert (code, err) == (0, ""), err
+    [mail] = json.loads(out)["jobs"]
+    assert (mail["job_id"], mail["waiting"], mail["dead"]) == ("cli.mail", 1, 1)
+
+    code, out, err = await ship_sqla("jobs", "discard", second, *url, cwd=app_dir, env=environment)
+    assert (code, err) == (0, ""), err
+    assert (await state_of(ship_engine, second, runs))[0] == "discarded"
+
+    # Without the options the default table is looked for, and is not there.
+    code, _, err = await ship_sqla("jobs", "stats", *url, cwd=app_dir)
+    assert code == 1
+    assert 'relation "ship_job_runs" does not exist' in err
+    assert "here: ship_job_runs;" in err
+    assert "--runs-table and --schema" in err
+    assert "Traceback" not in err
+
+
+async def test_worker_on_tables_with_other_names(
+    app_dir: Path,
+    custom_backend: PostgresJobBackend,
+    ship_engine: AsyncEngine,
+    ship_engine_url: str,
+) -> None:
+    """`ship-sqla worker --runs-table --state-table --schema` executes the runs of a backend
+    created with custom names, and stops on SIGTERM with exit 0."""
+    log = app_dir / "worker.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(  # noqa: ASYNC220 - a long-lived child, waited on in a thread
+            [
+                sys.executable, "-m", "ship_sqla", "worker", "cli_jobs_app:registry",
+                "--database-url", ship_engine_url, "--poll-interval", "0.2",
+                "--runs-table", CUSTOM["runs"], "--state-table", CUSTOM["state"],
+                "--schema", CUSTOM["schema"],
+            ],
+            cwd=app_dir, env=_environment(app_dir), stdout=subprocess.DEVNULL, stderr=stderr,
+        )  # fmt: skip
+    try:
+        done = await custom_backend.enqueue(MAIL, {"to": "a@example.com"})
+        assert done.run_id is not None
+        await _wait_for_state(ship_engine, done.run_id, "completed", "ops.billing_runs")
+        process.send_signal(signal.SIGTERM)
+        code = await anyio.to_thread.run_sync(process.wait, 30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = log.read_text()
+    assert code == 0, output
+    assert "stopped." in output
+
+
+async def test_worker_without_the_state_table_fails_at_start(
+    app_dir: Path, custom_backend: PostgresJobBackend, ship_engine_url: str
+) -> None:
+    """The worker checks both tables before it starts: a state table that is not there (here:
+    the default name, in the custom schema) exits 1 at once, naming both tables."""
+    code, _, err = await ship_sqla(
+        "worker", "cli_jobs_app:registry", "--database-url", ship_engine_url, *CUSTOM_OPTIONS,
+        cwd=app_dir,
+    )  # fmt: skip
+    assert code == 1, err
+    assert 'relation "ops.ship_job_state" does not exist' in err
+    assert "here: ops.billing_runs and ops.ship_job_state;" in err
 
 
 # --- bad input and failures, fast, through CliRunner ----------------------------------------
@@ -422,3 +548,46 @@ def test_an_unreachable_database_fails_with_exit_1(runner: CliRunner, args: list
 def test_malformed_options_are_bad_input(runner: CliRunner, args: list[str]) -> None:
     result = runner.invoke(cli, args)
     assert result.exit_code == 2, result.output
+
+
+LONG = "r" * 60  # fits PostgreSQL's 63 bytes, but not with the factories' index suffixes
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["jobs", "stats", *URL, "--runs-table", ""], {}, "the table name is empty"),
+        (
+            ["jobs", "stats", *URL, "--runs-table", "ops.runs"],
+            {},
+            "'ops.runs' is a dotted name; give the bare table name (pass the schema with --schema)",
+        ),
+        (["jobs", "failed", *URL, "--schema", "a.b"], {}, "give the bare schema name."),
+        (["jobs", "stats", *URL, "--schema", "s" * 64], {}, "is 64 bytes, over PostgreSQL's 63"),
+        (["jobs", "stats", *URL, "--runs-table", LONG], {}, "job runs table name 'rrrr"),
+        (
+            ["worker", "cli_jobs_app:registry", *URL, "--state-table", LONG],
+            {},
+            "job state table name 'rrrr",
+        ),
+        (["jobs", "stats", *URL], {"SHIP_SQLA_JOB_RUNS_TABLE": "a.b"}, "'a.b' is a dotted name"),
+        (["jobs", "stats", *URL, "--state-table", "x"], {}, "No such option '--state-table'"),
+    ],
+)
+def test_malformed_table_options_are_bad_input(
+    runner: CliRunner, args: list[str], env: dict[str, str], message: str
+) -> None:
+    """A table or schema name that cannot name the tables exits 2 before any database, naming
+    the option; the operator commands, which never read the state table, do not take it."""
+    result = runner.invoke(cli, args, env=env)
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_an_overlong_table_name_names_its_option(runner: CliRunner) -> None:
+    result = runner.invoke(cli, ["worker", "cli_jobs_app:registry", *URL, "--runs-table", LONG])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for --runs-table" in result.output
+    assert "too long" in result.output
+    result = runner.invoke(cli, ["worker", "cli_jobs_app:registry", *URL, "--state-table", LONG])
+    assert "Invalid value for --state-table" in result.output
