@@ -37,7 +37,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._backend import PostgresJobBackend, run_record
-from ship_sqla._jobs._sql import GET_RUN, render
+from ship_sqla._jobs._operations_sql import OPS_GET_RUN
+from ship_sqla._jobs._sql import render
 from ship_sqla._server import ResolvedServer
 from ship_sqla.kernel import FrozenClock
 from ship_sqla.kernel._job_backend import (
@@ -66,7 +67,7 @@ DEPTH_LIMIT = 4
 metadata = MetaData()
 runs_table = ship_job_runs_table(metadata)
 state_table = ship_job_state_table(metadata)
-ALL_RUNS = render(GET_RUN.replace("WHERE r.id = :id", "ORDER BY r.id"), runs="ship_job_runs")
+ALL_RUNS = render(OPS_GET_RUN.replace("WHERE r.id = :id", "ORDER BY r.id"), runs="ship_job_runs")
 
 
 async def noop(ctx: Any, payload: Any) -> None:
