@@ -251,6 +251,29 @@ async def test_concurrency_max_is_never_exceeded_by_two_workers(clock, job_backe
     assert await backend.claim(definition, worker="A", limit=5) == []
 
 
+async def test_a_lapsed_lease_keeps_its_slot_until_retaken(clock, job_backend_factory):
+    """J3, J5: a lapsed lease that no claim retook still holds its concurrency.max slot (its
+    holder may heartbeat it back to life), so a claim never starts a due run in its place, even
+    one due earlier; it retakes the lapsed run instead, which moves the slot and fences out the
+    old holder. The job never has two runs going at concurrency.max = 1."""
+    backend = job_backend_factory(clock)
+    definition = job(max_=1)
+    late = await backend.enqueue(definition, {"n": "late"})
+    [held] = await backend.claim(definition, worker="A", limit=1)
+    clock.advance(LEASE + 1)
+    early = await backend.enqueue(
+        definition, {"n": "early"}, run_at=clock.now() - timedelta(hours=1)
+    )
+
+    [retaken] = await backend.claim(definition, worker="B", limit=1)
+
+    assert retaken.run_id == late.run_id
+    assert retaken.attempt == 2
+    assert await backend.heartbeat([held]) == [False]
+    assert (await run_of(backend, early.run_id)).state == "waiting"
+    assert await backend.claim(definition, worker="C", limit=1) == []
+
+
 async def test_limit_zero_claims_nothing(clock, job_backend_factory):
     backend = job_backend_factory(clock)
     definition = job()

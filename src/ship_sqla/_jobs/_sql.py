@@ -160,17 +160,30 @@ uses it when it owns the connection, never inside an application's transaction):
   (J6) already allows. Enqueues and settles keep the server's synchronous_commit."""
 
 CLAIM_DUE_AND_LAPSED_SKIP_LOCKED: Final = """
-WITH live AS (
-    -- <runs>_lease_idx: unexpired leases of this job, counted up to concurrency.max.
-    SELECT count(*) AS n FROM (
-        SELECT 1 FROM {runs}
-        WHERE job_id = :job_id AND state = 'running' AND lease_expires_at > {now}
-        LIMIT CAST(:max_running AS integer)
-    ) l
+WITH held AS (
+    -- <runs>_lease_idx, two ranges: the running runs of this job that hold a concurrency.max
+    -- slot, each range counted up to concurrency.max: live leases, and lapsed ones not on their
+    -- final attempt (no claim retook them yet, so their holder may still heartbeat them back).
+    -- Read without locks, so a lapsed lease being heartbeated right now is counted too.
+    SELECT (
+        SELECT count(*) FROM (
+            SELECT 1 FROM {runs}
+            WHERE job_id = :job_id AND state = 'running' AND lease_expires_at > {now}
+            LIMIT CAST(:max_running AS integer)
+        ) l
+    ) + (
+        SELECT count(*) FROM (
+            SELECT 1 FROM {runs}
+            WHERE job_id = :job_id AND state = 'running' AND lease_expires_at <= {now}
+              AND attempt < max_attempts
+            LIMIT CAST(:max_running AS integer)
+        ) p
+    ) AS n
 ), room AS (
-    SELECT greatest(least(CAST(:limit AS integer), CAST(:max_running AS integer) - live.n), 0)
+    -- Slots for due runs. Retaking a lapsed run moves its slot to this claim; it takes none.
+    SELECT greatest(least(CAST(:limit AS integer), CAST(:max_running AS integer) - held.n), 0)
         AS n
-    FROM live
+    FROM held
 ), lapsed AS (
     -- <runs>_lease_idx: lapsed leases (their holders died or stalled: J6). Live leases never
     -- exceed concurrency.max, so this bound reads them all unless workers died en masse.
@@ -191,17 +204,17 @@ WITH live AS (
     LIMIT CAST(:limit AS integer)
     FOR UPDATE SKIP LOCKED
 ), picked AS (
-    -- The small outer sort: retakable lapsed runs and due runs together by (run_at, seq), at
-    -- most room of them. Rows the scans locked and this limit dropped stay locked until COMMIT,
-    -- which is why a claim is its own short transaction.
+    -- The small outer sort: retakable lapsed runs and at most room due runs together by
+    -- (run_at, seq), at most limit of them. Rows the scans locked and these limits dropped
+    -- stay locked until COMMIT, which is why a claim is its own short transaction.
     SELECT c.id FROM (
         SELECT id, seq, run_at FROM lapsed
         WHERE NOT exhausted AND (key IS NULL OR key <> ALL(CAST(:exclude_keys AS text[])))
         UNION ALL
-        SELECT id, seq, run_at FROM due
+        (SELECT id, seq, run_at FROM due ORDER BY run_at, seq LIMIT (SELECT n FROM room))
     ) c
     ORDER BY c.run_at, c.seq
-    LIMIT (SELECT n FROM room)
+    LIMIT CAST(:limit AS integer)
 ), buried AS (
     -- <runs>_pkey. A lease that lapsed on the final attempt is dead-lettered, not retried
     -- forever (J6), whether or not this claim has room.
@@ -232,8 +245,11 @@ UNION ALL
 SELECT b.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM buried b
 ORDER BY buried, run_at, seq
 """
-"""Claim up to ``limit`` runs of one job (J3, J6): at most ``concurrency.max`` unexpired leases
-of the job at once, lapsed leases retaken, due runs by ``(run_at, seq)`` (creation order).
+"""Claim up to ``limit`` runs of one job (J3, J6): lapsed leases retaken, due runs by
+``(run_at, seq)`` (creation order), never more than ``concurrency.max`` runs of the job holding
+a slot at once. A lapsed lease keeps its slot until it is retaken or buried: counting only live
+leases would let a due run take that slot while the lapsed holder, still running, heartbeats its
+lease back, one run above the cap.
 
 Two ordered index scans (lapsed leases, due runs) then a small outer sort, so a claim costs the
 same at any backlog; one ``state IN (...) OR ...`` scan could not be served in order. Returns

@@ -147,25 +147,32 @@ class _Run:
         )
 
 
+def _claim_order(run: _Run) -> tuple[datetime, int]:
+    return run.run_at, run.seq
+
+
 def _scan(
     live: Iterable[_Run], now: datetime, excluded: frozenset[str]
 ) -> tuple[int, list[_Run], list[_Run]]:
-    """(running runs with a live lease, claimable runs, lapsed runs on their final attempt)."""
-    active = 0
+    """(running runs holding a slot: live or retakable leases, claimable runs, lapsed runs on
+    their final attempt)."""
+    held = 0
     candidates: list[_Run] = []
     lapsed_on_final: list[_Run] = []
     for run in live:
         if run.state == "running":
             assert run.lease_expires_at is not None  # noqa: S101 - running implies a lease
             if run.lease_expires_at > now:
-                active += 1
+                held += 1
             elif run.attempt >= run.max_attempts:
                 lapsed_on_final.append(run)
-            elif run.key not in excluded:
-                candidates.append(run)
+            else:
+                held += 1
+                if run.key not in excluded:
+                    candidates.append(run)
         elif run.run_at <= now and run.key not in excluded:
             candidates.append(run)
-    return active, candidates, lapsed_on_final
+    return held, candidates, lapsed_on_final
 
 
 def _aware(when: datetime, name: str) -> datetime:
@@ -352,15 +359,19 @@ class InMemoryJobBackend:
         live = self._live.get(job.id)
         if not live:
             return []
-        active, candidates, lapsed_on_final = _scan(live.values(), now, frozenset(exclude_keys))
+        held, candidates, lapsed_on_final = _scan(live.values(), now, frozenset(exclude_keys))
         for run in lapsed_on_final:
             self._append_history(run, _LEASE_LAPSED_MESSAGE, now)
             self._finish(run, "dead", now)
-        # J3: concurrency.max counts every live lease, whichever worker holds it.
-        take = min(limit, job.concurrency.max - active)
-        if take <= 0:
-            return []
-        chosen = heapq.nsmallest(take, candidates, key=lambda run: (run.run_at, run.seq))
+        # J3: concurrency.max counts every held slot, whichever worker holds it: live leases and
+        # lapsed ones not yet retaken (their holder may heartbeat them back). Due runs take only
+        # free slots; retaking a lapsed run moves its slot.
+        room = max(min(limit, job.concurrency.max - held), 0)
+        retakable = [run for run in candidates if run.state == "running"]
+        due = heapq.nsmallest(
+            room, (run for run in candidates if run.state == "waiting"), key=_claim_order
+        )
+        chosen = heapq.nsmallest(limit, retakable + due, key=_claim_order)
         lease = job.concurrency.lease
         expires_at = now + timedelta(seconds=lease)
         claimed: list[ClaimedRun] = []
