@@ -504,3 +504,112 @@ async def test_a_batch_holding_a_stale_and_a_current_claim_of_one_message(conn, 
     (new,) = await outbox.claim("main", 1, lease=10)
     assert await outbox.extend([old, new], 30) == [False, True]
     assert await outbox.acknowledge_many([old, new]) == ["stale", "delivered"]
+
+
+# -- settling on an engine: autocommit alone, joined inside a unit of work ---------------------
+
+
+async def test_settles_on_an_engine_commit_alone_or_join_the_unit_of_work(engine, ship_clock):
+    """O3 on an engine: outside a unit of work a settle is its own (autocommit) statement and is
+    visible at once; with an explicit or ambient scope it joins that transaction and rolls back
+    with it."""
+    outbox = create_outbox(database=engine, table=table, clock=ship_clock, backoff=BACKOFF)
+    for n in range(4):
+        await outbox.enqueue("main", "t", {"n": n})
+    a, b, c, d = await outbox.claim("main", 4, lease=10)
+    uow = create_unit_of_work(engine, repositories=scope_only)
+
+    async def explicit(scope: TransactionScope) -> None:
+        assert await outbox.acknowledge(a, scope=scope) == "delivered"
+        assert await outbox.fail(b, "boom", scope=scope) == "retrying"
+        raise BoomError
+
+    async def ambient(scope: TransactionScope) -> None:
+        assert await outbox.acknowledge_many([a, b]) == ["delivered", "delivered"]
+        assert await outbox.release(c) == "released"
+        raise BoomError
+
+    for handler in (explicit, ambient):
+        with pytest.raises(BoomError):
+            await uow.run(handler)
+        assert [r["status"] for r in await rows(engine)] == ["claimed"] * 4
+    assert await outbox.acknowledge_many([a, b]) == ["delivered", "delivered"]
+    assert await outbox.fail(c, "boom") == "retrying"
+    assert await outbox.release(d) == "released"
+    assert [r["status"] for r in await rows(engine)] == [
+        "delivered",
+        "delivered",
+        "pending",
+        "pending",
+    ]
+
+
+async def test_acknowledge_many_on_an_engine_answers_each_pair(engine, ship_clock):
+    """O3: all-delivered, stale, a duplicated message and a stale plus the current claim of one
+    message each get their own outcome, in order."""
+    outbox = create_outbox(database=engine, table=table, clock=ship_clock)
+    for n in range(3):
+        await outbox.enqueue("main", "t", {"n": n})
+    a, b, c = await outbox.claim("main", 3, lease=10)
+    assert await outbox.acknowledge_many([a, a]) == ["delivered", "delivered"]
+    assert await outbox.acknowledge_many([a]) == ["stale"]
+    assert await outbox.release(b) == "released"
+    (b2,) = await outbox.claim("main", 1, lease=10)
+    assert await outbox.acknowledge_many([b, c, b2]) == ["stale", "delivered", "delivered"]
+    assert [r["status"] for r in await rows(engine)] == ["delivered"] * 3
+
+
+async def test_release_and_retry_now_on_an_engine_wake_local_relays(engine, ship_clock):
+    """O3: a release, or a failure due again at once, wakes this process's relays after it
+    committed, as the joined path does after its commit."""
+    outbox = create_outbox(database=engine, table=table, clock=ship_clock)
+    wakeup = outbox.subscribe("main")
+    await outbox.enqueue("main", "t", {})
+    await outbox.enqueue("main", "t", {})
+    with anyio.fail_after(5):
+        assert await wakeup.wait(0, ship_clock) is True
+    a, b = await outbox.claim("main", 2, lease=10)
+    assert await outbox.release(a) == "released"
+    with anyio.fail_after(5):
+        assert await wakeup.wait(0, ship_clock) is True
+    assert await outbox.fail(b, "boom", retry_in=0) == "retrying"
+    with anyio.fail_after(5):
+        assert await wakeup.wait(0, ship_clock) is True
+
+
+async def test_claim_hands_out_headers_and_payload_as_enqueued(engine, ship_clock, errors):
+    """O2: the claim returns each message's headers (an empty object as {}) and payload, also
+    in the record of a message it dead-letters."""
+    outbox = create_outbox(
+        database=engine, table=table, clock=ship_clock, max_attempts=1, on_error=errors.append
+    )
+    await outbox.enqueue_many(
+        "main",
+        [
+            OutboxIntent("a", {"n": 1}, headers={"trace": "x"}, ordering_key="k"),
+            OutboxIntent("b", [1, "two"]),
+            OutboxIntent("c", None, headers={}),
+        ],
+        tenant="t1",
+    )
+    got = await outbox.claim("main", 3, lease=10, worker="w")
+    assert [(m.topic, m.payload, m.headers) for m in got] == [
+        ("a", {"n": 1}, {"trace": "x"}),
+        ("b", [1, "two"], {}),
+        ("c", None, {}),
+    ]
+    first = got[0]
+    assert (first.outbox_id, first.ordering_key, first.tenant) == ("main", "k", "t1")
+    assert (first.attempt, first.max_attempts, first.claimed_by) == (1, 1, "w")
+    assert first.lease_expires_at == ship_clock.now() + timedelta(seconds=10)
+    assert first.available_at == first.created_at == ship_clock.now()
+    assert first.last_error is None
+    assert got[1].headers is not got[2].headers  # never one shared dict
+    ship_clock.advance(11)
+    assert await outbox.claim("main", 3, lease=10) == []
+    dead = [e.record for e in errors if isinstance(e, OutboxDeadLetteredError)]
+    assert sorted((r.topic, r.headers, r.status) for r in dead) == [
+        ("a", {"trace": "x"}, "dead"),
+        ("b", {}, "dead"),
+        ("c", {}, "dead"),
+    ]

@@ -6,6 +6,7 @@ import uuid
 from datetime import UTC, datetime
 
 import anyio
+import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ from ship_sqla._outbox import (
     OutboxPublishError,
     OutboxRecord,
 )
+from ship_sqla._outbox._sql import CLAIM_RETURNING
 from ship_sqla._outbox._store import Wakeup, decode_cursor, encode_cursor
 from ship_sqla.kernel import FrozenClock, InvalidCursorError
 
@@ -119,3 +121,11 @@ async def test_wakeup_is_level_triggered_and_times_out_on_the_clock():
         clock.advance(60)
     assert results == [False]
     assert clock.sleepers == 0
+
+
+def test_the_claim_returns_the_message_fields_in_their_order():
+    """O2: the claim's RETURNING lists OutboxMessage's fields in its field order (messages are
+    built positionally), each column named after its field."""
+    renamed = {"tenant": "tenant_id", "attempt": "attempts"}
+    fields = [renamed.get(f.name, f.name) for f in attrs.fields(OutboxMessage)]
+    assert list(CLAIM_RETURNING[: len(fields)]) == fields

@@ -2,12 +2,18 @@
 
 The relay never sees SQL: it calls the :class:`~ship_sqla._outbox._store.Outbox`. One batch is
 
-1. ``claim`` up to ``batch_size`` messages for ``lease`` seconds (own short transaction);
+1. ``claim`` up to ``batch_size`` messages for ``lease`` seconds (one statement of its own);
 2. publish them one by one to the sink, in claim order. Successes are acknowledged together in
    one statement at the end of the batch (and before every lease extension); a sink error
    ``fail``s that message (retry with backoff, or dead) and is reported to ``on_error``;
 3. every third of the lease, acknowledge what is published and extend the rest; a message whose
    claim turned stale is not published by this relay (its new holder will).
+
+When a batch was full and the outbox is on an engine, the next one is claimed (on another
+pooled connection) while this one's acknowledgement is in flight, so a relay working through a
+backlog waits about one round trip per batch, not two. That claim starts only after the batch's
+sink calls returned; a batch claimed ahead that will not be published (stop, a failed
+acknowledgement) is released.
 
 Stopping is graceful: the message being published finishes, published ones are acknowledged and
 the batch's unpublished messages are released (their attempt given back), so another relay takes
@@ -167,7 +173,12 @@ class OutboxRelay:
     # -- the loop --------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Loop until :meth:`stop`. Never raises (except cancellation)."""
+        """Loop until :meth:`stop`. Never raises (except cancellation).
+
+        While a full batch is being acknowledged, the next batch is already being claimed on
+        another connection (see :meth:`_step`), so a busy relay waits for one round trip per
+        batch instead of two.
+        """
         if self._running:
             raise ConfigurationError(
                 "this outbox relay is already running.", fix="run each relay once."
@@ -175,10 +186,14 @@ class OutboxRelay:
         self._running = True
         self._done = asyncio.Event()
         failures = 0
+        ahead: _Claim | None = None
         try:
             while not self._stopping:
+                # _step owns the claim made ahead from here on: a failed step must not retry
+                # a claim whose messages it already took (or whose statement failed).
+                current, ahead = ahead, None
                 try:
-                    handled = await self.run_once()
+                    handled, ahead = await self._step(current)
                 except Exception as exc:  # noqa: BLE001 - the loop reports and survives everything
                     failures += 1
                     self._report(exc)
@@ -188,8 +203,12 @@ class OutboxRelay:
                 if handled < self._batch_size:
                     await self._idle(self._poll_interval)
         finally:
-            self._running = False
-            self._done.set()
+            try:
+                if ahead is not None:
+                    await self._give_back(ahead)
+            finally:
+                self._running = False
+                self._done.set()
 
     async def _idle(self, seconds: float) -> None:
         if not self._stopping:
@@ -200,7 +219,58 @@ class OutboxRelay:
 
         Database errors propagate (the loop reports them and backs off); sink errors do not.
         """
-        messages = await self._outbox.claim(
+        claimed_at = self._clock.monotonic()
+        messages = await self._claim()
+        if messages:
+            published, remaining = await self._publish(messages, claimed_at)
+            await self._flush(published)
+            await self._release(remaining)
+        return len(messages)
+
+    async def _step(self, ahead: _Claim | None) -> tuple[int, _Claim | None]:
+        """One batch of the loop: returns how many messages it claimed, and the next batch's
+        claim when it started one.
+
+        The next claim starts only after this batch's sink calls returned and only when this
+        batch was full (a backlog remains), and it runs while this batch is acknowledged: so
+        no message is acknowledged before it was published, and its lease starts just before
+        it is published. In ordered mode it cannot take a later message of a key in this
+        batch: that key's message is still claimed (or already delivered) in its snapshot.
+        """
+        if ahead is None:
+            claimed_at = self._clock.monotonic()
+            messages = await self._claim()
+        else:
+            claimed_at = ahead.claimed_at
+            try:
+                # Shielded: a hard stop arriving now must not cancel the claim mid-statement,
+                # so its messages can be handed back instead of waiting out their lease.
+                messages = await asyncio.shield(ahead.task)  # a failed claim raises here
+            except asyncio.CancelledError:
+                await self._give_back(ahead)
+                raise
+        if not messages:
+            return 0, None
+        published, remaining = await self._publish(messages, claimed_at)
+        following: _Claim | None = None
+        if (
+            len(messages) == self._batch_size
+            and not remaining
+            and not self._stopping
+            and self._outbox.concurrent_statements
+        ):
+            following = _Claim(self._clock.monotonic(), asyncio.ensure_future(self._claim()))
+        try:
+            await self._flush(published)
+            await self._release(remaining)
+        except BaseException:
+            if following is not None:
+                await self._give_back(following)
+            raise
+        return len(messages), following
+
+    async def _claim(self) -> list[OutboxMessage]:
+        return await self._outbox.claim(
             self._outbox_id,
             self._batch_size,
             self._lease,
@@ -208,14 +278,24 @@ class OutboxRelay:
             ordered=self._ordered,
             on_error=self._report,
         )
-        if messages:
-            await self._publish(messages)
-        return len(messages)
 
-    async def _publish(self, messages: list[OutboxMessage]) -> None:
+    async def _give_back(self, ahead: _Claim) -> None:
+        """Release a batch claimed ahead that will not be published (stop, or a failure)."""
+        try:
+            messages = await ahead.task
+            await self._release(messages)
+        except Exception as exc:  # noqa: BLE001 - reported; unreleased rows wait out their lease
+            self._report(exc)
+
+    async def _publish(
+        self, messages: list[OutboxMessage], claimed_at: float
+    ) -> tuple[list[OutboxMessage], list[OutboxMessage]]:
+        """Publish in claim order until done or stopping: returns (published and not yet
+        acknowledged, not published). Leases are extended every third of the lease, counted
+        from ``claimed_at`` (a monotonic time taken before the claim)."""
         published: list[OutboxMessage] = []
         remaining = list(messages)
-        extended_at = self._clock.monotonic()
+        extended_at = claimed_at
         try:
             while remaining and not self._stopping:
                 if self._clock.monotonic() - extended_at >= self._lease / 3:
@@ -237,8 +317,7 @@ class OutboxRelay:
                 await self._flush(published)
                 await self._release(remaining)
             raise
-        await self._flush(published)
-        await self._release(remaining)
+        return published, remaining
 
     async def _flush(self, published: list[OutboxMessage]) -> None:
         if not published:
@@ -291,6 +370,16 @@ class OutboxRelay:
             self._on_error(error)
         except Exception:
             logger.exception("ship_sqla outbox relay: on_error raised while handling %r", error)
+
+
+class _Claim:
+    """A claim started ahead of time: its task, and a monotonic time taken before it began."""
+
+    __slots__ = ("claimed_at", "task")
+
+    def __init__(self, claimed_at: float, task: asyncio.Future[list[OutboxMessage]]) -> None:
+        self.claimed_at = claimed_at
+        self.task = task
 
 
 def create_outbox_relay(

@@ -46,9 +46,14 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
 if TYPE_CHECKING:
     from sqlalchemy.sql import ColumnElement
     from sqlalchemy.sql.dml import Insert, ReturningUpdate
-    from sqlalchemy.sql.selectable import Select
+    from sqlalchemy.sql.selectable import CompoundSelect, Select
 
-__all__ = ["LEASE_LAPSED_FINAL_ATTEMPT", "OutboxStatements", "build_statements"]
+__all__ = [
+    "CLAIM_RETURNING",
+    "LEASE_LAPSED_FINAL_ATTEMPT",
+    "OutboxStatements",
+    "build_statements",
+]
 
 LEASE_LAPSED_FINAL_ATTEMPT = "SHIP_SQLA_OUTBOX_LEASE_LAPSED_FINAL_ATTEMPT"
 """The ``last_error`` of a row dead-lettered because its lease lapsed on its final attempt."""
@@ -96,8 +101,8 @@ class OutboxStatements:
     claim_ordered: ReturningUpdate[Any]
     """As ``claim``, skipping rows whose ordering key has an earlier undelivered row."""
 
-    acknowledge: ReturningUpdate[Any]
-    """:ids uuid[], :tokens uuid[], :now -> the (id, token) pairs acknowledged (others: stale)."""
+    acknowledge: CompoundSelect[Any]
+    """:ids uuid[], :tokens uuid[], :now -> the (id, token) pairs NOT acknowledged (stale)."""
 
     fail: ReturningUpdate[Any]
     """:message_id, :token, :error, :delay (seconds), :permanent, :now -> new status, or no row."""
@@ -258,8 +263,41 @@ def _claim(t: Table, *, ordered: bool) -> ReturningUpdate[Any]:
                 else_=t.c.last_error,
             ),
         )
-        .returning(*t.c)
+        .returning(*_claim_returning(t))
     )
+
+
+CLAIM_RETURNING = (
+    "id",
+    "outbox_id",
+    "topic",
+    "payload",
+    "headers",
+    "ordering_key",
+    "tenant_id",
+    "attempts",
+    "max_attempts",
+    "claim_token",
+    "claimed_by",
+    "lease_expires_at",
+    "available_at",
+    "created_at",
+    "last_error",
+    "status",
+    "delivered_at",
+)
+"""The claim's RETURNING columns, in order: the first fifteen are :class:`OutboxMessage`'s fields
+in its field order (built positionally, per row), then what a dead-lettered row's record adds.
+``headers`` comes back NULL when it is the empty object, the usual case: no JSON to decode."""
+
+
+def _claim_returning(t: Table) -> list[ColumnElement[Any]]:
+    columns: list[ColumnElement[Any]] = [t.c[name] for name in CLAIM_RETURNING]
+    headers = CLAIM_RETURNING.index("headers")
+    columns[headers] = func.nullif(t.c.headers, literal_column("'{}'::jsonb"), type_=JSONB).label(
+        "headers"
+    )
+    return columns
 
 
 def _settle_pairs() -> Any:  # noqa: ANN401 - a table-valued unnest
@@ -270,20 +308,26 @@ def _settle_pairs() -> Any:  # noqa: ANN401 - a table-valued unnest
     return pairs.render_derived(name="held", with_types=False)
 
 
-def _acknowledge(t: Table) -> ReturningUpdate[Any]:
-    held = _settle_pairs()
-    return (
+def _acknowledge(t: Table) -> CompoundSelect[Any]:
+    """The given (id, token) pairs that were NOT acknowledged: usually none, so a batch's
+    answer is empty rather than a row per message. Pairs, not ids: a batch may carry a stale
+    and the current claim of one message, and only the matching pair is acknowledged."""
+    pairs = _settle_pairs()
+    given = select(pairs.c.id, pairs.c.token).cte("given")
+    acknowledged = (
         update(t)
-        .where(t.c.id == held.c.id, t.c.claim_token == held.c.token, t.c.status == CLAIMED)
+        .where(t.c.id == given.c.id, t.c.claim_token == given.c.token, t.c.status == CLAIMED)
         .values(
             status=DELIVERED,
             delivered_at=_now(),
             lease_expires_at=null(),
             claim_token=null(),
         )
-        # The (id, token) pair, not the id: a batch may carry a stale and a current claim of
-        # the same message, and only the matching pair was acknowledged.
-        .returning(held.c.id, held.c.token)
+        .returning(given.c.id, given.c.token)
+        .cte("acknowledged")
+    )
+    return select(given.c.id, given.c.token).except_(
+        select(acknowledged.c.id, acknowledged.c.token)
     )
 
 

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import MetaData, Row, Table
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._outbox._backoff import Backoff, OutboxBackoff
 from ship_sqla._outbox._ids import new_message_id
@@ -46,7 +46,15 @@ from ship_sqla._outbox._types import (
     OutboxPayloadError,
     OutboxRecord,
 )
-from ship_sqla._scope import Database, TransactionScope, joined, tenant_within
+from ship_sqla._scope import (
+    AfterCommit,
+    Database,
+    TransactionScope,
+    current_scope,
+    joined,
+    run_after_commit,
+    tenant_within,
+)
 from ship_sqla.kernel import (
     BoundExceededError,
     Clock,
@@ -156,7 +164,7 @@ def _record(row: Row[Any]) -> OutboxRecord:
         outbox_id=m["outbox_id"],
         topic=m["topic"],
         payload=m["payload"],
-        headers=m["headers"],
+        headers={} if m["headers"] is None else m["headers"],  # the claim's empty-object NULL
         ordering_key=m["ordering_key"],
         tenant=m["tenant_id"],
         status=m["status"],
@@ -171,24 +179,26 @@ def _record(row: Row[Any]) -> OutboxRecord:
     )
 
 
-def _message(row: Row[Any]) -> OutboxMessage:
-    m = row._mapping  # noqa: SLF001 - SQLAlchemy's public Row mapping accessor
+def _message(row: Sequence[Any]) -> OutboxMessage:
+    """Built positionally: the claim returns the message's fields in its field order
+    (``CLAIM_RETURNING``; tests/unit/test_outbox_values.py checks the two agree)."""
+    headers = row[4]
     return OutboxMessage(
-        id=m["id"],
-        outbox_id=m["outbox_id"],
-        topic=m["topic"],
-        payload=m["payload"],
-        headers=m["headers"],
-        ordering_key=m["ordering_key"],
-        tenant=m["tenant_id"],
-        attempt=m["attempts"],
-        max_attempts=m["max_attempts"],
-        claim_token=m["claim_token"],
-        claimed_by=m["claimed_by"],
-        lease_expires_at=m["lease_expires_at"],
-        available_at=m["available_at"],
-        created_at=m["created_at"],
-        last_error=m["last_error"],
+        row[0],
+        row[1],
+        row[2],
+        row[3],
+        {} if headers is None else headers,  # the claim returns an empty object as NULL
+        row[5],
+        row[6],
+        row[7],
+        row[8],
+        row[9],
+        row[10],
+        row[11],
+        row[12],
+        row[13],
+        row[14],
     )
 
 
@@ -240,12 +250,25 @@ class Outbox:
         self._backoff = backoff
         self._on_error = on_error
         self._wakeups: dict[str, set[Wakeup]] = {}
+        # The outbox's own statements are single statements: on an engine they run on
+        # autocommit connections, one round trip each instead of BEGIN, statement, COMMIT.
+        self._autocommit: AsyncEngine | None = (
+            database.execution_options(isolation_level="AUTOCOMMIT")
+            if isinstance(database, AsyncEngine)
+            else None
+        )
 
     # -- configuration -------------------------------------------------------------------------
 
     @property
     def database(self) -> Database:
         return self._database
+
+    @property
+    def concurrent_statements(self) -> bool:
+        """Whether two of its statements may run at once: on an engine each takes its own
+        pooled connection; one ``AsyncConnection`` serves a single statement at a time."""
+        return self._autocommit is not None
 
     @property
     def table(self) -> Table:
@@ -380,7 +403,8 @@ class Outbox:
         that is pending or claimed; see :func:`create_outbox_relay` for the guarantee.
 
         Never joins a unit of work: rows a SKIP LOCKED scan locks stay locked until the
-        transaction ends, so the claim runs and commits on its own.
+        transaction ends, so the claim runs and commits on its own (on an engine, as one
+        autocommit statement).
         """
         if batch_size < 1:
             raise ConfigurationError(
@@ -399,7 +423,7 @@ class Outbox:
             "worker": worker or default_worker(),
             "now": self._now(),
         }
-        async with self._own_transaction() as connection:
+        async with self._own_statement() as connection:
             rows = (await connection.execute(statement, params)).all()
         messages: list[OutboxMessage] = []
         for row in rows:
@@ -434,7 +458,11 @@ class Outbox:
     async def acknowledge_many(
         self, messages: Sequence[OutboxMessage], *, scope: TransactionScope | None = None
     ) -> list[OutboxOutcome]:
-        """Acknowledge many messages in one statement; outcomes in ``messages`` order (O3)."""
+        """Acknowledge many messages in one statement; outcomes in ``messages`` order (O3).
+
+        Joins ``scope`` or the ambient unit of work; otherwise, on an engine, the statement
+        commits by itself (autocommit: one round trip).
+        """
         if not messages:
             return []
         params = {
@@ -442,10 +470,12 @@ class Outbox:
             "tokens": [m.claim_token for m in messages],
             "now": self._now(),
         }
-        async with joined(self._database, scope) as tx:
-            result = await tx.connection.execute(self._sql.acknowledge, params)
-            done = {(row.id, row.token) for row in result}
-        return ["delivered" if (m.id, m.claim_token) in done else "stale" for m in messages]
+        async with self._settling(scope) as tx:
+            rows = (await tx.connection.execute(self._sql.acknowledge, params)).all()
+        if not rows:  # the statement answers the pairs it did not acknowledge
+            return ["delivered"] * len(messages)
+        stale = {(row.id, row.token) for row in rows}
+        return ["stale" if (m.id, m.claim_token) in stale else "delivered" for m in messages]
 
     async def fail(
         self,
@@ -476,7 +506,7 @@ class Outbox:
             "permanent": permanent,
             "now": self._now(),
         }
-        async with joined(self._database, scope) as tx:
+        async with self._settling(scope) as tx:
             row = (await tx.connection.execute(self._sql.fail, params)).first()
             if row is not None and row.status == "pending" and delay <= 0:
                 tx.after_commit(self._wake(message.outbox_id))
@@ -504,7 +534,7 @@ class Outbox:
             "release_at": _aware(available_at, "available_at"),
             "now": self._now(),
         }
-        async with joined(self._database, scope) as tx:
+        async with self._settling(scope) as tx:
             row = (await tx.connection.execute(self._sql.release, params)).first()
             if row is not None:
                 tx.after_commit(self._wake(message.outbox_id))
@@ -527,7 +557,7 @@ class Outbox:
             "lease": float(lease),
             "now": self._now(),
         }
-        async with self._own_transaction() as connection:
+        async with self._own_statement() as connection:
             result = await connection.execute(self._sql.extend, params)
             held = {(row.id, row.token) for row in result}
         return [(m.id, m.claim_token) in held for m in messages]
@@ -551,7 +581,7 @@ class Outbox:
         if cursor is not None:
             params["after_created_at"], params["after_id"] = decode_cursor(outbox_id, cursor)
             statement = self._sql.list_dead_after
-        async with self._own_transaction() as connection:
+        async with self._own_statement() as connection:
             rows = (await connection.execute(statement, params)).all()
         items = tuple(_record(row) for row in rows[:limit])
         more = len(rows) > limit
@@ -579,22 +609,56 @@ class Outbox:
 
     async def get(self, message_id: uuid.UUID) -> OutboxRecord | None:
         """One row, whatever its status; None when no such id."""
-        async with self._own_transaction() as connection:
+        async with self._own_statement() as connection:
             row = (await connection.execute(self._sql.get, {"message_id": message_id})).first()
         return None if row is None else _record(row)
 
     # -- plumbing --------------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def _own_transaction(self) -> AsyncIterator[AsyncConnection]:
-        """A short transaction of the outbox's own, never the ambient unit of work's."""
-        database = self._database
-        if isinstance(database, AsyncConnection):
-            async with database.begin_nested():
-                yield database
+    async def _own_statement(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for one statement of the outbox's own, never the unit of work's.
+
+        On an engine: an autocommit connection, so the statement is its own transaction (one
+        round trip). On a connection (tests): a SAVEPOINT of its transaction.
+        """
+        if self._autocommit is not None:
+            async with self._autocommit.connect() as connection:
+                yield connection
             return
-        async with database.connect() as connection, connection.begin():
-            yield connection
+        database = self._database
+        assert isinstance(database, AsyncConnection)  # noqa: S101 - no autocommit engine
+        async with database.begin_nested():
+            yield database
+
+    @asynccontextmanager
+    async def _settling(self, scope: TransactionScope | None) -> AsyncIterator[_Settling]:
+        """Where a settle runs: in the given or ambient unit of work (joined), else alone.
+
+        Alone on an engine it is one autocommit statement: committed when it returns, so its
+        after-commit callbacks run right after. Otherwise :func:`joined` decides (own short
+        transaction, or SAVEPOINT on a connection).
+        """
+        if scope is None and self._autocommit is not None and current_scope() is None:
+            callbacks: list[AfterCommit] = []
+            async with self._autocommit.connect() as connection:
+                yield _Settling(connection, callbacks.append)
+            await run_after_commit(callbacks)
+            return
+        async with joined(self._database, scope) as tx:
+            yield _Settling(tx.connection, tx.after_commit)
+
+
+class _Settling:
+    """What :meth:`Outbox._settling` yields: the connection, and where after-commit work goes."""
+
+    __slots__ = ("after_commit", "connection")
+
+    def __init__(
+        self, connection: AsyncConnection, after_commit: Callable[[AfterCommit], None]
+    ) -> None:
+        self.connection = connection
+        self.after_commit = after_commit
 
 
 def _check_max_attempts(value: int) -> None:

@@ -1,0 +1,307 @@
+"""The relay's pipelining on real PostgreSQL: while a full batch is acknowledged the next one is
+already being claimed. Nothing may be acknowledged before it is published, ordered mode keeps
+each key's order, and a batch claimed ahead is handed back when the relay stops or its
+acknowledgement fails."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+import pytest
+from sqlalchemy import MetaData, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ship_sqla._outbox import (
+    Outbox,
+    OutboxBackoff,
+    OutboxIntent,
+    OutboxMessage,
+    create_outbox,
+    create_outbox_relay,
+    ship_outbox_table,
+)
+from ship_sqla.kernel import FrozenClock
+
+metadata = MetaData()
+table = ship_outbox_table(metadata)
+
+
+class AckFailedError(Exception):
+    pass
+
+
+class ClaimFailedError(Exception):
+    pass
+
+
+@pytest.fixture
+async def engine(ship_engine: AsyncEngine) -> AsyncEngine:
+    async with ship_engine.begin() as c:
+        await c.run_sync(metadata.create_all)
+    return ship_engine
+
+
+@pytest.fixture
+def errors() -> list[BaseException]:
+    return []
+
+
+@pytest.fixture
+def outbox(engine: AsyncEngine, ship_clock: FrozenClock, errors: list[BaseException]) -> Outbox:
+    return create_outbox(
+        database=engine,
+        table=table,
+        clock=ship_clock,
+        max_attempts=5,
+        backoff=OutboxBackoff(base=10.0, jitter="none"),
+        on_error=errors.append,
+    )
+
+
+class Traced:
+    """Wraps an outbox's claim and acknowledge_many to record how they overlap."""
+
+    def __init__(self, outbox: Outbox) -> None:
+        self.acknowledging = 0
+        self.claims_during_acknowledge = 0
+        self.acknowledged: set[uuid.UUID] = set()
+        self.fail_next_acknowledge = False
+        self.fail_next_claim_during_acknowledge = False
+        self._claim = outbox.claim
+        self._acknowledge_many = outbox.acknowledge_many
+        outbox.claim = self.claim  # type: ignore[method-assign]
+        outbox.acknowledge_many = self.acknowledge_many  # type: ignore[method-assign]
+
+    async def claim(self, *args: Any, **kwargs: Any) -> list[OutboxMessage]:
+        if self.acknowledging:
+            self.claims_during_acknowledge += 1
+            if self.fail_next_claim_during_acknowledge:
+                self.fail_next_claim_during_acknowledge = False
+                raise ClaimFailedError("database unreachable")
+        return await self._claim(*args, **kwargs)
+
+    async def acknowledge_many(self, messages: list[OutboxMessage], **kwargs: Any) -> list[Any]:
+        self.acknowledging += 1
+        try:
+            await anyio.lowlevel.checkpoint()  # let a claim started alongside begin
+            if self.fail_next_acknowledge:
+                self.fail_next_acknowledge = False
+                raise AckFailedError("acknowledgement lost")
+            outcomes = await self._acknowledge_many(messages, **kwargs)
+        finally:
+            self.acknowledging -= 1
+        for message, outcome in zip(messages, outcomes, strict=True):
+            if outcome == "delivered":
+                self.acknowledged.add(message.id)
+        return outcomes
+
+
+async def statuses(engine: AsyncEngine) -> list[tuple[str, int]]:
+    async with engine.connect() as c:
+        result = await c.execute(
+            select(table.c.status, table.c.attempts).order_by(table.c.created_at, table.c.id)
+        )
+        return [(r.status, r.attempts) for r in result]
+
+
+async def until_parked(clock: FrozenClock) -> None:
+    with anyio.fail_after(10):
+        while clock.sleepers < 1:
+            await anyio.lowlevel.checkpoint()
+
+
+async def test_ordered_pipelined_relay_keeps_each_keys_order_and_acknowledges_after_publish(
+    engine, outbox, ship_clock
+):
+    """O2/O3 ordered mode with pipelining: the next batch is claimed while the previous one is
+    acknowledged, yet each key's messages are published in enqueue order, each only after the
+    key's previous message was acknowledged, and every message is delivered exactly once."""
+    keys = [f"k{n}" for n in range(4)]
+    intents = [OutboxIntent("t", {"n": n}, ordering_key=keys[n % 4]) for n in range(40)]
+    ids = await outbox.enqueue_many("main", intents)
+    key_of = {i: keys[n % 4] for n, i in enumerate(ids)}
+    traced = Traced(outbox)
+    published: list[uuid.UUID] = []
+    out_of_turn: list[uuid.UUID] = []
+    done = anyio.Event()
+
+    async def sink(message: OutboxMessage) -> None:
+        earlier = [i for i in ids[: ids.index(message.id)] if key_of[i] == message.ordering_key]
+        if earlier and earlier[-1] not in traced.acknowledged:
+            out_of_turn.append(message.id)
+        published.append(message.id)
+        if len(published) == len(ids):
+            done.set()
+
+    relay = create_outbox_relay(
+        outbox, "main", sink, batch_size=4, ordered=True, poll_interval=3600
+    )
+    async with relay:
+        with anyio.fail_after(20):
+            await done.wait()
+    assert out_of_turn == []
+    by_key: dict[str, list[uuid.UUID]] = defaultdict(list)
+    for message_id in published:
+        by_key[key_of[message_id]].append(message_id)
+    assert by_key == {k: [i for i in ids if key_of[i] == k] for k in keys}
+    assert sorted(published) == sorted(ids)
+    assert traced.claims_during_acknowledge > 0  # the pipeline did run
+    assert await statuses(engine) == [("delivered", 1)] * 40
+    assert relay.delivered == 40
+
+
+async def test_failed_acknowledgement_hands_back_the_batch_claimed_ahead_and_loses_nothing(
+    engine, outbox, ship_clock, errors
+):
+    """O3/O4 with pipelining: when a batch's acknowledgement fails, the batch claimed ahead is
+    released at once (attempt given back, published next without waiting for its lease) and the
+    unacknowledged batch is published again once its lease lapses: every message ends
+    delivered, none is lost."""
+    ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(6)]
+    traced = Traced(outbox)
+    traced.fail_next_acknowledge = True
+    published: list[uuid.UUID] = []
+    seen = anyio.Event()
+    wanted = 6
+
+    async def sink(message: OutboxMessage) -> None:
+        nonlocal seen
+        published.append(message.id)
+        if len(published) == wanted:
+            seen.set()
+
+    relay = create_outbox_relay(outbox, "main", sink, batch_size=3, lease=10, poll_interval=60)
+    async with relay:
+        with anyio.fail_after(10):
+            while not errors:
+                await anyio.lowlevel.checkpoint()
+        assert [type(e) for e in errors] == [AckFailedError]
+        assert traced.claims_during_acknowledge == 1
+        await until_parked(ship_clock)  # the loop backs off after the failure
+        ship_clock.advance(1)
+        with anyio.fail_after(10):
+            await seen.wait()  # the batch claimed ahead was released, not left to its lease
+        assert published == ids
+        wanted, seen = 9, anyio.Event()
+        await until_parked(ship_clock)  # idle: the first batch is still leased
+        ship_clock.advance(60)  # its lease lapsed: it is claimed and published again
+        with anyio.fail_after(10):
+            await seen.wait()
+            while relay.delivered < 6:
+                await anyio.lowlevel.checkpoint()
+    assert published == ids + ids[:3]
+    assert await statuses(engine) == [("delivered", 2)] * 3 + [("delivered", 1)] * 3
+    assert [type(e) for e in errors] == [AckFailedError]
+
+
+async def test_a_failed_claim_ahead_is_reported_once_and_the_loop_goes_on(
+    engine, outbox, ship_clock, errors
+):
+    """O4 with pipelining: a claim made ahead that fails is reported once, like an inline poll
+    failure; after its backoff the relay claims afresh and delivers everything exactly once."""
+    ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(9)]
+    traced = Traced(outbox)
+    traced.fail_next_claim_during_acknowledge = True
+    published: list[uuid.UUID] = []
+    done = anyio.Event()
+
+    async def sink(message: OutboxMessage) -> None:
+        published.append(message.id)
+        if len(published) == len(ids):
+            done.set()
+
+    relay = create_outbox_relay(outbox, "main", sink, batch_size=3, poll_interval=3600)
+    async with relay:
+        with anyio.fail_after(10):
+            while not errors:
+                await anyio.lowlevel.checkpoint()
+        await until_parked(ship_clock)  # the loop backs off after the failure
+        ship_clock.advance(1)
+        with anyio.fail_after(10):
+            await done.wait()
+            while relay.delivered < len(ids):
+                await anyio.lowlevel.checkpoint()
+    assert [type(e) for e in errors] == [ClaimFailedError]
+    assert published == ids
+    assert await statuses(engine) == [("delivered", 1)] * 9
+
+
+async def test_stop_releases_the_batch_claimed_ahead(engine, outbox, ship_clock):
+    """O3: a relay stopped while it acknowledges a full batch and has claimed the next one
+    already releases that next batch (attempt given back) without publishing any of it."""
+    ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(6)]
+    traced = Traced(outbox)
+    acknowledging = anyio.Event()
+    proceed = anyio.Event()
+    real_acknowledge_many = traced.acknowledge_many
+
+    async def slow_acknowledge_many(messages: list[OutboxMessage], **kwargs: Any) -> list[Any]:
+        acknowledging.set()
+        await proceed.wait()
+        return await real_acknowledge_many(messages, **kwargs)
+
+    outbox.acknowledge_many = slow_acknowledge_many  # type: ignore[method-assign]
+    published: list[uuid.UUID] = []
+
+    async def sink(message: OutboxMessage) -> None:
+        published.append(message.id)
+
+    relay = create_outbox_relay(outbox, "main", sink, batch_size=3, poll_interval=3600)
+    relay.start()
+    with anyio.fail_after(10):
+        await acknowledging.wait()
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(relay.stop)
+            await anyio.lowlevel.checkpoint()
+            proceed.set()
+    assert published == ids[:3]
+    assert await statuses(engine) == [("delivered", 1)] * 3 + [("pending", 0)] * 3
+    assert not relay.running
+
+
+async def test_hard_stop_while_waiting_for_the_claim_ahead_still_releases_it(
+    engine, outbox, ship_clock
+):
+    """O3: cancelling the relay (stop with grace) while it waits for the batch claimed ahead
+    does not cancel that claim: its messages are released, not left to their lease."""
+    ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(6)]
+    traced = Traced(outbox)
+    claim_ahead_started = anyio.Event()
+    proceed = anyio.Event()
+    real_claim = traced.claim
+
+    async def slow_claim_ahead(*args: Any, **kwargs: Any) -> list[OutboxMessage]:
+        ahead = bool(traced.acknowledging)
+        messages = await real_claim(*args, **kwargs)
+        if ahead:  # claimed in the database; the answer is slow to come back
+            claim_ahead_started.set()
+            await proceed.wait()
+        return messages
+
+    outbox.claim = slow_claim_ahead  # type: ignore[method-assign]
+    published: list[uuid.UUID] = []
+
+    async def sink(message: OutboxMessage) -> None:
+        published.append(message.id)
+
+    relay = create_outbox_relay(outbox, "main", sink, batch_size=3, poll_interval=3600)
+    relay.start()
+    task = relay._task  # to observe the cancellation
+    assert task is not None
+    with anyio.fail_after(10):
+        await claim_ahead_started.wait()
+        while relay.delivered < 3:  # the first batch is acknowledged; the claim ahead hangs
+            await anyio.lowlevel.checkpoint()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: relay.stop(grace=0.01))
+            while not task.cancelling():
+                await anyio.lowlevel.checkpoint()
+            proceed.set()
+    assert published == ids[:3]
+    assert await statuses(engine) == [("delivered", 1)] * 3 + [("pending", 0)] * 3
+    assert not relay.running
