@@ -488,6 +488,7 @@ class JobRuntime:
                 await job.handler(entry.ctx, payload)
             except asyncio.CancelledError:
                 entry.in_handler = False
+                entry.handler_done = True
                 if not entry.cancelled:
                     raise
                 # Our own cancellation (lease lost, lock lost, drain): consumed here, so the
@@ -499,12 +500,14 @@ class JobRuntime:
                 return
             except Exception as exc:  # noqa: BLE001 - a handler failure is the run's outcome
                 entry.in_handler = False
+                entry.handler_done = True
                 if entry.cancelled:
                     await self._after_cancel(entry)
                 else:
                     await self._fail(entry, exc)
                 return
             entry.in_handler = False
+            entry.handler_done = True
             if entry.lost:
                 self._settled(entry)
             else:

@@ -75,9 +75,14 @@ class Heartbeater:
             self._backend.report_error(exc)
             return
         for entry, ok in zip(due, alive, strict=True):
-            if not ok and not entry.lost:
-                self._on_lost(entry, "lease-lost")
-            elif ok and entry.lock is not None:
+            if self._entries.get(entry.run.run_id) is not entry:
+                continue  # settled while the heartbeat was in flight: nothing left to keep alive
+            if not ok:
+                # Once the handler returned, a refusal may only mean its completion landed
+                # first; the completion's own answer tells (and reports a truly stale lease).
+                if not entry.lost and not entry.handler_done:
+                    self._on_lost(entry, "lease-lost")
+            elif entry.lock is not None:
                 await self._extend_lock(entry)
 
     async def _extend_lock(self, entry: InFlight) -> None:

@@ -37,6 +37,7 @@ class InFlight(Cancellation):
         "beat_due",
         "claimed_at",
         "ctx",
+        "handler_done",
         "in_handler",
         "job",
         "lock",
@@ -55,6 +56,9 @@ class InFlight(Cancellation):
         self.task: asyncio.Task[None] | None = None
         self.lock: Lock | None = None
         self.in_handler = False
+        # True once the handler ended (returned, raised or was cancelled): the run's settle is
+        # then under way, and a refused heartbeat may only mean that settle landed first.
+        self.handler_done = False
         # True once the backend said the token is stale; the stale report was made then.
         self.lost = False
         self.claimed_at = now
