@@ -53,7 +53,8 @@ from ship_sqla._jobs._tables import ship_job_runs_table, ship_job_state_table
 from ship_sqla._locks import advisory_lock_key, advisory_lock_provider
 from ship_sqla._scope import Database, TransactionScope, current_scope, joined
 from ship_sqla._sql_errors import sqlstate_of
-from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, ShipError, SystemClock
+from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, ShipError
+from ship_sqla.kernel._backend_options import BackendOptions
 from ship_sqla.kernel._job_backend import (
     LEASE_LAPSED_FINAL_ATTEMPT,
     ClaimedRun,
@@ -66,12 +67,13 @@ from ship_sqla.kernel._job_backend import (
 )
 from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
 from ship_sqla.kernel._metrics import JobMetrics
-from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
     from datetime import datetime
+
+    from ship_sqla.kernel._on_error import ErrorHandler
 
 __all__ = ["JobBackendTimeoutError", "PostgresJobBackend", "create_job_backend"]
 
@@ -243,7 +245,7 @@ class _Wakeup:
             self._waiters -= 1
 
 
-class PostgresJobBackend:
+class PostgresJobBackend(BackendOptions):
     """The durable ``JobBackend`` on PostgreSQL. Build it with :func:`create_job_backend`.
 
     Safe for any number of runtimes and processes on one database. With an ``AsyncEngine`` its
@@ -272,15 +274,14 @@ class PostgresJobBackend:
                 f" {type(database).__name__}.",
                 fix="pass create_async_engine('postgresql+asyncpg://...').",
             )
-        if not poll_interval > 0:
-            raise ConfigurationError(f"poll_interval must be positive, got {poll_interval!r}.")
-        if queue_depth_limit is not None and queue_depth_limit < 1:
-            raise ConfigurationError(
-                f"queue_depth_limit must be at least 1, got {queue_depth_limit!r}.",
-                fix="pass None for no limit.",
-            )
-        if max_in_flight < 1:
-            raise ConfigurationError(f"max_in_flight must be at least 1, got {max_in_flight!r}.")
+        self._set_options(
+            clock=clock,
+            lock_provider=lock_provider,
+            poll_interval=poll_interval,
+            queue_depth_limit=queue_depth_limit,
+            max_in_flight=max_in_flight,
+            on_error=on_error,
+        )
         if not operation_timeout > 0:
             raise ConfigurationError(
                 f"operation_timeout must be positive, got {operation_timeout!r}."
@@ -289,15 +290,9 @@ class PostgresJobBackend:
         self._database = database
         self._table = table
         self._state_table = state_table
-        self._lock_provider = lock_provider
-        self._poll_interval = float(poll_interval)
-        self._queue_depth_limit = queue_depth_limit
-        self._max_in_flight = max_in_flight
         self._meter_provider = meter_provider
         # J10: a runtime on this backend records through these instruments unless given others.
         self.metrics = JobMetrics(meter_provider) if meter_provider is not None else None
-        self._on_error = on_error
-        self._clock: Clock = clock if clock is not None else SystemClock()
         self._operation_timeout = float(operation_timeout)
         self._runs_name = _quoted(table)
         self._s = _Statements.for_table(self._runs_name)
@@ -318,26 +313,6 @@ class PostgresJobBackend:
     # --- JobBackend properties ------------------------------------------------------------------
 
     @property
-    def clock(self) -> Clock:
-        return self._clock
-
-    @property
-    def lock_provider(self) -> LockProvider | None:
-        return self._lock_provider
-
-    @property
-    def poll_interval(self) -> float:
-        return self._poll_interval
-
-    @property
-    def max_in_flight(self) -> int:
-        return self._max_in_flight
-
-    @property
-    def queue_depth_limit(self) -> int | None:
-        return self._queue_depth_limit
-
-    @property
     def meter_provider(self) -> Any:  # noqa: ANN401 - an OpenTelemetry MeterProvider or None
         return self._meter_provider
 
@@ -352,10 +327,6 @@ class PostgresJobBackend:
     @property
     def database(self) -> Database:
         return self._database
-
-    def report_error(self, error: BaseException) -> None:
-        """Pass ``error`` to ``on_error`` (or log it when none is set). Never raises (J11)."""
-        deliver_error(self._on_error, error, source="job runtime", log=logger)
 
     # --- connections ----------------------------------------------------------------------------
 

@@ -35,7 +35,7 @@ import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ship_sqla.kernel._clock import Clock, SystemClock
+from ship_sqla.kernel._backend_options import BackendOptions
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._job_backend import (
     LEASE_LAPSED_FINAL_ATTEMPT,
@@ -50,13 +50,15 @@ from ship_sqla.kernel._job_backend import (
     SettleOutcome,
 )
 from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
-from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
 from ship_sqla.kernel._schedule import due_occurrence, next_occurrence, occurrence_id
 from ship_sqla.kernel._scheduled_runs import scheduled_only, scheduled_payload
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
+
+    from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._on_error import ErrorHandler
 
 __all__ = ["InMemoryJobBackend"]
 
@@ -184,7 +186,7 @@ def _aware(when: datetime, name: str) -> datetime:
     return when
 
 
-class InMemoryJobBackend:
+class InMemoryJobBackend(BackendOptions):
     """Runs kept in this process: the reference backend and the model for property tests.
 
     ``enqueue`` accepts ``scope=`` for signature compatibility and ignores it (there are no
@@ -202,21 +204,14 @@ class InMemoryJobBackend:
         max_in_flight: int = 100,
         on_error: ErrorHandler | None = None,
     ) -> None:
-        if not poll_interval > 0:
-            raise ConfigurationError(f"poll_interval must be positive, got {poll_interval!r}.")
-        if queue_depth_limit is not None and queue_depth_limit < 1:
-            raise ConfigurationError(
-                f"queue_depth_limit must be at least 1, got {queue_depth_limit!r}.",
-                fix="pass None for no limit.",
-            )
-        if max_in_flight < 1:
-            raise ConfigurationError(f"max_in_flight must be at least 1, got {max_in_flight!r}.")
-        self._clock: Clock = clock if clock is not None else SystemClock()
-        self._lock_provider = lock_provider
-        self._poll_interval = float(poll_interval)
-        self._queue_depth_limit = queue_depth_limit
-        self._max_in_flight = max_in_flight
-        self._on_error = on_error
+        self._set_options(
+            clock=clock,
+            lock_provider=lock_provider,
+            poll_interval=poll_interval,
+            queue_depth_limit=queue_depth_limit,
+            max_in_flight=max_in_flight,
+            on_error=on_error,
+        )
         self._runs: dict[str, _Run] = {}
         # Non-terminal runs per job, in creation order: what claim and the J2 count look at.
         self._live: dict[str, dict[str, _Run]] = {}
@@ -228,32 +223,6 @@ class InMemoryJobBackend:
         self._waiters = 0
         # job id -> (trigger text, next_at): the state table of the PostgreSQL backend (J9).
         self._schedules: dict[str, tuple[str, datetime]] = {}
-
-    # --- JobBackend properties ------------------------------------------------------------------
-
-    @property
-    def clock(self) -> Clock:
-        return self._clock
-
-    @property
-    def lock_provider(self) -> LockProvider | None:
-        return self._lock_provider
-
-    @property
-    def poll_interval(self) -> float:
-        return self._poll_interval
-
-    @property
-    def max_in_flight(self) -> int:
-        return self._max_in_flight
-
-    @property
-    def queue_depth_limit(self) -> int | None:
-        return self._queue_depth_limit
-
-    def report_error(self, error: BaseException) -> None:
-        """Pass ``error`` to ``on_error`` (or log it when none is set). Never raises (J11)."""
-        deliver_error(self._on_error, error, source="job runtime", log=logger)
 
     # --- enqueue --------------------------------------------------------------------------------
 
