@@ -435,13 +435,20 @@ class PostgresJobBackend(BackendOptions):
         ids = new_run_ids(sum(1 for request in requests if request.run_id is None))
         fresh = iter(ids)
         rows = [self._encode_request(job, request, fresh) for request in requests]
+        plain = (
+            self._queue_depth_limit is None
+            and len(ids) == len(rows)
+            and not any(row["dedupe_key"] is not None for row in rows)
+        )
+        # Every payload becomes JSON before any statement runs: one bad payload writes nothing.
+        if plain:
+            payloads = _payloads_json_array(job, [row["payload"] for row in rows])
+        else:
+            for row in rows:
+                row["payload"] = _payload_json(job, row["payload"])
         async with self._joined(scope) as tx:
-            if (
-                self._queue_depth_limit is None
-                and len(ids) == len(rows)
-                and not any(row["dedupe_key"] is not None for row in rows)
-            ):
-                results, due_now = await self._enqueue_plain(tx.connection, job, rows)
+            if plain:
+                results, due_now = await self._enqueue_plain(tx.connection, job, rows, payloads)
             else:
                 results, due_now = await self._enqueue_checked(tx.connection, job, rows)
             if due_now:
@@ -449,9 +456,14 @@ class PostgresJobBackend(BackendOptions):
         return results
 
     async def _enqueue_plain(
-        self, connection: AsyncConnection, job: JobDefinition[Any], rows: list[dict[str, Any]]
+        self,
+        connection: AsyncConnection,
+        job: JobDefinition[Any],
+        rows: list[dict[str, Any]],
+        payloads: str,
     ) -> tuple[list[EnqueueResult], bool]:
-        """Runs with fresh ids, no dedupe key, no depth limit: nothing can conflict."""
+        """Runs with fresh ids, no dedupe key, no depth limit: nothing can conflict.
+        ``payloads`` is the rows' payloads as one JSON array, in row order."""
         await connection.execute(
             self._s.enqueue_plain,
             {
@@ -459,7 +471,7 @@ class PostgresJobBackend(BackendOptions):
                 "max_attempts": job.retry.attempts,
                 "now": self._now(),
                 "ids": [row["id"] for row in rows],
-                "payloads": [row["payload"] for row in rows],
+                "payloads": payloads,
                 "keys": [row["key"] for row in rows],
                 "run_ats": [row["run_at"] for row in rows],
             },
@@ -493,19 +505,12 @@ class PostgresJobBackend(BackendOptions):
         self, job: JobDefinition[Any], request: EnqueueRequest, fresh_ids: Iterator[str]
     ) -> dict[str, Any]:
         encoded = job.encode(request.payload)
-        try:
-            payload_json = _encode_json(encoded)
-        except (TypeError, ValueError) as exc:
-            raise InvalidPayloadError(
-                f"job {job.id!r}: the encoded payload is not JSON: {exc}",
-                fix="declare a payload type whose fields are JSON values, or pass a codec.",
-            ) from exc
         dedupe_key = request.dedupe_key
         if dedupe_key is None and job.idempotency is not None:
             dedupe_key = job.idempotency.key(request.payload)
         return {
             "id": request.run_id if request.run_id is not None else next(fresh_ids),
-            "payload": payload_json,
+            "payload": encoded,  # JSON text only once every request is encoded
             "dedupe_key": dedupe_key,
             "key": job.key_of(request.payload),
             "run_at": _aware(request.run_at, "run_at") if request.run_at is not None else None,
@@ -824,6 +829,27 @@ class PostgresJobBackend(BackendOptions):
                 result = await connection.execute(self._s.delete_finished, params)
             deleted += result.rowcount
         return deleted
+
+
+def _payload_json(job: JobDefinition[Any], encoded: Any) -> str:  # noqa: ANN401 - JSON-able
+    try:
+        return _encode_json(encoded)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayloadError(
+            f"job {job.id!r}: the encoded payload is not JSON: {exc}",
+            fix="declare a payload type whose fields are JSON values, or pass a codec.",
+        ) from exc
+
+
+def _payloads_json_array(job: JobDefinition[Any], encoded: list[Any]) -> str:
+    """Many payloads as one JSON array: one call of the C encoder costs less than half of one
+    call per payload, and PostgreSQL splits it with jsonb_array_elements (ENQUEUE_PLAIN)."""
+    try:
+        return _encode_json(encoded)
+    except (TypeError, ValueError):
+        for each in encoded:
+            _payload_json(job, each)  # raises, naming what is wrong with the first bad one
+        raise
 
 
 def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
