@@ -195,6 +195,10 @@ async def test_enqueue_validates_every_payload_before_writing(
         await backend.enqueue_many(JOB, [EnqueueRequest({"ok": 1}), EnqueueRequest(["no"])])
     with pytest.raises(InvalidPayloadError):
         await backend.enqueue(JOB, {"nan": float("nan")})
+    # The plain path encodes a batch in one call; the error still names what is wrong.
+    batch = [EnqueueRequest({"ok": 1}), EnqueueRequest({"nan": float("nan")})]
+    with pytest.raises(InvalidPayloadError, match="not JSON: Out of range float values"):
+        await backend.enqueue_many(JOB, batch)
     assert await rows(engine) == []
 
 
