@@ -12,6 +12,7 @@ durable ids follow no order.)
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 
@@ -19,23 +20,30 @@ __all__ = ["new_run_ids"]
 
 _COUNTER_BITS = 42  # RFC 9562 method 1: 12 bits of rand_a and the top 30 bits of rand_b
 _COUNTER_MAX = (1 << _COUNTER_BITS) - 1
-_VERSION_AND_VARIANT = (0x7 << 76) | (0b10 << 62)
+_VARIANT = 0b10 << 62
 
 _lock = threading.Lock()
 _last_ms = -1
 _counter = 0
 
 
-def _text(value: int) -> str:
-    digits = f"{value:032x}"
-    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"
+def _prefix(unix_ms: int) -> str:
+    """The first two groups: the 48-bit millisecond timestamp."""
+    digits = f"{unix_ms & 0xFFFF_FFFF_FFFF:012x}"
+    return f"{digits[:8]}-{digits[8:]}"
 
 
 def new_run_ids(count: int) -> list[str]:
-    """``count`` version 7 UUIDs as text, each greater than every one generated before here."""
+    """``count`` version 7 UUIDs as text, each greater than every one generated before here.
+
+    Formatted group by group (the timestamp's groups once per millisecond): about twice as fast
+    as formatting each 128-bit value whole, which mattered for ``enqueue_many``.
+    """
     global _last_ms, _counter  # noqa: PLW0603 - process-wide monotonic state, guarded by _lock
     noise = os.urandom(4 * count + 6)
+    tails = struct.unpack(f">{count}I", noise[: 4 * count])
     ids: list[str] = []
+    append = ids.append
     with _lock:
         now_ms = time.time_ns() // 1_000_000
         if now_ms > _last_ms:
@@ -44,19 +52,15 @@ def new_run_ids(count: int) -> list[str]:
             _counter = int.from_bytes(noise[-6:]) >> (48 - _COUNTER_BITS + 1)
         else:  # same millisecond, or the wall clock stepped back: keep counting from the last id
             _counter += 1
-        for index in range(count):
+        prefix = _prefix(_last_ms)
+        for tail in tails:
             if _counter > _COUNTER_MAX:
                 _last_ms += 1
                 _counter = 0
-            tail = int.from_bytes(noise[4 * index : 4 * index + 4])
-            value = (
-                ((_last_ms & 0xFFFF_FFFF_FFFF) << 80)
-                | _VERSION_AND_VARIANT
-                | ((_counter >> 30) << 64)
-                | ((_counter & 0x3FFF_FFFF) << 32)
-                | tail
-            )
-            ids.append(_text(value))
+                prefix = _prefix(_last_ms)
+            # Version 7 and 12 counter bits; then the variant, 30 counter bits, 32 random bits.
+            low = f"{_VARIANT | ((_counter & 0x3FFF_FFFF) << 32) | tail:016x}"
+            append(f"{prefix}-7{_counter >> 30:03x}-{low[:4]}-{low[4:]}")
             _counter += 1
         _counter -= 1  # the next call's "+= 1" continues right after the last id handed out
     return ids
