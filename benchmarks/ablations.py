@@ -8,8 +8,8 @@ a subclass overriding one or two methods), undone in ``finally``; ``src/`` is ne
 
 1. enqueue fast path: ``PostgresJobBackend.enqueue_many`` takes ``_enqueue_plain``
    (``ENQUEUE_PLAIN``) for requests with generated ids, no dedupe key and no depth limit.
-   OFF: that backend's ``_enqueue_plain`` attribute is its ``_enqueue_checked`` (every call takes
-   the checked ``ENQUEUE_MANY``).
+   OFF: that backend's ``_nothing_to_check`` answers False (every call takes the checked
+   ``ENQUEUE_MANY``).
 2. tuned claim lock: the backend claims with ``CLAIM_LOCK_TUNED`` (generic plan, no wait for
    the claim's commit flush) on its own connections. OFF: that backend's statements (``_s``)
    with ``claim_lock_tuned`` replaced by the plain ``CLAIM_LOCK``.
@@ -119,11 +119,11 @@ def _log_pair(bench: Bench, what: str, ours: list[float], theirs: list[float], u
 @contextmanager
 def _checked_enqueue_only(backend: PostgresJobBackend) -> Iterator[None]:
     """OFF: this backend's enqueue_many sends plain requests through the checked statement."""
-    backend._enqueue_plain = backend._enqueue_checked  # type: ignore[method-assign]  # noqa: SLF001
+    backend._nothing_to_check = lambda _job, _requests: False  # type: ignore[method-assign]  # noqa: SLF001
     try:
         yield
     finally:
-        del backend._enqueue_plain  # noqa: SLF001 - back to the class's method
+        del backend._nothing_to_check  # noqa: SLF001 - back to the class's method
 
 
 class _EnqueueAblation:
@@ -190,7 +190,7 @@ async def _enqueue_figures(bench: Bench) -> list[Figure]:
             lambda: work.bulk(bulk, fast=False),
         )
         _log_pair(bench, "enqueue bulk", b_on, b_off, "runs/s")
-    off = "OFF: backend._enqueue_plain = backend._enqueue_checked (ENQUEUE_MANY for every call)"
+    off = "OFF: backend._nothing_to_check answers False (ENQUEUE_MANY for every call)"
     return [
         Figure.from_rounds(
             "ablation.enqueue_fast_path.single",

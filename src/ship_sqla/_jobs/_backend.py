@@ -433,11 +433,7 @@ class PostgresJobBackend(BackendOptions):
             )
         self._leases[job.id] = job.concurrency.lease
         # Every payload is encoded (validated) before any statement runs.
-        if (
-            self._queue_depth_limit is None
-            and job.idempotency is None
-            and all(r.run_id is None and r.dedupe_key is None for r in requests)
-        ):
+        if self._nothing_to_check(job, requests):
             plain = _PlainBatch.of(job, requests)
             async with self._joined(scope) as tx:
                 await self._enqueue_plain(tx.connection, job, plain)
@@ -454,6 +450,17 @@ class PostgresJobBackend(BackendOptions):
             if due_now:
                 tx.after_commit(self._wakeup.wake)
         return results
+
+    def _nothing_to_check(
+        self, job: JobDefinition[Any], requests: Sequence[EnqueueRequest]
+    ) -> bool:
+        """Fresh generated ids, no dedupe key, no depth limit: no run can conflict or be
+        rejected, so ENQUEUE_PLAIN serves (the common enqueue)."""
+        return (
+            self._queue_depth_limit is None
+            and job.idempotency is None
+            and all(r.run_id is None and r.dedupe_key is None for r in requests)
+        )
 
     async def _enqueue_plain(
         self, connection: AsyncConnection, job: JobDefinition[Any], batch: _PlainBatch
