@@ -47,6 +47,7 @@ from benchmarks._harness import (
     rate,
 )
 from benchmarks._raw_sql import job_sql, outbox_sql
+from benchmarks.process import drain_jobs
 from ship_sqla import (
     Outbox,
     OutboxMessage,
@@ -70,7 +71,6 @@ from ship_sqla.kernel import (
     JobContext,
     JobDefinition,
     define_job,
-    start_job_runtime,
 )
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def _log_pair(bench: Bench, what: str, ours: list[float], theirs: list[float], u
 @contextmanager
 def _checked_enqueue_only(backend: PostgresJobBackend) -> Iterator[None]:
     """OFF: this backend's enqueue_many sends plain requests through the checked statement."""
-    backend._nothing_to_check = lambda _job, _requests: False  # type: ignore[method-assign]  # noqa: SLF001
+    backend._nothing_to_check = lambda _job, _requests: False  # type: ignore[method-assign,assignment]  # noqa: SLF001
     try:
         yield
     finally:
@@ -335,73 +335,6 @@ def _room_ignores_unflushed(runtime: JobRuntime) -> Iterator[None]:
         del completer.unflushed_of
 
 
-class _Drain:
-    def __init__(self, expected: int) -> None:
-        self.expected = expected
-        self.count = 0
-        self.done = asyncio.Event()
-
-    async def handler(self, _ctx: JobContext, _payload: dict[str, Any]) -> None:
-        self.count += 1
-        if self.count == self.expected:
-            self.done.set()
-
-
-async def _drain(
-    bench: Bench,
-    db: BenchDatabase,
-    runs: int,
-    *,
-    max_in_flight: int,
-    poll_interval: float,
-    ablate_backend: Callable[[PostgresJobBackend], AbstractContextManager[None]] | None,
-    ablate_runtime: Callable[[JobRuntime], AbstractContextManager[None]] | None,
-) -> float:
-    """One ``process``-style drain of ``runs`` noop runs; jobs/s from start until stop()."""
-    metadata = MetaData()
-    table = ship_job_runs_table(metadata)
-    state = ship_job_state_table(metadata)
-    await db.maintain(f"TRUNCATE {table.name}, {state.name}")
-    drain = _Drain(runs)
-    job: JobDefinition[dict[str, Any]] = define_job(
-        JOB_ID, drain.handler, payload=dict, concurrency=Concurrency(max=max_in_flight)
-    )
-    backend = create_job_backend(
-        database=db.engine,
-        table=table,
-        state_table=state,
-        poll_interval=poll_interval,
-        max_in_flight=max_in_flight,
-    )
-    for start in range(0, runs, BULK_BATCH):
-        size = min(BULK_BATCH, runs - start)
-        await backend.enqueue_many(job, [EnqueueRequest(payload={}) for _ in range(size)])
-    await db.maintain(f"VACUUM (ANALYZE) {table.name}")
-    backend_off = ablate_backend(backend) if ablate_backend is not None else nullcontext()
-    with backend_off, Stopwatch() as watch:
-        runtime = await start_job_runtime(job, backend=backend)
-        try:
-            with ablate_runtime(runtime) if ablate_runtime is not None else nullcontext():
-                async with asyncio.timeout(TIMEOUT):
-                    await drain.done.wait()
-        finally:
-            await runtime.stop()
-    async with db.engine.connect() as connection:
-        result = await connection.exec_driver_sql(
-            f"SELECT count(*) FROM {table.name} WHERE state = 'completed'"
-        )
-        finished = result.scalar_one()
-    if finished != runs:
-        raise BenchmarkError(f"ablations: {finished} of {runs} runs completed after the drain")
-    jobs_per_s = rate(runs, watch.seconds)
-    ablated = ablate_backend is not None or ablate_runtime is not None
-    bench.log(
-        f"drain {runs} (in flight {max_in_flight}) {OFF if ablated else ON:7}"
-        f" {watch.seconds:.2f} s = {jobs_per_s:,.0f} jobs/s"
-    )
-    return jobs_per_s
-
-
 async def _drain_pairs(
     bench: Bench,
     db: BenchDatabase,
@@ -419,7 +352,7 @@ async def _drain_pairs(
         await connection.run_sync(metadata.create_all)
 
     def one(size: int, *, ablated: bool) -> Callable[[], Awaitable[float]]:
-        return lambda: _drain(
+        return lambda: drain_jobs(
             bench,
             db,
             size,

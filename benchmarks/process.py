@@ -12,7 +12,8 @@ Baseline: the raw ceiling of the same work on an equivalent table (same factory,
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import MetaData
 
@@ -37,7 +38,13 @@ from ship_sqla.kernel import (
     start_job_runtime,
 )
 
-__all__ = ["NAME", "run"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ship_sqla._jobs import PostgresJobBackend
+    from ship_sqla.kernel import JobRuntime
+
+__all__ = ["NAME", "drain_jobs", "run"]
 
 NAME = "process"
 JOB_ID = "bench.noop"
@@ -69,30 +76,49 @@ class _Drain:
 
 
 async def _ship_round(bench: Bench, db: BenchDatabase, runs: int) -> float:
+    return await drain_jobs(bench, db, runs, max_in_flight=MAX_IN_FLIGHT, poll_interval=5.0)
+
+
+async def drain_jobs(
+    bench: Bench,
+    db: BenchDatabase,
+    runs: int,
+    *,
+    max_in_flight: int,
+    poll_interval: float,
+    ablate_backend: Callable[[PostgresJobBackend], AbstractContextManager[None]] | None = None,
+    ablate_runtime: Callable[[JobRuntime], AbstractContextManager[None]] | None = None,
+) -> float:
+    """``runs`` noop runs pre-enqueued, one runtime; jobs/s from its start until stop() returned.
+
+    ``ablate_backend`` / ``ablate_runtime`` (benchmarks/ablations.py) turn one optimisation off
+    for the timed part: the backend's before the runtime starts, the runtime's right after."""
     metadata = MetaData()
     table = ship_job_runs_table(metadata)
     state = ship_job_state_table(metadata)
-    await db.maintain(f"TRUNCATE {table.name}")
+    await db.maintain(f"TRUNCATE {table.name}, {state.name}")
     drain = _Drain(runs)
     job: JobDefinition[dict[str, Any]] = define_job(
-        JOB_ID, drain.handler, payload=dict, concurrency=Concurrency(max=MAX_IN_FLIGHT)
+        JOB_ID, drain.handler, payload=dict, concurrency=Concurrency(max=max_in_flight)
     )
     backend = create_job_backend(
         database=db.engine,
         table=table,
         state_table=state,
-        poll_interval=5.0,
-        max_in_flight=MAX_IN_FLIGHT,
+        poll_interval=poll_interval,
+        max_in_flight=max_in_flight,
     )
     for start in range(0, runs, ENQUEUE_BATCH):
         size = min(ENQUEUE_BATCH, runs - start)
         await backend.enqueue_many(job, [EnqueueRequest(payload={}) for _ in range(size)])
     await db.maintain(f"VACUUM (ANALYZE) {table.name}")
-    with Stopwatch() as watch:
+    backend_off = ablate_backend(backend) if ablate_backend is not None else nullcontext()
+    with backend_off, Stopwatch() as watch:
         runtime = await start_job_runtime(job, backend=backend)
         try:
-            async with asyncio.timeout(DRAIN_TIMEOUT):
-                await drain.done.wait()
+            with ablate_runtime(runtime) if ablate_runtime is not None else nullcontext():
+                async with asyncio.timeout(DRAIN_TIMEOUT):
+                    await drain.done.wait()
         finally:
             await runtime.stop()
     async with db.engine.connect() as connection:
@@ -103,7 +129,11 @@ async def _ship_round(bench: Bench, db: BenchDatabase, runs: int) -> float:
     if finished != runs:
         raise BenchmarkError(f"process: {finished} of {runs} runs completed after the drain")
     jobs_per_s = rate(runs, watch.seconds)
-    bench.log(f"ship  {runs} runs in {watch.seconds:.2f} s = {jobs_per_s:,.0f} jobs/s")
+    ablated = ablate_backend is not None or ablate_runtime is not None
+    bench.log(
+        f"ship{' (ablated)' if ablated else ''}  {runs} runs, in flight {max_in_flight}, in"
+        f" {watch.seconds:.2f} s = {jobs_per_s:,.0f} jobs/s"
+    )
     return jobs_per_s
 
 
