@@ -622,14 +622,7 @@ async def test_a_slow_completion_backend_stops_claiming(clock):
     claims nothing more; once completions land, it carries on."""
     backend = InMemoryJobBackend(clock=clock, max_in_flight=2)
     spy = ScriptedBackend(backend)
-    gate = anyio.Event()
-    original = backend.complete
-
-    async def slow_complete(runs):
-        await gate.wait()
-        return await original(runs)
-
-    spy.inner = _Override(backend, complete=slow_complete)
+    gate = _gate_completions(spy, backend)
     job = define_job("slow", _noop, payload=dict)
     results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(10)])
     async with await start_job_runtime(job, backend=spy) as runtime:
@@ -654,6 +647,19 @@ class _Override:
 
     def __getattr__(self, name):
         return self._methods.get(name) or getattr(self._inner, name)
+
+
+def _gate_completions(spy, backend):
+    """Make ``spy``'s completions wait until the returned event is set."""
+    gate = anyio.Event()
+    original = backend.complete
+
+    async def gated_complete(runs):
+        await gate.wait()
+        return await original(runs)
+
+    spy.inner = _Override(backend, complete=gated_complete)
+    return gate
 
 
 async def test_runtime_records_job_metrics(clock):
@@ -712,14 +718,7 @@ async def test_claims_leave_the_room_of_unanswered_completions(clock):
     the completion landed mid-claim (a 20x throughput cliff with max_in_flight above 1000)."""
     backend = InMemoryJobBackend(clock=clock, max_in_flight=4)
     spy = ScriptedBackend(backend)
-    gate = anyio.Event()
-    original = backend.complete
-
-    async def gated_complete(runs):
-        await gate.wait()
-        return await original(runs)
-
-    spy.inner = _Override(backend, complete=gated_complete)
+    gate = _gate_completions(spy, backend)
     job = define_job("roomy", _noop, payload=dict, concurrency=Concurrency(max=4))
     results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(8)])
     async with await start_job_runtime(job, backend=spy) as runtime:
@@ -801,14 +800,7 @@ async def test_a_heartbeat_refused_after_the_handler_returned_reports_nothing(cl
     fourteen under load); the completion's own answer decides, and here it completes."""
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
     spy = ScriptedBackend(backend)
-    gate = anyio.Event()
-    original = backend.complete
-
-    async def gated_complete(runs):
-        await gate.wait()
-        return await original(runs)
-
-    spy.inner = _Override(backend, complete=gated_complete)
+    gate = _gate_completions(spy, backend)
     spy.answers["heartbeat"] = lambda runs: [False] * len(runs)
     job = define_job("settling", _noop, payload=dict, concurrency=Concurrency(lease=LEASE))
     result = await backend.enqueue(job, {})
