@@ -99,6 +99,8 @@ async def test_start_validates_its_options(backend):
         await start_job_runtime([job], backend=backend, mode="workers")  # type: ignore[arg-type]
     with pytest.raises(ConfigurationError, match="drain_timeout"):
         await start_job_runtime([job], backend=backend, drain_timeout=-1)
+    with pytest.raises(ConfigurationError, match="queue_sample_interval"):
+        await start_job_runtime([job], backend=backend, queue_sample_interval=0)
     with pytest.raises(ConfigurationError, match="JobBackend protocol"):
         await start_job_runtime([job], backend=object())  # type: ignore[arg-type]
     with pytest.raises(DuplicateJobError):
@@ -786,12 +788,41 @@ async def test_worker_samples_the_queue_gauges(clock, errors):
 
 
 async def test_no_metrics_no_queue_sampling(clock, backend):
-    """J10: without metrics the runtime never queries the queues."""
+    """J10: without metrics, or with queue_sample_interval=None, the runtime never queries the
+    queues."""
+    from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
+
+    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+
     spy = ScriptedBackend(backend)
     job = define_job("unmetered", _noop, payload=dict)
     async with await start_job_runtime(job, backend=spy):
         await settle_loop(20)
+    metrics = JobMetrics(MeterProvider())
+    async with await start_job_runtime(
+        job, backend=spy, metrics=metrics, queue_sample_interval=None
+    ):
+        await settle_loop(20)
     assert "queue_depths" not in spy.calls
+
+
+async def test_queue_sample_interval_sets_the_sampling_period(clock, backend):
+    """J10: queue_sample_interval is the period between two queue samples."""
+    from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
+
+    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+
+    spy = ScriptedBackend(backend)
+    job = define_job("sampled", _noop, payload=dict)
+    metrics = JobMetrics(MeterProvider())
+    async with await start_job_runtime(job, backend=spy, metrics=metrics, queue_sample_interval=60):
+        await spy.wait_calls("queue_depths", 1)
+        await settle_loop()
+        clock.advance(59)
+        await settle_loop()
+        assert len(spy.calls["queue_depths"]) == 1
+        clock.advance(1)
+        await spy.wait_calls("queue_depths", 2)
 
 
 async def test_a_heartbeat_refused_after_the_handler_returned_reports_nothing(clock, errors):

@@ -46,7 +46,7 @@ from ship_sqla.kernel._metrics import JobMetrics
 from ship_sqla.kernel._registry import JobRegistry
 from ship_sqla.kernel._retry import lock_held_delay, retry_at
 from ship_sqla.kernel._runtime_completer import Completer
-from ship_sqla.kernel._runtime_depth import DepthSampler
+from ship_sqla.kernel._runtime_depth import DEPTH_SAMPLE_INTERVAL, DepthSampler
 from ship_sqla.kernel._runtime_heartbeat import Heartbeater
 from ship_sqla.kernel._runtime_state import (
     InFlight,
@@ -115,6 +115,7 @@ class JobRuntime:
         drain_timeout: float,
         clock: Clock,
         metrics: JobMetrics | None = None,
+        queue_sample_interval: float | None = DEPTH_SAMPLE_INTERVAL,
     ) -> None:
         self.registry = registry
         self.backend = backend
@@ -168,8 +169,12 @@ class JobRuntime:
                 [job.id for job in self._jobs],
                 clock=clock,
                 report_error=backend.report_error,
+                interval=queue_sample_interval,
             )
-            if metrics is not None and mode == "worker" and isinstance(backend, QueueDepthSource)
+            if metrics is not None
+            and queue_sample_interval is not None
+            and mode == "worker"
+            and isinstance(backend, QueueDepthSource)
             else None
         )
         self._sampler_task: asyncio.Task[None] | None = None
@@ -684,6 +689,7 @@ async def start_job_runtime(
     drain_timeout: float = 30.0,
     clock: Clock | None = None,
     metrics: JobMetrics | None = None,
+    queue_sample_interval: float | None = DEPTH_SAMPLE_INTERVAL,
 ) -> JobRuntime:
     """Start executing the registered jobs' runs from ``backend`` (``mode="worker"``), or only
     enqueue through it (``mode="enqueue-only"``).
@@ -691,7 +697,8 @@ async def start_job_runtime(
     The runtime lives on the running event loop until ``await runtime.stop()``; it is also an
     async context manager that stops on exit. ``clock`` defaults to the backend's. ``metrics``
     (J10: run outcomes and durations, dead letters, lock waits) defaults to the backend's
-    ``metrics`` attribute when it has one; without it nothing is recorded.
+    ``metrics`` attribute when it has one; without it nothing is recorded. With metrics, a
+    worker samples the queue gauges every ``queue_sample_interval`` seconds (None: never).
     """
     if mode not in ("worker", "enqueue-only"):
         raise ConfigurationError(
@@ -704,6 +711,11 @@ async def start_job_runtime(
         )
     if drain_timeout < 0:
         raise ConfigurationError(f"drain_timeout must be >= 0, got {drain_timeout!r}.")
+    if queue_sample_interval is not None and not queue_sample_interval > 0:
+        raise ConfigurationError(
+            f"queue_sample_interval must be positive or None, got {queue_sample_interval!r}.",
+            fix="pass seconds between queue-gauge samples, or None to sample never.",
+        )
     if backend.max_in_flight < 1:
         raise ConfigurationError(
             f"backend.max_in_flight must be at least 1, got {backend.max_in_flight!r}."
@@ -716,6 +728,7 @@ async def start_job_runtime(
         drain_timeout=drain_timeout,
         clock=clock if clock is not None else backend.clock,
         metrics=metrics if metrics is not None else _metrics_of(backend),
+        queue_sample_interval=queue_sample_interval,
     )
     scheduled = [job for job in runtime.registry if job.schedule is not None]
     if mode == "worker" and scheduled:
