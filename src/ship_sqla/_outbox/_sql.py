@@ -30,6 +30,7 @@ from sqlalchemy import (
     bindparam,
     case,
     cast,
+    delete,
     exists,
     func,
     insert,
@@ -37,15 +38,16 @@ from sqlalchemy import (
     null,
     or_,
     select,
+    text,
     tuple_,
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCLASS, TIMESTAMP, UUID
 
 if TYPE_CHECKING:
     from sqlalchemy.sql import ColumnElement
-    from sqlalchemy.sql.dml import Insert, ReturningUpdate
+    from sqlalchemy.sql.dml import Delete, Insert, ReturningUpdate
     from sqlalchemy.sql.selectable import CompoundSelect, Select
 
 __all__ = [
@@ -125,6 +127,14 @@ class OutboxStatements:
     get: Select[Any]
     """:message_id -> the row, whatever its status."""
 
+    heap_pages: Select[Any]
+    """:relation (the quoted table name) -> its number of heap pages (what ``purge_delivered``
+    walks)."""
+
+    purge_delivered_in_pages: Delete
+    """:first_page, :end_page, :outbox, :age (seconds), :now: delete the delivered rows of one
+    range of heap pages acknowledged at least ``age`` ago."""
+
 
 def build_statements(table: Table) -> OutboxStatements:
     return OutboxStatements(
@@ -139,6 +149,8 @@ def build_statements(table: Table) -> OutboxStatements:
         list_dead_after=_list_dead(table, after=True),
         redrive=_redrive(table),
         get=select(table).where(table.c.id == bindparam("message_id")),
+        heap_pages=_heap_pages(),
+        purge_delivered_in_pages=_purge_delivered_in_pages(table),
     )
 
 
@@ -413,4 +425,26 @@ def _redrive(t: Table) -> ReturningUpdate[Any]:
             delivered_at=null(),
         )
         .returning(t.c.id)
+    )
+
+
+def _heap_pages() -> Select[Any]:
+    return select(
+        func.pg_relation_size(cast(bindparam("relation", type_=Text), REGCLASS))
+        / cast(func.current_setting("block_size"), Integer)
+    )
+
+
+def _purge_delivered_in_pages(t: Table) -> Delete:
+    # No index serves delivered rows (the seed declares only the two claim indexes, and one on
+    # delivered_at would make every acknowledge a non-HOT update), so the purge walks the heap
+    # in ranges of pages: a TID range scan reads just those pages, whatever the table's size.
+    return delete(t).where(
+        text(
+            "ctid >= CAST('(' || CAST(:first_page AS bigint) || ',0)' AS tid)"
+            " AND ctid < CAST('(' || CAST(:end_page AS bigint) || ',0)' AS tid)"
+        ),
+        t.c.outbox_id == bindparam("outbox", type_=Text),
+        t.c.status == DELIVERED,
+        t.c.delivered_at <= _now() - _seconds("age"),
     )

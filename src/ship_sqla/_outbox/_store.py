@@ -26,10 +26,11 @@ import re
 import socket
 import uuid
 from contextlib import asynccontextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import MetaData, Row, Table
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._outbox._backoff import Backoff, OutboxBackoff
@@ -76,6 +77,8 @@ MAX_DEAD_PAGE = 1000
 """The largest ``list_dead`` page; a larger ``limit`` is refused, never silently cut."""
 
 _default_table: Table | None = None
+
+_PREPARER = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]
 
 
 def default_worker() -> str:
@@ -588,6 +591,53 @@ class Outbox:
         return DeadLetterPage(
             items=items, next_cursor=encode_cursor(outbox_id, items[-1]) if more else None
         )
+
+    async def purge_delivered(
+        self,
+        outbox_id: str,
+        *,
+        older_than: float | timedelta,
+        pages_per_statement: int = 1000,
+    ) -> int:
+        """Delete ``outbox_id``'s delivered messages acknowledged at least ``older_than`` ago
+        (seconds or a timedelta); the number deleted. Pending, claimed and dead messages, and
+        other outboxes' rows, are never touched.
+
+        No index serves delivered rows, so it walks the table's heap once, in ranges of
+        ``pages_per_statement`` pages (8 kB each), one autocommitted DELETE per range read by a
+        TID range scan: each statement's cost is bounded by its range, whatever the table's
+        size, and rows acknowledged meanwhile wait for the next purge. Run it from a schedule.
+        """
+        age = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
+        if not age >= 0:
+            raise ConfigurationError(
+                f"older_than must be >= 0 seconds, got {older_than!r}.",
+                fix="pass how long delivered messages are kept, e.g. timedelta(days=7).",
+            )
+        if pages_per_statement < 1:
+            raise ConfigurationError(
+                f"pages_per_statement must be at least 1, got {pages_per_statement!r}."
+            )
+        relation = str(_PREPARER.format_table(self._table))
+        async with self._own_statement() as connection:
+            pages = int(
+                (
+                    await connection.execute(self._sql.heap_pages, {"relation": relation})
+                ).scalar_one()
+            )
+        deleted = 0
+        for first_page in range(0, pages, pages_per_statement):
+            params = {
+                "first_page": first_page,
+                "end_page": first_page + pages_per_statement,
+                "outbox": outbox_id,
+                "age": float(age),
+                "now": self._now(),
+            }
+            async with self._own_statement() as connection:
+                result = await connection.execute(self._sql.purge_delivered_in_pages, params)
+            deleted += result.rowcount
+        return deleted
 
     async def redrive(
         self, ids: Iterable[uuid.UUID], *, scope: TransactionScope | None = None
