@@ -261,30 +261,26 @@ class _PgQueuer:
         return jobs_per_s
 
     async def enqueue_bulk(self, count: int) -> float:
-        await self._truncate()
         entrypoints, priorities = [JOB_ID] * count, [0] * count
-        with Stopwatch() as watch:
+
+        async def batch() -> None:  # the JSON encoding of the payloads is timed too
             payloads: list[bytes | None] = [json.dumps(PAYLOAD).encode() for _ in range(count)]
             await self.queries.enqueue(entrypoints, payloads, priorities)
-        rows = await self._count("SELECT count(*) FROM pgqueuer")
-        if rows != count:
-            raise BenchmarkError(f"peers pgqueuer enqueue_bulk: {rows} rows for {count}")
-        per_s = rate(count, watch.seconds)
-        self.bench.log(f"pgq   bulk    {count} in {watch.seconds:.3f} s = {per_s:,.0f}/s")
-        return per_s
+
+        return await _timed_enqueues(
+            self, "pgqueuer", "bulk", count, table="pgqueuer", enqueue=batch
+        )
 
     async def enqueue_single(self, count: int) -> float:
-        await self._truncate()
         queries = self.queries
-        with Stopwatch() as watch:
+
+        async def one_by_one() -> None:
             for _ in range(count):
                 await queries.enqueue(JOB_ID, json.dumps(PAYLOAD).encode())
-        rows = await self._count("SELECT count(*) FROM pgqueuer")
-        if rows != count:
-            raise BenchmarkError(f"peers pgqueuer enqueue_single: {rows} rows for {count}")
-        per_s = rate(count, watch.seconds)
-        self.bench.log(f"pgq   single  {count} in {watch.seconds:.2f} s = {per_s:,.0f}/s")
-        return per_s
+
+        return await _timed_enqueues(
+            self, "pgqueuer", "single", count, table="pgqueuer", enqueue=one_by_one
+        )
 
 
 class _Procrastinate:
@@ -374,29 +370,54 @@ class _Procrastinate:
         return jobs_per_s
 
     async def enqueue_bulk(self, count: int) -> float:
-        await self._truncate()
         kwargs = [dict(PAYLOAD) for _ in range(count)]
-        with Stopwatch() as watch:
+
+        async def batch() -> None:
             await self.task.batch_defer_async(*kwargs)
-        rows = await self._count("SELECT count(*) FROM procrastinate_jobs")
-        if rows != count:
-            raise BenchmarkError(f"peers procrastinate enqueue_bulk: {rows} rows for {count}")
-        per_s = rate(count, watch.seconds)
-        self.bench.log(f"proc  bulk    {count} in {watch.seconds:.3f} s = {per_s:,.0f}/s")
-        return per_s
+
+        return await _timed_enqueues(
+            self, "procrastinate", "bulk", count, table="procrastinate_jobs", enqueue=batch
+        )
 
     async def enqueue_single(self, count: int) -> float:
-        await self._truncate()
         task = self.task
-        with Stopwatch() as watch:
+
+        async def one_by_one() -> None:
             for _ in range(count):
                 await task.defer_async(**PAYLOAD)
-        rows = await self._count("SELECT count(*) FROM procrastinate_jobs")
-        if rows != count:
-            raise BenchmarkError(f"peers procrastinate enqueue_single: {rows} rows for {count}")
-        per_s = rate(count, watch.seconds)
-        self.bench.log(f"proc  single  {count} in {watch.seconds:.2f} s = {per_s:,.0f}/s")
-        return per_s
+
+        return await _timed_enqueues(
+            self, "procrastinate", "single", count, table="procrastinate_jobs", enqueue=one_by_one
+        )
+
+
+class _Enqueuer(Protocol):
+    bench: Bench
+
+    async def _truncate(self) -> None: ...
+    async def _count(self, sql: str) -> int: ...
+
+
+async def _timed_enqueues(
+    peer: _Enqueuer,
+    name: str,
+    kind: str,
+    count: int,
+    *,
+    table: str,
+    enqueue: Callable[[], Awaitable[None]],
+) -> float:
+    """Empty the peer's tables, time ``enqueue()``, check that ``count`` rows landed in
+    ``table``; jobs per second."""
+    await peer._truncate()  # noqa: SLF001 - the peers' own helpers
+    with Stopwatch() as watch:
+        await enqueue()
+    rows = await peer._count(f"SELECT count(*) FROM {table}")  # noqa: SLF001 - our table
+    if rows != count:
+        raise BenchmarkError(f"peers {name} enqueue_{kind}: {rows} rows for {count}")
+    per_s = rate(count, watch.seconds)
+    peer.bench.log(f"{name[:4]:5} {kind:7} {count} in {watch.seconds:.3f} s = {per_s:,.0f}/s")
+    return per_s
 
 
 @dataclass(frozen=True, slots=True)
