@@ -15,9 +15,11 @@ import functools
 import importlib
 import inspect
 import json
+import re
 import sys
+from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 
 import click
 from sqlalchemy import MetaData
@@ -40,6 +42,7 @@ from ship_sqla._cli_jobs import (
     run_operation,
     run_worker,
 )
+from ship_sqla._cli_outbox import purge_delivered
 from ship_sqla._jobs._operations import MAX_CLEANUP_BATCH, MAX_LIST_LIMIT
 from ship_sqla._schema_check import SchemaCheckError, check_schema
 from ship_sqla._schema_sql import schema_sql
@@ -79,6 +82,8 @@ DATABASE_URL_ENV = "SHIP_SQLA_DATABASE_URL"
 RUNS_TABLE_ENV = "SHIP_SQLA_JOB_RUNS_TABLE"
 STATE_TABLE_ENV = "SHIP_SQLA_JOB_STATE_TABLE"
 SCHEMA_ENV = "SHIP_SQLA_JOB_SCHEMA"
+OUTBOX_TABLE_ENV = "SHIP_SQLA_OUTBOX_TABLE"
+OUTBOX_SCHEMA_ENV = "SHIP_SQLA_OUTBOX_SCHEMA"
 MAX_IDENTIFIER_BYTES = 63
 DEMO_MODULE = "ship_sqla._demo"
 
@@ -228,6 +233,38 @@ class Identifier(_AnyParamType):
                 ctx,
             )
         return text
+
+
+_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*")
+
+
+class Duration(_AnyParamType):
+    """Seconds, or a number with a unit: ``3600``, ``90m``, ``12h``, ``7d``."""
+
+    name = "DURATION"
+
+    def convert(
+        self,
+        value: Any,  # noqa: ANN401 - click's signature
+        param: click.Parameter | None,
+        ctx: click.Context | None,
+    ) -> timedelta:
+        if isinstance(value, timedelta):
+            return value
+        found = _DURATION.fullmatch(str(value))
+        if found is None:
+            self.fail(
+                f"{value!r} is not a duration; write seconds or a number with a unit s, m, h or"
+                " d, like 3600, 90m, 12h or 7d.",
+                param,
+                ctx,
+            )
+        amount, unit = found.groups()
+        return timedelta(seconds=float(amount) * _UNITS[unit or "s"])
+
+
+DURATION = Duration()
 
 
 METADATA = ObjectReference(MetaData, "SQLAlchemy MetaData")
@@ -725,6 +762,85 @@ def jobs_cleanup(
         click.echo(f"{sum(deleted.values())} run(s) deleted.")
         if capped:
             click.echo(f"more may be past retention for {', '.join(capped)}: run again.")
+
+
+@cli.group(short_help="Outbox maintenance: retention of delivered messages.")
+def outbox() -> None:
+    """Outbox maintenance from the shell."""
+
+
+@outbox.command("purge")
+@database_url_option
+@click.option("--outbox-id", required=True, metavar="ID", help="The logical outbox (outbox_id).")
+@click.option(
+    "--older-than",
+    type=DURATION,
+    required=True,
+    help="Delete deliveries acknowledged at least this long ago: 3600, 90m, 12h or 7d.",
+)
+@click.option(
+    "--table",
+    "table_name",
+    type=Identifier("table"),
+    envvar=OUTBOX_TABLE_ENV,
+    show_envvar=True,
+    default="ship_outbox",
+    show_default=True,
+    help="The outbox table's name, as given to ship_outbox_table(metadata, name=...).",
+)
+@click.option(
+    "--schema",
+    type=Identifier("schema"),
+    envvar=OUTBOX_SCHEMA_ENV,
+    show_envvar=True,
+    default=None,
+    help="The schema holding the outbox table (default: none, the search_path decides).",
+)
+@click.option(
+    "--pages-per-statement",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="Heap pages (8 kB) each DELETE reads: bounds every statement's cost.",
+)
+@json_option
+def outbox_purge(
+    *,
+    database_url: URL,
+    outbox_id: str,
+    older_than: timedelta,
+    table_name: str,
+    schema: str | None,
+    pages_per_statement: int,
+    as_json: bool,
+) -> None:
+    """Delete the outbox's delivered messages acknowledged at least --older-than ago. Pending,
+    claimed and dead messages are never touched. One pass over the table, one short DELETE per
+    range of pages; safe to run while relays work."""
+    call = purge_delivered(
+        database_url,
+        outbox_id=outbox_id,
+        older_than=older_than,
+        table_name=table_name,
+        schema=schema,
+        pages_per_statement=pages_per_statement,
+    )
+    qualified = f"{schema}.{table_name}" if schema else table_name
+    try:
+        deleted = asyncio.run(call)
+    except (SQLAlchemyError, OSError) as exc:
+        where = database_url.render_as_string(hide_password=True)
+        _fail(
+            f"cannot purge outbox table {qualified} at {where}: {type(exc).__name__}:"
+            f" {str(exc).splitlines()[0]}. Fix: check the URL, that the server is up, and the"
+            " table's name (--table, --schema).",
+            as_json=as_json,
+            cause=exc,
+        )
+    if as_json:
+        click.echo(json.dumps({"outbox_id": outbox_id, "deleted": deleted}))
+    else:
+        click.echo(f"{outbox_id}: deleted {deleted} delivered message(s) from {qualified}.")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -157,7 +157,7 @@ def test_schema_sql_prints_the_ddl_with_partial_predicates(app_dir: Path) -> Non
 def test_help_lists_the_command_tree(app_dir: Path) -> None:
     code, out, _ = ship_sqla_sync("--help", cwd=app_dir)
     assert code == 0
-    for command in ("demo", "jobs", "schema", "worker"):
+    for command in ("demo", "jobs", "outbox", "schema", "worker"):
         assert f"  {command} " in out
     assert "Exit codes: 0 success; 1" in out
 
