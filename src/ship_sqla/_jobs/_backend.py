@@ -67,7 +67,7 @@ from ship_sqla.kernel._job_backend import (
 )
 from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
 from ship_sqla.kernel._metrics import JobMetrics
-from ship_sqla.kernel._waiting import wait_event
+from ship_sqla.kernel._waiting import LocalWake
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
@@ -216,35 +216,6 @@ def _aware(when: datetime, name: str) -> datetime:
     return when
 
 
-class _Wakeup:
-    """The local wake (J3). A wake with no loop waiting is kept, so the next wait returns at
-    once: a wake landing while the loop is busy claiming is never lost."""
-
-    __slots__ = ("_event", "_pending", "_waiters")
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-        self._pending = False
-        self._waiters = 0
-
-    def wake(self) -> None:
-        if self._waiters:
-            self._event.set()
-            self._event = asyncio.Event()
-        else:
-            self._pending = True
-
-    async def wait(self, clock: Clock, seconds: float) -> None:
-        if self._pending:
-            self._pending = False
-            return
-        self._waiters += 1
-        try:
-            await wait_event(self._event, clock, seconds)
-        finally:
-            self._waiters -= 1
-
-
 class PostgresJobBackend(BackendOptions):
     """The durable ``JobBackend`` on PostgreSQL. Build it with :func:`create_job_backend`.
 
@@ -305,7 +276,7 @@ class PostgresJobBackend(BackendOptions):
             self._read_committed = database.execution_options(isolation_level="READ COMMITTED")
         # One AsyncConnection cannot serve concurrent tasks: the test path takes turns.
         self._turn = asyncio.Lock()
-        self._wakeup = _Wakeup()
+        self._wakeup = LocalWake()
         self._leases: dict[str, float] = {}
         self._claim_keys: dict[str, int] = {}
         self._schedule_half: Schedules | None = None

@@ -64,6 +64,7 @@ from ship_sqla.kernel import (
     SystemClock,
 )
 from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
+from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
@@ -108,16 +109,7 @@ class Wakeup:
         """Return True at once if set since the last wait, else when set, or False after
         ``at_most`` seconds on ``clock`` (so a frozen clock's ``advance`` ends the wait).
         """
-        if not self._event.is_set():
-            waiter = asyncio.ensure_future(self._event.wait())
-            sleeper = asyncio.ensure_future(clock.sleep(at_most))
-            try:
-                await asyncio.wait({waiter, sleeper}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (waiter, sleeper):
-                    task.cancel()
-                await asyncio.gather(waiter, sleeper, return_exceptions=True)
-        woke = self._event.is_set()
+        woke = await wait_event(self._event, clock, at_most)
         self._event.clear()
         return woke
 

@@ -26,7 +26,6 @@ one the PostgreSQL backend must also keep. Time comes only from the injected clo
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
 import json
@@ -52,7 +51,7 @@ from ship_sqla.kernel._job_backend import (
 from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
 from ship_sqla.kernel._schedule import due_occurrence, next_occurrence, occurrence_id
 from ship_sqla.kernel._scheduled_runs import scheduled_only, scheduled_payload
-from ship_sqla.kernel._waiting import wait_event
+from ship_sqla.kernel._waiting import LocalWake
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -218,9 +217,7 @@ class InMemoryJobBackend(BackendOptions):
         self._waiting: dict[str, int] = {}
         self._dedupe: dict[tuple[str, str], str] = {}
         self._seq = itertools.count()
-        self._wake_event = asyncio.Event()
-        self._wake_pending = False
-        self._waiters = 0
+        self._wakeup = LocalWake()
         # job id -> (trigger text, next_at): the state table of the PostgreSQL backend (J9).
         self._schedules: dict[str, tuple[str, datetime]] = {}
 
@@ -499,23 +496,10 @@ class InMemoryJobBackend(BackendOptions):
     # --- waking ---------------------------------------------------------------------------------
 
     async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the Protocol's name
-        if self._wake_pending:
-            self._wake_pending = False
-            return
-        self._waiters += 1
-        try:
-            await wait_event(self._wake_event, self._clock, timeout)
-        finally:
-            self._waiters -= 1
+        await self._wakeup.wait(self._clock, timeout)
 
     def _wake(self) -> None:
-        # Every loop waiting now returns; with nobody waiting, the next wait returns at once, so a
-        # wake that lands while a loop is busy claiming is never lost.
-        if self._waiters:
-            self._wake_event.set()
-            self._wake_event = asyncio.Event()
-        else:
-            self._wake_pending = True
+        self._wakeup.wake()
 
     # --- inspection and operator operations (the model for property tests) ---------------------
 

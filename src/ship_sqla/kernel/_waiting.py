@@ -15,7 +15,7 @@ from ship_sqla.kernel._clock import Clock, SystemClock
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-__all__ = ["first_done", "wait_event"]
+__all__ = ["LocalWake", "first_done", "wait_event"]
 
 
 async def first_done(*coroutines: Coroutine[Any, Any, Any]) -> int:
@@ -53,3 +53,34 @@ async def wait_event(event: asyncio.Event, clock: Clock, seconds: float | None) 
         return True
     await first_done(event.wait(), clock.sleep(seconds))
     return event.is_set()
+
+
+class LocalWake:
+    """A job backend's local wake (J3): ``wake()`` returns every loop waiting in :meth:`wait`;
+    with none waiting, it is kept, so the next wait returns at once: a wake landing while the
+    loop is busy claiming is never lost."""
+
+    __slots__ = ("_event", "_pending", "_waiters")
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+        self._pending = False
+        self._waiters = 0
+
+    def wake(self) -> None:
+        if self._waiters:
+            self._event.set()
+            self._event = asyncio.Event()
+        else:
+            self._pending = True
+
+    async def wait(self, clock: Clock, seconds: float) -> None:
+        """Until woken, or ``seconds`` passed on ``clock``."""
+        if self._pending:
+            self._pending = False
+            return
+        self._waiters += 1
+        try:
+            await wait_event(self._event, clock, seconds)
+        finally:
+            self._waiters -= 1
