@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 import anyio
-import anyio.lowlevel
 
 from ship_sqla.kernel import FrozenClock, JobBackend
 
@@ -25,49 +24,6 @@ class BackendFactory(Protocol):
         on_error: Any = None,
         with_locks: bool = False,
     ) -> JobBackend: ...
-
-
-async def settle_loop(rounds: int = 20) -> None:
-    """Let every ready task run a few steps (no wall-clock wait)."""
-    for _ in range(rounds):
-        await anyio.lowlevel.checkpoint()
-
-
-async def advance_until(
-    clock: FrozenClock, done: anyio.Event, *, step: float, limit: float = 10.0
-) -> None:
-    """Move frozen time forward ``step`` seconds at a time until ``done`` is set.
-
-    Small steps keep the test independent of when exactly a task parked in ``clock.sleep``.
-    """
-    with anyio.fail_after(limit):
-        while not done.is_set():
-            clock.advance(step)
-            await settle_loop()
-
-
-class ErrorLog:
-    """An ``on_error`` that keeps what it was given and signals each arrival."""
-
-    def __init__(self) -> None:
-        self.errors: list[BaseException] = []
-        self.arrived = anyio.Event()
-
-    def __call__(self, error: BaseException) -> None:
-        self.errors.append(error)
-        self.arrived.set()
-
-    def codes(self) -> list[str]:
-        return [getattr(error, "code", type(error).__name__) for error in self.errors]
-
-    async def wait_for(self, predicate: Any, limit: float = 5.0) -> BaseException:
-        with anyio.fail_after(limit):
-            while True:
-                for error in self.errors:
-                    if predicate(error):
-                        return error
-                self.arrived = anyio.Event()
-                await self.arrived.wait()
 
 
 class SpyBackend:

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import inspect
 from datetime import timedelta
+from functools import partial
 
 import anyio
 import pytest
-from jobs_conformance_support import ErrorLog, SpyBackend, advance_until
+from job_helpers import ErrorLog, advance_until, advance_until_awaited
+from jobs_conformance_support import SpyBackend
 
 from ship_sqla.kernel import (
     Concurrency,
@@ -104,15 +106,9 @@ async def test_runtime_retries_then_dead_letters(clock, job_backend_factory):
         _, _, retry_at, outcome = backend.calls["fail"][0]
         assert outcome == "retrying"
         assert retry_at == clock.now() + timedelta(seconds=10)
-        third = anyio.Event()
-
-        async def watch():
-            await backend.wait_calls("fail", 3, limit=30)
-            third.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(watch)
-            await advance_until(clock, third, step=1.0)
+        await advance_until_awaited(
+            clock, lambda: backend.wait_calls("fail", 3, limit=30), step=1.0
+        )
     assert attempts == [1, 2, 3]
     assert [call[3] for call in backend.calls["fail"]] == ["retrying", "retrying", "dead"]
     record = await record_of(backend, result.run_id)
@@ -163,16 +159,10 @@ async def test_j5_heartbeats_keep_a_long_run_leased(clock, job_backend_factory):
             with anyio.fail_after(10):
                 await started.wait()
             for beats in range(1, 7):
-                beat = anyio.Event()
-
-                async def watch(count=beats, beat=beat):
-                    await backend.wait_started("heartbeat", count, limit=30)
-                    beat.set()
-
                 # Time stops as soon as the heartbeat is sent, however long its answer takes.
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(watch)
-                    await advance_until(clock, beat, step=1.0)
+                await advance_until_awaited(
+                    clock, partial(backend.wait_started, "heartbeat", beats, limit=30), step=1.0
+                )
                 await backend.wait_calls("heartbeat", beats)
                 assert backend.calls["heartbeat"][-1][1] == [True]
             # Two full leases have passed: without heartbeats the run would be up for grabs.

@@ -5,9 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
-import anyio.lowlevel
 
-from ship_sqla.kernel import FrozenClock, InMemoryJobBackend
+from ship_sqla.kernel import InMemoryJobBackend
 
 
 class ScriptedBackend:
@@ -81,37 +80,3 @@ class ScriptedBackend:
 
     async def release(self, run: Any, *, run_at: Any, error: str | None = None) -> Any:
         return await self._call("release", run, run_at=run_at, error=error)
-
-
-async def settle_loop(rounds: int = 30) -> None:
-    for _ in range(rounds):
-        await anyio.lowlevel.checkpoint()
-
-
-async def advance_until(
-    clock: FrozenClock, done: anyio.Event, *, step: float, limit: float = 10.0
-) -> None:
-    """Move frozen time ``step`` seconds at a time until ``done`` is set (no wall-clock wait)."""
-    with anyio.fail_after(limit):
-        while not done.is_set():
-            clock.advance(step)
-            await settle_loop()
-
-
-class ErrorLog:
-    def __init__(self) -> None:
-        self.errors: list[BaseException] = []
-        self._arrived = anyio.Event()
-
-    def __call__(self, error: BaseException) -> None:
-        self.errors.append(error)
-        self._arrived.set()
-        self._arrived = anyio.Event()
-
-    def codes(self) -> list[str]:
-        return [getattr(error, "code", type(error).__name__) for error in self.errors]
-
-    async def wait_count(self, count: int, *, limit: float = 10.0) -> None:
-        with anyio.fail_after(limit):
-            while len(self.errors) < count:
-                await self._arrived.wait()

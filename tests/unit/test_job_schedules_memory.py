@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 import pytest
-from runtime_support import ErrorLog
+from job_helpers import ErrorLog
 
 from ship_sqla.kernel import (
     ConfigurationError,

@@ -11,7 +11,8 @@ from datetime import timedelta
 
 import anyio
 import pytest
-from runtime_support import ErrorLog, ScriptedBackend, advance_until, settle_loop
+from job_helpers import ErrorLog, advance_until, advance_until_awaited, settle_loop
+from runtime_support import ScriptedBackend
 
 from ship_sqla.kernel import (
     Concurrency,
@@ -278,15 +279,7 @@ async def test_heartbeat_every_third_of_the_lease_for_all_runs_in_one_call(clock
         try:
             with anyio.fail_after(5):
                 await all_started.wait()
-            beat = anyio.Event()
-
-            async def watch():
-                await spy.wait_calls("heartbeat", 1)
-                beat.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(watch)
-                await advance_until(clock, beat, step=1.0)
+            await advance_until_awaited(clock, lambda: spy.wait_calls("heartbeat", 1), step=1.0)
             ((runs,), _, alive) = spy.calls["heartbeat"][0]
             assert len(runs) == 3
             assert alive == [True, True, True]
@@ -351,15 +344,7 @@ async def test_failed_heartbeat_is_reported_and_cancels_nothing(clock, backend, 
         try:
             with anyio.fail_after(5):
                 await started.wait()
-            second = anyio.Event()
-
-            async def watch():
-                await spy.wait_calls("heartbeat", 2)
-                second.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(watch)
-                await advance_until(clock, second, step=1.0)
+            await advance_until_awaited(clock, lambda: spy.wait_calls("heartbeat", 2), step=1.0)
             assert spy.calls["heartbeat"][1][2] == [True]
             assert not contexts[0].cancelled
         finally:
@@ -406,15 +391,7 @@ async def test_completion_failure_is_reported_and_retried(clock, backend, errors
     result = await backend.enqueue(job, {})
     async with await start_job_runtime(job, backend=spy):
         await errors.wait_count(1)
-        landed = anyio.Event()
-
-        async def watch():
-            await spy.wait_calls("complete", 2)
-            landed.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(watch)
-            await advance_until(clock, landed, step=0.5)
+        await advance_until_awaited(clock, lambda: spy.wait_calls("complete", 2), step=0.5)
     assert backend.get_run(result.run_id).state == "completed"
     assert [type(e) for e in errors.errors] == [ConnectionError]
 
@@ -495,15 +472,7 @@ async def test_single_runner_lock_is_held_for_the_run_and_extended(clock, errors
             with anyio.fail_after(5):
                 await started.wait()
             assert locks.holder("locked/x") is not None
-            fourth = anyio.Event()
-
-            async def watch():
-                await spy.wait_calls("heartbeat", 4)
-                fourth.set()
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(watch)
-                await advance_until(clock, fourth, step=1.0)
+            await advance_until_awaited(clock, lambda: spy.wait_calls("heartbeat", 4), step=1.0)
             assert clock.monotonic() > LEASE
             assert locks.holder("locked/x") is not None
         finally:
@@ -552,15 +521,7 @@ async def test_lost_lock_cancels_and_releases_the_run(clock, errors):
     async with await start_job_runtime(job, backend=spy):
         with anyio.fail_after(5):
             await started.wait()
-        released = anyio.Event()
-
-        async def watch():
-            await spy.wait_calls("release", 1)
-            released.set()
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(watch)
-            await advance_until(clock, released, step=1.0)
+        await advance_until_awaited(clock, lambda: spy.wait_calls("release", 1), step=1.0)
     assert contexts[0].cancel_reason == "lock-lost"
     record = backend.get_run(result.run_id)
     assert record.state == "waiting"
