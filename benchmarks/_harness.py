@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import secrets
@@ -27,6 +28,7 @@ __all__ = [
     "Bench",
     "BenchDatabase",
     "BenchmarkError",
+    "Countdown",
     "Figure",
     "Settings",
     "Stopwatch",
@@ -230,6 +232,31 @@ class Stopwatch:
 
     def __exit__(self, *_: object) -> None:
         self.seconds = time.perf_counter() - self._start
+
+
+class Countdown:
+    """Counts calls of ``tick`` (a job handler or an outbox sink: any arguments); ``done`` is set
+    at the ``expected``-th. ``reset`` starts a new count."""
+
+    __slots__ = ("count", "done", "expected")
+
+    def __init__(self, expected: int = 0) -> None:
+        self.expected = expected
+        self.count = 0
+        self.done = asyncio.Event()
+
+    def reset(self, expected: int) -> None:
+        self.expected = expected
+        self.count = 0
+        self.done = asyncio.Event()
+
+    def hit(self) -> None:
+        self.count += 1
+        if self.count == self.expected:
+            self.done.set()
+
+    async def tick(self, *_: object) -> None:
+        self.hit()
 
 
 @dataclass(slots=True)

@@ -26,7 +26,6 @@ Run it by name: ``python -m benchmarks ablations [--quick]``; it is not part of 
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -46,14 +45,14 @@ from benchmarks._harness import (
     paired_rounds,
     rate,
 )
-from benchmarks._raw_sql import job_sql, outbox_sql
-from benchmarks.process import drain_jobs
+from benchmarks._raw_sql import job_sql
+from benchmarks.process import MAX_IN_FLIGHT as DRAIN_IN_FLIGHT
+from benchmarks.process import drain_jobs, drain_size
+from benchmarks.relay import BATCH as RELAY_BATCH
+from benchmarks.relay import relay_messages
 from ship_sqla import (
     Outbox,
-    OutboxMessage,
     TransactionScope,
-    create_outbox,
-    create_outbox_relay,
     create_unit_of_work,
     ship_outbox_table,
 )
@@ -82,7 +81,6 @@ __all__ = ["NAME", "run"]
 
 NAME = "ablations"
 JOB_ID = "bench.ablation"
-OUTBOX_ID = "bench"
 PAYLOAD: dict[str, Any] = {"order_id": 12345, "kind": "bench"}
 BULK_BATCH = 10_000
 CLAIM_BATCH = 50
@@ -90,10 +88,6 @@ ROOM_IN_FLIGHT = 1500
 """Above the completer's batch of 1000, where the unflushed term decides the claim's room."""
 ROOM_POLL = 1.0
 """The claim-room drain's poll_interval (``process``: 5 s): bounds what a parked OFF loop costs."""
-DRAIN_IN_FLIGHT = 1000
-"""The ``process`` benchmark's tuning, for the tuned-lock drain."""
-RELAY_BATCH = 100
-TIMEOUT = 120.0
 ON, OFF = "shipped", "off"
 
 
@@ -286,7 +280,7 @@ async def _claim_figures(bench: Bench) -> list[Figure]:
         drain_on, drain_off = await _drain_pairs(
             bench,
             db,
-            runs=5_000 if bench.quick else 20_000,
+            runs=drain_size(bench),
             max_in_flight=DRAIN_IN_FLIGHT,
             poll_interval=5.0,
             ablate_backend=_plain_claim_lock,
@@ -309,7 +303,7 @@ async def _claim_figures(bench: Bench) -> list[Figure]:
             drain_on,
             drain_off,
             baseline_label="plain CLAIM_LOCK",
-            note=f"process drain, N={5_000 if bench.quick else 20_000:,},"
+            note=f"process drain, N={drain_size(bench):,},"
             f" max_in_flight = concurrency.max = {DRAIN_IN_FLIGHT}. {off}",
         ),
     ]
@@ -439,51 +433,14 @@ def _outbox_as(outbox: Outbox, ablated: type[Outbox]) -> Iterator[None]:
         outbox.__class__ = Outbox
 
 
-class _Sink:
-    def __init__(self, expected: int) -> None:
-        self.expected = expected
-        self.count = 0
-        self.done = asyncio.Event()
-
-    async def publish(self, _message: OutboxMessage) -> None:
-        self.count += 1
-        if self.count == self.expected:
-            self.done.set()
-
-
 async def _relay_round(
     bench: Bench, db: BenchDatabase, count: int, ablated: type[Outbox] | None
 ) -> float:
-    table = ship_outbox_table(MetaData())
-    conn = await db.raw()
-    await conn.execute(f"TRUNCATE {table.name}")
-    await conn.execute(outbox_sql(table.name).load_pending, OUTBOX_ID, count)
-    await conn.execute(f"VACUUM (ANALYZE) {table.name}")
-    outbox = create_outbox(database=db.engine, table=table)
-    sink = _Sink(count)
-    relay = create_outbox_relay(
-        outbox, OUTBOX_ID, sink.publish, batch_size=RELAY_BATCH, poll_interval=60.0
+    """One ``relay`` round (benchmarks/relay.py), with the outbox's class swapped for
+    ``ablated`` while it runs."""
+    return await relay_messages(
+        bench, db, count, ablate=partial(_outbox_as, ablated=ablated) if ablated else None
     )
-    with (
-        _outbox_as(outbox, ablated) if ablated is not None else nullcontext(),
-        Stopwatch() as watch,
-    ):
-        relay.start()
-        try:
-            async with asyncio.timeout(TIMEOUT):
-                await sink.done.wait()
-        finally:
-            await relay.stop()
-    delivered: int = await conn.fetchval(
-        f"SELECT count(*) FROM {table.name} WHERE status = 'delivered'"
-    )
-    await conn.close()
-    if delivered != count or relay.delivered != count:
-        raise BenchmarkError(f"ablations: relay delivered {delivered} of {count} messages")
-    per_s = rate(count, watch.seconds)
-    what = ON if ablated is None else ablated.__name__
-    bench.log(f"relay {count} {what:22} {watch.seconds:.2f} s = {per_s:,.0f} msg/s")
-    return per_s
 
 
 async def _relay_figures(bench: Bench) -> list[Figure]:

@@ -41,6 +41,7 @@ from benchmarks._harness import (
     Bench,
     BenchDatabase,
     BenchmarkError,
+    Countdown,
     Figure,
     Stopwatch,
     asyncpg_dsn,
@@ -158,25 +159,6 @@ class _Peer(Protocol):
     async def enqueue_single(self, count: int) -> float: ...
 
 
-class _Counter:
-    """Counts handler calls; ``done`` is set at the ``expected``-th."""
-
-    def __init__(self) -> None:
-        self.expected = 0
-        self.count = 0
-        self.done = asyncio.Event()
-
-    def reset(self, expected: int) -> None:
-        self.expected = expected
-        self.count = 0
-        self.done = asyncio.Event()
-
-    def hit(self) -> None:
-        self.count += 1
-        if self.count == self.expected:
-            self.done.set()
-
-
 class _PgQueuer:
     """pgqueuer over asyncpg: ``Queries.install()``; a worker ``QueueManager(Queries(
     AsyncpgPoolDriver(pool)))`` with one entrypoint, ``run(batch_size=PGQ_BATCH)``; enqueues
@@ -202,7 +184,7 @@ class _PgQueuer:
         self._pool_driver = AsyncpgPoolDriver
         self._queue_manager = QueueManager
         self._queries = Queries
-        self.counter = _Counter()
+        self.counter = Countdown()
         self._connection: Any = None
         self._pool: Any = None
         self.queries: Any = None
@@ -300,7 +282,7 @@ class _Procrastinate:
 
         self.bench = bench
         self.db = db
-        self.counter = _Counter()
+        self.counter = Countdown()
         counter = self.counter
         self.app: Any = procrastinate.App(
             connector=procrastinate.PsycopgConnector(

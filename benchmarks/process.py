@@ -21,6 +21,7 @@ from benchmarks._harness import (
     Bench,
     BenchDatabase,
     BenchmarkError,
+    Countdown,
     Figure,
     Stopwatch,
     Target,
@@ -32,7 +33,6 @@ from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_st
 from ship_sqla.kernel import (
     Concurrency,
     EnqueueRequest,
-    JobContext,
     JobDefinition,
     define_job,
     start_job_runtime,
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ship_sqla._jobs import PostgresJobBackend
     from ship_sqla.kernel import JobRuntime
 
-__all__ = ["NAME", "drain_jobs", "run"]
+__all__ = ["MAX_IN_FLIGHT", "NAME", "drain_jobs", "drain_size", "run"]
 
 NAME = "process"
 JOB_ID = "bench.noop"
@@ -57,22 +57,9 @@ MAX_IN_FLIGHT = 1000
 DRAIN_TIMEOUT = 120.0
 
 
-def _runs(bench: Bench) -> int:
+def drain_size(bench: Bench) -> int:
+    """Runs per drain: 20,000, or 5,000 with ``--quick``."""
     return 5_000 if bench.quick else 20_000
-
-
-class _Drain:
-    """Counts handler calls; ``done`` is set at the N-th."""
-
-    def __init__(self, expected: int) -> None:
-        self.expected = expected
-        self.count = 0
-        self.done = asyncio.Event()
-
-    async def handler(self, _ctx: JobContext, _payload: dict[str, Any]) -> None:
-        self.count += 1
-        if self.count == self.expected:
-            self.done.set()
 
 
 async def _ship_round(bench: Bench, db: BenchDatabase, runs: int) -> float:
@@ -97,9 +84,9 @@ async def drain_jobs(
     table = ship_job_runs_table(metadata)
     state = ship_job_state_table(metadata)
     await db.maintain(f"TRUNCATE {table.name}, {state.name}")
-    drain = _Drain(runs)
+    drain = Countdown(runs)
     job: JobDefinition[dict[str, Any]] = define_job(
-        JOB_ID, drain.handler, payload=dict, concurrency=Concurrency(max=max_in_flight)
+        JOB_ID, drain.tick, payload=dict, concurrency=Concurrency(max=max_in_flight)
     )
     backend = create_job_backend(
         database=db.engine,
@@ -169,7 +156,7 @@ async def _raw_round(bench: Bench, db: BenchDatabase, runs: int) -> float:
 
 
 async def run(bench: Bench) -> list[Figure]:
-    runs = _runs(bench)
+    runs = drain_size(bench)
     async with bench.database(NAME) as db:
         metadata = MetaData()
         ship_job_runs_table(metadata)

@@ -13,6 +13,8 @@ work without the library.
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING
 
 from sqlalchemy import MetaData
 
@@ -20,6 +22,7 @@ from benchmarks._harness import (
     Bench,
     BenchDatabase,
     BenchmarkError,
+    Countdown,
     Figure,
     Stopwatch,
     Target,
@@ -27,9 +30,14 @@ from benchmarks._harness import (
     rate,
 )
 from benchmarks._raw_sql import outbox_sql
-from ship_sqla import OutboxMessage, create_outbox, create_outbox_relay, ship_outbox_table
+from ship_sqla import create_outbox, create_outbox_relay, ship_outbox_table
 
-__all__ = ["NAME", "run"]
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ship_sqla import Outbox
+
+__all__ = ["NAME", "relay_messages", "run"]
 
 NAME = "relay"
 OUTBOX_ID = "bench"
@@ -42,18 +50,6 @@ TIMEOUT = 120.0
 
 def _messages(bench: Bench) -> int:
     return 5_000 if bench.quick else 20_000
-
-
-class _Sink:
-    def __init__(self, expected: int) -> None:
-        self.expected = expected
-        self.count = 0
-        self.done = asyncio.Event()
-
-    async def publish(self, _message: OutboxMessage) -> None:
-        self.count += 1
-        if self.count == self.expected:
-            self.done.set()
 
 
 async def _reload(db: BenchDatabase, table: str, count: int) -> None:
@@ -72,14 +68,26 @@ async def _delivered(db: BenchDatabase, table: str) -> int:
 
 
 async def _ship_round(bench: Bench, db: BenchDatabase, count: int) -> float:
+    return await relay_messages(bench, db, count)
+
+
+async def relay_messages(
+    bench: Bench,
+    db: BenchDatabase,
+    count: int,
+    *,
+    ablate: Callable[[Outbox], AbstractContextManager[None]] | None = None,
+) -> float:
+    """``count`` pending messages through one relay (batch BATCH) to a noop sink; msg/s.
+
+    ``ablate`` (benchmarks/ablations.py) turns one of the outbox's optimisations off while the
+    relay runs."""
     table = ship_outbox_table(MetaData(), name=SHIP_TABLE)
     await _reload(db, SHIP_TABLE, count)
     outbox = create_outbox(database=db.engine, table=table)
-    sink = _Sink(count)
-    relay = create_outbox_relay(
-        outbox, OUTBOX_ID, sink.publish, batch_size=BATCH, poll_interval=60.0
-    )
-    with Stopwatch() as watch:
+    sink = Countdown(count)
+    relay = create_outbox_relay(outbox, OUTBOX_ID, sink.tick, batch_size=BATCH, poll_interval=60.0)
+    with ablate(outbox) if ablate is not None else nullcontext(), Stopwatch() as watch:
         relay.start()
         try:
             async with asyncio.timeout(TIMEOUT):
@@ -90,7 +98,8 @@ async def _ship_round(bench: Bench, db: BenchDatabase, count: int) -> float:
     if delivered != count or relay.delivered != count:
         raise BenchmarkError(f"relay: {delivered} of {count} messages delivered")
     per_s = rate(count, watch.seconds)
-    bench.log(f"ship  {count} messages in {watch.seconds:.2f} s = {per_s:,.0f} msg/s")
+    state = "ablated" if ablate is not None else "shipped"
+    bench.log(f"ship ({state}) {count} messages in {watch.seconds:.2f} s = {per_s:,.0f} msg/s")
     return per_s
 
 
