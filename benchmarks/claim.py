@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import MetaData, Table
 
@@ -35,6 +35,9 @@ from benchmarks._raw_sql import JobSQL, OutboxSQL, job_sql, outbox_sql
 from ship_sqla import Outbox, create_outbox, ship_outbox_table
 from ship_sqla._jobs import PostgresJobBackend, create_job_backend, ship_job_runs_table
 from ship_sqla.kernel import Concurrency, JobContext, JobDefinition, define_job
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
 
 __all__ = ["NAME", "run"]
 
@@ -99,54 +102,78 @@ def _check(got: int, what: str) -> None:
         raise BenchmarkError(f"claim: {what} returned {got} rows, expected {BATCH}")
 
 
-async def _ship_jobs(backlog: _Backlog, conn: Any, claims: int) -> list[float]:  # noqa: ANN401
+async def _timed_claims(
+    claims: int,
+    claim: Callable[[], Awaitable[Sequence[Any]]],
+    settle: Callable[[Sequence[Any]], Awaitable[None]],
+    what: str,
+) -> list[float]:
+    """``claims`` times: time one claim of BATCH, then settle what it took and refill the
+    backlog to its size (untimed). Latencies in ms."""
     latencies = []
     for _ in range(claims):
         with Stopwatch() as watch:
-            runs = await backlog.backend.claim(JOB, worker="bench", limit=BATCH)
-        _check(len(runs), f"job claim at {backlog.label}")
+            taken = await claim()
+        _check(len(taken), what)
         latencies.append(_ms(watch.seconds))
+        await settle(taken)
+    return latencies
+
+
+async def _ship_jobs(backlog: _Backlog, conn: Any, claims: int) -> list[float]:  # noqa: ANN401
+    async def settle(runs: Sequence[Any]) -> None:
         await backlog.backend.complete(runs)
         await conn.execute(backlog.job_sql.refill_waiting, JOB_ID, len(runs))
-    return latencies
+
+    return await _timed_claims(
+        claims,
+        partial(backlog.backend.claim, JOB, worker="bench", limit=BATCH),
+        settle,
+        f"job claim at {backlog.label}",
+    )
 
 
 async def _raw_jobs(backlog: _Backlog, conn: Any, claims: int) -> list[float]:  # noqa: ANN401
     sql = backlog.job_sql
-    latencies = []
-    for _ in range(claims):
-        with Stopwatch() as watch:
-            rows = await conn.fetch(sql.claim, JOB_ID, "raw", BATCH)
-        _check(len(rows), f"raw job claim at {backlog.label}")
-        latencies.append(_ms(watch.seconds))
+
+    async def settle(rows: Sequence[Any]) -> None:
         await conn.execute(sql.complete, [r[0] for r in rows], [r[1] for r in rows])
         await conn.execute(sql.refill_waiting, JOB_ID, len(rows))
-    return latencies
+
+    return await _timed_claims(
+        claims,
+        partial(conn.fetch, sql.claim, JOB_ID, "raw", BATCH),
+        settle,
+        f"raw job claim at {backlog.label}",
+    )
 
 
 async def _ship_outbox(backlog: _Backlog, conn: Any, claims: int) -> list[float]:  # noqa: ANN401
-    latencies = []
-    for _ in range(claims):
-        with Stopwatch() as watch:
-            messages = await backlog.outbox.claim(OUTBOX_ID, BATCH, LEASE, worker="bench")
-        _check(len(messages), f"outbox claim at {backlog.label}")
-        latencies.append(_ms(watch.seconds))
+    async def settle(messages: Sequence[Any]) -> None:
         await backlog.outbox.acknowledge_many(messages)
         await conn.execute(backlog.outbox_sql.refill_pending, OUTBOX_ID, len(messages))
-    return latencies
+
+    return await _timed_claims(
+        claims,
+        partial(backlog.outbox.claim, OUTBOX_ID, BATCH, LEASE, worker="bench"),
+        settle,
+        f"outbox claim at {backlog.label}",
+    )
 
 
 async def _raw_outbox(backlog: _Backlog, conn: Any, claims: int) -> list[float]:  # noqa: ANN401
     sql = backlog.outbox_sql
-    latencies = []
-    for _ in range(claims):
-        with Stopwatch() as watch:
-            rows = await conn.fetch(sql.claim, OUTBOX_ID, "raw", BATCH)
-        _check(len(rows), f"raw outbox claim at {backlog.label}")
-        latencies.append(_ms(watch.seconds))
+
+    async def settle(rows: Sequence[Any]) -> None:
         await conn.execute(sql.acknowledge, [r[0] for r in rows], [r[1] for r in rows])
         await conn.execute(sql.refill_pending, OUTBOX_ID, len(rows))
-    return latencies
+
+    return await _timed_claims(
+        claims,
+        partial(conn.fetch, sql.claim, OUTBOX_ID, "raw", BATCH),
+        settle,
+        f"raw outbox claim at {backlog.label}",
+    )
 
 
 _KINDS = {
