@@ -291,35 +291,54 @@ table_option = click.option(
     metavar="NAME",
     help="Limit to this table (its key in metadata.tables); repeatable.",
 )
-runs_table_option = click.option(
+
+_Command = TypeVar("_Command", bound="Callable[..., None]")
+
+
+def _name_option(
+    flag: str,
+    what: str,
+    *,
+    envvar: str,
+    default: str | None,
+    help: str,  # noqa: A002 - click's name for it
+    dest: str | None = None,
+) -> Callable[[_Command], _Command]:
+    """An option naming one table or schema (an :class:`Identifier`), settable from the
+    environment; ``dest`` names the command's parameter when the flag's own name will not do."""
+    return click.option(
+        *((flag, dest) if dest is not None else (flag,)),
+        type=Identifier(what),
+        envvar=envvar,
+        show_envvar=True,
+        default=default,
+        show_default=default is not None,
+        help=help,
+    )
+
+
+runs_table_option = _name_option(
     "--runs-table",
-    type=Identifier("table"),
+    "table",
     envvar=RUNS_TABLE_ENV,
-    show_envvar=True,
     default=DEFAULT_RUNS_TABLE,
-    show_default=True,
     help="The job runs table's name, as given to ship_job_runs_table(metadata, name=...).",
 )
-state_table_option = click.option(
+state_table_option = _name_option(
     "--state-table",
-    type=Identifier("table"),
+    "table",
     envvar=STATE_TABLE_ENV,
-    show_envvar=True,
     default=DEFAULT_STATE_TABLE,
-    show_default=True,
     help="The job state table's name (schedules), as given to ship_job_state_table.",
 )
-schema_option = click.option(
+schema_option = _name_option(
     "--schema",
-    type=Identifier("schema"),
+    "schema",
     envvar=SCHEMA_ENV,
-    show_envvar=True,
     default=None,
     help="The schema holding the job tables, as given to the table factories' schema="
     " (default: none, the search_path decides).",
 )
-
-_Command = TypeVar("_Command", bound="Callable[..., None]")
 
 
 def job_tables_options(*, with_state_table: bool) -> Callable[[_Command], _Command]:
@@ -778,21 +797,18 @@ def outbox() -> None:
     required=True,
     help="Delete deliveries acknowledged at least this long ago: 3600, 90m, 12h or 7d.",
 )
-@click.option(
+@_name_option(
     "--table",
-    "table_name",
-    type=Identifier("table"),
+    "table",
+    dest="table_name",
     envvar=OUTBOX_TABLE_ENV,
-    show_envvar=True,
     default="ship_outbox",
-    show_default=True,
     help="The outbox table's name, as given to ship_outbox_table(metadata, name=...).",
 )
-@click.option(
+@_name_option(
     "--schema",
-    type=Identifier("schema"),
+    "schema",
     envvar=OUTBOX_SCHEMA_ENV,
-    show_envvar=True,
     default=None,
     help="The schema holding the outbox table (default: none, the search_path decides).",
 )
