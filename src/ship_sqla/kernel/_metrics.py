@@ -96,9 +96,10 @@ class JobMetrics:
 
     ``meter_provider=None`` uses the global provider, a no-op until the application installs an
     SDK. Synchronous instruments are recorded as events happen; the two queue gauges are
-    observed at collection time from the latest :meth:`set_depth` snapshot, so a backend
-    refreshes the snapshot when it polls (every process that polls reports the same
-    database-wide value: aggregate them with ``max``, not ``sum``).
+    observed at collection time from the latest snapshot, which a worker runtime refreshes
+    through :meth:`set_depths` every ``queue_sample_interval`` seconds (every worker reports
+    the same database-wide value: aggregate them with ``max``, not ``sum``); :meth:`set_depth`
+    serves code that samples its queues itself.
 
     Safe to call from any thread: the snapshot is replaced under a lock, and the SDK's reader
     thread only reads it.
