@@ -55,6 +55,7 @@ from ship_sqla._scope import Database, TransactionScope, current_scope, joined
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, ShipError
 from ship_sqla.kernel._backend_options import BackendOptions
+from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._job_backend import (
     LEASE_LAPSED_FINAL_ATTEMPT,
     ClaimedRun,
@@ -205,15 +206,6 @@ def _segments(rows: list[dict[str, Any]]) -> list[list[int]]:
             dedupe_keys.add(key)
     segments.append(current)
     return segments
-
-
-def _aware(when: datetime, name: str) -> datetime:
-    if when.tzinfo is None:
-        raise ConfigurationError(
-            f"{name} must be timezone-aware, got {when!r}.",
-            fix="pass datetime(..., tzinfo=UTC) or clock.now() + timedelta(...).",
-        )
-    return when
 
 
 class PostgresJobBackend(BackendOptions):
@@ -491,7 +483,9 @@ class PostgresJobBackend(BackendOptions):
             "payload": encoded,  # JSON text only once every request is encoded
             "dedupe_key": dedupe_key,
             "key": job.key_of(request.payload),
-            "run_at": _aware(request.run_at, "run_at") if request.run_at is not None else None,
+            "run_at": require_aware(request.run_at, "run_at")
+            if request.run_at is not None
+            else None,
         }
 
     async def _enqueue_pass(
@@ -653,7 +647,7 @@ class PostgresJobBackend(BackendOptions):
         """Record a failed attempt: "retrying" (waiting at ``retry_at``), "dead" (``retry_at``
         None or attempts spent), or "stale" with nothing changed."""
         if retry_at is not None:
-            _aware(retry_at, "retry_at")
+            require_aware(retry_at, "retry_at")
         params = {
             "id": run.run_id,
             "token": run.token,
@@ -679,7 +673,7 @@ class PostgresJobBackend(BackendOptions):
         params = {
             "id": run.run_id,
             "token": run.token,
-            "run_at": _aware(run_at, "run_at"),
+            "run_at": require_aware(run_at, "run_at"),
             "error": error,
             "now": self._now(),
         }
@@ -829,7 +823,7 @@ class _PlainBatch:
         else:
             keys = [None] * len(requests)
         run_ats = [
-            None if request.run_at is None else _aware(request.run_at, "run_at")
+            None if request.run_at is None else require_aware(request.run_at, "run_at")
             for request in requests
         ]
         return cls(new_run_ids(len(requests)), _payloads_json_array(job, encoded), keys, run_ats)

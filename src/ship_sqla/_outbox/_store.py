@@ -63,6 +63,7 @@ from ship_sqla.kernel import (
     InvalidCursorError,
     SystemClock,
 )
+from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
 from ship_sqla.kernel._waiting import wait_event
 
@@ -134,15 +135,6 @@ def _json(value: object, what: str) -> str:
             fix="strip NUL characters, or base64-encode binary data before enqueueing.",
         )
     return encoded
-
-
-def _aware(value: datetime | None, what: str) -> datetime | None:
-    if value is not None and value.tzinfo is None:
-        raise ConfigurationError(
-            f"{what} must be timezone-aware, got the naive datetime {value.isoformat()}.",
-            fix="pass datetime(..., tzinfo=UTC) or clock.now() + timedelta(...).",
-        )
-    return value
 
 
 def _error_text(error: str | BaseException) -> str:
@@ -364,7 +356,10 @@ class Outbox:
             "payloads": [_json(i.payload, "payload") for i in intents],
             "header_docs": [_json(dict(i.headers or {}), "headers") for i in intents],
             "ordering_keys": [i.ordering_key for i in intents],
-            "available_ats": [_aware(i.available_at, "available_at") for i in intents],
+            "available_ats": [
+                None if i.available_at is None else require_aware(i.available_at, "available_at")
+                for i in intents
+            ],
             "outbox": outbox_id,
             "attempt_limit": attempts,
             "now": self._now(),
@@ -526,7 +521,9 @@ class Outbox:
         params = {
             "message_id": message.id,
             "token": message.claim_token,
-            "release_at": _aware(available_at, "available_at"),
+            "release_at": None
+            if available_at is None
+            else require_aware(available_at, "available_at"),
             "now": self._now(),
         }
         async with self._settling(scope) as tx:

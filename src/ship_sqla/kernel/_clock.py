@@ -14,6 +14,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
 
+from ship_sqla.kernel._errors import ConfigurationError
+
 
 @runtime_checkable
 class Clock(Protocol):
@@ -116,3 +118,14 @@ class FrozenClock:
             _, _, future = heapq.heappop(self._sleepers)
             if not future.done():
                 future.set_result(None)
+
+
+def require_aware(when: datetime, name: str) -> datetime:
+    """``when`` itself; a naive datetime (no time zone) is a :class:`ConfigurationError` naming
+    ``name``. Every time a caller hands the library goes through here."""
+    if when.tzinfo is None:
+        raise ConfigurationError(
+            f"{name} must be timezone-aware, got the naive datetime {when.isoformat()}.",
+            fix="pass datetime(..., tzinfo=UTC) or clock.now() + timedelta(...).",
+        )
+    return when

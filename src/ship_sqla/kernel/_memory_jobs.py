@@ -35,6 +35,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._backend_options import BackendOptions
+from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._job_backend import (
     LEASE_LAPSED_FINAL_ATTEMPT,
@@ -176,15 +177,6 @@ def _scan(
     return held, candidates, lapsed_on_final
 
 
-def _aware(when: datetime, name: str) -> datetime:
-    if when.tzinfo is None:
-        raise ConfigurationError(
-            f"{name} must be timezone-aware, got {when!r}.",
-            fix="pass datetime(..., tzinfo=UTC) or clock.now() + timedelta(...).",
-        )
-    return when
-
-
 class InMemoryJobBackend(BackendOptions):
     """Runs kept in this process: the reference backend and the model for property tests.
 
@@ -300,7 +292,7 @@ class InMemoryJobBackend(BackendOptions):
             key=job.key_of(payload),
             dedupe_key=dedupe_key,
             max_attempts=job.retry.attempts,
-            run_at=_aware(run_at, "run_at") if run_at is not None else now,
+            run_at=require_aware(run_at, "run_at") if run_at is not None else now,
             now=now,
             seq=next(self._seq),
         )
@@ -409,7 +401,7 @@ class InMemoryJobBackend(BackendOptions):
         if retry_at is None or stored.attempt >= stored.max_attempts:
             self._finish(stored, "dead", now)
             return "dead"
-        self._to_waiting(stored, _aware(retry_at, "retry_at"), now)
+        self._to_waiting(stored, require_aware(retry_at, "retry_at"), now)
         return "retrying"
 
     async def release(
@@ -423,7 +415,7 @@ class InMemoryJobBackend(BackendOptions):
             self._append_history(stored, error, now)
         # J7: the attempt was never really spent; the next claim takes the same number again.
         stored.attempt -= 1
-        self._to_waiting(stored, _aware(run_at, "run_at"), now)
+        self._to_waiting(stored, require_aware(run_at, "run_at"), now)
         return "released"
 
     def _append_history(self, run: _Run, error: str, now: datetime) -> None:
