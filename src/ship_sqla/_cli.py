@@ -44,6 +44,7 @@ from ship_sqla._cli_jobs import (
 )
 from ship_sqla._cli_outbox import purge_delivered
 from ship_sqla._jobs._operations import MAX_CLEANUP_BATCH, MAX_LIST_LIMIT
+from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._schema_check import SchemaCheckError, check_schema
 from ship_sqla._schema_sql import schema_sql
 from ship_sqla._server import NoServerError, to_async_url
@@ -84,7 +85,6 @@ STATE_TABLE_ENV = "SHIP_SQLA_JOB_STATE_TABLE"
 SCHEMA_ENV = "SHIP_SQLA_JOB_SCHEMA"
 OUTBOX_TABLE_ENV = "SHIP_SQLA_OUTBOX_TABLE"
 OUTBOX_SCHEMA_ENV = "SHIP_SQLA_OUTBOX_SCHEMA"
-MAX_IDENTIFIER_BYTES = 63
 DEMO_MODULE = "ship_sqla._demo"
 
 

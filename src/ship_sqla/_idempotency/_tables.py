@@ -20,21 +20,15 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
-from sqlalchemy.sql.elements import conv
 
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla._naming import check_derived_names, derived_name
 
 __all__ = ["DEFAULT_TABLE_NAME", "STATUSES", "ship_idempotency_table"]
 
 DEFAULT_TABLE_NAME = "ship_idempotency"
 STATUSES = ("in_progress", "completed")
 
-_MAX_IDENTIFIER_BYTES = 63
 _LONGEST_SUFFIX = "_response_check"
-
-
-def _name(table: str, suffix: str) -> conv:
-    return conv(f"{table}{suffix}")
 
 
 def ship_idempotency_table(
@@ -49,15 +43,7 @@ def ship_idempotency_table(
     process, may be retaken after it); ``expires_at`` (when the key is forgotten, and when
     cleanup may delete it); ``created_at``, ``completed_at``.
     """
-    longest = len(f"{name}{_LONGEST_SUFFIX}".encode())
-    if longest > _MAX_IDENTIFIER_BYTES:
-        raise ConfigurationError(
-            f"idempotency table name {name!r} is too long: its constraint name"
-            f" {name}{_LONGEST_SUFFIX} would be {longest} bytes, over PostgreSQL's"
-            f" {_MAX_IDENTIFIER_BYTES}-byte limit (it would be silently truncated).",
-            fix=f"use a table name of at most {_MAX_IDENTIFIER_BYTES - len(_LONGEST_SUFFIX)}"
-            " bytes.",
-        )
+    check_derived_names(name, (_LONGEST_SUFFIX,), "idempotency")
     statuses = ", ".join(f"'{s}'" for s in STATUSES)
     return Table(
         name,
@@ -76,13 +62,14 @@ def ship_idempotency_table(
         ),
         Column("completed_at", TIMESTAMP(timezone=True), nullable=True),
         # Serves every per-key statement (claim, take-over, read, complete, release).
-        PrimaryKeyConstraint("prefix", "tenant_id", "key", name=_name(name, "_pkey")),
-        CheckConstraint(f"status IN ({statuses})", name=_name(name, "_status_check")),
+        PrimaryKeyConstraint("prefix", "tenant_id", "key", name=derived_name(name, "_pkey")),
+        CheckConstraint(f"status IN ({statuses})", name=derived_name(name, "_status_check")),
         CheckConstraint(
-            "status <> 'completed' OR response IS NOT NULL", name=_name(name, "_response_check")
+            "status <> 'completed' OR response IS NOT NULL",
+            name=derived_name(name, "_response_check"),
         ),
         # Serves CLEANUP: the expired keys of one prefix, oldest first, LIMIT n.
-        Index(_name(name, "_expires_idx"), "prefix", "expires_at"),
+        Index(derived_name(name, "_expires_idx"), "prefix", "expires_at"),
         schema=schema,
         comment="ship_sqla idempotency keys (ship_idempotency_table)",
     )

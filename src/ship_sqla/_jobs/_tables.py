@@ -29,9 +29,8 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
-from sqlalchemy.sql.elements import conv
 
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla._naming import derived_names
 
 __all__ = [
     "DEDUPE_PREDICATE",
@@ -54,21 +53,7 @@ DEDUPE_PREDICATE = "dedupe_key IS NOT NULL AND state IN ('waiting', 'running')"
 FINISHED_PREDICATE = "state IN ('completed', 'dead', 'discarded')"
 """``<runs>_finished_idx``: terminal runs of one job in ``finished_at`` order, for cleanup."""
 
-_MAX_IDENTIFIER_BYTES = 63
 _TSTZ = TIMESTAMP(timezone=True)
-
-
-def _names(table: str, suffixes: tuple[str, ...], what: str) -> dict[str, conv]:
-    longest = max(suffixes, key=len)
-    size = len(f"{table}{longest}".encode())
-    if size > _MAX_IDENTIFIER_BYTES:
-        raise ConfigurationError(
-            f"{what} table name {table!r} is too long: its name {table}{longest} would be"
-            f" {size} bytes, over PostgreSQL's {_MAX_IDENTIFIER_BYTES}-byte limit (it would be"
-            " silently truncated and stop matching the declared name).",
-            fix=f"use a table name of at most {_MAX_IDENTIFIER_BYTES - len(longest)} bytes.",
-        )
-    return {suffix: conv(f"{table}{suffix}") for suffix in suffixes}
 
 
 def ship_job_runs_table(
@@ -84,7 +69,7 @@ def ship_job_runs_table(
     the lease: ``lease_expires_at``, ``lease_token`` (the fencing token, new at every claim),
     ``claimed_by``; ``last_error`` and ``history`` (jsonb array, one entry per failed attempt).
     """
-    n = _names(
+    n = derived_names(
         name,
         ("_pkey", "_state_check", "_due_idx", "_lease_idx", "_dedupe_idx", "_finished_idx"),
         "job runs",
@@ -148,7 +133,7 @@ def ship_job_state_table(
     Schedules (J9) upsert it and lock due rows with SKIP LOCKED; it is keyed by ``job_id`` alone,
     so it needs no index beyond its primary key.
     """
-    n = _names(name, ("_pkey",), "job state")
+    n = derived_names(name, ("_pkey",), "job state")
     return Table(
         name,
         metadata,

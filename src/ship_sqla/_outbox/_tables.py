@@ -24,9 +24,8 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
-from sqlalchemy.sql.elements import conv
 
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla._naming import check_derived_names, derived_name
 
 __all__ = [
     "DEFAULT_TABLE_NAME",
@@ -44,13 +43,7 @@ PENDING_INDEX_PREDICATE = "status = 'pending'"
 LEASE_INDEX_PREDICATE = "status = 'claimed'"
 ORDERING_INDEX_PREDICATE = "ordering_key IS NOT NULL AND status IN ('pending', 'claimed')"
 
-_MAX_IDENTIFIER_BYTES = 63
 _LONGEST_SUFFIX = "_ordering_idx"
-_MAX_NAME_BYTES = _MAX_IDENTIFIER_BYTES - len(_LONGEST_SUFFIX)
-
-
-def _name(table: str, suffix: str) -> conv:
-    return conv(f"{table}{suffix}")
 
 
 def ship_outbox_table(
@@ -64,14 +57,7 @@ def ship_outbox_table(
     lease fields ``lease_expires_at``, ``claim_token`` uuid, ``claimed_by``; ``delivered_at``;
     ``last_error``.
     """
-    longest = len(f"{name}{_LONGEST_SUFFIX}".encode())
-    if longest > _MAX_IDENTIFIER_BYTES:
-        raise ConfigurationError(
-            f"outbox table name {name!r} is too long: its index name {name}{_LONGEST_SUFFIX}"
-            f" would be {longest} bytes, over PostgreSQL's {_MAX_IDENTIFIER_BYTES}-byte limit"
-            " (it would be silently truncated and stop matching the declared name).",
-            fix=f"use a table name of at most {_MAX_NAME_BYTES} bytes.",
-        )
+    check_derived_names(name, (_LONGEST_SUFFIX,), "outbox")
     statuses = ", ".join(f"'{s}'" for s in STATUSES)
     return Table(
         name,
@@ -105,12 +91,12 @@ def ship_outbox_table(
         Column("claimed_by", Text, nullable=True),
         Column("delivered_at", TIMESTAMP(timezone=True), nullable=True),
         Column("last_error", Text, nullable=True),
-        PrimaryKeyConstraint("id", name=_name(name, "_pkey")),
-        CheckConstraint(f"status IN ({statuses})", name=_name(name, "_status_check")),
+        PrimaryKeyConstraint("id", name=derived_name(name, "_pkey")),
+        CheckConstraint(f"status IN ({statuses})", name=derived_name(name, "_status_check")),
         # Serves CLAIM's due-row scan (and nothing else): equality on outbox_id, then
         # available_at, created_at order, so a claim reads about batch_size entries.
         Index(
-            _name(name, "_pending_idx"),
+            derived_name(name, "_pending_idx"),
             "outbox_id",
             "available_at",
             "created_at",
@@ -118,7 +104,7 @@ def ship_outbox_table(
         ),
         # Serves CLAIM's lapsed-lease scan: claimed rows of one outbox in lease order.
         Index(
-            _name(name, "_lease_idx"),
+            derived_name(name, "_lease_idx"),
             "outbox_id",
             "lease_expires_at",
             postgresql_where=text(LEASE_INDEX_PREDICATE),
@@ -128,7 +114,7 @@ def ship_outbox_table(
         # answers it. Without it the probe would walk every pending row of the outbox for
         # each candidate. Holds keyed, undelivered rows only, so it stays small.
         Index(
-            _name(name, "_ordering_idx"),
+            derived_name(name, "_ordering_idx"),
             "outbox_id",
             "ordering_key",
             "created_at",

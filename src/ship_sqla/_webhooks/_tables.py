@@ -21,20 +21,13 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
-from sqlalchemy.sql.elements import conv
 
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla._naming import check_derived_names, derived_name
 
 __all__ = ["DEFAULT_TABLE_NAME", "UNIQUE_SUFFIX", "ship_webhook_events_table"]
 
 DEFAULT_TABLE_NAME = "ship_webhook_events"
 UNIQUE_SUFFIX = "_webhook_event_key"
-
-_MAX_IDENTIFIER_BYTES = 63
-
-
-def _name(table: str, suffix: str) -> conv:
-    return conv(f"{table}{suffix}")
 
 
 def ship_webhook_events_table(
@@ -49,14 +42,7 @@ def ship_webhook_events_table(
     the outbox intent the event produced; ``idempotency_key`` (the key claimed under the
     webhook's prefix).
     """
-    longest = len(f"{name}{UNIQUE_SUFFIX}".encode())
-    if longest > _MAX_IDENTIFIER_BYTES:
-        raise ConfigurationError(
-            f"webhook events table name {name!r} is too long: its constraint name"
-            f" {name}{UNIQUE_SUFFIX} would be {longest} bytes, over PostgreSQL's"
-            f" {_MAX_IDENTIFIER_BYTES}-byte limit (it would be silently truncated).",
-            fix=f"use a table name of at most {_MAX_IDENTIFIER_BYTES - len(UNIQUE_SUFFIX)} bytes.",
-        )
+    check_derived_names(name, (UNIQUE_SUFFIX,), "webhook events")
     return Table(
         name,
         metadata,
@@ -79,12 +65,12 @@ def ship_webhook_events_table(
         Column("raw_body", LargeBinary, nullable=True),
         Column("outbox_message_id", UUID(as_uuid=True), nullable=True),
         Column("idempotency_key", Text, nullable=True),
-        PrimaryKeyConstraint("id", name=_name(name, "_pkey")),
+        PrimaryKeyConstraint("id", name=derived_name(name, "_pkey")),
         # Deduplicates deliveries (a retry carries the same webhook-id) and serves RECORD's
         # conflict arbiter, GET and LINK.
-        UniqueConstraint("webhook", "event_id", name=_name(name, UNIQUE_SUFFIX)),
+        UniqueConstraint("webhook", "event_id", name=derived_name(name, UNIQUE_SUFFIX)),
         # Serves CLEANUP: one webhook's events past retention, oldest first, LIMIT n.
-        Index(_name(name, "_retention_idx"), "webhook", "received_at"),
+        Index(derived_name(name, "_retention_idx"), "webhook", "received_at"),
         schema=schema,
         comment="ship_sqla received webhook events (ship_webhook_events_table)",
     )
