@@ -535,6 +535,27 @@ OPERATOR_NOTE = (
 )
 
 
+def _run_on_database(
+    database_url: URL,
+    call: Coroutine[Any, Any, T],
+    *,
+    failing: str,
+    fix: str,
+    as_json: bool = False,
+) -> T:
+    """Run ``call``; a database error or an unreachable server is exit 1, printed as
+    ``<failing> at <url>: <error>. Fix: <fix>``."""
+    try:
+        return asyncio.run(call)
+    except (SQLAlchemyError, OSError) as exc:
+        where = database_url.render_as_string(hide_password=True)
+        _fail(
+            f"{failing} at {where}: {type(exc).__name__}: {str(exc).splitlines()[0]}. Fix: {fix}",
+            as_json=as_json,
+            cause=exc,
+        )
+
+
 def _run_jobs_call(
     database_url: URL,
     call: Coroutine[Any, Any, T],
@@ -543,20 +564,16 @@ def _run_jobs_call(
     as_json: bool = False,
 ) -> T:
     """Run ``call``; a database that cannot be reached or lacks ``tables`` is exit 1."""
-    try:
-        return asyncio.run(call)
-    except (SQLAlchemyError, OSError) as exc:
-        where = database_url.render_as_string(hide_password=True)
-        _fail(
-            f"cannot reach the job runs at {where}: {type(exc).__name__}:"
-            f" {str(exc).splitlines()[0]}. Fix: check the URL, that the server is up, and that"
-            f" the job tables exist (here: {tables}; created by ship_job_runs_table /"
-            " ship_job_state_table in your migrations, or `ship-sqla schema sql`); name tables"
-            " created under other names or in another schema with --runs-table and --schema"
-            " (and --state-table for the worker).",
-            as_json=as_json,
-            cause=exc,
-        )
+    return _run_on_database(
+        database_url,
+        call,
+        failing="cannot reach the job runs",
+        fix="check the URL, that the server is up, and that the job tables exist (here:"
+        f" {tables}; created by ship_job_runs_table / ship_job_state_table in your migrations,"
+        " or `ship-sqla schema sql`); name tables created under other names or in another"
+        " schema with --runs-table and --schema (and --state-table for the worker).",
+        as_json=as_json,
+    )
 
 
 @cli.command(short_help="Run a job worker until SIGTERM/SIGINT (J12 drain).")
@@ -842,17 +859,13 @@ def outbox_purge(
         pages_per_statement=pages_per_statement,
     )
     qualified = f"{schema}.{table_name}" if schema else table_name
-    try:
-        deleted = asyncio.run(call)
-    except (SQLAlchemyError, OSError) as exc:
-        where = database_url.render_as_string(hide_password=True)
-        _fail(
-            f"cannot purge outbox table {qualified} at {where}: {type(exc).__name__}:"
-            f" {str(exc).splitlines()[0]}. Fix: check the URL, that the server is up, and the"
-            " table's name (--table, --schema).",
-            as_json=as_json,
-            cause=exc,
-        )
+    deleted = _run_on_database(
+        database_url,
+        call,
+        failing=f"cannot purge outbox table {qualified}",
+        fix="check the URL, that the server is up, and the table's name (--table, --schema).",
+        as_json=as_json,
+    )
     if as_json:
         click.echo(json.dumps({"outbox_id": outbox_id, "deleted": deleted}))
     else:
