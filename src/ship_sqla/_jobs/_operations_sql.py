@@ -22,11 +22,7 @@ __all__ = [
 OPS_GET_RUN: Final = "SELECT {cols} FROM {runs} r WHERE r.id = :id"
 """One run with its history. Served by ``<runs>_pkey``."""
 
-OPS_LIST_DEAD_OF_JOB: Final = """
-SELECT {cols} FROM {runs} r
--- <runs>_finished_idx (job_id, finished_at) read backwards: newest dead runs first, keyset on
--- (finished_at, id), at most :limit rows past the cursor.
-WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded') AND r.state = 'dead'
+_DEAD_PAGE_AFTER_CURSOR: Final = """
   -- The sargable bound starts the index scan at the cursor (a generic plan cannot use the row
   -- comparison below as an index condition); the row comparison breaks finished_at ties by id.
   AND r.finished_at <= coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
@@ -35,22 +31,29 @@ WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded') AND r
 ORDER BY r.finished_at DESC, r.id DESC
 LIMIT CAST(:limit AS integer)
 """
+"""The keyset tail both dead-run pages share: past the cursor, newest first, one page."""
+
+OPS_LIST_DEAD_OF_JOB: Final = (
+    """
+SELECT {cols} FROM {runs} r
+-- <runs>_finished_idx (job_id, finished_at) read backwards: newest dead runs first, keyset on
+-- (finished_at, id), at most :limit rows past the cursor.
+WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded') AND r.state = 'dead'
+"""
+    + _DEAD_PAGE_AFTER_CURSOR
+)
 """A page of one job's dead runs (``list_failed(job_id=...)``)."""
 
-OPS_LIST_DEAD_ALL_JOBS: Final = """
+OPS_LIST_DEAD_ALL_JOBS: Final = (
+    """
 SELECT {cols} FROM {runs} r
 -- <runs>_finished_idx: its predicate limits the read to terminal runs, but job_id leads the
 -- index, so across jobs the rows are filtered to 'dead' and top-N sorted (bounded by :limit, not
 -- by the number of completed runs kept; run cleanup to keep that number small).
 WHERE r.state IN ('completed', 'dead', 'discarded') AND r.state = 'dead'
-  -- The sargable bound starts the index scan at the cursor (a generic plan cannot use the row
-  -- comparison below as an index condition); the row comparison breaks finished_at ties by id.
-  AND r.finished_at <= coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
-  AND (CAST(:after_at AS timestamptz) IS NULL
-       OR (r.finished_at, r.id) < (CAST(:after_at AS timestamptz), CAST(:after_id AS text)))
-ORDER BY r.finished_at DESC, r.id DESC
-LIMIT CAST(:limit AS integer)
 """
+    + _DEAD_PAGE_AFTER_CURSOR
+)
 """A page of every job's dead runs (``list_failed()``)."""
 
 OPS_RETRY_DEAD: Final = """
