@@ -26,7 +26,13 @@ Run it by name: ``python -m benchmarks ablations [--quick]``; it is not part of 
 
 from __future__ import annotations
 
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
+from contextlib import (
+    AbstractAsyncContextManager,
+    AbstractContextManager,
+    asynccontextmanager,
+    contextmanager,
+    nullcontext,
+)
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -62,8 +68,7 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla._outbox._store import _Settling
-from ship_sqla._scope import joined
+from ship_sqla._scope import Joined, joined
 from ship_sqla.kernel import (
     Concurrency,
     EnqueueRequest,
@@ -417,10 +422,8 @@ class _TransactionalOutbox(Outbox):
         async with engine.begin() as connection:
             yield connection
 
-    @asynccontextmanager
-    async def _settling(self, scope: TransactionScope | None) -> AsyncIterator[_Settling]:
-        async with joined(self.database, scope) as tx:
-            yield _Settling(tx.connection, tx.after_commit)
+    def _settling(self, scope: TransactionScope | None) -> AbstractAsyncContextManager[Joined]:
+        return joined(self.database, scope)
 
 
 @contextmanager

@@ -259,6 +259,7 @@ async def joined(
     scope: TransactionScope | None = None,
     *,
     isolation_level: IsolationLevel | None = None,
+    alone: AsyncEngine | None = None,
 ) -> AsyncIterator[Joined]:
     """The connection a store must use: the given or ambient scope's, else its own transaction.
 
@@ -266,6 +267,10 @@ async def joined(
     ``after_commit`` defers to it. Without one, a short transaction is opened on ``database``
     (a SAVEPOINT when ``database`` is a connection already in a transaction) and committed when
     the block exits cleanly; its ``after_commit`` callbacks then run.
+
+    ``alone``: an AUTOCOMMIT engine, for a block that runs ONE statement: without a scope, the
+    statement commits by itself (one round trip instead of BEGIN, statement, COMMIT) and the
+    callbacks run after it.
     """
     if scope is None:
         scope = current_scope()
@@ -275,9 +280,14 @@ async def joined(
         yield Joined(scope.connection, scope)
         return
     joined_ = None
-    async with _own_transaction(database, isolation_level=isolation_level) as connection:
-        joined_ = Joined(connection, None)
-        yield joined_
+    if alone is not None:
+        async with alone.connect() as connection:
+            joined_ = Joined(connection, None)
+            yield joined_
+    else:
+        async with _own_transaction(database, isolation_level=isolation_level) as connection:
+            joined_ = Joined(connection, None)
+            yield joined_
     await run_after_commit(joined_._callbacks)  # noqa: SLF001 - same module
 
 

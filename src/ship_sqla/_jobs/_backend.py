@@ -334,14 +334,19 @@ class PostgresJobBackend(BackendOptions):
             yield self._database
 
     @asynccontextmanager
-    async def _joined(self, scope: TransactionScope | None) -> AsyncIterator[Any]:
+    async def _joined(
+        self, scope: TransactionScope | None, *, one_statement: bool = False
+    ) -> AsyncIterator[Any]:
+        """The given or ambient unit of work, else a short transaction of the backend's own
+        (``one_statement``: on an engine, one autocommitted statement)."""
         if scope is None:
             scope = current_scope()
         if scope is None and isinstance(self._database, AsyncConnection):
             async with self._turn, joined(self._database, None) as tx:
                 yield tx
             return
-        async with joined(self._database, scope) as tx:
+        alone = self._autocommit if one_statement else None
+        async with joined(self._database, scope, alone=alone) as tx:
             yield tx
 
     def _claim_key(self, job_id: str) -> int:
@@ -398,18 +403,12 @@ class PostgresJobBackend(BackendOptions):
         # Every payload is encoded (validated) before any statement runs.
         if self._nothing_to_check(job, requests):
             plain = _PlainBatch.of(job, requests)
-            if scope is None and self._autocommit is not None and current_scope() is None:
-                # Outside any unit of work the one INSERT is its own transaction: autocommit
-                # saves the BEGIN and COMMIT round trips (two of three for a single run).
-                async with self._autocommit.connect() as connection:
-                    await self._enqueue_plain(connection, job, plain)
+            # One INSERT: outside a unit of work it commits by itself, which saves the BEGIN
+            # and COMMIT round trips (two of three for a single run).
+            async with self._joined(scope, one_statement=True) as tx:
+                await self._enqueue_plain(tx.connection, job, plain)
                 if plain.due_by(self._clock.now()):
-                    self._wakeup.wake()
-            else:
-                async with self._joined(scope) as tx:
-                    await self._enqueue_plain(tx.connection, job, plain)
-                    if plain.due_by(self._clock.now()):
-                        tx.after_commit(self._wakeup.wake)
+                    tx.after_commit(self._wakeup.wake)
             return [EnqueueResult(run_id=run_id) for run_id in plain.ids]
         ids = new_run_ids(sum(1 for request in requests if request.run_id is None))
         fresh = iter(ids)

@@ -25,7 +25,7 @@ import os
 import re
 import socket
 import uuid
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -48,12 +48,10 @@ from ship_sqla._outbox._types import (
     OutboxRecord,
 )
 from ship_sqla._scope import (
-    AfterCommit,
     Database,
+    Joined,
     TransactionScope,
-    current_scope,
     joined,
-    run_after_commit,
     tenant_within,
 )
 from ship_sqla.kernel import (
@@ -670,34 +668,10 @@ class Outbox:
         async with database.begin_nested():
             yield database
 
-    @asynccontextmanager
-    async def _settling(self, scope: TransactionScope | None) -> AsyncIterator[_Settling]:
-        """Where a settle runs: in the given or ambient unit of work (joined), else alone.
-
-        Alone on an engine it is one autocommit statement: committed when it returns, so its
-        after-commit callbacks run right after. Otherwise :func:`joined` decides (own short
-        transaction, or SAVEPOINT on a connection).
-        """
-        if scope is None and self._autocommit is not None and current_scope() is None:
-            callbacks: list[AfterCommit] = []
-            async with self._autocommit.connect() as connection:
-                yield _Settling(connection, callbacks.append)
-            await run_after_commit(callbacks)
-            return
-        async with joined(self._database, scope) as tx:
-            yield _Settling(tx.connection, tx.after_commit)
-
-
-class _Settling:
-    """What :meth:`Outbox._settling` yields: the connection, and where after-commit work goes."""
-
-    __slots__ = ("after_commit", "connection")
-
-    def __init__(
-        self, connection: AsyncConnection, after_commit: Callable[[AfterCommit], None]
-    ) -> None:
-        self.connection = connection
-        self.after_commit = after_commit
+    def _settling(self, scope: TransactionScope | None) -> AbstractAsyncContextManager[Joined]:
+        """Where a settle runs: in the given or ambient unit of work (joined), else alone: on an
+        engine one autocommitted statement, its after-commit callbacks run right after."""
+        return joined(self._database, scope, alone=self._autocommit)
 
 
 def _check_max_attempts(value: int) -> None:
