@@ -14,8 +14,9 @@ SQLAlchemy's compiled cache and asyncpg's prepared statements are reused.
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, overload
 
 import attrs
@@ -41,6 +42,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql.elements import Grouping
 
 from ship_sqla._cursor import (
     KeysetPosition,
@@ -50,6 +52,7 @@ from ship_sqla._cursor import (
     resolve_secret,
 )
 from ship_sqla._projection import Projection
+from ship_sqla._repository_guard import ExpressionGuard, is_sql
 from ship_sqla.kernel import (
     BoundExceededError,
     ConfigurationError,
@@ -75,7 +78,8 @@ T_co = TypeVar("T_co", covariant=True)
 
 Where: TypeAlias = Mapping[str, object] | ColumnElement[bool] | None
 """A filter: column name -> value (equality; ``None`` means IS NULL), or a boolean expression
-over the table's columns. The tenant filter is always ANDed to it (R2)."""
+over the table's own columns. The tenant filter is always ANDed to it, as a separate group, and
+the expression guard checks it first (R2, see ``_repository_guard``)."""
 
 _ONE: ColumnElement[int] = literal_column("1", Integer)
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
@@ -164,6 +168,7 @@ class TableRepository:
         self._projections = self._declare_projections(projections)
         self._default_order = self._parse_order(default_order, error=ConfigurationError)
         self._secret = resolve_secret(cursor_secret)
+        self._guard = ExpressionGuard(table, self._tenant_column)
 
     def __repr__(self) -> str:
         tenancy = (
@@ -424,12 +429,25 @@ class BoundRepository:
     - R1: no method reads or writes more rows than a declared bound; updates and deletes go by
       key only.
     - R2: a tenant-bound repository ANDs ``tenant_column = tenant`` into every read, update
-      and delete, stamps the tenant on every insert, refuses (TenantViolationError) a write
-      naming another tenant, and never changes a row's tenant.
+      and delete (as its own group beside the caller's condition), stamps the tenant on every
+      insert, refuses (TenantViolationError) a write naming another tenant, and never changes
+      a row's tenant.
+    - R2: every expression and value a call brings (where=, insert and update values, keys,
+      expected_version) passes the expression guard before any SQL runs: it may read only the
+      repository table's own row (cross-tenant: any FROM, never raw SQL); anything else raises
+      UnsafeExpressionError. Keys and expected_version are plain values only.
     - Rows are immutable mappings (``RowMapping``) of every column.
     """
 
-    __slots__ = ("_cross", "_declaration", "_key_columns", "_scope", "_tenant")
+    __slots__ = (
+        "_cross",
+        "_declaration",
+        "_insert_policy",
+        "_key_columns",
+        "_row_policy",
+        "_scope",
+        "_tenant",
+    )
 
     def __init__(
         self,
@@ -445,6 +463,9 @@ class BoundRepository:
         self._tenant = tenant
         self._key_columns = key_columns
         self._cross = cross
+        guard = declaration._guard
+        self._row_policy = guard.cross if cross else guard.row
+        self._insert_policy = guard.cross if cross else guard.value
 
     def __repr__(self) -> str:
         mode = "cross-tenant" if self._cross else f"tenant={self._tenant!r}"
@@ -470,15 +491,14 @@ class BoundRepository:
     async def get_many(self, keys: Iterable[Any]) -> dict[Any, RowMapping]:
         """The rows with these keys, by key value as stored, in key order; missing keys absent.
 
-        At most ``max_page_size`` distinct keys (R1).
+        At most ``max_page_size`` keys, duplicates included (R1): a sized collection is refused
+        by its length, any other iterable after reading at most ``max_page_size + 1`` items, so
+        an endless iterator is refused rather than read. Duplicates are then collapsed.
         """
-        wanted = list(dict.fromkeys(self._key_tuple(key) for key in keys))
+        wanted = list(dict.fromkeys(self._key_tuple(key) for key in self._bounded_keys(keys)))
         if not wanted:
             return {}
         decl = self._declaration
-        decl._check_bound(
-            len(wanted), what="len(keys)", bound_name="max_page_size", bound=decl.max_page_size
-        )
         arrays = [
             bindparam(f"ship_keys_{i}", [k[i] for k in wanted], type_=postgresql.ARRAY(c.type))
             for i, c in enumerate(self._key_columns)
@@ -496,6 +516,31 @@ class BoundRepository:
         )
         rows = (await self._execute(statement)).mappings().all()
         return {self._row_key(row): row for row in rows}
+
+    def _bounded_keys(self, keys: Iterable[Any]) -> list[Any]:
+        decl = self._declaration
+        bound = decl.max_page_size
+        if isinstance(keys, str | bytes):  # iterating would yield characters, not keys
+            raise RepositoryUsageError(
+                f"get_many takes an iterable of keys, got the string {keys!r}.",
+                fix=f"pass a list of keys, e.g. get_many([{keys!r}]).",
+            )
+        if isinstance(keys, Sized):
+            if len(keys) > bound:
+                decl._check_bound(
+                    len(keys), what="len(keys)", bound_name="max_page_size", bound=bound
+                )
+            return list(keys)
+        taken = list(itertools.islice(keys, bound + 1))
+        if len(taken) > bound:
+            raise BoundExceededError(
+                f"get_many was given more than max_page_size={bound} keys (it stopped reading"
+                f" after {bound + 1}) for {decl.table.fullname!r}; results are never silently"
+                " truncated (R1).",
+                fix=f"pass at most {bound} keys per call (split the batch), or raise"
+                " max_page_size on the TableRepository if the larger bound is safe.",
+            )
+        return taken
 
     async def find(
         self,
@@ -603,7 +648,7 @@ class BoundRepository:
 
     async def insert(self, values: Mapping[str, object]) -> RowMapping:
         """Insert one row, stamped with the tenant (R2); returns the stored row."""
-        row = self._insert_values(values)
+        row = self._insert_values(values, what="insert values")
         statement = (
             insert(self._declaration.table).values(row).returning(*self._declaration.table.c)
         )
@@ -620,7 +665,17 @@ class BoundRepository:
         decl._check_bound(
             len(rows), what="len(rows)", bound_name="max_page_size", bound=decl.max_page_size
         )
-        prepared = [self._insert_values(row) for row in rows]
+        prepared = [
+            self._insert_values(row, what=f"insert_many rows[{i}]") for i, row in enumerate(rows)
+        ]
+        for i, row in enumerate(prepared):
+            computed = sorted(name for name, value in row.items() if is_sql(value))
+            if computed:
+                raise RepositoryUsageError(
+                    f"insert_many rows[{i}] gives SQL expressions for {computed}; insert_many"
+                    " binds plain values (one statement for every row).",
+                    fix="compute the values in Python, or insert that row with insert().",
+                )
         names = set(prepared[0])
         if any(set(row) != names for row in prepared):
             raise RepositoryUsageError(
@@ -651,7 +706,9 @@ class BoundRepository:
         for name, value in self._known(values, "update").items():
             column = decl.table.c[name]
             if column is decl._tenant_column:
-                claimed_tenant = self._check_tenant_unchanged(value)
+                claimed_tenant = self._check_tenant_unchanged(
+                    value, what=f"update values[{name!r}]"
+                )
             elif column is decl._version_column:
                 raise RepositoryUsageError(
                     f"the version column {name!r} is owned by the repository and cannot be set.",
@@ -659,6 +716,7 @@ class BoundRepository:
                     " expected_version= to make the update conditional.",
                 )
             else:
+                self._guard.check(value, self._row_policy, where=f"update values[{name!r}]")
                 changes[name] = value
         conditions = [*self._tenant_filter(), *self._key_filter(key)]
         conditions += self._version_condition(expected_version)
@@ -707,16 +765,28 @@ class BoundRepository:
     def _tenant_filter(self) -> list[ColumnElement[bool]]:
         return [] if self._tenant is None else [self._tenant_col == self._tenant]
 
+    @property
+    def _guard(self) -> ExpressionGuard:
+        return self._declaration._guard
+
     def _key_tuple(self, key: Any) -> tuple[Any, ...]:  # noqa: ANN401
+        names = tuple(c.name for c in self._key_columns)
         if len(self._key_columns) == 1:
-            return (key,)
-        if not isinstance(key, tuple | list) or len(key) != len(self._key_columns):
-            names = tuple(c.name for c in self._key_columns)
+            values: tuple[Any, ...] = (key,)
+        elif not isinstance(key, tuple | list) or len(key) != len(self._key_columns):
             raise RepositoryUsageError(
                 f"key {key!r} does not match the composite key {names!r}.",
                 fix=f"pass a tuple of {len(names)} values in the order {names!r}.",
             )
-        return tuple(key)
+        else:
+            values = tuple(key)
+        for name, value in zip(names, values, strict=True):
+            self._guard.refuse_sql(
+                value,
+                where=f"the key value for {name!r}",
+                fix="pass the key's value itself (look it up first if it must be computed).",
+            )
+        return values
 
     def _key_filter(self, key: Any) -> list[ColumnElement[bool]]:  # noqa: ANN401
         return [c == v for c, v in zip(self._key_columns, self._key_tuple(key), strict=True)]
@@ -728,6 +798,16 @@ class BoundRepository:
     def _version_condition(self, expected_version: int | None) -> list[ColumnElement[bool]]:
         if expected_version is None:
             return []
+        self._guard.refuse_sql(
+            expected_version,
+            where="expected_version",
+            fix="pass the version read with the row, as an int.",
+        )
+        if not _is_int(expected_version):
+            raise RepositoryUsageError(
+                f"expected_version must be an int, got {expected_version!r}.",
+                fix="pass the version read with the row, e.g. expected_version=row['version'].",
+            )
         version = self._declaration._version_column
         if version is None:
             raise RepositoryUsageError(
@@ -748,33 +828,55 @@ class BoundRepository:
         return values
 
     def _filters(self, where: Where) -> list[ColumnElement[bool]]:
-        user = self._where(where)
-        return [*self._tenant_filter(), *([] if user is None else [user])]
+        return self._conditions(self._where(where))
+
+    def _conditions(self, user: ColumnElement[bool] | None) -> list[ColumnElement[bool]]:
+        """The tenant predicate and the caller's condition, as separate groups (R2).
+
+        The explicit group keeps any operator inside the caller's condition from binding to
+        the tenant predicate, whatever the expression renders as.
+        """
+        return [*self._tenant_filter(), *([] if user is None else [Grouping(user)])]
 
     def _where(self, where: Where) -> ColumnElement[bool] | None:
+        """The caller's condition, checked by the expression guard (R2), or None."""
         if where is None:
             return None
         if isinstance(where, Mapping):
             table = self._declaration.table
-            return and_(
-                *(
-                    table.c[name].is_(None) if value is None else table.c[name] == value
-                    for name, value in self._known(where, "where").items()
-                )
+            terms = []
+            for name, value in self._known(where, "where").items():
+                term = table.c[name].is_(None) if value is None else table.c[name] == value
+                self._guard.check(term, self._row_policy, where=f"where[{name!r}]")
+                terms.append(term)
+            return and_(*terms) if terms else None
+        if not is_sql(where):
+            raise RepositoryUsageError(
+                f"where={where!r} is neither a mapping of column -> value nor a SQL expression.",
+                fix="pass {'status': 'open'} or table.c.status == 'open'.",
             )
-        if isinstance(where, ColumnElement):
-            return where
-        raise RepositoryUsageError(
-            f"where={where!r} is neither a mapping of column -> value nor a SQL expression.",
-            fix="pass {'status': 'open'} or table.c.status == 'open'.",
-        )
+        self._guard.check(where, self._row_policy, where="where=")
+        if not isinstance(where, ColumnElement):
+            raise RepositoryUsageError(
+                f"where={where!r} is not a boolean SQL expression.",
+                fix="pass a condition such as table.c.status == 'open'.",
+            )
+        return where
 
-    def _insert_values(self, values: Mapping[str, object]) -> dict[str, Any]:
+    def _insert_values(self, values: Mapping[str, object], *, what: str) -> dict[str, Any]:
         decl = self._declaration
         row = dict(self._known(values, "insert"))
         tenant_column = decl._tenant_column
+        for name, value in row.items():
+            if tenant_column is None or name != tenant_column.name:
+                self._guard.check(value, self._insert_policy, where=f"{what}[{name!r}]")
         if tenant_column is not None:
             if self._cross:
+                self._guard.refuse_sql(
+                    row.get(tenant_column.name),
+                    where=f"{what}[{tenant_column.name!r}]",
+                    fix="give the row's tenant itself, as a string.",
+                )
                 if row.get(tenant_column.name) is None:
                     raise RepositoryUsageError(
                         f"a cross-tenant insert into {decl.table.fullname!r} must name the"
@@ -783,20 +885,29 @@ class BoundRepository:
                     )
             else:
                 if tenant_column.name in row:
-                    self._check_tenant_unchanged(row[tenant_column.name])
+                    self._check_tenant_unchanged(
+                        row[tenant_column.name], what=f"{what}[{tenant_column.name!r}]"
+                    )
                 row[tenant_column.name] = self._tenant
         version = decl._version_column
         if version is not None and version.name not in row and not _has_default(version):
             row[version.name] = 1
         return row
 
-    def _check_tenant_unchanged(self, value: object) -> object:
+    def _check_tenant_unchanged(self, value: object, *, what: str) -> object:
         """The tenant named in write values: refused unless it is this repository's (R2).
 
         Returns the value a cross-tenant write names (to be matched against the row's own),
-        None when the value is the scope's tenant and can simply be dropped.
+        None when the value is the scope's tenant and can simply be dropped. The value must be
+        a plain value in every mode: an expression could compute another tenant.
         """
         table = self._declaration.table.fullname
+        self._guard.refuse_sql(
+            value,
+            where=what,
+            fix="leave the tenant column out (it is stamped from the scope), or give the"
+            " tenant itself as a string.",
+        )
         if self._cross:
             if value is None:
                 raise TenantViolationError(
@@ -873,7 +984,7 @@ class BoundRepository:
         terms += tuple((c, descending) for c in self._key_columns if c not in named)
         user_where = self._where(where)
         fingerprint = self._fingerprint(kind, user_where, terms)
-        conditions = self._tenant_filter() + ([] if user_where is None else [user_where])
+        conditions = self._conditions(user_where)
         if cursor is not None:
             after = decode_cursor(cursor, secret=decl._secret, query=fingerprint)
             conditions.append(_after(terms, after))
@@ -938,6 +1049,10 @@ def _positive(value: int, name: str) -> int:
 
 def _is_text(value: object) -> bool:
     return isinstance(value, str) and bool(value.strip())
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_count(value: object) -> bool:

@@ -1,5 +1,5 @@
-"""Repositories on real PostgreSQL: CRUD, tenancy (R2, R3), bounds (R1), keyset paging,
-projections (R4) and joining the unit of work (U1)."""
+"""Repositories on real PostgreSQL: CRUD, tenancy (R2, R3), the expression guard (R2, R3),
+bounds (R1), keyset paging, projections (R4) and joining the unit of work (U1)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,20 @@ from sqlalchemy import (
     PrimaryKeyConstraint,
     String,
     Table,
+    and_,
+    between,
+    case,
+    column,
     event,
+    exists,
+    func,
     insert,
+    literal,
+    literal_column,
+    not_,
     or_,
     select,
+    text,
 )
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -33,10 +43,12 @@ from ship_sqla import (
     BoundRepository,
     Page,
     Projection,
+    RepositoryUsageError,
     TableRepository,
     TransactionScope,
     create_unit_of_work,
 )
+from ship_sqla._repository_guard import UnsafeExpressionError
 from ship_sqla.kernel import (
     BoundExceededError,
     InvalidCursorError,
@@ -282,8 +294,8 @@ async def test_tenants_never_see_or_touch_each_others_rows(conn: AsyncConnection
         assert await repo.update(3, {"status": "void"}) is None
         assert await repo.delete(3) is False
         assert await repo.exists({"id": 3}) is False
-        # An expression cannot widen the tenant filter: it is ANDed with it.
-        widened = or_(orders_table.c.tenant_id == "a", orders_table.c.id > 0)
+        # An expression cannot widen the tenant filter: it is ANDed with it, as a group.
+        widened = or_(orders_table.c.id == 3, orders_table.c.id > 0)
         assert await repo.count(widened, up_to=100) == 2
         row = await repo.update(1, {"status": "void"})
         assert row is not None
@@ -351,6 +363,238 @@ async def test_cross_tenant_escape(conn: AsyncConnection, caplog: pytest.LogCapt
         "support dashboard" in r.getMessage() and "repo_orders" in r.getMessage()
         for r in caplog.records
     )
+
+
+# -- the expression guard (R2, R3) ---------------------------------------------------------------
+
+o = orders_table.c
+other_orders = orders_table.alias("other_orders")
+"""Another copy of the table: a FROM the tenant filter does not restrict."""
+b_secret = (
+    select(other_orders.c.note)
+    .where(other_orders.c.tenant_id == "b", other_orders.c.id == 1)
+    .scalar_subquery()
+)
+"""Tenant b's note, read through a subquery: the value-copy attack."""
+b_ids = select(other_orders.c.id).where(other_orders.c.tenant_id == "b")
+Call = Callable[[BoundRepository], Awaitable[Any]]
+
+REFUSED: dict[str, Call] = {
+    "text_in_where": lambda r: r.find(text("status = 'open' OR true"), limit=10),
+    "literal_column_with_or": lambda r: r.count(literal_column("true OR true"), up_to=100),
+    "table_less_column": lambda r: r.find(column("status") == "open", limit=10),
+    "custom_operator": lambda r: r.exists(o.status.op("= 'x' OR true OR")("y")),
+    "scalar_subquery_in_where": lambda r: r.exists(o.note == b_secret),
+    "scalar_subquery_in_update_values": lambda r: r.update(1, {"note": b_secret}),
+    "scalar_subquery_in_insert_values": lambda r: r.insert(order(5, note=b_secret)),
+    "scalar_subquery_in_insert_many_values": lambda r: r.insert_many([order(5, note=b_secret)]),
+    "scalar_subquery_in_mapping_where_value": lambda r: r.count({"note": b_secret}, up_to=10),
+    "exists_in_where": lambda r: r.count(
+        exists().where(other_orders.c.tenant_id == "b", other_orders.c.note == "secret"),
+        up_to=10,
+    ),
+    "select_in_in": lambda r: r.find(o.id.in_(b_ids), limit=10),
+    "alias_of_the_table": lambda r: r.count(o.id == other_orders.c.id, up_to=100),
+    "another_tables_column": lambda r: r.count(o.id == lines_table.c.order_id, up_to=100),
+    "tenant_column_in_where": lambda r: r.count(o.tenant_id == "b", up_to=100),
+    "tenant_column_in_mapping_where": lambda r: r.count({"tenant_id": "a"}, up_to=100),
+    "tenant_column_in_update_values": lambda r: r.update(1, {"note": o.tenant_id}),
+    "tenant_column_value_as_expression": lambda r: r.update(1, {"tenant_id": func.lower("A")}),
+    "set_returning_function": lambda r: r.find(
+        o.id == func.generate_series(1, 3).column_valued(), limit=10
+    ),
+    "table_valued_function": lambda r: r.exists(
+        o.id == func.unnest(literal([1, 2])).table_valued("n").c.n
+    ),
+    "unknown_function": lambda r: r.count(func.tenant_secret(o.id) == 1, up_to=10),
+    "schema_qualified_function": lambda r: r.count(func.billing.lower(o.status) == "x", up_to=1),
+    "aggregate_function": lambda r: r.exists(func.max(o.amount) > 0),
+    "window_function": lambda r: r.find(func.count().over() > 1, limit=10),
+    "lateral": lambda r: r.count(o.id == select(other_orders.c.id).lateral("l").c.id, up_to=10),
+    "nested_deep_in_a_safe_tree": lambda r: r.count(
+        and_(o.id > 0, or_(o.status == "open", not_(o.note.in_(select(other_orders.c.note))))),
+        up_to=10,
+    ),
+    "projection_where": lambda r: r.project(SUMMARY, literal_column("true OR true"), limit=10),
+    "key_of_get_as_subquery": lambda r: r.get(select(other_orders.c.id).scalar_subquery()),
+    "key_of_get_many_as_subquery": lambda r: r.get_many([1, b_ids.scalar_subquery()]),
+    "key_of_update_as_subquery": lambda r: r.update(b_ids.scalar_subquery(), {"note": "x"}),
+    "key_of_delete_as_subquery": lambda r: r.delete(b_ids.scalar_subquery()),
+    "key_of_get_projection_as_subquery": lambda r: r.get_projection(
+        SUMMARY, b_ids.scalar_subquery()
+    ),
+    "expected_version_as_subquery": lambda r: r.update(
+        1, {"note": "x"}, expected_version=select(other_orders.c.version).scalar_subquery()
+    ),
+}
+
+
+async def seed_secret(conn: AsyncConnection) -> None:
+    await seed(conn, "a", range(1, 3))
+    await conn.execute(
+        insert(orders_table).values(tenant_id="b", **order(1, note="secret", amount=999))
+    )
+
+
+@pytest.mark.parametrize("attack", REFUSED.values(), ids=REFUSED.keys())
+async def test_expression_reaching_past_the_tenant_filter_is_refused_before_sql(
+    conn: AsyncConnection, attack: Call
+) -> None:
+    """R2: every construct that could read a FROM other than the repository's own row (a
+    subquery, EXISTS, an alias, another table, a set-returning or unknown function, a window),
+    any raw SQL (text, literal_column, table-less column, custom operator) and the tenant
+    column itself is refused with UnsafeExpressionError, wherever it enters (where=, mapping
+    values, insert/update values, keys, expected_version), before any SQL runs."""
+    await seed_secret(conn)
+
+    async def work(repo: BoundRepository) -> None:
+        with statements(conn) as seen, pytest.raises(UnsafeExpressionError) as caught:
+            await attack(repo)
+        assert seen == []
+        assert caught.value.code == "SHIP_SQLA_UNSAFE_EXPRESSION"
+        assert isinstance(caught.value, TenantViolationError)
+        assert caught.value.fix
+
+    await in_tenant(conn, "a", work)
+    note = select(orders_table.c.note).where(orders_table.c.tenant_id == "a")
+    assert "secret" not in (await conn.execute(note)).scalars().all()
+
+
+async def test_refusals_name_the_construct_and_the_fix(conn: AsyncConnection) -> None:
+    """R2: the error says where the expression entered, what was refused, and the way out."""
+
+    async def work(repo: BoundRepository) -> None:
+        with pytest.raises(UnsafeExpressionError, match="where= contains a scalar subquery"):
+            await repo.count(o.note == b_secret, up_to=1)
+        with pytest.raises(UnsafeExpressionError, match=r"literal_column\('true OR true'\)"):
+            await repo.count(literal_column("true OR true"), up_to=1)
+        with pytest.raises(UnsafeExpressionError, match="cross_tenant") as caught:
+            await repo.update(1, {"note": b_secret})
+        assert "update values['note']" in caught.value.message
+        with pytest.raises(UnsafeExpressionError, match=r"tenant_secret\(\)") as caught:
+            await repo.exists(func.tenant_secret(o.id) == 1)
+        assert "lower" in str(caught.value.fix)  # lists the allowed functions
+        with pytest.raises(UnsafeExpressionError, match="the tenant column 'tenant_id'"):
+            await repo.exists(o.tenant_id == "a")
+        with pytest.raises(UnsafeExpressionError, match="key"):
+            await repo.get(b_ids.scalar_subquery())
+
+    await in_tenant(conn, "a", work)
+
+
+async def test_allowed_expressions_still_work(conn: AsyncConnection) -> None:
+    """R2: plain column expressions, the listed operators and built-in functions, CASE, and
+    updates computed from the row's own columns are accepted and stay in the tenant."""
+    await seed(conn, "a", range(1, 6))
+    await seed(conn, "b", range(1, 6))
+
+    async def work(repo: BoundRepository) -> None:
+        found = await repo.find(
+            and_(
+                o.id.in_([1, 2, 3, 4]),
+                between(o.amount, 2, 4),
+                func.lower(o.status).like("op%"),
+                func.coalesce(o.note, "none") == "none",
+                o.note.is_(None),
+                case((o.id > 2, True), else_=False),
+            ),
+            limit=10,
+        )
+        assert [r["id"] for r in found.items] == [3, 4]
+        row = await repo.update(3, {"amount": o.amount + 10, "note": func.upper(o.status)})
+        assert row is not None
+        assert (row["amount"], row["note"]) == (Decimal(13), "OPEN")
+        inserted = await repo.insert(order(9, note=func.concat("n", literal("9"))))
+        assert inserted["note"] == "n9"
+        assert await repo.count({"note": func.upper("open")}, up_to=10) == 1
+
+    await in_tenant(conn, "a", work)
+    b_rows = (await conn.execute(select(orders_table).where(o.tenant_id == "b"))).all()
+    assert {(r.id, r.amount, r.note) for r in b_rows} == {
+        (i, Decimal(i), None) for i in range(1, 6)
+    }
+
+
+async def test_tenant_filter_and_caller_condition_are_separate_groups(
+    conn: AsyncConnection,
+) -> None:
+    """R2: the caller's condition is parenthesised as one group beside the tenant predicate,
+    so no operator inside it can bind to the tenant predicate."""
+
+    async def work(repo: BoundRepository) -> None:
+        with statements(conn) as seen:
+            await repo.count(o.status == "open", up_to=5)
+            await repo.exists(or_(o.id == 1, o.id == 2))
+            await repo.find({"status": "open"}, limit=5)
+        for sql in seen:
+            condition = sql.split("WHERE", 1)[1]
+            assert condition.lstrip().startswith("repo_orders.tenant_id = $1::VARCHAR AND (")
+
+    await in_tenant(conn, "a", work)
+
+
+async def test_cross_tenant_reads_any_from_but_never_raw_sql(conn: AsyncConnection) -> None:
+    """R3: cross_tenant is the one escape: it accepts subqueries, EXISTS, other tables and the
+    tenant column, but still refuses raw SQL, unknown functions and a tenant given as an
+    expression (which could move a row to another tenant, R2), before any SQL runs."""
+    await seed_secret(conn)
+
+    def repositories(scope: TransactionScope) -> BoundRepository:
+        return orders.cross_tenant(scope, reason="fraud review")
+
+    async def work(repo: BoundRepository) -> None:
+        assert await repo.count(o.note == b_secret, up_to=10) == 1
+        assert await repo.count(o.tenant_id == "b", up_to=10) == 1
+        assert await repo.exists(exists().where(lines_table.c.order_id == o.id)) is False
+        counted = select(func.count()).select_from(other_orders).scalar_subquery()
+        assert await repo.count(counted == 3, up_to=10) == 3
+        row = await repo.update(("a", 1), {"note": b_secret})
+        assert row is not None
+        assert row["note"] == "secret"
+        with pytest.raises(RepositoryUsageError, match="must name the row's tenant"):
+            await repo.insert(order(8))
+        ids = select(other_orders.c.id.label("i")).where(other_orders.c.tenant_id == "b")
+        assert await repo.count(o.id == ids.subquery().c.i, up_to=10) == 2  # a:1 and b:1
+        hidden = select(other_orders.c.id).where(text("true")).subquery()
+        for refused in (
+            lambda: repo.count(o.id == hidden.c.id, up_to=10),  # raw SQL inside a FROM
+            lambda: repo.count(o.id == ids.where(text("true")).subquery().c.i, up_to=10),
+            lambda: repo.count(literal_column("true OR true"), up_to=10),
+            lambda: repo.exists(text("true")),
+            lambda: repo.exists(func.tenant_secret(o.id) == 1),
+            lambda: repo.exists(o.id.in_(select(other_orders.c.id).prefix_with("/*x*/"))),
+            lambda: repo.update(("a", 1), {"note": literal_column("'x', tenant_id = 'b'")}),
+            lambda: repo.update(("a", 1), {"tenant_id": select(literal("a")).scalar_subquery()}),
+            lambda: repo.get(("a", b_ids.scalar_subquery())),
+        ):
+            with statements(conn) as seen, pytest.raises(UnsafeExpressionError):
+                await refused()
+            assert seen == []
+
+    await create_unit_of_work(conn, repositories=repositories).run(work, tenant="ops")
+    tenants = (await conn.execute(select(o.tenant_id, o.id).order_by(o.tenant_id, o.id))).all()
+    assert tenants == [("a", 1), ("a", 2), ("b", 1)]
+
+
+async def test_untenanted_repository_is_guarded_too(conn: AsyncConnection) -> None:
+    """R2: a repository of an untenanted table accepts only that table's own columns: a
+    subquery over a tenanted table in its where= would read every tenant's rows."""
+    await seed_secret(conn)
+    await in_tenant(
+        conn, None, lambda r: r.insert({"code": "EUR", "name": "Euro"}), repository=currencies
+    )
+
+    async def work(repo: BoundRepository) -> None:
+        assert await repo.count({"name": "Euro"}, up_to=5) == 1
+        assert await repo.count(func.lower(currencies_table.c.code) == "eur", up_to=5) == 1
+        with statements(conn) as seen:
+            with pytest.raises(UnsafeExpressionError, match="untenanted"):
+                await repo.exists(currencies_table.c.name == b_secret)
+            with pytest.raises(UnsafeExpressionError, match=r"scope\.connection"):
+                await repo.exists(currencies_table.c.code == o.status)
+        assert seen == []
+
+    await in_tenant(conn, "a", work, repository=currencies)
 
 
 # -- bounds (R1) ----------------------------------------------------------------------------------

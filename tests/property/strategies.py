@@ -142,3 +142,58 @@ def portal_database(server: ResolvedServer, metadata: MetaData) -> Iterator[Port
 def rows_of(result: Any) -> list[dict[str, Any]]:
     """Plain dicts of a result's rows (for comparing with a model)."""
     return [dict(row) for row in result.mappings()]
+
+
+# -- condition trees over a table's columns -------------------------------------------------------
+
+small_ints = st.integers(min_value=-2, max_value=3)
+short_texts = st.text(alphabet="abAB", max_size=2)
+like_patterns = st.text(alphabet="ab%_", max_size=3)
+"""LIKE patterns without backslashes (PostgreSQL's default escape character)."""
+COMPARISONS = ("==", "!=", "<", "<=", ">", ">=")
+comparisons = st.sampled_from(COMPARISONS)
+
+Tree = tuple[Any, ...]
+"""A condition as plain data, e.g. ``("and", (("cmp", "<", "a", ("val", 1)), ("null", "s",
+True)))``: printable in a falsifying example, and read by two interpreters (SQL and Python)."""
+
+
+def condition_trees(
+    int_columns: tuple[str, ...], text_columns: tuple[str, ...]
+) -> st.SearchStrategy[Tree]:
+    """Random boolean conditions: comparisons (with values or other columns), IN / NOT IN
+    (lists may hold NULL or be empty), BETWEEN, [I]LIKE / NOT [I]LIKE, IS [NOT] NULL, arithmetic,
+    coalesce() and lower(), nested under AND / OR / NOT."""
+    ints, texts = st.sampled_from(int_columns), st.sampled_from(text_columns)
+    leaves = st.one_of(
+        st.tuples(st.just("cmp"), comparisons, ints, st.tuples(st.just("val"), small_ints)),
+        st.tuples(st.just("cmp"), comparisons, ints, st.tuples(st.just("col"), ints)),
+        st.tuples(st.just("cmp"), comparisons, texts, st.tuples(st.just("val"), short_texts)),
+        st.tuples(
+            st.just("in"),
+            ints,
+            st.lists(st.none() | small_ints, max_size=3).map(tuple),
+            st.booleans(),
+        ),
+        st.tuples(
+            st.just("in"),
+            texts,
+            st.lists(st.none() | short_texts, max_size=3).map(tuple),
+            st.booleans(),
+        ),
+        st.tuples(st.just("between"), ints, small_ints, small_ints),
+        st.tuples(st.just("like"), texts, like_patterns, st.booleans(), st.booleans()),
+        st.tuples(st.just("null"), st.sampled_from(int_columns + text_columns), st.booleans()),
+        st.tuples(st.just("add"), ints, ints, comparisons, small_ints),
+        st.tuples(st.just("coalesce"), ints, small_ints, comparisons, small_ints),
+        st.tuples(st.just("lower"), texts, short_texts),
+    )
+    return st.recursive(
+        leaves,
+        lambda children: st.one_of(
+            st.tuples(st.just("and"), st.lists(children, min_size=1, max_size=3).map(tuple)),
+            st.tuples(st.just("or"), st.lists(children, min_size=1, max_size=3).map(tuple)),
+            st.tuples(st.just("not"), children),
+        ),
+        max_leaves=8,
+    )

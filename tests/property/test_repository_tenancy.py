@@ -14,11 +14,22 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
-from sqlalchemy import Column, Integer, MetaData, PrimaryKeyConstraint, String, Table, select
+from sqlalchemy import (
+    Column,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    exists,
+    literal_column,
+    select,
+)
 from sqlalchemy.exc import IntegrityError
 from tests.property.strategies import TENANTS, PortalDatabase, portal_database, statuses, tenants
 
 from ship_sqla import BoundRepository, TableRepository, create_unit_of_work
+from ship_sqla._repository_guard import UnsafeExpressionError
 from ship_sqla._server import ResolvedServer
 from ship_sqla.kernel import TenantViolationError, VersionConflictError
 
@@ -39,6 +50,23 @@ orders = TableRepository(
 )
 
 ids = st.integers(min_value=1, max_value=4)
+twin = table.alias("twin")
+"""The same table under another name: a FROM the tenant filter does not restrict."""
+
+
+def attacks(tenant: str, key: int) -> dict[str, Callable[[BoundRepository], Awaitable[Any]]]:
+    """Calls that would read the other tenant's rows if the expression guard let them through."""
+    theirs = (twin.c.tenant_id == other(tenant)) & (twin.c.id == key)
+    copy = select(twin.c.status).where(theirs).scalar_subquery()
+    return {
+        "copy_into_update": lambda repo: repo.update(key, {"status": copy}),
+        "copy_into_insert": lambda repo: repo.insert({"id": key, "status": copy}),
+        "exists_oracle": lambda repo: repo.count(exists().where(theirs), up_to=5),
+        "widen_with_raw_or": lambda repo: repo.count(literal_column("true OR true"), up_to=5),
+        "key_as_subquery": lambda repo: repo.get(select(twin.c.id).where(theirs).scalar_subquery()),
+    }
+
+
 claims = st.sampled_from([None, "own", "other"])
 """Whether write values leave the tenant column out, name the own tenant, or the other one."""
 Model = dict[tuple[str, int], tuple[str, int]]  # (tenant, id) -> (status, version)
@@ -123,6 +151,11 @@ class TenancyMachine(RuleBasedStateMachine):
             )
             self.model[tenant, key] = (status, current[1] + 1)
 
+    @rule(tenant=tenants, key=ids, attack=st.sampled_from(sorted(attacks("tenant-a", 1))))
+    def expression_attack(self, tenant: str, key: int, attack: str) -> None:
+        with pytest.raises(UnsafeExpressionError):
+            self.call(tenant, attacks(tenant, key)[attack])
+
     @rule(tenant=tenants, key=ids)
     def delete(self, tenant: str, key: int) -> None:
         deleted = self.call(tenant, lambda repo: repo.delete(key))
@@ -181,7 +214,9 @@ class TenancyMachine(RuleBasedStateMachine):
 
 def test_no_call_crosses_the_tenant_boundary(database: PortalDatabase) -> None:
     """R2: no sequence of insert/update (incl. attempts to change the tenant)/delete/get/
-    get_many/find/count through tenant A's or B's repository observes or alters the other
+    get_many/find/count, and of expressions that would read the other tenant's rows (a
+    subquery copied into values, an EXISTS oracle, raw SQL widening the filter, a key given as
+    a subquery: all refused), through tenant A's or B's repository observes or alters the other
     tenant's rows; each tenant's view equals the model's."""
     run_state_machine_as_test(
         lambda: TenancyMachine(database),

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
-from typing import Any, cast
+from collections.abc import Iterator
+from typing import Any
+from typing import cast as typing_cast
 
 import attrs
 import pytest
@@ -20,7 +23,29 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    and_,
+    any_,
+    bindparam,
+    case,
+    cast,
+    exists,
+    extract,
+    false,
+    func,
+    insert,
+    literal,
+    not_,
+    null,
+    or_,
+    select,
+    text,
+    true,
+    tuple_,
+    type_coerce,
 )
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, aliased
+from sqlalchemy.types import UserDefinedType
 
 from ship_sqla import (
     BoundRepository,
@@ -29,6 +54,7 @@ from ship_sqla import (
     TableRepository,
     TransactionScope,
 )
+from ship_sqla._repository_guard import ExpressionGuard, UnsafeExpressionError
 from ship_sqla.kernel import (
     BoundExceededError,
     ConfigurationError,
@@ -82,7 +108,7 @@ def scope(tenant: str | None) -> TransactionScope:
 
     Built inside a running event loop (tests using it are async): a scope belongs to a task.
     """
-    return TransactionScope(cast(Any, None), database=cast(Any, None), tenant=tenant)
+    return TransactionScope(typing_cast(Any, None), database=typing_cast(Any, None), tenant=tenant)
 
 
 # -- tenancy is an explicit choice (R3) -----------------------------------------------------------
@@ -174,7 +200,7 @@ def test_cursor_secret_is_checked() -> None:
 
 def test_only_tables() -> None:
     with pytest.raises(ConfigurationError, match="sqlalchemy Table"):
-        TableRepository(cast(Any, "decl_orders"), tenant_column="tenant_id")
+        TableRepository(typing_cast(Any, "decl_orders"), tenant_column="tenant_id")
 
 
 # -- projections (R4) -----------------------------------------------------------------------------
@@ -187,7 +213,7 @@ def test_projection_columns_are_checked() -> None:
     with pytest.raises(ConfigurationError, match="named 'summary'"):
         declare(projections=[SUMMARY, SUMMARY])
     with pytest.raises(ConfigurationError, match="Projection objects"):
-        declare(projections=[cast(Any, "summary")])
+        declare(projections=[typing_cast(Any, "summary")])
 
 
 def test_projection_declaration_errors() -> None:
@@ -200,7 +226,7 @@ def test_projection_declaration_errors() -> None:
     with pytest.raises(ConfigurationError, match="non-empty string name"):
         Projection(name="", columns=("id",), into=dict)
     with pytest.raises(ConfigurationError, match="not callable"):
-        Projection(name="p", columns=("id",), into=cast(Any, 3))
+        Projection(name="p", columns=("id",), into=typing_cast(Any, 3))
 
 
 def test_projection_selected_by_object_or_name() -> None:
@@ -307,7 +333,7 @@ async def test_call_errors_name_the_fix() -> None:
     with pytest.raises(RepositoryUsageError, match="nullable column 'note'"):
         await bound.find(order_by="note", limit=1)
     with pytest.raises(RepositoryUsageError, match="neither a mapping"):
-        await bound.find(cast(Any, "status = 'x'"), limit=1)
+        await bound.find(typing_cast(Any, "status = 'x'"), limit=1)
     with pytest.raises(RepositoryUsageError, match="same keys"):
         await bound.insert_many([{"id": 1}, {"id": 2, "status": "x"}])
     unversioned = declare().for_scope(scope("a"))
@@ -329,3 +355,167 @@ async def test_composite_key_values_are_tuples() -> None:
     bound = TableRepository(lines, tenant_column="tenant_id", key=("order_id", "line_no"))
     with pytest.raises(RepositoryUsageError, match="composite key"):
         await bound.for_scope(scope("a")).get(1)
+
+
+# -- get_many reads a bounded prefix of its keys (R1) ---------------------------------------------
+
+
+async def test_get_many_refuses_an_endless_iterator_after_bound_plus_one_keys() -> None:
+    """R1: get_many refuses more than max_page_size keys after reading at most
+    max_page_size + 1 items of an iterator: an endless generator is refused, never read whole."""
+    bound = declare(max_page_size=5).for_scope(scope("a"))
+    read = 0
+
+    def endless() -> Iterator[int]:
+        nonlocal read
+        for key in itertools.count():
+            read += 1
+            yield key
+
+    with pytest.raises(BoundExceededError, match="more than max_page_size=5 keys"):
+        await bound.get_many(endless())
+    assert read == 6
+    with pytest.raises(BoundExceededError):  # duplicates count: the input is bounded, not the set
+        await bound.get_many(itertools.repeat(1))
+    with pytest.raises(BoundExceededError, match="len\\(keys\\)=1000000000"):
+        await bound.get_many(range(10**9))  # sized: refused by its length, nothing read
+    with pytest.raises(RepositoryUsageError, match="iterable of keys"):
+        await bound.get_many("abc")
+
+
+# -- the expression guard, without a database (R2, R3) ---------------------------------------------
+
+documents = Table(
+    "decl_documents",
+    MetaData(),
+    Column("tenant_id", String, nullable=False),
+    Column("id", Integer, primary_key=True),
+    Column("title", String),
+    Column("body", JSONB),
+    Column("tags", ARRAY(String)),
+    Column("created_at", DateTime(timezone=True)),
+)
+d = documents.c
+d_other = documents.alias("d_other")
+GUARD = ExpressionGuard(documents, d.tenant_id)
+
+
+class _Orm(DeclarativeBase):
+    pass
+
+
+class Document(_Orm):
+    __table__ = documents
+
+
+class RawType(UserDefinedType[str]):
+    cache_ok = True
+
+    def get_col_spec(self, **_kw: Any) -> str:
+        return "text) OR (true"
+
+
+ACCEPTED: dict[str, Any] = {
+    "comparisons": and_(d.id >= 1, d.id != 3, d.title < "m", or_(d.id == 1, d.id > 5)),
+    "null_checks": and_(d.title.is_(None), d.title.is_not(None), d.title.is_distinct_from("x")),
+    "in_lists": and_(
+        d.id.in_([1, 2]), d.id.not_in([3]), d.id.in_([]), tuple_(d.id, d.title).in_([(1, "a")])
+    ),
+    "any_array": d.id == any_(bindparam("ids", [1, 2], type_=ARRAY(Integer))),
+    "between_like": and_(
+        d.id.between(1, 2), d.title.like("a%"), d.title.ilike("%b"), ~d.title.contains("c")
+    ),
+    "regex_and_text_search": and_(d.title.regexp_match("^a"), d.title.startswith("x")),
+    "arithmetic": (d.id + 1) * 2 - d.id / 3 % 2 > -d.id,
+    "functions": and_(
+        func.lower(d.title) == "x",
+        func.coalesce(d.title, "") == "",
+        func.length(d.title) > 2,
+        func.date_trunc("day", d.created_at) == func.now(),
+    ),
+    "case_cast": case((cast(d.id, String) == "1", True), else_=type_coerce(d.title, String) == "t"),
+    "collate": d.title.collate("C") == "a",
+    "extract": extract("year", d.created_at) == 2024,
+    "json": and_(d.body["k"].astext == "v", d.body.contains({"a": 1}), d.body.has_key("z")),
+    "arrays": and_(d.tags.contains(["a"]), d.tags.overlap(["b"]), d.tags[1] == "c"),
+    "literals": and_(true(), literal(1) == 1, d.title.is_not(null()), not_(false())),
+    "orm_attributes": and_(Document.id == 1, Document.title.is_not(None)),
+}
+
+
+@pytest.mark.parametrize("expression", ACCEPTED.values(), ids=ACCEPTED.keys())
+def test_guard_accepts_plain_expressions_over_the_own_row(expression: Any) -> None:
+    """R2: expressions over the table's own columns with the listed operators and functions
+    pass the guard of a tenant-scoped repository."""
+    GUARD.check(expression, GUARD.row, where="where=")
+
+
+REFUSED_ROW: dict[str, Any] = {
+    "extract_field_rendered_verbatim": extract("year FROM now()) OR (true", d.created_at) == 1,
+    "cast_to_raw_type": cast(d.title, RawType()) == "x",
+    "custom_operator": d.title.op("~~")("x"),
+    "unary_distinct": d.id.distinct() == 1,
+    "ordering_modifier": d.id.desc(),
+    "volatile_function": func.random() > 0.5,
+    "current_setting": func.current_setting("ship.tenant_id") == "b",
+    "function_filter": func.count().filter(d.id > 1) > 0,
+    "within_group": func.percentile_cont(0.5).within_group(d.id) > 1,
+    "alias_column": d.id == d_other.c.id,
+    "orm_alias": d.id == aliased(Document).id,
+}
+
+
+@pytest.mark.parametrize("expression", REFUSED_ROW.values(), ids=REFUSED_ROW.keys())
+def test_guard_refuses_what_it_does_not_list(expression: Any) -> None:
+    """R2: the guard is an allow-list: constructs not listed are refused with a typed error."""
+    with pytest.raises(UnsafeExpressionError):
+        GUARD.check(expression, GUARD.row, where="where=")
+
+
+def test_insert_values_read_no_column() -> None:
+    """R2: an insert has no row to read; a column in an insert value is refused."""
+    GUARD.check(func.upper("x"), GUARD.value, where="insert values['title']")
+    with pytest.raises(UnsafeExpressionError, match="no row to read"):
+        GUARD.check(d.title, GUARD.value, where="insert values['title']")
+
+
+REFUSED_CROSS: dict[str, Any] = {
+    "raw_text_in_subquery": d.id.in_(select(d_other.c.id).where(text("true"))),
+    "prefix": d.id.in_(select(d_other.c.id).prefix_with("/* x */")),
+    "suffix": d.id.in_(select(d_other.c.id).suffix_with("x")),
+    "statement_hint": d.id.in_(select(d_other.c.id).with_statement_hint("x")),
+    "row_lock": d.id.in_(select(d_other.c.id).with_for_update()),
+    "write_cte": d.id.in_(select(insert(documents).values(id=1).returning(d.id).cte("w").c.id)),
+    "set_returning": d.id.in_(select(func.generate_series(1, 2).table_valued("n").c.n)),
+    "unknown_function_in_subquery": d.id.in_(select(func.my_fn(d_other.c.id))),
+    "cte_prefix": d.id.in_(select(select(d_other.c.id).cte("c").prefix_with("x").c.id)),
+}
+
+
+@pytest.mark.parametrize("expression", REFUSED_CROSS.values(), ids=REFUSED_CROSS.keys())
+def test_cross_tenant_guard_still_refuses_raw_sql_and_writes(expression: Any) -> None:
+    """R3: a cross-tenant repository may read any FROM, but raw SQL, hidden prefixes and
+    hints, row locks, write CTEs, set-returning and unknown functions are still refused."""
+    with pytest.raises(UnsafeExpressionError):
+        GUARD.check(expression, GUARD.cross, where="where=")
+
+
+def test_cross_tenant_guard_reads_any_from() -> None:
+    """R3: subqueries, EXISTS, joins, aggregates, windows and the tenant column pass the
+    cross-tenant guard."""
+    per_tenant = (
+        select(d_other.c.tenant_id, func.count().label("n"))
+        .group_by(d_other.c.tenant_id)
+        .subquery()
+    )
+    GUARD.check(
+        and_(
+            d.tenant_id.in_(["a", "b"]),
+            exists().where(d_other.c.id == d.id),
+            d.id == select(func.max(d_other.c.id)).scalar_subquery(),
+            per_tenant.c.n > 1,
+            d.id.in_(select(func.row_number().over(order_by=d_other.c.id))),
+        ),
+        GUARD.cross,
+        where="where=",
+    )
