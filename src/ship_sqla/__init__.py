@@ -66,6 +66,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._repository import Page as Page
     from ship_sqla._repository import RepositoryUsageError as RepositoryUsageError
     from ship_sqla._repository import TableRepository as TableRepository
+    from ship_sqla._repository_guard import UnsafeExpressionError as UnsafeExpressionError
     from ship_sqla._rls import tenant_policy_ddl as tenant_policy_ddl
     from ship_sqla._schema_check import SchemaCheckError as SchemaCheckError
     from ship_sqla._schema_check import SchemaDifference as SchemaDifference
@@ -177,6 +178,7 @@ _EXPORTS: dict[str, str] = {
     "WebhookSignatureError": "ship_sqla._webhooks",
     "WebhookTimestampError": "ship_sqla._webhooks",
     "WebhookVerificationError": "ship_sqla._webhooks",
+    "UnsafeExpressionError": "ship_sqla._repository_guard",
 }
 
 __all__ = (
@@ -225,6 +227,7 @@ __all__ = (
     "TableRepository",
     "TransactionScope",
     "UnitOfWork",
+    "UnsafeExpressionError",
     "VerifiedWebhook",
     "WebhookCleanupResult",
     "WebhookEvent",
