@@ -21,6 +21,11 @@ hashed with its namespace: the lock id is the first 8 bytes of
 (:func:`advisory_lock_key`), so two libraries (or two applications on one database) collide only
 by a 2**-64 chance as long as their namespaces differ.
 
+``acquire`` raises :class:`~ship_sqla.kernel.DatabaseUnavailableError` when the database cannot
+be reached or the connection is lost while taking the lock (the outage rule of
+:mod:`ship_sqla._sql_errors`); nothing is held then. A lock whose session dies later is reported
+through ``lost`` and ``extend`` (False), never by raising.
+
 Each held lock keeps one connection of the engine's pool checked out (idle in transaction) until
 it ends: size the pool for the locks you hold at once, and keep the server's
 ``idle_in_transaction_session_timeout`` above the longest lease (a session the server ends loses
@@ -39,7 +44,9 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
+from ship_sqla.kernel._durations import MAX_LEASE, require_duration
 
 __all__ = ["AdvisoryLock", "AdvisoryLockProvider", "advisory_lock_key", "advisory_lock_provider"]
 
@@ -61,12 +68,9 @@ def advisory_lock_key(namespace: str, key: str) -> int:
 
 
 def _check_lease(lease: float) -> float:
-    if not lease > 0:
-        raise ConfigurationError(
-            f"a lock lease must be positive seconds, got {lease!r}.",
-            fix="pass the job's concurrency.lease (seconds).",
-        )
-    return float(lease)
+    """Finite, positive seconds within MAX_LEASE: a ``nan`` or ``inf`` lease would never end
+    (the timer compares false or sleeps forever) and ``1e12`` would outlive every holder."""
+    return require_duration(lease, "lock lease", maximum=MAX_LEASE)
 
 
 class AdvisoryLock:
@@ -244,11 +248,14 @@ class AdvisoryLockProvider:
         """The lock on ``key`` for ``lease`` seconds, or None when another session holds it."""
         lease = _check_lease(lease)
         lock_id = self.lock_id(key)
-        connection = await self._engine.connect()
+        operation = f"advisory lock acquire {key!r}"
+        with database_outage_translated(operation, driver_only=True):
+            connection = await self._engine.connect().start()
         lock: AdvisoryLock | None = None
         try:
-            await connection.begin()
-            got = (await connection.execute(TRY_LOCK, {"lock_id": lock_id})).scalar_one()
+            with database_outage_translated(operation, driver_only=True):
+                await connection.begin()
+                got = (await connection.execute(TRY_LOCK, {"lock_id": lock_id})).scalar_one()
             if got:
                 lock = AdvisoryLock(
                     connection=connection,

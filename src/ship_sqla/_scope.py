@@ -10,6 +10,14 @@ A scope is bound to the task that runs its ``uow.run``. A context variable is in
 tasks, and an ``AsyncConnection`` is not safe for concurrent tasks, so a scope used from any other
 task is refused with :class:`~ship_sqla.kernel.ScopeConcurrencyError` rather than corrupting the
 connection's protocol state.
+
+Every database call made through :func:`joined` is judged by the one outage rule
+(:mod:`ship_sqla._sql_errors`): a refused or lost connection surfaces as
+:class:`~ship_sqla.kernel.DatabaseUnavailableError`, the driver's error chained.
+
+A tenant is checked once, here (:func:`check_tenant`), for ``uow.run`` and every store: ``""``
+and blank tenants are refused, since a store that keys "no tenant" as ``''`` would otherwise
+alias the two.
 """
 
 from __future__ import annotations
@@ -23,15 +31,18 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import ScopeClosedError, ScopeConcurrencyError, TenantViolationError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import IsolationLevel
 
 __all__ = [
+    "MAX_TENANT_BYTES",
     "AfterCommit",
     "Database",
     "TransactionScope",
+    "check_tenant",
     "current_scope",
     "joined",
     "tenant_within",
@@ -44,6 +55,13 @@ Database: TypeAlias = AsyncEngine | AsyncConnection
 (then their work runs in a SAVEPOINT of it, which is how tests roll everything back)."""
 
 AfterCommit: TypeAlias = Callable[[], Awaitable[None] | None]
+
+MAX_TENANT_BYTES = 255
+"""A tenant is at most 255 bytes of UTF-8: it is part of the key of indexed rows (the
+idempotency table's primary key holds prefix, tenant and key), and PostgreSQL refuses an index
+row over about 2.7 kB with "index row requires N bytes" instead of a typed error."""
+
+_STORE_CALL = "a ship_sqla store call"
 
 _current: contextvars.ContextVar[TransactionScope | None] = contextvars.ContextVar(
     "ship_sqla_scope", default=None
@@ -65,6 +83,7 @@ class TransactionScope:
         "_failed_nested",
         "_owner",
         "_parent",
+        "_savepoint",
         "_sessions",
         "tenant",
     )
@@ -76,11 +95,13 @@ class TransactionScope:
         database: Database,
         tenant: str | None,
         parent: TransactionScope | None = None,
+        savepoint: bool = False,
     ) -> None:
         self._connection = connection
         self._database = database
         self.tenant = tenant
         self._parent = parent
+        self._savepoint = savepoint
         self._owner = asyncio.current_task()
         self._active = True
         self._failed_nested: BaseException | None = None
@@ -139,17 +160,22 @@ class TransactionScope:
         session = AsyncSession(
             bind=self._connection, join_transaction_mode="rollback_only", **kwargs
         )
-        self._root()._sessions.append(session)  # noqa: SLF001 - same class
+        # A session opened inside a savepoint run is flushed before that savepoint is released,
+        # and discarded with it when it rolls back: its pending changes never outlive it.
+        self._boundary()._sessions.append(session)  # noqa: SLF001 - same class
         return session
 
     def after_commit(self, callback: AfterCommit) -> None:
         """Run ``callback`` once this scope's outermost transaction has committed (U4).
 
-        Never runs after a rollback. A callback's exception is logged (logger ``ship_sqla``) and
-        does not undo or mask the commit.
+        Never runs after a rollback. Registered inside a ``uow.run(..., savepoint=True)`` (or
+        a store called there), it belongs to that savepoint: discarded if the savepoint rolls
+        back, kept when it is released, and then run after the outermost commit, as Django's
+        ``on_commit`` does; savepoints nest. A callback's exception is logged (logger
+        ``ship_sqla``) and does not undo or mask the commit.
         """
         self.check_usable()
-        self._root()._after_commit.append(callback)  # noqa: SLF001 - same class
+        self._boundary()._after_commit.append(callback)  # noqa: SLF001 - same class
 
     # -- lifecycle, driven by the unit of work ---------------------------------------------------
 
@@ -159,10 +185,31 @@ class TransactionScope:
             scope = scope._parent
         return scope
 
-    def _child(self, tenant: str | None) -> TransactionScope:
+    def _boundary(self) -> TransactionScope:
+        """The nearest scope, this one or an ancestor, that can roll back on its own: the
+        innermost savepoint run, else the root. Joined runs have no boundary of their own."""
+        scope = self
+        while scope._parent is not None and not scope._savepoint:
+            scope = scope._parent
+        return scope
+
+    def _child(self, tenant: str | None, *, savepoint: bool = False) -> TransactionScope:
         return TransactionScope(
-            self._connection, database=self._database, tenant=tenant, parent=self
+            self._connection,
+            database=self._database,
+            tenant=tenant,
+            parent=self,
+            savepoint=savepoint,
         )
+
+    def _released(self) -> None:
+        """This savepoint run's savepoint was released: what it registered now belongs to the
+        enclosing boundary, to run (or be discarded) with it."""
+        assert self._parent is not None  # noqa: S101 - only savepoint children are released
+        boundary = self._parent._boundary()  # noqa: SLF001 - same class
+        boundary._after_commit.extend(self._take_after_commit())  # noqa: SLF001
+        boundary._sessions.extend(self._sessions)  # noqa: SLF001
+        self._sessions = []
 
     async def _flush_sessions(self) -> None:
         for session in self._sessions:
@@ -186,17 +233,50 @@ class TransactionScope:
         _current.reset(token)
 
 
+def check_tenant(tenant: object, *, operation: str) -> str | None:
+    """``tenant``, unless it is no tenant at all (R2): ``None`` means "no tenant"; anything else
+    must be 1 to :data:`MAX_TENANT_BYTES` bytes of printable text, not only whitespace.
+
+    The one check for ``uow.run`` and every store: ``""`` or ``" "`` would alias "no tenant"
+    wherever "no tenant" is stored as ``''`` (the idempotency table's key), and replay or read
+    what was stored for untenanted requests.
+    """
+    if tenant is None:
+        return None
+    if not isinstance(tenant, str):
+        raise TenantViolationError(
+            f"{operation} was given tenant {tenant!r}, a {type(tenant).__name__}, not text.",
+            fix="pass the tenant's id as a str, or tenant=None for work of no tenant.",
+        )
+    problem = None
+    if not tenant.strip():
+        problem = "is empty or blank, which would alias 'no tenant'"
+    elif not tenant.isprintable():
+        problem = "contains control or non-printable characters"
+    elif len(tenant.encode()) > MAX_TENANT_BYTES:
+        problem = f"is {len(tenant.encode())} bytes of UTF-8, over {MAX_TENANT_BYTES}"
+    if problem is not None:
+        raise TenantViolationError(
+            f"{operation} was given tenant {tenant[:60]!r}, which {problem}.",
+            fix="pass tenant=None for work that belongs to no tenant, else the tenant's id"
+            f" (1 to {MAX_TENANT_BYTES} bytes of printable text).",
+        )
+    return tenant
+
+
 def tenant_within(
     scope: TransactionScope | None, tenant: str | None, *, operation: str
 ) -> str | None:
     """The tenant a store call acts for: ``tenant=`` or the scope's own (R2 for stores).
 
     Inside a unit of work for tenant T a store may only act for T: naming another tenant would
-    read or write another tenant's rows through a scope that was granted only T's.
+    read or write another tenant's rows through a scope that was granted only T's. A tenant
+    that is no tenant (``""``, blank) is refused (:func:`check_tenant`).
     """
     scope_tenant = None if scope is None else scope.tenant
     if tenant is None:
         return scope_tenant
+    check_tenant(tenant, operation=operation)
     if scope_tenant is not None and tenant != scope_tenant:
         raise TenantViolationError(
             f"{operation} named tenant {tenant!r} inside a unit of work for tenant"
@@ -260,6 +340,7 @@ async def joined(
     *,
     isolation_level: IsolationLevel | None = None,
     alone: AsyncEngine | None = None,
+    operation: str = _STORE_CALL,
 ) -> AsyncIterator[Joined]:
     """The connection a store must use: the given or ambient scope's, else its own transaction.
 
@@ -271,36 +352,77 @@ async def joined(
     ``alone``: an AUTOCOMMIT engine, for a block that runs ONE statement: without a scope, the
     statement commits by itself (one round trip instead of BEGIN, statement, COMMIT) and the
     callbacks run after it.
+
+    A refused or lost connection in the block raises
+    :class:`~ship_sqla.kernel.DatabaseUnavailableError` naming ``operation`` (the block holds
+    only the store's own code, so a bare ``OSError`` there is the driver's).
     """
     if scope is None:
         scope = current_scope()
     else:
         scope.check_usable()
     if scope is not None:
-        yield Joined(scope.connection, scope)
+        with database_outage_translated(operation, driver_only=True):
+            yield Joined(scope.connection, scope)
         return
     joined_ = None
     if alone is not None:
-        async with alone.connect() as connection:
-            joined_ = Joined(connection, None)
-            yield joined_
+        async with connected(alone, operation) as connection:
+            # One autocommitted statement cut off mid-flight may have committed or not.
+            with database_outage_translated(f"{operation} ({ALONE_CUT_OFF})", driver_only=True):
+                joined_ = Joined(connection, None)
+                yield joined_
     else:
-        async with _own_transaction(database, isolation_level=isolation_level) as connection:
+        async with _own_transaction(
+            database, isolation_level=isolation_level, operation=operation
+        ) as connection:
             joined_ = Joined(connection, None)
             yield joined_
     await run_after_commit(joined_._callbacks)  # noqa: SLF001 - same module
 
 
+ALONE_CUT_OFF = "its autocommitted statement was cut off and may or may not have taken effect"
+COMMIT_CUT_OFF = "its COMMIT was cut off: the work may or may not have committed"
+
+
+@asynccontextmanager
+async def connected(engine: AsyncEngine, operation: str) -> AsyncIterator[AsyncConnection]:
+    """A connection of ``engine``'s pool; a refused connect raises DatabaseUnavailableError."""
+    with database_outage_translated(operation, driver_only=True):
+        connection = await engine.connect().start()
+    try:
+        yield connection
+    finally:
+        # Returning a dead connection is the pool's business: it discards it and logs.
+        await connection.close()
+
+
+@asynccontextmanager
+async def committed(
+    connection: AsyncConnection, operation: str, *, driver_only: bool
+) -> AsyncIterator[None]:
+    """A transaction on ``connection``: committed when the block exits cleanly, else rolled
+    back. Outages in the block are translated (``driver_only``: see
+    :func:`~ship_sqla._sql_errors.database_outage_translated`); one at the COMMIT says that
+    the outcome is unknown."""
+    with database_outage_translated(operation, driver_only=driver_only, connection=connection):
+        async with connection.begin() as transaction:
+            yield
+            with database_outage_translated(f"{operation} ({COMMIT_CUT_OFF})", driver_only=True):
+                await transaction.commit()
+
+
 @asynccontextmanager
 async def _own_transaction(
-    database: Database, *, isolation_level: IsolationLevel | None
+    database: Database, *, isolation_level: IsolationLevel | None, operation: str
 ) -> AsyncIterator[AsyncConnection]:
     if isinstance(database, AsyncConnection):
-        async with database.begin_nested():
-            yield database
+        with database_outage_translated(operation, driver_only=True):
+            async with database.begin_nested():
+                yield database
         return
-    async with database.connect() as connection:
+    async with connected(database, operation) as connection:
         if isolation_level is not None:
             await connection.execution_options(isolation_level=isolation_level)
-        async with connection.begin():
+        async with committed(connection, operation, driver_only=True):
             yield connection

@@ -1,8 +1,49 @@
-"""Reading PostgreSQL's SQLSTATE off whatever SQLAlchemy and asyncpg raised."""
+"""Reading driver errors: PostgreSQL's SQLSTATE, and whether an error means the database is gone.
+
+The outage rule lives here once (:func:`outage_reason`), and so does its translation
+(:func:`database_outage_translated`), which the unit of work, every store, the job backend, the
+advisory locks and the CLI wrap around their database calls: whatever the driver raised for a
+refused connection, a closed connection or a server going down, callers see ONE error,
+:class:`~ship_sqla.kernel.DatabaseUnavailableError` (``SHIP_SQLA_DATABASE_UNAVAILABLE``), with
+the driver's error chained as its cause.
+"""
 
 from __future__ import annotations
 
-__all__ = ["sqlstate_of"]
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Final
+
+from asyncpg.exceptions import InterfaceError as AsyncpgInterfaceError
+from asyncpg.exceptions import PostgresError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from ship_sqla.kernel._errors import DatabaseUnavailableError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+__all__ = [
+    "OUTAGE_SQLSTATES",
+    "database_outage_translated",
+    "database_unavailable",
+    "outage_reason",
+    "sqlstate_of",
+]
+
+OUTAGE_SQLSTATES: Final = {
+    "57P01": "the server is shutting down or ended the session (admin_shutdown)",
+    "57P02": "the server crashed and is restarting (crash_shutdown)",
+    "57P03": "the server is starting up or shutting down (cannot_connect_now)",
+}
+"""Operator-intervention SQLSTATEs that mean the server is going away or not there yet. With
+them, SQLSTATE class 08 (connection exception) is an outage too."""
+
+_FIX: Final = (
+    "check that PostgreSQL is running and reachable (host, port, network, max_connections),"
+    " then retry the work."
+)
 
 
 def sqlstate_of(exc: BaseException) -> str | None:
@@ -17,3 +58,84 @@ def sqlstate_of(exc: BaseException) -> str | None:
                 return value
         current = getattr(current, "orig", None) or current.__cause__
     return None
+
+
+def outage_reason(
+    exc: BaseException,
+    *,
+    driver_only: bool = False,
+    connection: AsyncConnection | None = None,
+) -> str | None:
+    """Why ``exc`` means the database is unavailable, or None when it means something else.
+
+    An outage is: a connection SQLAlchemy invalidated (its dialect saw the socket closed); a
+    driver error of SQLSTATE class 08 or 57P01/57P02/57P03; asyncpg's "connection is closed";
+    a SQLAlchemy error on a ``connection`` SQLAlchemy has invalidated; and, only when
+    ``driver_only`` (the failing code is the driver's and ship_sqla's own: opening a connection,
+    where asyncpg raises socket errors unwrapped, or a store's statements), any ``OSError``
+    (refused, unreachable, DNS, connect timeout).
+
+    Only driver errors are judged: an application's own exception is never re-typed, even when
+    it chains a driver error, and without ``driver_only`` neither is a bare ``OSError`` (a
+    handler's own network call may raise one).
+    """
+    if isinstance(exc, DatabaseUnavailableError):
+        return str(exc.message)
+    reason = _driver_reason(exc)
+    invalidated = connection is not None and connection.invalidated
+    if reason is None and invalidated and isinstance(exc, SQLAlchemyError):
+        reason = "the connection was closed earlier in this transaction"
+    if reason is None and driver_only and isinstance(exc, OSError):
+        reason = "a network error: the connection could not be opened or was cut"
+    return reason
+
+
+def _driver_reason(exc: BaseException) -> str | None:
+    if isinstance(exc, DBAPIError | PostgresError):
+        state = sqlstate_of(exc) or ""
+        if state in OUTAGE_SQLSTATES:
+            return f"{OUTAGE_SQLSTATES[state]}, SQLSTATE {state}"
+        if state.startswith("08"):
+            return f"the connection failed (SQLSTATE {state})"
+    closed = (isinstance(exc, DBAPIError) and exc.connection_invalidated) or (
+        isinstance(exc, AsyncpgInterfaceError) and "connection is closed" in str(exc)
+    )
+    return "the connection was closed" if closed else None
+
+
+def database_unavailable(
+    operation: str, exc: BaseException, reason: str
+) -> DatabaseUnavailableError:
+    """The typed error for ``exc``; raise it ``from exc``."""
+    first_line = (str(exc).splitlines() or [""])[0]
+    return DatabaseUnavailableError(
+        f"{operation} failed: the database is unavailable ({reason}):"
+        f" {type(exc).__name__}: {first_line.rstrip('.')}.",
+        fix=_FIX,
+    )
+
+
+@contextmanager
+def database_outage_translated(
+    operation: str,
+    *,
+    driver_only: bool = False,
+    connection: AsyncConnection | None = None,
+) -> Iterator[None]:
+    """Raise :class:`~ship_sqla.kernel.DatabaseUnavailableError` ``from`` the driver's error
+    when what the block raised is an outage (:func:`outage_reason`); anything else passes
+    unchanged, and so does an outage already translated by an inner block.
+
+    ``driver_only``: the block runs only the driver and ship_sqla's own code (opening a
+    connection, a store's statements), so a bare ``OSError`` in it is the driver's. Never set
+    it around an application's handler. Works around ``await`` too (a plain ``with`` in async code).
+    """
+    try:
+        yield
+    except DatabaseUnavailableError:
+        raise
+    except Exception as exc:
+        reason = outage_reason(exc, driver_only=driver_only, connection=connection)
+        if reason is None:
+            raise
+        raise database_unavailable(operation, exc, reason) from exc

@@ -6,25 +6,43 @@ U3 Serialization failures and deadlocks (SQLSTATE 40001, 40P01) re-run the handl
    ``max_attempts`` runs in all. Handlers must therefore be re-runnable: no external effects
    before the commit (use the outbox, or ``scope.after_commit``).
 U4 ``after_commit`` callbacks run after the outermost commit only, never after a rollback.
+   Those registered inside a ``savepoint=True`` run are discarded when its savepoint rolls
+   back, and kept (to run after the outermost commit) when it is released.
 U5 A ``run`` inside an active run joins the outer transaction (or a SAVEPOINT with
    ``savepoint=True``); it never silently opens a second connection.
+
+A database outage is :class:`~ship_sqla.kernel.DatabaseUnavailableError`. A run whose pooled
+connection turns out dead before any of its statements completed (a connection the server
+closed while it sat in the pool, e.g. across a restart) is re-run once on a fresh connection:
+no statement of it can have committed. Once a statement of the run completed, never.
 """
 
 from __future__ import annotations
 
 import logging
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla._scope import Database, TransactionScope, _current, run_after_commit
-from ship_sqla._sql_errors import sqlstate_of
+from ship_sqla._scope import (
+    Database,
+    TransactionScope,
+    _current,
+    check_tenant,
+    committed,
+    connected,
+    run_after_commit,
+    tenant_within,
+)
+from ship_sqla._sql_errors import database_outage_translated, sqlstate_of
 from ship_sqla.kernel import ConfigurationError, RollbackOnlyError
+from ship_sqla.kernel._errors import DatabaseUnavailableError
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
     from sqlalchemy.engine.interfaces import IsolationLevel
 
@@ -37,6 +55,8 @@ logger = logging.getLogger("ship_sqla")
 
 RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 """serialization_failure and deadlock_detected: the transaction may succeed when re-run."""
+
+_RUN = "uow.run"
 
 _ISOLATION_LEVELS = frozenset(
     {"SERIALIZABLE", "REPEATABLE READ", "READ COMMITTED", "READ UNCOMMITTED", "AUTOCOMMIT"}
@@ -104,17 +124,27 @@ class UnitOfWork(Generic[R]):
         Commits when the handler returns, rolls back and re-raises (unchanged) when it raises.
         Re-runs the whole handler on SQLSTATE 40001/40P01 up to ``max_attempts`` (U3).
         Inside an active run on the same bind, joins it (U5); ``savepoint=True`` makes the
-        nested work a SAVEPOINT that rolls back alone when the nested handler raises.
+        nested work a SAVEPOINT that rolls back alone when the nested handler raises, taking
+        the ``after_commit`` callbacks registered in it along (U4).
+
+        A refused or lost connection raises :class:`~ship_sqla.kernel.DatabaseUnavailableError`
+        (the driver's error chained). On an engine, a run whose pooled connection was dead
+        before any of its statements completed is re-run once on a fresh connection.
+        ``tenant`` is None (no tenant) or a real tenant: ``""`` and blank are refused.
         """
         _check_isolation(isolation_level)
+        check_tenant(tenant, operation=_RUN)
         outer = _current.get()
         if outer is not None and outer.active:
             return await self._run_nested(outer, handler, tenant=tenant, savepoint=savepoint)
         level = isolation_level or self._isolation_level
         attempt = 1
+        fresh_connection_tried = False
         while True:
             try:
                 return await self._run_once(handler, tenant=tenant, isolation_level=level)
+            except _DeadBeforeFirstStatementError as dead:
+                failure = dead.error
             except DBAPIError as exc:
                 state = sqlstate_of(exc)
                 if (
@@ -130,6 +160,15 @@ class UnitOfWork(Generic[R]):
                     self._max_attempts,
                 )
                 attempt += 1
+                continue
+            if fresh_connection_tried:
+                raise failure
+            fresh_connection_tried = True
+            logger.warning(
+                "ship_sqla: uow.run re-running once on a fresh connection: its pooled"
+                " connection was dead before any statement completed (%s)",
+                failure.message,
+            )
 
     async def _run_once(
         self,
@@ -138,25 +177,32 @@ class UnitOfWork(Generic[R]):
         tenant: str | None,
         isolation_level: IsolationLevel | None,
     ) -> T:
-        async with self._transaction(isolation_level) as connection:
-            scope = TransactionScope(connection, database=self._bind, tenant=tenant)
-            token = scope._enter()  # noqa: SLF001 - the unit of work owns the scope's lifecycle
-            try:
-                if self._row_level_security:
-                    await _set_tenant_setting(connection, tenant)
-                result = await handler(self._repositories(scope))
-                if scope.rollback_only:
-                    raise RollbackOnlyError(
-                        "a nested uow.run that joined this run raised, and this run's handler"
-                        " returned anyway; the nested run's partial writes cannot be separated"
-                        " from this run's, so the whole transaction was rolled back.",
-                        fix="let the nested run's exception propagate, or call it with"
-                        " savepoint=True so its failure rolls back alone.",
-                    ) from scope._failed_nested  # noqa: SLF001
-                await scope._flush_sessions()  # noqa: SLF001
-            finally:
-                TransactionScope._exit(token)  # noqa: SLF001
-                await scope._close()  # noqa: SLF001
+        watch = _StatementWatch()
+        try:
+            async with self._transaction(isolation_level, watch) as connection:
+                scope = TransactionScope(connection, database=self._bind, tenant=tenant)
+                token = scope._enter()  # noqa: SLF001 - the unit of work owns the scope's lifecycle
+                try:
+                    if self._row_level_security:
+                        await _set_tenant_setting(connection, tenant)
+                    result = await handler(self._repositories(scope))
+                    if scope.rollback_only:
+                        raise RollbackOnlyError(
+                            "a nested uow.run that joined this run raised, and this run's"
+                            " handler returned anyway; the nested run's partial writes cannot be"
+                            " separated from this run's, so the whole transaction was rolled"
+                            " back.",
+                            fix="let the nested run's exception propagate, or call it with"
+                            " savepoint=True so its failure rolls back alone.",
+                        ) from scope._failed_nested  # noqa: SLF001
+                    await scope._flush_sessions()  # noqa: SLF001
+                finally:
+                    TransactionScope._exit(token)  # noqa: SLF001
+                    await scope._close()  # noqa: SLF001
+        except DatabaseUnavailableError as exc:
+            if watch.dead_before_first_statement:
+                raise _DeadBeforeFirstStatementError(exc) from exc
+            raise
         await run_after_commit(scope._take_after_commit())  # noqa: SLF001
         return result
 
@@ -175,13 +221,22 @@ class UnitOfWork(Generic[R]):
                 " joining is impossible and a second connection would break atomicity (U5).",
                 fix="build both units of work on the same engine, or finish the outer run first.",
             )
-        # A nested run without tenant= keeps the outer run's tenant: joining never widens scope.
-        scope = outer._child(outer.tenant if tenant is None else tenant)  # noqa: SLF001
+        # A nested run keeps the outer run's tenant and may not name another: it shares the
+        # outer transaction (and its row-level-security setting), so joining never widens R2.
+        # An untenanted outer run may narrow to a tenant.
+        nested_tenant = tenant_within(outer, tenant, operation="a nested uow.run")
+        scope = outer._child(nested_tenant, savepoint=savepoint)  # noqa: SLF001
         token = scope._enter()  # noqa: SLF001
         try:
             if savepoint:
-                async with outer.connection.begin_nested():
-                    return await handler(self._repositories(scope))
+                with database_outage_translated(_RUN):
+                    async with outer.connection.begin_nested():
+                        result = await handler(self._repositories(scope))
+                        await scope._flush_sessions()  # noqa: SLF001
+                # Released: its callbacks and sessions now live and die with the enclosing one.
+                # Had it rolled back, they would be discarded with the scope below (U4).
+                scope._released()  # noqa: SLF001
+                return result
             try:
                 return await handler(self._repositories(scope))
             except BaseException as exc:
@@ -194,18 +249,64 @@ class UnitOfWork(Generic[R]):
 
     @asynccontextmanager
     async def _transaction(
-        self, isolation_level: IsolationLevel | None
+        self, isolation_level: IsolationLevel | None, watch: _StatementWatch
     ) -> AsyncIterator[AsyncConnection]:
         if isinstance(self._bind, AsyncConnection):
             # The test path: the caller owns the outer transaction; ours is a SAVEPOINT of it.
-            async with self._bind.begin_nested():
-                yield self._bind
+            with database_outage_translated(_RUN, connection=self._bind):
+                async with self._bind.begin_nested():
+                    yield self._bind
             return
-        async with self._bind.connect() as connection:
-            if isolation_level is not None:
-                await connection.execution_options(isolation_level=isolation_level)
-            async with connection.begin():
-                yield connection
+        async with connected(self._bind, _RUN) as connection:
+            with watch.watching(connection):
+                if isolation_level is not None:
+                    await connection.execution_options(isolation_level=isolation_level)
+                # driver_only=False: the block runs the application's handler, whose own
+                # OSErrors (its network calls) are not outages and pass unchanged.
+                async with committed(connection, _RUN, driver_only=False):
+                    yield connection
+
+
+class _StatementWatch:
+    """Counts the run's statements that completed, via SQLAlchemy's ``after_cursor_execute``
+    event on the run's own connection (one listener per run, removed when it ends).
+
+    A run that fails with an outage while the count is 0 on a connection it got from the pool
+    had a dead connection before its first statement (with asyncpg, the failure is the BEGIN
+    sent ahead of that statement): nothing of it can have committed, so it may be re-run.
+    """
+
+    __slots__ = ("__weakref__", "completed", "connected")
+
+    def __init__(self) -> None:
+        self.completed = 0
+        self.connected = False
+
+    def __call__(self, *_: object) -> None:
+        self.completed += 1
+
+    @property
+    def dead_before_first_statement(self) -> bool:
+        return self.connected and self.completed == 0
+
+    @contextmanager
+    def watching(self, connection: AsyncConnection) -> Iterator[None]:
+        target = connection.sync_connection
+        assert target is not None  # noqa: S101 - a started connection
+        self.connected = True
+        event.listen(target, "after_cursor_execute", self)
+        try:
+            yield
+        finally:
+            event.remove(target, "after_cursor_execute", self)
+
+
+class _DeadBeforeFirstStatementError(Exception):
+    """Internal: ``error`` ended a run whose connection died before any statement completed."""
+
+    def __init__(self, error: DatabaseUnavailableError) -> None:
+        super().__init__(error.message)
+        self.error = error
 
 
 def _same_bind(a: Database, b: Database) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._locks import AdvisoryLock, advisory_lock_key, advisory_lock_provider
 from ship_sqla.kernel import ConfigurationError, FrozenClock
+from ship_sqla.kernel._errors import DatabaseUnavailableError
 from ship_sqla.kernel._job_backend import LockProvider, RenewableLock
 
 
@@ -147,10 +149,30 @@ async def test_a_dead_session_is_reported_lost_on_extend(
     await other.release()
 
 
-async def test_lease_must_be_positive(ship_engine: AsyncEngine) -> None:
+@pytest.mark.parametrize("lease", [0, -1, float("nan"), float("inf"), 1e12])
+async def test_lease_must_be_finite_positive_and_bounded(
+    ship_engine: AsyncEngine, lease: float
+) -> None:
+    """L2: a lease the local timer could never honour (0, negative, nan, inf, 1e12 s) is
+    refused before a connection is taken, naming the option."""
     provider = advisory_lock_provider(ship_engine)
-    with pytest.raises(ConfigurationError):
-        await provider.acquire("k", 0)
+    with pytest.raises(ConfigurationError, match="lock lease"):
+        await provider.acquire("k", lease)
+
+
+async def test_acquire_on_a_refused_connection_is_the_typed_error() -> None:
+    """L1 (outage): acquire on a database that refuses connections raises
+    DatabaseUnavailableError (the driver's OSError chained); no lock is held."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    engine = create_async_engine(f"postgresql+asyncpg://postgres@127.0.0.1:{port}/none")
+    try:
+        with pytest.raises(DatabaseUnavailableError) as raised:
+            await advisory_lock_provider(engine).acquire("k", 30)
+        assert isinstance(raised.value.__cause__, OSError)
+    finally:
+        await engine.dispose()
 
 
 HOLDER = textwrap.dedent(

@@ -420,3 +420,19 @@ async def test_another_tenant_is_refused_inside_a_tenant_scope(conn: AsyncConnec
         with pytest.raises(TenantViolationError, match="inside a unit of work for tenant 't1'"):
             await uow.run(handler, tenant="t1")
     assert await count(conn, keys) == 0
+
+
+@pytest.mark.parametrize("tenant", ["", " ", "\t\n"])
+async def test_an_empty_tenant_never_replays_the_untenanted_response(
+    conn: AsyncConnection, tenant: str
+) -> None:
+    """R2/I2: tenant "" (or blank) is refused before any SQL runs; it used to alias "no
+    tenant" and replay the response stored for an untenanted request."""
+    store = create_idempotency_store(database=conn, table=keys)
+    started = await store.begin("shared", "fp")
+    assert isinstance(started, IdempotencyStarted)
+    await started.claim.complete(OK)
+    with pytest.raises(TenantViolationError, match="tenant"):
+        await store.begin("shared", "fp", tenant=tenant)
+    with pytest.raises(TenantViolationError, match="tenant"):
+        await store.get("shared", tenant=tenant)

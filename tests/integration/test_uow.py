@@ -19,6 +19,7 @@ from ship_sqla.kernel import (
     RollbackOnlyError,
     ScopeClosedError,
     ScopeConcurrencyError,
+    TenantViolationError,
 )
 
 metadata = MetaData()
@@ -346,16 +347,29 @@ def test_misconfiguration_is_explained() -> None:
 
 
 async def test_nested_run_inherits_the_outer_tenant(conn: AsyncConnection) -> None:
-    """U5: a nested run without tenant= keeps the outer run's tenant; it may name its own."""
+    """U5, R2: a nested run without tenant= keeps the outer run's tenant; naming the same tenant
+    is fine, naming another is refused (it would share acme's transaction), and an untenanted
+    outer run may narrow to a tenant."""
     uow = create_unit_of_work(conn, repositories=scope_only)
 
     async def tenant_of(scope: TransactionScope) -> str | None:
         return scope.tenant
 
     async def outer(scope: TransactionScope) -> tuple[str | None, str | None]:
-        return await uow.run(tenant_of), await uow.run(tenant_of, tenant="other")
+        return await uow.run(tenant_of), await uow.run(tenant_of, tenant="acme")
 
-    assert await uow.run(outer, tenant="acme") == ("acme", "other")
+    assert await uow.run(outer, tenant="acme") == ("acme", "acme")
+
+    async def widening(scope: TransactionScope) -> str | None:
+        return await uow.run(tenant_of, tenant="other")
+
+    with pytest.raises(TenantViolationError, match=r"nested uow\.run named tenant 'other'"):
+        await uow.run(widening, tenant="acme")
+
+    async def narrowing(scope: TransactionScope) -> str | None:
+        return await uow.run(tenant_of, tenant="acme")
+
+    assert await uow.run(narrowing) == "acme"
 
 
 async def test_swallowed_nested_failure_rolls_back_the_outer_run(engine: AsyncEngine) -> None:
@@ -376,3 +390,179 @@ async def test_swallowed_nested_failure_rolls_back_the_outer_run(engine: AsyncEn
         await uow.run(outer)
     assert isinstance(caught.value.__cause__, BoomError)
     assert await bodies(engine) == []
+
+
+# -- U4 with savepoints (Django's on_commit semantics) ----------------------------------------
+
+
+async def test_after_commit_of_a_rolled_back_savepoint_is_discarded(engine: AsyncEngine) -> None:
+    """U4/U5: callbacks registered inside a savepoint run whose savepoint rolled back never
+    run; the outer run's own callbacks still run after its commit."""
+    uow = create_unit_of_work(engine, repositories=scope_only)
+    events: list[str] = []
+
+    async def inner(scope: TransactionScope) -> None:
+        scope.after_commit(lambda: events.append("rolled-back savepoint"))
+        raise BoomError
+
+    async def outer(scope: TransactionScope) -> None:
+        scope.after_commit(lambda: events.append("outer"))
+        with pytest.raises(BoomError):
+            await uow.run(inner, savepoint=True)
+        scope.after_commit(lambda: events.append("outer, later"))
+
+    await uow.run(outer)
+    assert events == ["outer", "outer, later"]
+
+
+async def test_after_commit_of_a_released_savepoint_waits_for_the_outermost_commit(
+    engine: AsyncEngine,
+) -> None:
+    """U4/U5: callbacks of a released savepoint run after the outermost commit, in
+    registration order, and never if the outer run then rolls back."""
+    uow = create_unit_of_work(engine, repositories=scope_only)
+    events: list[str] = []
+
+    async def inner(scope: TransactionScope) -> None:
+        scope.after_commit(lambda: events.append("released savepoint"))
+
+    async def outer(scope: TransactionScope) -> None:
+        scope.after_commit(lambda: events.append("outer, first"))
+        await uow.run(inner, savepoint=True)
+        assert events == [], "nothing runs at the savepoint's release"
+        scope.after_commit(lambda: events.append("outer, last"))
+
+    await uow.run(outer)
+    assert events == ["outer, first", "released savepoint", "outer, last"]
+
+    events.clear()
+
+    async def outer_fails(scope: TransactionScope) -> None:
+        await uow.run(inner, savepoint=True)
+        raise BoomError
+
+    with pytest.raises(BoomError):
+        await uow.run(outer_fails)
+    assert events == []
+
+
+async def test_savepoints_in_savepoints_keep_each_boundary(engine: AsyncEngine) -> None:
+    """U4/U5: savepoints nest: a released inner savepoint's callbacks go with its enclosing
+    savepoint (discarded when that one rolls back); a rolled-back inner one's are discarded
+    while the enclosing savepoint's survive; a joined run (no savepoint) inside a savepoint
+    belongs to that savepoint."""
+    uow = create_unit_of_work(engine, repositories=scope_only)
+    events: list[str] = []
+
+    def note(name: str) -> None:
+        events.append(name)
+
+    async def innermost_released(scope: TransactionScope) -> None:
+        scope.after_commit(lambda: note("inner released, in a rolled-back savepoint"))
+
+    async def joined_run(scope: TransactionScope) -> None:
+        scope.after_commit(lambda: note("joined run, in a rolled-back savepoint"))
+
+    async def middle_rolls_back(scope: TransactionScope) -> None:
+        await uow.run(innermost_released, savepoint=True)
+        await uow.run(joined_run)
+        raise BoomError
+
+    async def innermost_rolls_back(scope: TransactionScope) -> None:
+        scope.after_commit(lambda: note("inner rolled back"))
+        raise BoomError
+
+    async def middle_released(scope: TransactionScope) -> None:
+        scope.after_commit(lambda: note("middle released"))
+        with pytest.raises(BoomError):
+            await uow.run(innermost_rolls_back, savepoint=True)
+        await uow.run(innermost_released_kept, savepoint=True)
+
+    async def innermost_released_kept(scope: TransactionScope) -> None:
+        scope.after_commit(lambda: note("inner released, in a released savepoint"))
+
+    async def outer(scope: TransactionScope) -> None:
+        with pytest.raises(BoomError):
+            await uow.run(middle_rolls_back, savepoint=True)
+        await uow.run(middle_released, savepoint=True)
+
+    await uow.run(outer)
+    assert events == ["middle released", "inner released, in a released savepoint"]
+
+
+async def test_store_after_commit_inside_a_savepoint_run_follows_the_savepoint(
+    engine: AsyncEngine,
+) -> None:
+    """U4/U2: a store's joined(...).after_commit registered inside a savepoint run (ambient
+    or scope= explicit) is discarded with a rolled-back savepoint and runs after the outermost
+    commit when the savepoint was released; its writes follow the savepoint too."""
+    uow = create_unit_of_work(engine, repositories=scope_only)
+    events: list[str] = []
+
+    async def store_call(name: str, scope: TransactionScope | None) -> None:
+        async with joined(engine, scope) as tx:
+            await tx.connection.execute(insert(notes).values(body=name))
+            tx.after_commit(lambda: events.append(name))
+
+    async def rolled_back(scope: TransactionScope) -> None:
+        await store_call("ambient, rolled back", None)
+        await store_call("explicit, rolled back", scope)
+        raise BoomError
+
+    async def released(scope: TransactionScope) -> None:
+        await store_call("ambient, released", None)
+        await store_call("explicit, released", scope)
+
+    async def outer(scope: TransactionScope) -> None:
+        with pytest.raises(BoomError):
+            await uow.run(rolled_back, savepoint=True)
+        await uow.run(released, savepoint=True)
+        assert events == []
+
+    await uow.run(outer)
+    assert events == ["ambient, released", "explicit, released"]
+    assert await bodies(engine) == ["ambient, released", "explicit, released"]
+
+
+async def test_joined_nested_run_after_commit_still_waits_for_the_outer_commit(
+    engine: AsyncEngine,
+) -> None:
+    """U4/U5: a nested run without savepoint=True keeps today's behaviour: its callbacks run
+    after the outer commit, with the outer run's, in registration order."""
+    uow = create_unit_of_work(engine, repositories=scope_only)
+    events: list[str] = []
+
+    async def inner(scope: TransactionScope) -> None:
+        scope.after_commit(lambda: events.append("joined"))
+
+    async def outer(scope: TransactionScope) -> None:
+        scope.after_commit(lambda: events.append("outer"))
+        await uow.run(inner)
+        assert events == []
+
+    await uow.run(outer)
+    assert events == ["outer", "joined"]
+
+
+async def test_orm_changes_of_a_rolled_back_savepoint_are_never_flushed(
+    engine: AsyncEngine,
+) -> None:
+    """U5/U1: an ORM session opened inside a savepoint run is flushed before its savepoint is
+    released and discarded when it rolls back: the outer commit never writes the rolled-back
+    run's pending objects."""
+    uow = create_unit_of_work(engine, repositories=scope_only)
+
+    async def rolled_back(scope: TransactionScope) -> None:
+        scope.session().add(Note(body="pending in a rolled-back savepoint"))
+        raise BoomError
+
+    async def released(scope: TransactionScope) -> None:
+        scope.session().add(Note(body="pending in a released savepoint"))
+
+    async def outer(scope: TransactionScope) -> None:
+        with pytest.raises(BoomError):
+            await uow.run(rolled_back, savepoint=True)
+        await uow.run(released, savepoint=True)
+
+    await uow.run(outer)
+    assert await bodies(engine) == ["pending in a released savepoint"]

@@ -7,6 +7,13 @@ I2 Every outcome is explicit (started / replay / in progress / fingerprint misma
    duplicate that meets an uncommitted claim waits at most ``lock_timeout`` before it is told
    "in progress" (it never hangs for as long as the first request runs).
 I3 ``cleanup`` deletes expired keys of one prefix in bounded batches.
+
+Bounds, checked before any SQL runs: a key is 1 to 255 bytes of UTF-8, a prefix 1 to 200, a
+tenant 1 to 255 (:data:`ship_sqla._scope.MAX_TENANT_BYTES`; ``""`` and blank tenants are
+refused, they would alias "no tenant", stored as ``''``). Together they stay far below the
+primary key's btree row limit (about 2.7 kB), so no key is refused by PostgreSQL with "index row
+requires N bytes". A refused connection or a lost one raises
+:class:`~ship_sqla.kernel.DatabaseUnavailableError`.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from ship_sqla._idempotency._types import (
     StoredResponse,
     _ClaimOwner,
 )
-from ship_sqla._scope import Database, joined, tenant_within
+from ship_sqla._scope import Database, check_tenant, joined, tenant_within
 from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, SystemClock
 
 if TYPE_CHECKING:
@@ -53,7 +60,9 @@ __all__ = [
 
 DEFAULT_PREFIX = "default"
 MAX_KEY_LENGTH = 255
+"""Bytes of UTF-8 (255 ASCII characters; a UUID is 36)."""
 MAX_PREFIX_LENGTH = 200
+"""Bytes of UTF-8."""
 MAX_CLEANUP_LIMIT = 10_000
 DEFAULT_LOCK_TIMEOUT = timedelta(seconds=1)
 DEFAULT_CLAIM_LEASE = timedelta(minutes=1)
@@ -64,9 +73,10 @@ _BEGIN_ROUNDS = 3
 
 
 def _check_text(kind: str, value: str, limit: int) -> None:
-    if not value or len(value) > limit or not value.isprintable():
+    if not value or len(value.encode()) > limit or not value.isprintable():
         raise IdempotencyKeyError(
-            f"idempotency {kind} {value[:60]!r} must be 1 to {limit} printable characters.",
+            f"idempotency {kind} {value[:60]!r} must be 1 to {limit} bytes (UTF-8) of"
+            " printable text.",
             fix=f"use a short opaque {kind}, e.g. a UUID"
             if kind == "key"
             else f"use a short namespace such as 'http' or 'webhook:<name>' as the {kind}.",
@@ -147,13 +157,14 @@ class IdempotencyStore(_ClaimOwner):
         """
         _check_text("key", key, MAX_KEY_LENGTH)
         _check_text("prefix", prefix, MAX_PREFIX_LENGTH)
+        check_tenant(tenant, operation="idempotency begin")
         if not fingerprint:
             raise IdempotencyKeyError(
                 "the request fingerprint is empty, so a reused key could not be told apart.",
                 fix="fingerprint what identifies the request: method, path and a body hash.",
             )
         ttl_seconds = self._ttl_seconds if ttl is None else _positive("ttl", ttl)
-        async with joined(self._database, scope) as tx:
+        async with joined(self._database, scope, operation="idempotency begin") as tx:
             tenant = tenant_within(tx.scope, tenant, operation="idempotency begin")
             params: dict[str, Any] = {
                 "k_prefix": prefix,
@@ -229,7 +240,7 @@ class IdempotencyStore(_ClaimOwner):
         params = self._claim_params(claim)
         # The ttl restarts at completion: a key is remembered for ttl after its answer exists.
         params |= {"response": response.to_json(), "ttl": self._ttl_seconds}
-        async with joined(self._database, scope) as tx:
+        async with joined(self._database, scope, operation="idempotency complete") as tx:
             row = (await tx.connection.execute(self._sql.complete, params)).first()
         if row is None:
             raise _lost(claim, "complete")
@@ -237,7 +248,7 @@ class IdempotencyStore(_ClaimOwner):
         return completed_at
 
     async def _release(self, claim: IdempotencyClaim, scope: TransactionScope | None) -> None:
-        async with joined(self._database, scope) as tx:
+        async with joined(self._database, scope, operation="idempotency release") as tx:
             params = self._claim_params(claim)
             row = (await tx.connection.execute(self._sql.release, params)).first()
         if row is None:
@@ -254,7 +265,8 @@ class IdempotencyStore(_ClaimOwner):
         scope: TransactionScope | None = None,
     ) -> IdempotencyRecord | None:
         """The key's row, whatever its status (None when there is none)."""
-        async with joined(self._database, scope) as tx:
+        check_tenant(tenant, operation="idempotency get")
+        async with joined(self._database, scope, operation="idempotency get") as tx:
             tenant = tenant_within(tx.scope, tenant, operation="idempotency get")
             params = {"k_prefix": prefix, "k_tenant": tenant or "", "k_key": key}
             row = (await tx.connection.execute(self._sql.read, params)).first()
@@ -283,7 +295,7 @@ class IdempotencyStore(_ClaimOwner):
         """
         _check_text("prefix", prefix, MAX_PREFIX_LENGTH)
         check_cleanup_limit(limit)
-        async with joined(self._database, scope) as tx:
+        async with joined(self._database, scope, operation="idempotency cleanup") as tx:
             return await run_cleanup(tx.connection, self._sql, prefix, limit, self._now())
 
 

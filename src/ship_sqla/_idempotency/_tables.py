@@ -43,7 +43,7 @@ def ship_idempotency_table(
     process, may be retaken after it); ``expires_at`` (when the key is forgotten, and when
     cleanup may delete it); ``created_at``, ``completed_at``.
     """
-    check_derived_names(name, (_LONGEST_SUFFIX,), "idempotency")
+    check_derived_names(name, (_LONGEST_SUFFIX,), "idempotency", schema=schema)
     statuses = ", ".join(f"'{s}'" for s in STATUSES)
     return Table(
         name,

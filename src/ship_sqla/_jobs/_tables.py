@@ -73,6 +73,7 @@ def ship_job_runs_table(
         name,
         ("_pkey", "_state_check", "_due_idx", "_lease_idx", "_dedupe_idx", "_finished_idx"),
         "job runs",
+        schema=schema,
     )
     states = ", ".join(f"'{s}'" for s in RUN_STATES)
     return Table(
@@ -131,9 +132,10 @@ def ship_job_state_table(
     """One row per job id: the schedule's ``next_at`` and ``trigger`` text, and ``updated_at``.
 
     Schedules (J9) upsert it and lock due rows with SKIP LOCKED; it is keyed by ``job_id`` alone,
-    so it needs no index beyond its primary key.
+    so it needs no index beyond its primary key. A backend with ``queue_depth_limit`` also keeps
+    one gate row per enqueued job, ``<job_id>#enqueue-gate`` (J2's hard cap: ENQUEUE_GATE).
     """
-    n = derived_names(name, ("_pkey",), "job state")
+    n = derived_names(name, ("_pkey",), "job state", schema=schema)
     return Table(
         name,
         metadata,

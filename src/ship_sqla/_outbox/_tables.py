@@ -57,7 +57,7 @@ def ship_outbox_table(
     lease fields ``lease_expires_at``, ``claim_token`` uuid, ``claimed_by``; ``delivered_at``;
     ``last_error``.
     """
-    check_derived_names(name, (_LONGEST_SUFFIX,), "outbox")
+    check_derived_names(name, (_LONGEST_SUFFIX,), "outbox", schema=schema)
     statuses = ", ".join(f"'{s}'" for s in STATUSES)
     return Table(
         name,

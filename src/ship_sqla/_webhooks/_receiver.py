@@ -13,13 +13,16 @@ A delivery is answered in three steps, fast:
 A duplicate delivery (the same ``webhook-id``: senders retry with a new timestamp and signature)
 is acknowledged with 200 and enqueues nothing. A delivery that meets a concurrent, uncommitted
 delivery of the same event is answered 409 within the stores' ``lock_timeout``; the sender
-retries.
+retries. A database outage (:class:`~ship_sqla.kernel.DatabaseUnavailableError`) is answered
+503: the sender retries, and a delivery whose COMMIT was cut off is then acknowledged as a
+duplicate.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
@@ -47,6 +50,7 @@ from ship_sqla._idempotency._types import (
     IdempotencyStarted,
     StoredResponse,
 )
+from ship_sqla._scope import check_tenant
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla._uow import create_unit_of_work
 from ship_sqla._webhooks._signature import (
@@ -59,6 +63,7 @@ from ship_sqla._webhooks._signature import (
 from ship_sqla._webhooks._store import WebhookEventStore, webhook_idempotency_prefix
 from ship_sqla._webhooks._types import WebhookEventInProgressError
 from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
+from ship_sqla.kernel._errors import DatabaseUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -67,6 +72,8 @@ if TYPE_CHECKING:
     from ship_sqla._scope import TransactionScope
 
 __all__ = ["OutboxWriter", "WebhookEndpoint", "WebhookReceiver"]
+
+logger = logging.getLogger("ship_sqla")
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 DEFAULT_DEDUPE_TTL = timedelta(days=7)
@@ -111,12 +118,16 @@ class WebhookEndpoint:
     secrets: tuple[str | bytes, ...] = attrs.field(converter=_secrets)
     topic: str | None = None
     outbox_id: str = DEFAULT_OUTBOX_ID
-    tenant: str | None = None
+    tenant: str | None = attrs.field(default=None, validator=lambda _, __, t: _endpoint_tenant(t))
     tolerance: timedelta = DEFAULT_TOLERANCE
 
     @property
     def outbox_topic(self) -> str:
         return self.topic or f"webhook.{self.name}"
+
+
+def _endpoint_tenant(tenant: str | None) -> None:
+    check_tenant(tenant, operation="WebhookEndpoint")
 
 
 @attrs.frozen
@@ -201,14 +212,27 @@ class WebhookReceiver:
         delivery = await self._verified_delivery(scope, receive, endpoint)
         if not isinstance(delivery, _Delivery):
             return delivery
+        return await self._record(delivery)
+
+    async def _record(self, delivery: _Delivery) -> StoredResponse:
+        """Step 2 in one unit of work, or the problem answer for why it could not be done."""
 
         async def handler(tx: TransactionScope) -> StoredResponse:
             return await self._accept(tx, delivery)
 
         try:
-            return await self._uow.run(handler, tenant=endpoint.tenant)
+            return await self._uow.run(handler, tenant=delivery.endpoint.tenant)
         except WebhookEventInProgressError as exc:
             return _problem(409, exc.code, exc.message, exc.fix)
+        except DatabaseUnavailableError as exc:
+            # The sender retries a 5xx; the detail stays generic (the error names our database).
+            logger.warning("ship_sqla webhook receiver: answering 503", exc_info=exc)
+            return _problem(
+                503,
+                exc.code,
+                "the delivery could not be recorded: the database is unavailable.",
+                "retry the delivery later.",
+            )
         except DBAPIError as exc:
             if sqlstate_of(exc) != UNTRANSLATABLE_CHARACTER:
                 raise
@@ -361,6 +385,7 @@ def _problem(status: int, code: str, detail: str, fix: str | None = None) -> Sto
         409: "Webhook event in progress",
         413: "Webhook delivery too large",
         422: "Webhook id reused",
+        503: "Webhook receiver unavailable",
     }
     response = problem_response(
         status, title=titles.get(status, "Webhook error"), code=code, detail=detail, fix=fix

@@ -8,6 +8,9 @@ and waits at most ``lock_timeout`` for a concurrent recorder of the same event.
 W1 ``cleanup`` deletes one webhook's events past retention ONLY when their outbox intent is no
    longer pending or claimed, and deletes expired idempotency keys under the webhook's prefix;
    each in one bounded statement.
+
+``tenant`` is None or a real tenant (``""`` and blank are refused, :func:`check_tenant`). A
+refused or lost connection raises :class:`~ship_sqla.kernel.DatabaseUnavailableError`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from ship_sqla._idempotency._lock_wait import (
 )
 from ship_sqla._idempotency._sql import build_statements as build_idempotency_statements
 from ship_sqla._idempotency._store import check_cleanup_limit, run_cleanup
-from ship_sqla._scope import Database, joined, tenant_within
+from ship_sqla._scope import Database, check_tenant, joined, tenant_within
 from ship_sqla._webhooks._sql import WebhookStatements, build_statements
 from ship_sqla._webhooks._types import (
     WebhookCleanupResult,
@@ -155,7 +158,8 @@ class WebhookEventStore:
         """
         _check_name(webhook)
         _check_event_id(event_id)
-        async with joined(self._database, scope) as tx:
+        check_tenant(tenant, operation="webhook record")
+        async with joined(self._database, scope, operation="webhook record") as tx:
             tenant = tenant_within(tx.scope, tenant, operation="webhook record")
             params: dict[str, Any] = {
                 "w_id": uuid.uuid4(),
@@ -197,7 +201,7 @@ class WebhookEventStore:
 
         The link is what makes cleanup keep the event while its intent is pending or claimed.
         """
-        async with joined(self._database, scope) as tx:
+        async with joined(self._database, scope, operation="webhook link") as tx:
             params = {"w_webhook": webhook, "w_event": event_id, "w_message": outbox_message_id}
             row = (await tx.connection.execute(self._sql.link, params)).first()
         if row is None:
@@ -211,7 +215,7 @@ class WebhookEventStore:
         self, webhook: str, event_id: str, *, scope: TransactionScope | None = None
     ) -> WebhookEvent | None:
         """The recorded event, or None."""
-        async with joined(self._database, scope) as tx:
+        async with joined(self._database, scope, operation="webhook get") as tx:
             params = {"w_webhook": webhook, "w_event": event_id}
             row = (await tx.connection.execute(self._sql.get, params)).first()
         return None if row is None else _event(row)
@@ -241,7 +245,7 @@ class WebhookEventStore:
                 fix="keep events longer than the sender retries, e.g. timedelta(days=7).",
             )
         now = self._now()
-        async with joined(self._database, scope) as tx:
+        async with joined(self._database, scope, operation="webhook cleanup") as tx:
             params = {"w_webhook": webhook, "retention": seconds, "limit": limit, "now": now}
             events = await tx.connection.execute(self._sql.cleanup, params)
             claims = await run_cleanup(

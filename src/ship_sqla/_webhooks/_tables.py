@@ -42,7 +42,7 @@ def ship_webhook_events_table(
     the outbox intent the event produced; ``idempotency_key`` (the key claimed under the
     webhook's prefix).
     """
-    check_derived_names(name, (UNIQUE_SUFFIX,), "webhook events")
+    check_derived_names(name, (UNIQUE_SUFFIX,), "webhook events", schema=schema)
     return Table(
         name,
         metadata,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import reprlib
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol, runtime_checkable
@@ -120,9 +121,17 @@ class FrozenClock:
                 future.set_result(None)
 
 
-def require_aware(when: datetime, name: str) -> datetime:
-    """``when`` itself; a naive datetime (no time zone) is a :class:`ConfigurationError` naming
-    ``name``. Every time a caller hands the library goes through here."""
+def require_aware(when: object, name: str) -> datetime:
+    """``when`` itself; anything but a datetime (a str, an int, a ``date``) or a naive datetime
+    (no time zone) is a :class:`ConfigurationError` naming ``name``. Every time a caller hands
+    the library goes through here."""
+    if not isinstance(when, datetime):
+        raise ConfigurationError(
+            f"{name} must be a timezone-aware datetime, got {type(when).__name__}"
+            f" {reprlib.repr(when)}.",
+            fix="pass datetime(..., tzinfo=UTC) or clock.now() + timedelta(...); parse text"
+            " with datetime.fromisoformat first.",
+        )
     if when.tzinfo is None:
         raise ConfigurationError(
             f"{name} must be timezone-aware, got the naive datetime {when.isoformat()}.",

@@ -49,7 +49,9 @@ class TenantRequiredError(ShipError, ValueError):
 
 
 class TenantViolationError(ShipError, ValueError):
-    """A write named a tenant other than the repository's own, or tried to move a row (R2)."""
+    """A write named a tenant other than the repository's own, or tried to move a row (R2); or
+    a tenant that is no tenant at all (empty, blank, too long, control characters), which could
+    alias "no tenant"."""
 
     code = "SHIP_SQLA_TENANT_VIOLATION"
 
@@ -98,3 +100,15 @@ class PermissionDeniedError(ShipError, PermissionError):
     """An operator operation was refused by the application's authorizer."""
 
     code = "SHIP_SQLA_PERMISSION_DENIED"
+
+
+class DatabaseUnavailableError(ShipError, ConnectionError):
+    """The database could not be reached or its connection was lost: a refused or failed
+    connect, a connection closed under the work, or a server shutting down or starting up.
+
+    The driver's error is chained as ``__cause__``. Work that failed with it did not commit,
+    unless the message says the COMMIT itself was cut off (then it may or may not have). It is a
+    ``ConnectionError`` too, so ``except OSError`` handlers keep catching outages.
+    """
+
+    code = "SHIP_SQLA_DATABASE_UNAVAILABLE"
