@@ -4,6 +4,11 @@ single: each ``backend.enqueue`` in its own ``uow.run`` (BEGIN, the enqueue stat
         vs. a raw asyncpg INSERT each in its own transaction; sequential, one connection each.
 bulk:   ``enqueue_many`` in calls of BULK_BATCH requests (each call its own transaction)
         vs. raw asyncpg COPY of the same number of rows per call.
+single.capped / bulk.capped: the same calls on a backend with a ``queue_depth_limit`` (J2, a
+        hard cap), beside the uncapped calls of the same run: what the cap costs per enqueue.
+        The limit (CAP_LIMIT) is never reached, so every run is accepted; each call takes the
+        job's gate row, then counts the job's waiting runs (up to the depth at that moment,
+        the backlog of the round so far) in the checked statement.
 
 Both write tables built by ``ship_job_runs_table`` (same indexes), truncated before each round.
 The library's timed path includes what it does for the caller (payload validation and JSON
@@ -44,6 +49,7 @@ NAME = "enqueue"
 JOB_ID = "bench.enqueue"
 RAW_TABLE = "raw_job_runs"
 BULK_BATCH = 10_000
+CAP_LIMIT = 1_000_000
 PAYLOAD: dict[str, Any] = {"order_id": 12345, "kind": "bench"}
 
 
@@ -62,12 +68,19 @@ class _Enqueue:
         self.db = db
         metadata = MetaData()
         self.table = ship_job_runs_table(metadata)
-        ship_job_state_table(metadata)
+        state = ship_job_state_table(metadata)
         ship_job_runs_table(metadata, name=RAW_TABLE)
         self.metadata = metadata
         self.job: JobDefinition[dict[str, Any]] = define_job(JOB_ID, _noop, payload=dict)
         self.backend: PostgresJobBackend = create_job_backend(
             database=db.engine, table=self.table, poll_interval=5.0
+        )
+        self.capped: PostgresJobBackend = create_job_backend(
+            database=db.engine,
+            table=self.table,
+            state_table=state,
+            poll_interval=5.0,
+            queue_depth_limit=CAP_LIMIT,
         )
         self.uow = create_unit_of_work(db.engine, repositories=_scope_itself)
         self.sql = job_sql(RAW_TABLE)
@@ -79,9 +92,9 @@ class _Enqueue:
     async def _truncate(self) -> None:
         await self.db.maintain(f"TRUNCATE {self.table.name}, {RAW_TABLE}")
 
-    async def ship_single(self, count: int) -> float:
+    async def ship_single(self, count: int, *, capped: bool = False) -> float:
         await self._truncate()
-        backend, job = self.backend, self.job
+        backend, job = (self.capped if capped else self.backend), self.job
 
         async def enqueue_one(_scope: TransactionScope) -> None:
             await backend.enqueue(job, PAYLOAD)
@@ -90,7 +103,8 @@ class _Enqueue:
             for _ in range(count):
                 await self.uow.run(enqueue_one)
         per_s = rate(count, watch.seconds)
-        self.bench.log(f"ship single  {count} in {watch.seconds:.2f} s = {per_s:,.0f}/s")
+        label = "ship single capped" if capped else "ship single "
+        self.bench.log(f"{label} {count} in {watch.seconds:.2f} s = {per_s:,.0f}/s")
         return per_s
 
     async def raw_single(self, count: int) -> float:
@@ -108,17 +122,19 @@ class _Enqueue:
         self.bench.log(f"raw  single  {count} in {watch.seconds:.2f} s = {per_s:,.0f}/s")
         return per_s
 
-    async def ship_bulk(self, count: int) -> float:
+    async def ship_bulk(self, count: int, *, capped: bool = False) -> float:
         await self._truncate()
+        backend = self.capped if capped else self.backend
         calls = [
             [EnqueueRequest(payload=PAYLOAD) for _ in range(min(BULK_BATCH, count - start))]
             for start in range(0, count, BULK_BATCH)
         ]
         with Stopwatch() as watch:
             for requests in calls:
-                await self.backend.enqueue_many(self.job, requests)
+                await backend.enqueue_many(self.job, requests)
         per_s = rate(count, watch.seconds)
-        self.bench.log(f"ship bulk    {count} in {watch.seconds:.2f} s = {per_s:,.0f}/s")
+        label = "ship bulk capped" if capped else "ship bulk   "
+        self.bench.log(f"{label} {count} in {watch.seconds:.2f} s = {per_s:,.0f}/s")
         return per_s
 
     async def raw_bulk(self, count: int) -> float:
@@ -156,11 +172,23 @@ async def run(bench: Bench) -> list[Figure]:
         await work.raw_single(50)
         await work.ship_bulk(BULK_BATCH)
         await work.raw_bulk(BULK_BATCH)
+        await work.ship_single(50, capped=True)
+        await work.ship_bulk(BULK_BATCH, capped=True)
         single_ours, single_raw = await paired_rounds(
             bench.rounds, lambda: work.ship_single(single), lambda: work.raw_single(single)
         )
         bulk_ours, bulk_raw = await paired_rounds(
             bench.rounds, lambda: work.ship_bulk(bulk), lambda: work.raw_bulk(bulk)
+        )
+        single_capped, single_uncapped = await paired_rounds(
+            bench.rounds,
+            lambda: work.ship_single(single, capped=True),
+            lambda: work.ship_single(single),
+        )
+        bulk_capped, bulk_uncapped = await paired_rounds(
+            bench.rounds,
+            lambda: work.ship_bulk(bulk, capped=True),
+            lambda: work.ship_bulk(bulk),
         )
     return [
         Figure.from_rounds(
@@ -180,5 +208,23 @@ async def run(bench: Bench) -> list[Figure]:
             baseline_label=f"raw COPY, {BULK_BATCH:,} rows per call",
             targets=(Target("value", ">=", 80_000),),
             note=f"{bulk:,} runs per round in enqueue_many calls of {BULK_BATCH:,}",
+        ),
+        Figure.from_rounds(
+            "enqueue.single.capped",
+            "runs/s",
+            single_capped,
+            single_uncapped,
+            baseline_label="the same enqueues without queue_depth_limit",
+            note=f"{single:,} sequential enqueues per round, each its own uow.run, on a backend"
+            f" with queue_depth_limit={CAP_LIMIT:,} (gate row + counted insert)",
+        ),
+        Figure.from_rounds(
+            "enqueue.bulk.capped",
+            "runs/s",
+            bulk_capped,
+            bulk_uncapped,
+            baseline_label="the same enqueue_many calls without queue_depth_limit",
+            note=f"{bulk:,} runs per round in enqueue_many calls of {BULK_BATCH:,}, with"
+            f" queue_depth_limit={CAP_LIMIT:,}: each call counts the round's backlog so far",
         ),
     ]

@@ -23,6 +23,13 @@ from ship_sqla.kernel import (
     RetryPolicy,
     define_job,
 )
+from ship_sqla.kernel._job_backend import (
+    LEASE_LAPSED,
+    LEASE_LAPSED_FINAL_MESSAGE,
+    LEASE_LAPSED_MESSAGE,
+    BuriedRun,
+    ClaimBatch,
+)
 
 LEASE = 30.0
 
@@ -346,16 +353,22 @@ async def test_j5_settles_of_one_batch_are_fenced_one_by_one(clock, job_backend_
     assert await backend.complete([first, second]) == ["stale", "completed"]
 
 
-async def test_j5_a_lapsed_lease_nobody_retook_is_still_current(clock, job_backend_factory):
-    """J5: a token stays current until a claim replaces it: a late but unchallenged holder may
-    still heartbeat and complete (no other worker holds the run)."""
+async def test_j5_a_heartbeat_never_revives_a_lapsed_lease(clock, job_backend_factory):
+    """J5: a lease that lapsed is never extended by a heartbeat, even when no claim retook the
+    run (any claim may, from the moment it lapsed): the heartbeat answers False and changes
+    nothing, so the holder stops. Its token is still current for a settle that arrives first
+    (nobody else holds the run), so a finished run's completion still lands."""
     backend = job_backend_factory(clock)
     definition = job()
-    await backend.enqueue(definition, {"n": 1})
-    [claimed] = await backend.claim(definition, worker="A", limit=1)
-    clock.advance(LEASE + 1)
-    assert await backend.heartbeat([claimed]) == [True]
-    assert await backend.complete([claimed]) == ["completed"]
+    await backend.enqueue_many(definition, [EnqueueRequest({"n": n}) for n in range(2)])
+    lapsing, live = await backend.claim(definition, worker="A", limit=2)
+    clock.advance(LEASE / 2)
+    assert await backend.heartbeat([live]) == [True]
+    clock.advance(LEASE / 2)
+    before = await run_of(backend, lapsing.run_id)
+    assert await backend.heartbeat([lapsing, live]) == [False, True]
+    assert await run_of(backend, lapsing.run_id) == before
+    assert await backend.complete([lapsing]) == ["completed"]
 
 
 async def test_j6_lapsed_lease_is_retaken(clock, job_backend_factory):
@@ -392,6 +405,91 @@ async def test_j6_lapse_on_the_final_attempt_dead_letters(clock, job_backend_fac
     assert LEASE_LAPSED_FINAL_ATTEMPT in record.last_error
     assert record.finished_at is not None
     assert await backend.complete([second]) == ["stale"]
+
+
+async def test_j6_a_retaken_run_records_the_lapsed_attempt(clock, job_backend_factory):
+    """J6: a run retaken after its lease lapsed has the lapsed attempt in its history (and as
+    last_error), so an operator sees why attempt 2 began; settling the new attempt keeps it."""
+    backend = job_backend_factory(clock)
+    definition = job(attempts=3)
+    result = await backend.enqueue(definition, {"n": 1})
+    await backend.claim(definition, worker="A", limit=1)
+    clock.advance(LEASE)
+    [second] = await backend.claim(definition, worker="B", limit=1)
+    assert second.attempt == 2
+    record = await run_of(backend, result.run_id)
+    assert [entry["attempt"] for entry in record.history] == [1]
+    assert record.history[0]["error"] == LEASE_LAPSED_MESSAGE
+    assert record.history[0]["error"].startswith(LEASE_LAPSED)
+    assert record.last_error == LEASE_LAPSED_MESSAGE
+    assert await backend.fail(second, "boom", retry_at=clock.now()) == "retrying"
+    record = await run_of(backend, result.run_id)
+    assert [(entry["attempt"], entry["error"]) for entry in record.history] == [
+        (1, LEASE_LAPSED_MESSAGE),
+        (2, "boom"),
+    ]
+
+
+async def test_j6_j10_a_claim_returns_the_runs_it_buried(clock, job_backend_factory):
+    """J6, J10: the runs a claim dead-lettered (lease lapsed on the final attempt) come back in
+    its ``buried`` (id, job, attempt, key) for the runtime to report and count, never among the
+    claimed runs; their history records the lapsed attempt. A claim that buries nothing, or
+    that finds nothing at all, answers an empty ``buried``."""
+    backend = job_backend_factory(clock)
+    definition = job(attempts=1, max_=5, single_runner=True, key=lambda payload: payload["k"])
+    results = await backend.enqueue_many(
+        definition, [EnqueueRequest({"k": key}) for key in ("a", "b")]
+    )
+    first = await backend.claim(definition, worker="A", limit=1)
+    assert isinstance(first, ClaimBatch)
+    assert first.buried == ()
+    second = await backend.claim(definition, worker="A", limit=1)
+    clock.advance(LEASE)
+    waiting = await backend.enqueue(definition, {"k": "c"})
+
+    claimed = await backend.claim(definition, worker="B", limit=5)
+
+    assert [run.run_id for run in claimed] == [waiting.run_id]
+    assert sorted(claimed.buried, key=lambda b: b.run_id) == sorted(
+        (
+            BuriedRun(results[0].run_id, definition.id, 1, "a"),
+            BuriedRun(results[1].run_id, definition.id, 1, "b"),
+        ),
+        key=lambda b: b.run_id,
+    )
+    for result in results:
+        record = await run_of(backend, result.run_id)
+        assert record.state == "dead"
+        assert [(entry["attempt"], entry["error"]) for entry in record.history] == [
+            (1, LEASE_LAPSED_FINAL_MESSAGE)
+        ]
+    assert await backend.complete([*first, *second]) == ["stale", "stale"]
+    empty = await backend.claim(definition, worker="B", limit=5)
+    assert empty == []
+    assert empty.buried == ()
+
+
+async def test_j3_a_lapsed_run_keeps_its_slot_however_the_heartbeat_ends(
+    clock, job_backend_factory
+):
+    """J3: concurrency.max bounds the job's running runs, live or lapsed leases alike. A
+    lapsed run holds its slot until a claim retakes it (the slot moves) or buries it; a due run
+    never takes it meanwhile, so the bound does not rest on the refused heartbeat."""
+    backend = job_backend_factory(clock)
+    definition = job(max_=2, attempts=3)
+    await backend.enqueue_many(definition, [EnqueueRequest({"n": n}) for n in range(2)])
+    held = await backend.claim(definition, worker="A", limit=2)
+    clock.advance(LEASE + 1)
+    assert await backend.heartbeat(held) == [False, False]
+    later = await backend.enqueue(definition, {"n": 2})
+
+    retaken = await backend.claim(definition, worker="B", limit=1)
+
+    assert [run.run_id for run in retaken] == [held[0].run_id]
+    assert (await run_of(backend, later.run_id)).state == "waiting"
+    assert len(await backend.claim(definition, worker="B", limit=5)) == 1  # the other lapsed
+    assert await backend.claim(definition, worker="C", limit=5) == []
+    assert (await run_of(backend, later.run_id)).state == "waiting"
 
 
 async def test_j7_release_keeps_the_attempt(clock, job_backend_factory):

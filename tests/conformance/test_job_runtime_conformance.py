@@ -11,6 +11,7 @@ from functools import partial
 
 import anyio
 import pytest
+from global_meter import global_meter
 from job_helpers import ErrorLog, advance_until, advance_until_awaited
 from jobs_conformance_support import SpyBackend
 
@@ -22,6 +23,7 @@ from ship_sqla.kernel import (
     define_job,
     start_job_runtime,
 )
+from ship_sqla.kernel._job_backend import LEASE_LAPSED_FINAL_MESSAGE, JobLeaseLapsedFinalError
 
 LEASE = 30.0
 
@@ -382,3 +384,94 @@ async def test_runtime_never_exceeds_max_in_flight(clock, job_backend_factory, m
         with anyio.fail_after(20):
             await finished.wait()
     assert peak == max_in_flight
+
+
+async def test_j6_j10_a_run_buried_by_a_claim_is_reported_and_counted(clock, job_backend_factory):
+    """J6, J10: a run whose lease lapsed on its final attempt (its worker died) and that a
+    claim of the runtime dead-lettered is visible like any dead letter: counted in
+    ship.job.dead_letter.count, reported to on_error as JobLeaseLapsedFinalError naming the run
+    and job, and its history records the lapsed attempt. Its handler never runs again."""
+    ran = []
+
+    async def handler(ctx, payload):
+        ran.append(ctx.run_id)
+
+    job = define_job(
+        "conf.buried",
+        handler,
+        payload=dict,
+        concurrency=Concurrency(lease=LEASE),
+        retry=RetryPolicy(attempts=1),
+    )
+    with global_meter() as meter:
+        meter.install()
+        errors = ErrorLog()
+        backend = job_backend_factory(clock, on_error=errors)
+        result = await backend.enqueue(job, {})
+        [ghost] = await backend.claim(job, worker="dead-worker", limit=1)  # and then it died
+        clock.advance(LEASE + 1)
+        async with await start_job_runtime([job], backend=backend):
+            await errors.wait_count(1)
+        found = meter.collect()
+    [error] = errors.errors
+    assert isinstance(error, JobLeaseLapsedFinalError)
+    assert error.code == "SHIP_SQLA_JOB_LEASE_LAPSED_FINAL_ATTEMPT"
+    assert result.run_id in str(error)
+    assert job.id in str(error)
+    assert ran == []
+    record = await record_of(backend, result.run_id)
+    assert record.state == "dead"
+    assert [(entry["attempt"], entry["error"]) for entry in record.history] == [
+        (ghost.attempt, LEASE_LAPSED_FINAL_MESSAGE)
+    ]
+    [dead] = found["ship.job.dead_letter.count"].data.data_points
+    assert (dead.value, dict(dead.attributes)) == (1, {"ship.job.id": job.id})
+
+
+async def test_j10_metrics_are_on_by_default_through_the_global_provider(
+    clock, job_backend_factory
+):
+    """J10: with no meter_provider and no metrics=, the backend and the runtime record through
+    OpenTelemetry's global provider, so installing the SDK is all it takes, even after the
+    backend was built (the API's proxy forwards to it); the queue gauges are sampled once a
+    reader collected them."""
+    from ship_sqla.kernel._runtime_depth import DEPTH_SAMPLE_INTERVAL  # noqa: PLC0415
+
+    async def handler(ctx, payload):
+        if payload["fail"]:
+            message = "boom"
+            raise RuntimeError(message)
+
+    job = define_job(
+        "conf.metered",
+        handler,
+        payload=dict,
+        concurrency=Concurrency(lease=600),
+        retry=RetryPolicy(attempts=1),
+    )
+    with global_meter() as meter:
+        backend = SpyBackend(job_backend_factory(clock))
+        meter.install()  # after the backend exists
+        await backend.enqueue_many(job, [EnqueueRequest({"fail": f}) for f in (False, True)])
+        await backend.enqueue(job, {"fail": False}, run_at=clock.now() + timedelta(hours=1))
+        async with await start_job_runtime([job], backend=backend):
+            await backend.wait_calls("fail", 1)
+            await backend.wait_calls("complete", 1)
+            assert "ship.job.queue.depth" not in meter.collect()  # the first collection
+
+            class _Sampled:
+                def is_set(self) -> bool:
+                    gauge = meter.collect().get("ship.job.queue.depth")
+                    return gauge is not None and bool(gauge.data.data_points)
+
+            await advance_until(clock, _Sampled(), step=DEPTH_SAMPLE_INTERVAL / 5)
+            found = meter.collect()
+    runs = {
+        p.attributes["ship.job.outcome"]: p.value for p in found["ship.job.runs"].data.data_points
+    }
+    assert runs == {"completed": 1, "dead": 1}
+    [dead] = found["ship.job.dead_letter.count"].data.data_points
+    assert dead.value == 1
+    assert sum(p.count for p in found["ship.job.run.duration"].data.data_points) == 2
+    [depth] = found["ship.job.queue.depth"].data.data_points
+    assert (depth.value, dict(depth.attributes)) == (1, {"ship.job.id": job.id})

@@ -26,6 +26,7 @@ from ship_sqla._jobs._ids import new_run_ids
 from ship_sqla._locks import AdvisoryLockProvider, advisory_lock_key
 from ship_sqla.kernel import FrozenClock
 from ship_sqla.kernel._job_backend import (
+    LEASE_LAPSED,
     LEASE_LAPSED_FINAL_ATTEMPT,
     EnqueueRequest,
     JobBackend,
@@ -382,12 +383,17 @@ async def test_stale_token_changes_nothing(
 async def test_lapsed_lease_not_retaken_is_still_current(
     backend: PostgresJobBackend, ship_clock: FrozenClock
 ) -> None:
-    """J5: a lease that lapsed but that no claim retook is still its holder's."""
+    """J5: a lease that lapsed but that no claim retook is never revived by a heartbeat (its
+    holder must stop), yet its token is still current: a completion that arrives first lands."""
     await backend.enqueue(JOB, {"n": 1})
     [run] = await backend.claim(JOB, worker="A", limit=1)
     ship_clock.advance(60)
-    assert await backend.heartbeat([run]) == [True]
-    assert await backend.claim(JOB, worker="B", limit=1) == []
+    assert await backend.heartbeat([run]) == [False]
+    record = await backend.get_run(run.run_id)
+    assert record is not None
+    assert record.state == "running"
+    assert record.lease_expires_at is not None
+    assert record.lease_expires_at < ship_clock.now()
     assert await backend.complete([run]) == ["completed"]
 
 
@@ -437,11 +443,48 @@ async def test_lapse_on_final_attempt_is_dead_lettered(
     assert record.finished_at is not None
     assert record.last_error is not None
     assert record.last_error.startswith(LEASE_LAPSED_FINAL_ATTEMPT)
-    assert [entry["attempt"] for entry in record.history] == [2]
+    # J6: both lapsed attempts are history: the retaken first, the dead-lettered second.
+    assert [entry["attempt"] for entry in record.history] == [1, 2]
+    assert record.history[0]["error"].startswith(LEASE_LAPSED)
     assert await backend.complete([first, second]) == ["stale", "stale"]
 
 
 # --- J7 fail and release ------------------------------------------------------------------------
+
+
+async def test_a_lapsed_final_run_a_heartbeat_holds_keeps_its_slot(
+    backend: PostgresJobBackend, engine: AsyncEngine, ship_clock: FrozenClock
+) -> None:
+    """J3 (F1), J5: concurrency.max is exact even against a heartbeat in flight. A run whose
+    lease lapsed on its final attempt is normally buried by the next claim, freeing its slot;
+    but while another statement holds its row (a heartbeat that read the lease before it
+    lapsed, say) SKIP LOCKED passes it by, and it must still count as holding its slot: this
+    claim takes no due run in its place. Once the row is free a claim buries it (J6) and only
+    then starts the due run, so the job never has two running runs at concurrency.max = 1."""
+    job = define_job(
+        "report.single",
+        noop,
+        payload=dict,
+        concurrency=Concurrency(max=1, lease=10),
+        retry=RetryPolicy(attempts=1),
+    )
+    lapsing = await backend.enqueue(job, {"n": 1})
+    [held] = await backend.claim(job, worker="A", limit=1)
+    ship_clock.advance(11)
+    due = await backend.enqueue(job, {"n": 2})
+    async with engine.connect() as holder:
+        await holder.execute(
+            text("SELECT 1 FROM ship_job_runs WHERE id = :id FOR UPDATE"), {"id": held.run_id}
+        )
+        claimed = await backend.claim(job, worker="B", limit=1)
+        assert claimed == []
+        assert claimed.buried == ()
+        await holder.rollback()
+    claimed = await backend.claim(job, worker="B", limit=1)
+    assert [run.run_id for run in claimed] == [due.run_id]
+    assert [buried.run_id for buried in claimed.buried] == [lapsing.run_id]
+    running = [row for row in await rows(engine, job.id) if row.state == "running"]
+    assert [row.id for row in running] == [due.run_id]
 
 
 async def test_fail_retries_then_dead_letters_with_history(

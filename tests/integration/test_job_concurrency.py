@@ -1,4 +1,5 @@
-"""concurrency.max across OS processes (J3): several processes claim one job at once."""
+"""concurrency.max across OS processes (J3, F1): several processes claim one job at once, some
+stalling past their lease while others retake their runs and heartbeats race the claims."""
 
 from __future__ import annotations
 
@@ -30,14 +31,14 @@ WORKER = textwrap.dedent(
     from sqlalchemy import MetaData, text
     from sqlalchemy.ext.asyncio import create_async_engine
     from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-    from ship_sqla.kernel._jobs import Concurrency, define_job
+    from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
 
     async def noop(ctx, payload):
         return None
 
-    LIVE = text(
+    # Every running run holds a slot, live lease or lapsed (J3): the stronger count.
+    RUNNING = text(
         "SELECT count(*) FROM ship_job_runs WHERE job_id = 'limited' AND state = 'running'"
-        " AND lease_expires_at > now()"
     )
     LEFT = text(
         "SELECT count(*) FROM ship_job_runs WHERE job_id = 'limited'"
@@ -53,11 +54,15 @@ WORKER = textwrap.dedent(
             state_table=ship_job_state_table(md),
         )
         job = define_job(
-            "limited", noop, payload=dict, concurrency=Concurrency(max=max_running, lease=60)
+            "limited",
+            noop,
+            payload=dict,
+            concurrency=Concurrency(max=max_running, lease=LEASE),
+            retry=RetryPolicy(attempts=1000),
         )
         print("ready", flush=True)
         sys.stdin.readline()
-        peak, completed = 0, []
+        peak, completed, refused = 0, [], 0
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 90
         while loop.time() < deadline:
@@ -68,18 +73,28 @@ WORKER = textwrap.dedent(
                         break
                 await asyncio.sleep(0.002)
                 continue
-            # Our claim has committed: every lease now live is counted here, ours included.
+            # Our claim has committed: every running run is counted here, ours included.
             async with engine.connect() as c:
-                peak = max(peak, (await c.execute(LIVE)).scalar_one())
-            await asyncio.sleep(random.uniform(0.005, 0.015))
+                peak = max(peak, (await c.execute(RUNNING)).scalar_one())
+            if random.random() < STALL:
+                # Stalled past the lease: others may retake these runs meanwhile, and the
+                # heartbeat that follows must not revive a lapsed lease (J5).
+                await asyncio.sleep(LEASE * 1.5)
+            else:
+                await asyncio.sleep(random.uniform(0.005, 0.015))
+            alive = await backend.heartbeat(claimed)
+            refused += alive.count(False)
             outcomes = await backend.complete(claimed)
             completed += [r.run_id for r, o in zip(claimed, outcomes) if o == "completed"]
         await engine.dispose()
-        print(json.dumps({"peak": peak, "completed": completed}), flush=True)
+        report = {"peak": peak, "completed": completed, "refused": refused}
+        print(json.dumps(report), flush=True)
 
+    LEASE, STALL = float(sys.argv[4]), 0.15
     asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
     """
 )
+LEASE = 0.25
 
 
 async def noop(ctx: object, payload: object) -> None:
@@ -90,9 +105,11 @@ async def noop(ctx: object, payload: object) -> None:
 async def test_concurrency_max_holds_across_processes(
     ship_engine: AsyncEngine, ship_engine_url: str, tmp_path: Path
 ) -> None:
-    """J3: four OS processes claiming one job concurrently never hold more than
-    concurrency.max unexpired leases between them (each checks right after its own claim
-    committed, while its runs are held), and every run is completed exactly once."""
+    """J3 (F1), J5, J6: four OS processes claiming one job concurrently never have more than
+    concurrency.max running runs between them, live leases and lapsed ones alike (each checks
+    right after its own claim committed, while its runs are held), although some stall past
+    their short lease, others retake those runs, and the stalled ones' heartbeats (refused:
+    a lapsed lease is never revived) race the claims; every run is completed exactly once."""
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     backend = create_job_backend(database=ship_engine, table=runs, state_table=state)
@@ -104,7 +121,7 @@ async def test_concurrency_max_holds_across_processes(
     script.write_text(WORKER)
     workers = [
         subprocess.Popen(  # noqa: ASYNC220 - the processes run while this test waits on them
-            [sys.executable, str(script), ship_engine_url, f"w{i}", str(MAX_RUNNING)],
+            [sys.executable, str(script), ship_engine_url, f"w{i}", str(MAX_RUNNING), str(LEASE)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -133,3 +150,4 @@ async def test_concurrency_max_holds_across_processes(
     completed = [run_id for report in reports for run_id in report["completed"]]
     assert sorted(completed) == sorted(r.run_id for r in enqueued)  # each exactly once
     assert sum(1 for report in reports if report["completed"]) >= 2  # they did contend
+    assert sum(report["refused"] for report in reports) > 0  # leases did lapse

@@ -141,7 +141,8 @@ def claim_params() -> dict[str, Any]:
         "lease": 30.0,
         "worker": "explain",
         "exclude_keys": [],
-        "lapsed_final": "lapsed",
+        "lapsed_final": "lapsed on the final attempt",
+        "lapsed": "lapsed",
         "now": None,
     }
 
@@ -155,6 +156,19 @@ def depth_params() -> dict[str, Any]:
         "ids": ["explained-run"],
         "payloads": ["{}"],
         "dedupe_keys": ["explained-key"],
+        "keys": [None],
+        "run_ats": [None],
+    }
+
+
+def capped_params() -> dict[str, Any]:
+    return {
+        "job_id": "bulk",
+        "max_attempts": 5,
+        "depth_limit": 500,
+        "now": None,
+        "ids": ["explained-run"],
+        "payloads": "[{}]",
         "keys": [None],
         "run_ats": [None],
     }
@@ -179,6 +193,8 @@ CASES = [
         True,
     ),
     ("depth check", _sql.ENQUEUE_MANY, depth_params, {"due_idx", "dedupe_idx", "pkey"}, 1, True),
+    # J2's capped plain enqueue (after its gate): the same bounded count, no probes.
+    ("capped enqueue", _sql.ENQUEUE_PLAIN_CAPPED, capped_params, {"due_idx"}, 1, True),
     # J10's gauges: counting a million waiting runs reads them all, so only the index is
     # checked (an index-only scan of the due index, never the heap sequentially).
     (

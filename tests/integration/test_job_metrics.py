@@ -112,15 +112,16 @@ async def test_queue_gauges_report_the_database_queue(ship_engine: AsyncEngine) 
     later = datetime.now(UTC) + timedelta(hours=1)
     await backend.enqueue_many(job, [EnqueueRequest({"n": n}, run_at=later) for n in range(4)])
 
-    async with await start_job_runtime([job, idle], backend=backend):
+    reader.get_metrics_data()  # a reader collects: from now on a sample is worth its query
+    async with await start_job_runtime([job, idle], backend=backend, queue_sample_interval=0.2):
         with anyio.fail_after(30):
             await backend.sampled.wait()
-    found = {
-        metric.name: {p.attributes["ship.job.id"]: p.value for p in metric.data.data_points}
-        for resource in reader.get_metrics_data().resource_metrics
-        for scope in resource.scope_metrics
-        for metric in scope.metrics
-    }
+        found = {
+            metric.name: {p.attributes["ship.job.id"]: p.value for p in metric.data.data_points}
+            for resource in reader.get_metrics_data().resource_metrics
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+        }
     assert found["ship.job.queue.depth"] == {"gauged.pg": 4, "gauged.idle": 0}
     assert found["ship.job.queue.oldest_waiting_age"] == {"gauged.pg": 0.0, "gauged.idle": 0.0}
 

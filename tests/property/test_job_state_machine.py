@@ -250,6 +250,8 @@ class JobBackendMachine(RuleBasedStateMachine):
         expected = self.run(self.model.claim(job, worker=worker, limit=limit, exclude_keys=exclude))
         actual = self.run(self.pg.claim(job, worker=worker, limit=limit, exclude_keys=exclude))
         assert [_claimed_view(r) for r in actual] == [_claimed_view(r) for r in expected]
+        # J6, J10: both answer the same dead-lettered runs, for the runtime to report and count.
+        assert sorted(actual.buried, key=str) == sorted(expected.buried, key=str)
         for pg_run, model_run in zip(actual, expected, strict=True):
             # J5: every claim draws a token above any earlier holder's of the same run.
             assert pg_run.token > self.tokens.get(pg_run.run_id, 0)
@@ -276,6 +278,13 @@ class JobBackendMachine(RuleBasedStateMachine):
             actual: list[Any] = self.run(self.pg.heartbeat([c.pg for c in chosen]))
             assert actual == expected
             stale_flags = [not ok for ok in actual]
+            now = self.clock.now()
+            for claim, ok in zip(chosen, actual, strict=True):
+                record = before.get(claim.pg.run_id)
+                lapsed = record is not None and (
+                    record.lease_expires_at is None or record.lease_expires_at <= now
+                )
+                assert not (ok and lapsed), claim  # J5: a lapsed lease is never revived
         elif op == "complete":
             expected = self.run(self.model.complete([c.model for c in chosen]))
             actual = self.run(self.pg.complete([c.pg for c in chosen]))
@@ -337,6 +346,13 @@ class JobBackendMachine(RuleBasedStateMachine):
             assert _normalized(record) == _normalized(model[run_id]), run_id
 
     def backend_invariants_hold(self, records: dict[str, RunRecord]) -> None:
+        # J3 (F1): concurrency.max bounds each job's running runs, live or lapsed leases alike
+        # (a lapsed run keeps its slot until a claim retakes or buries it).
+        for job in (PLAIN, KEYED):
+            running = sum(
+                1 for r in records.values() if r.job_id == job.id and r.state == "running"
+            )
+            assert running <= job.concurrency.max, (job.id, running)
         live_keys: set[tuple[str, str]] = set()
         for run_id, record in records.items():
             # Attempts never exceed the bound.
@@ -383,9 +399,11 @@ def job_database(ship_server: ResolvedServer) -> Iterator[str]:
 @pytest.mark.timeout(900 if LARGE else 300)
 def test_postgres_backend_matches_the_model(job_database: str) -> None:
     """J1-J7 against the model: after every step the database equals the in-memory model; no
-    run has two live holders; a stale token never changes a row (J5); terminal runs never come
-    back; attempts never exceed the bound; dedupe (J1) and queue-full (J2) hold; lapsed leases
-    are retaken or dead-lettered as the model says (J6)."""
+    run has two live holders; a stale token never changes a row (J5) and a heartbeat never
+    revives a lapsed lease (J5); terminal runs never come back; attempts never exceed the
+    bound; a job never has more than concurrency.max running runs (J3); dedupe (J1) and
+    queue-full (J2) hold; lapsed leases are retaken (the lapsed attempt in the history) or
+    dead-lettered and returned as buried as the model says (J6, J10)."""
     with start_blocking_portal(backend="asyncio") as portal:
 
         async def setup() -> AsyncEngine:

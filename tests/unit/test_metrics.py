@@ -211,3 +211,53 @@ def test_kernel_modules_import_no_sqlalchemy_and_no_sdk(module: ModuleType) -> N
         if name.split(".")[0] in {"sqlalchemy", "asyncpg"} or name.startswith("opentelemetry.sdk")
     }
     assert not forbidden
+
+
+def test_one_job_metrics_per_provider_and_process() -> None:
+    """J10: every backend and runtime of a process on one provider share one JobMetrics (the
+    SDK would silently drop a second instance's queue gauges); None is the global provider's."""
+    from ship_sqla.kernel._metrics import job_metrics_for  # noqa: PLC0415
+
+    provider = MeterProvider(shutdown_on_exit=False)
+    assert job_metrics_for(provider) is job_metrics_for(provider)
+    assert job_metrics_for(provider) is not job_metrics_for(MeterProvider(shutdown_on_exit=False))
+    assert job_metrics_for(None) is job_metrics_for()
+
+
+def test_metrics_default_to_the_global_provider_installed_later() -> None:
+    """J10: metrics are on by default: the default JobMetrics, made before any SDK exists,
+    records through the SDK the application installs afterwards as the global provider."""
+    from global_meter import global_meter  # noqa: PLC0415
+
+    from ship_sqla.kernel._metrics import job_metrics_for  # noqa: PLC0415
+
+    with global_meter() as meter:
+        default = job_metrics_for()
+        default.record_run("mail.send", None, "completed", 0.5)  # no SDK yet: nothing kept
+        meter.install()
+        default.record_run("mail.send", None, "dead", 0.5)
+        default.record_dead_letter("mail.send", None)
+        found = meter.collect()
+    runs = found["ship.job.runs"].data.data_points
+    assert {p.attributes["ship.job.outcome"]: p.value for p in runs} == {"dead": 1}
+    [dead] = found["ship.job.dead_letter.count"].data.data_points
+    assert dead.value == 1
+    assert job_metrics_for() is not default  # the global state was put back
+
+
+def test_gauges_collected_only_once_a_reader_collects(
+    job_metrics: JobMetrics, reader: InMemoryMetricReader
+) -> None:
+    """J10: the queue sampler waits for a reader to collect the gauges before it queries (a
+    sample reads one index entry per waiting run); update_depths replaces only the jobs it
+    names, so runtimes sharing one JobMetrics keep each other's gauges."""
+    assert not job_metrics.gauges_collected
+    assert reader.get_metrics_data() is None  # collected, with nothing to report yet
+    assert job_metrics.gauges_collected
+    job_metrics.update_depths({"a": (1, 2.0)})
+    job_metrics.update_depths({"b": (3, 4.0)})
+    gauge = collect(reader)["ship.job.queue.depth"]
+    assert {p.attributes["ship.job.id"]: p.value for p in gauge.data.data_points} == {
+        "a": 1,
+        "b": 3,
+    }

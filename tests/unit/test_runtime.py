@@ -7,6 +7,7 @@ through a scripted backend to reach the paths a healthy backend never takes.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import timedelta
 
 import anyio
@@ -31,6 +32,7 @@ from ship_sqla.kernel import (
     define_job,
     start_job_runtime,
 )
+from ship_sqla.kernel._job_backend import JobLeaseLapsedError
 
 LEASE = 30.0
 
@@ -700,10 +702,9 @@ async def test_claims_leave_the_room_of_unanswered_completions(clock):
 
 
 async def test_worker_samples_the_queue_gauges(clock, errors):
-    """J10: a worker runtime with metrics samples ship.job.queue.depth and
-    ship.job.queue.oldest_waiting_age per registered job at start and every
-    DEPTH_SAMPLE_INTERVAL seconds; a failed sample goes to on_error (J11) and the next one
-    recovers."""
+    """J10: a worker runtime samples ship.job.queue.depth and ship.job.queue.oldest_waiting_age
+    per registered job once a reader collected the gauges, then every DEPTH_SAMPLE_INTERVAL
+    seconds; a failed sample goes to on_error (J11) and the next one recovers."""
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
@@ -729,6 +730,9 @@ async def test_worker_samples_the_queue_gauges(clock, errors):
         return found["ship.job.queue.depth"], found["ship.job.queue.oldest_waiting_age"]
 
     async with await start_job_runtime([queued, idle], backend=spy, metrics=metrics):
+        await settle_loop()
+        reader.get_metrics_data()  # the first collection: from now on a sample is worth it
+        clock.advance(DEPTH_SAMPLE_INTERVAL)
         await spy.wait_calls("queue_depths", 1)
         depth, age = gauges()
         assert depth == {"gauged.queued": 2, "gauged.idle": 0}
@@ -746,23 +750,45 @@ async def test_worker_samples_the_queue_gauges(clock, errors):
         clock.advance(DEPTH_SAMPLE_INTERVAL)
         await spy.wait_calls("queue_depths", 3)
         assert gauges()[0]["gauged.queued"] == 3
+    data = reader.get_metrics_data()  # None: nothing to report at all
+    assert data is None or "ship.job.queue.depth" not in {
+        metric.name
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.data.data_points
+    }  # a stopped runtime's jobs stop being reported
 
 
-async def test_no_metrics_no_queue_sampling(clock, backend):
-    """J10: without metrics, or with queue_sample_interval=None, the runtime never queries the
-    queues."""
+async def test_no_collection_no_queue_sampling(clock, backend):
+    """J10: metrics are on by default, but the queue gauges cost a query per sample (one index
+    entry per waiting run), so nothing is sampled until a reader collected them: not with the
+    default (no SDK installed), not with a provider whose reader never collects, and never with
+    queue_sample_interval=None."""
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
     from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
 
     spy = ScriptedBackend(backend)
     job = define_job("unmetered", _noop, payload=dict)
-    async with await start_job_runtime(job, backend=spy):
+    async with await start_job_runtime(job, backend=spy) as runtime:
+        assert runtime.metrics is backend.metrics  # the global provider's: on by default
         await settle_loop(20)
-    metrics = JobMetrics(MeterProvider())
+        clock.advance(3600)
+        await settle_loop(20)
+    reader = InMemoryMetricReader()
+    metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
+    async with await start_job_runtime(job, backend=spy, metrics=metrics):
+        await settle_loop(20)
+        clock.advance(3600)
+        await settle_loop(20)
+    reader.get_metrics_data()
     async with await start_job_runtime(
         job, backend=spy, metrics=metrics, queue_sample_interval=None
     ):
+        await settle_loop(20)
+        clock.advance(3600)
         await settle_loop(20)
     assert "queue_depths" not in spy.calls
 
@@ -770,12 +796,15 @@ async def test_no_metrics_no_queue_sampling(clock, backend):
 async def test_queue_sample_interval_sets_the_sampling_period(clock, backend):
     """J10: queue_sample_interval is the period between two queue samples."""
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
     from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
 
     spy = ScriptedBackend(backend)
     job = define_job("sampled", _noop, payload=dict)
-    metrics = JobMetrics(MeterProvider())
+    reader = InMemoryMetricReader()
+    metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
+    reader.get_metrics_data()
     async with await start_job_runtime(job, backend=spy, metrics=metrics, queue_sample_interval=60):
         await spy.wait_calls("queue_depths", 1)
         await settle_loop()
@@ -808,3 +837,385 @@ async def test_a_heartbeat_refused_after_the_handler_returned_reports_nothing(cl
             while backend.get_run(result.run_id).state != "completed":
                 await settle_loop(1)
     assert errors.errors == []
+
+
+# --- fewer duplicates under faults --------------------------------------------------------------
+
+
+class _Outage:
+    """Makes the wrapped backend's ``names`` raise while ``down`` (a database outage), counting
+    every call; calls made while up go through."""
+
+    def __init__(self, inner, *names):
+        self.inner = inner
+        self.names = names
+        self.down = False
+        self.calls: dict[str, list[float]] = {name: [] for name in names}
+        self.changed = anyio.Event()
+
+    def __getattr__(self, name):
+        original = getattr(self.inner, name)
+        if name not in self.names:
+            return original
+
+        async def call(*args, **kwargs):
+            self.calls[name].append(self.inner.clock.monotonic())
+            self.changed.set()
+            self.changed = anyio.Event()
+            if self.down:
+                message = f"{name}: connection refused"
+                raise ConnectionRefusedError(message)
+            return await original(*args, **kwargs)
+
+        return call
+
+    async def wait_calls(self, name, count, *, limit=10.0):
+        with anyio.fail_after(limit):
+            while len(self.calls[name]) < count:
+                await self.changed.wait()
+
+
+async def test_j6_a_handler_never_starts_once_its_lease_lapsed(clock, errors):
+    """J6: a run whose lease lapsed between its claim and the start of its handler (the loop
+    was blocked past the lease) is never executed by this worker: another one may be running
+    it already. It is reported (JobLeaseLapsedError) and handed back, attempt unspent."""
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
+    ran = []
+
+    async def handler(ctx, payload):
+        ran.append(ctx.run_id)
+
+    stalled = []
+
+    async def claim_then_stall(job, **kwargs):
+        runs = await backend.claim(job, **kwargs)
+        if runs and not stalled:
+            stalled.append(runs)
+            clock.advance(LEASE + 10)  # the loop is blocked before the runs' tasks start
+        return runs
+
+    job = define_job("late", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
+    result = await backend.enqueue(job, {})
+    stalling = _Override(backend, claim=claim_then_stall)
+    async with await start_job_runtime(job, backend=stalling):
+        await errors.wait_count(1)
+        with anyio.fail_after(5):
+            while backend.get_run(result.run_id).state != "completed":
+                await settle_loop(1)
+    [error] = errors.errors
+    assert isinstance(error, JobLeaseLapsedError)
+    assert error.code == "SHIP_SQLA_JOB_LEASE_LAPSED"
+    assert result.run_id in str(error)
+    # Handed back with its attempt unspent and no history (nothing ran), then claimed again
+    # and executed: once.
+    assert ran == [result.run_id]
+    record = backend.get_run(result.run_id)
+    assert (record.state, record.attempt, record.history) == ("completed", 1, ())
+
+
+async def test_j6_a_run_retaken_meanwhile_is_not_started_nor_reported_stale(clock, errors):
+    """J6, J5: when the lapsed run was retaken by another worker before this one could start
+    it, the hand-back changes nothing (fenced) and only the lapse is reported."""
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
+    ran = []
+
+    async def handler(ctx, payload):
+        ran.append(ctx.worker_id)
+
+    job = define_job("raced", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
+
+    lost = []
+
+    async def claim_then_lose_it(definition, **kwargs):
+        runs = await backend.claim(definition, **kwargs)
+        if runs and not lost:
+            clock.advance(LEASE + 1)
+            lost.extend(await backend.claim(definition, worker="other", limit=5))
+        return runs
+
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime(job, backend=_Override(backend, claim=claim_then_lose_it)):
+        await errors.wait_count(1)
+        await settle_loop()
+    assert ran == []
+    assert errors.codes() == ["SHIP_SQLA_JOB_LEASE_LAPSED"]
+    record = backend.get_run(result.run_id)
+    assert (record.state, record.attempt) == ("running", 2)
+
+
+async def test_j5_a_lapsed_lease_is_lost_once_the_database_is_back(clock, errors):
+    """J5, J6: heartbeats refuse a lapsed lease even when no claim retook the run, so a worker
+    whose heartbeats failed past the lease (an outage) cancels its handler ("lease-lost") once
+    the database is back, instead of reviving the lease while a claim may retake the run; the
+    run is retaken (here by the same worker, whose older claim is then stale too) with the
+    lapsed attempt in its history, and runs to completion once more."""
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
+    outage = _Outage(backend, "heartbeat", "claim")
+    started = anyio.Event()
+    cancelled = anyio.Event()
+    contexts: list[JobContext] = []
+
+    async def handler(ctx, payload):
+        contexts.append(ctx)
+        if ctx.attempt > 1:
+            return
+        started.set()
+        try:
+            await anyio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    job = define_job("lapsing", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime(job, backend=outage):
+        with anyio.fail_after(5):
+            await started.wait()
+        outage.down = True
+        await advance_until(clock, _after(clock, LEASE + 1), step=0.5)
+        assert not cancelled.is_set()  # failed heartbeats cancel nothing
+        outage.down = False
+        await advance_until(clock, cancelled, step=0.25)
+        with anyio.fail_after(5):
+            while backend.get_run(result.run_id).state != "completed":
+                clock.advance(0.25)
+                await settle_loop()
+    assert [ctx.attempt for ctx in contexts] == [1, 2]
+    assert contexts[0].cancel_reason == "lease-lost"
+    assert JobLeaseStaleError.code in errors.codes()
+    record = backend.get_run(result.run_id)
+    assert [entry["attempt"] for entry in record.history] == [1]
+    assert record.history[0]["error"].startswith("SHIP_SQLA_JOB_LEASE_LAPSED")
+
+
+def _after(clock, seconds):
+    """An event set by advance_until's polling once ``seconds`` passed on ``clock``."""
+    deadline = clock.monotonic() + seconds
+
+    class _Passed:
+        def is_set(self):
+            return clock.monotonic() >= deadline
+
+    return _Passed()
+
+
+async def test_j11_fail_and_release_are_retried_through_a_short_outage(clock, errors):
+    """J11, J6: a failure (and a release) that cannot reach the database is retried after the
+    error backoff while the lease still holds, instead of leaving the run to its lapsing lease
+    (which costs a retake, and on a final attempt a dead letter); each failed try is
+    reported. The outcome lands once, when the database is back."""
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
+    outage = _Outage(backend, "fail", "release")
+    locks = InMemoryLockProvider(clock)
+
+    async def handler(ctx, payload):
+        raise RuntimeError("boom")
+
+    failing = define_job(
+        "fails",
+        handler,
+        payload=dict,
+        concurrency=Concurrency(lease=LEASE),
+        retry=RetryPolicy(attempts=3, backoff="fixed", base_delay=600, jitter="none"),
+    )
+    result = await backend.enqueue(failing, {})
+    outage.down = True
+    async with await start_job_runtime(failing, backend=outage):
+        await advance_until_awaited(clock, lambda: outage.wait_calls("fail", 3), step=0.05)
+        outage.down = False
+        await advance_until_awaited(clock, lambda: outage.wait_calls("fail", 4), step=0.25)
+        await settle_loop()
+    record = backend.get_run(result.run_id)
+    assert (record.state, record.attempt, len(record.history)) == ("waiting", 1, 1)
+    assert sum(isinstance(e, ConnectionRefusedError) for e in errors.errors) == 3
+
+    keyed = define_job(
+        "keyed",
+        _noop,
+        payload=dict,
+        concurrency=Concurrency(lease=LEASE, single_runner=True),
+    )
+    held = await locks.acquire("keyed/", 3600)
+    assert held is not None
+    locked_backend = InMemoryJobBackend(clock=clock, on_error=errors, lock_provider=locks)
+    outage = _Outage(locked_backend, "release")
+    keyed_run = await locked_backend.enqueue(keyed, {})
+    outage.down = True
+    async with await start_job_runtime(keyed, backend=outage):
+        await advance_until_awaited(clock, lambda: outage.wait_calls("release", 2), step=0.05)
+        outage.down = False
+        await advance_until_awaited(clock, lambda: outage.wait_calls("release", 3), step=0.25)
+        await settle_loop()
+    record = locked_backend.get_run(keyed_run.run_id)
+    assert (record.state, record.attempt) == ("waiting", 0)  # JOB_LOCK_HELD: attempt unspent
+
+
+async def test_j11_a_settle_retry_gives_up_when_the_lease_can_no_longer_hold(clock, errors):
+    """J6, J11: a failure that keeps failing is retried only while the lease may still be held
+    (heartbeats fail too in an outage); then the run is left to its lapsing lease, which
+    brings it back (at least once), and the task ends."""
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
+    outage = _Outage(backend, "fail", "heartbeat")
+
+    async def handler(ctx, payload):
+        raise RuntimeError("boom")
+
+    job = define_job(
+        "gives-up",
+        handler,
+        payload=dict,
+        concurrency=Concurrency(lease=LEASE),
+        retry=RetryPolicy(attempts=3),
+    )
+    result = await backend.enqueue(job, {})
+    outage.down = True
+    async with await start_job_runtime(job, backend=outage) as runtime:
+        await outage.wait_calls("fail", 1)
+        started = clock.monotonic()
+        with anyio.fail_after(10):
+            while runtime.in_flight:
+                clock.advance(0.25)
+                await settle_loop()
+        assert clock.monotonic() - started <= LEASE + 1
+        assert len(outage.calls["fail"]) > 5
+        assert backend.get_run(result.run_id).state == "running"  # to be retaken (J6)
+        outage.down = False
+        with anyio.fail_after(5):
+            while backend.get_run(result.run_id).attempt < 2 or runtime.in_flight:
+                clock.advance(0.25)
+                await settle_loop()
+    record = backend.get_run(result.run_id)
+    assert record.state == "waiting"
+    assert [entry["attempt"] for entry in record.history] == [1, 2]  # lapsed, then failed
+
+
+async def test_j11_the_loop_is_back_within_a_second_of_the_database(clock, errors):
+    """J11: however long the database was down, the loop's error backoff never grows past
+    MAX_ERROR_BACKOFF (1 s): once the database is back, the next claim comes within about a
+    second, and the work runs (a backoff that kept doubling came back 12-30 s late)."""
+    from ship_sqla.kernel._runtime import MAX_ERROR_BACKOFF  # noqa: PLC0415
+
+    backend = InMemoryJobBackend(clock=clock, on_error=errors, poll_interval=5.0)
+    outage = _Outage(backend, "claim")
+    ran = anyio.Event()
+
+    async def handler(ctx, payload):
+        ran.set()
+
+    job = define_job("resumes", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
+    outage.down = True
+    async with await start_job_runtime(job, backend=outage):
+        await outage.wait_calls("claim", 1)
+        await advance_until(clock, _after(clock, 120), step=0.1)
+        gaps = [b - a for a, b in itertools.pairwise(outage.calls["claim"])]
+        assert max(gaps) <= MAX_ERROR_BACKOFF + 0.1
+        assert min(gaps[:3]) < 0.25  # the first retries come quickly
+        await backend.enqueue(job, {})
+        outage.down = False
+        back = clock.monotonic()
+        await advance_until(clock, ran, step=0.1)
+        assert clock.monotonic() - back <= MAX_ERROR_BACKOFF + 0.1
+
+
+async def test_j11_completions_are_retried_through_an_outage_without_a_duplicate(clock, errors):
+    """J11, J5: completions that fail while the database is down stay in memory and are
+    retried (heartbeats keep the lease meanwhile, retried quickly too), so after an outage
+    shorter than the lease each run completes once and no handler runs twice."""
+    from ship_sqla.kernel._runtime import MAX_ERROR_BACKOFF  # noqa: PLC0415
+
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
+    outage = _Outage(backend, "complete", "heartbeat", "claim")
+    executions: list[str] = []
+
+    async def handler(ctx, payload):
+        executions.append(ctx.run_id)
+
+    job = define_job("completes", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
+    results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(5)])
+    gate = anyio.Event()
+    original_claim = backend.claim
+
+    async def claim_then_fail_over(definition, **kwargs):
+        runs = await original_claim(definition, **kwargs)
+        if runs:
+            outage.down = True  # the database goes away as the handlers finish
+        gate.set()
+        return runs
+
+    backend.claim = claim_then_fail_over  # type: ignore[method-assign]
+    async with await start_job_runtime(job, backend=outage):
+        with anyio.fail_after(5):
+            await gate.wait()
+        await outage.wait_calls("complete", 1)
+        await advance_until(clock, _after(clock, LEASE * 0.8), step=0.25)
+        outage.down = False
+        back = clock.monotonic()
+        with anyio.fail_after(10):
+            while any(backend.get_run(r.run_id).state != "completed" for r in results):
+                clock.advance(0.1)
+                await settle_loop()
+        assert clock.monotonic() - back <= MAX_ERROR_BACKOFF + 0.2
+    assert sorted(executions) == sorted(r.run_id for r in results)
+    assert JobLeaseStaleError.code not in errors.codes()
+
+
+async def test_j12_a_stop_during_an_outage_keeps_retrying_completions_until_the_drain_deadline(
+    clock, errors
+):
+    """J12, J11: a completion that fails while the runtime stops is not given up at the first
+    try: it is retried until the drain deadline (while the lease may still be held), so a short
+    outage during a deploy re-runs nothing; past the deadline it is left to the lease (J6)."""
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
+    outage = _Outage(backend, "complete")
+    job = define_job("stopping", _noop, payload=dict, concurrency=Concurrency(lease=LEASE))
+    first, second = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in (1, 2)])
+    outage.down = True
+    runtime = await start_job_runtime(job, backend=outage, drain_timeout=5)
+    await outage.wait_calls("complete", 1)
+    stopped = anyio.Event()
+
+    async def stop() -> None:
+        await runtime.stop()
+        stopped.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(stop)
+        await advance_until(clock, _after(clock, 2), step=0.1)
+        assert not stopped.is_set()
+        outage.down = False
+        await advance_until(clock, stopped, step=0.1)
+    assert backend.get_run(first.run_id).state == "completed"
+    assert backend.get_run(second.run_id).state == "completed"
+
+    late = await backend.enqueue(job, {"n": 3})
+    outage.down = True
+    runtime = await start_job_runtime(job, backend=outage, drain_timeout=1)
+    await outage.wait_calls("complete", len(outage.calls["complete"]) + 1)
+    async with anyio.create_task_group() as group:
+        group.start_soon(runtime.stop)
+        await advance_until(clock, _after(clock, 3), step=0.1)
+    assert backend.get_run(late.run_id).state == "running"  # left to its lease (J6)
+
+
+async def test_j11_a_failure_that_never_lands_is_not_retried_forever(clock, errors):
+    """J11, J6: a failure that keeps being refused by the database (a permanent error) while
+    heartbeats still land is retried for at most one lease after its first try, then left to
+    the lease: the run is not kept in this process forever by its own heartbeats."""
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
+    outage = _Outage(backend, "fail")
+
+    async def handler(ctx, payload):
+        raise RuntimeError("boom")
+
+    job = define_job("never-lands", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
+    await backend.enqueue(job, {})
+    outage.down = True
+    async with await start_job_runtime(job, backend=outage) as runtime:
+        await outage.wait_calls("fail", 1)
+        first = clock.monotonic()
+        with anyio.fail_after(10):
+            while runtime.in_flight:
+                clock.advance(0.25)
+                await settle_loop()
+        assert clock.monotonic() - first <= LEASE + 1
+        outage.down = False

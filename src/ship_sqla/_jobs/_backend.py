@@ -5,16 +5,33 @@ J1 ``enqueue`` deduplicates by ``dedupe_key`` (given, or from the job's idempote
    (any state) is that run: the caller gets the existing run, ``deduplicated=True``.
 J2 ``enqueue`` answers ``rejected="queue-full"`` once the job holds ``queue_depth_limit``
    waiting runs. The check reads at most that many index entries (never the backlog) and buffers
-   nothing. Under concurrent enqueuers it is a soft bound: each may see the last free place.
+   nothing. It is a hard cap under any concurrency (engines, processes, ``enqueue_many``, units
+   of work that enqueue and commit together): an enqueue of a capped job first takes the job's
+   gate row (``ENQUEUE_GATE``), whose row lock lasts until its transaction commits, and only
+   then counts, in a later statement whose snapshot sees every earlier holder's runs. Enqueuers
+   of one capped job therefore take turns from their enqueue to their commit; a REPEATABLE READ
+   or SERIALIZABLE unit of work whose snapshot predates another holder's commit fails at the
+   gate with 40001 and is re-run (U3). The backend's own enqueue transactions are READ
+   COMMITTED whatever the engine's default. Without a limit nothing of this runs: a plain
+   enqueue stays one INSERT.
+   Why a written row, not an advisory lock: a lock is enough under READ COMMITTED (the count's
+   statement snapshot follows it) but a REPEATABLE READ snapshot taken before the lock would
+   count without another holder's committed runs; an UPDATE of a row that holder wrote is what
+   makes PostgreSQL refuse that snapshot (40001). The row is ``<job_id>#enqueue-gate`` in the
+   state table, apart from the job's schedule row, so ticks never wait for an open unit of
+   work. The cap bounds what enqueue admits: a retry, a release or an operator retry returns an
+   admitted run to waiting without the gate.
 J3 A claim is one short transaction: a per-job advisory lock, then ONE statement that counts the
    job's unexpired leases, takes due runs with ``FOR UPDATE SKIP LOCKED`` and leases at most
    ``concurrency.max`` minus that count, whichever process claims. A committed local enqueue
    wakes the local loop (after commit, never after a rollback).
 J5 Each claim draws a new fencing token; complete / fail / release / heartbeat act only while it
    is current, else change nothing and answer "stale" (the runtime reports
-   ``SHIP_SQLA_JOB_LEASE_STALE``). A lease that lapsed but that no claim retook is still current.
-J6 A lapsed lease is retaken by the next claim of its job, as a new attempt; one that lapsed on
-   its final attempt is dead-lettered with ``LEASE_LAPSED_FINAL_ATTEMPT`` instead.
+   ``SHIP_SQLA_JOB_LEASE_STALE``). A lease that lapsed but that no claim retook is still current
+   for complete / fail / release; a heartbeat refuses it (a lapsed lease is never revived).
+J6 A lapsed lease is retaken by the next claim of its job, as a new attempt, the lapsed one
+   recorded in the history; one that lapsed on its final attempt is dead-lettered with
+   ``LEASE_LAPSED_FINAL_ATTEMPT`` instead and returned in the claim's ``buried``.
 J7 ``release`` returns a run to waiting without consuming its attempt; ``fail`` appends to the
    history and retries at ``retry_at`` or dead-letters.
 
@@ -23,7 +40,9 @@ stable (compiled once by SQLAlchemy, prepared once per connection by asyncpg), a
 own statements run on autocommit connections, so a settle costs one round trip. A claim runs its
 generic plan without waiting for its commit's WAL flush (``CLAIM_LOCK_TUNED``). Enqueues that
 cannot conflict (generated ids, no dedupe key, no depth limit) take a plain INSERT from
-``unnest``; the rest take the checked statement.
+``unnest``; with a depth limit, the gate then the same INSERT bounded by the count
+(``ENQUEUE_PLAIN_CAPPED``); the rest take the checked statement. Every request is validated and
+encoded by the kernel's :func:`prepare_runs` (the in-memory backend's check too) before any SQL.
 
 Errors: the backend raises; the runtime's loop catches, reports through :meth:`report_error`
 (J11) and retries. Every operation on the backend's own connections is bounded by
@@ -34,7 +53,6 @@ Errors: the backend raises; the runtime's loop catches, reports through :meth:`r
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
@@ -52,12 +70,16 @@ from ship_sqla._jobs._schedules import Schedules
 from ship_sqla._jobs._tables import ship_job_runs_table, ship_job_state_table
 from ship_sqla._locks import advisory_lock_key, advisory_lock_provider
 from ship_sqla._scope import Database, TransactionScope, current_scope, joined
-from ship_sqla._sql_errors import sqlstate_of
+from ship_sqla._sql_errors import database_outage_translated, sqlstate_of
 from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, ShipError
 from ship_sqla.kernel._backend_options import BackendOptions
 from ship_sqla.kernel._clock import require_aware
+from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._job_backend import (
-    LEASE_LAPSED_FINAL_ATTEMPT,
+    LEASE_LAPSED_FINAL_MESSAGE,
+    LEASE_LAPSED_MESSAGE,
+    BuriedRun,
+    ClaimBatch,
     ClaimedRun,
     EnqueueRequest,
     EnqueueResult,
@@ -66,14 +88,14 @@ from ship_sqla.kernel._job_backend import (
     RunRecord,
     SettleOutcome,
 )
-from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
-from ship_sqla.kernel._metrics import JobMetrics
+from ship_sqla.kernel._prepare import PreparedRun, prepare_runs
 from ship_sqla.kernel._waiting import LocalWake
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+    from collections.abc import AsyncIterator, Iterable, Sequence
     from datetime import datetime
 
+    from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
 
 __all__ = ["JobBackendTimeoutError", "PostgresJobBackend", "create_job_backend"]
@@ -86,12 +108,8 @@ MAX_ENQUEUE_BATCH: Final = 10_000
 CLAIM_LOCK_NAMESPACE: Final = "ship_sqla.job_claim"
 """The advisory-lock namespace of the per-job claim lock (see :func:`advisory_lock_key`)."""
 _ENQUEUE_PASSES: Final = 3
-_encode_json = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
-
-LEASE_LAPSED_FINAL_MESSAGE: Final = (
-    f"{LEASE_LAPSED_FINAL_ATTEMPT}: the run's lease lapsed on its final attempt (its worker died"
-    " or stopped heartbeating); it was dead-lettered instead of being run again."
-)
+ENQUEUE_GATE_SUFFIX: Final = "#enqueue-gate"
+"""A capped job's gate row in the state table is ``<job_id>#enqueue-gate`` (J2, ENQUEUE_GATE)."""
 
 _RUN_COLUMNS = frozenset(
     {
@@ -128,6 +146,8 @@ class JobBackendTimeoutError(ShipError, TimeoutError):
 class _Statements:
     enqueue_many: TextClause
     enqueue_plain: TextClause
+    enqueue_gate: TextClause
+    enqueue_plain_capped: TextClause
     claim_lock: TextClause
     claim_lock_tuned: TextClause
     claim: TextClause
@@ -143,13 +163,15 @@ class _Statements:
     delete_finished: TextClause
 
     @classmethod
-    def for_table(cls, runs: str) -> _Statements:
+    def for_table(cls, runs: str, state: str) -> _Statements:
         def r(template: str) -> TextClause:
             return _sql.render(template, runs=runs)
 
         return cls(
             enqueue_many=r(_sql.ENQUEUE_MANY),
             enqueue_plain=r(_sql.ENQUEUE_PLAIN),
+            enqueue_gate=_sql.render_gate(_sql.ENQUEUE_GATE, state=state),
+            enqueue_plain_capped=r(_sql.ENQUEUE_PLAIN_CAPPED),
             claim_lock=r(_sql.CLAIM_LOCK),
             claim_lock_tuned=r(_sql.CLAIM_LOCK_TUNED),
             claim=r(_sql.CLAIM_DUE_AND_LAPSED_SKIP_LOCKED),
@@ -244,21 +266,18 @@ class PostgresJobBackend(BackendOptions):
             queue_depth_limit=queue_depth_limit,
             max_in_flight=max_in_flight,
             on_error=on_error,
+            meter_provider=meter_provider,
         )
-        if not operation_timeout > 0:
-            raise ConfigurationError(
-                f"operation_timeout must be positive, got {operation_timeout!r}."
-            )
+        timeout = require_duration(
+            operation_timeout, "operation_timeout", maximum=MAX_OPERATION_TIMEOUT
+        )
         _check_runs_table(table)
         self._database = database
         self._table = table
         self._state_table = state_table
-        self._meter_provider = meter_provider
-        # J10: a runtime on this backend records through these instruments unless given others.
-        self.metrics = JobMetrics(meter_provider) if meter_provider is not None else None
-        self._operation_timeout = float(operation_timeout)
+        self._operation_timeout = timeout
         self._runs_name = _quoted(table)
-        self._s = _Statements.for_table(self._runs_name)
+        self._s = _Statements.for_table(self._runs_name, _quoted(state_table))
         self._autocommit: AsyncEngine | None = None
         self._read_committed: AsyncEngine | None = None
         if isinstance(database, AsyncEngine):
@@ -274,10 +293,6 @@ class PostgresJobBackend(BackendOptions):
         self._schedule_half: Schedules | None = None
 
     # --- JobBackend properties ------------------------------------------------------------------
-
-    @property
-    def meter_provider(self) -> Any:  # noqa: ANN401 - an OpenTelemetry MeterProvider or None
-        return self._meter_provider
 
     @property
     def table(self) -> Table:
@@ -301,7 +316,9 @@ class PostgresJobBackend(BackendOptions):
     async def _deadline(self, what: str) -> AsyncIterator[None]:
         try:
             async with asyncio.timeout(self._operation_timeout):
-                yield
+                # Inside the timeout: its own TimeoutError must stay JobBackendTimeoutError.
+                with database_outage_translated(f"job backend {what}", driver_only=True):
+                    yield
         except TimeoutError as exc:
             raise JobBackendTimeoutError(
                 f"{what} did not finish within {self._operation_timeout} s (database"
@@ -346,7 +363,12 @@ class PostgresJobBackend(BackendOptions):
                 yield tx
             return
         alone = self._autocommit if one_statement else None
-        async with joined(self._database, scope, alone=alone) as tx:
+        # An own transaction is READ COMMITTED whatever the engine's default: the J2 gate then
+        # waits for a concurrent holder instead of failing with 40001, which nobody would
+        # re-run outside a unit of work, and a lost ON CONFLICT race's re-run sees the winner.
+        async with joined(
+            self._database, scope, alone=alone, isolation_level="READ COMMITTED"
+        ) as tx:
             yield tx
 
     def _claim_key(self, job_id: str) -> int:
@@ -384,7 +406,9 @@ class PostgresJobBackend(BackendOptions):
     ) -> list[EnqueueResult]:
         """Insert many runs of one job in one statement; results in request order.
 
-        Every payload is validated before anything is written: one bad payload writes nothing.
+        Every request is validated and encoded (:func:`prepare_runs`) before any SQL runs: one
+        bad request writes nothing. With a ``queue_depth_limit`` the job's gate is taken first
+        and held until the enqueuing transaction commits (J2, see the module docstring).
         """
         if len(requests) > MAX_ENQUEUE_BATCH:
             raise BoundExceededError(
@@ -400,9 +424,10 @@ class PostgresJobBackend(BackendOptions):
                 fix="pass the scope uow.run gave your repositories, or nothing.",
             )
         self._leases[job.id] = job.concurrency.lease
-        # Every payload is encoded (validated) before any statement runs.
-        if self._nothing_to_check(job, requests):
-            plain = _PlainBatch.of(job, requests)
+        # Every request is validated and encoded before any statement runs.
+        prepared = prepare_runs(job, requests)
+        if self._nothing_to_check(job, prepared):
+            plain = _PlainBatch.of(prepared)
             # One INSERT: outside a unit of work it commits by itself, which saves the BEGIN
             # and COMMIT round trips (two of three for a single run).
             async with self._joined(scope, one_statement=True) as tx:
@@ -410,11 +435,17 @@ class PostgresJobBackend(BackendOptions):
                 if plain.due_by(self._clock.now()):
                     tx.after_commit(self._wakeup.wake)
             return [EnqueueResult(run_id=run_id) for run_id in plain.ids]
-        ids = new_run_ids(sum(1 for request in requests if request.run_id is None))
-        fresh = iter(ids)
-        rows = [self._encode_request(job, request, fresh) for request in requests]
-        for row in rows:
-            row["payload"] = _payload_json(job, row["payload"])
+        if self._queue_depth_limit is not None and _fresh_only(prepared):
+            plain = _PlainBatch.of(prepared)
+            async with self._joined(scope) as tx:
+                room = await self._enqueue_plain_capped(tx.connection, job, plain)
+                if plain.due_by(self._clock.now(), first=room):
+                    tx.after_commit(self._wakeup.wake)
+            full = EnqueueResult(run_id=None, rejected="queue-full")
+            return [EnqueueResult(run_id=run_id) for run_id in plain.ids[:room]] + [full] * (
+                len(plain.ids) - room
+            )
+        rows = _checked_rows(prepared)
         async with self._joined(scope) as tx:
             results, due_now = await self._enqueue_checked(tx.connection, job, rows)
             if due_now:
@@ -422,15 +453,14 @@ class PostgresJobBackend(BackendOptions):
         return results
 
     def _nothing_to_check(
-        self, job: JobDefinition[Any], requests: Sequence[EnqueueRequest]
+        self,
+        _job: JobDefinition[Any],
+        prepared: Sequence[PreparedRun],
     ) -> bool:
-        """Fresh generated ids, no dedupe key, no depth limit: no run can conflict or be
-        rejected, so ENQUEUE_PLAIN serves (the common enqueue)."""
-        return (
-            self._queue_depth_limit is None
-            and job.idempotency is None
-            and all(r.run_id is None and r.dedupe_key is None for r in requests)
-        )
+        """Fresh generated ids, no dedupe key (given or from the idempotency policy), no depth
+        limit: no run can conflict or be rejected, so ENQUEUE_PLAIN serves (the common
+        enqueue)."""
+        return self._queue_depth_limit is None and _fresh_only(prepared)
 
     async def _enqueue_plain(
         self, connection: AsyncConnection, job: JobDefinition[Any], batch: _PlainBatch
@@ -449,10 +479,40 @@ class PostgresJobBackend(BackendOptions):
             },
         )
 
+    async def _take_gate(self, connection: AsyncConnection, job: JobDefinition[Any]) -> None:
+        """The job's enqueue gate, held until ``connection``'s transaction ends (J2 hard cap:
+        ENQUEUE_GATE). Only with a ``queue_depth_limit``."""
+        await connection.execute(
+            self._s.enqueue_gate, {"gate": f"{job.id}{ENQUEUE_GATE_SUFFIX}", "now": self._now()}
+        )
+
+    async def _enqueue_plain_capped(
+        self, connection: AsyncConnection, job: JobDefinition[Any], batch: _PlainBatch
+    ) -> int:
+        """Fresh runs of a capped job, after its gate: the first ``room`` go in; ``room``."""
+        await self._take_gate(connection, job)
+        room = await connection.scalar(
+            self._s.enqueue_plain_capped,
+            {
+                "job_id": job.id,
+                "max_attempts": job.retry.attempts,
+                "depth_limit": self._queue_depth_limit,
+                "now": self._now(),
+                "ids": batch.ids,
+                "payloads": batch.payloads,
+                "keys": batch.keys,
+                "run_ats": batch.run_ats,
+            },
+        )
+        return min(int(room), len(batch.ids))
+
     async def _enqueue_checked(
         self, connection: AsyncConnection, job: JobDefinition[Any], rows: list[dict[str, Any]]
     ) -> tuple[list[EnqueueResult], bool]:
-        """Runs that may be deduplicated (J1) or rejected (J2): ENQUEUE_MANY, per segment."""
+        """Runs that may be deduplicated (J1) or rejected (J2): ENQUEUE_MANY, per segment,
+        after the job's gate when a limit is set (J2 hard cap: ENQUEUE_GATE)."""
+        if self._queue_depth_limit is not None:
+            await self._take_gate(connection, job)
         results: list[EnqueueResult | None] = [None] * len(rows)
         due_now = False
         for segment in _segments(rows):
@@ -469,23 +529,6 @@ class PostgresJobBackend(BackendOptions):
                     " call is settled."
                 )
         return [result for result in results if result is not None], due_now
-
-    def _encode_request(
-        self, job: JobDefinition[Any], request: EnqueueRequest, fresh_ids: Iterator[str]
-    ) -> dict[str, Any]:
-        encoded = job.encode(request.payload)
-        dedupe_key = request.dedupe_key
-        if dedupe_key is None and job.idempotency is not None:
-            dedupe_key = job.idempotency.key(request.payload)
-        return {
-            "id": request.run_id if request.run_id is not None else next(fresh_ids),
-            "payload": encoded,  # JSON text only once every request is encoded
-            "dedupe_key": dedupe_key,
-            "key": job.key_of(request.payload),
-            "run_at": require_aware(request.run_at, "run_at")
-            if request.run_at is not None
-            else None,
-        }
 
     async def _enqueue_pass(
         self,
@@ -536,10 +579,10 @@ class PostgresJobBackend(BackendOptions):
         worker: str,
         limit: int,
         exclude_keys: Sequence[str] = (),
-    ) -> list[ClaimedRun]:
+    ) -> ClaimBatch:
         """Claim up to ``limit`` due runs of ``job`` (J3, J6); see the module docstring."""
         if limit < 1:
-            return []
+            return ClaimBatch()
         lease = job.concurrency.lease
         self._leases[job.id] = lease
         params = {
@@ -550,6 +593,7 @@ class PostgresJobBackend(BackendOptions):
             "worker": worker,
             "exclude_keys": list(exclude_keys),
             "lapsed_final": LEASE_LAPSED_FINAL_MESSAGE,
+            "lapsed": LEASE_LAPSED_MESSAGE,
             "now": self._now(),
         }
         lock = self._s.claim_lock_tuned if self._autocommit is not None else self._s.claim_lock
@@ -558,7 +602,7 @@ class PostgresJobBackend(BackendOptions):
             rows = (await connection.execute(self._s.claim, params)).all()
         job_id = job.id
         claimed: list[ClaimedRun] = []
-        buried = 0
+        buried: list[BuriedRun] = []
         # Rows come in claim order, (run_at, seq), then the dead-lettered ones.
         for (
             run_id,
@@ -574,21 +618,15 @@ class PostgresJobBackend(BackendOptions):
             dead,
         ) in rows:
             if dead:
-                buried += 1
+                buried.append(BuriedRun(run_id, job_id, attempt, key))
                 continue
             claimed.append(
                 ClaimedRun(
                     run_id, job_id, payload, attempt, max_attempts, token, key, expires, created
                 )
             )
-        if buried:
-            logger.warning(
-                "job %r: %d run(s) dead-lettered: lease lapsed on the final attempt (%s)",
-                job.id,
-                buried,
-                LEASE_LAPSED_FINAL_ATTEMPT,
-            )
-        return claimed
+        # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
+        return ClaimBatch(claimed, buried)
 
     def _lease_of(self, run: ClaimedRun) -> float:
         lease = self._leases.get(run.job_id)
@@ -804,53 +842,49 @@ class PostgresJobBackend(BackendOptions):
 
 @attrs.frozen
 class _PlainBatch:
-    """ENQUEUE_PLAIN's parameters, built column by column: no per-run dict or call beyond the
-    job's codec (a batch of 10,000 is where this shows)."""
+    """ENQUEUE_PLAIN's parameters, built column by column from the prepared runs: no per-run
+    dict (a batch of 10,000 is where this shows)."""
 
     ids: list[str]
     payloads: str
-    """The encoded payloads as ONE JSON array, in request order."""
+    """The encoded payloads as ONE JSON array, in request order (joined, not re-encoded)."""
     keys: list[str | None]
     run_ats: list[datetime | None]
 
     @classmethod
-    def of(cls, job: JobDefinition[Any], requests: Sequence[EnqueueRequest]) -> _PlainBatch:
-        encode = job.encode
-        encoded = [encode(request.payload) for request in requests]
-        if job.concurrency.single_runner:
-            keys = [job.key_of(request.payload) for request in requests]
-        else:
-            keys = [None] * len(requests)
-        run_ats = [
-            None if request.run_at is None else require_aware(request.run_at, "run_at")
-            for request in requests
-        ]
-        return cls(new_run_ids(len(requests)), _payloads_json_array(job, encoded), keys, run_ats)
+    def of(cls, prepared: Sequence[PreparedRun]) -> _PlainBatch:
+        return cls(
+            new_run_ids(len(prepared)),
+            "[" + ",".join([run.payload_json for run in prepared]) + "]",
+            [run.key for run in prepared],
+            [run.run_at for run in prepared],
+        )
 
-    def due_by(self, now: datetime) -> bool:
-        """A run of the batch is due at ``now`` (the local loop is worth waking)."""
-        return any(run_at is None or run_at <= now for run_at in self.run_ats)
+    def due_by(self, now: datetime, *, first: int | None = None) -> bool:
+        """A run of the batch (of its ``first`` ones, when given: those inserted) is due at
+        ``now`` (the local loop is worth waking)."""
+        run_ats = self.run_ats if first is None else self.run_ats[:first]
+        return any(run_at is None or run_at <= now for run_at in run_ats)
 
 
-def _payload_json(job: JobDefinition[Any], encoded: Any) -> str:  # noqa: ANN401 - JSON-able
-    try:
-        return _encode_json(encoded)
-    except (TypeError, ValueError) as exc:
-        raise InvalidPayloadError(
-            f"job {job.id!r}: the encoded payload is not JSON: {exc}",
-            fix="declare a payload type whose fields are JSON values, or pass a codec.",
-        ) from exc
+def _fresh_only(prepared: Sequence[PreparedRun]) -> bool:
+    """No caller-given run id and no dedupe key: no run of the batch can conflict (J1)."""
+    return all(run.run_id is None and run.dedupe_key is None for run in prepared)
 
 
-def _payloads_json_array(job: JobDefinition[Any], encoded: list[Any]) -> str:
-    """Many payloads as one JSON array: one call of the C encoder costs less than half of one
-    call per payload, and PostgreSQL splits it with jsonb_array_elements (ENQUEUE_PLAIN)."""
-    try:
-        return _encode_json(encoded)
-    except (TypeError, ValueError):
-        for each in encoded:
-            _payload_json(job, each)  # raises, naming what is wrong with the first bad one
-        raise
+def _checked_rows(prepared: Sequence[PreparedRun]) -> list[dict[str, Any]]:
+    """ENQUEUE_MANY's rows: each prepared run with its id (the caller's, else a new one)."""
+    fresh = iter(new_run_ids(sum(1 for run in prepared if run.run_id is None)))
+    return [
+        {
+            "id": run.run_id if run.run_id is not None else next(fresh),
+            "payload": run.payload_json,
+            "dedupe_key": run.dedupe_key,
+            "key": run.key,
+            "run_at": run.run_at,
+        }
+        for run in prepared
+    ]
 
 
 def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
@@ -897,7 +931,10 @@ def create_job_backend(
     ``poll_interval`` (seconds), ``queue_depth_limit`` (J2, None: unlimited), ``max_in_flight``
     (runs one runtime executes at once), ``on_error`` (receives what the loop absorbs, J11),
     ``clock`` (one clock for the process; a ``FrozenClock`` in tests), ``operation_timeout``
-    (seconds any one backend operation may take before :class:`JobBackendTimeoutError`).
+    (seconds any one backend operation may take before :class:`JobBackendTimeoutError`),
+    ``meter_provider`` (J10; None: OpenTelemetry's global provider, so metrics are on as soon
+    as the application installs an SDK). Durations must be finite, positive and bounded
+    (``poll_interval`` and ``operation_timeout`` at most an hour): ``ConfigurationError``.
     """
     if table is None:
         table = ship_job_runs_table(MetaData())

@@ -14,7 +14,8 @@ Rules every statement follows:
 - Arrays, never expanding IN lists: ``unnest(CAST(:ids AS text[]), ...)`` and
   ``= ANY(...)`` keep one SQL text whatever the batch size.
 - Every settle (complete, fail, release, heartbeat) matches ``id`` AND ``lease_token`` AND
-  ``state = 'running'`` (J5): a holder whose claim was retaken changes nothing.
+  ``state = 'running'`` (J5): a holder whose claim was retaken changes nothing. A heartbeat also
+  needs a live lease: a lapsed one is never revived.
 """
 
 from __future__ import annotations
@@ -28,13 +29,16 @@ __all__ = [
     "CLAIM_LOCK",
     "CLAIM_LOCK_TUNED",
     "COMPLETE_IF_TOKEN_CURRENT",
+    "ENQUEUE_GATE",
     "ENQUEUE_MANY",
     "ENQUEUE_PLAIN",
+    "ENQUEUE_PLAIN_CAPPED",
     "FAIL_IF_TOKEN_CURRENT",
     "HEARTBEAT_IF_TOKEN_CURRENT",
     "QUEUE_DEPTHS",
     "RELEASE_IF_TOKEN_CURRENT",
     "render",
+    "render_gate",
 ]
 
 NOW: Final = "coalesce(CAST(:now AS timestamptz), now())"
@@ -77,6 +81,60 @@ than an array of JSON texts; the other arrays run in step with it.
 The common enqueue, kept to a plain INSERT ... SELECT FROM unnest: nothing to probe, so nothing
 to plan beyond the insert itself (the full ENQUEUE_MANY re-plans six CTEs at every call)."""
 
+
+def render_gate(template: str, *, state: str) -> TextClause:
+    """The gate statement for one state table (``state``: the quoted, schema-qualified name)."""
+    return text(template.replace("{state}", state).replace("{now}", NOW))
+
+
+ENQUEUE_GATE: Final = """
+INSERT INTO {state} AS g (job_id, updated_at)
+VALUES (CAST(:gate AS text), {now})
+ON CONFLICT (job_id) DO UPDATE SET updated_at = EXCLUDED.updated_at
+"""
+"""Take the job's enqueue gate (J2, hard cap): the first statement of every enqueue of a job
+with a ``queue_depth_limit``, in the enqueuing transaction (the application's unit of work, or
+the backend's own READ COMMITTED one). ``:gate`` is ``<job_id>#enqueue-gate``: a row of the
+state table of its own, which no job id can name (``#`` is not allowed in one), so schedules
+never lock or wait for it. Index: ``<state>_pkey`` (the ON CONFLICT arbiter).
+
+The row lock it takes lasts until that transaction ends, so enqueuers of one capped job take
+turns from the gate to their commit: ENQUEUE_MANY, a later statement with a later snapshot,
+counts every run a previous holder committed, and none can be added while it decides. It
+WRITES the row (a lock alone would not do): a REPEATABLE READ or SERIALIZABLE transaction whose
+snapshot predates another holder's commit fails here with 40001 (its snapshot could not count
+that holder's runs), which the unit of work re-runs (U3); under READ COMMITTED it just waits."""
+
+ENQUEUE_PLAIN_CAPPED: Final = """
+WITH depth AS (
+    -- <runs>_due_idx (index-only), as ENQUEUE_MANY's depth: at most :depth_limit entries.
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM {runs}
+        WHERE job_id = :job_id AND state = 'waiting'
+        ORDER BY run_at, seq
+        LIMIT CAST(:depth_limit AS integer)
+    ) d
+), inserted AS (
+    INSERT INTO {runs} (
+        id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
+        run_at, created_at, updated_at, history
+    )
+    SELECT t.id, :job_id, 'waiting', t.payload, t.key, NULL, 0,
+        CAST(:max_attempts AS integer), coalesce(t.run_at, {now}), {now}, {now},
+        CAST('[]' AS jsonb)
+    FROM ROWS FROM (
+        unnest(CAST(:ids AS text[])), jsonb_array_elements(CAST(:payloads AS jsonb)),
+        unnest(CAST(:keys AS text[])), unnest(CAST(:run_ats AS timestamptz[]))
+    ) WITH ORDINALITY AS t(id, payload, key, run_at, ord), depth
+    WHERE t.ord <= CAST(:depth_limit AS integer) - depth.n
+)
+SELECT greatest(CAST(:depth_limit AS integer) - depth.n, 0) AS room FROM depth
+"""
+"""ENQUEUE_PLAIN for a job with a ``queue_depth_limit`` (after ENQUEUE_GATE): fresh generated
+ids and no dedupe key, so nothing can conflict and the only question is room. The first
+``room`` requests (in request order) are inserted, the rest are queue-full; it answers
+``room``. Same one-JSON-array payloads as ENQUEUE_PLAIN, and none of ENQUEUE_MANY's probes."""
+
 ENQUEUE_MANY: Final = """
 WITH input AS (
     SELECT t.id, t.payload, t.dedupe_key, t.key, t.run_at, t.ord
@@ -100,6 +158,8 @@ WITH input AS (
     FROM probed p
     WHERE p.existing_id IS NULL
 ), depth AS (
+    -- The caller holds the job's gate (ENQUEUE_GATE) whenever a limit is set, so this count,
+    -- in a snapshot taken after the gate was granted, is exact (J2 is a hard cap).
     -- <runs>_due_idx (index-only): the bounded depth check (J2) stops after the limit's
     -- number of entries, whatever the backlog. The ORDER BY is the index's own order: it keeps
     -- the planner off a LIMITed sequential scan, which would read the whole table whenever
@@ -137,7 +197,8 @@ FROM probed p
 LEFT JOIN fresh f ON f.ord = p.ord
 ORDER BY p.ord
 """
-"""Insert many runs of one job in one statement (J1 dedupe, J2 queue-full).
+"""Insert many runs of one job in one statement (J1 dedupe, J2 queue-full, after ENQUEUE_GATE
+when the backend has a ``queue_depth_limit``).
 
 The requests must not repeat a run id or a dedupe key among themselves (the backend splits a
 batch that does into consecutive statements, which keeps a batch equal to enqueueing its requests
@@ -162,32 +223,8 @@ uses it when it owns the connection, never inside an application's transaction):
   (J6) already allows. Enqueues and settles keep the server's synchronous_commit."""
 
 CLAIM_DUE_AND_LAPSED_SKIP_LOCKED: Final = """
-WITH held AS (
-    -- <runs>_lease_idx, two ranges: the running runs of this job that hold a concurrency.max
-    -- slot, each range counted up to concurrency.max: live leases, and lapsed ones not on their
-    -- final attempt (no claim retook them yet, so their holder may still heartbeat them back).
-    -- Read without locks, so a lapsed lease being heartbeated right now is counted too.
-    SELECT (
-        SELECT count(*) FROM (
-            SELECT 1 FROM {runs}
-            WHERE job_id = :job_id AND state = 'running' AND lease_expires_at > {now}
-            LIMIT CAST(:max_running AS integer)
-        ) l
-    ) + (
-        SELECT count(*) FROM (
-            SELECT 1 FROM {runs}
-            WHERE job_id = :job_id AND state = 'running' AND lease_expires_at <= {now}
-              AND attempt < max_attempts
-            LIMIT CAST(:max_running AS integer)
-        ) p
-    ) AS n
-), room AS (
-    -- Slots for due runs. Retaking a lapsed run moves its slot to this claim; it takes none.
-    SELECT greatest(least(CAST(:limit AS integer), CAST(:max_running AS integer) - held.n), 0)
-        AS n
-    FROM held
-), lapsed AS (
-    -- <runs>_lease_idx: lapsed leases (their holders died or stalled: J6). Live leases never
+WITH lapsed AS (
+    -- <runs>_lease_idx: lapsed leases (their holders died or stalled: J6). Running runs never
     -- exceed concurrency.max, so this bound reads them all unless workers died en masse.
     SELECT id, seq, key, run_at, attempt >= max_attempts AS exhausted
     FROM {runs}
@@ -195,6 +232,26 @@ WITH held AS (
     ORDER BY lease_expires_at
     LIMIT CAST(:max_running AS integer) + CAST(:limit AS integer)
     FOR UPDATE SKIP LOCKED
+), held AS (
+    -- <runs>_lease_idx: the job's running runs, each holding a concurrency.max slot whatever
+    -- its lease, counted up to concurrency.max; only the ones this claim buries give theirs
+    -- up. A lapsed run keeps its slot until a claim retakes it (the slot moves) or buries it,
+    -- so the bound never rests on when a lapsed holder learns that its lease is gone: a lapsed
+    -- run whose row another statement holds (a heartbeat or settle in flight, skipped above)
+    -- is counted too. The ORDER BY is the index's own: it keeps the planner off a LIMITed
+    -- sequential scan (its row estimate for one job's running runs is often far too high).
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM {runs}
+        WHERE job_id = :job_id AND state = 'running'
+          AND id <> ALL(ARRAY(SELECT id FROM lapsed WHERE exhausted))
+        ORDER BY lease_expires_at
+        LIMIT CAST(:max_running AS integer)
+    ) h
+), room AS (
+    -- Slots for due runs. Retaking a lapsed run moves its slot to this claim; it takes none.
+    SELECT greatest(least(CAST(:limit AS integer), CAST(:max_running AS integer) - held.n), 0)
+        AS n
+    FROM held
 ), due AS (
     -- <runs>_due_idx: due waiting runs in (run_at, seq) order, read straight off the index; a
     -- claim reads about limit entries at any backlog (J3).
@@ -219,23 +276,31 @@ WITH held AS (
     LIMIT CAST(:limit AS integer)
 ), buried AS (
     -- <runs>_pkey. A lease that lapsed on the final attempt is dead-lettered, not retried
-    -- forever (J6), whether or not this claim has room.
+    -- forever (J6), whether or not this claim has room; the lapsed attempt is its last history
+    -- entry, and the claim returns the run so the runtime reports and counts it (J10).
     UPDATE {runs} r
     SET state = 'dead', finished_at = {now}, updated_at = {now}, lease_expires_at = NULL,
         claimed_by = NULL, last_error = CAST(:lapsed_final AS text),
         history = r.history || jsonb_build_array(jsonb_build_object(
             'attempt', r.attempt, 'at', {at}, 'error', CAST(:lapsed_final AS text)))
     WHERE r.id = ANY(ARRAY(SELECT id FROM lapsed WHERE exhausted))
-    RETURNING r.id
+    RETURNING r.id, r.attempt, r.key
 ), claimed AS (
     -- <runs>_pkey. A new fencing token per claim: strictly above the row's previous one (so
     -- never equal to any earlier holder's) plus a random step (so a deleted and re-inserted
-    -- durable id does not repeat a token either).
+    -- durable id does not repeat a token either). A retaken run (it was running: its lease
+    -- lapsed) records the lapsed attempt in its history (J6); SET reads the row before it.
     UPDATE {runs} r
     SET state = 'running', attempt = r.attempt + 1,
         lease_token = coalesce(r.lease_token, 0) + 1 + CAST(floor(random() * 1048576) AS bigint),
         lease_expires_at = {now} + CAST(:lease AS double precision) * interval '1 second',
-        claimed_by = CAST(:worker AS text), updated_at = {now}
+        claimed_by = CAST(:worker AS text), updated_at = {now},
+        last_error = CASE WHEN r.state = 'running' THEN CAST(:lapsed AS text)
+                          ELSE r.last_error END,
+        history = CASE WHEN r.state = 'running'
+            THEN r.history || jsonb_build_array(jsonb_build_object(
+                'attempt', r.attempt, 'at', {at}, 'error', CAST(:lapsed AS text)))
+            ELSE r.history END
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING r.id, r.payload, r.attempt, r.max_attempts, r.lease_token, r.key,
         r.lease_expires_at, r.created_at, r.run_at, r.seq
@@ -244,18 +309,20 @@ SELECT c.id, c.payload, c.attempt, c.max_attempts, c.lease_token, c.key, c.lease
     c.created_at, c.run_at, c.seq, false AS buried
 FROM claimed c
 UNION ALL
-SELECT b.id, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, true FROM buried b
+SELECT b.id, NULL, b.attempt, NULL, NULL, b.key, NULL, NULL, NULL, NULL, true FROM buried b
 ORDER BY buried, run_at, seq
 """
 """Claim up to ``limit`` runs of one job (J3, J6): lapsed leases retaken, due runs by
-``(run_at, seq)`` (creation order), never more than ``concurrency.max`` runs of the job holding
-a slot at once. A lapsed lease keeps its slot until it is retaken or buried: counting only live
-leases would let a due run take that slot while the lapsed holder, still running, heartbeats its
-lease back, one run above the cap.
+``(run_at, seq)`` (creation order), never more than ``concurrency.max`` running runs of the job
+at once, live or lapsed leases alike. Heartbeats refuse a lapsed lease (so its holder stops), but
+a lapsed run keeps its slot until it is retaken or buried: counting only live leases would make
+the bound depend on whether a heartbeat that began before the lapse commits before or after
+this claim's snapshot, one run above the cap when it loses that race.
 
 Two ordered index scans (lapsed leases, due runs) then a small outer sort, so a claim costs the
 same at any backlog; one ``state IN (...) OR ...`` scan could not be served in order. Returns
-the claimed runs in claim order, ``(run_at, seq)``, then the ids it dead-lettered (``buried``)."""
+the claimed runs in claim order, ``(run_at, seq)``, then the runs it dead-lettered (``buried``:
+id, attempt, key)."""
 
 COMPLETE_IF_TOKEN_CURRENT: Final = """
 WITH settle AS (
@@ -281,13 +348,14 @@ WITH beat AS (
 UPDATE {runs} r
 SET lease_expires_at = {now} + b.lease * interval '1 second', updated_at = {now}
 FROM beat b
--- <runs>_pkey, one probe per run. A lease that lapsed but that no claim retook is still the
--- holder's: nobody else has the run.
+-- <runs>_pkey, one probe per run. A lapsed lease is never revived, even one no claim retook
+-- yet: any claim may retake the run from the moment it lapsed, so its holder must stop.
 WHERE r.id = b.id AND r.lease_token = b.token AND r.state = 'running'
+  AND r.lease_expires_at > {now}
 RETURNING r.id, b.token
 """  # noqa: S105 - SQL naming a fencing token, not a secret
-"""Extend many leases by their job's ``concurrency.lease``; the (id, token) pairs returned were
-extended."""
+"""Extend many live leases by their job's ``concurrency.lease``; the (id, token) pairs returned
+were extended (the others were stale or had lapsed)."""
 
 FAIL_IF_TOKEN_CURRENT: Final = """
 UPDATE {runs} r

@@ -1,13 +1,18 @@
 """The options every job backend takes, validated in one place, and the ``JobBackend``
-properties and ``report_error`` over them (the in-memory and PostgreSQL backends share these)."""
+properties and ``report_error`` over them (the in-memory and PostgreSQL backends share these).
+
+Both backends also carry ``metrics``, the :class:`JobMetrics` a runtime on them records through
+(J10): the ``meter_provider``'s, or OpenTelemetry's global provider's when none is given."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._clock import Clock, SystemClock
+from ship_sqla.kernel._durations import MAX_POLL_INTERVAL, require_duration
 from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._metrics import JobMetrics, job_metrics_for
 from ship_sqla.kernel._on_error import deliver_error
 
 if TYPE_CHECKING:
@@ -28,6 +33,9 @@ class BackendOptions:
     _queue_depth_limit: int | None
     _max_in_flight: int
     _on_error: ErrorHandler | None
+    _meter_provider: Any
+    metrics: JobMetrics
+    """J10: where a runtime on this backend records, unless ``start_job_runtime`` got others."""
 
     def _set_options(
         self,
@@ -38,9 +46,9 @@ class BackendOptions:
         queue_depth_limit: int | None,
         max_in_flight: int,
         on_error: ErrorHandler | None,
+        meter_provider: Any = None,  # noqa: ANN401 - an OpenTelemetry MeterProvider
     ) -> None:
-        if not poll_interval > 0:
-            raise ConfigurationError(f"poll_interval must be positive, got {poll_interval!r}.")
+        poll = require_duration(poll_interval, "poll_interval", maximum=MAX_POLL_INTERVAL)
         if queue_depth_limit is not None and queue_depth_limit < 1:
             raise ConfigurationError(
                 f"queue_depth_limit must be at least 1, got {queue_depth_limit!r}.",
@@ -50,10 +58,17 @@ class BackendOptions:
             raise ConfigurationError(f"max_in_flight must be at least 1, got {max_in_flight!r}.")
         self._clock = clock if clock is not None else SystemClock()
         self._lock_provider = lock_provider
-        self._poll_interval = float(poll_interval)
+        self._poll_interval = poll
         self._queue_depth_limit = queue_depth_limit
         self._max_in_flight = max_in_flight
         self._on_error = on_error
+        self._meter_provider = meter_provider
+        self.metrics = job_metrics_for(meter_provider)
+
+    @property
+    def meter_provider(self) -> Any:  # noqa: ANN401 - an OpenTelemetry MeterProvider or None
+        """The provider given; None: OpenTelemetry's global one."""
+        return self._meter_provider
 
     @property
     def clock(self) -> Clock:

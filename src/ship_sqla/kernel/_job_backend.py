@@ -25,18 +25,24 @@ import attrs
 from ship_sqla.kernel._errors import ShipError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
     from datetime import datetime
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition
 
 __all__ = [
+    "LEASE_LAPSED",
+    "LEASE_LAPSED_FINAL_ATTEMPT",
     "TERMINAL_STATES",
+    "BuriedRun",
+    "ClaimBatch",
     "ClaimedRun",
     "EnqueueRequest",
     "EnqueueResult",
     "JobBackend",
+    "JobLeaseLapsedError",
+    "JobLeaseLapsedFinalError",
     "JobLeaseStaleError",
     "Lock",
     "LockProvider",
@@ -53,6 +59,21 @@ TERMINAL_STATES: frozenset[str] = frozenset({"completed", "dead", "discarded"})
 
 LEASE_LAPSED_FINAL_ATTEMPT = "SHIP_SQLA_JOB_LEASE_LAPSED_FINAL_ATTEMPT"
 """The error recorded on a run dead-lettered because its lease lapsed on its final attempt (J6)."""
+LEASE_LAPSED = "SHIP_SQLA_JOB_LEASE_LAPSED"
+"""The error recorded for an attempt whose lease lapsed before it settled (J6): in the history of
+a run retaken after the lapse, and on a run the runtime did not start because its lease had
+lapsed before its handler could begin."""
+
+LEASE_LAPSED_FINAL_MESSAGE = (
+    f"{LEASE_LAPSED_FINAL_ATTEMPT}: the run's lease lapsed on its final attempt (its worker died"
+    " or stopped heartbeating); it was dead-lettered instead of being run again."
+)
+"""The history entry (and ``last_error``) of a run a claim dead-lettered (J6), on every backend."""
+LEASE_LAPSED_MESSAGE = (
+    f"{LEASE_LAPSED}: the attempt's lease lapsed before it settled (its worker died or stopped"
+    " heartbeating); the run was retaken as a new attempt."
+)
+"""The history entry (and ``last_error``) of the lapsed attempt of a run a claim retook (J6)."""
 
 
 class JobLeaseStaleError(ShipError, RuntimeError):
@@ -62,10 +83,27 @@ class JobLeaseStaleError(ShipError, RuntimeError):
     code = "SHIP_SQLA_JOB_LEASE_STALE"
 
 
+class JobLeaseLapsedError(ShipError, RuntimeError):
+    """A claimed run's lease lapsed before this process could start its handler (its loop was
+    blocked, or the claim's answer came back too late): the run was not executed here and was
+    handed back (J6). Nothing ran; the run is retaken."""
+
+    code = LEASE_LAPSED
+
+
+class JobLeaseLapsedFinalError(JobLeaseLapsedError):
+    """A claim dead-lettered a run whose lease lapsed on its final attempt (J6): its worker died
+    or stopped heartbeating, and no attempt is left. Counted in ``ship.job.dead_letter.count``
+    (J10); the run's history records the lapsed attempt."""
+
+    code = LEASE_LAPSED_FINAL_ATTEMPT
+
+
 @attrs.frozen
 class EnqueueRequest:
-    """One run to enqueue, for ``enqueue_many``. ``payload`` is the job's typed payload; the
-    backend validates and encodes it with the job's codec before writing anything."""
+    """One run to enqueue, for ``enqueue_many``. ``payload`` is the job's typed payload. A
+    backend passes every request through :func:`ship_sqla.kernel._prepare.prepare_run` (codec,
+    JSON, NUL, size, ``run_at``, run id and dedupe key checks) before writing anything."""
 
     payload: Any
     dedupe_key: str | None = None
@@ -100,6 +138,41 @@ class ClaimedRun:
     key: str | None
     lease_expires_at: datetime
     created_at: datetime
+
+
+@attrs.frozen
+class BuriedRun:
+    """A run a claim dead-lettered instead of returning it: its lease lapsed on its final
+    attempt ``attempt`` (J6). The runtime reports it (:class:`JobLeaseLapsedFinalError`) and
+    counts it as a dead letter (J10)."""
+
+    run_id: str
+    job_id: str
+    attempt: int
+    key: str | None
+
+
+class ClaimBatch(list[ClaimedRun]):
+    """What ``claim`` answers: the claimed runs, in claim order (it IS that list, so callers
+    that only want the runs use it as one), plus ``buried``, the runs the same claim
+    dead-lettered (J6), which the runtime reports and counts (J10)."""
+
+    __slots__ = ("buried",)
+
+    def __init__(
+        self, claimed: Iterable[ClaimedRun] = (), buried: Iterable[BuriedRun] = ()
+    ) -> None:
+        super().__init__(claimed)
+        self.buried: tuple[BuriedRun, ...] = tuple(buried)
+
+    def __repr__(self) -> str:
+        return f"ClaimBatch({list(self)!r}, buried={self.buried!r})"
+
+
+def buried_of(claimed: Sequence[ClaimedRun]) -> tuple[BuriedRun, ...]:
+    """The runs a claim dead-lettered: ``claimed.buried`` for a :class:`ClaimBatch`, nothing for a
+    plain list (a backend written before claims reported them)."""
+    return claimed.buried if isinstance(claimed, ClaimBatch) else ()
 
 
 SettleOutcome = Literal["completed", "retrying", "dead", "released", "stale"]
@@ -237,15 +310,21 @@ class JobBackend(Protocol):
         limit: int,
         exclude_keys: Sequence[str] = (),
     ) -> list[ClaimedRun]:
-        """Claim up to ``limit`` due runs, honouring ``concurrency.max`` across processes (J3).
+        """Claim up to ``limit`` due runs, honouring ``concurrency.max`` across processes (J3):
+        a job never has more than ``concurrency.max`` running runs, whatever their leases.
 
-        Lapsed leases are retaken (J6); one that lapsed on its final attempt is dead-lettered
-        instead of being returned.
+        Lapsed leases are retaken (J6), the lapsed attempt recorded in the run's history
+        (``LEASE_LAPSED_MESSAGE``); one that lapsed on its final attempt is dead-lettered
+        instead (``LEASE_LAPSED_FINAL_MESSAGE``). Answer a :class:`ClaimBatch` whose ``buried``
+        lists those dead-lettered runs, so the runtime reports and counts them (a plain list
+        is read as "none buried").
         """
         ...
 
     async def heartbeat(self, runs: Sequence[ClaimedRun]) -> list[bool]:
-        """Extend each run's lease by its job's ``concurrency.lease``; False where stale."""
+        """Extend each run's lease by its job's ``concurrency.lease``; False where the token is
+        stale or the lease has lapsed (a lapsed lease is never revived: its holder must stop,
+        because a claim may retake the run at any moment)."""
         ...
 
     async def complete(self, runs: Sequence[ClaimedRun]) -> list[SettleOutcome]:

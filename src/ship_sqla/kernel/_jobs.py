@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runt
 
 import attrs
 
+from ship_sqla.kernel._durations import MAX_LEASE, MAX_RETRY_DELAY, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, ShipError
 from ship_sqla.kernel._schedule import validate_schedule
 
@@ -20,11 +21,13 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._job_context import JobContext
 
 __all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
     "Concurrency",
     "IdempotencyPolicy",
     "InvalidPayloadError",
     "JobDefinition",
     "PayloadCodec",
+    "PayloadTooLargeError",
     "Retention",
     "RetryPolicy",
     "Schedule",
@@ -38,11 +41,24 @@ Jitter = Literal["full", "equal", "none"]
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+"""A job's default ``max_payload_bytes``: 1 MiB of encoded JSON per run."""
+_JSONB_MAX_BYTES = 255 * 1024 * 1024
+"""About the most PostgreSQL's jsonb holds in one value: a larger limit could never be met."""
+
 
 class InvalidPayloadError(ShipError, ValueError):
-    """A payload did not match its job's declared type; nothing was enqueued."""
+    """A payload did not match its job's declared type, or is not storable JSON (not JSON, or
+    holding a NUL character); nothing was enqueued."""
 
     code = "SHIP_SQLA_JOB_PAYLOAD_INVALID"
+
+
+class PayloadTooLargeError(InvalidPayloadError):
+    """A payload's encoded JSON is longer than its job's ``max_payload_bytes``; nothing was
+    enqueued."""
+
+    code = "SHIP_SQLA_JOB_PAYLOAD_TOO_LARGE"
 
 
 @runtime_checkable
@@ -62,6 +78,13 @@ def _positive(name: str) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
     return check
 
 
+def _duration(name: str, maximum: float) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
+        require_duration(value, name, maximum=maximum)
+
+    return check
+
+
 @attrs.frozen
 class Concurrency:
     """How many runs of a job may execute at once, across every process (``max``), how long a
@@ -73,7 +96,7 @@ class Concurrency:
     """
 
     max: int = attrs.field(default=10, validator=_positive("concurrency.max"))
-    lease: float = attrs.field(default=30.0, validator=_positive("concurrency.lease"))
+    lease: float = attrs.field(default=30.0, validator=_duration("concurrency.lease", MAX_LEASE))
     single_runner: bool = False
     key: Callable[[Any], str] | None = None
 
@@ -89,8 +112,12 @@ class RetryPolicy:
 
     attempts: int = attrs.field(default=5, validator=_positive("retry.attempts"))
     backoff: Backoff = "exponential"
-    base_delay: float = attrs.field(default=1.0, validator=_positive("retry.base_delay"))
-    max_delay: float = attrs.field(default=3600.0, validator=_positive("retry.max_delay"))
+    base_delay: float = attrs.field(
+        default=1.0, validator=_duration("retry.base_delay", MAX_RETRY_DELAY)
+    )
+    max_delay: float = attrs.field(
+        default=3600.0, validator=_duration("retry.max_delay", MAX_RETRY_DELAY)
+    )
     jitter: Jitter = "full"
 
     def __attrs_post_init__(self) -> None:
@@ -225,6 +252,18 @@ class _PydanticCodec(Generic[P]):
 Handler = Callable[["JobContext", P], Awaitable[None]]
 
 
+def _check_payload_bound(
+    instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
+) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= _JSONB_MAX_BYTES:
+        raise ConfigurationError(
+            f"job {instance.id!r}: max_payload_bytes must be an int from 1 to"
+            f" {_JSONB_MAX_BYTES}, got {value!r}.",
+            fix=f"omit it for the default ({DEFAULT_MAX_PAYLOAD_BYTES} bytes), or pass a"
+            " positive int.",
+        )
+
+
 @attrs.frozen
 class JobDefinition(Generic[P]):
     """A declared job. Build it with :func:`define_job`."""
@@ -237,6 +276,11 @@ class JobDefinition(Generic[P]):
     retention: Retention = Retention()
     schedule: Schedule | None = None
     idempotency: IdempotencyPolicy | None = None
+    max_payload_bytes: int = attrs.field(
+        default=DEFAULT_MAX_PAYLOAD_BYTES, validator=_check_payload_bound
+    )
+    """The longest encoded payload a run of this job may carry: bytes of its compact ASCII JSON
+    text (:func:`ship_sqla.kernel._prepare.prepare_run` checks it for every backend)."""
 
     def encode(self, payload: P) -> Any:  # noqa: ANN401 - JSON-able
         """Validate and encode ``payload`` for storage; raises :class:`InvalidPayloadError`."""
@@ -264,8 +308,15 @@ def define_job(
     retention: Retention | None = None,
     schedule: Schedule | None = None,
     idempotency: IdempotencyPolicy | None = None,
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> JobDefinition[P]:
-    """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec."""
+    """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
+
+    ``max_payload_bytes``: the longest payload one run may carry, in bytes of its encoded JSON
+    (compact, non-ASCII characters escaped); a larger one is refused at enqueue with
+    :class:`PayloadTooLargeError`. Default 1 MiB: queue rows are read and rewritten at every
+    claim and settle, so keep large data elsewhere and enqueue a reference to it.
+    """
     if not _JOB_ID.match(id):
         raise ConfigurationError(
             f"job id {id!r} is not valid.",
@@ -282,4 +333,5 @@ def define_job(
         retention=retention or Retention(),
         schedule=schedule,
         idempotency=idempotency,
+        max_payload_bytes=max_payload_bytes,
     )

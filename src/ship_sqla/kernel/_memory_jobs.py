@@ -8,16 +8,24 @@ one the PostgreSQL backend must also keep. Time comes only from the injected clo
   non-terminal run of the same job holds returns that run, ``deduplicated=True``. A ``run_id``
   that already exists (any state) is also returned deduplicated: a durable id is inserted once.
 - J2 ``enqueue`` is rejected ``"queue-full"`` once the job holds ``queue_depth_limit`` waiting
-  runs (due or delayed). Deduplication is checked first: a duplicate is never "full".
-- J3 ``claim`` never lets the job's running runs with unexpired leases exceed
-  ``concurrency.max`` (whoever claimed them), takes due runs by ``run_at`` then creation order,
-  and skips ``exclude_keys``.
-- J5 Every claim draws a new fencing token (per run, increasing). ``heartbeat``, ``complete``,
-  ``fail`` and ``release`` act only while the run is running under that token; otherwise they
-  change nothing and answer "stale" (False for heartbeat). A lease that lapsed but that no claim
-  has retaken is still current: nobody else holds the run.
-- J6 A running run whose lease lapsed is retaken by the next claim (a new attempt). One that
-  lapsed on its final attempt is dead-lettered with ``LEASE_LAPSED_FINAL_ATTEMPT`` instead.
+  runs (due or delayed). Deduplication is checked first: a duplicate is never "full". It is a
+  hard cap: a call counts and inserts without awaiting in between, so no concurrent task can
+  take the same place (the PostgreSQL backend gets the same from its per-job gate).
+- Every request goes through :func:`~ship_sqla.kernel._prepare.prepare_run` (the checks both
+  backends share) before anything is stored: one bad request of a batch stores nothing.
+- J3 ``claim`` never lets the job's running runs exceed ``concurrency.max`` (whoever claimed
+  them, live or lapsed leases alike: a lapsed run holds its slot until a claim retakes it, which
+  moves the slot, or buries it), takes due runs by ``run_at`` then creation order, and skips
+  ``exclude_keys``.
+- J5 Every claim draws a new fencing token (per run, increasing). ``complete``, ``fail`` and
+  ``release`` act only while the run is running under that token; otherwise they change nothing
+  and answer "stale". A lease that lapsed but that no claim has retaken is still current for
+  them (nobody else holds the run), but ``heartbeat`` refuses it (False): a lapsed lease is
+  never revived, its holder stops.
+- J6 A running run whose lease lapsed is retaken by the next claim (a new attempt), the lapsed
+  attempt recorded in its history (``LEASE_LAPSED_MESSAGE``). One that lapsed on its final
+  attempt is dead-lettered with ``LEASE_LAPSED_FINAL_MESSAGE`` instead and reported in the
+  claim's ``buried``.
 - J7 ``release`` returns a run to waiting without consuming its attempt; ``fail`` appends to the
   history and retries at ``retry_at`` or dead-letters (``retry_at`` None or attempts spent).
 - Terminal runs (completed, dead, discarded) never change state again except through
@@ -38,8 +46,11 @@ from ship_sqla.kernel._backend_options import BackendOptions
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._job_backend import (
-    LEASE_LAPSED_FINAL_ATTEMPT,
+    LEASE_LAPSED_FINAL_MESSAGE,
+    LEASE_LAPSED_MESSAGE,
     TERMINAL_STATES,
+    BuriedRun,
+    ClaimBatch,
     ClaimedRun,
     EnqueueRequest,
     EnqueueResult,
@@ -49,7 +60,7 @@ from ship_sqla.kernel._job_backend import (
     RunState,
     SettleOutcome,
 )
-from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
+from ship_sqla.kernel._prepare import PreparedRun, prepare_run, prepare_runs
 from ship_sqla.kernel._schedule import due_occurrence, next_occurrence, occurrence_id
 from ship_sqla.kernel._scheduled_runs import scheduled_only, scheduled_payload
 from ship_sqla.kernel._waiting import LocalWake
@@ -58,17 +69,12 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
     from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
 
 __all__ = ["InMemoryJobBackend"]
 
 logger = logging.getLogger("ship_sqla.jobs")
-
-
-_LEASE_LAPSED_MESSAGE = (
-    f"{LEASE_LAPSED_FINAL_ATTEMPT}: the run's lease lapsed on its final attempt (its worker died"
-    " or stopped heartbeating); it was dead-lettered instead of being run again."
-)
 
 
 class _Run:
@@ -194,6 +200,7 @@ class InMemoryJobBackend(BackendOptions):
         queue_depth_limit: int | None = None,
         max_in_flight: int = 100,
         on_error: ErrorHandler | None = None,
+        meter_provider: Any = None,  # noqa: ANN401 - an OpenTelemetry MeterProvider
     ) -> None:
         self._set_options(
             clock=clock,
@@ -202,6 +209,7 @@ class InMemoryJobBackend(BackendOptions):
             queue_depth_limit=queue_depth_limit,
             max_in_flight=max_in_flight,
             on_error=on_error,
+            meter_provider=meter_provider,
         )
         self._runs: dict[str, _Run] = {}
         # Non-terminal runs per job, in creation order: what claim and the J2 count look at.
@@ -225,8 +233,10 @@ class InMemoryJobBackend(BackendOptions):
         run_id: str | None = None,
         scope: Any = None,  # noqa: ANN401, ARG002 - no transactions in memory
     ) -> EnqueueResult:
+        request = EnqueueRequest(payload, dedupe_key=dedupe_key, run_at=run_at, run_id=run_id)
+        prepared = prepare_run(job, request)
         now = self._clock.now()
-        result, created = self._insert(job, payload, dedupe_key, run_at, run_id, now)
+        result, created = self._insert(job, prepared, now)
         if created is not None and created.run_at <= now:
             self._wake()
         return result
@@ -238,44 +248,24 @@ class InMemoryJobBackend(BackendOptions):
         *,
         scope: Any = None,  # noqa: ANN401, ARG002 - no transactions in memory
     ) -> list[EnqueueResult]:
+        # Every request first: like one INSERT statement, a bad request writes nothing.
+        prepared = prepare_runs(job, requests)
         now = self._clock.now()
-        # Validate every payload first: like one INSERT statement, a bad request writes nothing.
-        for request in requests:
-            self._encode(job, request.payload)
         results: list[EnqueueResult] = []
         due = False
-        for request in requests:
-            result, created = self._insert(
-                job, request.payload, request.dedupe_key, request.run_at, request.run_id, now
-            )
+        for run in prepared:
+            result, created = self._insert(job, run, now)
             results.append(result)
             due = due or (created is not None and created.run_at <= now)
         if due:
             self._wake()
         return results
 
-    def _encode(self, job: JobDefinition[Any], payload: Any) -> str:  # noqa: ANN401
-        encoded = job.encode(payload)
-        try:
-            return json.dumps(encoded, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise InvalidPayloadError(
-                f"job {job.id!r}: the encoded payload is not JSON: {exc}",
-                fix="declare a payload type whose fields are JSON values, or pass a codec.",
-            ) from exc
-
-    def _insert(  # noqa: PLR0917 - private; mirrors enqueue's parameters in order
-        self,
-        job: JobDefinition[Any],
-        payload: Any,  # noqa: ANN401
-        dedupe_key: str | None,
-        run_at: datetime | None,
-        run_id: str | None,
-        now: datetime,
+    def _insert(
+        self, job: JobDefinition[Any], prepared: PreparedRun, now: datetime
     ) -> tuple[EnqueueResult, _Run | None]:
-        payload_json = self._encode(job, payload)
-        if dedupe_key is None and job.idempotency is not None:
-            dedupe_key = job.idempotency.key(payload)
+        """Store one prepared run (J1 dedupe, then J2), with no await: atomic in the loop."""
+        run_id, dedupe_key = prepared.run_id, prepared.dedupe_key
         if run_id is not None and run_id in self._runs:
             return EnqueueResult(run_id=run_id, deduplicated=True), None
         if dedupe_key is not None:
@@ -288,11 +278,11 @@ class InMemoryJobBackend(BackendOptions):
         run = _Run(
             run_id=run_id if run_id is not None else str(uuid.uuid4()),
             job_id=job.id,
-            payload_json=payload_json,
-            key=job.key_of(payload),
+            payload_json=prepared.payload_json,
+            key=prepared.key,
             dedupe_key=dedupe_key,
             max_attempts=job.retry.attempts,
-            run_at=require_aware(run_at, "run_at") if run_at is not None else now,
+            run_at=prepared.run_at if prepared.run_at is not None else now,
             now=now,
             seq=next(self._seq),
         )
@@ -312,18 +302,21 @@ class InMemoryJobBackend(BackendOptions):
         worker: str,
         limit: int,
         exclude_keys: Sequence[str] = (),
-    ) -> list[ClaimedRun]:
+    ) -> ClaimBatch:
         now = self._clock.now()
         live = self._live.get(job.id)
         if not live:
-            return []
+            return ClaimBatch()
         held, candidates, lapsed_on_final = _scan(live.values(), now, frozenset(exclude_keys))
+        buried: list[BuriedRun] = []
         for run in lapsed_on_final:
-            self._append_history(run, _LEASE_LAPSED_MESSAGE, now)
+            self._append_history(run, LEASE_LAPSED_FINAL_MESSAGE, now)
             self._finish(run, "dead", now)
-        # J3: concurrency.max counts every held slot, whichever worker holds it: live leases and
-        # lapsed ones not yet retaken (their holder may heartbeat them back). Due runs take only
-        # free slots; retaking a lapsed run moves its slot.
+            buried.append(BuriedRun(run.run_id, run.job_id, run.attempt, run.key))
+        # J3: concurrency.max counts every running run, whichever worker holds it, live lease
+        # or lapsed (a lapsed one keeps its slot until a claim retakes it): so the bound never
+        # depends on when a lapsed holder's heartbeat is refused. Due runs take only free slots;
+        # retaking a lapsed run moves its slot.
         room = max(min(limit, job.concurrency.max - held), 0)
         retakable = [run for run in candidates if run.state == "running"]
         due = heapq.nsmallest(
@@ -336,6 +329,9 @@ class InMemoryJobBackend(BackendOptions):
         for run in chosen:
             if run.state == "waiting":
                 self._waiting[job.id] -= 1
+            else:
+                # J6: the attempt that lapsed is history too (its holder never settled it).
+                self._append_history(run, LEASE_LAPSED_MESSAGE, now)
             run.state = "running"
             run.attempt += 1
             run.token += 1
@@ -356,7 +352,7 @@ class InMemoryJobBackend(BackendOptions):
                     created_at=run.created_at,
                 )
             )
-        return claimed
+        return ClaimBatch(claimed, buried)
 
     def _current(self, claimed: ClaimedRun) -> _Run | None:
         """The stored run while ``claimed``'s token is current (J5), else None."""
@@ -370,7 +366,8 @@ class InMemoryJobBackend(BackendOptions):
         alive: list[bool] = []
         for claimed in runs:
             run = self._current(claimed)
-            if run is None:
+            # A lapsed lease is never revived: a claim may retake the run at any moment.
+            if run is None or run.lease_expires_at is None or run.lease_expires_at <= now:
                 alive.append(False)
                 continue
             run.lease_expires_at = now + timedelta(seconds=run.lease)
@@ -474,7 +471,8 @@ class InMemoryJobBackend(BackendOptions):
                 continue
             self._schedules[job.id] = (stored[0], next_at)
             payload = scheduled_payload(job)
-            _, run = self._insert(job, payload, None, fire, occurrence_id(job.id, fire), now)
+            request = EnqueueRequest(payload, run_at=fire, run_id=occurrence_id(job.id, fire))
+            _, run = self._insert(job, prepare_run(job, request), now)
             created += run is not None
         if created:
             self._wake()

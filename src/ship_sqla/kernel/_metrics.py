@@ -14,15 +14,19 @@ every backend:
 ``ship.job.key`` is set only for keyed single-runner jobs (a non-empty key); keys can be of
 high cardinality (one per customer, say), so ``JobMetrics(include_key=False)`` drops it.
 
-The API alone records nothing: without an SDK every instrument is a no-op, so the runtime and
-backends call these methods unconditionally. This module imports the OpenTelemetry API only
-(never an SDK, never SQLAlchemy).
+Metrics are on by default: a backend or runtime given no ``meter_provider`` records through
+OpenTelemetry's global provider, a no-op until the application installs an SDK (before or after
+the backend is built: the API's proxy forwards to the SDK once it is set), so installing the SDK
+is all it takes. The API alone records nothing, so the runtime and backends call these methods
+unconditionally. This module imports the OpenTelemetry API only (never an SDK, never
+SQLAlchemy).
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Final, Literal, get_args
+import weakref
+from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 
 from opentelemetry import metrics
 
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Histogram, Meter, MeterProvider
     from opentelemetry.util.types import AttributeValue
 
-__all__ = ["JOB_METRIC_NAMES", "JobMetrics", "JobOutcome"]
+__all__ = ["JOB_METRIC_NAMES", "JobMetrics", "JobOutcome", "job_metrics_for"]
 
 JobOutcome = Literal["completed", "retrying", "dead", "stale", "lock_held", "cancelled"]
 """How one execution of a run ended, the ``ship.job.outcome`` attribute of ``ship.job.runs``:
@@ -103,6 +107,10 @@ class JobMetrics:
 
     Safe to call from any thread: the snapshot is replaced under a lock, and the SDK's reader
     thread only reads it.
+
+    Build one per provider and process (:func:`job_metrics_for` does): the SDK keeps one meter
+    per instrumentation scope and answers a second observable gauge of the same name with the
+    first one, so a second instance's queue gauges would silently never be observed.
     """
 
     def __init__(
@@ -111,6 +119,8 @@ class JobMetrics:
         self._include_key = include_key
         self._lock = threading.Lock()
         self._depth: dict[str, tuple[int, float]] = {}
+        # Set by the first collection of the queue gauges: only then is sampling worth a query.
+        self._collected = threading.Event()
         meter = metrics.get_meter(INSTRUMENTATION_SCOPE, meter_provider=meter_provider)
         self._run_duration = _histogram(
             meter,
@@ -185,16 +195,30 @@ class JobMetrics:
                 job_id: (depth, max(age, 0.0)) for job_id, (depth, age) in snapshot.items()
             }
 
+    def update_depths(self, snapshot: Mapping[str, tuple[int, float]]) -> None:
+        """Replace the snapshot of the jobs in ``snapshot`` only (several runtimes of one process
+        share one instance, each sampling its own jobs)."""
+        with self._lock:
+            for job_id, (depth, age) in snapshot.items():
+                self._depth[job_id] = (depth, max(age, 0.0))
+
     def forget_depth(self, job_id: str) -> None:
         """Stop reporting a job's queue gauges (e.g. the job is no longer registered)."""
         with self._lock:
             self._depth.pop(job_id, None)
+
+    @property
+    def gauges_collected(self) -> bool:
+        """True once a metric reader collected the queue gauges: an SDK is installed and
+        exports them. Until then a queue sample would be a query whose answer nobody reads."""
+        return self._collected.is_set()
 
     def _snapshot(self) -> list[tuple[str, int, float]]:
         with self._lock:
             return [(job_id, depth, age) for job_id, (depth, age) in self._depth.items()]
 
     def _observe_depth(self, _options: CallbackOptions) -> Iterable[metrics.Observation]:
+        self._collected.set()
         return [
             metrics.Observation(depth, {ATTR_JOB_ID: job_id})
             for job_id, depth, _ in self._snapshot()
@@ -204,3 +228,33 @@ class JobMetrics:
         return [
             metrics.Observation(age, {ATTR_JOB_ID: job_id}) for job_id, _, age in self._snapshot()
         ]
+
+
+_defaults_lock = threading.Lock()
+_global_default: JobMetrics | None = None
+_per_provider: weakref.WeakKeyDictionary[Any, JobMetrics] = weakref.WeakKeyDictionary()
+
+
+def job_metrics_for(meter_provider: MeterProvider | None = None) -> JobMetrics:
+    """The process's one :class:`JobMetrics` for ``meter_provider``; None (the default of both
+    backends and ``start_job_runtime``) is OpenTelemetry's global provider.
+
+    One instance per provider, because the SDK would drop the queue gauges of a second one (see
+    :class:`JobMetrics`). For the global provider one instance serves the whole process: made
+    before an SDK is installed, it records through the API's proxy, which forwards to the SDK
+    once ``opentelemetry.metrics.set_meter_provider`` was called (it can be called once).
+    """
+    global _global_default  # noqa: PLW0603 - the process-wide default, made on first use
+    with _defaults_lock:
+        if meter_provider is None:
+            if _global_default is None:
+                _global_default = JobMetrics()
+            return _global_default
+        try:
+            found = _per_provider.get(meter_provider)
+        except TypeError:  # a provider that cannot be weakly referenced or hashed: not shared
+            return JobMetrics(meter_provider)
+        if found is None:
+            found = JobMetrics(meter_provider)
+            _per_provider[meter_provider] = found
+        return found

@@ -14,9 +14,18 @@ Invariants (each enforced where it is written):
 - A single-runner job is claimed one run per pass, never for a key this process runs (J4), and
   never executes without its (job id, key) lock when the backend has a lock provider (J7).
 - Every run the loop claims is settled exactly once (complete, fail, release), or left to its
-  lapsing lease when the backend said its token is stale or a settle call failed (J5, J6).
+  lapsing lease when the backend said its token is stale or a settle kept failing for as long
+  as the lease could still be held (J5, J6). A settle that fails is retried after the error
+  backoff: completions until they land, fail / release while the lease may still be held.
+- A handler never starts once its run's lease may have lapsed (the runtime's bound: when the
+  claim, or the last answered heartbeat, was sent, plus ``concurrency.lease``): such a run is
+  reported (``JobLeaseLapsedError``) and handed back unexecuted, since another worker may be
+  running it already (J6).
+- A run a claim dead-lettered because its lease lapsed on its final attempt is reported
+  (``JobLeaseLapsedFinalError``) and counted in ``ship.job.dead_letter.count`` (J6, J10).
 - Nothing escapes the loop: every error it absorbs goes to ``backend.report_error`` and the loop
-  backs off (bounded) and goes on (J11).
+  backs off and goes on (J11). The error backoff never exceeds ``MAX_ERROR_BACKOFF`` (1 s), so
+  after an outage the loop is back within about a second of the database's return.
 - ``stop`` stops claiming, lets running handlers finish until the drain deadline, then cancels
   the rest; a cancelled run is released with the cancellation in its history and its attempt
   unspent, so another worker retakes it (J12).
@@ -26,23 +35,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import os
+import random
 import secrets
 import socket
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Self
 
+from ship_sqla.kernel._durations import (
+    MAX_DRAIN_TIMEOUT,
+    MAX_SAMPLE_INTERVAL,
+    require_duration,
+)
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._job_backend import (
+    BuriedRun,
     ClaimedRun,
     EnqueueRequest,
     EnqueueResult,
     JobBackend,
     QueueDepthSource,
     SettleOutcome,
+    buried_of,
 )
 from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
-from ship_sqla.kernel._metrics import JobMetrics
+from ship_sqla.kernel._metrics import JobMetrics, job_metrics_for
 from ship_sqla.kernel._registry import JobRegistry
 from ship_sqla.kernel._retry import lock_held_delay, retry_at
 from ship_sqla.kernel._runtime_completer import Completer
@@ -52,12 +70,14 @@ from ship_sqla.kernel._runtime_state import (
     InFlight,
     JobCancelledError,
     describe_failure,
+    lapsed_before_start_error,
+    lapsed_final_error,
     stale_error,
 )
 from ship_sqla.kernel._waiting import first_done, wait_event
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Awaitable, Callable, Iterable, Sequence
     from types import TracebackType
 
     from ship_sqla.kernel._clock import Clock
@@ -74,8 +94,14 @@ SCHEDULE_TICK_INTERVAL = 1.0
 """Seconds of the runtime's clock between schedule ticks (J9); also caps the loop's idle wait
 while scheduled jobs are registered, so a due occurrence is fired within about a second."""
 
-MAX_ERROR_BACKOFF = 30.0
-"""Seconds: the longest the loop (or the completer) waits after consecutive failures."""
+MAX_ERROR_BACKOFF = 1.0
+"""Seconds: the longest the loop, the completer, the heartbeater or a fail / release retry waits
+after consecutive failures. Low on purpose: a backoff that kept doubling through a database
+outage brought the worker back long after the server (30 s, when this was the cap); a failed
+attempt against a server that is down costs one refused connection a second per task."""
+
+FIRST_ERROR_BACKOFF = 0.1
+"""Seconds (or the poll interval, when shorter) after the first of consecutive failures."""
 
 _DRAIN_MESSAGES: dict[CancelReason, str] = {
     "drain": "the runtime's drain deadline passed while the run was executing",
@@ -156,12 +182,20 @@ class JobRuntime:
             on_outcome=self._record,
             on_flushed=self._capacity_freed,
             error_backoff=self._error_backoff,
+            close_deadline=lambda: self._drain_deadline,
         )
         tick = min((job.concurrency.heartbeat_interval for job in self._jobs), default=1.0)
         self._heartbeater = Heartbeater(
-            backend, clock, self._entries, tick=tick, on_lost=self._lost
+            backend,
+            clock,
+            self._entries,
+            tick=tick,
+            on_lost=self._lost,
+            error_backoff=self._error_backoff,
         )
-        # J10's queue gauges, sampled only where someone collects them.
+        # While stopping: settle retries give up at the drain deadline (runtime's monotonic clock).
+        self._drain_deadline: float | None = None
+        # J10's queue gauges, sampled only once someone collects them (DepthSampler).
         self._sampler = (
             DepthSampler(
                 backend,
@@ -235,8 +269,10 @@ class JobRuntime:
         Idempotent; concurrent callers all wait for the same stop. A handler that swallows its
         cancellation delays the return until it ends.
         """
-        if drain_timeout is not None and drain_timeout < 0:
-            raise ConfigurationError(f"drain_timeout must be >= 0, got {drain_timeout!r}.")
+        if drain_timeout is not None:
+            drain_timeout = require_duration(
+                drain_timeout, "drain_timeout", maximum=MAX_DRAIN_TIMEOUT, allow_zero=True
+            )
         if self._stop_task is None:
             timeout = self.drain_timeout if drain_timeout is None else drain_timeout
             self._stop_task = asyncio.get_running_loop().create_task(self._stop(timeout))
@@ -279,6 +315,7 @@ class JobRuntime:
 
     async def _stop(self, drain_timeout: float) -> None:
         self._stopping = True
+        self._drain_deadline = self.clock.monotonic() + drain_timeout
         self._kick.set()
         if not self._tasks:
             return
@@ -301,8 +338,12 @@ class JobRuntime:
         logger.debug("job runtime %s stopped", self.worker_id)
 
     def _error_backoff(self, failures: int) -> float:
-        ceiling = max(MAX_ERROR_BACKOFF, self.backend.poll_interval)
-        return min(self.backend.poll_interval * 2.0 ** min(failures - 1, 32), ceiling)
+        """Seconds to wait after ``failures`` consecutive failures: from FIRST_ERROR_BACKOFF
+        (or the poll interval, when shorter) doubling up to MAX_ERROR_BACKOFF, equal jitter so a
+        fleet that failed together does not retry in lockstep."""
+        first = min(FIRST_ERROR_BACKOFF, self.backend.poll_interval)
+        delay = min(first * 2.0 ** min(failures - 1, 32), MAX_ERROR_BACKOFF)
+        return delay / 2 + random.uniform(0.0, delay / 2)  # noqa: S311 - jitter, not a secret
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -407,21 +448,32 @@ class JobRuntime:
             if limit <= 0:
                 blocked = True
                 continue
-            runs = await self.backend.claim(
-                job, worker=self.worker_id, limit=limit, exclude_keys=exclude
-            )
-            if not runs:
-                continue
-            if self._stopping or len(runs) > limit:
-                await self._refuse(job, runs, limit)
-                if self._stopping:
-                    return False, False
-                runs = runs[:limit]
-            for run in runs:
-                self._start_run(job, run)
-            if len(runs) == limit:
+            started = await self._claim_and_start(job, limit, exclude)
+            if started is None:
+                return False, False
+            if started == limit:
                 more = True
         return more, blocked
+
+    async def _claim_and_start(
+        self, job: JobDefinition[Any], limit: int, exclude: tuple[str, ...]
+    ) -> int | None:
+        """One claim of ``job``: report what it buried, start what it claimed. The number of
+        runs started; None when the runtime is stopping (the runs were handed back)."""
+        sent = self.clock.monotonic()
+        runs = await self.backend.claim(
+            job, worker=self.worker_id, limit=limit, exclude_keys=exclude
+        )
+        for buried in buried_of(runs):
+            self._buried(job, buried)
+        if self._stopping or len(runs) > limit:
+            await self._refuse(job, runs, limit, sent)
+            if self._stopping:
+                return None
+            runs = runs[:limit]
+        for run in runs:
+            self._start_run(job, run, sent)
+        return len(runs)
 
     def _room_for(self, job: JobDefinition[Any]) -> tuple[int, tuple[str, ...]]:
         """How many runs of ``job`` one claim may take now, and the keys it must skip (J4)."""
@@ -440,7 +492,16 @@ class JobRuntime:
         keys = self._keys_by_job.get(job.id)
         return min(limit, 1), tuple(keys) if keys else ()
 
-    async def _refuse(self, job: JobDefinition[Any], runs: list[ClaimedRun], limit: int) -> None:
+    def _buried(self, job: JobDefinition[Any], buried: BuriedRun) -> None:
+        """J6, J10: the claim dead-lettered a run whose lease lapsed on its final attempt (its
+        worker died): counted as a dead letter and reported, like any other dead letter."""
+        if self.metrics is not None:
+            self.metrics.record_dead_letter(buried.job_id, buried.key)
+        self.backend.report_error(lapsed_final_error(job.id, buried))
+
+    async def _refuse(
+        self, job: JobDefinition[Any], runs: list[ClaimedRun], limit: int, sent: float
+    ) -> None:
         """Give back runs this process must not execute: claimed while stopping, or beyond the
         limit it asked for (a backend bug, reported). Their attempts stay unspent."""
         extra = runs if self._stopping else runs[limit:]
@@ -453,11 +514,20 @@ class JobRuntime:
                 )
             )
         now = self.clock.now()
+        deadline = sent + job.concurrency.lease
         for run in extra:
-            await self._settle_release(run, now, error=None, during="release after claim")
+            await self._settle_release(
+                run, now, error=None, during="release after claim", deadline=deadline
+            )
 
-    def _start_run(self, job: JobDefinition[Any], run: ClaimedRun) -> None:
-        entry = InFlight(job, run, self.worker_id, self.clock.monotonic())
+    def _start_run(self, job: JobDefinition[Any], run: ClaimedRun, sent: float) -> None:
+        entry = InFlight(job, run, self.worker_id, self.clock.monotonic(), claim_sent=sent)
+        earlier = self._entries.get(run.run_id)
+        if earlier is not None:
+            # This process retook its own run (the earlier claim's lease lapsed while its
+            # heartbeats failed, in an outage say): the earlier claim is stale, and its handler
+            # must stop rather than run beside the new one.
+            self._lost(earlier, "lease-lost", during="continuing (this process claimed it anew)")
         self._entries[run.run_id] = entry
         self._executing += 1
         self._executing_by_job[job.id] = self._executing_by_job.get(job.id, 0) + 1
@@ -479,15 +549,9 @@ class JobRuntime:
             except Exception as exc:  # noqa: BLE001 - a payload that cannot decode never will
                 await self._dead_letter_undecodable(entry, exc)
                 return
-            if (
-                self._locks is not None
-                and job.concurrency.single_runner
-                and not await self._acquire_lock(entry)
-            ):
+            if not await self._ready_to_start(entry):
                 return
-            if entry.reason is not None:
-                await self._after_cancel(entry, started=False)
-                return
+            # Nothing awaits between the lease check and the handler's first step.
             entry.in_handler = True
             try:
                 await job.handler(entry.ctx, payload)
@@ -520,6 +584,23 @@ class JobRuntime:
         finally:
             await self._end_task(entry)
 
+    async def _ready_to_start(self, entry: InFlight) -> bool:
+        """Take the single-runner lock (J4), then check the run is still this process's to
+        start: not cancelled meanwhile, lease not lapsed (J6). False: settled or handed back."""
+        if (
+            self._locks is not None
+            and entry.job.concurrency.single_runner
+            and not await self._acquire_lock(entry)
+        ):
+            return False
+        if entry.reason is not None:
+            await self._after_cancel(entry, started=False)
+            return False
+        if entry.lease_lapsed(self.clock.monotonic()):
+            await self._hand_back_lapsed(entry)
+            return False
+        return True
+
     async def _end_task(self, entry: InFlight) -> None:
         """Free the run's slot, key and lock. Runs when the task ends, whatever happened."""
         lock, entry.lock = entry.lock, None
@@ -542,7 +623,9 @@ class JobRuntime:
         self._capacity_freed()
 
     def _settled(self, entry: InFlight) -> None:
-        self._entries.pop(entry.run.run_id, None)
+        # Only this claim's entry: a newer claim of the same run may have replaced it.
+        if self._entries.get(entry.run.run_id) is entry:
+            del self._entries[entry.run.run_id]
 
     def _record(self, entry: InFlight, outcome: JobOutcome) -> None:
         """J10: one attempt's outcome and duration (from its claim). Free without metrics."""
@@ -554,14 +637,15 @@ class JobRuntime:
         if outcome == "dead":
             metrics.record_dead_letter(run.job_id, run.key)
 
-    def _lost(self, entry: InFlight, reason: CancelReason) -> None:
-        """The heartbeater found the lease stale or the single-runner lock gone. Reported once."""
+    def _lost(self, entry: InFlight, reason: CancelReason, *, during: str = "heartbeat") -> None:
+        """The heartbeater found the lease stale or lapsed, or the single-runner lock gone (or
+        this process claimed the run anew). Reported once."""
         if reason == "lease-lost":
             if entry.lost:
                 return
             entry.mark_lost()
             self._record(entry, "stale")
-            self.backend.report_error(stale_error(entry.run, "heartbeat"))
+            self.backend.report_error(stale_error(entry.run, during))
         elif entry.reason is not None:
             return
         else:
@@ -592,7 +676,7 @@ class JobRuntime:
         if lock is None:
             run_at = self.clock.now() + timedelta(seconds=lock_held_delay(job.retry))
             outcome = await self._settle_release(
-                run, run_at, error=None, during="release (lock held)"
+                run, run_at, error=None, during="release (lock held)", entry=entry
             )
             if outcome is not None:
                 self._record(entry, "lock_held" if outcome == "released" else "stale")
@@ -626,7 +710,9 @@ class JobRuntime:
         run_at = self.clock.now()
         if reason == "lock-lost":
             run_at += timedelta(seconds=lock_held_delay(entry.job.retry))
-        outcome = await self._settle_release(run, run_at, error=error, during="release (cancelled)")
+        outcome = await self._settle_release(
+            run, run_at, error=error, during="release (cancelled)", entry=entry
+        )
         if started and outcome is not None:
             self._record(entry, "cancelled" if outcome == "released" else "stale")
         self._settled(entry)
@@ -646,11 +732,12 @@ class JobRuntime:
         await self._settle_fail(entry, describe_failure(exc), None)
 
     async def _settle_fail(self, entry: InFlight, error: str, when: datetime | None) -> None:
-        try:
-            outcome = await self.backend.fail(entry.run, error, retry_at=when)
-        except Exception as exc:  # noqa: BLE001 - J11; the lapsing lease brings the run back
-            self.backend.report_error(exc)
-        else:
+        outcome = await self._retrying(
+            lambda: self.backend.fail(entry.run, error, retry_at=when),
+            deadline=lambda: entry.lease_deadline,
+            window=entry.job.concurrency.lease,
+        )
+        if outcome is not None:
             if outcome == "stale" and not entry.lost:
                 entry.mark_lost()
                 self.backend.report_error(stale_error(entry.run, "fail"))
@@ -659,25 +746,91 @@ class JobRuntime:
         self._settled(entry)
 
     async def _settle_release(
-        self, run: ClaimedRun, run_at: datetime, *, error: str | None, during: str
+        self,
+        run: ClaimedRun,
+        run_at: datetime,
+        *,
+        error: str | None,
+        during: str,
+        entry: InFlight | None = None,
+        deadline: float | None = None,
     ) -> SettleOutcome | None:
-        try:
-            outcome = await self.backend.release(run, run_at=run_at, error=error)
-        except Exception as exc:  # noqa: BLE001 - J11; the lapsing lease brings the run back
-            self.backend.report_error(exc)
-            return None
-        if outcome == "stale":
-            entry = self._entries.get(run.run_id)
-            if entry is None or not entry.lost:
-                if entry is not None:
-                    entry.mark_lost()
-                self.backend.report_error(stale_error(run, during))
+        """Release ``run`` (its ``entry``, or for a run never started its lease ``deadline``),
+        retried like a failure (:meth:`_retrying`). A stale answer is reported unless the
+        entry's loss was reported already."""
+
+        def lease_deadline() -> float:
+            if entry is not None:
+                return entry.lease_deadline
+            assert deadline is not None  # noqa: S101 - callers pass one of the two
+            return deadline
+
+        outcome = await self._retrying(
+            lambda: self.backend.release(run, run_at=run_at, error=error),
+            deadline=lease_deadline,
+            window=entry.job.concurrency.lease if entry is not None else math.inf,
+        )
+        if outcome == "stale" and (entry is None or not entry.lost):
+            if entry is not None:
+                entry.mark_lost()
+            self.backend.report_error(stale_error(run, during))
         return outcome
 
+    async def _retrying(
+        self,
+        settle: Callable[[], Awaitable[SettleOutcome]],
+        *,
+        deadline: Callable[[], float],
+        window: float,
+    ) -> SettleOutcome | None:
+        """Run a fenced settle (fail / release), retrying after the error backoff while the
+        run's lease may still be held (``deadline()``, which answered heartbeats move on), for
+        at most ``window`` seconds after the first failure (so a settle that can never land,
+        while heartbeats still do, does not keep its run here forever) and, when stopping,
+        until the drain deadline. Every failure goes to report_error (J11). None: given up,
+        the lapsing lease brings the run back (J6). Retrying is safe because the settle is
+        fenced on the token: once another worker retook the run it answers "stale" and
+        changes nothing."""
+        failures = 0
+        cutoff = math.inf
+        while True:
+            try:
+                return await settle()
+            except Exception as exc:  # noqa: BLE001 - J11: reported; retried or left to the lease
+                self.backend.report_error(exc)
+            failures += 1
+            delay = self._error_backoff(failures)
+            now = self.clock.monotonic()
+            if failures == 1:
+                cutoff = now + window
+            limit = min(deadline(), cutoff)
+            if self._drain_deadline is not None:
+                limit = min(limit, self._drain_deadline)
+            if now + delay >= limit:
+                return None
+            await self.clock.sleep(delay)
 
-def _metrics_of(backend: JobBackend) -> JobMetrics | None:
+    async def _hand_back_lapsed(self, entry: InFlight) -> None:
+        """J6: the run's lease may have lapsed before its handler could start (the loop was
+        blocked, or the claim answered late): another worker may be running it already, so
+        it is not started here. Reported, then released (attempt unspent) unless it was
+        retaken meanwhile, in which case the release changes nothing."""
+        run = entry.run
+        late = self.clock.monotonic() - entry.lease_deadline
+        # Lost: no heartbeat keeps it, and a "stale" answer is expected, not reported again.
+        entry.mark_lost()
+        self.backend.report_error(lapsed_before_start_error(run, late))
+        await self._settle_release(
+            run, self.clock.now(), error=None, during="release (lapsed)", entry=entry
+        )
+        self._settled(entry)
+
+
+def _metrics_of(backend: JobBackend) -> JobMetrics:
+    """The backend's ``metrics`` (both backends have one), else OpenTelemetry's global
+    provider's: metrics are on by default, and a no-op until the application installs an SDK."""
     metrics = getattr(backend, "metrics", None)
-    return metrics if isinstance(metrics, JobMetrics) else None
+    return metrics if isinstance(metrics, JobMetrics) else job_metrics_for(None)
 
 
 async def start_job_runtime(
@@ -696,9 +849,12 @@ async def start_job_runtime(
 
     The runtime lives on the running event loop until ``await runtime.stop()``; it is also an
     async context manager that stops on exit. ``clock`` defaults to the backend's. ``metrics``
-    (J10: run outcomes and durations, dead letters, lock waits) defaults to the backend's
-    ``metrics`` attribute when it has one; without it nothing is recorded. With metrics, a
-    worker samples the queue gauges every ``queue_sample_interval`` seconds (None: never).
+    (J10: run outcomes and durations, dead letters, lock waits, queue gauges) defaults to the
+    backend's ``metrics`` (its ``meter_provider``'s, or OpenTelemetry's global provider's), else
+    the global provider's: installing an SDK is all it takes. A worker samples the queue gauges
+    every ``queue_sample_interval`` seconds (None: never) once a metric reader has collected
+    them, so a process without an SDK never pays for a sample. ``drain_timeout`` (seconds, 0:
+    cancel at once) bounds how long :meth:`JobRuntime.stop` lets handlers finish (J12).
     """
     if mode not in ("worker", "enqueue-only"):
         raise ConfigurationError(
@@ -709,12 +865,12 @@ async def start_job_runtime(
             f"backend {backend!r} does not implement the JobBackend protocol.",
             fix="pass create_job_backend(...) or InMemoryJobBackend(...).",
         )
-    if drain_timeout < 0:
-        raise ConfigurationError(f"drain_timeout must be >= 0, got {drain_timeout!r}.")
-    if queue_sample_interval is not None and not queue_sample_interval > 0:
-        raise ConfigurationError(
-            f"queue_sample_interval must be positive or None, got {queue_sample_interval!r}.",
-            fix="pass seconds between queue-gauge samples, or None to sample never.",
+    drain_timeout = require_duration(
+        drain_timeout, "drain_timeout", maximum=MAX_DRAIN_TIMEOUT, allow_zero=True
+    )
+    if queue_sample_interval is not None:
+        queue_sample_interval = require_duration(
+            queue_sample_interval, "queue_sample_interval", maximum=MAX_SAMPLE_INTERVAL
         )
     if backend.max_in_flight < 1:
         raise ConfigurationError(

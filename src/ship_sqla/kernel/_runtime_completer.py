@@ -5,6 +5,13 @@ completer flushes whatever accumulated as soon as it gets the event loop, which 
 handler that was ready to finish has finished; while one flush is on the wire the next batch
 accumulates. So a noop run costs no round trip of its own: at load, batches grow with the
 backend's latency; at idle, a run completes one round trip after its handler returned.
+
+A batch whose ``complete`` call fails (the database went away) stays in memory and is retried
+after the error backoff (capped at about a second) until it lands: through an outage shorter
+than the lease nothing is dropped and nothing runs twice, since heartbeats keep the leases
+meanwhile. While the runtime stops, a failed batch is retried until the drain deadline or the
+batch's leases end, whichever comes first, then given up (J6: the leases lapse and the runs are
+retaken).
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ class Completer:
 
     Invariants: every added run is passed to ``on_settled`` exactly once; a run is never sent to
     ``complete`` after its lease was reported lost; a failed flush is retried after a bounded
-    backoff until it succeeds or the runtime closes, and every failure goes to report_error.
+    backoff until it succeeds, or once closing until ``close_deadline()`` or the batch's leases
+    end; every failure goes to report_error.
     """
 
     def __init__(
@@ -45,6 +53,7 @@ class Completer:
         on_outcome: Callable[[InFlight, JobOutcome], None],
         on_flushed: Callable[[], None],
         error_backoff: Callable[[int], float],
+        close_deadline: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._backend = backend
         self._clock = clock
@@ -52,6 +61,7 @@ class Completer:
         self._on_outcome = on_outcome
         self._on_flushed = on_flushed
         self._error_backoff = error_backoff
+        self._close_deadline = close_deadline
         self._pending: list[InFlight] = []
         self._in_flush = 0
         # Per job: the backend still counts these runs against concurrency.max (J4) until their
@@ -96,18 +106,30 @@ class Completer:
                     self._in_flush = 0
                 if flushed:
                     failures = 0
-                elif self._closing.is_set():
+                else:
+                    failures += 1
+                    delay = self._error_backoff(failures)
+                    if not self._closing.is_set():
+                        self._pending[:0] = batch
+                        await wait_event(self._closing, self._clock, delay)
+                        continue
+                    if self._clock.monotonic() + delay < self._give_up_at(batch):
+                        self._pending[:0] = batch
+                        await self._clock.sleep(delay)
+                        continue
                     # Giving up is safe: those runs are still running with a lease, which lapses
                     # and lets any worker retake them (J6, at-least-once).
                     self._settle(batch)
-                else:
-                    failures += 1
-                    self._pending[:0] = batch
-                    await wait_event(self._closing, self._clock, self._error_backoff(failures))
-                    continue
                 self._on_flushed()
             if self._closing.is_set():
                 return
+
+    def _give_up_at(self, batch: list[InFlight]) -> float:
+        """While closing: retrying is worth it until the drain deadline, and only while some
+        run of the batch may still hold its lease."""
+        leases = max(entry.lease_deadline for entry in batch)
+        deadline = self._close_deadline()
+        return leases if deadline is None else min(leases, deadline)
 
     async def _flush(self, batch: list[InFlight]) -> bool:
         live = [entry for entry in batch if not entry.lost]

@@ -3,6 +3,12 @@
 Each run is due every third of its job's ``concurrency.lease`` after its claim (so two beats may
 fail before the lease lapses). Runs claimed together fall due together and share one call.
 A single-runner lock is extended in the same round, so exclusion lasts as long as the run.
+
+A heartbeat the backend refuses (stale token, or a lease that lapsed: a lapsed lease is never
+revived) hands the run to ``on_lost``, which cancels its handler. A heartbeat call that fails is
+tried again after the error backoff (about a second at most), not a whole interval later, so a
+short outage does not eat the lease's margin. Each answered heartbeat moves the run's
+``lease_deadline`` (the runtime's own bound on the lease) to when it was sent plus the lease.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ __all__ = ["Heartbeater"]
 class Heartbeater:
     """Invariants: a run whose heartbeat answered False is never heartbeated again and is
     handed to ``on_lost`` once; a heartbeat call that raises cancels nothing (the lease may
-    still be good) and goes to report_error; the next round retries it."""
+    still be good) and goes to report_error; it is retried after ``error_backoff``, never later
+    than the run's next regular beat."""
 
     def __init__(
         self,
@@ -37,6 +44,7 @@ class Heartbeater:
         *,
         tick: float,
         on_lost: Callable[[InFlight, CancelReason], None],
+        error_backoff: Callable[[int], float] | None = None,
     ) -> None:
         self._backend = backend
         self._clock = clock
@@ -45,6 +53,8 @@ class Heartbeater:
         # one tick later, because no job heartbeats more often than every ``tick`` seconds.
         self._tick = tick
         self._on_lost = on_lost
+        self._error_backoff = error_backoff
+        self._failures = 0
         self._closing = asyncio.Event()
 
     def close(self) -> None:
@@ -63,6 +73,7 @@ class Heartbeater:
     async def _beat(self, due: list[InFlight], now: float) -> None:
         for entry in due:
             entry.beat_due = now + entry.job.concurrency.heartbeat_interval
+        sent = self._clock.monotonic()
         try:
             alive = await self._backend.heartbeat([entry.run for entry in due])
             if len(alive) != len(due):
@@ -71,9 +82,11 @@ class Heartbeater:
                     " JobBackend must answer one result per run, in order."
                 )
                 raise RuntimeError(msg)  # noqa: TRY301 - reported with the other failures
-        except Exception as exc:  # noqa: BLE001 - J11: absorbed and reported; next round retries
+        except Exception as exc:  # noqa: BLE001 - J11: absorbed and reported; retried soon
             self._backend.report_error(exc)
+            self._retry_soon(due)
             return
+        self._failures = 0
         for entry, ok in zip(due, alive, strict=True):
             if self._entries.get(entry.run.run_id) is not entry:
                 continue  # settled while the heartbeat was in flight: nothing left to keep alive
@@ -82,8 +95,21 @@ class Heartbeater:
                 # first; the completion's own answer tells (and reports a truly stale lease).
                 if not entry.lost and not entry.handler_done:
                     self._on_lost(entry, "lease-lost")
-            elif entry.lock is not None:
-                await self._extend_lock(entry)
+            else:
+                entry.lease_deadline = sent + entry.job.concurrency.lease
+                if entry.lock is not None:
+                    await self._extend_lock(entry)
+
+    def _retry_soon(self, due: list[InFlight]) -> None:
+        """After a failed call: beat these runs again after the error backoff (their lease may
+        be running out), or at their regular time if that comes first."""
+        self._failures += 1
+        if self._error_backoff is None:
+            return
+        retry = self._clock.monotonic() + self._error_backoff(self._failures)
+        for entry in due:
+            if not entry.lost:
+                entry.beat_due = min(entry.beat_due, retry)
 
     async def _extend_lock(self, entry: InFlight) -> None:
         lock = entry.lock

@@ -7,7 +7,14 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._errors import ShipError
-from ship_sqla.kernel._job_backend import ClaimedRun, JobLeaseStaleError, Lock
+from ship_sqla.kernel._job_backend import (
+    BuriedRun,
+    ClaimedRun,
+    JobLeaseLapsedError,
+    JobLeaseLapsedFinalError,
+    JobLeaseStaleError,
+    Lock,
+)
 from ship_sqla.kernel._job_context import Cancellation, CancelReason, JobContext
 
 if TYPE_CHECKING:
@@ -15,7 +22,14 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._jobs import JobDefinition
 
-__all__ = ["InFlight", "JobCancelledError", "describe_failure", "stale_error"]
+__all__ = [
+    "InFlight",
+    "JobCancelledError",
+    "describe_failure",
+    "lapsed_before_start_error",
+    "lapsed_final_error",
+    "stale_error",
+]
 
 
 class JobCancelledError(ShipError, RuntimeError):
@@ -40,6 +54,7 @@ class InFlight(Cancellation):
         "handler_done",
         "in_handler",
         "job",
+        "lease_deadline",
         "lock",
         "lost",
         "run",
@@ -47,7 +62,13 @@ class InFlight(Cancellation):
     )
 
     def __init__(
-        self, job: JobDefinition[Any], run: ClaimedRun, worker_id: str, now: float
+        self,
+        job: JobDefinition[Any],
+        run: ClaimedRun,
+        worker_id: str,
+        now: float,
+        *,
+        claim_sent: float | None = None,
     ) -> None:
         super().__init__()
         self.job = job
@@ -63,6 +84,10 @@ class InFlight(Cancellation):
         self.lost = False
         self.claimed_at = now
         self.beat_due = now + job.concurrency.heartbeat_interval
+        # When the lease ends at the latest, on the runtime's monotonic clock: the lease began
+        # in the backend after the claim (or the last heartbeat that extended it) was sent, so
+        # "sent + lease" never lies past the real end, whatever the two machines' clocks say.
+        self.lease_deadline = (now if claim_sent is None else claim_sent) + job.concurrency.lease
 
     def interrupt(self, reason: CancelReason) -> None:
         """Cancel the run for ``reason``, and its handler's task if the handler is running."""
@@ -74,6 +99,10 @@ class InFlight(Cancellation):
         self.lost = True
         self.beat_due = math.inf
 
+    def lease_lapsed(self, now: float) -> bool:
+        """True once the lease may have ended (``now``: the runtime's monotonic clock)."""
+        return now >= self.lease_deadline
+
 
 def stale_error(run: ClaimedRun, during: str) -> JobLeaseStaleError:
     return JobLeaseStaleError(
@@ -84,6 +113,29 @@ def stale_error(run: ClaimedRun, during: str) -> JobLeaseStaleError:
         " job's concurrency.lease or stop the handler from blocking the event loop (heartbeats"
         " must run every third of the lease). Effects the handler already made will repeat"
         " (at-least-once): make the handler idempotent or declare idempotency.",
+    )
+
+
+def lapsed_before_start_error(run: ClaimedRun, late: float) -> JobLeaseLapsedError:
+    return JobLeaseLapsedError(
+        f"job {run.job_id!r} run {run.run_id!r} (attempt {run.attempt}, claim token {run.token}):"
+        f" its lease had lapsed ({late:.3f} s ago) before its handler could start, so it was not"
+        " started here; it was handed back (attempt unspent) unless another worker had retaken"
+        " it already.",
+        fix="keep the event loop free (a handler or other code blocking it for about the lease"
+        " stops heartbeats and starts), or raise the job's concurrency.lease.",
+    )
+
+
+def lapsed_final_error(job_id: str, buried: BuriedRun) -> JobLeaseLapsedFinalError:
+    return JobLeaseLapsedFinalError(
+        f"job {job_id!r} run {buried.run_id!r}: the lease of attempt {buried.attempt}, its final"
+        " attempt, lapsed (its worker died, was killed, or stopped heartbeating), so the claim"
+        " dead-lettered the run; its history records the lapsed attempt.",
+        fix="find why the worker stopped (a crash or OOM kill, or a handler blocking the event"
+        " loop for longer than concurrency.lease), then retry the run (ship-sqla jobs retry"
+        " RUN_ID, or JobOperations.retry); raise retry.attempts or concurrency.lease if such"
+        " lapses are expected.",
     )
 
 

@@ -1,0 +1,121 @@
+"""Preparing runs: every enqueue request is validated and encoded here, above the backend seam.
+
+Both job backends (in-memory and PostgreSQL) call :func:`prepare_runs` (:func:`prepare_run`
+for one) for every request before they store anything, so what a run may carry is decided once,
+and bad input is refused with a typed error before any SQL runs (nothing of the call is
+written):
+
+- ``run_id`` and ``dedupe_key`` (given, or derived by the job's idempotency policy): non-empty
+  text, no NUL, at most :data:`~ship_sqla.kernel._keys.MAX_KEY_CHARS` characters
+  (:class:`~ship_sqla.kernel._keys.InvalidKeyError`);
+- ``run_at``: a timezone-aware datetime (:class:`~ship_sqla.kernel.ConfigurationError`);
+- the payload: valid for the job's codec, then JSON (:class:`InvalidPayloadError`), without
+  NUL characters anywhere (``jsonb`` cannot store them; :class:`InvalidPayloadError`), and at
+  most the job's ``max_payload_bytes`` of encoded JSON (:class:`PayloadTooLargeError`);
+- the single-runner key (``Concurrency.key``): text without NUL.
+
+The result is a :class:`PreparedRun`: what a backend stores, with nothing left to compute but
+a generated id when the caller gave none.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import attrs
+
+from ship_sqla.kernel._clock import require_aware
+from ship_sqla.kernel._jobs import InvalidPayloadError, PayloadTooLargeError
+from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
+from ship_sqla.kernel._keys import require_key, require_text
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import datetime
+
+    from ship_sqla.kernel._job_backend import EnqueueRequest
+    from ship_sqla.kernel._jobs import JobDefinition
+
+__all__ = ["PreparedRun", "prepare_run", "prepare_runs"]
+
+
+@attrs.define
+class PreparedRun:
+    """One enqueue request, checked and encoded: what a backend stores for the run.
+
+    Read-only by convention, not frozen: one is built per request on the bulk enqueue path,
+    where a frozen class's per-field ``object.__setattr__`` costs more than the checks."""
+
+    run_id: str | None
+    """The caller's durable id; None when the backend generates one."""
+    payload_json: str
+    """The payload as compact ASCII JSON text (its length is its size in bytes)."""
+    dedupe_key: str | None
+    """The given dedupe key, else the job's idempotency policy's, else None (J1)."""
+    key: str | None
+    """The single-runner key (None when the job is not single-runner)."""
+    run_at: datetime | None
+    """When the run is due; None: now, on the backend's clock."""
+
+
+def prepare_run(job: JobDefinition[Any], request: EnqueueRequest) -> PreparedRun:
+    """``request`` validated and encoded for ``job``; raises before anything is written (see
+    the module docstring for each check and its error)."""
+    [prepared] = prepare_runs(job, (request,))
+    return prepared
+
+
+def prepare_runs(job: JobDefinition[Any], requests: Iterable[EnqueueRequest]) -> list[PreparedRun]:
+    """:func:`prepare_run` of every request, in order; the first bad one raises, so a caller
+    stores nothing of a batch until this returns. One loop with the job's settings looked up
+    once: a batch of 10,000 is where per-request lookups show."""
+    encode = job.encode
+    limit = job.max_payload_bytes
+    policy = job.idempotency.key if job.idempotency is not None else None
+    keyed = job.concurrency.single_runner
+    prepared: list[PreparedRun] = []
+    for request in requests:
+        run_id = request.run_id
+        if run_id is not None:
+            require_key(run_id, "run_id")
+        run_at = request.run_at
+        if run_at is not None:
+            require_aware(run_at, "run_at")
+        payload = request.payload
+        encoded = encode(payload)
+        try:
+            text = encode_compact_json(encoded)
+        except (TypeError, ValueError) as exc:
+            raise InvalidPayloadError(
+                f"job {job.id!r}: the encoded payload is not JSON: {exc}",
+                fix="declare a payload type whose fields are JSON values, or pass a codec.",
+            ) from exc
+        if has_escaped_nul(text):
+            raise InvalidPayloadError(
+                f"job {job.id!r}: the payload contains a NUL character (\\u0000) in a key or a"
+                " string: valid JSON, but PostgreSQL's jsonb cannot store it.",
+                fix="strip NUL characters, or base64-encode binary data before enqueueing.",
+            )
+        if len(text) > limit:
+            raise PayloadTooLargeError(
+                f"job {job.id!r}: the payload is {len(text)} bytes of encoded JSON, more than"
+                f" the job's max_payload_bytes ({limit}).",
+                fix="store large data elsewhere (a table, object storage) and enqueue a"
+                " reference to it, or raise define_job(..., max_payload_bytes=...).",
+            )
+        dedupe_key = request.dedupe_key
+        if dedupe_key is not None:
+            require_key(dedupe_key, "dedupe_key")
+        elif policy is not None:
+            dedupe_key = require_key(
+                policy(payload), f"dedupe_key (from job {job.id!r}'s idempotency policy)"
+            )
+        key = None
+        if keyed:
+            key = require_text(
+                job.key_of(payload),
+                f"single-runner key (job {job.id!r}'s Concurrency.key)",
+                max_chars=None,
+            )
+        prepared.append(PreparedRun(run_id, text, dedupe_key, key, run_at))
+    return prepared
