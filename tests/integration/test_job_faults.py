@@ -17,21 +17,16 @@ runtime's own claim passes (``anyio.fail_after`` bounds it all), never for wall-
 
 from __future__ import annotations
 
-import os
-import pwd
 import re
-import shutil
-import socket
-import subprocess
-import tempfile
 from collections import Counter
 from contextlib import contextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 import pytest
+from pg_cluster import Cluster
+from pg_cluster import private_cluster as start_private_cluster
 from sqlalchemy import MetaData, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -63,7 +58,6 @@ state = ship_job_state_table(metadata)
 LEASE = 2.0
 """Seconds. Short, so a claim whose answer a termination swallowed lapses and is retaken soon."""
 POLL = 0.05
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 
 # --- observing the runtime ----------------------------------------------------------------------
@@ -385,118 +379,12 @@ async def test_terminated_connections_under_load_lose_no_run(
 # --- (b) the server restarted mid-load ----------------------------------------------------------
 
 
-@attrs.frozen
-class Cluster:
-    """A throwaway PostgreSQL cluster of this test alone (the shared server is never touched)."""
-
-    root: Path
-    port: int
-
-    @property
-    def data(self) -> Path:
-        return self.root / "data"
-
-    @property
-    def url(self) -> str:
-        return f"postgresql+asyncpg://postgres@127.0.0.1:{self.port}/postgres"
-
-    def command(self, *argv: str) -> list[str]:
-        """``argv`` as the cluster's owner: initdb and postgres refuse to run as root."""
-        if os.geteuid() != 0:
-            return list(argv)
-        runuser = shutil.which("runuser")
-        if runuser is None:
-            pytest.skip("running as root without runuser: cannot run PostgreSQL as postgres")
-        return [runuser, "-u", "postgres", "--", *argv]
-
-    def pg_ctl(self, *argv: str) -> list[str]:
-        return self.command(str(PG_BIN / "pg_ctl"), "-D", str(self.data), *argv)
-
-    @property
-    def log(self) -> Path:
-        return self.root / "server.log"
-
-    def log_tail(self) -> str:
-        log = self.log
-        return log.read_text(errors="replace")[-2000:] if log.exists() else "(no server log)"
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _run(argv: list[str], what: str, cluster: Cluster) -> None:
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"private PostgreSQL cluster: {what} failed to run: {exc}")
-    if done.returncode != 0:
-        pytest.skip(
-            f"private PostgreSQL cluster: {what} exited {done.returncode}:"
-            f" {done.stderr.strip()[-500:]}\n{cluster.log_tail()}"
-        )
-
-
 @pytest.fixture
 def private_cluster() -> Iterator[Cluster]:
-    """A fresh cluster (initdb, fsync off) on a free port of 127.0.0.1, its socket in its own
-    directory; always stopped and removed afterwards. Skips when it cannot be had here."""
-    for tool in ("initdb", "pg_ctl"):
-        if not (PG_BIN / tool).exists():
-            pytest.skip(f"no {PG_BIN / tool}: cannot start a private PostgreSQL to restart")
-    owner = None
-    if os.geteuid() == 0:
-        try:
-            owner = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and no postgres user to own a private cluster")
-    root = Path(tempfile.mkdtemp(prefix="ship_sqla_pg_"))
-    cluster = Cluster(root, _free_port())
-    started = False
-    try:
-        if owner is not None:
-            os.chown(root, owner.pw_uid, owner.pw_gid)
-        _run(
-            cluster.command(
-                str(PG_BIN / "initdb"),
-                "-D",
-                str(cluster.data),
-                "-U",
-                "postgres",
-                "-A",
-                "trust",
-                "--no-sync",
-                "-E",
-                "UTF8",
-                "--locale=C",
-            ),
-            "initdb",
-            cluster,
-        )
-        with (cluster.data / "postgresql.conf").open("a") as conf:
-            conf.write(
-                f"\nport = {cluster.port}\nlisten_addresses = '127.0.0.1'\n"
-                f"unix_socket_directories = '{root}'\nfsync = off\n"
-                "synchronous_commit = off\nfull_page_writes = off\nmax_connections = 40\n"
-                "shared_buffers = 32MB\n"
-            )
-        started = True
-        # -l: the server must not inherit our pipes (a reader would wait for their EOF forever).
-        _run(cluster.pg_ctl("-l", str(cluster.log), "-w", "start"), "pg_ctl start", cluster)
+    """A fresh cluster of this test alone (tests/support/pg_cluster.py), stopped and removed
+    afterwards; skips when it cannot be had here."""
+    with start_private_cluster() as cluster:
         yield cluster
-    finally:
-        try:
-            if started and (cluster.data / "postmaster.pid").exists():
-                subprocess.run(
-                    cluster.pg_ctl("-m", "immediate", "-w", "-t", "30", "stop"),
-                    capture_output=True,
-                    timeout=60,
-                    check=False,
-                )
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
 
 
 RESTART_RUNS = 2000

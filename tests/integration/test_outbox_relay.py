@@ -16,6 +16,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._outbox import (
+    MAX_ERROR_DELAY,
     Outbox,
     OutboxBackoff,
     OutboxClaimStaleError,
@@ -414,3 +415,154 @@ async def test_run_once_propagates_database_errors_the_loop_absorbs_them(errors)
         assert all(isinstance(e, DBAPIError) for e in errors)
     finally:
         await engine.dispose()
+
+
+# -- outages: settles retried in place, a capped error backoff ---------------------------------
+
+
+class InjectedError(Exception):
+    """A database error injected into one outbox call (the connection died mid-call)."""
+
+
+class Flaky:
+    """Makes chosen outbox calls fail: each call of a name in ``odd`` fails on its 1st, 3rd, ...
+    call (so each settle fails once, then its retry lands); names in ``down`` fail until
+    removed from it."""
+
+    def __init__(
+        self, outbox: Outbox, *, odd: set[str] = frozenset(), down: set[str] | None = None
+    ):
+        self.odd = set(odd)
+        self.down = set() if down is None else down
+        self.calls: dict[str, int] = {}
+        for name in ("acknowledge_many", "extend", "fail", "release", "claim"):
+            setattr(outbox, name, self._wrap(name, getattr(outbox, name)))
+
+    def _wrap(self, name: str, real: Any) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls[name] = self.calls.get(name, 0) + 1
+            if name in self.down or (name in self.odd and self.calls[name] % 2 == 1):
+                raise InjectedError(f"{name} #{self.calls[name]}: connection lost")
+            return await real(*args, **kwargs)
+
+        return call
+
+
+async def drive(clock: FrozenClock, done: Any, step: float = MAX_ERROR_DELAY) -> None:
+    """Move frozen time ``step`` at a time whenever the relay is parked, until ``done()``."""
+    with anyio.fail_after(10):
+        while not done():
+            if clock.sleepers:
+                clock.advance(step)
+            await anyio.lowlevel.checkpoint()
+
+
+async def test_failed_settles_are_retried_in_place_and_nothing_is_republished(
+    engine, outbox, ship_clock, errors
+):
+    """O3/O4 under a flapping database: an acknowledgement, a lease extension and a fail that
+    each fail once are retried in place after the error backoff, on the same claim (fenced on
+    its token), instead of the batch being dropped and republished after its lease. Each
+    message is published exactly once; each injected error is reported once."""
+    m0, m1, m2 = [await outbox.enqueue("main", "t", {"n": n}) for n in range(3)]
+    flaky = Flaky(outbox, odd={"acknowledge_many", "extend", "fail"})
+    published: list[uuid.UUID] = []
+
+    async def sink(message: OutboxMessage) -> None:
+        published.append(message.id)
+        if message.id == m0:
+            ship_clock.advance(10)  # a third of the lease: acknowledge m0, extend m1 and m2
+        if message.id == m1:
+            raise BoomError("broker said no")
+
+    # One batch, not full: no claim ahead, so the calls counted below are this batch's alone.
+    relay = create_outbox_relay(outbox, "main", sink, batch_size=4, lease=30, poll_interval=3600)
+    async with relay:
+        await drive(ship_clock, lambda: relay.delivered == 2 and len(errors) == 5)
+    assert published == [m0, m1, m2]
+    assert flaky.calls == {"claim": 1, "acknowledge_many": 4, "extend": 2, "fail": 2}
+    injected = [str(e) for e in errors if isinstance(e, InjectedError)]
+    assert sorted(injected) == sorted(
+        [
+            "acknowledge_many #1: connection lost",
+            "acknowledge_many #3: connection lost",
+            "extend #1: connection lost",
+            "fail #1: connection lost",
+        ]
+    )
+    (publish_error,) = [e for e in errors if isinstance(e, OutboxPublishError)]
+    assert publish_error.outcome == "retrying"
+    assert await statuses(engine) == [("delivered", 1), ("pending", 1), ("delivered", 1)]
+
+
+async def test_a_retried_acknowledgement_of_a_retaken_message_is_stale_and_changes_nothing(
+    engine, outbox, ship_clock, errors
+):
+    """O3: the relay retries a failed acknowledgement while its claim token is current; once the
+    lease lapsed and another relay retook the message, the retry is answered "stale", changes
+    nothing and is reported; this relay does not publish the message again."""
+    message_id = await outbox.enqueue("main", "t", {})
+    down = {"acknowledge_many"}
+    Flaky(outbox, down=down)
+    sink = Recorder(1)
+    relay = create_outbox_relay(outbox, "main", sink, batch_size=1, lease=10, poll_interval=3600)
+    async with relay:
+        await errors.wait_for(1)
+        await drive(ship_clock, lambda: ship_clock.monotonic() > 11)  # the lease lapsed
+        # Another relay (its outbox object is not flaky) retakes the message.
+        thief = create_outbox(database=engine, table=table, clock=ship_clock)
+        (retaken,) = await thief.claim("main", 1, lease=60, worker="thief")
+        down.clear()
+        await drive(ship_clock, lambda: any(isinstance(e, OutboxClaimStaleError) for e in errors))
+    assert [m.id for m in sink.published] == [message_id]
+    assert relay.delivered == 0
+    (stale,) = [e for e in errors if isinstance(e, OutboxClaimStaleError)]
+    assert (stale.message_id, stale.operation) == (message_id, "acknowledge")
+    assert await statuses(engine) == [("claimed", 2)]
+    assert await thief.acknowledge(retaken) == "delivered"
+
+
+async def test_stop_during_an_acknowledgement_retry_makes_one_last_attempt_then_leaves(
+    engine, outbox, ship_clock, errors
+):
+    """O3: stop() while the relay retries a failed acknowledgement (the database is still down)
+    makes one last attempt, reports its failure and returns; the message stays claimed until
+    its lease lapses (at-least-once: it is published again after that)."""
+    await outbox.enqueue("main", "t", {})
+    Flaky(outbox, down={"acknowledge_many"})
+    relay = create_outbox_relay(outbox, "main", Recorder(1), lease=10, poll_interval=3600)
+    relay.start()
+    await errors.wait_for(1)
+    await until_parked(ship_clock)
+    with anyio.fail_after(10):
+        await relay.stop()
+    assert not relay.running
+    assert [type(e) for e in errors] == [InjectedError, InjectedError]
+    assert await statuses(engine) == [("claimed", 1)]
+
+
+async def test_error_backoff_is_capped_at_max_error_delay(errors):
+    """O4 (the loop's error backoff, not message failures): after any number of failed polls
+    the relay tries again within MAX_ERROR_DELAY (1 s), starting at 0.1 s, so it resumes about
+    a second after the database returns however long the outage lasted."""
+    engine = create_async_engine(
+        "postgresql+asyncpg://postgres@127.0.0.1:5432/ship_sqla_outbox_no_such_database"
+    )
+    clock = FrozenClock()
+    outbox = create_outbox(database=engine, table=table, clock=clock, on_error=errors)
+    relay = create_outbox_relay(outbox, "main", Recorder(1), poll_interval=30)
+    try:
+        async with relay:
+            await errors.wait_for(1)
+            await until_parked(clock)
+            clock.advance(0.1)  # the first retry comes after at most 0.1 s
+            await errors.wait_for(2)
+            for failures in range(3, 15):
+                await until_parked(clock)
+                clock.advance(MAX_ERROR_DELAY)
+                await errors.wait_for(failures)
+            assert relay.running
+    finally:
+        await engine.dispose()
+    assert MAX_ERROR_DELAY == 1.0
+    assert all(isinstance(e, DBAPIError | OSError) for e in errors)

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 from sqlalchemy import MetaData, select, text, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ship_sqla import TransactionScope, create_unit_of_work
 from ship_sqla._outbox import (
@@ -20,9 +20,12 @@ from ship_sqla._outbox import (
     OutboxDeadLetteredError,
     OutboxIntent,
     OutboxPayloadError,
+    OutboxPayloadTooLargeError,
     create_outbox,
+    create_outbox_relay,
     ship_outbox_table,
 )
+from ship_sqla._outbox._store import DEFAULT_MAX_PAYLOAD_BYTES, MAX_OUTBOX_ID_LENGTH
 from ship_sqla.kernel import (
     BoundExceededError,
     ConfigurationError,
@@ -30,6 +33,7 @@ from ship_sqla.kernel import (
     InvalidCursorError,
     TenantViolationError,
 )
+from ship_sqla.kernel._keys import InvalidKeyError
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)
@@ -275,7 +279,8 @@ async def test_claim_runs_in_its_own_transaction_not_the_unit_of_work(engine, sh
 
 async def test_stale_holder_changes_nothing_and_is_told(conn, outbox, ship_clock):
     """O3: after a lease lapsed and the row was retaken, the old holder's acknowledge, fail and
-    release change nothing and report "stale" (or raise SHIP_SQLA_OUTBOX_CLAIM_STALE)."""
+    release change nothing and report "stale" (or raise SHIP_SQLA_OUTBOX_CLAIM_STALE); a second
+    acknowledge by the delivering claim is idempotent ("delivered", nothing changes)."""
     await outbox.enqueue("main", "t", {})
     (old,) = await outbox.claim("main", 1, lease=10, worker="A")
     ship_clock.advance(11)
@@ -296,12 +301,19 @@ async def test_stale_holder_changes_nothing_and_is_told(conn, outbox, ship_clock
         await outbox.release(old, raise_if_stale=True)
     assert await rows(conn) == before
     assert await outbox.acknowledge(new) == "delivered"
-    # A settled claim is stale too: acknowledging twice changes nothing.
-    assert await outbox.acknowledge(new) == "stale"
     (row,) = await rows(conn)
     assert row["status"] == "delivered"
-    assert row["claim_token"] is None
+    assert row["claim_token"] == new.claim_token  # kept: it makes a retried acknowledge idempotent
     assert row["delivered_at"] == ship_clock.now()
+    # Acknowledging again with the delivering claim answers "delivered" and changes nothing
+    # (a retry after a lost reply); the superseded claim is still stale; other settles of a
+    # delivered row are stale.
+    ship_clock.advance(5)
+    assert await outbox.acknowledge(new) == "delivered"
+    assert await outbox.acknowledge(old) == "stale"
+    assert await outbox.fail(new, "late") == "stale"
+    assert await outbox.release(new) == "stale"
+    assert await rows(conn) == [row]
 
 
 async def test_current_holder_may_settle_after_its_lease_lapsed_if_nobody_retook_it(
@@ -545,14 +557,14 @@ async def test_settles_on_an_engine_commit_alone_or_join_the_unit_of_work(engine
 
 
 async def test_acknowledge_many_on_an_engine_answers_each_pair(engine, ship_clock):
-    """O3: all-delivered, stale, a duplicated message and a stale plus the current claim of one
-    message each get their own outcome, in order."""
+    """O3: all-delivered, stale, a duplicated message, a retried acknowledgement (idempotent) and
+    a stale plus the current claim of one message each get their own outcome, in order."""
     outbox = create_outbox(database=engine, table=table, clock=ship_clock)
     for n in range(3):
         await outbox.enqueue("main", "t", {"n": n})
     a, b, c = await outbox.claim("main", 3, lease=10)
     assert await outbox.acknowledge_many([a, a]) == ["delivered", "delivered"]
-    assert await outbox.acknowledge_many([a]) == ["stale"]
+    assert await outbox.acknowledge_many([a]) == ["delivered"]  # a retry: idempotent
     assert await outbox.release(b) == "released"
     (b2,) = await outbox.claim("main", 1, lease=10)
     assert await outbox.acknowledge_many([b, c, b2]) == ["stale", "delivered", "delivered"]
@@ -613,3 +625,144 @@ async def test_claim_hands_out_headers_and_payload_as_enqueued(engine, ship_cloc
         ("b", {}, "dead"),
         ("c", {}, "dead"),
     ]
+
+
+# -- inputs refused before any SQL runs ---------------------------------------------------------
+
+
+async def no_sink(message: object) -> None:
+    return None
+
+
+UNREACHABLE = "postgresql+asyncpg://postgres@127.0.0.1:5432/ship_sqla_outbox_no_such_database"
+"""An outbox on this engine fails at its first statement: a check that raises something else
+ran before any SQL."""
+
+
+async def test_payload_size_limit_is_checked_before_any_sql(conn, ship_clock):
+    """O1: a message whose encoded JSON (payload plus headers) exceeds max_payload_bytes is
+    refused with SHIP_SQLA_OUTBOX_PAYLOAD_TOO_LARGE before any SQL runs; one oversized intent
+    refuses the whole enqueue_many (nothing half-written); exactly the limit is accepted."""
+    outbox = create_outbox(database=conn, table=table, clock=ship_clock, max_payload_bytes=64)
+    assert outbox.max_payload_bytes == 64
+    # {"s":"..."} is 8 bytes of JSON around the string; headers {} are 2 more.
+    exact = await outbox.enqueue("main", "t", {"s": "x" * 54})
+    assert (await outbox.get(exact)).payload == {"s": "x" * 54}
+    with pytest.raises(OutboxPayloadTooLargeError, match="65 bytes") as caught:
+        await outbox.enqueue("main", "t", {"s": "x" * 55})
+    error = caught.value
+    assert (error.code, error.size, error.limit, error.index) == (
+        "SHIP_SQLA_OUTBOX_PAYLOAD_TOO_LARGE",
+        65,
+        64,
+        0,
+    )
+    assert isinstance(error, OutboxPayloadError)
+    assert error.fix
+    with pytest.raises(OutboxPayloadTooLargeError):  # headers count too
+        await outbox.enqueue("main", "t", {"s": "x"}, headers={"h": "y" * 60})
+    # Non-ASCII is escaped (\uXXXX): each such character is 6 bytes of the encoded JSON.
+    with pytest.raises(OutboxPayloadTooLargeError):
+        await outbox.enqueue("main", "t", {"s": "é" * 10})
+    intents = [OutboxIntent("t", {"n": 1}), OutboxIntent("t", {"s": "x" * 100})]
+    with pytest.raises(OutboxPayloadTooLargeError) as caught:
+        await outbox.enqueue_many("main", intents)
+    assert caught.value.index == 1
+    assert [r["id"] for r in await rows(conn)] == [exact]  # the call wrote nothing
+
+    unreachable = create_async_engine(UNREACHABLE)
+    try:
+        remote = create_outbox(database=unreachable, table=table, max_payload_bytes=10)
+        with pytest.raises(OutboxPayloadTooLargeError):
+            await remote.enqueue("main", "t", {"s": "x" * 10})
+    finally:
+        await unreachable.dispose()
+
+
+async def test_payload_size_limit_defaults_to_one_mib_and_is_configurable(conn, ship_clock):
+    """O1: the default bound is 1 MiB; None lifts it; a bound that is not a positive int is a
+    ConfigurationError."""
+    outbox = create_outbox(database=conn, table=table, clock=ship_clock)
+    assert outbox.max_payload_bytes == DEFAULT_MAX_PAYLOAD_BYTES == 1024 * 1024
+    with pytest.raises(OutboxPayloadTooLargeError):
+        await outbox.enqueue("main", "t", "x" * (1024 * 1024))
+    unbounded = create_outbox(database=conn, table=table, clock=ship_clock, max_payload_bytes=None)
+    await unbounded.enqueue("main", "t", "x" * (1024 * 1024))
+    for bad in (0, -1, 1.5, True, "1"):
+        with pytest.raises(ConfigurationError, match="max_payload_bytes"):
+            create_outbox(database=conn, table=table, max_payload_bytes=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("outbox_id", ["", " ", "\t\n", "a\x00b", "x" * 256, None])
+async def test_blank_or_unstorable_outbox_ids_are_refused_before_any_sql(outbox_id):
+    """O1/O2: an outbox_id that is empty, blank, holds a NUL character, is longer than 255
+    characters or is not a string is refused by enqueue, enqueue_many, claim, list_dead,
+    purge_delivered and create_outbox_relay with InvalidKeyError (SHIP_SQLA_KEY_INVALID, the
+    kernel's rule for keys), before any SQL runs."""
+    unreachable = create_async_engine(UNREACHABLE)
+    try:
+        outbox = create_outbox(database=unreachable, table=table)
+        calls = [
+            outbox.enqueue(outbox_id, "t", {}),
+            outbox.enqueue_many(outbox_id, [OutboxIntent("t", {})]),
+            outbox.enqueue_many(outbox_id, []),
+            outbox.claim(outbox_id, 1, 10),
+            outbox.list_dead(outbox_id),
+            outbox.purge_delivered(outbox_id, older_than=60),
+        ]
+        for call in calls:
+            with pytest.raises(InvalidKeyError, match="outbox_id") as caught:
+                await call
+            assert caught.value.code == "SHIP_SQLA_KEY_INVALID"
+            assert caught.value.fix
+        with pytest.raises(InvalidKeyError, match="outbox_id"):
+            create_outbox_relay(outbox, outbox_id, no_sink)
+    finally:
+        await unreachable.dispose()
+    assert MAX_OUTBOX_ID_LENGTH == 255
+
+
+async def test_unstorable_topics_and_ordering_keys_are_refused_before_any_sql(conn, outbox):
+    """O1: a topic that is not text or holds a NUL, and an ordering key that is empty, holds a
+    NUL or is longer than 255 characters (it is indexed), refuse the whole enqueue before any
+    SQL runs: nothing is half-written."""
+    bad = [
+        OutboxIntent("t\x00", {}),
+        OutboxIntent(1, {}),  # type: ignore[arg-type]
+        OutboxIntent("t", {}, ordering_key=""),
+        OutboxIntent("t", {}, ordering_key="k\x00"),
+        OutboxIntent("t", {}, ordering_key="k" * 256),
+    ]
+    for intent in bad:
+        with pytest.raises(InvalidKeyError):
+            await outbox.enqueue_many("main", [OutboxIntent("t", {}), intent])
+    assert await rows(conn) == []
+    await outbox.enqueue("main", "t", {}, ordering_key="k" * 255)
+
+
+async def test_durations_must_be_finite_and_positive(conn, outbox):
+    """O2/O4: a lease, retry delay, retention or relay interval of nan, inf, a negative or an
+    absurdly large number of seconds is a ConfigurationError before any SQL runs."""
+    await outbox.enqueue("main", "t", {})
+    (message,) = await outbox.claim("main", 1, 10)
+    for lease in (float("nan"), float("inf"), -1, 0, 1e12):
+        with pytest.raises(ConfigurationError, match="lease"):
+            await outbox.claim("main", 1, lease)
+        with pytest.raises(ConfigurationError, match="lease"):
+            await outbox.extend([message], lease)
+        with pytest.raises(ConfigurationError, match="lease"):
+            create_outbox_relay(outbox, "main", no_sink, lease=lease)
+        with pytest.raises(ConfigurationError, match="poll_interval"):
+            create_outbox_relay(outbox, "main", no_sink, poll_interval=lease)
+    for delay in (float("nan"), float("inf"), -1):
+        with pytest.raises(ConfigurationError, match="retry_in"):
+            await outbox.fail(message, "boom", retry_in=delay)
+        with pytest.raises(ConfigurationError, match="older_than"):
+            await outbox.purge_delivered("main", older_than=delay)
+        with pytest.raises(ConfigurationError, match="backoff"):
+            OutboxBackoff(base=delay)
+        with pytest.raises(ConfigurationError, match="backoff"):
+            OutboxBackoff(max_delay=delay)
+    with pytest.raises(ConfigurationError, match="factor"):
+        OutboxBackoff(factor=float("nan"))
+    assert await outbox.fail(message, "boom", retry_in=0) == "retrying"

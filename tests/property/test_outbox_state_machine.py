@@ -4,7 +4,8 @@ Rules: enqueue; claim as relay A or B; acknowledge (one or a batch), fail or rel
 current or a stale token; advance the frozen clock past leases and backoffs; redrive dead rows.
 After every step: the database equals the model; no row has two live holders; nothing
 acknowledged comes back; attempts never exceed the bound. Every settle with a stale token is
-checked to have changed nothing.
+checked to have changed nothing; acknowledging again with the claim that delivered a row answers
+"delivered" and changes nothing (a retried acknowledgement is idempotent).
 
 Hypothesis has no async rules, so the sync rules drive the async outbox through one event loop
 kept for the whole test (``anyio.from_thread.start_blocking_portal``), on one engine bound to a
@@ -154,6 +155,11 @@ class OutboxMachine(RuleBasedStateMachine):
         row = self.model[message.id]
         return row.status == "claimed" and row.token == message.claim_token
 
+    def delivered_by(self, message: OutboxMessage) -> bool:
+        """This claim already acknowledged its row: acknowledging again answers "delivered"."""
+        row = self.model[message.id]
+        return row.status == "delivered" and row.token == message.claim_token
+
     def settle_stale(self, message: OutboxMessage, outcome: str) -> None:
         seen("stale settle")
         assert outcome == "stale", (outcome, message)
@@ -253,14 +259,20 @@ class OutboxMachine(RuleBasedStateMachine):
         message = self._pick(data)
         before = self.rows()[message.id]
         current = self.is_current(message)
+        again = self.delivered_by(message)
         outcome = self.call(self.outbox.acknowledge, message)
+        if again:
+            seen("acknowledge retried after it landed")
+            assert outcome == "delivered"
+            assert self.rows()[message.id] == before  # idempotent: nothing changes
+            return
         if not current:
             self.settle_stale(message, outcome)
             assert self.rows()[message.id] == before  # a stale token never changes a row
             return
         assert outcome == "delivered"
         row = self.model[message.id]
-        row.status, row.token, row.lease_expires_at = "delivered", None, None
+        row.status, row.lease_expires_at = "delivered", None  # the row keeps its token
         self.acknowledged.add(message.id)
 
     @precondition(lambda self: self.claims)
@@ -274,13 +286,13 @@ class OutboxMachine(RuleBasedStateMachine):
             ok = self.is_current(m) and m.id not in current_ids
             if ok:
                 current_ids.add(m.id)
-            expected.append("delivered" if ok else "stale")
+            expected.append("delivered" if ok or self.delivered_by(m) else "stale")
         outcomes = self.call(self.outbox.acknowledge_many, unique)
         assert outcomes == expected
-        for m, outcome in zip(unique, outcomes, strict=True):
-            if outcome == "delivered":
+        for m in unique:
+            if m.id in current_ids:
                 row = self.model[m.id]
-                row.status, row.token, row.lease_expires_at = "delivered", None, None
+                row.status, row.lease_expires_at = "delivered", None  # the row keeps its token
                 self.acknowledged.add(m.id)
 
     @precondition(lambda self: self.claims)
@@ -378,7 +390,8 @@ class OutboxMachine(RuleBasedStateMachine):
 
 def test_outbox_matches_its_model(outbox_database: URL) -> None:
     """O2, O3, O4 against a model: lapsed leases are retaken first, a stale token never changes a
-    row, no row has two live holders, nothing acknowledged comes back, attempts stay within
+    row, a repeated acknowledgement by the delivering claim is idempotent, no row has two live
+    holders, nothing acknowledged comes back, attempts stay within
     max_attempts, failures retry with backoff and end dead, and the database equals the model
     after every step."""
     with start_blocking_portal(backend="asyncio") as portal:

@@ -7,6 +7,7 @@ O1-O4 are stated in ``_store.py``; the claim's SQL and the indexes serving it in
 from ship_sqla._outbox._backoff import Backoff as Backoff
 from ship_sqla._outbox._backoff import OutboxBackoff as OutboxBackoff
 from ship_sqla._outbox._backoff import exponential_delay as exponential_delay
+from ship_sqla._outbox._relay import MAX_ERROR_DELAY as MAX_ERROR_DELAY
 from ship_sqla._outbox._relay import OutboxRelay as OutboxRelay
 from ship_sqla._outbox._relay import OutboxSink as OutboxSink
 from ship_sqla._outbox._relay import create_outbox_relay as create_outbox_relay
@@ -22,6 +23,7 @@ from ship_sqla._outbox._types import OutboxIntent as OutboxIntent
 from ship_sqla._outbox._types import OutboxMessage as OutboxMessage
 from ship_sqla._outbox._types import OutboxOutcome as OutboxOutcome
 from ship_sqla._outbox._types import OutboxPayloadError as OutboxPayloadError
+from ship_sqla._outbox._types import OutboxPayloadTooLargeError as OutboxPayloadTooLargeError
 from ship_sqla._outbox._types import OutboxPublishError as OutboxPublishError
 from ship_sqla._outbox._types import OutboxRecord as OutboxRecord
 from ship_sqla._outbox._types import OutboxSinkRejectedError as OutboxSinkRejectedError
@@ -29,6 +31,7 @@ from ship_sqla._outbox._types import OutboxStatus as OutboxStatus
 
 __all__ = [
     "LEASE_LAPSED_FINAL_ATTEMPT",
+    "MAX_ERROR_DELAY",
     "Backoff",
     "DeadLetterPage",
     "Outbox",
@@ -39,6 +42,7 @@ __all__ = [
     "OutboxMessage",
     "OutboxOutcome",
     "OutboxPayloadError",
+    "OutboxPayloadTooLargeError",
     "OutboxPublishError",
     "OutboxRecord",
     "OutboxRelay",

@@ -7,6 +7,7 @@ The arithmetic is separated from the random draw so it is property-tested withou
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 from typing import Literal, TypeAlias
@@ -14,6 +15,7 @@ from typing import Literal, TypeAlias
 import attrs
 
 from ship_sqla.kernel import ConfigurationError
+from ship_sqla.kernel._durations import MAX_RETRY_DELAY, require_duration
 
 __all__ = ["Backoff", "Jitter", "OutboxBackoff", "exponential_delay"]
 
@@ -57,19 +59,15 @@ def exponential_delay(
 
 def _non_negative(name: str) -> Callable[[object, attrs.Attribute[float], float], None]:
     def check(_instance: object, _attribute: attrs.Attribute[float], value: float) -> None:
-        if value < 0:
-            raise ConfigurationError(
-                f"backoff {name} must be >= 0 seconds, got {value}.",
-                fix=f"pass a non-negative {name}.",
-            )
+        require_duration(value, f"backoff {name}", maximum=MAX_RETRY_DELAY, allow_zero=True)
 
     return check
 
 
 def _check_factor(_instance: object, _attribute: attrs.Attribute[float], value: float) -> None:
-    if value < 1:
+    if not (value >= 1 and math.isfinite(value)):
         raise ConfigurationError(
-            f"backoff factor must be >= 1 (delays never shrink), got {value}.",
+            f"backoff factor must be finite and >= 1 (delays never shrink), got {value}.",
             fix="use 1 for a constant delay or 2 for doubling.",
         )
 

@@ -12,14 +12,23 @@ The relay never sees SQL: it calls the :class:`~ship_sqla._outbox._store.Outbox`
 When a batch was full and the outbox is on an engine, the next one is claimed (on another
 pooled connection) while this one's acknowledgement is in flight, so a relay working through a
 backlog waits about one round trip per batch, not two. That claim starts only after the batch's
-sink calls returned; a batch claimed ahead that will not be published (stop, a failed
-acknowledgement) is released.
+sink calls returned; a batch claimed ahead that will not be published (the relay stopped, or the
+acknowledgement still failed when it did) is released.
 
 Stopping is graceful: the message being published finishes, published ones are acknowledged and
 the batch's unpublished messages are released (their attempt given back), so another relay takes
 them at once instead of after a lease. Errors the loop absorbs (poll and settle failures during a
-database outage, stale claims, publish failures) go to ``on_error``; after a failure the loop backs
-off and tries again, so it survives outages.
+database outage, stale claims, publish failures) go to ``on_error``; nothing is raised out of it.
+
+Outages. A settle of the batch in hand (acknowledge, extend, fail) that fails is retried in place,
+after the error backoff, until it lands or the relay stops: the batch is never dropped from memory
+and republished because the database went away for a moment. Retrying is safe at any time because
+every settle is fenced on the claim token: once the message was retaken (its lease lapsed and
+another relay claimed it) the retry changes nothing and is answered "stale", and an acknowledgement
+that landed before its reply was lost answers "delivered" again. A failed claim is retried by the
+loop. The error backoff grows from ``min(poll_interval, 0.1)`` seconds and is capped at
+:data:`MAX_ERROR_DELAY` (1 s), so the relay is back within about a second of the server's return
+however long the outage lasted; message FAILURES keep the outbox's own backoff (O4).
 """
 
 from __future__ import annotations
@@ -28,10 +37,10 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ship_sqla._outbox._backoff import OutboxBackoff
-from ship_sqla._outbox._store import ErrorHandler, Outbox, default_worker
+from ship_sqla._outbox._store import ErrorHandler, Outbox, check_outbox_id, default_worker
 from ship_sqla._outbox._types import (
     OutboxClaimStaleError,
     OutboxMessage,
@@ -40,6 +49,13 @@ from ship_sqla._outbox._types import (
     OutboxSinkRejectedError,
 )
 from ship_sqla.kernel import ConfigurationError
+from ship_sqla.kernel._durations import (
+    MAX_DRAIN_TIMEOUT,
+    MAX_LEASE,
+    MAX_POLL_INTERVAL,
+    require_duration,
+)
+from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -48,7 +64,9 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._job_backend import JobBackend
     from ship_sqla.kernel._jobs import JobDefinition
 
-__all__ = ["OutboxRelay", "OutboxSink", "create_outbox_relay", "job_sink"]
+__all__ = ["MAX_ERROR_DELAY", "OutboxRelay", "OutboxSink", "create_outbox_relay", "job_sink"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("ship_sqla")
 
@@ -59,7 +77,12 @@ A sink may be called again for a message it already published (at-least-once del
 idempotent, e.g. by deduplicating on ``message.id``.
 """
 
-_MAX_OUTAGE_DELAY = 30.0
+MAX_ERROR_DELAY = 1.0
+"""Seconds: the cap of the relay's error backoff (after a failed claim or settle). Low on purpose:
+a relay that kept doubling its wait through a 15 s outage came back 12 s after the server did; a
+failed attempt against a server that is down costs one refused connection."""
+
+_FIRST_ERROR_DELAY = 0.1
 
 
 class OutboxRelay:
@@ -97,12 +120,13 @@ class OutboxRelay:
         self._clock = clock or outbox.clock
         self.worker = worker or default_worker()
         self._stopping = False
+        self._stop_requested = asyncio.Event()
         self._running = False
         self._task: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self._wakeup = outbox.subscribe(outbox_id)
-        self._outage = OutboxBackoff(
-            base=min(poll_interval, 1.0), max_delay=_MAX_OUTAGE_DELAY, jitter="equal"
+        self._error_backoff = OutboxBackoff(
+            base=min(poll_interval, _FIRST_ERROR_DELAY), max_delay=MAX_ERROR_DELAY, jitter="equal"
         )
         self.delivered = 0
         """Messages this relay has acknowledged (a counter for tests and health checks)."""
@@ -138,7 +162,10 @@ class OutboxRelay:
         With ``grace`` (seconds, on the wall clock), a sink still busy after it is cancelled;
         its message is then left to its lease. Tolerates a relay that was never started.
         """
+        if grace is not None:
+            grace = require_duration(grace, "grace", maximum=MAX_DRAIN_TIMEOUT, allow_zero=True)
         self._stopping = True
+        self._stop_requested.set()
         self._wakeup.set()
         task, self._task = self._task, None
         if task is not None:
@@ -197,7 +224,7 @@ class OutboxRelay:
                 except Exception as exc:  # noqa: BLE001 - the loop reports and survives everything
                     failures += 1
                     self._report(exc)
-                    await self._idle(self._outage(failures))
+                    await self._idle(self._error_backoff(failures))
                     continue
                 failures = 0
                 if handled < self._batch_size:
@@ -311,20 +338,57 @@ class OutboxRelay:
                 else:
                     published.append(message)
         except BaseException:
-            # Cancelled (hard stop) or a settle failed: hand back what we can, then re-raise.
-            # The message that was in the sink is unknown-published and is left to its lease.
-            with contextlib.suppress(Exception):
-                await self._flush(published)
-                await self._release(remaining)
+            # Cancelled (hard stop), or a settle failed once the relay was stopping: one last
+            # attempt to hand back what we hold, then re-raise. The message that was in the sink
+            # is unknown-published and is left to its lease.
+            await self._settle_on_the_way_out(published, remaining)
             raise
         return published, remaining
 
-    async def _flush(self, published: list[OutboxMessage]) -> None:
+    async def _settle_on_the_way_out(
+        self, published: list[OutboxMessage], remaining: list[OutboxMessage]
+    ) -> None:
+        """Acknowledge and release once each, without retrying (the relay is leaving); what
+        fails is reported and left to its lease: published messages are then delivered again."""
+        try:
+            await self._flush(published, retry=False)
+        except Exception as exc:  # noqa: BLE001 - reported; the rows wait out their lease
+            self._report(exc)
+        try:
+            await self._release(remaining)
+        except Exception as exc:  # noqa: BLE001 - reported; the rows wait out their lease
+            self._report(exc)
+
+    async def _retrying(self, settle: Callable[[], Awaitable[T]], *, retry: bool = True) -> T:
+        """Run a settle of the batch in hand until it lands.
+
+        Only the loop retries (``run_once`` lets errors through), never once stopping, and never
+        a refused input (ConfigurationError: retrying cannot fix it). Each failure is reported;
+        the next attempt waits the error backoff, or less if the relay is stopped meanwhile (then
+        it makes one last attempt). Retrying is safe because every settle is fenced on the claim
+        token (O3): a message retaken meanwhile is answered "stale" and left unchanged.
+        """
+        failures = 0
+        while True:
+            try:
+                return await settle()
+            except ConfigurationError:
+                raise
+            except Exception as exc:
+                if not retry or self._stopping or not self._running:
+                    raise
+                failures += 1
+                self._report(exc)
+                await wait_event(self._stop_requested, self._clock, self._error_backoff(failures))
+
+    async def _flush(self, published: list[OutboxMessage], *, retry: bool = True) -> None:
+        """Acknowledge ``published`` in one statement, retried in place while it fails (see
+        :meth:`_retrying`); ``published`` is emptied once the acknowledgement landed."""
         if not published:
             return
         batch = list(published)
+        outcomes = await self._retrying(lambda: self._outbox.acknowledge_many(batch), retry=retry)
         published.clear()
-        outcomes = await self._outbox.acknowledge_many(batch)
         acknowledged = 0
         for message, outcome in zip(batch, outcomes, strict=True):
             if outcome == "stale":
@@ -338,7 +402,7 @@ class OutboxRelay:
             self._outbox.notify(self._outbox_id)
 
     async def _extend(self, remaining: list[OutboxMessage]) -> list[OutboxMessage]:
-        held = await self._outbox.extend(remaining, self._lease)
+        held = await self._retrying(lambda: self._outbox.extend(remaining, self._lease))
         kept: list[OutboxMessage] = []
         for message, still_held in zip(remaining, held, strict=True):
             if still_held:
@@ -356,7 +420,7 @@ class OutboxRelay:
     async def _fail(self, message: OutboxMessage, exc: Exception) -> None:
         outcome: OutboxOutcome | None = None
         try:
-            outcome = await self._outbox.fail(message, exc)
+            outcome = await self._retrying(lambda: self._outbox.fail(message, exc))
         finally:
             error = OutboxPublishError(message, outcome, f"{type(exc).__name__}: {exc}")
             error.__cause__ = exc
@@ -418,20 +482,13 @@ def create_outbox_relay(
     delivered in commit order and may overlap. Messages without a key are not ordered. A key
     with a long backlog costs the claim one ``<table>_ordering_idx`` probe per row it skips.
     """
+    check_outbox_id(outbox_id)
     if batch_size < 1:
         raise ConfigurationError(
             f"batch_size must be at least 1, got {batch_size}.", fix="pass batch_size >= 1."
         )
-    if lease <= 0:
-        raise ConfigurationError(
-            f"lease must be a positive number of seconds, got {lease}.",
-            fix="pass a lease longer than publishing one message takes, e.g. 30.",
-        )
-    if poll_interval <= 0:
-        raise ConfigurationError(
-            f"poll_interval must be a positive number of seconds, got {poll_interval}.",
-            fix="pass e.g. 1.0; local enqueues wake the relay at once anyway.",
-        )
+    lease = require_duration(lease, "lease", maximum=MAX_LEASE)
+    poll_interval = require_duration(poll_interval, "poll_interval", maximum=MAX_POLL_INTERVAL)
     return OutboxRelay(
         outbox,
         outbox_id,

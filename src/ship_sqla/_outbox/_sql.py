@@ -48,7 +48,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCLASS, TIMESTAMP, UU
 if TYPE_CHECKING:
     from sqlalchemy.sql import ColumnElement
     from sqlalchemy.sql.dml import Delete, Insert, ReturningUpdate
-    from sqlalchemy.sql.selectable import CompoundSelect, Select
+    from sqlalchemy.sql.selectable import Select
 
 __all__ = [
     "CLAIM_RETURNING",
@@ -103,8 +103,9 @@ class OutboxStatements:
     claim_ordered: ReturningUpdate[Any]
     """As ``claim``, skipping rows whose ordering key has an earlier undelivered row."""
 
-    acknowledge: CompoundSelect[Any]
-    """:ids uuid[], :tokens uuid[], :now -> the (id, token) pairs NOT acknowledged (stale)."""
+    acknowledge: Select[Any]
+    """:ids uuid[], :tokens uuid[], :now -> the (id, token) pairs NOT acknowledged (stale); a pair
+    already delivered under that same token counts as acknowledged (idempotent retries)."""
 
     fail: ReturningUpdate[Any]
     """:message_id, :token, :error, :delay (seconds), :permanent, :now -> new status, or no row."""
@@ -320,10 +321,15 @@ def _settle_pairs() -> Any:  # noqa: ANN401 - a table-valued unnest
     return pairs.render_derived(name="held", with_types=False)
 
 
-def _acknowledge(t: Table) -> CompoundSelect[Any]:
+def _acknowledge(t: Table) -> Select[Any]:
     """The given (id, token) pairs that were NOT acknowledged: usually none, so a batch's
     answer is empty rather than a row per message. Pairs, not ids: a batch may carry a stale
-    and the current claim of one message, and only the matching pair is acknowledged."""
+    and the current claim of one message, and only the matching pair is acknowledged.
+
+    Idempotent per claim: a delivered row keeps the token it was delivered under, so a retried
+    acknowledgement whose first attempt committed but whose reply was lost (a connection that
+    died at the wrong moment) answers "delivered" again, not "stale". The NOT EXISTS probe runs
+    only for the pairs the update did not match (usually none), each one primary-key lookup."""
     pairs = _settle_pairs()
     given = select(pairs.c.id, pairs.c.token).cte("given")
     acknowledged = (
@@ -333,14 +339,20 @@ def _acknowledge(t: Table) -> CompoundSelect[Any]:
             status=DELIVERED,
             delivered_at=_now(),
             lease_expires_at=null(),
-            claim_token=null(),
         )
         .returning(given.c.id, given.c.token)
         .cte("acknowledged")
     )
-    return select(given.c.id, given.c.token).except_(
-        select(acknowledged.c.id, acknowledged.c.token)
+    unmatched = (
+        select(given.c.id, given.c.token)
+        .except_(select(acknowledged.c.id, acknowledged.c.token))
+        .subquery("unmatched")
     )
+    # The statement's snapshot predates its own update: this sees rows delivered earlier only.
+    delivered_before = exists().where(
+        t.c.id == unmatched.c.id, t.c.claim_token == unmatched.c.token, t.c.status == DELIVERED
+    )
+    return select(unmatched.c.id, unmatched.c.token).where(~delivered_before)
 
 
 def _fail(t: Table) -> ReturningUpdate[Any]:

@@ -5,7 +5,9 @@ O1 ``enqueue`` joins the active unit of work: its row commits or rolls back with
 O2 ``claim`` retakes lapsed leases before due pending rows, with SKIP LOCKED, in its own short
    transaction, reading about ``batch_size`` index entries whatever the backlog.
 O3 ``acknowledge`` / ``fail`` / ``release`` / ``extend`` are fenced on the claim token: a stale
-   holder changes nothing and gets ``"stale"`` (or :class:`OutboxClaimStaleError`).
+   holder changes nothing and gets ``"stale"`` (or :class:`OutboxClaimStaleError`). Acknowledging
+   is idempotent per claim (a delivered row keeps its token), so a relay may retry an
+   acknowledgement whose reply was lost.
 O4 A failure makes the row pending again after a backoff, or dead once ``max_attempts`` are
    spent; a lease that lapses on the final attempt is dead too. Dead rows stay until an
    operator redrives them: nothing is dropped silently.
@@ -22,7 +24,6 @@ import binascii
 import json
 import logging
 import os
-import re
 import socket
 import uuid
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -45,6 +46,7 @@ from ship_sqla._outbox._types import (
     OutboxMessage,
     OutboxOutcome,
     OutboxPayloadError,
+    OutboxPayloadTooLargeError,
     OutboxRecord,
 )
 from ship_sqla._scope import (
@@ -54,6 +56,7 @@ from ship_sqla._scope import (
     joined,
     tenant_within,
 )
+from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import (
     BoundExceededError,
     Clock,
@@ -62,19 +65,45 @@ from ship_sqla.kernel import (
     SystemClock,
 )
 from ship_sqla.kernel._clock import require_aware
+from ship_sqla.kernel._durations import MAX_LEASE, MAX_RETRY_DELAY, require_duration
+from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
+from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError, require_key, require_text
 from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 
-__all__ = ["MAX_DEAD_PAGE", "ErrorHandler", "Outbox", "Wakeup", "create_outbox", "default_worker"]
+__all__ = [
+    "DEFAULT_MAX_PAYLOAD_BYTES",
+    "MAX_DEAD_PAGE",
+    "MAX_OUTBOX_ID_LENGTH",
+    "MAX_RETENTION",
+    "ErrorHandler",
+    "Outbox",
+    "Wakeup",
+    "check_outbox_id",
+    "create_outbox",
+    "default_worker",
+]
 
 logger = logging.getLogger("ship_sqla")
 
 
 MAX_DEAD_PAGE = 1000
 """The largest ``list_dead`` page; a larger ``limit`` is refused, never silently cut."""
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+"""``create_outbox``'s default bound on one message's encoded JSON (payload plus headers): 1 MiB.
+Messages are read whole by every claim and held in relays' memory a batch at a time."""
+
+MAX_RETENTION = 100 * 365 * 24 * 3600.0
+"""Seconds: the longest ``purge_delivered(older_than=...)`` (a century; beyond it, keep forever by
+not purging)."""
+
+MAX_OUTBOX_ID_LENGTH = MAX_KEY_CHARS
+"""Characters (255, the kernel's bound on keys). ``outbox_id`` leads both claim indexes; a longer
+one is refused before any SQL instead of failing in PostgreSQL ("index row requires N bytes")."""
 
 _default_table: Table | None = None
 
@@ -113,20 +142,54 @@ class Wakeup:
         return woke
 
 
-# \u0000 preceded by an even number of backslashes: an escaped NUL, not the literal text "\u0000".
-_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+def check_outbox_id(outbox_id: object) -> str:
+    """Refuse an ``outbox_id`` that is not a storable key (the kernel's rule: text, no NUL, 1 to
+    255 characters; :class:`InvalidKeyError`) or is blank: an empty or whitespace id would name a
+    separate outbox nobody meant (every relay of it a silent no-op)."""
+    key = require_key(outbox_id, "outbox_id", max_chars=MAX_OUTBOX_ID_LENGTH)
+    if not key.strip():
+        raise InvalidKeyError(
+            f"outbox_id must not be blank, got {key!r}.",
+            fix="name each logical outbox with a short stable identifier such as 'orders'.",
+        )
+    return key
+
+
+def _check_intent(intent: OutboxIntent) -> None:
+    require_text(intent.topic, "topic", max_chars=None)
+    if intent.ordering_key is not None:
+        require_key(intent.ordering_key, "ordering_key")
+
+
+def _check_max_payload_bytes(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigurationError(
+            f"max_payload_bytes must be a positive int or None, got {value!r}.",
+            fix=f"pass a byte count such as {DEFAULT_MAX_PAYLOAD_BYTES} (1 MiB), or None for no"
+            " bound but PostgreSQL's own.",
+        )
+    return value
+
+
+def _check_size(payload: str, headers: str, limit: int | None, index: int) -> None:
+    # The kernel's encoder escapes non-ASCII, so the length of the text is its byte count.
+    size = len(payload) + len(headers)
+    if limit is not None and size > limit:
+        raise OutboxPayloadTooLargeError(size=size, limit=limit, index=index)
 
 
 def _json(value: object, what: str) -> str:
     try:
-        encoded = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        encoded = encode_compact_json(value)
     except (TypeError, ValueError) as exc:
         raise OutboxPayloadError(
             f"the outbox message {what} cannot be encoded as JSON: {exc}.",
             fix="pass dicts, lists, str, int, float (finite), bool or None; convert datetimes,"
             " UUIDs, decimals and models to JSON-friendly values first.",
         ) from exc
-    if _ESCAPED_NUL.search(encoded):
+    if has_escaped_nul(encoded):
         raise OutboxPayloadError(
             f"the outbox message {what} contains a NUL character (\\u0000): valid JSON, but"
             " PostgreSQL's jsonb cannot store it.",
@@ -226,8 +289,10 @@ class Outbox:
         max_attempts: int,
         backoff: Backoff,
         on_error: ErrorHandler | None,
+        max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
         self._database = database
+        self._max_payload_bytes = max_payload_bytes
         self._table = table
         self._sql: OutboxStatements = build_statements(table)
         self._clock = clock
@@ -266,6 +331,11 @@ class Outbox:
     @property
     def max_attempts(self) -> int:
         return self._max_attempts
+
+    @property
+    def max_payload_bytes(self) -> int | None:
+        """The bound on one message's encoded JSON, payload plus headers (None: unbounded)."""
+        return self._max_payload_bytes
 
     def report_error(self, error: BaseException) -> None:
         """Hand an absorbed error to ``on_error`` (or log it); never raises."""
@@ -342,17 +412,30 @@ class Outbox:
 
         Ids are returned in ``intents`` order and increase in that order, so one ordering key's
         messages keep the order they are given in.
+
+        Every message is checked before any SQL runs: JSON (no NaN, no NUL), at most
+        ``max_payload_bytes`` of encoded payload plus headers (:class:`OutboxPayloadTooLargeError`),
+        a topic without NUL and an ordering key that is a storable key (``InvalidKeyError``), as
+        is ``outbox_id``; one refused intent refuses the whole call.
         """
+        check_outbox_id(outbox_id)
         attempts = self._max_attempts if max_attempts is None else max_attempts
         _check_max_attempts(attempts)
         if not intents:
             return []
+        payloads: list[str] = []
+        header_docs: list[str] = []
+        for index, intent in enumerate(intents):
+            _check_intent(intent)
+            payloads.append(_json(intent.payload, "payload"))
+            header_docs.append(_json(dict(intent.headers or {}), "headers"))
+            _check_size(payloads[-1], header_docs[-1], self._max_payload_bytes, index)
         ids = [new_message_id() for _ in intents]
         params = {
             "ids": ids,
             "topics": [i.topic for i in intents],
-            "payloads": [_json(i.payload, "payload") for i in intents],
-            "header_docs": [_json(dict(i.headers or {}), "headers") for i in intents],
+            "payloads": payloads,
+            "header_docs": header_docs,
             "ordering_keys": [i.ordering_key for i in intents],
             "available_ats": [
                 None if i.available_at is None else require_aware(i.available_at, "available_at")
@@ -394,15 +477,12 @@ class Outbox:
         transaction ends, so the claim runs and commits on its own (on an engine, as one
         autocommit statement).
         """
+        check_outbox_id(outbox_id)
         if batch_size < 1:
             raise ConfigurationError(
                 f"batch_size must be at least 1, got {batch_size}.", fix="pass batch_size >= 1."
             )
-        if lease <= 0:
-            raise ConfigurationError(
-                f"lease must be a positive number of seconds, got {lease}.",
-                fix="pass a lease longer than publishing a batch takes, e.g. 30.",
-            )
+        _check_lease(lease)
         statement = self._sql.claim_ordered if ordered else self._sql.claim
         params = {
             "outbox": outbox_id,
@@ -480,12 +560,12 @@ class Outbox:
         Retries after ``retry_in`` seconds, default the outbox's backoff for this attempt; the
         message is dead once its attempts are spent, or at once with ``permanent=True``.
         """
-        delay = self._backoff(message.attempt) if retry_in is None else retry_in
-        if delay < 0:
-            raise ConfigurationError(
-                f"retry delay must be >= 0 seconds, got {delay}.",
-                fix="pass a non-negative retry_in, or fix the backoff function.",
-            )
+        delay = require_duration(
+            self._backoff(message.attempt) if retry_in is None else retry_in,
+            "retry_in (or the outbox backoff's delay)",
+            maximum=MAX_RETRY_DELAY,
+            allow_zero=True,
+        )
         params = {
             "message_id": message.id,
             "token": message.claim_token,
@@ -539,6 +619,7 @@ class Outbox:
 
         Returns, per message, whether it is still held; False means another relay may have it.
         """
+        _check_lease(lease)
         if not messages:
             return []
         params = {
@@ -561,6 +642,7 @@ class Outbox:
 
         Not index-served (the outbox declares only the claim's indexes): meant for operators.
         """
+        check_outbox_id(outbox_id)
         if limit < 1 or limit > MAX_DEAD_PAGE:
             raise BoundExceededError(
                 f"list_dead limit must be between 1 and {MAX_DEAD_PAGE}, got {limit}.",
@@ -595,12 +677,13 @@ class Outbox:
         TID range scan: each statement's cost is bounded by its range, whatever the table's
         size, and rows acknowledged meanwhile wait for the next purge. Run it from a schedule.
         """
-        age = older_than.total_seconds() if isinstance(older_than, timedelta) else older_than
-        if not age >= 0:
-            raise ConfigurationError(
-                f"older_than must be >= 0 seconds, got {older_than!r}.",
-                fix="pass how long delivered messages are kept, e.g. timedelta(days=7).",
-            )
+        check_outbox_id(outbox_id)
+        age = require_duration(
+            older_than.total_seconds() if isinstance(older_than, timedelta) else older_than,
+            "older_than",
+            maximum=MAX_RETENTION,
+            allow_zero=True,
+        )
         if pages_per_statement < 1:
             raise ConfigurationError(
                 f"pages_per_statement must be at least 1, got {pages_per_statement!r}."
@@ -657,21 +740,27 @@ class Outbox:
         """A connection for one statement of the outbox's own, never the unit of work's.
 
         On an engine: an autocommit connection, so the statement is its own transaction (one
-        round trip). On a connection (tests): a SAVEPOINT of its transaction.
+        round trip). On a connection (tests): a SAVEPOINT of its transaction. A refused or
+        lost connection raises DatabaseUnavailableError.
         """
-        if self._autocommit is not None:
-            async with self._autocommit.connect() as connection:
-                yield connection
-            return
-        database = self._database
-        assert isinstance(database, AsyncConnection)  # noqa: S101 - no autocommit engine
-        async with database.begin_nested():
-            yield database
+        with database_outage_translated("an outbox statement", driver_only=True):
+            if self._autocommit is not None:
+                async with self._autocommit.connect() as connection:
+                    yield connection
+                return
+            database = self._database
+            assert isinstance(database, AsyncConnection)  # noqa: S101 - no autocommit engine
+            async with database.begin_nested():
+                yield database
 
     def _settling(self, scope: TransactionScope | None) -> AbstractAsyncContextManager[Joined]:
         """Where a settle runs: in the given or ambient unit of work (joined), else alone: on an
         engine one autocommitted statement, its after-commit callbacks run right after."""
         return joined(self._database, scope, alone=self._autocommit)
+
+
+def _check_lease(lease: float) -> float:
+    return require_duration(lease, "lease", maximum=MAX_LEASE)
 
 
 def _check_max_attempts(value: int) -> None:
@@ -690,6 +779,7 @@ def create_outbox(
     max_attempts: int = 10,
     backoff: Backoff | None = None,
     on_error: ErrorHandler | None = None,
+    max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> Outbox:
     """The transactional outbox on ``table`` (default ``ship_outbox_table`` named ship_outbox).
 
@@ -700,8 +790,12 @@ def create_outbox(
       full jitter).
     - ``on_error``: receives errors the outbox and its relays absorb (dead-lettering by lease
       lapse, publish failures, poll failures); default logs them on the ``ship_sqla`` logger.
+    - ``max_payload_bytes``: the largest message enqueue accepts, counted as the bytes of its
+      encoded JSON, payload plus headers (default 1 MiB; None: only PostgreSQL's own bound).
+      A larger one raises :class:`OutboxPayloadTooLargeError` before any SQL runs.
     """
     _check_max_attempts(max_attempts)
+    limit = _check_max_payload_bytes(max_payload_bytes)
     if table is None:
         table = _default_outbox_table()
     elif not isinstance(table, Table):
@@ -722,4 +816,5 @@ def create_outbox(
         max_attempts=max_attempts,
         backoff=backoff or OutboxBackoff(),
         on_error=on_error,
+        max_payload_bytes=limit,
     )

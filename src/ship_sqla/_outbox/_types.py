@@ -21,6 +21,7 @@ __all__ = [
     "OutboxMessage",
     "OutboxOutcome",
     "OutboxPayloadError",
+    "OutboxPayloadTooLargeError",
     "OutboxPublishError",
     "OutboxRecord",
     "OutboxSinkRejectedError",
@@ -121,6 +122,24 @@ class OutboxPayloadError(ShipError, TypeError):
     """A payload or headers value could not be encoded as JSON."""
 
     code = "SHIP_SQLA_OUTBOX_PAYLOAD_NOT_JSON"
+
+
+class OutboxPayloadTooLargeError(OutboxPayloadError, ValueError):
+    """A message's encoded JSON (payload plus headers) exceeds the outbox's ``max_payload_bytes``;
+    nothing was written (the check runs before any SQL)."""
+
+    code = "SHIP_SQLA_OUTBOX_PAYLOAD_TOO_LARGE"
+
+    def __init__(self, *, size: int, limit: int, index: int) -> None:
+        self.size = size
+        self.limit = limit
+        self.index = index
+        super().__init__(
+            f"outbox message {index} of the call encodes to {size} bytes of JSON (payload plus"
+            f" headers), over this outbox's max_payload_bytes of {limit}; nothing was enqueued.",
+            fix="store large content elsewhere (object storage, a table) and enqueue a reference"
+            " to it, or raise create_outbox(max_payload_bytes=...).",
+        )
 
 
 class OutboxPublishError(ShipError, RuntimeError):
