@@ -51,6 +51,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._outbox import OutboxMessage as OutboxMessage
     from ship_sqla._outbox import OutboxOutcome as OutboxOutcome
     from ship_sqla._outbox import OutboxPayloadError as OutboxPayloadError
+    from ship_sqla._outbox import OutboxPayloadTooLargeError as OutboxPayloadTooLargeError
     from ship_sqla._outbox import OutboxPublishError as OutboxPublishError
     from ship_sqla._outbox import OutboxRecord as OutboxRecord
     from ship_sqla._outbox import OutboxRelay as OutboxRelay
@@ -96,6 +97,9 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._webhooks import verify_webhook as verify_webhook
     from ship_sqla._webhooks import webhook_headers as webhook_headers
     from ship_sqla._webhooks import webhook_idempotency_prefix as webhook_idempotency_prefix
+    from ship_sqla.kernel._errors import DatabaseUnavailableError as DatabaseUnavailableError
+    from ship_sqla.kernel._jobs import PayloadTooLargeError as PayloadTooLargeError
+    from ship_sqla.kernel._keys import InvalidKeyError as InvalidKeyError
 
 _EXPORTS: dict[str, str] = {
     "advisory_lock_key": "ship_sqla._locks",
@@ -179,6 +183,10 @@ _EXPORTS: dict[str, str] = {
     "WebhookTimestampError": "ship_sqla._webhooks",
     "WebhookVerificationError": "ship_sqla._webhooks",
     "UnsafeExpressionError": "ship_sqla._repository_guard",
+    "DatabaseUnavailableError": "ship_sqla.kernel._errors",
+    "OutboxPayloadTooLargeError": "ship_sqla._outbox",
+    "PayloadTooLargeError": "ship_sqla.kernel._jobs",
+    "InvalidKeyError": "ship_sqla.kernel._keys",
 }
 
 __all__ = (
@@ -186,6 +194,7 @@ __all__ = (
     "AdvisoryLockProvider",
     "BoundRepository",
     "Database",
+    "DatabaseUnavailableError",
     "DeadLetterPage",
     "IdempotencyClaim",
     "IdempotencyClaimLostError",
@@ -198,6 +207,7 @@ __all__ = (
     "IdempotencyReplay",
     "IdempotencyStarted",
     "IdempotencyStore",
+    "InvalidKeyError",
     "JobBackendTimeoutError",
     "JobOperationRefusedError",
     "JobOperations",
@@ -209,6 +219,7 @@ __all__ = (
     "OutboxMessage",
     "OutboxOutcome",
     "OutboxPayloadError",
+    "OutboxPayloadTooLargeError",
     "OutboxPublishError",
     "OutboxRecord",
     "OutboxRelay",
@@ -216,6 +227,7 @@ __all__ = (
     "OutboxSinkRejectedError",
     "OutboxStatus",
     "Page",
+    "PayloadTooLargeError",
     "PostgresJobBackend",
     "Projection",
     "RepositoryUsageError",

@@ -3,8 +3,10 @@
 Tables for people, ``--json`` for scripts. Exit codes are part of the interface:
 
 - 0: success (for ``schema check``: the database matches the metadata);
-- 1: the check found differences, or the operation failed (database unreachable, a run that
-  does not exist); the message on stderr says what happened and the fix;
+- 1: the check found differences, or the operation failed (a run that does not exist, a
+  missing table); the message on stderr says what happened and the fix. A database that is
+  down or unreachable is ``SHIP_SQLA_DATABASE_UNAVAILABLE: <what failed and why> (database
+  <url without password>). Fix: ...``, whatever the driver raised;
 - 2: bad input: a usage error, a malformed option, a ``MODULE:ATTR`` that cannot be loaded.
 """
 
@@ -45,9 +47,11 @@ from ship_sqla._cli_jobs import (
 from ship_sqla._cli_outbox import purge_delivered
 from ship_sqla._jobs._operations import MAX_CLEANUP_BATCH, MAX_LIST_LIMIT
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
+from ship_sqla._outbox._store import MAX_RETENTION, check_outbox_id
 from ship_sqla._schema_check import SchemaCheckError, check_schema
 from ship_sqla._schema_sql import schema_sql
 from ship_sqla._server import NoServerError, to_async_url
+from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import (
     ConfigurationError,
     InvalidCursorError,
@@ -55,6 +59,9 @@ from ship_sqla.kernel import (
     JobRegistry,
     ShipError,
 )
+from ship_sqla.kernel._durations import MAX_DRAIN_TIMEOUT, MAX_POLL_INTERVAL, require_duration
+from ship_sqla.kernel._errors import DatabaseUnavailableError
+from ship_sqla.kernel._keys import InvalidKeyError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -235,14 +242,25 @@ class Identifier(_AnyParamType):
         return text
 
 
-_UNITS: Final = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION: Final = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*")
+_UNITS: Final = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION: Final = re.compile(r"\s*(\d+(?:\.\d+)?|\.\d+)\s*(ms|[smhd]?)\s*")
 
 
 class Duration(_AnyParamType):
-    """Seconds, or a number with a unit: ``3600``, ``90m``, ``12h``, ``7d``."""
+    """Seconds, or a number with a unit: ``0.5``, ``250ms``, ``3600``, ``90m``, ``12h``, ``7d``;
+    converted to a ``timedelta``.
+
+    The one type of every duration option: the value must be finite, positive (or zero where
+    ``allow_zero``) and at most ``maximum`` seconds, the bound the library applies to the same
+    setting (:func:`ship_sqla.kernel._durations.require_duration`). Anything else, ``nan``,
+    ``inf``, ``1e12``, ``-1`` or ``99999999999d``, is bad input (exit 2) naming the option.
+    """
 
     name = "DURATION"
+
+    def __init__(self, *, maximum: float, allow_zero: bool = False) -> None:
+        self.maximum = maximum
+        self.allow_zero = allow_zero
 
     def convert(
         self,
@@ -251,20 +269,41 @@ class Duration(_AnyParamType):
         ctx: click.Context | None,
     ) -> timedelta:
         if isinstance(value, timedelta):
-            return value
-        found = _DURATION.fullmatch(str(value))
-        if found is None:
-            self.fail(
-                f"{value!r} is not a duration; write seconds or a number with a unit s, m, h or"
-                " d, like 3600, 90m, 12h or 7d.",
-                param,
-                ctx,
+            seconds: float = value.total_seconds()
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            seconds = value
+        else:
+            found = _DURATION.fullmatch(str(value))
+            if found is None:
+                self.fail(
+                    f"{value!r} is not a duration; write seconds or a number with a unit ms, s,"
+                    " m, h or d, like 0.5, 250ms, 3600, 90m, 12h or 7d.",
+                    param,
+                    ctx,
+                )
+            amount, unit = found.groups()
+            seconds = float(amount) * _UNITS[unit or "s"]
+        option = param.opts[0] if param is not None and param.opts else "the duration"
+        try:
+            checked = require_duration(
+                seconds, option, maximum=self.maximum, allow_zero=self.allow_zero
             )
-        amount, unit = found.groups()
-        return timedelta(seconds=float(amount) * _UNITS[unit or "s"])
+        except ConfigurationError as exc:
+            self.fail(f"{value!r}: {exc.message}", param, ctx)
+        return timedelta(seconds=checked)
 
 
-DURATION = Duration()
+class OutboxId(_AnyParamType):
+    """An ``outbox_id``, checked by the outbox's own rule before any database work: a bad one is
+    bad input (exit 2), not a failed operation."""
+
+    name = "ID"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:  # noqa: ANN401
+        try:
+            return check_outbox_id(value)
+        except InvalidKeyError as exc:
+            self.fail(exc.message, param, ctx)
 
 
 METADATA = ObjectReference(MetaData, "SQLAlchemy MetaData")
@@ -444,7 +483,9 @@ def schema_check(
     not compare. Exit 0 when they match, 1 when they differ."""
     selected = _resolve_tables(metadata, tables)
     try:
-        report = asyncio.run(_check(database_url, metadata, selected, extra_tables))
+        report = _database_call(
+            database_url, _check(database_url, metadata, selected, extra_tables), as_json=as_json
+        )
     except SchemaCheckError as exc:
         _fail(str(exc), as_json=as_json, cause=exc)
     except (SQLAlchemyError, OSError) as exc:
@@ -535,6 +576,26 @@ OPERATOR_NOTE = (
 )
 
 
+def _database_call(database_url: URL, call: Coroutine[Any, Any, T], *, as_json: bool) -> T:
+    """Run ``call``; a database outage, however the driver said it (the one rule of
+    :mod:`ship_sqla._sql_errors`), is exit 1 printed with its code, what failed and the fix."""
+    context = click.get_current_context(silent=True)
+    command = context.command_path if context is not None else "ship-sqla"
+    try:
+        # driver_only: the commands run ship_sqla's own code (a worker's handlers never raise
+        # through here: the runtime reports their errors), so an OSError is the driver's.
+        with database_outage_translated(f"{command}'s call", driver_only=True):
+            return asyncio.run(call)
+    except DatabaseUnavailableError as exc:
+        where = database_url.render_as_string(hide_password=True)
+        _fail(
+            f"{exc.code}: {command} could not use the database at {where}: {exc.message}"
+            f" Fix: {exc.fix}",
+            as_json=as_json,
+            cause=exc,
+        )
+
+
 def _run_on_database(
     database_url: URL,
     call: Coroutine[Any, Any, T],
@@ -543,10 +604,10 @@ def _run_on_database(
     fix: str,
     as_json: bool = False,
 ) -> T:
-    """Run ``call``; a database error or an unreachable server is exit 1, printed as
-    ``<failing> at <url>: <error>. Fix: <fix>``."""
+    """Run ``call``; an outage is exit 1 (:func:`_database_call`), and so is any other database
+    error, printed as ``<failing> at <url>: <error>. Fix: <fix>``."""
     try:
-        return asyncio.run(call)
+        return _database_call(database_url, call, as_json=as_json)
     except (SQLAlchemyError, OSError) as exc:
         where = database_url.render_as_string(hide_password=True)
         _fail(
@@ -588,17 +649,18 @@ def _run_jobs_call(
 )
 @click.option(
     "--poll-interval",
-    type=click.FloatRange(min=0, min_open=True),
-    default=1.0,
+    type=Duration(maximum=MAX_POLL_INTERVAL),
+    default="1s",
     show_default=True,
-    help="Seconds between polls for due runs.",
+    help="Time between polls for due runs: seconds or with a unit (250ms, 2s, 1m), at most 1h.",
 )
 @click.option(
     "--drain-timeout",
-    type=click.FloatRange(min=0),
-    default=30.0,
+    type=Duration(maximum=MAX_DRAIN_TIMEOUT, allow_zero=True),
+    default="30s",
     show_default=True,
-    help="Seconds in-flight runs may finish after SIGTERM before they are cancelled.",
+    help="Time in-flight runs may finish after SIGTERM before they are cancelled (0: cancel at"
+    " once), at most 1d.",
 )
 @job_tables_options(with_state_table=True)
 def worker(
@@ -606,8 +668,8 @@ def worker(
     registry: JobRegistry,
     database_url: URL,
     max_in_flight: int,
-    poll_interval: float,
-    drain_timeout: float,
+    poll_interval: timedelta,
+    drain_timeout: timedelta,
     tables: JobTables,
 ) -> None:
     """Execute the runs of the jobs registered at APP:REGISTRY (a JobRegistry, or a list of
@@ -621,8 +683,8 @@ def worker(
             database_url,
             registry,
             max_in_flight=max_in_flight,
-            poll_interval=poll_interval,
-            drain_timeout=drain_timeout,
+            poll_interval=poll_interval.total_seconds(),
+            drain_timeout=drain_timeout.total_seconds(),
             tables=tables,
         ),
         tables=tables.names,
@@ -807,10 +869,10 @@ def outbox() -> None:
 
 @outbox.command("purge")
 @database_url_option
-@click.option("--outbox-id", required=True, metavar="ID", help="The logical outbox (outbox_id).")
+@click.option("--outbox-id", required=True, type=OutboxId(), help="The logical outbox (outbox_id).")
 @click.option(
     "--older-than",
-    type=DURATION,
+    type=Duration(maximum=MAX_RETENTION, allow_zero=True),
     required=True,
     help="Delete deliveries acknowledged at least this long ago: 3600, 90m, 12h or 7d.",
 )

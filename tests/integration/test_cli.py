@@ -200,16 +200,23 @@ def test_an_unknown_table_is_bad_input(runner: CliRunner) -> None:
 
 
 def test_an_unreachable_database_fails_with_exit_1(runner: CliRunner) -> None:
-    """A database that cannot be reached is a failed operation (exit 1) with the fix, the URL
-    shown without its password."""
+    """A database that cannot be reached is a failed operation (exit 1) printed with the
+    outage's code, what failed, the URL without its password, and the fix; no traceback."""
     url = "postgresql://someone:s3cret@127.0.0.1:1/nothing"
     result = runner.invoke(
         cli, ["schema", "check", "--database-url", url, "--metadata", "cli_app:metadata"]
     )
     assert result.exit_code == 1
-    assert "cannot check postgresql+asyncpg://someone:***@127.0.0.1:1/nothing" in result.output
-    assert "Fix: check the URL" in result.output
+    assert "Error: SHIP_SQLA_DATABASE_UNAVAILABLE: " in result.output
+    assert (
+        "schema check could not use the database at"
+        " postgresql+asyncpg://someone:***@127.0.0.1:1/nothing: "
+    ) in result.output
+    assert "the database is unavailable" in result.output
+    assert "ConnectionRefusedError" in result.output
+    assert "Fix: check that PostgreSQL is running" in result.output
     assert "s3cret" not in result.output
+    assert "Traceback" not in result.output
 
     as_json = runner.invoke(
         cli,
@@ -218,7 +225,8 @@ def test_an_unreachable_database_fails_with_exit_1(runner: CliRunner) -> None:
     assert as_json.exit_code == 1
     error = json.loads(as_json.stdout)
     assert error["ok"] is False
-    assert error["error"].startswith("cannot check postgresql+asyncpg://someone:***@")
+    assert error["error"].startswith("SHIP_SQLA_DATABASE_UNAVAILABLE: ")
+    assert "someone:***@127.0.0.1:1" in error["error"]
 
 
 def test_job_commands_are_built(runner: CliRunner) -> None:

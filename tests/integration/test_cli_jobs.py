@@ -513,7 +513,7 @@ def test_a_list_of_job_definitions_is_a_registry(runner: CliRunner) -> None:
     result = runner.invoke(cli, ["jobs", "cleanup", *URL, "--registry", "cli_jobs_app:job_list"])
     assert result.exit_code == 1, result.output
     assert (
-        "cannot reach the job runs at postgresql+asyncpg://u@127.0.0.1:1/nothing" in result.output
+        "could not use the database at postgresql+asyncpg://u@127.0.0.1:1/nothing" in result.output
     )
 
 
@@ -529,10 +529,16 @@ def test_a_list_of_job_definitions_is_a_registry(runner: CliRunner) -> None:
     ],
 )
 def test_an_unreachable_database_fails_with_exit_1(runner: CliRunner, args: list[str]) -> None:
+    """A refused connection is exit 1 printed as the one outage error: its code, the command,
+    the database (no password), the driver's error and the fix; never a traceback."""
     result = runner.invoke(cli, args)
     assert result.exit_code == 1, result.output
-    assert "cannot reach the job runs" in result.output
-    assert "Fix: check the URL" in result.output
+    assert "Error: SHIP_SQLA_DATABASE_UNAVAILABLE: " in result.output
+    command = " ".join(a for a in args[:2] if not a.startswith(("cli_", "run-")))
+    assert f"{command} could not use the database at postgresql+asyncpg://u@" in result.output
+    assert "ConnectionRefusedError" in result.output
+    assert "Fix: check that PostgreSQL is running" in result.output
+    assert isinstance(result.exception, SystemExit)
 
 
 @pytest.mark.parametrize(
@@ -591,3 +597,35 @@ def test_an_overlong_table_name_names_its_option(runner: CliRunner) -> None:
     assert "too long" in result.output
     result = runner.invoke(cli, ["worker", "cli_jobs_app:registry", *URL, "--state-table", LONG])
     assert "Invalid value for --state-table" in result.output
+
+
+@pytest.mark.parametrize("option", ["--poll-interval", "--drain-timeout"])
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("nan", "is not a duration"),
+        ("inf", "is not a duration"),
+        ("1e12", "is not a duration"),
+        ("-1", "is not a duration"),
+        ("1000000000000", "must be at most"),
+        ("99999999999d", "must be at most"),
+    ],
+)
+def test_duration_options_must_be_finite_and_bounded(
+    runner: CliRunner, option: str, value: str, message: str
+) -> None:
+    """Every duration option is finite, positive and within its bound (the library's): nan,
+    inf, 1e12 and 99999999999d are bad input (exit 2) naming the option, never a traceback."""
+    result = runner.invoke(cli, ["worker", "cli_jobs_app:registry", *URL, option, value])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}'" in result.output
+    assert message in result.output
+
+
+def test_duration_options_take_units(runner: CliRunner) -> None:
+    """--poll-interval 250ms and --drain-timeout 0 (cancel at once, as the runtime allows) are
+    valid; the worker then reaches the database, which is down here (exit 1)."""
+    args = ["worker", "cli_jobs_app:registry", *URL, "--poll-interval", "250ms"]
+    result = runner.invoke(cli, [*args, "--drain-timeout", "0"])
+    assert result.exit_code == 1, result.output
+    assert "SHIP_SQLA_DATABASE_UNAVAILABLE" in result.output

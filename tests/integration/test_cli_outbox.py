@@ -84,14 +84,34 @@ async def test_purge_of_a_missing_table_fails_with_exit_1(
     [
         (["--older-than", "a week"], "is not a duration"),
         (["--older-than", "7w"], "is not a duration"),
+        (["--older-than", "nan"], "is not a duration"),
+        (["--older-than", "inf"], "is not a duration"),
+        (["--older-than", "1e12"], "is not a duration"),
+        (["--older-than", "99999999999d"], "--older-than must be at most"),
+        (["--older-than", "1000000000000"], "--older-than must be at most"),
         (["--older-than", "7d", "--table", "app.outbox"], "dotted name"),
         (["--older-than", "7d", "--pages-per-statement", "0"], "0 is not in the range"),
         ([], "Missing option '--older-than'"),
     ],
 )
 def test_bad_input_is_exit_2(args: list[str], message: str) -> None:
+    """Bad options, durations that are not finite or beyond the bound among them, are exit 2
+    naming the option, never a traceback (the purge's own bound is the library's)."""
     command = ["outbox", "purge", "--database-url", "postgresql://x@127.0.0.1/x"]
     result = CliRunner().invoke(cli, [*command, "--outbox-id", "o", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+@pytest.mark.parametrize(
+    ("outbox_id", "message"),
+    [("", "must not be empty"), ("  ", "must not be blank"), ("x" * 300, "at most 255")],
+)
+def test_a_bad_outbox_id_is_exit_2(outbox_id: str, message: str) -> None:
+    """O1: an outbox id the outbox would refuse is bad input (exit 2) before any database work,
+    by the outbox's own rule."""
+    command = ["outbox", "purge", "--database-url", "postgresql://x@127.0.0.1/x"]
+    result = CliRunner().invoke(cli, [*command, "--outbox-id", outbox_id, "--older-than", "7d"])
     assert result.exit_code == 2, result.output
     assert message in result.output
 
@@ -100,6 +120,7 @@ def test_bad_input_is_exit_2(args: list[str], message: str) -> None:
     ("raw", "seconds"), [("3600", 3600), ("90m", 5400), ("12h", 43200), ("7d", 604800)]
 )
 def test_durations(raw: str, seconds: int) -> None:
-    from ship_sqla._cli import DURATION  # noqa: PLC0415 - the parameter type under test
+    from ship_sqla._cli import Duration  # noqa: PLC0415 - the parameter type under test
 
-    assert DURATION.convert(raw, None, None) == timedelta(seconds=seconds)
+    duration = Duration(maximum=30 * 86400)
+    assert duration.convert(raw, None, None) == timedelta(seconds=seconds)

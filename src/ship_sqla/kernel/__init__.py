@@ -10,6 +10,7 @@ from ship_sqla.kernel._clock import FrozenClock as FrozenClock
 from ship_sqla.kernel._clock import SystemClock as SystemClock
 from ship_sqla.kernel._errors import BoundExceededError as BoundExceededError
 from ship_sqla.kernel._errors import ConfigurationError as ConfigurationError
+from ship_sqla.kernel._errors import DatabaseUnavailableError as DatabaseUnavailableError
 from ship_sqla.kernel._errors import InvalidCursorError as InvalidCursorError
 from ship_sqla.kernel._errors import NotYetImplementedError as NotYetImplementedError
 from ship_sqla.kernel._errors import PermissionDeniedError as PermissionDeniedError
@@ -21,12 +22,17 @@ from ship_sqla.kernel._errors import TenantRequiredError as TenantRequiredError
 from ship_sqla.kernel._errors import TenantViolationError as TenantViolationError
 from ship_sqla.kernel._errors import UnknownProjectionError as UnknownProjectionError
 from ship_sqla.kernel._errors import VersionConflictError as VersionConflictError
+from ship_sqla.kernel._job_backend import LEASE_LAPSED as LEASE_LAPSED
 from ship_sqla.kernel._job_backend import LEASE_LAPSED_FINAL_ATTEMPT as LEASE_LAPSED_FINAL_ATTEMPT
 from ship_sqla.kernel._job_backend import TERMINAL_STATES as TERMINAL_STATES
+from ship_sqla.kernel._job_backend import BuriedRun as BuriedRun
+from ship_sqla.kernel._job_backend import ClaimBatch as ClaimBatch
 from ship_sqla.kernel._job_backend import ClaimedRun as ClaimedRun
 from ship_sqla.kernel._job_backend import EnqueueRequest as EnqueueRequest
 from ship_sqla.kernel._job_backend import EnqueueResult as EnqueueResult
 from ship_sqla.kernel._job_backend import JobBackend as JobBackend
+from ship_sqla.kernel._job_backend import JobLeaseLapsedError as JobLeaseLapsedError
+from ship_sqla.kernel._job_backend import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
 from ship_sqla.kernel._job_backend import JobLeaseStaleError as JobLeaseStaleError
 from ship_sqla.kernel._job_backend import Lock as Lock
 from ship_sqla.kernel._job_backend import LockProvider as LockProvider
@@ -39,15 +45,19 @@ from ship_sqla.kernel._job_backend import SettleOutcome as SettleOutcome
 from ship_sqla.kernel._job_context import Cancellation as Cancellation
 from ship_sqla.kernel._job_context import CancelReason as CancelReason
 from ship_sqla.kernel._job_context import JobContext as JobContext
+from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
 from ship_sqla.kernel._jobs import Concurrency as Concurrency
 from ship_sqla.kernel._jobs import IdempotencyPolicy as IdempotencyPolicy
 from ship_sqla.kernel._jobs import InvalidPayloadError as InvalidPayloadError
 from ship_sqla.kernel._jobs import JobDefinition as JobDefinition
 from ship_sqla.kernel._jobs import PayloadCodec as PayloadCodec
+from ship_sqla.kernel._jobs import PayloadTooLargeError as PayloadTooLargeError
 from ship_sqla.kernel._jobs import Retention as Retention
 from ship_sqla.kernel._jobs import RetryPolicy as RetryPolicy
 from ship_sqla.kernel._jobs import Schedule as Schedule
 from ship_sqla.kernel._jobs import define_job as define_job
+from ship_sqla.kernel._keys import MAX_KEY_CHARS as MAX_KEY_CHARS
+from ship_sqla.kernel._keys import InvalidKeyError as InvalidKeyError
 from ship_sqla.kernel._memory_jobs import InMemoryJobBackend as InMemoryJobBackend
 from ship_sqla.kernel._memory_locks import InMemoryLock as InMemoryLock
 from ship_sqla.kernel._memory_locks import InMemoryLockProvider as InMemoryLockProvider
@@ -71,16 +81,22 @@ from ship_sqla.kernel._schedule import occurrence_id as occurrence_id
 from ship_sqla.kernel._schedule import previous_occurrence as previous_occurrence
 
 __all__ = (
+    "DEFAULT_MAX_PAYLOAD_BYTES",
     "JOB_METRIC_NAMES",
+    "LEASE_LAPSED",
     "LEASE_LAPSED_FINAL_ATTEMPT",
+    "MAX_KEY_CHARS",
     "TERMINAL_STATES",
     "BoundExceededError",
+    "BuriedRun",
     "CancelReason",
     "Cancellation",
+    "ClaimBatch",
     "ClaimedRun",
     "Clock",
     "Concurrency",
     "ConfigurationError",
+    "DatabaseUnavailableError",
     "DuplicateJobError",
     "EnqueueRequest",
     "EnqueueResult",
@@ -90,11 +106,14 @@ __all__ = (
     "InMemoryLock",
     "InMemoryLockProvider",
     "InvalidCursorError",
+    "InvalidKeyError",
     "InvalidPayloadError",
     "JobBackend",
     "JobCancelledError",
     "JobContext",
     "JobDefinition",
+    "JobLeaseLapsedError",
+    "JobLeaseLapsedFinalError",
     "JobLeaseStaleError",
     "JobMetrics",
     "JobOutcome",
@@ -104,6 +123,7 @@ __all__ = (
     "LockProvider",
     "NotYetImplementedError",
     "PayloadCodec",
+    "PayloadTooLargeError",
     "PermissionDeniedError",
     "QueueDepth",
     "QueueDepthSource",
