@@ -71,7 +71,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._jobs import JobOperations, RunPage
     from ship_sqla._schema_check import SchemaReport
-    from ship_sqla.kernel._job_backend import RunRecord
+    from ship_sqla.kernel._ports import RunRecord
 
 if TYPE_CHECKING:
     _AnyParamType = click.ParamType[Any]

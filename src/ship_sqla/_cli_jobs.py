@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._jobs import JobOperations, PostgresJobBackend, RunPage
     from ship_sqla.kernel import JobDefinition, JobRegistry
-    from ship_sqla.kernel._job_backend import RunRecord
+    from ship_sqla.kernel._ports import RunRecord
 
 __all__ = [
     "DEFAULT_RUNS_TABLE",

@@ -23,7 +23,7 @@ from ship_sqla.kernel import (
     RetryPolicy,
     define_job,
 )
-from ship_sqla.kernel._job_backend import (
+from ship_sqla.kernel._ports import (
     LEASE_LAPSED,
     LEASE_LAPSED_FINAL_MESSAGE,
     LEASE_LAPSED_MESSAGE,

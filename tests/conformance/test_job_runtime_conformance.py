@@ -23,7 +23,7 @@ from ship_sqla.kernel import (
     define_job,
     start_job_runtime,
 )
-from ship_sqla.kernel._job_backend import LEASE_LAPSED_FINAL_MESSAGE, JobLeaseLapsedFinalError
+from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_MESSAGE, JobLeaseLapsedFinalError
 
 LEASE = 30.0
 
@@ -435,7 +435,7 @@ async def test_j10_metrics_are_on_by_default_through_the_global_provider(
     OpenTelemetry's global provider, so installing the SDK is all it takes, even after the
     backend was built (the API's proxy forwards to it); the queue gauges are sampled once a
     reader collected them."""
-    from ship_sqla.kernel._runtime_depth import DEPTH_SAMPLE_INTERVAL  # noqa: PLC0415
+    from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL  # noqa: PLC0415
 
     async def handler(ctx, payload):
         if payload["fail"]:

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from ship_sqla._locks import AdvisoryLock, advisory_lock_key, advisory_lock_provider
 from ship_sqla.kernel import ConfigurationError, FrozenClock
 from ship_sqla.kernel._errors import DatabaseUnavailableError
-from ship_sqla.kernel._job_backend import LockProvider, RenewableLock
+from ship_sqla.kernel._ports import LockProvider, RenewableLock
 
 
 @pytest.fixture

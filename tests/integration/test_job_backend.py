@@ -25,12 +25,6 @@ from ship_sqla._jobs._backend import CLAIM_LOCK_NAMESPACE
 from ship_sqla._jobs._ids import new_run_ids
 from ship_sqla._locks import AdvisoryLockProvider, advisory_lock_key
 from ship_sqla.kernel import FrozenClock
-from ship_sqla.kernel._job_backend import (
-    LEASE_LAPSED,
-    LEASE_LAPSED_FINAL_ATTEMPT,
-    EnqueueRequest,
-    JobBackend,
-)
 from ship_sqla.kernel._jobs import (
     Concurrency,
     IdempotencyPolicy,
@@ -38,6 +32,12 @@ from ship_sqla.kernel._jobs import (
     Retention,
     RetryPolicy,
     define_job,
+)
+from ship_sqla.kernel._ports import (
+    LEASE_LAPSED,
+    LEASE_LAPSED_FINAL_ATTEMPT,
+    EnqueueRequest,
+    JobBackend,
 )
 
 metadata = MetaData()

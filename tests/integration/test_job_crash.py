@@ -23,8 +23,8 @@ from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel._job_backend import EnqueueRequest
 from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
+from ship_sqla.kernel._ports import EnqueueRequest
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)

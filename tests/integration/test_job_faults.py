@@ -40,13 +40,13 @@ from ship_sqla._jobs import (
 )
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel import start_job_runtime
-from ship_sqla.kernel._job_backend import (
+from ship_sqla.kernel._jobs import Concurrency, JobDefinition, RetryPolicy, define_job
+from ship_sqla.kernel._ports import (
     ClaimedRun,
     EnqueueRequest,
     JobLeaseStaleError,
     SettleOutcome,
 )
-from ship_sqla.kernel._jobs import Concurrency, JobDefinition, RetryPolicy, define_job
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine, Iterator, Sequence

@@ -35,7 +35,7 @@ from ship_sqla.kernel._jobs import define_job
 try:
     from ship_sqla.kernel import InMemoryJobBackend  # type: ignore[attr-defined]
 except ImportError:  # exported from the kernel package by the job-backend work
-    from ship_sqla.kernel._memory_jobs import InMemoryJobBackend
+    from ship_sqla.kernel._memory.jobs import InMemoryJobBackend
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)

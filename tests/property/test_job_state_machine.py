@@ -41,15 +41,15 @@ from ship_sqla._jobs._operations_sql import OPS_GET_RUN
 from ship_sqla._jobs._sql import render
 from ship_sqla._server import ResolvedServer
 from ship_sqla.kernel import FrozenClock
-from ship_sqla.kernel._job_backend import (
+from ship_sqla.kernel._jobs import Concurrency, IdempotencyPolicy, RetryPolicy, define_job
+from ship_sqla.kernel._memory.jobs import InMemoryJobBackend
+from ship_sqla.kernel._ports import (
     TERMINAL_STATES,
     ClaimedRun,
     EnqueueRequest,
     EnqueueResult,
     RunRecord,
 )
-from ship_sqla.kernel._jobs import Concurrency, IdempotencyPolicy, RetryPolicy, define_job
-from ship_sqla.kernel._memory_jobs import InMemoryJobBackend
 from ship_sqla.testing import DatabaseFactory
 from ship_sqla.testing._databases import new_database_name
 

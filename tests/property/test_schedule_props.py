@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ship_sqla.kernel._jobs import Schedule
-from ship_sqla.kernel._schedule import (
+from ship_sqla.kernel._plans.schedule import (
     due_occurrence,
     next_occurrence,
     occurrence_id,

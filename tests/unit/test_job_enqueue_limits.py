@@ -20,7 +20,7 @@ from ship_sqla.kernel import (
 from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES, PayloadTooLargeError
 from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError
-from ship_sqla.kernel._prepare import PreparedRun, prepare_run
+from ship_sqla.kernel._plans.prepare import PreparedRun, prepare_run
 
 
 async def _noop(ctx, payload):

@@ -18,8 +18,9 @@ from opentelemetry.sdk.metrics.export import (
     Sum,
 )
 
-from ship_sqla.kernel import _metrics, _schedule
+from ship_sqla.kernel import _metrics
 from ship_sqla.kernel._metrics import JOB_METRIC_NAMES, JobMetrics
+from ship_sqla.kernel._plans import schedule as _schedule
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Retry and backoff arithmetic (kernel/_retry.py): pure, property-tested without a clock."""
+"""Retry and backoff arithmetic (kernel/_plans/retry.py): pure, property-tested without a clock."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from ship_sqla.kernel import (
     define_job,
     start_job_runtime,
 )
-from ship_sqla.kernel._job_backend import JobLeaseLapsedError
+from ship_sqla.kernel._ports import JobLeaseLapsedError
 
 LEASE = 30.0
 
@@ -709,7 +709,7 @@ async def test_worker_samples_the_queue_gauges(clock, errors):
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
     from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
-    from ship_sqla.kernel._runtime_depth import DEPTH_SAMPLE_INTERVAL  # noqa: PLC0415
+    from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL  # noqa: PLC0415
 
     reader = InMemoryMetricReader()
     metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
@@ -1093,7 +1093,7 @@ async def test_j11_the_loop_is_back_within_a_second_of_the_database(clock, error
     """J11: however long the database was down, the loop's error backoff never grows past
     MAX_ERROR_BACKOFF (1 s): once the database is back, the next claim comes within about a
     second, and the work runs (a backoff that kept doubling came back 12-30 s late)."""
-    from ship_sqla.kernel._runtime import MAX_ERROR_BACKOFF  # noqa: PLC0415
+    from ship_sqla.kernel._runtime.runtime import MAX_ERROR_BACKOFF  # noqa: PLC0415
 
     backend = InMemoryJobBackend(clock=clock, on_error=errors, poll_interval=5.0)
     outage = _Outage(backend, "claim")
@@ -1121,7 +1121,7 @@ async def test_j11_completions_are_retried_through_an_outage_without_a_duplicate
     """J11, J5: completions that fail while the database is down stay in memory and are
     retried (heartbeats keep the lease meanwhile, retried quickly too), so after an outage
     shorter than the lease each run completes once and no handler runs twice."""
-    from ship_sqla.kernel._runtime import MAX_ERROR_BACKOFF  # noqa: PLC0415
+    from ship_sqla.kernel._runtime.runtime import MAX_ERROR_BACKOFF  # noqa: PLC0415
 
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
     outage = _Outage(backend, "complete", "heartbeat", "claim")

@@ -10,7 +10,7 @@ import pytest
 
 from ship_sqla.kernel import ConfigurationError
 from ship_sqla.kernel._jobs import Schedule
-from ship_sqla.kernel._schedule import (
+from ship_sqla.kernel._plans.schedule import (
     due_occurrence,
     next_occurrence,
     occurrence_id,

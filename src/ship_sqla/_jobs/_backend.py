@@ -75,7 +75,8 @@ from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, Ship
 from ship_sqla.kernel._backend_options import BackendOptions
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
-from ship_sqla.kernel._job_backend import (
+from ship_sqla.kernel._plans.prepare import PreparedRun, prepare_runs
+from ship_sqla.kernel._ports import (
     LEASE_LAPSED_FINAL_MESSAGE,
     LEASE_LAPSED_MESSAGE,
     BuriedRun,
@@ -88,7 +89,6 @@ from ship_sqla.kernel._job_backend import (
     RunRecord,
     SettleOutcome,
 )
-from ship_sqla.kernel._prepare import PreparedRun, prepare_runs
 from ship_sqla.kernel._waiting import LocalWake
 
 if TYPE_CHECKING:

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Table, TextClause
 
     from ship_sqla._jobs._backend import PostgresJobBackend
-    from ship_sqla.kernel._job_backend import RunRecord
     from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._ports import RunRecord
 
 __all__ = [
     "MANAGE_PERMISSION",

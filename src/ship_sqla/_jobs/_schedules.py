@@ -10,7 +10,7 @@ row for the latest missed occurrence (:func:`due_occurrence`: a process that was
 up with one run, not a storm), with the durable id ``<job_id>/<occurrence>`` inserted with
 ``ON CONFLICT DO NOTHING`` (a duplicate occurrence is impossible whatever the interleaving), and
 advance ``next_at`` to the first occurrence after now. The run's ``run_at`` is its occurrence.
-The schedule arithmetic is pure Python (:mod:`ship_sqla.kernel._schedule`); only the instant
+The schedule arithmetic is pure Python (:mod:`ship_sqla.kernel._plans.schedule`); only the instant
 "now" comes from SQL (the frozen clock's, else the database's), so every ticker agrees on it.
 """
 
@@ -20,8 +20,8 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla._jobs import _schedule_sql as sql
-from ship_sqla.kernel._schedule import due_occurrence, next_occurrence, occurrence_id
-from ship_sqla.kernel._scheduled_runs import scheduled_only, scheduled_payload
+from ship_sqla.kernel._plans.schedule import due_occurrence, next_occurrence, occurrence_id
+from ship_sqla.kernel._plans.scheduled_runs import scheduled_only, scheduled_payload
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

@@ -61,8 +61,8 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ship_sqla.kernel import Clock
-    from ship_sqla.kernel._job_backend import JobBackend
     from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._ports import JobBackend
 
 __all__ = ["MAX_ERROR_DELAY", "OutboxRelay", "OutboxSink", "create_outbox_relay", "job_sink"]
 

@@ -16,8 +16,8 @@ from ship_sqla.kernel._metrics import JobMetrics, job_metrics_for
 from ship_sqla.kernel._on_error import deliver_error
 
 if TYPE_CHECKING:
-    from ship_sqla.kernel._job_backend import LockProvider
     from ship_sqla.kernel._on_error import ErrorHandler
+    from ship_sqla.kernel._ports import LockProvider
 
 __all__ = ["BackendOptions"]
 

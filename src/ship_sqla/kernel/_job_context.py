@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from ship_sqla.kernel._job_backend import ClaimedRun
+    from ship_sqla.kernel._ports import ClaimedRun
 
 __all__ = ["CancelReason", "Cancellation", "JobContext"]
 

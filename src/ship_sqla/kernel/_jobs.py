@@ -15,7 +15,7 @@ import attrs
 
 from ship_sqla.kernel._durations import MAX_LEASE, MAX_RETRY_DELAY, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, ShipError
-from ship_sqla.kernel._schedule import validate_schedule
+from ship_sqla.kernel._plans.schedule import validate_schedule
 
 if TYPE_CHECKING:
     from ship_sqla.kernel._job_context import JobContext
@@ -280,7 +280,7 @@ class JobDefinition(Generic[P]):
         default=DEFAULT_MAX_PAYLOAD_BYTES, validator=_check_payload_bound
     )
     """The longest encoded payload a run of this job may carry: bytes of its compact ASCII JSON
-    text (:func:`ship_sqla.kernel._prepare.prepare_run` checks it for every backend)."""
+    text (:func:`ship_sqla.kernel._plans.prepare.prepare_run` checks it for every backend)."""
 
     def encode(self, payload: P) -> Any:  # noqa: ANN401 - JSON-able
         """Validate and encode ``payload`` for storage; raises :class:`InvalidPayloadError`."""

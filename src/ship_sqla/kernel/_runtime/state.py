@@ -7,7 +7,8 @@ import traceback
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._errors import ShipError
-from ship_sqla.kernel._job_backend import (
+from ship_sqla.kernel._job_context import Cancellation, CancelReason, JobContext
+from ship_sqla.kernel._ports import (
     BuriedRun,
     ClaimedRun,
     JobLeaseLapsedError,
@@ -15,7 +16,6 @@ from ship_sqla.kernel._job_backend import (
     JobLeaseStaleError,
     Lock,
 )
-from ship_sqla.kernel._job_context import Cancellation, CancelReason, JobContext
 
 if TYPE_CHECKING:
     import asyncio

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from ship_sqla.kernel._clock import Clock
-    from ship_sqla.kernel._job_backend import QueueDepthSource
     from ship_sqla.kernel._metrics import JobMetrics
+    from ship_sqla.kernel._ports import QueueDepthSource
 
 __all__ = ["DEPTH_SAMPLE_INTERVAL", "DepthSampler"]
 

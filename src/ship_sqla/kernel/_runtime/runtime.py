@@ -49,7 +49,10 @@ from ship_sqla.kernel._durations import (
     require_duration,
 )
 from ship_sqla.kernel._errors import ConfigurationError
-from ship_sqla.kernel._job_backend import (
+from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
+from ship_sqla.kernel._metrics import JobMetrics, job_metrics_for
+from ship_sqla.kernel._plans.retry import lock_held_delay, retry_at
+from ship_sqla.kernel._ports import (
     BuriedRun,
     ClaimedRun,
     EnqueueRequest,
@@ -59,14 +62,11 @@ from ship_sqla.kernel._job_backend import (
     SettleOutcome,
     buried_of,
 )
-from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
-from ship_sqla.kernel._metrics import JobMetrics, job_metrics_for
 from ship_sqla.kernel._registry import JobRegistry
-from ship_sqla.kernel._retry import lock_held_delay, retry_at
-from ship_sqla.kernel._runtime_completer import Completer
-from ship_sqla.kernel._runtime_depth import DEPTH_SAMPLE_INTERVAL, DepthSampler
-from ship_sqla.kernel._runtime_heartbeat import Heartbeater
-from ship_sqla.kernel._runtime_state import (
+from ship_sqla.kernel._runtime.completer import Completer
+from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL, DepthSampler
+from ship_sqla.kernel._runtime.heartbeat import Heartbeater
+from ship_sqla.kernel._runtime.state import (
     InFlight,
     JobCancelledError,
     describe_failure,

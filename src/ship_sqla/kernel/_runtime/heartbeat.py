@@ -17,7 +17,7 @@ import asyncio
 import math
 from typing import TYPE_CHECKING
 
-from ship_sqla.kernel._job_backend import JobBackend, RenewableLock
+from ship_sqla.kernel._ports import JobBackend, RenewableLock
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._job_context import CancelReason
-    from ship_sqla.kernel._runtime_state import InFlight
+    from ship_sqla.kernel._runtime.state import InFlight
 
 __all__ = ["Heartbeater"]
 

@@ -19,15 +19,15 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from ship_sqla.kernel._runtime_state import InFlight, stale_error
+from ship_sqla.kernel._runtime.state import InFlight, stale_error
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ship_sqla.kernel._clock import Clock
-    from ship_sqla.kernel._job_backend import JobBackend
     from ship_sqla.kernel._metrics import JobOutcome
+    from ship_sqla.kernel._ports import JobBackend
 
 __all__ = ["Completer"]
 

@@ -102,7 +102,7 @@ class JobLeaseLapsedFinalError(JobLeaseLapsedError):
 @attrs.frozen
 class EnqueueRequest:
     """One run to enqueue, for ``enqueue_many``. ``payload`` is the job's typed payload. A
-    backend passes every request through :func:`ship_sqla.kernel._prepare.prepare_run` (codec,
+    backend passes every request through :func:`ship_sqla.kernel._plans.prepare.prepare_run` (codec,
     JSON, NUL, size, ``run_at``, run id and dedupe key checks) before writing anything."""
 
     payload: Any

@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from datetime import datetime
 
-    from ship_sqla.kernel._job_backend import EnqueueRequest
     from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._ports import EnqueueRequest
 
 __all__ = ["PreparedRun", "prepare_run", "prepare_runs"]
 

@@ -11,7 +11,7 @@ one the PostgreSQL backend must also keep. Time comes only from the injected clo
   runs (due or delayed). Deduplication is checked first: a duplicate is never "full". It is a
   hard cap: a call counts and inserts without awaiting in between, so no concurrent task can
   take the same place (the PostgreSQL backend gets the same from its per-job gate).
-- Every request goes through :func:`~ship_sqla.kernel._prepare.prepare_run` (the checks both
+- Every request goes through :func:`~ship_sqla.kernel._plans.prepare.prepare_run` (the checks both
   backends share) before anything is stored: one bad request of a batch stores nothing.
 - J3 ``claim`` never lets the job's running runs exceed ``concurrency.max`` (whoever claimed
   them, live or lapsed leases alike: a lapsed run holds its slot until a claim retakes it, which
@@ -45,7 +45,10 @@ from typing import TYPE_CHECKING, Any
 from ship_sqla.kernel._backend_options import BackendOptions
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._errors import ConfigurationError
-from ship_sqla.kernel._job_backend import (
+from ship_sqla.kernel._plans.prepare import PreparedRun, prepare_run, prepare_runs
+from ship_sqla.kernel._plans.schedule import due_occurrence, next_occurrence, occurrence_id
+from ship_sqla.kernel._plans.scheduled_runs import scheduled_only, scheduled_payload
+from ship_sqla.kernel._ports import (
     LEASE_LAPSED_FINAL_MESSAGE,
     LEASE_LAPSED_MESSAGE,
     TERMINAL_STATES,
@@ -60,9 +63,6 @@ from ship_sqla.kernel._job_backend import (
     RunState,
     SettleOutcome,
 )
-from ship_sqla.kernel._prepare import PreparedRun, prepare_run, prepare_runs
-from ship_sqla.kernel._schedule import due_occurrence, next_occurrence, occurrence_id
-from ship_sqla.kernel._scheduled_runs import scheduled_only, scheduled_payload
 from ship_sqla.kernel._waiting import LocalWake
 
 if TYPE_CHECKING:

@@ -1,0 +1,1 @@
+"""The in-memory reference backends: the model every storage port is tested against."""

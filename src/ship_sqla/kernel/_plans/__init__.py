@@ -1,0 +1,1 @@
+"""Pure plans over attrs values: retry and backoff, schedule arithmetic, run preparation."""
