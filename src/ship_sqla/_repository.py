@@ -17,9 +17,8 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterable, Mapping, Sequence, Sized
-from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
-import attrs
 from opentelemetry import trace
 from sqlalchemy import (
     ColumnElement,
@@ -44,13 +43,6 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.elements import Grouping
 
-from ship_sqla._cursor import (
-    KeysetPosition,
-    decode_cursor,
-    encode_cursor,
-    query_fingerprint,
-    resolve_secret,
-)
 from ship_sqla._projection import Projection
 from ship_sqla._repository_guard import ExpressionGuard, is_sql
 from ship_sqla.kernel import (
@@ -62,6 +54,14 @@ from ship_sqla.kernel import (
     UnknownProjectionError,
     VersionConflictError,
 )
+from ship_sqla.kernel._cursor import (
+    KeysetPosition,
+    decode_cursor,
+    encode_cursor,
+    query_fingerprint,
+    resolve_secret,
+)
+from ship_sqla.kernel._page import Page
 
 if TYPE_CHECKING:
     from sqlalchemy import Column, Result
@@ -89,18 +89,6 @@ class RepositoryUsageError(ShipError, ValueError):
     """A repository call was given arguments that cannot work (unknown column, bad key...)."""
 
     code = "SHIP_SQLA_REPOSITORY_USAGE"
-
-
-@attrs.frozen
-class Page(Generic[T_co]):
-    """One keyset page: its items, in query order, and the cursor of the next page.
-
-    ``next_cursor`` is ``None`` exactly when no row follows ``items``, so paging never ends
-    with an empty page; over an unchanged table it never skips or repeats a row.
-    """
-
-    items: tuple[T_co, ...]
-    next_cursor: str | None
 
 
 _Term: TypeAlias = "tuple[Column[Any], bool]"  # (column, descending)

@@ -22,9 +22,9 @@ from ship_sqla._jobs import (
     ship_job_state_table,
 )
 from ship_sqla._jobs._backend import CLAIM_LOCK_NAMESPACE
-from ship_sqla._jobs._ids import new_run_ids
 from ship_sqla._locks import AdvisoryLockProvider, advisory_lock_key
 from ship_sqla.kernel import FrozenClock
+from ship_sqla.kernel._ids import new_run_ids
 from ship_sqla.kernel._jobs import (
     Concurrency,
     IdempotencyPolicy,

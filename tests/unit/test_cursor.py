@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.property.strategies import cursor_values, same_cursor_value
 
-from ship_sqla._cursor import (
+from ship_sqla.kernel import ConfigurationError, InvalidCursorError
+from ship_sqla.kernel._cursor import (
     MAX_CURSOR_CHARS,
     PROCESS_SECRET,
     KeysetPosition,
@@ -20,7 +21,6 @@ from ship_sqla._cursor import (
     query_fingerprint,
     resolve_secret,
 )
-from ship_sqla.kernel import ConfigurationError, InvalidCursorError
 
 SECRET = b"k" * 32
 QUERY = query_fingerprint(["orders", "tenant=a", "rows", "-created_at,id"])

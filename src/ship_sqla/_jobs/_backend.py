@@ -65,7 +65,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._jobs import _operations_sql as _ops
 from ship_sqla._jobs import _sql
-from ship_sqla._jobs._ids import new_run_ids
 from ship_sqla._jobs._schedules import Schedules
 from ship_sqla._jobs._tables import ship_job_runs_table, ship_job_state_table
 from ship_sqla._locks import advisory_lock_key, advisory_lock_provider
@@ -75,6 +74,7 @@ from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, Ship
 from ship_sqla.kernel._backend_options import BackendOptions
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
+from ship_sqla.kernel._ids import new_run_ids
 from ship_sqla.kernel._plans.prepare import PreparedRun, prepare_runs
 from ship_sqla.kernel._ports import (
     LEASE_LAPSED_FINAL_MESSAGE,

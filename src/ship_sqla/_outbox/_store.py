@@ -35,7 +35,6 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._outbox._backoff import Backoff, OutboxBackoff
-from ship_sqla._outbox._ids import new_message_id
 from ship_sqla._outbox._sql import OutboxStatements, build_statements
 from ship_sqla._outbox._tables import ship_outbox_table
 from ship_sqla._outbox._types import (
@@ -66,6 +65,7 @@ from ship_sqla.kernel import (
 )
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._durations import MAX_LEASE, MAX_RETRY_DELAY, require_duration
+from ship_sqla.kernel._ids import new_uuids
 from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError, require_key, require_text
 from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
@@ -430,7 +430,7 @@ class Outbox:
             payloads.append(_json(intent.payload, "payload"))
             header_docs.append(_json(dict(intent.headers or {}), "headers"))
             _check_size(payloads[-1], header_docs[-1], self._max_payload_bytes, index)
-        ids = [new_message_id() for _ in intents]
+        ids = new_uuids(len(intents))
         params = {
             "ids": ids,
             "topics": [i.topic for i in intents],

@@ -1,4 +1,5 @@
-"""Run ids that sort in the order this process generated them (UUID version 7 text).
+"""Ids that sort in the order this process generated them (UUID version 7): job run ids as text,
+outbox message ids as ``uuid.UUID``; one generator for both, so they share one monotonic counter.
 
 Time-ordered ids land at the right edge of the primary key's B-tree instead of on random pages
 (a random uuid4 dirties a different index page per insert), and read in roughly creation order
@@ -15,8 +16,9 @@ import os
 import struct
 import threading
 import time
+import uuid
 
-__all__ = ["new_run_ids"]
+__all__ = ["new_run_ids", "new_uuids"]
 
 _COUNTER_BITS = 42  # RFC 9562 method 1: 12 bits of rand_a and the top 30 bits of rand_b
 _COUNTER_MAX = (1 << _COUNTER_BITS) - 1
@@ -64,3 +66,10 @@ def new_run_ids(count: int) -> list[str]:
             _counter += 1
         _counter -= 1  # the next call's "+= 1" continues right after the last id handed out
     return ids
+
+
+def new_uuids(count: int) -> list[uuid.UUID]:
+    """:func:`new_run_ids` as ``uuid.UUID`` values (outbox message ids): the ordered claim breaks
+    ties on ``(created_at, id)``, and rows of one transaction share ``created_at``, so their ids
+    must keep enqueue order."""
+    return [uuid.UUID(text) for text in new_run_ids(count)]

@@ -1,13 +1,15 @@
-"""Run ids (ship_sqla._jobs._ids): canonical version 7 UUID text, strictly increasing."""
+"""Ids (ship_sqla.kernel._ids): canonical version 7 UUID text, strictly increasing; the outbox's
+uuid.UUID ids from the same generator, so (created_at, id) keeps enqueue order."""
 
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ship_sqla._jobs import _ids
-from ship_sqla._jobs._ids import new_run_ids
+from ship_sqla.kernel import _ids
+from ship_sqla.kernel._ids import new_run_ids, new_uuids
 
 
 def _check(ids: list[str]) -> None:
@@ -33,3 +35,20 @@ def test_ids_keep_increasing_when_the_counter_overflows(monkeypatch: pytest.Monk
     _check(first + later)
     stamps = [uuid.UUID(text).int >> 80 for text in later]
     assert stamps[-1] == stamps[0] + 1
+
+
+def test_uuids_are_version_7_and_strictly_increasing() -> None:
+    ids = [one for _ in range(100) for one in new_uuids(100)]
+    assert ids == sorted(ids)
+    assert len(set(ids)) == len(ids)
+    assert all(i.version == 7 and i.variant == uuid.RFC_4122 for i in ids)
+
+
+def test_ids_stay_unique_and_ordered_per_thread_under_concurrency() -> None:
+    def batch(_: int) -> list[uuid.UUID]:
+        return [one for _ in range(200) for one in new_uuids(10)]
+
+    with ThreadPoolExecutor(4) as pool:
+        batches = list(pool.map(batch, range(4)))
+    assert all(b == sorted(b) for b in batches)
+    assert len({i for b in batches for i in b}) == 8_000

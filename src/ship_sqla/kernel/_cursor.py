@@ -30,7 +30,7 @@ from uuid import UUID
 
 import attrs
 
-from ship_sqla.kernel import ConfigurationError, InvalidCursorError
+from ship_sqla.kernel._errors import ConfigurationError, InvalidCursorError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
