@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import ScopeClosedError, ScopeConcurrencyError, TenantViolationError
+from ship_sqla.kernel._errors import DatabaseTimeoutError
 
 if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import IsolationLevel
@@ -41,6 +42,7 @@ __all__ = [
     "MAX_TENANT_BYTES",
     "AfterCommit",
     "Database",
+    "StoreConnections",
     "TransactionScope",
     "check_tenant",
     "current_scope",
@@ -426,3 +428,139 @@ async def _own_transaction(
             await connection.execution_options(isolation_level=isolation_level)
         async with committed(connection, operation, driver_only=True):
             yield connection
+
+
+class StoreConnections:
+    """How a store reaches the database, in one place: its own statements and transactions, or
+    the unit of work it joins. Every ship store (jobs, outbox, idempotency, webhooks) holds one.
+
+    - :meth:`statement`: a connection on which one statement is its own transaction. On an
+      engine, a pooled AUTOCOMMIT connection (one round trip instead of BEGIN, statement,
+      COMMIT); on a connection already in a transaction (the test path), a SAVEPOINT of it.
+    - :meth:`transaction`: a short READ COMMITTED transaction of the store's own, whatever the
+      engine's default isolation (a statement's snapshot is then taken when it starts, after
+      any lock an earlier statement of the block waited for); a SAVEPOINT on the test path.
+    - :meth:`joined`: the given or ambient unit of work's connection (U1/U2), else a short
+      transaction of the store's own (``one_statement``: one autocommitted statement).
+
+    Every block is bounded by ``operation_timeout`` (:class:`DatabaseTimeoutError`, or the
+    store's subclass of it) when one is set, and judged by the one outage rule
+    (:class:`~ship_sqla.kernel.DatabaseUnavailableError`). One ``AsyncConnection`` serves one
+    statement at a time, so on the test path the store's blocks take turns (a unit of work's
+    joined blocks run in its own task, which the scope already guards).
+    """
+
+    __slots__ = (
+        "_autocommit",
+        "_read_committed",
+        "_timeout",
+        "_timeout_error",
+        "_turn",
+        "database",
+        "name",
+    )
+
+    def __init__(
+        self,
+        database: Database,
+        *,
+        name: str,
+        operation_timeout: float | None = None,
+        timeout_error: type[DatabaseTimeoutError] = DatabaseTimeoutError,
+    ) -> None:
+        self.database = database
+        self.name = name
+        self._timeout = operation_timeout
+        self._timeout_error = timeout_error
+        self._autocommit: AsyncEngine | None = None
+        self._read_committed: AsyncEngine | None = None
+        if isinstance(database, AsyncEngine):
+            self._autocommit = database.execution_options(isolation_level="AUTOCOMMIT")
+            self._read_committed = database.execution_options(isolation_level="READ COMMITTED")
+        self._turn = asyncio.Lock()
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether two blocks may run at once: on an engine each takes its own pooled
+        connection; one ``AsyncConnection`` serves a single statement at a time."""
+        return self._autocommit is not None
+
+    @asynccontextmanager
+    async def _bounded(self, what: str) -> AsyncIterator[None]:
+        operation = f"{self.name} {what}"
+        if self._timeout is None:
+            with database_outage_translated(operation, driver_only=True):
+                yield
+            return
+        try:
+            async with asyncio.timeout(self._timeout):
+                # Inside the timeout: its own TimeoutError must stay the store's timeout error.
+                with database_outage_translated(operation, driver_only=True):
+                    yield
+        except TimeoutError as exc:
+            if isinstance(exc, DatabaseTimeoutError):
+                raise
+            raise self._timeout_error(
+                f"{operation} did not finish within {self._timeout} s (database unreachable,"
+                " overloaded, or a lock held for long).",
+                fix="check the database; the work is retried on its next pass. Raise"
+                " operation_timeout if such waits are expected.",
+            ) from exc
+
+    @asynccontextmanager
+    async def statement(self, what: str) -> AsyncIterator[AsyncConnection]:
+        """A connection for ONE statement of the store's own (see the class docstring)."""
+        async with self._bounded(what):
+            if self._autocommit is not None:
+                async with self._autocommit.connect() as connection:
+                    yield connection
+                return
+            connection = self._test_connection()
+            async with self._turn, connection.begin_nested():
+                yield connection
+
+    @asynccontextmanager
+    async def transaction(self, what: str) -> AsyncIterator[AsyncConnection]:
+        """A short READ COMMITTED transaction of the store's own (see the class docstring)."""
+        async with self._bounded(what):
+            if self._read_committed is not None:
+                async with self._read_committed.begin() as connection:
+                    yield connection
+                return
+            connection = self._test_connection()
+            async with self._turn, connection.begin_nested():
+                yield connection
+
+    @asynccontextmanager
+    async def joined(
+        self, scope: TransactionScope | None, what: str, *, one_statement: bool = False
+    ) -> AsyncIterator[Joined]:
+        """The given or ambient unit of work, else a short transaction of the store's own,
+        READ COMMITTED (``one_statement``: on an engine, one autocommitted statement). Not
+        bounded by ``operation_timeout`` when it joins: the unit of work owns its time."""
+        if scope is None:
+            scope = current_scope()
+        operation = f"{self.name} {what}"
+        if scope is not None:
+            async with joined(self.database, scope, operation=operation) as tx:
+                yield tx
+            return
+        async with self._bounded(what):
+            if self._autocommit is None:
+                async with self._turn, joined(self.database, None, operation=operation) as tx:
+                    yield tx
+                return
+            async with joined(
+                self.database,
+                None,
+                alone=self._autocommit if one_statement else None,
+                isolation_level="READ COMMITTED",
+                operation=operation,
+            ) as tx:
+                yield tx
+
+    def _test_connection(self) -> AsyncConnection:
+        database = self.database
+        if not isinstance(database, AsyncConnection):  # pragma: no cover - by construction
+            raise TypeError("a StoreConnections without an engine holds a connection")
+        return database

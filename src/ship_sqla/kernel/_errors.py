@@ -112,3 +112,11 @@ class DatabaseUnavailableError(ShipError, ConnectionError):
     """
 
     code = "SHIP_SQLA_DATABASE_UNAVAILABLE"
+
+
+class DatabaseTimeoutError(ShipError, TimeoutError):
+    """A store's own database call did not finish within its ``operation_timeout``: the database
+    is unreachable, overloaded, or a lock is held for long. Nothing is known about whether the
+    call took effect (every settle is fenced, so retrying one is safe)."""
+
+    code = "SHIP_SQLA_DATABASE_TIMEOUT"
