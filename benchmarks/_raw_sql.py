@@ -90,8 +90,8 @@ def job_sql(table: str) -> JobSQL:
 @dataclass(frozen=True, slots=True)
 class OutboxSQL:
     claim: str
-    """$1 outbox_id, $2 worker, $3 batch size -> (id, claim_token, topic, payload)."""
-    acknowledge: str
+    """$1 outbox_id, $2 worker, $3 batch size -> (id, lease_token, topic, payload)."""
+    complete: str
     """$1 ids uuid[], $2 tokens uuid[]."""
     load_pending: str
     """$1 outbox_id, $2 count: pending messages available over the past hour."""
@@ -104,25 +104,25 @@ def outbox_sql(table: str) -> OutboxSQL:
         # <table>_pending_idx, ordered, SKIP LOCKED; then primary-key probes.
         claim=f"""
             UPDATE {table} o
-            SET status = 'claimed', attempts = o.attempts + 1, claim_token = gen_random_uuid(),
+            SET state = 'claimed', attempts = o.attempts + 1, lease_token = gen_random_uuid(),
                 claimed_by = $2, lease_expires_at = now() + interval '30 seconds'
             WHERE o.id = ANY(ARRAY(
                 SELECT id FROM {table}
-                WHERE outbox_id = $1 AND status = 'pending' AND available_at <= now()
+                WHERE outbox_id = $1 AND state = 'pending' AND available_at <= now()
                 ORDER BY available_at, created_at
                 LIMIT $3
                 FOR UPDATE SKIP LOCKED))
-            RETURNING o.id, o.claim_token, o.topic, o.payload
+            RETURNING o.id, o.lease_token, o.topic, o.payload
         """,
-        acknowledge=f"""
+        complete=f"""
             UPDATE {table} o
-            SET status = 'delivered', delivered_at = now(), lease_expires_at = NULL,
-                claim_token = NULL
+            SET state = 'delivered', delivered_at = now(), lease_expires_at = NULL,
+                lease_token = NULL
             FROM unnest($1::uuid[], $2::uuid[]) AS h(id, token)
-            WHERE o.id = h.id AND o.claim_token = h.token AND o.status = 'claimed'
+            WHERE o.id = h.id AND o.lease_token = h.token AND o.state = 'claimed'
         """,
         load_pending=f"""
-            INSERT INTO {table} (outbox_id, topic, payload, status, attempts, max_attempts,
+            INSERT INTO {table} (outbox_id, topic, payload, state, attempts, max_attempts,
                                  available_at, created_at)
             SELECT $1, 'bench', '{{}}'::jsonb, 'pending', 0, 10,
                    now() - interval '1 hour' + g * interval '1 microsecond',
@@ -130,7 +130,7 @@ def outbox_sql(table: str) -> OutboxSQL:
             FROM generate_series(1, $2::integer) AS g
         """,
         refill_pending=f"""
-            INSERT INTO {table} (outbox_id, topic, payload, status, attempts, max_attempts,
+            INSERT INTO {table} (outbox_id, topic, payload, state, attempts, max_attempts,
                                  available_at, created_at)
             SELECT $1, 'bench', '{{}}'::jsonb, 'pending', 0, 10, now(), now()
             FROM generate_series(1, $2::integer) AS g

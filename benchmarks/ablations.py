@@ -6,20 +6,21 @@ goes first per round; ratio = median of the per-round ON/OFF ratios. OFF is made
 by the narrowest patch of one object (an instance attribute, or one instance's class swapped for
 a subclass overriding one or two methods), undone in ``finally``; ``src/`` is never touched.
 
-1. enqueue fast path: ``PostgresJobBackend.enqueue_many`` takes ``_enqueue_plain``
-   (``ENQUEUE_PLAIN``) for requests with generated ids, no dedupe key and no depth limit.
-   OFF: that backend's ``_nothing_to_check`` answers False (every call takes the checked
-   ``ENQUEUE_MANY``).
+1. enqueue fast path: ``PostgresJobBackend.insert`` takes ``ENQUEUE_PLAIN`` for runs with
+   generated ids, no dedupe key and no depth limit. OFF: that backend's inserter (its
+   ``RunInserter``) swapped for a subclass whose ``unchecked`` answers False (every call takes
+   the checked ``ENQUEUE_MANY``).
 2. tuned claim lock: the backend claims with ``CLAIM_LOCK_TUNED`` (generic plan, no wait for
-   the claim's commit flush) on its own connections. OFF: that backend's statements (``_s``)
-   with ``claim_lock_tuned`` replaced by the plain ``CLAIM_LOCK``.
+   the claim's commit flush) on its own connections. OFF: that backend's ``statements`` with
+   ``claim_lock_tuned`` replaced by the plain ``CLAIM_LOCK``.
 3. runtime claim room: ``JobRuntime._room_for`` subtracts the job's unflushed completions from
    ``concurrency.max``. OFF: that runtime's completer answers 0 from ``unflushed_of`` (its only
    caller is ``_room_for``), patched before its first claim.
-4. relay: (a) pipelining, the next claim started while the batch is acknowledged, gated only by
-   ``Outbox.concurrent_statements``; OFF: the outbox's class swapped for a subclass answering
-   False there. (b) autocommitted claim and settles; OFF: a subclass whose ``_own_statement``
-   and unjoined ``_settling`` run each statement in BEGIN ... COMMIT (pipelining stays on).
+4. relay: (a) pipelining, the next claim started while the batch is completed, gated only by
+   ``outbox.connections.concurrent``; OFF: the outbox's ``StoreConnections`` class swapped for
+   a subclass answering False there. (b) autocommitted claim and settles; OFF: a subclass whose
+   ``statement`` (claim) and unjoined ``joined(..., one_statement=True)`` (settles) run each
+   statement in BEGIN ... COMMIT (pipelining stays on).
 
 Run it by name: ``python -m benchmarks ablations [--quick]``; it is not part of the default run.
 """
@@ -27,7 +28,6 @@ Run it by name: ``python -m benchmarks ablations [--quick]``; it is not part of 
 from __future__ import annotations
 
 from contextlib import (
-    AbstractAsyncContextManager,
     AbstractContextManager,
     asynccontextmanager,
     contextmanager,
@@ -68,7 +68,8 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla._scope import Joined, joined
+from ship_sqla._jobs._insert import RunInserter
+from ship_sqla._scope import Joined, StoreConnections
 from ship_sqla.kernel import (
     Concurrency,
     EnqueueRequest,
@@ -76,11 +77,13 @@ from ship_sqla.kernel import (
     JobDefinition,
     define_job,
 )
+from ship_sqla.kernel._ports import ClaimRequest, Complete
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
     from ship_sqla.kernel import JobRuntime
+    from ship_sqla.kernel._plans.prepare import PreparedRun
 
 __all__ = ["NAME", "run"]
 
@@ -115,14 +118,22 @@ def _log_pair(bench: Bench, what: str, ours: list[float], theirs: list[float], u
 # --- 1. enqueue fast path ---------------------------------------------------------------------
 
 
+class _CheckedInserter(RunInserter):
+    __slots__ = ()
+
+    def unchecked(self, runs: Sequence[PreparedRun]) -> bool:  # noqa: ARG002 - OFF
+        return False
+
+
 @contextmanager
 def _checked_enqueue_only(backend: PostgresJobBackend) -> Iterator[None]:
-    """OFF: this backend's enqueue_many sends plain requests through the checked statement."""
-    backend._nothing_to_check = lambda _job, _requests: False  # type: ignore[method-assign,assignment]  # noqa: SLF001
+    """OFF: this backend's inserts send plain requests through the checked statement."""
+    inserter = backend._inserter  # noqa: SLF001 - the ablation's one switch
+    inserter.__class__ = _CheckedInserter
     try:
         yield
     finally:
-        del backend._nothing_to_check  # noqa: SLF001 - back to the class's method
+        inserter.__class__ = RunInserter
 
 
 class _EnqueueAblation:
@@ -189,7 +200,7 @@ async def _enqueue_figures(bench: Bench) -> list[Figure]:
             lambda: work.bulk(bulk, fast=False),
         )
         _log_pair(bench, "enqueue bulk", b_on, b_off, "runs/s")
-    off = "OFF: backend._nothing_to_check answers False (ENQUEUE_MANY for every call)"
+    off = "OFF: the backend's inserter answers unchecked() False (ENQUEUE_MANY for every call)"
     return [
         Figure.from_rounds(
             "ablation.enqueue_fast_path.single",
@@ -216,12 +227,12 @@ async def _enqueue_figures(bench: Bench) -> list[Figure]:
 @contextmanager
 def _plain_claim_lock(backend: PostgresJobBackend) -> Iterator[None]:
     """OFF: this backend claims with CLAIM_LOCK (custom plans, synchronous commit)."""
-    shipped = backend._s  # noqa: SLF001 - the ablation's one switch
-    backend._s = attrs.evolve(shipped, claim_lock_tuned=shipped.claim_lock)  # noqa: SLF001
+    shipped = backend.statements
+    backend.statements = attrs.evolve(shipped, claim_lock_tuned=shipped.claim_lock)  # type: ignore[misc]
     try:
         yield
     finally:
-        backend._s = shipped  # noqa: SLF001
+        backend.statements = shipped  # type: ignore[misc]
 
 
 async def _claim_latencies(
@@ -235,11 +246,15 @@ async def _claim_latencies(
     latencies: list[float] = []
     for _ in range(claims):
         with Stopwatch() as watch:
-            runs = await backend.claim(job, worker="bench", limit=CLAIM_BATCH)
+            runs = await backend.claim(
+                ClaimRequest(
+                    job.id, "bench", CLAIM_BATCH, job.concurrency.max, job.concurrency.lease
+                )
+            )
         if len(runs) != CLAIM_BATCH:
             raise BenchmarkError(f"ablations: claim returned {len(runs)} of {CLAIM_BATCH} runs")
         latencies.append(watch.seconds * 1000.0)
-        await backend.complete(runs)
+        await backend.settle([Complete(run) for run in runs])
         await conn.execute(refill, JOB_ID, len(runs))
     return median(latencies)
 
@@ -291,7 +306,7 @@ async def _claim_figures(bench: Bench) -> list[Figure]:
             ablate_backend=_plain_claim_lock,
             ablate_runtime=None,
         )
-    off = "OFF: backend._s.claim_lock_tuned replaced by the plain CLAIM_LOCK"
+    off = "OFF: backend.statements.claim_lock_tuned replaced by the plain CLAIM_LOCK"
     return [
         Figure.from_rounds(
             f"ablation.claim_tuned_lock.claim@{label}",
@@ -402,42 +417,55 @@ async def _room_figures(bench: Bench) -> list[Figure]:
 # --- 4. relay ---------------------------------------------------------------------------------
 
 
-class _UnpipelinedOutbox(Outbox):
+class _UnpipelinedConnections(StoreConnections):
     """OFF (a): the relay never claims ahead; everything else as shipped."""
 
+    __slots__ = ()
+
     @property
-    def concurrent_statements(self) -> bool:
+    def concurrent(self) -> bool:
         return False
 
 
-class _TransactionalOutbox(Outbox):
+class _TransactionalConnections(StoreConnections):
     """OFF (b): the outbox's own statements and unjoined settles in BEGIN ... COMMIT on the
     engine (three round trips each instead of one); claim-ahead pipelining stays on."""
 
+    __slots__ = ()
+
     @asynccontextmanager
-    async def _own_statement(self) -> AsyncIterator[AsyncConnection]:
+    async def statement(self, what: str) -> AsyncIterator[AsyncConnection]:  # noqa: ARG002
         engine = self.database
         if not isinstance(engine, AsyncEngine):
             raise BenchmarkError("ablations: the relay ablation needs an engine-backed outbox")
         async with engine.begin() as connection:
             yield connection
 
-    def _settling(self, scope: TransactionScope | None) -> AbstractAsyncContextManager[Joined]:
-        return joined(self.database, scope)
+    @asynccontextmanager
+    async def joined(
+        self,
+        scope: TransactionScope | None,
+        what: str,
+        *,
+        one_statement: bool = False,  # noqa: ARG002 - the ablated switch: always a transaction
+    ) -> AsyncIterator[Joined]:
+        async with super().joined(scope, what, one_statement=False) as tx:
+            yield tx
 
 
 @contextmanager
-def _outbox_as(outbox: Outbox, ablated: type[Outbox]) -> Iterator[None]:
-    """Swap this one outbox's class for a subclass overriding only the ablated switch."""
-    outbox.__class__ = ablated
+def _outbox_as(outbox: Outbox, ablated: type[StoreConnections]) -> Iterator[None]:
+    """Swap this one outbox's connections' class for a subclass overriding only the ablated
+    switch."""
+    outbox.connections.__class__ = ablated
     try:
         yield
     finally:
-        outbox.__class__ = Outbox
+        outbox.connections.__class__ = StoreConnections
 
 
 async def _relay_round(
-    bench: Bench, db: BenchDatabase, count: int, ablated: type[Outbox] | None
+    bench: Bench, db: BenchDatabase, count: int, ablated: type[StoreConnections] | None
 ) -> float:
     """One ``relay`` round (benchmarks/relay.py), with the outbox's class swapped for
     ``ablated`` while it runs."""
@@ -454,26 +482,27 @@ async def _relay_figures(bench: Bench) -> list[Figure]:
         ship_outbox_table(metadata)
         async with db.engine.begin() as connection:
             await connection.run_sync(metadata.create_all)
-        for ablated in (None, _UnpipelinedOutbox, _TransactionalOutbox):  # warm-up
+        for ablated in (None, _UnpipelinedConnections, _TransactionalConnections):  # warm-up
             await _relay_round(bench, db, 1_000, ablated)
         variants = (
             (
                 "ablation.relay_pipelining.noop_sink",
-                _UnpipelinedOutbox,
+                _UnpipelinedConnections,
                 "no claim ahead",
                 (
-                    "OFF: the outbox's class swapped for a subclass whose concurrent_statements is"
-                    " False (the relay's only use of it: claim batch n+1 while acknowledging n)"
+                    "OFF: the outbox's StoreConnections class swapped for a subclass whose"
+                    " concurrent is False (the relay's only use of it: claim batch n+1 while"
+                    " completing n)"
                 ),
             ),
             (
                 "ablation.relay_autocommit.noop_sink",
-                _TransactionalOutbox,
+                _TransactionalConnections,
                 "BEGIN/COMMIT statements",
                 (
-                    "OFF: the outbox's class swapped for a subclass whose _own_statement (claim)"
-                    " and unjoined _settling (acknowledge) run in engine.begin() transactions;"
-                    " pipelining stays on"
+                    "OFF: the outbox's StoreConnections class swapped for a subclass whose"
+                    " statement (claim) and unjoined one-statement joined (complete) run in"
+                    " engine.begin() transactions; pipelining stays on"
                 ),
             ),
         )

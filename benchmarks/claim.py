@@ -2,7 +2,7 @@
 
 Each backlog is its own table (built by the ship factory), loaded with INSERT ... SELECT
 generate_series and VACUUM (ANALYZE)d, then kept at its size: every claimed batch is settled
-(complete / acknowledge) and replaced by as many new rows, outside the timed part. A figure is
+(complete, for both) and replaced by as many new rows, outside the timed part. A figure is
 the median claim latency; its baseline is a raw asyncpg claim of the same size walking the same
 partial index with SKIP LOCKED, on the same table, in the same round. The growth figures divide
 the largest backlog's latency by the smallest's, per round; the target is on ship_sqla's growth,
@@ -35,6 +35,7 @@ from benchmarks._raw_sql import JobSQL, OutboxSQL, job_sql, outbox_sql
 from ship_sqla import Outbox, create_outbox, ship_outbox_table
 from ship_sqla._jobs import PostgresJobBackend, create_job_backend, ship_job_runs_table
 from ship_sqla.kernel import Concurrency, JobContext, JobDefinition, define_job
+from ship_sqla.kernel._ports import ClaimRequest, Complete
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -61,6 +62,7 @@ async def _noop(_ctx: JobContext, _payload: dict[str, Any]) -> None:
 JOB: JobDefinition[dict[str, Any]] = define_job(
     JOB_ID, _noop, payload=dict, concurrency=Concurrency(max=2 * BATCH)
 )
+CLAIM = ClaimRequest(JOB.id, "bench", BATCH, JOB.concurrency.max, JOB.concurrency.lease)
 
 
 @dataclass(slots=True)
@@ -122,12 +124,12 @@ async def _timed_claims(
 
 async def _ship_jobs(backlog: _Backlog, conn: Any, claims: int) -> list[float]:  # noqa: ANN401
     async def settle(runs: Sequence[Any]) -> None:
-        await backlog.backend.complete(runs)
+        await backlog.backend.settle([Complete(run) for run in runs])
         await conn.execute(backlog.job_sql.refill_waiting, JOB_ID, len(runs))
 
     return await _timed_claims(
         claims,
-        partial(backlog.backend.claim, JOB, worker="bench", limit=BATCH),
+        partial(backlog.backend.claim, CLAIM),
         settle,
         f"job claim at {backlog.label}",
     )
@@ -150,7 +152,7 @@ async def _raw_jobs(backlog: _Backlog, conn: Any, claims: int) -> list[float]:  
 
 async def _ship_outbox(backlog: _Backlog, conn: Any, claims: int) -> list[float]:  # noqa: ANN401
     async def settle(messages: Sequence[Any]) -> None:
-        await backlog.outbox.acknowledge_many(messages)
+        await backlog.outbox.complete_many(messages)
         await conn.execute(backlog.outbox_sql.refill_pending, OUTBOX_ID, len(messages))
 
     return await _timed_claims(
@@ -165,7 +167,7 @@ async def _raw_outbox(backlog: _Backlog, conn: Any, claims: int) -> list[float]:
     sql = backlog.outbox_sql
 
     async def settle(rows: Sequence[Any]) -> None:
-        await conn.execute(sql.acknowledge, [r[0] for r in rows], [r[1] for r in rows])
+        await conn.execute(sql.complete, [r[0] for r in rows], [r[1] for r in rows])
         await conn.execute(sql.refill_pending, OUTBOX_ID, len(rows))
 
     return await _timed_claims(

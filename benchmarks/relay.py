@@ -1,12 +1,12 @@
 """relay: how fast one outbox relay moves a backlog of messages to a sink that does nothing.
 
-ship_sqla: M pending messages (INSERT ... SELECT generate_series), one ``create_outbox_relay``
-with a noop sink and a long poll interval, timed from ``start()`` until ``stop()`` returned
-after the sink saw the M-th message (so the last acknowledgement is included). Every message
+ship_sqla: M pending messages (INSERT ... SELECT generate_series), one ``start_outbox_relay``
+with a noop sink and a long poll interval, timed from its start until ``stop()`` returned
+after the sink saw the M-th message (so the last completion is included). Every message
 must end ``delivered``.
 
 Baseline: one asyncpg connection looping claim a batch of the same size (SKIP LOCKED) then
-acknowledge it (UPDATE ... delivered) on an equivalent table, loaded the same way: the relay's
+complete it (UPDATE ... delivered) on an equivalent table, loaded the same way: the relay's
 work without the library.
 """
 
@@ -30,7 +30,7 @@ from benchmarks._harness import (
     rate,
 )
 from benchmarks._raw_sql import outbox_sql
-from ship_sqla import create_outbox, create_outbox_relay, ship_outbox_table
+from ship_sqla import create_outbox, ship_outbox_table, start_outbox_relay
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -62,7 +62,7 @@ async def _reload(db: BenchDatabase, table: str, count: int) -> None:
 
 async def _delivered(db: BenchDatabase, table: str) -> int:
     conn = await db.raw()
-    count: int = await conn.fetchval(f"SELECT count(*) FROM {table} WHERE status = 'delivered'")
+    count: int = await conn.fetchval(f"SELECT count(*) FROM {table} WHERE state = 'delivered'")
     await conn.close()
     return count
 
@@ -86,9 +86,10 @@ async def relay_messages(
     await _reload(db, SHIP_TABLE, count)
     outbox = create_outbox(database=db.engine, table=table)
     sink = Countdown(count)
-    relay = create_outbox_relay(outbox, OUTBOX_ID, sink.tick, batch_size=BATCH, poll_interval=60.0)
     with ablate(outbox) if ablate is not None else nullcontext(), Stopwatch() as watch:
-        relay.start()
+        relay = await start_outbox_relay(
+            outbox, OUTBOX_ID, sink.tick, batch_size=BATCH, poll_interval=60.0
+        )
         try:
             async with asyncio.timeout(TIMEOUT):
                 await sink.done.wait()
@@ -113,7 +114,7 @@ async def _raw_round(bench: Bench, db: BenchDatabase, count: int) -> float:
             rows = await conn.fetch(sql.claim, OUTBOX_ID, "raw", BATCH)
             if not rows:
                 break
-            await conn.execute(sql.acknowledge, [r[0] for r in rows], [r[1] for r in rows])
+            await conn.execute(sql.complete, [r[0] for r in rows], [r[1] for r in rows])
             moved += len(rows)
     await conn.close()
     if moved != count:
@@ -144,7 +145,7 @@ async def run(bench: Bench) -> list[Figure]:
             "msg/s",
             ours,
             theirs,
-            baseline_label=f"raw claim {BATCH} + acknowledge loop, 1 conn",
+            baseline_label=f"raw claim {BATCH} + complete loop, 1 conn",
             targets=(Target("value", ">=", 20_000),),
             note=f"{count:,} messages, one relay, batch_size={BATCH} (the default)",
         )

@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 
     from starlette.requests import Request
 
-    from ship_sqla.kernel import Clock
+    from ship_sqla import Clock
 
 ORDERS_OUTBOX = "orders"
 DEFAULT_CREDIT_LIMIT_CENTS = 100_000

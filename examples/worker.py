@@ -16,13 +16,15 @@ from typing import TYPE_CHECKING
 import attrs
 from sqlalchemy import MetaData
 
-from ship_sqla import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import (
+from ship_sqla import (
     Concurrency,
     EnqueueRequest,
     JobContext,
     RetryPolicy,
+    create_job_backend,
     define_job,
+    ship_job_runs_table,
+    ship_job_state_table,
     start_job_runtime,
 )
 from ship_sqla.testing import DatabaseFactory, resolve_server

@@ -1,14 +1,22 @@
 """ship_sqla: SQLAlchemy 2.x (asyncio + asyncpg) infrastructure for the Ship application kernel.
 
-Public API is what ``__all__`` lists; every ``_module`` is private. Names are imported lazily
-(PEP 562), so ``import ship_sqla.kernel`` loads neither SQLAlchemy nor asyncpg: the kernel's
-contracts stay usable without the database layer.
+An application imports what it uses from here: the SQLAlchemy stores below and every name of
+:mod:`ship_sqla.kernel` (job definitions, the runtime, the clock, the errors, the in-memory
+backends). Public API is what ``__all__`` lists; every ``_module`` is private.
+
+The public names are listed ONCE, in ``_EXPORTS`` (name -> the private module defining it; the
+kernel's come from ``ship_sqla.kernel._EXPORTS``): ``__all__``, the lazy ``__getattr__``
+(PEP 562) and the ``TYPE_CHECKING`` imports follow from it (``ship_sqla/kernel/_lazy.py``).
+Names are imported on first use, so ``import ship_sqla.kernel`` and
+``from ship_sqla import define_job`` load neither SQLAlchemy nor asyncpg.
 """
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
+
+from ship_sqla.kernel import _EXPORTS as _KERNEL_EXPORTS
+from ship_sqla.kernel._lazy import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
     from ship_sqla._idempotency import IdempotencyClaim as IdempotencyClaim
@@ -30,25 +38,21 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._idempotency import create_idempotency_store as create_idempotency_store
     from ship_sqla._idempotency import ship_idempotency_table as ship_idempotency_table
     from ship_sqla._jobs import JobBackendTimeoutError as JobBackendTimeoutError
-    from ship_sqla._jobs import JobOperationRefusedError as JobOperationRefusedError
-    from ship_sqla._jobs import JobOperations as JobOperations
     from ship_sqla._jobs import PostgresJobBackend as PostgresJobBackend
-    from ship_sqla._jobs import RunPage as RunPage
     from ship_sqla._jobs import create_job_backend as create_job_backend
-    from ship_sqla._jobs import create_job_operations as create_job_operations
     from ship_sqla._jobs import ship_job_runs_table as ship_job_runs_table
     from ship_sqla._jobs import ship_job_state_table as ship_job_state_table
     from ship_sqla._locks import AdvisoryLock as AdvisoryLock
     from ship_sqla._locks import AdvisoryLockProvider as AdvisoryLockProvider
     from ship_sqla._locks import advisory_lock_key as advisory_lock_key
     from ship_sqla._locks import advisory_lock_provider as advisory_lock_provider
-    from ship_sqla._outbox import DeadLetterPage as DeadLetterPage
     from ship_sqla._outbox import Outbox as Outbox
-    from ship_sqla._outbox import OutboxBackoff as OutboxBackoff
-    from ship_sqla._outbox import OutboxClaimStaleError as OutboxClaimStaleError
+    from ship_sqla._outbox import OutboxAdmin as OutboxAdmin
     from ship_sqla._outbox import OutboxDeadLetteredError as OutboxDeadLetteredError
     from ship_sqla._outbox import OutboxIntent as OutboxIntent
+    from ship_sqla._outbox import OutboxLeaseStaleError as OutboxLeaseStaleError
     from ship_sqla._outbox import OutboxMessage as OutboxMessage
+    from ship_sqla._outbox import OutboxOperations as OutboxOperations
     from ship_sqla._outbox import OutboxOutcome as OutboxOutcome
     from ship_sqla._outbox import OutboxPayloadError as OutboxPayloadError
     from ship_sqla._outbox import OutboxPayloadTooLargeError as OutboxPayloadTooLargeError
@@ -57,14 +61,14 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._outbox import OutboxRelay as OutboxRelay
     from ship_sqla._outbox import OutboxSink as OutboxSink
     from ship_sqla._outbox import OutboxSinkRejectedError as OutboxSinkRejectedError
-    from ship_sqla._outbox import OutboxStatus as OutboxStatus
+    from ship_sqla._outbox import OutboxState as OutboxState
     from ship_sqla._outbox import create_outbox as create_outbox
-    from ship_sqla._outbox import create_outbox_relay as create_outbox_relay
+    from ship_sqla._outbox import create_outbox_operations as create_outbox_operations
     from ship_sqla._outbox import job_sink as job_sink
     from ship_sqla._outbox import ship_outbox_table as ship_outbox_table
+    from ship_sqla._outbox import start_outbox_relay as start_outbox_relay
     from ship_sqla._projection import Projection as Projection
     from ship_sqla._repository import BoundRepository as BoundRepository
-    from ship_sqla._repository import Page as Page
     from ship_sqla._repository import RepositoryUsageError as RepositoryUsageError
     from ship_sqla._repository import TableRepository as TableRepository
     from ship_sqla._repository_guard import UnsafeExpressionError as UnsafeExpressionError
@@ -97,27 +101,136 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._webhooks import verify_webhook as verify_webhook
     from ship_sqla._webhooks import webhook_headers as webhook_headers
     from ship_sqla._webhooks import webhook_idempotency_prefix as webhook_idempotency_prefix
+    from ship_sqla.kernel._authorize import Authorizer as Authorizer
+    from ship_sqla.kernel._clock import Clock as Clock
+    from ship_sqla.kernel._clock import FrozenClock as FrozenClock
+    from ship_sqla.kernel._clock import SystemClock as SystemClock
+    from ship_sqla.kernel._errors import BoundExceededError as BoundExceededError
+    from ship_sqla.kernel._errors import ConfigurationError as ConfigurationError
+    from ship_sqla.kernel._errors import DatabaseTimeoutError as DatabaseTimeoutError
     from ship_sqla.kernel._errors import DatabaseUnavailableError as DatabaseUnavailableError
+    from ship_sqla.kernel._errors import InvalidCursorError as InvalidCursorError
+    from ship_sqla.kernel._errors import PermissionDeniedError as PermissionDeniedError
+    from ship_sqla.kernel._errors import RollbackOnlyError as RollbackOnlyError
+    from ship_sqla.kernel._errors import ScopeClosedError as ScopeClosedError
+    from ship_sqla.kernel._errors import ScopeConcurrencyError as ScopeConcurrencyError
+    from ship_sqla.kernel._errors import ShipError as ShipError
+    from ship_sqla.kernel._errors import TenantRequiredError as TenantRequiredError
+    from ship_sqla.kernel._errors import TenantViolationError as TenantViolationError
+    from ship_sqla.kernel._errors import UnknownProjectionError as UnknownProjectionError
+    from ship_sqla.kernel._errors import VersionConflictError as VersionConflictError
+    from ship_sqla.kernel._job_context import Cancellation as Cancellation
+    from ship_sqla.kernel._job_context import CancelReason as CancelReason
+    from ship_sqla.kernel._job_context import JobContext as JobContext
+    from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
+    from ship_sqla.kernel._jobs import Concurrency as Concurrency
+    from ship_sqla.kernel._jobs import IdempotencyPolicy as IdempotencyPolicy
+    from ship_sqla.kernel._jobs import InvalidPayloadError as InvalidPayloadError
+    from ship_sqla.kernel._jobs import JobDefinition as JobDefinition
+    from ship_sqla.kernel._jobs import PayloadCodec as PayloadCodec
     from ship_sqla.kernel._jobs import PayloadTooLargeError as PayloadTooLargeError
+    from ship_sqla.kernel._jobs import Retention as Retention
+    from ship_sqla.kernel._jobs import RetryPolicy as RetryPolicy
+    from ship_sqla.kernel._jobs import Schedule as Schedule
+    from ship_sqla.kernel._jobs import define_job as define_job
+    from ship_sqla.kernel._keys import MAX_KEY_CHARS as MAX_KEY_CHARS
     from ship_sqla.kernel._keys import InvalidKeyError as InvalidKeyError
+    from ship_sqla.kernel._memory.jobs import InMemoryJobBackend as InMemoryJobBackend
+    from ship_sqla.kernel._memory.locks import InMemoryLock as InMemoryLock
+    from ship_sqla.kernel._memory.locks import InMemoryLockProvider as InMemoryLockProvider
+    from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
+    from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
+    from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
+    from ship_sqla.kernel._operations import JobOperationRefusedError as JobOperationRefusedError
+    from ship_sqla.kernel._operations import JobOperations as JobOperations
+    from ship_sqla.kernel._operations import create_job_operations as create_job_operations
+    from ship_sqla.kernel._page import Page as Page
+    from ship_sqla.kernel._plans.backoff import Backoff as Backoff
+    from ship_sqla.kernel._plans.schedule import next_occurrence as next_occurrence
+    from ship_sqla.kernel._plans.schedule import occurrence_id as occurrence_id
+    from ship_sqla.kernel._plans.schedule import previous_occurrence as previous_occurrence
+    from ship_sqla.kernel._ports import LEASE_LAPSED as LEASE_LAPSED
+    from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_ATTEMPT as LEASE_LAPSED_FINAL_ATTEMPT
+    from ship_sqla.kernel._ports import TERMINAL_STATES as TERMINAL_STATES
+    from ship_sqla.kernel._ports import BuriedRun as BuriedRun
+    from ship_sqla.kernel._ports import ClaimBatch as ClaimBatch
+    from ship_sqla.kernel._ports import ClaimedRun as ClaimedRun
+    from ship_sqla.kernel._ports import ClaimRequest as ClaimRequest
+    from ship_sqla.kernel._ports import Complete as Complete
+    from ship_sqla.kernel._ports import DeadQuery as DeadQuery
+    from ship_sqla.kernel._ports import EnqueueRequest as EnqueueRequest
+    from ship_sqla.kernel._ports import EnqueueResult as EnqueueResult
+    from ship_sqla.kernel._ports import Fail as Fail
+    from ship_sqla.kernel._ports import JobBackend as JobBackend
+    from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
+    from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
+    from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
+    from ship_sqla.kernel._ports import Lock as Lock
+    from ship_sqla.kernel._ports import LockProvider as LockProvider
+    from ship_sqla.kernel._ports import QueueDepth as QueueDepth
+    from ship_sqla.kernel._ports import QueueDepthSource as QueueDepthSource
+    from ship_sqla.kernel._ports import Release as Release
+    from ship_sqla.kernel._ports import RenewableLock as RenewableLock
+    from ship_sqla.kernel._ports import RunAdmin as RunAdmin
+    from ship_sqla.kernel._ports import RunRecord as RunRecord
+    from ship_sqla.kernel._ports import RunState as RunState
+    from ship_sqla.kernel._ports import RunStore as RunStore
+    from ship_sqla.kernel._ports import ScheduleStore as ScheduleStore
+    from ship_sqla.kernel._ports import Settlement as Settlement
+    from ship_sqla.kernel._ports import SettleOutcome as SettleOutcome
+    from ship_sqla.kernel._ports import StateCount as StateCount
+    from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
+    from ship_sqla.kernel._registry import JobRegistry as JobRegistry
+    from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
+    from ship_sqla.kernel._runtime.runtime import JobRuntime as JobRuntime
+    from ship_sqla.kernel._runtime.runtime import RuntimeMode as RuntimeMode
+    from ship_sqla.kernel._runtime.runtime import start_job_runtime as start_job_runtime
+    from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
 
 _EXPORTS: dict[str, str] = {
-    "advisory_lock_key": "ship_sqla._locks",
-    "advisory_lock_provider": "ship_sqla._locks",
-    "AdvisoryLock": "ship_sqla._locks",
-    "AdvisoryLockProvider": "ship_sqla._locks",
-    "BoundRepository": "ship_sqla._repository",
-    "check_schema": "ship_sqla._schema_check",
-    "create_idempotency_store": "ship_sqla._idempotency",
-    "create_job_backend": "ship_sqla._jobs",
-    "create_job_operations": "ship_sqla._jobs",
-    "create_outbox": "ship_sqla._outbox",
-    "create_outbox_relay": "ship_sqla._outbox",
-    "create_unit_of_work": "ship_sqla._uow",
-    "create_webhook_event_store": "ship_sqla._webhooks",
-    "current_scope": "ship_sqla._scope",
+    **_KERNEL_EXPORTS,
+    # Unit of work and scope
     "Database": "ship_sqla._scope",
-    "DeadLetterPage": "ship_sqla._outbox",
+    "TransactionScope": "ship_sqla._scope",
+    "current_scope": "ship_sqla._scope",
+    "UnitOfWork": "ship_sqla._uow",
+    "create_unit_of_work": "ship_sqla._uow",
+    # Repositories, tenancy, projections
+    "BoundRepository": "ship_sqla._repository",
+    "RepositoryUsageError": "ship_sqla._repository",
+    "TableRepository": "ship_sqla._repository",
+    "UnsafeExpressionError": "ship_sqla._repository_guard",
+    "Projection": "ship_sqla._projection",
+    "tenant_policy_ddl": "ship_sqla._rls",
+    # Schema
+    "SchemaCheckError": "ship_sqla._schema_check",
+    "SchemaDifference": "ship_sqla._schema_check",
+    "SchemaReport": "ship_sqla._schema_check",
+    "check_schema": "ship_sqla._schema_check",
+    "schema_sql": "ship_sqla._schema_sql",
+    # Outbox
+    "Outbox": "ship_sqla._outbox",
+    "OutboxAdmin": "ship_sqla._outbox",
+    "OutboxDeadLetteredError": "ship_sqla._outbox",
+    "OutboxIntent": "ship_sqla._outbox",
+    "OutboxLeaseStaleError": "ship_sqla._outbox",
+    "OutboxMessage": "ship_sqla._outbox",
+    "OutboxOperations": "ship_sqla._outbox",
+    "OutboxOutcome": "ship_sqla._outbox",
+    "OutboxPayloadError": "ship_sqla._outbox",
+    "OutboxPayloadTooLargeError": "ship_sqla._outbox",
+    "OutboxPublishError": "ship_sqla._outbox",
+    "OutboxRecord": "ship_sqla._outbox",
+    "OutboxRelay": "ship_sqla._outbox",
+    "OutboxSink": "ship_sqla._outbox",
+    "OutboxSinkRejectedError": "ship_sqla._outbox",
+    "OutboxState": "ship_sqla._outbox",
+    "create_outbox": "ship_sqla._outbox",
+    "create_outbox_operations": "ship_sqla._outbox",
+    "job_sink": "ship_sqla._outbox",
+    "ship_outbox_table": "ship_sqla._outbox",
+    "start_outbox_relay": "ship_sqla._outbox",
+    # Idempotency
     "IdempotencyClaim": "ship_sqla._idempotency",
     "IdempotencyClaimLostError": "ship_sqla._idempotency",
     "IdempotencyFingerprintMismatch": "ship_sqla._idempotency",
@@ -129,49 +242,11 @@ _EXPORTS: dict[str, str] = {
     "IdempotencyReplay": "ship_sqla._idempotency",
     "IdempotencyStarted": "ship_sqla._idempotency",
     "IdempotencyStore": "ship_sqla._idempotency",
-    "job_sink": "ship_sqla._outbox",
-    "JobBackendTimeoutError": "ship_sqla._jobs",
-    "JobOperationRefusedError": "ship_sqla._jobs",
-    "JobOperations": "ship_sqla._jobs",
-    "RunPage": "ship_sqla._jobs",
-    "Outbox": "ship_sqla._outbox",
-    "OutboxBackoff": "ship_sqla._outbox",
-    "OutboxClaimStaleError": "ship_sqla._outbox",
-    "OutboxDeadLetteredError": "ship_sqla._outbox",
-    "OutboxIntent": "ship_sqla._outbox",
-    "OutboxMessage": "ship_sqla._outbox",
-    "OutboxOutcome": "ship_sqla._outbox",
-    "OutboxPayloadError": "ship_sqla._outbox",
-    "OutboxPublishError": "ship_sqla._outbox",
-    "OutboxRecord": "ship_sqla._outbox",
-    "OutboxRelay": "ship_sqla._outbox",
-    "OutboxSink": "ship_sqla._outbox",
-    "OutboxSinkRejectedError": "ship_sqla._outbox",
-    "OutboxStatus": "ship_sqla._outbox",
-    "Page": "ship_sqla._repository",
-    "parse_webhook_secret": "ship_sqla._webhooks",
-    "PostgresJobBackend": "ship_sqla._jobs",
-    "Projection": "ship_sqla._projection",
-    "RepositoryUsageError": "ship_sqla._repository",
-    "schema_sql": "ship_sqla._schema_sql",
-    "SchemaCheckError": "ship_sqla._schema_check",
-    "SchemaDifference": "ship_sqla._schema_check",
-    "SchemaReport": "ship_sqla._schema_check",
-    "ship_idempotency_table": "ship_sqla._idempotency",
-    "ship_job_runs_table": "ship_sqla._jobs",
-    "ship_job_state_table": "ship_sqla._jobs",
-    "ship_outbox_table": "ship_sqla._outbox",
-    "ship_webhook_events_table": "ship_sqla._webhooks",
-    "sign_webhook": "ship_sqla._webhooks",
     "StoredResponse": "ship_sqla._idempotency",
-    "TableRepository": "ship_sqla._repository",
-    "tenant_policy_ddl": "ship_sqla._rls",
-    "TransactionScope": "ship_sqla._scope",
-    "UnitOfWork": "ship_sqla._uow",
+    "create_idempotency_store": "ship_sqla._idempotency",
+    "ship_idempotency_table": "ship_sqla._idempotency",
+    # Webhooks
     "VerifiedWebhook": "ship_sqla._webhooks",
-    "verify_webhook": "ship_sqla._webhooks",
-    "webhook_headers": "ship_sqla._webhooks",
-    "webhook_idempotency_prefix": "ship_sqla._webhooks",
     "WebhookCleanupResult": "ship_sqla._webhooks",
     "WebhookEvent": "ship_sqla._webhooks",
     "WebhookEventInProgressError": "ship_sqla._webhooks",
@@ -182,111 +257,26 @@ _EXPORTS: dict[str, str] = {
     "WebhookSignatureError": "ship_sqla._webhooks",
     "WebhookTimestampError": "ship_sqla._webhooks",
     "WebhookVerificationError": "ship_sqla._webhooks",
-    "UnsafeExpressionError": "ship_sqla._repository_guard",
-    "DatabaseUnavailableError": "ship_sqla.kernel._errors",
-    "OutboxPayloadTooLargeError": "ship_sqla._outbox",
-    "PayloadTooLargeError": "ship_sqla.kernel._jobs",
-    "InvalidKeyError": "ship_sqla.kernel._keys",
+    "create_webhook_event_store": "ship_sqla._webhooks",
+    "parse_webhook_secret": "ship_sqla._webhooks",
+    "ship_webhook_events_table": "ship_sqla._webhooks",
+    "sign_webhook": "ship_sqla._webhooks",
+    "verify_webhook": "ship_sqla._webhooks",
+    "webhook_headers": "ship_sqla._webhooks",
+    "webhook_idempotency_prefix": "ship_sqla._webhooks",
+    # Advisory locks
+    "AdvisoryLock": "ship_sqla._locks",
+    "AdvisoryLockProvider": "ship_sqla._locks",
+    "advisory_lock_key": "ship_sqla._locks",
+    "advisory_lock_provider": "ship_sqla._locks",
+    # Jobs on PostgreSQL (the job contracts and the runtime are the kernel's, above)
+    "JobBackendTimeoutError": "ship_sqla._jobs",
+    "PostgresJobBackend": "ship_sqla._jobs",
+    "create_job_backend": "ship_sqla._jobs",
+    "ship_job_runs_table": "ship_sqla._jobs",
+    "ship_job_state_table": "ship_sqla._jobs",
 }
 
-__all__ = (
-    "AdvisoryLock",
-    "AdvisoryLockProvider",
-    "BoundRepository",
-    "Database",
-    "DatabaseUnavailableError",
-    "DeadLetterPage",
-    "IdempotencyClaim",
-    "IdempotencyClaimLostError",
-    "IdempotencyFingerprintMismatch",
-    "IdempotencyInProgress",
-    "IdempotencyKeyError",
-    "IdempotencyOutcome",
-    "IdempotencyRecord",
-    "IdempotencyRecordCorruptError",
-    "IdempotencyReplay",
-    "IdempotencyStarted",
-    "IdempotencyStore",
-    "InvalidKeyError",
-    "JobBackendTimeoutError",
-    "JobOperationRefusedError",
-    "JobOperations",
-    "Outbox",
-    "OutboxBackoff",
-    "OutboxClaimStaleError",
-    "OutboxDeadLetteredError",
-    "OutboxIntent",
-    "OutboxMessage",
-    "OutboxOutcome",
-    "OutboxPayloadError",
-    "OutboxPayloadTooLargeError",
-    "OutboxPublishError",
-    "OutboxRecord",
-    "OutboxRelay",
-    "OutboxSink",
-    "OutboxSinkRejectedError",
-    "OutboxStatus",
-    "Page",
-    "PayloadTooLargeError",
-    "PostgresJobBackend",
-    "Projection",
-    "RepositoryUsageError",
-    "RunPage",
-    "SchemaCheckError",
-    "SchemaDifference",
-    "SchemaReport",
-    "StoredResponse",
-    "TableRepository",
-    "TransactionScope",
-    "UnitOfWork",
-    "UnsafeExpressionError",
-    "VerifiedWebhook",
-    "WebhookCleanupResult",
-    "WebhookEvent",
-    "WebhookEventInProgressError",
-    "WebhookEventNotFoundError",
-    "WebhookEventStore",
-    "WebhookHeaderError",
-    "WebhookRecordResult",
-    "WebhookSignatureError",
-    "WebhookTimestampError",
-    "WebhookVerificationError",
-    "advisory_lock_key",
-    "advisory_lock_provider",
-    "check_schema",
-    "create_idempotency_store",
-    "create_job_backend",
-    "create_job_operations",
-    "create_outbox",
-    "create_outbox_relay",
-    "create_unit_of_work",
-    "create_webhook_event_store",
-    "current_scope",
-    "job_sink",
-    "parse_webhook_secret",
-    "schema_sql",
-    "ship_idempotency_table",
-    "ship_job_runs_table",
-    "ship_job_state_table",
-    "ship_outbox_table",
-    "ship_webhook_events_table",
-    "sign_webhook",
-    "tenant_policy_ddl",
-    "verify_webhook",
-    "webhook_headers",
-    "webhook_idempotency_prefix",
-)
-
-
-def __getattr__(name: str) -> _typing.Any:  # noqa: ANN401 - any exported object
-    module = _EXPORTS.get(name)
-    if module is None:
-        msg = f"module 'ship_sqla' has no attribute {name!r}"
-        raise AttributeError(msg)
-    value = getattr(_importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+__all__ = tuple(sorted(_EXPORTS))
+if not _typing.TYPE_CHECKING:  # type checkers read the imports above; a typo stays an error
+    __getattr__, __dir__ = _lazy_exports(globals(), _EXPORTS)

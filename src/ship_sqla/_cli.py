@@ -34,7 +34,7 @@ from ship_sqla._cli_jobs import (
     DEFAULT_STATE_TABLE,
     MAX_STATS_GROUPS,
     JobTables,
-    format_failed,
+    format_dead,
     format_run,
     format_stats,
     job_stats,
@@ -45,9 +45,9 @@ from ship_sqla._cli_jobs import (
     run_worker,
 )
 from ship_sqla._cli_outbox import purge_delivered
-from ship_sqla._jobs._operations import MAX_CLEANUP_BATCH, MAX_LIST_LIMIT
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
-from ship_sqla._outbox._store import MAX_RETENTION, check_outbox_id
+from ship_sqla._outbox._admin import MAX_RETENTION
+from ship_sqla._outbox._store import check_outbox_id
 from ship_sqla._schema_check import SchemaCheckError, check_schema
 from ship_sqla._schema_sql import schema_sql
 from ship_sqla._server import NoServerError, to_async_url
@@ -62,6 +62,7 @@ from ship_sqla.kernel import (
 from ship_sqla.kernel._durations import MAX_DRAIN_TIMEOUT, MAX_POLL_INTERVAL, require_duration
 from ship_sqla.kernel._errors import DatabaseUnavailableError
 from ship_sqla.kernel._keys import InvalidKeyError
+from ship_sqla.kernel._operations import MAX_CLEANUP_BATCH, MAX_PAGE_LIMIT
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -69,8 +70,9 @@ if TYPE_CHECKING:
     from sqlalchemy import Table
     from sqlalchemy.engine import URL
 
-    from ship_sqla._jobs import JobOperations, RunPage
     from ship_sqla._schema_check import SchemaReport
+    from ship_sqla.kernel import Page
+    from ship_sqla.kernel._operations import JobOperations
     from ship_sqla.kernel._ports import RunRecord
 
 if TYPE_CHECKING:
@@ -698,14 +700,14 @@ def jobs() -> None:
     --runs-table / --schema (or their environment variables) name another."""
 
 
-@jobs.command("failed", epilog=OPERATOR_NOTE)
+@jobs.command("dead", epilog=OPERATOR_NOTE)
 @database_url_option
 @job_tables_options(with_state_table=False)
 @click.option("--job", "job_id", metavar="JOB_ID", help="Only runs of this job.")
-@click.option("--limit", type=click.IntRange(1, MAX_LIST_LIMIT), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(1, MAX_PAGE_LIMIT), default=50, show_default=True)
 @click.option("--cursor", metavar="CURSOR", help="The next page, as printed by the last one.")
 @json_option
-def jobs_failed(
+def jobs_dead(
     *,
     database_url: URL,
     job_id: str | None,
@@ -714,10 +716,10 @@ def jobs_failed(
     as_json: bool,
     tables: JobTables,
 ) -> None:
-    """List dead (failed) runs, newest first, a page at a time."""
+    """List dead runs (failed for good), newest first, a page at a time."""
 
-    async def call(ops: JobOperations) -> RunPage:
-        return await ops.list_failed(job_id=job_id, limit=limit, cursor=cursor)
+    async def call(ops: JobOperations) -> Page[RunRecord]:
+        return await ops.list_dead(job_id=job_id, limit=limit, cursor=cursor)
 
     try:
         page = _run_jobs_call(
@@ -732,7 +734,7 @@ def jobs_failed(
         runs = [record_dict(r) for r in page.items]
         click.echo(json.dumps({"runs": runs, "next_cursor": page.next_cursor}, indent=2))
     else:
-        click.echo(format_failed(page))
+        click.echo(format_dead(page))
 
 
 @jobs.command("show", epilog=OPERATOR_NOTE)
@@ -874,7 +876,7 @@ def outbox() -> None:
     "--older-than",
     type=Duration(maximum=MAX_RETENTION, allow_zero=True),
     required=True,
-    help="Delete deliveries acknowledged at least this long ago: 3600, 90m, 12h or 7d.",
+    help="Delete messages delivered at least this long ago: 3600, 90m, 12h or 7d.",
 )
 @_name_option(
     "--table",
@@ -909,7 +911,7 @@ def outbox_purge(
     pages_per_statement: int,
     as_json: bool,
 ) -> None:
-    """Delete the outbox's delivered messages acknowledged at least --older-than ago. Pending,
+    """Delete the outbox's messages delivered at least --older-than ago. Pending,
     claimed and dead messages are never touched. One pass over the table, one short DELETE per
     range of pages; safe to run while relays work."""
     call = purge_delivered(

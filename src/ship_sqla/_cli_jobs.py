@@ -1,12 +1,18 @@
 """What ``ship-sqla worker`` and ``ship-sqla jobs ...`` do, apart from click (see ``_cli``).
 
 The operator at the shell is trusted: whoever holds the database URL can change the runs
-directly, so the CLI's authorizer grants ``ship.jobs:manage`` (J8) to every operation.
+directly, so the CLI's authorizer grants ``ship.jobs:manage`` (J8) to every operation. Every
+operation goes through the one operator surface (:class:`~ship_sqla.kernel.JobOperations` over
+the backend's admin port); the CLI runs no SQL of its own (the worker's table check is the
+backend's ``PROBE_*_TABLE`` statements). ``jobs dead`` cursors are signed with a key derived
+from the database URL, so a cursor printed by one invocation pages on in the next one against
+the same database (and is worth nothing to anyone without that URL).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import signal
 import sys
@@ -14,19 +20,18 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
-from sqlalchemy import MetaData, text
-from sqlalchemy.dialects import postgresql
+from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from ship_sqla._jobs import (
-    create_job_backend,
-    create_job_operations,
-    ship_job_runs_table,
-    ship_job_state_table,
-)
-from ship_sqla._jobs._operations import MANAGE_PERMISSION, JobOperationRefusedError
+from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla._naming import quoted_table
 from ship_sqla.kernel import start_job_runtime
+from ship_sqla.kernel._operations import (
+    MANAGE_PERMISSION,
+    JobOperationRefusedError,
+    create_job_operations,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -35,18 +40,19 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from ship_sqla._jobs import JobOperations, PostgresJobBackend, RunPage
-    from ship_sqla.kernel import JobDefinition, JobRegistry
-    from ship_sqla.kernel._ports import RunRecord
+    from ship_sqla._jobs import PostgresJobBackend
+    from ship_sqla.kernel import JobDefinition, JobRegistry, Page
+    from ship_sqla.kernel._operations import JobOperations
+    from ship_sqla.kernel._ports import RunRecord, StateCount
 
 __all__ = [
     "DEFAULT_RUNS_TABLE",
     "DEFAULT_STATE_TABLE",
-    "JOB_STATS",
     "MAX_STATS_GROUPS",
     "RUN_STATES",
     "JobTables",
-    "format_failed",
+    "cli_cursor_secret",
+    "format_dead",
     "format_run",
     "format_stats",
     "job_stats",
@@ -60,28 +66,10 @@ RUN_STATES: Final = ("waiting", "running", "completed", "dead", "discarded")
 MAX_STATS_GROUPS: Final = 5000
 """(job, state) groups read by ``jobs stats``: 1000 jobs of five states."""
 
-JOB_STATS: Final = """
-SELECT r.job_id, r.state, count(*) AS runs,
-       extract(epoch FROM coalesce(:now, now())
-               - min(r.run_at) FILTER (WHERE r.state = 'waiting'
-                                        AND r.run_at <= coalesce(:now, now())))
-           AS oldest_due_seconds
-FROM {runs} r
-GROUP BY r.job_id, r.state
-ORDER BY r.job_id, r.state
-LIMIT :limit
-"""
-"""Counts by state per job for ``ship-sqla jobs stats``. Operator-invoked, never on a hot path:
-it aggregates the whole runs table (a sequential scan; cleanup keeps the table bounded by each
-job's retention). At most ``:limit`` groups come back; the caller asks for one more than it
-shows so that a cut is reported, never silent."""
-
 DEFAULT_RUNS_TABLE: Final = "ship_job_runs"
 DEFAULT_STATE_TABLE: Final = "ship_job_state"
 
 T = TypeVar("T")
-
-_PREPARER = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]
 
 
 @attrs.frozen
@@ -94,12 +82,12 @@ class JobTables:
     @property
     def runs_name(self) -> str:
         """The runs table's quoted, schema-qualified name, for messages."""
-        return str(_PREPARER.format_table(self.runs))
+        return quoted_table(self.runs)
 
     @property
     def names(self) -> str:
         """Both tables' quoted, schema-qualified names, for messages."""
-        return f"{self.runs_name} and {_PREPARER.format_table(self.state)}"
+        return f"{self.runs_name} and {quoted_table(self.state)}"
 
 
 def job_tables(
@@ -129,6 +117,14 @@ def _engine(url: URL) -> AsyncEngine:
     return create_async_engine(url, poolclass=NullPool)
 
 
+def cli_cursor_secret(url: URL) -> bytes:
+    """The key the shell's operator pages are signed with: derived from the database URL
+    (password included), so every invocation against one database accepts the others' cursors;
+    whoever could forge one holds the URL, and so every row, already."""
+    raw = url.render_as_string(hide_password=False).encode()
+    return hashlib.sha256(b"ship_sqla.cli.cursor\x00" + raw).digest()
+
+
 async def run_operation(
     url: URL,
     operation: Callable[[JobOperations], Awaitable[T]],
@@ -138,7 +134,9 @@ async def run_operation(
     engine = _engine(url)
     try:
         backend = create_job_backend(database=engine, table=tables.runs, state_table=tables.state)
-        ops = create_job_operations(backend, authorizer=_operator_at_the_shell)
+        ops = create_job_operations(
+            backend, authorizer=_operator_at_the_shell, cursor_secret=cli_cursor_secret(url)
+        )
         return await operation(ops)
     finally:
         await engine.dispose()
@@ -149,25 +147,21 @@ async def job_stats(
 ) -> tuple[list[dict[str, Any]], bool]:
     """Per job: counts by state and the age in seconds of its oldest due waiting run; and
     whether more than :data:`MAX_STATS_GROUPS` groups exist (the rest are not shown)."""
-    engine = _engine(url)
-    try:
-        statement = text(JOB_STATS.replace("{runs}", str(_PREPARER.format_table(tables.runs))))
-        async with engine.connect() as connection:
-            rows = (
-                await connection.execute(statement, {"now": None, "limit": MAX_STATS_GROUPS + 1})
-            ).all()
-    finally:
-        await engine.dispose()
-    truncated = len(rows) > MAX_STATS_GROUPS
+
+    async def counts(ops: JobOperations) -> list[StateCount]:
+        return await ops.state_counts(limit=MAX_STATS_GROUPS + 1)
+
+    groups = await run_operation(url, counts, tables)
+    truncated = len(groups) > MAX_STATS_GROUPS
     jobs: dict[str, dict[str, Any]] = {}
-    for row in rows[:MAX_STATS_GROUPS]:
+    for group in groups[:MAX_STATS_GROUPS]:
         entry = jobs.setdefault(
-            row.job_id,
-            {"job_id": row.job_id, **dict.fromkeys(RUN_STATES, 0), "oldest_due_seconds": None},
+            group.job_id,
+            {"job_id": group.job_id, **dict.fromkeys(RUN_STATES, 0), "oldest_due_seconds": None},
         )
-        entry[row.state] = row.runs
-        if row.oldest_due_seconds is not None:
-            entry["oldest_due_seconds"] = round(float(row.oldest_due_seconds), 3)
+        entry[group.state] = group.runs
+        if group.oldest_due_age is not None:
+            entry["oldest_due_seconds"] = round(group.oldest_due_age, 3)
     return list(jobs.values()), truncated
 
 
@@ -202,7 +196,7 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     )
 
 
-def format_failed(page: RunPage) -> str:
+def format_dead(page: Page[RunRecord]) -> str:
     if not page.items:
         return "no dead runs."
     lines = _table(
@@ -269,7 +263,7 @@ def format_stats(jobs: Sequence[dict[str, Any]]) -> str:
 def not_found(run_id: str, tables: JobTables = DEFAULT_TABLES) -> JobOperationRefusedError:
     return JobOperationRefusedError(
         f"run {run_id!r} was not found in {tables.runs_name}.",
-        fix="pass the id of an existing run (`ship-sqla jobs failed` lists dead ones).",
+        fix="pass the id of an existing run (`ship-sqla jobs dead` lists dead ones).",
     )
 
 
@@ -279,10 +273,10 @@ def _report_error(error: BaseException) -> None:
 
 async def _check_tables(engine: AsyncEngine, backend: PostgresJobBackend) -> None:
     """Fail at start, not in the loop (which would retry forever), when the tables are absent."""
-    for table in (backend.table, backend.state_table):
-        name = str(_PREPARER.format_table(table))
+    statements = backend.statements
+    for probe in (statements.probe_runs_table, statements.probe_state_table):
         async with engine.connect() as connection:
-            await connection.execute(text(f"SELECT 1 FROM {name} LIMIT 0"))  # noqa: S608 - quoted
+            await connection.execute(probe)
 
 
 async def run_worker(

@@ -1,5 +1,10 @@
 """``ship-sqla outbox purge``: the outbox's retention from the shell (the command is declared in
-``_cli.py``; this module holds what it runs)."""
+``_cli.py``; this module holds what it runs).
+
+The operator at the shell is trusted: whoever holds the database URL can change the rows
+directly, so the CLI goes through the outbox's permission gate with an authorizer that grants
+``ship.outbox:manage`` to every operation, as the jobs CLI does with ``ship.jobs:manage``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from ship_sqla._outbox import create_outbox, ship_outbox_table
+from ship_sqla._outbox import create_outbox, create_outbox_operations, ship_outbox_table
+from ship_sqla._outbox._operations import allow_every_operation
 
 if TYPE_CHECKING:
     from datetime import timedelta
@@ -28,12 +34,14 @@ async def purge_delivered(
     schema: str | None,
     pages_per_statement: int,
 ) -> int:
-    """Run ``Outbox.purge_delivered`` on the named outbox table at ``url``, then dispose."""
+    """Run ``purge_delivered`` through the outbox's operator gate on the named outbox table at
+    ``url``, then dispose."""
     engine = create_async_engine(url, poolclass=NullPool)
     try:
         table = ship_outbox_table(MetaData(), name=table_name, schema=schema)
         outbox = create_outbox(database=engine, table=table)
-        return await outbox.purge_delivered(
+        operations = create_outbox_operations(outbox, authorizer=allow_every_operation)
+        return await operations.purge_delivered(
             outbox_id, older_than=older_than, pages_per_statement=pages_per_statement
         )
     finally:

@@ -42,11 +42,11 @@ from ship_sqla import (
     TransactionScope,
     create_job_backend,
     create_outbox,
-    create_outbox_relay,
     create_unit_of_work,
     ship_job_runs_table,
     ship_job_state_table,
     ship_outbox_table,
+    start_outbox_relay,
 )
 from ship_sqla.kernel import (
     Concurrency,
@@ -194,7 +194,6 @@ async def run_demo(engine: AsyncEngine) -> None:
     outbox = create_outbox(database=engine, table=outbox_table)
     backend = create_job_backend(database=engine, table=job_runs, state_table=job_state)
     runtime = await start_job_runtime([receipts], backend=backend, drain_timeout=5.0)
-    relay = create_outbox_relay(outbox, OUTBOX_ID, printing_sink)
 
     def shop(scope: TransactionScope) -> Shop:
         if scope.tenant is None:
@@ -205,7 +204,7 @@ async def run_demo(engine: AsyncEngine) -> None:
 
     uow = create_unit_of_work(engine, repositories=shop)
     try:
-        async with relay:
+        async with await start_outbox_relay(outbox, OUTBOX_ID, printing_sink) as relay:
             _say(f"2. Started an outbox relay (its sink prints) and a worker for {receipts.id}.")
             await _place_and_deliver(uow.run, delivered, executed)
             await _show_tenants(uow.run)
@@ -276,7 +275,7 @@ async def _roll_back(
 
     row = await run(order_two, tenant="acme")
     message = await outbox.get(attempt.message_id)
-    job_run = None if attempt.run_id is None else await backend.get_run(attempt.run_id)
+    job_run = None if attempt.run_id is None else await backend.admin.get_run(attempt.run_id)
     async with engine.connect() as connection:
         total_rows = (
             await connection.execute(select(func.count()).select_from(demo_orders))

@@ -46,7 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
-from ship_sqla.kernel._durations import MAX_LEASE, require_duration
+from ship_sqla.kernel._durations import require_lock_lease
 
 __all__ = ["AdvisoryLock", "AdvisoryLockProvider", "advisory_lock_key", "advisory_lock_provider"]
 
@@ -65,12 +65,6 @@ def advisory_lock_key(namespace: str, key: str) -> int:
     """
     digest = hashlib.sha256(namespace.encode() + b"\x00" + key.encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-def _check_lease(lease: float) -> float:
-    """Finite, positive seconds within MAX_LEASE: a ``nan`` or ``inf`` lease would never end
-    (the timer compares false or sleeps forever) and ``1e12`` would outlive every holder."""
-    return require_duration(lease, "lock lease", maximum=MAX_LEASE)
 
 
 class AdvisoryLock:
@@ -129,7 +123,7 @@ class AdvisoryLock:
         Costs one round trip on the holding connection, which proves the session (and so the
         lock) is still alive: a lock whose session the server ended answers False here.
         """
-        lease = _check_lease(lease)
+        lease = require_lock_lease(lease)
         async with self._guard:
             if not self.held or self._connection is None:
                 return False
@@ -246,7 +240,7 @@ class AdvisoryLockProvider:
 
     async def acquire(self, key: str, lease: float) -> AdvisoryLock | None:
         """The lock on ``key`` for ``lease`` seconds, or None when another session holds it."""
-        lease = _check_lease(lease)
+        lease = require_lock_lease(lease)
         lock_id = self.lock_id(key)
         operation = f"advisory lock acquire {key!r}"
         with database_outage_translated(operation, driver_only=True):

@@ -1,5 +1,6 @@
 """Names the ship table factories derive from a table's name (T1): ``<table><suffix>``,
-explicit, and refused when PostgreSQL would silently truncate them.
+explicit, and refused when PostgreSQL would silently truncate them; and the one way a table's
+name is quoted into a statement's text (:func:`quoted_table`).
 
 Every factory checks its ``name=`` and ``schema=`` here: an empty or blank table name, or
 ``schema=""`` (which is not "no schema": it would render as the quoted empty identifier ``""``),
@@ -8,9 +9,15 @@ error at the first statement."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.elements import conv
 
 from ship_sqla.kernel import ConfigurationError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Table
 
 __all__ = [
     "MAX_IDENTIFIER_BYTES",
@@ -18,10 +25,19 @@ __all__ = [
     "check_identifier",
     "derived_name",
     "derived_names",
+    "quoted_table",
 ]
 
 MAX_IDENTIFIER_BYTES = 63
 """PostgreSQL's identifier limit (NAMEDATALEN - 1); longer names are cut without an error."""
+
+_PREPARER = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]
+
+
+def quoted_table(table: Table) -> str:
+    """``table``'s schema-qualified name, each part quoted as PostgreSQL needs it, for the text of
+    a statement rendered once per table. A table name is configuration, never user input."""
+    return str(_PREPARER.format_table(table))
 
 
 def derived_name(table: str, suffix: str) -> conv:

@@ -6,12 +6,20 @@ clean store; calling it returns a backend on that store (call it twice for two "
 
 from __future__ import annotations
 
-import importlib.util
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from sqlalchemy import MetaData
 
-from ship_sqla.kernel import FrozenClock, InMemoryJobBackend, InMemoryLockProvider
+from ship_sqla import (
+    FrozenClock,
+    InMemoryJobBackend,
+    InMemoryLockProvider,
+    advisory_lock_provider,
+    create_job_backend,
+    ship_job_runs_table,
+    ship_job_state_table,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -55,31 +63,15 @@ def _memory_factory() -> BackendFactory:
     return make
 
 
-# --- PostgreSQL backend: section owned by the PostgreSQL job backend work -----------------------
-# The "postgres" parameter runs the whole suite against ship_sqla._jobs. It is skipped, with the
-# reason below, only while that package has no create_job_backend. Adjust the wiring here to the
-# real factory's signature; keep the BackendFactory contract (tests/conformance/
-# jobs_conformance_support.py): every backend made in one test shares one clean database.
-
-
-def _require_postgres_backend() -> Any:
-    if importlib.util.find_spec("ship_sqla._jobs") is None:
-        pytest.skip("ship_sqla._jobs (the PostgreSQL job backend) does not exist yet")
-    jobs = importlib.import_module("ship_sqla._jobs")
-    if not hasattr(jobs, "create_job_backend"):
-        pytest.skip("ship_sqla._jobs has no create_job_backend yet (PostgreSQL backend unfinished)")
-    return jobs
+# --- PostgreSQL backend: every backend made in one test shares one clean database -----------------
 
 
 @pytest.fixture
 async def postgres_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
-    from sqlalchemy import MetaData  # noqa: PLC0415 - only the postgres parameter needs it
-
-    jobs = _require_postgres_backend()
     engine = ship_engine
     metadata = MetaData()
-    runs_table = jobs.ship_job_runs_table(metadata)
-    state_table = jobs.ship_job_state_table(metadata)
+    runs_table = ship_job_runs_table(metadata)
+    state_table = ship_job_state_table(metadata)
     async with engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     made: list[Any] = []
@@ -93,14 +85,11 @@ async def postgres_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
         on_error: Any = None,
         with_locks: bool = False,
     ) -> Any:
-        locks_module = importlib.import_module("ship_sqla._locks")
-        backend = jobs.create_job_backend(
+        backend = create_job_backend(
             database=engine,
             table=runs_table,
             state_table=state_table,
-            lock_provider=(
-                locks_module.advisory_lock_provider(engine, clock=clock) if with_locks else None
-            ),
+            lock_provider=(advisory_lock_provider(engine, clock=clock) if with_locks else None),
             poll_interval=poll_interval,
             queue_depth_limit=queue_depth_limit,
             max_in_flight=max_in_flight,
@@ -124,6 +113,4 @@ async def postgres_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
 def job_backend_factory(request: pytest.FixtureRequest) -> BackendFactory:
     if request.param == "memory":
         return _memory_factory()
-    # Checked before the database fixtures are set up, so a missing backend costs no server.
-    _require_postgres_backend()
     return request.getfixturevalue("postgres_job_backend_factory")  # type: ignore[no-any-return]

@@ -5,13 +5,13 @@ Time moves only through the FrozenClock; nothing sleeps on the wall clock.
 
 from __future__ import annotations
 
-import inspect
 from datetime import timedelta
 
 import anyio
 import anyio.lowlevel
 import attrs
 import pytest
+from job_helpers import claim_request, record_of
 
 from ship_sqla.kernel import (
     LEASE_LAPSED_FINAL_ATTEMPT,
@@ -21,7 +21,10 @@ from ship_sqla.kernel import (
     InvalidPayloadError,
     JobBackend,
     RetryPolicy,
+    Schedule,
     define_job,
+    occurrence_id,
+    previous_occurrence,
 )
 from ship_sqla.kernel._ports import (
     LEASE_LAPSED,
@@ -29,6 +32,9 @@ from ship_sqla.kernel._ports import (
     LEASE_LAPSED_MESSAGE,
     BuriedRun,
     ClaimBatch,
+    Complete,
+    Fail,
+    Release,
 )
 
 LEASE = 30.0
@@ -50,12 +56,8 @@ def job(job_id="conf.job", *, max_=10, attempts=3, single_runner=False, key=None
 
 
 async def run_of(backend, run_id):
-    """The stored run, through the backend's own inspection (``get_run``, sync or async)."""
-    record = backend.get_run(run_id)
-    if inspect.isawaitable(record):
-        record = await record
-    assert record is not None, run_id
-    return record
+    """The stored run, through the backend's administration port (``backend.admin``)."""
+    return await record_of(backend, run_id)
 
 
 async def test_enqueue_then_claim(clock, job_backend_factory):
@@ -67,7 +69,7 @@ async def test_enqueue_then_claim(clock, job_backend_factory):
     assert result.accepted
     assert not result.deduplicated
     assert result.run_id is not None
-    [claimed] = await backend.claim(definition, worker="A", limit=5)
+    [claimed] = await backend.claim(claim_request(definition, worker="A", limit=5))
     assert claimed.run_id == result.run_id
     assert claimed.job_id == definition.id
     assert claimed.payload == {"n": 1}
@@ -75,7 +77,7 @@ async def test_enqueue_then_claim(clock, job_backend_factory):
     assert claimed.max_attempts == 3
     assert claimed.key is None
     assert claimed.lease_expires_at == clock.now() + timedelta(seconds=LEASE)
-    assert await backend.claim(definition, worker="B", limit=5) == []
+    assert await backend.claim(claim_request(definition, worker="B", limit=5)) == []
     record = await run_of(backend, result.run_id)
     assert record.state == "running"
     assert record.attempt == 1
@@ -86,7 +88,7 @@ async def test_invalid_payload_writes_nothing(clock, job_backend_factory):
     definition = job()
     with pytest.raises(InvalidPayloadError):
         await backend.enqueue(definition, ["not", "a", "dict"])
-    assert await backend.claim(definition, worker="A", limit=5) == []
+    assert await backend.claim(claim_request(definition, worker="A", limit=5)) == []
 
 
 async def test_j1_dedupe_key_returns_the_existing_non_terminal_run(clock, job_backend_factory):
@@ -99,13 +101,13 @@ async def test_j1_dedupe_key_returns_the_existing_non_terminal_run(clock, job_ba
     assert again.run_id == first.run_id
     assert again.deduplicated
     assert again.accepted
-    [claimed] = await backend.claim(definition, worker="A", limit=5)
+    [claimed] = await backend.claim(claim_request(definition, worker="A", limit=5))
     running = await backend.enqueue(definition, {"n": 3}, dedupe_key="k")
     assert running.run_id == first.run_id
     assert running.deduplicated
     other_job = await backend.enqueue(job("conf.other"), {"n": 4}, dedupe_key="k")
     assert not other_job.deduplicated
-    assert await backend.complete([claimed]) == ["completed"]
+    assert await backend.settle([Complete(claimed)]) == ["completed"]
     fresh = await backend.enqueue(definition, {"n": 5}, dedupe_key="k")
     assert not fresh.deduplicated
     assert fresh.run_id != first.run_id
@@ -132,7 +134,7 @@ async def test_j1_durable_run_id_is_inserted_once(clock, job_backend_factory):
     assert first.run_id == "conf.job/2030-01-01T00:00:00Z"
     assert again.run_id == first.run_id
     assert again.deduplicated
-    assert len(await backend.claim(definition, worker="A", limit=5)) == 1
+    assert len(await backend.claim(claim_request(definition, worker="A", limit=5))) == 1
 
 
 async def test_j1_enqueue_many_dedupes_within_the_batch(clock, job_backend_factory):
@@ -150,7 +152,7 @@ async def test_j1_enqueue_many_dedupes_within_the_batch(clock, job_backend_facto
     )
     assert [r.deduplicated for r in results] == [False, False, True, False]
     assert results[2].run_id == results[0].run_id
-    claimed = await backend.claim(definition, worker="A", limit=10)
+    claimed = await backend.claim(claim_request(definition, worker="A", limit=10))
     assert sorted(c.payload["n"] for c in claimed) == [1, 2, 4]
 
 
@@ -174,7 +176,7 @@ async def test_j2_queue_full_counts_waiting_and_delayed_runs(clock, job_backend_
     assert duplicate.deduplicated
     assert duplicate.run_id == accepted[0].run_id
     assert (await backend.enqueue(job("conf.other"), {"n": 6})).accepted
-    await backend.claim(definition, worker="A", limit=1)
+    await backend.claim(claim_request(definition, worker="A", limit=1))
     assert (await backend.enqueue(definition, {"n": 7})).accepted
     assert (await backend.enqueue(definition, {"n": 8})).rejected == "queue-full"
 
@@ -231,15 +233,15 @@ async def test_claim_order_is_run_at_then_creation(clock, job_backend_factory):
     d = await backend.enqueue(definition, {"n": "d"}, run_at=now)
     e = await backend.enqueue(definition, {"n": "e"}, run_at=now + timedelta(seconds=10))
     # Which runs a claim takes follows the order; the order inside one claim's answer is free.
-    claimed = await backend.claim(definition, worker="A", limit=1)
+    claimed = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert [r.run_id for r in claimed] == [c.run_id]
-    claimed = await backend.claim(definition, worker="A", limit=2)
+    claimed = await backend.claim(claim_request(definition, worker="A", limit=2))
     assert {r.run_id for r in claimed} == {a.run_id, b.run_id}
-    claimed = await backend.claim(definition, worker="A", limit=10)
+    claimed = await backend.claim(claim_request(definition, worker="A", limit=10))
     assert [r.run_id for r in claimed] == [d.run_id]
-    assert await backend.claim(definition, worker="A", limit=10) == []
+    assert await backend.claim(claim_request(definition, worker="A", limit=10)) == []
     clock.advance(10)
-    [late] = await backend.claim(definition, worker="A", limit=10)
+    [late] = await backend.claim(claim_request(definition, worker="A", limit=10))
     assert late.run_id == e.run_id
 
 
@@ -248,14 +250,14 @@ async def test_concurrency_max_is_never_exceeded_by_two_workers(clock, job_backe
     backend = job_backend_factory(clock)
     definition = job(max_=3)
     await backend.enqueue_many(definition, [EnqueueRequest({"n": n}) for n in range(10)])
-    first = await backend.claim(definition, worker="A", limit=2)
-    second = await backend.claim(definition, worker="B", limit=5)
+    first = await backend.claim(claim_request(definition, worker="A", limit=2))
+    second = await backend.claim(claim_request(definition, worker="B", limit=5))
     assert len(first) == 2
     assert len(second) == 1
-    assert await backend.claim(definition, worker="A", limit=5) == []
-    assert await backend.complete(first[:1]) == ["completed"]
-    assert len(await backend.claim(definition, worker="B", limit=5)) == 1
-    assert await backend.claim(definition, worker="A", limit=5) == []
+    assert await backend.claim(claim_request(definition, worker="A", limit=5)) == []
+    assert await backend.settle([Complete(r) for r in first[:1]]) == ["completed"]
+    assert len(await backend.claim(claim_request(definition, worker="B", limit=5))) == 1
+    assert await backend.claim(claim_request(definition, worker="A", limit=5)) == []
 
 
 async def test_a_lapsed_lease_keeps_its_slot_until_retaken(clock, job_backend_factory):
@@ -266,26 +268,26 @@ async def test_a_lapsed_lease_keeps_its_slot_until_retaken(clock, job_backend_fa
     backend = job_backend_factory(clock)
     definition = job(max_=1)
     late = await backend.enqueue(definition, {"n": "late"})
-    [held] = await backend.claim(definition, worker="A", limit=1)
+    [held] = await backend.claim(claim_request(definition, worker="A", limit=1))
     clock.advance(LEASE + 1)
     early = await backend.enqueue(
         definition, {"n": "early"}, run_at=clock.now() - timedelta(hours=1)
     )
 
-    [retaken] = await backend.claim(definition, worker="B", limit=1)
+    [retaken] = await backend.claim(claim_request(definition, worker="B", limit=1))
 
     assert retaken.run_id == late.run_id
     assert retaken.attempt == 2
     assert await backend.heartbeat([held]) == [False]
     assert (await run_of(backend, early.run_id)).state == "waiting"
-    assert await backend.claim(definition, worker="C", limit=1) == []
+    assert await backend.claim(claim_request(definition, worker="C", limit=1)) == []
 
 
 async def test_limit_zero_claims_nothing(clock, job_backend_factory):
     backend = job_backend_factory(clock)
     definition = job()
     await backend.enqueue(definition, {"n": 1})
-    assert await backend.claim(definition, worker="A", limit=0) == []
+    assert await backend.claim(claim_request(definition, worker="A", limit=0)) == []
 
 
 async def test_exclude_keys_skips_keys_this_process_runs(clock, job_backend_factory):
@@ -294,10 +296,15 @@ async def test_exclude_keys_skips_keys_this_process_runs(clock, job_backend_fact
     definition = job(single_runner=True, key=lambda payload: payload["account"])
     await backend.enqueue(definition, {"account": "x", "n": 1})
     await backend.enqueue(definition, {"account": "y", "n": 2})
-    [claimed] = await backend.claim(definition, worker="A", limit=1, exclude_keys=["x"])
+    [claimed] = await backend.claim(
+        claim_request(definition, worker="A", limit=1, exclude_keys=["x"])
+    )
     assert claimed.key == "y"
-    assert await backend.claim(definition, worker="A", limit=1, exclude_keys=["x", "y"]) == []
-    [other] = await backend.claim(definition, worker="A", limit=1)
+    assert (
+        await backend.claim(claim_request(definition, worker="A", limit=1, exclude_keys=["x", "y"]))
+        == []
+    )
+    [other] = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert other.key == "x"
 
 
@@ -307,21 +314,21 @@ async def test_j5_stale_token_changes_nothing(clock, job_backend_factory):
     backend = job_backend_factory(clock)
     definition = job()
     await backend.enqueue(definition, {"n": 1})
-    [old] = await backend.claim(definition, worker="A", limit=1)
+    [old] = await backend.claim(claim_request(definition, worker="A", limit=1))
     clock.advance(LEASE + 1)
-    [new] = await backend.claim(definition, worker="B", limit=1)
+    [new] = await backend.claim(claim_request(definition, worker="B", limit=1))
     assert new.run_id == old.run_id
     assert new.token != old.token
     assert new.attempt == 2
     before = await run_of(backend, old.run_id)
-    assert await backend.complete([old]) == ["stale"]
-    assert await backend.fail(old, "late failure", retry_at=clock.now()) == "stale"
-    assert await backend.fail(old, "late failure", retry_at=None) == "stale"
-    assert await backend.release(old, run_at=clock.now(), error="late") == "stale"
+    assert await backend.settle([Complete(old)]) == ["stale"]
+    assert await backend.settle([Fail(old, "late failure", retry_at=clock.now())]) == ["stale"]
+    assert await backend.settle([Fail(old, "late failure", retry_at=None)]) == ["stale"]
+    assert await backend.settle([Release(old, run_at=clock.now(), error="late")]) == ["stale"]
     assert await backend.heartbeat([old]) == [False]
     after = await run_of(backend, old.run_id)
     assert after == before
-    assert await backend.complete([new]) == ["completed"]
+    assert await backend.settle([Complete(new)]) == ["completed"]
     assert (await run_of(backend, new.run_id)).state == "completed"
 
 
@@ -330,15 +337,15 @@ async def test_j5_heartbeat_extends_the_lease(clock, job_backend_factory):
     backend = job_backend_factory(clock)
     definition = job()
     await backend.enqueue(definition, {"n": 1})
-    [claimed] = await backend.claim(definition, worker="A", limit=1)
+    [claimed] = await backend.claim(claim_request(definition, worker="A", limit=1))
     clock.advance(LEASE * 0.8)
     assert await backend.heartbeat([claimed]) == [True]
     assert (await run_of(backend, claimed.run_id)).lease_expires_at == clock.now() + timedelta(
         seconds=LEASE
     )
     clock.advance(LEASE * 0.8)
-    assert await backend.claim(definition, worker="B", limit=1) == []
-    assert await backend.complete([claimed]) == ["completed"]
+    assert await backend.claim(claim_request(definition, worker="B", limit=1)) == []
+    assert await backend.settle([Complete(claimed)]) == ["completed"]
 
 
 async def test_j5_settles_of_one_batch_are_fenced_one_by_one(clock, job_backend_factory):
@@ -346,11 +353,11 @@ async def test_j5_settles_of_one_batch_are_fenced_one_by_one(clock, job_backend_
     backend = job_backend_factory(clock)
     definition = job()
     await backend.enqueue_many(definition, [EnqueueRequest({"n": n}) for n in range(2)])
-    first, second = await backend.claim(definition, worker="A", limit=2)
+    first, second = await backend.claim(claim_request(definition, worker="A", limit=2))
     assert await backend.heartbeat([first, second]) == [True, True]
-    assert await backend.complete([first]) == ["completed"]
+    assert await backend.settle([Complete(first)]) == ["completed"]
     assert await backend.heartbeat([first, second]) == [False, True]
-    assert await backend.complete([first, second]) == ["stale", "completed"]
+    assert await backend.settle([Complete(first), Complete(second)]) == ["stale", "completed"]
 
 
 async def test_j5_a_heartbeat_never_revives_a_lapsed_lease(clock, job_backend_factory):
@@ -361,14 +368,14 @@ async def test_j5_a_heartbeat_never_revives_a_lapsed_lease(clock, job_backend_fa
     backend = job_backend_factory(clock)
     definition = job()
     await backend.enqueue_many(definition, [EnqueueRequest({"n": n}) for n in range(2)])
-    lapsing, live = await backend.claim(definition, worker="A", limit=2)
+    lapsing, live = await backend.claim(claim_request(definition, worker="A", limit=2))
     clock.advance(LEASE / 2)
     assert await backend.heartbeat([live]) == [True]
     clock.advance(LEASE / 2)
     before = await run_of(backend, lapsing.run_id)
     assert await backend.heartbeat([lapsing, live]) == [False, True]
     assert await run_of(backend, lapsing.run_id) == before
-    assert await backend.complete([lapsing]) == ["completed"]
+    assert await backend.settle([Complete(lapsing)]) == ["completed"]
 
 
 async def test_j6_lapsed_lease_is_retaken(clock, job_backend_factory):
@@ -377,11 +384,11 @@ async def test_j6_lapsed_lease_is_retaken(clock, job_backend_factory):
     backend = job_backend_factory(clock)
     definition = job(attempts=3)
     await backend.enqueue(definition, {"n": 1})
-    [first] = await backend.claim(definition, worker="A", limit=1)
+    [first] = await backend.claim(claim_request(definition, worker="A", limit=1))
     clock.advance(LEASE - 1)
-    assert await backend.claim(definition, worker="B", limit=1) == []
+    assert await backend.claim(claim_request(definition, worker="B", limit=1)) == []
     clock.advance(1)
-    [second] = await backend.claim(definition, worker="B", limit=1)
+    [second] = await backend.claim(claim_request(definition, worker="B", limit=1))
     assert second.run_id == first.run_id
     assert second.attempt == 2
     assert second.token > first.token
@@ -393,18 +400,18 @@ async def test_j6_lapse_on_the_final_attempt_dead_letters(clock, job_backend_fac
     backend = job_backend_factory(clock)
     definition = job(attempts=2)
     result = await backend.enqueue(definition, {"n": 1})
-    await backend.claim(definition, worker="A", limit=1)
+    await backend.claim(claim_request(definition, worker="A", limit=1))
     clock.advance(LEASE)
-    [second] = await backend.claim(definition, worker="B", limit=1)
+    [second] = await backend.claim(claim_request(definition, worker="B", limit=1))
     assert second.attempt == 2
     clock.advance(LEASE)
-    assert await backend.claim(definition, worker="C", limit=5) == []
+    assert await backend.claim(claim_request(definition, worker="C", limit=5)) == []
     record = await run_of(backend, result.run_id)
     assert record.state == "dead"
     assert record.last_error is not None
     assert LEASE_LAPSED_FINAL_ATTEMPT in record.last_error
     assert record.finished_at is not None
-    assert await backend.complete([second]) == ["stale"]
+    assert await backend.settle([Complete(second)]) == ["stale"]
 
 
 async def test_j6_a_retaken_run_records_the_lapsed_attempt(clock, job_backend_factory):
@@ -413,16 +420,16 @@ async def test_j6_a_retaken_run_records_the_lapsed_attempt(clock, job_backend_fa
     backend = job_backend_factory(clock)
     definition = job(attempts=3)
     result = await backend.enqueue(definition, {"n": 1})
-    await backend.claim(definition, worker="A", limit=1)
+    await backend.claim(claim_request(definition, worker="A", limit=1))
     clock.advance(LEASE)
-    [second] = await backend.claim(definition, worker="B", limit=1)
+    [second] = await backend.claim(claim_request(definition, worker="B", limit=1))
     assert second.attempt == 2
     record = await run_of(backend, result.run_id)
     assert [entry["attempt"] for entry in record.history] == [1]
     assert record.history[0]["error"] == LEASE_LAPSED_MESSAGE
     assert record.history[0]["error"].startswith(LEASE_LAPSED)
     assert record.last_error == LEASE_LAPSED_MESSAGE
-    assert await backend.fail(second, "boom", retry_at=clock.now()) == "retrying"
+    assert await backend.settle([Fail(second, "boom", retry_at=clock.now())]) == ["retrying"]
     record = await run_of(backend, result.run_id)
     assert [(entry["attempt"], entry["error"]) for entry in record.history] == [
         (1, LEASE_LAPSED_MESSAGE),
@@ -440,14 +447,14 @@ async def test_j6_j10_a_claim_returns_the_runs_it_buried(clock, job_backend_fact
     results = await backend.enqueue_many(
         definition, [EnqueueRequest({"k": key}) for key in ("a", "b")]
     )
-    first = await backend.claim(definition, worker="A", limit=1)
+    first = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert isinstance(first, ClaimBatch)
     assert first.buried == ()
-    second = await backend.claim(definition, worker="A", limit=1)
+    second = await backend.claim(claim_request(definition, worker="A", limit=1))
     clock.advance(LEASE)
     waiting = await backend.enqueue(definition, {"k": "c"})
 
-    claimed = await backend.claim(definition, worker="B", limit=5)
+    claimed = await backend.claim(claim_request(definition, worker="B", limit=5))
 
     assert [run.run_id for run in claimed] == [waiting.run_id]
     assert sorted(claimed.buried, key=lambda b: b.run_id) == sorted(
@@ -463,8 +470,8 @@ async def test_j6_j10_a_claim_returns_the_runs_it_buried(clock, job_backend_fact
         assert [(entry["attempt"], entry["error"]) for entry in record.history] == [
             (1, LEASE_LAPSED_FINAL_MESSAGE)
         ]
-    assert await backend.complete([*first, *second]) == ["stale", "stale"]
-    empty = await backend.claim(definition, worker="B", limit=5)
+    assert await backend.settle([Complete(r) for r in (*first, *second)]) == ["stale", "stale"]
+    empty = await backend.claim(claim_request(definition, worker="B", limit=5))
     assert empty == []
     assert empty.buried == ()
 
@@ -478,17 +485,19 @@ async def test_j3_a_lapsed_run_keeps_its_slot_however_the_heartbeat_ends(
     backend = job_backend_factory(clock)
     definition = job(max_=2, attempts=3)
     await backend.enqueue_many(definition, [EnqueueRequest({"n": n}) for n in range(2)])
-    held = await backend.claim(definition, worker="A", limit=2)
+    held = await backend.claim(claim_request(definition, worker="A", limit=2))
     clock.advance(LEASE + 1)
     assert await backend.heartbeat(held) == [False, False]
     later = await backend.enqueue(definition, {"n": 2})
 
-    retaken = await backend.claim(definition, worker="B", limit=1)
+    retaken = await backend.claim(claim_request(definition, worker="B", limit=1))
 
     assert [run.run_id for run in retaken] == [held[0].run_id]
     assert (await run_of(backend, later.run_id)).state == "waiting"
-    assert len(await backend.claim(definition, worker="B", limit=5)) == 1  # the other lapsed
-    assert await backend.claim(definition, worker="C", limit=5) == []
+    assert (
+        len(await backend.claim(claim_request(definition, worker="B", limit=5))) == 1
+    )  # the other lapsed
+    assert await backend.claim(claim_request(definition, worker="C", limit=5)) == []
     assert (await run_of(backend, later.run_id)).state == "waiting"
 
 
@@ -498,20 +507,20 @@ async def test_j7_release_keeps_the_attempt(clock, job_backend_factory):
     backend = job_backend_factory(clock)
     definition = job(attempts=1)
     result = await backend.enqueue(definition, {"n": 1})
-    [claimed] = await backend.claim(definition, worker="A", limit=1)
+    [claimed] = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert claimed.attempt == 1
-    released = await backend.release(claimed, run_at=clock.now() + timedelta(seconds=3))
-    assert released == "released"
+    released = await backend.settle([Release(claimed, run_at=clock.now() + timedelta(seconds=3))])
+    assert released == ["released"]
     record = await run_of(backend, result.run_id)
     assert record.state == "waiting"
     assert record.attempt == 0
     assert record.history == ()
-    assert await backend.claim(definition, worker="A", limit=1) == []
+    assert await backend.claim(claim_request(definition, worker="A", limit=1)) == []
     clock.advance(3)
-    [again] = await backend.claim(definition, worker="A", limit=1)
+    [again] = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert again.attempt == 1
     assert again.token > claimed.token
-    assert await backend.complete([again]) == ["completed"]
+    assert await backend.settle([Complete(again)]) == ["completed"]
 
 
 async def test_j7_release_with_error_records_history(clock, job_backend_factory):
@@ -520,17 +529,17 @@ async def test_j7_release_with_error_records_history(clock, job_backend_factory)
     backend = job_backend_factory(clock)
     definition = job(attempts=1)
     result = await backend.enqueue(definition, {"n": 1})
-    [claimed] = await backend.claim(definition, worker="A", limit=1)
-    assert await backend.release(claimed, run_at=clock.now(), error="cancelled: drain") == (
-        "released"
-    )
+    [claimed] = await backend.claim(claim_request(definition, worker="A", limit=1))
+    assert await backend.settle(
+        [Release(claimed, run_at=clock.now(), error="cancelled: drain")]
+    ) == ["released"]
     record = await run_of(backend, result.run_id)
     assert record.state == "waiting"
     assert record.attempt == 0
     assert [entry["error"] for entry in record.history] == ["cancelled: drain"]
     assert record.history[0]["attempt"] == 1
     assert record.last_error == "cancelled: drain"
-    [again] = await backend.claim(definition, worker="A", limit=1)
+    [again] = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert again.attempt == 1
 
 
@@ -541,18 +550,20 @@ async def test_j7_fail_retries_then_dead_letters(clock, job_backend_factory):
     definition = job(attempts=3)
     result = await backend.enqueue(definition, {"n": 1})
     for attempt in (1, 2):
-        [claimed] = await backend.claim(definition, worker="A", limit=1)
+        [claimed] = await backend.claim(claim_request(definition, worker="A", limit=1))
         assert claimed.attempt == attempt
         retry = clock.now() + timedelta(seconds=5)
-        assert await backend.fail(claimed, f"boom {attempt}", retry_at=retry) == "retrying"
+        assert await backend.settle([Fail(claimed, f"boom {attempt}", retry_at=retry)]) == [
+            "retrying"
+        ]
         record = await run_of(backend, result.run_id)
         assert record.state == "waiting"
         assert record.run_at == retry
-        assert await backend.claim(definition, worker="A", limit=1) == []
+        assert await backend.claim(claim_request(definition, worker="A", limit=1)) == []
         clock.advance(5)
-    [last] = await backend.claim(definition, worker="A", limit=1)
+    [last] = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert last.attempt == 3
-    assert await backend.fail(last, "boom 3", retry_at=clock.now()) == "dead"
+    assert await backend.settle([Fail(last, "boom 3", retry_at=clock.now())]) == ["dead"]
     record = await run_of(backend, result.run_id)
     assert record.state == "dead"
     assert [entry["error"] for entry in record.history] == ["boom 1", "boom 2", "boom 3"]
@@ -560,8 +571,8 @@ async def test_j7_fail_retries_then_dead_letters(clock, job_backend_factory):
     assert record.last_error == "boom 3"
 
     other = await backend.enqueue(definition, {"n": 2})
-    [claimed] = await backend.claim(definition, worker="A", limit=1)
-    assert await backend.fail(claimed, "poison", retry_at=None) == "dead"
+    [claimed] = await backend.claim(claim_request(definition, worker="A", limit=1))
+    assert await backend.settle([Fail(claimed, "poison", retry_at=None)]) == ["dead"]
     assert (await run_of(backend, other.run_id)).state == "dead"
 
 
@@ -570,13 +581,13 @@ async def test_terminal_runs_never_come_back(clock, job_backend_factory):
     backend = job_backend_factory(clock)
     definition = job(attempts=1)
     await backend.enqueue_many(definition, [EnqueueRequest({"n": n}) for n in range(2)])
-    done, doomed = await backend.claim(definition, worker="A", limit=2)
-    assert await backend.complete([done]) == ["completed"]
-    assert await backend.fail(doomed, "x", retry_at=None) == "dead"
+    done, doomed = await backend.claim(claim_request(definition, worker="A", limit=2))
+    assert await backend.settle([Complete(done)]) == ["completed"]
+    assert await backend.settle([Fail(doomed, "x", retry_at=None)]) == ["dead"]
     for _ in range(3):
         clock.advance(LEASE * 10)
-        assert await backend.claim(definition, worker="B", limit=10) == []
-    assert await backend.complete([done]) == ["stale"]
+        assert await backend.claim(claim_request(definition, worker="B", limit=10)) == []
+    assert await backend.settle([Complete(done)]) == ["stale"]
     assert await backend.heartbeat([done, doomed]) == [False, False]
 
 
@@ -590,7 +601,7 @@ async def test_typed_payloads_round_trip(clock, job_backend_factory):
     backend = job_backend_factory(clock)
     definition = define_job("conf.typed", _noop, payload=Order)
     await backend.enqueue(definition, Order(order_id=5))
-    [claimed] = await backend.claim(definition, worker="A", limit=1)
+    [claimed] = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert claimed.payload == {"order_id": 5}
     assert definition.decode(claimed.payload) == Order(order_id=5)
 
@@ -606,7 +617,7 @@ async def test_queue_depths_count_waiting_runs_and_age_the_oldest_due(clock, job
     await backend.enqueue(delayed, {"n": 0}, run_at=later)
     clock.advance(90)
     await backend.enqueue(busy, {"n": 3})
-    [claimed] = await backend.claim(busy, worker="A", limit=1)
+    [claimed] = await backend.claim(claim_request(busy, worker="A", limit=1))
     assert claimed.payload == {"n": 0}
 
     depths = await backend.queue_depths([busy.id, delayed.id, empty.id])
@@ -620,3 +631,27 @@ async def test_queue_depths_count_waiting_runs_and_age_the_oldest_due(clock, job
     assert (await backend.queue_depths([delayed.id]))[delayed.id].oldest_due_age == pytest.approx(
         30.0
     )
+
+
+async def test_j9_j2_a_tick_inserts_its_occurrence_whatever_the_queue_depth(
+    clock, job_backend_factory
+):
+    """J9, J2: a schedule's occurrence goes through the same insert path as enqueue (its durable
+    id dedupes a repeated tick, J1) but J2's cap bounds enqueue, not schedules: with the job's
+    queue full the tick still inserts the occurrence, never drops it, while enqueue stays
+    queue-full. The same on every backend."""
+    backend = job_backend_factory(clock, queue_depth_limit=2)
+    scheduled = job("conf.scheduled", schedule=Schedule(interval=timedelta(minutes=1)))
+    await backend.install_schedules([scheduled])
+    await backend.enqueue_many(scheduled, [EnqueueRequest({"n": n}) for n in range(2)])
+    assert (await backend.enqueue(scheduled, {"n": 2})).rejected == "queue-full"
+    clock.advance(timedelta(minutes=1))
+
+    assert await backend.tick_schedules([scheduled]) == 1
+    assert await backend.tick_schedules([scheduled]) == 0
+
+    fired = previous_occurrence(scheduled.schedule, clock.now())
+    record = await run_of(backend, occurrence_id(scheduled.id, fired))
+    assert (record.state, record.run_at, record.payload) == ("waiting", fired, {})
+    assert (await backend.queue_depths([scheduled.id]))[scheduled.id].depth == 3
+    assert (await backend.enqueue(scheduled, {"n": 3})).rejected == "queue-full"

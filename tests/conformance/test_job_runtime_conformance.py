@@ -5,15 +5,14 @@ Waits are on events with ``anyio.fail_after``; time moves only through the Froze
 
 from __future__ import annotations
 
-import inspect
 from datetime import timedelta
 from functools import partial
 
 import anyio
 import pytest
 from global_meter import global_meter
-from job_helpers import ErrorLog, advance_until, advance_until_awaited
-from jobs_conformance_support import SpyBackend
+from job_helpers import ErrorLog, advance_until, advance_until_awaited, claim_request, record_of
+from spy_backend import SpyBackend
 
 from ship_sqla.kernel import (
     Concurrency,
@@ -23,17 +22,15 @@ from ship_sqla.kernel import (
     define_job,
     start_job_runtime,
 )
-from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_MESSAGE, JobLeaseLapsedFinalError
+from ship_sqla.kernel._ports import (
+    LEASE_LAPSED_FINAL_MESSAGE,
+    Complete,
+    Fail,
+    JobLeaseLapsedFinalError,
+    Release,
+)
 
 LEASE = 30.0
-
-
-async def record_of(backend, run_id):
-    record = backend.get_run(run_id)
-    if inspect.isawaitable(record):
-        record = await record
-    assert record is not None
-    return record
 
 
 async def test_runtime_completes_every_enqueued_run(clock, job_backend_factory):
@@ -60,9 +57,9 @@ async def test_runtime_completes_every_enqueued_run(clock, job_backend_factory):
     assert sorted(seen) == list(range(total))
     for result in results:
         assert (await record_of(backend, result.run_id)).state == "completed"
-    completed = [run for runs, _ in backend.calls["complete"] for run in runs]
+    completed = [settlement.run for settlement, _ in backend.settled(Complete)]
     assert len(completed) == total
-    assert len(backend.calls["complete"]) < total
+    assert len(backend.settle_batches(Complete)) < total
     assert errors.errors == []
 
 
@@ -104,15 +101,15 @@ async def test_runtime_retries_then_dead_letters(clock, job_backend_factory):
     )
     result = await backend.enqueue(job, {})
     async with await start_job_runtime([job], backend=backend):
-        await backend.wait_calls("fail", 1)
-        _, _, retry_at, outcome = backend.calls["fail"][0]
+        await backend.wait_settled(Fail, 1)
+        fail, outcome = backend.settled(Fail)[0]
         assert outcome == "retrying"
-        assert retry_at == clock.now() + timedelta(seconds=10)
+        assert fail.retry_at == clock.now() + timedelta(seconds=10)
         await advance_until_awaited(
-            clock, lambda: backend.wait_calls("fail", 3, limit=30), step=1.0
+            clock, lambda: backend.wait_settled(Fail, 3, limit=30), step=1.0
         )
     assert attempts == [1, 2, 3]
-    assert [call[3] for call in backend.calls["fail"]] == ["retrying", "retrying", "dead"]
+    assert [outcome for _, outcome in backend.settled(Fail)] == ["retrying", "retrying", "dead"]
     record = await record_of(backend, result.run_id)
     assert record.state == "dead"
     assert len(record.history) == 3
@@ -135,7 +132,7 @@ async def test_undecodable_payload_is_dead_lettered_not_retried(clock, job_backe
     result = await backend.enqueue(loose, {"not": "a list"})
     spy = SpyBackend(backend)
     async with await start_job_runtime([strict], backend=spy):
-        await spy.wait_calls("fail", 1)
+        await spy.wait_settled(Fail, 1)
     assert not ran
     record = await record_of(backend, result.run_id)
     assert record.state == "dead"
@@ -166,15 +163,15 @@ async def test_j5_heartbeats_keep_a_long_run_leased(clock, job_backend_factory):
                     clock, partial(backend.wait_started, "heartbeat", beats, limit=30), step=1.0
                 )
                 await backend.wait_calls("heartbeat", beats)
-                assert backend.calls["heartbeat"][-1][1] == [True]
+                assert backend.calls["heartbeat"][-1].result == [True]
             # Two full leases have passed: without heartbeats the run would be up for grabs.
-            assert await backend.inner.claim(job, worker="other", limit=1) == []
+            assert await backend.inner.claim(claim_request(job, worker="other", limit=1)) == []
             record = await record_of(backend, result.run_id)
             assert record.lease_expires_at > clock.now()
         finally:
             # Never leave the handler blocked: stop() would wait out the drain in frozen time.
             release.set()
-        await backend.wait_calls("complete", 1)
+        await backend.wait_settled(Complete, 1)
     assert (await record_of(backend, result.run_id)).state == "completed"
 
 
@@ -207,11 +204,11 @@ async def test_j7_lock_held_elsewhere_returns_the_run_without_an_attempt(
     try:
         result = await backend.enqueue(job, {"account": "acme"})
         async with await start_job_runtime([job], backend=backend):
-            await backend.wait_calls("release", 1)
-            _, run_at, error, outcome = backend.calls["release"][0]
+            await backend.wait_settled(Release, 1)
+            release, outcome = backend.settled(Release)[0]
             assert outcome == "released"
-            assert error is None
-            assert run_at == clock.now() + timedelta(seconds=4)
+            assert release.error is None
+            assert release.run_at == clock.now() + timedelta(seconds=4)
             record = await record_of(backend, result.run_id)
             assert record.state == "waiting"
             assert record.attempt == 0
@@ -219,7 +216,7 @@ async def test_j7_lock_held_elsewhere_returns_the_run_without_an_attempt(
             await elsewhere.release()
             elsewhere = None
             await advance_until(clock, ran, step=1.0)
-            await backend.wait_calls("complete", 1)
+            await backend.wait_settled(Complete, 1)
     finally:
         if elsewhere is not None:
             await elsewhere.release()
@@ -260,7 +257,7 @@ async def test_j12_drain_lets_running_handlers_finish(clock, job_backend_factory
         with anyio.fail_after(10):
             await stopped.wait()
     assert (await record_of(backend, result.run_id)).state == "completed"
-    assert len([run for batch in backend.calls["claim"] for run in batch]) == 1
+    assert len([run for call in backend.calls["claim"] for run in call.result]) == 1
 
 
 async def test_j12_drain_deadline_cancels_and_the_run_is_retaken(clock, job_backend_factory):
@@ -313,9 +310,8 @@ async def test_j12_drain_deadline_cancels_and_the_run_is_retaken(clock, job_back
 
     block = False
     spy = SpyBackend(backend)
-    completed = _completed_event(spy)
     async with await start_job_runtime([job], backend=spy, worker_id="second"):
-        await advance_until(clock, completed, step=1.0)
+        await advance_until_awaited(clock, lambda: spy.wait_settled(Complete, 1), step=1.0)
     record = await record_of(backend, result.run_id)
     assert record.state == "completed"
     assert record.attempt == 1
@@ -323,25 +319,12 @@ async def test_j12_drain_deadline_cancels_and_the_run_is_retaken(clock, job_back
     assert errors.errors == []
 
 
-def _completed_event(spy: SpyBackend) -> anyio.Event:
-    done = anyio.Event()
-    original = spy.complete
-
-    async def complete(runs):
-        outcomes = await original(runs)
-        done.set()
-        return outcomes
-
-    spy.complete = complete  # type: ignore[method-assign]
-    return done
-
-
 async def test_j11_claim_failure_is_reported_and_the_loop_recovers(clock, job_backend_factory):
     """J11: a claim that raises goes to on_error, nothing escapes the loop, and after a bounded
     backoff the loop claims again and runs the work."""
     errors = ErrorLog()
     backend = SpyBackend(job_backend_factory(clock, on_error=errors))
-    backend.claim_error = ConnectionError("database restarted")
+    backend.raise_once["claim"] = ConnectionError("database restarted")
     ran = anyio.Event()
 
     async def handler(ctx, payload):
@@ -408,7 +391,7 @@ async def test_j6_j10_a_run_buried_by_a_claim_is_reported_and_counted(clock, job
         errors = ErrorLog()
         backend = job_backend_factory(clock, on_error=errors)
         result = await backend.enqueue(job, {})
-        [ghost] = await backend.claim(job, worker="dead-worker", limit=1)  # and then it died
+        [ghost] = await backend.claim(claim_request(job, worker="dead-worker"))  # and then it died
         clock.advance(LEASE + 1)
         async with await start_job_runtime([job], backend=backend):
             await errors.wait_count(1)
@@ -455,8 +438,8 @@ async def test_j10_metrics_are_on_by_default_through_the_global_provider(
         await backend.enqueue_many(job, [EnqueueRequest({"fail": f}) for f in (False, True)])
         await backend.enqueue(job, {"fail": False}, run_at=clock.now() + timedelta(hours=1))
         async with await start_job_runtime([job], backend=backend):
-            await backend.wait_calls("fail", 1)
-            await backend.wait_calls("complete", 1)
+            await backend.wait_settled(Fail, 1)
+            await backend.wait_settled(Complete, 1)
             assert "ship.job.queue.depth" not in meter.collect()  # the first collection
 
             class _Sampled:

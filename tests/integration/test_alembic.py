@@ -14,10 +14,13 @@ from sqlalchemy import Index, MetaData, Table
 
 from examples.schema import metadata
 from ship_sqla.testing import DatabaseFactory
+
+# Private on purpose: databases made here carry the pytest plugin's own prefix
+# (ship_sqla_test_), so any left behind are recognisable as test databases.
 from ship_sqla.testing._databases import new_database_name
 
 if TYPE_CHECKING:
-    from ship_sqla._server import ResolvedServer
+    from ship_sqla.testing import ResolvedServer
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -15,15 +15,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.routing import Route
 
-from ship_sqla._idempotency import create_idempotency_store, ship_idempotency_table
-from ship_sqla._outbox import create_outbox, ship_outbox_table
-from ship_sqla._webhooks import (
+from ship_sqla import (
+    FrozenClock,
+    create_idempotency_store,
+    create_outbox,
     create_webhook_event_store,
+    ship_idempotency_table,
+    ship_outbox_table,
     ship_webhook_events_table,
     webhook_headers,
 )
 from ship_sqla.asgi import WebhookEndpoint, WebhookReceiver
-from ship_sqla.kernel import FrozenClock
 
 pytestmark = pytest.mark.anyio
 

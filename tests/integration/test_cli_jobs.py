@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 from click.testing import CliRunner
+from job_helpers import claim_request
 from sqlalchemy import MetaData, text
 
 from ship_sqla._cli import cli
@@ -25,6 +26,7 @@ from ship_sqla._jobs import (
     ship_job_state_table,
 )
 from ship_sqla.kernel import Concurrency, Retention, RetryPolicy, define_job
+from ship_sqla.kernel._ports import Fail
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -137,9 +139,9 @@ async def dead_runs(backend: PostgresJobBackend, count: int) -> list[str]:
     """Enqueue ``count`` runs of MAIL and fail each on its only attempt: dead, history 1."""
     for i in range(count):
         await backend.enqueue(MAIL, {"i": i})
-    claimed = await backend.claim(MAIL, worker="test", limit=count)
+    claimed = await backend.claim(claim_request(MAIL, worker="test", limit=count))
     for run in claimed:
-        assert await backend.fail(run, f"boom {run.run_id}", retry_at=None) == "dead"
+        assert await backend.settle([Fail(run, f"boom {run.run_id}", retry_at=None)]) == ["dead"]
     return [run.run_id for run in claimed]
 
 
@@ -170,50 +172,48 @@ def test_help_lists_every_command(app_dir: Path) -> None:
         cwd=app_dir, env=_environment(app_dir), capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert jobs.returncode == 0
-    for command in ("failed", "show", "retry", "discard", "stats", "cleanup"):
+    for command in ("dead", "show", "retry", "discard", "stats", "cleanup"):
         assert f"  {command} " in jobs.stdout
     assert "operator at the shell is trusted" in jobs.stdout
     assert "ship.jobs:manage" in jobs.stdout
 
 
-async def test_failed_show_retry_discard(
+async def test_dead_show_retry_discard(
     app_dir: Path, backend: PostgresJobBackend, ship_engine: AsyncEngine, ship_engine_url: str
 ) -> None:
-    """J8 from the shell: `jobs failed` lists dead runs (table, --json, keyset pages), `show`
+    """J8 from the shell: `jobs dead` lists dead runs (table, --json, keyset pages), `show`
     prints the history, `retry` makes a dead run wait with one more attempt, `discard` ends a
     dead run; refusals and unknown runs exit 1, a foreign cursor exits 2."""
     first, second = await dead_runs(backend, 2)
     url = ("--database-url", ship_engine_url)
 
-    code, out, err = await ship_sqla("jobs", "failed", *url, cwd=app_dir)
+    code, out, err = await ship_sqla("jobs", "dead", *url, cwd=app_dir)
     assert (code, err) == (0, ""), err
     assert out.splitlines()[0].split() == ["RUN_ID", "JOB", "ATTEMPTS", "FINISHED_AT", "LAST_ERROR"]
     assert first in out
     assert second in out
     assert "2 dead run(s)." in out
 
-    code, out, _ = await ship_sqla(
-        "jobs", "failed", *url, "--job", "cli.mail", "--json", cwd=app_dir
-    )
+    code, out, _ = await ship_sqla("jobs", "dead", *url, "--job", "cli.mail", "--json", cwd=app_dir)
     assert code == 0
     listed = json.loads(out)
     assert {r["run_id"] for r in listed["runs"]} == {first, second}
     assert listed["next_cursor"] is None
     assert all(r["state"] == "dead" for r in listed["runs"])
 
-    code, out, _ = await ship_sqla("jobs", "failed", *url, "--limit", "1", "--json", cwd=app_dir)
+    code, out, _ = await ship_sqla("jobs", "dead", *url, "--limit", "1", "--json", cwd=app_dir)
     page = json.loads(out)
     assert len(page["runs"]) == 1
     assert page["next_cursor"] is not None
     code, out, _ = await ship_sqla(
-        "jobs", "failed", *url, "--limit", "1", "--cursor", page["next_cursor"], "--json",
+        "jobs", "dead", *url, "--limit", "1", "--cursor", page["next_cursor"], "--json",
         cwd=app_dir,
     )  # fmt: skip
     rest = json.loads(out)
     assert {page["runs"][0]["run_id"], rest["runs"][0]["run_id"]} == {first, second}
 
     code, _, err = await ship_sqla(
-        "jobs", "failed", *url, "--job", "other", "--cursor", page["next_cursor"], cwd=app_dir
+        "jobs", "dead", *url, "--job", "other", "--cursor", page["next_cursor"], cwd=app_dir
     )
     assert code == 2
     assert "belongs to another query" in err
@@ -385,7 +385,7 @@ async def test_job_commands_on_tables_with_other_names(
     url = ("--database-url", ship_engine_url)
     runs = "ops.billing_runs"
 
-    code, out, err = await ship_sqla("jobs", "failed", *url, *CUSTOM_OPTIONS, "--json", cwd=app_dir)
+    code, out, err = await ship_sqla("jobs", "dead", *url, *CUSTOM_OPTIONS, "--json", cwd=app_dir)
     assert (code, err) == (0, ""), err
     assert {r["run_id"] for r in json.loads(out)["runs"]} == {first, second}
 
@@ -521,7 +521,7 @@ def test_a_list_of_job_definitions_is_a_registry(runner: CliRunner) -> None:
     "args",
     [
         ["worker", "cli_jobs_app:registry", *URL],
-        ["jobs", "failed", *URL],
+        ["jobs", "dead", *URL],
         ["jobs", "show", "run-1", *URL],
         ["jobs", "retry", "run-1", *URL],
         ["jobs", "discard", "run-1", *URL],
@@ -546,8 +546,8 @@ def test_an_unreachable_database_fails_with_exit_1(runner: CliRunner, args: list
     [
         ["worker", "cli_jobs_app:registry", *URL, "--max-in-flight", "0"],
         ["worker", "cli_jobs_app:registry", *URL, "--poll-interval", "0"],
-        ["jobs", "failed", *URL, "--limit", "0"],
-        ["jobs", "failed", *URL, "--cursor", "not-a-cursor"],
+        ["jobs", "dead", *URL, "--limit", "0"],
+        ["jobs", "dead", *URL, "--cursor", "not-a-cursor"],
         ["jobs", "show", *URL],
     ],
 )
@@ -568,7 +568,7 @@ LONG = "r" * 60  # fits PostgreSQL's 63 bytes, but not with the factories' index
             {},
             "'ops.runs' is a dotted name; give the bare table name (pass the schema with --schema)",
         ),
-        (["jobs", "failed", *URL, "--schema", "a.b"], {}, "give the bare schema name."),
+        (["jobs", "dead", *URL, "--schema", "a.b"], {}, "give the bare schema name."),
         (["jobs", "stats", *URL, "--schema", "s" * 64], {}, "is 64 bytes, over PostgreSQL's 63"),
         (["jobs", "stats", *URL, "--runs-table", LONG], {}, "job runs table name 'rrrr"),
         (

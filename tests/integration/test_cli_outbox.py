@@ -43,7 +43,7 @@ async def test_purge_deletes_old_deliveries_of_a_custom_table(
     for n in range(5):
         await outbox.enqueue("orders", "order.placed", {"n": n})
     messages = await outbox.claim("orders", 4, 30.0)
-    assert await outbox.acknowledge_many(messages) == ["delivered"] * 4
+    assert await outbox.complete_many(messages) == ["delivered"] * 4
     async with ship_engine.begin() as connection:
         await connection.execute(
             text(
@@ -62,7 +62,7 @@ async def test_purge_deletes_old_deliveries_of_a_custom_table(
     assert json.loads(out) == {"outbox_id": "orders", "deleted": 3}
     async with ship_engine.connect() as connection:
         left = (
-            await connection.execute(text("SELECT status, count(*) FROM app_outbox GROUP BY 1"))
+            await connection.execute(text("SELECT state, count(*) FROM app_outbox GROUP BY 1"))
         ).all()
     assert dict(left) == {"delivered": 1, "pending": 1}
 

@@ -17,22 +17,30 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
+from job_helpers import claim_request
 from sqlalchemy import Column, Integer, MetaData, Table, func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ship_sqla import TransactionScope, create_unit_of_work
-from ship_sqla._idempotency import create_idempotency_store, ship_idempotency_table
-from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla._locks import advisory_lock_provider
-from ship_sqla._outbox import create_outbox, ship_outbox_table
-from ship_sqla._webhooks import (
+from ship_sqla import (
+    Concurrency,
+    DatabaseUnavailableError,
+    ShipError,
+    TransactionScope,
+    advisory_lock_provider,
+    create_idempotency_store,
+    create_job_backend,
+    create_outbox,
+    create_unit_of_work,
     create_webhook_event_store,
+    define_job,
+    ship_idempotency_table,
+    ship_job_runs_table,
+    ship_job_state_table,
+    ship_outbox_table,
     ship_webhook_events_table,
     webhook_headers,
 )
-from ship_sqla._webhooks._receiver import WebhookEndpoint, WebhookReceiver
-from ship_sqla.kernel import Concurrency, define_job
-from ship_sqla.kernel._errors import DatabaseUnavailableError, ShipError
+from ship_sqla.asgi import WebhookEndpoint, WebhookReceiver
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -145,8 +153,8 @@ def _store_calls(engine: AsyncEngine) -> dict[str, Callable[[], Awaitable[object
         "idempotency get": lambda: idempotency.get("key-1"),
         "webhook record": lambda: webhooks.record("stripe", "evt_1", {"id": 1}),
         "job enqueue": lambda: jobs.enqueue(JOB, {"n": 1}),
-        "job claim": lambda: jobs.claim(JOB, worker="w", limit=1),
-        "job get_run": lambda: jobs.get_run("no-such-run"),
+        "job claim": lambda: jobs.claim(claim_request(JOB, worker="w")),
+        "job get_run": lambda: jobs.admin.get_run("no-such-run"),
         "advisory lock acquire": lambda: locks.acquire("k", 30.0),
     }
 

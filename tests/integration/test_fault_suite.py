@@ -7,14 +7,14 @@ postgres user when the suite runs as root), never the shared server on 5432. It 
 what the suite counts as lost is lost by ship_sqla, not by the test's server settings.
 
 Each test preloads runs and messages, starts a worker process (``start_job_runtime`` on
-``create_job_backend``) and a relay process (``create_outbox_relay``), lets them work, injects
+``create_job_backend``) and a relay process (``start_outbox_relay``), lets them work, injects
 one fault, and asserts:
 
 - nothing lost or stuck: every run completed and every message delivered, each with at least one
   side effect, within :data:`SETTLE_WITHIN` seconds of the server's return, nothing dead;
 - duplicates: none for the fast restart; at most one in-flight batch (the relay's
   ``batch_size``, the worker's ``max_in_flight``) for the immediate restart and the stop;
-- recovery: the first run completed and the first message acknowledged after the server
+- recovery: the first run completed and the first message completed after the server
   accepted connections again come within :data:`RECOVERY_WITHIN` (2 s). The server's return is
   read from its own log ("ready to accept connections"), the completions from ``finished_at`` /
   ``delivered_at``: all on the server's clock;
@@ -219,7 +219,7 @@ class Final:
     runs: dict[str, str]
     """run id -> state"""
     messages: dict[str, str]
-    """message id -> status"""
+    """message id -> state"""
     first_completed: datetime | None
     first_delivered: datetime | None
 
@@ -230,7 +230,7 @@ async def final_state(engine: AsyncEngine, after: datetime) -> Final:
         messages = {
             str(message_id): status
             for message_id, status in (
-                await connection.execute(select(outbox_table.c.id, outbox_table.c.status))
+                await connection.execute(select(outbox_table.c.id, outbox_table.c.state))
             ).all()
         }
         first_completed = (
@@ -243,7 +243,7 @@ async def final_state(engine: AsyncEngine, after: datetime) -> Final:
         first_delivered = (
             await connection.execute(
                 select(func.min(outbox_table.c.delivered_at)).where(
-                    outbox_table.c.status == "delivered", outbox_table.c.delivered_at > after
+                    outbox_table.c.state == "delivered", outbox_table.c.delivered_at > after
                 )
             )
         ).scalar_one()

@@ -9,11 +9,17 @@ from typing import Any
 
 import anyio
 import pytest
+from job_helpers import claim_request
 from sqlalchemy import MetaData, event, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla import TransactionScope, create_unit_of_work
+from ship_sqla import (
+    AdvisoryLockProvider,
+    TransactionScope,
+    advisory_lock_key,
+    create_unit_of_work,
+)
 from ship_sqla._jobs import (
     JobBackendTimeoutError,
     PostgresJobBackend,
@@ -22,8 +28,10 @@ from ship_sqla._jobs import (
     ship_job_state_table,
 )
 from ship_sqla._jobs._backend import CLAIM_LOCK_NAMESPACE
-from ship_sqla._locks import AdvisoryLockProvider, advisory_lock_key
-from ship_sqla.kernel import FrozenClock
+from ship_sqla.kernel import FrozenClock, create_job_operations
+
+# Private on purpose: the backend stores the run ids of the kernel's one UUIDv7 generator (no
+# public name); a test here pins their shape, which keeps the runs table's pkey append-mostly.
 from ship_sqla.kernel._ids import new_run_ids
 from ship_sqla.kernel._jobs import (
     Concurrency,
@@ -36,8 +44,12 @@ from ship_sqla.kernel._jobs import (
 from ship_sqla.kernel._ports import (
     LEASE_LAPSED,
     LEASE_LAPSED_FINAL_ATTEMPT,
+    Complete,
+    DeadQuery,
     EnqueueRequest,
+    Fail,
     JobBackend,
+    Release,
 )
 
 metadata = MetaData()
@@ -96,11 +108,11 @@ async def test_enqueue_dedupes_by_key_while_not_terminal(backend: PostgresJobBac
     assert not first.deduplicated
     assert again.deduplicated
     assert again.run_id == first.run_id
-    [claimed] = await backend.claim(JOB, worker="w", limit=5)
+    [claimed] = await backend.claim(claim_request(JOB, worker="w", limit=5))
     running = await backend.enqueue(JOB, {"to": "c"}, dedupe_key="k")
     assert running.deduplicated
     assert running.run_id == first.run_id
-    assert await backend.complete([claimed]) == ["completed"]
+    assert await backend.settle([Complete(claimed)]) == ["completed"]
     fresh = await backend.enqueue(JOB, {"to": "d"}, dedupe_key="k")
     assert fresh.accepted
     assert not fresh.deduplicated
@@ -124,9 +136,11 @@ async def test_enqueue_dedupes_by_idempotency_policy_and_durable_id(
     assert b.run_id == a.run_id
     durable = await backend.enqueue(job, {"id": 8}, run_id="invoice.render/2030-01-01T00:00")
     [claimed] = [
-        run for run in await backend.claim(job, worker="w", limit=5) if run.run_id == durable.run_id
+        run
+        for run in await backend.claim(claim_request(job, worker="w", limit=5))
+        if run.run_id == durable.run_id
     ]
-    await backend.complete([claimed])
+    await backend.settle([Complete(claimed)])
     replay = await backend.enqueue(job, {"id": 9}, run_id="invoice.render/2030-01-01T00:00")
     assert replay.deduplicated
     assert replay.run_id == "invoice.render/2030-01-01T00:00"
@@ -228,7 +242,7 @@ async def test_queue_full_rejects_and_dedupe_wins(
     assert len(await rows(engine)) == 3
     many = await backend.enqueue_many(JOB, [EnqueueRequest({"n": 6}), EnqueueRequest({"n": 7})])
     assert [r.rejected for r in many] == ["queue-full", "queue-full"]
-    await backend.claim(JOB, worker="w", limit=1)
+    await backend.claim(claim_request(JOB, worker="w", limit=1))
     many = await backend.enqueue_many(JOB, [EnqueueRequest({"n": 8}), EnqueueRequest({"n": 9})])
     assert [r.rejected for r in many] == [None, "queue-full"]
 
@@ -305,13 +319,13 @@ async def test_claim_honours_concurrency_max_and_run_at_order(
     for n, delay in enumerate([5, 0, 0, -3600, 1, 2]):
         result = await backend.enqueue(JOB, {"n": n}, run_at=now - timedelta(seconds=delay))
         ids.append(result.run_id)
-    a = await backend.claim(JOB, worker="A", limit=2)
+    a = await backend.claim(claim_request(JOB, worker="A", limit=2))
     assert [r.run_id for r in a] == [ids[0], ids[5]]
-    b = await backend.claim(JOB, worker="B", limit=10)
+    b = await backend.claim(claim_request(JOB, worker="B", limit=10))
     assert [r.run_id for r in b] == [ids[4]]  # max=3: one place left
-    assert await backend.claim(JOB, worker="B", limit=10) == []
-    assert await backend.complete(a) == ["completed", "completed"]
-    c = await backend.claim(JOB, worker="B", limit=10)
+    assert await backend.claim(claim_request(JOB, worker="B", limit=10)) == []
+    assert await backend.settle([Complete(r) for r in a]) == ["completed", "completed"]
+    c = await backend.claim(claim_request(JOB, worker="B", limit=10))
     assert [r.run_id for r in c] == [ids[1], ids[2]]
     assert {r.attempt for r in a + b + c} == {1}
     assert len({r.token for r in a + b + c}) == 5
@@ -327,9 +341,9 @@ async def test_claim_skips_excluded_keys(backend: PostgresJobBackend) -> None:
     )
     await backend.enqueue(job, {"account": "a"})
     await backend.enqueue(job, {"account": "b"})
-    [run] = await backend.claim(job, worker="w", limit=1, exclude_keys=["a"])
+    [run] = await backend.claim(claim_request(job, worker="w", limit=1, exclude_keys=["a"]))
     assert run.key == "b"
-    assert await backend.claim(job, worker="w", limit=5, exclude_keys=["a"]) == []
+    assert await backend.claim(claim_request(job, worker="w", limit=5, exclude_keys=["a"])) == []
 
 
 async def test_claim_leaves_no_row_locked(backend: PostgresJobBackend, engine: AsyncEngine) -> None:
@@ -337,7 +351,7 @@ async def test_claim_leaves_no_row_locked(backend: PostgresJobBackend, engine: A
     returns: the claim is its own short, committed transaction."""
     for n in range(5):
         await backend.enqueue(JOB, {"n": n})
-    [_one] = await backend.claim(JOB, worker="w", limit=1)
+    [_one] = await backend.claim(claim_request(JOB, worker="w", limit=1))
     async with engine.connect() as connection:
         locked = await connection.execute(
             text("SELECT id FROM ship_job_runs WHERE state = 'waiting' FOR UPDATE NOWAIT")
@@ -362,22 +376,22 @@ async def test_stale_token_changes_nothing(
     """J5: once a lapsed run is retaken, its old holder's complete / fail / release / heartbeat
     answer stale and change nothing; the new holder settles normally."""
     await backend.enqueue(JOB, {"n": 1})
-    [old] = await backend.claim(JOB, worker="A", limit=1)
+    [old] = await backend.claim(claim_request(JOB, worker="A", limit=1))
     assert await backend.heartbeat([old]) == [True]
     ship_clock.advance(31)
-    [new] = await backend.claim(JOB, worker="B", limit=1)
+    [new] = await backend.claim(claim_request(JOB, worker="B", limit=1))
     assert new.run_id == old.run_id
     assert new.token != old.token
     assert new.attempt == 2
     before = [dict(r._mapping) for r in await rows(engine)]
-    assert await backend.complete([old]) == ["stale"]
-    assert await backend.fail(old, "late", retry_at=ship_clock.now()) == "stale"
-    assert await backend.release(old, run_at=ship_clock.now()) == "stale"
+    assert await backend.settle([Complete(old)]) == ["stale"]
+    assert await backend.settle([Fail(old, "late", retry_at=ship_clock.now())]) == ["stale"]
+    assert await backend.settle([Release(old, run_at=ship_clock.now())]) == ["stale"]
     assert await backend.heartbeat([old]) == [False]
     assert [dict(r._mapping) for r in await rows(engine)] == before
     assert await backend.heartbeat([old, new]) == [False, True]
-    assert await backend.complete([old, new]) == ["stale", "completed"]
-    assert await backend.complete([new]) == ["stale"]
+    assert await backend.settle([Complete(old), Complete(new)]) == ["stale", "completed"]
+    assert await backend.settle([Complete(new)]) == ["stale"]
 
 
 async def test_lapsed_lease_not_retaken_is_still_current(
@@ -386,15 +400,15 @@ async def test_lapsed_lease_not_retaken_is_still_current(
     """J5: a lease that lapsed but that no claim retook is never revived by a heartbeat (its
     holder must stop), yet its token is still current: a completion that arrives first lands."""
     await backend.enqueue(JOB, {"n": 1})
-    [run] = await backend.claim(JOB, worker="A", limit=1)
+    [run] = await backend.claim(claim_request(JOB, worker="A", limit=1))
     ship_clock.advance(60)
     assert await backend.heartbeat([run]) == [False]
-    record = await backend.get_run(run.run_id)
+    record = await backend.admin.get_run(run.run_id)
     assert record is not None
     assert record.state == "running"
     assert record.lease_expires_at is not None
     assert record.lease_expires_at < ship_clock.now()
-    assert await backend.complete([run]) == ["completed"]
+    assert await backend.settle([Complete(run)]) == ["completed"]
 
 
 async def test_heartbeat_extends_the_lease(
@@ -402,12 +416,12 @@ async def test_heartbeat_extends_the_lease(
 ) -> None:
     """J5: a heartbeat pushes the lease to now + concurrency.lease, so the run is not retaken."""
     await backend.enqueue(JOB, {"n": 1})
-    [run] = await backend.claim(JOB, worker="A", limit=1)
+    [run] = await backend.claim(claim_request(JOB, worker="A", limit=1))
     for _ in range(4):
         ship_clock.advance(20)
         assert await backend.heartbeat([run]) == [True]
-        assert await backend.claim(JOB, worker="B", limit=1) == []
-    record = await backend.get_run(run.run_id)
+        assert await backend.claim(claim_request(JOB, worker="B", limit=1)) == []
+    record = await backend.admin.get_run(run.run_id)
     assert record is not None
     assert record.lease_expires_at == ship_clock.now() + timedelta(seconds=30)
 
@@ -428,15 +442,15 @@ async def test_lapse_on_final_attempt_is_dead_lettered(
         retry=RetryPolicy(attempts=2),
     )
     queued = await backend.enqueue(job, {"n": 1})
-    [first] = await backend.claim(job, worker="A", limit=1)
+    [first] = await backend.claim(claim_request(job, worker="A", limit=1))
     ship_clock.advance(10)
-    [second] = await backend.claim(job, worker="B", limit=1)
+    [second] = await backend.claim(claim_request(job, worker="B", limit=1))
     assert (second.run_id, second.attempt) == (queued.run_id, 2)
     ship_clock.advance(10)
     follower = await backend.enqueue(job, {"n": 2})
-    [third] = await backend.claim(job, worker="C", limit=1)
+    [third] = await backend.claim(claim_request(job, worker="C", limit=1))
     assert third.run_id == follower.run_id
-    record = await backend.get_run(queued.run_id)
+    record = await backend.admin.get_run(queued.run_id)
     assert record is not None
     assert record.state == "dead"
     assert record.attempt == 2
@@ -446,7 +460,7 @@ async def test_lapse_on_final_attempt_is_dead_lettered(
     # J6: both lapsed attempts are history: the retaken first, the dead-lettered second.
     assert [entry["attempt"] for entry in record.history] == [1, 2]
     assert record.history[0]["error"].startswith(LEASE_LAPSED)
-    assert await backend.complete([first, second]) == ["stale", "stale"]
+    assert await backend.settle([Complete(first), Complete(second)]) == ["stale", "stale"]
 
 
 # --- J7 fail and release ------------------------------------------------------------------------
@@ -469,18 +483,18 @@ async def test_a_lapsed_final_run_a_heartbeat_holds_keeps_its_slot(
         retry=RetryPolicy(attempts=1),
     )
     lapsing = await backend.enqueue(job, {"n": 1})
-    [held] = await backend.claim(job, worker="A", limit=1)
+    [held] = await backend.claim(claim_request(job, worker="A", limit=1))
     ship_clock.advance(11)
     due = await backend.enqueue(job, {"n": 2})
     async with engine.connect() as holder:
         await holder.execute(
             text("SELECT 1 FROM ship_job_runs WHERE id = :id FOR UPDATE"), {"id": held.run_id}
         )
-        claimed = await backend.claim(job, worker="B", limit=1)
+        claimed = await backend.claim(claim_request(job, worker="B", limit=1))
         assert claimed == []
         assert claimed.buried == ()
         await holder.rollback()
-    claimed = await backend.claim(job, worker="B", limit=1)
+    claimed = await backend.claim(claim_request(job, worker="B", limit=1))
     assert [run.run_id for run in claimed] == [due.run_id]
     assert [buried.run_id for buried in claimed.buried] == [lapsing.run_id]
     running = [row for row in await rows(engine, job.id) if row.state == "running"]
@@ -494,23 +508,23 @@ async def test_fail_retries_then_dead_letters_with_history(
     dead-letters; retry_at None dead-letters at once."""
     job = define_job("fragile", noop, payload=dict, retry=RetryPolicy(attempts=2))
     queued = await backend.enqueue(job, {"n": 1})
-    [run] = await backend.claim(job, worker="A", limit=1)
+    [run] = await backend.claim(claim_request(job, worker="A", limit=1))
     retry_at = ship_clock.now() + timedelta(seconds=5)
-    assert await backend.fail(run, "boom 1", retry_at=retry_at) == "retrying"
-    assert await backend.claim(job, worker="A", limit=1) == []
+    assert await backend.settle([Fail(run, "boom 1", retry_at=retry_at)]) == ["retrying"]
+    assert await backend.claim(claim_request(job, worker="A", limit=1)) == []
     ship_clock.advance(5)
-    [run] = await backend.claim(job, worker="A", limit=1)
+    [run] = await backend.claim(claim_request(job, worker="A", limit=1))
     assert run.attempt == 2
-    assert await backend.fail(run, "boom 2", retry_at=ship_clock.now()) == "dead"
-    record = await backend.get_run(queued.run_id)
+    assert await backend.settle([Fail(run, "boom 2", retry_at=ship_clock.now())]) == ["dead"]
+    record = await backend.admin.get_run(queued.run_id)
     assert record is not None
     assert record.state == "dead"
     assert record.last_error == "boom 2"
     assert [(e["attempt"], e["error"]) for e in record.history] == [(1, "boom 1"), (2, "boom 2")]
     other = await backend.enqueue(job, {"n": 2})
-    [run] = await backend.claim(job, worker="A", limit=1)
+    [run] = await backend.claim(claim_request(job, worker="A", limit=1))
     assert run.run_id == other.run_id
-    assert await backend.fail(run, "fatal", retry_at=None) == "dead"
+    assert await backend.settle([Fail(run, "fatal", retry_at=None)]) == ["dead"]
 
 
 async def test_release_does_not_consume_an_attempt(
@@ -519,15 +533,17 @@ async def test_release_does_not_consume_an_attempt(
     """J7: JOB_LOCK_HELD returns the run to waiting without consuming its attempt; a release
     with an error (drain cancellation) keeps that error in the history."""
     queued = await backend.enqueue(JOB, {"n": 1})
-    [run] = await backend.claim(JOB, worker="A", limit=1)
+    [run] = await backend.claim(claim_request(JOB, worker="A", limit=1))
     later = ship_clock.now() + timedelta(seconds=2)
-    assert await backend.release(run, run_at=later) == "released"
-    assert await backend.claim(JOB, worker="A", limit=1) == []
+    assert await backend.settle([Release(run, run_at=later)]) == ["released"]
+    assert await backend.claim(claim_request(JOB, worker="A", limit=1)) == []
     ship_clock.advance(2)
-    [run] = await backend.claim(JOB, worker="A", limit=1)
+    [run] = await backend.claim(claim_request(JOB, worker="A", limit=1))
     assert run.attempt == 1
-    assert await backend.release(run, run_at=ship_clock.now(), error="cancelled") == "released"
-    record = await backend.get_run(queued.run_id)
+    assert await backend.settle([Release(run, run_at=ship_clock.now(), error="cancelled")]) == [
+        "released"
+    ]
+    record = await backend.admin.get_run(queued.run_id)
     assert record is not None
     assert record.attempt == 0
     assert record.state == "waiting"
@@ -540,9 +556,11 @@ async def test_release_does_not_consume_an_attempt(
 async def test_operator_retry_discard_list_and_cleanup(
     backend: PostgresJobBackend, ship_clock: FrozenClock
 ) -> None:
-    """J8 (backend side): retry gives a dead run one more attempt (not while its dedupe key is
-    taken), discard ends waiting/dead runs, list_failed pages dead runs, cleanup applies the
-    retention in bounded batches."""
+    """J8 (storage side, the admin port the operator surface gates): retry gives a dead run one
+    more attempt (not while its dedupe key is taken), discard ends waiting/dead runs, list_dead
+    pages dead runs, cleanup applies the retention in bounded batches."""
+    admin = backend.admin
+    ops = create_job_operations(backend, authorizer=lambda *_: True)
     job = define_job(
         "ops",
         noop,
@@ -553,38 +571,43 @@ async def test_operator_retry_discard_list_and_cleanup(
     dead_ids = []
     for n in range(3):
         result = await backend.enqueue(job, {"n": n}, dedupe_key=f"d{n}")
-        [run] = await backend.claim(job, worker="A", limit=1)
-        assert await backend.fail(run, f"e{n}", retry_at=None) == "dead"
+        [run] = await backend.claim(claim_request(job, worker="A", limit=1))
+        assert await backend.settle([Fail(run, f"e{n}", retry_at=None)]) == ["dead"]
         dead_ids.append(result.run_id)
         ship_clock.advance(1)
-    page = await backend.list_failed(job.id, limit=2)
+    page = await admin.list_dead(DeadQuery(limit=2, job_id=job.id))
     assert [r.run_id for r in page] == dead_ids[::-1][:2]
-    rest = await backend.list_failed(job.id, limit=2, before=page[-1])
+    last = page[-1]
+    assert last.finished_at is not None
+    rest = await admin.list_dead(
+        DeadQuery(limit=2, job_id=job.id, after=(last.finished_at, last.run_id))
+    )
     assert [r.run_id for r in rest] == [dead_ids[0]]
 
     blocker = await backend.enqueue(job, {"n": 9}, dedupe_key="d0")
     assert not blocker.deduplicated
-    assert not await backend.retry(dead_ids[0])  # its dedupe key is live again (J1)
-    assert await backend.retry(dead_ids[1])
-    record = await backend.get_run(dead_ids[1])
+    assert await admin.retry_dead(dead_ids[0]) is None  # its dedupe key is live again (J1)
+    assert await admin.retry_dead(dead_ids[1]) is not None
+    record = await admin.get_run(dead_ids[1])
     assert record is not None
     assert (record.state, record.max_attempts, record.finished_at) == ("waiting", 2, None)
-    assert not await backend.retry(dead_ids[1])
-    assert await backend.discard(blocker.run_id)
-    assert await backend.discard(dead_ids[2])
-    assert not await backend.discard(dead_ids[2])
+    assert await admin.retry_dead(dead_ids[1]) is None
+    assert await admin.discard(blocker.run_id) is not None
+    assert await admin.discard(dead_ids[2]) is not None
+    assert await admin.discard(dead_ids[2]) is None
 
-    [run] = await backend.claim(job, worker="A", limit=1)
+    [run] = await backend.claim(claim_request(job, worker="A", limit=1))
     assert run.run_id == dead_ids[1]
     assert run.attempt == 2
-    await backend.complete([run])
-    assert await backend.cleanup(job) == 0
+    await backend.settle([Complete(run)])
+    assert (await ops.cleanup([job]))[job.id] == 0
     ship_clock.advance(timedelta(hours=1))
-    assert await backend.cleanup(job) == 1  # the completed one
+    assert (await ops.cleanup([job]))[job.id] == 1  # the completed one
     ship_clock.advance(timedelta(days=7))
-    assert await backend.cleanup(job, limit=1) == 1
-    assert await backend.cleanup(job, limit=10) == 2
-    assert await backend.get_run(dead_ids[0]) is None
+    # one batch of one beyond the (empty) completed batch: one run of the three past retention
+    assert (await ops.cleanup([job], batch_size=1, max_batches=2))[job.id] == 1
+    assert (await ops.cleanup([job], batch_size=10))[job.id] == 2
+    assert await admin.get_run(dead_ids[0]) is None
 
 
 # --- J11 failures surface as exceptions, and the backend recovers ------------------------------
@@ -608,7 +631,7 @@ async def test_dropped_connections_raise_then_recover(
     with anyio.fail_after(30):
         for _ in range(3):
             try:
-                claimed = await backend.claim(JOB, worker="w", limit=1)
+                claimed = await backend.claim(claim_request(JOB, worker="w", limit=1))
             except DBAPIError:
                 outcomes.append("error")
                 continue
@@ -631,11 +654,11 @@ async def test_operation_timeout_bounds_a_stuck_claim(
     async with engine.connect() as blocker:
         await blocker.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
         with anyio.fail_after(10), pytest.raises(JobBackendTimeoutError) as caught:
-            await backend.claim(JOB, worker="w", limit=1)
+            await backend.claim(claim_request(JOB, worker="w", limit=1))
         assert caught.value.code == "SHIP_SQLA_JOB_BACKEND_TIMEOUT"
         await blocker.rollback()
     with anyio.fail_after(10):
-        assert len(await backend.claim(JOB, worker="w", limit=1)) == 1
+        assert len(await backend.claim(claim_request(JOB, worker="w", limit=1))) == 1
 
 
 async def test_report_error_never_raises(engine: AsyncEngine) -> None:
@@ -671,10 +694,13 @@ async def test_backend_on_a_connection_in_a_transaction(
     assert backend.lock_provider is None
     await backend.enqueue_many(JOB, [EnqueueRequest({"n": n}) for n in range(4)])
     first, second = await asyncio.gather(
-        backend.claim(JOB, worker="A", limit=2), backend.claim(JOB, worker="B", limit=2)
+        backend.claim(claim_request(JOB, worker="A", limit=2)),
+        backend.claim(claim_request(JOB, worker="B", limit=2)),
     )
     assert len(first) + len(second) == 3
-    outcomes = await asyncio.gather(backend.complete(first), backend.complete(second))
+    outcomes = await asyncio.gather(
+        backend.settle([Complete(r) for r in first]), backend.settle([Complete(r) for r in second])
+    )
     assert sum(len(o) for o in outcomes) == 3
 
 

@@ -32,6 +32,7 @@ WORKER = textwrap.dedent(
     from sqlalchemy.ext.asyncio import create_async_engine
     from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
     from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
+    from ship_sqla.kernel._ports import ClaimRequest, Complete
 
     async def noop(ctx, payload):
         return None
@@ -66,7 +67,10 @@ WORKER = textwrap.dedent(
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 90
         while loop.time() < deadline:
-            claimed = await backend.claim(job, worker=name, limit=random.randint(1, max_running))
+            request = ClaimRequest(
+                job.id, name, random.randint(1, max_running), max_running, LEASE
+            )
+            claimed = await backend.claim(request)
             if not claimed:
                 async with engine.connect() as c:
                     if (await c.execute(LEFT)).scalar_one() == 0:
@@ -84,7 +88,7 @@ WORKER = textwrap.dedent(
                 await asyncio.sleep(random.uniform(0.005, 0.015))
             alive = await backend.heartbeat(claimed)
             refused += alive.count(False)
-            outcomes = await backend.complete(claimed)
+            outcomes = await backend.settle([Complete(r) for r in claimed])
             completed += [r.run_id for r, o in zip(claimed, outcomes) if o == "completed"]
         await engine.dispose()
         report = {"peak": peak, "completed": completed, "refused": refused}

@@ -1,7 +1,8 @@
 """The hot statements' plans at a backlog of 1,000,000 waiting runs (J2, J3).
 
-EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of the claim of 50, of the enqueue's bounded depth check
-and of a batched complete, both as custom plans and as a prepared statement's generic plan (the
+EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of the claim of 50, of the enqueue's bounded depth check,
+of a batched settle (every kind in one statement) and of a batched heartbeat, both as custom
+plans and as a prepared statement's generic plan (the
 claim forces its generic plan; the others get one from asyncpg's statement cache once PostgreSQL
 prefers it): index scans on the named partial indexes, never a sequential scan of the runs
 table, and buffer counts within 2x of the same statement against a backlog of 1,000.
@@ -17,7 +18,8 @@ from sqlalchemy import MetaData, Table, TextClause, text
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla._jobs import _sql, ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs._sql import admin, claim, enqueue, render, settle
 
 BIG = 1_000_000
 SMALL = 1_000
@@ -150,7 +152,7 @@ def claim_params() -> dict[str, Any]:
 def depth_params() -> dict[str, Any]:
     return {
         "job_id": "bulk",
-        "max_attempts": 5,
+        "max_attempts": [5],
         "depth_limit": 500,
         "now": None,
         "ids": ["explained-run"],
@@ -164,7 +166,7 @@ def depth_params() -> dict[str, Any]:
 def capped_params() -> dict[str, Any]:
     return {
         "job_id": "bulk",
-        "max_attempts": 5,
+        "max_attempts": [5],
         "depth_limit": 500,
         "now": None,
         "ids": ["explained-run"],
@@ -174,10 +176,33 @@ def capped_params() -> dict[str, Any]:
     }
 
 
-def complete_params() -> dict[str, Any]:
+def settle_params() -> dict[str, Any]:
+    """50 settlements of running runs with current tokens: complete, fail (retry and dead) and
+    release mixed, as the completer batches them."""
+    kinds = ["complete", "fail", "fail", "release", "complete"] * 10
     return {
         "ids": [f"x{n:09d}" for n in range(1, 51)],
         "tokens": list(range(1, 51)),
+        "kinds": kinds,
+        "ats": [
+            None if kind == "complete" or n % 10 == 2 else "2030-01-01T00:00:00+00"
+            for n, kind in enumerate(kinds)
+        ],
+        "errors": [None if kind == "complete" else "boom" for kind in kinds],
+        "now": None,
+    }
+
+
+def completes_params() -> dict[str, Any]:
+    """A batch of 50 completes, as the backend sends it: ids and tokens only."""
+    return {**settle_params(), "kinds": [], "ats": [], "errors": []}
+
+
+def heartbeat_params() -> dict[str, Any]:
+    return {
+        "ids": [f"x{n:09d}" for n in range(1, 51)],
+        "tokens": list(range(1, 51)),
+        "leases": [30.0] * 50,
         "now": None,
     }
 
@@ -186,28 +211,33 @@ CASES = [
     # name, statement, parameters, indexes it must read, rows it returns, buffers bounded by 2x
     (
         "claim",
-        _sql.CLAIM_DUE_AND_LAPSED_SKIP_LOCKED,
+        claim.CLAIM_DUE_AND_LAPSED_SKIP_LOCKED,
         claim_params,
         {"due_idx", "lease_idx"},
         50,
         True,
     ),
-    ("depth check", _sql.ENQUEUE_MANY, depth_params, {"due_idx", "dedupe_idx", "pkey"}, 1, True),
+    ("depth check", enqueue.ENQUEUE_MANY, depth_params, {"due_idx", "dedupe_idx", "pkey"}, 1, True),
     # J2's capped plain enqueue (after its gate): the same bounded count, no probes.
-    ("capped enqueue", _sql.ENQUEUE_PLAIN_CAPPED, capped_params, {"due_idx"}, 1, True),
+    ("capped enqueue", enqueue.ENQUEUE_PLAIN_CAPPED, capped_params, {"due_idx"}, 1, True),
     # J10's gauges: counting a million waiting runs reads them all, so only the index is
     # checked (an index-only scan of the due index, never the heap sequentially).
     (
         "queue depths",
-        _sql.QUEUE_DEPTHS,
+        admin.QUEUE_DEPTHS,
         lambda: {"job_ids": ["bulk"], "now": None},
         {"due_idx"},
         1,
         False,
     ),
     # At a few thousand rows a hash join over a sequential scan is the cheaper plan, so only
-    # the large table's plan shape is checked for the batched complete.
-    ("complete", _sql.COMPLETE_IF_TOKEN_CURRENT, complete_params, {"pkey"}, 50, False),
+    # the large table's plan shape is checked for the batched settle and heartbeat.
+    ("settle", settle.SETTLE_IF_TOKEN_CURRENT, settle_params, {"pkey"}, 50, False),
+    ("settle completes", settle.SETTLE_IF_TOKEN_CURRENT, completes_params, {"pkey"}, 50, False),
+    # The heartbeat probes the primary key, or (its predicate implies the lease index's) reads
+    # the lease index's running runs, which concurrency.max bounds whatever the backlog: either
+    # serves it; a sequential scan never does.
+    ("heartbeat", settle.HEARTBEAT_IF_TOKEN_CURRENT, heartbeat_params, set(), 50, False),
 ]
 
 
@@ -216,15 +246,15 @@ CASES = [
 async def test_hot_statements_use_their_indexes_at_a_million_runs(loaded: AsyncEngine) -> None:
     """J3, J2: at 1,000,000 waiting runs the claim of 50 reads the due and lease partial indexes,
     the depth check reads the due index (index-only, stops at the limit), the J10 queue gauges
-    read the due index, a batched complete
-    probes the primary key; no statement scans the runs table sequentially, in custom or generic
+    read the due index, a batched settle of every kind (J5) probes the primary key, a batched
+    heartbeat an index; no statement scans the runs table sequentially, in custom or generic
     plans, and each reads at most twice the buffers it reads at a backlog of 1,000."""
     report = []
     for name, template, params, uses, returned, bounded in CASES:
         for generic in (False, True):
             plans = {}
             for table in (big_runs, small_runs):
-                statement = _sql.render(template, runs=table.name)
+                statement = render(template, runs=table.name, state="ship_job_state")
                 async with loaded.connect() as connection, connection.begin() as transaction:
                     plans[table.name] = await explain(
                         connection, statement, params(), generic=generic

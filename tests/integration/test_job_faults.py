@@ -38,13 +38,19 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
+
+# Private on purpose: the shared SQLSTATE reader has no public name; the fault tests classify
+# the driver errors an injected fault raised with the same reader the stores use.
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel import start_job_runtime
 from ship_sqla.kernel._jobs import Concurrency, JobDefinition, RetryPolicy, define_job
 from ship_sqla.kernel._ports import (
+    ClaimBatch,
     ClaimedRun,
+    ClaimRequest,
     EnqueueRequest,
     JobLeaseStaleError,
+    Settlement,
     SettleOutcome,
 )
 
@@ -86,7 +92,7 @@ class Progress:
 
 
 class ObservedBackend(PostgresJobBackend):
-    """The real backend, telling the harness what each claim, heartbeat and complete did."""
+    """The real backend, telling the harness what each claim, heartbeat and settle did."""
 
     def __init__(self, harness: Harness, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -103,23 +109,16 @@ class ObservedBackend(PostgresJobBackend):
         finally:
             self.harness.progress.bump(f"{operation} calls")
 
-    async def claim(
-        self,
-        job: JobDefinition[Any],
-        *,
-        worker: str,
-        limit: int,
-        exclude_keys: Sequence[str] = (),
-    ) -> list[ClaimedRun]:
+    async def claim(self, request: ClaimRequest) -> ClaimBatch:
         with self._observed("claim"):
-            return await super().claim(job, worker=worker, limit=limit, exclude_keys=exclude_keys)
+            return await super().claim(request)
 
-    async def complete(self, runs: Sequence[ClaimedRun]) -> list[SettleOutcome]:
-        with self._observed("complete"):
-            outcomes = await super().complete(runs)
+    async def settle(self, settlements: Sequence[Settlement]) -> list[SettleOutcome]:
+        with self._observed("settle"):
+            outcomes = await super().settle(settlements)
         self.harness.stale.update(
-            (run.run_id, run.token)
-            for run, outcome in zip(runs, outcomes, strict=True)
+            (settlement.run.run_id, settlement.run.token)
+            for settlement, outcome in zip(settlements, outcomes, strict=True)
             if outcome == "stale"
         )
         return outcomes
@@ -155,11 +154,11 @@ class Harness:
     errors: list[BaseException] = attrs.field(factory=list)
     """What on_error received."""
     raised: list[BaseException] = attrs.field(factory=list)
-    """What the backend's claim, heartbeat and complete raised."""
+    """What the backend's claim, heartbeat and settle raised."""
     executions: dict[str, list[tuple[int, int]]] = attrs.field(factory=dict)
     """run id -> (attempt, token) of every handler execution that reached its end."""
     stale: set[tuple[str, int]] = attrs.field(factory=set)
-    """(run id, token) of every claim the backend answered stale (complete or heartbeat)."""
+    """(run id, token) of every claim the backend answered stale (settle or heartbeat)."""
 
     def beat_failed(self, runs: Sequence[ClaimedRun]) -> None:
         """Count failed heartbeats per claim. Beats fall due every third of the lease, so a
@@ -416,7 +415,7 @@ async def test_server_restart_under_load_loses_no_run(private_cluster: Cluster) 
         await pg_ctl("-m", "fast", "-w", "stop")
         harness.release.set()
         before = progress.counts.copy()
-        for operation in ("claim", "complete", "heartbeat"):
+        for operation in ("claim", "settle", "heartbeat"):
             await progress.reach(f"{operation} failed", before[f"{operation} failed"] + 1)
         # Down for longer than a lease: the held runs' leases lapse, so after the restart either
         # their pending completes land (a lapsed lease nobody retook is still current) or a

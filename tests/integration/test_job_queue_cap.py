@@ -311,7 +311,7 @@ async def test_j2_an_open_enqueue_does_not_hold_up_its_jobs_schedule(
         "capped.tick", noop, payload=dict, schedule=Schedule(interval=timedelta(minutes=1))
     )
     backend = capped(engine, ship_clock, 10)
-    await backend.schedule([scheduled])
+    await backend.install_schedules([scheduled])
     ship_clock.advance(timedelta(minutes=1))
     enqueued, ticked = anyio.Event(), anyio.Event()
 
@@ -324,7 +324,7 @@ async def test_j2_an_open_enqueue_does_not_hold_up_its_jobs_schedule(
         async with anyio.create_task_group() as group:
             group.start_soon(scopes(engine).run, open_enqueue)
             await enqueued.wait()
-            assert await backend.tick([scheduled]) == 1
+            assert await backend.tick_schedules([scheduled]) == 1
             ticked.set()
     assert await waiting(engine, scheduled.id) == 2
 

@@ -80,17 +80,17 @@ async def test_schedule_keeps_next_at_for_same_trigger_and_replaces_changed(
 ) -> None:
     """J9: schedule upserts one state row; the same trigger keeps next_at (a restart replaces,
     never duplicates), a changed trigger replaces it."""
-    await backend.schedule([EVERY_MINUTE])
+    await backend.install_schedules([EVERY_MINUTE])
     first = await state_row(engine, EVERY_MINUTE.id)
     assert first.next_at == datetime(2030, 1, 1, 12, 1, tzinfo=UTC)
     assert first.trigger == "cron:* * * * *@UTC"
 
     clock.advance(timedelta(minutes=5))
-    await backend.schedule([EVERY_MINUTE])
+    await backend.install_schedules([EVERY_MINUTE])
     assert await state_row(engine, EVERY_MINUTE.id) == first
 
     hourly = define_job(EVERY_MINUTE.id, noop, schedule=Schedule(cron="0 * * * *"))
-    await backend.schedule([hourly])
+    await backend.install_schedules([hourly])
     changed = await state_row(engine, EVERY_MINUTE.id)
     assert changed.trigger == "cron:0 * * * *@UTC"
     assert changed.next_at == datetime(2030, 1, 1, 13, 0, tzinfo=UTC)
@@ -104,11 +104,11 @@ async def test_catch_up_after_ten_missed_occurrences_is_one_run(
 ) -> None:
     """J9: a process down for ten occurrences catches up with exactly ONE run, durable id
     <job_id>/<occurrence> of the latest one, and next_at moves past now."""
-    await backend.schedule([EVERY_MINUTE])
-    assert await backend.tick([EVERY_MINUTE]) == 0
+    await backend.install_schedules([EVERY_MINUTE])
+    assert await backend.tick_schedules([EVERY_MINUTE]) == 0
     clock.advance(timedelta(minutes=10))  # 12:10:30: 12:01 .. 12:10 were missed
-    assert await backend.tick([EVERY_MINUTE]) == 1
-    assert await backend.tick([EVERY_MINUTE]) == 0
+    assert await backend.tick_schedules([EVERY_MINUTE]) == 1
+    assert await backend.tick_schedules([EVERY_MINUTE]) == 0
     [row] = await run_rows(engine, EVERY_MINUTE.id)
     assert row.id == "report.minutely/2030-01-01T12:10:00Z"
     assert row.run_at == datetime(2030, 1, 1, 12, 10, tzinfo=UTC)
@@ -116,7 +116,7 @@ async def test_catch_up_after_ten_missed_occurrences_is_one_run(
     assert (await state_row(engine, EVERY_MINUTE.id)).next_at == datetime(
         2030, 1, 1, 12, 11, tzinfo=UTC
     )
-    record = await backend.get_run(row.id)
+    record = await backend.admin.get_run(row.id)
     assert record is not None
     assert record.state == "waiting"
 
@@ -133,11 +133,11 @@ async def test_concurrent_tickers_create_one_run_per_occurrence(
             for e in engines
         ]
         for each in backends:
-            await each.schedule([EVERY_MINUTE])
+            await each.install_schedules([EVERY_MINUTE])
         created: list[int] = []
 
         async def tick(each: PostgresJobBackend) -> None:
-            created.append(await each.tick([EVERY_MINUTE]))
+            created.append(await each.tick_schedules([EVERY_MINUTE]))
 
         for _ in range(5):
             clock.advance(timedelta(minutes=1))
@@ -164,12 +164,12 @@ async def test_interval_schedule_fires_on_epoch_multiples(
         payload=dict,
         schedule=Schedule(interval=timedelta(minutes=5)),
     )
-    await backend.schedule([job])
+    await backend.install_schedules([job])
     assert (await state_row(engine, job.id)).next_at == datetime(2030, 1, 1, 12, 5, tzinfo=UTC)
     clock.advance(timedelta(minutes=5))
-    assert await backend.tick([job]) == 1
+    assert await backend.tick_schedules([job]) == 1
     clock.advance(timedelta(minutes=5))
-    assert await backend.tick([job]) == 1
+    assert await backend.tick_schedules([job]) == 1
     rows = await run_rows(engine, job.id)
     assert [row.id for row in rows] == [
         "sync.every5/2030-01-01T12:05:00Z",
@@ -182,7 +182,7 @@ async def test_schedule_refuses_payload_a_tick_cannot_give(backend: PostgresJobB
     """J9: a scheduled job whose payload type neither None nor {} fits is refused at schedule."""
     job = define_job("typed", noop, payload=list, schedule=Schedule(interval=timedelta(1)))
     with pytest.raises(ConfigurationError, match="payload=None or payload=dict"):
-        await backend.schedule([job])
+        await backend.install_schedules([job])
 
 
 @pytest.mark.parametrize(
@@ -205,11 +205,11 @@ async def test_daily_cron_across_a_dst_change_fires_once_a_day_at_local_time(
     clock.set(start)
     job = define_job("report.daily", noop, schedule=Schedule(cron=cron, timezone="Europe/Berlin"))
     backend = create_job_backend(database=engine, table=runs, state_table=state, clock=clock)
-    await backend.schedule([job])
+    await backend.install_schedules([job])
     created = 0
     while clock.now() < start + timedelta(days=7):
         clock.advance(timedelta(minutes=20))
-        created += await backend.tick([job])
+        created += await backend.tick_schedules([job])
     rows = await run_rows(engine, job.id)
     local_days = Counter(row.run_at.astimezone(berlin).date() for row in rows)
     assert created == len(rows) == 7
@@ -238,13 +238,13 @@ async def main(url, start):
     engine = create_async_engine(url)
     backend = create_job_backend(database=engine, table=runs, state_table=state, clock=clock)
     job = define_job("report.minutely", noop, schedule=Schedule(cron="* * * * *"))
-    await backend.schedule([job])
+    await backend.install_schedules([job])
     print("ready", flush=True)
     # One line per occurrence from the test: every process moves to the same minute, then
     # ticks three times at once; the count of runs it created goes back on stdout.
     for line in sys.stdin:
         clock.set(datetime.fromisoformat(line.strip()))
-        created = sum(await asyncio.gather(*(backend.tick([job]) for _ in range(3))))
+        created = sum(await asyncio.gather(*(backend.tick_schedules([job]) for _ in range(3))))
         print(created, flush=True)
     await engine.dispose()
 

@@ -1,6 +1,6 @@
 """O2 claim cost: EXPLAIN (ANALYZE, BUFFERS) of a claim of 100 at backlogs of 1,000 and
 1,000,000 pending rows. The claim must walk the partial indexes in order and touch about the
-same number of buffers whatever the backlog. The acknowledgement of a batch (O3) reads only its
+same number of buffers whatever the backlog. The completion of a batch (O3) reads only its
 rows, by primary key."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ def _load_sql(table: Table) -> str:
     # Server defaults fill id (gen_random_uuid) and the rest; one statement, no round trips.
     # A handful of lapsed claimed rows makes the lapsed-lease scan do real work as well.
     return f"""
-        INSERT INTO {table.name} (outbox_id, topic, payload, status, attempts, max_attempts,
-                                  available_at, created_at, lease_expires_at, claim_token)
+        INSERT INTO {table.name} (outbox_id, topic, payload, state, attempts, max_attempts,
+                                  available_at, created_at, lease_expires_at, lease_token)
         SELECT 'main', 'bench', '{{}}'::jsonb,
                CASE WHEN g <= 10 THEN 'claimed' ELSE 'pending' END,
                CASE WHEN g <= 10 THEN 1 ELSE 0 END,
@@ -138,11 +138,11 @@ async def test_claim_reads_about_batch_size_entries_whatever_the_backlog(ship_en
         small_buffers, large_buffers = results["1k", ordered], results["1M", ordered]
         assert large_buffers <= 2 * small_buffers, results
     print(f"claim of {BATCH}: shared buffers (1k, 1M, ordered?) = {results}")  # noqa: T201
-    await _check_acknowledge_cost(ship_engine, large)
+    await _check_complete_cost(ship_engine, large)
 
 
-async def _check_acknowledge_cost(engine: AsyncEngine, table: Table) -> None:
-    """O3: acknowledging a batch of 100 current claims and 100 stale ones at 1,000,000 rows
+async def _check_complete_cost(engine: AsyncEngine, table: Table) -> None:
+    """O3: completing a batch of 100 current claims and 100 stale ones at 1,000,000 rows
     reads only those rows by primary key: the idempotency probe for pairs the update did not
     match (were they delivered under this token already?) never scans the table."""
     statements = build_statements(table)
@@ -155,10 +155,10 @@ async def _check_acknowledge_cost(engine: AsyncEngine, table: Table) -> None:
             )
         ).all()
     stale = [(uuid.uuid4(), uuid.uuid4()) for _ in range(BATCH)]
-    pairs = [(row.id, row.claim_token) for row in claimed] + stale
+    pairs = [(row.id, row.lease_token) for row in claimed] + stale
     params = {"ids": [i for i, _ in pairs], "tokens": [t for _, t in pairs], "now": None}
     for generic in (False, True):
-        plan = await _explain(engine, statements.acknowledge, params, generic=generic)
+        plan = await _explain(engine, statements.complete, params, generic=generic)
         nodes = _nodes(plan["Plan"])
         described = "\n".join(map(str, _describe(nodes)))
         assert "Seq Scan" not in {n["Node Type"] for n in nodes}, described

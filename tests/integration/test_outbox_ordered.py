@@ -12,11 +12,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla import TransactionScope, create_unit_of_work
 from ship_sqla._outbox import (
+    Backoff,
     OutboxIntent,
     OutboxMessage,
     create_outbox,
-    create_outbox_relay,
     ship_outbox_table,
+    start_outbox_relay,
 )
 from ship_sqla.kernel import FrozenClock, SystemClock
 
@@ -55,7 +56,7 @@ async def test_two_ordered_relays_deliver_each_key_in_enqueue_order_one_at_a_tim
         table=table,
         clock=SystemClock(),
         max_attempts=1000,
-        backoff=lambda _attempt: 0.0,
+        backoff=Backoff(kind="fixed", base=0.0, jitter="none"),
         on_error=errors.append,
     )
     in_flight: set[str] = set()
@@ -68,9 +69,9 @@ async def test_two_ordered_relays_deliver_each_key_in_enqueue_order_one_at_a_tim
 
     # Settling ends a message's flight: clear its key just before the settle is sent, so the
     # check never blames a claim that the settle's commit made legitimate.
-    real_ack, real_fail = outbox.acknowledge_many, outbox.fail
+    real_ack, real_fail = outbox.complete_many, outbox.fail
 
-    async def acknowledge_many(messages, **kwargs):
+    async def complete_many(messages, **kwargs):
         for m in messages:
             in_flight.discard(m.ordering_key or "")
         return await real_ack(messages, **kwargs)
@@ -79,7 +80,7 @@ async def test_two_ordered_relays_deliver_each_key_in_enqueue_order_one_at_a_tim
         in_flight.discard(message.ordering_key or "")
         return await real_fail(message, error, **kwargs)
 
-    outbox.acknowledge_many = acknowledge_many  # type: ignore[method-assign]
+    outbox.complete_many = complete_many  # type: ignore[method-assign]
     outbox.fail = fail  # type: ignore[method-assign]
 
     async def sink(message: OutboxMessage) -> None:
@@ -136,7 +137,7 @@ async def test_two_ordered_relays_deliver_each_key_in_enqueue_order_one_at_a_tim
             await anyio.lowlevel.checkpoint()
 
     relays = [
-        create_outbox_relay(
+        await start_outbox_relay(
             outbox, "orders", sink, batch_size=5, poll_interval=0.05, ordered=True, worker=name
         )
         for name in ("A", "B")
@@ -154,7 +155,7 @@ async def test_two_ordered_relays_deliver_each_key_in_enqueue_order_one_at_a_tim
     assert sum(r.delivered for r in relays) == total
     async with engine.connect() as c:
         counts = dict(
-            (await c.execute(select(table.c.status, func.count()).group_by(table.c.status))).all()
+            (await c.execute(select(table.c.state, func.count()).group_by(table.c.state))).all()
         )
     assert counts == {"delivered": total}
 
@@ -179,7 +180,7 @@ async def test_ordered_claim_hands_out_only_the_earliest_undelivered_row_per_key
     assert await outbox.fail(m_k1, "boom", permanent=True) == "dead"
     (m_k2,) = await outbox.claim("o", 10, lease=10, ordered=True)
     assert m_k2.id == k2
-    assert await outbox.acknowledge_many([m_k2, *(m for m in first if m.id == free)]) == [
+    assert await outbox.complete_many([m_k2, *(m for m in first if m.id == free)]) == [
         "delivered",
         "delivered",
     ]

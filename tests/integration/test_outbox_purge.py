@@ -12,7 +12,7 @@ from sqlalchemy import MetaData, select
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ship_sqla._outbox import Outbox, create_outbox, ship_outbox_table
+from ship_sqla._outbox import Outbox, create_outbox, create_outbox_operations, ship_outbox_table
 from ship_sqla.kernel import ConfigurationError, FrozenClock
 
 metadata = MetaData()
@@ -31,11 +31,13 @@ def outbox(engine: AsyncEngine, ship_clock: FrozenClock) -> Outbox:
     return create_outbox(database=engine, table=table, clock=ship_clock, max_attempts=1)
 
 
+def allow(permission: str, operation: str) -> bool:
+    return permission == "ship.outbox:manage"
+
+
 async def statuses(engine: AsyncEngine) -> dict[str, int]:
     async with engine.connect() as connection:
-        result = await connection.execute(
-            select(table.c.outbox_id, table.c.status, table.c.payload)
-        )
+        result = await connection.execute(select(table.c.outbox_id, table.c.state, table.c.payload))
         counts: dict[str, int] = {}
         for outbox_id, status, _ in result:
             key = f"{outbox_id}:{status}"
@@ -46,13 +48,13 @@ async def statuses(engine: AsyncEngine) -> dict[str, int]:
 async def deliver(outbox: Outbox, outbox_id: str, count: int) -> None:
     messages = await outbox.claim(outbox_id, count, 30.0)
     assert len(messages) == count
-    assert await outbox.acknowledge_many(messages) == ["delivered"] * count
+    assert await outbox.complete_many(messages) == ["delivered"] * count
 
 
 async def test_purge_deletes_only_old_delivered_rows_of_the_outbox(
     outbox: Outbox, engine: AsyncEngine, ship_clock: FrozenClock
 ) -> None:
-    """Delivered rows of this outbox acknowledged at least older_than ago go, in statements of
+    """Delivered rows of this outbox completed at least older_than ago go, in statements of
     one page each here; recent deliveries, pending, claimed and dead rows, and another outbox's
     delivered rows stay. Nothing is lost that a relay still owes anyone."""
     for n in range(300):
@@ -73,7 +75,8 @@ async def test_purge_deletes_only_old_delivered_rows_of_the_outbox(
         "billing:delivered": 1,
     }
 
-    deleted = await outbox.purge_delivered(
+    ops = create_outbox_operations(outbox, authorizer=allow)
+    deleted = await ops.purge_delivered(
         "orders", older_than=timedelta(days=7), pages_per_statement=1
     )
 
@@ -130,7 +133,8 @@ def _inlined(statement: Any, params: dict[str, Any]) -> str:
 
 
 async def test_purge_refuses_bad_arguments(outbox: Outbox) -> None:
+    ops = create_outbox_operations(outbox, authorizer=allow)
     with pytest.raises(ConfigurationError, match="older_than"):
-        await outbox.purge_delivered("orders", older_than=-1)
+        await ops.purge_delivered("orders", older_than=-1)
     with pytest.raises(ConfigurationError, match="pages_per_statement"):
-        await outbox.purge_delivered("orders", older_than=0, pages_per_statement=0)
+        await ops.purge_delivered("orders", older_than=0, pages_per_statement=0)

@@ -1,4 +1,4 @@
-"""The outbox relay on real PostgreSQL: claim -> publish -> acknowledge, wake-ups, failures,
+"""The outbox relay on real PostgreSQL: claim -> publish -> complete, wake-ups, failures,
 graceful stop, outages, lease extension, the job sink."""
 
 from __future__ import annotations
@@ -16,26 +16,31 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._outbox import (
-    MAX_ERROR_DELAY,
+    Backoff,
     Outbox,
-    OutboxBackoff,
-    OutboxClaimStaleError,
     OutboxDeadLetteredError,
+    OutboxLeaseStaleError,
     OutboxMessage,
     OutboxPublishError,
+    OutboxRelay,
     OutboxSinkRejectedError,
     create_outbox,
-    create_outbox_relay,
+    create_outbox_operations,
     job_sink,
     ship_outbox_table,
+    start_outbox_relay,
 )
-from ship_sqla.kernel import ConfigurationError, FrozenClock, SystemClock
-from ship_sqla.kernel._jobs import define_job
+from ship_sqla.kernel import (
+    ConfigurationError,
+    FrozenClock,
+    InMemoryJobBackend,
+    SystemClock,
+    define_job,
+)
 
-try:
-    from ship_sqla.kernel import InMemoryJobBackend  # type: ignore[attr-defined]
-except ImportError:  # exported from the kernel package by the job-backend work
-    from ship_sqla.kernel._memory.jobs import InMemoryJobBackend
+# Private on purpose: the relay's loop backoff is the kernel's one error backoff (shared with the
+# job runtime, no public name); the tests move the clock by its bound.
+from ship_sqla.kernel._plans.backoff import ERROR_BACKOFF
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)
@@ -82,17 +87,23 @@ def outbox(engine: AsyncEngine, ship_clock: FrozenClock, errors: Errors) -> Outb
         table=table,
         clock=ship_clock,
         max_attempts=3,
-        backoff=OutboxBackoff(base=10.0, jitter="none"),
+        backoff=Backoff(base=10.0, jitter="none"),
         on_error=errors,
     )
+
+
+async def dead_ids(outbox: Outbox) -> list[uuid.UUID]:
+    """The outbox's dead messages, read through the operator gate (an allow-all authorizer)."""
+    ops = create_outbox_operations(outbox, authorizer=lambda _permission, _operation: True)
+    return [record.id for record in (await ops.list_dead("main")).items]
 
 
 async def statuses(engine: AsyncEngine) -> list[tuple[str, int]]:
     async with engine.connect() as c:
         result = await c.execute(
-            select(table.c.status, table.c.attempts).order_by(table.c.created_at, table.c.id)
+            select(table.c.state, table.c.attempts).order_by(table.c.created_at, table.c.id)
         )
-        return [(r.status, r.attempts) for r in result]
+        return [(r.state, r.attempts) for r in result]
 
 
 class Recorder:
@@ -117,12 +128,13 @@ async def until_parked(clock: FrozenClock, sleepers: int = 1) -> None:
             await anyio.lowlevel.checkpoint()
 
 
-async def test_relay_publishes_and_acknowledges_everything(engine, outbox, ship_clock):
-    """O2/O3: the relay claims, publishes in enqueue order and acknowledges in batches."""
+async def test_relay_publishes_and_completes_everything(engine, outbox, ship_clock):
+    """O2/O3: the relay claims, publishes in enqueue order and completes in batches."""
     ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(25)]
     sink = Recorder(25)
-    relay = create_outbox_relay(outbox, "main", sink, batch_size=10, poll_interval=3600)
-    async with relay:
+    async with await start_outbox_relay(
+        outbox, "main", sink, batch_size=10, poll_interval=3600
+    ) as relay:
         with anyio.fail_after(10):
             await sink.done.wait()
     assert [m.id for m in sink.published] == ids
@@ -135,7 +147,7 @@ async def test_relay_wakes_immediately_after_a_local_commit(engine, outbox, ship
     """O1: a committed enqueue wakes the relay at once; the frozen clock never reaches its
     hour-long poll interval."""
     sink = Recorder(1)
-    async with create_outbox_relay(outbox, "main", sink, poll_interval=3600):
+    async with await start_outbox_relay(outbox, "main", sink, poll_interval=3600):
         await until_parked(ship_clock)
         await outbox.enqueue("main", "t", {"n": 1})
         with anyio.fail_after(10):
@@ -155,7 +167,7 @@ async def test_sink_errors_fail_the_message_and_reach_on_error(engine, outbox, s
             raise BoomError("broker down")
         ok.set()
 
-    async with create_outbox_relay(outbox, "main", sink, poll_interval=3600):
+    async with await start_outbox_relay(outbox, "main", sink, poll_interval=3600):
         await outbox.enqueue("main", "t", {})
         await errors.wait_for(1)
         (error,) = errors
@@ -179,7 +191,7 @@ async def test_a_message_failing_every_attempt_ends_dead_and_is_reported(
     async def sink(message: OutboxMessage) -> None:
         raise BoomError(message.attempt)
 
-    async with create_outbox_relay(outbox, "main", sink, poll_interval=3600):
+    async with await start_outbox_relay(outbox, "main", sink, poll_interval=3600):
         await outbox.enqueue("main", "t", {})
         for n in range(1, 4):
             await errors.wait_for(n)
@@ -191,11 +203,11 @@ async def test_a_message_failing_every_attempt_ends_dead_and_is_reported(
         "dead",
     ]
     assert await statuses(engine) == [("dead", 3)]
-    assert len((await outbox.list_dead("main")).items) == 1
+    assert len(await dead_ids(outbox)) == 1
 
 
 async def test_graceful_stop_finishes_in_flight_and_releases_the_rest(engine, outbox, ship_clock):
-    """O3: stop() lets the message being published finish, acknowledges it, and releases the
+    """O3: stop() lets the message being published finish, completes it, and releases the
     batch's unpublished messages with their attempt given back."""
     entered = anyio.Event()
     proceed = anyio.Event()
@@ -207,8 +219,7 @@ async def test_graceful_stop_finishes_in_flight_and_releases_the_rest(engine, ou
         published.append(message.id)
 
     ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(5)]
-    relay = create_outbox_relay(outbox, "main", sink, batch_size=5, poll_interval=3600)
-    relay.start()
+    relay = await start_outbox_relay(outbox, "main", sink, batch_size=5, poll_interval=3600)
     with anyio.fail_after(10):
         await entered.wait()
     async with anyio.create_task_group() as tg:
@@ -233,18 +244,17 @@ async def test_stop_with_grace_cancels_a_hung_sink_and_leaves_it_to_its_lease(
 
     await outbox.enqueue("main", "t", {})
     await outbox.enqueue("main", "t", {})
-    relay = create_outbox_relay(outbox, "main", sink, batch_size=5, poll_interval=3600)
-    relay.start()
+    relay = await start_outbox_relay(outbox, "main", sink, batch_size=5, poll_interval=3600)
     with anyio.fail_after(10):
         await entered.wait()
-        await relay.stop(grace=0.05)
+        await relay.stop(drain_timeout=0.05)
     assert await statuses(engine) == [("claimed", 1), ("pending", 0)]
 
 
 async def test_stop_tolerates_a_relay_never_started_and_run_in_a_task_group(outbox):
-    relay = create_outbox_relay(outbox, "main", Recorder(1), poll_interval=3600)
+    relay = OutboxRelay(outbox, "main", Recorder(1), poll_interval=3600)
     await relay.stop()
-    relay2 = create_outbox_relay(outbox, "main", Recorder(1), poll_interval=3600)
+    relay2 = OutboxRelay(outbox, "main", Recorder(1), poll_interval=3600)
     async with anyio.create_task_group() as tg:
         tg.start_soon(relay2.run)
         with anyio.fail_after(10):
@@ -255,15 +265,27 @@ async def test_stop_tolerates_a_relay_never_started_and_run_in_a_task_group(outb
 
 
 async def test_relay_options_are_validated(outbox):
-    for kwargs in ({"batch_size": 0}, {"lease": 0}, {"poll_interval": 0}):
+    """Every option is checked before a relay starts; a relay runs once."""
+    for kwargs in (
+        {"batch_size": 0},
+        {"lease": 0},
+        {"poll_interval": 0},
+        {"drain_timeout": -1},
+    ):
         with pytest.raises(ConfigurationError, match="Fix:"):
-            create_outbox_relay(outbox, "main", Recorder(1), **kwargs)
-    relay = create_outbox_relay(outbox, "main", Recorder(1), poll_interval=3600)
-    async with relay:
+            await start_outbox_relay(outbox, "main", Recorder(1), **kwargs)
+        with pytest.raises(ConfigurationError, match="Fix:"):
+            OutboxRelay(outbox, "main", Recorder(1), **kwargs)
+    async with await start_outbox_relay(outbox, "main", Recorder(1), poll_interval=3600) as relay:
+        assert relay.running
         with pytest.raises(ConfigurationError):
-            relay.start()
+            relay._start()
+        with pytest.raises(ConfigurationError, match="already running"):
+            await relay.run()
     with pytest.raises(ConfigurationError, match="stopped"):
-        relay.start()
+        relay._start()
+    with pytest.raises(ConfigurationError, match="drain_timeout"):
+        await relay.stop(drain_timeout=float("nan"))
 
 
 async def test_relay_reports_lease_lapse_dead_letters_to_its_on_error(engine, ship_clock):
@@ -274,16 +296,18 @@ async def test_relay_reports_lease_lapse_dead_letters_to_its_on_error(engine, sh
     message_id = await outbox.enqueue("main", "t", {})
     await outbox.claim("main", 1, lease=10, worker="died")
     ship_clock.advance(11)
-    relay = create_outbox_relay(outbox, "main", Recorder(1), on_error=relay_errors)
+    relay = OutboxRelay(outbox, "main", Recorder(1), on_error=relay_errors)
     assert await relay.run_once() == 0
     (error,) = relay_errors
     assert isinstance(error, OutboxDeadLetteredError)
     assert error.record.id == message_id
-    assert [r.id for r in (await outbox.list_dead("main")).items] == [message_id]
+    assert await dead_ids(outbox) == [message_id]
 
 
-async def test_relay_extends_leases_and_skips_messages_it_lost(engine, outbox, ship_clock, errors):
-    """O3: every third of the lease the relay acknowledges what it published and extends the
+async def test_relay_heartbeats_leases_and_skips_messages_it_lost(
+    engine, outbox, ship_clock, errors
+):
+    """O3: every third of the lease the relay completes what it published and heartbeats the
     rest; a message whose claim another relay retook is not published by the old holder."""
     ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(4)]
     published: list[uuid.UUID] = []
@@ -292,20 +316,20 @@ async def test_relay_extends_leases_and_skips_messages_it_lost(engine, outbox, s
     async def sink(message: OutboxMessage) -> None:
         published.append(message.id)
         if message.id == ids[0]:
-            ship_clock.advance(5)  # a third of the 12 s lease: the relay extends before the next
+            ship_clock.advance(5)  # a third of the 12 s lease: a heartbeat before the next
         if message.id == ids[1]:
             ship_clock.advance(13)  # the whole lease: another relay retakes the rest
             stolen.extend(await outbox.claim("main", 10, lease=60, worker="thief"))
 
-    relay = create_outbox_relay(outbox, "main", sink, batch_size=4, lease=12, poll_interval=3600)
+    relay = OutboxRelay(outbox, "main", sink, batch_size=4, lease=12, poll_interval=3600)
     with anyio.fail_after(10):
         await relay.run_once()
-    # ids[0] was acknowledged before the extension; the thief retook the other three, so the
-    # old holder's acknowledgement of ids[1] is stale and ids[2:] are never published by it.
+    # ids[0] was completed before the heartbeat; the thief retook the other three, so the
+    # old holder's completion of ids[1] is stale and ids[2:] are never published by it.
     assert published == ids[:2]
     assert [m.id for m in stolen] == ids[1:]
-    stale = {(e.message_id, e.operation) for e in errors if isinstance(e, OutboxClaimStaleError)}
-    assert stale == {(ids[1], "acknowledge"), (ids[2], "extend"), (ids[3], "extend")}
+    stale = {(e.message_id, e.operation) for e in errors if isinstance(e, OutboxLeaseStaleError)}
+    assert stale == {(ids[1], "complete"), (ids[2], "heartbeat"), (ids[3], "heartbeat")}
     assert await statuses(engine) == [("delivered", 1)] + [("claimed", 2)] * 3
 
 
@@ -317,21 +341,20 @@ async def test_relay_survives_a_database_outage(engine, ship_engine_url, errors)
     sink = Recorder(1)
     database = engine.url.database
     admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
-    acknowledged = asyncio.Event()
-    real_acknowledge_many = outbox.acknowledge_many
+    completed = asyncio.Event()
+    real_complete_many = outbox.complete_many
 
-    async def acknowledge_many(messages, **kwargs):
-        outcomes = await real_acknowledge_many(messages, **kwargs)
-        acknowledged.set()
+    async def complete_many(messages, **kwargs):
+        outcomes = await real_complete_many(messages, **kwargs)
+        completed.set()
         return outcomes
 
-    outbox.acknowledge_many = acknowledge_many  # type: ignore[method-assign]
-    relay = create_outbox_relay(outbox, "main", sink, poll_interval=0.02)
+    outbox.complete_many = complete_many  # type: ignore[method-assign]
     try:
-        async with relay:
+        async with await start_outbox_relay(outbox, "main", sink, poll_interval=0.02) as relay:
             await outbox.enqueue("main", "t", {"n": 0})
             with anyio.fail_after(10):
-                await acknowledged.wait()  # before the outage, or message 0 waits for its lease
+                await completed.wait()  # before the outage, or message 0 waits for its lease
             await admin.execute(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS false')
             await admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = $1",
@@ -369,7 +392,7 @@ async def test_job_sink_enqueues_a_job_deduplicated_by_message_id(engine, outbox
     message_id = await outbox.enqueue("main", "email", {"to": "a@example.com"})
     (first,) = await outbox.claim("main", 1, lease=10)
     await sink(first)
-    ship_clock.advance(11)  # the relay died before acknowledging
+    ship_clock.advance(11)  # the relay died before completing
     (again,) = await outbox.claim("main", 1, lease=10)
     await sink(again)
     (run,) = backend.runs("send-email")
@@ -402,11 +425,11 @@ async def test_run_once_propagates_database_errors_the_loop_absorbs_them(errors)
     )
     clock = FrozenClock()
     outbox = create_outbox(database=engine, table=table, clock=clock, on_error=errors)
-    relay = create_outbox_relay(outbox, "main", Recorder(1), poll_interval=1)
+    relay = OutboxRelay(outbox, "main", Recorder(1), poll_interval=1)
     try:
         with pytest.raises(DBAPIError):
             await relay.run_once()
-        async with relay:
+        async with await start_outbox_relay(outbox, "main", Recorder(1), poll_interval=1) as relay:
             await errors.wait_for(1)
             await until_parked(clock)
             clock.advance(60)
@@ -435,7 +458,7 @@ class Flaky:
         self.odd = set(odd)
         self.down = set() if down is None else down
         self.calls: dict[str, int] = {}
-        for name in ("acknowledge_many", "extend", "fail", "release", "claim"):
+        for name in ("complete_many", "heartbeat", "fail", "release", "claim"):
             setattr(outbox, name, self._wrap(name, getattr(outbox, name)))
 
     def _wrap(self, name: str, real: Any) -> Any:
@@ -448,7 +471,7 @@ class Flaky:
         return call
 
 
-async def drive(clock: FrozenClock, done: Any, step: float = MAX_ERROR_DELAY) -> None:
+async def drive(clock: FrozenClock, done: Any, step: float = ERROR_BACKOFF.max_delay) -> None:
     """Move frozen time ``step`` at a time whenever the relay is parked, until ``done()``."""
     with anyio.fail_after(10):
         while not done():
@@ -460,33 +483,33 @@ async def drive(clock: FrozenClock, done: Any, step: float = MAX_ERROR_DELAY) ->
 async def test_failed_settles_are_retried_in_place_and_nothing_is_republished(
     engine, outbox, ship_clock, errors
 ):
-    """O3/O4 under a flapping database: an acknowledgement, a lease extension and a fail that
+    """O3/O4 under a flapping database: a completion, a heartbeat and a fail that
     each fail once are retried in place after the error backoff, on the same claim (fenced on
     its token), instead of the batch being dropped and republished after its lease. Each
     message is published exactly once; each injected error is reported once."""
     m0, m1, m2 = [await outbox.enqueue("main", "t", {"n": n}) for n in range(3)]
-    flaky = Flaky(outbox, odd={"acknowledge_many", "extend", "fail"})
+    flaky = Flaky(outbox, odd={"complete_many", "heartbeat", "fail"})
     published: list[uuid.UUID] = []
 
     async def sink(message: OutboxMessage) -> None:
         published.append(message.id)
         if message.id == m0:
-            ship_clock.advance(10)  # a third of the lease: acknowledge m0, extend m1 and m2
+            ship_clock.advance(10)  # a third of the lease: complete m0, heartbeat m1 and m2
         if message.id == m1:
             raise BoomError("broker said no")
 
     # One batch, not full: no claim ahead, so the calls counted below are this batch's alone.
-    relay = create_outbox_relay(outbox, "main", sink, batch_size=4, lease=30, poll_interval=3600)
-    async with relay:
+    started = start_outbox_relay(outbox, "main", sink, batch_size=4, lease=30, poll_interval=3600)
+    async with await started as relay:
         await drive(ship_clock, lambda: relay.delivered == 2 and len(errors) == 5)
     assert published == [m0, m1, m2]
-    assert flaky.calls == {"claim": 1, "acknowledge_many": 4, "extend": 2, "fail": 2}
+    assert flaky.calls == {"claim": 1, "complete_many": 4, "heartbeat": 2, "fail": 2}
     injected = [str(e) for e in errors if isinstance(e, InjectedError)]
     assert sorted(injected) == sorted(
         [
-            "acknowledge_many #1: connection lost",
-            "acknowledge_many #3: connection lost",
-            "extend #1: connection lost",
+            "complete_many #1: connection lost",
+            "complete_many #3: connection lost",
+            "heartbeat #1: connection lost",
             "fail #1: connection lost",
         ]
     )
@@ -495,43 +518,42 @@ async def test_failed_settles_are_retried_in_place_and_nothing_is_republished(
     assert await statuses(engine) == [("delivered", 1), ("pending", 1), ("delivered", 1)]
 
 
-async def test_a_retried_acknowledgement_of_a_retaken_message_is_stale_and_changes_nothing(
+async def test_a_retried_completion_of_a_retaken_message_is_stale_and_changes_nothing(
     engine, outbox, ship_clock, errors
 ):
-    """O3: the relay retries a failed acknowledgement while its claim token is current; once the
+    """O3: the relay retries a failed completion while its lease token is current; once the
     lease lapsed and another relay retook the message, the retry is answered "stale", changes
     nothing and is reported; this relay does not publish the message again."""
     message_id = await outbox.enqueue("main", "t", {})
-    down = {"acknowledge_many"}
+    down = {"complete_many"}
     Flaky(outbox, down=down)
     sink = Recorder(1)
-    relay = create_outbox_relay(outbox, "main", sink, batch_size=1, lease=10, poll_interval=3600)
-    async with relay:
+    started = start_outbox_relay(outbox, "main", sink, batch_size=1, lease=10, poll_interval=3600)
+    async with await started as relay:
         await errors.wait_for(1)
         await drive(ship_clock, lambda: ship_clock.monotonic() > 11)  # the lease lapsed
         # Another relay (its outbox object is not flaky) retakes the message.
         thief = create_outbox(database=engine, table=table, clock=ship_clock)
         (retaken,) = await thief.claim("main", 1, lease=60, worker="thief")
         down.clear()
-        await drive(ship_clock, lambda: any(isinstance(e, OutboxClaimStaleError) for e in errors))
+        await drive(ship_clock, lambda: any(isinstance(e, OutboxLeaseStaleError) for e in errors))
     assert [m.id for m in sink.published] == [message_id]
     assert relay.delivered == 0
-    (stale,) = [e for e in errors if isinstance(e, OutboxClaimStaleError)]
-    assert (stale.message_id, stale.operation) == (message_id, "acknowledge")
+    (stale,) = [e for e in errors if isinstance(e, OutboxLeaseStaleError)]
+    assert (stale.message_id, stale.operation) == (message_id, "complete")
     assert await statuses(engine) == [("claimed", 2)]
-    assert await thief.acknowledge(retaken) == "delivered"
+    assert await thief.complete(retaken) == "delivered"
 
 
-async def test_stop_during_an_acknowledgement_retry_makes_one_last_attempt_then_leaves(
+async def test_stop_during_a_completion_retry_makes_one_last_attempt_then_leaves(
     engine, outbox, ship_clock, errors
 ):
-    """O3: stop() while the relay retries a failed acknowledgement (the database is still down)
+    """O3: stop() while the relay retries a failed completion (the database is still down)
     makes one last attempt, reports its failure and returns; the message stays claimed until
     its lease lapses (at-least-once: it is published again after that)."""
     await outbox.enqueue("main", "t", {})
-    Flaky(outbox, down={"acknowledge_many"})
-    relay = create_outbox_relay(outbox, "main", Recorder(1), lease=10, poll_interval=3600)
-    relay.start()
+    Flaky(outbox, down={"complete_many"})
+    relay = await start_outbox_relay(outbox, "main", Recorder(1), lease=10, poll_interval=3600)
     await errors.wait_for(1)
     await until_parked(ship_clock)
     with anyio.fail_after(10):
@@ -541,28 +563,28 @@ async def test_stop_during_an_acknowledgement_retry_makes_one_last_attempt_then_
     assert await statuses(engine) == [("claimed", 1)]
 
 
-async def test_error_backoff_is_capped_at_max_error_delay(errors):
+async def test_error_backoff_is_capped_at_the_loops_error_backoff(errors):
     """O4 (the loop's error backoff, not message failures): after any number of failed polls
-    the relay tries again within MAX_ERROR_DELAY (1 s), starting at 0.1 s, so it resumes about
-    a second after the database returns however long the outage lasted."""
+    the relay tries again within ERROR_BACKOFF's max_delay (1 s, the job runtime's too),
+    starting at 0.1 s, so it resumes about a second after the database returns however long
+    the outage lasted."""
     engine = create_async_engine(
         "postgresql+asyncpg://postgres@127.0.0.1:5432/ship_sqla_outbox_no_such_database"
     )
     clock = FrozenClock()
     outbox = create_outbox(database=engine, table=table, clock=clock, on_error=errors)
-    relay = create_outbox_relay(outbox, "main", Recorder(1), poll_interval=30)
     try:
-        async with relay:
+        async with await start_outbox_relay(outbox, "main", Recorder(1), poll_interval=30) as relay:
             await errors.wait_for(1)
             await until_parked(clock)
             clock.advance(0.1)  # the first retry comes after at most 0.1 s
             await errors.wait_for(2)
             for failures in range(3, 15):
                 await until_parked(clock)
-                clock.advance(MAX_ERROR_DELAY)
+                clock.advance(ERROR_BACKOFF.max_delay)
                 await errors.wait_for(failures)
             assert relay.running
     finally:
         await engine.dispose()
-    assert MAX_ERROR_DELAY == 1.0
+    assert ERROR_BACKOFF.max_delay == 1.0
     assert all(isinstance(e, DBAPIError | OSError) for e in errors)

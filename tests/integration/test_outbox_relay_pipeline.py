@@ -1,7 +1,7 @@
-"""The relay's pipelining on real PostgreSQL: while a full batch is acknowledged the next one is
-already being claimed. Nothing may be acknowledged before it is published, ordered mode keeps
+"""The relay's pipelining on real PostgreSQL: while a full batch is completed the next one is
+already being claimed. Nothing may be completed before it is published, ordered mode keeps
 each key's order, a batch claimed ahead is handed back when the relay stops, and a failed
-acknowledgement is retried in place rather than republished."""
+completion is retried in place rather than republished."""
 
 from __future__ import annotations
 
@@ -16,13 +16,13 @@ from sqlalchemy import MetaData, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._outbox import (
+    Backoff,
     Outbox,
-    OutboxBackoff,
     OutboxIntent,
     OutboxMessage,
     create_outbox,
-    create_outbox_relay,
     ship_outbox_table,
+    start_outbox_relay,
 )
 from ship_sqla.kernel import FrozenClock
 
@@ -57,55 +57,55 @@ def outbox(engine: AsyncEngine, ship_clock: FrozenClock, errors: list[BaseExcept
         table=table,
         clock=ship_clock,
         max_attempts=5,
-        backoff=OutboxBackoff(base=10.0, jitter="none"),
+        backoff=Backoff(base=10.0, jitter="none"),
         on_error=errors.append,
     )
 
 
 class Traced:
-    """Wraps an outbox's claim and acknowledge_many to record how they overlap."""
+    """Wraps an outbox's claim and complete_many to record how they overlap."""
 
     def __init__(self, outbox: Outbox) -> None:
-        self.acknowledging = 0
-        self.claims_during_acknowledge = 0
-        self.acknowledged: set[uuid.UUID] = set()
-        self.fail_next_acknowledge = False
-        self.fail_next_claim_during_acknowledge = False
+        self.completing = 0
+        self.claims_during_complete = 0
+        self.completed: set[uuid.UUID] = set()
+        self.fail_next_complete = False
+        self.fail_next_claim_during_complete = False
         self._claim = outbox.claim
-        self._acknowledge_many = outbox.acknowledge_many
+        self._complete_many = outbox.complete_many
         outbox.claim = self.claim  # type: ignore[method-assign]
-        outbox.acknowledge_many = self.acknowledge_many  # type: ignore[method-assign]
+        outbox.complete_many = self.complete_many  # type: ignore[method-assign]
 
     async def claim(self, *args: Any, **kwargs: Any) -> list[OutboxMessage]:
-        if self.acknowledging:
-            self.claims_during_acknowledge += 1
-            if self.fail_next_claim_during_acknowledge:
-                self.fail_next_claim_during_acknowledge = False
+        if self.completing:
+            self.claims_during_complete += 1
+            if self.fail_next_claim_during_complete:
+                self.fail_next_claim_during_complete = False
                 raise ClaimFailedError("database unreachable")
         return await self._claim(*args, **kwargs)
 
-    async def acknowledge_many(self, messages: list[OutboxMessage], **kwargs: Any) -> list[Any]:
-        self.acknowledging += 1
+    async def complete_many(self, messages: list[OutboxMessage], **kwargs: Any) -> list[Any]:
+        self.completing += 1
         try:
             await anyio.lowlevel.checkpoint()  # let a claim started alongside begin
-            if self.fail_next_acknowledge:
-                self.fail_next_acknowledge = False
-                raise AckFailedError("acknowledgement lost")
-            outcomes = await self._acknowledge_many(messages, **kwargs)
+            if self.fail_next_complete:
+                self.fail_next_complete = False
+                raise AckFailedError("completion lost")
+            outcomes = await self._complete_many(messages, **kwargs)
         finally:
-            self.acknowledging -= 1
+            self.completing -= 1
         for message, outcome in zip(messages, outcomes, strict=True):
             if outcome == "delivered":
-                self.acknowledged.add(message.id)
+                self.completed.add(message.id)
         return outcomes
 
 
 async def statuses(engine: AsyncEngine) -> list[tuple[str, int]]:
     async with engine.connect() as c:
         result = await c.execute(
-            select(table.c.status, table.c.attempts).order_by(table.c.created_at, table.c.id)
+            select(table.c.state, table.c.attempts).order_by(table.c.created_at, table.c.id)
         )
-        return [(r.status, r.attempts) for r in result]
+        return [(r.state, r.attempts) for r in result]
 
 
 async def until_parked(clock: FrozenClock) -> None:
@@ -114,12 +114,12 @@ async def until_parked(clock: FrozenClock) -> None:
             await anyio.lowlevel.checkpoint()
 
 
-async def test_ordered_pipelined_relay_keeps_each_keys_order_and_acknowledges_after_publish(
+async def test_ordered_pipelined_relay_keeps_each_keys_order_and_completes_after_publish(
     engine, outbox, ship_clock
 ):
     """O2/O3 ordered mode with pipelining: the next batch is claimed while the previous one is
-    acknowledged, yet each key's messages are published in enqueue order, each only after the
-    key's previous message was acknowledged, and every message is delivered exactly once."""
+    completed, yet each key's messages are published in enqueue order, each only after the
+    key's previous message was completed, and every message is delivered exactly once."""
     keys = [f"k{n}" for n in range(4)]
     intents = [OutboxIntent("t", {"n": n}, ordering_key=keys[n % 4]) for n in range(40)]
     ids = await outbox.enqueue_many("main", intents)
@@ -131,16 +131,15 @@ async def test_ordered_pipelined_relay_keeps_each_keys_order_and_acknowledges_af
 
     async def sink(message: OutboxMessage) -> None:
         earlier = [i for i in ids[: ids.index(message.id)] if key_of[i] == message.ordering_key]
-        if earlier and earlier[-1] not in traced.acknowledged:
+        if earlier and earlier[-1] not in traced.completed:
             out_of_turn.append(message.id)
         published.append(message.id)
         if len(published) == len(ids):
             done.set()
 
-    relay = create_outbox_relay(
+    async with await start_outbox_relay(
         outbox, "main", sink, batch_size=4, ordered=True, poll_interval=3600
-    )
-    async with relay:
+    ) as relay:
         with anyio.fail_after(20):
             await done.wait()
     assert out_of_turn == []
@@ -149,37 +148,38 @@ async def test_ordered_pipelined_relay_keeps_each_keys_order_and_acknowledges_af
         by_key[key_of[message_id]].append(message_id)
     assert by_key == {k: [i for i in ids if key_of[i] == k] for k in keys}
     assert sorted(published) == sorted(ids)
-    assert traced.claims_during_acknowledge > 0  # the pipeline did run
+    assert traced.claims_during_complete > 0  # the pipeline did run
     assert await statuses(engine) == [("delivered", 1)] * 40
     assert relay.delivered == 40
 
 
-async def test_failed_acknowledgement_is_retried_in_place_and_nothing_is_published_twice(
+async def test_failed_completion_is_retried_in_place_and_nothing_is_published_twice(
     engine, outbox, ship_clock, errors
 ):
-    """O3/O4 with pipelining: when a batch's acknowledgement fails, the relay keeps the batch in
-    memory and retries the acknowledgement after its error backoff (fenced on the claim token)
+    """O3/O4 with pipelining: when a batch's completion fails, the relay keeps the batch in
+    memory and retries the completion after its error backoff (fenced on the lease token)
     instead of dropping it and republishing it after the lease; the batch claimed ahead waits
     and is published next. Every message is published once and ends delivered on attempt 1."""
     ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(6)]
     traced = Traced(outbox)
-    traced.fail_next_acknowledge = True
+    traced.fail_next_complete = True
     published: list[uuid.UUID] = []
 
     async def sink(message: OutboxMessage) -> None:
         published.append(message.id)
 
-    relay = create_outbox_relay(outbox, "main", sink, batch_size=3, lease=10, poll_interval=60)
-    async with relay:
+    async with await start_outbox_relay(
+        outbox, "main", sink, batch_size=3, lease=10, poll_interval=60
+    ) as relay:
         with anyio.fail_after(10):
             while not errors:
                 await anyio.lowlevel.checkpoint()
         assert [type(e) for e in errors] == [AckFailedError]
-        assert traced.claims_during_acknowledge == 1
+        assert traced.claims_during_complete == 1
         await until_parked(ship_clock)  # the retry waits out its error backoff
         assert published == ids[:3]
         assert relay.delivered == 0
-        ship_clock.advance(1)  # MAX_ERROR_DELAY: the retried acknowledgement lands
+        ship_clock.advance(1)  # ERROR_BACKOFF.max_delay: the retried completion lands
         with anyio.fail_after(10):
             while relay.delivered < 6:
                 await anyio.lowlevel.checkpoint()
@@ -195,7 +195,7 @@ async def test_a_failed_claim_ahead_is_reported_once_and_the_loop_goes_on(
     failure; after its backoff the relay claims afresh and delivers everything exactly once."""
     ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(9)]
     traced = Traced(outbox)
-    traced.fail_next_claim_during_acknowledge = True
+    traced.fail_next_claim_during_complete = True
     published: list[uuid.UUID] = []
     done = anyio.Event()
 
@@ -204,8 +204,9 @@ async def test_a_failed_claim_ahead_is_reported_once_and_the_loop_goes_on(
         if len(published) == len(ids):
             done.set()
 
-    relay = create_outbox_relay(outbox, "main", sink, batch_size=3, poll_interval=3600)
-    async with relay:
+    async with await start_outbox_relay(
+        outbox, "main", sink, batch_size=3, poll_interval=3600
+    ) as relay:
         with anyio.fail_after(10):
             while not errors:
                 await anyio.lowlevel.checkpoint()
@@ -221,29 +222,28 @@ async def test_a_failed_claim_ahead_is_reported_once_and_the_loop_goes_on(
 
 
 async def test_stop_releases_the_batch_claimed_ahead(engine, outbox, ship_clock):
-    """O3: a relay stopped while it acknowledges a full batch and has claimed the next one
+    """O3: a relay stopped while it completes a full batch and has claimed the next one
     already releases that next batch (attempt given back) without publishing any of it."""
     ids = [await outbox.enqueue("main", "t", {"n": n}) for n in range(6)]
     traced = Traced(outbox)
-    acknowledging = anyio.Event()
+    completing = anyio.Event()
     proceed = anyio.Event()
-    real_acknowledge_many = traced.acknowledge_many
+    real_complete_many = traced.complete_many
 
-    async def slow_acknowledge_many(messages: list[OutboxMessage], **kwargs: Any) -> list[Any]:
-        acknowledging.set()
+    async def slow_complete_many(messages: list[OutboxMessage], **kwargs: Any) -> list[Any]:
+        completing.set()
         await proceed.wait()
-        return await real_acknowledge_many(messages, **kwargs)
+        return await real_complete_many(messages, **kwargs)
 
-    outbox.acknowledge_many = slow_acknowledge_many  # type: ignore[method-assign]
+    outbox.complete_many = slow_complete_many  # type: ignore[method-assign]
     published: list[uuid.UUID] = []
 
     async def sink(message: OutboxMessage) -> None:
         published.append(message.id)
 
-    relay = create_outbox_relay(outbox, "main", sink, batch_size=3, poll_interval=3600)
-    relay.start()
+    relay = await start_outbox_relay(outbox, "main", sink, batch_size=3, poll_interval=3600)
     with anyio.fail_after(10):
-        await acknowledging.wait()
+        await completing.wait()
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
             tg.start_soon(relay.stop)
@@ -266,7 +266,7 @@ async def test_hard_stop_while_waiting_for_the_claim_ahead_still_releases_it(
     real_claim = traced.claim
 
     async def slow_claim_ahead(*args: Any, **kwargs: Any) -> list[OutboxMessage]:
-        ahead = bool(traced.acknowledging)
+        ahead = bool(traced.completing)
         messages = await real_claim(*args, **kwargs)
         if ahead:  # claimed in the database; the answer is slow to come back
             claim_ahead_started.set()
@@ -279,16 +279,15 @@ async def test_hard_stop_while_waiting_for_the_claim_ahead_still_releases_it(
     async def sink(message: OutboxMessage) -> None:
         published.append(message.id)
 
-    relay = create_outbox_relay(outbox, "main", sink, batch_size=3, poll_interval=3600)
-    relay.start()
+    relay = await start_outbox_relay(outbox, "main", sink, batch_size=3, poll_interval=3600)
     task = relay._task  # to observe the cancellation
     assert task is not None
     with anyio.fail_after(10):
         await claim_ahead_started.wait()
-        while relay.delivered < 3:  # the first batch is acknowledged; the claim ahead hangs
+        while relay.delivered < 3:  # the first batch is completed; the claim ahead hangs
             await anyio.lowlevel.checkpoint()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: relay.stop(grace=0.01))
+            tg.start_soon(lambda: relay.stop(drain_timeout=0.01))
             while not task.cancelling():
                 await anyio.lowlevel.checkpoint()
             proceed.set()

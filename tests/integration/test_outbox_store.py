@@ -1,5 +1,5 @@
 """The outbox store on real PostgreSQL: O1 (unit of work), O2 (claim), O3 (fencing), O4 (retry,
-dead letters, redrive)."""
+dead letters, retry)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from ship_sqla import TransactionScope, create_unit_of_work
 from ship_sqla._outbox import (
     LEASE_LAPSED_FINAL_ATTEMPT,
+    Backoff,
     Outbox,
-    OutboxBackoff,
-    OutboxClaimStaleError,
     OutboxDeadLetteredError,
     OutboxIntent,
+    OutboxLeaseStaleError,
+    OutboxOperations,
     OutboxPayloadError,
     OutboxPayloadTooLargeError,
+    OutboxRelay,
     create_outbox,
-    create_outbox_relay,
+    create_outbox_operations,
     ship_outbox_table,
 )
 from ship_sqla._outbox._store import DEFAULT_MAX_PAYLOAD_BYTES, MAX_OUTBOX_ID_LENGTH
@@ -31,13 +33,13 @@ from ship_sqla.kernel import (
     ConfigurationError,
     FrozenClock,
     InvalidCursorError,
+    InvalidKeyError,
     TenantViolationError,
 )
-from ship_sqla.kernel._keys import InvalidKeyError
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)
-BACKOFF = OutboxBackoff(base=10.0, factor=2.0, max_delay=1000.0, jitter="none")
+BACKOFF = Backoff(base=10.0, factor=2.0, max_delay=1000.0, jitter="none")
 
 
 class BoomError(Exception):
@@ -65,6 +67,16 @@ def outbox(conn: AsyncConnection, ship_clock: FrozenClock, errors: list[BaseExce
         backoff=BACKOFF,
         on_error=errors.append,
     )
+
+
+def allow(permission: str, operation: str) -> bool:
+    return permission == "ship.outbox:manage"
+
+
+@pytest.fixture
+def ops(outbox: Outbox) -> OutboxOperations:
+    """The operator surface (list dead, retry, purge), behind an authorizer that allows."""
+    return create_outbox_operations(outbox, authorizer=allow)
 
 
 @pytest.fixture
@@ -109,7 +121,7 @@ async def test_enqueue_in_rolled_back_unit_of_work_leaves_no_row(conn, outbox):
     (row,) = await rows(conn)
     assert row["id"] == message_id
     assert row["payload"] == {"id": 2}
-    assert row["status"] == "pending"
+    assert row["state"] == "pending"
 
 
 async def test_committed_enqueue_wakes_local_relays_after_commit_only(engine, ship_clock):
@@ -215,8 +227,8 @@ async def test_claim_takes_lapsed_leases_before_pending(conn, outbox, ship_clock
     retaken = await outbox.claim("main", 2, lease=10, worker="C")
     assert [m.id for m in retaken] == first  # A's lapsed first (earliest lease), not B's
     assert all(m.attempt == 2 and m.claimed_by == "C" for m in retaken)
-    assert {m.claim_token for m in retaken}.isdisjoint({m.claim_token for m in held})
-    assert len({m.claim_token for m in retaken}) == 2
+    assert {m.token for m in retaken}.isdisjoint({m.token for m in held})
+    assert len({m.token for m in retaken}) == 2
     rest = await outbox.claim("main", 10, lease=10, worker="C")
     assert [m.id for m in rest] == fresh
 
@@ -271,46 +283,46 @@ async def test_claim_runs_in_its_own_transaction_not_the_unit_of_work(engine, sh
     with pytest.raises(BoomError):
         await uow.run(handler)
     (row,) = await rows(engine)
-    assert row["status"] == "claimed"
+    assert row["state"] == "claimed"
 
 
 # -- O3 ---------------------------------------------------------------------------------------
 
 
 async def test_stale_holder_changes_nothing_and_is_told(conn, outbox, ship_clock):
-    """O3: after a lease lapsed and the row was retaken, the old holder's acknowledge, fail and
-    release change nothing and report "stale" (or raise SHIP_SQLA_OUTBOX_CLAIM_STALE); a second
-    acknowledge by the delivering claim is idempotent ("delivered", nothing changes)."""
+    """O3: after a lease lapsed and the row was retaken, the old holder's complete, fail and
+    release change nothing and report "stale" (or raise SHIP_SQLA_OUTBOX_LEASE_STALE); a second
+    complete by the delivering claim is idempotent ("delivered", nothing changes)."""
     await outbox.enqueue("main", "t", {})
     (old,) = await outbox.claim("main", 1, lease=10, worker="A")
     ship_clock.advance(11)
     (new,) = await outbox.claim("main", 1, lease=10, worker="B")
     before = await rows(conn)
-    assert await outbox.acknowledge(old) == "stale"
+    assert await outbox.complete(old) == "stale"
     assert await outbox.fail(old, "boom") == "stale"
     assert await outbox.release(old) == "stale"
-    assert await outbox.extend([old], 100) == [False]
+    assert await outbox.heartbeat([old], 100) == [False]
     assert await rows(conn) == before
-    with pytest.raises(OutboxClaimStaleError) as caught:
-        await outbox.acknowledge(old, raise_if_stale=True)
-    assert caught.value.code == "SHIP_SQLA_OUTBOX_CLAIM_STALE"
+    with pytest.raises(OutboxLeaseStaleError) as caught:
+        await outbox.complete(old, raise_if_stale=True)
+    assert caught.value.code == "SHIP_SQLA_OUTBOX_LEASE_STALE"
     assert caught.value.message_id == old.id
-    with pytest.raises(OutboxClaimStaleError):
+    with pytest.raises(OutboxLeaseStaleError):
         await outbox.fail(old, "boom", raise_if_stale=True)
-    with pytest.raises(OutboxClaimStaleError):
+    with pytest.raises(OutboxLeaseStaleError):
         await outbox.release(old, raise_if_stale=True)
     assert await rows(conn) == before
-    assert await outbox.acknowledge(new) == "delivered"
+    assert await outbox.complete(new) == "delivered"
     (row,) = await rows(conn)
-    assert row["status"] == "delivered"
-    assert row["claim_token"] == new.claim_token  # kept: it makes a retried acknowledge idempotent
+    assert row["state"] == "delivered"
+    assert row["lease_token"] == new.token  # kept: it makes a retried complete idempotent
     assert row["delivered_at"] == ship_clock.now()
-    # Acknowledging again with the delivering claim answers "delivered" and changes nothing
+    # Completing again with the delivering claim answers "delivered" and changes nothing
     # (a retry after a lost reply); the superseded claim is still stale; other settles of a
     # delivered row are stale.
     ship_clock.advance(5)
-    assert await outbox.acknowledge(new) == "delivered"
-    assert await outbox.acknowledge(old) == "stale"
+    assert await outbox.complete(new) == "delivered"
+    assert await outbox.complete(old) == "stale"
     assert await outbox.fail(new, "late") == "stale"
     assert await outbox.release(new) == "stale"
     assert await rows(conn) == [row]
@@ -323,20 +335,20 @@ async def test_current_holder_may_settle_after_its_lease_lapsed_if_nobody_retook
     await outbox.enqueue("main", "t", {})
     (message,) = await outbox.claim("main", 1, lease=10)
     ship_clock.advance(60)
-    assert await outbox.acknowledge(message) == "delivered"
+    assert await outbox.complete(message) == "delivered"
 
 
-async def test_acknowledge_many_settles_in_one_statement_per_message_outcomes(
+async def test_complete_many_settles_in_one_statement_per_message_outcomes(
     conn, outbox, ship_clock
 ):
-    """O3: batch acknowledge fences each message on its own token; outcomes in order."""
+    """O3: batch complete fences each message on its own token; outcomes in order."""
     for n in range(3):
         await outbox.enqueue("main", "t", {"n": n})
     a, b, c = await outbox.claim("main", 3, lease=10)
     assert await outbox.release(b) == "released"
-    assert await outbox.acknowledge_many([a, b, c]) == ["delivered", "stale", "delivered"]
-    assert await outbox.acknowledge_many([]) == []
-    assert [r["status"] for r in await rows(conn)] == ["delivered", "pending", "delivered"]
+    assert await outbox.complete_many([a, b, c]) == ["delivered", "stale", "delivered"]
+    assert await outbox.complete_many([]) == []
+    assert [r["state"] for r in await rows(conn)] == ["delivered", "pending", "delivered"]
 
 
 async def test_release_gives_the_attempt_back_and_extend_moves_the_lease(conn, outbox, ship_clock):
@@ -344,12 +356,12 @@ async def test_release_gives_the_attempt_back_and_extend_moves_the_lease(conn, o
     current claim alive."""
     await outbox.enqueue("main", "t", {})
     (m,) = await outbox.claim("main", 1, lease=10)
-    assert await outbox.extend([m], 100) == [True]
+    assert await outbox.heartbeat([m], 100) == [True]
     ship_clock.advance(50)
     assert await outbox.claim("main", 1, lease=10) == []  # lease now ends at t=100
     assert await outbox.release(m) == "released"
     (row,) = await rows(conn)
-    assert (row["status"], row["attempts"], row["claim_token"]) == ("pending", 0, None)
+    assert (row["state"], row["attempts"], row["lease_token"]) == ("pending", 0, None)
     (again,) = await outbox.claim("main", 1, lease=10)
     assert again.attempt == 1
 
@@ -357,7 +369,7 @@ async def test_release_gives_the_attempt_back_and_extend_moves_the_lease(conn, o
 # -- O4 ---------------------------------------------------------------------------------------
 
 
-async def test_failures_retry_with_backoff_then_end_dead(conn, outbox, ship_clock):
+async def test_failures_retry_with_backoff_then_end_dead(conn, outbox, ops, ship_clock):
     """O4: each failure makes the row pending after the backoff of that attempt; the failure
     on the last attempt makes it dead, with the error kept."""
     message_id = await outbox.enqueue("main", "t", {})
@@ -380,8 +392,8 @@ async def test_failures_retry_with_backoff_then_end_dead(conn, outbox, ship_cloc
     ship_clock.advance(10_000)
     assert await outbox.claim("main", 1, lease=10) == []
     (row,) = await rows(conn)
-    assert (row["status"], row["attempts"], row["last_error"]) == ("dead", 3, "third")
-    page = await outbox.list_dead("main")
+    assert (row["state"], row["attempts"], row["last_error"]) == ("dead", 3, "third")
+    page = await ops.list_dead("main")
     assert [r.id for r in page.items] == [message_id]
     assert page.next_cursor is None
 
@@ -410,18 +422,18 @@ async def test_lease_lapsing_on_the_final_attempt_is_dead_not_retried(
         ship_clock.advance(11)
     assert await outbox.claim("main", 1, lease=10) == []
     (row,) = await rows(conn)
-    assert (row["status"], row["attempts"]) == ("dead", 3)
+    assert (row["state"], row["attempts"]) == ("dead", 3)
     assert row["last_error"] == LEASE_LAPSED_FINAL_ATTEMPT
-    assert row["claim_token"] is None
+    assert row["lease_token"] is None
     (error,) = errors
     assert isinstance(error, OutboxDeadLetteredError)
     assert error.record.id == message_id
     assert error.code == "SHIP_SQLA_OUTBOX_LEASE_LAPSED_FINAL_ATTEMPT"
 
 
-async def test_list_dead_pages_by_keyset_and_redrive_revives(conn, outbox, ship_clock):
+async def test_list_dead_pages_by_keyset_and_retry_revives(conn, outbox, ops, ship_clock):
     """O4: dead messages are listed page by page (nothing skipped, nothing repeated) and
-    redrive moves them back to pending with a fresh attempt budget."""
+    retry moves them back to pending with a fresh attempt budget."""
     ids = [await outbox.enqueue("main", "t", {"n": n}, max_attempts=1) for n in range(5)]
     await outbox.enqueue("other", "t", {}, max_attempts=1)
     for m in await outbox.claim("main", 10, lease=10):
@@ -429,45 +441,45 @@ async def test_list_dead_pages_by_keyset_and_redrive_revives(conn, outbox, ship_
     seen = []
     cursor = None
     while True:
-        page = await outbox.list_dead("main", limit=2, cursor=cursor)
+        page = await ops.list_dead("main", limit=2, cursor=cursor)
         seen.extend(r.id for r in page.items)
-        assert all(r.status == "dead" and r.last_error == "boom" for r in page.items)
+        assert all(r.state == "dead" and r.last_error == "boom" for r in page.items)
         if page.next_cursor is None:
             break
         cursor = page.next_cursor
     assert seen == ids
     with pytest.raises(InvalidCursorError):
-        await outbox.list_dead("other", cursor=cursor)
+        await ops.list_dead("other", cursor=cursor)
     with pytest.raises(InvalidCursorError):
-        await outbox.list_dead("main", cursor="not-a-cursor")
+        await ops.list_dead("main", cursor="not-a-cursor")
     with pytest.raises(BoundExceededError):
-        await outbox.list_dead("main", limit=1001)
+        await ops.list_dead("main", limit=1001)
 
     unknown = uuid.uuid4()
-    assert await outbox.redrive([ids[0], ids[1], unknown, ids[0]]) == [ids[0], ids[1]]
-    assert await outbox.redrive([ids[0]]) == []  # no longer dead: left alone, and reported
+    assert await ops.retry([ids[0], ids[1], unknown, ids[0]]) == [ids[0], ids[1]]
+    assert await ops.retry([ids[0]]) == []  # no longer dead: left alone, and reported
     record = await outbox.get(ids[0])
     assert record is not None
-    assert (record.status, record.attempts) == ("pending", 0)
+    assert (record.state, record.attempts) == ("pending", 0)
     assert [m.id for m in await outbox.claim("main", 10, lease=10)] == ids[:2]
     assert await outbox.get(unknown) is None
 
 
-async def test_nothing_is_dropped_every_message_is_accounted_for(conn, outbox, ship_clock):
+async def test_nothing_is_dropped_every_message_is_accounted_for(conn, outbox, ops, ship_clock):
     """O4: after a mix of successes, failures and lapses every enqueued message is delivered,
     dead (listed), or still pending/claimed: none vanishes."""
     ids = {await outbox.enqueue("main", "t", {"n": n}) for n in range(12)}
     for round_ in range(8):
         for i, m in enumerate(await outbox.claim("main", 4, lease=10)):
             if (i + round_) % 3 == 0:
-                await outbox.acknowledge(m)
+                await outbox.complete(m)
             elif (i + round_) % 3 == 1:
                 await outbox.fail(m, "boom", retry_in=0)
             # else: left to lapse
         ship_clock.advance(11)
-    statuses = {r["id"]: r["status"] for r in await rows(conn)}
+    statuses = {r["id"]: r["state"] for r in await rows(conn)}
     assert set(statuses) == ids
-    dead = {r.id for r in (await outbox.list_dead("main", limit=100)).items}
+    dead = {r.id for r in (await ops.list_dead("main", limit=100)).items}
     assert dead == {i for i, s in statuses.items() if s == "dead"}
     assert all(r["attempts"] <= r["max_attempts"] for r in await rows(conn))
 
@@ -504,7 +516,7 @@ async def test_a_second_outbox_table_name_is_independent(conn, ship_clock):
     outbox = create_outbox(database=conn, table=other, clock=ship_clock)
     await outbox.enqueue("main", "t", {})
     assert len(await outbox.claim("main", 1, lease=1)) == 1
-    await conn.execute(update(other).values(status="dead"))
+    await conn.execute(update(other).values(state="dead"))
 
 
 async def test_a_batch_holding_a_stale_and_a_current_claim_of_one_message(conn, outbox, ship_clock):
@@ -514,8 +526,8 @@ async def test_a_batch_holding_a_stale_and_a_current_claim_of_one_message(conn, 
     (old,) = await outbox.claim("main", 1, lease=10)
     assert await outbox.release(old) == "released"
     (new,) = await outbox.claim("main", 1, lease=10)
-    assert await outbox.extend([old, new], 30) == [False, True]
-    assert await outbox.acknowledge_many([old, new]) == ["stale", "delivered"]
+    assert await outbox.heartbeat([old, new], 30) == [False, True]
+    assert await outbox.complete_many([old, new]) == ["stale", "delivered"]
 
 
 # -- settling on an engine: autocommit alone, joined inside a unit of work ---------------------
@@ -532,23 +544,23 @@ async def test_settles_on_an_engine_commit_alone_or_join_the_unit_of_work(engine
     uow = create_unit_of_work(engine, repositories=scope_only)
 
     async def explicit(scope: TransactionScope) -> None:
-        assert await outbox.acknowledge(a, scope=scope) == "delivered"
+        assert await outbox.complete(a, scope=scope) == "delivered"
         assert await outbox.fail(b, "boom", scope=scope) == "retrying"
         raise BoomError
 
     async def ambient(scope: TransactionScope) -> None:
-        assert await outbox.acknowledge_many([a, b]) == ["delivered", "delivered"]
+        assert await outbox.complete_many([a, b]) == ["delivered", "delivered"]
         assert await outbox.release(c) == "released"
         raise BoomError
 
     for handler in (explicit, ambient):
         with pytest.raises(BoomError):
             await uow.run(handler)
-        assert [r["status"] for r in await rows(engine)] == ["claimed"] * 4
-    assert await outbox.acknowledge_many([a, b]) == ["delivered", "delivered"]
+        assert [r["state"] for r in await rows(engine)] == ["claimed"] * 4
+    assert await outbox.complete_many([a, b]) == ["delivered", "delivered"]
     assert await outbox.fail(c, "boom") == "retrying"
     assert await outbox.release(d) == "released"
-    assert [r["status"] for r in await rows(engine)] == [
+    assert [r["state"] for r in await rows(engine)] == [
         "delivered",
         "delivered",
         "pending",
@@ -556,19 +568,19 @@ async def test_settles_on_an_engine_commit_alone_or_join_the_unit_of_work(engine
     ]
 
 
-async def test_acknowledge_many_on_an_engine_answers_each_pair(engine, ship_clock):
-    """O3: all-delivered, stale, a duplicated message, a retried acknowledgement (idempotent) and
+async def test_complete_many_on_an_engine_answers_each_pair(engine, ship_clock):
+    """O3: all-delivered, stale, a duplicated message, a retried completion (idempotent) and
     a stale plus the current claim of one message each get their own outcome, in order."""
     outbox = create_outbox(database=engine, table=table, clock=ship_clock)
     for n in range(3):
         await outbox.enqueue("main", "t", {"n": n})
     a, b, c = await outbox.claim("main", 3, lease=10)
-    assert await outbox.acknowledge_many([a, a]) == ["delivered", "delivered"]
-    assert await outbox.acknowledge_many([a]) == ["delivered"]  # a retry: idempotent
+    assert await outbox.complete_many([a, a]) == ["delivered", "delivered"]
+    assert await outbox.complete_many([a]) == ["delivered"]  # a retry: idempotent
     assert await outbox.release(b) == "released"
     (b2,) = await outbox.claim("main", 1, lease=10)
-    assert await outbox.acknowledge_many([b, c, b2]) == ["stale", "delivered", "delivered"]
-    assert [r["status"] for r in await rows(engine)] == ["delivered"] * 3
+    assert await outbox.complete_many([b, c, b2]) == ["stale", "delivered", "delivered"]
+    assert [r["state"] for r in await rows(engine)] == ["delivered"] * 3
 
 
 async def test_release_and_retry_now_on_an_engine_wake_local_relays(engine, ship_clock):
@@ -620,7 +632,7 @@ async def test_claim_hands_out_headers_and_payload_as_enqueued(engine, ship_cloc
     ship_clock.advance(11)
     assert await outbox.claim("main", 3, lease=10) == []
     dead = [e.record for e in errors if isinstance(e, OutboxDeadLetteredError)]
-    assert sorted((r.topic, r.headers, r.status) for r in dead) == [
+    assert sorted((r.topic, r.headers, r.state) for r in dead) == [
         ("a", {"trace": "x"}, "dead"),
         ("b", {}, "dead"),
         ("c", {}, "dead"),
@@ -697,18 +709,19 @@ async def test_payload_size_limit_defaults_to_one_mib_and_is_configurable(conn, 
 async def test_blank_or_unstorable_outbox_ids_are_refused_before_any_sql(outbox_id):
     """O1/O2: an outbox_id that is empty, blank, holds a NUL character, is longer than 255
     characters or is not a string is refused by enqueue, enqueue_many, claim, list_dead,
-    purge_delivered and create_outbox_relay with InvalidKeyError (SHIP_SQLA_KEY_INVALID, the
-    kernel's rule for keys), before any SQL runs."""
+    purge_delivered and OutboxRelay (start_outbox_relay) with InvalidKeyError
+    (SHIP_SQLA_KEY_INVALID, the kernel's rule for keys), before any SQL runs."""
     unreachable = create_async_engine(UNREACHABLE)
     try:
         outbox = create_outbox(database=unreachable, table=table)
+        ops = create_outbox_operations(outbox, authorizer=allow)
         calls = [
             outbox.enqueue(outbox_id, "t", {}),
             outbox.enqueue_many(outbox_id, [OutboxIntent("t", {})]),
             outbox.enqueue_many(outbox_id, []),
             outbox.claim(outbox_id, 1, 10),
-            outbox.list_dead(outbox_id),
-            outbox.purge_delivered(outbox_id, older_than=60),
+            ops.list_dead(outbox_id),
+            ops.purge_delivered(outbox_id, older_than=60),
         ]
         for call in calls:
             with pytest.raises(InvalidKeyError, match="outbox_id") as caught:
@@ -716,7 +729,7 @@ async def test_blank_or_unstorable_outbox_ids_are_refused_before_any_sql(outbox_
             assert caught.value.code == "SHIP_SQLA_KEY_INVALID"
             assert caught.value.fix
         with pytest.raises(InvalidKeyError, match="outbox_id"):
-            create_outbox_relay(outbox, outbox_id, no_sink)
+            OutboxRelay(outbox, outbox_id, no_sink)
     finally:
         await unreachable.dispose()
     assert MAX_OUTBOX_ID_LENGTH == 255
@@ -740,7 +753,7 @@ async def test_unstorable_topics_and_ordering_keys_are_refused_before_any_sql(co
     await outbox.enqueue("main", "t", {}, ordering_key="k" * 255)
 
 
-async def test_durations_must_be_finite_and_positive(conn, outbox):
+async def test_durations_must_be_finite_and_positive(conn, outbox, ops):
     """O2/O4: a lease, retry delay, retention or relay interval of nan, inf, a negative or an
     absurdly large number of seconds is a ConfigurationError before any SQL runs."""
     await outbox.enqueue("main", "t", {})
@@ -749,20 +762,20 @@ async def test_durations_must_be_finite_and_positive(conn, outbox):
         with pytest.raises(ConfigurationError, match="lease"):
             await outbox.claim("main", 1, lease)
         with pytest.raises(ConfigurationError, match="lease"):
-            await outbox.extend([message], lease)
+            await outbox.heartbeat([message], lease)
         with pytest.raises(ConfigurationError, match="lease"):
-            create_outbox_relay(outbox, "main", no_sink, lease=lease)
+            OutboxRelay(outbox, "main", no_sink, lease=lease)
         with pytest.raises(ConfigurationError, match="poll_interval"):
-            create_outbox_relay(outbox, "main", no_sink, poll_interval=lease)
+            OutboxRelay(outbox, "main", no_sink, poll_interval=lease)
     for delay in (float("nan"), float("inf"), -1):
         with pytest.raises(ConfigurationError, match="retry_in"):
             await outbox.fail(message, "boom", retry_in=delay)
         with pytest.raises(ConfigurationError, match="older_than"):
-            await outbox.purge_delivered("main", older_than=delay)
+            await ops.purge_delivered("main", older_than=delay)
         with pytest.raises(ConfigurationError, match="backoff"):
-            OutboxBackoff(base=delay)
+            Backoff(base=delay)
         with pytest.raises(ConfigurationError, match="backoff"):
-            OutboxBackoff(max_delay=delay)
+            Backoff(max_delay=delay)
     with pytest.raises(ConfigurationError, match="factor"):
-        OutboxBackoff(factor=float("nan"))
+        Backoff(factor=float("nan"))
     assert await outbox.fail(message, "boom", retry_in=0) == "retrying"

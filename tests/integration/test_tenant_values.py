@@ -11,18 +11,24 @@ import pytest
 from sqlalchemy import MetaData, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from ship_sqla import TransactionScope, create_unit_of_work
-from ship_sqla._idempotency import (
+from ship_sqla import (
     IdempotencyKeyError,
     IdempotencyStarted,
+    TenantViolationError,
+    TransactionScope,
     create_idempotency_store,
+    create_outbox,
+    create_unit_of_work,
+    create_webhook_event_store,
     ship_idempotency_table,
+    ship_outbox_table,
+    ship_webhook_events_table,
 )
-from ship_sqla._outbox import create_outbox, ship_outbox_table
+
+# Private on purpose: the one tenant rule lives in the scope module, and this test proves every
+# store applies that same rule (and its byte bound) rather than a copy of its own.
 from ship_sqla._scope import MAX_TENANT_BYTES, check_tenant
-from ship_sqla._webhooks import create_webhook_event_store, ship_webhook_events_table
-from ship_sqla._webhooks._receiver import WebhookEndpoint
-from ship_sqla.kernel import TenantViolationError
+from ship_sqla.asgi import WebhookEndpoint
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

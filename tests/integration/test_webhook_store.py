@@ -10,14 +10,16 @@ import pytest
 from sqlalchemy import MetaData, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla import TransactionScope, create_unit_of_work
-from ship_sqla._idempotency import (
+from ship_sqla import (
     IdempotencyStarted,
     StoredResponse,
+    TransactionScope,
     create_idempotency_store,
+    create_outbox,
+    create_unit_of_work,
     ship_idempotency_table,
+    ship_outbox_table,
 )
-from ship_sqla._outbox import create_outbox, ship_outbox_table
 from ship_sqla._webhooks import (
     WebhookEventInProgressError,
     WebhookEventNotFoundError,
@@ -186,7 +188,7 @@ async def test_cleanup_keeps_events_whose_intent_is_pending_or_claimed(
         await store.link("s", event_id, message_id)
         async with engine.begin() as c:
             await c.execute(
-                update(outbox_table).where(outbox_table.c.id == message_id).values(status=status)
+                update(outbox_table).where(outbox_table.c.id == message_id).values(state=status)
             )
     await store.record("s", "evt_unlinked", {})
     await store.record("s", "evt_linked_to_deleted", {})

@@ -20,8 +20,11 @@ from hypothesis import strategies as st
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ship_sqla._server import ResolvedServer
-from ship_sqla.testing._databases import DatabaseFactory, new_database_name
+from ship_sqla.testing import DatabaseFactory, ResolvedServer
+
+# Private on purpose: databases made here carry the pytest plugin's own prefix
+# (ship_sqla_test_), so any left behind are recognisable as test databases.
+from ship_sqla.testing._databases import new_database_name
 
 T = TypeVar("T")
 

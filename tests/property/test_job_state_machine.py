@@ -1,8 +1,9 @@
 """The PostgreSQL job backend against the in-memory model, step by step (J1-J7).
 
 Hypothesis drives both backends with the same calls (enqueue, enqueue_many, claim as worker A or
-B, heartbeat, complete / fail / release with a current or stale token, the frozen clock moving
-past leases, operator retry / discard, cleanup) and after every step checks that the database
+B, heartbeat, settle batches (complete / fail / release, one kind or mixed) with a current or
+stale token, the frozen clock moving past leases, operator retry / discard through the admin
+ports, cleanup through the one operator surface) and after every step checks that the database
 equals the model and that the backend's invariants hold.
 
 Hypothesis has no async rules, so the sync rules drive the async backends through one event loop
@@ -32,25 +33,34 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from job_helpers import claim_request
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla._jobs._backend import PostgresJobBackend, run_record
-from ship_sqla._jobs._operations_sql import OPS_GET_RUN
+from ship_sqla._jobs._admin import run_record
+from ship_sqla._jobs._backend import PostgresJobBackend
 from ship_sqla._jobs._sql import render
-from ship_sqla._server import ResolvedServer
+from ship_sqla._jobs._sql.admin import GET_RUN
 from ship_sqla.kernel import FrozenClock
 from ship_sqla.kernel._jobs import Concurrency, IdempotencyPolicy, RetryPolicy, define_job
 from ship_sqla.kernel._memory.jobs import InMemoryJobBackend
+from ship_sqla.kernel._operations import JobOperations, create_job_operations
 from ship_sqla.kernel._ports import (
     TERMINAL_STATES,
     ClaimedRun,
+    Complete,
     EnqueueRequest,
     EnqueueResult,
+    Fail,
+    Release,
     RunRecord,
+    Settlement,
 )
-from ship_sqla.testing import DatabaseFactory
+from ship_sqla.testing import DatabaseFactory, ResolvedServer
+
+# Private on purpose: databases made here carry the pytest plugin's own prefix
+# (ship_sqla_test_), so any left behind are recognisable as test databases.
 from ship_sqla.testing._databases import new_database_name
 
 T = TypeVar("T")
@@ -67,11 +77,15 @@ DEPTH_LIMIT = 4
 metadata = MetaData()
 runs_table = ship_job_runs_table(metadata)
 state_table = ship_job_state_table(metadata)
-ALL_RUNS = render(OPS_GET_RUN.replace("WHERE r.id = :id", "ORDER BY r.id"), runs="ship_job_runs")
+ALL_RUNS = render(GET_RUN.replace("WHERE r.id = :id", "ORDER BY r.id"), runs="ship_job_runs")
 
 
 async def noop(ctx: Any, payload: Any) -> None:
     return None
+
+
+def allow(permission: str, operation: str) -> bool:
+    return True
 
 
 PLAIN = define_job(
@@ -140,6 +154,8 @@ class JobBackendMachine(RuleBasedStateMachine):
             queue_depth_limit=DEPTH_LIMIT,
         )
         self.model = InMemoryJobBackend(clock=self.clock, queue_depth_limit=DEPTH_LIMIT)
+        self.pg_ops: JobOperations = create_job_operations(self.pg, authorizer=allow)
+        self.model_ops: JobOperations = create_job_operations(self.model, authorizer=allow)
         self.claims: list[Claim] = []
         self.tokens: dict[str, int] = {}
         self.counter = 0
@@ -174,8 +190,9 @@ class JobBackendMachine(RuleBasedStateMachine):
         run is running under a newer token (the zombie J5 fences out), else any stale one."""
         current: list[Claim] = []
         superseded: list[Claim] = []
+        model = {record.run_id: record for record in self.model.runs()}
         for claim in self.claims:
-            record = self.model.get_run(claim.pg.run_id)
+            record = model.get(claim.pg.run_id)
             if record is None or record.state != "running":
                 continue
             if self.tokens[claim.pg.run_id] == claim.pg.token:
@@ -247,8 +264,9 @@ class JobBackendMachine(RuleBasedStateMachine):
         exclude=st.sampled_from([(), ("x",)]),
     )
     def claim(self, job: Any, worker: str, limit: int, exclude: tuple[str, ...]) -> None:
-        expected = self.run(self.model.claim(job, worker=worker, limit=limit, exclude_keys=exclude))
-        actual = self.run(self.pg.claim(job, worker=worker, limit=limit, exclude_keys=exclude))
+        request = claim_request(job, worker=worker, limit=limit, exclude_keys=exclude)
+        expected = self.run(self.model.claim(request))
+        actual = self.run(self.pg.claim(request))
         assert [_claimed_view(r) for r in actual] == [_claimed_view(r) for r in expected]
         # J6, J10: both answer the same dead-lettered runs, for the runtime to report and count.
         assert sorted(actual.buried, key=str) == sorted(expected.buried, key=str)
@@ -260,17 +278,24 @@ class JobBackendMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.claims)
     @rule(
-        op=st.sampled_from(["heartbeat", "complete", "fail", "release"]),
+        op=st.sampled_from(["heartbeat", "complete", "fail", "release", "mixed"]),
         picks=st.lists(st.tuples(PICKS, st.booleans()), min_size=1, max_size=3),
         retry_in=st.none() | st.sampled_from([0, 3]),
         error=st.none() | st.sampled_from(["e1", "e2"]),
+        kinds=st.lists(st.sampled_from(["complete", "fail", "release"]), min_size=3, max_size=3),
     )
     def settle(
-        self, op: str, picks: list[tuple[int, bool]], retry_in: int | None, error: str | None
+        self,
+        op: str,
+        picks: list[tuple[int, bool]],
+        retry_in: int | None,
+        error: str | None,
+        kinds: list[str],
     ) -> None:
-        """heartbeat / complete take a batch; fail / release the first pick. A pick is a current
-        claim or (flag) a stale one; whatever the backends answer must agree, and a stale
-        answer must leave the row as it was (J5)."""
+        """heartbeat / complete take a batch; fail / release the first pick; mixed settles a
+        batch of every kind in one call (one statement on PostgreSQL). A pick is a current claim
+        or (flag) a stale one; whatever the backends answer must agree, and a stale answer must
+        leave the row as it was (J5)."""
         chosen = [self.pick(i, stale) for i, stale in picks]
         before = self.pg_records()
         if op == "heartbeat":
@@ -285,23 +310,28 @@ class JobBackendMachine(RuleBasedStateMachine):
                     record.lease_expires_at is None or record.lease_expires_at <= now
                 )
                 assert not (ok and lapsed), claim  # J5: a lapsed lease is never revived
-        elif op == "complete":
-            expected = self.run(self.model.complete([c.model for c in chosen]))
-            actual = self.run(self.pg.complete([c.pg for c in chosen]))
+        else:
+            if op in ("fail", "release"):
+                chosen = chosen[:1]
+            when = None if retry_in is None else self.clock.now() + timedelta(seconds=retry_in)
+
+            def settlements(side: str) -> list[Settlement]:
+                made: list[Settlement] = []
+                for claim, kind in zip(chosen, kinds, strict=False):
+                    run = claim.pg if side == "pg" else claim.model
+                    kind = op if op != "mixed" else kind  # noqa: PLW2901 - one kind, or each its own
+                    if kind == "complete":
+                        made.append(Complete(run))
+                    elif kind == "fail":
+                        made.append(Fail(run, error or "e", retry_at=when))
+                    else:
+                        made.append(Release(run, run_at=when or self.clock.now(), error=error))
+                return made
+
+            expected = self.run(self.model.settle(settlements("model")))
+            actual = self.run(self.pg.settle(settlements("pg")))
             assert actual == expected
             stale_flags = [o == "stale" for o in actual]
-        else:
-            chosen = chosen[:1]
-            claim = chosen[0]
-            when = None if retry_in is None else self.clock.now() + timedelta(seconds=retry_in)
-            if op == "fail":
-                outcome = self.run(self.model.fail(claim.model, error or "e", retry_at=when))
-                assert self.run(self.pg.fail(claim.pg, error or "e", retry_at=when)) == outcome
-            else:
-                when = when or self.clock.now()
-                outcome = self.run(self.model.release(claim.model, run_at=when, error=error))
-                assert self.run(self.pg.release(claim.pg, run_at=when, error=error)) == outcome
-            stale_flags = [outcome == "stale"]
         after = self.pg_records()
         settled = {c.pg.run_id for c, stale in zip(chosen, stale_flags, strict=True) if not stale}
         for claim, stale in zip(chosen, stale_flags, strict=True):
@@ -317,19 +347,20 @@ class JobBackendMachine(RuleBasedStateMachine):
     @rule(op=st.sampled_from(["retry", "discard", "cleanup"]), pick=PICKS, job=JOBS)
     def operate(self, op: str, pick: int, job: Any) -> None:
         if op == "cleanup":
-            assert self.run(self.pg.cleanup(job, limit=1000)) == self.model.cleanup(job, limit=1000)
+            assert self.run(self.pg_ops.cleanup([job])) == self.run(self.model_ops.cleanup([job]))
             return
         ids = self.known_ids()
         if not ids:
             return
         run_id = ids[pick % len(ids)]
         if op == "retry":
-            expected = self.model.retry(run_id)
-            assert self.run(self.pg.retry(run_id)) == expected
+            expected = self.run(self.model.admin.retry_dead(run_id)) is not None
+            assert (self.run(self.pg.admin.retry_dead(run_id)) is not None) == expected
             if expected:
                 self.retried.add(run_id)
         else:
-            assert self.run(self.pg.discard(run_id)) == self.model.discard(run_id)
+            expected = self.run(self.model.admin.discard(run_id)) is not None
+            assert (self.run(self.pg.admin.discard(run_id)) is not None) == expected
 
     # --- invariants ----------------------------------------------------------------------------
 

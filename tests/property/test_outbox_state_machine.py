@@ -1,11 +1,11 @@
 """The PostgreSQL outbox against an in-Python model (Hypothesis RuleBasedStateMachine).
 
-Rules: enqueue; claim as relay A or B; acknowledge (one or a batch), fail or release with the
-current or a stale token; advance the frozen clock past leases and backoffs; redrive dead rows.
+Rules: enqueue; claim as relay A or B; complete (one or a batch), fail or release with the
+current or a stale token; advance the frozen clock past leases and backoffs; retry dead rows.
 After every step: the database equals the model; no row has two live holders; nothing
-acknowledged comes back; attempts never exceed the bound. Every settle with a stale token is
-checked to have changed nothing; acknowledging again with the claim that delivered a row answers
-"delivered" and changes nothing (a retried acknowledgement is idempotent).
+completed comes back; attempts never exceed the bound. Every settle with a stale token is
+checked to have changed nothing; completing again with the claim that delivered a row answers
+"delivered" and changes nothing (a retried completion is idempotent).
 
 Hypothesis has no async rules, so the sync rules drive the async outbox through one event loop
 kept for the whole test (``anyio.from_thread.start_blocking_portal``), on one engine bound to a
@@ -43,23 +43,28 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._outbox import (
     LEASE_LAPSED_FINAL_ATTEMPT,
+    Backoff,
     Outbox,
-    OutboxBackoff,
     OutboxDeadLetteredError,
     OutboxIntent,
     OutboxMessage,
     create_outbox,
+    create_outbox_operations,
     ship_outbox_table,
 )
-from ship_sqla._server import ResolvedServer, asyncpg_dsn
+
+# Private on purpose: asyncpg_dsn turns the plugin's server URL into asyncpg's connect()
+# arguments, as the plugin's own database factory does; no public name (test infrastructure).
+from ship_sqla._server import asyncpg_dsn
 from ship_sqla.kernel import FrozenClock
+from ship_sqla.testing import ResolvedServer
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)
 
 MAX_ATTEMPTS = 2  # small, so examples of ~30 steps reach the dead-letter paths
 OUTBOX = "main"
-BACKOFF = OutboxBackoff(base=5.0, factor=2.0, max_delay=60.0, jitter="none")
+BACKOFF = Backoff(base=5.0, factor=2.0, max_delay=60.0, jitter="none")
 
 LARGE = os.environ.get("SHIP_SQLA_HYPOTHESIS_PROFILE") == "large"
 SETTINGS = settings(
@@ -83,7 +88,7 @@ def seen(label: str) -> None:
 @attrs.define
 class ModelRow:
     seq: int
-    status: str
+    state: str
     attempts: int
     available_at: datetime
     created_at: datetime
@@ -128,10 +133,13 @@ class OutboxMachine(RuleBasedStateMachine):
             backoff=BACKOFF,
             on_error=self.errors.append,
         )
+        self.ops = create_outbox_operations(
+            self.outbox, authorizer=lambda _permission, _operation: True
+        )
         self.model: dict[uuid.UUID, ModelRow] = {}
         self.claims: list[OutboxMessage] = []  # every claim ever handed out, current or stale
         self.tokens: set[uuid.UUID] = set()
-        self.acknowledged: set[uuid.UUID] = set()
+        self.completed: set[uuid.UUID] = set()
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -153,12 +161,12 @@ class OutboxMachine(RuleBasedStateMachine):
 
     def is_current(self, message: OutboxMessage) -> bool:
         row = self.model[message.id]
-        return row.status == "claimed" and row.token == message.claim_token
+        return row.state == "claimed" and row.token == message.token
 
     def delivered_by(self, message: OutboxMessage) -> bool:
-        """This claim already acknowledged its row: acknowledging again answers "delivered"."""
+        """This claim already completed its row: completing again answers "delivered"."""
         row = self.model[message.id]
-        return row.status == "delivered" and row.token == message.claim_token
+        return row.state == "delivered" and row.token == message.token
 
     def settle_stale(self, message: OutboxMessage, outcome: str) -> None:
         seen("stale settle")
@@ -180,7 +188,7 @@ class OutboxMachine(RuleBasedStateMachine):
         for message_id in self.call(go):
             self.model[message_id] = ModelRow(
                 seq=len(self.model),
-                status="pending",
+                state="pending",
                 attempts=0,
                 available_at=available_at or now,
                 created_at=now,
@@ -194,14 +202,12 @@ class OutboxMachine(RuleBasedStateMachine):
         lapsed = sorted(
             (r.lease_expires_at, i)
             for i, r in self.model.items()
-            if r.status == "claimed"
-            and r.lease_expires_at is not None
-            and r.lease_expires_at <= now
+            if r.state == "claimed" and r.lease_expires_at is not None and r.lease_expires_at <= now
         )
         due = sorted(
             (r.available_at, r.created_at, r.seq, i)
             for i, r in self.model.items()
-            if r.status == "pending" and r.available_at <= now
+            if r.state == "pending" and r.available_at <= now
         )
         errors_before = len(self.errors)
         got: list[OutboxMessage] = self.call(
@@ -229,19 +235,19 @@ class OutboxMachine(RuleBasedStateMachine):
         if taken_due and n_due < len(due):
             cutoff_due = max(self.model[i].available_at for i in taken_due)
             assert all(a >= cutoff_due for a, _, _, i in due if i not in taken)
-        assert not taken & self.acknowledged  # nothing acknowledged comes back
+        assert not taken & self.completed  # nothing completed comes back
         for message_id in dead:
             seen("dead-lettered by a lapsed final lease")
             row = self.model[message_id]
             assert row.attempts >= MAX_ATTEMPTS
-            row.status, row.token, row.lease_expires_at = "dead", None, None
+            row.state, row.token, row.lease_expires_at = "dead", None, None
         for m in got:
             row = self.model[m.id]
             assert m.attempt == row.attempts + 1 <= MAX_ATTEMPTS
-            assert m.claim_token not in self.tokens  # a new token per claim
+            assert m.token not in self.tokens  # a new token per claim
             assert m.lease_expires_at == now + timedelta(seconds=lease)
-            self.tokens.add(m.claim_token)
-            row.status, row.attempts, row.token = "claimed", m.attempt, m.claim_token
+            self.tokens.add(m.token)
+            row.state, row.attempts, row.token = "claimed", m.attempt, m.token
             row.lease_expires_at, row.holder = m.lease_expires_at, relay
             self.claims.append(m)
 
@@ -255,14 +261,14 @@ class OutboxMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.claims)
     @rule(data=st.data())
-    def acknowledge(self, data: st.DataObject) -> None:
+    def complete(self, data: st.DataObject) -> None:
         message = self._pick(data)
         before = self.rows()[message.id]
         current = self.is_current(message)
         again = self.delivered_by(message)
-        outcome = self.call(self.outbox.acknowledge, message)
+        outcome = self.call(self.outbox.complete, message)
         if again:
-            seen("acknowledge retried after it landed")
+            seen("complete retried after it landed")
             assert outcome == "delivered"
             assert self.rows()[message.id] == before  # idempotent: nothing changes
             return
@@ -272,14 +278,14 @@ class OutboxMachine(RuleBasedStateMachine):
             return
         assert outcome == "delivered"
         row = self.model[message.id]
-        row.status, row.lease_expires_at = "delivered", None  # the row keeps its token
-        self.acknowledged.add(message.id)
+        row.state, row.lease_expires_at = "delivered", None  # the row keeps its token
+        self.completed.add(message.id)
 
     @precondition(lambda self: self.claims)
     @rule(data=st.data())
-    def acknowledge_batch(self, data: st.DataObject) -> None:
+    def complete_batch(self, data: st.DataObject) -> None:
         batch = data.draw(st.lists(st.sampled_from(self.claims), min_size=1, max_size=4))
-        unique = list({m.claim_token: m for m in batch}.values())
+        unique = list({m.token: m for m in batch}.values())
         current_ids: set[uuid.UUID] = set()
         expected = []
         for m in unique:
@@ -287,13 +293,13 @@ class OutboxMachine(RuleBasedStateMachine):
             if ok:
                 current_ids.add(m.id)
             expected.append("delivered" if ok or self.delivered_by(m) else "stale")
-        outcomes = self.call(self.outbox.acknowledge_many, unique)
+        outcomes = self.call(self.outbox.complete_many, unique)
         assert outcomes == expected
         for m in unique:
             if m.id in current_ids:
                 row = self.model[m.id]
-                row.status, row.lease_expires_at = "delivered", None  # the row keeps its token
-                self.acknowledged.add(m.id)
+                row.state, row.lease_expires_at = "delivered", None  # the row keeps its token
+                self.completed.add(m.id)
 
     @precondition(lambda self: self.claims)
     @rule(data=st.data())
@@ -311,11 +317,11 @@ class OutboxMachine(RuleBasedStateMachine):
         if row.attempts >= MAX_ATTEMPTS:
             seen("dead after the last failure")
             assert outcome == "dead"
-            row.status = "dead"
+            row.state = "dead"
         else:
             assert outcome == "retrying"
-            row.status = "pending"
-            row.available_at = self.clock.now() + timedelta(seconds=BACKOFF(row.attempts))
+            row.state = "pending"
+            row.available_at = self.clock.now() + timedelta(seconds=BACKOFF.delay(row.attempts))
 
     @precondition(lambda self: self.claims)
     @rule(data=st.data())
@@ -330,7 +336,7 @@ class OutboxMachine(RuleBasedStateMachine):
             return
         assert outcome == "released"
         row = self.model[message.id]
-        row.status, row.token, row.lease_expires_at = "pending", None, None
+        row.state, row.token, row.lease_expires_at = "pending", None, None
         row.attempts -= 1
         row.available_at = self.clock.now()
 
@@ -338,24 +344,24 @@ class OutboxMachine(RuleBasedStateMachine):
     def advance_clock(self, seconds: int) -> None:
         self.clock.advance(seconds)
 
-    @precondition(lambda self: any(r.status == "claimed" for r in self.model.values()))
+    @precondition(lambda self: any(r.state == "claimed" for r in self.model.values()))
     @rule(relay=st.sampled_from(["A", "B"]))
     def let_every_lease_lapse_then_claim(self, relay: str) -> None:
         """The relay holding the claims died: time passes every lease and another claims."""
         self.clock.advance(31)
         self.claim(relay=relay, batch=3, lease=10)
 
-    @precondition(lambda self: any(r.status == "dead" for r in self.model.values()))
+    @precondition(lambda self: any(r.state == "dead" for r in self.model.values()))
     @rule(data=st.data())
-    def redrive(self, data: st.DataObject) -> None:
-        dead = sorted(i for i, r in self.model.items() if r.status == "dead")
+    def retry(self, data: st.DataObject) -> None:
+        dead = sorted(i for i, r in self.model.items() if r.state == "dead")
         chosen = data.draw(st.lists(st.sampled_from(dead), min_size=1, max_size=3, unique=True))
-        seen("redrive")
-        moved = self.call(self.outbox.redrive, chosen)
+        seen("retry")
+        moved = self.call(self.ops.retry, chosen)
         assert moved == chosen
         for message_id in chosen:
             row = self.model[message_id]
-            row.status, row.attempts, row.available_at = "pending", 0, self.clock.now()
+            row.state, row.attempts, row.available_at = "pending", 0, self.clock.now()
 
     # -- invariants ----------------------------------------------------------------------------
 
@@ -365,12 +371,12 @@ class OutboxMachine(RuleBasedStateMachine):
         assert set(rows) == set(self.model)
         for message_id, row in self.model.items():
             db = rows[message_id]
-            actual = (db["status"], db["attempts"], db["claim_token"], db["lease_expires_at"])
-            expected = (row.status, row.attempts, row.token, row.lease_expires_at)
+            actual = (db["state"], db["attempts"], db["lease_token"], db["lease_expires_at"])
+            expected = (row.state, row.attempts, row.token, row.lease_expires_at)
             assert actual == expected, (message_id, actual, expected)
-            if row.status == "pending":
+            if row.state == "pending":
                 assert db["available_at"] == row.available_at
-            if row.status == "dead" and db["last_error"] is not None:
+            if row.state == "dead" and db["last_error"] is not None:
                 assert db["last_error"] in {"boom", LEASE_LAPSED_FINAL_ATTEMPT}
 
     @invariant()
@@ -382,16 +388,16 @@ class OutboxMachine(RuleBasedStateMachine):
         assert all(n == 1 for n in live.values()), live
 
     @invariant()
-    def acknowledged_stays_delivered_and_attempts_bounded(self) -> None:
-        for message_id in self.acknowledged:
-            assert self.model[message_id].status == "delivered"
+    def completed_stays_delivered_and_attempts_bounded(self) -> None:
+        for message_id in self.completed:
+            assert self.model[message_id].state == "delivered"
         assert all(0 <= r.attempts <= MAX_ATTEMPTS for r in self.model.values())
 
 
 def test_outbox_matches_its_model(outbox_database: URL) -> None:
     """O2, O3, O4 against a model: lapsed leases are retaken first, a stale token never changes a
-    row, a repeated acknowledgement by the delivering claim is idempotent, no row has two live
-    holders, nothing acknowledged comes back, attempts stay within
+    row, a repeated completion by the delivering claim is idempotent, no row has two live
+    holders, nothing completed comes back, attempts stay within
     max_attempts, failures retry with backoff and end dead, and the database equals the model
     after every step."""
     with start_blocking_portal(backend="asyncio") as portal:
@@ -416,7 +422,7 @@ def test_outbox_matches_its_model(outbox_database: URL) -> None:
         "lapsed lease retaken",
         "dead-lettered by a lapsed final lease",
         "dead after the last failure",
-        "redrive",
+        "retry",
     }
     missing = exercised - set(COVERAGE)
     assert not missing, (

@@ -45,7 +45,7 @@ from tests.property.strategies import (
 )
 
 from ship_sqla import BoundRepository, TableRepository, create_unit_of_work
-from ship_sqla._server import ResolvedServer
+from ship_sqla.testing import ResolvedServer
 
 metadata = MetaData()
 table = Table(

@@ -35,7 +35,7 @@ from tests.property.strategies import (
 )
 
 from ship_sqla import BoundRepository, Projection, TableRepository, create_unit_of_work
-from ship_sqla._server import ResolvedServer
+from ship_sqla.testing import ResolvedServer
 
 metadata = MetaData()
 table = Table(

@@ -3,7 +3,7 @@
 
 - ``worker``: the job runtime (``start_job_runtime``) on a ``create_job_backend`` over URL,
   executing the preloaded runs of job ``faults.work``;
-- ``relay``: an outbox relay (``create_outbox_relay``) publishing outbox ``faults``.
+- ``relay``: an outbox relay (``start_outbox_relay``) publishing outbox ``faults``.
 
 Both use the package's public API only, on a plain engine (a pool without pre-ping, as an
 application has). Each side effect is one JSON line on stdout, written when it happens, so the
@@ -32,10 +32,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from ship_sqla import (
     create_job_backend,
     create_outbox,
-    create_outbox_relay,
     ship_job_runs_table,
     ship_job_state_table,
     ship_outbox_table,
+    start_outbox_relay,
 )
 from ship_sqla.kernel import Concurrency, RetryPolicy, define_job, start_job_runtime
 
@@ -102,7 +102,7 @@ async def relay(url: str, config: dict[str, Any], stop: asyncio.Event) -> None:
         await asyncio.sleep(config["work_seconds"])  # the publish to a broker
         emit(event="message", id=str(message.id), attempt=message.attempt)
 
-    the_relay = create_outbox_relay(
+    the_relay = await start_outbox_relay(
         outbox,
         OUTBOX_ID,
         sink,
@@ -110,7 +110,6 @@ async def relay(url: str, config: dict[str, Any], stop: asyncio.Event) -> None:
         lease=config["lease"],
         poll_interval=config["poll_interval"],
     )
-    the_relay.start()
     emit(event="ready")
     await stop.wait()
     emit(event="stopped", running=the_relay.running, errors=errors.by_type, samples=errors.samples)

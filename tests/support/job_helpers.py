@@ -1,5 +1,6 @@
 """Helpers the job runtime's unit and conformance tests share: moving a FrozenClock until
-something happened, letting the loop settle, and an ``on_error`` that records what it got.
+something happened, letting the loop settle, an ``on_error`` that records what it got, the claim
+the runtime would send for a job, and reading a run back from any backend.
 
 ``tests/support`` is on pytest's ``pythonpath`` (pyproject.toml), so tests import this module
 by its name.
@@ -12,10 +13,43 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import anyio.lowlevel
 
-if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+from ship_sqla.kernel._ports import ClaimRequest
 
-    from ship_sqla.kernel import FrozenClock
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable
+
+    from ship_sqla.kernel import FrozenClock, JobDefinition, RunRecord
+
+
+def claim_request(
+    job: JobDefinition[Any], *, worker: str, limit: int = 1, exclude_keys: tuple[str, ...] = ()
+) -> ClaimRequest:
+    """The claim the runtime sends for ``job``: its ``concurrency.max`` and ``lease``."""
+    return ClaimRequest(
+        job_id=job.id,
+        worker=worker,
+        limit=limit,
+        max_running=job.concurrency.max,
+        lease=job.concurrency.lease,
+        exclude_keys=exclude_keys,
+    )
+
+
+async def record_of(backend: Any, run_id: str | None) -> RunRecord:
+    """The run as the backend's administration port (``backend.admin``) answers it; it must
+    exist."""
+    assert run_id is not None
+    record = await backend.admin.get_run(run_id)
+    assert record is not None, f"run {run_id!r} does not exist"
+    return record  # type: ignore[no-any-return]
+
+
+async def all_in_state(backend: Any, run_ids: Iterable[str | None], state: str) -> bool:
+    """True when every run of ``run_ids`` is in ``state``."""
+    for run_id in run_ids:
+        if (await record_of(backend, run_id)).state != state:
+            return False
+    return True
 
 
 async def settle_loop(rounds: int = 30) -> None:

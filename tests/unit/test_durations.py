@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from ship_sqla._jobs import create_job_backend
-from ship_sqla.kernel import (
+from ship_sqla import (
     Concurrency,
     ConfigurationError,
     FrozenClock,
     InMemoryJobBackend,
     RetryPolicy,
+    create_job_backend,
     define_job,
     start_job_runtime,
 )

@@ -1,9 +1,11 @@
-"""The enqueue input checks of ``prepare_run`` (the one kernel function both backends call for
-every request): each a typed error naming the field and the bound, raised before anything is
-stored. Pure: no database (tests/conformance runs the same refusals on both backends)."""
+"""The enqueue input checks of ``prepare_run`` (the one kernel function the enqueue front of every
+backend calls for every request): each a typed error naming the field and the bound, raised
+before anything is stored. Pure: no database (tests/conformance runs the same refusals on both
+backends)."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, date, datetime
 
 import attrs
@@ -15,12 +17,13 @@ from ship_sqla.kernel import (
     EnqueueRequest,
     IdempotencyPolicy,
     InvalidPayloadError,
+    RetryPolicy,
     define_job,
 )
 from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES, PayloadTooLargeError
 from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError
-from ship_sqla.kernel._plans.prepare import PreparedRun, prepare_run
+from ship_sqla.kernel._plans.prepare import PreparedRun, prepare_run, prepare_runs
 
 
 async def _noop(ctx, payload):
@@ -32,24 +35,37 @@ AT = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 def test_a_valid_request_is_prepared_once_for_every_backend():
-    """prepare_run returns what a backend stores: JSON text, keys, the due time."""
+    """prepare_run returns what a backend stores: JSON text, keys, the due time, the job's
+    attempts, and the run id (the caller's, durable; else a new UUIDv7): no backend derives any
+    of them."""
     keyed = define_job(
         "limits.keyed",
         _noop,
         payload=dict,
         concurrency=Concurrency(single_runner=True, key=lambda p: p["account"]),
+        retry=RetryPolicy(attempts=4),
         idempotency=IdempotencyPolicy(key=lambda p: f"order:{p['order']}"),
     )
     prepared = prepare_run(keyed, EnqueueRequest({"account": "é", "order": 7}, run_at=AT))
     assert prepared == PreparedRun(
-        run_id=None,
+        run_id=prepared.run_id,
+        durable_id=False,
         payload_json='{"account":"\\u00e9","order":7}',
         dedupe_key="order:7",
         key="é",
         run_at=AT,
+        max_attempts=4,
     )
+    assert uuid.UUID(prepared.run_id).version == 7
     given = prepare_run(keyed, EnqueueRequest({"account": "a", "order": 1}, dedupe_key="mine"))
     assert given.dedupe_key == "mine"
+    durable = prepare_run(keyed, EnqueueRequest({"account": "a", "order": 1}, run_id="fixed"))
+    assert (durable.run_id, durable.durable_id) == ("fixed", True)
+    batch = prepare_runs(
+        JOB, [EnqueueRequest({}), EnqueueRequest({}, run_id="x"), EnqueueRequest({})]
+    )
+    assert [run.durable_id for run in batch] == [False, True, False]
+    assert len({run.run_id for run in batch}) == 3
 
 
 # --- the payload ----------------------------------------------------------------------------

@@ -48,19 +48,19 @@ async def test_memory_catch_up_is_one_run_and_restart_keeps_next_at(
 ) -> None:
     """J9: ten missed occurrences catch up with ONE run (id <job_id>/<occurrence>), next_at moves
     past now, and re-scheduling the same trigger keeps next_at (a changed one replaces it)."""
-    await backend.schedule([EVERY_MINUTE])
+    await backend.install_schedules([EVERY_MINUTE])
     assert backend.next_at(EVERY_MINUTE.id) == datetime(2030, 1, 1, 12, 1, tzinfo=UTC)
     clock.advance(timedelta(minutes=10))
-    await backend.schedule([EVERY_MINUTE])  # a restart: same trigger, next_at kept
+    await backend.install_schedules([EVERY_MINUTE])  # a restart: same trigger, next_at kept
     assert backend.next_at(EVERY_MINUTE.id) == datetime(2030, 1, 1, 12, 1, tzinfo=UTC)
-    assert await backend.tick([EVERY_MINUTE]) == 1
-    assert await backend.tick([EVERY_MINUTE]) == 0
+    assert await backend.tick_schedules([EVERY_MINUTE]) == 1
+    assert await backend.tick_schedules([EVERY_MINUTE]) == 0
     [run] = backend.runs(EVERY_MINUTE.id)
     assert run.run_id == "report.minutely/2030-01-01T12:10:00Z"
     assert run.payload is None
     assert backend.next_at(EVERY_MINUTE.id) == datetime(2030, 1, 1, 12, 11, tzinfo=UTC)
     hourly = define_job(EVERY_MINUTE.id, _noop, schedule=Schedule(cron="0 * * * *"))
-    await backend.schedule([hourly])
+    await backend.install_schedules([hourly])
     assert backend.next_at(EVERY_MINUTE.id) == datetime(2030, 1, 1, 13, 0, tzinfo=UTC)
 
 
@@ -95,11 +95,11 @@ async def test_tick_errors_are_reported_and_the_loop_goes_on(
     class Flaky(InMemoryJobBackend):
         failures = 1
 
-        async def tick(self, definitions: Any) -> int:
+        async def tick_schedules(self, definitions: Any) -> int:
             if self.failures:
                 self.failures -= 1
                 raise RuntimeError("tick failed")
-            return await super().tick(definitions)
+            return await super().tick_schedules(definitions)
 
     backend = Flaky(clock=clock, on_error=errors)
     async with await start_job_runtime([EVERY_MINUTE], backend=backend):
@@ -115,15 +115,16 @@ async def test_tick_errors_are_reported_and_the_loop_goes_on(
 async def test_worker_refuses_scheduled_jobs_on_a_backend_without_tick(
     backend: InMemoryJobBackend,
 ) -> None:
-    """J9: a backend without schedule/tick is refused at start when scheduled jobs exist."""
+    """J9: a backend that is no ScheduleStore (no install_schedules/tick_schedules) is refused at
+    start when scheduled jobs exist."""
 
     class NoSchedules:
         def __getattr__(self, name: str) -> Any:
-            if name in {"schedule", "tick"}:
+            if name in {"install_schedules", "tick_schedules"}:
                 raise AttributeError(name)
             return getattr(backend, name)
 
-    with pytest.raises(ConfigurationError, match=r"schedule\(\)/tick\(\)"):
+    with pytest.raises(ConfigurationError, match=r"is no ScheduleStore"):
         await start_job_runtime([EVERY_MINUTE], backend=NoSchedules())  # type: ignore[arg-type]
     # enqueue-only mode never ticks, so it needs neither.
     runtime = await start_job_runtime([EVERY_MINUTE], backend=backend, mode="enqueue-only")

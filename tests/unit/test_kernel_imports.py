@@ -1,4 +1,5 @@
-"""``ship_sqla.kernel`` is ORM-free: importing it loads neither SQLAlchemy nor asyncpg (SPEC §0)."""
+"""``ship_sqla.kernel`` is ORM-free: importing it loads neither SQLAlchemy nor asyncpg (SPEC §0),
+and ``ship_sqla`` is lazy (PEP 562): its kernel names load without the database layer."""
 
 from __future__ import annotations
 
@@ -19,13 +20,16 @@ _REPORT_LOADED = """
 import json, sys
 {prelude}
 import ship_sqla.kernel
+{epilogue}
 loaded = sorted({{m for m in sys.modules if m.split(".")[0] in {forbidden!r}}})
 print(json.dumps(loaded))
 """
 
 
-def _loaded_after_import(prelude: str = "") -> list[str]:
-    code = _REPORT_LOADED.format(prelude=textwrap.dedent(prelude), forbidden=FORBIDDEN)
+def _loaded_after_import(prelude: str = "", epilogue: str = "") -> list[str]:
+    code = _REPORT_LOADED.format(
+        prelude=textwrap.dedent(prelude), epilogue=textwrap.dedent(epilogue), forbidden=FORBIDDEN
+    )
     completed = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
@@ -37,16 +41,50 @@ def test_import_ship_sqla_kernel_loads_no_orm_or_driver():
     assert _loaded_after_import() == []
 
 
-def test_the_kernel_package_itself_loads_no_orm_or_driver():
-    """§0: with the parent package reduced to a bare namespace, the whole kernel (runtime and
-    in-memory backends included) imports without loading sqlalchemy or asyncpg."""
+def test_the_whole_kernel_loads_no_orm_or_driver():
+    """§0: with the parent package reduced to a bare namespace, every module under kernel/
+    (runtime, plans and in-memory backends included) and every kernel name imports without
+    loading sqlalchemy or asyncpg."""
     prelude = f"""
     import types
     parent = types.ModuleType("ship_sqla")
     parent.__path__ = [{str(PACKAGE_DIR)!r}]
     sys.modules["ship_sqla"] = parent
     """
-    assert _loaded_after_import(prelude) == []
+    epilogue = f"""
+    import importlib, pkgutil
+    for info in pkgutil.walk_packages([{str(KERNEL_DIR)!r}], prefix="ship_sqla.kernel."):
+        importlib.import_module(info.name)
+    for name in ship_sqla.kernel.__all__:
+        getattr(ship_sqla.kernel, name)
+    """
+    assert _loaded_after_import(prelude, epilogue) == []
+
+
+def test_ship_sqla_kernel_names_load_no_orm_or_driver():
+    """§0, issue #11 item 7: ``import ship_sqla`` is lazy, and every kernel name taken from
+    ``ship_sqla`` (``from ship_sqla import define_job, start_job_runtime, ...``) still loads
+    neither sqlalchemy nor asyncpg."""
+    epilogue = """
+    import ship_sqla
+    for name in ship_sqla.kernel.__all__:
+        assert getattr(ship_sqla, name) is getattr(ship_sqla.kernel, name), name
+    """
+    assert _loaded_after_import(epilogue=epilogue) == []
+
+
+def test_import_ship_sqla_loads_nothing_it_does_not_list():
+    """§0: ``import ship_sqla`` alone runs no store, kernel contract or runtime module: only the
+    two package files and the lazy-export helper (PEP 562)."""
+    code = (
+        "import json, sys; import ship_sqla;"
+        " print(json.dumps(sorted(m for m in sys.modules if m.startswith('ship_sqla'))))"
+    )
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = json.loads(completed.stdout.strip().splitlines()[-1])
+    assert loaded == ["ship_sqla", "ship_sqla.kernel", "ship_sqla.kernel._lazy"]
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -64,10 +102,12 @@ def test_no_kernel_module_imports_the_orm_or_the_rest_of_ship_sqla():
     """§0: no file under kernel/ names sqlalchemy, asyncpg, or a non-kernel ship_sqla module,
     even under TYPE_CHECKING (the kernel must stay usable on its own)."""
     offenders = []
-    for path in sorted(KERNEL_DIR.glob("*.py")):
+    paths = sorted(KERNEL_DIR.rglob("*.py"))
+    assert KERNEL_DIR / "_runtime" / "runtime.py" in paths  # the folders are searched too
+    for path in paths:
         for module in _imported_modules(path):
             top = module.split(".")[0]
             outside_kernel = top == "ship_sqla" and not module.startswith("ship_sqla.kernel")
             if top in FORBIDDEN or outside_kernel:
-                offenders.append(f"{path.name}: {module}")
+                offenders.append(f"{path.relative_to(KERNEL_DIR)}: {module}")
     assert offenders == []

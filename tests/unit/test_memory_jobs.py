@@ -1,4 +1,5 @@
-"""InMemoryJobBackend specifics: inspection, the operator model, payload storage, waking.
+"""InMemoryJobBackend specifics: inspection, its admin port (the operator model), payload storage,
+waking.
 
 The JobBackend contract itself (J1-J7) is tested for every backend in tests/conformance.
 """
@@ -10,8 +11,10 @@ from datetime import datetime, timedelta
 
 import anyio
 import pytest
+from job_helpers import claim_request
 
 from ship_sqla.kernel import (
+    BoundExceededError,
     ConfigurationError,
     EnqueueRequest,
     FrozenClock,
@@ -19,8 +22,10 @@ from ship_sqla.kernel import (
     InvalidPayloadError,
     Retention,
     RetryPolicy,
+    create_job_operations,
     define_job,
 )
+from ship_sqla.kernel._ports import Complete, Fail
 
 
 async def _noop(ctx, payload):
@@ -59,8 +64,8 @@ async def test_inspection(backend, clock):
     first = await backend.enqueue(JOB, {"n": 1})
     other = define_job("mem.other", _noop, payload=dict)
     await backend.enqueue(other, {"n": 2})
-    assert backend.get_run("missing") is None
-    record = backend.get_run(first.run_id)
+    assert await backend.admin.get_run("missing") is None
+    record = await backend.admin.get_run(first.run_id)
     assert record.state == "waiting"
     assert record.payload == {"n": 1}
     assert record.created_at == clock.now()
@@ -76,9 +81,9 @@ async def test_payloads_are_stored_as_json_copies(backend):
     payload = {"items": [1, 2]}
     result = await backend.enqueue(JOB, payload)
     payload["items"].append(3)
-    [claimed] = await backend.claim(JOB, worker="A", limit=1)
+    [claimed] = await backend.claim(claim_request(JOB, worker="A", limit=1))
     claimed.payload["items"].append(4)
-    assert backend.get_run(result.run_id).payload == {"items": [1, 2]}
+    assert (await backend.admin.get_run(result.run_id)).payload == {"items": [1, 2]}
     with pytest.raises(InvalidPayloadError, match="not JSON"):
         await backend.enqueue(JOB, {"when": datetime.now()})  # noqa: DTZ005 - not JSON is the point
     with pytest.raises(InvalidPayloadError, match="not JSON"):
@@ -160,61 +165,63 @@ async def test_report_error_never_raises(clock, caplog):
 async def test_operator_retry_gives_a_dead_run_one_more_attempt(backend):
     """J8 model: retry turns a dead run into a waiting one with one more attempt."""
     result = await backend.enqueue(JOB, {}, dedupe_key="d")
-    [claimed] = await backend.claim(JOB, worker="A", limit=1)
-    assert await backend.fail(claimed, "boom", retry_at=None) == "dead"
-    assert not backend.retry("missing")
-    assert backend.retry(result.run_id)
-    record = backend.get_run(result.run_id)
+    [claimed] = await backend.claim(claim_request(JOB, worker="A", limit=1))
+    assert await backend.settle([Fail(claimed, "boom", retry_at=None)]) == ["dead"]
+    assert await backend.admin.retry_dead("missing") is None
+    assert await backend.admin.retry_dead(result.run_id) is not None
+    record = await backend.admin.get_run(result.run_id)
     assert record.state == "waiting"
     assert record.max_attempts == 2
     assert record.finished_at is None
-    assert not backend.retry(result.run_id)
+    assert await backend.admin.retry_dead(result.run_id) is None
     assert (await backend.enqueue(JOB, {}, dedupe_key="d")).deduplicated
-    [again] = await backend.claim(JOB, worker="A", limit=1)
+    [again] = await backend.claim(claim_request(JOB, worker="A", limit=1))
     assert again.attempt == 2
-    assert await backend.fail(again, "boom", retry_at=None) == "dead"
-    assert len(backend.get_run(result.run_id).history) == 2
+    assert await backend.settle([Fail(again, "boom", retry_at=None)]) == ["dead"]
+    assert len((await backend.admin.get_run(result.run_id)).history) == 2
 
 
 async def test_operator_retry_refuses_to_break_dedupe(backend):
     """J1 holds across operator retry: a dead run whose dedupe key a live run now holds stays
     dead."""
     first = await backend.enqueue(JOB, {}, dedupe_key="d")
-    [claimed] = await backend.claim(JOB, worker="A", limit=1)
-    await backend.fail(claimed, "boom", retry_at=None)
+    [claimed] = await backend.claim(claim_request(JOB, worker="A", limit=1))
+    await backend.settle([Fail(claimed, "boom", retry_at=None)])
     await backend.enqueue(JOB, {}, dedupe_key="d")
-    assert not backend.retry(first.run_id)
-    assert backend.get_run(first.run_id).state == "dead"
+    assert await backend.admin.retry_dead(first.run_id) is None
+    assert (await backend.admin.get_run(first.run_id)).state == "dead"
 
 
 async def test_operator_discard(backend):
     """J8 model: waiting and dead runs can be discarded (terminal); running ones cannot."""
     waiting = await backend.enqueue(JOB, {}, dedupe_key="w")
     running = await backend.enqueue(JOB, {"n": 2})
-    await backend.claim(JOB, worker="A", limit=1)
-    assert backend.get_run(waiting.run_id).state == "running"
-    assert not backend.discard(waiting.run_id)
-    assert backend.discard(running.run_id)
-    assert backend.get_run(running.run_id).state == "discarded"
-    assert not backend.discard(running.run_id)
+    await backend.claim(claim_request(JOB, worker="A", limit=1))
+    assert (await backend.admin.get_run(waiting.run_id)).state == "running"
+    assert await backend.admin.discard(waiting.run_id) is None
+    assert await backend.admin.discard(running.run_id) is not None
+    assert (await backend.admin.get_run(running.run_id)).state == "discarded"
+    assert await backend.admin.discard(running.run_id) is None
     assert backend.waiting_count("mem.job") == 0
-    assert await backend.claim(JOB, worker="A", limit=5) == []
+    assert await backend.claim(claim_request(JOB, worker="A", limit=5)) == []
 
 
 async def test_cleanup_applies_retention_in_bounded_batches(backend, clock):
-    """J8 model: cleanup deletes terminal runs past their retention, at most ``limit``."""
+    """J8 model: cleanup (the operator surface over the memory admin port) deletes terminal runs
+    past their retention, at most ``batch_size * max_batches``."""
+    ops = create_job_operations(backend, authorizer=lambda *_: True)
     results = await backend.enqueue_many(JOB, [EnqueueRequest({"n": n}) for n in range(3)])
-    done = await backend.claim(JOB, worker="A", limit=3)
-    await backend.complete(done[:2])
-    await backend.fail(done[2], "boom", retry_at=None)
+    done = await backend.claim(claim_request(JOB, worker="A", limit=3))
+    await backend.settle([Complete(r) for r in done[:2]])
+    await backend.settle([Fail(done[2], "boom", retry_at=None)])
     live = await backend.enqueue(JOB, {"n": 9})
-    assert backend.cleanup(JOB) == 0
+    assert (await ops.cleanup([JOB]))[JOB.id] == 0
     clock.advance(timedelta(hours=1))
-    assert backend.cleanup(JOB, limit=1) == 1
-    assert backend.cleanup(JOB) == 1
-    assert backend.get_run(results[2].run_id).state == "dead"
+    assert (await ops.cleanup([JOB], batch_size=1, max_batches=1))[JOB.id] == 1
+    assert (await ops.cleanup([JOB]))[JOB.id] == 1
+    assert (await backend.admin.get_run(results[2].run_id)).state == "dead"
     clock.advance(timedelta(days=1))
-    assert backend.cleanup(JOB) == 1
+    assert (await ops.cleanup([JOB]))[JOB.id] == 1
     assert [r.run_id for r in backend.runs()] == [live.run_id]
-    with pytest.raises(ConfigurationError):
-        backend.cleanup(JOB, limit=0)
+    with pytest.raises(BoundExceededError):
+        await ops.cleanup([JOB], batch_size=0)

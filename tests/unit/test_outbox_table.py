@@ -24,13 +24,13 @@ COLUMNS = [
     "headers",
     "ordering_key",
     "tenant_id",
-    "status",
+    "state",
     "attempts",
     "max_attempts",
     "available_at",
     "created_at",
     "lease_expires_at",
-    "claim_token",
+    "lease_token",
     "claimed_by",
     "delivered_at",
     "last_error",
@@ -49,7 +49,7 @@ def test_columns_and_nullability():
         "ordering_key",
         "tenant_id",
         "lease_expires_at",
-        "claim_token",
+        "lease_token",
         "claimed_by",
         "delivered_at",
         "last_error",
@@ -75,15 +75,15 @@ def test_every_name_is_explicit_derived_and_survives_a_naming_convention():
     }
     assert {c.name for c in table.constraints} == {
         "events_outbox_pkey",
-        "events_outbox_status_check",
+        "events_outbox_state_check",
     }
     assert table.schema == "app"
     ddl = {i.name: str(CreateIndex(i).compile(dialect=asyncpg.dialect())) for i in table.indexes}
     assert ddl["events_outbox_pending_idx"].endswith(
-        "(outbox_id, available_at, created_at) WHERE status = 'pending'"
+        "(outbox_id, available_at, created_at) WHERE state = 'pending'"
     )
     assert ddl["events_outbox_lease_idx"].endswith(
-        "(outbox_id, lease_expires_at) WHERE status = 'claimed'"
+        "(outbox_id, lease_expires_at) WHERE state = 'claimed'"
     )
 
 
@@ -111,25 +111,25 @@ def test_claim_predicates_are_the_index_predicates_word_for_word():
         assert f"earlier.{part}" in ordered
 
 
-def test_settles_are_fenced_on_the_claim_token():
-    """O3: every settle matches the id, the claim token and status = 'claimed'."""
+def test_settles_are_fenced_on_the_lease_token():
+    """O3: every settle matches the id, the lease token and state = 'claimed'."""
     statements = build_statements(ship_outbox_table(MetaData()))
     for statement in (
-        statements.acknowledge,
+        statements.complete,
         statements.fail,
         statements.release,
-        statements.extend,
+        statements.heartbeat,
     ):
         text = sql(statement)
-        assert "ship_outbox.claim_token = " in text
-        assert "ship_outbox.status = 'claimed'" in text
+        assert "ship_outbox.lease_token = " in text
+        assert "ship_outbox.state = 'claimed'" in text
 
 
 def test_batch_statements_use_arrays_not_expanding_lists():
     statements = build_statements(ship_outbox_table(MetaData()))
     assert "unnest($" in sql(statements.enqueue)
-    assert "unnest($" in sql(statements.acknowledge)
-    assert "any($" in sql(statements.redrive)
+    assert "unnest($" in sql(statements.complete)
+    assert "any($" in sql(statements.retry)
     assert "POSTCOMPILE" not in "".join(
-        sql(s) for s in (statements.enqueue, statements.redrive, statements.acknowledge)
+        sql(s) for s in (statements.enqueue, statements.retry, statements.complete)
     )

@@ -10,17 +10,23 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from sqlalchemy import MetaData
 
 from ship_sqla._outbox import (
-    OutboxClaimStaleError,
     OutboxDeadLetteredError,
+    OutboxLeaseStaleError,
     OutboxMessage,
     OutboxPublishError,
     OutboxRecord,
+    ship_outbox_table,
 )
+from ship_sqla._outbox._operations import dead_page_cursor, dead_page_position
 from ship_sqla._outbox._sql import CLAIM_RETURNING
-from ship_sqla._outbox._store import Wakeup, decode_cursor, encode_cursor
+from ship_sqla._outbox._store import Wakeup
 from ship_sqla.kernel import FrozenClock, InvalidCursorError
+
+SECRET = b"s" * 32
+TABLE = ship_outbox_table(MetaData())
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -34,7 +40,7 @@ def record(created_at: datetime = NOW, message_id: uuid.UUID | None = None) -> O
         headers={},
         ordering_key=None,
         tenant=None,
-        status="dead",
+        state="dead",
         attempts=3,
         max_attempts=3,
         available_at=created_at,
@@ -57,7 +63,7 @@ def message() -> OutboxMessage:
         tenant=None,
         attempt=2,
         max_attempts=3,
-        claim_token=uuid.uuid4(),
+        token=uuid.uuid4(),
         claimed_by="w",
         lease_expires_at=NOW,
         available_at=NOW,
@@ -72,28 +78,35 @@ def message() -> OutboxMessage:
     st.uuids(),
 )
 def test_cursor_round_trips(outbox_id, created_at, message_id):
-    """O4: a list_dead cursor encodes exactly the (created_at, id) the next page starts after."""
-    cursor = encode_cursor(outbox_id, record(created_at, message_id))
-    assert decode_cursor(outbox_id, cursor) == (created_at, message_id)
+    """O4: a list_dead cursor (signed, the kernel's codec) encodes exactly the (created_at, id)
+    the next page starts after."""
+    cursor = dead_page_cursor(TABLE, outbox_id, record(created_at, message_id), SECRET)
+    assert dead_page_position(TABLE, outbox_id, cursor, SECRET) == (created_at, message_id)
 
 
 @pytest.mark.parametrize("cursor", ["", "!!!", "bm90IGpzb24", "WzEsMl0"])
 def test_broken_cursors_are_refused(cursor):
     with pytest.raises(InvalidCursorError, match="Fix:"):
-        decode_cursor("main", cursor)
+        dead_page_position(TABLE, "main", cursor, SECRET)
 
 
-def test_a_cursor_of_another_outbox_is_refused():
-    cursor = encode_cursor("billing", record())
-    with pytest.raises(InvalidCursorError, match="billing"):
-        decode_cursor("main", cursor)
+def test_a_cursor_of_another_outbox_table_or_secret_is_refused():
+    """A cursor is valid only for the outbox, table and signing secret that issued it."""
+    cursor = dead_page_cursor(TABLE, "billing", record(), SECRET)
+    with pytest.raises(InvalidCursorError, match="different query"):
+        dead_page_position(TABLE, "main", cursor, SECRET)
+    other_table = ship_outbox_table(MetaData(), name="other_outbox")
+    with pytest.raises(InvalidCursorError, match="different query"):
+        dead_page_position(other_table, "billing", cursor, SECRET)
+    with pytest.raises(InvalidCursorError, match="signature"):
+        dead_page_position(TABLE, "billing", cursor, b"t" * 32)
 
 
 def test_errors_carry_codes_what_happened_and_the_fix():
     """O3: the stale error names the message and the operation, with a stable code."""
     m = message()
-    stale = OutboxClaimStaleError(m.id, "acknowledge")
-    assert stale.code == "SHIP_SQLA_OUTBOX_CLAIM_STALE"
+    stale = OutboxLeaseStaleError(m.id, "complete")
+    assert stale.code == "SHIP_SQLA_OUTBOX_LEASE_STALE"
     assert str(m.id) in str(stale)
     assert "Fix:" in str(stale)
     published = OutboxPublishError(m, "dead", "BoomError: x")
@@ -126,6 +139,6 @@ async def test_wakeup_is_level_triggered_and_times_out_on_the_clock():
 def test_the_claim_returns_the_message_fields_in_their_order():
     """O2: the claim's RETURNING lists OutboxMessage's fields in its field order (messages are
     built positionally), each column named after its field."""
-    renamed = {"tenant": "tenant_id", "attempt": "attempts"}
+    renamed = {"tenant": "tenant_id", "attempt": "attempts", "token": "lease_token"}
     fields = [renamed.get(f.name, f.name) for f in attrs.fields(OutboxMessage)]
     assert list(CLAIM_RETURNING[: len(fields)]) == fields

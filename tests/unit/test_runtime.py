@@ -1,7 +1,8 @@
 """The job runtime on the in-memory backend: registry, context, heartbeats, settles, errors.
 
 Backend-agnostic end-to-end behaviour lives in tests/conformance; these tests drive the runtime
-through a scripted backend to reach the paths a healthy backend never takes.
+through the recording spy (tests/support/spy_backend.py) to reach the paths a healthy backend
+never takes.
 """
 
 from __future__ import annotations
@@ -12,8 +13,16 @@ from datetime import timedelta
 
 import anyio
 import pytest
-from job_helpers import ErrorLog, advance_until, advance_until_awaited, settle_loop
-from runtime_support import ScriptedBackend
+from job_helpers import (
+    ErrorLog,
+    advance_until,
+    advance_until_awaited,
+    all_in_state,
+    claim_request,
+    record_of,
+    settle_loop,
+)
+from spy_backend import SpyBackend
 
 from ship_sqla.kernel import (
     Concurrency,
@@ -32,7 +41,8 @@ from ship_sqla.kernel import (
     define_job,
     start_job_runtime,
 )
-from ship_sqla.kernel._ports import JobLeaseLapsedError
+from ship_sqla.kernel._plans.backoff import ERROR_BACKOFF
+from ship_sqla.kernel._ports import Complete, Fail, JobLeaseLapsedError, Release
 
 LEASE = 30.0
 
@@ -119,8 +129,8 @@ async def test_enqueue_only_mode_never_claims(backend):
         await settle_loop()
         with pytest.raises(UnknownJobError):
             await runtime.enqueue("nope", {})
-    assert backend.waiting_count("a") == 2
-    assert backend.get_run(result.run_id).state == "waiting"
+    assert (await backend.queue_depths(["a"]))["a"].depth == 2
+    assert (await record_of(backend, result.run_id)).state == "waiting"
     assert not runtime.running
 
 
@@ -263,7 +273,7 @@ async def test_jobs_share_slots_fairly(clock):
 
 async def test_heartbeat_every_third_of_the_lease_for_all_runs_in_one_call(clock, backend):
     """J5: in-flight runs are heartbeated every lease/3, batched into one backend call."""
-    spy = ScriptedBackend(backend)
+    spy = SpyBackend(backend)
     gate = anyio.Event()
     started = 0
     all_started = anyio.Event()
@@ -282,7 +292,8 @@ async def test_heartbeat_every_third_of_the_lease_for_all_runs_in_one_call(clock
             with anyio.fail_after(5):
                 await all_started.wait()
             await advance_until_awaited(clock, lambda: spy.wait_calls("heartbeat", 1), step=1.0)
-            ((runs,), _, alive) = spy.calls["heartbeat"][0]
+            beat = spy.calls["heartbeat"][0]
+            ((runs,), alive) = (beat.args, beat.result)
             assert len(runs) == 3
             assert alive == [True, True, True]
             assert clock.monotonic() == pytest.approx(LEASE / 3)
@@ -293,7 +304,7 @@ async def test_heartbeat_every_third_of_the_lease_for_all_runs_in_one_call(clock
 async def test_lost_lease_cancels_the_handler_and_is_reported(clock, backend, errors):
     """J5: a heartbeat answered False cancels that handler (ctx.cancelled, task cancelled),
     reports SHIP_SQLA_JOB_LEASE_STALE, and settles nothing for the run."""
-    spy = ScriptedBackend(backend)
+    spy = SpyBackend(backend)
     spy.answers["heartbeat"] = lambda runs: [False] * len(runs)
     started = anyio.Event()
     cancelled = anyio.Event()
@@ -321,15 +332,16 @@ async def test_lost_lease_cancels_the_handler_and_is_reported(clock, backend, er
     assert ctx.cancel_reason == "lease-lost"
     assert errors.codes() == [JobLeaseStaleError.code]
     assert "heartbeat was refused" in str(errors.errors[0])
-    assert "complete" not in spy.calls
-    assert "fail" not in spy.calls
-    assert "release" not in spy.calls
+    assert spy.settled(Complete) == []
+    assert spy.settled(Fail) == []
+    assert spy.settled(Release) == []
+    assert "settle" not in spy.calls
 
 
 async def test_failed_heartbeat_is_reported_and_cancels_nothing(clock, backend, errors):
     """J11: a heartbeat call that raises goes to on_error; the handler keeps running and the
     next round heartbeats again."""
-    spy = ScriptedBackend(backend)
+    spy = SpyBackend(backend)
     spy.raise_once["heartbeat"] = ConnectionError("connection reset")
     gate = anyio.Event()
     started = anyio.Event()
@@ -347,18 +359,18 @@ async def test_failed_heartbeat_is_reported_and_cancels_nothing(clock, backend, 
             with anyio.fail_after(5):
                 await started.wait()
             await advance_until_awaited(clock, lambda: spy.wait_calls("heartbeat", 2), step=1.0)
-            assert spy.calls["heartbeat"][1][2] == [True]
+            assert spy.calls["heartbeat"][1].result == [True]
             assert not contexts[0].cancelled
         finally:
             gate.set()
     assert [type(e) for e in errors.errors] == [ConnectionError]
-    assert spy.calls["complete"][0][2] == ["completed"]
+    assert [outcome for _, outcome in spy.settle_batches(Complete)[0]] == ["completed"]
 
 
 async def test_stale_completion_is_reported(clock, backend, errors):
     """J5: a completion answered "stale" reports SHIP_SQLA_JOB_LEASE_STALE to on_error."""
-    spy = ScriptedBackend(backend)
-    spy.answers["complete"] = lambda runs: ["stale"] * len(runs)
+    spy = SpyBackend(backend)
+    spy.answers["settle"] = lambda settlements: ["stale"] * len(settlements)
     job = define_job("stale", _noop, payload=dict)
     await backend.enqueue(job, {})
     async with await start_job_runtime(job, backend=spy):
@@ -369,8 +381,8 @@ async def test_stale_completion_is_reported(clock, backend, errors):
 
 async def test_stale_failure_is_reported_once(clock, backend, errors):
     """J5: a failure answered "stale" is reported once; nothing else is settled."""
-    spy = ScriptedBackend(backend)
-    spy.answers["fail"] = lambda *_args, **_kwargs: "stale"
+    spy = SpyBackend(backend)
+    spy.answers["settle"] = lambda settlements: ["stale"] * len(settlements)
 
     async def handler(ctx, payload):
         raise RuntimeError("boom")
@@ -387,20 +399,20 @@ async def test_stale_failure_is_reported_once(clock, backend, errors):
 async def test_completion_failure_is_reported_and_retried(clock, backend, errors):
     """J11: a complete call that raises goes to on_error, and the batch is retried after a
     bounded backoff until it lands."""
-    spy = ScriptedBackend(backend)
-    spy.raise_once["complete"] = ConnectionError("server closed the connection")
+    spy = SpyBackend(backend)
+    spy.raise_once["settle"] = ConnectionError("server closed the connection")
     job = define_job("retry-complete", _noop, payload=dict)
     result = await backend.enqueue(job, {})
     async with await start_job_runtime(job, backend=spy):
         await errors.wait_count(1)
-        await advance_until_awaited(clock, lambda: spy.wait_calls("complete", 2), step=0.5)
-    assert backend.get_run(result.run_id).state == "completed"
+        await advance_until_awaited(clock, lambda: spy.wait_calls("settle", 2), step=0.5)
+    assert (await record_of(backend, result.run_id)).state == "completed"
     assert [type(e) for e in errors.errors] == [ConnectionError]
 
 
 async def test_handler_failure_schedules_the_retry_with_the_policy(clock, backend):
     """J7: a failure is recorded with its traceback and retried at now + retry_delay."""
-    spy = ScriptedBackend(backend)
+    spy = SpyBackend(backend)
 
     async def handler(ctx, payload):
         message = "card declined"
@@ -414,14 +426,15 @@ async def test_handler_failure_schedules_the_retry_with_the_policy(clock, backen
     )
     result = await backend.enqueue(job, {})
     async with await start_job_runtime(job, backend=spy):
-        await spy.wait_calls("fail", 1)
-    ((_, error), kwargs, outcome) = spy.calls["fail"][0]
+        await spy.wait_settled(Fail, 1)
+    [(fail, outcome)] = spy.settled(Fail)
+    error = fail.error
     assert outcome == "retrying"
-    assert kwargs["retry_at"] == clock.now() + timedelta(seconds=7)
+    assert fail.retry_at == clock.now() + timedelta(seconds=7)
     assert error.startswith("ValueError: card declined")
     assert "Traceback (most recent call last):" in error
     assert "in handler" in error
-    assert backend.get_run(result.run_id).run_at == clock.now() + timedelta(seconds=7)
+    assert (await record_of(backend, result.run_id)).run_at == clock.now() + timedelta(seconds=7)
 
 
 async def test_codec_errors_of_any_kind_dead_letter(backend):
@@ -436,11 +449,11 @@ async def test_codec_errors_of_any_kind_dead_letter(backend):
             raise KeyError(data)
 
     job = define_job("broken", _noop, payload=Broken())
-    spy = ScriptedBackend(backend)
+    spy = SpyBackend(backend)
     result = await backend.enqueue(job, {"a": 1})
     async with await start_job_runtime(job, backend=spy):
-        await spy.wait_calls("fail", 1)
-    record = backend.get_run(result.run_id)
+        await spy.wait_settled(Fail, 1)
+    record = await record_of(backend, result.run_id)
     assert record.state == "dead"
     assert "SHIP_SQLA_JOB_PAYLOAD_INVALID" in record.last_error
     assert "'broken'" in record.last_error
@@ -454,7 +467,7 @@ async def test_single_runner_lock_is_held_for_the_run_and_extended(clock, errors
     heartbeat past its first lease, and released after the run."""
     locks = InMemoryLockProvider(clock)
     backend = InMemoryJobBackend(clock=clock, lock_provider=locks, on_error=errors)
-    spy = ScriptedBackend(backend)
+    spy = SpyBackend(backend)
     gate = anyio.Event()
     started = anyio.Event()
 
@@ -503,7 +516,7 @@ async def test_lost_lock_cancels_and_releases_the_run(clock, errors):
     """L2/J12: when the single-runner lock cannot be extended the handler is cancelled, the run
     is released (attempt unspent, cancellation in history) and the loss is reported."""
     backend = InMemoryJobBackend(clock=clock, lock_provider=_LosingLocks(), on_error=errors)
-    spy = ScriptedBackend(backend)
+    spy = SpyBackend(backend)
     started = anyio.Event()
     contexts: list[JobContext] = []
 
@@ -523,9 +536,9 @@ async def test_lost_lock_cancels_and_releases_the_run(clock, errors):
     async with await start_job_runtime(job, backend=spy):
         with anyio.fail_after(5):
             await started.wait()
-        await advance_until_awaited(clock, lambda: spy.wait_calls("release", 1), step=1.0)
+        await advance_until_awaited(clock, lambda: spy.wait_settled(Release, 1), step=1.0)
     assert contexts[0].cancel_reason == "lock-lost"
-    record = backend.get_run(result.run_id)
+    record = await record_of(backend, result.run_id)
     assert record.state == "waiting"
     assert record.attempt == 0
     assert JobCancelledError.code in record.last_error
@@ -554,7 +567,7 @@ async def test_drain_cancellation_wins_over_an_exception_raised_from_it(clock, b
     with anyio.fail_after(5):
         await started.wait()
     await runtime.stop(drain_timeout=0)
-    record = backend.get_run(result.run_id)
+    record = await record_of(backend, result.run_id)
     assert record.state == "waiting"
     assert record.attempt == 0
     assert JobCancelledError.code in record.last_error
@@ -576,8 +589,8 @@ async def test_stop_with_zero_drain_cancels_at_once(clock, backend):
     with anyio.fail_after(5):
         await started.wait()
     await runtime.stop(drain_timeout=0)
-    assert backend.get_run(quick.run_id).state == "completed"
-    assert backend.get_run(slow.run_id).state == "waiting"
+    assert (await record_of(backend, quick.run_id)).state == "completed"
+    assert (await record_of(backend, slow.run_id)).state == "waiting"
     with pytest.raises(ConfigurationError):
         await runtime.stop(drain_timeout=-1)
 
@@ -586,45 +599,21 @@ async def test_a_slow_completion_backend_stops_claiming(clock):
     """Backpressure: while 2 * max_in_flight finished runs wait for their completion, the loop
     claims nothing more; once completions land, it carries on."""
     backend = InMemoryJobBackend(clock=clock, max_in_flight=2)
-    spy = ScriptedBackend(backend)
-    gate = _gate_completions(spy, backend)
+    spy = SpyBackend(backend)
+    gate = spy.gate("settle")
     job = define_job("slow", _noop, payload=dict)
     results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(10)])
     async with await start_job_runtime(job, backend=spy) as runtime:
         try:
             await settle_loop(100)
-            claimed = sum(len(call[2]) for call in spy.calls["claim"])
+            claimed = sum(len(call.result) for call in spy.calls["claim"])
             assert claimed == 4
             assert runtime.executing == 0
         finally:
             gate.set()
         with anyio.fail_after(5):
-            while any(backend.get_run(r.run_id).state != "completed" for r in results):
+            while not await all_in_state(backend, [r.run_id for r in results], "completed"):
                 await settle_loop(1)
-
-
-class _Override:
-    """The in-memory backend with some methods replaced."""
-
-    def __init__(self, inner, **methods):
-        self._inner = inner
-        self._methods = methods
-
-    def __getattr__(self, name):
-        return self._methods.get(name) or getattr(self._inner, name)
-
-
-def _gate_completions(spy, backend):
-    """Make ``spy``'s completions wait until the returned event is set."""
-    gate = anyio.Event()
-    original = backend.complete
-
-    async def gated_complete(runs):
-        await gate.wait()
-        return await original(runs)
-
-    spy.inner = _Override(backend, complete=gated_complete)
-    return gate
 
 
 async def test_runtime_records_job_metrics(clock):
@@ -638,7 +627,7 @@ async def test_runtime_records_job_metrics(clock):
     reader = InMemoryMetricReader()
     metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
     backend = InMemoryJobBackend(clock=clock, lock_provider=InMemoryLockProvider(clock))
-    spy = ScriptedBackend(backend)
+    spy = SpyBackend(backend)
 
     async def handler(ctx, payload):
         if payload["fail"]:
@@ -655,8 +644,8 @@ async def test_runtime_records_job_metrics(clock):
     await backend.enqueue(job, {"k": "a", "fail": False})
     await backend.enqueue(job, {"k": "b", "fail": True})
     async with await start_job_runtime(job, backend=spy, metrics=metrics):
-        await spy.wait_calls("fail", 1)
-        await spy.wait_calls("complete", 1)
+        await spy.wait_settled(Fail, 1)
+        await spy.wait_settled(Complete, 1)
     data = reader.get_metrics_data()
     found = {
         metric.name: metric
@@ -682,8 +671,8 @@ async def test_claims_leave_the_room_of_unanswered_completions(clock):
     which reads as "no more due work" and used to park the loop until the poll interval when
     the completion landed mid-claim (a 20x throughput cliff with max_in_flight above 1000)."""
     backend = InMemoryJobBackend(clock=clock, max_in_flight=4)
-    spy = ScriptedBackend(backend)
-    gate = _gate_completions(spy, backend)
+    spy = SpyBackend(backend)
+    gate = spy.gate("settle")
     job = define_job("roomy", _noop, payload=dict, concurrency=Concurrency(max=4))
     results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(8)])
     async with await start_job_runtime(job, backend=spy) as runtime:
@@ -692,13 +681,13 @@ async def test_claims_leave_the_room_of_unanswered_completions(clock):
             assert runtime.executing == 0
             # Four handlers ended, their completion waits at the gate: no claim may ask for
             # their room meanwhile.
-            assert [call[1]["limit"] for call in spy.calls["claim"]] == [4]
+            assert [call.args[0].limit for call in spy.calls["claim"]] == [4]
         finally:
             gate.set()
         with anyio.fail_after(5):
-            while any(backend.get_run(r.run_id).state != "completed" for r in results):
+            while not await all_in_state(backend, [r.run_id for r in results], "completed"):
                 await settle_loop(1)
-    assert [call[1]["limit"] for call in spy.calls["claim"]][:2] == [4, 4]
+    assert [call.args[0].limit for call in spy.calls["claim"]][:2] == [4, 4]
 
 
 async def test_worker_samples_the_queue_gauges(clock, errors):
@@ -714,7 +703,7 @@ async def test_worker_samples_the_queue_gauges(clock, errors):
     reader = InMemoryMetricReader()
     metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
-    spy = ScriptedBackend(backend)
+    spy = SpyBackend(backend)
     later = clock.now() + timedelta(hours=1)
     queued = define_job("gauged.queued", _noop, payload=dict)
     idle = define_job("gauged.idle", _noop, payload=dict)
@@ -770,7 +759,7 @@ async def test_no_collection_no_queue_sampling(clock, backend):
 
     from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
 
-    spy = ScriptedBackend(backend)
+    spy = SpyBackend(backend)
     job = define_job("unmetered", _noop, payload=dict)
     async with await start_job_runtime(job, backend=spy) as runtime:
         assert runtime.metrics is backend.metrics  # the global provider's: on by default
@@ -800,7 +789,7 @@ async def test_queue_sample_interval_sets_the_sampling_period(clock, backend):
 
     from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
 
-    spy = ScriptedBackend(backend)
+    spy = SpyBackend(backend)
     job = define_job("sampled", _noop, payload=dict)
     reader = InMemoryMetricReader()
     metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
@@ -820,8 +809,8 @@ async def test_a_heartbeat_refused_after_the_handler_returned_reports_nothing(cl
     landed first, so it is not reported as a stale lease (it was, about one restart in
     fourteen under load); the completion's own answer decides, and here it completes."""
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
-    spy = ScriptedBackend(backend)
-    gate = _gate_completions(spy, backend)
+    spy = SpyBackend(backend)
+    gate = spy.gate("settle")
     spy.answers["heartbeat"] = lambda runs: [False] * len(runs)
     job = define_job("settling", _noop, payload=dict, concurrency=Concurrency(lease=LEASE))
     result = await backend.enqueue(job, {})
@@ -834,45 +823,88 @@ async def test_a_heartbeat_refused_after_the_handler_returned_reports_nothing(cl
         await settle_loop()
         gate.set()
         with anyio.fail_after(5):
-            while backend.get_run(result.run_id).state != "completed":
+            while (await record_of(backend, result.run_id)).state != "completed":
                 await settle_loop(1)
     assert errors.errors == []
 
 
+# --- runs the loop must not execute -------------------------------------------------------------
+
+
+async def test_j3_runs_beyond_the_claim_limit_are_released_unexecuted(clock, errors):
+    """J3: a backend that answers more runs than a claim asked for (a bug) never makes the loop
+    exceed its slots: the extra runs are released at once, attempts unspent and no handler
+    started for them, the bug is reported, and every run still executes exactly once."""
+    backend = InMemoryJobBackend(clock=clock, on_error=errors, max_in_flight=1)
+    spy = SpyBackend(backend)
+    ran: list[str] = []
+    gate = anyio.Event()
+    first_ran = anyio.Event()
+    all_ran = anyio.Event()
+
+    async def handler(ctx, payload):
+        ran.append(ctx.run_id)
+        first_ran.set()
+        await gate.wait()
+        if len(ran) == 3:
+            all_ran.set()
+
+    async def greedy(request):
+        return await backend.claim(claim_request(job, worker=request.worker, limit=3))
+
+    job = define_job("greedy", handler, payload=dict)
+    results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(3)])
+    spy.answers["claim"] = greedy
+    async with await start_job_runtime(job, backend=spy) as runtime:
+        try:
+            await spy.wait_settled(Release, 2)
+            with anyio.fail_after(5):
+                await first_ran.wait()
+            assert runtime.executing == 1
+            assert [outcome for _, outcome in spy.settled(Release)] == ["released", "released"]
+            released = [release.run.run_id for release, _ in spy.settled(Release)]
+            for run_id in released:
+                assert (await record_of(backend, run_id)).attempt == 0
+            assert ran == [r.run_id for r in results if r.run_id not in released]
+            del spy.answers["claim"]
+        finally:
+            # Never leave the handler blocked: stop() would wait out the drain in frozen time.
+            gate.set()
+        with anyio.fail_after(5):
+            await all_ran.wait()
+    assert sorted(ran) == sorted(r.run_id for r in results)
+    [bug] = errors.errors
+    assert "extra runs were released" in str(bug)
+
+
+async def test_j12_runs_claimed_while_stopping_are_released_unexecuted(clock, errors):
+    """J12: stop stops claiming: runs whose claim was answered after stop began are never
+    started; they go back to waiting at once with their attempts unspent and no history."""
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
+    spy = SpyBackend(backend)
+    gate = spy.gate("claim")
+    ran: list[str] = []
+
+    async def handler(ctx, payload):
+        ran.append(ctx.run_id)
+
+    job = define_job("late-claim", handler, payload=dict)
+    results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(2)])
+    runtime = await start_job_runtime(job, backend=spy)
+    await spy.wait_started("claim", 1)
+    async with anyio.create_task_group() as group:
+        group.start_soon(runtime.stop)
+        await settle_loop()
+        gate.set()
+    assert ran == []
+    assert [outcome for _, outcome in spy.settled(Release)] == ["released", "released"]
+    for result in results:
+        record = await record_of(backend, result.run_id)
+        assert (record.state, record.attempt, record.history) == ("waiting", 0, ())
+    assert errors.errors == []
+
+
 # --- fewer duplicates under faults --------------------------------------------------------------
-
-
-class _Outage:
-    """Makes the wrapped backend's ``names`` raise while ``down`` (a database outage), counting
-    every call; calls made while up go through."""
-
-    def __init__(self, inner, *names):
-        self.inner = inner
-        self.names = names
-        self.down = False
-        self.calls: dict[str, list[float]] = {name: [] for name in names}
-        self.changed = anyio.Event()
-
-    def __getattr__(self, name):
-        original = getattr(self.inner, name)
-        if name not in self.names:
-            return original
-
-        async def call(*args, **kwargs):
-            self.calls[name].append(self.inner.clock.monotonic())
-            self.changed.set()
-            self.changed = anyio.Event()
-            if self.down:
-                message = f"{name}: connection refused"
-                raise ConnectionRefusedError(message)
-            return await original(*args, **kwargs)
-
-        return call
-
-    async def wait_calls(self, name, count, *, limit=10.0):
-        with anyio.fail_after(limit):
-            while len(self.calls[name]) < count:
-                await self.changed.wait()
 
 
 async def test_j6_a_handler_never_starts_once_its_lease_lapsed(clock, errors):
@@ -887,8 +919,8 @@ async def test_j6_a_handler_never_starts_once_its_lease_lapsed(clock, errors):
 
     stalled = []
 
-    async def claim_then_stall(job, **kwargs):
-        runs = await backend.claim(job, **kwargs)
+    async def claim_then_stall(request):
+        runs = await backend.claim(request)
         if runs and not stalled:
             stalled.append(runs)
             clock.advance(LEASE + 10)  # the loop is blocked before the runs' tasks start
@@ -896,11 +928,12 @@ async def test_j6_a_handler_never_starts_once_its_lease_lapsed(clock, errors):
 
     job = define_job("late", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
     result = await backend.enqueue(job, {})
-    stalling = _Override(backend, claim=claim_then_stall)
+    stalling = SpyBackend(backend)
+    stalling.answers["claim"] = claim_then_stall
     async with await start_job_runtime(job, backend=stalling):
         await errors.wait_count(1)
         with anyio.fail_after(5):
-            while backend.get_run(result.run_id).state != "completed":
+            while (await record_of(backend, result.run_id)).state != "completed":
                 await settle_loop(1)
     [error] = errors.errors
     assert isinstance(error, JobLeaseLapsedError)
@@ -909,7 +942,7 @@ async def test_j6_a_handler_never_starts_once_its_lease_lapsed(clock, errors):
     # Handed back with its attempt unspent and no history (nothing ran), then claimed again
     # and executed: once.
     assert ran == [result.run_id]
-    record = backend.get_run(result.run_id)
+    record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt, record.history) == ("completed", 1, ())
 
 
@@ -926,20 +959,22 @@ async def test_j6_a_run_retaken_meanwhile_is_not_started_nor_reported_stale(cloc
 
     lost = []
 
-    async def claim_then_lose_it(definition, **kwargs):
-        runs = await backend.claim(definition, **kwargs)
+    async def claim_then_lose_it(request):
+        runs = await backend.claim(request)
         if runs and not lost:
             clock.advance(LEASE + 1)
-            lost.extend(await backend.claim(definition, worker="other", limit=5))
+            lost.extend(await backend.claim(claim_request(job, worker="other", limit=5)))
         return runs
 
     result = await backend.enqueue(job, {})
-    async with await start_job_runtime(job, backend=_Override(backend, claim=claim_then_lose_it)):
+    losing = SpyBackend(backend)
+    losing.answers["claim"] = claim_then_lose_it
+    async with await start_job_runtime(job, backend=losing):
         await errors.wait_count(1)
         await settle_loop()
     assert ran == []
     assert errors.codes() == ["SHIP_SQLA_JOB_LEASE_LAPSED"]
-    record = backend.get_run(result.run_id)
+    record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt) == ("running", 2)
 
 
@@ -950,7 +985,7 @@ async def test_j5_a_lapsed_lease_is_lost_once_the_database_is_back(clock, errors
     run is retaken (here by the same worker, whose older claim is then stale too) with the
     lapsed attempt in its history, and runs to completion once more."""
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
-    outage = _Outage(backend, "heartbeat", "claim")
+    outage = SpyBackend(backend, outage=("heartbeat", "claim"))
     started = anyio.Event()
     cancelled = anyio.Event()
     contexts: list[JobContext] = []
@@ -977,13 +1012,13 @@ async def test_j5_a_lapsed_lease_is_lost_once_the_database_is_back(clock, errors
         outage.down = False
         await advance_until(clock, cancelled, step=0.25)
         with anyio.fail_after(5):
-            while backend.get_run(result.run_id).state != "completed":
+            while (await record_of(backend, result.run_id)).state != "completed":
                 clock.advance(0.25)
                 await settle_loop()
     assert [ctx.attempt for ctx in contexts] == [1, 2]
     assert contexts[0].cancel_reason == "lease-lost"
     assert JobLeaseStaleError.code in errors.codes()
-    record = backend.get_run(result.run_id)
+    record = await record_of(backend, result.run_id)
     assert [entry["attempt"] for entry in record.history] == [1]
     assert record.history[0]["error"].startswith("SHIP_SQLA_JOB_LEASE_LAPSED")
 
@@ -1005,7 +1040,7 @@ async def test_j11_fail_and_release_are_retried_through_a_short_outage(clock, er
     (which costs a retake, and on a final attempt a dead letter); each failed try is
     reported. The outcome lands once, when the database is back."""
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
-    outage = _Outage(backend, "fail", "release")
+    outage = SpyBackend(backend, outage=("settle",))
     locks = InMemoryLockProvider(clock)
 
     async def handler(ctx, payload):
@@ -1021,11 +1056,11 @@ async def test_j11_fail_and_release_are_retried_through_a_short_outage(clock, er
     result = await backend.enqueue(failing, {})
     outage.down = True
     async with await start_job_runtime(failing, backend=outage):
-        await advance_until_awaited(clock, lambda: outage.wait_calls("fail", 3), step=0.05)
+        await advance_until_awaited(clock, lambda: outage.wait_calls("settle", 3), step=0.05)
         outage.down = False
-        await advance_until_awaited(clock, lambda: outage.wait_calls("fail", 4), step=0.25)
+        await advance_until_awaited(clock, lambda: outage.wait_calls("settle", 4), step=0.25)
         await settle_loop()
-    record = backend.get_run(result.run_id)
+    record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt, len(record.history)) == ("waiting", 1, 1)
     assert sum(isinstance(e, ConnectionRefusedError) for e in errors.errors) == 3
 
@@ -1038,15 +1073,15 @@ async def test_j11_fail_and_release_are_retried_through_a_short_outage(clock, er
     held = await locks.acquire("keyed/", 3600)
     assert held is not None
     locked_backend = InMemoryJobBackend(clock=clock, on_error=errors, lock_provider=locks)
-    outage = _Outage(locked_backend, "release")
+    outage = SpyBackend(locked_backend, outage=("settle",))
     keyed_run = await locked_backend.enqueue(keyed, {})
     outage.down = True
     async with await start_job_runtime(keyed, backend=outage):
-        await advance_until_awaited(clock, lambda: outage.wait_calls("release", 2), step=0.05)
+        await advance_until_awaited(clock, lambda: outage.wait_calls("settle", 2), step=0.05)
         outage.down = False
-        await advance_until_awaited(clock, lambda: outage.wait_calls("release", 3), step=0.25)
+        await advance_until_awaited(clock, lambda: outage.wait_calls("settle", 3), step=0.25)
         await settle_loop()
-    record = locked_backend.get_run(keyed_run.run_id)
+    record = await record_of(locked_backend, keyed_run.run_id)
     assert (record.state, record.attempt) == ("waiting", 0)  # JOB_LOCK_HELD: attempt unspent
 
 
@@ -1055,7 +1090,7 @@ async def test_j11_a_settle_retry_gives_up_when_the_lease_can_no_longer_hold(clo
     (heartbeats fail too in an outage); then the run is left to its lapsing lease, which
     brings it back (at least once), and the task ends."""
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
-    outage = _Outage(backend, "fail", "heartbeat")
+    outage = SpyBackend(backend, outage=("settle", "heartbeat"))
 
     async def handler(ctx, payload):
         raise RuntimeError("boom")
@@ -1070,21 +1105,21 @@ async def test_j11_a_settle_retry_gives_up_when_the_lease_can_no_longer_hold(clo
     result = await backend.enqueue(job, {})
     outage.down = True
     async with await start_job_runtime(job, backend=outage) as runtime:
-        await outage.wait_calls("fail", 1)
+        await outage.wait_calls("settle", 1)
         started = clock.monotonic()
         with anyio.fail_after(10):
             while runtime.in_flight:
                 clock.advance(0.25)
                 await settle_loop()
         assert clock.monotonic() - started <= LEASE + 1
-        assert len(outage.calls["fail"]) > 5
-        assert backend.get_run(result.run_id).state == "running"  # to be retaken (J6)
+        assert len(outage.calls["settle"]) > 5
+        assert (await record_of(backend, result.run_id)).state == "running"  # to be retaken (J6)
         outage.down = False
         with anyio.fail_after(5):
-            while backend.get_run(result.run_id).attempt < 2 or runtime.in_flight:
+            while (await record_of(backend, result.run_id)).attempt < 2 or runtime.in_flight:
                 clock.advance(0.25)
                 await settle_loop()
-    record = backend.get_run(result.run_id)
+    record = await record_of(backend, result.run_id)
     assert record.state == "waiting"
     assert [entry["attempt"] for entry in record.history] == [1, 2]  # lapsed, then failed
 
@@ -1093,10 +1128,10 @@ async def test_j11_the_loop_is_back_within_a_second_of_the_database(clock, error
     """J11: however long the database was down, the loop's error backoff never grows past
     MAX_ERROR_BACKOFF (1 s): once the database is back, the next claim comes within about a
     second, and the work runs (a backoff that kept doubling came back 12-30 s late)."""
-    from ship_sqla.kernel._runtime.runtime import MAX_ERROR_BACKOFF  # noqa: PLC0415
+    MAX_ERROR_BACKOFF = ERROR_BACKOFF.max_delay  # noqa: N806 - the one error backoff's cap
 
     backend = InMemoryJobBackend(clock=clock, on_error=errors, poll_interval=5.0)
-    outage = _Outage(backend, "claim")
+    outage = SpyBackend(backend, outage=("claim",))
     ran = anyio.Event()
 
     async def handler(ctx, payload):
@@ -1107,7 +1142,7 @@ async def test_j11_the_loop_is_back_within_a_second_of_the_database(clock, error
     async with await start_job_runtime(job, backend=outage):
         await outage.wait_calls("claim", 1)
         await advance_until(clock, _after(clock, 120), step=0.1)
-        gaps = [b - a for a, b in itertools.pairwise(outage.calls["claim"])]
+        gaps = [b.at - a.at for a, b in itertools.pairwise(outage.calls["claim"])]
         assert max(gaps) <= MAX_ERROR_BACKOFF + 0.1
         assert min(gaps[:3]) < 0.25  # the first retries come quickly
         await backend.enqueue(job, {})
@@ -1121,10 +1156,10 @@ async def test_j11_completions_are_retried_through_an_outage_without_a_duplicate
     """J11, J5: completions that fail while the database is down stay in memory and are
     retried (heartbeats keep the lease meanwhile, retried quickly too), so after an outage
     shorter than the lease each run completes once and no handler runs twice."""
-    from ship_sqla.kernel._runtime.runtime import MAX_ERROR_BACKOFF  # noqa: PLC0415
+    MAX_ERROR_BACKOFF = ERROR_BACKOFF.max_delay  # noqa: N806 - the one error backoff's cap
 
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
-    outage = _Outage(backend, "complete", "heartbeat", "claim")
+    outage = SpyBackend(backend, outage=("settle", "heartbeat", "claim"))
     executions: list[str] = []
 
     async def handler(ctx, payload):
@@ -1135,23 +1170,23 @@ async def test_j11_completions_are_retried_through_an_outage_without_a_duplicate
     gate = anyio.Event()
     original_claim = backend.claim
 
-    async def claim_then_fail_over(definition, **kwargs):
-        runs = await original_claim(definition, **kwargs)
+    async def claim_then_fail_over(request):
+        runs = await original_claim(request)
         if runs:
             outage.down = True  # the database goes away as the handlers finish
         gate.set()
         return runs
 
-    backend.claim = claim_then_fail_over  # type: ignore[method-assign]
+    outage.answers["claim"] = claim_then_fail_over
     async with await start_job_runtime(job, backend=outage):
         with anyio.fail_after(5):
             await gate.wait()
-        await outage.wait_calls("complete", 1)
+        await outage.wait_calls("settle", 1)
         await advance_until(clock, _after(clock, LEASE * 0.8), step=0.25)
         outage.down = False
         back = clock.monotonic()
         with anyio.fail_after(10):
-            while any(backend.get_run(r.run_id).state != "completed" for r in results):
+            while not await all_in_state(backend, [r.run_id for r in results], "completed"):
                 clock.advance(0.1)
                 await settle_loop()
         assert clock.monotonic() - back <= MAX_ERROR_BACKOFF + 0.2
@@ -1166,12 +1201,12 @@ async def test_j12_a_stop_during_an_outage_keeps_retrying_completions_until_the_
     try: it is retried until the drain deadline (while the lease may still be held), so a short
     outage during a deploy re-runs nothing; past the deadline it is left to the lease (J6)."""
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
-    outage = _Outage(backend, "complete")
+    outage = SpyBackend(backend, outage=("settle",))
     job = define_job("stopping", _noop, payload=dict, concurrency=Concurrency(lease=LEASE))
     first, second = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in (1, 2)])
     outage.down = True
     runtime = await start_job_runtime(job, backend=outage, drain_timeout=5)
-    await outage.wait_calls("complete", 1)
+    await outage.wait_calls("settle", 1)
     stopped = anyio.Event()
 
     async def stop() -> None:
@@ -1184,17 +1219,17 @@ async def test_j12_a_stop_during_an_outage_keeps_retrying_completions_until_the_
         assert not stopped.is_set()
         outage.down = False
         await advance_until(clock, stopped, step=0.1)
-    assert backend.get_run(first.run_id).state == "completed"
-    assert backend.get_run(second.run_id).state == "completed"
+    assert (await record_of(backend, first.run_id)).state == "completed"
+    assert (await record_of(backend, second.run_id)).state == "completed"
 
     late = await backend.enqueue(job, {"n": 3})
     outage.down = True
     runtime = await start_job_runtime(job, backend=outage, drain_timeout=1)
-    await outage.wait_calls("complete", len(outage.calls["complete"]) + 1)
+    await outage.wait_calls("settle", len(outage.calls["settle"]) + 1)
     async with anyio.create_task_group() as group:
         group.start_soon(runtime.stop)
         await advance_until(clock, _after(clock, 3), step=0.1)
-    assert backend.get_run(late.run_id).state == "running"  # left to its lease (J6)
+    assert (await record_of(backend, late.run_id)).state == "running"  # left to its lease (J6)
 
 
 async def test_j11_a_failure_that_never_lands_is_not_retried_forever(clock, errors):
@@ -1202,7 +1237,7 @@ async def test_j11_a_failure_that_never_lands_is_not_retried_forever(clock, erro
     heartbeats still land is retried for at most one lease after its first try, then left to
     the lease: the run is not kept in this process forever by its own heartbeats."""
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
-    outage = _Outage(backend, "fail")
+    outage = SpyBackend(backend, outage=("settle",))
 
     async def handler(ctx, payload):
         raise RuntimeError("boom")
@@ -1211,7 +1246,7 @@ async def test_j11_a_failure_that_never_lands_is_not_retried_forever(clock, erro
     await backend.enqueue(job, {})
     outage.down = True
     async with await start_job_runtime(job, backend=outage) as runtime:
-        await outage.wait_calls("fail", 1)
+        await outage.wait_calls("settle", 1)
         first = clock.monotonic()
         with anyio.fail_after(10):
             while runtime.in_flight:

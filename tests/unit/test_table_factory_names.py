@@ -8,11 +8,14 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from sqlalchemy import MetaData
 
-from ship_sqla._idempotency import ship_idempotency_table
-from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
-from ship_sqla._outbox import ship_outbox_table
-from ship_sqla._webhooks import ship_webhook_events_table
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla import (
+    ConfigurationError,
+    ship_idempotency_table,
+    ship_job_runs_table,
+    ship_job_state_table,
+    ship_outbox_table,
+    ship_webhook_events_table,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from sqlalchemy import (
-    Float,
     Integer,
     Table,
     Text,
@@ -22,7 +21,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     delete,
-    func,
     literal_column,
     null,
     or_,
@@ -31,11 +29,12 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from ship_sqla._sql_time import now_param, seconds_param
+
 if TYPE_CHECKING:
-    from sqlalchemy.sql import ColumnElement
     from sqlalchemy.sql.dml import Delete, ReturningDelete, ReturningInsert, ReturningUpdate
     from sqlalchemy.sql.selectable import Select
 
@@ -59,18 +58,8 @@ SET_LOCK_TIMEOUT: TextClause = text(
 RESTORE_LOCK_TIMEOUT: TextClause = text("SELECT set_config('lock_timeout', :previous, true)")
 """:previous -> puts the unit of work's own lock_timeout back for the rest of its transaction."""
 
-_TSTZ = TIMESTAMP(timezone=True)
-_ONE_SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
 IN_PROGRESS = literal_column("'in_progress'", Text)
 COMPLETED = literal_column("'completed'", Text)
-
-
-def _now() -> ColumnElement[Any]:
-    return func.coalesce(bindparam("now", type_=_TSTZ), func.now())
-
-
-def _seconds(name: str) -> ColumnElement[Any]:
-    return bindparam(name, type_=Float) * _ONE_SECOND
 
 
 @attrs.frozen
@@ -112,9 +101,9 @@ def build_statements(table: Table) -> IdempotencyStatements:
         "status": IN_PROGRESS,
         "claim_token": bindparam("token", type_=UUID(as_uuid=True)),
         "response": null(),
-        "locked_until": _now() + _seconds("lease"),
-        "expires_at": _now() + _seconds("ttl"),
-        "created_at": _now(),
+        "locked_until": now_param() + seconds_param("lease"),
+        "expires_at": now_param() + seconds_param("ttl"),
+        "created_at": now_param(),
         "completed_at": null(),
     }
     # Served by <table>_pkey (ON CONFLICT arbiter).
@@ -135,10 +124,10 @@ def build_statements(table: Table) -> IdempotencyStatements:
         .where(
             key_matches,
             or_(
-                c.expires_at <= _now(),
+                c.expires_at <= now_param(),
                 and_(
                     c.status == IN_PROGRESS,
-                    c.locked_until <= _now(),
+                    c.locked_until <= now_param(),
                     c.fingerprint == bindparam("fingerprint", type_=Text),
                 ),
             ),
@@ -168,9 +157,9 @@ def build_statements(table: Table) -> IdempotencyStatements:
         .values(
             status=COMPLETED,
             response=bindparam("response", type_=JSONB),
-            completed_at=_now(),
+            completed_at=now_param(),
             locked_until=null(),
-            expires_at=_now() + _seconds("ttl"),
+            expires_at=now_param() + seconds_param("ttl"),
         )
         .returning(c.completed_at, c.expires_at)
     )
@@ -187,7 +176,7 @@ def build_statements(table: Table) -> IdempotencyStatements:
     # leaves keys a request is taking over right now to the next pass.
     victims = (
         select(c.prefix, c.tenant_id, c.key)
-        .where(c.prefix == bindparam("k_prefix", type_=Text), c.expires_at <= _now())
+        .where(c.prefix == bindparam("k_prefix", type_=Text), c.expires_at <= now_param())
         .order_by(c.expires_at)
         .limit(bindparam("limit", type_=Integer))
         .with_for_update(skip_locked=True)

@@ -13,7 +13,9 @@ tenant 1 to 255 (:data:`ship_sqla._scope.MAX_TENANT_BYTES`; ``""`` and blank ten
 refused, they would alias "no tenant", stored as ``''``). Together they stay far below the
 primary key's btree row limit (about 2.7 kB), so no key is refused by PostgreSQL with "index row
 requires N bytes". A refused connection or a lost one raises
-:class:`~ship_sqla.kernel.DatabaseUnavailableError`.
+:class:`~ship_sqla.kernel.DatabaseUnavailableError`. Every statement reaches the database through
+one :class:`~ship_sqla._scope.StoreConnections` (``joined``: the unit of work's connection, else
+a short transaction of the store's own, or one autocommitted statement).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from ship_sqla._idempotency._types import (
     StoredResponse,
     _ClaimOwner,
 )
-from ship_sqla._scope import Database, check_tenant, joined, tenant_within
+from ship_sqla._scope import Database, StoreConnections, check_tenant, tenant_within
 from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, SystemClock
 
 if TYPE_CHECKING:
@@ -110,7 +112,7 @@ class IdempotencyStore(_ClaimOwner):
                 "create_idempotency_store needs the Table made by ship_idempotency_table().",
                 fix="pass table=ship_idempotency_table(metadata).",
             )
-        self._database = database
+        self._connections = StoreConnections(database, name="idempotency")
         self._table = table
         self._clock: Clock = clock or SystemClock()
         self._lock_timeout = lock_timeout_setting(lock_timeout)
@@ -126,7 +128,7 @@ class IdempotencyStore(_ClaimOwner):
 
     @property
     def database(self) -> Database:
-        return self._database
+        return self._connections.database
 
     @property
     def table(self) -> Table:
@@ -164,7 +166,7 @@ class IdempotencyStore(_ClaimOwner):
                 fix="fingerprint what identifies the request: method, path and a body hash.",
             )
         ttl_seconds = self._ttl_seconds if ttl is None else _positive("ttl", ttl)
-        async with joined(self._database, scope, operation="idempotency begin") as tx:
+        async with self._connections.joined(scope, "begin") as tx:
             tenant = tenant_within(tx.scope, tenant, operation="idempotency begin")
             params: dict[str, Any] = {
                 "k_prefix": prefix,
@@ -240,7 +242,7 @@ class IdempotencyStore(_ClaimOwner):
         params = self._claim_params(claim)
         # The ttl restarts at completion: a key is remembered for ttl after its answer exists.
         params |= {"response": response.to_json(), "ttl": self._ttl_seconds}
-        async with joined(self._database, scope, operation="idempotency complete") as tx:
+        async with self._connections.joined(scope, "complete", one_statement=True) as tx:
             row = (await tx.connection.execute(self._sql.complete, params)).first()
         if row is None:
             raise _lost(claim, "complete")
@@ -248,7 +250,7 @@ class IdempotencyStore(_ClaimOwner):
         return completed_at
 
     async def _release(self, claim: IdempotencyClaim, scope: TransactionScope | None) -> None:
-        async with joined(self._database, scope, operation="idempotency release") as tx:
+        async with self._connections.joined(scope, "release", one_statement=True) as tx:
             params = self._claim_params(claim)
             row = (await tx.connection.execute(self._sql.release, params)).first()
         if row is None:
@@ -266,7 +268,7 @@ class IdempotencyStore(_ClaimOwner):
     ) -> IdempotencyRecord | None:
         """The key's row, whatever its status (None when there is none)."""
         check_tenant(tenant, operation="idempotency get")
-        async with joined(self._database, scope, operation="idempotency get") as tx:
+        async with self._connections.joined(scope, "get", one_statement=True) as tx:
             tenant = tenant_within(tx.scope, tenant, operation="idempotency get")
             params = {"k_prefix": prefix, "k_tenant": tenant or "", "k_key": key}
             row = (await tx.connection.execute(self._sql.read, params)).first()
@@ -295,7 +297,7 @@ class IdempotencyStore(_ClaimOwner):
         """
         _check_text("prefix", prefix, MAX_PREFIX_LENGTH)
         check_cleanup_limit(limit)
-        async with joined(self._database, scope, operation="idempotency cleanup") as tx:
+        async with self._connections.joined(scope, "cleanup", one_statement=True) as tx:
             return await run_cleanup(tx.connection, self._sql, prefix, limit, self._now())
 
 

@@ -1,34 +1,36 @@
-"""The relay: claim -> publish -> acknowledge, in a loop that never raises.
+"""The relay: claim -> publish -> complete, in a loop that never raises.
 
 The relay never sees SQL: it calls the :class:`~ship_sqla._outbox._store.Outbox`. One batch is
 
 1. ``claim`` up to ``batch_size`` messages for ``lease`` seconds (one statement of its own);
-2. publish them one by one to the sink, in claim order. Successes are acknowledged together in
-   one statement at the end of the batch (and before every lease extension); a sink error
-   ``fail``s that message (retry with backoff, or dead) and is reported to ``on_error``;
-3. every third of the lease, acknowledge what is published and extend the rest; a message whose
+2. publish them one by one to the sink, in claim order. Successes are completed together in
+   one statement at the end of the batch (and before every heartbeat); a sink error ``fail``s
+   that message (retry with the outbox's backoff, or dead) and is reported to ``on_error``;
+3. every third of the lease, complete what is published and heartbeat the rest; a message whose
    claim turned stale is not published by this relay (its new holder will).
 
 When a batch was full and the outbox is on an engine, the next one is claimed (on another
-pooled connection) while this one's acknowledgement is in flight, so a relay working through a
+pooled connection) while this one's completion is in flight, so a relay working through a
 backlog waits about one round trip per batch, not two. That claim starts only after the batch's
 sink calls returned; a batch claimed ahead that will not be published (the relay stopped, or the
-acknowledgement still failed when it did) is released.
+completion still failed when it did) is released.
 
-Stopping is graceful: the message being published finishes, published ones are acknowledged and
+Stopping is graceful: the message being published finishes, published ones are completed and
 the batch's unpublished messages are released (their attempt given back), so another relay takes
 them at once instead of after a lease. Errors the loop absorbs (poll and settle failures during a
 database outage, stale claims, publish failures) go to ``on_error``; nothing is raised out of it.
 
-Outages. A settle of the batch in hand (acknowledge, extend, fail) that fails is retried in place,
-after the error backoff, until it lands or the relay stops: the batch is never dropped from memory
-and republished because the database went away for a moment. Retrying is safe at any time because
-every settle is fenced on the claim token: once the message was retaken (its lease lapsed and
-another relay claimed it) the retry changes nothing and is answered "stale", and an acknowledgement
-that landed before its reply was lost answers "delivered" again. A failed claim is retried by the
-loop. The error backoff grows from ``min(poll_interval, 0.1)`` seconds and is capped at
-:data:`MAX_ERROR_DELAY` (1 s), so the relay is back within about a second of the server's return
-however long the outage lasted; message FAILURES keep the outbox's own backoff (O4).
+Outages. A settle of the batch in hand (complete, heartbeat, fail) that fails is retried in
+place, after the error backoff, until it lands or the relay stops: the batch is never dropped
+from memory and republished because the database went away for a moment. Retrying is safe at any
+time because every settle is fenced on the lease token: once the message was retaken (its lease
+lapsed and another relay claimed it) the retry changes nothing and is answered "stale", and a
+completion that landed before its reply was lost answers "delivered" again. A failed claim is
+retried by the loop. The error backoff is the loops' one
+(:data:`~ship_sqla.kernel._plans.backoff.ERROR_BACKOFF`, shared with the job runtime): from
+``min(poll_interval, 0.1)`` seconds doubling to 1 s, equal jitter, so the relay is back within
+about a second of the server's return however long the outage lasted; message FAILURES keep the
+outbox's own backoff (O4).
 """
 
 from __future__ import annotations
@@ -39,10 +41,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from ship_sqla._outbox._backoff import OutboxBackoff
 from ship_sqla._outbox._store import ErrorHandler, Outbox, check_outbox_id, default_worker
 from ship_sqla._outbox._types import (
-    OutboxClaimStaleError,
+    OutboxLeaseStaleError,
     OutboxMessage,
     OutboxOutcome,
     OutboxPublishError,
@@ -55,6 +56,7 @@ from ship_sqla.kernel._durations import (
     MAX_POLL_INTERVAL,
     require_duration,
 )
+from ship_sqla.kernel._plans.backoff import error_backoff
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
@@ -64,7 +66,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._ports import JobBackend
 
-__all__ = ["MAX_ERROR_DELAY", "OutboxRelay", "OutboxSink", "create_outbox_relay", "job_sink"]
+__all__ = ["OutboxRelay", "OutboxSink", "job_sink", "start_outbox_relay"]
 
 T = TypeVar("T")
 
@@ -77,22 +79,17 @@ A sink may be called again for a message it already published (at-least-once del
 idempotent, e.g. by deduplicating on ``message.id``.
 """
 
-MAX_ERROR_DELAY = 1.0
-"""Seconds: the cap of the relay's error backoff (after a failed claim or settle). Low on purpose:
-a relay that kept doubling its wait through a 15 s outage came back 12 s after the server did; a
-failed attempt against a server that is down costs one refused connection."""
-
-_FIRST_ERROR_DELAY = 0.1
-
 
 class OutboxRelay:
-    """Moves one logical outbox's messages to a sink. Build it with :func:`create_outbox_relay`.
+    """Moves one logical outbox's messages to a sink. Start one with :func:`start_outbox_relay`.
 
-    Run it with ``async with relay:`` (start, then graceful stop on exit), with
-    ``relay.start()`` / ``await relay.stop()``, or by awaiting ``relay.run()`` in a task group
-    and calling ``stop()`` from elsewhere; a relay runs once. :meth:`run_once` processes a
-    single batch (tests). Give the outbox an ``AsyncEngine``: the relay's statements run on
-    their own connections, concurrently with the application's.
+    A started relay is an async context manager that stops gracefully on exit
+    (``async with await start_outbox_relay(...) as relay:``), or is stopped with
+    ``await relay.stop()``. Built directly (same arguments as :func:`start_outbox_relay`, checked
+    the same way) a relay is not started: await :meth:`run` in a task group and call
+    :meth:`stop` from elsewhere, or drive single batches with :meth:`run_once` (tests); a relay
+    runs once. Give the outbox an ``AsyncEngine``: the relay's statements run on their own
+    connections, concurrently with the application's.
     """
 
     def __init__(
@@ -101,20 +98,29 @@ class OutboxRelay:
         outbox_id: str,
         sink: OutboxSink,
         *,
-        batch_size: int,
-        lease: float,
-        poll_interval: float,
-        ordered: bool,
-        on_error: ErrorHandler | None,
-        clock: Clock | None,
-        worker: str | None,
+        batch_size: int = 100,
+        lease: float = 30.0,
+        poll_interval: float = 1.0,
+        ordered: bool = False,
+        drain_timeout: float | None = None,
+        on_error: ErrorHandler | None = None,
+        clock: Clock | None = None,
+        worker: str | None = None,
     ) -> None:
+        check_outbox_id(outbox_id)
+        if batch_size < 1:
+            raise ConfigurationError(
+                f"batch_size must be at least 1, got {batch_size}.", fix="pass batch_size >= 1."
+            )
         self._outbox = outbox
         self._outbox_id = outbox_id
         self._sink = sink
         self._batch_size = batch_size
-        self._lease = lease
-        self._poll_interval = poll_interval
+        self._lease = require_duration(lease, "lease", maximum=MAX_LEASE)
+        self._poll_interval = require_duration(
+            poll_interval, "poll_interval", maximum=MAX_POLL_INTERVAL
+        )
+        self._drain_timeout = _check_drain_timeout(drain_timeout)
         self._ordered = ordered
         self._on_error = on_error
         self._clock = clock or outbox.clock
@@ -125,11 +131,9 @@ class OutboxRelay:
         self._task: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self._wakeup = outbox.subscribe(outbox_id)
-        self._error_backoff = OutboxBackoff(
-            base=min(poll_interval, _FIRST_ERROR_DELAY), max_delay=MAX_ERROR_DELAY, jitter="equal"
-        )
+        self._error_backoff = error_backoff(self._poll_interval)
         self.delivered = 0
-        """Messages this relay has acknowledged (a counter for tests and health checks)."""
+        """Messages this relay has completed (a counter for tests and health checks)."""
 
     @property
     def outbox_id(self) -> str:
@@ -141,38 +145,46 @@ class OutboxRelay:
 
     @property
     def running(self) -> bool:
-        return self._running
+        """True from the moment the relay is started (or :meth:`run` is entered) until its loop
+        has ended."""
+        return self._running or (self._task is not None and not self._task.done())
+
+    @property
+    def drain_timeout(self) -> float | None:
+        """How long :meth:`stop` lets a busy sink finish by default (None: as long as it takes)."""
+        return self._drain_timeout
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start(self) -> None:
+    def _start(self) -> None:
         """Run the loop in a background task of the running event loop."""
         if self._task is not None or self._running or self._stopping:
             raise ConfigurationError(
                 "this outbox relay is already running, or was stopped.",
-                fix="start each relay once; build a new relay to restart or for throughput.",
+                fix="start each relay once; start a new relay to restart or for throughput.",
             )
         self._task = asyncio.get_running_loop().create_task(
-            self.run(), name=f"ship_sqla outbox relay {self._outbox_id}"
+            self._loop(), name=f"ship_sqla outbox relay {self._outbox_id}"
         )
 
-    async def stop(self, *, grace: float | None = None) -> None:
-        """Stop gracefully: finish the message in flight, acknowledge, release the rest.
+    async def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop gracefully: finish the message in flight, complete, release the rest.
 
-        With ``grace`` (seconds, on the wall clock), a sink still busy after it is cancelled;
-        its message is then left to its lease. Tolerates a relay that was never started.
+        ``drain_timeout`` (seconds, on the wall clock; default the relay's, and None for no
+        bound) bounds how long a busy sink may go on: it is then cancelled and its message left
+        to its lease. Tolerates a relay that was never started.
         """
-        if grace is not None:
-            grace = require_duration(grace, "grace", maximum=MAX_DRAIN_TIMEOUT, allow_zero=True)
+        timeout = self._drain_timeout if drain_timeout is None else drain_timeout
+        timeout = _check_drain_timeout(timeout)
         self._stopping = True
         self._stop_requested.set()
         self._wakeup.set()
         task, self._task = self._task, None
         if task is not None:
-            if grace is None:
+            if timeout is None:
                 await asyncio.shield(task)
             else:
-                done, _ = await asyncio.wait({task}, timeout=grace)
+                done, _ = await asyncio.wait({task}, timeout=timeout)
                 if not done:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError):
@@ -182,7 +194,6 @@ class OutboxRelay:
         self._outbox.unsubscribe(self._outbox_id, self._wakeup)
 
     async def __aenter__(self) -> Self:
-        self.start()
         return self
 
     async def __aexit__(
@@ -200,16 +211,20 @@ class OutboxRelay:
     # -- the loop --------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Loop until :meth:`stop`. Never raises (except cancellation).
+        """Loop until :meth:`stop`, in the caller's task (a relay not started by
+        :func:`start_outbox_relay`). Never raises (except cancellation).
 
-        While a full batch is being acknowledged, the next batch is already being claimed on
+        While a full batch is being completed, the next batch is already being claimed on
         another connection (see :meth:`_step`), so a busy relay waits for one round trip per
         batch instead of two.
         """
-        if self._running:
+        if self.running:
             raise ConfigurationError(
                 "this outbox relay is already running.", fix="run each relay once."
             )
+        await self._loop()
+
+    async def _loop(self) -> None:
         self._running = True
         self._done = asyncio.Event()
         failures = 0
@@ -224,7 +239,7 @@ class OutboxRelay:
                 except Exception as exc:  # noqa: BLE001 - the loop reports and survives everything
                     failures += 1
                     self._report(exc)
-                    await self._idle(self._error_backoff(failures))
+                    await self._idle(self._error_backoff.delay(failures))
                     continue
                 failures = 0
                 if handled < self._batch_size:
@@ -259,8 +274,8 @@ class OutboxRelay:
         claim when it started one.
 
         The next claim starts only after this batch's sink calls returned and only when this
-        batch was full (a backlog remains), and it runs while this batch is acknowledged: so
-        no message is acknowledged before it was published, and its lease starts just before
+        batch was full (a backlog remains), and it runs while this batch is completed: so
+        no message is completed before it was published, and its lease starts just before
         it is published. In ordered mode it cannot take a later message of a key in this
         batch: that key's message is still claimed (or already delivered) in its snapshot.
         """
@@ -284,7 +299,7 @@ class OutboxRelay:
             len(messages) == self._batch_size
             and not remaining
             and not self._stopping
-            and self._outbox.concurrent_statements
+            and self._outbox.connections.concurrent
         ):
             following = _Claim(self._clock.monotonic(), asyncio.ensure_future(self._claim()))
         try:
@@ -318,17 +333,17 @@ class OutboxRelay:
         self, messages: list[OutboxMessage], claimed_at: float
     ) -> tuple[list[OutboxMessage], list[OutboxMessage]]:
         """Publish in claim order until done or stopping: returns (published and not yet
-        acknowledged, not published). Leases are extended every third of the lease, counted
+        completed, not published). Leases are heartbeaten every third of the lease, counted
         from ``claimed_at`` (a monotonic time taken before the claim)."""
         published: list[OutboxMessage] = []
         remaining = list(messages)
-        extended_at = claimed_at
+        beaten_at = claimed_at
         try:
             while remaining and not self._stopping:
-                if self._clock.monotonic() - extended_at >= self._lease / 3:
+                if self._clock.monotonic() - beaten_at >= self._lease / 3:
                     await self._flush(published)
-                    remaining = await self._extend(remaining)
-                    extended_at = self._clock.monotonic()
+                    remaining = await self._heartbeat(remaining)
+                    beaten_at = self._clock.monotonic()
                     continue
                 message = remaining.pop(0)
                 try:
@@ -348,7 +363,7 @@ class OutboxRelay:
     async def _settle_on_the_way_out(
         self, published: list[OutboxMessage], remaining: list[OutboxMessage]
     ) -> None:
-        """Acknowledge and release once each, without retrying (the relay is leaving); what
+        """Complete and release once each, without retrying (the relay is leaving); what
         fails is reported and left to its lease: published messages are then delivered again."""
         try:
             await self._flush(published, retry=False)
@@ -379,43 +394,45 @@ class OutboxRelay:
                     raise
                 failures += 1
                 self._report(exc)
-                await wait_event(self._stop_requested, self._clock, self._error_backoff(failures))
+                await wait_event(
+                    self._stop_requested, self._clock, self._error_backoff.delay(failures)
+                )
 
     async def _flush(self, published: list[OutboxMessage], *, retry: bool = True) -> None:
-        """Acknowledge ``published`` in one statement, retried in place while it fails (see
-        :meth:`_retrying`); ``published`` is emptied once the acknowledgement landed."""
+        """Complete ``published`` in one statement, retried in place while it fails (see
+        :meth:`_retrying`); ``published`` is emptied once the completion landed."""
         if not published:
             return
         batch = list(published)
-        outcomes = await self._retrying(lambda: self._outbox.acknowledge_many(batch), retry=retry)
+        outcomes = await self._retrying(lambda: self._outbox.complete_many(batch), retry=retry)
         published.clear()
-        acknowledged = 0
+        completed = 0
         for message, outcome in zip(batch, outcomes, strict=True):
             if outcome == "stale":
-                self._report(OutboxClaimStaleError(message.id, "acknowledge"))
+                self._report(OutboxLeaseStaleError(message.id, "complete"))
             else:
-                acknowledged += 1
-        self.delivered += acknowledged
-        if self._ordered and acknowledged:
-            # Each acknowledgement may unblock the next message of its key: let every local
+                completed += 1
+        self.delivered += completed
+        if self._ordered and completed:
+            # Each completion may unblock the next message of its key: let every local
             # relay (this one included) claim again now rather than after a poll interval.
             self._outbox.notify(self._outbox_id)
 
-    async def _extend(self, remaining: list[OutboxMessage]) -> list[OutboxMessage]:
-        held = await self._retrying(lambda: self._outbox.extend(remaining, self._lease))
+    async def _heartbeat(self, remaining: list[OutboxMessage]) -> list[OutboxMessage]:
+        held = await self._retrying(lambda: self._outbox.heartbeat(remaining, self._lease))
         kept: list[OutboxMessage] = []
         for message, still_held in zip(remaining, held, strict=True):
             if still_held:
                 kept.append(message)
             else:
-                self._report(OutboxClaimStaleError(message.id, "extend"))
+                self._report(OutboxLeaseStaleError(message.id, "heartbeat"))
         return kept
 
     async def _release(self, remaining: list[OutboxMessage]) -> None:
         for message in remaining:
             outcome = await self._outbox.release(message)
             if outcome == "stale":
-                self._report(OutboxClaimStaleError(message.id, "release"))
+                self._report(OutboxLeaseStaleError(message.id, "release"))
 
     async def _fail(self, message: OutboxMessage, exc: Exception) -> None:
         outcome: OutboxOutcome | None = None
@@ -446,7 +463,13 @@ class _Claim:
         self.task = task
 
 
-def create_outbox_relay(
+def _check_drain_timeout(value: float | None) -> float | None:
+    if value is None:
+        return None
+    return require_duration(value, "drain_timeout", maximum=MAX_DRAIN_TIMEOUT, allow_zero=True)
+
+
+async def start_outbox_relay(
     outbox: Outbox,
     outbox_id: str,
     sink: OutboxSink,
@@ -455,14 +478,22 @@ def create_outbox_relay(
     lease: float = 30.0,
     poll_interval: float = 1.0,
     ordered: bool = False,
+    drain_timeout: float | None = None,
     on_error: ErrorHandler | None = None,
     clock: Clock | None = None,
     worker: str | None = None,
 ) -> OutboxRelay:
-    """A relay publishing ``outbox_id``'s messages to ``sink``.
+    """Start a relay publishing ``outbox_id``'s messages to ``sink``; returns it running.
+
+    The relay lives on the running event loop until ``await relay.stop()``; it is also an async
+    context manager that stops on exit (``async with await start_outbox_relay(...) as relay:``),
+    as :func:`~ship_sqla.kernel.start_job_runtime`'s runtime is. Every argument is checked
+    before it starts.
 
     Polls every ``poll_interval`` seconds when idle; a local enqueue (through the same
     :class:`Outbox`) wakes it as soon as its transaction commits. Delivery is at-least-once.
+    ``drain_timeout`` (seconds; None: no bound) is how long :meth:`OutboxRelay.stop` lets a busy
+    sink finish by default.
 
     ``ordered=True`` — per-key ordering. Guarantee: a message with ordering key K is handed out
     only when no other message of K that is earlier by ``(created_at, id)`` is pending or claimed
@@ -470,26 +501,19 @@ def create_outbox_relay(
     for messages of K whose enqueues committed in ``(created_at, id)`` order (one producer per key
     at a time, or several enqueues in one transaction):
 
-    - delivery (acknowledgement) order per key equals enqueue order, across any number of relays
+    - delivery (completion) order per key equals enqueue order, across any number of relays
       and processes on the database;
     - at most one message per key is claimed at a time, as long as each holder settles within
       its lease (a lapsed lease lets another relay retake the same message: at-least-once);
     - a failed message blocks its key until it is delivered or dead (retries keep the order);
-      a dead message stops blocking, so later messages go on without it. Redriving it puts it
+      a dead message stops blocking, so later messages go on without it. Retrying it puts it
       back at its original position; messages of K already claimed are not recalled.
 
     Enqueues of one key that commit out of ``created_at`` order (concurrent producers) may be
     delivered in commit order and may overlap. Messages without a key are not ordered. A key
     with a long backlog costs the claim one ``<table>_ordering_idx`` probe per row it skips.
     """
-    check_outbox_id(outbox_id)
-    if batch_size < 1:
-        raise ConfigurationError(
-            f"batch_size must be at least 1, got {batch_size}.", fix="pass batch_size >= 1."
-        )
-    lease = require_duration(lease, "lease", maximum=MAX_LEASE)
-    poll_interval = require_duration(poll_interval, "poll_interval", maximum=MAX_POLL_INTERVAL)
-    return OutboxRelay(
+    relay = OutboxRelay(
         outbox,
         outbox_id,
         sink,
@@ -497,10 +521,13 @@ def create_outbox_relay(
         lease=lease,
         poll_interval=poll_interval,
         ordered=ordered,
+        drain_timeout=drain_timeout,
         on_error=on_error,
         clock=clock,
         worker=worker,
     )
+    relay._start()  # noqa: SLF001 - the factory is the relay's own module
+    return relay
 
 
 def job_sink(
@@ -514,7 +541,7 @@ def job_sink(
     The job's payload is ``payload(message)`` (default ``message.payload``), validated by the
     backend with the job's codec. The message id is the ``dedupe_key`` and names the durable
     ``run_id`` (``<job id>/outbox-<message id>``), so a redelivered message (a lease that lapsed
-    after the enqueue, an acknowledgement lost to an outage) does not enqueue a second run: the
+    after the enqueue, a completion lost to an outage) does not enqueue a second run: the
     backend answers "deduplicated" while the run exists. A queue-full rejection raises
     :class:`OutboxSinkRejectedError`, so the message is retried with backoff (back-pressure).
     """

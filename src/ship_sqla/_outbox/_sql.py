@@ -11,8 +11,8 @@ prepared statement). Rules every statement here follows:
   predicate implies the index's, and a generic prepared plan cannot prove that about ``$1``.
 - Arrays, never expanding IN lists: ``= ANY(:ids)`` and ``unnest(:ids, :tokens)`` keep one SQL
   text whatever the batch size.
-- Settles (acknowledge, fail, release, extend) match ``id`` AND ``claim_token`` AND
-  ``status = 'claimed'`` (O3): a holder whose claim was retaken changes nothing.
+- Settles (complete, fail, release, heartbeat) match ``id`` AND ``lease_token`` AND
+  ``state = 'claimed'`` (O3): a holder whose claim was retaken changes nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import attrs
 from sqlalchemy import (
     Boolean,
-    Float,
     Integer,
     Table,
     Text,
@@ -43,7 +42,9 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCLASS, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCLASS, UUID
+
+from ship_sqla._sql_time import TSTZ, now_param, seconds_param
 
 if TYPE_CHECKING:
     from sqlalchemy.sql import ColumnElement
@@ -60,8 +61,6 @@ __all__ = [
 LEASE_LAPSED_FINAL_ATTEMPT = "SHIP_SQLA_OUTBOX_LEASE_LAPSED_FINAL_ATTEMPT"
 """The ``last_error`` of a row dead-lettered because its lease lapsed on its final attempt."""
 
-_TSTZ = TIMESTAMP(timezone=True)
-_ONE_SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
 _ZERO = literal_column("0", Integer)
 _ONE = literal_column("1", Integer)
 
@@ -69,7 +68,7 @@ _ONE = literal_column("1", Integer)
 def _lit(value: str) -> ColumnElement[Any]:
     """A SQL string literal (never a bind parameter): see the module docstring on predicates."""
     if "'" in value:
-        msg = f"status literal {value!r} must not contain a quote"
+        msg = f"state literal {value!r} must not contain a quote"
         raise ValueError(msg)
     return literal_column(f"'{value}'", Text)
 
@@ -78,14 +77,6 @@ PENDING = _lit("pending")
 CLAIMED = _lit("claimed")
 DELIVERED = _lit("delivered")
 DEAD = _lit("dead")
-
-
-def _now() -> ColumnElement[Any]:
-    return func.coalesce(bindparam("now", type_=_TSTZ), func.now())
-
-
-def _seconds(name: str) -> ColumnElement[Any]:
-    return bindparam(name, type_=Float) * _ONE_SECOND
 
 
 @attrs.frozen
@@ -103,17 +94,17 @@ class OutboxStatements:
     claim_ordered: ReturningUpdate[Any]
     """As ``claim``, skipping rows whose ordering key has an earlier undelivered row."""
 
-    acknowledge: Select[Any]
-    """:ids uuid[], :tokens uuid[], :now -> the (id, token) pairs NOT acknowledged (stale); a pair
-    already delivered under that same token counts as acknowledged (idempotent retries)."""
+    complete: Select[Any]
+    """:ids uuid[], :tokens uuid[], :now -> the (id, token) pairs NOT completed (stale); a pair
+    already delivered under that same token counts as completed (idempotent retries)."""
 
     fail: ReturningUpdate[Any]
-    """:message_id, :token, :error, :delay (seconds), :permanent, :now -> new status, or no row."""
+    """:message_id, :token, :error, :delay (seconds), :permanent, :now -> new state, or no row."""
 
     release: ReturningUpdate[Any]
     """:message_id, :token, :release_at (NULL = now), :now -> one row unless stale."""
 
-    extend: ReturningUpdate[Any]
+    heartbeat: ReturningUpdate[Any]
     """:ids uuid[], :tokens uuid[], :lease (seconds), :now -> (id, token, lease_expires_at)."""
 
     list_dead_first: Select[Any]
@@ -122,11 +113,11 @@ class OutboxStatements:
     list_dead_after: Select[Any]
     """:outbox, :limit, :after_created_at, :after_id -> the next page."""
 
-    redrive: ReturningUpdate[Any]
+    retry: ReturningUpdate[Any]
     """:ids uuid[], :now -> the ids moved from dead back to pending."""
 
     get: Select[Any]
-    """:message_id -> the row, whatever its status."""
+    """:message_id -> the row, whatever its state."""
 
     heap_pages: Select[Any]
     """:relation (the quoted table name) -> its number of heap pages (what ``purge_delivered``
@@ -134,7 +125,7 @@ class OutboxStatements:
 
     purge_delivered_in_pages: Delete
     """:first_page, :end_page, :outbox, :age (seconds), :now: delete the delivered rows of one
-    range of heap pages acknowledged at least ``age`` ago."""
+    range of heap pages delivered at least ``age`` ago."""
 
 
 def build_statements(table: Table) -> OutboxStatements:
@@ -142,13 +133,13 @@ def build_statements(table: Table) -> OutboxStatements:
         enqueue=_enqueue(table),
         claim=_claim(table, ordered=False),
         claim_ordered=_claim(table, ordered=True),
-        acknowledge=_acknowledge(table),
+        complete=_complete(table),
         fail=_fail(table),
         release=_release(table),
-        extend=_extend(table),
+        heartbeat=_heartbeat(table),
         list_dead_first=_list_dead(table, after=False),
         list_dead_after=_list_dead(table, after=True),
-        redrive=_redrive(table),
+        retry=_retry(table),
         get=select(table).where(table.c.id == bindparam("message_id")),
         heap_pages=_heap_pages(),
         purge_delivered_in_pages=_purge_delivered_in_pages(table),
@@ -162,10 +153,10 @@ def _enqueue(t: Table) -> Insert:
         bindparam("payloads", type_=ARRAY(Text)),
         bindparam("header_docs", type_=ARRAY(Text)),
         bindparam("ordering_keys", type_=ARRAY(Text)),
-        bindparam("available_ats", type_=ARRAY(_TSTZ)),
+        bindparam("available_ats", type_=ARRAY(TSTZ)),
     ).table_valued("id", "topic", "payload", "headers", "ordering_key", "available_at")
     rows = rows.render_derived(name="r", with_types=False)
-    now = _now()
+    now = now_param()
     source = select(
         rows.c.id,
         bindparam("outbox", type_=Text),
@@ -188,7 +179,7 @@ def _enqueue(t: Table) -> Insert:
         "headers",
         "ordering_key",
         "tenant_id",
-        "status",
+        "state",
         "attempts",
         "max_attempts",
         "available_at",
@@ -209,7 +200,7 @@ def _no_earlier_undelivered_row(t: Table) -> ColumnElement[bool]:
         earlier.c.outbox_id == t.c.outbox_id,
         earlier.c.ordering_key == t.c.ordering_key,
         earlier.c.ordering_key.is_not(None),
-        earlier.c.status.in_([PENDING, CLAIMED]),
+        earlier.c.state.in_([PENDING, CLAIMED]),
         tuple_(earlier.c.created_at, earlier.c.id) < tuple_(t.c.created_at, t.c.id),
     )
 
@@ -217,27 +208,27 @@ def _no_earlier_undelivered_row(t: Table) -> ColumnElement[bool]:
 def _claim(t: Table, *, ordered: bool) -> ReturningUpdate[Any]:
     """O2: lapsed leases first, then due pending rows; each scan index-ordered and SKIP LOCKED.
 
-    ``lapsed`` walks ``<table>_lease_idx`` (outbox_id, lease_expires_at) WHERE status = 'claimed';
-    ``due`` walks ``<table>_pending_idx`` (outbox_id, available_at, created_at) WHERE status =
+    ``lapsed`` walks ``<table>_lease_idx`` (outbox_id, lease_expires_at) WHERE state = 'claimed';
+    ``due`` walks ``<table>_pending_idx`` (outbox_id, available_at, created_at) WHERE state =
     'pending', limited to what the lapsed scan left of the batch so no row is locked only to be
     dropped. Both stop after about ``batch_size`` entries whatever the backlog. The claim runs in
     its own short transaction: rows a SKIP LOCKED scan locked stay locked until it ends.
 
     A lapsed row already on its final attempt becomes 'dead' (with LEASE_LAPSED_FINAL_ATTEMPT)
-    instead of being handed out again; the caller sees its status in RETURNING.
+    instead of being handed out again; the caller sees its state in RETURNING.
     """
-    now = _now()
+    now = now_param()
     batch = bindparam("batch_size", type_=Integer)
     lapsed_q = (
         select(t.c.id)
         .where(t.c.outbox_id == bindparam("outbox", type_=Text))
-        .where(t.c.status == CLAIMED)
+        .where(t.c.state == CLAIMED)
         .where(t.c.lease_expires_at <= now)
     )
     due_q = (
         select(t.c.id)
         .where(t.c.outbox_id == bindparam("outbox", type_=Text))
-        .where(t.c.status == PENDING)
+        .where(t.c.state == PENDING)
         .where(t.c.available_at <= now)
     )
     if ordered:
@@ -259,18 +250,18 @@ def _claim(t: Table, *, ordered: bool) -> ReturningUpdate[Any]:
         .prefix_with("MATERIALIZED", dialect="postgresql")
     )
     picked = union_all(select(lapsed.c.id), select(due.c.id)).scalar_subquery()
-    dies = and_(t.c.status == CLAIMED, t.c.attempts >= t.c.max_attempts)
+    dies = and_(t.c.state == CLAIMED, t.c.attempts >= t.c.max_attempts)
     return (
         update(t)
         # = ANY(ARRAY(...)) pins the update to primary-key probes: a join against the CTEs
         # could be planned as a hash join over the whole table when the LIMIT is a parameter.
         .where(t.c.id == func.any(func.array(picked)))
         .values(
-            status=case((dies, DEAD), else_=CLAIMED),
+            state=case((dies, DEAD), else_=CLAIMED),
             attempts=case((dies, t.c.attempts), else_=t.c.attempts + _ONE),
-            claim_token=case((dies, null()), else_=func.gen_random_uuid()),
+            lease_token=case((dies, null()), else_=func.gen_random_uuid()),
             claimed_by=case((dies, t.c.claimed_by), else_=bindparam("worker", type_=Text)),
-            lease_expires_at=case((dies, null()), else_=now + _seconds("lease")),
+            lease_expires_at=case((dies, null()), else_=now + seconds_param("lease")),
             last_error=case(
                 (dies, literal_column(f"'{LEASE_LAPSED_FINAL_ATTEMPT}'", Text)),
                 else_=t.c.last_error,
@@ -290,13 +281,13 @@ CLAIM_RETURNING = (
     "tenant_id",
     "attempts",
     "max_attempts",
-    "claim_token",
+    "lease_token",
     "claimed_by",
     "lease_expires_at",
     "available_at",
     "created_at",
     "last_error",
-    "status",
+    "state",
     "delivered_at",
 )
 """The claim's RETURNING columns, in order: the first fifteen are :class:`OutboxMessage`'s fields
@@ -313,6 +304,19 @@ def _claim_returning(t: Table) -> list[ColumnElement[Any]]:
     return columns
 
 
+def _uuid_param(name: str) -> ColumnElement[Any]:
+    return bindparam(name, type_=UUID(as_uuid=True))
+
+
+def _held_under(
+    t: Table, message_id: ColumnElement[Any], token: ColumnElement[Any]
+) -> tuple[ColumnElement[bool], ...]:
+    """O3, the fence of every settle (complete, fail, release, heartbeat): the row is still
+    claimed under this very lease token. A holder whose claim was retaken (a new token) or
+    settled (not 'claimed') matches nothing and changes nothing."""
+    return (t.c.id == message_id, t.c.lease_token == token, t.c.state == CLAIMED)
+
+
 def _settle_pairs() -> Any:  # noqa: ANN401 - a table-valued unnest
     pairs = func.unnest(
         bindparam("ids", type_=ARRAY(UUID(as_uuid=True))),
@@ -321,58 +325,54 @@ def _settle_pairs() -> Any:  # noqa: ANN401 - a table-valued unnest
     return pairs.render_derived(name="held", with_types=False)
 
 
-def _acknowledge(t: Table) -> Select[Any]:
-    """The given (id, token) pairs that were NOT acknowledged: usually none, so a batch's
-    answer is empty rather than a row per message. Pairs, not ids: a batch may carry a stale
-    and the current claim of one message, and only the matching pair is acknowledged.
+def _complete(t: Table) -> Select[Any]:
+    """The given (id, token) pairs that were NOT completed: usually none, so a batch's answer is
+    empty rather than a row per message. Pairs, not ids: a batch may carry a stale and the
+    current claim of one message, and only the matching pair is completed.
 
     Idempotent per claim: a delivered row keeps the token it was delivered under, so a retried
-    acknowledgement whose first attempt committed but whose reply was lost (a connection that
-    died at the wrong moment) answers "delivered" again, not "stale". The NOT EXISTS probe runs
-    only for the pairs the update did not match (usually none), each one primary-key lookup."""
+    completion whose first attempt committed but whose reply was lost (a connection that died
+    at the wrong moment) answers "delivered" again, not "stale". The NOT EXISTS probe runs only
+    for the pairs the update did not match (usually none), each one primary-key lookup."""
     pairs = _settle_pairs()
     given = select(pairs.c.id, pairs.c.token).cte("given")
-    acknowledged = (
+    completed = (
         update(t)
-        .where(t.c.id == given.c.id, t.c.claim_token == given.c.token, t.c.status == CLAIMED)
+        .where(*_held_under(t, given.c.id, given.c.token))
         .values(
-            status=DELIVERED,
-            delivered_at=_now(),
+            state=DELIVERED,
+            delivered_at=now_param(),
             lease_expires_at=null(),
         )
         .returning(given.c.id, given.c.token)
-        .cte("acknowledged")
+        .cte("completed")
     )
     unmatched = (
         select(given.c.id, given.c.token)
-        .except_(select(acknowledged.c.id, acknowledged.c.token))
+        .except_(select(completed.c.id, completed.c.token))
         .subquery("unmatched")
     )
     # The statement's snapshot predates its own update: this sees rows delivered earlier only.
     delivered_before = exists().where(
-        t.c.id == unmatched.c.id, t.c.claim_token == unmatched.c.token, t.c.status == DELIVERED
+        t.c.id == unmatched.c.id, t.c.lease_token == unmatched.c.token, t.c.state == DELIVERED
     )
     return select(unmatched.c.id, unmatched.c.token).where(~delivered_before)
 
 
 def _fail(t: Table) -> ReturningUpdate[Any]:
-    now = _now()
+    now = now_param()
     dies = or_(bindparam("permanent", type_=Boolean), t.c.attempts >= t.c.max_attempts)
     return (
         update(t)
-        .where(
-            t.c.id == bindparam("message_id", type_=UUID(as_uuid=True)),
-            t.c.claim_token == bindparam("token", type_=UUID(as_uuid=True)),
-            t.c.status == CLAIMED,
-        )
+        .where(*_held_under(t, _uuid_param("message_id"), _uuid_param("token")))
         .values(
-            status=case((dies, DEAD), else_=PENDING),
-            available_at=case((dies, t.c.available_at), else_=now + _seconds("delay")),
+            state=case((dies, DEAD), else_=PENDING),
+            available_at=case((dies, t.c.available_at), else_=now + seconds_param("delay")),
             last_error=bindparam("error", type_=Text),
             lease_expires_at=null(),
-            claim_token=null(),
+            lease_token=null(),
         )
-        .returning(t.c.status, t.c.available_at)
+        .returning(t.c.state, t.c.available_at)
     )
 
 
@@ -380,28 +380,24 @@ def _release(t: Table) -> ReturningUpdate[Any]:
     # The claim counted an attempt that was never made: give it back.
     return (
         update(t)
-        .where(
-            t.c.id == bindparam("message_id", type_=UUID(as_uuid=True)),
-            t.c.claim_token == bindparam("token", type_=UUID(as_uuid=True)),
-            t.c.status == CLAIMED,
-        )
+        .where(*_held_under(t, _uuid_param("message_id"), _uuid_param("token")))
         .values(
-            status=PENDING,
+            state=PENDING,
             attempts=func.greatest(t.c.attempts - _ONE, _ZERO),
-            available_at=func.coalesce(bindparam("release_at", type_=_TSTZ), _now()),
+            available_at=func.coalesce(bindparam("release_at", type_=TSTZ), now_param()),
             lease_expires_at=null(),
-            claim_token=null(),
+            lease_token=null(),
         )
         .returning(t.c.id)
     )
 
 
-def _extend(t: Table) -> ReturningUpdate[Any]:
+def _heartbeat(t: Table) -> ReturningUpdate[Any]:
     held = _settle_pairs()
     return (
         update(t)
-        .where(t.c.id == held.c.id, t.c.claim_token == held.c.token, t.c.status == CLAIMED)
-        .values(lease_expires_at=_now() + _seconds("lease"))
+        .where(*_held_under(t, held.c.id, held.c.token))
+        .values(lease_expires_at=now_param() + seconds_param("lease"))
         .returning(held.c.id, held.c.token, t.c.lease_expires_at)
     )
 
@@ -409,31 +405,31 @@ def _extend(t: Table) -> ReturningUpdate[Any]:
 def _list_dead(t: Table, *, after: bool) -> Select[Any]:
     # An operator query: no index serves dead rows (the seed declares only the two claim
     # indexes), so a page is a scan of the outbox's rows filtered to 'dead'.
-    query = select(t).where(t.c.outbox_id == bindparam("outbox", type_=Text), t.c.status == DEAD)
+    query = select(t).where(t.c.outbox_id == bindparam("outbox", type_=Text), t.c.state == DEAD)
     if after:
         query = query.where(
             tuple_(t.c.created_at, t.c.id)
             > tuple_(
-                bindparam("after_created_at", type_=_TSTZ),
+                bindparam("after_created_at", type_=TSTZ),
                 bindparam("after_id", type_=UUID(as_uuid=True)),
             )
         )
     return query.order_by(t.c.created_at, t.c.id).limit(bindparam("limit", type_=Integer))
 
 
-def _redrive(t: Table) -> ReturningUpdate[Any]:
+def _retry(t: Table) -> ReturningUpdate[Any]:
     return (
         update(t)
         .where(
             t.c.id == func.any(bindparam("ids", type_=ARRAY(UUID(as_uuid=True)))),
-            t.c.status == DEAD,
+            t.c.state == DEAD,
         )
         .values(
-            status=PENDING,
+            state=PENDING,
             attempts=_ZERO,
-            available_at=_now(),
+            available_at=now_param(),
             lease_expires_at=null(),
-            claim_token=null(),
+            lease_token=null(),
             delivered_at=null(),
         )
         .returning(t.c.id)
@@ -449,7 +445,7 @@ def _heap_pages() -> Select[Any]:
 
 def _purge_delivered_in_pages(t: Table) -> Delete:
     # No index serves delivered rows (the seed declares only the two claim indexes, and one on
-    # delivered_at would make every acknowledge a non-HOT update), so the purge walks the heap
+    # delivered_at would make every completion a non-HOT update), so the purge walks the heap
     # in ranges of pages: a TID range scan reads just those pages, whatever the table's size.
     return delete(t).where(
         text(
@@ -457,6 +453,6 @@ def _purge_delivered_in_pages(t: Table) -> Delete:
             " AND ctid < CAST('(' || CAST(:end_page AS bigint) || ',0)' AS tid)"
         ),
         t.c.outbox_id == bindparam("outbox", type_=Text),
-        t.c.status == DELIVERED,
-        t.c.delivered_at <= _now() - _seconds("age"),
+        t.c.state == DELIVERED,
+        t.c.delivered_at <= now_param() - seconds_param("age"),
     )

@@ -4,81 +4,66 @@ O1 ``enqueue`` joins the active unit of work: its row commits or rolls back with
    write, and a committed enqueue wakes this process's relays after the commit.
 O2 ``claim`` retakes lapsed leases before due pending rows, with SKIP LOCKED, in its own short
    transaction, reading about ``batch_size`` index entries whatever the backlog.
-O3 ``acknowledge`` / ``fail`` / ``release`` / ``extend`` are fenced on the claim token: a stale
-   holder changes nothing and gets ``"stale"`` (or :class:`OutboxClaimStaleError`). Acknowledging
-   is idempotent per claim (a delivered row keeps its token), so a relay may retry an
-   acknowledgement whose reply was lost.
+O3 ``complete`` / ``fail`` / ``release`` / ``heartbeat`` are fenced on the lease token: a stale
+   holder changes nothing and gets ``"stale"`` (or :class:`OutboxLeaseStaleError`). Completing
+   is idempotent per claim (a delivered row keeps its token), so a relay may retry a completion
+   whose reply was lost.
 O4 A failure makes the row pending again after a backoff, or dead once ``max_attempts`` are
    spent; a lease that lapses on the final attempt is dead too. Dead rows stay until an
-   operator redrives them: nothing is dropped silently.
+   operator retries them (``outbox.admin``, reached through ``create_outbox_operations``):
+   nothing is dropped silently.
 
-Delivery is at-least-once: a relay that publishes and dies before acknowledging lets its lease
+Delivery is at-least-once: a relay that publishes and dies before completing lets its lease
 lapse, and the message is published again. Consumers dedupe on the message id.
+
+Every statement reaches the database through one :class:`~ship_sqla._scope.StoreConnections`:
+``statement`` for the outbox's own single statements (claim, heartbeat, reads), ``joined`` for
+what may join a unit of work (enqueue, settles, retry).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import json
 import logging
 import os
 import socket
 import uuid
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import MetaData, Row, Table
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy import MetaData, Table
 
-from ship_sqla._outbox._backoff import Backoff, OutboxBackoff
+from ship_sqla._outbox._admin import OutboxAdmin, record_of
 from ship_sqla._outbox._sql import OutboxStatements, build_statements
 from ship_sqla._outbox._tables import ship_outbox_table
 from ship_sqla._outbox._types import (
-    DeadLetterPage,
-    OutboxClaimStaleError,
     OutboxDeadLetteredError,
     OutboxIntent,
+    OutboxLeaseStaleError,
     OutboxMessage,
     OutboxOutcome,
     OutboxPayloadError,
     OutboxPayloadTooLargeError,
     OutboxRecord,
 )
-from ship_sqla._scope import (
-    Database,
-    Joined,
-    TransactionScope,
-    joined,
-    tenant_within,
-)
-from ship_sqla._sql_errors import database_outage_translated
-from ship_sqla.kernel import (
-    BoundExceededError,
-    Clock,
-    ConfigurationError,
-    InvalidCursorError,
-    SystemClock,
-)
+from ship_sqla._scope import Database, StoreConnections, TransactionScope, tenant_within
+from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._durations import MAX_LEASE, MAX_RETRY_DELAY, require_duration
 from ship_sqla.kernel._ids import new_uuids
 from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError, require_key, require_text
 from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
+from ship_sqla.kernel._plans.backoff import Backoff
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
+    from datetime import datetime
 
 __all__ = [
+    "DEFAULT_BACKOFF",
     "DEFAULT_MAX_PAYLOAD_BYTES",
-    "MAX_DEAD_PAGE",
     "MAX_OUTBOX_ID_LENGTH",
-    "MAX_RETENTION",
     "ErrorHandler",
     "Outbox",
     "Wakeup",
@@ -90,24 +75,19 @@ __all__ = [
 logger = logging.getLogger("ship_sqla")
 
 
-MAX_DEAD_PAGE = 1000
-"""The largest ``list_dead`` page; a larger ``limit`` is refused, never silently cut."""
-
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 """``create_outbox``'s default bound on one message's encoded JSON (payload plus headers): 1 MiB.
 Messages are read whole by every claim and held in relays' memory a batch at a time."""
 
-MAX_RETENTION = 100 * 365 * 24 * 3600.0
-"""Seconds: the longest ``purge_delivered(older_than=...)`` (a century; beyond it, keep forever by
-not purging)."""
+DEFAULT_BACKOFF = Backoff()
+"""``create_outbox``'s default message backoff: 1 s, 2 s, 4 s ... capped at an hour, full
+jitter (the package's one backoff, :class:`~ship_sqla.kernel._plans.backoff.Backoff`)."""
 
 MAX_OUTBOX_ID_LENGTH = MAX_KEY_CHARS
 """Characters (255, the kernel's bound on keys). ``outbox_id`` leads both claim indexes; a longer
 one is refused before any SQL instead of failing in PostgreSQL ("index row requires N bytes")."""
 
 _default_table: Table | None = None
-
-_PREPARER = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]
 
 
 def default_worker() -> str:
@@ -205,28 +185,6 @@ def _error_text(error: str | BaseException) -> str:
     return error
 
 
-def _record(row: Row[Any]) -> OutboxRecord:
-    m = row._mapping  # noqa: SLF001 - SQLAlchemy's public Row mapping accessor
-    return OutboxRecord(
-        id=m["id"],
-        outbox_id=m["outbox_id"],
-        topic=m["topic"],
-        payload=m["payload"],
-        headers={} if m["headers"] is None else m["headers"],  # the claim's empty-object NULL
-        ordering_key=m["ordering_key"],
-        tenant=m["tenant_id"],
-        status=m["status"],
-        attempts=m["attempts"],
-        max_attempts=m["max_attempts"],
-        available_at=m["available_at"],
-        created_at=m["created_at"],
-        lease_expires_at=m["lease_expires_at"],
-        claimed_by=m["claimed_by"],
-        delivered_at=m["delivered_at"],
-        last_error=m["last_error"],
-    )
-
-
 def _message(row: Sequence[Any]) -> OutboxMessage:
     """Built positionally: the claim returns the message's fields in its field order
     (``CLAIM_RETURNING``; tests/unit/test_outbox_values.py checks the two agree)."""
@@ -250,34 +208,12 @@ def _message(row: Sequence[Any]) -> OutboxMessage:
     )
 
 
-def encode_cursor(outbox_id: str, record: OutboxRecord) -> str:
-    raw = json.dumps([outbox_id, record.created_at.isoformat(), str(record.id)])
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def decode_cursor(outbox_id: str, cursor: str) -> tuple[datetime, uuid.UUID]:
-    """The (created_at, id) after which the next page starts; refuses foreign or broken cursors."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        owner, created_at, message_id = json.loads(raw)
-        position = (datetime.fromisoformat(created_at), uuid.UUID(message_id))
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
-        raise InvalidCursorError(
-            f"the dead-letter cursor {cursor!r} is malformed.",
-            fix="pass back the next_cursor of the previous list_dead page unchanged.",
-        ) from exc
-    if owner != outbox_id or position[0].tzinfo is None:
-        raise InvalidCursorError(
-            f"the dead-letter cursor belongs to outbox {owner!r}, not {outbox_id!r}.",
-            fix="page each outbox with its own cursors; start again without a cursor.",
-        )
-    return position
-
-
 class Outbox:
     """The transactional outbox on one table. Safe to share across tasks and relays.
 
-    Build it with :func:`create_outbox`.
+    Build it with :func:`create_outbox`. Producing and consuming are here; the operator verbs
+    (list dead, retry, purge delivered) are on :attr:`admin`, reached through the permission
+    gate :func:`~ship_sqla._outbox._operations.create_outbox_operations`.
     """
 
     def __init__(
@@ -291,7 +227,6 @@ class Outbox:
         on_error: ErrorHandler | None,
         max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
     ) -> None:
-        self._database = database
         self._max_payload_bytes = max_payload_bytes
         self._table = table
         self._sql: OutboxStatements = build_statements(table)
@@ -302,23 +237,32 @@ class Outbox:
         self._wakeups: dict[str, set[Wakeup]] = {}
         # The outbox's own statements are single statements: on an engine they run on
         # autocommit connections, one round trip each instead of BEGIN, statement, COMMIT.
-        self._autocommit: AsyncEngine | None = (
-            database.execution_options(isolation_level="AUTOCOMMIT")
-            if isinstance(database, AsyncEngine)
-            else None
+        self._connections = StoreConnections(database, name="outbox")
+        self._admin = OutboxAdmin(
+            connections=self._connections,
+            statements=self._sql,
+            table=table,
+            clock=clock,
+            wake_all=self._wake_every_outbox,
         )
 
     # -- configuration -------------------------------------------------------------------------
 
     @property
     def database(self) -> Database:
-        return self._database
+        return self._connections.database
 
     @property
-    def concurrent_statements(self) -> bool:
-        """Whether two of its statements may run at once: on an engine each takes its own
-        pooled connection; one ``AsyncConnection`` serves a single statement at a time."""
-        return self._autocommit is not None
+    def connections(self) -> StoreConnections:
+        """How the outbox reaches the database; ``connections.concurrent`` says whether two of
+        its statements may run at once (an engine: yes; one ``AsyncConnection``: no)."""
+        return self._connections
+
+    @property
+    def admin(self) -> OutboxAdmin:
+        """The operator port (list dead, retry, purge delivered). It checks no permission:
+        applications reach it through ``create_outbox_operations(outbox, authorizer=...)``."""
+        return self._admin
 
     @property
     def table(self) -> Table:
@@ -331,6 +275,11 @@ class Outbox:
     @property
     def max_attempts(self) -> int:
         return self._max_attempts
+
+    @property
+    def backoff(self) -> Backoff:
+        """The message backoff: the wait after a failed delivery attempt (O4)."""
+        return self._backoff
 
     @property
     def max_payload_bytes(self) -> int | None:
@@ -366,6 +315,10 @@ class Outbox:
 
         return wake
 
+    def _wake_every_outbox(self) -> None:
+        for outbox_id in tuple(self._wakeups):
+            self._wake(outbox_id)()
+
     # -- producing (joins the unit of work) ----------------------------------------------------
 
     async def enqueue(
@@ -385,7 +338,7 @@ class Outbox:
 
         Joins ``scope`` or the ambient ``uow.run`` scope, else runs in its own short transaction.
         ``tenant`` defaults to the scope's tenant. Rows of one ``ordering_key`` are delivered in
-        enqueue order by an ordered relay (see :func:`create_outbox_relay`).
+        enqueue order by an ordered relay (see :func:`start_outbox_relay`).
         """
         intent = OutboxIntent(
             topic=topic,
@@ -445,7 +398,7 @@ class Outbox:
             "attempt_limit": attempts,
             "now": self._now(),
         }
-        async with joined(self._database, scope) as tx:
+        async with self._connections.joined(scope, "enqueue", one_statement=True) as tx:
             params["tenant"] = tenant_within(tx.scope, tenant, operation="enqueue")
             await tx.connection.execute(self._sql.enqueue, params)
             tx.after_commit(self._wake(outbox_id))
@@ -465,13 +418,13 @@ class Outbox:
     ) -> list[OutboxMessage]:
         """Claim up to ``batch_size`` messages for ``lease`` seconds (O2), in enqueue order.
 
-        Lapsed leases are retaken first, then due pending rows. Each claimed row gets a new claim
+        Lapsed leases are retaken first, then due pending rows. Each claimed row gets a new lease
         token and one more attempt. A lapsed row already on its final attempt is dead-lettered
         instead, and reported as :class:`OutboxDeadLetteredError` to ``on_error`` (default: the
         outbox's).
 
         ``ordered``: skip any row whose ordering key has an earlier row (by ``created_at``, id)
-        that is pending or claimed; see :func:`create_outbox_relay` for the guarantee.
+        that is pending or claimed; see :func:`start_outbox_relay` for the guarantee.
 
         Never joins a unit of work: rows a SKIP LOCKED scan locks stay locked until the
         transaction ends, so the claim runs and commits on its own (on an engine, as one
@@ -491,12 +444,12 @@ class Outbox:
             "worker": worker or default_worker(),
             "now": self._now(),
         }
-        async with self._own_statement() as connection:
+        async with self._connections.statement("claim") as connection:
             rows = (await connection.execute(statement, params)).all()
         messages: list[OutboxMessage] = []
         for row in rows:
-            if row.status == "dead":
-                dead = OutboxDeadLetteredError(_record(row))
+            if row.state == "dead":
+                dead = OutboxDeadLetteredError(record_of(row))
                 if on_error is None:
                     self.report_error(dead)
                 else:
@@ -506,7 +459,7 @@ class Outbox:
         messages.sort(key=lambda m: (m.created_at, m.id))
         return messages
 
-    async def acknowledge(
+    async def complete(
         self,
         message: OutboxMessage,
         *,
@@ -518,15 +471,15 @@ class Outbox:
         Joins ``scope`` (or the ambient one) when given, so a consumer can settle in the same
         transaction as its own writes.
         """
-        (outcome,) = await self.acknowledge_many([message], scope=scope)
+        (outcome,) = await self.complete_many([message], scope=scope)
         if raise_if_stale and outcome == "stale":
-            raise OutboxClaimStaleError(message.id, "acknowledge")
+            raise OutboxLeaseStaleError(message.id, "complete")
         return outcome
 
-    async def acknowledge_many(
+    async def complete_many(
         self, messages: Sequence[OutboxMessage], *, scope: TransactionScope | None = None
     ) -> list[OutboxOutcome]:
-        """Acknowledge many messages in one statement; outcomes in ``messages`` order (O3).
+        """Complete many messages in one statement; outcomes in ``messages`` order (O3).
 
         Joins ``scope`` or the ambient unit of work; otherwise, on an engine, the statement
         commits by itself (autocommit: one round trip).
@@ -535,15 +488,15 @@ class Outbox:
             return []
         params = {
             "ids": [m.id for m in messages],
-            "tokens": [m.claim_token for m in messages],
+            "tokens": [m.token for m in messages],
             "now": self._now(),
         }
-        async with self._settling(scope) as tx:
-            rows = (await tx.connection.execute(self._sql.acknowledge, params)).all()
-        if not rows:  # the statement answers the pairs it did not acknowledge
+        async with self._connections.joined(scope, "complete", one_statement=True) as tx:
+            rows = (await tx.connection.execute(self._sql.complete, params)).all()
+        if not rows:  # the statement answers the pairs it did not complete
             return ["delivered"] * len(messages)
         stale = {(row.id, row.token) for row in rows}
-        return ["stale" if (m.id, m.claim_token) in stale else "delivered" for m in messages]
+        return ["stale" if (m.id, m.token) in stale else "delivered" for m in messages]
 
     async def fail(
         self,
@@ -561,28 +514,28 @@ class Outbox:
         message is dead once its attempts are spent, or at once with ``permanent=True``.
         """
         delay = require_duration(
-            self._backoff(message.attempt) if retry_in is None else retry_in,
+            self._backoff.delay(message.attempt) if retry_in is None else retry_in,
             "retry_in (or the outbox backoff's delay)",
             maximum=MAX_RETRY_DELAY,
             allow_zero=True,
         )
         params = {
             "message_id": message.id,
-            "token": message.claim_token,
+            "token": message.token,
             "error": _error_text(error),
             "delay": float(delay),
             "permanent": permanent,
             "now": self._now(),
         }
-        async with self._settling(scope) as tx:
+        async with self._connections.joined(scope, "fail", one_statement=True) as tx:
             row = (await tx.connection.execute(self._sql.fail, params)).first()
-            if row is not None and row.status == "pending" and delay <= 0:
+            if row is not None and row.state == "pending" and delay <= 0:
                 tx.after_commit(self._wake(message.outbox_id))
         if row is None:
             if raise_if_stale:
-                raise OutboxClaimStaleError(message.id, "fail")
+                raise OutboxLeaseStaleError(message.id, "fail")
             return "stale"
-        return "retrying" if row.status == "pending" else "dead"
+        return "retrying" if row.state == "pending" else "dead"
 
     async def release(
         self,
@@ -598,23 +551,23 @@ class Outbox:
         """
         params = {
             "message_id": message.id,
-            "token": message.claim_token,
+            "token": message.token,
             "release_at": None
             if available_at is None
             else require_aware(available_at, "available_at"),
             "now": self._now(),
         }
-        async with self._settling(scope) as tx:
+        async with self._connections.joined(scope, "release", one_statement=True) as tx:
             row = (await tx.connection.execute(self._sql.release, params)).first()
             if row is not None:
                 tx.after_commit(self._wake(message.outbox_id))
         if row is None:
             if raise_if_stale:
-                raise OutboxClaimStaleError(message.id, "release")
+                raise OutboxLeaseStaleError(message.id, "release")
             return "stale"
         return "released"
 
-    async def extend(self, messages: Sequence[OutboxMessage], lease: float) -> list[bool]:
+    async def heartbeat(self, messages: Sequence[OutboxMessage], lease: float) -> list[bool]:
         """Push each lease to now + ``lease`` seconds while its claim is current (O3).
 
         Returns, per message, whether it is still held; False means another relay may have it.
@@ -624,139 +577,18 @@ class Outbox:
             return []
         params = {
             "ids": [m.id for m in messages],
-            "tokens": [m.claim_token for m in messages],
+            "tokens": [m.token for m in messages],
             "lease": float(lease),
             "now": self._now(),
         }
-        async with self._own_statement() as connection:
-            result = await connection.execute(self._sql.extend, params)
+        async with self._connections.statement("heartbeat") as connection:
+            result = await connection.execute(self._sql.heartbeat, params)
             held = {(row.id, row.token) for row in result}
-        return [(m.id, m.claim_token) in held for m in messages]
-
-    # -- operators -----------------------------------------------------------------------------
-
-    async def list_dead(
-        self, outbox_id: str, limit: int = 100, cursor: str | None = None
-    ) -> DeadLetterPage:
-        """Dead messages of ``outbox_id`` by (created_at, id), keyset-paged (O4).
-
-        Not index-served (the outbox declares only the claim's indexes): meant for operators.
-        """
-        check_outbox_id(outbox_id)
-        if limit < 1 or limit > MAX_DEAD_PAGE:
-            raise BoundExceededError(
-                f"list_dead limit must be between 1 and {MAX_DEAD_PAGE}, got {limit}.",
-                fix="page with next_cursor instead of asking for everything at once.",
-            )
-        params: dict[str, Any] = {"outbox": outbox_id, "limit": limit + 1}
-        statement = self._sql.list_dead_first
-        if cursor is not None:
-            params["after_created_at"], params["after_id"] = decode_cursor(outbox_id, cursor)
-            statement = self._sql.list_dead_after
-        async with self._own_statement() as connection:
-            rows = (await connection.execute(statement, params)).all()
-        items = tuple(_record(row) for row in rows[:limit])
-        more = len(rows) > limit
-        return DeadLetterPage(
-            items=items, next_cursor=encode_cursor(outbox_id, items[-1]) if more else None
-        )
-
-    async def purge_delivered(
-        self,
-        outbox_id: str,
-        *,
-        older_than: float | timedelta,
-        pages_per_statement: int = 1000,
-    ) -> int:
-        """Delete ``outbox_id``'s delivered messages acknowledged at least ``older_than`` ago
-        (seconds or a timedelta); the number deleted. Pending, claimed and dead messages, and
-        other outboxes' rows, are never touched.
-
-        No index serves delivered rows, so it walks the table's heap once, in ranges of
-        ``pages_per_statement`` pages (8 kB each), one autocommitted DELETE per range read by a
-        TID range scan: each statement's cost is bounded by its range, whatever the table's
-        size, and rows acknowledged meanwhile wait for the next purge. Run it from a schedule.
-        """
-        check_outbox_id(outbox_id)
-        age = require_duration(
-            older_than.total_seconds() if isinstance(older_than, timedelta) else older_than,
-            "older_than",
-            maximum=MAX_RETENTION,
-            allow_zero=True,
-        )
-        if pages_per_statement < 1:
-            raise ConfigurationError(
-                f"pages_per_statement must be at least 1, got {pages_per_statement!r}."
-            )
-        relation = str(_PREPARER.format_table(self._table))
-        async with self._own_statement() as connection:
-            pages = int(
-                (
-                    await connection.execute(self._sql.heap_pages, {"relation": relation})
-                ).scalar_one()
-            )
-        deleted = 0
-        for first_page in range(0, pages, pages_per_statement):
-            params = {
-                "first_page": first_page,
-                "end_page": first_page + pages_per_statement,
-                "outbox": outbox_id,
-                "age": float(age),
-                "now": self._now(),
-            }
-            async with self._own_statement() as connection:
-                result = await connection.execute(self._sql.purge_delivered_in_pages, params)
-            deleted += result.rowcount
-        return deleted
-
-    async def redrive(
-        self, ids: Iterable[uuid.UUID], *, scope: TransactionScope | None = None
-    ) -> list[uuid.UUID]:
-        """Move dead messages back to pending with a fresh attempt budget (O4).
-
-        Returns the ids moved; ids that are unknown or not dead are left alone and absent from
-        the result, so the caller can tell which ones did not move.
-        """
-        wanted = list(dict.fromkeys(ids))
-        if not wanted:
-            return []
-        params = {"ids": wanted, "now": self._now()}
-        async with joined(self._database, scope) as tx:
-            moved = {row.id for row in await tx.connection.execute(self._sql.redrive, params)}
-            for outbox_id in self._wakeups:
-                tx.after_commit(self._wake(outbox_id))
-        return [i for i in wanted if i in moved]
+        return [(m.id, m.token) in held for m in messages]
 
     async def get(self, message_id: uuid.UUID) -> OutboxRecord | None:
-        """One row, whatever its status; None when no such id."""
-        async with self._own_statement() as connection:
-            row = (await connection.execute(self._sql.get, {"message_id": message_id})).first()
-        return None if row is None else _record(row)
-
-    # -- plumbing --------------------------------------------------------------------------------
-
-    @asynccontextmanager
-    async def _own_statement(self) -> AsyncIterator[AsyncConnection]:
-        """A connection for one statement of the outbox's own, never the unit of work's.
-
-        On an engine: an autocommit connection, so the statement is its own transaction (one
-        round trip). On a connection (tests): a SAVEPOINT of its transaction. A refused or
-        lost connection raises DatabaseUnavailableError.
-        """
-        with database_outage_translated("an outbox statement", driver_only=True):
-            if self._autocommit is not None:
-                async with self._autocommit.connect() as connection:
-                    yield connection
-                return
-            database = self._database
-            assert isinstance(database, AsyncConnection)  # noqa: S101 - no autocommit engine
-            async with database.begin_nested():
-                yield database
-
-    def _settling(self, scope: TransactionScope | None) -> AbstractAsyncContextManager[Joined]:
-        """Where a settle runs: in the given or ambient unit of work (joined), else alone: on an
-        engine one autocommitted statement, its after-commit callbacks run right after."""
-        return joined(self._database, scope, alone=self._autocommit)
+        """One row, whatever its state; None when no such id (a read, no permission needed)."""
+        return await self._admin.get(message_id)
 
 
 def _check_lease(lease: float) -> float:
@@ -777,7 +609,7 @@ def create_outbox(
     table: Table | None = None,
     clock: Clock | None = None,
     max_attempts: int = 10,
-    backoff: Backoff | None = None,
+    backoff: Backoff = DEFAULT_BACKOFF,
     on_error: ErrorHandler | None = None,
     max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
 ) -> Outbox:
@@ -786,8 +618,9 @@ def create_outbox(
     - ``database``: an ``AsyncEngine``, or an ``AsyncConnection`` in a transaction (tests).
     - ``clock``: time source; a frozen clock is passed to SQL as ``:now`` (default system).
     - ``max_attempts``: deliveries before a message is dead (per message overridable).
-    - ``backoff``: seconds before retry after failed attempt n (default exponential 1 s .. 1 h,
-      full jitter).
+    - ``backoff``: the wait after failed delivery attempt n, a
+      :class:`~ship_sqla.kernel._plans.backoff.Backoff` (default exponential 1 s .. 1 h, full
+      jitter), the same value a job's ``RetryPolicy`` is made of.
     - ``on_error``: receives errors the outbox and its relays absorb (dead-lettering by lease
       lapse, publish failures, poll failures); default logs them on the ``ship_sqla`` logger.
     - ``max_payload_bytes``: the largest message enqueue accepts, counted as the bytes of its
@@ -796,6 +629,12 @@ def create_outbox(
     """
     _check_max_attempts(max_attempts)
     limit = _check_max_payload_bytes(max_payload_bytes)
+    if not isinstance(backoff, Backoff):
+        raise ConfigurationError(
+            f"backoff must be a Backoff, got {type(backoff).__name__}.",
+            fix="pass Backoff(kind='exponential', base=1.0, max_delay=3600.0, jitter='full') or"
+            " another Backoff value.",
+        )
     if table is None:
         table = _default_outbox_table()
     elif not isinstance(table, Table):
@@ -803,7 +642,7 @@ def create_outbox(
             f"table must be a sqlalchemy Table, got {type(table).__name__}.",
             fix="pass ship_outbox_table(metadata).",
         )
-    missing = {"id", "outbox_id", "claim_token", "status", "lease_expires_at"} - set(table.c.keys())
+    missing = {"id", "outbox_id", "lease_token", "state", "lease_expires_at"} - set(table.c.keys())
     if missing:
         raise ConfigurationError(
             f"table {table.name!r} is not an outbox table: it lacks {sorted(missing)}.",
@@ -814,7 +653,7 @@ def create_outbox(
         table=table,
         clock=clock or SystemClock(),
         max_attempts=max_attempts,
-        backoff=backoff or OutboxBackoff(),
+        backoff=backoff,
         on_error=on_error,
         max_payload_bytes=limit,
     )

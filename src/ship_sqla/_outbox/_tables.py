@@ -32,16 +32,16 @@ __all__ = [
     "LEASE_INDEX_PREDICATE",
     "ORDERING_INDEX_PREDICATE",
     "PENDING_INDEX_PREDICATE",
-    "STATUSES",
+    "STATES",
     "ship_outbox_table",
 ]
 
 DEFAULT_TABLE_NAME = "ship_outbox"
-STATUSES = ("pending", "claimed", "delivered", "dead")
+STATES = ("pending", "claimed", "delivered", "dead")
 
-PENDING_INDEX_PREDICATE = "status = 'pending'"
-LEASE_INDEX_PREDICATE = "status = 'claimed'"
-ORDERING_INDEX_PREDICATE = "ordering_key IS NOT NULL AND status IN ('pending', 'claimed')"
+PENDING_INDEX_PREDICATE = "state = 'pending'"
+LEASE_INDEX_PREDICATE = "state = 'claimed'"
+ORDERING_INDEX_PREDICATE = "ordering_key IS NOT NULL AND state IN ('pending', 'claimed')"
 
 _LONGEST_SUFFIX = "_ordering_idx"
 
@@ -52,13 +52,13 @@ def ship_outbox_table(
     """The outbox table, added to ``metadata`` so Alembic autogenerate sees it.
 
     Columns: ``id`` uuid pk; ``outbox_id``, ``topic`` text; ``payload``, ``headers`` jsonb;
-    ``ordering_key``, ``tenant_id`` text null; ``status`` text (pending | claimed | delivered |
+    ``ordering_key``, ``tenant_id`` text null; ``state`` text (pending | claimed | delivered |
     dead); ``attempts``, ``max_attempts`` int; ``available_at``, ``created_at`` timestamptz;
-    lease fields ``lease_expires_at``, ``claim_token`` uuid, ``claimed_by``; ``delivered_at``;
+    lease fields ``lease_expires_at``, ``lease_token`` uuid, ``claimed_by``; ``delivered_at``;
     ``last_error``.
     """
     check_derived_names(name, (_LONGEST_SUFFIX,), "outbox", schema=schema)
-    statuses = ", ".join(f"'{s}'" for s in STATUSES)
+    states = ", ".join(f"'{s}'" for s in STATES)
     return Table(
         name,
         metadata,
@@ -77,7 +77,7 @@ def ship_outbox_table(
         Column("headers", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
         Column("ordering_key", Text, nullable=True),
         Column("tenant_id", Text, nullable=True),
-        Column("status", Text, nullable=False, server_default=text("'pending'")),
+        Column("state", Text, nullable=False, server_default=text("'pending'")),
         Column("attempts", Integer, nullable=False, server_default=text("0")),
         Column("max_attempts", Integer, nullable=False),
         Column(
@@ -87,12 +87,12 @@ def ship_outbox_table(
             "created_at", TIMESTAMP(timezone=True), nullable=False, server_default=text("now()")
         ),
         Column("lease_expires_at", TIMESTAMP(timezone=True), nullable=True),
-        Column("claim_token", UUID(as_uuid=True), nullable=True),
+        Column("lease_token", UUID(as_uuid=True), nullable=True),
         Column("claimed_by", Text, nullable=True),
         Column("delivered_at", TIMESTAMP(timezone=True), nullable=True),
         Column("last_error", Text, nullable=True),
         PrimaryKeyConstraint("id", name=derived_name(name, "_pkey")),
-        CheckConstraint(f"status IN ({statuses})", name=derived_name(name, "_status_check")),
+        CheckConstraint(f"state IN ({states})", name=derived_name(name, "_state_check")),
         # Serves CLAIM's due-row scan (and nothing else): equality on outbox_id, then
         # available_at, created_at order, so a claim reads about batch_size entries.
         Index(

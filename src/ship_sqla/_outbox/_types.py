@@ -14,10 +14,9 @@ if TYPE_CHECKING:
     from datetime import datetime
 
 __all__ = [
-    "DeadLetterPage",
-    "OutboxClaimStaleError",
     "OutboxDeadLetteredError",
     "OutboxIntent",
+    "OutboxLeaseStaleError",
     "OutboxMessage",
     "OutboxOutcome",
     "OutboxPayloadError",
@@ -25,13 +24,14 @@ __all__ = [
     "OutboxPublishError",
     "OutboxRecord",
     "OutboxSinkRejectedError",
-    "OutboxStatus",
+    "OutboxState",
 ]
 
-OutboxStatus: TypeAlias = Literal["pending", "claimed", "delivered", "dead"]
+OutboxState: TypeAlias = Literal["pending", "claimed", "delivered", "dead"]
+"""A message's state (the ``state`` column)."""
 
 OutboxOutcome: TypeAlias = Literal["delivered", "retrying", "dead", "released", "stale"]
-"""What a settle did. ``"stale"``: the claim token was no longer current (the lease lapsed and the
+"""What a settle did. ``"stale"``: the lease token was no longer current (the lease lapsed and the
 row was retaken, or it was already settled); nothing was changed (O3)."""
 
 
@@ -48,7 +48,8 @@ class OutboxIntent:
 
 @attrs.frozen
 class OutboxMessage:
-    """A claimed message. ``claim_token`` fences every settle of this claim (O3).
+    """A claimed message. ``token`` (the row's ``lease_token``) fences every settle of this
+    claim (O3).
 
     ``attempt`` counts this delivery (1 on the first claim); ``lease_expires_at`` is when another
     relay may retake it if it has not been settled.
@@ -63,7 +64,7 @@ class OutboxMessage:
     tenant: str | None
     attempt: int
     max_attempts: int
-    claim_token: uuid.UUID
+    token: uuid.UUID
     claimed_by: str
     lease_expires_at: datetime
     available_at: datetime
@@ -73,7 +74,7 @@ class OutboxMessage:
 
 @attrs.frozen
 class OutboxRecord:
-    """A row as operators see it (``list_dead``, ``get``), whatever its status."""
+    """A row as operators see it (``list_dead``, ``get``), whatever its state."""
 
     id: uuid.UUID
     outbox_id: str
@@ -82,7 +83,7 @@ class OutboxRecord:
     headers: Mapping[str, Any]
     ordering_key: str | None
     tenant: str | None
-    status: OutboxStatus
+    state: OutboxState
     attempts: int
     max_attempts: int
     available_at: datetime
@@ -93,27 +94,19 @@ class OutboxRecord:
     last_error: str | None
 
 
-@attrs.frozen
-class DeadLetterPage:
-    """One page of dead messages; pass ``next_cursor`` back for the next (None: no more)."""
+class OutboxLeaseStaleError(ShipError, RuntimeError):
+    """A settle carried a lease token that is no longer current: nothing was changed (O3)."""
 
-    items: tuple[OutboxRecord, ...]
-    next_cursor: str | None
-
-
-class OutboxClaimStaleError(ShipError, RuntimeError):
-    """A settle carried a claim token that is no longer current: nothing was changed (O3)."""
-
-    code = "SHIP_SQLA_OUTBOX_CLAIM_STALE"
+    code = "SHIP_SQLA_OUTBOX_LEASE_STALE"
 
     def __init__(self, message_id: uuid.UUID, operation: str) -> None:
         self.message_id = message_id
         self.operation = operation
         super().__init__(
-            f"{operation} of outbox message {message_id} was rejected: its claim is no longer"
+            f"{operation} of outbox message {message_id} was rejected: its lease is no longer"
             " current (the lease lapsed and another relay retook it, or it was already settled);"
             " the row was left unchanged.",
-            fix="settle within the lease (or extend it); a retaken message is delivered again by"
+            fix="settle within the lease (or heartbeat it); a retaken message is delivered again by"
             " its new holder, so consumers must tolerate duplicates.",
         )
 
@@ -152,14 +145,15 @@ class OutboxPublishError(ShipError, RuntimeError):
         self.outcome = outcome
         then = {
             "retrying": "it will be retried after a backoff",
-            "dead": "it has no attempts left and is now dead (see list_dead / redrive)",
+            "dead": "it has no attempts left and is now dead (see list_dead / retry)",
             "stale": "its claim had already been retaken, so another relay will deliver it",
             None: "recording the failure failed too; it is retried once its lease lapses",
         }.get(outcome, f"outcome {outcome}")
         super().__init__(
             f"publishing outbox message {message.id} (topic {message.topic!r}, attempt"
             f" {message.attempt}/{message.max_attempts}) failed: {cause}; {then}.",
-            fix="fix the sink or what it publishes to; dead messages can be redriven.",
+            fix="fix the sink or what it publishes to; dead messages can be retried"
+            " (create_outbox_operations(...).retry).",
         )
 
 
@@ -181,5 +175,5 @@ class OutboxDeadLetteredError(ShipError, RuntimeError):
             f" was dead-lettered: its lease lapsed on its final attempt"
             f" ({record.attempts}/{record.max_attempts}), so its last holder died or stalled.",
             fix="find why the relay did not settle it within its lease (crash, hung sink, lease"
-            " too short); redrive it once fixed.",
+            " too short); retry it once fixed (create_outbox_operations(...).retry).",
         )

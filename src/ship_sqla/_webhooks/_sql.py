@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from sqlalchemy import (
-    Float,
     Integer,
     LargeBinary,
     Table,
@@ -20,30 +19,23 @@ from sqlalchemy import (
     bindparam,
     delete,
     exists,
-    func,
     literal_column,
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from ship_sqla._sql_time import TSTZ, now_param, seconds_param
 from ship_sqla._webhooks._tables import UNIQUE_SUFFIX
 
 if TYPE_CHECKING:
-    from sqlalchemy.sql import ColumnElement
     from sqlalchemy.sql.dml import Delete, ReturningInsert, ReturningUpdate
     from sqlalchemy.sql.selectable import Select
 
 __all__ = ["WebhookStatements", "build_statements"]
 
-_TSTZ = TIMESTAMP(timezone=True)
-_ONE_SECOND: ColumnElement[Any] = literal_column("interval '1 second'")
 _OUTBOX_UNSETTLED = (literal_column("'pending'", Text), literal_column("'claimed'", Text))
-
-
-def _now() -> ColumnElement[Any]:
-    return func.coalesce(bindparam("now", type_=_TSTZ), func.now())
 
 
 @attrs.frozen
@@ -94,8 +86,8 @@ def build_statements(events: Table, outbox: Table) -> WebhookStatements:
             webhook=bindparam("w_webhook", type_=Text),
             event_id=bindparam("w_event", type_=Text),
             tenant_id=bindparam("w_tenant", type_=Text),
-            received_at=_now(),
-            signed_at=bindparam("w_signed_at", type_=_TSTZ),
+            received_at=now_param(),
+            signed_at=bindparam("w_signed_at", type_=TSTZ),
             payload=bindparam("w_payload", type_=JSONB),
             headers=bindparam("w_headers", type_=JSONB),
             raw_body=bindparam("w_raw_body", type_=LargeBinary),
@@ -118,14 +110,14 @@ def build_statements(events: Table, outbox: Table) -> WebhookStatements:
     # skipped (W1): deleting them would let a redelivery of the same webhook-id enqueue twice.
     intent_unsettled = exists(
         select(literal_column("1")).where(
-            o.id == e.outbox_message_id, o.status.in_(_OUTBOX_UNSETTLED)
+            o.id == e.outbox_message_id, o.state.in_(_OUTBOX_UNSETTLED)
         )
     )
     victims = (
         select(e.id)
         .where(
             e.webhook == bindparam("w_webhook", type_=Text),
-            e.received_at <= _now() - bindparam("retention", type_=Float) * _ONE_SECOND,
+            e.received_at <= now_param() - seconds_param("retention"),
             ~intent_unsettled,
         )
         .order_by(e.received_at)

@@ -10,7 +10,9 @@ W1 ``cleanup`` deletes one webhook's events past retention ONLY when their outbo
    each in one bounded statement.
 
 ``tenant`` is None or a real tenant (``""`` and blank are refused, :func:`check_tenant`). A
-refused or lost connection raises :class:`~ship_sqla.kernel.DatabaseUnavailableError`.
+refused or lost connection raises :class:`~ship_sqla.kernel.DatabaseUnavailableError`. Every
+statement reaches the database through one :class:`~ship_sqla._scope.StoreConnections`
+(``joined``: the unit of work's connection, else a short transaction of the store's own).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ship_sqla._idempotency._lock_wait import (
 )
 from ship_sqla._idempotency._sql import build_statements as build_idempotency_statements
 from ship_sqla._idempotency._store import check_cleanup_limit, run_cleanup
-from ship_sqla._scope import Database, check_tenant, joined, tenant_within
+from ship_sqla._scope import Database, StoreConnections, check_tenant, tenant_within
 from ship_sqla._webhooks._sql import WebhookStatements, build_statements
 from ship_sqla._webhooks._types import (
     WebhookCleanupResult,
@@ -106,14 +108,14 @@ class WebhookEventStore:
             "ship_webhook_events_table",
             "table",
         )
-        _require_columns(outbox_table, {"id", "status"}, "ship_outbox_table", "outbox_table")
+        _require_columns(outbox_table, {"id", "state"}, "ship_outbox_table", "outbox_table")
         _require_columns(
             idempotency_table,
             {"prefix", "key", "expires_at"},
             "ship_idempotency_table",
             "idempotency_table",
         )
-        self._database = database
+        self._connections = StoreConnections(database, name="webhook")
         self._table = table
         self._clock: Clock = clock or SystemClock()
         self._lock_timeout = lock_timeout_setting(lock_timeout)
@@ -122,7 +124,7 @@ class WebhookEventStore:
 
     @property
     def database(self) -> Database:
-        return self._database
+        return self._connections.database
 
     @property
     def table(self) -> Table:
@@ -159,7 +161,7 @@ class WebhookEventStore:
         _check_name(webhook)
         _check_event_id(event_id)
         check_tenant(tenant, operation="webhook record")
-        async with joined(self._database, scope, operation="webhook record") as tx:
+        async with self._connections.joined(scope, "record") as tx:
             tenant = tenant_within(tx.scope, tenant, operation="webhook record")
             params: dict[str, Any] = {
                 "w_id": uuid.uuid4(),
@@ -201,7 +203,7 @@ class WebhookEventStore:
 
         The link is what makes cleanup keep the event while its intent is pending or claimed.
         """
-        async with joined(self._database, scope, operation="webhook link") as tx:
+        async with self._connections.joined(scope, "link", one_statement=True) as tx:
             params = {"w_webhook": webhook, "w_event": event_id, "w_message": outbox_message_id}
             row = (await tx.connection.execute(self._sql.link, params)).first()
         if row is None:
@@ -215,7 +217,7 @@ class WebhookEventStore:
         self, webhook: str, event_id: str, *, scope: TransactionScope | None = None
     ) -> WebhookEvent | None:
         """The recorded event, or None."""
-        async with joined(self._database, scope, operation="webhook get") as tx:
+        async with self._connections.joined(scope, "get", one_statement=True) as tx:
             params = {"w_webhook": webhook, "w_event": event_id}
             row = (await tx.connection.execute(self._sql.get, params)).first()
         return None if row is None else _event(row)
@@ -245,7 +247,7 @@ class WebhookEventStore:
                 fix="keep events longer than the sender retries, e.g. timedelta(days=7).",
             )
         now = self._now()
-        async with joined(self._database, scope, operation="webhook cleanup") as tx:
+        async with self._connections.joined(scope, "cleanup") as tx:
             params = {"w_webhook": webhook, "retention": seconds, "limit": limit, "now": now}
             events = await tx.connection.execute(self._sql.cleanup, params)
             claims = await run_cleanup(
@@ -295,7 +297,7 @@ def create_webhook_event_store(
     """A webhook event store over ``table`` (from :func:`ship_webhook_events_table`).
 
     ``outbox_table`` and ``idempotency_table`` are the application's ship tables: cleanup reads
-    the outbox's status and removes the webhook's expired idempotency keys (W1).
+    the outbox's state and removes the webhook's expired idempotency keys (W1).
     ``lock_timeout`` bounds how long ``record`` waits for a concurrent recorder of the same event.
     """
     return WebhookEventStore(

@@ -2,157 +2,204 @@
 job runtime and in-memory reference backends.
 
 This package imports neither SQLAlchemy nor asyncpg (a test proves it), so applications can
-depend on the contracts alone and unit-test against the in-memory backends.
+depend on the contracts alone and unit-test against the in-memory backends. ``ship_sqla``
+re-exports every name listed here: applications import from ``ship_sqla``.
+
+Public API is ``_EXPORTS`` below, the one list: ``__all__``, the lazy ``__getattr__``
+(PEP 562) and the ``TYPE_CHECKING`` imports all follow from it (see ``_lazy.py``).
 """
 
-from ship_sqla.kernel._clock import Clock as Clock
-from ship_sqla.kernel._clock import FrozenClock as FrozenClock
-from ship_sqla.kernel._clock import SystemClock as SystemClock
-from ship_sqla.kernel._errors import BoundExceededError as BoundExceededError
-from ship_sqla.kernel._errors import ConfigurationError as ConfigurationError
-from ship_sqla.kernel._errors import DatabaseUnavailableError as DatabaseUnavailableError
-from ship_sqla.kernel._errors import InvalidCursorError as InvalidCursorError
-from ship_sqla.kernel._errors import NotYetImplementedError as NotYetImplementedError
-from ship_sqla.kernel._errors import PermissionDeniedError as PermissionDeniedError
-from ship_sqla.kernel._errors import RollbackOnlyError as RollbackOnlyError
-from ship_sqla.kernel._errors import ScopeClosedError as ScopeClosedError
-from ship_sqla.kernel._errors import ScopeConcurrencyError as ScopeConcurrencyError
-from ship_sqla.kernel._errors import ShipError as ShipError
-from ship_sqla.kernel._errors import TenantRequiredError as TenantRequiredError
-from ship_sqla.kernel._errors import TenantViolationError as TenantViolationError
-from ship_sqla.kernel._errors import UnknownProjectionError as UnknownProjectionError
-from ship_sqla.kernel._errors import VersionConflictError as VersionConflictError
-from ship_sqla.kernel._job_context import Cancellation as Cancellation
-from ship_sqla.kernel._job_context import CancelReason as CancelReason
-from ship_sqla.kernel._job_context import JobContext as JobContext
-from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
-from ship_sqla.kernel._jobs import Concurrency as Concurrency
-from ship_sqla.kernel._jobs import IdempotencyPolicy as IdempotencyPolicy
-from ship_sqla.kernel._jobs import InvalidPayloadError as InvalidPayloadError
-from ship_sqla.kernel._jobs import JobDefinition as JobDefinition
-from ship_sqla.kernel._jobs import PayloadCodec as PayloadCodec
-from ship_sqla.kernel._jobs import PayloadTooLargeError as PayloadTooLargeError
-from ship_sqla.kernel._jobs import Retention as Retention
-from ship_sqla.kernel._jobs import RetryPolicy as RetryPolicy
-from ship_sqla.kernel._jobs import Schedule as Schedule
-from ship_sqla.kernel._jobs import define_job as define_job
-from ship_sqla.kernel._keys import MAX_KEY_CHARS as MAX_KEY_CHARS
-from ship_sqla.kernel._keys import InvalidKeyError as InvalidKeyError
-from ship_sqla.kernel._memory.jobs import InMemoryJobBackend as InMemoryJobBackend
-from ship_sqla.kernel._memory.locks import InMemoryLock as InMemoryLock
-from ship_sqla.kernel._memory.locks import InMemoryLockProvider as InMemoryLockProvider
-from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
-from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
-from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
-from ship_sqla.kernel._plans.retry import backoff_delay as backoff_delay
-from ship_sqla.kernel._plans.retry import lock_held_delay as lock_held_delay
-from ship_sqla.kernel._plans.retry import retry_at as retry_at
-from ship_sqla.kernel._plans.retry import retry_delay as retry_delay
-from ship_sqla.kernel._plans.schedule import due_occurrence as due_occurrence
-from ship_sqla.kernel._plans.schedule import next_occurrence as next_occurrence
-from ship_sqla.kernel._plans.schedule import occurrence_id as occurrence_id
-from ship_sqla.kernel._plans.schedule import previous_occurrence as previous_occurrence
-from ship_sqla.kernel._ports import LEASE_LAPSED as LEASE_LAPSED
-from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_ATTEMPT as LEASE_LAPSED_FINAL_ATTEMPT
-from ship_sqla.kernel._ports import TERMINAL_STATES as TERMINAL_STATES
-from ship_sqla.kernel._ports import BuriedRun as BuriedRun
-from ship_sqla.kernel._ports import ClaimBatch as ClaimBatch
-from ship_sqla.kernel._ports import ClaimedRun as ClaimedRun
-from ship_sqla.kernel._ports import EnqueueRequest as EnqueueRequest
-from ship_sqla.kernel._ports import EnqueueResult as EnqueueResult
-from ship_sqla.kernel._ports import JobBackend as JobBackend
-from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
-from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
-from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
-from ship_sqla.kernel._ports import Lock as Lock
-from ship_sqla.kernel._ports import LockProvider as LockProvider
-from ship_sqla.kernel._ports import QueueDepth as QueueDepth
-from ship_sqla.kernel._ports import QueueDepthSource as QueueDepthSource
-from ship_sqla.kernel._ports import RenewableLock as RenewableLock
-from ship_sqla.kernel._ports import RunRecord as RunRecord
-from ship_sqla.kernel._ports import RunState as RunState
-from ship_sqla.kernel._ports import SettleOutcome as SettleOutcome
-from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
-from ship_sqla.kernel._registry import JobRegistry as JobRegistry
-from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
-from ship_sqla.kernel._runtime.runtime import JobRuntime as JobRuntime
-from ship_sqla.kernel._runtime.runtime import RuntimeMode as RuntimeMode
-from ship_sqla.kernel._runtime.runtime import start_job_runtime as start_job_runtime
-from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
+from __future__ import annotations
 
-__all__ = (
-    "DEFAULT_MAX_PAYLOAD_BYTES",
-    "JOB_METRIC_NAMES",
-    "LEASE_LAPSED",
-    "LEASE_LAPSED_FINAL_ATTEMPT",
-    "MAX_KEY_CHARS",
-    "TERMINAL_STATES",
-    "BoundExceededError",
-    "BuriedRun",
-    "CancelReason",
-    "Cancellation",
-    "ClaimBatch",
-    "ClaimedRun",
-    "Clock",
-    "Concurrency",
-    "ConfigurationError",
-    "DatabaseUnavailableError",
-    "DuplicateJobError",
-    "EnqueueRequest",
-    "EnqueueResult",
-    "FrozenClock",
-    "IdempotencyPolicy",
-    "InMemoryJobBackend",
-    "InMemoryLock",
-    "InMemoryLockProvider",
-    "InvalidCursorError",
-    "InvalidKeyError",
-    "InvalidPayloadError",
-    "JobBackend",
-    "JobCancelledError",
-    "JobContext",
-    "JobDefinition",
-    "JobLeaseLapsedError",
-    "JobLeaseLapsedFinalError",
-    "JobLeaseStaleError",
-    "JobMetrics",
-    "JobOutcome",
-    "JobRegistry",
-    "JobRuntime",
-    "Lock",
-    "LockProvider",
-    "NotYetImplementedError",
-    "PayloadCodec",
-    "PayloadTooLargeError",
-    "PermissionDeniedError",
-    "QueueDepth",
-    "QueueDepthSource",
-    "RenewableLock",
-    "Retention",
-    "RetryPolicy",
-    "RollbackOnlyError",
-    "RunRecord",
-    "RunState",
-    "RuntimeMode",
-    "Schedule",
-    "ScopeClosedError",
-    "ScopeConcurrencyError",
-    "SettleOutcome",
-    "ShipError",
-    "SystemClock",
-    "TenantRequiredError",
-    "TenantViolationError",
-    "UnknownJobError",
-    "UnknownProjectionError",
-    "VersionConflictError",
-    "backoff_delay",
-    "define_job",
-    "due_occurrence",
-    "lock_held_delay",
-    "next_occurrence",
-    "occurrence_id",
-    "previous_occurrence",
-    "retry_at",
-    "retry_delay",
-    "start_job_runtime",
-)
+import typing as _typing
+
+from ship_sqla.kernel._lazy import lazy_exports as _lazy_exports
+
+if _typing.TYPE_CHECKING:
+    from ship_sqla.kernel._authorize import Authorizer as Authorizer
+    from ship_sqla.kernel._clock import Clock as Clock
+    from ship_sqla.kernel._clock import FrozenClock as FrozenClock
+    from ship_sqla.kernel._clock import SystemClock as SystemClock
+    from ship_sqla.kernel._errors import BoundExceededError as BoundExceededError
+    from ship_sqla.kernel._errors import ConfigurationError as ConfigurationError
+    from ship_sqla.kernel._errors import DatabaseTimeoutError as DatabaseTimeoutError
+    from ship_sqla.kernel._errors import DatabaseUnavailableError as DatabaseUnavailableError
+    from ship_sqla.kernel._errors import InvalidCursorError as InvalidCursorError
+    from ship_sqla.kernel._errors import PermissionDeniedError as PermissionDeniedError
+    from ship_sqla.kernel._errors import RollbackOnlyError as RollbackOnlyError
+    from ship_sqla.kernel._errors import ScopeClosedError as ScopeClosedError
+    from ship_sqla.kernel._errors import ScopeConcurrencyError as ScopeConcurrencyError
+    from ship_sqla.kernel._errors import ShipError as ShipError
+    from ship_sqla.kernel._errors import TenantRequiredError as TenantRequiredError
+    from ship_sqla.kernel._errors import TenantViolationError as TenantViolationError
+    from ship_sqla.kernel._errors import UnknownProjectionError as UnknownProjectionError
+    from ship_sqla.kernel._errors import VersionConflictError as VersionConflictError
+    from ship_sqla.kernel._job_context import Cancellation as Cancellation
+    from ship_sqla.kernel._job_context import CancelReason as CancelReason
+    from ship_sqla.kernel._job_context import JobContext as JobContext
+    from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
+    from ship_sqla.kernel._jobs import Concurrency as Concurrency
+    from ship_sqla.kernel._jobs import IdempotencyPolicy as IdempotencyPolicy
+    from ship_sqla.kernel._jobs import InvalidPayloadError as InvalidPayloadError
+    from ship_sqla.kernel._jobs import JobDefinition as JobDefinition
+    from ship_sqla.kernel._jobs import PayloadCodec as PayloadCodec
+    from ship_sqla.kernel._jobs import PayloadTooLargeError as PayloadTooLargeError
+    from ship_sqla.kernel._jobs import Retention as Retention
+    from ship_sqla.kernel._jobs import RetryPolicy as RetryPolicy
+    from ship_sqla.kernel._jobs import Schedule as Schedule
+    from ship_sqla.kernel._jobs import define_job as define_job
+    from ship_sqla.kernel._keys import MAX_KEY_CHARS as MAX_KEY_CHARS
+    from ship_sqla.kernel._keys import InvalidKeyError as InvalidKeyError
+    from ship_sqla.kernel._memory.jobs import InMemoryJobBackend as InMemoryJobBackend
+    from ship_sqla.kernel._memory.locks import InMemoryLock as InMemoryLock
+    from ship_sqla.kernel._memory.locks import InMemoryLockProvider as InMemoryLockProvider
+    from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
+    from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
+    from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
+    from ship_sqla.kernel._operations import JobOperationRefusedError as JobOperationRefusedError
+    from ship_sqla.kernel._operations import JobOperations as JobOperations
+    from ship_sqla.kernel._operations import create_job_operations as create_job_operations
+    from ship_sqla.kernel._page import Page as Page
+    from ship_sqla.kernel._plans.backoff import Backoff as Backoff
+    from ship_sqla.kernel._plans.schedule import next_occurrence as next_occurrence
+    from ship_sqla.kernel._plans.schedule import occurrence_id as occurrence_id
+    from ship_sqla.kernel._plans.schedule import previous_occurrence as previous_occurrence
+    from ship_sqla.kernel._ports import LEASE_LAPSED as LEASE_LAPSED
+    from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_ATTEMPT as LEASE_LAPSED_FINAL_ATTEMPT
+    from ship_sqla.kernel._ports import TERMINAL_STATES as TERMINAL_STATES
+    from ship_sqla.kernel._ports import BuriedRun as BuriedRun
+    from ship_sqla.kernel._ports import ClaimBatch as ClaimBatch
+    from ship_sqla.kernel._ports import ClaimedRun as ClaimedRun
+    from ship_sqla.kernel._ports import ClaimRequest as ClaimRequest
+    from ship_sqla.kernel._ports import Complete as Complete
+    from ship_sqla.kernel._ports import DeadQuery as DeadQuery
+    from ship_sqla.kernel._ports import EnqueueRequest as EnqueueRequest
+    from ship_sqla.kernel._ports import EnqueueResult as EnqueueResult
+    from ship_sqla.kernel._ports import Fail as Fail
+    from ship_sqla.kernel._ports import JobBackend as JobBackend
+    from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
+    from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
+    from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
+    from ship_sqla.kernel._ports import Lock as Lock
+    from ship_sqla.kernel._ports import LockProvider as LockProvider
+    from ship_sqla.kernel._ports import QueueDepth as QueueDepth
+    from ship_sqla.kernel._ports import QueueDepthSource as QueueDepthSource
+    from ship_sqla.kernel._ports import Release as Release
+    from ship_sqla.kernel._ports import RenewableLock as RenewableLock
+    from ship_sqla.kernel._ports import RunAdmin as RunAdmin
+    from ship_sqla.kernel._ports import RunRecord as RunRecord
+    from ship_sqla.kernel._ports import RunState as RunState
+    from ship_sqla.kernel._ports import RunStore as RunStore
+    from ship_sqla.kernel._ports import ScheduleStore as ScheduleStore
+    from ship_sqla.kernel._ports import Settlement as Settlement
+    from ship_sqla.kernel._ports import SettleOutcome as SettleOutcome
+    from ship_sqla.kernel._ports import StateCount as StateCount
+    from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
+    from ship_sqla.kernel._registry import JobRegistry as JobRegistry
+    from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
+    from ship_sqla.kernel._runtime.runtime import JobRuntime as JobRuntime
+    from ship_sqla.kernel._runtime.runtime import RuntimeMode as RuntimeMode
+    from ship_sqla.kernel._runtime.runtime import start_job_runtime as start_job_runtime
+    from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
+
+_EXPORTS: dict[str, str] = {
+    # Errors
+    "BoundExceededError": "ship_sqla.kernel._errors",
+    "ConfigurationError": "ship_sqla.kernel._errors",
+    "DatabaseTimeoutError": "ship_sqla.kernel._errors",
+    "DatabaseUnavailableError": "ship_sqla.kernel._errors",
+    "InvalidCursorError": "ship_sqla.kernel._errors",
+    "PermissionDeniedError": "ship_sqla.kernel._errors",
+    "RollbackOnlyError": "ship_sqla.kernel._errors",
+    "ScopeClosedError": "ship_sqla.kernel._errors",
+    "ScopeConcurrencyError": "ship_sqla.kernel._errors",
+    "ShipError": "ship_sqla.kernel._errors",
+    "TenantRequiredError": "ship_sqla.kernel._errors",
+    "TenantViolationError": "ship_sqla.kernel._errors",
+    "UnknownProjectionError": "ship_sqla.kernel._errors",
+    "VersionConflictError": "ship_sqla.kernel._errors",
+    # Clock
+    "Clock": "ship_sqla.kernel._clock",
+    "FrozenClock": "ship_sqla.kernel._clock",
+    "SystemClock": "ship_sqla.kernel._clock",
+    # Pages (repositories and operator surfaces)
+    "Page": "ship_sqla.kernel._page",
+    # Job definitions
+    "DEFAULT_MAX_PAYLOAD_BYTES": "ship_sqla.kernel._jobs",
+    "Concurrency": "ship_sqla.kernel._jobs",
+    "IdempotencyPolicy": "ship_sqla.kernel._jobs",
+    "InvalidPayloadError": "ship_sqla.kernel._jobs",
+    "JobDefinition": "ship_sqla.kernel._jobs",
+    "PayloadCodec": "ship_sqla.kernel._jobs",
+    "PayloadTooLargeError": "ship_sqla.kernel._jobs",
+    "Retention": "ship_sqla.kernel._jobs",
+    "RetryPolicy": "ship_sqla.kernel._jobs",
+    "Schedule": "ship_sqla.kernel._jobs",
+    "define_job": "ship_sqla.kernel._jobs",
+    "MAX_KEY_CHARS": "ship_sqla.kernel._keys",
+    "InvalidKeyError": "ship_sqla.kernel._keys",
+    "DuplicateJobError": "ship_sqla.kernel._registry",
+    "JobRegistry": "ship_sqla.kernel._registry",
+    "UnknownJobError": "ship_sqla.kernel._registry",
+    # Backoff (job retries, outbox messages) and schedule occurrences
+    "Backoff": "ship_sqla.kernel._plans.backoff",
+    "next_occurrence": "ship_sqla.kernel._plans.schedule",
+    "occurrence_id": "ship_sqla.kernel._plans.schedule",
+    "previous_occurrence": "ship_sqla.kernel._plans.schedule",
+    # Ports: where runs are stored, locks
+    "LEASE_LAPSED": "ship_sqla.kernel._ports",
+    "LEASE_LAPSED_FINAL_ATTEMPT": "ship_sqla.kernel._ports",
+    "TERMINAL_STATES": "ship_sqla.kernel._ports",
+    "BuriedRun": "ship_sqla.kernel._ports",
+    "ClaimBatch": "ship_sqla.kernel._ports",
+    "ClaimRequest": "ship_sqla.kernel._ports",
+    "ClaimedRun": "ship_sqla.kernel._ports",
+    "Complete": "ship_sqla.kernel._ports",
+    "DeadQuery": "ship_sqla.kernel._ports",
+    "EnqueueRequest": "ship_sqla.kernel._ports",
+    "EnqueueResult": "ship_sqla.kernel._ports",
+    "Fail": "ship_sqla.kernel._ports",
+    "JobBackend": "ship_sqla.kernel._ports",
+    "JobLeaseLapsedError": "ship_sqla.kernel._ports",
+    "JobLeaseLapsedFinalError": "ship_sqla.kernel._ports",
+    "JobLeaseStaleError": "ship_sqla.kernel._ports",
+    "Lock": "ship_sqla.kernel._ports",
+    "LockProvider": "ship_sqla.kernel._ports",
+    "QueueDepth": "ship_sqla.kernel._ports",
+    "QueueDepthSource": "ship_sqla.kernel._ports",
+    "Release": "ship_sqla.kernel._ports",
+    "RenewableLock": "ship_sqla.kernel._ports",
+    "RunAdmin": "ship_sqla.kernel._ports",
+    "RunRecord": "ship_sqla.kernel._ports",
+    "RunState": "ship_sqla.kernel._ports",
+    "RunStore": "ship_sqla.kernel._ports",
+    "ScheduleStore": "ship_sqla.kernel._ports",
+    "SettleOutcome": "ship_sqla.kernel._ports",
+    "Settlement": "ship_sqla.kernel._ports",
+    "StateCount": "ship_sqla.kernel._ports",
+    # In-memory reference backends
+    "InMemoryJobBackend": "ship_sqla.kernel._memory.jobs",
+    "InMemoryLock": "ship_sqla.kernel._memory.locks",
+    "InMemoryLockProvider": "ship_sqla.kernel._memory.locks",
+    # Operator surfaces (J8, outbox): the gate over a storage port's admin methods
+    "Authorizer": "ship_sqla.kernel._authorize",
+    "JobOperationRefusedError": "ship_sqla.kernel._operations",
+    "JobOperations": "ship_sqla.kernel._operations",
+    "create_job_operations": "ship_sqla.kernel._operations",
+    # Runtime
+    "Cancellation": "ship_sqla.kernel._job_context",
+    "CancelReason": "ship_sqla.kernel._job_context",
+    "JobContext": "ship_sqla.kernel._job_context",
+    "JobRuntime": "ship_sqla.kernel._runtime.runtime",
+    "RuntimeMode": "ship_sqla.kernel._runtime.runtime",
+    "start_job_runtime": "ship_sqla.kernel._runtime.runtime",
+    "JobCancelledError": "ship_sqla.kernel._runtime.state",
+    # Metrics
+    "JOB_METRIC_NAMES": "ship_sqla.kernel._metrics",
+    "JobMetrics": "ship_sqla.kernel._metrics",
+    "JobOutcome": "ship_sqla.kernel._metrics",
+}
+
+__all__ = tuple(sorted(_EXPORTS))
+if not _typing.TYPE_CHECKING:  # type checkers read the imports above; a typo stays an error
+    __getattr__, __dir__ = _lazy_exports(globals(), _EXPORTS)

@@ -135,8 +135,9 @@ def decode_cursor(token: str, *, secret: bytes, query: str) -> tuple[CursorValue
         ) from exc
     if not hmac.compare_digest(str(issued_for), query):
         raise InvalidCursorError(
-            "the page cursor was issued for a different query (table, tenant, filter, ordering"
-            " or projection); a cursor is valid only for the query that produced it.",
+            "the page cursor belongs to another query: it was issued for a different query"
+            " (table, tenant, filter, ordering or projection); a cursor is valid only for the"
+            " query that produced it.",
             fix="pass the cursor only to the same call with the same arguments, or restart"
             " paging from the first page (cursor=None).",
         )

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_RETRY_DELAY",
     "MAX_SAMPLE_INTERVAL",
     "require_duration",
+    "require_lock_lease",
 ]
 
 _MINUTE: Final = 60.0
@@ -84,3 +85,10 @@ def require_duration(
     if seconds > maximum:
         raise too_long
     return seconds
+
+
+def require_lock_lease(lease: object) -> float:
+    """The lease of every lock provider's ``acquire`` and ``extend`` (L2): a ``nan`` or ``inf``
+    lease would never end (the timer compares false or sleeps forever) and ``1e12`` would
+    outlive every holder, so it is a positive, finite number of seconds within MAX_LEASE."""
+    return require_duration(lease, "lock lease", maximum=MAX_LEASE)

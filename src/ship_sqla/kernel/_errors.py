@@ -90,12 +90,6 @@ class RollbackOnlyError(ShipError, RuntimeError):
     code = "SHIP_SQLA_UOW_ROLLBACK_ONLY"
 
 
-class NotYetImplementedError(ShipError, NotImplementedError):
-    """A capability that is declared but not built yet; the message says which."""
-
-    code = "SHIP_SQLA_NOT_YET"
-
-
 class PermissionDeniedError(ShipError, PermissionError):
     """An operator operation was refused by the application's authorizer."""
 

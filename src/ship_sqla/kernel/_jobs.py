@@ -9,12 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
 from ship_sqla.kernel._durations import MAX_LEASE, MAX_RETRY_DELAY, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, ShipError
+from ship_sqla.kernel._plans.backoff import Backoff, BackoffKind, Jitter
 from ship_sqla.kernel._plans.schedule import validate_schedule
 
 if TYPE_CHECKING:
@@ -36,8 +37,6 @@ __all__ = [
 
 P = TypeVar("P")
 
-Backoff = Literal["exponential", "linear", "fixed"]
-Jitter = Literal["full", "equal", "none"]
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
@@ -108,10 +107,13 @@ class Concurrency:
 
 @attrs.frozen
 class RetryPolicy:
-    """``attempts`` is the total number of runs (the first included) before a run is dead."""
+    """``attempts`` is the total number of runs (the first included) before a run is dead; the
+    other fields are the backoff between them, the package's one backoff (``Backoff``, built
+    as :attr:`plan`): ``backoff`` is its kind, ``base_delay`` its base, ``factor`` its growth
+    (exponential), ``max_delay`` its cap, ``jitter`` its jitter."""
 
     attempts: int = attrs.field(default=5, validator=_positive("retry.attempts"))
-    backoff: Backoff = "exponential"
+    backoff: BackoffKind = "exponential"
     base_delay: float = attrs.field(
         default=1.0, validator=_duration("retry.base_delay", MAX_RETRY_DELAY)
     )
@@ -119,6 +121,9 @@ class RetryPolicy:
         default=3600.0, validator=_duration("retry.max_delay", MAX_RETRY_DELAY)
     )
     jitter: Jitter = "full"
+    factor: float = 2.0
+    plan: Backoff = attrs.field(init=False, eq=False, repr=False)
+    """The backoff these fields describe (built, and so checked, with the policy)."""
 
     def __attrs_post_init__(self) -> None:
         if self.backoff not in ("exponential", "linear", "fixed"):
@@ -130,6 +135,14 @@ class RetryPolicy:
             raise ConfigurationError(
                 f"retry.jitter {self.jitter!r} is unknown.", fix="use 'full', 'equal' or 'none'."
             )
+        plan = Backoff(
+            kind=self.backoff,
+            base=self.base_delay,
+            factor=self.factor,
+            max_delay=self.max_delay,
+            jitter=self.jitter,
+        )
+        object.__setattr__(self, "plan", plan)  # a derived field of a frozen class
 
 
 @attrs.frozen

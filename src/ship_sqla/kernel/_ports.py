@@ -18,7 +18,7 @@ Run lifecycle::
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
@@ -26,10 +26,12 @@ from ship_sqla.kernel._errors import ShipError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
-    from datetime import datetime
+    from datetime import datetime, timedelta
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._metrics import JobMetrics
+    from ship_sqla.kernel._plans.prepare import PreparedRun
 
 __all__ = [
     "LEASE_LAPSED",
@@ -37,9 +39,13 @@ __all__ = [
     "TERMINAL_STATES",
     "BuriedRun",
     "ClaimBatch",
+    "ClaimRequest",
     "ClaimedRun",
+    "Complete",
+    "DeadQuery",
     "EnqueueRequest",
     "EnqueueResult",
+    "Fail",
     "JobBackend",
     "JobLeaseLapsedError",
     "JobLeaseLapsedFinalError",
@@ -48,10 +54,16 @@ __all__ = [
     "LockProvider",
     "QueueDepth",
     "QueueDepthSource",
+    "Release",
     "RenewableLock",
+    "RunAdmin",
     "RunRecord",
     "RunState",
+    "RunStore",
+    "ScheduleStore",
     "SettleOutcome",
+    "Settlement",
+    "StateCount",
 ]
 
 RunState = Literal["waiting", "running", "completed", "dead", "discarded"]
@@ -101,9 +113,10 @@ class JobLeaseLapsedFinalError(JobLeaseLapsedError):
 
 @attrs.frozen
 class EnqueueRequest:
-    """One run to enqueue, for ``enqueue_many``. ``payload`` is the job's typed payload. A
-    backend passes every request through :func:`ship_sqla.kernel._plans.prepare.prepare_run` (codec,
-    JSON, NUL, size, ``run_at``, run id and dedupe key checks) before writing anything."""
+    """One run to enqueue, for ``enqueue_many``. ``payload`` is the job's typed payload. The
+    enqueue front passes every request through
+    :func:`ship_sqla.kernel._plans.prepare.prepare_runs` (codec, JSON, NUL, size, ``run_at``, run
+    id and dedupe key checks; ids and ``max_attempts``) before a store sees any."""
 
     payload: Any
     dedupe_key: str | None = None
@@ -138,6 +151,9 @@ class ClaimedRun:
     key: str | None
     lease_expires_at: datetime
     created_at: datetime
+    lease: float
+    """The lease this claim was granted, in seconds: every heartbeat of the run extends it by as
+    much (the store keeps no per-job memory of leases)."""
 
 
 @attrs.frozen
@@ -245,18 +261,181 @@ class QueueDepth:
 
 @runtime_checkable
 class QueueDepthSource(Protocol):
-    """A backend that can count its queues (J10's ``ship.job.queue.depth`` and
-    ``ship.job.queue.oldest_waiting_age``). Both backends are; a worker runtime with metrics
-    samples it every ``DEPTH_SAMPLE_INTERVAL`` seconds."""
+    """What J10's queue gauges (``ship.job.queue.depth``, ``ship.job.queue.oldest_waiting_age``)
+    are sampled from; every :class:`RunAdmin` is one."""
 
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
         """Every job of ``job_ids``, also those with an empty queue (depth 0)."""
         ...
 
 
+@attrs.frozen
+class ClaimRequest:
+    """One claim, as the runtime asks it: up to ``limit`` due runs of ``job_id`` for ``worker``,
+    never more than ``max_running`` (the job's ``concurrency.max``) running runs of the job at
+    once across every process, each leased for ``lease`` seconds, none whose single-runner key is
+    in ``exclude_keys`` (J3, J4)."""
+
+    job_id: str
+    worker: str
+    limit: int
+    max_running: int
+    lease: float
+    exclude_keys: tuple[str, ...] = ()
+
+
+@attrs.frozen
+class Complete:
+    """Settle ``run`` as completed."""
+
+    run: ClaimedRun
+
+
+@attrs.frozen
+class Fail:
+    """Record a failed attempt of ``run`` in its history (``error``): waiting again at
+    ``retry_at``, or dead when ``retry_at`` is None or the attempts are spent (J7)."""
+
+    run: ClaimedRun
+    error: str
+    retry_at: datetime | None
+
+
+@attrs.frozen
+class Release:
+    """Return ``run`` to waiting at ``run_at`` without spending its attempt (JOB_LOCK_HELD, J7;
+    a drain or a lapse, J12); ``error``, when given, is appended to the history."""
+
+    run: ClaimedRun
+    run_at: datetime
+    error: str | None = None
+
+
+Settlement: TypeAlias = Complete | Fail | Release
+"""What a worker asks a store to do with a claimed run. Every settlement is fenced on the run's
+token (J5): a stale one changes nothing and is answered ``"stale"``."""
+
+
 @runtime_checkable
-class JobBackend(Protocol):
-    """Stores runs and hands them out. Every method is safe to call from many processes."""
+class RunStore(Protocol):
+    """Storage of runs: the port the runtime and the enqueue front use. It receives prepared
+    values (:class:`~ship_sqla.kernel._plans.prepare.PreparedRun`, :class:`ClaimRequest`,
+    :class:`Settlement`) and computes no rule of its own beyond what it stores. Every method is
+    safe to call from many processes."""
+
+    async def insert(
+        self,
+        job: JobDefinition[Any],
+        runs: Sequence[PreparedRun],
+        *,
+        scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
+    ) -> list[EnqueueResult]:
+        """Store prepared runs of ``job``, results in order: J1 dedupe (by run id, then dedupe
+        key among the job's live runs), J2 queue-full (a hard cap). Joins the active unit of
+        work (U1/U2); a committed due run wakes the local loop after commit (J3)."""
+        ...
+
+    async def claim(self, request: ClaimRequest) -> ClaimBatch:
+        """Claim up to ``request.limit`` due runs (J3): a job never has more than
+        ``request.max_running`` running runs, whatever their leases. Lapsed leases are retaken
+        (J6), the lapsed attempt recorded in the history (``LEASE_LAPSED_MESSAGE``); one that
+        lapsed on its final attempt is dead-lettered instead (``LEASE_LAPSED_FINAL_MESSAGE``)
+        and listed in the batch's ``buried``."""
+        ...
+
+    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> list[bool]:
+        """Extend each run's lease by ``run.lease`` seconds; False where the token is stale or
+        the lease has lapsed (a lapsed lease is never revived, J5)."""
+        ...
+
+    async def settle(self, settlements: Sequence[Settlement]) -> list[SettleOutcome]:
+        """Apply many settlements, of any kinds, in one round trip where the store can; one
+        outcome per settlement, in order: ``"completed"``, ``"retrying"``, ``"dead"``,
+        ``"released"``, or ``"stale"`` (its token was not current: nothing changed, J5)."""
+        ...
+
+    async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the poll interval
+        """Return when a local enqueue/retry committed, or after ``timeout`` seconds (J3)."""
+        ...
+
+    def wake(self) -> None:
+        """Wake this process's waiters now (an operator retry or a local settle made a run due)."""
+        ...
+
+
+@runtime_checkable
+class ScheduleStore(Protocol):
+    """Storage of schedules (J9): one state row per scheduled job."""
+
+    async def install_schedules(self, definitions: Iterable[JobDefinition[Any]]) -> None:
+        """Upsert one state row per scheduled job; an unchanged trigger keeps its ``next_at``."""
+        ...
+
+    async def tick_schedules(self, definitions: Iterable[JobDefinition[Any]]) -> int:
+        """Fire each due occurrence once (SKIP LOCKED; catch-up is ONE run); the runs created."""
+        ...
+
+
+@attrs.frozen
+class DeadQuery:
+    """A page of dead runs, newest first by ``(finished_at, run_id)``: of ``job_id`` (None:
+    every job), at most ``limit``, strictly after ``after`` (the last item of the page before)."""
+
+    limit: int
+    job_id: str | None = None
+    after: tuple[datetime, str] | None = None
+
+
+@attrs.frozen
+class StateCount:
+    """One (job, state) group of the runs table, for stats: how many runs, and for waiting
+    runs the age in seconds of the oldest due one (None when none is due)."""
+
+    job_id: str
+    state: RunState
+    runs: int
+    oldest_due_age: float | None
+
+
+@runtime_checkable
+class RunAdmin(QueueDepthSource, Protocol):
+    """Administration of stored runs (J8): the port the operator surface
+    (:class:`~ship_sqla.kernel.JobOperations`) gates. It checks no permission itself."""
+
+    async def get_run(self, run_id: str) -> RunRecord | None: ...
+
+    async def list_dead(self, query: DeadQuery) -> list[RunRecord]:
+        """At most ``query.limit`` dead runs, newest first (see :class:`DeadQuery`)."""
+        ...
+
+    async def retry_dead(self, run_id: str) -> RunRecord | None:
+        """A dead run waits again, due now, with exactly one more attempt; None (nothing
+        changed) when the run is not dead or a newer live run holds its dedupe key (J1)."""
+        ...
+
+    async def discard(self, run_id: str) -> RunRecord | None:
+        """A waiting or dead run becomes discarded; None (nothing changed) otherwise."""
+        ...
+
+    async def delete_finished(
+        self, job_id: str, state: RunState, *, older_than: timedelta, limit: int
+    ) -> int:
+        """Delete at most ``limit`` runs of ``job_id`` in terminal ``state`` finished longer
+        than ``older_than`` ago (one bounded statement); the number deleted."""
+        ...
+
+    async def state_counts(self, *, limit: int) -> list[StateCount]:
+        """Runs per (job, state), at most ``limit`` groups ordered by job then state."""
+        ...
+
+
+@runtime_checkable
+class JobBackend(RunStore, Protocol):
+    """What :func:`~ship_sqla.kernel.start_job_runtime` runs on: a :class:`RunStore` with the
+    options every backend shares (:class:`~ship_sqla.kernel._backend_base.JobBackendBase`)
+    and the enqueue front built once above the seam on :meth:`RunStore.insert`. Both backends
+    also implement :class:`ScheduleStore` and :class:`QueueDepthSource`, and carry their
+    :class:`RunAdmin` apart, as ``backend.admin`` (the port the operator surface gates)."""
 
     @property
     def clock(self) -> Clock: ...
@@ -274,6 +453,11 @@ class JobBackend(Protocol):
         """Process-wide cap on runs executing at once in one runtime (J3)."""
         ...
 
+    @property
+    def metrics(self) -> JobMetrics:
+        """J10's instruments (the global meter provider's unless the backend was given one)."""
+        ...
+
     def report_error(self, error: BaseException) -> None:
         """Hand an error the loop absorbed to the application's ``on_error`` (J11); never raises."""
         ...
@@ -288,8 +472,7 @@ class JobBackend(Protocol):
         run_id: str | None = None,
         scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
     ) -> EnqueueResult:
-        """Insert one run (J1 dedupe, J2 queue-full). Joins the active unit of work (U1/U2);
-        a committed enqueue wakes the local loop after commit (J3)."""
+        """Prepare one run and :meth:`~RunStore.insert` it."""
         ...
 
     async def enqueue_many(
@@ -299,54 +482,5 @@ class JobBackend(Protocol):
         *,
         scope: Any = None,  # noqa: ANN401
     ) -> list[EnqueueResult]:
-        """Insert many runs of one job in one statement; results in request order."""
-        ...
-
-    async def claim(
-        self,
-        job: JobDefinition[Any],
-        *,
-        worker: str,
-        limit: int,
-        exclude_keys: Sequence[str] = (),
-    ) -> list[ClaimedRun]:
-        """Claim up to ``limit`` due runs, honouring ``concurrency.max`` across processes (J3):
-        a job never has more than ``concurrency.max`` running runs, whatever their leases.
-
-        Lapsed leases are retaken (J6), the lapsed attempt recorded in the run's history
-        (``LEASE_LAPSED_MESSAGE``); one that lapsed on its final attempt is dead-lettered
-        instead (``LEASE_LAPSED_FINAL_MESSAGE``). Answer a :class:`ClaimBatch` whose ``buried``
-        lists those dead-lettered runs, so the runtime reports and counts them (a plain list
-        is read as "none buried").
-        """
-        ...
-
-    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> list[bool]:
-        """Extend each run's lease by its job's ``concurrency.lease``; False where the token is
-        stale or the lease has lapsed (a lapsed lease is never revived: its holder must stop,
-        because a claim may retake the run at any moment)."""
-        ...
-
-    async def complete(self, runs: Sequence[ClaimedRun]) -> list[SettleOutcome]:
-        """Mark runs completed, each only while its token is current ("stale" otherwise)."""
-        ...
-
-    async def fail(
-        self, run: ClaimedRun, error: str, *, retry_at: datetime | None
-    ) -> SettleOutcome:
-        """Record a failed attempt in the run's history. ``retry_at`` None or attempts spent:
-        "dead"; otherwise "retrying" (waiting again at ``retry_at``). Fenced on the token."""
-        ...
-
-    async def release(
-        self, run: ClaimedRun, *, run_at: datetime, error: str | None = None
-    ) -> SettleOutcome:
-        """Return a claimed run to waiting at ``run_at`` without consuming its attempt
-        (JOB_LOCK_HELD, J7; a drain cancellation, J12). ``error``, when given, is appended to the
-        run's history and becomes ``last_error`` (a cancelled attempt keeps its history).
-        Fenced on the token: "released", or "stale" with nothing changed."""
-        ...
-
-    async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the poll interval
-        """Return when a local enqueue/retry committed, or after ``timeout`` seconds (J3)."""
+        """Prepare many runs of one job (all or none) and :meth:`~RunStore.insert` them."""
         ...

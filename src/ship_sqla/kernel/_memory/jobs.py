@@ -1,35 +1,37 @@
-"""The in-memory reference :class:`~ship_sqla.kernel.JobBackend`.
+"""The in-memory reference job backend: the ports of :mod:`ship_sqla.kernel._ports` over dicts.
 
-It is the executable statement of the backend contract: the conformance suite runs against it
-and against the PostgreSQL backend, and property tests use it as the model. Every rule below is
-one the PostgreSQL backend must also keep. Time comes only from the injected clock.
+It is the executable statement of the storage contract: the conformance suite runs against it
+and against the PostgreSQL backend, and property tests use it as the model. It differs from the
+PostgreSQL backend only in where runs live: the enqueue front, the settle front and the
+schedules' rules are the same code (:class:`~ship_sqla.kernel._backend_base.JobBackendBase`,
+:mod:`~ship_sqla.kernel._plans.prepare`, :mod:`~ship_sqla.kernel._plans.scheduled_runs`), and
+the operator surface is the same gate (:class:`~ship_sqla.kernel.JobOperations`) over its
+:attr:`~InMemoryJobBackend.admin`. Time comes only from the injected clock.
 
-- J1 ``enqueue`` with a ``dedupe_key`` (given, or from the job's idempotency policy) that a
-  non-terminal run of the same job holds returns that run, ``deduplicated=True``. A ``run_id``
-  that already exists (any state) is also returned deduplicated: a durable id is inserted once.
-- J2 ``enqueue`` is rejected ``"queue-full"`` once the job holds ``queue_depth_limit`` waiting
+- J1 ``insert`` of a run whose dedupe key a non-terminal run of the same job holds returns that
+  run, ``deduplicated=True``. A durable run id that already exists (any state) is also returned
+  deduplicated: a durable id is inserted once.
+- J2 ``insert`` is rejected ``"queue-full"`` once the job holds ``queue_depth_limit`` waiting
   runs (due or delayed). Deduplication is checked first: a duplicate is never "full". It is a
   hard cap: a call counts and inserts without awaiting in between, so no concurrent task can
   take the same place (the PostgreSQL backend gets the same from its per-job gate).
-- Every request goes through :func:`~ship_sqla.kernel._plans.prepare.prepare_run` (the checks both
-  backends share) before anything is stored: one bad request of a batch stores nothing.
-- J3 ``claim`` never lets the job's running runs exceed ``concurrency.max`` (whoever claimed
+- J3 ``claim`` never lets the job's running runs exceed ``request.max_running`` (whoever claimed
   them, live or lapsed leases alike: a lapsed run holds its slot until a claim retakes it, which
   moves the slot, or buries it), takes due runs by ``run_at`` then creation order, and skips
   ``exclude_keys``.
-- J5 Every claim draws a new fencing token (per run, increasing). ``complete``, ``fail`` and
-  ``release`` act only while the run is running under that token; otherwise they change nothing
-  and answer "stale". A lease that lapsed but that no claim has retaken is still current for
-  them (nobody else holds the run), but ``heartbeat`` refuses it (False): a lapsed lease is
-  never revived, its holder stops.
+- J5 Every claim draws a new fencing token (per run, increasing). A settlement acts only while
+  the run is running under that token; otherwise it changes nothing and answers "stale". A
+  lease that lapsed but that no claim has retaken is still current for a settlement (nobody
+  else holds the run), but ``heartbeat`` refuses it (False): a lapsed lease is never revived,
+  its holder stops.
 - J6 A running run whose lease lapsed is retaken by the next claim (a new attempt), the lapsed
   attempt recorded in its history (``LEASE_LAPSED_MESSAGE``). One that lapsed on its final
   attempt is dead-lettered with ``LEASE_LAPSED_FINAL_MESSAGE`` instead and reported in the
   claim's ``buried``.
-- J7 ``release`` returns a run to waiting without consuming its attempt; ``fail`` appends to the
+- J7 ``Release`` returns a run to waiting without consuming its attempt; ``Fail`` appends to the
   history and retries at ``retry_at`` or dead-letters (``retry_at`` None or attempts spent).
 - Terminal runs (completed, dead, discarded) never change state again except through
-  :meth:`InMemoryJobBackend.retry` (an operator's one more attempt for a dead run).
+  :meth:`InMemoryRunAdmin.retry_dead` (an operator's one more attempt for a dead run).
 """
 
 from __future__ import annotations
@@ -38,32 +40,32 @@ import heapq
 import itertools
 import json
 import logging
-import uuid
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from ship_sqla.kernel._backend_options import BackendOptions
-from ship_sqla.kernel._clock import require_aware
-from ship_sqla.kernel._errors import ConfigurationError
-from ship_sqla.kernel._plans.prepare import PreparedRun, prepare_run, prepare_runs
-from ship_sqla.kernel._plans.schedule import due_occurrence, next_occurrence, occurrence_id
-from ship_sqla.kernel._plans.scheduled_runs import scheduled_only, scheduled_payload
+from ship_sqla.kernel._backend_base import JobBackendBase
+from ship_sqla.kernel._plans.scheduled_runs import (
+    fire_due,
+    installable,
+    schedule_states,
+    scheduled_only,
+)
 from ship_sqla.kernel._ports import (
     LEASE_LAPSED_FINAL_MESSAGE,
     LEASE_LAPSED_MESSAGE,
-    TERMINAL_STATES,
     BuriedRun,
     ClaimBatch,
     ClaimedRun,
-    EnqueueRequest,
+    Complete,
     EnqueueResult,
+    Fail,
     LockProvider,
     QueueDepth,
     RunRecord,
     RunState,
     SettleOutcome,
+    StateCount,
 )
-from ship_sqla.kernel._waiting import LocalWake
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -71,8 +73,10 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
+    from ship_sqla.kernel._plans.prepare import PreparedRun
+    from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, Settlement
 
-__all__ = ["InMemoryJobBackend"]
+__all__ = ["InMemoryJobBackend", "InMemoryRunAdmin"]
 
 logger = logging.getLogger("ship_sqla.jobs")
 
@@ -89,7 +93,6 @@ class _Run:
         "job_id",
         "key",
         "last_error",
-        "lease",
         "lease_expires_at",
         "max_attempts",
         "payload_json",
@@ -102,33 +105,20 @@ class _Run:
         "worker",
     )
 
-    def __init__(
-        self,
-        *,
-        run_id: str,
-        job_id: str,
-        payload_json: str,
-        key: str | None,
-        dedupe_key: str | None,
-        max_attempts: int,
-        run_at: datetime,
-        now: datetime,
-        seq: int,
-    ) -> None:
-        self.run_id = run_id
+    def __init__(self, job_id: str, prepared: PreparedRun, now: datetime, seq: int) -> None:
+        self.run_id = prepared.run_id
         self.job_id = job_id
-        self.payload_json = payload_json
-        self.key = key
-        self.dedupe_key = dedupe_key
-        self.max_attempts = max_attempts
-        self.run_at = run_at
+        self.payload_json = prepared.payload_json
+        self.key = prepared.key
+        self.dedupe_key = prepared.dedupe_key
+        self.max_attempts = prepared.max_attempts
+        self.run_at = prepared.run_at if prepared.run_at is not None else now
         self.created_at = now
         self.updated_at = now
         self.seq = seq
         self.state: RunState = "waiting"
         self.attempt = 0
         self.token = 0
-        self.lease = 0.0
         self.lease_expires_at: datetime | None = None
         self.finished_at: datetime | None = None
         self.last_error: str | None = None
@@ -183,12 +173,12 @@ def _scan(
     return held, candidates, lapsed_on_final
 
 
-class InMemoryJobBackend(BackendOptions):
+class InMemoryJobBackend(JobBackendBase):
     """Runs kept in this process: the reference backend and the model for property tests.
 
-    ``enqueue`` accepts ``scope=`` for signature compatibility and ignores it (there are no
-    transactions in memory), so the local wake happens at once. Safe for any number of runtimes
-    and callers in one event loop; not thread-safe.
+    ``insert`` (so ``enqueue``) accepts ``scope=`` for signature compatibility and ignores it
+    (there are no transactions in memory), so the local wake happens at once. Safe for any
+    number of runtimes and callers in one event loop; not thread-safe.
     """
 
     def __init__(
@@ -217,127 +207,107 @@ class InMemoryJobBackend(BackendOptions):
         self._waiting: dict[str, int] = {}
         self._dedupe: dict[tuple[str, str], str] = {}
         self._seq = itertools.count()
-        self._wakeup = LocalWake()
         # job id -> (trigger text, next_at): the state table of the PostgreSQL backend (J9).
         self._schedules: dict[str, tuple[str, datetime]] = {}
+        self._admin = InMemoryRunAdmin(self)
 
-    # --- enqueue --------------------------------------------------------------------------------
+    @property
+    def admin(self) -> InMemoryRunAdmin:
+        """The administration port (:class:`~ship_sqla.kernel.RunAdmin`) over these runs. It
+        checks no permission: operators go through
+        :func:`~ship_sqla.kernel.create_job_operations`."""
+        return self._admin
 
-    async def enqueue(
+    # --- insert (J1, J2) ----------------------------------------------------------------------
+
+    async def insert(
         self,
         job: JobDefinition[Any],
-        payload: Any,  # noqa: ANN401 - the job's typed payload
-        *,
-        dedupe_key: str | None = None,
-        run_at: datetime | None = None,
-        run_id: str | None = None,
-        scope: Any = None,  # noqa: ANN401, ARG002 - no transactions in memory
-    ) -> EnqueueResult:
-        request = EnqueueRequest(payload, dedupe_key=dedupe_key, run_at=run_at, run_id=run_id)
-        prepared = prepare_run(job, request)
-        now = self._clock.now()
-        result, created = self._insert(job, prepared, now)
-        if created is not None and created.run_at <= now:
-            self._wake()
-        return result
-
-    async def enqueue_many(
-        self,
-        job: JobDefinition[Any],
-        requests: Sequence[EnqueueRequest],
+        runs: Sequence[PreparedRun],
         *,
         scope: Any = None,  # noqa: ANN401, ARG002 - no transactions in memory
     ) -> list[EnqueueResult]:
-        # Every request first: like one INSERT statement, a bad request writes nothing.
-        prepared = prepare_runs(job, requests)
+        """Store prepared runs of ``job`` (J1, then J2)."""
+        return self._insert_all(job.id, runs, capped=True)
+
+    def _insert_all(
+        self, job_id: str, runs: Sequence[PreparedRun], *, capped: bool
+    ) -> list[EnqueueResult]:
+        """The one insert path (``insert``, and a tick with ``capped=False``): the runs one
+        after another, with no await in between, so atomic in the event loop as one statement
+        is in PostgreSQL; wakes the local loop when one it stored is due."""
         now = self._clock.now()
         results: list[EnqueueResult] = []
         due = False
-        for run in prepared:
-            result, created = self._insert(job, run, now)
+        for prepared in runs:
+            result, created = self._insert(job_id, prepared, now, capped=capped)
             results.append(result)
             due = due or (created is not None and created.run_at <= now)
         if due:
-            self._wake()
+            self.wake()
         return results
 
     def _insert(
-        self, job: JobDefinition[Any], prepared: PreparedRun, now: datetime
+        self, job_id: str, prepared: PreparedRun, now: datetime, *, capped: bool
     ) -> tuple[EnqueueResult, _Run | None]:
-        """Store one prepared run (J1 dedupe, then J2), with no await: atomic in the loop."""
         run_id, dedupe_key = prepared.run_id, prepared.dedupe_key
-        if run_id is not None and run_id in self._runs:
+        if prepared.durable_id and run_id in self._runs:
             return EnqueueResult(run_id=run_id, deduplicated=True), None
         if dedupe_key is not None:
-            existing = self._dedupe.get((job.id, dedupe_key))
+            existing = self._dedupe.get((job_id, dedupe_key))
             if existing is not None:
                 return EnqueueResult(run_id=existing, deduplicated=True), None
-        limit = self._queue_depth_limit
-        if limit is not None and self._waiting.get(job.id, 0) >= limit:
+        limit = self._queue_depth_limit if capped else None
+        if limit is not None and self._waiting.get(job_id, 0) >= limit:
             return EnqueueResult(run_id=None, rejected="queue-full"), None
-        run = _Run(
-            run_id=run_id if run_id is not None else str(uuid.uuid4()),
-            job_id=job.id,
-            payload_json=prepared.payload_json,
-            key=prepared.key,
-            dedupe_key=dedupe_key,
-            max_attempts=job.retry.attempts,
-            run_at=prepared.run_at if prepared.run_at is not None else now,
-            now=now,
-            seq=next(self._seq),
-        )
+        run = _Run(job_id, prepared, now, next(self._seq))
         self._runs[run.run_id] = run
-        self._live.setdefault(job.id, {})[run.run_id] = run
-        self._waiting[job.id] = self._waiting.get(job.id, 0) + 1
+        self._live.setdefault(job_id, {})[run.run_id] = run
+        self._waiting[job_id] = self._waiting.get(job_id, 0) + 1
         if dedupe_key is not None:
-            self._dedupe[(job.id, dedupe_key)] = run.run_id
+            self._dedupe[(job_id, dedupe_key)] = run.run_id
         return EnqueueResult(run_id=run.run_id), run
 
-    # --- claim and settle -----------------------------------------------------------------------
+    # --- claim and settle ---------------------------------------------------------------------
 
-    async def claim(
-        self,
-        job: JobDefinition[Any],
-        *,
-        worker: str,
-        limit: int,
-        exclude_keys: Sequence[str] = (),
-    ) -> ClaimBatch:
+    async def claim(self, request: ClaimRequest) -> ClaimBatch:
         now = self._clock.now()
-        live = self._live.get(job.id)
-        if not live:
+        live = self._live.get(request.job_id)
+        if not live or request.limit < 1:
             return ClaimBatch()
-        held, candidates, lapsed_on_final = _scan(live.values(), now, frozenset(exclude_keys))
+        limit = request.limit
+        held, candidates, lapsed_on_final = _scan(
+            live.values(), now, frozenset(request.exclude_keys)
+        )
         buried: list[BuriedRun] = []
         for run in lapsed_on_final:
             self._append_history(run, LEASE_LAPSED_FINAL_MESSAGE, now)
             self._finish(run, "dead", now)
             buried.append(BuriedRun(run.run_id, run.job_id, run.attempt, run.key))
-        # J3: concurrency.max counts every running run, whichever worker holds it, live lease
-        # or lapsed (a lapsed one keeps its slot until a claim retakes it): so the bound never
+        # J3: max_running counts every running run, whichever worker holds it, live lease or
+        # lapsed (a lapsed one keeps its slot until a claim retakes it): so the bound never
         # depends on when a lapsed holder's heartbeat is refused. Due runs take only free slots;
         # retaking a lapsed run moves its slot.
-        room = max(min(limit, job.concurrency.max - held), 0)
+        room = max(min(limit, request.max_running - held), 0)
         retakable = [run for run in candidates if run.state == "running"]
         due = heapq.nsmallest(
             room, (run for run in candidates if run.state == "waiting"), key=_claim_order
         )
         chosen = heapq.nsmallest(limit, retakable + due, key=_claim_order)
-        lease = job.concurrency.lease
+        lease = request.lease
         expires_at = now + timedelta(seconds=lease)
         claimed: list[ClaimedRun] = []
         for run in chosen:
             if run.state == "waiting":
-                self._waiting[job.id] -= 1
+                self._waiting[run.job_id] -= 1
             else:
                 # J6: the attempt that lapsed is history too (its holder never settled it).
                 self._append_history(run, LEASE_LAPSED_MESSAGE, now)
             run.state = "running"
             run.attempt += 1
             run.token += 1
-            run.lease = lease
             run.lease_expires_at = expires_at
-            run.worker = worker
+            run.worker = request.worker
             run.updated_at = now
             claimed.append(
                 ClaimedRun(
@@ -350,6 +320,7 @@ class InMemoryJobBackend(BackendOptions):
                     key=run.key,
                     lease_expires_at=expires_at,
                     created_at=run.created_at,
+                    lease=lease,
                 )
             )
         return ClaimBatch(claimed, buried)
@@ -370,49 +341,36 @@ class InMemoryJobBackend(BackendOptions):
             if run is None or run.lease_expires_at is None or run.lease_expires_at <= now:
                 alive.append(False)
                 continue
-            run.lease_expires_at = now + timedelta(seconds=run.lease)
+            run.lease_expires_at = now + timedelta(seconds=claimed.lease)
             run.updated_at = now
             alive.append(True)
         return alive
 
-    async def complete(self, runs: Sequence[ClaimedRun]) -> list[SettleOutcome]:
+    async def _settle_if_tokens_current(
+        self, settlements: Sequence[Settlement]
+    ) -> list[SettleOutcome]:
         now = self._clock.now()
-        outcomes: list[SettleOutcome] = []
-        for claimed in runs:
-            run = self._current(claimed)
-            if run is None:
-                outcomes.append("stale")
-                continue
+        return [self._settle_one(settlement, now) for settlement in settlements]
+
+    def _settle_one(self, settlement: Settlement, now: datetime) -> SettleOutcome:
+        run = self._current(settlement.run)
+        if run is None:
+            return "stale"
+        if isinstance(settlement, Complete):
             self._finish(run, "completed", now)
-            outcomes.append("completed")
-        return outcomes
-
-    async def fail(
-        self, run: ClaimedRun, error: str, *, retry_at: datetime | None
-    ) -> SettleOutcome:
-        now = self._clock.now()
-        stored = self._current(run)
-        if stored is None:
-            return "stale"
-        self._append_history(stored, error, now)
-        if retry_at is None or stored.attempt >= stored.max_attempts:
-            self._finish(stored, "dead", now)
-            return "dead"
-        self._to_waiting(stored, require_aware(retry_at, "retry_at"), now)
-        return "retrying"
-
-    async def release(
-        self, run: ClaimedRun, *, run_at: datetime, error: str | None = None
-    ) -> SettleOutcome:
-        now = self._clock.now()
-        stored = self._current(run)
-        if stored is None:
-            return "stale"
-        if error is not None:
-            self._append_history(stored, error, now)
+            return "completed"
+        if isinstance(settlement, Fail):
+            self._append_history(run, settlement.error, now)
+            if settlement.retry_at is None or run.attempt >= run.max_attempts:
+                self._finish(run, "dead", now)
+                return "dead"
+            self._to_waiting(run, settlement.retry_at, now)
+            return "retrying"
+        if settlement.error is not None:
+            self._append_history(run, settlement.error, now)
         # J7: the attempt was never really spent; the next claim takes the same number again.
-        stored.attempt -= 1
-        self._to_waiting(stored, require_aware(run_at, "run_at"), now)
+        run.attempt -= 1
+        self._to_waiting(run, settlement.run_at, now)
         return "released"
 
     def _append_history(self, run: _Run, error: str, now: datetime) -> None:
@@ -426,8 +384,6 @@ class InMemoryJobBackend(BackendOptions):
         run.worker = None
         run.updated_at = now
         self._waiting[run.job_id] = self._waiting.get(run.job_id, 0) + 1
-        if run_at <= now:
-            self._wake()
 
     def _finish(self, run: _Run, state: RunState, now: datetime) -> None:
         """Move ``run`` to terminal ``state``; terminal runs leave the live set for good."""
@@ -444,38 +400,32 @@ class InMemoryJobBackend(BackendOptions):
         ):
             del self._dedupe[(run.job_id, run.dedupe_key)]
 
-    # --- schedules (J9) -------------------------------------------------------------------------
+    # --- schedules (J9; the rules are in kernel/_plans/scheduled_runs.py) -----------------------
 
-    async def schedule(self, definitions: Iterable[JobDefinition[Any]]) -> None:
+    async def install_schedules(self, definitions: Iterable[JobDefinition[Any]]) -> None:
         """One state per scheduled job; an unchanged trigger keeps its ``next_at`` (J9)."""
-        scheduled = scheduled_only(definitions)
-        for job, _ in scheduled:
-            scheduled_payload(job)
-        now = self._clock.now()
-        for job, schedule in scheduled:
-            stored = self._schedules.get(job.id)
-            if stored is None or stored[0] != schedule.trigger:
-                self._schedules[job.id] = (schedule.trigger, next_occurrence(schedule, now))
+        for job_id, trigger, next_at in schedule_states(
+            installable(definitions), self._clock.now()
+        ):
+            stored = self._schedules.get(job_id)
+            if stored is None or stored[0] != trigger:
+                self._schedules[job_id] = (trigger, next_at)
 
-    async def tick(self, definitions: Iterable[JobDefinition[Any]]) -> int:
-        """Fire ONE run per due schedule (the latest missed occurrence, id
-        ``<job_id>/<occurrence>``) and advance to the first occurrence after now (J9)."""
+    async def tick_schedules(self, definitions: Iterable[JobDefinition[Any]]) -> int:
+        """Fire ONE run per due schedule through the insert path, uncapped (J9, see
+        :mod:`~ship_sqla.kernel._plans.scheduled_runs`), and advance it."""
         now = self._clock.now()
         created = 0
         for job, schedule in scheduled_only(definitions):
             stored = self._schedules.get(job.id)
             if stored is None or stored[0] != schedule.trigger:
                 continue
-            fire, next_at = due_occurrence(schedule, stored[1], now)
-            if fire is None:
+            runs, next_at = fire_due(job, schedule, stored[1], now)
+            if not runs:
                 continue
             self._schedules[job.id] = (stored[0], next_at)
-            payload = scheduled_payload(job)
-            request = EnqueueRequest(payload, run_at=fire, run_id=occurrence_id(job.id, fire))
-            _, run = self._insert(job, prepare_run(job, request), now)
-            created += run is not None
-        if created:
-            self._wake()
+            results = self._insert_all(job.id, runs, capped=False)
+            created += sum(not result.deduplicated for result in results)
         return created
 
     def next_at(self, job_id: str) -> datetime | None:
@@ -483,19 +433,13 @@ class InMemoryJobBackend(BackendOptions):
         stored = self._schedules.get(job_id)
         return stored[1] if stored is not None else None
 
-    # --- waking ---------------------------------------------------------------------------------
+    # --- J10's queue gauges -------------------------------------------------------------------
 
-    async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the Protocol's name
-        await self._wakeup.wait(self._clock, timeout)
+    async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
+        """J10's queue gauges (:meth:`InMemoryRunAdmin.queue_depths`)."""
+        return await self._admin.queue_depths(job_ids)
 
-    def _wake(self) -> None:
-        self._wakeup.wake()
-
-    # --- inspection and operator operations (the model for property tests) ---------------------
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        run = self._runs.get(run_id)
-        return run.record() if run is not None else None
+    # --- inspection (the model for property tests; no operator verbs here) --------------------
 
     def runs(self, job_id: str | None = None) -> list[RunRecord]:
         """A snapshot of every stored run (of ``job_id`` when given), in creation order."""
@@ -507,12 +451,125 @@ class InMemoryJobBackend(BackendOptions):
         """Runs of ``job_id`` in state waiting, due or delayed: what J2 compares to the limit."""
         return self._waiting.get(job_id, 0)
 
+
+def _finished_order(run: _Run) -> tuple[datetime, str]:
+    assert run.finished_at is not None  # noqa: S101 - terminal runs are finished
+    return run.finished_at, run.run_id
+
+
+class InMemoryRunAdmin:
+    """:class:`~ship_sqla.kernel.RunAdmin` over one :class:`InMemoryJobBackend`'s runs. It
+    checks no permission (J8 is :class:`~ship_sqla.kernel.JobOperations`' gate)."""
+
+    __slots__ = ("_backend",)
+
+    def __init__(self, backend: InMemoryJobBackend) -> None:
+        self._backend = backend
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        run = self._backend._runs.get(run_id)  # noqa: SLF001 - the admin half of the backend
+        return run.record() if run is not None else None
+
+    async def list_dead(self, query: DeadQuery) -> list[RunRecord]:
+        """Dead runs (of ``query.job_id``), newest first by ``(finished_at, run_id)``, after
+        ``query.after``."""
+        dead = [
+            run
+            for run in self._backend._runs.values()  # noqa: SLF001
+            if run.state == "dead" and (query.job_id is None or run.job_id == query.job_id)
+        ]
+        after = query.after
+        if after is not None:
+            dead = [run for run in dead if _finished_order(run) < after]
+        return [run.record() for run in heapq.nlargest(query.limit, dead, key=_finished_order)]
+
+    async def retry_dead(self, run_id: str) -> RunRecord | None:
+        """A dead run gets one more attempt and waits, due now (J8). None when the run is not
+        dead, or when its dedupe key is now held by another non-terminal run (J1)."""
+        backend = self._backend
+        run = backend._runs.get(run_id)  # noqa: SLF001
+        if run is None or run.state != "dead":
+            return None
+        if run.dedupe_key is not None and (run.job_id, run.dedupe_key) in backend._dedupe:  # noqa: SLF001
+            return None
+        now = backend.clock.now()
+        run.max_attempts = run.attempt + 1
+        run.finished_at = None
+        backend._live.setdefault(run.job_id, {})[run.run_id] = run  # noqa: SLF001
+        if run.dedupe_key is not None:
+            backend._dedupe[(run.job_id, run.dedupe_key)] = run.run_id  # noqa: SLF001
+        backend._to_waiting(run, now, now)  # noqa: SLF001
+        backend.wake()  # J3: a retry wakes the local loop
+        return run.record()
+
+    async def discard(self, run_id: str) -> RunRecord | None:
+        """A waiting or dead run becomes discarded (J8). None otherwise."""
+        backend = self._backend
+        run = backend._runs.get(run_id)  # noqa: SLF001
+        if run is None or run.state not in ("waiting", "dead"):
+            return None
+        now = backend.clock.now()
+        if run.state == "dead":
+            run.state = "discarded"
+            run.finished_at = now
+            run.updated_at = now
+        else:
+            backend._finish(run, "discarded", now)  # noqa: SLF001
+        return run.record()
+
+    async def delete_finished(
+        self, job_id: str, state: RunState, *, older_than: timedelta, limit: int
+    ) -> int:
+        """Delete at most ``limit`` runs of ``job_id`` in terminal ``state`` finished at least
+        ``older_than`` ago, oldest first; the number deleted."""
+        backend = self._backend
+        cutoff = backend.clock.now() - older_than
+        doomed = heapq.nsmallest(
+            limit,
+            (
+                run
+                for run in backend._runs.values()  # noqa: SLF001
+                if run.job_id == job_id
+                and run.state == state
+                and run.finished_at is not None
+                and run.finished_at <= cutoff
+            ),
+            key=_finished_order,
+        )
+        for run in doomed:
+            del backend._runs[run.run_id]  # noqa: SLF001
+        return len(doomed)
+
+    async def state_counts(self, *, limit: int) -> list[StateCount]:
+        """Runs per (job, state), ordered by job then state, at most ``limit`` groups."""
+        now = self._backend.clock.now()
+        counts: dict[tuple[str, RunState], int] = {}
+        oldest: dict[str, datetime] = {}
+        for run in self._backend._runs.values():  # noqa: SLF001
+            group = (run.job_id, run.state)
+            counts[group] = counts.get(group, 0) + 1
+            if run.state == "waiting" and run.run_at <= now:
+                first = oldest.get(run.job_id)
+                if first is None or run.run_at < first:
+                    oldest[run.job_id] = run.run_at
+        return [
+            StateCount(
+                job_id,
+                state,
+                runs,
+                (now - oldest[job_id]).total_seconds()
+                if state == "waiting" and job_id in oldest
+                else None,
+            )
+            for (job_id, state), runs in sorted(counts.items())[:limit]
+        ]
+
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
         """J10's queue gauges: waiting runs per job and the age of the oldest due one."""
-        now = self._clock.now()
+        now = self._backend.clock.now()
         depths = dict.fromkeys(job_ids, 0)
         oldest: dict[str, datetime] = {}
-        for run in self._runs.values():
+        for run in self._backend._runs.values():  # noqa: SLF001
             if run.state != "waiting" or run.job_id not in depths:
                 continue
             depths[run.job_id] += 1
@@ -524,59 +581,3 @@ class InMemoryJobBackend(BackendOptions):
             )
             for job_id, depth in depths.items()
         }
-
-    def retry(self, run_id: str) -> bool:
-        """Operator retry (J8): a dead run gets one more attempt and waits, due now.
-
-        False when the run is not dead, or when its dedupe key is now held by another
-        non-terminal run (reviving it would break J1).
-        """
-        run = self._runs.get(run_id)
-        if run is None or run.state != "dead":
-            return False
-        if run.dedupe_key is not None and (run.job_id, run.dedupe_key) in self._dedupe:
-            return False
-        now = self._clock.now()
-        run.max_attempts = run.attempt + 1
-        run.finished_at = None
-        self._live.setdefault(run.job_id, {})[run.run_id] = run
-        if run.dedupe_key is not None:
-            self._dedupe[(run.job_id, run.dedupe_key)] = run.run_id
-        self._to_waiting(run, now, now)
-        return True
-
-    def discard(self, run_id: str) -> bool:
-        """Operator discard (J8): a waiting or dead run becomes discarded. False otherwise."""
-        run = self._runs.get(run_id)
-        if run is None or run.state not in ("waiting", "dead"):
-            return False
-        now = self._clock.now()
-        if run.state == "dead":
-            run.state = "discarded"
-            run.finished_at = now
-            run.updated_at = now
-        else:
-            self._finish(run, "discarded", now)
-        return True
-
-    def cleanup(self, job: JobDefinition[Any], *, limit: int = 1000) -> int:
-        """Delete at most ``limit`` terminal runs of ``job`` past their retention; the count."""
-        if limit < 1:
-            raise ConfigurationError(f"cleanup limit must be at least 1, got {limit!r}.")
-        now = self._clock.now()
-        retention = {
-            "completed": job.retention.completed,
-            "dead": job.retention.dead,
-            "discarded": job.retention.discarded,
-        }
-        doomed = [
-            run.run_id
-            for run in self._runs.values()
-            if run.job_id == job.id
-            and run.state in TERMINAL_STATES
-            and run.finished_at is not None
-            and run.finished_at + retention[run.state] <= now
-        ][:limit]
-        for run_id in doomed:
-            del self._runs[run_id]
-        return len(doomed)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._durations import require_lock_lease
 
 if TYPE_CHECKING:
     from ship_sqla.kernel._clock import Clock
@@ -20,13 +20,14 @@ class InMemoryLock:
     runtime closes that window with the run's fencing token (J5).
     """
 
-    __slots__ = ("_expires_at", "_provider", "_released", "key")
+    __slots__ = ("_expires_at", "_lost", "_provider", "_released", "key")
 
     def __init__(self, provider: InMemoryLockProvider, key: str, expires_at: float) -> None:
         self._provider = provider
         self.key = key
         self._expires_at = expires_at
         self._released = False
+        self._lost = False
 
     @property
     def expires_at(self) -> float:
@@ -35,7 +36,10 @@ class InMemoryLock:
 
     @property
     def lost(self) -> bool:
-        return not self._released and self._provider.clock.monotonic() >= self._expires_at
+        """True once the lease ended before :meth:`release`; stays true after it (L2)."""
+        if self._released:
+            return self._lost
+        return self._provider.clock.monotonic() >= self._expires_at
 
     @property
     def held(self) -> bool:
@@ -43,7 +47,7 @@ class InMemoryLock:
 
     async def extend(self, lease: float) -> bool:
         """Restart the lease; False once lost or released (a lost lock is never re-acquired)."""
-        _check_lease(lease)
+        lease = require_lock_lease(lease)
         if not self.held:
             return False
         self._expires_at = self._provider.clock.monotonic() + lease
@@ -54,17 +58,13 @@ class InMemoryLock:
         to another holder by now, and a stale holder must never free it."""
         if self._released:
             return
+        self._lost = self.lost
         self._released = True
         self._provider.forget(self)
 
     def __repr__(self) -> str:
         state = "released" if self._released else ("lost" if self.lost else "held")
         return f"InMemoryLock({self.key!r}, {state})"
-
-
-def _check_lease(lease: float) -> None:
-    if not lease > 0:
-        raise ConfigurationError(f"a lock lease must be positive seconds, got {lease!r}.")
 
 
 class InMemoryLockProvider:
@@ -78,7 +78,7 @@ class InMemoryLockProvider:
         self._holders: dict[str, InMemoryLock] = {}
 
     async def acquire(self, key: str, lease: float) -> InMemoryLock | None:
-        _check_lease(lease)
+        lease = require_lock_lease(lease)
         now = self.clock.monotonic()
         holder = self._holders.get(key)
         if holder is not None and holder.expires_at > now:

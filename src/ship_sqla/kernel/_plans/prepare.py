@@ -1,9 +1,10 @@
 """Preparing runs: every enqueue request is validated and encoded here, above the backend seam.
 
-Both job backends (in-memory and PostgreSQL) call :func:`prepare_runs` (:func:`prepare_run`
-for one) for every request before they store anything, so what a run may carry is decided once,
-and bad input is refused with a typed error before any SQL runs (nothing of the call is
-written):
+The enqueue front every backend shares (:class:`~ship_sqla.kernel._backend_base.JobBackendBase`)
+and the schedules' ticks call :func:`prepare_runs` (:func:`prepare_run` for one) for every
+request before a store sees it (:meth:`RunStore.insert` receives only prepared runs), so what a
+run may carry is decided once, and bad input is refused with a typed error before any SQL runs
+(nothing of the call is written):
 
 - ``run_id`` and ``dedupe_key`` (given, or derived by the job's idempotency policy): non-empty
   text, no NUL, at most :data:`~ship_sqla.kernel._keys.MAX_KEY_CHARS` characters
@@ -14,8 +15,11 @@ written):
   most the job's ``max_payload_bytes`` of encoded JSON (:class:`PayloadTooLargeError`);
 - the single-runner key (``Concurrency.key``): text without NUL.
 
-The result is a :class:`PreparedRun`: what a backend stores, with nothing left to compute but
-a generated id when the caller gave none.
+The result is a :class:`PreparedRun`: what a backend stores, with nothing left to compute. Its
+run id is the caller's, else a new UUIDv7 (:func:`~ship_sqla.kernel._ids.new_run_ids`, one
+batch per call), and its ``max_attempts`` is the job's ``retry.attempts``: no backend derives
+either. Only a caller's id can name an existing run (``durable_id``); a generated one cannot
+conflict, which is what lets a store skip the J1 probes for it.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ship_sqla.kernel._clock import require_aware
+from ship_sqla.kernel._ids import new_run_ids
 from ship_sqla.kernel._jobs import InvalidPayloadError, PayloadTooLargeError
 from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
 from ship_sqla.kernel._keys import require_key, require_text
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Sequence
     from datetime import datetime
 
     from ship_sqla.kernel._jobs import JobDefinition
@@ -46,8 +51,12 @@ class PreparedRun:
     Read-only by convention, not frozen: one is built per request on the bulk enqueue path,
     where a frozen class's per-field ``object.__setattr__`` costs more than the checks."""
 
-    run_id: str | None
-    """The caller's durable id; None when the backend generates one."""
+    run_id: str
+    """The caller's durable id, else a new UUIDv7."""
+    durable_id: bool
+    """The caller chose ``run_id`` (a durable id such as a schedule's ``<job_id>/<occurrence>``):
+    a stored run with that id, in any state, IS this run (J1). False for a generated id, which
+    no stored run can have."""
     payload_json: str
     """The payload as compact ASCII JSON text (its length is its size in bytes)."""
     dedupe_key: str | None
@@ -56,6 +65,8 @@ class PreparedRun:
     """The single-runner key (None when the job is not single-runner)."""
     run_at: datetime | None
     """When the run is due; None: now, on the backend's clock."""
+    max_attempts: int
+    """Attempts the run may start: the job's ``retry.attempts`` (J7)."""
 
 
 def prepare_run(job: JobDefinition[Any], request: EnqueueRequest) -> PreparedRun:
@@ -65,18 +76,25 @@ def prepare_run(job: JobDefinition[Any], request: EnqueueRequest) -> PreparedRun
     return prepared
 
 
-def prepare_runs(job: JobDefinition[Any], requests: Iterable[EnqueueRequest]) -> list[PreparedRun]:
+def prepare_runs(job: JobDefinition[Any], requests: Sequence[EnqueueRequest]) -> list[PreparedRun]:
     """:func:`prepare_run` of every request, in order; the first bad one raises, so a caller
     stores nothing of a batch until this returns. One loop with the job's settings looked up
-    once: a batch of 10,000 is where per-request lookups show."""
+    once, and the ids the callers did not give generated in one batch: a batch of 10,000 is
+    where per-request lookups show."""
     encode = job.encode
     limit = job.max_payload_bytes
+    attempts = job.retry.attempts
     policy = job.idempotency.key if job.idempotency is not None else None
     keyed = job.concurrency.single_runner
+    next_id = iter(new_run_ids(sum(1 for request in requests if request.run_id is None))).__next__
     prepared: list[PreparedRun] = []
+    append = prepared.append
     for request in requests:
         run_id = request.run_id
-        if run_id is not None:
+        durable = run_id is not None
+        if run_id is None:
+            run_id = next_id()
+        else:
             require_key(run_id, "run_id")
         run_at = request.run_at
         if run_at is not None:
@@ -117,5 +135,5 @@ def prepare_runs(job: JobDefinition[Any], requests: Iterable[EnqueueRequest]) ->
                 f"single-runner key (job {job.id!r}'s Concurrency.key)",
                 max_chars=None,
             )
-        prepared.append(PreparedRun(run_id, text, dedupe_key, key, run_at))
+        append(PreparedRun(run_id, durable, text, dedupe_key, key, run_at, attempts))
     return prepared

@@ -1,27 +1,20 @@
-"""Retry and backoff arithmetic: pure functions of a :class:`RetryPolicy`, an attempt number and a
+"""A job's retry plan: pure functions of a :class:`RetryPolicy`, an attempt number and a
 source of randomness. No clock, no I/O; the runtime adds the result to ``clock.now()``.
 
-Attempts are numbered from 1 (the first run). ``retry_delay(policy, attempt)`` is the wait after
-attempt ``attempt`` failed:
-
-- ``exponential``: ``base_delay * 2 ** (attempt - 1)``
-- ``linear``: ``base_delay * attempt``
-- ``fixed``: ``base_delay``
-
-capped by ``max_delay``, then jittered: ``full`` draws uniformly from ``[0, d]``, ``equal`` from
-``[d / 2, d]``, ``none`` keeps ``d``. Jitter is applied after the cap, so a delay never exceeds
-``max_delay`` and a burst of failures does not retry in lockstep even once capped.
+The arithmetic is the package's one backoff (:mod:`ship_sqla.kernel._plans.backoff`) over the
+policy's :attr:`~ship_sqla.kernel.RetryPolicy.plan`: ``retry_delay(policy, attempt)`` is the wait
+after attempt ``attempt`` (numbered from 1) failed, ``0 <= delay <= max_delay``; what this
+module adds is the job's rules around it: when the attempts are spent (J7), and the step a run
+waits when its single-runner lock is held elsewhere.
 """
 
 from __future__ import annotations
 
-import math
 import random as _random
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._plans.backoff import Random, capped_delay, jittered
 
 if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import RetryPolicy
@@ -34,43 +27,10 @@ __all__ = [
     "retry_delay",
 ]
 
-Random = Callable[[], float]
-"""Returns a float in ``[0, 1)``, like :func:`random.random` (the default)."""
-
-# 2.0 ** 1023 is the largest power of two a float holds; beyond it the delay is capped anyway.
-_MAX_EXPONENT = 1023
-
-
-def _check_attempt(attempt: int) -> None:
-    if attempt < 1:
-        raise ConfigurationError(
-            f"attempt numbers start at 1, got {attempt}.",
-            fix="pass the number of the attempt that just ran (ClaimedRun.attempt).",
-        )
-
 
 def backoff_delay(policy: RetryPolicy, attempt: int) -> float:
     """The un-jittered delay in seconds after attempt ``attempt`` failed, capped by max_delay."""
-    _check_attempt(attempt)
-    if policy.backoff == "exponential":
-        raw = policy.base_delay * 2.0 ** min(attempt - 1, _MAX_EXPONENT)
-    elif policy.backoff == "linear":
-        raw = policy.base_delay * attempt
-    else:
-        raw = policy.base_delay
-    # A huge base times a huge power is inf, never an exception; min() then caps it.
-    return min(raw, policy.max_delay) if not math.isnan(raw) else policy.max_delay
-
-
-def _jittered(delay: float, jitter: str, draw: float) -> float:
-    # ``draw`` is clamped so a misbehaving random source can never push a delay out of bounds.
-    draw = 0.0 if math.isnan(draw) else min(max(draw, 0.0), 1.0)
-    if jitter == "full":
-        return delay * draw
-    if jitter == "equal":
-        half = delay / 2
-        return half + half * draw
-    return delay
+    return capped_delay(policy.plan, attempt)
 
 
 def retry_delay(policy: RetryPolicy, attempt: int, *, random: Random = _random.random) -> float:
@@ -79,7 +39,7 @@ def retry_delay(policy: RetryPolicy, attempt: int, *, random: Random = _random.r
     With ``jitter="none"`` the delay never decreases as ``attempt`` grows (exponential, linear);
     with ``jitter="equal"`` it is never below half the un-jittered delay.
     """
-    return _jittered(backoff_delay(policy, attempt), policy.jitter, random())
+    return policy.plan.delay(attempt, random=random)
 
 
 def lock_held_delay(policy: RetryPolicy, *, random: Random = _random.random) -> float:
@@ -91,7 +51,7 @@ def lock_held_delay(policy: RetryPolicy, *, random: Random = _random.random) -> 
     waits at least half a step.
     """
     jitter = "equal" if policy.jitter == "full" else policy.jitter
-    return _jittered(backoff_delay(policy, 1), jitter, random())
+    return jittered(capped_delay(policy.plan, 1), jitter, random())
 
 
 def attempts_spent(attempt: int, max_attempts: int) -> bool:

@@ -1,2 +1,3 @@
-"""The job runtime, in parts: the runtime facade and its loop (runtime), the completer that
-batches settles, the heartbeater, the queue-depth sampler, and the per-run state."""
+"""The job runtime, in parts: the runtime facade (runtime), the claim loop (producer), the
+execution of one run (executor), the completer that batches every settle, the heartbeater, the
+queue-depth sampler (depth), and the per-run state (state)."""

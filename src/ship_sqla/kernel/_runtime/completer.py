@@ -1,25 +1,37 @@
-"""Batched completion: successful runs are settled with one ``backend.complete`` per batch.
+"""The completer: every settle of a claimed run (:class:`Complete`, :class:`Fail`,
+:class:`Release`) is batched into ``RunStore.settle`` calls, and every answer is read in one
+place.
 
-A handler that returns appends its run and goes; it never waits for its completion to land. The
-completer flushes whatever accumulated as soon as it gets the event loop, which is after every
-handler that was ready to finish has finished; while one flush is on the wire the next batch
-accumulates. So a noop run costs no round trip of its own: at load, batches grow with the
-backend's latency; at idle, a run completes one round trip after its handler returned.
+An executor whose handler ended hands its run's settlement over and goes; it never waits for the
+settle to land. The completer flushes whatever accumulated as soon as it gets the event loop,
+which is after every handler that was ready to finish has finished; while one flush is on the
+wire the next batch accumulates. So a noop run costs no round trip of its own: at load, batches
+grow with the backend's latency; at idle, a run settles one round trip after its handler ended.
 
-A batch whose ``complete`` call fails (the database went away) stays in memory and is retried
-after the error backoff (capped at about a second) until it lands: through an outage shorter
-than the lease nothing is dropped and nothing runs twice, since heartbeats keep the leases
-meanwhile. While the runtime stops, a failed batch is retried until the drain deadline or the
-batch's leases end, whichever comes first, then given up (J6: the leases lapse and the runs are
-retaken).
+A batch whose ``settle`` call fails (the database went away) stays in memory and is retried
+after the error backoff (capped at about a second), each settlement by its own rule:
+
+- a completion until it lands: through an outage shorter than the lease nothing is dropped and
+  nothing runs twice, since heartbeats keep the leases meanwhile;
+- a failure or release while the run's lease may still be held (its ``lease_deadline``, which
+  answered heartbeats move on), and for at most one lease after its first failed try, so a
+  settle that can never land while heartbeats still do does not keep its run here forever;
+- once the runtime stops, none past the drain deadline, and a completion only while its lease
+  may still be held.
+
+A settlement given up is safe to drop: its run is still running with a lease, which lapses and
+lets any worker retake it (J6, at-least-once). Retrying is safe because every settlement is
+fenced on its claim's token (J5): once another worker retook the run it answers ``"stale"`` and
+changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from ship_sqla.kernel._runtime.state import InFlight, stale_error
+from ship_sqla.kernel._ports import Complete, Fail, Release
+from ship_sqla.kernel._runtime.state import RELEASES, InFlight, stale_error
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
@@ -27,59 +39,78 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._metrics import JobOutcome
-    from ship_sqla.kernel._ports import JobBackend
+    from ship_sqla.kernel._ports import RunStore, Settlement, SettleOutcome
+    from ship_sqla.kernel._runtime.state import ReleaseReason
 
-__all__ = ["Completer"]
+__all__ = ["MAX_BATCH", "Completer"]
 
 MAX_BATCH = 1000
-"""Runs per ``complete`` call; bounds one statement's size, not throughput."""
+"""Settlements per ``settle`` call; bounds one statement's size, not throughput."""
+
+_FAILED: Final[dict[SettleOutcome, JobOutcome]] = {
+    "retrying": "retrying",
+    "dead": "dead",
+    "stale": "stale",
+}
+"""The ``ship.job.runs`` outcome of a failed attempt, by the answer to its :class:`Fail`."""
 
 
 class Completer:
-    """Owns runs from ``add`` until their completion was answered (or given up at close).
+    """Owns runs from :meth:`add` until their settle was answered (or given up).
 
-    Invariants: every added run is passed to ``on_settled`` exactly once; a run is never sent to
-    ``complete`` after its lease was reported lost; a failed flush is retried after a bounded
-    backoff until it succeeds, or once closing until ``close_deadline()`` or the batch's leases
-    end; every failure goes to report_error.
+    Invariants: every added run is passed to ``on_settled`` exactly once; a completion or a
+    failure is never sent once the claim's loss was reported (its answer could only be stale),
+    while a release always is (it hands back a run this process will not run; fenced, it changes
+    nothing if the run was retaken); a "stale" answer is reported once per claim, here and
+    nowhere else (J5); every failed call goes to report_error (J11) and is retried as the module
+    docstring says.
     """
 
     def __init__(
         self,
-        backend: JobBackend,
+        store: RunStore,
         clock: Clock,
         *,
+        report_error: Callable[[BaseException], None],
         on_settled: Callable[[InFlight], None],
         on_outcome: Callable[[InFlight, JobOutcome], None],
         on_flushed: Callable[[], None],
+        on_given_up: Callable[[], None],
         error_backoff: Callable[[int], float],
         close_deadline: Callable[[], float | None] = lambda: None,
     ) -> None:
-        self._backend = backend
+        self._store = store
         self._clock = clock
+        self._report_error = report_error
         self._on_settled = on_settled
         self._on_outcome = on_outcome
         self._on_flushed = on_flushed
+        self._on_given_up = on_given_up
         self._error_backoff = error_backoff
         self._close_deadline = close_deadline
         self._pending: list[InFlight] = []
         self._in_flush = 0
-        # Per job: the backend still counts these runs against concurrency.max (J4) until their
-        # completion lands, so the runtime must not ask for their slots back before then.
+        # Per job: the backend still counts these runs against concurrency.max (J3) until their
+        # settle lands, so the runtime must not ask for their slots back before then.
         self._unflushed_by_job: dict[str, int] = {}
         self._ready = asyncio.Event()
         self._closing = asyncio.Event()
 
     @property
     def unflushed(self) -> int:
-        """Runs whose handler returned but whose completion has not been answered yet."""
+        """Runs handed over whose settle has not been answered yet."""
         return len(self._pending) + self._in_flush
 
     def unflushed_of(self, job_id: str) -> int:
         """Unflushed runs of one job (see :attr:`unflushed`)."""
         return self._unflushed_by_job.get(job_id, 0)
 
-    def add(self, entry: InFlight) -> None:
+    def add(
+        self, entry: InFlight, settlement: Settlement, reason: ReleaseReason | None = None
+    ) -> None:
+        """Settle ``entry``'s run with ``settlement`` (a :class:`Release` names its ``reason``)."""
+        entry.settlement = settlement
+        entry.release_reason = reason
         job_id = entry.job.id
         self._unflushed_by_job[job_id] = self._unflushed_by_job.get(job_id, 0) + 1
         self._pending.append(entry)
@@ -87,7 +118,8 @@ class Completer:
             self._ready.set()
 
     def close(self) -> None:
-        """Flush what is pending (one try per batch), then let :meth:`run` return."""
+        """Flush what is pending (retried only as the stop rules allow), then let :meth:`run`
+        return."""
         self._closing.set()
         self._ready.set()
 
@@ -106,56 +138,105 @@ class Completer:
                     self._in_flush = 0
                 if flushed:
                     failures = 0
+                    self._on_flushed()
+                    continue
+                failures += 1
+                delay = self._error_backoff(failures)
+                retry = self._keep_retrying(batch, delay)
+                if not retry:
+                    continue
+                self._pending[:0] = retry
+                if self._closing.is_set():
+                    await self._clock.sleep(delay)
                 else:
-                    failures += 1
-                    delay = self._error_backoff(failures)
-                    if not self._closing.is_set():
-                        self._pending[:0] = batch
-                        await wait_event(self._closing, self._clock, delay)
-                        continue
-                    if self._clock.monotonic() + delay < self._give_up_at(batch):
-                        self._pending[:0] = batch
-                        await self._clock.sleep(delay)
-                        continue
-                    # Giving up is safe: those runs are still running with a lease, which lapses
-                    # and lets any worker retake them (J6, at-least-once).
-                    self._settle(batch)
-                self._on_flushed()
+                    await wait_event(self._closing, self._clock, delay)
             if self._closing.is_set():
                 return
 
-    def _give_up_at(self, batch: list[InFlight]) -> float:
-        """While closing: retrying is worth it until the drain deadline, and only while some
-        run of the batch may still hold its lease."""
-        leases = max(entry.lease_deadline for entry in batch)
-        deadline = self._close_deadline()
-        return leases if deadline is None else min(leases, deadline)
+    def _keep_retrying(self, batch: list[InFlight], delay: float) -> list[InFlight]:
+        """After a failed flush: the runs worth another try ``delay`` seconds from now; the
+        others are given up (settled without an answer; their leases bring them back, J6)."""
+        now = self._clock.monotonic()
+        closing = self._closing.is_set()
+        drain_deadline = self._close_deadline()
+        retry: list[InFlight] = []
+        given_up: list[InFlight] = []
+        for entry in batch:
+            if isinstance(entry.settlement, Complete):
+                if not closing:
+                    retry.append(entry)
+                    continue
+                limit = entry.lease_deadline
+            else:
+                if entry.settle_failed_at is None:
+                    entry.settle_failed_at = now
+                limit = min(entry.lease_deadline, entry.settle_failed_at + entry.run.lease)
+            if drain_deadline is not None:
+                limit = min(limit, drain_deadline)
+            (retry if now + delay < limit else given_up).append(entry)
+        if given_up:
+            self._done(given_up)
+            # Their runs stay running in the backend until their leases lapse: only this
+            # process's own room grew (on_flushed is for answered settles, which free the
+            # backend's).
+            self._on_given_up()
+        return retry
 
     async def _flush(self, batch: list[InFlight]) -> bool:
-        live = [entry for entry in batch if not entry.lost]
+        live: list[InFlight] = []
+        settlements: list[Settlement] = []
+        for entry in batch:
+            settlement = entry.settlement
+            assert settlement is not None  # noqa: S101 - add() sets it
+            if entry.lost and not isinstance(settlement, Release):
+                continue
+            live.append(entry)
+            settlements.append(settlement)
         if live:
             try:
-                outcomes = await self._backend.complete([entry.run for entry in live])
+                outcomes = await self._store.settle(settlements)
                 if len(outcomes) != len(live):
                     msg = (
-                        f"backend.complete answered {len(outcomes)} outcomes for {len(live)}"
-                        " runs; a JobBackend must answer one outcome per run, in order."
+                        f"backend.settle answered {len(outcomes)} outcomes for {len(live)}"
+                        " settlements; a RunStore must answer one outcome per settlement, in"
+                        " order."
                     )
                     raise RuntimeError(msg)  # noqa: TRY301 - reported with the other failures
             except Exception as exc:  # noqa: BLE001 - J11: absorbed, reported, retried
-                self._backend.report_error(exc)
+                self._report_error(exc)
                 return False
             for entry, outcome in zip(live, outcomes, strict=True):
-                if outcome == "stale" and not entry.lost:
-                    entry.mark_lost()
-                    self._backend.report_error(stale_error(entry.run, "complete"))
-                self._on_outcome(entry, "stale" if outcome == "stale" else "completed")
-        self._settle(batch)
+                self._answered(entry, outcome)
+        self._done(batch)
         return True
 
-    def _settle(self, batch: list[InFlight]) -> None:
+    def _answered(self, entry: InFlight, outcome: SettleOutcome) -> None:
+        """The one place a settle's answer is read: a stale one is reported once per claim (J5),
+        and the attempt's outcome recorded (J10)."""
+        settlement = entry.settlement
+        recorded: JobOutcome | None
+        if isinstance(settlement, Complete):
+            during = "complete"
+            recorded = "stale" if outcome == "stale" else "completed"
+        elif isinstance(settlement, Fail):
+            during = "fail"
+            recorded = _FAILED.get(outcome)
+        else:
+            assert entry.release_reason is not None  # noqa: S101 - add() takes one with a Release
+            during, released_as = RELEASES[entry.release_reason]
+            if released_as is None:
+                recorded = None
+            else:
+                recorded = released_as if outcome == "released" else "stale"
+        if outcome == "stale" and not entry.lost:
+            entry.mark_lost()
+            self._report_error(stale_error(entry.run, during))
+        if recorded is not None:
+            self._on_outcome(entry, recorded)
+
+    def _done(self, entries: list[InFlight]) -> None:
         counts = self._unflushed_by_job
-        for entry in batch:
+        for entry in entries:
             job_id = entry.job.id
             left = counts[job_id] - 1
             if left:

@@ -1,4 +1,4 @@
-"""Automatic heartbeats: one ``backend.heartbeat`` call per round for every due run (J5).
+"""Automatic heartbeats: one ``RunStore.heartbeat`` call per round for every due run (J5).
 
 Each run is due every third of its job's ``concurrency.lease`` after its claim (so two beats may
 fail before the lease lapses). Runs claimed together fall due together and share one call.
@@ -8,7 +8,8 @@ A heartbeat the backend refuses (stale token, or a lease that lapsed: a lapsed l
 revived) hands the run to ``on_lost``, which cancels its handler. A heartbeat call that fails is
 tried again after the error backoff (about a second at most), not a whole interval later, so a
 short outage does not eat the lease's margin. Each answered heartbeat moves the run's
-``lease_deadline`` (the runtime's own bound on the lease) to when it was sent plus the lease.
+``lease_deadline`` (the runtime's own bound on the lease) to when it was sent plus the lease the
+claim was granted (``ClaimedRun.lease``: the store extends the lease by as much).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import asyncio
 import math
 from typing import TYPE_CHECKING
 
-from ship_sqla.kernel._ports import JobBackend, RenewableLock
+from ship_sqla.kernel._ports import RenewableLock
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._job_context import CancelReason
+    from ship_sqla.kernel._ports import RunStore
     from ship_sqla.kernel._runtime.state import InFlight
 
 __all__ = ["Heartbeater"]
@@ -38,15 +40,17 @@ class Heartbeater:
 
     def __init__(
         self,
-        backend: JobBackend,
+        store: RunStore,
         clock: Clock,
         entries: Mapping[str, InFlight],
         *,
         tick: float,
         on_lost: Callable[[InFlight, CancelReason], None],
+        report_error: Callable[[BaseException], None],
         error_backoff: Callable[[int], float] | None = None,
     ) -> None:
-        self._backend = backend
+        self._store = store
+        self._report_error = report_error
         self._clock = clock
         self._entries = entries
         # The longest this loop sleeps: a run claimed while it sleeps falls due no earlier than
@@ -75,15 +79,15 @@ class Heartbeater:
             entry.beat_due = now + entry.job.concurrency.heartbeat_interval
         sent = self._clock.monotonic()
         try:
-            alive = await self._backend.heartbeat([entry.run for entry in due])
+            alive = await self._store.heartbeat([entry.run for entry in due])
             if len(alive) != len(due):
                 msg = (
                     f"backend.heartbeat answered {len(alive)} results for {len(due)} runs; a"
-                    " JobBackend must answer one result per run, in order."
+                    " RunStore must answer one result per run, in order."
                 )
                 raise RuntimeError(msg)  # noqa: TRY301 - reported with the other failures
         except Exception as exc:  # noqa: BLE001 - J11: absorbed and reported; retried soon
-            self._backend.report_error(exc)
+            self._report_error(exc)
             self._retry_soon(due)
             return
         self._failures = 0
@@ -96,7 +100,7 @@ class Heartbeater:
                 if not entry.lost and not entry.handler_done:
                     self._on_lost(entry, "lease-lost")
             else:
-                entry.lease_deadline = sent + entry.job.concurrency.lease
+                entry.lease_deadline = sent + entry.run.lease
                 if entry.lock is not None:
                     await self._extend_lock(entry)
 
@@ -120,7 +124,7 @@ class Heartbeater:
             else:
                 held = not lock.lost
         except Exception as exc:  # noqa: BLE001 - J11: absorbed and reported; next round retries
-            self._backend.report_error(exc)
+            self._report_error(exc)
             return
         if not held:
             self._on_lost(entry, "lock-lost")

@@ -1,10 +1,12 @@
-"""The runtime's record of one claimed run, from claim until its settle landed (or failed)."""
+"""The runtime's record of the runs this process claimed: one :class:`InFlight` per run, from its
+claim until its settle was answered (or given up), and :class:`InFlightRuns`, the process's
+slots and single-runner keys; plus the errors the runtime reports about them."""
 
 from __future__ import annotations
 
 import math
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from ship_sqla.kernel._errors import ShipError
 from ship_sqla.kernel._job_context import Cancellation, CancelReason, JobContext
@@ -21,10 +23,15 @@ if TYPE_CHECKING:
     import asyncio
 
     from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._metrics import JobOutcome
+    from ship_sqla.kernel._ports import Settlement
 
 __all__ = [
+    "RELEASES",
     "InFlight",
+    "InFlightRuns",
     "JobCancelledError",
+    "ReleaseReason",
     "describe_failure",
     "lapsed_before_start_error",
     "lapsed_final_error",
@@ -39,12 +46,31 @@ class JobCancelledError(ShipError, RuntimeError):
     code = "SHIP_SQLA_JOB_CANCELLED"
 
 
+ReleaseReason = Literal["lock-held", "cancelled", "unstarted", "lapsed", "refused"]
+"""Why the runtime hands a claimed run back with a :class:`~ship_sqla.kernel._ports.Release`
+(its attempt unspent): its single-runner lock was held elsewhere (J7); its handler was cancelled
+(drain deadline or lost lock, J12), or cancelled before it started; its lease had lapsed before
+its handler could start (J6); or the loop must not execute it (claimed while stopping, or beyond
+the limit asked, a backend bug)."""
+
+RELEASES: Final[dict[ReleaseReason, tuple[str, JobOutcome | None]]] = {
+    "lock-held": ("release (lock held)", "lock_held"),
+    "cancelled": ("release (cancelled)", "cancelled"),
+    "unstarted": ("release (cancelled)", None),
+    "lapsed": ("release (lapsed)", None),
+    "refused": ("release after claim", None),
+}
+"""Per reason: what a stale report calls the release, and the ``ship.job.runs`` outcome recorded
+once it is answered "released" (None: no attempt ran, nothing is recorded; J10)."""
+
+
 class InFlight(Cancellation):
     """One claimed run this process has not settled yet.
 
     The entry is its run's :class:`Cancellation` (so a run costs one object plus its context and
     its task). ``in_handler`` is true exactly while the handler coroutine is being awaited: the
     runtime cancels the task only then, so a cancellation never lands in a settle call.
+    ``settlement`` is what the executor asked the completer to do with the run, once it did.
     """
 
     __slots__ = (
@@ -57,7 +83,10 @@ class InFlight(Cancellation):
         "lease_deadline",
         "lock",
         "lost",
+        "release_reason",
         "run",
+        "settle_failed_at",
+        "settlement",
         "task",
     )
 
@@ -80,14 +109,19 @@ class InFlight(Cancellation):
         # True once the handler ended (returned, raised or was cancelled): the run's settle is
         # then under way, and a refused heartbeat may only mean that settle landed first.
         self.handler_done = False
-        # True once the backend said the token is stale; the stale report was made then.
+        # True once this claim's loss was reported (a stale answer, a refused heartbeat, a lapse
+        # before start, or this process claiming the run anew): nothing reports it again.
         self.lost = False
         self.claimed_at = now
         self.beat_due = now + job.concurrency.heartbeat_interval
         # When the lease ends at the latest, on the runtime's monotonic clock: the lease began
         # in the backend after the claim (or the last heartbeat that extended it) was sent, so
         # "sent + lease" never lies past the real end, whatever the two machines' clocks say.
-        self.lease_deadline = (now if claim_sent is None else claim_sent) + job.concurrency.lease
+        self.lease_deadline = (now if claim_sent is None else claim_sent) + run.lease
+        self.settlement: Settlement | None = None
+        self.release_reason: ReleaseReason | None = None
+        # When the first try of this run's fail / release failed (the completer's retry window).
+        self.settle_failed_at: float | None = None
 
     def interrupt(self, reason: CancelReason) -> None:
         """Cancel the run for ``reason``, and its handler's task if the handler is running."""
@@ -102,6 +136,66 @@ class InFlight(Cancellation):
     def lease_lapsed(self, now: float) -> bool:
         """True once the lease may have ended (``now``: the runtime's monotonic clock)."""
         return now >= self.lease_deadline
+
+
+class InFlightRuns:
+    """The runs this process claimed and has not settled (``entries``, heartbeated), and the
+    slots of those whose task has not ended (``executing``, per job, and the single-runner keys
+    they run, J4).
+
+    Invariants: a run id maps to its newest claim only (an older claim of the same run, retaken
+    by this process, is stale and never settled through this map); a slot is taken when the run
+    is claimed and given back exactly once, when its task ends.
+    """
+
+    __slots__ = ("_executing_by_job", "_keys_by_job", "entries", "executing")
+
+    def __init__(self) -> None:
+        self.entries: dict[str, InFlight] = {}
+        self.executing = 0
+        self._executing_by_job: dict[str, int] = {}
+        self._keys_by_job: dict[str, dict[str, int]] = {}
+
+    def executing_of(self, job_id: str) -> int:
+        return self._executing_by_job.get(job_id, 0)
+
+    def keys_of(self, job_id: str) -> tuple[str, ...]:
+        """The single-runner keys of ``job_id`` this process runs now (J4)."""
+        keys = self._keys_by_job.get(job_id)
+        return tuple(keys) if keys else ()
+
+    def claimed(self, entry: InFlight) -> InFlight | None:
+        """Record a new claim and take its slot; the entry of an earlier claim of the same run
+        that it supersedes, if any."""
+        run_id = entry.run.run_id
+        earlier = self.entries.get(run_id)
+        self.entries[run_id] = entry
+        job = entry.job
+        self.executing += 1
+        self._executing_by_job[job.id] = self._executing_by_job.get(job.id, 0) + 1
+        key = entry.run.key
+        if job.concurrency.single_runner and key is not None:
+            keys = self._keys_by_job.setdefault(job.id, {})
+            keys[key] = keys.get(key, 0) + 1
+        return earlier
+
+    def ended(self, entry: InFlight) -> None:
+        """The run's task ended: give its slot and key back."""
+        job = entry.job
+        self.executing -= 1
+        self._executing_by_job[job.id] -= 1
+        key = entry.run.key
+        if job.concurrency.single_runner and key is not None:
+            keys = self._keys_by_job[job.id]
+            keys[key] -= 1
+            if not keys[key]:
+                del keys[key]
+
+    def settled(self, entry: InFlight) -> None:
+        """The run needs no more heartbeats: its settle was answered, given up, or not needed."""
+        # Only this claim's entry: a newer claim of the same run may have replaced it.
+        if self.entries.get(entry.run.run_id) is entry:
+            del self.entries[entry.run.run_id]
 
 
 def stale_error(run: ClaimedRun, during: str) -> JobLeaseStaleError:

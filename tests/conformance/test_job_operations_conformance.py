@@ -1,4 +1,6 @@
-"""J8 operator operations on real PostgreSQL: list_failed, get_run, retry, discard, cleanup."""
+"""J8 operator operations on every backend (in-memory reference, PostgreSQL): list_dead, get_run,
+retry, discard, cleanup, state_counts, all through the one gate (``create_job_operations``) over
+the backend's administration port (``backend.admin``)."""
 
 from __future__ import annotations
 
@@ -7,28 +9,27 @@ from typing import Any
 
 import anyio
 import pytest
-from sqlalchemy import MetaData, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from job_helpers import claim_request
+from sqlalchemy import text
 
 from ship_sqla import JobOperations, create_job_operations
-from ship_sqla._jobs import (
-    PostgresJobBackend,
-    create_job_backend,
-    ship_job_runs_table,
-    ship_job_state_table,
-)
-from ship_sqla._jobs._operations import JobOperationRefusedError
 from ship_sqla.kernel import (
     BoundExceededError,
     FrozenClock,
+    InMemoryJobBackend,
     InvalidCursorError,
+    JobOperationRefusedError,
     PermissionDeniedError,
 )
 from ship_sqla.kernel._jobs import Concurrency, Retention, RetryPolicy, define_job
-
-metadata = MetaData()
-runs = ship_job_runs_table(metadata)
-state = ship_job_state_table(metadata)
+from ship_sqla.kernel._ports import (
+    Complete,
+    Fail,
+    QueueDepthSource,
+    RunAdmin,
+    RunStore,
+    ScheduleStore,
+)
 
 
 async def noop(ctx: Any, payload: Any) -> None:
@@ -65,42 +66,46 @@ class Authorizer:
 
 
 @pytest.fixture
-async def engine(ship_engine: AsyncEngine) -> AsyncEngine:
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
-    return ship_engine
+def ship_clock(clock: FrozenClock) -> FrozenClock:
+    return clock
 
 
 @pytest.fixture
-def backend(engine: AsyncEngine, ship_clock: FrozenClock) -> PostgresJobBackend:
-    return create_job_backend(database=engine, table=runs, state_table=state, clock=ship_clock)
+def backend(job_backend_factory: Any, clock: FrozenClock) -> Any:
+    return job_backend_factory(clock)
 
 
 @pytest.fixture
-def ops(backend: PostgresJobBackend) -> JobOperations:
+def ops(backend: Any) -> JobOperations:
     return create_job_operations(backend, authorizer=Authorizer(allow=True))
 
 
-async def snapshot(engine: AsyncEngine) -> list[Any]:
-    async with engine.connect() as connection:
+async def snapshot(backend: Any) -> list[Any]:
+    """Every stored run, as the store holds it."""
+    if isinstance(backend, InMemoryJobBackend):
+        return backend.runs()
+    async with backend.database.connect() as connection:
         result = await connection.execute(text("SELECT * FROM ship_job_runs ORDER BY id"))
         return list(result.all())
 
 
-async def dead_runs(backend: PostgresJobBackend, job: Any, count: int) -> list[str]:
+def _id(row: Any) -> str:
+    """A snapshot row's run id (a RunRecord's ``run_id``, a table row's ``id``)."""
+    return row.run_id if hasattr(row, "run_id") else row.id
+
+
+async def dead_runs(backend: Any, job: Any, count: int) -> list[str]:
     """Enqueue ``count`` runs of ``job`` and fail each on its only attempt: dead."""
     for i in range(count):
         await backend.enqueue(job, {"i": i})
-    claimed = await backend.claim(job, worker="w", limit=count)
+    claimed = await backend.claim(claim_request(job, worker="w", limit=count))
     assert len(claimed) == count
     for run in claimed:
-        assert await backend.fail(run, "boom", retry_at=None) == "dead"
+        assert await backend.settle([Fail(run, "boom", retry_at=None)]) == ["dead"]
     return [run.run_id for run in claimed]
 
 
-async def test_refusal_changes_nothing(
-    backend: PostgresJobBackend, engine: AsyncEngine, ship_clock: FrozenClock
-) -> None:
+async def test_refusal_changes_nothing(backend: Any, ship_clock: FrozenClock) -> None:
     """J8: every operation asks for ship.jobs:manage first; a refusal (sync or async
     authorizer) raises PermissionDeniedError naming permission and operation, and changes
     nothing."""
@@ -108,7 +113,7 @@ async def test_refusal_changes_nothing(
     waiting = (await backend.enqueue(JOB, {"w": 1})).run_id
     assert waiting is not None
     ship_clock.advance(timedelta(days=365))
-    before = await snapshot(engine)
+    before = await snapshot(backend)
     refuse = Authorizer(allow=False)
 
     async def refuse_async(permission: str, operation: str) -> bool:
@@ -117,7 +122,7 @@ async def test_refusal_changes_nothing(
     for authorizer in (refuse, refuse_async):
         denied = create_job_operations(backend, authorizer=authorizer)
         calls = [
-            ("list_failed", denied.list_failed()),
+            ("list_dead", denied.list_dead()),
             ("get_run", denied.get_run(dead)),
             ("retry", denied.retry(dead)),
             ("discard", denied.discard(waiting)),
@@ -128,15 +133,15 @@ async def test_refusal_changes_nothing(
                 await call
             assert "ship.jobs:manage" in str(caught.value)
             assert operation in str(caught.value)
-    assert [c[1] for c in refuse.calls] == ["list_failed", "get_run", "retry", "discard", "cleanup"]
+    assert [c[1] for c in refuse.calls] == ["list_dead", "get_run", "retry", "discard", "cleanup"]
     assert {c[0] for c in refuse.calls} == {"ship.jobs:manage"}
-    assert await snapshot(engine) == before
+    assert await snapshot(backend) == before
 
 
-async def test_list_failed_pages_every_dead_run_exactly_once(
-    backend: PostgresJobBackend, ops: JobOperations, ship_clock: FrozenClock
+async def test_list_dead_pages_every_dead_run_exactly_once(
+    backend: Any, ops: JobOperations, ship_clock: FrozenClock
 ) -> None:
-    """J8: list_failed pages dead runs newest first by (finished_at, id): each exactly once,
+    """J8: list_dead pages dead runs newest first by (finished_at, id): each exactly once,
     ties included; job_id filters; the limit is bounded and cursors are checked."""
     expected: list[str] = []
     for _ in range(3):  # several runs share each finished_at: the id breaks ties
@@ -149,7 +154,7 @@ async def test_list_failed_pages_every_dead_run_exactly_once(
         seen: list[str] = []
         cursor = None
         while True:
-            page = await ops.list_failed(job_id=job_id, limit=2, cursor=cursor)
+            page = await ops.list_dead(job_id=job_id, limit=2, cursor=cursor)
             assert len(page.items) <= 2
             assert all(r.state == "dead" for r in page.items)
             seen += [r.run_id for r in page.items]
@@ -165,17 +170,15 @@ async def test_list_failed_pages_every_dead_run_exactly_once(
     assert len(everything) == len(set(everything))
 
     with pytest.raises(BoundExceededError):
-        await ops.list_failed(limit=501)
-    first = await ops.list_failed(job_id=JOB.id, limit=1)
+        await ops.list_dead(limit=501)
+    first = await ops.list_dead(job_id=JOB.id, limit=1)
     with pytest.raises(InvalidCursorError):
-        await ops.list_failed(job_id=OTHER.id, cursor=first.next_cursor)
+        await ops.list_dead(job_id=OTHER.id, cursor=first.next_cursor)
     with pytest.raises(InvalidCursorError):
-        await ops.list_failed(cursor="not a cursor")
+        await ops.list_dead(cursor="not a cursor")
 
 
-async def test_retry_gives_exactly_one_more_attempt(
-    backend: PostgresJobBackend, ops: JobOperations
-) -> None:
+async def test_retry_gives_exactly_one_more_attempt(backend: Any, ops: JobOperations) -> None:
     """J8: retry puts a dead run back to waiting, due now, with exactly one more attempt; a
     claim takes it; failing that attempt makes it dead again. Non-dead runs are refused."""
     [run_id] = await dead_runs(backend, JOB, 1)
@@ -192,10 +195,10 @@ async def test_retry_gives_exactly_one_more_attempt(
     assert retried.max_attempts == retried.attempt + 1 == 2
     assert retried.finished_at is None
 
-    [claimed] = await backend.claim(JOB, worker="w", limit=10)
+    [claimed] = await backend.claim(claim_request(JOB, worker="w", limit=10))
     assert claimed.run_id == run_id
     assert claimed.attempt == claimed.max_attempts == 2
-    assert await backend.fail(claimed, "again", retry_at=backend.clock.now()) == "dead"
+    assert await backend.settle([Fail(claimed, "again", retry_at=backend.clock.now())]) == ["dead"]
     again = await ops.get_run(run_id)
     assert again is not None
     assert again.state == "dead"
@@ -210,9 +213,7 @@ async def test_retry_gives_exactly_one_more_attempt(
     assert await ops.get_run("missing") is None
 
 
-async def test_discard_waiting_or_dead_but_not_running(
-    backend: PostgresJobBackend, ops: JobOperations
-) -> None:
+async def test_discard_waiting_or_dead_but_not_running(backend: Any, ops: JobOperations) -> None:
     """J8: discard makes a waiting or dead run discarded; a running run is refused and left."""
     [dead] = await dead_runs(backend, JOB, 1)
     waiting = (await backend.enqueue(JOB, {"w": 1})).run_id
@@ -223,26 +224,26 @@ async def test_discard_waiting_or_dead_but_not_running(
     assert discarded.finished_at is not None
 
     await backend.enqueue(JOB, {"r": 1})
-    [running] = await backend.claim(JOB, worker="w", limit=1)
+    [running] = await backend.claim(claim_request(JOB, worker="w", limit=1))
     with pytest.raises(JobOperationRefusedError, match="'running'"):
         await ops.discard(running.run_id)
     record = await ops.get_run(running.run_id)
     assert record is not None
     assert record.state == "running"
-    assert await backend.complete([running]) == ["completed"]
+    assert await backend.settle([Complete(running)]) == ["completed"]
     with pytest.raises(JobOperationRefusedError, match="'completed'"):
         await ops.discard(running.run_id)
 
 
 async def test_cleanup_deletes_only_runs_past_retention_in_batches(
-    backend: PostgresJobBackend, ops: JobOperations, engine: AsyncEngine, ship_clock: FrozenClock
+    backend: Any, ops: JobOperations, ship_clock: FrozenClock
 ) -> None:
     """J8: cleanup applies each job's retention per terminal state in bounded batches (at most
     max_batches x batch_size per job per call) and leaves live and recent runs."""
     for i in range(5):
         await backend.enqueue(JOB, {"c": i})
-    done = await backend.claim(JOB, worker="w", limit=5)
-    await backend.complete(done)  # completed at t0 (retention 1 h)
+    done = await backend.claim(claim_request(JOB, worker="w", limit=5))
+    await backend.settle([Complete(r) for r in done])  # completed at t0 (retention 1 h)
     old_dead = await dead_runs(backend, JOB, 2)  # dead at t0 (retention 2 h)
     waiting = (await backend.enqueue(JOB, {"w": 1})).run_id
     await ops.discard(waiting or "")  # discarded at t0 (retention 3 h)
@@ -258,7 +259,7 @@ async def test_cleanup_deletes_only_runs_past_retention_in_batches(
         JOB.id: 5,
         OTHER.id: 0,
     }
-    left = {row.id: row.state for row in await snapshot(engine)}
+    left = {_id(row): row.state for row in await snapshot(backend)}
     assert not set(old_dead) & set(left)
     assert not {run.run_id for run in done} & set(left)
     assert set(recent) | set(other_done) | {waiting} <= set(left)
@@ -267,3 +268,44 @@ async def test_cleanup_deletes_only_runs_past_retention_in_batches(
 
     with pytest.raises(BoundExceededError):
         await ops.cleanup([JOB], batch_size=10_001)
+
+
+async def test_state_counts_group_runs_by_job_and_state(
+    backend: Any, ship_clock: FrozenClock
+) -> None:
+    """J8, J10: state_counts (gated like every operation) answers runs per (job, state), ordered
+    by job then state, with the age of each job's oldest due waiting run; at most ``limit``
+    groups, so a caller asking one more than it shows knows when some were left out."""
+    await dead_runs(backend, JOB, 2)
+    await backend.enqueue(JOB, {"waiting": True})
+    ship_clock.advance(30)
+    await backend.enqueue(OTHER, {"waiting": True}, run_at=ship_clock.now() + timedelta(hours=1))
+    ops = create_job_operations(backend, authorizer=Authorizer(allow=True))
+
+    counts = await ops.state_counts()
+
+    assert [(c.job_id, c.state, c.runs) for c in counts] == [
+        (JOB.id, "dead", 2),
+        (JOB.id, "waiting", 1),
+        (OTHER.id, "waiting", 1),
+    ]
+    assert [c.oldest_due_age for c in counts] == [None, pytest.approx(30.0), None]
+    assert len(await ops.state_counts(limit=2)) == 2
+    with pytest.raises(BoundExceededError):
+        await ops.state_counts(limit=0)
+    refuse = Authorizer(allow=False)
+    with pytest.raises(PermissionDeniedError, match="state_counts"):
+        await create_job_operations(backend, authorizer=refuse).state_counts()
+    assert refuse.calls == [("ship.jobs:manage", "state_counts")]
+
+
+async def test_the_backend_carries_its_admin_port_apart(backend: Any) -> None:
+    """J8: every backend implements the storage ports (RunStore, ScheduleStore, QueueDepthSource)
+    and carries its RunAdmin as ``backend.admin``; the backend's own namespace holds no
+    operator verb, so nothing ungated is one attribute away from the runtime's backend."""
+    assert isinstance(backend, RunStore)
+    assert isinstance(backend, ScheduleStore)
+    assert isinstance(backend, QueueDepthSource)
+    assert isinstance(backend.admin, RunAdmin)
+    verbs = {"list_failed", "list_dead", "get_run", "retry", "retry_dead", "discard", "cleanup"}
+    assert not verbs & set(dir(backend))

@@ -1,9 +1,8 @@
-"""Every statement of the operator operations (J8): named, each beside the index that serves it.
-
-Templates are rendered per runs table with :func:`ship_sqla._jobs._sql.render` (``{runs}``,
-``{now}``, ``{cols}``), so each is one stable SQL text. Partial-index predicates are written as
-``_tables.py`` declares them, as literals: ``state = 'dead'`` alone does not imply
-``state IN ('completed', 'dead', 'discarded')`` for a generic plan's benefit, so both appear.
+"""The administration statements (J8) and the stats (J10's queue gauges, ``jobs stats``): what
+the :class:`~ship_sqla.kernel.RunAdmin` port of the PostgreSQL backend runs. Rules: see
+:mod:`ship_sqla._jobs._sql`. Partial-index predicates are written as ``_tables.py`` declares
+them, as literals: ``state = 'dead'`` alone does not imply ``state IN ('completed', 'dead',
+'discarded')`` for a generic plan's benefit, so both appear.
 """
 
 from __future__ import annotations
@@ -11,15 +10,19 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
-    "OPS_DELETE_FINISHED_BATCH",
-    "OPS_DISCARD_WAITING_OR_DEAD",
-    "OPS_GET_RUN",
-    "OPS_LIST_DEAD_ALL_JOBS",
-    "OPS_LIST_DEAD_OF_JOB",
-    "OPS_RETRY_DEAD",
+    "DELETE_FINISHED_BATCH",
+    "DISCARD_WAITING_OR_DEAD",
+    "GET_RUN",
+    "LIST_DEAD_ALL_JOBS",
+    "LIST_DEAD_OF_JOB",
+    "PROBE_RUNS_TABLE",
+    "PROBE_STATE_TABLE",
+    "QUEUE_DEPTHS",
+    "RETRY_DEAD",
+    "STATE_COUNTS",
 ]
 
-OPS_GET_RUN: Final = "SELECT {cols} FROM {runs} r WHERE r.id = :id"
+GET_RUN: Final = "SELECT {cols} FROM {runs} r WHERE r.id = :id"
 """One run with its history. Served by ``<runs>_pkey``."""
 
 _DEAD_PAGE_AFTER_CURSOR: Final = """
@@ -33,7 +36,7 @@ LIMIT CAST(:limit AS integer)
 """
 """The keyset tail both dead-run pages share: past the cursor, newest first, one page."""
 
-OPS_LIST_DEAD_OF_JOB: Final = (
+LIST_DEAD_OF_JOB: Final = (
     """
 SELECT {cols} FROM {runs} r
 -- <runs>_finished_idx (job_id, finished_at) read backwards: newest dead runs first, keyset on
@@ -42,9 +45,9 @@ WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded') AND r
 """
     + _DEAD_PAGE_AFTER_CURSOR
 )
-"""A page of one job's dead runs (``list_failed(job_id=...)``)."""
+"""A page of one job's dead runs (``list_dead`` of a job)."""
 
-OPS_LIST_DEAD_ALL_JOBS: Final = (
+LIST_DEAD_ALL_JOBS: Final = (
     """
 SELECT {cols} FROM {runs} r
 -- <runs>_finished_idx: its predicate limits the read to terminal runs, but job_id leads the
@@ -54,9 +57,9 @@ WHERE r.state IN ('completed', 'dead', 'discarded') AND r.state = 'dead'
 """
     + _DEAD_PAGE_AFTER_CURSOR
 )
-"""A page of every job's dead runs (``list_failed()``)."""
+"""A page of every job's dead runs (``list_dead`` of every job)."""
 
-OPS_RETRY_DEAD: Final = """
+RETRY_DEAD: Final = """
 UPDATE {runs} r
 SET state = 'waiting', max_attempts = r.attempt + 1, run_at = {now}, finished_at = NULL,
     lease_expires_at = NULL, claimed_by = NULL, updated_at = {now}
@@ -72,7 +75,7 @@ RETURNING {cols}
 """
 """Operator retry (J8): a dead run waits again, due now, with exactly one more attempt."""
 
-OPS_DISCARD_WAITING_OR_DEAD: Final = """
+DISCARD_WAITING_OR_DEAD: Final = """
 UPDATE {runs} r
 SET state = 'discarded', finished_at = {now}, updated_at = {now}, lease_expires_at = NULL,
     claimed_by = NULL
@@ -82,7 +85,7 @@ RETURNING {cols}
 """
 """Operator discard (J8): a waiting or dead run becomes terminal."""
 
-OPS_DELETE_FINISHED_BATCH: Final = """
+DELETE_FINISHED_BATCH: Final = """
 DELETE FROM {runs} d
 WHERE d.id = ANY(ARRAY(
     -- <runs>_finished_idx (job_id, finished_at), predicate word for word: one job's runs in one
@@ -96,3 +99,40 @@ WHERE d.id = ANY(ARRAY(
 ))
 """
 """Cleanup (J8 retention): delete one bounded batch; each batch is its own short transaction."""
+
+QUEUE_DEPTHS: Final = """
+SELECT j.job_id, q.depth,
+    coalesce(extract(epoch FROM {now} - q.oldest_due), 0) AS oldest_due_age
+FROM unnest(CAST(:job_ids AS text[])) AS j(job_id)
+CROSS JOIN LATERAL (
+    -- <runs>_due_idx: an index-only scan of one job's waiting runs (due or delayed).
+    SELECT count(*) AS depth, min(r.run_at) FILTER (WHERE r.run_at <= {now}) AS oldest_due
+    FROM {runs} r
+    WHERE r.job_id = j.job_id AND r.state = 'waiting'
+) q
+"""
+"""J10's queue gauges for the given jobs (every one answered, 0 when empty). Costs one entry
+read per waiting run, so the runtime samples it every ``DEPTH_SAMPLE_INTERVAL`` seconds, not
+per claim."""
+
+STATE_COUNTS: Final = """
+SELECT r.job_id, r.state, count(*) AS runs,
+       extract(epoch FROM {now}
+               - min(r.run_at) FILTER (WHERE r.state = 'waiting' AND r.run_at <= {now}))
+           AS oldest_due_age
+FROM {runs} r
+GROUP BY r.job_id, r.state
+ORDER BY r.job_id COLLATE "C", r.state COLLATE "C"
+LIMIT CAST(:limit AS integer)
+"""
+"""Runs per (job, state) and the age of each job's oldest due waiting run (``state_counts``,
+``ship-sqla jobs stats``). Operator-invoked, never on a hot path: it aggregates the whole runs
+table (a sequential scan; cleanup keeps the table bounded by each job's retention). At most
+``:limit`` groups, in byte order of the job id then the state (as the in-memory backend sorts
+them, whatever the database's collation)."""
+
+PROBE_RUNS_TABLE: Final = "SELECT 1 FROM {runs} LIMIT 0"
+"""Reads nothing; fails (42P01) when the runs table is absent: the worker checks it at start."""
+
+PROBE_STATE_TABLE: Final = "SELECT 1 FROM {state} LIMIT 0"
+"""PROBE_RUNS_TABLE for the state table."""

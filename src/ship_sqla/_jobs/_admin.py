@@ -1,0 +1,144 @@
+"""The PostgreSQL backend's administration port (:class:`~ship_sqla.kernel.RunAdmin`, J8) and its
+stats (J10's queue gauges, ``jobs stats``).
+
+It checks no permission and no bound: the operator surface
+(:class:`~ship_sqla.kernel.JobOperations`) is the gate over it. Every statement is one of the
+backend's :class:`~ship_sqla._jobs._sql.JobStatements` and joins the ambient unit of work when
+there is one (like every store), else runs as one autocommitted statement of the backend's own,
+bounded by its ``operation_timeout``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.exc import IntegrityError
+
+from ship_sqla._sql_errors import sqlstate_of
+from ship_sqla.kernel._ports import QueueDepth, RunRecord, StateCount
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from datetime import datetime, timedelta
+
+    from ship_sqla._jobs._sql import JobStatements
+    from ship_sqla._scope import StoreConnections
+    from ship_sqla.kernel._ports import DeadQuery, RunState
+
+__all__ = ["PostgresRunAdmin", "run_record"]
+
+
+def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
+    """A :class:`RunRecord` from a row of ``{cols}`` (:data:`ship_sqla._jobs._sql`)."""
+    return RunRecord(
+        run_id=row.id,
+        job_id=row.job_id,
+        state=row.state,
+        payload=row.payload,
+        attempt=row.attempt,
+        max_attempts=row.max_attempts,
+        key=row.key,
+        dedupe_key=row.dedupe_key,
+        run_at=row.run_at,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+        finished_at=row.finished_at,
+        lease_expires_at=row.lease_expires_at,
+        last_error=row.last_error,
+        history=tuple(row.history),
+    )
+
+
+class PostgresRunAdmin:
+    """:class:`~ship_sqla.kernel.RunAdmin` over one PostgreSQL job backend's runs table."""
+
+    __slots__ = ("_connections", "_now", "_s", "_wake")
+
+    def __init__(
+        self,
+        statements: JobStatements,
+        connections: StoreConnections,
+        *,
+        now: Callable[[], datetime | None],
+        wake: Callable[[], None],
+    ) -> None:
+        self._s = statements
+        self._connections = connections
+        self._now = now
+        self._wake = wake
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        async with self._connections.joined(None, "get_run", one_statement=True) as tx:
+            row = (await tx.connection.execute(self._s.get_run, {"id": run_id})).one_or_none()
+        return None if row is None else run_record(row)
+
+    async def list_dead(self, query: DeadQuery) -> list[RunRecord]:
+        after_at, after_id = query.after if query.after is not None else (None, None)
+        params: dict[str, Any] = {"limit": query.limit, "after_at": after_at, "after_id": after_id}
+        statement = self._s.list_dead_all_jobs
+        if query.job_id is not None:
+            statement = self._s.list_dead_of_job
+            params["job_id"] = query.job_id
+        async with self._connections.joined(None, "list_dead", one_statement=True) as tx:
+            rows = (await tx.connection.execute(statement, params)).all()
+        return [run_record(row) for row in rows]
+
+    async def retry_dead(self, run_id: str) -> RunRecord | None:
+        """A dead run waits again, due now, with exactly one more attempt; the local loop is
+        woken after commit (J3). None when the run is not dead, or a newer live run holds its
+        dedupe key (J1: the statement checks, and a concurrent enqueue that wins the race anyway
+        trips the unique index, 23505)."""
+        params = {"id": run_id, "now": self._now()}
+        try:
+            async with self._connections.joined(None, "retry", one_statement=True) as tx:
+                row = (await tx.connection.execute(self._s.retry_dead, params)).one_or_none()
+                if row is not None:
+                    tx.after_commit(self._wake)
+        except IntegrityError as exc:
+            if sqlstate_of(exc) != "23505":
+                raise
+            return None
+        return None if row is None else run_record(row)
+
+    async def discard(self, run_id: str) -> RunRecord | None:
+        params = {"id": run_id, "now": self._now()}
+        async with self._connections.joined(None, "discard", one_statement=True) as tx:
+            row = (await tx.connection.execute(self._s.discard, params)).one_or_none()
+        return None if row is None else run_record(row)
+
+    async def delete_finished(
+        self, job_id: str, state: RunState, *, older_than: timedelta, limit: int
+    ) -> int:
+        """One bounded DELETE through ``<runs>_finished_idx`` (its own short transaction)."""
+        params = {
+            "job_id": job_id,
+            "state": state,
+            "retention": older_than.total_seconds(),
+            "batch": limit,
+            "now": self._now(),
+        }
+        async with self._connections.joined(None, "cleanup", one_statement=True) as tx:
+            result = await tx.connection.execute(self._s.delete_finished, params)
+        return int(result.rowcount)
+
+    async def state_counts(self, *, limit: int) -> list[StateCount]:
+        params = {"limit": limit, "now": self._now()}
+        async with self._connections.joined(None, "state_counts", one_statement=True) as tx:
+            rows = (await tx.connection.execute(self._s.state_counts, params)).all()
+        return [
+            StateCount(
+                row.job_id,
+                row.state,
+                row.runs,
+                None if row.oldest_due_age is None else float(row.oldest_due_age),
+            )
+            for row in rows
+        ]
+
+    async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
+        """J10's queue gauges: waiting runs per job and the age of the oldest due one, for
+        every job of ``job_ids`` (sampled by worker runtimes with metrics)."""
+        params = {"job_ids": list(job_ids), "now": self._now()}
+        async with self._connections.statement("queue_depths") as connection:
+            rows = (await connection.execute(self._s.queue_depths, params)).all()
+        return {job_id: QueueDepth(depth, float(age)) for job_id, depth, age in rows}

@@ -1,0 +1,235 @@
+"""Storing prepared runs on PostgreSQL (J1, J2): the one insert path of ``enqueue`` and of a
+schedule's tick, on a connection its caller chose (the unit of work's, the backend's own
+transaction, or the tick's).
+
+Runs that cannot conflict (generated ids, no dedupe key) and a job without a depth limit take a
+plain INSERT from ``unnest`` (``ENQUEUE_PLAIN``); with a depth limit, the job's gate then the
+same INSERT bounded by the count (``ENQUEUE_PLAIN_CAPPED``); the rest (durable ids, dedupe keys)
+take the checked statement (``ENQUEUE_MANY``), after the gate when a limit is set.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+from ship_sqla.kernel._ports import EnqueueResult
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from datetime import datetime
+
+    from sqlalchemy.ext.asyncio import AsyncConnection
+
+    from ship_sqla._jobs._sql import JobStatements
+    from ship_sqla.kernel._plans.prepare import PreparedRun
+
+__all__ = ["ENQUEUE_GATE_SUFFIX", "RunInserter", "conflict_free"]
+
+ENQUEUE_GATE_SUFFIX: Final = "#enqueue-gate"
+"""A capped job's gate row in the state table is ``<job_id>#enqueue-gate`` (J2, ENQUEUE_GATE)."""
+_ENQUEUE_PASSES: Final = 3
+_QUEUE_FULL: Final = EnqueueResult(run_id=None, rejected="queue-full")
+
+
+def conflict_free(runs: Sequence[PreparedRun]) -> bool:
+    """No durable run id and no dedupe key: no run of the batch can be a duplicate (J1)."""
+    return all(not run.durable_id and run.dedupe_key is None for run in runs)
+
+
+def _segments(runs: Sequence[PreparedRun]) -> list[list[int]]:
+    """Consecutive runs of requests that repeat no run id and no dedupe key among themselves.
+
+    One statement decides its requests against the stored runs only, so a request that repeats
+    an earlier one of the same batch goes in the next statement, which sees the earlier insert:
+    a batch then behaves exactly like its requests enqueued one by one. A batch without such
+    repeats (the usual case) is one statement.
+    """
+    segments: list[list[int]] = []
+    current: list[int] = []
+    ids: set[str] = set()
+    dedupe_keys: set[str] = set()
+    for index, run in enumerate(runs):
+        key = run.dedupe_key
+        if run.run_id in ids or (key is not None and key in dedupe_keys):
+            segments.append(current)
+            current, ids, dedupe_keys = [], set(), set()
+        current.append(index)
+        ids.add(run.run_id)
+        if key is not None:
+            dedupe_keys.add(key)
+    segments.append(current)
+    return segments
+
+
+@attrs.frozen
+class _PlainBatch:
+    """ENQUEUE_PLAIN's parameters, built column by column from the prepared runs: no per-run
+    dict (a batch of 10,000 is where this shows)."""
+
+    ids: list[str]
+    payloads: str
+    """The encoded payloads as ONE JSON array, in request order (joined, not re-encoded)."""
+    keys: list[str | None]
+    run_ats: list[datetime | None]
+    max_attempts: list[int]
+
+    @classmethod
+    def of(cls, runs: Sequence[PreparedRun]) -> _PlainBatch:
+        return cls(
+            [run.run_id for run in runs],
+            "[" + ",".join([run.payload_json for run in runs]) + "]",
+            [run.key for run in runs],
+            [run.run_at for run in runs],
+            [run.max_attempts for run in runs],
+        )
+
+    def params(self, job_id: str, now: datetime | None) -> dict[str, object]:
+        return {
+            "job_id": job_id,
+            "now": now,
+            "ids": self.ids,
+            "payloads": self.payloads,
+            "keys": self.keys,
+            "run_ats": self.run_ats,
+            "max_attempts": self.max_attempts,
+        }
+
+
+def _due(runs: Sequence[PreparedRun], wall: datetime) -> bool:
+    return any(run.run_at is None or run.run_at <= wall for run in runs)
+
+
+class RunInserter:
+    """``insert``'s statements for one backend's tables; stateless between calls."""
+
+    __slots__ = ("_depth_limit", "_now", "_s", "_wall")
+
+    def __init__(
+        self,
+        statements: JobStatements,
+        *,
+        depth_limit: int | None,
+        now: Callable[[], datetime | None],
+        wall: Callable[[], datetime],
+    ) -> None:
+        self._s = statements
+        self._depth_limit = depth_limit
+        self._now = now
+        self._wall = wall
+
+    def unchecked(self, runs: Sequence[PreparedRun]) -> bool:
+        """Whether ``runs`` need none of ENQUEUE_MANY's J1 probes (:func:`conflict_free`): the
+        plain INSERTs serve them."""
+        return conflict_free(runs)
+
+    def one_statement(self, runs: Sequence[PreparedRun]) -> bool:
+        """Whether :meth:`insert_on` runs one statement for ``runs`` (so an own connection may
+        autocommit it): no depth limit to gate, nothing to check."""
+        return self._depth_limit is None and self.unchecked(runs)
+
+    async def insert_on(
+        self,
+        connection: AsyncConnection,
+        job_id: str,
+        runs: Sequence[PreparedRun],
+        *,
+        capped: bool = True,
+    ) -> tuple[list[EnqueueResult], bool]:
+        """Store ``runs`` of ``job_id`` on ``connection``: the results in order (J1, J2) and
+        whether a run it inserted is due now (the local loop is worth waking after commit).
+        ``capped=False`` (a schedule's tick): no J2 gate and no cap."""
+        depth_limit = self._depth_limit if capped else None
+        unchecked = self.unchecked(runs)
+        if depth_limit is None and unchecked:
+            await connection.execute(
+                self._s.enqueue_plain, _PlainBatch.of(runs).params(job_id, self._now())
+            )
+            return [EnqueueResult(run_id=run.run_id) for run in runs], _due(runs, self._wall())
+        if depth_limit is not None:
+            await self._take_gate(connection, job_id)
+        if depth_limit is not None and unchecked:
+            params = _PlainBatch.of(runs).params(job_id, self._now())
+            params["depth_limit"] = depth_limit
+            room = min(
+                int(await connection.scalar(self._s.enqueue_plain_capped, params)), len(runs)
+            )
+            results = [EnqueueResult(run_id=run.run_id) for run in runs[:room]]
+            return results + [_QUEUE_FULL] * (len(runs) - room), _due(runs[:room], self._wall())
+        return await self._insert_checked(connection, job_id, runs, depth_limit)
+
+    async def _take_gate(self, connection: AsyncConnection, job_id: str) -> None:
+        """The job's enqueue gate, held until ``connection``'s transaction ends (J2 hard cap:
+        ENQUEUE_GATE). Only with a ``queue_depth_limit``."""
+        await connection.execute(
+            self._s.enqueue_gate, {"gate": f"{job_id}{ENQUEUE_GATE_SUFFIX}", "now": self._now()}
+        )
+
+    async def _insert_checked(
+        self,
+        connection: AsyncConnection,
+        job_id: str,
+        runs: Sequence[PreparedRun],
+        depth_limit: int | None,
+    ) -> tuple[list[EnqueueResult], bool]:
+        """Runs that may be deduplicated (J1) or rejected (J2): ENQUEUE_MANY, per segment."""
+        results: list[EnqueueResult | None] = [None] * len(runs)
+        due_now = False
+        for segment in _segments(runs):
+            todo = segment
+            for _ in range(_ENQUEUE_PASSES):
+                todo, inserted_due = await self._pass(
+                    connection, job_id, runs, todo, results, depth_limit=depth_limit
+                )
+                due_now = due_now or inserted_due
+                if not todo:
+                    break
+            if todo:
+                raise RuntimeError(
+                    f"enqueue of job {job_id!r}: {len(todo)} runs kept conflicting with"
+                    f" concurrent inserts after {_ENQUEUE_PASSES} passes; nothing of this"
+                    " call is settled."
+                )
+        return [result for result in results if result is not None], due_now
+
+    async def _pass(
+        self,
+        connection: AsyncConnection,
+        job_id: str,
+        runs: Sequence[PreparedRun],
+        todo: list[int],
+        results: list[EnqueueResult | None],
+        *,
+        depth_limit: int | None,
+    ) -> tuple[list[int], bool]:
+        """One ENQUEUE_MANY over ``runs[todo]``; fills ``results``; returns the lost races."""
+        batch = [runs[i] for i in todo]
+        params = {
+            "job_id": job_id,
+            "depth_limit": depth_limit,
+            "now": self._now(),
+            "ids": [run.run_id for run in batch],
+            "payloads": [run.payload_json for run in batch],
+            "dedupe_keys": [run.dedupe_key for run in batch],
+            "keys": [run.key for run in batch],
+            "run_ats": [run.run_at for run in batch],
+            "max_attempts": [run.max_attempts for run in batch],
+        }
+        answer = (await connection.execute(self._s.enqueue_many, params)).all()
+        lost: list[int] = []
+        due_now = False
+        wall = self._wall()
+        for row in answer:
+            index = todo[row.ord - 1]
+            if row.inserted:
+                results[index] = EnqueueResult(run_id=row.id)
+                run_at = runs[index].run_at
+                due_now = due_now or run_at is None or run_at <= wall
+            elif row.existing_id is not None:
+                results[index] = EnqueueResult(run_id=row.existing_id, deduplicated=True)
+            elif row.room is not None and row.rn > row.room:
+                results[index] = _QUEUE_FULL
+            else:
+                lost.append(index)
+        return lost, due_now

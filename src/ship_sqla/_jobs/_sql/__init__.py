@@ -1,0 +1,141 @@
+"""Every statement on the job tables (runs and state): named, in one place, each hot one beside
+the index that serves it, by concern:
+
+- :mod:`.enqueue`: ``insert`` of prepared runs (J1, J2): the plain INSERT, the capped one, the
+  J2 gate, the checked statement;
+- :mod:`.claim`: the per-job claim lock and the claim (J3, J4, J6);
+- :mod:`.settle`: every settlement of a batch in one statement, and the heartbeat (J5, J7);
+- :mod:`.schedules`: the state rows of schedules (J9);
+- :mod:`.admin`: the administration port (J8), the queue gauges (J10), ``jobs stats`` and the
+  worker's table check.
+
+The tables' names and schema are the application's choice, so each statement is a template
+rendered ONCE per backend into :class:`JobStatements` (:meth:`JobStatements.for_tables`), which
+the backend lends to its schedules, its admin port and the CLI. After that each is one stable
+SQL text, so SQLAlchemy caches its compiled form and asyncpg its prepared statement. Rules every
+statement follows:
+
+- Time is ``coalesce(CAST(:now AS timestamptz), now())`` (``{now}``): ``:now`` is the injected
+  clock's time when it is frozen, else NULL and the database's clock rules.
+- Partial-index predicates are written as the index declares them (``_tables.py``), as SQL
+  literals, never bound parameters: PostgreSQL uses a partial index only when the query's
+  predicate implies the index's, and a generic prepared plan cannot prove that about ``$1``.
+- Arrays, never expanding IN lists: ``unnest(CAST(:ids AS text[]), ...)`` and
+  ``= ANY(...)`` keep one SQL text whatever the batch size.
+- Every settle (complete, fail, release, heartbeat) matches ``id`` AND ``lease_token`` AND
+  ``state = 'running'`` (J5): a holder whose claim was retaken changes nothing. A heartbeat also
+  needs a live lease: a lapsed one is never revived.
+- Statements store what they are given: run ids, payloads, keys, dedupe keys and
+  ``max_attempts`` come prepared from the kernel (:mod:`ship_sqla.kernel._plans.prepare`);
+  leases and ``max_running`` from the :class:`~ship_sqla.kernel.ClaimRequest` or the
+  :class:`~ship_sqla.kernel.ClaimedRun`.
+
+``tests/integration/test_job_explain.py`` proves each hot statement's index at 1,000,000 runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import attrs
+from sqlalchemy import TextClause, text
+
+from ship_sqla._jobs._sql import admin, claim, enqueue, schedules, settle
+from ship_sqla._naming import quoted_table
+
+if TYPE_CHECKING:
+    from sqlalchemy import Table
+
+__all__ = ["AT", "NOW", "JobStatements", "render"]
+
+NOW: Final = "coalesce(CAST(:now AS timestamptz), now())"
+AT: Final = "to_char(" + NOW + """ AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
+"""A history entry's ``at``: ISO-8601 UTC text whatever the session's TimeZone."""
+
+_RUN_COLUMNS: Final = (
+    "r.id, r.job_id, r.state, r.payload, r.key, r.dedupe_key, r.attempt, r.max_attempts,"
+    " r.run_at, r.created_at, r.updated_at, r.finished_at, r.lease_expires_at, r.lease_token,"
+    " r.claimed_by, r.last_error, r.history"
+)
+
+
+def render(template: str, *, runs: str, state: str = "") -> TextClause:
+    """``template`` for one pair of tables (``runs``, ``state``: quoted, schema-qualified names,
+    from :func:`~ship_sqla._naming.quoted_table`)."""
+    if "{state}" in template and not state:  # pragma: no cover - a wiring mistake, said plainly
+        raise ValueError("this statement names the state table: pass state=")
+    return text(
+        template.replace("{runs}", runs)
+        .replace("{state}", state)
+        .replace("{at}", AT)
+        .replace("{now}", NOW)
+        .replace("{cols}", _RUN_COLUMNS)
+    )
+
+
+@attrs.frozen
+class JobStatements:
+    """Every statement of one backend's tables, rendered once (see the module docstring)."""
+
+    runs_name: str
+    """The runs table's quoted, schema-qualified name (for messages and lock keys)."""
+    state_name: str
+    """The state table's quoted, schema-qualified name."""
+    enqueue_plain: TextClause
+    enqueue_plain_capped: TextClause
+    enqueue_gate: TextClause
+    enqueue_many: TextClause
+    claim_lock: TextClause
+    claim_lock_tuned: TextClause
+    claim: TextClause
+    settle: TextClause
+    heartbeat: TextClause
+    db_now: TextClause
+    upsert_schedule_states: TextClause
+    lock_due_states: TextClause
+    set_next_at: TextClause
+    get_run: TextClause
+    list_dead_of_job: TextClause
+    list_dead_all_jobs: TextClause
+    retry_dead: TextClause
+    discard: TextClause
+    delete_finished: TextClause
+    queue_depths: TextClause
+    state_counts: TextClause
+    probe_runs_table: TextClause
+    probe_state_table: TextClause
+
+    @classmethod
+    def for_tables(cls, runs: Table, state: Table) -> JobStatements:
+        runs_name, state_name = quoted_table(runs), quoted_table(state)
+
+        def r(template: str) -> TextClause:
+            return render(template, runs=runs_name, state=state_name)
+
+        return cls(
+            runs_name=runs_name,
+            state_name=state_name,
+            enqueue_plain=r(enqueue.ENQUEUE_PLAIN),
+            enqueue_plain_capped=r(enqueue.ENQUEUE_PLAIN_CAPPED),
+            enqueue_gate=r(enqueue.ENQUEUE_GATE),
+            enqueue_many=r(enqueue.ENQUEUE_MANY),
+            claim_lock=r(claim.CLAIM_LOCK),
+            claim_lock_tuned=r(claim.CLAIM_LOCK_TUNED),
+            claim=r(claim.CLAIM_DUE_AND_LAPSED_SKIP_LOCKED),
+            settle=r(settle.SETTLE_IF_TOKEN_CURRENT),
+            heartbeat=r(settle.HEARTBEAT_IF_TOKEN_CURRENT),
+            db_now=r(schedules.DB_NOW),
+            upsert_schedule_states=r(schedules.UPSERT_SCHEDULE_STATES),
+            lock_due_states=r(schedules.LOCK_DUE_STATES_SKIP_LOCKED),
+            set_next_at=r(schedules.SET_NEXT_AT),
+            get_run=r(admin.GET_RUN),
+            list_dead_of_job=r(admin.LIST_DEAD_OF_JOB),
+            list_dead_all_jobs=r(admin.LIST_DEAD_ALL_JOBS),
+            retry_dead=r(admin.RETRY_DEAD),
+            discard=r(admin.DISCARD_WAITING_OR_DEAD),
+            delete_finished=r(admin.DELETE_FINISHED_BATCH),
+            queue_depths=r(admin.QUEUE_DEPTHS),
+            state_counts=r(admin.STATE_COUNTS),
+            probe_runs_table=r(admin.PROBE_RUNS_TABLE),
+            probe_state_table=r(admin.PROBE_STATE_TABLE),
+        )

@@ -1,0 +1,152 @@
+"""The enqueue statements (J1, J2): what ``insert`` runs for prepared runs. Rules: see
+:mod:`ship_sqla._jobs._sql`. Each statement takes one job's runs as parallel arrays in request
+order (``:ids``, ``:payloads``, ``:keys``, ``:run_ats``, ``:max_attempts``, and ``:dedupe_keys``
+where a run may carry one), exactly as :func:`~ship_sqla.kernel._plans.prepare.prepare_runs`
+made them: the statements compute nothing a run carries.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["ENQUEUE_GATE", "ENQUEUE_MANY", "ENQUEUE_PLAIN", "ENQUEUE_PLAIN_CAPPED"]
+
+ENQUEUE_PLAIN: Final = """
+INSERT INTO {runs} (
+    id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
+    run_at, created_at, updated_at, history
+)
+SELECT t.id, :job_id, 'waiting', t.payload, t.key, NULL, 0,
+    t.max_attempts, coalesce(t.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb)
+FROM ROWS FROM (
+    unnest(CAST(:ids AS text[])), jsonb_array_elements(CAST(:payloads AS jsonb)),
+    unnest(CAST(:keys AS text[])), unnest(CAST(:run_ats AS timestamptz[])),
+    unnest(CAST(:max_attempts AS integer[]))
+) AS t(id, payload, key, run_at, max_attempts)
+"""
+"""Insert many runs that need no check: generated ids, no dedupe key, no depth limit.
+``:payloads`` is ONE JSON array (element i is run i's payload), cheaper to encode and to parse
+than an array of JSON texts; the other arrays run in step with it.
+
+The common enqueue, kept to a plain INSERT ... SELECT FROM unnest: nothing to probe, so nothing
+to plan beyond the insert itself (the full ENQUEUE_MANY re-plans six CTEs at every call)."""
+
+ENQUEUE_GATE: Final = """
+INSERT INTO {state} AS g (job_id, updated_at)
+VALUES (CAST(:gate AS text), {now})
+ON CONFLICT (job_id) DO UPDATE SET updated_at = EXCLUDED.updated_at
+"""
+"""Take the job's enqueue gate (J2, hard cap): the first statement of every insert of a job
+with a ``queue_depth_limit``, in the inserting transaction (the application's unit of work, the
+backend's own READ COMMITTED one, or a schedule's tick). ``:gate`` is ``<job_id>#enqueue-gate``:
+a row of the state table of its own, which no job id can name (``#`` is not allowed in one),
+so schedule rows are never locked with it. Index: ``<state>_pkey`` (the ON CONFLICT arbiter).
+
+The row lock it takes lasts until that transaction ends, so enqueuers of one capped job take
+turns from the gate to their commit: ENQUEUE_MANY, a later statement with a later snapshot,
+counts every run a previous holder committed, and none can be added while it decides. It
+WRITES the row (a lock alone would not do): a REPEATABLE READ or SERIALIZABLE transaction whose
+snapshot predates another holder's commit fails here with 40001 (its snapshot could not count
+that holder's runs), which the unit of work re-runs (U3); under READ COMMITTED it just waits."""
+
+ENQUEUE_PLAIN_CAPPED: Final = """
+WITH depth AS (
+    -- <runs>_due_idx (index-only), as ENQUEUE_MANY's depth: at most :depth_limit entries.
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM {runs}
+        WHERE job_id = :job_id AND state = 'waiting'
+        ORDER BY run_at, seq
+        LIMIT CAST(:depth_limit AS integer)
+    ) d
+), inserted AS (
+    INSERT INTO {runs} (
+        id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
+        run_at, created_at, updated_at, history
+    )
+    SELECT t.id, :job_id, 'waiting', t.payload, t.key, NULL, 0,
+        t.max_attempts, coalesce(t.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb)
+    FROM ROWS FROM (
+        unnest(CAST(:ids AS text[])), jsonb_array_elements(CAST(:payloads AS jsonb)),
+        unnest(CAST(:keys AS text[])), unnest(CAST(:run_ats AS timestamptz[])),
+        unnest(CAST(:max_attempts AS integer[]))
+    ) WITH ORDINALITY AS t(id, payload, key, run_at, max_attempts, ord), depth
+    WHERE t.ord <= CAST(:depth_limit AS integer) - depth.n
+)
+SELECT greatest(CAST(:depth_limit AS integer) - depth.n, 0) AS room FROM depth
+"""
+"""ENQUEUE_PLAIN for a job with a ``queue_depth_limit`` (after ENQUEUE_GATE): generated ids and
+no dedupe key, so nothing can conflict and the only question is room. The first ``room``
+requests (in request order) are inserted, the rest are queue-full; it answers ``room``. Same
+one-JSON-array payloads as ENQUEUE_PLAIN, and none of ENQUEUE_MANY's probes."""
+
+ENQUEUE_MANY: Final = """
+WITH input AS (
+    SELECT t.id, t.payload, t.dedupe_key, t.key, t.run_at, t.max_attempts, t.ord
+    FROM unnest(
+        CAST(:ids AS text[]), CAST(:payloads AS text[]), CAST(:dedupe_keys AS text[]),
+        CAST(:keys AS text[]), CAST(:run_ats AS timestamptz[]),
+        CAST(:max_attempts AS integer[])
+    ) WITH ORDINALITY AS t(id, payload, dedupe_key, key, run_at, max_attempts, ord)
+), probed AS (
+    SELECT i.*,
+        coalesce(
+            -- <runs>_pkey: a durable id that exists already is that run, terminal or not.
+            (SELECT r.id FROM {runs} r WHERE r.id = i.id),
+            -- <runs>_dedupe_idx: the live run holding this dedupe key (J1).
+            (SELECT r.id FROM {runs} r
+             WHERE r.job_id = :job_id AND r.dedupe_key = i.dedupe_key
+               AND r.dedupe_key IS NOT NULL AND r.state IN ('waiting', 'running'))
+        ) AS existing_id
+    FROM input i
+), fresh AS (
+    SELECT p.*, row_number() OVER (ORDER BY p.ord) AS rn
+    FROM probed p
+    WHERE p.existing_id IS NULL
+), depth AS (
+    -- The caller holds the job's gate (ENQUEUE_GATE) whenever a limit is set, so this count,
+    -- in a snapshot taken after the gate was granted, is exact (J2 is a hard cap).
+    -- <runs>_due_idx (index-only): the bounded depth check (J2) stops after the limit's
+    -- number of entries, whatever the backlog. The ORDER BY is the index's own order: it keeps
+    -- the planner off a LIMITed sequential scan, which would read the whole table whenever
+    -- this job's rows sit behind other rows. No limit configured: it reads nothing.
+    SELECT count(*) AS n FROM (
+        SELECT 1 FROM {runs}
+        WHERE job_id = :job_id AND state = 'waiting'
+        ORDER BY run_at, seq
+        LIMIT coalesce(CAST(:depth_limit AS integer), 0)
+    ) d
+), room AS (
+    SELECT CASE WHEN CAST(:depth_limit AS integer) IS NULL THEN NULL
+                ELSE CAST(:depth_limit AS integer) - depth.n END AS n
+    FROM depth
+), inserted AS (
+    INSERT INTO {runs} (
+        id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
+        run_at, created_at, updated_at, history
+    )
+    SELECT f.id, :job_id, 'waiting', CAST(f.payload AS jsonb), f.key, f.dedupe_key, 0,
+        f.max_attempts, coalesce(f.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb)
+    FROM fresh f, room
+    WHERE room.n IS NULL OR f.rn <= room.n
+    ORDER BY f.ord
+    -- Any unique violation here (the pkey or <runs>_dedupe_idx) is a concurrent duplicate; the
+    -- caller re-runs this statement for the losers, whose new snapshot sees the winner.
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+SELECT p.ord, p.id, p.existing_id,
+    EXISTS (SELECT 1 FROM inserted x WHERE x.id = p.id) AND p.existing_id IS NULL AS inserted,
+    f.rn, (SELECT room.n FROM room) AS room
+FROM probed p
+LEFT JOIN fresh f ON f.ord = p.ord
+ORDER BY p.ord
+"""
+"""Insert many runs of one job in one statement (J1 dedupe, J2 queue-full, after ENQUEUE_GATE
+when the backend has a ``queue_depth_limit``): runs with a durable id or a dedupe key, and a
+schedule's fired occurrence.
+
+The requests must not repeat a run id or a dedupe key among themselves (the backend splits a
+batch that does into consecutive statements, which keeps a batch equal to enqueueing its requests
+one by one). Per request it reports: inserted; or ``existing_id`` (deduplicated against a stored
+run, by id first, then by dedupe key); or, not inserted, queue-full (``rn > room``) or a lost race
+with a concurrent insert."""

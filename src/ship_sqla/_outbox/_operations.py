@@ -1,0 +1,181 @@
+"""The outbox's operator surface: a permission gate over ``outbox.admin``.
+
+``list_dead``, ``get``, ``retry`` (dead messages back to pending) and ``purge_delivered`` each
+first ask the application's ``authorizer("ship.outbox:manage", operation)`` through the one gate
+of every operator surface (:func:`ship_sqla.kernel._authorize.authorize`); anything but ``True``
+raises :class:`~ship_sqla.kernel.PermissionDeniedError` before a statement runs, so a refusal
+changes nothing. Inputs are checked next, also before any SQL. Pages are the kernel's
+:class:`~ship_sqla.kernel._page.Page`, their cursors signed by the kernel's codec
+(:mod:`ship_sqla.kernel._cursor`): a cursor altered, forged, or issued for another outbox or
+table is refused with :class:`~ship_sqla.kernel.InvalidCursorError`.
+
+The shell's ``ship-sqla outbox purge`` goes through this gate too, with an authorizer that
+allows everything: the operator at the shell holds the database URL.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import TYPE_CHECKING, Final
+
+from ship_sqla._outbox._admin import check_pages_per_statement, check_retention
+from ship_sqla._outbox._store import check_outbox_id
+from ship_sqla.kernel import BoundExceededError, InvalidCursorError
+from ship_sqla.kernel._authorize import Authorizer, authorize, check_authorizer
+from ship_sqla.kernel._cursor import (
+    KeysetPosition,
+    decode_cursor,
+    encode_cursor,
+    query_fingerprint,
+    resolve_secret,
+)
+from ship_sqla.kernel._page import Page
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from datetime import timedelta
+
+    from sqlalchemy import Table
+
+    from ship_sqla._outbox._store import Outbox
+    from ship_sqla._outbox._types import OutboxRecord
+    from ship_sqla._scope import TransactionScope
+
+__all__ = [
+    "MANAGE_PERMISSION",
+    "MAX_DEAD_PAGE",
+    "OutboxOperations",
+    "allow_every_operation",
+    "create_outbox_operations",
+    "dead_page_cursor",
+    "dead_page_position",
+]
+
+MANAGE_PERMISSION: Final = "ship.outbox:manage"
+"""The permission every outbox operator operation asks the authorizer for."""
+
+MAX_DEAD_PAGE: Final = 1000
+"""The largest ``list_dead`` page; a larger ``limit`` is refused, never silently cut."""
+
+
+def allow_every_operation(permission: str, operation: str) -> bool:  # noqa: ARG001 - all allowed
+    """An authorizer that grants ``ship.outbox:manage``: for the shell, whose operator already
+    holds the database URL (and so every row), never for a request from a user."""
+    return permission == MANAGE_PERMISSION
+
+
+def _dead_page_query(table: Table, outbox_id: str) -> str:
+    return query_fingerprint(("ship_sqla.outbox.list_dead", table.fullname, outbox_id))
+
+
+def dead_page_cursor(table: Table, outbox_id: str, last: OutboxRecord, secret: bytes) -> str:
+    """The signed cursor of the ``list_dead`` page that follows ``last``."""
+    position = KeysetPosition(_dead_page_query(table, outbox_id), (last.created_at, last.id))
+    return encode_cursor(position, secret)
+
+
+def dead_page_position(
+    table: Table, outbox_id: str, cursor: str, secret: bytes
+) -> tuple[datetime, uuid.UUID]:
+    """The (created_at, id) after which the page of ``cursor`` starts; refuses a cursor that was
+    altered, signed with another secret, or issued for another outbox or table."""
+    values = decode_cursor(cursor, secret=secret, query=_dead_page_query(table, outbox_id))
+    match values:
+        case (datetime() as created_at, uuid.UUID() as message_id) if created_at.tzinfo:
+            return created_at, message_id
+    raise InvalidCursorError(  # signed by us: only a format change gets here
+        "the dead-letter cursor is signed but does not hold a (created_at, id) position.",
+        fix="restart paging from the first page (cursor=None).",
+    )
+
+
+class OutboxOperations:
+    """Operator operations on one outbox, each gated by ``ship.outbox:manage``. Build with
+    :func:`create_outbox_operations`."""
+
+    def __init__(
+        self, outbox: Outbox, *, authorizer: Authorizer, cursor_secret: bytes | str | None = None
+    ) -> None:
+        self._outbox = outbox
+        self._admin = outbox.admin
+        self._authorizer = check_authorizer(authorizer)
+        self._secret = resolve_secret(cursor_secret)
+
+    async def _authorize(self, operation: str) -> None:
+        await authorize(self._authorizer, MANAGE_PERMISSION, operation)
+
+    async def list_dead(
+        self, outbox_id: str, limit: int = 100, cursor: str | None = None
+    ) -> Page[OutboxRecord]:
+        """Dead messages of ``outbox_id`` by (created_at, id), keyset-paged (O4): at most
+        ``limit`` (1..1000) per page; pass ``next_cursor`` back for the next (None: no more).
+
+        Not index-served (the outbox declares only the claim's indexes): meant for operators.
+        """
+        await self._authorize("list_dead")
+        check_outbox_id(outbox_id)
+        if not 1 <= limit <= MAX_DEAD_PAGE:
+            raise BoundExceededError(
+                f"list_dead limit must be between 1 and {MAX_DEAD_PAGE}, got {limit!r}.",
+                fix="page with next_cursor instead of asking for everything at once.",
+            )
+        table = self._admin.table
+        after = None
+        if cursor is not None:
+            after = dead_page_position(table, outbox_id, cursor, self._secret)
+        rows = await self._admin.list_dead(outbox_id, limit=limit + 1, after=after)
+        items = tuple(rows[:limit])
+        more = len(rows) > limit
+        next_cursor = dead_page_cursor(table, outbox_id, items[-1], self._secret) if more else None
+        return Page(items, next_cursor)
+
+    async def get(self, message_id: uuid.UUID) -> OutboxRecord | None:
+        """One message, whatever its state; None when no such id."""
+        await self._authorize("get")
+        return await self._admin.get(message_id)
+
+    async def retry(
+        self, ids: Iterable[uuid.UUID], *, scope: TransactionScope | None = None
+    ) -> list[uuid.UUID]:
+        """Move dead messages back to pending with a fresh attempt budget (O4).
+
+        Returns the ids moved; ids that are unknown or not dead are left alone and absent from
+        the result, so the caller can tell which ones did not move. Joins ``scope`` (or the
+        ambient unit of work), e.g. to write an audit row in the same transaction.
+        """
+        await self._authorize("retry")
+        return await self._admin.retry(ids, scope=scope)
+
+    async def purge_delivered(
+        self,
+        outbox_id: str,
+        *,
+        older_than: float | timedelta,
+        pages_per_statement: int = 1000,
+    ) -> int:
+        """Delete ``outbox_id``'s delivered messages completed at least ``older_than`` ago
+        (seconds or a timedelta); the number deleted. Pending, claimed and dead messages, and
+        other outboxes' rows, are never touched. Bounded statements: see
+        :meth:`~ship_sqla._outbox._admin.OutboxAdmin.purge_delivered`."""
+        await self._authorize("purge_delivered")
+        check_outbox_id(outbox_id)
+        age = check_retention(older_than)
+        pages = check_pages_per_statement(pages_per_statement)
+        return await self._admin.purge_delivered(
+            outbox_id, older_than=age, pages_per_statement=pages
+        )
+
+
+def create_outbox_operations(
+    outbox: Outbox, *, authorizer: Authorizer, cursor_secret: bytes | str | None = None
+) -> OutboxOperations:
+    """Operator operations on ``outbox``: ``list_dead``, ``get``, ``retry``, ``purge_delivered``.
+
+    ``authorizer(permission, operation)`` (sync or async) is asked for ``"ship.outbox:manage"``
+    before every operation and must return ``True``; anything else raises
+    :class:`~ship_sqla.kernel.PermissionDeniedError` and changes nothing. ``cursor_secret``
+    signs ``list_dead`` cursors (default: random per process, so cursors die with it; pass the
+    same secret to every process that serves the same pages).
+    """
+    return OutboxOperations(outbox, authorizer=authorizer, cursor_secret=cursor_secret)

@@ -1,0 +1,249 @@
+"""What every job backend shares, written once above the storage seam: the options (validated
+here), the ``JobBackend`` properties and ``report_error`` over them, the local wake (J3), the
+enqueue front and the settle front.
+
+- ``enqueue`` / ``enqueue_many`` bound the batch (:data:`MAX_ENQUEUE_BATCH`), prepare every
+  request (:func:`~ship_sqla.kernel._plans.prepare.prepare_runs`: validation, encoding, dedupe
+  key, single-runner key, ``max_attempts`` and run ids) and hand the prepared runs to the
+  store's :meth:`~ship_sqla.kernel.RunStore.insert`. Bad input raises before the store sees
+  anything, so nothing of the call is written.
+- ``settle`` checks every settlement's times, lets the store apply the batch fenced on each
+  token (J5), and wakes the local loop when a run it put back is due now (J3).
+
+A backend subclasses :class:`JobBackendBase`, calls :meth:`~JobBackendBase._set_options` first
+thing in ``__init__`` and implements only storage: ``insert``, ``claim``, ``heartbeat``,
+``_settle_if_tokens_current``, the schedule store and its ``admin`` (:class:`RunAdmin`).
+
+Both backends also carry ``metrics``, the :class:`JobMetrics` a runtime on them records through
+(J10): the ``meter_provider``'s, or OpenTelemetry's global provider's when none is given."""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Final
+
+from ship_sqla.kernel._clock import Clock, SystemClock, require_aware
+from ship_sqla.kernel._durations import MAX_POLL_INTERVAL, require_duration
+from ship_sqla.kernel._errors import BoundExceededError, ConfigurationError
+from ship_sqla.kernel._metrics import JobMetrics, job_metrics_for
+from ship_sqla.kernel._on_error import deliver_error
+from ship_sqla.kernel._plans.prepare import prepare_runs
+from ship_sqla.kernel._ports import EnqueueRequest, Fail, Release
+from ship_sqla.kernel._waiting import LocalWake
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from datetime import datetime
+
+    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._on_error import ErrorHandler
+    from ship_sqla.kernel._plans.prepare import PreparedRun
+    from ship_sqla.kernel._ports import (
+        ClaimBatch,
+        ClaimedRun,
+        ClaimRequest,
+        EnqueueResult,
+        LockProvider,
+        Settlement,
+        SettleOutcome,
+    )
+
+__all__ = ["MAX_ENQUEUE_BATCH", "JobBackendBase"]
+
+logger = logging.getLogger("ship_sqla.jobs")
+
+MAX_ENQUEUE_BATCH: Final = 10_000
+"""Requests per ``enqueue_many``: one statement's arrays on PostgreSQL, bounded (R1) on every
+backend alike."""
+
+
+class JobBackendBase(ABC):
+    """Base of the job backends (see the module docstring): call :meth:`_set_options` first
+    thing in ``__init__``."""
+
+    _clock: Clock
+    _lock_provider: LockProvider | None
+    _poll_interval: float
+    _queue_depth_limit: int | None
+    _max_in_flight: int
+    _on_error: ErrorHandler | None
+    _meter_provider: Any
+    _wakeup: LocalWake
+    metrics: JobMetrics
+    """J10: where a runtime on this backend records, unless ``start_job_runtime`` got others."""
+
+    def _set_options(
+        self,
+        *,
+        clock: Clock | None,
+        lock_provider: LockProvider | None,
+        poll_interval: float,
+        queue_depth_limit: int | None,
+        max_in_flight: int,
+        on_error: ErrorHandler | None,
+        meter_provider: Any = None,  # noqa: ANN401 - an OpenTelemetry MeterProvider
+    ) -> None:
+        poll = require_duration(poll_interval, "poll_interval", maximum=MAX_POLL_INTERVAL)
+        if queue_depth_limit is not None and queue_depth_limit < 1:
+            raise ConfigurationError(
+                f"queue_depth_limit must be at least 1, got {queue_depth_limit!r}.",
+                fix="pass None for no limit.",
+            )
+        if max_in_flight < 1:
+            raise ConfigurationError(f"max_in_flight must be at least 1, got {max_in_flight!r}.")
+        self._clock = clock if clock is not None else SystemClock()
+        self._lock_provider = lock_provider
+        self._poll_interval = poll
+        self._queue_depth_limit = queue_depth_limit
+        self._max_in_flight = max_in_flight
+        self._on_error = on_error
+        self._meter_provider = meter_provider
+        self._wakeup = LocalWake()
+        self.metrics = job_metrics_for(meter_provider)
+
+    # --- options ----------------------------------------------------------------------------------
+
+    @property
+    def meter_provider(self) -> Any:  # noqa: ANN401 - an OpenTelemetry MeterProvider or None
+        """The provider given; None: OpenTelemetry's global one."""
+        return self._meter_provider
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def lock_provider(self) -> LockProvider | None:
+        return self._lock_provider
+
+    @property
+    def poll_interval(self) -> float:
+        return self._poll_interval
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._max_in_flight
+
+    @property
+    def queue_depth_limit(self) -> int | None:
+        return self._queue_depth_limit
+
+    def report_error(self, error: BaseException) -> None:
+        """Pass ``error`` to ``on_error`` (or log it when none is set). Never raises (J11)."""
+        deliver_error(self._on_error, error, source="job runtime", log=logger)
+
+    # --- the local wake (J3) ----------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """Wake this process's waiters now (a committed enqueue, retry or settle made a run due);
+        with none waiting the wake is kept for the next wait."""
+        self._wakeup.wake()
+
+    async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the poll interval
+        """Return when a local enqueue/retry committed, or after ``timeout`` seconds (J3)."""
+        await self._wakeup.wait(self._clock, timeout)
+
+    # --- the enqueue front ------------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        job: JobDefinition[Any],
+        payload: Any,  # noqa: ANN401 - the job's typed payload
+        *,
+        dedupe_key: str | None = None,
+        run_at: datetime | None = None,
+        run_id: str | None = None,
+        scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
+    ) -> EnqueueResult:
+        """Enqueue one run (J1, J2); see :meth:`enqueue_many`."""
+        request = EnqueueRequest(payload, dedupe_key=dedupe_key, run_at=run_at, run_id=run_id)
+        [result] = await self.insert(job, prepare_runs(job, (request,)), scope=scope)
+        return result
+
+    async def enqueue_many(
+        self,
+        job: JobDefinition[Any],
+        requests: Sequence[EnqueueRequest],
+        *,
+        scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
+    ) -> list[EnqueueResult]:
+        """Enqueue many runs of one job, results in request order. At most
+        :data:`MAX_ENQUEUE_BATCH` requests; every one is prepared before the store sees any, so
+        one bad request writes nothing."""
+        if len(requests) > MAX_ENQUEUE_BATCH:
+            raise BoundExceededError(
+                f"enqueue_many got {len(requests)} requests; at most {MAX_ENQUEUE_BATCH} go in"
+                " one call.",
+                fix=f"split the requests into batches of at most {MAX_ENQUEUE_BATCH}.",
+            )
+        if not requests:
+            return []
+        return await self.insert(job, prepare_runs(job, requests), scope=scope)
+
+    # --- the settle front -------------------------------------------------------------------------
+
+    async def settle(self, settlements: Sequence[Settlement]) -> list[SettleOutcome]:
+        """Apply many settlements of any kinds, one outcome each, in order (J5: a stale token
+        changes nothing and is answered ``"stale"``). A settlement repeated in one batch (same
+        run and token) applies once: its repeats answer ``"stale"``, as they would one by one."""
+        if not settlements:
+            return []
+        for settlement in settlements:
+            if isinstance(settlement, Fail):
+                if settlement.retry_at is not None:
+                    require_aware(settlement.retry_at, "retry_at")
+            elif isinstance(settlement, Release):
+                require_aware(settlement.run_at, "run_at")
+        outcomes = await self._settle_if_tokens_current(settlements)
+        if len(outcomes) != len(settlements):  # pragma: no cover - a store's bug, said plainly
+            raise RuntimeError(
+                f"{type(self).__name__} answered {len(outcomes)} outcomes for"
+                f" {len(settlements)} settlements"
+            )
+        if _made_due(settlements, outcomes, self._clock.now()):
+            self.wake()
+        return outcomes
+
+    # --- storage: what each backend implements ---------------------------------------------------
+
+    @abstractmethod
+    async def insert(
+        self,
+        job: JobDefinition[Any],
+        runs: Sequence[PreparedRun],
+        *,
+        scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
+    ) -> list[EnqueueResult]:
+        """See :meth:`ship_sqla.kernel.RunStore.insert`."""
+
+    @abstractmethod
+    async def claim(self, request: ClaimRequest) -> ClaimBatch:
+        """See :meth:`ship_sqla.kernel.RunStore.claim`."""
+
+    @abstractmethod
+    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> list[bool]:
+        """See :meth:`ship_sqla.kernel.RunStore.heartbeat`."""
+
+    @abstractmethod
+    async def _settle_if_tokens_current(
+        self, settlements: Sequence[Settlement]
+    ) -> list[SettleOutcome]:
+        """Apply ``settlements`` (times already checked) where each token is current; one
+        outcome per settlement, in order."""
+
+
+def _made_due(
+    settlements: Sequence[Settlement], outcomes: Sequence[SettleOutcome], now: datetime
+) -> bool:
+    """A settlement put a run back to waiting due at ``now``: the local loop is worth waking."""
+    for settlement, outcome in zip(settlements, outcomes, strict=True):
+        if outcome == "retrying" and isinstance(settlement, Fail):
+            when = settlement.retry_at
+        elif outcome == "released" and isinstance(settlement, Release):
+            when = settlement.run_at
+        else:
+            continue
+        if when is not None and when <= now:
+            return True
+    return False

@@ -1,0 +1,248 @@
+"""The jobs' operator surface (J8): ONE permission gate over any backend's administration port.
+
+:class:`JobOperations` wraps a backend's ``admin`` (:class:`~ship_sqla.kernel.RunAdmin`: the
+in-memory backend's or the PostgreSQL one's alike). Every operation first asks the application's
+``authorizer("ship.jobs:manage", operation)`` through the one gate of every operator surface
+(:func:`ship_sqla.kernel._authorize.authorize`); anything but ``True`` raises
+:class:`~ship_sqla.kernel.PermissionDeniedError` before the store is asked anything, so a refusal
+changes nothing. Inputs are checked next, also before any statement. The rules of the operations
+live here, once: the page bound, the signed cursors (:mod:`ship_sqla.kernel._cursor`) and the
+kernel :class:`~ship_sqla.kernel.Page`, the refusals and their reasons, and cleanup's walk over
+each job's retention in bounded batches. The stores only store.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from ship_sqla.kernel._authorize import Authorizer, authorize, check_authorizer
+from ship_sqla.kernel._cursor import (
+    KeysetPosition,
+    decode_cursor,
+    encode_cursor,
+    query_fingerprint,
+    resolve_secret,
+)
+from ship_sqla.kernel._errors import (
+    BoundExceededError,
+    ConfigurationError,
+    InvalidCursorError,
+    ShipError,
+)
+from ship_sqla.kernel._page import Page
+from ship_sqla.kernel._ports import DeadQuery
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._ports import RunAdmin, RunRecord, RunState, StateCount
+
+__all__ = [
+    "MANAGE_PERMISSION",
+    "MAX_CLEANUP_BATCH",
+    "MAX_PAGE_LIMIT",
+    "MAX_STATE_GROUPS",
+    "AdministeredBackend",
+    "JobOperationRefusedError",
+    "JobOperations",
+    "create_job_operations",
+]
+
+MANAGE_PERMISSION: Final = "ship.jobs:manage"
+"""The permission every job operator operation asks the authorizer for (J8)."""
+MAX_PAGE_LIMIT: Final = 500
+"""Runs per ``list_dead`` page (R1): a larger ``limit`` is refused, never silently cut."""
+MAX_CLEANUP_BATCH: Final = 10_000
+"""Runs per cleanup DELETE: one short transaction each."""
+MAX_STATE_GROUPS: Final = 10_000
+"""(job, state) groups per ``state_counts`` call."""
+
+_FINISHED_STATES: Final[tuple[RunState, ...]] = ("completed", "dead", "discarded")
+
+
+class JobOperationRefusedError(ShipError, RuntimeError):
+    """An operator operation does not apply to the run in its current state; nothing changed."""
+
+    code = "SHIP_SQLA_JOB_OPERATION_REFUSED"
+
+
+class AdministeredBackend(Protocol):
+    """What :func:`create_job_operations` gates: a backend carrying its administration port
+    (both job backends do)."""
+
+    @property
+    def admin(self) -> RunAdmin: ...
+
+
+def _dead_page_query(job_id: str | None) -> str:
+    scope = ("every job",) if job_id is None else ("job", job_id)
+    return query_fingerprint(("ship_sqla.jobs.list_dead", *scope))
+
+
+class JobOperations:
+    """J8 operator operations over one backend's runs, each gated by ``ship.jobs:manage``. Build
+    with :func:`create_job_operations`."""
+
+    def __init__(
+        self,
+        admin: RunAdmin,
+        *,
+        authorizer: Authorizer,
+        cursor_secret: bytes | str | None = None,
+    ) -> None:
+        self._admin = admin
+        self._authorizer = check_authorizer(authorizer)
+        self._secret = resolve_secret(cursor_secret)
+
+    async def _authorize(self, operation: str) -> None:
+        await authorize(self._authorizer, MANAGE_PERMISSION, operation)
+
+    async def list_dead(
+        self, *, job_id: str | None = None, limit: int = 50, cursor: str | None = None
+    ) -> Page[RunRecord]:
+        """Dead runs (of ``job_id``, or of every job), newest first, keyset-paged by
+        ``(finished_at, run_id)``: at most ``limit`` (1..500) per page; pass ``next_cursor``
+        back for the next page (None: no more). A cursor is signed and valid only for the same
+        ``job_id``."""
+        await self._authorize("list_dead")
+        if not 1 <= limit <= MAX_PAGE_LIMIT:
+            raise BoundExceededError(
+                f"list_dead limit must be 1..{MAX_PAGE_LIMIT}, got {limit}.",
+                fix=f"ask for at most {MAX_PAGE_LIMIT} and follow next_cursor for the rest.",
+            )
+        query = _dead_page_query(job_id)
+        after = None if cursor is None else _position(cursor, self._secret, query)
+        rows = await self._admin.list_dead(DeadQuery(limit=limit + 1, job_id=job_id, after=after))
+        items = tuple(rows[:limit])
+        next_cursor = None
+        if len(rows) > limit:
+            last = items[-1]
+            assert last.finished_at is not None  # noqa: S101 - dead runs are finished
+            position = KeysetPosition(query, (last.finished_at, last.run_id))
+            next_cursor = encode_cursor(position, self._secret)
+        return Page(items, next_cursor)
+
+    async def get_run(self, run_id: str) -> RunRecord | None:
+        """One run with its history, or None."""
+        await self._authorize("get_run")
+        return await self._admin.get_run(run_id)
+
+    async def retry(self, run_id: str) -> RunRecord:
+        """A dead run waits again, due now, with exactly one more attempt
+        (``max_attempts = attempt + 1``); the local loop is woken (J3). Refused unless the run
+        is dead and no newer live run holds its dedupe key (J1)."""
+        await self._authorize("retry")
+        record = await self._admin.retry_dead(run_id)
+        if record is None:
+            raise await self._refusal("retry", run_id, "dead")
+        return record
+
+    async def discard(self, run_id: str) -> RunRecord:
+        """A waiting or dead run becomes discarded. Refused for running (and finished) runs."""
+        await self._authorize("discard")
+        record = await self._admin.discard(run_id)
+        if record is None:
+            raise await self._refusal("discard", run_id, "waiting or dead")
+        return record
+
+    async def cleanup(
+        self,
+        definitions: Iterable[JobDefinition[Any]],
+        *,
+        batch_size: int = 1000,
+        max_batches: int = 100,
+    ) -> dict[str, int]:
+        """Delete each job's completed / dead / discarded runs older than its ``retention``:
+        batches of at most ``batch_size`` runs, each one bounded statement, at most
+        ``max_batches`` per job. Returns the number deleted per job id; call again when a job
+        hit ``max_batches`` (its count is ``batch_size * max_batches``)."""
+        await self._authorize("cleanup")
+        if not 1 <= batch_size <= MAX_CLEANUP_BATCH:
+            raise BoundExceededError(
+                f"cleanup batch_size must be 1..{MAX_CLEANUP_BATCH}, got {batch_size}.",
+                fix="use a smaller batch_size and more batches.",
+            )
+        if max_batches < 1:
+            raise ConfigurationError(f"cleanup max_batches must be at least 1, got {max_batches}.")
+        deleted: dict[str, int] = {}
+        for job in definitions:
+            keep = {
+                "completed": job.retention.completed,
+                "dead": job.retention.dead,
+                "discarded": job.retention.discarded,
+            }
+            count = 0
+            batches = 0
+            for state in _FINISHED_STATES:
+                while batches < max_batches:
+                    batches += 1
+                    removed = await self._admin.delete_finished(
+                        job.id, state, older_than=keep[state], limit=batch_size
+                    )
+                    count += removed
+                    if removed < batch_size:
+                        break
+            deleted[job.id] = deleted.get(job.id, 0) + count
+        return deleted
+
+    async def state_counts(self, *, limit: int = 1000) -> list[StateCount]:
+        """Runs per (job, state) with, for waiting runs, the age of the oldest due one: at most
+        ``limit`` (1..10,000) groups ordered by job then state. Ask for one more group than you
+        show to know whether any were left out. Not index-served: it aggregates the runs table
+        (cleanup keeps it bounded by each job's retention)."""
+        await self._authorize("state_counts")
+        if not 1 <= limit <= MAX_STATE_GROUPS:
+            raise BoundExceededError(
+                f"state_counts limit must be 1..{MAX_STATE_GROUPS}, got {limit}.",
+                fix="clean up old runs (cleanup) so fewer (job, state) groups remain.",
+            )
+        return await self._admin.state_counts(limit=limit)
+
+    async def _refusal(self, operation: str, run_id: str, allowed: str) -> JobOperationRefusedError:
+        record = await self._admin.get_run(run_id)
+        if record is None:
+            return JobOperationRefusedError(
+                f"{operation} of run {run_id!r}: no such run.",
+                fix="pass the id of an existing run (list_dead lists dead ones).",
+            )
+        if operation == "retry" and record.state == "dead":
+            return JobOperationRefusedError(
+                f"retry of run {run_id!r}: a newer waiting or running run of job"
+                f" {record.job_id!r} holds its dedupe key {record.dedupe_key!r} (J1).",
+                fix="let that run finish, or discard this one.",
+            )
+        return JobOperationRefusedError(
+            f"{operation} of run {run_id!r}: it is {record.state!r}; {operation} takes only"
+            f" {allowed} runs.",
+            fix="list dead runs with list_dead; a running run must settle first.",
+        )
+
+
+def _position(cursor: str, secret: bytes, query: str) -> tuple[datetime, str]:
+    """The ``(finished_at, run_id)`` after which the page of ``cursor`` starts."""
+    values = decode_cursor(cursor, secret=secret, query=query)
+    match values:
+        case (datetime() as finished_at, str() as run_id) if finished_at.tzinfo is not None:
+            return finished_at, run_id
+    raise InvalidCursorError(  # signed by us: only a format change gets here
+        "the list_dead cursor is signed but does not hold a (finished_at, run_id) position.",
+        fix="restart paging from the first page (cursor=None).",
+    )
+
+
+def create_job_operations(
+    backend: AdministeredBackend,
+    *,
+    authorizer: Authorizer,
+    cursor_secret: bytes | str | None = None,
+) -> JobOperations:
+    """J8 operator operations on ``backend``'s runs (any job backend: its ``admin`` port).
+
+    ``authorizer(permission, operation)`` (sync or async) is asked for ``"ship.jobs:manage"``
+    before every operation and must return ``True``; anything else raises
+    :class:`~ship_sqla.kernel.PermissionDeniedError` and changes nothing. ``cursor_secret``
+    signs ``list_dead`` cursors (default: random per process, so cursors die with it; give every
+    process that serves the same pages the same secret of at least 16 bytes)."""
+    return JobOperations(backend.admin, authorizer=authorizer, cursor_secret=cursor_secret)

@@ -1,0 +1,269 @@
+"""The executor: the execution of one claimed run, in its own task, from the claim's hand-over
+to the :class:`~ship_sqla.kernel._ports.Settlement` its end calls for.
+
+One run's path: decode the stored payload with the job's codec (a payload that cannot decode is
+dead-lettered: it never will); take the (job id, key) lock of a single-runner job (J4; held
+elsewhere: released one jittered backoff step later, attempt unspent, J7); check the run is still
+this process's to start (not cancelled meanwhile, lease not lapsed, J6); run the handler; turn
+how it ended into a settlement (returned: :class:`Complete`; raised: :class:`Fail` with the retry
+plan's time, or none once the attempts are spent, J7; cancelled by the runtime:
+:class:`Release` with the cancellation in the history, attempt unspent, J12) and hand it to
+``settle`` (the completer). The task never waits for the settle to land: it frees its slot,
+key and lock and ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from ship_sqla.kernel._jobs import InvalidPayloadError
+from ship_sqla.kernel._plans.retry import lock_held_delay, retry_at
+from ship_sqla.kernel._ports import Complete, Fail, Release
+from ship_sqla.kernel._runtime.state import (
+    InFlight,
+    JobCancelledError,
+    describe_failure,
+    lapsed_before_start_error,
+    stale_error,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._job_context import CancelReason
+    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
+    from ship_sqla.kernel._ports import ClaimedRun, LockProvider, Settlement
+    from ship_sqla.kernel._runtime.state import InFlightRuns, ReleaseReason
+
+__all__ = ["Executor"]
+
+_CANCEL_MESSAGES: dict[CancelReason, str] = {
+    "drain": "the runtime's drain deadline passed while the run was executing",
+    "lock-lost": "the run's single-runner lock ended before the run did",
+    "lease-lost": "the run's lease was lost",
+}
+
+
+class Executor:
+    """Executes claimed runs, one task per run (:meth:`start`), and cancels them (:meth:`cancel`).
+
+    Invariants: a handler never starts once its run's lease may have lapsed (the runtime's
+    bound: when the claim, or the last answered heartbeat, was sent, plus the lease), since
+    another worker may be running it already: such a run is reported (``JobLeaseLapsedError``)
+    and handed back unexecuted (J6); a single-runner handler never runs without its (job id,
+    key) lock when there is a lock provider (J4); the runtime cancels a task only while its
+    handler is being awaited, so a cancellation never lands anywhere else; every run is handed
+    to ``settle`` exactly once, or to ``runs.settled`` when its claim was lost (another worker
+    may hold it: nothing is left to settle); the task raises nothing but a cancellation from
+    outside the runtime (event loop shutdown).
+    """
+
+    def __init__(
+        self,
+        runs: InFlightRuns,
+        clock: Clock,
+        *,
+        worker_id: str,
+        locks: LockProvider | None,
+        metrics: JobMetrics | None,
+        report_error: Callable[[BaseException], None],
+        settle: Callable[[InFlight, Settlement, ReleaseReason | None], None],
+        on_outcome: Callable[[InFlight, JobOutcome], None],
+        on_ended: Callable[[], None],
+    ) -> None:
+        self._runs = runs
+        self._clock = clock
+        self._worker_id = worker_id
+        self._locks = locks
+        self._metrics = metrics
+        self._report_error = report_error
+        self._settle = settle
+        self._on_outcome = on_outcome
+        self._on_ended = on_ended
+        # The runtime lives on the loop it was built in (start_job_runtime is async).
+        self._loop = asyncio.get_running_loop()
+
+    def start(self, job: JobDefinition[Any], run: ClaimedRun, claim_sent: float) -> None:
+        """Take a slot for ``run`` (claimed by a call sent at ``claim_sent``, the runtime's
+        monotonic clock) and start its task."""
+        entry = InFlight(job, run, self._worker_id, self._clock.monotonic(), claim_sent=claim_sent)
+        earlier = self._runs.claimed(entry)
+        if earlier is not None:
+            # This process retook its own run (the earlier claim's lease lapsed while its
+            # heartbeats failed, in an outage say): the earlier claim is stale, and its handler
+            # must stop rather than run beside the new one.
+            self.cancel(earlier, "lease-lost", during="continuing (this process claimed it anew)")
+        entry.task = self._loop.create_task(self._execute(entry))
+
+    def cancel(self, entry: InFlight, reason: CancelReason, *, during: str = "heartbeat") -> None:
+        """Cancel ``entry``'s run: its lease was lost (a refused heartbeat, or this process
+        claimed the run anew), or its single-runner lock could not be extended. Reported once."""
+        if reason == "lease-lost":
+            if entry.lost:
+                return
+            entry.mark_lost()
+            self._on_outcome(entry, "stale")
+            self._report_error(stale_error(entry.run, during))
+        elif entry.reason is not None:
+            return
+        else:
+            self._report_error(
+                JobCancelledError(
+                    f"job {entry.run.job_id!r} run {entry.run.run_id!r}: its single-runner lock"
+                    " could not be extended; the run is cancelled and returned to waiting.",
+                    fix="keep heartbeats on time (do not block the event loop), or check the"
+                    " lock provider's connection.",
+                )
+            )
+        entry.interrupt(reason)
+
+    async def _execute(self, entry: InFlight) -> None:
+        """The run's only task: every outcome is handed to ``settle`` or reported here."""
+        job = entry.job
+        run = entry.run
+        try:
+            try:
+                # The payload was encoded by the kernel when the run was prepared; decoding it
+                # is the job definition's codec's, here, where the handler needs it.
+                payload = job.decode(run.payload)
+            except Exception as exc:  # noqa: BLE001 - a payload that cannot decode never will
+                self._dead_letter_undecodable(entry, exc)
+                return
+            if not await self._ready_to_start(entry):
+                return
+            # Nothing awaits between the lease check and the handler's first step.
+            entry.in_handler = True
+            try:
+                await job.handler(entry.ctx, payload)
+            except asyncio.CancelledError:
+                entry.in_handler = False
+                entry.handler_done = True
+                if not entry.cancelled:
+                    raise
+                # Our own cancellation (lease lost, lock lost, drain): consumed here, so the
+                # lock release below is not cancelled as well.
+                task = asyncio.current_task()
+                if task is not None:
+                    task.uncancel()
+                self._after_cancel(entry)
+                return
+            except Exception as exc:  # noqa: BLE001 - a handler failure is the run's outcome
+                entry.in_handler = False
+                entry.handler_done = True
+                if entry.cancelled:
+                    self._after_cancel(entry)
+                else:
+                    self._fail(entry, exc)
+                return
+            entry.in_handler = False
+            entry.handler_done = True
+            if entry.lost:
+                self._runs.settled(entry)
+            else:
+                self._settle(entry, Complete(run), None)
+        finally:
+            await self._end(entry)
+
+    async def _ready_to_start(self, entry: InFlight) -> bool:
+        """Take the single-runner lock (J4), then check the run is still this process's to
+        start: not cancelled meanwhile, lease not lapsed (J6). False: handed back."""
+        if (
+            self._locks is not None
+            and entry.job.concurrency.single_runner
+            and not await self._acquire_lock(entry, self._locks)
+        ):
+            return False
+        if entry.reason is not None:
+            self._after_cancel(entry, started=False)
+            return False
+        if entry.lease_lapsed(self._clock.monotonic()):
+            self._hand_back_lapsed(entry)
+            return False
+        return True
+
+    async def _acquire_lock(self, entry: InFlight, locks: LockProvider) -> bool:
+        """Take the (job id, key) lock (J4). When it is held elsewhere the run goes back to
+        waiting one jittered backoff step later without consuming its attempt (J7)."""
+        job = entry.job
+        run = entry.run
+        asked_at = self._clock.monotonic()
+        try:
+            lock = await locks.acquire(f"{job.id}/{run.key}", job.concurrency.lease)
+        except Exception as exc:  # noqa: BLE001 - J11: without the lock the run must not execute
+            self._report_error(exc)
+            lock = None
+        if self._metrics is not None:
+            self._metrics.record_lock_wait(job.id, run.key, self._clock.monotonic() - asked_at)
+        if lock is None:
+            run_at = self._clock.now() + timedelta(seconds=lock_held_delay(job.retry))
+            self._settle(entry, Release(run, run_at), "lock-held")
+            return False
+        entry.lock = lock
+        return True
+
+    def _after_cancel(self, entry: InFlight, *, started: bool = True) -> None:
+        reason = entry.reason
+        assert reason is not None  # noqa: S101 - only called for cancelled runs
+        if reason == "lease-lost":
+            # Another worker may hold the run now: there is nothing left for this one to settle.
+            self._runs.settled(entry)
+            return
+        run = entry.run
+        # A handler that never started leaves no history: there was no attempt to record.
+        error = (
+            None
+            if not started
+            else str(
+                JobCancelledError(
+                    f"attempt {run.attempt} of job {run.job_id!r} run {run.run_id!r} was cancelled:"
+                    f" {_CANCEL_MESSAGES[reason]}. It was returned to waiting without consuming"
+                    " the attempt.",
+                    fix="nothing: the run is retaken. If drains often cut runs short, raise"
+                    " drain_timeout or make the handler finish (or checkpoint) sooner.",
+                )
+            )
+        )
+        run_at = self._clock.now()
+        if reason == "lock-lost":
+            run_at += timedelta(seconds=lock_held_delay(entry.job.retry))
+        self._settle(entry, Release(run, run_at, error), "cancelled" if started else "unstarted")
+
+    def _fail(self, entry: InFlight, exc: BaseException) -> None:
+        run = entry.run
+        when = retry_at(entry.job.retry, run.attempt, run.max_attempts, self._clock.now())
+        self._settle(entry, Fail(run, describe_failure(exc), when), None)
+
+    def _dead_letter_undecodable(self, entry: InFlight, exc: BaseException) -> None:
+        if not isinstance(exc, InvalidPayloadError):
+            exc = InvalidPayloadError(
+                f"the stored payload could not be decoded for job {entry.job.id!r}: {exc!r}",
+                fix="a payload that does not decode never will: fix the codec or the payload"
+                " type, then retry the dead run.",
+            )
+        self._settle(entry, Fail(entry.run, describe_failure(exc), None), None)
+
+    def _hand_back_lapsed(self, entry: InFlight) -> None:
+        """J6: the run's lease may have lapsed before its handler could start (the loop was
+        blocked, or the claim answered late): another worker may be running it already, so
+        it is not started here. Reported, then released (attempt unspent) unless it was
+        retaken meanwhile, in which case the fenced release changes nothing."""
+        late = self._clock.monotonic() - entry.lease_deadline
+        # Lost: no heartbeat keeps it, and a "stale" answer is expected, not reported again.
+        entry.mark_lost()
+        self._report_error(lapsed_before_start_error(entry.run, late))
+        self._settle(entry, Release(entry.run, self._clock.now()), "lapsed")
+
+    async def _end(self, entry: InFlight) -> None:
+        """Free the run's slot, key and lock. Runs when the task ends, whatever happened."""
+        lock, entry.lock = entry.lock, None
+        if lock is not None:
+            try:
+                await lock.release()
+            except Exception as exc:  # noqa: BLE001 - J11; the lock's lease frees it anyway
+                self._report_error(exc)
+        self._runs.ended(entry)
+        self._on_ended()
