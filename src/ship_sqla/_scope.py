@@ -26,7 +26,7 @@ import asyncio
 import contextvars
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
@@ -507,24 +507,21 @@ class StoreConnections:
                 " operation_timeout if such waits are expected.",
             ) from exc
 
-    @asynccontextmanager
-    async def statement(self, what: str) -> AsyncIterator[AsyncConnection]:
+    def statement(self, what: str) -> AbstractAsyncContextManager[AsyncConnection]:
         """A connection for ONE statement of the store's own (see the class docstring)."""
-        async with self._bounded(what):
-            if self._autocommit is not None:
-                async with self._autocommit.connect() as connection:
-                    yield connection
-                return
-            connection = self._test_connection()
-            async with self._turn, connection.begin_nested():
-                yield connection
+        return self._own(what, self._autocommit, begin=False)
+
+    def transaction(self, what: str) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A short READ COMMITTED transaction of the store's own (see the class docstring)."""
+        return self._own(what, self._read_committed, begin=True)
 
     @asynccontextmanager
-    async def transaction(self, what: str) -> AsyncIterator[AsyncConnection]:
-        """A short READ COMMITTED transaction of the store's own (see the class docstring)."""
+    async def _own(
+        self, what: str, engine: AsyncEngine | None, *, begin: bool
+    ) -> AsyncIterator[AsyncConnection]:
         async with self._bounded(what):
-            if self._read_committed is not None:
-                async with self._read_committed.begin() as connection:
+            if engine is not None:
+                async with engine.begin() if begin else engine.connect() as connection:
                     yield connection
                 return
             connection = self._test_connection()

@@ -309,33 +309,21 @@ class PostgresJobBackend(JobBackendBase):
         claimed: list[ClaimedRun] = []
         buried: list[BuriedRun] = []
         # Rows come in claim order, (run_at, seq), then the dead-lettered ones.
-        for (
-            run_id,
-            payload,
-            attempt,
-            max_attempts,
-            token,
-            key,
-            expires,
-            created,
-            _,
-            _,
-            dead,
-        ) in rows:
-            if dead:
-                buried.append(BuriedRun(run_id, job_id, attempt, key))
+        for row in rows:
+            if row.buried:
+                buried.append(BuriedRun(row.id, job_id, row.attempt, row.key))
                 continue
             claimed.append(
                 ClaimedRun(
-                    run_id,
+                    row.id,
                     job_id,
-                    payload,
-                    attempt,
-                    max_attempts,
-                    token,
-                    key,
-                    expires,
-                    created,
+                    row.payload,
+                    row.attempt,
+                    row.max_attempts,
+                    row.lease_token,
+                    row.key,
+                    row.lease_expires_at,
+                    row.created_at,
                     lease,
                 )
             )

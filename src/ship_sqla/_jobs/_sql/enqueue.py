@@ -11,8 +11,7 @@ from typing import Final
 
 __all__ = ["ENQUEUE_GATE", "ENQUEUE_MANY", "ENQUEUE_PLAIN", "ENQUEUE_PLAIN_CAPPED"]
 
-ENQUEUE_PLAIN: Final = """
-INSERT INTO {runs} (
+_INSERT_PLAIN_COLUMNS: Final = """INSERT INTO {runs} (
     id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
     run_at, created_at, updated_at, history
 )
@@ -22,8 +21,13 @@ FROM ROWS FROM (
     unnest(CAST(:ids AS text[])), jsonb_array_elements(CAST(:payloads AS jsonb)),
     unnest(CAST(:keys AS text[])), unnest(CAST(:run_ats AS timestamptz[])),
     unnest(CAST(:max_attempts AS integer[]))
-) AS t(id, payload, key, run_at, max_attempts)
-"""
+)"""
+"""The INSERT ... SELECT FROM the prepared arrays that ENQUEUE_PLAIN and ENQUEUE_PLAIN_CAPPED
+share (each adds its own alias list: the capped one numbers the requests)."""
+
+ENQUEUE_PLAIN: Final = (
+    "\n" + _INSERT_PLAIN_COLUMNS + " AS t(id, payload, key, run_at, max_attempts)\n"
+)
 """Insert many runs that need no check: generated ids, no dedupe key, no depth limit.
 ``:payloads`` is ONE JSON array (element i is run i's payload), cheaper to encode and to parse
 than an array of JSON texts; the other arrays run in step with it.
@@ -49,7 +53,7 @@ WRITES the row (a lock alone would not do): a REPEATABLE READ or SERIALIZABLE tr
 snapshot predates another holder's commit fails here with 40001 (its snapshot could not count
 that holder's runs), which the unit of work re-runs (U3); under READ COMMITTED it just waits."""
 
-ENQUEUE_PLAIN_CAPPED: Final = """
+_CAPPED_DEPTH: Final = """
 WITH depth AS (
     -- <runs>_due_idx (index-only), as ENQUEUE_MANY's depth: at most :depth_limit entries.
     SELECT count(*) AS n FROM (
@@ -59,21 +63,13 @@ WITH depth AS (
         LIMIT CAST(:depth_limit AS integer)
     ) d
 ), inserted AS (
-    INSERT INTO {runs} (
-        id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
-        run_at, created_at, updated_at, history
-    )
-    SELECT t.id, :job_id, 'waiting', t.payload, t.key, NULL, 0,
-        t.max_attempts, coalesce(t.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb)
-    FROM ROWS FROM (
-        unnest(CAST(:ids AS text[])), jsonb_array_elements(CAST(:payloads AS jsonb)),
-        unnest(CAST(:keys AS text[])), unnest(CAST(:run_ats AS timestamptz[])),
-        unnest(CAST(:max_attempts AS integer[]))
-    ) WITH ORDINALITY AS t(id, payload, key, run_at, max_attempts, ord), depth
+"""
+_CAPPED_ROOM: Final = """ WITH ORDINALITY AS t(id, payload, key, run_at, max_attempts, ord), depth
     WHERE t.ord <= CAST(:depth_limit AS integer) - depth.n
 )
 SELECT greatest(CAST(:depth_limit AS integer) - depth.n, 0) AS room FROM depth
 """
+ENQUEUE_PLAIN_CAPPED: Final = _CAPPED_DEPTH + _INSERT_PLAIN_COLUMNS + _CAPPED_ROOM
 """ENQUEUE_PLAIN for a job with a ``queue_depth_limit`` (after ENQUEUE_GATE): generated ids and
 no dedupe key, so nothing can conflict and the only question is room. The first ``room``
 requests (in request order) are inserted, the rest are queue-full; it answers ``room``. Same
