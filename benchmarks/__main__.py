@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, str] = {
     "relay": "benchmarks.relay",
     "uow": "benchmarks.uow",
     "wake": "benchmarks.wake",
+    "cancel": "benchmarks.cancel",
     "ablations": "benchmarks.ablations",
     "peers": "benchmarks.peers",
 }

@@ -6,6 +6,12 @@ bulk:   ``enqueue_many`` in calls of BULK_BATCH requests (each call its own tran
         vs. raw asyncpg COPY of the same number of rows per call.
 single.capped / bulk.capped: the same calls on a backend with a ``queue_depth_limit`` (J2, a
         hard cap), beside the uncapped calls of the same run: what the cap costs per enqueue.
+single.announced / single.notify / bulk.notify (K1): what the NOTIFY in the enqueueing
+        transaction costs a committing enqueue, beside the same calls on a backend that
+        announces nothing, same run: as shipped (``announced``: at most one NOTIFY per job per
+        250 ms, so a sequential loop announces a few of its enqueues), and unthrottled
+        (``notify``: every enqueue, or every ``enqueue_many`` call, announces; the cost of one
+        NOTIFY, folded into the INSERT, plus the notifying commit's database-wide lock).
         The limit (CAP_LIMIT) is never reached, so every run is accepted; each call takes the
         job's gate row, then counts the job's waiting runs (up to the depth at that moment,
         the backlog of the round so far) in the checked statement.
@@ -42,6 +48,7 @@ from ship_sqla._jobs import (
     ship_job_state_table,
 )
 from ship_sqla.kernel import EnqueueRequest, JobContext, JobDefinition, define_job
+from ship_sqla.kernel._plans.announce import AnnounceThrottle
 
 __all__ = ["NAME", "run"]
 
@@ -82,6 +89,15 @@ class _Enqueue:
             poll_interval=5.0,
             queue_depth_limit=CAP_LIMIT,
         )
+        # K1's A/B: the same backend announcing nothing, and announcing every enqueue.
+        self.silent: PostgresJobBackend = create_job_backend(
+            database=db.engine, table=self.table, poll_interval=5.0
+        )
+        self.silent._throttle = None  # noqa: SLF001 - the benchmark's "before"
+        self.every: PostgresJobBackend = create_job_backend(
+            database=db.engine, table=self.table, poll_interval=5.0
+        )
+        self.every._throttle = AnnounceThrottle(window=0.0)  # noqa: SLF001 - unthrottled
         self.uow = create_unit_of_work(db.engine, repositories=_scope_itself)
         self.sql = job_sql(RAW_TABLE)
 
@@ -92,9 +108,13 @@ class _Enqueue:
     async def _truncate(self) -> None:
         await self.db.maintain(f"TRUNCATE {self.table.name}, {RAW_TABLE}")
 
-    async def ship_single(self, count: int, *, capped: bool = False) -> float:
+    async def ship_single(
+        self, count: int, *, capped: bool = False, announcing: str | None = None
+    ) -> float:
         await self._truncate()
         backend, job = (self.capped if capped else self.backend), self.job
+        if announcing is not None:
+            backend = self.silent if announcing == "none" else self.every
 
         async def enqueue_one(_scope: TransactionScope) -> None:
             await backend.enqueue(job, PAYLOAD)
@@ -104,6 +124,8 @@ class _Enqueue:
                 await self.uow.run(enqueue_one)
         per_s = rate(count, watch.seconds)
         label = "ship single capped" if capped else "ship single "
+        if announcing is not None:
+            label = f"ship single announcing {announcing}"
         self.bench.log(f"{label} {count} in {watch.seconds:.2f} s = {per_s:,.0f}/s")
         return per_s
 
@@ -122,9 +144,13 @@ class _Enqueue:
         self.bench.log(f"raw  single  {count} in {watch.seconds:.2f} s = {per_s:,.0f}/s")
         return per_s
 
-    async def ship_bulk(self, count: int, *, capped: bool = False) -> float:
+    async def ship_bulk(
+        self, count: int, *, capped: bool = False, announcing: str | None = None
+    ) -> float:
         await self._truncate()
         backend = self.capped if capped else self.backend
+        if announcing is not None:
+            backend = self.silent if announcing == "none" else self.every
         calls = [
             [EnqueueRequest(payload=PAYLOAD) for _ in range(min(BULK_BATCH, count - start))]
             for start in range(0, count, BULK_BATCH)
@@ -134,6 +160,8 @@ class _Enqueue:
                 await backend.enqueue_many(self.job, requests)
         per_s = rate(count, watch.seconds)
         label = "ship bulk capped" if capped else "ship bulk   "
+        if announcing is not None:
+            label = f"ship bulk announcing {announcing}"
         self.bench.log(f"{label} {count} in {watch.seconds:.2f} s = {per_s:,.0f}/s")
         return per_s
 
@@ -174,6 +202,9 @@ async def run(bench: Bench) -> list[Figure]:
         await work.raw_bulk(BULK_BATCH)
         await work.ship_single(50, capped=True)
         await work.ship_bulk(BULK_BATCH, capped=True)
+        for announcing in ("none", "every"):
+            await work.ship_single(50, announcing=announcing)
+            await work.ship_bulk(BULK_BATCH, announcing=announcing)
         single_ours, single_raw = await paired_rounds(
             bench.rounds, lambda: work.ship_single(single), lambda: work.raw_single(single)
         )
@@ -189,6 +220,21 @@ async def run(bench: Bench) -> list[Figure]:
             bench.rounds,
             lambda: work.ship_bulk(bulk, capped=True),
             lambda: work.ship_bulk(bulk),
+        )
+        single_announced, single_silent = await paired_rounds(
+            bench.rounds,
+            lambda: work.ship_single(single),
+            lambda: work.ship_single(single, announcing="none"),
+        )
+        single_every, single_silent_too = await paired_rounds(
+            bench.rounds,
+            lambda: work.ship_single(single, announcing="every"),
+            lambda: work.ship_single(single, announcing="none"),
+        )
+        bulk_every, bulk_silent = await paired_rounds(
+            bench.rounds,
+            lambda: work.ship_bulk(bulk, announcing="every"),
+            lambda: work.ship_bulk(bulk, announcing="none"),
         )
     return [
         Figure.from_rounds(
@@ -226,5 +272,33 @@ async def run(bench: Bench) -> list[Figure]:
             baseline_label="the same enqueue_many calls without queue_depth_limit",
             note=f"{bulk:,} runs per round in enqueue_many calls of {BULK_BATCH:,}, with"
             f" queue_depth_limit={CAP_LIMIT:,}: each call counts the round's backlog so far",
+        ),
+        Figure.from_rounds(
+            "enqueue.single.announced",
+            "runs/s",
+            single_announced,
+            single_silent,
+            baseline_label="the same enqueues announcing nothing",
+            targets=(Target("ratio", ">=", 0.90),),
+            note=f"{single:,} sequential enqueues per round, each its own uow.run, as shipped"
+            " (K1: at most one NOTIFY per job per 250 ms)",
+        ),
+        Figure.from_rounds(
+            "enqueue.single.notify",
+            "runs/s",
+            single_every,
+            single_silent_too,
+            baseline_label="the same enqueues announcing nothing",
+            note=f"{single:,} sequential enqueues per round, EVERY one announced (throttle"
+            " off): one NOTIFY's cost per committing enqueue",
+        ),
+        Figure.from_rounds(
+            "enqueue.bulk.notify",
+            "runs/s",
+            bulk_every,
+            bulk_silent,
+            baseline_label="the same enqueue_many calls announcing nothing",
+            note=f"{bulk:,} runs per round in enqueue_many calls of {BULK_BATCH:,}, every call"
+            " announced (one NOTIFY per call)",
         ),
     ]

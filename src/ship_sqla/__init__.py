@@ -46,6 +46,9 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._locks import AdvisoryLockProvider as AdvisoryLockProvider
     from ship_sqla._locks import advisory_lock_key as advisory_lock_key
     from ship_sqla._locks import advisory_lock_provider as advisory_lock_provider
+    from ship_sqla._notify import Listener as Listener
+    from ship_sqla._notify import ListenerLostError as ListenerLostError
+    from ship_sqla._notify import ListenerNotLiveError as ListenerNotLiveError
     from ship_sqla._outbox import Outbox as Outbox
     from ship_sqla._outbox import OutboxAdmin as OutboxAdmin
     from ship_sqla._outbox import OutboxDeadLetteredError as OutboxDeadLetteredError
@@ -141,9 +144,16 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
     from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
     from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
+    from ship_sqla.kernel._operations import CancelResult as CancelResult
     from ship_sqla.kernel._operations import JobOperationRefusedError as JobOperationRefusedError
     from ship_sqla.kernel._operations import JobOperations as JobOperations
     from ship_sqla.kernel._operations import create_job_operations as create_job_operations
+    from ship_sqla.kernel._outcomes import JobSnoozeLimitError as JobSnoozeLimitError
+    from ship_sqla.kernel._outcomes import JobTimeoutError as JobTimeoutError
+    from ship_sqla.kernel._outcomes import JobTimeoutIgnoredError as JobTimeoutIgnoredError
+    from ship_sqla.kernel._outcomes import RetryAfter as RetryAfter
+    from ship_sqla.kernel._outcomes import Snooze as Snooze
+    from ship_sqla.kernel._outcomes import TerminalError as TerminalError
     from ship_sqla.kernel._page import Page as Page
     from ship_sqla.kernel._plans.backoff import Backoff as Backoff
     from ship_sqla.kernel._plans.schedule import next_occurrence as next_occurrence
@@ -151,8 +161,11 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._plans.schedule import previous_occurrence as previous_occurrence
     from ship_sqla.kernel._ports import LEASE_LAPSED as LEASE_LAPSED
     from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_ATTEMPT as LEASE_LAPSED_FINAL_ATTEMPT
+    from ship_sqla.kernel._ports import RUN_CANCELLED as RUN_CANCELLED
     from ship_sqla.kernel._ports import TERMINAL_STATES as TERMINAL_STATES
     from ship_sqla.kernel._ports import BuriedRun as BuriedRun
+    from ship_sqla.kernel._ports import Cancel as Cancel
+    from ship_sqla.kernel._ports import CancelRequestSource as CancelRequestSource
     from ship_sqla.kernel._ports import ClaimBatch as ClaimBatch
     from ship_sqla.kernel._ports import ClaimedRun as ClaimedRun
     from ship_sqla.kernel._ports import ClaimRequest as ClaimRequest
@@ -161,12 +174,16 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import EnqueueRequest as EnqueueRequest
     from ship_sqla.kernel._ports import EnqueueResult as EnqueueResult
     from ship_sqla.kernel._ports import Fail as Fail
+    from ship_sqla.kernel._ports import FailureKind as FailureKind
+    from ship_sqla.kernel._ports import HeartbeatBatch as HeartbeatBatch
+    from ship_sqla.kernel._ports import HistoryKind as HistoryKind
     from ship_sqla.kernel._ports import JobBackend as JobBackend
     from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
     from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
     from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
     from ship_sqla.kernel._ports import Lock as Lock
     from ship_sqla.kernel._ports import LockProvider as LockProvider
+    from ship_sqla.kernel._ports import PausedJob as PausedJob
     from ship_sqla.kernel._ports import QueueDepth as QueueDepth
     from ship_sqla.kernel._ports import QueueDepthSource as QueueDepthSource
     from ship_sqla.kernel._ports import Release as Release
@@ -178,7 +195,13 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import ScheduleStore as ScheduleStore
     from ship_sqla.kernel._ports import Settlement as Settlement
     from ship_sqla.kernel._ports import SettleOutcome as SettleOutcome
+    from ship_sqla.kernel._ports import SnoozeRun as SnoozeRun
     from ship_sqla.kernel._ports import StateCount as StateCount
+    from ship_sqla.kernel._ports import WakeSource as WakeSource
+    from ship_sqla.kernel._priority import DEFAULT_PRIORITY as DEFAULT_PRIORITY
+    from ship_sqla.kernel._priority import MAX_PRIORITY as MAX_PRIORITY
+    from ship_sqla.kernel._priority import MIN_PRIORITY as MIN_PRIORITY
+    from ship_sqla.kernel._priority import InvalidPriorityError as InvalidPriorityError
     from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
     from ship_sqla.kernel._registry import JobRegistry as JobRegistry
     from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
@@ -275,6 +298,10 @@ _EXPORTS: dict[str, str] = {
     "create_job_backend": "ship_sqla._jobs",
     "ship_job_runs_table": "ship_sqla._jobs",
     "ship_job_state_table": "ship_sqla._jobs",
+    # Push wake (K1): the listener of job backends and outbox relays
+    "Listener": "ship_sqla._notify",
+    "ListenerLostError": "ship_sqla._notify",
+    "ListenerNotLiveError": "ship_sqla._notify",
 }
 
 __all__ = tuple(sorted(_EXPORTS))

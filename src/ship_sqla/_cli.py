@@ -34,7 +34,9 @@ from ship_sqla._cli_jobs import (
     DEFAULT_STATE_TABLE,
     MAX_STATS_GROUPS,
     JobTables,
+    format_cancel,
     format_dead,
+    format_paused,
     format_run,
     format_stats,
     job_stats,
@@ -62,7 +64,7 @@ from ship_sqla.kernel import (
 from ship_sqla.kernel._durations import MAX_DRAIN_TIMEOUT, MAX_POLL_INTERVAL, require_duration
 from ship_sqla.kernel._errors import DatabaseUnavailableError
 from ship_sqla.kernel._keys import InvalidKeyError
-from ship_sqla.kernel._operations import MAX_CLEANUP_BATCH, MAX_PAGE_LIMIT
+from ship_sqla.kernel._operations import MAX_CLEANUP_BATCH, MAX_PAGE_LIMIT, MAX_PAUSED_JOBS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -72,8 +74,8 @@ if TYPE_CHECKING:
 
     from ship_sqla._schema_check import SchemaReport
     from ship_sqla.kernel import Page
-    from ship_sqla.kernel._operations import JobOperations
-    from ship_sqla.kernel._ports import RunRecord
+    from ship_sqla.kernel._operations import CancelResult, JobOperations
+    from ship_sqla.kernel._ports import PausedJob, RunRecord
 
 if TYPE_CHECKING:
     _AnyParamType = click.ParamType[Any]
@@ -695,9 +697,10 @@ def worker(
 
 @cli.group(short_help="Operator operations on job runs (J8).", epilog=OPERATOR_NOTE)
 def jobs() -> None:
-    """Operator operations on job runs: list dead runs, show one, retry, discard, counts by
-    state, retention cleanup (J8). Each works on the runs table ship_job_runs unless
-    --runs-table / --schema (or their environment variables) name another."""
+    """Operator operations on job runs: list dead runs, show one, retry, discard, cancel (K2),
+    pause / resume a job (K3), counts by state, retention cleanup (J8). Each works on the runs
+    table ship_job_runs (pause, resume and paused also on ship_job_state) unless --runs-table /
+    --state-table / --schema (or their environment variables) name others."""
 
 
 @jobs.command("dead", epilog=OPERATOR_NOTE)
@@ -795,6 +798,98 @@ def jobs_discard(run_id: str, database_url: URL, tables: JobTables) -> None:
         database_url, run_operation(database_url, call, tables), tables=tables.runs_name
     )
     click.echo(f"run {record.run_id} ({record.job_id}) is {record.state}.")
+
+
+@jobs.command("cancel", epilog=OPERATOR_NOTE)
+@click.argument("run_id")
+@database_url_option
+@job_tables_options(with_state_table=False)
+@json_option
+def jobs_cancel(run_id: str, database_url: URL, as_json: bool, tables: JobTables) -> None:
+    """Cancel a run (K2): a waiting run at once; a running run's worker is told to cancel its
+    handler, and the run ends cancelled (not retried). A finished run is left as it is (exit 0,
+    and the message says so); an unknown run exits 1."""
+
+    async def call(ops: JobOperations) -> CancelResult:
+        return await ops.cancel(run_id)
+
+    result = _run_jobs_call(
+        database_url,
+        run_operation(database_url, call, tables),
+        tables=tables.runs_name,
+        as_json=as_json,
+    )
+    if as_json:
+        body = {"outcome": result.outcome, "changed": result.changed}
+        click.echo(json.dumps({**body, "run": record_dict(result.record)}, indent=2))
+    else:
+        click.echo(format_cancel(result))
+
+
+@jobs.command("pause", epilog=OPERATOR_NOTE)
+@click.argument("job_id")
+@database_url_option
+@job_tables_options(with_state_table=True)
+def jobs_pause(job_id: str, database_url: URL, tables: JobTables) -> None:
+    """Pause a job (K3): once this returns, no claim that starts in any worker takes its runs;
+    running runs finish; enqueues and schedules still add runs, which wait. `jobs resume`
+    undoes it."""
+
+    async def call(ops: JobOperations) -> bool:
+        return await ops.pause(job_id)
+
+    paused = _run_jobs_call(
+        database_url, run_operation(database_url, call, tables), tables=tables.names
+    )
+    click.echo(
+        f"job {job_id} is paused: no worker claims its runs until `ship-sqla jobs resume {job_id}`."
+        if paused
+        else f"job {job_id} was paused already: nothing changed."
+    )
+
+
+@jobs.command("resume", epilog=OPERATOR_NOTE)
+@click.argument("job_id")
+@database_url_option
+@job_tables_options(with_state_table=True)
+def jobs_resume(job_id: str, database_url: URL, tables: JobTables) -> None:
+    """Resume a paused job (K3): its runs are claimable at once and listening workers are
+    woken."""
+
+    async def call(ops: JobOperations) -> bool:
+        return await ops.resume(job_id)
+
+    resumed = _run_jobs_call(
+        database_url, run_operation(database_url, call, tables), tables=tables.names
+    )
+    click.echo(
+        f"job {job_id} is resumed: its runs are claimable again."
+        if resumed
+        else f"job {job_id} was not paused: nothing changed."
+    )
+
+
+@jobs.command("paused", epilog=OPERATOR_NOTE)
+@database_url_option
+@job_tables_options(with_state_table=True)
+@json_option
+def jobs_paused(database_url: URL, as_json: bool, tables: JobTables) -> None:
+    """List the paused jobs, with when each was paused (K3)."""
+
+    async def call(ops: JobOperations) -> list[PausedJob]:
+        return await ops.paused(limit=MAX_PAUSED_JOBS)
+
+    paused = _run_jobs_call(
+        database_url,
+        run_operation(database_url, call, tables),
+        tables=tables.names,
+        as_json=as_json,
+    )
+    if as_json:
+        jobs_paused = [{"job_id": p.job_id, "paused_at": p.paused_at.isoformat()} for p in paused]
+        click.echo(json.dumps({"paused": jobs_paused}, indent=2))
+    else:
+        click.echo(format_paused(paused))
 
 
 @jobs.command("stats", epilog=OPERATOR_NOTE)

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs._tables import RUN_STATES as TABLE_RUN_STATES
 from ship_sqla._naming import quoted_table
 from ship_sqla.kernel import start_job_runtime
 from ship_sqla.kernel._operations import (
@@ -42,8 +43,8 @@ if TYPE_CHECKING:
 
     from ship_sqla._jobs import PostgresJobBackend
     from ship_sqla.kernel import JobDefinition, JobRegistry, Page
-    from ship_sqla.kernel._operations import JobOperations
-    from ship_sqla.kernel._ports import RunRecord, StateCount
+    from ship_sqla.kernel._operations import CancelResult, JobOperations
+    from ship_sqla.kernel._ports import PausedJob, RunRecord, StateCount
 
 __all__ = [
     "DEFAULT_RUNS_TABLE",
@@ -52,7 +53,9 @@ __all__ = [
     "RUN_STATES",
     "JobTables",
     "cli_cursor_secret",
+    "format_cancel",
     "format_dead",
+    "format_paused",
     "format_run",
     "format_stats",
     "job_stats",
@@ -62,9 +65,10 @@ __all__ = [
     "run_worker",
 ]
 
-RUN_STATES: Final = ("waiting", "running", "completed", "dead", "discarded")
-MAX_STATS_GROUPS: Final = 5000
-"""(job, state) groups read by ``jobs stats``: 1000 jobs of five states."""
+RUN_STATES: Final = TABLE_RUN_STATES
+"""The states ``jobs stats`` counts, in its column order: the runs table's own."""
+MAX_STATS_GROUPS: Final = 6000
+"""(job, state) groups read by ``jobs stats``: 1000 jobs of six states."""
 
 DEFAULT_RUNS_TABLE: Final = "ship_job_runs"
 DEFAULT_STATE_TABLE: Final = "ship_job_state"
@@ -222,6 +226,7 @@ def format_run(record: RunRecord) -> str:
         ("job", record.job_id),
         ("state", record.state),
         ("attempts", f"{record.attempt} of {record.max_attempts}"),
+        ("snoozes", str(record.snoozes)),
         ("key", record.key or "-"),
         ("dedupe_key", record.dedupe_key or "-"),
         ("run_at", _when(record.run_at)),
@@ -229,6 +234,7 @@ def format_run(record: RunRecord) -> str:
         ("updated_at", _when(record.updated_at)),
         ("finished_at", _when(record.finished_at)),
         ("lease_expires_at", _when(record.lease_expires_at)),
+        ("cancel_requested", _when(record.cancel_requested_at)),
         ("last_error", record.last_error or "-"),
         ("payload", json.dumps(record.payload, sort_keys=True)),
     ]
@@ -236,12 +242,33 @@ def format_run(record: RunRecord) -> str:
     lines.append(f"history ({len(record.history)}):")
     for entry in record.history:
         if isinstance(entry, dict):
+            kind = f" [{entry['kind']}]" if "kind" in entry else ""
             lines.append(
-                f"  attempt {entry.get('attempt')} at {entry.get('at')}: {entry.get('error')}"
+                f"  attempt {entry.get('attempt')}{kind} at {entry.get('at')}: {entry.get('error')}"
             )
         else:
             lines.append(f"  {entry}")
     return "\n".join(lines)
+
+
+def format_cancel(result: CancelResult) -> str:
+    """What ``jobs cancel`` did, in one line (K2)."""
+    record = result.record
+    run = f"run {record.run_id} ({record.job_id})"
+    if result.outcome == "cancelled":
+        return f"{run} is cancelled; it will not run."
+    if result.outcome == "requested":
+        return (
+            f"{run} is running: cancel requested. Its worker cancels the handler (at once when"
+            " it listens, else at its next heartbeat) and the run ends cancelled."
+        )
+    return f"{run} had already finished ({record.state}): nothing changed."
+
+
+def format_paused(paused: Sequence[PausedJob]) -> str:
+    if not paused:
+        return "no paused jobs."
+    return _table(("JOB", "PAUSED_AT"), ((p.job_id, _when(p.paused_at)) for p in paused))
 
 
 def format_stats(jobs: Sequence[dict[str, Any]]) -> str:

@@ -145,6 +145,7 @@ def claim_params() -> dict[str, Any]:
         "exclude_keys": [],
         "lapsed_final": "lapsed on the final attempt",
         "lapsed": "lapsed",
+        "cancel_lapsed": "cancelled, lapsed",
         "now": None,
     }
 
@@ -160,6 +161,8 @@ def depth_params() -> dict[str, Any]:
         "dedupe_keys": ["explained-key"],
         "keys": [None],
         "run_ats": [None],
+        "priorities": [0],
+        "trace_contexts": [None],
     }
 
 
@@ -173,6 +176,8 @@ def capped_params() -> dict[str, Any]:
         "payloads": "[{}]",
         "keys": [None],
         "run_ats": [None],
+        "priorities": [0],
+        "trace_contexts": [None],
     }
 
 
@@ -189,13 +194,17 @@ def settle_params() -> dict[str, Any]:
             for n, kind in enumerate(kinds)
         ],
         "errors": [None if kind == "complete" else "boom" for kind in kinds],
+        "entry_kinds": [
+            None if kind == "complete" else ("failure" if kind == "fail" else "released")
+            for kind in kinds
+        ],
         "now": None,
     }
 
 
 def completes_params() -> dict[str, Any]:
     """A batch of 50 completes, as the backend sends it: ids and tokens only."""
-    return {**settle_params(), "kinds": [], "ats": [], "errors": []}
+    return {**settle_params(), "kinds": [], "ats": [], "errors": [], "entry_kinds": []}
 
 
 def heartbeat_params() -> dict[str, Any]:
@@ -268,4 +277,121 @@ async def test_hot_statements_use_their_indexes_at_a_million_runs(loaded: AsyncE
             report.append((name, "generic" if generic else "custom", buffers(big), buffers(small)))
             if bounded:
                 assert buffers(big) <= 2 * buffers(small), report[-1]
+    print(report)  # noqa: T201 - the measured buffers, for the log
+
+
+# --- K6: the claim over mixed priorities and many delayed high-priority runs ---------------------
+
+prio_runs = ship_job_runs_table(metadata, name="prio_job_runs")
+small_prio_runs = ship_job_runs_table(metadata, name="small_prio_job_runs")
+
+PRIORITY_SHAPE = [
+    # tag, runs per 1,000 of backlog (None: a fixed count), priority, delayed
+    ("p10d", 200, 10, True),  # the highest level: every run delayed
+    ("p5u", None, 5, False),  # 20 due runs under 100 delayed ones per 1,000
+    ("p5d", 100, 5, True),
+    ("p3u", None, 3, False),  # 10 due runs
+    ("p1u", 400, 1, False),
+    ("p0u", 290, 0, False),
+    ("pm5d", 10, -5, True),  # a low level, delayed
+]
+"""Seven groups on six levels. A claim of 50 must take p5u's 20 due runs, p3u's 10, then 20 of
+p1u's, reading past none of the delayed runs (a third of the backlog, most of it at the highest
+priority) and never reaching level 0."""
+FIXED = {"p5u": 20, "p3u": 10}
+LEVELS = 6
+
+
+def _load_priorities(table: str, backlog: int) -> list[str]:
+    columns = "id, job_id, state, payload, max_attempts, run_at, created_at, updated_at, priority"
+    statements = []
+    for tag, per_thousand, priority, delayed in PRIORITY_SHAPE:
+        count = FIXED[tag] if per_thousand is None else per_thousand * backlog // 1_000
+        due = "interval '1 day'" if delayed else "- interval '1 hour'"
+        statements.append(
+            f"INSERT INTO {table} ({columns})"
+            f" SELECT '{tag}' || lpad(g::text, 9, '0'), 'bulk', 'waiting', '{{}}'::jsonb, 5,"
+            f"  now() + {due} + g * interval '1 millisecond', now(), now(), {priority}"
+            f" FROM generate_series(1, {count}) g"
+        )
+    return statements
+
+
+@pytest.fixture
+async def loaded_priorities(ship_engine: AsyncEngine) -> AsyncEngine:
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+        for statement in _load_priorities(prio_runs.name, BIG) + _load_priorities(
+            small_prio_runs.name, SMALL
+        ):
+            await connection.execute(text(statement))
+    async with ship_engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        for table in (prio_runs, small_prio_runs):
+            await connection.execute(text(f"VACUUM (ANALYZE) {table.name}"))
+    return ship_engine
+
+
+def due_index_entries(plan: dict[str, Any], table: Table) -> int:
+    """Index entries the plan read from ``<table>_due_idx``: rows returned or filtered out, over
+    every loop (EXPLAIN reports both per loop)."""
+    return sum(
+        round((n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"])
+        for n in nodes(plan)
+        if n.get("Index Name") == f"{table.name}_due_idx"
+    )
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.slow
+async def test_priority_claim_reads_about_limit_entries_at_a_million_runs(
+    loaded_priorities: AsyncEngine,
+) -> None:
+    """K6, J3: at 1,000,000 waiting runs on six priority levels, a third of them delayed and
+    most of those at the highest priority, the claim of 50 takes the due runs highest priority
+    first and reads about limit index entries plus two per level it visits (never the delayed
+    runs), off the due and lease partial indexes, with no sequential scan, in custom and generic
+    plans, at most twice the buffers of the same shape at a backlog of 1,000; its estimated cost
+    stays far below jit_above_cost, so PostgreSQL never JIT-compiles a claim."""
+    report = []
+    for generic in (False, True):
+        plans = {}
+        for table in (prio_runs, small_prio_runs):
+            statement = render(
+                claim.CLAIM_DUE_AND_LAPSED_SKIP_LOCKED, runs=table.name, state="ship_job_state"
+            )
+            async with loaded_priorities.connect() as connection, connection.begin() as tx:
+                plans[table.name] = await explain(
+                    connection, statement, claim_params(), generic=generic
+                )
+                taken = (
+                    await connection.execute(
+                        text(
+                            f"SELECT left(id, 3) AS tag, count(*) FROM {table.name}"
+                            " WHERE state = 'running' GROUP BY 1 ORDER BY 1"
+                        )
+                    )
+                ).all()
+                await tx.rollback()
+            assert [tuple(row) for row in taken] == [("p1u", 20), ("p3u", 10), ("p5u", 20)]
+        big, small = plans[prio_runs.name], plans[small_prio_runs.name]
+        # At about a thousand rows the planner may update the 50 claimed ones off a
+        # sequential scan of the table's few pages: only the large table's shape is checked.
+        check_plan(big, prio_runs, uses={"due_idx", "lease_idx"})
+        for plan, table in ((big, prio_runs), (small, small_prio_runs)):
+            assert plan["Actual Rows"] == 50
+            # 50 runs taken, the next level found from each level visited (10, 5, 3, 1: four
+            # probes), and at most one entry per visited level past its due runs.
+            assert due_index_entries(plan, table) <= 50 + 2 * LEVELS, report
+            assert plan["Total Cost"] < 100_000
+        report.append(
+            (
+                "claim",
+                "generic" if generic else "custom",
+                buffers(big),
+                buffers(small),
+                due_index_entries(big, prio_runs),
+            )
+        )
+        assert buffers(big) <= 2 * buffers(small), report[-1]
     print(report)  # noqa: T201 - the measured buffers, for the log

@@ -429,7 +429,11 @@ async def test_run_once_propagates_database_errors_the_loop_absorbs_them(errors)
     try:
         with pytest.raises(DBAPIError):
             await relay.run_once()
-        async with await start_outbox_relay(outbox, "main", Recorder(1), poll_interval=1) as relay:
+        # listen=False: only the loop's errors are counted here (a listener would report its
+        # own failed connections too, K1).
+        async with await start_outbox_relay(
+            outbox, "main", Recorder(1), poll_interval=1, listen=False
+        ) as relay:
             await errors.wait_for(1)
             await until_parked(clock)
             clock.advance(60)
@@ -574,7 +578,10 @@ async def test_error_backoff_is_capped_at_the_loops_error_backoff(errors):
     clock = FrozenClock()
     outbox = create_outbox(database=engine, table=table, clock=clock, on_error=errors)
     try:
-        async with await start_outbox_relay(outbox, "main", Recorder(1), poll_interval=30) as relay:
+        # listen=False: only the loop's errors are counted here (K1's listener reports its own).
+        async with await start_outbox_relay(
+            outbox, "main", Recorder(1), poll_interval=30, listen=False
+        ) as relay:
             await errors.wait_for(1)
             await until_parked(clock)
             clock.advance(0.1)  # the first retry comes after at most 0.1 s

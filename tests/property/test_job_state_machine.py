@@ -1,10 +1,12 @@
 """The PostgreSQL job backend against the in-memory model, step by step (J1-J7).
 
-Hypothesis drives both backends with the same calls (enqueue, enqueue_many, claim as worker A or
-B, heartbeat, settle batches (complete / fail / release, one kind or mixed) with a current or
-stale token, the frozen clock moving past leases, operator retry / discard through the admin
-ports, cleanup through the one operator surface) and after every step checks that the database
-equals the model and that the backend's invariants hold.
+Hypothesis drives both backends with the same calls (enqueue, enqueue_many, claim as worker A or B,
+heartbeat, operator cancel of any run and pause / resume of a job (K2, K3), settle batches (complete
+/ fail of any kind / release, one kind or mixed) with a current or stale token, a handler's outcome
+(an exception, TerminalError, a non-retryable type, RetryAfter, Snooze, a timeout) turned into its
+settlement by the runtime's own rule, the frozen clock moving past leases, operator retry / discard
+through the admin ports, cleanup through the one operator surface) and after every step checks that
+the database equals the model and that the backend's invariants hold.
 
 Hypothesis has no async rules, so the sync rules drive the async backends through one event loop
 kept for the whole test (an anyio blocking portal); one engine per test on a database created
@@ -42,7 +44,13 @@ from ship_sqla._jobs._admin import run_record
 from ship_sqla._jobs._backend import PostgresJobBackend
 from ship_sqla._jobs._sql import render
 from ship_sqla._jobs._sql.admin import GET_RUN
-from ship_sqla.kernel import FrozenClock
+from ship_sqla.kernel import (
+    FrozenClock,
+    JobTimeoutError,
+    RetryAfter,
+    Snooze,
+    TerminalError,
+)
 from ship_sqla.kernel._jobs import Concurrency, IdempotencyPolicy, RetryPolicy, define_job
 from ship_sqla.kernel._memory.jobs import InMemoryJobBackend
 from ship_sqla.kernel._operations import JobOperations, create_job_operations
@@ -57,6 +65,7 @@ from ship_sqla.kernel._ports import (
     RunRecord,
     Settlement,
 )
+from ship_sqla.kernel._runtime.executor import raised_settlement
 from ship_sqla.testing import DatabaseFactory, ResolvedServer
 
 # Private on purpose: databases made here carry the pytest plugin's own prefix
@@ -93,16 +102,37 @@ PLAIN = define_job(
     noop,
     payload=dict,
     concurrency=Concurrency(max=2, lease=10),
-    retry=RetryPolicy(attempts=3),
+    # No jitter: the handler-outcome rule computes each retry time twice (model, database).
+    retry=RetryPolicy(attempts=3, max_snoozes=2, jitter="none"),
 )
 KEYED = define_job(
     "keyed",
     noop,
     payload=dict,
     concurrency=Concurrency(max=3, lease=6, single_runner=True, key=lambda p: p["key"]),
-    retry=RetryPolicy(attempts=2),
+    retry=RetryPolicy(attempts=2, max_snoozes=1, non_retryable=(KeyError,), jitter="none"),
     idempotency=IdempotencyPolicy(key=lambda p: f"n{p['n'] % 3}"),
 )
+JOBS_BY_ID = {PLAIN.id: PLAIN, KEYED.id: KEYED}
+RAISED = st.sampled_from(["error", "terminal", "non-retryable", "retry-after", "snooze", "timeout"])
+FAIL_KINDS = st.sampled_from(["failure", "terminal", "retry-after", "timeout"])
+
+
+def _raised(name: str) -> BaseException:
+    """One exception a handler may end an attempt with (K4, K5)."""
+    if name == "terminal":
+        return TerminalError("bad input")
+    if name == "non-retryable":
+        return KeyError("gone")  # KEYED names it non-retryable; PLAIN retries it
+    if name == "retry-after":
+        return RetryAfter(4, "rate limited")
+    if name == "snooze":
+        return Snooze(2, "not ready")
+    if name == "timeout":
+        return JobTimeoutError("ran past its timeout")
+    return ValueError("boom")
+
+
 JOBS = st.sampled_from([PLAIN, KEYED])
 WORKERS = st.sampled_from(["A", "B"])
 PICKS = st.integers(min_value=0, max_value=10_000)
@@ -135,6 +165,8 @@ def _claimed_view(run: ClaimedRun) -> tuple[Any, ...]:
         run.key,
         run.lease_expires_at,
         run.created_at,
+        run.snoozes,
+        run.priority,
     )
 
 
@@ -161,6 +193,8 @@ class JobBackendMachine(RuleBasedStateMachine):
         self.counter = 0
         self.seen: dict[str, str] = {}
         self.retried: set[str] = set()
+        # K2: runs an operator cancelled while they ran: never waiting or dead again.
+        self.cancel_requested: set[str] = set()
 
     # --- plumbing --------------------------------------------------------------------------------
 
@@ -208,11 +242,17 @@ class JobBackendMachine(RuleBasedStateMachine):
 
     # --- enqueue -------------------------------------------------------------------------------
 
-    def _request(self, dedupe: str | None, delay: int, key: str) -> EnqueueRequest:
+    def _request(
+        self, dedupe: str | None, delay: int, key: str, priority: int | None = None
+    ) -> EnqueueRequest:
         payload = {"n": self.counter, "key": key}
         run_at = self.clock.now() + timedelta(seconds=delay) if delay else None
         return EnqueueRequest(
-            payload=payload, dedupe_key=dedupe, run_at=run_at, run_id=self.next_id()
+            payload=payload,
+            dedupe_key=dedupe,
+            run_at=run_at,
+            run_id=self.next_id(),
+            priority=priority,
         )
 
     @initialize()
@@ -227,13 +267,17 @@ class JobBackendMachine(RuleBasedStateMachine):
                 st.none() | st.sampled_from(["d1", "d2"]),
                 st.sampled_from([0, 0, 5]),
                 st.sampled_from(["x", "y"]),
+                # K6: claims must agree on the order priority, run_at, creation.
+                st.sampled_from([None, None, 0, 2, -1]),
             ),
             min_size=1,
             max_size=4,
         ),
         repeat_id=st.booleans(),
     )
-    def enqueue(self, job: Any, specs: list[tuple[Any, int, str]], repeat_id: bool) -> None:
+    def enqueue(
+        self, job: Any, specs: list[tuple[Any, int, str, int | None]], repeat_id: bool
+    ) -> None:
         """One request through ``enqueue``, several through ``enqueue_many``."""
         requests = [self._request(*spec) for spec in specs]
         if len(requests) == 1:
@@ -243,6 +287,7 @@ class JobBackendMachine(RuleBasedStateMachine):
                 "dedupe_key": request.dedupe_key,
                 "run_at": request.run_at,
                 "run_id": request.run_id,
+                "priority": request.priority,
             }
             expected = self.run(self.model.enqueue(job, request.payload, **kwargs))
             actual = self.run(self.pg.enqueue(job, request.payload, **kwargs))
@@ -283,14 +328,16 @@ class JobBackendMachine(RuleBasedStateMachine):
         retry_in=st.none() | st.sampled_from([0, 3]),
         error=st.none() | st.sampled_from(["e1", "e2"]),
         kinds=st.lists(st.sampled_from(["complete", "fail", "release"]), min_size=3, max_size=3),
+        fail_kind=FAIL_KINDS,
     )
-    def settle(
+    def settle(  # noqa: PLR0917 - Hypothesis draws each argument
         self,
         op: str,
         picks: list[tuple[int, bool]],
         retry_in: int | None,
         error: str | None,
         kinds: list[str],
+        fail_kind: Any,
     ) -> None:
         """heartbeat / complete take a batch; fail / release the first pick; mixed settles a
         batch of every kind in one call (one statement on PostgreSQL). A pick is a current claim
@@ -302,6 +349,8 @@ class JobBackendMachine(RuleBasedStateMachine):
             expected: list[Any] = self.run(self.model.heartbeat([c.model for c in chosen]))
             actual: list[Any] = self.run(self.pg.heartbeat([c.pg for c in chosen]))
             assert actual == expected
+            # K2: both answer the same held runs as cancel-requested.
+            assert actual.cancel_requested == expected.cancel_requested  # type: ignore[attr-defined]
             stale_flags = [not ok for ok in actual]
             now = self.clock.now()
             for claim, ok in zip(chosen, actual, strict=True):
@@ -323,7 +372,7 @@ class JobBackendMachine(RuleBasedStateMachine):
                     if kind == "complete":
                         made.append(Complete(run))
                     elif kind == "fail":
-                        made.append(Fail(run, error or "e", retry_at=when))
+                        made.append(Fail(run, error or "e", retry_at=when, kind=fail_kind))
                     else:
                         made.append(Release(run, run_at=when or self.clock.now(), error=error))
                 return made
@@ -337,6 +386,53 @@ class JobBackendMachine(RuleBasedStateMachine):
         for claim, stale in zip(chosen, stale_flags, strict=True):
             if stale and claim.pg.run_id not in settled:
                 assert after.get(claim.pg.run_id) == before.get(claim.pg.run_id)  # J5
+
+    @precondition(lambda self: self.claims)
+    @rule(pick=PICKS, stale=st.booleans(), raised=RAISED)
+    def handler_outcome(self, pick: int, stale: bool, raised: str) -> None:
+        """K4, K5: a handler's attempt ends by raising; the runtime's own rule
+        (``raised_settlement``: the retry plan over the claim's attempt and snoozes) makes the
+        settlement, the same on both sides; both backends must answer alike, a stale one
+        changing nothing (J5)."""
+        claim = self.pick(pick, stale)
+        job = JOBS_BY_ID[claim.pg.job_id]
+        now = self.clock.now()
+        expected = self.run(
+            self.model.settle([raised_settlement(job, claim.model, _raised(raised), now)])
+        )
+        before = self.pg_records().get(claim.pg.run_id)
+        actual = self.run(self.pg.settle([raised_settlement(job, claim.pg, _raised(raised), now)]))
+        assert actual == expected
+        if actual == ["stale"]:
+            assert self.pg_records().get(claim.pg.run_id) == before  # J5
+
+    @rule(
+        op=st.sampled_from(["cancel", "cancel", "pause", "resume"]),
+        pick=PICKS,
+        job=JOBS,
+        of_running=st.booleans(),
+    )
+    def control(self, op: str, pick: int, job: Any, of_running: bool) -> None:
+        """K2, K3: cancel a known run (waiting, running or finished; ``of_running`` prefers a
+        running one) or pause / resume a job through the operator surface on both; both answer
+        alike, and the other rules then run against cancel-requested runs and paused jobs. A
+        run cancelled while running is remembered (invariants)."""
+        if op != "cancel":
+            expected = self.run(getattr(self.model_ops, op)(job.id))
+            assert self.run(getattr(self.pg_ops, op)(job.id)) == expected
+            return
+        ids = self.known_ids()
+        if of_running:
+            ids = [r.run_id for r in self.model.runs() if r.state == "running"] or ids
+        if not ids:
+            return
+        run_id = ids[pick % len(ids)]
+        expected = self.run(self.model_ops.cancel(run_id))
+        actual = self.run(self.pg_ops.cancel(run_id))
+        assert actual.outcome == expected.outcome
+        assert _normalized(actual.record) == _normalized(expected.record)
+        if actual.outcome == "requested":
+            self.cancel_requested.add(run_id)
 
     @rule(seconds=st.sampled_from([1, 3, 7, 11, 2 * 86400]))
     def advance(self, seconds: int) -> None:
@@ -386,15 +482,22 @@ class JobBackendMachine(RuleBasedStateMachine):
             assert running <= job.concurrency.max, (job.id, running)
         live_keys: set[tuple[str, str]] = set()
         for run_id, record in records.items():
-            # Attempts never exceed the bound.
+            # Attempts never exceed the bound; nor do snoozes (K4: the kernel bounds them).
             assert 0 <= record.attempt <= record.max_attempts, record
+            assert 0 <= record.snoozes <= JOBS_BY_ID[record.job_id].retry.max_snoozes, record
+            # K4: every history entry records its kind.
+            assert all("kind" in entry for entry in record.history), record
             # J1: one non-terminal run per (job, dedupe key).
             if record.dedupe_key is not None and record.state not in TERMINAL_STATES:
                 assert (record.job_id, record.dedupe_key) not in live_keys, record
                 live_keys.add((record.job_id, record.dedupe_key))
+            # K2: a run cancelled while running ends cancelled (or completed), never waiting
+            # or dead.
+            if run_id in self.cancel_requested:
+                assert record.state in ("running", "cancelled", "completed"), record
             # Terminal runs never come back (a dead run only through an operator retry).
             previous = self.seen.get(run_id)
-            if previous in ("completed", "discarded"):
+            if previous in ("completed", "discarded", "cancelled"):
                 assert record.state == previous, (run_id, previous, record.state)
             if previous == "dead" and record.state != "dead":
                 assert record.state == "discarded" or run_id in self.retried, record
@@ -429,12 +532,19 @@ def job_database(ship_server: ResolvedServer) -> Iterator[str]:
 
 @pytest.mark.timeout(900 if LARGE else 300)
 def test_postgres_backend_matches_the_model(job_database: str) -> None:
-    """J1-J7 against the model: after every step the database equals the in-memory model; no
-    run has two live holders; a stale token never changes a row (J5) and a heartbeat never
-    revives a lapsed lease (J5); terminal runs never come back; attempts never exceed the
+    """J1-J7, K4, K5 against the model: after every step the database equals the in-memory
+    model; no run has two live holders; a stale token never changes a row (J5) and a heartbeat
+    never revives a lapsed lease (J5); terminal runs never come back; attempts never exceed the
     bound; a job never has more than concurrency.max running runs (J3); dedupe (J1) and
     queue-full (J2) hold; lapsed leases are retaken (the lapsed attempt in the history) or
-    dead-lettered and returned as buried as the model says (J6, J10)."""
+    dead-lettered and returned as buried as the model says (J6, J10); a handler's terminal,
+    non-retryable, retry-after, snooze and timeout outcomes settle alike on both (K4, K5), every
+    history entry records its kind, and no run snoozes more than retry.max_snoozes (K4); runs
+    of mixed priorities are claimed in the same order, priority, run_at, creation (K6); cancels
+    of waiting, running and finished runs answer alike, a finished run never changes, a run
+    cancelled while running ends cancelled (its settlements, or the claim after its lease
+    lapsed), never waiting or dead, and heartbeats answer the same cancel requests (K2); a
+    paused job's claims take nothing until it is resumed (K3)."""
     with start_blocking_portal(backend="asyncio") as portal:
 
         async def setup() -> AsyncEngine:

@@ -169,6 +169,12 @@ class SpyBackend:
         """Until ``name`` was called (answered or raised) at least ``count`` times."""
         await self._wait(lambda: len(self.calls.get(name, ())) >= count, limit)
 
+    async def wait_idle(self, *, limit: float = 10.0) -> None:
+        """Until every call that was entered has answered (or raised): nothing in flight."""
+        await self._wait(
+            lambda: sum(self.started.values()) <= sum(map(len, self.calls.values())), limit
+        )
+
     async def wait_started(self, name: str, count: int, *, limit: float = 10.0) -> None:
         """Until ``name`` was entered at least ``count`` times (its answer may be pending)."""
         await self._wait(lambda: self.started.get(name, 0) >= count, limit)

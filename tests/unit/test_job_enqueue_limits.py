@@ -55,6 +55,8 @@ def test_a_valid_request_is_prepared_once_for_every_backend():
         key="é",
         run_at=AT,
         max_attempts=4,
+        priority=0,
+        trace_context=None,
     )
     assert uuid.UUID(prepared.run_id).version == 7
     given = prepare_run(keyed, EnqueueRequest({"account": "a", "order": 1}, dedupe_key="mine"))

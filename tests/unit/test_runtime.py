@@ -804,10 +804,13 @@ async def test_queue_sample_interval_sets_the_sampling_period(clock, backend):
         await spy.wait_calls("queue_depths", 2)
 
 
-async def test_a_heartbeat_refused_after_the_handler_returned_reports_nothing(clock, errors):
-    """J5: once a handler returned, a heartbeat refused meanwhile may only mean its completion
-    landed first, so it is not reported as a stale lease (it was, about one restart in
-    fourteen under load); the completion's own answer decides, and here it completes."""
+async def test_no_heartbeat_races_a_settle_on_its_way(clock, errors):
+    """J5 (SPEC §10): once a handler returned and its settle is on its way, the run is not
+    heartbeated at its regular beat, so no heartbeat races the settle (one answered after the
+    completion landed reads as a lost lease for a finished run: it did, about one restart in
+    fourteen under load). Only a settle still unanswered in the lease's last third is
+    heartbeated, to keep the lease; that heartbeat's refusal is not reported as a stale lease:
+    the completion's own answer decides, and here it completes."""
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
     spy = SpyBackend(backend)
     gate = spy.gate("settle")
@@ -818,7 +821,10 @@ async def test_a_heartbeat_refused_after_the_handler_returned_reports_nothing(cl
         await settle_loop(50)
         assert runtime.executing == 0
         assert runtime.in_flight == 1  # the completion waits at the gate
-        clock.advance(LEASE / 3)
+        clock.advance(LEASE / 3 + 1)  # past the regular beat
+        await settle_loop()
+        assert spy.started.get("heartbeat", 0) == 0
+        clock.advance(LEASE / 3)  # the lease's last third, the settle still unanswered
         await spy.wait_calls("heartbeat", 1)
         await settle_loop()
         gate.set()

@@ -1,5 +1,5 @@
-"""The PostgreSQL backend's administration port (:class:`~ship_sqla.kernel.RunAdmin`, J8) and its
-stats (J10's queue gauges, ``jobs stats``).
+"""The PostgreSQL backend's administration port (:class:`~ship_sqla.kernel.RunAdmin`, J8; cancel,
+K2; pause and resume, K3) and its stats (J10's queue gauges, ``jobs stats``).
 
 It checks no permission and no bound: the operator surface
 (:class:`~ship_sqla.kernel.JobOperations`) is the gate over it. Every statement is one of the
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import IntegrityError
 
 from ship_sqla._sql_errors import sqlstate_of
-from ship_sqla.kernel._ports import QueueDepth, RunRecord, StateCount
+from ship_sqla.kernel._ports import PausedJob, QueueDepth, RunRecord, StateCount
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -25,7 +25,16 @@ if TYPE_CHECKING:
     from ship_sqla._scope import StoreConnections
     from ship_sqla.kernel._ports import DeadQuery, RunState
 
-__all__ = ["PostgresRunAdmin", "run_record"]
+__all__ = ["PAUSE_ROW_SUFFIX", "PostgresRunAdmin", "pause_row", "run_record"]
+
+PAUSE_ROW_SUFFIX = "#paused"
+"""A paused job's row in the state table is ``<job_id>#paused`` (K3): no job id holds ``#``, so
+it never meets a schedule's row or a gate row (``<job_id>#enqueue-gate``)."""
+
+
+def pause_row(job_id: str) -> str:
+    """The state-table row that pauses ``job_id`` (read by every claim of the job, K3)."""
+    return f"{job_id}{PAUSE_ROW_SUFFIX}"
 
 
 def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
@@ -46,13 +55,25 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         lease_expires_at=row.lease_expires_at,
         last_error=row.last_error,
         history=tuple(row.history),
+        priority=row.priority,
+        snoozes=row.snoozes,
+        cancel_requested_at=row.cancel_requested_at,
     )
 
 
 class PostgresRunAdmin:
     """:class:`~ship_sqla.kernel.RunAdmin` over one PostgreSQL job backend's runs table."""
 
-    __slots__ = ("_connections", "_now", "_s", "_wake")
+    __slots__ = (
+        "_cancel_channel",
+        "_cancel_requested",
+        "_connections",
+        "_now",
+        "_s",
+        "_wake",
+        "_wake_channel",
+        "_wake_payload",
+    )
 
     def __init__(
         self,
@@ -61,11 +82,19 @@ class PostgresRunAdmin:
         *,
         now: Callable[[], datetime | None],
         wake: Callable[[], None],
+        cancel_channel: str,
+        wake_channel: str,
+        wake_payload: Callable[[str], str],
+        cancel_requested: Callable[[str], None],
     ) -> None:
         self._s = statements
         self._connections = connections
         self._now = now
         self._wake = wake
+        self._cancel_channel = cancel_channel
+        self._wake_channel = wake_channel
+        self._wake_payload = wake_payload
+        self._cancel_requested = cancel_requested
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with self._connections.joined(None, "get_run", one_statement=True) as tx:
@@ -105,6 +134,44 @@ class PostgresRunAdmin:
         async with self._connections.joined(None, "discard", one_statement=True) as tx:
             row = (await tx.connection.execute(self._s.discard, params)).one_or_none()
         return None if row is None else run_record(row)
+
+    async def cancel(self, run_id: str) -> RunRecord | None:
+        """K2 (CANCEL_LIVE_RUN): a waiting run is cancelled; a running one's request is recorded
+        and announced on the cancel channel in the same transaction (delivered on its commit,
+        to every process's listener); this process's runtimes are told after the commit
+        without waiting for the notification. None: finished or unknown, nothing changed."""
+        params = {"id": run_id, "channel": self._cancel_channel, "now": self._now()}
+        async with self._connections.joined(None, "cancel", one_statement=True) as tx:
+            row = (await tx.connection.execute(self._s.cancel_run, params)).one_or_none()
+            if row is not None and row.told:
+                tx.after_commit(lambda: self._cancel_requested(run_id))
+        return None if row is None else run_record(row)
+
+    async def pause(self, job_id: str) -> bool:
+        """K3 (PAUSE_JOB): once committed, no claim that starts takes a run of ``job_id``."""
+        params = {"pause_row": pause_row(job_id), "now": self._now()}
+        async with self._connections.joined(None, "pause", one_statement=True) as tx:
+            row = (await tx.connection.execute(self._s.pause_job, params)).one_or_none()
+        return row is not None
+
+    async def resume(self, job_id: str) -> bool:
+        """K3 (RESUME_JOB): the job's runs are claimable again; the local loop is woken after
+        the commit, other processes' listeners by the notification it sends."""
+        params = {
+            "pause_row": pause_row(job_id),
+            "channel": self._wake_channel,
+            "payload": self._wake_payload(job_id),
+        }
+        async with self._connections.joined(None, "resume", one_statement=True) as tx:
+            row = (await tx.connection.execute(self._s.resume_job, params)).one_or_none()
+            if row is not None:
+                tx.after_commit(self._wake)
+        return row is not None
+
+    async def paused(self, *, limit: int) -> list[PausedJob]:
+        async with self._connections.joined(None, "paused", one_statement=True) as tx:
+            rows = (await tx.connection.execute(self._s.list_paused, {"limit": limit})).all()
+        return [PausedJob(row.job_id, row.paused_at) for row in rows]
 
     async def delete_finished(
         self, job_id: str, state: RunState, *, older_than: timedelta, limit: int

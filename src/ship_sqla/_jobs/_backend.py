@@ -34,6 +34,15 @@ J3 A claim is one short transaction: a per-job advisory lock, then ONE statement
    job's running runs, takes due runs with ``FOR UPDATE SKIP LOCKED`` and leases at most
    ``request.max_running`` minus that count, whichever process claims. A committed local
    insert wakes the local loop (after commit, never after a rollback).
+K1 An insert of a due run announces it in its own transaction (NOTIFY on
+   :attr:`PostgresJobBackend.wake_channel`, payload the job id; folded into the plain INSERT,
+   one more statement on the other paths), so another process's runtime wakes when it commits,
+   never after a rollback; at most once per job per 250 ms per backend
+   (:mod:`ship_sqla.kernel._plans.announce`). While a worker runtime runs, the backend's
+   :class:`~ship_sqla._notify.Listener` (``listen=``) holds one dedicated LISTEN connection and
+   wakes the loop on the announcements of the runtime's jobs, again a window later for those
+   the senders' throttle silenced, and at once after every reconnect. Polling stays the
+   fallback: a lost notification or listener delays a run by at most ``poll_interval``.
 J5 Each claim draws a new fencing token; every settlement and heartbeat acts only while it is
    current, else changes nothing and answers "stale" (the runtime reports
    ``SHIP_SQLA_JOB_LEASE_STALE``). A lease that lapsed but that no claim retook is still current
@@ -59,43 +68,61 @@ Errors: the backend raises; the runtime's loop catches, reports through :meth:`r
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import MetaData, Table
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla._jobs._admin import PostgresRunAdmin
+from ship_sqla._jobs._admin import PostgresRunAdmin, pause_row
 from ship_sqla._jobs._insert import RunInserter
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._tables import ship_job_runs_table, ship_job_state_table
 from ship_sqla._locks import advisory_lock_key, advisory_lock_provider
+from ship_sqla._notify import (
+    Listen,
+    Recheck,
+    announced_key,
+    announcement,
+    channel_name,
+    check_listen,
+    listener_for,
+    sender_token,
+)
 from ship_sqla._scope import Database, StoreConnections, TransactionScope
 from ship_sqla.kernel import Clock, ConfigurationError
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import DatabaseTimeoutError
+from ship_sqla.kernel._plans.announce import AnnounceThrottle
 from ship_sqla.kernel._ports import (
+    CANCEL_LAPSED_MESSAGE,
     LEASE_LAPSED_FINAL_MESSAGE,
     LEASE_LAPSED_MESSAGE,
     BuriedRun,
+    Cancel,
     ClaimBatch,
     ClaimedRun,
     Complete,
     Fail,
+    HeartbeatBatch,
     LockProvider,
     QueueDepth,
     SettleOutcome,
+    SnoozeRun,
+    history_kind_of,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from datetime import datetime
 
+    from ship_sqla._notify import Listener, Subscription
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
-    from ship_sqla.kernel._ports import ClaimRequest, EnqueueResult, Settlement
+    from ship_sqla.kernel._ports import ClaimRequest, EnqueueResult, HistoryKind, Settlement
 
 __all__ = [
     "CLAIM_LOCK_NAMESPACE",
@@ -129,10 +156,14 @@ _RUN_COLUMNS = frozenset(
         "claimed_by",
         "last_error",
         "history",
+        "priority",
+        "trace_context",
+        "snoozes",
+        "cancel_requested_at",
     }
 )
 
-_KIND_OF: Final = {Complete: "complete", Fail: "fail"}
+_KIND_OF: Final = {Complete: "complete", Fail: "fail", SnoozeRun: "snooze", Cancel: "cancel"}
 """Settlement class -> ``:kinds`` value of SETTLE_IF_TOKEN_CURRENT (any other: ``release``)."""
 
 
@@ -174,6 +205,7 @@ class PostgresJobBackend(JobBackendBase):
         on_error: ErrorHandler | None,
         clock: Clock | None,
         operation_timeout: float,
+        listen: Listen = True,
     ) -> None:
         if not isinstance(database, AsyncEngine | AsyncConnection):
             raise ConfigurationError(
@@ -219,10 +251,45 @@ class PostgresJobBackend(JobBackendBase):
             now=self._now,
             wake=self.wake,
         )
-        self._admin = PostgresRunAdmin(
-            self.statements, self._connections, now=self._now, wake=self.wake
-        )
         self._claim_keys: dict[str, int] = {}
+        # K1: announce due runs to other processes' listeners; listen while a runtime runs.
+        self.wake_channel: Final = channel_name("ship_sqla.jobs", self.statements.runs_name)
+        """The NOTIFY channel of this runs table (payload: the job id), the same in every
+        process: enqueues announce on it, listeners wake on it."""
+        self._throttle: AnnounceThrottle | None = AnnounceThrottle()
+        self._sender = sender_token()
+        self._listener = listener_for(
+            database,
+            check_listen(listen, "create_job_backend"),
+            name="job backend",
+            report_error=self.report_error,
+        )
+        self._listen_channels: dict[str, tuple[Callable[[str], object], Callable[[], object]]] = {
+            self.wake_channel: (self._announced, self.wake)
+        }
+        """What this backend subscribes to on its listener while a runtime listens: channel ->
+        (on_notify(payload), on_gap()). Each channel is one subscription of the one listener."""
+        self._subscriptions: list[Subscription] = []
+        self._listening: Counter[str] = Counter()
+        self._recheck = Recheck(self.wake, self._clock)
+        # K2: an operator's cancel of a running run is announced on this channel (payload: the
+        # run id); a gap in listening needs no catching up: the heartbeat's answer covers it.
+        self.cancel_channel: Final = channel_name(
+            "ship_sqla.jobs.cancel", self.statements.runs_name
+        )
+        """The NOTIFY channel of cancel requests of this runs table, the same in every
+        process: an operator's cancel sends on it, runtimes' listeners cancel the handler."""
+        self._listen_channels[self.cancel_channel] = (self._cancel_requested, _nothing_missed)
+        self._admin = PostgresRunAdmin(
+            self.statements,
+            self._connections,
+            now=self._now,
+            wake=self.wake,
+            cancel_channel=self.cancel_channel,
+            wake_channel=self.wake_channel,
+            wake_payload=self._wake_payload,
+            cancel_requested=self._cancel_requested,
+        )
 
     # --- properties ---------------------------------------------------------------------------
 
@@ -244,6 +311,13 @@ class PostgresJobBackend(JobBackendBase):
         runs; it checks no permission: operators go through
         :func:`~ship_sqla.kernel.create_job_operations`."""
         return self._admin
+
+    @property
+    def listener(self) -> Listener | None:
+        """The listener this backend's runtimes are woken through (K1), or None: ``listen=False``
+        or a backend on an ``AsyncConnection``. It holds a connection only while a runtime in
+        worker mode runs on this backend."""
+        return self._listener
 
     def _now(self) -> datetime | None:
         """``:now`` for ``coalesce(:now, now())``: the clock's time only when it is frozen."""
@@ -268,7 +342,9 @@ class PostgresJobBackend(JobBackendBase):
         """Store prepared runs of ``job`` (J1, J2; see the module docstring), results in order.
         Joins the given or ambient unit of work, else runs in a short transaction of the
         backend's own (one autocommitted INSERT when nothing needs checking); a committed due
-        run wakes the local loop after commit (J3)."""
+        run wakes the local loop after commit (J3) and, announced in the same transaction,
+        other processes' listeners (K1; throttled per job, see
+        :mod:`ship_sqla.kernel._plans.announce`)."""
         if scope is not None and not isinstance(scope, TransactionScope):
             raise ConfigurationError(
                 f"scope= must be a TransactionScope, got {type(scope).__name__}.",
@@ -277,11 +353,69 @@ class PostgresJobBackend(JobBackendBase):
         if not runs:
             return []
         one_statement = self._inserter.one_statement(runs)
+        announce = self._announce_channel(job.id)
         async with self._connections.joined(scope, "enqueue", one_statement=one_statement) as tx:
-            results, due_now = await self._inserter.insert_on(tx.connection, job.id, runs)
+            results, due_now = await self._inserter.insert_on(
+                tx.connection, job.id, runs, announce=announce
+            )
             if due_now:
                 tx.after_commit(self.wake)
+                if announce is not None:
+                    tx.after_commit(lambda: self._announced_committed(job.id))
         return results
+
+    # --- push wake (K1) -----------------------------------------------------------------------
+
+    def _announce_channel(self, job_id: str) -> tuple[str, str] | None:
+        """The (channel, payload) an enqueue of ``job_id`` announces now, or None (throttled:
+        this backend's last committed announcement of the job is younger than the window)."""
+        throttle = self._throttle
+        if throttle is None or not throttle.wanted(job_id, self._clock.monotonic()):
+            return None
+        return self.wake_channel, announcement(self._sender, job_id)
+
+    def _wake_payload(self, job_id: str) -> str:
+        """The wake channel's payload announcing ``job_id`` from this backend (a resume's, K3)."""
+        return announcement(self._sender, job_id)
+
+    def _announced_committed(self, job_id: str) -> None:
+        if self._throttle is not None:
+            self._throttle.announced(job_id, self._clock.monotonic())
+
+    def start_listening(self, job_ids: Sequence[str]) -> None:
+        """K1: a runtime executing ``job_ids`` starts waiting on this backend: subscribe to its
+        listener (whose connection opens with the first subscription), so an announcement of
+        one of these jobs from any process ends ``wait_for_work`` at once. Counted: every call
+        is matched by one :meth:`stop_listening`. No-op without a listener."""
+        if self._listener is None:
+            return
+        self._listening.update(job_ids)
+        if not self._subscriptions:
+            self._subscriptions = [
+                self._listener.subscribe(channel, on_notify, on_gap=on_gap)
+                for channel, (on_notify, on_gap) in self._listen_channels.items()
+            ]
+
+    async def stop_listening(self, job_ids: Sequence[str]) -> None:
+        """The runtime that called :meth:`start_listening` with ``job_ids`` stopped; the last
+        one closes the subscriptions (and so the listener's connection) and waits for that."""
+        self._listening.subtract(job_ids)
+        self._listening = +self._listening
+        if self._listening or not self._subscriptions:
+            return
+        subscriptions, self._subscriptions = self._subscriptions, []
+        await self._recheck.close()
+        for subscription in subscriptions:
+            await subscription.close()
+
+    def _announced(self, payload: str) -> None:
+        """A notification on the wake channel: wake the local loop when a runtime here runs the
+        job, and again after the senders' throttle window for the enqueues it silenced. Our
+        own announcements are ignored: their commits woke this process already."""
+        job_id = announced_key(payload, self._sender)
+        if job_id is not None and job_id in self._listening:
+            self.wake()
+            self._recheck.arm()
 
     # --- claim, heartbeat, settle -------------------------------------------------------------
 
@@ -299,16 +433,21 @@ class PostgresJobBackend(JobBackendBase):
             "exclude_keys": list(request.exclude_keys),
             "lapsed_final": LEASE_LAPSED_FINAL_MESSAGE,
             "lapsed": LEASE_LAPSED_MESSAGE,
+            "cancel_lapsed": CANCEL_LAPSED_MESSAGE,
             "now": self._now(),
         }
         s = self.statements
         lock = s.claim_lock_tuned if self._connections.concurrent else s.claim_lock
+        lock_params = {"claim_key": self._claim_key(job_id), "pause_row": pause_row(job_id)}
         async with self._connections.transaction(f"claim of job {job_id!r}") as connection:
-            await connection.execute(lock, {"claim_key": self._claim_key(job_id)})
+            # K3: the lock statement also reads the job's pause, in the claim's transaction and
+            # no extra round trip: a pause committed before this claim began stops it here.
+            if (await connection.execute(lock, lock_params)).one().paused:
+                return ClaimBatch()
             rows = (await connection.execute(s.claim, params)).all()
         claimed: list[ClaimedRun] = []
         buried: list[BuriedRun] = []
-        # Rows come in claim order, (run_at, seq), then the dead-lettered ones.
+        # Rows come in claim order, (priority DESC, run_at, seq), then the dead-lettered ones.
         for row in rows:
             if row.buried:
                 buried.append(BuriedRun(row.id, job_id, row.attempt, row.key))
@@ -325,15 +464,19 @@ class PostgresJobBackend(JobBackendBase):
                     row.lease_expires_at,
                     row.created_at,
                     lease,
+                    priority=row.priority,
+                    trace_context=row.trace_context,
+                    snoozes=row.snoozes,
                 )
             )
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
         return ClaimBatch(claimed, buried)
 
-    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> list[bool]:
-        """Extend each run's lease by its claim's ``lease``; False where stale or lapsed."""
+    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> HeartbeatBatch:
+        """Extend each run's lease by its claim's ``lease``; False where stale or lapsed; the
+        held runs whose cancel an operator requested in ``cancel_requested`` (K2)."""
         if not runs:
-            return []
+            return HeartbeatBatch()
         params = {
             "ids": [run.run_id for run in runs],
             "tokens": [run.token for run in runs],
@@ -341,11 +484,12 @@ class PostgresJobBackend(JobBackendBase):
             "now": self._now(),
         }
         async with self._connections.statement("heartbeat") as connection:
-            beaten = {
-                (row.id, row.token)
-                for row in await connection.execute(self.statements.heartbeat, params)
-            }
-        return [(run.run_id, run.token) in beaten for run in runs]
+            rows = (await connection.execute(self.statements.heartbeat, params)).all()
+        beaten = {(row.id, row.token) for row in rows}
+        return HeartbeatBatch(
+            ((run.run_id, run.token) in beaten for run in runs),
+            (row.id for row in rows if row.cancel_requested),
+        )
 
     async def _settle_if_tokens_current(
         self, settlements: Sequence[Settlement]
@@ -371,6 +515,9 @@ class PostgresJobBackend(JobBackendBase):
             "kinds": [] if completes_only else kinds,
             "ats": [] if completes_only else [_at_of(settlement) for settlement in batch],
             "errors": [] if completes_only else [_error_of(settlement) for settlement in batch],
+            "entry_kinds": []
+            if completes_only
+            else [_entry_kind_of(settlement) for settlement in batch],
             "now": self._now(),
         }
         async with self._connections.statement("settle") as connection:
@@ -381,10 +528,14 @@ class PostgresJobBackend(JobBackendBase):
             state = landed.get(position)
             if state is None:
                 continue
-            if kind == "complete":
+            if state == "cancelled":
+                outcomes[index] = "cancelled"  # a Cancel, or any kind after a request (K2)
+            elif kind == "complete":
                 outcomes[index] = "completed"
             elif kind == "release":
                 outcomes[index] = "released"
+            elif kind == "snooze":
+                outcomes[index] = "snoozed"
             else:
                 outcomes[index] = "dead" if state == "dead" else "retrying"
         return outcomes
@@ -404,8 +555,13 @@ class PostgresJobBackend(JobBackendBase):
         return await self._admin.queue_depths(job_ids)
 
 
+def _nothing_missed() -> None:
+    """A gap in listening to the cancel channel: nothing to look for, the holders' heartbeats
+    answer every request within a third of a lease (K2's fallback)."""
+
+
 def _at_of(settlement: Settlement) -> datetime | None:
-    if isinstance(settlement, Complete):
+    if isinstance(settlement, Complete | Cancel):
         return None
     if isinstance(settlement, Fail):
         return settlement.retry_at
@@ -414,6 +570,12 @@ def _at_of(settlement: Settlement) -> datetime | None:
 
 def _error_of(settlement: Settlement) -> str | None:
     return None if isinstance(settlement, Complete) else settlement.error
+
+
+def _entry_kind_of(settlement: Settlement) -> HistoryKind | None:
+    """The ``kind`` of the history entry a settlement appends (None: it appends none): the
+    kernel's one rule, shared with the in-memory backend."""
+    return history_kind_of(settlement)
 
 
 def create_job_backend(
@@ -429,6 +591,7 @@ def create_job_backend(
     on_error: ErrorHandler | None = None,
     clock: Clock | None = None,
     operation_timeout: float = 30.0,
+    listen: Listen = True,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
 
@@ -444,6 +607,14 @@ def create_job_backend(
     ``meter_provider`` (J10; None: OpenTelemetry's global provider, so metrics are on as soon
     as the application installs an SDK). Durations must be finite, positive and bounded
     (``poll_interval`` and ``operation_timeout`` at most an hour): ``ConfigurationError``.
+
+    ``listen`` (K1, push wake): True (default) gives a worker runtime on this backend one
+    dedicated LISTEN connection, made from the engine's URL, so an enqueue committed in ANY
+    process starts its run within milliseconds instead of at the next poll; False (behind a
+    transaction-mode pooler such as PgBouncer, which accepts LISTEN and delivers nothing) keeps
+    polling only; a ``postgresql://`` URL listens through that server instead (e.g. directly,
+    past the pooler). Enqueues announce their due runs whatever ``listen`` says (other
+    processes may listen), at most once per job per 250 ms.
     """
     if table is None:
         table = ship_job_runs_table(MetaData())
@@ -463,4 +634,5 @@ def create_job_backend(
         on_error=on_error,
         clock=clock,
         operation_timeout=operation_timeout,
+        listen=listen,
     )

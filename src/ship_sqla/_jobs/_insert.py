@@ -74,6 +74,8 @@ class _PlainBatch:
     keys: list[str | None]
     run_ats: list[datetime | None]
     max_attempts: list[int]
+    priorities: list[int]
+    trace_contexts: list[str | None]
 
     @classmethod
     def of(cls, runs: Sequence[PreparedRun]) -> _PlainBatch:
@@ -83,6 +85,8 @@ class _PlainBatch:
             [run.key for run in runs],
             [run.run_at for run in runs],
             [run.max_attempts for run in runs],
+            [run.priority for run in runs],
+            [run.trace_context for run in runs],
         )
 
     def params(self, job_id: str, now: datetime | None) -> dict[str, object]:
@@ -94,6 +98,8 @@ class _PlainBatch:
             "keys": self.keys,
             "run_ats": self.run_ats,
             "max_attempts": self.max_attempts,
+            "priorities": self.priorities,
+            "trace_contexts": self.trace_contexts,
         }
 
 
@@ -136,17 +142,25 @@ class RunInserter:
         runs: Sequence[PreparedRun],
         *,
         capped: bool = True,
+        announce: tuple[str, str] | None = None,
     ) -> tuple[list[EnqueueResult], bool]:
         """Store ``runs`` of ``job_id`` on ``connection``: the results in order (J1, J2) and
         whether a run it inserted is due now (the local loop is worth waking after commit).
-        ``capped=False`` (a schedule's tick): no J2 gate and no cap."""
+        ``capped=False`` (a schedule's tick): no J2 gate and no cap. ``announce``: the (channel,
+        payload) to notify in this same transaction when a run it inserts is due now (K1; the
+        plain INSERT carries the NOTIFY itself, the other paths send ANNOUNCE after inserting);
+        None: no announcement."""
         depth_limit = self._depth_limit if capped else None
         unchecked = self.unchecked(runs)
         if depth_limit is None and unchecked:
-            await connection.execute(
-                self._s.enqueue_plain, _PlainBatch.of(runs).params(job_id, self._now())
-            )
-            return [EnqueueResult(run_id=run.run_id) for run in runs], _due(runs, self._wall())
+            params = _PlainBatch.of(runs).params(job_id, self._now())
+            due = _due(runs, self._wall())
+            statement = self._s.enqueue_plain
+            if announce is not None and due:
+                statement = self._s.enqueue_plain_announced
+                params["channel"], params["payload"] = announce
+            await connection.execute(statement, params)
+            return [EnqueueResult(run_id=run.run_id) for run in runs], due
         if depth_limit is not None:
             await self._take_gate(connection, job_id)
         if depth_limit is not None and unchecked:
@@ -156,8 +170,14 @@ class RunInserter:
                 int(await connection.scalar(self._s.enqueue_plain_capped, params)), len(runs)
             )
             results = [EnqueueResult(run_id=run.run_id) for run in runs[:room]]
-            return results + [_QUEUE_FULL] * (len(runs) - room), _due(runs[:room], self._wall())
-        return await self._insert_checked(connection, job_id, runs, depth_limit)
+            results += [_QUEUE_FULL] * (len(runs) - room)
+            due = _due(runs[:room], self._wall())
+        else:
+            results, due = await self._insert_checked(connection, job_id, runs, depth_limit)
+        if announce is not None and due:
+            channel, payload = announce
+            await connection.execute(self._s.announce, {"channel": channel, "payload": payload})
+        return results, due
 
     async def _take_gate(self, connection: AsyncConnection, job_id: str) -> None:
         """The job's enqueue gate, held until ``connection``'s transaction ends (J2 hard cap:
@@ -215,6 +235,8 @@ class RunInserter:
             "keys": [run.key for run in batch],
             "run_ats": [run.run_at for run in batch],
             "max_attempts": [run.max_attempts for run in batch],
+            "priorities": [run.priority for run in batch],
+            "trace_contexts": [run.trace_context for run in batch],
         }
         answer = (await connection.execute(self._s.enqueue_many, params)).all()
         lost: list[int] = []

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     PrimaryKeyConstraint,
+    SmallInteger,
     Table,
     Text,
     text,
@@ -42,15 +43,16 @@ __all__ = [
     "ship_job_state_table",
 ]
 
-RUN_STATES = ("waiting", "running", "completed", "dead", "discarded")
+RUN_STATES = ("waiting", "running", "completed", "dead", "discarded", "cancelled")
 
 DUE_PREDICATE = "state = 'waiting'"
-"""``<runs>_due_idx``: waiting runs (due or delayed) of one job in ``(run_at, seq)`` order."""
+"""``<runs>_due_idx``: waiting runs (due or delayed) of one job in ``(priority, run_at, seq)``
+order (the claim walks its priority levels from the highest down, K6)."""
 LEASE_PREDICATE = "state = 'running'"
 """``<runs>_lease_idx``: running runs of one job in ``lease_expires_at`` order."""
 DEDUPE_PREDICATE = "dedupe_key IS NOT NULL AND state IN ('waiting', 'running')"
 """``<runs>_dedupe_idx`` (unique): one non-terminal run per (job, dedupe key) (J1)."""
-FINISHED_PREDICATE = "state IN ('completed', 'dead', 'discarded')"
+FINISHED_PREDICATE = "state IN ('completed', 'dead', 'discarded', 'cancelled')"
 """``<runs>_finished_idx``: terminal runs of one job in ``finished_at`` order, for cleanup."""
 
 _TSTZ = TIMESTAMP(timezone=True)
@@ -63,11 +65,14 @@ def ship_job_runs_table(
 
     Columns: ``id`` text pk (a uuid, or a durable ``<job_id>/<occurrence>``); ``seq`` (identity:
     creation order, the claim's tie-break); ``job_id``;
-    ``state`` (waiting | running | completed | dead | discarded); ``payload`` jsonb; ``key``
-    (single-runner key) and ``dedupe_key`` text null; ``attempt`` (attempts started) and
+    ``state`` (waiting | running | completed | dead | discarded | cancelled); ``payload`` jsonb;
+    ``key`` (single-runner key) and ``dedupe_key`` text null; ``attempt`` (attempts started) and
     ``max_attempts``; ``run_at`` (due time), ``created_at``, ``updated_at``, ``finished_at``;
     the lease: ``lease_expires_at``, ``lease_token`` (the fencing token, new at every claim),
-    ``claimed_by``; ``last_error`` and ``history`` (jsonb array, one entry per failed attempt).
+    ``claimed_by``; ``last_error`` and ``history`` (jsonb array, one entry per failed attempt);
+    ``priority`` (smallint, higher first, K6) and ``trace_context`` (jsonb null: the enqueue's
+    W3C trace context, K7); ``snoozes`` (int, the run's snoozes, K4); ``cancel_requested_at``
+    (when an operator asked to cancel the running run, K2).
     """
     n = derived_names(
         name,
@@ -99,12 +104,29 @@ def ship_job_runs_table(
         Column("claimed_by", Text, nullable=True),
         Column("last_error", Text, nullable=True),
         Column("history", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+        # K2: when an operator asked to cancel the run while it was running (NULL otherwise).
+        Column("cancel_requested_at", _TSTZ, nullable=True),
+        # K6: higher first; bounded by the kernel (MIN_PRIORITY..MAX_PRIORITY).
+        Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+        # K7: the W3C trace context of the enqueue ({"traceparent": ..., "tracestate": ...});
+        # NULL when no span was current.
+        Column("trace_context", JSONB, nullable=True),
+        # K4: how many times the run snoozed (no attempt spent); the kernel bounds it.
+        Column("snoozes", Integer, nullable=False, server_default=text("0")),
         PrimaryKeyConstraint("id", name=n["_pkey"]),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
-        # Serves CLAIM's due scan (job_id =, run_at <= now, ORDER BY run_at, seq: creation order
-        # breaks ties) and ENQUEUE's bounded depth count (J2): both read only this job's waiting
+        # Serves CLAIM's walk over the priority levels (K6: the next lower level, one entry;
+        # then that level's due runs, run_at <= now, ORDER BY run_at, seq: creation order breaks
+        # ties) and ENQUEUE's bounded depth count (J2): both read only this job's waiting
         # entries.
-        Index(n["_due_idx"], "job_id", "run_at", "seq", postgresql_where=text(DUE_PREDICATE)),
+        Index(
+            n["_due_idx"],
+            "job_id",
+            "priority",
+            "run_at",
+            "seq",
+            postgresql_where=text(DUE_PREDICATE),
+        ),
         # Serves CLAIM's lapsed-lease scan and its count of live leases (concurrency.max).
         Index(
             n["_lease_idx"], "job_id", "lease_expires_at", postgresql_where=text(LEASE_PREDICATE)
@@ -133,7 +155,9 @@ def ship_job_state_table(
 
     Schedules (J9) upsert it and lock due rows with SKIP LOCKED; it is keyed by ``job_id`` alone,
     so it needs no index beyond its primary key. A backend with ``queue_depth_limit`` also keeps
-    one gate row per enqueued job, ``<job_id>#enqueue-gate`` (J2's hard cap: ENQUEUE_GATE).
+    one gate row per enqueued job, ``<job_id>#enqueue-gate`` (J2's hard cap: ENQUEUE_GATE), and
+    a paused job has a row ``<job_id>#paused`` (K3, ``updated_at``: when it was paused), which
+    every claim of the job reads in its lock statement (CLAIM_LOCK).
     """
     n = derived_names(name, ("_pkey",), "job state", schema=schema)
     return Table(

@@ -41,6 +41,15 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
+from ship_sqla._notify import (
+    Listen,
+    Listener,
+    Recheck,
+    Subscription,
+    announced_key,
+    check_listen,
+    listener_for,
+)
 from ship_sqla._outbox._store import ErrorHandler, Outbox, check_outbox_id, default_worker
 from ship_sqla._outbox._types import (
     OutboxLeaseStaleError,
@@ -57,6 +66,7 @@ from ship_sqla.kernel._durations import (
     require_duration,
 )
 from ship_sqla.kernel._plans.backoff import error_backoff
+from ship_sqla.kernel._tracing import publish_span
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
@@ -106,6 +116,7 @@ class OutboxRelay:
         on_error: ErrorHandler | None = None,
         clock: Clock | None = None,
         worker: str | None = None,
+        listen: Listen = True,
     ) -> None:
         check_outbox_id(outbox_id)
         if batch_size < 1:
@@ -132,12 +143,27 @@ class OutboxRelay:
         self._done = asyncio.Event()
         self._wakeup = outbox.subscribe(outbox_id)
         self._error_backoff = error_backoff(self._poll_interval)
+        # K1: a relay of its own listens while its loop runs; other processes' enqueues wake it.
+        self._listener: Listener | None = listener_for(
+            outbox.database,
+            check_listen(listen, "start_outbox_relay"),
+            name=f"outbox relay {outbox_id}",
+            report_error=self._report,
+        )
+        self._subscription: Subscription | None = None
+        self._recheck = Recheck(self._wakeup.set, self._clock)
         self.delivered = 0
         """Messages this relay has completed (a counter for tests and health checks)."""
 
     @property
     def outbox_id(self) -> str:
         return self._outbox_id
+
+    @property
+    def listener(self) -> Listener | None:
+        """This relay's listener (K1), or None: ``listen=False`` or an outbox on an
+        ``AsyncConnection``. It holds its connection while the relay's loop runs."""
+        return self._listener
 
     @property
     def ordered(self) -> bool:
@@ -229,6 +255,10 @@ class OutboxRelay:
         self._done = asyncio.Event()
         failures = 0
         ahead: _Claim | None = None
+        if self._listener is not None:
+            self._subscription = self._listener.subscribe(
+                self._outbox.wake_channel, self._announced, on_gap=self._wakeup.set
+            )
         try:
             while not self._stopping:
                 # _step owns the claim made ahead from here on: a failed step must not retry
@@ -249,8 +279,25 @@ class OutboxRelay:
                 if ahead is not None:
                     await self._give_back(ahead)
             finally:
-                self._running = False
-                self._done.set()
+                try:
+                    await self._stop_listening()
+                finally:
+                    self._running = False
+                    self._done.set()
+
+    def _announced(self, payload: str) -> None:
+        """K1: a committed enqueue in another process (or another ``Outbox``) announced an
+        outbox id: for ours, poll now, and again after the senders' throttle window for what it
+        silenced. Our own outbox's announcements are ignored: its commits woke us already."""
+        if announced_key(payload, self._outbox.sender) == self._outbox_id:
+            self._wakeup.set()
+            self._recheck.arm()
+
+    async def _stop_listening(self) -> None:
+        subscription, self._subscription = self._subscription, None
+        await self._recheck.close()
+        if subscription is not None:
+            await subscription.close()
 
     async def _idle(self, seconds: float) -> None:
         if not self._stopping:
@@ -347,7 +394,7 @@ class OutboxRelay:
                     continue
                 message = remaining.pop(0)
                 try:
-                    await self._sink(message)
+                    await self._publish_one(message)
                 except Exception as exc:  # noqa: BLE001 - a sink error fails the message only
                     await self._fail(message, exc)
                 else:
@@ -359,6 +406,18 @@ class OutboxRelay:
             await self._settle_on_the_way_out(published, remaining)
             raise
         return published, remaining
+
+    async def _publish_one(self, message: OutboxMessage) -> None:
+        """The sink call, inside a span whose parent is the trace context the message's headers
+        carry (K7), so what the sink does is traced under the producer's span."""
+        with publish_span(
+            message.headers,
+            outbox_id=message.outbox_id,
+            topic=message.topic,
+            message_id=str(message.id),
+            attempt=message.attempt,
+        ):
+            await self._sink(message)
 
     async def _settle_on_the_way_out(
         self, published: list[OutboxMessage], remaining: list[OutboxMessage]
@@ -482,6 +541,7 @@ async def start_outbox_relay(
     on_error: ErrorHandler | None = None,
     clock: Clock | None = None,
     worker: str | None = None,
+    listen: Listen = True,
 ) -> OutboxRelay:
     """Start a relay publishing ``outbox_id``'s messages to ``sink``; returns it running.
 
@@ -491,7 +551,15 @@ async def start_outbox_relay(
     before it starts.
 
     Polls every ``poll_interval`` seconds when idle; a local enqueue (through the same
-    :class:`Outbox`) wakes it as soon as its transaction commits. Delivery is at-least-once.
+    :class:`Outbox`) wakes it as soon as its transaction commits, and so does an enqueue
+    committed in any other process (K1, push wake: every enqueue of a due message announces it
+    in its own transaction, at most once per outbox id per 250 ms per process; the relay holds
+    one dedicated LISTEN connection, from the engine's URL, while it runs). ``listen=False``
+    turns the listener off (behind a transaction-mode pooler such as PgBouncer, which accepts
+    LISTEN and delivers nothing: the listener would never prove itself live); a
+    ``postgresql://`` URL listens through that server instead. Polling stays the fallback: a
+    lost notification or listener delays a message by at most ``poll_interval``. Delivery is
+    at-least-once.
     ``drain_timeout`` (seconds; None: no bound) is how long :meth:`OutboxRelay.stop` lets a busy
     sink finish by default.
 
@@ -525,6 +593,7 @@ async def start_outbox_relay(
         on_error=on_error,
         clock=clock,
         worker=worker,
+        listen=listen,
     )
     relay._start()  # noqa: SLF001 - the factory is the relay's own module
     return relay

@@ -88,6 +88,11 @@ class OutboxStatements:
     :ordering_keys text[], :available_ats timestamptz[] (NULL = now), :outbox, :tenant,
     :attempt_limit, :now. One row per array element, in one statement whatever the count."""
 
+    enqueue_announced: Select[Any]
+    """``enqueue`` and its announcement (K1) in ONE statement: ``WITH ship_enqueued AS
+    (<enqueue>) SELECT pg_notify(:channel, :payload)``, the NOTIFY part of the inserting
+    transaction (delivered at its commit, never after a rollback), no round trip added."""
+
     claim: ReturningUpdate[Any]
     """:outbox, :batch_size, :lease (seconds), :worker, :now. See :func:`_claim`."""
 
@@ -131,6 +136,7 @@ class OutboxStatements:
 def build_statements(table: Table) -> OutboxStatements:
     return OutboxStatements(
         enqueue=_enqueue(table),
+        enqueue_announced=_announced(_enqueue(table)),
         claim=_claim(table, ordered=False),
         claim_ordered=_claim(table, ordered=True),
         complete=_complete(table),
@@ -186,6 +192,13 @@ def _enqueue(t: Table) -> Insert:
         "created_at",
     ]
     return insert(t).from_select(columns, source)
+
+
+def _announced(enqueue: Insert) -> Select[Any]:
+    """``enqueue`` with the NOTIFY of its outbox on ``:channel`` (``:payload``: the sender and
+    the outbox id, :func:`~ship_sqla._notify.announcement`)."""
+    notify = func.pg_notify(bindparam("channel", type_=Text), bindparam("payload", type_=Text))
+    return select(notify).add_cte(enqueue.cte("ship_enqueued"))
 
 
 def _no_earlier_undelivered_row(t: Table) -> ColumnElement[bool]:

@@ -2,6 +2,11 @@
 
 O1 ``enqueue`` joins the active unit of work: its row commits or rolls back with the business
    write, and a committed enqueue wakes this process's relays after the commit.
+K1 An enqueue of a due message also announces it (NOTIFY on :attr:`Outbox.wake_channel`, payload
+   the outbox id) in the same statement, so in the same transaction: listening relays of any
+   process wake when it commits, never after a rollback. At most once per outbox id per 250 ms
+   per ``Outbox`` (:mod:`ship_sqla.kernel._plans.announce`); the relays look again after that
+   window, and poll.
 O2 ``claim`` retakes lapsed leases before due pending rows, with SKIP LOCKED, in its own short
    transaction, reading about ``batch_size`` index entries whatever the backlog.
 O3 ``complete`` / ``fail`` / ``release`` / ``heartbeat`` are fenced on the lease token: a stale
@@ -28,10 +33,12 @@ import logging
 import os
 import socket
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import MetaData, Table
 
+from ship_sqla._naming import quoted_table
+from ship_sqla._notify import announcement, channel_name, sender_token
 from ship_sqla._outbox._admin import OutboxAdmin, record_of
 from ship_sqla._outbox._sql import OutboxStatements, build_statements
 from ship_sqla._outbox._tables import ship_outbox_table
@@ -53,12 +60,16 @@ from ship_sqla.kernel._ids import new_uuids
 from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError, require_key, require_text
 from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
+from ship_sqla.kernel._plans.announce import AnnounceThrottle, due_now
 from ship_sqla.kernel._plans.backoff import Backoff
+from ship_sqla.kernel._tracing import current_trace_context, with_trace_context
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from datetime import datetime
+
+    from sqlalchemy.sql.expression import Executable
 
 __all__ = [
     "DEFAULT_BACKOFF",
@@ -235,6 +246,13 @@ class Outbox:
         self._backoff = backoff
         self._on_error = on_error
         self._wakeups: dict[str, set[Wakeup]] = {}
+        self.wake_channel = channel_name("ship_sqla.outbox", quoted_table(table))
+        """The NOTIFY channel of this outbox table (payload: the outbox id), the same in every
+        process: enqueues announce on it (K1), listening relays wake on it."""
+        self._throttle: AnnounceThrottle | None = AnnounceThrottle()
+        self.sender: Final = sender_token()
+        """Who this outbox's announcements come from: its own relays ignore them (its local
+        commits woke them already)."""
         # The outbox's own statements are single statements: on an engine they run on
         # autocommit connections, one round trip each instead of BEGIN, statement, COMMIT.
         self._connections = StoreConnections(database, name="outbox")
@@ -366,6 +384,10 @@ class Outbox:
         Ids are returned in ``intents`` order and increase in that order, so one ordering key's
         messages keep the order they are given in.
 
+        When a span is current, each message's headers also carry its W3C trace context
+        (``traceparent``, ``tracestate``; K7) unless the intent set ``traceparent`` itself; the
+        relay publishes the message under it.
+
         Every message is checked before any SQL runs: JSON (no NaN, no NUL), at most
         ``max_payload_bytes`` of encoded payload plus headers (:class:`OutboxPayloadTooLargeError`),
         a topic without NUL and an ordering key that is a storable key (``InvalidKeyError``), as
@@ -378,10 +400,13 @@ class Outbox:
             return []
         payloads: list[str] = []
         header_docs: list[str] = []
+        # K7: the W3C trace context current at the enqueue rides in the headers to the sink.
+        carrier = current_trace_context()
         for index, intent in enumerate(intents):
             _check_intent(intent)
             payloads.append(_json(intent.payload, "payload"))
-            header_docs.append(_json(dict(intent.headers or {}), "headers"))
+            headers = with_trace_context(intent.headers, carrier)
+            header_docs.append(_json(dict(headers or {}), "headers"))
             _check_size(payloads[-1], header_docs[-1], self._max_payload_bytes, index)
         ids = new_uuids(len(intents))
         params = {
@@ -398,11 +423,34 @@ class Outbox:
             "attempt_limit": attempts,
             "now": self._now(),
         }
+        announce = self._announces(outbox_id, intents)
+        statement: Executable = self._sql.enqueue
+        if announce:
+            statement = self._sql.enqueue_announced
+            params["channel"] = self.wake_channel
+            params["payload"] = announcement(self.sender, outbox_id)
         async with self._connections.joined(scope, "enqueue", one_statement=True) as tx:
             params["tenant"] = tenant_within(tx.scope, tenant, operation="enqueue")
-            await tx.connection.execute(self._sql.enqueue, params)
+            await tx.connection.execute(statement, params)
             tx.after_commit(self._wake(outbox_id))
+            if announce:
+                tx.after_commit(lambda: self._announced_committed(outbox_id))
         return ids
+
+    def _announces(self, outbox_id: str, intents: Sequence[OutboxIntent]) -> bool:
+        """K1: whether this enqueue announces itself to other processes' relays: a message is
+        due now, and this outbox has not announced ``outbox_id`` within the throttle's window
+        (:mod:`ship_sqla.kernel._plans.announce`)."""
+        throttle = self._throttle
+        return (
+            throttle is not None
+            and throttle.wanted(outbox_id, self._clock.monotonic())
+            and due_now((intent.available_at for intent in intents), self._clock.now())
+        )
+
+    def _announced_committed(self, outbox_id: str) -> None:
+        if self._throttle is not None:
+            self._throttle.announced(outbox_id, self._clock.monotonic())
 
     # -- consuming (own short transactions) ----------------------------------------------------
 

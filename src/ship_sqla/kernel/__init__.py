@@ -56,9 +56,16 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
     from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
     from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
+    from ship_sqla.kernel._operations import CancelResult as CancelResult
     from ship_sqla.kernel._operations import JobOperationRefusedError as JobOperationRefusedError
     from ship_sqla.kernel._operations import JobOperations as JobOperations
     from ship_sqla.kernel._operations import create_job_operations as create_job_operations
+    from ship_sqla.kernel._outcomes import JobSnoozeLimitError as JobSnoozeLimitError
+    from ship_sqla.kernel._outcomes import JobTimeoutError as JobTimeoutError
+    from ship_sqla.kernel._outcomes import JobTimeoutIgnoredError as JobTimeoutIgnoredError
+    from ship_sqla.kernel._outcomes import RetryAfter as RetryAfter
+    from ship_sqla.kernel._outcomes import Snooze as Snooze
+    from ship_sqla.kernel._outcomes import TerminalError as TerminalError
     from ship_sqla.kernel._page import Page as Page
     from ship_sqla.kernel._plans.backoff import Backoff as Backoff
     from ship_sqla.kernel._plans.schedule import next_occurrence as next_occurrence
@@ -66,8 +73,11 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._plans.schedule import previous_occurrence as previous_occurrence
     from ship_sqla.kernel._ports import LEASE_LAPSED as LEASE_LAPSED
     from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_ATTEMPT as LEASE_LAPSED_FINAL_ATTEMPT
+    from ship_sqla.kernel._ports import RUN_CANCELLED as RUN_CANCELLED
     from ship_sqla.kernel._ports import TERMINAL_STATES as TERMINAL_STATES
     from ship_sqla.kernel._ports import BuriedRun as BuriedRun
+    from ship_sqla.kernel._ports import Cancel as Cancel
+    from ship_sqla.kernel._ports import CancelRequestSource as CancelRequestSource
     from ship_sqla.kernel._ports import ClaimBatch as ClaimBatch
     from ship_sqla.kernel._ports import ClaimedRun as ClaimedRun
     from ship_sqla.kernel._ports import ClaimRequest as ClaimRequest
@@ -76,12 +86,16 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import EnqueueRequest as EnqueueRequest
     from ship_sqla.kernel._ports import EnqueueResult as EnqueueResult
     from ship_sqla.kernel._ports import Fail as Fail
+    from ship_sqla.kernel._ports import FailureKind as FailureKind
+    from ship_sqla.kernel._ports import HeartbeatBatch as HeartbeatBatch
+    from ship_sqla.kernel._ports import HistoryKind as HistoryKind
     from ship_sqla.kernel._ports import JobBackend as JobBackend
     from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
     from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
     from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
     from ship_sqla.kernel._ports import Lock as Lock
     from ship_sqla.kernel._ports import LockProvider as LockProvider
+    from ship_sqla.kernel._ports import PausedJob as PausedJob
     from ship_sqla.kernel._ports import QueueDepth as QueueDepth
     from ship_sqla.kernel._ports import QueueDepthSource as QueueDepthSource
     from ship_sqla.kernel._ports import Release as Release
@@ -93,7 +107,13 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import ScheduleStore as ScheduleStore
     from ship_sqla.kernel._ports import Settlement as Settlement
     from ship_sqla.kernel._ports import SettleOutcome as SettleOutcome
+    from ship_sqla.kernel._ports import SnoozeRun as SnoozeRun
     from ship_sqla.kernel._ports import StateCount as StateCount
+    from ship_sqla.kernel._ports import WakeSource as WakeSource
+    from ship_sqla.kernel._priority import DEFAULT_PRIORITY as DEFAULT_PRIORITY
+    from ship_sqla.kernel._priority import MAX_PRIORITY as MAX_PRIORITY
+    from ship_sqla.kernel._priority import MIN_PRIORITY as MIN_PRIORITY
+    from ship_sqla.kernel._priority import InvalidPriorityError as InvalidPriorityError
     from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
     from ship_sqla.kernel._registry import JobRegistry as JobRegistry
     from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
@@ -136,11 +156,22 @@ _EXPORTS: dict[str, str] = {
     "RetryPolicy": "ship_sqla.kernel._jobs",
     "Schedule": "ship_sqla.kernel._jobs",
     "define_job": "ship_sqla.kernel._jobs",
+    "DEFAULT_PRIORITY": "ship_sqla.kernel._priority",
+    "MAX_PRIORITY": "ship_sqla.kernel._priority",
+    "MIN_PRIORITY": "ship_sqla.kernel._priority",
+    "InvalidPriorityError": "ship_sqla.kernel._priority",
     "MAX_KEY_CHARS": "ship_sqla.kernel._keys",
     "InvalidKeyError": "ship_sqla.kernel._keys",
     "DuplicateJobError": "ship_sqla.kernel._registry",
     "JobRegistry": "ship_sqla.kernel._registry",
     "UnknownJobError": "ship_sqla.kernel._registry",
+    # How a handler ends an attempt (K4) and the per-run timeout (K5)
+    "JobSnoozeLimitError": "ship_sqla.kernel._outcomes",
+    "JobTimeoutError": "ship_sqla.kernel._outcomes",
+    "JobTimeoutIgnoredError": "ship_sqla.kernel._outcomes",
+    "RetryAfter": "ship_sqla.kernel._outcomes",
+    "Snooze": "ship_sqla.kernel._outcomes",
+    "TerminalError": "ship_sqla.kernel._outcomes",
     # Backoff (job retries, outbox messages) and schedule occurrences
     "Backoff": "ship_sqla.kernel._plans.backoff",
     "next_occurrence": "ship_sqla.kernel._plans.schedule",
@@ -150,7 +181,12 @@ _EXPORTS: dict[str, str] = {
     "LEASE_LAPSED": "ship_sqla.kernel._ports",
     "LEASE_LAPSED_FINAL_ATTEMPT": "ship_sqla.kernel._ports",
     "TERMINAL_STATES": "ship_sqla.kernel._ports",
+    "RUN_CANCELLED": "ship_sqla.kernel._ports",
     "BuriedRun": "ship_sqla.kernel._ports",
+    "Cancel": "ship_sqla.kernel._ports",
+    "CancelRequestSource": "ship_sqla.kernel._ports",
+    "HeartbeatBatch": "ship_sqla.kernel._ports",
+    "PausedJob": "ship_sqla.kernel._ports",
     "ClaimBatch": "ship_sqla.kernel._ports",
     "ClaimRequest": "ship_sqla.kernel._ports",
     "ClaimedRun": "ship_sqla.kernel._ports",
@@ -159,6 +195,8 @@ _EXPORTS: dict[str, str] = {
     "EnqueueRequest": "ship_sqla.kernel._ports",
     "EnqueueResult": "ship_sqla.kernel._ports",
     "Fail": "ship_sqla.kernel._ports",
+    "FailureKind": "ship_sqla.kernel._ports",
+    "HistoryKind": "ship_sqla.kernel._ports",
     "JobBackend": "ship_sqla.kernel._ports",
     "JobLeaseLapsedError": "ship_sqla.kernel._ports",
     "JobLeaseLapsedFinalError": "ship_sqla.kernel._ports",
@@ -176,7 +214,9 @@ _EXPORTS: dict[str, str] = {
     "ScheduleStore": "ship_sqla.kernel._ports",
     "SettleOutcome": "ship_sqla.kernel._ports",
     "Settlement": "ship_sqla.kernel._ports",
+    "SnoozeRun": "ship_sqla.kernel._ports",
     "StateCount": "ship_sqla.kernel._ports",
+    "WakeSource": "ship_sqla.kernel._ports",
     # In-memory reference backends
     "InMemoryJobBackend": "ship_sqla.kernel._memory.jobs",
     "InMemoryLock": "ship_sqla.kernel._memory.locks",
@@ -184,6 +224,7 @@ _EXPORTS: dict[str, str] = {
     # Operator surfaces (J8, outbox): the gate over a storage port's admin methods
     "Authorizer": "ship_sqla.kernel._authorize",
     "JobOperationRefusedError": "ship_sqla.kernel._operations",
+    "CancelResult": "ship_sqla.kernel._operations",
     "JobOperations": "ship_sqla.kernel._operations",
     "create_job_operations": "ship_sqla.kernel._operations",
     # Runtime

@@ -29,11 +29,12 @@ from ship_sqla.kernel._errors import BoundExceededError, ConfigurationError
 from ship_sqla.kernel._metrics import JobMetrics, job_metrics_for
 from ship_sqla.kernel._on_error import deliver_error
 from ship_sqla.kernel._plans.prepare import prepare_runs
-from ship_sqla.kernel._ports import EnqueueRequest, Fail, Release
+from ship_sqla.kernel._ports import FAILURE_KINDS, EnqueueRequest, Fail, Release, SnoozeRun
+from ship_sqla.kernel._tracing import current_trace_context_json
 from ship_sqla.kernel._waiting import LocalWake
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from datetime import datetime
 
     from ship_sqla.kernel._jobs import JobDefinition
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
         ClaimedRun,
         ClaimRequest,
         EnqueueResult,
+        HeartbeatBatch,
         LockProvider,
         Settlement,
         SettleOutcome,
@@ -100,6 +102,7 @@ class JobBackendBase(ABC):
         self._on_error = on_error
         self._meter_provider = meter_provider
         self._wakeup = LocalWake()
+        self._cancel_watchers: list[Callable[[str], None]] = []
         self.metrics = job_metrics_for(meter_provider)
 
     # --- options ----------------------------------------------------------------------------------
@@ -144,6 +147,36 @@ class JobBackendBase(ABC):
         """Return when a local enqueue/retry committed, or after ``timeout`` seconds (J3)."""
         await self._wakeup.wait(self._clock, timeout)
 
+    def start_listening(self, job_ids: Sequence[str]) -> None:  # noqa: B027 - a no-op hook
+        """K1 (:class:`~ship_sqla.kernel.WakeSource`): nothing to listen to here; a backend
+        that other processes can announce to overrides this (the PostgreSQL one)."""
+
+    async def stop_listening(self, job_ids: Sequence[str]) -> None:  # noqa: B027 - a no-op hook
+        """Undo :meth:`start_listening` (nothing here)."""
+
+    # --- cancel requests (K2) -------------------------------------------------------------------
+
+    def watch_cancel_requests(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(run_id)`` whenever this backend learns that an operator asked to
+        cancel a running run (:class:`~ship_sqla.kernel.CancelRequestSource`); returns the
+        unsubscribe (idempotent). A runtime watches while it runs."""
+        self._cancel_watchers.append(callback)
+
+        def unwatch() -> None:
+            if callback in self._cancel_watchers:
+                self._cancel_watchers.remove(callback)
+
+        return unwatch
+
+    def _cancel_requested(self, run_id: str) -> None:
+        """Tell every watcher that ``run_id``'s cancel was requested (after the request
+        committed). A watcher that raises is reported, never propagated (J11)."""
+        for callback in tuple(self._cancel_watchers):
+            try:
+                callback(run_id)
+            except Exception as exc:  # noqa: BLE001 - J11: one watcher never breaks another
+                self.report_error(exc)
+
     # --- the enqueue front ------------------------------------------------------------------------
 
     async def enqueue(
@@ -154,11 +187,16 @@ class JobBackendBase(ABC):
         dedupe_key: str | None = None,
         run_at: datetime | None = None,
         run_id: str | None = None,
+        priority: int | None = None,
         scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
     ) -> EnqueueResult:
-        """Enqueue one run (J1, J2); see :meth:`enqueue_many`."""
-        request = EnqueueRequest(payload, dedupe_key=dedupe_key, run_at=run_at, run_id=run_id)
-        [result] = await self.insert(job, prepare_runs(job, (request,)), scope=scope)
+        """Enqueue one run (J1, J2; ``priority``: K6, None for the job's); see
+        :meth:`enqueue_many`."""
+        request = EnqueueRequest(
+            payload, dedupe_key=dedupe_key, run_at=run_at, run_id=run_id, priority=priority
+        )
+        prepared = prepare_runs(job, (request,), trace_context=current_trace_context_json())
+        [result] = await self.insert(job, prepared, scope=scope)
         return result
 
     async def enqueue_many(
@@ -170,7 +208,8 @@ class JobBackendBase(ABC):
     ) -> list[EnqueueResult]:
         """Enqueue many runs of one job, results in request order. At most
         :data:`MAX_ENQUEUE_BATCH` requests; every one is prepared before the store sees any, so
-        one bad request writes nothing."""
+        one bad request writes nothing. Every run stores the W3C trace context current here, if
+        any (K7), the parent of its runs' spans."""
         if len(requests) > MAX_ENQUEUE_BATCH:
             raise BoundExceededError(
                 f"enqueue_many got {len(requests)} requests; at most {MAX_ENQUEUE_BATCH} go in"
@@ -179,7 +218,8 @@ class JobBackendBase(ABC):
             )
         if not requests:
             return []
-        return await self.insert(job, prepare_runs(job, requests), scope=scope)
+        prepared = prepare_runs(job, requests, trace_context=current_trace_context_json())
+        return await self.insert(job, prepared, scope=scope)
 
     # --- the settle front -------------------------------------------------------------------------
 
@@ -193,7 +233,12 @@ class JobBackendBase(ABC):
             if isinstance(settlement, Fail):
                 if settlement.retry_at is not None:
                     require_aware(settlement.retry_at, "retry_at")
-            elif isinstance(settlement, Release):
+                if settlement.kind not in FAILURE_KINDS:
+                    raise ConfigurationError(
+                        f"Fail.kind {settlement.kind!r} is unknown.",
+                        fix=f"use one of {sorted(FAILURE_KINDS)}.",
+                    )
+            elif isinstance(settlement, (Release, SnoozeRun)):
                 require_aware(settlement.run_at, "run_at")
         outcomes = await self._settle_if_tokens_current(settlements)
         if len(outcomes) != len(settlements):  # pragma: no cover - a store's bug, said plainly
@@ -222,7 +267,7 @@ class JobBackendBase(ABC):
         """See :meth:`ship_sqla.kernel.RunStore.claim`."""
 
     @abstractmethod
-    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> list[bool]:
+    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> HeartbeatBatch:
         """See :meth:`ship_sqla.kernel.RunStore.heartbeat`."""
 
     @abstractmethod
@@ -240,7 +285,9 @@ def _made_due(
     for settlement, outcome in zip(settlements, outcomes, strict=True):
         if outcome == "retrying" and isinstance(settlement, Fail):
             when = settlement.retry_at
-        elif outcome == "released" and isinstance(settlement, Release):
+        elif (outcome == "released" and isinstance(settlement, Release)) or (
+            outcome == "snoozed" and isinstance(settlement, SnoozeRun)
+        ):
             when = settlement.run_at
         else:
             continue

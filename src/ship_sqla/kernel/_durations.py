@@ -8,8 +8,8 @@ given, naming the option and the bound.
 
 Every duration option of the job backends and the runtime is checked here (``concurrency.lease``,
 ``retry.base_delay`` / ``retry.max_delay``, ``poll_interval``, ``operation_timeout``,
-``drain_timeout``, ``queue_sample_interval``); other areas should use it too rather than a check
-of their own.
+``drain_timeout``, ``queue_sample_interval``, a job's ``timeout``); other areas should use it
+too rather than a check of their own.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from ship_sqla.kernel._errors import ConfigurationError
 
 __all__ = [
     "MAX_DRAIN_TIMEOUT",
+    "MAX_JOB_TIMEOUT",
     "MAX_LEASE",
     "MAX_OPERATION_TIMEOUT",
     "MAX_POLL_INTERVAL",
@@ -48,6 +49,9 @@ MAX_DRAIN_TIMEOUT: Final = _DAY
 """``drain_timeout`` of ``start_job_runtime`` / ``runtime.stop`` (J12)."""
 MAX_SAMPLE_INTERVAL: Final = _DAY
 """``queue_sample_interval`` of ``start_job_runtime`` (J10)."""
+MAX_JOB_TIMEOUT: Final = 7 * _DAY
+"""``define_job(timeout=)`` (K5): heartbeats keep a long run's lease, so a run may outlast a lease;
+a week bounds the arithmetic, not the use."""
 
 
 def _seconds(bound: float) -> str:

@@ -12,9 +12,11 @@ if TYPE_CHECKING:
 
 __all__ = ["CancelReason", "Cancellation", "JobContext"]
 
-CancelReason = Literal["lease-lost", "lock-lost", "drain"]
+CancelReason = Literal["lease-lost", "lock-lost", "drain", "cancelled", "timeout"]
 """Why a run was cancelled: its lease was retaken or could not be extended (J5); its single-runner
-lock ended before the run did (L2); the runtime's drain deadline passed (J12)."""
+lock ended before the run did (L2); the runtime's drain deadline passed (J12); an operator
+cancelled the run (``"cancelled"``, K2: it ends cancelled, it is not retried); the job's
+``timeout`` passed (``"timeout"``, K5: the attempt is a failure, the retry policy decides)."""
 
 
 class Cancellation:
@@ -60,7 +62,9 @@ class JobContext:
     ``token`` is the claim's fencing token (J5): any external write the handler fences (a version
     column, a conditional PUT) can carry it so a zombie holder's late write is refused.
     ``cancelled`` becomes true, and the handler's task is cancelled, when the lease is lost
-    (another worker may now run it), the single-runner lock ended, or the drain deadline passed.
+    (another worker may now run it), the single-runner lock ended, the drain deadline passed, or
+    an operator cancelled the run (``cancel_reason == "cancelled"``, K2), or the job's
+    ``timeout`` passed (``"timeout"``, K5). ``snoozes`` counts the run's earlier snoozes (K4).
     """
 
     __slots__ = ("_cancellation", "_run", "worker_id")
@@ -95,6 +99,12 @@ class JobContext:
     @property
     def max_attempts(self) -> int:
         return self._run.max_attempts
+
+    @property
+    def snoozes(self) -> int:
+        """How many times the run snoozed before this attempt (:class:`~ship_sqla.kernel.Snooze`,
+        at most ``retry.max_snoozes``; K4)."""
+        return self._run.snoozes
 
     @property
     def is_final_attempt(self) -> bool:

@@ -9,20 +9,28 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
-from ship_sqla.kernel._durations import MAX_LEASE, MAX_RETRY_DELAY, require_duration
+from ship_sqla.kernel._durations import (
+    MAX_JOB_TIMEOUT,
+    MAX_LEASE,
+    MAX_RETRY_DELAY,
+    require_duration,
+)
 from ship_sqla.kernel._errors import ConfigurationError, ShipError
+from ship_sqla.kernel._outcomes import RetryAfter, Snooze
 from ship_sqla.kernel._plans.backoff import Backoff, BackoffKind, Jitter
 from ship_sqla.kernel._plans.schedule import validate_schedule
+from ship_sqla.kernel._priority import DEFAULT_PRIORITY, check_priority_field
 
 if TYPE_CHECKING:
     from ship_sqla.kernel._job_context import JobContext
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "MAX_SNOOZES",
     "Concurrency",
     "IdempotencyPolicy",
     "InvalidPayloadError",
@@ -39,6 +47,13 @@ P = TypeVar("P")
 
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+def is_job_id(value: object) -> bool:
+    """True when ``value`` is a job id ``define_job`` accepts (the operator surface refuses any
+    other before it runs a statement)."""
+    return isinstance(value, str) and _JOB_ID.fullmatch(value) is not None
+
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 """A job's default ``max_payload_bytes``: 1 MiB of encoded JSON per run."""
@@ -105,12 +120,50 @@ class Concurrency:
         return self.lease / 3
 
 
+MAX_SNOOZES: Final = 10_000
+"""The most ``RetryPolicy.max_snoozes`` may allow: each snooze adds a history entry to the run."""
+
+
+def _check_max_snoozes(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SNOOZES:
+        raise ConfigurationError(
+            f"retry.max_snoozes must be an int from 0 to {MAX_SNOOZES}, got {value!r}.",
+            fix="omit it for the default (100), or pass 0 to make every snooze a failed attempt.",
+        )
+
+
+def _as_exception_types(value: Any) -> tuple[type[BaseException], ...]:  # noqa: ANN401
+    """``non_retryable=`` as a tuple of exception types; one type alone is accepted too."""
+    types = (value,) if isinstance(value, type) else tuple(value)
+    for kind in types:
+        if not (isinstance(kind, type) and issubclass(kind, BaseException)):
+            raise ConfigurationError(
+                f"retry.non_retryable must name exception types, got {kind!r}.",
+                fix="pass a tuple of exception classes, e.g. non_retryable=(ValueError,).",
+            )
+        if issubclass(kind, (RetryAfter, Snooze)):
+            raise ConfigurationError(
+                f"retry.non_retryable names {kind.__name__}, an outcome a handler chooses, not a"
+                " failure to classify.",
+                fix="drop it from non_retryable; raise TerminalError to end a run at once.",
+            )
+    return types
+
+
 @attrs.frozen
 class RetryPolicy:
     """``attempts`` is the total number of runs (the first included) before a run is dead; the
     other fields are the backoff between them, the package's one backoff (``Backoff``, built
     as :attr:`plan`): ``backoff`` is its kind, ``base_delay`` its base, ``factor`` its growth
-    (exponential), ``max_delay`` its cap, ``jitter`` its jitter."""
+    (exponential), ``max_delay`` its cap, ``jitter`` its jitter.
+
+    How a failed attempt is classified (K4, :mod:`ship_sqla.kernel._outcomes`):
+    ``non_retryable`` names exception types (subclasses included) that end the run at once,
+    dead on the attempt they were raised in, like :class:`~ship_sqla.kernel.TerminalError`;
+    ``max_snoozes`` bounds how many times a run may :class:`~ship_sqla.kernel.Snooze` without
+    spending an attempt (default 100); past it a snooze is a failed attempt
+    (:class:`~ship_sqla.kernel.JobSnoozeLimitError`), retried with the backoff until the
+    attempts are spent (or dead at once when ``non_retryable`` names ``JobSnoozeLimitError``)."""
 
     attempts: int = attrs.field(default=5, validator=_positive("retry.attempts"))
     backoff: BackoffKind = "exponential"
@@ -122,6 +175,10 @@ class RetryPolicy:
     )
     jitter: Jitter = "full"
     factor: float = 2.0
+    non_retryable: tuple[type[BaseException], ...] = attrs.field(
+        default=(), converter=_as_exception_types
+    )
+    max_snoozes: int = attrs.field(default=100, validator=_check_max_snoozes)
     plan: Backoff = attrs.field(init=False, eq=False, repr=False)
     """The backoff these fields describe (built, and so checked, with the policy)."""
 
@@ -152,6 +209,7 @@ class Retention:
     completed: timedelta = timedelta(days=1)
     dead: timedelta = timedelta(days=30)
     discarded: timedelta = timedelta(days=7)
+    cancelled: timedelta = timedelta(days=7)
 
 
 @attrs.frozen
@@ -277,6 +335,13 @@ def _check_payload_bound(
         )
 
 
+def _optional_timeout(
+    instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
+) -> None:
+    if value is not None:
+        require_duration(value, f"job {instance.id!r}: timeout", maximum=MAX_JOB_TIMEOUT)
+
+
 @attrs.frozen
 class JobDefinition(Generic[P]):
     """A declared job. Build it with :func:`define_job`."""
@@ -294,6 +359,14 @@ class JobDefinition(Generic[P]):
     )
     """The longest encoded payload a run of this job may carry: bytes of its compact ASCII JSON
     text (:func:`ship_sqla.kernel._plans.prepare.prepare_run` checks it for every backend)."""
+    timeout: float | None = attrs.field(default=None, validator=_optional_timeout)
+    """Seconds one attempt's handler may run (K5); None: no limit. At the timeout the runtime
+    cancels the handler and the attempt is a failure
+    (:class:`~ship_sqla.kernel.JobTimeoutError`)."""
+
+    priority: int = attrs.field(default=DEFAULT_PRIORITY, validator=check_priority_field)
+    """Its runs' priority unless an enqueue names one (K6): higher first, from ``MIN_PRIORITY``
+    to ``MAX_PRIORITY`` (:mod:`ship_sqla.kernel._priority`)."""
 
     def encode(self, payload: P) -> Any:  # noqa: ANN401 - JSON-able
         """Validate and encode ``payload`` for storage; raises :class:`InvalidPayloadError`."""
@@ -322,6 +395,8 @@ def define_job(
     schedule: Schedule | None = None,
     idempotency: IdempotencyPolicy | None = None,
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+    priority: int = DEFAULT_PRIORITY,
+    timeout: float | timedelta | None = None,
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
@@ -329,6 +404,15 @@ def define_job(
     (compact, non-ASCII characters escaped); a larger one is refused at enqueue with
     :class:`PayloadTooLargeError`. Default 1 MiB: queue rows are read and rewritten at every
     claim and settle, so keep large data elsewhere and enqueue a reference to it.
+
+    ``priority`` (an int from -10 to 10, default 0; K6): its runs' priority unless an enqueue
+    names one. A claim takes due runs higher priority first, then by ``run_at``, then in
+    creation order; a bad one raises :class:`~ship_sqla.kernel.InvalidPriorityError`.
+
+    ``timeout`` (seconds or a ``timedelta``; None: none): how long one attempt's handler may run
+    (K5). At the timeout the handler is cancelled and the attempt is a failure with code
+    ``SHIP_SQLA_JOB_TIMEOUT``; ``retry`` decides what follows. The run keeps its lease
+    (heartbeats go on) until the handler has really stopped.
     """
     if not _JOB_ID.match(id):
         raise ConfigurationError(
@@ -347,4 +431,6 @@ def define_job(
         schedule=schedule,
         idempotency=idempotency,
         max_payload_bytes=max_payload_bytes,
+        priority=priority,
+        timeout=timeout.total_seconds() if isinstance(timeout, timedelta) else timeout,
     )

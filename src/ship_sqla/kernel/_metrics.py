@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = ["JOB_METRIC_NAMES", "JobMetrics", "JobOutcome", "job_metrics_for"]
 
-JobOutcome = Literal["completed", "retrying", "dead", "stale", "lock_held", "cancelled"]
+JobOutcome = Literal["completed", "retrying", "dead", "stale", "lock_held", "cancelled", "snoozed"]
 """How one execution of a run ended, the ``ship.job.outcome`` attribute of ``ship.job.runs``:
 
 - ``completed``: the handler returned and the completion landed.
@@ -47,6 +47,7 @@ JobOutcome = Literal["completed", "retrying", "dead", "stale", "lock_held", "can
 - ``stale``: the outcome was rejected because the claim token was no longer current (J5).
 - ``lock_held``: ``JOB_LOCK_HELD``; the run went back to waiting without using an attempt (J7).
 - ``cancelled``: the runtime stopped and cancelled the run past its drain timeout (J12).
+- ``snoozed``: the handler raised ``Snooze``; the run waits again without using an attempt (K4).
 """
 
 _OUTCOMES: Final = frozenset(get_args(JobOutcome))

@@ -14,7 +14,9 @@ each job's retention in bounded batches. The stores only store.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+
+import attrs
 
 from ship_sqla.kernel._authorize import Authorizer, authorize, check_authorizer
 from ship_sqla.kernel._cursor import (
@@ -30,21 +32,24 @@ from ship_sqla.kernel._errors import (
     InvalidCursorError,
     ShipError,
 )
+from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._page import Page
-from ship_sqla.kernel._ports import DeadQuery
+from ship_sqla.kernel._ports import TERMINAL_STATES, DeadQuery
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from ship_sqla.kernel._jobs import JobDefinition
-    from ship_sqla.kernel._ports import RunAdmin, RunRecord, RunState, StateCount
+    from ship_sqla.kernel._ports import PausedJob, RunAdmin, RunRecord, RunState, StateCount
 
 __all__ = [
     "MANAGE_PERMISSION",
     "MAX_CLEANUP_BATCH",
     "MAX_PAGE_LIMIT",
+    "MAX_PAUSED_JOBS",
     "MAX_STATE_GROUPS",
     "AdministeredBackend",
+    "CancelResult",
     "JobOperationRefusedError",
     "JobOperations",
     "create_job_operations",
@@ -58,8 +63,34 @@ MAX_CLEANUP_BATCH: Final = 10_000
 """Runs per cleanup DELETE: one short transaction each."""
 MAX_STATE_GROUPS: Final = 10_000
 """(job, state) groups per ``state_counts`` call."""
+MAX_PAUSED_JOBS: Final = 10_000
+"""Paused jobs per ``paused`` call."""
 
-_FINISHED_STATES: Final[tuple[RunState, ...]] = ("completed", "dead", "discarded")
+_FINISHED_STATES: Final[tuple[RunState, ...]] = ("completed", "dead", "discarded", "cancelled")
+
+
+@attrs.frozen
+class CancelResult:
+    """What :meth:`JobOperations.cancel` did (K2), with the run as it is after:
+
+    - ``"cancelled"``: the run was waiting; it is ``cancelled`` now and never runs;
+    - ``"requested"``: the run is running; the request is recorded (``cancel_requested_at``)
+      and its holder cancels the handler, at once where it hears the notification, else at its
+      next heartbeat; the run then ends ``cancelled`` (or ``completed``, if its handler
+      finished first), never ``dead`` or ``waiting``;
+    - ``"finished"``: the run had ended already (``record.state`` says how: completed, dead,
+      discarded or cancelled); nothing changed.
+
+    Cancelling again is harmless: a cancelled run answers ``"finished"``, a running one
+    ``"requested"`` (its holder is told again; the first request's time is kept)."""
+
+    outcome: Literal["cancelled", "requested", "finished"]
+    record: RunRecord
+
+    @property
+    def changed(self) -> bool:
+        """False when the run had already finished (nothing changed)."""
+        return self.outcome != "finished"
 
 
 class JobOperationRefusedError(ShipError, RuntimeError):
@@ -154,9 +185,9 @@ class JobOperations:
         batch_size: int = 1000,
         max_batches: int = 100,
     ) -> dict[str, int]:
-        """Delete each job's completed / dead / discarded runs older than its ``retention``:
-        batches of at most ``batch_size`` runs, each one bounded statement, at most
-        ``max_batches`` per job. Returns the number deleted per job id; call again when a job
+        """Delete each job's completed / dead / discarded / cancelled runs older than its
+        ``retention``: batches of at most ``batch_size`` runs, each one bounded statement, at
+        most ``max_batches`` per job. Returns the number deleted per job id; call again when a job
         hit ``max_batches`` (its count is ``batch_size * max_batches``)."""
         await self._authorize("cleanup")
         if not 1 <= batch_size <= MAX_CLEANUP_BATCH:
@@ -172,6 +203,7 @@ class JobOperations:
                 "completed": job.retention.completed,
                 "dead": job.retention.dead,
                 "discarded": job.retention.discarded,
+                "cancelled": job.retention.cancelled,
             }
             count = 0
             batches = 0
@@ -200,6 +232,62 @@ class JobOperations:
             )
         return await self._admin.state_counts(limit=limit)
 
+    async def cancel(self, run_id: str) -> CancelResult:
+        """Cancel a run (K2): a waiting one at once; a running one by recording the request,
+        which its holder acts on. A run that has finished changes nothing and says so
+        (:class:`CancelResult`); an unknown run is refused (``JobOperationRefusedError``). The
+        statement is fenced on the live states: it can never rewrite a finished run."""
+        await self._authorize("cancel")
+        _require_run_id(run_id, "cancel")
+        # A second try covers an operator retry that revived a dead run between the two reads.
+        for _ in range(2):
+            record = await self._admin.cancel(run_id)
+            if record is not None:
+                outcome: Literal["cancelled", "requested"] = (
+                    "cancelled" if record.state == "cancelled" else "requested"
+                )
+                return CancelResult(outcome, record)
+            record = await self._admin.get_run(run_id)
+            if record is None:
+                raise JobOperationRefusedError(
+                    f"cancel of run {run_id!r}: no such run.",
+                    fix="pass the id of an existing run (ship-sqla jobs show RUN_ID).",
+                )
+            if record.state in TERMINAL_STATES:
+                return CancelResult("finished", record)
+        raise JobOperationRefusedError(
+            f"cancel of run {run_id!r}: the run kept changing state while it was being"
+            " cancelled (an operator retried it meanwhile); nothing was cancelled.",
+            fix="cancel it again.",
+        )
+
+    async def pause(self, job_id: str) -> bool:
+        """Pause ``job_id`` (K3): once this returns, no claim that starts takes a run of it, in
+        any process; running runs finish; enqueue and schedules still add runs (they wait).
+        True when this call paused it, False when it was paused already."""
+        await self._authorize("pause")
+        _require_job_id(job_id, "pause")
+        return await self._admin.pause(job_id)
+
+    async def resume(self, job_id: str) -> bool:
+        """Resume ``job_id`` (K3): its runs are claimable at once and the workers are woken.
+        True when it was paused, False when it was not (nothing changed)."""
+        await self._authorize("resume")
+        _require_job_id(job_id, "resume")
+        return await self._admin.resume(job_id)
+
+    async def paused(self, *, limit: int = 1000) -> list[PausedJob]:
+        """The paused jobs with when each was paused, by job id, at most ``limit``
+        (1..10,000)."""
+        await self._authorize("paused")
+        if not 1 <= limit <= MAX_PAUSED_JOBS:
+            raise BoundExceededError(
+                f"paused limit must be 1..{MAX_PAUSED_JOBS}, got {limit}.",
+                fix=f"ask for at most {MAX_PAUSED_JOBS}; resume the jobs that need not stay"
+                " paused.",
+            )
+        return await self._admin.paused(limit=limit)
+
     async def _refusal(self, operation: str, run_id: str, allowed: str) -> JobOperationRefusedError:
         record = await self._admin.get_run(run_id)
         if record is None:
@@ -217,6 +305,23 @@ class JobOperations:
             f"{operation} of run {run_id!r}: it is {record.state!r}; {operation} takes only"
             f" {allowed} runs.",
             fix="list dead runs with list_dead; a running run must settle first.",
+        )
+
+
+def _require_run_id(run_id: object, operation: str) -> None:
+    if not isinstance(run_id, str) or not run_id:
+        raise ConfigurationError(
+            f"{operation}: run id must be a non-empty string, got {run_id!r}.",
+            fix="pass the run's id (EnqueueResult.run_id, RunRecord.run_id).",
+        )
+
+
+def _require_job_id(job_id: object, operation: str) -> None:
+    if not is_job_id(job_id):
+        raise ConfigurationError(
+            f"{operation}: {job_id!r} is not a job id.",
+            fix="pass the id given to define_job: 1-128 characters, letters, digits and"
+            " _ . : - (not starting with a symbol).",
         )
 
 

@@ -8,24 +8,29 @@ Run lifecycle::
 
     waiting --claim--> running --complete--> completed
        ^                 |  \\--fail (attempts left)--> waiting (run_at = retry time)
-       |                 |   \\--fail (last attempt) / lease lapsed on last attempt--> dead
+       |                 |   \\--fail (last attempt, or terminal) / lapsed on last attempt--> dead
+       |                 |\\--snooze (attempt not consumed, one more snooze, K4)--> waiting
        |                 \\--release (JOB_LOCK_HELD: attempt not consumed)--> waiting
        \\--------- operator retry (dead -> waiting, one more attempt)
     waiting / dead --operator discard--> discarded
+    waiting --operator cancel--> cancelled
+    running --operator cancel--> running, cancel requested --the holder's Cancel (or any
+        settlement but a complete), or a claim after its lease lapsed--> cancelled (K2)
 
-``completed``, ``dead`` and ``discarded`` are terminal: no claim ever returns them again.
+``completed``, ``dead``, ``discarded`` and ``cancelled`` are terminal: no claim ever returns them
+again.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
 
 import attrs
 
 from ship_sqla.kernel._errors import ShipError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from datetime import datetime, timedelta
 
     from ship_sqla.kernel._clock import Clock
@@ -34,10 +39,14 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._plans.prepare import PreparedRun
 
 __all__ = [
+    "FAILURE_KINDS",
     "LEASE_LAPSED",
     "LEASE_LAPSED_FINAL_ATTEMPT",
+    "RUN_CANCELLED",
     "TERMINAL_STATES",
     "BuriedRun",
+    "Cancel",
+    "CancelRequestSource",
     "ClaimBatch",
     "ClaimRequest",
     "ClaimedRun",
@@ -46,12 +55,16 @@ __all__ = [
     "EnqueueRequest",
     "EnqueueResult",
     "Fail",
+    "FailureKind",
+    "HeartbeatBatch",
+    "HistoryKind",
     "JobBackend",
     "JobLeaseLapsedError",
     "JobLeaseLapsedFinalError",
     "JobLeaseStaleError",
     "Lock",
     "LockProvider",
+    "PausedJob",
     "QueueDepth",
     "QueueDepthSource",
     "Release",
@@ -63,11 +76,13 @@ __all__ = [
     "ScheduleStore",
     "SettleOutcome",
     "Settlement",
+    "SnoozeRun",
     "StateCount",
+    "WakeSource",
 ]
 
-RunState = Literal["waiting", "running", "completed", "dead", "discarded"]
-TERMINAL_STATES: frozenset[str] = frozenset({"completed", "dead", "discarded"})
+RunState = Literal["waiting", "running", "completed", "dead", "discarded", "cancelled"]
+TERMINAL_STATES: frozenset[str] = frozenset({"completed", "dead", "discarded", "cancelled"})
 
 LEASE_LAPSED_FINAL_ATTEMPT = "SHIP_SQLA_JOB_LEASE_LAPSED_FINAL_ATTEMPT"
 """The error recorded on a run dead-lettered because its lease lapsed on its final attempt (J6)."""
@@ -86,6 +101,21 @@ LEASE_LAPSED_MESSAGE = (
     " heartbeating); the run was retaken as a new attempt."
 )
 """The history entry (and ``last_error``) of the lapsed attempt of a run a claim retook (J6)."""
+
+RUN_CANCELLED = "SHIP_SQLA_JOB_RUN_CANCELLED"
+"""The error recorded on a run an operator cancelled while it ran (K2)."""
+CANCELLED_MESSAGE = (
+    f"{RUN_CANCELLED}: an operator cancelled the run while it was running; its handler was"
+    " cancelled and the run ended cancelled (not a failure: it is not retried)."
+)
+"""The history entry (and ``last_error``) of a cancelled attempt whose handler stopped (K2)."""
+CANCEL_LAPSED_MESSAGE = (
+    f"{RUN_CANCELLED}: an operator cancelled the run while it was running, and its lease lapsed"
+    " before its holder settled it (its worker died or stopped heartbeating); the claim ended it"
+    " cancelled instead of retaking it."
+)
+"""The history entry (and ``last_error``) of a cancel-requested run whose lease lapsed: a claim
+ends it cancelled, never retakes it (K2), on every backend."""
 
 
 class JobLeaseStaleError(ShipError, RuntimeError):
@@ -123,6 +153,8 @@ class EnqueueRequest:
     run_at: datetime | None = None
     run_id: str | None = None
     """A caller-chosen durable id (schedules use ``<job_id>/<occurrence>``); generated if None."""
+    priority: int | None = None
+    """The run's priority (K6: higher first, -10 to 10); None: the job definition's."""
 
 
 @attrs.frozen
@@ -154,6 +186,14 @@ class ClaimedRun:
     lease: float
     """The lease this claim was granted, in seconds: every heartbeat of the run extends it by as
     much (the store keeps no per-job memory of leases)."""
+    snoozes: int = 0
+    """How many times the run snoozed before this claim (K4): the executor compares it with the
+    job's ``retry.max_snoozes`` before it asks for another :class:`SnoozeRun`."""
+    priority: int = 0
+    """The run's priority (K6)."""
+    trace_context: Mapping[str, str] | None = None
+    """The W3C trace context its enqueue stored (``traceparent``, ``tracestate``; K7): the
+    parent of every attempt's span. None when no span was current at the enqueue."""
 
 
 @attrs.frozen
@@ -191,15 +231,57 @@ def buried_of(claimed: Sequence[ClaimedRun]) -> tuple[BuriedRun, ...]:
     return claimed.buried if isinstance(claimed, ClaimBatch) else ()
 
 
-SettleOutcome = Literal["completed", "retrying", "dead", "released", "stale"]
+class HeartbeatBatch(list[bool]):
+    """What ``heartbeat`` answers: per run, in order, whether its lease is still the holder's
+    (True: extended; False: its token is stale or its lease lapsed, and the holder must stop; it
+    IS that list), plus ``cancel_requested``, the ids of the held runs an operator asked to
+    cancel (K2): their holder cancels the handler and settles them :class:`Cancel`."""
+
+    __slots__ = ("cancel_requested",)
+
+    def __init__(self, held: Iterable[bool] = (), cancel_requested: Iterable[str] = ()) -> None:
+        super().__init__(held)
+        self.cancel_requested: frozenset[str] = frozenset(cancel_requested)
+
+    def __repr__(self) -> str:
+        return f"HeartbeatBatch({list(self)!r}, cancel_requested={set(self.cancel_requested)!r})"
+
+
+def cancel_requested_of(answer: Sequence[bool]) -> frozenset[str]:
+    """The runs a heartbeat answered cancel-requested: ``answer.cancel_requested`` for a
+    :class:`HeartbeatBatch`, none for a plain list (a backend written before cancels; its
+    runtimes learn of nothing, and its runs are never cancel-requested)."""
+    return answer.cancel_requested if isinstance(answer, HeartbeatBatch) else frozenset()
+
+
+SettleOutcome = Literal[
+    "completed", "retrying", "dead", "released", "cancelled", "snoozed", "stale"
+]
+
+FailureKind = Literal["failure", "terminal", "retry-after", "timeout"]
+"""How a failed attempt ended (K4, K5), the ``kind`` of its history entry: ``"failure"`` (an
+exception: the policy's backoff), ``"terminal"`` (``TerminalError`` or a type the policy names
+non-retryable: dead now), ``"retry-after"`` (``RetryAfter``: the named delay, an attempt spent),
+``"timeout"`` (the job's ``timeout`` passed: ``SHIP_SQLA_JOB_TIMEOUT``, the policy's backoff)."""
+FAILURE_KINDS: frozenset[str] = frozenset(get_args(FailureKind))
+
+HistoryKind = Literal[
+    "failure", "terminal", "retry-after", "timeout", "snooze", "released", "lapsed", "cancelled"
+]
+"""The ``kind`` of a history entry (:class:`RunRecord`): a :data:`FailureKind`; ``"snooze"`` (a
+:class:`SnoozeRun`, no attempt spent); ``"released"`` (a :class:`Release` carrying an error: a
+drain or a lost lock cancelled the attempt, J12); ``"lapsed"`` (the attempt's lease lapsed, J6);
+``"cancelled"`` (an operator cancelled the run, K2)."""
 
 
 @attrs.frozen
 class RunRecord:
     """A run as operators see it, with its history of failed attempts.
 
-    ``history`` holds one JSON object per failed or cancelled attempt, oldest first:
-    ``{"attempt": int, "at": ISO-8601 text, "error": str}``.
+    ``history`` holds one JSON object per attempt that did not complete (failed, snoozed,
+    released with an error, lapsed...), oldest first:
+    ``{"attempt": int, "at": ISO-8601 text, "error": str, "kind": HistoryKind}`` (entries
+    written before ``kind`` existed have no ``kind``). ``snoozes`` counts the run's snoozes (K4).
     """
 
     run_id: str
@@ -217,6 +299,12 @@ class RunRecord:
     lease_expires_at: datetime | None
     last_error: str | None
     history: tuple[Any, ...] = ()
+    snoozes: int = 0
+    cancel_requested_at: datetime | None = None
+    """When an operator asked to cancel the run while it was running (K2); None otherwise (a
+    waiting run is cancelled at once, without a request)."""
+    priority: int = 0
+    """The run's priority (K6: higher first)."""
 
 
 @runtime_checkable
@@ -293,12 +381,14 @@ class Complete:
 
 @attrs.frozen
 class Fail:
-    """Record a failed attempt of ``run`` in its history (``error``): waiting again at
-    ``retry_at``, or dead when ``retry_at`` is None or the attempts are spent (J7)."""
+    """Record a failed attempt of ``run`` in its history (``error``, with ``kind``): waiting
+    again at ``retry_at``, or dead when ``retry_at`` is None or the attempts are spent (J7, K4).
+    The kernel's retry plan chose ``kind`` and ``retry_at``; the store only records them."""
 
     run: ClaimedRun
     error: str
     retry_at: datetime | None
+    kind: FailureKind = "failure"
 
 
 @attrs.frozen
@@ -311,9 +401,48 @@ class Release:
     error: str | None = None
 
 
-Settlement: TypeAlias = Complete | Fail | Release
+@attrs.frozen
+class Cancel:
+    """End ``run`` as cancelled (K2): an operator asked to cancel it and its handler stopped.
+    Not a failure: no retry, no dead letter, the attempt counted; ``error``, when given, is
+    appended to the history. Any settlement but a :class:`Complete` of a run whose cancel was
+    requested also ends it cancelled (the store checks): a failure or a release that raced the
+    request never puts it back to waiting or dead."""
+
+    run: ClaimedRun
+    error: str | None = None
+
+
+@attrs.frozen
+class SnoozeRun:
+    """Return ``run`` to waiting at ``run_at`` without spending its attempt, counting one more
+    snooze (K4: the handler raised :class:`~ship_sqla.kernel.Snooze`); ``error`` (the snooze's
+    text) is appended to the history with kind ``"snooze"``. The executor sends it only while the
+    run has snoozed fewer than ``retry.max_snoozes`` times."""
+
+    run: ClaimedRun
+    run_at: datetime
+    error: str
+
+
+Settlement: TypeAlias = Complete | Fail | Release | Cancel | SnoozeRun
 """What a worker asks a store to do with a claimed run. Every settlement is fenced on the run's
 token (J5): a stale one changes nothing and is answered ``"stale"``."""
+
+
+def history_kind_of(settlement: Settlement) -> HistoryKind | None:
+    """The ``kind`` of the history entry ``settlement`` appends when it carries an error (None:
+    a complete appends none), on every backend; also when a cancel request turns it into a
+    cancellation (K2): the entry says how the attempt ended, the state that the run did."""
+    if isinstance(settlement, Fail):
+        return settlement.kind
+    if isinstance(settlement, SnoozeRun):
+        return "snooze"
+    if isinstance(settlement, Release):
+        return "released"
+    if isinstance(settlement, Cancel):
+        return "cancelled"
+    return None
 
 
 @runtime_checkable
@@ -343,15 +472,20 @@ class RunStore(Protocol):
         and listed in the batch's ``buried``."""
         ...
 
-    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> list[bool]:
+    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> HeartbeatBatch:
         """Extend each run's lease by ``run.lease`` seconds; False where the token is stale or
-        the lease has lapsed (a lapsed lease is never revived, J5)."""
+        the lease has lapsed (a lapsed lease is never revived, J5). The answer's
+        ``cancel_requested`` names the held runs an operator asked to cancel (K2): a lease whose
+        cancel was requested is still extended, so no claim retakes the run while its handler
+        stops."""
         ...
 
     async def settle(self, settlements: Sequence[Settlement]) -> list[SettleOutcome]:
         """Apply many settlements, of any kinds, in one round trip where the store can; one
         outcome per settlement, in order: ``"completed"``, ``"retrying"``, ``"dead"``,
-        ``"released"``, or ``"stale"`` (its token was not current: nothing changed, J5)."""
+        ``"released"``, ``"cancelled"`` (a :class:`Cancel`, or any settlement but a complete of
+        a run whose cancel was requested, K2), or ``"stale"`` (its token was not current:
+        nothing changed, J5)."""
         ...
 
     async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the poll interval
@@ -397,6 +531,14 @@ class StateCount:
     oldest_due_age: float | None
 
 
+@attrs.frozen
+class PausedJob:
+    """A paused job (K3): no claim that starts after ``paused_at`` takes its runs."""
+
+    job_id: str
+    paused_at: datetime
+
+
 @runtime_checkable
 class RunAdmin(QueueDepthSource, Protocol):
     """Administration of stored runs (J8): the port the operator surface
@@ -426,6 +568,62 @@ class RunAdmin(QueueDepthSource, Protocol):
 
     async def state_counts(self, *, limit: int) -> list[StateCount]:
         """Runs per (job, state), at most ``limit`` groups ordered by job then state."""
+        ...
+
+    async def cancel(self, run_id: str) -> RunRecord | None:
+        """K2, fenced on the live states: a waiting run becomes cancelled at once; a running
+        run's cancel is recorded (``cancel_requested_at``, kept from the first request) and its
+        holder told (the backend's :class:`CancelRequestSource` watchers, in every process it
+        can reach); the run as it is after. None (nothing changed) when the run is terminal or
+        does not exist."""
+        ...
+
+    async def pause(self, job_id: str) -> bool:
+        """K3: no claim that starts after this call returned takes a run of ``job_id``, in any
+        process; True when this call paused it, False when it was paused already (unchanged)."""
+        ...
+
+    async def resume(self, job_id: str) -> bool:
+        """K3: ``job_id``'s runs are claimable again at once, and the backend's workers it can
+        reach are woken; True when it was paused, False when it was not (unchanged)."""
+        ...
+
+    async def paused(self, *, limit: int) -> list[PausedJob]:
+        """The paused jobs, at most ``limit``, ordered by job id."""
+        ...
+
+
+@runtime_checkable
+class WakeSource(Protocol):
+    """A store whose ``wait_for_work`` other processes can end (K1): its enqueues announce due
+    runs in their transaction, and while a runtime listens, an announcement of one of its jobs
+    from any process wakes it at once (the PostgreSQL backend: LISTEN/NOTIFY, ``listen=``).
+    Polling stays the fallback: a lost announcement or listener delays a run by at most one
+    poll interval. A worker runtime calls :meth:`start_listening` when it starts and
+    :meth:`stop_listening` when it has stopped; the in-memory backend needs neither (its only
+    enqueuers are local, and they wake it at once)."""
+
+    def start_listening(self, job_ids: Sequence[str]) -> None:
+        """Start waking this process's waiters on announcements of ``job_ids`` (counted per
+        call; never raises: a listener that cannot connect is reported and retried)."""
+        ...
+
+    async def stop_listening(self, job_ids: Sequence[str]) -> None:
+        """Undo one :meth:`start_listening` of ``job_ids``; the last one releases the listener
+        (its connection closed when this returns)."""
+        ...
+
+
+@runtime_checkable
+class CancelRequestSource(Protocol):
+    """A backend that tells its runtimes at once when an operator asked to cancel a running run
+    (K2): both backends are. The heartbeat's answer (:class:`HeartbeatBatch`) is the fallback
+    that needs nothing of this: a runtime on a backend without it learns at the next beat."""
+
+    def watch_cancel_requests(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Call ``callback(run_id)`` for every cancel request this backend learns of (made
+        through it, or, where it listens, through any process); returns the unsubscribe.
+        ``callback`` must not raise and must not block."""
         ...
 
 
@@ -470,9 +668,10 @@ class JobBackend(RunStore, Protocol):
         dedupe_key: str | None = None,
         run_at: datetime | None = None,
         run_id: str | None = None,
+        priority: int | None = None,
         scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
     ) -> EnqueueResult:
-        """Prepare one run and :meth:`~RunStore.insert` it."""
+        """Prepare one run and :meth:`~RunStore.insert` it (``priority``: K6; None, the job's)."""
         ...
 
     async def enqueue_many(

@@ -2,12 +2,13 @@
 the index that serves it, by concern:
 
 - :mod:`.enqueue`: ``insert`` of prepared runs (J1, J2): the plain INSERT, the capped one, the
-  J2 gate, the checked statement;
+  J2 gate, the checked statement; the plain INSERT with its announcement and the announcement
+  alone (K1: NOTIFY in the enqueueing transaction);
 - :mod:`.claim`: the per-job claim lock and the claim (J3, J4, J6);
 - :mod:`.settle`: every settlement of a batch in one statement, and the heartbeat (J5, J7);
 - :mod:`.schedules`: the state rows of schedules (J9);
-- :mod:`.admin`: the administration port (J8), the queue gauges (J10), ``jobs stats`` and the
-  worker's table check.
+- :mod:`.admin`: the administration port (J8; cancel, K2; pause and resume, K3), the queue
+  gauges (J10), ``jobs stats`` and the worker's table check.
 
 The tables' names and schema are the application's choice, so each statement is a template
 rendered ONCE per backend into :class:`JobStatements` (:meth:`JobStatements.for_tables`), which
@@ -55,7 +56,7 @@ AT: Final = "to_char(" + NOW + """ AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.
 _RUN_COLUMNS: Final = (
     "r.id, r.job_id, r.state, r.payload, r.key, r.dedupe_key, r.attempt, r.max_attempts,"
     " r.run_at, r.created_at, r.updated_at, r.finished_at, r.lease_expires_at, r.lease_token,"
-    " r.claimed_by, r.last_error, r.history"
+    " r.claimed_by, r.last_error, r.history, r.snoozes, r.priority, r.cancel_requested_at"
 )
 
 
@@ -85,6 +86,8 @@ class JobStatements:
     enqueue_plain_capped: TextClause
     enqueue_gate: TextClause
     enqueue_many: TextClause
+    enqueue_plain_announced: TextClause
+    announce: TextClause
     claim_lock: TextClause
     claim_lock_tuned: TextClause
     claim: TextClause
@@ -99,6 +102,10 @@ class JobStatements:
     list_dead_all_jobs: TextClause
     retry_dead: TextClause
     discard: TextClause
+    cancel_run: TextClause
+    pause_job: TextClause
+    resume_job: TextClause
+    list_paused: TextClause
     delete_finished: TextClause
     queue_depths: TextClause
     state_counts: TextClause
@@ -119,6 +126,8 @@ class JobStatements:
             enqueue_plain_capped=r(enqueue.ENQUEUE_PLAIN_CAPPED),
             enqueue_gate=r(enqueue.ENQUEUE_GATE),
             enqueue_many=r(enqueue.ENQUEUE_MANY),
+            enqueue_plain_announced=r(enqueue.ENQUEUE_PLAIN_ANNOUNCED),
+            announce=r(enqueue.ANNOUNCE),
             claim_lock=r(claim.CLAIM_LOCK),
             claim_lock_tuned=r(claim.CLAIM_LOCK_TUNED),
             claim=r(claim.CLAIM_DUE_AND_LAPSED_SKIP_LOCKED),
@@ -133,6 +142,10 @@ class JobStatements:
             list_dead_all_jobs=r(admin.LIST_DEAD_ALL_JOBS),
             retry_dead=r(admin.RETRY_DEAD),
             discard=r(admin.DISCARD_WAITING_OR_DEAD),
+            cancel_run=r(admin.CANCEL_LIVE_RUN),
+            pause_job=r(admin.PAUSE_JOB),
+            resume_job=r(admin.RESUME_JOB),
+            list_paused=r(admin.LIST_PAUSED),
             delete_finished=r(admin.DELETE_FINISHED_BATCH),
             queue_depths=r(admin.QUEUE_DEPTHS),
             state_counts=r(admin.STATE_COUNTS),

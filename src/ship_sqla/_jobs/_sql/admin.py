@@ -2,7 +2,7 @@
 the :class:`~ship_sqla.kernel.RunAdmin` port of the PostgreSQL backend runs. Rules: see
 :mod:`ship_sqla._jobs._sql`. Partial-index predicates are written as ``_tables.py`` declares
 them, as literals: ``state = 'dead'`` alone does not imply ``state IN ('completed', 'dead',
-'discarded')`` for a generic plan's benefit, so both appear.
+'discarded', 'cancelled')`` for a generic plan's benefit, so both appear.
 """
 
 from __future__ import annotations
@@ -10,14 +10,18 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "CANCEL_LIVE_RUN",
     "DELETE_FINISHED_BATCH",
     "DISCARD_WAITING_OR_DEAD",
     "GET_RUN",
     "LIST_DEAD_ALL_JOBS",
     "LIST_DEAD_OF_JOB",
+    "LIST_PAUSED",
+    "PAUSE_JOB",
     "PROBE_RUNS_TABLE",
     "PROBE_STATE_TABLE",
     "QUEUE_DEPTHS",
+    "RESUME_JOB",
     "RETRY_DEAD",
     "STATE_COUNTS",
 ]
@@ -41,7 +45,8 @@ LIST_DEAD_OF_JOB: Final = (
 SELECT {cols} FROM {runs} r
 -- <runs>_finished_idx (job_id, finished_at) read backwards: newest dead runs first, keyset on
 -- (finished_at, id), at most :limit rows past the cursor.
-WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded') AND r.state = 'dead'
+WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded', 'cancelled')
+  AND r.state = 'dead'
 """
     + _DEAD_PAGE_AFTER_CURSOR
 )
@@ -53,7 +58,7 @@ SELECT {cols} FROM {runs} r
 -- <runs>_finished_idx: its predicate limits the read to terminal runs, but job_id leads the
 -- index, so across jobs the rows are filtered to 'dead' and top-N sorted (bounded by :limit, not
 -- by the number of completed runs kept; run cleanup to keep that number small).
-WHERE r.state IN ('completed', 'dead', 'discarded') AND r.state = 'dead'
+WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = 'dead'
 """
     + _DEAD_PAGE_AFTER_CURSOR
 )
@@ -85,13 +90,71 @@ RETURNING {cols}
 """
 """Operator discard (J8): a waiting or dead run becomes terminal."""
 
+CANCEL_LIVE_RUN: Final = """
+WITH changed AS (
+    UPDATE {runs} r
+    SET state = CASE WHEN r.state = 'waiting' THEN 'cancelled' ELSE r.state END,
+        finished_at = CASE WHEN r.state = 'waiting' THEN {now} ELSE r.finished_at END,
+        cancel_requested_at = CASE WHEN r.state = 'running'
+            THEN coalesce(r.cancel_requested_at, {now}) END,
+        -- A repeated request changes nothing (the first one's time is kept).
+        updated_at = CASE WHEN r.cancel_requested_at IS NULL THEN {now} ELSE r.updated_at END
+    -- <runs>_pkey. Fenced on the live states (SPEC §10: a cancel that matched "not completed"
+    -- once rewrote a dead letter): a finished run is never touched. The row lock orders this
+    -- with a racing settle or claim: whichever comes second reads the other's row.
+    WHERE r.id = :id AND r.state IN ('waiting', 'running')
+    RETURNING {cols}
+)
+-- The holder is told in this transaction, so on its commit (K2; payload: the run id).
+SELECT c.*, CASE WHEN c.state = 'running'
+    THEN CAST(pg_notify(CAST(:channel AS text), c.id) AS text) END IS NOT NULL AS told
+FROM changed c
+"""
+"""Operator cancel (K2): a waiting run becomes cancelled at once; a running run's request is
+recorded (the first request's time is kept) and announced on the backend's cancel channel,
+whose listeners (the runtimes of every process) cancel the handler; the holder's heartbeat
+answers it too. One row (the run as it is after) or none: the run is finished or unknown."""
+
+PAUSE_JOB: Final = """
+INSERT INTO {state} AS p (job_id, updated_at)
+VALUES (CAST(:pause_row AS text), {now})
+ON CONFLICT (job_id) DO NOTHING
+RETURNING p.job_id
+"""
+"""Operator pause (K3): the job's ``<job_id>#paused`` row in the state table, which every claim
+reads in its lock statement (CLAIM_LOCK); a row back: this call paused the job. Index:
+``<state>_pkey`` (the ON CONFLICT arbiter)."""
+
+RESUME_JOB: Final = """
+WITH resumed AS (
+    DELETE FROM {state} p WHERE p.job_id = CAST(:pause_row AS text) RETURNING p.job_id
+)
+-- K3: the job's waiting runs are claimable at once; wake the listeners (K1's announcement of
+-- the job, as an enqueue sends it).
+SELECT CAST(pg_notify(CAST(:channel AS text), CAST(:payload AS text)) AS text) IS NOT NULL
+    AS told
+FROM resumed
+"""
+"""Operator resume (K3): deletes the pause row and announces the job on the backend's wake
+channel in the same transaction; a row back: the job was paused. Index: ``<state>_pkey``."""
+
+LIST_PAUSED: Final = """
+SELECT left(p.job_id, -length('#paused')) AS job_id, p.updated_at AS paused_at
+FROM {state} p
+WHERE p.job_id LIKE '%#paused'
+ORDER BY left(p.job_id, -length('#paused')) COLLATE "C"
+LIMIT CAST(:limit AS integer)
+"""
+"""The paused jobs, by job id (byte order, as the in-memory backend sorts them). Operator-only:
+it reads the state table (one row per scheduled, capped or paused job), not the runs."""
+
 DELETE_FINISHED_BATCH: Final = """
 DELETE FROM {runs} d
 WHERE d.id = ANY(ARRAY(
     -- <runs>_finished_idx (job_id, finished_at), predicate word for word: one job's runs in one
     -- terminal state finished at least :retention seconds ago, oldest first, one bounded batch.
     SELECT r.id FROM {runs} r
-    WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded')
+    WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded', 'cancelled')
       AND r.state = CAST(:state AS text)
       AND r.finished_at <= {now} - CAST(:retention AS double precision) * interval '1 second'
     ORDER BY r.finished_at

@@ -1,32 +1,46 @@
 """The enqueue statements (J1, J2): what ``insert`` runs for prepared runs. Rules: see
 :mod:`ship_sqla._jobs._sql`. Each statement takes one job's runs as parallel arrays in request
-order (``:ids``, ``:payloads``, ``:keys``, ``:run_ats``, ``:max_attempts``, and ``:dedupe_keys``
-where a run may carry one), exactly as :func:`~ship_sqla.kernel._plans.prepare.prepare_runs`
-made them: the statements compute nothing a run carries.
+order (``:ids``, ``:payloads``, ``:keys``, ``:run_ats``, ``:max_attempts``, ``:priorities``
+(K6), ``:trace_contexts`` (K7, JSON text or NULL), and ``:dedupe_keys`` where a run may carry
+one), exactly as :func:`~ship_sqla.kernel._plans.prepare.prepare_runs` made them: the
+statements compute nothing a run carries.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["ENQUEUE_GATE", "ENQUEUE_MANY", "ENQUEUE_PLAIN", "ENQUEUE_PLAIN_CAPPED"]
+from ship_sqla._notify import NOTIFY_SQL, announcing
+
+__all__ = [
+    "ANNOUNCE",
+    "ENQUEUE_GATE",
+    "ENQUEUE_MANY",
+    "ENQUEUE_PLAIN",
+    "ENQUEUE_PLAIN_ANNOUNCED",
+    "ENQUEUE_PLAIN_CAPPED",
+]
 
 _INSERT_PLAIN_COLUMNS: Final = """INSERT INTO {runs} (
     id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
-    run_at, created_at, updated_at, history
+    run_at, created_at, updated_at, history, priority, trace_context
 )
 SELECT t.id, :job_id, 'waiting', t.payload, t.key, NULL, 0,
-    t.max_attempts, coalesce(t.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb)
+    t.max_attempts, coalesce(t.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb),
+    t.priority, CAST(t.trace_context AS jsonb)
 FROM ROWS FROM (
     unnest(CAST(:ids AS text[])), jsonb_array_elements(CAST(:payloads AS jsonb)),
     unnest(CAST(:keys AS text[])), unnest(CAST(:run_ats AS timestamptz[])),
-    unnest(CAST(:max_attempts AS integer[]))
+    unnest(CAST(:max_attempts AS integer[])), unnest(CAST(:priorities AS smallint[])),
+    unnest(CAST(:trace_contexts AS text[]))
 )"""
 """The INSERT ... SELECT FROM the prepared arrays that ENQUEUE_PLAIN and ENQUEUE_PLAIN_CAPPED
 share (each adds its own alias list: the capped one numbers the requests)."""
 
 ENQUEUE_PLAIN: Final = (
-    "\n" + _INSERT_PLAIN_COLUMNS + " AS t(id, payload, key, run_at, max_attempts)\n"
+    "\n"
+    + _INSERT_PLAIN_COLUMNS
+    + " AS t(id, payload, key, run_at, max_attempts, priority, trace_context)\n"
 )
 """Insert many runs that need no check: generated ids, no dedupe key, no depth limit.
 ``:payloads`` is ONE JSON array (element i is run i's payload), cheaper to encode and to parse
@@ -59,12 +73,13 @@ WITH depth AS (
     SELECT count(*) AS n FROM (
         SELECT 1 FROM {runs}
         WHERE job_id = :job_id AND state = 'waiting'
-        ORDER BY run_at, seq
+        ORDER BY priority, run_at, seq
         LIMIT CAST(:depth_limit AS integer)
     ) d
 ), inserted AS (
 """
-_CAPPED_ROOM: Final = """ WITH ORDINALITY AS t(id, payload, key, run_at, max_attempts, ord), depth
+_CAPPED_ROOM: Final = """ WITH ORDINALITY
+    AS t(id, payload, key, run_at, max_attempts, priority, trace_context, ord), depth
     WHERE t.ord <= CAST(:depth_limit AS integer) - depth.n
 )
 SELECT greatest(CAST(:depth_limit AS integer) - depth.n, 0) AS room FROM depth
@@ -77,12 +92,15 @@ one-JSON-array payloads as ENQUEUE_PLAIN, and none of ENQUEUE_MANY's probes."""
 
 ENQUEUE_MANY: Final = """
 WITH input AS (
-    SELECT t.id, t.payload, t.dedupe_key, t.key, t.run_at, t.max_attempts, t.ord
+    SELECT t.id, t.payload, t.dedupe_key, t.key, t.run_at, t.max_attempts, t.priority,
+        t.trace_context, t.ord
     FROM unnest(
         CAST(:ids AS text[]), CAST(:payloads AS text[]), CAST(:dedupe_keys AS text[]),
         CAST(:keys AS text[]), CAST(:run_ats AS timestamptz[]),
-        CAST(:max_attempts AS integer[])
-    ) WITH ORDINALITY AS t(id, payload, dedupe_key, key, run_at, max_attempts, ord)
+        CAST(:max_attempts AS integer[]), CAST(:priorities AS smallint[]),
+        CAST(:trace_contexts AS text[])
+    ) WITH ORDINALITY
+        AS t(id, payload, dedupe_key, key, run_at, max_attempts, priority, trace_context, ord)
 ), probed AS (
     SELECT i.*,
         coalesce(
@@ -108,7 +126,7 @@ WITH input AS (
     SELECT count(*) AS n FROM (
         SELECT 1 FROM {runs}
         WHERE job_id = :job_id AND state = 'waiting'
-        ORDER BY run_at, seq
+        ORDER BY priority, run_at, seq
         LIMIT coalesce(CAST(:depth_limit AS integer), 0)
     ) d
 ), room AS (
@@ -118,10 +136,11 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO {runs} (
         id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
-        run_at, created_at, updated_at, history
+        run_at, created_at, updated_at, history, priority, trace_context
     )
     SELECT f.id, :job_id, 'waiting', CAST(f.payload AS jsonb), f.key, f.dedupe_key, 0,
-        f.max_attempts, coalesce(f.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb)
+        f.max_attempts, coalesce(f.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb),
+        f.priority, CAST(f.trace_context AS jsonb)
     FROM fresh f, room
     WHERE room.n IS NULL OR f.rn <= room.n
     ORDER BY f.ord
@@ -146,3 +165,14 @@ batch that does into consecutive statements, which keeps a batch equal to enqueu
 one by one). Per request it reports: inserted; or ``existing_id`` (deduplicated against a stored
 run, by id first, then by dedupe key); or, not inserted, queue-full (``rn > room``) or a lost race
 with a concurrent insert."""
+
+ENQUEUE_PLAIN_ANNOUNCED: Final = announcing(ENQUEUE_PLAIN)
+"""ENQUEUE_PLAIN and the enqueue's announcement (K1) in ONE statement: ``WITH ship_enqueued AS
+(<ENQUEUE_PLAIN>) SELECT pg_notify(:channel, :payload)``, so an announced plain enqueue costs no
+round trip more (and stays one autocommitted statement outside a unit of work). The NOTIFY is
+part of the inserting transaction: delivered when it commits, never after a rollback. Index: as
+ENQUEUE_PLAIN (the insert's own)."""
+
+ANNOUNCE: Final = NOTIFY_SQL
+"""The announcement (K1) of the other inserts (capped, checked), sent in their transaction once
+they inserted a due run: ``:channel`` is the backend's wake channel, ``:payload`` the job id."""

@@ -17,8 +17,8 @@ the operator surface is the same gate (:class:`~ship_sqla.kernel.JobOperations`)
   take the same place (the PostgreSQL backend gets the same from its per-job gate).
 - J3 ``claim`` never lets the job's running runs exceed ``request.max_running`` (whoever claimed
   them, live or lapsed leases alike: a lapsed run holds its slot until a claim retakes it, which
-  moves the slot, or buries it), takes due runs by ``run_at`` then creation order, and skips
-  ``exclude_keys``.
+  moves the slot, or buries it), takes due runs by priority (higher first, K6), then ``run_at``,
+  then creation order, and skips ``exclude_keys``.
 - J5 Every claim draws a new fencing token (per run, increasing). A settlement acts only while
   the run is running under that token; otherwise it changes nothing and answers "stale". A
   lease that lapsed but that no claim has retaken is still current for a settlement (nobody
@@ -30,7 +30,18 @@ the operator surface is the same gate (:class:`~ship_sqla.kernel.JobOperations`)
   claim's ``buried``.
 - J7 ``Release`` returns a run to waiting without consuming its attempt; ``Fail`` appends to the
   history and retries at ``retry_at`` or dead-letters (``retry_at`` None or attempts spent).
-- Terminal runs (completed, dead, discarded) never change state again except through
+- K4 every history entry carries its ``kind`` (a ``Fail``'s own, ``"snooze"``, ``"released"``,
+  ``"lapsed"``, ``"cancelled"``); ``SnoozeRun`` returns a run to waiting at ``run_at`` without
+  consuming its attempt and counts one more snooze (``snoozes``).
+- K2 :meth:`InMemoryRunAdmin.cancel` makes a waiting run cancelled at once; a running one is
+  marked cancel-requested and the watchers (:meth:`watch_cancel_requests`: the runtimes on this
+  backend) are told at once; ``heartbeat`` names it in ``cancel_requested`` too. Its holder's
+  ``Cancel``, and any other settlement but a ``Complete``, ends it cancelled; once its lease
+  lapses the next claim ends it cancelled (``CANCEL_LAPSED_MESSAGE``), never retakes it. A
+  terminal run is never touched.
+- K3 a claim of a paused job takes nothing; enqueue and schedules still add its runs; resume
+  wakes the local loop.
+- Terminal runs (completed, dead, discarded, cancelled) never change state again except through
   :meth:`InMemoryRunAdmin.retry_dead` (an operator's one more attempt for a dead run).
 """
 
@@ -51,20 +62,26 @@ from ship_sqla.kernel._plans.scheduled_runs import (
     scheduled_only,
 )
 from ship_sqla.kernel._ports import (
+    CANCEL_LAPSED_MESSAGE,
     LEASE_LAPSED_FINAL_MESSAGE,
     LEASE_LAPSED_MESSAGE,
     BuriedRun,
+    Cancel,
     ClaimBatch,
     ClaimedRun,
     Complete,
     EnqueueResult,
     Fail,
+    HeartbeatBatch,
     LockProvider,
+    PausedJob,
     QueueDepth,
     RunRecord,
     RunState,
     SettleOutcome,
+    SnoozeRun,
     StateCount,
+    history_kind_of,
 )
 
 if TYPE_CHECKING:
@@ -74,7 +91,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
-    from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, Settlement
+    from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, HistoryKind, Settlement
 
 __all__ = ["InMemoryJobBackend", "InMemoryRunAdmin"]
 
@@ -86,6 +103,7 @@ class _Run:
 
     __slots__ = (
         "attempt",
+        "cancel_requested_at",
         "created_at",
         "dedupe_key",
         "finished_at",
@@ -96,11 +114,14 @@ class _Run:
         "lease_expires_at",
         "max_attempts",
         "payload_json",
+        "priority",
         "run_at",
         "run_id",
         "seq",
+        "snoozes",
         "state",
         "token",
+        "trace_context",
         "updated_at",
         "worker",
     )
@@ -112,6 +133,10 @@ class _Run:
         self.key = prepared.key
         self.dedupe_key = prepared.dedupe_key
         self.max_attempts = prepared.max_attempts
+        self.priority = prepared.priority
+        self.trace_context: dict[str, str] | None = (
+            None if prepared.trace_context is None else json.loads(prepared.trace_context)
+        )
         self.run_at = prepared.run_at if prepared.run_at is not None else now
         self.created_at = now
         self.updated_at = now
@@ -123,7 +148,9 @@ class _Run:
         self.finished_at: datetime | None = None
         self.last_error: str | None = None
         self.history: list[dict[str, Any]] = []
+        self.snoozes = 0
         self.worker: str | None = None
+        self.cancel_requested_at: datetime | None = None
 
     def record(self) -> RunRecord:
         return RunRecord(
@@ -142,18 +169,22 @@ class _Run:
             lease_expires_at=self.lease_expires_at,
             last_error=self.last_error,
             history=tuple(dict(entry) for entry in self.history),
+            snoozes=self.snoozes,
+            priority=self.priority,
+            cancel_requested_at=self.cancel_requested_at,
         )
 
 
-def _claim_order(run: _Run) -> tuple[datetime, int]:
-    return run.run_at, run.seq
+def _claim_order(run: _Run) -> tuple[int, datetime, int]:
+    """K6: higher priority first, then ``run_at``, then creation order."""
+    return -run.priority, run.run_at, run.seq
 
 
 def _scan(
     live: Iterable[_Run], now: datetime, excluded: frozenset[str]
 ) -> tuple[int, list[_Run], list[_Run]]:
-    """(running runs holding a slot: live or retakable leases, claimable runs, lapsed runs on
-    their final attempt)."""
+    """(running runs holding a slot: live or retakable leases, claimable runs, lapsed runs that
+    end here: on their final attempt, or cancel-requested, K2)."""
     held = 0
     candidates: list[_Run] = []
     lapsed_on_final: list[_Run] = []
@@ -162,7 +193,7 @@ def _scan(
             assert run.lease_expires_at is not None  # noqa: S101 - running implies a lease
             if run.lease_expires_at > now:
                 held += 1
-            elif run.attempt >= run.max_attempts:
+            elif run.attempt >= run.max_attempts or run.cancel_requested_at is not None:
                 lapsed_on_final.append(run)
             else:
                 held += 1
@@ -209,6 +240,8 @@ class InMemoryJobBackend(JobBackendBase):
         self._seq = itertools.count()
         # job id -> (trigger text, next_at): the state table of the PostgreSQL backend (J9).
         self._schedules: dict[str, tuple[str, datetime]] = {}
+        # job id -> when it was paused (K3): the PostgreSQL backend's ``<job_id>#paused`` rows.
+        self._paused: dict[str, datetime] = {}
         self._admin = InMemoryRunAdmin(self)
 
     @property
@@ -273,7 +306,7 @@ class InMemoryJobBackend(JobBackendBase):
     async def claim(self, request: ClaimRequest) -> ClaimBatch:
         now = self._clock.now()
         live = self._live.get(request.job_id)
-        if not live or request.limit < 1:
+        if not live or request.limit < 1 or request.job_id in self._paused:
             return ClaimBatch()
         limit = request.limit
         held, candidates, lapsed_on_final = _scan(
@@ -281,7 +314,12 @@ class InMemoryJobBackend(JobBackendBase):
         )
         buried: list[BuriedRun] = []
         for run in lapsed_on_final:
-            self._append_history(run, LEASE_LAPSED_FINAL_MESSAGE, now)
+            if run.cancel_requested_at is not None:
+                # K2: a cancel-requested run is never retaken, whatever attempts it has left.
+                self._append_history(run, CANCEL_LAPSED_MESSAGE, now, kind="cancelled")
+                self._finish(run, "cancelled", now)
+                continue
+            self._append_history(run, LEASE_LAPSED_FINAL_MESSAGE, now, kind="lapsed")
             self._finish(run, "dead", now)
             buried.append(BuriedRun(run.run_id, run.job_id, run.attempt, run.key))
         # J3: max_running counts every running run, whichever worker holds it, live lease or
@@ -302,7 +340,7 @@ class InMemoryJobBackend(JobBackendBase):
                 self._waiting[run.job_id] -= 1
             else:
                 # J6: the attempt that lapsed is history too (its holder never settled it).
-                self._append_history(run, LEASE_LAPSED_MESSAGE, now)
+                self._append_history(run, LEASE_LAPSED_MESSAGE, now, kind="lapsed")
             run.state = "running"
             run.attempt += 1
             run.token += 1
@@ -321,6 +359,9 @@ class InMemoryJobBackend(JobBackendBase):
                     lease_expires_at=expires_at,
                     created_at=run.created_at,
                     lease=lease,
+                    snoozes=run.snoozes,
+                    priority=run.priority,
+                    trace_context=run.trace_context,
                 )
             )
         return ClaimBatch(claimed, buried)
@@ -332,9 +373,10 @@ class InMemoryJobBackend(JobBackendBase):
             return None
         return run
 
-    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> list[bool]:
+    async def heartbeat(self, runs: Sequence[ClaimedRun]) -> HeartbeatBatch:
         now = self._clock.now()
         alive: list[bool] = []
+        cancel_requested: list[str] = []
         for claimed in runs:
             run = self._current(claimed)
             # A lapsed lease is never revived: a claim may retake the run at any moment.
@@ -344,7 +386,9 @@ class InMemoryJobBackend(JobBackendBase):
             run.lease_expires_at = now + timedelta(seconds=claimed.lease)
             run.updated_at = now
             alive.append(True)
-        return alive
+            if run.cancel_requested_at is not None:
+                cancel_requested.append(run.run_id)
+        return HeartbeatBatch(alive, cancel_requested)
 
     async def _settle_if_tokens_current(
         self, settlements: Sequence[Settlement]
@@ -352,29 +396,45 @@ class InMemoryJobBackend(JobBackendBase):
         now = self._clock.now()
         return [self._settle_one(settlement, now) for settlement in settlements]
 
-    def _settle_one(self, settlement: Settlement, now: datetime) -> SettleOutcome:
+    def _settle_one(self, settlement: Settlement, now: datetime) -> SettleOutcome:  # noqa: PLR0911 - one answer per kind
         run = self._current(settlement.run)
         if run is None:
             return "stale"
         if isinstance(settlement, Complete):
             self._finish(run, "completed", now)
             return "completed"
+        if isinstance(settlement, Cancel) or run.cancel_requested_at is not None:
+            # K2: whatever else raced the request (a failure, a release), the run ends here.
+            kind = history_kind_of(settlement)
+            if settlement.error is not None and kind is not None:
+                self._append_history(run, settlement.error, now, kind=kind)
+            self._finish(run, "cancelled", now)
+            return "cancelled"
         if isinstance(settlement, Fail):
-            self._append_history(run, settlement.error, now)
+            self._append_history(run, settlement.error, now, kind=settlement.kind)
             if settlement.retry_at is None or run.attempt >= run.max_attempts:
                 self._finish(run, "dead", now)
                 return "dead"
             self._to_waiting(run, settlement.retry_at, now)
             return "retrying"
+        if isinstance(settlement, SnoozeRun):
+            # K4: a snooze spends no attempt; it is counted, and the executor bounds the count.
+            self._append_history(run, settlement.error, now, kind="snooze")
+            run.attempt -= 1
+            run.snoozes += 1
+            self._to_waiting(run, settlement.run_at, now)
+            return "snoozed"
         if settlement.error is not None:
-            self._append_history(run, settlement.error, now)
+            self._append_history(run, settlement.error, now, kind="released")
         # J7: the attempt was never really spent; the next claim takes the same number again.
         run.attempt -= 1
         self._to_waiting(run, settlement.run_at, now)
         return "released"
 
-    def _append_history(self, run: _Run, error: str, now: datetime) -> None:
-        run.history.append({"attempt": run.attempt, "at": now.isoformat(), "error": error})
+    def _append_history(self, run: _Run, error: str, now: datetime, *, kind: HistoryKind) -> None:
+        run.history.append(
+            {"attempt": run.attempt, "at": now.isoformat(), "error": error, "kind": kind}
+        )
         run.last_error = error
 
     def _to_waiting(self, run: _Run, run_at: datetime, now: datetime) -> None:
@@ -516,6 +576,45 @@ class InMemoryRunAdmin:
         else:
             backend._finish(run, "discarded", now)  # noqa: SLF001
         return run.record()
+
+    async def cancel(self, run_id: str) -> RunRecord | None:
+        """K2: a waiting run becomes cancelled; a running one is marked cancel-requested (the
+        first request's time is kept) and this backend's watchers are told. None when the run
+        is terminal or unknown: nothing changed."""
+        backend = self._backend
+        run = backend._runs.get(run_id)  # noqa: SLF001
+        if run is None or run.state not in ("waiting", "running"):
+            return None
+        now = backend.clock.now()
+        if run.state == "waiting":
+            backend._finish(run, "cancelled", now)  # noqa: SLF001
+            return run.record()
+        if run.cancel_requested_at is None:
+            run.cancel_requested_at = now
+            run.updated_at = now
+        backend._cancel_requested(run.run_id)  # noqa: SLF001
+        return run.record()
+
+    async def pause(self, job_id: str) -> bool:
+        """K3: claims of ``job_id`` take nothing until :meth:`resume`; False if already paused."""
+        paused = self._backend._paused  # noqa: SLF001
+        if job_id in paused:
+            return False
+        paused[job_id] = self._backend.clock.now()
+        return True
+
+    async def resume(self, job_id: str) -> bool:
+        """K3: ``job_id``'s runs are claimable again; wakes the local loop. False if it was not
+        paused."""
+        if self._backend._paused.pop(job_id, None) is None:  # noqa: SLF001
+            return False
+        self._backend.wake()
+        return True
+
+    async def paused(self, *, limit: int) -> list[PausedJob]:
+        """The paused jobs by job id, at most ``limit``."""
+        paused = self._backend._paused  # noqa: SLF001
+        return [PausedJob(job_id, paused[job_id]) for job_id in sorted(paused)[:limit]]
 
     async def delete_finished(
         self, job_id: str, state: RunState, *, older_than: timedelta, limit: int

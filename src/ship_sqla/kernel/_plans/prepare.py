@@ -13,12 +13,16 @@ run may carry is decided once, and bad input is refused with a typed error befor
 - the payload: valid for the job's codec, then JSON (:class:`InvalidPayloadError`), without
   NUL characters anywhere (``jsonb`` cannot store them; :class:`InvalidPayloadError`), and at
   most the job's ``max_payload_bytes`` of encoded JSON (:class:`PayloadTooLargeError`);
-- the single-runner key (``Concurrency.key``): text without NUL.
+- the single-runner key (``Concurrency.key``): text without NUL;
+- ``priority``: an int from -10 to 10 (:class:`~ship_sqla.kernel.InvalidPriorityError`), else the
+  job's (K6).
 
 The result is a :class:`PreparedRun`: what a backend stores, with nothing left to compute. Its
 run id is the caller's, else a new UUIDv7 (:func:`~ship_sqla.kernel._ids.new_run_ids`, one
 batch per call), and its ``max_attempts`` is the job's ``retry.attempts``: no backend derives
-either. Only a caller's id can name an existing run (``durable_id``); a generated one cannot
+either. Its ``trace_context`` is the one its caller captured for the whole call (the enqueue
+front: the W3C trace context current at the enqueue, K7; a schedule's tick: none). Only a
+caller's id can name an existing run (``durable_id``); a generated one cannot
 conflict, which is what lets a store skip the J1 probes for it.
 """
 
@@ -33,6 +37,7 @@ from ship_sqla.kernel._ids import new_run_ids
 from ship_sqla.kernel._jobs import InvalidPayloadError, PayloadTooLargeError
 from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
 from ship_sqla.kernel._keys import require_key, require_text
+from ship_sqla.kernel._priority import require_priority
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -67,25 +72,38 @@ class PreparedRun:
     """When the run is due; None: now, on the backend's clock."""
     max_attempts: int
     """Attempts the run may start: the job's ``retry.attempts`` (J7)."""
+    priority: int
+    """The request's priority, else the job's (K6): higher first."""
+    trace_context: str | None
+    """The enqueue's W3C trace context as compact JSON text (``{"traceparent": ...}``), else
+    None (K7)."""
 
 
-def prepare_run(job: JobDefinition[Any], request: EnqueueRequest) -> PreparedRun:
+def prepare_run(
+    job: JobDefinition[Any], request: EnqueueRequest, *, trace_context: str | None = None
+) -> PreparedRun:
     """``request`` validated and encoded for ``job``; raises before anything is written (see
     the module docstring for each check and its error)."""
-    [prepared] = prepare_runs(job, (request,))
+    [prepared] = prepare_runs(job, (request,), trace_context=trace_context)
     return prepared
 
 
-def prepare_runs(job: JobDefinition[Any], requests: Sequence[EnqueueRequest]) -> list[PreparedRun]:
-    """:func:`prepare_run` of every request, in order; the first bad one raises, so a caller
-    stores nothing of a batch until this returns. One loop with the job's settings looked up
-    once, and the ids the callers did not give generated in one batch: a batch of 10,000 is
-    where per-request lookups show."""
+def prepare_runs(
+    job: JobDefinition[Any],
+    requests: Sequence[EnqueueRequest],
+    *,
+    trace_context: str | None = None,
+) -> list[PreparedRun]:
+    """:func:`prepare_run` of every request, in order, each carrying ``trace_context`` (K7);
+    the first bad one raises, so a caller stores nothing of a batch until this returns. One
+    loop with the job's settings looked up once, and the ids the callers did not give generated
+    in one batch: a batch of 10,000 is where per-request lookups show."""
     encode = job.encode
     limit = job.max_payload_bytes
     attempts = job.retry.attempts
     policy = job.idempotency.key if job.idempotency is not None else None
     keyed = job.concurrency.single_runner
+    default_priority = job.priority
     next_id = iter(new_run_ids(sum(1 for request in requests if request.run_id is None))).__next__
     prepared: list[PreparedRun] = []
     append = prepared.append
@@ -135,5 +153,14 @@ def prepare_runs(job: JobDefinition[Any], requests: Sequence[EnqueueRequest]) ->
                 f"single-runner key (job {job.id!r}'s Concurrency.key)",
                 max_chars=None,
             )
-        append(PreparedRun(run_id, durable, text, dedupe_key, key, run_at, attempts))
+        priority = (
+            default_priority
+            if request.priority is None
+            else require_priority(request.priority, "priority")
+        )
+        append(
+            PreparedRun(
+                run_id, durable, text, dedupe_key, key, run_at, attempts, priority, trace_context
+            )
+        )
     return prepared

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Final
 
-from ship_sqla.kernel._ports import Complete, Fail, Release
+from ship_sqla.kernel._ports import Cancel, Complete, Fail, Release, SnoozeRun
 from ship_sqla.kernel._runtime.state import RELEASES, InFlight, stale_error
 from ship_sqla.kernel._waiting import wait_event
 
@@ -50,9 +50,17 @@ MAX_BATCH = 1000
 _FAILED: Final[dict[SettleOutcome, JobOutcome]] = {
     "retrying": "retrying",
     "dead": "dead",
+    "cancelled": "cancelled",
     "stale": "stale",
 }
 """The ``ship.job.runs`` outcome of a failed attempt, by the answer to its :class:`Fail`."""
+
+_SNOOZED: Final[dict[SettleOutcome, JobOutcome]] = {
+    "snoozed": "snoozed",
+    "cancelled": "cancelled",
+    "stale": "stale",
+}
+"""The ``ship.job.runs`` outcome of a snoozed attempt, by the answer to its :class:`SnoozeRun`."""
 
 
 class Completer:
@@ -162,14 +170,16 @@ class Completer:
         retry: list[InFlight] = []
         given_up: list[InFlight] = []
         for entry in batch:
+            # Also what resumes the run's heartbeats (InFlight.next_beat): the lease must hold
+            # while the settle is retried.
+            if entry.settle_failed_at is None:
+                entry.settle_failed_at = now
             if isinstance(entry.settlement, Complete):
                 if not closing:
                     retry.append(entry)
                     continue
                 limit = entry.lease_deadline
             else:
-                if entry.settle_failed_at is None:
-                    entry.settle_failed_at = now
                 limit = min(entry.lease_deadline, entry.settle_failed_at + entry.run.lease)
             if drain_deadline is not None:
                 limit = min(limit, drain_deadline)
@@ -221,11 +231,19 @@ class Completer:
         elif isinstance(settlement, Fail):
             during = "fail"
             recorded = _FAILED.get(outcome)
+        elif isinstance(settlement, SnoozeRun):
+            during = "snooze"
+            recorded = _SNOOZED.get(outcome)
+        elif isinstance(settlement, Cancel):
+            during = "cancel"
+            recorded = "stale" if outcome == "stale" else "cancelled"
         else:
             assert entry.release_reason is not None  # noqa: S101 - add() takes one with a Release
             during, released_as = RELEASES[entry.release_reason]
             if released_as is None:
                 recorded = None
+            elif outcome == "cancelled":
+                recorded = "cancelled"  # K2: its cancel was requested; it ended, not released
             else:
                 recorded = released_as if outcome == "released" else "stale"
         if outcome == "stale" and not entry.lost:

@@ -4,12 +4,14 @@ to the :class:`~ship_sqla.kernel._ports.Settlement` its end calls for.
 One run's path: decode the stored payload with the job's codec (a payload that cannot decode is
 dead-lettered: it never will); take the (job id, key) lock of a single-runner job (J4; held
 elsewhere: released one jittered backoff step later, attempt unspent, J7); check the run is still
-this process's to start (not cancelled meanwhile, lease not lapsed, J6); run the handler; turn
-how it ended into a settlement (returned: :class:`Complete`; raised: :class:`Fail` with the retry
-plan's time, or none once the attempts are spent, J7; cancelled by the runtime:
-:class:`Release` with the cancellation in the history, attempt unspent, J12) and hand it to
-``settle`` (the completer). The task never waits for the settle to land: it frees its slot,
-key and lock and ends.
+this process's to start (not cancelled meanwhile, lease not lapsed, J6); run the handler, under
+the job's ``timeout`` when it has one (K5); turn how it ended into a settlement (returned:
+:class:`Complete`; raised: what the retry plan's :func:`~ship_sqla.kernel._plans.retry.plan_raised`
+calls for, K4: a :class:`Fail` of its kind at the plan's time, or none when dead now, or a
+:class:`SnoozeRun`; timed out: a :class:`Fail` of kind ``"timeout"``, however the handler ended;
+cancelled by the runtime: :class:`Release` with the cancellation in the history, attempt unspent,
+J12; cancelled by an operator: :class:`Cancel`, K2) and hand it to ``settle`` (the completer).
+The task never waits for the settle to land: it frees its slot, key and lock and ends.
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._jobs import InvalidPayloadError
-from ship_sqla.kernel._plans.retry import lock_held_delay, retry_at
-from ship_sqla.kernel._ports import Complete, Fail, Release
+from ship_sqla.kernel._outcomes import JobTimeoutError, JobTimeoutIgnoredError
+from ship_sqla.kernel._plans.retry import lock_held_delay, plan_raised
+from ship_sqla.kernel._ports import CANCELLED_MESSAGE, Cancel, Complete, Fail, Release, SnoozeRun
 from ship_sqla.kernel._runtime.state import (
     InFlight,
     JobCancelledError,
@@ -28,9 +31,11 @@ from ship_sqla.kernel._runtime.state import (
     lapsed_before_start_error,
     stale_error,
 )
+from ship_sqla.kernel._tracing import end_run_span, run_span
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from datetime import datetime
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._job_context import CancelReason
@@ -39,13 +44,35 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._ports import ClaimedRun, LockProvider, Settlement
     from ship_sqla.kernel._runtime.state import InFlightRuns, ReleaseReason
 
-__all__ = ["Executor"]
+__all__ = ["Executor", "raised_settlement"]
 
 _CANCEL_MESSAGES: dict[CancelReason, str] = {
     "drain": "the runtime's drain deadline passed while the run was executing",
     "lock-lost": "the run's single-runner lock ended before the run did",
     "lease-lost": "the run's lease was lost",
 }
+
+
+def raised_settlement(
+    job: JobDefinition[Any], run: ClaimedRun, error: BaseException, now: datetime
+) -> Fail | SnoozeRun:
+    """The settlement of ``run``'s attempt whose handler raised ``error`` at ``now`` (or timed
+    out: a :class:`JobTimeoutError`), as the retry plan classifies it (K4, K5,
+    :func:`~ship_sqla.kernel._plans.retry.plan_raised`): a :class:`SnoozeRun`, or a
+    :class:`Fail` of the plan's kind at its time (None: dead now)."""
+    plan = plan_raised(
+        job.retry,
+        error,
+        attempt=run.attempt,
+        max_attempts=run.max_attempts,
+        snoozes=run.snoozes,
+        now=now,
+    )
+    if plan.kind == "snooze":
+        assert plan.at is not None  # noqa: S101 - a snooze always has its time
+        # The snooze's own text, no traceback: snoozes are expected, and each is an entry.
+        return SnoozeRun(run, plan.at, str(plan.error))
+    return Fail(run, describe_failure(plan.error), plan.at, plan.kind)
 
 
 class Executor:
@@ -97,11 +124,12 @@ class Executor:
             # heartbeats failed, in an outage say): the earlier claim is stale, and its handler
             # must stop rather than run beside the new one.
             self.cancel(earlier, "lease-lost", during="continuing (this process claimed it anew)")
-        entry.task = self._loop.create_task(self._execute(entry))
+        entry.task = self._loop.create_task(self._traced(entry))
 
     def cancel(self, entry: InFlight, reason: CancelReason, *, during: str = "heartbeat") -> None:
         """Cancel ``entry``'s run: its lease was lost (a refused heartbeat, or this process
-        claimed the run anew), or its single-runner lock could not be extended. Reported once."""
+        claimed the run anew), or its single-runner lock could not be extended (both reported
+        once), or an operator cancelled it (``"cancelled"``, K2: not an error, not reported)."""
         if reason == "lease-lost":
             if entry.lost:
                 return
@@ -110,7 +138,7 @@ class Executor:
             self._report_error(stale_error(entry.run, during))
         elif entry.reason is not None:
             return
-        else:
+        elif reason == "lock-lost":
             self._report_error(
                 JobCancelledError(
                     f"job {entry.run.job_id!r} run {entry.run.run_id!r}: its single-runner lock"
@@ -120,6 +148,13 @@ class Executor:
                 )
             )
         entry.interrupt(reason)
+
+    async def _traced(self, entry: InFlight) -> None:
+        """The run's task: :meth:`_execute` inside the attempt's span, a child of the trace
+        context the run's enqueue stored, in every attempt (K7)."""
+        with run_span(entry.job.id, entry.run) as span:
+            await self._execute(entry)
+            end_run_span(span, entry.settlement, entry.release_reason)
 
     async def _execute(self, entry: InFlight) -> None:
         """The run's only task: every outcome is handed to ``settle`` or reported here."""
@@ -135,38 +170,100 @@ class Executor:
                 return
             if not await self._ready_to_start(entry):
                 return
-            # Nothing awaits between the lease check and the handler's first step.
-            entry.in_handler = True
-            try:
-                await job.handler(entry.ctx, payload)
-            except asyncio.CancelledError:
-                entry.in_handler = False
-                entry.handler_done = True
-                if not entry.cancelled:
-                    raise
-                # Our own cancellation (lease lost, lock lost, drain): consumed here, so the
-                # lock release below is not cancelled as well.
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
-                self._after_cancel(entry)
-                return
-            except Exception as exc:  # noqa: BLE001 - a handler failure is the run's outcome
-                entry.in_handler = False
-                entry.handler_done = True
-                if entry.cancelled:
-                    self._after_cancel(entry)
-                else:
-                    self._fail(entry, exc)
-                return
-            entry.in_handler = False
-            entry.handler_done = True
-            if entry.lost:
-                self._runs.settled(entry)
-            else:
-                self._settle(entry, Complete(run), None)
+            # Nothing awaits between the lease check and the handler's first step (calling a
+            # coroutine does not yield to the loop).
+            await self._run_handler(entry, payload)
         finally:
             await self._end(entry)
+
+    async def _run_handler(self, entry: InFlight, payload: Any) -> None:  # noqa: ANN401
+        """The handler, under the job's ``timeout`` (K5), and the settlement its end calls for."""
+        entry.in_handler = True
+        timer = self._start_timeout(entry)
+        try:
+            await entry.job.handler(entry.ctx, payload)
+        except asyncio.CancelledError:
+            entry.in_handler = False
+            entry.handler_done = True
+            if not entry.cancelled:
+                raise
+            # Our own cancellation (lease lost, lock lost, drain, timeout): consumed here, so
+            # the lock release after it is not cancelled as well.
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            self._after_cancel(entry)
+            return
+        except Exception as exc:  # noqa: BLE001 - a handler failure is the run's outcome
+            entry.in_handler = False
+            entry.handler_done = True
+            if entry.cancelled:
+                self._after_cancel(entry)
+            else:
+                self._fail(entry, exc)
+            return
+        finally:
+            if timer is not None:
+                timer.cancel()
+        entry.in_handler = False
+        entry.handler_done = True
+        if entry.lost:
+            self._runs.settled(entry)
+        elif entry.reason == "timeout":
+            # K5: past its timeout the attempt failed, even if the handler swallowed the
+            # cancellation and returned: it may have stopped its work half-way.
+            self._fail(entry, self._timeout_error(entry))
+        elif entry.reason == "cancelled":
+            # K2: likewise an operator's cancel: a handler that swallowed it and returned may
+            # have stopped half-way; the run ends cancelled.
+            self._after_cancel(entry)
+        else:
+            self._settle(entry, Complete(entry.run), None)
+
+    def _start_timeout(self, entry: InFlight) -> asyncio.Task[None] | None:
+        """The timer of the job's ``timeout`` (K5), started as the handler starts; None without
+        one. The caller cancels it once the handler ended."""
+        timeout = entry.job.timeout
+        if timeout is None:
+            return None
+        return self._loop.create_task(
+            self._time_out(entry, timeout), name=f"ship_sqla.jobs.timeout[{entry.run.run_id}]"
+        )
+
+    async def _time_out(self, entry: InFlight, after: float) -> None:
+        """K5: at the timeout, cancel the handler (unless something else cancels it already).
+        Its run keeps its lease: it stays in the heartbeated entries until its settle, which
+        waits for the handler to really stop. A handler still running a heartbeat interval
+        later ignored its cancellation; that is reported once, so it is visible."""
+        await self._clock.sleep(after)
+        if not entry.in_handler or entry.reason is not None:
+            return
+        entry.interrupt("timeout")
+        grace = entry.job.concurrency.heartbeat_interval
+        await self._clock.sleep(grace)
+        if entry.in_handler:
+            run = entry.run
+            self._report_error(
+                JobTimeoutIgnoredError(
+                    f"job {run.job_id!r} run {run.run_id!r} (attempt {run.attempt}): its handler"
+                    f" was cancelled at its timeout of {after:g} s and is still running"
+                    f" {grace:g} s later. The run keeps its lease (heartbeats continue) until"
+                    " the handler stops; then the attempt settles as a timeout.",
+                    fix="let asyncio.CancelledError propagate out of the handler (do not"
+                    " swallow it), and run blocking calls that cannot be cancelled in a thread"
+                    " with a timeout of their own.",
+                )
+            )
+
+    def _timeout_error(self, entry: InFlight) -> JobTimeoutError:
+        run = entry.run
+        return JobTimeoutError(
+            f"attempt {run.attempt} of job {run.job_id!r} run {run.run_id!r} ran past the job's"
+            f" timeout of {entry.job.timeout:g} s; its handler was cancelled.",
+            fix="raise the job's timeout=, or make the handler finish (or checkpoint and"
+            " snooze) sooner. List JobTimeoutError in retry.non_retryable to dead-letter a"
+            " timed-out run at once.",
+        )
 
     async def _ready_to_start(self, entry: InFlight) -> bool:
         """Take the single-runner lock (J4), then check the run is still this process's to
@@ -212,7 +309,15 @@ class Executor:
             # Another worker may hold the run now: there is nothing left for this one to settle.
             self._runs.settled(entry)
             return
+        if reason == "timeout":
+            # K5: the attempt failed; the retry policy decides what follows.
+            self._fail(entry, self._timeout_error(entry))
+            return
         run = entry.run
+        if reason == "cancelled":
+            # K2: an operator's cancel ends the run, started or not: no retry, no dead letter.
+            self._settle(entry, Cancel(run, CANCELLED_MESSAGE), None)
+            return
         # A handler that never started leaves no history: there was no attempt to record.
         error = (
             None
@@ -233,9 +338,9 @@ class Executor:
         self._settle(entry, Release(run, run_at, error), "cancelled" if started else "unstarted")
 
     def _fail(self, entry: InFlight, exc: BaseException) -> None:
-        run = entry.run
-        when = retry_at(entry.job.retry, run.attempt, run.max_attempts, self._clock.now())
-        self._settle(entry, Fail(run, describe_failure(exc), when), None)
+        """The attempt raised ``exc`` (or timed out): the settlement the retry plan calls for
+        (K4, K5)."""
+        self._settle(entry, raised_settlement(entry.job, entry.run, exc, self._clock.now()), None)
 
     def _dead_letter_undecodable(self, entry: InFlight, exc: BaseException) -> None:
         if not isinstance(exc, InvalidPayloadError):
@@ -244,7 +349,7 @@ class Executor:
                 fix="a payload that does not decode never will: fix the codec or the payload"
                 " type, then retry the dead run.",
             )
-        self._settle(entry, Fail(entry.run, describe_failure(exc), None), None)
+        self._settle(entry, Fail(entry.run, describe_failure(exc), None, "terminal"), None)
 
     def _hand_back_lapsed(self, entry: InFlight) -> None:
         """J6: the run's lease may have lapsed before its handler could start (the loop was

@@ -4,8 +4,16 @@ Each run is due every third of its job's ``concurrency.lease`` after its claim (
 fail before the lease lapses). Runs claimed together fall due together and share one call.
 A single-runner lock is extended in the same round, so exclusion lasts as long as the run.
 
-A heartbeat the backend refuses (stale token, or a lease that lapsed: a lapsed lease is never
-revived) hands the run to ``on_lost``, which cancels its handler. A heartbeat call that fails is
+A heartbeat answers, per run, whether its lease is still the holder's (§10: a heartbeat that
+answers nothing could carry neither a lost lease nor a cancel). One the backend refuses (stale
+token, or a lease that lapsed: a lapsed lease is never revived) hands the run to ``on_lost``
+(``"lease-lost"``), which cancels its handler; a held one whose cancel an operator requested
+(``HeartbeatBatch.cancel_requested``, K2) is handed over as ``"cancelled"``: the fallback for a
+runtime that missed the notification, at most one beat (a third of the lease) late. A run is
+not heartbeated while its settle is on its way, so no heartbeat races its settle (§10), unless
+that settle is still unanswered in the lease's last third, or a settle call of it failed (an
+outage): then the lease is kept while the completer retries (``InFlight.next_beat``). A
+heartbeat call that fails is
 tried again after the error backoff (about a second at most), not a whole interval later, so a
 short outage does not eat the lease's margin. Each answered heartbeat moves the run's
 ``lease_deadline`` (the runtime's own bound on the lease) to when it was sent plus the lease the
@@ -18,7 +26,7 @@ import asyncio
 import math
 from typing import TYPE_CHECKING
 
-from ship_sqla.kernel._ports import RenewableLock
+from ship_sqla.kernel._ports import RenewableLock, cancel_requested_of
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
@@ -34,9 +42,12 @@ __all__ = ["Heartbeater"]
 
 class Heartbeater:
     """Invariants: a run whose heartbeat answered False is never heartbeated again and is
-    handed to ``on_lost`` once; a heartbeat call that raises cancels nothing (the lease may
-    still be good) and goes to report_error; it is retried after ``error_backoff``, never later
-    than the run's next regular beat."""
+    handed to ``on_lost`` once; a held run answered cancel-requested is handed to ``on_lost``
+    with ``"cancelled"`` while its handler runs, and still heartbeated until it settles; a run
+    is heartbeated at its ``next_beat`` only (never while its settle is on its way, unless
+    that settle is slow or failed); a heartbeat
+    call that raises cancels nothing (the lease may still be good) and goes to report_error; it
+    is retried after ``error_backoff``, never later than the run's next regular beat."""
 
     def __init__(
         self,
@@ -67,10 +78,10 @@ class Heartbeater:
     async def run(self) -> None:
         while not self._closing.is_set():
             now = self._clock.monotonic()
-            due = [entry for entry in self._entries.values() if entry.beat_due <= now]
+            due = [entry for entry in self._entries.values() if entry.next_beat <= now]
             if due:
                 await self._beat(due, now)
-            next_due = min((entry.beat_due for entry in self._entries.values()), default=math.inf)
+            next_due = min((entry.next_beat for entry in self._entries.values()), default=math.inf)
             delay = min(next_due - self._clock.monotonic(), self._tick)
             await wait_event(self._closing, self._clock, max(delay, 0.0))
 
@@ -91,9 +102,13 @@ class Heartbeater:
             self._retry_soon(due)
             return
         self._failures = 0
+        cancel_requested = cancel_requested_of(alive)
         for entry, ok in zip(due, alive, strict=True):
             if self._entries.get(entry.run.run_id) is not entry:
                 continue  # settled while the heartbeat was in flight: nothing left to keep alive
+            if ok and entry.run.run_id in cancel_requested and not entry.handler_done:
+                # K2's fallback: the notification was missed (or the backend sends none).
+                self._on_lost(entry, "cancelled")
             if not ok:
                 # Once the handler returned, a refusal may only mean its completion landed
                 # first; the completion's own answer tells (and reports a truly stale lease).

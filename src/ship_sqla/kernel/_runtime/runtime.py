@@ -40,7 +40,13 @@ from ship_sqla.kernel._durations import (
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._jobs import JobDefinition
 from ship_sqla.kernel._plans.backoff import error_backoff
-from ship_sqla.kernel._ports import JobBackend, QueueDepthSource, ScheduleStore
+from ship_sqla.kernel._ports import (
+    CancelRequestSource,
+    JobBackend,
+    QueueDepthSource,
+    ScheduleStore,
+    WakeSource,
+)
 from ship_sqla.kernel._registry import JobRegistry
 from ship_sqla.kernel._runtime.completer import Completer
 from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL, DepthSampler
@@ -51,7 +57,7 @@ from ship_sqla.kernel._runtime.state import InFlight, InFlightRuns
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from datetime import datetime
     from types import TracebackType
 
@@ -112,6 +118,9 @@ class JobRuntime:
         self._stopping = False
         self._drained = asyncio.Event()
         self._stop_task: asyncio.Task[None] | None = None
+        self._unwatch_cancels: Callable[[], None] | None = None
+        self._job_ids = tuple(job.id for job in jobs)
+        self._listening = False
         self._tasks: list[asyncio.Task[None]] = []
         # While stopping: settle retries give up at the drain deadline (runtime's monotonic clock).
         self._drain_deadline: float | None = None
@@ -213,15 +222,18 @@ class JobRuntime:
         dedupe_key: str | None = None,
         run_at: datetime | None = None,
         run_id: str | None = None,
+        priority: int | None = None,
         scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
     ) -> EnqueueResult:
-        """Enqueue through the backend; ``job`` is a definition or a registered job id."""
+        """Enqueue through the backend; ``job`` is a definition or a registered job id;
+        ``priority`` (K6): None for the job's."""
         return await self.backend.enqueue(
             self._definition(job),
             payload,
             dedupe_key=dedupe_key,
             run_at=run_at,
             run_id=run_id,
+            priority=priority,
             scope=scope,
         )
 
@@ -274,6 +286,13 @@ class JobRuntime:
         if self.mode != "worker":
             return
         loop = self._loop
+        if isinstance(self.backend, CancelRequestSource):
+            # K2: told at once of a cancel request; the heartbeat's answer is the fallback.
+            self._unwatch_cancels = self.backend.watch_cancel_requests(self._cancel_requested)
+        if isinstance(self.backend, WakeSource):
+            # K1: another process's committed enqueue of these jobs ends the wait at once.
+            self.backend.start_listening(self._job_ids)
+            self._listening = True
         self._tasks = [
             loop.create_task(self._producer.run(), name=f"ship_sqla.jobs.loop[{self.worker_id}]"),
             loop.create_task(self._completer.run(), name="ship_sqla.jobs.completer"),
@@ -304,10 +323,29 @@ class JobRuntime:
         await completer_task
         self._heartbeater.close()
         await heartbeat_task
+        if self._unwatch_cancels is not None:
+            self._unwatch_cancels()
+        if self._listening and isinstance(self.backend, WakeSource):
+            self._listening = False
+            await self.backend.stop_listening(self._job_ids)
         if self._sampler is not None:
             self._sampler.close()
             await self._tasks[3]
         logger.debug("job runtime %s stopped", self.worker_id)
+
+    def _cancel_requested(self, run_id: str) -> None:
+        """K2: an operator asked to cancel ``run_id``; cancel its handler if this process runs
+        it. Safe to call from any thread (a listener's callback): it hops onto the runtime's
+        loop."""
+        try:
+            self._loop.call_soon_threadsafe(self._cancel_if_running_here, run_id)
+        except RuntimeError:
+            return  # the loop is closed: nothing runs here any more
+
+    def _cancel_if_running_here(self, run_id: str) -> None:
+        entry = self._runs.entries.get(run_id)
+        if entry is not None and not entry.handler_done:
+            self._executor.cancel(entry, "cancelled")
 
     def _task_ended(self) -> None:
         """An executor task ended: its slot is free."""

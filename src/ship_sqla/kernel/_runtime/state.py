@@ -120,7 +120,8 @@ class InFlight(Cancellation):
         self.lease_deadline = (now if claim_sent is None else claim_sent) + run.lease
         self.settlement: Settlement | None = None
         self.release_reason: ReleaseReason | None = None
-        # When the first try of this run's fail / release failed (the completer's retry window).
+        # When the first try of this run's settle failed: a fail / release is retried for one
+        # lease from then; any kind is heartbeated again from then (``next_beat``).
         self.settle_failed_at: float | None = None
 
     def interrupt(self, reason: CancelReason) -> None:
@@ -132,6 +133,19 @@ class InFlight(Cancellation):
     def mark_lost(self) -> None:
         self.lost = True
         self.beat_due = math.inf
+
+    @property
+    def next_beat(self) -> float:
+        """When this run is next heartbeated (the runtime's monotonic clock). Every
+        ``beat_due`` until its settlement is handed over, and again once a settle call of it
+        failed (an outage: the completer retries, and the lease must hold meanwhile). While
+        its settle is on its way a heartbeat would race it (SPEC §10: one answered after the
+        settle landed reads as a lost lease), so none is sent unless the settle is still
+        unanswered in the lease's last third (a slow database): keeping the lease then beats
+        that race, whose refusal is not reported (the handler is done)."""
+        if self.settlement is None or self.settle_failed_at is not None:
+            return self.beat_due
+        return max(self.beat_due, self.lease_deadline - self.job.concurrency.heartbeat_interval)
 
     def lease_lapsed(self, now: float) -> bool:
         """True once the lease may have ended (``now``: the runtime's monotonic clock)."""

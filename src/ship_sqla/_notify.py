@@ -1,0 +1,698 @@
+"""Push wake across processes (K1): NOTIFY in the enqueueing transaction, and one listener.
+
+Sending. A store that enqueues (the job backend, the outbox) announces new due work with
+``pg_notify(channel, key)`` in the enqueueing transaction, so PostgreSQL delivers it only when
+that transaction commits: a rolled-back enqueue wakes nobody. The plain enqueues fold the
+NOTIFY into their one INSERT (:func:`announcing`: no round trip added); the others send
+:data:`NOTIFY_SQL` in the same transaction. What is announced and when is the kernel's rule
+(:mod:`ship_sqla.kernel._plans.announce`: only due work, at most once per key per window).
+
+Listening. A :class:`Listener` holds ONE dedicated asyncpg connection (not a pooled one: a
+pooled connection goes back to the pool and its LISTEN with it), made from the engine's URL or
+a URL of its own (``listen="postgresql://..."``). Every interested part of a process subscribes
+to a channel on it (:meth:`Listener.subscribe`): the job backend's wake, the outbox relay's
+wake, a cancel channel. Guarantees:
+
+- A listener is **live** only once a probe notification it sent itself has come back on its
+  connection. PgBouncer in transaction mode accepts ``LISTEN`` and delivers nothing: such a
+  listener never goes live, reports :class:`ListenerNotLiveError` (fix: ``listen=False``, or a
+  direct URL) and retries slowly; polling covers it. A live listener probes again every
+  :data:`HEALTH_INTERVAL` seconds, so a connection that went silent is found and replaced.
+- A lost connection (``pg_terminate_backend``, a restart, a network cut found by the probe) is
+  reported (:class:`ListenerLostError`) and replaced with the one backoff
+  (:data:`~ship_sqla.kernel._plans.backoff.ERROR_BACKOFF`: 0.1 s doubling to 1 s). Each time a
+  subscription's channel is listened AGAIN on a live connection (after a reconnect) its
+  ``on_gap`` runs: whatever was announced meanwhile is looked for at once, not at the next
+  poll. (Not the first time: a subscriber looks for work itself when it starts; what commits in
+  the few milliseconds before its listener is first live waits for the poll.)
+- Bursts are debounced: notifications that arrive together are delivered once per (channel,
+  payload), after the burst has been read.
+- Nothing raises out of the listener: every error goes to ``report_error`` (J11's rule).
+
+Announcements carry their sender (:func:`announcement`): a store ignores its own, since its
+local enqueues already woke its waiters at commit (and a recheck for them would be wasted).
+
+A listener's waits (probe replies, backoffs, health probes) are connection management, on the
+wall clock by default like any I/O timeout (a test may pass a clock); each socket operation is
+also bounded in real time (:data:`IO_TIMEOUT`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import secrets
+from typing import TYPE_CHECKING, Any, Final
+
+import asyncpg
+from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ship_sqla._naming import MAX_IDENTIFIER_BYTES
+from ship_sqla.kernel import ConfigurationError, DatabaseUnavailableError, ShipError, SystemClock
+from ship_sqla.kernel._plans.announce import RECHECKS
+from ship_sqla.kernel._plans.backoff import ERROR_BACKOFF, Backoff
+from ship_sqla.kernel._waiting import wait_event
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
+    from sqlalchemy.engine import URL, Dialect
+
+    from ship_sqla._scope import Database
+    from ship_sqla.kernel import Clock
+
+__all__ = [
+    "HEALTH_INTERVAL",
+    "IO_TIMEOUT",
+    "NOTIFY_SQL",
+    "PROBE_TIMEOUT",
+    "Listen",
+    "Listener",
+    "ListenerLostError",
+    "ListenerNotLiveError",
+    "Recheck",
+    "Subscription",
+    "announced_key",
+    "announcement",
+    "announcing",
+    "channel_name",
+    "check_listen",
+    "listener_for",
+    "sender_token",
+]
+
+logger = logging.getLogger("ship_sqla")
+
+Listen = bool | str
+"""The ``listen=`` option: True (a listener from the engine's URL), False (none: polling
+only, for transaction-mode poolers), or a ``postgresql://`` URL the listener connects to
+instead (e.g. the server itself, behind a pooler)."""
+
+NOTIFY_SQL: Final = "SELECT pg_notify(CAST(:channel AS text), CAST(:payload AS text))"
+"""One announcement, in the caller's transaction (delivered when it commits)."""
+
+_PROBE_SQL: Final = "SELECT pg_notify($1, $2)"
+
+PROBE_TIMEOUT: Final = 5.0
+"""Seconds (on the listener's clock) a probe notification may take to come back before the
+listener is judged not live."""
+HEALTH_INTERVAL: Final = 30.0
+"""Seconds (on the listener's clock) between probes of a live listener."""
+IO_TIMEOUT: Final = 10.0
+"""Real seconds any one socket operation of the listener (connect, LISTEN, probe, close) may
+take before the connection is given up and replaced."""
+
+NOT_LIVE_BACKOFF: Final = Backoff(
+    kind="exponential", base=1.0, factor=2.0, max_delay=60.0, jitter="equal"
+)
+"""After a listener that connected but never heard its probe (a transaction-mode pooler): 1 s
+doubling to a minute, since a misconfiguration does not heal in a second."""
+
+_ASYNCPG_DIALECT: Final = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
+"""Turns a ``listen=`` URL into asyncpg's connect arguments, as an engine's dialect does."""
+_APPLICATION_NAME_PREFIX: Final = "ship_sqla listener"
+_SQLALCHEMY_ONLY_ARGS: Final = (
+    "async_creator_fn",
+    "prepared_statement_cache_size",
+    "prepared_statement_name_func",
+)
+
+
+class ListenerLostError(DatabaseUnavailableError):
+    """A listener's connection could not be made or was lost; notifications on it may have been
+    missed. It reconnects with backoff; meanwhile every waiter polls (K1). An outage like any
+    other (:class:`~ship_sqla.kernel.DatabaseUnavailableError`, so a ``ConnectionError``), with
+    a code of its own; the driver's error is chained."""
+
+    code = "SHIP_SQLA_LISTENER_LOST"
+
+
+class ListenerNotLiveError(ShipError, RuntimeError):
+    """A listener's connection accepted LISTEN but its own probe notification never came back:
+    nothing would be delivered on it (PgBouncer in transaction mode does exactly this). It is
+    not trusted; every waiter polls (K1)."""
+
+    code = "SHIP_SQLA_LISTENER_NOT_LIVE"
+
+
+def channel_name(kind: str, table_name: str) -> str:
+    """The notification channel of one table: ``<kind>:<table>``, or, when that would pass
+    PostgreSQL's 63-byte limit (``pg_notify`` refuses longer names), ``<kind>:`` and a hash of
+    the table's name. Every process builds the same name from the same table."""
+    name = f"{kind}:{table_name}"
+    if len(name.encode()) <= MAX_IDENTIFIER_BYTES:
+        return name
+    digest = hashlib.sha256(table_name.encode()).hexdigest()[:24]
+    return f"{kind}:{digest}"
+
+
+def sender_token() -> str:
+    """A new store's sender id: 16 hex characters, never containing ``/``."""
+    return secrets.token_hex(8)
+
+
+def announcement(sender: str, key: str) -> str:
+    """The payload announcing ``key`` (a job id, an outbox id) from ``sender``."""
+    return f"{sender}/{key}"
+
+
+def announced_key(payload: str, sender: str) -> str | None:
+    """The key an announcement payload names, or None when ``sender`` sent it itself (or it is
+    no announcement)."""
+    origin, _, key = payload.partition("/")
+    if not key or origin == sender:
+        return None
+    return key
+
+
+def announcing(insert_sql: str) -> str:
+    """``insert_sql`` (a bare INSERT, no RETURNING) and the NOTIFY of :data:`NOTIFY_SQL` as ONE
+    statement: a data-modifying CTE always runs to completion, and the NOTIFY runs once.
+    ``:channel`` and ``:payload`` join the INSERT's parameters."""
+    return "\nWITH ship_enqueued AS (" + insert_sql.rstrip() + "\n)\n" + NOTIFY_SQL + "\n"
+
+
+def check_listen(listen: object, what: str) -> Listen:
+    """Refuse a ``listen=`` that is not a bool or a PostgreSQL URL (before anything runs)."""
+    if isinstance(listen, bool):
+        return listen
+    if isinstance(listen, str):
+        _connect_args(_parsed(listen, what), _ASYNCPG_DIALECT, what)
+        return listen
+    raise ConfigurationError(
+        f"{what}: listen= must be True, False or a postgresql:// URL, got {type(listen).__name__}.",
+        fix="pass listen=False behind a transaction-mode pooler (PgBouncer), or the URL of a"
+        " direct connection to the server.",
+    )
+
+
+def _parsed(listen: str, what: str) -> URL:
+    try:
+        url = make_url(listen)
+    except ArgumentError as exc:
+        raise ConfigurationError(
+            f"{what}: listen= is not a database URL ({exc}).",
+            fix="pass a URL such as 'postgresql://user@host:5432/db', True or False.",
+        ) from exc
+    if url.get_backend_name() != "postgresql":
+        raise ConfigurationError(
+            f"{what}: listen= must name a PostgreSQL server, got {url.drivername!r}.",
+            fix="pass a 'postgresql://' or 'postgresql+asyncpg://' URL.",
+        )
+    return url
+
+
+def _connect_args(url: URL, dialect: Dialect, what: str) -> dict[str, Any]:
+    args, kwargs = dialect.create_connect_args(url)
+    if args:  # pragma: no cover - the asyncpg dialect passes keywords only
+        raise ConfigurationError(f"{what}: cannot build a listener connection from {url!r}.")
+    options = dict(kwargs)
+    for name in _SQLALCHEMY_ONLY_ARGS:
+        options.pop(name, None)
+    return options
+
+
+def listener_for(
+    database: Database,
+    listen: Listen,
+    *,
+    name: str,
+    report_error: Callable[[BaseException], None],
+    clock: Clock | None = None,
+    probe_timeout: float = PROBE_TIMEOUT,
+) -> Listener | None:
+    """The listener a store's ``listen=`` asks for, or None: ``listen=False``, or True on an
+    ``AsyncConnection`` (the test path: work committed elsewhere is not this transaction's)."""
+    if listen is False:
+        return None
+    if listen is True:
+        if not isinstance(database, AsyncEngine):
+            return None
+        options = _connect_args(database.url, database.dialect, name)
+    else:
+        options = _connect_args(_parsed(listen, name), _ASYNCPG_DIALECT, name)
+    settings = dict(options.pop("server_settings", None) or {})
+    settings["application_name"] = f"{_APPLICATION_NAME_PREFIX}: {name}"[:MAX_IDENTIFIER_BYTES]
+    options["server_settings"] = settings
+    # Unnamed statements only: a pooler may hand the session's prepared statements to others.
+    options["statement_cache_size"] = 0
+
+    async def connect() -> asyncpg.Connection:
+        return await asyncpg.connect(**options)
+
+    return Listener(
+        connect,
+        name=name,
+        clock=clock,
+        report_error=report_error,
+        probe_timeout=probe_timeout,
+    )
+
+
+class Subscription:
+    """One subscriber's interest in one channel of a :class:`Listener`; ends with
+    :meth:`close`."""
+
+    __slots__ = ("_listener", "channel", "closed", "listened", "on_gap", "on_notify")
+
+    def __init__(
+        self,
+        listener: Listener,
+        channel: str,
+        on_notify: Callable[[str], object],
+        on_gap: Callable[[], object] | None,
+    ) -> None:
+        self._listener = listener
+        self.channel = channel
+        self.on_notify = on_notify
+        self.on_gap = on_gap
+        self.closed = False
+        self.listened = False
+        """Whether its channel has been listened on a live connection since it subscribed."""
+
+    async def close(self) -> None:
+        """Stop delivering to this subscriber. The last subscription of a listener closes its
+        connection (and waits for that); the listener starts again at the next subscribe."""
+        if self.closed:
+            return
+        self.closed = True
+        await self._listener._unsubscribe(self)  # noqa: SLF001 - the listener's own half
+
+
+class Listener:
+    """One dedicated LISTEN connection shared by a process's subscribers (see the module
+    docstring). Runs while it has subscriptions: the first :meth:`subscribe` starts it (from
+    a running event loop), the last :meth:`Subscription.close` stops it.
+
+    Subscriber callbacks run on the event loop, one call per distinct (channel, payload) of a
+    burst; they must not block. A callback that raises is reported and the others still run.
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[asyncpg.Connection]],
+        *,
+        name: str,
+        report_error: Callable[[BaseException], None],
+        clock: Clock | None = None,
+        probe_timeout: float = PROBE_TIMEOUT,
+        health_interval: float = HEALTH_INTERVAL,
+        backoff: Backoff = ERROR_BACKOFF,
+        not_live_backoff: Backoff = NOT_LIVE_BACKOFF,
+    ) -> None:
+        self.name = name
+        self._connect = connect
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._report_error = report_error
+        self._probe_timeout = probe_timeout
+        self._health_interval = health_interval
+        self._backoff = backoff
+        self._not_live_backoff = not_live_backoff
+        self._probe_channel = f"ship_sqla.probe:{secrets.token_hex(8)}"
+        self._subscriptions: dict[str, list[Subscription]] = {}
+        self._listened: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._attention = asyncio.Event()
+        self._stopped = asyncio.Event()
+        self._live = asyncio.Event()
+        self._connection: asyncpg.Connection | None = None
+        self._lost = False
+        self._probe_token: str | None = None
+        self._probe_heard = False
+        self._probe_event = asyncio.Event()
+        self._pending: dict[str, dict[str, None]] = {}
+        self._flush_scheduled = False
+        self._went_live = False
+        self.connects = 0
+        """How many connections were proven live so far (a reconnect adds one)."""
+
+    # --- what subscribers and tests see --------------------------------------------------------
+
+    @property
+    def live(self) -> bool:
+        """Whether the connection is proven to deliver notifications right now."""
+        return self._live.is_set()
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process id of the live connection (None when not live): what an operator
+        or a test passes to ``pg_terminate_backend``."""
+        connection = self._connection
+        if connection is None or not self.live:
+            return None
+        return int(connection.get_server_pid())
+
+    async def wait_live(self) -> None:
+        """Return once the listener is live (bound it with a timeout of your own)."""
+        await self._live.wait()
+
+    def subscribe(
+        self,
+        channel: str,
+        on_notify: Callable[[str], object],
+        *,
+        on_gap: Callable[[], object] | None = None,
+    ) -> Subscription:
+        """Deliver every notification on ``channel`` to ``on_notify(payload)`` from now on.
+
+        ``on_gap()`` runs each time the channel is listened AGAIN on a live connection (after
+        a reconnect): notifications sent meanwhile may have been missed; look for their work
+        then. Must be called from a running event loop.
+        """
+        _check_channel(channel)
+        loop = asyncio.get_running_loop()
+        subscription = Subscription(self, channel, on_notify, on_gap)
+        self._subscriptions.setdefault(channel, []).append(subscription)
+        if channel in self._listened and self.live:
+            subscription.listened = True  # covered from now on
+        self._attention.set()
+        if self._task is None:
+            self._start(loop)
+        return subscription
+
+    async def close(self) -> None:
+        """Close every subscription and the connection."""
+        for subscriptions in list(self._subscriptions.values()):
+            for subscription in list(subscriptions):
+                subscription.closed = True
+        self._subscriptions.clear()
+        await self._stop()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def _start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._stopping = False
+        self._stopped = asyncio.Event()
+        self._task = loop.create_task(self._run(), name=f"ship_sqla listener [{self.name}]")
+
+    async def _unsubscribe(self, subscription: Subscription) -> None:
+        subscriptions = self._subscriptions.get(subscription.channel, [])
+        if subscription in subscriptions:
+            subscriptions.remove(subscription)
+        if not subscriptions:
+            self._subscriptions.pop(subscription.channel, None)
+        if self._subscriptions:
+            self._attention.set()  # UNLISTEN what nobody wants any more
+            return
+        await self._stop()
+
+    async def _stop(self) -> None:
+        task = self._task
+        if task is None:
+            return
+        self._stopping = True
+        self._wake_all()
+        await asyncio.shield(task)
+        if self._task is task:
+            self._task = None
+        if self._subscriptions and self._task is None:
+            # Subscribed again while it was stopping: serve the newcomers.
+            self._start(asyncio.get_running_loop())
+
+    def _wake_all(self) -> None:
+        self._stopped.set()
+        self._attention.set()
+        self._probe_event.set()
+
+    # --- the connection loop -------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        failures = 0
+        while self._subscriptions and not self._stop_requested():
+            self._went_live = False
+            error: BaseException | None = None
+            try:
+                await self._serve()
+            except Exception as exc:  # noqa: BLE001 - reported; the loop reconnects (J11)
+                error = exc
+            if self._stop_requested() or not self._subscriptions:
+                break
+            if error is not None:
+                self._report(error)
+            failures = 1 if self._went_live else failures + 1
+            never_live = isinstance(error, ListenerNotLiveError)
+            delay = (self._not_live_backoff if never_live else self._backoff).delay(failures)
+            await wait_event(self._stopped, self._clock, delay)
+
+    def _stop_requested(self) -> bool:
+        # A call, not an attribute test: type checkers must not assume it cannot change across
+        # the awaits between two reads.
+        return self._stopping
+
+    async def _serve(self) -> None:
+        """One connection, from connect to its loss (raises) or the listener's stop (returns);
+        ``_went_live`` says whether it was proven live."""
+        connection = await self._io(self._connect(), "connect")
+        self._lost = False
+        self._connection = connection
+        connection.add_termination_listener(self._on_terminated)
+        try:
+            await self._io(
+                connection.add_listener(self._probe_channel, self._on_notification), "LISTEN"
+            )
+            await self._sync(connection)
+            await self._probe(connection)
+            if self._stop_requested():
+                return
+            self._went_live = True
+            self.connects += 1
+            self._live.set()
+            self._gaps(self._listened)
+            while True:
+                self._raise_if_lost()
+                if self._stop_requested():
+                    return
+                self._attention.clear()
+                if self._dirty():
+                    self._gaps(await self._sync(connection))
+                    continue
+                if not await wait_event(self._attention, self._clock, self._health_interval):
+                    await self._probe(connection)
+        except BaseException as exc:
+            if self._went_live and isinstance(exc, ListenerNotLiveError):
+                raise ListenerLostError(
+                    f"the {self.name} listener's connection stopped delivering notifications"
+                    " (its health probe did not come back).",
+                    fix="nothing: it reconnects; check the network to the database if it repeats.",
+                ) from exc
+            raise
+        finally:
+            self._live.clear()
+            self._connection = None
+            self._listened = set()
+            await self._close(connection)
+
+    def _dirty(self) -> bool:
+        return set(self._subscriptions) != self._listened
+
+    async def _sync(self, connection: asyncpg.Connection) -> set[str]:
+        """LISTEN every subscribed channel and UNLISTEN the rest; the channels newly listened."""
+        wanted = set(self._subscriptions)
+        for channel in sorted(self._listened - wanted):
+            await self._io(connection.remove_listener(channel, self._on_notification), "UNLISTEN")
+            self._listened.discard(channel)
+        added: set[str] = set()
+        for channel in sorted(wanted - self._listened):
+            await self._io(connection.add_listener(channel, self._on_notification), "LISTEN")
+            self._listened.add(channel)
+            added.add(channel)
+        return added
+
+    async def _probe(self, connection: asyncpg.Connection) -> None:
+        """Send a notification to ourselves and wait for it: the only proof that this
+        connection delivers (a transaction-mode pooler accepts LISTEN and delivers nothing)."""
+        token = secrets.token_hex(8)
+        self._probe_token, self._probe_heard = token, False
+        self._probe_event.clear()
+        await self._io(connection.execute(_PROBE_SQL, self._probe_channel, token), "probe")
+        await wait_event(self._probe_event, self._clock, self._probe_timeout)
+        self._raise_if_lost()
+        if self._stopping or self._probe_heard:
+            return
+        raise ListenerNotLiveError(
+            f"the {self.name} listener's connection accepted LISTEN, but its probe"
+            f" notification did not come back within {self._probe_timeout:g} s: notifications"
+            " would not be delivered on it (a connection pooler in transaction mode, such as"
+            " PgBouncer, does this). Waiters poll instead.",
+            fix="pass listen=False behind a transaction-mode pooler, or listen='postgresql://"
+            "...' with a direct connection to the server (or a session-mode pool).",
+        )
+
+    def _raise_if_lost(self) -> None:
+        if self._lost and not self._stopping:
+            raise ListenerLostError(
+                f"the {self.name} listener's connection was closed by the server or the"
+                " network; notifications sent until it is back may be missed (the poll and"
+                " the reconnect cover them).",
+                fix="nothing: it reconnects with backoff. Check the database if it repeats.",
+            )
+
+    async def _io(self, operation: Awaitable[Any], what: str) -> Any:  # noqa: ANN401 - the driver's
+        """``operation``, bounded by IO_TIMEOUT and abandoned (cancelled) when the listener
+        stops meanwhile: a stop never waits for a connect to an unreachable server."""
+        try:
+            async with asyncio.timeout(IO_TIMEOUT):
+                work = asyncio.ensure_future(operation)
+                stop = asyncio.ensure_future(self._stopped.wait())
+                try:
+                    await asyncio.wait({work, stop}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stop.cancel()
+                    if not work.done():
+                        work.cancel()
+                        await asyncio.gather(work, return_exceptions=True)
+                if work.cancelled():
+                    raise _StopRequestedError
+                return work.result()
+        except TimeoutError as exc:
+            raise ListenerLostError(
+                f"the {self.name} listener's {what} did not finish within {IO_TIMEOUT:g} s.",
+                fix="check that the database is reachable; the listener retries with backoff.",
+            ) from exc
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            self._raise_if_lost()
+            raise ListenerLostError(
+                f"the {self.name} listener's {what} failed: {type(exc).__name__}: {exc}",
+                fix="check that the database is reachable with the listener's URL (the"
+                " engine's, or listen=); the listener retries with backoff.",
+            ) from exc
+
+    async def _close(self, connection: asyncpg.Connection) -> None:
+        if connection.is_closed():
+            return
+        try:
+            async with asyncio.timeout(IO_TIMEOUT):
+                await connection.close()
+        except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            connection.terminate()
+
+    # --- callbacks from the driver -------------------------------------------------------------
+
+    def _on_terminated(self, connection: asyncpg.Connection) -> None:
+        if connection is self._connection:
+            self._lost = True
+            self._attention.set()
+            self._probe_event.set()
+
+    def _on_notification(
+        self, _connection: asyncpg.Connection, _pid: int, channel: str, payload: str
+    ) -> None:
+        if channel == self._probe_channel:
+            if payload == self._probe_token:
+                self._probe_heard = True
+                self._probe_event.set()
+            return
+        self._pending.setdefault(channel, {})[payload] = None
+        if not self._flush_scheduled:
+            # The driver queued one call per notification read; this runs after all of them.
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        pending, self._pending = self._pending, {}
+        for channel, payloads in pending.items():
+            for subscription in list(self._subscriptions.get(channel, ())):
+                for payload in payloads:
+                    if not subscription.closed:
+                        self._call(subscription.on_notify, payload)
+
+    def _gaps(self, channels: set[str]) -> None:
+        for channel in sorted(channels):
+            self._gaps_of(list(self._subscriptions.get(channel, ())))
+
+    def _gaps_of(self, subscriptions: list[Subscription]) -> None:
+        for subscription in subscriptions:
+            if subscription.closed:
+                continue
+            if subscription.listened:
+                self._call(subscription.on_gap)
+            subscription.listened = True
+
+    def _call(self, callback: Callable[..., object] | None, *args: str) -> None:
+        if callback is None:
+            return
+        try:
+            callback(*args)
+        except Exception as exc:  # noqa: BLE001 - one subscriber must not silence the others
+            self._report(exc)
+
+    def _report(self, error: BaseException) -> None:
+        try:
+            self._report_error(error)
+        except Exception:
+            logger.exception("ship_sqla listener %s: report_error raised on %r", self.name, error)
+
+
+class _StopRequestedError(Exception):
+    """The listener stopped while an operation of its connection was under way."""
+
+
+def _check_channel(channel: object) -> None:
+    if not isinstance(channel, str) or not channel:
+        raise ConfigurationError(
+            f"a notification channel must be a non-empty str, got {channel!r}.",
+            fix="build it with channel_name(kind, table_name).",
+        )
+    if len(channel.encode()) > MAX_IDENTIFIER_BYTES:
+        raise ConfigurationError(
+            f"notification channel {channel[:70]!r} is over PostgreSQL's"
+            f" {MAX_IDENTIFIER_BYTES} bytes (pg_notify refuses it).",
+            fix="build it with channel_name(kind, table_name), which shortens long names.",
+        )
+
+
+class Recheck:
+    """The listening half of the announce throttle: after the last :meth:`arm`, ``wake`` again
+    at each of ``afters`` seconds (on ``clock``), for the enqueues of that window whose
+    announcement the senders' throttle skipped (:mod:`ship_sqla.kernel._plans.announce`). An
+    :meth:`arm` while the rechecks are pending starts them over from the new announcement."""
+
+    __slots__ = ("_afters", "_armed_at", "_clock", "_rearmed", "_task", "_wake")
+
+    def __init__(
+        self, wake: Callable[[], object], clock: Clock, afters: tuple[float, ...] = RECHECKS
+    ) -> None:
+        self._wake = wake
+        self._clock = clock
+        self._afters = afters
+        self._armed_at = 0.0
+        self._rearmed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def arm(self) -> None:
+        self._armed_at = self._clock.monotonic()
+        self._rearmed.set()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="ship_sqla listener recheck"
+            )
+
+    async def _run(self) -> None:
+        try:
+            armed_at, step = self._armed_at, 0
+            while step < len(self._afters):
+                self._rearmed.clear()
+                if self._armed_at != armed_at:
+                    armed_at, step = self._armed_at, 0
+                remaining = armed_at + self._afters[step] - self._clock.monotonic()
+                if remaining > 0:
+                    await wait_event(self._rearmed, self._clock, remaining)
+                    continue
+                step += 1
+                self._wake()
+        finally:
+            self._task = None
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

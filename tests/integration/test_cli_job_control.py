@@ -1,0 +1,153 @@
+"""`ship-sqla jobs cancel | pause | resume | paused` driven as an operator would: `python -m
+ship_sqla` in a subprocess against a real database (K2, K3). Exit codes: 0 ok (a cancel of a
+finished run included: it says nothing changed), 1 failed or refused, 2 bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from job_helpers import claim_request
+from sqlalchemy import MetaData
+
+from ship_sqla._jobs import (
+    PostgresJobBackend,
+    create_job_backend,
+    ship_job_runs_table,
+    ship_job_state_table,
+)
+from ship_sqla.kernel import Complete, define_job
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+
+async def _noop(ctx: Any, payload: Any) -> None:
+    return None
+
+
+JOB = define_job("cli.control", _noop, payload=dict)
+
+
+@pytest.fixture
+async def backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
+    metadata = MetaData()
+    ship_job_runs_table(metadata)
+    ship_job_state_table(metadata)
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    return create_job_backend(database=ship_engine, listen=False)
+
+
+async def ship_sqla(*args: str, cwd: Path) -> tuple[int, str, str]:
+    """Run ``python -m ship_sqla ARGS`` as a user would (no job settings from this process)."""
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "SHIP_SQLA_DATABASE_URL" and not k.startswith("SHIP_SQLA_JOB_")
+    }
+    result = await anyio.run_process(
+        [sys.executable, "-m", "ship_sqla", *args], cwd=cwd, env=environment, check=False
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def test_k2_jobs_cancel_from_the_shell(
+    backend: PostgresJobBackend, ship_engine_url: str, tmp_path: Path
+) -> None:
+    """K2: `jobs cancel RUN_ID` cancels a waiting run at once, records the request of a running
+    one (``--json``: its outcome), says a finished run was left as it was (exit 0), and exits 1
+    for an unknown run; `jobs show` prints the request, `jobs stats` counts cancelled runs."""
+    url = ("--database-url", ship_engine_url)
+    running = await backend.enqueue(JOB, {"n": 1})
+    [claimed] = await backend.claim(claim_request(JOB, worker="w"))
+    waiting = await backend.enqueue(JOB, {"n": 2})
+    assert claimed.run_id == running.run_id
+    assert waiting.run_id is not None
+    assert running.run_id is not None
+
+    code, out, err = await ship_sqla("jobs", "cancel", waiting.run_id, *url, cwd=tmp_path)
+    assert (code, err) == (0, ""), err
+    assert f"run {waiting.run_id} (cli.control) is cancelled" in out
+
+    code, out, err = await ship_sqla("jobs", "cancel", running.run_id, *url, "--json", cwd=tmp_path)
+    assert (code, err) == (0, ""), err
+    answer = json.loads(out)
+    assert (answer["outcome"], answer["changed"]) == ("requested", True)
+    assert answer["run"]["state"] == "running"
+    assert answer["run"]["cancel_requested_at"] is not None
+
+    code, out, _ = await ship_sqla("jobs", "show", running.run_id, *url, cwd=tmp_path)
+    assert code == 0
+    assert "cancel_requested: " in out
+    assert "cancel_requested: -" not in out
+
+    assert await backend.settle([Complete(claimed)]) == ["completed"]
+    code, out, err = await ship_sqla("jobs", "cancel", running.run_id, *url, cwd=tmp_path)
+    assert (code, err) == (0, ""), err
+    assert "had already finished (completed): nothing changed" in out
+
+    code, _, err = await ship_sqla("jobs", "cancel", "no-such-run", *url, cwd=tmp_path)
+    assert code == 1
+    assert "no such run" in err
+
+    code, out, _ = await ship_sqla("jobs", "stats", *url, "--json", cwd=tmp_path)
+    assert code == 0
+    [stats] = json.loads(out)["jobs"]
+    assert (stats["cancelled"], stats["completed"]) == (1, 1)
+
+
+async def test_k3_jobs_pause_resume_paused_from_the_shell(
+    backend: PostgresJobBackend, ship_engine_url: str, tmp_path: Path
+) -> None:
+    """K3: `jobs pause JOB_ID` pauses a job for every worker (a claim takes nothing; pausing
+    again says so), `jobs paused` lists it, `jobs resume` makes its runs claimable again;
+    a bad job id exits 2 before anything runs."""
+    url = ("--database-url", ship_engine_url)
+    await backend.enqueue(JOB, {})
+
+    code, out, err = await ship_sqla("jobs", "pause", JOB.id, *url, cwd=tmp_path)
+    assert (code, err) == (0, ""), err
+    assert f"job {JOB.id} is paused" in out
+    code, out, _ = await ship_sqla("jobs", "pause", JOB.id, *url, cwd=tmp_path)
+    assert code == 0
+    assert "paused already: nothing changed" in out
+    assert await backend.claim(claim_request(JOB, worker="w")) == []
+
+    code, out, _ = await ship_sqla("jobs", "paused", *url, "--json", cwd=tmp_path)
+    assert code == 0
+    assert [p["job_id"] for p in json.loads(out)["paused"]] == [JOB.id]
+    code, out, _ = await ship_sqla("jobs", "paused", *url, cwd=tmp_path)
+    assert out.splitlines()[0].split() == ["JOB", "PAUSED_AT"]
+
+    code, out, err = await ship_sqla("jobs", "resume", JOB.id, *url, cwd=tmp_path)
+    assert (code, err) == (0, ""), err
+    assert f"job {JOB.id} is resumed" in out
+    assert len(await backend.claim(claim_request(JOB, worker="w"))) == 1
+    code, out, _ = await ship_sqla("jobs", "resume", JOB.id, *url, cwd=tmp_path)
+    assert code == 0
+    assert "was not paused: nothing changed" in out
+    code, out, _ = await ship_sqla("jobs", "paused", *url, cwd=tmp_path)
+    assert "no paused jobs." in out
+
+    code, _, err = await ship_sqla("jobs", "pause", "not a job id", *url, cwd=tmp_path)
+    assert code == 2
+    assert "is not a job id" in err
+
+
+def test_the_control_commands_are_in_the_help(tmp_path: Path) -> None:
+    """K2, K3: `jobs --help` lists cancel, pause, resume and paused."""
+    jobs = subprocess.run(
+        [sys.executable, "-m", "ship_sqla", "jobs", "--help"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert jobs.returncode == 0
+    for command in ("cancel", "pause", "resume", "paused"):
+        assert f"  {command} " in jobs.stdout
