@@ -826,6 +826,20 @@ def jobs_cancel(run_id: str, database_url: URL, as_json: bool, tables: JobTables
         click.echo(format_cancel(result))
 
 
+def _pause_or_resume(
+    job_id: str, database_url: URL, tables: JobTables, *, pause: bool, done: str, unchanged: str
+) -> None:
+    """``jobs pause`` / ``jobs resume`` (K3): one operator call, one line saying what changed."""
+
+    async def call(ops: JobOperations) -> bool:
+        return await (ops.pause(job_id) if pause else ops.resume(job_id))
+
+    changed = _run_jobs_call(
+        database_url, run_operation(database_url, call, tables), tables=tables.names
+    )
+    click.echo(done if changed else unchanged)
+
+
 @jobs.command("pause", epilog=OPERATOR_NOTE)
 @click.argument("job_id")
 @database_url_option
@@ -834,17 +848,14 @@ def jobs_pause(job_id: str, database_url: URL, tables: JobTables) -> None:
     """Pause a job (K3): once this returns, no claim that starts in any worker takes its runs;
     running runs finish; enqueues and schedules still add runs, which wait. `jobs resume`
     undoes it."""
-
-    async def call(ops: JobOperations) -> bool:
-        return await ops.pause(job_id)
-
-    paused = _run_jobs_call(
-        database_url, run_operation(database_url, call, tables), tables=tables.names
-    )
-    click.echo(
-        f"job {job_id} is paused: no worker claims its runs until `ship-sqla jobs resume {job_id}`."
-        if paused
-        else f"job {job_id} was paused already: nothing changed."
+    _pause_or_resume(
+        job_id,
+        database_url,
+        tables,
+        pause=True,
+        done=f"job {job_id} is paused: no worker claims its runs until"
+        f" `ship-sqla jobs resume {job_id}`.",
+        unchanged=f"job {job_id} was paused already: nothing changed.",
     )
 
 
@@ -855,17 +866,13 @@ def jobs_pause(job_id: str, database_url: URL, tables: JobTables) -> None:
 def jobs_resume(job_id: str, database_url: URL, tables: JobTables) -> None:
     """Resume a paused job (K3): its runs are claimable at once and listening workers are
     woken."""
-
-    async def call(ops: JobOperations) -> bool:
-        return await ops.resume(job_id)
-
-    resumed = _run_jobs_call(
-        database_url, run_operation(database_url, call, tables), tables=tables.names
-    )
-    click.echo(
-        f"job {job_id} is resumed: its runs are claimable again."
-        if resumed
-        else f"job {job_id} was not paused: nothing changed."
+    _pause_or_resume(
+        job_id,
+        database_url,
+        tables,
+        pause=False,
+        done=f"job {job_id} is resumed: its runs are claimable again.",
+        unchanged=f"job {job_id} was not paused: nothing changed.",
     )
 
 
