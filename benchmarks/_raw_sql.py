@@ -53,7 +53,9 @@ def job_sql(table: str) -> JobSQL:
             WHERE r.id = ANY(ARRAY(
                 SELECT id FROM {table}
                 WHERE job_id = $1 AND state = 'waiting' AND run_at <= now()
-                ORDER BY run_at, id
+                -- The due index's order (job_id, priority, run_at, seq). Every benchmark run has
+                -- priority 0, so this is the one-level floor; ship's claim walks the levels (K6).
+                ORDER BY priority, run_at, id
                 LIMIT $3
                 FOR UPDATE SKIP LOCKED))
             RETURNING r.id, r.lease_token, r.payload

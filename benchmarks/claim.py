@@ -33,7 +33,12 @@ from benchmarks._harness import (
 )
 from benchmarks._raw_sql import JobSQL, OutboxSQL, job_sql, outbox_sql
 from ship_sqla import Outbox, create_outbox, ship_outbox_table
-from ship_sqla._jobs import PostgresJobBackend, create_job_backend, ship_job_runs_table
+from ship_sqla._jobs import (
+    PostgresJobBackend,
+    create_job_backend,
+    ship_job_runs_table,
+    ship_job_state_table,
+)
 from ship_sqla.kernel import Concurrency, JobContext, JobDefinition, define_job
 from ship_sqla.kernel._ports import ClaimRequest, Complete
 
@@ -187,6 +192,9 @@ _KINDS = {
 async def _load(
     bench: Bench, db: BenchDatabase, backlogs: list[_Backlog], metadata: MetaData
 ) -> None:
+    # Every claim reads the job's pause row in the state table (K3): the backends share one.
+    if "ship_job_state" not in metadata.tables:
+        ship_job_state_table(metadata)
     async with db.engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     conn = await db.raw()

@@ -18,6 +18,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.util._once import Once
 
+from ship_sqla.kernel._tracing import forget_tracer
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
@@ -33,8 +35,10 @@ def global_tracer() -> Iterator[InMemorySpanExporter]:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    forget_tracer()
     try:
         yield exporter
     finally:
         provider.shutdown()
         trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE = saved
+        forget_tracer()

@@ -27,6 +27,8 @@ context still makes it current, so what the handler enqueues keeps the trace.
 from __future__ import annotations
 
 import contextlib
+import math
+import time
 from typing import TYPE_CHECKING, Any, Final
 
 from opentelemetry import context as otel_context
@@ -55,8 +57,10 @@ __all__ = [
     "current_trace_context",
     "current_trace_context_json",
     "end_run_span",
+    "forget_tracer",
     "publish_span",
     "run_span",
+    "traces",
     "with_trace_context",
 ]
 
@@ -75,15 +79,31 @@ ATTR_FAILURE_KIND: Final = "ship.job.failure_kind"
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
 _NO_SDK: Final = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 _cached: tuple[object, Tracer] | None = None
+NO_SDK_RECHECK: Final = 1.0
+"""Seconds a "no SDK installed" answer is kept: the API's lookup reads the environment on every
+call while no provider is set (about a microsecond per run), so a process without tracing asks
+about once a second; a provider installed later is used within that second."""
+_no_sdk_until = -math.inf
+
+
+def forget_tracer() -> None:
+    """Forget the cached answers: the next run asks the global provider again (tests that
+    install a provider call it; an application never needs to)."""
+    global _cached, _no_sdk_until
+    _cached, _no_sdk_until = None, -math.inf
 
 
 def _tracer() -> Tracer | None:
     """The global provider's tracer, or None while no SDK is installed (the API's default
-    provider, or an explicit no-op one). Looked up per span, so a provider installed after the
-    runtime started is used from its next run on."""
-    global _cached  # noqa: PLW0603 - one tracer per provider, not one per span
+    provider, or an explicit no-op one). Looked up per span (a "no SDK" answer is kept for
+    :data:`NO_SDK_RECHECK` seconds), so a provider installed after the runtime started is used
+    from a run about a second later on."""
+    global _cached, _no_sdk_until  # noqa: PLW0603 - one tracer per provider, not one per span
+    if _cached is None and time.monotonic() < _no_sdk_until:
+        return None
     provider = trace.get_tracer_provider()
     if isinstance(provider, _NO_SDK):
+        _cached, _no_sdk_until = None, time.monotonic() + NO_SDK_RECHECK
         return None
     cached = _cached
     if cached is None or cached[0] is not provider:
@@ -128,6 +148,12 @@ def _parent(carrier: Mapping[str, Any] | None) -> Context:
         {name: value for name, value in carrier.items() if isinstance(value, str)},
         context=Context(),
     )
+
+
+def traces(run: ClaimedRun) -> bool:
+    """Whether an attempt of ``run`` needs :func:`run_span` at all: it carries a trace context,
+    or an SDK is installed. The executor skips the span's machinery otherwise."""
+    return bool(run.trace_context) or _tracer() is not None
 
 
 @contextlib.contextmanager

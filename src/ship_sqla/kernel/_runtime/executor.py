@@ -31,7 +31,7 @@ from ship_sqla.kernel._runtime.state import (
     lapsed_before_start_error,
     stale_error,
 )
-from ship_sqla.kernel._tracing import end_run_span, run_span
+from ship_sqla.kernel._tracing import end_run_span, run_span, traces
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -124,7 +124,9 @@ class Executor:
             # heartbeats failed, in an outage say): the earlier claim is stale, and its handler
             # must stop rather than run beside the new one.
             self.cancel(earlier, "lease-lost", during="continuing (this process claimed it anew)")
-        entry.task = self._loop.create_task(self._traced(entry))
+        # K7: the span's machinery only where there is a trace to continue or an SDK to see it.
+        task = self._traced(entry) if traces(run) else self._execute(entry)
+        entry.task = self._loop.create_task(task)
 
     def cancel(self, entry: InFlight, reason: CancelReason, *, during: str = "heartbeat") -> None:
         """Cancel ``entry``'s run: its lease was lost (a refused heartbeat, or this process
