@@ -66,7 +66,7 @@ from ship_sqla.kernel._durations import (
     require_duration,
 )
 from ship_sqla.kernel._plans.backoff import error_backoff
-from ship_sqla.kernel._tracing import publish_span
+from ship_sqla.kernel._tracing import publish_span, traces_message
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
@@ -409,7 +409,11 @@ class OutboxRelay:
 
     async def _publish_one(self, message: OutboxMessage) -> None:
         """The sink call, inside a span whose parent is the trace context the message's headers
-        carry (K7), so what the sink does is traced under the producer's span."""
+        carry (K7), so what the sink does is traced under the producer's span; no span's
+        machinery at all without a context or an SDK."""
+        if not traces_message(message.headers):
+            await self._sink(message)
+            return
         with publish_span(
             message.headers,
             outbox_id=message.outbox_id,

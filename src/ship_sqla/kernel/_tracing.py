@@ -61,6 +61,7 @@ __all__ = [
     "publish_span",
     "run_span",
     "traces",
+    "traces_message",
     "with_trace_context",
 ]
 
@@ -232,6 +233,12 @@ def attempt_outcome(settlement: object, release_reason: str | None) -> tuple[str
     if outcome is None:
         outcome = _RELEASED_AS.get(release_reason or "", "released")
     return outcome, None
+
+
+def traces_message(headers: Mapping[str, Any]) -> bool:
+    """Whether publishing a message with ``headers`` needs :func:`publish_span` at all: they
+    carry a trace context, or an SDK is installed. The relay calls its sink directly otherwise."""
+    return "traceparent" in headers or _tracer() is not None
 
 
 @contextlib.contextmanager
