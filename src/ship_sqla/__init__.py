@@ -178,6 +178,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import HeartbeatBatch as HeartbeatBatch
     from ship_sqla.kernel._ports import HistoryKind as HistoryKind
     from ship_sqla.kernel._ports import JobBackend as JobBackend
+    from ship_sqla.kernel._ports import JobDemand as JobDemand
     from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
     from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
     from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError

@@ -36,6 +36,7 @@ from ship_sqla._cli_jobs import (
     JobTables,
     format_cancel,
     format_dead,
+    format_demand,
     format_paused,
     format_run,
     format_stats,
@@ -47,6 +48,7 @@ from ship_sqla._cli_jobs import (
     run_worker,
 )
 from ship_sqla._cli_outbox import purge_delivered
+from ship_sqla._jobs._demand_app import demand_document
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._outbox._admin import MAX_RETENTION
 from ship_sqla._outbox._store import check_outbox_id
@@ -64,7 +66,13 @@ from ship_sqla.kernel import (
 from ship_sqla.kernel._durations import MAX_DRAIN_TIMEOUT, MAX_POLL_INTERVAL, require_duration
 from ship_sqla.kernel._errors import DatabaseUnavailableError
 from ship_sqla.kernel._keys import InvalidKeyError
-from ship_sqla.kernel._operations import MAX_CLEANUP_BATCH, MAX_PAGE_LIMIT, MAX_PAUSED_JOBS
+from ship_sqla.kernel._operations import (
+    DEFAULT_DEMAND_CAP,
+    MAX_CLEANUP_BATCH,
+    MAX_DEMAND_CAP,
+    MAX_PAGE_LIMIT,
+    MAX_PAUSED_JOBS,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -75,7 +83,7 @@ if TYPE_CHECKING:
     from ship_sqla._schema_check import SchemaReport
     from ship_sqla.kernel import Page
     from ship_sqla.kernel._operations import CancelResult, JobOperations
-    from ship_sqla.kernel._ports import PausedJob, RunRecord
+    from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord
 
 if TYPE_CHECKING:
     _AnyParamType = click.ParamType[Any]
@@ -897,6 +905,45 @@ def jobs_paused(database_url: URL, as_json: bool, tables: JobTables) -> None:
         click.echo(json.dumps({"paused": jobs_paused}, indent=2))
     else:
         click.echo(format_paused(paused))
+
+
+@jobs.command("demand", epilog=OPERATOR_NOTE)
+@click.option(
+    "--job",
+    "job_ids",
+    multiple=True,
+    help="A job to report (repeatable); default: every job with waiting or running runs.",
+)
+@click.option(
+    "--cap",
+    type=click.IntRange(1, MAX_DEMAND_CAP),
+    default=DEFAULT_DEMAND_CAP,
+    show_default=True,
+    help="Count at most this many runs per job and kind (the query's cost).",
+)
+@database_url_option
+@job_tables_options(with_state_table=False)
+@json_option
+def jobs_demand(
+    job_ids: tuple[str, ...], cap: int, database_url: URL, as_json: bool, tables: JobTables
+) -> None:
+    """Demand per job (F5), what an autoscaler scales on: due, delayed and running runs (each
+    counted up to --cap; "+" marks a count that reached it) and the oldest due run's age, in one
+    bounded query."""
+
+    async def call(ops: JobOperations) -> list[JobDemand]:
+        return await ops.demand(list(job_ids) or None, cap=cap)
+
+    demands = _run_jobs_call(
+        database_url,
+        run_operation(database_url, call, tables),
+        tables=tables.runs_name,
+        as_json=as_json,
+    )
+    if as_json:
+        click.echo(json.dumps(demand_document(demands, cap), indent=2))
+    else:
+        click.echo(format_demand(demands))
 
 
 @jobs.command("stats", epilog=OPERATOR_NOTE)

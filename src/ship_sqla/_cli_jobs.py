@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ship_sqla._jobs import PostgresJobBackend
     from ship_sqla.kernel import JobDefinition, JobRegistry, Page
     from ship_sqla.kernel._operations import CancelResult, JobOperations
-    from ship_sqla.kernel._ports import PausedJob, RunRecord, StateCount
+    from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord, StateCount
 
 __all__ = [
     "DEFAULT_RUNS_TABLE",
@@ -55,6 +55,7 @@ __all__ = [
     "cli_cursor_secret",
     "format_cancel",
     "format_dead",
+    "format_demand",
     "format_paused",
     "format_run",
     "format_stats",
@@ -263,6 +264,29 @@ def format_cancel(result: CancelResult) -> str:
             " it listens, else at its next heartbeat) and the run ends cancelled."
         )
     return f"{run} had already finished ({record.state}): nothing changed."
+
+
+def format_demand(demands: Sequence[JobDemand]) -> str:
+    """``jobs demand`` as a table; a count that reached the cap is marked ``+``."""
+    if not demands:
+        return "no jobs with waiting or running runs."
+
+    def count(value: int, cap: int) -> str:
+        return f"{value}+" if value >= cap else str(value)
+
+    return _table(
+        ("JOB", "DUE", "DELAYED", "RUNNING", "OLDEST_DUE_S"),
+        (
+            (
+                d.job_id,
+                count(d.due, d.cap),
+                count(d.delayed, d.cap),
+                count(d.running, d.cap),
+                "-" if d.oldest_due_age is None else f"{d.oldest_due_age:.1f}",
+            )
+            for d in demands
+        ),
+    )
 
 
 def format_paused(paused: Sequence[PausedJob]) -> str:

@@ -1,4 +1,5 @@
-"""ASGI building blocks: the Standard Webhooks receiver and the Idempotency-Key middleware.
+"""ASGI building blocks: the Standard Webhooks receiver, the Idempotency-Key middleware and the
+job demand endpoint (F5, for autoscalers).
 
 Both are plain ASGI (no web framework is a dependency of ship_sqla) and mount in Starlette,
 FastAPI or any ASGI server::
@@ -21,9 +22,11 @@ See ``examples/orders_app.py`` for a complete application.
 """
 
 from ship_sqla._idempotency._middleware import IdempotencyKeyMiddleware, request_fingerprint
+from ship_sqla._jobs._demand_app import DemandEndpoint
 from ship_sqla._webhooks._receiver import OutboxWriter, WebhookEndpoint, WebhookReceiver
 
 __all__ = [
+    "DemandEndpoint",
     "IdempotencyKeyMiddleware",
     "OutboxWriter",
     "WebhookEndpoint",

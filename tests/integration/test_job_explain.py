@@ -239,6 +239,16 @@ CASES = [
         1,
         False,
     ),
+    # F5's demand of every job: a loose index scan finds the four jobs, each count stops at
+    # its cap, the oldest due run is one probe per level: bounded at any backlog.
+    (
+        "demand",
+        admin.DEMAND,
+        lambda: {"job_ids": [], "all_jobs": True, "cap": 500, "max_jobs": 1000, "now": None},
+        {"due_idx", "lease_idx"},
+        4,
+        True,
+    ),
     # At a few thousand rows a hash join over a sequential scan is the cheaper plan, so only
     # the large table's plan shape is checked for the batched settle and heartbeat.
     ("settle", settle.SETTLE_IF_TOKEN_CURRENT, settle_params, {"pkey"}, 50, False),
@@ -256,7 +266,8 @@ async def test_hot_statements_use_their_indexes_at_a_million_runs(loaded: AsyncE
     """J3, J2: at 1,000,000 waiting runs the claim of 50 reads the due and lease partial indexes,
     the depth check reads the due index (index-only, stops at the limit), the J10 queue gauges
     read the due index, a batched settle of every kind (J5) probes the primary key, a batched
-    heartbeat an index; no statement scans the runs table sequentially, in custom or generic
+    heartbeat an index, F5's demand the due and lease indexes; no statement scans the runs table
+    sequentially, in custom or generic
     plans, and each reads at most twice the buffers it reads at a backlog of 1,000."""
     report = []
     for name, template, params, uses, returned, bounded in CASES:

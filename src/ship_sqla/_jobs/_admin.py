@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import IntegrityError
 
 from ship_sqla._sql_errors import sqlstate_of
-from ship_sqla.kernel._ports import PausedJob, QueueDepth, RunRecord, StateCount
+from ship_sqla.kernel._ports import JobDemand, PausedJob, QueueDepth, RunRecord, StateCount
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -187,6 +187,31 @@ class PostgresRunAdmin:
         async with self._connections.joined(None, "cleanup", one_statement=True) as tx:
             result = await tx.connection.execute(self._s.delete_finished, params)
         return int(result.rowcount)
+
+    async def demand(
+        self, job_ids: Sequence[str] | None, *, cap: int, max_jobs: int
+    ) -> list[JobDemand]:
+        """F5 (DEMAND): one bounded statement, on its own autocommitted connection."""
+        params = {
+            "job_ids": list(job_ids or ()),
+            "all_jobs": job_ids is None,
+            "cap": cap,
+            "max_jobs": max_jobs,
+            "now": self._now(),
+        }
+        async with self._connections.statement("demand") as connection:
+            rows = (await connection.execute(self._s.demand, params)).all()
+        return [
+            JobDemand(
+                row.job_id,
+                int(row.due),
+                int(row.delayed),
+                int(row.running),
+                None if row.oldest_due_age is None else max(float(row.oldest_due_age), 0.0),
+                cap,
+            )
+            for row in rows
+        ]
 
     async def state_counts(self, *, limit: int) -> list[StateCount]:
         params = {"limit": limit, "now": self._now()}

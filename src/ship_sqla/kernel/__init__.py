@@ -90,6 +90,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import HeartbeatBatch as HeartbeatBatch
     from ship_sqla.kernel._ports import HistoryKind as HistoryKind
     from ship_sqla.kernel._ports import JobBackend as JobBackend
+    from ship_sqla.kernel._ports import JobDemand as JobDemand
     from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
     from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
     from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
@@ -216,6 +217,7 @@ _EXPORTS: dict[str, str] = {
     "Settlement": "ship_sqla.kernel._ports",
     "SnoozeRun": "ship_sqla.kernel._ports",
     "StateCount": "ship_sqla.kernel._ports",
+    "JobDemand": "ship_sqla.kernel._ports",
     "WakeSource": "ship_sqla.kernel._ports",
     # In-memory reference backends
     "InMemoryJobBackend": "ship_sqla.kernel._memory.jobs",

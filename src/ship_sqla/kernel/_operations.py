@@ -40,7 +40,14 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
 
     from ship_sqla.kernel._jobs import JobDefinition
-    from ship_sqla.kernel._ports import PausedJob, RunAdmin, RunRecord, RunState, StateCount
+    from ship_sqla.kernel._ports import (
+        JobDemand,
+        PausedJob,
+        RunAdmin,
+        RunRecord,
+        RunState,
+        StateCount,
+    )
 
 __all__ = [
     "MANAGE_PERMISSION",
@@ -65,6 +72,11 @@ MAX_STATE_GROUPS: Final = 10_000
 """(job, state) groups per ``state_counts`` call."""
 MAX_PAUSED_JOBS: Final = 10_000
 """Paused jobs per ``paused`` call."""
+MAX_DEMAND_JOBS: Final = 1000
+"""Jobs per ``demand`` call (named, or found: every job with waiting or running runs)."""
+DEFAULT_DEMAND_CAP: Final = 10_000
+MAX_DEMAND_CAP: Final = 1_000_000
+"""The most runs ``demand`` counts per job and kind (due, delayed, running): its cost."""
 
 _FINISHED_STATES: Final[tuple[RunState, ...]] = ("completed", "dead", "discarded", "cancelled")
 
@@ -231,6 +243,43 @@ class JobOperations:
                 fix="clean up old runs (cleanup) so fewer (job, state) groups remain.",
             )
         return await self._admin.state_counts(limit=limit)
+
+    async def demand(
+        self, job_ids: Iterable[str] | None = None, *, cap: int = DEFAULT_DEMAND_CAP
+    ) -> list[JobDemand]:
+        """F5, what an autoscaler (KEDA, a cron) scales on: per job, the due, delayed and running
+        runs, each counted up to ``cap`` (default 10,000; at most 1,000,000: the query reads at
+        most about ``cap`` index entries per kind and priority level, whatever the backlog), and
+        the age of the oldest due run (exact). ``job_ids``: those jobs (at most 1,000, each
+        answered, zeros when idle); None: every job with waiting or running runs (at most
+        1,000, in job id byte order). One statement."""
+        await self._authorize("demand")
+        given: object = cap  # typed int, but a caller may pass anything
+        if (
+            isinstance(given, bool)
+            or not isinstance(given, int)
+            or not 1 <= given <= MAX_DEMAND_CAP
+        ):
+            raise BoundExceededError(
+                f"demand cap must be an int from 1 to {MAX_DEMAND_CAP}, got {cap!r}.",
+                fix="omit it (10,000), or pass how many runs per kind are worth counting.",
+            )
+        wanted: list[str] | None = None
+        if job_ids is not None:
+            if isinstance(job_ids, str):
+                raise ConfigurationError(
+                    f"demand job_ids must be a list of job ids, got the string {job_ids!r}.",
+                    fix=f"pass [{job_ids!r}].",
+                )
+            wanted = list(dict.fromkeys(job_ids))
+            for job_id in wanted:
+                _require_job_id(job_id, "demand")
+            if len(wanted) > MAX_DEMAND_JOBS:
+                raise BoundExceededError(
+                    f"demand got {len(wanted)} job ids; at most {MAX_DEMAND_JOBS} per call.",
+                    fix="ask in batches of at most 1,000 jobs.",
+                )
+        return await self._admin.demand(wanted, cap=cap, max_jobs=MAX_DEMAND_JOBS)
 
     async def cancel(self, run_id: str) -> CancelResult:
         """Cancel a run (K2): a waiting one at once; a running one by recording the request,

@@ -59,6 +59,7 @@ __all__ = [
     "HeartbeatBatch",
     "HistoryKind",
     "JobBackend",
+    "JobDemand",
     "JobLeaseLapsedError",
     "JobLeaseLapsedFinalError",
     "JobLeaseStaleError",
@@ -532,6 +533,27 @@ class StateCount:
 
 
 @attrs.frozen
+class JobDemand:
+    """One job's demand (F5), what an autoscaler scales on: ``due`` waiting runs whose
+    ``run_at`` has come, ``delayed`` waiting runs not yet due, ``running`` runs (live or lapsed
+    leases), each counted up to the query's ``cap`` (a count equal to ``cap`` means at least
+    that many: :attr:`capped`), and ``oldest_due_age`` seconds since the oldest due run became
+    due (exact whatever the cap; None when nothing is due)."""
+
+    job_id: str
+    due: int
+    delayed: int
+    running: int
+    oldest_due_age: float | None
+    cap: int
+
+    @property
+    def capped(self) -> bool:
+        """True when a count reached ``cap`` (the true number may be higher)."""
+        return self.cap in (self.due, self.delayed, self.running)
+
+
+@attrs.frozen
 class PausedJob:
     """A paused job (K3): no claim that starts after ``paused_at`` takes its runs."""
 
@@ -568,6 +590,15 @@ class RunAdmin(QueueDepthSource, Protocol):
 
     async def state_counts(self, *, limit: int) -> list[StateCount]:
         """Runs per (job, state), at most ``limit`` groups ordered by job then state."""
+        ...
+
+    async def demand(
+        self, job_ids: Sequence[str] | None, *, cap: int, max_jobs: int
+    ) -> list[JobDemand]:
+        """F5: per job, due / delayed / running counts (each up to ``cap``) and the oldest due
+        run's age, in ONE bounded statement: the jobs of ``job_ids`` (also those with nothing to
+        do), or with None every job that has waiting or running runs (at most ``max_jobs`` of
+        them), ordered by job id (byte order)."""
         ...
 
     async def cancel(self, run_id: str) -> RunRecord | None:

@@ -108,6 +108,7 @@ class JobStatements:
     list_paused: TextClause
     delete_finished: TextClause
     queue_depths: TextClause
+    demand: TextClause
     state_counts: TextClause
     probe_runs_table: TextClause
     probe_state_table: TextClause
@@ -148,6 +149,7 @@ class JobStatements:
             list_paused=r(admin.LIST_PAUSED),
             delete_finished=r(admin.DELETE_FINISHED_BATCH),
             queue_depths=r(admin.QUEUE_DEPTHS),
+            demand=r(admin.DEMAND),
             state_counts=r(admin.STATE_COUNTS),
             probe_runs_table=r(admin.PROBE_RUNS_TABLE),
             probe_state_table=r(admin.PROBE_STATE_TABLE),

@@ -12,6 +12,7 @@ from typing import Final
 __all__ = [
     "CANCEL_LIVE_RUN",
     "DELETE_FINISHED_BATCH",
+    "DEMAND",
     "DISCARD_WAITING_OR_DEAD",
     "GET_RUN",
     "LIST_DEAD_ALL_JOBS",
@@ -177,6 +178,82 @@ CROSS JOIN LATERAL (
 """J10's queue gauges for the given jobs (every one answered, 0 when empty). Costs one entry
 read per waiting run, so the runtime samples it every ``DEPTH_SAMPLE_INTERVAL`` seconds, not
 per claim."""
+
+DEMAND: Final = """
+WITH RECURSIVE waiting_jobs(job_id, n) AS (
+    -- <runs>_due_idx, a loose index scan: the next job id with waiting runs, one probe each.
+    SELECT (SELECT min(r.job_id) FROM {runs} r WHERE r.state = 'waiting'), 1
+    UNION ALL
+    SELECT (SELECT min(r.job_id) FROM {runs} r WHERE r.state = 'waiting' AND r.job_id > w.job_id),
+        w.n + 1
+    FROM waiting_jobs w
+    WHERE w.job_id IS NOT NULL AND w.n < CAST(:max_jobs AS integer) AND CAST(:all_jobs AS boolean)
+), running_jobs(job_id, n) AS (
+    -- <runs>_lease_idx, the same walk over the running runs.
+    SELECT (SELECT min(r.job_id) FROM {runs} r WHERE r.state = 'running'), 1
+    UNION ALL
+    SELECT (SELECT min(r.job_id) FROM {runs} r WHERE r.state = 'running' AND r.job_id > w.job_id),
+        w.n + 1
+    FROM running_jobs w
+    WHERE w.job_id IS NOT NULL AND w.n < CAST(:max_jobs AS integer) AND CAST(:all_jobs AS boolean)
+), jobs(job_id) AS (
+    SELECT j.job_id FROM unnest(CAST(:job_ids AS text[])) AS j(job_id)
+    UNION
+    SELECT w.job_id FROM waiting_jobs w WHERE w.job_id IS NOT NULL AND CAST(:all_jobs AS boolean)
+    UNION
+    SELECT w.job_id FROM running_jobs w WHERE w.job_id IS NOT NULL AND CAST(:all_jobs AS boolean)
+), chosen AS (
+    SELECT job_id FROM jobs ORDER BY job_id COLLATE "C" LIMIT CAST(:max_jobs AS integer)
+), levels(job_id, priority) AS (
+    -- <runs>_due_idx: each job's priority levels in use, highest first, one probe per level
+    -- (K6's walk), so every count below is a range of one level's entries.
+    SELECT c.job_id,
+        (SELECT max(r.priority) FROM {runs} r WHERE r.job_id = c.job_id AND r.state = 'waiting')
+    FROM chosen c
+    UNION ALL
+    SELECT l.job_id,
+        (SELECT max(r.priority) FROM {runs} r
+         WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.priority < l.priority)
+    FROM levels l
+    WHERE l.priority IS NOT NULL
+), per_level AS (
+    -- <runs>_due_idx, index-only: per level at most :cap due and :cap delayed entries, and the
+    -- level's oldest due run (its first entry).
+    SELECT l.job_id,
+        (SELECT count(*) FROM (
+            SELECT 1 FROM {runs} r
+            WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.priority = l.priority
+              AND r.run_at <= {now}
+            LIMIT CAST(:cap AS integer)) d) AS due,
+        (SELECT count(*) FROM (
+            SELECT 1 FROM {runs} r
+            WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.priority = l.priority
+              AND r.run_at > {now}
+            LIMIT CAST(:cap AS integer)) d) AS delayed,
+        (SELECT min(r.run_at) FROM {runs} r
+         WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.priority = l.priority
+           AND r.run_at <= {now}) AS oldest_due
+    FROM levels l
+    WHERE l.priority IS NOT NULL
+)
+SELECT c.job_id,
+    least(coalesce(sum(p.due), 0), CAST(:cap AS integer)) AS due,
+    least(coalesce(sum(p.delayed), 0), CAST(:cap AS integer)) AS delayed,
+    -- <runs>_lease_idx: at most :cap entries.
+    (SELECT count(*) FROM (
+        SELECT 1 FROM {runs} r WHERE r.job_id = c.job_id AND r.state = 'running'
+        LIMIT CAST(:cap AS integer)) x) AS running,
+    extract(epoch FROM {now} - min(p.oldest_due)) AS oldest_due_age
+FROM chosen c
+LEFT JOIN per_level p ON p.job_id = c.job_id
+GROUP BY c.job_id
+ORDER BY c.job_id COLLATE "C"
+"""
+"""F5 demand (``JobOperations.demand``, ``ship-sqla jobs demand``): per job the due, delayed and
+running runs, each counted up to ``:cap``, and the oldest due run's age, for the jobs of
+``:job_ids``, and with ``:all_jobs`` also every job with waiting or running runs (found by a loose
+index scan, at most ``:max_jobs``). Bounded at any backlog: at most about ``:cap`` index entries
+per kind and priority level of each job, plus one probe per level and per job found."""
 
 STATE_COUNTS: Final = """
 SELECT r.job_id, r.state, count(*) AS runs,

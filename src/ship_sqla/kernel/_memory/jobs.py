@@ -73,6 +73,7 @@ from ship_sqla.kernel._ports import (
     EnqueueResult,
     Fail,
     HeartbeatBatch,
+    JobDemand,
     LockProvider,
     PausedJob,
     QueueDepth,
@@ -638,6 +639,43 @@ class InMemoryRunAdmin:
         for run in doomed:
             del backend._runs[run.run_id]  # noqa: SLF001
         return len(doomed)
+
+    async def demand(
+        self, job_ids: Sequence[str] | None, *, cap: int, max_jobs: int
+    ) -> list[JobDemand]:
+        """F5: the PostgreSQL backend's DEMAND, over the model's runs."""
+        now = self._backend.clock.now()
+        counts: dict[str, list[int]] = {job_id: [0, 0, 0] for job_id in job_ids or ()}
+        oldest: dict[str, datetime] = {}
+        for run in self._backend._runs.values():  # noqa: SLF001
+            if run.state not in ("waiting", "running"):
+                continue
+            if job_ids is not None and run.job_id not in counts:
+                continue
+            row = counts.setdefault(run.job_id, [0, 0, 0])
+            if run.state == "running":
+                row[2] += 1
+            elif run.run_at <= now:
+                row[0] += 1
+                first = oldest.get(run.job_id)
+                if first is None or run.run_at < first:
+                    oldest[run.job_id] = run.run_at
+            else:
+                row[1] += 1
+        chosen = sorted(counts, key=lambda job_id: job_id.encode())
+        if job_ids is None:
+            chosen = chosen[:max_jobs]
+        return [
+            JobDemand(
+                job_id,
+                min(counts[job_id][0], cap),
+                min(counts[job_id][1], cap),
+                min(counts[job_id][2], cap),
+                (now - oldest[job_id]).total_seconds() if job_id in oldest else None,
+                cap,
+            )
+            for job_id in chosen
+        ]
 
     async def state_counts(self, *, limit: int) -> list[StateCount]:
         """Runs per (job, state), ordered by job then state, at most ``limit`` groups."""
