@@ -46,6 +46,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._locks import AdvisoryLockProvider as AdvisoryLockProvider
     from ship_sqla._locks import advisory_lock_key as advisory_lock_key
     from ship_sqla._locks import advisory_lock_provider as advisory_lock_provider
+    from ship_sqla._locks import ship_lock_fences_table as ship_lock_fences_table
     from ship_sqla._notify import Listener as Listener
     from ship_sqla._notify import ListenerLostError as ListenerLostError
     from ship_sqla._notify import ListenerNotLiveError as ListenerNotLiveError
@@ -122,6 +123,10 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._errors import TenantViolationError as TenantViolationError
     from ship_sqla.kernel._errors import UnknownProjectionError as UnknownProjectionError
     from ship_sqla.kernel._errors import VersionConflictError as VersionConflictError
+    from ship_sqla.kernel._fences import FencedLock as FencedLock
+    from ship_sqla.kernel._fences import FencingLockProvider as FencingLockProvider
+    from ship_sqla.kernel._fences import LockHeldError as LockHeldError
+    from ship_sqla.kernel._fences import StaleFenceError as StaleFenceError
     from ship_sqla.kernel._job_context import Cancellation as Cancellation
     from ship_sqla.kernel._job_context import CancelReason as CancelReason
     from ship_sqla.kernel._job_context import JobContext as JobContext
@@ -293,6 +298,7 @@ _EXPORTS: dict[str, str] = {
     "AdvisoryLockProvider": "ship_sqla._locks",
     "advisory_lock_key": "ship_sqla._locks",
     "advisory_lock_provider": "ship_sqla._locks",
+    "ship_lock_fences_table": "ship_sqla._locks",
     # Jobs on PostgreSQL (the job contracts and the runtime are the kernel's, above)
     "JobBackendTimeoutError": "ship_sqla._jobs",
     "PostgresJobBackend": "ship_sqla._jobs",

@@ -26,6 +26,13 @@ be reached or the connection is lost while taking the lock (the outage rule of
 :mod:`ship_sqla._sql_errors`); nothing is held then. A lock whose session dies later is reported
 through ``lost`` and ``extend`` (False), never by raising.
 
+F4 Fences: with a fence table (``ship_lock_fences_table``, passed as ``fence_table=``),
+   ``with_lock(key, ttl)`` draws the key's next fence in a short transaction of its own (so it
+   is durable before the holder writes) and ``check_fence(key, fence)`` runs in the write's own
+   transaction: it reads the key's newest fence ``FOR SHARE``, so a newer holder's draw waits
+   until this write's transaction ended, and a write checked after the draw sees the newer
+   fence and is refused. The pause hazard then costs nothing but the stale holder's writes.
+
 Each held lock keeps one connection of the engine's pool checked out (idle in transaction) until
 it ends: size the pool for the locks you hold at once, and keep the server's
 ``idle_in_transaction_session_timeout`` above the longest lease (a session the server ends loses
@@ -38,17 +45,29 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from sqlalchemy import text
+from sqlalchemy import BigInteger, Column, DateTime, MetaData, Table, Text, TextClause, text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ship_sqla._naming import quoted_table
+from ship_sqla._scope import TransactionScope, current_scope
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
 from ship_sqla.kernel._durations import require_lock_lease
+from ship_sqla.kernel._fences import FencedLock, hold_fenced, require_current_fence
 
-__all__ = ["AdvisoryLock", "AdvisoryLockProvider", "advisory_lock_key", "advisory_lock_provider"]
+if TYPE_CHECKING:
+    import contextlib as _contextlib
+
+__all__ = [
+    "AdvisoryLock",
+    "AdvisoryLockProvider",
+    "advisory_lock_key",
+    "advisory_lock_provider",
+    "ship_lock_fences_table",
+]
 
 logger = logging.getLogger("ship_sqla.locks")
 
@@ -56,6 +75,38 @@ TRY_LOCK: Final = text("SELECT pg_try_advisory_xact_lock(CAST(:lock_id AS bigint
 """Take the lock for this transaction, or answer false at once (never waits)."""
 STILL_HELD: Final = text("SELECT 1")
 """Proves the holding session and its transaction (hence the xact lock) are still alive."""
+
+
+NEXT_FENCE: Final = """
+INSERT INTO {fences} AS f (namespace, key, fence, updated_at)
+VALUES (CAST(:namespace AS text), CAST(:key AS text), 1, now())
+ON CONFLICT (namespace, key) DO UPDATE SET fence = f.fence + 1, updated_at = now()
+RETURNING f.fence
+"""
+"""F4, ``<fences>_pkey``: the key's next fence, committed at once (autocommit)."""
+CHECK_FENCE: Final = """
+SELECT f.fence FROM {fences} f
+WHERE f.namespace = CAST(:namespace AS text) AND f.key = CAST(:key AS text)
+FOR SHARE
+"""
+"""F4, ``<fences>_pkey``: the key's newest fence, share-locked for the caller's transaction, so
+no newer fence is drawn before that transaction ends."""
+
+
+def ship_lock_fences_table(
+    metadata: MetaData, *, name: str = "ship_lock_fences", schema: str | None = None
+) -> Table:
+    """The fence table of :meth:`AdvisoryLockProvider.with_lock` (F4): one row per (namespace,
+    key), its newest fence. Add it to your migrations like the other ship tables."""
+    return Table(
+        name,
+        metadata,
+        Column("namespace", Text, primary_key=True),
+        Column("key", Text, primary_key=True),
+        Column("fence", BigInteger, nullable=False),
+        Column("updated_at", DateTime(timezone=True), nullable=False),
+        schema=schema,
+    )
 
 
 def advisory_lock_key(namespace: str, key: str) -> int:
@@ -210,6 +261,7 @@ class AdvisoryLockProvider:
         *,
         namespace: str = "ship_sqla",
         clock: Clock | None = None,
+        fence_table: Table | None = None,
     ) -> None:
         if not isinstance(engine, AsyncEngine):
             raise ConfigurationError(
@@ -222,9 +274,21 @@ class AdvisoryLockProvider:
                 "advisory_lock_provider namespace must not be empty.",
                 fix="keep the default 'ship_sqla' or name your application.",
             )
+        if fence_table is not None and not isinstance(fence_table, Table):
+            raise ConfigurationError(
+                f"advisory_lock_provider fence_table must be a Table, got {fence_table!r}.",
+                fix="pass ship_lock_fences_table(metadata).",
+            )
         self._engine = engine
         self._namespace = namespace
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self._fence_sql: tuple[TextClause, TextClause] | None = None
+        if fence_table is not None:
+            fences = quoted_table(fence_table)
+            self._fence_sql = (
+                text(NEXT_FENCE.replace("{fences}", fences)),
+                text(CHECK_FENCE.replace("{fences}", fences)),
+            )
 
     @property
     def namespace(self) -> str:
@@ -264,13 +328,67 @@ class AdvisoryLockProvider:
                 await asyncio.shield(_close(connection, key))
         return lock
 
+    def with_lock(
+        self, key: str, ttl: float
+    ) -> _contextlib.AbstractAsyncContextManager[FencedLock]:
+        """F4: hold ``key`` for at most ``ttl`` seconds with a fence greater than every earlier
+        one (drawn and committed before the block runs); :class:`~ship_sqla.kernel.LockHeldError`
+        when another session holds it. Needs ``fence_table``."""
+        self._fence_statements("with_lock")
+        return hold_fenced(key, ttl, acquire=self.acquire, next_fence=self._next_fence)
+
+    async def check_fence(
+        self, key: str, fence: int, *, scope: TransactionScope | None = None
+    ) -> None:
+        """F4: inside the write's transaction (``scope``, else the ambient unit of work), raise
+        :class:`~ship_sqla.kernel.StaleFenceError` unless ``fence`` is ``key``'s newest; the key's
+        fence row stays share-locked until that transaction ends, so no newer holder's fence is
+        drawn before the write commits or rolls back."""
+        _, check = self._fence_statements("check_fence")
+        if isinstance(fence, bool) or not isinstance(fence, int):
+            require_current_fence(key, fence, None)  # raises: names the bad fence
+        active = scope if scope is not None else current_scope()
+        if active is None:
+            raise ConfigurationError(
+                f"check_fence of lock {key!r} ran outside any unit of work: a fence protects a"
+                " write only when it is checked in that write's own transaction.",
+                fix="call it inside uow.run(...) (or pass scope=) before the write it guards.",
+            )
+        active.check_usable()
+        params = {"namespace": self._namespace, "key": key}
+        with database_outage_translated(f"check_fence {key!r}", driver_only=True):
+            newest = (await active.connection.execute(check, params)).scalar_one_or_none()
+        require_current_fence(key, fence, newest)
+
+    def _fence_statements(self, operation: str) -> tuple[TextClause, TextClause]:
+        if self._fence_sql is None:
+            raise ConfigurationError(
+                f"{operation} needs the provider's fence table.",
+                fix="pass fence_table=ship_lock_fences_table(metadata) to advisory_lock_provider"
+                " and create the table (Alembic sees it on your metadata).",
+            )
+        return self._fence_sql
+
+    async def _next_fence(self, key: str) -> int:
+        draw, _ = self._fence_statements("with_lock")
+        params = {"namespace": self._namespace, "key": key}
+        with database_outage_translated(f"with_lock {key!r}", driver_only=True):
+            async with self._engine.begin() as connection:
+                return int((await connection.execute(draw, params)).scalar_one())
+
 
 def advisory_lock_provider(
-    database: AsyncEngine, *, namespace: str = "ship_sqla", clock: Clock | None = None
+    database: AsyncEngine,
+    *,
+    namespace: str = "ship_sqla",
+    clock: Clock | None = None,
+    fence_table: Table | None = None,
 ) -> AdvisoryLockProvider:
     """The advisory-lock ``LockProvider`` for ``database`` (an ``AsyncEngine``).
 
     Keys are hashed with ``namespace`` into PostgreSQL's one 64-bit advisory-lock space (see
     :func:`advisory_lock_key`). ``clock`` runs the local lease timers (a ``FrozenClock`` in tests).
+    ``fence_table`` (``ship_lock_fences_table(metadata)``) enables fenced locks (F4):
+    :meth:`AdvisoryLockProvider.with_lock` and :meth:`AdvisoryLockProvider.check_fence`.
     """
-    return AdvisoryLockProvider(database, namespace=namespace, clock=clock)
+    return AdvisoryLockProvider(database, namespace=namespace, clock=clock, fence_table=fence_table)

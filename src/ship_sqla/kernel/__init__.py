@@ -34,6 +34,10 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._errors import TenantViolationError as TenantViolationError
     from ship_sqla.kernel._errors import UnknownProjectionError as UnknownProjectionError
     from ship_sqla.kernel._errors import VersionConflictError as VersionConflictError
+    from ship_sqla.kernel._fences import FencedLock as FencedLock
+    from ship_sqla.kernel._fences import FencingLockProvider as FencingLockProvider
+    from ship_sqla.kernel._fences import LockHeldError as LockHeldError
+    from ship_sqla.kernel._fences import StaleFenceError as StaleFenceError
     from ship_sqla.kernel._job_context import Cancellation as Cancellation
     from ship_sqla.kernel._job_context import CancelReason as CancelReason
     from ship_sqla.kernel._job_context import JobContext as JobContext
@@ -217,6 +221,10 @@ _EXPORTS: dict[str, str] = {
     "Settlement": "ship_sqla.kernel._ports",
     "SnoozeRun": "ship_sqla.kernel._ports",
     "StateCount": "ship_sqla.kernel._ports",
+    "FencedLock": "ship_sqla.kernel._fences",
+    "FencingLockProvider": "ship_sqla.kernel._fences",
+    "LockHeldError": "ship_sqla.kernel._fences",
+    "StaleFenceError": "ship_sqla.kernel._fences",
     "JobDemand": "ship_sqla.kernel._ports",
     "WakeSource": "ship_sqla.kernel._ports",
     # In-memory reference backends

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._durations import require_lock_lease
+from ship_sqla.kernel._fences import FencedLock, hold_fenced, require_current_fence
 
 if TYPE_CHECKING:
+    import contextlib
+
     from ship_sqla.kernel._clock import Clock
 
 __all__ = ["InMemoryLock", "InMemoryLockProvider"]
@@ -71,11 +74,26 @@ class InMemoryLockProvider:
     """At most one holder per key in this process (L1); a key is freed at release and once the
     holder's lease has passed on ``clock`` (L2). Time comes only from ``clock.monotonic()``."""
 
-    __slots__ = ("_holders", "clock")
+    __slots__ = ("_fences", "_holders", "clock")
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
         self._holders: dict[str, InMemoryLock] = {}
+        self._fences: dict[str, int] = {}
+
+    def with_lock(self, key: str, ttl: float) -> contextlib.AbstractAsyncContextManager[FencedLock]:
+        """F4: hold ``key`` for at most ``ttl`` seconds with a fence above every earlier one."""
+        return hold_fenced(key, ttl, acquire=self.acquire, next_fence=self._next_fence)
+
+    async def check_fence(self, key: str, fence: int, *, scope: Any = None) -> None:  # noqa: ANN401, ARG002 - the port's
+        """F4: :class:`~ship_sqla.kernel.StaleFenceError` unless ``fence`` is ``key``'s newest
+        (``scope`` is the PostgreSQL provider's; this store has no transactions)."""
+        require_current_fence(key, fence, self._fences.get(key))
+
+    async def _next_fence(self, key: str) -> int:
+        fence = self._fences.get(key, 0) + 1
+        self._fences[key] = fence
+        return fence
 
     async def acquire(self, key: str, lease: float) -> InMemoryLock | None:
         lease = require_lock_lease(lease)
