@@ -555,7 +555,7 @@ class Listener:
                 f"the {self.name} listener's {what} did not finish within {IO_TIMEOUT:g} s.",
                 fix="check that the database is reachable; the listener retries with backoff.",
             ) from exc
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except _DRIVER_ERRORS as exc:
             self._raise_if_lost()
             raise ListenerLostError(
                 f"the {self.name} listener's {what} failed: {type(exc).__name__}: {exc}",
@@ -569,7 +569,7 @@ class Listener:
         try:
             async with asyncio.timeout(IO_TIMEOUT):
                 await connection.close()
-        except (TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        except (TimeoutError, *_DRIVER_ERRORS):
             connection.terminate()
 
     # --- callbacks from the driver -------------------------------------------------------------
@@ -628,6 +628,17 @@ class Listener:
             self._report_error(error)
         except Exception:
             logger.exception("ship_sqla listener %s: report_error raised on %r", self.name, error)
+
+
+_DRIVER_ERRORS: Final = (
+    OSError,
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    # A connection the server ended mid-operation can leave the driver's protocol busy
+    # ("cannot switch to state ...; another operation is in progress"): the connection is lost.
+    asyncpg.InternalClientError,
+)
+"""What the driver raises when the listener's connection failed: reported as a lost listener."""
 
 
 class _StopRequestedError(Exception):
