@@ -14,9 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Self, TypeVar
 
 import asyncpg
-from sqlalchemy import text
+from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
 from ship_sqla.testing import DatabaseFactory, ResolvedServer
 
 if TYPE_CHECKING:
@@ -273,6 +274,17 @@ class BenchDatabase:
         connection = await asyncpg.connect(asyncpg_dsn(self.url))
         self._raw.append(connection)
         return connection
+
+    async def create_job_tables(self, *, raw: str | None = None) -> None:
+        """The ship job tables with their default names, and a runs table named ``raw`` for a
+        raw baseline (same columns and indexes) when given."""
+        metadata = MetaData()
+        ship_job_runs_table(metadata)
+        ship_job_state_table(metadata)
+        if raw is not None:
+            ship_job_runs_table(metadata, name=raw)
+        async with self.engine.begin() as connection:
+            await connection.run_sync(metadata.create_all)
 
     async def maintain(self, *statements: str) -> None:
         """Run maintenance (VACUUM, ANALYZE, TRUNCATE) outside any transaction."""

@@ -166,12 +166,7 @@ def _summary(bench: Bench, who: str, latencies: list[float]) -> tuple[float, flo
 async def run(bench: Bench) -> list[Figure]:
     count = 30 if bench.quick else 200
     async with bench.database(NAME) as db:
-        metadata = MetaData()
-        ship_job_runs_table(metadata)
-        ship_job_state_table(metadata)
-        ship_job_runs_table(metadata, name=RAW_TABLE)
-        async with db.engine.begin() as connection:
-            await connection.run_sync(metadata.create_all)
+        await db.create_job_tables(raw=RAW_TABLE)
         await _ship_round(bench, db, 5)  # warm-up, not measured
         await _raw_round(bench, db, 5)
         ours, theirs = await paired_rounds(

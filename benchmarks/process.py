@@ -158,12 +158,7 @@ async def _raw_round(bench: Bench, db: BenchDatabase, runs: int) -> float:
 async def run(bench: Bench) -> list[Figure]:
     runs = drain_size(bench)
     async with bench.database(NAME) as db:
-        metadata = MetaData()
-        ship_job_runs_table(metadata)
-        ship_job_state_table(metadata)
-        ship_job_runs_table(metadata, name=RAW_TABLE)
-        async with db.engine.begin() as connection:
-            await connection.run_sync(metadata.create_all)
+        await db.create_job_tables(raw=RAW_TABLE)
         # Warm-up (not measured): connections, prepared statements, the runtime's code paths.
         await _ship_round(bench, db, 1_000)
         await _raw_round(bench, db, 1_000)

@@ -485,12 +485,7 @@ async def _remote_figures(bench: Bench, db: BenchDatabase) -> list[Figure]:
 async def run(bench: Bench) -> list[Figure]:
     count = 50 if bench.quick else 300
     async with bench.database(NAME) as db:
-        metadata = MetaData()
-        ship_job_runs_table(metadata)
-        ship_job_state_table(metadata)
-        ship_job_runs_table(metadata, name=RAW_TABLE)
-        async with db.engine.begin() as connection:
-            await connection.run_sync(metadata.create_all)
+        await db.create_job_tables(raw=RAW_TABLE)
         await _ship_round(bench, db, 20)  # warm-up, not measured
         await _raw_round(bench, db, 20)
         ours, theirs = await paired_rounds(
