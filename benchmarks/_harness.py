@@ -34,6 +34,8 @@ __all__ = [
     "Settings",
     "Stopwatch",
     "Target",
+    "latency_figures",
+    "latency_percentiles",
     "measure_pair",
     "median",
     "ordered_ids",
@@ -102,6 +104,38 @@ def percentile(values: Sequence[float], fraction: float) -> float:
     ordered = sorted(values)
     rank = max(1, math.ceil(fraction * len(ordered)))
     return ordered[rank - 1]
+
+
+def latency_percentiles(bench: Bench, what: str, latencies: Sequence[float]) -> tuple[float, float]:
+    """``(p50, p99)`` of one round's latencies in ms, logged as ``what``."""
+    p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
+    bench.log(f"{what}: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
+    return p50, p99
+
+
+def latency_figures(
+    name: str,
+    ours: Sequence[tuple[float, float]],
+    theirs: Sequence[tuple[float, float]],
+    *,
+    baseline_label: str,
+    p50_targets: tuple[Target, ...] = (),
+    p99_targets: tuple[Target, ...] = (),
+    note: str = "",
+) -> list[Figure]:
+    """``name.p50`` and ``name.p99`` (ms) from paired rounds of :func:`latency_percentiles`."""
+    return [
+        Figure.from_rounds(
+            f"{name}.p{percent}",
+            "ms",
+            [pair[index] for pair in ours],
+            [pair[index] for pair in theirs],
+            baseline_label=baseline_label,
+            targets=targets,
+            note=note if index == 0 else "",
+        )
+        for index, (percent, targets) in enumerate(((50, p50_targets), (99, p99_targets)))
+    ]
 
 
 def rate(count: int, seconds: float) -> float:

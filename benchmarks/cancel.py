@@ -28,9 +28,10 @@ from benchmarks._harness import (
     BenchmarkError,
     Figure,
     Target,
+    latency_figures,
+    latency_percentiles,
     ordered_ids,
     paired_rounds,
-    percentile,
 )
 from benchmarks._raw_sql import job_sql
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
@@ -116,7 +117,7 @@ async def _ship_round(bench: Bench, db: BenchDatabase, count: int) -> tuple[floa
     finally:
         await runtime.stop()
         await operator_engine.dispose()
-    return _summary(bench, "ship", latencies)
+    return latency_percentiles(bench, "ship cancel -> handler cancelled", latencies)
 
 
 async def _raw_round(bench: Bench, db: BenchDatabase, count: int) -> tuple[float, float]:
@@ -154,13 +155,7 @@ async def _raw_round(bench: Bench, db: BenchDatabase, count: int) -> tuple[float
             latencies.append((at - begun) * 1000.0)
     finally:
         await listener.remove_listener(RAW_CHANNEL, on_notify)
-    return _summary(bench, "raw ", latencies)
-
-
-def _summary(bench: Bench, who: str, latencies: list[float]) -> tuple[float, float]:
-    p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
-    bench.log(f"{who} cancel -> handler cancelled: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-    return p50, p99
+    return latency_percentiles(bench, "raw  cancel -> handler cancelled", latencies)
 
 
 async def run(bench: Bench) -> list[Figure]:
@@ -179,21 +174,11 @@ async def run(bench: Bench) -> list[Figure]:
         f" engine; lease {LEASE:g} s (the heartbeat fallback is {LEASE / 3:g} s away)"
     )
     baseline = "raw UPDATE + pg_notify commit -> raw LISTEN callback"
-    return [
-        Figure.from_rounds(
-            "cancel.p50",
-            "ms",
-            [p50 for p50, _ in ours],
-            [p50 for p50, _ in theirs],
-            baseline_label=baseline,
-            note=note,
-        ),
-        Figure.from_rounds(
-            "cancel.p99",
-            "ms",
-            [p99 for _, p99 in ours],
-            [p99 for _, p99 in theirs],
-            baseline_label=baseline,
-            targets=(Target("value", "<=", 250.0),),
-        ),
-    ]
+    return latency_figures(
+        "cancel",
+        ours,
+        theirs,
+        baseline_label=baseline,
+        p99_targets=(Target("value", "<=", 250.0),),
+        note=note,
+    )

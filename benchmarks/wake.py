@@ -44,6 +44,8 @@ from benchmarks._harness import (
     Figure,
     Target,
     asyncpg_dsn,
+    latency_figures,
+    latency_percentiles,
     ordered_ids,
     paired_rounds,
     percentile,
@@ -127,7 +129,7 @@ async def _ship_round(bench: Bench, db: BenchDatabase, count: int) -> tuple[floa
             await samples.next_start("a woken run")
     finally:
         await runtime.stop()
-    return _summary(bench, "ship", samples.latencies)
+    return latency_percentiles(bench, "ship commit -> start", samples.latencies)
 
 
 async def _raw_round(bench: Bench, db: BenchDatabase, count: int) -> tuple[float, float]:
@@ -156,13 +158,7 @@ async def _raw_round(bench: Bench, db: BenchDatabase, count: int) -> tuple[float
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    return _summary(bench, "raw ", samples.latencies)
-
-
-def _summary(bench: Bench, who: str, latencies: list[float]) -> tuple[float, float]:
-    p50, p99 = percentile(latencies, 0.50), percentile(latencies, 0.99)
-    bench.log(f"{who} commit -> start: p50 {p50:.2f} ms, p99 {p99:.2f} ms")
-    return p50, p99
+    return latency_percentiles(bench, "raw  commit -> start", samples.latencies)
 
 
 # --- across processes (K1) ---------------------------------------------------------------------
@@ -433,22 +429,14 @@ async def _remote_figures(bench: Bench, db: BenchDatabase) -> list[Figure]:
     )
     baseline = "raw INSERT + pg_notify in another process -> raw LISTEN -> SKIP LOCKED claim"
     return [
-        Figure.from_rounds(
-            "wake.remote.p50",
-            "ms",
-            [p50 for p50, _ in ours],
-            [p50 for p50, _ in theirs],
+        *latency_figures(
+            "wake.remote",
+            ours,
+            theirs,
             baseline_label=baseline,
-            targets=(Target("value", "<=", 10.0),),
+            p50_targets=(Target("value", "<=", 10.0),),
+            p99_targets=(Target("value", "<=", 50.0),),
             note=note,
-        ),
-        Figure.from_rounds(
-            "wake.remote.p99",
-            "ms",
-            [p99 for _, p99 in ours],
-            [p99 for _, p99 in theirs],
-            baseline_label=baseline,
-            targets=(Target("value", "<=", 50.0),),
         ),
         Figure.from_rounds(
             "wake.remote.burst.p99",
@@ -497,21 +485,13 @@ async def run(bench: Bench) -> list[Figure]:
     note = f"{count} enqueues per round, one at a time; poll_interval={POLL_INTERVAL:g} s"
     baseline = "raw commit -> event -> SKIP LOCKED claim"
     return [
-        Figure.from_rounds(
-            "wake.p50",
-            "ms",
-            [p50 for p50, _ in ours],
-            [p50 for p50, _ in theirs],
+        *latency_figures(
+            "wake",
+            ours,
+            theirs,
             baseline_label=baseline,
-            targets=(Target("value", "<=", 5.0),),
+            p50_targets=(Target("value", "<=", 5.0),),
             note=note,
-        ),
-        Figure.from_rounds(
-            "wake.p99",
-            "ms",
-            [p99 for _, p99 in ours],
-            [p99 for _, p99 in theirs],
-            baseline_label=baseline,
         ),
         *remote,
     ]
