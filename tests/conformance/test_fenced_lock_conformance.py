@@ -16,7 +16,8 @@ from typing import Any
 import anyio
 import attrs
 import pytest
-from sqlalchemy import Column, Integer, MetaData, Table, Text, func, insert, select
+from fenced_holder import fences, metadata, writes
+from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla import (
@@ -30,18 +31,8 @@ from ship_sqla import (
     TransactionScope,
     advisory_lock_provider,
     create_unit_of_work,
-    ship_lock_fences_table,
 )
 
-metadata = MetaData()
-fences = ship_lock_fences_table(metadata)
-writes = Table(
-    "fenced_writes",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("key", Text, nullable=False),
-    Column("fence", Integer, nullable=False),
-)
 TTL = 10.0
 
 

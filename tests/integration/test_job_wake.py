@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from wake_helpers import (
     Errors,
     NotificationDroppingProxy,
+    Recorded,
     connections_refused,
     listener_pids,
     parked,
@@ -57,22 +58,11 @@ state = ship_job_state_table(metadata)
 POLL = 5.0
 
 
-class Started:
-    """A handler that records the payloads it started with and signals each."""
-
-    def __init__(self) -> None:
-        self.payloads: list[Any] = []
-        self._changed = anyio.Event()
+class Started(Recorded):
+    """A handler that records the payloads it started with."""
 
     async def __call__(self, _ctx: JobContext, payload: dict[str, Any]) -> None:
-        self.payloads.append(payload)
-        changed, self._changed = self._changed, anyio.Event()
-        changed.set()
-
-    async def wait_for(self, count: int, within: float = 15) -> None:
-        with anyio.fail_after(within):
-            while len(self.payloads) < count:
-                await self._changed.wait()
+        self.record(payload)
 
 
 @pytest.fixture

@@ -16,7 +16,14 @@ import anyio.lowlevel
 import pytest
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from wake_helpers import Errors, connections_refused, listener_pids, spy_on, until_no_listener
+from wake_helpers import (
+    Errors,
+    Recorded,
+    connections_refused,
+    listener_pids,
+    spy_on,
+    until_no_listener,
+)
 
 from ship_sqla import TransactionScope, create_unit_of_work
 from ship_sqla._notify import ListenerLostError
@@ -39,20 +46,11 @@ table = ship_outbox_table(metadata)
 POLL = 3600.0
 
 
-class Published:
-    def __init__(self) -> None:
-        self.payloads: list[object] = []
-        self._changed = anyio.Event()
+class Published(Recorded):
+    """A sink that records the payloads it published."""
 
     async def __call__(self, message: OutboxMessage) -> None:
-        self.payloads.append(message.payload)
-        changed, self._changed = self._changed, anyio.Event()
-        changed.set()
-
-    async def wait_for(self, count: int, within: float = 15) -> None:
-        with anyio.fail_after(within):
-            while len(self.payloads) < count:
-                await self._changed.wait()
+        self.record(message.payload)
 
 
 @pytest.fixture

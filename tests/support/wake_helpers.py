@@ -2,7 +2,8 @@
 connection and can prove that nothing else arrived (a marker notification, delivered after
 every notification committed before it), a TCP proxy that behaves like PgBouncer in
 transaction mode for LISTEN (it forwards everything but notifications), an ``on_error`` that
-lets a test wait for an error of one type, and the server-side view of listener connections.
+lets a test wait for an error of one type, what a handler or a sink received (``Recorded``), and
+the server-side view of listener connections.
 
 ``tests/support`` is on pytest's ``pythonpath``, so tests import this module by its name.
 """
@@ -28,6 +29,24 @@ if TYPE_CHECKING:
 def plain_dsn(url: str | URL) -> str:
     """``url`` (SQLAlchemy's ``postgresql+asyncpg://``) as asyncpg's own DSN."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class Recorded:
+    """What a handler or a sink was given, in order, and a wait until there are ``count``."""
+
+    def __init__(self) -> None:
+        self.payloads: list[Any] = []
+        self._changed = anyio.Event()
+
+    def record(self, payload: Any) -> None:
+        self.payloads.append(payload)
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    async def wait_for(self, count: int, within: float = 15) -> None:
+        with anyio.fail_after(within):
+            while len(self.payloads) < count:
+                await self._changed.wait()
 
 
 class Spy:
