@@ -150,11 +150,12 @@ class JobOperations:
         back for the next page (None: no more). A cursor is signed and valid only for the same
         ``job_id``."""
         await self._authorize("list_dead")
-        if not 1 <= limit <= MAX_PAGE_LIMIT:
-            raise BoundExceededError(
-                f"list_dead limit must be 1..{MAX_PAGE_LIMIT}, got {limit}.",
-                fix=f"ask for at most {MAX_PAGE_LIMIT} and follow next_cursor for the rest.",
-            )
+        _require_within(
+            "list_dead limit",
+            limit,
+            MAX_PAGE_LIMIT,
+            fix=f"ask for at most {MAX_PAGE_LIMIT} and follow next_cursor for the rest.",
+        )
         query = _dead_page_query(job_id)
         after = None if cursor is None else _position(cursor, self._secret, query)
         rows = await self._admin.list_dead(DeadQuery(limit=limit + 1, job_id=job_id, after=after))
@@ -202,11 +203,12 @@ class JobOperations:
         most ``max_batches`` per job. Returns the number deleted per job id; call again when a job
         hit ``max_batches`` (its count is ``batch_size * max_batches``)."""
         await self._authorize("cleanup")
-        if not 1 <= batch_size <= MAX_CLEANUP_BATCH:
-            raise BoundExceededError(
-                f"cleanup batch_size must be 1..{MAX_CLEANUP_BATCH}, got {batch_size}.",
-                fix="use a smaller batch_size and more batches.",
-            )
+        _require_within(
+            "cleanup batch_size",
+            batch_size,
+            MAX_CLEANUP_BATCH,
+            fix="use a smaller batch_size and more batches.",
+        )
         if max_batches < 1:
             raise ConfigurationError(f"cleanup max_batches must be at least 1, got {max_batches}.")
         deleted: dict[str, int] = {}
@@ -237,11 +239,12 @@ class JobOperations:
         show to know whether any were left out. Not index-served: it aggregates the runs table
         (cleanup keeps it bounded by each job's retention)."""
         await self._authorize("state_counts")
-        if not 1 <= limit <= MAX_STATE_GROUPS:
-            raise BoundExceededError(
-                f"state_counts limit must be 1..{MAX_STATE_GROUPS}, got {limit}.",
-                fix="clean up old runs (cleanup) so fewer (job, state) groups remain.",
-            )
+        _require_within(
+            "state_counts limit",
+            limit,
+            MAX_STATE_GROUPS,
+            fix="clean up old runs (cleanup) so fewer (job, state) groups remain.",
+        )
         return await self._admin.state_counts(limit=limit)
 
     async def demand(
@@ -255,15 +258,17 @@ class JobOperations:
         1,000, in job id byte order). One statement."""
         await self._authorize("demand")
         given: object = cap  # typed int, but a caller may pass anything
-        if (
-            isinstance(given, bool)
-            or not isinstance(given, int)
-            or not 1 <= given <= MAX_DEMAND_CAP
-        ):
+        if isinstance(given, bool) or not isinstance(given, int):
             raise BoundExceededError(
-                f"demand cap must be an int from 1 to {MAX_DEMAND_CAP}, got {cap!r}.",
+                f"demand cap must be an int, got {cap!r}.",
                 fix="omit it (10,000), or pass how many runs per kind are worth counting.",
             )
+        _require_within(
+            "demand cap",
+            cap,
+            MAX_DEMAND_CAP,
+            fix="omit it (10,000), or pass how many runs per kind are worth counting.",
+        )
         wanted: list[str] | None = None
         if job_ids is not None:
             if isinstance(job_ids, str):
@@ -329,12 +334,12 @@ class JobOperations:
         """The paused jobs with when each was paused, by job id, at most ``limit``
         (1..10,000)."""
         await self._authorize("paused")
-        if not 1 <= limit <= MAX_PAUSED_JOBS:
-            raise BoundExceededError(
-                f"paused limit must be 1..{MAX_PAUSED_JOBS}, got {limit}.",
-                fix=f"ask for at most {MAX_PAUSED_JOBS}; resume the jobs that need not stay"
-                " paused.",
-            )
+        _require_within(
+            "paused limit",
+            limit,
+            MAX_PAUSED_JOBS,
+            fix=f"ask for at most {MAX_PAUSED_JOBS}; resume the jobs that need not stay paused.",
+        )
         return await self._admin.paused(limit=limit)
 
     async def _refusal(self, operation: str, run_id: str, allowed: str) -> JobOperationRefusedError:
@@ -355,6 +360,12 @@ class JobOperations:
             f" {allowed} runs.",
             fix="list dead runs with list_dead; a running run must settle first.",
         )
+
+
+def _require_within(name: str, value: int, maximum: int, *, fix: str) -> None:
+    """The operator surface's bounds (R1): ``value`` from 1 to ``maximum``, else refused."""
+    if not 1 <= value <= maximum:
+        raise BoundExceededError(f"{name} must be 1..{maximum}, got {value}.", fix=fix)
 
 
 def _require_run_id(run_id: object, operation: str) -> None:
