@@ -10,9 +10,9 @@ a subclass overriding one or two methods), undone in ``finally``; ``src/`` is ne
    generated ids, no dedupe key and no depth limit. OFF: that backend's inserter (its
    ``RunInserter``) swapped for a subclass whose ``unchecked`` answers False (every call takes
    the checked ``ENQUEUE_MANY``).
-2. tuned claim lock: the backend claims with ``CLAIM_LOCK_TUNED`` (generic plan, no wait for
-   the claim's commit flush) on its own connections. OFF: that backend's ``statements`` with
-   ``claim_lock_tuned`` replaced by the plain ``CLAIM_LOCK``.
+2. tuned claim commit: on its own connections the backend's claim (one statement, F1) commits
+   without waiting for its WAL flush (``:tuned``). OFF: that backend's ``statements`` with both
+   claims' ``:tuned`` replaced by ``false`` (the server's synchronous_commit).
 3. runtime claim room: ``JobRuntime._room_for`` subtracts the job's unflushed completions from
    ``concurrency.max``. OFF: that runtime's completer answers 0 from ``unflushed_of`` (its only
    caller is ``_room_for``), patched before its first claim.
@@ -37,7 +37,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from benchmarks._harness import (
@@ -221,14 +221,26 @@ async def _enqueue_figures(bench: Bench) -> list[Figure]:
     ]
 
 
-# --- 2. tuned claim lock ----------------------------------------------------------------------
+# --- 2. tuned claim commit --------------------------------------------------------------------
+
+_TUNED = "CAST(:tuned AS boolean)"
+
+
+def _untuned(statement: TextClause) -> TextClause:
+    if _TUNED not in statement.text:
+        raise BenchmarkError("ablations: the claim no longer reads :tuned; update ablation 2")
+    return text(statement.text.replace(_TUNED, "false"))
 
 
 @contextmanager
-def _plain_claim_lock(backend: PostgresJobBackend) -> Iterator[None]:
-    """OFF: this backend claims with CLAIM_LOCK (custom plans, synchronous commit)."""
+def _synchronous_claims(backend: PostgresJobBackend) -> Iterator[None]:
+    """OFF: this backend's claims commit with the server's synchronous_commit."""
     shipped = backend.statements
-    backend.statements = attrs.evolve(shipped, claim_lock_tuned=shipped.claim_lock)  # type: ignore[misc]
+    backend.statements = attrs.evolve(  # type: ignore[misc]
+        shipped,
+        claim_uncapped=_untuned(shipped.claim_uncapped),
+        claim_capped=_untuned(shipped.claim_capped),
+    )
     try:
         yield
     finally:
@@ -283,7 +295,7 @@ async def _claim_figures(bench: Bench) -> list[Figure]:
             return await _claim_latencies(backend, job, conn, sql.refill_waiting, count)
 
         async def plain(count: int = claims) -> float:
-            with _plain_claim_lock(backend):
+            with _synchronous_claims(backend):
                 return await _claim_latencies(backend, job, conn, sql.refill_waiting, count)
 
         await tuned(10)  # warm-up: plans, prepared statements
@@ -303,26 +315,26 @@ async def _claim_figures(bench: Bench) -> list[Figure]:
             runs=drain_size(bench),
             max_in_flight=DRAIN_IN_FLIGHT,
             poll_interval=5.0,
-            ablate_backend=_plain_claim_lock,
+            ablate_backend=_synchronous_claims,
             ablate_runtime=None,
         )
-    off = "OFF: backend.statements.claim_lock_tuned replaced by the plain CLAIM_LOCK"
+    off = "OFF: the backend's claims with :tuned replaced by false (synchronous commit)"
     return [
         Figure.from_rounds(
-            f"ablation.claim_tuned_lock.claim@{label}",
+            f"ablation.claim_tuned_commit.claim@{label}",
             "ms",
             ours,
             theirs,
-            baseline_label="plain CLAIM_LOCK",
+            baseline_label="synchronous claim commit",
             note=f"median of {claims} claims of {CLAIM_BATCH} per round at {backlog:,} waiting"
             f" (kept at size); lower is better. {off}",
         ),
         Figure.from_rounds(
-            "ablation.claim_tuned_lock.drain",
+            "ablation.claim_tuned_commit.drain",
             "jobs/s",
             drain_on,
             drain_off,
-            baseline_label="plain CLAIM_LOCK",
+            baseline_label="synchronous claim commit",
             note=f"process drain, N={drain_size(bench):,},"
             f" max_in_flight = concurrency.max = {DRAIN_IN_FLIGHT}. {off}",
         ),

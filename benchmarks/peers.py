@@ -19,6 +19,8 @@ No targets: this is a comparison, not a gate.
    loop through each library's own worker API; time from the worker's start until it stopped
    after the N-th handler (so the last completion write is included). Every job must then be in
    the library's done state (counted in its tables) or the round is invalid.
+   ``peers.<peer>.process_defaults``: the same with each library at its defaults (ship: no
+   options at all; pgqueuer: ``run()``; procrastinate: ``run_worker_async()``).
 2. ``peers.<peer>.enqueue_bulk``: 10,000 jobs in one call of the library's batch API.
 3. ``peers.<peer>.enqueue_single``: 1,000 sequential single enqueues, each its own transaction.
 
@@ -111,7 +113,11 @@ class _Ship:
     async def _truncate(self) -> None:
         await self.db.maintain(f"TRUNCATE {self.table.name}, {self.state.name}")
 
-    async def process(self, runs: int) -> float:
+    async def process(self, runs: int, *, defaults: bool = False) -> float:
+        if defaults:
+            return await drain_jobs(
+                self.bench, self.db, runs, max_in_flight=None, poll_interval=None
+            )
         return await drain_jobs(
             self.bench, self.db, runs, max_in_flight=SHIP_IN_FLIGHT, poll_interval=5.0
         )
@@ -154,7 +160,7 @@ class _Peer(Protocol):
 
     async def setup(self) -> None: ...
     async def close(self) -> None: ...
-    async def process(self, runs: int) -> float: ...
+    async def process(self, runs: int, *, defaults: bool = False) -> float: ...
     async def enqueue_bulk(self, count: int) -> float | None: ...
     async def enqueue_single(self, count: int) -> float: ...
 
@@ -206,7 +212,7 @@ class _PgQueuer:
     async def _count(self, sql: str) -> int:
         return int(await self._connection.fetchval(sql))
 
-    async def process(self, runs: int) -> float:
+    async def process(self, runs: int, *, defaults: bool = False) -> float:
         await self._truncate()
         for start in range(0, runs, ENQUEUE_CHUNK):
             size = min(ENQUEUE_CHUNK, runs - start)
@@ -221,7 +227,9 @@ class _PgQueuer:
             counter.hit()
 
         with Stopwatch() as watch:
-            worker = asyncio.create_task(manager.run(batch_size=PGQ_BATCH))
+            worker = asyncio.create_task(
+                manager.run() if defaults else manager.run(batch_size=PGQ_BATCH)
+            )
             try:
                 async with asyncio.timeout(DRAIN_TIMEOUT):
                     await asyncio.wait(
@@ -316,7 +324,7 @@ class _Procrastinate:
         finally:
             await connection.close()
 
-    async def process(self, runs: int) -> float:
+    async def process(self, runs: int, *, defaults: bool = False) -> float:
         await self._truncate()
         for start in range(0, runs, ENQUEUE_CHUNK):
             size = min(ENQUEUE_CHUNK, runs - start)
@@ -326,7 +334,9 @@ class _Procrastinate:
         counter = self.counter
         with Stopwatch() as watch:
             worker = asyncio.create_task(
-                self.app.run_worker_async(
+                self.app.run_worker_async(install_signal_handlers=False)
+                if defaults
+                else self.app.run_worker_async(
                     concurrency=PROC_CONCURRENCY,
                     fetch_job_polling_interval=5.0,
                     install_signal_handlers=False,
@@ -469,6 +479,23 @@ async def _compare(bench: Bench, ship: _Ship, peer: _Peer) -> list[Figure]:
             f" {peer.settings}",
         )
     )
+    ours, theirs = await _pairs(
+        bench,
+        lambda: ship.process(runs, defaults=True),
+        lambda: peer.process(runs, defaults=True),
+    )
+    figures.append(
+        Figure.from_rounds(
+            f"peers.{peer.name}.process_defaults",
+            "jobs/s",
+            ours,
+            theirs,
+            baseline_label=label,
+            note=f"as .process, each library at its defaults: ship: define_job(id, handler,"
+            f" payload=dict) and create_job_backend(database=engine, tables), nothing else;"
+            f" {peer.name}: {_DEFAULTS[peer.name]}",
+        )
+    )
     bulk_probe = await peer.enqueue_bulk(BULK)
     if bulk_probe is None:
         print(
@@ -512,6 +539,10 @@ async def _compare(bench: Bench, ship: _Ship, peer: _Peer) -> list[Figure]:
     return figures
 
 
+_DEFAULTS = {
+    "pgqueuer": "QueueManager.run() (batch_size 10), the same pool",
+    "procrastinate": "app.run_worker_async() (concurrency 1), the same pool",
+}
 _BULK_API = {
     "pgqueuer": "Queries.enqueue(list of entrypoints, payloads (json bytes), priorities)",
     "procrastinate": "task.batch_defer_async(*kwargs)",

@@ -71,12 +71,15 @@ async def drain_jobs(
     db: BenchDatabase,
     runs: int,
     *,
-    max_in_flight: int,
-    poll_interval: float,
+    max_in_flight: int | None,
+    poll_interval: float | None,
     ablate_backend: Callable[[PostgresJobBackend], AbstractContextManager[None]] | None = None,
     ablate_runtime: Callable[[JobRuntime], AbstractContextManager[None]] | None = None,
 ) -> float:
     """``runs`` noop runs pre-enqueued, one runtime; jobs/s from its start until stop() returned.
+
+    ``max_in_flight`` (also the job's ``concurrency.max``) and ``poll_interval``: None leaves
+    the library's default (no fleet-wide cap, 100 in flight, poll every second).
 
     ``ablate_backend`` / ``ablate_runtime`` (benchmarks/ablations.py) turn one optimisation off
     for the timed part: the backend's before the runtime starts, the runtime's right after."""
@@ -85,16 +88,18 @@ async def drain_jobs(
     state = ship_job_state_table(metadata)
     await db.maintain(f"TRUNCATE {table.name}, {state.name}")
     drain = Countdown(runs)
+    options: dict[str, Any] = {}
+    if max_in_flight is not None:
+        options["max_in_flight"] = max_in_flight
+    if poll_interval is not None:
+        options["poll_interval"] = poll_interval
     job: JobDefinition[dict[str, Any]] = define_job(
-        JOB_ID, drain.tick, payload=dict, concurrency=Concurrency(max=max_in_flight)
+        JOB_ID,
+        drain.tick,
+        payload=dict,
+        concurrency=Concurrency() if max_in_flight is None else Concurrency(max=max_in_flight),
     )
-    backend = create_job_backend(
-        database=db.engine,
-        table=table,
-        state_table=state,
-        poll_interval=poll_interval,
-        max_in_flight=max_in_flight,
-    )
+    backend = create_job_backend(database=db.engine, table=table, state_table=state, **options)
     for start in range(0, runs, ENQUEUE_BATCH):
         size = min(ENQUEUE_BATCH, runs - start)
         await backend.enqueue_many(job, [EnqueueRequest(payload={}) for _ in range(size)])
@@ -118,7 +123,8 @@ async def drain_jobs(
     jobs_per_s = rate(runs, watch.seconds)
     ablated = ablate_backend is not None or ablate_runtime is not None
     bench.log(
-        f"ship{' (ablated)' if ablated else ''}  {runs} runs, in flight {max_in_flight}, in"
+        f"ship{' (ablated)' if ablated else ''}  {runs} runs, in flight"
+        f" {max_in_flight or 'default'}, in"
         f" {watch.seconds:.2f} s = {jobs_per_s:,.0f} jobs/s"
     )
     return jobs_per_s

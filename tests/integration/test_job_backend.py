@@ -17,7 +17,6 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ship_sqla import (
     AdvisoryLockProvider,
     TransactionScope,
-    advisory_lock_key,
     create_unit_of_work,
 )
 from ship_sqla._jobs import (
@@ -27,7 +26,6 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla._jobs._backend import CLAIM_LOCK_NAMESPACE
 from ship_sqla.kernel import FrozenClock, create_job_operations
 
 # Private on purpose: the backend stores the run ids of the kernel's one UUIDv7 generator (no
@@ -643,16 +641,15 @@ async def test_dropped_connections_raise_then_recover(
 async def test_operation_timeout_bounds_a_stuck_claim(
     engine: AsyncEngine, ship_clock: FrozenClock
 ) -> None:
-    """J11: a claim that cannot finish (here: another session holds the job's claim lock) ends
+    """J11: a claim that cannot finish (here: another session holds the runs table locked) ends
     with JobBackendTimeoutError after operation_timeout instead of hanging, and the backend
     works once the obstacle is gone."""
     backend = create_job_backend(
         database=engine, table=runs, state_table=state, clock=ship_clock, operation_timeout=0.5
     )
     await backend.enqueue(JOB, {"n": 1})
-    key = advisory_lock_key(CLAIM_LOCK_NAMESPACE, f"ship_job_runs/{JOB.id}")
     async with engine.connect() as blocker:
-        await blocker.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+        await blocker.execute(text("LOCK TABLE ship_job_runs IN ACCESS EXCLUSIVE MODE"))
         with anyio.fail_after(10), pytest.raises(JobBackendTimeoutError) as caught:
             await backend.claim(claim_request(JOB, worker="w", limit=1))
         assert caught.value.code == "SHIP_SQLA_JOB_BACKEND_TIMEOUT"

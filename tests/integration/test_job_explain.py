@@ -2,14 +2,14 @@
 
 EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of the claim of 50, of the enqueue's bounded depth check,
 of a batched settle (every kind in one statement) and of a batched heartbeat, both as custom
-plans and as a prepared statement's generic plan (the
-claim forces its generic plan; the others get one from asyncpg's statement cache once PostgreSQL
-prefers it): index scans on the named partial indexes, never a sequential scan of the runs
-table, and buffer counts within 2x of the same statement against a backlog of 1,000.
+plans and as a prepared statement's generic plan (asyncpg's statement cache gets one once
+PostgreSQL prefers it): index scans on the named partial indexes, never a sequential scan of the
+runs table, and buffer counts within 2x of the same statement against a backlog of 1,000.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -146,6 +146,10 @@ def claim_params() -> dict[str, Any]:
         "lapsed_final": "lapsed on the final attempt",
         "lapsed": "lapsed",
         "cancel_lapsed": "cancelled, lapsed",
+        "lapsed_limit": 150,
+        "pause_row": "bulk#paused",
+        "gate_row": "bulk#claim-gate",
+        "tuned": True,
         "now": None,
     }
 
@@ -218,14 +222,17 @@ def heartbeat_params() -> dict[str, Any]:
 
 CASES = [
     # name, statement, parameters, indexes it must read, rows it returns, buffers bounded by 2x
+    # F1: a capped claim counts the job's running runs off the lease index and takes its
+    # claim gate (the state table's primary key); an uncapped one reads the due index alone.
     (
-        "claim",
-        claim.CLAIM_DUE_AND_LAPSED_SKIP_LOCKED,
+        "claim capped",
+        claim.CLAIM_CAPPED,
         claim_params,
         {"due_idx", "lease_idx"},
         50,
         True,
     ),
+    ("claim uncapped", claim.CLAIM_UNCAPPED, claim_params, {"due_idx", "lease_idx"}, 50, True),
     ("depth check", enqueue.ENQUEUE_MANY, depth_params, {"due_idx", "dedupe_idx", "pkey"}, 1, True),
     # J2's capped plain enqueue (after its gate): the same bounded count, no probes.
     ("capped enqueue", enqueue.ENQUEUE_PLAIN_CAPPED, capped_params, {"due_idx"}, 1, True),
@@ -263,7 +270,8 @@ CASES = [
 @pytest.mark.timeout(300)
 @pytest.mark.slow
 async def test_hot_statements_use_their_indexes_at_a_million_runs(loaded: AsyncEngine) -> None:
-    """J3, J2: at 1,000,000 waiting runs the claim of 50 reads the due and lease partial indexes,
+    """J3, J2, F1: at 1,000,000 waiting runs the claim of 50 (capped, through the job's claim
+    gate, and uncapped) reads the due and lease partial indexes,
     the depth check reads the due index (index-only, stops at the limit), the J10 queue gauges
     read the due index, a batched settle of every kind (J5) probes the primary key, a batched
     heartbeat an index, F5's demand the due and lease indexes; no statement scans the runs table
@@ -358,19 +366,20 @@ def due_index_entries(plan: dict[str, Any], table: Table) -> int:
 async def test_priority_claim_reads_about_limit_entries_at_a_million_runs(
     loaded_priorities: AsyncEngine,
 ) -> None:
-    """K6, J3: at 1,000,000 waiting runs on six priority levels, a third of them delayed and
+    """K6, J3, F1: at 1,000,000 waiting runs on six priority levels, a third of them delayed and
     most of those at the highest priority, the claim of 50 takes the due runs highest priority
     first and reads about limit index entries plus two per level it visits (never the delayed
     runs), off the due and lease partial indexes, with no sequential scan, in custom and generic
     plans, at most twice the buffers of the same shape at a backlog of 1,000; its estimated cost
-    stays far below jit_above_cost, so PostgreSQL never JIT-compiles a claim."""
+    stays far below jit_above_cost, so PostgreSQL never JIT-compiles a claim; capped (through
+    the job's claim gate) and uncapped claims alike."""
     report = []
-    for generic in (False, True):
+    for template, generic in itertools.product(
+        (claim.CLAIM_CAPPED, claim.CLAIM_UNCAPPED), (False, True)
+    ):
         plans = {}
         for table in (prio_runs, small_prio_runs):
-            statement = render(
-                claim.CLAIM_DUE_AND_LAPSED_SKIP_LOCKED, runs=table.name, state="ship_job_state"
-            )
+            statement = render(template, runs=table.name, state="ship_job_state")
             async with loaded_priorities.connect() as connection, connection.begin() as tx:
                 plans[table.name] = await explain(
                     connection, statement, claim_params(), generic=generic
@@ -397,7 +406,7 @@ async def test_priority_claim_reads_about_limit_entries_at_a_million_runs(
             assert plan["Total Cost"] < 100_000
         report.append(
             (
-                "claim",
+                "capped" if template is claim.CLAIM_CAPPED else "uncapped",
                 "generic" if generic else "custom",
                 buffers(big),
                 buffers(small),

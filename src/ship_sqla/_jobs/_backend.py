@@ -30,10 +30,12 @@ J2 ``insert`` answers ``rejected="queue-full"`` once the job holds ``queue_depth
    a release or an operator retry returns an admitted run to waiting without the gate, and a
    schedule's tick inserts its occurrence uncapped, without the gate
    (:mod:`ship_sqla.kernel._plans.scheduled_runs`).
-J3 A claim is one short transaction: a per-job advisory lock, then ONE statement that counts the
-   job's running runs, takes due runs with ``FOR UPDATE SKIP LOCKED`` and leases at most
-   ``request.max_running`` minus that count, whichever process claims. A committed local
-   insert wakes the local loop (after commit, never after a rollback).
+J3 A claim is ONE autocommitted statement, one round trip (F1): it reads the job's pause, takes
+   due runs with ``FOR UPDATE SKIP LOCKED`` and, for a job with a ``concurrency.max``, leases at
+   most what the job's claim gate grants: ``request.max_running`` minus its running runs,
+   whichever process claims (:mod:`ship_sqla._jobs._sql.claim`). An uncapped job's claims take
+   no exclusion at all. A committed local insert wakes the local loop (after commit, never
+   after a rollback).
 K1 An insert of a due run announces it in its own transaction (NOTIFY on
    :attr:`PostgresJobBackend.wake_channel`, payload the job id; folded into the plain INSERT,
    one more statement on the other paths), so another process's runtime wakes when it commits,
@@ -56,8 +58,8 @@ J7 ``Release`` returns a run to waiting without consuming its attempt; ``Fail`` 
 Speed: claims and settles are batched (one statement for many runs, every kind of settlement
 in the same one: ``SETTLE_IF_TOKEN_CURRENT``), statement texts are stable (compiled once by
 SQLAlchemy, prepared once per connection by asyncpg), and the backend's own statements run on
-autocommit connections, so a settle costs one round trip. A claim runs its generic plan without
-waiting for its commit's WAL flush (``CLAIM_LOCK_TUNED``).
+autocommit connections, so a claim or a settle costs one round trip. A claim's commit does not
+wait for its WAL flush (``:tuned``).
 
 Errors: the backend raises; the runtime's loop catches, reports through :meth:`report_error`
 (J11) and retries. Every operation on the backend's own connections is bounded by
@@ -78,8 +80,9 @@ from ship_sqla._jobs._admin import PostgresRunAdmin, pause_row
 from ship_sqla._jobs._insert import RunInserter
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
+from ship_sqla._jobs._sql.claim import CLAIM_GATE_SUFFIX
 from ship_sqla._jobs._tables import ship_job_runs_table, ship_job_state_table
-from ship_sqla._locks import advisory_lock_key, advisory_lock_provider
+from ship_sqla._locks import advisory_lock_provider
 from ship_sqla._notify import (
     Listen,
     Recheck,
@@ -125,16 +128,12 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._ports import ClaimRequest, EnqueueResult, HistoryKind, Settlement
 
 __all__ = [
-    "CLAIM_LOCK_NAMESPACE",
     "JobBackendTimeoutError",
     "PostgresJobBackend",
     "create_job_backend",
 ]
 
 logger = logging.getLogger("ship_sqla.jobs")
-
-CLAIM_LOCK_NAMESPACE: Final = "ship_sqla.job_claim"
-"""The advisory-lock namespace of the per-job claim lock (see :func:`advisory_lock_key`)."""
 
 _RUN_COLUMNS = frozenset(
     {
@@ -251,7 +250,6 @@ class PostgresJobBackend(JobBackendBase):
             now=self._now,
             wake=self.wake,
         )
-        self._claim_keys: dict[str, int] = {}
         # K1: announce due runs to other processes' listeners; listen while a runtime runs.
         self.wake_channel: Final = channel_name("ship_sqla.jobs", self.statements.runs_name)
         """The NOTIFY channel of this runs table (payload: the job id), the same in every
@@ -322,13 +320,6 @@ class PostgresJobBackend(JobBackendBase):
     def _now(self) -> datetime | None:
         """``:now`` for ``coalesce(:now, now())``: the clock's time only when it is frozen."""
         return self._clock.now() if self._clock.frozen else None
-
-    def _claim_key(self, job_id: str) -> int:
-        key = self._claim_keys.get(job_id)
-        if key is None:
-            key = advisory_lock_key(CLAIM_LOCK_NAMESPACE, f"{self.statements.runs_name}/{job_id}")
-            self._claim_keys[job_id] = key
-        return key
 
     # --- insert (J1, J2) ----------------------------------------------------------------------
 
@@ -423,28 +414,31 @@ class PostgresJobBackend(JobBackendBase):
         """Claim up to ``request.limit`` due runs (J3, J6); see the module docstring."""
         if request.limit < 1:
             return ClaimBatch()
-        job_id, lease = request.job_id, request.lease
-        params = {
+        job_id, lease, cap = request.job_id, request.lease, request.max_running
+        params: dict[str, Any] = {
             "job_id": job_id,
             "limit": request.limit,
-            "max_running": request.max_running,
+            "lapsed_limit": request.limit + (cap or 0),
             "lease": lease,
             "worker": request.worker,
             "exclude_keys": list(request.exclude_keys),
             "lapsed_final": LEASE_LAPSED_FINAL_MESSAGE,
             "lapsed": LEASE_LAPSED_MESSAGE,
             "cancel_lapsed": CANCEL_LAPSED_MESSAGE,
+            "pause_row": pause_row(job_id),
+            "tuned": self._connections.concurrent,
             "now": self._now(),
         }
-        s = self.statements
-        lock = s.claim_lock_tuned if self._connections.concurrent else s.claim_lock
-        lock_params = {"claim_key": self._claim_key(job_id), "pause_row": pause_row(job_id)}
-        async with self._connections.transaction(f"claim of job {job_id!r}") as connection:
-            # K3: the lock statement also reads the job's pause, in the claim's transaction and
-            # no extra round trip: a pause committed before this claim began stops it here.
-            if (await connection.execute(lock, lock_params)).one().paused:
-                return ClaimBatch()
-            rows = (await connection.execute(s.claim, params)).all()
+        if cap is None:
+            statement = self.statements.claim_uncapped
+        else:
+            statement = self.statements.claim_capped
+            params["max_running"] = cap
+            params["gate_row"] = claim_gate_row(job_id)
+        # F1: one autocommitted statement, one round trip: it reads the job's pause (K3) and,
+        # for a capped job, takes the job's claim gate for that statement only.
+        async with self._connections.statement(f"claim of job {job_id!r}") as connection:
+            rows = (await connection.execute(statement, params)).all()
         claimed: list[ClaimedRun] = []
         buried: list[BuriedRun] = []
         # Rows come in claim order, (priority DESC, run_at, seq), then the dead-lettered ones.
@@ -553,6 +547,11 @@ class PostgresJobBackend(JobBackendBase):
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
         """J10's queue gauges (:meth:`PostgresRunAdmin.queue_depths`)."""
         return await self._admin.queue_depths(job_ids)
+
+
+def claim_gate_row(job_id: str) -> str:
+    """The state-table row that gates the claims of a capped ``job_id`` (F1, CLAIM_CAPPED)."""
+    return f"{job_id}{CLAIM_GATE_SUFFIX}"
 
 
 def _nothing_missed() -> None:

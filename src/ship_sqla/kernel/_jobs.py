@@ -99,17 +99,37 @@ def _duration(name: str, maximum: float) -> Callable[[Any, attrs.Attribute[Any],
     return check
 
 
+MAX_CONCURRENCY: Final = 1_000_000
+"""The largest ``Concurrency.max``: a capped claim counts up to that many running runs."""
+
+
+def _check_max(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
+    if value is None:
+        return
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_CONCURRENCY:
+        raise ConfigurationError(
+            f"concurrency.max must be None or an int from 1 to {MAX_CONCURRENCY:,}, got {value!r}.",
+            fix="omit it for no fleet-wide cap (each process is bounded by max_in_flight), or"
+            " pass the most runs of the job that may execute at once across every process.",
+        )
+
+
 @attrs.frozen
 class Concurrency:
-    """How many runs of a job may execute at once, across every process (``max``), how long a
+    """How many runs of a job may execute at once, across every process (``max``; None, the
+    default: no fleet-wide cap, each process runs at most its ``max_in_flight``), how long a
     claim lasts without a heartbeat (``lease``, seconds), and single-runner exclusion.
+
+    A cap is exact across processes (F1) and costs its claims one row lock each, the job's
+    claim gate, for one statement; uncapped claims take no exclusion at all, so set ``max``
+    only where the work needs a bound (a rate-limited API, a small pool of something).
 
     ``single_runner=True`` with ``key=None`` allows one run of the job at a time; with ``key``
     (a function of the payload) one run per key. Exclusion across processes comes from the
     backend's ``LockProvider`` (J4).
     """
 
-    max: int = attrs.field(default=10, validator=_positive("concurrency.max"))
+    max: int | None = attrs.field(default=None, validator=_check_max)
     lease: float = attrs.field(default=30.0, validator=_duration("concurrency.lease", MAX_LEASE))
     single_runner: bool = False
     key: Callable[[Any], str] | None = None

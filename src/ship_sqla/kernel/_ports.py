@@ -361,14 +361,14 @@ class QueueDepthSource(Protocol):
 @attrs.frozen
 class ClaimRequest:
     """One claim, as the runtime asks it: up to ``limit`` due runs of ``job_id`` for ``worker``,
-    never more than ``max_running`` (the job's ``concurrency.max``) running runs of the job at
-    once across every process, each leased for ``lease`` seconds, none whose single-runner key is
-    in ``exclude_keys`` (J3, J4)."""
+    never more than ``max_running`` (the job's ``concurrency.max``; None: no cap) running runs of
+    the job at once across every process, each leased for ``lease`` seconds, none whose
+    single-runner key is in ``exclude_keys`` (J3, J4, F1)."""
 
     job_id: str
     worker: str
     limit: int
-    max_running: int
+    max_running: int | None
     lease: float
     exclude_keys: tuple[str, ...] = ()
 

@@ -1,66 +1,89 @@
-"""The claim (J3, J4, J6): one short transaction of the backend's own, the per-job advisory lock
-then ONE statement. Rules: see :mod:`ship_sqla._jobs._sql`. ``:max_running`` and ``:lease`` are
-the :class:`~ship_sqla.kernel.ClaimRequest`'s (the job's ``concurrency.max`` and
-``concurrency.lease``, as the runtime asks them).
+"""The claim (J3, J4, J6, F1): ONE autocommitted statement, one round trip, whichever process
+claims. Rules: see :mod:`ship_sqla._jobs._sql`. ``:limit``, ``:max_running`` and ``:lease`` are
+the :class:`~ship_sqla.kernel.ClaimRequest`'s (the runtime's free slots, the job's
+``concurrency.max`` and ``concurrency.lease``).
+
+Two texts of one template, differing only in how the claim's room is found:
+
+- :data:`CLAIM_UNCAPPED` (``concurrency.max`` is None, the default): no fleet-wide cap, so no
+  exclusion at all: the room is the limit asked, and claimers of one job only meet on the rows
+  ``FOR UPDATE SKIP LOCKED`` hands to each of them (F1: nothing serialises them).
+- :data:`CLAIM_CAPPED`: the job's claim gate, ``<job_id>#claim-gate`` in the state table, taken
+  by the statement's own upsert (its row lock serialises the job's capped claims for that one
+  statement, never across a round trip) and granting the room. Why not the snapshot's count
+  alone: a statement's snapshot is taken when it starts, before it waits for the gate, so it
+  may miss the runs of a claim that committed in between. The gate keeps the total it has ever
+  granted (``claim_granted``); the upsert reads the row's newest version (ON CONFLICT DO UPDATE
+  locks and reads it whatever the snapshot), and the difference from the total this
+  statement's snapshot saw is exactly what claims committed since granted. So the room is
+  ``max - held (snapshot) - granted since the snapshot``: never above the cap (F1). It may be
+  below it for a moment (a grant not filled, runs settled since): only a claim concurrent with
+  those pays, and the next one counts afresh.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["CLAIM_DUE_AND_LAPSED_SKIP_LOCKED", "CLAIM_LOCK", "CLAIM_LOCK_TUNED"]
+__all__ = ["CLAIM_CAPPED", "CLAIM_GATE_SUFFIX", "CLAIM_UNCAPPED"]
 
-_PAUSED: Final = (
-    "EXISTS (SELECT 1 FROM {state} p WHERE p.job_id = CAST(:pause_row AS text)) AS paused"
-)
-"""K3, ``<state>_pkey`` (one probe): whether the job is paused, read in the claim lock's own
-statement, so in the claim's transaction at no extra round trip. Its snapshot is the
-statement's start: a pause committed before the claim began is seen, and the claim takes
-nothing; one committed later cannot stop a claim already under way (its runs were claimed
-before the pause), which is what "no claim that STARTS after the pause" promises."""
+CLAIM_GATE_SUFFIX: Final = "#claim-gate"
+"""A capped job's claim gate row in the state table is ``<job_id>#claim-gate`` (F1)."""
 
-CLAIM_LOCK: Final = "SELECT pg_advisory_xact_lock(CAST(:claim_key AS bigint)), " + _PAUSED
-CLAIM_LOCK_TUNED: Final = (
-    "SELECT pg_advisory_xact_lock(CAST(:claim_key AS bigint)), " + _PAUSED + ","
-    " set_config('plan_cache_mode', 'force_generic_plan', true),"
-    " set_config('synchronous_commit', 'off', true),"
-    " set_config('jit', 'off', true)"
-)
-"""CLAIM_LOCK (the lock, and whether the job is paused: K3), plus three settings for the rest of
-the claim's own transaction only (the backend
-uses it when it owns the connection, never inside an application's transaction):
-
-- the prepared claim's generic plan: PostgreSQL otherwise keeps re-planning it (its LIMITs are
-  parameters, which makes the generic plan look dearer than it is), about 0.5 ms per claim; the
-  generic plan is the same ordered index scans (test_job_explain.py checks both plans);
-- no wait for the commit's WAL flush: a claim lost in a database crash only leaves its runs
-  unclaimed (or their leases lapsing), and they are taken again, which at-least-once delivery
-  (J6) already allows. Enqueues and settles keep the server's synchronous_commit;
-- no JIT: a generic plan's cost grows with the backlog (its LIMITs are costed at a tenth of
-  what they read), and past ``jit_above_cost`` PostgreSQL would spend tens of milliseconds
-  compiling a claim that runs in one."""
-
-CLAIM_DUE_AND_LAPSED_SKIP_LOCKED: Final = """
-WITH RECURSIVE lapsed AS (
-    -- <runs>_lease_idx: lapsed leases (their holders died or stalled: J6). Running runs never
-    -- exceed concurrency.max, so this bound reads them all unless workers died en masse.
+_HEAD: Final = """
+WITH RECURSIVE paused AS (
+    -- K3, <state>_pkey (one probe): whether the job is paused, read in the claim's own
+    -- statement and snapshot: a pause committed before the claim began stops it (it takes and
+    -- buries nothing); one committed later cannot stop a claim already under way.
+    -- The set_config is the claim's own transaction only (it is one autocommitted statement):
+    -- on the backend's own connections (:tuned) the commit does not wait for its WAL flush.
+    -- A claim lost in a crash only leaves its runs unclaimed or their leases lapsing, and they
+    -- are taken again, which at-least-once delivery (J6) already allows; enqueues and settles
+    -- keep the server's synchronous_commit. Inside a caller's transaction (the test path) it
+    -- sets the setting it already has.
+    SELECT EXISTS (SELECT 1 FROM {state} p WHERE p.job_id = CAST(:pause_row AS text)) AS yes,
+        set_config('synchronous_commit',
+            CASE WHEN CAST(:tuned AS boolean) THEN 'off'
+                 ELSE current_setting('synchronous_commit') END, true) AS tuned
+), lapsed AS (
+    -- <runs>_lease_idx: lapsed leases (their holders died or stalled: J6), at most
+    -- :lapsed_limit (concurrency.max plus the limit: all of them unless workers died en masse;
+    -- uncapped, the limit: the rest wait for the next claims).
     -- exhausted: the run ends here, never retaken: its final attempt lapsed (dead, J6), or an
     -- operator asked to cancel it (cancelled, K2).
     SELECT id, seq, key, run_at, priority,
         attempt >= max_attempts OR cancel_requested_at IS NOT NULL AS exhausted
     FROM {runs}
     WHERE job_id = :job_id AND state = 'running' AND lease_expires_at <= {now}
+      AND NOT (SELECT yes FROM paused)
     ORDER BY lease_expires_at
-    LIMIT CAST(:max_running AS integer) + CAST(:limit AS integer)
+    LIMIT CAST(:lapsed_limit AS integer)
     FOR UPDATE SKIP LOCKED
-), held AS (
-    -- <runs>_lease_idx: the job's running runs, each holding a concurrency.max slot whatever
-    -- its lease, counted up to concurrency.max; only the ones this claim buries give theirs
-    -- up. A lapsed run keeps its slot until a claim retakes it (the slot moves) or buries it,
-    -- so the bound never rests on when a lapsed holder learns that its lease is gone: a lapsed
-    -- run whose row another statement holds (a heartbeat or settle in flight, skipped above)
-    -- is counted too. The ORDER BY is the index's own: it keeps the planner off a LIMITed
-    -- sequential scan (its row estimate for one job's running runs is often far too high).
+)"""
+
+_ROOM_UNCAPPED: Final = """, room AS (
+    -- No cap: slots for as many due runs as asked (the runtime asks its free slots).
+    SELECT CASE WHEN (SELECT yes FROM paused) THEN 0 ELSE CAST(:limit AS integer) END AS n
+)"""
+
+_GRANT: Final = """greatest(least(CAST(:limit AS integer),
+        CAST(:max_running AS integer) - (SELECT n FROM held) - CASE
+            WHEN coalesce(g.claim_granted, 0) >= (SELECT total FROM seen)
+            THEN coalesce(g.claim_granted, 0) - (SELECT total FROM seen)
+            ELSE coalesce(g.claim_granted, 0) END), 0)"""
+"""The room a capped claim is granted, in the gate's DO UPDATE (``g``: the row's newest
+version): ``max - held - granted since this statement's snapshot``. A total below the one the
+snapshot saw means the row was deleted and made again meanwhile: then all of it is counted."""
+
+_ROOM_CAPPED: Final = """, held AS (
+    -- <runs>_lease_idx: the job's running runs in this statement's snapshot, each holding a
+    -- concurrency.max slot whatever its lease, counted up to concurrency.max; only the ones
+    -- this claim buries give theirs up. A lapsed run keeps its slot until a claim retakes it
+    -- (the slot moves) or buries it, so the bound never rests on when a lapsed holder learns
+    -- that its lease is gone: a lapsed run whose row another statement holds (a heartbeat or
+    -- settle in flight, skipped above) is counted too. The ORDER BY is the index's own: it
+    -- keeps the planner off a LIMITed sequential scan (its row estimate for one job's running
+    -- runs is often far too high).
     SELECT count(*) AS n FROM (
         SELECT 1 FROM {runs}
         WHERE job_id = :job_id AND state = 'running'
@@ -68,12 +91,33 @@ WITH RECURSIVE lapsed AS (
         ORDER BY lease_expires_at
         LIMIT CAST(:max_running AS integer)
     ) h
+), seen AS (
+    -- <state>_pkey: the gate's total as this statement's snapshot saw it (0: no gate yet).
+    SELECT coalesce((SELECT g.claim_granted FROM {state} g
+                     WHERE g.job_id = CAST(:gate_row AS text)), 0) AS total
+), gate AS (
+    -- <state>_pkey, F1: the job's claim gate. The upsert locks the row (capped claimers of the
+    -- job take turns for this statement only) and reads its newest version, whatever this
+    -- statement's snapshot: the room is what the cap leaves after the running runs this
+    -- snapshot counted and what claims committed since it was taken were granted.
+    -- claim_grant keeps this claim's grant for RETURNING (it cannot read the old total).
+    INSERT INTO {state} AS g (job_id, claim_granted, claim_grant, updated_at)
+    SELECT CAST(:gate_row AS text), first.n, first.n, {now}
+    FROM (SELECT greatest(least(CAST(:limit AS integer),
+                 CAST(:max_running AS integer) - held.n), 0) AS n FROM held) first
+    WHERE NOT (SELECT yes FROM paused)
+    ON CONFLICT (job_id) DO UPDATE SET
+        claim_grant = {grant},
+        claim_granted = coalesce(g.claim_granted, 0) + {grant},
+        updated_at = {now}
+    RETURNING g.claim_grant AS n
 ), room AS (
-    -- Slots for due runs. Retaking a lapsed run moves its slot to this claim; it takes none.
-    SELECT greatest(least(CAST(:limit AS integer), CAST(:max_running AS integer) - held.n), 0)
-        AS n
-    FROM held
-), walk (priority, ids, run_ats, seqs, taken) AS (
+    -- Slots for due runs: the gate's grant (none when paused). Retaking a lapsed run moves its
+    -- slot to this claim; it takes none.
+    SELECT coalesce((SELECT n FROM gate), 0) AS n
+)""".replace("{grant}", _GRANT)
+
+_TAIL: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
     -- <runs>_due_idx, highest priority first (K6): each step finds the next lower priority
     -- level that holds waiting runs (a loose index scan: one entry, the level's last), then
     -- takes that level's due runs in (run_at, seq) order straight off the index, at most the
@@ -180,6 +224,20 @@ FROM buried b
 WHERE b.state = 'dead'
 ORDER BY buried, priority DESC, run_at, seq
 """
+
+CLAIM_UNCAPPED: Final = _HEAD + _ROOM_UNCAPPED + _TAIL
+"""Claim up to ``limit`` runs of one job (J3, J6, K6): lapsed leases retaken, due runs by
+``(priority DESC, run_at, seq)`` (higher priority first, then due time, then creation order),
+for a job without ``concurrency.max`` (no fleet-wide cap: the room is the limit).
+
+Ordered index scans (lapsed leases; per priority level, highest first, the due runs: the walk
+stops as soon as it has the room's worth) then a small outer sort, so a claim costs the same at
+any backlog: about ``limit`` index entries plus two per priority level it visits; one
+``state IN (...) OR ...`` scan, or one scan ordered by ``priority DESC, run_at``, could not be
+served in order past delayed runs. Returns the claimed runs in claim order, ``(priority DESC,
+run_at, seq)``, then the runs it dead-lettered (``buried``: id, attempt, key)."""
+
+CLAIM_CAPPED: Final = _HEAD + _ROOM_CAPPED + _TAIL
 """Claim up to ``limit`` runs of one job (J3, J6, K6): lapsed leases retaken, due runs by
 ``(priority DESC, run_at, seq)`` (higher priority first, then due time, then creation order),
 never more than ``concurrency.max`` running runs of the job
@@ -193,4 +251,7 @@ stops as soon as it has the room's worth) then a small outer sort, so a claim co
 any backlog: about ``limit`` index entries plus two per priority level it visits; one
 ``state IN (...) OR ...`` scan, or one scan ordered by ``priority DESC, run_at``, could not be
 served in order past delayed runs. Returns the claimed runs in claim order, ``(priority DESC,
-run_at, seq)``, then the runs it dead-lettered (``buried``: id, attempt, key)."""
+run_at, seq)``, then the runs it dead-lettered (``buried``: id, attempt, key).
+
+The room comes from the job's claim gate (see the module docstring), so the bound holds across
+processes although the statement's snapshot predates its turn at the gate."""

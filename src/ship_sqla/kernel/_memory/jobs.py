@@ -327,7 +327,8 @@ class InMemoryJobBackend(JobBackendBase):
         # lapsed (a lapsed one keeps its slot until a claim retakes it): so the bound never
         # depends on when a lapsed holder's heartbeat is refused. Due runs take only free slots;
         # retaking a lapsed run moves its slot.
-        room = max(min(limit, request.max_running - held), 0)
+        cap = request.max_running
+        room = limit if cap is None else max(min(limit, cap - held), 0)
         retakable = [run for run in candidates if run.state == "running"]
         due = heapq.nsmallest(
             room, (run for run in candidates if run.state == "waiting"), key=_claim_order

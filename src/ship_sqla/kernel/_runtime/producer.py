@@ -232,12 +232,14 @@ class Producer:
         # Runs whose settle is not answered yet still hold a lease in the backend's count of
         # concurrency.max: asking for their room would come back short, which reads as "no
         # more due work" and parks the loop until the poll interval.
-        limit = min(
-            self._max_in_flight - self._runs.executing,
-            concurrency.max
-            - self._runs.executing_of(job.id)
-            - self._completer.unflushed_of(job.id),
-        )
+        limit = self._max_in_flight - self._runs.executing
+        if concurrency.max is not None:
+            limit = min(
+                limit,
+                concurrency.max
+                - self._runs.executing_of(job.id)
+                - self._completer.unflushed_of(job.id),
+            )
         if not concurrency.single_runner:
             return limit, ()
         return min(limit, 1), self._runs.keys_of(job.id)
