@@ -239,7 +239,7 @@ def _synchronous_claims(backend: PostgresJobBackend) -> Iterator[None]:
     backend.statements = attrs.evolve(  # type: ignore[misc]
         shipped,
         claim_uncapped=_untuned(shipped.claim_uncapped),
-        claim_capped=_untuned(shipped.claim_capped),
+        claim_gated=_untuned(shipped.claim_gated),
     )
     try:
         yield

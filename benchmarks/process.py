@@ -7,6 +7,10 @@ last handler (so the last batched completion is included) gives jobs/s. Every ru
 
 Baseline: the raw ceiling of the same work on an equivalent table (same factory, same indexes):
 4 asyncpg connections, each looping claim 50 (``FOR UPDATE SKIP LOCKED``) then complete them.
+
+``process.rate_limit_unbound`` (F3): the same drain with the job rate-limited far above what it
+reaches (every claim goes through the job's claim gate and records its starts), beside the same
+drain without a rate limit.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from ship_sqla.kernel import (
     Concurrency,
     EnqueueRequest,
     JobDefinition,
+    RateLimit,
     define_job,
     start_job_runtime,
 )
@@ -55,6 +60,8 @@ ENQUEUE_BATCH = 10_000
 MAX_IN_FLIGHT = 1000
 """Runtime tuning for throughput: noop handlers finish at once, so slots only bound batching."""
 DRAIN_TIMEOUT = 120.0
+RATE_UNBOUND = 1_000_000
+"""process.rate_limit_unbound's RateLimit per second: far above any drain here."""
 
 
 def drain_size(bench: Bench) -> int:
@@ -62,8 +69,12 @@ def drain_size(bench: Bench) -> int:
     return 5_000 if bench.quick else 20_000
 
 
-async def _ship_round(bench: Bench, db: BenchDatabase, runs: int) -> float:
-    return await drain_jobs(bench, db, runs, max_in_flight=MAX_IN_FLIGHT, poll_interval=5.0)
+async def _ship_round(
+    bench: Bench, db: BenchDatabase, runs: int, *, rate_limit: RateLimit | None = None
+) -> float:
+    return await drain_jobs(
+        bench, db, runs, max_in_flight=MAX_IN_FLIGHT, poll_interval=5.0, rate_limit=rate_limit
+    )
 
 
 async def drain_jobs(
@@ -73,6 +84,7 @@ async def drain_jobs(
     *,
     max_in_flight: int | None,
     poll_interval: float | None,
+    rate_limit: RateLimit | None = None,
     ablate_backend: Callable[[PostgresJobBackend], AbstractContextManager[None]] | None = None,
     ablate_runtime: Callable[[JobRuntime], AbstractContextManager[None]] | None = None,
 ) -> float:
@@ -80,6 +92,7 @@ async def drain_jobs(
 
     ``max_in_flight`` (also the job's ``concurrency.max``) and ``poll_interval``: None leaves
     the library's default (no fleet-wide cap, 100 in flight, poll every second).
+    ``rate_limit``: the job's (F3), None for none.
 
     ``ablate_backend`` / ``ablate_runtime`` (benchmarks/ablations.py) turn one optimisation off
     for the timed part: the backend's before the runtime starts, the runtime's right after."""
@@ -98,6 +111,7 @@ async def drain_jobs(
         drain.tick,
         payload=dict,
         concurrency=Concurrency() if max_in_flight is None else Concurrency(max=max_in_flight),
+        rate_limit=rate_limit,
     )
     backend = create_job_backend(database=db.engine, table=table, state_table=state, **options)
     for start in range(0, runs, ENQUEUE_BATCH):
@@ -173,7 +187,26 @@ async def run(bench: Bench) -> list[Figure]:
             lambda: _ship_round(bench, db, runs),
             lambda: _raw_round(bench, db, runs),
         )
+        # F3: a rate limit that never binds, beside the same drain without one.
+        rated = RateLimit(RATE_UNBOUND, 1.0)
+        await _ship_round(bench, db, 1_000, rate_limit=rated)
+        rated_ours, rated_theirs = await paired_rounds(
+            bench.rounds,
+            lambda: _ship_round(bench, db, runs, rate_limit=rated),
+            lambda: _ship_round(bench, db, runs),
+        )
     return [
+        Figure.from_rounds(
+            "process.rate_limit_unbound",
+            "jobs/s",
+            rated_ours,
+            rated_theirs,
+            baseline_label="the same drain without a rate limit",
+            targets=(Target("ratio", ">=", 0.85),),
+            note=f"N={runs:,} noop runs as process.noop, the job with"
+            f" RateLimit({RATE_UNBOUND:,}, 1.0), which never binds (F3: every claim goes"
+            " through the claim gate and records its starts)",
+        ),
         Figure.from_rounds(
             "process.noop",
             "jobs/s",
@@ -183,5 +216,5 @@ async def run(bench: Bench) -> list[Figure]:
             targets=(Target("value", ">=", 15_000), Target("ratio", ">=", 0.30)),
             note=f"N={runs:,} noop runs, one runtime, max_in_flight={MAX_IN_FLIGHT},"
             f" concurrency.max={MAX_IN_FLIGHT}",
-        )
+        ),
     ]

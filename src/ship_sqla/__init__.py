@@ -137,6 +137,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition as JobDefinition
     from ship_sqla.kernel._jobs import PayloadCodec as PayloadCodec
     from ship_sqla.kernel._jobs import PayloadTooLargeError as PayloadTooLargeError
+    from ship_sqla.kernel._jobs import RateLimit as RateLimit
     from ship_sqla.kernel._jobs import Retention as Retention
     from ship_sqla.kernel._jobs import RetryPolicy as RetryPolicy
     from ship_sqla.kernel._jobs import Schedule as Schedule

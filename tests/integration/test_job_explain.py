@@ -57,12 +57,20 @@ def _load(table: str, waiting: int) -> list[str]:
     ]
 
 
+GATE = (
+    "INSERT INTO ship_job_state (job_id, claim_granted, claim_grant)"
+    " VALUES ('bulk#claim-gate', 0, 0)"
+)
+"""The job's claim gate, as its first gated claim leaves it (F1): a new gate grants nothing."""
+
+
 @pytest.fixture
 async def loaded(ship_engine: AsyncEngine) -> AsyncEngine:
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
         for statement in _load("ship_job_runs", BIG) + _load("small_job_runs", SMALL):
             await connection.execute(text(statement))
+        await connection.execute(text(GATE))
     async with ship_engine.connect() as connection:
         await connection.execution_options(isolation_level="AUTOCOMMIT")
         await connection.execute(text("VACUUM (ANALYZE) ship_job_runs"))
@@ -149,6 +157,8 @@ def claim_params() -> dict[str, Any]:
         "lapsed_limit": 150,
         "pause_row": "bulk#paused",
         "gate_row": "bulk#claim-gate",
+        "rate_limit": 1000,
+        "rate_period": 1.0,
         "tuned": True,
         "now": None,
     }
@@ -222,11 +232,12 @@ def heartbeat_params() -> dict[str, Any]:
 
 CASES = [
     # name, statement, parameters, indexes it must read, rows it returns, buffers bounded by 2x
-    # F1: a capped claim counts the job's running runs off the lease index and takes its
-    # claim gate (the state table's primary key); an uncapped one reads the due index alone.
+    # F1, F3: a gated claim (capped and rate-limited here) counts the job's running runs off the
+    # lease index and takes its claim gate (the state table's primary key); an ungated one
+    # reads the due index and the lapsed leases alone.
     (
-        "claim capped",
-        claim.CLAIM_CAPPED,
+        "claim gated",
+        claim.CLAIM_GATED,
         claim_params,
         {"due_idx", "lease_idx"},
         50,
@@ -344,6 +355,7 @@ async def loaded_priorities(ship_engine: AsyncEngine) -> AsyncEngine:
             small_prio_runs.name, SMALL
         ):
             await connection.execute(text(statement))
+        await connection.execute(text(GATE))
     async with ship_engine.connect() as connection:
         await connection.execution_options(isolation_level="AUTOCOMMIT")
         for table in (prio_runs, small_prio_runs):
@@ -375,7 +387,7 @@ async def test_priority_claim_reads_about_limit_entries_at_a_million_runs(
     the job's claim gate) and uncapped claims alike."""
     report = []
     for template, generic in itertools.product(
-        (claim.CLAIM_CAPPED, claim.CLAIM_UNCAPPED), (False, True)
+        (claim.CLAIM_GATED, claim.CLAIM_UNCAPPED), (False, True)
     ):
         plans = {}
         for table in (prio_runs, small_prio_runs):
@@ -406,7 +418,7 @@ async def test_priority_claim_reads_about_limit_entries_at_a_million_runs(
             assert plan["Total Cost"] < 100_000
         report.append(
             (
-                "capped" if template is claim.CLAIM_CAPPED else "uncapped",
+                "gated" if template is claim.CLAIM_GATED else "ungated",
                 "generic" if generic else "custom",
                 buffers(big),
                 buffers(small),

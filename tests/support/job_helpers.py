@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 def claim_request(
     job: JobDefinition[Any], *, worker: str, limit: int = 1, exclude_keys: tuple[str, ...] = ()
 ) -> ClaimRequest:
-    """The claim the runtime sends for ``job``: its ``concurrency.max`` and ``lease``."""
+    """The claim the runtime sends for ``job``: its ``concurrency.max``, ``lease`` and rate
+    limit."""
     return ClaimRequest(
         job_id=job.id,
         worker=worker,
@@ -32,6 +33,7 @@ def claim_request(
         max_running=job.concurrency.max,
         lease=job.concurrency.lease,
         exclude_keys=exclude_keys,
+        rate_limit=job.rate_limit,
     )
 
 

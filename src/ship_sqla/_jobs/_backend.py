@@ -73,7 +73,7 @@ import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
 
-from sqlalchemy import MetaData, Table
+from sqlalchemy import MetaData, Table, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._jobs._admin import PostgresRunAdmin, pause_row
@@ -161,6 +161,10 @@ _RUN_COLUMNS = frozenset(
         "cancel_requested_at",
     }
 )
+
+_BURIED: Final = 1
+_GATE_ANSWER: Final = 2
+"""A claim row's ``kind``: 0 a claimed run, 1 a buried one, 2 the gate's answer (CLAIM_GATED)."""
 
 _KIND_OF: Final = {Complete: "complete", Fail: "fail", SnoozeRun: "snooze", Cancel: "cancel"}
 """Settlement class -> ``:kinds`` value of SETTLE_IF_TOKEN_CURRENT (any other: ``release``)."""
@@ -411,15 +415,15 @@ class PostgresJobBackend(JobBackendBase):
     # --- claim, heartbeat, settle -------------------------------------------------------------
 
     async def claim(self, request: ClaimRequest) -> ClaimBatch:
-        """Claim up to ``request.limit`` due runs (J3, J6); see the module docstring."""
+        """Claim up to ``request.limit`` due runs (J3, J6, F1, F3); see the module docstring."""
         if request.limit < 1:
             return ClaimBatch()
-        job_id, lease, cap = request.job_id, request.lease, request.max_running
+        job_id, cap, rate = request.job_id, request.max_running, request.rate_limit
         params: dict[str, Any] = {
             "job_id": job_id,
             "limit": request.limit,
             "lapsed_limit": request.limit + (cap or 0),
-            "lease": lease,
+            "lease": request.lease,
             "worker": request.worker,
             "exclude_keys": list(request.exclude_keys),
             "lapsed_final": LEASE_LAPSED_FINAL_MESSAGE,
@@ -429,21 +433,37 @@ class PostgresJobBackend(JobBackendBase):
             "tuned": self._connections.concurrent,
             "now": self._now(),
         }
-        if cap is None:
-            statement = self.statements.claim_uncapped
-        else:
-            statement = self.statements.claim_capped
-            params["max_running"] = cap
-            params["gate_row"] = claim_gate_row(job_id)
-        # F1: one autocommitted statement, one round trip: it reads the job's pause (K3) and,
-        # for a capped job, takes the job's claim gate for that statement only.
+        if cap is None and rate is None:
+            return await self._claim_with(self.statements.claim_uncapped, params, request)
+        params["max_running"] = cap
+        params["rate_limit"] = None if rate is None else rate.limit
+        params["rate_period"] = None if rate is None else rate.period
+        params["gate_row"] = claim_gate_row(job_id)
+        batch = await self._claim_with(self.statements.claim_gated, params, request)
+        if batch.gate_created and not batch and not batch.buried:
+            # The job's first gated claim made its gate, which grants nothing: claim again.
+            batch = await self._claim_with(self.statements.claim_gated, params, request)
+        return batch
+
+    async def _claim_with(
+        self, statement: TextClause, params: dict[str, Any], request: ClaimRequest
+    ) -> ClaimBatch:
+        """One claim statement (F1: one autocommitted statement, one round trip: it reads the
+        job's pause, K3, and a gated one takes the job's claim gate for that statement only)."""
+        job_id, lease = request.job_id, request.lease
         async with self._connections.statement(f"claim of job {job_id!r}") as connection:
             rows = (await connection.execute(statement, params)).all()
         claimed: list[ClaimedRun] = []
         buried: list[BuriedRun] = []
-        # Rows come in claim order, (priority DESC, run_at, seq), then the dead-lettered ones.
+        rate_wait: float | None = None
+        created = False
+        # Rows come in claim order, (priority DESC, run_at, seq), then the dead-lettered ones,
+        # then the gate's answer.
         for row in rows:
-            if row.buried:
+            if row.kind == _GATE_ANSWER:
+                rate_wait, created = row.rate_wait, row.created
+                continue
+            if row.kind == _BURIED:
                 buried.append(BuriedRun(row.id, job_id, row.attempt, row.key))
                 continue
             claimed.append(
@@ -464,7 +484,7 @@ class PostgresJobBackend(JobBackendBase):
                 )
             )
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
-        return ClaimBatch(claimed, buried)
+        return ClaimBatch(claimed, buried, rate_wait=rate_wait, gate_created=created)
 
     async def heartbeat(self, runs: Sequence[ClaimedRun]) -> HeartbeatBatch:
         """Extend each run's lease by its claim's ``lease``; False where stale or lapsed; the
@@ -550,7 +570,8 @@ class PostgresJobBackend(JobBackendBase):
 
 
 def claim_gate_row(job_id: str) -> str:
-    """The state-table row that gates the claims of a capped ``job_id`` (F1, CLAIM_CAPPED)."""
+    """The state-table row that gates the claims of a capped or rate-limited ``job_id`` (F1,
+    F3, CLAIM_GATED)."""
     return f"{job_id}{CLAIM_GATE_SUFFIX}"
 
 

@@ -29,7 +29,7 @@ from sqlalchemy import (
     Text,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 
 from ship_sqla._naming import derived_names
 
@@ -157,9 +157,9 @@ def ship_job_state_table(
     so it needs no index beyond its primary key. A backend with ``queue_depth_limit`` also keeps
     one gate row per enqueued job, ``<job_id>#enqueue-gate`` (J2's hard cap: ENQUEUE_GATE), and
     a paused job has a row ``<job_id>#paused`` (K3, ``updated_at``: when it was paused), which
-    every claim of the job reads, and a job with a ``concurrency.max`` its claim gate
-    ``<job_id>#claim-gate`` (F1: ``claim_granted``, ``claim_grant``; CLAIM_CAPPED), which its
-    claims upsert.
+    every claim of the job reads, and a job with a ``concurrency.max`` or a ``RateLimit`` its
+    claim gate ``<job_id>#claim-gate`` (F1: ``claim_granted``, ``claim_grant``; F3:
+    ``rate_at``, ``rate_n``; CLAIM_GATED), which its claims upsert.
     """
     n = derived_names(name, ("_pkey",), "job state", schema=schema)
     return Table(
@@ -169,10 +169,13 @@ def ship_job_state_table(
         Column("next_at", _TSTZ, nullable=True),
         Column("trigger", Text, nullable=True),
         Column("updated_at", _TSTZ, nullable=False, server_default=text("now()")),
-        # F1: a capped job's claim gate row (<job_id>#claim-gate): the total of runs its claims
-        # were ever granted, and the last claim's grant (CLAIM_CAPPED). NULL on other rows.
+        # F1: a gated job's claim gate row (<job_id>#claim-gate): the total of due runs its
+        # claims were ever granted, and the last claim's grant (CLAIM_GATED). NULL elsewhere.
         Column("claim_granted", BigInteger, nullable=True),
         Column("claim_grant", Integer, nullable=True),
+        # F3: a rate-limited job's recent starts on its gate row, (time, count) pairs.
+        Column("rate_at", ARRAY(_TSTZ), nullable=True),
+        Column("rate_n", ARRAY(Integer), nullable=True),
         PrimaryKeyConstraint("job_id", name=n["_pkey"]),
         schema=schema,
         comment="ship_sqla per-job state (ship_job_state_table)",

@@ -48,6 +48,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition as JobDefinition
     from ship_sqla.kernel._jobs import PayloadCodec as PayloadCodec
     from ship_sqla.kernel._jobs import PayloadTooLargeError as PayloadTooLargeError
+    from ship_sqla.kernel._jobs import RateLimit as RateLimit
     from ship_sqla.kernel._jobs import Retention as Retention
     from ship_sqla.kernel._jobs import RetryPolicy as RetryPolicy
     from ship_sqla.kernel._jobs import Schedule as Schedule
@@ -156,6 +157,7 @@ _EXPORTS: dict[str, str] = {
     "InvalidPayloadError": "ship_sqla.kernel._jobs",
     "JobDefinition": "ship_sqla.kernel._jobs",
     "PayloadCodec": "ship_sqla.kernel._jobs",
+    "RateLimit": "ship_sqla.kernel._jobs",
     "PayloadTooLargeError": "ship_sqla.kernel._jobs",
     "Retention": "ship_sqla.kernel._jobs",
     "RetryPolicy": "ship_sqla.kernel._jobs",

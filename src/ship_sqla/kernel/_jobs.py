@@ -140,6 +140,42 @@ class Concurrency:
         return self.lease / 3
 
 
+MAX_RATE_LIMIT: Final = 1_000_000
+"""The most starts a ``RateLimit`` may allow per period."""
+MAX_RATE_PERIOD: Final = 86_400.0
+"""The longest ``RateLimit.period``: a day (the gate keeps one entry per claim in a period)."""
+
+
+def _check_rate_limit(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_RATE_LIMIT:
+        raise ConfigurationError(
+            f"rate_limit.limit must be an int from 1 to {MAX_RATE_LIMIT:,}, got {value!r}.",
+            fix="pass how many runs of the job may start per period, e.g. RateLimit(100, 1.0).",
+        )
+
+
+def _seconds(value: Any) -> Any:  # noqa: ANN401 - checked by the validator that follows
+    return value.total_seconds() if isinstance(value, timedelta) else value
+
+
+@attrs.frozen
+class RateLimit:
+    """At most ``limit`` runs of the job start in any window of ``period`` seconds, across
+    every process (F3): a start is a claim of the run, a retaken lapsed lease included.
+
+    Enforced by the backend's claim (on PostgreSQL, the job's claim gate with the database's
+    clock), exactly: no window of ``period`` sees more than ``limit`` starts. A claim that finds
+    the window full starts nothing more and tells the runtime when the window frees, so the
+    job is claimed again then rather than at its next poll. Per job only for now: a limit per
+    key or per tenant is not supported yet.
+    """
+
+    limit: int = attrs.field(validator=_check_rate_limit)
+    period: float = attrs.field(
+        converter=_seconds, validator=_duration("rate_limit.period", MAX_RATE_PERIOD)
+    )
+
+
 MAX_SNOOZES: Final = 10_000
 """The most ``RetryPolicy.max_snoozes`` may allow: each snooze adds a history entry to the run."""
 
@@ -388,6 +424,9 @@ class JobDefinition(Generic[P]):
     """Its runs' priority unless an enqueue names one (K6): higher first, from ``MIN_PRIORITY``
     to ``MAX_PRIORITY`` (:mod:`ship_sqla.kernel._priority`)."""
 
+    rate_limit: RateLimit | None = None
+    """At most so many starts per period across every process (F3); None: no rate limit."""
+
     def encode(self, payload: P) -> Any:  # noqa: ANN401 - JSON-able
         """Validate and encode ``payload`` for storage; raises :class:`InvalidPayloadError`."""
         return self.codec.encode(payload)
@@ -417,6 +456,7 @@ def define_job(
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
     priority: int = DEFAULT_PRIORITY,
     timeout: float | timedelta | None = None,
+    rate_limit: RateLimit | None = None,
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
@@ -433,6 +473,9 @@ def define_job(
     (K5). At the timeout the handler is cancelled and the attempt is a failure with code
     ``SHIP_SQLA_JOB_TIMEOUT``; ``retry`` decides what follows. The run keeps its lease
     (heartbeats go on) until the handler has really stopped.
+
+    ``rate_limit`` (a :class:`RateLimit`; None: none): at most ``limit`` runs start in any
+    window of ``period`` seconds, across every process (F3).
     """
     if not _JOB_ID.match(id):
         raise ConfigurationError(
@@ -453,4 +496,14 @@ def define_job(
         max_payload_bytes=max_payload_bytes,
         priority=priority,
         timeout=timeout.total_seconds() if isinstance(timeout, timedelta) else timeout,
+        rate_limit=_as_rate_limit(rate_limit),
+    )
+
+
+def _as_rate_limit(value: object) -> RateLimit | None:
+    if value is None or isinstance(value, RateLimit):
+        return value
+    raise ConfigurationError(
+        f"rate_limit must be a RateLimit, got {type(value).__name__}.",
+        fix="pass rate_limit=RateLimit(limit, period_seconds), or omit it.",
     )

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from ship_sqla.kernel._clock import Clock
-    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._jobs import JobDefinition, RateLimit
     from ship_sqla.kernel._metrics import JobMetrics
     from ship_sqla.kernel._plans.prepare import PreparedRun
 
@@ -214,16 +214,29 @@ class ClaimBatch(list[ClaimedRun]):
     that only want the runs use it as one), plus ``buried``, the runs the same claim
     dead-lettered (J6), which the runtime reports and counts (J10)."""
 
-    __slots__ = ("buried",)
+    __slots__ = ("buried", "gate_created", "rate_wait")
 
     def __init__(
-        self, claimed: Iterable[ClaimedRun] = (), buried: Iterable[BuriedRun] = ()
+        self,
+        claimed: Iterable[ClaimedRun] = (),
+        buried: Iterable[BuriedRun] = (),
+        *,
+        rate_wait: float | None = None,
+        gate_created: bool = False,
     ) -> None:
         super().__init__(claimed)
         self.buried: tuple[BuriedRun, ...] = tuple(buried)
+        self.rate_wait = rate_wait
+        """F3: the claim left the job's rate window full: seconds until another run may start
+        (the runtime claims the job again then, not at its next poll). None otherwise."""
+        self.gate_created = gate_created
+        """The claim made the job's claim gate (a backend detail: such a claim grants nothing,
+        so the backend claims again at once)."""
 
     def __repr__(self) -> str:
-        return f"ClaimBatch({list(self)!r}, buried={self.buried!r})"
+        return (
+            f"ClaimBatch({list(self)!r}, buried={self.buried!r}, rate_wait={self.rate_wait!r})"
+        )
 
 
 def buried_of(claimed: Sequence[ClaimedRun]) -> tuple[BuriedRun, ...]:
@@ -363,7 +376,7 @@ class ClaimRequest:
     """One claim, as the runtime asks it: up to ``limit`` due runs of ``job_id`` for ``worker``,
     never more than ``max_running`` (the job's ``concurrency.max``; None: no cap) running runs of
     the job at once across every process, each leased for ``lease`` seconds, none whose
-    single-runner key is in ``exclude_keys`` (J3, J4, F1)."""
+    single-runner key is in ``exclude_keys`` (J3, J4, F1), within ``rate_limit`` (F3)."""
 
     job_id: str
     worker: str
@@ -371,6 +384,9 @@ class ClaimRequest:
     max_running: int | None
     lease: float
     exclude_keys: tuple[str, ...] = ()
+    rate_limit: RateLimit | None = None
+    """F3: the job's rate limit (at most ``limit`` starts per ``period`` across every process),
+    or None."""
 
 
 @attrs.frozen

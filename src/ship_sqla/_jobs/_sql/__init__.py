@@ -4,7 +4,7 @@ the index that serves it, by concern:
 - :mod:`.enqueue`: ``insert`` of prepared runs (J1, J2): the plain INSERT, the capped one, the
   J2 gate, the checked statement; the plain INSERT with its announcement and the announcement
   alone (K1: NOTIFY in the enqueueing transaction);
-- :mod:`.claim`: the claim, uncapped or through the job's claim gate (J3, J4, J6, F1);
+- :mod:`.claim`: the claim, ungated or through the job's claim gate (J3, J4, J6, F1, F3);
 - :mod:`.settle`: every settlement of a batch in one statement, and the heartbeat (J5, J7);
 - :mod:`.schedules`: the state rows of schedules (J9);
 - :mod:`.admin`: the administration port (J8; cancel, K2; pause and resume, K3), the queue
@@ -89,7 +89,7 @@ class JobStatements:
     enqueue_plain_announced: TextClause
     announce: TextClause
     claim_uncapped: TextClause
-    claim_capped: TextClause
+    claim_gated: TextClause
     settle: TextClause
     heartbeat: TextClause
     db_now: TextClause
@@ -129,7 +129,7 @@ class JobStatements:
             enqueue_plain_announced=r(enqueue.ENQUEUE_PLAIN_ANNOUNCED),
             announce=r(enqueue.ANNOUNCE),
             claim_uncapped=r(claim.CLAIM_UNCAPPED),
-            claim_capped=r(claim.CLAIM_CAPPED),
+            claim_gated=r(claim.CLAIM_GATED),
             settle=r(settle.SETTLE_IF_TOKEN_CURRENT),
             heartbeat=r(settle.HEARTBEAT_IF_TOKEN_CURRENT),
             db_now=r(schedules.DB_NOW),

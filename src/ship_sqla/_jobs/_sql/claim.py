@@ -1,31 +1,41 @@
-"""The claim (J3, J4, J6, F1): ONE autocommitted statement, one round trip, whichever process
-claims. Rules: see :mod:`ship_sqla._jobs._sql`. ``:limit``, ``:max_running`` and ``:lease`` are
-the :class:`~ship_sqla.kernel.ClaimRequest`'s (the runtime's free slots, the job's
-``concurrency.max`` and ``concurrency.lease``).
+"""The claim (J3, J4, J6, F1, F3): ONE autocommitted statement, one round trip, whichever
+process claims. Rules: see :mod:`ship_sqla._jobs._sql`. ``:limit``, ``:max_running``,
+``:rate_limit`` / ``:rate_period`` and ``:lease`` are the :class:`~ship_sqla.kernel.ClaimRequest`'s
+(the runtime's free slots, the job's ``concurrency.max``, its ``RateLimit`` and
+``concurrency.lease``).
 
 Two texts of one template, differing only in how the claim's room is found:
 
-- :data:`CLAIM_UNCAPPED` (``concurrency.max`` is None, the default): no fleet-wide cap, so no
-  exclusion at all: the room is the limit asked, and claimers of one job only meet on the rows
+- :data:`CLAIM_UNCAPPED` (no ``concurrency.max``, the default, and no rate limit): no exclusion
+  at all: the room is the limit asked, and claimers of one job only meet on the rows
   ``FOR UPDATE SKIP LOCKED`` hands to each of them (F1: nothing serialises them).
-- :data:`CLAIM_CAPPED`: the job's claim gate, ``<job_id>#claim-gate`` in the state table, taken
-  by the statement's own upsert (its row lock serialises the job's capped claims for that one
-  statement, never across a round trip) and granting the room. Why not the snapshot's count
-  alone: a statement's snapshot is taken when it starts, before it waits for the gate, so it
-  may miss the runs of a claim that committed in between. The gate keeps the total it has ever
-  granted (``claim_granted``); the upsert reads the row's newest version (ON CONFLICT DO UPDATE
-  locks and reads it whatever the snapshot), and the difference from the total this
-  statement's snapshot saw is exactly what claims committed since granted. So the room is
-  ``max - held (snapshot) - granted since the snapshot``: never above the cap (F1). It may be
-  below it for a moment (a grant not filled, runs settled since): only a claim concurrent with
-  those pays, and the next one counts afresh.
-"""
+- :data:`CLAIM_GATED` (a ``concurrency.max``, a ``RateLimit``, or both): the job's claim gate,
+  ``<job_id>#claim-gate`` in the state table, taken by the statement's own upsert after the
+  statement found its candidate runs (locked, SKIP LOCKED). Its row lock serialises the job's
+  gated claims for that one statement, never across a round trip, and it reads the row's newest
+  version (ON CONFLICT DO UPDATE locks and reads it whatever the snapshot), so it grants from
+  what every earlier claim recorded, not from what this statement's snapshot saw:
 
+  - the cap (F1): a statement's snapshot is taken when it starts, before it waits for the
+    gate, so its count of running runs may miss the runs of a claim that committed in between.
+    The gate keeps the total of due runs it ever granted (``claim_granted``); the newest total
+    minus the one this snapshot saw is what claims committed since were granted, so the room is
+    ``max - held (snapshot) - granted since the snapshot``: never above the cap. It may be
+    below for a moment (a grant a concurrent claim did not fill, runs settled since): only a
+    claim concurrent with those pays, and the next one counts afresh;
+  - the rate (F3): the gate keeps the recent starts as (time, count) pairs (``rate_at``,
+    ``rate_n``), the claim's time being ``greatest(now, the last recorded time)`` so recorded
+    times never go back; a claim at time ``t`` starts at most ``limit`` minus the starts
+    recorded in ``(t - period, t]``, and records exactly what it starts (its candidates are
+    locked, so everything granted is claimed). So no window of ``period`` sees more than
+    ``limit`` starts (claims that retake a lapsed lease included), and a claimed run's
+    ``updated_at`` is its recorded start time.
+"""
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["CLAIM_CAPPED", "CLAIM_GATE_SUFFIX", "CLAIM_UNCAPPED"]
+__all__ = ["CLAIM_GATED", "CLAIM_GATE_SUFFIX", "CLAIM_UNCAPPED"]
 
 CLAIM_GATE_SUFFIX: Final = "#claim-gate"
 """A capped job's claim gate row in the state table is ``<job_id>#claim-gate`` (F1)."""
@@ -47,7 +57,7 @@ WITH RECURSIVE paused AS (
                  ELSE current_setting('synchronous_commit') END, true) AS tuned
 ), lapsed AS (
     -- <runs>_lease_idx: lapsed leases (their holders died or stalled: J6), at most
-    -- :lapsed_limit (concurrency.max plus the limit: all of them unless workers died en masse;
+    -- :lapsed_limit (concurrency.max plus the limit, all of them unless workers died en masse;
     -- uncapped, the limit: the rest wait for the next claims).
     -- exhausted: the run ends here, never retaken: its final attempt lapsed (dead, J6), or an
     -- operator asked to cancel it (cancelled, K2).
@@ -61,32 +71,24 @@ WITH RECURSIVE paused AS (
     FOR UPDATE SKIP LOCKED
 )"""
 
-_ROOM_UNCAPPED: Final = """, room AS (
+_ROOM_UNGATED: Final = """, room AS (
     -- No cap: slots for as many due runs as asked (the runtime asks its free slots).
     SELECT CASE WHEN (SELECT yes FROM paused) THEN 0 ELSE CAST(:limit AS integer) END AS n
 )"""
 
-_GRANT: Final = """greatest(least(CAST(:limit AS integer),
-        CAST(:max_running AS integer) - (SELECT n FROM held) - CASE
-            WHEN coalesce(g.claim_granted, 0) >= (SELECT total FROM seen)
-            THEN coalesce(g.claim_granted, 0) - (SELECT total FROM seen)
-            ELSE coalesce(g.claim_granted, 0) END), 0)"""
-"""The room a capped claim is granted, in the gate's DO UPDATE (``g``: the row's newest
-version): ``max - held - granted since this statement's snapshot``. A total below the one the
-snapshot saw means the row was deleted and made again meanwhile: then all of it is counted."""
-
-_ROOM_CAPPED: Final = """, held AS (
-    -- <runs>_lease_idx: the job's running runs in this statement's snapshot, each holding a
-    -- concurrency.max slot whatever its lease, counted up to concurrency.max; only the ones
-    -- this claim buries give theirs up. A lapsed run keeps its slot until a claim retakes it
-    -- (the slot moves) or buries it, so the bound never rests on when a lapsed holder learns
-    -- that its lease is gone: a lapsed run whose row another statement holds (a heartbeat or
-    -- settle in flight, skipped above) is counted too. The ORDER BY is the index's own: it
-    -- keeps the planner off a LIMITed sequential scan (its row estimate for one job's running
-    -- runs is often far too high).
+_ROOM_GATED: Final = """, held AS (
+    -- <runs>_lease_idx: the job's running runs in this statement's snapshot (none read when
+    -- the job has no cap), each holding a concurrency.max slot whatever its lease, counted up
+    -- to concurrency.max; only the ones this claim buries give theirs up. A lapsed run keeps
+    -- its slot until a claim retakes it (the slot moves) or buries it, so the bound never rests
+    -- on when a lapsed holder learns that its lease is gone: a lapsed run whose row another
+    -- statement holds (a heartbeat or settle in flight, skipped above) is counted too. The
+    -- ORDER BY is the index's own: it keeps the planner off a LIMITed sequential scan (its row
+    -- estimate for one job's running runs is often far too high).
     SELECT count(*) AS n FROM (
         SELECT 1 FROM {runs}
         WHERE job_id = :job_id AND state = 'running'
+          AND CAST(:max_running AS integer) IS NOT NULL
           AND id <> ALL(ARRAY(SELECT id FROM lapsed WHERE exhausted))
         ORDER BY lease_expires_at
         LIMIT CAST(:max_running AS integer)
@@ -95,29 +97,17 @@ _ROOM_CAPPED: Final = """, held AS (
     -- <state>_pkey: the gate's total as this statement's snapshot saw it (0: no gate yet).
     SELECT coalesce((SELECT g.claim_granted FROM {state} g
                      WHERE g.job_id = CAST(:gate_row AS text)), 0) AS total
-), gate AS (
-    -- <state>_pkey, F1: the job's claim gate. The upsert locks the row (capped claimers of the
-    -- job take turns for this statement only) and reads its newest version, whatever this
-    -- statement's snapshot: the room is what the cap leaves after the running runs this
-    -- snapshot counted and what claims committed since it was taken were granted.
-    -- claim_grant keeps this claim's grant for RETURNING (it cannot read the old total).
-    INSERT INTO {state} AS g (job_id, claim_granted, claim_grant, updated_at)
-    SELECT CAST(:gate_row AS text), first.n, first.n, {now}
-    FROM (SELECT greatest(least(CAST(:limit AS integer),
-                 CAST(:max_running AS integer) - held.n), 0) AS n FROM held) first
-    WHERE NOT (SELECT yes FROM paused)
-    ON CONFLICT (job_id) DO UPDATE SET
-        claim_grant = {grant},
-        claim_granted = coalesce(g.claim_granted, 0) + {grant},
-        updated_at = {now}
-    RETURNING g.claim_grant AS n
 ), room AS (
-    -- Slots for due runs: the gate's grant (none when paused). Retaking a lapsed run moves its
-    -- slot to this claim; it takes none.
-    SELECT coalesce((SELECT n FROM gate), 0) AS n
-)""".replace("{grant}", _GRANT)
+    -- How many due runs to look for: the most the gate could grant (the cap as this snapshot
+    -- counts it; what claims committed since were granted only lowers it).
+    SELECT CASE WHEN (SELECT yes FROM paused) THEN 0
+        WHEN CAST(:max_running AS integer) IS NULL THEN CAST(:limit AS integer)
+        ELSE greatest(least(CAST(:limit AS integer), CAST(:max_running AS integer) - held.n), 0)
+        END AS n
+    FROM held
+)"""
 
-_TAIL: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
+_WALK: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
     -- <runs>_due_idx, highest priority first (K6): each step finds the next lower priority
     -- level that holds waiting runs (a loose index scan: one entry, the level's last), then
     -- takes that level's due runs in (run_at, seq) order straight off the index, at most the
@@ -160,7 +150,9 @@ _TAIL: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
 ), due AS (
     SELECT u.id, u.seq, u.run_at, w.priority
     FROM walk w, unnest(w.ids, w.run_ats, w.seqs) AS u(id, run_at, seq)
-), picked AS (
+)"""
+
+_PICK_UNGATED: Final = """, picked AS (
     -- The small outer sort: retakable lapsed runs and the due runs (at most room) together by
     -- (priority DESC, run_at, seq), at most limit of them. Rows the scans locked and this
     -- limit dropped stay locked until COMMIT, which is why a claim is its own short transaction.
@@ -172,7 +164,94 @@ _TAIL: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
     ) c
     ORDER BY c.priority DESC, c.run_at, c.seq
     LIMIT CAST(:limit AS integer)
-), buried AS (
+)"""
+
+_DELTA: Final = """(CASE WHEN coalesce(g.claim_granted, 0) >= (SELECT total FROM seen)
+            THEN coalesce(g.claim_granted, 0) - (SELECT total FROM seen)
+            ELSE coalesce(g.claim_granted, 0) END)"""
+"""Due runs granted by the claims committed since this statement's snapshot (``g``: the gate's
+newest version). A total below the one the snapshot saw means the row was deleted and made again
+meanwhile: then all of it is counted."""
+
+_T: Final = """greatest({now}, coalesce(g.rate_at[cardinality(g.rate_at)], {now}))"""
+"""The claim's start time on the gate (F3): never before the last one recorded."""
+
+_WINDOW: Final = """unnest(g.rate_at, g.rate_n) AS u(at, n)
+            WHERE u.at > {t} - CAST(:rate_period AS double precision) * interval '1 second'"""
+"""The starts recorded in the window ending at the claim's time."""
+
+_RATE_ROOM: Final = """(CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN CAST(:limit AS integer)
+            ELSE CAST(:rate_limit AS integer)
+                - coalesce((SELECT sum(u.n) FROM {window}), 0) END)"""
+
+_DUE_GRANT: Final = """greatest(least((SELECT due_n FROM found),
+            CASE WHEN CAST(:max_running AS integer) IS NULL THEN CAST(:limit AS integer)
+                 ELSE CAST(:max_running AS integer) - (SELECT n FROM held) - {delta} END,
+            {rate_room}), 0)"""
+"""The due runs a gated claim may start: what it found, what the cap leaves, what the rate
+leaves."""
+
+_TOTAL: Final = """greatest(least(CAST(:limit AS integer),
+            (SELECT lapsed_n FROM found) + {due_grant}, {rate_room}), 0)"""
+"""Every run a rate-limited claim starts: lapsed ones it retakes and due ones, within the rate."""
+
+_PICK_GATED: Final = """, found AS (
+    -- The candidates this statement holds (locked, so whatever is granted is claimed).
+    SELECT (SELECT count(*) FROM due) AS due_n,
+        (SELECT count(*) FROM lapsed WHERE NOT exhausted
+           AND (key IS NULL OR key <> ALL(CAST(:exclude_keys AS text[])))) AS lapsed_n
+), gate AS (
+    -- <state>_pkey, F1/F3: the job's claim gate. The upsert locks the row (gated claimers of
+    -- the job take turns for this statement only) and reads its newest version. A new gate
+    -- starts at nothing granted and grants nothing (the backend claims again at once).
+    INSERT INTO {state} AS g (job_id, claim_granted, claim_grant, updated_at)
+    VALUES (CAST(:gate_row AS text), 0, 0, {now})
+    ON CONFLICT (job_id) DO UPDATE SET
+        claim_grant = {due_grant},
+        claim_granted = coalesce(g.claim_granted, 0) + {due_grant},
+        -- F3: the pairs still in the window, then this claim's (its count may be 0: RETURNING
+        -- reads this claim's count and time there).
+        rate_at = CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL
+            ELSE ARRAY(SELECT u.at FROM {window} ORDER BY u.at) || {t} END,
+        rate_n = CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL
+            ELSE ARRAY(SELECT u.n FROM {window} ORDER BY u.at) || {total} END,
+        updated_at = {now}
+    WHERE NOT (SELECT yes FROM paused)
+    RETURNING g.claim_grant AS due_n,
+        CASE WHEN CAST(:rate_limit AS integer) IS NULL
+            THEN least(CAST(:limit AS integer), (SELECT lapsed_n FROM found) + g.claim_grant)
+            ELSE g.rate_n[cardinality(g.rate_n)] END AS total_n,
+        g.rate_at[cardinality(g.rate_at)] AS started_at,
+        -- F3: the window is full: seconds until its oldest start leaves it.
+        CASE WHEN CAST(:rate_limit AS integer) IS NOT NULL
+              AND (SELECT sum(n) FROM unnest(g.rate_n) n) >= CAST(:rate_limit AS integer)
+            THEN extract(epoch FROM (SELECT min(u.at) FROM unnest(g.rate_at, g.rate_n) u(at, n)
+                                     WHERE u.n > 0)
+                 + CAST(:rate_period AS double precision) * interval '1 second'
+                 - g.rate_at[cardinality(g.rate_at)])
+            END AS rate_wait,
+        -- xmax 0: the row was inserted, not updated (a new gate).
+        g.xmax = 0 AS created
+), picked AS (
+    -- The small outer sort: retakable lapsed runs and the due runs the gate granted together
+    -- by (priority DESC, run_at, seq), at most what the gate allows. Rows the scans locked and
+    -- this limit dropped stay locked until COMMIT, which is why a claim is its own short
+    -- transaction.
+    SELECT c.id FROM (
+        SELECT id, seq, run_at, priority FROM lapsed
+        WHERE NOT exhausted AND (key IS NULL OR key <> ALL(CAST(:exclude_keys AS text[])))
+        UNION ALL
+        SELECT * FROM (
+            SELECT id, seq, run_at, priority FROM due
+            ORDER BY priority DESC, run_at, seq
+            LIMIT coalesce((SELECT due_n FROM gate), 0)
+        ) granted
+    ) c
+    ORDER BY c.priority DESC, c.run_at, c.seq
+    LIMIT coalesce((SELECT total_n FROM gate), 0)
+)"""
+
+_CLAIM_TAIL: Final = """, buried AS (
     -- <runs>_pkey. A lease that lapsed on the final attempt is dead-lettered, not retried
     -- forever (J6), whether or not this claim has room; the lapsed attempt is its last history
     -- entry, and the claim returns the run so the runtime reports and counts it (J10). A
@@ -201,7 +280,7 @@ _TAIL: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
     SET state = 'running', attempt = r.attempt + 1,
         lease_token = coalesce(r.lease_token, 0) + 1 + CAST(floor(random() * 1048576) AS bigint),
         lease_expires_at = {now} + CAST(:lease AS double precision) * interval '1 second',
-        claimed_by = CAST(:worker AS text), updated_at = {now},
+        claimed_by = CAST(:worker AS text), updated_at = {started},
         last_error = CASE WHEN r.state = 'running' THEN CAST(:lapsed AS text)
                           ELSE r.last_error END,
         history = CASE WHEN r.state = 'running'
@@ -215,43 +294,77 @@ _TAIL: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
         r.snoozes
 )
 SELECT c.id, c.payload, c.attempt, c.max_attempts, c.lease_token, c.key, c.lease_expires_at,
-    c.created_at, c.run_at, c.seq, c.priority, c.trace_context, c.snoozes, false AS buried
+    c.created_at, c.run_at, c.seq, c.priority, c.trace_context, c.snoozes, 0 AS kind,
+    CAST(NULL AS double precision) AS rate_wait, false AS created
 FROM claimed c
 UNION ALL
 SELECT b.id, NULL, b.attempt, NULL, NULL, b.key, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    true
+    1, NULL, false
 FROM buried b
-WHERE b.state = 'dead'
-ORDER BY buried, priority DESC, run_at, seq
+WHERE b.state = 'dead'{gate_row}
+ORDER BY kind, priority DESC, run_at, seq
 """
 
-CLAIM_UNCAPPED: Final = _HEAD + _ROOM_UNCAPPED + _TAIL
-"""Claim up to ``limit`` runs of one job (J3, J6, K6): lapsed leases retaken, due runs by
-``(priority DESC, run_at, seq)`` (higher priority first, then due time, then creation order),
-for a job without ``concurrency.max`` (no fleet-wide cap: the room is the limit).
+_GATE_ROW: Final = """
+UNION ALL
+-- F3/F1: the gate's answer, one row: how long the rate keeps the job full, whether it is new.
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    2, CAST(g.rate_wait AS double precision), g.created
+FROM gate g
+WHERE g.rate_wait IS NOT NULL OR g.created"""
+
+_EXPAND: Final = (
+    ("{due_grant}", _DUE_GRANT),
+    ("{total}", _TOTAL),
+    ("{due_grant}", _DUE_GRANT),
+    ("{rate_room}", _RATE_ROOM),
+    ("{delta}", _DELTA),
+    ("{window}", _WINDOW),
+    ("{t}", _T),
+)
+"""Fragment expansions of the gated claim, outermost first (``{now}`` and the tables are
+:func:`~ship_sqla._jobs._sql.render`'s)."""
+
+
+def _expanded(template: str) -> str:
+    for name, fragment in _EXPAND:
+        template = template.replace(name, fragment)
+    return template
+
+
+CLAIM_UNCAPPED: Final = (
+    _HEAD
+    + _ROOM_UNGATED
+    + _WALK
+    + _PICK_UNGATED
+    + _CLAIM_TAIL.replace("{started}", "{now}").replace("{gate_row}", "")
+)
+"""Claim up to ``limit`` runs of one job with no cap and no rate limit (J3, J6, K6): lapsed
+leases retaken, due runs by ``(priority DESC, run_at, seq)`` (higher priority first, then due
+time, then creation order), the room being the limit.
 
 Ordered index scans (lapsed leases; per priority level, highest first, the due runs: the walk
 stops as soon as it has the room's worth) then a small outer sort, so a claim costs the same at
 any backlog: about ``limit`` index entries plus two per priority level it visits; one
 ``state IN (...) OR ...`` scan, or one scan ordered by ``priority DESC, run_at``, could not be
 served in order past delayed runs. Returns the claimed runs in claim order, ``(priority DESC,
-run_at, seq)``, then the runs it dead-lettered (``buried``: id, attempt, key)."""
+run_at, seq)`` (``kind`` 0), then the runs it dead-lettered (``kind`` 1: id, attempt, key)."""
 
-CLAIM_CAPPED: Final = _HEAD + _ROOM_CAPPED + _TAIL
-"""Claim up to ``limit`` runs of one job (J3, J6, K6): lapsed leases retaken, due runs by
-``(priority DESC, run_at, seq)`` (higher priority first, then due time, then creation order),
-never more than ``concurrency.max`` running runs of the job
-at once, live or lapsed leases alike. Heartbeats refuse a lapsed lease (so its holder stops), but
-a lapsed run keeps its slot until it is retaken or buried: counting only live leases would make
-the bound depend on whether a heartbeat that began before the lapse commits before or after
-this claim's snapshot, one run above the cap when it loses that race.
-
-Ordered index scans (lapsed leases; per priority level, highest first, the due runs: the walk
-stops as soon as it has the room's worth) then a small outer sort, so a claim costs the same at
-any backlog: about ``limit`` index entries plus two per priority level it visits; one
-``state IN (...) OR ...`` scan, or one scan ordered by ``priority DESC, run_at``, could not be
-served in order past delayed runs. Returns the claimed runs in claim order, ``(priority DESC,
-run_at, seq)``, then the runs it dead-lettered (``buried``: id, attempt, key).
-
-The room comes from the job's claim gate (see the module docstring), so the bound holds across
-processes although the statement's snapshot predates its turn at the gate."""
+CLAIM_GATED: Final = _expanded(
+    _HEAD
+    + _ROOM_GATED
+    + _WALK
+    + _PICK_GATED
+    + _CLAIM_TAIL.replace("{started}", "coalesce((SELECT started_at FROM gate), {now})").replace(
+        "{gate_row}", _GATE_ROW
+    )
+)
+"""Claim as :data:`CLAIM_UNCAPPED` does, through the job's claim gate (see the module docstring):
+never more than ``concurrency.max`` running runs of the job at once, live or lapsed leases
+alike, and never more than the rate limit's starts in any window of its period. Heartbeats
+refuse a lapsed lease (so its holder stops), but a lapsed run keeps its slot until it is retaken
+or buried: counting only live leases would make the bound depend on whether a heartbeat that
+began before the lapse commits before or after this claim's snapshot, one run above the cap
+when it loses that race. After the claimed and buried rows, at most one ``kind`` 2 row: the
+gate's ``rate_wait`` (seconds until the rate lets another run start, when this claim left the
+window full) and ``created`` (the gate was made by this claim, which granted nothing)."""

@@ -243,6 +243,9 @@ class InMemoryJobBackend(JobBackendBase):
         self._schedules: dict[str, tuple[str, datetime]] = {}
         # job id -> when it was paused (K3): the PostgreSQL backend's ``<job_id>#paused`` rows.
         self._paused: dict[str, datetime] = {}
+        # job id -> its recent starts as (time, count) pairs (F3): the PostgreSQL backend's
+        # claim gate's rate_at/rate_n.
+        self._starts: dict[str, list[tuple[datetime, int]]] = {}
         self._admin = InMemoryRunAdmin(self)
 
     @property
@@ -329,11 +332,25 @@ class InMemoryJobBackend(JobBackendBase):
         # retaking a lapsed run moves its slot.
         cap = request.max_running
         room = limit if cap is None else max(min(limit, cap - held), 0)
+        # F3: the job's recent starts, (time, count) pairs, times never going back.
+        rate, starts = request.rate_limit, self._starts.setdefault(request.job_id, [])
+        started_at = max(now, starts[-1][0]) if starts else now
+        if rate is not None:
+            since = started_at - timedelta(seconds=rate.period)
+            starts[:] = [(at, n) for at, n in starts if at > since]
+            rate_room = rate.limit - sum(n for _, n in starts)
+            room, limit = min(room, rate_room), min(limit, rate_room)
         retakable = [run for run in candidates if run.state == "running"]
         due = heapq.nsmallest(
             room, (run for run in candidates if run.state == "waiting"), key=_claim_order
         )
         chosen = heapq.nsmallest(limit, retakable + due, key=_claim_order)
+        rate_wait = None
+        if rate is not None:
+            starts.append((started_at, len(chosen)))
+            if sum(n for _, n in starts) >= rate.limit:
+                oldest = min(at for at, n in starts if n > 0)
+                rate_wait = (oldest + timedelta(seconds=rate.period) - started_at).total_seconds()
         lease = request.lease
         expires_at = now + timedelta(seconds=lease)
         claimed: list[ClaimedRun] = []
@@ -348,7 +365,7 @@ class InMemoryJobBackend(JobBackendBase):
             run.token += 1
             run.lease_expires_at = expires_at
             run.worker = request.worker
-            run.updated_at = now
+            run.updated_at = started_at if rate is not None else now
             claimed.append(
                 ClaimedRun(
                     run_id=run.run_id,
@@ -366,7 +383,7 @@ class InMemoryJobBackend(JobBackendBase):
                     trace_context=run.trace_context,
                 )
             )
-        return ClaimBatch(claimed, buried)
+        return ClaimBatch(claimed, buried, rate_wait=rate_wait)
 
     def _current(self, claimed: ClaimedRun) -> _Run | None:
         """The stored run while ``claimed``'s token is current (J5), else None."""

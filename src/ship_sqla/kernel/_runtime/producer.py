@@ -103,6 +103,8 @@ class Producer:
         # Counts slot and settle releases, so the loop can tell one happened mid-pass.
         self._freed = 0
         self._closing = False
+        # F3: the earliest monotonic time a rate-limited job's window frees (None: none waits).
+        self._rate_due: float | None = None
 
     def close(self) -> None:
         """Stop claiming: the pass under way ends, and :meth:`run` returns."""
@@ -121,6 +123,11 @@ class Producer:
         lapse), so the loop is woken only when it waits for this process's own room."""
         if self._parked_full:
             self._kick.set()
+
+    def _rate_wake_at(self, at: float) -> None:
+        """F3: wait no later than ``at`` (monotonic) before the next pass."""
+        if self._rate_due is None or at < self._rate_due:
+            self._rate_due = at
 
     def has_capacity(self) -> bool:
         return (
@@ -193,6 +200,9 @@ class Producer:
             timeout = self._poll_interval
             if self._scheduled:
                 timeout = min(timeout, SCHEDULE_TICK_INTERVAL)
+            if self._rate_due is not None:
+                timeout = min(timeout, max(self._rate_due - self._clock.monotonic(), 0.0))
+                self._rate_due = None
             await first_done(self._store.wait_for_work(timeout), self._kick.wait())
         finally:
             self._want_capacity = self._parked_full = False
@@ -258,8 +268,12 @@ class Producer:
                 max_running=job.concurrency.max,
                 lease=job.concurrency.lease,
                 exclude_keys=exclude,
+                rate_limit=job.rate_limit,
             )
         )
+        if claimed.rate_wait is not None:
+            # F3: the job's rate window is full; claim it again when the window frees.
+            self._rate_wake_at(sent + max(claimed.rate_wait, 0.0))
         for buried in claimed.buried:
             self._buried(job, buried)
         runs: Sequence[ClaimedRun] = claimed
