@@ -234,9 +234,7 @@ class ClaimBatch(list[ClaimedRun]):
         so the backend claims again at once)."""
 
     def __repr__(self) -> str:
-        return (
-            f"ClaimBatch({list(self)!r}, buried={self.buried!r}, rate_wait={self.rate_wait!r})"
-        )
+        return f"ClaimBatch({list(self)!r}, buried={self.buried!r}, rate_wait={self.rate_wait!r})"
 
 
 def buried_of(claimed: Sequence[ClaimedRun]) -> tuple[BuriedRun, ...]:

@@ -31,6 +31,7 @@ Two texts of one template, differing only in how the claim's room is found:
     ``limit`` starts (claims that retake a lapsed lease included), and a claimed run's
     ``updated_at`` is its recorded start time.
 """
+
 from __future__ import annotations
 
 from typing import Final
