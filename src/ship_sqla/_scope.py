@@ -15,9 +15,9 @@ Every database call made through :func:`joined` is judged by the one outage rule
 (:mod:`ship_sqla._sql_errors`): a refused or lost connection surfaces as
 :class:`~ship_sqla.kernel.DatabaseUnavailableError`, the driver's error chained.
 
-A tenant is checked once, here (:func:`check_tenant`), for ``uow.run`` and every store: ``""``
-and blank tenants are refused, since a store that keys "no tenant" as ``''`` would otherwise
-alias the two.
+A tenant is checked once, by :func:`~ship_sqla.kernel._tenancy.check_tenant` (re-exported
+here), for ``uow.run`` and every store: ``""`` and blank tenants are refused, since a store that
+keys "no tenant" as ``''`` would otherwise alias the two.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import ScopeClosedError, ScopeConcurrencyError, TenantViolationError
 from ship_sqla.kernel._errors import DatabaseTimeoutError
+from ship_sqla.kernel._tenancy import MAX_TENANT_BYTES, check_tenant
 
 if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import IsolationLevel
@@ -57,11 +58,6 @@ Database: TypeAlias = AsyncEngine | AsyncConnection
 (then their work runs in a SAVEPOINT of it, which is how tests roll everything back)."""
 
 AfterCommit: TypeAlias = Callable[[], Awaitable[None] | None]
-
-MAX_TENANT_BYTES = 255
-"""A tenant is at most 255 bytes of UTF-8: it is part of the key of indexed rows (the
-idempotency table's primary key holds prefix, tenant and key), and PostgreSQL refuses an index
-row over about 2.7 kB with "index row requires N bytes" instead of a typed error."""
 
 _STORE_CALL = "a ship_sqla store call"
 
@@ -233,37 +229,6 @@ class TransactionScope:
     @staticmethod
     def _exit(token: contextvars.Token[TransactionScope | None]) -> None:
         _current.reset(token)
-
-
-def check_tenant(tenant: object, *, operation: str) -> str | None:
-    """``tenant``, unless it is no tenant at all (R2): ``None`` means "no tenant"; anything else
-    must be 1 to :data:`MAX_TENANT_BYTES` bytes of printable text, not only whitespace.
-
-    The one check for ``uow.run`` and every store: ``""`` or ``" "`` would alias "no tenant"
-    wherever "no tenant" is stored as ``''`` (the idempotency table's key), and replay or read
-    what was stored for untenanted requests.
-    """
-    if tenant is None:
-        return None
-    if not isinstance(tenant, str):
-        raise TenantViolationError(
-            f"{operation} was given tenant {tenant!r}, a {type(tenant).__name__}, not text.",
-            fix="pass the tenant's id as a str, or tenant=None for work of no tenant.",
-        )
-    problem = None
-    if not tenant.strip():
-        problem = "is empty or blank, which would alias 'no tenant'"
-    elif not tenant.isprintable():
-        problem = "contains control or non-printable characters"
-    elif len(tenant.encode()) > MAX_TENANT_BYTES:
-        problem = f"is {len(tenant.encode())} bytes of UTF-8, over {MAX_TENANT_BYTES}"
-    if problem is not None:
-        raise TenantViolationError(
-            f"{operation} was given tenant {tenant[:60]!r}, which {problem}.",
-            fix="pass tenant=None for work that belongs to no tenant, else the tenant's id"
-            f" (1 to {MAX_TENANT_BYTES} bytes of printable text).",
-        )
-    return tenant
 
 
 def tenant_within(

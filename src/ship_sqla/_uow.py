@@ -40,6 +40,7 @@ from ship_sqla._scope import (
 from ship_sqla._sql_errors import database_outage_translated, sqlstate_of
 from ship_sqla.kernel import ConfigurationError, RollbackOnlyError
 from ship_sqla.kernel._errors import DatabaseUnavailableError
+from ship_sqla.kernel._tenancy import ambient_tenant, tenant_ambient
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -130,13 +131,18 @@ class UnitOfWork(Generic[R]):
         A refused or lost connection raises :class:`~ship_sqla.kernel.DatabaseUnavailableError`
         (the driver's error chained). On an engine, a run whose pooled connection was dead
         before any of its statements completed is re-run once on a fresh connection.
-        ``tenant`` is None (no tenant) or a real tenant: ``""`` and blank are refused.
+        ``tenant`` is None (no tenant) or a real tenant: ``""`` and blank are refused. A run
+        opened without one inside a job handler is in the handler's run's tenant (F2); every
+        run enqueued inside it records its tenant.
         """
         _check_isolation(isolation_level)
         check_tenant(tenant, operation=_RUN)
         outer = _current.get()
         if outer is not None and outer.active:
             return await self._run_nested(outer, handler, tenant=tenant, savepoint=savepoint)
+        if tenant is None:
+            # F2: a job handler's units of work default to its run's tenant.
+            tenant = ambient_tenant()
         level = isolation_level or self._isolation_level
         attempt = 1
         fresh_connection_tried = False
@@ -185,7 +191,8 @@ class UnitOfWork(Generic[R]):
                 try:
                     if self._row_level_security:
                         await _set_tenant_setting(connection, tenant)
-                    result = await handler(self._repositories(scope))
+                    with tenant_ambient(tenant):
+                        result = await handler(self._repositories(scope))
                     if scope.rollback_only:
                         raise RollbackOnlyError(
                             "a nested uow.run that joined this run raised, and this run's"
@@ -231,14 +238,16 @@ class UnitOfWork(Generic[R]):
             if savepoint:
                 with database_outage_translated(_RUN):
                     async with outer.connection.begin_nested():
-                        result = await handler(self._repositories(scope))
+                        with tenant_ambient(nested_tenant):
+                            result = await handler(self._repositories(scope))
                         await scope._flush_sessions()  # noqa: SLF001
                 # Released: its callbacks and sessions now live and die with the enclosing one.
                 # Had it rolled back, they would be discarded with the scope below (U4).
                 scope._released()  # noqa: SLF001
                 return result
             try:
-                return await handler(self._repositories(scope))
+                with tenant_ambient(nested_tenant):
+                    return await handler(self._repositories(scope))
             except BaseException as exc:
                 # Joined work has no boundary of its own: the outer run must never commit it.
                 outer._root()._failed_nested = exc  # noqa: SLF001

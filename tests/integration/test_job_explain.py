@@ -177,6 +177,7 @@ def depth_params() -> dict[str, Any]:
         "run_ats": [None],
         "priorities": [0],
         "trace_contexts": [None],
+        "tenant": None,
     }
 
 
@@ -192,6 +193,7 @@ def capped_params() -> dict[str, Any]:
         "run_ats": [None],
         "priorities": [0],
         "trace_contexts": [None],
+        "tenant": None,
     }
 
 

@@ -30,6 +30,9 @@ def test_ids_are_canonical_text() -> None:
 def test_ids_keep_increasing_when_the_counter_overflows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Past the 42-bit counter the id moves to the next millisecond and keeps sorting."""
     first = new_run_ids(1)
+    # Pinned to the last id's millisecond: if the clock ticked between the calls, the counter
+    # would restart instead of overflowing (what this test is about).
+    monkeypatch.setattr(_ids, "_last_ms", _ids._last_ms + 60_000)
     monkeypatch.setattr(_ids, "_counter", _ids._COUNTER_MAX - 2)
     later = new_run_ids(5)
     _check(first + later)

@@ -56,6 +56,7 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         last_error=row.last_error,
         history=tuple(row.history),
         priority=row.priority,
+        tenant=row.tenant_id,
         snoozes=row.snoozes,
         cancel_requested_at=row.cancel_requested_at,
     )
@@ -103,7 +104,12 @@ class PostgresRunAdmin:
 
     async def list_dead(self, query: DeadQuery) -> list[RunRecord]:
         after_at, after_id = query.after if query.after is not None else (None, None)
-        params: dict[str, Any] = {"limit": query.limit, "after_at": after_at, "after_id": after_id}
+        params: dict[str, Any] = {
+            "limit": query.limit,
+            "after_at": after_at,
+            "after_id": after_id,
+            "tenant": query.tenant,
+        }
         statement = self._s.list_dead_all_jobs
         if query.job_id is not None:
             statement = self._s.list_dead_of_job

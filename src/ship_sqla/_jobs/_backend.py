@@ -159,6 +159,7 @@ _RUN_COLUMNS = frozenset(
         "trace_context",
         "snoozes",
         "cancel_requested_at",
+        "tenant_id",
     }
 )
 
@@ -481,6 +482,7 @@ class PostgresJobBackend(JobBackendBase):
                     priority=row.priority,
                     trace_context=row.trace_context,
                     snoozes=row.snoozes,
+                    tenant=row.tenant_id,
                 )
             )
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.

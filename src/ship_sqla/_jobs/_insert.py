@@ -76,6 +76,8 @@ class _PlainBatch:
     max_attempts: list[int]
     priorities: list[int]
     trace_contexts: list[str | None]
+    tenant: str | None
+    """F2: every run of one enqueue call is for the same (ambient) tenant."""
 
     @classmethod
     def of(cls, runs: Sequence[PreparedRun]) -> _PlainBatch:
@@ -87,6 +89,7 @@ class _PlainBatch:
             [run.max_attempts for run in runs],
             [run.priority for run in runs],
             [run.trace_context for run in runs],
+            runs[0].tenant if runs else None,
         )
 
     def params(self, job_id: str, now: datetime | None) -> dict[str, object]:
@@ -100,6 +103,7 @@ class _PlainBatch:
             "max_attempts": self.max_attempts,
             "priorities": self.priorities,
             "trace_contexts": self.trace_contexts,
+            "tenant": self.tenant,
         }
 
 
@@ -237,6 +241,7 @@ class RunInserter:
             "max_attempts": [run.max_attempts for run in batch],
             "priorities": [run.priority for run in batch],
             "trace_contexts": [run.trace_context for run in batch],
+            "tenant": batch[0].tenant if batch else None,
         }
         answer = (await connection.execute(self._s.enqueue_many, params)).all()
         lost: list[int] = []

@@ -72,7 +72,8 @@ def ship_job_runs_table(
     ``claimed_by``; ``last_error`` and ``history`` (jsonb array, one entry per failed attempt);
     ``priority`` (smallint, higher first, K6) and ``trace_context`` (jsonb null: the enqueue's
     W3C trace context, K7); ``snoozes`` (int, the run's snoozes, K4); ``cancel_requested_at``
-    (when an operator asked to cancel the running run, K2).
+    (when an operator asked to cancel the running run, K2); ``tenant_id`` (text null: the tenant
+    it was enqueued for, F2).
     """
     n = derived_names(
         name,
@@ -113,6 +114,8 @@ def ship_job_runs_table(
         Column("trace_context", JSONB, nullable=True),
         # K4: how many times the run snoozed (no attempt spent); the kernel bounds it.
         Column("snoozes", Integer, nullable=False, server_default=text("0")),
+        # F2: the tenant of the unit of work (or run) that enqueued it; NULL for none.
+        Column("tenant_id", Text, nullable=True),
         PrimaryKeyConstraint("id", name=n["_pkey"]),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
         # Serves CLAIM's walk over the priority levels (K6: the next lower level, one entry;

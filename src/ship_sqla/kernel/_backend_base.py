@@ -30,6 +30,7 @@ from ship_sqla.kernel._metrics import JobMetrics, job_metrics_for
 from ship_sqla.kernel._on_error import deliver_error
 from ship_sqla.kernel._plans.prepare import prepare_runs
 from ship_sqla.kernel._ports import FAILURE_KINDS, EnqueueRequest, Fail, Release, SnoozeRun
+from ship_sqla.kernel._tenancy import ambient_tenant
 from ship_sqla.kernel._tracing import current_trace_context_json
 from ship_sqla.kernel._waiting import LocalWake
 
@@ -195,7 +196,9 @@ class JobBackendBase(ABC):
         request = EnqueueRequest(
             payload, dedupe_key=dedupe_key, run_at=run_at, run_id=run_id, priority=priority
         )
-        prepared = prepare_runs(job, (request,), trace_context=current_trace_context_json())
+        prepared = prepare_runs(
+            job, (request,), trace_context=current_trace_context_json(), tenant=ambient_tenant()
+        )
         [result] = await self.insert(job, prepared, scope=scope)
         return result
 
@@ -218,7 +221,9 @@ class JobBackendBase(ABC):
             )
         if not requests:
             return []
-        prepared = prepare_runs(job, requests, trace_context=current_trace_context_json())
+        prepared = prepare_runs(
+            job, requests, trace_context=current_trace_context_json(), tenant=ambient_tenant()
+        )
         return await self.insert(job, prepared, scope=scope)
 
     # --- the settle front -------------------------------------------------------------------------

@@ -65,6 +65,7 @@ class JobContext:
     (another worker may now run it), the single-runner lock ended, the drain deadline passed, or
     an operator cancelled the run (``cancel_reason == "cancelled"``, K2), or the job's
     ``timeout`` passed (``"timeout"``, K5). ``snoozes`` counts the run's earlier snoozes (K4).
+    ``tenant`` is the tenant the run was enqueued for (F2).
     """
 
     __slots__ = ("_cancellation", "_run", "worker_id")
@@ -90,6 +91,12 @@ class JobContext:
     @property
     def job_id(self) -> str:
         return self._run.job_id
+
+    @property
+    def tenant(self) -> str | None:
+        """The tenant the run was enqueued for (F2), None for none. The handler runs in it: a
+        ``uow.run`` it opens without a tenant, and every run it enqueues, default to it."""
+        return self._run.tenant
 
     @property
     def attempt(self) -> int:

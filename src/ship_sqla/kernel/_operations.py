@@ -35,6 +35,7 @@ from ship_sqla.kernel._errors import (
 from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._page import Page
 from ship_sqla.kernel._ports import TERMINAL_STATES, DeadQuery
+from ship_sqla.kernel._tenancy import check_tenant
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -119,9 +120,10 @@ class AdministeredBackend(Protocol):
     def admin(self) -> RunAdmin: ...
 
 
-def _dead_page_query(job_id: str | None) -> str:
+def _dead_page_query(job_id: str | None, tenant: str | None) -> str:
     scope = ("every job",) if job_id is None else ("job", job_id)
-    return query_fingerprint(("ship_sqla.jobs.list_dead", *scope))
+    tenancy = () if tenant is None else ("tenant", tenant)
+    return query_fingerprint(("ship_sqla.jobs.list_dead", *scope, *tenancy))
 
 
 class JobOperations:
@@ -143,12 +145,18 @@ class JobOperations:
         await authorize(self._authorizer, MANAGE_PERMISSION, operation)
 
     async def list_dead(
-        self, *, job_id: str | None = None, limit: int = 50, cursor: str | None = None
+        self,
+        *,
+        job_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        tenant: str | None = None,
     ) -> Page[RunRecord]:
-        """Dead runs (of ``job_id``, or of every job), newest first, keyset-paged by
-        ``(finished_at, run_id)``: at most ``limit`` (1..500) per page; pass ``next_cursor``
-        back for the next page (None: no more). A cursor is signed and valid only for the same
-        ``job_id``."""
+        """Dead runs (of ``job_id``, or of every job; of ``tenant`` only, F2, when given),
+        newest first, keyset-paged by ``(finished_at, run_id)``: at most ``limit`` (1..500) per
+        page; pass ``next_cursor`` back for the next page (None: no more). A cursor is signed
+        and valid only for the same ``job_id`` and ``tenant``. A tenant filter reads past the
+        other tenants' dead runs of the job: keep dead letters few (retry, discard, cleanup)."""
         await self._authorize("list_dead")
         _require_within(
             "list_dead limit",
@@ -156,9 +164,12 @@ class JobOperations:
             MAX_PAGE_LIMIT,
             fix=f"ask for at most {MAX_PAGE_LIMIT} and follow next_cursor for the rest.",
         )
-        query = _dead_page_query(job_id)
+        check_tenant(tenant, operation="list_dead")
+        query = _dead_page_query(job_id, tenant)
         after = None if cursor is None else _position(cursor, self._secret, query)
-        rows = await self._admin.list_dead(DeadQuery(limit=limit + 1, job_id=job_id, after=after))
+        rows = await self._admin.list_dead(
+            DeadQuery(limit=limit + 1, job_id=job_id, after=after, tenant=tenant)
+        )
         items = tuple(rows[:limit])
         next_cursor = None
         if len(rows) > limit:

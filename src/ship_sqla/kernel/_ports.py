@@ -195,6 +195,8 @@ class ClaimedRun:
     trace_context: Mapping[str, str] | None = None
     """The W3C trace context its enqueue stored (``traceparent``, ``tracestate``; K7): the
     parent of every attempt's span. None when no span was current at the enqueue."""
+    tenant: str | None = None
+    """The tenant the run was enqueued for (F2), None for none: the handler runs in it."""
 
 
 @attrs.frozen
@@ -317,6 +319,8 @@ class RunRecord:
     waiting run is cancelled at once, without a request)."""
     priority: int = 0
     """The run's priority (K6: higher first)."""
+    tenant: str | None = None
+    """The tenant the run was enqueued for (F2), None for none."""
 
 
 @runtime_checkable
@@ -533,6 +537,8 @@ class DeadQuery:
     limit: int
     job_id: str | None = None
     after: tuple[datetime, str] | None = None
+    tenant: str | None = None
+    """F2: only runs enqueued for this tenant (None: every run, tenanted or not)."""
 
 
 @attrs.frozen

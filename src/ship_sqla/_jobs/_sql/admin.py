@@ -36,6 +36,8 @@ _DEAD_PAGE_AFTER_CURSOR: Final = """
   AND r.finished_at <= coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
   AND (CAST(:after_at AS timestamptz) IS NULL
        OR (r.finished_at, r.id) < (CAST(:after_at AS timestamptz), CAST(:after_id AS text)))
+  -- F2: one tenant's runs only, filtered (the index does not lead with the tenant).
+  AND (CAST(:tenant AS text) IS NULL OR r.tenant_id = CAST(:tenant AS text))
 ORDER BY r.finished_at DESC, r.id DESC
 LIMIT CAST(:limit AS integer)
 """

@@ -292,15 +292,16 @@ _CLAIM_TAIL: Final = """, buried AS (
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING r.id, r.payload, r.attempt, r.max_attempts, r.lease_token, r.key,
         r.lease_expires_at, r.created_at, r.run_at, r.seq, r.priority, r.trace_context,
-        r.snoozes
+        r.snoozes, r.tenant_id
 )
 SELECT c.id, c.payload, c.attempt, c.max_attempts, c.lease_token, c.key, c.lease_expires_at,
-    c.created_at, c.run_at, c.seq, c.priority, c.trace_context, c.snoozes, 0 AS kind,
+    c.created_at, c.run_at, c.seq, c.priority, c.trace_context, c.snoozes, c.tenant_id,
+    0 AS kind,
     CAST(NULL AS double precision) AS rate_wait, false AS created
 FROM claimed c
 UNION ALL
 SELECT b.id, NULL, b.attempt, NULL, NULL, b.key, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    1, NULL, false
+    NULL, 1, NULL, false
 FROM buried b
 WHERE b.state = 'dead'{gate_row}
 ORDER BY kind, priority DESC, run_at, seq
@@ -310,7 +311,7 @@ _GATE_ROW: Final = """
 UNION ALL
 -- F3/F1: the gate's answer, one row: how long the rate keeps the job full, whether it is new.
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    2, CAST(g.rate_wait AS double precision), g.created
+    NULL, 2, CAST(g.rate_wait AS double precision), g.created
 FROM gate g
 WHERE g.rate_wait IS NOT NULL OR g.created"""
 

@@ -1,7 +1,8 @@
 """The enqueue statements (J1, J2): what ``insert`` runs for prepared runs. Rules: see
 :mod:`ship_sqla._jobs._sql`. Each statement takes one job's runs as parallel arrays in request
 order (``:ids``, ``:payloads``, ``:keys``, ``:run_ats``, ``:max_attempts``, ``:priorities``
-(K6), ``:trace_contexts`` (K7, JSON text or NULL), and ``:dedupe_keys`` where a run may carry
+(K6), ``:trace_contexts`` (K7, JSON text or NULL), ``:tenant`` (F2: one for the whole batch,
+the enqueue's ambient tenant, or NULL), and ``:dedupe_keys`` where a run may carry
 one), exactly as :func:`~ship_sqla.kernel._plans.prepare.prepare_runs` made them: the
 statements compute nothing a run carries.
 """
@@ -23,11 +24,11 @@ __all__ = [
 
 _INSERT_PLAIN_COLUMNS: Final = """INSERT INTO {runs} (
     id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
-    run_at, created_at, updated_at, history, priority, trace_context
+    run_at, created_at, updated_at, history, priority, trace_context, tenant_id
 )
 SELECT t.id, :job_id, 'waiting', t.payload, t.key, NULL, 0,
     t.max_attempts, coalesce(t.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb),
-    t.priority, CAST(t.trace_context AS jsonb)
+    t.priority, CAST(t.trace_context AS jsonb), CAST(:tenant AS text)
 FROM ROWS FROM (
     unnest(CAST(:ids AS text[])), jsonb_array_elements(CAST(:payloads AS jsonb)),
     unnest(CAST(:keys AS text[])), unnest(CAST(:run_ats AS timestamptz[])),
@@ -136,11 +137,11 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO {runs} (
         id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
-        run_at, created_at, updated_at, history, priority, trace_context
+        run_at, created_at, updated_at, history, priority, trace_context, tenant_id
     )
     SELECT f.id, :job_id, 'waiting', CAST(f.payload AS jsonb), f.key, f.dedupe_key, 0,
         f.max_attempts, coalesce(f.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb),
-        f.priority, CAST(f.trace_context AS jsonb)
+        f.priority, CAST(f.trace_context AS jsonb), CAST(:tenant AS text)
     FROM fresh f, room
     WHERE room.n IS NULL OR f.rn <= room.n
     ORDER BY f.ord

@@ -121,6 +121,7 @@ class _Run:
         "seq",
         "snoozes",
         "state",
+        "tenant",
         "token",
         "trace_context",
         "updated_at",
@@ -135,6 +136,7 @@ class _Run:
         self.dedupe_key = prepared.dedupe_key
         self.max_attempts = prepared.max_attempts
         self.priority = prepared.priority
+        self.tenant = prepared.tenant
         self.trace_context: dict[str, str] | None = (
             None if prepared.trace_context is None else json.loads(prepared.trace_context)
         )
@@ -172,6 +174,7 @@ class _Run:
             history=tuple(dict(entry) for entry in self.history),
             snoozes=self.snoozes,
             priority=self.priority,
+            tenant=self.tenant,
             cancel_requested_at=self.cancel_requested_at,
         )
 
@@ -381,6 +384,7 @@ class InMemoryJobBackend(JobBackendBase):
                     snoozes=run.snoozes,
                     priority=run.priority,
                     trace_context=run.trace_context,
+                    tenant=run.tenant,
                 )
             )
         return ClaimBatch(claimed, buried, rate_wait=rate_wait)
@@ -555,7 +559,9 @@ class InMemoryRunAdmin:
         dead = [
             run
             for run in self._backend._runs.values()  # noqa: SLF001
-            if run.state == "dead" and (query.job_id is None or run.job_id == query.job_id)
+            if run.state == "dead"
+            and (query.job_id is None or run.job_id == query.job_id)
+            and (query.tenant is None or run.tenant == query.tenant)
         ]
         after = query.after
         if after is not None:

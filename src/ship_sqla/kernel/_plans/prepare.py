@@ -77,6 +77,8 @@ class PreparedRun:
     trace_context: str | None
     """The enqueue's W3C trace context as compact JSON text (``{"traceparent": ...}``), else
     None (K7)."""
+    tenant: str | None = None
+    """The tenant the run was enqueued for (F2): the ambient tenant of the enqueue, else None."""
 
 
 def prepare_run(
@@ -93,8 +95,10 @@ def prepare_runs(
     requests: Sequence[EnqueueRequest],
     *,
     trace_context: str | None = None,
+    tenant: str | None = None,
 ) -> list[PreparedRun]:
-    """:func:`prepare_run` of every request, in order, each carrying ``trace_context`` (K7);
+    """:func:`prepare_run` of every request, in order, each carrying ``trace_context`` (K7)
+    and ``tenant`` (F2);
     the first bad one raises, so a caller stores nothing of a batch until this returns. One
     loop with the job's settings looked up once, and the ids the callers did not give generated
     in one batch: a batch of 10,000 is where per-request lookups show."""
@@ -160,7 +164,16 @@ def prepare_runs(
         )
         append(
             PreparedRun(
-                run_id, durable, text, dedupe_key, key, run_at, attempts, priority, trace_context
+                run_id,
+                durable,
+                text,
+                dedupe_key,
+                key,
+                run_at,
+                attempts,
+                priority,
+                trace_context,
+                tenant,
             )
         )
     return prepared

@@ -31,6 +31,7 @@ from ship_sqla.kernel._runtime.state import (
     lapsed_before_start_error,
     stale_error,
 )
+from ship_sqla.kernel._tenancy import enter_tenant
 from ship_sqla.kernel._tracing import end_run_span, run_span, traces
 
 if TYPE_CHECKING:
@@ -159,9 +160,12 @@ class Executor:
             end_run_span(span, entry.settlement, entry.release_reason)
 
     async def _execute(self, entry: InFlight) -> None:
-        """The run's only task: every outcome is handed to ``settle`` or reported here."""
+        """The run's only task: every outcome is handed to ``settle`` or reported here. It runs
+        in the run's tenant (F2: the handler's enqueues and units of work default to it)."""
         job = entry.job
         run = entry.run
+        if run.tenant is not None:
+            enter_tenant(run.tenant)
         try:
             try:
                 # The payload was encoded by the kernel when the run was prepared; decoding it
