@@ -10,7 +10,8 @@ Baseline: the raw ceiling of the same work on an equivalent table (same factory,
 
 ``process.rate_limit_unbound`` (F3): the same drain with the job rate-limited far above what it
 reaches (every claim goes through the job's claim gate and records its starts), beside the same
-drain without a rate limit.
+drain without a rate limit. ``process.fair_lone_tenant`` (F2): the same drain with the job fair
+across tenants and every run one tenant's, beside the same drain without fairness.
 """
 
 from __future__ import annotations
@@ -37,11 +38,13 @@ from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_st
 from ship_sqla.kernel import (
     Concurrency,
     EnqueueRequest,
+    Fairness,
     JobDefinition,
     RateLimit,
     define_job,
     start_job_runtime,
 )
+from ship_sqla.kernel._tenancy import tenant_ambient
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -70,10 +73,21 @@ def drain_size(bench: Bench) -> int:
 
 
 async def _ship_round(
-    bench: Bench, db: BenchDatabase, runs: int, *, rate_limit: RateLimit | None = None
+    bench: Bench,
+    db: BenchDatabase,
+    runs: int,
+    *,
+    rate_limit: RateLimit | None = None,
+    fairness: Fairness | None = None,
 ) -> float:
     return await drain_jobs(
-        bench, db, runs, max_in_flight=MAX_IN_FLIGHT, poll_interval=5.0, rate_limit=rate_limit
+        bench,
+        db,
+        runs,
+        max_in_flight=MAX_IN_FLIGHT,
+        poll_interval=5.0,
+        rate_limit=rate_limit,
+        fairness=fairness,
     )
 
 
@@ -85,6 +99,7 @@ async def drain_jobs(
     max_in_flight: int | None,
     poll_interval: float | None,
     rate_limit: RateLimit | None = None,
+    fairness: Fairness | None = None,
     ablate_backend: Callable[[PostgresJobBackend], AbstractContextManager[None]] | None = None,
     ablate_runtime: Callable[[JobRuntime], AbstractContextManager[None]] | None = None,
 ) -> float:
@@ -92,7 +107,8 @@ async def drain_jobs(
 
     ``max_in_flight`` (also the job's ``concurrency.max``) and ``poll_interval``: None leaves
     the library's default (no fleet-wide cap, 100 in flight, poll every second).
-    ``rate_limit``: the job's (F3), None for none.
+    ``rate_limit``: the job's (F3), None for none. ``fairness``: the job's (F2); its runs are
+    then one tenant's.
 
     ``ablate_backend`` / ``ablate_runtime`` (benchmarks/ablations.py) turn one optimisation off
     for the timed part: the backend's before the runtime starts, the runtime's right after."""
@@ -112,11 +128,14 @@ async def drain_jobs(
         payload=dict,
         concurrency=Concurrency() if max_in_flight is None else Concurrency(max=max_in_flight),
         rate_limit=rate_limit,
+        fairness=fairness,
     )
     backend = create_job_backend(database=db.engine, table=table, state_table=state, **options)
-    for start in range(0, runs, ENQUEUE_BATCH):
-        size = min(ENQUEUE_BATCH, runs - start)
-        await backend.enqueue_many(job, [EnqueueRequest(payload={}) for _ in range(size)])
+    # A fair job's runs are one tenant's (F2: the lone-tenant case); others have none.
+    with tenant_ambient(None if fairness is None else "bench-tenant"):
+        for start in range(0, runs, ENQUEUE_BATCH):
+            size = min(ENQUEUE_BATCH, runs - start)
+            await backend.enqueue_many(job, [EnqueueRequest(payload={}) for _ in range(size)])
     await db.maintain(f"VACUUM (ANALYZE) {table.name}")
     backend_off = ablate_backend(backend) if ablate_backend is not None else nullcontext()
     with backend_off, Stopwatch() as watch:
@@ -195,7 +214,25 @@ async def run(bench: Bench) -> list[Figure]:
             lambda: _ship_round(bench, db, runs, rate_limit=rated),
             lambda: _ship_round(bench, db, runs),
         )
+        # F2: a fair job whose runs are all one tenant's, beside the same drain without fairness.
+        fair = Fairness()
+        await _ship_round(bench, db, 1_000, fairness=fair)
+        fair_ours, fair_theirs = await paired_rounds(
+            bench.rounds,
+            lambda: _ship_round(bench, db, runs, fairness=fair),
+            lambda: _ship_round(bench, db, runs),
+        )
     return [
+        Figure.from_rounds(
+            "process.fair_lone_tenant",
+            "jobs/s",
+            fair_ours,
+            fair_theirs,
+            baseline_label="the same drain without fairness (FIFO)",
+            targets=(Target("ratio", ">=", 0.9),),
+            note=f"N={runs:,} noop runs as process.noop, all of one tenant, the job with"
+            " Fairness() (F2: every claim walks the tenants and shares the room)",
+        ),
         Figure.from_rounds(
             "process.rate_limit_unbound",
             "jobs/s",

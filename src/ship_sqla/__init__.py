@@ -132,6 +132,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._job_context import JobContext as JobContext
     from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
     from ship_sqla.kernel._jobs import Concurrency as Concurrency
+    from ship_sqla.kernel._jobs import Fairness as Fairness
     from ship_sqla.kernel._jobs import IdempotencyPolicy as IdempotencyPolicy
     from ship_sqla.kernel._jobs import InvalidPayloadError as InvalidPayloadError
     from ship_sqla.kernel._jobs import JobDefinition as JobDefinition

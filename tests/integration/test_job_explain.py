@@ -37,9 +37,11 @@ def _load(table: str, waiting: int) -> list[str]:
     columns = "id, job_id, state, payload, max_attempts, run_at, created_at, updated_at"
     return [
         (
-            f"INSERT INTO {table} ({columns})"
+            # Ten tenants (F2's fair claim walks them), interleaved in due order.
+            f"INSERT INTO {table} ({columns}, tenant_id)"
             " SELECT 'w' || lpad(g::text, 9, '0'), 'bulk', 'waiting', '{}'::jsonb, 5,"
-            "  now() - interval '1 hour' + g * interval '1 millisecond', now(), now()"
+            "  now() - interval '1 hour' + g * interval '1 millisecond', now(), now(),"
+            "  't' || (g % 10)"
             f" FROM generate_series(1, {waiting}) g"
         ),
         (
@@ -159,6 +161,11 @@ def claim_params() -> dict[str, Any]:
         "gate_row": "bulk#claim-gate",
         "rate_limit": 1000,
         "rate_period": 1.0,
+        "after_tenant": None,
+        "max_tenants": 64,
+        "weight_tenants": ["t3"],
+        "weights": [2],
+        "default_weight": 1,
         "tuned": True,
         "now": None,
     }
@@ -246,6 +253,17 @@ CASES = [
         True,
     ),
     ("claim uncapped", claim.CLAIM_UNCAPPED, claim_params, {"due_idx", "lease_idx"}, 50, True),
+    # F2: a fair claim walks the ten tenants (a loose scan), counts and takes each one's due
+    # runs off the tenant index: bounded by tenants x limit at any backlog.
+    ("claim fair", claim.CLAIM_FAIR, claim_params, {"tenant_idx", "lease_idx"}, 50, True),
+    (
+        "claim fair gated",
+        claim.CLAIM_FAIR_GATED,
+        claim_params,
+        {"tenant_idx", "lease_idx"},
+        50,
+        True,
+    ),
     ("depth check", enqueue.ENQUEUE_MANY, depth_params, {"due_idx", "dedupe_idx", "pkey"}, 1, True),
     # J2's capped plain enqueue (after its gate): the same bounded count, no probes.
     ("capped enqueue", enqueue.ENQUEUE_PLAIN_CAPPED, capped_params, {"due_idx"}, 1, True),
@@ -283,8 +301,9 @@ CASES = [
 @pytest.mark.timeout(300)
 @pytest.mark.slow
 async def test_hot_statements_use_their_indexes_at_a_million_runs(loaded: AsyncEngine) -> None:
-    """J3, J2, F1: at 1,000,000 waiting runs the claim of 50 (capped, through the job's claim
-    gate, and uncapped) reads the due and lease partial indexes,
+    """J3, J2, F1, F2: at 1,000,000 waiting runs the claim of 50 (capped, through the job's
+    claim gate, and uncapped; fair across ten tenants, F2, off the tenant index) reads the due
+    and lease partial indexes,
     the depth check reads the due index (index-only, stops at the limit), the J10 queue gauges
     read the due index, a batched settle of every kind (J5) probes the primary key, a batched
     heartbeat an index, F5's demand the due and lease indexes; no statement scans the runs table

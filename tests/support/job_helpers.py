@@ -34,6 +34,7 @@ def claim_request(
         lease=job.concurrency.lease,
         exclude_keys=exclude_keys,
         rate_limit=job.rate_limit,
+        fairness=job.fairness,
     )
 
 

@@ -165,7 +165,9 @@ _RUN_COLUMNS = frozenset(
 
 _BURIED: Final = 1
 _GATE_ANSWER: Final = 2
-"""A claim row's ``kind``: 0 a claimed run, 1 a buried one, 2 the gate's answer (CLAIM_GATED)."""
+_FAIR_CURSOR: Final = 3
+"""A claim row's ``kind``: 0 a claimed run, 1 a buried one, 2 the gate's answer (CLAIM_GATED),
+3 where a fair claim's tenant walk stopped (CLAIM_FAIR)."""
 
 _KIND_OF: Final = {Complete: "complete", Fail: "fail", SnoozeRun: "snooze", Cancel: "cancel"}
 """Settlement class -> ``:kinds`` value of SETTLE_IF_TOKEN_CURRENT (any other: ``release``)."""
@@ -267,6 +269,8 @@ class PostgresJobBackend(JobBackendBase):
             name="job backend",
             report_error=self.report_error,
         )
+        # F2: per fair job, the tenant its last claim's walk stopped at (None: from the start).
+        self._fair_cursors: dict[str, str] = {}
         self._listen_channels: dict[str, tuple[Callable[[str], object], Callable[[], object]]] = {
             self.wake_channel: (self._announced, self.wake)
         }
@@ -434,16 +438,25 @@ class PostgresJobBackend(JobBackendBase):
             "tuned": self._connections.concurrent,
             "now": self._now(),
         }
+        s, fair = self.statements, request.fairness
+        if fair is not None:
+            params["after_tenant"] = self._fair_cursors.get(job_id)
+            params["max_tenants"] = fair.max_tenants
+            params["weight_tenants"] = [tenant for tenant, _ in fair.weights]
+            params["weights"] = [weight for _, weight in fair.weights]
+            params["default_weight"] = fair.default_weight
         if cap is None and rate is None:
-            return await self._claim_with(self.statements.claim_uncapped, params, request)
+            ungated = s.claim_uncapped if fair is None else s.claim_fair
+            return await self._claim_with(ungated, params, request)
         params["max_running"] = cap
         params["rate_limit"] = None if rate is None else rate.limit
         params["rate_period"] = None if rate is None else rate.period
         params["gate_row"] = claim_gate_row(job_id)
-        batch = await self._claim_with(self.statements.claim_gated, params, request)
+        gated = s.claim_gated if fair is None else s.claim_fair_gated
+        batch = await self._claim_with(gated, params, request)
         if batch.gate_created and not batch and not batch.buried:
             # The job's first gated claim made its gate, which grants nothing: claim again.
-            batch = await self._claim_with(self.statements.claim_gated, params, request)
+            batch = await self._claim_with(gated, params, request)
         return batch
 
     async def _claim_with(
@@ -459,8 +472,14 @@ class PostgresJobBackend(JobBackendBase):
         rate_wait: float | None = None
         created = False
         # Rows come in claim order, (priority DESC, run_at, seq), then the dead-lettered ones,
-        # then the gate's answer.
+        # then the gate's answer, then a fair claim's cursor.
+        if request.fairness is not None:
+            self._fair_cursors.pop(job_id, None)
         for row in rows:
+            if row.kind == _FAIR_CURSOR:
+                # F2: the walk stopped at max_tenants; the next fair claim starts after here.
+                self._fair_cursors[job_id] = row.id
+                continue
             if row.kind == _GATE_ANSWER:
                 rate_wait, created = row.rate_wait, row.created
                 continue

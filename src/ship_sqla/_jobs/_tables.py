@@ -77,7 +77,15 @@ def ship_job_runs_table(
     """
     n = derived_names(
         name,
-        ("_pkey", "_state_check", "_due_idx", "_lease_idx", "_dedupe_idx", "_finished_idx"),
+        (
+            "_pkey",
+            "_state_check",
+            "_due_idx",
+            "_lease_idx",
+            "_dedupe_idx",
+            "_finished_idx",
+            "_tenant_idx",
+        ),
         "job runs",
         schema=schema,
     )
@@ -141,6 +149,16 @@ def ship_job_runs_table(
             "dedupe_key",
             unique=True,
             postgresql_where=text(DEDUPE_PREDICATE),
+        ),
+        # Serves a fair claim (F2): the loose scan over the tenants with waiting runs, each
+        # tenant's count of due runs and its oldest due runs (run_at, seq order).
+        Index(
+            n["_tenant_idx"],
+            "job_id",
+            "tenant_id",
+            "run_at",
+            "seq",
+            postgresql_where=text(DUE_PREDICATE),
         ),
         # Serves CLEANUP's bounded deletes of finished runs past retention.
         Index(

@@ -176,6 +176,73 @@ class RateLimit:
     )
 
 
+MAX_FAIR_WEIGHT: Final = 1_000
+"""The largest weight a tenant may have in a ``Fairness``."""
+MAX_FAIR_TENANTS: Final = 1_000
+"""The most tenants one fair claim may visit (``Fairness.max_tenants``)."""
+
+
+def _check_weight(name: str, value: Any) -> None:  # noqa: ANN401 - checked here
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_FAIR_WEIGHT:
+        raise ConfigurationError(
+            f"{name} must be an int from 1 to {MAX_FAIR_WEIGHT:,}, got {value!r}.",
+            fix="give each tenant a positive whole weight (its share is weight / total).",
+        )
+
+
+def _frozen_weights(value: Any) -> tuple[tuple[str, int], ...]:  # noqa: ANN401 - checked here
+    if value is None:
+        return ()
+    items = value.items() if hasattr(value, "items") else value
+    weights = []
+    for tenant, weight in items:
+        if not isinstance(tenant, str) or not tenant.strip():
+            raise ConfigurationError(
+                f"fairness.weights names tenant {tenant!r}; tenants are non-blank text.",
+                fix="key the weights by tenant id, e.g. Fairness(weights={'acme': 3}).",
+            )
+        _check_weight(f"fairness.weights[{tenant!r}]", weight)
+        weights.append((tenant, weight))
+    return tuple(sorted(weights))
+
+
+def _check_default_weight(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
+    _check_weight("fairness.default_weight", value)
+
+
+def _check_max_tenants(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_FAIR_TENANTS:
+        raise ConfigurationError(
+            f"fairness.max_tenants must be an int from 1 to {MAX_FAIR_TENANTS:,}, got {value!r}.",
+            fix="omit it for the default (64).",
+        )
+
+
+@attrs.frozen
+class Fairness:
+    """Claims of the job shared fairly across tenants (F2): each claim splits what it may take
+    among the tenants that have due runs (the tenant each run was enqueued for; untenanted runs
+    count as one more tenant), by ``weights`` (tenant -> weight; others ``default_weight``),
+    work-conserving: what a tenant with few due runs leaves goes to the rest. So a tenant's
+    backlog never holds back another tenant's due runs by more than its share.
+
+    Within a tenant runs go oldest due first; priorities (K6) are not used by fair claims. One
+    claim visits at most ``max_tenants`` tenants, taking turns from where the backend's last
+    claim of the job stopped, so with more tenants than that each still comes round in turn.
+    """
+
+    weights: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=_frozen_weights)
+    default_weight: int = attrs.field(default=1, validator=_check_default_weight)
+    max_tenants: int = attrs.field(default=64, validator=_check_max_tenants)
+
+    def weight_of(self, tenant: str | None) -> int:
+        """``tenant``'s weight (untenanted runs, None, have the default)."""
+        for name, weight in self.weights:
+            if name == tenant:
+                return weight
+        return self.default_weight
+
+
 MAX_SNOOZES: Final = 10_000
 """The most ``RetryPolicy.max_snoozes`` may allow: each snooze adds a history entry to the run."""
 
@@ -427,6 +494,9 @@ class JobDefinition(Generic[P]):
     rate_limit: RateLimit | None = None
     """At most so many starts per period across every process (F3); None: no rate limit."""
 
+    fairness: Fairness | None = None
+    """Claims shared fairly across tenants (F2); None: oldest due first (by priority, K6)."""
+
     def encode(self, payload: P) -> Any:  # noqa: ANN401 - JSON-able
         """Validate and encode ``payload`` for storage; raises :class:`InvalidPayloadError`."""
         return self.codec.encode(payload)
@@ -457,6 +527,7 @@ def define_job(
     priority: int = DEFAULT_PRIORITY,
     timeout: float | timedelta | None = None,
     rate_limit: RateLimit | None = None,
+    fairness: Fairness | None = None,
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
@@ -476,6 +547,9 @@ def define_job(
 
     ``rate_limit`` (a :class:`RateLimit`; None: none): at most ``limit`` runs start in any
     window of ``period`` seconds, across every process (F3).
+
+    ``fairness`` (a :class:`Fairness`; None: none): claims share their room across tenants,
+    by weight (F2).
     """
     if not _JOB_ID.match(id):
         raise ConfigurationError(
@@ -497,6 +571,16 @@ def define_job(
         priority=priority,
         timeout=timeout.total_seconds() if isinstance(timeout, timedelta) else timeout,
         rate_limit=_as_rate_limit(rate_limit),
+        fairness=_as_fairness(fairness),
+    )
+
+
+def _as_fairness(value: object) -> Fairness | None:
+    if value is None or isinstance(value, Fairness):
+        return value
+    raise ConfigurationError(
+        f"fairness must be a Fairness, got {type(value).__name__}.",
+        fix="pass fairness=Fairness() (optionally with weights={tenant: weight}), or omit it.",
     )
 
 

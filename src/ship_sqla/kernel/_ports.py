@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from ship_sqla.kernel._clock import Clock
-    from ship_sqla.kernel._jobs import JobDefinition, RateLimit
+    from ship_sqla.kernel._jobs import Fairness, JobDefinition, RateLimit
     from ship_sqla.kernel._metrics import JobMetrics
     from ship_sqla.kernel._plans.prepare import PreparedRun
 
@@ -389,6 +389,8 @@ class ClaimRequest:
     rate_limit: RateLimit | None = None
     """F3: the job's rate limit (at most ``limit`` starts per ``period`` across every process),
     or None."""
+    fairness: Fairness | None = None
+    """F2: share the claim across tenants (the job's ``Fairness``), or None."""
 
 
 @attrs.frozen

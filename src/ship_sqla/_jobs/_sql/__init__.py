@@ -91,6 +91,8 @@ class JobStatements:
     announce: TextClause
     claim_uncapped: TextClause
     claim_gated: TextClause
+    claim_fair: TextClause
+    claim_fair_gated: TextClause
     settle: TextClause
     heartbeat: TextClause
     db_now: TextClause
@@ -131,6 +133,8 @@ class JobStatements:
             announce=r(enqueue.ANNOUNCE),
             claim_uncapped=r(claim.CLAIM_UNCAPPED),
             claim_gated=r(claim.CLAIM_GATED),
+            claim_fair=r(claim.CLAIM_FAIR),
+            claim_fair_gated=r(claim.CLAIM_FAIR_GATED),
             settle=r(settle.SETTLE_IF_TOKEN_CURRENT),
             heartbeat=r(settle.HEARTBEAT_IF_TOKEN_CURRENT),
             db_now=r(schedules.DB_NOW),

@@ -36,7 +36,13 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["CLAIM_GATED", "CLAIM_GATE_SUFFIX", "CLAIM_UNCAPPED"]
+__all__ = [
+    "CLAIM_FAIR",
+    "CLAIM_FAIR_GATED",
+    "CLAIM_GATED",
+    "CLAIM_GATE_SUFFIX",
+    "CLAIM_UNCAPPED",
+]
 
 CLAIM_GATE_SUFFIX: Final = "#claim-gate"
 """A capped job's claim gate row in the state table is ``<job_id>#claim-gate`` (F1)."""
@@ -149,8 +155,130 @@ _WALK: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
     ) got
     WHERE w.taken < (SELECT n FROM room)
 ), due AS (
-    SELECT u.id, u.seq, u.run_at, w.priority
+    SELECT u.id, u.seq, u.run_at, w.priority, 0 AS rank
     FROM walk w, unnest(w.ids, w.run_ats, w.seqs) AS u(id, run_at, seq)
+)"""
+
+_FAIR_WALK: Final = """, tenant_walk (tenant, wrapped, k) AS (
+    -- F2, <runs>_tenant_idx (job_id, tenant_id, run_at, seq), waiting runs: the tenants that
+    -- have waiting runs, by a loose index scan (one entry per tenant), starting after the
+    -- tenant where this backend's last fair claim of the job stopped (:after_tenant) and
+    -- wrapping round once, at most :max_tenants of them.
+    SELECT CAST(NULL AS text), false, 0
+    UNION ALL
+    SELECT nxt.tenant, nxt.wrapped, w.k + 1
+    FROM tenant_walk w
+    CROSS JOIN LATERAL (
+        SELECT * FROM (
+            SELECT * FROM (
+                SELECT r.tenant_id AS tenant, false AS wrapped FROM {runs} r
+                WHERE r.job_id = :job_id AND r.state = 'waiting' AND NOT w.wrapped
+                  AND r.tenant_id > coalesce(w.tenant, CAST(:after_tenant AS text), '')
+                ORDER BY r.tenant_id
+                LIMIT 1
+            ) onward
+            UNION ALL
+            SELECT * FROM (
+                SELECT r.tenant_id AS tenant, true AS wrapped FROM {runs} r
+                WHERE r.job_id = :job_id AND r.state = 'waiting'
+                  AND CAST(:after_tenant AS text) IS NOT NULL
+                  AND r.tenant_id > CASE WHEN w.wrapped THEN w.tenant ELSE '' END
+                  AND r.tenant_id <= CAST(:after_tenant AS text)
+                ORDER BY r.tenant_id
+                LIMIT 1
+            ) round
+        ) candidates
+        LIMIT 1
+    ) nxt
+    WHERE w.k < CAST(:max_tenants AS integer) AND NOT (SELECT yes FROM paused)
+), tenants AS (
+    -- The tenants found, and the untenanted runs as one more (tenant NULL), with weights.
+    SELECT t.tenant, t.k FROM tenant_walk t WHERE t.k > 0
+    UNION ALL
+    SELECT NULL, 0
+    WHERE NOT (SELECT yes FROM paused) AND (
+        -- One probe; the ORDER BY is the index's, which keeps the planner off a sequential
+        -- scan that would read the whole table when no untenanted run is due.
+        SELECT r.run_at FROM {runs} r
+        WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id IS NULL
+          AND r.run_at <= {now}
+        ORDER BY r.tenant_id, r.run_at
+        LIMIT 1) IS NOT NULL
+), counted AS (
+    -- <runs>_tenant_idx: each tenant's due runs, counted up to the room (index-only, bounded).
+    SELECT t.tenant, t.k,
+        coalesce(w.weight, CAST(:default_weight AS integer)) AS weight,
+        CASE WHEN t.tenant IS NULL THEN (
+            SELECT count(*) FROM (
+                SELECT 1 FROM {runs} r
+                WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id IS NULL
+                  AND r.run_at <= {now}
+                ORDER BY r.tenant_id, r.run_at
+                LIMIT CAST(:limit AS integer)) c)
+        ELSE (
+            SELECT count(*) FROM (
+                SELECT 1 FROM {runs} r
+                WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id = t.tenant
+                  AND r.run_at <= {now}
+                ORDER BY r.tenant_id, r.run_at
+                LIMIT CAST(:limit AS integer)) c)
+        END AS due_n
+    FROM tenants t
+    LEFT JOIN unnest(CAST(:weight_tenants AS text[]), CAST(:weights AS integer[]))
+        AS w(tenant, weight) ON w.tenant = t.tenant
+), ordered AS (
+    -- Water-filling (kernel: fair_shares): tenants with the fewest due runs per weight first,
+    -- each given at most its weighted share of the room still left, the rest passed on.
+    SELECT c.*, row_number() OVER (
+            ORDER BY CAST(c.due_n AS double precision) / c.weight, c.k) AS i,
+        sum(c.weight) OVER () AS total_weight
+    FROM counted c
+    WHERE c.due_n > 0
+), shares (i, left_room, left_weight, tenant, share) AS (
+    SELECT CAST(0 AS bigint), CAST((SELECT n FROM room) AS bigint),
+        coalesce((SELECT max(total_weight) FROM ordered), 0), CAST(NULL AS text),
+        CAST(0 AS bigint)
+    UNION ALL
+    SELECT o.i, s.left_room - g.share, s.left_weight - o.weight, o.tenant, g.share
+    FROM shares s
+    JOIN ordered o ON o.i = s.i + 1
+    CROSS JOIN LATERAL (
+        SELECT least(CAST(o.due_n AS bigint),
+            CAST(ceil(s.left_room * o.weight / CAST(s.left_weight AS numeric)) AS bigint),
+            s.left_room) AS share
+    ) g
+), due AS (
+    -- <runs>_tenant_idx: each tenant's oldest due runs, its share of them, in due order
+    -- (rank: its place in the tenant's share, so a gate that grants less cuts every tenant
+    -- alike). The inner LIMIT is a parameter so the planner sees how few rows this is.
+    SELECT d.id, d.seq, d.run_at, d.priority,
+        row_number() OVER (PARTITION BY s.i ORDER BY d.run_at, d.seq) AS rank
+    FROM shares s
+    CROSS JOIN LATERAL (
+        SELECT * FROM (
+            SELECT * FROM (
+                SELECT r.id, r.seq, r.run_at, r.priority FROM {runs} r
+                WHERE r.job_id = :job_id AND r.state = 'waiting' AND s.tenant IS NOT NULL
+                  AND r.tenant_id = s.tenant AND r.run_at <= {now}
+                  AND (r.key IS NULL OR r.key <> ALL(CAST(:exclude_keys AS text[])))
+                ORDER BY r.tenant_id, r.run_at, r.seq
+                LIMIT CAST(:limit AS integer)
+                FOR UPDATE SKIP LOCKED
+            ) named
+            UNION ALL
+            SELECT * FROM (
+                SELECT r.id, r.seq, r.run_at, r.priority FROM {runs} r
+                WHERE r.job_id = :job_id AND r.state = 'waiting' AND s.tenant IS NULL
+                  AND r.tenant_id IS NULL AND r.run_at <= {now}
+                  AND (r.key IS NULL OR r.key <> ALL(CAST(:exclude_keys AS text[])))
+                ORDER BY r.tenant_id, r.run_at, r.seq
+                LIMIT CAST(:limit AS integer)
+                FOR UPDATE SKIP LOCKED
+            ) untenanted
+        ) taken
+        LIMIT s.share
+    ) d
+    WHERE s.i > 0 AND s.share > 0
 )"""
 
 _PICK_UNGATED: Final = """, picked AS (
@@ -158,12 +286,12 @@ _PICK_UNGATED: Final = """, picked AS (
     -- (priority DESC, run_at, seq), at most limit of them. Rows the scans locked and this
     -- limit dropped stay locked until COMMIT, which is why a claim is its own short transaction.
     SELECT c.id FROM (
-        SELECT id, seq, run_at, priority FROM lapsed
+        SELECT id, seq, run_at, priority, 0 AS rank FROM lapsed
         WHERE NOT exhausted AND (key IS NULL OR key <> ALL(CAST(:exclude_keys AS text[])))
         UNION ALL
-        SELECT id, seq, run_at, priority FROM due
+        SELECT id, seq, run_at, priority, rank FROM due
     ) c
-    ORDER BY c.priority DESC, c.run_at, c.seq
+    ORDER BY c.rank, c.priority DESC, c.run_at, c.seq
     LIMIT CAST(:limit AS integer)
 )"""
 
@@ -239,16 +367,16 @@ _PICK_GATED: Final = """, found AS (
     -- this limit dropped stay locked until COMMIT, which is why a claim is its own short
     -- transaction.
     SELECT c.id FROM (
-        SELECT id, seq, run_at, priority FROM lapsed
+        SELECT id, seq, run_at, priority, 0 AS rank FROM lapsed
         WHERE NOT exhausted AND (key IS NULL OR key <> ALL(CAST(:exclude_keys AS text[])))
         UNION ALL
         SELECT * FROM (
-            SELECT id, seq, run_at, priority FROM due
-            ORDER BY priority DESC, run_at, seq
+            SELECT id, seq, run_at, priority, rank FROM due
+            ORDER BY rank, priority DESC, run_at, seq
             LIMIT coalesce((SELECT due_n FROM gate), 0)
         ) granted
     ) c
-    ORDER BY c.priority DESC, c.run_at, c.seq
+    ORDER BY c.rank, c.priority DESC, c.run_at, c.seq
     LIMIT coalesce((SELECT total_n FROM gate), 0)
 )"""
 
@@ -303,7 +431,7 @@ UNION ALL
 SELECT b.id, NULL, b.attempt, NULL, NULL, b.key, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
     NULL, 1, NULL, false
 FROM buried b
-WHERE b.state = 'dead'{gate_row}
+WHERE b.state = 'dead'{gate_row}{fair_row}
 ORDER BY kind, priority DESC, run_at, seq
 """
 
@@ -334,13 +462,48 @@ def _expanded(template: str) -> str:
     return template
 
 
-CLAIM_UNCAPPED: Final = (
-    _HEAD
-    + _ROOM_UNGATED
-    + _WALK
-    + _PICK_UNGATED
-    + _CLAIM_TAIL.replace("{started}", "{now}").replace("{gate_row}", "")
-)
+_FAIR_ROW: Final = """
+UNION ALL
+-- F2: the walk stopped at max_tenants: the tenant where the next fair claim starts after.
+SELECT (SELECT t.tenant FROM tenant_walk t WHERE t.k = CAST(:max_tenants AS integer)), NULL,
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 3, NULL, false
+WHERE EXISTS (SELECT 1 FROM tenant_walk t WHERE t.k = CAST(:max_tenants AS integer))"""
+
+
+def _tail(*, started: str, gate_row: str, walk: str) -> str:
+    fair_row = _FAIR_ROW if walk is _FAIR_WALK else ""
+    return (
+        _CLAIM_TAIL.replace("{started}", started)
+        .replace("{gate_row}", gate_row)
+        .replace("{fair_row}", fair_row)
+    )
+
+
+def _ungated(walk: str) -> str:
+    return (
+        _HEAD
+        + _ROOM_UNGATED
+        + walk
+        + _PICK_UNGATED
+        + _tail(started="{now}", gate_row="", walk=walk)
+    )
+
+
+def _gated(walk: str) -> str:
+    return _expanded(
+        _HEAD
+        + _ROOM_GATED
+        + walk
+        + _PICK_GATED
+        + _tail(
+            started="coalesce((SELECT started_at FROM gate), {now})",
+            gate_row=_GATE_ROW,
+            walk=walk,
+        )
+    )
+
+
+CLAIM_UNCAPPED: Final = _ungated(_WALK)
 """Claim up to ``limit`` runs of one job with no cap and no rate limit (J3, J6, K6): lapsed
 leases retaken, due runs by ``(priority DESC, run_at, seq)`` (higher priority first, then due
 time, then creation order), the room being the limit.
@@ -352,15 +515,7 @@ any backlog: about ``limit`` index entries plus two per priority level it visits
 served in order past delayed runs. Returns the claimed runs in claim order, ``(priority DESC,
 run_at, seq)`` (``kind`` 0), then the runs it dead-lettered (``kind`` 1: id, attempt, key)."""
 
-CLAIM_GATED: Final = _expanded(
-    _HEAD
-    + _ROOM_GATED
-    + _WALK
-    + _PICK_GATED
-    + _CLAIM_TAIL.replace("{started}", "coalesce((SELECT started_at FROM gate), {now})").replace(
-        "{gate_row}", _GATE_ROW
-    )
-)
+CLAIM_GATED: Final = _gated(_WALK)
 """Claim as :data:`CLAIM_UNCAPPED` does, through the job's claim gate (see the module docstring):
 never more than ``concurrency.max`` running runs of the job at once, live or lapsed leases
 alike, and never more than the rate limit's starts in any window of its period. Heartbeats
@@ -370,3 +525,14 @@ began before the lapse commits before or after this claim's snapshot, one run ab
 when it loses that race. After the claimed and buried rows, at most one ``kind`` 2 row: the
 gate's ``rate_wait`` (seconds until the rate lets another run start, when this claim left the
 window full) and ``created`` (the gate was made by this claim, which granted nothing)."""
+
+CLAIM_FAIR: Final = _ungated(_FAIR_WALK)
+"""Claim as :data:`CLAIM_UNCAPPED` does for a job with ``fairness`` (F2): the due runs are shared
+out across the tenants that have due runs, by weight, work-conserving (what a tenant with few
+due runs leaves goes to the others), each tenant's oldest first, priorities not used. A claim
+visits at most ``:max_tenants`` tenants, from the one after where this backend's last fair claim
+of the job stopped, so every tenant comes round in turn. Index: ``<runs>_tenant_idx``."""
+
+CLAIM_FAIR_GATED: Final = _gated(_FAIR_WALK)
+""":data:`CLAIM_FAIR` through the job's claim gate (a cap, a rate limit, or both): a gate that
+grants less than the claim found cuts every tenant's share alike (by rank in its share)."""

@@ -55,6 +55,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._backend_base import JobBackendBase
+from ship_sqla.kernel._plans.fairness import fair_shares
 from ship_sqla.kernel._plans.scheduled_runs import (
     fire_due,
     installable,
@@ -184,6 +185,26 @@ def _claim_order(run: _Run) -> tuple[int, datetime, int]:
     return -run.priority, run.run_at, run.seq
 
 
+def _choose(
+    candidates: list[_Run], room: int, limit: int, rank: dict[str, int] | None
+) -> list[_Run]:
+    """The runs a claim takes: at most ``room`` due runs and ``limit`` in all, lapsed ones
+    retaken first by claim order (K6); a fair claim (F2) takes only the due runs its shares
+    ranked, by rank first, so a smaller room cuts every tenant alike."""
+    retakable = [run for run in candidates if run.state == "running"]
+    waiting = [run for run in candidates if run.state == "waiting"]
+    if rank is None:
+        due = heapq.nsmallest(room, waiting, key=_claim_order)
+        return heapq.nsmallest(limit, retakable + due, key=_claim_order)
+    ranks = rank
+
+    def fair_order(run: _Run) -> tuple[int, int, datetime, int]:
+        return (ranks.get(run.run_id, 0), *_claim_order(run))
+
+    due = heapq.nsmallest(room, (run for run in waiting if run.run_id in ranks), key=fair_order)
+    return heapq.nsmallest(limit, retakable + due, key=fair_order)
+
+
 def _scan(
     live: Iterable[_Run], now: datetime, excluded: frozenset[str]
 ) -> tuple[int, list[_Run], list[_Run]]:
@@ -249,6 +270,8 @@ class InMemoryJobBackend(JobBackendBase):
         # job id -> its recent starts as (time, count) pairs (F3): the PostgreSQL backend's
         # claim gate's rate_at/rate_n.
         self._starts: dict[str, list[tuple[datetime, int]]] = {}
+        # job id -> the tenant its last fair claim's walk stopped at (F2, CLAIM_FAIR's cursor).
+        self._fair_cursors: dict[str, str] = {}
         self._admin = InMemoryRunAdmin(self)
 
     @property
@@ -335,25 +358,15 @@ class InMemoryJobBackend(JobBackendBase):
         # retaking a lapsed run moves its slot.
         cap = request.max_running
         room = limit if cap is None else max(min(limit, cap - held), 0)
-        # F3: the job's recent starts, (time, count) pairs, times never going back.
-        rate, starts = request.rate_limit, self._starts.setdefault(request.job_id, [])
-        started_at = max(now, starts[-1][0]) if starts else now
-        if rate is not None:
-            since = started_at - timedelta(seconds=rate.period)
-            starts[:] = [(at, n) for at, n in starts if at > since]
-            rate_room = rate.limit - sum(n for _, n in starts)
+        # F2: a fair claim shares the room it may find (before the rate's cut) across tenants.
+        rank: dict[str, int] | None = None
+        if request.fairness is not None:
+            rank = self._fair_ranks(request, live.values(), candidates, now, room)
+        started_at, rate_room = self._rate_window(request, now)
+        if rate_room is not None:
             room, limit = min(room, rate_room), min(limit, rate_room)
-        retakable = [run for run in candidates if run.state == "running"]
-        due = heapq.nsmallest(
-            room, (run for run in candidates if run.state == "waiting"), key=_claim_order
-        )
-        chosen = heapq.nsmallest(limit, retakable + due, key=_claim_order)
-        rate_wait = None
-        if rate is not None:
-            starts.append((started_at, len(chosen)))
-            if sum(n for _, n in starts) >= rate.limit:
-                oldest = min(at for at, n in starts if n > 0)
-                rate_wait = (oldest + timedelta(seconds=rate.period) - started_at).total_seconds()
+        chosen = _choose(candidates, room, limit, rank)
+        rate_wait = self._record_starts(request, started_at, len(chosen))
         lease = request.lease
         expires_at = now + timedelta(seconds=lease)
         claimed: list[ClaimedRun] = []
@@ -368,7 +381,7 @@ class InMemoryJobBackend(JobBackendBase):
             run.token += 1
             run.lease_expires_at = expires_at
             run.worker = request.worker
-            run.updated_at = started_at if rate is not None else now
+            run.updated_at = started_at if rate_room is not None else now
             claimed.append(
                 ClaimedRun(
                     run_id=run.run_id,
@@ -388,6 +401,75 @@ class InMemoryJobBackend(JobBackendBase):
                 )
             )
         return ClaimBatch(claimed, buried, rate_wait=rate_wait)
+
+    def _rate_window(self, request: ClaimRequest, now: datetime) -> tuple[datetime, int | None]:
+        """F3: the claim's start time (never before the job's last recorded one) and the
+        starts its rate window still allows (None: no rate limit), the window trimmed."""
+        rate, starts = request.rate_limit, self._starts.setdefault(request.job_id, [])
+        started_at = max(now, starts[-1][0]) if starts else now
+        if rate is None:
+            return started_at, None
+        since = started_at - timedelta(seconds=rate.period)
+        starts[:] = [(at, n) for at, n in starts if at > since]
+        return started_at, rate.limit - sum(n for _, n in starts)
+
+    def _record_starts(self, request: ClaimRequest, started_at: datetime, n: int) -> float | None:
+        """F3: record this claim's ``n`` starts; when the window is full, seconds until its
+        oldest start leaves it (the claim's ``rate_wait``), else None."""
+        rate = request.rate_limit
+        if rate is None:
+            return None
+        starts = self._starts[request.job_id]
+        starts.append((started_at, n))
+        if sum(count for _, count in starts) < rate.limit:
+            return None
+        oldest = min(at for at, count in starts if count > 0)
+        return (oldest + timedelta(seconds=rate.period) - started_at).total_seconds()
+
+    def _fair_ranks(
+        self,
+        request: ClaimRequest,
+        live: Iterable[_Run],
+        candidates: list[_Run],
+        now: datetime,
+        room: int,
+    ) -> dict[str, int]:
+        """F2, the PostgreSQL backend's CLAIM_FAIR: the tenants with waiting runs from the one
+        after this job's cursor (wrapping round, at most ``max_tenants``; untenanted runs one
+        more tenant), each one's due runs counted up to the limit, the room shared out
+        (:func:`fair_shares`), each tenant's oldest due runs taken: run id -> its rank in its
+        tenant's share (1, 2, ...)."""
+        fairness = request.fairness
+        assert fairness is not None  # noqa: S101 - only called for fair claims
+        waiting = [run for run in live if run.state == "waiting"]
+        named = sorted({run.tenant for run in waiting if run.tenant is not None})
+        after = self._fair_cursors.pop(request.job_id, None)
+        onward = [tenant for tenant in named if after is None or tenant > after]
+        wrapped = [tenant for tenant in named if after is not None and tenant <= after]
+        visited: list[str | None] = [*(onward + wrapped)[: fairness.max_tenants]]
+        if len(visited) == fairness.max_tenants:
+            self._fair_cursors[request.job_id] = visited[-1]  # type: ignore[assignment]
+        due_of: dict[str | None, int] = {}
+        for run in waiting:
+            if run.run_at <= now:
+                due_of[run.tenant] = due_of.get(run.tenant, 0) + 1
+        if due_of.get(None):
+            visited.append(None)
+        counts = [
+            (min(due_of.get(tenant, 0), request.limit), fairness.weight_of(tenant))
+            for tenant in visited
+        ]
+        shares = dict(zip(visited, fair_shares(counts, room), strict=True))
+        takeable: dict[str | None, list[_Run]] = {}
+        for run in candidates:
+            if run.state == "waiting" and shares.get(run.tenant, 0) > 0:
+                takeable.setdefault(run.tenant, []).append(run)
+        rank: dict[str, int] = {}
+        for tenant, runs in takeable.items():
+            oldest = heapq.nsmallest(shares[tenant], runs, key=lambda run: (run.run_at, run.seq))
+            for place, run in enumerate(oldest, start=1):
+                rank[run.run_id] = place
+        return rank
 
     def _current(self, claimed: ClaimedRun) -> _Run | None:
         """The stored run while ``claimed``'s token is current (J5), else None."""

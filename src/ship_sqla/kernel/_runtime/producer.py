@@ -269,6 +269,7 @@ class Producer:
                 lease=job.concurrency.lease,
                 exclude_keys=exclude,
                 rate_limit=job.rate_limit,
+                fairness=job.fairness,
             )
         )
         if claimed.rate_wait is not None:
