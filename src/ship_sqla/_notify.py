@@ -13,11 +13,15 @@ a URL of its own (``listen="postgresql://..."``). Every interested part of a pro
 to a channel on it (:meth:`Listener.subscribe`): the job backend's wake, the outbox relay's
 wake, a cancel channel. Guarantees:
 
-- A listener is **live** only once a probe notification it sent itself has come back on its
-  connection. PgBouncer in transaction mode accepts ``LISTEN`` and delivers nothing: such a
-  listener never goes live, reports :class:`ListenerNotLiveError` (fix: ``listen=False``, or a
-  direct URL) and retries slowly; polling covers it. A live listener probes again every
-  :data:`HEALTH_INTERVAL` seconds, so a connection that went silent is found and replaced.
+- A listener is **live** only once a probe notification sent from ANOTHER session (a second,
+  short-lived connection made like the listener's) has come back on its idle connection:
+  what other processes' commits need. PgBouncer in transaction mode accepts ``LISTEN`` and
+  delivers nothing to an idle client (its own NOTIFY can come back, when PgBouncer happens to
+  run it on the session that ran the LISTEN: a self-sent probe would be fooled); such a
+  listener never goes live, reports :class:`ListenerNotLiveError` (fix: ``listen=False``, or
+  a direct URL) and retries slowly; polling covers it. A live listener probes again every
+  :data:`HEALTH_INTERVAL` seconds on its own connection, so a connection that went silent is
+  found and replaced.
 - A lost connection (``pg_terminate_backend``, a restart, a network cut found by the probe) is
   reported (:class:`ListenerLostError`) and replaced with the one backoff
   (:data:`~ship_sqla.kernel._plans.backoff.ERROR_BACKOFF`: 0.1 s doubling to 1 s). Each time a
@@ -116,6 +120,8 @@ doubling to a minute, since a misconfiguration does not heal in a second."""
 _ASYNCPG_DIALECT: Final = PGDialect_asyncpg()  # type: ignore[no-untyped-call]
 """Turns a ``listen=`` URL into asyncpg's connect arguments, as an engine's dialect does."""
 _APPLICATION_NAME_PREFIX: Final = "ship_sqla listener"
+_PROBE_APPLICATION_NAME_PREFIX: Final = "ship_sqla probe"
+"""The short-lived connection that sends a new listener connection's first probe."""
 _SQLALCHEMY_ONLY_ARGS: Final = (
     "async_creator_fn",
     "prepared_statement_cache_size",
@@ -237,20 +243,25 @@ def listener_for(
     else:
         options = _connect_args(_parsed(listen, name), _ASYNCPG_DIALECT, name)
     settings = dict(options.pop("server_settings", None) or {})
-    settings["application_name"] = f"{_APPLICATION_NAME_PREFIX}: {name}"[:MAX_IDENTIFIER_BYTES]
-    options["server_settings"] = settings
     # Unnamed statements only: a pooler may hand the session's prepared statements to others.
     options["statement_cache_size"] = 0
 
-    async def connect() -> asyncpg.Connection:
-        return await asyncpg.connect(**options)
+    def connector(prefix: str) -> Callable[[], Awaitable[asyncpg.Connection]]:
+        named = {"application_name": f"{prefix}: {name}"[:MAX_IDENTIFIER_BYTES]}
+        connect_options = {**options, "server_settings": {**settings, **named}}
+
+        async def connect() -> asyncpg.Connection:
+            return await asyncpg.connect(**connect_options)
+
+        return connect
 
     return Listener(
-        connect,
+        connector(_APPLICATION_NAME_PREFIX),
         name=name,
         clock=clock,
         report_error=report_error,
         probe_timeout=probe_timeout,
+        probe_connect=connector(_PROBE_APPLICATION_NAME_PREFIX),
     )
 
 
@@ -304,9 +315,11 @@ class Listener:
         health_interval: float = HEALTH_INTERVAL,
         backoff: Backoff = ERROR_BACKOFF,
         not_live_backoff: Backoff = NOT_LIVE_BACKOFF,
+        probe_connect: Callable[[], Awaitable[asyncpg.Connection]] | None = None,
     ) -> None:
         self.name = name
         self._connect = connect
+        self._probe_connect = probe_connect if probe_connect is not None else connect
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._report_error = report_error
         self._probe_timeout = probe_timeout
@@ -457,7 +470,7 @@ class Listener:
                 connection.add_listener(self._probe_channel, self._on_notification), "LISTEN"
             )
             await self._sync(connection)
-            await self._probe(connection)
+            await self._probe(connection, from_elsewhere=True)
             if self._stop_requested():
                 return
             self._went_live = True
@@ -504,13 +517,23 @@ class Listener:
             added.add(channel)
         return added
 
-    async def _probe(self, connection: asyncpg.Connection) -> None:
+    async def _probe(self, connection: asyncpg.Connection, *, from_elsewhere: bool = False) -> None:
         """Send a notification to ourselves and wait for it: the only proof that this
-        connection delivers (a transaction-mode pooler accepts LISTEN and delivers nothing)."""
+        connection delivers (a transaction-mode pooler accepts LISTEN and delivers nothing).
+
+        ``from_elsewhere`` (a new connection's first probe): send it from a short-lived
+        connection of its own, another server session, as other processes' commits are. Sent
+        on the listening connection itself, the probe could come back through a transaction-
+        mode pooler that happened to run it on the session holding the LISTEN, while nothing
+        sent by anyone else would ever reach the idle client. Once that is ruled out, the
+        health probes go on the listening connection (no connection of their own)."""
         token = secrets.token_hex(8)
         self._probe_token, self._probe_heard = token, False
         self._probe_event.clear()
-        await self._io(connection.execute(_PROBE_SQL, self._probe_channel, token), "probe")
+        if from_elsewhere:
+            await self._io(self._send_probe_from_elsewhere(token), "probe")
+        else:
+            await self._io(connection.execute(_PROBE_SQL, self._probe_channel, token), "probe")
         await wait_event(self._probe_event, self._clock, self._probe_timeout)
         self._raise_if_lost()
         if self._stopping or self._probe_heard:
@@ -523,6 +546,13 @@ class Listener:
             fix="pass listen=False behind a transaction-mode pooler, or listen='postgresql://"
             "...' with a direct connection to the server (or a session-mode pool).",
         )
+
+    async def _send_probe_from_elsewhere(self, token: str) -> None:
+        sender = await self._probe_connect()
+        try:
+            await sender.execute(_PROBE_SQL, self._probe_channel, token)
+        finally:
+            await asyncio.shield(self._close(sender))
 
     def _raise_if_lost(self) -> None:
         if self._lost and not self._stopping:
