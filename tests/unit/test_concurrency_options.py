@@ -23,7 +23,9 @@ def test_no_fleet_wide_cap_by_default() -> None:
 @pytest.mark.parametrize("value", [0, -1, MAX_CONCURRENCY + 1, True, 2.5, "10"])
 def test_a_bad_cap_is_refused_with_its_value(value: Any) -> None:
     """F1: a cap must be None or an int from 1 to MAX_CONCURRENCY (bools refused)."""
-    with pytest.raises(ConfigurationError, match=r"concurrency\.max must be None or an int"):
+    with pytest.raises(
+        ConfigurationError, match=r"concurrency\.max must be an int from 1 to 1,000,000"
+    ):
         Concurrency(max=value)
 
 

@@ -103,14 +103,25 @@ MAX_CONCURRENCY: Final = 1_000_000
 """The largest ``Concurrency.max``: a capped claim counts up to that many running runs."""
 
 
-def _check_max(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
-    if value is None:
-        return
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_CONCURRENCY:
+def _int_within(
+    name: str, low: int, high: int, fix: str, *, optional: bool = False
+) -> Callable[[Any, attrs.Attribute[Any], Any], None]:
+    """An attrs validator: ``name`` is an int (never a bool) from ``low`` to ``high`` (or None
+    when ``optional``); else :class:`ConfigurationError` naming it, the bounds and ``fix``."""
+
+    def check(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
+        if optional and value is None:
+            return
+        require_int_within(value, name, low, high, fix)
+
+    return check
+
+
+def require_int_within(value: Any, name: str, low: int, high: int, fix: str) -> None:  # noqa: ANN401
+    """``value`` is an int (never a bool) from ``low`` to ``high``, else ConfigurationError."""
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise ConfigurationError(
-            f"concurrency.max must be None or an int from 1 to {MAX_CONCURRENCY:,}, got {value!r}.",
-            fix="omit it for no fleet-wide cap (each process is bounded by max_in_flight), or"
-            " pass the most runs of the job that may execute at once across every process.",
+            f"{name} must be an int from {low:,} to {high:,}, got {value!r}.", fix=fix
         )
 
 
@@ -129,7 +140,17 @@ class Concurrency:
     backend's ``LockProvider`` (J4).
     """
 
-    max: int | None = attrs.field(default=None, validator=_check_max)
+    max: int | None = attrs.field(
+        default=None,
+        validator=_int_within(
+            "concurrency.max",
+            1,
+            MAX_CONCURRENCY,
+            "omit it (None) for no fleet-wide cap (each process is bounded by max_in_flight),"
+            " or pass the most runs of the job that may execute at once across every process.",
+            optional=True,
+        ),
+    )
     lease: float = attrs.field(default=30.0, validator=_duration("concurrency.lease", MAX_LEASE))
     single_runner: bool = False
     key: Callable[[Any], str] | None = None
@@ -144,14 +165,6 @@ MAX_RATE_LIMIT: Final = 1_000_000
 """The most starts a ``RateLimit`` may allow per period."""
 MAX_RATE_PERIOD: Final = 86_400.0
 """The longest ``RateLimit.period``: a day (the gate keeps one entry per claim in a period)."""
-
-
-def _check_rate_limit(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_RATE_LIMIT:
-        raise ConfigurationError(
-            f"rate_limit.limit must be an int from 1 to {MAX_RATE_LIMIT:,}, got {value!r}.",
-            fix="pass how many runs of the job may start per period, e.g. RateLimit(100, 1.0).",
-        )
 
 
 def _seconds(value: Any) -> Any:  # noqa: ANN401 - checked by the validator that follows
@@ -170,7 +183,14 @@ class RateLimit:
     key or per tenant is not supported yet.
     """
 
-    limit: int = attrs.field(validator=_check_rate_limit)
+    limit: int = attrs.field(
+        validator=_int_within(
+            "rate_limit.limit",
+            1,
+            MAX_RATE_LIMIT,
+            "pass how many runs of the job may start per period, e.g. RateLimit(100, 1.0).",
+        )
+    )
     period: float = attrs.field(
         converter=_seconds, validator=_duration("rate_limit.period", MAX_RATE_PERIOD)
     )
@@ -182,12 +202,7 @@ MAX_FAIR_TENANTS: Final = 1_000
 """The most tenants one fair claim may visit (``Fairness.max_tenants``)."""
 
 
-def _check_weight(name: str, value: Any) -> None:  # noqa: ANN401 - checked here
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_FAIR_WEIGHT:
-        raise ConfigurationError(
-            f"{name} must be an int from 1 to {MAX_FAIR_WEIGHT:,}, got {value!r}.",
-            fix="give each tenant a positive whole weight (its share is weight / total).",
-        )
+_WEIGHT_FIX: Final = "give each tenant a positive whole weight (its share is weight / total)."
 
 
 def _frozen_weights(value: Any) -> tuple[tuple[str, int], ...]:  # noqa: ANN401 - checked here
@@ -201,21 +216,9 @@ def _frozen_weights(value: Any) -> tuple[tuple[str, int], ...]:  # noqa: ANN401 
                 f"fairness.weights names tenant {tenant!r}; tenants are non-blank text.",
                 fix="key the weights by tenant id, e.g. Fairness(weights={'acme': 3}).",
             )
-        _check_weight(f"fairness.weights[{tenant!r}]", weight)
+        require_int_within(weight, f"fairness.weights[{tenant!r}]", 1, MAX_FAIR_WEIGHT, _WEIGHT_FIX)
         weights.append((tenant, weight))
     return tuple(sorted(weights))
-
-
-def _check_default_weight(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
-    _check_weight("fairness.default_weight", value)
-
-
-def _check_max_tenants(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
-    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_FAIR_TENANTS:
-        raise ConfigurationError(
-            f"fairness.max_tenants must be an int from 1 to {MAX_FAIR_TENANTS:,}, got {value!r}.",
-            fix="omit it for the default (64).",
-        )
 
 
 @attrs.frozen
@@ -232,8 +235,16 @@ class Fairness:
     """
 
     weights: tuple[tuple[str, int], ...] = attrs.field(default=(), converter=_frozen_weights)
-    default_weight: int = attrs.field(default=1, validator=_check_default_weight)
-    max_tenants: int = attrs.field(default=64, validator=_check_max_tenants)
+    default_weight: int = attrs.field(
+        default=1,
+        validator=_int_within("fairness.default_weight", 1, MAX_FAIR_WEIGHT, _WEIGHT_FIX),
+    )
+    max_tenants: int = attrs.field(
+        default=64,
+        validator=_int_within(
+            "fairness.max_tenants", 1, MAX_FAIR_TENANTS, "omit it for the default (64)."
+        ),
+    )
 
     def weight_of(self, tenant: str | None) -> int:
         """``tenant``'s weight (untenanted runs, None, have the default)."""
@@ -245,14 +256,6 @@ class Fairness:
 
 MAX_SNOOZES: Final = 10_000
 """The most ``RetryPolicy.max_snoozes`` may allow: each snooze adds a history entry to the run."""
-
-
-def _check_max_snoozes(_instance: Any, _attribute: attrs.Attribute[Any], value: Any) -> None:  # noqa: ANN401
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_SNOOZES:
-        raise ConfigurationError(
-            f"retry.max_snoozes must be an int from 0 to {MAX_SNOOZES}, got {value!r}.",
-            fix="omit it for the default (100), or pass 0 to make every snooze a failed attempt.",
-        )
 
 
 def _as_exception_types(value: Any) -> tuple[type[BaseException], ...]:  # noqa: ANN401
@@ -301,7 +304,15 @@ class RetryPolicy:
     non_retryable: tuple[type[BaseException], ...] = attrs.field(
         default=(), converter=_as_exception_types
     )
-    max_snoozes: int = attrs.field(default=100, validator=_check_max_snoozes)
+    max_snoozes: int = attrs.field(
+        default=100,
+        validator=_int_within(
+            "retry.max_snoozes",
+            0,
+            MAX_SNOOZES,
+            "omit it for the default (100), or pass 0 to make every snooze a failed attempt.",
+        ),
+    )
     plan: Backoff = attrs.field(init=False, eq=False, repr=False)
     """The backoff these fields describe (built, and so checked, with the policy)."""
 
