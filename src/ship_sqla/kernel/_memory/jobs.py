@@ -55,6 +55,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._backend_base import JobBackendBase
+from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._plans.scheduled_runs import (
     fire_due,
     installable,
@@ -244,6 +245,7 @@ class InMemoryJobBackend(JobBackendBase):
         # job id -> when it was paused (K3): the PostgreSQL backend's ``<job_id>#paused`` rows.
         self._paused: dict[str, datetime] = {}
         self._admin = InMemoryRunAdmin(self)
+        self._workers = InMemoryWorkerRegistry(self._clock)
 
     @property
     def admin(self) -> InMemoryRunAdmin:
@@ -251,6 +253,12 @@ class InMemoryJobBackend(JobBackendBase):
         checks no permission: operators go through
         :func:`~ship_sqla.kernel.create_job_operations`."""
         return self._admin
+
+    @property
+    def workers(self) -> InMemoryWorkerRegistry:
+        """The worker registry (F6) of the runtimes on this backend, and their queue-sampler
+        lease (F5)."""
+        return self._workers
 
     # --- insert (J1, J2) ----------------------------------------------------------------------
 
