@@ -78,12 +78,7 @@ from ship_sqla._jobs._admin import PostgresRunAdmin, pause_row
 from ship_sqla._jobs._insert import RunInserter
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
-from ship_sqla._jobs._sql.workers import WorkerStatements
-from ship_sqla._jobs._tables import (
-    ship_job_runs_table,
-    ship_job_state_table,
-    ship_job_workers_table,
-)
+from ship_sqla._jobs._tables import ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._workers import PostgresWorkerRegistry
 from ship_sqla._locks import advisory_lock_key, advisory_lock_provider
 from ship_sqla._notify import (
@@ -298,11 +293,8 @@ class PostgresJobBackend(JobBackendBase):
             cancel_requested=self._cancel_requested,
         )
         # F6, F5: the worker registry and the queue-sampler lease, on their own (optional) table.
-        if workers_table is None:
-            workers_table = ship_job_workers_table(MetaData())
-        self._workers_table = workers_table
-        self._workers = PostgresWorkerRegistry(
-            WorkerStatements.for_table(workers_table), self._connections, now=self._now
+        self._workers = PostgresWorkerRegistry.on_table(
+            workers_table, self._connections, now=self._now
         )
 
     # --- properties ---------------------------------------------------------------------------
@@ -321,7 +313,7 @@ class PostgresJobBackend(JobBackendBase):
 
     @property
     def workers_table(self) -> Table:
-        return self._workers_table
+        return self._workers.table
 
     @property
     def workers(self) -> PostgresWorkerRegistry:

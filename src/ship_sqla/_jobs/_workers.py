@@ -17,8 +17,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from sqlalchemy import MetaData
 from sqlalchemy.exc import ProgrammingError
 
+from ship_sqla._jobs._sql.workers import WorkerStatements
+from ship_sqla._jobs._tables import ship_job_workers_table
 from ship_sqla._locks import advisory_lock_key
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._workers import WorkerRecord
@@ -27,7 +30,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import datetime
 
-    from ship_sqla._jobs._sql.workers import WorkerStatements
+    from sqlalchemy import Table
+
     from ship_sqla._scope import StoreConnections
     from ship_sqla.kernel._workers import WorkerEntry
 
@@ -42,19 +46,34 @@ _UNDEFINED_TABLE: Final = "42P01"
 class PostgresWorkerRegistry:
     """:class:`~ship_sqla.kernel.WorkerRegistry` over one workers table."""
 
-    __slots__ = ("_connections", "_now", "_s", "_sampler_key")
+    __slots__ = ("_connections", "_now", "_s", "_sampler_key", "table")
 
     def __init__(
         self,
-        statements: WorkerStatements,
+        table: Table,
         connections: StoreConnections,
         *,
         now: Callable[[], datetime | None],
     ) -> None:
-        self._s = statements
+        self.table = table
+        """The workers table (of :func:`~ship_sqla.ship_job_workers_table`)."""
+        self._s = WorkerStatements.for_table(table)
         self._connections = connections
         self._now = now
-        self._sampler_key = advisory_lock_key(SAMPLER_LOCK_NAMESPACE, statements.workers_name)
+        self._sampler_key = advisory_lock_key(SAMPLER_LOCK_NAMESPACE, self._s.workers_name)
+
+    @classmethod
+    def on_table(
+        cls,
+        table: Table | None,
+        connections: StoreConnections,
+        *,
+        now: Callable[[], datetime | None],
+    ) -> PostgresWorkerRegistry:
+        """The registry on ``table``; None: the default-named table on a fresh MetaData."""
+        if table is None:
+            table = ship_job_workers_table(MetaData())
+        return cls(table, connections, now=now)
 
     @property
     def table_name(self) -> str:

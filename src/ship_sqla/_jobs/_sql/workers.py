@@ -99,7 +99,7 @@ SAMPLER_LOCK in the same short transaction."""
 
 RELEASE_SAMPLER: Final = """
 UPDATE {workers} w SET sampler_until = NULL
--- <workers>_pkey.
+-- <workers>_pkey, or <workers>_sampler_idx (its predicate, word for word: a row or two).
 WHERE w.id = CAST(:id AS text) AND w.sampler_until IS NOT NULL
 """
 """F5: a draining worker hands the lease back, so the next asker takes it at once."""
