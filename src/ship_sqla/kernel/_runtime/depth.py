@@ -38,11 +38,13 @@ runs (an index-only scan of ``<runs>_due_idx``) at most this often per worker pr
 
 
 class DepthSampler:
-    """Samples ``job_ids``' queues into ``metrics`` every ``interval`` seconds of ``clock`` once
-    the gauges were collected (:attr:`JobMetrics.gauges_collected`), until :meth:`close`. A
-    failed sample goes to ``report_error`` (J11) and the previous snapshot stays until the next
-    one succeeds. Only these jobs' gauges are replaced (a process's runtimes share one
-    :class:`JobMetrics`); at close they stop being reported."""
+    """Samples the queues of ``jobs()`` (default: ``job_ids``) into ``metrics`` every
+    ``interval`` seconds of ``clock`` once the gauges were collected
+    (:attr:`JobMetrics.gauges_collected`), and at once after :meth:`sample_soon`, until
+    :meth:`close`. A failed sample goes to ``report_error`` (J11) and the previous snapshot
+    stays until the next one succeeds. Only the sampled jobs' gauges are replaced (a process's
+    runtimes share one :class:`JobMetrics`); a job ``jobs()`` no longer names, and at close
+    every job, stops being reported."""
 
     def __init__(
         self,

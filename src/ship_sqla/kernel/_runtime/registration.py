@@ -42,6 +42,9 @@ logger = logging.getLogger("ship_sqla.jobs")
 
 class Registration:
     """One runtime's registry entry and sampler lease (:meth:`run` until :meth:`close`).
+    ``entry()`` is what each heartbeat reports; ``wants_sampler()`` whether the runtime would
+    sample now; ``on_sampler()`` is called when it starts sampling (a fresh lease, or no
+    registry: its own jobs), so the sampler samples at once.
 
     Invariants:
 
@@ -65,7 +68,7 @@ class Registration:
         worker_id: str,
         entry: Callable[[], WorkerEntry],
         wants_sampler: Callable[[], bool],
-        on_sampler: Callable[[], None],
+        on_sampler: Callable[[], None] | None,
         report_error: Callable[[BaseException], None],
         error_backoff: Callable[[int], float],
     ) -> None:
@@ -141,6 +144,8 @@ class Registration:
             self._state = "on"
             return True
         self._state = "off"
+        if self._on_sampler is not None:  # it samples its own jobs from now on: at once
+            self._on_sampler()
         logger.warning(
             "job runtime %s runs unregistered, and samples its own jobs' queue gauges: %s",
             self._worker_id,
@@ -170,5 +175,5 @@ class Registration:
         own = self._entry().job_ids
         self._fleet_jobs = tuple(sorted({*own, *(job for w in workers for job in w.job_ids)}))
         self._sampler_until = sent + SAMPLER_LEASE
-        if fresh:
+        if fresh and self._on_sampler is not None:
             self._on_sampler()

@@ -209,7 +209,7 @@ class JobRuntime:
                 worker_id=worker_id,
                 entry=self._worker_entry,
                 wants_sampler=self._samples_queues,
-                on_sampler=self._sampler.sample_soon if self._sampler is not None else _nothing,
+                on_sampler=self._sampler.sample_soon if self._sampler is not None else None,
                 report_error=backend.report_error,
                 error_backoff=backoff,
             )
@@ -431,10 +431,6 @@ class JobRuntime:
         metrics.record_run(run.job_id, run.key, outcome, self.clock.monotonic() - entry.claimed_at)
         if outcome == "dead":
             metrics.record_dead_letter(run.job_id, run.key)
-
-
-def _nothing() -> None:
-    """No sampler to wake."""
 
 
 async def start_job_runtime(
