@@ -90,11 +90,6 @@ class Registration:
         self._closing = False
         self._kick = asyncio.Event()
 
-    @property
-    def registered(self) -> bool | None:
-        """True once the registry answered it is kept; False without one; None until then."""
-        return None if self._state == "probing" else self._state == "on"
-
     def sampled_jobs(self, own: Sequence[str]) -> tuple[str, ...]:
         """F5: the jobs whose queue gauges this runtime samples now: ``own`` without a
         registry; with one, every job the fleet runs while this runtime holds the sampler
@@ -155,7 +150,8 @@ class Registration:
 
     async def _beat(self) -> None:
         registry = self._registry
-        await registry.heartbeat(self._entry())
+        entry = self._entry()
+        await registry.heartbeat(entry)
         await registry.prune(stale_after=WORKER_STALE_AFTER, limit=PRUNE_BATCH)
         if self._draining or not self._wants_sampler():
             self._sampler_until = None
@@ -172,8 +168,8 @@ class Registration:
         fresh = not self._granted
         self._granted = True
         workers = await registry.list_workers(limit=MAX_WORKERS_LISTED)
-        own = self._entry().job_ids
-        self._fleet_jobs = tuple(sorted({*own, *(job for w in workers for job in w.job_ids)}))
+        fleet = {*entry.job_ids, *(job for worker in workers for job in worker.job_ids)}
+        self._fleet_jobs = tuple(sorted(fleet))
         self._sampler_until = sent + SAMPLER_LEASE
         if fresh and self._on_sampler is not None:
             self._on_sampler()
