@@ -26,6 +26,7 @@ from ship_sqla import (
     define_job,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_workers_table,
     start_job_runtime,
 )
 from ship_sqla.testing import DatabaseFactory, resolve_server
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 metadata = MetaData()
 job_runs = ship_job_runs_table(metadata)
 job_state = ship_job_state_table(metadata)
+job_workers = ship_job_workers_table(metadata)
 FAST = RetryPolicy(attempts=3, base_delay=0.05, max_delay=0.2)
 
 
@@ -134,7 +136,11 @@ async def run(engine: AsyncEngine) -> None:
     handlers = Handlers()
     by_id = handlers.jobs()
     backend = create_job_backend(
-        database=engine, table=job_runs, state_table=job_state, poll_interval=0.2
+        database=engine,
+        table=job_runs,
+        state_table=job_state,
+        workers_table=job_workers,
+        poll_interval=0.2,
     )
     ops = create_job_operations(backend, authorizer=allow_everything)
 

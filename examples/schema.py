@@ -25,6 +25,7 @@ from ship_sqla import (
     ship_idempotency_table,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_workers_table,
     ship_outbox_table,
     ship_webhook_events_table,
 )
@@ -37,6 +38,7 @@ idempotency = ship_idempotency_table(metadata)
 webhook_events = ship_webhook_events_table(metadata)
 job_runs = ship_job_runs_table(metadata)
 job_state = ship_job_state_table(metadata)
+job_workers = ship_job_workers_table(metadata)
 
 orders = Table(
     "orders",

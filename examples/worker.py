@@ -3,9 +3,9 @@
     python -m examples.worker
 
 It uses the server ``SHIP_SQLA_DATABASE_URL`` names, else the embedded one (the ``embedded``
-extra), creates a scratch database with the two job tables (an application would let Alembic
-create them: they come from ``ship_job_runs_table`` / ``ship_job_state_table`` on its
-metadata), and drops it at the end.
+extra), creates a scratch database with the job tables (an application would let Alembic
+create them: they come from ``ship_job_runs_table`` / ``ship_job_state_table`` /
+``ship_job_workers_table`` on its metadata), and drops it at the end.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from ship_sqla import (
     define_job,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_workers_table,
     start_job_runtime,
 )
 from ship_sqla.testing import DatabaseFactory, resolve_server
@@ -37,6 +38,7 @@ RUNS = 20
 metadata = MetaData()
 job_runs = ship_job_runs_table(metadata)
 job_state = ship_job_state_table(metadata)
+job_workers = ship_job_workers_table(metadata)  # the worker registry (F6), optional
 
 
 @attrs.frozen
@@ -73,7 +75,9 @@ async def run(engine: AsyncEngine) -> None:
         retry=RetryPolicy(attempts=3),
     )
 
-    backend = create_job_backend(database=engine, table=job_runs, state_table=job_state)
+    backend = create_job_backend(
+        database=engine, table=job_runs, state_table=job_state, workers_table=job_workers
+    )
     runtime = await start_job_runtime([greet_job], backend=backend)
     try:
         # One statement for the whole batch; the local worker wakes as soon as it commits.

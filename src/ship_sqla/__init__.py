@@ -42,6 +42,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._jobs import create_job_backend as create_job_backend
     from ship_sqla._jobs import ship_job_runs_table as ship_job_runs_table
     from ship_sqla._jobs import ship_job_state_table as ship_job_state_table
+    from ship_sqla._jobs import ship_job_workers_table as ship_job_workers_table
     from ship_sqla._locks import AdvisoryLock as AdvisoryLock
     from ship_sqla._locks import AdvisoryLockProvider as AdvisoryLockProvider
     from ship_sqla._locks import advisory_lock_key as advisory_lock_key
@@ -148,6 +149,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._memory.jobs import InMemoryJobBackend as InMemoryJobBackend
     from ship_sqla.kernel._memory.locks import InMemoryLock as InMemoryLock
     from ship_sqla.kernel._memory.locks import InMemoryLockProvider as InMemoryLockProvider
+    from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry as InMemoryWorkerRegistry
     from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
     from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
     from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
@@ -217,6 +219,10 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._runtime.runtime import RuntimeMode as RuntimeMode
     from ship_sqla.kernel._runtime.runtime import start_job_runtime as start_job_runtime
     from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
+    from ship_sqla.kernel._workers import WorkerEntry as WorkerEntry
+    from ship_sqla.kernel._workers import WorkerRecord as WorkerRecord
+    from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
+    from ship_sqla.kernel._workers import WorkerRegistrySource as WorkerRegistrySource
 
 _EXPORTS: dict[str, str] = {
     **_KERNEL_EXPORTS,
@@ -307,6 +313,7 @@ _EXPORTS: dict[str, str] = {
     "create_job_backend": "ship_sqla._jobs",
     "ship_job_runs_table": "ship_sqla._jobs",
     "ship_job_state_table": "ship_sqla._jobs",
+    "ship_job_workers_table": "ship_sqla._jobs",
     # Push wake (K1): the listener of job backends and outbox relays
     "Listener": "ship_sqla._notify",
     "ListenerLostError": "ship_sqla._notify",

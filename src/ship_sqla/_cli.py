@@ -32,6 +32,7 @@ from sqlalchemy.pool import NullPool
 from ship_sqla._cli_jobs import (
     DEFAULT_RUNS_TABLE,
     DEFAULT_STATE_TABLE,
+    DEFAULT_WORKERS_TABLE,
     MAX_STATS_GROUPS,
     JobTables,
     format_cancel,
@@ -40,12 +41,14 @@ from ship_sqla._cli_jobs import (
     format_paused,
     format_run,
     format_stats,
+    format_workers,
     job_stats,
     job_tables,
     not_found,
     record_dict,
     run_operation,
     run_worker,
+    worker_dict,
 )
 from ship_sqla._cli_outbox import purge_delivered
 from ship_sqla._jobs._demand_app import demand_document
@@ -73,6 +76,7 @@ from ship_sqla.kernel._operations import (
     MAX_PAGE_LIMIT,
     MAX_PAUSED_JOBS,
 )
+from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -84,6 +88,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel import Page
     from ship_sqla.kernel._operations import CancelResult, JobOperations
     from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord
+    from ship_sqla.kernel._workers import WorkerRecord
 
 if TYPE_CHECKING:
     _AnyParamType = click.ParamType[Any]
@@ -101,6 +106,7 @@ T = TypeVar("T")
 DATABASE_URL_ENV = "SHIP_SQLA_DATABASE_URL"
 RUNS_TABLE_ENV = "SHIP_SQLA_JOB_RUNS_TABLE"
 STATE_TABLE_ENV = "SHIP_SQLA_JOB_STATE_TABLE"
+WORKERS_TABLE_ENV = "SHIP_SQLA_JOB_WORKERS_TABLE"
 SCHEMA_ENV = "SHIP_SQLA_JOB_SCHEMA"
 OUTBOX_TABLE_ENV = "SHIP_SQLA_OUTBOX_TABLE"
 OUTBOX_SCHEMA_ENV = "SHIP_SQLA_OUTBOX_SCHEMA"
@@ -382,6 +388,13 @@ state_table_option = _name_option(
     default=DEFAULT_STATE_TABLE,
     help="The job state table's name (schedules), as given to ship_job_state_table.",
 )
+workers_table_option = _name_option(
+    "--workers-table",
+    "table",
+    envvar=WORKERS_TABLE_ENV,
+    default=DEFAULT_WORKERS_TABLE,
+    help="The worker registry's table name (F6), as given to ship_job_workers_table.",
+)
 schema_option = _name_option(
     "--schema",
     "schema",
@@ -392,9 +405,12 @@ schema_option = _name_option(
 )
 
 
-def job_tables_options(*, with_state_table: bool) -> Callable[[_Command], _Command]:
-    """Adds --runs-table, --schema (and --state-table where the command uses that table) and
-    hands the command ``tables``, a :class:`JobTables`, instead of the three strings."""
+def job_tables_options(
+    *, with_state_table: bool, with_workers_table: bool = False
+) -> Callable[[_Command], _Command]:
+    """Adds --runs-table, --schema (and --state-table, --workers-table where the command uses
+    those tables) and hands the command ``tables``, a :class:`JobTables`, instead of the
+    strings."""
 
     def decorate(command: _Command) -> _Command:
         @functools.wraps(command)
@@ -403,13 +419,17 @@ def job_tables_options(*, with_state_table: bool) -> Callable[[_Command], _Comma
             runs_table: str,
             schema: str | None,
             state_table: str = DEFAULT_STATE_TABLE,
+            workers_table: str = DEFAULT_WORKERS_TABLE,
             **kwargs: Any,  # noqa: ANN401
         ) -> None:
-            command(*args, tables=_job_tables(runs_table, state_table, schema), **kwargs)
+            tables = _job_tables(runs_table, state_table, schema, workers_table)
+            command(*args, tables=tables, **kwargs)
 
-        options = [runs_table_option, state_table_option, schema_option]
+        options = [runs_table_option, state_table_option, workers_table_option, schema_option]
         if not with_state_table:
             options.remove(state_table_option)
+        if not with_workers_table:
+            options.remove(workers_table_option)
         decorated: Any = with_tables
         for option in reversed(options):
             decorated = option(decorated)
@@ -418,16 +438,22 @@ def job_tables_options(*, with_state_table: bool) -> Callable[[_Command], _Comma
     return decorate
 
 
-def _job_tables(runs: str, state: str, schema: str | None) -> JobTables:
+def _job_tables(
+    runs: str, state: str, schema: str | None, workers: str = DEFAULT_WORKERS_TABLE
+) -> JobTables:
     """The tables, or exit 2 naming the option whose name the table factory refused."""
     try:
         job_tables(runs=runs, schema=schema)
     except ConfigurationError as exc:
         raise click.BadParameter(str(exc), param_hint="--runs-table") from exc
     try:
-        return job_tables(runs=runs, state=state, schema=schema)
+        job_tables(runs=runs, state=state, schema=schema)
     except ConfigurationError as exc:
         raise click.BadParameter(str(exc), param_hint="--state-table") from exc
+    try:
+        return job_tables(runs=runs, state=state, schema=schema, workers=workers)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="--workers-table") from exc
 
 
 @click.group(cls=_ShipGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -674,7 +700,7 @@ def _run_jobs_call(
     help="Time in-flight runs may finish after SIGTERM before they are cancelled (0: cancel at"
     " once), at most 1d.",
 )
-@job_tables_options(with_state_table=True)
+@job_tables_options(with_state_table=True, with_workers_table=True)
 def worker(
     *,
     registry: JobRegistry,
@@ -688,7 +714,9 @@ def worker(
     job definitions) from the job tables (the default names unless --runs-table, --state-table
     or --schema say otherwise), until SIGTERM or SIGINT. Then it stops claiming, lets in-flight
     runs finish within --drain-timeout, cancels the rest (they wait again without losing an
-    attempt, J12) and exits 0. Errors the loop absorbs are logged to stderr."""
+    attempt, J12) and exits 0. Errors the loop absorbs are logged to stderr. The worker
+    registers in the worker registry (F6, --workers-table; `ship-sqla workers` lists it) when
+    that table exists, and runs unregistered, saying so, when it does not."""
     _run_jobs_call(
         database_url,
         run_worker(
@@ -701,6 +729,36 @@ def worker(
         ),
         tables=tables.names,
     )
+
+
+@cli.command(short_help="List the worker registry (F6).", epilog=OPERATOR_NOTE)
+@database_url_option
+@workers_table_option
+@schema_option
+@json_option
+def workers(database_url: URL, workers_table: str, schema: str | None, as_json: bool) -> None:
+    """List the worker runtimes registered in the worker registry (F6): id, host, pid, start,
+    last heartbeat, runs in flight, running or draining, the fleet's queue sampler (F5), jobs.
+    A worker that died stays listed until it is pruned (not seen for 30 s)."""
+    tables = _job_tables(DEFAULT_RUNS_TABLE, DEFAULT_STATE_TABLE, schema, workers_table)
+
+    async def call(ops: JobOperations) -> list[WorkerRecord]:
+        return await ops.workers(limit=MAX_WORKERS_LISTED)
+
+    records = _run_on_database(
+        database_url,
+        run_operation(database_url, call, tables),
+        failing="cannot read the worker registry",
+        fix="check the URL, that the server is up, and that the workers table exists (here:"
+        f" {tables.workers_name}; created by ship_job_workers_table in your migrations, or"
+        " `ship-sqla schema sql`); name a table created under another name or in another"
+        " schema with --workers-table and --schema.",
+        as_json=as_json,
+    )
+    if as_json:
+        click.echo(json.dumps({"workers": [worker_dict(r) for r in records]}, indent=2))
+    else:
+        click.echo(format_workers(records))
 
 
 @cli.group(short_help="Operator operations on job runs (J8).", epilog=OPERATOR_NOTE)

@@ -24,7 +24,12 @@ from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs import (
+    create_job_backend,
+    ship_job_runs_table,
+    ship_job_state_table,
+    ship_job_workers_table,
+)
 from ship_sqla._jobs._tables import RUN_STATES as TABLE_RUN_STATES
 from ship_sqla._naming import quoted_table
 from ship_sqla.kernel import start_job_runtime
@@ -45,10 +50,12 @@ if TYPE_CHECKING:
     from ship_sqla.kernel import JobDefinition, JobRegistry, Page
     from ship_sqla.kernel._operations import CancelResult, JobOperations
     from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord, StateCount
+    from ship_sqla.kernel._workers import WorkerRecord
 
 __all__ = [
     "DEFAULT_RUNS_TABLE",
     "DEFAULT_STATE_TABLE",
+    "DEFAULT_WORKERS_TABLE",
     "MAX_STATS_GROUPS",
     "RUN_STATES",
     "JobTables",
@@ -59,11 +66,13 @@ __all__ = [
     "format_paused",
     "format_run",
     "format_stats",
+    "format_workers",
     "job_stats",
     "job_tables",
     "record_dict",
     "run_operation",
     "run_worker",
+    "worker_dict",
 ]
 
 RUN_STATES: Final = TABLE_RUN_STATES
@@ -73,6 +82,7 @@ MAX_STATS_GROUPS: Final = 6000
 
 DEFAULT_RUNS_TABLE: Final = "ship_job_runs"
 DEFAULT_STATE_TABLE: Final = "ship_job_state"
+DEFAULT_WORKERS_TABLE: Final = "ship_job_workers"
 
 T = TypeVar("T")
 
@@ -83,11 +93,17 @@ class JobTables:
 
     runs: Table
     state: Table
+    workers: Table
 
     @property
     def runs_name(self) -> str:
         """The runs table's quoted, schema-qualified name, for messages."""
         return quoted_table(self.runs)
+
+    @property
+    def workers_name(self) -> str:
+        """The workers table's quoted, schema-qualified name, for messages."""
+        return quoted_table(self.workers)
 
     @property
     def names(self) -> str:
@@ -100,6 +116,7 @@ def job_tables(
     runs: str = DEFAULT_RUNS_TABLE,
     state: str = DEFAULT_STATE_TABLE,
     schema: str | None = None,
+    workers: str = DEFAULT_WORKERS_TABLE,
 ) -> JobTables:
     """The tables ``create_job_backend`` gets, built by the same factories as the application's
     (so their index names match); a name too long for them raises ``ConfigurationError``."""
@@ -107,6 +124,7 @@ def job_tables(
     return JobTables(
         runs=ship_job_runs_table(metadata, name=runs, schema=schema),
         state=ship_job_state_table(metadata, name=state, schema=schema),
+        workers=ship_job_workers_table(metadata, name=workers, schema=schema),
     )
 
 
@@ -138,7 +156,12 @@ async def run_operation(
     """Run one J8 operation against ``tables`` at ``url``, then dispose."""
     engine = _engine(url)
     try:
-        backend = create_job_backend(database=engine, table=tables.runs, state_table=tables.state)
+        backend = create_job_backend(
+            database=engine,
+            table=tables.runs,
+            state_table=tables.state,
+            workers_table=tables.workers,
+        )
         ops = create_job_operations(
             backend, authorizer=_operator_at_the_shell, cursor_secret=cli_cursor_secret(url)
         )
@@ -289,6 +312,45 @@ def format_demand(demands: Sequence[JobDemand]) -> str:
     )
 
 
+def worker_dict(record: WorkerRecord) -> dict[str, Any]:
+    """One registry entry for ``ship-sqla workers --json`` (F6)."""
+    return {k: _jsonable(v) for k, v in attrs.asdict(record, recurse=False).items()}
+
+
+def format_workers(records: Sequence[WorkerRecord]) -> str:
+    """``ship-sqla workers`` as a table (F6); the fleet's queue sampler (F5) is marked."""
+    if not records:
+        return "no workers registered."
+    table = _table(
+        (
+            "WORKER",
+            "HOST",
+            "PID",
+            "STARTED_AT",
+            "LAST_SEEN_AT",
+            "IN_FLIGHT",
+            "STATE",
+            "SAMPLER",
+            "JOBS",
+        ),
+        (
+            (
+                r.worker_id,
+                r.host,
+                str(r.pid),
+                _when(r.started_at),
+                _when(r.last_seen_at),
+                str(r.in_flight),
+                "draining" if r.draining else "running",
+                "yes" if r.sampler else "-",
+                _first_line(", ".join(r.job_ids)),
+            )
+            for r in records
+        ),
+    )
+    return f"{table}\n{len(records)} worker(s)."
+
+
 def format_paused(paused: Sequence[PausedJob]) -> str:
     if not paused:
         return "no paused jobs."
@@ -356,13 +418,17 @@ async def run_worker(
             poll_interval=poll_interval,
             max_in_flight=max_in_flight,
             on_error=_report_error,
+            workers_table=tables.workers,
         )
         await _check_tables(engine, backend)
         runtime = await start_job_runtime(
             jobs, backend=backend, mode="worker", drain_timeout=drain_timeout
         )
         ids = ", ".join(d.id for d in jobs)
-        _report(f"ship-sqla worker: executing {ids}; SIGTERM or Ctrl-C drains and stops.")
+        _report(
+            f"ship-sqla worker: executing {ids} as worker {runtime.worker_id}; SIGTERM or Ctrl-C"
+            " drains and stops."
+        )
         try:
             await stop.wait()
             _report(f"ship-sqla worker: stopping, draining for up to {drain_timeout:g}s.")

@@ -45,6 +45,7 @@ from ship_sqla import (
     create_unit_of_work,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_workers_table,
     ship_outbox_table,
     start_outbox_relay,
 )
@@ -85,6 +86,7 @@ demo_orders = Table(
 outbox_table = ship_outbox_table(metadata)
 job_runs = ship_job_runs_table(metadata)
 job_state = ship_job_state_table(metadata)
+job_workers = ship_job_workers_table(metadata)
 
 ORDERS = TableRepository(demo_orders, tenant_column="tenant_id", key="id", max_page_size=20)
 
@@ -192,7 +194,9 @@ async def run_demo(engine: AsyncEngine) -> None:
         retry=RetryPolicy(attempts=3),
     )
     outbox = create_outbox(database=engine, table=outbox_table)
-    backend = create_job_backend(database=engine, table=job_runs, state_table=job_state)
+    backend = create_job_backend(
+        database=engine, table=job_runs, state_table=job_state, workers_table=job_workers
+    )
     runtime = await start_job_runtime([receipts], backend=backend, drain_timeout=5.0)
 
     def shop(scope: TransactionScope) -> Shop:

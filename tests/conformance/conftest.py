@@ -19,6 +19,7 @@ from ship_sqla import (
     create_job_backend,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_workers_table,
 )
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ async def postgres_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
     metadata = MetaData()
     runs_table = ship_job_runs_table(metadata)
     state_table = ship_job_state_table(metadata)
+    workers_table = ship_job_workers_table(metadata)
     async with engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     made: list[Any] = []
@@ -89,6 +91,7 @@ async def postgres_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
             database=engine,
             table=runs_table,
             state_table=state_table,
+            workers_table=workers_table,
             lock_provider=(advisory_lock_provider(engine, clock=clock) if with_locks else None),
             poll_interval=poll_interval,
             queue_depth_limit=queue_depth_limit,

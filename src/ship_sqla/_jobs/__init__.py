@@ -6,12 +6,16 @@ from ship_sqla._jobs._backend import PostgresJobBackend as PostgresJobBackend
 from ship_sqla._jobs._backend import create_job_backend as create_job_backend
 from ship_sqla._jobs._tables import ship_job_runs_table as ship_job_runs_table
 from ship_sqla._jobs._tables import ship_job_state_table as ship_job_state_table
+from ship_sqla._jobs._tables import ship_job_workers_table as ship_job_workers_table
+from ship_sqla._jobs._workers import PostgresWorkerRegistry as PostgresWorkerRegistry
 
 __all__ = (
     "JobBackendTimeoutError",
     "PostgresJobBackend",
     "PostgresRunAdmin",
+    "PostgresWorkerRegistry",
     "create_job_backend",
     "ship_job_runs_table",
     "ship_job_state_table",
+    "ship_job_workers_table",
 )

@@ -82,6 +82,7 @@ from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.claim import CLAIM_GATE_SUFFIX
 from ship_sqla._jobs._tables import ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs._workers import PostgresWorkerRegistry
 from ship_sqla._locks import advisory_lock_provider
 from ship_sqla._notify import (
     Listen,
@@ -212,6 +213,7 @@ class PostgresJobBackend(JobBackendBase):
         clock: Clock | None,
         operation_timeout: float,
         listen: Listen = True,
+        workers_table: Table | None = None,
     ) -> None:
         if not isinstance(database, AsyncEngine | AsyncConnection):
             raise ConfigurationError(
@@ -297,6 +299,10 @@ class PostgresJobBackend(JobBackendBase):
             wake_payload=self._wake_payload,
             cancel_requested=self._cancel_requested,
         )
+        # F6, F5: the worker registry and the queue-sampler lease, on their own (optional) table.
+        self._workers = PostgresWorkerRegistry.on_table(
+            workers_table, self._connections, now=self._now
+        )
 
     # --- properties ---------------------------------------------------------------------------
 
@@ -311,6 +317,16 @@ class PostgresJobBackend(JobBackendBase):
     @property
     def database(self) -> Database:
         return self._database
+
+    @property
+    def workers_table(self) -> Table:
+        return self._workers.table
+
+    @property
+    def workers(self) -> PostgresWorkerRegistry:
+        """The worker registry (F6) and queue-sampler lease (F5) of the runtimes on this backend
+        (:class:`~ship_sqla.kernel.WorkerRegistry`), on :attr:`workers_table`."""
+        return self._workers
 
     @property
     def admin(self) -> PostgresRunAdmin:
@@ -633,6 +649,7 @@ def create_job_backend(
     clock: Clock | None = None,
     operation_timeout: float = 30.0,
     listen: Listen = True,
+    workers_table: Table | None = None,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
 
@@ -656,6 +673,11 @@ def create_job_backend(
     polling only; a ``postgresql://`` URL listens through that server instead (e.g. directly,
     past the pooler). Enqueues announce their due runs whatever ``listen`` says (other
     processes may listen), at most once per job per 250 ms.
+
+    ``workers_table`` (F6): the worker registry's table, from :func:`ship_job_workers_table`
+    (default: that table under its default name). Optional in the database: a worker runtime
+    probes it once at start and, when it is absent, logs so and runs unregistered, sampling its
+    own queue gauges (one sampler per fleet needs the registry, F5).
     """
     if table is None:
         table = ship_job_runs_table(MetaData())
@@ -676,4 +698,5 @@ def create_job_backend(
         clock=clock,
         operation_timeout=operation_timeout,
         listen=listen,
+        workers_table=workers_table,
     )

@@ -1,4 +1,5 @@
-"""The job tables: runs (one row per run) and state (one row per job id).
+"""The job tables: runs (one row per run), state (one row per job id) and workers (one row per
+live worker runtime, F6).
 
 Every index is partial and serves a named statement in :mod:`ship_sqla._jobs._sql`; the
 predicates below are the exact words those statements use, because PostgreSQL uses a partial
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     Identity,
@@ -39,8 +41,10 @@ __all__ = [
     "FINISHED_PREDICATE",
     "LEASE_PREDICATE",
     "RUN_STATES",
+    "SAMPLER_PREDICATE",
     "ship_job_runs_table",
     "ship_job_state_table",
+    "ship_job_workers_table",
 ]
 
 RUN_STATES = ("waiting", "running", "completed", "dead", "discarded", "cancelled")
@@ -200,4 +204,44 @@ def ship_job_state_table(
         PrimaryKeyConstraint("job_id", name=n["_pkey"]),
         schema=schema,
         comment="ship_sqla per-job state (ship_job_state_table)",
+    )
+
+
+SAMPLER_PREDICATE = "sampler_until IS NOT NULL"
+"""``<workers>_sampler_idx``: the entry that holds (or last held) the queue-sampler lease (F5)."""
+
+
+def ship_job_workers_table(
+    metadata: MetaData, name: str = "ship_job_workers", schema: str | None = None
+) -> Table:
+    """The worker registry (F6): one row per worker runtime, heartbeated every 10 s and pruned
+    once not seen for 30 s; also where the fleet's queue-sampler lease is held (F5). Optional: a
+    backend whose workers table is absent runs its runtimes unregistered (each logs so once)
+    and every worker samples its own queues, as before the registry.
+
+    Columns: ``id`` text pk (the runtime's ``worker_id``); ``host``, ``pid``; ``started_at``
+    and ``last_seen_at`` (its last heartbeat, the database's clock); ``job_ids`` text[] (the
+    jobs it runs); ``in_flight`` (runs it holds); ``draining`` (``stop()`` was called: it
+    claims nothing); ``sampler_until`` (null unless it holds the queue-sampler lease, F5).
+    """
+    n = derived_names(name, ("_pkey", "_seen_idx", "_sampler_idx"), "job workers", schema=schema)
+    return Table(
+        name,
+        metadata,
+        Column("id", Text, nullable=False),
+        Column("host", Text, nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("started_at", _TSTZ, nullable=False),
+        Column("last_seen_at", _TSTZ, nullable=False),
+        Column("job_ids", ARRAY(Text), nullable=False),
+        Column("in_flight", Integer, nullable=False),
+        Column("draining", Boolean, nullable=False),
+        Column("sampler_until", _TSTZ, nullable=True),
+        PrimaryKeyConstraint("id", name=n["_pkey"]),
+        # Serves PRUNE_STALE_WORKERS: the entries not seen for the bound, oldest first.
+        Index(n["_seen_idx"], "last_seen_at"),
+        # Serves HOLD_SAMPLER_IF_FREE's check that no other entry holds a live lease.
+        Index(n["_sampler_idx"], "sampler_until", postgresql_where=text(SAMPLER_PREDICATE)),
+        schema=schema,
+        comment="ship_sqla job workers (ship_job_workers_table)",
     )

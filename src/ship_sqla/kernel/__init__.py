@@ -59,6 +59,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._memory.jobs import InMemoryJobBackend as InMemoryJobBackend
     from ship_sqla.kernel._memory.locks import InMemoryLock as InMemoryLock
     from ship_sqla.kernel._memory.locks import InMemoryLockProvider as InMemoryLockProvider
+    from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry as InMemoryWorkerRegistry
     from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
     from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
     from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
@@ -128,6 +129,10 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._runtime.runtime import RuntimeMode as RuntimeMode
     from ship_sqla.kernel._runtime.runtime import start_job_runtime as start_job_runtime
     from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
+    from ship_sqla.kernel._workers import WorkerEntry as WorkerEntry
+    from ship_sqla.kernel._workers import WorkerRecord as WorkerRecord
+    from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
+    from ship_sqla.kernel._workers import WorkerRegistrySource as WorkerRegistrySource
 
 _EXPORTS: dict[str, str] = {
     # Errors
@@ -231,10 +236,16 @@ _EXPORTS: dict[str, str] = {
     "StaleFenceError": "ship_sqla.kernel._fences",
     "JobDemand": "ship_sqla.kernel._ports",
     "WakeSource": "ship_sqla.kernel._ports",
+    # The worker registry (F6) and the fleet's one queue sampler (F5)
+    "WorkerEntry": "ship_sqla.kernel._workers",
+    "WorkerRecord": "ship_sqla.kernel._workers",
+    "WorkerRegistry": "ship_sqla.kernel._workers",
+    "WorkerRegistrySource": "ship_sqla.kernel._workers",
     # In-memory reference backends
     "InMemoryJobBackend": "ship_sqla.kernel._memory.jobs",
     "InMemoryLock": "ship_sqla.kernel._memory.locks",
     "InMemoryLockProvider": "ship_sqla.kernel._memory.locks",
+    "InMemoryWorkerRegistry": "ship_sqla.kernel._memory.workers",
     # Operator surfaces (J8, outbox): the gate over a storage port's admin methods
     "Authorizer": "ship_sqla.kernel._authorize",
     "JobOperationRefusedError": "ship_sqla.kernel._operations",

@@ -36,6 +36,7 @@ from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._page import Page
 from ship_sqla.kernel._ports import TERMINAL_STATES, DeadQuery
 from ship_sqla.kernel._tenancy import check_tenant
+from ship_sqla.kernel._workers import MAX_WORKERS_LISTED, worker_registry_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
         RunState,
         StateCount,
     )
+    from ship_sqla.kernel._workers import WorkerRecord, WorkerRegistry
 
 __all__ = [
     "MANAGE_PERMISSION",
@@ -136,10 +138,12 @@ class JobOperations:
         *,
         authorizer: Authorizer,
         cursor_secret: bytes | str | None = None,
+        workers: WorkerRegistry | None = None,
     ) -> None:
         self._admin = admin
         self._authorizer = check_authorizer(authorizer)
         self._secret = resolve_secret(cursor_secret)
+        self._workers = workers
 
     async def _authorize(self, operation: str) -> None:
         await authorize(self._authorizer, MANAGE_PERMISSION, operation)
@@ -353,6 +357,27 @@ class JobOperations:
         )
         return await self._admin.paused(limit=limit)
 
+    async def workers(self, *, limit: int = MAX_WORKERS_LISTED) -> list[WorkerRecord]:
+        """F6: the worker registry, by worker id, at most ``limit`` (1..1,000) entries: each
+        worker runtime's id, host, pid, start, last heartbeat, jobs, runs in flight, whether it
+        is draining, and whether it is the fleet's queue sampler (F5). Entries of workers that
+        died stay until they are pruned (not seen for ``WORKER_STALE_AFTER`` seconds). Refused
+        (``ConfigurationError``) for a backend that keeps no registry."""
+        await self._authorize("workers")
+        _require_within(
+            "workers limit",
+            limit,
+            MAX_WORKERS_LISTED,
+            fix=f"ask for at most {MAX_WORKERS_LISTED} entries.",
+        )
+        if self._workers is None:
+            raise ConfigurationError(
+                "this job backend keeps no worker registry (F6).",
+                fix="use create_job_backend(...) or InMemoryJobBackend(...), or give the backend a"
+                " `workers` property implementing WorkerRegistry.",
+            )
+        return await self._workers.list_workers(limit=limit)
+
     async def _refusal(self, operation: str, run_id: str, allowed: str) -> JobOperationRefusedError:
         record = await self._admin.get_run(run_id)
         if record is None:
@@ -420,5 +445,12 @@ def create_job_operations(
     before every operation and must return ``True``; anything else raises
     :class:`~ship_sqla.kernel.PermissionDeniedError` and changes nothing. ``cursor_secret``
     signs ``list_dead`` cursors (default: random per process, so cursors die with it; give every
-    process that serves the same pages the same secret of at least 16 bytes)."""
-    return JobOperations(backend.admin, authorizer=authorizer, cursor_secret=cursor_secret)
+    process that serves the same pages the same secret of at least 16 bytes). The backend's
+    worker registry (``backend.workers``, F6), when it keeps one, is listed by
+    :meth:`JobOperations.workers`."""
+    return JobOperations(
+        backend.admin,
+        authorizer=authorizer,
+        cursor_secret=cursor_secret,
+        workers=worker_registry_of(backend),
+    )

@@ -55,6 +55,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._backend_base import JobBackendBase
+from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._plans.fairness import fair_shares
 from ship_sqla.kernel._plans.scheduled_runs import (
     fire_due,
@@ -273,6 +274,7 @@ class InMemoryJobBackend(JobBackendBase):
         # job id -> the tenant its last fair claim's walk stopped at (F2, CLAIM_FAIR's cursor).
         self._fair_cursors: dict[str, str] = {}
         self._admin = InMemoryRunAdmin(self)
+        self._workers = InMemoryWorkerRegistry(self._clock)
 
     @property
     def admin(self) -> InMemoryRunAdmin:
@@ -280,6 +282,12 @@ class InMemoryJobBackend(JobBackendBase):
         checks no permission: operators go through
         :func:`~ship_sqla.kernel.create_job_operations`."""
         return self._admin
+
+    @property
+    def workers(self) -> InMemoryWorkerRegistry:
+        """The worker registry (F6) of the runtimes on this backend, and their queue-sampler
+        lease (F5)."""
+        return self._workers
 
     # --- insert (J1, J2) ----------------------------------------------------------------------
 

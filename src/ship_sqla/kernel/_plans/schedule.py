@@ -116,11 +116,26 @@ def _next_cron(expression: str, zone: ZoneInfo, after: datetime) -> datetime:
     for candidate in iterator:
         occurrence: datetime = candidate.astimezone(UTC)
         if occurrence > after:
-            return occurrence
+            return _not_skipped(expression, zone, after, occurrence)
     raise ConfigurationError(
         f"cron expression {expression!r} has no occurrence within 50 years of {after.isoformat()}.",
         fix="check the day-of-month and month fields.",
     )
+
+
+def _not_skipped(
+    expression: str, zone: ZoneInfo, after: datetime, occurrence: datetime
+) -> datetime:
+    """``occurrence``, or an earlier one after ``after`` that cronsim's forward iteration
+    skipped: right after a fold that ends on the half hour (Australia/Lord_Howe, whose clocks go
+    back from 02:00 to 01:30) it steps from 00:00 to 04:00, missing 02:00 +10:30, which its
+    reverse iteration (and so :func:`previous_occurrence`) has. An occurrence is what either
+    direction yields."""
+    while True:
+        earlier = next(_cron(expression, occurrence.astimezone(zone), reverse=True), None)
+        if earlier is None or earlier.astimezone(UTC) <= after:
+            return occurrence
+        occurrence = earlier.astimezone(UTC)
 
 
 def _interval_index(interval: timedelta, at: datetime) -> int:

@@ -1,9 +1,12 @@
-"""J10's queue gauges: a worker runtime with metrics samples its jobs' queues from the backend.
+"""J10's queue gauges: a worker runtime with metrics samples queues from the backend.
 
 The gauges are observed by the OpenTelemetry SDK's reader thread, which cannot run a query, so
 the runtime refreshes :class:`JobMetrics`'s snapshot every ``DEPTH_SAMPLE_INTERVAL`` seconds
-instead. Each worker process samples (and reports) the same database-wide values: dashboards
-aggregate them with ``max``.
+instead. One sampler per fleet (F5): with a worker registry, only the runtime holding the
+fleet's sampler lease samples, the queues of every job its fleet runs
+(:mod:`ship_sqla.kernel._runtime.registration`, which tells this sampler what to sample, and
+when a fresh lease makes a sample due at once); without one, each worker process samples (and
+reports) its own jobs' database-wide values, and dashboards aggregate them with ``max``.
 
 A sample costs one index entry read per waiting run (about 0.23 s at a million waiting runs), so
 it is taken only once a metric reader has collected the gauges: metrics are on by default (the
@@ -35,11 +38,13 @@ runs (an index-only scan of ``<runs>_due_idx``) at most this often per worker pr
 
 
 class DepthSampler:
-    """Samples ``job_ids``' queues into ``metrics`` every ``interval`` seconds of ``clock`` once
-    the gauges were collected (:attr:`JobMetrics.gauges_collected`), until :meth:`close`. A
-    failed sample goes to ``report_error`` (J11) and the previous snapshot stays until the next
-    one succeeds. Only these jobs' gauges are replaced (a process's runtimes share one
-    :class:`JobMetrics`); at close they stop being reported."""
+    """Samples the queues of ``jobs()`` (default: ``job_ids``) into ``metrics`` every
+    ``interval`` seconds of ``clock`` once the gauges were collected
+    (:attr:`JobMetrics.gauges_collected`), and at once after :meth:`sample_soon`, until
+    :meth:`close`. A failed sample goes to ``report_error`` (J11) and the previous snapshot
+    stays until the next one succeeds. Only the sampled jobs' gauges are replaced (a process's
+    runtimes share one :class:`JobMetrics`); a job ``jobs()`` no longer names, and at close
+    every job, stops being reported."""
 
     def __init__(
         self,
@@ -50,34 +55,62 @@ class DepthSampler:
         clock: Clock,
         report_error: Callable[[BaseException], None],
         interval: float = DEPTH_SAMPLE_INTERVAL,
+        jobs: Callable[[], Sequence[str]] | None = None,
     ) -> None:
         self._source = source
         self._metrics = metrics
         self._job_ids = tuple(job_ids)
+        self._jobs = jobs if jobs is not None else self._own_jobs
         self._clock = clock
         self._report_error = report_error
         self._interval = interval
-        self._closing = asyncio.Event()
+        self._closing = False
+        self._wake = asyncio.Event()
+        # The jobs whose gauges this sampler set: only those are forgotten when it stops
+        # sampling them (another runtime of the process may report others).
+        self._reported: set[str] = set()
+
+    def _own_jobs(self) -> Sequence[str]:
+        return self._job_ids
 
     async def sample(self) -> None:
-        """Query the queues once and replace these jobs' gauges."""
-        depths = await self._source.queue_depths(self._job_ids)
+        """Query the queues of the jobs to sample now (``jobs()``: by default this runtime's)
+        once and replace their gauges; stop reporting the ones no longer to sample."""
+        wanted = tuple(self._jobs())
+        dropped = self._reported.difference(wanted)
+        for job_id in dropped:
+            self._metrics.forget_depth(job_id)
+        self._reported -= dropped
+        if not wanted:
+            return
+        depths = await self._source.queue_depths(wanted)
         self._metrics.update_depths(
             {job_id: (queue.depth, queue.oldest_due_age) for job_id, queue in depths.items()}
         )
+        self._reported.update(depths)
 
     async def run(self) -> None:
         try:
-            while not self._closing.is_set():
+            while not self._closing:
+                # Cleared before ``jobs()`` is read: a lease granted after this read wakes the
+                # wait below, one granted before it is seen by the read.
+                self._wake.clear()
                 if self._metrics.gauges_collected:
                     try:
                         await self.sample()
                     except Exception as exc:  # noqa: BLE001 - J11: reported; the next retries
                         self._report_error(exc)
-                await wait_event(self._closing, self._clock, self._interval)
+                await wait_event(self._wake, self._clock, self._interval)
         finally:
-            for job_id in self._job_ids:
+            for job_id in self._reported:
                 self._metrics.forget_depth(job_id)
+            self._reported.clear()
+
+    def sample_soon(self) -> None:
+        """Sample now instead of at the end of the interval (F5: this runtime was just granted
+        the fleet's sampler lease)."""
+        self._wake.set()
 
     def close(self) -> None:
-        self._closing.set()
+        self._closing = True
+        self._wake.set()

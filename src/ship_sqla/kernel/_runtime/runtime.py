@@ -12,7 +12,9 @@ flows in one direction, one part per file of this folder:
 - ``completer``: every settle (complete, fail, release) batched into ``RunStore.settle`` calls,
   retried through outages, each answer (and every stale one) read in one place;
 - ``heartbeat``: the heartbeater, extending every unsettled run's lease (and lock) on the side;
-- ``depth``: the queue-gauge sampler (J10);
+- ``depth``: the queue-gauge sampler (J10), one per fleet (F5);
+- ``registration``: the runtime's entry in the backend's worker registry (F6), and whether it
+  holds the fleet's queue-sampler lease (F5);
 - ``state``: the per-run record (``InFlight``) and the process's slots (``InFlightRuns``).
 
 This module wires them and owns the lifecycle. ``stop`` stops claiming, lets running handlers
@@ -53,8 +55,10 @@ from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL, DepthSampler
 from ship_sqla.kernel._runtime.executor import Executor
 from ship_sqla.kernel._runtime.heartbeat import Heartbeater
 from ship_sqla.kernel._runtime.producer import Producer
+from ship_sqla.kernel._runtime.registration import Registration
 from ship_sqla.kernel._runtime.state import InFlight, InFlightRuns
 from ship_sqla.kernel._waiting import wait_event
+from ship_sqla.kernel._workers import WorkerEntry, worker_registry_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -175,7 +179,13 @@ class JobRuntime:
             report_error=backend.report_error,
             error_backoff=backoff,
         )
-        # J10's queue gauges, sampled only once someone collects them (DepthSampler).
+        # F6: the runtime's entry in the backend's worker registry (worker mode only).
+        workers = worker_registry_of(backend) if mode == "worker" else None
+        self._host = socket.gethostname()
+        self._pid = os.getpid()
+        self._started_at: datetime = clock.now()
+        # J10's queue gauges, sampled only once someone collects them (DepthSampler); with a
+        # registry, by the one runtime of the fleet that holds the sampler lease (F5).
         self._sampler = (
             DepthSampler(
                 backend,
@@ -184,6 +194,7 @@ class JobRuntime:
                 clock=clock,
                 report_error=backend.report_error,
                 interval=queue_sample_interval,
+                jobs=self._sampled_jobs if workers is not None else None,
             )
             if metrics is not None
             and queue_sample_interval is not None
@@ -191,6 +202,21 @@ class JobRuntime:
             and isinstance(backend, QueueDepthSource)
             else None
         )
+        self._registration = (
+            Registration(
+                workers,
+                clock,
+                worker_id=worker_id,
+                entry=self._worker_entry,
+                wants_sampler=self._samples_queues,
+                on_sampler=self._sampler.sample_soon if self._sampler is not None else None,
+                report_error=backend.report_error,
+                error_backoff=backoff,
+            )
+            if workers is not None
+            else None
+        )
+        self._registration_task: asyncio.Task[None] | None = None
         # The runtime lives on the loop it was built in (start_job_runtime is async).
         self._loop = asyncio.get_running_loop()
 
@@ -302,12 +328,19 @@ class JobRuntime:
             self._tasks.append(
                 loop.create_task(self._sampler.run(), name="ship_sqla.jobs.queue_depths")
             )
+        if self._registration is not None:
+            self._registration_task = loop.create_task(
+                self._registration.run(), name=f"ship_sqla.jobs.registration[{self.worker_id}]"
+            )
         logger.debug("job runtime %s started for %d jobs", self.worker_id, len(self.registry))
 
     async def _stop(self, drain_timeout: float) -> None:
         self._stopping = True
         self._drain_deadline = self.clock.monotonic() + drain_timeout
+        # F6: a draining worker claims nothing (the producer closes here) and says so at once.
         self._producer.close()
+        if self._registration is not None:
+            self._registration.drain()
         if not self._tasks:
             return
         producer_task, completer_task, heartbeat_task = self._tasks[:3]
@@ -331,7 +364,37 @@ class JobRuntime:
         if self._sampler is not None:
             self._sampler.close()
             await self._tasks[3]
+        if self._registration is not None and self._registration_task is not None:
+            self._registration.close()  # deregisters (F6)
+            await self._registration_task
         logger.debug("job runtime %s stopped", self.worker_id)
+
+    def _worker_entry(self) -> WorkerEntry:
+        """F6: what this runtime reports of itself at each registry heartbeat."""
+        return WorkerEntry(
+            worker_id=self.worker_id,
+            host=self._host,
+            pid=self._pid,
+            started_at=self._started_at,
+            job_ids=self._job_ids,
+            in_flight=self.in_flight,
+            draining=self._stopping,
+        )
+
+    def _samples_queues(self) -> bool:
+        """F5: whether this runtime competes for the fleet's sampler lease: it has a sampler
+        whose gauges a reader collects, and it is not stopping."""
+        return (
+            self._sampler is not None
+            and self.metrics is not None
+            and self.metrics.gauges_collected
+            and not self._stopping
+        )
+
+    def _sampled_jobs(self) -> Sequence[str]:
+        """F5: the jobs the sampler samples now (see :class:`Registration`)."""
+        registration = self._registration
+        return self._job_ids if registration is None else registration.sampled_jobs(self._job_ids)
 
     def _cancel_requested(self, run_id: str) -> None:
         """K2: an operator asked to cancel ``run_id``; cancel its handler if this process runs
