@@ -17,7 +17,7 @@ import asyncpg
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table, ship_job_workers_table
 from ship_sqla.testing import DatabaseFactory, ResolvedServer
 
 if TYPE_CHECKING:
@@ -310,11 +310,13 @@ class BenchDatabase:
         return connection
 
     async def create_job_tables(self, *, raw: str | None = None) -> None:
-        """The ship job tables with their default names, and a runs table named ``raw`` for a
-        raw baseline (same columns and indexes) when given."""
+        """The ship job tables with their default names (the worker registry's too, F6, as a
+        deployment has it), and a runs table named ``raw`` for a raw baseline (same columns and
+        indexes) when given."""
         metadata = MetaData()
         ship_job_runs_table(metadata)
         ship_job_state_table(metadata)
+        ship_job_workers_table(metadata)
         if raw is not None:
             ship_job_runs_table(metadata, name=raw)
         async with self.engine.begin() as connection:
