@@ -4,7 +4,8 @@ the index that serves it, by concern:
 - :mod:`.enqueue`: ``insert`` of prepared runs (J1, J2): the plain INSERT, the capped one, the
   J2 gate, the checked statement; the plain INSERT with its announcement and the announcement
   alone (K1: NOTIFY in the enqueueing transaction);
-- :mod:`.claim`: the claim, ungated or through the job's claim gate (J3, J4, J6, F1, F3);
+- :mod:`.claim`: the claim, ungated or through the job's claim gate, by priority or fair across
+  tenants (J3, J4, J6, F1, F2, F3);
 - :mod:`.settle`: every settlement of a batch in one statement, and the heartbeat (J5, J7);
 - :mod:`.schedules`: the state rows of schedules (J9);
 - :mod:`.admin`: the administration port (J8; cancel, K2; pause and resume, K3), the queue

@@ -125,7 +125,7 @@ ON CONFLICT (job_id) DO NOTHING
 RETURNING p.job_id
 """
 """Operator pause (K3): the job's ``<job_id>#paused`` row in the state table, which every claim
-reads in its lock statement (CLAIM_LOCK); a row back: this call paused the job. Index:
+reads in its own statement (the claim's paused CTE); a row back: this call paused the job. Index:
 ``<state>_pkey`` (the ON CONFLICT arbiter)."""
 
 RESUME_JOB: Final = """

@@ -1,10 +1,12 @@
-"""The claim (J3, J4, J6, F1, F3): ONE autocommitted statement, one round trip, whichever
+"""The claim (J3, J4, J6, F1, F2, F3): ONE autocommitted statement, one round trip, whichever
 process claims. Rules: see :mod:`ship_sqla._jobs._sql`. ``:limit``, ``:max_running``,
 ``:rate_limit`` / ``:rate_period`` and ``:lease`` are the :class:`~ship_sqla.kernel.ClaimRequest`'s
 (the runtime's free slots, the job's ``concurrency.max``, its ``RateLimit`` and
 ``concurrency.lease``).
 
-Two texts of one template, differing only in how the claim's room is found:
+Four texts of one template: how the claim's room is found (ungated or gated, below), and how
+its due runs are chosen: the priority walk (K6), or a fair job's shares across tenants (F2,
+:data:`CLAIM_FAIR`, :data:`CLAIM_FAIR_GATED`).
 
 - :data:`CLAIM_UNCAPPED` (no ``concurrency.max``, the default, and no rate limit): no exclusion
   at all: the room is the limit asked, and claimers of one job only meet on the rows
@@ -45,7 +47,8 @@ __all__ = [
 ]
 
 CLAIM_GATE_SUFFIX: Final = "#claim-gate"
-"""A capped job's claim gate row in the state table is ``<job_id>#claim-gate`` (F1)."""
+"""A capped or rate-limited job's claim gate row in the state table is ``<job_id>#claim-gate``
+(F1, F3)."""
 
 _HEAD: Final = """
 WITH RECURSIVE paused AS (
