@@ -166,7 +166,7 @@ async def run_demo(engine: AsyncEngine) -> None:
         await connection.run_sync(metadata.create_all)
     _say(
         f"1. Created table {demo_orders.name} and the ship tables {outbox_table.name},"
-        f" {job_runs.name}, {job_state.name}."
+        f" {job_runs.name}, {job_state.name}, {job_workers.name}."
     )
 
     delivered: asyncio.Queue[OutboxMessage] = asyncio.Queue()
