@@ -69,6 +69,7 @@ Errors: the backend raises; the runtime's loop catches, reports through :meth:`r
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Final
@@ -264,6 +265,9 @@ class PostgresJobBackend(JobBackendBase):
         """The NOTIFY channel of this runs table (payload: the job id), the same in every
         process: enqueues announce on it, listeners wake on it."""
         self._throttle: AnnounceThrottle | None = AnnounceThrottle()
+        # F1: freed fleet slots of capped jobs, announced at most once per job per window.
+        self._room_throttle = AnnounceThrottle()
+        self._room_tasks: set[asyncio.Task[None]] = set()
         self._sender = sender_token()
         self._listener = listener_for(
             database,
@@ -423,6 +427,32 @@ class PostgresJobBackend(JobBackendBase):
         await self._recheck.close()
         for subscription in subscriptions:
             await subscription.close()
+
+    def room_freed(self, job_ids: Iterable[str]) -> None:
+        """F1: settles of these capped jobs' runs landed here, so their fleet cap has room:
+        announce each on the wake channel (as an enqueue announces due runs: at most once per
+        job per 250 ms from this backend), so the other processes' runtimes claim it too rather
+        than at their next poll. In a task of its own; a failure is reported (J11)."""
+        now = self._clock.monotonic()
+        wanted = [job_id for job_id in job_ids if self._room_throttle.wanted(job_id, now)]
+        if not wanted or not self._connections.concurrent:
+            return
+        for job_id in wanted:
+            self._room_throttle.announced(job_id, now)
+        task = asyncio.get_running_loop().create_task(self._announce_room(wanted))
+        self._room_tasks.add(task)
+        task.add_done_callback(self._room_tasks.discard)
+
+    async def _announce_room(self, job_ids: Sequence[str]) -> None:
+        try:
+            async with self._connections.statement("announce freed slots") as connection:
+                for job_id in job_ids:
+                    await connection.execute(
+                        self.statements.announce,
+                        {"channel": self.wake_channel, "payload": self._wake_payload(job_id)},
+                    )
+        except Exception as exc:  # noqa: BLE001 - J11: reported; the others still poll
+            self.report_error(exc)
 
     def _announced(self, payload: str) -> None:
         """A notification on the wake channel: wake the local loop when a runtime here runs the

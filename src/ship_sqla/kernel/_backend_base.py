@@ -35,7 +35,7 @@ from ship_sqla.kernel._tracing import current_trace_context_json
 from ship_sqla.kernel._waiting import LocalWake
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
     from datetime import datetime
 
     from ship_sqla.kernel._jobs import JobDefinition
@@ -154,6 +154,10 @@ class JobBackendBase(ABC):
 
     async def stop_listening(self, job_ids: Sequence[str]) -> None:  # noqa: B027 - a no-op hook
         """Undo :meth:`start_listening` (nothing here)."""
+
+    def room_freed(self, job_ids: Iterable[str]) -> None:  # noqa: B027 - a no-op hook
+        """F1 (:class:`~ship_sqla.kernel.WakeSource`): nobody else to wake here (this process's
+        own loop learns of freed slots from its completer); the PostgreSQL backend announces."""
 
     # --- cancel requests (K2) -------------------------------------------------------------------
 

@@ -666,6 +666,12 @@ class WakeSource(Protocol):
         (its connection closed when this returns)."""
         ...
 
+    def room_freed(self, job_ids: Iterable[str]) -> None:
+        """F1: settles of runs of these jobs (each with a ``concurrency.max``) landed here, so
+        their fleet cap has room again: wake the other processes' runtimes of them (announced
+        as an enqueue is, throttled per job; never raises, a failure is reported)."""
+        ...
+
 
 @runtime_checkable
 class CancelRequestSource(Protocol):

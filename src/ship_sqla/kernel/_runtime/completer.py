@@ -85,6 +85,7 @@ class Completer:
         on_flushed: Callable[[], None],
         on_given_up: Callable[[], None],
         error_backoff: Callable[[int], float],
+        on_room: Callable[[set[str]], None] = lambda _job_ids: None,
         close_deadline: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._store = store
@@ -94,6 +95,7 @@ class Completer:
         self._on_outcome = on_outcome
         self._on_flushed = on_flushed
         self._on_given_up = on_given_up
+        self._on_room = on_room
         self._error_backoff = error_backoff
         self._close_deadline = close_deadline
         self._pending: list[InFlight] = []
@@ -217,6 +219,10 @@ class Completer:
                 return False
             for entry, outcome in zip(live, outcomes, strict=True):
                 self._answered(entry, outcome)
+            # F1: the fleet cap of these jobs has room again; other processes may take it.
+            capped = {entry.job.id for entry in live if entry.job.concurrency.max is not None}
+            if capped:
+                self._on_room(capped)
         self._done(batch)
         return True
 

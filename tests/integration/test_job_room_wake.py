@@ -1,0 +1,75 @@
+"""F1 on real PostgreSQL: freed fleet slots of a capped job wake the other processes.
+
+Two backends on one engine stand for two processes (each has its own listener and sender
+token). Both runtimes run on one FrozenClock that the test never moves: their polls never fire,
+so a run the second runtime starts was started by an announcement."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anyio
+import anyio.lowlevel
+from sqlalchemy import MetaData
+from sqlalchemy.ext.asyncio import AsyncEngine
+from wake_helpers import parked
+
+from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla.kernel import Concurrency, EnqueueRequest, FrozenClock, define_job, start_job_runtime
+
+metadata = MetaData()
+runs = ship_job_runs_table(metadata)
+state = ship_job_state_table(metadata)
+
+
+async def test_f1_freed_fleet_slots_wake_the_other_processes(ship_engine: AsyncEngine) -> None:
+    """F1: with Concurrency(max=2), runtime A holds both slots and runtime B, finding no room,
+    parks (its poll never fires); once A's runs settle (A is stopping, so it claims no more),
+    A's backend announces the job's freed slots and B claims and runs the other two runs."""
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    clock = FrozenClock()
+    backends = {
+        name: create_job_backend(
+            database=ship_engine, table=runs, state_table=state, clock=clock, poll_interval=60
+        )
+        for name in "AB"
+    }
+    release = asyncio.Event()
+    ran: list[str] = []
+    b_done = anyio.Event()
+
+    a_started = anyio.Event()
+
+    async def handler(ctx: Any, payload: Any) -> None:
+        ran.append(ctx.worker_id)
+        if ctx.worker_id == "A":
+            if ran.count("A") == 2:
+                a_started.set()
+            await release.wait()
+        elif ran.count("B") == 2:
+            b_done.set()
+
+    job = define_job("f1.room", handler, payload=dict, concurrency=Concurrency(max=2))
+    await backends["A"].enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(4)])
+    runtime_a = await start_job_runtime(job, backend=backends["A"], worker_id="A", clock=clock)
+    runtime_b = None
+    try:
+        with anyio.fail_after(10):
+            await a_started.wait()
+        runtime_b = await start_job_runtime(job, backend=backends["B"], worker_id="B", clock=clock)
+        await parked(backends["B"])
+        assert "B" not in ran  # the cap is held by A
+        stopping = asyncio.create_task(runtime_a.stop(drain_timeout=10))
+        await anyio.lowlevel.checkpoint()
+        release.set()
+        with anyio.fail_after(10):
+            await b_done.wait()
+        await stopping
+    finally:
+        release.set()
+        if runtime_b is not None:
+            await runtime_b.stop(drain_timeout=0)
+        await runtime_a.stop(drain_timeout=0)
+    assert sorted(ran) == ["A", "A", "B", "B"]
