@@ -65,6 +65,7 @@ from ship_sqla.kernel import (
     JobDefinition,
     JobRegistry,
     ShipError,
+    TenantViolationError,
 )
 from ship_sqla.kernel._durations import MAX_DRAIN_TIMEOUT, MAX_POLL_INTERVAL, require_duration
 from ship_sqla.kernel._errors import DatabaseUnavailableError
@@ -76,6 +77,7 @@ from ship_sqla.kernel._operations import (
     MAX_PAGE_LIMIT,
     MAX_PAUSED_JOBS,
 )
+from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 
 if TYPE_CHECKING:
@@ -761,6 +763,14 @@ def workers(database_url: URL, workers_table: str, schema: str | None, as_json: 
         click.echo(format_workers(records))
 
 
+def _tenant_option(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """``--tenant``: None, or a real tenant (the one check, R2); else a usage error (exit 2)."""
+    try:
+        return check_tenant(value, operation="--tenant")
+    except TenantViolationError as exc:
+        raise click.BadParameter(str(exc)) from exc
+
+
 @cli.group(short_help="Operator operations on job runs (J8).", epilog=OPERATOR_NOTE)
 def jobs() -> None:
     """Operator operations on job runs: list dead runs, show one, retry, discard, cancel (K2),
@@ -773,6 +783,12 @@ def jobs() -> None:
 @database_url_option
 @job_tables_options(with_state_table=False)
 @click.option("--job", "job_id", metavar="JOB_ID", help="Only runs of this job.")
+@click.option(
+    "--tenant",
+    metavar="TENANT",
+    callback=_tenant_option,
+    help="Only runs enqueued for this tenant (F2).",
+)
 @click.option("--limit", type=click.IntRange(1, MAX_PAGE_LIMIT), default=50, show_default=True)
 @click.option("--cursor", metavar="CURSOR", help="The next page, as printed by the last one.")
 @json_option
@@ -780,6 +796,7 @@ def jobs_dead(
     *,
     database_url: URL,
     job_id: str | None,
+    tenant: str | None,
     limit: int,
     cursor: str | None,
     as_json: bool,
@@ -788,7 +805,7 @@ def jobs_dead(
     """List dead runs (failed for good), newest first, a page at a time."""
 
     async def call(ops: JobOperations) -> Page[RunRecord]:
-        return await ops.list_dead(job_id=job_id, limit=limit, cursor=cursor)
+        return await ops.list_dead(job_id=job_id, limit=limit, cursor=cursor, tenant=tenant)
 
     try:
         page = _run_jobs_call(

@@ -181,7 +181,8 @@ def test_help_lists_every_command(app_dir: Path) -> None:
 async def test_dead_show_retry_discard(
     app_dir: Path, backend: PostgresJobBackend, ship_engine: AsyncEngine, ship_engine_url: str
 ) -> None:
-    """J8 from the shell: `jobs dead` lists dead runs (table, --json, keyset pages), `show`
+    """J8 from the shell: `jobs dead` lists dead runs (table, --json, keyset pages, --tenant:
+    F2), `show`
     prints the history, `retry` makes a dead run wait with one more attempt, `discard` ends a
     dead run; refusals and unknown runs exit 1, a foreign cursor exits 2."""
     first, second = await dead_runs(backend, 2)
@@ -200,6 +201,13 @@ async def test_dead_show_retry_discard(
     assert {r["run_id"] for r in listed["runs"]} == {first, second}
     assert listed["next_cursor"] is None
     assert all(r["state"] == "dead" for r in listed["runs"])
+
+    # F2: --tenant lists only that tenant's dead runs (these have none); a blank one is bad input.
+    code, out, _ = await ship_sqla("jobs", "dead", *url, "--tenant", "acme", "--json", cwd=app_dir)
+    assert (code, json.loads(out)["runs"]) == (0, [])
+    code, _, err = await ship_sqla("jobs", "dead", *url, "--tenant", " ", cwd=app_dir)
+    assert code == 2, err
+    assert "--tenant" in err
 
     code, out, _ = await ship_sqla("jobs", "dead", *url, "--limit", "1", "--json", cwd=app_dir)
     page = json.loads(out)
