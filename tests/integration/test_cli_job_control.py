@@ -5,21 +5,16 @@ finished run included: it says nothing changed), 1 failed or refused, 2 bad inpu
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import pytest
-from job_helpers import claim_request
-from sqlalchemy import MetaData
+from cli_runner import ship_sqla
+from job_helpers import claim_request, default_job_backend
 
 from ship_sqla._jobs import (
     PostgresJobBackend,
-    create_job_backend,
-    ship_job_runs_table,
-    ship_job_state_table,
 )
 from ship_sqla.kernel import Complete, define_job
 
@@ -38,25 +33,7 @@ JOB = define_job("cli.control", _noop, payload=dict)
 
 @pytest.fixture
 async def backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
-    metadata = MetaData()
-    ship_job_runs_table(metadata)
-    ship_job_state_table(metadata)
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
-    return create_job_backend(database=ship_engine, listen=False)
-
-
-async def ship_sqla(*args: str, cwd: Path) -> tuple[int, str, str]:
-    """Run ``python -m ship_sqla ARGS`` as a user would (no job settings from this process)."""
-    environment = {
-        k: v
-        for k, v in os.environ.items()
-        if k != "SHIP_SQLA_DATABASE_URL" and not k.startswith("SHIP_SQLA_JOB_")
-    }
-    result = await anyio.run_process(
-        [sys.executable, "-m", "ship_sqla", *args], cwd=cwd, env=environment, check=False
-    )
-    return result.returncode, result.stdout.decode(), result.stderr.decode()
+    return await default_job_backend(ship_engine)  # type: ignore[no-any-return]
 
 
 async def test_k2_jobs_cancel_from_the_shell(

@@ -10,16 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from job_helpers import claim_request
-from sqlalchemy import MetaData
-from test_cli_job_control import ship_sqla
+from cli_runner import ship_sqla
+from job_helpers import claim_request, default_job_backend
 
 from ship_sqla import create_job_operations
 from ship_sqla._jobs import (
     PostgresJobBackend,
-    create_job_backend,
-    ship_job_runs_table,
-    ship_job_state_table,
 )
 from ship_sqla.asgi import DemandEndpoint
 from ship_sqla.kernel import EnqueueRequest, define_job
@@ -40,12 +36,7 @@ PDF = define_job("demand.cli.pdf", _noop, payload=dict)
 
 @pytest.fixture
 async def backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
-    metadata = MetaData()
-    ship_job_runs_table(metadata)
-    ship_job_state_table(metadata)
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
-    backend = create_job_backend(database=ship_engine, listen=False)
+    backend: PostgresJobBackend = await default_job_backend(ship_engine)
     await backend.enqueue_many(MAIL, [EnqueueRequest({"n": n}) for n in range(3)])
     await backend.enqueue(MAIL, {"later": 1}, run_at=backend.clock.now() + timedelta(hours=1))
     assert len(await backend.claim(claim_request(MAIL, worker="w", limit=1))) == 1

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+from cli_runner import ship_sqla
 from job_helpers import settle_loop
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from spy_backend import SpyBackend
 from sqlalchemy import MetaData, text
-from test_cli_job_control import ship_sqla
 from test_job_explain import check_plan, explain, nodes
 
 from ship_sqla import check_schema, schema_sql

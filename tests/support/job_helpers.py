@@ -123,3 +123,22 @@ class ErrorLog:
                     if predicate(error):
                         return error
                 await self._arrived.wait()
+
+
+async def default_job_backend(engine: Any) -> Any:
+    """The job tables under their default names on ``engine``, and a polling PostgreSQL backend
+    on them (what ``ship-sqla`` verbs find without table options)."""
+    from sqlalchemy import MetaData  # noqa: PLC0415 - job_helpers serves the in-memory tests too
+
+    from ship_sqla._jobs import (  # noqa: PLC0415
+        create_job_backend,
+        ship_job_runs_table,
+        ship_job_state_table,
+    )
+
+    metadata = MetaData()
+    ship_job_runs_table(metadata)
+    ship_job_state_table(metadata)
+    async with engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    return create_job_backend(database=engine, listen=False)
