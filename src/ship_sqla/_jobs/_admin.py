@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
 
+from ship_sqla._jobs._tables import state_row
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._ports import JobDemand, PausedJob, QueueDepth, RunRecord, StateCount
 
@@ -25,16 +26,7 @@ if TYPE_CHECKING:
     from ship_sqla._scope import StoreConnections
     from ship_sqla.kernel._ports import DeadQuery, RunState
 
-__all__ = ["PAUSE_ROW_SUFFIX", "PostgresRunAdmin", "pause_row", "run_record"]
-
-PAUSE_ROW_SUFFIX = "#paused"
-"""A paused job's row in the state table is ``<job_id>#paused`` (K3): no job id holds ``#``, so
-it never meets a schedule's row or a gate row (``<job_id>#enqueue-gate``)."""
-
-
-def pause_row(job_id: str) -> str:
-    """The state-table row that pauses ``job_id`` (read by every claim of the job, K3)."""
-    return f"{job_id}{PAUSE_ROW_SUFFIX}"
+__all__ = ["PostgresRunAdmin", "run_record"]
 
 
 def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
@@ -155,7 +147,7 @@ class PostgresRunAdmin:
 
     async def pause(self, job_id: str) -> bool:
         """K3 (PAUSE_JOB): once committed, no claim that starts takes a run of ``job_id``."""
-        params = {"pause_row": pause_row(job_id), "now": self._now()}
+        params = {"pause_row": state_row(job_id, "paused"), "now": self._now()}
         async with self._connections.joined(None, "pause", one_statement=True) as tx:
             row = (await tx.connection.execute(self._s.pause_job, params)).one_or_none()
         return row is not None
@@ -164,7 +156,7 @@ class PostgresRunAdmin:
         """K3 (RESUME_JOB): the job's runs are claimable again; the local loop is woken after
         the commit, other processes' listeners by the notification it sends."""
         params = {
-            "pause_row": pause_row(job_id),
+            "pause_row": state_row(job_id, "paused"),
             "channel": self._wake_channel,
             "payload": self._wake_payload(job_id),
         }

@@ -77,12 +77,11 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import MetaData, Table, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla._jobs._admin import PostgresRunAdmin, pause_row
+from ship_sqla._jobs._admin import PostgresRunAdmin
 from ship_sqla._jobs._insert import RunInserter
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
-from ship_sqla._jobs._sql.claim import CLAIM_GATE_SUFFIX
-from ship_sqla._jobs._tables import ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs._tables import ship_job_runs_table, ship_job_state_table, state_row
 from ship_sqla._jobs._workers import PostgresWorkerRegistry
 from ship_sqla._locks import advisory_lock_provider
 from ship_sqla._notify import (
@@ -480,7 +479,7 @@ class PostgresJobBackend(JobBackendBase):
             "lapsed_final": LEASE_LAPSED_FINAL_MESSAGE,
             "lapsed": LEASE_LAPSED_MESSAGE,
             "cancel_lapsed": CANCEL_LAPSED_MESSAGE,
-            "pause_row": pause_row(job_id),
+            "pause_row": state_row(job_id, "paused"),
             "tuned": self._connections.concurrent,
             "now": self._now(),
         }
@@ -493,23 +492,25 @@ class PostgresJobBackend(JobBackendBase):
             params["default_weight"] = fair.default_weight
         if cap is None and rate is None:
             ungated = s.claim_uncapped if fair is None else s.claim_fair
-            return await self._claim_with(ungated, params, request)
+            batch, _ = await self._claim_with(ungated, params, request)
+            return batch
         params["max_running"] = cap
         params["rate_limit"] = None if rate is None else rate.limit
         params["rate_period"] = None if rate is None else rate.period
-        params["gate_row"] = claim_gate_row(job_id)
+        params["gate_row"] = state_row(job_id, "claim-gate")
         gated = s.claim_gated if fair is None else s.claim_fair_gated
-        batch = await self._claim_with(gated, params, request)
-        if batch.gate_created and not batch and not batch.buried:
+        batch, gate_created = await self._claim_with(gated, params, request)
+        if gate_created and not batch and not batch.buried:
             # The job's first gated claim made its gate, which grants nothing: claim again.
-            batch = await self._claim_with(gated, params, request)
+            batch, _ = await self._claim_with(gated, params, request)
         return batch
 
     async def _claim_with(
         self, statement: TextClause, params: dict[str, Any], request: ClaimRequest
-    ) -> ClaimBatch:
+    ) -> tuple[ClaimBatch, bool]:
         """One claim statement (F1: one autocommitted statement, one round trip: it reads the
-        job's pause, K3, and a gated one takes the job's claim gate for that statement only)."""
+        job's pause, K3, and a gated one takes the job's claim gate for that statement only):
+        the batch, and whether this statement made the job's claim gate."""
         job_id, lease = request.job_id, request.lease
         async with self._connections.statement(f"claim of job {job_id!r}") as connection:
             rows = (await connection.execute(statement, params)).all()
@@ -551,7 +552,7 @@ class PostgresJobBackend(JobBackendBase):
                 )
             )
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
-        return ClaimBatch(claimed, buried, rate_wait=rate_wait, gate_created=created)
+        return ClaimBatch(claimed, buried, rate_wait=rate_wait), created
 
     async def heartbeat(self, runs: Sequence[ClaimedRun]) -> HeartbeatBatch:
         """Extend each run's lease by its claim's ``lease``; False where stale or lapsed; the
@@ -634,12 +635,6 @@ class PostgresJobBackend(JobBackendBase):
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
         """J10's queue gauges (:meth:`PostgresRunAdmin.queue_depths`)."""
         return await self._admin.queue_depths(job_ids)
-
-
-def claim_gate_row(job_id: str) -> str:
-    """The state-table row that gates the claims of a capped or rate-limited ``job_id`` (F1,
-    F3, CLAIM_GATED)."""
-    return f"{job_id}{CLAIM_GATE_SUFFIX}"
 
 
 def _nothing_missed() -> None:

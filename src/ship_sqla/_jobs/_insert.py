@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
+from ship_sqla._jobs._tables import state_row
 from ship_sqla.kernel._ports import EnqueueResult
 
 if TYPE_CHECKING:
@@ -25,10 +26,8 @@ if TYPE_CHECKING:
     from ship_sqla._jobs._sql import JobStatements
     from ship_sqla.kernel._plans.prepare import PreparedRun
 
-__all__ = ["ENQUEUE_GATE_SUFFIX", "RunInserter", "conflict_free"]
+__all__ = ["RunInserter", "conflict_free"]
 
-ENQUEUE_GATE_SUFFIX: Final = "#enqueue-gate"
-"""A capped job's gate row in the state table is ``<job_id>#enqueue-gate`` (J2, ENQUEUE_GATE)."""
 _ENQUEUE_PASSES: Final = 3
 _QUEUE_FULL: Final = EnqueueResult(run_id=None, rejected="queue-full")
 
@@ -187,7 +186,7 @@ class RunInserter:
         """The job's enqueue gate, held until ``connection``'s transaction ends (J2 hard cap:
         ENQUEUE_GATE). Only with a ``queue_depth_limit``."""
         await connection.execute(
-            self._s.enqueue_gate, {"gate": f"{job_id}{ENQUEUE_GATE_SUFFIX}", "now": self._now()}
+            self._s.enqueue_gate, {"gate": state_row(job_id, "enqueue-gate"), "now": self._now()}
         )
 
     async def _insert_checked(

@@ -16,6 +16,8 @@ are kept for the oldest open snapshot, and the claim's index scans walk over the
 
 from __future__ import annotations
 
+from typing import Literal, TypeAlias
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -171,6 +173,16 @@ def ship_job_runs_table(
         schema=schema,
         comment="ship_sqla job runs (ship_job_runs_table)",
     )
+
+
+StateRowKind: TypeAlias = Literal["paused", "claim-gate", "enqueue-gate"]
+"""The rows a job may have in the state table beside its schedule's (which is ``<job_id>``):
+its pause (K3), its claim gate (F1, F3), its enqueue gate (J2)."""
+
+
+def state_row(job_id: str, kind: StateRowKind) -> str:
+    """The state-table row of ``job_id`` for ``kind``: ``<job_id>#<kind>``."""
+    return f"{job_id}#{kind}"
 
 
 def ship_job_state_table(

@@ -216,7 +216,7 @@ class ClaimBatch(list[ClaimedRun]):
     that only want the runs use it as one), plus ``buried``, the runs the same claim
     dead-lettered (J6), which the runtime reports and counts (J10)."""
 
-    __slots__ = ("buried", "gate_created", "rate_wait")
+    __slots__ = ("buried", "rate_wait")
 
     def __init__(
         self,
@@ -224,16 +224,12 @@ class ClaimBatch(list[ClaimedRun]):
         buried: Iterable[BuriedRun] = (),
         *,
         rate_wait: float | None = None,
-        gate_created: bool = False,
     ) -> None:
         super().__init__(claimed)
         self.buried: tuple[BuriedRun, ...] = tuple(buried)
         self.rate_wait = rate_wait
         """F3: the claim left the job's rate window full: seconds until another run may start
         (the runtime claims the job again then, not at its next poll). None otherwise."""
-        self.gate_created = gate_created
-        """The claim made the job's claim gate (a backend detail: such a claim grants nothing,
-        so the backend claims again at once)."""
 
     def __repr__(self) -> str:
         return f"ClaimBatch({list(self)!r}, buried={self.buried!r}, rate_wait={self.rate_wait!r})"

@@ -42,13 +42,8 @@ __all__ = [
     "CLAIM_FAIR",
     "CLAIM_FAIR_GATED",
     "CLAIM_GATED",
-    "CLAIM_GATE_SUFFIX",
     "CLAIM_UNCAPPED",
 ]
-
-CLAIM_GATE_SUFFIX: Final = "#claim-gate"
-"""A capped or rate-limited job's claim gate row in the state table is ``<job_id>#claim-gate``
-(F1, F3)."""
 
 _HEAD: Final = """
 WITH RECURSIVE paused AS (

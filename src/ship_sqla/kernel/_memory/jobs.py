@@ -454,9 +454,10 @@ class InMemoryJobBackend(JobBackendBase):
         after = self._fair_cursors.pop(request.job_id, None)
         onward = [tenant for tenant in named if after is None or tenant > after]
         wrapped = [tenant for tenant in named if after is not None and tenant <= after]
-        visited: list[str | None] = [*(onward + wrapped)[: fairness.max_tenants]]
-        if len(visited) == fairness.max_tenants:
-            self._fair_cursors[request.job_id] = visited[-1]  # type: ignore[assignment]
+        walked = (onward + wrapped)[: fairness.max_tenants]
+        if len(walked) == fairness.max_tenants:
+            self._fair_cursors[request.job_id] = walked[-1]
+        visited: list[str | None] = [*walked]
         due_of: dict[str | None, int] = {}
         for run in waiting:
             if run.run_at <= now:

@@ -85,7 +85,7 @@ class Completer:
         on_flushed: Callable[[], None],
         on_given_up: Callable[[], None],
         error_backoff: Callable[[int], float],
-        on_room: Callable[[set[str]], None] = lambda _job_ids: None,
+        on_room: Callable[[set[str]], None] | None = None,
         close_deadline: Callable[[], float | None] = lambda: None,
     ) -> None:
         self._store = store
@@ -221,7 +221,7 @@ class Completer:
                 self._answered(entry, outcome)
             # F1: the fleet cap of these jobs has room again; other processes may take it.
             capped = {entry.job.id for entry in live if entry.job.concurrency.max is not None}
-            if capped:
+            if capped and self._on_room is not None:
                 self._on_room(capped)
         self._done(batch)
         return True

@@ -140,7 +140,7 @@ class JobRuntime:
             on_given_up=self._own_room_freed,
             error_backoff=backoff,
             # F1: freed fleet slots of a capped job wake the other processes' runtimes of it.
-            on_room=backend.room_freed if isinstance(backend, WakeSource) else _no_room,
+            on_room=backend.room_freed if isinstance(backend, WakeSource) else None,
             close_deadline=lambda: self._drain_deadline,
         )
         self._executor = Executor(
@@ -504,7 +504,3 @@ async def start_job_runtime(
     )
     runtime._start()  # noqa: SLF001 - the factory owns the runtime's start
     return runtime
-
-
-def _no_room(_job_ids: set[str]) -> None:
-    """A backend no other process can wake (not a WakeSource): nobody to tell of freed slots."""
