@@ -17,7 +17,13 @@ import asyncpg
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table, ship_job_workers_table
+from ship_sqla._jobs import (
+    ship_job_events_table,
+    ship_job_runs_table,
+    ship_job_state_table,
+    ship_job_steps_table,
+    ship_job_workers_table,
+)
 from ship_sqla.testing import DatabaseFactory, ResolvedServer
 
 if TYPE_CHECKING:
@@ -317,6 +323,8 @@ class BenchDatabase:
         ship_job_runs_table(metadata)
         ship_job_state_table(metadata)
         ship_job_workers_table(metadata)
+        ship_job_steps_table(metadata)
+        ship_job_events_table(metadata)
         if raw is not None:
             ship_job_runs_table(metadata, name=raw)
         async with self.engine.begin() as connection:

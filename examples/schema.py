@@ -23,8 +23,10 @@ from sqlalchemy import (
 
 from ship_sqla import (
     ship_idempotency_table,
+    ship_job_events_table,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_steps_table,
     ship_job_workers_table,
     ship_outbox_table,
     ship_webhook_events_table,
@@ -39,6 +41,8 @@ webhook_events = ship_webhook_events_table(metadata)
 job_runs = ship_job_runs_table(metadata)
 job_state = ship_job_state_table(metadata)
 job_workers = ship_job_workers_table(metadata)
+job_steps = ship_job_steps_table(metadata)  # durable workflows' steps (SPEC §13)
+job_events = ship_job_events_table(metadata)  # and their events
 
 orders = Table(
     "orders",

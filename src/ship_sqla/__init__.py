@@ -40,8 +40,10 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._jobs import JobBackendTimeoutError as JobBackendTimeoutError
     from ship_sqla._jobs import PostgresJobBackend as PostgresJobBackend
     from ship_sqla._jobs import create_job_backend as create_job_backend
+    from ship_sqla._jobs import ship_job_events_table as ship_job_events_table
     from ship_sqla._jobs import ship_job_runs_table as ship_job_runs_table
     from ship_sqla._jobs import ship_job_state_table as ship_job_state_table
+    from ship_sqla._jobs import ship_job_steps_table as ship_job_steps_table
     from ship_sqla._jobs import ship_job_workers_table as ship_job_workers_table
     from ship_sqla._locks import AdvisoryLock as AdvisoryLock
     from ship_sqla._locks import AdvisoryLockProvider as AdvisoryLockProvider
@@ -150,6 +152,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._memory.locks import InMemoryLock as InMemoryLock
     from ship_sqla.kernel._memory.locks import InMemoryLockProvider as InMemoryLockProvider
     from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry as InMemoryWorkerRegistry
+    from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore as InMemoryWorkflowStore
     from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
     from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
     from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
@@ -207,6 +210,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import SettleOutcome as SettleOutcome
     from ship_sqla.kernel._ports import SnoozeRun as SnoozeRun
     from ship_sqla.kernel._ports import StateCount as StateCount
+    from ship_sqla.kernel._ports import Suspend as Suspend
     from ship_sqla.kernel._ports import WakeSource as WakeSource
     from ship_sqla.kernel._priority import DEFAULT_PRIORITY as DEFAULT_PRIORITY
     from ship_sqla.kernel._priority import MAX_PRIORITY as MAX_PRIORITY
@@ -223,6 +227,22 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._workers import WorkerRecord as WorkerRecord
     from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
     from ship_sqla.kernel._workers import WorkerRegistrySource as WorkerRegistrySource
+    from ship_sqla.kernel._workflows import ChildOutcome as ChildOutcome
+    from ship_sqla.kernel._workflows import NewStep as NewStep
+    from ship_sqla.kernel._workflows import StepKind as StepKind
+    from ship_sqla.kernel._workflows import StepNameReusedError as StepNameReusedError
+    from ship_sqla.kernel._workflows import StepRecord as StepRecord
+    from ship_sqla.kernel._workflows import StepRetry as StepRetry
+    from ship_sqla.kernel._workflows import UnitOfWorkLike as UnitOfWorkLike
+    from ship_sqla.kernel._workflows import Workflow as Workflow
+    from ship_sqla.kernel._workflows import WorkflowAdmin as WorkflowAdmin
+    from ship_sqla.kernel._workflows import WorkflowChangedError as WorkflowChangedError
+    from ship_sqla.kernel._workflows import WorkflowEvent as WorkflowEvent
+    from ship_sqla.kernel._workflows import WorkflowMisuseError as WorkflowMisuseError
+    from ship_sqla.kernel._workflows import (
+        WorkflowsNotConfiguredError as WorkflowsNotConfiguredError,
+    )
+    from ship_sqla.kernel._workflows import WorkflowStore as WorkflowStore
 
 _EXPORTS: dict[str, str] = {
     **_KERNEL_EXPORTS,
@@ -314,6 +334,8 @@ _EXPORTS: dict[str, str] = {
     "ship_job_runs_table": "ship_sqla._jobs",
     "ship_job_state_table": "ship_sqla._jobs",
     "ship_job_workers_table": "ship_sqla._jobs",
+    "ship_job_steps_table": "ship_sqla._jobs",
+    "ship_job_events_table": "ship_sqla._jobs",
     # Push wake (K1): the listener of job backends and outbox relays
     "Listener": "ship_sqla._notify",
     "ListenerLostError": "ship_sqla._notify",

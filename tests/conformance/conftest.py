@@ -17,8 +17,10 @@ from ship_sqla import (
     InMemoryLockProvider,
     advisory_lock_provider,
     create_job_backend,
+    ship_job_events_table,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_steps_table,
     ship_job_workers_table,
 )
 
@@ -74,6 +76,8 @@ async def postgres_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
     runs_table = ship_job_runs_table(metadata)
     state_table = ship_job_state_table(metadata)
     workers_table = ship_job_workers_table(metadata)
+    steps_table = ship_job_steps_table(metadata)
+    events_table = ship_job_events_table(metadata)
     async with engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     made: list[Any] = []
@@ -92,6 +96,8 @@ async def postgres_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
             table=runs_table,
             state_table=state_table,
             workers_table=workers_table,
+            steps_table=steps_table,
+            events_table=events_table,
             lock_provider=(advisory_lock_provider(engine, clock=clock) if with_locks else None),
             poll_interval=poll_interval,
             queue_depth_limit=queue_depth_limit,

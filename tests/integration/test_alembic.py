@@ -180,3 +180,32 @@ def test_autogenerate_adds_the_fleet_columns_and_index_to_tables_from_before_the
     for column in ("claim_granted", "claim_grant", "rate_at", "rate_n"):
         assert f"add_column('ship_job_state', sa.Column('{column}'" in source
     assert "'ship_job_runs_tenant_idx'" in source
+
+
+def test_autogenerate_adds_the_workflow_tables_and_columns_to_tables_from_before_workflows(
+    alembic_config,
+) -> None:
+    """T2 for SPEC §13: on job tables as they were before durable workflows (no steps nor events
+    table, no ``parent_id``/``wait_for`` on the runs table nor their indexes), autogenerate
+    creates both tables with their indexes and adds the columns and indexes the upgrade notes
+    in docs/workflows.md name; after upgrade head, alembic check reports no difference."""
+    source = _migrated_from(
+        alembic_config,
+        [
+            "DROP TABLE ship_job_steps",
+            "DROP TABLE ship_job_events",
+            "ALTER TABLE ship_job_runs DROP COLUMN parent_id, DROP COLUMN wait_for",
+        ],
+        message="workflows",
+        rev_id="0005",
+    )
+    assert "create_table('ship_job_steps'" in source
+    assert "create_table('ship_job_events'" in source
+    for column in ("parent_id", "wait_for"):
+        assert f"add_column('ship_job_runs', sa.Column('{column}'" in source
+    for index in (
+        "ship_job_runs_parent_idx",
+        "ship_job_runs_wait_idx",
+        "ship_job_events_match_idx",
+    ):
+        assert f"'{index}'" in source

@@ -10,13 +10,12 @@ runs table, and buffer counts within 2x of the same statement against a backlog 
 from __future__ import annotations
 
 import itertools
-import json
 from typing import Any
 
 import pytest
-from sqlalchemy import MetaData, Table, TextClause, text
-from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from explain_helpers import buffers, check_plan, explain, nodes
+from sqlalchemy import MetaData, Table, text
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._sql import admin, claim, enqueue, render, settle
@@ -78,71 +77,6 @@ async def loaded(ship_engine: AsyncEngine) -> AsyncEngine:
         await connection.execute(text("VACUUM (ANALYZE) ship_job_runs"))
         await connection.execute(text("VACUUM (ANALYZE) small_job_runs"))
     return ship_engine
-
-
-def _literal(value: Any) -> str:
-    if value is None:
-        return "NULL"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, list):
-        return "ARRAY[" + ", ".join(_literal(v) for v in value) + "]" if value else "'{}'"
-    return "'" + str(value).replace("'", "''") + "'"
-
-
-async def explain(
-    connection: AsyncConnection, statement: TextClause, params: dict[str, Any], *, generic: bool
-) -> dict[str, Any]:
-    """EXPLAIN ANALYZE of ``statement`` run as a prepared statement (its effects rolled back)."""
-    compiled = statement.compile(dialect=asyncpg_dialect.dialect())
-    names = list(compiled.positiontup or [])
-    mode = "force_generic_plan" if generic else "force_custom_plan"
-    await connection.execute(text(f"SET LOCAL plan_cache_mode = {mode}"))
-    await connection.exec_driver_sql(f"PREPARE ship_explained AS {compiled.string}")
-    types = (
-        await connection.execute(
-            text(
-                "SELECT parameter_types::text[] FROM pg_prepared_statements"
-                " WHERE name = 'ship_explained'"
-            )
-        )
-    ).scalar_one()
-    arguments = ", ".join(
-        f"CAST({_literal(params[name])} AS {kind})" for name, kind in zip(names, types, strict=True)
-    )
-    raw = (
-        await connection.exec_driver_sql(
-            f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE ship_explained({arguments})"
-        )
-    ).scalar_one()
-    await connection.exec_driver_sql("DEALLOCATE ship_explained")
-    document = json.loads(raw) if isinstance(raw, str) else raw
-    return dict(document[0]["Plan"])
-
-
-def nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
-    found = [plan]
-    for child in plan.get("Plans", []):
-        found += nodes(child)
-    return found
-
-
-def buffers(plan: dict[str, Any]) -> int:
-    return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
-
-
-def check_plan(plan: dict[str, Any], table: Table, *, uses: set[str]) -> None:
-    seq_scans = [
-        n
-        for n in nodes(plan)
-        if n["Node Type"] == "Seq Scan" and n.get("Relation Name") == table.name
-    ]
-    assert not seq_scans, f"sequential scan of {table.name}: {seq_scans}"
-    indexes = {n["Index Name"] for n in nodes(plan) if "Index Name" in n}
-    expected = {f"{table.name}_{suffix}" for suffix in uses}
-    assert expected <= indexes, f"expected {expected}, plan used {indexes}"
 
 
 def claim_params() -> dict[str, Any]:

@@ -4,8 +4,10 @@ from ship_sqla._jobs._admin import PostgresRunAdmin as PostgresRunAdmin
 from ship_sqla._jobs._backend import JobBackendTimeoutError as JobBackendTimeoutError
 from ship_sqla._jobs._backend import PostgresJobBackend as PostgresJobBackend
 from ship_sqla._jobs._backend import create_job_backend as create_job_backend
+from ship_sqla._jobs._tables import ship_job_events_table as ship_job_events_table
 from ship_sqla._jobs._tables import ship_job_runs_table as ship_job_runs_table
 from ship_sqla._jobs._tables import ship_job_state_table as ship_job_state_table
+from ship_sqla._jobs._tables import ship_job_steps_table as ship_job_steps_table
 from ship_sqla._jobs._tables import ship_job_workers_table as ship_job_workers_table
 from ship_sqla._jobs._workers import PostgresWorkerRegistry as PostgresWorkerRegistry
 
@@ -15,7 +17,9 @@ __all__ = (
     "PostgresRunAdmin",
     "PostgresWorkerRegistry",
     "create_job_backend",
+    "ship_job_events_table",
     "ship_job_runs_table",
     "ship_job_state_table",
+    "ship_job_steps_table",
     "ship_job_workers_table",
 )

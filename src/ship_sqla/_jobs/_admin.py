@@ -51,6 +51,8 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         tenant=row.tenant_id,
         snoozes=row.snoozes,
         cancel_requested_at=row.cancel_requested_at,
+        parent_id=row.parent_id,
+        wait_for=row.wait_for,
     )
 
 

@@ -81,8 +81,15 @@ from ship_sqla._jobs._admin import PostgresRunAdmin
 from ship_sqla._jobs._insert import RunInserter
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
-from ship_sqla._jobs._tables import ship_job_runs_table, ship_job_state_table, state_row
+from ship_sqla._jobs._tables import (
+    ship_job_events_table,
+    ship_job_runs_table,
+    ship_job_state_table,
+    ship_job_steps_table,
+    state_row,
+)
 from ship_sqla._jobs._workers import PostgresWorkerRegistry
+from ship_sqla._jobs._workflows import PostgresWorkflows, WorkflowStatements
 from ship_sqla._locks import advisory_lock_provider
 from ship_sqla._notify import (
     Listen,
@@ -115,8 +122,10 @@ from ship_sqla.kernel._ports import (
     QueueDepth,
     SettleOutcome,
     SnoozeRun,
+    Suspend,
     history_kind_of,
 )
+from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -161,6 +170,8 @@ _RUN_COLUMNS = frozenset(
         "snoozes",
         "cancel_requested_at",
         "tenant_id",
+        "parent_id",
+        "wait_for",
     }
 )
 
@@ -214,6 +225,8 @@ class PostgresJobBackend(JobBackendBase):
         operation_timeout: float,
         listen: Listen = True,
         workers_table: Table | None = None,
+        steps_table: Table | None = None,
+        events_table: Table | None = None,
     ) -> None:
         if not isinstance(database, AsyncEngine | AsyncConnection):
             raise ConfigurationError(
@@ -306,12 +319,29 @@ class PostgresJobBackend(JobBackendBase):
         self._workers = PostgresWorkerRegistry.on_table(
             workers_table, self._connections, now=self._now
         )
+        # SPEC §13: the workflow store, on the steps and events tables.
+        self._workflows: PostgresWorkflows | None = None
+        if steps_table is not None and events_table is not None:
+            self._workflows = PostgresWorkflows(
+                WorkflowStatements.for_tables(self.statements, steps_table, events_table),
+                self._connections,
+                now=self._now,
+                wake=self.wake,
+                announce=self.room_freed,
+                steps_table=steps_table,
+                events_table=events_table,
+            )
 
     # --- properties ---------------------------------------------------------------------------
 
     @property
     def table(self) -> Table:
         return self._table
+
+    @property
+    def workflows(self) -> PostgresWorkflows | None:
+        """The workflow store (SPEC §13) on this backend's steps and events tables."""
+        return self._workflows
 
     @property
     def state_table(self) -> Table:
@@ -586,6 +616,15 @@ class PostgresJobBackend(JobBackendBase):
             if claim not in seen:
                 seen.add(claim)
                 sent.append(index)
+        if any(isinstance(settlements[i], Suspend) for i in sent):
+            return await self._settle_with_suspends(settlements, sent)
+        return await self._settle_batch(settlements, sent)
+
+    async def _settle_batch(
+        self, settlements: Sequence[Settlement], sent: Sequence[int]
+    ) -> list[SettleOutcome]:
+        """SETTLE_IF_TOKEN_CURRENT for the settlements at ``sent`` (no suspends, no repeats);
+        the others answer stale."""
         batch = settlements if len(sent) == len(settlements) else [settlements[i] for i in sent]
         kinds = [_KIND_OF.get(type(settlement), "release") for settlement in batch]
         completes_only = all(kind == "complete" for kind in kinds)
@@ -605,6 +644,11 @@ class PostgresJobBackend(JobBackendBase):
         async with self._connections.statement("settle") as connection:
             rows = (await connection.execute(self.statements.settle, params)).all()
         landed: dict[int, str] = {row.ord: row.state for row in rows}
+        ended_children = [
+            row.parent_id for row in rows if row.parent_id is not None and row.state != "waiting"
+        ]
+        if ended_children:
+            await self._wake_parents(ended_children)
         outcomes: list[SettleOutcome] = ["stale"] * len(settlements)
         for position, (index, kind) in enumerate(zip(sent, kinds, strict=True), start=1):
             state = landed.get(position)
@@ -621,6 +665,42 @@ class PostgresJobBackend(JobBackendBase):
             else:
                 outcomes[index] = "dead" if state == "dead" else "retrying"
         return outcomes
+
+    async def _settle_with_suspends(
+        self, settlements: Sequence[Settlement], sent: Sequence[int]
+    ) -> list[SettleOutcome]:
+        """A batch holding workflow suspends (D3): each suspend in its own short transaction
+        (an event wait takes its wait lock), the other settlements in one statement as ever."""
+        outcomes: list[SettleOutcome] = ["stale"] * len(settlements)
+        others = [i for i in sent if not isinstance(settlements[i], Suspend)]
+        if others:
+            answered = await self._settle_batch(settlements, others)
+            for index in others:
+                outcomes[index] = answered[index]
+        workflows = self._require_workflows()
+        for index in sent:
+            settlement = settlements[index]
+            if isinstance(settlement, Suspend):
+                outcomes[index] = await workflows.suspend(settlement)
+        return outcomes
+
+    async def _wake_parents(self, parent_ids: Sequence[str]) -> None:
+        """D5: wake the parents of children whose ends just committed. Never raises (the settle
+        landed): a failure is reported, and the parents' recheck finds their children ended."""
+        if self._workflows is None:
+            return
+        try:
+            await self._workflows.wake_parents(parent_ids)
+        except Exception as exc:  # noqa: BLE001 - J11: reported; CHILDREN_RECHECK is the fallback
+            self.report_error(exc)
+
+    def _require_workflows(self) -> PostgresWorkflows:
+        if self._workflows is None:  # pragma: no cover - the runtime binds no store then
+            raise WorkflowsNotConfiguredError(
+                "this job backend has no workflow tables.",
+                fix="pass steps_table= and events_table= to create_job_backend.",
+            )
+        return self._workflows
 
     # --- schedules (J9) and the queue gauges (J10) --------------------------------------------
 
@@ -643,7 +723,7 @@ def _nothing_missed() -> None:
 
 
 def _at_of(settlement: Settlement) -> datetime | None:
-    if isinstance(settlement, Complete | Cancel):
+    if isinstance(settlement, Complete | Cancel | Suspend):
         return None
     if isinstance(settlement, Fail):
         return settlement.retry_at
@@ -651,7 +731,7 @@ def _at_of(settlement: Settlement) -> datetime | None:
 
 
 def _error_of(settlement: Settlement) -> str | None:
-    return None if isinstance(settlement, Complete) else settlement.error
+    return None if isinstance(settlement, Complete | Suspend) else settlement.error
 
 
 def _entry_kind_of(settlement: Settlement) -> HistoryKind | None:
@@ -675,6 +755,8 @@ def create_job_backend(
     operation_timeout: float = 30.0,
     listen: Listen = True,
     workers_table: Table | None = None,
+    steps_table: Table | None = None,
+    events_table: Table | None = None,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
 
@@ -703,11 +785,20 @@ def create_job_backend(
     (default: that table under its default name). Optional in the database: a worker runtime
     probes it once at start and, when it is absent, logs so and runs unregistered, sampling its
     own queue gauges (one sampler per fleet needs the registry, F5).
+
+    ``steps_table`` / ``events_table`` (SPEC §13, durable workflows): from
+    :func:`ship_job_steps_table` / :func:`ship_job_events_table` (defaults: those tables under
+    their default names, beside ``table``). Needed in the database only by jobs whose handlers
+    call the workflow methods (``ctx.step``, ``ctx.sleep``, ...).
     """
     if table is None:
         table = ship_job_runs_table(MetaData())
     if state_table is None:
         state_table = ship_job_state_table(MetaData())
+    if steps_table is None:
+        steps_table = ship_job_steps_table(MetaData(), schema=table.schema, runs_table=table.name)
+    if events_table is None:
+        events_table = ship_job_events_table(MetaData(), schema=table.schema)
     if lock_provider is None and isinstance(database, AsyncEngine):
         lock_provider = advisory_lock_provider(database, clock=clock)
     return PostgresJobBackend(
@@ -724,4 +815,6 @@ def create_job_backend(
         operation_timeout=operation_timeout,
         listen=listen,
         workers_table=workers_table,
+        steps_table=steps_table,
+        events_table=events_table,
     )

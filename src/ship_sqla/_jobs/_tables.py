@@ -23,6 +23,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
+    ForeignKeyConstraint,
     Identity,
     Index,
     Integer,
@@ -42,10 +43,14 @@ __all__ = [
     "DUE_PREDICATE",
     "FINISHED_PREDICATE",
     "LEASE_PREDICATE",
+    "PARENT_PREDICATE",
     "RUN_STATES",
     "SAMPLER_PREDICATE",
+    "WAIT_PREDICATE",
+    "ship_job_events_table",
     "ship_job_runs_table",
     "ship_job_state_table",
+    "ship_job_steps_table",
     "ship_job_workers_table",
 ]
 
@@ -59,6 +64,12 @@ LEASE_PREDICATE = "state = 'running'"
 DEDUPE_PREDICATE = "dedupe_key IS NOT NULL AND state IN ('waiting', 'running')"
 """``<runs>_dedupe_idx`` (unique): one non-terminal run per (job, dedupe key) (J1)."""
 FINISHED_PREDICATE = "state IN ('completed', 'dead', 'discarded', 'cancelled')"
+PARENT_PREDICATE = "parent_id IS NOT NULL"
+"""``<runs>_parent_idx``: child runs of a workflow run by state (D5: the live-children check,
+the outcomes a parent reads)."""
+WAIT_PREDICATE = "wait_for IS NOT NULL"
+"""``<runs>_wait_idx``: suspended workflow runs by what they wait for (D4: a publish wakes its
+waiters through it, not by scanning steps)."""
 """``<runs>_finished_idx``: terminal runs of one job in ``finished_at`` order, for cleanup."""
 
 _TSTZ = TIMESTAMP(timezone=True)
@@ -79,7 +90,8 @@ def ship_job_runs_table(
     ``priority`` (smallint, higher first, K6) and ``trace_context`` (jsonb null: the enqueue's
     W3C trace context, K7); ``snoozes`` (int, the run's snoozes, K4); ``cancel_requested_at``
     (when an operator asked to cancel the running run, K2); ``tenant_id`` (text null: the tenant
-    it was enqueued for, F2).
+    it was enqueued for, F2); ``parent_id`` (text null: the workflow run that spawned it, D5);
+    ``wait_for`` (text null: what a suspended workflow run waits for, D4, D5).
     """
     n = derived_names(
         name,
@@ -91,6 +103,8 @@ def ship_job_runs_table(
             "_dedupe_idx",
             "_finished_idx",
             "_tenant_idx",
+            "_parent_idx",
+            "_wait_idx",
         ),
         "job runs",
         schema=schema,
@@ -130,6 +144,9 @@ def ship_job_runs_table(
         Column("snoozes", Integer, nullable=False, server_default=text("0")),
         # F2: the tenant of the unit of work (or run) that enqueued it; NULL for none.
         Column("tenant_id", Text, nullable=True),
+        # D5: the workflow run that spawned this one; D4, D5: what a suspended run waits for.
+        Column("parent_id", Text, nullable=True),
+        Column("wait_for", Text, nullable=True),
         PrimaryKeyConstraint("id", name=n["_pkey"]),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
         # Serves CLAIM's walk over the priority levels (K6: the next lower level, one entry;
@@ -170,6 +187,10 @@ def ship_job_runs_table(
         Index(
             n["_finished_idx"], "job_id", "finished_at", postgresql_where=text(FINISHED_PREDICATE)
         ),
+        # Serves WAKE_PARENTS' and SUSPEND_RUN's live-children check and CHILDREN (D5).
+        Index(n["_parent_idx"], "parent_id", "state", postgresql_where=text(PARENT_PREDICATE)),
+        # Serves PUBLISH_EVENT's wake of the runs waiting for the event (D4).
+        Index(n["_wait_idx"], "wait_for", postgresql_where=text(WAIT_PREDICATE)),
         schema=schema,
         comment="ship_sqla job runs (ship_job_runs_table)",
     )
@@ -256,4 +277,83 @@ def ship_job_workers_table(
         Index(n["_sampler_idx"], "sampler_until", postgresql_where=text(SAMPLER_PREDICATE)),
         schema=schema,
         comment="ship_sqla job workers (ship_job_workers_table)",
+    )
+
+
+STEP_STATES = ("done", "waiting")
+
+
+def ship_job_steps_table(
+    metadata: MetaData,
+    name: str = "ship_job_steps",
+    schema: str | None = None,
+    *,
+    runs_table: str = "ship_job_runs",
+) -> Table:
+    """The stored steps of workflow runs (SPEC §13, D1): one row per (run, step name).
+
+    Columns: ``run_id`` (a foreign key to ``runs_table``, the runs table's name in the same
+    ``metadata``, ON DELETE CASCADE: a run's cleanup takes its steps), ``name``, ``seq`` (the
+    step's position in the handler: re-running from a step drops it and every later one, D6),
+    ``kind`` (step | transaction | sleep | event | spawn | children), ``state`` (done |
+    waiting), ``result`` (jsonb: the encoded result), ``wake_at`` (a sleep's wake time, a wait's
+    timeout), ``event_name`` / ``event_key`` (what an event wait waits for), ``snapshot`` (the
+    ``pg_snapshot`` an event wait began in, as text: an event matches when its transaction is
+    not visible in it, D4), ``created_at``, ``finished_at``.
+    """
+    n = derived_names(name, ("_pkey", "_state_check", "_run_fkey"), "job steps", schema=schema)
+    states = ", ".join(f"'{s}'" for s in STEP_STATES)
+    target = f"{schema}.{runs_table}.id" if schema else f"{runs_table}.id"
+    return Table(
+        name,
+        metadata,
+        Column("run_id", Text, nullable=False),
+        Column("name", Text, nullable=False),
+        Column("seq", Integer, nullable=False),
+        Column("kind", Text, nullable=False),
+        Column("state", Text, nullable=False),
+        Column("result", JSONB, nullable=True),
+        Column("wake_at", _TSTZ, nullable=True),
+        Column("event_name", Text, nullable=True),
+        Column("event_key", Text, nullable=True),
+        Column("snapshot", Text, nullable=True),
+        Column("created_at", _TSTZ, nullable=False, server_default=text("now()")),
+        Column("finished_at", _TSTZ, nullable=True),
+        # Serves LOAD_STEPS, SAVE_STEP's ON CONFLICT and MATCH_EVENT's step lookup.
+        PrimaryKeyConstraint("run_id", "name", name=n["_pkey"]),
+        CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
+        ForeignKeyConstraint(["run_id"], [target], name=n["_run_fkey"], ondelete="CASCADE"),
+        schema=schema,
+        comment="ship_sqla workflow steps (ship_job_steps_table)",
+    )
+
+
+def ship_job_events_table(
+    metadata: MetaData, name: str = "ship_job_events", schema: str | None = None
+) -> Table:
+    """Workflow events (SPEC §13, D4): one row per ``publish_event``, written in the
+    publisher's transaction.
+
+    Columns: ``id`` (identity), ``name``, ``key`` (``''`` for none), ``payload`` jsonb, ``xid``
+    (the publishing transaction's id, ``pg_current_xact_id()``: a wait matches the events whose
+    transaction its snapshot does not see), ``created_at`` (for retention).
+    """
+    n = derived_names(name, ("_pkey", "_match_idx", "_created_idx"), "job events", schema=schema)
+    return Table(
+        name,
+        metadata,
+        Column("id", BigInteger, Identity(always=False), nullable=False),
+        Column("name", Text, nullable=False),
+        Column("key", Text, nullable=False, server_default=text("''")),
+        Column("payload", JSONB, nullable=False),
+        Column("xid", BigInteger, nullable=False),
+        Column("created_at", _TSTZ, nullable=False, server_default=text("now()")),
+        PrimaryKeyConstraint("id", name=n["_pkey"]),
+        # Serves MATCH_EVENT and SUSPEND_RUN's check: the events of one (name, key) from the
+        # wait snapshot's xmin on.
+        Index(n["_match_idx"], "name", "key", "xid", "id"),
+        # Serves DELETE_OLD_EVENTS (retention).
+        Index(n["_created_idx"], "created_at"),
+        schema=schema,
+        comment="ship_sqla workflow events (ship_job_events_table)",
     )

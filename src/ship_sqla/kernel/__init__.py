@@ -60,6 +60,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._memory.locks import InMemoryLock as InMemoryLock
     from ship_sqla.kernel._memory.locks import InMemoryLockProvider as InMemoryLockProvider
     from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry as InMemoryWorkerRegistry
+    from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore as InMemoryWorkflowStore
     from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
     from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
     from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
@@ -117,6 +118,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import SettleOutcome as SettleOutcome
     from ship_sqla.kernel._ports import SnoozeRun as SnoozeRun
     from ship_sqla.kernel._ports import StateCount as StateCount
+    from ship_sqla.kernel._ports import Suspend as Suspend
     from ship_sqla.kernel._ports import WakeSource as WakeSource
     from ship_sqla.kernel._priority import DEFAULT_PRIORITY as DEFAULT_PRIORITY
     from ship_sqla.kernel._priority import MAX_PRIORITY as MAX_PRIORITY
@@ -133,6 +135,22 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._workers import WorkerRecord as WorkerRecord
     from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
     from ship_sqla.kernel._workers import WorkerRegistrySource as WorkerRegistrySource
+    from ship_sqla.kernel._workflows import ChildOutcome as ChildOutcome
+    from ship_sqla.kernel._workflows import NewStep as NewStep
+    from ship_sqla.kernel._workflows import StepKind as StepKind
+    from ship_sqla.kernel._workflows import StepNameReusedError as StepNameReusedError
+    from ship_sqla.kernel._workflows import StepRecord as StepRecord
+    from ship_sqla.kernel._workflows import StepRetry as StepRetry
+    from ship_sqla.kernel._workflows import UnitOfWorkLike as UnitOfWorkLike
+    from ship_sqla.kernel._workflows import Workflow as Workflow
+    from ship_sqla.kernel._workflows import WorkflowAdmin as WorkflowAdmin
+    from ship_sqla.kernel._workflows import WorkflowChangedError as WorkflowChangedError
+    from ship_sqla.kernel._workflows import WorkflowEvent as WorkflowEvent
+    from ship_sqla.kernel._workflows import WorkflowMisuseError as WorkflowMisuseError
+    from ship_sqla.kernel._workflows import (
+        WorkflowsNotConfiguredError as WorkflowsNotConfiguredError,
+    )
+    from ship_sqla.kernel._workflows import WorkflowStore as WorkflowStore
 
 _EXPORTS: dict[str, str] = {
     # Errors
@@ -230,6 +248,7 @@ _EXPORTS: dict[str, str] = {
     "Settlement": "ship_sqla.kernel._ports",
     "SnoozeRun": "ship_sqla.kernel._ports",
     "StateCount": "ship_sqla.kernel._ports",
+    "Suspend": "ship_sqla.kernel._ports",
     "FencedLock": "ship_sqla.kernel._fences",
     "FencingLockProvider": "ship_sqla.kernel._fences",
     "LockHeldError": "ship_sqla.kernel._fences",
@@ -241,8 +260,24 @@ _EXPORTS: dict[str, str] = {
     "WorkerRecord": "ship_sqla.kernel._workers",
     "WorkerRegistry": "ship_sqla.kernel._workers",
     "WorkerRegistrySource": "ship_sqla.kernel._workers",
+    # Durable workflows (SPEC §13)
+    "ChildOutcome": "ship_sqla.kernel._workflows",
+    "NewStep": "ship_sqla.kernel._workflows",
+    "StepKind": "ship_sqla.kernel._workflows",
+    "StepNameReusedError": "ship_sqla.kernel._workflows",
+    "StepRecord": "ship_sqla.kernel._workflows",
+    "StepRetry": "ship_sqla.kernel._workflows",
+    "UnitOfWorkLike": "ship_sqla.kernel._workflows",
+    "Workflow": "ship_sqla.kernel._workflows",
+    "WorkflowAdmin": "ship_sqla.kernel._workflows",
+    "WorkflowChangedError": "ship_sqla.kernel._workflows",
+    "WorkflowEvent": "ship_sqla.kernel._workflows",
+    "WorkflowMisuseError": "ship_sqla.kernel._workflows",
+    "WorkflowStore": "ship_sqla.kernel._workflows",
+    "WorkflowsNotConfiguredError": "ship_sqla.kernel._workflows",
     # In-memory reference backends
     "InMemoryJobBackend": "ship_sqla.kernel._memory.jobs",
+    "InMemoryWorkflowStore": "ship_sqla.kernel._memory.workflows",
     "InMemoryLock": "ship_sqla.kernel._memory.locks",
     "InMemoryLockProvider": "ship_sqla.kernel._memory.locks",
     "InMemoryWorkerRegistry": "ship_sqla.kernel._memory.workers",

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
         Settlement,
         SettleOutcome,
     )
+    from ship_sqla.kernel._workflows import WorkflowStore
 
 __all__ = ["MAX_ENQUEUE_BATCH", "JobBackendBase"]
 
@@ -230,6 +231,45 @@ class JobBackendBase(ABC):
         )
         return await self.insert(job, prepared, scope=scope)
 
+    # --- workflow events (D4) ---------------------------------------------------------------------
+
+    @property
+    def workflows(self) -> WorkflowStore | None:
+        """The backend's workflow store (SPEC §13); None: it has none."""
+        return None
+
+    async def publish_event(
+        self,
+        name: str,
+        payload: Any = None,  # noqa: ANN401 - JSON
+        *,
+        key: str | None = None,
+        scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
+    ) -> int:
+        """D4: publish event ``name`` (``key``: what it is about, e.g. an order id) with a JSON
+        ``payload``, inside the active (or given) unit of work: the workflow runs waiting for
+        it whose waits began before it committed receive it, once it commits (a rollback
+        publishes nothing). The event's id."""
+        from ship_sqla.kernel._workflows import (  # noqa: PLC0415 - cycle: it imports the ports
+            WorkflowsNotConfiguredError,
+            check_event_key,
+            check_event_name,
+            encode_event_payload,
+        )
+
+        store = self.workflows
+        if store is None:
+            raise WorkflowsNotConfiguredError(
+                f"{type(self).__name__} has no workflow store: events cannot be published.",
+                fix="create the backend with its steps and events tables (create_job_backend"
+                " does by default; create them with Alembic or `ship-sqla schema sql`).",
+            )
+        event = check_event_name(name)
+        event_key = check_event_key(key)
+        return await store.publish_event(
+            event, event_key, encode_event_payload(payload), scope=scope
+        )
+
     # --- the settle front -------------------------------------------------------------------------
 
     async def settle(self, settlements: Sequence[Settlement]) -> list[SettleOutcome]:
@@ -292,6 +332,8 @@ def _made_due(
 ) -> bool:
     """A settlement put a run back to waiting due at ``now``: the local loop is worth waking."""
     for settlement, outcome in zip(settlements, outcomes, strict=True):
+        if outcome == "suspended":
+            return True  # D3: the store may have made it due at once (its event came)
         if outcome == "retrying" and isinstance(settlement, Fail):
             when = settlement.retry_at
         elif (outcome == "released" and isinstance(settlement, Release)) or (

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
-    from datetime import datetime
+    from collections.abc import Awaitable, Callable, Sequence
+    from datetime import datetime, timedelta
 
-    from ship_sqla.kernel._ports import ClaimedRun
+    from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._jobs import JobDefinition, PayloadCodec
+    from ship_sqla.kernel._ports import ClaimedRun, JobBackend
+    from ship_sqla.kernel._workflows import (
+        ChildOutcome,
+        StepRetry,
+        UnitOfWorkLike,
+        Workflow,
+        WorkflowEvent,
+        WorkflowStore,
+    )
+
+T = TypeVar("T")
 
 __all__ = ["CancelReason", "Cancellation", "JobContext"]
 
@@ -66,14 +79,98 @@ class JobContext:
     an operator cancelled the run (``cancel_reason == "cancelled"``, K2), or the job's
     ``timeout`` passed (``"timeout"``, K5). ``snoozes`` counts the run's earlier snoozes (K4).
     ``tenant`` is the tenant the run was enqueued for (F2).
+
+    A handler that calls the workflow methods (:meth:`step`, :meth:`transaction`,
+    :meth:`sleep`, :meth:`sleep_until`, :meth:`wait_for_event`, :meth:`spawn`,
+    :meth:`wait_for_children`) is a durable workflow (SPEC §13): its steps are stored and
+    replayed (:mod:`ship_sqla.kernel._workflows`).
     """
 
-    __slots__ = ("_cancellation", "_run", "worker_id")
+    __slots__ = ("_cancellation", "_run", "_workflow", "_workflow_parts", "worker_id")
 
     def __init__(self, run: ClaimedRun, cancellation: Cancellation, *, worker_id: str) -> None:
         self._run = run
         self._cancellation = cancellation
         self.worker_id = worker_id
+        self._workflow: Workflow | None = None
+        self._workflow_parts: tuple[WorkflowStore, JobBackend, Clock] | None = None
+
+    def bind_workflows(self, store: WorkflowStore, backend: JobBackend, clock: Clock) -> None:
+        """Give the context the backend's workflow store (the runtime does, per claim; a test
+        of a handler outside a runtime may too)."""
+        self._workflow_parts = (store, backend, clock)
+
+    @property
+    def workflow(self) -> Workflow:
+        """This execution's :class:`~ship_sqla.kernel._workflows.Workflow` (made at first use)."""
+        if self._workflow is None:
+            from ship_sqla.kernel._workflows import (  # noqa: PLC0415 - cycle: it imports us
+                Workflow,
+                WorkflowsNotConfiguredError,
+            )
+
+            if self._workflow_parts is None:
+                raise WorkflowsNotConfiguredError(
+                    f"run {self._run.run_id!r}: this context has no workflow store, so steps"
+                    " cannot be stored.",
+                    fix="run the handler in a runtime on a backend with workflow tables"
+                    " (ship_job_steps_table, ship_job_events_table; the in-memory backend has"
+                    " them), or call ctx.bind_workflows(...) in a test.",
+                )
+            store, backend, clock = self._workflow_parts
+            self._workflow = Workflow(self._run, store, backend, clock)
+        return self._workflow
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        result: type[Any] | PayloadCodec[Any] | None = None,
+        retry: StepRetry | None = None,
+    ) -> T:
+        """D1: run ``fn()`` once per run, its result stored and replayed (see
+        :meth:`Workflow.step <ship_sqla.kernel._workflows.Workflow.step>`)."""
+        return await self.workflow.step(name, fn, result=result, retry=retry)
+
+    async def transaction(
+        self,
+        name: str,
+        uow: UnitOfWorkLike,
+        fn: Callable[[Any], Awaitable[T]],
+        *,
+        result: type[Any] | PayloadCodec[Any] | None = None,
+    ) -> T:
+        """D2: ``fn(repositories)`` in ``uow``, its result stored in the same transaction."""
+        return await self.workflow.transaction(name, uow, fn, result=result)
+
+    async def sleep(self, name: str, duration: float | timedelta) -> None:
+        """D3: suspend the run for ``duration`` without holding a slot, lease or attempt."""
+        await self.workflow.sleep(name, duration)
+
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        """D3: suspend the run until ``when``."""
+        await self.workflow.sleep_until(name, when)
+
+    async def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        key: str | None = None,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 - durable, the database's clock
+    ) -> WorkflowEvent | None:
+        """D4: the first ``event`` (with ``key``) committed after the wait began, or None at
+        the timeout (the database's clock)."""
+        return await self.workflow.wait_for_event(name, event, key=key, timeout=timeout)
+
+    async def spawn(self, name: str, job: JobDefinition[Any], payloads: Sequence[Any]) -> list[str]:
+        """D5: enqueue child runs once; their ids."""
+        return await self.workflow.spawn(name, job, payloads)
+
+    async def wait_for_children(self, name: str) -> list[ChildOutcome]:
+        """D5: suspend until every child run is terminal; how each ended."""
+        return await self.workflow.wait_for_children(name)
 
     @classmethod
     def standalone(cls, run: ClaimedRun, *, worker_id: str = "test") -> JobContext:

@@ -38,7 +38,9 @@ if TYPE_CHECKING:
 
 __all__ = ["JOB_METRIC_NAMES", "JobMetrics", "JobOutcome", "job_metrics_for"]
 
-JobOutcome = Literal["completed", "retrying", "dead", "stale", "lock_held", "cancelled", "snoozed"]
+JobOutcome = Literal[
+    "completed", "retrying", "dead", "stale", "lock_held", "cancelled", "snoozed", "suspended"
+]
 """How one execution of a run ended, the ``ship.job.outcome`` attribute of ``ship.job.runs``:
 
 - ``completed``: the handler returned and the completion landed.
@@ -48,6 +50,7 @@ JobOutcome = Literal["completed", "retrying", "dead", "stale", "lock_held", "can
 - ``lock_held``: ``JOB_LOCK_HELD``; the run went back to waiting without using an attempt (J7).
 - ``cancelled``: the runtime stopped and cancelled the run past its drain timeout (J12).
 - ``snoozed``: the handler raised ``Snooze``; the run waits again without using an attempt (K4).
+- ``suspended``: a workflow slept or waits (D3); the run waits again without using an attempt.
 """
 
 _OUTCOMES: Final = frozenset(get_args(JobOutcome))

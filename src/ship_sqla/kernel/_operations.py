@@ -33,10 +33,12 @@ from ship_sqla.kernel._errors import (
     ShipError,
 )
 from ship_sqla.kernel._jobs import is_job_id
+from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._page import Page
 from ship_sqla.kernel._ports import TERMINAL_STATES, DeadQuery
 from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED, worker_registry_of
+from ship_sqla.kernel._workflows import StepRecord, WorkflowAdmin
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -139,11 +141,54 @@ class JobOperations:
         authorizer: Authorizer,
         cursor_secret: bytes | str | None = None,
         workers: WorkerRegistry | None = None,
+        workflows: WorkflowAdmin | None = None,
     ) -> None:
         self._admin = admin
         self._authorizer = check_authorizer(authorizer)
         self._secret = resolve_secret(cursor_secret)
         self._workers = workers
+        self._workflows = workflows
+
+    def _workflow_admin(self) -> WorkflowAdmin:
+        if self._workflows is None:
+            raise ConfigurationError(
+                "this job backend keeps no workflow steps (SPEC §13).",
+                fix="use create_job_backend(...) or InMemoryJobBackend(...): both have a"
+                " workflow store.",
+            )
+        return self._workflows
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]:
+        """D6: a workflow run's stored steps, in handler order (empty for a run that stored
+        none)."""
+        await self._authorize("list_steps")
+        require_key(run_id, "run id")
+        return await self._workflow_admin().list_steps(run_id)
+
+    async def rerun_from_step(self, run_id: str, step: str) -> RunRecord:
+        """D6: drop step ``step`` of a dead (or waiting) workflow run and every step started
+        after it, and make the run due now (a dead one with one more attempt): its handler
+        replays the steps before ``step`` and runs ``step`` and the rest again. Refused for a
+        run in another state (a running run must settle first) or without such a step."""
+        await self._authorize("rerun_from_step")
+        require_key(run_id, "run id")
+        given: object = step
+        if not isinstance(given, str) or not step:
+            raise ConfigurationError(
+                f"step {step!r} must be a step name.",
+                fix="name a stored step (`ship-sqla jobs show RUN_ID` lists them).",
+            )
+        record = await self._workflow_admin().rerun_from_step(run_id, step)
+        if record is not None:
+            return record
+        current = await self._admin.get_run(run_id)
+        if current is not None and current.state in ("dead", "waiting"):
+            raise JobOperationRefusedError(
+                f"rerun of run {run_id!r} from step {step!r}: the run has no such step, or a"
+                f" newer live run of job {current.job_id!r} holds its dedupe key (J1).",
+                fix="name a stored step (`ship-sqla jobs show RUN_ID` lists them).",
+            )
+        raise await self._refusal("rerun from a step", run_id, "dead or waiting")
 
     async def _authorize(self, operation: str) -> None:
         await authorize(self._authorizer, MANAGE_PERMISSION, operation)
@@ -453,4 +498,10 @@ def create_job_operations(
         authorizer=authorizer,
         cursor_secret=cursor_secret,
         workers=worker_registry_of(backend),
+        workflows=_workflow_admin_of(backend),
     )
+
+
+def _workflow_admin_of(backend: object) -> WorkflowAdmin | None:
+    store = getattr(backend, "workflows", None)
+    return store if isinstance(store, WorkflowAdmin) else None

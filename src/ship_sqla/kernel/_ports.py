@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import Fairness, JobDefinition, RateLimit
     from ship_sqla.kernel._metrics import JobMetrics
     from ship_sqla.kernel._plans.prepare import PreparedRun
+    from ship_sqla.kernel._workflows import NewStep
 
 __all__ = [
     "FAILURE_KINDS",
@@ -79,6 +80,7 @@ __all__ = [
     "Settlement",
     "SnoozeRun",
     "StateCount",
+    "Suspend",
     "WakeSource",
 ]
 
@@ -265,7 +267,7 @@ def cancel_requested_of(answer: Sequence[bool]) -> frozenset[str]:
 
 
 SettleOutcome = Literal[
-    "completed", "retrying", "dead", "released", "cancelled", "snoozed", "stale"
+    "completed", "retrying", "dead", "released", "cancelled", "snoozed", "suspended", "stale"
 ]
 
 FailureKind = Literal["failure", "terminal", "retry-after", "timeout"]
@@ -317,6 +319,11 @@ class RunRecord:
     """The run's priority (K6: higher first)."""
     tenant: str | None = None
     """The tenant the run was enqueued for (F2), None for none."""
+    parent_id: str | None = None
+    """D5: the workflow run that spawned this one (None: none); its end wakes the parent."""
+    wait_for: str | None = None
+    """D4, D5: what a suspended workflow run waits for (an event's wait key, or
+    ``"#children"``); None otherwise."""
 
 
 @runtime_checkable
@@ -442,7 +449,22 @@ class SnoozeRun:
     error: str
 
 
-Settlement: TypeAlias = Complete | Fail | Release | Cancel | SnoozeRun
+@attrs.frozen
+class Suspend:
+    """D3: a workflow run sleeps or waits: back to waiting WITHOUT spending its attempt (no
+    history entry, no snooze counted), not claimable until its wake time, its event (D4) or
+    its children's end (D5). ``step`` is the waiting step to store (a new one; one already
+    stored is kept as it is, its wake time and the instant its wait began included). The store
+    decides the run's ``run_at``: the sleep's wake time; for an event wait, now when a matching
+    event committed since the wait began, else its timeout; for children, now when none is
+    live, else a recheck (:data:`~ship_sqla.kernel._workflows.CHILDREN_RECHECK`)."""
+
+    run: ClaimedRun
+    step: NewStep
+    wait: Literal["sleep", "event", "children"]
+
+
+Settlement: TypeAlias = Complete | Fail | Release | Cancel | SnoozeRun | Suspend
 """What a worker asks a store to do with a claimed run. Every settlement is fenced on the run's
 token (J5): a stale one changes nothing and is answered ``"stale"``."""
 

@@ -38,7 +38,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ship_sqla.kernel._json_text import encode_compact_json
-from ship_sqla.kernel._ports import Cancel, Complete, Fail, SnoozeRun
+from ship_sqla.kernel._ports import Cancel, Complete, Fail, SnoozeRun, Suspend
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -198,6 +198,7 @@ _OUTCOME_OF: Final[dict[type, str]] = {
     Complete: "completed",
     Cancel: "cancelled",
     SnoozeRun: "snoozed",
+    Suspend: "suspended",
 }
 _RELEASED_AS: Final = {"lock-held": "lock_held", "cancelled": "cancelled"}
 """A :class:`~ship_sqla.kernel._ports.Release`'s outcome by its reason (any other: released)."""

@@ -47,7 +47,7 @@ SET state = CASE
         THEN r.attempt - 1 ELSE r.attempt END,
     snoozes = CASE WHEN s.kind = 'snooze' AND r.cancel_requested_at IS NULL
         THEN r.snoozes + 1 ELSE r.snoozes END,
-    lease_expires_at = NULL, claimed_by = NULL, updated_at = {now},
+    lease_expires_at = NULL, claimed_by = NULL, updated_at = {now}, wait_for = NULL,
     last_error = coalesce(s.error, r.last_error),
     history = CASE WHEN s.error IS NULL THEN r.history
         ELSE r.history || jsonb_build_array(jsonb_build_object(
@@ -55,7 +55,7 @@ SET state = CASE
 FROM settle s
 -- <runs>_pkey, one probe per settlement; the token fences out stale holders (J5).
 WHERE r.id = s.id AND r.lease_token = s.token AND r.state = 'running'
-RETURNING s.ord, r.state
+RETURNING s.ord, r.state, r.parent_id
 """  # noqa: S105 - SQL naming a fencing token, not a secret
 """Settle a batch of any kinds in one round trip (as River's ``JobSetStateIfRunningMany``):
 parallel arrays, one element per settlement, ``:kinds`` ``'complete'`` | ``'fail'`` |
@@ -68,7 +68,8 @@ a complete's never) and ``:entry_kinds`` its
 ``:ids`` (empty for a batch of completes): missing elements are NULL, and a NULL kind is
 ``'complete'``. One row comes back per settlement that landed: its ordinal and
 the run's new state (a fail's ``'waiting'`` is a retry, its ``'dead'`` a dead letter); a
-settlement with no row was stale and changed nothing.
+settlement with no row was stale and changed nothing. ``parent_id`` (D5): a child run's parent,
+which the backend wakes (WAKE_PARENTS) once the child's end committed.
 
 - complete: ``completed``, ``finished_at`` now;
 - fail: the error appended to the history and kept as ``last_error``; waiting again at

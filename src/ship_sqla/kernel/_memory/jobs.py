@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
+from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore
 from ship_sqla.kernel._plans.fairness import fair_shares
 from ship_sqla.kernel._plans.scheduled_runs import (
     fire_due,
@@ -84,6 +85,7 @@ from ship_sqla.kernel._ports import (
     SettleOutcome,
     SnoozeRun,
     StateCount,
+    Suspend,
     history_kind_of,
 )
 
@@ -116,6 +118,7 @@ class _Run:
         "last_error",
         "lease_expires_at",
         "max_attempts",
+        "parent_id",
         "payload_json",
         "priority",
         "run_at",
@@ -127,6 +130,7 @@ class _Run:
         "token",
         "trace_context",
         "updated_at",
+        "wait_for",
         "worker",
     )
 
@@ -156,6 +160,8 @@ class _Run:
         self.snoozes = 0
         self.worker: str | None = None
         self.cancel_requested_at: datetime | None = None
+        self.parent_id: str | None = None
+        self.wait_for: str | None = None
 
     def record(self) -> RunRecord:
         return RunRecord(
@@ -178,6 +184,8 @@ class _Run:
             priority=self.priority,
             tenant=self.tenant,
             cancel_requested_at=self.cancel_requested_at,
+            parent_id=self.parent_id,
+            wait_for=self.wait_for,
         )
 
 
@@ -275,6 +283,7 @@ class InMemoryJobBackend(JobBackendBase):
         self._fair_cursors: dict[str, str] = {}
         self._admin = InMemoryRunAdmin(self)
         self._workers = InMemoryWorkerRegistry(self._clock)
+        self._workflows = InMemoryWorkflowStore(self)
 
     @property
     def admin(self) -> InMemoryRunAdmin:
@@ -282,6 +291,12 @@ class InMemoryJobBackend(JobBackendBase):
         checks no permission: operators go through
         :func:`~ship_sqla.kernel.create_job_operations`."""
         return self._admin
+
+    @property
+    def workflows(self) -> InMemoryWorkflowStore:
+        """The workflow store (SPEC §13): steps and events of these runs, and their operator
+        side (D6)."""
+        return self._workflows
 
     @property
     def workers(self) -> InMemoryWorkerRegistry:
@@ -480,6 +495,38 @@ class InMemoryJobBackend(JobBackendBase):
                 rank[run.run_id] = place
         return rank
 
+    # --- what the workflow store reaches (one rule each, here) ----------------------------------
+
+    @property
+    def stored_runs(self) -> dict[str, _Run]:
+        """Every stored run by id (the workflow store reads and links them)."""
+        return self._runs
+
+    def current_run(self, claimed: ClaimedRun) -> _Run | None:
+        """The stored run while ``claimed``'s token is current (J5), else None."""
+        return self._current(claimed)
+
+    def to_waiting(self, run: _Run, run_at: datetime, now: datetime) -> None:
+        self._to_waiting(run, run_at, now)
+
+    def make_due(self, run: _Run) -> None:
+        """A waiting run is due now (its event came, or its children ended: D4, D5)."""
+        now = self._clock.now()
+        run.run_at = min(run.run_at, now)
+        run.updated_at = now
+
+    def rerun(self, run: _Run) -> None:
+        """D6: a dead run waits again with one more attempt, a waiting one is due now."""
+        now = self._clock.now()
+        if run.state == "dead":
+            run.max_attempts = run.attempt + 1
+            run.finished_at = None
+            self._live.setdefault(run.job_id, {})[run.run_id] = run
+            self._to_waiting(run, now, now)
+        else:
+            self.make_due(run)
+        self.wake()
+
     def _current(self, claimed: ClaimedRun) -> _Run | None:
         """The stored run while ``claimed``'s token is current (J5), else None."""
         run = self._runs.get(claimed.run_id)
@@ -520,10 +567,13 @@ class InMemoryJobBackend(JobBackendBase):
         if isinstance(settlement, Cancel) or run.cancel_requested_at is not None:
             # K2: whatever else raced the request (a failure, a release), the run ends here.
             kind = history_kind_of(settlement)
-            if settlement.error is not None and kind is not None:
-                self._append_history(run, settlement.error, now, kind=kind)
+            error = None if isinstance(settlement, Suspend) else settlement.error
+            if error is not None and kind is not None:
+                self._append_history(run, error, now, kind=kind)
             self._finish(run, "cancelled", now)
             return "cancelled"
+        if isinstance(settlement, Suspend):
+            return self._workflows.suspend(run, settlement, now)
         if isinstance(settlement, Fail):
             self._append_history(run, settlement.error, now, kind=settlement.kind)
             if settlement.retry_at is None or run.attempt >= run.max_attempts:
@@ -573,6 +623,7 @@ class InMemoryJobBackend(JobBackendBase):
             run.run_id
         ):
             del self._dedupe[(run.job_id, run.dedupe_key)]
+        self._workflows.ended(run)
 
     # --- schedules (J9; the rules are in kernel/_plans/scheduled_runs.py) -----------------------
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Final
 
-from ship_sqla.kernel._ports import Cancel, Complete, Fail, Release, SnoozeRun
+from ship_sqla.kernel._ports import Cancel, Complete, Fail, Release, SnoozeRun, Suspend
 from ship_sqla.kernel._runtime.state import RELEASES, InFlight, stale_error
 from ship_sqla.kernel._waiting import wait_event
 
@@ -61,6 +61,14 @@ _SNOOZED: Final[dict[SettleOutcome, JobOutcome]] = {
     "stale": "stale",
 }
 """The ``ship.job.runs`` outcome of a snoozed attempt, by the answer to its :class:`SnoozeRun`."""
+
+_SUSPENDED: Final[dict[SettleOutcome, JobOutcome]] = {
+    "suspended": "suspended",
+    "cancelled": "cancelled",
+    "stale": "stale",
+}
+"""The ``ship.job.runs`` outcome of a workflow's sleep or wait, by the answer to its
+:class:`Suspend` (D3)."""
 
 
 class Completer:
@@ -243,6 +251,9 @@ class Completer:
         elif isinstance(settlement, Cancel):
             during = "cancel"
             recorded = "stale" if outcome == "stale" else "cancelled"
+        elif isinstance(settlement, Suspend):
+            during = "suspend"
+            recorded = _SUSPENDED.get(outcome)
         else:
             assert entry.release_reason is not None  # noqa: S101 - add() takes one with a Release
             during, released_as = RELEASES[entry.release_reason]

@@ -33,6 +33,7 @@ from ship_sqla.kernel._runtime.state import (
 )
 from ship_sqla.kernel._tenancy import enter_tenant
 from ship_sqla.kernel._tracing import end_run_span, run_span, traces
+from ship_sqla.kernel._workflows import WorkflowStore, WorkflowSuspended
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -42,10 +43,17 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._job_context import CancelReason
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
-    from ship_sqla.kernel._ports import ClaimedRun, LockProvider, Settlement
+    from ship_sqla.kernel._ports import ClaimedRun, JobBackend, LockProvider, Settlement
     from ship_sqla.kernel._runtime.state import InFlightRuns, ReleaseReason
 
-__all__ = ["Executor", "raised_settlement"]
+__all__ = ["Executor", "raised_settlement", "workflow_store_of"]
+
+
+def workflow_store_of(backend: object) -> WorkflowStore | None:
+    """The backend's workflow store (``backend.workflows``), None when it has none (SPEC §13)."""
+    store = getattr(backend, "workflows", None)
+    return store if isinstance(store, WorkflowStore) else None
+
 
 _CANCEL_MESSAGES: dict[CancelReason, str] = {
     "drain": "the runtime's drain deadline passed while the run was executing",
@@ -102,8 +110,12 @@ class Executor:
         settle: Callable[[InFlight, Settlement, ReleaseReason | None], None],
         on_outcome: Callable[[InFlight, JobOutcome], None],
         on_ended: Callable[[], None],
+        workflows: WorkflowStore | None = None,
+        backend: JobBackend | None = None,
     ) -> None:
         self._runs = runs
+        self._workflows = workflows
+        self._backend = backend
         self._clock = clock
         self._worker_id = worker_id
         self._locks = locks
@@ -119,6 +131,8 @@ class Executor:
         """Take a slot for ``run`` (claimed by a call sent at ``claim_sent``, the runtime's
         monotonic clock) and start its task."""
         entry = InFlight(job, run, self._worker_id, self._clock.monotonic(), claim_sent=claim_sent)
+        if self._workflows is not None and self._backend is not None:
+            entry.ctx.bind_workflows(self._workflows, self._backend, self._clock)
         earlier = self._runs.claimed(entry)
         if earlier is not None:
             # This process retook its own run (the earlier claim's lease lapsed while its
@@ -200,13 +214,10 @@ class Executor:
                 task.uncancel()
             self._after_cancel(entry)
             return
-        except Exception as exc:  # noqa: BLE001 - a handler failure is the run's outcome
+        except (Exception, WorkflowSuspended) as exc:  # noqa: BLE001 - the run's outcome
             entry.in_handler = False
             entry.handler_done = True
-            if entry.cancelled:
-                self._after_cancel(entry)
-            else:
-                self._fail(entry, exc)
+            self._raised(entry, exc)
             return
         finally:
             if timer is not None:
@@ -225,6 +236,17 @@ class Executor:
             self._after_cancel(entry)
         else:
             self._settle(entry, Complete(entry.run), None)
+
+    def _raised(self, entry: InFlight, exc: BaseException) -> None:
+        """The handler raised ``exc``: a cancel that raced it wins (K2, J12, K5); a workflow's
+        sleep or wait suspends the run (D3: back to waiting, its attempt unspent); anything
+        else is a failed attempt (K4)."""
+        if entry.cancelled:
+            self._after_cancel(entry)
+        elif isinstance(exc, WorkflowSuspended):
+            self._settle(entry, exc.settlement, None)
+        else:
+            self._fail(entry, exc)
 
     def _start_timeout(self, entry: InFlight) -> asyncio.Task[None] | None:
         """The timer of the job's ``timeout`` (K5), started as the handler starts; None without

@@ -52,7 +52,7 @@ from ship_sqla.kernel._ports import (
 from ship_sqla.kernel._registry import JobRegistry
 from ship_sqla.kernel._runtime.completer import Completer
 from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL, DepthSampler
-from ship_sqla.kernel._runtime.executor import Executor
+from ship_sqla.kernel._runtime.executor import Executor, workflow_store_of
 from ship_sqla.kernel._runtime.heartbeat import Heartbeater
 from ship_sqla.kernel._runtime.producer import Producer
 from ship_sqla.kernel._runtime.registration import Registration
@@ -153,6 +153,8 @@ class JobRuntime:
             settle=self._completer.add,
             on_outcome=self._record,
             on_ended=self._task_ended,
+            workflows=workflow_store_of(backend),
+            backend=backend,
         )
         self._producer = Producer(
             backend,

@@ -1,0 +1,244 @@
+"""Workflow statements (SPEC §13, D1-D6) on the steps, events and runs tables.
+
+Rules beyond the package's (:mod:`ship_sqla._jobs._sql`):
+
+- Every step write is fenced on the claim: it reads the run by ``id`` AND ``lease_token`` AND
+  ``state = 'running'`` (D1). A transactional step's write also takes ``FOR KEY SHARE`` on the
+  run (held to its unit of work's end): a claim (``FOR UPDATE SKIP LOCKED``) cannot retake the
+  run meanwhile, while the holder's heartbeats (no key change) still land.
+- An event wait and a publish of the same (name, key) share a transaction-level advisory lock
+  (the wait exclusive, the publish shared, both to their transaction's end): once a wait has
+  taken it no publish of its event is in flight, so every later publish sees the run waiting
+  (PUBLISH_EVENT wakes it), and every earlier one is visible to the wait's statement. An event
+  belongs to a wait when its transaction is not visible in the snapshot the wait began in
+  (``pg_visible_in_snapshot``): commit order, not timestamps (D4, SPEC §10).
+- A child's end wakes its parent after the child's settle committed (WAKE_PARENTS, its own
+  statement), so the last of several children settled at once in different processes always
+  sees the others ended; a parent still running then is marked (``wait_for =
+  '#children-done'``) and its own suspend makes it due at once.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "ADOPT_CHILDREN",
+    "CHILDREN",
+    "DELETE_OLD_EVENTS",
+    "LOAD_STEPS",
+    "MATCH_EVENT",
+    "PUBLISH_EVENT",
+    "RERUN_FROM_STEP",
+    "SAVE_STEP",
+    "SUSPEND_RUN",
+    "WAIT_LOCK",
+    "WAIT_LOCK_SHARED",
+    "WAKE_PARENTS",
+]
+
+_STEP_COLUMNS: Final = (
+    "s.run_id, s.name, s.seq, s.kind, s.state, CAST(s.result AS text) AS result_json, s.wake_at,"
+    " s.created_at, s.finished_at, s.event_name, s.event_key,"
+    " coalesce(s.wake_at <= {now}, false) AS due"
+)
+
+LOAD_STEPS: Final = f"""
+-- <steps>_pkey (run_id prefix)
+SELECT {_STEP_COLUMNS}
+FROM {{steps}} s
+WHERE s.run_id = :run_id
+ORDER BY s.seq
+"""  # noqa: S608 - a template of constant text
+"""A run's steps in handler order, ``due`` by the database's clock (D3, D4)."""
+
+SAVE_STEP: Final = """
+INSERT INTO {steps} AS s (run_id, name, seq, kind, state, result, created_at, finished_at)
+SELECT r.id, :name, :seq, :kind, 'done', CAST(:result AS jsonb), {now}, {now}
+FROM {runs} r
+-- <runs>_pkey; the fence (D1)
+WHERE r.id = :run_id AND r.lease_token = :token AND r.state = 'running'
+FOR KEY SHARE OF r
+ON CONFLICT (run_id, name) DO UPDATE
+    SET state = 'done', result = EXCLUDED.result, finished_at = EXCLUDED.finished_at
+    WHERE s.state = 'waiting'
+RETURNING 1 AS stored
+"""
+"""Store a step done (a new one, or a waiting one ending), fenced on the claim; no row: the
+token was not current, or the step was done already (D1, D2)."""
+
+WAIT_LOCK: Final = "SELECT pg_advisory_xact_lock(CAST(:lock_key AS bigint))"
+WAIT_LOCK_SHARED: Final = "SELECT pg_advisory_xact_lock_shared(CAST(:lock_key AS bigint))"
+
+_MATCHING_EVENT: Final = """
+    SELECT 1 FROM {events} e
+    -- <events>_match_idx: this (name, key) from the wait snapshot's xmin on
+    WHERE e.name = st.event_name AND e.key = st.event_key
+      AND e.xid >= CAST(CAST(pg_snapshot_xmin(CAST(st.snapshot AS pg_snapshot)) AS text)
+                        AS bigint)
+      AND NOT pg_visible_in_snapshot(CAST(CAST(e.xid AS text) AS xid8),
+                                     CAST(st.snapshot AS pg_snapshot))
+"""
+
+SUSPEND_RUN: Final = f"""
+WITH inserted AS (
+    INSERT INTO {{steps}} (run_id, name, seq, kind, state, wake_at, event_name, event_key,
+                          snapshot, created_at)
+    SELECT r.id, :name, :seq, :kind, 'waiting',
+        coalesce(CAST(:wake_at AS timestamptz),
+                 {{now}} + CAST(:wake_after AS double precision) * interval '1 second'),
+        :event_name, :event_key, CAST(pg_current_snapshot() AS text), {{now}}
+    FROM {{runs}} r
+    WHERE r.id = :run_id AND r.lease_token = :token AND r.state = 'running'
+    ON CONFLICT (run_id, name) DO NOTHING
+    RETURNING wake_at, snapshot, event_name, event_key
+), st AS (
+    -- the new step, else the stored one (a replayed wait keeps when it began)
+    SELECT i.wake_at, i.snapshot, i.event_name, i.event_key, true AS fresh FROM inserted i
+    UNION ALL
+    SELECT s.wake_at, s.snapshot, s.event_name, s.event_key, false FROM {{steps}} s
+    WHERE s.run_id = :run_id AND s.name = :name
+    LIMIT 1
+)
+UPDATE {{runs}} r
+SET state = CASE WHEN r.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'waiting' END,
+    finished_at = CASE WHEN r.cancel_requested_at IS NOT NULL THEN {{now}} END,
+    -- D3: a sleep or a wait spends no attempt (a cancelled run's stays counted: it ran)
+    attempt = CASE WHEN r.cancel_requested_at IS NOT NULL THEN r.attempt ELSE r.attempt - 1 END,
+    run_at = CASE
+        WHEN r.cancel_requested_at IS NOT NULL THEN r.run_at
+        WHEN :wait = 'sleep' THEN st.wake_at
+        WHEN :wait = 'event' THEN CASE
+            WHEN st.wake_at <= {{now}} OR (NOT st.fresh AND EXISTS ({_MATCHING_EVENT}))
+            THEN {{now}} ELSE st.wake_at END
+        -- children: due now when none is live, or a child's wake marked the run meanwhile
+        WHEN r.wait_for = '#children-done' OR NOT EXISTS (
+            -- <runs>_parent_idx
+            SELECT 1 FROM {{runs}} c
+            WHERE c.parent_id = r.id AND c.parent_id IS NOT NULL
+              AND c.state IN ('waiting', 'running'))
+        THEN {{now}}
+        ELSE {{now}} + CAST(:recheck AS double precision) * interval '1 second' END,
+    wait_for = CASE
+        WHEN r.cancel_requested_at IS NOT NULL OR :wait = 'sleep' THEN NULL
+        WHEN :wait = 'event' THEN st.event_name || chr(31) || st.event_key
+        ELSE '#children' END,
+    lease_expires_at = NULL, claimed_by = NULL, updated_at = {{now}}
+FROM st
+-- <runs>_pkey; the fence (J5)
+WHERE r.id = :run_id AND r.lease_token = :token AND r.state = 'running'
+RETURNING r.state, r.job_id, r.run_at <= {{now}} AS due
+"""  # noqa: S608 - a template of constant text
+"""D3: store the waiting step (unless stored) and put the run back to waiting, its attempt
+unspent, at the sleep's wake time; an event wait's timeout, or now when a matching event
+committed since the wait began (a new wait: none can, it begins in this statement's snapshot,
+under the wait lock); a children wait's recheck, or now when no child is live. A run whose
+cancel was requested ends cancelled (K2). No row: the token was stale."""
+
+MATCH_EVENT: Final = """
+SELECT e.id, e.name, e.key, CAST(e.payload AS text) AS payload_json
+FROM {steps} st
+JOIN {events} e
+  -- <events>_match_idx
+  ON e.name = st.event_name AND e.key = st.event_key
+ AND e.xid >= CAST(CAST(pg_snapshot_xmin(CAST(st.snapshot AS pg_snapshot)) AS text) AS bigint)
+ AND NOT pg_visible_in_snapshot(CAST(CAST(e.xid AS text) AS xid8),
+                                CAST(st.snapshot AS pg_snapshot))
+-- <steps>_pkey
+WHERE st.run_id = :run_id AND st.name = :name
+-- the index's order: the earliest publishing transaction first, then publication order in it
+ORDER BY e.xid, e.id
+LIMIT 1
+"""
+"""D4: the first event of a wait step's (name, key) whose transaction its snapshot did not see
+(committed after the wait began), earliest transaction first, or no row."""
+
+PUBLISH_EVENT: Final = """
+WITH event AS (
+    INSERT INTO {events} (name, key, payload, xid, created_at)
+    VALUES (:name, :key, CAST(:payload AS jsonb),
+            CAST(CAST(pg_current_xact_id() AS text) AS bigint), {now})
+    RETURNING id
+), woken AS (
+    UPDATE {runs} r SET wait_for = NULL, run_at = least(r.run_at, {now}), updated_at = {now}
+    -- <runs>_wait_idx
+    WHERE r.wait_for = :wait_key AND r.state = 'waiting'
+    RETURNING r.job_id
+)
+SELECT (SELECT id FROM event) AS id, ARRAY(SELECT DISTINCT job_id FROM woken) AS job_ids
+"""
+"""D4: store an event in the publisher's transaction (after WAIT_LOCK_SHARED) and make its
+waiting runs due; the event's id and the jobs of the runs it woke (to announce, K1)."""
+
+ADOPT_CHILDREN: Final = """
+WITH adopted AS (
+    UPDATE {runs} c SET parent_id = :parent_id
+    -- <runs>_pkey
+    WHERE c.id = ANY(CAST(:ids AS text[])) AND c.parent_id IS NULL AND c.id <> :parent_id
+    RETURNING 1
+)
+UPDATE {runs} p SET wait_for = '#children'
+WHERE p.id = :parent_id AND p.lease_token = :token AND p.state = 'running'
+  AND (SELECT count(*) FROM adopted) >= 0
+"""
+"""D5: the spawned runs become the parent's children (once: a replay adopts nothing new), and
+the parent is marked as having children (their end wakes it)."""
+
+CHILDREN: Final = """
+SELECT c.id, c.job_id, c.state, c.last_error
+FROM {runs} c
+-- <runs>_parent_idx
+WHERE c.parent_id = :run_id AND c.parent_id IS NOT NULL
+ORDER BY c.seq
+"""
+
+WAKE_PARENTS: Final = """
+UPDATE {runs} p
+SET wait_for = '#children-done', updated_at = {now},
+    run_at = CASE WHEN p.state = 'waiting' THEN least(p.run_at, {now}) ELSE p.run_at END
+-- <runs>_pkey, then <runs>_parent_idx for the live-children check
+WHERE p.id = ANY(CAST(:parents AS text[])) AND p.wait_for = '#children'
+  AND NOT EXISTS (
+    SELECT 1 FROM {runs} c
+    WHERE c.parent_id = p.id AND c.parent_id IS NOT NULL AND c.state IN ('waiting', 'running'))
+RETURNING p.job_id, p.state
+"""
+"""D5: after children's ends committed, wake each of their parents that has no live child
+left: due now when it waits, marked when it still runs (its suspend then sees the mark)."""
+
+RERUN_FROM_STEP: Final = """
+WITH run AS (
+    SELECT r.id FROM {runs} r
+    -- <runs>_pkey
+    WHERE r.id = :run_id AND r.state IN ('dead', 'waiting')
+      AND EXISTS (SELECT 1 FROM {steps} s WHERE s.run_id = r.id AND s.name = :step)
+    FOR UPDATE
+), dropped AS (
+    DELETE FROM {steps} s
+    USING run
+    WHERE s.run_id = run.id
+      AND s.seq >= (SELECT s2.seq FROM {steps} s2 WHERE s2.run_id = run.id AND s2.name = :step)
+    RETURNING 1
+)
+UPDATE {runs} r
+SET state = 'waiting', run_at = {now}, finished_at = NULL, updated_at = {now}, wait_for = NULL,
+    max_attempts = CASE WHEN r.state = 'dead' THEN r.attempt + 1 ELSE r.max_attempts END
+FROM run
+WHERE r.id = run.id AND (SELECT count(*) FROM dropped) >= 0
+RETURNING {cols}
+"""
+"""D6: drop the named step and every later one of a dead or waiting run, and make it due now
+(a dead one with one more attempt, as an operator retry); no row when it is in another state
+or has no such step."""
+
+DELETE_OLD_EVENTS: Final = """
+DELETE FROM {events} e
+WHERE e.id IN (
+    SELECT o.id FROM {events} o
+    -- <events>_created_idx
+    WHERE o.created_at < {now} - CAST(:older_than AS double precision) * interval '1 second'
+    ORDER BY o.created_at
+    LIMIT :limit
+)
+"""
+"""Events retention: at most ``:limit`` events published over ``:older_than`` seconds ago."""

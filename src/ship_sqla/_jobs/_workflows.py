@@ -1,0 +1,288 @@
+"""The PostgreSQL workflow store (SPEC §13): steps and events of one job backend, on its
+connections (:mod:`ship_sqla._jobs._sql.workflows` states the statements' rules).
+
+Reads and fenced step writes join the ambient (or given) unit of work, so a transactional
+step's result commits with its writes (D2); outside one, each is one autocommitted statement.
+A suspend (:meth:`PostgresWorkflows.suspend`) and a publish hold the event's wait lock to their
+transaction's end: a suspend is a short transaction of the store's own, a publish joins the
+publisher's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+from sqlalchemy import Table, TextClause, text
+from sqlalchemy.exc import IntegrityError
+
+from ship_sqla._jobs._admin import run_record
+from ship_sqla._jobs._sql import AT, NOW
+from ship_sqla._jobs._sql import workflows as sql
+from ship_sqla._naming import quoted_table
+from ship_sqla._sql_errors import sqlstate_of
+from ship_sqla.kernel._workflows import (
+    CHILDREN_RECHECK,
+    ChildOutcome,
+    StepRecord,
+    WorkflowEvent,
+    event_wait_key,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+    from datetime import datetime, timedelta
+
+    from ship_sqla._jobs._sql import JobStatements
+    from ship_sqla._scope import StoreConnections
+    from ship_sqla.kernel._ports import ClaimedRun, RunRecord, SettleOutcome, Suspend
+    from ship_sqla.kernel._workflows import NewStep
+
+__all__ = ["PostgresWorkflows", "WorkflowStatements", "wait_lock_key"]
+
+_LOCK_NAMESPACE: Final = b"ship_sqla.workflow.event\x1f"
+
+
+def wait_lock_key(wait_key: str) -> int:
+    """The advisory-lock key an event wait and a publish of ``wait_key`` share: a namespaced
+    64-bit hash (the key space is shared with every other user of advisory locks, SPEC §10)."""
+    digest = hashlib.sha256(_LOCK_NAMESPACE + wait_key.encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+@attrs.frozen
+class WorkflowStatements:
+    """The workflow statements for one backend's tables, rendered once."""
+
+    load_steps: TextClause
+    save_step: TextClause
+    wait_lock: TextClause
+    wait_lock_shared: TextClause
+    suspend_run: TextClause
+    match_event: TextClause
+    publish_event: TextClause
+    adopt_children: TextClause
+    children: TextClause
+    wake_parents: TextClause
+    rerun_from_step: TextClause
+    delete_old_events: TextClause
+
+    @classmethod
+    def for_tables(cls, jobs: JobStatements, steps: Table, events: Table) -> WorkflowStatements:
+        names = {
+            "{runs}": jobs.runs_name,
+            "{steps}": quoted_table(steps),
+            "{events}": quoted_table(events),
+        }
+
+        def r(template: str) -> TextClause:
+            for placeholder, name in names.items():
+                template = template.replace(placeholder, name)
+            from ship_sqla._jobs._sql import _RUN_COLUMNS  # noqa: PLC0415 - one column list
+
+            return text(
+                template.replace("{at}", AT).replace("{now}", NOW).replace("{cols}", _RUN_COLUMNS)
+            )
+
+        return cls(
+            load_steps=r(sql.LOAD_STEPS),
+            save_step=r(sql.SAVE_STEP),
+            wait_lock=r(sql.WAIT_LOCK),
+            wait_lock_shared=r(sql.WAIT_LOCK_SHARED),
+            suspend_run=r(sql.SUSPEND_RUN),
+            match_event=r(sql.MATCH_EVENT),
+            publish_event=r(sql.PUBLISH_EVENT),
+            adopt_children=r(sql.ADOPT_CHILDREN),
+            children=r(sql.CHILDREN),
+            wake_parents=r(sql.WAKE_PARENTS),
+            rerun_from_step=r(sql.RERUN_FROM_STEP),
+            delete_old_events=r(sql.DELETE_OLD_EVENTS),
+        )
+
+
+def _step(row: Any) -> StepRecord:  # noqa: ANN401 - a Row of LOAD_STEPS
+    return StepRecord(
+        run_id=row.run_id,
+        name=row.name,
+        seq=row.seq,
+        kind=row.kind,
+        state=row.state,
+        result_json=row.result_json,
+        wake_at=row.wake_at,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+        event_name=row.event_name,
+        event_key=row.event_key,
+        due=row.due,
+    )
+
+
+class PostgresWorkflows:
+    """:class:`~ship_sqla.kernel._workflows.WorkflowStore` and
+    :class:`~ship_sqla.kernel._workflows.WorkflowAdmin` on PostgreSQL (the backend's
+    ``workflows``)."""
+
+    def __init__(
+        self,
+        statements: WorkflowStatements,
+        connections: StoreConnections,
+        *,
+        now: Callable[[], datetime | None],
+        wake: Callable[[], None],
+        announce: Callable[[Iterable[str]], None],
+        steps_table: Table,
+        events_table: Table,
+    ) -> None:
+        self._s = statements
+        self._connections = connections
+        self._now = now
+        self._wake = wake
+        self._announce = announce
+        self.steps_table = steps_table
+        self.events_table = events_table
+
+    # --- the port ---------------------------------------------------------------------------
+
+    async def load_steps(self, run_id: str) -> list[StepRecord]:
+        params = {"run_id": run_id, "now": self._now()}
+        async with self._connections.joined(None, "load steps", one_statement=True) as tx:
+            rows = (await tx.connection.execute(self._s.load_steps, params)).all()
+        return [_step(row) for row in rows]
+
+    async def save_step(self, run: ClaimedRun, step: NewStep, *, scope: Any = None) -> bool:  # noqa: ANN401
+        params = {
+            "run_id": run.run_id,
+            "token": run.token,
+            "name": step.name,
+            "seq": step.seq,
+            "kind": step.kind,
+            "result": step.result_json,
+            "now": self._now(),
+        }
+        async with self._connections.joined(scope, "save step", one_statement=True) as tx:
+            row = (await tx.connection.execute(self._s.save_step, params)).one_or_none()
+        return row is not None
+
+    async def match_event(self, run_id: str, step: StepRecord) -> WorkflowEvent | None:
+        params = {"run_id": run_id, "name": step.name}
+        async with self._connections.joined(None, "match event", one_statement=True) as tx:
+            row = (await tx.connection.execute(self._s.match_event, params)).one_or_none()
+        if row is None:
+            return None
+        import json  # noqa: PLC0415 - only here
+
+        return WorkflowEvent(row.name, row.key, json.loads(row.payload_json), row.id)
+
+    async def adopt_children(self, parent: ClaimedRun, child_ids: Sequence[str]) -> None:
+        params = {"parent_id": parent.run_id, "token": parent.token, "ids": list(child_ids)}
+        async with self._connections.statement("adopt children") as connection:
+            await connection.execute(self._s.adopt_children, params)
+
+    async def children(self, run_id: str) -> list[ChildOutcome]:
+        async with self._connections.joined(None, "children", one_statement=True) as tx:
+            rows = (await tx.connection.execute(self._s.children, {"run_id": run_id})).all()
+        return [ChildOutcome(row.id, row.job_id, row.state, row.last_error) for row in rows]
+
+    async def publish_event(
+        self,
+        name: str,
+        key: str,
+        payload_json: str,
+        *,
+        scope: Any = None,  # noqa: ANN401 - a TransactionScope
+    ) -> int:
+        wait_key = event_wait_key(name, key)
+        params = {
+            "name": name,
+            "key": key,
+            "payload": payload_json,
+            "wait_key": wait_key,
+            "now": self._now(),
+        }
+        async with self._connections.joined(scope, "publish event") as tx:
+            await tx.connection.execute(
+                self._s.wait_lock_shared, {"lock_key": wait_lock_key(wait_key)}
+            )
+            row = (await tx.connection.execute(self._s.publish_event, params)).one()
+            woken = list(row.job_ids or ())
+            if woken:
+                tx.after_commit(self._wake)
+                tx.after_commit(lambda: self._announce(woken))
+        return int(row.id)
+
+    # --- what the backend's settle calls ------------------------------------------------------
+
+    async def suspend(self, settlement: Suspend) -> SettleOutcome:
+        """D3 (SUSPEND_RUN), in a short transaction of the store's own; an event wait first
+        takes its wait lock (exclusive)."""
+        step = settlement.step
+        run = settlement.run
+        params = {
+            "run_id": run.run_id,
+            "token": run.token,
+            "name": step.name,
+            "seq": step.seq,
+            "kind": step.kind,
+            "wake_at": step.wake_at,
+            "wake_after": step.wake_after,
+            "event_name": step.event_name,
+            "event_key": step.event_key,
+            "wait": settlement.wait,
+            "recheck": CHILDREN_RECHECK,
+            "now": self._now(),
+        }
+        async with self._connections.transaction("suspend") as connection:
+            if settlement.wait == "event":
+                assert step.event_name is not None  # noqa: S101 - an event wait names its event
+                key = wait_lock_key(event_wait_key(step.event_name, step.event_key or ""))
+                await connection.execute(self._s.wait_lock, {"lock_key": key})
+            row = (await connection.execute(self._s.suspend_run, params)).one_or_none()
+        if row is None:
+            return "stale"
+        return "cancelled" if row.state == "cancelled" else "suspended"
+
+    async def wake_parents(self, parent_ids: Iterable[str]) -> None:
+        """D5 (WAKE_PARENTS): after children's ends committed; wakes this process (and, through
+        the announcement, others) when a waiting parent became due."""
+        parents = sorted(set(parent_ids))
+        if not parents:
+            return
+        async with self._connections.statement("wake parents") as connection:
+            rows = (
+                await connection.execute(
+                    self._s.wake_parents, {"parents": parents, "now": self._now()}
+                )
+            ).all()
+        due = [row.job_id for row in rows if row.state == "waiting"]
+        if due:
+            self._wake()
+            self._announce(due)
+
+    # --- the admin side (D6) ------------------------------------------------------------------
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]:
+        return await self.load_steps(run_id)
+
+    async def rerun_from_step(self, run_id: str, step: str) -> RunRecord | None:
+        params = {"run_id": run_id, "step": step, "now": self._now()}
+        try:
+            async with self._connections.joined(None, "rerun from step") as tx:
+                row = (await tx.connection.execute(self._s.rerun_from_step, params)).one_or_none()
+                if row is not None:
+                    tx.after_commit(self._wake)
+        except IntegrityError as exc:
+            if sqlstate_of(exc) != "23505":
+                raise
+            return None  # a newer live run holds its dedupe key (J1)
+        return None if row is None else run_record(row)
+
+    async def delete_events(self, *, older_than: timedelta, limit: int) -> int:
+        params = {
+            "older_than": older_than.total_seconds(),
+            "limit": limit,
+            "now": self._now(),
+        }
+        async with self._connections.joined(None, "delete events", one_statement=True) as tx:
+            result = await tx.connection.execute(self._s.delete_old_events, params)
+        return int(result.rowcount)

@@ -1,0 +1,682 @@
+"""Durable workflows (SPEC §13, D1-D6): a handler whose named steps are stored, so a run that is
+retried, retaken after a crash, or resumed after a sleep or a wait replays its completed steps
+from storage and continues from the first step not done.
+
+A handler reaches them through its context (``ctx.step``, ``ctx.transaction``, ``ctx.sleep``,
+``ctx.wait_for_event``, ``ctx.spawn``, ``ctx.wait_for_children``), which hands the run to a
+:class:`Workflow`: this module's rules, the same on every backend. A backend stores steps and
+events through the :class:`WorkflowStore` port and settles a :class:`~ship_sqla.kernel._ports.
+Suspend` (a sleep or a wait: the run back to waiting, its attempt unspent, D3).
+
+The determinism contract: a run replays its handler from the top on every claim, so the
+sequence of step names (and kinds) a handler reaches must not depend on anything but the
+payload and the results of earlier steps. A stored step whose kind differs from the one the
+handler now asks for at that name is :class:`WorkflowChangedError` (terminal: the run is
+dead-lettered at once, so an operator re-runs it from a step after fixing the deploy).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, runtime_checkable
+
+import attrs
+
+from ship_sqla.kernel._errors import ConfigurationError, ShipError
+from ship_sqla.kernel._jobs import codec_for, is_job_id
+from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
+from ship_sqla.kernel._keys import MAX_KEY_CHARS
+from ship_sqla.kernel._outcomes import TerminalError
+from ship_sqla.kernel._ports import (
+    TERMINAL_STATES,
+    EnqueueRequest,
+    JobLeaseStaleError,
+    Suspend,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Sequence
+
+    from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._jobs import JobDefinition, PayloadCodec
+    from ship_sqla.kernel._ports import ClaimedRun, JobBackend, RunRecord, RunState
+
+__all__ = [
+    "CHILDREN_DONE",
+    "CHILDREN_RECHECK",
+    "CHILDREN_WAIT",
+    "NEVER",
+    "ChildOutcome",
+    "NewStep",
+    "StepKind",
+    "StepNameReusedError",
+    "StepRecord",
+    "StepRetry",
+    "UnitOfWorkLike",
+    "Workflow",
+    "WorkflowAdmin",
+    "WorkflowChangedError",
+    "WorkflowEvent",
+    "WorkflowMisuseError",
+    "WorkflowStore",
+    "WorkflowSuspended",
+    "WorkflowsNotConfiguredError",
+    "check_event_key",
+    "check_event_name",
+    "child_run_id",
+    "encode_event_payload",
+    "event_wait_key",
+]
+
+T = TypeVar("T")
+
+StepKind = Literal["step", "transaction", "sleep", "event", "spawn", "children"]
+"""What a stored step is: a plain step (at least once, D1), a transactional one (exactly once,
+D2), a durable sleep (D3), a wait for an event (D4), the enqueue of child runs or the wait for
+them (D5)."""
+StepState = Literal["done", "waiting"]
+
+NEVER: Final = datetime(9999, 1, 1, tzinfo=UTC)
+"""The wake time of a wait without a timeout: it ends only by its event (D4)."""
+CHILDREN_RECHECK: Final = 60.0
+"""Seconds after which a parent waiting for its children is looked at again although no child
+woke it: the fallback for a wake lost between a child's settle and its parent's wake (a crash
+between the two statements). A child that ends normally wakes its parent at once."""
+CHILDREN_WAIT: Final = "#children"
+"""A run's ``wait_for`` while it waits for (or has spawned) child runs (D5); an event wait's is
+:func:`event_wait_key` (never starts with ``#``: event names are job-id shaped)."""
+CHILDREN_DONE: Final = "#children-done"
+"""A run's ``wait_for`` once its last live child ended while it was still running (D5): its
+suspend for its children then makes it due at once."""
+MAX_STEP_NAME = 200
+"""The longest step name (it is part of child run ids)."""
+_STEP_RESULT_MAX_BYTES: Final = 16 * 1024 * 1024
+_MAX_EVENT_KEY: Final = 512
+_MAX_STEP_TRIES: Final = 100
+_MAX_STEP_DELAY: Final = 3600.0
+_MAX_STEP_FACTOR: Final = 10.0
+
+
+class StepNameReusedError(ShipError, ValueError):
+    """A handler used one step name twice in one execution (D1): replays key stored results by
+    name, so the second would replay the first's."""
+
+    code = "SHIP_SQLA_STEP_NAME_REUSED"
+
+
+class WorkflowChangedError(TerminalError):
+    """The step stored under a name is of another kind than the handler now asks for: the code
+    changed under a run in flight (the determinism contract, docs/workflows.md). Terminal: the
+    run is dead-lettered now; re-run it from that step once the deploy is right."""
+
+    code = "SHIP_SQLA_WORKFLOW_CHANGED"
+
+    def __init__(self, message: str) -> None:
+        ShipError.__init__(
+            self,
+            message,
+            fix="keep step names and kinds stable for runs in flight (add new steps with new"
+            " names); then `ship-sqla jobs rerun RUN_ID --from-step NAME` re-runs the run from"
+            " the changed step.",
+        )
+
+
+class WorkflowMisuseError(ShipError, RuntimeError):
+    """A workflow call that cannot work where it was made (a sleep inside a transactional step,
+    a step outside a runtime's run)."""
+
+    code = "SHIP_SQLA_WORKFLOW_MISUSE"
+
+
+class WorkflowsNotConfiguredError(ConfigurationError):
+    """The backend has no workflow store (its steps and events tables), so ``ctx.step`` and the
+    other workflow calls cannot store anything."""
+
+    code = "SHIP_SQLA_WORKFLOWS_NOT_CONFIGURED"
+
+
+class WorkflowSuspended(BaseException):
+    """Raised by ``ctx.sleep`` and the waits to unwind the handler: the run is suspended (D3).
+    A ``BaseException`` so that a handler's ``except Exception`` does not swallow it; the
+    executor turns it into its :class:`~ship_sqla.kernel._ports.Suspend`."""
+
+    def __init__(self, settlement: Suspend) -> None:
+        super().__init__(
+            f"workflow run {settlement.run.run_id!r} suspended at step"
+            f" {settlement.step.name!r} ({settlement.wait})"
+        )
+        self.settlement = settlement
+
+
+def check_event_name(name: object, what: str = "event name") -> str:
+    """An event name is shaped like a job id (letters, digits, ``_ . : -``, at most 128)."""
+    if not is_job_id(name):
+        raise ConfigurationError(
+            f"{what} {name!r} is not a valid event name.",
+            fix="use 1-128 characters: letters, digits and _ . : - (starting with a letter or"
+            " a digit), e.g. 'order.shipped'.",
+        )
+    return name  # type: ignore[return-value]
+
+
+def check_event_key(key: object) -> str:
+    if key is None:
+        return ""
+    if not isinstance(key, str) or "\x00" in key or len(key) > _MAX_EVENT_KEY:
+        raise ConfigurationError(
+            f"event key {key!r} must be None or text of at most 512 characters without NUL.",
+            fix="pass the id the event is about, e.g. key=order_id.",
+        )
+    return key
+
+
+def encode_event_payload(payload: object) -> str:
+    """An event's payload as JSON text (D4), or a clear error naming what is not JSON."""
+    return _encode(payload, "the event payload")
+
+
+def event_wait_key(name: str, key: str) -> str:
+    """What a run waiting for event ``name`` with ``key`` stores as its ``wait_for`` (and what a
+    publish of that event wakes), and the name of the lock a wait and a publish share."""
+    return f"{name}\x1f{key}"
+
+
+@attrs.frozen
+class StepRecord:
+    """A stored step of a run, as a backend answers it (D1). ``result_json`` is the step's
+    encoded result (JSON text; None while it waits); ``wake_at`` the sleep's wake time or the
+    wait's timeout (None: none); ``due`` whether ``wake_at`` has passed by the store's clock
+    (the database's on PostgreSQL, D4) when the step was read."""
+
+    run_id: str
+    name: str
+    seq: int
+    kind: StepKind
+    state: StepState
+    result_json: str | None
+    wake_at: datetime | None
+    created_at: datetime
+    finished_at: datetime | None
+    event_name: str | None = None
+    event_key: str | None = None
+    due: bool = False
+
+    @property
+    def result(self) -> Any:  # noqa: ANN401 - JSON
+        return None if self.result_json is None else json.loads(self.result_json)
+
+
+@attrs.frozen
+class NewStep:
+    """A step to store: done with its ``result_json``, or waiting (a sleep until ``wake_at``, or
+    ``wake_after`` seconds from the store's clock; an event wait on ``event_name``/``event_key``
+    with its timeout the same way; a wait for children)."""
+
+    name: str
+    seq: int
+    kind: StepKind
+    state: StepState
+    result_json: str | None = None
+    wake_at: datetime | None = None
+    wake_after: float | None = None
+    event_name: str | None = None
+    event_key: str | None = None
+
+    @classmethod
+    def of(cls, record: StepRecord) -> NewStep:
+        """A stored waiting step, to suspend on again (the store keeps what it stored)."""
+        return cls(
+            record.name,
+            record.seq,
+            record.kind,
+            record.state,
+            wake_at=record.wake_at,
+            event_name=record.event_name,
+            event_key=record.event_key,
+        )
+
+
+@attrs.frozen
+class WorkflowEvent:
+    """An event a wait matched (D4): its ``name``, ``key`` (``""`` for none), JSON ``payload``
+    and the id the store gave it."""
+
+    name: str
+    key: str
+    payload: Any
+    event_id: int
+
+
+@attrs.frozen
+class ChildOutcome:
+    """How a child run ended, as its parent sees it after ``wait_for_children`` (D5)."""
+
+    run_id: str
+    job_id: str
+    state: RunState
+    last_error: str | None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "completed"
+
+
+@attrs.frozen
+class StepRetry:
+    """A plain step's own retries: up to ``attempts`` tries in this attempt, ``delay`` seconds
+    before the second, multiplied by ``factor`` each time up to ``max_delay``. The step's last
+    failure fails the attempt (the job's retry policy decides what follows)."""
+
+    attempts: int = attrs.field(default=3)
+    delay: float = 1.0
+    factor: float = 2.0
+    max_delay: float = 60.0
+
+    def __attrs_post_init__(self) -> None:
+        attempts: object = self.attempts
+        numbers: tuple[object, ...] = (self.delay, self.factor, self.max_delay)
+        ok = (
+            isinstance(attempts, int)
+            and not isinstance(attempts, bool)
+            and 1 <= attempts <= _MAX_STEP_TRIES
+            and all(
+                isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+                for v in numbers
+            )
+            and 0 <= self.delay <= _MAX_STEP_DELAY
+            and 1 <= self.factor <= _MAX_STEP_FACTOR
+            and 0 <= self.max_delay <= _MAX_STEP_DELAY
+        )
+        if not ok:
+            raise ConfigurationError(
+                f"StepRetry{(self.attempts, self.delay, self.factor, self.max_delay)} is out of"
+                " bounds.",
+                fix="attempts 1..100, delay and max_delay 0..3600 s, factor 1..10.",
+            )
+
+    def delay_before(self, try_number: int) -> float:
+        """Seconds to wait before try ``try_number`` (2 for the first retry)."""
+        return float(min(self.max_delay, self.delay * self.factor ** (try_number - 2)))
+
+
+@runtime_checkable
+class UnitOfWorkLike(Protocol):
+    """What ``ctx.transaction`` runs its step in: :class:`ship_sqla.UnitOfWork` (or any object
+    whose ``run(handler)`` runs ``handler(repositories)`` in one transaction that the workflow
+    store's writes join)."""
+
+    async def run(self, handler: Callable[[Any], Awaitable[Any]]) -> Any: ...  # noqa: ANN401
+
+
+@runtime_checkable
+class WorkflowStore(Protocol):
+    """Storage of steps and events (D1-D5). Every write is fenced on the run's claim token: a
+    holder that lost its claim stores nothing (and is answered False)."""
+
+    async def load_steps(self, run_id: str) -> list[StepRecord]:
+        """The run's stored steps in ``seq`` order, ``due`` judged by the store's clock."""
+        ...
+
+    async def save_step(self, run: ClaimedRun, step: NewStep, *, scope: Any = None) -> bool:  # noqa: ANN401
+        """Store ``step`` as done (a new one, or a waiting one ending) while ``run``'s token is
+        current; joins the active (or given) unit of work, so a transactional step's result
+        commits with its writes (D2). False (nothing stored): the token is not current, or the
+        step is done already (another holder stored it)."""
+        ...
+
+    async def match_event(self, run_id: str, step: StepRecord) -> WorkflowEvent | None:
+        """The first event of the wait step's name and key committed after the wait began
+        (D4: by the publishing transaction, not a timestamp), or None."""
+        ...
+
+    async def adopt_children(self, parent: ClaimedRun, child_ids: Sequence[str]) -> None:
+        """Make the runs ``child_ids`` children of ``parent`` (those not adopted yet), so their
+        end wakes it (D5)."""
+        ...
+
+    async def children(self, run_id: str) -> list[ChildOutcome]:
+        """Every child of the run, in creation order."""
+        ...
+
+    async def publish_event(
+        self,
+        name: str,
+        key: str,
+        payload_json: str,
+        *,
+        scope: Any = None,  # noqa: ANN401
+    ) -> int:
+        """Store an event in the active (or given) unit of work and wake the runs waiting for
+        it (D4: they are woken when it commits; a rollback matches nothing); its id."""
+        ...
+
+
+@runtime_checkable
+class WorkflowAdmin(Protocol):
+    """The operator side of workflows (D6), gated by :class:`~ship_sqla.kernel.JobOperations`."""
+
+    async def list_steps(self, run_id: str) -> list[StepRecord]: ...
+
+    async def rerun_from_step(self, run_id: str, step: str) -> RunRecord | None:
+        """Drop step ``step`` of a dead or waiting run and every step started after it, and
+        make the run due now (a dead one with one more attempt); None when the run is not dead
+        or waiting or has no such step (nothing changed)."""
+        ...
+
+    async def delete_events(self, *, older_than: timedelta, limit: int) -> int:
+        """Delete at most ``limit`` events published longer than ``older_than`` ago."""
+        ...
+
+
+def _encode(value: object, what: str) -> str:
+    try:
+        encoded = encode_compact_json(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"{what} is not JSON: {exc}.",
+            fix="return JSON-able values (dict, list, str, numbers, bool, None), or declare"
+            " result= with a type or codec that encodes it.",
+        ) from exc
+    if has_escaped_nul(encoded) or len(encoded) > _STEP_RESULT_MAX_BYTES:
+        raise ConfigurationError(
+            f"{what} holds a NUL character or is over 16 MiB of JSON.",
+            fix="store large data elsewhere and return its reference.",
+        )
+    return encoded
+
+
+def _seconds(duration: float | timedelta, what: str) -> float:
+    value: object = duration.total_seconds() if isinstance(duration, timedelta) else duration
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or value < 0
+        or value > 366 * 86400 * 100
+    ):
+        raise ConfigurationError(
+            f"{what} {duration!r} is not a duration of 0 s to 100 years.",
+            fix="pass seconds (a finite number >= 0) or a timedelta.",
+        )
+    return float(value)
+
+
+class Workflow:
+    """One execution of a workflow run: the steps it stored, loaded at its first step, and the
+    names this execution used (D1). Built by the run's context; one per claim."""
+
+    __slots__ = (
+        "_backend",
+        "_clock",
+        "_in_transaction",
+        "_run",
+        "_seq",
+        "_steps",
+        "_store",
+        "_used",
+    )
+
+    def __init__(
+        self, run: ClaimedRun, store: WorkflowStore, backend: JobBackend, clock: Clock
+    ) -> None:
+        self._run = run
+        self._store = store
+        self._backend = backend
+        self._clock = clock
+        self._steps: dict[str, StepRecord] | None = None
+        self._used: set[str] = set()
+        self._seq = 0
+        self._in_transaction = False
+
+    async def _begin(self, name: str, kind: StepKind) -> tuple[int, StepRecord | None]:
+        """Check ``name``, take the next position, and the step stored under it (if any)."""
+        given: object = name
+        if not isinstance(given, str) or not name or len(name) > MAX_STEP_NAME or "\x00" in name:
+            raise ConfigurationError(
+                f"step name {name!r} must be text of 1-{MAX_STEP_NAME} characters without NUL.",
+                fix="name each step after what it does, e.g. 'charge-card'.",
+            )
+        if name in self._used:
+            raise StepNameReusedError(
+                f"step name {name!r} was already used in this execution of run"
+                f" {self._run.run_id!r}: a replay would return the first step's result.",
+                fix="give every step of a handler its own name (in a loop, add the index:"
+                " f'send-{i}').",
+            )
+        if self._in_transaction:
+            raise WorkflowMisuseError(
+                f"step {name!r} was called inside a transactional step: a step's own storage"
+                " would then commit (or roll back) with that transaction.",
+                fix="call workflow steps from the handler, not from inside ctx.transaction.",
+            )
+        self._used.add(name)
+        if self._steps is None:
+            self._steps = {s.name: s for s in await self._store.load_steps(self._run.run_id)}
+        seq = self._seq
+        self._seq += 1
+        stored = self._steps.get(name)
+        if stored is not None and stored.kind != kind:
+            raise WorkflowChangedError(
+                f"run {self._run.run_id!r} stored step {name!r} as a {stored.kind} step, and"
+                f" the handler now calls it as a {kind} step."
+            )
+        return seq, stored
+
+    def _stale(self, what: str) -> JobLeaseStaleError:
+        run = self._run
+        return JobLeaseStaleError(
+            f"job {run.job_id!r} run {run.run_id!r} (claim token {run.token}): {what} was not"
+            " stored: the claim is no longer current (another worker may hold the run) or the"
+            " step was stored by another holder. Nothing was stored.",
+            fix="nothing to undo: the run's current holder replays the stored steps.",
+        )
+
+    async def _save(self, step: NewStep, *, scope: Any = None) -> None:  # noqa: ANN401
+        if not await self._store.save_step(self._run, step, scope=scope):
+            raise self._stale(f"step {step.name!r}")
+
+    async def step(
+        self,
+        name: str,
+        fn: Callable[[], Awaitable[T]],
+        *,
+        result: type[Any] | PayloadCodec[Any] | None = None,
+        retry: StepRetry | None = None,
+    ) -> T:
+        """D1: ``fn()`` once per run; its result stored (encoded by ``result``: a type or a
+        codec, None for JSON as is) before this returns, and returned decoded on every replay
+        (the first execution returns the decoded form too, so both see the same value)."""
+        seq, stored = await self._begin(name, "step")
+        codec = codec_for(result)
+        if stored is not None:
+            return codec.decode(stored.result)  # type: ignore[no-any-return]
+        tries = 1 if retry is None else retry.attempts
+        for try_number in range(1, tries + 1):
+            try:
+                value = await fn()
+                break
+            except Exception:
+                if try_number >= tries:
+                    raise
+                assert retry is not None  # noqa: S101 - tries > 1 only with a retry
+                await self._clock.sleep(retry.delay_before(try_number + 1))
+        encoded = _encode(codec.encode(value), f"the result of step {name!r}")
+        await self._save(NewStep(name, seq, "step", "done", encoded))
+        return codec.decode(json.loads(encoded))  # type: ignore[no-any-return]
+
+    async def transaction(
+        self,
+        name: str,
+        uow: UnitOfWorkLike,
+        fn: Callable[[Any], Awaitable[T]],
+        *,
+        result: type[Any] | PayloadCodec[Any] | None = None,
+    ) -> T:
+        """D2: ``fn(repositories)`` inside ``uow.run`` (the run's tenant by default), the step's
+        result stored in the same transaction: its writes, outbox messages and idempotency
+        records happen exactly once however often the run is replayed. A holder that lost its
+        claim meanwhile has its transaction rolled back (JobLeaseStaleError)."""
+        seq, stored = await self._begin(name, "transaction")
+        codec = codec_for(result)
+        if stored is not None:
+            return codec.decode(stored.result)  # type: ignore[no-any-return]
+
+        async def in_transaction(repositories: Any) -> str:  # noqa: ANN401
+            self._in_transaction = True
+            try:
+                value = await fn(repositories)
+            finally:
+                self._in_transaction = False
+            encoded = _encode(codec.encode(value), f"the result of transactional step {name!r}")
+            await self._save(NewStep(name, seq, "transaction", "done", encoded))
+            return encoded
+
+        encoded = await uow.run(in_transaction)
+        return codec.decode(json.loads(encoded))  # type: ignore[no-any-return]
+
+    async def sleep(self, name: str, duration: float | timedelta) -> None:
+        """D3: suspend the run for ``duration`` (its slot, lease and attempt released); it is
+        claimed again once due. The wake time is stored at the first call, so a replay sleeps
+        until the same instant."""
+        seconds = _seconds(duration, "sleep duration")
+        await self._sleep(name, NewStep(name, 0, "sleep", "waiting", wake_after=seconds))
+
+    async def sleep_until(self, name: str, when: datetime) -> None:
+        """D3: suspend the run until ``when`` (timezone-aware)."""
+        given: object = when
+        if not isinstance(given, datetime) or when.tzinfo is None:
+            raise ConfigurationError(
+                f"sleep_until needs a timezone-aware datetime, got {when!r}.",
+                fix="pass datetime.now(UTC) + timedelta(...), or another aware datetime.",
+            )
+        await self._sleep(name, NewStep(name, 0, "sleep", "waiting", wake_at=when))
+
+    async def _sleep(self, name: str, new: NewStep) -> None:
+        seq, stored = await self._begin(name, "sleep")
+        if stored is not None:
+            if stored.state == "done":
+                return
+            if stored.due:
+                # Recorded done once, so operators see it slept (D6 lists it).
+                await self._save(NewStep(name, stored.seq, "sleep", "done"))
+                return
+            raise WorkflowSuspended(Suspend(self._run, NewStep.of(stored), "sleep"))
+        raise WorkflowSuspended(Suspend(self._run, attrs.evolve(new, seq=seq), "sleep"))
+
+    async def wait_for_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        key: str | None = None,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 - durable, the database's clock
+    ) -> WorkflowEvent | None:
+        """D4: suspend until an event ``event`` (with ``key``) commits after this wait began,
+        and return it; or None once ``timeout`` passed (judged by the database's clock). The
+        outcome is stored as the step's result."""
+        event = check_event_name(event)
+        event_key = check_event_key(key)
+        wake_after = None if timeout is None else _seconds(timeout, "wait timeout")
+        seq, stored = await self._begin(name, "event")
+        if stored is None:
+            new = NewStep(
+                name,
+                seq,
+                "event",
+                "waiting",
+                wake_at=NEVER if wake_after is None else None,
+                wake_after=wake_after,
+                event_name=event,
+                event_key=event_key,
+            )
+            raise WorkflowSuspended(Suspend(self._run, new, "event"))
+        if stored.state == "done":
+            return _event_of(stored.result)
+        matched = await self._store.match_event(self._run.run_id, stored)
+        if matched is not None:
+            outcome: dict[str, Any] = {
+                "event": {
+                    "name": matched.name,
+                    "key": matched.key,
+                    "payload": matched.payload,
+                    "id": matched.event_id,
+                }
+            }
+        elif stored.due:
+            outcome = {"timeout": True}
+        else:
+            raise WorkflowSuspended(Suspend(self._run, NewStep.of(stored), "event"))
+        await self._save(
+            NewStep(name, stored.seq, "event", "done", _encode(outcome, f"wait {name!r}"))
+        )
+        return matched
+
+    async def spawn(
+        self,
+        name: str,
+        job: JobDefinition[Any],
+        payloads: Sequence[Any],
+    ) -> list[str]:
+        """D5: enqueue one child run of ``job`` per payload, once however often this is
+        replayed (their ids are ``<run id>/<step>/<i>``); the child run ids."""
+        seq, stored = await self._begin(name, "spawn")
+        if stored is not None:
+            return list(stored.result)
+        run_id = self._run.run_id
+        ids = [child_run_id(run_id, name, i) for i in range(len(payloads))]
+        results = await self._backend.enqueue_many(
+            job,
+            [EnqueueRequest(payload=p, run_id=i) for p, i in zip(payloads, ids, strict=True)],
+        )
+        refused = [i for i, r in zip(ids, results, strict=True) if not r.accepted]
+        if refused:
+            raise ShipError(
+                f"step {name!r} of run {run_id!r}: {len(refused)} child runs of job {job.id!r}"
+                " were refused (queue full); the attempt fails and the spawn is retried.",
+                fix="raise the backend's queue_depth_limit, or spawn fewer children at once.",
+            )
+        await self._store.adopt_children(self._run, ids)
+        await self._save(NewStep(name, seq, "spawn", "done", _encode(ids, f"spawn {name!r}")))
+        return ids
+
+    async def wait_for_children(self, name: str) -> list[ChildOutcome]:
+        """D5: suspend until every child run of this run is terminal, then return how each
+        ended (in creation order); stored as the step's result, so the continuation after it
+        runs once per run, however many children there were."""
+        seq, stored = await self._begin(name, "children")
+        if stored is not None and stored.state == "done":
+            return [ChildOutcome(**c) for c in stored.result]
+        children = await self._store.children(self._run.run_id)
+        if any(c.state not in TERMINAL_STATES for c in children):
+            step = (
+                NewStep.of(stored)
+                if stored is not None
+                else NewStep(name, seq, "children", "waiting")
+            )
+            raise WorkflowSuspended(Suspend(self._run, step, "children"))
+        encoded = _encode([attrs.asdict(c) for c in children], f"wait {name!r}")
+        await self._save(
+            NewStep(name, seq if stored is None else stored.seq, "children", "done", encoded)
+        )
+        return children
+
+
+def child_run_id(parent_id: str, step: str, index: int) -> str:
+    """The durable id of child ``index`` spawned by ``step`` of run ``parent_id`` (D5: the same
+    on every replay, so a replayed spawn enqueues nothing new): ``<parent>/<step>/<index>``, or,
+    when that would pass the run id bound, a hash of the parent and step in its place."""
+    plain = f"{parent_id}/{step}/{index}"
+    if len(plain) <= MAX_KEY_CHARS:
+        return plain
+    digest = hashlib.sha256(f"{parent_id}\x1f{step}".encode()).hexdigest()[:40]
+    return f"wf-{digest}/{index}"
+
+
+def _event_of(result: Any) -> WorkflowEvent | None:  # noqa: ANN401 - a stored wait's JSON
+    got = result.get("event") if isinstance(result, dict) else None
+    if got is None:
+        return None
+    return WorkflowEvent(got["name"], got["key"], got["payload"], got["id"])
