@@ -41,6 +41,7 @@ from ship_sqla._cli_jobs import (
     format_paused,
     format_run,
     format_stats,
+    format_steps,
     format_workers,
     job_stats,
     job_tables,
@@ -48,6 +49,7 @@ from ship_sqla._cli_jobs import (
     record_dict,
     run_operation,
     run_worker,
+    step_dict,
     worker_dict,
 )
 from ship_sqla._cli_outbox import purge_delivered
@@ -79,6 +81,7 @@ from ship_sqla.kernel._operations import (
 )
 from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
+from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -91,6 +94,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._operations import CancelResult, JobOperations
     from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord
     from ship_sqla.kernel._workers import WorkerRecord
+    from ship_sqla.kernel._workflows import StepRecord
 
 if TYPE_CHECKING:
     _AnyParamType = click.ParamType[Any]
@@ -829,23 +833,94 @@ def jobs_dead(
 @job_tables_options(with_state_table=False)
 @json_option
 def jobs_show(run_id: str, database_url: URL, as_json: bool, tables: JobTables) -> None:
-    """Show one run: state, attempts, payload and the history of its failed attempts."""
+    """Show one run: state, attempts, payload, the history of its failed attempts and, for a
+    workflow run, its stored steps (D6)."""
 
-    async def call(ops: JobOperations) -> RunRecord | None:
-        return await ops.get_run(run_id)
+    async def call(ops: JobOperations) -> tuple[RunRecord, list[StepRecord]] | None:
+        record = await ops.get_run(run_id)
+        if record is None:
+            return None
+        try:
+            steps = await ops.list_steps(run_id)
+        except WorkflowsNotConfiguredError:
+            steps = []  # a database without the workflow tables: nothing to show
+        return record, steps
 
-    record = _run_jobs_call(
+    found = _run_jobs_call(
         database_url,
         run_operation(database_url, call, tables),
         tables=tables.runs_name,
         as_json=as_json,
     )
-    if record is None:
+    if found is None:
         raise not_found(run_id, tables)
+    record, steps = found
     if as_json:
-        click.echo(json.dumps(record_dict(record), indent=2))
+        click.echo(
+            json.dumps({**record_dict(record), "steps": [step_dict(s) for s in steps]}, indent=2)
+        )
     else:
         click.echo(format_run(record))
+        if steps:
+            click.echo(format_steps(steps))
+
+
+@jobs.command("rerun", epilog=OPERATOR_NOTE)
+@click.argument("run_id")
+@click.option(
+    "--from-step",
+    "step",
+    required=True,
+    help="The stored step to run again: it and every later step are dropped (see jobs show).",
+)
+@database_url_option
+@job_tables_options(with_state_table=False)
+def jobs_rerun(run_id: str, step: str, database_url: URL, tables: JobTables) -> None:
+    """Re-run a dead (or waiting) workflow run from a named step (D6): that step and every step
+    after it are dropped, the run is due now (a dead one with one more attempt), and its
+    handler replays the earlier steps."""
+
+    async def call(ops: JobOperations) -> RunRecord:
+        return await ops.rerun_from_step(run_id, step)
+
+    record = _run_jobs_call(
+        database_url, run_operation(database_url, call, tables), tables=tables.runs_name
+    )
+    click.echo(
+        f"run {record.run_id} ({record.job_id}) is due again from step {step!r}"
+        f" (attempts {record.attempt} of {record.max_attempts})."
+    )
+
+
+@jobs.command("events-purge", epilog=OPERATOR_NOTE)
+@click.option(
+    "--older-than",
+    type=Duration(maximum=MAX_RETENTION, allow_zero=True),
+    required=True,
+    help="Delete workflow events published at least this long ago: 3600, 90m, 12h or 7d.",
+)
+@database_url_option
+@job_tables_options(with_state_table=False)
+@json_option
+def jobs_events_purge(
+    older_than: timedelta, database_url: URL, as_json: bool, tables: JobTables
+) -> None:
+    """Workflow events' retention (D4): delete events published at least --older-than ago, in
+    bounded batches. Keep them longer than your longest event wait's timeout."""
+
+    async def call(ops: JobOperations) -> int:
+        return await ops.delete_events(older_than=older_than)
+
+    deleted = _run_jobs_call(
+        database_url,
+        run_operation(database_url, call, tables),
+        tables=tables.runs_name,
+        as_json=as_json,
+    )
+    if as_json:
+        click.echo(json.dumps({"deleted": deleted}))
+    else:
+        click.echo(f"deleted {deleted} workflow event(s).")
 
 
 @jobs.command("retry", epilog=OPERATOR_NOTE)

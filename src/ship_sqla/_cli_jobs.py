@@ -38,6 +38,7 @@ from ship_sqla.kernel._operations import (
     JobOperationRefusedError,
     create_job_operations,
 )
+from ship_sqla.kernel._workflows import CHILDREN_DONE, CHILDREN_WAIT
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._operations import CancelResult, JobOperations
     from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord, StateCount
     from ship_sqla.kernel._workers import WorkerRecord
+    from ship_sqla.kernel._workflows import StepRecord
 
 __all__ = [
     "DEFAULT_RUNS_TABLE",
@@ -205,6 +207,15 @@ def record_dict(record: RunRecord) -> dict[str, Any]:
     return {k: _jsonable(v) for k, v in attrs.asdict(record, recurse=False).items()}
 
 
+def _waits_for(wait_for: str | None) -> str:
+    if wait_for is None or wait_for == CHILDREN_DONE:
+        return "-"
+    if wait_for == CHILDREN_WAIT:
+        return "its child runs"
+    name, _, key = wait_for.partition("\x1f")
+    return f"event {name} [{key}]"
+
+
 def _when(value: datetime | None) -> str:
     return "-" if value is None else value.isoformat(timespec="seconds")
 
@@ -244,6 +255,37 @@ def format_dead(page: Page[RunRecord]) -> str:
     return f"{lines}\n{len(page.items)} dead run(s).{more}"
 
 
+def step_dict(step: StepRecord) -> dict[str, Any]:
+    """A stored workflow step as ``jobs show --json`` prints it (D6)."""
+    return {
+        "name": step.name,
+        "seq": step.seq,
+        "kind": step.kind,
+        "state": step.state,
+        "result": step.result,
+        "wake_at": _jsonable(step.wake_at),
+        "event": None if step.event_name is None else [step.event_name, step.event_key],
+        "created_at": _jsonable(step.created_at),
+        "finished_at": _jsonable(step.finished_at),
+    }
+
+
+def format_steps(steps: Sequence[StepRecord]) -> str:
+    """A workflow run's stored steps, one line each, in handler order (D6)."""
+    lines = [f"steps ({len(steps)}):"]
+    for step in steps:
+        if step.state == "done":
+            detail = f"done at {_when(step.finished_at)}"
+        elif step.kind == "event":
+            detail = f"waiting for {step.event_name} [{step.event_key}] until {_when(step.wake_at)}"
+        elif step.kind == "sleep":
+            detail = f"sleeping until {_when(step.wake_at)}"
+        else:
+            detail = "waiting for its child runs"
+        lines.append(f"  {step.seq}. {step.name} ({step.kind}): {detail}")
+    return "\n".join(lines)
+
+
 def format_run(record: RunRecord) -> str:
     fields = [
         ("run", record.run_id),
@@ -259,6 +301,8 @@ def format_run(record: RunRecord) -> str:
         ("finished_at", _when(record.finished_at)),
         ("lease_expires_at", _when(record.lease_expires_at)),
         ("cancel_requested", _when(record.cancel_requested_at)),
+        ("parent", record.parent_id or "-"),
+        ("waits_for", _waits_for(record.wait_for)),
         ("last_error", record.last_error or "-"),
         ("payload", json.dumps(record.payload, sort_keys=True)),
     ]

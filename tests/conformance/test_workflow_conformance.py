@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import anyio
 import attrs
 import pytest
 from job_helpers import claim_request, record_of
@@ -405,3 +406,32 @@ async def test_d6_cancelling_a_suspended_workflow_cancels_it(clock, job_backend_
     assert cancelled.record.state == "cancelled"
     clock.advance(10)
     assert (await execute_once(backend, job, clock)).run is None
+
+
+async def test_d5_a_child_an_operator_cancels_wakes_its_parent(clock, job_backend_factory):
+    """D5 (K2): a child an operator cancels is terminal: when it was the last live child, the
+    parent waiting for its children becomes due (after the cancel committed)."""
+    backend = job_backend_factory(clock)
+    ops = create_job_operations(backend, authorizer=allow_all)
+
+    async def child(ctx, payload):
+        return None
+
+    child_job = workflow("wf.d5.cancel.child", child)
+
+    async def parent(ctx, payload):
+        await ctx.spawn("kids", child_job, [{}])
+        await ctx.wait_for_children("join")
+
+    job = workflow("wf.d5.cancel", parent)
+    result = await backend.enqueue(job, {})
+    assert (await execute_once(backend, job, clock)).outcome == "suspended"
+    [kid] = await backend.workflows.children(result.run_id)
+    assert (await execute_once(backend, job, clock)).run is None
+    assert (await ops.cancel(kid.run_id)).record.state == "cancelled"
+    for _ in range(200):  # PostgreSQL wakes the parent in a task once the cancel committed
+        if (await record_of(backend, result.run_id)).run_at <= clock.now():
+            break
+        await anyio.sleep(0.01)
+    done = await execute_once(backend, job, clock)
+    assert done.ended == "completed"

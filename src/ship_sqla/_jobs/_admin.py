@@ -16,14 +16,21 @@ from sqlalchemy.exc import IntegrityError
 
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._sql_errors import sqlstate_of
-from ship_sqla.kernel._ports import JobDemand, PausedJob, QueueDepth, RunRecord, StateCount
+from ship_sqla.kernel._ports import (
+    TERMINAL_STATES,
+    JobDemand,
+    PausedJob,
+    QueueDepth,
+    RunRecord,
+    StateCount,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime, timedelta
 
     from ship_sqla._jobs._sql import JobStatements
-    from ship_sqla._scope import StoreConnections
+    from ship_sqla._scope import Joined, StoreConnections
     from ship_sqla.kernel._ports import DeadQuery, RunState
 
 __all__ = ["PostgresRunAdmin", "run_record"]
@@ -62,6 +69,7 @@ class PostgresRunAdmin:
     __slots__ = (
         "_cancel_channel",
         "_cancel_requested",
+        "_child_ended",
         "_connections",
         "_now",
         "_s",
@@ -81,7 +89,9 @@ class PostgresRunAdmin:
         wake_channel: str,
         wake_payload: Callable[[str], str],
         cancel_requested: Callable[[str], None],
+        child_ended: Callable[[str], None] | None = None,
     ) -> None:
+        self._child_ended = child_ended
         self._s = statements
         self._connections = connections
         self._now = now
@@ -133,7 +143,17 @@ class PostgresRunAdmin:
         params = {"id": run_id, "now": self._now()}
         async with self._connections.joined(None, "discard", one_statement=True) as tx:
             row = (await tx.connection.execute(self._s.discard, params)).one_or_none()
-        return None if row is None else run_record(row)
+            record = None if row is None else run_record(row)
+            self._after_child_ended(tx, record)
+        return record
+
+    def _after_child_ended(self, tx: Joined, record: RunRecord | None) -> None:
+        """D5: a child an operator ended wakes its parent once that commits."""
+        if record is None or record.parent_id is None or self._child_ended is None:
+            return
+        if record.state in TERMINAL_STATES:
+            parent, wake = record.parent_id, self._child_ended
+            tx.after_commit(lambda: wake(parent))
 
     async def cancel(self, run_id: str) -> RunRecord | None:
         """K2 (CANCEL_LIVE_RUN): a waiting run is cancelled; a running one's request is recorded
@@ -145,7 +165,9 @@ class PostgresRunAdmin:
             row = (await tx.connection.execute(self._s.cancel_run, params)).one_or_none()
             if row is not None and row.told:
                 tx.after_commit(lambda: self._cancel_requested(run_id))
-        return None if row is None else run_record(row)
+            record = None if row is None else run_record(row)
+            self._after_child_ended(tx, record)
+        return record
 
     async def pause(self, job_id: str) -> bool:
         """K3 (PAUSE_JOB): once committed, no claim that starts takes a run of ``job_id``."""

@@ -314,6 +314,7 @@ class PostgresJobBackend(JobBackendBase):
             wake_channel=self.wake_channel,
             wake_payload=self._wake_payload,
             cancel_requested=self._cancel_requested,
+            child_ended=self._child_ended,
         )
         # F6, F5: the worker registry and the queue-sampler lease, on their own (optional) table.
         self._workers = PostgresWorkerRegistry.on_table(
@@ -683,6 +684,13 @@ class PostgresJobBackend(JobBackendBase):
             if isinstance(settlement, Suspend):
                 outcomes[index] = await workflows.suspend(settlement)
         return outcomes
+
+    def _child_ended(self, parent_id: str) -> None:
+        """D5: an operator ended a child run (cancel, discard): wake its parent, in a task of
+        its own (after the operator's commit)."""
+        task = asyncio.get_running_loop().create_task(self._wake_parents([parent_id]))
+        self._room_tasks.add(task)
+        task.add_done_callback(self._room_tasks.discard)
 
     async def _wake_parents(self, parent_ids: Sequence[str]) -> None:
         """D5: wake the parents of children whose ends just committed. Never raises (the settle

@@ -10,12 +10,15 @@ publisher's.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 from sqlalchemy import Table, TextClause, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ship_sqla._jobs._admin import run_record
 from ship_sqla._jobs._sql import AT, NOW
@@ -27,11 +30,12 @@ from ship_sqla.kernel._workflows import (
     ChildOutcome,
     StepRecord,
     WorkflowEvent,
+    WorkflowsNotConfiguredError,
     event_wait_key,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import AsyncIterator, Callable, Iterable, Sequence
     from datetime import datetime, timedelta
 
     from ship_sqla._jobs._sql import JobStatements
@@ -118,6 +122,24 @@ def _step(row: Any) -> StepRecord:  # noqa: ANN401 - a Row of LOAD_STEPS
     )
 
 
+@asynccontextmanager
+async def _tables_named(steps: Table, events: Table) -> AsyncIterator[None]:
+    """A statement on a database without the workflow tables is a clear configuration error
+    (naming them and the fix), not a bare UndefinedTable."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if sqlstate_of(exc) != "42P01":
+            raise
+        raise WorkflowsNotConfiguredError(
+            f"the workflow tables {quoted_table(steps)} and {quoted_table(events)} are not both"
+            f" in the database ({exc.orig}).",
+            fix="add ship_job_steps_table(metadata) and ship_job_events_table(metadata) to your"
+            " migrations (docs/workflows.md), or pass create_job_backend(steps_table=...,"
+            " events_table=...) naming yours.",
+        ) from exc
+
+
 class PostgresWorkflows:
     """:class:`~ship_sqla.kernel._workflows.WorkflowStore` and
     :class:`~ship_sqla.kernel._workflows.WorkflowAdmin` on PostgreSQL (the backend's
@@ -142,11 +164,17 @@ class PostgresWorkflows:
         self.steps_table = steps_table
         self.events_table = events_table
 
+    def _named(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return _tables_named(self.steps_table, self.events_table)
+
     # --- the port ---------------------------------------------------------------------------
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:
         params = {"run_id": run_id, "now": self._now()}
-        async with self._connections.joined(None, "load steps", one_statement=True) as tx:
+        async with (
+            self._named(),
+            self._connections.joined(None, "load steps", one_statement=True) as tx,
+        ):
             rows = (await tx.connection.execute(self._s.load_steps, params)).all()
         return [_step(row) for row in rows]
 
@@ -160,27 +188,34 @@ class PostgresWorkflows:
             "result": step.result_json,
             "now": self._now(),
         }
-        async with self._connections.joined(scope, "save step", one_statement=True) as tx:
+        async with (
+            self._named(),
+            self._connections.joined(scope, "save step", one_statement=True) as tx,
+        ):
             row = (await tx.connection.execute(self._s.save_step, params)).one_or_none()
         return row is not None
 
     async def match_event(self, run_id: str, step: StepRecord) -> WorkflowEvent | None:
         params = {"run_id": run_id, "name": step.name}
-        async with self._connections.joined(None, "match event", one_statement=True) as tx:
+        async with (
+            self._named(),
+            self._connections.joined(None, "match event", one_statement=True) as tx,
+        ):
             row = (await tx.connection.execute(self._s.match_event, params)).one_or_none()
         if row is None:
             return None
-        import json  # noqa: PLC0415 - only here
-
         return WorkflowEvent(row.name, row.key, json.loads(row.payload_json), row.id)
 
     async def adopt_children(self, parent: ClaimedRun, child_ids: Sequence[str]) -> None:
         params = {"parent_id": parent.run_id, "token": parent.token, "ids": list(child_ids)}
-        async with self._connections.statement("adopt children") as connection:
+        async with self._named(), self._connections.statement("adopt children") as connection:
             await connection.execute(self._s.adopt_children, params)
 
     async def children(self, run_id: str) -> list[ChildOutcome]:
-        async with self._connections.joined(None, "children", one_statement=True) as tx:
+        async with (
+            self._named(),
+            self._connections.joined(None, "children", one_statement=True) as tx,
+        ):
             rows = (await tx.connection.execute(self._s.children, {"run_id": run_id})).all()
         return [ChildOutcome(row.id, row.job_id, row.state, row.last_error) for row in rows]
 
@@ -200,7 +235,7 @@ class PostgresWorkflows:
             "wait_key": wait_key,
             "now": self._now(),
         }
-        async with self._connections.joined(scope, "publish event") as tx:
+        async with self._named(), self._connections.joined(scope, "publish event") as tx:
             await tx.connection.execute(
                 self._s.wait_lock_shared, {"lock_key": wait_lock_key(wait_key)}
             )
@@ -232,7 +267,7 @@ class PostgresWorkflows:
             "recheck": CHILDREN_RECHECK,
             "now": self._now(),
         }
-        async with self._connections.transaction("suspend") as connection:
+        async with self._named(), self._connections.transaction("suspend") as connection:
             if settlement.wait == "event":
                 assert step.event_name is not None  # noqa: S101 - an event wait names its event
                 key = wait_lock_key(event_wait_key(step.event_name, step.event_key or ""))
@@ -248,7 +283,7 @@ class PostgresWorkflows:
         parents = sorted(set(parent_ids))
         if not parents:
             return
-        async with self._connections.statement("wake parents") as connection:
+        async with self._named(), self._connections.statement("wake parents") as connection:
             rows = (
                 await connection.execute(
                     self._s.wake_parents, {"parents": parents, "now": self._now()}
@@ -283,6 +318,9 @@ class PostgresWorkflows:
             "limit": limit,
             "now": self._now(),
         }
-        async with self._connections.joined(None, "delete events", one_statement=True) as tx:
+        async with (
+            self._named(),
+            self._connections.joined(None, "delete events", one_statement=True) as tx,
+        ):
             result = await tx.connection.execute(self._s.delete_old_events, params)
         return int(result.rowcount)

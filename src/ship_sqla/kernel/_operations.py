@@ -13,7 +13,7 @@ each job's retention in bounded batches. The stores only store.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import attrs
@@ -164,6 +164,43 @@ class JobOperations:
         await self._authorize("list_steps")
         require_key(run_id, "run id")
         return await self._workflow_admin().list_steps(run_id)
+
+    async def delete_events(
+        self, *, older_than: timedelta, batch_size: int = 1000, max_batches: int = 100
+    ) -> int:
+        """Workflow events' retention (D4): delete events published at least ``older_than``
+        ago, in batches of at most ``batch_size`` (one bounded statement each), at most
+        ``max_batches``; the number deleted (call again when it is ``batch_size *
+        max_batches``). A wait matches only events committed after it began, so keep events at
+        least as long as the longest wait's timeout plus the longest a woken run may wait to be
+        claimed."""
+        await self._authorize("delete_events")
+        _require_within(
+            "delete_events batch_size",
+            batch_size,
+            MAX_CLEANUP_BATCH,
+            fix="use a smaller batch_size and more batches.",
+        )
+        _require_within(
+            "delete_events max_batches",
+            max_batches,
+            MAX_CLEANUP_BATCH,
+            fix="call again instead of asking for more batches.",
+        )
+        given: object = older_than
+        if not isinstance(given, timedelta) or older_than < timedelta(0):
+            raise ConfigurationError(
+                f"older_than must be a timedelta of at least 0, got {older_than!r}.",
+                fix="pass e.g. timedelta(days=7).",
+            )
+        admin = self._workflow_admin()
+        deleted = 0
+        for _ in range(max_batches):
+            batch = await admin.delete_events(older_than=older_than, limit=batch_size)
+            deleted += batch
+            if batch < batch_size:
+                break
+        return deleted
 
     async def rerun_from_step(self, run_id: str, step: str) -> RunRecord:
         """D6: drop step ``step`` of a dead (or waiting) workflow run and every step started
