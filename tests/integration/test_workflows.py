@@ -2,17 +2,16 @@
 effect happens exactly once (a stale holder's transaction is rolled back, a failed commit
 stores nothing and is re-run, a replay opens no transaction); an event published in a unit of
 work that rolls back matches nothing; a publish still in flight when a wait begins is ordered
-before it; and a workflow run end to end by a runtime on PostgreSQL."""
+before it (the wait begins after it); and a workflow run end to end by a runtime on PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import anyio
 import pytest
 from job_helpers import claim_request, record_of
-from sqlalchemy import Column, Integer, MetaData, Table, Text, func, insert, select, text
+from sqlalchemy import Column, Integer, MetaData, Table, Text, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from workflow_helpers import execute_once
 
@@ -74,16 +73,6 @@ async def effect_count(engine: AsyncEngine) -> int:
         return int(
             (await connection.execute(select(func.count()).select_from(effects))).scalar_one()
         )
-
-
-async def advisory_lock_awaited(engine: AsyncEngine) -> bool:
-    """Whether a session of this database waits for an advisory lock (the wait lock)."""
-    query = text(
-        "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
-        " WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()"
-    )
-    async with engine.connect() as connection:
-        return bool((await connection.execute(query)).scalar_one())
 
 
 def workflow(job_id: str, handler: Any) -> Any:
@@ -200,12 +189,14 @@ async def test_d4_an_event_published_in_a_rolled_back_unit_of_work_matches_nothi
     assert got == [{"n": 2}]
 
 
-async def test_d4_a_publish_in_flight_when_a_wait_begins_is_ordered_before_it(
+async def test_d4_a_wait_meeting_a_publish_in_flight_begins_after_it(
     ship_engine: AsyncEngine, backend: Any, clock: Any
 ) -> None:
-    """D4: a wait that begins while a publish of its event is uncommitted waits for that
-    publish's transaction (the wait lock) and begins after it: the event is not its result (it
-    committed before the wait began), so the run suspends; the next publish wakes it."""
+    """D4: a wait that would begin while a publish of its event is uncommitted does not queue
+    behind the publisher's transaction (its settle would block every other settle of its
+    worker): the run is handed back for a moment, nothing stored, its attempt unspent; replayed
+    after the publish committed, the wait begins after it, so that event is not its result;
+    the next publish is."""
     uow = create_unit_of_work(ship_engine, repositories=scope_only)
     published = anyio.Event()
     release = anyio.Event()
@@ -226,17 +217,18 @@ async def test_d4_a_publish_in_flight_when_a_wait_begins_is_ordered_before_it(
     async with anyio.create_task_group() as group:
         group.start_soon(uow.run, slow_publish)
         await published.wait()
-        suspend = asyncio.ensure_future(execute_once(backend, job, clock))
-        for _ in range(1000):  # the suspend reaches the wait lock and must wait there
-            if await advisory_lock_awaited(ship_engine):
-                break
-            await asyncio.sleep(0.01)
-        assert not suspend.done()
+        deferred = await execute_once(backend, job, clock)
         release.set()
-        first = await suspend
-    assert first.outcome == "suspended"
+    assert deferred.outcome == "suspended"
+    assert await backend.workflows.list_steps(result.run_id) == []
     record = await record_of(backend, result.run_id)
-    assert record.run_at > clock.now()  # not woken by the early event
+    assert (record.state, record.attempt) == ("waiting", 0)
+    assert (await execute_once(backend, job, clock)).run is None
+    clock.advance(1)
+    assert (await execute_once(backend, job, clock)).outcome == "suspended"
+    [step] = await backend.workflows.list_steps(result.run_id)
+    assert step.state == "waiting"
+    assert (await execute_once(backend, job, clock)).run is None  # "early" is not its event
     await backend.publish_event("box.packed", "late", key="b1")
     assert (await execute_once(backend, job, clock)).ended == "completed"
     assert got == ["late"]

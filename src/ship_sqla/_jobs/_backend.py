@@ -72,6 +72,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import MetaData, Table, TextClause
@@ -89,7 +90,11 @@ from ship_sqla._jobs._tables import (
     state_row,
 )
 from ship_sqla._jobs._workers import PostgresWorkerRegistry
-from ship_sqla._jobs._workflows import PostgresWorkflows, WorkflowStatements
+from ship_sqla._jobs._workflows import (
+    WAIT_LOCK_BUSY_RETRY,
+    PostgresWorkflows,
+    WorkflowStatements,
+)
 from ship_sqla._locks import advisory_lock_provider
 from ship_sqla._notify import (
     Listen,
@@ -120,6 +125,7 @@ from ship_sqla.kernel._ports import (
     HeartbeatBatch,
     LockProvider,
     QueueDepth,
+    Release,
     SettleOutcome,
     SnoozeRun,
     Suspend,
@@ -682,8 +688,19 @@ class PostgresJobBackend(JobBackendBase):
         for index in sent:
             settlement = settlements[index]
             if isinstance(settlement, Suspend):
-                outcomes[index] = await workflows.suspend(settlement)
+                outcome = await workflows.suspend(settlement)
+                if outcome is None:
+                    outcome = await self._defer_wait(settlement)
+                outcomes[index] = outcome
         return outcomes
+
+    async def _defer_wait(self, settlement: Suspend) -> SettleOutcome:
+        """An event wait whose lock was held (a publish of its event in flight): the run goes
+        back to waiting for a moment, its attempt unspent and no history written (a Release
+        without an error), and its replay begins the wait again."""
+        retry_at = self._clock.now() + timedelta(seconds=WAIT_LOCK_BUSY_RETRY)
+        [outcome] = await self._settle_batch([Release(settlement.run, retry_at)], [0])
+        return "suspended" if outcome == "released" else outcome
 
     def _child_ended(self, parent_id: str) -> None:
         """D5: an operator ended a child run (cancel, discard): wake its parent, in a task of

@@ -43,9 +43,12 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._ports import ClaimedRun, RunRecord, SettleOutcome, Suspend
     from ship_sqla.kernel._workflows import NewStep
 
-__all__ = ["PostgresWorkflows", "WorkflowStatements", "wait_lock_key"]
+__all__ = ["WAIT_LOCK_BUSY_RETRY", "PostgresWorkflows", "WorkflowStatements", "wait_lock_key"]
 
 _LOCK_NAMESPACE: Final = b"ship_sqla.workflow.event\x1f"
+WAIT_LOCK_BUSY_RETRY: Final = 0.2
+"""Seconds a run whose event wait found the wait lock held (a publish of that event in flight)
+waits before it is replayed and the wait begins again."""
 
 
 def wait_lock_key(wait_key: str) -> int:
@@ -248,9 +251,12 @@ class PostgresWorkflows:
 
     # --- what the backend's settle calls ------------------------------------------------------
 
-    async def suspend(self, settlement: Suspend) -> SettleOutcome:
+    async def suspend(self, settlement: Suspend) -> SettleOutcome | None:
         """D3 (SUSPEND_RUN), in a short transaction of the store's own; an event wait first
-        takes its wait lock (exclusive)."""
+        takes its wait lock (exclusive). None: that lock is held (a publish of the event is in
+        flight) and nothing was done: the caller hands the run back for a moment
+        (:data:`WAIT_LOCK_BUSY_RETRY`) instead of blocking its settles behind the publisher's
+        transaction, and the wait begins at the replay."""
         step = settlement.step
         run = settlement.run
         params = {
@@ -271,7 +277,9 @@ class PostgresWorkflows:
             if settlement.wait == "event":
                 assert step.event_name is not None  # noqa: S101 - an event wait names its event
                 key = wait_lock_key(event_wait_key(step.event_name, step.event_key or ""))
-                await connection.execute(self._s.wait_lock, {"lock_key": key})
+                locked = await connection.execute(self._s.wait_lock, {"lock_key": key})
+                if not locked.scalar_one():
+                    return None
             row = (await connection.execute(self._s.suspend_run, params)).one_or_none()
         if row is None:
             return "stale"

@@ -7,9 +7,10 @@ Rules beyond the package's (:mod:`ship_sqla._jobs._sql`):
   run (held to its unit of work's end): a claim (``FOR UPDATE SKIP LOCKED``) cannot retake the
   run meanwhile, while the holder's heartbeats (no key change) still land.
 - An event wait and a publish of the same (name, key) share a transaction-level advisory lock
-  (the wait exclusive, the publish shared, both to their transaction's end): once a wait has
-  taken it no publish of its event is in flight, so every later publish sees the run waiting
-  (PUBLISH_EVENT wakes it), and every earlier one is visible to the wait's statement. An event
+  (the wait exclusive and tried, never waited for; the publish shared, both to their
+  transaction's end): once a wait has taken it no publish of its event is in flight, so every
+  later publish sees the run waiting (PUBLISH_EVENT wakes it), and every earlier one is visible
+  to the wait's statement. A wait that finds the lock held begins again a moment later. An event
   belongs to a wait when its transaction is not visible in the snapshot the wait began in
   (``pg_visible_in_snapshot``): commit order, not timestamps (D4, SPEC §10).
 - A child's end wakes its parent after the child's settle committed (WAKE_PARENTS, its own
@@ -67,7 +68,9 @@ RETURNING 1 AS stored
 """Store a step done (a new one, or a waiting one ending), fenced on the claim; no row: the
 token was not current, or the step was done already (D1, D2)."""
 
-WAIT_LOCK: Final = "SELECT pg_advisory_xact_lock(CAST(:lock_key AS bigint))"
+WAIT_LOCK: Final = "SELECT pg_try_advisory_xact_lock(CAST(:lock_key AS bigint))"
+"""An event wait's lock (exclusive), tried: a wait never queues behind a publisher's open
+transaction (the backend hands the run back for a moment instead)."""
 WAIT_LOCK_SHARED: Final = "SELECT pg_advisory_xact_lock_shared(CAST(:lock_key AS bigint))"
 
 _MATCHING_EVENT: Final = """
