@@ -435,3 +435,41 @@ async def test_d5_a_child_an_operator_cancels_wakes_its_parent(clock, job_backen
         await anyio.sleep(0.01)
     done = await execute_once(backend, job, clock)
     assert done.ended == "completed"
+
+
+async def test_d4_expect_event_begins_the_wait_before_the_step_that_causes_it(
+    clock, job_backend_factory
+):
+    """D4: a wait begun with expect_event receives an event committed after it began, also
+    one published before the handler reaches its wait (the answer to a request the next step
+    sends): the run's suspend finds it and the run is due at once; an event committed before
+    the wait began is still not its result."""
+    backend = job_backend_factory(clock)
+    got: list[object] = []
+
+    async def handler(ctx, payload):
+        shipped = await ctx.expect_event("shipped", "parcel.shipped", key="p1", timeout=3600)
+
+        async def request_shipping():
+            # The carrier answers at once: its webhook publishes before the wait below.
+            await backend.publish_event("parcel.shipped", {"tracking": "fast"}, key="p1")
+            return "requested"
+
+        await ctx.step("request", request_shipping)
+        event = await shipped.wait()
+        got.append(event.payload if event else None)
+
+    job = workflow("wf.d4.expect", handler)
+    await backend.publish_event("parcel.shipped", {"tracking": "too early"}, key="p1")
+    result = await backend.enqueue(job, {})
+    first = await execute_once(backend, job, clock)
+    # The event came before the wait: either the execution saw it at once, or its suspend
+    # made the run due now.
+    if first.ended == "suspended":
+        assert (await execute_once(backend, job, clock)).ended == "completed"
+    assert got == [{"tracking": "fast"}]
+    steps = await backend.workflows.list_steps(result.run_id)
+    assert [(s.name, s.kind, s.state) for s in steps] == [
+        ("shipped", "event", "done"),
+        ("request", "step", "done"),
+    ]

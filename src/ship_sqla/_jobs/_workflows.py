@@ -64,6 +64,7 @@ class WorkflowStatements:
 
     load_steps: TextClause
     save_step: TextClause
+    begin_wait: TextClause
     wait_lock: TextClause
     wait_lock_shared: TextClause
     suspend_run: TextClause
@@ -95,6 +96,7 @@ class WorkflowStatements:
         return cls(
             load_steps=r(sql.LOAD_STEPS),
             save_step=r(sql.SAVE_STEP),
+            begin_wait=r(sql.BEGIN_WAIT),
             wait_lock=r(sql.WAIT_LOCK),
             wait_lock_shared=r(sql.WAIT_LOCK_SHARED),
             suspend_run=r(sql.SUSPEND_RUN),
@@ -197,6 +199,25 @@ class PostgresWorkflows:
         ):
             row = (await tx.connection.execute(self._s.save_step, params)).one_or_none()
         return row is not None
+
+    async def begin_wait(self, run: ClaimedRun, step: NewStep) -> StepRecord | None:
+        params = {
+            "run_id": run.run_id,
+            "token": run.token,
+            "name": step.name,
+            "seq": step.seq,
+            "wake_at": step.wake_at,
+            "wake_after": step.wake_after,
+            "event_name": step.event_name,
+            "event_key": step.event_key,
+            "now": self._now(),
+        }
+        async with (
+            self._named(),
+            self._connections.joined(None, "begin wait", one_statement=True) as tx,
+        ):
+            row = (await tx.connection.execute(self._s.begin_wait, params)).one_or_none()
+        return None if row is None else _step(row)
 
     async def match_event(self, run_id: str, step: StepRecord) -> WorkflowEvent | None:
         params = {"run_id": run_id, "name": step.name}

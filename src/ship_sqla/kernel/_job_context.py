@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._ports import ClaimedRun, JobBackend
     from ship_sqla.kernel._workflows import (
         ChildOutcome,
+        EventWait,
         StepRetry,
         UnitOfWorkLike,
         Workflow,
@@ -81,9 +82,9 @@ class JobContext:
     ``tenant`` is the tenant the run was enqueued for (F2).
 
     A handler that calls the workflow methods (:meth:`step`, :meth:`transaction`,
-    :meth:`sleep`, :meth:`sleep_until`, :meth:`wait_for_event`, :meth:`spawn`,
-    :meth:`wait_for_children`) is a durable workflow (SPEC §13): its steps are stored and
-    replayed (:mod:`ship_sqla.kernel._workflows`).
+    :meth:`sleep`, :meth:`sleep_until`, :meth:`wait_for_event`, :meth:`expect_event`,
+    :meth:`spawn`, :meth:`wait_for_children`) is a durable workflow (SPEC §13): its steps are
+    stored and replayed (:mod:`ship_sqla.kernel._workflows`).
     """
 
     __slots__ = ("_cancellation", "_run", "_workflow", "_workflow_parts", "worker_id")
@@ -163,6 +164,18 @@ class JobContext:
         """D4: the first ``event`` (with ``key``) committed after the wait began, or None at
         the timeout (the database's clock)."""
         return await self.workflow.wait_for_event(name, event, key=key, timeout=timeout)
+
+    async def expect_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        key: str | None = None,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 - durable, the database's clock
+    ) -> EventWait:
+        """D4: begin a wait now, before the step that makes the event happen; ``await
+        handle.wait()`` later returns any event committed since."""
+        return await self.workflow.expect_event(name, event, key=key, timeout=timeout)
 
     async def spawn(self, name: str, job: JobDefinition[Any], payloads: Sequence[Any]) -> list[str]:
         """D5: enqueue child runs once; their ids."""

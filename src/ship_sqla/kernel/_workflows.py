@@ -50,6 +50,7 @@ __all__ = [
     "CHILDREN_WAIT",
     "NEVER",
     "ChildOutcome",
+    "EventWait",
     "NewStep",
     "StepKind",
     "StepNameReusedError",
@@ -327,6 +328,13 @@ class WorkflowStore(Protocol):
         step is done already (another holder stored it)."""
         ...
 
+    async def begin_wait(self, run: ClaimedRun, step: NewStep) -> StepRecord | None:
+        """Store the event wait ``step`` as waiting, beginning now (its snapshot, D4; its
+        timeout from the store's clock), while ``run``'s token is current, without suspending
+        the run (:meth:`Workflow.expect_event`); the stored step (the one already stored, on a
+        replay), or None: the token is not current."""
+        ...
+
     async def match_event(self, run_id: str, step: StepRecord) -> WorkflowEvent | None:
         """The first event of the wait step's name and key committed after the wait began
         (D4: by the publishing transaction, not a timestamp), or None."""
@@ -576,23 +584,38 @@ class Workflow:
     ) -> WorkflowEvent | None:
         """D4: suspend until an event ``event`` (with ``key``) commits after this wait began,
         and return it; or None once ``timeout`` passed (judged by the database's clock). The
-        outcome is stored as the step's result."""
-        event = check_event_name(event)
-        event_key = check_event_key(key)
-        wake_after = None if timeout is None else _seconds(timeout, "wait timeout")
+        outcome is stored as the step's result. The wait begins when the run first suspends
+        here; to begin it earlier (before a step that makes the event happen), use
+        :meth:`expect_event`."""
+        new = _event_step(name, event, key, timeout)
         seq, stored = await self._begin(name, "event")
         if stored is None:
-            new = NewStep(
-                name,
-                seq,
-                "event",
-                "waiting",
-                wake_at=NEVER if wake_after is None else None,
-                wake_after=wake_after,
-                event_name=event,
-                event_key=event_key,
-            )
-            raise WorkflowSuspended(Suspend(self._run, new, "event"))
+            raise WorkflowSuspended(Suspend(self._run, attrs.evolve(new, seq=seq), "event"))
+        return await self._await_event(stored)
+
+    async def expect_event(
+        self,
+        name: str,
+        event: str,
+        *,
+        key: str | None = None,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 - durable, the database's clock
+    ) -> EventWait:
+        """D4: begin a wait for ``event`` (with ``key``) NOW, without suspending, so that an
+        event committed from here on is its result, also one that comes before the handler
+        reaches :meth:`EventWait.wait` (a webhook answering the request the next step sends).
+        The timeout runs from now. Stored as step ``name``; ``await handle.wait()`` later."""
+        new = _event_step(name, event, key, timeout)
+        seq, stored = await self._begin(name, "event")
+        if stored is None:
+            stored = await self._store.begin_wait(self._run, attrs.evolve(new, seq=seq))
+            if stored is None:
+                raise self._stale(f"wait {name!r}")
+        return EventWait(self, stored)
+
+    async def _await_event(self, stored: StepRecord) -> WorkflowEvent | None:
+        """A stored event wait: its stored outcome, or the matching event (stored), or the
+        timeout (stored), or suspend again."""
         if stored.state == "done":
             return _event_of(stored.result)
         matched = await self._store.match_event(self._run.run_id, stored)
@@ -609,9 +632,8 @@ class Workflow:
             outcome = {"timeout": True}
         else:
             raise WorkflowSuspended(Suspend(self._run, NewStep.of(stored), "event"))
-        await self._save(
-            NewStep(name, stored.seq, "event", "done", _encode(outcome, f"wait {name!r}"))
-        )
+        encoded = _encode(outcome, f"wait {stored.name!r}")
+        await self._save(NewStep(stored.name, stored.seq, "event", "done", encoded))
         return matched
 
     async def spawn(
@@ -673,6 +695,50 @@ def child_run_id(parent_id: str, step: str, index: int) -> str:
         return plain
     digest = hashlib.sha256(f"{parent_id}\x1f{step}".encode()).hexdigest()[:40]
     return f"wf-{digest}/{index}"
+
+
+def _event_step(
+    name: str, event: str, key: str | None, timeout: float | timedelta | None
+) -> NewStep:
+    """A new event wait's step (its position set by the caller), its inputs checked."""
+    event = check_event_name(event)
+    event_key = check_event_key(key)
+    wake_after = None if timeout is None else _seconds(timeout, "wait timeout")
+    return NewStep(
+        name,
+        0,
+        "event",
+        "waiting",
+        wake_at=NEVER if wake_after is None else None,
+        wake_after=wake_after,
+        event_name=event,
+        event_key=event_key,
+    )
+
+
+class EventWait:
+    """A wait :meth:`Workflow.expect_event` began (D4): :meth:`wait` suspends until its event
+    (or its timeout), as :meth:`Workflow.wait_for_event` does."""
+
+    __slots__ = ("_done", "_result", "_step", "_workflow")
+
+    def __init__(self, workflow: Workflow, step: StepRecord) -> None:
+        self._workflow = workflow
+        self._step = step
+        self._done = False
+        self._result: WorkflowEvent | None = None
+
+    @property
+    def name(self) -> str:
+        return self._step.name
+
+    async def wait(self) -> WorkflowEvent | None:
+        """The event committed since the wait began (stored), or None at its timeout; suspends
+        the run until one of them. Answers the same on every call."""
+        if not self._done:
+            self._result = await self._workflow._await_event(self._step)  # noqa: SLF001
+            self._done = True
+        return self._result
 
 
 def _event_of(result: Any) -> WorkflowEvent | None:  # noqa: ANN401 - a stored wait's JSON

@@ -25,6 +25,7 @@ from typing import Final
 
 __all__ = [
     "ADOPT_CHILDREN",
+    "BEGIN_WAIT",
     "CHILDREN",
     "DELETE_OLD_EVENTS",
     "LOAD_STEPS",
@@ -67,6 +68,32 @@ RETURNING 1 AS stored
 """
 """Store a step done (a new one, or a waiting one ending), fenced on the claim; no row: the
 token was not current, or the step was done already (D1, D2)."""
+
+BEGIN_WAIT: Final = f"""
+WITH inserted AS (
+    INSERT INTO {{steps}} AS s (run_id, name, seq, kind, state, wake_at, event_name, event_key,
+                               snapshot, created_at)
+    SELECT r.id, :name, :seq, 'event', 'waiting',
+        coalesce(CAST(:wake_at AS timestamptz),
+                 {{now}} + CAST(:wake_after AS double precision) * interval '1 second'),
+        :event_name, :event_key, CAST(pg_current_snapshot() AS text), {{now}}
+    FROM {{runs}} r
+    -- <runs>_pkey; the fence (D1)
+    WHERE r.id = :run_id AND r.lease_token = :token AND r.state = 'running'
+    ON CONFLICT (run_id, name) DO NOTHING
+    RETURNING s.*
+)
+SELECT {_STEP_COLUMNS} FROM inserted s
+UNION ALL
+SELECT {_STEP_COLUMNS} FROM {{steps}} s
+WHERE s.run_id = :run_id AND s.name = :name
+  AND EXISTS (SELECT 1 FROM {{runs}} r
+              WHERE r.id = :run_id AND r.lease_token = :token AND r.state = 'running')
+LIMIT 1
+"""  # noqa: S608 - SQL naming a fencing token; a template of constant text
+"""D4 (``expect_event``): store an event wait as waiting, beginning in this statement's snapshot,
+without suspending the run; the stored step (the one already stored, on a replay). No row: the
+token was stale."""
 
 WAIT_LOCK: Final = "SELECT pg_try_advisory_xact_lock(CAST(:lock_key AS bigint))"
 """An event wait's lock (exclusive), tried: a wait never queues behind a publisher's open

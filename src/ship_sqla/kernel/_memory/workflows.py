@@ -98,7 +98,44 @@ class InMemoryWorkflowStore:
         )
         return True
 
+    async def begin_wait(self, run: ClaimedRun, step: NewStep) -> StepRecord | None:
+        held = self._backend.current_run(run)
+        if held is None:
+            return None
+        steps = self._steps.setdefault(run.run_id, {})
+        stored = steps.get(step.name)
+        if stored is None:
+            stored = self._store_waiting(held, step, self._now())
+        return self._fresh(stored)
+
+    def _store_waiting(self, run: _Run, step: NewStep, now: datetime) -> StepRecord:
+        """A waiting step, stored now; an event wait begins here (its snapshot: the events
+        published so far)."""
+        wake_at = step.wake_at
+        if wake_at is None and step.wake_after is not None:
+            wake_at = now + timedelta(seconds=step.wake_after)
+        stored = StepRecord(
+            run.run_id,
+            step.name,
+            step.seq,
+            step.kind,
+            "waiting",
+            None,
+            wake_at,
+            now,
+            None,
+            step.event_name,
+            step.event_key,
+        )
+        self._steps.setdefault(run.run_id, {})[step.name] = stored
+        if step.kind == "event":
+            self._began[(run.run_id, step.name)] = self._last_event
+        return stored
+
     async def match_event(self, run_id: str, step: StepRecord) -> WorkflowEvent | None:
+        return self._first_match(run_id, step)
+
+    def _first_match(self, run_id: str, step: StepRecord) -> WorkflowEvent | None:
         began = self._began.get((run_id, step.name))
         if began is None:
             return None
@@ -156,34 +193,20 @@ class InMemoryWorkflowStore:
         """D3: store the waiting step (unless stored) and put ``run`` back to waiting at the
         time the wait calls for; its attempt unspent."""
         step = settlement.step
-        steps = self._steps.setdefault(run.run_id, {})
-        stored = steps.get(step.name)
+        stored = self._steps.setdefault(run.run_id, {}).get(step.name)
+        fresh = stored is None
         if stored is None:
-            wake_at = step.wake_at
-            if wake_at is None and step.wake_after is not None:
-                wake_at = now + timedelta(seconds=step.wake_after)
-            stored = StepRecord(
-                run.run_id,
-                step.name,
-                step.seq,
-                step.kind,
-                "waiting",
-                None,
-                wake_at,
-                now,
-                None,
-                step.event_name,
-                step.event_key,
-            )
-            steps[step.name] = stored
-            if settlement.wait == "event":
-                self._began[(run.run_id, step.name)] = self._last_event
+            stored = self._store_waiting(run, step, now)
         run_at = stored.wake_at
         if settlement.wait == "sleep":
             run.wait_for = None
         elif settlement.wait == "event":
             assert stored.event_name is not None  # noqa: S101 - an event step names its event
+            assert run_at is not None  # noqa: S101 - NEVER at most
             run.wait_for = event_wait_key(stored.event_name, stored.event_key or "")
+            # A wait begun earlier (expect_event, or a replay) may have its event already.
+            if run_at <= now or (not fresh and self._first_match(run.run_id, stored) is not None):
+                run_at = now
         else:
             woken = run.wait_for == CHILDREN_DONE
             run.wait_for = CHILDREN_WAIT
