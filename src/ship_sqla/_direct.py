@@ -1,11 +1,11 @@
 """One autocommitted Core statement run straight on a pooled asyncpg connection of an engine.
 
-Why: a store's one-statement operation outside any unit of work (a plain job enqueue) costs
-about 390 µs of CPU through ``AsyncConnection.execute`` on a pooled autocommit connection,
-against about 100 µs for the same statement on an asyncpg connection: the difference is
-SQLAlchemy's ``Connection`` (its checkout and return, characteristics and events) and its
-execute path, not round trips. :class:`DirectStatements` keeps what matters of that path and
-skips the rest:
+Why: a store's one-statement operation outside any unit of work (a plain job enqueue) cost
+about 600 µs of CPU through ``AsyncConnection.execute`` on a pooled autocommit connection, and
+costs about 210 µs this way (a held asyncpg connection: 150 µs; BENCHMARKS.md, "Issue 13
+leftovers"): the difference is SQLAlchemy's ``Connection`` (its setup and return,
+characteristics and events) and its execute path, not round trips. :class:`DirectStatements`
+keeps what matters of that path and skips the rest:
 
 - the SQL is SQLAlchemy Core's: each statement is compiled ONCE by the engine's own dialect
   (the text SQLAlchemy would send) and its parameters are put in the compiled positional
