@@ -31,12 +31,16 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from ship_sqla._direct import DirectStatements
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import ScopeClosedError, ScopeConcurrencyError, TenantViolationError
 from ship_sqla.kernel._errors import DatabaseTimeoutError
 from ship_sqla.kernel._tenancy import MAX_TENANT_BYTES, check_tenant
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from sqlalchemy import TextClause
     from sqlalchemy.engine.interfaces import IsolationLevel
 
 __all__ = [
@@ -407,6 +411,10 @@ class StoreConnections:
       any lock an earlier statement of the block waited for); a SAVEPOINT on the test path.
     - :meth:`joined`: the given or ambient unit of work's connection (U1/U2), else a short
       transaction of the store's own (``one_statement``: one autocommitted statement).
+    - :meth:`outside_unit_of_work` and :meth:`execute_alone`: a statement that answers nothing,
+      autocommitted, when no unit of work is given or ambient; on an engine, straight on a
+      pooled asyncpg connection whenever nothing watches its statements
+      (:class:`~ship_sqla._direct.DirectStatements`), else as :meth:`statement` would.
 
     Every block is bounded by ``operation_timeout`` (:class:`DatabaseTimeoutError`, or the
     store's subclass of it) when one is set, and judged by the one outage rule
@@ -417,6 +425,7 @@ class StoreConnections:
 
     __slots__ = (
         "_autocommit",
+        "_direct",
         "_read_committed",
         "_timeout",
         "_timeout_error",
@@ -439,9 +448,11 @@ class StoreConnections:
         self._timeout_error = timeout_error
         self._autocommit: AsyncEngine | None = None
         self._read_committed: AsyncEngine | None = None
+        self._direct: DirectStatements | None = None
         if isinstance(database, AsyncEngine):
             self._autocommit = database.execution_options(isolation_level="AUTOCOMMIT")
             self._read_committed = database.execution_options(isolation_level="READ COMMITTED")
+            self._direct = DirectStatements(self._autocommit)
         self._turn = asyncio.Lock()
 
     @property
@@ -520,6 +531,42 @@ class StoreConnections:
                 operation=operation,
             ) as tx:
                 yield tx
+
+    def outside_unit_of_work(self, scope: TransactionScope | None) -> bool:
+        """Whether a store call given ``scope`` runs outside any unit of work, on an engine: no
+        scope given, none ambient (:func:`current_scope`, which refuses a child task of a run),
+        and not the test path. Then :meth:`execute_alone` may serve its one statement."""
+        if scope is not None:
+            return False
+        return current_scope() is None and self._autocommit is not None
+
+    async def execute_alone(
+        self, what: str, statement: TextClause, params: Mapping[str, Any]
+    ) -> None:
+        """ONE statement that answers nothing, autocommitted, outside any unit of work (only
+        after :meth:`outside_unit_of_work` said so): bounded and translated as the one
+        autocommitted statement of :meth:`joined`; on a pooled asyncpg connection directly when
+        :class:`~ship_sqla._direct.DirectStatements` may run it, else on a pooled AUTOCOMMIT
+        ``AsyncConnection``."""
+        engine, direct = self._autocommit, self._direct
+        if engine is None or direct is None:  # pragma: no cover - outside_unit_of_work said no
+            raise TypeError("execute_alone needs a StoreConnections on an engine")
+        operation = f"{self.name} {what}"
+        # One autocommitted statement cut off mid-flight may have committed or not.
+        cut_off = f"{operation} ({ALONE_CUT_OFF})"
+        async with self._bounded(what):
+            if direct.usable(statement):
+                with database_outage_translated(operation, driver_only=True):
+                    direct_connection = await direct.checkout()
+                try:
+                    with database_outage_translated(cut_off, driver_only=True):
+                        await direct_connection.execute(statement, params)
+                finally:
+                    direct_connection.close()
+                return
+            async with connected(engine, operation) as connection:
+                with database_outage_translated(cut_off, driver_only=True):
+                    await connection.execute(statement, params)
 
     def _test_connection(self) -> AsyncConnection:
         database = self.database

@@ -63,9 +63,10 @@ from ship_sqla import (
     start_job_runtime,
     start_outbox_relay,
 )
+from ship_sqla._direct import DirectConnection
 from ship_sqla._notify import ListenerNotLiveError
 from ship_sqla._outbox import Backoff
-from ship_sqla.kernel import FrozenClock
+from ship_sqla.kernel import EnqueueRequest, FrozenClock
 from ship_sqla.testing import ResolvedServer
 
 if TYPE_CHECKING:
@@ -468,6 +469,55 @@ async def test_f7_jobs_enqueue_claim_settle_and_locks_through_pgbouncer_push_wak
     assert (await record_of(backend, ids["retried"])).attempt == 2
     assert (await record_of(backend, ids["dead"])).attempt == 2
     assert errors == []
+
+
+async def test_f7_plain_enqueues_outside_a_unit_of_work_run_on_the_driver_through_pgbouncer(
+    bounced: AsyncEngine,
+    elsewhere: AsyncEngine,
+    direct: AsyncEngine,
+    ship_clock: FrozenClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """F7 with J1 and K1: plain enqueues outside any unit of work run straight on the pooled
+    asyncpg connection (``ship_sqla._direct``) through PgBouncer, announced or not, single and
+    batched, while another engine's transactions move the client's server sessions between
+    them (asyncpg sends each statement unnamed with both caches off): every run is stored
+    once."""
+    direct_calls: list[int] = []
+    real = DirectConnection.execute
+
+    async def counted(self: DirectConnection, statement: Any, params: Any) -> None:
+        direct_calls.append(1)
+        await real(self, statement, params)
+
+    monkeypatch.setattr(DirectConnection, "execute", counted)
+    job = define_job("pgb.plain", _noop_handler, payload=dict)
+    web = create_job_backend(
+        database=bounced, table=runs, state_table=state, clock=ship_clock, listen=False
+    )
+    other = create_unit_of_work(elsewhere, repositories=lambda scope: scope)
+
+    async def busy(scope: TransactionScope) -> None:
+        await scope.connection.execute(text("SELECT count(*) FROM ship_job_runs"))
+
+    for n in range(12):
+        await web.enqueue(job, {"n": n})
+        if n % 4 == 0:
+            ship_clock.advance(timedelta(seconds=1))  # the next one is announced again (K1)
+        await other.run(busy)
+    await web.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(12, 15)])
+    assert len(direct_calls) == 13
+    async with direct.connect() as connection:
+        payloads = (
+            await connection.execute(
+                text("SELECT payload FROM ship_job_runs WHERE job_id = 'pgb.plain'")
+            )
+        ).scalars()
+        assert sorted(payload["n"] for payload in payloads) == list(range(15))
+
+
+async def _noop_handler(ctx: JobContext, payload: dict[str, Any]) -> None:
+    return None
 
 
 async def test_f7_heartbeats_through_pgbouncer(

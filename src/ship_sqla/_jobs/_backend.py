@@ -106,7 +106,13 @@ from ship_sqla._notify import (
     listener_for,
     sender_token,
 )
-from ship_sqla._scope import Database, StoreConnections, TransactionScope
+from ship_sqla._scope import (
+    AfterCommit,
+    Database,
+    StoreConnections,
+    TransactionScope,
+    run_after_commit,
+)
 from ship_sqla.kernel import Clock, ConfigurationError
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
@@ -121,6 +127,7 @@ from ship_sqla.kernel._ports import (
     ClaimBatch,
     ClaimedRun,
     Complete,
+    EnqueueResult,
     Fail,
     HeartbeatBatch,
     LockProvider,
@@ -141,7 +148,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
-    from ship_sqla.kernel._ports import ClaimRequest, EnqueueResult, HistoryKind, Settlement
+    from ship_sqla.kernel._ports import ClaimRequest, HistoryKind, Settlement
 
 __all__ = [
     "JobBackendTimeoutError",
@@ -410,6 +417,17 @@ class PostgresJobBackend(JobBackendBase):
             return []
         one_statement = self._inserter.one_statement(runs)
         announce = self._announce_channel(job.id)
+        if one_statement and self._connections.outside_unit_of_work(scope):
+            # The plain enqueue outside any unit of work: one autocommitted INSERT, straight on
+            # a pooled asyncpg connection while nothing watches the engine's statements.
+            statement, params, due_now = self._inserter.plain(job.id, runs, announce=announce)
+            await self._connections.execute_alone("enqueue", statement, params)
+            if due_now:
+                committed: list[AfterCommit] = [self.wake]
+                if announce is not None:
+                    committed.append(lambda: self._announced_committed(job.id))
+                await run_after_commit(committed)
+            return [EnqueueResult(run_id=run.run_id) for run in runs]
         async with self._connections.joined(scope, "enqueue", one_statement=one_statement) as tx:
             results, due_now = await self._inserter.insert_on(
                 tx.connection, job.id, runs, announce=announce

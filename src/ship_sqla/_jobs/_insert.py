@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime
 
+    from sqlalchemy import TextClause
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from ship_sqla._jobs._sql import JobStatements
@@ -138,6 +139,21 @@ class RunInserter:
         autocommit it): no depth limit to gate, nothing to check."""
         return self._depth_limit is None and self.unchecked(runs)
 
+    def plain(
+        self, job_id: str, runs: Sequence[PreparedRun], *, announce: tuple[str, str] | None
+    ) -> tuple[TextClause, dict[str, object], bool]:
+        """The ONE statement that stores ``runs`` of ``job_id`` when nothing needs checking
+        (:meth:`one_statement`, or a tick's uncapped conflict-free runs), its parameters, and
+        whether a run of it is due now: ENQUEUE_PLAIN, or ENQUEUE_PLAIN_ANNOUNCED carrying
+        ``announce`` (K1) when a run is due. It answers no rows: every run is inserted."""
+        params = _PlainBatch.of(runs).params(job_id, self._now())
+        due = _due(runs, self._wall())
+        statement = self._s.enqueue_plain
+        if announce is not None and due:
+            statement = self._s.enqueue_plain_announced
+            params["channel"], params["payload"] = announce
+        return statement, params, due
+
     async def insert_on(
         self,
         connection: AsyncConnection,
@@ -156,12 +172,7 @@ class RunInserter:
         depth_limit = self._depth_limit if capped else None
         unchecked = self.unchecked(runs)
         if depth_limit is None and unchecked:
-            params = _PlainBatch.of(runs).params(job_id, self._now())
-            due = _due(runs, self._wall())
-            statement = self._s.enqueue_plain
-            if announce is not None and due:
-                statement = self._s.enqueue_plain_announced
-                params["channel"], params["payload"] = announce
+            statement, params, due = self.plain(job_id, runs, announce=announce)
             await connection.execute(statement, params)
             return [EnqueueResult(run_id=run.run_id) for run in runs], due
         if depth_limit is not None:

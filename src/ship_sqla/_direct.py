@@ -1,0 +1,235 @@
+"""One autocommitted Core statement run straight on a pooled asyncpg connection of an engine.
+
+Why: a store's one-statement operation outside any unit of work (a plain job enqueue) cost
+about 600 µs of CPU through ``AsyncConnection.execute`` on a pooled autocommit connection, and
+costs about 210 µs this way (a held asyncpg connection: 150 µs; BENCHMARKS.md, "Issue 13
+leftovers"): the difference is SQLAlchemy's ``Connection`` (its setup and return,
+characteristics and events) and its execute path, not round trips. :class:`DirectStatements`
+keeps what matters of that path and skips the rest:
+
+- the SQL is SQLAlchemy Core's: each statement is compiled ONCE by the engine's own dialect
+  (the text SQLAlchemy would send) and its parameters are put in the compiled positional
+  order; only statements whose parameters SQLAlchemy sends unprocessed (untyped ``text()``
+  binds, as every store statement is) are taken;
+- the connection is the engine's pool's (``AsyncEngine.raw_connection``: its size, timeout,
+  pre-ping, recycling and pool events), returned to it afterwards; nothing is begun on it, so
+  the statement autocommits, as on an ``AUTOCOMMIT`` connection;
+- the statement runs with asyncpg's ``execute``, which honours the connection's
+  ``statement_cache_size`` (0 behind PgBouncer: every statement unnamed, re-parsed in the round
+  trip that runs it, exactly as SQLAlchemy's adapter does with both caches off);
+- errors are what ``Connection.execute`` raises: the asyncpg adapter's own translation, then
+  ``DBAPIError.instance`` (``sqlalchemy.exc.ProgrammingError``, ``IntegrityError``, ... with
+  ``orig``, the SQLSTATE, the statement and its parameters); a disconnect marks the error
+  ``connection_invalidated`` and invalidates the connection and the pool's older ones, an
+  interrupted statement (cancelled, timed out) invalidates its connection, anything that is
+  not the driver's passes unchanged; a refused connect is wrapped as ``Engine.connect`` does.
+
+It is used only while nothing watches the engine's statements: an engine with statement
+listeners (``before_cursor_execute``, ``after_cursor_execute``, ``before_execute``,
+``after_execute``, ``handle_error``: instrumentation, statement counters) or statement logging
+(``echo``, the ``sqlalchemy.engine`` logger at INFO) takes ``AsyncConnection.execute``, so they
+see every statement. :meth:`DirectStatements.usable` says which, per call (listeners come and
+go). The SQLAlchemy internals it mirrors (the adapter's ``_handle_exception`` and
+``_check_type_cache_invalidation``, the dialect's ``_invalidate_schema_cache_asof`` and
+``Pool._invalidate``) are checked once, when it is made: a SQLAlchemy without them gets no
+direct path, only the usual one.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Final, NoReturn
+
+from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import Pool
+from sqlalchemy.sql.sqltypes import NullType
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import asyncpg
+    from sqlalchemy import TextClause
+    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.pool import PoolProxiedConnection
+
+__all__ = ["DirectConnection", "DirectStatements"]
+
+_WATCHING_EVENTS: Final = (
+    "before_cursor_execute",
+    "after_cursor_execute",
+    "before_execute",
+    "after_execute",
+)
+"""The engine's statement events: with any listener, statements take SQLAlchemy's path."""
+
+_MIRRORED: Final = (
+    (AsyncAdapt_asyncpg_connection, "_handle_exception"),
+    (AsyncAdapt_asyncpg_connection, "_check_type_cache_invalidation"),
+    (Pool, "_invalidate"),
+)
+"""The SQLAlchemy internals the direct path calls to behave as ``Connection.execute`` does."""
+
+
+def _supported(engine: AsyncEngine) -> bool:
+    dialect = engine.dialect
+    dbapi = dialect.loaded_dbapi
+    return (
+        dialect.driver == "asyncpg"
+        and dialect.paramstyle == "numeric_dollar"
+        and hasattr(dialect, "_invalidate_schema_cache_asof")
+        and hasattr(dbapi, "InvalidCachedStatementError")
+        and hasattr(dbapi, "InternalServerError")
+        and all(hasattr(owner, name) for owner, name in _MIRRORED)
+    )
+
+
+class _Compiled:
+    """One statement as the engine's dialect renders it, and its parameters' order."""
+
+    __slots__ = ("names", "sql")
+
+    def __init__(self, sql: str, names: tuple[str, ...]) -> None:
+        self.sql = sql
+        self.names = names
+
+
+class DirectStatements:
+    """Statements of one engine run on its pooled asyncpg connections (see the module
+    docstring). Compiled statements are cached per statement object: give it the stable
+    statements of a store (rendered once), never one built per call."""
+
+    __slots__ = ("_compiled", "_engine", "_supported")
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._supported = _supported(engine)
+        self._compiled: dict[TextClause, _Compiled | None] = {}
+
+    def usable(self, statement: TextClause) -> bool:
+        """Whether a checked-out connection may run ``statement`` now: a supported SQLAlchemy
+        and driver, parameters SQLAlchemy would send unprocessed, and nobody watching the
+        engine's statements (listeners or statement logging)."""
+        if not self._supported or self.compiled(statement) is None:
+            return False
+        sync_engine = self._engine.sync_engine
+        dispatch = sync_engine.dispatch
+        if any(getattr(dispatch, name) for name in _WATCHING_EVENTS):
+            return False
+        if sync_engine.dialect.dispatch.handle_error:
+            return False
+        return not (sync_engine.echo or sync_engine.logger.isEnabledFor(logging.INFO))
+
+    def compiled(self, statement: TextClause) -> _Compiled | None:
+        """``statement`` compiled by the engine's dialect (once), or None when SQLAlchemy would
+        process one of its parameters (a typed bind) and so the direct path cannot run it."""
+        try:
+            return self._compiled[statement]
+        except KeyError:
+            pass
+        compiled = statement.compile(dialect=self._engine.dialect)
+        names = tuple(compiled.positiontup or ())
+        plain = all(isinstance(compiled.binds[name].type, NullType) for name in names)
+        entry = _Compiled(str(compiled), names) if plain else None
+        self._compiled[statement] = entry
+        return entry
+
+    async def checkout(self) -> DirectConnection:
+        """A connection of the engine's pool; the caller must :meth:`DirectConnection.close`
+        it. A driver error opening it is wrapped as ``Engine.connect`` wraps it (a refused
+        socket is an ``OSError``, which passes unchanged, as it does there)."""
+        engine = self._engine.sync_engine
+        dialect = engine.dialect
+        try:
+            connection = await self._engine.raw_connection()
+        except dialect.loaded_dbapi.Error as error:
+            raise DBAPIError.instance(
+                None,
+                None,
+                error,
+                dialect.loaded_dbapi.Error,
+                hide_parameters=engine.hide_parameters,
+                connection_invalidated=dialect.is_disconnect(error, None, None),
+                dialect=dialect,
+            ) from error
+        return DirectConnection(self, connection)
+
+    def dialect_schema_time(self) -> float:
+        """When the dialect last saw DDL that may outdate asyncpg's type caches."""
+        return float(self._engine.dialect._invalidate_schema_cache_asof)  # type: ignore[attr-defined]  # noqa: SLF001
+
+    def raise_translated(
+        self, connection: PoolProxiedConnection, sql: str, args: tuple[Any, ...], error: Exception
+    ) -> NoReturn:
+        """Raise what ``Connection.execute`` raises for ``error``, raised by the driver running
+        ``sql`` on ``connection`` (see the module docstring): an error that is not the driver's
+        comes out of the adapter's translation unchanged."""
+        engine = self._engine.sync_engine
+        dialect = engine.dialect
+        dbapi = dialect.loaded_dbapi
+        adapted: Any = connection.dbapi_connection
+        try:
+            adapted._handle_exception(error)  # noqa: SLF001 - the adapter's own translation
+        except dbapi.Error as translated:
+            disconnect = dialect.is_disconnect(translated, adapted, None)
+            wrapped = DBAPIError.instance(
+                sql,
+                args,
+                translated,
+                dbapi.Error,
+                hide_parameters=engine.hide_parameters,
+                connection_invalidated=disconnect,
+                dialect=dialect,
+                ismulti=False,
+            )
+            stale = (dbapi.InvalidCachedStatementError, dbapi.InternalServerError)
+            if isinstance(translated, stale):
+                dialect._invalidate_schema_cache()  # type: ignore[attr-defined]  # noqa: SLF001
+            if disconnect:
+                # As Connection.execute on a disconnect: this connection, and the pool's
+                # connections older than now, are replaced.
+                engine.pool._invalidate(connection, translated)  # noqa: SLF001
+            raise wrapped from translated
+        raise error  # pragma: no cover - the adapter's translation always raises
+
+
+class DirectConnection:
+    """One checked-out pooled connection of :class:`DirectStatements`; not safe for concurrent
+    tasks (one statement at a time, as any connection)."""
+
+    __slots__ = ("_connection", "_statements")
+
+    def __init__(self, statements: DirectStatements, connection: PoolProxiedConnection) -> None:
+        self._statements = statements
+        self._connection = connection
+
+    def close(self) -> None:
+        """Return the connection to the pool (an invalidated one is replaced there). Nothing
+        was begun on it, so this does no I/O: the pool's reset has nothing to roll back."""
+        self._connection.close()
+
+    async def execute(self, statement: TextClause, params: Mapping[str, Any]) -> None:
+        """Run ``statement`` (one whose rows nobody needs) with ``params``, autocommitted. Only
+        for a statement :meth:`DirectStatements.usable` accepted."""
+        statements = self._statements
+        compiled = statements.compiled(statement)
+        if compiled is None:  # pragma: no cover - usable() said no: a caller's mistake
+            raise TypeError("DirectConnection.execute of a statement it cannot run")
+        args = tuple([params[name] for name in compiled.names])
+        connection = self._connection
+        adapted: Any = connection.dbapi_connection
+        driver: asyncpg.Connection[Any] = connection.driver_connection
+        try:
+            # As the adapter before each statement: asyncpg's type cache is reloaded after DDL
+            # the dialect saw (``_invalidate_schema_cache``).
+            await adapted._check_type_cache_invalidation(  # noqa: SLF001 - see the module doc
+                statements.dialect_schema_time()
+            )
+            await driver.execute(compiled.sql, *args)
+        except Exception as error:  # noqa: BLE001 - translated or re-raised, never dropped
+            statements.raise_translated(connection, compiled.sql, args, error)
+        except BaseException as error:
+            # As Connection.execute: a statement interrupted mid-flight (cancelled, timed out)
+            # leaves the connection in an unknown protocol state: it is discarded.
+            connection.invalidate(error)
+            raise
