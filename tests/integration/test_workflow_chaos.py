@@ -329,6 +329,13 @@ async def test_workflows_survive_kill_9_of_their_workers(
         ship_engine,
         "SELECT count(*) FROM ship_job_runs WHERE attempt > 1",
     )
+    errors = dict(
+        await query(
+            ship_engine,
+            "SELECT left(coalesce(last_error, '(none)'), 60), count(*) FROM ship_job_runs"
+            " WHERE attempt > 1 GROUP BY 1",
+        )
+    )
     figures = {
         "runs": RUNS,
         "children": RUNS * CHILDREN,
@@ -337,6 +344,7 @@ async def test_workflows_survive_kill_9_of_their_workers(
         "wall_s": round(wall, 1),
         "plain_reexecutions": plain,
         "runs_with_attempt_over_1": retaken,
+        "their_last_errors": errors,
         "events_published": len(published),
         "stale_reports": fleet.reported("SHIP_SQLA_JOB_LEASE_STALE"),
         "errors_reported": fleet.reported("SHIP_SQLA_"),
