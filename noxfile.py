@@ -73,6 +73,21 @@ def tests_large(session: nox.Session) -> None:
 
 
 @nox.session
+def chaos(session: nox.Session) -> None:
+    """The workflow chaos test at full size (issue 14): 1,000 workflow runs on worker processes
+    killed with ``kill -9``; prints its figures (the ``chaos:`` line, BENCHMARKS.md)."""
+    session.run(
+        _python(session),
+        "-m",
+        "pytest",
+        "tests/integration/test_workflow_chaos.py",
+        "-s",
+        *session.posargs,
+        env={"SHIP_SQLA_CHAOS_RUNS": "1000"},
+    )
+
+
+@nox.session
 def examples(session: nox.Session) -> None:
     """Every example runs as a test: it must exit 0."""
     _examples(session, _python(session))

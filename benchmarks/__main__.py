@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, str] = {
     "uow": "benchmarks.uow",
     "wake": "benchmarks.wake",
     "cancel": "benchmarks.cancel",
+    "workflows": "benchmarks.workflows",
     "ablations": "benchmarks.ablations",
     "peers": "benchmarks.peers",
     "scaleout": "benchmarks.scaleout",

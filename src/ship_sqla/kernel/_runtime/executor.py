@@ -134,10 +134,13 @@ class Executor:
         if self._workflows is not None and self._backend is not None:
             entry.ctx.bind_workflows(self._workflows, self._backend, self._clock)
         earlier = self._runs.claimed(entry)
-        if earlier is not None:
+        if earlier is not None and earlier.settlement is None:
             # This process retook its own run (the earlier claim's lease lapsed while its
             # heartbeats failed, in an outage say): the earlier claim is stale, and its handler
-            # must stop rather than run beside the new one.
+            # must stop rather than run beside the new one. An earlier claim whose handler is
+            # done is no such sign: its settle may have landed already (a workflow suspend made
+            # the run due again before the rest of its settle batch was answered, D3); if it did
+            # not, its settle answers stale and is reported then.
             self.cancel(earlier, "lease-lost", during="continuing (this process claimed it anew)")
         # K7: the span's machinery only where there is a trace to continue or an SDK to see it.
         task = self._traced(entry) if traces(run) else self._execute(entry)
