@@ -194,6 +194,9 @@ _FAIR_CURSOR: Final = 3
 """A claim row's ``kind``: 0 a claimed run, 1 a buried one, 2 the gate's answer (CLAIM_GATED),
 3 where a fair claim's tenant walk stopped (CLAIM_FAIR)."""
 
+_SUSPENDS_AT_ONCE: Final = 8
+"""Workflow suspends of one settle batch run at once on an engine (each its own transaction)."""
+
 _KIND_OF: Final = {Complete: "complete", Fail: "fail", SnoozeRun: "snooze", Cancel: "cancel"}
 """Settlement class -> ``:kinds`` value of SETTLE_IF_TOKEN_CURRENT (any other: ``release``)."""
 
@@ -703,13 +706,21 @@ class PostgresJobBackend(JobBackendBase):
             for index in others:
                 outcomes[index] = answered[index]
         workflows = self._require_workflows()
-        for index in sent:
+        suspends = [i for i in sent if isinstance(settlements[i], Suspend)]
+        # Each suspend is its own short transaction: on an engine several run at once (each on
+        # its own pooled connection), so a batch of many does not take one round trip each.
+        room = asyncio.Semaphore(_SUSPENDS_AT_ONCE if self._connections.concurrent else 1)
+
+        async def suspend(index: int) -> None:
             settlement = settlements[index]
-            if isinstance(settlement, Suspend):
+            assert isinstance(settlement, Suspend)  # noqa: S101 - chosen above
+            async with room:
                 outcome = await workflows.suspend(settlement)
                 if outcome is None:
                     outcome = await self._defer_wait(settlement)
-                outcomes[index] = outcome
+            outcomes[index] = outcome
+
+        await asyncio.gather(*(suspend(index) for index in suspends))
         return outcomes
 
     async def _defer_wait(self, settlement: Suspend) -> SettleOutcome:
