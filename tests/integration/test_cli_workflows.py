@@ -7,16 +7,11 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from cli_runner import ship_sqla
-from sqlalchemy import MetaData
-from workflow_helpers import execute_once
+from workflow_helpers import execute_once, workflow_backend
 
 from ship_sqla import FrozenClock
 from ship_sqla._jobs import (
     create_job_backend,
-    ship_job_events_table,
-    ship_job_runs_table,
-    ship_job_state_table,
-    ship_job_steps_table,
 )
 from ship_sqla.kernel import RetryPolicy, define_job
 
@@ -50,18 +45,8 @@ async def test_d6_jobs_show_rerun_and_events_purge_from_the_shell(
     --from-step b` drops b and every later step and makes the dead run due again (exit 0); a
     rerun of a run that is not dead or waiting is refused (exit 1); `jobs events-purge` applies
     the events' retention."""
-    metadata = MetaData()
-    for factory in (
-        ship_job_runs_table,
-        ship_job_state_table,
-        ship_job_steps_table,
-        ship_job_events_table,
-    ):
-        factory(metadata)
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
     clock = FrozenClock()
-    backend = create_job_backend(database=ship_engine, listen=False, clock=clock)
+    backend = await workflow_backend(ship_engine, listen=False, clock=clock)
     url = ("--database-url", ship_engine_url)
     result = await backend.enqueue(JOB, {})
     assert result.run_id is not None

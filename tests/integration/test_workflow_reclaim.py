@@ -11,22 +11,15 @@ from typing import Any
 import anyio
 from sqlalchemy import MetaData, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
+from workflow_helpers import workflow_backend
 
 from ship_sqla import (
-    create_job_backend,
-    ship_job_events_table,
     ship_job_runs_table,
-    ship_job_state_table,
-    ship_job_steps_table,
 )
 from ship_sqla.kernel import Concurrency, define_job, start_job_runtime
 from ship_sqla.kernel._ports import EnqueueRequest
 
-metadata = MetaData()
-runs = ship_job_runs_table(metadata)
-state = ship_job_state_table(metadata)
-steps = ship_job_steps_table(metadata)
-events = ship_job_events_table(metadata)
+runs = ship_job_runs_table(MetaData())
 
 RUNS = 40
 
@@ -37,18 +30,8 @@ async def test_d3_a_run_resumed_by_its_own_process_mid_settle_batch_is_not_stale
     """D3, J5: runs suspended by zero-second sleeps, settled in batches, are claimed again by
     the same runtime while their batch's other suspends are still being sent; every run
     completes and no error is reported (no 'claimed it anew' stale report, no cancel)."""
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
     errors: list[BaseException] = []
-    backend = create_job_backend(
-        database=ship_engine,
-        table=runs,
-        state_table=state,
-        steps_table=steps,
-        events_table=events,
-        poll_interval=0.01,
-        on_error=errors.append,
-    )
+    backend = await workflow_backend(ship_engine, poll_interval=0.01, on_error=errors.append)
     finished = anyio.Event()
     ended: list[str] = []
 

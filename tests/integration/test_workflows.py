@@ -13,11 +13,10 @@ import pytest
 from job_helpers import claim_request, record_of
 from sqlalchemy import Column, Integer, MetaData, Table, Text, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
-from workflow_helpers import execute_once
+from workflow_helpers import execute_once, workflow_backend
 
 from ship_sqla import (
     FrozenClock,
-    create_job_backend,
     create_unit_of_work,
     ship_job_events_table,
     ship_job_runs_table,
@@ -52,15 +51,7 @@ def scope_only(scope: Any) -> Any:
 async def backend(ship_engine: AsyncEngine, clock: FrozenClock) -> Any:
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
-    return create_job_backend(
-        database=ship_engine,
-        table=runs,
-        state_table=state,
-        steps_table=steps,
-        events_table=events,
-        clock=clock,
-        poll_interval=0.05,
-    )
+    return await workflow_backend(ship_engine, clock=clock, poll_interval=0.05)
 
 
 @pytest.fixture
@@ -238,16 +229,7 @@ async def test_a_workflow_runs_end_to_end_in_a_runtime(ship_engine: AsyncEngine)
     """D1-D5 in a worker runtime on PostgreSQL (the system clock): a step, a sleep, an event
     wait woken by a publish from outside, a fan-out of children and the fan-in; the
     continuation runs once."""
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
-    backend = create_job_backend(
-        database=ship_engine,
-        table=runs,
-        state_table=state,
-        steps_table=steps,
-        events_table=events,
-        poll_interval=0.05,
-    )
+    backend = await workflow_backend(ship_engine, poll_interval=0.05)
     continued: list[list[str]] = []
     waiting = anyio.Event()
     finished = anyio.Event()

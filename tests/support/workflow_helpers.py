@@ -80,3 +80,29 @@ async def execute_once(
     if settle:
         [execution.outcome] = await backend.settle([settlement])
     return execution
+
+
+async def workflow_backend(engine: Any, **options: Any) -> Any:
+    """The job tables a workflow needs (runs, state, steps, events) under their default names on
+    ``engine`` (created if absent), and a PostgreSQL backend on them with ``options``."""
+    from sqlalchemy import MetaData  # noqa: PLC0415 - the in-memory tests import this module too
+
+    from ship_sqla._jobs import (  # noqa: PLC0415
+        create_job_backend,
+        ship_job_events_table,
+        ship_job_runs_table,
+        ship_job_state_table,
+        ship_job_steps_table,
+    )
+
+    metadata = MetaData()
+    for table in (
+        ship_job_runs_table,
+        ship_job_state_table,
+        ship_job_steps_table,
+        ship_job_events_table,
+    ):
+        table(metadata)
+    async with engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    return create_job_backend(database=engine, **options)
