@@ -473,3 +473,29 @@ async def test_d4_expect_event_begins_the_wait_before_the_step_that_causes_it(
         ("shipped", "event", "done"),
         ("request", "step", "done"),
     ]
+
+
+async def test_d5_a_child_buried_by_a_lapse_wakes_its_parent(clock, job_backend_factory):
+    """D5 (J6): a child whose lease lapsed on its final attempt is dead-lettered by the next
+    claim: when it was the last live child, that claim wakes its parent at once."""
+    backend = job_backend_factory(clock)
+
+    async def child(ctx, payload):
+        return None
+
+    child_job = workflow("wf.d5.lapse.child", child, attempts=1)
+
+    async def parent(ctx, payload):
+        await ctx.spawn("kids", child_job, [{}])
+        outcomes = await ctx.wait_for_children("join")
+        assert [o.state for o in outcomes] == ["dead"]
+
+    job = workflow("wf.d5.lapse", parent)
+    result = await backend.enqueue(job, {})
+    assert (await execute_once(backend, job, clock)).outcome == "suspended"
+    [held] = await backend.claim(claim_request(child_job, worker="dies"))
+    clock.advance(LEASE + 1)
+    batch = await backend.claim(claim_request(child_job, worker="next"))
+    assert [b.run_id for b in batch.buried] == [held.run_id]
+    assert (await record_of(backend, result.run_id)).run_at <= clock.now()
+    assert (await execute_once(backend, job, clock)).ended == "completed"

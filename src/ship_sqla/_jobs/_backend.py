@@ -191,8 +191,10 @@ _RUN_COLUMNS = frozenset(
 _BURIED: Final = 1
 _GATE_ANSWER: Final = 2
 _FAIR_CURSOR: Final = 3
+_BURIED_CHILD: Final = 4
 """A claim row's ``kind``: 0 a claimed run, 1 a buried one, 2 the gate's answer (CLAIM_GATED),
-3 where a fair claim's tenant walk stopped (CLAIM_FAIR)."""
+3 where a fair claim's tenant walk stopped (CLAIM_FAIR), 4 a child run the claim cancelled (its
+cancel was requested and its lease lapsed): its ``parent_id`` is woken (D5)."""
 
 _SUSPENDS_AT_ONCE: Final = 8
 """Workflow suspends of one settle batch run at once on an engine (each its own transaction)."""
@@ -574,6 +576,7 @@ class PostgresJobBackend(JobBackendBase):
             rows = (await connection.execute(statement, params)).all()
         claimed: list[ClaimedRun] = []
         buried: list[BuriedRun] = []
+        ended_children: list[str] = []
         rate_wait: float | None = None
         created = False
         # Rows come in claim order, (priority DESC, run_at, seq), then the dead-lettered ones,
@@ -588,8 +591,11 @@ class PostgresJobBackend(JobBackendBase):
             if row.kind == _GATE_ANSWER:
                 rate_wait, created = row.rate_wait, row.created
                 continue
-            if row.kind == _BURIED:
-                buried.append(BuriedRun(row.id, job_id, row.attempt, row.key))
+            if row.kind in (_BURIED, _BURIED_CHILD):
+                if row.parent_id is not None:
+                    ended_children.append(row.parent_id)
+                if row.kind == _BURIED:
+                    buried.append(BuriedRun(row.id, job_id, row.attempt, row.key))
                 continue
             claimed.append(
                 ClaimedRun(
@@ -609,6 +615,8 @@ class PostgresJobBackend(JobBackendBase):
                     tenant=row.tenant_id,
                 )
             )
+        if ended_children:
+            await self._wake_parents(ended_children)  # D5: after the burial committed
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
         return ClaimBatch(claimed, buried, rate_wait=rate_wait), created
 

@@ -397,7 +397,7 @@ _CLAIM_TAIL: Final = """, buried AS (
                 'attempt', r.attempt, 'at', {at}, 'error', CAST(:cancel_lapsed AS text),
                 'kind', 'cancelled')) END
     WHERE r.id = ANY(ARRAY(SELECT id FROM lapsed WHERE exhausted))
-    RETURNING r.id, r.attempt, r.key, r.state
+    RETURNING r.id, r.attempt, r.key, r.state, r.parent_id
 ), claimed AS (
     -- <runs>_pkey. A new fencing token per claim: strictly above the row's previous one (so
     -- never equal to any earlier holder's) plus a random step (so a deleted and re-inserted
@@ -423,13 +423,15 @@ _CLAIM_TAIL: Final = """, buried AS (
 SELECT c.id, c.payload, c.attempt, c.max_attempts, c.lease_token, c.key, c.lease_expires_at,
     c.created_at, c.run_at, c.seq, c.priority, c.trace_context, c.snoozes, c.tenant_id,
     0 AS kind,
-    CAST(NULL AS double precision) AS rate_wait, false AS created
+    CAST(NULL AS double precision) AS rate_wait, false AS created, CAST(NULL AS text) AS parent_id
 FROM claimed c
 UNION ALL
+-- Kind 1: dead-lettered (reported, counted); kind 4: cancelled, returned only when a workflow
+-- run is its parent, which the backend wakes (D5) once this claim committed.
 SELECT b.id, NULL, b.attempt, NULL, NULL, b.key, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, 1, NULL, false
+    NULL, CASE WHEN b.state = 'dead' THEN 1 ELSE 4 END, NULL, false, b.parent_id
 FROM buried b
-WHERE b.state = 'dead'{gate_row}{fair_row}
+WHERE b.state = 'dead' OR b.parent_id IS NOT NULL{gate_row}{fair_row}
 ORDER BY kind, priority DESC, run_at, seq
 """
 
@@ -437,7 +439,7 @@ _GATE_ROW: Final = """
 UNION ALL
 -- F3/F1: the gate's answer, one row: how long the rate keeps the job full, whether it is new.
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, 2, CAST(g.rate_wait AS double precision), g.created
+    NULL, 2, CAST(g.rate_wait AS double precision), g.created, NULL
 FROM gate g
 WHERE g.rate_wait IS NOT NULL OR g.created"""
 
@@ -464,7 +466,8 @@ _FAIR_ROW: Final = """
 UNION ALL
 -- F2: the walk stopped at max_tenants: the tenant where the next fair claim starts after.
 SELECT (SELECT t.tenant FROM tenant_walk t WHERE t.k = CAST(:max_tenants AS integer)), NULL,
-    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 3, NULL, false
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 3, NULL, false,
+    NULL
 WHERE EXISTS (SELECT 1 FROM tenant_walk t WHERE t.k = CAST(:max_tenants AS integer))"""
 
 
