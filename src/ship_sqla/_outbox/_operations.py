@@ -138,7 +138,15 @@ class OutboxOperations:
         try:
             await authorize(self._authorizer, MANAGE_PERMISSION, operation)
         except PermissionDeniedError:
-            await authorize(self._authorizer, READ_PERMISSION, operation)
+            try:
+                await authorize(self._authorizer, READ_PERMISSION, operation)
+            except PermissionDeniedError:
+                raise PermissionDeniedError(
+                    f"the authorizer refused both {READ_PERMISSION!r} and"
+                    f" {MANAGE_PERMISSION!r} for operation {operation!r}; nothing was read.",
+                    fix=f"grant {READ_PERMISSION!r} (read only) or {MANAGE_PERMISSION!r} to this"
+                    " caller in the application's authorizer (it must return True).",
+                ) from None
 
     async def _record(
         self, operation: str, target: str, count: int, details: dict[str, object]
@@ -146,6 +154,15 @@ class OutboxOperations:
         if self._audit is not None:
             entry = AuditEntry(self._actor, f"outbox.{operation}", target, count, details)
             await self._audit.record(entry)
+
+    async def can_manage(self) -> bool:
+        """Whether this caller may change messages (``ship.outbox:manage`` for operation
+        ``"dashboard"``): the dashboard shows its re-drive forms only then."""
+        try:
+            await authorize(self._authorizer, MANAGE_PERMISSION, "dashboard")
+        except PermissionDeniedError:
+            return False
+        return True
 
     async def counts(self, outbox_id: str, *, cap: int = 10_000) -> tuple[int, int]:
         """``outbox_id``'s pending and claimed messages, each counted up to ``cap``
@@ -240,9 +257,9 @@ def create_outbox_operations(
     ``authorizer(permission, operation)`` (sync or async) is asked for ``"ship.outbox:manage"``
     before every operation (a read: then ``"ship.outbox:read"`` if refused) and must return
     ``True``; anything else raises :class:`~ship_sqla.kernel.PermissionDeniedError` and changes
-    nothing. ``audit`` receives one entry per retry and purge, naming ``actor`` (S1). ``cursor_secret``
-    signs ``list_dead`` cursors (default: random per process, so cursors die with it; pass the
-    same secret to every process that serves the same pages).
+    nothing. ``audit`` receives one entry per retry and purge, naming ``actor`` (S1).
+    ``cursor_secret`` signs ``list_dead`` cursors (default: random per process, so cursors die
+    with it; pass the same secret to every process that serves the same pages).
     """
     return OutboxOperations(
         outbox, authorizer=authorizer, cursor_secret=cursor_secret, audit=audit, actor=actor
