@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["LIST_AUDIT", "RECORD_AUDIT"]
+__all__ = ["LIST_AUDIT", "PROBE_AUDIT", "RECORD_AUDIT"]
 
 RECORD_AUDIT: Final = """
 INSERT INTO {audit} (at, actor, operation, target, count, details)
@@ -23,3 +23,6 @@ ORDER BY a.id DESC
 LIMIT CAST(:limit AS integer)
 """
 """A page of entries, newest first."""
+
+PROBE_AUDIT: Final = "SELECT 1 FROM {audit} LIMIT 0"
+"""Reads nothing; fails (42P01) when the audit table is absent."""

@@ -26,7 +26,7 @@ class PostgresAuditLog:
     """An :class:`~ship_sqla.kernel.AuditLog` on one audit table. Build with
     :func:`create_audit_log`."""
 
-    __slots__ = ("_clock", "_connections", "_list", "_record", "table")
+    __slots__ = ("_clock", "_connections", "_list", "_probe", "_record", "table")
 
     def __init__(self, *, database: Database, table: Table, clock: Clock) -> None:
         self.table = table
@@ -35,6 +35,13 @@ class PostgresAuditLog:
         name = quoted_table(table)
         self._record = text(_sql.RECORD_AUDIT.replace("{audit}", name))
         self._list = text(_sql.LIST_AUDIT.replace("{audit}", name))
+        self._probe = text(_sql.PROBE_AUDIT.replace("{audit}", name))
+
+    async def check_table(self) -> None:
+        """Raise (the driver's error, 42P01) when the audit table does not exist: callers that
+        must not change anything unaudited check first."""
+        async with self._connections.statement("check") as connection:
+            await connection.execute(self._probe)
 
     async def record(self, entry: AuditEntry) -> None:
         """Insert ``entry``, in the ambient unit of work when there is one."""
