@@ -41,15 +41,15 @@ USERS = {
 }
 
 
-def authorizer(request: Any, permission: str, operation: str) -> bool:
-    """The test application's authorizer: the user named by the X-User header (or the ?as=
-    query parameter, for the browser), with the permissions of USERS."""
-    user = request.headers.get("x-user") or request.query_params.get("as") or "nobody"
-    return permission in USERS.get(user, set())
-
-
 def actor(request: Any) -> str:
-    return request.headers.get("x-user") or request.query_params.get("as") or "nobody"
+    """The test application's user: the X-User header, or (for the browser) the ``as``
+    cookie."""
+    return str(request.headers.get("x-user") or request.cookies.get("as") or "nobody")
+
+
+def authorizer(request: Any, permission: str, operation: str) -> bool:
+    """The test application's authorizer: the permissions USERS gives the request's user."""
+    return permission in USERS.get(actor(request), set())
 
 
 async def dead_runs(backend: Any, job: Any, count: int, *, tenant_every: int = 0) -> list[str]:
