@@ -196,7 +196,7 @@ def _as(browser: Any, base: str, user: str) -> None:
 def _shot(browser: Any, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     height = browser.execute_script("return document.body.scrollHeight")
-    browser.set_window_size(1280, min(max(int(height) + 120, 900), 2400))
+    browser.set_window_size(1280, min(max(int(height) + 120, 900), 1400))
     assert browser.save_screenshot(str(ARTIFACTS / f"{name}.png"))
     browser.set_window_size(1280, 1000)
 

@@ -468,7 +468,8 @@ class _Dashboard:
                             f"{here}/{verb}", verb.capitalize(), csrf=csrf, back=here
                         )
             return (
-                f'<div id="actions">{actions}</div>{summary}<h2>Payload</h2>{pre_json(record.payload)}'
+                f'<div id="actions">{actions}</div>{summary}'
+                f"<h2>Payload</h2>{pre_json(record.payload)}"
                 f"<h2>Attempts</h2>{timeline}"
                 + (
                     "<h2>Workflow steps</h2>"
