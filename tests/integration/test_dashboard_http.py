@@ -205,3 +205,45 @@ async def test_runs_page_filters_and_pages_with_signed_cursors(client, backend):
     assert second.text.count('name="id"') == 10
     bad = await client.get("/ops/runs?state=dead&job=dash.mail&cursor=xyz", headers=admin)
     assert bad.status_code == 400
+
+
+async def test_s1_s2_outbox_page_counts_and_redrive_is_audited(ship_connection, ship_clock):
+    """S1, S2: the outbox page shows an outbox's pending, claimed and dead messages; a viewer
+    gets no re-drive form; a manager's "re-drive all" moves every dead message back to pending
+    and the outbox's operations audit it."""
+    from sqlalchemy import MetaData  # noqa: PLC0415
+
+    from ship_sqla import create_outbox, create_outbox_operations, ship_outbox_table  # noqa: PLC0415
+
+    metadata = MetaData()
+    table = ship_outbox_table(metadata)
+    await ship_connection.run_sync(metadata.create_all)
+    outbox = create_outbox(database=ship_connection, table=table, clock=ship_clock, max_attempts=1)
+    for n in range(3):
+        await outbox.enqueue("main", "t", {"n": n})
+    for message in await outbox.claim("main", 2, lease=10):
+        assert await outbox.fail(message, "boom") == "dead"
+    audit = InMemoryAuditLog(ship_clock)
+    operations = create_outbox_operations(outbox, authorizer=lambda *_: False, audit=audit)
+    dashboard = create_dashboard(
+        InMemoryJobBackend(clock=ship_clock),
+        authorizer=authorizer,
+        actor=actor,
+        outbox=operations,
+        outbox_ids=["main"],
+    )
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=dashboard), base_url="http://a")
+    viewer = await client.get("/outbox", headers={"x-user": "viewer"})
+    assert "pending 1 · claimed 0 · dead 2" in viewer.text
+    assert 'method="post"' not in viewer.text
+    page = await client.get("/outbox", headers={"x-user": "admin"})
+    answer = await client.post(
+        "/outbox/main/redrive",
+        data={"csrf_token": csrf_of(page.text), "action": "all", "next": "/outbox"},
+        headers={"x-user": "admin"},
+    )
+    assert answer.status_code == 303
+    after = await client.get("/outbox", headers={"x-user": "admin"})
+    assert "pending 3 · claimed 0 · dead 0" in after.text
+    [entry] = audit.entries
+    assert (entry.actor, entry.operation, entry.count) == ("admin", "outbox.retry", 2)
