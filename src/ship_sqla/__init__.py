@@ -19,6 +19,11 @@ from ship_sqla.kernel import _EXPORTS as _KERNEL_EXPORTS
 from ship_sqla.kernel._lazy import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
+    from ship_sqla._audit import PostgresAuditLog as PostgresAuditLog
+    from ship_sqla._audit import create_audit_log as create_audit_log
+    from ship_sqla._audit import ship_audit_table as ship_audit_table
+    from ship_sqla._dashboard import DashboardAuthorizer as DashboardAuthorizer
+    from ship_sqla._dashboard import create_dashboard as create_dashboard
     from ship_sqla._idempotency import IdempotencyClaim as IdempotencyClaim
     from ship_sqla._idempotency import IdempotencyClaimLostError as IdempotencyClaimLostError
     from ship_sqla._idempotency import (
@@ -108,7 +113,15 @@ if _typing.TYPE_CHECKING:
     from ship_sqla._webhooks import verify_webhook as verify_webhook
     from ship_sqla._webhooks import webhook_headers as webhook_headers
     from ship_sqla._webhooks import webhook_idempotency_prefix as webhook_idempotency_prefix
+    from ship_sqla.kernel._audit import AuditEntry as AuditEntry
+    from ship_sqla.kernel._audit import AuditLog as AuditLog
+    from ship_sqla.kernel._audit import AuditSink as AuditSink
+    from ship_sqla.kernel._audit import InMemoryAuditLog as InMemoryAuditLog
     from ship_sqla.kernel._authorize import Authorizer as Authorizer
+    from ship_sqla.kernel._browse import RunBrowser as RunBrowser
+    from ship_sqla.kernel._browse import RunQuery as RunQuery
+    from ship_sqla.kernel._browse import ScheduleState as ScheduleState
+    from ship_sqla.kernel._browse import ThroughputBucket as ThroughputBucket
     from ship_sqla.kernel._clock import Clock as Clock
     from ship_sqla.kernel._clock import FrozenClock as FrozenClock
     from ship_sqla.kernel._clock import SystemClock as SystemClock
@@ -156,6 +169,8 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
     from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
     from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
+    from ship_sqla.kernel._operations import AuditWriteError as AuditWriteError
+    from ship_sqla.kernel._operations import BulkResult as BulkResult
     from ship_sqla.kernel._operations import CancelResult as CancelResult
     from ship_sqla.kernel._operations import JobOperationRefusedError as JobOperationRefusedError
     from ship_sqla.kernel._operations import JobOperations as JobOperations
@@ -338,6 +353,12 @@ _EXPORTS: dict[str, str] = {
     "ship_job_steps_table": "ship_sqla._jobs",
     "ship_job_events_table": "ship_sqla._jobs",
     # Push wake (K1): the listener of job backends and outbox relays
+    # Operator audit log (S1) and dashboard (S2)
+    "PostgresAuditLog": "ship_sqla._audit",
+    "create_audit_log": "ship_sqla._audit",
+    "ship_audit_table": "ship_sqla._audit",
+    "DashboardAuthorizer": "ship_sqla._dashboard",
+    "create_dashboard": "ship_sqla._dashboard",
     "Listener": "ship_sqla._notify",
     "ListenerLostError": "ship_sqla._notify",
     "ListenerNotLiveError": "ship_sqla._notify",

@@ -1238,3 +1238,6 @@ def outbox_purge(
 def main(argv: list[str] | None = None) -> None:
     """The ``ship-sqla`` console script: ``[project.scripts] ship-sqla = "ship_sqla._cli:main"``."""
     cli.main(args=argv, prog_name="ship-sqla")
+
+
+import ship_sqla._cli_dashboard  # noqa: E402, F401 - registers `dashboard` and the bulk `jobs` verbs

@@ -250,6 +250,7 @@ async def test_k2_k3_operator_cancel_pause_resume_are_permissioned_and_check_inp
         ("ship.jobs:manage", "pause"),
         ("ship.jobs:manage", "resume"),
         ("ship.jobs:manage", "paused"),
+        ("ship.jobs:read", "paused"),
     ]
     assert (await record_of(backend, result.run_id)).state == "waiting"
     assert await backend.admin.paused(limit=10) == []

@@ -106,9 +106,9 @@ async def dead_runs(backend: Any, job: Any, count: int) -> list[str]:
 
 
 async def test_refusal_changes_nothing(backend: Any, ship_clock: FrozenClock) -> None:
-    """J8: every operation asks for ship.jobs:manage first; a refusal (sync or async
-    authorizer) raises PermissionDeniedError naming permission and operation, and changes
-    nothing."""
+    """J8, S2: every operation asks for ship.jobs:manage first (a read, refused it, then
+    ship.jobs:read); a refusal (sync or async authorizer) raises PermissionDeniedError naming
+    permission and operation, and changes nothing."""
     [dead] = await dead_runs(backend, JOB, 1)
     waiting = (await backend.enqueue(JOB, {"w": 1})).run_id
     assert waiting is not None
@@ -133,8 +133,15 @@ async def test_refusal_changes_nothing(backend: Any, ship_clock: FrozenClock) ->
                 await call
             assert "ship.jobs:manage" in str(caught.value)
             assert operation in str(caught.value)
-    assert [c[1] for c in refuse.calls] == ["list_dead", "get_run", "retry", "discard", "cleanup"]
-    assert {c[0] for c in refuse.calls} == {"ship.jobs:manage"}
+    assert refuse.calls == [
+        ("ship.jobs:manage", "list_dead"),
+        ("ship.jobs:read", "list_dead"),
+        ("ship.jobs:manage", "get_run"),
+        ("ship.jobs:read", "get_run"),
+        ("ship.jobs:manage", "retry"),
+        ("ship.jobs:manage", "discard"),
+        ("ship.jobs:manage", "cleanup"),
+    ]
     assert await snapshot(backend) == before
 
 
@@ -296,7 +303,10 @@ async def test_state_counts_group_runs_by_job_and_state(
     refuse = Authorizer(allow=False)
     with pytest.raises(PermissionDeniedError, match="state_counts"):
         await create_job_operations(backend, authorizer=refuse).state_counts()
-    assert refuse.calls == [("ship.jobs:manage", "state_counts")]
+    assert refuse.calls == [
+        ("ship.jobs:manage", "state_counts"),
+        ("ship.jobs:read", "state_counts"),
+    ]
 
 
 async def test_the_backend_carries_its_admin_port_apart(backend: Any) -> None:

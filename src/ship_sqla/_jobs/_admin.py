@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._sql_errors import sqlstate_of
+from ship_sqla.kernel._browse import ScheduleState, ThroughputBucket
 from ship_sqla.kernel._ports import (
     TERMINAL_STATES,
     JobDemand,
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._jobs._sql import JobStatements
     from ship_sqla._scope import Joined, StoreConnections
+    from ship_sqla.kernel._browse import RunQuery
     from ship_sqla.kernel._ports import DeadQuery, RunState
 
 __all__ = ["PostgresRunAdmin", "run_record"]
@@ -64,7 +66,8 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
 
 
 class PostgresRunAdmin:
-    """:class:`~ship_sqla.kernel.RunAdmin` over one PostgreSQL job backend's runs table."""
+    """:class:`~ship_sqla.kernel.RunAdmin` over one PostgreSQL job backend's runs table, and
+    the dashboard's :class:`~ship_sqla.kernel._browse.RunBrowser` (S2)."""
 
     __slots__ = (
         "_cancel_channel",
@@ -256,3 +259,51 @@ class PostgresRunAdmin:
         async with self._connections.statement("queue_depths") as connection:
             rows = (await connection.execute(self._s.queue_depths, params)).all()
         return {job_id: QueueDepth(depth, float(age)) for job_id, depth, age in rows}
+
+    # --- the dashboard's reads (RunBrowser, S2) -----------------------------------------------
+
+    async def list_runs(self, query: RunQuery, *, max_jobs: int) -> list[RunRecord]:
+        """LIST_RUNS_OF_JOB / LIST_RUNS_ALL_JOBS: one bounded page."""
+        after_at, after_id = query.after if query.after is not None else (None, None)
+        params: dict[str, Any] = {
+            "state": query.state,
+            "limit": query.limit,
+            "tenant": query.tenant,
+            "created_from": query.created_from,
+            "created_to": query.created_to,
+            "after_at": after_at,
+            "after_id": after_id,
+        }
+        statement = self._s.list_runs_all_jobs
+        if query.job_id is not None:
+            statement = self._s.list_runs_of_job
+            params["job_id"] = query.job_id
+        else:
+            params["max_jobs"] = max_jobs
+        async with self._connections.joined(None, "list_runs", one_statement=True) as tx:
+            rows = (await tx.connection.execute(statement, params)).all()
+        return [run_record(row) for row in rows]
+
+    async def throughput(
+        self, *, bucket_seconds: int, buckets: int, cap: int, max_jobs: int
+    ) -> list[ThroughputBucket]:
+        """THROUGHPUT: one bounded statement."""
+        params = {
+            "bucket": bucket_seconds,
+            "buckets": buckets,
+            "cap": cap,
+            "max_jobs": max_jobs,
+            "now": self._now(),
+        }
+        async with self._connections.statement("throughput") as connection:
+            rows = (await connection.execute(self._s.throughput, params)).all()
+        return [
+            ThroughputBucket(row.start, int(row.completed), int(row.dead), bool(row.capped))
+            for row in rows
+        ]
+
+    async def schedule_states(self, *, limit: int) -> list[ScheduleState]:
+        """SCHEDULE_STATES."""
+        async with self._connections.joined(None, "schedules", one_statement=True) as tx:
+            rows = (await tx.connection.execute(self._s.schedule_states, {"limit": limit})).all()
+        return [ScheduleState(row.job_id, row.trigger, row.next_at, row.updated_at) for row in rows]

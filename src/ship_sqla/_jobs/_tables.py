@@ -105,6 +105,7 @@ def ship_job_runs_table(
             "_tenant_idx",
             "_parent_idx",
             "_wait_idx",
+            "_browse_idx",
         ),
         "job runs",
         schema=schema,
@@ -191,6 +192,10 @@ def ship_job_runs_table(
         Index(n["_parent_idx"], "parent_id", "state", postgresql_where=text(PARENT_PREDICATE)),
         # Serves PUBLISH_EVENT's wake of the runs waiting for the event (D4).
         Index(n["_wait_idx"], "wait_for", postgresql_where=text(WAIT_PREDICATE)),
+        # Serves the dashboard's pages of runs (S2, LIST_RUNS_*): one state's runs of one job
+        # newest first, and the loose scan over the jobs with runs in a state. Not partial: every
+        # state is browsed. Its cost on the hot path is one more entry per state change.
+        Index(n["_browse_idx"], "state", "job_id", "created_at", "id"),
         schema=schema,
         comment="ship_sqla job runs (ship_job_runs_table)",
     )

@@ -138,6 +138,15 @@ class OutboxAdmin:
             tx.after_commit(self._wake_all)
         return [i for i in wanted if i in moved]
 
+    async def counts(self, outbox_id: str, *, cap: int) -> tuple[int, int]:
+        """``outbox_id``'s pending and claimed messages, each counted up to ``cap`` through its
+        partial index (the dashboard's outbox page): at most ``2 * cap`` index entries."""
+        params = {"outbox": outbox_id, "cap": cap}
+        async with self._connections.statement("counts") as connection:
+            pending = (await connection.execute(self._sql.count_pending_capped, params)).scalar()
+            claimed = (await connection.execute(self._sql.count_claimed_capped, params)).scalar()
+        return int(pending or 0), int(claimed or 0)
+
     async def purge_delivered(
         self, outbox_id: str, *, older_than: float, pages_per_statement: int
     ) -> int:

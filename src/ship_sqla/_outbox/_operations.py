@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Final
 
 from ship_sqla._outbox._admin import check_pages_per_statement, check_retention
 from ship_sqla._outbox._store import check_outbox_id
-from ship_sqla.kernel import BoundExceededError, InvalidCursorError
+from ship_sqla.kernel import BoundExceededError, InvalidCursorError, PermissionDeniedError
+from ship_sqla.kernel._audit import AuditEntry
 from ship_sqla.kernel._authorize import Authorizer, authorize, check_authorizer
 from ship_sqla.kernel._cursor import (
     KeysetPosition,
@@ -41,10 +42,13 @@ if TYPE_CHECKING:
     from ship_sqla._outbox._store import Outbox
     from ship_sqla._outbox._types import OutboxRecord
     from ship_sqla._scope import TransactionScope
+    from ship_sqla.kernel._audit import AuditSink
 
 __all__ = [
     "MANAGE_PERMISSION",
+    "MAX_COUNT_CAP",
     "MAX_DEAD_PAGE",
+    "READ_PERMISSION",
     "OutboxOperations",
     "allow_every_operation",
     "create_outbox_operations",
@@ -54,6 +58,12 @@ __all__ = [
 
 MANAGE_PERMISSION: Final = "ship.outbox:manage"
 """The permission every outbox operator operation asks the authorizer for."""
+
+READ_PERMISSION: Final = "ship.outbox:read"
+"""What a read asks for when ``ship.outbox:manage`` (which implies it) is refused."""
+
+MAX_COUNT_CAP: Final = 1_000_000
+"""The most pending (or claimed) messages ``counts`` counts: its cost."""
 
 MAX_DEAD_PAGE: Final = 1000
 """The largest ``list_dead`` page; a larger ``limit`` is refused, never silently cut."""
@@ -95,15 +105,76 @@ class OutboxOperations:
     :func:`create_outbox_operations`."""
 
     def __init__(
-        self, outbox: Outbox, *, authorizer: Authorizer, cursor_secret: bytes | str | None = None
+        self,
+        outbox: Outbox,
+        *,
+        authorizer: Authorizer,
+        cursor_secret: bytes | str | None = None,
+        audit: AuditSink | None = None,
+        actor: str = "unnamed",
     ) -> None:
         self._outbox = outbox
         self._admin = outbox.admin
         self._authorizer = check_authorizer(authorizer)
         self._secret = resolve_secret(cursor_secret)
+        self._audit = audit
+        self._actor = actor
+
+    def acting_as(self, actor: str, *, authorizer: Authorizer | None = None) -> OutboxOperations:
+        """The same operations for another caller (who the audit log names, what it may do)."""
+        return OutboxOperations(
+            self._outbox,
+            authorizer=self._authorizer if authorizer is None else authorizer,
+            cursor_secret=self._secret,
+            audit=self._audit,
+            actor=actor,
+        )
 
     async def _authorize(self, operation: str) -> None:
         await authorize(self._authorizer, MANAGE_PERMISSION, operation)
+
+    async def _authorize_read(self, operation: str) -> None:
+        """``ship.outbox:manage`` (which implies read), else ``ship.outbox:read``."""
+        try:
+            await authorize(self._authorizer, MANAGE_PERMISSION, operation)
+        except PermissionDeniedError:
+            try:
+                await authorize(self._authorizer, READ_PERMISSION, operation)
+            except PermissionDeniedError:
+                raise PermissionDeniedError(
+                    f"the authorizer refused both {READ_PERMISSION!r} and"
+                    f" {MANAGE_PERMISSION!r} for operation {operation!r}; nothing was read.",
+                    fix=f"grant {READ_PERMISSION!r} (read only) or {MANAGE_PERMISSION!r} to this"
+                    " caller in the application's authorizer (it must return True).",
+                ) from None
+
+    async def _record(
+        self, operation: str, target: str, count: int, details: dict[str, object]
+    ) -> None:
+        if self._audit is not None:
+            entry = AuditEntry(self._actor, f"outbox.{operation}", target, count, details)
+            await self._audit.record(entry)
+
+    async def can_manage(self) -> bool:
+        """Whether this caller may change messages (``ship.outbox:manage`` for operation
+        ``"dashboard"``): the dashboard shows its re-drive forms only then."""
+        try:
+            await authorize(self._authorizer, MANAGE_PERMISSION, "dashboard")
+        except PermissionDeniedError:
+            return False
+        return True
+
+    async def counts(self, outbox_id: str, *, cap: int = 10_000) -> tuple[int, int]:
+        """``outbox_id``'s pending and claimed messages, each counted up to ``cap``
+        (1..1,000,000; a count equal to ``cap`` means at least that many), index-served."""
+        await self._authorize_read("counts")
+        check_outbox_id(outbox_id)
+        if not 1 <= cap <= MAX_COUNT_CAP:
+            raise BoundExceededError(
+                f"counts cap must be between 1 and {MAX_COUNT_CAP}, got {cap!r}.",
+                fix="count fewer; a capped count says 'at least'.",
+            )
+        return await self._admin.counts(outbox_id, cap=cap)
 
     async def list_dead(
         self, outbox_id: str, limit: int = 100, cursor: str | None = None
@@ -113,7 +184,7 @@ class OutboxOperations:
 
         Not index-served (the outbox declares only the claim's indexes): meant for operators.
         """
-        await self._authorize("list_dead")
+        await self._authorize_read("list_dead")
         check_outbox_id(outbox_id)
         if not 1 <= limit <= MAX_DEAD_PAGE:
             raise BoundExceededError(
@@ -132,7 +203,7 @@ class OutboxOperations:
 
     async def get(self, message_id: uuid.UUID) -> OutboxRecord | None:
         """One message, whatever its state; None when no such id."""
-        await self._authorize("get")
+        await self._authorize_read("get")
         return await self._admin.get(message_id)
 
     async def retry(
@@ -145,7 +216,11 @@ class OutboxOperations:
         ambient unit of work), e.g. to write an audit row in the same transaction.
         """
         await self._authorize("retry")
-        return await self._admin.retry(ids, scope=scope)
+        moved = await self._admin.retry(ids, scope=scope)
+        await self._record(
+            "retry", "dead messages", len(moved), {"ids": [str(i) for i in moved[:100]]}
+        )
+        return moved
 
     async def purge_delivered(
         self,
@@ -162,20 +237,30 @@ class OutboxOperations:
         check_outbox_id(outbox_id)
         age = check_retention(older_than)
         pages = check_pages_per_statement(pages_per_statement)
-        return await self._admin.purge_delivered(
+        deleted = await self._admin.purge_delivered(
             outbox_id, older_than=age, pages_per_statement=pages
         )
+        await self._record("purge_delivered", outbox_id, deleted, {"older_than": age})
+        return deleted
 
 
 def create_outbox_operations(
-    outbox: Outbox, *, authorizer: Authorizer, cursor_secret: bytes | str | None = None
+    outbox: Outbox,
+    *,
+    authorizer: Authorizer,
+    cursor_secret: bytes | str | None = None,
+    audit: AuditSink | None = None,
+    actor: str = "unnamed",
 ) -> OutboxOperations:
     """Operator operations on ``outbox``: ``list_dead``, ``get``, ``retry``, ``purge_delivered``.
 
     ``authorizer(permission, operation)`` (sync or async) is asked for ``"ship.outbox:manage"``
-    before every operation and must return ``True``; anything else raises
-    :class:`~ship_sqla.kernel.PermissionDeniedError` and changes nothing. ``cursor_secret``
-    signs ``list_dead`` cursors (default: random per process, so cursors die with it; pass the
-    same secret to every process that serves the same pages).
+    before every operation (a read: then ``"ship.outbox:read"`` if refused) and must return
+    ``True``; anything else raises :class:`~ship_sqla.kernel.PermissionDeniedError` and changes
+    nothing. ``audit`` receives one entry per retry and purge, naming ``actor`` (S1).
+    ``cursor_secret`` signs ``list_dead`` cursors (default: random per process, so cursors die
+    with it; pass the same secret to every process that serves the same pages).
     """
-    return OutboxOperations(outbox, authorizer=authorizer, cursor_secret=cursor_secret)
+    return OutboxOperations(
+        outbox, authorizer=authorizer, cursor_secret=cursor_secret, audit=audit, actor=actor
+    )

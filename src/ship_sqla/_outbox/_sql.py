@@ -44,6 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCLASS, UUID
 
+from ship_sqla._outbox._tables import LEASE_INDEX_PREDICATE, PENDING_INDEX_PREDICATE
 from ship_sqla._sql_time import TSTZ, now_param, seconds_param
 
 if TYPE_CHECKING:
@@ -128,6 +129,13 @@ class OutboxStatements:
     """:relation (the quoted table name) -> its number of heap pages (what ``purge_delivered``
     walks)."""
 
+    count_pending_capped: Select[Any]
+    """:outbox, :cap -> pending rows of the outbox, counted up to ``cap`` through
+    ``<outbox>_pending_idx`` (the dashboard's outbox page, S2)."""
+
+    count_claimed_capped: Select[Any]
+    """:outbox, :cap -> claimed rows, counted up to ``cap`` through ``<outbox>_lease_idx``."""
+
     purge_delivered_in_pages: Delete
     """:first_page, :end_page, :outbox, :age (seconds), :now: delete the delivered rows of one
     range of heap pages delivered at least ``age`` ago."""
@@ -149,7 +157,21 @@ def build_statements(table: Table) -> OutboxStatements:
         get=select(table).where(table.c.id == bindparam("message_id")),
         heap_pages=_heap_pages(),
         purge_delivered_in_pages=_purge_delivered_in_pages(table),
+        count_pending_capped=_count_capped(table, PENDING_INDEX_PREDICATE),
+        count_claimed_capped=_count_capped(table, LEASE_INDEX_PREDICATE),
     )
+
+
+def _count_capped(t: Table, predicate: str) -> Select[Any]:
+    # The index predicate as a literal, word for word, so a generic plan can use the partial
+    # index; at most :cap index entries are read.
+    capped = (
+        select(t.c.id)
+        .where(t.c.outbox_id == bindparam("outbox"), text(predicate))
+        .limit(bindparam("cap", type_=Integer))
+        .subquery()
+    )
+    return select(func.count()).select_from(capped)
 
 
 def _enqueue(t: Table) -> Insert:

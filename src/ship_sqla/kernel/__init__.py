@@ -16,7 +16,15 @@ import typing as _typing
 from ship_sqla.kernel._lazy import lazy_exports as _lazy_exports
 
 if _typing.TYPE_CHECKING:
+    from ship_sqla.kernel._audit import AuditEntry as AuditEntry
+    from ship_sqla.kernel._audit import AuditLog as AuditLog
+    from ship_sqla.kernel._audit import AuditSink as AuditSink
+    from ship_sqla.kernel._audit import InMemoryAuditLog as InMemoryAuditLog
     from ship_sqla.kernel._authorize import Authorizer as Authorizer
+    from ship_sqla.kernel._browse import RunBrowser as RunBrowser
+    from ship_sqla.kernel._browse import RunQuery as RunQuery
+    from ship_sqla.kernel._browse import ScheduleState as ScheduleState
+    from ship_sqla.kernel._browse import ThroughputBucket as ThroughputBucket
     from ship_sqla.kernel._clock import Clock as Clock
     from ship_sqla.kernel._clock import FrozenClock as FrozenClock
     from ship_sqla.kernel._clock import SystemClock as SystemClock
@@ -64,6 +72,8 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
     from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
     from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
+    from ship_sqla.kernel._operations import AuditWriteError as AuditWriteError
+    from ship_sqla.kernel._operations import BulkResult as BulkResult
     from ship_sqla.kernel._operations import CancelResult as CancelResult
     from ship_sqla.kernel._operations import JobOperationRefusedError as JobOperationRefusedError
     from ship_sqla.kernel._operations import JobOperations as JobOperations
@@ -285,6 +295,16 @@ _EXPORTS: dict[str, str] = {
     "InMemoryWorkerRegistry": "ship_sqla.kernel._memory.workers",
     # Operator surfaces (J8, outbox): the gate over a storage port's admin methods
     "Authorizer": "ship_sqla.kernel._authorize",
+    "AuditEntry": "ship_sqla.kernel._audit",
+    "AuditLog": "ship_sqla.kernel._audit",
+    "AuditSink": "ship_sqla.kernel._audit",
+    "InMemoryAuditLog": "ship_sqla.kernel._audit",
+    "AuditWriteError": "ship_sqla.kernel._operations",
+    "BulkResult": "ship_sqla.kernel._operations",
+    "RunBrowser": "ship_sqla.kernel._browse",
+    "RunQuery": "ship_sqla.kernel._browse",
+    "ScheduleState": "ship_sqla.kernel._browse",
+    "ThroughputBucket": "ship_sqla.kernel._browse",
     "JobOperationRefusedError": "ship_sqla.kernel._operations",
     "CancelResult": "ship_sqla.kernel._operations",
     "JobOperations": "ship_sqla.kernel._operations",

@@ -1,24 +1,37 @@
-"""The jobs' operator surface (J8): ONE permission gate over any backend's administration port.
+"""The jobs' operator surface (J8, S1): ONE permission gate over a backend's administration port.
 
 :class:`JobOperations` wraps a backend's ``admin`` (:class:`~ship_sqla.kernel.RunAdmin`: the
 in-memory backend's or the PostgreSQL one's alike). Every operation first asks the application's
-``authorizer("ship.jobs:manage", operation)`` through the one gate of every operator surface
-(:func:`ship_sqla.kernel._authorize.authorize`); anything but ``True`` raises
-:class:`~ship_sqla.kernel.PermissionDeniedError` before the store is asked anything, so a refusal
-changes nothing. Inputs are checked next, also before any statement. The rules of the operations
-live here, once: the page bound, the signed cursors (:mod:`ship_sqla.kernel._cursor`) and the
-kernel :class:`~ship_sqla.kernel.Page`, the refusals and their reasons, and cleanup's walk over
-each job's retention in bounded batches. The stores only store.
+``authorizer(permission, operation)`` through the one gate of every operator surface
+(:func:`ship_sqla.kernel._authorize.authorize`): a state-changing operation asks
+``"ship.jobs:manage"``; a read asks ``"ship.jobs:manage"`` and, refused, ``"ship.jobs:read"``
+(manage implies read, so an authorizer written before the read permission keeps working).
+Anything but ``True`` raises :class:`~ship_sqla.kernel.PermissionDeniedError` before the store
+is asked anything, so a refusal changes nothing. Every state-changing operation that ran is
+written to the audit sink, when one is given (S1: who, what, when, how many;
+:mod:`ship_sqla.kernel._audit`). Inputs are checked next, also before any statement. The
+rules of the operations live here, once: the page bound, the signed cursors
+(:mod:`ship_sqla.kernel._cursor`) and the kernel :class:`~ship_sqla.kernel.Page`, the
+refusals and their reasons, cleanup's walk over each job's retention in bounded batches, and
+the bulk operations' walks. The stores only store.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 
 import attrs
 
+from ship_sqla.kernel._audit import MAX_AUDIT_PAGE, AuditEntry, AuditLog, AuditSink
 from ship_sqla.kernel._authorize import Authorizer, authorize, check_authorizer
+from ship_sqla.kernel._browse import (
+    MAX_BROWSE_JOBS,
+    MAX_THROUGHPUT_BUCKETS,
+    MAX_THROUGHPUT_CAP,
+    RunBrowser,
+    RunQuery,
+)
 from ship_sqla.kernel._cursor import (
     KeysetPosition,
     decode_cursor,
@@ -30,6 +43,7 @@ from ship_sqla.kernel._errors import (
     BoundExceededError,
     ConfigurationError,
     InvalidCursorError,
+    PermissionDeniedError,
     ShipError,
 )
 from ship_sqla.kernel._jobs import is_job_id
@@ -41,8 +55,9 @@ from ship_sqla.kernel._workers import MAX_WORKERS_LISTED, worker_registry_of
 from ship_sqla.kernel._workflows import StepRecord, WorkflowAdmin
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Awaitable, Callable, Iterable
 
+    from ship_sqla.kernel._browse import ScheduleState, ThroughputBucket
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._ports import (
         JobDemand,
@@ -56,11 +71,15 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MANAGE_PERMISSION",
+    "MAX_BULK_IDS",
     "MAX_CLEANUP_BATCH",
     "MAX_PAGE_LIMIT",
     "MAX_PAUSED_JOBS",
     "MAX_STATE_GROUPS",
+    "READ_PERMISSION",
     "AdministeredBackend",
+    "AuditWriteError",
+    "BulkResult",
     "CancelResult",
     "JobOperationRefusedError",
     "JobOperations",
@@ -68,7 +87,16 @@ __all__ = [
 ]
 
 MANAGE_PERMISSION: Final = "ship.jobs:manage"
-"""The permission every job operator operation asks the authorizer for (J8)."""
+"""The permission every state-changing job operator operation asks the authorizer for (J8)."""
+READ_PERMISSION: Final = "ship.jobs:read"
+"""The permission a read asks for when ``ship.jobs:manage`` is refused (S2: a read-only
+operator sees everything and can change nothing)."""
+MAX_BULK_IDS: Final = 500
+"""Run ids per ``retry_many`` / ``discard_many`` / ``cancel_many`` call."""
+MAX_BULK_BATCHES: Final = 1000
+"""Batches per ``*_dead_matching`` call."""
+MAX_AUDIT_IDS: Final = 100
+"""Run ids an audit entry of a bulk operation lists (the count is always exact)."""
 MAX_PAGE_LIMIT: Final = 500
 """Runs per ``list_dead`` page (R1): a larger ``limit`` is refused, never silently cut."""
 MAX_CLEANUP_BATCH: Final = 10_000
@@ -84,6 +112,21 @@ MAX_DEMAND_CAP: Final = 1_000_000
 """The most runs ``demand`` counts per job and kind (due, delayed, running): its cost."""
 
 _FINISHED_STATES: Final[tuple[RunState, ...]] = ("completed", "dead", "discarded", "cancelled")
+_RUN_STATES: Final[tuple[RunState, ...]] = ("waiting", "running", *_FINISHED_STATES)
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class BulkResult:
+    """What a bulk operation did: the runs it ``changed`` and those it left ``unchanged`` (not
+    in a state the operation takes, unknown, or held by J1), in the order handled; ``complete``
+    is False when a ``*_dead_matching`` call stopped at ``max_batches`` with more runs matching
+    (call again)."""
+
+    changed: tuple[str, ...]
+    unchanged: tuple[str, ...] = ()
+    complete: bool = True
 
 
 @attrs.frozen
@@ -142,12 +185,67 @@ class JobOperations:
         cursor_secret: bytes | str | None = None,
         workers: WorkerRegistry | None = None,
         workflows: WorkflowAdmin | None = None,
+        audit: AuditSink | None = None,
+        actor: str = "unnamed",
     ) -> None:
         self._admin = admin
         self._authorizer = check_authorizer(authorizer)
         self._secret = resolve_secret(cursor_secret)
         self._workers = workers
         self._workflows = workflows
+        if audit is not None and not isinstance(audit, AuditSink):
+            raise ConfigurationError(
+                f"audit must be an AuditSink (an async record(entry)), got {type(audit).__name__}.",
+                fix="pass create_audit_log(...) or InMemoryAuditLog(), or omit it.",
+            )
+        self._audit = audit
+        self._actor = _checked_actor(actor)
+
+    def acting_as(self, actor: str, *, authorizer: Authorizer | None = None) -> JobOperations:
+        """The same operations for another caller: ``actor`` is who the audit log names,
+        ``authorizer`` (default: this one's) decides what that caller may do. Cheap: the
+        dashboard builds one per request."""
+        return JobOperations(
+            self._admin,
+            authorizer=self._authorizer if authorizer is None else authorizer,
+            cursor_secret=self._secret,
+            workers=self._workers,
+            workflows=self._workflows,
+            audit=self._audit,
+            actor=actor,
+        )
+
+    @property
+    def actor(self) -> str:
+        """Who this surface's audit entries name."""
+        return self._actor
+
+    @property
+    def audited(self) -> bool:
+        """Whether state-changing operations are written to an audit sink (S1)."""
+        return self._audit is not None
+
+    async def _record(
+        self, operation: str, target: str, count: int, details: dict[str, Any] | None = None
+    ) -> None:
+        """S1: one entry per state-changing operation that ran (joins the caller's unit of work
+        where the sink can). A sink failure is raised, never swallowed: the change it would
+        have described may have committed already, and the error says so."""
+        if self._audit is None:
+            return
+        entry = AuditEntry(self._actor, f"jobs.{operation}", target, count, details or {})
+        try:
+            await self._audit.record(entry)
+        except ShipError:
+            raise
+        except Exception as exc:
+            raise AuditWriteError(
+                f"jobs.{operation} of {target!r} by {self._actor!r} ran ({count} changed) but"
+                f" its audit entry could not be written: {type(exc).__name__}: {exc}",
+                fix="check the audit table (ship_audit_table) exists and is writable; run"
+                " operator operations inside a unit of work to make the change and its entry"
+                " atomic.",
+            ) from exc
 
     def _workflow_admin(self) -> WorkflowAdmin:
         if self._workflows is None:
@@ -161,7 +259,7 @@ class JobOperations:
     async def list_steps(self, run_id: str) -> list[StepRecord]:
         """D6: a workflow run's stored steps, in handler order (empty for a run that stored
         none)."""
-        await self._authorize("list_steps")
+        await self._authorize_read("list_steps")
         require_key(run_id, "run id")
         return await self._workflow_admin().list_steps(run_id)
 
@@ -200,6 +298,9 @@ class JobOperations:
             deleted += batch
             if batch < batch_size:
                 break
+        await self._record(
+            "delete_events", "events", deleted, {"older_than": older_than.total_seconds()}
+        )
         return deleted
 
     async def rerun_from_step(self, run_id: str, step: str) -> RunRecord:
@@ -217,6 +318,7 @@ class JobOperations:
             )
         record = await self._workflow_admin().rerun_from_step(run_id, step)
         if record is not None:
+            await self._record("rerun_from_step", run_id, 1, {"step": step})
             return record
         current = await self._admin.get_run(run_id)
         if current is not None and current.state in ("dead", "waiting"):
@@ -229,6 +331,31 @@ class JobOperations:
 
     async def _authorize(self, operation: str) -> None:
         await authorize(self._authorizer, MANAGE_PERMISSION, operation)
+
+    async def _authorize_read(self, operation: str) -> None:
+        """A read: ``ship.jobs:manage`` (which implies read), else ``ship.jobs:read``."""
+        try:
+            await authorize(self._authorizer, MANAGE_PERMISSION, operation)
+        except PermissionDeniedError:
+            try:
+                await authorize(self._authorizer, READ_PERMISSION, operation)
+            except PermissionDeniedError:
+                raise PermissionDeniedError(
+                    f"the authorizer refused both {READ_PERMISSION!r} and"
+                    f" {MANAGE_PERMISSION!r} for operation {operation!r}; nothing was read.",
+                    fix=f"grant {READ_PERMISSION!r} (read only) or {MANAGE_PERMISSION!r} to this"
+                    " caller in the application's authorizer (it must return True).",
+                ) from None
+
+    async def can_manage(self) -> bool:
+        """Whether this caller may change state (asks ``ship.jobs:manage`` for operation
+        ``"dashboard"``): the dashboard shows action buttons only then. Every operation still
+        asks for itself."""
+        try:
+            await authorize(self._authorizer, MANAGE_PERMISSION, "dashboard")
+        except PermissionDeniedError:
+            return False
+        return True
 
     async def list_dead(
         self,
@@ -243,7 +370,7 @@ class JobOperations:
         page; pass ``next_cursor`` back for the next page (None: no more). A cursor is signed
         and valid only for the same ``job_id`` and ``tenant``. A tenant filter reads past the
         other tenants' dead runs of the job: keep dead letters few (retry, discard, cleanup)."""
-        await self._authorize("list_dead")
+        await self._authorize_read("list_dead")
         _require_within(
             "list_dead limit",
             limit,
@@ -267,7 +394,7 @@ class JobOperations:
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         """One run with its history, or None."""
-        await self._authorize("get_run")
+        await self._authorize_read("get_run")
         return await self._admin.get_run(run_id)
 
     async def retry(self, run_id: str) -> RunRecord:
@@ -278,6 +405,7 @@ class JobOperations:
         record = await self._admin.retry_dead(run_id)
         if record is None:
             raise await self._refusal("retry", run_id, "dead")
+        await self._record("retry", run_id, 1)
         return record
 
     async def discard(self, run_id: str) -> RunRecord:
@@ -286,6 +414,7 @@ class JobOperations:
         record = await self._admin.discard(run_id)
         if record is None:
             raise await self._refusal("discard", run_id, "waiting or dead")
+        await self._record("discard", run_id, 1)
         return record
 
     async def cleanup(
@@ -328,6 +457,7 @@ class JobOperations:
                     if removed < batch_size:
                         break
             deleted[job.id] = deleted.get(job.id, 0) + count
+        await self._record("cleanup", ",".join(deleted) or "no jobs", sum(deleted.values()))
         return deleted
 
     async def state_counts(self, *, limit: int = 1000) -> list[StateCount]:
@@ -335,7 +465,7 @@ class JobOperations:
         ``limit`` (1..10,000) groups ordered by job then state. Ask for one more group than you
         show to know whether any were left out. Not index-served: it aggregates the runs table
         (cleanup keeps it bounded by each job's retention)."""
-        await self._authorize("state_counts")
+        await self._authorize_read("state_counts")
         _require_within(
             "state_counts limit",
             limit,
@@ -353,7 +483,7 @@ class JobOperations:
         the age of the oldest due run (exact). ``job_ids``: those jobs (at most 1,000, each
         answered, zeros when idle); None: every job with waiting or running runs (at most
         1,000, in job id byte order). One statement."""
-        await self._authorize("demand")
+        await self._authorize_read("demand")
         given: object = cap  # typed int, but a caller may pass anything
         if isinstance(given, bool) or not isinstance(given, int):
             raise BoundExceededError(
@@ -390,6 +520,12 @@ class JobOperations:
         statement is fenced on the live states: it can never rewrite a finished run."""
         await self._authorize("cancel")
         _require_run_id(run_id, "cancel")
+        result = await self._cancel_authorized(run_id)
+        if result.changed:
+            await self._record("cancel", run_id, 1, {"outcome": result.outcome})
+        return result
+
+    async def _cancel_authorized(self, run_id: str) -> CancelResult:
         # A second try covers an operator retry that revived a dead run between the two reads.
         for _ in range(2):
             record = await self._admin.cancel(run_id)
@@ -418,19 +554,23 @@ class JobOperations:
         True when this call paused it, False when it was paused already."""
         await self._authorize("pause")
         _require_job_id(job_id, "pause")
-        return await self._admin.pause(job_id)
+        paused = await self._admin.pause(job_id)
+        await self._record("pause", job_id, int(paused))
+        return paused
 
     async def resume(self, job_id: str) -> bool:
         """Resume ``job_id`` (K3): its runs are claimable at once and the workers are woken.
         True when it was paused, False when it was not (nothing changed)."""
         await self._authorize("resume")
         _require_job_id(job_id, "resume")
-        return await self._admin.resume(job_id)
+        resumed = await self._admin.resume(job_id)
+        await self._record("resume", job_id, int(resumed))
+        return resumed
 
     async def paused(self, *, limit: int = 1000) -> list[PausedJob]:
         """The paused jobs with when each was paused, by job id, at most ``limit``
         (1..10,000)."""
-        await self._authorize("paused")
+        await self._authorize_read("paused")
         _require_within(
             "paused limit",
             limit,
@@ -445,7 +585,7 @@ class JobOperations:
         is draining, and whether it is the fleet's queue sampler (F5). Entries of workers that
         died stay until they are pruned (not seen for ``WORKER_STALE_AFTER`` seconds). Refused
         (``ConfigurationError``) for a backend that keeps no registry."""
-        await self._authorize("workers")
+        await self._authorize_read("workers")
         _require_within(
             "workers limit",
             limit,
@@ -459,6 +599,276 @@ class JobOperations:
                 " `workers` property implementing WorkerRegistry.",
             )
         return await self._workers.list_workers(limit=limit)
+
+    # --- bulk operations (S1: one audited operation each) -------------------------------------
+
+    async def retry_many(self, run_ids: Iterable[str]) -> BulkResult:
+        """Retry each dead run of ``run_ids`` (at most 500; see :meth:`retry`); runs that are
+        not dead (or whose dedupe key a newer live run holds, J1) are left alone and listed as
+        ``unchanged``."""
+        await self._authorize("retry_many")
+        ids = _bulk_ids(run_ids, "retry_many")
+        return await self._bulk("retry_many", ids, self._admin.retry_dead, target="ids")
+
+    async def discard_many(self, run_ids: Iterable[str]) -> BulkResult:
+        """Discard each waiting or dead run of ``run_ids`` (at most 500)."""
+        await self._authorize("discard_many")
+        ids = _bulk_ids(run_ids, "discard_many")
+        return await self._bulk("discard_many", ids, self._admin.discard, target="ids")
+
+    async def cancel_many(self, run_ids: Iterable[str]) -> BulkResult:
+        """Cancel each run of ``run_ids`` (at most 500; see :meth:`cancel`): finished or unknown
+        runs are ``unchanged``."""
+        await self._authorize("cancel_many")
+        ids = _bulk_ids(run_ids, "cancel_many")
+        return await self._bulk("cancel_many", ids, self._admin.cancel, target="ids")
+
+    async def retry_dead_matching(
+        self,
+        *,
+        job_id: str | None = None,
+        tenant: str | None = None,
+        batch_size: int = 500,
+        max_batches: int = 100,
+    ) -> BulkResult:
+        """Retry every dead run of ``job_id`` (None: every job) and ``tenant`` (None: any),
+        newest first, in batches of ``batch_size`` (1..500) read by one bounded page each, at
+        most ``max_batches``; ``complete`` is False when runs may remain (call again). Runs
+        that die while it walks, after it started, are not included."""
+        await self._authorize("retry_dead_matching")
+        return await self._dead_matching(
+            "retry_dead_matching",
+            self._admin.retry_dead,
+            job_id=job_id,
+            tenant=tenant,
+            batch_size=batch_size,
+            max_batches=max_batches,
+        )
+
+    async def discard_dead_matching(
+        self,
+        *,
+        job_id: str | None = None,
+        tenant: str | None = None,
+        batch_size: int = 500,
+        max_batches: int = 100,
+    ) -> BulkResult:
+        """Discard every dead run matching the filter (see :meth:`retry_dead_matching`)."""
+        await self._authorize("discard_dead_matching")
+        return await self._dead_matching(
+            "discard_dead_matching",
+            self._admin.discard,
+            job_id=job_id,
+            tenant=tenant,
+            batch_size=batch_size,
+            max_batches=max_batches,
+        )
+
+    async def _dead_matching(
+        self,
+        operation: str,
+        change: Callable[[str], Awaitable[T | None]],
+        *,
+        job_id: str | None,
+        tenant: str | None,
+        batch_size: int,
+        max_batches: int,
+    ) -> BulkResult:
+        _require_within(f"{operation} batch_size", batch_size, MAX_BULK_IDS, fix="use at most 500.")
+        _require_within(
+            f"{operation} max_batches",
+            max_batches,
+            MAX_BULK_BATCHES,
+            fix="call again while the result is not complete.",
+        )
+        if job_id is not None:
+            _require_job_id(job_id, operation)
+        check_tenant(tenant, operation=operation)
+        changed: list[str] = []
+        unchanged: list[str] = []
+        after: tuple[datetime, str] | None = None
+        complete = False
+        target = _filter_target(job_id, tenant)
+        try:
+            for _ in range(max_batches):
+                rows = await self._admin.list_dead(
+                    DeadQuery(limit=batch_size, job_id=job_id, after=after, tenant=tenant)
+                )
+                for record in rows:
+                    done = await change(record.run_id)
+                    (changed if done is not None else unchanged).append(record.run_id)
+                if len(rows) < batch_size:
+                    complete = True
+                    break
+                last = rows[-1]
+                assert last.finished_at is not None  # noqa: S101 - dead runs are finished
+                after = (last.finished_at, last.run_id)
+        except BaseException as exc:
+            await self._record_bulk(operation, target, changed, unchanged, error=exc)
+            raise
+        await self._record_bulk(operation, target, changed, unchanged, complete=complete)
+        return BulkResult(tuple(changed), tuple(unchanged), complete)
+
+    async def _bulk(
+        self,
+        operation: str,
+        ids: list[str],
+        change: Callable[[str], Awaitable[T | None]],
+        *,
+        target: str,
+    ) -> BulkResult:
+        changed: list[str] = []
+        unchanged: list[str] = []
+        try:
+            for run_id in ids:
+                done = await change(run_id)
+                (changed if done is not None else unchanged).append(run_id)
+        except BaseException as exc:
+            await self._record_bulk(operation, target, changed, unchanged, error=exc)
+            raise
+        await self._record_bulk(operation, target, changed, unchanged)
+        return BulkResult(tuple(changed), tuple(unchanged))
+
+    async def _record_bulk(
+        self,
+        operation: str,
+        target: str,
+        changed: list[str],
+        unchanged: list[str],
+        *,
+        complete: bool = True,
+        error: BaseException | None = None,
+    ) -> None:
+        details: dict[str, Any] = {
+            "changed_ids": changed[:MAX_AUDIT_IDS],
+            "unchanged": len(unchanged),
+            "complete": complete,
+        }
+        if error is not None:
+            details["error"] = f"{type(error).__name__}: {error}"[:500]
+        await self._record(operation, target, len(changed), details)
+
+    # --- the dashboard's reads (S2) ------------------------------------------------------------
+
+    def _browser(self) -> RunBrowser:
+        if not isinstance(self._admin, RunBrowser):
+            raise ConfigurationError(
+                "this job backend's admin port cannot list runs by state (RunBrowser, S2).",
+                fix="use create_job_backend(...) or InMemoryJobBackend(...): both can.",
+            )
+        return self._admin
+
+    async def list_runs(
+        self,
+        *,
+        state: RunState,
+        job_id: str | None = None,
+        tenant: str | None = None,
+        created_from: datetime | None = None,
+        created_to: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[RunRecord]:
+        """Runs in ``state`` (of ``job_id``, ``tenant``, created in ``[created_from,
+        created_to)`` when given), newest first by ``(created_at, run_id)``, keyset-paged: at
+        most ``limit`` (1..500) per page, bounded at any table size (:mod:`._browse`). Across
+        every job, the page merges at most 200 jobs' runs (by job id). A cursor is signed and
+        valid only for the same filter."""
+        await self._authorize_read("list_runs")
+        _require_within(
+            "list_runs limit",
+            limit,
+            MAX_PAGE_LIMIT,
+            fix=f"ask for at most {MAX_PAGE_LIMIT} and follow next_cursor for the rest.",
+        )
+        if state not in _RUN_STATES:
+            raise ConfigurationError(
+                f"list_runs state {state!r} is not a run state.",
+                fix=f"pass one of {', '.join(_RUN_STATES)}.",
+            )
+        if job_id is not None:
+            _require_job_id(job_id, "list_runs")
+        check_tenant(tenant, operation="list_runs")
+        bounds: tuple[tuple[str, object], ...] = (
+            ("created_from", created_from),
+            ("created_to", created_to),
+        )
+        for name, value in bounds:
+            if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+                raise ConfigurationError(
+                    f"list_runs {name} must be an aware datetime, got {value!r}.",
+                    fix="pass datetime(..., tzinfo=UTC).",
+                )
+        query = query_fingerprint(
+            (
+                "ship_sqla.jobs.list_runs",
+                state,
+                job_id or "",
+                tenant or "",
+                "" if created_from is None else created_from.isoformat(),
+                "" if created_to is None else created_to.isoformat(),
+            )
+        )
+        after = None if cursor is None else _created_position(cursor, self._secret, query)
+        rows = await self._browser().list_runs(
+            RunQuery(
+                state=state,
+                limit=limit + 1,
+                job_id=job_id,
+                tenant=tenant,
+                created_from=created_from,
+                created_to=created_to,
+                after=after,
+            ),
+            max_jobs=MAX_BROWSE_JOBS,
+        )
+        items = tuple(rows[:limit])
+        next_cursor = None
+        if len(rows) > limit:
+            last = items[-1]
+            position = KeysetPosition(query, (last.created_at, last.run_id))
+            next_cursor = encode_cursor(position, self._secret)
+        return Page(items, next_cursor)
+
+    async def throughput(
+        self, *, bucket_seconds: int = 300, buckets: int = 24, cap: int = 10_000
+    ) -> list[ThroughputBucket]:
+        """Runs completed and dead per bucket of ``bucket_seconds`` (60..86,400) over the last
+        ``buckets`` (1..120) buckets, oldest first, each job's count capped at ``cap``
+        (1..100,000) per bucket (``capped`` says so)."""
+        await self._authorize_read("throughput")
+        if not 60 <= bucket_seconds <= 86_400:  # noqa: PLR2004 - the documented bounds
+            raise BoundExceededError(
+                f"throughput bucket_seconds must be 60..86400, got {bucket_seconds}.",
+                fix="use minute to day buckets.",
+            )
+        _require_within(
+            "throughput buckets", buckets, MAX_THROUGHPUT_BUCKETS, fix="ask for fewer buckets."
+        )
+        _require_within("throughput cap", cap, MAX_THROUGHPUT_CAP, fix="use a smaller cap.")
+        return await self._browser().throughput(
+            bucket_seconds=bucket_seconds, buckets=buckets, cap=cap, max_jobs=MAX_BROWSE_JOBS
+        )
+
+    async def schedules(self, *, limit: int = 1000) -> list[ScheduleState]:
+        """The scheduled jobs' stored states (J9), by job id, at most ``limit`` (1..10,000)."""
+        await self._authorize_read("schedules")
+        _require_within("schedules limit", limit, MAX_PAUSED_JOBS, fix="ask for fewer.")
+        return await self._browser().schedule_states(limit=limit)
+
+    async def audit_entries(
+        self, *, limit: int = 100, before: int | None = None
+    ) -> list[AuditEntry]:
+        """The audit log, newest first (S1): at most ``limit`` (1..500) entries older than entry
+        ``before``. Refused (``ConfigurationError``) without a readable audit log."""
+        await self._authorize_read("audit_entries")
+        _require_within("audit_entries limit", limit, MAX_AUDIT_PAGE, fix="ask for fewer.")
+        if not isinstance(self._audit, AuditLog):
+            raise ConfigurationError(
+                "these operations write to no readable audit log.",
+                fix="pass audit=create_audit_log(...) (or InMemoryAuditLog()).",
+            )
+        return await self._audit.list_entries(limit=limit, before=before)
 
     async def _refusal(self, operation: str, run_id: str, allowed: str) -> JobOperationRefusedError:
         record = await self._admin.get_run(run_id)
@@ -478,6 +888,56 @@ class JobOperations:
             f" {allowed} runs.",
             fix="list dead runs with list_dead; a running run must settle first.",
         )
+
+
+class AuditWriteError(ShipError, RuntimeError):
+    """An operator operation ran but its audit entry could not be written (S1)."""
+
+    code = "SHIP_SQLA_AUDIT_WRITE_FAILED"
+
+
+def _checked_actor(actor: object) -> str:
+    if not isinstance(actor, str) or not actor or len(actor) > 200:  # noqa: PLR2004
+        raise ConfigurationError(
+            f"actor must be a non-empty string of at most 200 characters, got {actor!r}.",
+            fix="name who acts, e.g. the user's login or 'cli:alice@host'.",
+        )
+    return actor
+
+
+def _bulk_ids(run_ids: Iterable[str], operation: str) -> list[str]:
+    if isinstance(run_ids, str):
+        raise ConfigurationError(
+            f"{operation} takes a list of run ids, got the string {run_ids!r}.",
+            fix=f"pass [{run_ids!r}].",
+        )
+    ids = list(dict.fromkeys(run_ids))
+    if not 1 <= len(ids) <= MAX_BULK_IDS:
+        raise BoundExceededError(
+            f"{operation} got {len(ids)} run ids; it takes 1..{MAX_BULK_IDS}.",
+            fix="pass them in batches of at most 500, or use the *_dead_matching operations.",
+        )
+    for run_id in ids:
+        _require_run_id(run_id, operation)
+    return ids
+
+
+def _filter_target(job_id: str | None, tenant: str | None) -> str:
+    parts = [f"job={job_id}" if job_id is not None else "every job"]
+    if tenant is not None:
+        parts.append(f"tenant={tenant}")
+    return "dead runs of " + ", ".join(parts)
+
+
+def _created_position(cursor: str, secret: bytes, query: str) -> tuple[datetime, str]:
+    values = decode_cursor(cursor, secret=secret, query=query)
+    match values:
+        case (datetime() as created_at, str() as run_id) if created_at.tzinfo is not None:
+            return created_at, run_id
+    raise InvalidCursorError(  # signed by us: only a format change gets here
+        "the list_runs cursor is signed but does not hold a (created_at, run_id) position.",
+        fix="restart paging from the first page (cursor=None).",
+    )
 
 
 def _require_within(name: str, value: int, maximum: int, *, fix: str) -> None:
@@ -520,12 +980,18 @@ def create_job_operations(
     *,
     authorizer: Authorizer,
     cursor_secret: bytes | str | None = None,
+    audit: AuditSink | None = None,
+    actor: str = "unnamed",
 ) -> JobOperations:
     """J8 operator operations on ``backend``'s runs (any job backend: its ``admin`` port).
 
     ``authorizer(permission, operation)`` (sync or async) is asked for ``"ship.jobs:manage"``
-    before every operation and must return ``True``; anything else raises
-    :class:`~ship_sqla.kernel.PermissionDeniedError` and changes nothing. ``cursor_secret``
+    before every state-changing operation and must return ``True``; anything else raises
+    :class:`~ship_sqla.kernel.PermissionDeniedError` and changes nothing. A read asks
+    ``"ship.jobs:manage"`` and, when refused, ``"ship.jobs:read"``. ``audit`` (an
+    :class:`~ship_sqla.kernel.AuditSink`, e.g. :func:`ship_sqla.create_audit_log`) receives one
+    entry per state-changing operation, naming ``actor`` (S1; :meth:`JobOperations.acting_as`
+    gives the same operations another actor). ``cursor_secret``
     signs ``list_dead`` cursors (default: random per process, so cursors die with it; give every
     process that serves the same pages the same secret of at least 16 bytes). The backend's
     worker registry (``backend.workers``, F6), when it keeps one, is listed by
@@ -536,6 +1002,8 @@ def create_job_operations(
         cursor_secret=cursor_secret,
         workers=worker_registry_of(backend),
         workflows=_workflow_admin_of(backend),
+        audit=audit,
+        actor=actor,
     )
 
 

@@ -9,7 +9,8 @@ the index that serves it, by concern:
 - :mod:`.settle`: every settlement of a batch in one statement, and the heartbeat (J5, J7);
 - :mod:`.schedules`: the state rows of schedules (J9);
 - :mod:`.admin`: the administration port (J8; cancel, K2; pause and resume, K3), the queue
-  gauges (J10), ``jobs stats`` and the worker's table check.
+  gauges (J10), ``jobs stats`` and the worker's table check;
+- :mod:`.browse`: the dashboard's reads (S2): runs by state and filter, throughput, schedules.
 
 The tables' names and schema are the application's choice, so each statement is a template
 rendered ONCE per backend into :class:`JobStatements` (:meth:`JobStatements.for_tables`), which
@@ -42,7 +43,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 from sqlalchemy import TextClause, text
 
-from ship_sqla._jobs._sql import admin, claim, enqueue, schedules, settle
+from ship_sqla._jobs._sql import admin, browse, claim, enqueue, schedules, settle
 from ship_sqla._naming import quoted_table
 
 if TYPE_CHECKING:
@@ -115,6 +116,10 @@ class JobStatements:
     state_counts: TextClause
     probe_runs_table: TextClause
     probe_state_table: TextClause
+    list_runs_of_job: TextClause
+    list_runs_all_jobs: TextClause
+    throughput: TextClause
+    schedule_states: TextClause
 
     @classmethod
     def for_tables(cls, runs: Table, state: Table) -> JobStatements:
@@ -157,4 +162,8 @@ class JobStatements:
             state_counts=r(admin.STATE_COUNTS),
             probe_runs_table=r(admin.PROBE_RUNS_TABLE),
             probe_state_table=r(admin.PROBE_STATE_TABLE),
+            list_runs_of_job=r(browse.LIST_RUNS_OF_JOB),
+            list_runs_all_jobs=r(browse.LIST_RUNS_ALL_JOBS),
+            throughput=r(browse.THROUGHPUT),
+            schedule_states=r(browse.SCHEDULE_STATES),
         )

@@ -55,6 +55,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._backend_base import JobBackendBase
+from ship_sqla.kernel._browse import ScheduleState, ThroughputBucket
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore
 from ship_sqla.kernel._plans.fairness import fair_shares
@@ -68,6 +69,7 @@ from ship_sqla.kernel._ports import (
     CANCEL_LAPSED_MESSAGE,
     LEASE_LAPSED_FINAL_MESSAGE,
     LEASE_LAPSED_MESSAGE,
+    TERMINAL_STATES,
     BuriedRun,
     Cancel,
     ClaimBatch,
@@ -92,6 +94,7 @@ from ship_sqla.kernel._ports import (
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
+    from ship_sqla.kernel._browse import RunQuery
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
@@ -884,3 +887,77 @@ class InMemoryRunAdmin:
             )
             for job_id, depth in depths.items()
         }
+
+    # --- the dashboard's reads (RunBrowser, S2) -----------------------------------------------
+
+    async def list_runs(self, query: RunQuery, *, max_jobs: int) -> list[RunRecord]:
+        """Runs in ``query.state`` newest first by ``(created_at, run_id)`` (see
+        :class:`~ship_sqla.kernel._browse.RunQuery`); across jobs, of the first ``max_jobs``
+        job ids with runs in the state."""
+        matching = [
+            run
+            for run in self._backend._runs.values()  # noqa: SLF001
+            if run.state == query.state
+        ]
+        if query.job_id is not None:
+            matching = [run for run in matching if run.job_id == query.job_id]
+        else:
+            jobs = set(sorted({run.job_id for run in matching})[:max_jobs])
+            matching = [run for run in matching if run.job_id in jobs]
+        after = query.after
+        picked = [
+            run
+            for run in matching
+            if (query.tenant is None or run.tenant == query.tenant)
+            and (query.created_from is None or run.created_at >= query.created_from)
+            and (query.created_to is None or run.created_at < query.created_to)
+            and (after is None or (run.created_at, run.run_id) < after)
+        ]
+        newest = heapq.nlargest(query.limit, picked, key=lambda run: (run.created_at, run.run_id))
+        return [run.record() for run in newest]
+
+    async def throughput(
+        self, *, bucket_seconds: int, buckets: int, cap: int, max_jobs: int
+    ) -> list[ThroughputBucket]:
+        """Runs completed and dead per bucket ending now, each job's count capped at ``cap``."""
+        now = self._backend.clock.now()
+        width = timedelta(seconds=bucket_seconds)
+        starts = [now - (buckets - i) * width for i in range(buckets)]
+        counts: dict[tuple[int, str], list[int]] = {}
+        finished = [
+            run
+            for run in self._backend._runs.values()  # noqa: SLF001
+            if run.finished_at is not None and run.state in TERMINAL_STATES
+        ]
+        jobs = set(sorted({run.job_id for run in finished})[:max_jobs])
+        for run in finished:
+            assert run.finished_at is not None  # noqa: S101 - filtered above
+            if run.job_id not in jobs or not starts[0] <= run.finished_at < now:
+                continue
+            index = min(int((run.finished_at - starts[0]) / width), buckets - 1)
+            seen = counts.setdefault((index, run.job_id), [0, 0, 0])
+            if seen[0] >= cap:
+                continue
+            seen[0] += 1
+            seen[1] += run.state == "completed"
+            seen[2] += run.state == "dead"
+        result = []
+        for index, start in enumerate(starts):
+            groups = [c for (i, _), c in counts.items() if i == index]
+            result.append(
+                ThroughputBucket(
+                    start,
+                    sum(c[1] for c in groups),
+                    sum(c[2] for c in groups),
+                    any(c[0] >= cap for c in groups),
+                )
+            )
+        return result
+
+    async def schedule_states(self, *, limit: int) -> list[ScheduleState]:
+        """The scheduled jobs' stored (trigger, next occurrence), by job id."""
+        stored = self._backend._schedules  # noqa: SLF001
+        return [
+            ScheduleState(job_id, stored[job_id][0], stored[job_id][1])
+            for job_id in sorted(stored)[:limit]
+        ]

@@ -1,0 +1,94 @@
+"""The PostgreSQL :class:`~ship_sqla.kernel.AuditLog` (S1)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Table, text
+
+from ship_sqla._audit import _sql
+from ship_sqla._audit._tables import ship_audit_table
+from ship_sqla._naming import quoted_table
+from ship_sqla._scope import StoreConnections
+from ship_sqla.kernel import ConfigurationError
+from ship_sqla.kernel._audit import AuditEntry
+from ship_sqla.kernel._clock import SystemClock
+
+if TYPE_CHECKING:
+    from ship_sqla._scope import Database
+    from ship_sqla.kernel import Clock
+
+__all__ = ["PostgresAuditLog", "create_audit_log"]
+
+
+class PostgresAuditLog:
+    """An :class:`~ship_sqla.kernel.AuditLog` on one audit table. Build with
+    :func:`create_audit_log`."""
+
+    __slots__ = ("_clock", "_connections", "_list", "_probe", "_record", "table")
+
+    def __init__(self, *, database: Database, table: Table, clock: Clock) -> None:
+        self.table = table
+        self._clock = clock
+        self._connections = StoreConnections(database, name="audit log")
+        name = quoted_table(table)
+        self._record = text(_sql.RECORD_AUDIT.replace("{audit}", name))
+        self._list = text(_sql.LIST_AUDIT.replace("{audit}", name))
+        self._probe = text(_sql.PROBE_AUDIT.replace("{audit}", name))
+
+    async def check_table(self) -> None:
+        """Raise (the driver's error, 42P01) when the audit table does not exist: callers that
+        must not change anything unaudited check first."""
+        async with self._connections.statement("check") as connection:
+            await connection.execute(self._probe)
+
+    async def record(self, entry: AuditEntry) -> None:
+        """Insert ``entry``, in the ambient unit of work when there is one."""
+        params = {
+            "now": self._clock.now() if self._clock.frozen else None,
+            "actor": entry.actor,
+            "operation": entry.operation,
+            "target": entry.target,
+            "count": entry.count,
+            "details": json.dumps(dict(entry.details), default=str),
+        }
+        async with self._connections.joined(None, "record", one_statement=True) as tx:
+            await tx.connection.execute(self._record, params)
+
+    async def list_entries(self, *, limit: int, before: int | None = None) -> list[AuditEntry]:
+        """At most ``limit`` entries, newest first, with ids below ``before``."""
+        async with self._connections.statement("list") as connection:
+            rows = (await connection.execute(self._list, {"limit": limit, "before": before})).all()
+        return [
+            AuditEntry(
+                actor=row.actor,
+                operation=row.operation,
+                target=row.target,
+                count=row._mapping["count"],  # noqa: SLF001 - Row.count is tuple.count
+                details=row.details,
+                at=row.at,
+                entry_id=row.id,
+            )
+            for row in rows
+        ]
+
+
+def create_audit_log(
+    *, database: Database, table: Table | None = None, clock: Clock | None = None
+) -> PostgresAuditLog:
+    """The operator audit log on ``table`` (default ``ship_audit_table`` named ship_audit):
+    pass it as ``audit=`` to :func:`~ship_sqla.create_job_operations`,
+    :func:`~ship_sqla.create_outbox_operations` and :func:`~ship_sqla.create_dashboard`.
+    ``database``: an ``AsyncEngine``, or an ``AsyncConnection`` in a transaction (tests)."""
+    if table is None:
+        from sqlalchemy import MetaData  # noqa: PLC0415 - only for the default table
+
+        table = ship_audit_table(MetaData())
+    given: object = table
+    if not isinstance(given, Table) or not {"actor", "operation", "count"} <= set(table.c.keys()):
+        raise ConfigurationError(
+            f"table must be an audit table, got {table!r}.",
+            fix="pass ship_audit_table(metadata, name=...).",
+        )
+    return PostgresAuditLog(database=database, table=table, clock=clock or SystemClock())

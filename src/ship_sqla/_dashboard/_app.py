@@ -1,0 +1,865 @@
+"""The dashboard application (issue 15; S1, S2): Starlette, server-rendered HTML.
+
+Every read and every action goes through the operator surfaces
+(:class:`~ship_sqla.kernel.JobOperations`, :class:`~ship_sqla.OutboxOperations`), bound per
+request to the request's actor and to ``authorizer(request, permission, operation)``: reads ask
+``ship.jobs:read`` (or manage), actions ``ship.jobs:manage``, and the surfaces write every
+action to the audit log. A read-only user gets pages without a single action form, and a POST
+they forge anyway is refused by the surface. Every POST must carry the CSRF token of its
+session cookie (:mod:`._csrf`) or is refused with 403 before anything runs.
+"""
+
+from __future__ import annotations
+
+import inspect
+import secrets
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from urllib.parse import parse_qs, quote, urlencode
+
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from ship_sqla._dashboard import _csrf
+from ship_sqla._dashboard._html import (
+    Html,
+    ago,
+    at,
+    button_form,
+    hidden,
+    layout,
+    link,
+    pre_json,
+    table,
+    text,
+)
+from ship_sqla._dashboard._svg import throughput_chart
+from ship_sqla.kernel._errors import (
+    BoundExceededError,
+    ConfigurationError,
+    InvalidCursorError,
+    PermissionDeniedError,
+    ShipError,
+)
+from ship_sqla.kernel._operations import (
+    JobOperations,
+    create_job_operations,
+)
+from ship_sqla.kernel._plans.schedule import previous_occurrence
+from ship_sqla.kernel._workers import WORKER_STALE_AFTER
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterable, Mapping
+
+    from starlette.requests import Request
+
+    from ship_sqla._outbox._operations import OutboxOperations
+    from ship_sqla.kernel._audit import AuditSink
+    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._operations import AdministeredBackend
+    from ship_sqla.kernel._ports import RunRecord
+
+__all__ = ["DashboardAuthorizer", "create_dashboard"]
+
+DashboardAuthorizer: TypeAlias = "Callable[[Request, str, str], bool | Awaitable[bool]]"
+"""``authorizer(request, permission, operation) -> bool`` (or an awaitable of it): whether the
+user of ``request`` holds ``permission`` (``"ship.jobs:read"``, ``"ship.jobs:manage"``,
+``"ship.outbox:read"``, ``"ship.outbox:manage"``); fail closed: anything but True refuses."""
+
+PAGE_SIZE: Final = 50
+OUTBOX_REDRIVE_PAGES: Final = 10
+"""Pages of 1,000 dead messages one "re-drive all" re-drives (call it again for more)."""
+THROUGHPUT_BUCKET: Final = 300
+THROUGHPUT_BUCKETS: Final = 24
+THROUGHPUT_CAP: Final = 500
+"""Finished runs counted per job and bucket (the chart marks a bucket that reached it)."""
+_RUN_STATES: Final = ("waiting", "running", "completed", "dead", "discarded", "cancelled")
+
+
+def _default_actor(request: Request) -> str:
+    user = request.scope.get("user")
+    if user is not None and getattr(user, "is_authenticated", False):
+        return str(getattr(user, "display_name", "") or user)
+    client = request.client.host if request.client is not None else "unknown"
+    return f"anonymous@{client}"
+
+
+class _Dashboard:
+    def __init__(
+        self,
+        jobs: JobOperations,
+        *,
+        authorizer: DashboardAuthorizer,
+        actor: Callable[[Request], str],
+        outbox: OutboxOperations | None,
+        outbox_ids: tuple[str, ...],
+        secret: bytes,
+        definitions: Mapping[str, JobDefinition[Any]],
+        refresh_seconds: float,
+    ) -> None:
+        self.jobs = jobs
+        self.authorizer = authorizer
+        self.actor = actor
+        self.outbox = outbox
+        self.outbox_ids = outbox_ids
+        self.secret = secret
+        self.definitions = definitions
+        self.poll_ms = int(refresh_seconds * 1000) if refresh_seconds > 0 else None
+
+    # --- per request ---------------------------------------------------------------------------
+
+    def _authorizer_for(self, request: Request) -> Callable[[str, str], Any]:
+        authorizer = self.authorizer
+
+        async def asks(permission: str, operation: str) -> bool:
+            answer = authorizer(request, permission, operation)
+            if inspect.isawaitable(answer):
+                answer = await answer
+            return answer is True
+
+        return asks
+
+    def ops(self, request: Request) -> JobOperations:
+        return self.jobs.acting_as(self.actor(request), authorizer=self._authorizer_for(request))
+
+    def outbox_ops(self, request: Request) -> OutboxOperations:
+        if self.outbox is None:
+            raise ConfigurationError(
+                "this dashboard was given no outbox.",
+                fix="pass outbox=create_outbox_operations(...) and outbox_ids=[...].",
+            )
+        return self.outbox.acting_as(self.actor(request), authorizer=self._authorizer_for(request))
+
+    @staticmethod
+    def base(request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    @staticmethod
+    def session_id(request: Request) -> str:
+        sid = request.cookies.get(_csrf.COOKIE)
+        if sid and len(sid) <= 128:  # noqa: PLR2004 - the session id's bound
+            return sid
+        minted = request.scope.setdefault("ship_dashboard_new_session", _csrf.new_session_id())
+        return str(minted)
+
+    def csrf(self, request: Request) -> str:
+        return _csrf.form_token(self.secret, self.session_id(request))
+
+    async def page(
+        self,
+        request: Request,
+        current: str,
+        title: str,
+        body: Callable[[JobOperations, bool], Awaitable[Html]],
+        *,
+        poll: bool = False,
+    ) -> Response:
+        ops = self.ops(request)
+        try:
+            can_manage = await ops.can_manage()
+            content = await body(ops, can_manage)
+            status = 200
+        except PermissionDeniedError as exc:
+            content, status, can_manage = f'<p class="error">{text(exc)}</p>', 403, False
+        except (ConfigurationError, BoundExceededError, InvalidCursorError) as exc:
+            content, status = f'<p class="error">{text(exc)}</p>', 400
+        if request.headers.get("x-ship-fragment") == "1":
+            return self._respond(request, HTMLResponse(f"<h1>{text(title)}</h1>{content}", status))
+        html = layout(
+            self.base(request),
+            current,
+            title,
+            content,
+            actor=ops.actor,
+            can_manage=can_manage,
+            flash=request.query_params.get("done"),
+            error=request.query_params.get("failed"),
+            poll_ms=self.poll_ms if poll else None,
+        )
+        return self._respond(request, HTMLResponse(html, status))
+
+    def _respond(self, request: Request, response: Response) -> Response:
+        minted = request.scope.get("ship_dashboard_new_session")
+        if minted is not None:
+            response.set_cookie(
+                _csrf.COOKIE,
+                str(minted),
+                httponly=True,
+                samesite="strict",
+                path=self.base(request) or "/",
+            )
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Frame-Options"] = "DENY"
+        return response
+
+    async def form(self, request: Request) -> dict[str, list[str]] | None:
+        """The POST's fields, or None when its CSRF token is not its session's."""
+        body = (await request.body()).decode("utf-8", "replace")
+        fields = parse_qs(body, keep_blank_values=True)
+        token = next(iter(fields.get(_csrf.FIELD) or ()), None)
+        if not _csrf.token_matches(self.secret, request.cookies.get(_csrf.COOKIE), token):
+            return None
+        return fields
+
+    async def act(
+        self,
+        request: Request,
+        action: Callable[[JobOperations, dict[str, list[str]]], Awaitable[str]],
+    ) -> Response:
+        fields = await self.form(request)
+        if fields is None:
+            return HTMLResponse(
+                "<h1>403</h1><p>Refused: the form's CSRF token is missing or not this session's;"
+                " nothing was changed. Reload the page and submit again.</p>",
+                403,
+            )
+        back = self._back(request, fields)
+        try:
+            done = await action(self.ops(request), fields)
+        except PermissionDeniedError as exc:
+            return HTMLResponse(f"<h1>403</h1><p>{text(exc)}</p>", 403)
+        except ShipError as exc:
+            return RedirectResponse(_with(back, failed=str(exc)), 303)
+        return RedirectResponse(_with(back, done=done), 303)
+
+    def _back(self, request: Request, fields: Mapping[str, list[str]]) -> str:
+        base = self.base(request)
+        wanted = (fields.get("next") or [""])[0]
+        # Only a path of this dashboard: never an open redirect.
+        if wanted.startswith(base + "/") and not wanted.startswith("//") and "\\" not in wanted:
+            return wanted
+        return base + "/"
+
+    # --- pages ---------------------------------------------------------------------------------
+
+    async def overview(self, request: Request) -> Response:
+        base = self.base(request)
+
+        async def body(ops: JobOperations, can_manage: bool) -> Html:
+            buckets = await ops.throughput(
+                bucket_seconds=THROUGHPUT_BUCKET, buckets=THROUGHPUT_BUCKETS, cap=THROUGHPUT_CAP
+            )
+            demand = await ops.demand()
+            paused = {p.job_id: p for p in await ops.paused()}
+            try:
+                workers = await ops.workers()
+            except ConfigurationError:
+                workers = []
+            now = datetime.now(UTC)
+            alive = [
+                w for w in workers if (now - w.last_seen_at).total_seconds() < WORKER_STALE_AFTER
+            ]
+            job_ids = sorted({d.job_id for d in demand} | set(paused) | set(self.definitions))
+            by_job = {d.job_id: d for d in demand}
+            csrf = self.csrf(request)
+            rows = []
+            for job_id in job_ids:
+                d = by_job.get(job_id)
+                due = "0" if d is None else f"{d.due}{'+' if d.capped else ''}"
+                action = ""
+                if can_manage:
+                    verb = "resume" if job_id in paused else "pause"
+                    action = button_form(
+                        f"{base}/jobs/{quote(job_id)}/{verb}",
+                        verb.capitalize(),
+                        csrf=csrf,
+                        back=base + "/",
+                    )
+                rows.append(
+                    (
+                        link(base, "/runs", job_id, {"job": job_id, "state": "waiting"}),
+                        due,
+                        text(0 if d is None else d.delayed),
+                        text(0 if d is None else d.running),
+                        ago(None if d is None else d.oldest_due_age),
+                        "paused since " + at(paused[job_id].paused_at) if job_id in paused else "",
+                        action,
+                    )
+                )
+            completed = sum(b.completed for b in buckets)
+            dead = sum(b.dead for b in buckets)
+            return (
+                f"<h2>Throughput (last {THROUGHPUT_BUCKETS * THROUGHPUT_BUCKET // 3600} h,"
+                f" {THROUGHPUT_BUCKET // 60} min buckets)</h2>"
+                f'<p><span class="state-completed">{completed} completed</span> · '
+                f'<span class="state-dead">{dead} dead</span></p>'
+                + throughput_chart(buckets, bucket_seconds=THROUGHPUT_BUCKET)
+                + "<h2>Backlog per job</h2>"
+                + table(
+                    ("Job", "Due", "Delayed", "Running", "Oldest due", "Paused", ""),
+                    rows,
+                    empty="No job has waiting or running runs.",
+                )
+                + f'<h2>Workers</h2><p id="workers-alive">{len(alive)} alive'
+                f" ({len(workers)} registered) · {link(base, '/workers', 'details')}</p>"
+            )
+
+        return await self.page(request, "", "Overview", body, poll=True)
+
+    def _run_rows(
+        self, base: str, runs: Iterable[RunRecord], *, selectable: bool
+    ) -> list[tuple[Html, ...]]:
+        rows: list[tuple[Html, ...]] = []
+        for r in runs:
+            pick = (
+                f'<input type="checkbox" name="id" value="{text(r.run_id)}"'
+                f' aria-label="select {text(r.run_id)}">'
+                if selectable
+                else ""
+            )
+            rows.append(
+                (
+                    pick,
+                    link(base, "/runs/" + quote(r.run_id, safe="/"), r.run_id),
+                    text(r.job_id),
+                    f'<span class="state-{text(r.state)}">{text(r.state)}</span>',
+                    text(f"{r.attempt}/{r.max_attempts}"),
+                    at(r.created_at),
+                    at(r.finished_at if r.finished_at is not None else r.run_at),
+                    text(r.tenant or ""),
+                    text((r.last_error or "")[:120]),
+                )
+            )
+        return rows
+
+    async def runs(self, request: Request) -> Response:
+        base = self.base(request)
+        q = request.query_params
+        state = q.get("state") or "waiting"
+        job = q.get("job") or None
+        tenant = q.get("tenant") or None
+        since, until = _when(q.get("since")), _when(q.get("until"))
+
+        async def body(ops: JobOperations, can_manage: bool) -> Html:
+            if state not in _RUN_STATES:
+                raise ConfigurationError(f"unknown state {state!r}.", fix="pick a listed state.")
+            page = await ops.list_runs(
+                state=state,  # type: ignore[arg-type]  # checked just above
+                job_id=job,
+                tenant=tenant,
+                created_from=since,
+                created_to=until,
+                limit=PAGE_SIZE,
+                cursor=q.get("cursor") or None,
+            )
+            filters = {
+                "state": state,
+                "job": job,
+                "tenant": tenant,
+                "since": q.get("since"),
+                "until": q.get("until"),
+            }
+            options = "".join(
+                f'<option value="{s}"{" selected" if s == state else ""}>{s}</option>'
+                for s in _RUN_STATES
+            )
+            form = (  # an HTML form, not SQL
+                f'<form class="filters" method="get" action="{text(base)}/runs">'  # noqa: S608
+                f'<label>State <select name="state">{options}</select></label>'
+                f'<label>Job <input name="job" value="{text(job or "")}"></label>'
+                f'<label>Tenant <input name="tenant" value="{text(tenant or "")}"></label>'
+                f'<label>Created from <input type="datetime-local" step="1" name="since"'
+                f' value="{text(q.get("since") or "")}"></label>'
+                f'<label>to <input type="datetime-local" step="1" name="until"'
+                f' value="{text(q.get("until") or "")}"></label> (UTC)'
+                '<button type="submit" id="filter">Filter</button></form>'
+            )
+            actions = _RUN_ACTIONS.get(state, ()) if can_manage else ()
+            rows = self._run_rows(base, page.items, selectable=bool(actions))
+            listing = table(
+                (
+                    "",
+                    "Run",
+                    "Job",
+                    "State",
+                    "Attempt",
+                    "Created",
+                    "Due / finished",
+                    "Tenant",
+                    "Last error",
+                ),
+                rows,
+                empty="No runs match.",
+            )
+            more = (
+                "<p>"
+                + link(base, "/runs", "Next page →", {**filters, "cursor": page.next_cursor})
+                + "</p>"
+                if page.next_cursor
+                else '<p class="muted">End of the list.</p>'
+            )
+            if actions:
+                buttons = "".join(
+                    f'<button type="submit" name="action" value="{a}">{a.capitalize()} selected'
+                    "</button>"
+                    for a in actions
+                )
+                listing = (
+                    f'<form method="post" action="{text(base)}/runs/bulk">'
+                    f"{hidden(_csrf.FIELD, self.csrf(request))}"
+                    f"{hidden('next', _here(request))}{listing}{buttons}</form>"
+                )
+            return form + listing + more
+
+        return await self.page(request, "/runs", "Runs", body)
+
+    async def run_detail(self, request: Request) -> Response:
+        base = self.base(request)
+        run_id = request.path_params["run_id"]
+
+        async def body(ops: JobOperations, can_manage: bool) -> Html:
+            record = await ops.get_run(run_id)
+            if record is None:
+                return f'<p class="error">No run {text(run_id)}.</p>'
+            try:
+                steps = await ops.list_steps(run_id)
+            except ConfigurationError:
+                steps = []
+            fields = (
+                ("Job", text(record.job_id)),
+                ("State", f'<span class="state-{text(record.state)}">{text(record.state)}</span>'),
+                ("Attempt", text(f"{record.attempt} of {record.max_attempts}")),
+                ("Priority", text(record.priority)),
+                ("Tenant", text(record.tenant or "—")),
+                ("Dedupe key", text(record.dedupe_key or "—")),
+                ("Created", at(record.created_at)),
+                ("Due", at(record.run_at)),
+                ("Finished", at(record.finished_at)),
+                ("Lease expires", at(record.lease_expires_at)),
+                ("Cancel requested", at(record.cancel_requested_at)),
+                (
+                    "Parent",
+                    link(base, "/runs/" + quote(record.parent_id, safe="/"), record.parent_id)
+                    if record.parent_id
+                    else "—",
+                ),
+            )
+            summary = table(("Field", "Value"), fields, empty="")
+            history = "".join(
+                f"<li><strong>attempt {text(h.get('attempt'))}</strong> · {text(h.get('kind', ''))}"
+                f" · {text(h.get('at'))}<pre>{text(h.get('error'))}</pre></li>"
+                for h in record.history
+                if isinstance(h, dict)
+            )
+            timeline = (
+                f'<ol class="timeline" id="attempts">{history}</ol>'
+                if history
+                else '<p class="muted">No failed attempt.</p>'
+            )
+            if record.last_error:
+                timeline += f"<h3>Last error</h3><pre>{text(record.last_error)}</pre>"
+            step_rows = [
+                (text(s.seq), text(s.name), text(s.kind), text(s.state), at(s.finished_at))
+                for s in steps
+            ]
+            actions = ""
+            if can_manage:
+                csrf = self.csrf(request)
+                here = f"{base}/runs/{quote(run_id, safe='/')}"
+                for verb, states in (
+                    ("retry", ("dead",)),
+                    ("cancel", ("waiting", "running")),
+                    ("discard", ("waiting", "dead")),
+                ):
+                    if record.state in states:
+                        actions += button_form(
+                            f"{here}/{verb}", verb.capitalize(), csrf=csrf, back=here
+                        )
+            return (
+                f'<div id="actions">{actions}</div>{summary}'
+                f"<h2>Payload</h2>{pre_json(record.payload)}"
+                f"<h2>Attempts</h2>{timeline}"
+                + (
+                    "<h2>Workflow steps</h2>"
+                    + table(("#", "Step", "Kind", "State", "Finished"), step_rows, empty="")
+                    if steps
+                    else ""
+                )
+            )
+
+        return await self.page(request, "/runs", f"Run {run_id}", body)
+
+    async def dead(self, request: Request) -> Response:
+        base = self.base(request)
+        q = request.query_params
+        job = q.get("job") or None
+        tenant = q.get("tenant") or None
+
+        async def body(ops: JobOperations, can_manage: bool) -> Html:
+            page = await ops.list_dead(
+                job_id=job, tenant=tenant, limit=PAGE_SIZE, cursor=q.get("cursor") or None
+            )
+            form = (
+                f'<form class="filters" method="get" action="{text(base)}/dead">'
+                f'<label>Job <input name="job" value="{text(job or "")}"></label>'
+                f'<label>Tenant <input name="tenant" value="{text(tenant or "")}"></label>'
+                '<button type="submit" id="filter">Filter</button></form>'
+            )
+            rows = self._run_rows(base, page.items, selectable=can_manage)
+            listing = table(
+                (
+                    "",
+                    "Run",
+                    "Job",
+                    "State",
+                    "Attempt",
+                    "Created",
+                    "Finished",
+                    "Tenant",
+                    "Last error",
+                ),
+                rows,
+                empty="No dead runs.",
+            )
+            filters = {"job": job, "tenant": tenant}
+            more = (
+                "<p>"
+                + link(base, "/dead", "Next page →", {**filters, "cursor": page.next_cursor})
+                + "</p>"
+                if page.next_cursor
+                else ""
+            )
+            if can_manage:
+                listing = (
+                    f'<form method="post" action="{text(base)}/dead/bulk">'
+                    f"{hidden(_csrf.FIELD, self.csrf(request))}{hidden('next', _here(request))}"
+                    f"{hidden('job', job or '')}{hidden('tenant', tenant or '')}{listing}"
+                    '<button type="submit" name="action" value="retry" id="retry-selected">'
+                    "Retry selected</button>"
+                    '<button type="submit" name="action" value="discard">Discard selected'
+                    "</button>"
+                    '<button type="submit" name="action" value="retry-all" id="retry-all">'
+                    "Retry all matching</button>"
+                    '<button type="submit" name="action" value="discard-all">Discard all'
+                    " matching</button></form>"
+                )
+            return form + listing + more
+
+        return await self.page(request, "/dead", "Dead letters", body)
+
+    async def schedules(self, request: Request) -> Response:
+        async def body(ops: JobOperations, can_manage: bool) -> Html:  # noqa: ARG001
+            rows = []
+            for s in await ops.schedules():
+                definition = self.definitions.get(s.job_id)
+                last = None
+                if definition is not None and definition.schedule is not None and s.next_at:
+                    last = previous_occurrence(
+                        definition.schedule, s.next_at - timedelta(microseconds=1)
+                    )
+                rows.append(
+                    (text(s.job_id), text(s.trigger), at(s.next_at), at(last), at(s.updated_at))
+                )
+            return table(
+                ("Job", "Trigger", "Next occurrence", "Last occurrence", "Row changed"),
+                rows,
+                empty="No schedule installed.",
+            ) + (
+                '<p class="muted">Last occurrence needs the job definitions'
+                " (create_dashboard(definitions=...)).</p>"
+                if not self.definitions
+                else ""
+            )
+
+        return await self.page(request, "/schedules", "Schedules", body)
+
+    async def workers(self, request: Request) -> Response:
+        async def body(ops: JobOperations, can_manage: bool) -> Html:  # noqa: ARG001
+            now = datetime.now(UTC)
+            rows = [
+                (
+                    text(w.worker_id),
+                    text(f"{w.host}:{w.pid}"),
+                    at(w.started_at),
+                    ago((now - w.last_seen_at).total_seconds()) + " ago",
+                    text(", ".join(w.job_ids)),
+                    text(w.in_flight),
+                    "draining" if w.draining else "running",
+                    "yes" if w.sampler else "",
+                )
+                for w in await ops.workers()
+            ]
+            return table(
+                ("Worker", "Host:pid", "Started", "Last seen", "Jobs", "In flight", "", "Sampler"),
+                rows,
+                empty="No worker registered.",
+            )
+
+        return await self.page(request, "/workers", "Workers", body, poll=True)
+
+    async def outbox_page(self, request: Request) -> Response:
+        base = self.base(request)
+
+        async def body(ops: JobOperations, can_manage: bool) -> Html:  # noqa: ARG001
+            if self.outbox is None:
+                return '<p class="muted">No outbox configured (create_dashboard(outbox=...)).</p>'
+            outbox = self.outbox_ops(request)
+            manage = await outbox.can_manage()
+            parts = []
+            for outbox_id in self.outbox_ids:
+                pending, claimed = await outbox.counts(outbox_id)
+                dead = await outbox.list_dead(outbox_id, limit=PAGE_SIZE)
+                rows = [
+                    (
+                        f'<input type="checkbox" name="id" value="{m.id}">' if manage else "",
+                        text(m.id),
+                        text(m.topic),
+                        text(m.attempts),
+                        at(m.created_at),
+                        text((m.last_error or "")[:120]),
+                    )
+                    for m in dead.items
+                ]
+                listing = table(
+                    ("", "Message", "Topic", "Attempts", "Created", "Last error"),
+                    rows,
+                    empty="No dead messages.",
+                )
+                if manage:
+                    listing = (
+                        f'<form method="post" action="{text(base)}/outbox/'
+                        f'{text(outbox_id)}/redrive">{hidden(_csrf.FIELD, self.csrf(request))}'
+                        f"{hidden('next', base + '/outbox')}"
+                        f"{listing}"
+                        '<button type="submit" name="action" value="selected">Re-drive selected'
+                        '</button><button type="submit" name="action" value="all">Re-drive all'
+                        " dead</button></form>"
+                    )
+                parts.append(
+                    f"<h2>{text(outbox_id)}</h2><p>pending {pending} · claimed {claimed} · dead"
+                    f" {len(dead.items)}{'+' if dead.next_cursor else ''}</p>{listing}"
+                )
+            return "".join(parts) or '<p class="muted">No outbox ids given (outbox_ids=).</p>'
+
+        return await self.page(request, "/outbox", "Outbox", body)
+
+    async def audit(self, request: Request) -> Response:
+        base = self.base(request)
+        before = request.query_params.get("before")
+
+        async def body(ops: JobOperations, can_manage: bool) -> Html:  # noqa: ARG001
+            entries = await ops.audit_entries(
+                limit=PAGE_SIZE, before=int(before) if before and before.isdigit() else None
+            )
+            rows = [
+                (at(e.at), text(e.actor), text(e.operation), text(e.target), text(e.count))
+                for e in entries
+            ]
+            more = ""
+            if len(entries) == PAGE_SIZE and entries[-1].entry_id is not None:
+                more = link(base, "/audit", "Older →", {"before": entries[-1].entry_id})
+            return (
+                table(("When", "Who", "What", "Target", "How many"), rows, empty="No entry.") + more
+            )
+
+        return await self.page(request, "/audit", "Audit log", body)
+
+    # --- actions -------------------------------------------------------------------------------
+
+    async def run_action(self, request: Request) -> Response:
+        run_id, verb = request.path_params["run_id"], request.path_params["verb"]
+
+        async def action(ops: JobOperations, _fields: dict[str, list[str]]) -> str:
+            if verb == "retry":
+                await ops.retry(run_id)
+            elif verb == "discard":
+                await ops.discard(run_id)
+            elif verb == "cancel":
+                result = await ops.cancel(run_id)
+                return f"Cancel of {run_id}: {result.outcome}."
+            else:
+                raise ConfigurationError(f"unknown action {verb!r}.", fix="retry, cancel, discard.")
+            return f"{verb.capitalize()} of {run_id}: done."
+
+        return await self.act(request, action)
+
+    async def runs_bulk(self, request: Request) -> Response:
+        async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
+            verb = (fields.get("action") or [""])[0]
+            ids = fields.get("id") or []
+            if not ids:
+                raise ConfigurationError("no run selected.", fix="tick the runs first.")
+            operation = {
+                "retry": ops.retry_many,
+                "discard": ops.discard_many,
+                "cancel": ops.cancel_many,
+            }.get(verb)
+            if operation is None:
+                raise ConfigurationError(f"unknown action {verb!r}.", fix="use the buttons.")
+            result = await operation(ids)
+            return _summary(verb.capitalize(), result.changed, result.unchanged)
+
+        return await self.act(request, action)
+
+    async def dead_bulk(self, request: Request) -> Response:
+        async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
+            verb = (fields.get("action") or [""])[0]
+            job = (fields.get("job") or [""])[0] or None
+            tenant = (fields.get("tenant") or [""])[0] or None
+            if verb in ("retry-all", "discard-all"):
+                walk = ops.retry_dead_matching if verb == "retry-all" else ops.discard_dead_matching
+                result = await walk(job_id=job, tenant=tenant)
+                rest = "" if result.complete else " More remain: run it again."
+                return _summary(verb, result.changed, result.unchanged) + rest
+            ids = fields.get("id") or []
+            if not ids:
+                raise ConfigurationError("no run selected.", fix="tick the runs first.")
+            if verb == "retry":
+                result = await ops.retry_many(ids)
+            elif verb == "discard":
+                result = await ops.discard_many(ids)
+            else:
+                raise ConfigurationError(f"unknown action {verb!r}.", fix="use the buttons.")
+            return _summary(verb.capitalize(), result.changed, result.unchanged)
+
+        return await self.act(request, action)
+
+    async def job_action(self, request: Request) -> Response:
+        job_id, verb = request.path_params["job_id"], request.path_params["verb"]
+
+        async def action(ops: JobOperations, _fields: dict[str, list[str]]) -> str:
+            if verb == "pause":
+                changed = await ops.pause(job_id)
+            elif verb == "resume":
+                changed = await ops.resume(job_id)
+            else:
+                raise ConfigurationError(f"unknown action {verb!r}.", fix="pause or resume.")
+            return f"{verb.capitalize()} {job_id}: {'done' if changed else 'nothing to do'}."
+
+        return await self.act(request, action)
+
+    async def outbox_redrive(self, request: Request) -> Response:
+        outbox_id = request.path_params["outbox_id"]
+
+        async def action(_ops: JobOperations, fields: dict[str, list[str]]) -> str:
+            outbox = self.outbox_ops(request)
+            if (fields.get("action") or [""])[0] == "all":
+                moved = 0
+                for _ in range(OUTBOX_REDRIVE_PAGES):
+                    page = await outbox.list_dead(outbox_id, limit=1000)
+                    if not page.items:
+                        break
+                    moved += len(await outbox.retry([m.id for m in page.items]))
+                return f"Re-drove {moved} dead message(s) of {outbox_id}."
+            try:
+                ids = [uuid.UUID(i) for i in fields.get("id") or []]
+            except ValueError as exc:
+                raise ConfigurationError(
+                    "a message id is not a UUID.", fix="use the form."
+                ) from exc
+            moved_ids = await outbox.retry(ids)
+            return f"Re-drove {len(moved_ids)} of {len(ids)} selected message(s)."
+
+        return await self.act(request, action)
+
+
+_RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
+    "waiting": ("cancel", "discard"),
+    "running": ("cancel",),
+    "dead": ("retry", "discard"),
+}
+
+
+def _summary(verb: str, changed: tuple[str, ...], unchanged: tuple[str, ...]) -> str:
+    return f"{verb}: {len(changed)} changed, {len(unchanged)} unchanged."
+
+
+def _with(path: str, **params: str) -> str:
+    return path + ("&" if "?" in path else "?") + urlencode(params)
+
+
+def _here(request: Request) -> str:
+    root = str(request.scope.get("root_path", "")).rstrip("/")
+    path = request.url.path
+    if not path.startswith(root):
+        path = root + path
+    query = [(k, v) for k, v in request.query_params.multi_items() if k not in ("done", "failed")]
+    return path + ("?" + urlencode(query) if query else "")
+
+
+def _when(value: str | None) -> datetime | None:
+    """A ``datetime-local`` value, read as UTC; a malformed one is a 400 (ConfigurationError)."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"{value!r} is not a date and time.", fix="use YYYY-MM-DDTHH:MM[:SS] (UTC)."
+        ) from exc
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def create_dashboard(
+    backend: AdministeredBackend,
+    *,
+    authorizer: DashboardAuthorizer,
+    actor: Callable[[Request], str] | None = None,
+    audit: AuditSink | None = None,
+    outbox: OutboxOperations | None = None,
+    outbox_ids: Iterable[str] = (),
+    definitions: Iterable[JobDefinition[Any]] = (),
+    secret: bytes | str | None = None,
+    refresh_seconds: float = 10.0,
+) -> Starlette:
+    """The operator dashboard over ``backend`` (any job backend), an ASGI application to mount
+    anywhere (``app.mount("/ops", create_dashboard(...))``) or serve alone
+    (``ship-sqla dashboard``).
+
+    - ``authorizer(request, permission, operation)``: whether the request's user holds
+      ``permission``; reads ask ``ship.jobs:read`` (or manage), actions ``ship.jobs:manage``
+      (the outbox page: ``ship.outbox:read`` / ``ship.outbox:manage``). Fail closed.
+    - ``actor(request)``: who the audit log names (default: the authenticated
+      ``request.user``'s display name, else ``anonymous@<client address>``).
+    - ``audit``: the audit log every action is written to (S1; e.g.
+      :func:`~ship_sqla.create_audit_log`); also shown on the audit page.
+    - ``outbox`` / ``outbox_ids``: the outbox operations (their own ``audit``) and the outbox
+      ids to show.
+    - ``definitions``: the job definitions, for the schedules' last occurrence and to list idle
+      jobs on the overview.
+    - ``secret``: signs CSRF tokens and page cursors (at least 16 bytes; default random per
+      process: give every replica behind one load balancer the same one).
+    - ``refresh_seconds``: how often the overview and workers pages refresh themselves (0: never).
+    """
+    if not callable(authorizer):
+        raise ConfigurationError(
+            "authorizer must be callable(request, permission, operation) -> bool.",
+            fix="pass authorizer=lambda request, permission, operation: ...",
+        )
+    key = secrets.token_bytes(32) if secret is None else secret
+    key_bytes = key.encode() if isinstance(key, str) else key
+    if len(key_bytes) < 16:  # noqa: PLR2004 - the documented minimum
+        raise ConfigurationError(
+            "the dashboard secret must be at least 16 bytes.", fix="pass secrets.token_bytes(32)."
+        )
+    jobs = create_job_operations(
+        backend, authorizer=lambda _p, _o: False, cursor_secret=key_bytes, audit=audit
+    )
+    state = _Dashboard(
+        jobs,
+        authorizer=authorizer,
+        actor=actor or _default_actor,
+        outbox=outbox,
+        outbox_ids=tuple(outbox_ids),
+        secret=key_bytes,
+        definitions={d.id: d for d in definitions},
+        refresh_seconds=refresh_seconds,
+    )
+    routes = [
+        Route("/", state.overview, methods=["GET"]),
+        Route("/runs", state.runs, methods=["GET"]),
+        Route("/runs/bulk", state.runs_bulk, methods=["POST"]),
+        Route("/runs/{run_id:path}/{verb}", state.run_action, methods=["POST"]),
+        Route("/runs/{run_id:path}", state.run_detail, methods=["GET"]),
+        Route("/dead", state.dead, methods=["GET"]),
+        Route("/dead/bulk", state.dead_bulk, methods=["POST"]),
+        Route("/schedules", state.schedules, methods=["GET"]),
+        Route("/workers", state.workers, methods=["GET"]),
+        Route("/outbox", state.outbox_page, methods=["GET"]),
+        Route("/outbox/{outbox_id}/redrive", state.outbox_redrive, methods=["POST"]),
+        Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
+        Route("/audit", state.audit, methods=["GET"]),
+    ]
+    return Starlette(routes=routes)

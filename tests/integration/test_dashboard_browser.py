@@ -1,0 +1,325 @@
+"""The dashboard in headless Chromium (issue 15; S1, S2), served by uvicorn on a free port over
+a private PostgreSQL database with real runs: pages render with the data, filters and paging
+work, a bulk retry from the browser changes the database (and is audited), a read-only user
+sees no action button, and a forged POST is refused.
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them); skipped
+without them, unless ``SHIP_SQLA_REQUIRE_BROWSER`` is set (CI): then it fails. Screenshots of
+the main pages are saved under ``artifacts/dashboard/`` (copies live in ``docs/images/``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dashboard_support import MAIL, REPORT, actor, authorizer, dead_runs
+from job_helpers import claim_request
+from sqlalchemy import MetaData, text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from ship_sqla import (
+    create_audit_log,
+    create_dashboard,
+    create_job_backend,
+    ship_audit_table,
+    ship_job_runs_table,
+    ship_job_state_table,
+    ship_job_workers_table,
+)
+from ship_sqla.kernel import Complete, Schedule, define_job
+
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "dashboard"
+
+
+async def _noop(payload: dict[str, Any]) -> None:
+    return None
+
+
+NIGHTLY = define_job("dash.nightly", _noop, payload=dict, schedule=Schedule(cron="0 3 * * *"))
+
+
+def _browser_or_skip() -> Any:
+    try:
+        from selenium import webdriver  # noqa: PLC0415 - optional: only these tests need it
+        from selenium.webdriver.chrome.service import Service  # noqa: PLC0415
+    except ImportError:
+        webdriver = None
+    missing = webdriver is None or not (Path(CHROMEDRIVER).exists() and Path(CHROMIUM).exists())
+    if missing:
+        reason = "selenium, chromium or chromium-driver is not installed"
+        if os.environ.get("SHIP_SQLA_REQUIRE_BROWSER"):
+            pytest.fail(f"{reason} (SHIP_SQLA_REQUIRE_BROWSER is set: browser tests must run)")
+        pytest.skip(reason)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1000",
+        "--disable-gpu",
+    ):
+        options.add_argument(argument)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _tables() -> tuple[MetaData, Any, Any, Any, Any]:
+    metadata = MetaData()
+    return (
+        metadata,
+        ship_job_runs_table(metadata),
+        ship_job_state_table(metadata),
+        ship_job_workers_table(metadata),
+        ship_audit_table(metadata),
+    )
+
+
+@pytest.fixture
+async def seeded(ship_engine):
+    """Tables, 60 dead runs of dash.mail and 3 of dash.report, 40 completed, 5 waiting runs, a
+    schedule and a worker entry."""
+    metadata, runs, state, workers, _audit = _tables()
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    backend = create_job_backend(
+        database=ship_engine, table=runs, state_table=state, workers_table=workers
+    )
+    await dead_runs(backend, MAIL, 60)
+    await dead_runs(backend, REPORT, 3)
+    for i in range(40):
+        await backend.enqueue(REPORT, {"done": i})
+    claimed = await backend.claim(claim_request(REPORT, worker="w", limit=40))
+    await backend.settle([Complete(run) for run in claimed])
+    for i in range(5):
+        await backend.enqueue(MAIL, {"later": i})
+    await backend.install_schedules([NIGHTLY])
+    async with ship_engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_workers (id, host, pid, started_at, last_seen_at, job_ids,"
+                " in_flight, draining) VALUES ('worker-1', 'app-1', 4242, now(), now(),"
+                " ARRAY['dash.mail', 'dash.report'], 3, false)"
+            )
+        )
+    return backend
+
+
+@pytest.fixture
+def server(seeded, ship_engine_url) -> Iterator[str]:
+    """uvicorn serving the dashboard, mounted at /ops, in a thread with its own event loop."""
+    import uvicorn  # noqa: PLC0415 - the dashboard extra
+    from starlette.applications import Starlette  # noqa: PLC0415
+    from starlette.routing import Mount  # noqa: PLC0415
+
+    port = _free_port()
+    holder: dict[str, Any] = {}
+
+    def serve() -> None:
+        _, runs, state, workers, audit_table = _tables()
+        engine = create_async_engine(ship_engine_url)
+        backend = create_job_backend(
+            database=engine, table=runs, state_table=state, workers_table=workers
+        )
+        dashboard = create_dashboard(
+            backend,
+            authorizer=authorizer,
+            actor=actor,
+            audit=create_audit_log(database=engine, table=audit_table),
+            definitions=[MAIL, REPORT, NIGHTLY],
+            refresh_seconds=0,
+        )
+        config = uvicorn.Config(
+            Starlette(routes=[Mount("/ops", app=dashboard)]),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="off",
+        )
+        holder["server"] = uvicorn.Server(config)
+        asyncio.run(_serve_then_dispose(holder["server"], engine))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    for _ in range(200):
+        if "server" in holder and holder["server"].started:
+            break
+        threading.Event().wait(0.05)  # polling a thread's flag: no event to wait on
+    assert holder["server"].started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}/ops"
+    holder["server"].should_exit = True
+    thread.join(timeout=10)
+
+
+async def _serve_then_dispose(server: Any, engine: Any) -> None:
+    try:
+        await server.serve()
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    driver = _browser_or_skip()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def _wait(browser: Any, condition: Any) -> None:
+    """Wait (at most 10 s) for a navigation's page: the driver does not always block on it."""
+    from selenium.webdriver.support.ui import WebDriverWait  # noqa: PLC0415
+
+    WebDriverWait(browser, 10).until(condition)
+
+
+def _as(browser: Any, base: str, user: str) -> None:
+    browser.get(base + "/audit")  # any page of the origin, to set its cookie
+    browser.add_cookie({"name": "as", "value": user, "path": "/"})
+
+
+def _shot(browser: Any, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    height = browser.execute_script("return document.body.scrollHeight")
+    browser.set_window_size(1280, min(max(int(height) + 120, 900), 1400))
+    assert browser.save_screenshot(str(ARTIFACTS / f"{name}.png"))
+    browser.set_window_size(1280, 1000)
+
+
+async def _states(engine: Any, run_ids: list[str]) -> list[str]:
+    async with engine.connect() as connection:
+        rows = await connection.execute(
+            text("SELECT id, state FROM ship_job_runs WHERE id = ANY(:ids)"), {"ids": run_ids}
+        )
+        found = dict(rows.all())
+    return [found[r] for r in run_ids]
+
+
+async def test_s2_pages_render_filters_page_and_a_bulk_retry_changes_the_database(
+    server, browser, ship_engine
+):
+    """S1, S2: with real runs, the overview shows the chart, the backlog and the worker; the
+    runs page filters by state and job and pages on; the run page shows the payload and the
+    attempt's traceback; on the dead letters, retrying two selected runs and then everything
+    matching the job changes the database and is in the audit log."""
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+    from selenium.webdriver.support.ui import Select  # noqa: PLC0415
+
+    _as(browser, server, "admin")
+    browser.get(server + "/")
+    assert browser.find_element(By.CSS_SELECTOR, "svg.chart")
+    assert "dash.mail" in browser.page_source
+    assert browser.find_element(By.ID, "workers-alive").text.startswith("1 alive")
+    _shot(browser, "overview")
+
+    browser.get(server + "/runs")
+    Select(browser.find_element(By.NAME, "state")).select_by_value("dead")
+    browser.find_element(By.NAME, "job").send_keys("dash.mail")
+    browser.find_element(By.ID, "filter").click()
+    _wait(browser, lambda d: "job=dash.mail" in d.current_url)
+    rows = browser.find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert len(rows) == 50, [r.text[:40] for r in rows][:3]
+    assert all("dash.mail" in row.text for row in rows)
+    _shot(browser, "runs")
+    browser.find_element(By.LINK_TEXT, "Next page →").click()
+    _wait(browser, lambda d: "cursor=" in d.current_url)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "tbody tr")) == 10
+    assert "End of the list." in browser.page_source
+
+    browser.find_element(By.CSS_SELECTOR, "tbody tr td a").click()
+    _wait(browser, lambda d: "/runs/" in d.current_url)
+    assert "Payload" in browser.page_source
+    assert "Traceback: line 1" in browser.find_element(By.ID, "attempts").text
+    assert browser.find_element(By.CSS_SELECTOR, "#actions button").text == "Retry"
+    _shot(browser, "run-detail")
+
+    browser.get(server + "/dead?job=dash.mail")
+    boxes = browser.find_elements(By.CSS_SELECTOR, 'input[name="id"]')
+    picked = [box.get_attribute("value") for box in boxes[:2]]
+    _shot(browser, "dead-letters")
+    for box in boxes[:2]:
+        box.click()
+    browser.find_element(By.ID, "retry-selected").click()
+    _wait(browser, lambda d: "done=" in d.current_url)
+    assert "Retry: 2 changed, 0 unchanged." in browser.find_element(By.ID, "flash").text
+    assert await _states(ship_engine, picked) == ["waiting", "waiting"]
+
+    browser.find_element(By.ID, "retry-all").click()
+    _wait(browser, lambda d: "58 changed" in d.page_source)
+    assert "58 changed" in browser.find_element(By.ID, "flash").text
+    async with ship_engine.connect() as connection:
+        dead = await connection.execute(
+            text("SELECT job_id, count(*) FROM ship_job_runs WHERE state = 'dead' GROUP BY 1")
+        )
+        assert dict(dead.all()) == {"dash.report": 3}
+
+    browser.get(server + "/audit")
+    audit = browser.find_element(By.TAG_NAME, "tbody").text
+    assert "jobs.retry_dead_matching" in audit
+    assert "jobs.retry_many" in audit
+    assert "admin" in audit
+
+
+async def test_s2_a_read_only_user_sees_no_action_buttons(server, browser, ship_engine):
+    """S2: ship.jobs:read only: every page renders its data with no button, checkbox or POST
+    form (the filter buttons aside), and the header says read only."""
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    _as(browser, server, "viewer")
+    for path in ("/", "/runs?state=dead", "/dead", "/schedules", "/workers", "/audit"):
+        browser.get(server + path)
+        assert "(read only)" in browser.page_source, path
+        assert browser.find_elements(By.CSS_SELECTOR, 'form[method="post"]') == [], path
+        assert browser.find_elements(By.CSS_SELECTOR, 'input[type="checkbox"]') == [], path
+        buttons = [b.get_attribute("id") for b in browser.find_elements(By.TAG_NAME, "button")]
+        assert set(buttons) <= {"filter"}, (path, buttons)
+    browser.get(server + "/dead")
+    assert "dash.mail" in browser.page_source
+    browser.find_element(By.CSS_SELECTOR, "tbody tr td a").click()
+    _wait(browser, lambda d: "/runs/" in d.current_url)
+    assert browser.find_elements(By.CSS_SELECTOR, "#actions button") == []
+    browser.get(server + "/schedules")
+    assert "dash.nightly" in browser.page_source
+    _shot(browser, "schedules-read-only")
+
+
+async def test_s2_a_forged_post_from_the_browser_is_refused(server, browser, ship_engine):
+    """S2: a form posted without the session's CSRF token (as another site's page would) is
+    refused with 403 and changes nothing, even for a manager."""
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    async with ship_engine.connect() as connection:
+        run_id = (
+            await connection.execute(
+                text("SELECT id FROM ship_job_runs WHERE state = 'dead' ORDER BY id LIMIT 1")
+            )
+        ).scalar_one()
+    _as(browser, server, "admin")
+    browser.get(server + "/dead")
+    for token in ("", "f" * 64):
+        browser.execute_script(
+            "const f = document.createElement('form'); f.method = 'post';"
+            " f.action = arguments[0];"
+            " const t = document.createElement('input'); t.name = 'csrf_token';"
+            " t.value = arguments[1]; f.appendChild(t); document.body.appendChild(f); f.submit();",
+            f"{server}/runs/{run_id}/retry",
+            token,
+        )
+        _wait(browser, lambda d: "CSRF" in d.page_source)
+        assert "CSRF" in browser.find_element(By.TAG_NAME, "body").text
+    assert await _states(ship_engine, [run_id]) == ["dead"]

@@ -1,0 +1,249 @@
+"""The dashboard over HTTP without a browser (httpx's ASGI transport): permissions (S2: a
+read-only user sees and can do nothing that changes state), CSRF (every state-changing request
+checked), the audit log of its actions (S1), mounting under a prefix, bulk actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+from dashboard_support import MAIL, REPORT, actor, authorizer, csrf_of, dead_runs
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from ship_sqla import create_dashboard
+from ship_sqla.kernel import InMemoryAuditLog, InMemoryJobBackend
+
+
+@pytest.fixture
+def backend(ship_clock):
+    return InMemoryJobBackend(clock=ship_clock)
+
+
+@pytest.fixture
+def audit(ship_clock):
+    return InMemoryAuditLog(ship_clock)
+
+
+@pytest.fixture
+def client(backend, audit):
+    dashboard = create_dashboard(
+        backend, authorizer=authorizer, actor=actor, audit=audit, definitions=[MAIL, REPORT]
+    )
+    app = Starlette(routes=[Mount("/ops", app=dashboard)])
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://app")
+
+
+async def _state(backend: Any, run_id: str) -> str:
+    record = await backend.admin.get_run(run_id)
+    assert record is not None
+    return str(record.state)
+
+
+async def test_s2_read_only_user_sees_pages_without_any_action_and_cannot_post(
+    client, backend, audit
+):
+    """S2: a user with ship.jobs:read only gets every page, with no POST form on any; a POST
+    they forge with a valid CSRF token is refused (403) by the operator surface, the run is
+    unchanged and nothing is audited."""
+    [run_id] = await dead_runs(backend, MAIL, 1)
+    viewer = {"x-user": "viewer"}
+    for path in (
+        "/ops/",
+        "/ops/runs?state=dead",
+        f"/ops/runs/{run_id}",
+        "/ops/dead",
+        "/ops/schedules",
+        "/ops/workers",
+        "/ops/audit",
+    ):
+        page = await client.get(path, headers=viewer)
+        assert page.status_code == 200, (path, page.text)
+        assert 'method="post"' not in page.text, path
+    assert run_id in (await client.get("/ops/dead", headers=viewer)).text
+    # A manager's page of the same session gives a valid token; the viewer posts with it.
+    token = csrf_of((await client.get("/ops/dead", headers={"x-user": "admin"})).text)
+    refused = await client.post(
+        f"/ops/runs/{run_id}/retry", data={"csrf_token": token}, headers=viewer
+    )
+    assert refused.status_code == 403
+    assert "ship.jobs:manage" in refused.text
+    assert await _state(backend, run_id) == "dead"
+    assert audit.entries == []
+
+
+async def test_s2_user_without_read_permission_is_refused_every_page(client):
+    """S2: no ship.jobs:read nor manage: every page answers 403 and shows nothing."""
+    for path in ("/ops/", "/ops/runs", "/ops/dead"):
+        page = await client.get(path, headers={"x-user": "nobody"})
+        assert page.status_code == 403
+        assert "ship.jobs:read" in page.text
+
+
+async def test_s2_forged_posts_without_the_sessions_csrf_token_are_refused(client, backend, audit):
+    """S2: a POST with no token, a made-up token, or another session's token is refused with
+    403 before anything runs: the run stays dead, no audit entry."""
+    [run_id] = await dead_runs(backend, MAIL, 1)
+    admin = {"x-user": "admin"}
+    token = csrf_of((await client.get("/ops/dead", headers=admin)).text)
+    other = httpx.AsyncClient(transport=client._transport, base_url="http://app")
+    other_token = csrf_of((await other.get("/ops/dead", headers=admin)).text)
+    assert other_token != token
+    for data in ({}, {"csrf_token": "0" * 64}, {"csrf_token": other_token}):
+        forged = await client.post(f"/ops/runs/{run_id}/retry", data=data, headers=admin)
+        assert forged.status_code == 403
+        assert "CSRF" in forged.text
+    # No session cookie at all (a cross-site form carries none: SameSite=Strict).
+    bare = httpx.AsyncClient(transport=client._transport, base_url="http://app")
+    forged = await bare.post(f"/ops/runs/{run_id}/retry", data={"csrf_token": token}, headers=admin)
+    assert forged.status_code == 403
+    assert await _state(backend, run_id) == "dead"
+    assert audit.entries == []
+
+
+async def test_s1_an_action_from_the_dashboard_changes_the_run_and_is_audited(
+    client, backend, audit
+):
+    """S1: a manager's retry goes through JobOperations: the run waits again, the answer
+    redirects back to the run's page with the outcome, and the audit log names who, what, the
+    run and how many."""
+    [run_id] = await dead_runs(backend, MAIL, 1)
+    admin = {"x-user": "admin"}
+    page = await client.get(f"/ops/runs/{run_id}", headers=admin)
+    assert "Retry" in page.text
+    assert "Traceback: line 1" in page.text
+    done = await client.post(
+        f"/ops/runs/{run_id}/retry",
+        data={"csrf_token": csrf_of(page.text), "next": f"/ops/runs/{run_id}"},
+        headers=admin,
+    )
+    assert done.status_code == 303
+    assert done.headers["location"].startswith(f"/ops/runs/{run_id}?done=")
+    assert await _state(backend, run_id) == "waiting"
+    [entry] = audit.entries
+    assert (entry.actor, entry.operation, entry.target, entry.count) == (
+        "admin",
+        "jobs.retry",
+        run_id,
+        1,
+    )
+    assert entry.at is not None
+    shown = await client.get("/ops/audit", headers=admin)
+    assert "jobs.retry" in shown.text
+
+
+async def test_s1_bulk_retry_of_everything_matching_the_filter_is_one_audited_operation(
+    client, backend, audit
+):
+    """S1: "Retry all matching" on the dead letters of one job retries every one of them (not
+    the other job's) in bounded batches, and writes one entry with the count."""
+    mail = await dead_runs(backend, MAIL, 7)
+    report = await dead_runs(backend, REPORT, 2)
+    admin = {"x-user": "admin"}
+    page = await client.get("/ops/dead?job=dash.mail", headers=admin)
+    answer = await client.post(
+        "/ops/dead/bulk",
+        data={
+            "csrf_token": csrf_of(page.text),
+            "action": "retry-all",
+            "job": "dash.mail",
+            "next": "/ops/dead?job=dash.mail",
+        },
+        headers=admin,
+    )
+    assert answer.status_code == 303
+    assert [await _state(backend, r) for r in mail] == ["waiting"] * 7
+    assert [await _state(backend, r) for r in report] == ["dead"] * 2
+    [entry] = audit.entries
+    assert (entry.operation, entry.target, entry.count) == (
+        "jobs.retry_dead_matching",
+        "dead runs of job=dash.mail",
+        7,
+    )
+
+
+async def test_selected_runs_and_pause_resume_and_no_open_redirect(client, backend, audit):
+    """Bulk discard of the selection; pause then resume of a job; a ``next`` off the dashboard
+    is ignored (no open redirect)."""
+    a, b, c = await dead_runs(backend, MAIL, 3)
+    admin = {"x-user": "admin"}
+    token = csrf_of((await client.get("/ops/dead", headers=admin)).text)
+    answer = await client.post(
+        "/ops/dead/bulk",
+        data={"csrf_token": token, "action": "discard", "id": [a, b], "next": "https://evil/"},
+        headers=admin,
+    )
+    assert answer.headers["location"].startswith("/ops/?done=")
+    assert [await _state(backend, r) for r in (a, b, c)] == ["discarded", "discarded", "dead"]
+    for verb in ("pause", "resume"):
+        answer = await client.post(
+            f"/ops/jobs/dash.mail/{verb}", data={"csrf_token": token}, headers=admin
+        )
+        assert answer.status_code == 303
+    assert [e.operation for e in audit.entries] == [
+        "jobs.discard_many",
+        "jobs.pause",
+        "jobs.resume",
+    ]
+    overview = await client.get("/ops/", headers=admin)
+    assert "dash.mail" in overview.text
+    assert "<svg" in overview.text
+
+
+async def test_runs_page_filters_and_pages_with_signed_cursors(client, backend):
+    """S2: the runs page filters by state and job and pages by a signed cursor; a tampered
+    cursor is a 400, not a 500."""
+    await dead_runs(backend, MAIL, 60)
+    await dead_runs(backend, REPORT, 3)
+    admin = {"x-user": "admin"}
+    first = await client.get("/ops/runs?state=dead&job=dash.mail", headers=admin)
+    assert first.text.count('name="id"') == 50
+    assert "dash.report" not in first.text.split("<tbody>")[1]
+    cursor = first.text.split("cursor=")[1].split('"')[0].replace("&amp;", "&")
+    second = await client.get(f"/ops/runs?state=dead&job=dash.mail&cursor={cursor}", headers=admin)
+    assert second.text.count('name="id"') == 10
+    bad = await client.get("/ops/runs?state=dead&job=dash.mail&cursor=xyz", headers=admin)
+    assert bad.status_code == 400
+
+
+async def test_s1_s2_outbox_page_counts_and_redrive_is_audited(ship_connection, ship_clock):
+    """S1, S2: the outbox page shows an outbox's pending, claimed and dead messages; a viewer
+    gets no re-drive form; a manager's "re-drive all" moves every dead message back to pending
+    and the outbox's operations audit it."""
+    from sqlalchemy import MetaData  # noqa: PLC0415
+
+    from ship_sqla import create_outbox, create_outbox_operations, ship_outbox_table  # noqa: PLC0415
+
+    metadata = MetaData()
+    table = ship_outbox_table(metadata)
+    await ship_connection.run_sync(metadata.create_all)
+    outbox = create_outbox(database=ship_connection, table=table, clock=ship_clock, max_attempts=1)
+    for n in range(3):
+        await outbox.enqueue("main", "t", {"n": n})
+    for message in await outbox.claim("main", 2, lease=10):
+        assert await outbox.fail(message, "boom") == "dead"
+    audit = InMemoryAuditLog(ship_clock)
+    operations = create_outbox_operations(outbox, authorizer=lambda *_: False, audit=audit)
+    dashboard = create_dashboard(
+        InMemoryJobBackend(clock=ship_clock),
+        authorizer=authorizer,
+        actor=actor,
+        outbox=operations,
+        outbox_ids=["main"],
+    )
+    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=dashboard), base_url="http://a")
+    viewer = await client.get("/outbox", headers={"x-user": "viewer"})
+    assert "pending 1 · claimed 0 · dead 2" in viewer.text
+    assert 'method="post"' not in viewer.text
+    page = await client.get("/outbox", headers={"x-user": "admin"})
+    answer = await client.post(
+        "/outbox/main/redrive",
+        data={"csrf_token": csrf_of(page.text), "action": "all", "next": "/outbox"},
+        headers={"x-user": "admin"},
+    )
+    assert answer.status_code == 303
+    after = await client.get("/outbox", headers={"x-user": "admin"})
+    assert "pending 3 · claimed 0 · dead 0" in after.text
+    [entry] = audit.entries
+    assert (entry.actor, entry.operation, entry.count) == ("admin", "outbox.retry", 2)
