@@ -7,7 +7,8 @@ Tables for people, ``--json`` for scripts. Exit codes are part of the interface:
   missing table); the message on stderr says what happened and the fix. A database that is
   down or unreachable is ``SHIP_SQLA_DATABASE_UNAVAILABLE: <what failed and why> (database
   <url without password>). Fix: ...``, whatever the driver raised;
-- 2: bad input: a usage error, a malformed option, a ``MODULE:ATTR`` that cannot be loaded.
+- 2: bad input: a usage error, a malformed option, a ``MODULE:ATTR`` that cannot be loaded;
+- 130: interrupted by Ctrl-C (SIGINT); the worker drains first.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import functools
 import importlib
 import inspect
 import json
+import logging
 import re
 import sys
 from datetime import timedelta
@@ -52,6 +54,7 @@ from ship_sqla._cli_jobs import (
     step_dict,
     worker_dict,
 )
+from ship_sqla._cli_logging import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging
 from ship_sqla._cli_outbox import purge_delivered
 from ship_sqla._jobs._demand_app import demand_document
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
@@ -69,7 +72,12 @@ from ship_sqla.kernel import (
     ShipError,
     TenantViolationError,
 )
-from ship_sqla.kernel._durations import MAX_DRAIN_TIMEOUT, MAX_POLL_INTERVAL, require_duration
+from ship_sqla.kernel._durations import (
+    MAX_DRAIN_TIMEOUT,
+    MAX_POLL_INTERVAL,
+    MAX_SAMPLE_INTERVAL,
+    require_duration,
+)
 from ship_sqla.kernel._errors import DatabaseUnavailableError
 from ship_sqla.kernel._keys import InvalidKeyError
 from ship_sqla.kernel._operations import (
@@ -101,11 +109,12 @@ if TYPE_CHECKING:
 else:  # click < 8.4's ParamType is not generic at runtime
     _AnyParamType = click.ParamType
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "cli", "main"]
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "cli", "main"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 T = TypeVar("T")
 
@@ -133,6 +142,10 @@ class _ShipGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:  # noqa: ANN401 - click's signature
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            # click's own answer is "Aborted!" and 1; the shell's convention is 130.
+            click.echo("ship-sqla: interrupted (Ctrl-C).", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
         except ConfigurationError as exc:
             raise click.UsageError(str(exc), ctx) from exc
         except ShipError as exc:
@@ -681,7 +694,7 @@ def _run_jobs_call(
     )
 
 
-@cli.command(short_help="Run a job worker until SIGTERM/SIGINT (J12 drain).")
+@cli.command(short_help="Run a job worker until SIGTERM/SIGINT (J12 drain), or --burst.")
 @click.argument("registry", metavar="APP:REGISTRY", type=REGISTRY)
 @database_url_option
 @click.option(
@@ -706,35 +719,89 @@ def _run_jobs_call(
     help="Time in-flight runs may finish after SIGTERM before they are cancelled (0: cancel at"
     " once), at most 1d.",
 )
+@click.option(
+    "--burst",
+    is_flag=True,
+    help="Execute the due runs, then drain and exit 0 once nothing is due (paused jobs aside)"
+    " and nothing is in flight; runs due later are left for later.",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Log at debug level: every completion too, and failures' tracebacks.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default=None,
+    help="The log level (default: info; -v: debug). warning shows only retries, stale"
+    " settles, drains and worse.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    show_default=True,
+    help="text for people, json (one object per line) for log shippers.",
+)
+@click.option(
+    "--summary-interval",
+    type=Duration(maximum=MAX_SAMPLE_INTERVAL, allow_zero=True),
+    default="60s",
+    show_default=True,
+    help="How often an info line sums up runs/s, failures and runs in flight (0: never).",
+)
 @job_tables_options(with_state_table=True, with_workers_table=True)
+@click.pass_context
 def worker(
+    ctx: click.Context,
     *,
     registry: JobRegistry,
     database_url: URL,
     max_in_flight: int,
     poll_interval: timedelta,
     drain_timeout: timedelta,
+    burst: bool,
+    verbose: bool,
+    log_level: str | None,
+    log_format: LogFormat,
+    summary_interval: timedelta,
     tables: JobTables,
 ) -> None:
-    """Execute the runs of the jobs registered at APP:REGISTRY (a JobRegistry, or a list of
-    job definitions) from the job tables (the default names unless --runs-table, --state-table
-    or --schema say otherwise), until SIGTERM or SIGINT. Then it stops claiming, lets in-flight
-    runs finish within --drain-timeout, cancels the rest (they wait again without losing an
-    attempt, J12) and exits 0. Errors the loop absorbs are logged to stderr. The worker
-    registers in the worker registry (F6, --workers-table; `ship-sqla workers` lists it) when
-    that table exists, and runs unregistered, saying so, when it does not."""
-    _run_jobs_call(
-        database_url,
-        run_worker(
+    """Execute the runs of the jobs registered at APP:REGISTRY (a JobRegistry, a job definition
+    or a list of them, defined at module level, e.g. examples.worker:registry) from the job
+    tables (the default names unless --runs-table, --state-table or --schema say otherwise),
+    until SIGTERM or SIGINT (or, with --burst, until nothing is due). Then it stops claiming,
+    lets in-flight runs finish within --drain-timeout, cancels the rest (they wait again
+    without losing an attempt, J12) and exits: 0 after SIGTERM or --burst, 130 after Ctrl-C.
+
+    It logs to stderr (S3): one line per retry, dead letter, timeout, stale settle, cancel and
+    drain, with job id, run id, attempt and error (never payloads), and a summary every
+    --summary-interval. The worker registers in the worker registry (F6, --workers-table;
+    `ship-sqla workers` lists it) when that table exists, and runs unregistered, saying so,
+    when it does not."""
+    level = log_level or ("debug" if verbose else "info")
+    handler = configure_logging(level, log_format)
+    summary = summary_interval.total_seconds()
+    try:
+        code = _run_jobs_call(
             database_url,
-            registry,
-            max_in_flight=max_in_flight,
-            poll_interval=poll_interval.total_seconds(),
-            drain_timeout=drain_timeout.total_seconds(),
-            tables=tables,
-        ),
-        tables=tables.names,
-    )
+            run_worker(
+                database_url,
+                registry,
+                max_in_flight=max_in_flight,
+                poll_interval=poll_interval.total_seconds(),
+                drain_timeout=drain_timeout.total_seconds(),
+                tables=tables,
+                summary_interval=summary or None,
+                burst=burst,
+            ),
+            tables=tables.names,
+        )
+    finally:
+        logging.getLogger("ship_sqla").removeHandler(handler)
+    ctx.exit(code)
 
 
 @cli.command(short_help="List the worker registry (F6).", epilog=OPERATOR_NOTE)
