@@ -25,6 +25,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 
+import attrs
 import click
 from sqlalchemy import MetaData
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
@@ -60,6 +61,12 @@ from ship_sqla._jobs._demand_app import demand_document
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._outbox._admin import MAX_RETENTION
 from ship_sqla._outbox._store import check_outbox_id
+from ship_sqla._schema_apply import (
+    COMPONENTS,
+    ShipTableNames,
+    apply_ship_schema,
+    ship_tables_metadata,
+)
 from ship_sqla._schema_check import SchemaCheckError, check_schema
 from ship_sqla._schema_sql import schema_sql
 from ship_sqla._server import NoServerError, to_async_url
@@ -97,6 +104,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Table
     from sqlalchemy.engine import URL
 
+    from ship_sqla._schema_apply import ApplyReport
     from ship_sqla._schema_check import SchemaReport
     from ship_sqla.kernel import Page
     from ship_sqla.kernel._operations import CancelResult, JobOperations
@@ -357,8 +365,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 metadata_option = click.option(
     "--metadata",
     type=METADATA,
-    required=True,
-    help="The MetaData holding the tables, as MODULE:ATTR (e.g. myapp.db:metadata).",
+    default=None,
+    help="The MetaData holding your tables, as MODULE:ATTR (e.g. myapp.db:metadata); default:"
+    " the ship tables, named as the options below say.",
 )
 table_option = click.option(
     "--table",
@@ -486,9 +495,115 @@ def cli() -> None:
     """
 
 
-@cli.group(short_help="Schema check (T3) and DDL of the tables' metadata.")
+@cli.group(short_help="Create (apply), check (T3) and print (sql) the tables.")
 def schema() -> None:
-    """Compare the database with the tables' metadata (T3), or print their DDL."""
+    """Create the ship tables without Alembic (apply), compare the database with the tables'
+    metadata (check, T3), or print their DDL (sql). Without --metadata each works on the ship
+    tables: the default names, or those the name options give."""
+
+
+_SHIP_TABLE_NAMES: Final = (
+    ("--runs-table", "runs", RUNS_TABLE_ENV, "jobs"),
+    ("--state-table", "state", STATE_TABLE_ENV, "jobs"),
+    ("--workers-table", "workers", WORKERS_TABLE_ENV, "jobs"),
+    ("--steps-table", "steps", None, "workflows"),
+    ("--events-table", "events", None, "workflows"),
+    ("--outbox-table", "outbox", OUTBOX_TABLE_ENV, "outbox"),
+    ("--idempotency-table", "idempotency", None, "idempotency"),
+    ("--webhook-events-table", "webhook_events", None, "webhooks"),
+    ("--lock-fences-table", "lock_fences", None, "locks"),
+)
+"""The name options of the ship tables: flag, ShipTableNames field, environment variable (the
+one the job and outbox commands read, so apply creates what they look for), component."""
+
+
+@attrs.frozen
+class ShipTablesChoice:
+    """The ship tables the name options describe, and which of those options were given on
+    the command line (they make no sense with --metadata)."""
+
+    names: ShipTableNames
+    schema: str | None
+    components: tuple[str, ...]
+    given: tuple[str, ...]
+
+    def metadata(self) -> MetaData:
+        try:
+            return ship_tables_metadata(self.names, schema=self.schema, components=self.components)
+        except ConfigurationError as exc:
+            raise click.UsageError(str(exc)) from exc
+
+
+def ship_tables_options(command: _Command) -> _Command:
+    """Adds --only, --schema and the name options; hands the command ``ship_tables``, a
+    :class:`ShipTablesChoice`."""
+
+    @functools.wraps(command)
+    def with_ship_tables(
+        *args: Any,  # noqa: ANN401 - click's arguments, passed on
+        only: tuple[str, ...],
+        ship_schema: str | None,
+        **kwargs: Any,  # noqa: ANN401
+    ) -> None:
+        ctx = click.get_current_context()
+        given = [
+            flag
+            for flag, field, _, _ in _SHIP_TABLE_NAMES
+            if ctx.get_parameter_source(f"{field}_table") is click.core.ParameterSource.COMMANDLINE
+        ]
+        given += [
+            flag
+            for flag, name in (("--only", "only"), ("--schema", "ship_schema"))
+            if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        ]
+        names = ShipTableNames(
+            **{field: kwargs.pop(f"{field}_table") for _, field, _, _ in _SHIP_TABLE_NAMES}
+        )
+        choice = ShipTablesChoice(
+            names, ship_schema, tuple(dict.fromkeys(only)) or COMPONENTS, tuple(given)
+        )
+        command(*args, ship_tables=choice, **kwargs)
+
+    decorated: Any = with_ship_tables
+    for flag, field, envvar, component in reversed(_SHIP_TABLE_NAMES):
+        decorated = click.option(
+            flag,
+            f"{field}_table",
+            type=Identifier("table"),
+            envvar=envvar,
+            show_envvar=envvar is not None,
+            default=getattr(ShipTableNames(), field),
+            show_default=True,
+            help=f"The name of the {field.replace('_', ' ')} table ({component}).",
+        )(decorated)
+    decorated = click.option(
+        "--schema",
+        "ship_schema",
+        type=Identifier("schema"),
+        default=None,
+        help="The schema of the ship tables (default: none, the search_path decides); apply"
+        " creates it when missing.",
+    )(decorated)
+    decorated = click.option(
+        "--only",
+        type=click.Choice(COMPONENTS),
+        multiple=True,
+        help="Only these ship tables (repeatable): jobs (runs, state, workers), workflows"
+        " (steps, events; with jobs), outbox, idempotency, webhooks, locks. Default: all.",
+    )(decorated)
+    return cast("_Command", decorated)
+
+
+def _chosen_metadata(metadata: MetaData | None, ship_tables: ShipTablesChoice) -> MetaData:
+    """--metadata, or the ship tables; the ship tables' options with --metadata are bad input."""
+    if metadata is None:
+        return ship_tables.metadata()
+    if ship_tables.given:
+        raise click.UsageError(
+            f"{', '.join(ship_tables.given)} name the ship tables, and --metadata names your own"
+            " tables; give one or the other."
+        )
+    return metadata
 
 
 def _resolve_tables(metadata: MetaData, names: tuple[str, ...]) -> list[Table] | None:
@@ -520,43 +635,104 @@ async def _check(
 @table_option
 @click.option(
     "--extra-tables/--no-extra-tables",
-    default=True,
-    show_default=True,
-    help="Report tables in the metadata's schemas that the metadata lacks.",
+    default=None,
+    help="Report tables in the metadata's schemas that the metadata lacks (default: yes with"
+    " --metadata, no for the ship tables, which share their schema with yours).",
 )
+@ship_tables_options
 @json_option
 @click.pass_context
 def schema_check(
     ctx: click.Context,
     *,
     database_url: URL,
-    metadata: MetaData,
+    metadata: MetaData | None,
     tables: tuple[str, ...],
-    extra_tables: bool,
+    extra_tables: bool | None,
+    ship_tables: ShipTablesChoice,
     as_json: bool,
 ) -> None:
     """Compare the live database with the metadata (T3): tables, columns, primary keys,
     constraints, and indexes including partial-index predicates, which `alembic check` does
     not compare. Exit 0 when they match, 1 when they differ."""
-    selected = _resolve_tables(metadata, tables)
+    extra = (metadata is not None) if extra_tables is None else extra_tables
+    chosen = _chosen_metadata(metadata, ship_tables)
+    selected = _resolve_tables(chosen, tables)
+    report = _schema_call(
+        database_url, _check(database_url, chosen, selected, extra), "check", as_json=as_json
+    )
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(report.format_text())
+    ctx.exit(EXIT_OK if report.ok else EXIT_FAILED)
+
+
+def _schema_call(database_url: URL, call: Coroutine[Any, Any, T], verb: str, *, as_json: bool) -> T:
+    """Run a schema command's call: an outage, a check that cannot run, or any other database
+    error is exit 1 with what failed and the fix."""
     try:
-        report = _database_call(
-            database_url, _check(database_url, metadata, selected, extra_tables), as_json=as_json
-        )
+        return _database_call(database_url, call, as_json=as_json)
     except SchemaCheckError as exc:
         _fail(str(exc), as_json=as_json, cause=exc)
     except (SQLAlchemyError, OSError) as exc:
         where = database_url.render_as_string(hide_password=True)
         _fail(
-            f"cannot check {where}: {type(exc).__name__}: {str(exc).splitlines()[0]}."
-            " Fix: check the URL, that the server is up and that the role may log in.",
+            f"cannot {verb} {where}: {type(exc).__name__}: {str(exc).splitlines()[0]}."
+            " Fix: check the URL, that the server is up and that the role may log in"
+            + (" and create tables." if verb == "apply the schema on" else "."),
             as_json=as_json,
             cause=exc,
         )
+
+
+async def _apply(url: URL, metadata: MetaData) -> ApplyReport:
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        return await apply_ship_schema(engine, metadata)
+    finally:
+        await engine.dispose()
+
+
+@schema.command("apply")
+@database_url_option
+@ship_tables_options
+@json_option
+@click.pass_context
+def schema_apply(
+    ctx: click.Context, *, database_url: URL, ship_tables: ShipTablesChoice, as_json: bool
+) -> None:
+    """Create the ship tables that are missing (default names unless the name options say
+    otherwise), for projects without Alembic, then check all of them (T3). Idempotent: existing
+    tables are left as they are, never altered or dropped; one that differs from what this
+    version expects is reported (exit 1) and needs a migration. Exit 0 when every table
+    matches. `ship-sqla schema sql` prints the same DDL instead."""
+    metadata = ship_tables.metadata()
+    report = _schema_call(
+        database_url, _apply(database_url, metadata), "apply the schema on", as_json=as_json
+    )
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        body = {
+            "created": list(report.created),
+            "existing": list(report.existing),
+            "created_schemas": list(report.created_schemas),
+            "check": report.check.to_dict(),
+        }
+        click.echo(json.dumps({"ok": report.ok, **body}, indent=2))
     else:
-        click.echo(report.format_text())
+        for schema_name in report.created_schemas:
+            click.echo(f"created schema {schema_name}.")
+        click.echo(f"created {len(report.created)} table(s): {', '.join(report.created) or '-'}.")
+        if report.existing:
+            click.echo(f"already there: {', '.join(report.existing)}.")
+        click.echo(report.check.format_text())
+        if not report.ok:
+            click.echo(
+                "ship-sqla schema apply: existing tables differ from what this version of"
+                " ship_sqla expects; apply never alters a table: migrate them (Alembic"
+                " autogenerate sees the same table factories).",
+                err=True,
+            )
     ctx.exit(EXIT_OK if report.ok else EXIT_FAILED)
 
 
@@ -570,10 +746,14 @@ def _fail(message: str, *, as_json: bool, cause: BaseException) -> NoReturn:
 @schema.command("sql")
 @metadata_option
 @table_option
-def schema_sql_command(metadata: MetaData, tables: tuple[str, ...]) -> None:
+@ship_tables_options
+def schema_sql_command(
+    metadata: MetaData | None, tables: tuple[str, ...], ship_tables: ShipTablesChoice
+) -> None:
     """Print the DDL (CREATE TYPE/TABLE/INDEX, partial predicates included) that creates the
-    metadata's tables, for projects without Alembic."""
-    click.echo(schema_sql(metadata, tables=_resolve_tables(metadata, tables)), nl=False)
+    metadata's tables (default: the ship tables), for projects without Alembic."""
+    chosen = _chosen_metadata(metadata, ship_tables)
+    click.echo(schema_sql(chosen, tables=_resolve_tables(chosen, tables)), nl=False)
 
 
 @cli.command(short_help="Run the README demo (no configuration needed).")
