@@ -21,7 +21,7 @@ import json
 import logging
 import re
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 
@@ -32,6 +32,7 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from ship_sqla._cli_enqueue import DEFAULT_MAX_ATTEMPTS, enqueue_run, stand_in_job
 from ship_sqla._cli_jobs import (
     DEFAULT_RUNS_TABLE,
     DEFAULT_STATE_TABLE,
@@ -74,10 +75,13 @@ from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import (
     ConfigurationError,
     InvalidCursorError,
+    InvalidPayloadError,
+    InvalidPriorityError,
     JobDefinition,
     JobRegistry,
     ShipError,
     TenantViolationError,
+    UnknownJobError,
 )
 from ship_sqla.kernel._durations import (
     MAX_DRAIN_TIMEOUT,
@@ -94,6 +98,7 @@ from ship_sqla.kernel._operations import (
     MAX_PAGE_LIMIT,
     MAX_PAUSED_JOBS,
 )
+from ship_sqla.kernel._priority import MAX_PRIORITY, MIN_PRIORITY
 from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError
@@ -1480,6 +1485,185 @@ def outbox_purge(
         click.echo(json.dumps({"outbox_id": outbox_id, "deleted": deleted}))
     else:
         click.echo(f"{outbox_id}: deleted {deleted} delivered message(s) from {qualified}.")
+
+
+class RunAt(_AnyParamType):
+    """When a run is due: an ISO-8601 time with its offset (``2030-01-01T09:00:00+02:00``,
+    ``...Z``), or ``+`` and a duration from now on this machine's clock (``+90s``, ``+10m``)."""
+
+    name = "TIME"
+
+    def convert(
+        self,
+        value: Any,  # noqa: ANN401 - click's signature
+        param: click.Parameter | None,
+        ctx: click.Context | None,
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        text = str(value).strip()
+        if text.startswith("+"):
+            offset = Duration(maximum=MAX_RETENTION, allow_zero=True).convert(text[1:], param, ctx)
+            return datetime.now(UTC) + offset
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(
+                f"{text!r} is not a time; write ISO-8601 with an offset, like"
+                " 2030-01-01T09:00:00Z, or a delay from now, like +10m.",
+                param,
+                ctx,
+            )
+        if when.tzinfo is None:
+            self.fail(
+                f"{text!r} has no UTC offset; add one (Z, +02:00) so the time is not guessed.",
+                param,
+                ctx,
+            )
+        return when
+
+
+def _json_payload(_ctx: click.Context, _param: click.Parameter, value: str) -> Any:  # noqa: ANN401
+    """``--payload``: JSON text, ``@FILE`` or ``-`` (stdin); bad JSON is bad input (exit 2)."""
+    source = "the option"
+    if value == "-":
+        value, source = sys.stdin.read(), "stdin"
+    elif value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            value, source = path.read_text(encoding="utf-8"), str(path)
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {path}: {exc.strerror}.") from exc
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(
+            f"the payload from {source} is not JSON ({exc.msg} at line {exc.lineno} column"
+            f' {exc.colno}); quote it for the shell, e.g. --payload \'{{"to": "a@b.c"}}\'.'
+        ) from exc
+
+
+@cli.command(short_help="Enqueue one run of a job, from the shell.", epilog=OPERATOR_NOTE)
+@click.argument("job_id", metavar="JOB")
+@click.option(
+    "--payload",
+    callback=_json_payload,
+    default="{}",
+    show_default=True,
+    help="The payload as JSON text, @FILE, or - for stdin.",
+)
+@click.option("--run-at", type=RunAt(), help="When it is due: 2030-01-01T09:00:00Z or +10m.")
+@click.option("--dedupe-key", help="J1: no second waiting or running run with this key.")
+@click.option(
+    "--priority",
+    type=click.IntRange(MIN_PRIORITY, MAX_PRIORITY),
+    help="K6: -10..10, higher first (default: the job's).",
+)
+@click.option("--tenant", metavar="TENANT", callback=_tenant_option, help="F2: the run's tenant.")
+@click.option(
+    "--registry",
+    type=REGISTRY,
+    default=None,
+    help="Enqueue through the application's definition of JOB (APP:REGISTRY): its attempts,"
+    " priority, dedupe policy, single-runner key and payload type. Without it a stand-in"
+    " with the options below is used.",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"Without --registry: the run's attempts (default {DEFAULT_MAX_ATTEMPTS}, the"
+    " RetryPolicy default).",
+)
+@click.option(
+    "--key",
+    default=None,
+    help="Without --registry: the single-runner key of a single-runner job ('' for one"
+    " without a key).",
+)
+@database_url_option
+@job_tables_options(with_state_table=False)
+@json_option
+def enqueue(
+    *,
+    job_id: str,
+    payload: Any,  # noqa: ANN401 - JSON
+    run_at: datetime | None,
+    dedupe_key: str | None,
+    priority: int | None,
+    tenant: str | None,
+    registry: JobRegistry | None,
+    max_attempts: int | None,
+    key: str | None,
+    database_url: URL,
+    tables: JobTables,
+    as_json: bool,
+) -> None:
+    """Enqueue one run of JOB with a JSON payload; a worker running JOB executes it. JOB need
+    not be importable here: without --registry the run gets --max-attempts (default 5, the
+    RetryPolicy default), --priority (default 0), --dedupe-key and --key as given, and the
+    payload as given; with --registry APP:REGISTRY the job's own definition decides them and
+    validates the payload, as the application's enqueue would. Exit 2 for a payload or option
+    the job refuses."""
+    if registry is not None:
+        if max_attempts is not None or key is not None:
+            raise click.UsageError(
+                "--max-attempts and --key are for the stand-in job; with --registry the job's"
+                " definition decides them."
+            )
+        try:
+            definition = registry.get(job_id)
+        except UnknownJobError as exc:
+            raise click.BadParameter(
+                f"{job_id!r} is not in that registry; it has:"
+                f" {', '.join(sorted(d.id for d in registry))}.",
+                param_hint="JOB",
+            ) from exc
+    else:
+        try:
+            definition = stand_in_job(
+                job_id, max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS, key=key
+            )
+        except ConfigurationError as exc:
+            raise click.BadParameter(f"{exc.message} Fix: {exc.fix}", param_hint="JOB") from exc
+    call = enqueue_run(
+        database_url,
+        definition,
+        payload,
+        tables=tables,
+        run_at=run_at,
+        dedupe_key=dedupe_key,
+        priority=priority,
+        tenant=tenant,
+    )
+    try:
+        result = _run_jobs_call(database_url, call, tables=tables.runs_name, as_json=as_json)
+    except (InvalidPayloadError, InvalidKeyError, InvalidPriorityError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    if as_json:
+        body = {
+            "run_id": result.run_id,
+            "deduplicated": result.deduplicated,
+            "rejected": result.rejected,
+            "job_id": job_id,
+            "max_attempts": definition.retry.attempts,
+        }
+        click.echo(json.dumps(body, indent=2))
+    elif result.rejected is not None:
+        raise OperationFailedError(
+            f"job {job_id}'s queue is full ({result.rejected}): nothing was enqueued."
+        )
+    elif result.deduplicated:
+        click.echo(
+            f"run {result.run_id} of {job_id} already holds dedupe key {dedupe_key!r}:"
+            " nothing was enqueued (J1)."
+        )
+    else:
+        due = "now" if run_at is None else run_at.isoformat()
+        click.echo(
+            f"enqueued run {result.run_id} of {job_id}, due {due},"
+            f" {definition.retry.attempts} attempt(s)."
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
