@@ -39,6 +39,7 @@ from ship_sqla._cli_jobs import (
     DEFAULT_WORKERS_TABLE,
     MAX_STATS_GROUPS,
     JobTables,
+    attempts_used,
     format_cancel,
     format_dead,
     format_demand,
@@ -52,6 +53,7 @@ from ship_sqla._cli_jobs import (
     not_found,
     record_dict,
     run_operation,
+    run_operation_on_run,
     run_worker,
     step_dict,
     worker_dict,
@@ -174,9 +176,10 @@ class ObjectReference(_AnyParamType):
 
     name = "MODULE:ATTR"
 
-    def __init__(self, expected: type[Any], what: str) -> None:
+    def __init__(self, expected: type[Any], what: str, example: str) -> None:
         self.expected = expected
         self.what = what
+        self.example = example
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: ANN401
         if isinstance(value, self.expected):
@@ -195,7 +198,7 @@ class ObjectReference(_AnyParamType):
         module_name, _, attribute = str(value).partition(":")
         if not module_name or not attribute:
             self.fail(
-                f"{value!r} is not MODULE:ATTR; name the {self.what} like myapp.db:metadata.",
+                f"{value!r} is not MODULE:ATTR; name the {self.what} like {self.example}.",
                 param,
                 ctx,
             )
@@ -356,7 +359,7 @@ class OutboxId(_AnyParamType):
             self.fail(exc.message, param, ctx)
 
 
-METADATA = ObjectReference(MetaData, "SQLAlchemy MetaData")
+METADATA = ObjectReference(MetaData, "SQLAlchemy MetaData", "myapp.db:metadata")
 
 database_url_option = click.option(
     "--database-url",
@@ -785,7 +788,7 @@ class JobsReference(ObjectReference):
     them; converted to a registry. Every failure is a usage error (exit 2)."""
 
     def __init__(self) -> None:
-        super().__init__(JobRegistry, "job registry")
+        super().__init__(JobRegistry, "job registry", "examples.worker:registry")
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: ANN401
         if isinstance(value, JobRegistry):
@@ -798,7 +801,8 @@ class JobsReference(ObjectReference):
         registry: JobRegistry | None = None
         message = (
             f"{value} is a {type(found).__name__}, not a job registry: name a JobRegistry,"
-            " a job definition (define_job) or a list of them, like myapp.jobs:registry."
+            " a job definition (define_job) or a list of them, defined at module level, like"
+            " examples.worker:registry."
         )
         if isinstance(found, list | tuple) and all(isinstance(d, JobDefinition) for d in found):
             try:
@@ -873,7 +877,7 @@ def _run_jobs_call(
         failing="cannot reach the job runs",
         fix="check the URL, that the server is up, and that the job tables exist (here:"
         f" {tables}; created by ship_job_runs_table / ship_job_state_table in your migrations,"
-        " or `ship-sqla schema sql`); name tables created under other names or in another"
+        " or by `ship-sqla schema apply`); name tables created under other names or in another"
         " schema with --runs-table and --schema (and --state-table for the worker).",
         as_json=as_json,
     )
@@ -1009,7 +1013,7 @@ def workers(database_url: URL, workers_table: str, schema: str | None, as_json: 
         failing="cannot read the worker registry",
         fix="check the URL, that the server is up, and that the workers table exists (here:"
         f" {tables.workers_name}; created by ship_job_workers_table in your migrations, or"
-        " `ship-sqla schema sql`); name a table created under another name or in another"
+        " `ship-sqla schema apply`); name a table created under another name or in another"
         " schema with --workers-table and --schema.",
         as_json=as_json,
     )
@@ -1136,11 +1140,13 @@ def jobs_rerun(run_id: str, step: str, database_url: URL, tables: JobTables) -> 
         return await ops.rerun_from_step(run_id, step)
 
     record = _run_jobs_call(
-        database_url, run_operation(database_url, call, tables), tables=tables.runs_name
+        database_url,
+        run_operation_on_run(database_url, run_id, call, tables),
+        tables=tables.runs_name,
     )
     click.echo(
-        f"run {record.run_id} ({record.job_id}) is due again from step {step!r}"
-        f" (attempts {record.attempt} of {record.max_attempts})."
+        f"run {record.run_id} ({record.job_id}) is due again from step {step!r}: attempts"
+        f" {attempts_used(record)}."
     )
 
 
@@ -1186,11 +1192,13 @@ def jobs_retry(run_id: str, database_url: URL, tables: JobTables) -> None:
         return await ops.retry(run_id)
 
     record = _run_jobs_call(
-        database_url, run_operation(database_url, call, tables), tables=tables.runs_name
+        database_url,
+        run_operation_on_run(database_url, run_id, call, tables),
+        tables=tables.runs_name,
     )
     click.echo(
-        f"run {record.run_id} ({record.job_id}) is {record.state} again:"
-        f" attempt {record.attempt + 1} of {record.max_attempts}."
+        f"run {record.run_id} ({record.job_id}) is {record.state} again, due now: attempts"
+        f" {attempts_used(record)}."
     )
 
 
@@ -1205,7 +1213,9 @@ def jobs_discard(run_id: str, database_url: URL, tables: JobTables) -> None:
         return await ops.discard(run_id)
 
     record = _run_jobs_call(
-        database_url, run_operation(database_url, call, tables), tables=tables.runs_name
+        database_url,
+        run_operation_on_run(database_url, run_id, call, tables),
+        tables=tables.runs_name,
     )
     click.echo(f"run {record.run_id} ({record.job_id}) is {record.state}.")
 
@@ -1225,7 +1235,7 @@ def jobs_cancel(run_id: str, database_url: URL, as_json: bool, tables: JobTables
 
     result = _run_jobs_call(
         database_url,
-        run_operation(database_url, call, tables),
+        run_operation_on_run(database_url, run_id, call, tables),
         tables=tables.runs_name,
         as_json=as_json,
     )

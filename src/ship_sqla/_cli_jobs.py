@@ -32,7 +32,7 @@ from ship_sqla._jobs import (
 )
 from ship_sqla._jobs._tables import RUN_STATES as TABLE_RUN_STATES
 from ship_sqla._naming import quoted_table
-from ship_sqla.kernel import start_job_runtime
+from ship_sqla.kernel import ShipError, start_job_runtime
 from ship_sqla.kernel._operations import (
     MANAGE_PERMISSION,
     MAX_DEMAND_JOBS,
@@ -294,7 +294,7 @@ def format_run(record: RunRecord) -> str:
         ("run", record.run_id),
         ("job", record.job_id),
         ("state", record.state),
-        ("attempts", f"{record.attempt} of {record.max_attempts}"),
+        ("attempts", attempts_used(record)),
         ("snoozes", str(record.snoozes)),
         ("key", record.key or "-"),
         ("dedupe_key", record.dedupe_key or "-"),
@@ -420,11 +420,56 @@ def format_stats(jobs: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def not_found(run_id: str, tables: JobTables = DEFAULT_TABLES) -> JobOperationRefusedError:
-    return JobOperationRefusedError(
-        f"run {run_id!r} was not found in {tables.runs_name}.",
-        fix="pass the id of an existing run (`ship-sqla jobs dead` lists dead ones).",
+class RunNotFoundError(ShipError, LookupError):
+    """No run has the id an operator command named (exit 1)."""
+
+    code = "SHIP_SQLA_RUN_NOT_FOUND"
+
+
+def not_found(run_id: str, tables: JobTables = DEFAULT_TABLES) -> RunNotFoundError:
+    return RunNotFoundError(
+        f"no such run {run_id!r} in {tables.runs_name}.",
+        fix="pass the id of an existing run (`ship-sqla jobs dead` lists the dead ones); name"
+        " tables created under other names with --runs-table and --schema.",
     )
+
+
+_CLI_WORDS: Final = (("list_dead", "`ship-sqla jobs dead`"),)
+"""The operator surface's Python names that its messages may carry, and the CLI's verbs."""
+
+
+def in_cli_words(error: JobOperationRefusedError) -> JobOperationRefusedError:
+    """``error`` with the Python method names of its message and fix replaced by CLI verbs."""
+    message, fix = error.message, error.fix
+    for python, verb in _CLI_WORDS:
+        message = message.replace(python, verb)
+        fix = None if fix is None else fix.replace(python, verb)
+    return JobOperationRefusedError(message, fix=fix)
+
+
+async def run_operation_on_run(
+    url: URL,
+    run_id: str,
+    operation: Callable[[JobOperations], Awaitable[T]],
+    tables: JobTables = DEFAULT_TABLES,
+) -> T:
+    """:func:`run_operation` for an operation on one run: a refusal of a run that does not
+    exist is :class:`RunNotFoundError` ("no such run"), any other is said in CLI words."""
+
+    async def guarded(ops: JobOperations) -> T:
+        try:
+            return await operation(ops)
+        except JobOperationRefusedError as exc:
+            if await ops.get_run(run_id) is None:
+                raise not_found(run_id, tables) from exc
+            raise in_cli_words(exc) from exc
+
+    return await run_operation(url, guarded, tables)
+
+
+def attempts_used(record: RunRecord) -> str:
+    """How ``jobs show``, ``retry`` and ``rerun`` all say a run's attempts: started of allowed."""
+    return f"{record.attempt} of {record.max_attempts} used"
 
 
 worker_log = logging.getLogger("ship_sqla.worker")
