@@ -72,7 +72,7 @@ from ship_sqla._schema_apply import (
 )
 from ship_sqla._schema_check import SchemaCheckError, check_schema
 from ship_sqla._schema_sql import schema_sql
-from ship_sqla._server import NoServerError, to_async_url
+from ship_sqla._server import NoServerError, clean_embedded, embedded_dir, to_async_url
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import (
     ConfigurationError,
@@ -499,7 +499,8 @@ def cli() -> None:
 
     Exit codes: 0 success; 1 the check found differences or the operation failed; 2 bad input
     (usage error, malformed option, MODULE:ATTR that cannot be loaded). The database URL may
-    come from SHIP_SQLA_DATABASE_URL.
+    come from SHIP_SQLA_DATABASE_URL (a generic DATABASE_URL is not read). 130: interrupted
+    (Ctrl-C).
     """
 
 
@@ -765,13 +766,26 @@ def schema_sql_command(
 
 
 @cli.command(short_help="Run the README demo (no configuration needed).")
+@click.option(
+    "--clean",
+    is_flag=True,
+    help="Run no demo: stop the embedded server and remove its data directory (its cache,"
+    " about 40 MB) and runtime directory.",
+)
 @click.pass_context
-def demo(ctx: click.Context) -> None:
+def demo(ctx: click.Context, clean: bool) -> None:
     """Run the README demo: two tenants' rows through a unit of work, an outbox message relayed
     to a printing sink, a job run by a worker, and a rollback that leaves none of them, in a
-    scratch database dropped afterwards. The server is SHIP_SQLA_DATABASE_URL, else
-    127.0.0.1:5432 when it answers, else the embedded one (the `embedded` extra;
-    SHIP_SQLA_EMBEDDED=1 skips the local probe)."""
+    scratch database dropped afterwards. The server is SHIP_SQLA_DATABASE_URL when set, else
+    the embedded one (the `embedded` extra; a local server is not probed, so the demo runs the
+    same on every machine). The embedded server keeps its data in ~/.cache/ship_sqla/embedded
+    (as root: under the temporary directory, after printing what pgserver changes outside it)
+    for the next run; `ship-sqla demo --clean` removes it. A generic DATABASE_URL is not read."""
+    if clean:
+        done = clean_embedded()
+        for line in done or [f"nothing to remove: {embedded_dir()} does not exist."]:
+            click.echo(line)
+        ctx.exit(EXIT_OK)
     # Imported on use: the demo pulls in every store, which the other commands do not need.
     result = importlib.import_module(DEMO_MODULE).main()
     if inspect.isawaitable(result):
