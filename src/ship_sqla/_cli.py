@@ -783,7 +783,9 @@ def demo(ctx: click.Context, clean: bool) -> None:
     for the next run; `ship-sqla demo --clean` removes it. A generic DATABASE_URL is not read."""
     if clean:
         done = clean_embedded()
-        for line in done or [f"nothing to remove: {embedded_dir()} does not exist."]:
+        if not any(line.startswith("removed") for line in done):
+            click.echo(f"nothing to remove: {embedded_dir()} does not exist.")
+        for line in done:
             click.echo(line)
         ctx.exit(EXIT_OK)
     # Imported on use: the demo pulls in every store, which the other commands do not need.
