@@ -61,7 +61,7 @@ class Greeting:
     "examples.greet",
     payload=Greeting,
     concurrency=Concurrency(max=5, lease=30),
-    retry=RetryPolicy(attempts=3, base_delay=1),
+    retry=RetryPolicy(base_delay=1),  # 5 attempts, the default `ship-sqla enqueue` also uses
 )
 async def greet(ctx: JobContext, payload: Greeting) -> None:
     # Delivery is at least once: a crash after this line and before the completion lands runs
