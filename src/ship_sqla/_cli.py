@@ -1645,6 +1645,13 @@ def enqueue(
                 f" {', '.join(sorted(d.id for d in registry))}.",
                 param_hint="JOB",
             ) from exc
+        try:
+            # The JSON as the job's payload type, as a worker will decode it: validated here.
+            payload = definition.decode(payload)
+        except Exception as exc:  # any codec's refusal is bad input (exit 2)
+            raise click.BadParameter(
+                f"job {job_id} refuses the payload: {exc}", param_hint="--payload"
+            ) from exc
     else:
         try:
             definition = stand_in_job(

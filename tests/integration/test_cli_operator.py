@@ -253,14 +253,22 @@ def test_input_slips_are_exit_2(
 
 
 async def test_enqueue_payload_the_job_refuses_is_exit_2(ship_engine_url: str) -> None:
-    """With --registry the job's codec validates the payload: a refused one is exit 2."""
+    """With --registry the job's codec decodes the JSON payload: a refused one is exit 2."""
     assert (await _apply(ship_engine_url, "--only", "jobs"))[0] == 0
     code, _, err = await ship_sqla(
         "enqueue", "examples.greet", "--payload", '{"nom": 1}', "--database-url",
         ship_engine_url, "--registry", "examples.worker:registry", cwd=REPOSITORY,
     )  # fmt: skip
     assert code == 2, err
-    assert "SHIP_SQLA_JOB_PAYLOAD_INVALID" in err or "payload" in err
+    assert "Invalid value for --payload: job examples.greet refuses the payload:" in err
+    assert "SHIP_SQLA_JOB_PAYLOAD_INVALID: payload does not fit Greeting" in err
+    # A payload that fits the job's type is decoded into it and enqueued.
+    code, out, err = await ship_sqla(
+        "enqueue", "examples.greet", "--payload", '{"name": "Ada"}', "--database-url",
+        ship_engine_url, "--registry", "examples.worker:registry", cwd=REPOSITORY,
+    )  # fmt: skip
+    assert code == 0, err
+    assert "5 attempt(s)" in out
 
 
 def test_demo_help_is_true_to_the_code() -> None:
