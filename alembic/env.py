@@ -30,7 +30,6 @@ def _url() -> str:
     configured = (
         config.get_main_option("sqlalchemy.url")
         or os.environ.get("SHIP_SQLA_DATABASE_URL")
-        or os.environ.get("DATABASE_URL")
     )
     if not configured:
         msg = (

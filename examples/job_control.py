@@ -1,9 +1,9 @@
 """Job control on PostgreSQL: outcome kinds, a per-run timeout, priorities, cancel, pause/resume.
 
-    python -m examples.job_control
+    python examples/job_control.py        # or: python -m examples.job_control
 
-It uses the server ``SHIP_SQLA_DATABASE_URL`` names, else the embedded one (the ``embedded``
-extra), in a scratch database it drops at the end. Each section prints what happened and the
+Extras: the ``embedded`` extra unless ``SHIP_SQLA_DATABASE_URL`` names a server, which it then
+uses, in a scratch database it drops at the end. Each section prints what happened and the
 run's history kinds (``ship-sqla jobs show RUN_ID`` prints the same).
 """
 

@@ -19,9 +19,11 @@ What it shows
 
 An outbox relay (``ship_sqla`` outbox) would deliver the messages; it is left out here.
 
-Run the demo (it starts the embedded PostgreSQL unless ``SHIP_SQLA_DATABASE_URL`` is set)::
+Extras: ``starlette`` and ``httpx`` (``pip install 'ship-sqla[dev]'`` has both), and the
+``embedded`` extra unless ``SHIP_SQLA_DATABASE_URL`` names a server. Run the demo (it starts the
+embedded PostgreSQL unless ``SHIP_SQLA_DATABASE_URL`` is set), from the repository root::
 
-    python -m examples.orders_app
+    python examples/orders_app.py        # or: python -m examples.orders_app
 
 Serve it with any ASGI server, e.g. ``uvicorn --factory examples.orders_app:create_app_from_env``
 with ``SHIP_SQLA_DATABASE_URL`` set and ``ORDERS_WEBHOOK_SECRET`` holding the ``whsec_`` secret.

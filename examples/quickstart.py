@@ -1,18 +1,23 @@
 """The quickstart: a table, a domain repository, a unit of work for two tenants, a projection.
 
-Run it with no PostgreSQL installed: it starts the embedded server from the ``embedded`` extra
-(or uses ``SHIP_SQLA_DATABASE_URL`` when set)::
+Extras: the ``embedded`` extra (``pip install 'ship-sqla[embedded]'``) unless
+``SHIP_SQLA_DATABASE_URL`` names a server, which it then uses. From the repository root::
 
-    python -m examples.quickstart
+    python examples/quickstart.py        # or: python -m examples.quickstart
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import attrs
+
+if __package__ in (None, ""):  # run as `python examples/quickstart.py`: find the package
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from examples.schema import metadata, orders
 from ship_sqla import (

@@ -7,7 +7,8 @@ Tables for people, ``--json`` for scripts. Exit codes are part of the interface:
   missing table); the message on stderr says what happened and the fix. A database that is
   down or unreachable is ``SHIP_SQLA_DATABASE_UNAVAILABLE: <what failed and why> (database
   <url without password>). Fix: ...``, whatever the driver raised;
-- 2: bad input: a usage error, a malformed option, a ``MODULE:ATTR`` that cannot be loaded.
+- 2: bad input: a usage error, a malformed option, a ``MODULE:ATTR`` that cannot be loaded;
+- 130: interrupted by Ctrl-C (SIGINT); the worker drains first.
 """
 
 from __future__ import annotations
@@ -17,24 +18,28 @@ import functools
 import importlib
 import inspect
 import json
+import logging
 import re
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, NoReturn, TypeVar, cast
 
+import attrs
 import click
 from sqlalchemy import MetaData
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from ship_sqla._cli_enqueue import DEFAULT_MAX_ATTEMPTS, enqueue_run, stand_in_job
 from ship_sqla._cli_jobs import (
     DEFAULT_RUNS_TABLE,
     DEFAULT_STATE_TABLE,
     DEFAULT_WORKERS_TABLE,
     MAX_STATS_GROUPS,
     JobTables,
+    attempts_used,
     format_cancel,
     format_dead,
     format_demand,
@@ -48,28 +53,44 @@ from ship_sqla._cli_jobs import (
     not_found,
     record_dict,
     run_operation,
+    run_operation_on_run,
     run_worker,
     step_dict,
     worker_dict,
 )
+from ship_sqla._cli_logging import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging
 from ship_sqla._cli_outbox import purge_delivered
 from ship_sqla._jobs._demand_app import demand_document
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._outbox._admin import MAX_RETENTION
 from ship_sqla._outbox._store import check_outbox_id
+from ship_sqla._schema_apply import (
+    COMPONENTS,
+    ShipTableNames,
+    apply_ship_schema,
+    ship_tables_metadata,
+)
 from ship_sqla._schema_check import SchemaCheckError, check_schema
 from ship_sqla._schema_sql import schema_sql
-from ship_sqla._server import NoServerError, to_async_url
+from ship_sqla._server import NoServerError, clean_embedded, embedded_dir, to_async_url
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import (
     ConfigurationError,
     InvalidCursorError,
+    InvalidPayloadError,
+    InvalidPriorityError,
     JobDefinition,
     JobRegistry,
     ShipError,
     TenantViolationError,
+    UnknownJobError,
 )
-from ship_sqla.kernel._durations import MAX_DRAIN_TIMEOUT, MAX_POLL_INTERVAL, require_duration
+from ship_sqla.kernel._durations import (
+    MAX_DRAIN_TIMEOUT,
+    MAX_POLL_INTERVAL,
+    MAX_SAMPLE_INTERVAL,
+    require_duration,
+)
 from ship_sqla.kernel._errors import DatabaseUnavailableError
 from ship_sqla.kernel._keys import InvalidKeyError
 from ship_sqla.kernel._operations import (
@@ -79,6 +100,7 @@ from ship_sqla.kernel._operations import (
     MAX_PAGE_LIMIT,
     MAX_PAUSED_JOBS,
 )
+from ship_sqla.kernel._priority import MAX_PRIORITY, MIN_PRIORITY
 from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError
@@ -89,6 +111,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Table
     from sqlalchemy.engine import URL
 
+    from ship_sqla._schema_apply import ApplyReport
     from ship_sqla._schema_check import SchemaReport
     from ship_sqla.kernel import Page
     from ship_sqla.kernel._operations import CancelResult, JobOperations
@@ -101,11 +124,12 @@ if TYPE_CHECKING:
 else:  # click < 8.4's ParamType is not generic at runtime
     _AnyParamType = click.ParamType
 
-__all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "cli", "main"]
+__all__ = ["EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "cli", "main"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
 
 T = TypeVar("T")
 
@@ -133,6 +157,10 @@ class _ShipGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:  # noqa: ANN401 - click's signature
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            # click's own answer is "Aborted!" and 1; the shell's convention is 130.
+            click.echo("ship-sqla: interrupted (Ctrl-C).", err=True)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
         except ConfigurationError as exc:
             raise click.UsageError(str(exc), ctx) from exc
         except ShipError as exc:
@@ -148,9 +176,10 @@ class ObjectReference(_AnyParamType):
 
     name = "MODULE:ATTR"
 
-    def __init__(self, expected: type[Any], what: str) -> None:
+    def __init__(self, expected: type[Any], what: str, example: str) -> None:
         self.expected = expected
         self.what = what
+        self.example = example
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: ANN401
         if isinstance(value, self.expected):
@@ -169,7 +198,7 @@ class ObjectReference(_AnyParamType):
         module_name, _, attribute = str(value).partition(":")
         if not module_name or not attribute:
             self.fail(
-                f"{value!r} is not MODULE:ATTR; name the {self.what} like myapp.db:metadata.",
+                f"{value!r} is not MODULE:ATTR; name the {self.what} like {self.example}.",
                 param,
                 ctx,
             )
@@ -330,7 +359,7 @@ class OutboxId(_AnyParamType):
             self.fail(exc.message, param, ctx)
 
 
-METADATA = ObjectReference(MetaData, "SQLAlchemy MetaData")
+METADATA = ObjectReference(MetaData, "SQLAlchemy MetaData", "myapp.db:metadata")
 
 database_url_option = click.option(
     "--database-url",
@@ -344,8 +373,9 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON f
 metadata_option = click.option(
     "--metadata",
     type=METADATA,
-    required=True,
-    help="The MetaData holding the tables, as MODULE:ATTR (e.g. myapp.db:metadata).",
+    default=None,
+    help="The MetaData holding your tables, as MODULE:ATTR (e.g. myapp.db:metadata); default:"
+    " the ship tables, named as the options below say.",
 )
 table_option = click.option(
     "--table",
@@ -469,13 +499,120 @@ def cli() -> None:
 
     Exit codes: 0 success; 1 the check found differences or the operation failed; 2 bad input
     (usage error, malformed option, MODULE:ATTR that cannot be loaded). The database URL may
-    come from SHIP_SQLA_DATABASE_URL.
+    come from SHIP_SQLA_DATABASE_URL (a generic DATABASE_URL is not read). 130: interrupted
+    (Ctrl-C).
     """
 
 
-@cli.group(short_help="Schema check (T3) and DDL of the tables' metadata.")
+@cli.group(short_help="Create (apply), check (T3) and print (sql) the tables.")
 def schema() -> None:
-    """Compare the database with the tables' metadata (T3), or print their DDL."""
+    """Create the ship tables without Alembic (apply), compare the database with the tables'
+    metadata (check, T3), or print their DDL (sql). Without --metadata each works on the ship
+    tables: the default names, or those the name options give."""
+
+
+_SHIP_TABLE_NAMES: Final = (
+    ("--runs-table", "runs", RUNS_TABLE_ENV, "jobs"),
+    ("--state-table", "state", STATE_TABLE_ENV, "jobs"),
+    ("--workers-table", "workers", WORKERS_TABLE_ENV, "jobs"),
+    ("--steps-table", "steps", None, "workflows"),
+    ("--events-table", "events", None, "workflows"),
+    ("--outbox-table", "outbox", OUTBOX_TABLE_ENV, "outbox"),
+    ("--idempotency-table", "idempotency", None, "idempotency"),
+    ("--webhook-events-table", "webhook_events", None, "webhooks"),
+    ("--lock-fences-table", "lock_fences", None, "locks"),
+)
+"""The name options of the ship tables: flag, ShipTableNames field, environment variable (the
+one the job and outbox commands read, so apply creates what they look for), component."""
+
+
+@attrs.frozen
+class ShipTablesChoice:
+    """The ship tables the name options describe, and which of those options were given on
+    the command line (they make no sense with --metadata)."""
+
+    names: ShipTableNames
+    schema: str | None
+    components: tuple[str, ...]
+    given: tuple[str, ...]
+
+    def metadata(self) -> MetaData:
+        try:
+            return ship_tables_metadata(self.names, schema=self.schema, components=self.components)
+        except ConfigurationError as exc:
+            raise click.UsageError(str(exc)) from exc
+
+
+def ship_tables_options(command: _Command) -> _Command:
+    """Adds --only, --schema and the name options; hands the command ``ship_tables``, a
+    :class:`ShipTablesChoice`."""
+
+    @functools.wraps(command)
+    def with_ship_tables(
+        *args: Any,  # noqa: ANN401 - click's arguments, passed on
+        only: tuple[str, ...],
+        ship_schema: str | None,
+        **kwargs: Any,  # noqa: ANN401
+    ) -> None:
+        ctx = click.get_current_context()
+        given = [
+            flag
+            for flag, field, _, _ in _SHIP_TABLE_NAMES
+            if ctx.get_parameter_source(f"{field}_table") is click.core.ParameterSource.COMMANDLINE
+        ]
+        given += [
+            flag
+            for flag, name in (("--only", "only"), ("--schema", "ship_schema"))
+            if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
+        ]
+        names = ShipTableNames(
+            **{field: kwargs.pop(f"{field}_table") for _, field, _, _ in _SHIP_TABLE_NAMES}
+        )
+        choice = ShipTablesChoice(
+            names, ship_schema, tuple(dict.fromkeys(only)) or COMPONENTS, tuple(given)
+        )
+        command(*args, ship_tables=choice, **kwargs)
+
+    decorated: Any = with_ship_tables
+    for flag, field, envvar, component in reversed(_SHIP_TABLE_NAMES):
+        decorated = click.option(
+            flag,
+            f"{field}_table",
+            type=Identifier("table"),
+            envvar=envvar,
+            show_envvar=envvar is not None,
+            default=getattr(ShipTableNames(), field),
+            show_default=True,
+            help=f"The name of the {field.replace('_', ' ')} table ({component}).",
+        )(decorated)
+    decorated = click.option(
+        "--schema",
+        "ship_schema",
+        type=Identifier("schema"),
+        default=None,
+        help="The schema of the ship tables (default: none, the search_path decides); apply"
+        " creates it when missing.",
+    )(decorated)
+    decorated = click.option(
+        "--only",
+        type=click.Choice(COMPONENTS),
+        multiple=True,
+        help="Only these ship tables (repeatable): jobs (runs, state, workers), workflows"
+        " (steps, events; with jobs), outbox, idempotency, webhooks, locks. Default: all.",
+    )(decorated)
+    return cast("_Command", decorated)
+
+
+def _chosen_metadata(metadata: MetaData | None, ship_tables: ShipTablesChoice) -> MetaData:
+    """--metadata, or the ship tables; the ship tables' options with --metadata are bad input."""
+    if metadata is None:
+        return ship_tables.metadata()
+    if ship_tables.given:
+        raise click.UsageError(
+            f"{', '.join(ship_tables.given)} name the ship tables, and --metadata names your own"
+            " tables; give one or the other."
+        )
+    return metadata
 
 
 def _resolve_tables(metadata: MetaData, names: tuple[str, ...]) -> list[Table] | None:
@@ -507,43 +644,104 @@ async def _check(
 @table_option
 @click.option(
     "--extra-tables/--no-extra-tables",
-    default=True,
-    show_default=True,
-    help="Report tables in the metadata's schemas that the metadata lacks.",
+    default=None,
+    help="Report tables in the metadata's schemas that the metadata lacks (default: yes with"
+    " --metadata, no for the ship tables, which share their schema with yours).",
 )
+@ship_tables_options
 @json_option
 @click.pass_context
 def schema_check(
     ctx: click.Context,
     *,
     database_url: URL,
-    metadata: MetaData,
+    metadata: MetaData | None,
     tables: tuple[str, ...],
-    extra_tables: bool,
+    extra_tables: bool | None,
+    ship_tables: ShipTablesChoice,
     as_json: bool,
 ) -> None:
     """Compare the live database with the metadata (T3): tables, columns, primary keys,
     constraints, and indexes including partial-index predicates, which `alembic check` does
     not compare. Exit 0 when they match, 1 when they differ."""
-    selected = _resolve_tables(metadata, tables)
+    extra = (metadata is not None) if extra_tables is None else extra_tables
+    chosen = _chosen_metadata(metadata, ship_tables)
+    selected = _resolve_tables(chosen, tables)
+    report = _schema_call(
+        database_url, _check(database_url, chosen, selected, extra), "check", as_json=as_json
+    )
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2))
+    else:
+        click.echo(report.format_text())
+    ctx.exit(EXIT_OK if report.ok else EXIT_FAILED)
+
+
+def _schema_call(database_url: URL, call: Coroutine[Any, Any, T], verb: str, *, as_json: bool) -> T:
+    """Run a schema command's call: an outage, a check that cannot run, or any other database
+    error is exit 1 with what failed and the fix."""
     try:
-        report = _database_call(
-            database_url, _check(database_url, metadata, selected, extra_tables), as_json=as_json
-        )
+        return _database_call(database_url, call, as_json=as_json)
     except SchemaCheckError as exc:
         _fail(str(exc), as_json=as_json, cause=exc)
     except (SQLAlchemyError, OSError) as exc:
         where = database_url.render_as_string(hide_password=True)
         _fail(
-            f"cannot check {where}: {type(exc).__name__}: {str(exc).splitlines()[0]}."
-            " Fix: check the URL, that the server is up and that the role may log in.",
+            f"cannot {verb} {where}: {type(exc).__name__}: {str(exc).splitlines()[0]}."
+            " Fix: check the URL, that the server is up and that the role may log in"
+            + (" and create tables." if verb == "apply the schema on" else "."),
             as_json=as_json,
             cause=exc,
         )
+
+
+async def _apply(url: URL, metadata: MetaData) -> ApplyReport:
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        return await apply_ship_schema(engine, metadata)
+    finally:
+        await engine.dispose()
+
+
+@schema.command("apply")
+@database_url_option
+@ship_tables_options
+@json_option
+@click.pass_context
+def schema_apply(
+    ctx: click.Context, *, database_url: URL, ship_tables: ShipTablesChoice, as_json: bool
+) -> None:
+    """Create the ship tables that are missing (default names unless the name options say
+    otherwise), for projects without Alembic, then check all of them (T3). Idempotent: existing
+    tables are left as they are, never altered or dropped; one that differs from what this
+    version expects is reported (exit 1) and needs a migration. Exit 0 when every table
+    matches. `ship-sqla schema sql` prints the same DDL instead."""
+    metadata = ship_tables.metadata()
+    report = _schema_call(
+        database_url, _apply(database_url, metadata), "apply the schema on", as_json=as_json
+    )
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        body = {
+            "created": list(report.created),
+            "existing": list(report.existing),
+            "created_schemas": list(report.created_schemas),
+            "check": report.check.to_dict(),
+        }
+        click.echo(json.dumps({"ok": report.ok, **body}, indent=2))
     else:
-        click.echo(report.format_text())
+        for schema_name in report.created_schemas:
+            click.echo(f"created schema {schema_name}.")
+        click.echo(f"created {len(report.created)} table(s): {', '.join(report.created) or '-'}.")
+        if report.existing:
+            click.echo(f"already there: {', '.join(report.existing)}.")
+        click.echo(report.check.format_text())
+        if not report.ok:
+            click.echo(
+                "ship-sqla schema apply: existing tables differ from what this version of"
+                " ship_sqla expects; apply never alters a table: migrate them (Alembic"
+                " autogenerate sees the same table factories).",
+                err=True,
+            )
     ctx.exit(EXIT_OK if report.ok else EXIT_FAILED)
 
 
@@ -557,20 +755,39 @@ def _fail(message: str, *, as_json: bool, cause: BaseException) -> NoReturn:
 @schema.command("sql")
 @metadata_option
 @table_option
-def schema_sql_command(metadata: MetaData, tables: tuple[str, ...]) -> None:
+@ship_tables_options
+def schema_sql_command(
+    metadata: MetaData | None, tables: tuple[str, ...], ship_tables: ShipTablesChoice
+) -> None:
     """Print the DDL (CREATE TYPE/TABLE/INDEX, partial predicates included) that creates the
-    metadata's tables, for projects without Alembic."""
-    click.echo(schema_sql(metadata, tables=_resolve_tables(metadata, tables)), nl=False)
+    metadata's tables (default: the ship tables), for projects without Alembic."""
+    chosen = _chosen_metadata(metadata, ship_tables)
+    click.echo(schema_sql(chosen, tables=_resolve_tables(chosen, tables)), nl=False)
 
 
 @cli.command(short_help="Run the README demo (no configuration needed).")
+@click.option(
+    "--clean",
+    is_flag=True,
+    help="Run no demo: stop the embedded server and remove its data directory (its cache,"
+    " about 40 MB) and runtime directory.",
+)
 @click.pass_context
-def demo(ctx: click.Context) -> None:
+def demo(ctx: click.Context, clean: bool) -> None:
     """Run the README demo: two tenants' rows through a unit of work, an outbox message relayed
     to a printing sink, a job run by a worker, and a rollback that leaves none of them, in a
-    scratch database dropped afterwards. The server is SHIP_SQLA_DATABASE_URL, else
-    127.0.0.1:5432 when it answers, else the embedded one (the `embedded` extra;
-    SHIP_SQLA_EMBEDDED=1 skips the local probe)."""
+    scratch database dropped afterwards. The server is SHIP_SQLA_DATABASE_URL when set, else
+    the embedded one (the `embedded` extra; a local server is not probed, so the demo runs the
+    same on every machine). The embedded server keeps its data in ~/.cache/ship_sqla/embedded
+    (as root: under the temporary directory, after printing what pgserver changes outside it)
+    for the next run; `ship-sqla demo --clean` removes it. A generic DATABASE_URL is not read."""
+    if clean:
+        done = clean_embedded()
+        if not any(line.startswith("removed") for line in done):
+            click.echo(f"nothing to remove: {embedded_dir()} does not exist.")
+        for line in done:
+            click.echo(line)
+        ctx.exit(EXIT_OK)
     # Imported on use: the demo pulls in every store, which the other commands do not need.
     result = importlib.import_module(DEMO_MODULE).main()
     if inspect.isawaitable(result):
@@ -587,7 +804,7 @@ class JobsReference(ObjectReference):
     them; converted to a registry. Every failure is a usage error (exit 2)."""
 
     def __init__(self) -> None:
-        super().__init__(JobRegistry, "job registry")
+        super().__init__(JobRegistry, "job registry", "examples.worker:registry")
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: ANN401
         if isinstance(value, JobRegistry):
@@ -600,7 +817,8 @@ class JobsReference(ObjectReference):
         registry: JobRegistry | None = None
         message = (
             f"{value} is a {type(found).__name__}, not a job registry: name a JobRegistry,"
-            " a job definition (define_job) or a list of them, like myapp.jobs:registry."
+            " a job definition (define_job) or a list of them, defined at module level, like"
+            " examples.worker:registry."
         )
         if isinstance(found, list | tuple) and all(isinstance(d, JobDefinition) for d in found):
             try:
@@ -675,13 +893,13 @@ def _run_jobs_call(
         failing="cannot reach the job runs",
         fix="check the URL, that the server is up, and that the job tables exist (here:"
         f" {tables}; created by ship_job_runs_table / ship_job_state_table in your migrations,"
-        " or `ship-sqla schema sql`); name tables created under other names or in another"
+        " or by `ship-sqla schema apply`); name tables created under other names or in another"
         " schema with --runs-table and --schema (and --state-table for the worker).",
         as_json=as_json,
     )
 
 
-@cli.command(short_help="Run a job worker until SIGTERM/SIGINT (J12 drain).")
+@cli.command(short_help="Run a job worker until SIGTERM/SIGINT (J12 drain), or --burst.")
 @click.argument("registry", metavar="APP:REGISTRY", type=REGISTRY)
 @database_url_option
 @click.option(
@@ -706,35 +924,89 @@ def _run_jobs_call(
     help="Time in-flight runs may finish after SIGTERM before they are cancelled (0: cancel at"
     " once), at most 1d.",
 )
+@click.option(
+    "--burst",
+    is_flag=True,
+    help="Execute the due runs, then drain and exit 0 once nothing is due (paused jobs aside)"
+    " and nothing is in flight; runs due later are left for later.",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    is_flag=True,
+    help="Log at debug level: every completion too, and failures' tracebacks.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default=None,
+    help="The log level (default: info; -v: debug). warning shows only retries, stale"
+    " settles, drains and worse.",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    show_default=True,
+    help="text for people, json (one object per line) for log shippers.",
+)
+@click.option(
+    "--summary-interval",
+    type=Duration(maximum=MAX_SAMPLE_INTERVAL, allow_zero=True),
+    default="60s",
+    show_default=True,
+    help="How often an info line sums up runs/s, failures and runs in flight (0: never).",
+)
 @job_tables_options(with_state_table=True, with_workers_table=True)
+@click.pass_context
 def worker(
+    ctx: click.Context,
     *,
     registry: JobRegistry,
     database_url: URL,
     max_in_flight: int,
     poll_interval: timedelta,
     drain_timeout: timedelta,
+    burst: bool,
+    verbose: bool,
+    log_level: str | None,
+    log_format: LogFormat,
+    summary_interval: timedelta,
     tables: JobTables,
 ) -> None:
-    """Execute the runs of the jobs registered at APP:REGISTRY (a JobRegistry, or a list of
-    job definitions) from the job tables (the default names unless --runs-table, --state-table
-    or --schema say otherwise), until SIGTERM or SIGINT. Then it stops claiming, lets in-flight
-    runs finish within --drain-timeout, cancels the rest (they wait again without losing an
-    attempt, J12) and exits 0. Errors the loop absorbs are logged to stderr. The worker
-    registers in the worker registry (F6, --workers-table; `ship-sqla workers` lists it) when
-    that table exists, and runs unregistered, saying so, when it does not."""
-    _run_jobs_call(
-        database_url,
-        run_worker(
+    """Execute the runs of the jobs registered at APP:REGISTRY (a JobRegistry, a job definition
+    or a list of them, defined at module level, e.g. examples.worker:registry) from the job
+    tables (the default names unless --runs-table, --state-table or --schema say otherwise),
+    until SIGTERM or SIGINT (or, with --burst, until nothing is due). Then it stops claiming,
+    lets in-flight runs finish within --drain-timeout, cancels the rest (they wait again
+    without losing an attempt, J12) and exits: 0 after SIGTERM or --burst, 130 after Ctrl-C.
+
+    It logs to stderr (S3): one line per retry, dead letter, timeout, stale settle, cancel and
+    drain, with job id, run id, attempt and error (never payloads), and a summary every
+    --summary-interval. The worker registers in the worker registry (F6, --workers-table;
+    `ship-sqla workers` lists it) when that table exists, and runs unregistered, saying so,
+    when it does not."""
+    level = log_level or ("debug" if verbose else "info")
+    handler = configure_logging(level, log_format)
+    summary = summary_interval.total_seconds()
+    try:
+        code = _run_jobs_call(
             database_url,
-            registry,
-            max_in_flight=max_in_flight,
-            poll_interval=poll_interval.total_seconds(),
-            drain_timeout=drain_timeout.total_seconds(),
-            tables=tables,
-        ),
-        tables=tables.names,
-    )
+            run_worker(
+                database_url,
+                registry,
+                max_in_flight=max_in_flight,
+                poll_interval=poll_interval.total_seconds(),
+                drain_timeout=drain_timeout.total_seconds(),
+                tables=tables,
+                summary_interval=summary or None,
+                burst=burst,
+            ),
+            tables=tables.names,
+        )
+    finally:
+        logging.getLogger("ship_sqla").removeHandler(handler)
+    ctx.exit(code)
 
 
 @cli.command(short_help="List the worker registry (F6).", epilog=OPERATOR_NOTE)
@@ -757,7 +1029,7 @@ def workers(database_url: URL, workers_table: str, schema: str | None, as_json: 
         failing="cannot read the worker registry",
         fix="check the URL, that the server is up, and that the workers table exists (here:"
         f" {tables.workers_name}; created by ship_job_workers_table in your migrations, or"
-        " `ship-sqla schema sql`); name a table created under another name or in another"
+        " `ship-sqla schema apply`); name a table created under another name or in another"
         " schema with --workers-table and --schema.",
         as_json=as_json,
     )
@@ -884,11 +1156,13 @@ def jobs_rerun(run_id: str, step: str, database_url: URL, tables: JobTables) -> 
         return await ops.rerun_from_step(run_id, step)
 
     record = _run_jobs_call(
-        database_url, run_operation(database_url, call, tables), tables=tables.runs_name
+        database_url,
+        run_operation_on_run(database_url, run_id, call, tables),
+        tables=tables.runs_name,
     )
     click.echo(
-        f"run {record.run_id} ({record.job_id}) is due again from step {step!r}"
-        f" (attempts {record.attempt} of {record.max_attempts})."
+        f"run {record.run_id} ({record.job_id}) is due again from step {step!r}: attempts"
+        f" {attempts_used(record)}."
     )
 
 
@@ -934,11 +1208,13 @@ def jobs_retry(run_id: str, database_url: URL, tables: JobTables) -> None:
         return await ops.retry(run_id)
 
     record = _run_jobs_call(
-        database_url, run_operation(database_url, call, tables), tables=tables.runs_name
+        database_url,
+        run_operation_on_run(database_url, run_id, call, tables),
+        tables=tables.runs_name,
     )
     click.echo(
-        f"run {record.run_id} ({record.job_id}) is {record.state} again:"
-        f" attempt {record.attempt + 1} of {record.max_attempts}."
+        f"run {record.run_id} ({record.job_id}) is {record.state} again, due now: attempts"
+        f" {attempts_used(record)}."
     )
 
 
@@ -953,7 +1229,9 @@ def jobs_discard(run_id: str, database_url: URL, tables: JobTables) -> None:
         return await ops.discard(run_id)
 
     record = _run_jobs_call(
-        database_url, run_operation(database_url, call, tables), tables=tables.runs_name
+        database_url,
+        run_operation_on_run(database_url, run_id, call, tables),
+        tables=tables.runs_name,
     )
     click.echo(f"run {record.run_id} ({record.job_id}) is {record.state}.")
 
@@ -973,7 +1251,7 @@ def jobs_cancel(run_id: str, database_url: URL, as_json: bool, tables: JobTables
 
     result = _run_jobs_call(
         database_url,
-        run_operation(database_url, call, tables),
+        run_operation_on_run(database_url, run_id, call, tables),
         tables=tables.runs_name,
         as_json=as_json,
     )
@@ -1233,6 +1511,192 @@ def outbox_purge(
         click.echo(json.dumps({"outbox_id": outbox_id, "deleted": deleted}))
     else:
         click.echo(f"{outbox_id}: deleted {deleted} delivered message(s) from {qualified}.")
+
+
+class RunAt(_AnyParamType):
+    """When a run is due: an ISO-8601 time with its offset (``2030-01-01T09:00:00+02:00``,
+    ``...Z``), or ``+`` and a duration from now on this machine's clock (``+90s``, ``+10m``)."""
+
+    name = "TIME"
+
+    def convert(
+        self,
+        value: Any,  # noqa: ANN401 - click's signature
+        param: click.Parameter | None,
+        ctx: click.Context | None,
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        text = str(value).strip()
+        if text.startswith("+"):
+            offset = Duration(maximum=MAX_RETENTION, allow_zero=True).convert(text[1:], param, ctx)
+            return datetime.now(UTC) + offset
+        try:
+            when = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(
+                f"{text!r} is not a time; write ISO-8601 with an offset, like"
+                " 2030-01-01T09:00:00Z, or a delay from now, like +10m.",
+                param,
+                ctx,
+            )
+        if when.tzinfo is None:
+            self.fail(
+                f"{text!r} has no UTC offset; add one (Z, +02:00) so the time is not guessed.",
+                param,
+                ctx,
+            )
+        return when
+
+
+def _json_payload(_ctx: click.Context, _param: click.Parameter, value: str) -> Any:  # noqa: ANN401
+    """``--payload``: JSON text, ``@FILE`` or ``-`` (stdin); bad JSON is bad input (exit 2)."""
+    source = "the option"
+    if value == "-":
+        value, source = sys.stdin.read(), "stdin"
+    elif value.startswith("@"):
+        path = Path(value[1:])
+        try:
+            value, source = path.read_text(encoding="utf-8"), str(path)
+        except OSError as exc:
+            raise click.BadParameter(f"cannot read {path}: {exc.strerror}.") from exc
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise click.BadParameter(
+            f"the payload from {source} is not JSON ({exc.msg} at line {exc.lineno} column"
+            f' {exc.colno}); quote it for the shell, e.g. --payload \'{{"to": "a@b.c"}}\'.'
+        ) from exc
+
+
+@cli.command(short_help="Enqueue one run of a job, from the shell.", epilog=OPERATOR_NOTE)
+@click.argument("job_id", metavar="JOB")
+@click.option(
+    "--payload",
+    callback=_json_payload,
+    default="{}",
+    show_default=True,
+    help="The payload as JSON text, @FILE, or - for stdin.",
+)
+@click.option("--run-at", type=RunAt(), help="When it is due: 2030-01-01T09:00:00Z or +10m.")
+@click.option("--dedupe-key", help="J1: no second waiting or running run with this key.")
+@click.option(
+    "--priority",
+    type=click.IntRange(MIN_PRIORITY, MAX_PRIORITY),
+    help="K6: -10..10, higher first (default: the job's).",
+)
+@click.option("--tenant", metavar="TENANT", callback=_tenant_option, help="F2: the run's tenant.")
+@click.option(
+    "--registry",
+    type=REGISTRY,
+    default=None,
+    help="Enqueue through the application's definition of JOB (APP:REGISTRY): its attempts,"
+    " priority, dedupe policy, single-runner key and payload type. Without it a stand-in"
+    " with the options below is used.",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=None,
+    help=f"Without --registry: the run's attempts (default {DEFAULT_MAX_ATTEMPTS}, the"
+    " RetryPolicy default).",
+)
+@click.option(
+    "--key",
+    default=None,
+    help="Without --registry: the single-runner key of a single-runner job ('' for one"
+    " without a key).",
+)
+@database_url_option
+@job_tables_options(with_state_table=False)
+@json_option
+def enqueue(
+    *,
+    job_id: str,
+    payload: Any,  # noqa: ANN401 - JSON
+    run_at: datetime | None,
+    dedupe_key: str | None,
+    priority: int | None,
+    tenant: str | None,
+    registry: JobRegistry | None,
+    max_attempts: int | None,
+    key: str | None,
+    database_url: URL,
+    tables: JobTables,
+    as_json: bool,
+) -> None:
+    """Enqueue one run of JOB with a JSON payload; a worker running JOB executes it. JOB need
+    not be importable here: without --registry the run gets --max-attempts (default 5, the
+    RetryPolicy default), --priority (default 0), --dedupe-key and --key as given, and the
+    payload as given; with --registry APP:REGISTRY the job's own definition decides them and
+    validates the payload, as the application's enqueue would. Exit 2 for a payload or option
+    the job refuses."""
+    if registry is not None:
+        if max_attempts is not None or key is not None:
+            raise click.UsageError(
+                "--max-attempts and --key are for the stand-in job; with --registry the job's"
+                " definition decides them."
+            )
+        try:
+            definition = registry.get(job_id)
+        except UnknownJobError as exc:
+            raise click.BadParameter(
+                f"{job_id!r} is not in that registry; it has:"
+                f" {', '.join(sorted(d.id for d in registry))}.",
+                param_hint="JOB",
+            ) from exc
+        try:
+            # The JSON as the job's payload type, as a worker will decode it: validated here.
+            payload = definition.decode(payload)
+        except Exception as exc:  # any codec's refusal is bad input (exit 2)
+            raise click.BadParameter(
+                f"job {job_id} refuses the payload: {exc}", param_hint="--payload"
+            ) from exc
+    else:
+        try:
+            definition = stand_in_job(
+                job_id, max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS, key=key
+            )
+        except ConfigurationError as exc:
+            raise click.BadParameter(f"{exc.message} Fix: {exc.fix}", param_hint="JOB") from exc
+    call = enqueue_run(
+        database_url,
+        definition,
+        payload,
+        tables=tables,
+        run_at=run_at,
+        dedupe_key=dedupe_key,
+        priority=priority,
+        tenant=tenant,
+    )
+    try:
+        result = _run_jobs_call(database_url, call, tables=tables.runs_name, as_json=as_json)
+    except (InvalidPayloadError, InvalidKeyError, InvalidPriorityError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    if as_json:
+        body = {
+            "run_id": result.run_id,
+            "deduplicated": result.deduplicated,
+            "rejected": result.rejected,
+            "job_id": job_id,
+            "max_attempts": definition.retry.attempts,
+        }
+        click.echo(json.dumps(body, indent=2))
+    elif result.rejected is not None:
+        raise OperationFailedError(
+            f"job {job_id}'s queue is full ({result.rejected}): nothing was enqueued."
+        )
+    elif result.deduplicated:
+        click.echo(
+            f"run {result.run_id} of {job_id} already holds dedupe key {dedupe_key!r}:"
+            " nothing was enqueued (J1)."
+        )
+    else:
+        due = "now" if run_at is None else run_at.isoformat()
+        click.echo(
+            f"enqueued run {result.run_id} of {job_id}, due {due},"
+            f" {definition.retry.attempts} attempt(s)."
+        )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import signal
-import sys
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
@@ -32,12 +32,15 @@ from ship_sqla._jobs import (
 )
 from ship_sqla._jobs._tables import RUN_STATES as TABLE_RUN_STATES
 from ship_sqla._naming import quoted_table
-from ship_sqla.kernel import start_job_runtime
+from ship_sqla.kernel import ShipError, start_job_runtime
 from ship_sqla.kernel._operations import (
     MANAGE_PERMISSION,
+    MAX_DEMAND_JOBS,
+    MAX_PAUSED_JOBS,
     JobOperationRefusedError,
     create_job_operations,
 )
+from ship_sqla.kernel._ports import JobLeaseStaleError
 from ship_sqla.kernel._workflows import CHILDREN_DONE, CHILDREN_WAIT
 
 if TYPE_CHECKING:
@@ -48,7 +51,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from ship_sqla._jobs import PostgresJobBackend
-    from ship_sqla.kernel import JobDefinition, JobRegistry, Page
+    from ship_sqla.kernel import JobDefinition, JobRegistry, JobRuntime, Page
     from ship_sqla.kernel._operations import CancelResult, JobOperations
     from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord, StateCount
     from ship_sqla.kernel._workers import WorkerRecord
@@ -291,7 +294,7 @@ def format_run(record: RunRecord) -> str:
         ("run", record.run_id),
         ("job", record.job_id),
         ("state", record.state),
-        ("attempts", f"{record.attempt} of {record.max_attempts}"),
+        ("attempts", attempts_used(record)),
         ("snoozes", str(record.snoozes)),
         ("key", record.key or "-"),
         ("dedupe_key", record.dedupe_key or "-"),
@@ -417,15 +420,77 @@ def format_stats(jobs: Sequence[dict[str, Any]]) -> str:
     )
 
 
-def not_found(run_id: str, tables: JobTables = DEFAULT_TABLES) -> JobOperationRefusedError:
-    return JobOperationRefusedError(
-        f"run {run_id!r} was not found in {tables.runs_name}.",
-        fix="pass the id of an existing run (`ship-sqla jobs dead` lists dead ones).",
+class RunNotFoundError(ShipError, LookupError):
+    """No run has the id an operator command named (exit 1)."""
+
+    code = "SHIP_SQLA_RUN_NOT_FOUND"
+
+
+def not_found(run_id: str, tables: JobTables = DEFAULT_TABLES) -> RunNotFoundError:
+    return RunNotFoundError(
+        f"no such run {run_id!r} in {tables.runs_name}.",
+        fix="pass the id of an existing run (`ship-sqla jobs dead` lists the dead ones); name"
+        " tables created under other names with --runs-table and --schema.",
     )
 
 
+_CLI_WORDS: Final = (("list_dead", "`ship-sqla jobs dead`"),)
+"""The operator surface's Python names that its messages may carry, and the CLI's verbs."""
+
+
+def in_cli_words(error: JobOperationRefusedError) -> JobOperationRefusedError:
+    """``error`` with the Python method names of its message and fix replaced by CLI verbs."""
+    message, fix = error.message, error.fix
+    for python, verb in _CLI_WORDS:
+        message = message.replace(python, verb)
+        fix = None if fix is None else fix.replace(python, verb)
+    return JobOperationRefusedError(message, fix=fix)
+
+
+async def run_operation_on_run(
+    url: URL,
+    run_id: str,
+    operation: Callable[[JobOperations], Awaitable[T]],
+    tables: JobTables = DEFAULT_TABLES,
+) -> T:
+    """:func:`run_operation` for an operation on one run: a refusal of a run that does not
+    exist is :class:`RunNotFoundError` ("no such run"), any other is said in CLI words."""
+
+    async def guarded(ops: JobOperations) -> T:
+        try:
+            return await operation(ops)
+        except JobOperationRefusedError as exc:
+            if await ops.get_run(run_id) is None:
+                raise not_found(run_id, tables) from exc
+            raise in_cli_words(exc) from exc
+
+    return await run_operation(url, guarded, tables)
+
+
+def attempts_used(record: RunRecord) -> str:
+    """How ``jobs show``, ``retry`` and ``rerun`` all say a run's attempts: started of allowed."""
+    return f"{record.attempt} of {record.max_attempts} used"
+
+
+worker_log = logging.getLogger("ship_sqla.worker")
+"""The command's own lines (started, stopping, absorbed errors); the runs' lines are the
+runtime's, on ``ship_sqla.jobs`` (S3)."""
+
+EXIT_INTERRUPTED: Final = 130
+"""The shell's code for a process ended by SIGINT (128 + 2): ``ship-sqla worker`` exits with it
+after the drain a Ctrl-C started; SIGTERM (a deployment's stop) exits 0."""
+
+BURST_IDLE_CHECKS: Final = 2
+"""``--burst`` stops after this many checks in a row found nothing due and nothing in flight:
+one check could fall between a claim's answer and its runs' start."""
+
+
 def _report_error(error: BaseException) -> None:
-    print(f"ship-sqla worker: {type(error).__name__}: {error}", file=sys.stderr, flush=True)  # noqa: T201 - the worker's on_error
+    """The worker's on_error (J11): every absorbed error is one ERROR line, with its code and
+    fix. A stale settle is DEBUG here: the runtime's own WARNING line for it (event "stale")
+    already names the run."""
+    level = logging.DEBUG if isinstance(error, JobLeaseStaleError) else logging.ERROR
+    worker_log.log(level, "absorbed %s: %s", type(error).__name__, error)
 
 
 async def _check_tables(engine: AsyncEngine, backend: PostgresJobBackend) -> None:
@@ -436,6 +501,17 @@ async def _check_tables(engine: AsyncEngine, backend: PostgresJobBackend) -> Non
             await connection.execute(probe)
 
 
+async def _nothing_due(backend: PostgresJobBackend, job_ids: Sequence[str]) -> bool:
+    """``--burst``: no run of these jobs is due, paused jobs aside (their runs wait anyway)."""
+    admin = backend.admin
+    paused = {p.job_id for p in await admin.paused(limit=MAX_PAUSED_JOBS)}
+    wanted = [job_id for job_id in job_ids if job_id not in paused][:MAX_DEMAND_JOBS]
+    if not wanted:
+        return True
+    demands = await admin.demand(wanted, cap=1, max_jobs=len(wanted))
+    return all(d.due == 0 for d in demands)
+
+
 async def run_worker(
     url: URL,
     jobs: JobRegistry | Sequence[JobDefinition[Any]],
@@ -444,16 +520,26 @@ async def run_worker(
     poll_interval: float,
     drain_timeout: float,
     tables: JobTables = DEFAULT_TABLES,
-) -> None:
-    """Execute ``jobs``' runs until SIGTERM or SIGINT, then stop claiming and drain (J12)."""
+    summary_interval: float | None = None,
+    burst: bool = False,
+) -> int:
+    """Execute ``jobs``' runs until SIGTERM or SIGINT (or, with ``burst``, until nothing is due
+    and nothing in flight), then stop claiming and drain (J12). The exit code: 130 after a
+    SIGINT, else 0."""
     engine = create_async_engine(url)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    received: list[int] = []
+
+    def on_signal(number: int) -> None:
+        received.append(number)
+        stop.set()
+
     signals = (signal.SIGTERM, signal.SIGINT)
     # Installed before the runtime starts, so a signal is never the default (abrupt) exit once
     # a run may be executing.
     for number in signals:
-        loop.add_signal_handler(number, stop.set)
+        loop.add_signal_handler(number, on_signal, number)
     try:
         backend = create_job_backend(
             database=engine,
@@ -466,24 +552,54 @@ async def run_worker(
         )
         await _check_tables(engine, backend)
         runtime = await start_job_runtime(
-            jobs, backend=backend, mode="worker", drain_timeout=drain_timeout
+            jobs,
+            backend=backend,
+            mode="worker",
+            drain_timeout=drain_timeout,
+            summary_interval=summary_interval,
         )
         ids = ", ".join(d.id for d in jobs)
-        _report(
-            f"ship-sqla worker: executing {ids} as worker {runtime.worker_id}; SIGTERM or Ctrl-C"
-            " drains and stops."
+        until = "nothing is due (--burst)" if burst else "SIGTERM or Ctrl-C"
+        worker_log.info(
+            "executing %s as worker %s until %s; then it drains and stops.",
+            ids,
+            runtime.worker_id,
+            until,
         )
         try:
-            await stop.wait()
-            _report(f"ship-sqla worker: stopping, draining for up to {drain_timeout:g}s.")
+            if burst:
+                await _until_idle(backend, runtime, stop, [d.id for d in jobs], poll_interval)
+            else:
+                await stop.wait()
+            worker_log.info("stopping: draining for up to %gs.", drain_timeout)
         finally:
             await runtime.stop()
-        _report("ship-sqla worker: stopped.")
+        worker_log.info("stopped.")
     finally:
         for number in signals:
             loop.remove_signal_handler(number)
         await engine.dispose()
+    return EXIT_INTERRUPTED if signal.SIGINT in received else 0
 
 
-def _report(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)  # noqa: T201 - progress for the operator
+async def _until_idle(
+    backend: PostgresJobBackend,
+    runtime: JobRuntime,
+    stop: asyncio.Event,
+    job_ids: Sequence[str],
+    poll_interval: float,
+) -> None:
+    """``--burst``: return once :data:`BURST_IDLE_CHECKS` checks in a row found no due run of
+    these jobs and none in flight here, or at a signal."""
+    every = min(poll_interval, 0.25)
+    idle = 0
+    while idle < BURST_IDLE_CHECKS:
+        try:
+            await asyncio.wait_for(stop.wait(), timeout=every)
+        except TimeoutError:
+            pass
+        else:
+            return
+        busy = runtime.in_flight > 0 or not await _nothing_due(backend, job_ids)
+        idle = 0 if busy else idle + 1
+    worker_log.info("nothing due and nothing in flight (--burst).")

@@ -238,13 +238,19 @@ async def test_dead_show_retry_discard(
 
     code, out, err = await ship_sqla("jobs", "retry", first, *url, cwd=app_dir)
     assert (code, err) == (0, ""), err
-    assert "is waiting again: attempt 2 of 2." in out
+    assert "is waiting again, due now: attempts 1 of 2 used." in out
     assert (await state_of(ship_engine, first))[:3] == ("waiting", 1, 2)
+    # retry and show say the attempts the same way (issue 15).
+    code, out, _ = await ship_sqla("jobs", "show", first, *url, cwd=app_dir)
+    assert "attempts:         1 of 2 used" in out
 
     code, out, err = await ship_sqla("jobs", "retry", first, *url, cwd=app_dir)
     assert code == 1
     assert "SHIP_SQLA_JOB_OPERATION_REFUSED" in err
     assert "it is 'waiting'; retry takes only dead runs" in err
+    # Messages use the CLI's verbs, not the Python API's (issue 15).
+    assert "`ship-sqla jobs dead`" in err
+    assert "list_dead" not in err
     assert "Traceback" not in err
 
     code, out, err = await ship_sqla("jobs", "discard", second, *url, cwd=app_dir)
@@ -252,10 +258,13 @@ async def test_dead_show_retry_discard(
     assert f"run {second} (cli.mail) is discarded." in out
     assert (await state_of(ship_engine, second))[0] == "discarded"
 
-    for command in ("show", "retry", "discard"):
+    for command in ("show", "retry", "discard", "cancel"):
         code, _, err = await ship_sqla("jobs", command, "no-such-run", *url, cwd=app_dir)
         assert code == 1, command
-        assert "no-such-run" in err
+        # A missing run is "no such run", not a refused operation (issue 15).
+        assert "SHIP_SQLA_RUN_NOT_FOUND: no such run 'no-such-run' in ship_job_runs." in err
+        assert "OPERATION_REFUSED" not in err
+        assert "list_dead" not in err
         assert "Traceback" not in err
 
 
@@ -409,7 +418,7 @@ async def test_job_commands_on_tables_with_other_names(
         "jobs", "show", "no-such-run", *url, *CUSTOM_OPTIONS, cwd=app_dir
     )
     assert code == 1
-    assert "'no-such-run' was not found in ops.billing_runs" in err
+    assert "no such run 'no-such-run' in ops.billing_runs." in err
 
     # The same through the environment, as a deployment would set it once.
     environment = {"SHIP_SQLA_JOB_RUNS_TABLE": "billing_runs", "SHIP_SQLA_JOB_SCHEMA": "ops"}

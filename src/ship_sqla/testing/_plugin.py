@@ -2,9 +2,9 @@
 
 Fixtures:
 
-- ``ship_server`` (session): the PostgreSQL server tests use — ``SHIP_SQLA_DATABASE_URL`` or
-  ``DATABASE_URL``, else 127.0.0.1:5432 if it answers, else an embedded server (``embedded``
-  extra), else a clear error.
+- ``ship_server`` (session): the PostgreSQL server tests use — ``SHIP_SQLA_DATABASE_URL``,
+  else 127.0.0.1:5432 if it answers, else an embedded server (``embedded`` extra), else a
+  clear error (a generic ``DATABASE_URL`` is never read).
 - ``ship_metadata`` (session): the ``MetaData`` whose tables every test database starts with.
   Override it in your ``conftest.py`` to return your application's metadata.
 - ``ship_connection``: an ``AsyncConnection`` in a transaction that is rolled back after the test.

@@ -70,8 +70,10 @@ class Producer:
         start_run: Callable[[JobDefinition[Any], ClaimedRun, float], None],
         settle: Callable[[InFlight, Settlement, ReleaseReason | None], None],
         error_backoff: Callable[[int], float],
+        on_buried: Callable[[str, BuriedRun], None] | None = None,
     ) -> None:
         self._store = store
+        self._on_buried = on_buried
         self._jobs = tuple(jobs)
         self._worker_id = worker_id
         self._clock = clock
@@ -292,6 +294,8 @@ class Producer:
         worker died): counted as a dead letter and reported, like any other dead letter."""
         if self._metrics is not None:
             self._metrics.record_dead_letter(buried.job_id, buried.key)
+        if self._on_buried is not None:
+            self._on_buried(job.id, buried)
         self._report_error(lapsed_final_error(job.id, buried))
 
     def _refuse(

@@ -56,6 +56,7 @@ from ship_sqla.kernel._runtime.executor import Executor, workflow_store_of
 from ship_sqla.kernel._runtime.heartbeat import Heartbeater
 from ship_sqla.kernel._runtime.producer import Producer
 from ship_sqla.kernel._runtime.registration import Registration
+from ship_sqla.kernel._runtime.run_log import RunLog
 from ship_sqla.kernel._runtime.state import InFlight, InFlightRuns
 from ship_sqla.kernel._waiting import wait_event
 from ship_sqla.kernel._workers import WorkerEntry, worker_registry_of
@@ -109,6 +110,7 @@ class JobRuntime:
         clock: Clock,
         metrics: JobMetrics | None = None,
         queue_sample_interval: float | None = DEPTH_SAMPLE_INTERVAL,
+        summary_interval: float | None = None,
     ) -> None:
         self.registry = registry
         self.backend = backend
@@ -119,6 +121,11 @@ class JobRuntime:
         self.metrics = metrics
         jobs = tuple(registry)
         self._runs = InFlightRuns()
+        # S3: the log line of every outcome, written in one place (run_log), and the summary.
+        self._run_log = RunLog(worker_id)
+        self._summary_interval = summary_interval
+        self._summary_stop = asyncio.Event()
+        self._summary_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._drained = asyncio.Event()
         self._stop_task: asyncio.Task[None] | None = None
@@ -172,6 +179,7 @@ class JobRuntime:
             start_run=self._executor.start,
             settle=self._completer.add,
             error_backoff=backoff,
+            on_buried=self._run_log.buried,
         )
         tick = min((job.concurrency.heartbeat_interval for job in jobs), default=1.0)
         self._heartbeater = Heartbeater(
@@ -332,6 +340,10 @@ class JobRuntime:
             self._tasks.append(
                 loop.create_task(self._sampler.run(), name="ship_sqla.jobs.queue_depths")
             )
+        if self._summary_interval is not None:
+            self._summary_task = loop.create_task(
+                self._log_summaries(self._summary_interval), name="ship_sqla.jobs.summary"
+            )
         if self._registration is not None:
             self._registration_task = loop.create_task(
                 self._registration.run(), name=f"ship_sqla.jobs.registration[{self.worker_id}]"
@@ -347,6 +359,7 @@ class JobRuntime:
             self._registration.drain()
         if not self._tasks:
             return
+        self._run_log.draining(self.in_flight, drain_timeout)
         producer_task, completer_task, heartbeat_task = self._tasks[:3]
         await producer_task
         if self._runs.executing and not await wait_event(self._drained, self.clock, drain_timeout):
@@ -365,13 +378,20 @@ class JobRuntime:
         if self._listening and isinstance(self.backend, WakeSource):
             self._listening = False
             await self.backend.stop_listening(self._job_ids)
+        await self._stop_side_tasks()
+        self._run_log.stopped()
+
+    async def _stop_side_tasks(self) -> None:
+        """The queue sampler, the registry entry (deregistered, F6) and the summary (S3)."""
         if self._sampler is not None:
             self._sampler.close()
             await self._tasks[3]
         if self._registration is not None and self._registration_task is not None:
-            self._registration.close()  # deregisters (F6)
+            self._registration.close()
             await self._registration_task
-        logger.debug("job runtime %s stopped", self.worker_id)
+        if self._summary_task is not None:
+            self._summary_stop.set()
+            await self._summary_task
 
     def _worker_entry(self) -> WorkerEntry:
         """F6: what this runtime reports of itself at each registry heartbeat."""
@@ -426,8 +446,22 @@ class JobRuntime:
     def _own_room_freed(self) -> None:
         self._producer.own_room_freed()
 
+    async def _log_summaries(self, interval: float) -> None:
+        """S3: every ``interval`` seconds one INFO line (runs/s, failures, in flight), and a
+        last one for the time since the previous when the runtime stops."""
+        clock = self.clock
+        since = clock.monotonic()
+        stopped = False
+        while not stopped:
+            stopped = await wait_event(self._summary_stop, clock, interval)
+            now = clock.monotonic()
+            self._run_log.summary(now - since, self.in_flight)
+            since = now
+
     def _record(self, entry: InFlight, outcome: JobOutcome) -> None:
-        """J10: one attempt's outcome and duration (from its claim). Free without metrics."""
+        """The one outcome hook: S3's log line (run_log) and J10's metrics (the attempt's
+        outcome and duration from its claim; free without metrics)."""
+        self._run_log.outcome(entry, outcome)
         metrics = self.metrics
         if metrics is None:
             return
@@ -447,6 +481,7 @@ async def start_job_runtime(
     clock: Clock | None = None,
     metrics: JobMetrics | None = None,
     queue_sample_interval: float | None = DEPTH_SAMPLE_INTERVAL,
+    summary_interval: float | None = None,
 ) -> JobRuntime:
     """Start executing the registered jobs' runs from ``backend`` (``mode="worker"``), or only
     enqueue through it (``mode="enqueue-only"``).
@@ -461,6 +496,11 @@ async def start_job_runtime(
     once) bounds how long :meth:`JobRuntime.stop` lets handlers finish (J12). A worker with
     scheduled jobs installs their schedules first (J9); the backend must then be a
     :class:`~ship_sqla.kernel._ports.ScheduleStore`.
+
+    A worker logs each attempt's outcome on the ``ship_sqla.jobs`` logger (S3: retries, dead
+    letters, stale settles, cancels, timeouts and drains at WARNING/ERROR/INFO, completions at
+    DEBUG; never payloads; see ``kernel/_runtime/run_log.py``); ``summary_interval`` (seconds;
+    None: none) adds one INFO summary line (runs/s, failures, in flight) that often.
     """
     if mode not in ("worker", "enqueue-only"):
         raise ConfigurationError(
@@ -477,6 +517,10 @@ async def start_job_runtime(
     if queue_sample_interval is not None:
         queue_sample_interval = require_duration(
             queue_sample_interval, "queue_sample_interval", maximum=MAX_SAMPLE_INTERVAL
+        )
+    if summary_interval is not None:
+        summary_interval = require_duration(
+            summary_interval, "summary_interval", maximum=MAX_SAMPLE_INTERVAL
         )
     if backend.max_in_flight < 1:
         raise ConfigurationError(
@@ -503,6 +547,7 @@ async def start_job_runtime(
         clock=clock if clock is not None else backend.clock,
         metrics=metrics if metrics is not None else backend.metrics,
         queue_sample_interval=queue_sample_interval,
+        summary_interval=summary_interval,
     )
     runtime._start()  # noqa: SLF001 - the factory owns the runtime's start
     return runtime

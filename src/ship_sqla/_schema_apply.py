@@ -1,0 +1,169 @@
+"""``ship-sqla schema apply``: the ship tables for projects without Alembic.
+
+:func:`ship_tables_metadata` builds the ship tables (the default names, or the ones given) with
+the same factories an application's migrations use, so their indexes and constraints are
+exactly what the stores expect. :func:`apply_ship_schema` creates the tables that are missing,
+in one transaction, and leaves every existing table as it is; then it runs the schema check
+(T3) on all of them, so an existing table that differs (an older version, a changed index
+predicate) is reported, never silently "fixed". Running it again creates nothing: it is
+idempotent, and two at once are serialised by a transaction-level advisory lock.
+
+Tables are created, never altered or dropped: an existing table that differs needs a
+migration (Alembic autogenerate sees the same factories).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import attrs
+from sqlalchemy import MetaData, inspect, text
+
+from ship_sqla._idempotency import ship_idempotency_table
+from ship_sqla._jobs import (
+    ship_job_events_table,
+    ship_job_runs_table,
+    ship_job_state_table,
+    ship_job_steps_table,
+    ship_job_workers_table,
+)
+from ship_sqla._locks import ship_lock_fences_table
+from ship_sqla._outbox import ship_outbox_table
+from ship_sqla._schema_check import check_schema
+from ship_sqla._webhooks import ship_webhook_events_table
+from ship_sqla.kernel import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from sqlalchemy import Table
+    from sqlalchemy.engine import Connection
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from ship_sqla._schema_check import SchemaReport
+
+__all__ = [
+    "COMPONENTS",
+    "ApplyReport",
+    "ShipTableNames",
+    "apply_ship_schema",
+    "ship_tables_metadata",
+]
+
+COMPONENTS: Final = ("jobs", "workflows", "outbox", "idempotency", "webhooks", "locks")
+"""What ``--only`` selects: jobs (runs, state, workers), workflows (steps, events; needs jobs),
+outbox, idempotency, webhooks (events), locks (fences)."""
+
+APPLY_LOCK: Final = text(
+    "SELECT pg_advisory_xact_lock(hashtextextended('ship_sqla.schema_apply', 0))"
+)
+"""Serialises concurrent applies on one database (transaction level: safe behind PgBouncer;
+the key is hashed from a namespace, SPEC §10)."""
+
+CREATE_SCHEMA: Final = "CREATE SCHEMA IF NOT EXISTS {}"
+
+
+@attrs.frozen
+class ShipTableNames:
+    """The ship tables' names: the factories' defaults unless given."""
+
+    runs: str = "ship_job_runs"
+    state: str = "ship_job_state"
+    workers: str = "ship_job_workers"
+    steps: str = "ship_job_steps"
+    events: str = "ship_job_events"
+    outbox: str = "ship_outbox"
+    idempotency: str = "ship_idempotency"
+    webhook_events: str = "ship_webhook_events"
+    lock_fences: str = "ship_lock_fences"
+
+
+def ship_tables_metadata(
+    names: ShipTableNames | None = None,
+    *,
+    schema: str | None = None,
+    components: Iterable[str] = COMPONENTS,
+) -> MetaData:
+    """A new MetaData with the ship tables of ``components``, named by ``names``, in ``schema``
+    (None: the search_path decides). A name the factories refuse (too long for their index
+    names) raises :class:`ConfigurationError`."""
+    names = names or ShipTableNames()
+    wanted = set(components)
+    unknown = wanted - set(COMPONENTS)
+    if unknown:
+        raise ConfigurationError(
+            f"unknown ship table components {sorted(unknown)}.",
+            fix=f"choose among {', '.join(COMPONENTS)}.",
+        )
+    if "workflows" in wanted and "jobs" not in wanted:
+        raise ConfigurationError(
+            "the workflow tables need the job tables (their steps reference the runs).",
+            fix="select jobs too (--only jobs --only workflows), or leave --only out.",
+        )
+    metadata = MetaData()
+    if "jobs" in wanted:
+        ship_job_runs_table(metadata, name=names.runs, schema=schema)
+        ship_job_state_table(metadata, name=names.state, schema=schema)
+        ship_job_workers_table(metadata, name=names.workers, schema=schema)
+    if "workflows" in wanted:
+        ship_job_steps_table(metadata, name=names.steps, schema=schema, runs_table=names.runs)
+        ship_job_events_table(metadata, name=names.events, schema=schema)
+    if "outbox" in wanted:
+        ship_outbox_table(metadata, name=names.outbox, schema=schema)
+    if "idempotency" in wanted:
+        ship_idempotency_table(metadata, name=names.idempotency, schema=schema)
+    if "webhooks" in wanted:
+        ship_webhook_events_table(metadata, name=names.webhook_events, schema=schema)
+    if "locks" in wanted:
+        ship_lock_fences_table(metadata, name=names.lock_fences, schema=schema)
+    return metadata
+
+
+@attrs.frozen
+class ApplyReport:
+    """What :func:`apply_ship_schema` did: the tables it created, those that existed already,
+    and the schema check of all of them afterwards (``ok``: they all match)."""
+
+    created: tuple[str, ...]
+    existing: tuple[str, ...]
+    created_schemas: tuple[str, ...]
+    check: SchemaReport
+
+    @property
+    def ok(self) -> bool:
+        return self.check.ok
+
+
+def _missing(connection: Connection, tables: list[Table]) -> list[Table]:
+    inspector = inspect(connection)
+    return [t for t in tables if not inspector.has_table(t.name, schema=t.schema)]
+
+
+def _schema_exists(connection: Connection, schema: str) -> bool:
+    return schema in inspect(connection).get_schema_names()
+
+
+async def apply_ship_schema(engine: AsyncEngine, metadata: MetaData) -> ApplyReport:
+    """Create ``metadata``'s missing tables (and missing schemas) in one transaction, then check
+    every table of it (T3) without looking for extra tables."""
+    tables = list(metadata.sorted_tables)
+    schemas = sorted({t.schema for t in tables if t.schema is not None})
+    async with engine.begin() as connection:
+        await connection.execute(APPLY_LOCK)
+        created_schemas: list[str] = []
+        for schema in schemas:
+            if not await connection.run_sync(_schema_exists, schema):
+                quoted = connection.dialect.identifier_preparer.quote_schema(schema)
+                await connection.exec_driver_sql(CREATE_SCHEMA.format(quoted))
+                created_schemas.append(schema)
+        missing = await connection.run_sync(_missing, tables)
+        if missing:
+            await connection.run_sync(metadata.create_all, tables=missing, checkfirst=False)
+    report = await check_schema(engine, metadata, extra_tables=False)
+    created = {t.key for t in missing}
+    return ApplyReport(
+        created=tuple(t.key for t in tables if t.key in created),
+        existing=tuple(t.key for t in tables if t.key not in created),
+        created_schemas=tuple(created_schemas),
+        check=report,
+    )
