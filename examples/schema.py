@@ -23,6 +23,7 @@ from sqlalchemy import (
 )
 
 from ship_sqla import (
+    ship_audit_table,
     ship_idempotency_table,
     ship_job_events_table,
     ship_job_runs_table,
@@ -44,6 +45,7 @@ job_state = ship_job_state_table(metadata)
 job_workers = ship_job_workers_table(metadata)
 job_steps = ship_job_steps_table(metadata)  # durable workflows' steps (SPEC §13)
 job_events = ship_job_events_table(metadata)  # and their events
+audit = ship_audit_table(metadata)  # the operator audit log (S1)
 
 orders = Table(
     "orders",

@@ -10,9 +10,7 @@ changes when that table is missing (``--no-audit`` to act unaudited).
 
 from __future__ import annotations
 
-import getpass
 import json
-import socket
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -31,7 +29,7 @@ from ship_sqla._cli import (
     job_tables_options,
     jobs,
 )
-from ship_sqla._cli_jobs import JobTables, cli_cursor_secret
+from ship_sqla._cli_jobs import JobTables, cli_actor, cli_cursor_secret
 from ship_sqla._jobs import create_job_backend
 from ship_sqla.kernel._operations import (
     MANAGE_PERMISSION,
@@ -52,15 +50,6 @@ if TYPE_CHECKING:
 __all__ = ["cli_actor"]
 
 DEFAULT_AUDIT_TABLE = "ship_audit"
-
-
-def cli_actor() -> str:
-    """Who the audit log names for the shell: ``cli:<login>@<host>``."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no login name (a container without a passwd entry)
-        user = "unknown"
-    return f"cli:{user}@{socket.gethostname()}"
 
 
 def _audit_options(command: Callable[..., None]) -> Callable[..., None]:

@@ -12,18 +12,22 @@ the same database (and is worth nothing to anyone without that URL).
 from __future__ import annotations
 
 import asyncio
+import getpass
 import hashlib
 import json
 import logging
 import signal
+import socket
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import attrs
 from sqlalchemy import MetaData
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from ship_sqla._audit import PostgresAuditLog, create_audit_log, ship_audit_table
 from ship_sqla._jobs import (
     create_job_backend,
     ship_job_runs_table,
@@ -32,6 +36,7 @@ from ship_sqla._jobs import (
 )
 from ship_sqla._jobs._tables import RUN_STATES as TABLE_RUN_STATES
 from ship_sqla._naming import quoted_table
+from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel import ShipError, start_job_runtime
 from ship_sqla.kernel._operations import (
     MANAGE_PERMISSION,
@@ -52,6 +57,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._jobs import PostgresJobBackend
     from ship_sqla.kernel import JobDefinition, JobRegistry, JobRuntime, Page
+    from ship_sqla.kernel._audit import AuditEntry
     from ship_sqla.kernel._operations import CancelResult, JobOperations
     from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord, StateCount
     from ship_sqla.kernel._workers import WorkerRecord
@@ -168,11 +174,52 @@ async def run_operation(
             workers_table=tables.workers,
         )
         ops = create_job_operations(
-            backend, authorizer=_operator_at_the_shell, cursor_secret=cli_cursor_secret(url)
+            backend,
+            authorizer=_operator_at_the_shell,
+            cursor_secret=cli_cursor_secret(url),
+            audit=_audit_log(engine, tables),
+            actor=cli_actor(),
         )
         return await operation(ops)
     finally:
         await engine.dispose()
+
+
+def cli_actor() -> str:
+    """Who the audit log names for the shell: ``cli:<login>@<host>``."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name (a container without a passwd entry)
+        user = "unknown"
+    return f"cli:{user}@{socket.gethostname()}"
+
+
+class _AuditIfPresent:
+    """S1 for the shell's verbs: the operator audit log (``ship_audit`` beside the runs table)
+    records every state-changing verb when the database has it; on a database without it (it
+    is created by ``ship-sqla schema apply``, or ``ship_audit_table`` in the migrations) the
+    verb still runs, unaudited. Nothing is asked of the database before the verb's own input
+    checks (bad input stays exit 2, whatever the server)."""
+
+    __slots__ = ("_log",)
+
+    def __init__(self, log: PostgresAuditLog) -> None:
+        self._log = log
+
+    async def record(self, entry: AuditEntry) -> None:
+        try:
+            await self._log.record(entry)
+        except DBAPIError as exc:
+            if sqlstate_of(exc) != "42P01":
+                raise
+
+
+def _audit_log(engine: AsyncEngine, tables: JobTables) -> _AuditIfPresent:
+    return _AuditIfPresent(
+        create_audit_log(
+            database=engine, table=ship_audit_table(MetaData(), schema=tables.runs.schema)
+        )
+    )
 
 
 async def job_stats(

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final
 import attrs
 from sqlalchemy import MetaData, inspect, text
 
+from ship_sqla._audit import ship_audit_table
 from ship_sqla._idempotency import ship_idempotency_table
 from ship_sqla._jobs import (
     ship_job_events_table,
@@ -50,9 +51,17 @@ __all__ = [
     "ship_tables_metadata",
 ]
 
-COMPONENTS: Final = ("jobs", "workflows", "outbox", "idempotency", "webhooks", "locks")
+COMPONENTS: Final = (
+    "jobs",
+    "workflows",
+    "outbox",
+    "idempotency",
+    "webhooks",
+    "locks",
+    "audit",
+)
 """What ``--only`` selects: jobs (runs, state, workers), workflows (steps, events; needs jobs),
-outbox, idempotency, webhooks (events), locks (fences)."""
+outbox, idempotency, webhooks (events), locks (fences), audit (the operator audit log, S1)."""
 
 APPLY_LOCK: Final = text(
     "SELECT pg_advisory_xact_lock(hashtextextended('ship_sqla.schema_apply', 0))"
@@ -76,6 +85,7 @@ class ShipTableNames:
     idempotency: str = "ship_idempotency"
     webhook_events: str = "ship_webhook_events"
     lock_fences: str = "ship_lock_fences"
+    audit: str = "ship_audit"
 
 
 def ship_tables_metadata(
@@ -116,6 +126,8 @@ def ship_tables_metadata(
         ship_webhook_events_table(metadata, name=names.webhook_events, schema=schema)
     if "locks" in wanted:
         ship_lock_fences_table(metadata, name=names.lock_fences, schema=schema)
+    if "audit" in wanted:
+        ship_audit_table(metadata, name=names.audit, schema=schema)
     return metadata
 
 
