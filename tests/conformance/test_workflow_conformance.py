@@ -499,3 +499,50 @@ async def test_d5_a_child_buried_by_a_lapse_wakes_its_parent(clock, job_backend_
     assert [b.run_id for b in batch.buried] == [held.run_id]
     assert (await record_of(backend, result.run_id)).run_at <= clock.now()
     assert (await execute_once(backend, job, clock)).ended == "completed"
+
+
+async def test_d5_a_settled_parent_waits_for_nothing(clock, job_backend_factory):
+    """D5: what a run waited for ends with its settlement: a parent that spawned children and
+    then failed (a retry), or that completed after its fan-in, has no ``wait_for`` left (as
+    PostgreSQL's settle clears it), so a later child's end or an event finds nothing to wake."""
+    backend = job_backend_factory(clock)
+    child_job = workflow("wf.d5.settled.child", nothing)
+
+    async def parent(ctx, payload):
+        await ctx.spawn("kids", child_job, [{}])
+        if ctx.attempt == 1:
+            raise RuntimeError("after the spawn")
+        await ctx.wait_for_children("join")
+
+    job = workflow("wf.d5.settled", parent)
+    result = await backend.enqueue(job, {})
+    assert (await execute_once(backend, job, clock)).outcome == "retrying"
+    record = await record_of(backend, result.run_id)
+    assert (record.state, record.wait_for) == ("waiting", None)
+    assert (await execute_once(backend, job, clock)).outcome == "suspended"
+    assert (await execute_once(backend, child_job, clock)).outcome == "completed"
+    assert (await execute_once(backend, job, clock)).outcome == "completed"
+    record = await record_of(backend, result.run_id)
+    assert (record.state, record.wait_for) == ("completed", None)
+
+
+async def test_d6_rerun_of_a_suspended_run_drops_its_wait(clock, job_backend_factory):
+    """D6: re-running a run suspended on an event wait from that step drops the wait: the run
+    waits for nothing and is due now (even when its timeout had passed earlier); a later
+    event of that wait wakes nothing, and the replay begins a new wait."""
+    backend = job_backend_factory(clock)
+    ops = create_job_operations(backend, authorizer=allow_all)
+
+    async def handler(ctx, payload):
+        await ctx.wait_for_event("ev", "rerun.ev", key="k", timeout=20)
+
+    job = workflow("wf.d6.rerun.wait", handler)
+    result = await backend.enqueue(job, {})
+    assert (await execute_once(backend, job, clock)).outcome == "suspended"
+    clock.advance(25)
+    record = await ops.rerun_from_step(result.run_id, "ev")
+    assert (record.state, record.wait_for, record.run_at) == ("waiting", None, clock.now())
+    assert await ops.list_steps(result.run_id) == []
+    assert (await execute_once(backend, job, clock)).outcome == "suspended"
+    [wait] = await ops.list_steps(result.run_id)
+    assert wait.wake_at == clock.now() + timedelta(seconds=20)

@@ -197,6 +197,13 @@ def _claim_order(run: _Run) -> tuple[int, datetime, int]:
     return -run.priority, run.run_at, run.seq
 
 
+def _end_wait(run: _Run, settlement: Settlement) -> None:
+    """D4, D5: what the run waited for ends with its settlement (as SETTLE and SUSPEND_RUN
+    clear it on PostgreSQL); a suspend that lands sets its own."""
+    if not isinstance(settlement, Suspend) or run.cancel_requested_at is not None:
+        run.wait_for = None
+
+
 def _choose(
     candidates: list[_Run], room: int, limit: int, rank: dict[str, int] | None
 ) -> list[_Run]:
@@ -519,7 +526,8 @@ class InMemoryJobBackend(JobBackendBase):
         run.updated_at = now
 
     def rerun(self, run: _Run) -> None:
-        """D6: a dead run waits again with one more attempt, a waiting one is due now."""
+        """D6: a dead run waits again with one more attempt, a waiting one is due now (its
+        ``run_at`` now, as RERUN_FROM_STEP sets it, even when it was due earlier)."""
         now = self._clock.now()
         if run.state == "dead":
             run.max_attempts = run.attempt + 1
@@ -527,7 +535,8 @@ class InMemoryJobBackend(JobBackendBase):
             self._live.setdefault(run.job_id, {})[run.run_id] = run
             self._to_waiting(run, now, now)
         else:
-            self.make_due(run)
+            run.run_at = now
+            run.updated_at = now
         self.wake()
 
     def _current(self, claimed: ClaimedRun) -> _Run | None:
@@ -564,6 +573,7 @@ class InMemoryJobBackend(JobBackendBase):
         run = self._current(settlement.run)
         if run is None:
             return "stale"
+        _end_wait(run, settlement)
         if isinstance(settlement, Complete):
             self._finish(run, "completed", now)
             return "completed"

@@ -250,6 +250,8 @@ class InMemoryWorkflowStore:
         for name in [s.name for s in steps.values() if s.seq >= named.seq]:
             del steps[name]
             self._began.pop((run_id, name), None)
+        # The wait it was suspended on is gone with its step (as RERUN_FROM_STEP clears it).
+        run.wait_for = None
         self._backend.rerun(run)
         return run.record()
 
