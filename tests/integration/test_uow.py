@@ -261,7 +261,9 @@ async def test_nested_run_on_other_database_is_refused(
 
 
 async def test_serialization_failures_rerun_the_handler(engine: AsyncEngine) -> None:
-    """U3: two conflicting SERIALIZABLE runs both finally commit; one handler ran twice."""
+    """U3: two conflicting SERIALIZABLE runs both finally commit; one handler ran once, the other
+    was re-run (twice, or more when its re-run met the other's commit again on a loaded
+    machine)."""
     async with engine.begin() as c:
         await c.execute(insert(notes).values(body="0"))
     uow = create_unit_of_work(engine, repositories=scope_only, isolation_level="SERIALIZABLE")
@@ -290,7 +292,8 @@ async def test_serialization_failures_rerun_the_handler(engine: AsyncEngine) -> 
         async with anyio.create_task_group() as tg:
             tg.start_soon(uow.run, handler("a"))
             tg.start_soon(uow.run, handler("b"))
-    assert sorted(calls.values()) == [1, 2]
+    fewest, most = sorted(calls.values())
+    assert (fewest, most >= 2) == (1, True), calls
     assert sorted(await bodies(engine)) == ["0", "1", "2"]
 
 
