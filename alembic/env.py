@@ -27,9 +27,8 @@ target_metadata = metadata
 
 
 def _url() -> str:
-    configured = (
-        config.get_main_option("sqlalchemy.url")
-        or os.environ.get("SHIP_SQLA_DATABASE_URL")
+    configured = config.get_main_option("sqlalchemy.url") or os.environ.get(
+        "SHIP_SQLA_DATABASE_URL"
     )
     if not configured:
         msg = (
