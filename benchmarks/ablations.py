@@ -152,7 +152,7 @@ class _EnqueueAblation:
             await connection.run_sync(self.metadata.create_all)
 
     async def single(self, count: int, *, fast: bool) -> float:
-        await self.db.maintain(f"TRUNCATE {self.table.name}")
+        await self.db.maintain(f"TRUNCATE {self.table.name} CASCADE")
         backend, job = self.backend, self.job
 
         async def enqueue_one(_scope: TransactionScope) -> None:
@@ -166,7 +166,7 @@ class _EnqueueAblation:
         return per_s
 
     async def bulk(self, count: int, *, fast: bool) -> float:
-        await self.db.maintain(f"TRUNCATE {self.table.name}")
+        await self.db.maintain(f"TRUNCATE {self.table.name} CASCADE")
         calls = [
             [EnqueueRequest(payload=PAYLOAD) for _ in range(min(BULK_BATCH, count - start))]
             for start in range(0, count, BULK_BATCH)

@@ -106,7 +106,7 @@ class _Enqueue:
             await connection.run_sync(self.metadata.create_all)
 
     async def _truncate(self) -> None:
-        await self.db.maintain(f"TRUNCATE {self.table.name}, {RAW_TABLE}")
+        await self.db.maintain(f"TRUNCATE {self.table.name}, {RAW_TABLE} CASCADE")
 
     async def ship_single(
         self, count: int, *, capped: bool = False, announcing: str | None = None

@@ -111,7 +111,7 @@ class _Ship:
             await connection.run_sync(self.metadata.create_all)
 
     async def _truncate(self) -> None:
-        await self.db.maintain(f"TRUNCATE {self.table.name}, {self.state.name}")
+        await self.db.maintain(f"TRUNCATE {self.table.name}, {self.state.name} CASCADE")
 
     async def process(self, runs: int, *, defaults: bool = False) -> float:
         if defaults:

@@ -115,7 +115,7 @@ async def drain_jobs(
     metadata = MetaData()
     table = ship_job_runs_table(metadata)
     state = ship_job_state_table(metadata)
-    await db.maintain(f"TRUNCATE {table.name}, {state.name}")
+    await db.maintain(f"TRUNCATE {table.name}, {state.name} CASCADE")
     drain = Countdown(runs)
     options: dict[str, Any] = {}
     if max_in_flight is not None:

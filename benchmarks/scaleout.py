@@ -324,7 +324,7 @@ class _Scaleout:
         self.completed_sql = f"SELECT count(*) FROM {self.table.name} WHERE state = 'completed'"
 
     async def _load(self, runs: int) -> None:
-        await self.db.maintain(f"TRUNCATE {self.table.name}, {self.state.name}")
+        await self.db.maintain(f"TRUNCATE {self.table.name}, {self.state.name} CASCADE")
         for start in range(0, runs, ENQUEUE_BATCH):
             size = min(ENQUEUE_BATCH, runs - start)
             await self.backend.enqueue_many(
