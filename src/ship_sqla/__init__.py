@@ -243,6 +243,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
     from ship_sqla.kernel._workers import WorkerRegistrySource as WorkerRegistrySource
     from ship_sqla.kernel._workflows import ChildOutcome as ChildOutcome
+    from ship_sqla.kernel._workflows import ChildRunsRefusedError as ChildRunsRefusedError
     from ship_sqla.kernel._workflows import EventWait as EventWait
     from ship_sqla.kernel._workflows import NewStep as NewStep
     from ship_sqla.kernel._workflows import StepKind as StepKind

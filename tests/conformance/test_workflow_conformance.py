@@ -15,6 +15,7 @@ from job_helpers import claim_request, record_of
 from workflow_helpers import FakeUnitOfWork, execute_once
 
 from ship_sqla.kernel import (
+    ChildRunsRefusedError,
     Concurrency,
     JobContext,
     JobLeaseStaleError,
@@ -546,3 +547,26 @@ async def test_d6_rerun_of_a_suspended_run_drops_its_wait(clock, job_backend_fac
     assert (await execute_once(backend, job, clock)).outcome == "suspended"
     [wait] = await ops.list_steps(result.run_id)
     assert wait.wake_at == clock.now() + timedelta(seconds=20)
+
+
+async def test_d5_a_spawn_the_queue_cap_refuses_fails_the_attempt(clock, job_backend_factory):
+    """D5 (J2): a spawn whose child runs the child job's queue_depth_limit refuses is
+    ChildRunsRefusedError: the attempt fails (nothing stored), and the retried spawn enqueues
+    only what was not accepted before (durable ids)."""
+    backend = job_backend_factory(clock, queue_depth_limit=2)
+
+    async def child(ctx, payload):
+        return None
+
+    child_job = workflow("wf.d5.full.child", child)
+
+    async def parent(ctx, payload):
+        await ctx.spawn("kids", child_job, [{"i": i} for i in range(3)])
+
+    job = workflow("wf.d5.full", parent)
+    result = await backend.enqueue(job, {})
+    failed = await execute_once(backend, job, clock)
+    assert isinstance(failed.error, ChildRunsRefusedError)
+    assert failed.error.code == "SHIP_SQLA_CHILD_RUNS_REFUSED"
+    assert await backend.workflows.list_steps(result.run_id) == []
+    assert len(await backend.workflows.children(result.run_id)) == 0

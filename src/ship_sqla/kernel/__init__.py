@@ -146,6 +146,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
     from ship_sqla.kernel._workers import WorkerRegistrySource as WorkerRegistrySource
     from ship_sqla.kernel._workflows import ChildOutcome as ChildOutcome
+    from ship_sqla.kernel._workflows import ChildRunsRefusedError as ChildRunsRefusedError
     from ship_sqla.kernel._workflows import EventWait as EventWait
     from ship_sqla.kernel._workflows import NewStep as NewStep
     from ship_sqla.kernel._workflows import StepKind as StepKind
@@ -273,6 +274,7 @@ _EXPORTS: dict[str, str] = {
     "WorkerRegistrySource": "ship_sqla.kernel._workers",
     # Durable workflows (SPEC §13)
     "ChildOutcome": "ship_sqla.kernel._workflows",
+    "ChildRunsRefusedError": "ship_sqla.kernel._workflows",
     "EventWait": "ship_sqla.kernel._workflows",
     "NewStep": "ship_sqla.kernel._workflows",
     "StepKind": "ship_sqla.kernel._workflows",

@@ -50,6 +50,7 @@ __all__ = [
     "CHILDREN_WAIT",
     "NEVER",
     "ChildOutcome",
+    "ChildRunsRefusedError",
     "EventWait",
     "NewStep",
     "StepKind",
@@ -130,6 +131,14 @@ class WorkflowMisuseError(ShipError, RuntimeError):
     a step outside a runtime's run)."""
 
     code = "SHIP_SQLA_WORKFLOW_MISUSE"
+
+
+class ChildRunsRefusedError(ShipError, RuntimeError):
+    """A spawn's child runs were refused (the child job's ``queue_depth_limit``, J2): the attempt
+    fails and the spawn runs again at the retry (the children accepted so far are deduplicated
+    then, D5)."""
+
+    code = "SHIP_SQLA_CHILD_RUNS_REFUSED"
 
 
 class WorkflowsNotConfiguredError(ConfigurationError):
@@ -655,7 +664,7 @@ class Workflow:
         )
         refused = [i for i, r in zip(ids, results, strict=True) if not r.accepted]
         if refused:
-            raise ShipError(
+            raise ChildRunsRefusedError(
                 f"step {name!r} of run {run_id!r}: {len(refused)} child runs of job {job.id!r}"
                 " were refused (queue full); the attempt fails and the spawn is retried.",
                 fix="raise the backend's queue_depth_limit, or spawn fewer children at once.",
