@@ -99,11 +99,25 @@ def bench(session: nox.Session) -> None:
     session.run(_python(session), "-m", "benchmarks", *session.posargs)
 
 
+def _bench_smoke(session: nox.Session, python: str) -> None:
+    # Every benchmark once at its quick size: that each still runs (a schema change broke five
+    # of them once, unseen); its figures are not read here (benchmarks are not tests).
+    session.run(python, "-m", "benchmarks", "--quick", "--rounds", "1", "--json-only")
+
+
+@nox.session(name="bench_smoke")
+def bench_smoke(session: nox.Session) -> None:
+    """Each default benchmark once at its quick size (about a minute): that it runs."""
+    _bench_smoke(session, _python(session))
+
+
 @nox.session
 def ci(session: nox.Session) -> None:
-    """lint, typecheck, tests and examples in one session (what .ci/run runs)."""
+    """lint, typecheck, tests, examples and the benchmarks' smoke run in one session (what
+    .ci/run runs)."""
     python = _python(session)
     _lint(session, python)
     session.run(python, "-m", "mypy")
     session.run(python, "-m", "pytest", *session.posargs)
     _examples(session, python)
+    _bench_smoke(session, python)
