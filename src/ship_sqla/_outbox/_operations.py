@@ -21,9 +21,15 @@ from typing import TYPE_CHECKING, Final
 
 from ship_sqla._outbox._admin import check_pages_per_statement, check_retention
 from ship_sqla._outbox._store import check_outbox_id
-from ship_sqla.kernel import BoundExceededError, InvalidCursorError, PermissionDeniedError
+from ship_sqla.kernel import BoundExceededError, InvalidCursorError
 from ship_sqla.kernel._audit import AuditEntry
-from ship_sqla.kernel._authorize import Authorizer, authorize, check_authorizer
+from ship_sqla.kernel._authorize import (
+    Authorizer,
+    authorize,
+    authorize_read,
+    check_authorizer,
+    granted,
+)
 from ship_sqla.kernel._cursor import (
     KeysetPosition,
     decode_cursor,
@@ -135,18 +141,7 @@ class OutboxOperations:
 
     async def _authorize_read(self, operation: str) -> None:
         """``ship.outbox:manage`` (which implies read), else ``ship.outbox:read``."""
-        try:
-            await authorize(self._authorizer, MANAGE_PERMISSION, operation)
-        except PermissionDeniedError:
-            try:
-                await authorize(self._authorizer, READ_PERMISSION, operation)
-            except PermissionDeniedError:
-                raise PermissionDeniedError(
-                    f"the authorizer refused both {READ_PERMISSION!r} and"
-                    f" {MANAGE_PERMISSION!r} for operation {operation!r}; nothing was read.",
-                    fix=f"grant {READ_PERMISSION!r} (read only) or {MANAGE_PERMISSION!r} to this"
-                    " caller in the application's authorizer (it must return True).",
-                ) from None
+        await authorize_read(self._authorizer, MANAGE_PERMISSION, READ_PERMISSION, operation)
 
     async def _record(
         self, operation: str, target: str, count: int, details: dict[str, object]
@@ -158,11 +153,7 @@ class OutboxOperations:
     async def can_manage(self) -> bool:
         """Whether this caller may change messages (``ship.outbox:manage`` for operation
         ``"dashboard"``): the dashboard shows its re-drive forms only then."""
-        try:
-            await authorize(self._authorizer, MANAGE_PERMISSION, "dashboard")
-        except PermissionDeniedError:
-            return False
-        return True
+        return await granted(self._authorizer, MANAGE_PERMISSION, "dashboard")
 
     async def counts(self, outbox_id: str, *, cap: int = 10_000) -> tuple[int, int]:
         """``outbox_id``'s pending and claimed messages, each counted up to ``cap``

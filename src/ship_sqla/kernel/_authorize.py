@@ -14,7 +14,7 @@ from typing import TypeAlias
 
 from ship_sqla.kernel._errors import ConfigurationError, PermissionDeniedError
 
-__all__ = ["Authorizer", "authorize", "check_authorizer"]
+__all__ = ["Authorizer", "authorize", "authorize_read", "check_authorizer", "granted"]
 
 Authorizer: TypeAlias = Callable[[str, str], "bool | Awaitable[bool]"]
 """``authorizer(permission, operation) -> bool`` (or an awaitable of it), e.g.
@@ -44,3 +44,30 @@ async def authorize(authorizer: Authorizer, permission: str, operation: str) -> 
             fix=f"grant {permission!r} to this caller in the application's authorizer (it must"
             " return True).",
         )
+
+
+async def authorize_read(authorizer: Authorizer, manage: str, read: str, operation: str) -> None:
+    """A read of an operator surface: ``manage`` (which implies read), else ``read``; when both
+    are refused, :class:`PermissionDeniedError` naming both."""
+    try:
+        await authorize(authorizer, manage, operation)
+    except PermissionDeniedError:
+        try:
+            await authorize(authorizer, read, operation)
+        except PermissionDeniedError:
+            raise PermissionDeniedError(
+                f"the authorizer refused both {read!r} and {manage!r} for operation"
+                f" {operation!r}; nothing was read.",
+                fix=f"grant {read!r} (read only) or {manage!r} to this caller in the"
+                " application's authorizer (it must return True).",
+            ) from None
+
+
+async def granted(authorizer: Authorizer, permission: str, operation: str) -> bool:
+    """Whether ``authorizer`` grants ``permission`` for ``operation`` (what a page asks before it
+    shows an action; the action still asks for itself)."""
+    try:
+        await authorize(authorizer, permission, operation)
+    except PermissionDeniedError:
+        return False
+    return True

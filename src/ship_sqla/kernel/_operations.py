@@ -24,7 +24,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 import attrs
 
 from ship_sqla.kernel._audit import MAX_AUDIT_PAGE, AuditEntry, AuditLog, AuditSink
-from ship_sqla.kernel._authorize import Authorizer, authorize, check_authorizer
+from ship_sqla.kernel._authorize import (
+    Authorizer,
+    authorize,
+    authorize_read,
+    check_authorizer,
+    granted,
+)
 from ship_sqla.kernel._browse import (
     MAX_BROWSE_JOBS,
     MAX_THROUGHPUT_BUCKETS,
@@ -43,7 +49,6 @@ from ship_sqla.kernel._errors import (
     BoundExceededError,
     ConfigurationError,
     InvalidCursorError,
-    PermissionDeniedError,
     ShipError,
 )
 from ship_sqla.kernel._jobs import is_job_id
@@ -334,28 +339,13 @@ class JobOperations:
 
     async def _authorize_read(self, operation: str) -> None:
         """A read: ``ship.jobs:manage`` (which implies read), else ``ship.jobs:read``."""
-        try:
-            await authorize(self._authorizer, MANAGE_PERMISSION, operation)
-        except PermissionDeniedError:
-            try:
-                await authorize(self._authorizer, READ_PERMISSION, operation)
-            except PermissionDeniedError:
-                raise PermissionDeniedError(
-                    f"the authorizer refused both {READ_PERMISSION!r} and"
-                    f" {MANAGE_PERMISSION!r} for operation {operation!r}; nothing was read.",
-                    fix=f"grant {READ_PERMISSION!r} (read only) or {MANAGE_PERMISSION!r} to this"
-                    " caller in the application's authorizer (it must return True).",
-                ) from None
+        await authorize_read(self._authorizer, MANAGE_PERMISSION, READ_PERMISSION, operation)
 
     async def can_manage(self) -> bool:
         """Whether this caller may change state (asks ``ship.jobs:manage`` for operation
         ``"dashboard"``): the dashboard shows action buttons only then. Every operation still
         asks for itself."""
-        try:
-            await authorize(self._authorizer, MANAGE_PERMISSION, "dashboard")
-        except PermissionDeniedError:
-            return False
-        return True
+        return await granted(self._authorizer, MANAGE_PERMISSION, "dashboard")
 
     async def list_dead(
         self,
