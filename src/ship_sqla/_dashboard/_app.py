@@ -298,9 +298,18 @@ class _Dashboard:
 
         return await self.page(request, "", "Overview", body, poll=True)
 
-    def _run_rows(
-        self, base: str, runs: Iterable[RunRecord], *, selectable: bool
-    ) -> list[tuple[Html, ...]]:
+    def _run_table(
+        self,
+        base: str,
+        runs: Iterable[RunRecord],
+        *,
+        selectable: bool,
+        when: str,
+        empty: str,
+    ) -> Html:
+        """The runs and dead-letter pages' table: one row per run, a selection box when the
+        page has bulk actions, ``when`` heading the finished (else due) time column."""
+        headers = ("", "Run", "Job", "State", "Attempt", "Created", when, "Tenant", "Last error")
         rows: list[tuple[Html, ...]] = []
         for r in runs:
             pick = (
@@ -322,7 +331,7 @@ class _Dashboard:
                     text((r.last_error or "")[:120]),
                 )
             )
-        return rows
+        return table(headers, rows, empty=empty)
 
     async def runs(self, request: Request) -> Response:
         base = self.base(request)
@@ -367,20 +376,11 @@ class _Dashboard:
                 '<button type="submit" id="filter">Filter</button></form>'
             )
             actions = _RUN_ACTIONS.get(state, ()) if can_manage else ()
-            rows = self._run_rows(base, page.items, selectable=bool(actions))
-            listing = table(
-                (
-                    "",
-                    "Run",
-                    "Job",
-                    "State",
-                    "Attempt",
-                    "Created",
-                    "Due / finished",
-                    "Tenant",
-                    "Last error",
-                ),
-                rows,
+            listing = self._run_table(
+                base,
+                page.items,
+                selectable=bool(actions),
+                when="Due / finished",
                 empty="No runs match.",
             )
             more = (
@@ -497,21 +497,8 @@ class _Dashboard:
                 f'<label>Tenant <input name="tenant" value="{text(tenant or "")}"></label>'
                 '<button type="submit" id="filter">Filter</button></form>'
             )
-            rows = self._run_rows(base, page.items, selectable=can_manage)
-            listing = table(
-                (
-                    "",
-                    "Run",
-                    "Job",
-                    "State",
-                    "Attempt",
-                    "Created",
-                    "Finished",
-                    "Tenant",
-                    "Last error",
-                ),
-                rows,
-                empty="No dead runs.",
+            listing = self._run_table(
+                base, page.items, selectable=can_manage, when="Finished", empty="No dead runs."
             )
             filters = {"job": job, "tenant": tenant}
             more = (
