@@ -16,15 +16,14 @@ many more examples.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Coroutine, Iterator
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, ClassVar, TypeVar
 
 import attrs
 import pytest
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+from anyio.from_thread import BlockingPortal
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -33,11 +32,11 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 from job_helpers import claim_request
+from machine_support import Claim, module_database, normalized, run_machine
 from sqlalchemy import MetaData, text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._admin import run_record
@@ -66,11 +65,10 @@ from ship_sqla.kernel._ports import (
     Settlement,
 )
 from ship_sqla.kernel._runtime.executor import raised_settlement
-from ship_sqla.testing import DatabaseFactory, ResolvedServer
+from ship_sqla.testing import ResolvedServer
 
 # Private on purpose: databases made here carry the pytest plugin's own prefix
 # (ship_sqla_test_), so any left behind are recognisable as test databases.
-from ship_sqla.testing._databases import new_database_name
 
 T = TypeVar("T")
 
@@ -136,23 +134,6 @@ def _raised(name: str) -> BaseException:
 JOBS = st.sampled_from([PLAIN, KEYED])
 WORKERS = st.sampled_from(["A", "B"])
 PICKS = st.integers(min_value=0, max_value=10_000)
-
-
-@attrs.frozen
-class Claim:
-    """One claim as both backends answered it: their tokens differ, the run is the same."""
-
-    pg: ClaimedRun
-    model: ClaimedRun
-    worker: str
-
-
-def _normalized(record: RunRecord) -> RunRecord:
-    """History ``at`` texts differ in format (microseconds); compare them as instants."""
-    history = tuple(
-        {**entry, "at": datetime.fromisoformat(entry["at"])} for entry in record.history
-    )
-    return attrs.evolve(record, history=history)
 
 
 def _claimed_view(run: ClaimedRun) -> tuple[Any, ...]:
@@ -430,7 +411,7 @@ class JobBackendMachine(RuleBasedStateMachine):
         expected = self.run(self.model_ops.cancel(run_id))
         actual = self.run(self.pg_ops.cancel(run_id))
         assert actual.outcome == expected.outcome
-        assert _normalized(actual.record) == _normalized(expected.record)
+        assert normalized(actual.record) == normalized(expected.record)
         if actual.outcome == "requested":
             self.cancel_requested.add(run_id)
 
@@ -470,7 +451,7 @@ class JobBackendMachine(RuleBasedStateMachine):
         model = {r.run_id: r for r in self.model.runs()}
         assert sorted(records) == sorted(model)
         for run_id, record in records.items():
-            assert _normalized(record) == _normalized(model[run_id]), run_id
+            assert normalized(record) == normalized(model[run_id]), run_id
 
     def backend_invariants_hold(self, records: dict[str, RunRecord]) -> None:
         # J3 (F1): concurrency.max bounds each job's running runs, live or lapsed leases alike
@@ -521,13 +502,7 @@ class JobBackendMachine(RuleBasedStateMachine):
 @pytest.fixture(scope="module")
 def job_database(ship_server: ResolvedServer) -> Iterator[str]:
     """A database of this module's own (created and dropped synchronously)."""
-    factory = DatabaseFactory(ship_server)
-    name = new_database_name("jobsm")
-    url = asyncio.run(factory.create(name))
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        asyncio.run(factory.drop(name))
+    yield from module_database(ship_server, "jobsm")
 
 
 @pytest.mark.timeout(900 if LARGE else 300)
@@ -545,18 +520,4 @@ def test_postgres_backend_matches_the_model(job_database: str) -> None:
     cancelled while running ends cancelled (its settlements, or the claim after its lease
     lapsed), never waiting or dead, and heartbeats answer the same cancel requests (K2); a
     paused job's claims take nothing until it is resumed (K3)."""
-    with start_blocking_portal(backend="asyncio") as portal:
-
-        async def setup() -> AsyncEngine:
-            engine = create_async_engine(job_database, pool_size=3)
-            async with engine.begin() as connection:
-                await connection.run_sync(metadata.create_all)
-            return engine
-
-        engine = portal.call(setup)
-        JobBackendMachine.portal = portal
-        JobBackendMachine.engine = engine
-        try:
-            run_state_machine_as_test(JobBackendMachine, settings=SETTINGS)
-        finally:
-            portal.call(engine.dispose)
+    run_machine(JobBackendMachine, job_database, metadata, SETTINGS)

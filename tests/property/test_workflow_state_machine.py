@@ -34,12 +34,11 @@ import json
 import os
 from collections import Counter
 from collections.abc import Coroutine, Iterator
-from datetime import datetime
 from typing import Any, ClassVar, TypeVar
 
 import attrs
 import pytest
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+from anyio.from_thread import BlockingPortal
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -47,11 +46,11 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
-    run_state_machine_as_test,
 )
 from job_helpers import claim_request
+from machine_support import Claim, module_database, normalized, run_machine
 from sqlalchemy import Column, Integer, MetaData, Table, Text, func, insert, select, text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 from workflow_helpers import Execution, execute_once
 
 from ship_sqla import (
@@ -77,10 +76,9 @@ from ship_sqla.kernel._memory.jobs import InMemoryJobBackend
 from ship_sqla.kernel._operations import JobOperations, create_job_operations
 from ship_sqla.kernel._ports import TERMINAL_STATES, ClaimedRun, RunRecord
 from ship_sqla.kernel._workflows import StepRecord
-from ship_sqla.testing import DatabaseFactory, ResolvedServer
+from ship_sqla.testing import ResolvedServer
 
 # Private on purpose: databases made here carry the pytest plugin's own prefix.
-from ship_sqla.testing._databases import new_database_name
 
 T = TypeVar("T")
 
@@ -142,15 +140,6 @@ def scope_only(scope: Any) -> Any:
 
 
 @attrs.frozen
-class Claim:
-    """One claim as both backends answered it: their tokens differ, the run is the same."""
-
-    pg: ClaimedRun
-    model: ClaimedRun
-    worker: str
-
-
-@attrs.frozen
 class Published:
     """A committed event: its key and the id each backend gave it."""
 
@@ -169,13 +158,6 @@ def _claimed_view(run: ClaimedRun) -> tuple[Any, ...]:
         run.lease_expires_at,
         run.created_at,
     )
-
-
-def _normalized(record: RunRecord) -> RunRecord:
-    history = tuple(
-        {**entry, "at": datetime.fromisoformat(entry["at"])} for entry in record.history
-    )
-    return attrs.evolve(record, history=history)
 
 
 def _execution_view(execution: Execution) -> tuple[Any, ...]:
@@ -549,7 +531,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         actual = self.run(self.pg_ops.cancel(run_id))
         self.run(self._background_done())
         assert actual.outcome == expected.outcome
-        assert _normalized(actual.record) == _normalized(expected.record)
+        assert normalized(actual.record) == normalized(expected.record)
 
     def rerun_from_step(self, pick: int, step: str) -> None:
         """D6: re-run a run (a dead or waiting one preferably) from a step; both answer alike.
@@ -566,7 +548,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         assert (actual is None) == (expected is None)
         if actual is None or expected is None:
             return
-        assert _normalized(actual) == _normalized(expected)
+        assert normalized(actual) == normalized(expected)
         named = before[step]
         for name, stored in before.items():
             if stored.seq >= named.seq:
@@ -586,7 +568,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         model_records = sorted(self.model.runs(), key=lambda r: r.run_id)
         assert [r.run_id for r in pg_records] == [r.run_id for r in model_records]
         for pg_record, model_record in zip(pg_records, model_records, strict=True):
-            assert _normalized(pg_record) == _normalized(model_record), pg_record.run_id
+            assert normalized(pg_record) == normalized(model_record), pg_record.run_id
         records = {r.run_id: r for r in model_records}
         for run_id, record in records.items():
             pg_steps = self.run(self.pg_workflows.list_steps(run_id))
@@ -695,13 +677,7 @@ def _allow(permission: str, operation: str) -> bool:
 @pytest.fixture(scope="module")
 def workflow_database(ship_server: ResolvedServer) -> Iterator[str]:
     """A database of this module's own (created and dropped synchronously)."""
-    factory = DatabaseFactory(ship_server)
-    name = new_database_name("wfsm")
-    url = asyncio.run(factory.create(name))
-    try:
-        yield url.render_as_string(hide_password=False)
-    finally:
-        asyncio.run(factory.drop(name))
+    yield from module_database(ship_server, "wfsm")
 
 
 @pytest.mark.timeout(900 if LARGE else 300)
@@ -713,18 +689,4 @@ def test_postgres_workflows_match_the_model(workflow_database: str) -> None:
     is matched only by the first event committed after it began, never by a rolled-back one,
     and times out only when none came (D4); children are enqueued once and their parent is due
     once they all ended (D5); cancel and rerun_from_step answer alike (D6)."""
-    with start_blocking_portal(backend="asyncio") as portal:
-
-        async def setup() -> AsyncEngine:
-            engine = create_async_engine(workflow_database, pool_size=3)
-            async with engine.begin() as connection:
-                await connection.run_sync(metadata.create_all)
-            return engine
-
-        engine = portal.call(setup)
-        WorkflowMachine.portal = portal
-        WorkflowMachine.engine = engine
-        try:
-            run_state_machine_as_test(WorkflowMachine, settings=SETTINGS)
-        finally:
-            portal.call(engine.dispose)
+    run_machine(WorkflowMachine, workflow_database, metadata, SETTINGS)
