@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
-from sqlalchemy import Table, TextClause, text
+from sqlalchemy import CursorResult, Table, TextClause, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ship_sqla._jobs._admin import run_record
@@ -172,60 +172,59 @@ class PostgresWorkflows:
     def _named(self) -> contextlib.AbstractAsyncContextManager[None]:
         return _tables_named(self.steps_table, self.events_table)
 
-    # --- the port ---------------------------------------------------------------------------
-
-    async def load_steps(self, run_id: str) -> list[StepRecord]:
-        params = {"run_id": run_id, "now": self._now()}
+    async def _one_statement(
+        self,
+        what: str,
+        statement: TextClause,
+        params: dict[str, Any],
+        *,
+        scope: Any = None,  # noqa: ANN401 - a TransactionScope
+    ) -> CursorResult[Any]:
+        """``statement`` alone: in the given or ambient unit of work, else autocommitted; the
+        workflow tables named when they are missing."""
         async with (
             self._named(),
-            self._connections.joined(None, "load steps", one_statement=True) as tx,
+            self._connections.joined(scope, what, one_statement=True) as tx,
         ):
-            rows = (await tx.connection.execute(self._s.load_steps, params)).all()
-        return [_step(row) for row in rows]
+            return await tx.connection.execute(statement, params)
 
-    async def save_step(self, run: ClaimedRun, step: NewStep, *, scope: Any = None) -> bool:  # noqa: ANN401
-        params = {
+    def _step_params(self, run: ClaimedRun, step: NewStep) -> dict[str, Any]:
+        """What every statement storing ``step`` of ``run`` binds (the fence and the step)."""
+        return {
             "run_id": run.run_id,
             "token": run.token,
             "name": step.name,
             "seq": step.seq,
             "kind": step.kind,
             "result": step.result_json,
-            "now": self._now(),
-        }
-        async with (
-            self._named(),
-            self._connections.joined(scope, "save step", one_statement=True) as tx,
-        ):
-            row = (await tx.connection.execute(self._s.save_step, params)).one_or_none()
-        return row is not None
-
-    async def begin_wait(self, run: ClaimedRun, step: NewStep) -> StepRecord | None:
-        params = {
-            "run_id": run.run_id,
-            "token": run.token,
-            "name": step.name,
-            "seq": step.seq,
             "wake_at": step.wake_at,
             "wake_after": step.wake_after,
             "event_name": step.event_name,
             "event_key": step.event_key,
             "now": self._now(),
         }
-        async with (
-            self._named(),
-            self._connections.joined(None, "begin wait", one_statement=True) as tx,
-        ):
-            row = (await tx.connection.execute(self._s.begin_wait, params)).one_or_none()
+
+    # --- the port ---------------------------------------------------------------------------
+
+    async def load_steps(self, run_id: str) -> list[StepRecord]:
+        params = {"run_id": run_id, "now": self._now()}
+        rows = (await self._one_statement("load steps", self._s.load_steps, params)).all()
+        return [_step(row) for row in rows]
+
+    async def save_step(self, run: ClaimedRun, step: NewStep, *, scope: Any = None) -> bool:  # noqa: ANN401
+        params = self._step_params(run, step)
+        result = await self._one_statement("save step", self._s.save_step, params, scope=scope)
+        row = result.one_or_none()
+        return row is not None
+
+    async def begin_wait(self, run: ClaimedRun, step: NewStep) -> StepRecord | None:
+        params = self._step_params(run, step)
+        row = (await self._one_statement("begin wait", self._s.begin_wait, params)).one_or_none()
         return None if row is None else _step(row)
 
     async def match_event(self, run_id: str, step: StepRecord) -> WorkflowEvent | None:
         params = {"run_id": run_id, "name": step.name}
-        async with (
-            self._named(),
-            self._connections.joined(None, "match event", one_statement=True) as tx,
-        ):
-            row = (await tx.connection.execute(self._s.match_event, params)).one_or_none()
+        row = (await self._one_statement("match event", self._s.match_event, params)).one_or_none()
         if row is None:
             return None
         return WorkflowEvent(row.name, row.key, json.loads(row.payload_json), row.id)
@@ -236,11 +235,8 @@ class PostgresWorkflows:
             await connection.execute(self._s.adopt_children, params)
 
     async def children(self, run_id: str) -> list[ChildOutcome]:
-        async with (
-            self._named(),
-            self._connections.joined(None, "children", one_statement=True) as tx,
-        ):
-            rows = (await tx.connection.execute(self._s.children, {"run_id": run_id})).all()
+        params = {"run_id": run_id}
+        rows = (await self._one_statement("children", self._s.children, params)).all()
         return [ChildOutcome(row.id, row.job_id, row.state, row.last_error) for row in rows]
 
     async def publish_event(
@@ -281,18 +277,9 @@ class PostgresWorkflows:
         step = settlement.step
         run = settlement.run
         params = {
-            "run_id": run.run_id,
-            "token": run.token,
-            "name": step.name,
-            "seq": step.seq,
-            "kind": step.kind,
-            "wake_at": step.wake_at,
-            "wake_after": step.wake_after,
-            "event_name": step.event_name,
-            "event_key": step.event_key,
+            **self._step_params(run, step),
             "wait": settlement.wait,
             "recheck": CHILDREN_RECHECK,
-            "now": self._now(),
         }
         async with self._named(), self._connections.transaction("suspend") as connection:
             if settlement.wait == "event":
@@ -347,9 +334,5 @@ class PostgresWorkflows:
             "limit": limit,
             "now": self._now(),
         }
-        async with (
-            self._named(),
-            self._connections.joined(None, "delete events", one_statement=True) as tx,
-        ):
-            result = await tx.connection.execute(self._s.delete_old_events, params)
+        result = await self._one_statement("delete events", self._s.delete_old_events, params)
         return int(result.rowcount)
