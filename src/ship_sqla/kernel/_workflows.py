@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, runtim
 
 import attrs
 
+from ship_sqla.kernel._durations import require_duration
 from ship_sqla.kernel._errors import ConfigurationError, ShipError
 from ship_sqla.kernel._jobs import codec_for, is_job_id
 from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
@@ -405,20 +406,14 @@ def _encode(value: object, what: str) -> str:
     return encoded
 
 
+MAX_WORKFLOW_WAIT: Final = 366 * 86400 * 100.0
+"""The longest sleep or wait timeout, in seconds: about a hundred years."""
+
+
 def _seconds(duration: float | timedelta, what: str) -> float:
+    """``duration`` (seconds or a timedelta) checked by the kernel's one duration rule."""
     value: object = duration.total_seconds() if isinstance(duration, timedelta) else duration
-    if (
-        not isinstance(value, int | float)
-        or isinstance(value, bool)
-        or not math.isfinite(value)
-        or value < 0
-        or value > 366 * 86400 * 100
-    ):
-        raise ConfigurationError(
-            f"{what} {duration!r} is not a duration of 0 s to 100 years.",
-            fix="pass seconds (a finite number >= 0) or a timedelta.",
-        )
-    return float(value)
+    return require_duration(value, what, maximum=MAX_WORKFLOW_WAIT, allow_zero=True)
 
 
 class Workflow:
