@@ -83,18 +83,23 @@ class InMemoryWorkflowStore:
         if stored is not None and stored.state == "done":
             return False
         now = self._now()
-        steps[step.name] = StepRecord(
-            run.run_id,
-            step.name,
-            step.seq if stored is None else stored.seq,
-            step.kind,
-            "done",
-            step.result_json,
-            None if stored is None else stored.wake_at,
-            now if stored is None else stored.created_at,
-            now,
-            step.event_name if stored is None else stored.event_name,
-            step.event_key if stored is None else stored.event_key,
+        if stored is None:
+            stored = StepRecord(
+                run.run_id,
+                step.name,
+                step.seq,
+                step.kind,
+                "done",
+                None,
+                None,
+                now,
+                now,
+                step.event_name,
+                step.event_key,
+            )
+        # A waiting step that ends keeps what it stored (position, wake time, event, start).
+        steps[step.name] = attrs.evolve(
+            stored, state="done", result_json=step.result_json, finished_at=now, due=False
         )
         return True
 
