@@ -57,7 +57,7 @@ from ship_sqla.kernel._page import Page
 from ship_sqla.kernel._ports import TERMINAL_STATES, DeadQuery
 from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED, worker_registry_of
-from ship_sqla.kernel._workflows import StepRecord, WorkflowAdmin
+from ship_sqla.kernel._workflows import StepRecord, WorkflowAdmin, workflow_admin_of
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -991,12 +991,7 @@ def create_job_operations(
         authorizer=authorizer,
         cursor_secret=cursor_secret,
         workers=worker_registry_of(backend),
-        workflows=_workflow_admin_of(backend),
+        workflows=workflow_admin_of(backend),
         audit=audit,
         actor=actor,
     )
-
-
-def _workflow_admin_of(backend: object) -> WorkflowAdmin | None:
-    store = getattr(backend, "workflows", None)
-    return store if isinstance(store, WorkflowAdmin) else None

@@ -72,6 +72,8 @@ __all__ = [
     "child_run_id",
     "encode_event_payload",
     "event_wait_key",
+    "workflow_admin_of",
+    "workflow_store_of",
 ]
 
 T = TypeVar("T")
@@ -688,6 +690,20 @@ class Workflow:
             NewStep(name, seq if stored is None else stored.seq, "children", "done", encoded)
         )
         return children
+
+
+def workflow_store_of(backend: object) -> WorkflowStore | None:
+    """``backend.workflows`` when it is a :class:`WorkflowStore` (what the runtime binds to
+    each run's context), else None: a backend without workflows."""
+    workflows: object = getattr(backend, "workflows", None)
+    return workflows if isinstance(workflows, WorkflowStore) else None
+
+
+def workflow_admin_of(backend: object) -> WorkflowAdmin | None:
+    """``backend.workflows`` when it is a :class:`WorkflowAdmin` (what the operator surface
+    gates), else None."""
+    workflows: object = getattr(backend, "workflows", None)
+    return workflows if isinstance(workflows, WorkflowAdmin) else None
 
 
 def child_run_id(parent_id: str, step: str, index: int) -> str:

@@ -33,7 +33,7 @@ from ship_sqla.kernel._runtime.state import (
 )
 from ship_sqla.kernel._tenancy import enter_tenant
 from ship_sqla.kernel._tracing import end_run_span, run_span, traces
-from ship_sqla.kernel._workflows import WorkflowStore, WorkflowSuspended
+from ship_sqla.kernel._workflows import WorkflowSuspended
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -45,14 +45,9 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
     from ship_sqla.kernel._ports import ClaimedRun, JobBackend, LockProvider, Settlement
     from ship_sqla.kernel._runtime.state import InFlightRuns, ReleaseReason
+    from ship_sqla.kernel._workflows import WorkflowStore
 
-__all__ = ["Executor", "raised_settlement", "workflow_store_of"]
-
-
-def workflow_store_of(backend: object) -> WorkflowStore | None:
-    """The backend's workflow store (``backend.workflows``), None when it has none (SPEC §13)."""
-    store = getattr(backend, "workflows", None)
-    return store if isinstance(store, WorkflowStore) else None
+__all__ = ["Executor", "raised_settlement"]
 
 
 _CANCEL_MESSAGES: dict[CancelReason, str] = {

@@ -52,7 +52,7 @@ from ship_sqla.kernel._ports import (
 from ship_sqla.kernel._registry import JobRegistry
 from ship_sqla.kernel._runtime.completer import Completer
 from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL, DepthSampler
-from ship_sqla.kernel._runtime.executor import Executor, workflow_store_of
+from ship_sqla.kernel._runtime.executor import Executor
 from ship_sqla.kernel._runtime.heartbeat import Heartbeater
 from ship_sqla.kernel._runtime.producer import Producer
 from ship_sqla.kernel._runtime.registration import Registration
@@ -60,6 +60,7 @@ from ship_sqla.kernel._runtime.run_log import RunLog
 from ship_sqla.kernel._runtime.state import InFlight, InFlightRuns
 from ship_sqla.kernel._waiting import wait_event
 from ship_sqla.kernel._workers import WorkerEntry, worker_registry_of
+from ship_sqla.kernel._workflows import workflow_store_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
