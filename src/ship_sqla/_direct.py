@@ -29,7 +29,10 @@ listeners (``before_cursor_execute``, ``after_cursor_execute``, ``before_execute
 ``after_execute``, ``handle_error``: instrumentation, statement counters) or statement logging
 (``echo``, the ``sqlalchemy.engine`` logger at INFO) takes ``AsyncConnection.execute``, so they
 see every statement. :meth:`DirectStatements.usable` says which, per call (listeners come and
-go). The SQLAlchemy internals it mirrors (the adapter's ``_handle_exception`` and
+go). The same path runs a bulk insert's ``COPY ... FROM STDIN`` (:class:`CopyIn`): on a pooled
+connection outside any unit of work (:meth:`DirectConnection.copy`), or as one statement of a
+transaction SQLAlchemy began (:func:`copy_in_transaction`). The SQLAlchemy internals it mirrors
+(the adapter's ``_handle_exception`` and
 ``_check_type_cache_invalidation``, the dialect's ``_invalidate_schema_cache_asof`` and
 ``Pool._invalidate``) are checked once, when it is made: a SQLAlchemy without them gets no
 direct path, only the usual one.
@@ -40,6 +43,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
+import attrs
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import Pool
@@ -49,11 +53,13 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     import asyncpg
-    from sqlalchemy import TextClause
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy import Dialect, Engine, TextClause
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
     from sqlalchemy.pool import PoolProxiedConnection
 
-__all__ = ["DirectConnection", "DirectStatements"]
+__all__ = [
+    "OWN_LISTENER",
+    "CopyIn", "DirectConnection", "DirectStatements", "copy_in_transaction", "copy_text"]
 
 _WATCHING_EVENTS: Final = (
     "before_cursor_execute",
@@ -71,8 +77,7 @@ _MIRRORED: Final = (
 """The SQLAlchemy internals the direct path calls to behave as ``Connection.execute`` does."""
 
 
-def _supported(engine: AsyncEngine) -> bool:
-    dialect = engine.dialect
+def _supported(dialect: Dialect) -> bool:
     dbapi = dialect.loaded_dbapi
     return (
         dialect.driver == "asyncpg"
@@ -82,6 +87,96 @@ def _supported(engine: AsyncEngine) -> bool:
         and hasattr(dbapi, "InternalServerError")
         and all(hasattr(owner, name) for owner, name in _MIRRORED)
     )
+
+
+OWN_LISTENER: Final = "ship_sqla_own_listener"
+"""An attribute (true) on a listener of ship_sqla's own that only counts statements (a unit of
+work's watch): it does not need to see a COPY, so it does not keep one off."""
+
+
+def _watched(dispatch: Any, sync_engine: Engine) -> bool:  # noqa: ANN401 - an event dispatcher
+    """Whether anyone watches the statements run through ``dispatch`` (an engine's or a
+    connection's, which joins its engine's): statement listeners, an error hook, or statement
+    logging. Then every statement takes SQLAlchemy's path, so they all see it."""
+    for name in _WATCHING_EVENTS:
+        if any(not getattr(listener, OWN_LISTENER, False) for listener in getattr(dispatch, name)):
+            return True
+    if sync_engine.dialect.dispatch.handle_error:
+        return True
+    return bool(sync_engine.echo or sync_engine.logger.isEnabledFor(logging.INFO))
+
+
+@attrs.frozen
+class CopyIn:
+    """Rows for ``COPY <table> (<columns>) FROM STDIN (FORMAT text)``: ``data`` is the COPY text
+    (tab-separated fields, ``\\N`` for NULL, backslash escapes; :func:`copy_text`), one line
+    per row. ``schema`` None: the connection's search path."""
+
+    table: str
+    schema: str | None
+    columns: tuple[str, ...]
+    data: bytes
+
+    @property
+    def sql(self) -> str:
+        """The statement, as errors and logs name it."""
+        name = f"{self.schema}.{self.table}" if self.schema else self.table
+        return f"COPY {name} ({', '.join(self.columns)}) FROM STDIN (FORMAT text)"
+
+
+def copy_text(value: str) -> str:
+    """``value`` as one field of COPY's text format: backslash, tab, newline and carriage return
+    escaped (every other character stands for itself)."""
+    if "\\" in value:
+        value = value.replace("\\", "\\\\")
+    if "\t" in value or "\n" in value or "\r" in value:
+        value = value.replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+    return value
+
+
+async def _copy_on(driver: asyncpg.Connection[Any], copy: CopyIn) -> None:
+    await driver.copy_to_table(
+        copy.table,
+        # A memoryview: asyncpg takes bytes for a path (and a file-like for the executor).
+        source=memoryview(copy.data),
+        columns=list(copy.columns),
+        schema_name=copy.schema,
+        format="text",
+    )
+
+
+async def copy_in_transaction(connection: AsyncConnection, copy: CopyIn) -> bool:
+    """Run ``copy`` on the asyncpg connection under ``connection`` (a unit of work's, or a
+    store's own transaction), as one more statement of its transaction; False (nothing done)
+    when it cannot: another driver or SQLAlchemy, someone watching the statements (see
+    :func:`_watched`), or no transaction begun on the driver yet (SQLAlchemy begins lazily,
+    and a COPY outside it would commit on its own). Errors are what ``Connection.execute``
+    raises for the same failure, without invalidating the connection (its owner's rollback or
+    next statement does that, as for any statement of the transaction)."""
+    sync_connection = connection.sync_connection
+    sync_engine = connection.sync_engine
+    if sync_connection is None or not _supported(sync_engine.dialect):
+        return False
+    if _watched(sync_connection.dispatch, sync_engine):
+        return False
+    raw = await connection.get_raw_connection()
+    driver: asyncpg.Connection[Any] | None = raw.driver_connection
+    if driver is None or not driver.is_in_transaction():
+        return False
+    adapted: Any = raw.dbapi_connection
+    try:
+        await adapted._check_type_cache_invalidation(  # noqa: SLF001 - see the module doc
+            sync_engine.dialect._invalidate_schema_cache_asof  # type: ignore[attr-defined]  # noqa: SLF001
+        )
+        await _copy_on(driver, copy)
+    except Exception as error:  # noqa: BLE001 - translated or re-raised, never dropped
+        _raise_translated(sync_engine, raw, copy.sql, (), error, invalidate=False)
+    except BaseException as error:
+        # Interrupted mid-COPY: the connection's protocol state is unknown; it is discarded
+        # (its owner's rollback then finds it invalidated, as after a lost connection).
+        raw.invalidate(error)
+        raise
+    return True
 
 
 class _Compiled:
@@ -103,7 +198,7 @@ class DirectStatements:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
-        self._supported = _supported(engine)
+        self._supported = _supported(engine.dialect)
         self._compiled: dict[TextClause, _Compiled | None] = {}
 
     def usable(self, statement: TextClause) -> bool:
@@ -113,12 +208,14 @@ class DirectStatements:
         if not self._supported or self.compiled(statement) is None:
             return False
         sync_engine = self._engine.sync_engine
-        dispatch = sync_engine.dispatch
-        if any(getattr(dispatch, name) for name in _WATCHING_EVENTS):
-            return False
-        if sync_engine.dialect.dispatch.handle_error:
-            return False
-        return not (sync_engine.echo or sync_engine.logger.isEnabledFor(logging.INFO))
+        return not _watched(sync_engine.dispatch, sync_engine)
+
+    @property
+    def copies(self) -> bool:
+        """Whether :meth:`DirectConnection.copy` may run now: a supported SQLAlchemy and driver,
+        and nobody watching the engine's statements (as :meth:`usable`)."""
+        sync_engine = self._engine.sync_engine
+        return self._supported and not _watched(sync_engine.dispatch, sync_engine)
 
     def compiled(self, statement: TextClause) -> _Compiled | None:
         """``statement`` compiled by the engine's dialect (once), or None when SQLAlchemy would
@@ -164,33 +261,51 @@ class DirectStatements:
         """Raise what ``Connection.execute`` raises for ``error``, raised by the driver running
         ``sql`` on ``connection`` (see the module docstring): an error that is not the driver's
         comes out of the adapter's translation unchanged."""
-        engine = self._engine.sync_engine
-        dialect = engine.dialect
-        dbapi = dialect.loaded_dbapi
-        adapted: Any = connection.dbapi_connection
-        try:
-            adapted._handle_exception(error)  # noqa: SLF001 - the adapter's own translation
-        except dbapi.Error as translated:
-            disconnect = dialect.is_disconnect(translated, adapted, None)
-            wrapped = DBAPIError.instance(
-                sql,
-                args,
-                translated,
-                dbapi.Error,
-                hide_parameters=engine.hide_parameters,
-                connection_invalidated=disconnect,
-                dialect=dialect,
-                ismulti=False,
-            )
-            stale = (dbapi.InvalidCachedStatementError, dbapi.InternalServerError)
-            if isinstance(translated, stale):
-                dialect._invalidate_schema_cache()  # type: ignore[attr-defined]  # noqa: SLF001
-            if disconnect:
-                # As Connection.execute on a disconnect: this connection, and the pool's
-                # connections older than now, are replaced.
-                engine.pool._invalidate(connection, translated)  # noqa: SLF001
-            raise wrapped from translated
-        raise error  # pragma: no cover - the adapter's translation always raises
+        _raise_translated(self._engine.sync_engine, connection, sql, args, error, invalidate=True)
+
+
+def _raise_translated(
+    engine: Engine,
+    connection: PoolProxiedConnection,
+    sql: str,
+    args: tuple[Any, ...],
+    error: Exception,
+    *,
+    invalidate: bool,
+) -> NoReturn:
+    """See :meth:`DirectStatements.raise_translated`; ``invalidate``: on a disconnect, replace
+    ``connection`` and the pool's older ones here (a connection nobody else holds), else leave
+    that to the connection's owner."""
+    dialect = engine.dialect
+    dbapi = dialect.loaded_dbapi
+    adapted: Any = connection.dbapi_connection
+    try:
+        adapted._handle_exception(error)  # noqa: SLF001 - the adapter's own translation
+    except dbapi.Error as translated:
+        disconnect = dialect.is_disconnect(translated, adapted, None)
+        wrapped = DBAPIError.instance(
+            sql,
+            args,
+            translated,
+            dbapi.Error,
+            hide_parameters=engine.hide_parameters,
+            connection_invalidated=disconnect,
+            dialect=dialect,
+            ismulti=False,
+        )
+        stale = (dbapi.InvalidCachedStatementError, dbapi.InternalServerError)
+        if isinstance(translated, stale):
+            dialect._invalidate_schema_cache()  # type: ignore[attr-defined]  # noqa: SLF001
+        if disconnect and invalidate:
+            # As Connection.execute on a disconnect: this connection, and the pool's
+            # connections older than now, are replaced.
+            engine.pool._invalidate(connection, translated)  # noqa: SLF001
+        raise wrapped from translated
+    raise error  # pragma: no cover - the adapter's translation always raises
+
+
+def _cannot_run() -> NoReturn:
+    raise TypeError("DirectConnection.copy then a statement it cannot run")
 
 
 class DirectConnection:
@@ -231,5 +346,38 @@ class DirectConnection:
         except BaseException as error:
             # As Connection.execute: a statement interrupted mid-flight (cancelled, timed out)
             # leaves the connection in an unknown protocol state: it is discarded.
+            connection.invalidate(error)
+            raise
+
+    async def copy(
+        self, copy: CopyIn, then: tuple[TextClause, Mapping[str, Any]] | None = None
+    ) -> None:
+        """Run ``copy`` autocommitted (it commits when the data is in); with ``then`` (a
+        statement :meth:`DirectStatements.usable` accepted, and its parameters), both in one
+        transaction. Only while :attr:`DirectStatements.copies` says so. Errors and
+        interruptions as :meth:`execute`."""
+        statements = self._statements
+        connection = self._connection
+        adapted: Any = connection.dbapi_connection
+        driver: asyncpg.Connection[Any] = connection.driver_connection
+        sql = copy.sql
+        try:
+            await adapted._check_type_cache_invalidation(  # noqa: SLF001 - see the module doc
+                statements.dialect_schema_time()
+            )
+            if then is None:
+                await _copy_on(driver, copy)
+                return
+            statement, params = then
+            compiled = statements.compiled(statement)
+            if compiled is None:  # pragma: no cover - usable() said no: a caller's mistake
+                _cannot_run()
+            async with driver.transaction():
+                await _copy_on(driver, copy)
+                sql = compiled.sql
+                await driver.execute(sql, *[params[name] for name in compiled.names])
+        except Exception as error:  # noqa: BLE001 - translated or re-raised, never dropped
+            statements.raise_translated(connection, sql, (), error)
+        except BaseException as error:
             connection.invalidate(error)
             raise

@@ -43,6 +43,8 @@ if TYPE_CHECKING:
     from sqlalchemy import TextClause
     from sqlalchemy.engine.interfaces import IsolationLevel
 
+    from ship_sqla._direct import CopyIn, DirectConnection
+
 __all__ = [
     "MAX_TENANT_BYTES",
     "AfterCommit",
@@ -399,6 +401,19 @@ async def _own_transaction(
             yield connection
 
 
+@asynccontextmanager
+async def _checked_out(direct: DirectStatements, operation: str) -> AsyncIterator[DirectConnection]:
+    """A pooled connection of the direct path, returned to the pool afterwards; a refused or
+    lost connection while checking out is :class:`~ship_sqla.kernel.DatabaseUnavailableError`
+    naming ``operation``."""
+    with database_outage_translated(operation, driver_only=True):
+        direct_connection = await direct.checkout()
+    try:
+        yield direct_connection
+    finally:
+        direct_connection.close()
+
+
 class StoreConnections:
     """How a store reaches the database, in one place: its own statements and transactions, or
     the unit of work it joins. Every ship store (jobs, outbox, idempotency, webhooks) holds one.
@@ -556,17 +571,34 @@ class StoreConnections:
         cut_off = f"{operation} ({ALONE_CUT_OFF})"
         async with self._bounded(what):
             if direct.usable(statement):
-                with database_outage_translated(operation, driver_only=True):
-                    direct_connection = await direct.checkout()
-                try:
+                async with _checked_out(direct, operation) as direct_connection:
                     with database_outage_translated(cut_off, driver_only=True):
                         await direct_connection.execute(statement, params)
-                finally:
-                    direct_connection.close()
                 return
             async with connected(engine, operation) as connection:
                 with database_outage_translated(cut_off, driver_only=True):
                     await connection.execute(statement, params)
+
+    async def copy_alone(
+        self,
+        what: str,
+        copy: CopyIn,
+        then: tuple[TextClause, Mapping[str, Any]] | None = None,
+    ) -> bool:
+        """``copy`` autocommitted (with ``then``, a statement and its parameters, in one
+        transaction), outside any unit of work (only after :meth:`outside_unit_of_work` said
+        so), bounded and translated as :meth:`execute_alone`; False (nothing done) when the
+        direct path cannot run them now (see
+        :attr:`~ship_sqla._direct.DirectStatements.copies`): the caller inserts another way."""
+        direct = self._direct
+        if direct is None or not direct.copies or (then is not None and not direct.usable(then[0])):
+            return False
+        operation = f"{self.name} {what}"
+        cut_off = f"{operation} ({ALONE_CUT_OFF})"
+        async with self._bounded(what), _checked_out(direct, operation) as direct_connection:
+            with database_outage_translated(cut_off, driver_only=True):
+                await direct_connection.copy(copy, then)
+        return True
 
     def _test_connection(self) -> AsyncConnection:
         database = self.database

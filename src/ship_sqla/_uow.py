@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.exc import DBAPIError
@@ -286,6 +286,9 @@ class _StatementWatch:
     """
 
     __slots__ = ("__weakref__", "completed", "connected")
+    ship_sqla_own_listener: ClassVar[bool] = True
+    """:data:`ship_sqla._direct.OWN_LISTENER`: a bulk's COPY (which it does not see) runs only
+    after a statement it counted, so its count needs no COPY."""
 
     def __init__(self) -> None:
         self.completed = 0

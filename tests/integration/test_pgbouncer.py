@@ -63,7 +63,9 @@ from ship_sqla import (
     start_job_runtime,
     start_outbox_relay,
 )
+from ship_sqla import _direct as direct_module
 from ship_sqla._direct import DirectConnection
+from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
 from ship_sqla._notify import ListenerNotLiveError
 from ship_sqla._outbox import Backoff
 from ship_sqla.kernel import EnqueueRequest, FrozenClock
@@ -514,6 +516,54 @@ async def test_f7_plain_enqueues_outside_a_unit_of_work_run_on_the_driver_throug
             )
         ).scalars()
         assert sorted(payload["n"] for payload in payloads) == list(range(15))
+
+
+async def test_f7_bulk_enqueues_copy_through_pgbouncer(
+    bounced: AsyncEngine, elsewhere: AsyncEngine, direct: AsyncEngine
+) -> None:
+    """F7 with J1, K1 and U1: a bulk of plain runs is a COPY through PgBouncer (it needs no
+    prepared statement): outside a unit of work with its announcement in one transaction, and
+    inside one as a statement of the run's transaction (a rollback takes it back), while another
+    engine's transactions move the client's server sessions between them."""
+    copies: list[int] = []
+    real = direct_module._copy_on
+
+    async def counted(driver: Any, copy: Any) -> None:
+        copies.append(1)
+        await real(driver, copy)
+
+    job = define_job("pgb.bulk", _noop_handler, payload=dict)
+    web = create_job_backend(database=bounced, table=runs, state_table=state, listen=False)
+    uow = create_unit_of_work(bounced, repositories=lambda scope: scope)
+    other = create_unit_of_work(elsewhere, repositories=lambda scope: scope)
+    bulk = [EnqueueRequest({"n": n}) for n in range(ENQUEUE_COPY_MIN_RUNS)]
+
+    async def busy(scope: TransactionScope) -> None:
+        await scope.connection.execute(text("SELECT count(*) FROM ship_job_runs"))
+
+    class RolledBackError(Exception):
+        pass
+
+    async def in_uow(scope: TransactionScope, *, fail: bool) -> None:
+        await scope.connection.execute(text("SELECT 1"))
+        await web.enqueue_many(job, bulk)
+        if fail:
+            raise RolledBackError
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(direct_module, "_copy_on", counted)
+        for _ in range(3):
+            await web.enqueue_many(job, bulk)
+            await other.run(busy)
+        await uow.run(lambda scope: in_uow(scope, fail=False))
+        with pytest.raises(RolledBackError):
+            await uow.run(lambda scope: in_uow(scope, fail=True))
+    assert len(copies) == 5
+    async with direct.connect() as connection:
+        stored = await connection.scalar(
+            text("SELECT count(*) FROM ship_job_runs WHERE job_id = 'pgb.bulk'")
+        )
+    assert stored == 4 * ENQUEUE_COPY_MIN_RUNS
 
 
 async def _noop_handler(ctx: JobContext, payload: dict[str, Any]) -> None:

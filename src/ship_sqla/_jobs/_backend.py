@@ -423,10 +423,17 @@ class PostgresJobBackend(JobBackendBase):
         one_statement = self._inserter.one_statement(runs)
         announce = self._announce_channel(job.id)
         if one_statement and self._connections.outside_unit_of_work(scope):
-            # The plain enqueue outside any unit of work: one autocommitted INSERT, straight on
-            # a pooled asyncpg connection while nothing watches the engine's statements.
-            statement, params, due_now = self._inserter.plain(job.id, runs, announce=announce)
-            await self._connections.execute_alone("enqueue", statement, params)
+            # The plain enqueue outside any unit of work: one autocommitted INSERT (or, for a
+            # bulk, a COPY and its announcement in one transaction), straight on a pooled
+            # asyncpg connection while nothing watches the engine's statements.
+            copy, due_now = self._inserter.copy(job.id, runs)
+            then = None
+            if due_now and announce is not None:
+                channel, payload = announce
+                then = (self.statements.announce, {"channel": channel, "payload": payload})
+            if copy is None or not await self._connections.copy_alone("enqueue", copy, then):
+                statement, params, due_now = self._inserter.plain(job.id, runs, announce=announce)
+                await self._connections.execute_alone("enqueue", statement, params)
             if due_now:
                 committed: list[AfterCommit] = [self.wake]
                 if announce is not None:

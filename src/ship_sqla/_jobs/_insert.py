@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 
+from ship_sqla._direct import CopyIn, copy_in_transaction, copy_text
+from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_COLUMNS, ENQUEUE_COPY_MIN_RUNS
 from ship_sqla._jobs._tables import state_row
 from ship_sqla.kernel._ports import EnqueueResult
 
@@ -107,6 +109,62 @@ class _PlainBatch:
         }
 
 
+_NULL: Final = "\\N"
+"""NULL in COPY's text format."""
+
+
+def _copy_rows(
+    statements: JobStatements, job_id: str, runs: Sequence[PreparedRun], now: datetime | None
+) -> CopyIn | None:
+    """ENQUEUE_PLAIN's rows for ``runs`` as COPY text (ENQUEUE_COPY_COLUMNS), or None when COPY
+    is not worth it or would not store the same rows: fewer than ENQUEUE_COPY_MIN_RUNS, or, with
+    no frozen clock (``now`` None), some runs with a due time and some without (the INSERT's
+    ``coalesce(run_at, now())`` is the server's clock, which a COPY column takes for every row
+    or for none)."""
+    if len(runs) < ENQUEUE_COPY_MIN_RUNS:
+        return None
+    timed = [run.run_at is not None for run in runs]
+    columns: tuple[str, ...] = ENQUEUE_COPY_COLUMNS
+    tenant = runs[0].tenant
+    job = copy_text(job_id)
+    tail = "\t" + (_NULL if tenant is None else copy_text(tenant))
+    stamp = ""
+    if now is not None:
+        columns += ("created_at", "updated_at", "run_at")
+        stamp = now.isoformat()
+        tail += f"\t{stamp}\t{stamp}\t"
+    elif all(timed):
+        columns += ("run_at",)
+        tail += "\t"
+    elif any(timed):
+        return None
+    dated = len(columns) > len(ENQUEUE_COPY_COLUMNS)
+    lines = []
+    for run in runs:
+        key, trace, run_at = run.key, run.trace_context, run.run_at
+        line = "\t".join(
+            (
+                copy_text(run.run_id),
+                job,
+                copy_text(run.payload_json),
+                _NULL if key is None else copy_text(key),
+                str(run.max_attempts),
+                str(run.priority),
+                _NULL if trace is None else copy_text(trace),
+            )
+        )
+        if not dated:
+            lines.append(line + tail)
+        else:
+            lines.append(line + tail + (stamp if run_at is None else run_at.isoformat()))
+    return CopyIn(
+        table=statements.runs_table,
+        schema=statements.runs_schema,
+        columns=columns,
+        data=("\n".join(lines) + "\n").encode(),
+    )
+
+
 def _due(runs: Sequence[PreparedRun], wall: datetime) -> bool:
     return any(run.run_at is None or run.run_at <= wall for run in runs)
 
@@ -138,6 +196,14 @@ class RunInserter:
         """Whether :meth:`insert_on` runs one statement for ``runs`` (so an own connection may
         autocommit it): no depth limit to gate, nothing to check."""
         return self._depth_limit is None and self.unchecked(runs)
+
+    def copy(self, job_id: str, runs: Sequence[PreparedRun]) -> tuple[CopyIn | None, bool]:
+        """ENQUEUE_PLAIN's rows as a COPY (ENQUEUE_COPY_COLUMNS) when that is worth it and stores
+        the same rows (else None: the plain INSERT), and whether a run is due now. Only for what
+        the plain INSERT serves (:meth:`one_statement`, or a tick's uncapped conflict-free
+        runs); the caller announces (K1) after it, in the same transaction or once it
+        committed."""
+        return _copy_rows(self._s, job_id, runs, self._now()), _due(runs, self._wall())
 
     def plain(
         self, job_id: str, runs: Sequence[PreparedRun], *, announce: tuple[str, str] | None
@@ -172,9 +238,7 @@ class RunInserter:
         depth_limit = self._depth_limit if capped else None
         unchecked = self.unchecked(runs)
         if depth_limit is None and unchecked:
-            statement, params, due = self.plain(job_id, runs, announce=announce)
-            await connection.execute(statement, params)
-            return [EnqueueResult(run_id=run.run_id) for run in runs], due
+            return await self._insert_plain(connection, job_id, runs, announce)
         if depth_limit is not None:
             await self._take_gate(connection, job_id)
         if depth_limit is not None and unchecked:
@@ -189,9 +253,31 @@ class RunInserter:
         else:
             results, due = await self._insert_checked(connection, job_id, runs, depth_limit)
         if announce is not None and due:
-            channel, payload = announce
-            await connection.execute(self._s.announce, {"channel": channel, "payload": payload})
+            await self._announce(connection, announce)
         return results, due
+
+    async def _insert_plain(
+        self,
+        connection: AsyncConnection,
+        job_id: str,
+        runs: Sequence[PreparedRun],
+        announce: tuple[str, str] | None,
+    ) -> tuple[list[EnqueueResult], bool]:
+        """Runs nothing needs to check: a COPY when :meth:`copy` offers one and the connection
+        can run it (:func:`~ship_sqla._direct.copy_in_transaction`), then the announcement;
+        else ENQUEUE_PLAIN (with it)."""
+        copy, due = self.copy(job_id, runs)
+        if copy is not None and await copy_in_transaction(connection, copy):
+            if announce is not None and due:
+                await self._announce(connection, announce)
+        else:
+            statement, params, due = self.plain(job_id, runs, announce=announce)
+            await connection.execute(statement, params)
+        return [EnqueueResult(run_id=run.run_id) for run in runs], due
+
+    async def _announce(self, connection: AsyncConnection, announce: tuple[str, str]) -> None:
+        channel, payload = announce
+        await connection.execute(self._s.announce, {"channel": channel, "payload": payload})
 
     async def _take_gate(self, connection: AsyncConnection, job_id: str) -> None:
         """The job's enqueue gate, held until ``connection``'s transaction ends (J2 hard cap:

@@ -85,6 +85,10 @@ class JobStatements:
     """The runs table's quoted, schema-qualified name (for messages and lock keys)."""
     state_name: str
     """The state table's quoted, schema-qualified name."""
+    runs_table: str
+    """The runs table's name, unquoted (COPY names it by its parts: ENQUEUE_COPY_COLUMNS)."""
+    runs_schema: str | None
+    """The runs table's schema, unquoted; None: the search path."""
     enqueue_plain: TextClause
     enqueue_plain_capped: TextClause
     enqueue_gate: TextClause
@@ -131,6 +135,8 @@ class JobStatements:
         return cls(
             runs_name=runs_name,
             state_name=state_name,
+            runs_table=runs.name,
+            runs_schema=runs.schema,
             enqueue_plain=r(enqueue.ENQUEUE_PLAIN),
             enqueue_plain_capped=r(enqueue.ENQUEUE_PLAIN_CAPPED),
             enqueue_gate=r(enqueue.ENQUEUE_GATE),

@@ -15,6 +15,8 @@ from ship_sqla._notify import NOTIFY_SQL, announcing
 
 __all__ = [
     "ANNOUNCE",
+    "ENQUEUE_COPY_COLUMNS",
+    "ENQUEUE_COPY_MIN_RUNS",
     "ENQUEUE_GATE",
     "ENQUEUE_MANY",
     "ENQUEUE_PLAIN",
@@ -49,6 +51,29 @@ than an array of JSON texts; the other arrays run in step with it.
 
 The common enqueue, kept to a plain INSERT ... SELECT FROM unnest: nothing to probe, so nothing
 to plan beyond the insert itself (the full ENQUEUE_MANY re-plans six CTEs at every call)."""
+
+ENQUEUE_COPY_COLUMNS: Final = (
+    "id",
+    "job_id",
+    "payload",
+    "key",
+    "max_attempts",
+    "priority",
+    "trace_context",
+    "tenant_id",
+)
+"""ENQUEUE_PLAIN's rows by ``COPY <runs> (<these>[, run_at][, created_at, updated_at]) FROM STDIN
+(FORMAT text)``, for a batch of at least ENQUEUE_COPY_MIN_RUNS runs on an asyncpg connection
+nobody watches (:mod:`ship_sqla._direct`). The same rows as ENQUEUE_PLAIN's: the columns it
+leaves out take the table's defaults (state 'waiting', attempt 0, history '[]', and ``now()``
+for ``run_at`` when no run of the batch has one, and for ``created_at``/``updated_at`` unless
+the backend's clock is frozen). COPY skips the statement's parse of one JSON array of the whole
+batch and its per-row executor work: about 1.2-1.5x the INSERT's rows per second on the same
+table (BENCHMARKS.md, "Session 7"). Index: the insert's own entries (``<runs>_pkey``,
+``<runs>_due_idx``, ``<runs>_tenant_idx``); nothing is read."""
+
+ENQUEUE_COPY_MIN_RUNS: Final = 128
+"""Below this many runs the INSERT (one round trip) beats COPY (its query, then the data)."""
 
 ENQUEUE_GATE: Final = """
 INSERT INTO {state} AS g (job_id, updated_at)
