@@ -125,7 +125,7 @@ async def test_a_plain_enqueue_outside_a_unit_of_work_runs_on_the_driver_and_sto
     async def enqueue_some(clock: FrozenClock) -> None:
         backend = backend_on(engine, clock)
         await backend.enqueue(JOB, {"n": 1})  # the first of the window: announced (K1)
-        await backend.enqueue(JOB, {"n": 2}, priority=5)  # throttled: ENQUEUE_PLAIN alone
+        await backend.enqueue(JOB, {"n": 2}, priority=5)  # throttled: ENQUEUE_ONE alone
         await backend.enqueue(JOB, {"n": 3}, run_at=clock.now() + timedelta(hours=1))
         clock.advance(timedelta(seconds=1))
         await backend.enqueue_many(JOB, [EnqueueRequest({"n": 4}), EnqueueRequest({"n": 5})])
@@ -160,11 +160,26 @@ async def test_the_direct_path_sends_the_text_sqlalchemy_sends(
     with watched(engine) as seen:
         await backend.enqueue(JOB, {"n": 1})
         await backend.enqueue(JOB, {"n": 2})
-    announced = direct.compiled(backend.statements.enqueue_plain_announced)
+        await backend.enqueue_many(JOB, [EnqueueRequest({"n": 3}), EnqueueRequest({"n": 4})])
+    announced = direct.compiled(backend.statements.enqueue_one_announced)
+    one = direct.compiled(backend.statements.enqueue_one)
     plain = direct.compiled(backend.statements.enqueue_plain)
     assert announced is not None
+    assert one is not None
     assert plain is not None
-    assert seen == [announced.sql, plain.sql]
+    assert seen == [announced.sql, one.sql, plain.sql]
+    assert set(one.names) == {
+        "job_id",
+        "now",
+        "tenant",
+        "id",
+        "payload_json",
+        "key",
+        "run_at",
+        "max_attempts",
+        "priority",
+        "trace_context",
+    }
     assert "$1" in plain.sql
     assert ":ids" not in plain.sql
     assert set(plain.names) == {

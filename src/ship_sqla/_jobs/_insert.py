@@ -109,6 +109,22 @@ class _PlainBatch:
         }
 
 
+def _one_params(run: PreparedRun, job_id: str, now: datetime | None) -> dict[str, object]:
+    """ENQUEUE_ONE's parameters: ``run``'s columns as scalars."""
+    return {
+        "job_id": job_id,
+        "now": now,
+        "id": run.run_id,
+        "payload_json": run.payload_json,
+        "key": run.key,
+        "run_at": run.run_at,
+        "max_attempts": run.max_attempts,
+        "priority": run.priority,
+        "trace_context": run.trace_context,
+        "tenant": run.tenant,
+    }
+
+
 _NULL: Final = "\\N"
 """NULL in COPY's text format."""
 
@@ -210,13 +226,20 @@ class RunInserter:
     ) -> tuple[TextClause, dict[str, object], bool]:
         """The ONE statement that stores ``runs`` of ``job_id`` when nothing needs checking
         (:meth:`one_statement`, or a tick's uncapped conflict-free runs), its parameters, and
-        whether a run of it is due now: ENQUEUE_PLAIN, or ENQUEUE_PLAIN_ANNOUNCED carrying
-        ``announce`` (K1) when a run is due. It answers no rows: every run is inserted."""
-        params = _PlainBatch.of(runs).params(job_id, self._now())
+        whether a run of it is due now: ENQUEUE_PLAIN (ENQUEUE_ONE for one run), or its
+        announcing form (ENQUEUE_PLAIN_ANNOUNCED, ENQUEUE_ONE_ANNOUNCED) carrying ``announce``
+        (K1) when a run is due. It answers no rows: every run is inserted."""
         due = _due(runs, self._wall())
-        statement = self._s.enqueue_plain
+        if len(runs) == 1:
+            params = _one_params(runs[0], job_id, self._now())
+            statement = self._s.enqueue_one
+            announced = self._s.enqueue_one_announced
+        else:
+            params = _PlainBatch.of(runs).params(job_id, self._now())
+            statement = self._s.enqueue_plain
+            announced = self._s.enqueue_plain_announced
         if announce is not None and due:
-            statement = self._s.enqueue_plain_announced
+            statement = announced
             params["channel"], params["payload"] = announce
         return statement, params, due
 

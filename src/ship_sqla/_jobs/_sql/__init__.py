@@ -94,6 +94,8 @@ class JobStatements:
     enqueue_gate: TextClause
     enqueue_many: TextClause
     enqueue_plain_announced: TextClause
+    enqueue_one: TextClause
+    enqueue_one_announced: TextClause
     announce: TextClause
     claim_uncapped: TextClause
     claim_gated: TextClause
@@ -142,6 +144,8 @@ class JobStatements:
             enqueue_gate=r(enqueue.ENQUEUE_GATE),
             enqueue_many=r(enqueue.ENQUEUE_MANY),
             enqueue_plain_announced=r(enqueue.ENQUEUE_PLAIN_ANNOUNCED),
+            enqueue_one=r(enqueue.ENQUEUE_ONE),
+            enqueue_one_announced=r(enqueue.ENQUEUE_ONE_ANNOUNCED),
             announce=r(enqueue.ANNOUNCE),
             claim_uncapped=r(claim.CLAIM_UNCAPPED),
             claim_gated=r(claim.CLAIM_GATED),

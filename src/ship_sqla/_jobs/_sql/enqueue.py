@@ -19,6 +19,8 @@ __all__ = [
     "ENQUEUE_COPY_MIN_RUNS",
     "ENQUEUE_GATE",
     "ENQUEUE_MANY",
+    "ENQUEUE_ONE",
+    "ENQUEUE_ONE_ANNOUNCED",
     "ENQUEUE_PLAIN",
     "ENQUEUE_PLAIN_ANNOUNCED",
     "ENQUEUE_PLAIN_CAPPED",
@@ -51,6 +53,23 @@ than an array of JSON texts; the other arrays run in step with it.
 
 The common enqueue, kept to a plain INSERT ... SELECT FROM unnest: nothing to probe, so nothing
 to plan beyond the insert itself (the full ENQUEUE_MANY re-plans six CTEs at every call)."""
+
+ENQUEUE_ONE: Final = """
+INSERT INTO {runs} (
+    id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
+    run_at, created_at, updated_at, history, priority, trace_context, tenant_id
+)
+VALUES (
+    CAST(:id AS text), :job_id, 'waiting', CAST(:payload_json AS jsonb), CAST(:key AS text),
+    NULL, 0, CAST(:max_attempts AS integer), coalesce(CAST(:run_at AS timestamptz), {now}),
+    {now}, {now},
+    CAST('[]' AS jsonb), CAST(:priority AS smallint), CAST(:trace_context AS jsonb),
+    CAST(:tenant AS text)
+)
+"""
+"""ENQUEUE_PLAIN for ONE run, as a VALUES row of scalars: the single enqueue, the commonest
+call, skips the arrays' encoding and the function scan over them (about 90 µs of the server's
+time per enqueue, BENCHMARKS.md "Session 7"). Index: the insert's own."""
 
 ENQUEUE_COPY_COLUMNS: Final = (
     "id",
@@ -198,6 +217,10 @@ ENQUEUE_PLAIN_ANNOUNCED: Final = announcing(ENQUEUE_PLAIN)
 round trip more (and stays one autocommitted statement outside a unit of work). The NOTIFY is
 part of the inserting transaction: delivered when it commits, never after a rollback. Index: as
 ENQUEUE_PLAIN (the insert's own)."""
+
+ENQUEUE_ONE_ANNOUNCED: Final = announcing(ENQUEUE_ONE)
+"""ENQUEUE_ONE and the enqueue's announcement (K1) in ONE statement, as
+ENQUEUE_PLAIN_ANNOUNCED."""
 
 ANNOUNCE: Final = NOTIFY_SQL
 """The announcement (K1) of the other inserts (capped, checked), sent in their transaction once
