@@ -59,7 +59,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "OWN_LISTENER",
-    "CopyIn", "DirectConnection", "DirectStatements", "copy_in_transaction", "copy_text"]
+    "CopyIn",
+    "DirectConnection",
+    "DirectStatements",
+    "copy_in_transaction",
+    "copy_text",
+]
 
 _WATCHING_EVENTS: Final = (
     "before_cursor_execute",
