@@ -102,7 +102,8 @@ work's watch): it does not need to see a COPY, so it does not keep one off."""
 def _watched(dispatch: Any, sync_engine: Engine) -> bool:  # noqa: ANN401 - an event dispatcher
     """Whether anyone watches the statements run through ``dispatch`` (an engine's or a
     connection's, which joins its engine's): statement listeners, an error hook, or statement
-    logging. Then every statement takes SQLAlchemy's path, so they all see it."""
+    logging. Then every statement takes SQLAlchemy's path, so they all see it. A listener
+    marked :data:`OWN_LISTENER` does not count."""
     for name in _WATCHING_EVENTS:
         if any(not getattr(listener, OWN_LISTENER, False) for listener in getattr(dispatch, name)):
             return True
