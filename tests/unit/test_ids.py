@@ -40,6 +40,24 @@ def test_ids_keep_increasing_when_the_counter_overflows(monkeypatch: pytest.Monk
     assert stamps[-1] == stamps[0] + 1
 
 
+@pytest.mark.parametrize("start", [(1 << 16) - 3, (1 << 30) - 3, (5 << 30) + (1 << 16) - 2])
+def test_ids_carry_the_counter_across_its_formatting_blocks(
+    monkeypatch: pytest.MonkeyPatch, start: int
+) -> None:
+    """The version's and variant's groups are formatted once per 65,536 ids: across a block's
+    edge (and the 30-bit edge into the version's group) every id still carries its counter, in
+    the RFC 9562 method 1 layout (12 bits after the version, 30 after the variant)."""
+    new_run_ids(1)
+    monkeypatch.setattr(_ids, "_last_ms", _ids._last_ms + 60_000)
+    monkeypatch.setattr(_ids, "_counter", start - 1)
+    ids = new_run_ids(6)
+    _check(ids)
+    for offset, text in enumerate(ids):
+        value = uuid.UUID(text).int
+        counter = ((value >> 64) & 0xFFF) << 30 | (value >> 32) & 0x3FFF_FFFF
+        assert counter == start + offset
+
+
 def test_uuids_are_version_7_and_strictly_increasing() -> None:
     ids = [one for _ in range(100) for one in new_uuids(100)]
     assert ids == sorted(ids)

@@ -79,7 +79,7 @@ from sqlalchemy import MetaData, Table, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._jobs._admin import PostgresRunAdmin
-from ship_sqla._jobs._insert import RunInserter
+from ship_sqla._jobs._insert import RunInserter, inserted
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._tables import (
@@ -439,7 +439,7 @@ class PostgresJobBackend(JobBackendBase):
                 if announce is not None:
                     committed.append(lambda: self._announced_committed(job.id))
                 await run_after_commit(committed)
-            return [EnqueueResult(run_id=run.run_id) for run in runs]
+            return inserted(runs)
         async with self._connections.joined(scope, "enqueue", one_statement=one_statement) as tx:
             results, due_now = await self._inserter.insert_on(
                 tx.connection, job.id, runs, announce=announce
