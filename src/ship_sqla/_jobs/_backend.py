@@ -268,7 +268,9 @@ class PostgresJobBackend(JobBackendBase):
         self._database = database
         self._table = table
         self._state_table = state_table
-        self.statements: Final = JobStatements.for_tables(table, state_table)
+        self.statements: Final = JobStatements.for_tables(
+            table, state_table, server_clock=not self._clock.frozen
+        )
         """Every statement on this backend's tables, rendered once; lent to its schedules, its
         admin port and the CLI."""
         self._connections = StoreConnections(
@@ -535,6 +537,7 @@ class PostgresJobBackend(JobBackendBase):
         """Claim up to ``request.limit`` due runs (J3, J6, F1, F3); see the module docstring."""
         if request.limit < 1:
             return ClaimBatch()
+
         job_id, cap, rate = request.job_id, request.max_running, request.rate_limit
         params: dict[str, Any] = {
             "job_id": job_id,
@@ -557,15 +560,22 @@ class PostgresJobBackend(JobBackendBase):
             params["weight_tenants"] = [tenant for tenant, _ in fair.weights]
             params["weights"] = [weight for _, weight in fair.weights]
             params["default_weight"] = fair.default_weight
+        keyed = bool(request.exclude_keys)
         if cap is None and rate is None:
-            ungated = s.claim_uncapped if fair is None else s.claim_fair
+            if fair is None:
+                ungated = s.claim_uncapped_keyed if keyed else s.claim_uncapped
+            else:
+                ungated = s.claim_fair_keyed if keyed else s.claim_fair
             batch, _ = await self._claim_with(ungated, params, request)
             return batch
         params["max_running"] = cap
         params["rate_limit"] = None if rate is None else rate.limit
         params["rate_period"] = None if rate is None else rate.period
         params["gate_row"] = state_row(job_id, "claim-gate")
-        gated = s.claim_gated if fair is None else s.claim_fair_gated
+        if fair is None:
+            gated = s.claim_gated_keyed if keyed else s.claim_gated
+        else:
+            gated = s.claim_fair_gated_keyed if keyed else s.claim_fair_gated
         batch, gate_created = await self._claim_with(gated, params, request)
         if gate_created and not batch and not batch.buried:
             # The job's first gated claim made its gate, which grants nothing: claim again.

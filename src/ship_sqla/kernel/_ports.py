@@ -23,11 +23,20 @@ again.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, get_args, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Literal,
+    Protocol,
+    TypeAlias,
+    get_args,
+    runtime_checkable,
+)
 
 import attrs
 
-from ship_sqla.kernel._errors import ShipError
+from ship_sqla.kernel._errors import ConfigurationError, ShipError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -43,6 +52,7 @@ __all__ = [
     "FAILURE_KINDS",
     "LEASE_LAPSED",
     "LEASE_LAPSED_FINAL_ATTEMPT",
+    "MAX_CLAIM_BATCH",
     "RUN_CANCELLED",
     "TERMINAL_STATES",
     "BuriedRun",
@@ -376,6 +386,24 @@ class QueueDepthSource(Protocol):
         ...
 
 
+MAX_CLAIM_BATCH: Final = 1000
+"""The most runs one claim asks for (J3): a runtime with more free slots claims again. The
+PostgreSQL claim bounds its index scans by this constant instead of by the request's limit, so
+its estimates are the same in every execution and PostgreSQL keeps one generic plan at any
+backlog (a parameter LIMIT is costed at a tenth of the backlog in a generic plan, which made it
+plan every claim afresh: about 1 ms each at 100,000 waiting runs)."""
+
+
+def _claim_limit(_request: object, _attribute: object, limit: int) -> None:
+    if limit > MAX_CLAIM_BATCH:
+        raise ConfigurationError(
+            f"a claim's limit is {limit}, more than one claim takes ({MAX_CLAIM_BATCH},"
+            " MAX_CLAIM_BATCH).",
+            fix="ask for at most MAX_CLAIM_BATCH runs and claim again for the rest (the"
+            " runtime does).",
+        )
+
+
 @attrs.frozen
 class ClaimRequest:
     """One claim, as the runtime asks it: up to ``limit`` due runs of ``job_id`` for ``worker``,
@@ -385,7 +413,8 @@ class ClaimRequest:
 
     job_id: str
     worker: str
-    limit: int
+    limit: int = attrs.field(validator=_claim_limit)
+    """At most :data:`MAX_CLAIM_BATCH` (a store answers at most that many)."""
     max_running: int | None
     lease: float
     exclude_keys: tuple[str, ...] = ()

@@ -49,10 +49,21 @@ from ship_sqla._naming import quoted_table
 if TYPE_CHECKING:
     from sqlalchemy import Table
 
-__all__ = ["AT", "NOW", "JobStatements", "render"]
+__all__ = ["AT", "NOW", "SERVER_NOW", "JobStatements", "render"]
 
 NOW: Final = "coalesce(CAST(:now AS timestamptz), now())"
-AT: Final = "to_char(" + NOW + """ AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
+SERVER_NOW: Final = "now()"
+"""``{now}`` of a claim on a backend whose clock is the database's (``:now`` is always NULL
+there): the planner then sees the instant (a stable function, evaluated for its estimates),
+where ``coalesce(:now, now())`` is costed at a default third of the due runs in a generic plan
+and kept PostgreSQL from settling on one (see ``MAX_CLAIM_BATCH``)."""
+
+
+def _at(now: str) -> str:
+    return "to_char(" + now + """ AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
+
+
+AT: Final = _at(NOW)
 """A history entry's ``at``: ISO-8601 UTC text whatever the session's TimeZone."""
 
 _RUN_COLUMNS: Final = (
@@ -63,16 +74,17 @@ _RUN_COLUMNS: Final = (
 )
 
 
-def render(template: str, *, runs: str, state: str = "") -> TextClause:
+def render(template: str, *, runs: str, state: str = "", now: str = NOW) -> TextClause:
     """``template`` for one pair of tables (``runs``, ``state``: quoted, schema-qualified names,
-    from :func:`~ship_sqla._naming.quoted_table`)."""
+    from :func:`~ship_sqla._naming.quoted_table`); ``now``: what ``{now}`` says (NOW, or
+    SERVER_NOW for a claim on the database's clock)."""
     if "{state}" in template and not state:  # pragma: no cover - a wiring mistake, said plainly
         raise ValueError("this statement names the state table: pass state=")
     return text(
         template.replace("{runs}", runs)
         .replace("{state}", state)
-        .replace("{at}", AT)
-        .replace("{now}", NOW)
+        .replace("{at}", _at(now))
+        .replace("{now}", now)
         .replace("{cols}", _RUN_COLUMNS)
     )
 
@@ -101,6 +113,10 @@ class JobStatements:
     claim_gated: TextClause
     claim_fair: TextClause
     claim_fair_gated: TextClause
+    claim_uncapped_keyed: TextClause
+    claim_gated_keyed: TextClause
+    claim_fair_keyed: TextClause
+    claim_fair_gated_keyed: TextClause
     settle: TextClause
     heartbeat: TextClause
     db_now: TextClause
@@ -128,11 +144,17 @@ class JobStatements:
     schedule_states: TextClause
 
     @classmethod
-    def for_tables(cls, runs: Table, state: Table) -> JobStatements:
+    def for_tables(cls, runs: Table, state: Table, *, server_clock: bool = False) -> JobStatements:
+        """The statements on ``runs`` and ``state``; ``server_clock``: the backend's clock is the
+        database's (not frozen), so its claims say ``now()`` (SERVER_NOW)."""
         runs_name, state_name = quoted_table(runs), quoted_table(state)
+        claim_now = SERVER_NOW if server_clock else NOW
 
         def r(template: str) -> TextClause:
             return render(template, runs=runs_name, state=state_name)
+
+        def c(template: str) -> TextClause:
+            return render(template, runs=runs_name, state=state_name, now=claim_now)
 
         return cls(
             runs_name=runs_name,
@@ -147,10 +169,14 @@ class JobStatements:
             enqueue_one=r(enqueue.ENQUEUE_ONE),
             enqueue_one_announced=r(enqueue.ENQUEUE_ONE_ANNOUNCED),
             announce=r(enqueue.ANNOUNCE),
-            claim_uncapped=r(claim.CLAIM_UNCAPPED),
-            claim_gated=r(claim.CLAIM_GATED),
-            claim_fair=r(claim.CLAIM_FAIR),
-            claim_fair_gated=r(claim.CLAIM_FAIR_GATED),
+            claim_uncapped=c(claim.CLAIM_UNCAPPED),
+            claim_gated=c(claim.CLAIM_GATED),
+            claim_fair=c(claim.CLAIM_FAIR),
+            claim_fair_gated=c(claim.CLAIM_FAIR_GATED),
+            claim_uncapped_keyed=c(claim.CLAIM_UNCAPPED_KEYED),
+            claim_gated_keyed=c(claim.CLAIM_GATED_KEYED),
+            claim_fair_keyed=c(claim.CLAIM_FAIR_KEYED),
+            claim_fair_gated_keyed=c(claim.CLAIM_FAIR_GATED_KEYED),
             settle=r(settle.SETTLE_IF_TOKEN_CURRENT),
             heartbeat=r(settle.HEARTBEAT_IF_TOKEN_CURRENT),
             db_now=r(schedules.DB_NOW),

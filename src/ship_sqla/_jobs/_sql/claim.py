@@ -38,11 +38,17 @@ from __future__ import annotations
 
 from typing import Final
 
+from ship_sqla.kernel._ports import MAX_CLAIM_BATCH
+
 __all__ = [
     "CLAIM_FAIR",
     "CLAIM_FAIR_GATED",
+    "CLAIM_FAIR_GATED_KEYED",
+    "CLAIM_FAIR_KEYED",
     "CLAIM_GATED",
+    "CLAIM_GATED_KEYED",
     "CLAIM_UNCAPPED",
+    "CLAIM_UNCAPPED_KEYED",
 ]
 
 _HEAD: Final = """
@@ -135,17 +141,18 @@ _WALK: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
             coalesce(array_agg(d.run_at), CAST('{}' AS timestamptz[])) AS run_ats,
             coalesce(array_agg(d.seq), CAST('{}' AS bigint[])) AS seqs
         FROM (
-            -- Two LIMITs: the outer one cuts at the room left; the inner one, a parameter,
-            -- only lets the planner see how few rows this is (an expression LIMIT is costed at
-            -- a tenth of the level, which would have PostgreSQL JIT-compile every claim).
+            -- Two LIMITs: the outer one cuts at the room left; the inner one, a constant (the
+            -- most a claim asks, MAX_CLAIM_BATCH), only lets the planner see how few rows this
+            -- is: an expression LIMIT is costed at a tenth of the level (PostgreSQL would
+            -- JIT-compile every claim), a parameter one too in a generic plan (it would plan
+            -- every claim afresh at a large backlog). Rows past the room are never locked.
             SELECT * FROM (
                 SELECT r.id, r.run_at, r.seq
                 FROM {runs} r
                 WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.priority = level.priority
-                  AND r.run_at <= {now}
-                  AND (r.key IS NULL OR r.key <> ALL(CAST(:exclude_keys AS text[])))
+                  AND r.run_at <= {now}{skip_keys_r}
                 ORDER BY r.run_at, r.seq
-                LIMIT CAST(:limit AS integer)
+                LIMIT {claim_batch}
                 FOR UPDATE SKIP LOCKED
             ) capped
             LIMIT (SELECT n FROM room) - w.taken
@@ -248,7 +255,8 @@ _FAIR_WALK: Final = """, tenant_walk (tenant, wrapped, k) AS (
 ), due AS (
     -- <runs>_tenant_idx: each tenant's oldest due runs, its share of them, in due order
     -- (rank: its place in the tenant's share, so a gate that grants less cuts every tenant
-    -- alike). The inner LIMIT is a parameter so the planner sees how few rows this is.
+    -- alike). The inner LIMIT is a constant so the planner sees how few rows this is (as
+    -- the walk's).
     SELECT d.id, d.seq, d.run_at, d.priority,
         row_number() OVER (PARTITION BY s.i ORDER BY d.run_at, d.seq) AS rank
     FROM shares s
@@ -257,20 +265,18 @@ _FAIR_WALK: Final = """, tenant_walk (tenant, wrapped, k) AS (
             SELECT * FROM (
                 SELECT r.id, r.seq, r.run_at, r.priority FROM {runs} r
                 WHERE r.job_id = :job_id AND r.state = 'waiting' AND s.tenant IS NOT NULL
-                  AND r.tenant_id = s.tenant AND r.run_at <= {now}
-                  AND (r.key IS NULL OR r.key <> ALL(CAST(:exclude_keys AS text[])))
+                  AND r.tenant_id = s.tenant AND r.run_at <= {now}{skip_keys_r}
                 ORDER BY r.tenant_id, r.run_at, r.seq
-                LIMIT CAST(:limit AS integer)
+                LIMIT {claim_batch}
                 FOR UPDATE SKIP LOCKED
             ) named
             UNION ALL
             SELECT * FROM (
                 SELECT r.id, r.seq, r.run_at, r.priority FROM {runs} r
                 WHERE r.job_id = :job_id AND r.state = 'waiting' AND s.tenant IS NULL
-                  AND r.tenant_id IS NULL AND r.run_at <= {now}
-                  AND (r.key IS NULL OR r.key <> ALL(CAST(:exclude_keys AS text[])))
+                  AND r.tenant_id IS NULL AND r.run_at <= {now}{skip_keys_r}
                 ORDER BY r.tenant_id, r.run_at, r.seq
-                LIMIT CAST(:limit AS integer)
+                LIMIT {claim_batch}
                 FOR UPDATE SKIP LOCKED
             ) untenanted
         ) taken
@@ -285,7 +291,7 @@ _PICK_UNGATED: Final = """, picked AS (
     -- limit dropped stay locked until COMMIT, which is why a claim is its own short transaction.
     SELECT c.id FROM (
         SELECT id, seq, run_at, priority, 0 AS rank FROM lapsed
-        WHERE NOT exhausted AND (key IS NULL OR key <> ALL(CAST(:exclude_keys AS text[])))
+        WHERE NOT exhausted{skip_keys}
         UNION ALL
         SELECT id, seq, run_at, priority, rank FROM due
     ) c
@@ -326,7 +332,7 @@ _PICK_GATED: Final = """, found AS (
     -- The candidates this statement holds (locked, so whatever is granted is claimed).
     SELECT (SELECT count(*) FROM due) AS due_n,
         (SELECT count(*) FROM lapsed WHERE NOT exhausted
-           AND (key IS NULL OR key <> ALL(CAST(:exclude_keys AS text[])))) AS lapsed_n
+          {skip_keys}) AS lapsed_n
 ), gate AS (
     -- <state>_pkey, F1/F3: the job's claim gate. The upsert locks the row (gated claimers of
     -- the job take turns for this statement only) and reads its newest version. A new gate
@@ -366,7 +372,7 @@ _PICK_GATED: Final = """, found AS (
     -- transaction.
     SELECT c.id FROM (
         SELECT id, seq, run_at, priority, 0 AS rank FROM lapsed
-        WHERE NOT exhausted AND (key IS NULL OR key <> ALL(CAST(:exclude_keys AS text[])))
+        WHERE NOT exhausted{skip_keys}
         UNION ALL
         SELECT * FROM (
             SELECT id, seq, run_at, priority, rank FROM due
@@ -480,27 +486,50 @@ def _tail(*, started: str, gate_row: str, walk: str) -> str:
     )
 
 
-def _ungated(walk: str) -> str:
+_SKIP_KEYS: Final = " AND ({key} IS NULL OR {key} <> ALL(CAST(:exclude_keys AS text[])))"
+"""J4: leave the runs whose single-runner key this process runs (``:exclude_keys``)."""
+
+
+def _finished(template: str, *, keyed: bool) -> str:
+    """``template`` with the claim's size bound (MAX_CLAIM_BATCH) and, ``keyed``, the J4 key
+    filters; unkeyed (the request excludes no key) it has none, so the planner's estimates do
+    not depend on an array it cannot see in a generic plan."""
+    skip, skip_r = "", ""
+    if keyed:
+        skip = _SKIP_KEYS.replace("{key}", "key")
+        skip_r = "\n                 " + _SKIP_KEYS.replace("{key}", "r.key")
     return (
+        template.replace("{claim_batch}", str(MAX_CLAIM_BATCH))
+        .replace("{skip_keys_r}", skip_r)
+        .replace("{skip_keys}", skip)
+    )
+
+
+def _ungated(walk: str, *, keyed: bool = False) -> str:
+    return _finished(
         _HEAD
         + _ROOM_UNGATED
         + walk
         + _PICK_UNGATED
-        + _tail(started="{now}", gate_row="", walk=walk)
+        + _tail(started="{now}", gate_row="", walk=walk),
+        keyed=keyed,
     )
 
 
-def _gated(walk: str) -> str:
-    return _expanded(
-        _HEAD
-        + _ROOM_GATED
-        + walk
-        + _PICK_GATED
-        + _tail(
-            started="coalesce((SELECT started_at FROM gate), {now})",
-            gate_row=_GATE_ROW,
-            walk=walk,
-        )
+def _gated(walk: str, *, keyed: bool = False) -> str:
+    return _finished(
+        _expanded(
+            _HEAD
+            + _ROOM_GATED
+            + walk
+            + _PICK_GATED
+            + _tail(
+                started="coalesce((SELECT started_at FROM gate), {now})",
+                gate_row=_GATE_ROW,
+                walk=walk,
+            )
+        ),
+        keyed=keyed,
     )
 
 
@@ -537,3 +566,12 @@ of the job stopped, so every tenant comes round in turn. Index: ``<runs>_tenant_
 CLAIM_FAIR_GATED: Final = _gated(_FAIR_WALK)
 """:data:`CLAIM_FAIR` through the job's claim gate (a cap, a rate limit, or both): a gate that
 grants less than the claim found cuts every tenant's share alike (by rank in its share)."""
+
+CLAIM_UNCAPPED_KEYED: Final = _ungated(_WALK, keyed=True)
+CLAIM_GATED_KEYED: Final = _gated(_WALK, keyed=True)
+CLAIM_FAIR_KEYED: Final = _ungated(_FAIR_WALK, keyed=True)
+CLAIM_FAIR_GATED_KEYED: Final = _gated(_FAIR_WALK, keyed=True)
+"""The four claims for a request that excludes single-runner keys (J4: the keys this process
+runs): the same statements with the key filter on every scan. Without keys to exclude, the
+claims above carry no filter (every run's key passes), so their estimates, custom and generic,
+are the same."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from ship_sqla.kernel._ports import ClaimRequest, Release
+from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest, Release
 from ship_sqla.kernel._runtime.state import InFlight, lapsed_final_error
 from ship_sqla.kernel._waiting import first_done, wait_event
 
@@ -239,12 +239,13 @@ class Producer:
         return more, blocked
 
     def _room_for(self, job: JobDefinition[Any]) -> tuple[int, tuple[str, ...]]:
-        """How many runs of ``job`` one claim may take now, and the keys it must skip (J4)."""
+        """How many runs of ``job`` one claim may take now (at most MAX_CLAIM_BATCH), and the
+        keys it must skip (J4)."""
         concurrency = job.concurrency
         # Runs whose settle is not answered yet still hold a lease in the backend's count of
         # concurrency.max: asking for their room would come back short, which reads as "no
         # more due work" and parks the loop until the poll interval.
-        limit = self._max_in_flight - self._runs.executing
+        limit = min(self._max_in_flight - self._runs.executing, MAX_CLAIM_BATCH)
         if concurrency.max is not None:
             limit = min(
                 limit,

@@ -1,0 +1,107 @@
+"""J3 at a large backlog: a claim is planned once. On a backend whose clock is the database's, the
+claim statements say ``now()``, bound their index scans by MAX_CLAIM_BATCH (a constant) and
+carry no key filter unless keys are excluded, so their estimates do not depend on the
+parameters and PostgreSQL's plan cache keeps one generic plan after its first custom ones
+(before, at 100,000 waiting runs every claim was planned afresh: about 1 ms each)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import MetaData, text
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla.kernel import ConfigurationError, FrozenClock
+from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest, Complete
+
+metadata = MetaData()
+runs = ship_job_runs_table(metadata)
+state = ship_job_state_table(metadata)
+BACKLOG = 100_000
+CLAIMS = 12
+
+
+@pytest.fixture
+async def one_connection(ship_engine: AsyncEngine) -> Any:
+    """An engine on the test database whose pool holds one connection, with 100,000 waiting
+    runs of ``plan.job`` loaded and analyzed."""
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_runs (id, job_id, payload, max_attempts)"
+                " SELECT 'r' || g, 'plan.job', '{}', 5 FROM generate_series(1, :n) g"
+            ),
+            {"n": BACKLOG},
+        )
+    async with ship_engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text("VACUUM (ANALYZE) ship_job_runs"))
+    single = create_async_engine(ship_engine.url, pool_size=1, max_overflow=0)
+    try:
+        yield single
+    finally:
+        await single.dispose()
+
+
+async def _plans(engine: AsyncEngine) -> list[tuple[int, int]]:
+    async with engine.connect() as connection:
+        found = await connection.execute(
+            text(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%WITH RECURSIVE paused AS%'"
+                " AND statement NOT LIKE '%pg_prepared_statements%'"
+            )
+        )
+        return [(int(row.generic_plans), int(row.custom_plans)) for row in found]
+
+
+@pytest.mark.parametrize("max_running", [None, 500])
+async def test_j3_a_claim_keeps_one_generic_plan_at_a_large_backlog(
+    one_connection: AsyncEngine, max_running: int | None
+) -> None:
+    """J3: twelve claims of 50 at 100,000 waiting runs (uncapped, and through the gate of a
+    capped job), each settled, on one pooled connection: PostgreSQL runs the claim's generic
+    plan once its first custom plans are behind it (its plan cache's counters say so)."""
+    backend = create_job_backend(
+        database=one_connection, table=runs, state_table=state, listen=False
+    )
+    for _ in range(CLAIMS):
+        batch = await backend.claim(
+            ClaimRequest(
+                job_id="plan.job", worker="w", limit=50, max_running=max_running, lease=30.0
+            )
+        )
+        assert len(batch) == 50
+        assert await backend.settle([Complete(run) for run in batch]) == ["completed"] * 50
+    [(generic, custom)] = await _plans(one_connection)
+    assert (
+        generic + custom >= CLAIMS
+    )  # a capped job's first claim makes its gate, then claims again
+    assert generic >= CLAIMS - 6, (generic, custom)
+
+
+def test_the_server_clock_claims_say_now_and_a_frozen_clock_gives_its_time() -> None:
+    """On the database's clock a claim reads ``now()``; on a frozen clock (tests) it reads the
+    clock's instant (``coalesce(:now, now())``), as every other statement does."""
+    server = create_job_backend(database=create_async_engine("postgresql+asyncpg://x/y"))
+    frozen = create_job_backend(
+        database=create_async_engine("postgresql+asyncpg://x/y"), clock=FrozenClock()
+    )
+    assert ":now" not in server.statements.claim_gated.text
+    assert ":now" in frozen.statements.claim_gated.text
+    assert ":now" in server.statements.settle.text
+    assert ":exclude_keys" not in server.statements.claim_uncapped.text
+    assert ":exclude_keys" in server.statements.claim_uncapped_keyed.text
+    assert f"LIMIT {MAX_CLAIM_BATCH}" in server.statements.claim_uncapped.text
+
+
+def test_a_claim_asks_at_most_max_claim_batch() -> None:
+    """A ClaimRequest for more than MAX_CLAIM_BATCH runs is refused with the bound named (the
+    runtime asks at most that many and claims again)."""
+    with pytest.raises(ConfigurationError, match="MAX_CLAIM_BATCH"):
+        ClaimRequest(
+            job_id="j", worker="w", limit=MAX_CLAIM_BATCH + 1, max_running=None, lease=30.0
+        )
