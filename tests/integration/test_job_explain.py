@@ -198,6 +198,31 @@ CASES = [
         50,
         True,
     ),
+    # J4: the same claims excluding single-runner keys (the *_KEYED statements).
+    (
+        "claim gated keyed",
+        claim.CLAIM_GATED_KEYED,
+        claim_params,
+        {"due_idx", "lease_idx"},
+        50,
+        True,
+    ),
+    (
+        "claim uncapped keyed",
+        claim.CLAIM_UNCAPPED_KEYED,
+        claim_params,
+        {"due_idx", "lease_idx"},
+        50,
+        True,
+    ),
+    (
+        "claim fair keyed",
+        claim.CLAIM_FAIR_KEYED,
+        claim_params,
+        {"tenant_idx", "lease_idx"},
+        50,
+        True,
+    ),
     ("depth check", enqueue.ENQUEUE_MANY, depth_params, {"due_idx", "dedupe_idx", "pkey"}, 1, True),
     # J2's capped plain enqueue (after its gate): the same bounded count, no probes.
     ("capped enqueue", enqueue.ENQUEUE_PLAIN_CAPPED, capped_params, {"due_idx"}, 1, True),
