@@ -9,15 +9,15 @@ COPY cannot store the same way."""
 from __future__ import annotations
 
 import asyncio
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import pytest
-from sqlalchemy import MetaData, event, text
+from sqlalchemy import MetaData, text
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from statement_watch import watched
 
 from ship_sqla import TransactionScope, create_unit_of_work
 from ship_sqla import _direct as direct_module
@@ -34,7 +34,7 @@ from ship_sqla.kernel import EnqueueRequest, FrozenClock, define_job
 from ship_sqla.kernel._plans.prepare import PreparedRun
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    pass
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)
@@ -74,22 +74,6 @@ def copies(monkeypatch: pytest.MonkeyPatch) -> list[CopyIn]:
 
     monkeypatch.setattr(direct_module, "_copy_on", spy)
     return seen
-
-
-@contextmanager
-def watched(engine: AsyncEngine) -> Iterator[list[str]]:
-    """A statement listener on ``engine``: while it listens, the backend runs the INSERT (so
-    the listener sees every statement); yields the statements it saw."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
 def backend_on(engine: AsyncEngine, clock: FrozenClock | None = None) -> PostgresJobBackend:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,7 @@ from sqlalchemy import MetaData, event, text
 from sqlalchemy.exc import DBAPIError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
+from statement_watch import watched
 
 from ship_sqla import TransactionScope, create_unit_of_work
 from ship_sqla._direct import DirectConnection
@@ -33,7 +34,7 @@ from ship_sqla._scope import ALONE_CUT_OFF
 from ship_sqla.kernel import DatabaseUnavailableError, EnqueueRequest, FrozenClock, define_job
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Iterator
+    from collections.abc import AsyncIterator
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)
@@ -80,22 +81,6 @@ def direct_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(DirectConnection, "execute", spy)
     return calls
-
-
-@contextmanager
-def watched(engine: AsyncEngine) -> Iterator[list[str]]:
-    """A statement listener on ``engine``: while it listens, the backend takes SQLAlchemy's
-    path (so the listener sees every statement); yields the statements it saw."""
-    seen: list[str] = []
-
-    def record(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        seen.append(statement)
-
-    event.listen(engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield seen
-    finally:
-        event.remove(engine.sync_engine, "before_cursor_execute", record)
 
 
 def backend_on(engine: AsyncEngine, clock: FrozenClock, **options: Any) -> PostgresJobBackend:
