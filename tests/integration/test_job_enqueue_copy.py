@@ -9,17 +9,18 @@ COPY cannot store the same way."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import pytest
 from sqlalchemy import MetaData, text
-from sqlalchemy.exc import ProgrammingError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.exc import DBAPIError, ProgrammingError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from statement_watch import watched
 
-from ship_sqla import TransactionScope, create_unit_of_work
+from ship_sqla import TransactionScope, create_unit_of_work, tenant_policy_ddl
 from ship_sqla import _direct as direct_module
 from ship_sqla._direct import OWN_LISTENER, CopyIn, copy_text
 from ship_sqla._jobs import (
@@ -301,3 +302,49 @@ async def test_a_store_on_a_connection_copies_in_its_savepoint(
         assert await connection.scalar(text("SELECT count(*) FROM ship_job_runs")) == N
         await transaction.rollback()
     assert await stored(engine) == []
+
+
+async def test_a_runs_table_under_row_level_security_takes_the_insert(
+    engine: AsyncEngine, copies: list[CopyIn]
+) -> None:
+    """COPY FROM refuses a table whose row-level security applies to the session (0A000): a
+    backend asks once (ENQUEUE_COPY_ALLOWED) and such a runs table (tenant_policy_ddl applied
+    to it) takes the INSERT; a backend that asked before the policy was turned on gets the
+    refusal once (its unit of work fails, nothing is written) and inserts from then on."""
+    role = f"ship_copy_rls_{uuid.uuid4().hex[:8]}"
+    async with engine.begin() as connection:
+        await connection.execute(text(f'CREATE ROLE "{role}" LOGIN'))
+        await connection.execute(text(f'GRANT ALL ON ALL TABLES IN SCHEMA public TO "{role}"'))
+        await connection.execute(text(f'GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO "{role}"'))
+    as_role = create_async_engine(engine.url.set(username=role))
+    try:
+        early = backend_on(as_role)
+        await early.enqueue_many(JOB, requests())  # asks, and COPYs: no policy yet
+        assert len(copies) == 1
+        async with engine.begin() as connection:
+            for statement in tenant_policy_ddl("ship_job_runs"):
+                await connection.execute(text(statement))
+        uow = create_unit_of_work(
+            as_role, repositories=lambda scope: scope, row_level_security=True
+        )
+
+        async def enqueue(scope: TransactionScope, backend: PostgresJobBackend) -> None:
+            await backend.enqueue_many(JOB, requests())
+
+        with pytest.raises(DBAPIError, match="row-level security"):
+            await uow.run(lambda scope: enqueue(scope, early), tenant="acme")
+        await uow.run(lambda scope: enqueue(scope, early), tenant="acme")
+        late = backend_on(as_role)
+        await uow.run(lambda scope: enqueue(scope, late), tenant="acme")
+        assert len(copies) == 2, "the refused COPY, then only INSERTs"
+        async with engine.connect() as connection:
+            tenants = await connection.execute(
+                text("SELECT tenant_id, count(*) FROM ship_job_runs GROUP BY 1 ORDER BY 1")
+            )
+            assert [tuple(row) for row in tenants] == [("acme", 2 * N), (None, N)]
+    finally:
+        await as_role.dispose()
+        async with engine.begin() as connection:
+            await connection.execute(text("ALTER TABLE ship_job_runs DISABLE ROW LEVEL SECURITY"))
+            await connection.execute(text(f'DROP OWNED BY "{role}"'))
+            await connection.execute(text(f'DROP ROLE "{role}"'))

@@ -76,12 +76,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import MetaData, Table, TextClause
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._jobs._admin import PostgresRunAdmin
 from ship_sqla._jobs._insert import RunInserter, inserted
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
+from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
 from ship_sqla._jobs._tables import (
     ship_job_events_table,
     ship_job_runs_table,
@@ -428,14 +430,7 @@ class PostgresJobBackend(JobBackendBase):
             # The plain enqueue outside any unit of work: one autocommitted INSERT (or, for a
             # bulk, a COPY and its announcement in one transaction), straight on a pooled
             # asyncpg connection while nothing watches the engine's statements.
-            copy, due_now = self._inserter.copy(job.id, runs)
-            then = None
-            if due_now and announce is not None:
-                channel, payload = announce
-                then = (self.statements.announce, {"channel": channel, "payload": payload})
-            if copy is None or not await self._connections.copy_alone("enqueue", copy, then):
-                statement, params, due_now = self._inserter.plain(job.id, runs, announce=announce)
-                await self._connections.execute_alone("enqueue", statement, params)
+            due_now = await self._insert_alone(job.id, runs, announce)
             if due_now:
                 committed: list[AfterCommit] = [self.wake]
                 if announce is not None:
@@ -451,6 +446,33 @@ class PostgresJobBackend(JobBackendBase):
                 if announce is not None:
                     tx.after_commit(lambda: self._announced_committed(job.id))
         return results
+
+    async def _insert_alone(
+        self, job_id: str, runs: Sequence[PreparedRun], announce: tuple[str, str] | None
+    ) -> bool:
+        """The plain enqueue outside any unit of work (see :meth:`insert`): a bulk's COPY and its
+        announcement in one transaction when the table takes COPY, else the one autocommitted
+        INSERT; whether a run is due now. A COPY the table refuses (0A000: row-level security
+        turned on since the probe) wrote nothing, so the INSERT stores the runs instead."""
+        inserter, connections = self._inserter, self._connections
+        if len(runs) >= ENQUEUE_COPY_MIN_RUNS and not inserter.copy_probed:
+            async with connections.statement("enqueue") as connection:
+                await inserter.probe_copy(connection)
+        copy, due_now = inserter.copy(job_id, runs)
+        if copy is not None:
+            then = None
+            if due_now and announce is not None:
+                channel, payload = announce
+                then = (self.statements.announce, {"channel": channel, "payload": payload})
+            try:
+                if await connections.copy_alone("enqueue", copy, then):
+                    return due_now
+            except DBAPIError as error:
+                if not inserter.copy_refused(error):
+                    raise
+        statement, params, due_now = inserter.plain(job_id, runs, announce=announce)
+        await connections.execute_alone("enqueue", statement, params)
+        return due_now
 
     # --- push wake (K1) -----------------------------------------------------------------------
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 import attrs
+from sqlalchemy.exc import DBAPIError
 
 from ship_sqla._direct import CopyIn, copy_in_transaction, copy_text
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_COLUMNS, ENQUEUE_COPY_MIN_RUNS
 from ship_sqla._jobs._tables import state_row
+from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._ports import EnqueueResult
 
 if TYPE_CHECKING:
@@ -194,7 +196,7 @@ def _due(runs: Sequence[PreparedRun], wall: datetime) -> bool:
 class RunInserter:
     """``insert``'s statements for one backend's tables; stateless between calls."""
 
-    __slots__ = ("_depth_limit", "_now", "_s", "_wall")
+    __slots__ = ("_copy_allowed", "_depth_limit", "_now", "_s", "_wall")
 
     def __init__(
         self,
@@ -208,6 +210,30 @@ class RunInserter:
         self._depth_limit = depth_limit
         self._now = now
         self._wall = wall
+        self._copy_allowed: bool | None = None
+        """ENQUEUE_COPY_ALLOWED's answer (None: not asked yet)."""
+
+    @property
+    def copy_probed(self) -> bool:
+        """Whether :meth:`probe_copy` has answered (a bulk may then COPY without asking)."""
+        return self._copy_allowed is not None
+
+    async def probe_copy(self, connection: AsyncConnection) -> None:
+        """Ask once whether the runs table takes COPY (ENQUEUE_COPY_ALLOWED: not with row-level
+        security on); :meth:`copy` offers none until this answered yes."""
+        if self._copy_allowed is None:
+            allowed = await connection.scalar(
+                self._s.enqueue_copy_allowed, {"runs": self._s.runs_name}
+            )
+            self._copy_allowed = bool(allowed)
+
+    def copy_refused(self, error: BaseException) -> bool:
+        """Whether ``error`` is COPY refused for the table (0A000: row-level security turned on
+        since the probe); then later bulks take the INSERT."""
+        if sqlstate_of(error) != "0A000":
+            return False
+        self._copy_allowed = False
+        return True
 
     def unchecked(self, runs: Sequence[PreparedRun]) -> bool:
         """Whether ``runs`` need none of ENQUEUE_MANY's J1 probes (:func:`conflict_free`): the
@@ -220,12 +246,16 @@ class RunInserter:
         return self._depth_limit is None and self.unchecked(runs)
 
     def copy(self, job_id: str, runs: Sequence[PreparedRun]) -> tuple[CopyIn | None, bool]:
-        """ENQUEUE_PLAIN's rows as a COPY (ENQUEUE_COPY_COLUMNS) when that is worth it and stores
-        the same rows (else None: the plain INSERT), and whether a run is due now. Only for what
+        """ENQUEUE_PLAIN's rows as a COPY (ENQUEUE_COPY_COLUMNS) when that is worth it, stores
+        the same rows and the table takes COPY (:meth:`probe_copy`; else None: the plain
+        INSERT), and whether a run is due now. Only for what
         the plain INSERT serves (:meth:`one_statement`, or a tick's uncapped conflict-free
         runs); the caller announces (K1) after it, in the same transaction or once it
         committed."""
-        return _copy_rows(self._s, job_id, runs, self._now()), _due(runs, self._wall())
+        due = _due(runs, self._wall())
+        if not self._copy_allowed:  # refused, or not asked yet (ask first: probe_copy)
+            return None, due
+        return _copy_rows(self._s, job_id, runs, self._now()), due
 
     def plain(
         self, job_id: str, runs: Sequence[PreparedRun], *, announce: tuple[str, str] | None
@@ -295,14 +325,23 @@ class RunInserter:
         """Runs nothing needs to check: a COPY when :meth:`copy` offers one and the connection
         can run it (:func:`~ship_sqla._direct.copy_in_transaction`), then the announcement;
         else ENQUEUE_PLAIN (with it)."""
+        if len(runs) >= ENQUEUE_COPY_MIN_RUNS:
+            await self.probe_copy(connection)
         copy, due = self.copy(job_id, runs)
-        if copy is not None and await copy_in_transaction(connection, copy):
+        if copy is not None and await self._copied(connection, copy):
             if announce is not None and due:
                 await self._announce(connection, announce)
         else:
             statement, params, due = self.plain(job_id, runs, announce=announce)
             await connection.execute(statement, params)
         return inserted(runs), due
+
+    async def _copied(self, connection: AsyncConnection, copy: CopyIn) -> bool:
+        try:
+            return await copy_in_transaction(connection, copy)
+        except DBAPIError as error:
+            self.copy_refused(error)  # the transaction is lost either way: the caller re-runs
+            raise
 
     async def _announce(self, connection: AsyncConnection, announce: tuple[str, str]) -> None:
         channel, payload = announce

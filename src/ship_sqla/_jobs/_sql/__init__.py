@@ -107,6 +107,7 @@ class JobStatements:
     enqueue_many: TextClause
     enqueue_plain_announced: TextClause
     enqueue_one: TextClause
+    enqueue_copy_allowed: TextClause
     enqueue_one_announced: TextClause
     announce: TextClause
     claim_uncapped: TextClause
@@ -167,6 +168,7 @@ class JobStatements:
             enqueue_many=r(enqueue.ENQUEUE_MANY),
             enqueue_plain_announced=r(enqueue.ENQUEUE_PLAIN_ANNOUNCED),
             enqueue_one=r(enqueue.ENQUEUE_ONE),
+            enqueue_copy_allowed=r(enqueue.ENQUEUE_COPY_ALLOWED),
             enqueue_one_announced=r(enqueue.ENQUEUE_ONE_ANNOUNCED),
             announce=r(enqueue.ANNOUNCE),
             claim_uncapped=c(claim.CLAIM_UNCAPPED),

@@ -15,6 +15,7 @@ from ship_sqla._notify import NOTIFY_SQL, announcing
 
 __all__ = [
     "ANNOUNCE",
+    "ENQUEUE_COPY_ALLOWED",
     "ENQUEUE_COPY_COLUMNS",
     "ENQUEUE_COPY_MIN_RUNS",
     "ENQUEUE_GATE",
@@ -90,6 +91,15 @@ the backend's clock is frozen). COPY skips the statement's parse of one JSON arr
 batch and its per-row executor work: about 1.2-1.5x the INSERT's rows per second on the same
 table (BENCHMARKS.md, "Session 7"). Index: the insert's own entries (``<runs>_pkey``,
 ``<runs>_due_idx``, ``<runs>_tenant_idx``); nothing is read."""
+
+ENQUEUE_COPY_ALLOWED: Final = """
+-- pg_class, one row: COPY FROM refuses a table with row-level security on (0A000), so such a
+-- runs table (tenant_policy_ddl applied to it) takes the INSERT. Run once per backend.
+SELECT NOT coalesce(
+    (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = to_regclass(CAST(:runs AS text))),
+    false)
+"""
+"""Whether the bulk enqueue may COPY into the runs table (``:runs``: its quoted name)."""
 
 ENQUEUE_COPY_MIN_RUNS: Final = 128
 """Below this many runs the INSERT (one round trip) beats COPY (its query, then the data)."""
