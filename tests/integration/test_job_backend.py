@@ -26,7 +26,8 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla.kernel import FrozenClock, create_job_operations
+from ship_sqla._jobs._sql.claim import CLAIM_COLUMNS
+from ship_sqla.kernel import Fairness, FrozenClock, create_job_operations
 
 # Private on purpose: the backend stores the run ids of the kernel's one UUIDv7 generator (no
 # public name); a test here pins their shape, which keeps the runs table's pkey append-mostly.
@@ -327,6 +328,51 @@ async def test_claim_honours_concurrency_max_and_run_at_order(
     assert [r.run_id for r in c] == [ids[1], ids[2]]
     assert {r.attempt for r in a + b + c} == {1}
     assert len({r.token for r in a + b + c}) == 5
+
+
+async def test_every_claim_statement_returns_the_columns_read_by_position(
+    backend: PostgresJobBackend, engine: AsyncEngine
+) -> None:
+    """J3: the backend reads a claim's rows by position, so each of the four claim statements
+    (uncapped, gated, fair, fair and gated) returns CLAIM_COLUMNS, in that order, whatever
+    kinds of rows it returns."""
+    texts = {
+        str(statement.compile(dialect=engine.dialect))
+        for statement in (
+            backend.statements.claim_uncapped,
+            backend.statements.claim_gated,
+            backend.statements.claim_fair,
+            backend.statements.claim_fair_gated,
+        )
+    }
+    described: dict[str, tuple[str, ...]] = {}
+
+    def on_execute(*args: Any) -> None:
+        _connection, cursor, statement, *_ = args
+        if statement in texts:
+            described[statement] = tuple(column[0] for column in cursor.description)
+
+    jobs = [
+        define_job("claim.plain", noop, payload=dict),
+        define_job("claim.capped", noop, payload=dict, concurrency=Concurrency(max=2)),
+        define_job("claim.fair", noop, payload=dict, fairness=Fairness()),
+        define_job(
+            "claim.fair_capped",
+            noop,
+            payload=dict,
+            concurrency=Concurrency(max=2),
+            fairness=Fairness(max_tenants=1),
+        ),
+    ]
+    event.listen(engine.sync_engine, "after_cursor_execute", on_execute)
+    try:
+        for job in jobs:
+            await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(3)])
+            assert len(await backend.claim(claim_request(job, worker="w", limit=5))) >= 1
+    finally:
+        event.remove(engine.sync_engine, "after_cursor_execute", on_execute)
+    assert len(described) == 4
+    assert set(described.values()) == {CLAIM_COLUMNS}
 
 
 async def test_claim_skips_excluded_keys(backend: PostgresJobBackend) -> None:

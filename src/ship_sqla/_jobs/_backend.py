@@ -580,39 +580,58 @@ class PostgresJobBackend(JobBackendBase):
         rate_wait: float | None = None
         created = False
         # Rows come in claim order, (priority DESC, run_at, seq), then the dead-lettered ones,
-        # then the gate's answer, then a fair claim's cursor.
+        # then the gate's answer, then a fair claim's cursor; read by position (CLAIM_COLUMNS).
         if request.fairness is not None:
             self._fair_cursors.pop(job_id, None)
-        for row in rows:
-            if row.kind == _FAIR_CURSOR:
+        for (
+            run_id,
+            payload,
+            attempt,
+            max_attempts,
+            token,
+            key,
+            lease_expires_at,
+            created_at,
+            _run_at,
+            _seq,
+            priority,
+            trace_context,
+            snoozes,
+            tenant,
+            kind,
+            row_rate_wait,
+            row_created,
+            parent_id,
+        ) in rows:
+            if kind == _FAIR_CURSOR:
                 # F2: the walk stopped at max_tenants; the next fair claim starts after here.
-                self._fair_cursors[job_id] = row.id
+                self._fair_cursors[job_id] = run_id
                 continue
-            if row.kind == _GATE_ANSWER:
-                rate_wait, created = row.rate_wait, row.created
+            if kind == _GATE_ANSWER:
+                rate_wait, created = row_rate_wait, row_created
                 continue
-            if row.kind in (_BURIED, _BURIED_CHILD):
-                if row.parent_id is not None:
-                    ended_children.append(row.parent_id)
-                if row.kind == _BURIED:
-                    buried.append(BuriedRun(row.id, job_id, row.attempt, row.key))
+            if kind in (_BURIED, _BURIED_CHILD):
+                if parent_id is not None:
+                    ended_children.append(parent_id)
+                if kind == _BURIED:
+                    buried.append(BuriedRun(run_id, job_id, attempt, key))
                 continue
             claimed.append(
                 ClaimedRun(
-                    row.id,
+                    run_id,
                     job_id,
-                    row.payload,
-                    row.attempt,
-                    row.max_attempts,
-                    row.lease_token,
-                    row.key,
-                    row.lease_expires_at,
-                    row.created_at,
+                    payload,
+                    attempt,
+                    max_attempts,
+                    token,
+                    key,
+                    lease_expires_at,
+                    created_at,
                     lease,
-                    priority=row.priority,
-                    trace_context=row.trace_context,
-                    snoozes=row.snoozes,
-                    tenant=row.tenant_id,
+                    priority=priority,
+                    trace_context=trace_context,
+                    snoozes=snoozes,
+                    tenant=tenant,
                 )
             )
         if ended_children:
