@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from job_helpers import claim_request
-from sqlalchemy import MetaData, event, text
+from sqlalchemy import MetaData, TextClause, event, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -27,6 +27,7 @@ from ship_sqla._jobs import (
     ship_job_state_table,
 )
 from ship_sqla._jobs._sql.claim import CLAIM_COLUMNS
+from ship_sqla._jobs._sql.settle import HEARTBEAT_COLUMNS, SETTLE_COLUMNS
 from ship_sqla.kernel import Fairness, FrozenClock, create_job_operations
 
 # Private on purpose: the backend stores the run ids of the kernel's one UUIDv7 generator (no
@@ -330,27 +331,37 @@ async def test_claim_honours_concurrency_max_and_run_at_order(
     assert len({r.token for r in a + b + c}) == 5
 
 
-async def test_every_claim_statement_returns_the_columns_read_by_position(
+async def test_claims_settles_and_heartbeats_return_the_columns_read_by_position(
     backend: PostgresJobBackend, engine: AsyncEngine
 ) -> None:
-    """J3: the backend reads a claim's rows by position, so each of the four claim statements
-    (uncapped, gated, fair, fair and gated) returns CLAIM_COLUMNS, in that order, whatever
-    kinds of rows it returns."""
-    texts = {
-        str(statement.compile(dialect=engine.dialect))
-        for statement in (
-            backend.statements.claim_uncapped,
-            backend.statements.claim_gated,
-            backend.statements.claim_fair,
-            backend.statements.claim_fair_gated,
+    """J3, J5: the backend reads the rows of its hot statements by position, so each of the
+    four claim statements (uncapped, gated, fair, fair and gated) returns CLAIM_COLUMNS, the
+    settle SETTLE_COLUMNS and the heartbeat HEARTBEAT_COLUMNS, in that order."""
+    statements = backend.statements
+    expected = {
+        statement: columns
+        for group, columns in (
+            (
+                (
+                    statements.claim_uncapped,
+                    statements.claim_gated,
+                    statements.claim_fair,
+                    statements.claim_fair_gated,
+                ),
+                CLAIM_COLUMNS,
+            ),
+            ((statements.settle,), SETTLE_COLUMNS),
+            ((statements.heartbeat,), HEARTBEAT_COLUMNS),
         )
+        for statement in group
     }
-    described: dict[str, tuple[str, ...]] = {}
+    texts = {str(statement.compile(dialect=engine.dialect)): statement for statement in expected}
+    described: dict[TextClause, tuple[str, ...]] = {}
 
     def on_execute(*args: Any) -> None:
         _connection, cursor, statement, *_ = args
         if statement in texts:
-            described[statement] = tuple(column[0] for column in cursor.description)
+            described[texts[statement]] = tuple(column[0] for column in cursor.description)
 
     jobs = [
         define_job("claim.plain", noop, payload=dict),
@@ -368,11 +379,13 @@ async def test_every_claim_statement_returns_the_columns_read_by_position(
     try:
         for job in jobs:
             await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(3)])
-            assert len(await backend.claim(claim_request(job, worker="w", limit=5))) >= 1
+            claimed = await backend.claim(claim_request(job, worker="w", limit=5))
+            assert claimed
+            assert all(await backend.heartbeat(claimed))
+            assert set(await backend.settle([Complete(run) for run in claimed])) == {"completed"}
     finally:
         event.remove(engine.sync_engine, "after_cursor_execute", on_execute)
-    assert len(described) == 4
-    assert set(described.values()) == {CLAIM_COLUMNS}
+    assert described == expected
 
 
 async def test_claim_skips_excluded_keys(backend: PostgresJobBackend) -> None:

@@ -652,10 +652,11 @@ class PostgresJobBackend(JobBackendBase):
         }
         async with self._connections.statement("heartbeat") as connection:
             rows = (await connection.execute(self.statements.heartbeat, params)).all()
-        beaten = {(row.id, row.token) for row in rows}
+        # By position (HEARTBEAT_COLUMNS): (run id, token, cancel requested).
+        beaten = {(run_id, token) for run_id, token, _ in rows}
         return HeartbeatBatch(
             ((run.run_id, run.token) in beaten for run in runs),
-            (row.id for row in rows if row.cancel_requested),
+            (run_id for run_id, _, cancel_requested in rows if cancel_requested),
         )
 
     async def _settle_if_tokens_current(
@@ -698,9 +699,12 @@ class PostgresJobBackend(JobBackendBase):
         }
         async with self._connections.statement("settle") as connection:
             rows = (await connection.execute(self.statements.settle, params)).all()
-        landed: dict[int, str] = {row.ord: row.state for row in rows}
+        # By position, as a claim's (SETTLE_COLUMNS): (ordinal, new state, parent id).
+        landed: dict[int, str] = {ordinal: state for ordinal, state, _ in rows}
         ended_children = [
-            row.parent_id for row in rows if row.parent_id is not None and row.state != "waiting"
+            parent_id
+            for _, state, parent_id in rows
+            if parent_id is not None and state != "waiting"
         ]
         if ended_children:
             await self._wake_parents(ended_children)
