@@ -19,6 +19,7 @@ from ship_sqla import (
     TransactionScope,
     create_unit_of_work,
 )
+from ship_sqla._direct import DirectConnection
 from ship_sqla._jobs import (
     JobBackendTimeoutError,
     PostgresJobBackend,
@@ -386,6 +387,67 @@ async def test_claims_settles_and_heartbeats_return_the_columns_read_by_position
     finally:
         event.remove(engine.sync_engine, "after_cursor_execute", on_execute)
     assert described == expected
+
+
+async def test_claim_heartbeat_and_settle_run_on_the_driver_unless_the_engine_is_watched(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """J3, J5: the claim, the heartbeat and the settle run straight on a pooled asyncpg
+    connection (``ship_sqla._direct``) while nothing watches the engine's statements, and
+    through SQLAlchemy while a listener does (which then sees each of them); both paths
+    answer the same and leave the same rows."""
+    fetched: list[str] = []
+    real = DirectConnection.fetch
+
+    async def spy(self: DirectConnection, statement: Any, params: Any) -> Any:
+        fetched.append(statement)
+        return await real(self, statement, params)
+
+    monkeypatch.setattr(DirectConnection, "fetch", spy)
+
+    async def cycle(job_id: str) -> tuple[Any, ...]:
+        clock = FrozenClock()
+        backend = create_job_backend(database=engine, table=runs, state_table=state, clock=clock)
+        job = define_job(job_id, noop, payload=dict, concurrency=Concurrency(max=5))
+        await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(3)])
+        claimed = await backend.claim(claim_request(job, worker="w", limit=2))
+        beats = list(await backend.heartbeat(claimed))
+        first, second = claimed
+        settled = await backend.settle(
+            [Complete(first), Fail(second, "boom", clock.now() + timedelta(seconds=5))]
+        )
+        stale = await backend.settle([Complete(first)])
+        answered = [
+            (r.payload, r.attempt, r.max_attempts, r.key, r.lease_expires_at, r.lease, r.snoozes)
+            for r in claimed
+        ]
+        async with engine.connect() as connection:
+            left = await connection.execute(
+                text(
+                    "SELECT payload, state, attempt, run_at, last_error FROM ship_job_runs"
+                    " WHERE job_id = :job ORDER BY seq"
+                ),
+                {"job": job_id},
+            )
+            stored = [tuple(row) for row in left]
+        return answered, beats, settled, stale, stored
+
+    direct = await cycle("direct.cycle")
+    assert len(fetched) == 5  # the gated claim (its first: twice, making the gate), beat, 2 settles
+    watched: list[str] = []
+
+    def on_execute(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        watched.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    try:
+        through_sqlalchemy = await cycle("sqlalchemy.cycle")
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
+    assert len(fetched) == 5, "a watched engine takes SQLAlchemy's path"
+    assert len([statement for statement in watched if "lease_token" in statement]) == 5
+    assert direct == through_sqlalchemy
+    assert direct[1:4] == ([True, True], ["completed", "retrying"], ["stale"])
 
 
 async def test_claim_skips_excluded_keys(backend: PostgresJobBackend) -> None:

@@ -572,8 +572,7 @@ class PostgresJobBackend(JobBackendBase):
         job's pause, K3, and a gated one takes the job's claim gate for that statement only):
         the batch, and whether this statement made the job's claim gate."""
         job_id, lease = request.job_id, request.lease
-        async with self._connections.statement(f"claim of job {job_id!r}") as connection:
-            rows = (await connection.execute(statement, params)).all()
+        rows = await self._connections.fetch(f"claim of job {job_id!r}", statement, params)
         claimed: list[ClaimedRun] = []
         buried: list[BuriedRun] = []
         ended_children: list[str] = []
@@ -650,8 +649,7 @@ class PostgresJobBackend(JobBackendBase):
             "leases": [run.lease for run in runs],
             "now": self._now(),
         }
-        async with self._connections.statement("heartbeat") as connection:
-            rows = (await connection.execute(self.statements.heartbeat, params)).all()
+        rows = await self._connections.fetch("heartbeat", self.statements.heartbeat, params)
         # By position (HEARTBEAT_COLUMNS): (run id, token, cancel requested).
         beaten = {(run_id, token) for run_id, token, _ in rows}
         return HeartbeatBatch(
@@ -697,8 +695,7 @@ class PostgresJobBackend(JobBackendBase):
             else [_entry_kind_of(settlement) for settlement in batch],
             "now": self._now(),
         }
-        async with self._connections.statement("settle") as connection:
-            rows = (await connection.execute(self.statements.settle, params)).all()
+        rows = await self._connections.fetch("settle", self.statements.settle, params)
         # By position, as a claim's (SETTLE_COLUMNS): (ordinal, new state, parent id).
         landed: dict[int, str] = {ordinal: state for ordinal, state, _ in rows}
         ended_children = [
