@@ -4,8 +4,11 @@ Why: a store's one-statement operation outside any unit of work (a plain job enq
 about 600 µs of CPU through ``AsyncConnection.execute`` on a pooled autocommit connection, and
 costs about 210 µs this way (a held asyncpg connection: 150 µs; BENCHMARKS.md, "Issue 13
 leftovers"): the difference is SQLAlchemy's ``Connection`` (its setup and return,
-characteristics and events) and its execute path, not round trips. :class:`DirectStatements`
-keeps what matters of that path and skips the rest:
+characteristics and events) and its execute path, not round trips. The same holds for the
+job backend's claim, settle and heartbeat, each one autocommitted statement whose rows the
+backend reads by position: SQLAlchemy's ``Row`` per returned row (about 2 µs each) came on top
+of the driver's record. :class:`DirectStatements` keeps what matters of that path and skips
+the rest:
 
 - the SQL is SQLAlchemy Core's: each statement is compiled ONCE by the engine's own dialect
   (the text SQLAlchemy would send) and its parameters are put in the compiled positional
@@ -14,9 +17,10 @@ keeps what matters of that path and skips the rest:
 - the connection is the engine's pool's (``AsyncEngine.raw_connection``: its size, timeout,
   pre-ping, recycling and pool events), returned to it afterwards; nothing is begun on it, so
   the statement autocommits, as on an ``AUTOCOMMIT`` connection;
-- the statement runs with asyncpg's ``execute``, which honours the connection's
-  ``statement_cache_size`` (0 behind PgBouncer: every statement unnamed, re-parsed in the round
-  trip that runs it, exactly as SQLAlchemy's adapter does with both caches off);
+- the statement runs with asyncpg's ``execute`` (or ``fetch``, for its rows), which honours
+  the connection's ``statement_cache_size`` (0 behind PgBouncer: every statement unnamed,
+  re-parsed in the round trip that runs it, exactly as SQLAlchemy's adapter does with both
+  caches off);
 - errors are what ``Connection.execute`` raises: the asyncpg adapter's own translation, then
   ``DBAPIError.instance`` (``sqlalchemy.exc.ProgrammingError``, ``IntegrityError``, ... with
   ``orig``, the SQLSTATE, the statement and its parameters); a disconnect marks the error
@@ -332,6 +336,18 @@ class DirectConnection:
     async def execute(self, statement: TextClause, params: Mapping[str, Any]) -> None:
         """Run ``statement`` (one whose rows nobody needs) with ``params``, autocommitted. Only
         for a statement :meth:`DirectStatements.usable` accepted."""
+        await self._run(statement, params, rows=False)
+
+    async def fetch(self, statement: TextClause, params: Mapping[str, Any]) -> list[asyncpg.Record]:
+        """Run ``statement`` with ``params``, autocommitted, and return its rows: asyncpg
+        records, read by position or column name (values as SQLAlchemy's untyped ``text()``
+        columns give them: the driver's, JSON decoded by the dialect's codecs on the
+        connection). Only for a statement :meth:`DirectStatements.usable` accepted."""
+        return await self._run(statement, params, rows=True)
+
+    async def _run(
+        self, statement: TextClause, params: Mapping[str, Any], *, rows: bool
+    ) -> list[asyncpg.Record]:
         statements = self._statements
         compiled = statements.compiled(statement)
         if compiled is None:  # pragma: no cover - usable() said no: a caller's mistake
@@ -346,6 +362,9 @@ class DirectConnection:
             await adapted._check_type_cache_invalidation(  # noqa: SLF001 - see the module doc
                 statements.dialect_schema_time()
             )
+            if rows:
+                records: list[asyncpg.Record] = await driver.fetch(compiled.sql, *args)
+                return records
             await driver.execute(compiled.sql, *args)
         except Exception as error:  # noqa: BLE001 - translated or re-raised, never dropped
             statements.raise_translated(connection, compiled.sql, args, error)
@@ -354,6 +373,7 @@ class DirectConnection:
             # leaves the connection in an unknown protocol state: it is discarded.
             connection.invalidate(error)
             raise
+        return []
 
     async def copy(
         self, copy: CopyIn, then: tuple[TextClause, Mapping[str, Any]] | None = None

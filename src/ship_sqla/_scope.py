@@ -38,7 +38,7 @@ from ship_sqla.kernel._errors import DatabaseTimeoutError
 from ship_sqla.kernel._tenancy import MAX_TENANT_BYTES, check_tenant
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from sqlalchemy import TextClause
     from sqlalchemy.engine.interfaces import IsolationLevel
@@ -426,6 +426,9 @@ class StoreConnections:
       any lock an earlier statement of the block waited for); a SAVEPOINT on the test path.
     - :meth:`joined`: the given or ambient unit of work's connection (U1/U2), else a short
       transaction of the store's own (``one_statement``: one autocommitted statement).
+    - :meth:`fetch`: the rows of one statement of the store's own, as :meth:`statement` runs
+      it; on an engine, straight on a pooled asyncpg connection whenever nothing watches its
+      statements (:class:`~ship_sqla._direct.DirectStatements`);
     - :meth:`outside_unit_of_work` and :meth:`execute_alone`: a statement that answers nothing,
       autocommitted, when no unit of work is given or ambient; on an engine, straight on a
       pooled asyncpg connection whenever nothing watches its statements
@@ -546,6 +549,25 @@ class StoreConnections:
                 operation=operation,
             ) as tx:
                 yield tx
+
+    async def fetch(
+        self, what: str, statement: TextClause, params: Mapping[str, Any]
+    ) -> Sequence[Any]:
+        """The rows of ONE statement of the store's own, run as :meth:`statement` runs it
+        (autocommitted on an engine, a SAVEPOINT on the test path) and bounded and translated
+        the same way; the rows are read by position (or unpacked). On an engine, straight on
+        a pooled asyncpg connection whenever :class:`~ship_sqla._direct.DirectStatements` may
+        run it (asyncpg records), else SQLAlchemy's rows."""
+        direct = self._direct
+        if direct is not None and direct.usable(statement):
+            async with self._bounded(what):
+                direct_connection = await direct.checkout()
+                try:
+                    return await direct_connection.fetch(statement, params)
+                finally:
+                    direct_connection.close()
+        async with self.statement(what) as connection:
+            return (await connection.execute(statement, params)).all()
 
     def outside_unit_of_work(self, scope: TransactionScope | None) -> bool:
         """Whether a store call given ``scope`` runs outside any unit of work, on an engine: no

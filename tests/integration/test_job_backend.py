@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 from job_helpers import claim_request
-from sqlalchemy import MetaData, event, text
+from sqlalchemy import MetaData, TextClause, event, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -19,6 +19,7 @@ from ship_sqla import (
     TransactionScope,
     create_unit_of_work,
 )
+from ship_sqla._direct import DirectConnection
 from ship_sqla._jobs import (
     JobBackendTimeoutError,
     PostgresJobBackend,
@@ -26,7 +27,9 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla.kernel import FrozenClock, create_job_operations
+from ship_sqla._jobs._sql.claim import CLAIM_COLUMNS
+from ship_sqla._jobs._sql.settle import HEARTBEAT_COLUMNS, SETTLE_COLUMNS
+from ship_sqla.kernel import Fairness, FrozenClock, create_job_operations
 
 # Private on purpose: the backend stores the run ids of the kernel's one UUIDv7 generator (no
 # public name); a test here pins their shape, which keeps the runs table's pkey append-mostly.
@@ -327,6 +330,132 @@ async def test_claim_honours_concurrency_max_and_run_at_order(
     assert [r.run_id for r in c] == [ids[1], ids[2]]
     assert {r.attempt for r in a + b + c} == {1}
     assert len({r.token for r in a + b + c}) == 5
+
+
+async def test_claims_settles_and_heartbeats_return_the_columns_read_by_position(
+    backend: PostgresJobBackend, engine: AsyncEngine
+) -> None:
+    """J3, J5: the backend reads the rows of its hot statements by position, so each claim
+    statement (uncapped, gated, fair, fair and gated; each keyed too) returns CLAIM_COLUMNS,
+    the settle SETTLE_COLUMNS and the heartbeat HEARTBEAT_COLUMNS, in that order."""
+    statements = backend.statements
+    expected = {
+        statement: columns
+        for group, columns in (
+            (
+                (
+                    statements.claim_uncapped,
+                    statements.claim_gated,
+                    statements.claim_fair,
+                    statements.claim_fair_gated,
+                    statements.claim_uncapped_keyed,
+                    statements.claim_gated_keyed,
+                    statements.claim_fair_keyed,
+                    statements.claim_fair_gated_keyed,
+                ),
+                CLAIM_COLUMNS,
+            ),
+            ((statements.settle,), SETTLE_COLUMNS),
+            ((statements.heartbeat,), HEARTBEAT_COLUMNS),
+        )
+        for statement in group
+    }
+    texts = {str(statement.compile(dialect=engine.dialect)): statement for statement in expected}
+    described: dict[TextClause, tuple[str, ...]] = {}
+
+    def on_execute(*args: Any) -> None:
+        _connection, cursor, statement, *_ = args
+        if statement in texts:
+            described[texts[statement]] = tuple(column[0] for column in cursor.description)
+
+    jobs = [
+        define_job("claim.plain", noop, payload=dict),
+        define_job("claim.capped", noop, payload=dict, concurrency=Concurrency(max=2)),
+        define_job("claim.fair", noop, payload=dict, fairness=Fairness()),
+        define_job(
+            "claim.fair_capped",
+            noop,
+            payload=dict,
+            concurrency=Concurrency(max=2),
+            fairness=Fairness(max_tenants=1),
+        ),
+    ]
+    event.listen(engine.sync_engine, "after_cursor_execute", on_execute)
+    try:
+        for job in jobs:
+            for keys in ((), ("excluded",)):
+                await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(3)])
+                claimed = await backend.claim(
+                    claim_request(job, worker="w", limit=5, exclude_keys=keys)
+                )
+                assert claimed
+                assert all(await backend.heartbeat(claimed))
+                settled = await backend.settle([Complete(run) for run in claimed])
+                assert set(settled) == {"completed"}
+    finally:
+        event.remove(engine.sync_engine, "after_cursor_execute", on_execute)
+    assert described == expected
+
+
+async def test_claim_heartbeat_and_settle_run_on_the_driver_unless_the_engine_is_watched(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """J3, J5: the claim, the heartbeat and the settle run straight on a pooled asyncpg
+    connection (``ship_sqla._direct``) while nothing watches the engine's statements, and
+    through SQLAlchemy while a listener does (which then sees each of them); both paths
+    answer the same and leave the same rows."""
+    fetched: list[str] = []
+    real = DirectConnection.fetch
+
+    async def spy(self: DirectConnection, statement: Any, params: Any) -> Any:
+        fetched.append(statement)
+        return await real(self, statement, params)
+
+    monkeypatch.setattr(DirectConnection, "fetch", spy)
+
+    async def cycle(job_id: str) -> tuple[Any, ...]:
+        clock = FrozenClock()
+        backend = create_job_backend(database=engine, table=runs, state_table=state, clock=clock)
+        job = define_job(job_id, noop, payload=dict, concurrency=Concurrency(max=5))
+        await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(3)])
+        claimed = await backend.claim(claim_request(job, worker="w", limit=2))
+        beats = list(await backend.heartbeat(claimed))
+        first, second = claimed
+        settled = await backend.settle(
+            [Complete(first), Fail(second, "boom", clock.now() + timedelta(seconds=5))]
+        )
+        stale = await backend.settle([Complete(first)])
+        answered = [
+            (r.payload, r.attempt, r.max_attempts, r.key, r.lease_expires_at, r.lease, r.snoozes)
+            for r in claimed
+        ]
+        async with engine.connect() as connection:
+            left = await connection.execute(
+                text(
+                    "SELECT payload, state, attempt, run_at, last_error FROM ship_job_runs"
+                    " WHERE job_id = :job ORDER BY seq"
+                ),
+                {"job": job_id},
+            )
+            stored = [tuple(row) for row in left]
+        return answered, beats, settled, stale, stored
+
+    direct = await cycle("direct.cycle")
+    assert len(fetched) == 5  # the gated claim (its first: twice, making the gate), beat, 2 settles
+    watched: list[str] = []
+
+    def on_execute(_connection: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        watched.append(statement)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", on_execute)
+    try:
+        through_sqlalchemy = await cycle("sqlalchemy.cycle")
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", on_execute)
+    assert len(fetched) == 5, "a watched engine takes SQLAlchemy's path"
+    assert len([statement for statement in watched if "lease_token" in statement]) == 5
+    assert direct == through_sqlalchemy
+    assert direct[1:4] == ([True, True], ["completed", "retrying"], ["stale"])
 
 
 async def test_claim_skips_excluded_keys(backend: PostgresJobBackend) -> None:

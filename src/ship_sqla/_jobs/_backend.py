@@ -611,47 +611,65 @@ class PostgresJobBackend(JobBackendBase):
         job's pause, K3, and a gated one takes the job's claim gate for that statement only):
         the batch, and whether this statement made the job's claim gate."""
         job_id, lease = request.job_id, request.lease
-        async with self._connections.statement(f"claim of job {job_id!r}") as connection:
-            rows = (await connection.execute(statement, params)).all()
+        rows = await self._connections.fetch(f"claim of job {job_id!r}", statement, params)
         claimed: list[ClaimedRun] = []
         buried: list[BuriedRun] = []
         ended_children: list[str] = []
         rate_wait: float | None = None
         created = False
         # Rows come in claim order, (priority DESC, run_at, seq), then the dead-lettered ones,
-        # then the gate's answer, then a fair claim's cursor.
+        # then the gate's answer, then a fair claim's cursor; read by position (CLAIM_COLUMNS).
         if request.fairness is not None:
             self._fair_cursors.pop(job_id, None)
-        for row in rows:
-            if row.kind == _FAIR_CURSOR:
+        for (
+            run_id,
+            payload,
+            attempt,
+            max_attempts,
+            token,
+            key,
+            lease_expires_at,
+            created_at,
+            _run_at,
+            _seq,
+            priority,
+            trace_context,
+            snoozes,
+            tenant,
+            kind,
+            row_rate_wait,
+            row_created,
+            parent_id,
+        ) in rows:
+            if kind == _FAIR_CURSOR:
                 # F2: the walk stopped at max_tenants; the next fair claim starts after here.
-                self._fair_cursors[job_id] = row.id
+                self._fair_cursors[job_id] = run_id
                 continue
-            if row.kind == _GATE_ANSWER:
-                rate_wait, created = row.rate_wait, row.created
+            if kind == _GATE_ANSWER:
+                rate_wait, created = row_rate_wait, row_created
                 continue
-            if row.kind in (_BURIED, _BURIED_CHILD):
-                if row.parent_id is not None:
-                    ended_children.append(row.parent_id)
-                if row.kind == _BURIED:
-                    buried.append(BuriedRun(row.id, job_id, row.attempt, row.key))
+            if kind in (_BURIED, _BURIED_CHILD):
+                if parent_id is not None:
+                    ended_children.append(parent_id)
+                if kind == _BURIED:
+                    buried.append(BuriedRun(run_id, job_id, attempt, key))
                 continue
             claimed.append(
                 ClaimedRun(
-                    row.id,
+                    run_id,
                     job_id,
-                    row.payload,
-                    row.attempt,
-                    row.max_attempts,
-                    row.lease_token,
-                    row.key,
-                    row.lease_expires_at,
-                    row.created_at,
+                    payload,
+                    attempt,
+                    max_attempts,
+                    token,
+                    key,
+                    lease_expires_at,
+                    created_at,
                     lease,
-                    priority=row.priority,
-                    trace_context=row.trace_context,
-                    snoozes=row.snoozes,
-                    tenant=row.tenant_id,
+                    priority=priority,
+                    trace_context=trace_context,
+                    snoozes=snoozes,
+                    tenant=tenant,
                 )
             )
         if ended_children:
@@ -670,12 +688,12 @@ class PostgresJobBackend(JobBackendBase):
             "leases": [run.lease for run in runs],
             "now": self._now(),
         }
-        async with self._connections.statement("heartbeat") as connection:
-            rows = (await connection.execute(self.statements.heartbeat, params)).all()
-        beaten = {(row.id, row.token) for row in rows}
+        rows = await self._connections.fetch("heartbeat", self.statements.heartbeat, params)
+        # By position (HEARTBEAT_COLUMNS): (run id, token, cancel requested).
+        beaten = {(run_id, token) for run_id, token, _ in rows}
         return HeartbeatBatch(
             ((run.run_id, run.token) in beaten for run in runs),
-            (row.id for row in rows if row.cancel_requested),
+            (run_id for run_id, _, cancel_requested in rows if cancel_requested),
         )
 
     async def _settle_if_tokens_current(
@@ -716,11 +734,13 @@ class PostgresJobBackend(JobBackendBase):
             else [_entry_kind_of(settlement) for settlement in batch],
             "now": self._now(),
         }
-        async with self._connections.statement("settle") as connection:
-            rows = (await connection.execute(self.statements.settle, params)).all()
-        landed: dict[int, str] = {row.ord: row.state for row in rows}
+        rows = await self._connections.fetch("settle", self.statements.settle, params)
+        # By position, as a claim's (SETTLE_COLUMNS): (ordinal, new state, parent id).
+        landed: dict[int, str] = {ordinal: state for ordinal, state, _ in rows}
         ended_children = [
-            row.parent_id for row in rows if row.parent_id is not None and row.state != "waiting"
+            parent_id
+            for _, state, parent_id in rows
+            if parent_id is not None and state != "waiting"
         ]
         if ended_children:
             await self._wake_parents(ended_children)

@@ -41,6 +41,7 @@ from typing import Final
 from ship_sqla.kernel._ports import MAX_CLAIM_BATCH
 
 __all__ = [
+    "CLAIM_COLUMNS",
     "CLAIM_FAIR",
     "CLAIM_FAIR_GATED",
     "CLAIM_FAIR_GATED_KEYED",
@@ -440,6 +441,31 @@ FROM buried b
 WHERE b.state = 'dead' OR b.parent_id IS NOT NULL{gate_row}{fair_row}
 ORDER BY kind, priority DESC, run_at, seq
 """
+
+CLAIM_COLUMNS: Final = (
+    "id",
+    "payload",
+    "attempt",
+    "max_attempts",
+    "lease_token",
+    "key",
+    "lease_expires_at",
+    "created_at",
+    "run_at",
+    "seq",
+    "priority",
+    "trace_context",
+    "snoozes",
+    "tenant_id",
+    "kind",
+    "rate_wait",
+    "created",
+    "parent_id",
+)
+"""The columns of every claim statement's rows, in this order (``_CLAIM_TAIL``'s select list):
+the backend reads a claim's rows by position, since looking a SQLAlchemy row's columns up by
+name cost about a microsecond each (13 µs a claimed run, a fifth of a noop run's CPU). A test
+holds the four statements to this order."""
 
 _GATE_ROW: Final = """
 UNION ALL

@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["HEARTBEAT_IF_TOKEN_CURRENT", "SETTLE_IF_TOKEN_CURRENT"]
+__all__ = [
+    "HEARTBEAT_COLUMNS",
+    "HEARTBEAT_IF_TOKEN_CURRENT",
+    "SETTLE_COLUMNS",
+    "SETTLE_IF_TOKEN_CURRENT",
+]
 
 SETTLE_IF_TOKEN_CURRENT: Final = """
 WITH settle AS (
@@ -88,6 +93,10 @@ The batch must not name one (run, token) twice (one UPDATE changes a row once, w
 duplicate the join met first): the backend settles the first and answers its repeats stale,
 as one-by-one settles would."""
 
+SETTLE_COLUMNS: Final = ("ord", "state", "parent_id")
+"""The columns of SETTLE_IF_TOKEN_CURRENT's rows, in this order: the backend reads them by
+position (as a claim's, :data:`~ship_sqla._jobs._sql.claim.CLAIM_COLUMNS`)."""
+
 HEARTBEAT_IF_TOKEN_CURRENT: Final = """
 WITH beat AS (
     SELECT t.id, t.token, t.lease
@@ -109,3 +118,6 @@ RETURNING r.id, b.token, r.cancel_requested_at IS NOT NULL AS cancel_requested
 (id, token) pairs returned were extended (the others were stale or had lapsed), each with
 ``cancel_requested`` (K2). A cancel-requested lease is extended like any other: its holder is
 stopping the handler and settles the run cancelled; no claim may retake it meanwhile."""
+
+HEARTBEAT_COLUMNS: Final = ("id", "token", "cancel_requested")
+"""The columns of HEARTBEAT_IF_TOKEN_CURRENT's rows, in this order: read by position."""

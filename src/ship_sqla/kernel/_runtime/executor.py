@@ -20,6 +20,7 @@ import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from ship_sqla.kernel._job_context import JobContext
 from ship_sqla.kernel._jobs import InvalidPayloadError
 from ship_sqla.kernel._outcomes import JobTimeoutError, JobTimeoutIgnoredError
 from ship_sqla.kernel._plans.retry import lock_held_delay, plan_raised
@@ -125,9 +126,7 @@ class Executor:
     def start(self, job: JobDefinition[Any], run: ClaimedRun, claim_sent: float) -> None:
         """Take a slot for ``run`` (claimed by a call sent at ``claim_sent``, the runtime's
         monotonic clock) and start its task."""
-        entry = InFlight(job, run, self._worker_id, self._clock.monotonic(), claim_sent=claim_sent)
-        if self._workflows is not None and self._backend is not None:
-            entry.ctx.bind_workflows(self._workflows, self._backend, self._clock)
+        entry = InFlight(job, run, self._clock.monotonic(), claim_sent=claim_sent)
         earlier = self._runs.claimed(entry)
         if earlier is not None and earlier.settlement is None:
             # This process retook its own run (the earlier claim's lease lapsed while its
@@ -196,10 +195,15 @@ class Executor:
 
     async def _run_handler(self, entry: InFlight, payload: Any) -> None:  # noqa: ANN401
         """The handler, under the job's ``timeout`` (K5), and the settlement its end calls for."""
+        # The handler's context lives in this call only: the entry never refers to it (see
+        # InFlight), so a finished run leaves no reference cycle behind.
+        ctx = JobContext(entry.run, entry, worker_id=self._worker_id)
+        if self._workflows is not None and self._backend is not None:
+            ctx.bind_workflows(self._workflows, self._backend, self._clock)
         entry.in_handler = True
         timer = self._start_timeout(entry)
         try:
-            await entry.job.handler(entry.ctx, payload)
+            await entry.job.handler(ctx, payload)
         except asyncio.CancelledError:
             entry.in_handler = False
             entry.handler_done = True

@@ -318,5 +318,5 @@ class Producer:
         for run in extra:
             # Never started, so never registered: no heartbeat keeps it; its release is retried
             # while the lease the claim began may still be held.
-            entry = InFlight(job, run, self._worker_id, now, claim_sent=sent)
+            entry = InFlight(job, run, now, claim_sent=sent)
             self._settle(entry, Release(run, run_at), "refused")
