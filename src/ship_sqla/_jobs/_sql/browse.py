@@ -83,8 +83,7 @@ def _loose_jobs(predicate: str, order: str, index: str) -> str:
 )"""  # noqa: S608 - a template of constant text
 
 
-_WAITING_PAGE: Final = (
-    """, levels(job_id, priority) AS (
+_WAITING_PAGE: Final = """, levels(job_id, priority) AS (
     -- <runs>_due_idx (job_id, priority, run_at, seq), a loose index scan per job: its priority
     -- levels holding waiting runs, from the cursor's down, highest first, one entry each (the
     -- claim's own walk, K6). Priorities are bounded (-10..10): at most 21 levels per job.
@@ -117,17 +116,14 @@ CROSS JOIN LATERAL (
                ELSE CAST('-infinity' AS timestamptz) END,
           CASE WHEN l.priority = CAST(:after_priority AS smallint)
                THEN CAST(:after_seq AS bigint)
-               ELSE CAST(0 AS bigint) END)"""
-    + _TENANT
-    + """
+               ELSE CAST(0 AS bigint) END){tenant}
     ORDER BY r.run_at, r.seq
     LIMIT CAST(:limit AS integer)
 ) p
 WHERE l.priority IS NOT NULL
 ORDER BY p.priority DESC, p.run_at, p.seq
 LIMIT CAST(:limit AS integer)
-"""
-)  # noqa: S608 - a template of constant text
+""".replace("{tenant}", _TENANT)
 
 LIST_WAITING_OF_JOB: Final = (
     "WITH RECURSIVE jobs(job_id) AS (SELECT CAST(:job_id AS text))" + _WAITING_PAGE
