@@ -214,7 +214,8 @@ async def test_s2_pages_render_filters_page_and_a_bulk_retry_changes_the_databas
     server, browser, ship_engine
 ):
     """S1, S2: with real runs, the overview shows the chart, the backlog and the worker; the
-    runs page filters by state and job and pages on; the run page shows the payload and the
+    runs page shows waiting runs in claim order, filters by state and job (dead: newest first)
+    and pages on; the run page shows the payload and the
     attempt's traceback; on the dead letters, retrying two selected runs and then everything
     matching the job changes the database and is in the audit log."""
     from selenium.webdriver.common.by import By  # noqa: PLC0415
@@ -227,13 +228,17 @@ async def test_s2_pages_render_filters_page_and_a_bulk_retry_changes_the_databas
     assert browser.find_element(By.ID, "workers-alive").text.startswith("1 alive")
     _shot(browser, "overview")
 
-    browser.get(server + "/runs")
+    browser.get(server + "/runs")  # waiting by default: in claim order, due time shown
+    assert browser.find_element(By.ID, "order").text.startswith("In claim order")
+    assert "Due" in [th.text for th in browser.find_elements(By.CSS_SELECTOR, "thead th")]
+    assert len(browser.find_elements(By.CSS_SELECTOR, "tbody tr")) == 5
     Select(browser.find_element(By.NAME, "state")).select_by_value("dead")
     browser.find_element(By.NAME, "job").send_keys("dash.mail")
     browser.find_element(By.ID, "filter").click()
     _wait(browser, lambda d: "job=dash.mail" in d.current_url)
     rows = browser.find_elements(By.CSS_SELECTOR, "tbody tr")
     assert len(rows) == 50, [r.text[:40] for r in rows][:3]
+    assert browser.find_element(By.ID, "order").text == "Newest first."
     assert all("dash.mail" in row.text for row in rows)
     _shot(browser, "runs")
     browser.find_element(By.LINK_TEXT, "Next page →").click()

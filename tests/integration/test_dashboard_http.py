@@ -207,6 +207,55 @@ async def test_runs_page_filters_and_pages_with_signed_cursors(client, backend):
     assert bad.status_code == 400
 
 
+async def test_s2_runs_page_of_each_state_says_its_order_and_pages_in_it(
+    client, backend, ship_clock
+):
+    """S2: the runs page of each state lists it in that state's order and says which (waiting:
+    claim order, priority shown; running: soonest lease first, its lease time shown; finished:
+    newest first) and pages on in it; a creation-time range on a live state is a 400 that
+    says the range is for finished states, not a 500."""
+    from job_helpers import claim_request  # noqa: PLC0415 - tests/support, like the others
+
+    from ship_sqla.kernel import EnqueueRequest  # noqa: PLC0415
+
+    await dead_runs(backend, MAIL, 3)
+    low = await backend.enqueue_many(REPORT, [EnqueueRequest({"n": n}) for n in range(55)])
+    [high] = await backend.enqueue_many(REPORT, [EnqueueRequest({"top": 1}, priority=7)])
+    claimed = await backend.claim(claim_request(REPORT, worker="w", limit=2))
+    assert [run.run_id for run in claimed] == [high.run_id, low[0].run_id]
+    admin = {"x-user": "admin"}
+
+    waiting = await client.get("/ops/runs?state=waiting&job=dash.report", headers=admin)
+    assert waiting.status_code == 200
+    assert "In claim order: highest priority first" in waiting.text
+    assert "<th>Due</th>" in waiting.text
+    body = waiting.text.split("<tbody>")[1]
+    assert body.index(low[1].run_id) < body.index(low[2].run_id)
+    cursor = waiting.text.split("cursor=")[1].split('"')[0].replace("&amp;", "&")
+    rest = await client.get(
+        f"/ops/runs?state=waiting&job=dash.report&cursor={cursor}", headers=admin
+    )
+    assert rest.text.count('name="id"') == 4  # 54 waiting: 50, then 4
+    assert low[-1].run_id in rest.text
+
+    running = await client.get("/ops/runs?state=running", headers=admin)
+    assert "Soonest lease to lapse first" in running.text
+    assert "<th>Lease until</th>" in running.text
+    assert running.text.count('name="id"') == 2
+
+    dead = await client.get("/ops/runs?state=dead", headers=admin)
+    assert "Newest first." in dead.text
+    assert "<th>Finished</th>" in dead.text
+
+    for state in ("waiting", "running"):
+        ranged = await client.get(f"/ops/runs?state={state}&since=2026-01-01T00:00", headers=admin)
+        assert ranged.status_code == 400
+        assert "finished states" in ranged.text
+    ranged = await client.get("/ops/runs?state=dead&since=2000-01-01T00:00", headers=admin)
+    assert ranged.status_code == 200
+    assert ranged.text.count('name="id"') == 3
+
+
 async def test_s1_s2_outbox_page_counts_and_redrive_is_audited(ship_connection, ship_clock):
     """S1, S2: the outbox page shows an outbox's pending, claimed and dead messages; a viewer
     gets no re-drive form; a manager's "re-drive all" moves every dead message back to pending

@@ -12,6 +12,15 @@ from hypothesis import strategies as st
 from tests.property.strategies import cursor_values, same_cursor_value
 
 from ship_sqla.kernel import ConfigurationError, InvalidCursorError
+from ship_sqla.kernel._browse import (
+    ClaimPosition,
+    CreatedPosition,
+    LeasePosition,
+    RunPosition,
+    position_cursor_values,
+    position_from_cursor_values,
+    run_order,
+)
 from ship_sqla.kernel._cursor import (
     MAX_CURSOR_CHARS,
     PROCESS_SECRET,
@@ -21,6 +30,8 @@ from ship_sqla.kernel._cursor import (
     query_fingerprint,
     resolve_secret,
 )
+from ship_sqla.kernel._ports import RunState
+from ship_sqla.kernel._priority import MAX_PRIORITY, MIN_PRIORITY
 
 SECRET = b"k" * 32
 QUERY = query_fingerprint(["orders", "tenant=a", "rows", "-created_at,id"])
@@ -123,3 +134,62 @@ def test_secret_resolution() -> None:
     assert resolve_secret("s" * 16) == b"s" * 16
     with pytest.raises(ConfigurationError, match="at least 16 bytes"):
         resolve_secret(b"short")
+
+
+run_positions = st.one_of(
+    st.builds(
+        ClaimPosition,
+        priority=st.integers(MIN_PRIORITY, MAX_PRIORITY),
+        run_at=st.datetimes(timezones=st.just(UTC)),
+        seq=st.integers(1, 2**63 - 1),
+    ),
+    st.builds(
+        LeasePosition,
+        lease_expires_at=st.datetimes(timezones=st.just(UTC)),
+        run_id=st.text(min_size=1),
+    ),
+    st.builds(
+        CreatedPosition,
+        created_at=st.datetimes(timezones=st.just(UTC)),
+        run_id=st.text(min_size=1),
+    ),
+)
+_STATE_OF_KIND: dict[type, RunState] = {
+    ClaimPosition: "waiting",
+    LeasePosition: "running",
+    CreatedPosition: "dead",
+}
+
+
+@given(run_positions)
+def test_a_list_runs_position_round_trips_through_a_cursor(position: RunPosition) -> None:
+    """S2: a page of runs' position comes back from its cursor as it was, kind included, for a
+    state of its kind, and is refused, naming both kinds, for a state of any other kind."""
+    state = _STATE_OF_KIND[type(position)]
+    token = encode_cursor(KeysetPosition(QUERY, position_cursor_values(position)), SECRET)
+    values = decode_cursor(token, secret=SECRET, query=QUERY)
+    assert position_from_cursor_values(values, state) == position
+    others = [s for s in ("waiting", "running", "completed") if run_order(s) != run_order(state)]
+    assert len(others) == 2
+    for other in others:
+        with pytest.raises(InvalidCursorError) as caught:
+            position_from_cursor_values(values, other)
+        assert f"{run_order(other)!r} order" in str(caught.value)
+        assert f"{run_order(state)!r} position" in str(caught.value)
+
+
+def test_a_list_runs_cursor_from_before_position_kinds_is_refused_clearly() -> None:
+    """S2: a bare (created_at, run_id) cursor (issued before positions had kinds) is refused
+    for every state with an error that says so and to restart from the first page; so is a
+    signed cursor holding anything else."""
+    bare = (datetime(2026, 1, 1, tzinfo=UTC), "run-1")
+    states: tuple[RunState, ...] = ("waiting", "running", "completed", "dead", "cancelled")
+    for state in states:
+        with pytest.raises(InvalidCursorError) as caught:
+            position_from_cursor_values(bare, state)
+        assert "older ship_sqla" in str(caught.value)
+        assert "cursor=None" in str(caught.value)
+    naive = datetime(2026, 1, 1)  # noqa: DTZ001 - a naive time is what is refused
+    for values in ((), ("claim", 0, naive, 1), ("claim", "x", bare[0], 1), (1, 2)):
+        with pytest.raises(InvalidCursorError):
+            position_from_cursor_values(values, "waiting")

@@ -36,6 +36,7 @@ from ship_sqla._dashboard._html import (
     text,
 )
 from ship_sqla._dashboard._svg import throughput_chart
+from ship_sqla.kernel._browse import run_order
 from ship_sqla.kernel._errors import (
     BoundExceededError,
     ConfigurationError,
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._outbox._operations import OutboxOperations
     from ship_sqla.kernel._audit import AuditSink
+    from ship_sqla.kernel._browse import RunOrder
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import AdministeredBackend
     from ship_sqla.kernel._ports import RunRecord
@@ -306,10 +308,23 @@ class _Dashboard:
         selectable: bool,
         when: str,
         empty: str,
+        time_of: Callable[[RunRecord], datetime | None] | None = None,
     ) -> Html:
         """The runs and dead-letter pages' table: one row per run, a selection box when the
-        page has bulk actions, ``when`` heading the finished (else due) time column."""
-        headers = ("", "Run", "Job", "State", "Attempt", "Created", when, "Tenant", "Last error")
+        page has bulk actions, ``when`` heading the time column, ``time_of`` its value (by
+        default the finished time, else the due time)."""
+        headers = (
+            "",
+            "Run",
+            "Job",
+            "State",
+            "Priority",
+            "Attempt",
+            "Created",
+            when,
+            "Tenant",
+            "Last error",
+        )
         rows: list[tuple[Html, ...]] = []
         for r in runs:
             pick = (
@@ -324,9 +339,16 @@ class _Dashboard:
                     link(base, "/runs/" + quote(r.run_id, safe="/"), r.run_id),
                     text(r.job_id),
                     f'<span class="state-{text(r.state)}">{text(r.state)}</span>',
+                    text(str(r.priority)),
                     text(f"{r.attempt}/{r.max_attempts}"),
                     at(r.created_at),
-                    at(r.finished_at if r.finished_at is not None else r.run_at),
+                    at(
+                        time_of(r)
+                        if time_of is not None
+                        else r.finished_at
+                        if r.finished_at is not None
+                        else r.run_at
+                    ),
                     text(r.tenant or ""),
                     text((r.last_error or "")[:120]),
                 )
@@ -372,15 +394,17 @@ class _Dashboard:
                 f'<label>Created from <input type="datetime-local" step="1" name="since"'
                 f' value="{text(q.get("since") or "")}"></label>'
                 f'<label>to <input type="datetime-local" step="1" name="until"'
-                f' value="{text(q.get("until") or "")}"></label> (UTC)'
+                f' value="{text(q.get("until") or "")}"></label> (UTC; finished states only)'
                 '<button type="submit" id="filter">Filter</button></form>'
             )
+            order, when, time_of = _RUN_ORDERS[run_order(state)]  # type: ignore[arg-type]
             actions = _RUN_ACTIONS.get(state, ()) if can_manage else ()
-            listing = self._run_table(
+            listing = f'<p class="muted" id="order">{order}</p>' + self._run_table(
                 base,
                 page.items,
                 selectable=bool(actions),
-                when="Due / finished",
+                when=when,
+                time_of=time_of,
                 empty="No runs match.",
             )
             more = (
@@ -741,6 +765,22 @@ class _Dashboard:
 
         return await self.act(request, action)
 
+
+_RUN_ORDERS: Final[dict[RunOrder, tuple[str, str, Callable[[RunRecord], datetime | None]]]] = {
+    "claim": (
+        "In claim order: highest priority first, then soonest due, then oldest.",
+        "Due",
+        lambda r: r.run_at,
+    ),
+    "lease": (
+        "Soonest lease to lapse first (lapsed leases first: a claim retakes them).",
+        "Lease until",
+        lambda r: r.lease_expires_at,
+    ),
+    "created": ("Newest first.", "Finished", lambda r: r.finished_at),
+}
+"""What the runs page says about its order, per state's order (:func:`run_order`), the time
+column's heading and its value."""
 
 _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
     "waiting": ("cancel", "discard"),

@@ -16,7 +16,15 @@ from sqlalchemy.exc import IntegrityError
 
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._sql_errors import sqlstate_of
-from ship_sqla.kernel._browse import ScheduleState, ThroughputBucket
+from ship_sqla.kernel._browse import (
+    BrowsedRun,
+    ClaimPosition,
+    CreatedPosition,
+    LeasePosition,
+    ScheduleState,
+    ThroughputBucket,
+    run_order,
+)
 from ship_sqla.kernel._ports import (
     TERMINAL_STATES,
     JobDemand,
@@ -262,27 +270,40 @@ class PostgresRunAdmin:
 
     # --- the dashboard's reads (RunBrowser, S2) -----------------------------------------------
 
-    async def list_runs(self, query: RunQuery, *, max_jobs: int) -> list[RunRecord]:
-        """LIST_RUNS_OF_JOB / LIST_RUNS_ALL_JOBS: one bounded page."""
-        after_at, after_id = query.after if query.after is not None else (None, None)
-        params: dict[str, Any] = {
-            "state": query.state,
-            "limit": query.limit,
-            "tenant": query.tenant,
-            "created_from": query.created_from,
-            "created_to": query.created_to,
-            "after_at": after_at,
-            "after_id": after_id,
-        }
-        statement = self._s.list_runs_all_jobs
+    async def list_runs(self, query: RunQuery, *, max_jobs: int) -> list[BrowsedRun]:
+        """LIST_WAITING_* / LIST_RUNNING_* / LIST_FINISHED_*: one bounded page, in the state's
+        order, through the index that order already has."""
+        params: dict[str, Any] = {"limit": query.limit, "tenant": query.tenant}
+        after = query.after
+        order = run_order(query.state)
+        if order == "claim":
+            of_job, all_jobs = self._s.list_waiting_of_job, self._s.list_waiting_all_jobs
+            claim = after if isinstance(after, ClaimPosition) else None
+            params["after_priority"] = None if claim is None else claim.priority
+            params["after_run_at"] = None if claim is None else claim.run_at
+            params["after_seq"] = None if claim is None else claim.seq
+        elif order == "lease":
+            of_job, all_jobs = self._s.list_running_of_job, self._s.list_running_all_jobs
+            lease = after if isinstance(after, LeasePosition) else None
+            params["after_at"] = None if lease is None else lease.lease_expires_at
+            params["after_id"] = None if lease is None else lease.run_id
+        else:
+            of_job, all_jobs = self._s.list_finished_of_job, self._s.list_finished_all_jobs
+            created = after if isinstance(after, CreatedPosition) else None
+            params["state"] = query.state
+            params["created_from"] = query.created_from
+            params["created_to"] = query.created_to
+            params["after_at"] = None if created is None else created.created_at
+            params["after_id"] = None if created is None else created.run_id
+        statement = all_jobs
         if query.job_id is not None:
-            statement = self._s.list_runs_of_job
+            statement = of_job
             params["job_id"] = query.job_id
         else:
             params["max_jobs"] = max_jobs
         async with self._connections.joined(None, "list_runs", one_statement=True) as tx:
             rows = (await tx.connection.execute(statement, params)).all()
-        return [run_record(row) for row in rows]
+        return [BrowsedRun(run_record(row), row.seq) for row in rows]
 
     async def throughput(
         self, *, bucket_seconds: int, buckets: int, cap: int, max_jobs: int

@@ -64,13 +64,15 @@ LEASE_PREDICATE = "state = 'running'"
 DEDUPE_PREDICATE = "dedupe_key IS NOT NULL AND state IN ('waiting', 'running')"
 """``<runs>_dedupe_idx`` (unique): one non-terminal run per (job, dedupe key) (J1)."""
 FINISHED_PREDICATE = "state IN ('completed', 'dead', 'discarded', 'cancelled')"
+"""``<runs>_finished_idx``: terminal runs of one job in ``finished_at`` order, for cleanup;
+``<runs>_browse_idx``: terminal runs of one state and job in ``created_at`` order, for the
+dashboard's pages of finished runs (S2)."""
 PARENT_PREDICATE = "parent_id IS NOT NULL"
 """``<runs>_parent_idx``: child runs of a workflow run by state (D5: the live-children check,
 the outcomes a parent reads)."""
 WAIT_PREDICATE = "wait_for IS NOT NULL"
 """``<runs>_wait_idx``: suspended workflow runs by what they wait for (D4: a publish wakes its
 waiters through it, not by scanning steps)."""
-"""``<runs>_finished_idx``: terminal runs of one job in ``finished_at`` order, for cleanup."""
 
 _TSTZ = TIMESTAMP(timezone=True)
 
@@ -192,10 +194,20 @@ def ship_job_runs_table(
         Index(n["_parent_idx"], "parent_id", "state", postgresql_where=text(PARENT_PREDICATE)),
         # Serves PUBLISH_EVENT's wake of the runs waiting for the event (D4).
         Index(n["_wait_idx"], "wait_for", postgresql_where=text(WAIT_PREDICATE)),
-        # Serves the dashboard's pages of runs (S2, LIST_RUNS_*): one state's runs of one job
-        # newest first, and the loose scan over the jobs with runs in a state. Not partial: every
-        # state is browsed. Its cost on the hot path is one more entry per state change.
-        Index(n["_browse_idx"], "state", "job_id", "created_at", "id"),
+        # Serves the dashboard's pages of finished runs (S2, LIST_FINISHED_*): one finished
+        # state's runs of one job newest first, and the loose scan over the jobs with runs in
+        # that state. Partial on the finished states, so a run enters it once, when it finishes:
+        # the hot path (enqueue, claim, heartbeat) never writes it. The live states' pages read
+        # the indexes their claims keep: waiting <runs>_due_idx (claim order, LIST_WAITING_*),
+        # running <runs>_lease_idx (lease order, LIST_RUNNING_*).
+        Index(
+            n["_browse_idx"],
+            "state",
+            "job_id",
+            "created_at",
+            "id",
+            postgresql_where=text(FINISHED_PREDICATE),
+        ),
         schema=schema,
         comment="ship_sqla job runs (ship_job_runs_table)",
     )

@@ -21,7 +21,13 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._audit import AuditSink as AuditSink
     from ship_sqla.kernel._audit import InMemoryAuditLog as InMemoryAuditLog
     from ship_sqla.kernel._authorize import Authorizer as Authorizer
+    from ship_sqla.kernel._browse import BrowsedRun as BrowsedRun
+    from ship_sqla.kernel._browse import ClaimPosition as ClaimPosition
+    from ship_sqla.kernel._browse import CreatedPosition as CreatedPosition
+    from ship_sqla.kernel._browse import LeasePosition as LeasePosition
     from ship_sqla.kernel._browse import RunBrowser as RunBrowser
+    from ship_sqla.kernel._browse import RunOrder as RunOrder
+    from ship_sqla.kernel._browse import RunPosition as RunPosition
     from ship_sqla.kernel._browse import RunQuery as RunQuery
     from ship_sqla.kernel._browse import ScheduleState as ScheduleState
     from ship_sqla.kernel._browse import ThroughputBucket as ThroughputBucket
@@ -303,7 +309,13 @@ _EXPORTS: dict[str, str] = {
     "InMemoryAuditLog": "ship_sqla.kernel._audit",
     "AuditWriteError": "ship_sqla.kernel._operations",
     "BulkResult": "ship_sqla.kernel._operations",
+    "BrowsedRun": "ship_sqla.kernel._browse",
+    "ClaimPosition": "ship_sqla.kernel._browse",
+    "CreatedPosition": "ship_sqla.kernel._browse",
+    "LeasePosition": "ship_sqla.kernel._browse",
     "RunBrowser": "ship_sqla.kernel._browse",
+    "RunOrder": "ship_sqla.kernel._browse",
+    "RunPosition": "ship_sqla.kernel._browse",
     "RunQuery": "ship_sqla.kernel._browse",
     "ScheduleState": "ship_sqla.kernel._browse",
     "ThroughputBucket": "ship_sqla.kernel._browse",

@@ -2,31 +2,58 @@
 time, the schedules' state. Both job backends' admin ports implement :class:`RunBrowser`; the
 operator surface (:class:`~ship_sqla.kernel.JobOperations`) gates it and pages it.
 
+A page of runs is in its state's own order, the order of the index the state already keeps
+(:func:`run_order`), so browsing costs the hot path no index of its own:
+
+- ``waiting``: claim order (``"claim"``), the order a claim takes them (K6): highest priority
+  first, then ``run_at``, then creation order (``seq``); position :class:`ClaimPosition`;
+- ``running``: soonest lease to lapse first (``"lease"``): ``lease_expires_at``, then run id
+  (lapsed leases, the runs a claim will retake, come first); position :class:`LeasePosition`;
+- finished (completed, dead, discarded, cancelled): newest first (``"created"``):
+  ``created_at``, then run id, descending; position :class:`CreatedPosition`.
+
+A creation-time range (``created_from`` / ``created_to``) bounds only the finished states'
+order; on a live state it could only be filtered, reading past every other waiting or running
+run of the job, so the operator surface refuses it there. A tenant filter reads past the job's
+other tenants' runs in the state (no index holds the tenant in these orders).
+
 Every read is bounded whatever the table size: a page of runs reads at most ``limit`` index
-entries past its cursor for one job, or per job for every job (at most ``max_jobs`` of them,
-found by a loose index scan); throughput counts at most ``cap`` finished runs per job and
-bucket. No read counts an unbounded set.
+entries past its cursor for one job (waiting: per priority level, at most 21 levels), or that
+per job for every job (at most ``max_jobs`` of them, found by a loose index scan); throughput
+counts at most ``cap`` finished runs per job and bucket. No read counts an unbounded set.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
+from datetime import datetime
+from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
-if TYPE_CHECKING:
-    from datetime import datetime
+from ship_sqla.kernel._errors import InvalidCursorError
 
+if TYPE_CHECKING:
+    from ship_sqla.kernel._cursor import CursorValue
     from ship_sqla.kernel._ports import RunRecord, RunState
 
 __all__ = [
     "MAX_BROWSE_JOBS",
     "MAX_THROUGHPUT_BUCKETS",
     "MAX_THROUGHPUT_CAP",
+    "BrowsedRun",
+    "ClaimPosition",
+    "CreatedPosition",
+    "LeasePosition",
     "RunBrowser",
+    "RunOrder",
+    "RunPosition",
     "RunQuery",
     "ScheduleState",
     "ThroughputBucket",
+    "position_cursor_values",
+    "position_from_cursor_values",
+    "position_of",
+    "run_order",
 ]
 
 MAX_BROWSE_JOBS: Final = 200
@@ -35,13 +62,63 @@ MAX_THROUGHPUT_BUCKETS: Final = 120
 MAX_THROUGHPUT_CAP: Final = 100_000
 """Finished runs counted per job and bucket at most (the count's cost)."""
 
+RunOrder: TypeAlias = Literal["claim", "lease", "created"]
+"""How a page of runs of one state is ordered (see the module's docstring)."""
+
+
+def run_order(state: RunState) -> RunOrder:
+    """The order of a page of runs in ``state``: ``"claim"`` for waiting, ``"lease"`` for
+    running, ``"created"`` (newest first) for the finished states."""
+    if state == "waiting":
+        return "claim"
+    if state == "running":
+        return "lease"
+    return "created"
+
+
+@attrs.frozen
+class ClaimPosition:
+    """A waiting run's place in claim order: ``priority`` descending, then ``run_at``, then
+    ``seq`` (creation order, unique) ascending."""
+
+    priority: int
+    run_at: datetime
+    seq: int
+
+
+@attrs.frozen
+class LeasePosition:
+    """A running run's place: ``lease_expires_at``, then ``run_id``, ascending."""
+
+    lease_expires_at: datetime
+    run_id: str
+
+
+@attrs.frozen
+class CreatedPosition:
+    """A finished run's place: ``created_at``, then ``run_id``, descending (newest first)."""
+
+    created_at: datetime
+    run_id: str
+
+
+RunPosition: TypeAlias = ClaimPosition | LeasePosition | CreatedPosition
+"""Where a page of runs stopped: its last run's place in its state's order (:func:`run_order`)."""
+
+_POSITIONS: Final[dict[RunOrder, type[RunPosition]]] = {
+    "claim": ClaimPosition,
+    "lease": LeasePosition,
+    "created": CreatedPosition,
+}
+
 
 @attrs.frozen
 class RunQuery:
-    """A page of runs in ``state``, newest first by ``(created_at, run_id)``: of ``job_id``
-    (None: every job), of ``tenant`` (None: any), created in ``[created_from, created_to)``
-    when given, strictly after ``after`` (the last item of the page before), at most
-    ``limit``."""
+    """A page of runs in ``state``, in the state's order (:func:`run_order`): of ``job_id``
+    (None: every job), of ``tenant`` (None: any), strictly after ``after`` (the position of the
+    last item of the page before, of the state's kind), at most ``limit``. ``created_from`` /
+    ``created_to`` (created in ``[created_from, created_to)``) apply to the finished states
+    only: the operator surface never sends them for a live state."""
 
     state: RunState
     limit: int
@@ -49,7 +126,89 @@ class RunQuery:
     tenant: str | None = None
     created_from: datetime | None = None
     created_to: datetime | None = None
-    after: tuple[datetime, str] | None = None
+    after: RunPosition | None = None
+
+    def __attrs_post_init__(self) -> None:
+        # A backend reads only the position of its state's kind: any other is a wiring mistake
+        # (the operator surface checks a cursor's kind before it builds the query).
+        if self.after is not None and not isinstance(self.after, _POSITIONS[run_order(self.state)]):
+            raise ValueError(f"a page of {self.state} runs cannot start after {self.after!r}")
+
+
+@attrs.frozen
+class BrowsedRun:
+    """A run of a page and its creation order (``seq``: the claim order's tie-break, which a
+    :class:`~ship_sqla.kernel.RunRecord` does not carry)."""
+
+    record: RunRecord
+    seq: int
+
+
+def position_of(run: BrowsedRun) -> RunPosition:
+    """``run``'s place in its state's order: the cursor after it."""
+    record = run.record
+    order = run_order(record.state)
+    if order == "claim":
+        return ClaimPosition(record.priority, record.run_at, run.seq)
+    if order == "lease":
+        if record.lease_expires_at is None:  # every claim sets it; nothing running clears it
+            raise ValueError(f"running run {record.run_id!r} has no lease_expires_at")
+        return LeasePosition(record.lease_expires_at, record.run_id)
+    return CreatedPosition(record.created_at, record.run_id)
+
+
+def position_cursor_values(position: RunPosition) -> tuple[CursorValue, ...]:
+    """``position`` as a cursor's values, led by its kind."""
+    match position:
+        case ClaimPosition(priority, run_at, seq):
+            return ("claim", priority, run_at, seq)
+        case LeasePosition(lease_expires_at, run_id):
+            return ("lease", lease_expires_at, run_id)
+        case CreatedPosition(created_at, run_id):
+            return ("created", created_at, run_id)
+
+
+def position_from_cursor_values(values: tuple[CursorValue, ...], state: RunState) -> RunPosition:
+    """The position a ``list_runs`` cursor's values hold, which must be of ``state``'s kind.
+
+    Raises :class:`~ship_sqla.kernel.InvalidCursorError` for a position of another kind or
+    a cursor from before positions had kinds (a bare ``(created_at, run_id)``).
+    """
+    expected = run_order(state)
+    match values:
+        case ("claim", int() as priority, datetime() as run_at, int() as seq) if (
+            expected == "claim" and _aware(run_at)
+        ):
+            return ClaimPosition(priority, run_at, seq)
+        case ("lease", datetime() as lease_expires_at, str() as run_id) if (
+            expected == "lease" and _aware(lease_expires_at)
+        ):
+            return LeasePosition(lease_expires_at, run_id)
+        case ("created", datetime() as created_at, str() as run_id) if (
+            expected == "created" and _aware(created_at)
+        ):
+            return CreatedPosition(created_at, run_id)
+        case (str() as kind, *_) if kind in ("claim", "lease", "created") and kind != expected:
+            raise InvalidCursorError(
+                f"the list_runs cursor holds a {kind!r} position, but a page of {state} runs"
+                f" is in {expected!r} order.",
+                fix="pass a cursor only to the same call with the same state, or restart"
+                " paging from the first page (cursor=None).",
+            )
+        case (datetime(), str()):
+            raise InvalidCursorError(
+                "the list_runs cursor is from an older ship_sqla (a bare (created_at, run_id)"
+                f" position); pages of {state} runs are now in {expected!r} order.",
+                fix="restart paging from the first page (cursor=None).",
+            )
+    raise InvalidCursorError(  # signed by us: only a format change gets here
+        f"the list_runs cursor is signed but does not hold a {expected!r} position.",
+        fix="restart paging from the first page (cursor=None).",
+    )
+
+
+def _aware(value: datetime) -> bool:
+    return value.tzinfo is not None
 
 
 @attrs.frozen
@@ -78,9 +237,9 @@ class ScheduleState:
 class RunBrowser(Protocol):
     """The dashboard's reads (S2); it checks no permission (the operator surface does)."""
 
-    async def list_runs(self, query: RunQuery, *, max_jobs: int) -> list[RunRecord]:
-        """At most ``query.limit`` runs (see :class:`RunQuery`); across jobs, of at most
-        ``max_jobs`` jobs with runs in the state (in job id order)."""
+    async def list_runs(self, query: RunQuery, *, max_jobs: int) -> list[BrowsedRun]:
+        """At most ``query.limit`` runs in the state's order (see :class:`RunQuery`); across
+        jobs, of at most ``max_jobs`` jobs with runs in the state (in job id order)."""
         ...
 
     async def throughput(

@@ -37,6 +37,10 @@ from ship_sqla.kernel._browse import (
     MAX_THROUGHPUT_CAP,
     RunBrowser,
     RunQuery,
+    position_cursor_values,
+    position_from_cursor_values,
+    position_of,
+    run_order,
 )
 from ship_sqla.kernel._cursor import (
     KeysetPosition,
@@ -759,11 +763,18 @@ class JobOperations:
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page[RunRecord]:
-        """Runs in ``state`` (of ``job_id``, ``tenant``, created in ``[created_from,
-        created_to)`` when given), newest first by ``(created_at, run_id)``, keyset-paged: at
-        most ``limit`` (1..500) per page, bounded at any table size (:mod:`._browse`). Across
-        every job, the page merges at most 200 jobs' runs (by job id). A cursor is signed and
-        valid only for the same filter."""
+        """Runs in ``state`` (of ``job_id``, ``tenant``), in the state's order, keyset-paged:
+        at most ``limit`` (1..500) per page, bounded at any table size (:mod:`._browse`).
+
+        - ``waiting``: claim order, highest priority first, then ``run_at``, then creation
+          order (the order claims take them, K6);
+        - ``running``: soonest ``lease_expires_at`` first (lapsed leases first), then run id;
+        - finished states: newest first by ``(created_at, run_id)``; only these take a
+          creation-time range, ``[created_from, created_to)`` (a live state refuses one with a
+          :class:`~ship_sqla.kernel.ConfigurationError`: it cannot bound their read).
+
+        Across every job, the page merges at most 200 jobs' runs (by job id). A cursor is signed
+        and valid only for the same state and filter."""
         await self._authorize_read("list_runs")
         _require_within(
             "list_runs limit",
@@ -789,6 +800,17 @@ class JobOperations:
                     f"list_runs {name} must be an aware datetime, got {value!r}.",
                     fix="pass datetime(..., tzinfo=UTC).",
                 )
+        if run_order(state) != "created" and (created_from, created_to) != (None, None):
+            raise ConfigurationError(
+                f"list_runs of {state} runs takes no created_from / created_to: {state} runs"
+                " page in "
+                + ("claim order" if state == "waiting" else "lease expiry order")
+                + ", and a creation-time range could only be filtered, reading past every other"
+                f" {state} run (S2: every page read is bounded).",
+                fix="drop created_from / created_to for waiting and running runs (filter by job"
+                " or tenant instead); the range applies to the finished states: completed, dead,"
+                " discarded, cancelled.",
+            )
         query = query_fingerprint(
             (
                 "ship_sqla.jobs.list_runs",
@@ -799,7 +821,13 @@ class JobOperations:
                 "" if created_to is None else created_to.isoformat(),
             )
         )
-        after = None if cursor is None else _created_position(cursor, self._secret, query)
+        after = (
+            None
+            if cursor is None
+            else position_from_cursor_values(
+                decode_cursor(cursor, secret=self._secret, query=query), state
+            )
+        )
         rows = await self._browser().list_runs(
             RunQuery(
                 state=state,
@@ -812,11 +840,10 @@ class JobOperations:
             ),
             max_jobs=MAX_BROWSE_JOBS,
         )
-        items = tuple(rows[:limit])
+        items = tuple(row.record for row in rows[:limit])
         next_cursor = None
         if len(rows) > limit:
-            last = items[-1]
-            position = KeysetPosition(query, (last.created_at, last.run_id))
+            position = KeysetPosition(query, position_cursor_values(position_of(rows[limit - 1])))
             next_cursor = encode_cursor(position, self._secret)
         return Page(items, next_cursor)
 
@@ -917,17 +944,6 @@ def _filter_target(job_id: str | None, tenant: str | None) -> str:
     if tenant is not None:
         parts.append(f"tenant={tenant}")
     return "dead runs of " + ", ".join(parts)
-
-
-def _created_position(cursor: str, secret: bytes, query: str) -> tuple[datetime, str]:
-    values = decode_cursor(cursor, secret=secret, query=query)
-    match values:
-        case (datetime() as created_at, str() as run_id) if created_at.tzinfo is not None:
-            return created_at, run_id
-    raise InvalidCursorError(  # signed by us: only a format change gets here
-        "the list_runs cursor is signed but does not hold a (created_at, run_id) position.",
-        fix="restart paging from the first page (cursor=None).",
-    )
 
 
 def _require_within(name: str, value: int, maximum: int, *, fix: str) -> None:

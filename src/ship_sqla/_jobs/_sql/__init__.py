@@ -139,8 +139,12 @@ class JobStatements:
     state_counts: TextClause
     probe_runs_table: TextClause
     probe_state_table: TextClause
-    list_runs_of_job: TextClause
-    list_runs_all_jobs: TextClause
+    list_waiting_of_job: TextClause
+    list_waiting_all_jobs: TextClause
+    list_running_of_job: TextClause
+    list_running_all_jobs: TextClause
+    list_finished_of_job: TextClause
+    list_finished_all_jobs: TextClause
     throughput: TextClause
     schedule_states: TextClause
 
@@ -200,8 +204,12 @@ class JobStatements:
             state_counts=r(admin.STATE_COUNTS),
             probe_runs_table=r(admin.PROBE_RUNS_TABLE),
             probe_state_table=r(admin.PROBE_STATE_TABLE),
-            list_runs_of_job=r(browse.LIST_RUNS_OF_JOB),
-            list_runs_all_jobs=r(browse.LIST_RUNS_ALL_JOBS),
+            list_waiting_of_job=r(browse.LIST_WAITING_OF_JOB),
+            list_waiting_all_jobs=r(browse.LIST_WAITING_ALL_JOBS),
+            list_running_of_job=r(browse.LIST_RUNNING_OF_JOB),
+            list_running_all_jobs=r(browse.LIST_RUNNING_ALL_JOBS),
+            list_finished_of_job=r(browse.LIST_FINISHED_OF_JOB),
+            list_finished_all_jobs=r(browse.LIST_FINISHED_ALL_JOBS),
             throughput=r(browse.THROUGHPUT),
             schedule_states=r(browse.SCHEDULE_STATES),
         )

@@ -1,70 +1,230 @@
 """The dashboard's reads (S2, :class:`~ship_sqla.kernel._browse.RunBrowser`): runs by state and
 filter, throughput over time, the schedules' state rows. Rules: see :mod:`ship_sqla._jobs._sql`.
 
-Every statement is bounded whatever the table size and index-served
-(``tests/integration/test_dashboard_explain.py`` proves the plans at 1,000,000 runs):
+A page of runs is read in its state's order, through the index that order already has, so no
+index is kept for browsing alone on the hot path (each state's predicate is written word for
+word, as a literal, so a generic plan can use the partial index):
 
-- a page of one job's runs is one backward range of ``<runs>_browse_idx`` (state, job_id,
-  created_at, id) from the cursor, at most ``:limit`` entries (a tenant filter reads past the
-  job's other tenants' runs in that range);
-- a page across jobs finds the jobs with runs in the state by a loose scan of the same index
-  (one probe per job, at most ``:max_jobs``), reads at most ``:limit`` entries of each and
-  merges them: at most ``:max_jobs * :limit`` entries;
-- throughput finds the jobs with finished runs by a loose scan of ``<runs>_finished_idx`` and
-  counts at most ``:cap`` entries of each job per bucket.
+- ``waiting`` (LIST_WAITING_*): claim order, the order a claim takes them (K6): highest
+  priority first, then ``run_at``, then ``seq``, through ``<runs>_due_idx`` (job_id,
+  priority, run_at, seq): a loose scan over the job's priority levels from the cursor's down
+  (one entry each; priorities are bounded, MIN_PRIORITY..MAX_PRIORITY: at most 21 levels),
+  then at most ``:limit`` entries of each level from the cursor: at most ``21 * :limit``
+  entries;
+- ``running`` (LIST_RUNNING_*): soonest lease to lapse first, ``(lease_expires_at, id)``,
+  through ``<runs>_lease_idx`` (job_id, lease_expires_at): one range from the cursor's lease,
+  at most ``:limit`` entries plus the runs whose lease ties the cursor's (the index holds no
+  id: runs claimed or heartbeated in one statement tie, a batch at most);
+- finished states (LIST_FINISHED_*): newest first, ``(created_at, id)`` descending, through
+  ``<runs>_browse_idx`` (state, job_id, created_at, id), partial on the finished states (so a
+  run enters it once, when it finishes): one backward range from the cursor, at most
+  ``:limit`` entries, stopped at ``created_from``.
+
+A tenant filter reads past the job's other tenants' runs in the range (no index holds the
+tenant in these orders). A creation-time range bounds only the finished states' read; the
+operator surface refuses one on a live state (it could only be filtered there, reading past
+every other waiting or running run of the job), so the live statements take none.
+
+A page across jobs finds the jobs with runs in the state by a loose scan of the same index (one
+probe per job, at most ``:max_jobs``), reads each job's page and merges them: at most
+``:max_jobs`` times the one-job bound. Throughput finds the jobs with finished runs by a loose
+scan of ``<runs>_finished_idx`` and counts at most ``:cap`` entries of each job per bucket.
+
+Every statement is bounded whatever the table size and index-served
+(``tests/integration/test_dashboard_explain.py`` proves the plans at 1,000,000 runs).
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["LIST_RUNS_ALL_JOBS", "LIST_RUNS_OF_JOB", "SCHEDULE_STATES", "THROUGHPUT"]
+__all__ = [
+    "LIST_FINISHED_ALL_JOBS",
+    "LIST_FINISHED_OF_JOB",
+    "LIST_RUNNING_ALL_JOBS",
+    "LIST_RUNNING_OF_JOB",
+    "LIST_WAITING_ALL_JOBS",
+    "LIST_WAITING_OF_JOB",
+    "SCHEDULE_STATES",
+    "THROUGHPUT",
+]
 
-_RUNS_IN_RANGE: Final = """
-    -- <runs>_browse_idx (state, job_id, created_at, id) read backwards: the sargable bounds
-    -- start the scan at the cursor and stop it at created_from (a generic plan cannot use the
-    -- row comparison as an index condition; it breaks created_at ties by id).
-    WHERE r.state = CAST(:state AS text) AND r.job_id = {job}
+WAITING: Final = "r.state = 'waiting'"
+"""``<runs>_due_idx``'s predicate (``DUE_PREDICATE``), word for word."""
+RUNNING: Final = "r.state = 'running'"
+"""``<runs>_lease_idx``'s predicate (``LEASE_PREDICATE``), word for word."""
+FINISHED: Final = (
+    "r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = CAST(:state AS text)"
+)
+"""``<runs>_browse_idx``'s predicate (``FINISHED_PREDICATE``) word for word, then the state
+asked: the literal lets a generic plan use the partial index, the parameter picks the state."""
+
+_TENANT: Final = """
+      -- F2: one tenant's runs only, filtered (the index does not hold the tenant): reads past
+      -- the other tenants' runs in the range.
+      AND (CAST(:tenant AS text) IS NULL OR r.tenant_id = CAST(:tenant AS text))"""
+
+
+def _loose_jobs(predicate: str, order: str, index: str) -> str:
+    """The jobs CTE of a page across jobs: a loose scan of ``index`` over the job ids with runs
+    matching ``predicate``, at most ``:max_jobs``. Each probe is ordered by ``order``, the
+    leading columns of ``index`` after its equalities, so the planner reads that index (the
+    one the pages read) rather than another with the same predicate."""
+    return f"""jobs(job_id, n) AS (
+    -- {index}, a loose index scan: the next job id with runs in the state (one probe each).
+    SELECT (SELECT r.job_id FROM {{runs}} r WHERE {predicate}
+            ORDER BY {order} LIMIT 1), 1
+    UNION ALL
+    SELECT (SELECT r.job_id FROM {{runs}} r
+            WHERE {predicate} AND r.job_id > j.job_id
+            ORDER BY {order} LIMIT 1), j.n + 1
+    FROM jobs j
+    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
+)"""  # noqa: S608 - a template of constant text
+
+
+_WAITING_PAGE: Final = """, levels(job_id, priority) AS (
+    -- <runs>_due_idx (job_id, priority, run_at, seq), a loose index scan per job: its priority
+    -- levels holding waiting runs, from the cursor's down, highest first, one entry each (the
+    -- claim's own walk, K6). Priorities are bounded (-10..10): at most 21 levels per job.
+    SELECT j.job_id,
+           (SELECT max(r.priority) FROM {runs} r
+            WHERE r.job_id = j.job_id AND r.state = 'waiting'
+              AND r.priority <= coalesce(CAST(:after_priority AS smallint),
+                                         CAST(32767 AS smallint)))
+    FROM jobs j
+    WHERE j.job_id IS NOT NULL
+    UNION ALL
+    SELECT l.job_id,
+           (SELECT max(r.priority) FROM {runs} r
+            WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.priority < l.priority)
+    FROM levels l
+    WHERE l.priority IS NOT NULL
+)
+SELECT p.* FROM levels l
+CROSS JOIN LATERAL (
+    -- <runs>_due_idx: one level's runs in (run_at, seq) order, at most :limit: past the cursor
+    -- on the cursor's level, from the level's start below it. The row comparison follows the
+    -- equalities on job_id and priority in the index, so it is the scan's start (an index
+    -- condition), never a filter: runs tying on run_at (enqueued in one transaction) are not
+    -- read again. seq breaks the ties, as the claim does.
+    SELECT {cols}, r.seq FROM {runs} r
+    WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.priority = l.priority
+      AND (r.run_at, r.seq) > (
+          CASE WHEN l.priority = CAST(:after_priority AS smallint)
+               THEN CAST(:after_run_at AS timestamptz)
+               ELSE CAST('-infinity' AS timestamptz) END,
+          CASE WHEN l.priority = CAST(:after_priority AS smallint)
+               THEN CAST(:after_seq AS bigint)
+               ELSE CAST(0 AS bigint) END){tenant}
+    ORDER BY r.run_at, r.seq
+    LIMIT CAST(:limit AS integer)
+) p
+WHERE l.priority IS NOT NULL
+ORDER BY p.priority DESC, p.run_at, p.seq
+LIMIT CAST(:limit AS integer)
+""".replace("{tenant}", _TENANT)
+
+LIST_WAITING_OF_JOB: Final = (
+    "WITH RECURSIVE jobs(job_id) AS (SELECT CAST(:job_id AS text))" + _WAITING_PAGE
+)
+"""A page of one job's waiting runs in claim order (``JobOperations.list_runs``)."""
+
+LIST_WAITING_ALL_JOBS: Final = (
+    "WITH RECURSIVE "
+    + _loose_jobs(WAITING, "r.job_id, r.priority", "<runs>_due_idx")
+    + _WAITING_PAGE
+)
+"""A page of every job's waiting runs in claim order (priority, run_at, seq): each job's page,
+merged."""
+
+_RUNNING_IN_RANGE: Final = (
+    """
+    -- <runs>_lease_idx (job_id, lease_expires_at): the sargable bound starts the scan at the
+    -- cursor's lease. The index holds no id, so the runs whose lease ties the cursor's (claimed,
+    -- or heartbeated, in one statement: they share now() + lease) are read again and filtered
+    -- by the row comparison after the index range, and ties are sorted by id over the index's
+    -- order (an incremental sort): a batch of entries at most past :limit.
+    WHERE r.job_id = {job} AND r.state = 'running'
+      AND r.lease_expires_at >= coalesce(CAST(:after_at AS timestamptz),
+                                         CAST('-infinity' AS timestamptz))
+      AND (CAST(:after_at AS timestamptz) IS NULL
+           OR (r.lease_expires_at, r.id)
+              > (CAST(:after_at AS timestamptz), CAST(:after_id AS text)))"""
+    + _TENANT
+    + """
+    ORDER BY r.lease_expires_at, r.id
+    LIMIT CAST(:limit AS integer)
+"""
+)
+
+LIST_RUNNING_OF_JOB: Final = (
+    "SELECT {cols}, r.seq FROM {runs} r"  # noqa: S608 - a template of constant text
+    + _RUNNING_IN_RANGE.replace("{job}", "CAST(:job_id AS text)")
+)
+"""A page of one job's running runs, soonest lease to lapse first (lapsed leases first)."""
+
+LIST_RUNNING_ALL_JOBS: Final = (
+    "WITH RECURSIVE "  # noqa: S608 - a template of constant text
+    + _loose_jobs(RUNNING, "r.job_id, r.lease_expires_at", "<runs>_lease_idx")
+    + """
+SELECT p.* FROM jobs j
+CROSS JOIN LATERAL (
+    SELECT {cols}, r.seq FROM {runs} r"""
+    + _RUNNING_IN_RANGE.replace("{job}", "j.job_id")
+    + """) p
+WHERE j.job_id IS NOT NULL
+ORDER BY p.lease_expires_at, p.id
+LIMIT CAST(:limit AS integer)
+"""
+)
+"""A page of every job's running runs, soonest lease first: each job's page, merged."""
+
+_FINISHED_IN_RANGE: Final = (
+    """
+    -- <runs>_browse_idx (state, job_id, created_at, id), partial on the finished states, read
+    -- backwards from the cursor to created_from. The row comparison follows the equalities on
+    -- state and job_id in the index, so it is the scan's start (an index condition, written
+    -- without an OR so a generic plan can use it: no cursor is ('infinity', '')), never a
+    -- filter: runs tying on created_at (enqueued in one transaction) are not read again.
+    WHERE """
+    + FINISHED
+    + """ AND r.job_id = {job}
       AND r.created_at >= coalesce(CAST(:created_from AS timestamptz),
                                    CAST('-infinity' AS timestamptz))
       AND r.created_at < coalesce(CAST(:created_to AS timestamptz),
                                   CAST('infinity' AS timestamptz))
-      AND r.created_at <= coalesce(CAST(:after_at AS timestamptz),
-                                   CAST('infinity' AS timestamptz))
-      AND (CAST(:after_at AS timestamptz) IS NULL
-           OR (r.created_at, r.id) < (CAST(:after_at AS timestamptz), CAST(:after_id AS text)))
-      -- F2: one tenant's runs only, filtered (the index does not hold the tenant).
-      AND (CAST(:tenant AS text) IS NULL OR r.tenant_id = CAST(:tenant AS text))
+      AND (r.created_at, r.id) < (coalesce(CAST(:after_at AS timestamptz),
+                                           CAST('infinity' AS timestamptz)),
+                                  coalesce(CAST(:after_id AS text), ''))"""
+    + _TENANT
+    + """
     ORDER BY r.created_at DESC, r.id DESC
     LIMIT CAST(:limit AS integer)
 """
-
-LIST_RUNS_OF_JOB: Final = f"""
-SELECT {{cols}} FROM {{runs}} r
-{_RUNS_IN_RANGE.replace("{job}", "CAST(:job_id AS text)")}
-"""  # noqa: S608 - a template of constant text
-"""A page of one job's runs in one state, newest first (``JobOperations.list_runs``)."""
-
-LIST_RUNS_ALL_JOBS: Final = f"""
-WITH RECURSIVE jobs(job_id, n) AS (
-    -- <runs>_browse_idx, a loose index scan: the next job id with runs in the state.
-    SELECT (SELECT min(r.job_id) FROM {{runs}} r WHERE r.state = CAST(:state AS text)), 1
-    UNION ALL
-    SELECT (SELECT min(r.job_id) FROM {{runs}} r
-            WHERE r.state = CAST(:state AS text) AND r.job_id > j.job_id), j.n + 1
-    FROM jobs j
-    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
 )
+
+LIST_FINISHED_OF_JOB: Final = (
+    "SELECT {cols}, r.seq FROM {runs} r"  # noqa: S608 - a template of constant text
+    + _FINISHED_IN_RANGE.replace("{job}", "CAST(:job_id AS text)")
+)
+"""A page of one job's runs in one finished state, newest first."""
+
+LIST_FINISHED_ALL_JOBS: Final = (
+    "WITH RECURSIVE "  # noqa: S608 - a template of constant text
+    + _loose_jobs(FINISHED, "r.job_id, r.created_at", "<runs>_browse_idx")
+    + """
 SELECT p.* FROM jobs j
 CROSS JOIN LATERAL (
-    SELECT {{cols}} FROM {{runs}} r
-    {_RUNS_IN_RANGE.replace("{job}", "j.job_id")}
-) p
+    SELECT {cols}, r.seq FROM {runs} r"""
+    + _FINISHED_IN_RANGE.replace("{job}", "j.job_id")
+    + """) p
 WHERE j.job_id IS NOT NULL
 ORDER BY p.created_at DESC, p.id DESC
 LIMIT CAST(:limit AS integer)
-"""  # noqa: S608 - a template of constant text
-"""A page of every job's runs in one state, newest first: each job's page, merged."""
+"""
+)
+"""A page of every job's runs in one finished state, newest first: each job's page, merged."""
 
 THROUGHPUT: Final = """
 WITH RECURSIVE jobs(job_id, n) AS (

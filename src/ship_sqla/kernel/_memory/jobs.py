@@ -55,7 +55,15 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._backend_base import JobBackendBase
-from ship_sqla.kernel._browse import ScheduleState, ThroughputBucket
+from ship_sqla.kernel._browse import (
+    BrowsedRun,
+    ClaimPosition,
+    CreatedPosition,
+    LeasePosition,
+    ScheduleState,
+    ThroughputBucket,
+    run_order,
+)
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore
 from ship_sqla.kernel._plans.fairness import fair_shares
@@ -195,6 +203,13 @@ class _Run:
 def _claim_order(run: _Run) -> tuple[int, datetime, int]:
     """K6: higher priority first, then ``run_at``, then creation order."""
     return -run.priority, run.run_at, run.seq
+
+
+def _lease_order(run: _Run) -> tuple[datetime, str]:
+    """A running run's place on the runs page: soonest lease to lapse first, then run id."""
+    if run.lease_expires_at is None:  # every claim sets it; nothing running clears it
+        raise ValueError(f"running run {run.run_id!r} has no lease_expires_at")
+    return run.lease_expires_at, run.run_id
 
 
 def _end_wait(run: _Run, settlement: Settlement) -> None:
@@ -900,10 +915,11 @@ class InMemoryRunAdmin:
 
     # --- the dashboard's reads (RunBrowser, S2) -----------------------------------------------
 
-    async def list_runs(self, query: RunQuery, *, max_jobs: int) -> list[RunRecord]:
-        """Runs in ``query.state`` newest first by ``(created_at, run_id)`` (see
-        :class:`~ship_sqla.kernel._browse.RunQuery`); across jobs, of the first ``max_jobs``
-        job ids with runs in the state."""
+    async def list_runs(self, query: RunQuery, *, max_jobs: int) -> list[BrowsedRun]:
+        """Runs in ``query.state`` in the state's order (see
+        :class:`~ship_sqla.kernel._browse.RunQuery`): waiting in claim order, running by
+        ``(lease_expires_at, run_id)``, finished newest first by ``(created_at, run_id)``;
+        across jobs, of the first ``max_jobs`` job ids with runs in the state."""
         matching = [
             run
             for run in self._backend._runs.values()  # noqa: SLF001
@@ -914,17 +930,31 @@ class InMemoryRunAdmin:
         else:
             jobs = set(sorted({run.job_id for run in matching})[:max_jobs])
             matching = [run for run in matching if run.job_id in jobs]
-        after = query.after
         picked = [
             run
             for run in matching
             if (query.tenant is None or run.tenant == query.tenant)
             and (query.created_from is None or run.created_at >= query.created_from)
             and (query.created_to is None or run.created_at < query.created_to)
-            and (after is None or (run.created_at, run.run_id) < after)
         ]
-        newest = heapq.nlargest(query.limit, picked, key=lambda run: (run.created_at, run.run_id))
-        return [run.record() for run in newest]
+        after = query.after
+        order = run_order(query.state)
+        if order == "claim":
+            if isinstance(after, ClaimPosition):
+                start = (-after.priority, after.run_at, after.seq)
+                picked = [run for run in picked if _claim_order(run) > start]
+            page = heapq.nsmallest(query.limit, picked, key=_claim_order)
+        elif order == "lease":
+            if isinstance(after, LeasePosition):
+                past = (after.lease_expires_at, after.run_id)
+                picked = [run for run in picked if _lease_order(run) > past]
+            page = heapq.nsmallest(query.limit, picked, key=_lease_order)
+        else:
+            if isinstance(after, CreatedPosition):
+                before = (after.created_at, after.run_id)
+                picked = [run for run in picked if (run.created_at, run.run_id) < before]
+            page = heapq.nlargest(query.limit, picked, key=lambda run: (run.created_at, run.run_id))
+        return [BrowsedRun(run.record(), run.seq) for run in page]
 
     async def throughput(
         self, *, bucket_seconds: int, buckets: int, cap: int, max_jobs: int
