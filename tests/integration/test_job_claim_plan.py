@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
-from sqlalchemy import MetaData, text
+from sqlalchemy import MetaData, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs._sql import ASYNCPG_CACHEABLE, compact
 from ship_sqla.kernel import ConfigurationError, FrozenClock
 from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest, Complete
 
@@ -105,3 +107,24 @@ def test_a_claim_asks_at_most_max_claim_batch() -> None:
         ClaimRequest(
             job_id="j", worker="w", limit=MAX_CLAIM_BATCH + 1, max_running=None, lease=30.0
         )
+
+
+def test_every_job_statement_fits_asyncpgs_statement_cache() -> None:
+    """J3: asyncpg keeps no statement longer than its ``max_cacheable_statement_size`` (15 KiB
+    by default) prepared, and PostgreSQL then plans it at every execution: the statements are
+    sent without their comments and indentation (``compact``), every one within that size
+    (the fair, gated, keyed claim is the longest)."""
+    statements = create_job_backend(
+        database=create_async_engine("postgresql+asyncpg://x/y")
+    ).statements
+    sizes = {
+        field.name: len(getattr(statements, field.name).text)
+        for field in attrs.fields(type(statements))
+        if isinstance(getattr(statements, field.name), TextClause)
+    }
+    assert sizes
+    assert max(sizes.values()) <= ASYNCPG_CACHEABLE, sizes
+    assert "--" not in statements.claim_fair_gated_keyed.text
+    assert (
+        compact("SELECT '--kept' -- dropped\n  -- gone\n  FROM t\n") == "SELECT '--kept'\nFROM t\n"
+    )

@@ -49,7 +49,7 @@ from ship_sqla._naming import quoted_table
 if TYPE_CHECKING:
     from sqlalchemy import Table
 
-__all__ = ["AT", "NOW", "SERVER_NOW", "JobStatements", "render"]
+__all__ = ["ASYNCPG_CACHEABLE", "AT", "NOW", "SERVER_NOW", "JobStatements", "compact", "render"]
 
 NOW: Final = "coalesce(CAST(:now AS timestamptz), now())"
 SERVER_NOW: Final = "now()"
@@ -74,6 +74,31 @@ _RUN_COLUMNS: Final = (
 )
 
 
+ASYNCPG_CACHEABLE: Final = 15 * 1024
+"""asyncpg's default ``max_cacheable_statement_size``: a longer statement is never kept in its
+statement cache, so it is parsed and planned at every execution (on the direct path the claim,
+the settle and the heartbeat run through that cache)."""
+
+
+def _without_comment(line: str) -> str:
+    """``line`` up to a ``--`` comment that is not inside a quoted literal."""
+    quoted = False
+    for index, char in enumerate(line):
+        if char == "'":
+            quoted = not quoted
+        elif not quoted and line.startswith("--", index):
+            return line[:index]
+    return line
+
+
+def compact(sql: str) -> str:
+    """``sql`` as sent: its comments and indentation dropped (they stay in the source, where the
+    reader is), one line per line of code. The largest claim is then well under
+    ASYNCPG_CACHEABLE, so asyncpg keeps it prepared and PostgreSQL keeps its plan."""
+    lines = [code for line in sql.splitlines() if (code := _without_comment(line).strip())]
+    return "\n".join(lines) + "\n"
+
+
 def render(template: str, *, runs: str, state: str = "", now: str = NOW) -> TextClause:
     """``template`` for one pair of tables (``runs``, ``state``: quoted, schema-qualified names,
     from :func:`~ship_sqla._naming.quoted_table`); ``now``: what ``{now}`` says (NOW, or
@@ -81,11 +106,13 @@ def render(template: str, *, runs: str, state: str = "", now: str = NOW) -> Text
     if "{state}" in template and not state:  # pragma: no cover - a wiring mistake, said plainly
         raise ValueError("this statement names the state table: pass state=")
     return text(
-        template.replace("{runs}", runs)
-        .replace("{state}", state)
-        .replace("{at}", _at(now))
-        .replace("{now}", now)
-        .replace("{cols}", _RUN_COLUMNS)
+        compact(
+            template.replace("{runs}", runs)
+            .replace("{state}", state)
+            .replace("{at}", _at(now))
+            .replace("{now}", now)
+            .replace("{cols}", _RUN_COLUMNS)
+        )
     )
 
 
