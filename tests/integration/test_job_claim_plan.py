@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._sql import ASYNCPG_CACHEABLE, compact
-from ship_sqla.kernel import ConfigurationError, FrozenClock
+from ship_sqla.kernel import ConfigurationError, Fairness, FrozenClock, RateLimit
 from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest, Complete
 
 metadata = MetaData()
@@ -60,9 +60,22 @@ async def _plans(engine: AsyncEngine) -> list[tuple[int, int]]:
         return [(int(row.generic_plans), int(row.custom_plans)) for row in found]
 
 
-@pytest.mark.parametrize("max_running", [None, 500])
+@pytest.mark.parametrize(
+    ("max_running", "rate_limit", "fairness"),
+    [
+        (None, None, None),
+        (500, None, None),
+        (None, RateLimit(1_000_000, 1.0), None),
+        (500, RateLimit(10**6, 1.0), None),
+        (None, None, Fairness()),
+        (500, None, Fairness()),
+    ],
+)
 async def test_j3_a_claim_keeps_one_generic_plan_at_a_large_backlog(
-    one_connection: AsyncEngine, max_running: int | None
+    one_connection: AsyncEngine,
+    max_running: int | None,
+    rate_limit: RateLimit | None,
+    fairness: Fairness | None,
 ) -> None:
     """J3: twelve claims of 50 at 100,000 waiting runs (uncapped, and through the gate of a
     capped job), each settled, on one pooled connection: PostgreSQL runs the claim's generic
@@ -73,7 +86,13 @@ async def test_j3_a_claim_keeps_one_generic_plan_at_a_large_backlog(
     for _ in range(CLAIMS):
         batch = await backend.claim(
             ClaimRequest(
-                job_id="plan.job", worker="w", limit=50, max_running=max_running, lease=30.0
+                job_id="plan.job",
+                worker="w",
+                limit=50,
+                max_running=max_running,
+                lease=30.0,
+                rate_limit=rate_limit,
+                fairness=fairness,
             )
         )
         assert len(batch) == 50

@@ -212,21 +212,25 @@ _FAIR_WALK: Final = """, tenant_walk (tenant, wrapped, k) AS (
         LIMIT 1) IS NOT NULL
 ), counted AS (
     -- <runs>_tenant_idx: each tenant's due runs, counted up to the room (index-only, bounded).
+    -- Two LIMITs, as in the walk: the constant inner one is what the planner sees, the outer
+    -- one stops the count at the room.
     SELECT t.tenant, t.k,
         coalesce(w.weight, CAST(:default_weight AS integer)) AS weight,
         CASE WHEN t.tenant IS NULL THEN (
-            SELECT count(*) FROM (
+            SELECT count(*) FROM (SELECT 1 FROM (
                 SELECT 1 FROM {runs} r
                 WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id IS NULL
                   AND r.run_at <= {now}
                 ORDER BY r.tenant_id, r.run_at
+                LIMIT {claim_batch}) bounded
                 LIMIT CAST(:limit AS integer)) c)
         ELSE (
-            SELECT count(*) FROM (
+            SELECT count(*) FROM (SELECT 1 FROM (
                 SELECT 1 FROM {runs} r
                 WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id = t.tenant
                   AND r.run_at <= {now}
                 ORDER BY r.tenant_id, r.run_at
+                LIMIT {claim_batch}) bounded
                 LIMIT CAST(:limit AS integer)) c)
         END AS due_n
     FROM tenants t
