@@ -560,12 +560,9 @@ class StoreConnections:
         run it (asyncpg records), else SQLAlchemy's rows."""
         direct = self._direct
         if direct is not None and direct.usable(statement):
-            async with self._bounded(what):
-                direct_connection = await direct.checkout()
-                try:
-                    return await direct_connection.fetch(statement, params)
-                finally:
-                    direct_connection.close()
+            operation = f"{self.name} {what}"
+            async with self._bounded(what), _checked_out(direct, operation) as direct_connection:
+                return await direct_connection.fetch(statement, params)
         async with self.statement(what) as connection:
             return (await connection.execute(statement, params)).all()
 
