@@ -158,27 +158,37 @@ _RUNNING_IN_RANGE: Final = (
 """
 )
 
-LIST_RUNNING_OF_JOB: Final = (
-    "SELECT {cols}, r.seq FROM {runs} r"  # noqa: S608 - a template of constant text
-    + _RUNNING_IN_RANGE.replace("{job}", "CAST(:job_id AS text)")
-)
-"""A page of one job's running runs, soonest lease to lapse first (lapsed leases first)."""
 
-LIST_RUNNING_ALL_JOBS: Final = (
-    "WITH RECURSIVE "  # noqa: S608 - a template of constant text
-    + _loose_jobs(RUNNING, "r.job_id, r.lease_expires_at", "<runs>_lease_idx")
-    + """
-SELECT p.* FROM jobs j
-CROSS JOIN LATERAL (
-    SELECT {cols}, r.seq FROM {runs} r"""
-    + _RUNNING_IN_RANGE.replace("{job}", "j.job_id")
-    + """) p
+def _pages(state: str, in_range: str, index_order: str, index: str, order: str) -> tuple[str, str]:
+    """(a page of one job's runs, a page of every job's runs, each job's page merged) for a
+    state whose page of one job is ``in_range`` (its ``{job}`` the job) in ``order``; the loose
+    scan over the jobs reads ``index`` in ``index_order``."""
+    select = "SELECT {cols}, r.seq FROM {runs} r"
+    of_job = select + in_range.replace("{job}", "CAST(:job_id AS text)")
+    all_jobs = (
+        "WITH RECURSIVE "
+        + _loose_jobs(state, index_order, index)
+        + "\nSELECT p.* FROM jobs j\nCROSS JOIN LATERAL (\n    "
+        + select
+        + in_range.replace("{job}", "j.job_id")
+        + f""") p
 WHERE j.job_id IS NOT NULL
-ORDER BY p.lease_expires_at, p.id
+ORDER BY {order}
 LIMIT CAST(:limit AS integer)
 """
+    )
+    return of_job, all_jobs
+
+
+LIST_RUNNING_OF_JOB, LIST_RUNNING_ALL_JOBS = _pages(
+    RUNNING,
+    _RUNNING_IN_RANGE,
+    "r.job_id, r.lease_expires_at",
+    "<runs>_lease_idx",
+    "p.lease_expires_at, p.id",
 )
-"""A page of every job's running runs, soonest lease first: each job's page, merged."""
+"""A page of one job's running runs, soonest lease to lapse first (lapsed leases first); and
+of every job's running runs, each job's page merged."""
 
 _FINISHED_IN_RANGE: Final = (
     """
@@ -204,27 +214,15 @@ _FINISHED_IN_RANGE: Final = (
 """
 )
 
-LIST_FINISHED_OF_JOB: Final = (
-    "SELECT {cols}, r.seq FROM {runs} r"  # noqa: S608 - a template of constant text
-    + _FINISHED_IN_RANGE.replace("{job}", "CAST(:job_id AS text)")
+LIST_FINISHED_OF_JOB, LIST_FINISHED_ALL_JOBS = _pages(
+    FINISHED,
+    _FINISHED_IN_RANGE,
+    "r.job_id, r.created_at",
+    "<runs>_browse_idx",
+    "p.created_at DESC, p.id DESC",
 )
-"""A page of one job's runs in one finished state, newest first."""
-
-LIST_FINISHED_ALL_JOBS: Final = (
-    "WITH RECURSIVE "  # noqa: S608 - a template of constant text
-    + _loose_jobs(FINISHED, "r.job_id, r.created_at", "<runs>_browse_idx")
-    + """
-SELECT p.* FROM jobs j
-CROSS JOIN LATERAL (
-    SELECT {cols}, r.seq FROM {runs} r"""
-    + _FINISHED_IN_RANGE.replace("{job}", "j.job_id")
-    + """) p
-WHERE j.job_id IS NOT NULL
-ORDER BY p.created_at DESC, p.id DESC
-LIMIT CAST(:limit AS integer)
-"""
-)
-"""A page of every job's runs in one finished state, newest first: each job's page, merged."""
+"""A page of one job's runs in one finished state, newest first; and of every job's, each
+job's page merged."""
 
 THROUGHPUT: Final = """
 WITH RECURSIVE jobs(job_id, n) AS (
