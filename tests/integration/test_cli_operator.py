@@ -137,7 +137,12 @@ async def test_enqueue_by_job_id_then_worker_burst_on_the_readme_example(
     async with ship_engine.connect() as connection:
         rows = (await connection.execute(text("SELECT id, state FROM ship_job_runs"))).all()
     states = {row.id: row.state for row in rows}
-    assert states == {good: "completed", bad: "waiting"}  # the retry is due later
+    assert states[good] == "completed"
+    # The example's retry has full jitter (0 to 1 s, then 0 to 2 s): usually the retry is due
+    # after the burst stopped (waiting), but a short draw can make it due while the burst still
+    # checks, and then its attempts run out within it (dead).
+    assert states[bad] in {"waiting", "dead"}
+    assert set(states) == {good, bad}
 
 
 async def test_worker_log_format_json(ship_engine: AsyncEngine, ship_engine_url: str) -> None:
