@@ -699,7 +699,9 @@ async def test_claims_leave_the_room_of_unanswered_completions(clock):
     """J3: runs whose completion is not answered yet still count against concurrency.max in
     the backend, so the runtime does not ask for their room: such a claim comes back short,
     which reads as "no more due work" and used to park the loop until the poll interval when
-    the completion landed mid-claim (a 20x throughput cliff with max_in_flight above 1000)."""
+    the completion landed mid-claim (a 20x throughput cliff with max_in_flight above 1000).
+    A claim of a capped job takes at most half the cap, so the next half is claimed while the
+    first one's completions are on the wire."""
     backend = InMemoryJobBackend(clock=clock, max_in_flight=4)
     spy = SpyBackend(backend)
     gate = spy.gate("settle")
@@ -709,15 +711,15 @@ async def test_claims_leave_the_room_of_unanswered_completions(clock):
         try:
             await settle_loop(100)
             assert runtime.executing == 0
-            # Four handlers ended, their completion waits at the gate: no claim may ask for
-            # their room meanwhile.
-            assert [call.args[0].limit for call in spy.calls["claim"]] == [4]
+            # Four handlers ended, their completions wait at the gate: two claims of half the
+            # cap each, and none may ask for the room of the unanswered ones meanwhile.
+            assert [call.args[0].limit for call in spy.calls["claim"]] == [2, 2]
         finally:
             gate.set()
         with anyio.fail_after(5):
             while not await all_in_state(backend, [r.run_id for r in results], "completed"):
                 await settle_loop(1)
-    assert [call.args[0].limit for call in spy.calls["claim"]][:2] == [4, 4]
+    assert [call.args[0].limit for call in spy.calls["claim"]][:4] == [2, 2, 2, 2]
 
 
 async def test_worker_samples_the_queue_gauges(clock, errors):

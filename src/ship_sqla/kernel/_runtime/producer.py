@@ -41,7 +41,9 @@ class Producer:
     - The loop never claims more runs than free slots: a slot is held from claim until the run's
       task ends, and ``max_in_flight`` slots exist. It never claims more runs of a job than the
       job's ``concurrency.max`` minus this process's running and unsettled runs of it; the
-      backend caps the rest across processes (J3).
+      backend caps the rest across processes (J3). One claim of a capped job takes at most
+      half its cap (rounded up): the runs of one half settle while the other half is claimed
+      and runs, where a claim of the whole cap would wait for every settle of the last one.
     - The loop stops claiming while ``2 * max_in_flight`` runs wait for their batched settle
       (backpressure when the backend is slow); below that, claiming overlaps settling.
     - A single-runner job is claimed one run per pass, never for a key this process runs (J4).
@@ -244,11 +246,13 @@ class Producer:
         concurrency = job.concurrency
         # Runs whose settle is not answered yet still hold a lease in the backend's count of
         # concurrency.max: asking for their room would come back short, which reads as "no
-        # more due work" and parks the loop until the poll interval.
+        # more due work" and parks the loop until the poll interval. Half the cap at most per
+        # claim double-buffers it: one half settles while the next is claimed.
         limit = min(self._max_in_flight - self._runs.executing, MAX_CLAIM_BATCH)
         if concurrency.max is not None:
             limit = min(
                 limit,
+                (concurrency.max + 1) // 2,
                 concurrency.max
                 - self._runs.executing_of(job.id)
                 - self._completer.unflushed_of(job.id),
