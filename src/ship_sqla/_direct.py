@@ -54,7 +54,7 @@ from sqlalchemy.pool import Pool
 from sqlalchemy.sql.sqltypes import NullType
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
     import asyncpg
     from sqlalchemy import Dialect, Engine, TextClause
@@ -118,14 +118,17 @@ def _watched(dispatch: Any, sync_engine: Engine) -> bool:  # noqa: ANN401 - an e
 
 @attrs.frozen
 class CopyIn:
-    """Rows for ``COPY <table> (<columns>) FROM STDIN (FORMAT text)``: ``data`` is the COPY text
-    (tab-separated fields, ``\\N`` for NULL, backslash escapes; :func:`copy_text`), one line
-    per row. ``schema`` None: the connection's search path."""
+    """Rows for ``COPY <table> (<columns>) FROM STDIN (FORMAT text)``: ``chunks()`` yields the
+    COPY text (tab-separated fields, ``\\N`` for NULL, backslash escapes; :func:`copy_text`),
+    whole lines per chunk, afresh at each call. Each chunk is on the wire before the next is
+    made, so the server stores the first rows while the client formats the rest. Making a
+    chunk must not fail (its rows were checked before): an error mid-COPY aborts it, and
+    asyncpg then sends a cancel request. ``schema`` None: the connection's search path."""
 
     table: str
     schema: str | None
     columns: tuple[str, ...]
-    data: bytes
+    chunks: Callable[[], Iterable[bytes]]
 
     @property
     def sql(self) -> str:
@@ -144,11 +147,17 @@ def copy_text(value: str) -> str:
     return value
 
 
+async def _streamed(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
 async def _copy_on(driver: asyncpg.Connection[Any], copy: CopyIn) -> None:
     await driver.copy_to_table(
         copy.table,
-        # A memoryview: asyncpg takes bytes for a path (and a file-like for the executor).
-        source=memoryview(copy.data),
+        # An async iterable: asyncpg sends each chunk as it comes (a bytes source would be read
+        # as a path, a file-like one in the executor).
+        source=_streamed(copy.chunks()),
         columns=list(copy.columns),
         schema_name=copy.schema,
         format="text",

@@ -29,6 +29,7 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
+from ship_sqla._jobs import _insert as insert_module
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
 from ship_sqla._uow import _StatementWatch
 from ship_sqla.kernel import EnqueueRequest, FrozenClock, define_job
@@ -140,6 +141,30 @@ async def test_a_bulk_outside_a_unit_of_work_is_one_copy_storing_what_the_insert
         assert await stored(engine, with_times=clock is not None) == by_copy
         await clear(engine)
         copies.clear()
+
+
+async def test_a_bulk_of_several_chunks_is_one_copy_of_whole_lines_in_request_order(
+    engine: AsyncEngine, copies: list[CopyIn], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """J1: a bulk's COPY text is sent chunk by chunk (the server stores one while the next is
+    made): still one COPY, every chunk whole lines, every run stored once, in request order,
+    as the INSERT stores them."""
+    monkeypatch.setattr(insert_module, "_COPY_CHUNK_RUNS", 50)
+    backend = backend_on(engine, FrozenClock())
+    results = await backend.enqueue_many(JOB, requests())
+    [copy] = copies
+    chunks = list(copy.chunks())
+    assert len(chunks) == -(-N // 50)
+    assert all(chunk.endswith(b"\n") for chunk in chunks)
+    assert sum(chunk.count(b"\n") for chunk in chunks) == N
+    async with engine.connect() as connection:
+        ids = (await connection.execute(text("SELECT id FROM ship_job_runs ORDER BY seq"))).all()
+    assert [row.id for row in ids] == [result.run_id for result in results]
+    by_copy = await stored(engine)
+    await clear(engine)
+    with watched(engine):
+        await backend_on(engine, FrozenClock()).enqueue_many(JOB, requests())
+    assert await stored(engine) == by_copy
 
 
 async def test_copy_escapes_every_text_column_as_the_insert_stores_it(

@@ -22,7 +22,7 @@ from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._ports import EnqueueResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
     from datetime import datetime
 
     from sqlalchemy import TextClause
@@ -136,6 +136,9 @@ def _one_params(run: PreparedRun, job_id: str, now: datetime | None) -> dict[str
 _NULL: Final = "\\N"
 """NULL in COPY's text format."""
 
+_COPY_CHUNK_RUNS: Final = 1000
+"""Runs per chunk of a bulk's COPY text: the server stores one chunk while the next is made."""
+
 
 def _copy_rows(
     statements: JobStatements, job_id: str, runs: Sequence[PreparedRun], now: datetime | None
@@ -163,29 +166,34 @@ def _copy_rows(
     elif any(timed):
         return None
     dated = len(columns) > len(ENQUEUE_COPY_COLUMNS)
-    lines = []
-    for run in runs:
-        key, trace, run_at = run.key, run.trace_context, run.run_at
-        line = "\t".join(
-            (
-                copy_text(run.run_id),
-                job,
-                copy_text(run.payload_json),
-                _NULL if key is None else copy_text(key),
-                str(run.max_attempts),
-                str(run.priority),
-                _NULL if trace is None else copy_text(trace),
-            )
-        )
-        if not dated:
-            lines.append(line + tail)
-        else:
-            lines.append(line + tail + (stamp if run_at is None else run_at.isoformat()))
+
+    def chunks() -> Iterator[bytes]:
+        for start in range(0, len(runs), _COPY_CHUNK_RUNS):
+            lines = []
+            for run in runs[start : start + _COPY_CHUNK_RUNS]:
+                key, trace, run_at = run.key, run.trace_context, run.run_at
+                line = "\t".join(
+                    (
+                        copy_text(run.run_id),
+                        job,
+                        copy_text(run.payload_json),
+                        _NULL if key is None else copy_text(key),
+                        str(run.max_attempts),
+                        str(run.priority),
+                        _NULL if trace is None else copy_text(trace),
+                    )
+                )
+                if not dated:
+                    lines.append(line + tail)
+                else:
+                    lines.append(line + tail + (stamp if run_at is None else run_at.isoformat()))
+            yield ("\n".join(lines) + "\n").encode()
+
     return CopyIn(
         table=statements.runs_table,
         schema=statements.runs_schema,
         columns=columns,
-        data=("\n".join(lines) + "\n").encode(),
+        chunks=chunks,
     )
 
 
