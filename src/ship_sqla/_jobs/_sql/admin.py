@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ship_sqla._jobs._sql._levels import levels
+
 __all__ = [
     "CANCEL_LIVE_RUN",
     "DELETE_FINISHED_BATCH",
@@ -181,7 +183,7 @@ CROSS JOIN LATERAL (
 read per waiting run, so the runtime samples it every ``DEPTH_SAMPLE_INTERVAL`` seconds, not
 per claim."""
 
-DEMAND: Final = """
+_DEMAND_JOBS: Final = """
 WITH RECURSIVE waiting_jobs(job_id, n) AS (
     -- <runs>_due_idx, a loose index scan: the next job id with waiting runs, one probe each.
     SELECT (SELECT min(r.job_id) FROM {runs} r WHERE r.state = 'waiting'), 1
@@ -206,19 +208,9 @@ WITH RECURSIVE waiting_jobs(job_id, n) AS (
     SELECT w.job_id FROM running_jobs w WHERE w.job_id IS NOT NULL AND CAST(:all_jobs AS boolean)
 ), chosen AS (
     SELECT job_id FROM jobs ORDER BY job_id COLLATE "C" LIMIT CAST(:max_jobs AS integer)
-), levels(job_id, priority) AS (
-    -- <runs>_due_idx: each job's priority levels in use, highest first, one probe per level
-    -- (K6's walk), so every count below is a range of one level's entries.
-    SELECT c.job_id,
-        (SELECT max(r.priority) FROM {runs} r WHERE r.job_id = c.job_id AND r.state = 'waiting')
-    FROM chosen c
-    UNION ALL
-    SELECT l.job_id,
-        (SELECT max(r.priority) FROM {runs} r
-         WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.priority < l.priority)
-    FROM levels l
-    WHERE l.priority IS NOT NULL
-), per_level AS (
+), """
+
+_DEMAND_COUNTS: Final = """, per_level AS (
     -- <runs>_due_idx, index-only: per level at most :cap due and :cap delayed entries, and the
     -- level's oldest due run (its first entry).
     SELECT l.job_id,
@@ -251,6 +243,10 @@ LEFT JOIN per_level p ON p.job_id = c.job_id
 GROUP BY c.job_id
 ORDER BY c.job_id COLLATE "C"
 """
+
+# <runs>_due_idx: each job's priority levels in use, so every count is a range of one level's
+# entries.
+DEMAND: Final = _DEMAND_JOBS + levels("chosen") + _DEMAND_COUNTS
 """F5 demand (``JobOperations.demand``, ``ship-sqla jobs demand``): per job the due, delayed and
 running runs, each counted up to ``:cap``, and the oldest due run's age, for the jobs of
 ``:job_ids``, and with ``:all_jobs`` also every job with waiting or running runs (found by a loose

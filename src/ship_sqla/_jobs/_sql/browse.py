@@ -38,6 +38,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ship_sqla._jobs._sql._levels import levels
+
 __all__ = [
     "LIST_FINISHED_ALL_JOBS",
     "LIST_FINISHED_OF_JOB",
@@ -83,24 +85,7 @@ def _loose_jobs(predicate: str, order: str, index: str) -> str:
 )"""  # noqa: S608 - a template of constant text
 
 
-_WAITING_PAGE: Final = """, levels(job_id, priority) AS (
-    -- <runs>_due_idx (job_id, priority, run_at, seq), a loose index scan per job: its priority
-    -- levels holding waiting runs, from the cursor's down, highest first, one entry each (the
-    -- claim's own walk, K6). Priorities are bounded (-10..10): at most 21 levels per job.
-    SELECT j.job_id,
-           (SELECT max(r.priority) FROM {runs} r
-            WHERE r.job_id = j.job_id AND r.state = 'waiting'
-              AND r.priority <= coalesce(CAST(:after_priority AS smallint),
-                                         CAST(32767 AS smallint)))
-    FROM jobs j
-    WHERE j.job_id IS NOT NULL
-    UNION ALL
-    SELECT l.job_id,
-           (SELECT max(r.priority) FROM {runs} r
-            WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.priority < l.priority)
-    FROM levels l
-    WHERE l.priority IS NOT NULL
-)
+_WAITING_ROWS: Final = """
 SELECT p.* FROM levels l
 CROSS JOIN LATERAL (
     -- <runs>_due_idx: one level's runs in (run_at, seq) order, at most :limit: past the cursor
@@ -124,6 +109,13 @@ WHERE l.priority IS NOT NULL
 ORDER BY p.priority DESC, p.run_at, p.seq
 LIMIT CAST(:limit AS integer)
 """.replace("{tenant}", _TENANT)
+
+# The levels from the cursor's down (all of them on a first page).
+_WAITING_PAGE: Final = (
+    ", "
+    + levels("jobs", start="coalesce(CAST(:after_priority AS smallint), CAST(32767 AS smallint))")
+    + _WAITING_ROWS
+)
 
 LIST_WAITING_OF_JOB: Final = (
     "WITH RECURSIVE jobs(job_id) AS (SELECT CAST(:job_id AS text))" + _WAITING_PAGE
