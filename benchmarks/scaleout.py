@@ -31,7 +31,9 @@ Routes between the workers and PostgreSQL:
 Configurations (``CONFIGS``): a config is the keyword arguments given to ``create_job_backend``
 and to ``define_job`` in each worker (a ``concurrency`` entry is ``Concurrency``'s arguments):
 ``defaults`` gives none (the library's defaults), ``tuned`` gives ``max_in_flight=1000`` and
-``concurrency=Concurrency(max=1000)``.
+``concurrency=Concurrency(max=1000)``, ``narrow`` gives ``max_in_flight=10``: each process then
+has few runs per round trip, so its throughput is bound by the network rather than by a CPU,
+which is where more processes should add throughput even on a small machine.
 
 Figures: ``scaleout.<config>.<route>.p<P>`` in jobs/s (median over rounds) with the 1-process
 figure of the same config and route as its baseline, so its ratio is the scaling (median of the
@@ -117,6 +119,7 @@ class Config:
 CONFIGS: tuple[Config, ...] = (
     Config("defaults"),
     Config("tuned", backend={"max_in_flight": 1000}, job={"concurrency": {"max": 1000}}),
+    Config("narrow", backend={"max_in_flight": 10}),
 )
 
 
