@@ -1,6 +1,7 @@
 """K6's walk over each job's priority levels, as one SQL fragment: the dashboard's waiting pages
-(``browse.py``) and the demand and queue-depth counts (``admin.py``) both read a job's waiting
-runs level by level, highest first, through ``<runs>_due_idx``."""
+(``browse.py``) and the demand counts (``admin.py``'s ``DEMAND``) both read a job's waiting runs
+level by level, highest first, through ``<runs>_due_idx``. (The claim walks the same levels in
+its own shape: it carries each level's claimed ids along.)"""
 
 from __future__ import annotations
 
