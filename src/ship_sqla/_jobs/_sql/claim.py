@@ -210,10 +210,11 @@ _FAIR_WALK: Final = """, tenant_walk (tenant, wrapped, k) AS (
           AND r.run_at <= {now}
         ORDER BY r.tenant_id, r.run_at
         LIMIT 1) IS NOT NULL
-), counted AS (
+), counted AS MATERIALIZED (
     -- <runs>_tenant_idx: each tenant's due runs, counted up to the room (index-only, bounded).
     -- Two LIMITs, as in the walk: the constant inner one is what the planner sees, the outer
-    -- one stops the count at the room.
+    -- one stops the count at the room. MATERIALIZED: inlined into ``ordered``, each count ran
+    -- once per use of due_n there (three times).
     SELECT t.tenant, t.k,
         coalesce(w.weight, CAST(:default_weight AS integer)) AS weight,
         CASE WHEN t.tenant IS NULL THEN (
