@@ -1,8 +1,9 @@
 """One worker process of ``benchmarks/scaleout.py``: a ship_sqla worker runtime on its own engine.
 
 ``python -m benchmarks._scaleout_worker URL JOB_ID CONFIG_JSON``. ``CONFIG_JSON`` is
-``{"backend": {...}, "job": {...}}``: keyword arguments of ``create_job_backend`` and of
-``define_job`` (a ``"concurrency"`` entry is ``Concurrency``'s keyword arguments). The lines on
+``{"backend": {...}, "job": {...}, "handler_ms": N}``: keyword arguments of
+``create_job_backend`` and of ``define_job`` (a ``"concurrency"`` entry is ``Concurrency``'s
+keyword arguments), and how long each handler awaits (0: a noop). The lines on
 stdin and stdout are the protocol with the parent:
 
 1. it makes the engine (to ``URL``, the proxy's), opens ``WARM`` pooled connections so the
@@ -44,9 +45,13 @@ async def _run(url: str, job_id: str, config: dict[str, Any]) -> None:
     handled = 0
     errors: list[BaseException] = []
 
+    pause = float(config.get("handler_ms", 0.0)) / 1000.0
+
     async def noop(_ctx: JobContext, _payload: dict[str, Any]) -> None:
         nonlocal handled
         handled += 1
+        if pause:
+            await asyncio.sleep(pause)
 
     job_kwargs = dict(config.get("job", {}))
     if isinstance(job_kwargs.get("concurrency"), dict):

@@ -1,10 +1,11 @@
 """scaleout (opt-in): the throughput of 1, 2, 4 and 8 worker processes on one hot job, with 0 and
 1 ms of round trip added between the workers and PostgreSQL (issue #13, item 2).
 
-Method. One scratch database with the ship job tables. Each drain: N noop runs of ONE job
+Method. One scratch database with the ship job tables. Each drain: N runs of ONE job
 pre-enqueued with ``enqueue_many`` and the table VACUUM ANALYZEd (not timed); P worker
 processes started (``benchmarks/_scaleout_worker.py``: each its own ``create_async_engine``,
-``create_job_backend`` and ``define_job`` of a noop handler, run by ``start_job_runtime``), each
+``create_job_backend`` and ``define_job`` of a noop handler, or one awaiting the config's
+``handler_ms``, run by ``start_job_runtime``), each
 opening its pooled connections and then reporting ``ready`` on its stdout. When every process
 is ready the parent releases them all (``go`` on their stdin: each then starts its runtime) and
 counts the ``completed`` runs every 50 ms on its own autocommit connection, directly to
@@ -33,7 +34,10 @@ and to ``define_job`` in each worker (a ``concurrency`` entry is ``Concurrency``
 ``defaults`` gives none (the library's defaults), ``tuned`` gives ``max_in_flight=1000`` and
 ``concurrency=Concurrency(max=1000)``, ``narrow`` gives ``max_in_flight=10``: each process then
 has few runs per round trip, so its throughput is bound by the network rather than by a CPU,
-which is where more processes should add throughput even on a small machine.
+which is where more processes should add throughput even on a small machine; ``io`` is
+``narrow`` with handlers that await 5 ms (I/O-bound work, such as a call to another service):
+each process then uses little CPU, so the curve shows whether claims of one job interfere
+across processes rather than how many cores the machine has.
 
 Figures: ``scaleout.<config>.<route>.p<P>`` in jobs/s (median over rounds) with the 1-process
 figure of the same config and route as its baseline, so its ratio is the scaling (median of the
@@ -107,12 +111,18 @@ class Config:
     name: str
     backend: Mapping[str, Any] = field(default_factory=dict)
     job: Mapping[str, Any] = field(default_factory=dict)
+    handler_ms: float = 0.0
+    """How long each handler awaits (``asyncio.sleep``): 0 for a noop handler."""
 
     def to_json(self) -> str:
-        return json.dumps({"backend": dict(self.backend), "job": dict(self.job)})
+        return json.dumps(
+            {"backend": dict(self.backend), "job": dict(self.job), "handler_ms": self.handler_ms}
+        )
 
     def describe(self) -> str:
         given = [f"{k}={v!r}" for k, v in {**self.backend, **self.job}.items()]
+        if self.handler_ms:
+            given.append(f"handlers awaiting {self.handler_ms:g} ms")
         return ", ".join(given) or "library defaults"
 
 
@@ -120,6 +130,7 @@ CONFIGS: tuple[Config, ...] = (
     Config("defaults"),
     Config("tuned", backend={"max_in_flight": 1000}, job={"concurrency": {"max": 1000}}),
     Config("narrow", backend={"max_in_flight": 10}),
+    Config("io", backend={"max_in_flight": 10}, handler_ms=5.0),
 )
 
 
@@ -476,8 +487,7 @@ def _figures(
                         throughput,
                         single if count > 1 else None,
                         baseline_label="1 process",
-                        note=f"N={runs:,} noop runs of one job, {config.describe()},"
-                        f" {route.describe()}"
+                        note=f"N={runs:,} runs of one job, {config.describe()}, {route.describe()}"
                         if count == 1
                         else "",
                     )
