@@ -47,7 +47,7 @@ async def _run(url: str, job_id: str, config: dict[str, Any]) -> None:
 
     pause = float(config.get("handler_ms", 0.0)) / 1000.0
 
-    async def noop(_ctx: JobContext, _payload: dict[str, Any]) -> None:
+    async def handler(_ctx: JobContext, _payload: dict[str, Any]) -> None:
         nonlocal handled
         handled += 1
         if pause:
@@ -56,7 +56,7 @@ async def _run(url: str, job_id: str, config: dict[str, Any]) -> None:
     job_kwargs = dict(config.get("job", {}))
     if isinstance(job_kwargs.get("concurrency"), dict):
         job_kwargs["concurrency"] = Concurrency(**job_kwargs["concurrency"])
-    job: JobDefinition[dict[str, Any]] = define_job(job_id, noop, payload=dict, **job_kwargs)
+    job: JobDefinition[dict[str, Any]] = define_job(job_id, handler, payload=dict, **job_kwargs)
     engine = create_async_engine(url)
     try:
         connections = [await engine.connect() for _ in range(WARM)]
