@@ -16,7 +16,15 @@ the rest:
   binds, as every store statement is) are taken;
 - the connection is the engine's pool's (``AsyncEngine.raw_connection``: its size, timeout,
   pre-ping, recycling and pool events), returned to it afterwards; nothing is begun on it, so
-  the statement autocommits, as on an ``AUTOCOMMIT`` connection;
+  the statement autocommits, as on an ``AUTOCOMMIT`` connection. A connection whose statement
+  ended cleanly is kept until the event loop's next turn (:meth:`DirectStatements.keep`): a
+  statement that the same code runs right after (back-to-back enqueues) takes it again
+  without the pool's checkout and return (about 80 µs of a single enqueue's ~600 µs,
+  BENCHMARKS.md "Session 9"), and without a pre-ping (as the pool skips one for a connection
+  it has just made); at the next turn it goes back to the pool. Only on a
+  ``QueuePool`` (the default) that nobody watches (no ``checkout``, ``checkin`` or ``reset``
+  listener: they see every checkout), and only while the pool still holds it as valid (not
+  invalidated, hard or soft, since it was checked out; not disposed);
 - the statement runs with asyncpg's ``execute`` (or ``fetch``, for its rows), which honours
   the connection's ``statement_cache_size`` (0 behind PgBouncer: every statement unnamed,
   re-parsed in the round trip that runs it, exactly as SQLAlchemy's adapter does with both
@@ -44,13 +52,14 @@ direct path, only the usual one.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import attrs
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import Pool
+from sqlalchemy.pool import Pool, QueuePool
 from sqlalchemy.sql.sqltypes import NullType
 
 if TYPE_CHECKING:
@@ -85,6 +94,10 @@ _MIRRORED: Final = (
 )
 """The SQLAlchemy internals the direct path calls to behave as ``Connection.execute`` does."""
 
+_POOL_WATCHING_EVENTS: Final = ("checkout", "checkin", "reset")
+"""The pool's events a kept connection would skip: with any listener, every statement checks
+its connection out of the pool and back."""
+
 
 def _supported(dialect: Dialect) -> bool:
     dbapi = dialect.loaded_dbapi
@@ -109,7 +122,9 @@ def _watched(dispatch: Any, sync_engine: Engine) -> bool:  # noqa: ANN401 - an e
     logging. Then every statement takes SQLAlchemy's path, so they all see it. A listener
     marked :data:`OWN_LISTENER` does not count."""
     for name in _WATCHING_EVENTS:
-        if any(not getattr(listener, OWN_LISTENER, False) for listener in getattr(dispatch, name)):
+        listeners = getattr(dispatch, name)
+        # Most engines have none: the empty collection's truth test skips the iteration.
+        if listeners and any(not getattr(listener, OWN_LISTENER, False) for listener in listeners):
             return True
     if sync_engine.dialect.dispatch.handle_error:
         return True
@@ -213,12 +228,18 @@ class DirectStatements:
     docstring). Compiled statements are cached per statement object: give it the stable
     statements of a store (rendered once), never one built per call."""
 
-    __slots__ = ("_compiled", "_engine", "_supported")
+    __slots__ = ("_compiled", "_engine", "_kept", "_kept_pool", "_kept_turn", "_supported")
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._supported = _supported(engine.dialect)
         self._compiled: dict[TextClause, _Compiled | None] = {}
+        self._kept: PoolProxiedConnection | None = None
+        """The connection :meth:`keep` holds until the loop's next turn, else None."""
+        self._kept_pool: Pool | None = None
+        """The pool ``_kept`` came from (an engine's dispose replaces its pool)."""
+        self._kept_turn = 0
+        """Counts :meth:`keep`: a give-back scheduled by an earlier keep does nothing."""
 
     def usable(self, statement: TextClause) -> bool:
         """Whether a checked-out connection may run ``statement`` now: a supported SQLAlchemy
@@ -251,9 +272,17 @@ class DirectStatements:
         return entry
 
     async def checkout(self) -> DirectConnection:
-        """A connection of the engine's pool; the caller must :meth:`DirectConnection.close`
-        it. A driver error opening it is wrapped as ``Engine.connect`` wraps it (a refused
-        socket is an ``OSError``, which passes unchanged, as it does there)."""
+        """A connection of the engine's pool (the one :meth:`keep` holds, while the pool still
+        holds it as valid); the caller must :meth:`DirectConnection.close` it, or
+        :meth:`DirectConnection.release` it after a clean end. A driver error opening it is
+        wrapped as ``Engine.connect`` wraps it (a refused socket is an ``OSError``, which
+        passes unchanged, as it does there)."""
+        kept = self._kept
+        if kept is not None:
+            self._kept = None
+            if self._still_valid(kept):
+                return DirectConnection(self, kept)
+            kept.invalidate()  # closed, invalidated or disposed since: the pool replaces it
         engine = self._engine.sync_engine
         dialect = engine.dialect
         try:
@@ -269,6 +298,50 @@ class DirectStatements:
                 dialect=dialect,
             ) from error
         return DirectConnection(self, connection)
+
+    def keep(self, connection: PoolProxiedConnection) -> None:
+        """Hold ``connection``, whose statement ended cleanly, until the event loop's next turn,
+        for :meth:`checkout` to take again; then return it to the pool. Returned at once when
+        the pool is not a ``QueuePool``, when a pool listener watches checkouts (see the module
+        docstring), or when another connection is already kept."""
+        pool = self._engine.sync_engine.pool
+        if self._kept is not None or not _keeps(pool):
+            connection.close()
+            return
+        self._kept, self._kept_pool = connection, pool
+        self._kept_turn += 1
+        asyncio.get_running_loop().call_soon(self._give_back, self._kept_turn)
+
+    def _give_back(self, turn: int) -> None:
+        """The loop's next turn after :meth:`keep`: the kept connection goes back to its pool
+        (or is closed, when the engine was disposed since)."""
+        kept = self._kept
+        if kept is None or turn != self._kept_turn:
+            return
+        self._kept = None
+        if self._kept_pool is self._engine.sync_engine.pool:
+            kept.close()
+        else:  # the engine was disposed: its old pool would keep the connection open
+            kept.invalidate()
+
+    def _still_valid(self, kept: PoolProxiedConnection) -> bool:
+        """Whether the pool would hand ``kept`` out as it is: the engine's current pool, not
+        invalidated (hard or soft) since it was checked out, and its socket open."""
+        pool = self._kept_pool
+        if pool is not self._engine.sync_engine.pool or not kept.is_valid:
+            return False
+        record: Any = getattr(kept, "_connection_record", None)
+        driver: asyncpg.Connection[Any] | None = kept.driver_connection
+        if record is None or driver is None or driver.is_closed():
+            return False
+        # As the pool's own checkout (``_ConnectionRecord.get_connection``): a connection older
+        # than the pool's or its own (soft) invalidation is replaced, not handed out.
+        started = getattr(record, "starttime", None)
+        invalidated = getattr(pool, "_invalidate_time", None)
+        soft = getattr(record, "_soft_invalidate_time", None)
+        if started is None or invalidated is None or soft is None:  # pragma: no cover
+            return False  # another SQLAlchemy: not kept
+        return bool(invalidated <= started and soft <= started)
 
     def dialect_schema_time(self) -> float:
         """When the dialect last saw DDL that may outdate asyncpg's type caches."""
@@ -323,6 +396,15 @@ def _raise_translated(
     raise error  # pragma: no cover - the adapter's translation always raises
 
 
+def _keeps(pool: Pool) -> bool:
+    """Whether a connection of ``pool`` may be kept between statements (see
+    :meth:`DirectStatements.keep`): a ``QueuePool`` no listener watches checkouts of."""
+    if not isinstance(pool, QueuePool):
+        return False
+    dispatch = pool.dispatch
+    return not any(getattr(dispatch, name) for name in _POOL_WATCHING_EVENTS)
+
+
 def _cannot_run() -> NoReturn:
     raise TypeError("DirectConnection.copy then a statement it cannot run")
 
@@ -341,6 +423,12 @@ class DirectConnection:
         """Return the connection to the pool (an invalidated one is replaced there). Nothing
         was begun on it, so this does no I/O: the pool's reset has nothing to roll back."""
         self._connection.close()
+
+    def release(self) -> None:
+        """After a statement that ended cleanly: keep the connection for the next statement of
+        this turn of the event loop, else return it to the pool
+        (:meth:`DirectStatements.keep`). After an error, :meth:`close` it instead."""
+        self._statements.keep(self._connection)
 
     async def execute(self, statement: TextClause, params: Mapping[str, Any]) -> None:
         """Run ``statement`` (one whose rows nobody needs) with ``params``, autocommitted. Only

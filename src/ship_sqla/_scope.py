@@ -403,15 +403,18 @@ async def _own_transaction(
 
 @asynccontextmanager
 async def _checked_out(direct: DirectStatements, operation: str) -> AsyncIterator[DirectConnection]:
-    """A pooled connection of the direct path, returned to the pool afterwards; a refused or
-    lost connection while checking out is :class:`~ship_sqla.kernel.DatabaseUnavailableError`
-    naming ``operation``."""
+    """A pooled connection of the direct path, returned to the pool afterwards (after a clean
+    end, kept for the next statement of this turn of the event loop:
+    :meth:`~ship_sqla._direct.DirectConnection.release`); a refused or lost connection while
+    checking out is :class:`~ship_sqla.kernel.DatabaseUnavailableError` naming ``operation``."""
     with database_outage_translated(operation, driver_only=True):
         direct_connection = await direct.checkout()
     try:
         yield direct_connection
-    finally:
+    except BaseException:
         direct_connection.close()
+        raise
+    direct_connection.release()
 
 
 class StoreConnections:
