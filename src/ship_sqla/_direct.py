@@ -280,9 +280,8 @@ class DirectStatements:
         kept = self._kept
         if kept is not None:
             self._kept = None
-            if self._still_valid(kept):
+            if self._reusable(kept):
                 return DirectConnection(self, kept)
-            kept.invalidate()  # closed, invalidated or disposed since: the pool replaces it
         engine = self._engine.sync_engine
         dialect = engine.dialect
         try:
@@ -319,29 +318,42 @@ class DirectStatements:
         if kept is None or turn != self._kept_turn:
             return
         self._kept = None
-        if self._kept_pool is self._engine.sync_engine.pool:
+        if not self._closed_if_lost(kept):
             kept.close()
-        else:  # the engine was disposed: its old pool would keep the connection open
-            kept.invalidate()
 
-    def _still_valid(self, kept: PoolProxiedConnection) -> bool:
-        """Whether the pool would hand ``kept`` out as it is: the engine's current pool, not
-        invalidated (hard or soft) since it was checked out, and its socket open."""
-        pool = self._kept_pool
-        if pool is not self._engine.sync_engine.pool or not kept.is_valid:
-            return False
-        record: Any = getattr(kept, "_connection_record", None)
+    def _closed_if_lost(self, kept: PoolProxiedConnection) -> bool:
+        """Close ``kept`` (True) when no pool may have it back: its engine was disposed since
+        it was kept (its old pool would hold it open), or its socket closed."""
+        if not kept.is_valid:  # pragma: no cover - only this object holds it
+            kept.close()
+            return True
         driver: asyncpg.Connection[Any] | None = kept.driver_connection
-        if record is None or driver is None or driver.is_closed():
+        if self._kept_pool is self._engine.sync_engine.pool and not (
+            driver is None or driver.is_closed()
+        ):
             return False
-        # As the pool's own checkout (``_ConnectionRecord.get_connection``): a connection older
-        # than the pool's or its own (soft) invalidation is replaced, not handed out.
+        kept.invalidate()  # no I/O: the driver's connection is terminated
+        return True
+
+    def _reusable(self, kept: PoolProxiedConnection) -> bool:
+        """Whether the pool would hand ``kept`` out as it is (True), else ``kept`` is back in
+        the pool or closed: a lost one (:meth:`_closed_if_lost`) closed, one the pool has
+        invalidated (hard or soft) since it was checked out returned, for the pool to replace
+        at a checkout, as its own checkout does (``_ConnectionRecord.get_connection``)."""
+        if self._closed_if_lost(kept):
+            return False
+        pool: Any = self._kept_pool
+        record: Any = getattr(kept, "_connection_record", None)
         started = getattr(record, "starttime", None)
         invalidated = getattr(pool, "_invalidate_time", None)
         soft = getattr(record, "_soft_invalidate_time", None)
         if started is None or invalidated is None or soft is None:  # pragma: no cover
-            return False  # another SQLAlchemy: not kept
-        return bool(invalidated <= started and soft <= started)
+            kept.close()  # another SQLAlchemy: not reused
+            return False
+        if invalidated <= started and soft <= started:
+            return True
+        kept.close()
+        return False
 
     def dialect_schema_time(self) -> float:
         """When the dialect last saw DDL that may outdate asyncpg's type caches."""

@@ -130,3 +130,23 @@ async def test_a_kept_connection_of_a_disposed_engine_is_closed(engine: AsyncEng
     await asyncio.sleep(0)  # the loop's next turn
     assert statements._kept is None
     assert driver.is_closed()
+
+
+async def test_a_kept_connection_the_pool_invalidated_since_is_not_reused(
+    engine: AsyncEngine,
+) -> None:
+    """A disconnect seen on another connection in the same turn invalidates the pool's older
+    connections (SQLAlchemy's ``Pool._invalidate``, as ``Connection.execute`` calls it): the
+    kept one is among them, so the next statement gets a new connection, as the pool's own
+    checkout would give, and the kept one goes back for the pool to replace."""
+    other = await engine.raw_connection()
+    statements = DirectStatements(engine)
+    async with _checked_out(statements, "test") as connection:
+        first = await pid_of(connection)
+    pool: Any = engine.sync_engine.pool
+    pool._invalidate(other)
+    async with _checked_out(statements, "test") as connection:
+        assert await pid_of(connection) != first
+    assert pool.checkedout() == 1  # the new one, kept; the old one is back in the pool
+    await asyncio.sleep(0)
+    assert pool.checkedout() == 0
