@@ -48,7 +48,7 @@ from hypothesis.stateful import (
     rule,
 )
 from job_helpers import claim_request
-from machine_support import Claim, module_database, normalized, run_machine
+from machine_support import Claim, module_database, normalized, replay_machine, run_machine
 from sqlalchemy import Column, Integer, MetaData, Table, Text, func, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from workflow_helpers import Execution, execute_once
@@ -690,3 +690,24 @@ def test_postgres_workflows_match_the_model(workflow_database: str) -> None:
     and times out only when none came (D4); children are enqueued once and their parent is due
     once they all ended (D5); cancel and rerun_from_step answer alike (D6)."""
     run_machine(WorkflowMachine, workflow_database, metadata, SETTINGS)
+
+
+def test_a_child_ending_while_its_parent_runs_again_marks_the_parent_alike(
+    workflow_database: str,
+) -> None:
+    """D5, as the machine found it: a parent suspended for its child, claimed again after the
+    children recheck and crashed (still running, its lease held), then the child completes:
+    both backends mark the running parent (``#children-done``) and stamp its ``updated_at``."""
+
+    def steps(state: WorkflowMachine) -> None:
+        state.enqueue(
+            fails=0, key="k1", kid_fails=False, kids=1, sleep=None, timeout=None, wait=False
+        )
+        state.execute(plan=[("wf.sm", "A", None)])
+        state.advance(seconds=61)
+        state.execute(plan=[("wf.sm", "A", "a")])
+        state.advance(seconds=1)
+        state.execute(plan=[("wf.sm.child", "A", None)])
+        state.database_equals_model_and_invariants_hold()
+
+    replay_machine(WorkflowMachine, workflow_database, metadata, steps)

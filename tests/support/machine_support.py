@@ -6,6 +6,7 @@ backends through an anyio blocking portal kept for the whole test, SPEC §10).""
 from __future__ import annotations
 
 import asyncio
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +19,7 @@ from ship_sqla.testing import DatabaseFactory
 from ship_sqla.testing._databases import new_database_name
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
     from hypothesis import settings
     from sqlalchemy import MetaData
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel import ClaimedRun, RunRecord
     from ship_sqla.testing import ResolvedServer
 
-__all__ = ["Claim", "module_database", "normalized", "run_machine"]
+__all__ = ["Claim", "module_database", "normalized", "replay_machine", "run_machine"]
 
 
 @attrs.frozen
@@ -61,6 +62,22 @@ def module_database(ship_server: ResolvedServer, prefix: str) -> Iterator[str]:
 def run_machine(machine: Any, url: str, metadata: MetaData, machine_settings: settings) -> None:
     """Run ``machine`` as a test on one event loop: an engine on ``url`` with ``metadata``'s
     tables created, handed to the machine class with the portal, disposed at the end."""
+    with _machine_set_up(machine, url, metadata):
+        run_state_machine_as_test(machine, settings=machine_settings)
+
+
+def replay_machine(
+    machine: Any, url: str, metadata: MetaData, steps: Callable[[Any], None]
+) -> None:
+    """Run ``steps`` on one instance of ``machine``, set up as :func:`run_machine` sets it up: a
+    sequence the machine once found, kept as a test of its own (Hypothesis has no explicit
+    examples for state machines)."""
+    with _machine_set_up(machine, url, metadata):
+        steps(machine())
+
+
+@contextmanager
+def _machine_set_up(machine: Any, url: str, metadata: MetaData) -> Iterator[None]:
     with start_blocking_portal(backend="asyncio") as portal:
 
         async def setup() -> AsyncEngine:
@@ -73,6 +90,6 @@ def run_machine(machine: Any, url: str, metadata: MetaData, machine_settings: se
         machine.portal = portal
         machine.engine = engine
         try:
-            run_state_machine_as_test(machine, settings=machine_settings)
+            yield
         finally:
             portal.call(engine.dispose)
