@@ -772,7 +772,8 @@ async def test_dropped_connections_raise_then_recover(
                 continue
             outcomes.append(f"claimed {len(claimed)}")
             break
-    assert outcomes == ["error", "claimed 1"]
+    assert outcomes[0] == "error", outcomes  # a dropped connection was met
+    assert outcomes[-1] == "claimed 1", outcomes
 
 
 async def test_operation_timeout_bounds_a_stuck_claim(
