@@ -47,7 +47,9 @@ transaction SQLAlchemy began (:func:`copy_in_transaction`). The SQLAlchemy inter
 (the adapter's ``_handle_exception`` and
 ``_check_type_cache_invalidation``, the dialect's ``_invalidate_schema_cache_asof`` and
 ``Pool._invalidate``) are checked once, when it is made: a SQLAlchemy without them gets no
-direct path, only the usual one.
+direct path, only the usual one; one without those a kept connection is checked against (a
+connection record's ``starttime`` and ``_soft_invalidate_time``, the pool's
+``_invalidate_time``: ``_KEPT_MIRRORED``) keeps no connection.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ import attrs
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import Pool, QueuePool
+from sqlalchemy.pool.base import _ConnectionFairy, _ConnectionRecord
 from sqlalchemy.sql.sqltypes import NullType
 
 if TYPE_CHECKING:
@@ -93,6 +96,14 @@ _MIRRORED: Final = (
     (Pool, "_invalidate"),
 )
 """The SQLAlchemy internals the direct path calls to behave as ``Connection.execute`` does."""
+
+_KEPT_MIRRORED: Final = (
+    (_ConnectionFairy, "_connection_record"),
+    (_ConnectionRecord, "starttime"),
+    (_ConnectionRecord, "_soft_invalidate_time"),
+)
+"""The SQLAlchemy internals a kept connection is checked against before it is taken again, as
+the pool's own checkout checks them (with the pool's ``_invalidate_time``)."""
 
 _POOL_WATCHING_EVENTS: Final = ("checkout", "checkin", "reset")
 """The pool's events a kept connection would skip: with any listener, every statement checks
@@ -228,11 +239,25 @@ class DirectStatements:
     docstring). Compiled statements are cached per statement object: give it the stable
     statements of a store (rendered once), never one built per call."""
 
-    __slots__ = ("_compiled", "_engine", "_kept", "_kept_pool", "_kept_turn", "_supported")
+    __slots__ = (
+        "_compiled",
+        "_engine",
+        "_keeping",
+        "_kept",
+        "_kept_pool",
+        "_kept_turn",
+        "_supported",
+    )
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._supported = _supported(engine.dialect)
+        self._keeping = (
+            self._supported
+            and all(hasattr(owner, name) for owner, name in _KEPT_MIRRORED)
+            and hasattr(engine.sync_engine.pool, "_invalidate_time")
+        )
+        """Whether :meth:`keep` may keep a connection at all (the internals it checks exist)."""
         self._compiled: dict[TextClause, _Compiled | None] = {}
         self._kept: PoolProxiedConnection | None = None
         """The connection :meth:`keep` holds until the loop's next turn, else None."""
@@ -304,7 +329,7 @@ class DirectStatements:
         the pool is not a ``QueuePool``, when a pool listener watches checkouts (see the module
         docstring), or when another connection is already kept."""
         pool = self._engine.sync_engine.pool
-        if self._kept is not None or not _keeps(pool):
+        if self._kept is not None or not self._keeping or not _keeps(pool):
             connection.close()
             return
         self._kept, self._kept_pool = connection, pool
@@ -323,14 +348,10 @@ class DirectStatements:
 
     def _closed_if_lost(self, kept: PoolProxiedConnection) -> bool:
         """Close ``kept`` (True) when no pool may have it back: its engine was disposed since
-        it was kept (its old pool would hold it open), or its socket closed."""
-        if not kept.is_valid:  # pragma: no cover - only this object holds it
-            kept.close()
-            return True
-        driver: asyncpg.Connection[Any] | None = kept.driver_connection
-        if self._kept_pool is self._engine.sync_engine.pool and not (
-            driver is None or driver.is_closed()
-        ):
+        it was kept (its old pool would hold it open), or its socket closed. (It is valid:
+        only a clean end keeps a connection, and nothing else holds it meanwhile.)"""
+        driver: asyncpg.Connection[Any] = kept.driver_connection
+        if self._kept_pool is self._engine.sync_engine.pool and not driver.is_closed():
             return False
         kept.invalidate()  # no I/O: the driver's connection is terminated
         return True
@@ -343,14 +364,9 @@ class DirectStatements:
         if self._closed_if_lost(kept):
             return False
         pool: Any = self._kept_pool
-        record: Any = getattr(kept, "_connection_record", None)
-        started = getattr(record, "starttime", None)
-        invalidated = getattr(pool, "_invalidate_time", None)
-        soft = getattr(record, "_soft_invalidate_time", None)
-        if started is None or invalidated is None or soft is None:  # pragma: no cover
-            kept.close()  # another SQLAlchemy: not reused
-            return False
-        if invalidated <= started and soft <= started:
+        record: Any = kept._connection_record  # noqa: SLF001 - _KEPT_MIRRORED
+        started = record.starttime
+        if pool._invalidate_time <= started and record._soft_invalidate_time <= started:  # noqa: SLF001 - _KEPT_MIRRORED
             return True
         kept.close()
         return False
