@@ -99,8 +99,8 @@ async def test_a_watched_pool_or_a_pool_that_is_no_queue_gets_each_connection_ba
 
 
 async def test_a_connection_whose_statement_failed_goes_back_at_once(engine: AsyncEngine) -> None:
-    """An error (here the server's division by zero) returns the connection to the pool at
-    once, never kept for the next statement."""
+    """J11 (the backend recovers from a failed statement): an error (here the server's division
+    by zero) returns the connection to the pool at once, never kept for the next statement."""
     statements = DirectStatements(engine)
     pool: Any = engine.sync_engine.pool
     with pytest.raises(Exception, match="division by zero"):
@@ -110,7 +110,8 @@ async def test_a_connection_whose_statement_failed_goes_back_at_once(engine: Asy
 
 
 async def test_a_kept_connection_of_a_disposed_engine_is_closed(engine: AsyncEngine) -> None:
-    """``engine.dispose()`` in the same turn as the statement (the pool had no idle connection
+    """J11 (a restart's dispose leaves no stale connection behind): ``engine.dispose()`` in the
+    same turn as the statement (the pool had no idle connection
     to close, so the turn did not end): the next statement does not get the old pool's
     connection, and one nobody takes is closed at the next turn instead of staying open in the
     old pool."""
@@ -135,7 +136,8 @@ async def test_a_kept_connection_of_a_disposed_engine_is_closed(engine: AsyncEng
 async def test_a_kept_connection_the_pool_invalidated_since_is_not_reused(
     engine: AsyncEngine,
 ) -> None:
-    """A disconnect seen on another connection in the same turn invalidates the pool's older
+    """J11 (recovery after a database restart): a disconnect seen on another connection in the
+    same turn invalidates the pool's older
     connections (SQLAlchemy's ``Pool._invalidate``, as ``Connection.execute`` calls it): the
     kept one is among them, so the next statement gets a new connection, as the pool's own
     checkout would give, and the kept one goes back for the pool to replace."""
