@@ -215,6 +215,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
     from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
     from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
+    from ship_sqla.kernel._ports import JobSupport as JobSupport
     from ship_sqla.kernel._ports import Lock as Lock
     from ship_sqla.kernel._ports import LockProvider as LockProvider
     from ship_sqla.kernel._ports import PausedJob as PausedJob

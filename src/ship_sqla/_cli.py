@@ -535,10 +535,16 @@ class ShipTablesChoice:
     schema: str | None
     components: tuple[str, ...]
     given: tuple[str, ...]
+    fair_claims: bool = False
 
     def metadata(self) -> MetaData:
         try:
-            return ship_tables_metadata(self.names, schema=self.schema, components=self.components)
+            return ship_tables_metadata(
+                self.names,
+                schema=self.schema,
+                components=self.components,
+                fair_claims=self.fair_claims,
+            )
         except ConfigurationError as exc:
             raise click.UsageError(str(exc)) from exc
 
@@ -552,6 +558,7 @@ def ship_tables_options(command: _Command) -> _Command:
         *args: Any,  # noqa: ANN401 - click's arguments, passed on
         only: tuple[str, ...],
         ship_schema: str | None,
+        fair_claims: bool,
         **kwargs: Any,  # noqa: ANN401
     ) -> None:
         ctx = click.get_current_context()
@@ -562,14 +569,22 @@ def ship_tables_options(command: _Command) -> _Command:
         ]
         given += [
             flag
-            for flag, name in (("--only", "only"), ("--schema", "ship_schema"))
+            for flag, name in (
+                ("--only", "only"),
+                ("--schema", "ship_schema"),
+                ("--fair-claims", "fair_claims"),
+            )
             if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE
         ]
         names = ShipTableNames(
             **{field: kwargs.pop(f"{field}_table") for _, field, _, _ in _SHIP_TABLE_NAMES}
         )
         choice = ShipTablesChoice(
-            names, ship_schema, tuple(dict.fromkeys(only)) or COMPONENTS, tuple(given)
+            names,
+            ship_schema,
+            tuple(dict.fromkeys(only)) or COMPONENTS,
+            tuple(given),
+            fair_claims=fair_claims,
         )
         command(*args, ship_tables=choice, **kwargs)
 
@@ -585,6 +600,12 @@ def ship_tables_options(command: _Command) -> _Command:
             show_default=True,
             help=f"The name of the {field.replace('_', ' ')} table ({component}).",
         )(decorated)
+    decorated = click.option(
+        "--fair-claims",
+        is_flag=True,
+        help="The runs table with the index fair claims read (<runs>_tenant_idx): give it when"
+        " a job has fairness= (F2); every waiting run enters that index.",
+    )(decorated)
     decorated = click.option(
         "--schema",
         "ship_schema",

@@ -157,13 +157,14 @@ def test_autogenerate_adds_the_cancel_request_to_a_runs_table_from_before_cancel
     assert "add_column('ship_job_runs', sa.Column('cancel_requested_at'" in source
 
 
-def test_autogenerate_adds_the_fleet_columns_and_index_to_tables_from_before_the_fleet(
+def test_autogenerate_adds_the_fleet_columns_to_tables_from_before_the_fleet(
     alembic_config,
 ) -> None:
-    """T2 for F1, F2, F3: on job tables as they were before the fleet work (no ``tenant_id``
-    nor ``<runs>_tenant_idx`` on the runs table, no claim-gate columns on the state table),
-    autogenerate adds every column and the index the upgrade notes in docs/jobs.md name; after
-    upgrade head, alembic check reports no difference."""
+    """T2 for F1, F2, F3: on job tables as they were before the fleet work (no ``tenant_id`` on
+    the runs table, no claim-gate columns on the state table), autogenerate adds every column
+    the upgrade notes in docs/jobs.md name, and no ``<runs>_tenant_idx`` (the example's runs
+    table does not declare ``fair_claims``); after upgrade head, alembic check reports no
+    difference."""
     source = _migrated_from(
         alembic_config,
         [
@@ -179,7 +180,29 @@ def test_autogenerate_adds_the_fleet_columns_and_index_to_tables_from_before_the
     assert "add_column('ship_job_runs', sa.Column('tenant_id'" in source
     for column in ("claim_granted", "claim_grant", "rate_at", "rate_n"):
         assert f"add_column('ship_job_state', sa.Column('{column}'" in source
-    assert "'ship_job_runs_tenant_idx'" in source
+    assert "ship_job_runs_tenant_idx" not in source
+
+
+def test_autogenerate_drops_the_tenant_index_a_runs_table_without_fair_claims_does_not_declare(
+    alembic_config,
+) -> None:
+    """T2 for F2: a runs table from the releases whose factory always declared
+    ``<runs>_tenant_idx`` keeps it until migrated; for a table declared without ``fair_claims``
+    autogenerate drops it, so every enqueue stops paying for an index no claim of the table
+    reads (a table declared with ``fair_claims=True`` keeps it: the factory declares it then,
+    ``tests/unit/test_table_factory_names.py``)."""
+    source = _migrated_from(
+        alembic_config,
+        [
+            (
+                "CREATE INDEX ship_job_runs_tenant_idx ON ship_job_runs"
+                " (job_id, tenant_id, run_at, seq) WHERE state = 'waiting'"
+            )
+        ],
+        message="fair_claims",
+        rev_id="0006",
+    )
+    assert "drop_index(op.f('ship_job_runs_tenant_idx')" in source
 
 
 def test_autogenerate_adds_the_workflow_tables_and_columns_to_tables_from_before_workflows(

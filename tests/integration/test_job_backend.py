@@ -59,7 +59,7 @@ from ship_sqla.kernel._ports import (
 )
 
 metadata = MetaData()
-runs = ship_job_runs_table(metadata)
+runs = ship_job_runs_table(metadata, fair_claims=True)  # the column-order test claims fair jobs
 state = ship_job_state_table(metadata)
 
 

@@ -19,7 +19,7 @@ from ship_sqla.kernel import ConfigurationError, Fairness, FrozenClock, RateLimi
 from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest, Complete
 
 metadata = MetaData()
-runs = ship_job_runs_table(metadata)
+runs = ship_job_runs_table(metadata, fair_claims=True)
 state = ship_job_state_table(metadata)
 BACKLOG = 100_000
 CLAIMS = 12

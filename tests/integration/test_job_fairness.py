@@ -16,7 +16,7 @@ from ship_sqla.kernel import EnqueueRequest, Fairness, define_job, start_job_run
 from ship_sqla.kernel._tenancy import tenant_ambient
 
 metadata = MetaData()
-runs = ship_job_runs_table(metadata)
+runs = ship_job_runs_table(metadata, fair_claims=True)
 state = ship_job_state_table(metadata)
 
 BACKLOG = 100_000

@@ -36,7 +36,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 
-from ship_sqla._naming import derived_names
+from ship_sqla._naming import derived_name, derived_names
 
 __all__ = [
     "DEDUPE_PREDICATE",
@@ -47,6 +47,7 @@ __all__ = [
     "RUN_STATES",
     "SAMPLER_PREDICATE",
     "WAIT_PREDICATE",
+    "fair_claims_index",
     "ship_job_events_table",
     "ship_job_runs_table",
     "ship_job_state_table",
@@ -78,9 +79,20 @@ _TSTZ = TIMESTAMP(timezone=True)
 
 
 def ship_job_runs_table(
-    metadata: MetaData, name: str = "ship_job_runs", schema: str | None = None
+    metadata: MetaData,
+    name: str = "ship_job_runs",
+    schema: str | None = None,
+    *,
+    fair_claims: bool = False,
 ) -> Table:
     """The job runs table, added to ``metadata`` so Alembic autogenerate sees it.
+
+    ``fair_claims=True`` adds ``<runs>_tenant_idx`` (``job_id, tenant_id, run_at, seq`` over
+    waiting runs), which claims of a job with ``fairness=`` read (F2) and nothing else does.
+    Every waiting run of every job enters it, at about a quarter of a bulk enqueue's server
+    time, so it is off unless asked for: declare it when some job on the table is fair. A
+    backend refuses a fair job on a runs table without it (:class:`ConfigurationError`, before
+    the worker claims anything), naming the DDL that adds it.
 
     Columns: ``id`` text pk (a uuid, or a durable ``<job_id>/<occurrence>``); ``seq`` (identity:
     creation order, the claim's tie-break); ``job_id``;
@@ -113,7 +125,7 @@ def ship_job_runs_table(
         schema=schema,
     )
     states = ", ".join(f"'{s}'" for s in RUN_STATES)
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("id", Text, nullable=False),
@@ -176,16 +188,6 @@ def ship_job_runs_table(
             unique=True,
             postgresql_where=text(DEDUPE_PREDICATE),
         ),
-        # Serves a fair claim (F2): the loose scan over the tenants with waiting runs, each
-        # tenant's count of due runs and its oldest due runs (run_at, seq order).
-        Index(
-            n["_tenant_idx"],
-            "job_id",
-            "tenant_id",
-            "run_at",
-            "seq",
-            postgresql_where=text(DUE_PREDICATE),
-        ),
         # Serves CLEANUP's bounded deletes of finished runs past retention.
         Index(
             n["_finished_idx"], "job_id", "finished_at", postgresql_where=text(FINISHED_PREDICATE)
@@ -211,6 +213,27 @@ def ship_job_runs_table(
         schema=schema,
         comment="ship_sqla job runs (ship_job_runs_table)",
     )
+    if fair_claims:
+        # Serves a fair claim (F2, CLAIM_FAIR*): the loose scan over the tenants with waiting
+        # runs, each tenant's count of due runs and its oldest due runs (run_at, seq order).
+        Index(
+            n["_tenant_idx"],
+            table.c.job_id,
+            table.c.tenant_id,
+            table.c.run_at,
+            table.c.seq,
+            postgresql_where=text(DUE_PREDICATE),
+        )
+    return table
+
+
+def fair_claims_index(runs: Table) -> Index:
+    """``<runs>_tenant_idx`` as ``ship_job_runs_table(..., fair_claims=True)`` declares it for a
+    table of ``runs``' name and schema (on a metadata of its own, whether or not ``runs`` has it):
+    the backend names it, and its DDL, when it refuses a fair job (F2)."""
+    table = ship_job_runs_table(MetaData(), runs.name, runs.schema, fair_claims=True)
+    wanted = derived_name(runs.name, "_tenant_idx")
+    return next(index for index in table.indexes if index.name == wanted)
 
 
 StateRowKind: TypeAlias = Literal["paused", "claim-gate", "enqueue-gate"]

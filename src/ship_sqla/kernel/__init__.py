@@ -118,6 +118,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
     from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
     from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
+    from ship_sqla.kernel._ports import JobSupport as JobSupport
     from ship_sqla.kernel._ports import Lock as Lock
     from ship_sqla.kernel._ports import LockProvider as LockProvider
     from ship_sqla.kernel._ports import PausedJob as PausedJob
@@ -253,6 +254,7 @@ _EXPORTS: dict[str, str] = {
     "JobLeaseStaleError": "ship_sqla.kernel._ports",
     "Lock": "ship_sqla.kernel._ports",
     "LockProvider": "ship_sqla.kernel._ports",
+    "JobSupport": "ship_sqla.kernel._ports",
     "QueueDepth": "ship_sqla.kernel._ports",
     "QueueDepthSource": "ship_sqla.kernel._ports",
     "Release": "ship_sqla.kernel._ports",

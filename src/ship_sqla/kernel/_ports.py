@@ -74,6 +74,7 @@ __all__ = [
     "JobLeaseLapsedError",
     "JobLeaseLapsedFinalError",
     "JobLeaseStaleError",
+    "JobSupport",
     "Lock",
     "LockProvider",
     "PausedJob",
@@ -575,6 +576,17 @@ class ScheduleStore(Protocol):
 
     async def tick_schedules(self, definitions: Iterable[JobDefinition[Any]]) -> int:
         """Fire each due occurrence once (SKIP LOCKED; catch-up is ONE run); the runs created."""
+        ...
+
+
+@runtime_checkable
+class JobSupport(Protocol):
+    """A backend that can tell, before a worker claims anything, that it cannot serve a job
+    (its storage lacks what the job's claims need): :func:`start_job_runtime` asks it first."""
+
+    async def require_support(self, definitions: Iterable[JobDefinition[Any]]) -> None:
+        """Raise :class:`~ship_sqla.kernel.ConfigurationError` naming the first job of
+        ``definitions`` this backend cannot serve, and how to fix it; else return."""
         ...
 
 

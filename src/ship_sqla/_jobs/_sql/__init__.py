@@ -152,6 +152,7 @@ class JobStatements:
     claim_gated_keyed: TextClause
     claim_fair_keyed: TextClause
     claim_fair_gated_keyed: TextClause
+    fair_claims_served: TextClause
     settle: TextClause
     heartbeat: TextClause
     db_now: TextClause
@@ -217,6 +218,7 @@ class JobStatements:
             claim_gated_keyed=c(claim.CLAIM_GATED_KEYED),
             claim_fair_keyed=c(claim.CLAIM_FAIR_KEYED),
             claim_fair_gated_keyed=c(claim.CLAIM_FAIR_GATED_KEYED),
+            fair_claims_served=r(claim.FAIR_CLAIMS_SERVED),
             settle=r(settle.SETTLE_IF_TOKEN_CURRENT),
             heartbeat=r(settle.HEARTBEAT_IF_TOKEN_CURRENT),
             db_now=r(schedules.DB_NOW),

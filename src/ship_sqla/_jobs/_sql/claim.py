@@ -50,6 +50,7 @@ __all__ = [
     "CLAIM_GATED_KEYED",
     "CLAIM_UNCAPPED",
     "CLAIM_UNCAPPED_KEYED",
+    "FAIR_CLAIMS_SERVED",
 ]
 
 _HEAD: Final = """
@@ -592,7 +593,8 @@ CLAIM_FAIR: Final = _ungated(_FAIR_WALK)
 out across the tenants that have due runs, by weight, work-conserving (what a tenant with few
 due runs leaves goes to the others), each tenant's oldest first, priorities not used. A claim
 visits at most ``:max_tenants`` tenants, from the one after where this backend's last fair claim
-of the job stopped, so every tenant comes round in turn. Index: ``<runs>_tenant_idx``."""
+of the job stopped, so every tenant comes round in turn. Index: ``<runs>_tenant_idx``, which a
+runs table has only when declared with ``fair_claims=True`` (:data:`FAIR_CLAIMS_SERVED`)."""
 
 CLAIM_FAIR_GATED: Final = _gated(_FAIR_WALK)
 """:data:`CLAIM_FAIR` through the job's claim gate (a cap, a rate limit, or both): a gate that
@@ -606,3 +608,16 @@ CLAIM_FAIR_GATED_KEYED: Final = _gated(_FAIR_WALK, keyed=True)
 runs): the same statements with the key filter on every scan. Without keys to exclude, the
 claims above carry no filter (every run's key passes), so their estimates, custom and generic,
 are the same."""
+
+FAIR_CLAIMS_SERVED: Final = """
+-- pg_index, one probe: whether <runs>_tenant_idx is an index of the runs table (F2: the fair
+-- claims read only it; ship_job_runs_table(..., fair_claims=True) declares it). Run by a
+-- backend before its first fair claim, and at a worker's start when one of its jobs is fair.
+SELECT EXISTS (
+    SELECT 1 FROM pg_index i
+    WHERE i.indexrelid = to_regclass(CAST(:tenant_index AS text))
+      AND i.indrelid = to_regclass(CAST(:runs AS text)))
+"""
+"""Whether the runs table (``:runs``, its quoted name) has the fair claims' index
+(``:tenant_index``, its quoted, schema-qualified name): without it a fair claim would read every
+waiting run of the job, so the backend refuses fair jobs instead."""

@@ -90,7 +90,8 @@ for ``run_at`` when no run of the batch has one, and for ``created_at``/``update
 the backend's clock is frozen). COPY skips the statement's parse of one JSON array of the whole
 batch and its per-row executor work: about 1.2-1.5x the INSERT's rows per second on the same
 table (BENCHMARKS.md, "Session 7"). Index: the insert's own entries (``<runs>_pkey``,
-``<runs>_due_idx``, ``<runs>_tenant_idx``); nothing is read."""
+``<runs>_due_idx``, and ``<runs>_tenant_idx`` on a table declared with ``fair_claims``); nothing
+is read."""
 
 ENQUEUE_COPY_ALLOWED: Final = """
 -- pg_class, one row: COPY FROM refuses a table with row-level security on (0A000), so such a

@@ -45,6 +45,7 @@ from ship_sqla.kernel._plans.backoff import error_backoff
 from ship_sqla.kernel._ports import (
     CancelRequestSource,
     JobBackend,
+    JobSupport,
     QueueDepthSource,
     ScheduleStore,
     WakeSource,
@@ -496,7 +497,10 @@ async def start_job_runtime(
     a process without an SDK never pays for a sample. ``drain_timeout`` (seconds, 0: cancel at
     once) bounds how long :meth:`JobRuntime.stop` lets handlers finish (J12). A worker with
     scheduled jobs installs their schedules first (J9); the backend must then be a
-    :class:`~ship_sqla.kernel._ports.ScheduleStore`.
+    :class:`~ship_sqla.kernel._ports.ScheduleStore`. A worker first asks a backend that is a
+    :class:`~ship_sqla.kernel._ports.JobSupport` whether it can serve every job (the PostgreSQL
+    backend: a fair job needs its runs table's tenant index, F2), which raises
+    :class:`ConfigurationError` before anything is claimed.
 
     A worker logs each attempt's outcome on the ``ship_sqla.jobs`` logger (S3: retries, dead
     letters, stale settles, cancels, timeouts and drains at WARNING/ERROR/INFO, completions at
@@ -528,6 +532,8 @@ async def start_job_runtime(
             f"backend.max_in_flight must be at least 1, got {backend.max_in_flight!r}."
         )
     registry = _as_registry(registry_or_definitions)
+    if mode == "worker" and isinstance(backend, JobSupport):
+        await backend.require_support(registry)
     scheduled = [job for job in registry if job.schedule is not None]
     if mode == "worker" and scheduled:
         if not isinstance(backend, ScheduleStore):
