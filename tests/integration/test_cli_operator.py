@@ -87,6 +87,37 @@ async def test_schema_apply_with_a_schema_and_names(
     assert (code, out.strip()) == (0, "no runs."), err
 
 
+async def test_schema_apply_fair_claims_adds_the_tenant_index(
+    ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """F2: `schema apply --fair-claims` creates the runs table with ``<runs>_tenant_idx`` (the
+    index fair claims read; `schema sql` prints it only with the flag); `schema check` then
+    passes with --fair-claims and, without it, reports the index as extra (exit 1)."""
+    code, out, err = await ship_sqla(
+        "schema", "sql", "--only", "jobs", "--fair-claims", cwd=REPOSITORY
+    )
+    assert code == 0, err
+    assert "CREATE INDEX ship_job_runs_tenant_idx ON ship_job_runs" in out
+    code, out, err = await ship_sqla("schema", "sql", "--only", "jobs", cwd=REPOSITORY)
+    assert code == 0, err
+    assert "ship_job_runs_tenant_idx" not in out
+
+    code, out, err = await _apply(ship_engine_url, "--only", "jobs", "--fair-claims")
+    assert (code, err) == (0, ""), err
+    async with ship_engine.connect() as connection:
+        found = await connection.scalar(
+            text("SELECT count(*) FROM pg_indexes WHERE indexname = 'ship_job_runs_tenant_idx'")
+        )
+    assert found == 1
+    check = ("schema", "check", "--database-url", ship_engine_url, "--only", "jobs")
+    code, out, err = await ship_sqla(*check, "--fair-claims", cwd=REPOSITORY)
+    assert (code, err) == (0, ""), err
+    code, out, _ = await ship_sqla(*check, cwd=REPOSITORY)
+    assert code == 1, out
+    assert "index_extra" in out
+    assert "ship_job_runs_tenant_idx" in out
+
+
 def test_ship_table_options_with_metadata_are_bad_input(tmp_path: Path) -> None:
     (tmp_path / "app_meta.py").write_text(
         "from sqlalchemy import MetaData\nmetadata = MetaData()\n"
