@@ -21,8 +21,6 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import MetaData
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.schema import CreateIndex
 
 from benchmarks._harness import (
     Bench,
@@ -37,7 +35,7 @@ from benchmarks._harness import (
 )
 from benchmarks._raw_sql import job_sql
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla._jobs._tables import fair_claims_index
+from ship_sqla._jobs._tables import fair_claims_ddl
 from ship_sqla.kernel import (
     Concurrency,
     EnqueueRequest,
@@ -197,13 +195,6 @@ async def _raw_round(bench: Bench, db: BenchDatabase, runs: int) -> float:
     return jobs_per_s
 
 
-def _fair_claims_ddl() -> str:
-    """CREATE INDEX of ``<runs>_tenant_idx`` on the default runs table, as the factory declares
-    it with ``fair_claims=True``."""
-    index = fair_claims_index(ship_job_runs_table(MetaData()))
-    return str(CreateIndex(index).compile(dialect=postgresql.dialect()))
-
-
 async def run(bench: Bench) -> list[Figure]:
     runs = drain_size(bench)
     async with bench.database(NAME) as db:
@@ -227,7 +218,7 @@ async def run(bench: Bench) -> list[Figure]:
         # F2: a fair job whose runs are all one tenant's, beside the same drain without fairness,
         # both on a runs table with the fair claims' index (ship_job_runs_table(...,
         # fair_claims=True)), added here so the drains above ran on the default table.
-        await db.maintain(_fair_claims_ddl())
+        await db.maintain(fair_claims_ddl(ship_job_runs_table(MetaData())))
         fair = Fairness()
         await _ship_round(bench, db, 1_000, fairness=fair)
         fair_ours, fair_theirs = await paired_rounds(

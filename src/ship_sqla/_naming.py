@@ -25,7 +25,6 @@ __all__ = [
     "check_identifier",
     "derived_name",
     "derived_names",
-    "quoted_name",
     "quoted_table",
 ]
 
@@ -39,13 +38,6 @@ def quoted_table(table: Table) -> str:
     """``table``'s schema-qualified name, each part quoted as PostgreSQL needs it, for the text of
     a statement rendered once per table. A table name is configuration, never user input."""
     return str(_PREPARER.format_table(table))
-
-
-def quoted_name(name: str, schema: str | None) -> str:
-    """``name`` (an index's, say) qualified by ``schema`` when given, each part quoted as
-    PostgreSQL needs it: what ``to_regclass`` reads. Configuration, never user input."""
-    quoted = str(_PREPARER.quote(name))
-    return quoted if schema is None else f"{_PREPARER.quote_schema(schema)}.{quoted}"
 
 
 def derived_name(table: str, suffix: str) -> conv:

@@ -76,10 +76,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import MetaData, Table, TextClause
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.schema import CreateIndex
 
 from ship_sqla._jobs._admin import PostgresRunAdmin
 from ship_sqla._jobs._insert import RunInserter, inserted
@@ -87,7 +85,8 @@ from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
 from ship_sqla._jobs._tables import (
-    fair_claims_index,
+    fair_claims_ddl,
+    fair_claims_index_name,
     ship_job_events_table,
     ship_job_runs_table,
     ship_job_state_table,
@@ -101,7 +100,6 @@ from ship_sqla._jobs._workflows import (
     WorkflowStatements,
 )
 from ship_sqla._locks import advisory_lock_provider
-from ship_sqla._naming import quoted_name
 from ship_sqla._notify import (
     Listen,
     Recheck,
@@ -315,8 +313,7 @@ class PostgresJobBackend(JobBackendBase):
         )
         # F2: per fair job, the tenant its last claim's walk stopped at (None: from the start).
         self._fair_cursors: dict[str, str] = {}
-        # F2: the index fair claims read; whether the runs table has it (asked until it does).
-        self._fair_index = fair_claims_index(table)
+        # F2: whether the runs table has the index fair claims read (asked until it does).
         self._fair_served = False
         self._listen_channels: dict[str, tuple[Callable[[str], object], Callable[[], object]]] = {
             self.wake_channel: (self._announced, self.wake)
@@ -575,25 +572,22 @@ class PostgresJobBackend(JobBackendBase):
         ConfigurationError naming ``job_ids``, the index and its DDL."""
         if self._fair_served:
             return
-        index = self._fair_index
-        s = self.statements
+        s, index = self.statements, fair_claims_index_name(self._table)
         [(served,)] = await self._connections.fetch(
             "check of the fair claims' index",
             s.fair_claims_served,
-            {"runs": s.runs_name, "tenant_index": quoted_name(str(index.name), s.runs_schema)},
+            {"runs": s.runs_name, "tenant_index": index},
         )
         if served:
             self._fair_served = True
             return
-        ddl = str(CreateIndex(index).compile(dialect=postgresql.dialect()))  # type: ignore[no-untyped-call]
         raise ConfigurationError(
             f"job(s) {', '.join(map(repr, job_ids))} have fairness= (F2), but the runs table"
-            f" {s.runs_name} has no index {index.name}, which fair claims read (without it each"
+            f" {s.runs_name} has no index {index}, which fair claims read (without it each"
             " claim would read every waiting run of the job).",
             fix="declare the table with ship_job_runs_table(metadata, ..., fair_claims=True)"
-            " and migrate (Alembic autogenerate adds the index; by hand: "
-            + ddl.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
-            + "), or drop fairness= from these jobs.",
+            f" and migrate (Alembic autogenerate adds the index; by hand:"
+            f" {fair_claims_ddl(self._table)}), or drop fairness= from these jobs.",
         )
 
     async def claim(self, request: ClaimRequest) -> ClaimBatch:
@@ -618,7 +612,8 @@ class PostgresJobBackend(JobBackendBase):
         }
         s, fair = self.statements, request.fairness
         if fair is not None:
-            await self._require_fair_claims([job_id])
+            if not self._fair_served:
+                await self._require_fair_claims([job_id])
             params["after_tenant"] = self._fair_cursors.get(job_id)
             params["max_tenants"] = fair.max_tenants
             params["weight_tenants"] = [tenant for tenant, _ in fair.weights]

@@ -34,7 +34,9 @@ from sqlalchemy import (
     Text,
     text,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
+from sqlalchemy.schema import CreateIndex
 
 from ship_sqla._naming import derived_name, derived_names
 
@@ -47,7 +49,8 @@ __all__ = [
     "RUN_STATES",
     "SAMPLER_PREDICATE",
     "WAIT_PREDICATE",
-    "fair_claims_index",
+    "fair_claims_ddl",
+    "fair_claims_index_name",
     "ship_job_events_table",
     "ship_job_runs_table",
     "ship_job_state_table",
@@ -227,13 +230,21 @@ def ship_job_runs_table(
     return table
 
 
-def fair_claims_index(runs: Table) -> Index:
-    """``<runs>_tenant_idx`` as ``ship_job_runs_table(..., fair_claims=True)`` declares it for a
-    table of ``runs``' name and schema (on a metadata of its own, whether or not ``runs`` has it):
-    the backend names it, and its DDL, when it refuses a fair job (F2)."""
+def fair_claims_index_name(runs: Table) -> str:
+    """``<runs>_tenant_idx``: the name ``ship_job_runs_table(..., fair_claims=True)`` gives the
+    index fair claims read (F2); PostgreSQL keeps an index in its table's schema."""
+    return str(derived_name(runs.name, "_tenant_idx"))
+
+
+def fair_claims_ddl(runs: Table) -> str:
+    """``CREATE INDEX CONCURRENTLY`` of ``<runs>_tenant_idx`` on ``runs``, rendered from the
+    factory's own declaration (a table of ``runs``' name and schema with ``fair_claims=True``,
+    on a metadata of its own): what a backend's refusal of a fair job names (F2)."""
     table = ship_job_runs_table(MetaData(), runs.name, runs.schema, fair_claims=True)
-    wanted = derived_name(runs.name, "_tenant_idx")
-    return next(index for index in table.indexes if index.name == wanted)
+    name = fair_claims_index_name(runs)
+    [index] = [index for index in table.indexes if index.name == name]
+    ddl = str(CreateIndex(index).compile(dialect=postgresql.dialect()))  # type: ignore[no-untyped-call]
+    return ddl.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
 
 
 StateRowKind: TypeAlias = Literal["paused", "claim-gate", "enqueue-gate"]

@@ -614,10 +614,10 @@ FAIR_CLAIMS_SERVED: Final = """
 -- claims read only it; ship_job_runs_table(..., fair_claims=True) declares it). Run by a
 -- backend before its first fair claim, and at a worker's start when one of its jobs is fair.
 SELECT EXISTS (
-    SELECT 1 FROM pg_index i
-    WHERE i.indexrelid = to_regclass(CAST(:tenant_index AS text))
-      AND i.indrelid = to_regclass(CAST(:runs AS text)))
+    SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+    WHERE i.indrelid = to_regclass(CAST(:runs AS text))
+      AND c.relname = CAST(:tenant_index AS text))
 """
 """Whether the runs table (``:runs``, its quoted name) has the fair claims' index
-(``:tenant_index``, its quoted, schema-qualified name): without it a fair claim would read every
-waiting run of the job, so the backend refuses fair jobs instead."""
+(``:tenant_index``, its name: an index lives in its table's schema): without it a fair claim
+would read every waiting run of the job, so the backend refuses fair jobs instead."""
