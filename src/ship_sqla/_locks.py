@@ -51,7 +51,7 @@ from sqlalchemy import BigInteger, Column, DateTime, MetaData, Table, Text, Text
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla._naming import quoted_table
+from ship_sqla._naming import check_identifier, quoted_table, text_name
 from ship_sqla._scope import TransactionScope, current_scope
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
@@ -97,7 +97,14 @@ def ship_lock_fences_table(
     metadata: MetaData, *, name: str = "ship_lock_fences", schema: str | None = None
 ) -> Table:
     """The fence table of :meth:`AdvisoryLockProvider.with_lock` (F4): one row per (namespace,
-    key), its newest fence. Add it to your migrations like the other ship tables."""
+    key), its newest fence. Add it to your migrations like the other ship tables.
+
+    An unusable ``name`` or ``schema`` (empty, NUL, not UTF-8, over 63 bytes) is a
+    :class:`~ship_sqla.kernel.ConfigurationError` here, as for every ship table (T1), not a
+    driver error at the first fenced lock."""
+    check_identifier(name, "lock fences table name")
+    if schema is not None:
+        check_identifier(schema, "lock fences table schema")
     return Table(
         name,
         metadata,
@@ -284,7 +291,7 @@ class AdvisoryLockProvider:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._fence_sql: tuple[TextClause, TextClause] | None = None
         if fence_table is not None:
-            fences = quoted_table(fence_table)
+            fences = text_name(quoted_table(fence_table))  # as quoted, whatever it holds
             self._fence_sql = (
                 text(NEXT_FENCE.replace("{fences}", fences)),
                 text(CHECK_FENCE.replace("{fences}", fences)),

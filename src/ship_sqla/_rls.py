@@ -7,24 +7,21 @@ Repositories enforce tenancy on their own (R2); RLS is defence in depth for hand
 
 from __future__ import annotations
 
-import re
-
 from sqlalchemy import text
+
+from ship_sqla._naming import MAX_IDENTIFIER_BYTES, check_identifier, quoted_identifier
 
 __all__ = ["SET_TENANT_SETTING", "tenant_policy_ddl"]
 
 SET_TENANT_SETTING = text("select set_config('ship.tenant_id', :tenant, true)")
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
-
 
 def _quote(name: str, what: str) -> str:
-    if not _IDENTIFIER.match(name):
-        msg = (
-            f"{what} {name!r} is not a plain SQL identifier; rename it or write the policy by hand."
-        )
-        raise ValueError(msg)
-    return f'"{name}"'
+    """``name`` quoted by PostgreSQL's rules, whatever it holds (issue 25 D3: a table named
+    ``jobs--v2`` gets its policy too); one PostgreSQL cannot hold (empty, NUL, not UTF-8, over
+    63 bytes) is a :class:`~ship_sqla.kernel.ConfigurationError` naming ``what``."""
+    check_identifier(name, f"tenant_policy_ddl {what}")
+    return quoted_identifier(name)
 
 
 def tenant_policy_ddl(
@@ -39,7 +36,9 @@ def tenant_policy_ddl(
     if schema is not None:
         qualified = f"{_quote(schema, 'schema')}.{qualified}"
     column = _quote(tenant_column, "tenant_column")
-    policy = _quote(f"{table}_tenant_isolation"[:63], "policy")
+    # Cut to the identifier limit in bytes, at a character boundary, as PostgreSQL would.
+    policy_name = f"{table}_tenant_isolation".encode()[:MAX_IDENTIFIER_BYTES]
+    policy = _quote(policy_name.decode(errors="ignore"), "policy")
     return [
         f"ALTER TABLE {qualified} ENABLE ROW LEVEL SECURITY",
         f"ALTER TABLE {qualified} FORCE ROW LEVEL SECURITY",

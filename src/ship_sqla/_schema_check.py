@@ -257,6 +257,11 @@ class _Table:
 _NEXTVAL = re.compile(r"nextval\('[^']*'::regclass\)")
 
 
+def _quoted(name: str) -> str:
+    """``name`` as a quoted identifier, as PostgreSQL prints one that needs quoting."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 class _Normalizer:
     """Strips the schema qualifiers PostgreSQL adds when an object is not on the search path.
 
@@ -266,8 +271,9 @@ class _Normalizer:
 
     def __init__(self, schemas: Iterable[str]) -> None:
         names = sorted({s for s in schemas if s}, key=len, reverse=True)
+        # A schema is printed bare, or quoted with its own double quotes doubled ("q""uote").
         alternatives = "|".join(
-            rf"{re.escape(name)}|\"{re.escape(name)}\"" for name in names if name
+            rf"{re.escape(name)}|{re.escape(_quoted(name))}" for name in names if name
         )
         self._qualifier = re.compile(rf"(?<![\w\"$])(?:{alternatives})\.") if alternatives else None
 

@@ -43,7 +43,9 @@ def schema_sql(
         statements.append("\n".join(line.rstrip() for line in compiled.splitlines()) + ";")
 
     try:
-        engine = create_mock_engine(f"{dialect}://", executor)
+        # paramstyle "named": a "format" one (the default driver's) doubles every % of a quoted
+        # name ("a%b" printed as "a%%b"), and this text goes to psql, not to a driver.
+        engine = create_mock_engine(f"{dialect}://", executor, paramstyle="named")
     except (ArgumentError, NoSuchModuleError) as exc:
         raise ConfigurationError(
             f"unknown SQLAlchemy dialect {dialect!r}.", fix="use 'postgresql'."

@@ -38,6 +38,8 @@ BAD_REQUESTS = [
     (EnqueueRequest({"t": "a\x00"}), InvalidPayloadError),  # NUL in a string
     (EnqueueRequest({"k\x00": [1]}), InvalidPayloadError),  # NUL in a key
     (EnqueueRequest({"deep": [{"t": "\x00"}]}), InvalidPayloadError),  # NUL, nested
+    (EnqueueRequest({"t": "\ud800"}), InvalidPayloadError),  # a lone surrogate (issue 25 D6)
+    (EnqueueRequest({"deep": [{"k\udfff": 1}]}), InvalidPayloadError),  # one in a key, nested
     (EnqueueRequest({"t": "x" * 64}), PayloadTooLargeError),  # over max_payload_bytes
     (EnqueueRequest({"n": float("inf")}), InvalidPayloadError),  # not JSON
     (EnqueueRequest({}, run_at="2030-01-01"), ConfigurationError),
@@ -49,13 +51,16 @@ BAD_REQUESTS = [
     (EnqueueRequest({}, dedupe_key=""), InvalidKeyError),
     (EnqueueRequest({}, dedupe_key="d" * 256), InvalidKeyError),
     (EnqueueRequest({}, dedupe_key="a\x00"), InvalidKeyError),
+    (EnqueueRequest({}, run_id="a\ud800"), InvalidKeyError),  # not UTF-8 (issue 25 D6)
+    (EnqueueRequest({}, dedupe_key="\udc80"), InvalidKeyError),
 ]
 
 
 @pytest.mark.parametrize("limit", [None, 100], ids=["uncapped", "capped"])
 async def test_bad_input_is_a_typed_error_and_stores_nothing(clock, job_backend_factory, limit):
-    """Each bad input (NUL in the payload, a payload over max_payload_bytes, a run_at that is
-    not a datetime, an empty / over-long / NUL run id or dedupe key) is refused with its typed
+    """Each bad input (NUL or a surrogate code point in the payload, a payload over
+    max_payload_bytes, a run_at that is not a datetime, an empty / over-long / NUL / surrogate
+    run id or dedupe key) is refused with its typed
     error, alone (enqueue) or among good requests (enqueue_many: nothing of the batch is
     stored), with a queue_depth_limit (J2's gated path) or without (the plain path)."""
     backend = job_backend_factory(clock, queue_depth_limit=limit)

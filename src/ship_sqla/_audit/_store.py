@@ -9,7 +9,7 @@ from sqlalchemy import Table, text
 
 from ship_sqla._audit import _sql
 from ship_sqla._audit._tables import ship_audit_table
-from ship_sqla._naming import quoted_table
+from ship_sqla._naming import quoted_table, text_name
 from ship_sqla._scope import StoreConnections
 from ship_sqla.kernel import ConfigurationError
 from ship_sqla.kernel._audit import AuditEntry
@@ -32,7 +32,7 @@ class PostgresAuditLog:
         self.table = table
         self._clock = clock
         self._connections = StoreConnections(database, name="audit log")
-        name = quoted_table(table)
+        name = text_name(quoted_table(table))  # as quoted, whatever it holds (issue 25 D3)
         self._record = text(_sql.RECORD_AUDIT.replace("{audit}", name))
         self._list = text(_sql.LIST_AUDIT.replace("{audit}", name))
         self._probe = text(_sql.PROBE_AUDIT.replace("{audit}", name))

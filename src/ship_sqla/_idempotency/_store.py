@@ -45,6 +45,7 @@ from ship_sqla._idempotency._types import (
 )
 from ship_sqla._scope import Database, StoreConnections, check_tenant, tenant_within
 from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, SystemClock
+from ship_sqla.kernel._json_text import unstorable_text
 
 if TYPE_CHECKING:
     from sqlalchemy import Table
@@ -75,7 +76,8 @@ _BEGIN_ROUNDS = 3
 
 
 def _check_text(kind: str, value: str, limit: int) -> None:
-    if not value or len(value.encode()) > limit or not value.isprintable():
+    # Printable first: a surrogate code point (not printable) has no UTF-8 to measure.
+    if not value or not value.isprintable() or len(value.encode()) > limit:
         raise IdempotencyKeyError(
             f"idempotency {kind} {value[:60]!r} must be 1 to {limit} bytes (UTF-8) of"
             " printable text.",
@@ -164,6 +166,11 @@ class IdempotencyStore(_ClaimOwner):
             raise IdempotencyKeyError(
                 "the request fingerprint is empty, so a reused key could not be told apart.",
                 fix="fingerprint what identifies the request: method, path and a body hash.",
+            )
+        if (problem := unstorable_text(fingerprint)) is not None:
+            raise IdempotencyKeyError(
+                f"the request fingerprint holds {problem}: PostgreSQL text cannot store it.",
+                fix="fingerprint with a hash's hex digest (sha256 of method, path and body).",
             )
         ttl_seconds = self._ttl_seconds if ttl is None else _positive("ttl", ttl)
         async with self._connections.joined(scope, "begin") as tx:

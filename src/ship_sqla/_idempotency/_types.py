@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 import attrs
 
-from ship_sqla.kernel import ShipError
+from ship_sqla.kernel import ConfigurationError, ShipError
+from ship_sqla.kernel._json_text import unstorable_text
 
 if TYPE_CHECKING:
     import uuid
@@ -41,6 +42,23 @@ def _headers(value: Any) -> tuple[tuple[str, str], ...]:  # noqa: ANN401 - attrs
     return tuple((str(k), str(v)) for k, v in value)
 
 
+def _storable_headers(
+    _instance: object, _attribute: object, headers: tuple[tuple[str, str], ...]
+) -> None:
+    """Refuse a header ``jsonb`` cannot store (a NUL character, a surrogate code point) when the
+    response is made, not as the driver's error when it is stored (issue 25 D6)."""
+    for index, pair in enumerate(headers):
+        for part, text in zip(("name", "value"), pair, strict=True):
+            problem = unstorable_text(text)
+            if problem is not None:
+                raise ConfigurationError(
+                    f"stored response header {index}'s {part} {text[:60]!r} holds {problem}:"
+                    " PostgreSQL's jsonb cannot store it.",
+                    fix="send header names and values as valid Unicode text without NUL"
+                    " characters.",
+                )
+
+
 @attrs.frozen
 class StoredResponse:
     """The response a key's first request produced, replayed to its duplicates.
@@ -50,7 +68,9 @@ class StoredResponse:
     """
 
     status: int
-    headers: tuple[tuple[str, str], ...] = attrs.field(default=(), converter=_headers)
+    headers: tuple[tuple[str, str], ...] = attrs.field(
+        default=(), converter=_headers, validator=_storable_headers
+    )
     body: bytes = b""
 
     def to_json(self) -> dict[str, Any]:

@@ -243,7 +243,9 @@ def fair_claims_ddl(runs: Table) -> str:
     table = ship_job_runs_table(MetaData(), runs.name, runs.schema, fair_claims=True)
     name = fair_claims_index_name(runs)
     [index] = [index for index in table.indexes if index.name == name]
-    ddl = str(CreateIndex(index).compile(dialect=postgresql.dialect()))  # type: ignore[no-untyped-call]
+    # paramstyle "named": this DDL is for psql; a "format" one would print "a%b" as "a%%b".
+    dialect = postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
+    ddl = str(CreateIndex(index).compile(dialect=dialect))
     return ddl.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
 
 

@@ -23,7 +23,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from ship_sqla._jobs._admin import run_record
 from ship_sqla._jobs._sql import AT, NOW
 from ship_sqla._jobs._sql import workflows as sql
-from ship_sqla._naming import quoted_table
+from ship_sqla._naming import fill, quoted_table, text_name
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._workflows import (
     CHILDREN_RECHECK,
@@ -78,20 +78,21 @@ class WorkflowStatements:
 
     @classmethod
     def for_tables(cls, jobs: JobStatements, steps: Table, events: Table) -> WorkflowStatements:
-        names = {
-            "{runs}": jobs.runs_name,
-            "{steps}": quoted_table(steps),
-            "{events}": quoted_table(events),
+        from ship_sqla._jobs._sql import _RUN_COLUMNS  # noqa: PLC0415 - one column list
+
+        # Every placeholder filled in one pass, the names escaped for text(): a table's name
+        # reaches PostgreSQL exactly as quoted, whatever it holds (issue 25 D3).
+        values = {
+            "{runs}": text_name(jobs.runs_name),
+            "{steps}": text_name(quoted_table(steps)),
+            "{events}": text_name(quoted_table(events)),
+            "{at}": AT,
+            "{now}": NOW,
+            "{cols}": _RUN_COLUMNS,
         }
 
         def r(template: str) -> TextClause:
-            for placeholder, name in names.items():
-                template = template.replace(placeholder, name)
-            from ship_sqla._jobs._sql import _RUN_COLUMNS  # noqa: PLC0415 - one column list
-
-            return text(
-                template.replace("{at}", AT).replace("{now}", NOW).replace("{cols}", _RUN_COLUMNS)
-            )
+            return text(fill(template, values))
 
         return cls(
             load_steps=r(sql.LOAD_STEPS),

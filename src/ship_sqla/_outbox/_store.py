@@ -57,7 +57,7 @@ from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._durations import MAX_LEASE, MAX_RETRY_DELAY, require_duration
 from ship_sqla.kernel._ids import new_uuids
-from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
+from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError, require_key, require_text
 from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
 from ship_sqla.kernel._plans.announce import AnnounceThrottle, due_now
@@ -180,11 +180,11 @@ def _json(value: object, what: str) -> str:
             fix="pass dicts, lists, str, int, float (finite), bool or None; convert datetimes,"
             " UUIDs, decimals and models to JSON-friendly values first.",
         ) from exc
-    if has_escaped_nul(encoded):
+    unstorable = unstorable_json(value, encoded, root=what)
+    if unstorable is not None:
         raise OutboxPayloadError(
-            f"the outbox message {what} contains a NUL character (\\u0000): valid JSON, but"
-            " PostgreSQL's jsonb cannot store it.",
-            fix="strip NUL characters, or base64-encode binary data before enqueueing.",
+            f"the outbox message {what} holds {unstorable}: PostgreSQL's jsonb cannot store it.",
+            fix=unstorable.fix,
         )
     return encoded
 
@@ -388,7 +388,8 @@ class Outbox:
         (``traceparent``, ``tracestate``; K7) unless the intent set ``traceparent`` itself; the
         relay publishes the message under it.
 
-        Every message is checked before any SQL runs: JSON (no NaN, no NUL), at most
+        Every message is checked before any SQL runs: JSON (no NaN; no NUL character or
+        surrogate code point in any string, the refusal naming its path), at most
         ``max_payload_bytes`` of encoded payload plus headers (:class:`OutboxPayloadTooLargeError`),
         a topic without NUL and an ordering key that is a storable key (``InvalidKeyError``), as
         is ``outbox_id``; one refused intent refuses the whole call.

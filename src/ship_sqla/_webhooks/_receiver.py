@@ -60,7 +60,11 @@ from ship_sqla._webhooks._signature import (
     parse_webhook_secret,
     verify_webhook,
 )
-from ship_sqla._webhooks._store import WebhookEventStore, webhook_idempotency_prefix
+from ship_sqla._webhooks._store import (
+    WebhookEventStore,
+    check_webhook_json,
+    webhook_idempotency_prefix,
+)
 from ship_sqla._webhooks._types import WebhookEventInProgressError
 from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
 from ship_sqla.kernel._errors import DatabaseUnavailableError
@@ -274,11 +278,20 @@ class WebhookReceiver:
             return _problem(
                 400, "SHIP_SQLA_WEBHOOK_BODY_NOT_JSON", "the delivery's body is not JSON."
             )
+        recorded = {k: v for k, v in headers.items() if k not in _UNRECORDED_HEADERS}
+        try:
+            # Valid JSON that jsonb cannot store (NaN, a \u0000 or a lone \ud800 escape), or
+            # a header holding a NUL, is the sender's mistake: 400 before any SQL, never a
+            # driver error (issue 25 D6).
+            check_webhook_json(payload, "payload")
+            check_webhook_json(recorded, "headers")
+        except ConfigurationError as exc:
+            return _problem(400, "SHIP_SQLA_WEBHOOK_BODY_UNSTORABLE", exc.message, exc.fix)
         return _Delivery(
             endpoint=endpoint,
             verified=verified,
             payload=payload,
-            headers={k: v for k, v in headers.items() if k not in _UNRECORDED_HEADERS},
+            headers=recorded,
             body=body,
         )
 

@@ -38,6 +38,7 @@ from ship_sqla._webhooks._types import (
     WebhookRecordResult,
 )
 from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
+from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json, unstorable_text
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "WebhookEventStore",
+    "check_webhook_json",
     "create_webhook_event_store",
     "webhook_idempotency_prefix",
 ]
@@ -73,10 +75,34 @@ def _check_name(webhook: str) -> None:
 
 
 def _check_event_id(event_id: str) -> None:
-    if not event_id or len(event_id) > MAX_EVENT_ID_LENGTH:
+    if not event_id or len(event_id) > MAX_EVENT_ID_LENGTH or unstorable_text(event_id) is not None:
         raise ConfigurationError(
-            f"webhook event id {event_id[:60]!r} must be 1 to {MAX_EVENT_ID_LENGTH} characters.",
+            f"webhook event id {event_id[:60]!r} must be 1 to {MAX_EVENT_ID_LENGTH} characters"
+            " of text PostgreSQL can store (no NUL character, no surrogate code point).",
             fix="record the delivery's webhook-id header as the event id.",
+        )
+
+
+def check_webhook_json(value: object, what: str) -> None:
+    """Refuse a webhook event's ``payload`` or ``headers`` that ``jsonb`` cannot store, before
+    any SQL runs: not JSON (an object, NaN: what Python's json reads from ``NaN`` in a body),
+    or holding a NUL character or a surrogate code point in any string (the kernel's one rule,
+    :func:`~ship_sqla.kernel._json_text.unstorable_json`; issue 25 D6). A
+    :class:`~ship_sqla.kernel.ConfigurationError` naming the path, as for the event's other
+    fields, never the driver's error."""
+    try:
+        encoded = encode_compact_json(value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(
+            f"the webhook event {what} is not JSON: {exc}.",
+            fix="record the delivery's parsed JSON body (dicts, lists, str, finite numbers,"
+            " bool, None).",
+        ) from exc
+    unstorable = unstorable_json(value, encoded, root=what)
+    if unstorable is not None:
+        raise ConfigurationError(
+            f"the webhook event {what} holds {unstorable}: PostgreSQL's jsonb cannot store it.",
+            fix=unstorable.fix,
         )
 
 
@@ -156,11 +182,14 @@ class WebhookEventStore:
         Answers ``duplicate=True`` (writing nothing) when the event is already recorded. Raises
         :class:`WebhookEventInProgressError` when another transaction is recording the same event
         and does not commit within ``lock_timeout``; only this call's savepoint is rolled back.
-        ``tenant`` defaults to the unit of work's tenant.
+        ``tenant`` defaults to the unit of work's tenant. A ``payload`` or ``headers`` that
+        ``jsonb`` cannot store is refused before any SQL (:func:`check_webhook_json`).
         """
         _check_name(webhook)
         _check_event_id(event_id)
         check_tenant(tenant, operation="webhook record")
+        check_webhook_json(payload, "payload")
+        check_webhook_json(dict(headers or {}), "headers")
         async with self._connections.joined(scope, "record") as tx:
             tenant = tenant_within(tx.scope, tenant, operation="webhook record")
             params: dict[str, Any] = {

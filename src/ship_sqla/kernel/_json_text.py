@@ -1,13 +1,25 @@
-"""JSON text as ship_sqla stores it in ``jsonb`` columns: one encoder, one NUL rule.
+"""JSON text as ship_sqla stores it in ``jsonb`` columns: one encoder, one storability rule.
 
-Every store that writes caller data into ``jsonb`` (job payloads, outbox messages) can encode it
-here, so "what is storable" is decided once, before any SQL runs:
+Every store that writes caller data into ``jsonb`` (job payloads, outbox messages, workflow
+step results and events, webhook events) encodes or checks it here, so "what is storable" is
+decided once, before any SQL runs:
 
 - compact (``","`` and ``":"``), ASCII only (non-ASCII characters escaped as ``\\uXXXX``), so
   the text's length in characters is its length in bytes: size limits are read off ``len``;
 - no NaN or infinity: not JSON, and ``jsonb`` refuses them;
-- no NUL character: ``\\u0000`` is valid JSON but ``jsonb`` cannot store it (PostgreSQL raises
-  "unsupported Unicode escape sequence"), in keys or strings at any depth.
+- every string, key or value at any depth, must be text PostgreSQL can hold
+  (:func:`unstorable_json`, :func:`unstorable_text`):
+
+  - no NUL character: ``\\u0000`` is valid JSON but ``jsonb`` cannot store it (PostgreSQL
+    raises "unsupported Unicode escape sequence");
+  - no surrogate code point (``"\\ud800"``, issue 25 D6): not valid Unicode, it has no UTF-8
+    encoding; the encoder writes it as the escape ``\\ud800``, which PostgreSQL refuses
+    ("invalid input syntax for type json"), and a pair of them would be stored as another
+    character. Such strings come from bytes decoded with ``errors="surrogateescape"`` (file
+    names, ``sys.argv``) or from JSON text holding a lone ``\\udXXX`` escape.
+
+  A refusal names the path of the bad string (``payload['items'][3]['name']``), so the caller
+  can find it in a large value.
 """
 
 from __future__ import annotations
@@ -17,7 +29,15 @@ import json.encoder
 import re
 from typing import Any, Final
 
-__all__ = ["encode_compact_json", "has_escaped_nul"]
+import attrs
+
+__all__ = [
+    "Unstorable",
+    "encode_compact_json",
+    "has_escaped_nul",
+    "unstorable_json",
+    "unstorable_text",
+]
 
 _STANDARD: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
@@ -88,3 +108,81 @@ def has_escaped_nul(encoded: str) -> bool:
     """Whether JSON text from :func:`encode_compact_json` holds a NUL character anywhere (a key
     or a string, at any depth). A substring test first: the regex runs only on a hit."""
     return "\\u0000" in encoded and _ESCAPED_NUL.search(encoded) is not None
+
+
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+_NUL_FIX: Final = "strip NUL characters, or base64-encode binary data before storing it."
+_SURROGATE_FIX: Final = (
+    "pass valid Unicode text: decode bytes with errors='replace' (not 'surrogateescape'),"
+    " or base64-encode binary data before storing it."
+)
+
+
+@attrs.frozen
+class Unstorable:
+    """Why a string cannot be stored, and where it is: what an error message says."""
+
+    problem: str
+    """What the string holds, e.g. "a NUL character (\\u0000)"."""
+    where: str
+    """Its path: ``payload['a'][0]``, or ``the key 'b' of payload['a']``."""
+    fix: str
+    """How to fix it (the ``fix=`` of the caller's error)."""
+
+    def __str__(self) -> str:
+        return f"{self.problem} at {self.where}"
+
+
+def _unstorable(value: str) -> tuple[str, str] | None:
+    """What ``value`` holds that PostgreSQL cannot store, and the fix; None when storable."""
+    if "\x00" in value:
+        return "a NUL character (\\u0000)", _NUL_FIX
+    if value.isascii():  # a flag in CPython: no scan for the usual text
+        return None
+    found = _SURROGATE.search(value)
+    if found is None:
+        return None
+    code_point = ord(found.group())
+    return (
+        f"a surrogate code point (U+{code_point:04X}, not valid Unicode: no UTF-8)",
+        _SURROGATE_FIX,
+    )
+
+
+def unstorable_text(value: str) -> str | None:
+    """What ``value`` holds that PostgreSQL cannot store in ``text`` or a ``jsonb`` string (a
+    NUL character, a surrogate code point), else None."""
+    found = _unstorable(value)
+    return None if found is None else found[0]
+
+
+def unstorable_json(value: object, encoded: str, *, root: str = "payload") -> Unstorable | None:
+    """The first string of ``value`` (a key or a value, at any depth; depth first, in order)
+    that PostgreSQL's ``jsonb`` cannot store (:func:`unstorable_text`), or None.
+
+    ``encoded`` is ``value``'s text from :func:`encode_compact_json`: the encoder escapes both
+    NUL and every non-BMP or surrogate character, so a text holding neither ``\\u0000`` nor
+    ``\\ud`` is storable as it is and ``value`` is not walked (the usual case: two substring
+    tests). ``root`` names ``value`` in the path."""
+    if "\\u0000" not in encoded and "\\ud" not in encoded:
+        return None
+    # Iterative, so a value as deep as the encoder accepted never exhausts the stack here.
+    stack: list[tuple[object, str]] = [(value, root)]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            found = _unstorable(item)
+            if found is not None:
+                return Unstorable(found[0], path, found[1])
+        elif isinstance(item, dict):
+            children: list[tuple[object, str]] = []
+            for key, child in item.items():
+                found = _unstorable(key) if isinstance(key, str) else None
+                if found is not None:
+                    return Unstorable(found[0], f"the key {key!r} of {path}", found[1])
+                children.append((child, f"{path}[{key!r}]"))
+            stack.extend(reversed(children))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed([(child, f"{path}[{i}]") for i, child in enumerate(item)]))
+    return None

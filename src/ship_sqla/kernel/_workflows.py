@@ -28,7 +28,7 @@ import attrs
 from ship_sqla.kernel._durations import require_duration
 from ship_sqla.kernel._errors import ConfigurationError, ShipError
 from ship_sqla.kernel._jobs import codec_for, is_job_id
-from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
+from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json, unstorable_text
 from ship_sqla.kernel._keys import MAX_KEY_CHARS
 from ship_sqla.kernel._outcomes import TerminalError
 from ship_sqla.kernel._ports import (
@@ -178,9 +178,10 @@ def check_event_name(name: object, what: str = "event name") -> str:
 def check_event_key(key: object) -> str:
     if key is None:
         return ""
-    if not isinstance(key, str) or "\x00" in key or len(key) > _MAX_EVENT_KEY:
+    if not isinstance(key, str) or len(key) > _MAX_EVENT_KEY or unstorable_text(key) is not None:
         raise ConfigurationError(
-            f"event key {key!r} must be None or text of at most 512 characters without NUL.",
+            f"event key {key!r} must be None or text of at most 512 characters without NUL"
+            " characters or surrogate code points.",
             fix="pass the id the event is about, e.g. key=order_id.",
         )
     return key
@@ -400,9 +401,15 @@ def _encode(value: object, what: str) -> str:
             fix="return JSON-able values (dict, list, str, numbers, bool, None), or declare"
             " result= with a type or codec that encodes it.",
         ) from exc
-    if has_escaped_nul(encoded) or len(encoded) > _STEP_RESULT_MAX_BYTES:
+    unstorable = unstorable_json(value, encoded, root="value")
+    if unstorable is not None:
         raise ConfigurationError(
-            f"{what} holds a NUL character or is over 16 MiB of JSON.",
+            f"{what} holds {unstorable}: PostgreSQL's jsonb cannot store it.",
+            fix=unstorable.fix,
+        )
+    if len(encoded) > _STEP_RESULT_MAX_BYTES:
+        raise ConfigurationError(
+            f"{what} is over 16 MiB of JSON.",
             fix="store large data elsewhere and return its reference.",
         )
     return encoded
@@ -448,9 +455,15 @@ class Workflow:
     async def _begin(self, name: str, kind: StepKind) -> tuple[int, StepRecord | None]:
         """Check ``name``, take the next position, and the step stored under it (if any)."""
         given: object = name
-        if not isinstance(given, str) or not name or len(name) > MAX_STEP_NAME or "\x00" in name:
+        if (
+            not isinstance(given, str)
+            or not name
+            or len(name) > MAX_STEP_NAME
+            or unstorable_text(name) is not None
+        ):
             raise ConfigurationError(
-                f"step name {name!r} must be text of 1-{MAX_STEP_NAME} characters without NUL.",
+                f"step name {name!r} must be text of 1-{MAX_STEP_NAME} characters without NUL"
+                " characters or surrogate code points.",
                 fix="name each step after what it does, e.g. 'charge-card'.",
             )
         if name in self._used:

@@ -15,8 +15,10 @@ the index that serves it, by concern:
 The tables' names and schema are the application's choice, so each statement is a template
 rendered ONCE per backend into :class:`JobStatements` (:meth:`JobStatements.for_tables`), which
 the backend lends to its schedules, its admin port and the CLI. After that each is one stable
-SQL text, so SQLAlchemy caches its compiled form and asyncpg its prepared statement. Rules every
-statement follows:
+SQL text, so SQLAlchemy caches its compiled form and asyncpg its prepared statement. A template
+is compacted (:func:`compact`: the library's own text, once per process) BEFORE the names are
+put in (:func:`~ship_sqla._naming.fill`, one pass): a name is never altered, whatever it holds
+(``"jobs--v2"`` is not a comment; issue 25 D3). Rules every statement follows:
 
 - Time is ``coalesce(CAST(:now AS timestamptz), now())`` (``{now}``): ``:now`` is the injected
   clock's time when it is frozen, else NULL and the database's clock rules.
@@ -38,13 +40,14 @@ statement follows:
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Final
 
 import attrs
 from sqlalchemy import TextClause, text
 
 from ship_sqla._jobs._sql import admin, browse, claim, enqueue, schedules, settle
-from ship_sqla._naming import quoted_table
+from ship_sqla._naming import fill, quoted_table, text_name
 
 if TYPE_CHECKING:
     from sqlalchemy import Table
@@ -81,19 +84,24 @@ the settle and the heartbeat run through that cache)."""
 
 
 def _without_comment(line: str) -> str:
-    """``line`` up to a ``--`` comment that is not inside a quoted literal."""
-    # Most lines hold no comment, or no literal before it: only the rest need the scan (it
+    """``line`` up to a ``--`` comment that is not inside a quoted literal or a double-quoted
+    identifier."""
+    # Most lines hold no comment, or no quote before it: only the rest need the scan (it
     # was most of create_job_backend's time).
     start = line.find("--")
     if start < 0:
         return line
-    if "'" not in line[:start]:
-        return line[:start]
-    quoted = False
+    head = line[:start]
+    if "'" not in head and '"' not in head:
+        return head
+    quote = ""
     for index, char in enumerate(line):
-        if char == "'":
-            quoted = not quoted
-        elif not quoted and line.startswith("--", index):
+        if quote:
+            if char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif line.startswith("--", index):
             return line[:index]
     return line
 
@@ -101,24 +109,40 @@ def _without_comment(line: str) -> str:
 def compact(sql: str) -> str:
     """``sql`` as sent: its comments and indentation dropped (they stay in the source, where the
     reader is), one line per line of code. The largest claim is then well under
-    ASYNCPG_CACHEABLE, so asyncpg keeps it prepared and PostgreSQL keeps its plan."""
+    ASYNCPG_CACHEABLE, so asyncpg keeps it prepared and PostgreSQL keeps its plan.
+
+    Only ever given the library's own template text, before any table name is put in (see
+    :func:`render`): a quoted name such as ``"jobs--v2"`` must never pass through it."""
     lines = [code for line in sql.splitlines() if (code := _without_comment(line).strip())]
     return "\n".join(lines) + "\n"
+
+
+_compacted: Final = functools.cache(compact)
+""":func:`compact` of each template once per process: the templates are this package's
+constants (a bounded set), and every backend renders all of them at its construction."""
 
 
 def render(template: str, *, runs: str, state: str = "", now: str = NOW) -> TextClause:
     """``template`` for one pair of tables (``runs``, ``state``: quoted, schema-qualified names,
     from :func:`~ship_sqla._naming.quoted_table`); ``now``: what ``{now}`` says (NOW, or
-    SERVER_NOW for a claim on the database's clock)."""
+    SERVER_NOW for a claim on the database's clock).
+
+    The template is compacted first, then every placeholder is filled in one pass, the names
+    escaped for ``text()`` (:func:`~ship_sqla._naming.text_name`): a name must reach
+    PostgreSQL exactly as quoted, never cut at a ``--``, read as a bind parameter or filled
+    again."""
     if "{state}" in template and not state:  # pragma: no cover - a wiring mistake, said plainly
         raise ValueError("this statement names the state table: pass state=")
     return text(
-        compact(
-            template.replace("{runs}", runs)
-            .replace("{state}", state)
-            .replace("{at}", _at(now))
-            .replace("{now}", now)
-            .replace("{cols}", _RUN_COLUMNS)
+        fill(
+            _compacted(template),
+            {
+                "{runs}": text_name(runs),
+                "{state}": text_name(state),
+                "{at}": _at(now),
+                "{now}": now,
+                "{cols}": _RUN_COLUMNS,
+            },
         )
     )
 

@@ -16,7 +16,7 @@ import attrs
 from sqlalchemy import TextClause, text
 
 from ship_sqla._jobs._sql import NOW
-from ship_sqla._naming import quoted_table
+from ship_sqla._naming import fill, quoted_table, text_name
 
 if TYPE_CHECKING:
     from sqlalchemy import Table
@@ -118,7 +118,9 @@ the sampler's view of the jobs its fleet runs)."""
 
 
 def _render(template: str, workers: str) -> TextClause:
-    return text(template.replace("{workers}", workers).replace("{now}", NOW))
+    """``template`` for the workers table ``workers`` (quoted): filled in one pass, the name
+    escaped for ``text()``, so it reaches PostgreSQL as quoted whatever it holds."""
+    return text(fill(template, {"{workers}": text_name(workers), "{now}": NOW}))
 
 
 @attrs.frozen

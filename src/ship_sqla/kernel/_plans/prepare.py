@@ -10,9 +10,11 @@ run may carry is decided once, and bad input is refused with a typed error befor
   text, no NUL, at most :data:`~ship_sqla.kernel._keys.MAX_KEY_CHARS` characters
   (:class:`~ship_sqla.kernel._keys.InvalidKeyError`);
 - ``run_at``: a timezone-aware datetime (:class:`~ship_sqla.kernel.ConfigurationError`);
-- the payload: valid for the job's codec, then JSON (:class:`InvalidPayloadError`), without
-  NUL characters anywhere (``jsonb`` cannot store them; :class:`InvalidPayloadError`), and at
-  most the job's ``max_payload_bytes`` of encoded JSON (:class:`PayloadTooLargeError`);
+- the payload: valid for the job's codec, then JSON (:class:`InvalidPayloadError`), every
+  string in it, key or value at any depth, text ``jsonb`` can store: no NUL character, no
+  surrogate code point (:func:`~ship_sqla.kernel._json_text.unstorable_json`;
+  :class:`InvalidPayloadError` naming its path), and at most the job's ``max_payload_bytes``
+  of encoded JSON (:class:`PayloadTooLargeError`);
 - the single-runner key (``Concurrency.key``): text without NUL;
 - ``priority``: an int from -10 to 10 (:class:`~ship_sqla.kernel.InvalidPriorityError`), else the
   job's (K6).
@@ -35,7 +37,7 @@ import attrs
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._ids import new_run_ids
 from ship_sqla.kernel._jobs import InvalidPayloadError, PayloadTooLargeError
-from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
+from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json
 from ship_sqla.kernel._keys import require_key, require_text
 from ship_sqla.kernel._priority import require_priority
 
@@ -130,11 +132,12 @@ def prepare_runs(
                 f"job {job.id!r}: the encoded payload is not JSON: {exc}",
                 fix="declare a payload type whose fields are JSON values, or pass a codec.",
             ) from exc
-        if has_escaped_nul(text):
+        unstorable = unstorable_json(encoded, text)
+        if unstorable is not None:
             raise InvalidPayloadError(
-                f"job {job.id!r}: the payload contains a NUL character (\\u0000) in a key or a"
-                " string: valid JSON, but PostgreSQL's jsonb cannot store it.",
-                fix="strip NUL characters, or base64-encode binary data before enqueueing.",
+                f"job {job.id!r}: the encoded payload holds {unstorable}: PostgreSQL's jsonb"
+                " cannot store it.",
+                fix=unstorable.fix,
             )
         if len(text) > limit:
             raise PayloadTooLargeError(
