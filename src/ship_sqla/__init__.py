@@ -180,6 +180,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._operations import CancelResult as CancelResult
     from ship_sqla.kernel._operations import JobOperationRefusedError as JobOperationRefusedError
     from ship_sqla.kernel._operations import JobOperations as JobOperations
+    from ship_sqla.kernel._operations import PauseResult as PauseResult
     from ship_sqla.kernel._operations import create_job_operations as create_job_operations
     from ship_sqla.kernel._outcomes import JobSnoozeLimitError as JobSnoozeLimitError
     from ship_sqla.kernel._outcomes import JobTimeoutError as JobTimeoutError

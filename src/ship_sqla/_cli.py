@@ -114,7 +114,7 @@ if TYPE_CHECKING:
     from ship_sqla._schema_apply import ApplyReport
     from ship_sqla._schema_check import SchemaReport
     from ship_sqla.kernel import Page
-    from ship_sqla.kernel._operations import CancelResult, JobOperations
+    from ship_sqla.kernel._operations import CancelResult, JobOperations, PauseResult
     from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord
     from ship_sqla.kernel._workers import WorkerRecord
     from ship_sqla.kernel._workflows import StepRecord
@@ -1283,37 +1283,53 @@ def jobs_cancel(run_id: str, database_url: URL, as_json: bool, tables: JobTables
         click.echo(format_cancel(result))
 
 
-def _pause_or_resume(
-    job_id: str, database_url: URL, tables: JobTables, *, pause: bool, done: str, unchanged: str
-) -> None:
-    """``jobs pause`` / ``jobs resume`` (K3): one operator call, one line saying what changed."""
-
-    async def call(ops: JobOperations) -> bool:
-        return await (ops.pause(job_id) if pause else ops.resume(job_id))
-
-    changed = _run_jobs_call(
-        database_url, run_operation(database_url, call, tables), tables=tables.names
+def _not_known_note(job_id: str) -> str:
+    """The warning of a pause of a job the database has no trace of (issue 25)."""
+    return (
+        f"warning: job {job_id} is not known to this database yet: no run of it, no schedule,"
+        " no other state. The pause holds its runs from the first one (ahead of its deploy);"
+        f" if the id is a typo, undo it: ship-sqla jobs resume {job_id}"
     )
-    click.echo(done if changed else unchanged)
 
 
 @jobs.command("pause", epilog=OPERATOR_NOTE)
 @click.argument("job_id")
 @database_url_option
 @job_tables_options(with_state_table=True)
-def jobs_pause(job_id: str, database_url: URL, tables: JobTables) -> None:
+@json_option
+def jobs_pause(job_id: str, database_url: URL, as_json: bool, tables: JobTables) -> None:
     """Pause a job (K3): once this returns, no claim that starts in any worker takes its runs;
     running runs finish; enqueues and schedules still add runs, which wait. `jobs resume`
-    undoes it."""
-    _pause_or_resume(
-        job_id,
+    undoes it. A job the database has no trace of yet (no run, schedule or other state) is
+    paused too, ahead of its deploy, with a warning on stderr (a typo looks the same);
+    --json says "known": false."""
+
+    async def call(ops: JobOperations) -> PauseResult:
+        return await ops.pause(job_id)
+
+    result = _run_jobs_call(
         database_url,
-        tables,
-        pause=True,
-        done=f"job {job_id} is paused: no worker claims its runs until"
-        f" `ship-sqla jobs resume {job_id}`.",
-        unchanged=f"job {job_id} was paused already: nothing changed.",
+        run_operation(database_url, call, tables),
+        tables=tables.names,
+        as_json=as_json,
     )
+    if as_json:
+        body = {
+            "job_id": result.job_id,
+            "outcome": result.outcome,
+            "changed": result.changed,
+            "known": result.known,
+        }
+        click.echo(json.dumps(body, indent=2))
+    elif result.changed:
+        click.echo(
+            f"job {job_id} is paused: no worker claims its runs until"
+            f" `ship-sqla jobs resume {job_id}`."
+        )
+    else:
+        click.echo(f"job {job_id} was paused already: nothing changed.")
+    if not result.known:
+        click.echo(_not_known_note(job_id), err=True)
 
 
 @jobs.command("resume", epilog=OPERATOR_NOTE)
@@ -1323,14 +1339,17 @@ def jobs_pause(job_id: str, database_url: URL, tables: JobTables) -> None:
 def jobs_resume(job_id: str, database_url: URL, tables: JobTables) -> None:
     """Resume a paused job (K3): its runs are claimable at once and listening workers are
     woken."""
-    _pause_or_resume(
-        job_id,
-        database_url,
-        tables,
-        pause=False,
-        done=f"job {job_id} is resumed: its runs are claimable again.",
-        unchanged=f"job {job_id} was not paused: nothing changed.",
+
+    async def call(ops: JobOperations) -> bool:
+        return await ops.resume(job_id)
+
+    resumed = _run_jobs_call(
+        database_url, run_operation(database_url, call, tables), tables=tables.names
     )
+    if resumed:
+        click.echo(f"job {job_id} is resumed: its runs are claimable again.")
+    else:
+        click.echo(f"job {job_id} was not paused: nothing changed.")
 
 
 @jobs.command("paused", epilog=OPERATOR_NOTE)

@@ -11,6 +11,7 @@ changes when that table is missing (``--no-audit`` to act unaudited).
 from __future__ import annotations
 
 import json
+import socket
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -188,7 +189,13 @@ _bulk_command(
 @database_url_option
 @job_tables_options(with_state_table=True, with_workers_table=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(1, 65535), default=8080, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Port to listen on (0: any free port; the line printed names it).",
+)
 @click.option("--read-only", is_flag=True, help="Grant ship.jobs:read only: no action buttons.")
 @_audit_options
 def dashboard(
@@ -203,7 +210,8 @@ def dashboard(
 ) -> None:
     """Serve the dashboard on HOST:PORT until Ctrl-C. Whoever reaches the address may do what
     the operator at this shell may (or only read, with --read-only): keep it on 127.0.0.1, or
-    mount create_dashboard(...) in an application with its own authentication."""
+    mount create_dashboard(...) in an application with its own authentication. The address
+    line is printed once the port is listening: a client may connect as soon as it reads it."""
     try:
         import uvicorn  # noqa: PLC0415 - an optional dependency, only for this command
 
@@ -231,5 +239,26 @@ def dashboard(
     app: Any = create_dashboard(
         backend, authorizer=authorizer, actor=lambda _request: cli_actor(), audit=audit
     )
-    click.echo(f"ship-sqla dashboard on http://{host}:{port}/ (Ctrl-C to stop)")
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    listening = _listen(host, port)
+    bound = listening.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"ship-sqla dashboard on http://{shown}:{bound}/ (Ctrl-C to stop)")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server.run(sockets=[listening])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port`` (0: any free port): connections queue from now
+    on, before uvicorn serves them, so the address line is printed only once it is true."""
+    listening = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind((host, port))
+        listening.listen(socket.SOMAXCONN)
+    except OSError as exc:
+        listening.close()
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}. Pick another --port (0:"
+            " any free port) or --host."
+        ) from exc
+    return listening

@@ -20,8 +20,10 @@ from ship_sqla.kernel import (
     ConfigurationError,
     EnqueueRequest,
     Fail,
+    InMemoryAuditLog,
     JobOperationRefusedError,
     PausedJob,
+    PauseResult,
     PermissionDeniedError,
     Release,
     RetryPolicy,
@@ -282,10 +284,12 @@ async def test_k3_a_paused_job_is_never_claimed_its_runs_still_enqueue_resume_fr
     paused_job, other_job = job_named("k3.paused"), job_named("k3.other")
     first = await backend.enqueue(paused_job, {"n": 1})
     await backend.enqueue(other_job, {"n": 1})
-    assert await ops.pause(paused_job.id) is True
+    assert await ops.pause(paused_job.id) == PauseResult(paused_job.id, "paused", known=True)
     paused_at = clock.now()
     clock.advance(1)
-    assert await ops.pause(paused_job.id) is False
+    again = await ops.pause(paused_job.id)
+    assert again == PauseResult(paused_job.id, "already-paused", known=True)
+    assert not again.changed
     assert await ops.paused() == [PausedJob(paused_job.id, paused_at)]
     later = await backend.enqueue(paused_job, {"n": 2})
     assert later.accepted
@@ -296,6 +300,57 @@ async def test_k3_a_paused_job_is_never_claimed_its_runs_still_enqueue_resume_fr
     assert await ops.paused() == []
     claimed = await backend.claim(claim_request(paused_job, worker="w", limit=5))
     assert sorted(run.run_id for run in claimed) == sorted([first.run_id, later.run_id])
+
+
+async def test_k3_s1_pause_says_whether_the_database_knows_the_job_issue_25(
+    clock, job_backend_factory
+):
+    """K3, S1, issue 25 (D7: ``pause("no.such.job")`` answered a bare True): pausing a job the
+    database has no trace of is allowed, on purpose (ahead of its deploy, its runs are held
+    from the first one), and the answer says plainly it is not known (``known=False``; the
+    audit entry too). A job with a run in any state, a schedule, or a pause already is known;
+    once paused, the unknown job is known too (its pause), and its first run waits."""
+    backend = job_backend_factory(clock)
+    audit = InMemoryAuditLog(clock)
+    ops = create_job_operations(backend, authorizer=allow, audit=audit, actor="op")
+
+    assert await backend.admin.job_known("no.such.job") is False
+    ahead = await ops.pause("no.such.job")
+    assert ahead == PauseResult("no.such.job", "paused", known=False)
+    assert ahead.changed
+    assert await backend.admin.job_known("no.such.job") is True  # its pause
+    assert await ops.pause("no.such.job") == PauseResult(
+        "no.such.job", "already-paused", known=True
+    )
+    assert [(e.operation, e.target, e.count, e.details) for e in audit.entries] == [
+        ("jobs.pause", "no.such.job", 1, {"known": False}),
+        ("jobs.pause", "no.such.job", 0, {"known": True}),
+    ]
+    late = job_named("no.such.job")  # deployed after the pause: its runs wait
+    first = await backend.enqueue(late, {})
+    assert await backend.claim(claim_request(late, worker="w")) == []
+    assert await ops.resume("no.such.job") is True
+    assert [run.run_id for run in await backend.claim(claim_request(late, worker="w"))] == [
+        first.run_id
+    ]
+
+    finished = job_named("k3.known.finished")  # known by a run in a terminal state
+    done = await backend.enqueue(finished, {})
+    assert done.run_id is not None
+    await ops.cancel(done.run_id)
+    waiting = job_named("k3.known.waiting")
+    await backend.enqueue(waiting, {})
+    running = job_named("k3.known.running")
+    await backend.enqueue(running, {})
+    assert len(await backend.claim(claim_request(running, worker="w"))) == 1
+    scheduled = define_job(
+        "k3.known.scheduled", noop, payload=dict, schedule=Schedule(interval=timedelta(hours=1))
+    )
+    await backend.install_schedules([scheduled])
+    for job_id in (finished.id, waiting.id, running.id, scheduled.id):
+        assert await backend.admin.job_known(job_id) is True, job_id
+        assert await ops.pause(job_id) == PauseResult(job_id, "paused", known=True), job_id
+    assert await backend.admin.job_known("k3.never.seen") is False
 
 
 async def test_k3_schedules_keep_adding_runs_while_their_job_is_paused(clock, job_backend_factory):

@@ -119,6 +119,42 @@ async def test_k3_jobs_pause_resume_paused_from_the_shell(
     assert "is not a job id" in err
 
 
+async def test_k3_s1_jobs_pause_says_when_the_database_does_not_know_the_job_issue_25(
+    backend: PostgresJobBackend, ship_engine_url: str, tmp_path: Path
+) -> None:
+    """K3, S1, issue 25 (D7): `jobs pause` of a job id the database has no trace of pauses it
+    (ahead of its deploy) but warns on stderr that the job is not known and how to undo a
+    typo; `--json` says ``"known": false``. A job with a run is known: no warning."""
+    url = ("--database-url", ship_engine_url)
+    code, out, err = await ship_sqla("jobs", "pause", "no.such.job", *url, cwd=tmp_path)
+    assert code == 0, err
+    assert "job no.such.job is paused" in out
+    assert "not known to this database yet" in err
+    assert "ship-sqla jobs resume no.such.job" in err
+    code, out, err = await ship_sqla("jobs", "resume", "no.such.job", *url, cwd=tmp_path)
+    assert (code, err) == (0, ""), err
+
+    code, out, err = await ship_sqla("jobs", "pause", "no.such.job", *url, "--json", cwd=tmp_path)
+    assert code == 0
+    assert json.loads(out) == {
+        "job_id": "no.such.job",
+        "outcome": "paused",
+        "changed": True,
+        "known": False,
+    }
+    assert "not known" in err
+
+    await backend.enqueue(JOB, {})
+    code, out, err = await ship_sqla("jobs", "pause", JOB.id, *url, "--json", cwd=tmp_path)
+    assert (code, err) == (0, ""), err
+    assert json.loads(out) == {
+        "job_id": JOB.id,
+        "outcome": "paused",
+        "changed": True,
+        "known": True,
+    }
+
+
 def test_the_control_commands_are_in_the_help(tmp_path: Path) -> None:
     """K2, K3: `jobs --help` lists cancel, pause, resume and paused."""
     jobs = subprocess.run(

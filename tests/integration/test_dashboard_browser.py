@@ -1,7 +1,9 @@
 """The dashboard in headless Chromium (issue 15; S1, S2), served by uvicorn on a free port over
 a private PostgreSQL database with real runs: pages render with the data, filters and paging
 work, a bulk retry from the browser changes the database (and is audited), a read-only user
-sees no action button, and a forged POST is refused.
+sees no action button, and a forged POST is refused. Issue 25: all of it under the dashboard's
+Content-Security-Policy, with no violation in the browser's console; the stylesheet applies
+and the live-update poll refreshes the page.
 
 Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs them); skipped
 without them, unless ``SHIP_SQLA_REQUIRE_BROWSER`` is set (CI): then it fails. Screenshots of
@@ -10,16 +12,13 @@ the main pages are saved under ``artifacts/dashboard/`` (copies live in ``docs/i
 
 from __future__ import annotations
 
-import asyncio
 import os
-import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_support import MAIL, REPORT, actor, authorizer, dead_runs
+from dashboard_support import MAIL, REPORT, SECURITY_HEADERS, actor, authorizer, dead_runs, served
 from job_helpers import claim_request
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -61,6 +60,7 @@ def _browser_or_skip() -> Any:
         pytest.skip(reason)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # CSP reports: console
     for argument in (
         "--headless=new",
         "--no-sandbox",
@@ -70,12 +70,6 @@ def _browser_or_skip() -> Any:
     ):
         options.add_argument(argument)
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _tables() -> tuple[MetaData, Any, Any, Any, Any]:
@@ -119,57 +113,39 @@ async def seeded(ship_engine):
     return backend
 
 
-@pytest.fixture
-def server(seeded, ship_engine_url) -> Iterator[str]:
-    """uvicorn serving the dashboard, mounted at /ops, in a thread with its own event loop."""
-    import uvicorn  # noqa: PLC0415 - the dashboard extra
-    from starlette.applications import Starlette  # noqa: PLC0415
+def _serve(ship_engine_url: str, refresh_seconds: float) -> Any:
+    """uvicorn serving the dashboard, mounted at /ops (``dashboard_support.served``)."""
+    from starlette.applications import Starlette  # noqa: PLC0415 - the dashboard extra
     from starlette.routing import Mount  # noqa: PLC0415
 
-    port = _free_port()
-    holder: dict[str, Any] = {}
-
-    def serve() -> None:
-        _, runs, state, workers, audit_table = _tables()
-        engine = create_async_engine(ship_engine_url)
-        backend = create_job_backend(
-            database=engine, table=runs, state_table=state, workers_table=workers
-        )
-        dashboard = create_dashboard(
-            backend,
-            authorizer=authorizer,
-            actor=actor,
-            audit=create_audit_log(database=engine, table=audit_table),
-            definitions=[MAIL, REPORT, NIGHTLY],
-            refresh_seconds=0,
-        )
-        config = uvicorn.Config(
-            Starlette(routes=[Mount("/ops", app=dashboard)]),
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            lifespan="off",
-        )
-        holder["server"] = uvicorn.Server(config)
-        asyncio.run(_serve_then_dispose(holder["server"], engine))
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    for _ in range(200):
-        if "server" in holder and holder["server"].started:
-            break
-        threading.Event().wait(0.05)  # polling a thread's flag: no event to wait on
-    assert holder["server"].started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}/ops"
-    holder["server"].should_exit = True
-    thread.join(timeout=10)
+    _, runs, state, workers, audit_table = _tables()
+    engine = create_async_engine(ship_engine_url)
+    backend = create_job_backend(
+        database=engine, table=runs, state_table=state, workers_table=workers
+    )
+    dashboard = create_dashboard(
+        backend,
+        authorizer=authorizer,
+        actor=actor,
+        audit=create_audit_log(database=engine, table=audit_table),
+        definitions=[MAIL, REPORT, NIGHTLY],
+        refresh_seconds=refresh_seconds,
+    )
+    return served(Starlette(routes=[Mount("/ops", app=dashboard)]), dispose=engine.dispose)
 
 
-async def _serve_then_dispose(server: Any, engine: Any) -> None:
-    try:
-        await server.serve()
-    finally:
-        await engine.dispose()
+@pytest.fixture
+def server(seeded, ship_engine_url) -> Iterator[str]:
+    """The dashboard at /ops, without the live-update poll."""
+    with _serve(ship_engine_url, refresh_seconds=0) as base:
+        yield base + "/ops"
+
+
+@pytest.fixture
+def polling_server(seeded, ship_engine_url) -> Iterator[str]:
+    """The dashboard at /ops, its overview and workers pages polling every 200 ms."""
+    with _serve(ship_engine_url, refresh_seconds=0.2) as base:
+        yield base + "/ops"
 
 
 @pytest.fixture
@@ -186,6 +162,16 @@ def _wait(browser: Any, condition: Any) -> None:
     from selenium.webdriver.support.ui import WebDriverWait  # noqa: PLC0415
 
     WebDriverWait(browser, 10).until(condition)
+
+
+def _csp_violations(browser: Any) -> list[str]:
+    """The Content-Security-Policy violations Chromium reported to the console since the last
+    call (each read of the log drains it)."""
+    return [
+        entry["message"]
+        for entry in browser.get_log("browser")
+        if "Content Security Policy" in entry["message"]
+    ]
 
 
 def _as(browser: Any, base: str, user: str) -> None:
@@ -278,6 +264,7 @@ async def test_s2_pages_render_filters_page_and_a_bulk_retry_changes_the_databas
     assert "jobs.retry_dead_matching" in audit
     assert "jobs.retry_many" in audit
     assert "admin" in audit
+    assert _csp_violations(browser) == []  # issue 25: every page and action under the CSP
 
 
 async def test_s2_a_read_only_user_sees_no_action_buttons(server, browser, ship_engine):
@@ -301,6 +288,7 @@ async def test_s2_a_read_only_user_sees_no_action_buttons(server, browser, ship_
     browser.get(server + "/schedules")
     assert "dash.nightly" in browser.page_source
     _shot(browser, "schedules-read-only")
+    assert _csp_violations(browser) == []
 
 
 async def test_s2_a_forged_post_from_the_browser_is_refused(server, browser, ship_engine):
@@ -328,3 +316,51 @@ async def test_s2_a_forged_post_from_the_browser_is_refused(server, browser, shi
         _wait(browser, lambda d: "CSRF" in d.page_source)
         assert "CSRF" in browser.find_element(By.TAG_NAME, "body").text
     assert await _states(ship_engine, [run_id]) == ["dead"]
+
+
+async def test_s2_pages_work_under_the_content_security_policy_issue_25(
+    polling_server, browser, ship_engine
+):
+    """S2, issue 25: under the dashboard's Content-Security-Policy (no inline style or script
+    allowed) the stylesheet applies, the live-update poll (a static script) refreshes the
+    overview when a worker registers, a pause posts and redirects back, and the console reports
+    no violation; content the policy forbids (an image from another origin) is refused and
+    reported, so the check above would have seen a violation."""
+    import httpx  # noqa: PLC0415 - the headers of the page the browser gets
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    async with httpx.AsyncClient() as client:
+        answer = await client.get(polling_server + "/", headers={"x-user": "admin"})
+    for name, value in SECURITY_HEADERS.items():
+        assert answer.headers[name] == value, name
+    _as(browser, polling_server, "admin")
+    browser.get(polling_server + "/")
+    header = browser.find_element(By.TAG_NAME, "header")
+    assert header.value_of_css_property("background-color") == "rgba(38, 50, 56, 1)"
+    assert browser.find_element(By.ID, "workers-alive").text.startswith("1 alive")
+    async with ship_engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_workers (id, host, pid, started_at, last_seen_at, job_ids,"
+                " in_flight, draining) VALUES ('worker-2', 'app-2', 4343, now(), now(),"
+                " ARRAY['dash.mail'], 0, false)"
+            )
+        )
+    _wait(browser, lambda d: d.find_element(By.ID, "workers-alive").text.startswith("2 alive"))
+
+    pause = browser.find_element(By.CSS_SELECTOR, 'form[action="/ops/jobs/dash.mail/pause"]')
+    pause.find_element(By.TAG_NAME, "button").click()
+    _wait(browser, lambda d: "done=" in d.current_url)
+    assert "Pause dash.mail: done." in browser.find_element(By.ID, "flash").text
+    async with ship_engine.connect() as connection:
+        paused = await connection.execute(
+            text("SELECT job_id FROM ship_job_state WHERE job_id = 'dash.mail#paused'")
+        )
+        assert paused.scalars().all() == ["dash.mail#paused"]
+    assert _csp_violations(browser) == []
+
+    browser.execute_script(
+        "const i = document.createElement('img'); i.src = 'https://example.invalid/x.png';"
+        " document.body.appendChild(i);"
+    )
+    _wait(browser, lambda d: any("img-src" in m for m in _csp_violations(d)))

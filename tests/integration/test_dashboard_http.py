@@ -4,11 +4,20 @@ checked), the audit log of its actions (S1), mounting under a prefix, bulk actio
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
 import pytest
-from dashboard_support import MAIL, REPORT, actor, authorizer, csrf_of, dead_runs
+from dashboard_support import (
+    MAIL,
+    REPORT,
+    actor,
+    authorizer,
+    csrf_of,
+    dead_runs,
+    missing_security_headers,
+)
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -296,3 +305,85 @@ async def test_s1_s2_outbox_page_counts_and_redrive_is_audited(ship_connection, 
     assert "pending 3 · claimed 0 · dead 0" in after.text
     [entry] = audit.entries
     assert (entry.actor, entry.operation, entry.count) == ("admin", "outbox.retry", 2)
+
+
+async def test_s2_every_kind_of_response_carries_the_security_headers_issue_25(client, backend):
+    """S2, issue 25 (D7's "no CSP or X-Content-Type-Options"): pages, a polling page's
+    fragment, problem pages (400, 403), a refused form (403), a redirect (303), both static
+    assets, Starlette's 404 and 405 carry Content-Security-Policy, X-Content-Type-Options,
+    Referrer-Policy, X-Frame-Options and Cache-Control; the assets have their exact types (nosniff
+    refuses any other)."""
+    [run_id] = await dead_runs(backend, MAIL, 1)
+    admin = {"x-user": "admin"}
+    page = await client.get("/ops/dead", headers=admin)
+    token = csrf_of(page.text)
+    answers = {
+        "page": (page, 200),
+        "fragment": (await client.get("/ops/", headers={**admin, "x-ship-fragment": "1"}), 200),
+        "bad parameter": (await client.get("/ops/dead?tenant=%00", headers=admin), 400),
+        "refused page": (await client.get("/ops/dead", headers={"x-user": "nobody"}), 403),
+        "refused form": (await client.post(f"/ops/runs/{run_id}/retry", headers=admin), 403),
+        "redirect": (
+            await client.post(
+                f"/ops/runs/{run_id}/retry",
+                data={"csrf_token": token, "next": "/ops/dead"},
+                headers=admin,
+            ),
+            303,
+        ),
+        "stylesheet": (await client.get("/ops/static/dashboard.css"), 200),
+        "script": (await client.get("/ops/static/poll.js"), 200),
+        "unknown asset": (await client.get("/ops/static/evil.js"), 404),
+        "unknown page": (await client.get("/ops/no-such-page", headers=admin), 404),
+        "wrong method": (await client.get("/ops/dead/bulk", headers=admin), 405),
+    }
+    for kind, (answer, status) in answers.items():
+        assert answer.status_code == status, (kind, answer.text[:200])
+        assert missing_security_headers(answer.headers) == {}, kind
+    assert answers["stylesheet"][0].headers["content-type"] == "text/css; charset=utf-8"
+    assert answers["script"][0].headers["content-type"] == "text/javascript; charset=utf-8"
+    assert "data-poll-ms" in answers["script"][0].text
+
+
+async def test_s2_an_unexpected_500_carries_the_security_headers_too_issue_25(ship_clock):
+    """S2, issue 25: the headers are set outside Starlette's error handling, so even the 500 of
+    a failing authorizer (a bug of the application's) carries them."""
+
+    def failing(request: Any, permission: str, operation: str) -> bool:
+        raise RuntimeError("the application's authorizer failed")
+
+    dashboard = create_dashboard(InMemoryJobBackend(clock=ship_clock), authorizer=failing)
+    transport = httpx.ASGITransport(app=dashboard, raise_app_exceptions=False)
+    client = httpx.AsyncClient(transport=transport, base_url="http://app")
+    answer = await client.get("/dead")
+    assert answer.status_code == 500
+    assert missing_security_headers(answer.headers) == {}
+
+
+async def test_s2_no_page_has_inline_style_or_script_so_the_csp_needs_no_unsafe_inline(
+    client, backend
+):
+    """S2, issue 25: no page (the polling overview and workers pages included) holds a
+    ``<style>`` element, a ``style=`` attribute, an inline ``<script>`` or an event handler
+    attribute: the stylesheet and the poll load from the dashboard's own static assets, which
+    the Content-Security-Policy allows as ``'self'``."""
+    [run_id] = await dead_runs(backend, MAIL, 1)
+    for path in (
+        "/ops/",
+        "/ops/runs?state=dead",
+        f"/ops/runs/{run_id}",
+        "/ops/dead",
+        "/ops/schedules",
+        "/ops/workers",
+        "/ops/audit",
+        "/ops/dead?tenant=%00",
+    ):
+        html = (await client.get(path, headers={"x-user": "admin"})).text
+        assert '<link rel="stylesheet" href="/ops/static/dashboard.css">' in html, path
+        assert "<style" not in html, path
+        assert not re.search(r"\sstyle=", html), path
+        assert not re.search(r"\son[a-z]+=", html), path
+        assert all(' src="/ops/static/' in tag for tag in re.findall(r"<script[^>]*>", html)), path
+    overview = (await client.get("/ops/", headers={"x-user": "admin"})).text
+    assert '<main data-poll-ms="10000">' in overview
+    assert '<script src="/ops/static/poll.js" defer></script>' in overview

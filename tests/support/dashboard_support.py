@@ -1,18 +1,30 @@
-"""Shared by the dashboard's tests: jobs, users, dead runs, and reading a page's CSRF token.
+"""Shared by the dashboard's tests: jobs, users, dead runs, reading a page's CSRF token, the
+headers every response must carry, and the dashboard served over real HTTP (uvicorn on a socket
+that listens before the test goes on: no wait for the server to start).
 
 ``tests/support`` is on pytest's ``pythonpath`` (pyproject.toml): import this module by its name.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import http.client
 import re
+import socket
+import threading
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
+import attrs
 from job_helpers import claim_request
 
 from ship_sqla.kernel import Fail
 from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable, Iterator, Sequence
 
 
 async def _noop(payload: dict[str, Any]) -> None:
@@ -75,3 +87,103 @@ def csrf_of(html: str) -> str:
 
 
 HOUR = timedelta(hours=1)
+
+
+SECURITY_HEADERS = {
+    "content-security-policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
+        " connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "same-origin",
+    "x-frame-options": "DENY",
+    "cache-control": "no-store",
+}
+"""What every dashboard response carries (issue 25; docs/dashboard.md, "Security headers")."""
+
+
+def missing_security_headers(headers: Any) -> dict[str, str | None]:
+    """The headers of :data:`SECURITY_HEADERS` that ``headers`` (any mapping with ``get``)
+    lacks or holds with another value: name -> the value found. Empty: all present."""
+    return {
+        name: headers.get(name)
+        for name, wanted in SECURITY_HEADERS.items()
+        if headers.get(name) != wanted
+    }
+
+
+@contextlib.contextmanager
+def served(app: Any, *, dispose: Callable[[], Awaitable[None]] | None = None) -> Iterator[str]:
+    """uvicorn serving ``app`` in a thread with its own event loop; yields the base URL.
+
+    The socket listens before this yields, so a request made at once is queued by the kernel
+    until uvicorn serves it: nothing waits for the server to start. ``dispose`` (e.g. an
+    engine's) runs on the server's loop after it stopped."""
+    import uvicorn  # noqa: PLC0415 - the dashboard extra
+
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    port = listening.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+
+    async def serve() -> None:
+        try:
+            await server.serve(sockets=[listening])
+        finally:
+            if dispose is not None:
+                await dispose()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+        listening.close()
+        assert not thread.is_alive(), "uvicorn did not stop"
+
+
+@attrs.frozen
+class Answer:
+    """One HTTP response: status, headers (lower-case names), body as text."""
+
+    status: int
+    headers: dict[str, str]
+    text: str
+
+
+def exchange(
+    base: str,
+    requests: Sequence[tuple[str, str, dict[str, str], str | None]],
+) -> list[Answer]:
+    """Send ``requests`` (method, path with its query already percent-encoded, headers, form
+    body) one after another over ONE HTTP/1.1 keep-alive connection to ``base``; fails as soon
+    as the server closes or resets it (every answer, a 400 included, must keep it open).
+    Blocking: call it through ``anyio.to_thread.run_sync``."""
+    where = urlsplit(base)
+    assert where.hostname is not None
+    connection = http.client.HTTPConnection(where.hostname, where.port, timeout=30)
+    answers = []
+    try:
+        connection.connect()
+        kept = connection.sock
+        for method, path, headers, body in requests:
+            form = {"content-type": "application/x-www-form-urlencoded"} if body else {}
+            connection.request(method, where.path + path, body=body, headers={**headers, **form})
+            response = connection.getresponse()
+            content = response.read().decode("utf-8", "replace")
+            answers.append(
+                Answer(
+                    response.status,
+                    {name.lower(): value for name, value in response.getheaders()},
+                    content,
+                )
+            )
+            assert connection.sock is kept, (
+                f"the server closed the connection after {method} {path} ({response.status})"
+            )
+    finally:
+        connection.close()
+    return answers

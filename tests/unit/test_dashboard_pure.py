@@ -1,12 +1,22 @@
-"""The dashboard's pure parts: CSRF tokens (S2) and the throughput chart."""
+"""The dashboard's pure parts: CSRF tokens (S2), the one reader of a page's parameters (S2,
+issue 25) and the throughput chart."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from ship_sqla._dashboard._csrf import form_token, new_session_id, token_matches
+from ship_sqla._dashboard._filters import BadParameter, Filters, read_filters
 from ship_sqla._dashboard._svg import throughput_chart
-from ship_sqla.kernel import ThroughputBucket
+from ship_sqla.kernel import (
+    ConfigurationError,
+    InvalidCursorError,
+    InvalidKeyError,
+    TenantViolationError,
+    ThroughputBucket,
+)
 
 SECRET = b"s" * 32
 
@@ -39,3 +49,76 @@ def test_throughput_chart_draws_one_bar_pair_per_bucket_and_escapes_its_titles()
     assert "capped: at least" in svg
     assert "3 completed, 1 dead" in svg
     assert throughput_chart([], bucket_seconds=300).endswith("</svg>")
+
+
+RUNS = ("state", "job", "tenant", "since", "until", "cursor")
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter", "error"),
+    [
+        ({"tenant": "\x00"}, "tenant", TenantViolationError),
+        ({"tenant": "a\x1bb"}, "tenant", TenantViolationError),
+        ({"tenant": "\x85"}, "tenant", TenantViolationError),
+        ({"tenant": "\ud800"}, "tenant", TenantViolationError),
+        ({"tenant": " "}, "tenant", TenantViolationError),
+        ({"tenant": "t" * 256}, "tenant", TenantViolationError),
+        ({"job": "a b"}, "job", ConfigurationError),
+        ({"job": "\x00"}, "job", ConfigurationError),
+        ({"state": "bogus"}, "state", ConfigurationError),
+        ({"since": "yesterday"}, "since", ConfigurationError),
+        ({"until": "2026-01-01T00:00\x00"}, "until", ConfigurationError),
+        ({"state": "waiting", "since": "2026-01-01T00:00"}, "since", ConfigurationError),
+        ({"state": "running", "until": "2026-01-01T00:00"}, "until", ConfigurationError),
+        ({"cursor": "\x00"}, "cursor", InvalidCursorError),
+        ({"cursor": "é"}, "cursor", InvalidCursorError),
+        ({"cursor": "c" * 4097}, "cursor", InvalidCursorError),
+    ],
+)
+def test_s2_a_bad_parameter_is_refused_naming_it_with_the_librarys_typed_error(
+    query, parameter, error
+):
+    """S2, issue 25 (D5): each parameter of the runs page goes through the library's own check
+    for its kind of value; the first refused one raises BadParameter naming it and carrying the
+    typed error (its stable code and its fix)."""
+    with pytest.raises(BadParameter) as refused:
+        read_filters(query, {}, RUNS)
+    assert refused.value.parameter == parameter
+    assert isinstance(refused.value.error, error)
+    assert str(refused.value.error).startswith("SHIP_SQLA_")
+    assert refused.value.error.fix
+
+
+def test_s2_good_parameters_are_read_and_unread_ones_ignored():
+    """S2, issue 25: absent or empty parameters are no filter; a date without an offset is UTC;
+    a page ignores what it does not read; the audit position and the run id are checked the same
+    way."""
+    query = {
+        "state": "dead",
+        "job": "dash.mail",
+        "tenant": "acme",
+        "since": "2026-01-02T03:04",
+        "until": "",
+        "cursor": "abc",
+        "before": "\x00",  # not read by the runs page
+    }
+    read = read_filters(query, {}, RUNS)
+    assert (read.state, read.job, read.tenant, read.cursor, read.until) == (
+        "dead",
+        "dash.mail",
+        "acme",
+        "abc",
+        None,
+    )
+    assert read.since == datetime(2026, 1, 2, 3, 4, tzinfo=UTC)
+    assert read_filters({}, {}, RUNS) == Filters()
+    assert read_filters({"before": "42"}, {}, ("before",)).before == 42
+    for before in ("abc", "\u00b2", "0", "-1", str(2**63)):
+        with pytest.raises(BadParameter) as refused:
+            read_filters({"before": before}, {}, ("before",))
+        assert refused.value.parameter == "before"
+    assert read_filters({}, {"run_id": "r/1"}, ("run_id",)).run_id == "r/1"
+    for run_id in ("\x00", "", "r" * 256):
+        with pytest.raises(BadParameter) as refused:
+            read_filters({}, {"run_id": run_id}, ("run_id",))
+        assert (refused.value.parameter, type(refused.value.error)) == ("run_id", InvalidKeyError)

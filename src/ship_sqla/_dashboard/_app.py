@@ -7,6 +7,13 @@ request to the request's actor and to ``authorizer(request, permission, operatio
 action to the audit log. A read-only user gets pages without a single action form, and a POST
 they forge anyway is refused by the surface. Every POST must carry the CSRF token of its
 session cookie (:mod:`._csrf`) or is refused with 403 before anything runs.
+
+A page's parameters (filters, cursor, run id) are read and checked in one place,
+:func:`._filters.read_filters`, before the page asks anything; a refused one is a 400 problem
+page naming it (issue 25, D5). Every response carries the security headers of
+:mod:`._security` (Content-Security-Policy, nosniff, Referrer-Policy, X-Frame-Options,
+no-store); the stylesheet and the poll are static assets (:mod:`._static`), so no page needs
+inline style or script.
 """
 
 from __future__ import annotations
@@ -19,10 +26,18 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 from urllib.parse import parse_qs, quote, urlencode
 
 from starlette.applications import Starlette
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ship_sqla._dashboard import _csrf
+from ship_sqla._dashboard._filters import (
+    INPUT_ERRORS,
+    RUN_STATES,
+    BadParameter,
+    Filters,
+    Parameter,
+    read_filters,
+)
 from ship_sqla._dashboard._html import (
     Html,
     ago,
@@ -35,15 +50,17 @@ from ship_sqla._dashboard._html import (
     table,
     text,
 )
+from ship_sqla._dashboard._security import SecurityHeaders
+from ship_sqla._dashboard._static import ASSETS
 from ship_sqla._dashboard._svg import throughput_chart
 from ship_sqla.kernel._browse import run_order
 from ship_sqla.kernel._errors import (
-    BoundExceededError,
     ConfigurationError,
     InvalidCursorError,
     PermissionDeniedError,
     ShipError,
 )
+from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._operations import (
     JobOperations,
     create_job_operations,
@@ -55,6 +72,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Mapping
 
     from starlette.requests import Request
+    from starlette.types import ASGIApp
 
     from ship_sqla._outbox._operations import OutboxOperations
     from ship_sqla.kernel._audit import AuditSink
@@ -77,7 +95,9 @@ THROUGHPUT_BUCKET: Final = 300
 THROUGHPUT_BUCKETS: Final = 24
 THROUGHPUT_CAP: Final = 500
 """Finished runs counted per job and bucket (the chart marks a bucket that reached it)."""
-_RUN_STATES: Final = ("waiting", "running", "completed", "dead", "discarded", "cancelled")
+
+PageBody: TypeAlias = "Callable[[JobOperations, bool, Filters], Awaitable[Html]]"
+"""A page's content: ``body(ops, can_manage, filters)`` (the filters it named, checked)."""
 
 
 def _default_actor(request: Request) -> str:
@@ -154,19 +174,30 @@ class _Dashboard:
         request: Request,
         current: str,
         title: str,
-        body: Callable[[JobOperations, bool], Awaitable[Html]],
+        body: PageBody,
         *,
         poll: bool = False,
+        reads: tuple[Parameter, ...] = (),
     ) -> Response:
+        """The page ``current`` (a path under the dashboard): its parameters ``reads`` checked
+        first (:func:`read_filters`), then ``body``. A refused parameter (or a cursor the
+        operator surface refuses) is a 400 problem page naming it; another typed input error of
+        the library a 400 saying why; a refused permission a 403."""
         ops = self.ops(request)
+        can_manage = False
         try:
             can_manage = await ops.can_manage()
-            content = await body(ops, can_manage)
+            filters = read_filters(request.query_params, request.path_params, reads)
+            content = await body(ops, can_manage, filters)
             status = 200
         except PermissionDeniedError as exc:
             content, status, can_manage = f'<p class="error">{text(exc)}</p>', 403, False
-        except (ConfigurationError, BoundExceededError, InvalidCursorError) as exc:
-            content, status = f'<p class="error">{text(exc)}</p>', 400
+        except BadParameter as exc:
+            content, status = self._problem(request, current, exc.parameter, exc.error), 400
+        except InvalidCursorError as exc:  # signed for another query, or altered
+            content, status = self._problem(request, current, "cursor", exc), 400
+        except INPUT_ERRORS as exc:
+            content, status = f'<p class="error" id="problem">{text(exc)}</p>', 400
         if request.headers.get("x-ship-fragment") == "1":
             return self._respond(request, HTMLResponse(f"<h1>{text(title)}</h1>{content}", status))
         html = layout(
@@ -182,7 +213,19 @@ class _Dashboard:
         )
         return self._respond(request, HTMLResponse(html, status))
 
+    def _problem(self, request: Request, current: str, parameter: str, error: ShipError) -> Html:
+        """A 400's content: which parameter was refused, the library's error (code, what, fix),
+        and the page without parameters."""
+        return (
+            f'<p class="error" id="problem" data-parameter="{text(parameter)}">The'
+            f" <code>{text(parameter)}</code> parameter was refused; nothing was read."
+            f" {text(error)}</p>"
+            f"<p>{link(self.base(request), current or '/', 'Show the page without filters')}</p>"
+        )
+
     def _respond(self, request: Request, response: Response) -> Response:
+        """``response`` with the session cookie when this request minted one (the security
+        headers are set on every response by :class:`SecurityHeaders`)."""
         minted = request.scope.get("ship_dashboard_new_session")
         if minted is not None:
             response.set_cookie(
@@ -192,9 +235,15 @@ class _Dashboard:
                 samesite="strict",
                 path=self.base(request) or "/",
             )
-        response.headers["Cache-Control"] = "no-store"
-        response.headers["X-Frame-Options"] = "DENY"
         return response
+
+    async def static(self, request: Request) -> Response:
+        """The stylesheet and the poll script (:mod:`._static`): no data, no permission."""
+        asset = ASSETS.get(request.path_params["name"])
+        if asset is None:
+            return PlainTextResponse("Not Found", 404)
+        content, media_type = asset
+        return Response(content, media_type=media_type)
 
     async def form(self, request: Request) -> dict[str, list[str]] | None:
         """The POST's fields, or None when its CSRF token is not its session's."""
@@ -239,7 +288,7 @@ class _Dashboard:
     async def overview(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:
             buckets = await ops.throughput(
                 bucket_seconds=THROUGHPUT_BUCKET, buckets=THROUGHPUT_BUCKETS, cap=THROUGHPUT_CAP
             )
@@ -357,34 +406,28 @@ class _Dashboard:
 
     async def runs(self, request: Request) -> Response:
         base = self.base(request)
-        q = request.query_params
-        state = q.get("state") or "waiting"
-        job = q.get("job") or None
-        tenant = q.get("tenant") or None
-        since, until = _when(q.get("since")), _when(q.get("until"))
 
-        async def body(ops: JobOperations, can_manage: bool) -> Html:
-            if state not in _RUN_STATES:
-                raise ConfigurationError(f"unknown state {state!r}.", fix="pick a listed state.")
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:
+            state, job, tenant = f.state, f.job, f.tenant
             page = await ops.list_runs(
-                state=state,  # type: ignore[arg-type]  # checked just above
+                state=state,
                 job_id=job,
                 tenant=tenant,
-                created_from=since,
-                created_to=until,
+                created_from=f.since,
+                created_to=f.until,
                 limit=PAGE_SIZE,
-                cursor=q.get("cursor") or None,
+                cursor=f.cursor,
             )
             filters = {
                 "state": state,
                 "job": job,
                 "tenant": tenant,
-                "since": q.get("since"),
-                "until": q.get("until"),
+                "since": f.raw_since,
+                "until": f.raw_until,
             }
             options = "".join(
                 f'<option value="{s}"{" selected" if s == state else ""}>{s}</option>'
-                for s in _RUN_STATES
+                for s in RUN_STATES
             )
             form = (  # an HTML form, not SQL
                 f'<form class="filters" method="get" action="{text(base)}/runs">'  # noqa: S608
@@ -392,12 +435,12 @@ class _Dashboard:
                 f'<label>Job <input name="job" value="{text(job or "")}"></label>'
                 f'<label>Tenant <input name="tenant" value="{text(tenant or "")}"></label>'
                 f'<label>Created from <input type="datetime-local" step="1" name="since"'
-                f' value="{text(q.get("since") or "")}"></label>'
+                f' value="{text(f.raw_since)}"></label>'
                 f'<label>to <input type="datetime-local" step="1" name="until"'
-                f' value="{text(q.get("until") or "")}"></label> (UTC; finished states only)'
+                f' value="{text(f.raw_until)}"></label> (UTC; finished states only)'
                 '<button type="submit" id="filter">Filter</button></form>'
             )
-            order, when, time_of = _RUN_ORDERS[run_order(state)]  # type: ignore[arg-type]
+            order, when, time_of = _RUN_ORDERS[run_order(state)]
             actions = _RUN_ACTIONS.get(state, ()) if can_manage else ()
             listing = f'<p class="muted" id="order">{order}</p>' + self._run_table(
                 base,
@@ -427,13 +470,21 @@ class _Dashboard:
                 )
             return form + listing + more
 
-        return await self.page(request, "/runs", "Runs", body)
+        return await self.page(
+            request,
+            "/runs",
+            "Runs",
+            body,
+            reads=("state", "job", "tenant", "since", "until", "cursor"),
+        )
 
     async def run_detail(self, request: Request) -> Response:
         base = self.base(request)
         run_id = request.path_params["run_id"]
 
-        async def body(ops: JobOperations, can_manage: bool) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:
+            assert f.run_id is not None  # noqa: S101 - read_filters requires it
+            run_id = f.run_id
             record = await ops.get_run(run_id)
             if record is None:
                 return f'<p class="error">No run {text(run_id)}.</p>'
@@ -503,18 +554,14 @@ class _Dashboard:
                 )
             )
 
-        return await self.page(request, "/runs", f"Run {run_id}", body)
+        return await self.page(request, "/runs", f"Run {run_id}", body, reads=("run_id",))
 
     async def dead(self, request: Request) -> Response:
         base = self.base(request)
-        q = request.query_params
-        job = q.get("job") or None
-        tenant = q.get("tenant") or None
 
-        async def body(ops: JobOperations, can_manage: bool) -> Html:
-            page = await ops.list_dead(
-                job_id=job, tenant=tenant, limit=PAGE_SIZE, cursor=q.get("cursor") or None
-            )
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:
+            job, tenant = f.job, f.tenant
+            page = await ops.list_dead(job_id=job, tenant=tenant, limit=PAGE_SIZE, cursor=f.cursor)
             form = (
                 f'<form class="filters" method="get" action="{text(base)}/dead">'
                 f'<label>Job <input name="job" value="{text(job or "")}"></label>'
@@ -548,10 +595,12 @@ class _Dashboard:
                 )
             return form + listing + more
 
-        return await self.page(request, "/dead", "Dead letters", body)
+        return await self.page(
+            request, "/dead", "Dead letters", body, reads=("job", "tenant", "cursor")
+        )
 
     async def schedules(self, request: Request) -> Response:
-        async def body(ops: JobOperations, can_manage: bool) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
             rows = []
             for s in await ops.schedules():
                 definition = self.definitions.get(s.job_id)
@@ -577,7 +626,7 @@ class _Dashboard:
         return await self.page(request, "/schedules", "Schedules", body)
 
     async def workers(self, request: Request) -> Response:
-        async def body(ops: JobOperations, can_manage: bool) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
             now = datetime.now(UTC)
             rows = [
                 (
@@ -603,7 +652,7 @@ class _Dashboard:
     async def outbox_page(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
             if self.outbox is None:
                 return '<p class="muted">No outbox configured (create_dashboard(outbox=...)).</p>'
             outbox = self.outbox_ops(request)
@@ -648,12 +697,9 @@ class _Dashboard:
 
     async def audit(self, request: Request) -> Response:
         base = self.base(request)
-        before = request.query_params.get("before")
 
-        async def body(ops: JobOperations, can_manage: bool) -> Html:  # noqa: ARG001
-            entries = await ops.audit_entries(
-                limit=PAGE_SIZE, before=int(before) if before and before.isdigit() else None
-            )
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:  # noqa: ARG001
+            entries = await ops.audit_entries(limit=PAGE_SIZE, before=f.before)
             rows = [
                 (at(e.at), text(e.actor), text(e.operation), text(e.target), text(e.count))
                 for e in entries
@@ -665,7 +711,7 @@ class _Dashboard:
                 table(("When", "Who", "What", "Target", "How many"), rows, empty="No entry.") + more
             )
 
-        return await self.page(request, "/audit", "Audit log", body)
+        return await self.page(request, "/audit", "Audit log", body, reads=("before",))
 
     # --- actions -------------------------------------------------------------------------------
 
@@ -673,6 +719,7 @@ class _Dashboard:
         run_id, verb = request.path_params["run_id"], request.path_params["verb"]
 
         async def action(ops: JobOperations, _fields: dict[str, list[str]]) -> str:
+            require_key(run_id, "run id")  # InvalidKeyError: refused before any statement
             if verb == "retry":
                 await ops.retry(run_id)
             elif verb == "discard":
@@ -732,12 +779,19 @@ class _Dashboard:
 
         async def action(ops: JobOperations, _fields: dict[str, list[str]]) -> str:
             if verb == "pause":
-                changed = await ops.pause(job_id)
-            elif verb == "resume":
-                changed = await ops.resume(job_id)
-            else:
-                raise ConfigurationError(f"unknown action {verb!r}.", fix="pause or resume.")
-            return f"{verb.capitalize()} {job_id}: {'done' if changed else 'nothing to do'}."
+                paused = await ops.pause(job_id)
+                said = f"Pause {job_id}: {'done' if paused.changed else 'nothing to do'}."
+                if not paused.known:
+                    said += (
+                        f" Job {job_id} is not known to the database yet (no run, schedule or"
+                        " other state): its runs are held from the first one; if the id is"
+                        " wrong, resume it."
+                    )
+                return said
+            if verb == "resume":
+                resumed = await ops.resume(job_id)
+                return f"Resume {job_id}: {'done' if resumed else 'nothing to do'}."
+            raise ConfigurationError(f"unknown action {verb!r}.", fix="pause or resume.")
 
         return await self.act(request, action)
 
@@ -806,19 +860,6 @@ def _here(request: Request) -> str:
     return path + ("?" + urlencode(query) if query else "")
 
 
-def _when(value: str | None) -> datetime | None:
-    """A ``datetime-local`` value, read as UTC; a malformed one is a 400 (ConfigurationError)."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError as exc:
-        raise ConfigurationError(
-            f"{value!r} is not a date and time.", fix="use YYYY-MM-DDTHH:MM[:SS] (UTC)."
-        ) from exc
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
-
-
 def create_dashboard(
     backend: AdministeredBackend,
     *,
@@ -876,6 +917,7 @@ def create_dashboard(
     )
     routes = [
         Route("/", state.overview, methods=["GET"]),
+        Route("/static/{name}", state.static, methods=["GET"]),
         Route("/runs", state.runs, methods=["GET"]),
         Route("/runs/bulk", state.runs_bulk, methods=["POST"]),
         Route("/runs/{run_id:path}/{verb}", state.run_action, methods=["POST"]),
@@ -889,4 +931,12 @@ def create_dashboard(
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
         Route("/audit", state.audit, methods=["GET"]),
     ]
-    return Starlette(routes=routes)
+    return _DashboardApp(routes=routes)
+
+
+class _DashboardApp(Starlette):
+    """The dashboard's Starlette application with :class:`SecurityHeaders` outermost: outside
+    Starlette's own error handling, so its 404, 405 and 500 answers carry the headers too."""
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())

@@ -10,10 +10,11 @@ bounded by its ``operation_timeout``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy.exc import IntegrityError
 
+from ship_sqla._jobs._sql import render
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._browse import (
@@ -38,12 +39,37 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime, timedelta
 
+    from sqlalchemy import TextClause
+
     from ship_sqla._jobs._sql import JobStatements
     from ship_sqla._scope import Joined, StoreConnections
     from ship_sqla.kernel._browse import RunQuery
     from ship_sqla.kernel._ports import DeadQuery, RunState
 
-__all__ = ["PostgresRunAdmin", "run_record"]
+__all__ = ["JOB_KNOWN", "PostgresRunAdmin", "run_record"]
+
+JOB_KNOWN: Final = """
+-- Whether the job tables hold any trace of one job (issue 25: what pause reports as known).
+-- Four index probes, whatever the number of runs: a waiting run through <runs>_due_idx, a
+-- running one through <runs>_lease_idx, a finished one through <runs>_finished_idx (each
+-- predicate word for word the index's), and the job's state rows (its schedule, pause, claim
+-- gate, enqueue gate) through <state>_pkey.
+SELECT EXISTS (
+           SELECT 1 FROM {runs} r
+           WHERE r.job_id = CAST(:job_id AS text) AND r.state = 'waiting')
+    OR EXISTS (
+           SELECT 1 FROM {runs} r
+           WHERE r.job_id = CAST(:job_id AS text) AND r.state = 'running')
+    OR EXISTS (
+           SELECT 1 FROM {runs} r
+           WHERE r.job_id = CAST(:job_id AS text)
+             AND r.state IN ('completed', 'dead', 'discarded', 'cancelled'))
+    OR EXISTS (
+           SELECT 1 FROM {state} s WHERE s.job_id = ANY(CAST(:state_rows AS text[])))
+    AS known
+"""
+"""The admin port's ``job_known`` (:class:`~ship_sqla.kernel.RunAdmin`): rendered once per
+backend like the statements of :mod:`ship_sqla._jobs._sql`. Operator-only, never hot."""
 
 
 def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
@@ -82,6 +108,7 @@ class PostgresRunAdmin:
         "_cancel_requested",
         "_child_ended",
         "_connections",
+        "_job_known",
         "_now",
         "_s",
         "_wake",
@@ -111,6 +138,9 @@ class PostgresRunAdmin:
         self._wake_channel = wake_channel
         self._wake_payload = wake_payload
         self._cancel_requested = cancel_requested
+        self._job_known: TextClause = render(
+            JOB_KNOWN, runs=statements.runs_name, state=statements.state_name
+        )
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with self._connections.joined(None, "get_run", one_statement=True) as tx:
@@ -179,6 +209,22 @@ class PostgresRunAdmin:
             record = None if row is None else run_record(row)
             self._after_child_ended(tx, record)
         return record
+
+    async def job_known(self, job_id: str) -> bool:
+        """Issue 25 (JOB_KNOWN): whether a run of ``job_id`` (any state) or a state row of it
+        (schedule, pause, claim gate, enqueue gate) is stored; one bounded statement."""
+        params = {
+            "job_id": job_id,
+            "state_rows": [
+                job_id,
+                state_row(job_id, "paused"),
+                state_row(job_id, "claim-gate"),
+                state_row(job_id, "enqueue-gate"),
+            ],
+        }
+        async with self._connections.joined(None, "job_known", one_statement=True) as tx:
+            known = (await tx.connection.execute(self._job_known, params)).scalar_one()
+        return bool(known)
 
     async def pause(self, job_id: str) -> bool:
         """K3 (PAUSE_JOB): once committed, no claim that starts takes a run of ``job_id``."""

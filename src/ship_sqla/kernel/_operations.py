@@ -92,6 +92,7 @@ __all__ = [
     "CancelResult",
     "JobOperationRefusedError",
     "JobOperations",
+    "PauseResult",
     "create_job_operations",
 ]
 
@@ -160,6 +161,35 @@ class CancelResult:
     def changed(self) -> bool:
         """False when the run had already finished (nothing changed)."""
         return self.outcome != "finished"
+
+
+@attrs.frozen
+class PauseResult:
+    """What :meth:`JobOperations.pause` did (K3; issue 25):
+
+    - ``outcome``: ``"paused"`` (this call paused the job) or ``"already-paused"`` (nothing
+      changed);
+    - ``known``: whether the database held any trace of the job before this call: a run of it in
+      any state (until cleanup deletes it), its schedule, its pause, or the gate state of its
+      capped or rate-limited claims or capped enqueues. A job not yet known is paused all the
+      same, on purpose: pausing a job ahead of its deploy (or of its first enqueue) is how its
+      runs are held from the start. But an id that is not known is also what a typo looks
+      like, so the answer says so, the CLI warns, the dashboard says it, and the audit entry
+      records it (``details["known"]``); resume the job if the id was wrong.
+
+    ``bool(result)`` is ``changed``, what ``pause`` answered before it returned a result."""
+
+    job_id: str
+    outcome: Literal["paused", "already-paused"]
+    known: bool
+
+    @property
+    def changed(self) -> bool:
+        """True when this call paused the job; False when it was paused already."""
+        return self.outcome == "paused"
+
+    def __bool__(self) -> bool:
+        return self.changed
 
 
 class JobOperationRefusedError(ShipError, RuntimeError):
@@ -542,15 +572,20 @@ class JobOperations:
             fix="cancel it again.",
         )
 
-    async def pause(self, job_id: str) -> bool:
+    async def pause(self, job_id: str) -> PauseResult:
         """Pause ``job_id`` (K3): once this returns, no claim that starts takes a run of it, in
         any process; running runs finish; enqueue and schedules still add runs (they wait).
-        True when this call paused it, False when it was paused already."""
+        The :class:`PauseResult` says whether this call paused it (``changed``) and whether
+        the database knew the job at all (``known``): a job with no run, schedule or other
+        trace yet is paused too (ahead of its deploy), and the answer says it is not known."""
         await self._authorize("pause")
         _require_job_id(job_id, "pause")
+        known = await self._admin.job_known(job_id)
         paused = await self._admin.pause(job_id)
-        await self._record("pause", job_id, int(paused))
-        return paused
+        # Paused already: its pause is a trace, whatever job_known saw just before.
+        result = PauseResult(job_id, "paused" if paused else "already-paused", known or not paused)
+        await self._record("pause", job_id, int(paused), {"known": result.known})
+        return result
 
     async def resume(self, job_id: str) -> bool:
         """Resume ``job_id`` (K3): its runs are claimable at once and the workers are woken.

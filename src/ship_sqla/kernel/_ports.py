@@ -690,9 +690,19 @@ class RunAdmin(QueueDepthSource, Protocol):
         does not exist."""
         ...
 
+    async def job_known(self, job_id: str) -> bool:
+        """Whether the store holds any trace of ``job_id`` (issue 25; what
+        :meth:`~ship_sqla.kernel.JobOperations.pause` reports as ``known``): a run of it in any
+        state (until cleanup deletes it), its schedule's state, its pause, or the gate state
+        its capped or rate-limited claims or its capped enqueues keep. Bounded: a few index
+        probes, whatever the number of runs."""
+        ...
+
     async def pause(self, job_id: str) -> bool:
         """K3: no claim that starts after this call returned takes a run of ``job_id``, in any
-        process; True when this call paused it, False when it was paused already (unchanged)."""
+        process; True when this call paused it, False when it was paused already (unchanged).
+        A job the store has no trace of is paused too (ahead of its deploy): the operator
+        surface asks :meth:`job_known` first and says so."""
         ...
 
     async def resume(self, job_id: str) -> bool:

@@ -790,6 +790,18 @@ class InMemoryRunAdmin:
         backend._cancel_requested(run.run_id)  # noqa: SLF001
         return run.record()
 
+    async def job_known(self, job_id: str) -> bool:
+        """Whether this backend holds any trace of ``job_id``: a run in any state, its
+        schedule, its pause, or its rate limit's recent starts (issue 25)."""
+        backend = self._backend
+        return bool(
+            job_id in backend._paused  # noqa: SLF001
+            or job_id in backend._schedules  # noqa: SLF001
+            or job_id in backend._starts  # noqa: SLF001
+            or backend._live.get(job_id)  # noqa: SLF001
+            or any(run.job_id == job_id for run in backend._runs.values())  # noqa: SLF001
+        )
+
     async def pause(self, job_id: str) -> bool:
         """K3: claims of ``job_id`` take nothing until :meth:`resume`; False if already paused."""
         paused = self._backend._paused  # noqa: SLF001
