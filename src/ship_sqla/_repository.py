@@ -45,6 +45,7 @@ from sqlalchemy.sql.elements import Grouping
 
 from ship_sqla._projection import Projection
 from ship_sqla._repository_guard import ExpressionGuard, is_sql
+from ship_sqla._repository_types import DIALECT, key_value_refusal
 from ship_sqla.kernel import (
     BoundExceededError,
     ConfigurationError,
@@ -768,12 +769,21 @@ class BoundRepository:
             )
         else:
             values = tuple(key)
-        for name, value in zip(names, values, strict=True):
+        for column, value in zip(self._key_columns, values, strict=True):
             self._guard.refuse_sql(
                 value,
-                where=f"the key value for {name!r}",
+                where=f"the key value for {column.name!r}",
                 fix="pass the key's value itself (look it up first if it must be computed).",
             )
+            wrong = key_value_refusal(column.type, value)
+            if wrong is not None:
+                declared = column.type.compile(DIALECT)
+                raise RepositoryUsageError(
+                    f"the key value for {column.name!r} ({declared} of"
+                    f" {self._declaration.table.fullname!r}) {wrong}.",
+                    fix=f"pass one value per key column, in the order {names!r}"
+                    f"{'' if self._tenant is None else ' (the tenant comes from the scope)'}.",
+                )
         return values
 
     def _key_filter(self, key: Any) -> list[ColumnElement[bool]]:  # noqa: ANN401

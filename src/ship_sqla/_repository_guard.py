@@ -30,9 +30,19 @@ unknown functions, set-returning functions, statement prefixes and hints and row
 are what could write (a user function, a fragment like ``'x', tenant_id = 'b'`` in update
 values), and a row's tenant never changes (R2).
 
+Types are SQL too: every type the guard meets (of a bind parameter, a literal, a ``cast`` or
+``type_coerce``, a label, a function, a column of another FROM) is judged by
+:mod:`ship_sqla._repository_types`: SQLAlchemy's own types with their rendered parameters
+checked, application ``TypeDecorator`` s that add no SQL of their own, and the repository
+table's declared column types (the schema) where SQLAlchemy applies them itself. Every node
+is also refused when it would render an identifier verbatim (a ``quoted_name`` with
+``quote=False``), a bound value as SQL text (``literal_execute``), or hides an expression
+inside a bound value.
+
 Function names are resolved by PostgreSQL through ``search_path``, with ``pg_catalog`` first
-unless the ``search_path`` lists it elsewhere; the guard assumes the default. Column and
-parameter types are part of the application's schema and are trusted.
+unless the ``search_path`` lists it elsewhere; the guard assumes the default. What is trusted
+is what the repository was declared with: the table (its names and its columns' types) and the
+declaration's own settings; everything passed at call time is judged.
 """
 
 # ruff: noqa: ANN401 - a rule receives the visited nodes of the classes it is registered for
@@ -50,8 +60,9 @@ from sqlalchemy.dialects.postgresql import operators as pg_operators
 from sqlalchemy.sql import elements, functions, operators, selectable, visitors
 from sqlalchemy.sql.annotation import Annotated
 from sqlalchemy.sql.elements import ClauseElement
-from sqlalchemy.types import UserDefinedType
+from sqlalchemy.types import TypeEngine
 
+from ship_sqla._repository_types import TypeJudge, unquoted_name_refusal
 from ship_sqla.kernel import TenantViolationError
 
 if TYPE_CHECKING:
@@ -270,7 +281,7 @@ _UNARY_OPERATORS: Final[frozenset[Any]] = frozenset({operators.inv, operators.ne
 
 # -- policies -------------------------------------------------------------------------------------
 
-Kind: TypeAlias = Literal["raw", "from", "tenant", "function", "construct"]
+Kind: TypeAlias = Literal["raw", "from", "tenant", "function", "construct", "type"]
 """Why a node was refused: each kind has its own fix."""
 
 
@@ -315,9 +326,13 @@ class ExpressionGuard:
             functions=PURE_FUNCTIONS | AGGREGATE_FUNCTIONS | WINDOW_FUNCTIONS,
         )
         """Everything a cross-tenant repository accepts (R3)."""
+        self.types = TypeJudge(frozenset(id(c.type) for c in table.c))
+        """The table's declared column types are the schema: trusted where SQLAlchemy applies
+        them itself."""
 
     def check(self, value: object, policy: GuardPolicy, *, where: str) -> None:
-        """Accept a plain value, or an expression every node of which ``policy`` accepts.
+        """Accept a plain value, or an expression every node (and type) of which ``policy``
+        accepts.
 
         Raises UnsafeExpressionError naming ``where`` and the refused construct otherwise.
         """
@@ -331,7 +346,7 @@ class ExpressionGuard:
                 refusal = (
                     _Refusal("construct", f"the construct {type(node).__name__}")
                     if rule is None
-                    else rule(self, node, policy)
+                    else rule(self, node, policy) or self._typed_refusal(node, policy)
                 )
                 if refusal is not None:
                     raise self._error(refusal, policy, where)
@@ -342,6 +357,45 @@ class ExpressionGuard:
                 if isinstance(owner, ClauseElement) and id(owner) not in walked:
                     walked.add(id(owner))
                     pending.append(owner)
+
+    def _typed_refusal(self, node: Any, policy: GuardPolicy) -> _Refusal | None:  # noqa: PLR0911 - one answer per kind of node
+        """What a node of an accepted class still brings: its type, and the names it renders.
+
+        A type puts SQL into a statement only where SQLAlchemy renders it: a bound value (its
+        bind_expression, its bind cast), a CAST (its DDL), a type_coerce (the hooks of the
+        value it wraps), and, in a SELECT list, any expression (its column_expression). Only
+        a cross-tenant repository lets a caller's expression into a SELECT list (a subquery's),
+        or a name into the statement (a label, another table, an alias); there every node's
+        type and names are judged. The table's own nodes are its declaration, trusted.
+        """
+        plain = _PLAIN[type(node)]
+        if plain in _BIND_CLASSES:
+            if node.literal_execute:
+                return _Refusal("raw", "a literal_execute bind parameter (rendered as SQL text)")
+            if _holds_sql(node.value):
+                return _Refusal("raw", "a SQL expression inside a bound value")
+            return self._type_refusal(node.type, plain, explicit=False, rendered=True)
+        if plain is elements.Cast or plain is elements.TypeCoerce:
+            return self._type_refusal(node.type, plain, explicit=True, rendered=True)
+        if not policy.any_from or node is self.table or id(node) in policy.columns:
+            return None
+        for attribute in ("name", "schema"):
+            unquoted = unquoted_name_refusal(getattr(node, attribute, None))
+            if unquoted is not None:
+                return _Refusal("raw", unquoted)
+        type_ = getattr(node, "type", None)
+        if not isinstance(type_, TypeEngine):
+            return None
+        return self._type_refusal(type_, plain, explicit=False, rendered=False)
+
+    def _type_refusal(
+        self, type_: TypeEngine[Any], plain: type, *, explicit: bool, rendered: bool
+    ) -> _Refusal | None:
+        verdict = self.types.judge(type_, explicit=explicit, rendered=rendered)
+        if verdict is None:
+            return None
+        what = _TYPED_NODE_NAMES.get(plain, "an expression of")
+        return _Refusal("type", f"{what} the type {verdict.type_name} ({verdict.why})")
 
     def refuse_sql(self, value: object, *, where: str, fix: str) -> None:
         """Refuse any SQL expression in a position that takes only plain values (keys...)."""
@@ -364,6 +418,9 @@ class ExpressionGuard:
             "from": "does not accept: it could read rows other than the one the statement"
             " filters or writes, past the tenant filter",
             "construct": "does not accept: it is not on the guard's allow-list",
+            "type": "does not accept: a type can put SQL of its own into the statement, and"
+            " only SQLAlchemy's built-in types, TypeDecorators adding no SQL and the table's"
+            " declared column types are accepted",
         }[refusal.kind]
         return UnsafeExpressionError(f"{head} {why} (R2).", fix=self._fix(refusal, policy, table))
 
@@ -374,7 +431,7 @@ class ExpressionGuard:
             return "repository of an untenanted table"
         return "tenant-scoped repository"
 
-    def _fix(self, refusal: _Refusal, policy: GuardPolicy, table: str) -> str:
+    def _fix(self, refusal: _Refusal, policy: GuardPolicy, table: str) -> str:  # noqa: PLR0911 - one fix per kind of refusal
         if refusal.kind == "raw":
             return (
                 f"build the expression from {table}'s columns, values and SQLAlchemy operators;"
@@ -385,6 +442,13 @@ class ExpressionGuard:
             return (
                 f"leave {name!r} out: to filter across tenants, bind with"
                 " .cross_tenant(scope, reason='...')."
+            )
+        if refusal.kind == "type":
+            return (
+                f"use a SQLAlchemy built-in type with plain parameters (String(50),"
+                f" Numeric(10, 2), INTERVAL(fields='DAY')), or compare {table}'s column with a"
+                " plain value (SQLAlchemy applies the column's declared type itself); run SQL"
+                " the guard cannot read on scope.connection yourself."
             )
         if refusal.kind == "function":
             return (
@@ -412,6 +476,28 @@ def is_sql(value: object) -> bool:
 
 
 _MAX_CLAUSE_UNWRAP: Final = 8
+_MAX_VALUE_NESTING: Final = 4
+
+
+def _holds_sql(value: object, depth: int = 0) -> bool:
+    """Whether a bound value (a tuple IN list, say) holds a SQL expression, which SQLAlchemy
+    would hand the driver as a value."""
+    if is_sql(value):
+        return True
+    if isinstance(value, list | tuple) and depth < _MAX_VALUE_NESTING:
+        return any(_holds_sql(item, depth + 1) for item in value)
+    return False
+
+
+_BIND_CLASSES: Final = frozenset({elements.BindParameter, selectable._OffsetLimitParam})  # noqa: SLF001
+_TYPED_NODE_NAMES: Final[dict[type, str]] = {
+    elements.BindParameter: "a bound value of",
+    selectable._OffsetLimitParam: "a bound value of",  # noqa: SLF001
+    elements.Cast: "a CAST to",
+    elements.TypeCoerce: "a type_coerce to",
+    Column: "a column of",
+    elements.Label: "a label of",
+}
 
 
 def _clause_of(value: object) -> ClauseElement:
@@ -471,6 +557,7 @@ def _rule(*classes: type) -> Callable[[_Rule], _Rule]:
     elements.Grouping,
     elements.Tuple,
     elements.Case,
+    elements.Cast,  # its type is judged as every node's is (_typed_refusal)
     elements.TypeCoerce,
     elements.Label,
     elements.CollationClause,  # the name is quoted as an identifier
@@ -478,15 +565,6 @@ def _rule(*classes: type) -> Callable[[_Rule], _Rule]:
     elements.AsBoolean,  # a boolean expression used as a condition (IS true / NOT)
 )
 def _accepted(_guard: ExpressionGuard, _node: Any, _policy: GuardPolicy) -> _Refusal | None:
-    return None
-
-
-@_rule(elements.Cast)
-def _cast(
-    _guard: ExpressionGuard, node: elements.Cast[Any], _policy: GuardPolicy
-) -> _Refusal | None:
-    if isinstance(node.type, UserDefinedType):  # its DDL text is the application's raw SQL
-        return _Refusal("raw", f"CAST to the user-defined type {type(node.type).__name__}")
     return None
 
 

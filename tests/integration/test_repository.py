@@ -265,6 +265,44 @@ async def test_composite_keys(conn: AsyncConnection) -> None:
     await in_tenant(conn, "a", work, repository=lines)
 
 
+async def test_key_values_of_the_wrong_type_are_named_before_sql(conn: AsyncConnection) -> None:
+    """R2: a key value that is not a value of its key column (a string for an integer key, the
+    (tenant, id) pair for a one-column key, NUL in a text key) raises RepositoryUsageError naming
+    the column and its type before any SQL runs, in get, get_many, get_projection, update and
+    delete; never a raw driver error."""
+    await seed(conn, "a", range(1, 3))
+    calls: dict[str, Callable[[BoundRepository], Awaitable[object]]] = {
+        "get": lambda repo: repo.get("x"),
+        "get_pair": lambda repo: repo.get(("b", 1)),
+        "get_many": lambda repo: repo.get_many([1, "2"]),
+        "get_projection": lambda repo: repo.get_projection(SUMMARY, 1.5),
+        "update": lambda repo: repo.update(True, {"note": "x"}),
+        "delete": lambda repo: repo.delete(b"1"),
+    }
+
+    async def work(repo: BoundRepository) -> None:
+        for name, call in calls.items():
+            with statements(conn) as seen, pytest.raises(RepositoryUsageError) as caught:
+                await call(repo)
+            assert seen == [], name
+            assert "the key value for 'id' (INTEGER of 'repo_orders') must be an int" in str(
+                caught.value
+            ), name
+            assert "the tenant comes from the scope" in str(caught.value.fix), name
+
+    await in_tenant(conn, "a", work)
+
+    async def text_keys(repo: BoundRepository) -> None:
+        with pytest.raises(RepositoryUsageError, match="NUL character"):
+            await repo.get("a\x00b")
+        with pytest.raises(RepositoryUsageError, match="surrogate code point"):
+            await repo.get("\ud800")
+        with pytest.raises(RepositoryUsageError, match="must be a str, got int"):
+            await repo.get(1)
+
+    await in_tenant(conn, None, text_keys, repository=currencies)
+
+
 async def test_untenanted_table(conn: AsyncConnection) -> None:
     """R3: a table declared untenanted is read and written without a tenant."""
 
