@@ -6,12 +6,14 @@ bulk:   ``enqueue_many`` in calls of BULK_BATCH requests (each call its own tran
         vs. raw asyncpg COPY of the same number of rows per call.
 single.capped / bulk.capped: the same calls on a backend with a ``queue_depth_limit`` (J2, a
         hard cap), beside the uncapped calls of the same run: what the cap costs per enqueue.
-single.announced / single.notify / bulk.notify (K1): what the NOTIFY in the enqueueing
-        transaction costs a committing enqueue, beside the same calls on a backend that
-        announces nothing, same run: as shipped (``announced``: at most one NOTIFY per job per
-        250 ms, so a sequential loop announces a few of its enqueues), and unthrottled
-        (``notify``: every enqueue, or every ``enqueue_many`` call, announces; the cost of one
-        NOTIFY, folded into the INSERT, plus the notifying commit's database-wide lock).
+single.announced / single.notify / bulk.notify (K1, K8): what announcing costs a committing
+        enqueue, beside the same calls on a backend that announces nothing
+        (``announce=False``), same run: as shipped (``announced``: every enqueue is announced,
+        in its transaction when the sender's gap allows, else after its commit in a
+        notify-only transaction carrying every enqueue committed meanwhile), and every one in
+        its own transaction (``notify``: every enqueue, or every ``enqueue_many`` call, folds
+        its NOTIFY into its INSERT; the cost of one NOTIFY plus the notifying commit's
+        database-wide lock).
         The limit (CAP_LIMIT) is never reached, so every run is accepted; each call takes the
         job's gate row, then counts the job's waiting runs (up to the depth at that moment,
         the backlog of the round so far) in the checked statement.
@@ -48,7 +50,7 @@ from ship_sqla._jobs import (
     ship_job_state_table,
 )
 from ship_sqla.kernel import EnqueueRequest, JobContext, JobDefinition, define_job
-from ship_sqla.kernel._plans.announce import AnnounceThrottle
+from ship_sqla.kernel._plans.announce import AnnouncePlan
 
 __all__ = ["NAME", "run"]
 
@@ -67,6 +69,13 @@ async def _noop(_ctx: JobContext, _payload: dict[str, Any]) -> None:
 def _sizes(bench: Bench) -> tuple[int, int]:
     """(single enqueues per round, bulk runs per round)."""
     return (300, 20_000) if bench.quick else (2_000, 100_000)
+
+
+class _FoldEvery(AnnouncePlan):
+    """Every enqueue announces in its own transaction (the unthrottled baseline of K1)."""
+
+    def fold(self, now: float) -> bool:  # noqa: ARG002 - always
+        return True
 
 
 class _Enqueue:
@@ -89,15 +98,16 @@ class _Enqueue:
             poll_interval=5.0,
             queue_depth_limit=CAP_LIMIT,
         )
-        # K1's A/B: the same backend announcing nothing, and announcing every enqueue.
+        # K1's A/B: the same backend announcing nothing, and announcing every enqueue in its
+        # own transaction.
         self.silent: PostgresJobBackend = create_job_backend(
-            database=db.engine, table=self.table, poll_interval=5.0
+            database=db.engine, table=self.table, poll_interval=5.0, announce=False
         )
-        self.silent._throttle = None  # noqa: SLF001 - the benchmark's "before"
         self.every: PostgresJobBackend = create_job_backend(
             database=db.engine, table=self.table, poll_interval=5.0
         )
-        self.every._throttle = AnnounceThrottle(window=0.0)  # noqa: SLF001 - unthrottled
+        assert self.every._announcer is not None  # noqa: S101, SLF001 - announce=True
+        self.every._announcer.plan = _FoldEvery()  # noqa: SLF001 - the unthrottled "worst"
         self.uow = create_unit_of_work(db.engine, repositories=_scope_itself)
         self.sql = job_sql(RAW_TABLE)
 
@@ -281,7 +291,7 @@ async def run(bench: Bench) -> list[Figure]:
             baseline_label="the same enqueues announcing nothing",
             targets=(Target("ratio", ">=", 0.90),),
             note=f"{single:,} sequential enqueues per round, each its own uow.run, as shipped"
-            " (K1: at most one NOTIFY per job per 250 ms)",
+            " (K8: every one announced, in its transaction or right after its commit)",
         ),
         Figure.from_rounds(
             "enqueue.single.notify",
@@ -289,8 +299,8 @@ async def run(bench: Bench) -> list[Figure]:
             single_every,
             single_silent_too,
             baseline_label="the same enqueues announcing nothing",
-            note=f"{single:,} sequential enqueues per round, EVERY one announced (throttle"
-            " off): one NOTIFY's cost per committing enqueue",
+            note=f"{single:,} sequential enqueues per round, EVERY one announced in its own"
+            " transaction: one NOTIFY's cost per committing enqueue",
         ),
         Figure.from_rounds(
             "enqueue.bulk.notify",

@@ -24,7 +24,22 @@ No targets: this is a comparison, not a gate.
 2. ``peers.<peer>.enqueue_bulk``: 10,000 jobs in one call of the library's batch API.
 3. ``peers.<peer>.enqueue_single``: 1,000 sequential single enqueues, each its own transaction.
 
+4. ``peers.<peer>.trickle.<N>ms.p50`` / ``.p99`` (pgqueuer only), N in 1000, 300, 100, 20, 5
+   and 1: pickup latency of a trickle (issue 31). ONE producer process
+   (``benchmarks/_producer.py``) enqueues on a FIXED schedule, one single enqueue every N ms,
+   each its own autocommitted statement, and reports each commit's ``time.monotonic()``; a
+   consumer in this process at its defaults picks them up; latency = commit -> the handler's
+   first line. ship: ``backend.enqueue(job, payload)`` outside a unit of work; a worker runtime
+   at the defaults (``create_job_backend(database=engine)``: poll 1 s, listening) (the same
+   measurement as ``wake.remote.trickle.*``); pgqueuer:
+   ``Queries(AsyncpgPoolDriver(pool)).enqueue(entrypoint, payload)``; a ``QueueManager(Queries(
+   AsyncpgPoolDriver(pool of PGQ_POOL)))`` with one entrypoint, ``run()`` at its defaults. The
+   first 0.25 s of each trickle are not measured (``benchmarks/_trickle.py``).
+
 Run it by name: ``python -m benchmarks peers [--quick]``; it is not part of the default run.
+``SHIP_SQLA_BENCH_PEERS=trickle`` (or ``throughput``; default both) runs only that part, e.g.
+``SHIP_SQLA_BENCH_PEERS=trickle python -m benchmarks wake peers`` shows pgqueuer's trickle beside
+``wake``'s in one run.
 """
 
 from __future__ import annotations
@@ -33,8 +48,11 @@ import asyncio
 import contextlib
 import importlib
 import json
+import os
 import sys
+import time
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import MetaData
@@ -47,8 +65,24 @@ from benchmarks._harness import (
     Figure,
     Stopwatch,
     asyncpg_dsn,
+    latency_figures,
+    measure_pair,
     paired_rounds,
+    percentile,
     rate,
+)
+from benchmarks._trickle import (
+    PICKED_UP_WITHIN,
+    SPACINGS_MS,
+    Producer,
+    Starts,
+    close_producers,
+    describe,
+    latencies,
+    ship_pickup,
+    trickle,
+    trickle_count,
+    warmup,
 )
 from benchmarks.process import drain_jobs
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
@@ -553,6 +587,131 @@ _SINGLE_API = {
 }
 
 
+# --- trickle (issue 31): pickup latency at a fixed enqueue rate ----------------------------------
+
+TRICKLE_JOB = "bench.trickle"
+PARTS_VARIABLE = "SHIP_SQLA_BENCH_PEERS"
+PARTS = ("throughput", "trickle")
+_TRICKLED = frozenset({"pgqueuer"})
+"""The peers with a trickle figure (a producer mode in ``benchmarks/_producer.py``)."""
+_TRICKLE_SETTINGS = (
+    "Queries(AsyncpgPoolDriver(pool)).enqueue(entrypoint, json bytes);"
+    f" QueueManager(Queries(AsyncpgPoolDriver(pool of {PGQ_POOL}))).run() at its defaults"
+)
+LIVE_WITHIN = 30.0
+
+
+def _parts() -> set[str]:
+    """The parts of this benchmark to run (``SHIP_SQLA_BENCH_PEERS``, default all)."""
+    chosen = os.environ.get(PARTS_VARIABLE, "")
+    parts = {part.strip() for part in chosen.split(",") if part.strip()} or set(PARTS)
+    unknown = parts - set(PARTS)
+    if unknown:
+        raise BenchmarkError(f"{PARTS_VARIABLE}: unknown part(s) {sorted(unknown)}; use {PARTS}")
+    return parts
+
+
+async def _pgq_pickup(
+    bench: Bench, db: BenchDatabase, producer: Producer, spacing: float, count: int
+) -> list[float]:
+    """pgqueuer at its defaults picks up a ``pgq`` trickle: commit -> the entrypoint's first
+    line."""
+    import asyncpg  # noqa: PLC0415 - keep this module importable without the peers
+    from pgqueuer.db import AsyncpgPoolDriver  # noqa: PLC0415 - optional dependency
+    from pgqueuer.qm import QueueManager  # noqa: PLC0415 - optional dependency
+    from pgqueuer.queries import Queries  # noqa: PLC0415 - optional dependency
+
+    starts = Starts()
+    pool = await asyncpg.create_pool(asyncpg_dsn(db.url), min_size=PGQ_POOL, max_size=PGQ_POOL)
+    manager = QueueManager(Queries(AsyncpgPoolDriver(pool)))
+
+    @manager.entrypoint(TRICKLE_JOB)
+    async def picked(job: Any) -> None:  # noqa: ANN401 - pgqueuer's Job
+        starts.mark(json.loads(job.payload)["n"])
+
+    worker = asyncio.create_task(manager.run())
+    try:
+        await _pgq_live(manager, worker)
+        done = await trickle([producer], "pgq", spacing, count, job_id=TRICKLE_JOB)
+        await starts.wait_for(done.commits, PICKED_UP_WITHIN)
+    finally:
+        manager.shutdown.set()
+        await worker
+        await pool.close()
+    values = latencies(done, starts)
+    bench.log(describe(f"pgq    {spacing * 1000:>5g} ms x1", done, values))
+    return values
+
+
+async def _pgq_live(manager: Any, worker: asyncio.Task[None]) -> None:  # noqa: ANN401 - a QueueManager
+    """Until the worker's listener answers its own health probe (it is listening)."""
+    deadline = time.monotonic() + LIVE_WITHIN
+    while time.monotonic() < deadline:
+        if worker.done():
+            await worker  # raises what stopped it
+            raise BenchmarkError("peers pgqueuer: the worker stopped before it listened")
+        try:
+            await manager.listener_healthy(timeout=timedelta(seconds=1))
+        except Exception:  # noqa: BLE001 - not listening yet (or the probe was early): again
+            await asyncio.sleep(0.05)
+        else:
+            return
+    raise BenchmarkError(f"peers pgqueuer: the worker did not listen within {LIVE_WITHIN} s")
+
+
+async def _trickle(bench: Bench, ship_db: BenchDatabase, peer_db: BenchDatabase) -> list[Figure]:
+    """``peers.pgqueuer.trickle.<N>ms.*``: ship_sqla's pickup latency beside pgqueuer's."""
+    label = f"pgqueuer {_version('pgqueuer')} at its defaults"
+    await ship_db.create_job_tables()  # the registry, steps and events too: the defaults' tables
+    producers: list[Producer] = []
+    try:
+        producers.append(await Producer.start(ship_db, 0))
+        producers.append(await Producer.start(peer_db, 0))
+        ship_producer, pgq_producer = producers
+
+        async def ship(spacing: float, count: int) -> list[float]:
+            return await ship_pickup(
+                ship_db.engine, [ship_producer], spacing, count, job_id=TRICKLE_JOB, log=bench.log
+            )
+
+        async def pgq(spacing: float, count: int) -> list[float]:
+            return await _pgq_pickup(bench, peer_db, pgq_producer, spacing, count)
+
+        await ship(0.005, 40)  # warm-up, not measured
+        await pgq(0.005, 40)
+        ours: dict[int, list[tuple[float, float]]] = {ms: [] for ms in SPACINGS_MS}
+        theirs: dict[int, list[tuple[float, float]]] = {ms: [] for ms in SPACINGS_MS}
+        for index in range(_rounds(bench)):
+            for ms in SPACINGS_MS:
+                spacing, count = ms / 1000.0, trickle_count(ms, quick=bench.quick)
+
+                async def ship_round(spacing: float = spacing, count: int = count) -> list[float]:
+                    return await ship(spacing, count)
+
+                async def pgq_round(spacing: float = spacing, count: int = count) -> list[float]:
+                    return await pgq(spacing, count)
+
+                mine, peer = await measure_pair(index, ship_round, pgq_round)
+                ours[ms].append((percentile(mine, 0.5), percentile(mine, 0.99)))
+                theirs[ms].append((percentile(peer, 0.5), percentile(peer, 0.99)))
+    finally:
+        await close_producers(producers)
+    figures: list[Figure] = []
+    for ms in SPACINGS_MS:
+        count = trickle_count(ms, quick=bench.quick)
+        figures += latency_figures(
+            f"peers.pgqueuer.trickle.{ms}ms",
+            ours[ms],
+            theirs[ms],
+            baseline_label=label,
+            note=f"one producer process, one single enqueue every {ms} ms (fixed schedule),"
+            f" {count} per round, the first {warmup(ms / 1000, count)} not measured; commit ->"
+            f" handler start. ship: backend.enqueue outside a unit of work, a runtime at the"
+            f" defaults (poll 1 s, listening); pgqueuer: {_TRICKLE_SETTINGS}",
+        )
+    return figures
+
+
 async def run(bench: Bench) -> list[Figure]:
     available: list[_PeerSpec] = []
     for spec in PEERS:
@@ -568,17 +727,23 @@ async def run(bench: Bench) -> list[Figure]:
     if not available:
         print("  peers: no peer library is importable: no figures", file=sys.stderr, flush=True)
         return []
+    parts = _parts()
     figures: list[Figure] = []
     async with bench.database(f"{NAME}_ship") as ship_db:
         ship = _Ship(bench, ship_db)
         await ship.setup()
         for spec in available:
+            if "throughput" not in parts and spec.name not in _TRICKLED:
+                continue
             bench.log(f"-- {spec.name} {_version(spec.name)}")
             async with bench.database(f"{NAME}_{spec.name}") as peer_db:
                 peer = spec.make(bench, peer_db)
                 await peer.setup()
                 try:
-                    figures.extend(await _compare(bench, ship, peer))
+                    if "throughput" in parts:
+                        figures.extend(await _compare(bench, ship, peer))
+                    if "trickle" in parts and spec.name in _TRICKLED:
+                        figures.extend(await _trickle(bench, ship_db, peer_db))
                 finally:
                     await peer.close()
     return figures
