@@ -1,11 +1,13 @@
-"""Push wake across processes (K1): NOTIFY in the enqueueing transaction, and one listener.
+"""Push wake across processes (K1, K8): announcements, and one listener.
 
 Sending. A store that enqueues (the job backend, the outbox) announces new due work with
-``pg_notify(channel, key)`` in the enqueueing transaction, so PostgreSQL delivers it only when
-that transaction commits: a rolled-back enqueue wakes nobody. The plain enqueues fold the
-NOTIFY into their one INSERT (:func:`announcing`: no round trip added); the others send
-:data:`NOTIFY_SQL` in the same transaction. What is announced and when is the kernel's rule
-(:mod:`ship_sqla.kernel._plans.announce`: only due work, at most once per key per window).
+``pg_notify(channel, key)``, which PostgreSQL delivers only when the transaction that sent it
+commits: a rolled-back enqueue wakes nobody. When and how is the kernel's rule
+(:mod:`ship_sqla.kernel._plans.announce`), carried out by an :class:`Announcer`: either in the
+enqueue's own transaction (a "fold": the plain enqueues put the NOTIFY into their one INSERT,
+:func:`announcing`, no round trip added; the others send :data:`NOTIFY_SQL` in the same
+transaction), or after the enqueue committed, in a notify-only transaction of the announcer's
+own that carries every key committed meanwhile and commits without waiting for its WAL flush.
 
 Listening. A :class:`Listener` holds ONE dedicated asyncpg connection (not a pooled one: a
 pooled connection goes back to the pool and its LISTEN with it), made from the engine's URL or
@@ -58,7 +60,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla.kernel import ConfigurationError, DatabaseUnavailableError, ShipError, SystemClock
-from ship_sqla.kernel._plans.announce import RECHECKS
+from ship_sqla.kernel._plans.announce import RECHECKS, AnnouncePlan
 from ship_sqla.kernel._plans.backoff import ERROR_BACKOFF, Backoff
 from ship_sqla.kernel._waiting import wait_event
 
@@ -71,10 +73,14 @@ if TYPE_CHECKING:
     from ship_sqla.kernel import Clock
 
 __all__ = [
+    "ANNOUNCER_TASK",
+    "ANNOUNCE_AFTER_COMMIT",
+    "ANNOUNCE_ATTEMPTS",
     "HEALTH_INTERVAL",
     "IO_TIMEOUT",
     "NOTIFY_SQL",
     "PROBE_TIMEOUT",
+    "Announcer",
     "Listen",
     "Listener",
     "ListenerLostError",
@@ -83,6 +89,7 @@ __all__ = [
     "Subscription",
     "announced_key",
     "announcement",
+    "announcements_sent",
     "announcing",
     "channel_name",
     "check_listen",
@@ -99,6 +106,17 @@ instead (e.g. the server itself, behind a pooler)."""
 
 NOTIFY_SQL: Final = "SELECT pg_notify(CAST(:channel AS text), CAST(:payload AS text))"
 """One announcement, in the caller's transaction (delivered when it commits)."""
+
+ANNOUNCE_AFTER_COMMIT: Final = """
+SELECT count(pg_notify(CAST(:channel AS text), p)) AS sent
+FROM unnest(CAST(:payloads AS text[])) AS p
+WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
+"""
+"""An :class:`Announcer`'s post-commit announcement of every key committed since its last one,
+in ONE notify-only transaction (autocommitted) that commits without waiting for its WAL flush:
+it writes nothing, so a crash loses nothing but the notifications (listeners look again when
+they reconnect), and it holds PostgreSQL's notify lock for microseconds, never through a flush
+(:mod:`ship_sqla.kernel._plans.announce`)."""
 
 _PROBE_SQL: Final = "SELECT pg_notify($1, $2)"
 
@@ -176,11 +194,20 @@ def announced_key(payload: str, sender: str) -> str | None:
     return key
 
 
-def announcing(insert_sql: str) -> str:
-    """``insert_sql`` (a bare INSERT, no RETURNING) and the NOTIFY of :data:`NOTIFY_SQL` as ONE
-    statement: a data-modifying CTE always runs to completion, and the NOTIFY runs once.
-    ``:channel`` and ``:payload`` join the INSERT's parameters."""
-    return "\nWITH ship_enqueued AS (" + insert_sql.rstrip() + "\n)\n" + NOTIFY_SQL + "\n"
+def announcing(insert_sql: str, *, sequence: str | None = None) -> str:
+    """``insert_sql`` (a bare INSERT, with no RETURNING of its own) and the NOTIFY of
+    :data:`NOTIFY_SQL` as ONE statement: a data-modifying CTE always runs to completion, and
+    the NOTIFY runs once.
+    ``:channel`` and ``:payload`` join the INSERT's parameters. ``sequence``: an identity
+    column of the table, whose largest value the insert took is answered as ``fleet_seq``
+    (how many rows every process has inserted: the announce rule's share of the budget)."""
+    if sequence is None:
+        return "\nWITH ship_enqueued AS (" + insert_sql.rstrip() + "\n)\n" + NOTIFY_SQL + "\n"
+    # The library's own statement text and column name: nothing of a caller's in it.
+    return (
+        f"\nWITH ship_enqueued AS ({insert_sql.rstrip()}\nRETURNING {sequence}\n)\n"  # noqa: S608
+        f"{NOTIFY_SQL} AS sent, (SELECT max({sequence}) FROM ship_enqueued) AS fleet_seq\n"
+    )
 
 
 def check_listen(listen: object, what: str) -> Listen:
@@ -689,10 +716,142 @@ def _check_channel(channel: object) -> None:
         )
 
 
+ANNOUNCER_TASK: Final = "ship_sqla announcer"
+"""The name of an :class:`Announcer`'s sending task."""
+
+ANNOUNCE_ATTEMPTS: Final = 3
+"""Sends of one announcement before an :class:`Announcer` gives it up (the poll covers it)."""
+
+
+async def announcements_sent(timeout: float = 1.0) -> None:  # noqa: ASYNC109 - a bound, given
+    """Wait, at most ``timeout`` seconds, until every announcer of this event loop has sent what
+    waits (each task ends when nothing does): for a test harness about to drop its database,
+    which would make the sends fail."""
+    tasks = [task for task in asyncio.all_tasks() if task.get_name() == ANNOUNCER_TASK]
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)
+
+
+class Announcer:
+    """The sending half of K1 and K8 for one store in one process: the kernel's
+    :class:`~ship_sqla.kernel._plans.announce.AnnouncePlan`, and the task that sends its
+    post-commit announcements with ``send`` (the store's :data:`ANNOUNCE_AFTER_COMMIT` on a
+    connection of its own).
+
+    The store asks :meth:`fold` before an enqueue's statement (a (channel, payload) to NOTIFY
+    in that transaction, or None) and calls :meth:`committed` after its commit. The task lives
+    while something waits to be sent and ends when nothing does; it waits on the monotonic wall
+    clock (an announcement is I/O, like a listener's waits), or on ``clock`` when given. A send
+    that fails is reported (J11) and its keys wait again, after the error backoff, up to
+    :data:`ANNOUNCE_ATTEMPTS` sends; then they are given up: a listener still finds them by
+    its poll (K1). ``concurrent=False`` (a store on one test connection,
+    where statements run one at a time in its transaction and no notification is ever
+    delivered): folds only, nothing sent after commit.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_concurrent",
+        "_failures",
+        "_pool",
+        "_pool_at_commit",
+        "_report_error",
+        "_send",
+        "_sender",
+        "_task",
+        "channel",
+        "plan",
+    )
+
+    def __init__(
+        self,
+        *,
+        channel: str,
+        sender: str,
+        send: Callable[[list[str]], Awaitable[object]],
+        report_error: Callable[[BaseException], object],
+        concurrent: bool = True,
+        clock: Clock | None = None,
+        pool: Callable[[], object] | None = None,
+    ) -> None:
+        self.channel = channel
+        self.plan = AnnouncePlan()
+        self._sender = sender
+        self._send = send
+        self._report_error = report_error
+        self._concurrent = concurrent
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._task: asyncio.Task[None] | None = None
+        self._failures = 0
+        self._pool = pool
+        self._pool_at_commit: object = None
+
+    def fold(self, key: str) -> tuple[str, str] | None:
+        """The (channel, payload) an enqueue of ``key`` starting now announces in its own
+        transaction, or None (:meth:`committed` announces it after the commit)."""
+        if not self.plan.fold(self._clock.monotonic()):
+            return None
+        return self.channel, announcement(self._sender, key)
+
+    def wants_fleet_sample(self) -> bool:
+        """Whether the store's next enqueue should read the table's sequence for the plan."""
+        return self.plan.wants_fleet_sample(self._clock.monotonic())
+
+    def committed(self, key: str, *, folded: bool, fleet_seq: int | None = None) -> None:
+        """An enqueue of due work under ``key`` committed (``folded``: it announced itself;
+        ``fleet_seq``: the table's sequence as its statement read it, or None)."""
+        self.plan.committed(key, self._clock.monotonic(), folded=folded, fleet_seq=fleet_seq)
+        if folded or not self._concurrent:
+            return
+        if self._pool is not None:
+            self._pool_at_commit = self._pool()
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=ANNOUNCER_TASK)
+
+    async def _run(self) -> None:
+        plan, clock = self.plan, self._clock
+        try:
+            while (at := plan.next_send_at(clock.monotonic())) is not None:
+                delay = at - clock.monotonic()
+                if delay > 0:
+                    await clock.sleep(delay)
+                keys = plan.take(clock.monotonic())
+                if self._pool is not None and self._pool() is not self._pool_at_commit:
+                    # The engine was disposed after these commits: sending would give it a
+                    # new pool nobody disposes. Dropped; the listeners' polls find them (K1).
+                    plan.sent(keys, clock.monotonic(), ok=True)
+                    continue
+                try:
+                    await self._send([announcement(self._sender, k) for k in keys])
+                except Exception as exc:  # noqa: BLE001 - J11: reported; the poll covers them
+                    self._failures += 1
+                    # Tried again after the backoff, a few times; then given up: the
+                    # listeners' polls find what they announced (K1).
+                    retry = self._failures < ANNOUNCE_ATTEMPTS
+                    plan.sent(keys, clock.monotonic(), ok=not retry)
+                    self._report_error(exc)
+                    await clock.sleep(ERROR_BACKOFF.delay(self._failures))
+                    continue
+                self._failures = 0
+                plan.sent(keys, clock.monotonic(), ok=True)
+        finally:
+            self._task = None
+
+    async def flush(self) -> None:
+        """Return once everything committed so far has been sent (or given up on)."""
+        while (task := self._task) is not None:
+            await asyncio.shield(task)
+
+    async def close(self) -> None:
+        """Stop sending (what waits is dropped: the listeners' polls find it)."""
+        task, self._task = self._task, None
+        await _cancelled(task)
+
+
 class Recheck:
-    """The listening half of the announce throttle: after the last :meth:`arm`, ``wake`` again
-    at each of ``afters`` seconds (on ``clock``), for the enqueues of that window whose
-    announcement the senders' throttle skipped (:mod:`ship_sqla.kernel._plans.announce`). An
+    """A listener's second look: after the last :meth:`arm`, ``wake`` again at each of ``afters``
+    seconds (on ``clock``), for the enqueues whose announcement a sender of an earlier version
+    skipped (it silenced a window; :mod:`ship_sqla.kernel._plans.announce`). An
     :meth:`arm` while the rechecks are pending starts them over from the new announcement."""
 
     __slots__ = ("_afters", "_armed_at", "_clock", "_rearmed", "_task", "_wake")
@@ -733,7 +892,12 @@ class Recheck:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await _cancelled(task)
+
+
+async def _cancelled(task: asyncio.Task[None] | None) -> None:
+    """Cancel ``task`` (if any) and wait until it has ended."""
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -482,6 +482,14 @@ class StoreConnections:
         connection; one ``AsyncConnection`` serves a single statement at a time."""
         return self._autocommit is not None
 
+    def pool_in_use(self) -> object:
+        """What changes when the engine is disposed (its pool: ``dispose()`` replaces it); the
+        connection itself on the test path. Work a store does on its own after a caller's
+        statements (an announcement, K8) is dropped when this changed since: it would make the
+        disposed engine a new pool nobody disposes."""
+        engine = self.database
+        return engine.sync_engine.pool if isinstance(engine, AsyncEngine) else engine
+
     @asynccontextmanager
     async def _bounded(self, what: str) -> AsyncIterator[None]:
         operation = f"{self.name} {what}"
@@ -585,6 +593,17 @@ class StoreConnections:
         autocommitted statement of :meth:`joined`; on a pooled asyncpg connection directly when
         :class:`~ship_sqla._direct.DirectStatements` may run it, else on a pooled AUTOCOMMIT
         ``AsyncConnection``."""
+        await self._alone(what, statement, params, rows=False)
+
+    async def fetch_alone(
+        self, what: str, statement: TextClause, params: Mapping[str, Any]
+    ) -> Sequence[Any]:
+        """As :meth:`execute_alone`, for a statement that answers rows: the rows."""
+        return await self._alone(what, statement, params, rows=True)
+
+    async def _alone(
+        self, what: str, statement: TextClause, params: Mapping[str, Any], *, rows: bool
+    ) -> Sequence[Any]:
         engine, direct = self._autocommit, self._direct
         if engine is None or direct is None:  # pragma: no cover - outside_unit_of_work said no
             raise TypeError("execute_alone needs a StoreConnections on an engine")
@@ -595,11 +614,14 @@ class StoreConnections:
             if direct.usable(statement):
                 async with _checked_out(direct, operation) as direct_connection:
                     with database_outage_translated(cut_off, driver_only=True):
+                        if rows:
+                            return await direct_connection.fetch(statement, params)
                         await direct_connection.execute(statement, params)
-                return
+                        return ()
             async with connected(engine, operation) as connection:
                 with database_outage_translated(cut_off, driver_only=True):
-                    await connection.execute(statement, params)
+                    result = await connection.execute(statement, params)
+                    return result.all() if rows else ()
 
     async def copy_alone(
         self,

@@ -158,10 +158,33 @@ def browser() -> Iterator[Any]:
 
 
 def _wait(browser: Any, condition: Any) -> None:
-    """Wait (at most 10 s) for a navigation's page: the driver does not always block on it."""
+    """Wait (at most 10 s) for a navigation's page: the driver does not always block on it.
+    An element the live-update poll replaced meanwhile, or that the page has not drawn yet, is
+    looked up again (not an error)."""
+    from selenium.common.exceptions import (  # noqa: PLC0415
+        NoSuchElementException,
+        StaleElementReferenceException,
+    )
     from selenium.webdriver.support.ui import WebDriverWait  # noqa: PLC0415
 
-    WebDriverWait(browser, 10).until(condition)
+    ignored = (StaleElementReferenceException, NoSuchElementException)
+    WebDriverWait(browser, 10, ignored_exceptions=ignored).until(condition)
+
+
+def _click(browser: Any, css: str) -> None:
+    """Click the button of the form ``css`` names, looked up again if the live-update poll
+    replaced the page's content between the lookup and the click."""
+    from selenium.common.exceptions import StaleElementReferenceException  # noqa: PLC0415
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    def clicked(driver: Any) -> bool:
+        try:
+            driver.find_element(By.CSS_SELECTOR, css).find_element(By.TAG_NAME, "button").click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    _wait(browser, clicked)
 
 
 def _csp_violations(browser: Any) -> list[str]:
@@ -348,10 +371,8 @@ async def test_s2_pages_work_under_the_content_security_policy_issue_25(
         )
     _wait(browser, lambda d: d.find_element(By.ID, "workers-alive").text.startswith("2 alive"))
 
-    pause = browser.find_element(By.CSS_SELECTOR, 'form[action="/ops/jobs/dash.mail/pause"]')
-    pause.find_element(By.TAG_NAME, "button").click()
-    _wait(browser, lambda d: "done=" in d.current_url)
-    assert "Pause dash.mail: done." in browser.find_element(By.ID, "flash").text
+    _click(browser, 'form[action="/ops/jobs/dash.mail/pause"]')
+    _wait(browser, lambda d: "Pause dash.mail: done." in d.find_element(By.ID, "flash").text)
     async with ship_engine.connect() as connection:
         paused = await connection.execute(
             text("SELECT job_id FROM ship_job_state WHERE job_id = 'dash.mail#paused'")

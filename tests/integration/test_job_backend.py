@@ -420,7 +420,9 @@ async def test_claim_heartbeat_and_settle_run_on_the_driver_unless_the_engine_is
 
     async def cycle(job_id: str) -> tuple[Any, ...]:
         clock = FrozenClock()
-        backend = create_job_backend(database=engine, table=runs, state_table=state, clock=clock)
+        backend = create_job_backend(
+            database=engine, table=runs, state_table=state, clock=clock, announce=False
+        )
         job = define_job(job_id, noop, payload=dict, concurrency=Concurrency(max=5))
         await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(3)])
         claimed = await backend.claim(claim_request(job, worker="w", limit=2))

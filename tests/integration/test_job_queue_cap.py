@@ -353,12 +353,18 @@ async def test_j2_no_limit_no_cost_the_plain_enqueue_is_one_insert(
         checked = list(statements)
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", record)
-    # K1: the first enqueue of each backend is announced: the plain INSERT carries its NOTIFY
-    # (still one statement); the other paths send it after inserting, which J2 does not count.
+    # K1, K8: the first enqueue of each backend is announced in its transaction: the plain
+    # INSERT carries its NOTIFY (still one statement); the other paths send it after
+    # inserting, which J2 does not count. Whether a later one folds its NOTIFY or leaves it to
+    # the announcer (after the commit) depends on the wall clock: both are left out here.
+    plain = [s for s in plain if not s.startswith("SELECT count(pg_notify")]
     assert len(plain) == 1
     assert plain[0].startswith("WITH ship_enqueued AS ( INSERT INTO ship_job_runs")
     assert "ship_job_state" not in plain[0]
-    fresh = [s for s in fresh if not s.startswith("SELECT pg_notify")]
+    fresh = [s for s in fresh if not s.startswith(("SELECT pg_notify", "SELECT count(pg_notify"))]
+    checked = [
+        s for s in checked if not s.startswith(("SELECT pg_notify", "SELECT count(pg_notify"))
+    ]
     assert [s.split(" (")[0] for s in fresh] == ["INSERT INTO ship_job_state AS g", "WITH depth AS"]
     assert [s.split(" (")[0] for s in checked] == [
         "INSERT INTO ship_job_state AS g",

@@ -46,7 +46,6 @@ from ship_sqla.kernel import (
     define_job,
     start_job_runtime,
 )
-from ship_sqla.kernel._plans.announce import ANNOUNCE_WINDOW, RECHECKS
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -209,25 +208,29 @@ async def test_k1_delivered_at_commit_never_before_and_never_after_a_rollback(
     assert ship_clock.monotonic() == 0.0
 
 
-async def test_k1_enqueues_announce_due_runs_once_per_job_and_window(
+async def test_k8_every_due_enqueue_is_announced_in_its_transaction_or_after_its_commit(
     engine: AsyncEngine, ship_engine_url: str
 ) -> None:
-    """K1 (SPEC §10, NOTIFY is throttled): plain, many, checked (dedupe key), capped (J2) and
-    unit-of-work enqueues each announce their job, at most once per job per window of the
-    sender's clock (counted from the committed announcement); a delayed run is not announced;
-    several enqueues of one job in one transaction announce it once."""
+    """K1, K8 (SPEC §11): plain, many, checked (dedupe key), capped (J2) and unit-of-work
+    enqueues each announce their job: the first in its own transaction, those right behind it
+    after their commit (the announcer's notify-only transaction, one for every job committed
+    meanwhile); none is silenced. A delayed run is not announced, and a backend with
+    announce=False announces nothing."""
     clock = FrozenClock()
     plain = sender(engine, clock=clock)
     capped = sender(engine, clock=clock, queue_depth_limit=100)
+    silent = sender(engine, clock=clock, announce=False)
     uow = create_unit_of_work(engine, repositories=lambda scope: scope)
-    a, b, c, d, e, f = (job(f"k1.{name}") for name in "abcdef")
+    a, b, c, d, e, f, g = (job(f"k1.{name}") for name in "abcdefg")
     async with spy_on(ship_engine_url, plain.wake_channel) as spy:
         await plain.enqueue(a, {})
-        await plain.enqueue(a, {})  # within the window: silent
-        await plain.enqueue_many(a, [EnqueueRequest({}) for _ in range(3)])  # silent
+        folded = await spy.everything_before_now()
+        await plain.enqueue(a, {})  # right behind: after its commit
+        await plain.enqueue_many(a, [EnqueueRequest({}) for _ in range(3)])
         await plain.enqueue_many(b, [EnqueueRequest({}, dedupe_key=f"k{n}") for n in range(3)])
-        await plain.enqueue(c, {}, run_at=clock.now() + timedelta(hours=1))  # not due: silent
+        await plain.enqueue(c, {}, run_at=clock.now() + timedelta(hours=1))  # not due
         await capped.enqueue(f, {})
+        await silent.enqueue(g, {})
 
         async def several(_scope: TransactionScope) -> None:
             await plain.enqueue(d, {})
@@ -235,29 +238,29 @@ async def test_k1_enqueues_announce_due_runs_once_per_job_and_window(
             await plain.enqueue(e, {}, dedupe_key="once")
 
         await uow.run(several)
-        assert sorted(await spy.everything_before_now()) == ["k1.a", "k1.b", "k1.d", "k1.e", "k1.f"]
-        clock.advance(ANNOUNCE_WINDOW)
-        await plain.enqueue(a, {})
-        await plain.enqueue(c, {})
-        assert sorted(await spy.everything_before_now()) == sorted(
-            ["k1.a", "k1.b", "k1.d", "k1.e", "k1.f", "k1.a", "k1.c"]
-        )
+        for backend in (plain, capped):
+            assert backend._announcer is not None
+            await backend._announcer.flush()
+        heard = await spy.everything_before_now()
+    assert folded == ["k1.a"]
+    assert set(heard) == {"k1.a", "k1.b", "k1.d", "k1.e", "k1.f"}
+    assert len(heard) < 9  # the nine due commits, coalesced into fewer announcements
 
 
-async def test_k1_a_burst_the_throttle_silenced_runs_at_the_recheck_not_the_poll(
+async def test_k8_a_burst_right_behind_an_announcement_starts_without_a_recheck_or_a_poll(
     engine: AsyncEngine,
     other_engine: AsyncEngine,
     ship_engine_url: str,
     ship_clock: FrozenClock,
     errors: Errors,
 ) -> None:
-    """K1: the second enqueue of a burst is not announced (the sender's throttle); the
-    listening runtime looks again RECHECKS[0] after the announcement it got, long before its
-    poll, and runs it then."""
+    """K8: the second enqueue of a burst, committed right behind the first's announcement, is
+    announced after its commit: the listening runtime starts it at once, though its clock
+    (which runs its rechecks and its poll) never moves."""
     started = Started()
     definition = job("k1.burst", started)
     backend = receiver(engine, ship_clock, errors)
-    other = sender(other_engine, clock=FrozenClock())  # its window never passes
+    other = sender(other_engine, clock=FrozenClock())
     async with (
         spy_on(ship_engine_url, backend.wake_channel) as spy,
         await start_job_runtime(definition, backend=backend),
@@ -268,11 +271,9 @@ async def test_k1_a_burst_the_throttle_silenced_runs_at_the_recheck_not_the_poll
         await started.wait_for(1)
         await parked(backend)
         await other.enqueue(definition, {"n": 2})
-        assert await spy.everything_before_now() == ["k1.burst"]  # the second is silent
-        assert started.payloads == [{"n": 1}]
-        ship_clock.advance(RECHECKS[0])
         await started.wait_for(2)
-    assert ship_clock.monotonic() == RECHECKS[0] < POLL
+        assert await spy.everything_before_now() == ["k1.burst", "k1.burst"]
+    assert ship_clock.monotonic() == 0.0
     assert errors == []
 
 

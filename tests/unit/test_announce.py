@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from job_helpers import settle_loop
 
 from ship_sqla._notify import (
+    Announcer,
     Listener,
     Recheck,
     announced_key,
@@ -25,7 +26,11 @@ from ship_sqla._notify import (
 from ship_sqla.kernel import ConfigurationError, FrozenClock, InMemoryJobBackend, WakeSource
 from ship_sqla.kernel._plans.announce import (
     ANNOUNCE_WINDOW,
+    BUDGET_KNEE,
+    MAX_GAP,
+    MIN_GAP,
     RECHECKS,
+    AnnouncePlan,
     AnnounceThrottle,
     due_now,
 )
@@ -204,3 +209,138 @@ async def test_k1_the_in_memory_backend_is_a_wake_source_with_nothing_to_listen_
     assert isinstance(backend, WakeSource)
     backend.start_listening(["a"])
     await backend.stop_listening(["a"])
+
+
+# -- the announce plan and the announcer (K8) -----------------------------------------------------
+
+
+def test_k8_an_isolated_enqueue_folds_those_right_behind_it_wait_for_one_send() -> None:
+    """K8: the first enqueue after a quiet gap announces in its own transaction; enqueues
+    committed within the gap wait and go out together in ONE send, no earlier than the gap
+    after the fold; a send in flight holds the next back until it ends."""
+    plan = AnnouncePlan()
+    assert plan.fold(0.0)
+    plan.committed("a", 0.001, folded=True)
+    assert plan.next_send_at(0.001) is None  # nothing waits
+    assert not plan.fold(0.0005)  # within the gap of the fold
+    plan.committed("a", 0.0008, folded=False)
+    plan.committed("b", 0.0009, folded=False)
+    assert not plan.fold(0.01)  # something waits: it goes with the send
+    assert plan.next_send_at(0.001) == pytest.approx(MIN_GAP)
+    assert plan.take(MIN_GAP) == ("a", "b")
+    plan.committed("c", 0.003, folded=False)
+    assert plan.next_send_at(0.003) is None  # a send is in flight
+    later = 2 * MIN_GAP + 0.001
+    plan.sent(("a", "b"), later, ok=True)
+    assert plan.next_send_at(later) == pytest.approx(later)  # the gap has passed already
+
+
+def test_k8_a_failed_send_keeps_its_keys_waiting_first() -> None:
+    """K1, K8: a send that failed gives its keys back, ahead of those committed meanwhile."""
+    plan = AnnouncePlan()
+    plan.committed("a", 0.0, folded=False)
+    keys = plan.take(0.0)
+    plan.committed("b", 0.001, folded=False)
+    plan.sent(keys, 0.002, ok=False)
+    assert plan.pending == ("a", "b")
+
+
+def test_k8_the_gap_is_the_senders_share_of_the_budget() -> None:
+    """K8: alone, a sender may announce every MIN_GAP; when the table's sequence shows the
+    fleet enqueuing ten times its own rate, its gap is ten times longer; never over MAX_GAP.
+    Above BUDGET_KNEE enqueues a second the table's budget shrinks in proportion: a lone sender
+    at four times the knee has a quarter of the budget (a gap four times MIN_GAP, each
+    announcement covering sixteen times as many enqueues)."""
+    alone, shared, tiny, fast = AnnouncePlan(), AnnouncePlan(), AnnouncePlan(), AnnouncePlan()
+    for n in range(100):  # 100 commits over one second, each
+        at = n / 100
+        for plan, fleet in ((alone, n), (shared, 10 * n), (tiny, 1000 * n)):
+            plan.committed("a", at, folded=True, fleet_seq=fleet)
+    for n in range(4000):
+        fast.committed("a", n / 4000, folded=True, fleet_seq=n)
+    assert alone.gap(0.99) == pytest.approx(MIN_GAP)
+    assert shared.gap(0.99) == pytest.approx(10 * MIN_GAP, rel=0.05)
+    assert tiny.gap(0.99) == MAX_GAP
+    assert BUDGET_KNEE == 1000.0
+    assert fast.gap(0.999) == pytest.approx(4 * MIN_GAP, rel=0.05)
+
+
+async def test_k8_the_announcer_sends_what_waits_in_one_statement_and_retries_a_failure() -> None:
+    """K8, J11: committed keys that did not fold go out after their commit, several in one
+    send with the sender's payloads; a failed send is reported and retried after the error
+    backoff; nothing is sent for folded keys, and nothing at all on a non-concurrent store."""
+    sends: list[list[str]] = []
+    errors: list[BaseException] = []
+    clock = FrozenClock()
+
+    async def send(payloads: list[str]) -> int | None:
+        sends.append(payloads)
+        if len(sends) == 2:
+            raise RuntimeError("the database went away")
+        return None
+
+    announcer = Announcer(
+        channel="c", sender="me", send=send, report_error=errors.append, clock=clock
+    )
+    assert announcer.fold("a") == ("c", "me/a")
+    announcer.committed("a", folded=True)
+    assert announcer.fold("b") is None  # within the gap
+    announcer.committed("b", folded=False)
+    announcer.committed("c", folded=False)
+    await settle_loop()
+    clock.advance(MIN_GAP)
+    await settle_loop()
+    assert sends == [["me/b", "me/c"]]
+    announcer.committed("d", folded=False)
+    await settle_loop()
+    clock.advance(MIN_GAP)
+    await settle_loop()
+    assert sends[1] == ["me/d"]
+    assert [str(e) for e in errors] == ["the database went away"]
+    clock.advance(10.0)  # past the error backoff
+    await settle_loop()
+    await announcer.flush()
+    assert sends[2] == ["me/d"]
+    await announcer.close()
+
+    quiet = Announcer(
+        channel="c", sender="me", send=send, report_error=errors.append, concurrent=False
+    )
+    quiet.committed("x", folded=False)
+    await quiet.flush()
+    assert len(sends) == 3
+
+
+def test_k8_an_old_burst_never_widens_todays_gap() -> None:
+    """K8: the rates are measured over the last RATE_SPAN only: a second after a burst that
+    shared the table with a busy fleet, a lone enqueue's gap is back to MIN_GAP."""
+    plan = AnnouncePlan()
+    for n in range(100):
+        plan.committed("a", n / 1000, folded=True, fleet_seq=100 * n)
+    assert plan.gap(0.1) == MAX_GAP
+    plan.committed("a", 5.0, folded=False)
+    assert plan.gap(5.0) == MIN_GAP
+
+
+async def test_k8_what_was_committed_before_a_dispose_is_not_sent_after_it() -> None:
+    """K1, K8: the announcer never sends on an engine disposed after the commits it would
+    announce (that would give the engine a new pool nobody disposes): they are dropped, and
+    the listeners' polls find them; commits after the dispose are announced again."""
+    sends: list[list[str]] = []
+    pool = [object()]
+
+    async def send(payloads: list[str]) -> None:
+        sends.append(payloads)
+
+    announcer = Announcer(
+        channel="c", sender="me", send=send, report_error=print, pool=lambda: pool[0]
+    )
+    assert announcer.fold("a") is not None
+    announcer.committed("a", folded=True)
+    announcer.committed("b", folded=False)
+    pool[0] = object()  # engine.dispose(): a new pool
+    await announcer.flush()
+    assert sends == []
+    announcer.committed("c", folded=False)
+    await announcer.flush()
+    assert sends == [["me/c"]]

@@ -36,15 +36,18 @@ J3 A claim is ONE autocommitted statement, one round trip (F1): it reads the job
    whichever process claims (:mod:`ship_sqla._jobs._sql.claim`). An uncapped job's claims take
    no exclusion at all. A committed local insert wakes the local loop (after commit, never
    after a rollback).
-K1 An insert of a due run announces it in its own transaction (NOTIFY on
-   :attr:`PostgresJobBackend.wake_channel`, payload the job id; folded into the plain INSERT,
-   one more statement on the other paths), so another process's runtime wakes when it commits,
-   never after a rollback; at most once per job per 250 ms per backend
+K1 A committed insert of a due run is announced (NOTIFY on
+   :attr:`PostgresJobBackend.wake_channel`, payload the job id): in its own transaction when
+   the backend has announced nothing for one gap (folded into the plain INSERT, one more
+   statement on the other paths), else right after its commit by the backend's
+   :class:`~ship_sqla._notify.Announcer`, in one notify-only transaction for every job
+   committed meanwhile; delivered only after the commit, never after a rollback. K8: within a
+   gap of the commit, the gaps sharing a fleet-wide budget per runs table
    (:mod:`ship_sqla.kernel._plans.announce`). While a worker runtime runs, the backend's
    :class:`~ship_sqla._notify.Listener` (``listen=``) holds one dedicated LISTEN connection and
-   wakes the loop on the announcements of the runtime's jobs, again a window later for those
-   the senders' throttle silenced, and at once after every reconnect. Polling stays the
-   fallback: a lost notification or listener delays a run by at most ``poll_interval``.
+   wakes the loop on the announcements of the runtime's jobs, and at once after every
+   reconnect. Polling stays the fallback: a lost notification or listener delays a run by at
+   most ``poll_interval``.
 J5 Each claim draws a new fencing token; every settlement and heartbeat acts only while it is
    current, else changes nothing and answers "stale" (the runtime reports
    ``SHIP_SQLA_JOB_LEASE_STALE``). A lease that lapsed but that no claim retook is still current
@@ -80,7 +83,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._jobs._admin import PostgresRunAdmin
-from ship_sqla._jobs._insert import RunInserter, inserted
+from ship_sqla._jobs._insert import RunInserter, fleet_seq_of, inserted
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
@@ -101,6 +104,7 @@ from ship_sqla._jobs._workflows import (
 )
 from ship_sqla._locks import advisory_lock_provider
 from ship_sqla._notify import (
+    Announcer,
     Listen,
     Recheck,
     announced_key,
@@ -111,7 +115,6 @@ from ship_sqla._notify import (
     sender_token,
 )
 from ship_sqla._scope import (
-    AfterCommit,
     Database,
     StoreConnections,
     TransactionScope,
@@ -246,6 +249,7 @@ class PostgresJobBackend(JobBackendBase):
         clock: Clock | None,
         operation_timeout: float,
         listen: Listen = True,
+        announce: bool = True,
         workers_table: Table | None = None,
         steps_table: Table | None = None,
         events_table: Table | None = None,
@@ -300,11 +304,21 @@ class PostgresJobBackend(JobBackendBase):
         self.wake_channel: Final = channel_name("ship_sqla.jobs", self.statements.runs_name)
         """The NOTIFY channel of this runs table (payload: the job id), the same in every
         process: enqueues announce on it, listeners wake on it."""
-        self._throttle: AnnounceThrottle | None = AnnounceThrottle()
+        self._sender = sender_token()
+        self._announcer: Announcer | None = None
+        """K1, K8: announces committed due runs by the kernel's rule; None: ``announce=False``."""
+        if announce:
+            self._announcer = Announcer(
+                channel=self.wake_channel,
+                sender=self._sender,
+                send=self._send_announcement,
+                report_error=self.report_error,
+                concurrent=self._connections.concurrent,
+                pool=self._connections.pool_in_use,
+            )
         # F1: freed fleet slots of capped jobs, announced at most once per job per window.
         self._room_throttle = AnnounceThrottle()
         self._room_tasks: set[asyncio.Task[None]] = set()
-        self._sender = sender_token()
         self._listener = listener_for(
             database,
             check_listen(listen, "create_job_backend"),
@@ -354,7 +368,7 @@ class PostgresJobBackend(JobBackendBase):
                 self._connections,
                 now=self._now,
                 wake=self.wake,
-                announce=self.room_freed,
+                announce=self._announce_woken,
                 steps_table=steps_table,
                 events_table=events_table,
             )
@@ -418,8 +432,8 @@ class PostgresJobBackend(JobBackendBase):
         """Store prepared runs of ``job`` (J1, J2; see the module docstring), results in order.
         Joins the given or ambient unit of work, else runs in a short transaction of the
         backend's own (one autocommitted INSERT when nothing needs checking); a committed due
-        run wakes the local loop after commit (J3) and, announced in the same transaction,
-        other processes' listeners (K1; throttled per job, see
+        run wakes the local loop after commit (J3) and, announced in the same transaction or
+        right after it, other processes' listeners (K1, K8; see
         :mod:`ship_sqla.kernel._plans.announce`)."""
         if scope is not None and not isinstance(scope, TransactionScope):
             raise ConfigurationError(
@@ -434,26 +448,33 @@ class PostgresJobBackend(JobBackendBase):
             # The plain enqueue outside any unit of work: one autocommitted INSERT (or, for a
             # bulk, a COPY and its announcement in one transaction), straight on a pooled
             # asyncpg connection while nothing watches the engine's statements.
-            due_now = await self._insert_alone(job.id, runs, announce)
+            due_now, fleet_seq = await self._insert_alone(job.id, runs, announce)
             if due_now:
-                committed: list[AfterCommit] = [self.wake]
-                if announce is not None:
-                    committed.append(lambda: self._announced_committed(job.id))
-                await run_after_commit(committed)
+                await run_after_commit(
+                    [
+                        self.wake,
+                        lambda: self._committed(
+                            job.id, folded=announce is not None, fleet_seq=fleet_seq
+                        ),
+                    ]
+                )
             return inserted(runs)
         async with self._connections.joined(scope, "enqueue", one_statement=one_statement) as tx:
-            results, due_now = await self._inserter.insert_on(
-                tx.connection, job.id, runs, announce=announce
+            results, due_now, fleet_seq = await self._inserter.insert_on(
+                tx.connection, job.id, runs, announce=announce, sample=self._wants_fleet_sample()
             )
             if due_now:
                 tx.after_commit(self.wake)
-                if announce is not None:
-                    tx.after_commit(lambda: self._announced_committed(job.id))
+                tx.after_commit(
+                    lambda: self._committed(
+                        job.id, folded=announce is not None, fleet_seq=fleet_seq
+                    )
+                )
         return results
 
     async def _insert_alone(
         self, job_id: str, runs: Sequence[PreparedRun], announce: tuple[str, str] | None
-    ) -> bool:
+    ) -> tuple[bool, int | None]:
         """The plain enqueue outside any unit of work (see :meth:`insert`): a bulk's COPY and its
         announcement in one transaction when the table takes COPY, else the one autocommitted
         INSERT; whether a run is due now. A COPY the table refuses (0A000: row-level security
@@ -470,31 +491,55 @@ class PostgresJobBackend(JobBackendBase):
                 then = (self.statements.announce, {"channel": channel, "payload": payload})
             try:
                 if await connections.copy_alone("enqueue", copy, then):
-                    return due_now
+                    return due_now, None
             except DBAPIError as error:
                 if not inserter.copy_refused(error):
                     raise
-        statement, params, due_now = inserter.plain(job_id, runs, announce=announce)
+        statement, params, due_now = inserter.plain(
+            job_id, runs, announce=announce, sample=self._wants_fleet_sample()
+        )
+        if inserter.reads_seq(statement):
+            rows = await connections.fetch_alone("enqueue", statement, params)
+            return due_now, fleet_seq_of(rows)
         await connections.execute_alone("enqueue", statement, params)
-        return due_now
+        return due_now, None
 
     # --- push wake (K1) -----------------------------------------------------------------------
 
     def _announce_channel(self, job_id: str) -> tuple[str, str] | None:
-        """The (channel, payload) an enqueue of ``job_id`` announces now, or None (throttled:
-        this backend's last committed announcement of the job is younger than the window)."""
-        throttle = self._throttle
-        if throttle is None or not throttle.wanted(job_id, self._clock.monotonic()):
-            return None
-        return self.wake_channel, announcement(self._sender, job_id)
+        """The (channel, payload) an enqueue of ``job_id`` announces in its own transaction, or
+        None: announced after its commit instead (or never: ``announce=False``)."""
+        announcer = self._announcer
+        return None if announcer is None else announcer.fold(job_id)
+
+    def _wants_fleet_sample(self) -> bool:
+        """Whether the next plain enqueue should answer the ``seq`` it takes (K8's rate)."""
+        announcer = self._announcer
+        return announcer is not None and announcer.wants_fleet_sample()
 
     def _wake_payload(self, job_id: str) -> str:
         """The wake channel's payload announcing ``job_id`` from this backend (a resume's, K3)."""
         return announcement(self._sender, job_id)
 
-    def _announced_committed(self, job_id: str) -> None:
-        if self._throttle is not None:
-            self._throttle.announced(job_id, self._clock.monotonic())
+    def _committed(self, job_id: str, *, folded: bool, fleet_seq: int | None = None) -> None:
+        """A due run of ``job_id`` committed (``folded``: its transaction announced it, and
+        read the table's ``fleet_seq``, when it did)."""
+        if self._announcer is not None:
+            self._announcer.committed(job_id, folded=folded, fleet_seq=fleet_seq)
+
+    def _announce_woken(self, job_ids: Iterable[str]) -> None:
+        """D3, D5: runs of these jobs became due by an event or a child's end that committed:
+        announced as a committed enqueue is, after the commit."""
+        for job_id in job_ids:
+            self._committed(job_id, folded=False)
+
+    async def _send_announcement(self, payloads: list[str]) -> None:
+        """The announcer's send: ANNOUNCE_AFTER_COMMIT on a connection of the backend's own."""
+        await self._connections.fetch(
+            "announce",
+            self.statements.announce_after_commit,
+            {"channel": self.wake_channel, "payloads": payloads},
+        )
 
     def start_listening(self, job_ids: Sequence[str]) -> None:
         """K1: a runtime executing ``job_ids`` starts waiting on this backend: subscribe to its
@@ -550,8 +595,9 @@ class PostgresJobBackend(JobBackendBase):
 
     def _announced(self, payload: str) -> None:
         """A notification on the wake channel: wake the local loop when a runtime here runs the
-        job, and again after the senders' throttle window for the enqueues it silenced. Our
-        own announcements are ignored: their commits woke this process already."""
+        job, and again at the rechecks (for senders of earlier versions, which silenced
+        enqueues for a window). Our own announcements are ignored: their commits woke this
+        process already."""
         job_id = announced_key(payload, self._sender)
         if job_id is not None and job_id in self._listening:
             self.wake()
@@ -912,6 +958,7 @@ def create_job_backend(
     clock: Clock | None = None,
     operation_timeout: float = 30.0,
     listen: Listen = True,
+    announce: bool = True,
     workers_table: Table | None = None,
     steps_table: Table | None = None,
     events_table: Table | None = None,
@@ -937,7 +984,11 @@ def create_job_backend(
     transaction-mode pooler such as PgBouncer, which accepts LISTEN and delivers nothing) keeps
     polling only; a ``postgresql://`` URL listens through that server instead (e.g. directly,
     past the pooler). Enqueues announce their due runs whatever ``listen`` says (other
-    processes may listen), at most once per job per 250 ms.
+    processes may listen): each within a few milliseconds of its commit, in its own transaction
+    or after it, with the table's notifying commits kept under a fleet-wide budget
+    (:mod:`ship_sqla.kernel._plans.announce`; docs/production.md, "Push wake").
+    ``announce=False`` announces nothing: for producers no runtime listens to (every worker
+    behind a transaction-mode pooler polls anyway).
 
     ``workers_table`` (F6): the worker registry's table, from :func:`ship_job_workers_table`
     (default: that table under its default name). Optional in the database: a worker runtime
@@ -972,6 +1023,7 @@ def create_job_backend(
         clock=clock,
         operation_timeout=operation_timeout,
         listen=listen,
+        announce=announce,
         workers_table=workers_table,
         steps_table=steps_table,
         events_table=events_table,

@@ -10,7 +10,7 @@ take the checked statement (``ENQUEUE_MANY``), after the gate when a limit is se
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 from sqlalchemy.exc import DBAPIError
@@ -266,25 +266,34 @@ class RunInserter:
         return _copy_rows(self._s, job_id, runs, self._now()), due
 
     def plain(
-        self, job_id: str, runs: Sequence[PreparedRun], *, announce: tuple[str, str] | None
+        self,
+        job_id: str,
+        runs: Sequence[PreparedRun],
+        *,
+        announce: tuple[str, str] | None,
+        sample: bool = False,
     ) -> tuple[TextClause, dict[str, object], bool]:
         """The ONE statement that stores ``runs`` of ``job_id`` when nothing needs checking
         (:meth:`one_statement`, or a tick's uncapped conflict-free runs), its parameters, and
         whether a run of it is due now: ENQUEUE_PLAIN (ENQUEUE_ONE for one run), or its
         announcing form (ENQUEUE_PLAIN_ANNOUNCED, ENQUEUE_ONE_ANNOUNCED) carrying ``announce``
-        (K1) when a run is due. It answers no rows: every run is inserted."""
+        (K1) when a run is due, else with ``sample`` its sampling form (ENQUEUE_*_SAMPLED).
+        Every run is inserted; the announcing and sampling forms answer the table's ``seq``
+        (:meth:`reads_seq`, :func:`fleet_seq_of`), the plain ones nothing."""
         due = _due(runs, self._wall())
+        s = self._s
         if len(runs) == 1:
             params = _one_params(runs[0], job_id, self._now())
-            statement = self._s.enqueue_one
-            announced = self._s.enqueue_one_announced
+            forms = (s.enqueue_one, s.enqueue_one_announced, s.enqueue_one_sampled)
         else:
             params = _PlainBatch.of(runs).params(job_id, self._now())
-            statement = self._s.enqueue_plain
-            announced = self._s.enqueue_plain_announced
+            forms = (s.enqueue_plain, s.enqueue_plain_announced, s.enqueue_plain_sampled)
+        statement, announced, sampled = forms
         if announce is not None and due:
             statement = announced
             params["channel"], params["payload"] = announce
+        elif sample:
+            statement = sampled
         return statement, params, due
 
     async def insert_on(
@@ -295,9 +304,12 @@ class RunInserter:
         *,
         capped: bool = True,
         announce: tuple[str, str] | None = None,
-    ) -> tuple[list[EnqueueResult], bool]:
-        """Store ``runs`` of ``job_id`` on ``connection``: the results in order (J1, J2) and
-        whether a run it inserted is due now (the local loop is worth waking after commit).
+        sample: bool = False,
+    ) -> tuple[list[EnqueueResult], bool, int | None]:
+        """Store ``runs`` of ``job_id`` on ``connection``: the results in order (J1, J2),
+        whether a run it inserted is due now (the local loop is worth waking after commit), and
+        the plain INSERT's ``fleet_seq`` when it announced or ``sample`` asked for it (None on
+        the other paths).
         ``capped=False`` (a schedule's tick): no J2 gate and no cap. ``announce``: the (channel,
         payload) to notify in this same transaction when a run it inserts is due now (K1; the
         plain INSERT carries the NOTIFY itself, the other paths send ANNOUNCE after inserting);
@@ -305,7 +317,7 @@ class RunInserter:
         depth_limit = self._depth_limit if capped else None
         unchecked = self.unchecked(runs)
         if depth_limit is None and unchecked:
-            return await self._insert_plain(connection, job_id, runs, announce)
+            return await self._insert_plain(connection, job_id, runs, announce, sample=sample)
         if depth_limit is not None:
             await self._take_gate(connection, job_id)
         if depth_limit is not None and unchecked:
@@ -321,7 +333,7 @@ class RunInserter:
             results, due = await self._insert_checked(connection, job_id, runs, depth_limit)
         if announce is not None and due:
             await self._announce(connection, announce)
-        return results, due
+        return results, due, None
 
     async def _insert_plain(
         self,
@@ -329,20 +341,37 @@ class RunInserter:
         job_id: str,
         runs: Sequence[PreparedRun],
         announce: tuple[str, str] | None,
-    ) -> tuple[list[EnqueueResult], bool]:
+        *,
+        sample: bool,
+    ) -> tuple[list[EnqueueResult], bool, int | None]:
         """Runs nothing needs to check: a COPY when :meth:`copy` offers one and the connection
         can run it (:func:`~ship_sqla._direct.copy_in_transaction`), then the announcement;
-        else ENQUEUE_PLAIN (with it)."""
+        else ENQUEUE_PLAIN (with it, and then its ``fleet_seq``)."""
         if len(runs) >= ENQUEUE_COPY_MIN_RUNS:
             await self.probe_copy(connection)
         copy, due = self.copy(job_id, runs)
+        fleet_seq = None
         if copy is not None and await self._copied(connection, copy):
             if announce is not None and due:
                 await self._announce(connection, announce)
         else:
-            statement, params, due = self.plain(job_id, runs, announce=announce)
-            await connection.execute(statement, params)
-        return inserted(runs), due
+            statement, params, due = self.plain(job_id, runs, announce=announce, sample=sample)
+            result = await connection.execute(statement, params)
+            if self.reads_seq(statement):
+                fleet_seq = fleet_seq_of(result.all())
+        return inserted(runs), due, fleet_seq
+
+    def reads_seq(self, statement: TextClause) -> bool:
+        """Whether ``statement`` (from :meth:`plain`) answers rows whose last column is a
+        ``seq`` it took (the announcing and sampling forms)."""
+        s = self._s
+        forms = (
+            s.enqueue_one_announced,
+            s.enqueue_plain_announced,
+            s.enqueue_one_sampled,
+            s.enqueue_plain_sampled,
+        )
+        return any(statement is form for form in forms)  # by identity: == builds SQL
 
     async def _copied(self, connection: AsyncConnection, copy: CopyIn) -> bool:
         try:
@@ -432,3 +461,10 @@ class RunInserter:
             else:
                 lost.append(index)
         return lost, due_now
+
+
+def fleet_seq_of(rows: Sequence[Any]) -> int | None:
+    """The largest ``seq`` an announcing or sampling INSERT answered (its rows' last column),
+    or None."""
+    values = [row[-1] for row in rows if row[-1] is not None]
+    return max(values) if values else None

@@ -102,7 +102,7 @@ class PostgresSchedules:
                 job, schedule = scheduled[job_id]
                 runs, advanced[job_id] = fire_due(job, schedule, next_at, now)
                 if runs:
-                    results, _ = await self._inserter.insert_on(
+                    results, _, _ = await self._inserter.insert_on(
                         connection, job_id, runs, capped=False
                     )
                     created += sum(not result.deduplicated for result in results)

@@ -287,8 +287,9 @@ class OutboxRelay:
 
     def _announced(self, payload: str) -> None:
         """K1: a committed enqueue in another process (or another ``Outbox``) announced an
-        outbox id: for ours, poll now, and again after the senders' throttle window for what it
-        silenced. Our own outbox's announcements are ignored: its commits woke us already."""
+        outbox id: for ours, poll now, and again at the rechecks (for senders of earlier
+        versions, which silenced enqueues for a window). Our own outbox's announcements are
+        ignored: its commits woke us already."""
         if announced_key(payload, self._outbox.sender) == self._outbox_id:
             self._wakeup.set()
             self._recheck.arm()

@@ -44,10 +44,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCLASS, UUID
 
+from ship_sqla._notify import ANNOUNCE_AFTER_COMMIT
 from ship_sqla._outbox._tables import LEASE_INDEX_PREDICATE, PENDING_INDEX_PREDICATE
 from ship_sqla._sql_time import TSTZ, now_param, seconds_param
 
 if TYPE_CHECKING:
+    from sqlalchemy import TextClause
     from sqlalchemy.sql import ColumnElement
     from sqlalchemy.sql.dml import Delete, Insert, ReturningUpdate
     from sqlalchemy.sql.selectable import Select
@@ -93,6 +95,11 @@ class OutboxStatements:
     """``enqueue`` and its announcement (K1) in ONE statement: ``WITH ship_enqueued AS
     (<enqueue>) SELECT pg_notify(:channel, :payload)``, the NOTIFY part of the inserting
     transaction (delivered at its commit, never after a rollback), no round trip added."""
+
+    announce_after_commit: TextClause
+    """:channel, :payloads text[]: the announcer's post-commit announcement of the outbox ids
+    committed since its last one (:data:`~ship_sqla._notify.ANNOUNCE_AFTER_COMMIT`). The
+    outbox table has no sequence, so each process counts itself alone in the budget."""
 
     claim: ReturningUpdate[Any]
     """:outbox, :batch_size, :lease (seconds), :worker, :now. See :func:`_claim`."""
@@ -145,6 +152,7 @@ def build_statements(table: Table) -> OutboxStatements:
     return OutboxStatements(
         enqueue=_enqueue(table),
         enqueue_announced=_announced(_enqueue(table)),
+        announce_after_commit=text(ANNOUNCE_AFTER_COMMIT),
         claim=_claim(table, ordered=False),
         claim_ordered=_claim(table, ordered=True),
         complete=_complete(table),

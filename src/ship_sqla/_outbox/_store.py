@@ -2,11 +2,11 @@
 
 O1 ``enqueue`` joins the active unit of work: its row commits or rolls back with the business
    write, and a committed enqueue wakes this process's relays after the commit.
-K1 An enqueue of a due message also announces it (NOTIFY on :attr:`Outbox.wake_channel`, payload
-   the outbox id) in the same statement, so in the same transaction: listening relays of any
-   process wake when it commits, never after a rollback. At most once per outbox id per 250 ms
-   per ``Outbox`` (:mod:`ship_sqla.kernel._plans.announce`); the relays look again after that
-   window, and poll.
+K1 A committed enqueue of a due message is announced (NOTIFY on :attr:`Outbox.wake_channel`,
+   payload the outbox id): in the same statement when the ``Outbox`` has announced nothing for
+   one gap, else right after the commit in one notify-only transaction for every outbox id
+   committed meanwhile (K8, :mod:`ship_sqla.kernel._plans.announce`); listening relays of any
+   process wake after it commits, never after a rollback, and poll.
 O2 ``claim`` retakes lapsed leases before due pending rows, with SKIP LOCKED, in its own short
    transaction, reading about ``batch_size`` index entries whatever the backlog.
 O3 ``complete`` / ``fail`` / ``release`` / ``heartbeat`` are fenced on the lease token: a stale
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import MetaData, Table
 
 from ship_sqla._naming import quoted_table
-from ship_sqla._notify import announcement, channel_name, sender_token
+from ship_sqla._notify import Announcer, announcement, channel_name, sender_token
 from ship_sqla._outbox._admin import OutboxAdmin, record_of
 from ship_sqla._outbox._sql import OutboxStatements, build_statements
 from ship_sqla._outbox._tables import ship_outbox_table
@@ -60,7 +60,7 @@ from ship_sqla.kernel._ids import new_uuids
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError, require_key, require_text
 from ship_sqla.kernel._on_error import ErrorHandler, deliver_error
-from ship_sqla.kernel._plans.announce import AnnounceThrottle, due_now
+from ship_sqla.kernel._plans.announce import due_now
 from ship_sqla.kernel._plans.backoff import Backoff
 from ship_sqla.kernel._tracing import current_trace_context, with_trace_context
 from ship_sqla.kernel._waiting import wait_event
@@ -249,13 +249,21 @@ class Outbox:
         self.wake_channel = channel_name("ship_sqla.outbox", quoted_table(table))
         """The NOTIFY channel of this outbox table (payload: the outbox id), the same in every
         process: enqueues announce on it (K1), listening relays wake on it."""
-        self._throttle: AnnounceThrottle | None = AnnounceThrottle()
         self.sender: Final = sender_token()
         """Who this outbox's announcements come from: its own relays ignore them (its local
         commits woke them already)."""
         # The outbox's own statements are single statements: on an engine they run on
         # autocommit connections, one round trip each instead of BEGIN, statement, COMMIT.
         self._connections = StoreConnections(database, name="outbox")
+        self._announcer: Announcer | None = Announcer(
+            channel=self.wake_channel,
+            sender=self.sender,
+            send=self._send_announcement,
+            report_error=self.report_error,
+            concurrent=self._connections.concurrent,
+            pool=self._connections.pool_in_use,
+        )
+        """K1, K8: announces committed due messages by the kernel's rule (None: never)."""
         self._admin = OutboxAdmin(
             connections=self._connections,
             statements=self._sql,
@@ -424,9 +432,13 @@ class Outbox:
             "attempt_limit": attempts,
             "now": self._now(),
         }
-        announce = self._announces(outbox_id, intents)
+        announcer = self._announcer
+        due = announcer is not None and due_now(
+            (intent.available_at for intent in intents), self._clock.now()
+        )
+        folded = due and announcer is not None and announcer.fold(outbox_id) is not None
         statement: Executable = self._sql.enqueue
-        if announce:
+        if folded:
             statement = self._sql.enqueue_announced
             params["channel"] = self.wake_channel
             params["payload"] = announcement(self.sender, outbox_id)
@@ -434,24 +446,17 @@ class Outbox:
             params["tenant"] = tenant_within(tx.scope, tenant, operation="enqueue")
             await tx.connection.execute(statement, params)
             tx.after_commit(self._wake(outbox_id))
-            if announce:
-                tx.after_commit(lambda: self._announced_committed(outbox_id))
+            if due and announcer is not None:
+                tx.after_commit(lambda: announcer.committed(outbox_id, folded=folded))
         return ids
 
-    def _announces(self, outbox_id: str, intents: Sequence[OutboxIntent]) -> bool:
-        """K1: whether this enqueue announces itself to other processes' relays: a message is
-        due now, and this outbox has not announced ``outbox_id`` within the throttle's window
-        (:mod:`ship_sqla.kernel._plans.announce`)."""
-        throttle = self._throttle
-        return (
-            throttle is not None
-            and throttle.wanted(outbox_id, self._clock.monotonic())
-            and due_now((intent.available_at for intent in intents), self._clock.now())
+    async def _send_announcement(self, payloads: list[str]) -> None:
+        """The announcer's send: ANNOUNCE_AFTER_COMMIT on a connection of the outbox's own."""
+        await self._connections.fetch(
+            "announce",
+            self._sql.announce_after_commit,
+            {"channel": self.wake_channel, "payloads": payloads},
         )
-
-    def _announced_committed(self, outbox_id: str) -> None:
-        if self._throttle is not None:
-            self._throttle.announced(outbox_id, self._clock.monotonic())
 
     # -- consuming (own short transactions) ----------------------------------------------------
 

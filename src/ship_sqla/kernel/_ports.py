@@ -717,9 +717,10 @@ class RunAdmin(QueueDepthSource, Protocol):
 
 @runtime_checkable
 class WakeSource(Protocol):
-    """A store whose ``wait_for_work`` other processes can end (K1): its enqueues announce due
-    runs in their transaction, and while a runtime listens, an announcement of one of its jobs
-    from any process wakes it at once (the PostgreSQL backend: LISTEN/NOTIFY, ``listen=``).
+    """A store whose ``wait_for_work`` other processes can end (K1): its committed enqueues of due
+    runs are announced (in their transaction or right after it, K8), and while a runtime
+    listens, an announcement of one of its jobs from any process wakes it at once (the
+    PostgreSQL backend: LISTEN/NOTIFY, ``listen=``).
     Polling stays the fallback: a lost announcement or listener delays a run by at most one
     poll interval. A worker runtime calls :meth:`start_listening` when it starts and
     :meth:`stop_listening` when it has stopped; the in-memory backend needs neither (its only
@@ -737,8 +738,8 @@ class WakeSource(Protocol):
 
     def room_freed(self, job_ids: Iterable[str]) -> None:
         """F1: settles of runs of these jobs (each with a ``concurrency.max``) landed here, so
-        their fleet cap has room again: wake the other processes' runtimes of them (announced
-        as an enqueue is, throttled per job; never raises, a failure is reported)."""
+        their fleet cap has room again: wake the other processes' runtimes of them (at most
+        once per job per 250 ms per backend; never raises, a failure is reported)."""
         ...
 
 

@@ -15,6 +15,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from ship_sqla._notify import announcements_sent
 from ship_sqla._server import ResolvedServer, asyncpg_dsn
 
 if TYPE_CHECKING:
@@ -58,6 +59,9 @@ class DatabaseFactory:
         return self.server.database_url(name)
 
     async def drop(self, name: str) -> None:
+        # Announcements the test's backends still send (K8: after their enqueues committed)
+        # would find the database gone and report it: let them go out first.
+        await announcements_sent()
         admin = await self._admin()
         try:
             await admin.execute(f"DROP DATABASE IF EXISTS {_quote(name)} WITH (FORCE)")

@@ -168,6 +168,9 @@ class JobStatements:
     enqueue_copy_allowed: TextClause
     enqueue_one_announced: TextClause
     announce: TextClause
+    announce_after_commit: TextClause
+    enqueue_one_sampled: TextClause
+    enqueue_plain_sampled: TextClause
     claim_uncapped: TextClause
     claim_gated: TextClause
     claim_fair: TextClause
@@ -234,6 +237,9 @@ class JobStatements:
             enqueue_copy_allowed=r(enqueue.ENQUEUE_COPY_ALLOWED),
             enqueue_one_announced=r(enqueue.ENQUEUE_ONE_ANNOUNCED),
             announce=r(enqueue.ANNOUNCE),
+            announce_after_commit=r(enqueue.ANNOUNCE_AFTER_COMMIT),
+            enqueue_one_sampled=r(enqueue.ENQUEUE_ONE_SAMPLED),
+            enqueue_plain_sampled=r(enqueue.ENQUEUE_PLAIN_SAMPLED),
             claim_uncapped=c(claim.CLAIM_UNCAPPED),
             claim_gated=c(claim.CLAIM_GATED),
             claim_fair=c(claim.CLAIM_FAIR),

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Final
 
+from ship_sqla._notify import ANNOUNCE_AFTER_COMMIT as ANNOUNCE_AFTER_COMMIT_BARE
 from ship_sqla._notify import NOTIFY_SQL, announcing
 
 __all__ = [
     "ANNOUNCE",
+    "ANNOUNCE_AFTER_COMMIT",
     "ENQUEUE_COPY_ALLOWED",
     "ENQUEUE_COPY_COLUMNS",
     "ENQUEUE_COPY_MIN_RUNS",
@@ -22,9 +24,11 @@ __all__ = [
     "ENQUEUE_MANY",
     "ENQUEUE_ONE",
     "ENQUEUE_ONE_ANNOUNCED",
+    "ENQUEUE_ONE_SAMPLED",
     "ENQUEUE_PLAIN",
     "ENQUEUE_PLAIN_ANNOUNCED",
     "ENQUEUE_PLAIN_CAPPED",
+    "ENQUEUE_PLAIN_SAMPLED",
 ]
 
 _INSERT_PLAIN_COLUMNS: Final = """INSERT INTO {runs} (
@@ -222,17 +226,33 @@ one by one). Per request it reports: inserted; or ``existing_id`` (deduplicated 
 run, by id first, then by dedupe key); or, not inserted, queue-full (``rn > room``) or a lost race
 with a concurrent insert."""
 
-ENQUEUE_PLAIN_ANNOUNCED: Final = announcing(ENQUEUE_PLAIN)
+ENQUEUE_PLAIN_ANNOUNCED: Final = announcing(ENQUEUE_PLAIN, sequence="seq")
 """ENQUEUE_PLAIN and the enqueue's announcement (K1) in ONE statement: ``WITH ship_enqueued AS
-(<ENQUEUE_PLAIN>) SELECT pg_notify(:channel, :payload)``, so an announced plain enqueue costs no
-round trip more (and stays one autocommitted statement outside a unit of work). The NOTIFY is
-part of the inserting transaction: delivered when it commits, never after a rollback. Index: as
-ENQUEUE_PLAIN (the insert's own)."""
+(<ENQUEUE_PLAIN> RETURNING seq) SELECT pg_notify(:channel, :payload), max(seq)``, so an
+announced plain enqueue costs no round trip more (and stays one autocommitted statement outside
+a unit of work). The NOTIFY is part of the inserting transaction: delivered when it commits,
+never after a rollback. ``fleet_seq``: the largest ``seq`` it took, how many runs every process
+has enqueued so far (the announce rule's share of the budget). Index: as ENQUEUE_PLAIN (the
+insert's own)."""
 
-ENQUEUE_ONE_ANNOUNCED: Final = announcing(ENQUEUE_ONE)
+ENQUEUE_ONE_ANNOUNCED: Final = announcing(ENQUEUE_ONE, sequence="seq")
 """ENQUEUE_ONE and the enqueue's announcement (K1) in ONE statement, as
 ENQUEUE_PLAIN_ANNOUNCED."""
 
 ANNOUNCE: Final = NOTIFY_SQL
 """The announcement (K1) of the other inserts (capped, checked), sent in their transaction once
 they inserted a due run: ``:channel`` is the backend's wake channel, ``:payload`` the job id."""
+
+ANNOUNCE_AFTER_COMMIT: Final = ANNOUNCE_AFTER_COMMIT_BARE
+"""The announcer's post-commit announcement (:data:`~ship_sqla._notify.ANNOUNCE_AFTER_COMMIT`:
+one notify-only transaction for every job committed since the last one, committed without
+waiting for its WAL flush). Reads no table."""
+
+ENQUEUE_PLAIN_SAMPLED: Final = ENQUEUE_PLAIN.rstrip() + "\nRETURNING seq\n"
+"""ENQUEUE_PLAIN answering the ``seq`` of each run it took: how many runs every process has
+enqueued so far, the sample of the table's enqueue rate the announce rule asks for now and
+then (at most every FLEET_SAMPLE_EVERY; :mod:`ship_sqla.kernel._plans.announce`). Index: as
+ENQUEUE_PLAIN."""
+
+ENQUEUE_ONE_SAMPLED: Final = ENQUEUE_ONE.rstrip() + "\nRETURNING seq\n"
+"""ENQUEUE_ONE answering its run's ``seq``, as ENQUEUE_PLAIN_SAMPLED."""
