@@ -18,19 +18,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dashboard_support import MAIL, REPORT, SECURITY_HEADERS, actor, authorizer, dead_runs, served
+from dashboard_support import (
+    MAIL,
+    REPORT,
+    SECURITY_HEADERS,
+    actor,
+    authorizer,
+    dashboard_tables,
+    dead_runs,
+    served,
+)
 from job_helpers import claim_request
-from sqlalchemy import MetaData, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ship_sqla import (
     create_audit_log,
     create_dashboard,
     create_job_backend,
-    ship_audit_table,
-    ship_job_runs_table,
-    ship_job_state_table,
-    ship_job_workers_table,
 )
 from ship_sqla.kernel import Complete, Schedule, define_job
 
@@ -72,22 +77,11 @@ def _browser_or_skip() -> Any:
     return webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
 
 
-def _tables() -> tuple[MetaData, Any, Any, Any, Any]:
-    metadata = MetaData()
-    return (
-        metadata,
-        ship_job_runs_table(metadata),
-        ship_job_state_table(metadata),
-        ship_job_workers_table(metadata),
-        ship_audit_table(metadata),
-    )
-
-
 @pytest.fixture
 async def seeded(ship_engine):
     """Tables, 60 dead runs of dash.mail and 3 of dash.report, 40 completed, 5 waiting runs, a
     schedule and a worker entry."""
-    metadata, runs, state, workers, _audit = _tables()
+    metadata, runs, state, workers, _audit = dashboard_tables()
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     backend = create_job_backend(
@@ -118,7 +112,7 @@ def _serve(ship_engine_url: str, refresh_seconds: float) -> Any:
     from starlette.applications import Starlette  # noqa: PLC0415 - the dashboard extra
     from starlette.routing import Mount  # noqa: PLC0415
 
-    _, runs, state, workers, audit_table = _tables()
+    _, runs, state, workers, audit_table = dashboard_tables()
     engine = create_async_engine(ship_engine_url)
     backend = create_job_backend(
         database=engine, table=runs, state_table=state, workers_table=workers

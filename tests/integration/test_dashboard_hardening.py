@@ -27,12 +27,13 @@ from dashboard_support import (
     Answer,
     actor,
     authorizer,
+    dashboard_tables,
     dead_runs,
     exchange,
     missing_security_headers,
     served,
 )
-from sqlalchemy import MetaData, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 from starlette.applications import Starlette
 from starlette.routing import Mount
@@ -41,10 +42,6 @@ from ship_sqla import (
     create_audit_log,
     create_dashboard,
     create_job_backend,
-    ship_audit_table,
-    ship_job_runs_table,
-    ship_job_state_table,
-    ship_job_workers_table,
 )
 from ship_sqla._dashboard._csrf import COOKIE, form_token
 
@@ -114,21 +111,10 @@ def check_bad_request(answer: Answer, path: str, parameter: str) -> None:
     assert missing_security_headers(answer.headers) == {}, where
 
 
-def _tables() -> tuple[MetaData, Any, Any, Any, Any]:
-    metadata = MetaData()
-    return (
-        metadata,
-        ship_job_runs_table(metadata),
-        ship_job_state_table(metadata),
-        ship_job_workers_table(metadata),
-        ship_audit_table(metadata),
-    )
-
-
 @pytest.fixture
 async def seeded(ship_engine: Any) -> list[str]:
     """The job, worker and audit tables; two dead runs of dash.mail."""
-    metadata, runs, state, workers, _audit = _tables()
+    metadata, runs, state, workers, _audit = dashboard_tables()
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     backend = create_job_backend(
@@ -140,7 +126,7 @@ async def seeded(ship_engine: Any) -> list[str]:
 @pytest.fixture
 def mounted(seeded: list[str], ship_engine_url: str) -> Iterator[str]:
     """The dashboard mounted at /ops in an application, served by uvicorn."""
-    _, runs, state, workers, audit_table = _tables()
+    _, runs, state, workers, audit_table = dashboard_tables()
     engine = create_async_engine(ship_engine_url)
     dashboard = create_dashboard(
         create_job_backend(database=engine, table=runs, state_table=state, workers_table=workers),

@@ -25,6 +25,19 @@ from ship_sqla import create_dashboard
 from ship_sqla.kernel import InMemoryAuditLog, InMemoryJobBackend
 
 
+def every_page(run_id: str) -> tuple[str, ...]:
+    """Every page of the dashboard mounted at /ops (one run's page: ``run_id``'s)."""
+    return (
+        "/ops/",
+        "/ops/runs?state=dead",
+        f"/ops/runs/{run_id}",
+        "/ops/dead",
+        "/ops/schedules",
+        "/ops/workers",
+        "/ops/audit",
+    )
+
+
 @pytest.fixture
 def backend(ship_clock):
     return InMemoryJobBackend(clock=ship_clock)
@@ -58,15 +71,7 @@ async def test_s2_read_only_user_sees_pages_without_any_action_and_cannot_post(
     unchanged and nothing is audited."""
     [run_id] = await dead_runs(backend, MAIL, 1)
     viewer = {"x-user": "viewer"}
-    for path in (
-        "/ops/",
-        "/ops/runs?state=dead",
-        f"/ops/runs/{run_id}",
-        "/ops/dead",
-        "/ops/schedules",
-        "/ops/workers",
-        "/ops/audit",
-    ):
+    for path in every_page(run_id):
         page = await client.get(path, headers=viewer)
         assert page.status_code == 200, (path, page.text)
         assert 'method="post"' not in page.text, path
@@ -368,16 +373,7 @@ async def test_s2_no_page_has_inline_style_or_script_so_the_csp_needs_no_unsafe_
     attribute: the stylesheet and the poll load from the dashboard's own static assets, which
     the Content-Security-Policy allows as ``'self'``."""
     [run_id] = await dead_runs(backend, MAIL, 1)
-    for path in (
-        "/ops/",
-        "/ops/runs?state=dead",
-        f"/ops/runs/{run_id}",
-        "/ops/dead",
-        "/ops/schedules",
-        "/ops/workers",
-        "/ops/audit",
-        "/ops/dead?tenant=%00",
-    ):
+    for path in (*every_page(run_id), "/ops/dead?tenant=%00"):
         html = (await client.get(path, headers={"x-user": "admin"})).text
         assert '<link rel="stylesheet" href="/ops/static/dashboard.css">' in html, path
         assert "<style" not in html, path

@@ -19,7 +19,10 @@ from urllib.parse import urlsplit
 
 import attrs
 from job_helpers import claim_request
+from sqlalchemy import MetaData
 
+from ship_sqla import ship_audit_table
+from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table, ship_job_workers_table
 from ship_sqla.kernel import Fail
 from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
 
@@ -62,6 +65,19 @@ def actor(request: Any) -> str:
 def authorizer(request: Any, permission: str, operation: str) -> bool:
     """The test application's authorizer: the permissions USERS gives the request's user."""
     return permission in USERS.get(actor(request), set())
+
+
+def dashboard_tables() -> tuple[MetaData, Any, Any, Any, Any]:
+    """A fresh MetaData with the tables the dashboard reads: (metadata, runs, state, workers,
+    audit)."""
+    metadata = MetaData()
+    return (
+        metadata,
+        ship_job_runs_table(metadata),
+        ship_job_state_table(metadata),
+        ship_job_workers_table(metadata),
+        ship_audit_table(metadata),
+    )
 
 
 async def dead_runs(backend: Any, job: Any, count: int, *, tenant_every: int = 0) -> list[str]:
