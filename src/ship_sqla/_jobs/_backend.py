@@ -206,8 +206,16 @@ cancel was requested and its lease lapsed): its ``parent_id`` is woken (D5)."""
 _SUSPENDS_AT_ONCE: Final = 8
 """Workflow suspends of one settle batch run at once on an engine (each its own transaction)."""
 
-_KIND_OF: Final = {Complete: "complete", Fail: "fail", SnoozeRun: "snooze", Cancel: "cancel"}
-"""Settlement class -> ``:kinds`` value of SETTLE_IF_TOKEN_CURRENT (any other: ``release``)."""
+_KIND_OF: Final[dict[type, str]] = {
+    Complete: "complete",
+    Fail: "fail",
+    SnoozeRun: "snooze",
+    Cancel: "cancel",
+    Release: "release",
+}
+"""Settlement class -> ``:kinds`` value of SETTLE_IF_TOKEN_CURRENT. Exhaustive over the batch's
+settlements (a Suspend is its store's own case): a settlement class it does not name is an
+error, never guessed (a guess of "release" would refund the attempt)."""
 
 
 class JobBackendTimeoutError(DatabaseTimeoutError):
@@ -802,7 +810,7 @@ class PostgresJobBackend(JobBackendBase):
         """SETTLE_IF_TOKEN_CURRENT for the settlements at ``sent`` (no suspends, no repeats);
         the others answer stale."""
         batch = settlements if len(sent) == len(settlements) else [settlements[i] for i in sent]
-        kinds = [_KIND_OF.get(type(settlement), "release") for settlement in batch]
+        kinds = [_KIND_OF[type(settlement)] for settlement in batch]
         completes_only = all(kind == "complete" for kind in kinds)
         params = {
             "ids": [settlement.run.run_id for settlement in batch],
