@@ -819,7 +819,7 @@ class Announcer:
                 if self._pool is not None and self._pool() is not self._pool_at_commit:
                     # The engine was disposed after these commits: sending would give it a
                     # new pool nobody disposes. Dropped; the listeners' polls find them (K1).
-                    plan.sent(keys, clock.monotonic(), ok=True)
+                    plan.sent(keys, ok=True)
                     continue
                 try:
                     await self._send([announcement(self._sender, k) for k in keys])
@@ -828,12 +828,12 @@ class Announcer:
                     # Tried again after the backoff, a few times; then given up: the
                     # listeners' polls find what they announced (K1).
                     retry = self._failures < ANNOUNCE_ATTEMPTS
-                    plan.sent(keys, clock.monotonic(), ok=not retry)
+                    plan.sent(keys, ok=not retry)
                     self._report_error(exc)
                     await clock.sleep(ERROR_BACKOFF.delay(self._failures))
                     continue
                 self._failures = 0
-                plan.sent(keys, clock.monotonic(), ok=True)
+                plan.sent(keys, ok=True)
         finally:
             self._task = None
 

@@ -241,7 +241,6 @@ class TypeJudge:
         *,
         explicit: bool,
         rendered: bool,
-        seen: set[int] | None = None,
     ) -> TypeRefusal | None:
         """The refusal of ``type_``, or None when it is accepted.
 
@@ -251,7 +250,7 @@ class TypeJudge:
         """
         if not explicit and id(type_) in self.own:
             return None
-        return _judge(type_, rendered=rendered, seen=set() if seen is None else seen, depth=0)
+        return _judge(type_, rendered=rendered, seen=set(), depth=0)
 
 
 _MAX_DEPTH: Final = 8
@@ -301,17 +300,15 @@ def _type_name(type_: TypeEngine[Any]) -> str:
 def _decorator_refusal(
     type_: TypeDecorator[Any], name: str, *, seen: set[int], depth: int
 ) -> TypeRefusal | None:
-    for cls in type(type_).__mro__:
-        if cls is TypeDecorator or _is_builtin(cls):
-            break
-        hooks = sorted(SQL_HOOKS.intersection(vars(cls)))
-        if hooks:
-            return TypeRefusal(
-                name, f"it overrides {', '.join(hooks)}, which put SQL of its own into a statement"
-            )
+    overridden = _overridden(type(type_))
+    hooks = sorted(SQL_HOOKS.intersection(overridden))
+    if hooks:
+        return TypeRefusal(
+            name, f"it overrides {', '.join(hooks)}, which put SQL of its own into a statement"
+        )
     impl = type_.impl_instance
     refusal = _judge(impl, rendered=False, seen=seen, depth=depth + 1)
-    if refusal is None and "load_dialect_impl" in _overridden(type(type_)):
+    if refusal is None and "load_dialect_impl" in overridden:
         refusal = _judge(
             type_.load_dialect_impl(DIALECT), rendered=False, seen=seen, depth=depth + 1
         )
@@ -321,6 +318,7 @@ def _decorator_refusal(
 
 
 def _overridden(cls: type) -> set[str]:
+    """The names ``cls`` and its bases define below TypeDecorator or a built-in type."""
     names: set[str] = set()
     for base in cls.__mro__:
         if base is TypeDecorator or _is_builtin(base):

@@ -114,7 +114,7 @@ def simulate(enqueues: list[Enqueue], plans: list[AnnouncePlan], world: World) -
             sender, keys, started = data  # type: ignore[misc]
             for key in keys:
                 world.deliveries.append(Delivery(key, started, now, next(world.losses)))
-            plans[sender].sent(keys, now, ok=True)
+            plans[sender].sent(keys, ok=True)
             schedule_send(sender, now)
     return world
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
+from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json
 
 json_values = st.recursive(
     st.none()
@@ -48,7 +48,9 @@ def test_the_encoder_writes_what_json_dumps_writes(value: Any) -> None:
 def test_a_nul_is_found_exactly_when_the_value_holds_one(value: Any) -> None:
     """NUL refusal (jobs, outbox): found in any key or string at any depth, never invented by
     the literal text "\\u0000" or by escaped backslashes."""
-    assert has_escaped_nul(encode_compact_json(value)) is _has_nul(value)
+    found = unstorable_json(value, encode_compact_json(value))
+    assert (found is not None) is _has_nul(value)
+    assert found is None or "NUL" in found.problem
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), {1j: 1}, object()])

@@ -231,7 +231,7 @@ def test_k8_an_isolated_enqueue_folds_those_right_behind_it_wait_for_one_send() 
     plan.committed("c", 0.003, folded=False)
     assert plan.next_send_at(0.003) is None  # a send is in flight
     later = 2 * MIN_GAP + 0.001
-    plan.sent(("a", "b"), later, ok=True)
+    plan.sent(("a", "b"), ok=True)
     assert plan.next_send_at(later) == pytest.approx(later)  # the gap has passed already
 
 
@@ -241,7 +241,7 @@ def test_k8_a_failed_send_keeps_its_keys_waiting_first() -> None:
     plan.committed("a", 0.0, folded=False)
     keys = plan.take(0.0)
     plan.committed("b", 0.001, folded=False)
-    plan.sent(keys, 0.002, ok=False)
+    plan.sent(keys, ok=False)
     assert plan.pending == ("a", "b")
 
 

@@ -21,7 +21,7 @@ from ship_sqla.kernel import (
     define_job,
 )
 from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES, PayloadTooLargeError
-from ship_sqla.kernel._json_text import encode_compact_json, has_escaped_nul
+from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError
 from ship_sqla.kernel._plans.prepare import PreparedRun, prepare_run, prepare_runs
 
@@ -92,8 +92,9 @@ def test_a_nul_anywhere_in_the_payload_is_refused(payload):
 
 
 def test_the_text_backslash_u0000_is_not_a_nul():
-    prepared = prepare_run(JOB, EnqueueRequest({"text": "\\u0000", "k\\\\u0000": 1}))
-    assert not has_escaped_nul(prepared.payload_json)
+    payload = {"text": "\\u0000", "k\\\\u0000": 1}
+    prepared = prepare_run(JOB, EnqueueRequest(payload))
+    assert unstorable_json(payload, prepared.payload_json) is None
 
 
 def test_nul_detection_reads_escapes_right():
@@ -104,7 +105,8 @@ def test_nul_detection_reads_escapes_right():
         ("\\\\u0000", False),
         ("a\\", False),
     ]:
-        assert has_escaped_nul(encode_compact_json([value])) is has_nul, value
+        found = unstorable_json([value], encode_compact_json([value]))
+        assert (found is not None) is has_nul, value
 
 
 @pytest.mark.parametrize("payload", [{"n": float("nan")}, {"n": {1, 2}}, {"n": object()}])

@@ -34,7 +34,6 @@ import attrs
 __all__ = [
     "Unstorable",
     "encode_compact_json",
-    "has_escaped_nul",
     "unstorable_json",
     "unstorable_text",
 ]
@@ -97,17 +96,6 @@ def encode_compact_json(value: object) -> str:
     except RecursionError as exc:
         msg = "Circular reference detected, or nested deeper than the recursion limit"
         raise ValueError(msg) from exc
-
-
-# \u0000 preceded by an even number of backslashes: an escaped NUL, not the literal text "\u0000"
-# (which the encoder writes as "\\u0000").
-_ESCAPED_NUL: Final = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-
-
-def has_escaped_nul(encoded: str) -> bool:
-    """Whether JSON text from :func:`encode_compact_json` holds a NUL character anywhere (a key
-    or a string, at any depth). A substring test first: the regex runs only on a hit."""
-    return "\\u0000" in encoded and _ESCAPED_NUL.search(encoded) is not None
 
 
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")

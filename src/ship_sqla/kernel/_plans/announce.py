@@ -208,8 +208,8 @@ class AnnouncePlan:
         self._last_at = now
         return keys
 
-    def sent(self, keys: Iterable[str], now: float, *, ok: bool) -> None:  # noqa: ARG002 - the protocol's time
-        """The send of :meth:`take`'s ``keys`` ended at ``now``: ``ok``, or failed (the keys wait
+    def sent(self, keys: Iterable[str], *, ok: bool) -> None:
+        """The send of :meth:`take`'s ``keys`` ended: ``ok``, or failed (the keys wait
         again, sent after the next gap)."""
         self._in_flight = False
         if not ok:
