@@ -75,9 +75,12 @@ from ship_sqla.kernel import (
     EnqueueRequest,
     JobContext,
     JobDefinition,
+    completed,
     define_job,
 )
-from ship_sqla.kernel._ports import ClaimRequest, Complete
+from ship_sqla.kernel._ports import (
+    ClaimRequest,
+)
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -266,7 +269,7 @@ async def _claim_latencies(
         if len(runs) != CLAIM_BATCH:
             raise BenchmarkError(f"ablations: claim returned {len(runs)} of {CLAIM_BATCH} runs")
         latencies.append(watch.seconds * 1000.0)
-        await backend.settle([Complete(run) for run in runs])
+        await backend.settle([completed(run) for run in runs])
         await conn.execute(refill, JOB_ID, len(runs))
     return median(latencies)
 

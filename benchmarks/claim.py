@@ -39,8 +39,10 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla.kernel import Concurrency, JobContext, JobDefinition, define_job
-from ship_sqla.kernel._ports import ClaimRequest, Complete
+from ship_sqla.kernel import Concurrency, JobContext, JobDefinition, completed, define_job
+from ship_sqla.kernel._ports import (
+    ClaimRequest,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -129,7 +131,7 @@ async def _timed_claims(
 
 async def _ship_jobs(backlog: _Backlog, conn: Any, claims: int) -> list[float]:  # noqa: ANN401
     async def settle(runs: Sequence[Any]) -> None:
-        await backlog.backend.settle([Complete(run) for run in runs])
+        await backlog.backend.settle([completed(run) for run in runs])
         await conn.execute(backlog.job_sql.refill_waiting, JOB_ID, len(runs))
 
     return await _timed_claims(

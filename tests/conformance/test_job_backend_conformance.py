@@ -22,9 +22,12 @@ from ship_sqla.kernel import (
     JobBackend,
     RetryPolicy,
     Schedule,
+    completed,
     define_job,
+    failed,
     occurrence_id,
     previous_occurrence,
+    released,
 )
 from ship_sqla.kernel._ports import (
     LEASE_LAPSED,
@@ -32,9 +35,6 @@ from ship_sqla.kernel._ports import (
     LEASE_LAPSED_MESSAGE,
     BuriedRun,
     ClaimBatch,
-    Complete,
-    Fail,
-    Release,
 )
 
 LEASE = 30.0
@@ -107,7 +107,7 @@ async def test_j1_dedupe_key_returns_the_existing_non_terminal_run(clock, job_ba
     assert running.deduplicated
     other_job = await backend.enqueue(job("conf.other"), {"n": 4}, dedupe_key="k")
     assert not other_job.deduplicated
-    assert await backend.settle([Complete(claimed)]) == ["completed"]
+    assert await backend.settle([completed(claimed)]) == ["completed"]
     fresh = await backend.enqueue(definition, {"n": 5}, dedupe_key="k")
     assert not fresh.deduplicated
     assert fresh.run_id != first.run_id
@@ -255,7 +255,7 @@ async def test_concurrency_max_is_never_exceeded_by_two_workers(clock, job_backe
     assert len(first) == 2
     assert len(second) == 1
     assert await backend.claim(claim_request(definition, worker="A", limit=5)) == []
-    assert await backend.settle([Complete(r) for r in first[:1]]) == ["completed"]
+    assert await backend.settle([completed(r) for r in first[:1]]) == ["completed"]
     assert len(await backend.claim(claim_request(definition, worker="B", limit=5))) == 1
     assert await backend.claim(claim_request(definition, worker="A", limit=5)) == []
 
@@ -321,14 +321,16 @@ async def test_j5_stale_token_changes_nothing(clock, job_backend_factory):
     assert new.token != old.token
     assert new.attempt == 2
     before = await run_of(backend, old.run_id)
-    assert await backend.settle([Complete(old)]) == ["stale"]
-    assert await backend.settle([Fail(old, "late failure", retry_at=clock.now())]) == ["stale"]
-    assert await backend.settle([Fail(old, "late failure", retry_at=None)]) == ["stale"]
-    assert await backend.settle([Release(old, run_at=clock.now(), error="late")]) == ["stale"]
+    assert await backend.settle([completed(old)]) == ["stale"]
+    assert await backend.settle([failed(old, "late failure", retry_at=clock.now())]) == ["stale"]
+    assert await backend.settle([failed(old, "late failure", retry_at=None)]) == ["stale"]
+    assert await backend.settle([released(old, clock.now(), reason="lock-held", error="late")]) == [
+        "stale"
+    ]
     assert await backend.heartbeat([old]) == [False]
     after = await run_of(backend, old.run_id)
     assert after == before
-    assert await backend.settle([Complete(new)]) == ["completed"]
+    assert await backend.settle([completed(new)]) == ["completed"]
     assert (await run_of(backend, new.run_id)).state == "completed"
 
 
@@ -345,7 +347,7 @@ async def test_j5_heartbeat_extends_the_lease(clock, job_backend_factory):
     )
     clock.advance(LEASE * 0.8)
     assert await backend.claim(claim_request(definition, worker="B", limit=1)) == []
-    assert await backend.settle([Complete(claimed)]) == ["completed"]
+    assert await backend.settle([completed(claimed)]) == ["completed"]
 
 
 async def test_j5_settles_of_one_batch_are_fenced_one_by_one(clock, job_backend_factory):
@@ -355,9 +357,9 @@ async def test_j5_settles_of_one_batch_are_fenced_one_by_one(clock, job_backend_
     await backend.enqueue_many(definition, [EnqueueRequest({"n": n}) for n in range(2)])
     first, second = await backend.claim(claim_request(definition, worker="A", limit=2))
     assert await backend.heartbeat([first, second]) == [True, True]
-    assert await backend.settle([Complete(first)]) == ["completed"]
+    assert await backend.settle([completed(first)]) == ["completed"]
     assert await backend.heartbeat([first, second]) == [False, True]
-    assert await backend.settle([Complete(first), Complete(second)]) == ["stale", "completed"]
+    assert await backend.settle([completed(first), completed(second)]) == ["stale", "completed"]
 
 
 async def test_j5_a_heartbeat_never_revives_a_lapsed_lease(clock, job_backend_factory):
@@ -375,7 +377,7 @@ async def test_j5_a_heartbeat_never_revives_a_lapsed_lease(clock, job_backend_fa
     before = await run_of(backend, lapsing.run_id)
     assert await backend.heartbeat([lapsing, live]) == [False, True]
     assert await run_of(backend, lapsing.run_id) == before
-    assert await backend.settle([Complete(lapsing)]) == ["completed"]
+    assert await backend.settle([completed(lapsing)]) == ["completed"]
 
 
 async def test_j6_lapsed_lease_is_retaken(clock, job_backend_factory):
@@ -411,7 +413,7 @@ async def test_j6_lapse_on_the_final_attempt_dead_letters(clock, job_backend_fac
     assert record.last_error is not None
     assert LEASE_LAPSED_FINAL_ATTEMPT in record.last_error
     assert record.finished_at is not None
-    assert await backend.settle([Complete(second)]) == ["stale"]
+    assert await backend.settle([completed(second)]) == ["stale"]
 
 
 async def test_j6_a_retaken_run_records_the_lapsed_attempt(clock, job_backend_factory):
@@ -429,7 +431,7 @@ async def test_j6_a_retaken_run_records_the_lapsed_attempt(clock, job_backend_fa
     assert record.history[0]["error"] == LEASE_LAPSED_MESSAGE
     assert record.history[0]["error"].startswith(LEASE_LAPSED)
     assert record.last_error == LEASE_LAPSED_MESSAGE
-    assert await backend.settle([Fail(second, "boom", retry_at=clock.now())]) == ["retrying"]
+    assert await backend.settle([failed(second, "boom", retry_at=clock.now())]) == ["retrying"]
     record = await run_of(backend, result.run_id)
     assert [(entry["attempt"], entry["error"]) for entry in record.history] == [
         (1, LEASE_LAPSED_MESSAGE),
@@ -470,7 +472,7 @@ async def test_j6_j10_a_claim_returns_the_runs_it_buried(clock, job_backend_fact
         assert [(entry["attempt"], entry["error"]) for entry in record.history] == [
             (1, LEASE_LAPSED_FINAL_MESSAGE)
         ]
-    assert await backend.settle([Complete(r) for r in (*first, *second)]) == ["stale", "stale"]
+    assert await backend.settle([completed(r) for r in (*first, *second)]) == ["stale", "stale"]
     empty = await backend.claim(claim_request(definition, worker="B", limit=5))
     assert empty == []
     assert empty.buried == ()
@@ -509,8 +511,10 @@ async def test_j7_release_keeps_the_attempt(clock, job_backend_factory):
     result = await backend.enqueue(definition, {"n": 1})
     [claimed] = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert claimed.attempt == 1
-    released = await backend.settle([Release(claimed, run_at=clock.now() + timedelta(seconds=3))])
-    assert released == ["released"]
+    answers = await backend.settle(
+        [released(claimed, clock.now() + timedelta(seconds=3), reason="lock-held")]
+    )
+    assert answers == ["released"]
     record = await run_of(backend, result.run_id)
     assert record.state == "waiting"
     assert record.attempt == 0
@@ -520,7 +524,7 @@ async def test_j7_release_keeps_the_attempt(clock, job_backend_factory):
     [again] = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert again.attempt == 1
     assert again.token > claimed.token
-    assert await backend.settle([Complete(again)]) == ["completed"]
+    assert await backend.settle([completed(again)]) == ["completed"]
 
 
 async def test_j7_release_with_error_records_history(clock, job_backend_factory):
@@ -531,7 +535,7 @@ async def test_j7_release_with_error_records_history(clock, job_backend_factory)
     result = await backend.enqueue(definition, {"n": 1})
     [claimed] = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert await backend.settle(
-        [Release(claimed, run_at=clock.now(), error="cancelled: drain")]
+        [released(claimed, clock.now(), reason="lock-held", error="cancelled: drain")]
     ) == ["released"]
     record = await run_of(backend, result.run_id)
     assert record.state == "waiting"
@@ -553,7 +557,7 @@ async def test_j7_fail_retries_then_dead_letters(clock, job_backend_factory):
         [claimed] = await backend.claim(claim_request(definition, worker="A", limit=1))
         assert claimed.attempt == attempt
         retry = clock.now() + timedelta(seconds=5)
-        assert await backend.settle([Fail(claimed, f"boom {attempt}", retry_at=retry)]) == [
+        assert await backend.settle([failed(claimed, f"boom {attempt}", retry_at=retry)]) == [
             "retrying"
         ]
         record = await run_of(backend, result.run_id)
@@ -563,7 +567,7 @@ async def test_j7_fail_retries_then_dead_letters(clock, job_backend_factory):
         clock.advance(5)
     [last] = await backend.claim(claim_request(definition, worker="A", limit=1))
     assert last.attempt == 3
-    assert await backend.settle([Fail(last, "boom 3", retry_at=clock.now())]) == ["dead"]
+    assert await backend.settle([failed(last, "boom 3", retry_at=clock.now())]) == ["dead"]
     record = await run_of(backend, result.run_id)
     assert record.state == "dead"
     assert [entry["error"] for entry in record.history] == ["boom 1", "boom 2", "boom 3"]
@@ -572,7 +576,7 @@ async def test_j7_fail_retries_then_dead_letters(clock, job_backend_factory):
 
     other = await backend.enqueue(definition, {"n": 2})
     [claimed] = await backend.claim(claim_request(definition, worker="A", limit=1))
-    assert await backend.settle([Fail(claimed, "poison", retry_at=None)]) == ["dead"]
+    assert await backend.settle([failed(claimed, "poison", retry_at=None)]) == ["dead"]
     assert (await run_of(backend, other.run_id)).state == "dead"
 
 
@@ -582,12 +586,12 @@ async def test_terminal_runs_never_come_back(clock, job_backend_factory):
     definition = job(attempts=1)
     await backend.enqueue_many(definition, [EnqueueRequest({"n": n}) for n in range(2)])
     done, doomed = await backend.claim(claim_request(definition, worker="A", limit=2))
-    assert await backend.settle([Complete(done)]) == ["completed"]
-    assert await backend.settle([Fail(doomed, "x", retry_at=None)]) == ["dead"]
+    assert await backend.settle([completed(done)]) == ["completed"]
+    assert await backend.settle([failed(doomed, "x", retry_at=None)]) == ["dead"]
     for _ in range(3):
         clock.advance(LEASE * 10)
         assert await backend.claim(claim_request(definition, worker="B", limit=10)) == []
-    assert await backend.settle([Complete(done)]) == ["stale"]
+    assert await backend.settle([completed(done)]) == ["stale"]
     assert await backend.heartbeat([done, doomed]) == [False, False]
 
 

@@ -12,13 +12,13 @@ import pytest
 from job_helpers import claim_request
 
 from ship_sqla.kernel import (
-    Complete,
     ConfigurationError,
     EnqueueRequest,
     FrozenClock,
     InvalidCursorError,
     JobOperations,
     RunRecord,
+    completed,
     create_job_operations,
     define_job,
 )
@@ -157,7 +157,7 @@ async def test_s2_finished_runs_page_newest_first_exactly_once(
     for count in (4, 3, 5):
         await backend.enqueue_many(DONE, [EnqueueRequest({"n": n}) for n in range(count)])
         claimed = await backend.claim(claim_request(DONE, worker="w", limit=count))
-        await backend.settle([Complete(run) for run in claimed])
+        await backend.settle([completed(run) for run in claimed])
         clock.advance(1)
     await backend.enqueue(DONE, {"left": "waiting"})
     page = await ops.list_runs(state="completed", job_id=DONE.id, limit=500)

@@ -14,22 +14,22 @@ from job_helpers import ErrorLog, claim_request, record_of, settle_loop
 from spy_backend import SpyBackend
 
 from ship_sqla.kernel import (
-    Cancel,
-    Complete,
     Concurrency,
     ConfigurationError,
     EnqueueRequest,
-    Fail,
     InMemoryAuditLog,
     JobOperationRefusedError,
     PausedJob,
     PauseResult,
     PermissionDeniedError,
-    Release,
     RetryPolicy,
     Schedule,
+    cancelled,
+    completed,
     create_job_operations,
     define_job,
+    failed,
+    released,
     start_job_runtime,
 )
 from ship_sqla.kernel._ports import CANCEL_LAPSED_MESSAGE, CANCELLED_MESSAGE
@@ -104,7 +104,7 @@ async def test_k2_cancelling_a_running_run_records_the_request_and_its_cancel_en
     beat = await backend.heartbeat([run])
     assert beat == [True]
     assert beat.cancel_requested == {run.run_id}
-    assert await backend.settle([Cancel(run, CANCELLED_MESSAGE)]) == ["cancelled"]
+    assert await backend.settle([cancelled(run, CANCELLED_MESSAGE)]) == ["cancelled"]
     record = await record_of(backend, run.run_id)
     assert (record.state, record.attempt) == ("cancelled", 1)
     assert record.finished_at == clock.now()
@@ -132,16 +132,24 @@ async def test_k2_only_a_complete_of_a_cancel_requested_run_does_not_end_it_canc
     now = clock.now()
     outcomes = await backend.settle(
         [
-            Fail(failing, "ValueError: boom", retry_at=now),
-            Release(releasing, run_at=now, error="released by a drain"),
-            Complete(completing),
+            failed(failing, "ValueError: boom", retry_at=now),
+            released(releasing, now, reason="lock-held", error="released by a drain"),
+            completed(completing),
         ]
     )
     assert outcomes == ["cancelled", "cancelled", "completed"]
-    failed = await record_of(backend, failing.run_id)
-    assert (failed.state, failed.attempt, kinds(failed)) == ("cancelled", 1, ["failure"])
-    released = await record_of(backend, releasing.run_id)
-    assert (released.state, released.attempt, kinds(released)) == ("cancelled", 1, ["released"])
+    was_failing = await record_of(backend, failing.run_id)
+    assert (was_failing.state, was_failing.attempt, kinds(was_failing)) == (
+        "cancelled",
+        1,
+        ["failure"],
+    )
+    was_released = await record_of(backend, releasing.run_id)
+    assert (was_released.state, was_released.attempt, kinds(was_released)) == (
+        "cancelled",
+        1,
+        ["released"],
+    )
     assert (await record_of(backend, completing.run_id)).state == "completed"
     assert await backend.claim(claim_request(job, worker="w", limit=3)) == []
 
@@ -189,7 +197,7 @@ async def test_k2_cancelling_a_finished_run_changes_nothing_and_says_so(clock, j
         run.run_id: run for run in await backend.claim(claim_request(job, worker="w", limit=2))
     }
     assert await backend.settle(
-        [Complete(claimed[done]), Fail(claimed[dead], "boom", retry_at=None)]
+        [completed(claimed[done]), failed(claimed[dead], "boom", retry_at=None)]
     ) == ["completed", "dead"]
     await ops.discard(discarded)
     await ops.cancel(cancelled)
@@ -433,10 +441,10 @@ async def test_k2_the_runtime_cancels_a_running_handler_at_once_and_the_run_ends
         assert (await ops.cancel(result.run_id)).outcome == "requested"
         with anyio.fail_after(10):
             await handler.cancelled.wait()
-        await backend.wait_settled(Cancel, 1)
+        await backend.wait_settled("cancel", 1)
         assert backend.calls.get("heartbeat", []) == []
     assert handler.reason == "cancelled"
-    assert [outcome for _, outcome in backend.settled(Cancel)] == ["cancelled"]
+    assert [outcome for _, outcome in backend.settled("cancel")] == ["cancelled"]
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt, kinds(record)) == ("cancelled", 1, ["cancelled"])
     assert handler.starts == 1
@@ -475,7 +483,7 @@ async def test_k2_without_a_notification_the_next_heartbeat_carries_the_cancel(
         await backend.wait_calls("heartbeat", 1)
         with anyio.fail_after(10):
             await handler.cancelled.wait()
-        await backend.wait_settled(Cancel, 1)
+        await backend.wait_settled("cancel", 1)
     [beat] = backend.answered("heartbeat")
     assert beat.result.cancel_requested == {result.run_id}
     assert handler.reason == "cancelled"
@@ -513,7 +521,7 @@ async def test_k3_the_runtime_stops_claiming_a_paused_job_running_runs_finish_re
         assert started == [1]
         assert (await record_of(backend, second.run_id)).state == "waiting"
         gate.set()
-        await backend.wait_settled(Complete, 1)
+        await backend.wait_settled("complete", 1)
         assert (await record_of(backend, first.run_id)).state == "completed"
         assert await ops.resume(job.id)
         with anyio.fail_after(10):

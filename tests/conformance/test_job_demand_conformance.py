@@ -18,9 +18,9 @@ from ship_sqla.kernel import (
     FrozenClock,
     JobDemand,
     PermissionDeniedError,
+    completed,
 )
 from ship_sqla.kernel._jobs import Concurrency, define_job
-from ship_sqla.kernel._ports import Complete
 
 
 async def noop(ctx: Any, payload: Any) -> None:
@@ -62,7 +62,7 @@ async def _load(backend: Any, clock: FrozenClock) -> None:
     await backend.enqueue(PDF, {"p": 1}, run_at=now - timedelta(seconds=5))
     await backend.enqueue(PDF, {"p": 2})
     [done] = await backend.claim(claim_request(PDF, worker="w", limit=1))
-    assert await backend.settle([Complete(done)]) == ["completed"]
+    assert await backend.settle([completed(done)]) == ["completed"]
 
 
 async def test_f5_demand_counts_due_delayed_running_and_the_oldest_due_age(

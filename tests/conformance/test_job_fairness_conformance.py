@@ -10,11 +10,11 @@ import pytest
 from job_helpers import claim_request
 
 from ship_sqla.kernel import (
-    Complete,
     Concurrency,
     ConfigurationError,
     EnqueueRequest,
     Fairness,
+    completed,
     define_job,
 )
 from ship_sqla.kernel._plans.fairness import fair_shares
@@ -70,7 +70,7 @@ async def test_f2_weights_give_their_shares(clock, job_backend_factory):
     while sum(taken.values()) < 10_000:
         batch = await backend.claim(claim_request(job, worker="w", limit=100))
         taken += by_tenant(batch)
-        await backend.settle([Complete(run) for run in batch])
+        await backend.settle([completed(run) for run in batch])
     total = sum(taken.values())
     assert abs(taken["gold"] / total - 0.75) <= 0.05
     assert abs(taken["std"] / total - 0.25) <= 0.05

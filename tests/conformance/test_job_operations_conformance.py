@@ -20,11 +20,11 @@ from ship_sqla.kernel import (
     InvalidCursorError,
     JobOperationRefusedError,
     PermissionDeniedError,
+    completed,
+    failed,
 )
 from ship_sqla.kernel._jobs import Concurrency, Retention, RetryPolicy, define_job
 from ship_sqla.kernel._ports import (
-    Complete,
-    Fail,
     QueueDepthSource,
     RunAdmin,
     RunStore,
@@ -101,7 +101,7 @@ async def dead_runs(backend: Any, job: Any, count: int) -> list[str]:
     claimed = await backend.claim(claim_request(job, worker="w", limit=count))
     assert len(claimed) == count
     for run in claimed:
-        assert await backend.settle([Fail(run, "boom", retry_at=None)]) == ["dead"]
+        assert await backend.settle([failed(run, "boom", retry_at=None)]) == ["dead"]
     return [run.run_id for run in claimed]
 
 
@@ -205,7 +205,9 @@ async def test_retry_gives_exactly_one_more_attempt(backend: Any, ops: JobOperat
     [claimed] = await backend.claim(claim_request(JOB, worker="w", limit=10))
     assert claimed.run_id == run_id
     assert claimed.attempt == claimed.max_attempts == 2
-    assert await backend.settle([Fail(claimed, "again", retry_at=backend.clock.now())]) == ["dead"]
+    assert await backend.settle([failed(claimed, "again", retry_at=backend.clock.now())]) == [
+        "dead"
+    ]
     again = await ops.get_run(run_id)
     assert again is not None
     assert again.state == "dead"
@@ -237,7 +239,7 @@ async def test_discard_waiting_or_dead_but_not_running(backend: Any, ops: JobOpe
     record = await ops.get_run(running.run_id)
     assert record is not None
     assert record.state == "running"
-    assert await backend.settle([Complete(running)]) == ["completed"]
+    assert await backend.settle([completed(running)]) == ["completed"]
     with pytest.raises(JobOperationRefusedError, match="'completed'"):
         await ops.discard(running.run_id)
 
@@ -250,7 +252,7 @@ async def test_cleanup_deletes_only_runs_past_retention_in_batches(
     for i in range(5):
         await backend.enqueue(JOB, {"c": i})
     done = await backend.claim(claim_request(JOB, worker="w", limit=5))
-    await backend.settle([Complete(r) for r in done])  # completed at t0 (retention 1 h)
+    await backend.settle([completed(r) for r in done])  # completed at t0 (retention 1 h)
     old_dead = await dead_runs(backend, JOB, 2)  # dead at t0 (retention 2 h)
     waiting = (await backend.enqueue(JOB, {"w": 1})).run_id
     await ops.discard(waiting or "")  # discarded at t0 (retention 3 h)

@@ -33,12 +33,14 @@ from ship_sqla.kernel import (
     RetryAfter,
     RetryPolicy,
     Snooze,
-    SnoozeRun,
     TerminalError,
+    completed,
     define_job,
+    failed,
+    released,
+    snoozed,
     start_job_runtime,
 )
-from ship_sqla.kernel._ports import Complete, Fail, Release
 
 LEASE = 30.0
 
@@ -65,7 +67,7 @@ def kinds(record):
 
 
 async def test_k4_every_history_entry_records_its_kind(clock, job_backend_factory):
-    """K4: a Fail's history entry carries the kind the kernel chose ("failure", "retry-after",
+    """K4: a failure's history entry carries the kind the kernel chose ("failure", "retry-after",
     "timeout", "terminal"), a release with an error "released", a lapsed attempt "lapsed"; the
     entries keep their keys attempt, at, error."""
     backend = job_backend_factory(clock)
@@ -73,13 +75,17 @@ async def test_k4_every_history_entry_records_its_kind(clock, job_backend_factor
     result = await backend.enqueue(job, {})
     for kind in ("failure", "retry-after", "timeout"):
         [claimed] = await backend.claim(claim_request(job, worker="A"))
-        assert await backend.settle([Fail(claimed, f"e-{kind}", clock.now(), kind)]) == ["retrying"]
+        assert await backend.settle([failed(claimed, f"e-{kind}", clock.now(), kind)]) == [
+            "retrying"
+        ]
     [claimed] = await backend.claim(claim_request(job, worker="A"))
-    assert await backend.settle([Release(claimed, clock.now(), "drained")]) == ["released"]
+    assert await backend.settle(
+        [released(claimed, clock.now(), reason="lock-held", error="drained")]
+    ) == ["released"]
     [claimed] = await backend.claim(claim_request(job, worker="A"))
     clock.advance(LEASE + 1)
     [retaken] = await backend.claim(claim_request(job, worker="B"))
-    assert await backend.settle([Fail(retaken, "poison", None, "terminal")]) == ["dead"]
+    assert await backend.settle([failed(retaken, "poison", None, "terminal")]) == ["dead"]
     record = await record_of(backend, result.run_id)
     assert record.state == "dead"
     assert kinds(record) == ["failure", "retry-after", "timeout", "released", "lapsed", "terminal"]
@@ -91,7 +97,7 @@ async def test_k4_every_history_entry_records_its_kind(clock, job_backend_factor
 
 
 async def test_k4_snooze_waits_again_without_spending_an_attempt(clock, job_backend_factory):
-    """K4: a SnoozeRun puts the run back to waiting at its time, the attempt unspent, one more
+    """K4: a snooze puts the run back to waiting at its time, the attempt unspent, one more
     snooze counted (the next claim's ClaimedRun.snoozes, RunRecord.snoozes), the snooze's text
     in the history with kind "snooze"; it is not claimable before its time."""
     backend = job_backend_factory(clock)
@@ -100,7 +106,7 @@ async def test_k4_snooze_waits_again_without_spending_an_attempt(clock, job_back
     [claimed] = await backend.claim(claim_request(job, worker="A"))
     assert (claimed.attempt, claimed.snoozes) == (1, 0)
     wake_at = clock.now() + timedelta(seconds=20)
-    assert await backend.settle([SnoozeRun(claimed, wake_at, "not ready")]) == ["snoozed"]
+    assert await backend.settle([snoozed(claimed, wake_at, "not ready")]) == ["snoozed"]
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt, record.snoozes, record.run_at) == (
         "waiting",
@@ -117,15 +123,15 @@ async def test_k4_snooze_waits_again_without_spending_an_attempt(clock, job_back
     [again] = await backend.claim(claim_request(job, worker="A"))
     assert (again.attempt, again.snoozes) == (1, 1)  # the same attempt number, on its only one
     assert again.token > claimed.token
-    assert await backend.settle([SnoozeRun(again, clock.now(), "still not")]) == ["snoozed"]
+    assert await backend.settle([snoozed(again, clock.now(), "still not")]) == ["snoozed"]
     [third] = await backend.claim(claim_request(job, worker="A"))
     assert third.snoozes == 2
-    assert await backend.settle([Complete(third)]) == ["completed"]
+    assert await backend.settle([completed(third)]) == ["completed"]
     assert (await record_of(backend, result.run_id)).snoozes == 2
 
 
 async def test_k4_a_stale_snooze_changes_nothing(clock, job_backend_factory):
-    """K4/J5: a SnoozeRun carrying a superseded token answers "stale" and leaves the row as it
+    """K4/J5: a snooze carrying a superseded token answers "stale" and leaves the row as it
     was (no snooze counted, no history)."""
     backend = job_backend_factory(clock)
     job = plain_job()
@@ -134,9 +140,9 @@ async def test_k4_a_stale_snooze_changes_nothing(clock, job_backend_factory):
     clock.advance(LEASE + 1)
     [current] = await backend.claim(claim_request(job, worker="B"))
     before = await record_of(backend, result.run_id)
-    assert await backend.settle([SnoozeRun(old, clock.now(), "zombie")]) == ["stale"]
+    assert await backend.settle([snoozed(old, clock.now(), "zombie")]) == ["stale"]
     assert await record_of(backend, result.run_id) == before
-    assert await backend.settle([SnoozeRun(current, clock.now(), "fresh")]) == ["snoozed"]
+    assert await backend.settle([snoozed(current, clock.now(), "fresh")]) == ["snoozed"]
 
 
 async def test_k4_mixed_batch_settles_every_kind_in_one_call(clock, job_backend_factory):
@@ -151,11 +157,11 @@ async def test_k4_mixed_batch_settles_every_kind_in_one_call(clock, job_backend_
     later = clock.now() + timedelta(seconds=5)
     answers = await backend.settle(
         [
-            Complete(runs[0]),
-            Fail(runs[1], "slow down", later, "retry-after"),
-            Fail(runs[2], "bad input", None, "terminal"),
-            SnoozeRun(runs[3], later, "wait"),
-            Release(runs[4], later),
+            completed(runs[0]),
+            failed(runs[1], "slow down", later, "retry-after"),
+            failed(runs[2], "bad input", None, "terminal"),
+            snoozed(runs[3], later, "wait"),
+            released(runs[4], later, reason="lock-held"),
         ]
     )
     assert answers == ["completed", "retrying", "dead", "snoozed", "released"]
@@ -167,14 +173,16 @@ async def test_k4_mixed_batch_settles_every_kind_in_one_call(clock, job_backend_
 
 
 async def test_k4_an_unknown_failure_kind_is_refused_before_the_store(clock, job_backend_factory):
-    """K4: a Fail whose kind is none of FailureKind is a ConfigurationError and nothing of the
-    batch is settled."""
+    """K4: a failure whose kind is none of FailureKind is a ConfigurationError when it is built,
+    and a batch holding anything but settlements is refused whole: nothing of it is settled."""
     backend = job_backend_factory(clock)
     job = plain_job()
     result = await backend.enqueue(job, {})
     [claimed] = await backend.claim(claim_request(job, worker="A"))
-    with pytest.raises(ConfigurationError, match=r"Fail\.kind"):
-        await backend.settle([Complete(claimed), Fail(claimed, "x", None, "oops")])  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"failure's kind 'oops' is unknown"):
+        failed(claimed, "x", None, "oops")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="is not a settlement"):
+        await backend.settle([completed(claimed), ("fail", claimed)])  # type: ignore[list-item]
     assert (await record_of(backend, result.run_id)).state == "running"
 
 
@@ -195,9 +203,9 @@ async def test_k4_terminal_error_dead_letters_on_its_attempt(clock, job_backend_
     job = define_job("conf.terminal", handler, payload=dict, retry=RetryPolicy(attempts=5))
     result = await backend.enqueue(job, {})
     async with await start_job_runtime([job], backend=backend):
-        await backend.wait_settled(Fail, 1)
-    [(fail, outcome)] = backend.settled(Fail)
-    assert (fail.kind, fail.retry_at, outcome) == ("terminal", None, "dead")
+        await backend.wait_settled("fail", 1)
+    [(fail, outcome)] = backend.settled("fail")
+    assert (fail.failure_kind, fail.run_at, outcome) == ("terminal", None, "dead")
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt, record.max_attempts) == ("dead", 1, 5)
     assert kinds(record) == ["terminal"]
@@ -223,8 +231,10 @@ async def test_k4_non_retryable_exception_types_are_terminal(clock, job_backend_
     fatal = await backend.enqueue(job, {"fatal": True})
     transient = await backend.enqueue(job, {"fatal": False})
     async with await start_job_runtime([job], backend=backend):
-        await backend.wait_settled(Fail, 2)
-    by_run = {fail.run.run_id: (fail.kind, outcome) for fail, outcome in backend.settled(Fail)}
+        await backend.wait_settled("fail", 2)
+    by_run = {
+        fail.run.run_id: (fail.failure_kind, outcome) for fail, outcome in backend.settled("fail")
+    }
     assert by_run == {fatal.run_id: ("terminal", "dead"), transient.run_id: ("failure", "retrying")}
     assert (await record_of(backend, fatal.run_id)).state == "dead"
     assert (await record_of(backend, transient.run_id)).state == "waiting"
@@ -254,12 +264,12 @@ async def test_k4_retry_after_overrides_the_backoff_and_spends_the_attempt(
     )
     result = await backend.enqueue(job, {})
     async with await start_job_runtime([job], backend=backend):
-        await backend.wait_settled(Fail, 1)
-        [(fail, outcome)] = backend.settled(Fail)
-        assert (fail.kind, outcome) == ("retry-after", "retrying")
-        assert fail.retry_at == clock.now() + timedelta(seconds=7)
+        await backend.wait_settled("fail", 1)
+        [(fail, outcome)] = backend.settled("fail")
+        assert (fail.failure_kind, outcome) == ("retry-after", "retrying")
+        assert fail.run_at == clock.now() + timedelta(seconds=7)
         await advance_until(clock, done, step=1.0)
-        await backend.wait_settled(Complete, 1)
+        await backend.wait_settled("complete", 1)
     assert seen == [1, 2]
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt) == ("completed", 2)
@@ -289,11 +299,11 @@ async def test_k4_snooze_spends_no_attempt_and_is_bounded(clock, job_backend_fac
     result = await backend.enqueue(job, {})
     async with await start_job_runtime([job], backend=backend):
         await advance_until_awaited(
-            clock, lambda: backend.wait_settled(Fail, 2, limit=30), step=1.0, limit=30
+            clock, lambda: backend.wait_settled("fail", 2, limit=30), step=1.0, limit=30
         )
     assert seen == [(1, 0), (1, 1), (1, 2), (2, 2)]
-    assert [outcome for _, outcome in backend.settled(SnoozeRun)] == ["snoozed", "snoozed"]
-    assert [(f.kind, o) for f, o in backend.settled(Fail)] == [
+    assert [outcome for _, outcome in backend.settled("snooze")] == ["snoozed", "snoozed"]
+    assert [(f.failure_kind, o) for f, o in backend.settled("fail")] == [
         ("failure", "retrying"),
         ("failure", "dead"),
     ]
@@ -342,12 +352,12 @@ async def test_k5_timeout_cancels_the_handler_and_fails_the_attempt(clock, job_b
         with anyio.fail_after(10):
             await started.wait()
         await advance_until(clock, cancelled, step=1.0)
-        await backend.wait_settled(Fail, 1)
-        [(fail, outcome)] = backend.settled(Fail)
-        assert (fail.kind, outcome) == ("timeout", "retrying")
-        assert f"{JobTimeoutError.code}: attempt 1 of job 'conf.timeout'" in fail.error
+        await backend.wait_settled("fail", 1)
+        [(fail, outcome)] = backend.settled("fail")
+        assert (fail.failure_kind, outcome) == ("timeout", "retrying")
+        assert f"{JobTimeoutError.code}: attempt 1 of job 'conf.timeout'" in fail.entry.error
         await advance_until(clock, done, step=1.0)
-        await backend.wait_settled(Complete, 1)
+        await backend.wait_settled("complete", 1)
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt) == ("completed", 2)
     assert kinds(record) == ["timeout"]
@@ -376,9 +386,9 @@ async def test_k5_a_timeout_the_policy_names_non_retryable_is_dead(clock, job_ba
     async with await start_job_runtime([job], backend=backend):
         with anyio.fail_after(10):
             await started.wait()
-        await advance_until_awaited(clock, lambda: backend.wait_settled(Fail, 1), step=1.0)
-    [(fail, outcome)] = backend.settled(Fail)
-    assert (fail.kind, fail.retry_at, outcome) == ("timeout", None, "dead")
+        await advance_until_awaited(clock, lambda: backend.wait_settled("fail", 1), step=1.0)
+    [(fail, outcome)] = backend.settled("fail")
+    assert (fail.failure_kind, fail.run_at, outcome) == ("timeout", None, "dead")
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt, kinds(record)) == ("dead", 1, ["timeout"])
 
@@ -441,13 +451,13 @@ async def test_k5_a_handler_ignoring_its_timeout_keeps_its_lease_visibly(
         record = await record_of(inner, result.run_id)
         assert (record.state, record.attempt) == ("running", 1)
         release.set()
-        await advance_until_awaited(clock, lambda: backend.wait_settled(Fail, 1), step=1.0)
+        await advance_until_awaited(clock, lambda: backend.wait_settled("fail", 1), step=1.0)
     finally:
         # A failed assertion must not leave the stop waiting on frozen time or the handler.
         release.set()
         await runtime.stop(drain_timeout=0)
-    [(fail, outcome)] = backend.settled(Fail)
-    assert (fail.kind, outcome) == ("timeout", "retrying")
+    [(fail, outcome)] = backend.settled("fail")
+    assert (fail.failure_kind, outcome) == ("timeout", "retrying")
     ignored = [e for e in errors.errors if isinstance(e, JobTimeoutIgnoredError)]
     assert len(ignored) == 1
     assert ignored[0].code == "SHIP_SQLA_JOB_TIMEOUT_IGNORED"

@@ -18,10 +18,12 @@ from ship_sqla.kernel import (
     EnqueueRequest,
     InvalidPriorityError,
     RetryPolicy,
+    completed,
     define_job,
+    failed,
+    released,
     start_job_runtime,
 )
-from ship_sqla.kernel._ports import Complete, Fail, Release
 
 LEASE = 30.0
 
@@ -157,7 +159,10 @@ async def test_retries_and_releases_keep_their_priority(clock, job_backend_facto
     first, second = await backend.claim(claim_request(definition, worker="A", limit=2))
     assert [first.payload["name"], second.payload["name"]] == ["failing", "released"]
     assert await backend.settle(
-        [Fail(first, "boom", retry_at=clock.now()), Release(second, clock.now())]
+        [
+            failed(first, "boom", retry_at=clock.now()),
+            released(second, clock.now(), reason="lock-held"),
+        ]
     ) == ["retrying", "released"]
     assert await _claim_one_by_one(backend, definition) == ["failing", "released", "old-low"]
 
@@ -173,7 +178,7 @@ async def test_a_retaken_lapsed_run_is_ordered_by_its_priority_too(clock, job_ba
     await backend.enqueue(definition, {"name": "high"}, priority=1)
     await backend.enqueue(definition, {"name": "low"}, priority=-1)
     assert await _claim_one_by_one(backend, definition) == ["high", "lapsing", "low"]
-    assert await backend.settle([Complete(lapsing)]) == ["stale"]
+    assert await backend.settle([completed(lapsing)]) == ["stale"]
 
 
 # --- K7: trace propagation ---------------------------------------------------------------------

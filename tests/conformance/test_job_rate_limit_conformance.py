@@ -13,11 +13,11 @@ import pytest
 from job_helpers import claim_request, record_of
 
 from ship_sqla.kernel import (
-    Complete,
     Concurrency,
     ConfigurationError,
     EnqueueRequest,
     RateLimit,
+    completed,
     define_job,
     start_job_runtime,
 )
@@ -44,7 +44,7 @@ async def test_f3_a_claim_starts_at_most_the_limit_per_period(clock, job_backend
     first = await backend.claim(claim_request(job, worker="w", limit=10))
     assert len(first) == 3
     assert first.rate_wait == pytest.approx(10.0)
-    await backend.settle([Complete(run) for run in first])
+    await backend.settle([completed(run) for run in first])
     clock.advance(4)
     blocked = await backend.claim(claim_request(job, worker="w", limit=10))
     assert list(blocked) == []
@@ -100,7 +100,7 @@ async def test_f1_f3_a_cap_and_a_rate_both_bind(clock, job_backend_factory):
         batch = await backend.claim(claim_request(job, worker="w", limit=10))
         assert len(batch) == expected
         taken.append(len(batch))
-        await backend.settle([Complete(run) for run in batch])
+        await backend.settle([completed(run) for run in batch])
     clock.advance(60)
     assert len(await backend.claim(claim_request(job, worker="w", limit=10))) == 2
 

@@ -22,13 +22,7 @@ from ship_sqla.kernel import (
     define_job,
     start_job_runtime,
 )
-from ship_sqla.kernel._ports import (
-    LEASE_LAPSED_FINAL_MESSAGE,
-    Complete,
-    Fail,
-    JobLeaseLapsedFinalError,
-    Release,
-)
+from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_MESSAGE, JobLeaseLapsedFinalError
 
 LEASE = 30.0
 
@@ -57,9 +51,9 @@ async def test_runtime_completes_every_enqueued_run(clock, job_backend_factory):
     assert sorted(seen) == list(range(total))
     for result in results:
         assert (await record_of(backend, result.run_id)).state == "completed"
-    completed = [settlement.run for settlement, _ in backend.settled(Complete)]
+    completed = [settlement.run for settlement, _ in backend.settled("complete")]
     assert len(completed) == total
-    assert len(backend.settle_batches(Complete)) < total
+    assert len(backend.settle_batches("complete")) < total
     assert errors.errors == []
 
 
@@ -101,15 +95,15 @@ async def test_runtime_retries_then_dead_letters(clock, job_backend_factory):
     )
     result = await backend.enqueue(job, {})
     async with await start_job_runtime([job], backend=backend):
-        await backend.wait_settled(Fail, 1)
-        fail, outcome = backend.settled(Fail)[0]
+        await backend.wait_settled("fail", 1)
+        fail, outcome = backend.settled("fail")[0]
         assert outcome == "retrying"
-        assert fail.retry_at == clock.now() + timedelta(seconds=10)
+        assert fail.run_at == clock.now() + timedelta(seconds=10)
         await advance_until_awaited(
-            clock, lambda: backend.wait_settled(Fail, 3, limit=30), step=1.0
+            clock, lambda: backend.wait_settled("fail", 3, limit=30), step=1.0
         )
     assert attempts == [1, 2, 3]
-    assert [outcome for _, outcome in backend.settled(Fail)] == ["retrying", "retrying", "dead"]
+    assert [outcome for _, outcome in backend.settled("fail")] == ["retrying", "retrying", "dead"]
     record = await record_of(backend, result.run_id)
     assert record.state == "dead"
     assert len(record.history) == 3
@@ -132,7 +126,7 @@ async def test_undecodable_payload_is_dead_lettered_not_retried(clock, job_backe
     result = await backend.enqueue(loose, {"not": "a list"})
     spy = SpyBackend(backend)
     async with await start_job_runtime([strict], backend=spy):
-        await spy.wait_settled(Fail, 1)
+        await spy.wait_settled("fail", 1)
     assert not ran
     record = await record_of(backend, result.run_id)
     assert record.state == "dead"
@@ -171,7 +165,7 @@ async def test_j5_heartbeats_keep_a_long_run_leased(clock, job_backend_factory):
         finally:
             # Never leave the handler blocked: stop() would wait out the drain in frozen time.
             release.set()
-        await backend.wait_settled(Complete, 1)
+        await backend.wait_settled("complete", 1)
     assert (await record_of(backend, result.run_id)).state == "completed"
 
 
@@ -204,10 +198,10 @@ async def test_j7_lock_held_elsewhere_returns_the_run_without_an_attempt(
     try:
         result = await backend.enqueue(job, {"account": "acme"})
         async with await start_job_runtime([job], backend=backend):
-            await backend.wait_settled(Release, 1)
-            release, outcome = backend.settled(Release)[0]
+            await backend.wait_settled("release", 1)
+            release, outcome = backend.settled("release")[0]
             assert outcome == "released"
-            assert release.error is None
+            assert release.entry is None
             assert release.run_at == clock.now() + timedelta(seconds=4)
             record = await record_of(backend, result.run_id)
             assert record.state == "waiting"
@@ -216,7 +210,7 @@ async def test_j7_lock_held_elsewhere_returns_the_run_without_an_attempt(
             await elsewhere.release()
             elsewhere = None
             await advance_until(clock, ran, step=1.0)
-            await backend.wait_settled(Complete, 1)
+            await backend.wait_settled("complete", 1)
     finally:
         if elsewhere is not None:
             await elsewhere.release()
@@ -311,7 +305,7 @@ async def test_j12_drain_deadline_cancels_and_the_run_is_retaken(clock, job_back
     block = False
     spy = SpyBackend(backend)
     async with await start_job_runtime([job], backend=spy, worker_id="second"):
-        await advance_until_awaited(clock, lambda: spy.wait_settled(Complete, 1), step=1.0)
+        await advance_until_awaited(clock, lambda: spy.wait_settled("complete", 1), step=1.0)
     record = await record_of(backend, result.run_id)
     assert record.state == "completed"
     assert record.attempt == 1
@@ -438,8 +432,8 @@ async def test_j10_metrics_are_on_by_default_through_the_global_provider(
         await backend.enqueue_many(job, [EnqueueRequest({"fail": f}) for f in (False, True)])
         await backend.enqueue(job, {"fail": False}, run_at=clock.now() + timedelta(hours=1))
         async with await start_job_runtime([job], backend=backend):
-            await backend.wait_settled(Fail, 1)
-            await backend.wait_settled(Complete, 1)
+            await backend.wait_settled("fail", 1)
+            await backend.wait_settled("complete", 1)
             assert "ship.job.queue.depth" not in meter.collect()  # the first collection
 
             class _Sampled:

@@ -11,12 +11,12 @@ from job_helpers import claim_request, record_of
 
 from ship_sqla.kernel import (
     EnqueueRequest,
-    Fail,
     InvalidCursorError,
     RetryPolicy,
     TenantViolationError,
     create_job_operations,
     define_job,
+    failed,
     start_job_runtime,
 )
 from ship_sqla.kernel._tenancy import ambient_tenant, tenant_ambient
@@ -98,7 +98,7 @@ async def test_f2_operators_list_one_tenants_dead_runs(clock, job_backend_factor
         with tenant_ambient(tenant):
             await backend.enqueue(job, {})
     claimed = await backend.claim(claim_request(job, worker="w", limit=10))
-    await backend.settle([Fail(run, "boom", None) for run in claimed])
+    await backend.settle([failed(run, "boom", None) for run in claimed])
     first = await ops.list_dead(job_id=job.id, tenant="acme", limit=2)
     assert [record.tenant for record in first.items] == ["acme", "acme"]
     assert first.next_cursor is not None

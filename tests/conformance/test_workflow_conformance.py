@@ -25,8 +25,8 @@ from ship_sqla.kernel import (
     WorkflowChangedError,
     create_job_operations,
     define_job,
+    failed,
 )
-from ship_sqla.kernel._ports import Fail
 
 LEASE = 30.0
 
@@ -347,8 +347,8 @@ async def test_d5_children_are_enqueued_once_and_the_parent_resumes_after_the_la
     assert len(await backend.workflows.children(result.run_id)) == 3
     assert (await execute_once(backend, child_job, clock)).outcome == "completed"
     # A child that fails for good ends too (dead is terminal).
-    failed = await execute_once(backend, child_job, clock, settle=False)
-    assert await backend.settle([Fail(failed.run, "boom", None)]) == ["dead"]
+    unsettled = await execute_once(backend, child_job, clock, settle=False)
+    assert await backend.settle([failed(unsettled.run, "boom", None)]) == ["dead"]
     assert (await execute_once(backend, job, clock)).run is None
     assert (await execute_once(backend, child_job, clock)).outcome == "completed"
     done = await execute_once(backend, job, clock)

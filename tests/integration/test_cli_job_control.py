@@ -16,7 +16,7 @@ from job_helpers import claim_request, default_job_backend
 from ship_sqla._jobs import (
     PostgresJobBackend,
 )
-from ship_sqla.kernel import Complete, define_job
+from ship_sqla.kernel import completed, define_job
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -66,7 +66,7 @@ async def test_k2_jobs_cancel_from_the_shell(
     assert "cancel_requested: " in out
     assert "cancel_requested: -" not in out
 
-    assert await backend.settle([Complete(claimed)]) == ["completed"]
+    assert await backend.settle([completed(claimed)]) == ["completed"]
     code, out, err = await ship_sqla("jobs", "cancel", running.run_id, *url, cwd=tmp_path)
     assert (code, err) == (0, ""), err
     assert "had already finished (completed): nothing changed" in out

@@ -25,8 +25,7 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla.kernel import Concurrency, Retention, RetryPolicy, define_job
-from ship_sqla.kernel._ports import Fail
+from ship_sqla.kernel import Concurrency, Retention, RetryPolicy, define_job, failed
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -141,7 +140,7 @@ async def dead_runs(backend: PostgresJobBackend, count: int) -> list[str]:
         await backend.enqueue(MAIL, {"i": i})
     claimed = await backend.claim(claim_request(MAIL, worker="test", limit=count))
     for run in claimed:
-        assert await backend.settle([Fail(run, f"boom {run.run_id}", retry_at=None)]) == ["dead"]
+        assert await backend.settle([failed(run, f"boom {run.run_id}", retry_at=None)]) == ["dead"]
     return [run.run_id for run in claimed]
 
 

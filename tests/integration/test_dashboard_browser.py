@@ -37,7 +37,7 @@ from ship_sqla import (
     create_dashboard,
     create_job_backend,
 )
-from ship_sqla.kernel import Complete, Schedule, define_job
+from ship_sqla.kernel import Schedule, completed, define_job
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM = "/usr/bin/chromium"
@@ -92,7 +92,7 @@ async def seeded(ship_engine):
     for i in range(40):
         await backend.enqueue(REPORT, {"done": i})
     claimed = await backend.claim(claim_request(REPORT, worker="w", limit=40))
-    await backend.settle([Complete(run) for run in claimed])
+    await backend.settle([completed(run) for run in claimed])
     for i in range(5):
         await backend.enqueue(MAIL, {"later": i})
     await backend.install_schedules([NIGHTLY])

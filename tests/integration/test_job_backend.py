@@ -33,7 +33,10 @@ from ship_sqla.kernel import (
     DatabaseUnavailableError,
     Fairness,
     FrozenClock,
+    completed,
     create_job_operations,
+    failed,
+    released,
 )
 
 # Private on purpose: the backend stores the run ids of the kernel's one UUIDv7 generator (no
@@ -50,12 +53,9 @@ from ship_sqla.kernel._jobs import (
 from ship_sqla.kernel._ports import (
     LEASE_LAPSED,
     LEASE_LAPSED_FINAL_ATTEMPT,
-    Complete,
     DeadQuery,
     EnqueueRequest,
-    Fail,
     JobBackend,
-    Release,
 )
 
 metadata = MetaData()
@@ -118,7 +118,7 @@ async def test_enqueue_dedupes_by_key_while_not_terminal(backend: PostgresJobBac
     running = await backend.enqueue(JOB, {"to": "c"}, dedupe_key="k")
     assert running.deduplicated
     assert running.run_id == first.run_id
-    assert await backend.settle([Complete(claimed)]) == ["completed"]
+    assert await backend.settle([completed(claimed)]) == ["completed"]
     fresh = await backend.enqueue(JOB, {"to": "d"}, dedupe_key="k")
     assert fresh.accepted
     assert not fresh.deduplicated
@@ -146,7 +146,7 @@ async def test_enqueue_dedupes_by_idempotency_policy_and_durable_id(
         for run in await backend.claim(claim_request(job, worker="w", limit=5))
         if run.run_id == durable.run_id
     ]
-    await backend.settle([Complete(claimed)])
+    await backend.settle([completed(claimed)])
     replay = await backend.enqueue(job, {"id": 9}, run_id="invoice.render/2030-01-01T00:00")
     assert replay.deduplicated
     assert replay.run_id == "invoice.render/2030-01-01T00:00"
@@ -330,7 +330,7 @@ async def test_claim_honours_concurrency_max_and_run_at_order(
     b = await backend.claim(claim_request(JOB, worker="B", limit=10))
     assert [r.run_id for r in b] == [ids[4]]  # max=3: one place left
     assert await backend.claim(claim_request(JOB, worker="B", limit=10)) == []
-    assert await backend.settle([Complete(r) for r in a]) == ["completed", "completed"]
+    assert await backend.settle([completed(r) for r in a]) == ["completed", "completed"]
     c = await backend.claim(claim_request(JOB, worker="B", limit=10))
     assert [r.run_id for r in c] == [ids[1], ids[2]]
     assert {r.attempt for r in a + b + c} == {1}
@@ -395,7 +395,7 @@ async def test_claims_settles_and_heartbeats_return_the_columns_read_by_position
                 )
                 assert claimed
                 assert all(await backend.heartbeat(claimed))
-                settled = await backend.settle([Complete(run) for run in claimed])
+                settled = await backend.settle([completed(run) for run in claimed])
                 assert set(settled) == {"completed"}
     finally:
         event.remove(engine.sync_engine, "after_cursor_execute", on_execute)
@@ -429,9 +429,9 @@ async def test_claim_heartbeat_and_settle_run_on_the_driver_unless_the_engine_is
         beats = list(await backend.heartbeat(claimed))
         first, second = claimed
         settled = await backend.settle(
-            [Complete(first), Fail(second, "boom", clock.now() + timedelta(seconds=5))]
+            [completed(first), failed(second, "boom", clock.now() + timedelta(seconds=5))]
         )
-        stale = await backend.settle([Complete(first)])
+        stale = await backend.settle([completed(first)])
         answered = [
             (r.payload, r.attempt, r.max_attempts, r.key, r.lease_expires_at, r.lease, r.snoozes)
             for r in claimed
@@ -518,14 +518,14 @@ async def test_stale_token_changes_nothing(
     assert new.token != old.token
     assert new.attempt == 2
     before = [dict(r._mapping) for r in await rows(engine)]
-    assert await backend.settle([Complete(old)]) == ["stale"]
-    assert await backend.settle([Fail(old, "late", retry_at=ship_clock.now())]) == ["stale"]
-    assert await backend.settle([Release(old, run_at=ship_clock.now())]) == ["stale"]
+    assert await backend.settle([completed(old)]) == ["stale"]
+    assert await backend.settle([failed(old, "late", retry_at=ship_clock.now())]) == ["stale"]
+    assert await backend.settle([released(old, ship_clock.now(), reason="lock-held")]) == ["stale"]
     assert await backend.heartbeat([old]) == [False]
     assert [dict(r._mapping) for r in await rows(engine)] == before
     assert await backend.heartbeat([old, new]) == [False, True]
-    assert await backend.settle([Complete(old), Complete(new)]) == ["stale", "completed"]
-    assert await backend.settle([Complete(new)]) == ["stale"]
+    assert await backend.settle([completed(old), completed(new)]) == ["stale", "completed"]
+    assert await backend.settle([completed(new)]) == ["stale"]
 
 
 async def test_lapsed_lease_not_retaken_is_still_current(
@@ -542,7 +542,7 @@ async def test_lapsed_lease_not_retaken_is_still_current(
     assert record.state == "running"
     assert record.lease_expires_at is not None
     assert record.lease_expires_at < ship_clock.now()
-    assert await backend.settle([Complete(run)]) == ["completed"]
+    assert await backend.settle([completed(run)]) == ["completed"]
 
 
 async def test_heartbeat_extends_the_lease(
@@ -594,7 +594,7 @@ async def test_lapse_on_final_attempt_is_dead_lettered(
     # J6: both lapsed attempts are history: the retaken first, the dead-lettered second.
     assert [entry["attempt"] for entry in record.history] == [1, 2]
     assert record.history[0]["error"].startswith(LEASE_LAPSED)
-    assert await backend.settle([Complete(first), Complete(second)]) == ["stale", "stale"]
+    assert await backend.settle([completed(first), completed(second)]) == ["stale", "stale"]
 
 
 # --- J7 fail and release ------------------------------------------------------------------------
@@ -644,12 +644,12 @@ async def test_fail_retries_then_dead_letters_with_history(
     queued = await backend.enqueue(job, {"n": 1})
     [run] = await backend.claim(claim_request(job, worker="A", limit=1))
     retry_at = ship_clock.now() + timedelta(seconds=5)
-    assert await backend.settle([Fail(run, "boom 1", retry_at=retry_at)]) == ["retrying"]
+    assert await backend.settle([failed(run, "boom 1", retry_at=retry_at)]) == ["retrying"]
     assert await backend.claim(claim_request(job, worker="A", limit=1)) == []
     ship_clock.advance(5)
     [run] = await backend.claim(claim_request(job, worker="A", limit=1))
     assert run.attempt == 2
-    assert await backend.settle([Fail(run, "boom 2", retry_at=ship_clock.now())]) == ["dead"]
+    assert await backend.settle([failed(run, "boom 2", retry_at=ship_clock.now())]) == ["dead"]
     record = await backend.admin.get_run(queued.run_id)
     assert record is not None
     assert record.state == "dead"
@@ -658,7 +658,7 @@ async def test_fail_retries_then_dead_letters_with_history(
     other = await backend.enqueue(job, {"n": 2})
     [run] = await backend.claim(claim_request(job, worker="A", limit=1))
     assert run.run_id == other.run_id
-    assert await backend.settle([Fail(run, "fatal", retry_at=None)]) == ["dead"]
+    assert await backend.settle([failed(run, "fatal", retry_at=None)]) == ["dead"]
 
 
 async def test_release_does_not_consume_an_attempt(
@@ -669,14 +669,14 @@ async def test_release_does_not_consume_an_attempt(
     queued = await backend.enqueue(JOB, {"n": 1})
     [run] = await backend.claim(claim_request(JOB, worker="A", limit=1))
     later = ship_clock.now() + timedelta(seconds=2)
-    assert await backend.settle([Release(run, run_at=later)]) == ["released"]
+    assert await backend.settle([released(run, later, reason="lock-held")]) == ["released"]
     assert await backend.claim(claim_request(JOB, worker="A", limit=1)) == []
     ship_clock.advance(2)
     [run] = await backend.claim(claim_request(JOB, worker="A", limit=1))
     assert run.attempt == 1
-    assert await backend.settle([Release(run, run_at=ship_clock.now(), error="cancelled")]) == [
-        "released"
-    ]
+    assert await backend.settle(
+        [released(run, ship_clock.now(), reason="lock-held", error="cancelled")]
+    ) == ["released"]
     record = await backend.admin.get_run(queued.run_id)
     assert record is not None
     assert record.attempt == 0
@@ -706,7 +706,7 @@ async def test_operator_retry_discard_list_and_cleanup(
     for n in range(3):
         result = await backend.enqueue(job, {"n": n}, dedupe_key=f"d{n}")
         [run] = await backend.claim(claim_request(job, worker="A", limit=1))
-        assert await backend.settle([Fail(run, f"e{n}", retry_at=None)]) == ["dead"]
+        assert await backend.settle([failed(run, f"e{n}", retry_at=None)]) == ["dead"]
         dead_ids.append(result.run_id)
         ship_clock.advance(1)
     page = await admin.list_dead(DeadQuery(limit=2, job_id=job.id))
@@ -733,7 +733,7 @@ async def test_operator_retry_discard_list_and_cleanup(
     [run] = await backend.claim(claim_request(job, worker="A", limit=1))
     assert run.run_id == dead_ids[1]
     assert run.attempt == 2
-    await backend.settle([Complete(run)])
+    await backend.settle([completed(run)])
     assert (await ops.cleanup([job]))[job.id] == 0
     ship_clock.advance(timedelta(hours=1))
     assert (await ops.cleanup([job]))[job.id] == 1  # the completed one
@@ -836,7 +836,8 @@ async def test_backend_on_a_connection_in_a_transaction(
     )
     assert len(first) + len(second) == 3
     outcomes = await asyncio.gather(
-        backend.settle([Complete(r) for r in first]), backend.settle([Complete(r) for r in second])
+        backend.settle([completed(r) for r in first]),
+        backend.settle([completed(r) for r in second]),
     )
     assert sum(len(o) for o in outcomes) == 3
 

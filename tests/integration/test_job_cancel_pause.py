@@ -18,7 +18,6 @@ from ship_sqla import TransactionScope, create_unit_of_work
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla._schema_check import check_schema
 from ship_sqla.kernel import (
-    Cancel,
     Concurrency,
     FrozenClock,
     create_job_operations,
@@ -89,7 +88,7 @@ async def test_k2_a_cancel_through_another_backend_reaches_the_handler_by_notifi
         assert (await ops.cancel(result.run_id)).outcome == "requested"
         with anyio.fail_after(10):
             await cancelled.wait()
-        await worker.wait_settled(Cancel, 1)
+        await worker.wait_settled("cancel", 1)
         assert worker.calls.get("heartbeat", []) == []
     assert reasons == ["cancelled"]
     assert (await record_of(operator, result.run_id)).state == "cancelled"

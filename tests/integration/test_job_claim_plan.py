@@ -15,8 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._sql import ASYNCPG_CACHEABLE, compact
-from ship_sqla.kernel import ConfigurationError, Fairness, FrozenClock, RateLimit
-from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest, Complete
+from ship_sqla.kernel import ConfigurationError, Fairness, FrozenClock, RateLimit, completed
+from ship_sqla.kernel._ports import (
+    MAX_CLAIM_BATCH,
+    ClaimRequest,
+)
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata, fair_claims=True)
@@ -96,7 +99,7 @@ async def test_j3_a_claim_keeps_one_generic_plan_at_a_large_backlog(
             )
         )
         assert len(batch) == 50
-        assert await backend.settle([Complete(run) for run in batch]) == ["completed"] * 50
+        assert await backend.settle([completed(run) for run in batch]) == ["completed"] * 50
     [(generic, custom)] = await _plans(one_connection)
     assert (
         generic + custom >= CLAIMS

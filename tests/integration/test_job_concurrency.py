@@ -32,7 +32,8 @@ WORKER = textwrap.dedent(
     from sqlalchemy.ext.asyncio import create_async_engine
     from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
     from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
-    from ship_sqla.kernel._ports import ClaimRequest, Complete
+    from ship_sqla.kernel import completed as completion
+    from ship_sqla.kernel._ports import ClaimRequest
 
     async def noop(ctx, payload):
         return None
@@ -88,7 +89,7 @@ WORKER = textwrap.dedent(
                 await asyncio.sleep(random.uniform(0.005, 0.015))
             alive = await backend.heartbeat(claimed)
             refused += alive.count(False)
-            outcomes = await backend.settle([Complete(r) for r in claimed])
+            outcomes = await backend.settle([completion(r) for r in claimed])
             completed += [r.run_id for r, o in zip(claimed, outcomes) if o == "completed"]
         await engine.dispose()
         report = {"peak": peak, "completed": completed, "refused": refused}

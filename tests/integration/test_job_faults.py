@@ -42,7 +42,7 @@ from ship_sqla._jobs import (
 # Private on purpose: the shared SQLSTATE reader has no public name; the fault tests classify
 # the driver errors an injected fault raised with the same reader the stores use.
 from ship_sqla._sql_errors import sqlstate_of
-from ship_sqla.kernel import start_job_runtime
+from ship_sqla.kernel import Settlement, start_job_runtime
 from ship_sqla.kernel._jobs import Concurrency, JobDefinition, RetryPolicy, define_job
 from ship_sqla.kernel._ports import (
     ClaimBatch,
@@ -50,7 +50,6 @@ from ship_sqla.kernel._ports import (
     ClaimRequest,
     EnqueueRequest,
     JobLeaseStaleError,
-    Settlement,
     SettleOutcome,
 )
 

@@ -47,8 +47,12 @@ from ship_sqla.kernel import (
     FrozenClock,
     JobTimeoutError,
     RetryAfter,
+    Settlement,
     Snooze,
     TerminalError,
+    completed,
+    failed,
+    released,
 )
 from ship_sqla.kernel._jobs import Concurrency, IdempotencyPolicy, RetryPolicy, define_job
 from ship_sqla.kernel._memory.jobs import InMemoryJobBackend
@@ -56,13 +60,9 @@ from ship_sqla.kernel._operations import JobOperations, create_job_operations
 from ship_sqla.kernel._ports import (
     TERMINAL_STATES,
     ClaimedRun,
-    Complete,
     EnqueueRequest,
     EnqueueResult,
-    Fail,
-    Release,
     RunRecord,
-    Settlement,
 )
 from ship_sqla.kernel._runtime.executor import raised_settlement
 from ship_sqla.testing import ResolvedServer
@@ -351,11 +351,13 @@ class JobBackendMachine(RuleBasedStateMachine):
                     run = claim.pg if side == "pg" else claim.model
                     kind = op if op != "mixed" else kind  # noqa: PLW2901 - one kind, or each its own
                     if kind == "complete":
-                        made.append(Complete(run))
+                        made.append(completed(run))
                     elif kind == "fail":
-                        made.append(Fail(run, error or "e", retry_at=when, kind=fail_kind))
+                        made.append(failed(run, error or "e", retry_at=when, kind=fail_kind))
                     else:
-                        made.append(Release(run, run_at=when or self.clock.now(), error=error))
+                        made.append(
+                            released(run, when or self.clock.now(), reason="lock-held", error=error)
+                        )
                 return made
 
             expected = self.run(self.model.settle(settlements("model")))

@@ -13,12 +13,12 @@ from hypothesis import strategies as st
 from job_helpers import claim_request
 
 from ship_sqla.kernel import (
-    Complete,
     Concurrency,
     EnqueueRequest,
     FrozenClock,
     InMemoryJobBackend,
     RateLimit,
+    completed,
     define_job,
 )
 
@@ -85,7 +85,7 @@ async def _script(
             [demand] = await backend.admin.demand([job.id], cap=1_000, max_jobs=1)
             assert demand.running <= cap
         if settle:
-            await backend.settle([Complete(run) for run in batch])
+            await backend.settle([completed(run) for run in batch])
     starts.sort()
     for first, later in zip(starts, starts[limit:], strict=False):
         assert later - first >= timedelta(seconds=period)

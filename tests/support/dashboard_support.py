@@ -23,7 +23,7 @@ from sqlalchemy import MetaData
 
 from ship_sqla import ship_audit_table
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table, ship_job_workers_table
-from ship_sqla.kernel import Fail
+from ship_sqla.kernel import failed
 from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ async def dead_runs(backend: Any, job: Any, count: int, *, tenant_every: int = 0
         claimed = await backend.claim(claim_request(job, worker="w", limit=count - len(ids)))
         assert claimed
         outcomes = await backend.settle(
-            [Fail(run, f"boom {run.run_id}\nTraceback: line 1", retry_at=None) for run in claimed]
+            [failed(run, f"boom {run.run_id}\nTraceback: line 1", retry_at=None) for run in claimed]
         )
         assert set(outcomes) == {"dead"}
         ids += [run.run_id for run in claimed]

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
     from ship_sqla.kernel import JobBackend
-    from ship_sqla.kernel._ports import ClaimedRun, ClaimRequest, Settlement
+    from ship_sqla.kernel._ports import ClaimedRun, ClaimRequest
+    from ship_sqla.kernel._settlement import SettleRequest
 
 SPIED = ("claim", "heartbeat", "settle", "queue_depths")
 """The port methods the spy records: the runtime's calls to its RunStore and QueueDepthSource."""
@@ -95,7 +96,7 @@ class SpyBackend:
     async def heartbeat(self, runs: Sequence[ClaimedRun]) -> Any:
         return await self._call("heartbeat", list(runs))
 
-    async def settle(self, settlements: Sequence[Settlement]) -> Any:
+    async def settle(self, settlements: Sequence[SettleRequest]) -> Any:
         return await self._call("settle", list(settlements))
 
     async def queue_depths(self, job_ids: Sequence[str]) -> Any:
@@ -147,21 +148,22 @@ class SpyBackend:
         """The calls of ``name`` that answered (did not raise)."""
         return [call for call in self.calls.get(name, ()) if not call.failed]
 
-    def settle_batches(self, kind: type | None = None) -> list[list[tuple[Settlement, str]]]:
-        """Per answered ``settle`` call holding settlements of ``kind`` (None: any), those
-        settlements with their outcomes, in order."""
+    def settle_batches(self, kind: str | None = None) -> list[list[tuple[Any, str]]]:
+        """Per answered ``settle`` call holding settlements of ``kind`` (None: any; else the
+        first word of the settlement's ``label``: "complete", "fail", "release", "snooze",
+        "cancel", "suspend"), those settlements with their outcomes, in order."""
         batches = []
         for call in self.answered("settle"):
             pairs = [
                 (settlement, outcome)
                 for settlement, outcome in zip(call.args[0], call.result, strict=True)
-                if kind is None or isinstance(settlement, kind)
+                if kind is None or settlement.label.split(" ", 1)[0] == kind
             ]
             if pairs:
                 batches.append(pairs)
         return batches
 
-    def settled(self, kind: type | None = None) -> list[tuple[Settlement, str]]:
+    def settled(self, kind: str | None = None) -> list[tuple[Any, str]]:
         """Every answered settlement of ``kind`` (None: any) with its outcome, in order."""
         return [pair for batch in self.settle_batches(kind) for pair in batch]
 
@@ -179,7 +181,7 @@ class SpyBackend:
         """Until ``name`` was entered at least ``count`` times (its answer may be pending)."""
         await self._wait(lambda: self.started.get(name, 0) >= count, limit)
 
-    async def wait_settled(self, kind: type | None, count: int, *, limit: float = 10.0) -> None:
+    async def wait_settled(self, kind: str | None, count: int, *, limit: float = 10.0) -> None:
         """Until at least ``count`` settlements of ``kind`` (None: any) were answered."""
         await self._wait(lambda: len(self.settled(kind)) >= count, limit)
 

@@ -1,6 +1,6 @@
 """Driving workflow runs one execution at a time, without a runtime: claim a run, run its handler
 with a context bound to the backend's workflow store, settle what it ended with (as the
-executor does: returned -> Complete, a sleep or a wait -> its Suspend, raised -> Fail). Used by
+executor does: returned -> completed, a sleep or a wait -> its Suspend, raised -> failed). Used by
 the workflow conformance suite and the workflow state machine."""
 
 from __future__ import annotations
@@ -10,8 +10,10 @@ from typing import Any
 import attrs
 from job_helpers import claim_request
 
-from ship_sqla.kernel import JobContext
-from ship_sqla.kernel._ports import ClaimedRun, Complete, Fail
+from ship_sqla.kernel import JobContext, completed, failed
+from ship_sqla.kernel._ports import (
+    ClaimedRun,
+)
 from ship_sqla.kernel._workflows import WorkflowSuspended
 
 
@@ -73,10 +75,10 @@ async def execute_once(
     except Exception as exc:
         execution.ended = "failed"
         execution.error = exc
-        settlement = Fail(run, repr(exc), clock.now())
+        settlement = failed(run, repr(exc), clock.now())
     else:
         execution.ended = "completed"
-        settlement = Complete(run)
+        settlement = completed(run)
     if settle:
         [execution.outcome] = await backend.settle([settlement])
     return execution

@@ -22,10 +22,11 @@ from ship_sqla.kernel import (
     InvalidPayloadError,
     Retention,
     RetryPolicy,
+    completed,
     create_job_operations,
     define_job,
+    failed,
 )
-from ship_sqla.kernel._ports import Complete, Fail
 
 
 async def _noop(ctx, payload):
@@ -166,7 +167,7 @@ async def test_operator_retry_gives_a_dead_run_one_more_attempt(backend):
     """J8 model: retry turns a dead run into a waiting one with one more attempt."""
     result = await backend.enqueue(JOB, {}, dedupe_key="d")
     [claimed] = await backend.claim(claim_request(JOB, worker="A", limit=1))
-    assert await backend.settle([Fail(claimed, "boom", retry_at=None)]) == ["dead"]
+    assert await backend.settle([failed(claimed, "boom", retry_at=None)]) == ["dead"]
     assert await backend.admin.retry_dead("missing") is None
     assert await backend.admin.retry_dead(result.run_id) is not None
     record = await backend.admin.get_run(result.run_id)
@@ -177,7 +178,7 @@ async def test_operator_retry_gives_a_dead_run_one_more_attempt(backend):
     assert (await backend.enqueue(JOB, {}, dedupe_key="d")).deduplicated
     [again] = await backend.claim(claim_request(JOB, worker="A", limit=1))
     assert again.attempt == 2
-    assert await backend.settle([Fail(again, "boom", retry_at=None)]) == ["dead"]
+    assert await backend.settle([failed(again, "boom", retry_at=None)]) == ["dead"]
     assert len((await backend.admin.get_run(result.run_id)).history) == 2
 
 
@@ -186,7 +187,7 @@ async def test_operator_retry_refuses_to_break_dedupe(backend):
     dead."""
     first = await backend.enqueue(JOB, {}, dedupe_key="d")
     [claimed] = await backend.claim(claim_request(JOB, worker="A", limit=1))
-    await backend.settle([Fail(claimed, "boom", retry_at=None)])
+    await backend.settle([failed(claimed, "boom", retry_at=None)])
     await backend.enqueue(JOB, {}, dedupe_key="d")
     assert await backend.admin.retry_dead(first.run_id) is None
     assert (await backend.admin.get_run(first.run_id)).state == "dead"
@@ -212,8 +213,8 @@ async def test_cleanup_applies_retention_in_bounded_batches(backend, clock):
     ops = create_job_operations(backend, authorizer=lambda *_: True)
     results = await backend.enqueue_many(JOB, [EnqueueRequest({"n": n}) for n in range(3)])
     done = await backend.claim(claim_request(JOB, worker="A", limit=3))
-    await backend.settle([Complete(r) for r in done[:2]])
-    await backend.settle([Fail(done[2], "boom", retry_at=None)])
+    await backend.settle([completed(r) for r in done[:2]])
+    await backend.settle([failed(done[2], "boom", retry_at=None)])
     live = await backend.enqueue(JOB, {"n": 9})
     assert (await ops.cleanup([JOB]))[JOB.id] == 0
     clock.advance(timedelta(hours=1))

@@ -18,7 +18,6 @@ from ship_sqla.kernel import (
     define_job,
     start_job_runtime,
 )
-from ship_sqla.kernel._ports import Fail, Release
 from ship_sqla.kernel._runtime.run_log import LOGGER_NAME, RECORD_FIELD, error_summary
 
 SECRET = "hunter2-payload-secret"  # noqa: S105 - a payload value that must never be logged
@@ -68,7 +67,7 @@ async def test_s3_retry_then_dead_letter_lines_name_run_attempt_and_error(
     )
     result = await backend.enqueue(job, {"card": SECRET})
     async with await start_job_runtime(job, backend=spy):
-        await advance_until_awaited(clock, lambda: spy.wait_settled(Fail, 2), step=1.0)
+        await advance_until_awaited(clock, lambda: spy.wait_settled("fail", 2), step=1.0)
     failures = [e for e in _events(lines) if e["event"] in {"retry", "dead"}]
     assert [(e["event"], e["level"], e["attempt"]) for e in failures] == [
         ("retry", "WARNING", 1),
@@ -105,7 +104,7 @@ async def test_s3_drain_lines(
     with anyio.fail_after(5):
         await started.wait()
     await runtime.stop(drain_timeout=0)
-    assert spy.settled(Release)
+    assert spy.settled("release")
     events = _events(lines)
     assert [e["event"] for e in events if e["event"] in {"draining", "drain", "stopped"}] == [
         "draining",

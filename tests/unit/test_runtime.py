@@ -43,7 +43,7 @@ from ship_sqla.kernel import (
     start_job_runtime,
 )
 from ship_sqla.kernel._plans.backoff import ERROR_BACKOFF
-from ship_sqla.kernel._ports import Complete, Fail, JobLeaseLapsedError, Release
+from ship_sqla.kernel._ports import JobLeaseLapsedError
 from ship_sqla.kernel._runtime.state import InFlight
 
 LEASE = 30.0
@@ -362,9 +362,9 @@ async def test_lost_lease_cancels_the_handler_and_is_reported(clock, backend, er
     assert ctx.cancel_reason == "lease-lost"
     assert errors.codes() == [JobLeaseStaleError.code]
     assert "heartbeat was refused" in str(errors.errors[0])
-    assert spy.settled(Complete) == []
-    assert spy.settled(Fail) == []
-    assert spy.settled(Release) == []
+    assert spy.settled("complete") == []
+    assert spy.settled("fail") == []
+    assert spy.settled("release") == []
     assert "settle" not in spy.calls
 
 
@@ -394,7 +394,7 @@ async def test_failed_heartbeat_is_reported_and_cancels_nothing(clock, backend, 
         finally:
             gate.set()
     assert [type(e) for e in errors.errors] == [ConnectionError]
-    assert [outcome for _, outcome in spy.settle_batches(Complete)[0]] == ["completed"]
+    assert [outcome for _, outcome in spy.settle_batches("complete")[0]] == ["completed"]
 
 
 async def test_stale_completion_is_reported(clock, backend, errors):
@@ -456,11 +456,12 @@ async def test_handler_failure_schedules_the_retry_with_the_policy(clock, backen
     )
     result = await backend.enqueue(job, {})
     async with await start_job_runtime(job, backend=spy):
-        await spy.wait_settled(Fail, 1)
-    [(fail, outcome)] = spy.settled(Fail)
-    error = fail.error
+        await spy.wait_settled("fail", 1)
+    [(fail, outcome)] = spy.settled("fail")
+    assert fail.entry is not None
+    error = fail.entry.error
     assert outcome == "retrying"
-    assert fail.retry_at == clock.now() + timedelta(seconds=7)
+    assert fail.run_at == clock.now() + timedelta(seconds=7)
     assert error.startswith("ValueError: card declined")
     assert "Traceback (most recent call last):" in error
     assert "in handler" in error
@@ -482,7 +483,7 @@ async def test_codec_errors_of_any_kind_dead_letter(backend):
     spy = SpyBackend(backend)
     result = await backend.enqueue(job, {"a": 1})
     async with await start_job_runtime(job, backend=spy):
-        await spy.wait_settled(Fail, 1)
+        await spy.wait_settled("fail", 1)
     record = await record_of(backend, result.run_id)
     assert record.state == "dead"
     assert "SHIP_SQLA_JOB_PAYLOAD_INVALID" in record.last_error
@@ -566,7 +567,7 @@ async def test_lost_lock_cancels_and_releases_the_run(clock, errors):
     async with await start_job_runtime(job, backend=spy):
         with anyio.fail_after(5):
             await started.wait()
-        await advance_until_awaited(clock, lambda: spy.wait_settled(Release, 1), step=1.0)
+        await advance_until_awaited(clock, lambda: spy.wait_settled("release", 1), step=1.0)
     assert contexts[0].cancel_reason == "lock-lost"
     record = await record_of(backend, result.run_id)
     assert record.state == "waiting"
@@ -674,8 +675,8 @@ async def test_runtime_records_job_metrics(clock):
     await backend.enqueue(job, {"k": "a", "fail": False})
     await backend.enqueue(job, {"k": "b", "fail": True})
     async with await start_job_runtime(job, backend=spy, metrics=metrics):
-        await spy.wait_settled(Fail, 1)
-        await spy.wait_settled(Complete, 1)
+        await spy.wait_settled("fail", 1)
+        await spy.wait_settled("complete", 1)
     data = reader.get_metrics_data()
     found = {
         metric.name: metric
@@ -895,12 +896,12 @@ async def test_j3_runs_beyond_the_claim_limit_are_released_unexecuted(clock, err
     spy.answers["claim"] = greedy
     async with await start_job_runtime(job, backend=spy) as runtime:
         try:
-            await spy.wait_settled(Release, 2)
+            await spy.wait_settled("release", 2)
             with anyio.fail_after(5):
                 await first_ran.wait()
             assert runtime.executing == 1
-            assert [outcome for _, outcome in spy.settled(Release)] == ["released", "released"]
-            released = [release.run.run_id for release, _ in spy.settled(Release)]
+            assert [outcome for _, outcome in spy.settled("release")] == ["released", "released"]
+            released = [release.run.run_id for release, _ in spy.settled("release")]
             for run_id in released:
                 assert (await record_of(backend, run_id)).attempt == 0
             assert ran == [r.run_id for r in results if r.run_id not in released]
@@ -935,7 +936,7 @@ async def test_j12_runs_claimed_while_stopping_are_released_unexecuted(clock, er
         await settle_loop()
         gate.set()
     assert ran == []
-    assert [outcome for _, outcome in spy.settled(Release)] == ["released", "released"]
+    assert [outcome for _, outcome in spy.settled("release")] == ["released", "released"]
     for result in results:
         record = await record_of(backend, result.run_id)
         assert (record.state, record.attempt, record.history) == ("waiting", 0, ())

@@ -13,8 +13,6 @@ from job_helpers import ErrorLog, record_of, settle_loop
 from spy_backend import SpyBackend
 
 from ship_sqla.kernel import (
-    Cancel,
-    Complete,
     Concurrency,
     FrozenClock,
     InMemoryJobBackend,
@@ -75,7 +73,7 @@ async def test_k2_a_run_cancelled_before_its_handler_started_never_runs(clock):
         assert (await ops.cancel(result.run_id)).outcome == "requested"
         await settle_loop()
         locks.gate.set()
-        await backend.wait_settled(Cancel, 1)
+        await backend.wait_settled("cancel", 1)
     assert ran == []
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt) == ("cancelled", 1)
@@ -103,8 +101,8 @@ async def test_k2_a_handler_that_swallows_its_cancel_still_ends_the_run_cancelle
         with anyio.fail_after(10):
             await started.wait()
         await ops.cancel(result.run_id)
-        await backend.wait_settled(Cancel, 1)
-    assert backend.settled(Complete) == []
+        await backend.wait_settled("cancel", 1)
+    assert backend.settled("complete") == []
     assert (await record_of(backend, result.run_id)).state == "cancelled"
 
 

@@ -55,8 +55,9 @@ J5 Each claim draws a new fencing token; every settlement and heartbeat acts onl
 J6 A lapsed lease is retaken by the next claim of its job, as a new attempt, the lapsed one
    recorded in the history; one that lapsed on its final attempt is dead-lettered with
    ``LEASE_LAPSED_FINAL_ATTEMPT`` instead and returned in the claim's ``buried``.
-J7 ``Release`` returns a run to waiting without consuming its attempt; ``Fail`` appends to the
-   history and retries at ``retry_at`` or dead-letters.
+J7 A settlement is applied as the kernel built it (:mod:`ship_sqla.kernel._settlement`): a
+   release returns a run to waiting without consuming its attempt; a failure appends to the
+   history and goes back to waiting at its retry time or is dead-lettered, as it says.
 
 Speed: claims and settles are batched (one statement for many runs, every kind of settlement
 in the same one: ``SETTLE_IF_TOKEN_CURRENT``), statement texts are stable (compiled once by
@@ -130,21 +131,16 @@ from ship_sqla.kernel._ports import (
     LEASE_LAPSED_FINAL_MESSAGE,
     LEASE_LAPSED_MESSAGE,
     BuriedRun,
-    Cancel,
     ClaimBatch,
     ClaimedRun,
-    Complete,
     EnqueueResult,
-    Fail,
     HeartbeatBatch,
     LockProvider,
     QueueDepth,
-    Release,
     SettleOutcome,
-    SnoozeRun,
     Suspend,
-    history_kind_of,
 )
+from ship_sqla.kernel._settlement import Settlement, released
 from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError
 
 if TYPE_CHECKING:
@@ -155,7 +151,8 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
-    from ship_sqla.kernel._ports import ClaimRequest, HistoryKind, Settlement
+    from ship_sqla.kernel._ports import ClaimRequest
+    from ship_sqla.kernel._settlement import SettleRequest
 
 __all__ = [
     "JobBackendTimeoutError",
@@ -205,17 +202,6 @@ cancel was requested and its lease lapsed): its ``parent_id`` is woken (D5)."""
 
 _SUSPENDS_AT_ONCE: Final = 8
 """Workflow suspends of one settle batch run at once on an engine (each its own transaction)."""
-
-_KIND_OF: Final[dict[type, str]] = {
-    Complete: "complete",
-    Fail: "fail",
-    SnoozeRun: "snooze",
-    Cancel: "cancel",
-    Release: "release",
-}
-"""Settlement class -> ``:kinds`` value of SETTLE_IF_TOKEN_CURRENT. Exhaustive over the batch's
-settlements (a Suspend is its store's own case): a settlement class it does not name is an
-error, never guessed (a guess of "release" would refund the attempt)."""
 
 
 class JobBackendTimeoutError(DatabaseTimeoutError):
@@ -788,7 +774,7 @@ class PostgresJobBackend(JobBackendBase):
         )
 
     async def _settle_if_tokens_current(
-        self, settlements: Sequence[Settlement]
+        self, settlements: Sequence[SettleRequest]
     ) -> list[SettleOutcome]:
         """Every settlement of the batch in ONE statement (SETTLE_IF_TOKEN_CURRENT). A (run,
         token) named twice is sent once: its repeats are stale, as one-by-one settles would
@@ -805,26 +791,20 @@ class PostgresJobBackend(JobBackendBase):
         return await self._settle_batch(settlements, sent)
 
     async def _settle_batch(
-        self, settlements: Sequence[Settlement], sent: Sequence[int]
+        self, settlements: Sequence[SettleRequest], sent: Sequence[int]
     ) -> list[SettleOutcome]:
         """SETTLE_IF_TOKEN_CURRENT for the settlements at ``sent`` (no suspends, no repeats);
-        the others answer stale."""
-        batch = settlements if len(sent) == len(settlements) else [settlements[i] for i in sent]
-        kinds = [_KIND_OF[type(settlement)] for settlement in batch]
-        completes_only = all(kind == "complete" for kind in kinds)
+        the others answer stale. Each settlement's fields are sent as the kernel built them."""
+        batch = [_settlement_at(settlements, i) for i in sent]
+        completions_only = all(settlement.state == "completed" for settlement in batch)
         params = {
             "ids": [settlement.run.run_id for settlement in batch],
             "tokens": [settlement.run.token for settlement in batch],
-            # A batch of completes sends no kinds, times or errors (the statement reads the
-            # missing elements as NULL, a NULL kind as a complete): three arrays less to encode.
-            "kinds": [] if completes_only else kinds,
-            "ats": [] if completes_only else [_at_of(settlement) for settlement in batch],
-            "errors": [] if completes_only else [_error_of(settlement) for settlement in batch],
-            "entry_kinds": []
-            if completes_only
-            else [_entry_kind_of(settlement) for settlement in batch],
             "now": self._now(),
         }
+        # A batch of completions sends no other field (the statement reads the missing elements
+        # as NULL, a NULL state as a completion): six arrays less to encode.
+        params.update(_SETTLE_FIELDS_NONE if completions_only else _settle_fields(batch))
         rows = await self._connections.fetch("settle", self.statements.settle, params)
         # By position, as a claim's (SETTLE_COLUMNS): (ordinal, new state, parent id).
         landed: dict[int, str] = {ordinal: state for ordinal, state, _ in rows}
@@ -836,24 +816,14 @@ class PostgresJobBackend(JobBackendBase):
         if ended_children:
             await self._wake_parents(ended_children)
         outcomes: list[SettleOutcome] = ["stale"] * len(settlements)
-        for position, (index, kind) in enumerate(zip(sent, kinds, strict=True), start=1):
+        for position, (index, settlement) in enumerate(zip(sent, batch, strict=True), start=1):
             state = landed.get(position)
-            if state is None:
-                continue
-            if state == "cancelled":
-                outcomes[index] = "cancelled"  # a Cancel, or any kind after a request (K2)
-            elif kind == "complete":
-                outcomes[index] = "completed"
-            elif kind == "release":
-                outcomes[index] = "released"
-            elif kind == "snooze":
-                outcomes[index] = "snoozed"
-            else:
-                outcomes[index] = "dead" if state == "dead" else "retrying"
+            if state is not None:
+                outcomes[index] = settlement.landed(state)
         return outcomes
 
     async def _settle_with_suspends(
-        self, settlements: Sequence[Settlement], sent: Sequence[int]
+        self, settlements: Sequence[SettleRequest], sent: Sequence[int]
     ) -> list[SettleOutcome]:
         """A batch holding workflow suspends (D3): each suspend in its own short transaction
         (an event wait takes its wait lock), the other settlements in one statement as ever."""
@@ -883,10 +853,11 @@ class PostgresJobBackend(JobBackendBase):
 
     async def _defer_wait(self, settlement: Suspend) -> SettleOutcome:
         """An event wait whose lock was held (a publish of its event in flight): the run goes
-        back to waiting for a moment, its attempt unspent and no history written (a Release
+        back to waiting for a moment, its attempt unspent and no history written (a release
         without an error), and its replay begins the wait again."""
         retry_at = self._clock.now() + timedelta(seconds=WAIT_LOCK_BUSY_RETRY)
-        [outcome] = await self._settle_batch([Release(settlement.run, retry_at)], [0])
+        deferred = released(settlement.run, retry_at, reason="lock-held")
+        [outcome] = await self._settle_batch([deferred], [0])
         return "suspended" if outcome == "released" else outcome
 
     def _child_ended(self, parent_id: str) -> None:
@@ -934,22 +905,32 @@ def _nothing_missed() -> None:
     answer every request within a third of a lease (K2's fallback)."""
 
 
-def _at_of(settlement: Settlement) -> datetime | None:
-    if isinstance(settlement, Complete | Cancel | Suspend):
-        return None
-    if isinstance(settlement, Fail):
-        return settlement.retry_at
-    return settlement.run_at
+_SETTLE_FIELDS_NONE: Final[dict[str, list[Any]]] = {
+    "states": [],
+    "ats": [],
+    "refunds": [],
+    "snoozes_added": [],
+    "errors": [],
+    "entry_kinds": [],
+}
 
 
-def _error_of(settlement: Settlement) -> str | None:
-    return None if isinstance(settlement, Complete | Suspend) else settlement.error
+def _settle_fields(batch: Sequence[Settlement]) -> dict[str, list[Any]]:
+    """SETTLE_IF_TOKEN_CURRENT's arrays of a batch's settlements, as the kernel built them."""
+    return {
+        "states": [settlement.state for settlement in batch],
+        "ats": [settlement.run_at for settlement in batch],
+        "refunds": [not settlement.spends_attempt for settlement in batch],
+        "snoozes_added": [settlement.snoozes_added for settlement in batch],
+        "errors": [None if s.entry is None else s.entry.error for s in batch],
+        "entry_kinds": [None if s.entry is None else s.entry.kind for s in batch],
+    }
 
 
-def _entry_kind_of(settlement: Settlement) -> HistoryKind | None:
-    """The ``kind`` of the history entry a settlement appends (None: it appends none): the
-    kernel's one rule, shared with the in-memory backend."""
-    return history_kind_of(settlement)
+def _settlement_at(settlements: Sequence[SettleRequest], index: int) -> Settlement:
+    settlement = settlements[index]
+    assert isinstance(settlement, Settlement)  # noqa: S101 - suspends are settled apart
+    return settlement
 
 
 def create_job_backend(

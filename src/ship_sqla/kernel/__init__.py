@@ -101,16 +101,13 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import RUN_CANCELLED as RUN_CANCELLED
     from ship_sqla.kernel._ports import TERMINAL_STATES as TERMINAL_STATES
     from ship_sqla.kernel._ports import BuriedRun as BuriedRun
-    from ship_sqla.kernel._ports import Cancel as Cancel
     from ship_sqla.kernel._ports import CancelRequestSource as CancelRequestSource
     from ship_sqla.kernel._ports import ClaimBatch as ClaimBatch
     from ship_sqla.kernel._ports import ClaimedRun as ClaimedRun
     from ship_sqla.kernel._ports import ClaimRequest as ClaimRequest
-    from ship_sqla.kernel._ports import Complete as Complete
     from ship_sqla.kernel._ports import DeadQuery as DeadQuery
     from ship_sqla.kernel._ports import EnqueueRequest as EnqueueRequest
     from ship_sqla.kernel._ports import EnqueueResult as EnqueueResult
-    from ship_sqla.kernel._ports import Fail as Fail
     from ship_sqla.kernel._ports import FailureKind as FailureKind
     from ship_sqla.kernel._ports import HeartbeatBatch as HeartbeatBatch
     from ship_sqla.kernel._ports import HistoryKind as HistoryKind
@@ -125,16 +122,13 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import PausedJob as PausedJob
     from ship_sqla.kernel._ports import QueueDepth as QueueDepth
     from ship_sqla.kernel._ports import QueueDepthSource as QueueDepthSource
-    from ship_sqla.kernel._ports import Release as Release
     from ship_sqla.kernel._ports import RenewableLock as RenewableLock
     from ship_sqla.kernel._ports import RunAdmin as RunAdmin
     from ship_sqla.kernel._ports import RunRecord as RunRecord
     from ship_sqla.kernel._ports import RunState as RunState
     from ship_sqla.kernel._ports import RunStore as RunStore
     from ship_sqla.kernel._ports import ScheduleStore as ScheduleStore
-    from ship_sqla.kernel._ports import Settlement as Settlement
     from ship_sqla.kernel._ports import SettleOutcome as SettleOutcome
-    from ship_sqla.kernel._ports import SnoozeRun as SnoozeRun
     from ship_sqla.kernel._ports import StateCount as StateCount
     from ship_sqla.kernel._ports import Suspend as Suspend
     from ship_sqla.kernel._ports import WakeSource as WakeSource
@@ -149,6 +143,15 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._runtime.runtime import RuntimeMode as RuntimeMode
     from ship_sqla.kernel._runtime.runtime import start_job_runtime as start_job_runtime
     from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
+    from ship_sqla.kernel._settlement import HistoryEntry as HistoryEntry
+    from ship_sqla.kernel._settlement import ReleaseReason as ReleaseReason
+    from ship_sqla.kernel._settlement import Settlement as Settlement
+    from ship_sqla.kernel._settlement import SettleRequest as SettleRequest
+    from ship_sqla.kernel._settlement import cancelled as cancelled
+    from ship_sqla.kernel._settlement import completed as completed
+    from ship_sqla.kernel._settlement import failed as failed
+    from ship_sqla.kernel._settlement import released as released
+    from ship_sqla.kernel._settlement import snoozed as snoozed
     from ship_sqla.kernel._workers import WorkerEntry as WorkerEntry
     from ship_sqla.kernel._workers import WorkerRecord as WorkerRecord
     from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
@@ -235,18 +238,15 @@ _EXPORTS: dict[str, str] = {
     "TERMINAL_STATES": "ship_sqla.kernel._ports",
     "RUN_CANCELLED": "ship_sqla.kernel._ports",
     "BuriedRun": "ship_sqla.kernel._ports",
-    "Cancel": "ship_sqla.kernel._ports",
     "CancelRequestSource": "ship_sqla.kernel._ports",
     "HeartbeatBatch": "ship_sqla.kernel._ports",
     "PausedJob": "ship_sqla.kernel._ports",
     "ClaimBatch": "ship_sqla.kernel._ports",
     "ClaimRequest": "ship_sqla.kernel._ports",
     "ClaimedRun": "ship_sqla.kernel._ports",
-    "Complete": "ship_sqla.kernel._ports",
     "DeadQuery": "ship_sqla.kernel._ports",
     "EnqueueRequest": "ship_sqla.kernel._ports",
     "EnqueueResult": "ship_sqla.kernel._ports",
-    "Fail": "ship_sqla.kernel._ports",
     "FailureKind": "ship_sqla.kernel._ports",
     "HistoryKind": "ship_sqla.kernel._ports",
     "JobBackend": "ship_sqla.kernel._ports",
@@ -258,7 +258,6 @@ _EXPORTS: dict[str, str] = {
     "LockProvider": "ship_sqla.kernel._ports",
     "QueueDepth": "ship_sqla.kernel._ports",
     "QueueDepthSource": "ship_sqla.kernel._ports",
-    "Release": "ship_sqla.kernel._ports",
     "RenewableLock": "ship_sqla.kernel._ports",
     "RunAdmin": "ship_sqla.kernel._ports",
     "RunRecord": "ship_sqla.kernel._ports",
@@ -266,8 +265,15 @@ _EXPORTS: dict[str, str] = {
     "RunStore": "ship_sqla.kernel._ports",
     "ScheduleStore": "ship_sqla.kernel._ports",
     "SettleOutcome": "ship_sqla.kernel._ports",
-    "Settlement": "ship_sqla.kernel._ports",
-    "SnoozeRun": "ship_sqla.kernel._ports",
+    "Settlement": "ship_sqla.kernel._settlement",
+    "SettleRequest": "ship_sqla.kernel._settlement",
+    "HistoryEntry": "ship_sqla.kernel._settlement",
+    "ReleaseReason": "ship_sqla.kernel._settlement",
+    "cancelled": "ship_sqla.kernel._settlement",
+    "completed": "ship_sqla.kernel._settlement",
+    "failed": "ship_sqla.kernel._settlement",
+    "released": "ship_sqla.kernel._settlement",
+    "snoozed": "ship_sqla.kernel._settlement",
     "StateCount": "ship_sqla.kernel._ports",
     "Suspend": "ship_sqla.kernel._ports",
     "FencedLock": "ship_sqla.kernel._fences",

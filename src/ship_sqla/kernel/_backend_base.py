@@ -7,8 +7,9 @@ enqueue front and the settle front.
   key, single-runner key, ``max_attempts`` and run ids) and hand the prepared runs to the
   store's :meth:`~ship_sqla.kernel.RunStore.insert`. Bad input raises before the store sees
   anything, so nothing of the call is written.
-- ``settle`` checks every settlement's times, lets the store apply the batch fenced on each
-  token (J5), and wakes the local loop when a run it put back is due now (J3).
+- ``settle`` checks it was handed settlements (:mod:`ship_sqla.kernel._settlement` built and
+  checked them), lets the store apply the batch fenced on each token (J5), and wakes the local
+  loop when a run it put back is due now (J3).
 
 A backend subclasses :class:`JobBackendBase`, calls :meth:`~JobBackendBase._set_options` first
 thing in ``__init__`` and implements only storage: ``insert``, ``claim``, ``heartbeat``,
@@ -23,13 +24,14 @@ import logging
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Final
 
-from ship_sqla.kernel._clock import Clock, SystemClock, require_aware
+from ship_sqla.kernel._clock import Clock, SystemClock
 from ship_sqla.kernel._durations import MAX_POLL_INTERVAL, require_duration
 from ship_sqla.kernel._errors import BoundExceededError, ConfigurationError
 from ship_sqla.kernel._metrics import JobMetrics, job_metrics_for
 from ship_sqla.kernel._on_error import deliver_error
 from ship_sqla.kernel._plans.prepare import prepare_runs
-from ship_sqla.kernel._ports import FAILURE_KINDS, EnqueueRequest, Fail, Release, SnoozeRun
+from ship_sqla.kernel._ports import EnqueueRequest, Suspend
+from ship_sqla.kernel._settlement import Settlement
 from ship_sqla.kernel._tenancy import ambient_tenant
 from ship_sqla.kernel._tracing import current_trace_context_json
 from ship_sqla.kernel._waiting import LocalWake
@@ -48,9 +50,9 @@ if TYPE_CHECKING:
         EnqueueResult,
         HeartbeatBatch,
         LockProvider,
-        Settlement,
         SettleOutcome,
     )
+    from ship_sqla.kernel._settlement import SettleRequest
     from ship_sqla.kernel._workflows import WorkflowStore
 
 __all__ = ["MAX_ENQUEUE_BATCH", "JobBackendBase"]
@@ -272,23 +274,19 @@ class JobBackendBase(ABC):
 
     # --- the settle front -------------------------------------------------------------------------
 
-    async def settle(self, settlements: Sequence[Settlement]) -> list[SettleOutcome]:
+    async def settle(self, settlements: Sequence[SettleRequest]) -> list[SettleOutcome]:
         """Apply many settlements of any kinds, one outcome each, in order (J5: a stale token
         changes nothing and is answered ``"stale"``). A settlement repeated in one batch (same
         run and token) applies once: its repeats answer ``"stale"``, as they would one by one."""
         if not settlements:
             return []
         for settlement in settlements:
-            if isinstance(settlement, Fail):
-                if settlement.retry_at is not None:
-                    require_aware(settlement.retry_at, "retry_at")
-                if settlement.kind not in FAILURE_KINDS:
-                    raise ConfigurationError(
-                        f"Fail.kind {settlement.kind!r} is unknown.",
-                        fix=f"use one of {sorted(FAILURE_KINDS)}.",
-                    )
-            elif isinstance(settlement, (Release, SnoozeRun)):
-                require_aware(settlement.run_at, "run_at")
+            if not isinstance(settlement, Settlement | Suspend):
+                raise ConfigurationError(
+                    f"settle() was given {settlement!r}, which is not a settlement.",
+                    fix="build settlements with ship_sqla.kernel's completed(), failed(),"
+                    " released(), snoozed() or cancelled().",
+                )
         outcomes = await self._settle_if_tokens_current(settlements)
         if len(outcomes) != len(settlements):  # pragma: no cover - a store's bug, said plainly
             raise RuntimeError(
@@ -321,27 +319,19 @@ class JobBackendBase(ABC):
 
     @abstractmethod
     async def _settle_if_tokens_current(
-        self, settlements: Sequence[Settlement]
+        self, settlements: Sequence[SettleRequest]
     ) -> list[SettleOutcome]:
-        """Apply ``settlements`` (times already checked) where each token is current; one
-        outcome per settlement, in order."""
+        """Apply ``settlements`` where each token is current (J5); one outcome per settlement,
+        in order."""
 
 
 def _made_due(
-    settlements: Sequence[Settlement], outcomes: Sequence[SettleOutcome], now: datetime
+    settlements: Sequence[SettleRequest], outcomes: Sequence[SettleOutcome], now: datetime
 ) -> bool:
     """A settlement put a run back to waiting due at ``now``: the local loop is worth waking."""
     for settlement, outcome in zip(settlements, outcomes, strict=True):
         if outcome == "suspended":
             return True  # D3: the store may have made it due at once (its event came)
-        if outcome == "retrying" and isinstance(settlement, Fail):
-            when = settlement.retry_at
-        elif (outcome == "released" and isinstance(settlement, Release)) or (
-            outcome == "snoozed" and isinstance(settlement, SnoozeRun)
-        ):
-            when = settlement.run_at
-        else:
-            continue
-        if when is not None and when <= now:
+        if isinstance(settlement, Settlement) and settlement.makes_due(outcome, now):
             return True
     return False

@@ -14,7 +14,7 @@ Run lifecycle::
        \\--------- operator retry (dead -> waiting, one more attempt)
     waiting / dead --operator discard--> discarded
     waiting --operator cancel--> cancelled
-    running --operator cancel--> running, cancel requested --the holder's Cancel (or any
+    running --operator cancel--> running, cancel requested --the holder's cancellation (or any
         settlement but a complete), or a claim after its lease lapsed--> cancelled (K2)
 
 ``completed``, ``dead``, ``discarded`` and ``cancelled`` are terminal: no claim ever returns them
@@ -26,10 +26,10 @@ from __future__ import annotations
 from typing import (
     TYPE_CHECKING,
     Any,
+    ClassVar,
     Final,
     Literal,
     Protocol,
-    TypeAlias,
     get_args,
     runtime_checkable,
 )
@@ -44,8 +44,9 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import Fairness, JobDefinition, RateLimit
-    from ship_sqla.kernel._metrics import JobMetrics
+    from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
     from ship_sqla.kernel._plans.prepare import PreparedRun
+    from ship_sqla.kernel._settlement import SettleRequest
     from ship_sqla.kernel._workflows import NewStep
 
 __all__ = [
@@ -56,16 +57,13 @@ __all__ = [
     "RUN_CANCELLED",
     "TERMINAL_STATES",
     "BuriedRun",
-    "Cancel",
     "CancelRequestSource",
     "ClaimBatch",
     "ClaimRequest",
     "ClaimedRun",
-    "Complete",
     "DeadQuery",
     "EnqueueRequest",
     "EnqueueResult",
-    "Fail",
     "FailureKind",
     "HeartbeatBatch",
     "HistoryKind",
@@ -80,7 +78,6 @@ __all__ = [
     "PausedJob",
     "QueueDepth",
     "QueueDepthSource",
-    "Release",
     "RenewableLock",
     "RunAdmin",
     "RunRecord",
@@ -88,8 +85,6 @@ __all__ = [
     "RunStore",
     "ScheduleStore",
     "SettleOutcome",
-    "Settlement",
-    "SnoozeRun",
     "StateCount",
     "Suspend",
     "WakeSource",
@@ -202,7 +197,7 @@ class ClaimedRun:
     much (the store keeps no per-job memory of leases)."""
     snoozes: int = 0
     """How many times the run snoozed before this claim (K4): the executor compares it with the
-    job's ``retry.max_snoozes`` before it asks for another :class:`SnoozeRun`."""
+    job's ``retry.max_snoozes`` before it asks for another snooze."""
     priority: int = 0
     """The run's priority (K6)."""
     trace_context: Mapping[str, str] | None = None
@@ -258,7 +253,7 @@ class HeartbeatBatch(list[bool]):
     """What ``heartbeat`` answers: per run, in order, whether its lease is still the holder's
     (True: extended; False: its token is stale or its lease lapsed, and the holder must stop; it
     IS that list), plus ``cancel_requested``, the ids of the held runs an operator asked to
-    cancel (K2): their holder cancels the handler and settles them :class:`Cancel`."""
+    cancel (K2): their holder cancels the handler and settles them cancelled."""
 
     __slots__ = ("cancel_requested",)
 
@@ -288,12 +283,10 @@ non-retryable: dead now), ``"retry-after"`` (``RetryAfter``: the named delay, an
 ``"timeout"`` (the job's ``timeout`` passed: ``SHIP_SQLA_JOB_TIMEOUT``, the policy's backoff)."""
 FAILURE_KINDS: frozenset[str] = frozenset(get_args(FailureKind))
 
-HistoryKind = Literal[
-    "failure", "terminal", "retry-after", "timeout", "snooze", "released", "lapsed", "cancelled"
-]
+HistoryKind = Literal[FailureKind, "snooze", "released", "lapsed", "cancelled"]
 """The ``kind`` of a history entry (:class:`RunRecord`): a :data:`FailureKind`; ``"snooze"`` (a
-:class:`SnoozeRun`, no attempt spent); ``"released"`` (a :class:`Release` carrying an error: a
-drain or a lost lock cancelled the attempt, J12); ``"lapsed"`` (the attempt's lease lapsed, J6);
+snooze, no attempt spent); ``"released"`` (a release carrying an error: a drain or a lost
+lock cancelled the attempt, J12); ``"lapsed"`` (the attempt's lease lapsed, J6);
 ``"cancelled"`` (an operator cancelled the run, K2)."""
 
 
@@ -427,59 +420,6 @@ class ClaimRequest:
 
 
 @attrs.frozen
-class Complete:
-    """Settle ``run`` as completed."""
-
-    run: ClaimedRun
-
-
-@attrs.frozen
-class Fail:
-    """Record a failed attempt of ``run`` in its history (``error``, with ``kind``): waiting
-    again at ``retry_at``, or dead when ``retry_at`` is None or the attempts are spent (J7, K4).
-    The kernel's retry plan chose ``kind`` and ``retry_at``; the store only records them."""
-
-    run: ClaimedRun
-    error: str
-    retry_at: datetime | None
-    kind: FailureKind = "failure"
-
-
-@attrs.frozen
-class Release:
-    """Return ``run`` to waiting at ``run_at`` without spending its attempt (JOB_LOCK_HELD, J7;
-    a drain or a lapse, J12); ``error``, when given, is appended to the history."""
-
-    run: ClaimedRun
-    run_at: datetime
-    error: str | None = None
-
-
-@attrs.frozen
-class Cancel:
-    """End ``run`` as cancelled (K2): an operator asked to cancel it and its handler stopped.
-    Not a failure: no retry, no dead letter, the attempt counted; ``error``, when given, is
-    appended to the history. Any settlement but a :class:`Complete` of a run whose cancel was
-    requested also ends it cancelled (the store checks): a failure or a release that raced the
-    request never puts it back to waiting or dead."""
-
-    run: ClaimedRun
-    error: str | None = None
-
-
-@attrs.frozen
-class SnoozeRun:
-    """Return ``run`` to waiting at ``run_at`` without spending its attempt, counting one more
-    snooze (K4: the handler raised :class:`~ship_sqla.kernel.Snooze`); ``error`` (the snooze's
-    text) is appended to the history with kind ``"snooze"``. The executor sends it only while the
-    run has snoozed fewer than ``retry.max_snoozes`` times."""
-
-    run: ClaimedRun
-    run_at: datetime
-    error: str
-
-
-@attrs.frozen
 class Suspend:
     """D3: a workflow run sleeps or waits: back to waiting WITHOUT spending its attempt (no
     history entry, no snooze counted), not claimable until its wake time, its event (D4) or
@@ -493,33 +433,20 @@ class Suspend:
     step: NewStep
     wait: Literal["sleep", "event", "children"]
 
-
-Settlement: TypeAlias = Complete | Fail | Release | Cancel | SnoozeRun | Suspend
-"""What a worker asks a store to do with a claimed run. Every settlement is fenced on the run's
-token (J5): a stale one changes nothing and is answered ``"stale"``."""
-
-
-def history_kind_of(settlement: Settlement) -> HistoryKind | None:
-    """The ``kind`` of the history entry ``settlement`` appends when it carries an error (None:
-    a complete appends none), on every backend; also when a cancel request turns it into a
-    cancellation (K2): the entry says how the attempt ended, the state that the run did."""
-    if isinstance(settlement, Fail):
-        return settlement.kind
-    if isinstance(settlement, SnoozeRun):
-        return "snooze"
-    if isinstance(settlement, Release):
-        return "released"
-    if isinstance(settlement, Cancel):
-        return "cancelled"
-    return None
+    answer: ClassVar[SettleOutcome] = "suspended"
+    """What the store answers when the suspend lands, as a settlement's."""
+    recorded: ClassVar[JobOutcome] = "suspended"
+    """The ``ship.job.runs`` outcome of the attempt (J10), as a settlement's."""
+    label: ClassVar[str] = "suspend"
+    """How a stale report names it, as a settlement's."""
 
 
 @runtime_checkable
 class RunStore(Protocol):
     """Storage of runs: the port the runtime and the enqueue front use. It receives prepared
-    values (:class:`~ship_sqla.kernel._plans.prepare.PreparedRun`, :class:`ClaimRequest`,
-    :class:`Settlement`) and computes no rule of its own beyond what it stores. Every method is
-    safe to call from many processes."""
+    values (:class:`~ship_sqla.kernel._plans.prepare.PreparedRun`, :class:`ClaimRequest`, a
+    :class:`~ship_sqla.kernel._settlement.Settlement`) and computes no rule of its own beyond
+    what it stores. Every method is safe to call from many processes."""
 
     async def insert(
         self,
@@ -549,12 +476,15 @@ class RunStore(Protocol):
         stops."""
         ...
 
-    async def settle(self, settlements: Sequence[Settlement]) -> list[SettleOutcome]:
+    async def settle(self, settlements: Sequence[SettleRequest]) -> list[SettleOutcome]:
         """Apply many settlements, of any kinds, in one round trip where the store can; one
         outcome per settlement, in order: ``"completed"``, ``"retrying"``, ``"dead"``,
-        ``"released"``, ``"cancelled"`` (a :class:`Cancel`, or any settlement but a complete of
-        a run whose cancel was requested, K2), or ``"stale"`` (its token was not current:
-        nothing changed, J5)."""
+        ``"released"``, ``"snoozed"``, ``"suspended"`` (each settlement's own ``answer``),
+        ``"cancelled"`` (a cancellation, or any settlement but a completion of a run whose
+        cancel was requested, K2: :meth:`~ship_sqla.kernel._settlement.Settlement.landed`), or
+        ``"stale"`` (its token was not current: nothing changed, J5). A store applies each
+        settlement's fields and decides nothing else (retry or dead was decided when it was
+        built)."""
         ...
 
     async def wait_for_work(self, timeout: float) -> None:  # noqa: ASYNC109 - the poll interval

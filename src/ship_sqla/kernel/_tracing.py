@@ -38,7 +38,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from ship_sqla.kernel._json_text import encode_compact_json
-from ship_sqla.kernel._ports import Cancel, Complete, Fail, SnoozeRun, Suspend
+from ship_sqla.kernel._settlement import Settlement
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
     from ship_sqla.kernel._ports import ClaimedRun
+    from ship_sqla.kernel._settlement import SettleRequest
 
 __all__ = [
     "ATTR_ATTEMPT",
@@ -194,45 +195,32 @@ def run_span(job_id: str, run: ClaimedRun) -> Iterator[Span | None]:
         yield span
 
 
-_OUTCOME_OF: Final[dict[type, str]] = {
-    Complete: "completed",
-    Cancel: "cancelled",
-    SnoozeRun: "snoozed",
-    Suspend: "suspended",
-}
-_RELEASED_AS: Final = {"lock-held": "lock_held", "cancelled": "cancelled"}
-"""A :class:`~ship_sqla.kernel._ports.Release`'s outcome by its reason (any other: released)."""
-
-
-def end_run_span(span: Span | None, settlement: object, release_reason: str | None) -> None:
+def end_run_span(span: Span | None, settlement: SettleRequest | None) -> None:
     """Record how the attempt ended on its span (:func:`attempt_outcome`): ``ship.job.outcome``,
     ``ship.job.failure_kind`` for a failed attempt, and an error status with the first line of
     its error."""
     if span is None:
         return
-    outcome, error = attempt_outcome(settlement, release_reason)
+    outcome, error = attempt_outcome(settlement)
     span.set_attribute(ATTR_OUTCOME, outcome)
-    if isinstance(settlement, Fail):
-        span.set_attribute(ATTR_FAILURE_KIND, settlement.kind)
+    if isinstance(settlement, Settlement) and settlement.failure_kind is not None:
+        span.set_attribute(ATTR_FAILURE_KIND, settlement.failure_kind)
     if error is not None:
         span.set_status(Status(StatusCode.ERROR, error.split("\n", 1)[0]))
 
 
-def attempt_outcome(settlement: object, release_reason: str | None) -> tuple[str, str | None]:
+def attempt_outcome(settlement: SettleRequest | None) -> tuple[str, str | None]:
     """``(outcome, error)`` of the attempt the executor ended with ``settlement`` (what it handed
-    to the completer, before the store answered), in the words of ``ship.job.runs``' outcome:
-    ``completed``; ``retrying`` / ``dead`` (a failure; its error); ``snoozed``; ``cancelled`` (an
-    operator's cancel, or a drain); ``lock_held``; ``released`` (handed back unstarted); ``stale``
-    (no settlement: the claim was lost, another worker may hold the run)."""
+    to the completer, before the store answered), in the words of ``ship.job.runs``' outcome
+    (the settlement's ``recorded``): ``completed``; ``retrying`` / ``dead`` (a failure; its
+    error); ``snoozed``; ``suspended``; ``cancelled`` (an operator's cancel, or a drain);
+    ``lock_held``; ``released`` (handed back unstarted); ``stale`` (no settlement: the claim
+    was lost, another worker may hold the run)."""
     if settlement is None:
         return "stale", None
-    if isinstance(settlement, Fail):
-        run = settlement.run
-        dead = settlement.retry_at is None or run.attempt >= run.max_attempts
-        return ("dead" if dead else "retrying"), settlement.error
-    outcome = _OUTCOME_OF.get(type(settlement))
-    if outcome is None:
-        outcome = _RELEASED_AS.get(release_reason or "", "released")
+    outcome = settlement.recorded or "released"
+    if isinstance(settlement, Settlement) and settlement.failure_kind is not None:
+        return outcome, None if settlement.entry is None else settlement.entry.error
     return outcome, None
 
 

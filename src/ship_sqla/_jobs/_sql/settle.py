@@ -16,42 +16,34 @@ __all__ = [
 
 SETTLE_IF_TOKEN_CURRENT: Final = """
 WITH settle AS (
-    -- unnest pads arrays shorter than :ids with NULLs: a NULL kind is a complete, so a batch of
-    -- completes sends :ids and :tokens only (the completer's common batch, at the old cost).
-    SELECT t.ord, t.id, t.token, coalesce(t.kind, 'complete') AS kind, t.at, t.error,
-        t.entry_kind
+    -- unnest pads arrays shorter than :ids with NULLs: a NULL state is a completion, so a batch
+    -- of completions sends :ids and :tokens only (the completer's common batch, at the old cost).
+    SELECT t.ord, t.id, t.token, coalesce(t.state, 'completed') AS state, t.at,
+        coalesce(t.refund, false) AS refund, coalesce(t.snoozes_added, 0) AS snoozes_added,
+        t.error, t.entry_kind
     FROM unnest(
-        CAST(:ids AS text[]), CAST(:tokens AS bigint[]), CAST(:kinds AS text[]),
-        CAST(:ats AS timestamptz[]), CAST(:errors AS text[]), CAST(:entry_kinds AS text[])
-    ) WITH ORDINALITY AS t(id, token, kind, at, error, entry_kind, ord)
+        CAST(:ids AS text[]), CAST(:tokens AS bigint[]), CAST(:states AS text[]),
+        CAST(:ats AS timestamptz[]), CAST(:refunds AS boolean[]),
+        CAST(:snoozes_added AS integer[]), CAST(:errors AS text[]), CAST(:entry_kinds AS text[])
+    ) WITH ORDINALITY AS t(id, token, state, at, refund, snoozes_added, error, entry_kind, ord)
 )
 UPDATE {runs} r
--- A run goes back to waiting when it has a time to go back at (a complete has none) and either
--- is released or snoozed, or has attempts left: that one test is written out in state, run_at
--- and finished_at (an UPDATE's SET cannot share an expression that reads the row).
-SET state = CASE
-        WHEN s.kind = 'complete' THEN 'completed'
-        -- K2: a cancel ends the run; so does any other kind once a cancel was requested (a
-        -- failure or release that raced the request must not put it back or dead-letter it).
-        WHEN s.kind = 'cancel' OR r.cancel_requested_at IS NOT NULL THEN 'cancelled'
-        WHEN s.at IS NOT NULL
-            AND (s.kind IN ('release', 'snooze') OR r.attempt < r.max_attempts) THEN 'waiting'
-        ELSE 'dead' END,
-    run_at = CASE
-        WHEN s.at IS NOT NULL AND r.cancel_requested_at IS NULL
-            AND (s.kind IN ('release', 'snooze') OR r.attempt < r.max_attempts) THEN s.at
-        ELSE r.run_at END,
-    finished_at = CASE
-        WHEN s.at IS NOT NULL AND r.cancel_requested_at IS NULL
-            AND (s.kind IN ('release', 'snooze') OR r.attempt < r.max_attempts) THEN NULL
-        ELSE {now} END,
-    -- J7, K4: a release or a snooze never spent its attempt; the next claim takes the same
-    -- number again. A snooze is counted: the kernel bounds the count (retry.max_snoozes).
-    -- A cancelled run's attempt stays counted (it ran), and its snooze never happened.
-    attempt = CASE WHEN s.kind IN ('release', 'snooze') AND r.cancel_requested_at IS NULL
+-- Each field applies the kernel's settlement as built (ship_sqla/kernel/_settlement.py decided
+-- retry or dead, the refund, the snooze and the entry). The one rule of the store's own is K2:
+-- once a cancel was requested, anything but a completion ends the run cancelled (a failure or
+-- release that raced the request must not put it back or dead-letter it), its attempt counted
+-- and no snooze added; written out in each column (an UPDATE's SET cannot share an expression
+-- that reads the row).
+SET state = CASE WHEN s.state <> 'completed' AND r.cancel_requested_at IS NOT NULL
+        THEN 'cancelled' ELSE s.state END,
+    run_at = CASE WHEN s.state = 'waiting' AND r.cancel_requested_at IS NULL
+        THEN s.at ELSE r.run_at END,
+    finished_at = CASE WHEN s.state = 'waiting' AND r.cancel_requested_at IS NULL
+        THEN NULL ELSE {now} END,
+    attempt = CASE WHEN s.refund AND r.cancel_requested_at IS NULL
         THEN r.attempt - 1 ELSE r.attempt END,
-    snoozes = CASE WHEN s.kind = 'snooze' AND r.cancel_requested_at IS NULL
-        THEN r.snoozes + 1 ELSE r.snoozes END,
+    snoozes = CASE WHEN r.cancel_requested_at IS NULL
+        THEN r.snoozes + s.snoozes_added ELSE r.snoozes END,
     lease_expires_at = NULL, claimed_by = NULL, updated_at = {now}, wait_for = NULL,
     last_error = coalesce(s.error, r.last_error),
     history = CASE WHEN s.error IS NULL THEN r.history
@@ -62,32 +54,17 @@ FROM settle s
 WHERE r.id = s.id AND r.lease_token = s.token AND r.state = 'running'
 RETURNING s.ord, r.state, r.parent_id
 """  # noqa: S105 - SQL naming a fencing token, not a secret
-"""Settle a batch of any kinds in one round trip (as River's ``JobSetStateIfRunningMany``):
-parallel arrays, one element per settlement, ``:kinds`` ``'complete'`` | ``'fail'`` |
-``'release'`` | ``'snooze'`` | ``'cancel'``, ``:ats`` the fail's ``retry_at`` (NULL: dead now)
-or the release's or snooze's ``run_at`` (NULL for a complete and a cancel), ``:errors`` the
-history entry to append (a fail's and a snooze's always, a release's and a cancel's when given,
-a complete's never) and ``:entry_kinds`` its
-``kind`` (:data:`~ship_sqla.kernel._ports.HistoryKind`: a fail's own, ``'snooze'``,
-``'released'``). ``:kinds``, ``:ats``, ``:errors`` and ``:entry_kinds`` may be shorter than
-``:ids`` (empty for a batch of completes): missing elements are NULL, and a NULL kind is
-``'complete'``. One row comes back per settlement that landed: its ordinal and
-the run's new state (a fail's ``'waiting'`` is a retry, its ``'dead'`` a dead letter); a
+"""Apply a batch of settlements (:class:`~ship_sqla.kernel._settlement.Settlement`) in one round
+trip (as River's ``JobSetStateIfRunningMany``): parallel arrays, one element per settlement, its
+fields as the kernel built them: ``:states`` (``'completed'`` | ``'waiting'`` | ``'dead'`` |
+``'cancelled'``), ``:ats`` (the ``run_at`` of a waiting one), ``:refunds`` (true: the attempt is
+not spent, J7, K4), ``:snoozes_added`` (K4), ``:errors`` and ``:entry_kinds`` (the history entry
+to append, and its :data:`~ship_sqla.kernel._ports.HistoryKind`; NULL: none). All but ``:ids``
+and ``:tokens`` may be shorter than ``:ids`` (empty for a batch of completions): missing
+elements are NULL, and a NULL state is ``'completed'``. One row comes back per settlement that
+landed: its ordinal and the run's new state (``'cancelled'`` where K2 turned it into one); a
 settlement with no row was stale and changed nothing. ``parent_id`` (D5): a child run's parent,
 which the backend wakes (WAKE_PARENTS) once the child's end committed.
-
-- complete: ``completed``, ``finished_at`` now;
-- fail: the error appended to the history and kept as ``last_error``; waiting again at
-  ``retry_at``, or ``dead`` (``finished_at`` now) when ``retry_at`` is NULL or the attempts are
-  spent (J7);
-- release: waiting again at ``run_at``, the attempt not consumed, the error (when given)
-  appended (JOB_LOCK_HELD, J7; a drain cancellation, J12);
-- snooze: waiting again at ``run_at``, the attempt not consumed, ``snoozes`` one more, the
-  snooze's text appended (K4);
-- cancel: ``cancelled`` (``finished_at`` now), the error (when given) appended (K2). Any other
-  kind but a complete of a run whose cancel was requested (``cancel_requested_at``) lands the
-  same way, its own error appended: a run an operator cancelled never goes back to waiting or
-  dead, whatever raced the request.
 
 The batch must not name one (run, token) twice (one UPDATE changes a row once, with whichever
 duplicate the join met first): the backend settles the first and answers its repeats stale,

@@ -28,15 +28,14 @@ the operator surface is the same gate (:class:`~ship_sqla.kernel.JobOperations`)
   attempt recorded in its history (``LEASE_LAPSED_MESSAGE``). One that lapsed on its final
   attempt is dead-lettered with ``LEASE_LAPSED_FINAL_MESSAGE`` instead and reported in the
   claim's ``buried``.
-- J7 ``Release`` returns a run to waiting without consuming its attempt; ``Fail`` appends to the
-  history and retries at ``retry_at`` or dead-letters (``retry_at`` None or attempts spent).
-- K4 every history entry carries its ``kind`` (a ``Fail``'s own, ``"snooze"``, ``"released"``,
-  ``"lapsed"``, ``"cancelled"``); ``SnoozeRun`` returns a run to waiting at ``run_at`` without
-  consuming its attempt and counts one more snooze (``snoozes``).
+- J7, K4 ``settle`` applies each :class:`~ship_sqla.kernel._settlement.Settlement` as built: its
+  state and ``run_at``, its attempt refunded unless it ``spends_attempt``, ``snoozes_added``,
+  its history ``entry`` (every entry carries its ``kind``); retry or dead was decided when the
+  settlement was built. Claims add ``"lapsed"`` and ``"cancelled"`` entries of their own.
 - K2 :meth:`InMemoryRunAdmin.cancel` makes a waiting run cancelled at once; a running one is
   marked cancel-requested and the watchers (:meth:`watch_cancel_requests`: the runtimes on this
   backend) are told at once; ``heartbeat`` names it in ``cancel_requested`` too. Its holder's
-  ``Cancel``, and any other settlement but a ``Complete``, ends it cancelled; once its lease
+  cancellation, and any other settlement but a completion, ends it cancelled; once its lease
   lapses the next claim ends it cancelled (``CANCEL_LAPSED_MESSAGE``), never retakes it. A
   terminal run is never touched.
 - K3 a claim of a paused job takes nothing; enqueue and schedules still add its runs; resume
@@ -79,12 +78,9 @@ from ship_sqla.kernel._ports import (
     LEASE_LAPSED_MESSAGE,
     TERMINAL_STATES,
     BuriedRun,
-    Cancel,
     ClaimBatch,
     ClaimedRun,
-    Complete,
     EnqueueResult,
-    Fail,
     HeartbeatBatch,
     JobDemand,
     LockProvider,
@@ -93,10 +89,8 @@ from ship_sqla.kernel._ports import (
     RunRecord,
     RunState,
     SettleOutcome,
-    SnoozeRun,
     StateCount,
     Suspend,
-    history_kind_of,
 )
 
 if TYPE_CHECKING:
@@ -107,7 +101,8 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
-    from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, HistoryKind, Settlement
+    from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, HistoryKind
+    from ship_sqla.kernel._settlement import Settlement, SettleRequest
 
 __all__ = ["InMemoryJobBackend", "InMemoryRunAdmin"]
 
@@ -212,7 +207,7 @@ def _lease_order(run: _Run) -> tuple[datetime, str]:
     return run.lease_expires_at, run.run_id
 
 
-def _end_wait(run: _Run, settlement: Settlement) -> None:
+def _end_wait(run: _Run, settlement: SettleRequest) -> None:
     """D4, D5: what the run waited for ends with its settlement (as SETTLE and SUSPEND_RUN
     clear it on PostgreSQL); a suspend that lands sets its own."""
     if not isinstance(settlement, Suspend) or run.cancel_requested_at is not None:
@@ -579,49 +574,44 @@ class InMemoryJobBackend(JobBackendBase):
         return HeartbeatBatch(alive, cancel_requested)
 
     async def _settle_if_tokens_current(
-        self, settlements: Sequence[Settlement]
+        self, settlements: Sequence[SettleRequest]
     ) -> list[SettleOutcome]:
         now = self._clock.now()
         return [self._settle_one(settlement, now) for settlement in settlements]
 
-    def _settle_one(self, settlement: Settlement, now: datetime) -> SettleOutcome:  # noqa: PLR0911 - one answer per kind
+    def _settle_one(self, settlement: SettleRequest, now: datetime) -> SettleOutcome:
+        """Apply one settlement as built (the kernel decided everything); the one rule of the
+        store's own is K2's: once a cancel was requested, anything but a completion ends the
+        run cancelled."""
         run = self._current(settlement.run)
         if run is None:
             return "stale"
         _end_wait(run, settlement)
-        if isinstance(settlement, Complete):
-            self._finish(run, "completed", now)
-            return "completed"
-        if isinstance(settlement, Cancel) or run.cancel_requested_at is not None:
-            # K2: whatever else raced the request (a failure, a release), the run ends here.
-            kind = history_kind_of(settlement)
-            error = None if isinstance(settlement, Suspend) else settlement.error
-            if error is not None and kind is not None:
-                self._append_history(run, error, now, kind=kind)
+        if isinstance(settlement, Suspend):
+            if run.cancel_requested_at is None:
+                return self._workflows.suspend(run, settlement, now)
             self._finish(run, "cancelled", now)
             return "cancelled"
-        if isinstance(settlement, Suspend):
-            return self._workflows.suspend(run, settlement, now)
-        if isinstance(settlement, Fail):
-            self._append_history(run, settlement.error, now, kind=settlement.kind)
-            if settlement.retry_at is None or run.attempt >= run.max_attempts:
-                self._finish(run, "dead", now)
-                return "dead"
-            self._to_waiting(run, settlement.retry_at, now)
-            return "retrying"
-        if isinstance(settlement, SnoozeRun):
-            # K4: a snooze spends no attempt; it is counted, and the executor bounds the count.
-            self._append_history(run, settlement.error, now, kind="snooze")
-            run.attempt -= 1
-            run.snoozes += 1
+        return self._apply(run, settlement, now)
+
+    def _apply(self, run: _Run, settlement: Settlement, now: datetime) -> SettleOutcome:
+        state = settlement.state
+        if state != "completed" and run.cancel_requested_at is not None:
+            state = "cancelled"  # K2: whatever else raced the request, the run ends here
+        entry = settlement.entry
+        if entry is not None:
+            self._append_history(run, entry.error, now, kind=entry.kind)
+        if state == "waiting":
+            assert settlement.run_at is not None  # noqa: S101 - a waiting settlement has its time
+            # J7, K4: a release or a snooze never spent its attempt; the next claim takes the
+            # same number again. A snooze is counted (the executor bounds the count).
+            if not settlement.spends_attempt:
+                run.attempt -= 1
+            run.snoozes += settlement.snoozes_added
             self._to_waiting(run, settlement.run_at, now)
-            return "snoozed"
-        if settlement.error is not None:
-            self._append_history(run, settlement.error, now, kind="released")
-        # J7: the attempt was never really spent; the next claim takes the same number again.
-        run.attempt -= 1
-        self._to_waiting(run, settlement.run_at, now)
-        return "released"
+        else:
+            self._finish(run, state, now)
+        return settlement.landed(state)
 
     def _append_history(self, run: _Run, error: str, now: datetime, *, kind: HistoryKind) -> None:
         run.history.append(

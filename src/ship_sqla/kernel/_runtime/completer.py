@@ -1,6 +1,6 @@
-"""The completer: every settle of a claimed run (:class:`Complete`, :class:`Fail`,
-:class:`Release`) is batched into ``RunStore.settle`` calls, and every answer is read in one
-place.
+"""The completer: every settle of a claimed run (a
+:class:`~ship_sqla.kernel._settlement.Settlement`, or a workflow's suspend) is batched into
+``RunStore.settle`` calls, and every answer is read in one place.
 
 An executor whose handler ended hands its run's settlement over and goes; it never waits for the
 settle to land. The completer flushes whatever accumulated as soon as it gets the event loop,
@@ -30,8 +30,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Final
 
-from ship_sqla.kernel._ports import Cancel, Complete, Fail, Release, SnoozeRun, Suspend
-from ship_sqla.kernel._runtime.state import RELEASES, InFlight, stale_error
+from ship_sqla.kernel._runtime.state import InFlight, stale_error
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
@@ -39,36 +38,16 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._metrics import JobOutcome
-    from ship_sqla.kernel._ports import RunStore, Settlement, SettleOutcome
-    from ship_sqla.kernel._runtime.state import ReleaseReason
+    from ship_sqla.kernel._ports import RunStore, SettleOutcome
+    from ship_sqla.kernel._settlement import SettleRequest
 
 __all__ = ["MAX_BATCH", "Completer"]
 
 MAX_BATCH = 1000
 """Settlements per ``settle`` call; bounds one statement's size, not throughput."""
 
-_FAILED: Final[dict[SettleOutcome, JobOutcome]] = {
-    "retrying": "retrying",
-    "dead": "dead",
-    "cancelled": "cancelled",
-    "stale": "stale",
-}
-"""The ``ship.job.runs`` outcome of a failed attempt, by the answer to its :class:`Fail`."""
-
-_SNOOZED: Final[dict[SettleOutcome, JobOutcome]] = {
-    "snoozed": "snoozed",
-    "cancelled": "cancelled",
-    "stale": "stale",
-}
-"""The ``ship.job.runs`` outcome of a snoozed attempt, by the answer to its :class:`SnoozeRun`."""
-
-_SUSPENDED: Final[dict[SettleOutcome, JobOutcome]] = {
-    "suspended": "suspended",
-    "cancelled": "cancelled",
-    "stale": "stale",
-}
-"""The ``ship.job.runs`` outcome of a workflow's sleep or wait, by the answer to its
-:class:`Suspend` (D3)."""
+_UNPLANNED: Final[dict[SettleOutcome, JobOutcome]] = {"stale": "stale", "cancelled": "cancelled"}
+"""The ``ship.job.runs`` outcome of an answer that is not the settlement's own (J5, K2)."""
 
 
 class Completer:
@@ -123,12 +102,9 @@ class Completer:
         """Unflushed runs of one job (see :attr:`unflushed`)."""
         return self._unflushed_by_job.get(job_id, 0)
 
-    def add(
-        self, entry: InFlight, settlement: Settlement, reason: ReleaseReason | None = None
-    ) -> None:
-        """Settle ``entry``'s run with ``settlement`` (a :class:`Release` names its ``reason``)."""
+    def add(self, entry: InFlight, settlement: SettleRequest) -> None:
+        """Settle ``entry``'s run with ``settlement``."""
         entry.settlement = settlement
-        entry.release_reason = reason
         job_id = entry.job.id
         self._unflushed_by_job[job_id] = self._unflushed_by_job.get(job_id, 0) + 1
         self._pending.append(entry)
@@ -184,7 +160,8 @@ class Completer:
             # while the settle is retried.
             if entry.settle_failed_at is None:
                 entry.settle_failed_at = now
-            if isinstance(entry.settlement, Complete):
+            settlement = entry.settlement
+            if settlement is not None and settlement.answer == "completed":
                 if not closing:
                     retry.append(entry)
                     continue
@@ -204,11 +181,11 @@ class Completer:
 
     async def _flush(self, batch: list[InFlight]) -> bool:
         live: list[InFlight] = []
-        settlements: list[Settlement] = []
+        settlements: list[SettleRequest] = []
         for entry in batch:
             settlement = entry.settlement
             assert settlement is not None  # noqa: S101 - add() sets it
-            if entry.lost and not isinstance(settlement, Release):
+            if entry.lost and settlement.answer != "released":
                 continue
             live.append(entry)
             settlements.append(settlement)
@@ -236,37 +213,16 @@ class Completer:
 
     def _answered(self, entry: InFlight, outcome: SettleOutcome) -> None:
         """The one place a settle's answer is read: a stale one is reported once per claim (J5),
-        and the attempt's outcome recorded (J10)."""
+        and the attempt's outcome recorded (J10): the settlement's own, or "cancelled" where a
+        cancel request turned it into one (K2), or "stale"; nothing for a release of an
+        attempt that never ran."""
         settlement = entry.settlement
-        recorded: JobOutcome | None
-        if isinstance(settlement, Complete):
-            during = "complete"
-            recorded = "stale" if outcome == "stale" else "completed"
-        elif isinstance(settlement, Fail):
-            during = "fail"
-            recorded = _FAILED.get(outcome)
-        elif isinstance(settlement, SnoozeRun):
-            during = "snooze"
-            recorded = _SNOOZED.get(outcome)
-        elif isinstance(settlement, Cancel):
-            during = "cancel"
-            recorded = "stale" if outcome == "stale" else "cancelled"
-        elif isinstance(settlement, Suspend):
-            during = "suspend"
-            recorded = _SUSPENDED.get(outcome)
-        else:
-            assert entry.release_reason is not None  # noqa: S101 - add() takes one with a Release
-            during, released_as = RELEASES[entry.release_reason]
-            if released_as is None:
-                recorded = None
-            elif outcome == "cancelled":
-                recorded = "cancelled"  # K2: its cancel was requested; it ended, not released
-            else:
-                recorded = released_as if outcome == "released" else "stale"
+        assert settlement is not None  # noqa: S101 - add() sets it
         if outcome == "stale" and not entry.lost:
             entry.mark_lost()
-            self._report_error(stale_error(entry.run, during))
-        if recorded is not None:
+            self._report_error(stale_error(entry.run, settlement.label))
+        if settlement.recorded is not None:
+            recorded = _UNPLANNED.get(outcome, settlement.recorded)
             self._on_outcome(entry, recorded)
 
     def _done(self, entries: list[InFlight]) -> None:

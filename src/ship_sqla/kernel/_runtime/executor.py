@@ -1,16 +1,17 @@
 """The executor: the execution of one claimed run, in its own task, from the claim's hand-over
-to the :class:`~ship_sqla.kernel._ports.Settlement` its end calls for.
+to the :class:`~ship_sqla.kernel._settlement.Settlement` its end calls for (built here, by the
+settlement module's named constructors, and nowhere else).
 
 One run's path: decode the stored payload with the job's codec (a payload that cannot decode is
 dead-lettered: it never will); take the (job id, key) lock of a single-runner job (J4; held
 elsewhere: released one jittered backoff step later, attempt unspent, J7); check the run is still
 this process's to start (not cancelled meanwhile, lease not lapsed, J6); run the handler, under
 the job's ``timeout`` when it has one (K5); turn how it ended into a settlement (returned:
-:class:`Complete`; raised: what the retry plan's :func:`~ship_sqla.kernel._plans.retry.plan_raised`
-calls for, K4: a :class:`Fail` of its kind at the plan's time, or none when dead now, or a
-:class:`SnoozeRun`; timed out: a :class:`Fail` of kind ``"timeout"``, however the handler ended;
-cancelled by the runtime: :class:`Release` with the cancellation in the history, attempt unspent,
-J12; cancelled by an operator: :class:`Cancel`, K2) and hand it to ``settle`` (the completer).
+``completed``; raised: what the retry plan's :func:`~ship_sqla.kernel._plans.retry.plan_raised`
+calls for, K4: ``failed`` of its kind at the plan's time, or dead now, or ``snoozed``; timed
+out: ``failed`` of kind ``"timeout"``, however the handler ended; cancelled by the runtime:
+``released`` with the cancellation in the history, attempt unspent, J12; cancelled by an
+operator: ``cancelled``, K2) and hand it to ``settle`` (the completer).
 The task never waits for the settle to land: it frees its slot, key and lock and ends.
 """
 
@@ -24,13 +25,21 @@ from ship_sqla.kernel._job_context import JobContext
 from ship_sqla.kernel._jobs import InvalidPayloadError
 from ship_sqla.kernel._outcomes import JobTimeoutError, JobTimeoutIgnoredError
 from ship_sqla.kernel._plans.retry import lock_held_delay, plan_raised
-from ship_sqla.kernel._ports import CANCELLED_MESSAGE, Cancel, Complete, Fail, Release, SnoozeRun
+from ship_sqla.kernel._ports import CANCELLED_MESSAGE
 from ship_sqla.kernel._runtime.state import (
     InFlight,
     JobCancelledError,
     describe_failure,
     lapsed_before_start_error,
     stale_error,
+)
+from ship_sqla.kernel._settlement import (
+    Settlement,
+    cancelled,
+    completed,
+    failed,
+    released,
+    snoozed,
 )
 from ship_sqla.kernel._tenancy import enter_tenant
 from ship_sqla.kernel._tracing import end_run_span, run_span, traces
@@ -44,8 +53,9 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._job_context import CancelReason
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
-    from ship_sqla.kernel._ports import ClaimedRun, JobBackend, LockProvider, Settlement
-    from ship_sqla.kernel._runtime.state import InFlightRuns, ReleaseReason
+    from ship_sqla.kernel._ports import ClaimedRun, JobBackend, LockProvider
+    from ship_sqla.kernel._runtime.state import InFlightRuns
+    from ship_sqla.kernel._settlement import SettleRequest
     from ship_sqla.kernel._workflows import WorkflowStore
 
 __all__ = ["Executor", "raised_settlement"]
@@ -60,11 +70,11 @@ _CANCEL_MESSAGES: dict[CancelReason, str] = {
 
 def raised_settlement(
     job: JobDefinition[Any], run: ClaimedRun, error: BaseException, now: datetime
-) -> Fail | SnoozeRun:
+) -> Settlement:
     """The settlement of ``run``'s attempt whose handler raised ``error`` at ``now`` (or timed
     out: a :class:`JobTimeoutError`), as the retry plan classifies it (K4, K5,
-    :func:`~ship_sqla.kernel._plans.retry.plan_raised`): a :class:`SnoozeRun`, or a
-    :class:`Fail` of the plan's kind at its time (None: dead now)."""
+    :func:`~ship_sqla.kernel._plans.retry.plan_raised`): snoozed, or failed of the plan's kind
+    at its time (None: dead now)."""
     plan = plan_raised(
         job.retry,
         error,
@@ -76,8 +86,8 @@ def raised_settlement(
     if plan.kind == "snooze":
         assert plan.at is not None  # noqa: S101 - a snooze always has its time
         # The snooze's own text, no traceback: snoozes are expected, and each is an entry.
-        return SnoozeRun(run, plan.at, str(plan.error))
-    return Fail(run, describe_failure(plan.error), plan.at, plan.kind)
+        return snoozed(run, plan.at, str(plan.error))
+    return failed(run, describe_failure(plan.error), plan.at, plan.kind)
 
 
 class Executor:
@@ -103,7 +113,7 @@ class Executor:
         locks: LockProvider | None,
         metrics: JobMetrics | None,
         report_error: Callable[[BaseException], None],
-        settle: Callable[[InFlight, Settlement, ReleaseReason | None], None],
+        settle: Callable[[InFlight, SettleRequest], None],
         on_outcome: Callable[[InFlight, JobOutcome], None],
         on_ended: Callable[[], None],
         workflows: WorkflowStore | None = None,
@@ -168,7 +178,7 @@ class Executor:
         context the run's enqueue stored, in every attempt (K7)."""
         with run_span(entry.job.id, entry.run) as span:
             await self._execute(entry)
-            end_run_span(span, entry.settlement, entry.release_reason)
+            end_run_span(span, entry.settlement)
 
     async def _execute(self, entry: InFlight) -> None:
         """The run's only task: every outcome is handed to ``settle`` or reported here. It runs
@@ -237,7 +247,7 @@ class Executor:
             # have stopped half-way; the run ends cancelled.
             self._after_cancel(entry)
         else:
-            self._settle(entry, Complete(entry.run), None)
+            self._settle(entry, completed(entry.run))
 
     def _raised(self, entry: InFlight, exc: BaseException) -> None:
         """The handler raised ``exc``: a cancel that raced it wins (K2, J12, K5); a workflow's
@@ -246,7 +256,7 @@ class Executor:
         if entry.cancelled:
             self._after_cancel(entry)
         elif isinstance(exc, WorkflowSuspended):
-            self._settle(entry, exc.settlement, None)
+            self._settle(entry, exc.settlement)
         else:
             self._fail(entry, exc)
 
@@ -327,7 +337,7 @@ class Executor:
             self._metrics.record_lock_wait(job.id, run.key, self._clock.monotonic() - asked_at)
         if lock is None:
             run_at = self._clock.now() + timedelta(seconds=lock_held_delay(job.retry))
-            self._settle(entry, Release(run, run_at), "lock-held")
+            self._settle(entry, released(run, run_at, reason="lock-held"))
             return False
         entry.lock = lock
         return True
@@ -346,7 +356,7 @@ class Executor:
         run = entry.run
         if reason == "cancelled":
             # K2: an operator's cancel ends the run, started or not: no retry, no dead letter.
-            self._settle(entry, Cancel(run, CANCELLED_MESSAGE), None)
+            self._settle(entry, cancelled(run, CANCELLED_MESSAGE))
             return
         # A handler that never started leaves no history: there was no attempt to record.
         error = (
@@ -365,12 +375,15 @@ class Executor:
         run_at = self._clock.now()
         if reason == "lock-lost":
             run_at += timedelta(seconds=lock_held_delay(entry.job.retry))
-        self._settle(entry, Release(run, run_at, error), "cancelled" if started else "unstarted")
+        handed_back = released(
+            run, run_at, reason="cancelled" if started else "unstarted", error=error
+        )
+        self._settle(entry, handed_back)
 
     def _fail(self, entry: InFlight, exc: BaseException) -> None:
         """The attempt raised ``exc`` (or timed out): the settlement the retry plan calls for
         (K4, K5)."""
-        self._settle(entry, raised_settlement(entry.job, entry.run, exc, self._clock.now()), None)
+        self._settle(entry, raised_settlement(entry.job, entry.run, exc, self._clock.now()))
 
     def _dead_letter_undecodable(self, entry: InFlight, exc: BaseException) -> None:
         if not isinstance(exc, InvalidPayloadError):
@@ -379,7 +392,7 @@ class Executor:
                 fix="a payload that does not decode never will: fix the codec or the payload"
                 " type, then retry the dead run.",
             )
-        self._settle(entry, Fail(entry.run, describe_failure(exc), None, "terminal"), None)
+        self._settle(entry, failed(entry.run, describe_failure(exc), None, "terminal"))
 
     def _hand_back_lapsed(self, entry: InFlight) -> None:
         """J6: the run's lease may have lapsed before its handler could start (the loop was
@@ -390,7 +403,7 @@ class Executor:
         # Lost: no heartbeat keeps it, and a "stale" answer is expected, not reported again.
         entry.mark_lost()
         self._report_error(lapsed_before_start_error(entry.run, late))
-        self._settle(entry, Release(entry.run, self._clock.now()), "lapsed")
+        self._settle(entry, released(entry.run, self._clock.now(), reason="lapsed"))
 
     async def _end(self, entry: InFlight) -> None:
         """Free the run's slot, key and lock. Runs when the task ends, whatever happened."""

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
-from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest, Release
+from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest
 from ship_sqla.kernel._runtime.state import InFlight, lapsed_final_error
+from ship_sqla.kernel._settlement import released
 from ship_sqla.kernel._waiting import first_done, wait_event
 
 if TYPE_CHECKING:
@@ -22,9 +23,10 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._metrics import JobMetrics
-    from ship_sqla.kernel._ports import BuriedRun, ClaimedRun, RunStore, ScheduleStore, Settlement
+    from ship_sqla.kernel._ports import BuriedRun, ClaimedRun, RunStore, ScheduleStore
     from ship_sqla.kernel._runtime.completer import Completer
-    from ship_sqla.kernel._runtime.state import InFlightRuns, ReleaseReason
+    from ship_sqla.kernel._runtime.state import InFlightRuns
+    from ship_sqla.kernel._settlement import SettleRequest
 
 __all__ = ["SCHEDULE_TICK_INTERVAL", "Producer"]
 
@@ -70,7 +72,7 @@ class Producer:
         metrics: JobMetrics | None,
         report_error: Callable[[BaseException], None],
         start_run: Callable[[JobDefinition[Any], ClaimedRun, float], None],
-        settle: Callable[[InFlight, Settlement, ReleaseReason | None], None],
+        settle: Callable[[InFlight, SettleRequest], None],
         error_backoff: Callable[[int], float],
         on_buried: Callable[[str, BuriedRun], None] | None = None,
     ) -> None:
@@ -323,4 +325,4 @@ class Producer:
             # Never started, so never registered: no heartbeat keeps it; its release is retried
             # while the lease the claim began may still be held.
             entry = InFlight(job, run, now, claim_sent=sent)
-            self._settle(entry, Release(run, run_at), "refused")
+            self._settle(entry, released(run, run_at, reason="refused"))

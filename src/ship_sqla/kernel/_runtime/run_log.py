@@ -28,7 +28,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-from ship_sqla.kernel._ports import Cancel, Fail, Release, SnoozeRun
+from ship_sqla.kernel._settlement import Settlement
 
 if TYPE_CHECKING:
     from ship_sqla.kernel._metrics import JobOutcome
@@ -77,14 +77,16 @@ class RunLog:
         settlement = entry.settlement
         fields: dict[str, Any] = {}
         error: str | None = None
-        if isinstance(settlement, Fail):
-            fields["kind"] = settlement.kind
-            if settlement.retry_at is not None and outcome == "retrying":
-                fields["retry_at"] = settlement.retry_at.isoformat()
-        if isinstance(settlement, SnoozeRun):
-            fields["run_at"] = settlement.run_at.isoformat()
-        if isinstance(settlement, Fail | Release | Cancel | SnoozeRun):
-            error = settlement.error
+        if isinstance(settlement, Settlement):
+            run_at = None if settlement.run_at is None else settlement.run_at.isoformat()
+            if settlement.failure_kind is not None:
+                fields["kind"] = settlement.failure_kind
+                if outcome == "retrying":
+                    fields["retry_at"] = run_at
+            if settlement.snoozes_added:
+                fields["run_at"] = run_at
+            if settlement.entry is not None:
+                error = settlement.entry.error
         if outcome in _FAILED_OUTCOMES:
             fields["outcome"] = outcome
         run = entry.run
@@ -152,12 +154,13 @@ class RunLog:
 def _event_of(entry: InFlight, outcome: JobOutcome) -> tuple[str, int]:
     """The line's event and level for ``outcome`` (see the module docstring)."""
     settlement = entry.settlement
-    if outcome in _FAILED_OUTCOMES and isinstance(settlement, Fail):
+    failure_kind = settlement.failure_kind if isinstance(settlement, Settlement) else None
+    if outcome in _FAILED_OUTCOMES and failure_kind is not None:
         dead = outcome == "dead"
-        if settlement.kind == "timeout":
+        if failure_kind == "timeout":
             return "timeout", logging.ERROR if dead else logging.WARNING
         return ("dead" if dead else "retry"), logging.ERROR if dead else logging.WARNING
-    if outcome == "cancelled" and isinstance(settlement, Release):
+    if outcome == "cancelled" and settlement is not None and settlement.answer == "released":
         # The runtime cut the attempt short and handed the run back, attempt unspent.
         return ("drain" if entry.reason == "drain" else "lock_lost"), logging.WARNING
     return outcome, _LEVELS.get(outcome, logging.DEBUG)

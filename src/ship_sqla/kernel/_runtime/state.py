@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import traceback
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._errors import ShipError
 from ship_sqla.kernel._job_context import Cancellation, CancelReason
@@ -23,15 +23,12 @@ if TYPE_CHECKING:
     import asyncio
 
     from ship_sqla.kernel._jobs import JobDefinition
-    from ship_sqla.kernel._metrics import JobOutcome
-    from ship_sqla.kernel._ports import Settlement
+    from ship_sqla.kernel._settlement import SettleRequest
 
 __all__ = [
-    "RELEASES",
     "InFlight",
     "InFlightRuns",
     "JobCancelledError",
-    "ReleaseReason",
     "describe_failure",
     "lapsed_before_start_error",
     "lapsed_final_error",
@@ -44,24 +41,6 @@ class JobCancelledError(ShipError, RuntimeError):
     to waiting without consuming its attempt; the text is recorded in the run's history (J12)."""
 
     code = "SHIP_SQLA_JOB_CANCELLED"
-
-
-ReleaseReason = Literal["lock-held", "cancelled", "unstarted", "lapsed", "refused"]
-"""Why the runtime hands a claimed run back with a :class:`~ship_sqla.kernel._ports.Release`
-(its attempt unspent): its single-runner lock was held elsewhere (J7); its handler was cancelled
-(drain deadline or lost lock, J12), or cancelled before it started; its lease had lapsed before
-its handler could start (J6); or the loop must not execute it (claimed while stopping, or beyond
-the limit asked, a backend bug)."""
-
-RELEASES: Final[dict[ReleaseReason, tuple[str, JobOutcome | None]]] = {
-    "lock-held": ("release (lock held)", "lock_held"),
-    "cancelled": ("release (cancelled)", "cancelled"),
-    "unstarted": ("release (cancelled)", None),
-    "lapsed": ("release (lapsed)", None),
-    "refused": ("release after claim", None),
-}
-"""Per reason: what a stale report calls the release, and the ``ship.job.runs`` outcome recorded
-once it is answered "released" (None: no attempt ran, nothing is recorded; J10)."""
 
 
 class InFlight(Cancellation):
@@ -87,7 +66,6 @@ class InFlight(Cancellation):
         "lease_deadline",
         "lock",
         "lost",
-        "release_reason",
         "run",
         "settle_failed_at",
         "settlement",
@@ -120,8 +98,7 @@ class InFlight(Cancellation):
         # in the backend after the claim (or the last heartbeat that extended it) was sent, so
         # "sent + lease" never lies past the real end, whatever the two machines' clocks say.
         self.lease_deadline = (now if claim_sent is None else claim_sent) + run.lease
-        self.settlement: Settlement | None = None
-        self.release_reason: ReleaseReason | None = None
+        self.settlement: SettleRequest | None = None
         # When the first try of this run's settle failed: a fail / release is retried for one
         # lease from then; any kind is heartbeated again from then (``next_beat``).
         self.settle_failed_at: float | None = None

@@ -1,0 +1,246 @@
+"""How a claimed run's attempt settles: ONE frozen record, built here and nowhere else.
+
+The executor decides how an attempt ended and calls one of the named constructors below
+(:func:`completed`, :func:`failed`, :func:`released`, :func:`snoozed`, :func:`cancelled`); each
+works out, once, everything a store and the runtime need to know:
+
+- ``state``: where the run goes (``completed``, ``waiting``, ``dead``, ``cancelled``), and
+  ``run_at`` when it goes back to waiting. Retry or dead is decided here (J7: a failure with a
+  retry time goes back to waiting unless its attempts are spent), never again by a store;
+- ``spends_attempt``: False for a release or a snooze (J7, K4): the next claim takes the same
+  attempt number again; ``snoozes_added``: 1 for a snooze (K4), else 0;
+- ``entry``: the history entry to append (its text and :data:`HistoryKind`), or None;
+- ``answer``: what the store answers when the settlement lands as built (:data:`SettleOutcome`);
+  ``recorded``: the ``ship.job.runs`` outcome of the attempt (J10; None when no attempt ran);
+  ``label``: how a stale report names it.
+
+A store only *applies* a record (PostgreSQL's ``SETTLE_IF_TOKEN_CURRENT``, the in-memory model's
+``_settle_one``), fenced on the claim's token (J5), with one rule of its own, because it depends
+on the row at that instant: once an operator asked to cancel the run, any settlement but a
+completion ends it ``cancelled`` (K2; :meth:`Settlement.landed`). The completer, the run log,
+tracing and metrics read the record's fields; none of them looks at how it was built.
+
+A workflow's :class:`~ship_sqla.kernel._ports.Suspend` (D3) stays the store's own case: where the
+run waits is decided by the store from its steps and events.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias, assert_never, get_args
+
+import attrs
+
+from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._plans.retry import attempts_spent
+from ship_sqla.kernel._ports import FAILURE_KINDS, Suspend
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from ship_sqla.kernel._metrics import JobOutcome
+    from ship_sqla.kernel._ports import ClaimedRun, FailureKind, HistoryKind, SettleOutcome
+
+__all__ = [
+    "RELEASE_REASONS",
+    "SETTLED_STATES",
+    "HistoryEntry",
+    "ReleaseReason",
+    "SettleRequest",
+    "SettledState",
+    "Settlement",
+    "cancelled",
+    "completed",
+    "failed",
+    "released",
+    "snoozed",
+]
+
+SettledState = Literal["completed", "waiting", "dead", "cancelled"]
+"""Where a settlement sends its run (a cancel request may turn any but ``completed`` into
+``cancelled``, K2)."""
+SETTLED_STATES: Final = frozenset(get_args(SettledState))
+
+ReleaseReason = Literal["lock-held", "cancelled", "unstarted", "lapsed", "refused"]
+"""Why the runtime hands a claimed run back unfinished, its attempt unspent (:func:`released`):
+its single-runner lock was held elsewhere (J7); its handler was cancelled (drain deadline or lost
+lock, J12), or cancelled before it started; its lease had lapsed before its handler could start
+(J6); or the loop must not execute it (claimed while stopping, or beyond the limit asked)."""
+RELEASE_REASONS: Final = frozenset(get_args(ReleaseReason))
+
+
+@attrs.frozen
+class HistoryEntry:
+    """The entry a settlement appends to its run's history (and keeps as ``last_error``); the
+    store adds the attempt number and the time."""
+
+    error: str
+    kind: HistoryKind
+
+
+@attrs.frozen(init=False)
+class Settlement:
+    """What a worker asks a store to do with a claimed run: see the module docstring. Built only
+    by the constructors of this module (it has no public ``__init__``)."""
+
+    run: ClaimedRun
+    state: SettledState
+    run_at: datetime | None
+    """When the run is due again (``state == "waiting"``); None otherwise."""
+    spends_attempt: bool
+    snoozes_added: int
+    entry: HistoryEntry | None
+    answer: SettleOutcome
+    recorded: JobOutcome | None
+    label: str
+    failure_kind: FailureKind | None = None
+    """How a failed attempt failed (K4, K5); None for any other settlement."""
+
+    def landed(self, state: str) -> SettleOutcome:
+        """The store's answer once the settlement landed leaving its run in ``state``: its own
+        ``answer``, or ``"cancelled"`` when a cancel request turned it into one (K2)."""
+        return "cancelled" if state == "cancelled" else self.answer
+
+    def makes_due(self, outcome: SettleOutcome, now: datetime) -> bool:
+        """Whether landing with ``outcome`` left the run waiting and due at ``now``."""
+        return outcome == self.answer and self.run_at is not None and self.run_at <= now
+
+
+SettleRequest: TypeAlias = Settlement | Suspend
+"""What ``RunStore.settle`` takes: a :class:`Settlement`, or a workflow's suspend (D3)."""
+
+
+def _build(
+    run: ClaimedRun,
+    state: SettledState,
+    *,
+    answer: SettleOutcome,
+    recorded: JobOutcome | None,
+    label: str,
+    run_at: datetime | None = None,
+    spends_attempt: bool = True,
+    snoozes_added: int = 0,
+    entry: HistoryEntry | None = None,
+    failure_kind: FailureKind | None = None,
+) -> Settlement:
+    if run_at is not None and run_at.tzinfo is None:
+        raise ConfigurationError(
+            f"the settlement of run {run.run_id!r} names a naive time ({run_at!r}).",
+            fix="pass an aware datetime (clock.now() + timedelta(...)).",
+        )
+    settlement = Settlement.__new__(Settlement)
+    settlement.__attrs_init__(
+        run,
+        state,
+        run_at,
+        spends_attempt,
+        snoozes_added,
+        entry,
+        answer,
+        recorded,
+        label,
+        failure_kind,
+    )
+    return settlement
+
+
+def completed(run: ClaimedRun) -> Settlement:
+    """The handler returned: the run is completed."""
+    return _build(run, "completed", answer="completed", recorded="completed", label="complete")
+
+
+def failed(
+    run: ClaimedRun, error: str, retry_at: datetime | None, kind: FailureKind = "failure"
+) -> Settlement:
+    """The attempt failed (K4, K5) with ``error`` (its history entry, of ``kind``): waiting again
+    at ``retry_at``, or dead when ``retry_at`` is None or the attempts are spent (J7, the one
+    place this is decided). The retry plan (:func:`~ship_sqla.kernel._plans.retry.plan_raised`)
+    chose ``kind`` and ``retry_at``."""
+    if kind not in FAILURE_KINDS:
+        raise ConfigurationError(
+            f"a failure's kind {kind!r} is unknown.", fix=f"use one of {sorted(FAILURE_KINDS)}."
+        )
+    entry = HistoryEntry(error, kind)
+    if retry_at is None or attempts_spent(run.attempt, run.max_attempts):
+        return _build(
+            run,
+            "dead",
+            answer="dead",
+            recorded="dead",
+            label="fail",
+            entry=entry,
+            failure_kind=kind,
+        )
+    return _build(
+        run,
+        "waiting",
+        answer="retrying",
+        recorded="retrying",
+        label="fail",
+        run_at=retry_at,
+        entry=entry,
+        failure_kind=kind,
+    )
+
+
+def _released_as(reason: ReleaseReason) -> tuple[str, JobOutcome | None]:
+    """Per reason: how a stale report names the release, and the ``ship.job.runs`` outcome it
+    records (None: no attempt ran, nothing is recorded; J10)."""
+    match reason:
+        case "lock-held":
+            return "release (lock held)", "lock_held"
+        case "cancelled":
+            return "release (cancelled)", "cancelled"
+        case "unstarted":
+            return "release (cancelled)", None
+        case "lapsed":
+            return "release (lapsed)", None
+        case "refused":
+            return "release after claim", None
+        case _:  # pragma: no cover - mypy proves every reason is matched
+            assert_never(reason)
+
+
+def released(
+    run: ClaimedRun, run_at: datetime, *, reason: ReleaseReason, error: str | None = None
+) -> Settlement:
+    """Hand the run back to waiting at ``run_at`` without spending its attempt (J7 lock held,
+    J12 drain or lost lock, J6 lapsed before start); ``error``, when given, is appended to the
+    history (kind ``"released"``)."""
+    label, recorded = _released_as(reason)
+    entry = None if error is None else HistoryEntry(error, "released")
+    return _build(
+        run,
+        "waiting",
+        answer="released",
+        recorded=recorded,
+        label=label,
+        run_at=run_at,
+        spends_attempt=False,
+        entry=entry,
+    )
+
+
+def snoozed(run: ClaimedRun, run_at: datetime, error: str) -> Settlement:
+    """The handler raised ``Snooze`` (K4): back to waiting at ``run_at``, attempt unspent, one
+    more snooze counted, the snooze's text in the history. The executor sends it only while the
+    run has snoozed fewer than ``retry.max_snoozes`` times."""
+    return _build(
+        run,
+        "waiting",
+        answer="snoozed",
+        recorded="snoozed",
+        label="snooze",
+        run_at=run_at,
+        spends_attempt=False,
+        snoozes_added=1,
+        entry=HistoryEntry(error, "snooze"),
+    )
+
+
+def cancelled(run: ClaimedRun, error: str | None = None) -> Settlement:
+    """An operator cancelled the run and its handler stopped (K2): it ends cancelled. Not a
+    failure: no retry, no dead letter, the attempt counted; ``error``, when given, is appended."""
+    entry = None if error is None else HistoryEntry(error, "cancelled")
+    return _build(
+        run, "cancelled", answer="cancelled", recorded="cancelled", label="cancel", entry=entry
+    )
