@@ -239,7 +239,7 @@ def test_ctrl_c_in_any_command_exits_130(monkeypatch: pytest.MonkeyPatch) -> Non
     def interrupted() -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("ship_sqla._cli.clean_embedded", interrupted)
+    monkeypatch.setattr("ship_sqla._cli.demo.clean_embedded", interrupted)
     result = CliRunner().invoke(cli, ["demo", "--clean"])
     assert result.exit_code == 130
     assert "interrupted (Ctrl-C)" in result.output

@@ -120,7 +120,7 @@ def test_a_bad_outbox_id_is_exit_2(outbox_id: str, message: str) -> None:
     ("raw", "seconds"), [("3600", 3600), ("90m", 5400), ("12h", 43200), ("7d", 604800)]
 )
 def test_durations(raw: str, seconds: int) -> None:
-    from ship_sqla._cli import Duration  # noqa: PLC0415 - the parameter type under test
+    from ship_sqla._cli._params import Duration  # noqa: PLC0415 - the parameter type under test
 
     duration = Duration(maximum=30 * 86400)
     assert duration.convert(raw, None, None) == timedelta(seconds=seconds)

@@ -1,0 +1,102 @@
+"""``ship-sqla dashboard``: the operator dashboard served locally (S2).
+
+The operator at the shell is trusted: the command grants whoever reaches its address manage (or
+read, with ``--read-only``), so it listens on 127.0.0.1 unless told otherwise. Every change is
+written to the audit table (``--audit-table``, default ship_audit) as ``cli:<user>@<host>``
+(``--no-audit`` to act unaudited). uvicorn and the dashboard (starlette) are imported when the
+command runs: they are the optional ``dashboard`` extra.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import TYPE_CHECKING, Any
+
+import click
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from ship_sqla._cli._operator import cli_actor
+from ship_sqla._cli._options import audit_options, database_url_option, job_tables_options
+from ship_sqla.kernel._operations import MANAGE_PERMISSION, READ_PERMISSION
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+    from starlette.requests import Request
+
+    from ship_sqla._cli._tables import JobTables
+
+__all__ = ["dashboard"]
+
+
+@click.command(short_help="Serve the operator dashboard locally (needs the dashboard extra).")
+@database_url_option
+@job_tables_options(with_state_table=True, with_workers_table=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8080,
+    show_default=True,
+    help="Port to listen on (0: any free port; the line printed names it).",
+)
+@click.option("--read-only", is_flag=True, help="Grant ship.jobs:read only: no action buttons.")
+@audit_options
+def dashboard(
+    *,
+    database_url: URL,
+    tables: JobTables,
+    host: str,
+    port: int,
+    read_only: bool,
+    audit_table: str,
+    no_audit: bool,
+) -> None:
+    """Serve the dashboard on HOST:PORT until Ctrl-C. Whoever reaches the address may do what
+    the operator at this shell may (or only read, with --read-only): keep it on 127.0.0.1, or
+    mount create_dashboard(...) in an application with its own authentication. The address
+    line is printed once the port is listening: a client may connect as soon as it reads it."""
+    try:
+        import uvicorn  # noqa: PLC0415 - an optional dependency, only for this command
+
+        from ship_sqla._dashboard import create_dashboard  # noqa: PLC0415 - needs starlette
+    except ImportError as exc:
+        raise click.UsageError(
+            f"the dashboard needs the dashboard extra ({exc.name} is missing):"
+            " pip install 'ship-sqla[dashboard]'."
+        ) from exc
+    engine = create_async_engine(database_url)
+    audit = None if no_audit else tables.audit_log(engine, audit_table)
+    granted = {READ_PERMISSION} if read_only else {READ_PERMISSION, MANAGE_PERMISSION}
+
+    def authorizer(_request: Request, permission: str, _operation: str) -> bool:
+        return permission in granted
+
+    app: Any = create_dashboard(
+        tables.backend(engine),
+        authorizer=authorizer,
+        actor=lambda _request: cli_actor(),
+        audit=audit,
+    )
+    listening = _listen(host, port)
+    bound = listening.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"ship-sqla dashboard on http://{shown}:{bound}/ (Ctrl-C to stop)")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server.run(sockets=[listening])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket listening on ``host``:``port`` (0: any free port): connections queue from now
+    on, before uvicorn serves them, so the address line is printed only once it is true."""
+    listening = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    try:
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind((host, port))
+        listening.listen(socket.SOMAXCONN)
+    except OSError as exc:
+        listening.close()
+        raise click.ClickException(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}. Pick another --port (0:"
+            " any free port) or --host."
+        ) from exc
+    return listening
