@@ -36,6 +36,8 @@ def _python(session: nox.Session) -> str:
 def _lint(session: nox.Session, python: str) -> None:
     session.run(python, "-m", "ruff", "check", ".")
     session.run(python, "-m", "ruff", "format", "--check", ".")
+    # The import-layer contracts of pyproject's [tool.importlinter].
+    session.run(str(Path(python).with_name("lint-imports")), external=True)
 
 
 def _examples(session: nox.Session, python: str) -> None:

@@ -136,6 +136,8 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._errors import DatabaseTimeoutError as DatabaseTimeoutError
     from ship_sqla.kernel._errors import DatabaseUnavailableError as DatabaseUnavailableError
     from ship_sqla.kernel._errors import InvalidCursorError as InvalidCursorError
+    from ship_sqla.kernel._errors import InvalidPayloadError as InvalidPayloadError
+    from ship_sqla.kernel._errors import PayloadTooLargeError as PayloadTooLargeError
     from ship_sqla.kernel._errors import PermissionDeniedError as PermissionDeniedError
     from ship_sqla.kernel._errors import RollbackOnlyError as RollbackOnlyError
     from ship_sqla.kernel._errors import ScopeClosedError as ScopeClosedError
@@ -156,10 +158,8 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._jobs import Concurrency as Concurrency
     from ship_sqla.kernel._jobs import Fairness as Fairness
     from ship_sqla.kernel._jobs import IdempotencyPolicy as IdempotencyPolicy
-    from ship_sqla.kernel._jobs import InvalidPayloadError as InvalidPayloadError
     from ship_sqla.kernel._jobs import JobDefinition as JobDefinition
     from ship_sqla.kernel._jobs import PayloadCodec as PayloadCodec
-    from ship_sqla.kernel._jobs import PayloadTooLargeError as PayloadTooLargeError
     from ship_sqla.kernel._jobs import RateLimit as RateLimit
     from ship_sqla.kernel._jobs import Retention as Retention
     from ship_sqla.kernel._jobs import RetryPolicy as RetryPolicy

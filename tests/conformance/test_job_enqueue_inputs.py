@@ -19,7 +19,7 @@ from ship_sqla.kernel import (
     InvalidPayloadError,
     define_job,
 )
-from ship_sqla.kernel._jobs import PayloadTooLargeError
+from ship_sqla.kernel._errors import PayloadTooLargeError
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError
 
 

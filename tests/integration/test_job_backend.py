@@ -38,6 +38,7 @@ from ship_sqla.kernel import (
     failed,
     released,
 )
+from ship_sqla.kernel._errors import InvalidPayloadError
 
 # Private on purpose: the backend stores the run ids of the kernel's one UUIDv7 generator (no
 # public name); a test here pins their shape, which keeps the runs table's pkey append-mostly.
@@ -45,7 +46,6 @@ from ship_sqla.kernel._ids import new_run_ids
 from ship_sqla.kernel._jobs import (
     Concurrency,
     IdempotencyPolicy,
-    InvalidPayloadError,
     Retention,
     RetryPolicy,
     define_job,

@@ -20,7 +20,8 @@ from ship_sqla.kernel import (
     RetryPolicy,
     define_job,
 )
-from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES, PayloadTooLargeError
+from ship_sqla.kernel._errors import PayloadTooLargeError
+from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError
 from ship_sqla.kernel._plans.prepare import PreparedRun, prepare_run, prepare_runs

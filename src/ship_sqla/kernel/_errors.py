@@ -114,3 +114,17 @@ class DatabaseTimeoutError(ShipError, TimeoutError):
     call took effect (every settle is fenced, so retrying one is safe)."""
 
     code = "SHIP_SQLA_DATABASE_TIMEOUT"
+
+
+class InvalidPayloadError(ShipError, ValueError):
+    """A payload did not match its job's declared type, or is not storable JSON (not JSON, or
+    holding a NUL character); nothing was enqueued."""
+
+    code = "SHIP_SQLA_JOB_PAYLOAD_INVALID"
+
+
+class PayloadTooLargeError(InvalidPayloadError):
+    """A payload's encoded JSON is longer than its job's ``max_payload_bytes``; nothing was
+    enqueued."""
+
+    code = "SHIP_SQLA_JOB_PAYLOAD_TOO_LARGE"

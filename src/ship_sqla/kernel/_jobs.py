@@ -19,7 +19,10 @@ from ship_sqla.kernel._durations import (
     MAX_RETRY_DELAY,
     require_duration,
 )
-from ship_sqla.kernel._errors import ConfigurationError, ShipError
+from ship_sqla.kernel._errors import (
+    ConfigurationError,
+    InvalidPayloadError,
+)
 from ship_sqla.kernel._outcomes import RetryAfter, Snooze
 from ship_sqla.kernel._plans.backoff import Backoff, BackoffKind, Jitter
 from ship_sqla.kernel._plans.schedule import validate_schedule
@@ -33,10 +36,8 @@ __all__ = [
     "MAX_SNOOZES",
     "Concurrency",
     "IdempotencyPolicy",
-    "InvalidPayloadError",
     "JobDefinition",
     "PayloadCodec",
-    "PayloadTooLargeError",
     "Retention",
     "RetryPolicy",
     "Schedule",
@@ -59,20 +60,6 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 """A job's default ``max_payload_bytes``: 1 MiB of encoded JSON per run."""
 _JSONB_MAX_BYTES = 255 * 1024 * 1024
 """About the most PostgreSQL's jsonb holds in one value: a larger limit could never be met."""
-
-
-class InvalidPayloadError(ShipError, ValueError):
-    """A payload did not match its job's declared type, or is not storable JSON (not JSON, or
-    holding a NUL character); nothing was enqueued."""
-
-    code = "SHIP_SQLA_JOB_PAYLOAD_INVALID"
-
-
-class PayloadTooLargeError(InvalidPayloadError):
-    """A payload's encoded JSON is longer than its job's ``max_payload_bytes``; nothing was
-    enqueued."""
-
-    code = "SHIP_SQLA_JOB_PAYLOAD_TOO_LARGE"
 
 
 @runtime_checkable

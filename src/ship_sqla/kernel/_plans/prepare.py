@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ship_sqla.kernel._clock import require_aware
+from ship_sqla.kernel._errors import InvalidPayloadError, PayloadTooLargeError
 from ship_sqla.kernel._ids import new_run_ids
-from ship_sqla.kernel._jobs import InvalidPayloadError, PayloadTooLargeError
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json
 from ship_sqla.kernel._keys import require_key, require_text
 from ship_sqla.kernel._priority import require_priority

@@ -30,8 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ship_sqla.kernel._errors import ConfigurationError
-from ship_sqla.kernel._jobs import InvalidPayloadError
+from ship_sqla.kernel._errors import ConfigurationError, InvalidPayloadError
 from ship_sqla.kernel._plans.prepare import prepare_runs
 from ship_sqla.kernel._plans.schedule import due_occurrence, next_occurrence, occurrence_id
 from ship_sqla.kernel._ports import EnqueueRequest

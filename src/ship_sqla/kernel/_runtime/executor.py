@@ -21,8 +21,8 @@ import asyncio
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from ship_sqla.kernel._errors import InvalidPayloadError
 from ship_sqla.kernel._job_context import JobContext
-from ship_sqla.kernel._jobs import InvalidPayloadError
 from ship_sqla.kernel._outcomes import JobTimeoutError, JobTimeoutIgnoredError
 from ship_sqla.kernel._plans.retry import lock_held_delay, plan_raised
 from ship_sqla.kernel._ports import CANCELLED_MESSAGE
