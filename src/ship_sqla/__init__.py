@@ -118,6 +118,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._audit import AuditSink as AuditSink
     from ship_sqla.kernel._audit import InMemoryAuditLog as InMemoryAuditLog
     from ship_sqla.kernel._authorize import Authorizer as Authorizer
+    from ship_sqla.kernel._backend_base import JobBackendBase as JobBackendBase
     from ship_sqla.kernel._browse import BrowsedRun as BrowsedRun
     from ship_sqla.kernel._browse import ClaimPosition as ClaimPosition
     from ship_sqla.kernel._browse import CreatedPosition as CreatedPosition
@@ -213,7 +214,6 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
     from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
     from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
-    from ship_sqla.kernel._ports import JobSupport as JobSupport
     from ship_sqla.kernel._ports import Lock as Lock
     from ship_sqla.kernel._ports import LockProvider as LockProvider
     from ship_sqla.kernel._ports import PausedJob as PausedJob
@@ -252,7 +252,6 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._workers import WorkerEntry as WorkerEntry
     from ship_sqla.kernel._workers import WorkerRecord as WorkerRecord
     from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
-    from ship_sqla.kernel._workers import WorkerRegistrySource as WorkerRegistrySource
     from ship_sqla.kernel._workflows import ChildOutcome as ChildOutcome
     from ship_sqla.kernel._workflows import ChildRunsRefusedError as ChildRunsRefusedError
     from ship_sqla.kernel._workflows import EventWait as EventWait
@@ -267,6 +266,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._workflows import WorkflowChangedError as WorkflowChangedError
     from ship_sqla.kernel._workflows import WorkflowEvent as WorkflowEvent
     from ship_sqla.kernel._workflows import WorkflowMisuseError as WorkflowMisuseError
+    from ship_sqla.kernel._workflows import Workflows as Workflows
     from ship_sqla.kernel._workflows import (
         WorkflowsNotConfiguredError as WorkflowsNotConfiguredError,
     )

@@ -226,8 +226,12 @@ class RecordingAdmin:
 
 
 class Administered:
-    def __init__(self, admin: Any) -> None:
+    """A backend's parts the operator surface gates, with a spy in place of its admin port."""
+
+    def __init__(self, admin: Any, backend: Any) -> None:
         self.admin = admin
+        self.workers = backend.workers
+        self.workflows = backend.workflows
 
 
 async def test_k2_k3_operator_cancel_pause_resume_are_permissioned_and_check_input_first(
@@ -265,7 +269,7 @@ async def test_k2_k3_operator_cancel_pause_resume_are_permissioned_and_check_inp
     assert (await record_of(backend, result.run_id)).state == "waiting"
     assert await backend.admin.paused(limit=10) == []
     admin = RecordingAdmin(backend.admin)
-    ops = create_job_operations(Administered(admin), authorizer=allow)
+    ops = create_job_operations(Administered(admin, backend), authorizer=allow)
     for bad in ("", "has space", "a#paused", "x" * 129, 7):
         with pytest.raises(ConfigurationError):
             await ops.pause(bad)  # type: ignore[arg-type]
@@ -452,13 +456,11 @@ async def test_k2_the_runtime_cancels_a_running_handler_at_once_and_the_run_ends
 
 
 class Deaf(SpyBackend):
-    """A backend wrapper that tells its runtime of no cancel request (no CancelRequestSource):
-    only the heartbeat's answer can carry one."""
+    """A backend wrapper that tells its runtime of no cancel request (its watch never calls
+    back, as when every notification is lost): only the heartbeat's answer can carry one."""
 
-    def __getattr__(self, name: str) -> Any:
-        if name == "watch_cancel_requests":
-            raise AttributeError(name)
-        return super().__getattr__(name)
+    def watch_cancel_requests(self, callback: Any) -> Any:  # noqa: ARG002 - deaf on purpose
+        return lambda: None
 
 
 async def test_k2_without_a_notification_the_next_heartbeat_carries_the_cancel(

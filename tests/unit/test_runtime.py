@@ -43,7 +43,7 @@ from ship_sqla.kernel import (
     start_job_runtime,
 )
 from ship_sqla.kernel._plans.backoff import ERROR_BACKOFF
-from ship_sqla.kernel._ports import JobLeaseLapsedError
+from ship_sqla.kernel._ports import HeartbeatBatch, JobLeaseLapsedError
 from ship_sqla.kernel._runtime.state import InFlight
 
 LEASE = 30.0
@@ -335,7 +335,7 @@ async def test_lost_lease_cancels_the_handler_and_is_reported(clock, backend, er
     """J5: a heartbeat answered False cancels that handler (ctx.cancelled, task cancelled),
     reports SHIP_SQLA_JOB_LEASE_STALE, and settles nothing for the run."""
     spy = SpyBackend(backend)
-    spy.answers["heartbeat"] = lambda runs: [False] * len(runs)
+    spy.answers["heartbeat"] = lambda runs: HeartbeatBatch([False] * len(runs))
     started = anyio.Event()
     cancelled = anyio.Event()
     contexts: list[JobContext] = []
@@ -847,7 +847,7 @@ async def test_no_heartbeat_races_a_settle_on_its_way(clock, errors):
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
     spy = SpyBackend(backend)
     gate = spy.gate("settle")
-    spy.answers["heartbeat"] = lambda runs: [False] * len(runs)
+    spy.answers["heartbeat"] = lambda runs: HeartbeatBatch([False] * len(runs))
     job = define_job("settling", _noop, payload=dict, concurrency=Concurrency(lease=LEASE))
     result = await backend.enqueue(job, {})
     async with await start_job_runtime(job, backend=spy) as runtime:

@@ -600,7 +600,7 @@ class PostgresJobBackend(JobBackendBase):
     # --- claim, heartbeat, settle -------------------------------------------------------------
 
     async def require_support(self, definitions: Iterable[JobDefinition[Any]]) -> None:
-        """:class:`~ship_sqla.kernel.JobSupport`: a fair job (F2) needs ``<runs>_tenant_idx``
+        """A fair job (F2) needs ``<runs>_tenant_idx``
         on the runs table (``ship_job_runs_table(..., fair_claims=True)``); asked once
         (FAIR_CLAIMS_SERVED), at a worker's start, so a worker without it fails there."""
         fair = [job.id for job in definitions if job.fairness is not None]

@@ -21,6 +21,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._audit import AuditSink as AuditSink
     from ship_sqla.kernel._audit import InMemoryAuditLog as InMemoryAuditLog
     from ship_sqla.kernel._authorize import Authorizer as Authorizer
+    from ship_sqla.kernel._backend_base import JobBackendBase as JobBackendBase
     from ship_sqla.kernel._browse import BrowsedRun as BrowsedRun
     from ship_sqla.kernel._browse import ClaimPosition as ClaimPosition
     from ship_sqla.kernel._browse import CreatedPosition as CreatedPosition
@@ -116,7 +117,6 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
     from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
     from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
-    from ship_sqla.kernel._ports import JobSupport as JobSupport
     from ship_sqla.kernel._ports import Lock as Lock
     from ship_sqla.kernel._ports import LockProvider as LockProvider
     from ship_sqla.kernel._ports import PausedJob as PausedJob
@@ -155,7 +155,6 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._workers import WorkerEntry as WorkerEntry
     from ship_sqla.kernel._workers import WorkerRecord as WorkerRecord
     from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
-    from ship_sqla.kernel._workers import WorkerRegistrySource as WorkerRegistrySource
     from ship_sqla.kernel._workflows import ChildOutcome as ChildOutcome
     from ship_sqla.kernel._workflows import ChildRunsRefusedError as ChildRunsRefusedError
     from ship_sqla.kernel._workflows import EventWait as EventWait
@@ -170,6 +169,7 @@ if _typing.TYPE_CHECKING:
     from ship_sqla.kernel._workflows import WorkflowChangedError as WorkflowChangedError
     from ship_sqla.kernel._workflows import WorkflowEvent as WorkflowEvent
     from ship_sqla.kernel._workflows import WorkflowMisuseError as WorkflowMisuseError
+    from ship_sqla.kernel._workflows import Workflows as Workflows
     from ship_sqla.kernel._workflows import (
         WorkflowsNotConfiguredError as WorkflowsNotConfiguredError,
     )
@@ -250,10 +250,10 @@ _EXPORTS: dict[str, str] = {
     "FailureKind": "ship_sqla.kernel._ports",
     "HistoryKind": "ship_sqla.kernel._ports",
     "JobBackend": "ship_sqla.kernel._ports",
+    "JobBackendBase": "ship_sqla.kernel._backend_base",
     "JobLeaseLapsedError": "ship_sqla.kernel._ports",
     "JobLeaseLapsedFinalError": "ship_sqla.kernel._ports",
     "JobLeaseStaleError": "ship_sqla.kernel._ports",
-    "JobSupport": "ship_sqla.kernel._ports",
     "Lock": "ship_sqla.kernel._ports",
     "LockProvider": "ship_sqla.kernel._ports",
     "QueueDepth": "ship_sqla.kernel._ports",
@@ -286,7 +286,6 @@ _EXPORTS: dict[str, str] = {
     "WorkerEntry": "ship_sqla.kernel._workers",
     "WorkerRecord": "ship_sqla.kernel._workers",
     "WorkerRegistry": "ship_sqla.kernel._workers",
-    "WorkerRegistrySource": "ship_sqla.kernel._workers",
     # Durable workflows (SPEC §13)
     "ChildOutcome": "ship_sqla.kernel._workflows",
     "ChildRunsRefusedError": "ship_sqla.kernel._workflows",
@@ -303,6 +302,7 @@ _EXPORTS: dict[str, str] = {
     "WorkflowEvent": "ship_sqla.kernel._workflows",
     "WorkflowMisuseError": "ship_sqla.kernel._workflows",
     "WorkflowStore": "ship_sqla.kernel._workflows",
+    "Workflows": "ship_sqla.kernel._workflows",
     "WorkflowsNotConfiguredError": "ship_sqla.kernel._workflows",
     # In-memory reference backends
     "InMemoryJobBackend": "ship_sqla.kernel._memory.jobs",

@@ -162,6 +162,10 @@ class JobBackendBase(ABC):
         """F1 (:class:`~ship_sqla.kernel.WakeSource`): nobody else to wake here (this process's
         own loop learns of freed slots from its completer); the PostgreSQL backend announces."""
 
+    async def require_support(self, definitions: Iterable[JobDefinition[Any]]) -> None:  # noqa: B027 - a no-op hook
+        """:meth:`~ship_sqla.kernel.JobBackend.require_support`: a store that can serve every
+        job answers at once (the in-memory one); the PostgreSQL one checks its indexes."""
+
     # --- cancel requests (K2) -------------------------------------------------------------------
 
     def watch_cancel_requests(self, callback: Callable[[str], None]) -> Callable[[], None]:

@@ -60,8 +60,7 @@ from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._page import Page
 from ship_sqla.kernel._ports import TERMINAL_STATES, DeadQuery
 from ship_sqla.kernel._tenancy import check_tenant
-from ship_sqla.kernel._workers import MAX_WORKERS_LISTED, worker_registry_of
-from ship_sqla.kernel._workflows import StepRecord, WorkflowAdmin, workflow_admin_of
+from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
@@ -77,6 +76,7 @@ if TYPE_CHECKING:
         StateCount,
     )
     from ship_sqla.kernel._workers import WorkerRecord, WorkerRegistry
+    from ship_sqla.kernel._workflows import StepRecord, WorkflowAdmin
 
 __all__ = [
     "MANAGE_PERMISSION",
@@ -199,11 +199,17 @@ class JobOperationRefusedError(ShipError, RuntimeError):
 
 
 class AdministeredBackend(Protocol):
-    """What :func:`create_job_operations` gates: a backend carrying its administration port
-    (both job backends do)."""
+    """What :func:`create_job_operations` gates: a backend's administration port, its worker
+    registry and its workflows (every :class:`~ship_sqla.kernel.JobBackend` carries them)."""
 
     @property
     def admin(self) -> RunAdmin: ...
+
+    @property
+    def workers(self) -> WorkerRegistry: ...
+
+    @property
+    def workflows(self) -> WorkflowAdmin | None: ...
 
 
 def _dead_page_query(job_id: str | None, tenant: str | None) -> str:
@@ -1035,14 +1041,13 @@ def create_job_operations(
     gives the same operations another actor). ``cursor_secret``
     signs ``list_dead`` cursors (default: random per process, so cursors die with it; give every
     process that serves the same pages the same secret of at least 16 bytes). The backend's
-    worker registry (``backend.workers``, F6), when it keeps one, is listed by
-    :meth:`JobOperations.workers`."""
+    worker registry (``backend.workers``, F6) is listed by :meth:`JobOperations.workers`."""
     return JobOperations(
         backend.admin,
         authorizer=authorizer,
         cursor_secret=cursor_secret,
-        workers=worker_registry_of(backend),
-        workflows=workflow_admin_of(backend),
+        workers=backend.workers,
+        workflows=backend.workflows,
         audit=audit,
         actor=actor,
     )

@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._settlement import SettleRequest
-    from ship_sqla.kernel._workflows import NewStep
+    from ship_sqla.kernel._workers import WorkerRegistry
+    from ship_sqla.kernel._workflows import NewStep, Workflows
 
 __all__ = [
     "FAILURE_KINDS",
@@ -72,7 +73,6 @@ __all__ = [
     "JobLeaseLapsedError",
     "JobLeaseLapsedFinalError",
     "JobLeaseStaleError",
-    "JobSupport",
     "Lock",
     "LockProvider",
     "PausedJob",
@@ -243,12 +243,6 @@ class ClaimBatch(list[ClaimedRun]):
         return f"ClaimBatch({list(self)!r}, buried={self.buried!r}, rate_wait={self.rate_wait!r})"
 
 
-def buried_of(claimed: Sequence[ClaimedRun]) -> tuple[BuriedRun, ...]:
-    """The runs a claim dead-lettered: ``claimed.buried`` for a :class:`ClaimBatch`, nothing for a
-    plain list (a backend written before claims reported them)."""
-    return claimed.buried if isinstance(claimed, ClaimBatch) else ()
-
-
 class HeartbeatBatch(list[bool]):
     """What ``heartbeat`` answers: per run, in order, whether its lease is still the holder's
     (True: extended; False: its token is stale or its lease lapsed, and the holder must stop; it
@@ -263,13 +257,6 @@ class HeartbeatBatch(list[bool]):
 
     def __repr__(self) -> str:
         return f"HeartbeatBatch({list(self)!r}, cancel_requested={set(self.cancel_requested)!r})"
-
-
-def cancel_requested_of(answer: Sequence[bool]) -> frozenset[str]:
-    """The runs a heartbeat answered cancel-requested: ``answer.cancel_requested`` for a
-    :class:`HeartbeatBatch`, none for a plain list (a backend written before cancels; its
-    runtimes learn of nothing, and its runs are never cancel-requested)."""
-    return answer.cancel_requested if isinstance(answer, HeartbeatBatch) else frozenset()
 
 
 SettleOutcome = Literal[
@@ -509,17 +496,6 @@ class ScheduleStore(Protocol):
         ...
 
 
-@runtime_checkable
-class JobSupport(Protocol):
-    """A backend that can tell, before a worker claims anything, that it cannot serve a job
-    (its storage lacks what the job's claims need): :func:`start_job_runtime` asks it first."""
-
-    async def require_support(self, definitions: Iterable[JobDefinition[Any]]) -> None:
-        """Raise :class:`~ship_sqla.kernel.ConfigurationError` naming the first job of
-        ``definitions`` this backend cannot serve, and how to fix it; else return."""
-        ...
-
-
 @attrs.frozen
 class DeadQuery:
     """A page of dead runs, newest first by ``(finished_at, run_id)``: of ``job_id`` (None:
@@ -687,12 +663,34 @@ class CancelRequestSource(Protocol):
 
 
 @runtime_checkable
-class JobBackend(RunStore, Protocol):
-    """What :func:`~ship_sqla.kernel.start_job_runtime` runs on: a :class:`RunStore` with the
-    options every backend shares (:class:`~ship_sqla.kernel._backend_base.JobBackendBase`)
-    and the enqueue front built once above the seam on :meth:`RunStore.insert`. Both backends
-    also implement :class:`ScheduleStore` and :class:`QueueDepthSource`, and carry their
-    :class:`RunAdmin` apart, as ``backend.admin`` (the port the operator surface gates)."""
+class JobBackend(
+    RunStore, ScheduleStore, QueueDepthSource, WakeSource, CancelRequestSource, Protocol
+):
+    """What :func:`~ship_sqla.kernel.start_job_runtime` runs on, ONE contract that every backend
+    implements whole (both do, over :class:`~ship_sqla.kernel._backend_base.JobBackendBase`):
+    the :class:`RunStore` with the enqueue front built once above the seam, schedules
+    (:class:`ScheduleStore`), the queue gauges (:class:`QueueDepthSource`), the cross-process
+    wake (:class:`WakeSource`; no-ops where nobody else can announce), cancel requests
+    (:class:`CancelRequestSource`), :meth:`require_support`, and its parts as typed
+    attributes: ``admin`` (the :class:`RunAdmin` the operator surface gates), ``workers`` (the
+    worker registry, F6) and ``workflows`` (the workflow store, D1-D6; None where the backend
+    was built without workflow tables). The runtime probes nothing."""
+
+    @property
+    def admin(self) -> RunAdmin: ...
+
+    @property
+    def workers(self) -> WorkerRegistry: ...
+
+    @property
+    def workflows(self) -> Workflows | None: ...
+
+    async def require_support(self, definitions: Iterable[JobDefinition[Any]]) -> None:
+        """Raise :class:`~ship_sqla.kernel.ConfigurationError` naming the first job of
+        ``definitions`` this backend cannot serve (its storage lacks what the job's claims need;
+        the PostgreSQL backend: a fair job without the tenant index, F2), and how to fix it;
+        else return. A worker's start asks it before anything is claimed."""
+        ...
 
     @property
     def clock(self) -> Clock: ...

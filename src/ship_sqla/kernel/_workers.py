@@ -39,8 +39,6 @@ __all__ = [
     "WorkerEntry",
     "WorkerRecord",
     "WorkerRegistry",
-    "WorkerRegistrySource",
-    "worker_registry_of",
 ]
 
 WORKER_HEARTBEAT_INTERVAL: Final = 10.0
@@ -134,20 +132,3 @@ class WorkerRegistry(Protocol):
         """At most ``limit`` entries, stale ones not pruned yet included, ordered by worker id
         (code point order)."""
         ...
-
-
-@runtime_checkable
-class WorkerRegistrySource(Protocol):
-    """A backend that keeps a worker registry: both job backends do, as ``backend.workers``. A
-    runtime on a backend without one runs unregistered, and samples its own jobs' queues."""
-
-    @property
-    def workers(self) -> WorkerRegistry: ...
-
-
-def worker_registry_of(backend: object) -> WorkerRegistry | None:
-    """``backend.workers`` when it is a :class:`WorkerRegistry`, else None."""
-    if not isinstance(backend, WorkerRegistrySource):
-        return None
-    registry: object = backend.workers
-    return registry if isinstance(registry, WorkerRegistry) else None

@@ -66,14 +66,13 @@ __all__ = [
     "WorkflowMisuseError",
     "WorkflowStore",
     "WorkflowSuspended",
+    "Workflows",
     "WorkflowsNotConfiguredError",
     "check_event_key",
     "check_event_name",
     "child_run_id",
     "encode_event_payload",
     "event_wait_key",
-    "workflow_admin_of",
-    "workflow_store_of",
 ]
 
 T = TypeVar("T")
@@ -392,6 +391,13 @@ class WorkflowAdmin(Protocol):
         ...
 
 
+@runtime_checkable
+class Workflows(WorkflowStore, WorkflowAdmin, Protocol):
+    """A job backend's ``workflows`` (:attr:`~ship_sqla.kernel.JobBackend.workflows`): the store
+    the runtime binds to each run's context and the operator side, one object (both backends'
+    are)."""
+
+
 def _encode(value: object, what: str) -> str:
     try:
         encoded = encode_compact_json(value)
@@ -703,20 +709,6 @@ class Workflow:
             NewStep(name, seq if stored is None else stored.seq, "children", "done", encoded)
         )
         return children
-
-
-def workflow_store_of(backend: object) -> WorkflowStore | None:
-    """``backend.workflows`` when it is a :class:`WorkflowStore` (what the runtime binds to
-    each run's context), else None: a backend without workflows."""
-    workflows: object = getattr(backend, "workflows", None)
-    return workflows if isinstance(workflows, WorkflowStore) else None
-
-
-def workflow_admin_of(backend: object) -> WorkflowAdmin | None:
-    """``backend.workflows`` when it is a :class:`WorkflowAdmin` (what the operator surface
-    gates), else None."""
-    workflows: object = getattr(backend, "workflows", None)
-    return workflows if isinstance(workflows, WorkflowAdmin) else None
 
 
 def child_run_id(parent_id: str, step: str, index: int) -> str:

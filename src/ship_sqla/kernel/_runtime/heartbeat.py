@@ -26,7 +26,7 @@ import asyncio
 import math
 from typing import TYPE_CHECKING
 
-from ship_sqla.kernel._ports import RenewableLock, cancel_requested_of
+from ship_sqla.kernel._ports import RenewableLock
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
@@ -102,7 +102,7 @@ class Heartbeater:
             self._retry_soon(due)
             return
         self._failures = 0
-        cancel_requested = cancel_requested_of(alive)
+        cancel_requested = alive.cancel_requested
         for entry, ok in zip(due, alive, strict=True):
             if self._entries.get(entry.run.run_id) is not entry:
                 continue  # settled while the heartbeat was in flight: nothing left to keep alive

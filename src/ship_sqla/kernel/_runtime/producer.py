@@ -68,7 +68,7 @@ class Producer:
         completer: Completer,
         max_in_flight: int,
         poll_interval: float,
-        schedules: ScheduleStore | None,
+        schedules: ScheduleStore,
         metrics: JobMetrics | None,
         report_error: Callable[[BaseException], None],
         start_run: Callable[[JobDefinition[Any], ClaimedRun, float], None],
@@ -90,11 +90,7 @@ class Producer:
         self._max_unflushed = 2 * max_in_flight
         # J9: the loop ticks these jobs' schedules (start_job_runtime installed them).
         self._schedules = schedules
-        self._scheduled = (
-            tuple(job for job in self._jobs if job.schedule is not None)
-            if schedules is not None
-            else ()
-        )
+        self._scheduled = tuple(job for job in self._jobs if job.schedule is not None)
         self._last_tick: float | None = None
         self._metrics = metrics
         self._report_error = report_error
@@ -177,7 +173,7 @@ class Producer:
     async def _tick_if_due(self) -> None:
         """J9: fire due schedule occurrences, at most once per SCHEDULE_TICK_INTERVAL of the
         runtime's clock. A failed tick is reported (J11); the next pass tries again."""
-        if self._schedules is None or not self._scheduled:
+        if not self._scheduled:
             return
         now = self._clock.monotonic()
         if self._last_tick is not None and now - self._last_tick < SCHEDULE_TICK_INTERVAL:

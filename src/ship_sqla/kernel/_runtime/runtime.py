@@ -1,8 +1,9 @@
 """The job runtime: :func:`start_job_runtime` and the :class:`JobRuntime` it returns.
 
 The runtime executes the registered jobs' runs from a :class:`JobBackend`. It never sees SQL: it
-talks only to the storage ports (``RunStore``: claim, heartbeat, settle, wait_for_work;
-``ScheduleStore``: install_schedules, tick_schedules; ``QueueDepthSource``: queue_depths). Data
+talks only to its backend's one contract (:class:`~ship_sqla.kernel.JobBackend`: claim,
+heartbeat, settle, wait_for_work; install_schedules, tick_schedules; queue_depths; the wake and
+cancel requests; its ``workers`` and ``workflows``), and probes it for nothing. Data
 flows in one direction, one part per file of this folder:
 
 - ``producer``: the loop. It waits for work, ticks the schedules and claims runs for the jobs
@@ -32,7 +33,7 @@ import logging
 import os
 import secrets
 import socket
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 from ship_sqla.kernel._durations import (
     MAX_DRAIN_TIMEOUT,
@@ -42,14 +43,7 @@ from ship_sqla.kernel._durations import (
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._jobs import JobDefinition
 from ship_sqla.kernel._plans.backoff import error_backoff
-from ship_sqla.kernel._ports import (
-    CancelRequestSource,
-    JobBackend,
-    JobSupport,
-    QueueDepthSource,
-    ScheduleStore,
-    WakeSource,
-)
+from ship_sqla.kernel._ports import JobBackend
 from ship_sqla.kernel._registry import JobRegistry
 from ship_sqla.kernel._runtime.completer import Completer
 from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL, DepthSampler
@@ -60,8 +54,7 @@ from ship_sqla.kernel._runtime.registration import Registration
 from ship_sqla.kernel._runtime.run_log import RunLog
 from ship_sqla.kernel._runtime.state import InFlight, InFlightRuns
 from ship_sqla.kernel._waiting import wait_event
-from ship_sqla.kernel._workers import WorkerEntry, worker_registry_of
-from ship_sqla.kernel._workflows import workflow_store_of
+from ship_sqla.kernel._workers import WorkerEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -77,6 +70,11 @@ __all__ = ["JobRuntime", "RuntimeMode", "start_job_runtime"]
 logger = logging.getLogger("ship_sqla.jobs")
 
 RuntimeMode = Literal["worker", "enqueue-only"]
+
+_JOB_BACKEND_MEMBERS: Final = tuple(
+    sorted(name for name in dir(JobBackend) if not name.startswith("_"))
+)
+"""What a backend must have (the JobBackend contract's members), for the refusal's message."""
 
 
 def _as_registry(
@@ -149,7 +147,7 @@ class JobRuntime:
             on_given_up=self._own_room_freed,
             error_backoff=backoff,
             # F1: freed fleet slots of a capped job wake the other processes' runtimes of it.
-            on_room=backend.room_freed if isinstance(backend, WakeSource) else None,
+            on_room=backend.room_freed,
             close_deadline=lambda: self._drain_deadline,
         )
         self._executor = Executor(
@@ -162,7 +160,7 @@ class JobRuntime:
             settle=self._completer.add,
             on_outcome=self._record,
             on_ended=self._task_ended,
-            workflows=workflow_store_of(backend),
+            workflows=backend.workflows,
             backend=backend,
         )
         self._producer = Producer(
@@ -174,8 +172,7 @@ class JobRuntime:
             completer=self._completer,
             max_in_flight=backend.max_in_flight,
             poll_interval=backend.poll_interval,
-            # start_job_runtime refused scheduled jobs on a backend that is no ScheduleStore.
-            schedules=backend if isinstance(backend, ScheduleStore) else None,
+            schedules=backend,
             metrics=metrics,
             report_error=backend.report_error,
             start_run=self._executor.start,
@@ -194,7 +191,7 @@ class JobRuntime:
             error_backoff=backoff,
         )
         # F6: the runtime's entry in the backend's worker registry (worker mode only).
-        workers = worker_registry_of(backend) if mode == "worker" else None
+        workers = backend.workers if mode == "worker" else None
         self._host = socket.gethostname()
         self._pid = os.getpid()
         self._started_at: datetime = clock.now()
@@ -210,10 +207,7 @@ class JobRuntime:
                 interval=queue_sample_interval,
                 jobs=self._sampled_jobs if workers is not None else None,
             )
-            if metrics is not None
-            and queue_sample_interval is not None
-            and mode == "worker"
-            and isinstance(backend, QueueDepthSource)
+            if metrics is not None and queue_sample_interval is not None and mode == "worker"
             else None
         )
         self._registration = (
@@ -326,13 +320,11 @@ class JobRuntime:
         if self.mode != "worker":
             return
         loop = self._loop
-        if isinstance(self.backend, CancelRequestSource):
-            # K2: told at once of a cancel request; the heartbeat's answer is the fallback.
-            self._unwatch_cancels = self.backend.watch_cancel_requests(self._cancel_requested)
-        if isinstance(self.backend, WakeSource):
-            # K1: another process's committed enqueue of these jobs ends the wait at once.
-            self.backend.start_listening(self._job_ids)
-            self._listening = True
+        # K2: told at once of a cancel request; the heartbeat's answer is the fallback.
+        self._unwatch_cancels = self.backend.watch_cancel_requests(self._cancel_requested)
+        # K1: another process's committed enqueue of these jobs ends the wait at once.
+        self.backend.start_listening(self._job_ids)
+        self._listening = True
         self._tasks = [
             loop.create_task(self._producer.run(), name=f"ship_sqla.jobs.loop[{self.worker_id}]"),
             loop.create_task(self._completer.run(), name="ship_sqla.jobs.completer"),
@@ -377,7 +369,7 @@ class JobRuntime:
         await heartbeat_task
         if self._unwatch_cancels is not None:
             self._unwatch_cancels()
-        if self._listening and isinstance(self.backend, WakeSource):
+        if self._listening:
             self._listening = False
             await self.backend.stop_listening(self._job_ids)
         await self._stop_side_tasks()
@@ -495,12 +487,10 @@ async def start_job_runtime(
     installing an SDK is all it takes. A worker samples the queue gauges every
     ``queue_sample_interval`` seconds (None: never) once a metric reader has collected them, so
     a process without an SDK never pays for a sample. ``drain_timeout`` (seconds, 0: cancel at
-    once) bounds how long :meth:`JobRuntime.stop` lets handlers finish (J12). A worker with
-    scheduled jobs installs their schedules first (J9); the backend must then be a
-    :class:`~ship_sqla.kernel._ports.ScheduleStore`. A worker first asks a backend that is a
-    :class:`~ship_sqla.kernel._ports.JobSupport` whether it can serve every job (the PostgreSQL
-    backend: a fair job needs its runs table's tenant index, F2), which raises
-    :class:`ConfigurationError` before anything is claimed.
+    once) bounds how long :meth:`JobRuntime.stop` lets handlers finish (J12). A worker first asks
+    the backend whether it can serve every job (``require_support``; the PostgreSQL backend: a
+    fair job needs its runs table's tenant index, F2), which raises :class:`ConfigurationError`
+    before anything is claimed, then installs the scheduled jobs' schedules (J9).
 
     A worker logs each attempt's outcome on the ``ship_sqla.jobs`` logger (S3: retries, dead
     letters, stale settles, cancels, timeouts and drains at WARNING/ERROR/INFO, completions at
@@ -511,10 +501,14 @@ async def start_job_runtime(
         raise ConfigurationError(
             f"unknown runtime mode {mode!r}.", fix="use mode='worker' or mode='enqueue-only'."
         )
-    if not isinstance(backend, JobBackend):
+    given: object = backend  # typed JobBackend, but an application may pass anything
+    if not isinstance(given, JobBackend):
+        missing = sorted(name for name in _JOB_BACKEND_MEMBERS if not hasattr(given, name))
         raise ConfigurationError(
-            f"backend {backend!r} does not implement the JobBackend protocol.",
-            fix="pass create_job_backend(...) or InMemoryJobBackend(...).",
+            f"backend {backend!r} does not implement the JobBackend protocol (missing:"
+            f" {', '.join(missing) or 'nothing by name; check the members are callable'}).",
+            fix="pass create_job_backend(...) or InMemoryJobBackend(...), or implement the"
+            " whole JobBackend contract (subclass ship_sqla.kernel.JobBackendBase).",
         )
     drain_timeout = require_duration(
         drain_timeout, "drain_timeout", maximum=MAX_DRAIN_TIMEOUT, allow_zero=True
@@ -532,19 +526,11 @@ async def start_job_runtime(
             f"backend.max_in_flight must be at least 1, got {backend.max_in_flight!r}."
         )
     registry = _as_registry(registry_or_definitions)
-    if mode == "worker" and isinstance(backend, JobSupport):
-        await backend.require_support(registry)
     scheduled = [job for job in registry if job.schedule is not None]
-    if mode == "worker" and scheduled:
-        if not isinstance(backend, ScheduleStore):
-            raise ConfigurationError(
-                f"jobs {sorted(job.id for job in scheduled)} have schedules, but backend"
-                f" {type(backend).__name__} is no ScheduleStore (J9).",
-                fix="use create_job_backend(...) or InMemoryJobBackend(...), or implement"
-                " `async install_schedules(definitions)` and `async tick_schedules(definitions)"
-                " -> int` on the backend; or drop schedule= from these jobs.",
-            )
-        await backend.install_schedules(scheduled)
+    if mode == "worker":
+        await backend.require_support(registry)
+        if scheduled:
+            await backend.install_schedules(scheduled)
     runtime = JobRuntime(
         registry,
         backend=backend,
