@@ -74,24 +74,20 @@ from ship_sqla._schema_check import SchemaCheckError, check_schema
 from ship_sqla._schema_sql import schema_sql
 from ship_sqla._server import NoServerError, clean_embedded, embedded_dir, to_async_url
 from ship_sqla._sql_errors import database_outage_translated
-from ship_sqla.kernel import (
-    ConfigurationError,
-    InvalidCursorError,
-    InvalidPayloadError,
-    InvalidPriorityError,
-    JobDefinition,
-    JobRegistry,
-    ShipError,
-    TenantViolationError,
-    UnknownJobError,
-)
 from ship_sqla.kernel._durations import (
     MAX_DRAIN_TIMEOUT,
     MAX_POLL_INTERVAL,
     MAX_SAMPLE_INTERVAL,
     require_duration,
 )
-from ship_sqla.kernel._errors import DatabaseUnavailableError
+from ship_sqla.kernel._errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    InvalidCursorError,
+    ShipError,
+    TenantViolationError,
+)
+from ship_sqla.kernel._jobs import InvalidPayloadError, JobDefinition
 from ship_sqla.kernel._keys import InvalidKeyError
 from ship_sqla.kernel._operations import (
     DEFAULT_DEMAND_CAP,
@@ -100,7 +96,8 @@ from ship_sqla.kernel._operations import (
     MAX_PAGE_LIMIT,
     MAX_PAUSED_JOBS,
 )
-from ship_sqla.kernel._priority import MAX_PRIORITY, MIN_PRIORITY
+from ship_sqla.kernel._priority import MAX_PRIORITY, MIN_PRIORITY, InvalidPriorityError
+from ship_sqla.kernel._registry import JobRegistry, UnknownJobError
 from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError
@@ -113,8 +110,8 @@ if TYPE_CHECKING:
 
     from ship_sqla._schema_apply import ApplyReport
     from ship_sqla._schema_check import SchemaReport
-    from ship_sqla.kernel import Page
     from ship_sqla.kernel._operations import CancelResult, JobOperations, PauseResult
+    from ship_sqla.kernel._page import Page
     from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord
     from ship_sqla.kernel._workers import WorkerRecord
     from ship_sqla.kernel._workflows import StepRecord

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from ship_sqla._jobs import create_job_backend
-from ship_sqla.kernel import Concurrency, RetryPolicy, define_job
+from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
 from ship_sqla.kernel._tenancy import tenant_ambient
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
     from ship_sqla._cli_jobs import JobTables
-    from ship_sqla.kernel import JobDefinition
+    from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._ports import EnqueueResult
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "enqueue_run", "stand_in_job"]

@@ -37,7 +37,7 @@ from ship_sqla._jobs import (
 from ship_sqla._jobs._tables import RUN_STATES as TABLE_RUN_STATES
 from ship_sqla._naming import quoted_table
 from ship_sqla._sql_errors import sqlstate_of
-from ship_sqla.kernel import ShipError, start_job_runtime
+from ship_sqla.kernel._errors import ShipError
 from ship_sqla.kernel._operations import (
     MANAGE_PERMISSION,
     MAX_DEMAND_JOBS,
@@ -46,6 +46,7 @@ from ship_sqla.kernel._operations import (
     create_job_operations,
 )
 from ship_sqla.kernel._ports import JobLeaseStaleError
+from ship_sqla.kernel._runtime.runtime import start_job_runtime
 from ship_sqla.kernel._workflows import CHILDREN_DONE, CHILDREN_WAIT
 
 if TYPE_CHECKING:
@@ -56,10 +57,13 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from ship_sqla._jobs import PostgresJobBackend
-    from ship_sqla.kernel import JobDefinition, JobRegistry, JobRuntime, Page
     from ship_sqla.kernel._audit import AuditEntry
+    from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import CancelResult, JobOperations
+    from ship_sqla.kernel._page import Page
     from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord, StateCount
+    from ship_sqla.kernel._registry import JobRegistry
+    from ship_sqla.kernel._runtime.runtime import JobRuntime
     from ship_sqla.kernel._workers import WorkerRecord
     from ship_sqla.kernel._workflows import StepRecord
 

@@ -54,8 +54,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ship_sqla._naming import check_identifier, quoted_table, text_name
 from ship_sqla._scope import TransactionScope, current_scope
 from ship_sqla._sql_errors import database_outage_translated
-from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
+from ship_sqla.kernel._clock import Clock, SystemClock
 from ship_sqla.kernel._durations import require_lock_lease
+from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._fences import FencedLock, hold_fenced, require_current_fence
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.elements import conv
 
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

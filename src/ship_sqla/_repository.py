@@ -46,21 +46,22 @@ from sqlalchemy.sql.elements import Grouping
 from ship_sqla._projection import Projection
 from ship_sqla._repository_guard import ExpressionGuard, is_sql
 from ship_sqla._repository_types import DIALECT, key_value_refusal
-from ship_sqla.kernel import (
-    BoundExceededError,
-    ConfigurationError,
-    ShipError,
-    TenantRequiredError,
-    TenantViolationError,
-    UnknownProjectionError,
-    VersionConflictError,
-)
 from ship_sqla.kernel._cursor import (
     KeysetPosition,
     decode_cursor,
     encode_cursor,
     query_fingerprint,
     resolve_secret,
+)
+from ship_sqla.kernel._errors import (
+    BoundExceededError,
+    ConfigurationError,
+    ShipError,
+    TenantRequiredError,
+    TenantViolationError,
+    UnknownProjectionError,
+    UsageError,
+    VersionConflictError,
 )
 from ship_sqla.kernel._page import Page
 
@@ -86,7 +87,7 @@ _ONE: ColumnElement[int] = literal_column("1", Integer)
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 
 
-class RepositoryUsageError(ShipError, ValueError):
+class RepositoryUsageError(UsageError, ValueError):
     """A repository call was given arguments that cannot work (unknown column, bad key...)."""
 
     code = "SHIP_SQLA_REPOSITORY_USAGE"

@@ -63,7 +63,7 @@ from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.types import TypeEngine
 
 from ship_sqla._repository_types import TypeJudge, unquoted_name_refusal
-from ship_sqla.kernel import TenantViolationError
+from ship_sqla.kernel._errors import TenantViolationError
 
 if TYPE_CHECKING:
     from sqlalchemy.sql.operators import OperatorType

@@ -33,8 +33,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from ship_sqla._direct import DirectStatements
 from ship_sqla._sql_errors import database_outage_translated
-from ship_sqla.kernel import ScopeClosedError, ScopeConcurrencyError, TenantViolationError
-from ship_sqla.kernel._errors import DatabaseTimeoutError
+from ship_sqla.kernel._errors import (
+    DatabaseTimeoutError,
+    ScopeClosedError,
+    ScopeConcurrencyError,
+    TenantViolationError,
+)
 from ship_sqla.kernel._tenancy import MAX_TENANT_BYTES, check_tenant
 
 if TYPE_CHECKING:

@@ -38,8 +38,7 @@ from ship_sqla._scope import (
     tenant_within,
 )
 from ship_sqla._sql_errors import database_outage_translated, sqlstate_of
-from ship_sqla.kernel import ConfigurationError, RollbackOnlyError
-from ship_sqla.kernel._errors import DatabaseUnavailableError
+from ship_sqla.kernel._errors import ConfigurationError, DatabaseUnavailableError, RollbackOnlyError
 from ship_sqla.kernel._tenancy import ambient_tenant, tenant_ambient
 
 if TYPE_CHECKING:

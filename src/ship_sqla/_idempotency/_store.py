@@ -44,7 +44,8 @@ from ship_sqla._idempotency._types import (
     _ClaimOwner,
 )
 from ship_sqla._scope import Database, StoreConnections, check_tenant, tenant_within
-from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, SystemClock
+from ship_sqla.kernel._clock import Clock, SystemClock
+from ship_sqla.kernel._errors import BoundExceededError, ConfigurationError
 from ship_sqla.kernel._json_text import unstorable_text
 
 if TYPE_CHECKING:

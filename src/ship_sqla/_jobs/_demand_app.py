@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from ship_sqla._asgi_io import problem_response, send_response, send_stored
-from ship_sqla.kernel import (
+from ship_sqla.kernel._errors import (
     BoundExceededError,
     ConfigurationError,
     DatabaseUnavailableError,
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ship_sqla._asgi_io import Receive, Scope, Send
-    from ship_sqla.kernel import JobDemand, JobOperations
+    from ship_sqla.kernel._operations import JobOperations
+    from ship_sqla.kernel._ports import JobDemand
 
 __all__ = ["DemandEndpoint", "demand_document"]
 

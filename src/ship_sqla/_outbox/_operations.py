@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Final
 
 from ship_sqla._outbox._admin import check_pages_per_statement, check_retention
 from ship_sqla._outbox._store import check_outbox_id
-from ship_sqla.kernel import BoundExceededError, InvalidCursorError
 from ship_sqla.kernel._audit import AuditEntry
 from ship_sqla.kernel._authorize import (
     Authorizer,
@@ -37,6 +36,7 @@ from ship_sqla.kernel._cursor import (
     query_fingerprint,
     resolve_secret,
 )
+from ship_sqla.kernel._errors import BoundExceededError, InvalidCursorError
 from ship_sqla.kernel._page import Page
 
 if TYPE_CHECKING:

@@ -66,8 +66,8 @@ from ship_sqla._webhooks._store import (
     webhook_idempotency_prefix,
 )
 from ship_sqla._webhooks._types import WebhookEventInProgressError
-from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
-from ship_sqla.kernel._errors import DatabaseUnavailableError
+from ship_sqla.kernel._clock import Clock, SystemClock
+from ship_sqla.kernel._errors import ConfigurationError, DatabaseUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

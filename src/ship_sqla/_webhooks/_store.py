@@ -37,7 +37,8 @@ from ship_sqla._webhooks._types import (
     WebhookEventNotFoundError,
     WebhookRecordResult,
 )
-from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
+from ship_sqla.kernel._clock import Clock, SystemClock
+from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json, unstorable_text
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from ship_sqla.kernel._durations import (
     MAX_RETRY_DELAY,
     require_duration,
 )
-from ship_sqla.kernel._errors import ConfigurationError, ShipError
+from ship_sqla.kernel._errors import ConfigurationError, UsageError
 from ship_sqla.kernel._outcomes import RetryAfter, Snooze
 from ship_sqla.kernel._plans.backoff import Backoff, BackoffKind, Jitter
 from ship_sqla.kernel._plans.schedule import validate_schedule
@@ -61,7 +61,7 @@ _JSONB_MAX_BYTES = 255 * 1024 * 1024
 """About the most PostgreSQL's jsonb holds in one value: a larger limit could never be met."""
 
 
-class InvalidPayloadError(ShipError, ValueError):
+class InvalidPayloadError(UsageError, ValueError):
     """A payload did not match its job's declared type, or is not storable JSON (not JSON, or
     holding a NUL character); nothing was enqueued."""
 

@@ -53,6 +53,8 @@ from ship_sqla.kernel._errors import (
     BoundExceededError,
     ConfigurationError,
     InvalidCursorError,
+    OutageError,
+    RefusedError,
     ShipError,
 )
 from ship_sqla.kernel._jobs import is_job_id
@@ -192,7 +194,7 @@ class PauseResult:
         return self.changed
 
 
-class JobOperationRefusedError(ShipError, RuntimeError):
+class JobOperationRefusedError(RefusedError, RuntimeError):
     """An operator operation does not apply to the run in its current state; nothing changed."""
 
     code = "SHIP_SQLA_JOB_OPERATION_REFUSED"
@@ -942,7 +944,7 @@ class JobOperations:
         )
 
 
-class AuditWriteError(ShipError, RuntimeError):
+class AuditWriteError(OutageError, RuntimeError):
     """An operator operation ran but its audit entry could not be written (S1)."""
 
     code = "SHIP_SQLA_AUDIT_WRITE_FAILED"

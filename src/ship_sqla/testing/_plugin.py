@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import NullPool
 
 from ship_sqla._server import ResolvedServer, resolve_server, stop_embedded
-from ship_sqla.kernel import FrozenClock
+from ship_sqla.kernel._clock import FrozenClock
 from ship_sqla.testing._databases import DatabaseFactory, new_database_name
 
 if TYPE_CHECKING:
