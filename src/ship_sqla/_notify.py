@@ -151,7 +151,7 @@ _SQLALCHEMY_ONLY_ARGS: Final = (
 class ListenerLostError(DatabaseUnavailableError):
     """A listener's connection could not be made or was lost; notifications on it may have been
     missed. It reconnects with backoff; meanwhile every waiter polls (K1). An outage like any
-    other (:class:`~ship_sqla.kernel.DatabaseUnavailableError`, so a ``ConnectionError``), with
+    other (:class:`~ship_sqla.errors.DatabaseUnavailableError`, so a ``ConnectionError``), with
     a code of its own; the driver's error is chained."""
 
     code = "SHIP_SQLA_LISTENER_LOST"

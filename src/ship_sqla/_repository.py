@@ -112,7 +112,7 @@ class TableRepository:
       it and checks ``expected_version=`` against it (optimistic concurrency).
     - ``max_page_size`` bounds ``find``/``project`` limits and ``get_many``/``insert_many``
       batches; ``max_count`` bounds ``count(up_to=)`` (R1). Exceeding a bound raises
-      :class:`~ship_sqla.kernel.BoundExceededError`; a result is never silently truncated.
+      :class:`~ship_sqla.errors.BoundExceededError`; a result is never silently truncated.
     - ``default_order``: the page ordering when ``find``/``project`` get no ``order_by``:
       column names, ``"-name"`` for descending. The key columns are always appended (in the
       direction of the last term, unless named) so the order is total; every ordering column
@@ -181,7 +181,7 @@ class TableRepository:
     def for_scope(self, scope: TransactionScope) -> BoundRepository:
         """This table's repository inside ``scope``, restricted to ``scope.tenant`` (R2).
 
-        Raises :class:`~ship_sqla.kernel.TenantRequiredError` when the table is tenanted and
+        Raises :class:`~ship_sqla.errors.TenantRequiredError` when the table is tenanted and
         the scope has no tenant: a tenanted table is never read without a tenant filter except
         through :meth:`cross_tenant`.
         """

@@ -82,7 +82,7 @@ __all__ = [
 class UnsafeExpressionError(TenantViolationError):
     """A repository was given an expression that could read or write outside its row (R2).
 
-    Raised before any SQL runs. A subclass of :class:`~ship_sqla.kernel.TenantViolationError`:
+    Raised before any SQL runs. A subclass of :class:`~ship_sqla.errors.TenantViolationError`:
     each refusal is a decision at the tenant boundary (an expression reading another FROM is a
     way around the tenant filter), so code that treats tenant violations as security events
     sees these too.

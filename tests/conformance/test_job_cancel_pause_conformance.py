@@ -13,26 +13,19 @@ import pytest
 from job_helpers import ErrorLog, claim_request, record_of, settle_loop
 from spy_backend import SpyBackend
 
-from ship_sqla.kernel import (
-    Cancel,
-    Complete,
+from ship_sqla import create_job_operations, define_job, start_job_runtime
+from ship_sqla.errors import ConfigurationError, JobOperationRefusedError, PermissionDeniedError
+from ship_sqla.jobs import (
     Concurrency,
-    ConfigurationError,
     EnqueueRequest,
-    Fail,
-    InMemoryAuditLog,
-    JobOperationRefusedError,
     PausedJob,
     PauseResult,
-    PermissionDeniedError,
-    Release,
     RetryPolicy,
     Schedule,
-    create_job_operations,
-    define_job,
-    start_job_runtime,
 )
+from ship_sqla.kernel import Cancel, Complete, Fail, Release
 from ship_sqla.kernel._ports import CANCEL_LAPSED_MESSAGE, CANCELLED_MESSAGE
+from ship_sqla.operators import InMemoryAuditLog
 
 LEASE = 30.0
 

@@ -23,21 +23,18 @@ from job_helpers import (
 )
 from spy_backend import SpyBackend
 
-from ship_sqla.kernel import (
-    LEASE_LAPSED,
-    Concurrency,
+from ship_sqla import define_job, start_job_runtime
+from ship_sqla.errors import (
     ConfigurationError,
     JobSnoozeLimitError,
     JobTimeoutError,
     JobTimeoutIgnoredError,
     RetryAfter,
-    RetryPolicy,
     Snooze,
-    SnoozeRun,
     TerminalError,
-    define_job,
-    start_job_runtime,
 )
+from ship_sqla.jobs import Concurrency, RetryPolicy
+from ship_sqla.kernel import LEASE_LAPSED, SnoozeRun
 from ship_sqla.kernel._ports import Complete, Fail, Release
 
 LEASE = 30.0

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from job_helpers import claim_request
 from sqlalchemy import MetaData, text
 
+from ship_sqla import define_job
 from ship_sqla._cli import cli
 from ship_sqla._jobs import (
     PostgresJobBackend,
@@ -25,7 +26,7 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla.kernel import Concurrency, Retention, RetryPolicy, define_job
+from ship_sqla.jobs import Concurrency, Retention, RetryPolicy
 from ship_sqla.kernel._ports import Fail
 
 if TYPE_CHECKING:

@@ -23,8 +23,9 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla.kernel import ConfigurationError, FrozenClock
+from ship_sqla.errors import ConfigurationError
 from ship_sqla.kernel._jobs import Schedule, define_job
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)

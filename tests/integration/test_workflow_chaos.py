@@ -37,13 +37,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla import (
     create_job_backend,
+    define_job,
     ship_job_events_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
     ship_job_workers_table,
 )
-from ship_sqla.kernel import Concurrency, RetryPolicy, define_job
+from ship_sqla.jobs import Concurrency, RetryPolicy
 from ship_sqla.kernel._ports import EnqueueRequest
 
 metadata = MetaData()

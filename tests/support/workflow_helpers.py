@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 from job_helpers import claim_request
 
-from ship_sqla.kernel import JobContext
+from ship_sqla import JobContext
 from ship_sqla.kernel._ports import ClaimedRun, Complete, Fail
 from ship_sqla.kernel._workflows import WorkflowSuspended
 

@@ -13,19 +13,12 @@ import anyio
 import pytest
 from job_helpers import claim_request
 
-from ship_sqla.kernel import (
-    BoundExceededError,
-    ConfigurationError,
-    EnqueueRequest,
-    FrozenClock,
-    InMemoryJobBackend,
-    InvalidPayloadError,
-    Retention,
-    RetryPolicy,
-    create_job_operations,
-    define_job,
-)
+from ship_sqla import create_job_operations, define_job
+from ship_sqla.errors import BoundExceededError, ConfigurationError, InvalidPayloadError
+from ship_sqla.jobs import EnqueueRequest, Retention, RetryPolicy
+from ship_sqla.kernel import InMemoryJobBackend
 from ship_sqla.kernel._ports import Complete, Fail
+from ship_sqla.testing import FrozenClock
 
 
 async def _noop(ctx, payload):

@@ -25,26 +25,20 @@ from job_helpers import (
 )
 from spy_backend import SpyBackend
 
-from ship_sqla.kernel import (
-    Concurrency,
+from ship_sqla import JobContext, define_job, start_job_runtime
+from ship_sqla.errors import (
     ConfigurationError,
     DuplicateJobError,
-    EnqueueRequest,
-    FrozenClock,
-    InMemoryJobBackend,
-    InMemoryLockProvider,
     JobCancelledError,
-    JobContext,
     JobLeaseStaleError,
-    JobRegistry,
-    RetryPolicy,
     UnknownJobError,
-    define_job,
-    start_job_runtime,
 )
+from ship_sqla.jobs import Concurrency, EnqueueRequest, JobRegistry, RetryPolicy
+from ship_sqla.kernel import InMemoryJobBackend, InMemoryLockProvider
 from ship_sqla.kernel._plans.backoff import ERROR_BACKOFF
 from ship_sqla.kernel._ports import Complete, Fail, JobLeaseLapsedError, Release
 from ship_sqla.kernel._runtime.state import InFlight
+from ship_sqla.testing import FrozenClock
 
 LEASE = 30.0
 
@@ -652,7 +646,7 @@ async def test_runtime_records_job_metrics(clock):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
 
     reader = InMemoryMetricReader()
     metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
@@ -729,7 +723,7 @@ async def test_worker_samples_the_queue_gauges(clock, errors):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
     from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL  # noqa: PLC0415
 
     reader = InMemoryMetricReader()
@@ -789,7 +783,7 @@ async def test_no_collection_no_queue_sampling(clock, backend):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
 
     spy = SpyBackend(backend)
     job = define_job("unmetered", _noop, payload=dict)
@@ -819,7 +813,7 @@ async def test_queue_sample_interval_sets_the_sampling_period(clock, backend):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
 
     spy = SpyBackend(backend)
     job = define_job("sampled", _noop, payload=dict)

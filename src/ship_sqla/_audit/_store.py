@@ -1,4 +1,4 @@
-"""The PostgreSQL :class:`~ship_sqla.kernel.AuditLog` (S1)."""
+"""The PostgreSQL :class:`~ship_sqla.operators.AuditLog` (S1)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ __all__ = ["PostgresAuditLog", "create_audit_log"]
 
 
 class PostgresAuditLog:
-    """An :class:`~ship_sqla.kernel.AuditLog` on one audit table. Build with
+    """An :class:`~ship_sqla.operators.AuditLog` on one audit table. Build with
     :func:`create_audit_log`."""
 
     __slots__ = ("_clock", "_connections", "_list", "_probe", "_record", "table")

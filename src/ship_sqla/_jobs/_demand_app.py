@@ -3,7 +3,7 @@ cron, a dashboard), and the one JSON shape the endpoint and ``ship-sqla jobs dem
 share.
 
 ``GET`` answers ``{"jobs": [{"job_id", "due", "delayed", "running", "oldest_due_seconds",
-"capped"}, ...], "cap": N}`` from :meth:`~ship_sqla.kernel.JobOperations.demand` (so the
+"capped"}, ...], "cap": N}`` from :meth:`~ship_sqla.jobs.JobOperations.demand` (so the
 application's authorizer is asked first, like every operator operation). ``?job=ID`` (repeated)
 narrows it to those jobs; ``?cap=N`` changes the cap. Anything else answers an RFC 9457 problem:
 405 for another method, 400 for bad input, 403 when the authorizer refuses, 503 while the

@@ -552,7 +552,7 @@ async def start_outbox_relay(
 
     The relay lives on the running event loop until ``await relay.stop()``; it is also an async
     context manager that stops on exit (``async with await start_outbox_relay(...) as relay:``),
-    as :func:`~ship_sqla.kernel.start_job_runtime`'s runtime is. Every argument is checked
+    as :func:`~ship_sqla.start_job_runtime`'s runtime is. Every argument is checked
     before it starts.
 
     Polls every ``poll_interval`` seconds when idle; a local enqueue (through the same

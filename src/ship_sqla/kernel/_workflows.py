@@ -377,7 +377,7 @@ class WorkflowStore(Protocol):
 
 @runtime_checkable
 class WorkflowAdmin(Protocol):
-    """The operator side of workflows (D6), gated by :class:`~ship_sqla.kernel.JobOperations`."""
+    """The operator side of workflows (D6), gated by :class:`~ship_sqla.jobs.JobOperations`."""
 
     async def list_steps(self, run_id: str) -> list[StepRecord]: ...
 

@@ -12,7 +12,7 @@ Fixtures:
 - ``ship_engine`` / ``ship_engine_url``: an ``AsyncEngine`` (and its URL) on a private database
   cloned from the template and dropped after the test: for commits, locks, LISTEN, several
   connections and subprocesses.
-- ``ship_clock``: a :class:`~ship_sqla.kernel.FrozenClock` that moves only when the test says.
+- ``ship_clock``: a :class:`~ship_sqla.testing.FrozenClock` that moves only when the test says.
 
 Async fixtures are plain async functions: run tests with anyio's plugin (mark ``anyio``, with an
 ``anyio_backend`` of ``"asyncio"``) or pytest-asyncio in auto mode.
