@@ -9,6 +9,7 @@ import ast
 import importlib
 import pickle
 import pkgutil
+import re
 import types
 from collections import Counter
 from pathlib import Path
@@ -154,6 +155,14 @@ def test_every_public_exception_belongs_to_one_concern() -> None:
             continue
         assert len(concerns) == 1, (error, concerns)
         assert error.concern == concerns[0].concern, error
+
+
+def test_the_errors_page_lists_every_public_exception() -> None:
+    """Issue #26: docs/errors.md is the one page of the hierarchy: every public error is on it,
+    with its code."""
+    page = (Path(__file__).parents[2] / "docs" / "errors.md").read_text(encoding="utf-8")
+    for error in _public_errors():
+        assert re.search(rf"^ *{error.__name__} +{error.code}$", page, re.MULTILINE), error  # type: ignore[attr-defined]
 
 
 def test_codes_are_unique_up_to_refinement() -> None:
