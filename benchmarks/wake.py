@@ -252,7 +252,7 @@ ENQUEUER = textwrap.dedent(
     from sqlalchemy.ext.asyncio import create_async_engine
     from ship_sqla import create_unit_of_work
     from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-    from ship_sqla.kernel import define_job
+    from ship_sqla import define_job
 
     async def nothing(ctx, payload):
         return None

@@ -40,7 +40,8 @@ REGISTRY_MODULE = textwrap.dedent(
 
     import anyio
 
-    from ship_sqla.kernel import Concurrency, JobRegistry, Retention, RetryPolicy, define_job
+    from ship_sqla import define_job
+    from ship_sqla.jobs import Concurrency, JobRegistry, Retention, RetryPolicy
 
     registry = JobRegistry()
 

@@ -55,7 +55,7 @@ WORKER = textwrap.dedent(
     import asyncio, signal, sys
     from sqlalchemy.ext.asyncio import create_async_engine
     from ship_sqla._jobs import create_job_backend
-    from ship_sqla.kernel import define_job, start_job_runtime
+    from ship_sqla import define_job, start_job_runtime
 
     async def noop(ctx, payload):
         return None

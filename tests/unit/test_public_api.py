@@ -145,6 +145,23 @@ def test_every_public_exception_is_in_ship_sqla_errors() -> None:
         assert error.code.startswith("SHIP_SQLA_"), error
 
 
+def test_no_private_error_claims_the_public_module() -> None:
+    """Issue #26: an error that reports ``ship_sqla.errors`` is importable from it (pickles and
+    tracebacks must not name what is not there): every error of a concern defined anywhere in
+    ship_sqla is listed. An error of no concern (a command's own) keeps its private module."""
+    for info in pkgutil.walk_packages(ship_sqla.__path__, prefix="ship_sqla."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+    pending: list[type[ShipError]] = [ShipError]
+    claiming: set[type[ShipError]] = set()
+    while pending:
+        error = pending.pop()
+        pending.extend(error.__subclasses__())
+        if error.__module__ == "ship_sqla.errors":
+            claiming.add(error)
+    assert {error.__name__ for error in claiming} == set(ship_sqla.errors.__all__)
+
+
 def test_every_public_exception_belongs_to_one_concern() -> None:
     """Issue #26: the hierarchy fits one page: each error under exactly one concern base
     (configuration, usage, stale lease, outage, refused, job attempt); only ShipError has none."""
