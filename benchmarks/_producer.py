@@ -60,9 +60,8 @@ import asyncpg
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from benchmarks._raw_sql import job_sql
-from ship_sqla import create_outbox
+from ship_sqla import JobContext, create_outbox, define_job, start_job_runtime
 from ship_sqla._jobs import create_job_backend
-from ship_sqla.kernel import JobContext, JobDefinition, define_job, start_job_runtime
 from ship_sqla.kernel._plans.announce import AnnouncePlan
 
 if TYPE_CHECKING:
@@ -72,7 +71,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._jobs._backend import PostgresJobBackend
     from ship_sqla._outbox import Outbox
-    from ship_sqla.kernel import JobRuntime
+    from ship_sqla.jobs import JobDefinition, JobRuntime
 
 __all__ = ["main"]
 

@@ -25,8 +25,9 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from ship_sqla import JobContext, define_job, start_job_runtime
 from ship_sqla._jobs import create_job_backend
-from ship_sqla.kernel import Concurrency, JobContext, JobDefinition, define_job, start_job_runtime
+from ship_sqla.jobs import Concurrency, JobDefinition
 
 __all__ = ["WARM", "main"]
 

@@ -34,9 +34,8 @@ import asyncpg
 
 from benchmarks._harness import BenchmarkError, asyncpg_dsn
 from benchmarks._raw_sql import job_sql
-from ship_sqla import create_outbox, start_outbox_relay
+from ship_sqla import JobContext, create_outbox, define_job, start_job_runtime, start_outbox_relay
 from ship_sqla._jobs import create_job_backend
-from ship_sqla.kernel import JobContext, JobDefinition, define_job, start_job_runtime
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -46,6 +45,7 @@ if TYPE_CHECKING:
     from benchmarks._harness import BenchDatabase
     from ship_sqla._notify import Listener
     from ship_sqla._outbox import OutboxMessage
+    from ship_sqla.jobs import JobDefinition
 
 __all__ = [
     "SPACINGS_MS",

@@ -57,9 +57,10 @@ from benchmarks.process import drain_jobs, drain_size
 from benchmarks.relay import BATCH as RELAY_BATCH
 from benchmarks.relay import relay_messages
 from ship_sqla import (
-    Outbox,
+    JobContext,
     TransactionScope,
     create_unit_of_work,
+    define_job,
     ship_outbox_table,
 )
 from ship_sqla._jobs import (
@@ -70,23 +71,16 @@ from ship_sqla._jobs import (
 )
 from ship_sqla._jobs._insert import RunInserter
 from ship_sqla._scope import Joined, StoreConnections
-from ship_sqla.kernel import (
-    Concurrency,
-    EnqueueRequest,
-    JobContext,
-    JobDefinition,
-    completed,
-    define_job,
-)
-from ship_sqla.kernel._ports import (
-    ClaimRequest,
-)
+from ship_sqla.jobs import Concurrency, EnqueueRequest, JobDefinition
+from ship_sqla.kernel import completed
+from ship_sqla.kernel._ports import ClaimRequest
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
-    from ship_sqla.kernel import JobRuntime
+    from ship_sqla.jobs import JobRuntime
     from ship_sqla.kernel._plans.prepare import PreparedRun
+    from ship_sqla.outbox import Outbox
 
 __all__ = ["NAME", "run"]
 

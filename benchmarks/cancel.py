@@ -34,15 +34,9 @@ from benchmarks._harness import (
     paired_rounds,
 )
 from benchmarks._raw_sql import job_sql
+from ship_sqla import JobContext, create_job_operations, define_job, start_job_runtime
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import (
-    Concurrency,
-    JobContext,
-    JobDefinition,
-    create_job_operations,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla.jobs import Concurrency, JobDefinition
 
 __all__ = ["NAME", "run"]
 

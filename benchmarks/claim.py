@@ -32,20 +32,21 @@ from benchmarks._harness import (
     median,
 )
 from benchmarks._raw_sql import JobSQL, OutboxSQL, job_sql, outbox_sql
-from ship_sqla import Outbox, create_outbox, ship_outbox_table
+from ship_sqla import JobContext, create_outbox, define_job, ship_outbox_table
 from ship_sqla._jobs import (
     PostgresJobBackend,
     create_job_backend,
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla.kernel import Concurrency, JobContext, JobDefinition, completed, define_job
-from ship_sqla.kernel._ports import (
-    ClaimRequest,
-)
+from ship_sqla.jobs import Concurrency, JobDefinition
+from ship_sqla.kernel import completed
+from ship_sqla.kernel._ports import ClaimRequest
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
+
+    from ship_sqla.outbox import Outbox
 
 __all__ = ["NAME", "run"]
 

@@ -42,14 +42,14 @@ from benchmarks._harness import (
     rate,
 )
 from benchmarks._raw_sql import JOB_COPY_COLUMNS, job_sql
-from ship_sqla import TransactionScope, create_unit_of_work
+from ship_sqla import JobContext, TransactionScope, create_unit_of_work, define_job
 from ship_sqla._jobs import (
     PostgresJobBackend,
     create_job_backend,
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla.kernel import EnqueueRequest, JobContext, JobDefinition, define_job
+from ship_sqla.jobs import EnqueueRequest, JobDefinition
 from ship_sqla.kernel._plans.announce import AnnouncePlan
 
 __all__ = ["NAME", "run"]

@@ -85,8 +85,9 @@ from benchmarks._trickle import (
     warmup,
 )
 from benchmarks.process import drain_jobs
+from ship_sqla import JobContext, define_job
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import EnqueueRequest, JobContext, JobDefinition, define_job
+from ship_sqla.jobs import EnqueueRequest, JobDefinition
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable

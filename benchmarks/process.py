@@ -34,24 +34,17 @@ from benchmarks._harness import (
     rate,
 )
 from benchmarks._raw_sql import job_sql
+from ship_sqla import define_job, start_job_runtime
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._tables import fair_claims_ddl
-from ship_sqla.kernel import (
-    Concurrency,
-    EnqueueRequest,
-    Fairness,
-    JobDefinition,
-    RateLimit,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla.jobs import Concurrency, EnqueueRequest, Fairness, JobDefinition, RateLimit
 from ship_sqla.kernel._tenancy import tenant_ambient
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from ship_sqla._jobs import PostgresJobBackend
-    from ship_sqla.kernel import JobRuntime
+    from ship_sqla.jobs import JobRuntime
 
 __all__ = ["MAX_IN_FLIGHT", "NAME", "drain_jobs", "drain_size", "run"]
 

@@ -35,7 +35,7 @@ from ship_sqla import create_outbox, ship_outbox_table, start_outbox_relay
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ship_sqla import Outbox
+    from ship_sqla.outbox import Outbox
 
 __all__ = ["NAME", "relay_messages", "run"]
 

@@ -79,8 +79,9 @@ from benchmarks._harness import (
     median,
     rate,
 )
+from ship_sqla import JobContext, define_job
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import EnqueueRequest, JobContext, JobDefinition, define_job
+from ship_sqla.jobs import EnqueueRequest, JobDefinition
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Mapping, Sequence

@@ -119,15 +119,16 @@ from benchmarks._trickle import (
     wait_live,
     warmup,
 )
-from ship_sqla import TransactionScope, create_unit_of_work, ship_outbox_table
-from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import (
-    EnqueueRequest,
+from ship_sqla import (
     JobContext,
-    JobDefinition,
+    TransactionScope,
+    create_unit_of_work,
     define_job,
+    ship_outbox_table,
     start_job_runtime,
 )
+from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla.jobs import EnqueueRequest, JobDefinition
 from ship_sqla.kernel._plans import announce as announce_rule
 from ship_sqla.kernel._plans.announce import ANNOUNCE_WINDOW
 
@@ -251,7 +252,7 @@ ENQUEUER = textwrap.dedent(
     from sqlalchemy.ext.asyncio import create_async_engine
     from ship_sqla import create_unit_of_work
     from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-    from ship_sqla.kernel import define_job
+    from ship_sqla import define_job
 
     async def nothing(ctx, payload):
         return None

@@ -48,7 +48,14 @@ from benchmarks._harness import (
     paired_rounds,
 )
 from benchmarks._raw_sql import job_sql
-from ship_sqla import TransactionScope, UnitOfWork, create_unit_of_work
+from ship_sqla import (
+    JobContext,
+    TransactionScope,
+    UnitOfWork,
+    create_unit_of_work,
+    define_job,
+    start_job_runtime,
+)
 from ship_sqla._jobs import (
     create_job_backend,
     ship_job_events_table,
@@ -56,15 +63,8 @@ from ship_sqla._jobs import (
     ship_job_state_table,
     ship_job_steps_table,
 )
-from ship_sqla.kernel import (
-    ClaimRequest,
-    Concurrency,
-    EnqueueRequest,
-    JobContext,
-    JobDefinition,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla.jobs import Concurrency, EnqueueRequest, JobDefinition
+from ship_sqla.kernel import ClaimRequest
 from ship_sqla.kernel._plans.announce import ANNOUNCE_WINDOW
 
 if TYPE_CHECKING:

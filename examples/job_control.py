@@ -15,12 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import MetaData
 
 from ship_sqla import (
-    Concurrency,
     JobContext,
-    RetryAfter,
-    RetryPolicy,
-    Snooze,
-    TerminalError,
     create_job_backend,
     create_job_operations,
     define_job,
@@ -29,12 +24,14 @@ from ship_sqla import (
     ship_job_workers_table,
     start_job_runtime,
 )
+from ship_sqla.errors import RetryAfter, Snooze, TerminalError
+from ship_sqla.jobs import Concurrency, RetryPolicy
 from ship_sqla.testing import DatabaseFactory, resolve_server
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from ship_sqla import JobDefinition, JobOperations
+    from ship_sqla.jobs import JobDefinition, JobOperations
 
 metadata = MetaData()
 job_runs = ship_job_runs_table(metadata)

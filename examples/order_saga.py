@@ -51,10 +51,7 @@ from sqlalchemy import (
 )
 
 from ship_sqla import (
-    Concurrency,
     JobContext,
-    RetryPolicy,
-    StepRetry,
     TransactionScope,
     create_job_backend,
     create_job_operations,
@@ -71,12 +68,16 @@ from ship_sqla import (
     ship_webhook_events_table,
     start_job_runtime,
 )
+from ship_sqla.jobs import Concurrency, RetryPolicy
 from ship_sqla.testing import DatabaseFactory, resolve_server
+from ship_sqla.workflows import StepRetry
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from ship_sqla import JobOperations, PostgresJobBackend, UnitOfWork, WebhookEventStore
+    from ship_sqla import UnitOfWork
+    from ship_sqla.jobs import JobOperations, PostgresJobBackend
+    from ship_sqla.webhooks import WebhookEventStore
 
 SHIPPING_TIMEOUT = 1.0
 """Seconds an order waits for its shipping webhook (days in real life; short for the demo)."""

@@ -63,11 +63,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from ship_sqla import (
-    IdempotencyStore,
-    Outbox,
     TransactionScope,
     UnitOfWork,
-    WebhookEventStore,
     create_idempotency_store,
     create_outbox,
     create_unit_of_work,
@@ -75,17 +72,19 @@ from ship_sqla import (
     ship_idempotency_table,
     ship_outbox_table,
     ship_webhook_events_table,
-    webhook_headers,
 )
 from ship_sqla.asgi import IdempotencyKeyMiddleware, WebhookEndpoint, WebhookReceiver
 from ship_sqla.testing import DatabaseFactory, resolve_server
+from ship_sqla.webhooks import WebhookEventStore, webhook_headers
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from starlette.requests import Request
 
-    from ship_sqla import Clock
+    from ship_sqla.idempotency import IdempotencyStore
+    from ship_sqla.kernel import Clock
+    from ship_sqla.outbox import Outbox
 
 ORDERS_OUTBOX = "orders"
 DEFAULT_CREDIT_LIMIT_CENTS = 100_000

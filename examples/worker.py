@@ -31,17 +31,14 @@ import attrs
 from sqlalchemy import MetaData
 
 from ship_sqla import (
-    Concurrency,
-    EnqueueRequest,
     JobContext,
-    JobRegistry,
-    RetryPolicy,
     create_job_backend,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_workers_table,
     start_job_runtime,
 )
+from ship_sqla.jobs import Concurrency, EnqueueRequest, JobRegistry, RetryPolicy
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine

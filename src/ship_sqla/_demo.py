@@ -33,39 +33,35 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import SQLAlchemyError
 
-from ship_sqla import (
-    BoundRepository,
-    Outbox,
-    OutboxMessage,
+from ship_sqla._jobs import (
     PostgresJobBackend,
-    TableRepository,
-    TransactionScope,
     create_job_backend,
-    create_outbox,
-    create_unit_of_work,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_workers_table,
+)
+from ship_sqla._outbox import (
+    Outbox,
+    OutboxMessage,
+    create_outbox,
     ship_outbox_table,
     start_outbox_relay,
 )
-from ship_sqla.kernel import (
-    Concurrency,
-    JobContext,
-    JobDefinition,
-    JobRuntime,
-    RetryPolicy,
-    ShipError,
-    TenantRequiredError,
-    define_job,
-    start_job_runtime,
-)
-from ship_sqla.testing import DatabaseFactory, ResolvedServer, resolve_server
+from ship_sqla._repository import BoundRepository, TableRepository
+from ship_sqla._server import ResolvedServer, resolve_server
+from ship_sqla._uow import create_unit_of_work
+from ship_sqla.kernel._errors import ShipError, TenantRequiredError
+from ship_sqla.kernel._jobs import Concurrency, JobDefinition, RetryPolicy, define_job
+from ship_sqla.kernel._runtime.runtime import JobRuntime, start_job_runtime
+from ship_sqla.testing._databases import DatabaseFactory
 
 if TYPE_CHECKING:
     import uuid
 
     from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from ship_sqla._scope import TransactionScope
+    from ship_sqla.kernel._job_context import JobContext
 
 __all__ = ["DemoFailedError", "main"]
 

@@ -21,7 +21,7 @@ hashed with its namespace: the lock id is the first 8 bytes of
 (:func:`advisory_lock_key`), so two libraries (or two applications on one database) collide only
 by a 2**-64 chance as long as their namespaces differ.
 
-``acquire`` raises :class:`~ship_sqla.kernel.DatabaseUnavailableError` when the database cannot
+``acquire`` raises :class:`~ship_sqla.errors.DatabaseUnavailableError` when the database cannot
 be reached or the connection is lost while taking the lock (the outage rule of
 :mod:`ship_sqla._sql_errors`); nothing is held then. A lock whose session dies later is reported
 through ``lost`` and ``extend`` (False), never by raising.
@@ -54,8 +54,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ship_sqla._naming import check_identifier, quoted_table, text_name
 from ship_sqla._scope import TransactionScope, current_scope
 from ship_sqla._sql_errors import database_outage_translated
-from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
+from ship_sqla.kernel._clock import Clock, SystemClock
 from ship_sqla.kernel._durations import require_lock_lease
+from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._fences import FencedLock, hold_fenced, require_current_fence
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ def ship_lock_fences_table(
     key), its newest fence. Add it to your migrations like the other ship tables.
 
     An unusable ``name`` or ``schema`` (empty, NUL, not UTF-8, over 63 bytes) is a
-    :class:`~ship_sqla.kernel.ConfigurationError` here, as for every ship table (T1), not a
+    :class:`~ship_sqla.errors.ConfigurationError` here, as for every ship table (T1), not a
     driver error at the first fenced lock."""
     check_identifier(name, "lock fences table name")
     if schema is not None:
@@ -339,7 +340,7 @@ class AdvisoryLockProvider:
         self, key: str, ttl: float
     ) -> _contextlib.AbstractAsyncContextManager[FencedLock]:
         """F4: hold ``key`` for at most ``ttl`` seconds with a fence greater than every earlier
-        one (drawn and committed before the block runs); :class:`~ship_sqla.kernel.LockHeldError`
+        one (drawn and committed before the block runs); :class:`~ship_sqla.errors.LockHeldError`
         when another session holds it. Needs ``fence_table``."""
         self._fence_statements("with_lock")
         return hold_fenced(key, ttl, acquire=self.acquire, next_fence=self._next_fence)
@@ -348,7 +349,7 @@ class AdvisoryLockProvider:
         self, key: str, fence: int, *, scope: TransactionScope | None = None
     ) -> None:
         """F4: inside the write's transaction (``scope``, else the ambient unit of work), raise
-        :class:`~ship_sqla.kernel.StaleFenceError` unless ``fence`` is ``key``'s newest; the key's
+        :class:`~ship_sqla.errors.StaleFenceError` unless ``fence`` is ``key``'s newest; the key's
         fence row stays share-locked until that transaction ends, so no newer holder's fence is
         drawn before the write commits or rolls back."""
         _, check = self._fence_statements("check_fence")

@@ -4,7 +4,7 @@ name is quoted into a statement's text (:func:`quoted_table`, :func:`text_name`,
 
 Every factory checks its ``name=`` and ``schema=`` here: an empty or blank table name, a name
 that is not valid Unicode text, or ``schema=""`` (which is not "no schema": it would render as
-the quoted empty identifier ``""``), is a :class:`~ship_sqla.kernel.ConfigurationError` when the
+the quoted empty identifier ``""``), is a :class:`~ship_sqla.errors.ConfigurationError` when the
 table is declared, not a syntax error at the first statement.
 
 Any other name works, whatever it holds (``--``, ``/*``, quotes, ``;``, ``:``, ``%``, braces,
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql.elements import conv
 
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -65,7 +65,7 @@ def quoted_table(table: Table) -> str:
 
 def quoted_identifier(name: str) -> str:
     """``name`` always quoted, its own double quotes doubled (and nothing else altered): for DDL
-    handed to the application (:func:`~ship_sqla.tenant_policy_ddl`)."""
+    handed to the application (:func:`~ship_sqla.schema.tenant_policy_ddl`)."""
     return str(_PREPARER.quote_identifier(name))
 
 

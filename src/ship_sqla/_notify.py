@@ -59,7 +59,8 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
-from ship_sqla.kernel import ConfigurationError, DatabaseUnavailableError, ShipError, SystemClock
+from ship_sqla.kernel._clock import SystemClock
+from ship_sqla.kernel._errors import ConfigurationError, DatabaseUnavailableError
 from ship_sqla.kernel._plans.announce import RECHECKS, AnnouncePlan
 from ship_sqla.kernel._plans.backoff import ERROR_BACKOFF, Backoff
 from ship_sqla.kernel._waiting import wait_event
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL, Dialect
 
     from ship_sqla._scope import Database
-    from ship_sqla.kernel import Clock
+    from ship_sqla.kernel._clock import Clock
 
 __all__ = [
     "ANNOUNCER_TASK",
@@ -150,13 +151,13 @@ _SQLALCHEMY_ONLY_ARGS: Final = (
 class ListenerLostError(DatabaseUnavailableError):
     """A listener's connection could not be made or was lost; notifications on it may have been
     missed. It reconnects with backoff; meanwhile every waiter polls (K1). An outage like any
-    other (:class:`~ship_sqla.kernel.DatabaseUnavailableError`, so a ``ConnectionError``), with
+    other (:class:`~ship_sqla.errors.DatabaseUnavailableError`, so a ``ConnectionError``), with
     a code of its own; the driver's error is chained."""
 
     code = "SHIP_SQLA_LISTENER_LOST"
 
 
-class ListenerNotLiveError(ShipError, RuntimeError):
+class ListenerNotLiveError(ConfigurationError, RuntimeError):
     """A listener's connection accepted LISTEN but its own probe notification never came back:
     nothing would be delivered on it (PgBouncer in transaction mode does exactly this). It is
     not trusted; every waiter polls (K1)."""

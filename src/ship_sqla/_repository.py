@@ -46,21 +46,22 @@ from sqlalchemy.sql.elements import Grouping
 from ship_sqla._projection import Projection
 from ship_sqla._repository_guard import ExpressionGuard, is_sql
 from ship_sqla._repository_types import DIALECT, key_value_refusal
-from ship_sqla.kernel import (
-    BoundExceededError,
-    ConfigurationError,
-    ShipError,
-    TenantRequiredError,
-    TenantViolationError,
-    UnknownProjectionError,
-    VersionConflictError,
-)
 from ship_sqla.kernel._cursor import (
     KeysetPosition,
     decode_cursor,
     encode_cursor,
     query_fingerprint,
     resolve_secret,
+)
+from ship_sqla.kernel._errors import (
+    BoundExceededError,
+    ConfigurationError,
+    ShipError,
+    TenantRequiredError,
+    TenantViolationError,
+    UnknownProjectionError,
+    UsageError,
+    VersionConflictError,
 )
 from ship_sqla.kernel._page import Page
 
@@ -86,7 +87,7 @@ _ONE: ColumnElement[int] = literal_column("1", Integer)
 _DIALECT = postgresql.dialect()  # type: ignore[no-untyped-call]
 
 
-class RepositoryUsageError(ShipError, ValueError):
+class RepositoryUsageError(UsageError, ValueError):
     """A repository call was given arguments that cannot work (unknown column, bad key...)."""
 
     code = "SHIP_SQLA_REPOSITORY_USAGE"
@@ -111,7 +112,7 @@ class TableRepository:
       it and checks ``expected_version=`` against it (optimistic concurrency).
     - ``max_page_size`` bounds ``find``/``project`` limits and ``get_many``/``insert_many``
       batches; ``max_count`` bounds ``count(up_to=)`` (R1). Exceeding a bound raises
-      :class:`~ship_sqla.kernel.BoundExceededError`; a result is never silently truncated.
+      :class:`~ship_sqla.errors.BoundExceededError`; a result is never silently truncated.
     - ``default_order``: the page ordering when ``find``/``project`` get no ``order_by``:
       column names, ``"-name"`` for descending. The key columns are always appended (in the
       direction of the last term, unless named) so the order is total; every ordering column
@@ -180,7 +181,7 @@ class TableRepository:
     def for_scope(self, scope: TransactionScope) -> BoundRepository:
         """This table's repository inside ``scope``, restricted to ``scope.tenant`` (R2).
 
-        Raises :class:`~ship_sqla.kernel.TenantRequiredError` when the table is tenanted and
+        Raises :class:`~ship_sqla.errors.TenantRequiredError` when the table is tenanted and
         the scope has no tenant: a tenanted table is never read without a tenant filter except
         through :meth:`cross_tenant`.
         """

@@ -63,7 +63,7 @@ from sqlalchemy.sql.elements import ClauseElement
 from sqlalchemy.types import TypeEngine
 
 from ship_sqla._repository_types import TypeJudge, unquoted_name_refusal
-from ship_sqla.kernel import TenantViolationError
+from ship_sqla.kernel._errors import TenantViolationError
 
 if TYPE_CHECKING:
     from sqlalchemy.sql.operators import OperatorType
@@ -82,7 +82,7 @@ __all__ = [
 class UnsafeExpressionError(TenantViolationError):
     """A repository was given an expression that could read or write outside its row (R2).
 
-    Raised before any SQL runs. A subclass of :class:`~ship_sqla.kernel.TenantViolationError`:
+    Raised before any SQL runs. A subclass of :class:`~ship_sqla.errors.TenantViolationError`:
     each refusal is a decision at the tenant boundary (an expression reading another FROM is a
     way around the tenant filter), so code that treats tenant violations as security events
     sees these too.

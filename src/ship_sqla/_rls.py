@@ -19,7 +19,7 @@ SET_TENANT_SETTING = text("select set_config('ship.tenant_id', :tenant, true)")
 def _quote(name: str, what: str) -> str:
     """``name`` quoted by PostgreSQL's rules, whatever it holds (issue 25 D3: a table named
     ``jobs--v2`` gets its policy too); one PostgreSQL cannot hold (empty, NUL, not UTF-8, over
-    63 bytes) is a :class:`~ship_sqla.kernel.ConfigurationError` naming ``what``."""
+    63 bytes) is a :class:`~ship_sqla.errors.ConfigurationError` naming ``what``."""
     check_identifier(name, f"tenant_policy_ddl {what}")
     return quoted_identifier(name)
 

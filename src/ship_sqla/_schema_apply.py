@@ -32,7 +32,7 @@ from ship_sqla._locks import ship_lock_fences_table
 from ship_sqla._outbox import ship_outbox_table
 from ship_sqla._schema_check import check_schema
 from ship_sqla._webhooks import ship_webhook_events_table
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -35,7 +35,7 @@ from sqlalchemy import Index, MetaData, PrimaryKeyConstraint, Table, UniqueConst
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla.kernel import ConfigurationError, ShipError
+from ship_sqla.kernel._errors import ConfigurationError, OutageError
 
 if TYPE_CHECKING:
     from collections.abc import Collection, Iterable, Iterator, Mapping
@@ -143,7 +143,7 @@ INDEXES = text(
 )
 
 
-class SchemaCheckError(ShipError, RuntimeError):
+class SchemaCheckError(OutageError, RuntimeError):
     """The schema check could not run (the metadata's DDL failed in the scratch schema, or the
     database could not be read); no comparison was made."""
 

@@ -8,12 +8,12 @@ sets. Outside any scope, :func:`joined` opens one short transaction for the stor
 
 A scope is bound to the task that runs its ``uow.run``. A context variable is inherited by child
 tasks, and an ``AsyncConnection`` is not safe for concurrent tasks, so a scope used from any other
-task is refused with :class:`~ship_sqla.kernel.ScopeConcurrencyError` rather than corrupting the
+task is refused with :class:`~ship_sqla.errors.ScopeConcurrencyError` rather than corrupting the
 connection's protocol state.
 
 Every database call made through :func:`joined` is judged by the one outage rule
 (:mod:`ship_sqla._sql_errors`): a refused or lost connection surfaces as
-:class:`~ship_sqla.kernel.DatabaseUnavailableError`, the driver's error chained.
+:class:`~ship_sqla.errors.DatabaseUnavailableError`, the driver's error chained.
 
 A tenant is checked once, by :func:`~ship_sqla.kernel._tenancy.check_tenant` (re-exported
 here), for ``uow.run`` and every store: ``""`` and blank tenants are refused, since a store that
@@ -33,8 +33,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from ship_sqla._direct import DirectStatements
 from ship_sqla._sql_errors import database_outage_translated
-from ship_sqla.kernel import ScopeClosedError, ScopeConcurrencyError, TenantViolationError
-from ship_sqla.kernel._errors import DatabaseTimeoutError
+from ship_sqla.kernel._errors import (
+    DatabaseTimeoutError,
+    ScopeClosedError,
+    ScopeConcurrencyError,
+    TenantViolationError,
+)
 from ship_sqla.kernel._tenancy import MAX_TENANT_BYTES, check_tenant
 
 if TYPE_CHECKING:
@@ -263,7 +267,7 @@ def tenant_within(
 def current_scope() -> TransactionScope | None:
     """The scope of the ``uow.run`` this code is running inside, if any (U2).
 
-    Raises :class:`~ship_sqla.kernel.ScopeConcurrencyError` when called from a child task of a
+    Raises :class:`~ship_sqla.errors.ScopeConcurrencyError` when called from a child task of a
     run: the ambient scope is visible there but may not be used.
     """
     scope = _current.get()
@@ -327,7 +331,7 @@ async def joined(
     callbacks run after it.
 
     A refused or lost connection in the block raises
-    :class:`~ship_sqla.kernel.DatabaseUnavailableError` naming ``operation`` (the block holds
+    :class:`~ship_sqla.errors.DatabaseUnavailableError` naming ``operation`` (the block holds
     only the store's own code, so a bare ``OSError`` there is the driver's).
     """
     if scope is None:
@@ -406,7 +410,7 @@ async def _checked_out(direct: DirectStatements, operation: str) -> AsyncIterato
     """A pooled connection of the direct path, returned to the pool afterwards (after a clean
     end, kept for the next statement of this turn of the event loop:
     :meth:`~ship_sqla._direct.DirectConnection.release`); a refused or lost connection while
-    checking out is :class:`~ship_sqla.kernel.DatabaseUnavailableError` naming ``operation``."""
+    checking out is :class:`~ship_sqla.errors.DatabaseUnavailableError` naming ``operation``."""
     with database_outage_translated(operation, driver_only=True):
         direct_connection = await direct.checkout()
     try:
@@ -439,7 +443,7 @@ class StoreConnections:
 
     Every block is bounded by ``operation_timeout`` (:class:`DatabaseTimeoutError`, or the
     store's subclass of it) when one is set, and judged by the one outage rule
-    (:class:`~ship_sqla.kernel.DatabaseUnavailableError`). One ``AsyncConnection`` serves one
+    (:class:`~ship_sqla.errors.DatabaseUnavailableError`). One ``AsyncConnection`` serves one
     statement at a time, so on the test path the store's blocks take turns (a unit of work's
     joined blocks run in its own task, which the scope already guards).
     """

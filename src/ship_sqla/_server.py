@@ -33,7 +33,7 @@ from typing import Any, Final
 import attrs
 from sqlalchemy.engine import URL, make_url
 
-from ship_sqla.kernel import ShipError
+from ship_sqla.kernel._errors import ConfigurationError
 
 __all__ = [
     "NoServerError",
@@ -53,7 +53,7 @@ LOCAL_HOST = "127.0.0.1"
 LOCAL_PORT = 5432
 
 
-class NoServerError(ShipError, RuntimeError):
+class NoServerError(ConfigurationError, RuntimeError):
     """No PostgreSQL server could be found or started."""
 
     code = "SHIP_SQLA_NO_DATABASE_SERVER"

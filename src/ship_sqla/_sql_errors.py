@@ -4,7 +4,7 @@ The outage rule lives here once (:func:`outage_reason`), and so does its transla
 (:func:`database_outage_translated`), which the unit of work, every store, the job backend, the
 advisory locks and the CLI wrap around their database calls: whatever the driver raised for a
 refused connection, a closed connection or a server going down, callers see ONE error,
-:class:`~ship_sqla.kernel.DatabaseUnavailableError` (``SHIP_SQLA_DATABASE_UNAVAILABLE``), with
+:class:`~ship_sqla.errors.DatabaseUnavailableError` (``SHIP_SQLA_DATABASE_UNAVAILABLE``), with
 the driver's error chained as its cause.
 """
 
@@ -122,7 +122,7 @@ def database_outage_translated(
     driver_only: bool = False,
     connection: AsyncConnection | None = None,
 ) -> Iterator[None]:
-    """Raise :class:`~ship_sqla.kernel.DatabaseUnavailableError` ``from`` the driver's error
+    """Raise :class:`~ship_sqla.errors.DatabaseUnavailableError` ``from`` the driver's error
     when what the block raised is an outage (:func:`outage_reason`); anything else passes
     unchanged, and so does an outage already translated by an inner block.
 

@@ -11,7 +11,7 @@ U4 ``after_commit`` callbacks run after the outermost commit only, never after a
 U5 A ``run`` inside an active run joins the outer transaction (or a SAVEPOINT with
    ``savepoint=True``); it never silently opens a second connection.
 
-A database outage is :class:`~ship_sqla.kernel.DatabaseUnavailableError`. A run whose pooled
+A database outage is :class:`~ship_sqla.errors.DatabaseUnavailableError`. A run whose pooled
 connection turns out dead before any of its statements completed (a connection the server
 closed while it sat in the pool, e.g. across a restart) is re-run once on a fresh connection:
 no statement of it can have committed. Once a statement of the run completed, never.
@@ -38,8 +38,7 @@ from ship_sqla._scope import (
     tenant_within,
 )
 from ship_sqla._sql_errors import database_outage_translated, sqlstate_of
-from ship_sqla.kernel import ConfigurationError, RollbackOnlyError
-from ship_sqla.kernel._errors import DatabaseUnavailableError
+from ship_sqla.kernel._errors import ConfigurationError, DatabaseUnavailableError, RollbackOnlyError
 from ship_sqla.kernel._tenancy import ambient_tenant, tenant_ambient
 
 if TYPE_CHECKING:
@@ -128,7 +127,7 @@ class UnitOfWork(Generic[R]):
         nested work a SAVEPOINT that rolls back alone when the nested handler raises, taking
         the ``after_commit`` callbacks registered in it along (U4).
 
-        A refused or lost connection raises :class:`~ship_sqla.kernel.DatabaseUnavailableError`
+        A refused or lost connection raises :class:`~ship_sqla.errors.DatabaseUnavailableError`
         (the driver's error chained). On an engine, a run whose pooled connection was dead
         before any of its statements completed is re-run once on a fresh connection.
         ``tenant`` is None (no tenant) or a real tenant: ``""`` and blank are refused. A run
@@ -348,7 +347,7 @@ def create_unit_of_work(
     see only what it returns. ``isolation_level`` applies to every run unless a run overrides it;
     ``max_attempts`` bounds re-runs on serialization failures and deadlocks (U3).
     ``row_level_security=True`` sets ``ship.tenant_id`` at the start of each run (see
-    :func:`ship_sqla.tenant_policy_ddl`).
+    :func:`ship_sqla.schema.tenant_policy_ddl`).
     """
     return UnitOfWork(
         bind,

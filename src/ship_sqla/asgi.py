@@ -21,15 +21,6 @@ FastAPI or any ASGI server::
 See ``examples/orders_app.py`` for a complete application.
 """
 
-from ship_sqla._idempotency._middleware import IdempotencyKeyMiddleware, request_fingerprint
-from ship_sqla._jobs._demand_app import DemandEndpoint
-from ship_sqla._webhooks._receiver import OutboxWriter, WebhookEndpoint, WebhookReceiver
+from ship_sqla.kernel._lazy import attach_stub as _attach_stub
 
-__all__ = [
-    "DemandEndpoint",
-    "IdempotencyKeyMiddleware",
-    "OutboxWriter",
-    "WebhookEndpoint",
-    "WebhookReceiver",
-    "request_fingerprint",
-]
+__getattr__, __dir__, __all__ = _attach_stub(__name__, __file__)

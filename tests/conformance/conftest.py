@@ -12,9 +12,6 @@ import pytest
 from sqlalchemy import MetaData
 
 from ship_sqla import (
-    FrozenClock,
-    InMemoryJobBackend,
-    InMemoryLockProvider,
     advisory_lock_provider,
     create_job_backend,
     ship_job_events_table,
@@ -23,6 +20,8 @@ from ship_sqla import (
     ship_job_steps_table,
     ship_job_workers_table,
 )
+from ship_sqla.kernel import InMemoryJobBackend, InMemoryLockProvider
+from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

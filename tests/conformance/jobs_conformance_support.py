@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ship_sqla.kernel import FrozenClock, JobBackend
+from ship_sqla.kernel import JobBackend
+from ship_sqla.testing import FrozenClock
 
 JOB_LEASE = 30.0
 

@@ -20,18 +20,11 @@ from fenced_holder import fences, metadata, writes
 from sqlalchemy import func, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ship_sqla import (
-    ConfigurationError,
-    FencedLock,
-    FencingLockProvider,
-    FrozenClock,
-    InMemoryLockProvider,
-    LockHeldError,
-    StaleFenceError,
-    TransactionScope,
-    advisory_lock_provider,
-    create_unit_of_work,
-)
+from ship_sqla import TransactionScope, advisory_lock_provider, create_unit_of_work
+from ship_sqla.errors import ConfigurationError, LockHeldError, StaleFenceError
+from ship_sqla.kernel import InMemoryLockProvider
+from ship_sqla.locks import FencedLock, FencingLockProvider
+from ship_sqla.testing import FrozenClock
 
 TTL = 10.0
 

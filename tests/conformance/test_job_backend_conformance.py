@@ -13,22 +13,18 @@ import attrs
 import pytest
 from job_helpers import claim_request, record_of
 
-from ship_sqla.kernel import (
-    LEASE_LAPSED_FINAL_ATTEMPT,
+from ship_sqla import define_job
+from ship_sqla.errors import InvalidPayloadError
+from ship_sqla.jobs import (
     Concurrency,
     EnqueueRequest,
     IdempotencyPolicy,
-    InvalidPayloadError,
-    JobBackend,
     RetryPolicy,
     Schedule,
-    completed,
-    define_job,
-    failed,
     occurrence_id,
     previous_occurrence,
-    released,
 )
+from ship_sqla.kernel import LEASE_LAPSED_FINAL_ATTEMPT, JobBackend, completed, failed, released
 from ship_sqla.kernel._ports import (
     LEASE_LAPSED,
     LEASE_LAPSED_FINAL_MESSAGE,

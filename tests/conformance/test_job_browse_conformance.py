@@ -11,19 +11,13 @@ from typing import Any
 import pytest
 from job_helpers import claim_request
 
-from ship_sqla.kernel import (
-    ConfigurationError,
-    EnqueueRequest,
-    FrozenClock,
-    InvalidCursorError,
-    JobOperations,
-    RunRecord,
-    completed,
-    create_job_operations,
-    define_job,
-)
+from ship_sqla import create_job_operations, define_job
+from ship_sqla.errors import ConfigurationError, InvalidCursorError
+from ship_sqla.jobs import EnqueueRequest, JobOperations, RunRecord
+from ship_sqla.kernel import completed
 from ship_sqla.kernel._jobs import Concurrency
 from ship_sqla.kernel._tenancy import tenant_ambient
+from ship_sqla.testing import FrozenClock
 
 
 async def noop(ctx: Any, payload: Any) -> None:

@@ -13,26 +13,19 @@ import pytest
 from job_helpers import ErrorLog, claim_request, record_of, settle_loop
 from spy_backend import SpyBackend
 
-from ship_sqla.kernel import (
+from ship_sqla import create_job_operations, define_job, start_job_runtime
+from ship_sqla.errors import ConfigurationError, JobOperationRefusedError, PermissionDeniedError
+from ship_sqla.jobs import (
     Concurrency,
-    ConfigurationError,
     EnqueueRequest,
-    InMemoryAuditLog,
-    JobOperationRefusedError,
     PausedJob,
     PauseResult,
-    PermissionDeniedError,
     RetryPolicy,
     Schedule,
-    cancelled,
-    completed,
-    create_job_operations,
-    define_job,
-    failed,
-    released,
-    start_job_runtime,
 )
+from ship_sqla.kernel import cancelled, completed, failed, released
 from ship_sqla.kernel._ports import CANCEL_LAPSED_MESSAGE, CANCELLED_MESSAGE
+from ship_sqla.operators import InMemoryAuditLog
 
 LEASE = 30.0
 

@@ -10,17 +10,12 @@ from typing import Any
 import pytest
 from job_helpers import claim_request
 
-from ship_sqla import JobOperations, create_job_operations
-from ship_sqla.kernel import (
-    BoundExceededError,
-    ConfigurationError,
-    EnqueueRequest,
-    FrozenClock,
-    JobDemand,
-    PermissionDeniedError,
-    completed,
-)
+from ship_sqla import create_job_operations
+from ship_sqla.errors import BoundExceededError, ConfigurationError, PermissionDeniedError
+from ship_sqla.jobs import EnqueueRequest, JobDemand, JobOperations
+from ship_sqla.kernel import completed
 from ship_sqla.kernel._jobs import Concurrency, define_job
+from ship_sqla.testing import FrozenClock
 
 
 async def noop(ctx: Any, payload: Any) -> None:

@@ -12,13 +12,9 @@ from datetime import date, timedelta
 import anyio
 import pytest
 
-from ship_sqla.kernel import (
-    ConfigurationError,
-    EnqueueRequest,
-    IdempotencyPolicy,
-    InvalidPayloadError,
-    define_job,
-)
+from ship_sqla import define_job
+from ship_sqla.errors import ConfigurationError, InvalidPayloadError
+from ship_sqla.jobs import EnqueueRequest, IdempotencyPolicy
 from ship_sqla.kernel._errors import PayloadTooLargeError
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError
 

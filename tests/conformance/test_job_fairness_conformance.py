@@ -9,14 +9,10 @@ from typing import Any
 import pytest
 from job_helpers import claim_request
 
-from ship_sqla.kernel import (
-    Concurrency,
-    ConfigurationError,
-    EnqueueRequest,
-    Fairness,
-    completed,
-    define_job,
-)
+from ship_sqla import define_job
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.jobs import Concurrency, EnqueueRequest, Fairness
+from ship_sqla.kernel import completed
 from ship_sqla.kernel._plans.fairness import fair_shares
 from ship_sqla.kernel._tenancy import tenant_ambient
 

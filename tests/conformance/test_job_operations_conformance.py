@@ -12,17 +12,15 @@ import pytest
 from job_helpers import claim_request
 from sqlalchemy import text
 
-from ship_sqla import JobOperations, create_job_operations
-from ship_sqla.kernel import (
+from ship_sqla import create_job_operations
+from ship_sqla.errors import (
     BoundExceededError,
-    FrozenClock,
-    InMemoryJobBackend,
     InvalidCursorError,
     JobOperationRefusedError,
     PermissionDeniedError,
-    completed,
-    failed,
 )
+from ship_sqla.jobs import JobOperations
+from ship_sqla.kernel import InMemoryJobBackend, completed, failed
 from ship_sqla.kernel._jobs import Concurrency, Retention, RetryPolicy, define_job
 from ship_sqla.kernel._ports import (
     QueueDepthSource,
@@ -30,6 +28,7 @@ from ship_sqla.kernel._ports import (
     RunStore,
     ScheduleStore,
 )
+from ship_sqla.testing import FrozenClock
 
 
 async def noop(ctx: Any, payload: Any) -> None:

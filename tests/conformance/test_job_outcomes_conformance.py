@@ -23,24 +23,18 @@ from job_helpers import (
 )
 from spy_backend import SpyBackend
 
-from ship_sqla.kernel import (
-    LEASE_LAPSED,
-    Concurrency,
+from ship_sqla import define_job, start_job_runtime
+from ship_sqla.errors import (
     ConfigurationError,
     JobSnoozeLimitError,
     JobTimeoutError,
     JobTimeoutIgnoredError,
     RetryAfter,
-    RetryPolicy,
     Snooze,
     TerminalError,
-    completed,
-    define_job,
-    failed,
-    released,
-    snoozed,
-    start_job_runtime,
 )
+from ship_sqla.jobs import Concurrency, RetryPolicy
+from ship_sqla.kernel import LEASE_LAPSED, completed, failed, released, snoozed
 
 LEASE = 30.0
 

@@ -13,17 +13,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, StatusCode, TraceFlags
 
-from ship_sqla.kernel import (
-    Concurrency,
-    EnqueueRequest,
-    InvalidPriorityError,
-    RetryPolicy,
-    completed,
-    define_job,
-    failed,
-    released,
-    start_job_runtime,
-)
+from ship_sqla import define_job, start_job_runtime
+from ship_sqla.errors import InvalidPriorityError
+from ship_sqla.jobs import Concurrency, EnqueueRequest, RetryPolicy
+from ship_sqla.kernel import completed, failed, released
 
 LEASE = 30.0
 

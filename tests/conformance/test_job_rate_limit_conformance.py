@@ -12,15 +12,10 @@ import anyio
 import pytest
 from job_helpers import claim_request, record_of
 
-from ship_sqla.kernel import (
-    Concurrency,
-    ConfigurationError,
-    EnqueueRequest,
-    RateLimit,
-    completed,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla import define_job, start_job_runtime
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.jobs import Concurrency, EnqueueRequest, RateLimit
+from ship_sqla.kernel import completed
 
 LEASE = 30.0
 

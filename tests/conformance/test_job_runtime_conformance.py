@@ -14,14 +14,9 @@ from global_meter import global_meter
 from job_helpers import ErrorLog, advance_until, advance_until_awaited, claim_request, record_of
 from spy_backend import SpyBackend
 
-from ship_sqla.kernel import (
-    Concurrency,
-    EnqueueRequest,
-    JobCancelledError,
-    RetryPolicy,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla import define_job, start_job_runtime
+from ship_sqla.errors import JobCancelledError
+from ship_sqla.jobs import Concurrency, EnqueueRequest, RetryPolicy
 from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_MESSAGE, JobLeaseLapsedFinalError
 
 LEASE = 30.0

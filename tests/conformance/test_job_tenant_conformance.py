@@ -9,16 +9,10 @@ import anyio
 import pytest
 from job_helpers import claim_request, record_of
 
-from ship_sqla.kernel import (
-    EnqueueRequest,
-    InvalidCursorError,
-    RetryPolicy,
-    TenantViolationError,
-    create_job_operations,
-    define_job,
-    failed,
-    start_job_runtime,
-)
+from ship_sqla import create_job_operations, define_job, start_job_runtime
+from ship_sqla.errors import InvalidCursorError, TenantViolationError
+from ship_sqla.jobs import EnqueueRequest, RetryPolicy
+from ship_sqla.kernel import failed
 from ship_sqla.kernel._tenancy import ambient_tenant, tenant_ambient
 
 

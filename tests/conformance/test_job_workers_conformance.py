@@ -19,17 +19,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from spy_backend import SpyBackend
 
-from ship_sqla import create_job_operations
-from ship_sqla.kernel import (
-    BoundExceededError,
-    EnqueueRequest,
-    JobMetrics,
-    PermissionDeniedError,
-    WorkerEntry,
-    WorkerRecord,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla import create_job_operations, define_job, start_job_runtime
+from ship_sqla.errors import BoundExceededError, PermissionDeniedError
+from ship_sqla.jobs import EnqueueRequest, JobMetrics, WorkerRecord
+from ship_sqla.kernel import WorkerEntry
 from ship_sqla.kernel._workers import (
     SAMPLER_LEASE,
     WORKER_HEARTBEAT_INTERVAL,
@@ -40,7 +33,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime
 
-    from ship_sqla.kernel import FrozenClock, JobBackend
+    from ship_sqla.kernel import JobBackend
+    from ship_sqla.testing import FrozenClock
 
 
 async def _noop(ctx: Any, payload: Any) -> None:

@@ -27,16 +27,11 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ship_sqla import (
-    ConfigurationError,
-    FrozenClock,
-    InMemoryLockProvider,
-    Lock,
-    LockProvider,
-    RenewableLock,
-    advisory_lock_key,
-    advisory_lock_provider,
-)
+from ship_sqla import advisory_lock_provider
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.kernel import InMemoryLockProvider, Lock, LockProvider, RenewableLock
+from ship_sqla.locks import advisory_lock_key
+from ship_sqla.testing import FrozenClock
 
 LEASE = 10.0
 NAMESPACE = "ship_sqla"

@@ -14,19 +14,16 @@ import pytest
 from job_helpers import claim_request, record_of
 from workflow_helpers import FakeUnitOfWork, execute_once
 
-from ship_sqla.kernel import (
+from ship_sqla import JobContext, create_job_operations, define_job
+from ship_sqla.errors import (
     ChildRunsRefusedError,
-    Concurrency,
-    JobContext,
     JobLeaseStaleError,
-    RetryPolicy,
     StepNameReusedError,
-    StepRetry,
     WorkflowChangedError,
-    create_job_operations,
-    define_job,
-    failed,
 )
+from ship_sqla.jobs import Concurrency, RetryPolicy
+from ship_sqla.kernel import failed
+from ship_sqla.workflows import StepRetry
 
 LEASE = 30.0
 

@@ -17,14 +17,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ship_sqla import (
-    AdvisoryLock,
-    ConfigurationError,
-    DatabaseUnavailableError,
-    FrozenClock,
-    advisory_lock_key,
-    advisory_lock_provider,
-)
+from ship_sqla import advisory_lock_provider
+from ship_sqla.errors import ConfigurationError, DatabaseUnavailableError
+from ship_sqla.locks import AdvisoryLock, advisory_lock_key
+from ship_sqla.testing import FrozenClock
 
 
 async def held_lock_ids(engine: AsyncEngine) -> set[int]:

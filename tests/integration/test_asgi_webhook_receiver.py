@@ -16,16 +16,16 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from ship_sqla import (
-    FrozenClock,
     create_idempotency_store,
     create_outbox,
     create_webhook_event_store,
     ship_idempotency_table,
     ship_outbox_table,
     ship_webhook_events_table,
-    webhook_headers,
 )
 from ship_sqla.asgi import WebhookEndpoint, WebhookReceiver
+from ship_sqla.testing import FrozenClock
+from ship_sqla.webhooks import webhook_headers
 
 pytestmark = pytest.mark.anyio
 

@@ -13,10 +13,11 @@ import pytest
 from cli_runner import ship_sqla
 from job_helpers import claim_request, default_job_backend
 
+from ship_sqla import define_job
 from ship_sqla._jobs import (
     PostgresJobBackend,
 )
-from ship_sqla.kernel import completed, define_job
+from ship_sqla.kernel import completed
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from job_helpers import claim_request
 from sqlalchemy import MetaData, text
 
+from ship_sqla import define_job
 from ship_sqla._cli import cli
 from ship_sqla._jobs import (
     PostgresJobBackend,
@@ -25,7 +26,8 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla.kernel import Concurrency, Retention, RetryPolicy, define_job, failed
+from ship_sqla.jobs import Concurrency, Retention, RetryPolicy
+from ship_sqla.kernel import failed
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -38,7 +40,8 @@ REGISTRY_MODULE = textwrap.dedent(
 
     import anyio
 
-    from ship_sqla.kernel import Concurrency, JobRegistry, Retention, RetryPolicy, define_job
+    from ship_sqla import define_job
+    from ship_sqla.jobs import Concurrency, JobRegistry, Retention, RetryPolicy
 
     registry = JobRegistry()
 

@@ -9,11 +9,12 @@ from typing import TYPE_CHECKING, Any
 from cli_runner import ship_sqla
 from workflow_helpers import execute_once, workflow_backend
 
-from ship_sqla import FrozenClock
+from ship_sqla import define_job
 from ship_sqla._jobs import (
     create_job_backend,
 )
-from ship_sqla.kernel import RetryPolicy, define_job
+from ship_sqla.jobs import RetryPolicy
+from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
     from pathlib import Path

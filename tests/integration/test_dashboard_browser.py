@@ -36,8 +36,10 @@ from ship_sqla import (
     create_audit_log,
     create_dashboard,
     create_job_backend,
+    define_job,
 )
-from ship_sqla.kernel import Schedule, completed, define_job
+from ship_sqla.jobs import Schedule
+from ship_sqla.kernel import completed
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM = "/usr/bin/chromium"

@@ -22,7 +22,8 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from ship_sqla import create_dashboard
-from ship_sqla.kernel import InMemoryAuditLog, InMemoryJobBackend
+from ship_sqla.kernel import InMemoryJobBackend
+from ship_sqla.operators import InMemoryAuditLog
 
 
 def every_page(run_id: str) -> tuple[str, ...]:
@@ -230,7 +231,7 @@ async def test_s2_runs_page_of_each_state_says_its_order_and_pages_in_it(
     says the range is for finished states, not a 500."""
     from job_helpers import claim_request  # noqa: PLC0415 - tests/support, like the others
 
-    from ship_sqla.kernel import EnqueueRequest  # noqa: PLC0415
+    from ship_sqla.jobs import EnqueueRequest  # noqa: PLC0415
 
     await dead_runs(backend, MAIL, 3)
     low = await backend.enqueue_many(REPORT, [EnqueueRequest({"n": n}) for n in range(55)])

@@ -22,9 +22,6 @@ from sqlalchemy import Column, Integer, MetaData, Table, func, insert, select, t
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla import (
-    Concurrency,
-    DatabaseUnavailableError,
-    ShipError,
     TransactionScope,
     advisory_lock_provider,
     create_idempotency_store,
@@ -38,9 +35,11 @@ from ship_sqla import (
     ship_job_state_table,
     ship_outbox_table,
     ship_webhook_events_table,
-    webhook_headers,
 )
 from ship_sqla.asgi import WebhookEndpoint, WebhookReceiver
+from ship_sqla.errors import DatabaseUnavailableError, ShipError
+from ship_sqla.jobs import Concurrency
+from ship_sqla.webhooks import webhook_headers
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable

@@ -24,13 +24,9 @@ from examples.orders_app import (
     place_order,
     webhook_events_table,
 )
-from ship_sqla import (
-    IdempotencyStarted,
-    StoredResponse,
-    webhook_headers,
-    webhook_idempotency_prefix,
-)
-from ship_sqla.kernel import FrozenClock
+from ship_sqla.idempotency import IdempotencyStarted, StoredResponse
+from ship_sqla.testing import FrozenClock
+from ship_sqla.webhooks import webhook_headers, webhook_idempotency_prefix
 
 pytestmark = pytest.mark.anyio
 

@@ -53,14 +53,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from ship_sqla import (
-    OutboxIntent,
     create_job_backend,
     create_outbox,
+    define_job,
     ship_job_runs_table,
     ship_job_state_table,
     ship_outbox_table,
 )
-from ship_sqla.kernel import Concurrency, EnqueueRequest, RetryPolicy, define_job
+from ship_sqla.jobs import Concurrency, EnqueueRequest, RetryPolicy
+from ship_sqla.outbox import OutboxIntent
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterator

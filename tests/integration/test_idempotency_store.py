@@ -22,12 +22,8 @@ from ship_sqla._idempotency import (
     create_idempotency_store,
     ship_idempotency_table,
 )
-from ship_sqla.kernel import (
-    BoundExceededError,
-    ConfigurationError,
-    FrozenClock,
-    TenantViolationError,
-)
+from ship_sqla.errors import BoundExceededError, ConfigurationError, TenantViolationError
+from ship_sqla.testing import FrozenClock
 
 # Module-level marker: anyio then requests its backend fixture at collection, which keeps
 # pytest.mark.parametrize on async tests (marking later, in the conftest, drops the parameters).

@@ -14,11 +14,7 @@ from sqlalchemy import MetaData, TextClause, event, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla import (
-    AdvisoryLockProvider,
-    TransactionScope,
-    create_unit_of_work,
-)
+from ship_sqla import TransactionScope, create_job_operations, create_unit_of_work
 from ship_sqla._direct import DirectConnection
 from ship_sqla._jobs import (
     JobBackendTimeoutError,
@@ -29,16 +25,9 @@ from ship_sqla._jobs import (
 )
 from ship_sqla._jobs._sql.claim import CLAIM_COLUMNS
 from ship_sqla._jobs._sql.settle import HEARTBEAT_COLUMNS, SETTLE_COLUMNS
-from ship_sqla.kernel import (
-    DatabaseUnavailableError,
-    Fairness,
-    FrozenClock,
-    completed,
-    create_job_operations,
-    failed,
-    released,
-)
-from ship_sqla.kernel._errors import InvalidPayloadError
+from ship_sqla.errors import DatabaseUnavailableError, InvalidPayloadError
+from ship_sqla.jobs import Fairness
+from ship_sqla.kernel import completed, failed, released
 
 # Private on purpose: the backend stores the run ids of the kernel's one UUIDv7 generator (no
 # public name); a test here pins their shape, which keeps the runs table's pkey append-mostly.
@@ -57,6 +46,8 @@ from ship_sqla.kernel._ports import (
     EnqueueRequest,
     JobBackend,
 )
+from ship_sqla.locks import AdvisoryLockProvider
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata, fair_claims=True)  # the column-order test claims fair jobs

@@ -14,16 +14,17 @@ from spy_backend import SpyBackend
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ship_sqla import TransactionScope, create_unit_of_work
-from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla._schema_check import check_schema
-from ship_sqla.kernel import (
-    Concurrency,
-    FrozenClock,
+from ship_sqla import (
+    TransactionScope,
     create_job_operations,
+    create_unit_of_work,
     define_job,
     start_job_runtime,
 )
+from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla._schema_check import check_schema
+from ship_sqla.jobs import Concurrency
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)

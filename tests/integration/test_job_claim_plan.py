@@ -15,11 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._sql import ASYNCPG_CACHEABLE, compact
-from ship_sqla.kernel import ConfigurationError, Fairness, FrozenClock, RateLimit, completed
-from ship_sqla.kernel._ports import (
-    MAX_CLAIM_BATCH,
-    ClaimRequest,
-)
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.jobs import Fairness, RateLimit
+from ship_sqla.kernel import completed
+from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata, fair_claims=True)

@@ -21,8 +21,8 @@ import pytest
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ship_sqla import create_job_operations, define_job
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import create_job_operations, define_job
 from ship_sqla.kernel._ports import EnqueueRequest
 
 metadata = MetaData()
@@ -42,7 +42,8 @@ WORKER = textwrap.dedent(
     from sqlalchemy import MetaData, text
     from sqlalchemy.ext.asyncio import create_async_engine
     from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-    from ship_sqla.kernel import Concurrency, define_job, start_job_runtime
+    from ship_sqla import define_job, start_job_runtime
+    from ship_sqla.jobs import Concurrency
 
     RECORD = text(
         "INSERT INTO ctl_effects (run_id, worker, phase, detail)"

@@ -40,7 +40,7 @@ WORKER = textwrap.dedent(
     from sqlalchemy import MetaData, text
     from sqlalchemy.ext.asyncio import create_async_engine
     from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-    from ship_sqla.kernel import start_job_runtime
+    from ship_sqla import start_job_runtime
     from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
 
     RECORD = text(

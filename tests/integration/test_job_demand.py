@@ -13,12 +13,12 @@ import pytest
 from cli_runner import ship_sqla
 from job_helpers import claim_request, default_job_backend
 
-from ship_sqla import create_job_operations
+from ship_sqla import create_job_operations, define_job
 from ship_sqla._jobs import (
     PostgresJobBackend,
 )
 from ship_sqla.asgi import DemandEndpoint
-from ship_sqla.kernel import EnqueueRequest, define_job
+from ship_sqla.jobs import EnqueueRequest
 
 if TYPE_CHECKING:
     from pathlib import Path

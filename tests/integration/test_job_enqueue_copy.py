@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError, ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from statement_watch import watched
 
-from ship_sqla import TransactionScope, create_unit_of_work, tenant_policy_ddl
+from ship_sqla import TransactionScope, create_unit_of_work, define_job
 from ship_sqla import _direct as direct_module
 from ship_sqla._direct import OWN_LISTENER, CopyIn, copy_text
 from ship_sqla._jobs import (
@@ -32,8 +32,10 @@ from ship_sqla._jobs import (
 from ship_sqla._jobs import _insert as insert_module
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
 from ship_sqla._uow import _StatementWatch
-from ship_sqla.kernel import EnqueueRequest, FrozenClock, define_job
+from ship_sqla.jobs import EnqueueRequest
 from ship_sqla.kernel._plans.prepare import PreparedRun
+from ship_sqla.schema import tenant_policy_ddl
+from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
     pass

@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 from statement_watch import watched
 
-from ship_sqla import TransactionScope, create_unit_of_work
+from ship_sqla import TransactionScope, create_unit_of_work, define_job
 from ship_sqla._direct import DirectConnection
 from ship_sqla._jobs import (
     JobBackendTimeoutError,
@@ -31,7 +31,9 @@ from ship_sqla._jobs import (
     ship_job_state_table,
 )
 from ship_sqla._scope import ALONE_CUT_OFF
-from ship_sqla.kernel import DatabaseUnavailableError, EnqueueRequest, FrozenClock, define_job
+from ship_sqla.errors import DatabaseUnavailableError
+from ship_sqla.jobs import EnqueueRequest
+from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

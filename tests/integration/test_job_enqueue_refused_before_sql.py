@@ -10,9 +10,11 @@ import pytest
 from sqlalchemy import MetaData, event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ship_sqla import TransactionScope, create_unit_of_work
+from ship_sqla import TransactionScope, create_unit_of_work, define_job
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import EnqueueRequest, FrozenClock, ShipError, define_job
+from ship_sqla.errors import ShipError
+from ship_sqla.jobs import EnqueueRequest
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)

@@ -14,9 +14,11 @@ from job_helpers import claim_request
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ship_sqla import define_job, start_job_runtime
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._backend import PostgresJobBackend
-from ship_sqla.kernel import ConfigurationError, Fairness, define_job, start_job_runtime
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.jobs import Fairness
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)  # the default: no fair claims, no tenant index

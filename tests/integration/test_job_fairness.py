@@ -11,8 +11,9 @@ import pytest
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ship_sqla import define_job, start_job_runtime
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import EnqueueRequest, Fairness, define_job, start_job_runtime
+from ship_sqla.jobs import EnqueueRequest, Fairness
 from ship_sqla.kernel._tenancy import tenant_ambient
 
 metadata = MetaData()

@@ -32,6 +32,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from ship_sqla import start_job_runtime
 from ship_sqla._jobs import (
     JobBackendTimeoutError,
     PostgresJobBackend,
@@ -42,7 +43,7 @@ from ship_sqla._jobs import (
 # Private on purpose: the shared SQLSTATE reader has no public name; the fault tests classify
 # the driver errors an injected fault raised with the same reader the stores use.
 from ship_sqla._sql_errors import sqlstate_of
-from ship_sqla.kernel import Settlement, start_job_runtime
+from ship_sqla.kernel import Settlement
 from ship_sqla.kernel._jobs import Concurrency, JobDefinition, RetryPolicy, define_job
 from ship_sqla.kernel._ports import (
     ClaimBatch,

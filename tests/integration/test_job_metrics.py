@@ -13,18 +13,18 @@ from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla import (
-    PostgresJobBackend,
     create_job_backend,
+    define_job,
     ship_job_runs_table,
     ship_job_state_table,
+    start_job_runtime,
 )
-from ship_sqla.kernel import (
+from ship_sqla.jobs import (
     JOB_METRIC_NAMES,
     EnqueueRequest,
+    PostgresJobBackend,
     QueueDepth,
     RetryPolicy,
-    define_job,
-    start_job_runtime,
 )
 
 metadata = MetaData()

@@ -15,14 +15,15 @@ import pytest
 from sqlalchemy import MetaData, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from ship_sqla import TransactionScope, create_unit_of_work
+from ship_sqla import TransactionScope, create_unit_of_work, define_job
 from ship_sqla._jobs import (
     PostgresJobBackend,
     create_job_backend,
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla.kernel import EnqueueRequest, EnqueueResult, FrozenClock, Schedule, define_job
+from ship_sqla.jobs import EnqueueRequest, EnqueueResult, Schedule
+from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable

@@ -22,8 +22,9 @@ import pytest
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ship_sqla import define_job
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import Concurrency, RateLimit, define_job
+from ship_sqla.jobs import Concurrency, RateLimit
 from ship_sqla.kernel._ports import EnqueueRequest
 
 metadata = MetaData()
@@ -42,7 +43,8 @@ WORKER = textwrap.dedent(
     from sqlalchemy import MetaData
     from sqlalchemy.ext.asyncio import create_async_engine
     from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-    from ship_sqla.kernel import Concurrency, RateLimit, define_job, start_job_runtime
+    from ship_sqla import define_job, start_job_runtime
+    from ship_sqla.jobs import Concurrency, RateLimit
 
     async def work(ctx, payload):
         await asyncio.sleep(0.005)

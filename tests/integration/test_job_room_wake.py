@@ -15,8 +15,10 @@ from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 from wake_helpers import parked
 
+from ship_sqla import define_job, start_job_runtime
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import Concurrency, EnqueueRequest, FrozenClock, define_job, start_job_runtime
+from ship_sqla.jobs import Concurrency, EnqueueRequest
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)

@@ -23,8 +23,9 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
-from ship_sqla.kernel import ConfigurationError, FrozenClock
+from ship_sqla.errors import ConfigurationError
 from ship_sqla.kernel._jobs import Schedule, define_job
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)
@@ -226,7 +227,9 @@ from datetime import datetime, timedelta
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import create_async_engine
 from ship_sqla import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import FrozenClock, Schedule, define_job
+from ship_sqla import define_job
+from ship_sqla.jobs import Schedule
+from ship_sqla.testing import FrozenClock
 
 async def noop(ctx, payload):
     return None

@@ -10,9 +10,8 @@ from job_helpers import record_of
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ship_sqla import create_unit_of_work, current_scope
+from ship_sqla import create_unit_of_work, current_scope, define_job, start_job_runtime
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import define_job, start_job_runtime
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)

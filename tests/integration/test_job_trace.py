@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ship_sqla import define_job
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import define_job
 
 WORKER = Path(__file__).parents[1] / "support" / "trace_worker.py"
 TRACED = 40

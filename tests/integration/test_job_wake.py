@@ -29,7 +29,13 @@ from wake_helpers import (
     until_no_listener,
 )
 
-from ship_sqla import TransactionScope, create_unit_of_work
+from ship_sqla import (
+    JobContext,
+    TransactionScope,
+    create_unit_of_work,
+    define_job,
+    start_job_runtime,
+)
 from ship_sqla._jobs import (
     PostgresJobBackend,
     create_job_backend,
@@ -37,15 +43,9 @@ from ship_sqla._jobs import (
     ship_job_state_table,
 )
 from ship_sqla._notify import ListenerLostError, ListenerNotLiveError
-from ship_sqla.kernel import (
-    ConfigurationError,
-    EnqueueRequest,
-    FrozenClock,
-    JobContext,
-    JobDefinition,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.jobs import EnqueueRequest, JobDefinition
+from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -120,7 +120,7 @@ ENQUEUER = textwrap.dedent(
     from sqlalchemy import MetaData
     from sqlalchemy.ext.asyncio import create_async_engine
     from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-    from ship_sqla.kernel import define_job
+    from ship_sqla import define_job
 
     async def nothing(ctx, payload):
         return None

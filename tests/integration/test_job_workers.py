@@ -24,7 +24,7 @@ from spy_backend import SpyBackend
 from sqlalchemy import MetaData, text
 from test_job_explain import check_plan, explain, nodes
 
-from ship_sqla import check_schema, schema_sql
+from ship_sqla import define_job, start_job_runtime
 from ship_sqla._jobs import (
     create_job_backend,
     ship_job_runs_table,
@@ -32,15 +32,11 @@ from ship_sqla._jobs import (
     ship_job_workers_table,
 )
 from ship_sqla._jobs._sql import workers as worker_sql
-from ship_sqla.kernel import (
-    FrozenClock,
-    JobMetrics,
-    WorkerEntry,
-    WorkerRecord,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla.jobs import JobMetrics, WorkerRecord
+from ship_sqla.kernel import WorkerEntry
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
+from ship_sqla.schema import check_schema, schema_sql
+from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -59,7 +55,7 @@ WORKER = textwrap.dedent(
     import asyncio, signal, sys
     from sqlalchemy.ext.asyncio import create_async_engine
     from ship_sqla._jobs import create_job_backend
-    from ship_sqla.kernel import define_job, start_job_runtime
+    from ship_sqla import define_job, start_job_runtime
 
     async def noop(ctx, payload):
         return None

@@ -28,13 +28,6 @@ from sqlalchemy import MetaData, TextClause, func, select, text
 from wake_helpers import parked
 
 from ship_sqla import (
-    AuditEntry,
-    ConfigurationError,
-    EnqueueRequest,
-    FrozenClock,
-    IdempotencyReplay,
-    IdempotencyStarted,
-    StoredResponse,
     advisory_lock_provider,
     create_audit_log,
     create_idempotency_store,
@@ -54,7 +47,6 @@ from ship_sqla import (
     ship_webhook_events_table,
     start_job_runtime,
     start_outbox_relay,
-    tenant_policy_ddl,
 )
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
@@ -62,6 +54,12 @@ from ship_sqla._jobs._sql.workers import WorkerStatements
 from ship_sqla._jobs._workflows import WorkflowStatements
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._schema_apply import ShipTableNames, apply_ship_schema, ship_tables_metadata
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.idempotency import IdempotencyReplay, IdempotencyStarted, StoredResponse
+from ship_sqla.jobs import EnqueueRequest
+from ship_sqla.operators import AuditEntry
+from ship_sqla.schema import tenant_policy_ddl
+from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -69,7 +67,8 @@ if TYPE_CHECKING:
     from sqlalchemy import Table
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from ship_sqla import JobContext, OutboxMessage
+    from ship_sqla import JobContext
+    from ship_sqla.outbox import OutboxMessage
 
 ODD_NAMES = [
     "jobs--v2",

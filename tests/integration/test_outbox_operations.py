@@ -17,12 +17,8 @@ from ship_sqla._outbox import (
     create_outbox_operations,
     ship_outbox_table,
 )
-from ship_sqla.kernel import (
-    ConfigurationError,
-    FrozenClock,
-    InvalidCursorError,
-    PermissionDeniedError,
-)
+from ship_sqla.errors import ConfigurationError, InvalidCursorError, PermissionDeniedError
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)

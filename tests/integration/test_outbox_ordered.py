@@ -19,7 +19,8 @@ from ship_sqla._outbox import (
     ship_outbox_table,
     start_outbox_relay,
 )
-from ship_sqla.kernel import FrozenClock, SystemClock
+from ship_sqla.kernel import SystemClock
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)

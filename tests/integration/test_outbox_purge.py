@@ -13,7 +13,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._outbox import Outbox, create_outbox, create_outbox_operations, ship_outbox_table
-from ship_sqla.kernel import ConfigurationError, FrozenClock
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)

@@ -15,6 +15,7 @@ from sqlalchemy import MetaData, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from ship_sqla import define_job
 from ship_sqla._outbox import (
     Backoff,
     Outbox,
@@ -30,17 +31,13 @@ from ship_sqla._outbox import (
     ship_outbox_table,
     start_outbox_relay,
 )
-from ship_sqla.kernel import (
-    ConfigurationError,
-    FrozenClock,
-    InMemoryJobBackend,
-    SystemClock,
-    define_job,
-)
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.kernel import InMemoryJobBackend, SystemClock
 
 # Private on purpose: the relay's loop backoff is the kernel's one error backoff (shared with the
 # job runtime, no public name); the tests move the clock by its bound.
 from ship_sqla.kernel._plans.backoff import ERROR_BACKOFF
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)

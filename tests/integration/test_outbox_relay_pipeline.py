@@ -24,7 +24,7 @@ from ship_sqla._outbox import (
     ship_outbox_table,
     start_outbox_relay,
 )
-from ship_sqla.kernel import FrozenClock
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)

@@ -28,14 +28,14 @@ from ship_sqla._outbox import (
     ship_outbox_table,
 )
 from ship_sqla._outbox._store import DEFAULT_MAX_PAYLOAD_BYTES, MAX_OUTBOX_ID_LENGTH
-from ship_sqla.kernel import (
+from ship_sqla.errors import (
     BoundExceededError,
     ConfigurationError,
-    FrozenClock,
     InvalidCursorError,
     InvalidKeyError,
     TenantViolationError,
 )
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)

@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ship_sqla import define_job
 from ship_sqla._outbox import (
     OutboxIntent,
     OutboxMessage,
@@ -20,8 +21,9 @@ from ship_sqla._outbox import (
     job_sink,
     ship_outbox_table,
 )
-from ship_sqla.kernel import FrozenClock, InMemoryJobBackend, define_job
+from ship_sqla.kernel import InMemoryJobBackend
 from ship_sqla.kernel._ports import ClaimRequest
+from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)

@@ -36,7 +36,7 @@ from ship_sqla._outbox import (
     ship_outbox_table,
     start_outbox_relay,
 )
-from ship_sqla.kernel import FrozenClock
+from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

@@ -34,21 +34,9 @@ from sqlalchemy.pool import NullPool
 from wake_helpers import Errors, Recorded, parked, plain_dsn
 
 from ship_sqla import (
-    Concurrency,
-    IdempotencyInProgress,
-    IdempotencyReplay,
-    IdempotencyStarted,
     JobContext,
-    LockHeldError,
-    OutboxMessage,
-    PostgresJobBackend,
-    RetryPolicy,
-    Schedule,
-    StaleFenceError,
-    StoredResponse,
     TableRepository,
     TransactionScope,
-    VersionConflictError,
     advisory_lock_provider,
     create_idempotency_store,
     create_job_backend,
@@ -68,8 +56,16 @@ from ship_sqla._direct import DirectConnection
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
 from ship_sqla._notify import ListenerNotLiveError
 from ship_sqla._outbox import Backoff
-from ship_sqla.kernel import EnqueueRequest, FrozenClock
-from ship_sqla.testing import ResolvedServer
+from ship_sqla.errors import LockHeldError, StaleFenceError, VersionConflictError
+from ship_sqla.idempotency import (
+    IdempotencyInProgress,
+    IdempotencyReplay,
+    IdempotencyStarted,
+    StoredResponse,
+)
+from ship_sqla.jobs import Concurrency, EnqueueRequest, PostgresJobBackend, RetryPolicy, Schedule
+from ship_sqla.outbox import OutboxMessage
+from ship_sqla.testing import FrozenClock, ResolvedServer
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable

@@ -43,15 +43,15 @@ from ship_sqla import (
     BoundRepository,
     Page,
     Projection,
-    RepositoryUsageError,
     TableRepository,
     TransactionScope,
     create_unit_of_work,
 )
 from ship_sqla._repository_guard import UnsafeExpressionError
-from ship_sqla.kernel import (
+from ship_sqla.errors import (
     BoundExceededError,
     InvalidCursorError,
+    RepositoryUsageError,
     ScopeClosedError,
     TenantRequiredError,
     TenantViolationError,

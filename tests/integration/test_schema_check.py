@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._schema_check import SchemaCheckError, SchemaReport, check_schema
 from ship_sqla._schema_sql import schema_sql
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.errors import ConfigurationError
 
 
 def build_metadata() -> MetaData:

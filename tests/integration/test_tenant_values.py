@@ -12,9 +12,6 @@ from sqlalchemy import MetaData, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from ship_sqla import (
-    IdempotencyKeyError,
-    IdempotencyStarted,
-    TenantViolationError,
     TransactionScope,
     create_idempotency_store,
     create_outbox,
@@ -29,6 +26,8 @@ from ship_sqla import (
 # store applies that same rule (and its byte bound) rather than a copy of its own.
 from ship_sqla._scope import MAX_TENANT_BYTES, check_tenant
 from ship_sqla.asgi import WebhookEndpoint
+from ship_sqla.errors import IdempotencyKeyError, TenantViolationError
+from ship_sqla.idempotency import IdempotencyStarted
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

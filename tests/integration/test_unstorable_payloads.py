@@ -25,15 +25,6 @@ from starlette.routing import Route
 from workflow_helpers import execute_once
 
 from ship_sqla import (
-    ConfigurationError,
-    EnqueueRequest,
-    FrozenClock,
-    IdempotencyKeyError,
-    InvalidKeyError,
-    InvalidPayloadError,
-    OutboxIntent,
-    OutboxPayloadError,
-    RetryPolicy,
     create_idempotency_store,
     create_job_backend,
     create_outbox,
@@ -48,9 +39,19 @@ from ship_sqla import (
     ship_outbox_table,
     ship_webhook_events_table,
     start_job_runtime,
-    webhook_headers,
 )
 from ship_sqla.asgi import WebhookEndpoint, WebhookReceiver
+from ship_sqla.errors import (
+    ConfigurationError,
+    IdempotencyKeyError,
+    InvalidKeyError,
+    InvalidPayloadError,
+    OutboxPayloadError,
+)
+from ship_sqla.jobs import EnqueueRequest, RetryPolicy
+from ship_sqla.outbox import OutboxIntent
+from ship_sqla.testing import FrozenClock
+from ship_sqla.webhooks import webhook_headers
 
 if TYPE_CHECKING:
     from sqlalchemy import Table

@@ -14,7 +14,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped
 
 from ship_sqla import TransactionScope, create_unit_of_work, current_scope
 from ship_sqla._scope import joined
-from ship_sqla.kernel import (
+from ship_sqla.errors import (
     ConfigurationError,
     RollbackOnlyError,
     ScopeClosedError,

@@ -11,8 +11,6 @@ from sqlalchemy import MetaData, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla import (
-    IdempotencyStarted,
-    StoredResponse,
     TransactionScope,
     create_idempotency_store,
     create_outbox,
@@ -27,12 +25,9 @@ from ship_sqla._webhooks import (
     ship_webhook_events_table,
     webhook_idempotency_prefix,
 )
-from ship_sqla.kernel import (
-    BoundExceededError,
-    ConfigurationError,
-    FrozenClock,
-    TenantViolationError,
-)
+from ship_sqla.errors import BoundExceededError, ConfigurationError, TenantViolationError
+from ship_sqla.idempotency import IdempotencyStarted, StoredResponse
+from ship_sqla.testing import FrozenClock
 
 pytestmark = pytest.mark.anyio
 

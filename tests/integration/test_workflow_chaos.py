@@ -37,13 +37,14 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla import (
     create_job_backend,
+    define_job,
     ship_job_events_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
     ship_job_workers_table,
 )
-from ship_sqla.kernel import Concurrency, RetryPolicy, define_job
+from ship_sqla.jobs import Concurrency, RetryPolicy
 from ship_sqla.kernel._ports import EnqueueRequest
 
 metadata = MetaData()
@@ -74,7 +75,8 @@ WORKER = textwrap.dedent(
         create_job_backend, create_unit_of_work, ship_job_events_table, ship_job_runs_table,
         ship_job_state_table, ship_job_steps_table,
     )
-    from ship_sqla.kernel import Concurrency, RetryPolicy, define_job, start_job_runtime
+    from ship_sqla import define_job, start_job_runtime
+    from ship_sqla.jobs import Concurrency, RetryPolicy
 
     PLAIN = text("INSERT INTO chaos_plain (run_id, step, worker) VALUES (:run_id, :step, :w)")
     TX = text("INSERT INTO chaos_tx (run_id, step, worker) VALUES (:run_id, :step, :w)")

@@ -13,8 +13,8 @@ from sqlalchemy import MetaData, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from workflow_helpers import workflow_backend
 
-from ship_sqla import ship_job_runs_table
-from ship_sqla.kernel import Concurrency, define_job, start_job_runtime
+from ship_sqla import define_job, ship_job_runs_table, start_job_runtime
+from ship_sqla.jobs import Concurrency
 
 CHILDREN = int(os.environ.get("SHIP_SQLA_FANIN_CHILDREN", "10000"))
 runs = ship_job_runs_table(MetaData())

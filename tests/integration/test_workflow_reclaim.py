@@ -14,9 +14,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from workflow_helpers import workflow_backend
 
 from ship_sqla import (
+    define_job,
     ship_job_runs_table,
+    start_job_runtime,
 )
-from ship_sqla.kernel import Concurrency, define_job, start_job_runtime
+from ship_sqla.jobs import Concurrency
 from ship_sqla.kernel._ports import EnqueueRequest
 
 runs = ship_job_runs_table(MetaData())

@@ -16,21 +16,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from workflow_helpers import execute_once, workflow_backend
 
 from ship_sqla import (
-    FrozenClock,
+    JobContext,
     create_unit_of_work,
+    define_job,
     ship_job_events_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
-)
-from ship_sqla.kernel import (
-    Concurrency,
-    JobContext,
-    JobLeaseStaleError,
-    RetryPolicy,
-    define_job,
     start_job_runtime,
 )
+from ship_sqla.errors import JobLeaseStaleError
+from ship_sqla.jobs import Concurrency, RetryPolicy
+from ship_sqla.testing import FrozenClock
 
 LEASE = 30.0
 metadata = MetaData()

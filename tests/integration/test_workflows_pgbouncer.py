@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Column, Integer, MetaData, Table, func, insert, select, text
 from workflow_helpers import execute_once, workflow_backend
 
-from ship_sqla import FrozenClock, create_unit_of_work
-from ship_sqla.kernel import Concurrency, RetryPolicy, define_job
+from ship_sqla import create_unit_of_work, define_job
+from ship_sqla.jobs import Concurrency, RetryPolicy
+from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
     from pgbouncer import PgBouncer

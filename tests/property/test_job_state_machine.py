@@ -43,17 +43,8 @@ from ship_sqla._jobs._admin import run_record
 from ship_sqla._jobs._backend import PostgresJobBackend
 from ship_sqla._jobs._sql import render
 from ship_sqla._jobs._sql.admin import GET_RUN
-from ship_sqla.kernel import (
-    FrozenClock,
-    JobTimeoutError,
-    RetryAfter,
-    Settlement,
-    Snooze,
-    TerminalError,
-    completed,
-    failed,
-    released,
-)
+from ship_sqla.errors import JobTimeoutError, RetryAfter, Snooze, TerminalError
+from ship_sqla.kernel import Settlement, completed, failed, released
 from ship_sqla.kernel._jobs import Concurrency, IdempotencyPolicy, RetryPolicy, define_job
 from ship_sqla.kernel._memory.jobs import InMemoryJobBackend
 from ship_sqla.kernel._operations import JobOperations, create_job_operations
@@ -65,7 +56,7 @@ from ship_sqla.kernel._ports import (
     RunRecord,
 )
 from ship_sqla.kernel._runtime.executor import raised_settlement
-from ship_sqla.testing import ResolvedServer
+from ship_sqla.testing import FrozenClock, ResolvedServer
 
 # Private on purpose: databases made here carry the pytest plugin's own prefix
 # (ship_sqla_test_), so any left behind are recognisable as test databases.

@@ -56,8 +56,7 @@ from ship_sqla._outbox import (
 # Private on purpose: asyncpg_dsn turns the plugin's server URL into asyncpg's connect()
 # arguments, as the plugin's own database factory does; no public name (test infrastructure).
 from ship_sqla._server import asyncpg_dsn
-from ship_sqla.kernel import FrozenClock
-from ship_sqla.testing import ResolvedServer
+from ship_sqla.testing import FrozenClock, ResolvedServer
 
 metadata = MetaData()
 table = ship_outbox_table(metadata)

@@ -12,15 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from job_helpers import claim_request
 
-from ship_sqla.kernel import (
-    Concurrency,
-    EnqueueRequest,
-    FrozenClock,
-    InMemoryJobBackend,
-    RateLimit,
-    completed,
-    define_job,
-)
+from ship_sqla import define_job
+from ship_sqla.jobs import Concurrency, EnqueueRequest, RateLimit
+from ship_sqla.kernel import InMemoryJobBackend, completed
+from ship_sqla.testing import FrozenClock
 
 START = datetime(2030, 1, 1, tzinfo=UTC)
 

@@ -65,14 +65,8 @@ from sqlalchemy.sql.elements import quoted_name
 from sqlalchemy.types import TypeDecorator, TypeEngine, UserDefinedType
 from tests.property.strategies import PortalDatabase, portal_database
 
-from ship_sqla import (
-    BoundRepository,
-    Projection,
-    RepositoryUsageError,
-    TableRepository,
-    create_unit_of_work,
-)
-from ship_sqla.kernel import ShipError, TenantViolationError
+from ship_sqla import BoundRepository, Projection, TableRepository, create_unit_of_work
+from ship_sqla.errors import RepositoryUsageError, ShipError, TenantViolationError
 from ship_sqla.testing import ResolvedServer
 
 LARGE = os.environ.get("SHIP_SQLA_HYPOTHESIS_PROFILE") == "large"

@@ -30,7 +30,7 @@ from tests.property.strategies import TENANTS, PortalDatabase, portal_database, 
 
 from ship_sqla import BoundRepository, TableRepository, create_unit_of_work
 from ship_sqla._repository_guard import UnsafeExpressionError
-from ship_sqla.kernel import TenantViolationError, VersionConflictError
+from ship_sqla.errors import TenantViolationError, VersionConflictError
 from ship_sqla.testing import ResolvedServer
 
 T = TypeVar("T")

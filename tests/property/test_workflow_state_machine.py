@@ -54,8 +54,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from workflow_helpers import Execution, execute_once
 
 from ship_sqla import (
+    JobContext,
     create_job_backend,
     create_unit_of_work,
+    define_job,
     ship_job_events_table,
     ship_job_runs_table,
     ship_job_state_table,
@@ -64,19 +66,13 @@ from ship_sqla import (
 from ship_sqla._jobs._admin import run_record
 from ship_sqla._jobs._sql import render
 from ship_sqla._jobs._sql.admin import GET_RUN
-from ship_sqla.kernel import (
-    Concurrency,
-    FrozenClock,
-    JobContext,
-    JobLeaseStaleError,
-    RetryPolicy,
-    define_job,
-)
+from ship_sqla.errors import JobLeaseStaleError
+from ship_sqla.jobs import Concurrency, RetryPolicy
 from ship_sqla.kernel._memory.jobs import InMemoryJobBackend
 from ship_sqla.kernel._operations import JobOperations, create_job_operations
 from ship_sqla.kernel._ports import TERMINAL_STATES, ClaimedRun, RunRecord
 from ship_sqla.kernel._workflows import StepRecord
-from ship_sqla.testing import ResolvedServer
+from ship_sqla.testing import FrozenClock, ResolvedServer
 
 # Private on purpose: databases made here carry the pytest plugin's own prefix.
 

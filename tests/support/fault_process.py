@@ -32,12 +32,14 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from ship_sqla import (
     create_job_backend,
     create_outbox,
+    define_job,
     ship_job_runs_table,
     ship_job_state_table,
     ship_outbox_table,
+    start_job_runtime,
     start_outbox_relay,
 )
-from ship_sqla.kernel import Concurrency, RetryPolicy, define_job, start_job_runtime
+from ship_sqla.jobs import Concurrency, RetryPolicy
 
 OUTBOX_ID = "faults"
 JOB_ID = "faults.work"

@@ -20,12 +20,12 @@ from sqlalchemy import Column, Integer, MetaData, Table, Text, insert
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ship_sqla import (
-    StaleFenceError,
     TransactionScope,
     advisory_lock_provider,
     create_unit_of_work,
     ship_lock_fences_table,
 )
+from ship_sqla.errors import StaleFenceError
 
 metadata = MetaData()
 fences = ship_lock_fences_table(metadata)

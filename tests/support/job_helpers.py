@@ -18,7 +18,8 @@ from ship_sqla.kernel._ports import ClaimRequest
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
-    from ship_sqla.kernel import FrozenClock, JobDefinition, RunRecord
+    from ship_sqla.jobs import JobDefinition, RunRecord
+    from ship_sqla.testing import FrozenClock
 
 
 def claim_request(

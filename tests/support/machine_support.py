@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from hypothesis import settings
     from sqlalchemy import MetaData
 
-    from ship_sqla.kernel import ClaimedRun, RunRecord
+    from ship_sqla.jobs import RunRecord
+    from ship_sqla.kernel import ClaimedRun
     from ship_sqla.testing import ResolvedServer
 
 __all__ = ["Claim", "module_database", "normalized", "replay_machine", "run_machine"]

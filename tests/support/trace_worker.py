@@ -25,8 +25,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from ship_sqla import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla.kernel import Concurrency, RetryPolicy, define_job, start_job_runtime
+from ship_sqla import (
+    create_job_backend,
+    define_job,
+    ship_job_runs_table,
+    ship_job_state_table,
+    start_job_runtime,
+)
+from ship_sqla.jobs import Concurrency, RetryPolicy
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

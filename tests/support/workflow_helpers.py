@@ -10,10 +10,9 @@ from typing import Any
 import attrs
 from job_helpers import claim_request
 
-from ship_sqla.kernel import JobContext, completed, failed
-from ship_sqla.kernel._ports import (
-    ClaimedRun,
-)
+from ship_sqla import JobContext
+from ship_sqla.kernel import completed, failed
+from ship_sqla.kernel._ports import ClaimedRun
 from ship_sqla.kernel._workflows import WorkflowSuspended
 
 

@@ -23,7 +23,8 @@ from ship_sqla._notify import (
     check_listen,
     sender_token,
 )
-from ship_sqla.kernel import ConfigurationError, FrozenClock, InMemoryJobBackend, WakeSource
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.kernel import InMemoryJobBackend, WakeSource
 from ship_sqla.kernel._plans.announce import (
     ANNOUNCE_WINDOW,
     BUDGET_KNEE,
@@ -34,6 +35,7 @@ from ship_sqla.kernel._plans.announce import (
     AnnounceThrottle,
     due_now,
 )
+from ship_sqla.testing import FrozenClock
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 

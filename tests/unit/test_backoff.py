@@ -13,7 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ship_sqla.kernel import Backoff, ConfigurationError, RetryPolicy
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.jobs import Backoff, RetryPolicy
 
 # Private on purpose: the pure functions and the loops' constant under test live there.
 from ship_sqla.kernel._plans.backoff import (

@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import anyio
 import pytest
 
-from ship_sqla.kernel import Clock, FrozenClock, SystemClock
+from ship_sqla.kernel import Clock, SystemClock
+from ship_sqla.testing import FrozenClock
 
 
 def test_both_clocks_satisfy_the_protocol() -> None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.errors import ConfigurationError
 from ship_sqla.kernel._jobs import MAX_CONCURRENCY, Concurrency, define_job
 
 

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tests.property.strategies import cursor_values, same_cursor_value
 
-from ship_sqla.kernel import ConfigurationError, InvalidCursorError
+from ship_sqla.errors import ConfigurationError, InvalidCursorError
 from ship_sqla.kernel._browse import (
     ClaimPosition,
     CreatedPosition,

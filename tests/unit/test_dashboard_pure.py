@@ -10,13 +10,13 @@ import pytest
 from ship_sqla._dashboard._csrf import form_token, new_session_id, token_matches
 from ship_sqla._dashboard._filters import BadParameter, Filters, read_filters
 from ship_sqla._dashboard._svg import throughput_chart
-from ship_sqla.kernel import (
+from ship_sqla.errors import (
     ConfigurationError,
     InvalidCursorError,
     InvalidKeyError,
     TenantViolationError,
-    ThroughputBucket,
 )
+from ship_sqla.jobs import ThroughputBucket
 
 SECRET = b"s" * 32
 

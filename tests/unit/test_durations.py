@@ -15,16 +15,10 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from ship_sqla import (
-    Concurrency,
-    ConfigurationError,
-    FrozenClock,
-    InMemoryJobBackend,
-    RetryPolicy,
-    create_job_backend,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla import create_job_backend, define_job, start_job_runtime
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.jobs import Concurrency, RetryPolicy
+from ship_sqla.kernel import InMemoryJobBackend
 from ship_sqla.kernel._durations import (
     MAX_DRAIN_TIMEOUT,
     MAX_LEASE,
@@ -34,6 +28,7 @@ from ship_sqla.kernel._durations import (
     MAX_SAMPLE_INTERVAL,
     require_duration,
 )
+from ship_sqla.testing import FrozenClock
 
 BAD = [
     pytest.param(math.nan, "must be finite", id="nan"),

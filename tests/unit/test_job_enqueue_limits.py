@@ -11,15 +11,9 @@ from datetime import UTC, date, datetime
 import attrs
 import pytest
 
-from ship_sqla.kernel import (
-    Concurrency,
-    ConfigurationError,
-    EnqueueRequest,
-    IdempotencyPolicy,
-    InvalidPayloadError,
-    RetryPolicy,
-    define_job,
-)
+from ship_sqla import define_job
+from ship_sqla.errors import ConfigurationError, InvalidPayloadError
+from ship_sqla.jobs import Concurrency, EnqueueRequest, IdempotencyPolicy, RetryPolicy
 from ship_sqla.kernel._errors import PayloadTooLargeError
 from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json

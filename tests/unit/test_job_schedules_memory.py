@@ -9,14 +9,11 @@ import anyio
 import pytest
 from job_helpers import ErrorLog
 
-from ship_sqla.kernel import (
-    ConfigurationError,
-    FrozenClock,
-    InMemoryJobBackend,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla import define_job, start_job_runtime
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.kernel import InMemoryJobBackend
 from ship_sqla.kernel._jobs import Schedule
+from ship_sqla.testing import FrozenClock
 
 START = datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC)
 

@@ -13,20 +13,11 @@ import anyio
 import pytest
 from job_helpers import claim_request
 
-from ship_sqla.kernel import (
-    BoundExceededError,
-    ConfigurationError,
-    EnqueueRequest,
-    FrozenClock,
-    InMemoryJobBackend,
-    InvalidPayloadError,
-    Retention,
-    RetryPolicy,
-    completed,
-    create_job_operations,
-    define_job,
-    failed,
-)
+from ship_sqla import create_job_operations, define_job
+from ship_sqla.errors import BoundExceededError, ConfigurationError, InvalidPayloadError
+from ship_sqla.jobs import EnqueueRequest, Retention, RetryPolicy
+from ship_sqla.kernel import InMemoryJobBackend, completed, failed
+from ship_sqla.testing import FrozenClock
 
 
 async def _noop(ctx, payload):

@@ -4,7 +4,8 @@ tests/conformance/test_lock_conformance.py."""
 
 from __future__ import annotations
 
-from ship_sqla import FrozenClock, InMemoryLockProvider
+from ship_sqla.kernel import InMemoryLockProvider
+from ship_sqla.testing import FrozenClock
 
 
 async def test_holder_names_the_live_holder_only() -> None:

@@ -14,7 +14,7 @@ from ship_sqla._outbox._tables import (
     ORDERING_INDEX_PREDICATE,
     PENDING_INDEX_PREDICATE,
 )
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.errors import ConfigurationError
 
 COLUMNS = [
     "id",

@@ -23,7 +23,8 @@ from ship_sqla._outbox import (
 from ship_sqla._outbox._operations import dead_page_cursor, dead_page_position
 from ship_sqla._outbox._sql import CLAIM_RETURNING
 from ship_sqla._outbox._store import Wakeup
-from ship_sqla.kernel import FrozenClock, InvalidCursorError
+from ship_sqla.errors import InvalidCursorError
+from ship_sqla.testing import FrozenClock
 
 SECRET = b"s" * 32
 TABLE = ship_outbox_table(MetaData())

@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ship_sqla.kernel import (
+from ship_sqla import define_job
+from ship_sqla.errors import (
     ConfigurationError,
     JobSnoozeLimitError,
     JobTimeoutError,
     RetryAfter,
-    RetryPolicy,
     Snooze,
     TerminalError,
-    define_job,
 )
+from ship_sqla.jobs import RetryPolicy
 from ship_sqla.kernel._plans.retry import plan_raised
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)

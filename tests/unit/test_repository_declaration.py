@@ -47,17 +47,12 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, aliased
 from sqlalchemy.types import UserDefinedType
 
-from ship_sqla import (
-    BoundRepository,
-    Projection,
-    RepositoryUsageError,
-    TableRepository,
-    TransactionScope,
-)
+from ship_sqla import BoundRepository, Projection, TableRepository, TransactionScope
 from ship_sqla._repository_guard import ExpressionGuard, UnsafeExpressionError
-from ship_sqla.kernel import (
+from ship_sqla.errors import (
     BoundExceededError,
     ConfigurationError,
+    RepositoryUsageError,
     TenantRequiredError,
     TenantViolationError,
     UnknownProjectionError,

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ship_sqla.kernel import ConfigurationError, RetryPolicy
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.jobs import RetryPolicy
 from ship_sqla.kernel._plans.retry import backoff_delay, lock_held_delay, retry_at, retry_delay
 
 positive = st.floats(min_value=1e-6, max_value=1e7, allow_nan=False, allow_infinity=False)

@@ -10,15 +10,12 @@ import pytest
 from job_helpers import advance_until, advance_until_awaited
 from spy_backend import SpyBackend
 
-from ship_sqla.kernel import (
-    ConfigurationError,
-    FrozenClock,
-    InMemoryJobBackend,
-    RetryPolicy,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla import define_job, start_job_runtime
+from ship_sqla.errors import ConfigurationError
+from ship_sqla.jobs import RetryPolicy
+from ship_sqla.kernel import InMemoryJobBackend
 from ship_sqla.kernel._runtime.run_log import LOGGER_NAME, RECORD_FIELD, error_summary
+from ship_sqla.testing import FrozenClock
 
 SECRET = "hunter2-payload-secret"  # noqa: S105 - a payload value that must never be logged
 

@@ -25,26 +25,20 @@ from job_helpers import (
 )
 from spy_backend import SpyBackend
 
-from ship_sqla.kernel import (
-    Concurrency,
+from ship_sqla import JobContext, define_job, start_job_runtime
+from ship_sqla.errors import (
     ConfigurationError,
     DuplicateJobError,
-    EnqueueRequest,
-    FrozenClock,
-    InMemoryJobBackend,
-    InMemoryLockProvider,
     JobCancelledError,
-    JobContext,
     JobLeaseStaleError,
-    JobRegistry,
-    RetryPolicy,
     UnknownJobError,
-    define_job,
-    start_job_runtime,
 )
+from ship_sqla.jobs import Concurrency, EnqueueRequest, JobRegistry, RetryPolicy
+from ship_sqla.kernel import InMemoryJobBackend, InMemoryLockProvider
 from ship_sqla.kernel._plans.backoff import ERROR_BACKOFF
 from ship_sqla.kernel._ports import HeartbeatBatch, JobLeaseLapsedError
 from ship_sqla.kernel._runtime.state import InFlight
+from ship_sqla.testing import FrozenClock
 
 LEASE = 30.0
 
@@ -653,7 +647,7 @@ async def test_runtime_records_job_metrics(clock):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
 
     reader = InMemoryMetricReader()
     metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
@@ -730,7 +724,7 @@ async def test_worker_samples_the_queue_gauges(clock, errors):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
     from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL  # noqa: PLC0415
 
     reader = InMemoryMetricReader()
@@ -790,7 +784,7 @@ async def test_no_collection_no_queue_sampling(clock, backend):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
 
     spy = SpyBackend(backend)
     job = define_job("unmetered", _noop, payload=dict)
@@ -820,7 +814,7 @@ async def test_queue_sample_interval_sets_the_sampling_period(clock, backend):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.kernel import JobMetrics  # noqa: PLC0415
+    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
 
     spy = SpyBackend(backend)
     job = define_job("sampled", _noop, payload=dict)

@@ -12,15 +12,10 @@ import pytest
 from job_helpers import ErrorLog, record_of, settle_loop
 from spy_backend import SpyBackend
 
-from ship_sqla.kernel import (
-    Concurrency,
-    FrozenClock,
-    InMemoryJobBackend,
-    InMemoryLockProvider,
-    create_job_operations,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla import create_job_operations, define_job, start_job_runtime
+from ship_sqla.jobs import Concurrency
+from ship_sqla.kernel import InMemoryJobBackend, InMemoryLockProvider
+from ship_sqla.testing import FrozenClock
 
 
 def allow(permission: str, operation: str) -> bool:

@@ -15,18 +15,11 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from spy_backend import SpyBackend
 
-from ship_sqla.kernel import (
-    EnqueueRequest,
-    FrozenClock,
-    InMemoryJobBackend,
-    InMemoryWorkerRegistry,
-    JobMetrics,
-    WorkerEntry,
-    WorkerRecord,
-    define_job,
-    start_job_runtime,
-)
+from ship_sqla import define_job, start_job_runtime
+from ship_sqla.jobs import EnqueueRequest, JobMetrics, WorkerRecord
+from ship_sqla.kernel import InMemoryJobBackend, InMemoryWorkerRegistry, WorkerEntry
 from ship_sqla.kernel._workers import WORKER_HEARTBEAT_INTERVAL
+from ship_sqla.testing import FrozenClock
 
 
 async def _noop(ctx: Any, payload: Any) -> None:

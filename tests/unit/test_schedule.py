@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.errors import ConfigurationError
 from ship_sqla.kernel._jobs import Schedule
 from ship_sqla.kernel._plans.schedule import (
     due_occurrence,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from ship_sqla._jobs._sql.settle import SETTLE_IF_TOKEN_CURRENT
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.errors import ConfigurationError
 from ship_sqla.kernel._metrics import JobOutcome
 from ship_sqla.kernel._ports import FAILURE_KINDS, ClaimedRun, SettleOutcome
 from ship_sqla.kernel._settlement import (

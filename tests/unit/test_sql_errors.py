@@ -7,8 +7,8 @@ import pytest
 from asyncpg import exceptions as pg
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
-from ship_sqla import DatabaseUnavailableError
 from ship_sqla._sql_errors import database_outage_translated, outage_reason
+from ship_sqla.errors import DatabaseUnavailableError
 
 
 def wrapped(orig: BaseException, *, invalidated: bool = False) -> DBAPIError:

@@ -9,13 +9,13 @@ import pytest
 from sqlalchemy import MetaData
 
 from ship_sqla import (
-    ConfigurationError,
     ship_idempotency_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_outbox_table,
     ship_webhook_events_table,
 )
+from ship_sqla.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Callable

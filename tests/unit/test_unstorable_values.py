@@ -22,14 +22,6 @@ from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ship_sqla import (
-    ConfigurationError,
-    EnqueueRequest,
-    IdempotencyKeyError,
-    InMemoryJobBackend,
-    InvalidKeyError,
-    InvalidPayloadError,
-    OutboxPayloadError,
-    StoredResponse,
     create_idempotency_store,
     create_outbox,
     define_job,
@@ -41,6 +33,16 @@ from ship_sqla import (
 from ship_sqla._jobs._sql import JobStatements, _compacted, claim, compact
 from ship_sqla._naming import fill, quoted_identifier, quoted_table, text_name
 from ship_sqla._webhooks._store import check_webhook_json
+from ship_sqla.errors import (
+    ConfigurationError,
+    IdempotencyKeyError,
+    InvalidKeyError,
+    InvalidPayloadError,
+    OutboxPayloadError,
+)
+from ship_sqla.idempotency import StoredResponse
+from ship_sqla.jobs import EnqueueRequest
+from ship_sqla.kernel import InMemoryJobBackend
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json, unstorable_text
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._plans.prepare import prepare_run

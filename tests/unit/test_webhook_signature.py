@@ -17,7 +17,7 @@ from ship_sqla._webhooks import (
     verify_webhook,
     webhook_headers,
 )
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.errors import ConfigurationError
 
 # The reference example published with the Standard Webhooks specification.
 REF_SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # noqa: S105 - published test vector

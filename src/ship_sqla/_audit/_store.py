@@ -1,4 +1,4 @@
-"""The PostgreSQL :class:`~ship_sqla.kernel.AuditLog` (S1)."""
+"""The PostgreSQL :class:`~ship_sqla.operators.AuditLog` (S1)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,19 @@ from ship_sqla._audit import _sql
 from ship_sqla._audit._tables import ship_audit_table
 from ship_sqla._naming import quoted_table, text_name
 from ship_sqla._scope import StoreConnections
-from ship_sqla.kernel import ConfigurationError
 from ship_sqla.kernel._audit import AuditEntry
 from ship_sqla.kernel._clock import SystemClock
+from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from ship_sqla._scope import Database
-    from ship_sqla.kernel import Clock
+    from ship_sqla.kernel._clock import Clock
 
 __all__ = ["PostgresAuditLog", "create_audit_log"]
 
 
 class PostgresAuditLog:
-    """An :class:`~ship_sqla.kernel.AuditLog` on one audit table. Build with
+    """An :class:`~ship_sqla.operators.AuditLog` on one audit table. Build with
     :func:`create_audit_log`."""
 
     __slots__ = ("_clock", "_connections", "_list", "_probe", "_record", "table")

@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 import click
 
-from ship_sqla.kernel import ConfigurationError, ShipError
+from ship_sqla.kernel._errors import ConfigurationError, ShipError
 
 __all__ = [
     "EXIT_FAILED",

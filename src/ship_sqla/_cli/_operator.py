@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 from ship_sqla._cli._database import command_engine, run_jobs_call
 from ship_sqla._cli._tables import DEFAULT_TABLES, JobTables
 from ship_sqla._sql_errors import sqlstate_of
-from ship_sqla.kernel import ShipError
+from ship_sqla.kernel._errors import ShipError
 from ship_sqla.kernel._operations import (
     MANAGE_PERMISSION,
     JobOperationRefusedError,

@@ -17,7 +17,7 @@ from ship_sqla._cli._tables import (
     JobTables,
     job_tables,
 )
-from ship_sqla.kernel import ConfigurationError, TenantViolationError
+from ship_sqla.kernel._errors import ConfigurationError, TenantViolationError
 from ship_sqla.kernel._tenancy import check_tenant
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from ship_sqla.kernel._workflows import CHILDREN_DONE, CHILDREN_WAIT
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from ship_sqla.kernel import Page
     from ship_sqla.kernel._operations import CancelResult
+    from ship_sqla.kernel._page import Page
     from ship_sqla.kernel._ports import JobDemand, PausedJob, RunRecord
     from ship_sqla.kernel._workers import WorkerRecord
     from ship_sqla.kernel._workflows import StepRecord

@@ -17,9 +17,11 @@ from sqlalchemy.exc import ArgumentError
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._outbox._store import check_outbox_id
 from ship_sqla._server import NoServerError, to_async_url
-from ship_sqla.kernel import ConfigurationError, JobDefinition, JobRegistry
 from ship_sqla.kernel._durations import require_duration
+from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._jobs import JobDefinition
 from ship_sqla.kernel._keys import InvalidKeyError
+from ship_sqla.kernel._registry import JobRegistry
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL

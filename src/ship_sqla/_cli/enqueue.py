@@ -36,25 +36,20 @@ from ship_sqla._cli._options import (
 from ship_sqla._cli._params import REGISTRY, AnyParamType, Duration
 from ship_sqla._jobs import create_job_backend
 from ship_sqla._outbox._admin import MAX_RETENTION
-from ship_sqla.kernel import (
-    Concurrency,
-    ConfigurationError,
-    InvalidPayloadError,
-    InvalidPriorityError,
-    RetryPolicy,
-    UnknownJobError,
-    define_job,
-)
+from ship_sqla.kernel._errors import ConfigurationError, InvalidPayloadError
+from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
 from ship_sqla.kernel._keys import InvalidKeyError
-from ship_sqla.kernel._priority import MAX_PRIORITY, MIN_PRIORITY
+from ship_sqla.kernel._priority import MAX_PRIORITY, MIN_PRIORITY, InvalidPriorityError
+from ship_sqla.kernel._registry import UnknownJobError
 from ship_sqla.kernel._tenancy import tenant_ambient
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
     from ship_sqla._cli._tables import JobTables
-    from ship_sqla.kernel import JobDefinition, JobRegistry
+    from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._ports import EnqueueResult
+    from ship_sqla.kernel._registry import JobRegistry
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "enqueue", "enqueue_run", "stand_in_job"]
 

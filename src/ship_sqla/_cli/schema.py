@@ -32,7 +32,7 @@ from ship_sqla._schema_apply import (
 )
 from ship_sqla._schema_check import SchemaCheckError, check_schema
 from ship_sqla._schema_sql import schema_sql
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine

@@ -34,10 +34,10 @@ from ship_sqla._cli._options import (
 from ship_sqla._cli._output import format_workers, worker_dict
 from ship_sqla._cli._params import REGISTRY, Duration
 from ship_sqla._cli._tables import DEFAULT_RUNS_TABLE, DEFAULT_STATE_TABLE, JobTables
-from ship_sqla.kernel import start_job_runtime
 from ship_sqla.kernel._durations import MAX_DRAIN_TIMEOUT, MAX_POLL_INTERVAL, MAX_SAMPLE_INTERVAL
 from ship_sqla.kernel._operations import MAX_DEMAND_JOBS, MAX_PAUSED_JOBS
 from ship_sqla.kernel._ports import JobLeaseStaleError
+from ship_sqla.kernel._runtime.runtime import start_job_runtime
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 
 if TYPE_CHECKING:
@@ -48,8 +48,10 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from ship_sqla._jobs import PostgresJobBackend
-    from ship_sqla.kernel import JobDefinition, JobRegistry, JobRuntime
+    from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import JobOperations
+    from ship_sqla.kernel._registry import JobRegistry
+    from ship_sqla.kernel._runtime.runtime import JobRuntime
     from ship_sqla.kernel._workers import WorkerRecord
 
 __all__ = ["run_worker", "worker", "workers"]

@@ -1,7 +1,7 @@
 """The dashboard application (issue 15; S1, S2): Starlette, server-rendered HTML.
 
 Every read and every action goes through the operator surfaces
-(:class:`~ship_sqla.kernel.JobOperations`, :class:`~ship_sqla.OutboxOperations`), bound per
+(:class:`~ship_sqla.jobs.JobOperations`, :class:`~ship_sqla.outbox.OutboxOperations`), bound per
 request to the request's actor and to ``authorizer(request, permission, operation)``: reads ask
 ``ship.jobs:read`` (or manage), actions ``ship.jobs:manage``, and the surfaces write every
 action to the audit log. A read-only user gets pages without a single action form, and a POST

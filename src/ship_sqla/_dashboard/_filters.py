@@ -12,7 +12,7 @@ library's typed input errors (:data:`INPUT_ERRORS`) are turned into a 400: anyth
 bug and stays one.
 
 A check that needs the stored data stays where the data is: a cursor's signature and query are
-checked by the operator surface, and its :class:`~ship_sqla.kernel.InvalidCursorError` is
+checked by the operator surface, and its :class:`~ship_sqla.errors.InvalidCursorError` is
 answered the same way, naming ``cursor``. Pure: tested without a server.
 """
 

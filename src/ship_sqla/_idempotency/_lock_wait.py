@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ship_sqla._idempotency._sql import LOCK_NOT_AVAILABLE, RESTORE_LOCK_TIMEOUT, SET_LOCK_TIMEOUT
 from ship_sqla._sql_errors import sqlstate_of
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

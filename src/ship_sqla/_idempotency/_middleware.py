@@ -59,7 +59,7 @@ from ship_sqla._idempotency._types import (
     StoredResponse,
 )
 from ship_sqla._uow import create_unit_of_work
-from ship_sqla.kernel import ConfigurationError
+from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable

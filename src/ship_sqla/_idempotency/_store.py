@@ -13,7 +13,7 @@ tenant 1 to 255 (:data:`ship_sqla._scope.MAX_TENANT_BYTES`; ``""`` and blank ten
 refused, they would alias "no tenant", stored as ``''``). Together they stay far below the
 primary key's btree row limit (about 2.7 kB), so no key is refused by PostgreSQL with "index row
 requires N bytes". A refused connection or a lost one raises
-:class:`~ship_sqla.kernel.DatabaseUnavailableError`. Every statement reaches the database through
+:class:`~ship_sqla.errors.DatabaseUnavailableError`. Every statement reaches the database through
 one :class:`~ship_sqla._scope.StoreConnections` (``joined``: the unit of work's connection, else
 a short transaction of the store's own, or one autocommitted statement).
 """
@@ -44,7 +44,8 @@ from ship_sqla._idempotency._types import (
     _ClaimOwner,
 )
 from ship_sqla._scope import Database, StoreConnections, check_tenant, tenant_within
-from ship_sqla.kernel import BoundExceededError, Clock, ConfigurationError, SystemClock
+from ship_sqla.kernel._clock import Clock, SystemClock
+from ship_sqla.kernel._errors import BoundExceededError, ConfigurationError
 from ship_sqla.kernel._json_text import unstorable_text
 
 if TYPE_CHECKING:

@@ -9,7 +9,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeAlias
 
 import attrs
 
-from ship_sqla.kernel import ConfigurationError, ShipError
+from ship_sqla.kernel._errors import (
+    ConfigurationError,
+    RefusedError,
+    StaleLeaseError,
+    UsageError,
+)
 from ship_sqla.kernel._json_text import unstorable_text
 
 if TYPE_CHECKING:
@@ -106,13 +111,13 @@ class StoredResponse:
             ) from exc
 
 
-class IdempotencyKeyError(ShipError, ValueError):
+class IdempotencyKeyError(UsageError, ValueError):
     """An idempotency key or prefix is empty, too long, or not printable text."""
 
     code = "SHIP_SQLA_IDEMPOTENCY_KEY_INVALID"
 
 
-class IdempotencyClaimLostError(ShipError, RuntimeError):
+class IdempotencyClaimLostError(StaleLeaseError, RuntimeError):
     """``complete`` or ``release`` carried a claim token that is no longer current.
 
     The claim was released, or left in progress past ``locked_until`` and taken over by a retry;
@@ -122,7 +127,7 @@ class IdempotencyClaimLostError(ShipError, RuntimeError):
     code = "SHIP_SQLA_IDEMPOTENCY_CLAIM_LOST"
 
 
-class IdempotencyRecordCorruptError(ShipError, RuntimeError):
+class IdempotencyRecordCorruptError(RefusedError, RuntimeError):
     """A stored response does not have the shape this store writes."""
 
     code = "SHIP_SQLA_IDEMPOTENCY_RECORD_CORRUPT"

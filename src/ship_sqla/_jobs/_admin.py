@@ -2,7 +2,7 @@
 K2; pause and resume, K3) and its stats (J10's queue gauges, ``jobs stats``).
 
 It checks no permission and no bound: the operator surface
-(:class:`~ship_sqla.kernel.JobOperations`) is the gate over it. Every statement is one of the
+(:class:`~ship_sqla.jobs.JobOperations`) is the gate over it. Every statement is one of the
 backend's :class:`~ship_sqla._jobs._sql.JobStatements` and joins the ambient unit of work when
 there is one (like every store), else runs as one autocommitted statement of the backend's own,
 bounded by its ``operation_timeout``.

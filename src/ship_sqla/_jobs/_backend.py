@@ -121,10 +121,9 @@ from ship_sqla._scope import (
     TransactionScope,
     run_after_commit,
 )
-from ship_sqla.kernel import Clock, ConfigurationError
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
-from ship_sqla.kernel._errors import DatabaseTimeoutError
+from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
 from ship_sqla.kernel._ports import (
     CANCEL_LAPSED_MESSAGE,
@@ -148,6 +147,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from ship_sqla._notify import Listener, Subscription
+    from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun

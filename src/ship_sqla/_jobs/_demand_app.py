@@ -3,7 +3,7 @@ cron, a dashboard), and the one JSON shape the endpoint and ``ship-sqla jobs dem
 share.
 
 ``GET`` answers ``{"jobs": [{"job_id", "due", "delayed", "running", "oldest_due_seconds",
-"capped"}, ...], "cap": N}`` from :meth:`~ship_sqla.kernel.JobOperations.demand` (so the
+"capped"}, ...], "cap": N}`` from :meth:`~ship_sqla.jobs.JobOperations.demand` (so the
 application's authorizer is asked first, like every operator operation). ``?job=ID`` (repeated)
 narrows it to those jobs; ``?cap=N`` changes the cap. Anything else answers an RFC 9457 problem:
 405 for another method, 400 for bad input, 403 when the authorizer refuses, 503 while the
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 from ship_sqla._asgi_io import problem_response, send_response, send_stored
-from ship_sqla.kernel import (
+from ship_sqla.kernel._errors import (
     BoundExceededError,
     ConfigurationError,
     DatabaseUnavailableError,
@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from ship_sqla._asgi_io import Receive, Scope, Send
-    from ship_sqla.kernel import JobDemand, JobOperations
+    from ship_sqla.kernel._operations import JobOperations
+    from ship_sqla.kernel._ports import JobDemand
 
 __all__ = ["DemandEndpoint", "demand_document"]
 

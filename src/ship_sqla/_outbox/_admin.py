@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ship_sqla._naming import quoted_table
 from ship_sqla._outbox._types import OutboxRecord
-from ship_sqla.kernel import ConfigurationError
 from ship_sqla.kernel._durations import require_duration
+from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
     import uuid
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._outbox._sql import OutboxStatements
     from ship_sqla._scope import StoreConnections, TransactionScope
-    from ship_sqla.kernel import Clock
+    from ship_sqla.kernel._clock import Clock
 
 __all__ = [
     "MAX_RETENTION",

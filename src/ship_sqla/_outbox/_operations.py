@@ -3,11 +3,11 @@
 ``list_dead``, ``get``, ``retry`` (dead messages back to pending) and ``purge_delivered`` each
 first ask the application's ``authorizer("ship.outbox:manage", operation)`` through the one gate
 of every operator surface (:func:`ship_sqla.kernel._authorize.authorize`); anything but ``True``
-raises :class:`~ship_sqla.kernel.PermissionDeniedError` before a statement runs, so a refusal
+raises :class:`~ship_sqla.errors.PermissionDeniedError` before a statement runs, so a refusal
 changes nothing. Inputs are checked next, also before any SQL. Pages are the kernel's
 :class:`~ship_sqla.kernel._page.Page`, their cursors signed by the kernel's codec
 (:mod:`ship_sqla.kernel._cursor`): a cursor altered, forged, or issued for another outbox or
-table is refused with :class:`~ship_sqla.kernel.InvalidCursorError`.
+table is refused with :class:`~ship_sqla.errors.InvalidCursorError`.
 
 The shell's ``ship-sqla outbox purge`` goes through this gate too, with an authorizer that
 allows everything: the operator at the shell holds the database URL.
@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Final
 
 from ship_sqla._outbox._admin import check_pages_per_statement, check_retention
 from ship_sqla._outbox._store import check_outbox_id
-from ship_sqla.kernel import BoundExceededError, InvalidCursorError
 from ship_sqla.kernel._audit import AuditEntry
 from ship_sqla.kernel._authorize import (
     Authorizer,
@@ -37,6 +36,7 @@ from ship_sqla.kernel._cursor import (
     query_fingerprint,
     resolve_secret,
 )
+from ship_sqla.kernel._errors import BoundExceededError, InvalidCursorError
 from ship_sqla.kernel._page import Page
 
 if TYPE_CHECKING:
@@ -247,7 +247,7 @@ def create_outbox_operations(
 
     ``authorizer(permission, operation)`` (sync or async) is asked for ``"ship.outbox:manage"``
     before every operation (a read: then ``"ship.outbox:read"`` if refused) and must return
-    ``True``; anything else raises :class:`~ship_sqla.kernel.PermissionDeniedError` and changes
+    ``True``; anything else raises :class:`~ship_sqla.errors.PermissionDeniedError` and changes
     nothing. ``audit`` receives one entry per retry and purge, naming ``actor`` (S1).
     ``cursor_secret`` signs ``list_dead`` cursors (default: random per process, so cursors die
     with it; pass the same secret to every process that serves the same pages).

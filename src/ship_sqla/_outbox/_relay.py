@@ -58,13 +58,13 @@ from ship_sqla._outbox._types import (
     OutboxPublishError,
     OutboxSinkRejectedError,
 )
-from ship_sqla.kernel import ConfigurationError
 from ship_sqla.kernel._durations import (
     MAX_DRAIN_TIMEOUT,
     MAX_LEASE,
     MAX_POLL_INTERVAL,
     require_duration,
 )
+from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._plans.backoff import error_backoff
 from ship_sqla.kernel._tracing import publish_span, traces_message
 from ship_sqla.kernel._waiting import wait_event
@@ -72,7 +72,7 @@ from ship_sqla.kernel._waiting import wait_event
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from ship_sqla.kernel import Clock
+    from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._ports import JobBackend
 
@@ -552,7 +552,7 @@ async def start_outbox_relay(
 
     The relay lives on the running event loop until ``await relay.stop()``; it is also an async
     context manager that stops on exit (``async with await start_outbox_relay(...) as relay:``),
-    as :func:`~ship_sqla.kernel.start_job_runtime`'s runtime is. Every argument is checked
+    as :func:`~ship_sqla.start_job_runtime`'s runtime is. Every argument is checked
     before it starts.
 
     Polls every ``poll_interval`` seconds when idle; a local enqueue (through the same

@@ -53,9 +53,9 @@ from ship_sqla._outbox._types import (
     OutboxRecord,
 )
 from ship_sqla._scope import Database, StoreConnections, TransactionScope, tenant_within
-from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
-from ship_sqla.kernel._clock import require_aware
+from ship_sqla.kernel._clock import Clock, SystemClock, require_aware
 from ship_sqla.kernel._durations import MAX_LEASE, MAX_RETRY_DELAY, require_duration
+from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._ids import new_uuids
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json
 from ship_sqla.kernel._keys import MAX_KEY_CHARS, InvalidKeyError, require_key, require_text

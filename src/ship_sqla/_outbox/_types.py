@@ -6,7 +6,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
-from ship_sqla.kernel import ShipError
+from ship_sqla.kernel._errors import (
+    OutageError,
+    RefusedError,
+    StaleLeaseError,
+    UsageError,
+)
 
 if TYPE_CHECKING:
     import uuid
@@ -94,7 +99,7 @@ class OutboxRecord:
     last_error: str | None
 
 
-class OutboxLeaseStaleError(ShipError, RuntimeError):
+class OutboxLeaseStaleError(StaleLeaseError, RuntimeError):
     """A settle carried a lease token that is no longer current: nothing was changed (O3)."""
 
     code = "SHIP_SQLA_OUTBOX_LEASE_STALE"
@@ -111,7 +116,7 @@ class OutboxLeaseStaleError(ShipError, RuntimeError):
         )
 
 
-class OutboxPayloadError(ShipError, TypeError):
+class OutboxPayloadError(UsageError, TypeError):
     """A payload or headers value could not be encoded as JSON."""
 
     code = "SHIP_SQLA_OUTBOX_PAYLOAD_NOT_JSON"
@@ -135,7 +140,7 @@ class OutboxPayloadTooLargeError(OutboxPayloadError, ValueError):
         )
 
 
-class OutboxPublishError(ShipError, RuntimeError):
+class OutboxPublishError(OutageError, RuntimeError):
     """A relay's sink raised while publishing a message; the original is ``__cause__``."""
 
     code = "SHIP_SQLA_OUTBOX_PUBLISH_FAILED"
@@ -157,13 +162,13 @@ class OutboxPublishError(ShipError, RuntimeError):
         )
 
 
-class OutboxSinkRejectedError(ShipError, RuntimeError):
+class OutboxSinkRejectedError(RefusedError, RuntimeError):
     """A sink's target refused the message (e.g. the job queue is full); it will be retried."""
 
     code = "SHIP_SQLA_OUTBOX_SINK_REJECTED"
 
 
-class OutboxDeadLetteredError(ShipError, RuntimeError):
+class OutboxDeadLetteredError(StaleLeaseError, RuntimeError):
     """A claim found a lapsed lease on a message's final attempt and dead-lettered it (O4)."""
 
     code = "SHIP_SQLA_OUTBOX_LEASE_LAPSED_FINAL_ATTEMPT"

@@ -13,7 +13,7 @@ A delivery is answered in three steps, fast:
 A duplicate delivery (the same ``webhook-id``: senders retry with a new timestamp and signature)
 is acknowledged with 200 and enqueues nothing. A delivery that meets a concurrent, uncommitted
 delivery of the same event is answered 409 within the stores' ``lock_timeout``; the sender
-retries. A database outage (:class:`~ship_sqla.kernel.DatabaseUnavailableError`) is answered
+retries. A database outage (:class:`~ship_sqla.errors.DatabaseUnavailableError`) is answered
 503: the sender retries, and a delivery whose COMMIT was cut off is then acknowledged as a
 duplicate.
 """
@@ -66,8 +66,8 @@ from ship_sqla._webhooks._store import (
     webhook_idempotency_prefix,
 )
 from ship_sqla._webhooks._types import WebhookEventInProgressError
-from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
-from ship_sqla.kernel._errors import DatabaseUnavailableError
+from ship_sqla.kernel._clock import Clock, SystemClock
+from ship_sqla.kernel._errors import ConfigurationError, DatabaseUnavailableError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import attrs
 
-from ship_sqla.kernel import ConfigurationError, ShipError
+from ship_sqla.kernel._errors import ConfigurationError, RefusedError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -63,7 +63,7 @@ MAX_SIGNATURES = 16
 _MAX_TIMESTAMP_DIGITS = 12
 
 
-class WebhookVerificationError(ShipError, ValueError):
+class WebhookVerificationError(RefusedError, ValueError):
     """A delivery failed Standard Webhooks verification; ``http_status`` is the answer to give."""
 
     code: ClassVar[str] = "SHIP_SQLA_WEBHOOK_VERIFICATION_FAILED"

@@ -10,7 +10,7 @@ W1 ``cleanup`` deletes one webhook's events past retention ONLY when their outbo
    each in one bounded statement.
 
 ``tenant`` is None or a real tenant (``""`` and blank are refused, :func:`check_tenant`). A
-refused or lost connection raises :class:`~ship_sqla.kernel.DatabaseUnavailableError`. Every
+refused or lost connection raises :class:`~ship_sqla.errors.DatabaseUnavailableError`. Every
 statement reaches the database through one :class:`~ship_sqla._scope.StoreConnections`
 (``joined``: the unit of work's connection, else a short transaction of the store's own).
 """
@@ -37,7 +37,8 @@ from ship_sqla._webhooks._types import (
     WebhookEventNotFoundError,
     WebhookRecordResult,
 )
-from ship_sqla.kernel import Clock, ConfigurationError, SystemClock
+from ship_sqla.kernel._clock import Clock, SystemClock
+from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json, unstorable_text
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def check_webhook_json(value: object, what: str) -> None:
     any SQL runs: not JSON (an object, NaN: what Python's json reads from ``NaN`` in a body),
     or holding a NUL character or a surrogate code point in any string (the kernel's one rule,
     :func:`~ship_sqla.kernel._json_text.unstorable_json`; issue 25 D6). A
-    :class:`~ship_sqla.kernel.ConfigurationError` naming the path, as for the event's other
+    :class:`~ship_sqla.errors.ConfigurationError` naming the path, as for the event's other
     fields, never the driver's error."""
     try:
         encoded = encode_compact_json(value)

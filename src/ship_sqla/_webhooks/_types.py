@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ship_sqla.kernel import ShipError
+from ship_sqla.kernel._errors import RefusedError, UsageError
 
 if TYPE_CHECKING:
     import uuid
@@ -56,7 +56,7 @@ class WebhookCleanupResult:
     claims_deleted: int
 
 
-class WebhookEventInProgressError(ShipError, RuntimeError):
+class WebhookEventInProgressError(RefusedError, RuntimeError):
     """Another transaction is recording the same event and has not committed within the bound.
 
     The delivery should be answered with a retryable status (409): the sender retries later and
@@ -67,7 +67,7 @@ class WebhookEventInProgressError(ShipError, RuntimeError):
     code = "SHIP_SQLA_WEBHOOK_EVENT_IN_PROGRESS"
 
 
-class WebhookEventNotFoundError(ShipError, LookupError):
+class WebhookEventNotFoundError(UsageError, LookupError):
     """``link`` named an event that is not recorded (or not visible to this transaction)."""
 
     code = "SHIP_SQLA_WEBHOOK_EVENT_NOT_FOUND"

@@ -2,7 +2,7 @@
 
 Every state-changing operator operation (retry, cancel, discard, pause, resume, re-drive, the
 bulk operations, cleanup, rerun) is written to an :class:`AuditSink` by the operator surface
-that ran it (:class:`~ship_sqla.kernel.JobOperations`, the outbox's operations), whether it was
+that ran it (:class:`~ship_sqla.jobs.JobOperations`, the outbox's operations), whether it was
 called from Python, the CLI or the dashboard. The entry is written after the operation's
 statements, in the same unit of work when the caller runs one (the PostgreSQL log joins it), so
 a rolled-back operation leaves no entry; outside one, an entry that cannot be written raises

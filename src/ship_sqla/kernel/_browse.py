@@ -1,6 +1,6 @@
 """What the dashboard reads beyond the J8 port (S2): runs by state and filter, throughput over
 time, the schedules' state. Both job backends' admin ports implement :class:`RunBrowser`; the
-operator surface (:class:`~ship_sqla.kernel.JobOperations`) gates it and pages it.
+operator surface (:class:`~ship_sqla.jobs.JobOperations`) gates it and pages it.
 
 A page of runs is in its state's own order, the order of the index the state already keeps
 (:func:`run_order`), so browsing costs the hot path no index of its own:
@@ -138,7 +138,7 @@ class RunQuery:
 @attrs.frozen
 class BrowsedRun:
     """A run of a page and its creation order (``seq``: the claim order's tie-break, which a
-    :class:`~ship_sqla.kernel.RunRecord` does not carry)."""
+    :class:`~ship_sqla.jobs.RunRecord` does not carry)."""
 
     record: RunRecord
     seq: int
@@ -171,7 +171,7 @@ def position_cursor_values(position: RunPosition) -> tuple[CursorValue, ...]:
 def position_from_cursor_values(values: tuple[CursorValue, ...], state: RunState) -> RunPosition:
     """The position a ``list_runs`` cursor's values hold, which must be of ``state``'s kind.
 
-    Raises :class:`~ship_sqla.kernel.InvalidCursorError` for a position of another kind or
+    Raises :class:`~ship_sqla.errors.InvalidCursorError` for a position of another kind or
     a cursor from before positions had kinds (a bare ``(created_at, run_id)``).
     """
     expected = run_order(state)

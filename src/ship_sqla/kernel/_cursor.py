@@ -111,7 +111,7 @@ def encode_cursor(position: KeysetPosition, secret: bytes) -> str:
 def decode_cursor(token: str, *, secret: bytes, query: str) -> tuple[CursorValue, ...]:
     """The ordering values in ``token``, which must have been issued for ``query``.
 
-    Raises :class:`~ship_sqla.kernel.InvalidCursorError` when the token is malformed, was
+    Raises :class:`~ship_sqla.errors.InvalidCursorError` when the token is malformed, was
     signed with another secret or altered in any way, or belongs to another query.
     """
     raw = _unbase64(token)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import attrs
 
-from ship_sqla.kernel._errors import ShipError
+from ship_sqla.kernel._errors import RefusedError, StaleLeaseError
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,13 +38,13 @@ __all__ = [
 ]
 
 
-class LockHeldError(ShipError, RuntimeError):
+class LockHeldError(RefusedError, RuntimeError):
     """``with_lock`` found the key held by another holder (it never waits)."""
 
     code = "SHIP_SQLA_LOCK_HELD"
 
 
-class StaleFenceError(ShipError, RuntimeError):
+class StaleFenceError(StaleLeaseError, RuntimeError):
     """A fenced write carried a fence older than its key's newest: another holder took the lock
     since (F4). Raised inside the write's transaction, which must not commit."""
 

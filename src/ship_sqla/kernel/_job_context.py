@@ -219,7 +219,7 @@ class JobContext:
 
     @property
     def snoozes(self) -> int:
-        """How many times the run snoozed before this attempt (:class:`~ship_sqla.kernel.Snooze`,
+        """How many times the run snoozed before this attempt (:class:`~ship_sqla.errors.Snooze`,
         at most ``retry.max_snoozes``; K4)."""
         return self._run.snoozes
 

@@ -272,10 +272,10 @@ class RetryPolicy:
 
     How a failed attempt is classified (K4, :mod:`ship_sqla.kernel._outcomes`):
     ``non_retryable`` names exception types (subclasses included) that end the run at once,
-    dead on the attempt they were raised in, like :class:`~ship_sqla.kernel.TerminalError`;
-    ``max_snoozes`` bounds how many times a run may :class:`~ship_sqla.kernel.Snooze` without
+    dead on the attempt they were raised in, like :class:`~ship_sqla.errors.TerminalError`;
+    ``max_snoozes`` bounds how many times a run may :class:`~ship_sqla.errors.Snooze` without
     spending an attempt (default 100); past it a snooze is a failed attempt
-    (:class:`~ship_sqla.kernel.JobSnoozeLimitError`), retried with the backoff until the
+    (:class:`~ship_sqla.errors.JobSnoozeLimitError`), retried with the backoff until the
     attempts are spent (or dead at once when ``non_retryable`` names ``JobSnoozeLimitError``)."""
 
     attempts: int = attrs.field(default=5, validator=_positive("retry.attempts"))
@@ -483,7 +483,7 @@ class JobDefinition(Generic[P]):
     timeout: float | None = attrs.field(default=None, validator=_optional_timeout)
     """Seconds one attempt's handler may run (K5); None: no limit. At the timeout the runtime
     cancels the handler and the attempt is a failure
-    (:class:`~ship_sqla.kernel.JobTimeoutError`)."""
+    (:class:`~ship_sqla.errors.JobTimeoutError`)."""
 
     priority: int = attrs.field(default=DEFAULT_PRIORITY, validator=check_priority_field)
     """Its runs' priority unless an enqueue names one (K6): higher first, from ``MIN_PRIORITY``
@@ -536,7 +536,7 @@ def define_job(
 
     ``priority`` (an int from -10 to 10, default 0; K6): its runs' priority unless an enqueue
     names one. A claim takes due runs higher priority first, then by ``run_at``, then in
-    creation order; a bad one raises :class:`~ship_sqla.kernel.InvalidPriorityError`.
+    creation order; a bad one raises :class:`~ship_sqla.errors.InvalidPriorityError`.
 
     ``timeout`` (seconds or a ``timedelta``; None: none): how long one attempt's handler may run
     (K5). At the timeout the handler is cancelled and the attempt is a failure with code

@@ -14,7 +14,7 @@ from __future__ import annotations
 import reprlib
 from typing import Final
 
-from ship_sqla.kernel._errors import ShipError
+from ship_sqla.kernel._errors import UsageError
 from ship_sqla.kernel._json_text import unstorable_text
 
 __all__ = ["MAX_KEY_CHARS", "InvalidKeyError", "require_key", "require_text"]
@@ -23,7 +23,7 @@ MAX_KEY_CHARS: Final = 255
 """The longest run id or dedupe key, in characters."""
 
 
-class InvalidKeyError(ShipError, ValueError):
+class InvalidKeyError(UsageError, ValueError):
     """A caller-given key or id is not storable: not text, empty, holding a NUL character or a
     surrogate code point, or longer than its bound. The message names the field and the bound;
     nothing was written."""

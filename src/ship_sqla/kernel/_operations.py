@@ -6,12 +6,12 @@ in-memory backend's or the PostgreSQL one's alike). Every operation first asks t
 (:func:`ship_sqla.kernel._authorize.authorize`): a state-changing operation asks
 ``"ship.jobs:manage"``; a read asks ``"ship.jobs:manage"`` and, refused, ``"ship.jobs:read"``
 (manage implies read, so an authorizer written before the read permission keeps working).
-Anything but ``True`` raises :class:`~ship_sqla.kernel.PermissionDeniedError` before the store
+Anything but ``True`` raises :class:`~ship_sqla.errors.PermissionDeniedError` before the store
 is asked anything, so a refusal changes nothing. Every state-changing operation that ran is
 written to the audit sink, when one is given (S1: who, what, when, how many;
 :mod:`ship_sqla.kernel._audit`). Inputs are checked next, also before any statement. The
 rules of the operations live here, once: the page bound, the signed cursors
-(:mod:`ship_sqla.kernel._cursor`) and the kernel :class:`~ship_sqla.kernel.Page`, the
+(:mod:`ship_sqla.kernel._cursor`) and the kernel :class:`~ship_sqla.Page`, the
 refusals and their reasons, cleanup's walk over each job's retention in bounded batches, and
 the bulk operations' walks. The stores only store.
 """
@@ -53,6 +53,8 @@ from ship_sqla.kernel._errors import (
     BoundExceededError,
     ConfigurationError,
     InvalidCursorError,
+    OutageError,
+    RefusedError,
     ShipError,
 )
 from ship_sqla.kernel._jobs import is_job_id
@@ -192,7 +194,7 @@ class PauseResult:
         return self.changed
 
 
-class JobOperationRefusedError(ShipError, RuntimeError):
+class JobOperationRefusedError(RefusedError, RuntimeError):
     """An operator operation does not apply to the run in its current state; nothing changed."""
 
     code = "SHIP_SQLA_JOB_OPERATION_REFUSED"
@@ -812,7 +814,7 @@ class JobOperations:
         - ``running``: soonest ``lease_expires_at`` first (lapsed leases first), then run id;
         - finished states: newest first by ``(created_at, run_id)``; only these take a
           creation-time range, ``[created_from, created_to)`` (a live state refuses one with a
-          :class:`~ship_sqla.kernel.ConfigurationError`: it cannot bound their read).
+          :class:`~ship_sqla.errors.ConfigurationError`: it cannot bound their read).
 
         Across every job, the page merges at most 200 jobs' runs (by job id). A cursor is signed
         and valid only for the same state and filter."""
@@ -948,7 +950,7 @@ class JobOperations:
         )
 
 
-class AuditWriteError(ShipError, RuntimeError):
+class AuditWriteError(OutageError, RuntimeError):
     """An operator operation ran but its audit entry could not be written (S1)."""
 
     code = "SHIP_SQLA_AUDIT_WRITE_FAILED"
@@ -1034,9 +1036,9 @@ def create_job_operations(
 
     ``authorizer(permission, operation)`` (sync or async) is asked for ``"ship.jobs:manage"``
     before every state-changing operation and must return ``True``; anything else raises
-    :class:`~ship_sqla.kernel.PermissionDeniedError` and changes nothing. A read asks
+    :class:`~ship_sqla.errors.PermissionDeniedError` and changes nothing. A read asks
     ``"ship.jobs:manage"`` and, when refused, ``"ship.jobs:read"``. ``audit`` (an
-    :class:`~ship_sqla.kernel.AuditSink`, e.g. :func:`ship_sqla.create_audit_log`) receives one
+    :class:`~ship_sqla.operators.AuditSink`, e.g. :func:`ship_sqla.create_audit_log`) receives one
     entry per state-changing operation, naming ``actor`` (S1; :meth:`JobOperations.acting_as`
     gives the same operations another actor). ``cursor_secret``
     signs ``list_dead`` cursors (default: random per process, so cursors die with it; give every

@@ -28,7 +28,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from ship_sqla.kernel._durations import MAX_RETRY_DELAY, require_duration
-from ship_sqla.kernel._errors import ShipError
+from ship_sqla.kernel._errors import JobAttemptError
 
 __all__ = [
     "JobSnoozeLimitError",
@@ -49,7 +49,7 @@ def _seconds_text(seconds: float) -> str:
     return f"{seconds:g} s"
 
 
-class TerminalError(ShipError):
+class TerminalError(JobAttemptError):
     """Raise it from a handler to end the run now: dead-lettered on this attempt, whatever
     attempts are left (K4). ``raise TerminalError("card declined") from exc`` keeps the cause.
 
@@ -61,7 +61,7 @@ class TerminalError(ShipError):
         super().__init__(message)
 
 
-class RetryAfter(ShipError):  # noqa: N818 - an outcome a handler names, not an error
+class RetryAfter(JobAttemptError):  # noqa: N818 - an outcome a handler names, not an error
     """Raise it from a handler to fail this attempt and run again ``delay`` seconds (or a
     ``timedelta``) from now, instead of after the policy's backoff (K4): a rate limit's
     ``Retry-After``. The attempt is spent; on the final attempt the run is dead. The delay is
@@ -77,7 +77,7 @@ class RetryAfter(ShipError):  # noqa: N818 - an outcome a handler names, not an 
         super().__init__(f"{text}: {message}" if message else text)
 
 
-class Snooze(ShipError):  # noqa: N818 - an outcome a handler names, not an error
+class Snooze(JobAttemptError):  # noqa: N818 - an outcome a handler names, not an error
     """Raise it from a handler to put the run back to waiting for ``delay`` seconds (or a
     ``timedelta``) WITHOUT spending its attempt (K4): the work is not ready yet (an export still
     being built, a resource not there yet). Each snooze is recorded in the history (kind
@@ -93,7 +93,7 @@ class Snooze(ShipError):  # noqa: N818 - an outcome a handler names, not an erro
         super().__init__(f"{text}: {message}" if message else text)
 
 
-class JobSnoozeLimitError(ShipError, RuntimeError):
+class JobSnoozeLimitError(JobAttemptError, RuntimeError):
     """A handler snoozed a run that had already snoozed ``RetryPolicy.max_snoozes`` times: this
     snooze is a failed attempt instead (retried with the backoff, dead once the attempts are
     spent, or dead at once when the policy names this type as non-retryable). Recorded in the
@@ -102,7 +102,7 @@ class JobSnoozeLimitError(ShipError, RuntimeError):
     code = "SHIP_SQLA_JOB_SNOOZE_LIMIT"
 
 
-class JobTimeoutError(ShipError, TimeoutError):
+class JobTimeoutError(JobAttemptError, TimeoutError):
     """An attempt ran past its job's ``timeout``: the handler was cancelled and the attempt is a
     failure (K5), recorded in the history with kind ``"timeout"``. The retry policy decides what
     follows: the backoff, or dead at once when ``RetryPolicy.non_retryable`` names this type."""

@@ -36,7 +36,7 @@ from typing import (
 
 import attrs
 
-from ship_sqla.kernel._errors import ConfigurationError, ShipError
+from ship_sqla.kernel._errors import ConfigurationError, StaleLeaseError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -127,14 +127,14 @@ CANCEL_LAPSED_MESSAGE = (
 ends it cancelled, never retakes it (K2), on every backend."""
 
 
-class JobLeaseStaleError(ShipError, RuntimeError):
+class JobLeaseStaleError(StaleLeaseError, RuntimeError):
     """A settle (complete/fail/release/heartbeat) carried a fencing token that is no longer
     current: the lease lapsed and another worker may hold the run. Nothing was changed (J5)."""
 
     code = "SHIP_SQLA_JOB_LEASE_STALE"
 
 
-class JobLeaseLapsedError(ShipError, RuntimeError):
+class JobLeaseLapsedError(StaleLeaseError, RuntimeError):
     """A claimed run's lease lapsed before this process could start its handler (its loop was
     blocked, or the claim's answer came back too late): the run was not executed here and was
     handed back (J6). Nothing ran; the run is retaken."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ship_sqla.kernel._errors import ShipError
+from ship_sqla.kernel._errors import UsageError
 
 __all__ = [
     "DEFAULT_PRIORITY",
@@ -31,7 +31,7 @@ MAX_PRIORITY: Final = 10
 DEFAULT_PRIORITY: Final = 0
 
 
-class InvalidPriorityError(ShipError, ValueError):
+class InvalidPriorityError(UsageError, ValueError):
     """A priority is not an int from :data:`MIN_PRIORITY` to :data:`MAX_PRIORITY`; raised by
     ``define_job`` or before an enqueue writes anything."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ship_sqla.kernel._errors import ConfigurationError, ShipError
+from ship_sqla.kernel._errors import ConfigurationError, UsageError
 from ship_sqla.kernel._jobs import (
     Concurrency,
     Handler,
@@ -31,7 +31,7 @@ class DuplicateJobError(ConfigurationError):
     code = "SHIP_SQLA_JOB_DUPLICATE"
 
 
-class UnknownJobError(ShipError, KeyError):
+class UnknownJobError(UsageError, KeyError):
     """A job id was looked up that no definition in the registry declares."""
 
     code = "SHIP_SQLA_JOB_UNKNOWN"

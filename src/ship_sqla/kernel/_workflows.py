@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, runtim
 import attrs
 
 from ship_sqla.kernel._durations import require_duration
-from ship_sqla.kernel._errors import ConfigurationError, ShipError
+from ship_sqla.kernel._errors import ConfigurationError, RefusedError, ShipError, UsageError
 from ship_sqla.kernel._jobs import codec_for, is_job_id
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json, unstorable_text
 from ship_sqla.kernel._keys import MAX_KEY_CHARS
@@ -104,7 +104,7 @@ _MAX_STEP_DELAY: Final = 3600.0
 _MAX_STEP_FACTOR: Final = 10.0
 
 
-class StepNameReusedError(ShipError, ValueError):
+class StepNameReusedError(UsageError, ValueError):
     """A handler used one step name twice in one execution (D1): replays key stored results by
     name, so the second would replay the first's."""
 
@@ -128,14 +128,14 @@ class WorkflowChangedError(TerminalError):
         )
 
 
-class WorkflowMisuseError(ShipError, RuntimeError):
+class WorkflowMisuseError(UsageError, RuntimeError):
     """A workflow call that cannot work where it was made (a sleep inside a transactional step,
     a step outside a runtime's run)."""
 
     code = "SHIP_SQLA_WORKFLOW_MISUSE"
 
 
-class ChildRunsRefusedError(ShipError, RuntimeError):
+class ChildRunsRefusedError(RefusedError, RuntimeError):
     """A spawn's child runs were refused (the child job's ``queue_depth_limit``, J2): the attempt
     fails and the spawn runs again at the retry (the children accepted so far are deduplicated
     then, D5)."""
@@ -376,7 +376,7 @@ class WorkflowStore(Protocol):
 
 @runtime_checkable
 class WorkflowAdmin(Protocol):
-    """The operator side of workflows (D6), gated by :class:`~ship_sqla.kernel.JobOperations`."""
+    """The operator side of workflows (D6), gated by :class:`~ship_sqla.jobs.JobOperations`."""
 
     async def list_steps(self, run_id: str) -> list[StepRecord]: ...
 

@@ -12,7 +12,7 @@ Fixtures:
 - ``ship_engine`` / ``ship_engine_url``: an ``AsyncEngine`` (and its URL) on a private database
   cloned from the template and dropped after the test: for commits, locks, LISTEN, several
   connections and subprocesses.
-- ``ship_clock``: a :class:`~ship_sqla.kernel.FrozenClock` that moves only when the test says.
+- ``ship_clock``: a :class:`~ship_sqla.testing.FrozenClock` that moves only when the test says.
 
 Async fixtures are plain async functions: run tests with anyio's plugin (mark ``anyio``, with an
 ``anyio_backend`` of ``"asyncio"``) or pytest-asyncio in auto mode.
@@ -30,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import NullPool
 
 from ship_sqla._server import ResolvedServer, resolve_server, stop_embedded
-from ship_sqla.kernel import FrozenClock
+from ship_sqla.kernel._clock import FrozenClock
 from ship_sqla.testing._databases import DatabaseFactory, new_database_name
 
 if TYPE_CHECKING:

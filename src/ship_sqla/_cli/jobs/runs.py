@@ -25,7 +25,7 @@ from ship_sqla._cli._output import (
     record_dict,
     step_dict,
 )
-from ship_sqla.kernel import InvalidCursorError
+from ship_sqla.kernel._errors import InvalidCursorError
 from ship_sqla.kernel._operations import MAX_PAGE_LIMIT
 from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError
 
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
     from ship_sqla._cli._tables import JobTables
-    from ship_sqla.kernel import Page
     from ship_sqla.kernel._operations import CancelResult, JobOperations
+    from ship_sqla.kernel._page import Page
     from ship_sqla.kernel._ports import RunRecord
     from ship_sqla.kernel._workflows import StepRecord
 

@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
     from ship_sqla._cli._tables import JobTables
-    from ship_sqla.kernel import JobRegistry
     from ship_sqla.kernel._operations import JobOperations
     from ship_sqla.kernel._ports import StateCount
+    from ship_sqla.kernel._registry import JobRegistry
 
 __all__ = ["COMMANDS", "MAX_STATS_GROUPS"]
 

@@ -86,7 +86,7 @@ class InMemoryLockProvider:
         return hold_fenced(key, ttl, acquire=self.acquire, next_fence=self._next_fence)
 
     async def check_fence(self, key: str, fence: int, *, scope: Any = None) -> None:  # noqa: ANN401, ARG002 - the port's
-        """F4: :class:`~ship_sqla.kernel.StaleFenceError` unless ``fence`` is ``key``'s newest
+        """F4: :class:`~ship_sqla.errors.StaleFenceError` unless ``fence`` is ``key``'s newest
         (``scope`` is the PostgreSQL provider's; this store has no transactions)."""
         require_current_fence(key, fence, self._fences.get(key))
 

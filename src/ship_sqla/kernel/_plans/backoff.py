@@ -3,7 +3,7 @@
 
 It serves every wait that grows with failures:
 
-- a job's :class:`~ship_sqla.kernel.RetryPolicy` (the wait after failed attempt n, J7; see
+- a job's :class:`~ship_sqla.jobs.RetryPolicy` (the wait after failed attempt n, J7; see
   :mod:`ship_sqla.kernel._plans.retry`);
 - the outbox's message backoff (``create_outbox(backoff=Backoff(...))``, O4);
 - the loops' error backoff (:data:`ERROR_BACKOFF`: the job runtime and the outbox relay after

@@ -9,14 +9,14 @@ run may carry is decided once, and bad input is refused with a typed error befor
 - ``run_id`` and ``dedupe_key`` (given, or derived by the job's idempotency policy): non-empty
   text, no NUL, at most :data:`~ship_sqla.kernel._keys.MAX_KEY_CHARS` characters
   (:class:`~ship_sqla.kernel._keys.InvalidKeyError`);
-- ``run_at``: a timezone-aware datetime (:class:`~ship_sqla.kernel.ConfigurationError`);
+- ``run_at``: a timezone-aware datetime (:class:`~ship_sqla.errors.ConfigurationError`);
 - the payload: valid for the job's codec, then JSON (:class:`InvalidPayloadError`), every
   string in it, key or value at any depth, text ``jsonb`` can store: no NUL character, no
   surrogate code point (:func:`~ship_sqla.kernel._json_text.unstorable_json`;
   :class:`InvalidPayloadError` naming its path), and at most the job's ``max_payload_bytes``
   of encoded JSON (:class:`PayloadTooLargeError`);
 - the single-runner key (``Concurrency.key``): text without NUL;
-- ``priority``: an int from -10 to 10 (:class:`~ship_sqla.kernel.InvalidPriorityError`), else the
+- ``priority``: an int from -10 to 10 (:class:`~ship_sqla.errors.InvalidPriorityError`), else the
   job's (K6).
 
 The result is a :class:`PreparedRun`: what a backend stores, with nothing left to compute. Its

@@ -3,7 +3,7 @@ source of randomness. No clock, no I/O; the runtime adds the result to ``clock.n
 ``now`` in.
 
 The arithmetic is the package's one backoff (:mod:`ship_sqla.kernel._plans.backoff`) over the
-policy's :attr:`~ship_sqla.kernel.RetryPolicy.plan`: ``retry_delay(policy, attempt)`` is the wait
+policy's :attr:`~ship_sqla.jobs.RetryPolicy.plan`: ``retry_delay(policy, attempt)`` is the wait
 after attempt ``attempt`` (numbered from 1) failed, ``0 <= delay <= max_delay``; what this
 module adds is the job's rules around it: when the attempts are spent (J7), the step a run
 waits when its single-runner lock is held elsewhere, and how an attempt that raised is

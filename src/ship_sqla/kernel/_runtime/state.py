@@ -8,7 +8,7 @@ import math
 import traceback
 from typing import TYPE_CHECKING, Any
 
-from ship_sqla.kernel._errors import ShipError
+from ship_sqla.kernel._errors import JobAttemptError
 from ship_sqla.kernel._job_context import Cancellation, CancelReason
 from ship_sqla.kernel._ports import (
     BuriedRun,
@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 
-class JobCancelledError(ShipError, RuntimeError):
+class JobCancelledError(JobAttemptError, RuntimeError):
     """A run was cancelled by the runtime (drain deadline, lost single-runner lock) and returned
     to waiting without consuming its attempt; the text is recorded in the run's history (J12)."""
 

@@ -1,0 +1,111 @@
+from ship_sqla.kernel._backend_base import JobBackendBase as JobBackendBase
+from ship_sqla.kernel._browse import BrowsedRun as BrowsedRun
+from ship_sqla.kernel._browse import ClaimPosition as ClaimPosition
+from ship_sqla.kernel._browse import CreatedPosition as CreatedPosition
+from ship_sqla.kernel._browse import LeasePosition as LeasePosition
+from ship_sqla.kernel._browse import RunBrowser as RunBrowser
+from ship_sqla.kernel._browse import RunOrder as RunOrder
+from ship_sqla.kernel._browse import RunPosition as RunPosition
+from ship_sqla.kernel._browse import RunQuery as RunQuery
+from ship_sqla.kernel._clock import Clock as Clock
+from ship_sqla.kernel._clock import SystemClock as SystemClock
+from ship_sqla.kernel._memory.jobs import InMemoryJobBackend as InMemoryJobBackend
+from ship_sqla.kernel._memory.locks import InMemoryLock as InMemoryLock
+from ship_sqla.kernel._memory.locks import InMemoryLockProvider as InMemoryLockProvider
+from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry as InMemoryWorkerRegistry
+from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore as InMemoryWorkflowStore
+from ship_sqla.kernel._ports import LEASE_LAPSED as LEASE_LAPSED
+from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_ATTEMPT as LEASE_LAPSED_FINAL_ATTEMPT
+from ship_sqla.kernel._ports import RUN_CANCELLED as RUN_CANCELLED
+from ship_sqla.kernel._ports import BuriedRun as BuriedRun
+from ship_sqla.kernel._ports import CancelRequestSource as CancelRequestSource
+from ship_sqla.kernel._ports import ClaimBatch as ClaimBatch
+from ship_sqla.kernel._ports import ClaimedRun as ClaimedRun
+from ship_sqla.kernel._ports import ClaimRequest as ClaimRequest
+from ship_sqla.kernel._ports import DeadQuery as DeadQuery
+from ship_sqla.kernel._ports import HeartbeatBatch as HeartbeatBatch
+from ship_sqla.kernel._ports import JobBackend as JobBackend
+from ship_sqla.kernel._ports import Lock as Lock
+from ship_sqla.kernel._ports import LockProvider as LockProvider
+from ship_sqla.kernel._ports import QueueDepthSource as QueueDepthSource
+from ship_sqla.kernel._ports import RenewableLock as RenewableLock
+from ship_sqla.kernel._ports import RunAdmin as RunAdmin
+from ship_sqla.kernel._ports import RunStore as RunStore
+from ship_sqla.kernel._ports import ScheduleStore as ScheduleStore
+from ship_sqla.kernel._ports import SettleOutcome as SettleOutcome
+from ship_sqla.kernel._ports import Suspend as Suspend
+from ship_sqla.kernel._ports import WakeSource as WakeSource
+from ship_sqla.kernel._settlement import HistoryEntry as HistoryEntry
+from ship_sqla.kernel._settlement import ReleaseReason as ReleaseReason
+from ship_sqla.kernel._settlement import Settlement as Settlement
+from ship_sqla.kernel._settlement import SettleRequest as SettleRequest
+from ship_sqla.kernel._settlement import cancelled as cancelled
+from ship_sqla.kernel._settlement import completed as completed
+from ship_sqla.kernel._settlement import failed as failed
+from ship_sqla.kernel._settlement import released as released
+from ship_sqla.kernel._settlement import snoozed as snoozed
+from ship_sqla.kernel._workers import WorkerEntry as WorkerEntry
+from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
+from ship_sqla.kernel._workflows import NewStep as NewStep
+from ship_sqla.kernel._workflows import UnitOfWorkLike as UnitOfWorkLike
+from ship_sqla.kernel._workflows import Workflow as Workflow
+from ship_sqla.kernel._workflows import WorkflowAdmin as WorkflowAdmin
+from ship_sqla.kernel._workflows import Workflows as Workflows
+from ship_sqla.kernel._workflows import WorkflowStore as WorkflowStore
+
+__all__ = (
+    "LEASE_LAPSED",
+    "LEASE_LAPSED_FINAL_ATTEMPT",
+    "RUN_CANCELLED",
+    "BrowsedRun",
+    "BuriedRun",
+    "CancelRequestSource",
+    "ClaimBatch",
+    "ClaimPosition",
+    "ClaimRequest",
+    "ClaimedRun",
+    "Clock",
+    "CreatedPosition",
+    "DeadQuery",
+    "HeartbeatBatch",
+    "HistoryEntry",
+    "InMemoryJobBackend",
+    "InMemoryLock",
+    "InMemoryLockProvider",
+    "InMemoryWorkerRegistry",
+    "InMemoryWorkflowStore",
+    "JobBackend",
+    "JobBackendBase",
+    "LeasePosition",
+    "Lock",
+    "LockProvider",
+    "NewStep",
+    "QueueDepthSource",
+    "ReleaseReason",
+    "RenewableLock",
+    "RunAdmin",
+    "RunBrowser",
+    "RunOrder",
+    "RunPosition",
+    "RunQuery",
+    "RunStore",
+    "ScheduleStore",
+    "SettleOutcome",
+    "SettleRequest",
+    "Settlement",
+    "Suspend",
+    "SystemClock",
+    "UnitOfWorkLike",
+    "WakeSource",
+    "WorkerEntry",
+    "WorkerRegistry",
+    "Workflow",
+    "WorkflowAdmin",
+    "WorkflowStore",
+    "Workflows",
+    "cancelled",
+    "completed",
+    "failed",
+    "released",
+    "snoozed",
+)

@@ -1,0 +1,17 @@
+from ship_sqla._audit import PostgresAuditLog as PostgresAuditLog
+from ship_sqla._dashboard import DashboardAuthorizer as DashboardAuthorizer
+from ship_sqla.kernel._audit import AuditEntry as AuditEntry
+from ship_sqla.kernel._audit import AuditLog as AuditLog
+from ship_sqla.kernel._audit import AuditSink as AuditSink
+from ship_sqla.kernel._audit import InMemoryAuditLog as InMemoryAuditLog
+from ship_sqla.kernel._authorize import Authorizer as Authorizer
+
+__all__ = (
+    "AuditEntry",
+    "AuditLog",
+    "AuditSink",
+    "Authorizer",
+    "DashboardAuthorizer",
+    "InMemoryAuditLog",
+    "PostgresAuditLog",
+)

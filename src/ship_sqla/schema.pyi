@@ -1,0 +1,13 @@
+from ship_sqla._rls import tenant_policy_ddl as tenant_policy_ddl
+from ship_sqla._schema_check import SchemaDifference as SchemaDifference
+from ship_sqla._schema_check import SchemaReport as SchemaReport
+from ship_sqla._schema_check import check_schema as check_schema
+from ship_sqla._schema_sql import schema_sql as schema_sql
+
+__all__ = (
+    "SchemaDifference",
+    "SchemaReport",
+    "check_schema",
+    "schema_sql",
+    "tenant_policy_ddl",
+)
