@@ -34,11 +34,9 @@ from ship_sqla.kernel._runtime.state import InFlight, stale_error
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._metrics import JobOutcome
-    from ship_sqla.kernel._ports import RunStore, SettleOutcome
+    from ship_sqla.kernel._ports import JobBackend, SettleOutcome
+    from ship_sqla.kernel._runtime.wiring import Plumbing, RuntimeEvents
     from ship_sqla.kernel._settlement import SettleRequest
 
 __all__ = ["MAX_BATCH", "Completer"]
@@ -53,7 +51,7 @@ _UNPLANNED: Final[dict[SettleOutcome, JobOutcome]] = {"stale": "stale", "cancell
 class Completer:
     """Owns runs from :meth:`add` until their settle was answered (or given up).
 
-    Invariants: every added run is passed to ``on_settled`` exactly once; a completion or a
+    Invariants: every added run is passed to ``events.settled`` exactly once; a completion or a
     failure is never sent once the claim's loss was reported (its answer could only be stale),
     while a release always is (it hands back a run this process will not run; fenced, it changes
     nothing if the run was retaken); a "stale" answer is reported once per claim, here and
@@ -61,30 +59,12 @@ class Completer:
     docstring says.
     """
 
-    def __init__(
-        self,
-        store: RunStore,
-        clock: Clock,
-        *,
-        report_error: Callable[[BaseException], None],
-        on_settled: Callable[[InFlight], None],
-        on_outcome: Callable[[InFlight, JobOutcome], None],
-        on_flushed: Callable[[], None],
-        on_given_up: Callable[[], None],
-        error_backoff: Callable[[int], float],
-        on_room: Callable[[set[str]], None] | None = None,
-        close_deadline: Callable[[], float | None] = lambda: None,
-    ) -> None:
+    def __init__(self, store: JobBackend, shared: Plumbing, events: RuntimeEvents) -> None:
         self._store = store
-        self._clock = clock
-        self._report_error = report_error
-        self._on_settled = on_settled
-        self._on_outcome = on_outcome
-        self._on_flushed = on_flushed
-        self._on_given_up = on_given_up
-        self._on_room = on_room
-        self._error_backoff = error_backoff
-        self._close_deadline = close_deadline
+        self._clock = shared.clock
+        self._report_error = shared.report_error
+        self._error_backoff = shared.error_backoff
+        self._events = events
         self._pending: list[InFlight] = []
         self._in_flush = 0
         # Per job: the backend still counts these runs against concurrency.max (J3) until their
@@ -132,7 +112,7 @@ class Completer:
                     self._in_flush = 0
                 if flushed:
                     failures = 0
-                    self._on_flushed()
+                    self._events.flushed()
                     continue
                 failures += 1
                 delay = self._error_backoff(failures)
@@ -152,7 +132,7 @@ class Completer:
         others are given up (settled without an answer; their leases bring them back, J6)."""
         now = self._clock.monotonic()
         closing = self._closing.is_set()
-        drain_deadline = self._close_deadline()
+        drain_deadline = self._events.drain_deadline
         retry: list[InFlight] = []
         given_up: list[InFlight] = []
         for entry in batch:
@@ -176,7 +156,7 @@ class Completer:
             # Their runs stay running in the backend until their leases lapse: only this
             # process's own room grew (on_flushed is for answered settles, which free the
             # backend's).
-            self._on_given_up()
+            self._events.given_up()
         return retry
 
     async def _flush(self, batch: list[InFlight]) -> bool:
@@ -206,8 +186,8 @@ class Completer:
                 self._answered(entry, outcome)
             # F1: the fleet cap of these jobs has room again; other processes may take it.
             capped = {entry.job.id for entry in live if entry.job.concurrency.max is not None}
-            if capped and self._on_room is not None:
-                self._on_room(capped)
+            if capped:
+                self._store.room_freed(capped)
         self._done(batch)
         return True
 
@@ -223,7 +203,7 @@ class Completer:
             self._report_error(stale_error(entry.run, settlement.label))
         if settlement.recorded is not None:
             recorded = _UNPLANNED.get(outcome, settlement.recorded)
-            self._on_outcome(entry, recorded)
+            self._events.outcome(entry, recorded)
 
     def _done(self, entries: list[InFlight]) -> None:
         counts = self._unflushed_by_job
@@ -234,4 +214,4 @@ class Completer:
                 counts[job_id] = left
             else:
                 del counts[job_id]
-            self._on_settled(entry)
+            self._events.settled(entry)

@@ -26,9 +26,9 @@ from ship_sqla.kernel._waiting import wait_event
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._metrics import JobMetrics
     from ship_sqla.kernel._ports import QueueDepthSource
+    from ship_sqla.kernel._runtime.wiring import Plumbing
 
 __all__ = ["DEPTH_SAMPLE_INTERVAL", "DepthSampler"]
 
@@ -51,9 +51,8 @@ class DepthSampler:
         source: QueueDepthSource,
         metrics: JobMetrics,
         job_ids: Sequence[str],
+        shared: Plumbing,
         *,
-        clock: Clock,
-        report_error: Callable[[BaseException], None],
         interval: float = DEPTH_SAMPLE_INTERVAL,
         jobs: Callable[[], Sequence[str]] | None = None,
     ) -> None:
@@ -61,8 +60,8 @@ class DepthSampler:
         self._metrics = metrics
         self._job_ids = tuple(job_ids)
         self._jobs = jobs if jobs is not None else self._own_jobs
-        self._clock = clock
-        self._report_error = report_error
+        self._clock = shared.clock
+        self._report_error = shared.report_error
         self._interval = interval
         self._closing = False
         self._wake = asyncio.Event()

@@ -49,14 +49,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import datetime
 
-    from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._job_context import CancelReason
     from ship_sqla.kernel._jobs import JobDefinition
-    from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
+    from ship_sqla.kernel._metrics import JobMetrics
     from ship_sqla.kernel._ports import ClaimedRun, JobBackend, LockProvider
     from ship_sqla.kernel._runtime.state import InFlightRuns
+    from ship_sqla.kernel._runtime.wiring import Plumbing, RuntimeEvents
     from ship_sqla.kernel._settlement import SettleRequest
-    from ship_sqla.kernel._workflows import WorkflowStore
 
 __all__ = ["Executor", "raised_settlement"]
 
@@ -107,29 +106,25 @@ class Executor:
     def __init__(
         self,
         runs: InFlightRuns,
-        clock: Clock,
+        shared: Plumbing,
+        events: RuntimeEvents,
+        settle: Callable[[InFlight, SettleRequest], None],
         *,
         worker_id: str,
         locks: LockProvider | None,
         metrics: JobMetrics | None,
-        report_error: Callable[[BaseException], None],
-        settle: Callable[[InFlight, SettleRequest], None],
-        on_outcome: Callable[[InFlight, JobOutcome], None],
-        on_ended: Callable[[], None],
-        workflows: WorkflowStore | None = None,
-        backend: JobBackend | None = None,
+        backend: JobBackend,
     ) -> None:
         self._runs = runs
-        self._workflows = workflows
+        self._workflows = backend.workflows
         self._backend = backend
-        self._clock = clock
+        self._clock = shared.clock
         self._worker_id = worker_id
         self._locks = locks
         self._metrics = metrics
-        self._report_error = report_error
+        self._report_error = shared.report_error
         self._settle = settle
-        self._on_outcome = on_outcome
-        self._on_ended = on_ended
+        self._events = events
         # The runtime lives on the loop it was built in (start_job_runtime is async).
         self._loop = asyncio.get_running_loop()
 
@@ -158,7 +153,7 @@ class Executor:
             if entry.lost:
                 return
             entry.mark_lost()
-            self._on_outcome(entry, "stale")
+            self._events.outcome(entry, "stale")
             self._report_error(stale_error(entry.run, during))
         elif entry.reason is not None:
             return
@@ -208,7 +203,7 @@ class Executor:
         # The handler's context lives in this call only: the entry never refers to it (see
         # InFlight), so a finished run leaves no reference cycle behind.
         ctx = JobContext(entry.run, entry, worker_id=self._worker_id)
-        if self._workflows is not None and self._backend is not None:
+        if self._workflows is not None:
             ctx.bind_workflows(self._workflows, self._backend, self._clock)
         entry.in_handler = True
         timer = self._start_timeout(entry)
@@ -414,4 +409,4 @@ class Executor:
             except Exception as exc:  # noqa: BLE001 - J11; the lock's lease frees it anyway
                 self._report_error(exc)
         self._runs.ended(entry)
-        self._on_ended()
+        self._events.task_ended()

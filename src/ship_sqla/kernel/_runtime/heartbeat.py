@@ -32,10 +32,10 @@ from ship_sqla.kernel._waiting import wait_event
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._job_context import CancelReason
     from ship_sqla.kernel._ports import RunStore
     from ship_sqla.kernel._runtime.state import InFlight
+    from ship_sqla.kernel._runtime.wiring import Plumbing
 
 __all__ = ["Heartbeater"]
 
@@ -52,23 +52,21 @@ class Heartbeater:
     def __init__(
         self,
         store: RunStore,
-        clock: Clock,
+        shared: Plumbing,
         entries: Mapping[str, InFlight],
         *,
         tick: float,
         on_lost: Callable[[InFlight, CancelReason], None],
-        report_error: Callable[[BaseException], None],
-        error_backoff: Callable[[int], float] | None = None,
     ) -> None:
         self._store = store
-        self._report_error = report_error
-        self._clock = clock
+        self._report_error = shared.report_error
+        self._clock = shared.clock
         self._entries = entries
         # The longest this loop sleeps: a run claimed while it sleeps falls due no earlier than
         # one tick later, because no job heartbeats more often than every ``tick`` seconds.
         self._tick = tick
         self._on_lost = on_lost
-        self._error_backoff = error_backoff
+        self._error_backoff = shared.error_backoff
         self._failures = 0
         self._closing = asyncio.Event()
 
@@ -123,8 +121,6 @@ class Heartbeater:
         """After a failed call: beat these runs again after the error backoff (their lease may
         be running out), or at their regular time if that comes first."""
         self._failures += 1
-        if self._error_backoff is None:
-            return
         retry = self._clock.monotonic() + self._error_backoff(self._failures)
         for entry in due:
             if not entry.lost:

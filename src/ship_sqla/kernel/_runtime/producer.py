@@ -20,13 +20,12 @@ from ship_sqla.kernel._waiting import first_done, wait_event
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._metrics import JobMetrics
-    from ship_sqla.kernel._ports import BuriedRun, ClaimedRun, RunStore, ScheduleStore
+    from ship_sqla.kernel._ports import BuriedRun, ClaimedRun, JobBackend
     from ship_sqla.kernel._runtime.completer import Completer
     from ship_sqla.kernel._runtime.state import InFlightRuns
-    from ship_sqla.kernel._settlement import SettleRequest
+    from ship_sqla.kernel._runtime.wiring import Plumbing, RuntimeEvents
 
 __all__ = ["SCHEDULE_TICK_INTERVAL", "Producer"]
 
@@ -59,28 +58,24 @@ class Producer:
 
     def __init__(
         self,
-        store: RunStore,
+        store: JobBackend,
         jobs: Sequence[JobDefinition[Any]],
+        shared: Plumbing,
+        events: RuntimeEvents,
         *,
-        worker_id: str,
-        clock: Clock,
         runs: InFlightRuns,
         completer: Completer,
+        start_run: Callable[[JobDefinition[Any], ClaimedRun, float], None],
+        worker_id: str,
         max_in_flight: int,
         poll_interval: float,
-        schedules: ScheduleStore,
         metrics: JobMetrics | None,
-        report_error: Callable[[BaseException], None],
-        start_run: Callable[[JobDefinition[Any], ClaimedRun, float], None],
-        settle: Callable[[InFlight, SettleRequest], None],
-        error_backoff: Callable[[int], float],
-        on_buried: Callable[[str, BuriedRun], None] | None = None,
     ) -> None:
         self._store = store
-        self._on_buried = on_buried
+        self._events = events
         self._jobs = tuple(jobs)
         self._worker_id = worker_id
-        self._clock = clock
+        self._clock = shared.clock
         self._runs = runs
         self._completer = completer
         self._max_in_flight = max_in_flight
@@ -89,14 +84,12 @@ class Producer:
         # slow backend still bounds what this process holds.
         self._max_unflushed = 2 * max_in_flight
         # J9: the loop ticks these jobs' schedules (start_job_runtime installed them).
-        self._schedules = schedules
         self._scheduled = tuple(job for job in self._jobs if job.schedule is not None)
         self._last_tick: float | None = None
         self._metrics = metrics
-        self._report_error = report_error
+        self._report_error = shared.report_error
         self._start_run = start_run
-        self._settle = settle
-        self._error_backoff = error_backoff
+        self._error_backoff = shared.error_backoff
         self._rotation = 0
         self._kick = asyncio.Event()
         self._want_capacity = False
@@ -180,7 +173,7 @@ class Producer:
             return
         self._last_tick = now
         try:
-            await self._schedules.tick_schedules(self._scheduled)
+            await self._store.tick_schedules(self._scheduled)
         except Exception as exc:  # noqa: BLE001 - J11: reported; the next tick retries
             self._report_error(exc)
 
@@ -297,8 +290,7 @@ class Producer:
         worker died): counted as a dead letter and reported, like any other dead letter."""
         if self._metrics is not None:
             self._metrics.record_dead_letter(buried.job_id, buried.key)
-        if self._on_buried is not None:
-            self._on_buried(job.id, buried)
+        self._events.buried(job.id, buried)
         self._report_error(lapsed_final_error(job.id, buried))
 
     def _refuse(
@@ -321,4 +313,4 @@ class Producer:
             # Never started, so never registered: no heartbeat keeps it; its release is retried
             # while the lease the claim began may still be held.
             entry = InFlight(job, run, now, claim_sent=sent)
-            self._settle(entry, released(run, run_at, reason="refused"))
+            self._completer.add(entry, released(run, run_at, reason="refused"))

@@ -32,7 +32,7 @@ from ship_sqla.kernel._workers import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._runtime.wiring import Plumbing
     from ship_sqla.kernel._workers import WorkerEntry, WorkerRegistry
 
 __all__ = ["Registration"]
@@ -63,23 +63,21 @@ class Registration:
     def __init__(
         self,
         registry: WorkerRegistry,
-        clock: Clock,
+        shared: Plumbing,
         *,
         worker_id: str,
         entry: Callable[[], WorkerEntry],
         wants_sampler: Callable[[], bool],
         on_sampler: Callable[[], None] | None,
-        report_error: Callable[[BaseException], None],
-        error_backoff: Callable[[int], float],
     ) -> None:
         self._registry = registry
-        self._clock = clock
+        self._clock = shared.clock
         self._worker_id = worker_id
         self._entry = entry
         self._wants_sampler = wants_sampler
         self._on_sampler = on_sampler
-        self._report_error = report_error
-        self._error_backoff = error_backoff
+        self._report_error = shared.report_error
+        self._error_backoff = shared.error_backoff
         self._state: Literal["probing", "on", "off"] = "probing"
         # The local end of the sampler lease (runtime's monotonic clock); None: not held.
         self._sampler_until: float | None = None

@@ -53,6 +53,7 @@ from ship_sqla.kernel._runtime.producer import Producer
 from ship_sqla.kernel._runtime.registration import Registration
 from ship_sqla.kernel._runtime.run_log import RunLog
 from ship_sqla.kernel._runtime.state import InFlight, InFlightRuns
+from ship_sqla.kernel._runtime.wiring import Plumbing
 from ship_sqla.kernel._waiting import wait_event
 from ship_sqla.kernel._workers import WorkerEntry
 
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
-    from ship_sqla.kernel._ports import EnqueueRequest, EnqueueResult
+    from ship_sqla.kernel._ports import BuriedRun, EnqueueRequest, EnqueueResult
 
 __all__ = ["JobRuntime", "RuntimeMode", "start_job_runtime"]
 
@@ -127,106 +128,81 @@ class JobRuntime:
         self._summary_stop = asyncio.Event()
         self._summary_task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._drained = asyncio.Event()
         self._stop_task: asyncio.Task[None] | None = None
         self._unwatch_cancels: Callable[[], None] | None = None
         self._job_ids = tuple(job.id for job in jobs)
         self._listening = False
         self._tasks: list[asyncio.Task[None]] = []
-        # While stopping: settle retries give up at the drain deadline (runtime's monotonic clock).
-        self._drain_deadline: float | None = None
+        self._events = events = _Events(self._runs, self._run_log, metrics, clock)
         # The one error backoff of every loop here (J11): 0.1 s doubling to 1 s, equal jitter.
-        backoff = error_backoff(backend.poll_interval).delay
-        self._completer = Completer(
-            backend,
-            clock,
-            report_error=backend.report_error,
-            on_settled=self._runs.settled,
-            on_outcome=self._record,
-            on_flushed=self._capacity_freed,
-            on_given_up=self._own_room_freed,
-            error_backoff=backoff,
-            # F1: freed fleet slots of a capped job wake the other processes' runtimes of it.
-            on_room=backend.room_freed,
-            close_deadline=lambda: self._drain_deadline,
-        )
+        shared = Plumbing(clock, backend.report_error, error_backoff(backend.poll_interval).delay)
+        self._completer = Completer(backend, shared, events)
         self._executor = Executor(
             self._runs,
-            clock,
+            shared,
+            events,
+            self._completer.add,
             worker_id=worker_id,
             locks=backend.lock_provider,
             metrics=metrics,
-            report_error=backend.report_error,
-            settle=self._completer.add,
-            on_outcome=self._record,
-            on_ended=self._task_ended,
-            workflows=backend.workflows,
             backend=backend,
         )
         self._producer = Producer(
             backend,
             jobs,
-            worker_id=worker_id,
-            clock=clock,
+            shared,
+            events,
             runs=self._runs,
             completer=self._completer,
+            start_run=self._executor.start,
+            worker_id=worker_id,
             max_in_flight=backend.max_in_flight,
             poll_interval=backend.poll_interval,
-            schedules=backend,
             metrics=metrics,
-            report_error=backend.report_error,
-            start_run=self._executor.start,
-            settle=self._completer.add,
-            error_backoff=backoff,
-            on_buried=self._run_log.buried,
         )
         tick = min((job.concurrency.heartbeat_interval for job in jobs), default=1.0)
+        events.producer = self._producer
         self._heartbeater = Heartbeater(
-            backend,
-            clock,
-            self._runs.entries,
-            tick=tick,
-            on_lost=self._executor.cancel,
-            report_error=backend.report_error,
-            error_backoff=backoff,
+            backend, shared, self._runs.entries, tick=tick, on_lost=self._executor.cancel
         )
-        # F6: the runtime's entry in the backend's worker registry (worker mode only).
-        workers = backend.workers if mode == "worker" else None
         self._host = socket.gethostname()
         self._pid = os.getpid()
         self._started_at: datetime = clock.now()
-        # J10's queue gauges, sampled only once someone collects them (DepthSampler); with a
-        # registry, by the one runtime of the fleet that holds the sampler lease (F5).
-        self._sampler = (
-            DepthSampler(
-                backend,
-                metrics,
-                [job.id for job in jobs],
-                clock=clock,
-                report_error=backend.report_error,
-                interval=queue_sample_interval,
-                jobs=self._sampled_jobs if workers is not None else None,
-            )
-            if metrics is not None and queue_sample_interval is not None and mode == "worker"
-            else None
-        )
-        self._registration = (
-            Registration(
-                workers,
-                clock,
-                worker_id=worker_id,
-                entry=self._worker_entry,
-                wants_sampler=self._samples_queues,
-                on_sampler=self._sampler.sample_soon if self._sampler is not None else None,
-                report_error=backend.report_error,
-                error_backoff=backoff,
-            )
-            if workers is not None
-            else None
-        )
+        self._sampler, self._registration = self._fleet_parts(shared, queue_sample_interval)
         self._registration_task: asyncio.Task[None] | None = None
         # The runtime lives on the loop it was built in (start_job_runtime is async).
         self._loop = asyncio.get_running_loop()
+
+    def _fleet_parts(
+        self, shared: Plumbing, queue_sample_interval: float | None
+    ) -> tuple[DepthSampler | None, Registration | None]:
+        """F6: the runtime's entry in the backend's worker registry (worker mode only); J10's
+        queue gauges, sampled only once someone collects them (DepthSampler), with a registry by
+        the one runtime of the fleet that holds the sampler lease (F5)."""
+        if self.mode != "worker":
+            return None, None
+        workers = self.backend.workers
+        sampler = (
+            DepthSampler(
+                self.backend,
+                self.metrics,
+                self._job_ids,
+                shared,
+                interval=queue_sample_interval,
+                jobs=self._sampled_jobs,
+            )
+            if self.metrics is not None and queue_sample_interval is not None
+            else None
+        )
+        registration = Registration(
+            workers,
+            shared,
+            worker_id=self.worker_id,
+            entry=self._worker_entry,
+            wants_sampler=self._samples_queues,
+            on_sampler=sampler.sample_soon if sampler is not None else None,
+        )
+        return sampler, registration
 
     # --- public surface -------------------------------------------------------------------------
 
@@ -346,7 +322,7 @@ class JobRuntime:
 
     async def _stop(self, drain_timeout: float) -> None:
         self._stopping = True
-        self._drain_deadline = self.clock.monotonic() + drain_timeout
+        self._events.drain_deadline = self.clock.monotonic() + drain_timeout
         # F6: a draining worker claims nothing (the producer closes here) and says so at once.
         self._producer.close()
         if self._registration is not None:
@@ -356,12 +332,13 @@ class JobRuntime:
         self._run_log.draining(self.in_flight, drain_timeout)
         producer_task, completer_task, heartbeat_task = self._tasks[:3]
         await producer_task
-        if self._runs.executing and not await wait_event(self._drained, self.clock, drain_timeout):
+        drained = self._events.drained
+        if self._runs.executing and not await wait_event(drained, self.clock, drain_timeout):
             for entry in list(self._runs.entries.values()):
                 if entry.task is not None and not entry.task.done():
                     entry.interrupt("drain")
             # Cancelled handlers now only hand their runs over: no backend call of their own.
-            await self._drained.wait()
+            await drained.wait()
         # Heartbeats go on until the last settle is answered: a slow flush must not lapse.
         self._completer.close()
         await completer_task
@@ -428,18 +405,6 @@ class JobRuntime:
         if entry is not None and not entry.handler_done:
             self._executor.cancel(entry, "cancelled")
 
-    def _task_ended(self) -> None:
-        """An executor task ended: its slot is free."""
-        if self._stopping and self._runs.executing == 0:
-            self._drained.set()
-        self._producer.capacity_freed()
-
-    def _capacity_freed(self) -> None:
-        self._producer.capacity_freed()
-
-    def _own_room_freed(self) -> None:
-        self._producer.own_room_freed()
-
     async def _log_summaries(self, interval: float) -> None:
         """S3: every ``interval`` seconds one INFO line (runs/s, failures, in flight), and a
         last one for the time since the previous when the runtime stops."""
@@ -452,10 +417,30 @@ class JobRuntime:
             self._run_log.summary(now - since, self.in_flight)
             since = now
 
-    def _record(self, entry: InFlight, outcome: JobOutcome) -> None:
+
+class _Events:
+    """The runtime's :class:`~ship_sqla.kernel._runtime.wiring.RuntimeEvents` (what its parts
+    tell it), kept off :class:`JobRuntime`'s public surface; it also holds the stop's state the
+    parts read (J12)."""
+
+    __slots__ = ("clock", "drain_deadline", "drained", "metrics", "producer", "run_log", "runs")
+
+    def __init__(
+        self, runs: InFlightRuns, run_log: RunLog, metrics: JobMetrics | None, clock: Clock
+    ) -> None:
+        self.runs = runs
+        self.run_log = run_log
+        self.metrics = metrics
+        self.clock = clock
+        self.producer: Producer | None = None
+        self.drained = asyncio.Event()
+        self.drain_deadline: float | None = None
+        """While stopping: when settle retries give up (the runtime's monotonic clock)."""
+
+    def outcome(self, entry: InFlight, outcome: JobOutcome) -> None:
         """The one outcome hook: S3's log line (run_log) and J10's metrics (the attempt's
         outcome and duration from its claim; free without metrics)."""
-        self._run_log.outcome(entry, outcome)
+        self.run_log.outcome(entry, outcome)
         metrics = self.metrics
         if metrics is None:
             return
@@ -463,6 +448,26 @@ class JobRuntime:
         metrics.record_run(run.job_id, run.key, outcome, self.clock.monotonic() - entry.claimed_at)
         if outcome == "dead":
             metrics.record_dead_letter(run.job_id, run.key)
+
+    def settled(self, entry: InFlight) -> None:
+        self.runs.settled(entry)
+
+    def flushed(self) -> None:
+        if self.producer is not None:
+            self.producer.capacity_freed()
+
+    def given_up(self) -> None:
+        if self.producer is not None:
+            self.producer.own_room_freed()
+
+    def task_ended(self) -> None:
+        """An executor task ended: its slot is free (and the drain may be over, J12)."""
+        if self.drain_deadline is not None and self.runs.executing == 0:
+            self.drained.set()
+        self.flushed()
+
+    def buried(self, job_id: str, buried: BuriedRun) -> None:
+        self.run_log.buried(job_id, buried)
 
 
 async def start_job_runtime(
