@@ -508,65 +508,8 @@ def _compare_indexes(
                     metadata=index.definition,
                 )
             )
-            continue
-        specific = False
-        if (have.keys, have.include) != (index.keys, index.include):
-            specific = True
-            found.append(
-                SchemaDifference(
-                    "index_columns",
-                    key,
-                    name,
-                    f"index {name} on {table} covers {_columns_text(have)} in the database,"
-                    f" {_columns_text(index)} in the metadata.",
-                    database=_columns_text(have),
-                    metadata=_columns_text(index),
-                )
-            )
-        if have.unique != index.unique:
-            specific = True
-            database, metadata = (
-                ("unique", "not unique") if have.unique else ("not unique", "unique")
-            )
-            found.append(
-                SchemaDifference(
-                    "index_unique",
-                    key,
-                    name,
-                    f"index {name} on {table} is {database} in the database but {metadata} in"
-                    " the metadata.",
-                    database=database,
-                    metadata=metadata,
-                )
-            )
-        if have.predicate != index.predicate:
-            specific = True
-            found.append(
-                SchemaDifference(
-                    "index_predicate",
-                    key,
-                    name,
-                    f"index {name} on {table} has predicate"
-                    f" {_predicate_text(have.predicate)} in the database,"
-                    f" {_predicate_text(index.predicate)} in the metadata (a query written for"
-                    " one predicate cannot use an index built for the other).",
-                    database=have.predicate,
-                    metadata=index.predicate,
-                )
-            )
-        if not specific and have.definition != index.definition:
-            # Method, ordering, operator class, NULLS NOT DISTINCT, storage parameters.
-            found.append(
-                SchemaDifference(
-                    "index_definition",
-                    key,
-                    name,
-                    f"index {name} on {table} is USING {have.definition} in the database,"
-                    f" USING {index.definition} in the metadata.",
-                    database=have.definition,
-                    metadata=index.definition,
-                )
-            )
+        else:
+            found.extend(_index_differences(key, table, name, have, index))
     found.extend(
         SchemaDifference(
             "index_extra",
@@ -579,6 +522,67 @@ def _compare_indexes(
         for name, index in live.items()
         if name not in wanted
     )
+    return found
+
+
+def _index_differences(
+    key: str, table: str, name: str, have: _Index, index: _Index
+) -> list[SchemaDifference]:
+    """How index ``name`` in the database (``have``) differs from the metadata's (``index``):
+    its columns, uniqueness and predicate each said apart; only when none of those differ, the
+    rest of its definition (method, ordering, operator class, NULLS NOT DISTINCT, storage)."""
+    found: list[SchemaDifference] = []
+    if (have.keys, have.include) != (index.keys, index.include):
+        found.append(
+            SchemaDifference(
+                "index_columns",
+                key,
+                name,
+                f"index {name} on {table} covers {_columns_text(have)} in the database,"
+                f" {_columns_text(index)} in the metadata.",
+                database=_columns_text(have),
+                metadata=_columns_text(index),
+            )
+        )
+    if have.unique != index.unique:
+        database, metadata = ("unique", "not unique") if have.unique else ("not unique", "unique")
+        found.append(
+            SchemaDifference(
+                "index_unique",
+                key,
+                name,
+                f"index {name} on {table} is {database} in the database but {metadata} in"
+                " the metadata.",
+                database=database,
+                metadata=metadata,
+            )
+        )
+    if have.predicate != index.predicate:
+        found.append(
+            SchemaDifference(
+                "index_predicate",
+                key,
+                name,
+                f"index {name} on {table} has predicate"
+                f" {_predicate_text(have.predicate)} in the database,"
+                f" {_predicate_text(index.predicate)} in the metadata (a query written for"
+                " one predicate cannot use an index built for the other).",
+                database=have.predicate,
+                metadata=index.predicate,
+            )
+        )
+    if not found and have.definition != index.definition:
+        found.append(
+            SchemaDifference(
+                "index_definition",
+                key,
+                name,
+                f"index {name} on {table} is USING {have.definition} in the database,"
+                f" USING {index.definition} in the metadata.",
+                database=have.definition,
+                metadata=index.definition,
+            )
+        )
     return found
 
 

@@ -36,6 +36,7 @@ from ship_sqla._sql_time import now_param, seconds_param
 
 if TYPE_CHECKING:
     from sqlalchemy.sql.dml import Delete, ReturningDelete, ReturningInsert, ReturningUpdate
+    from sqlalchemy.sql.elements import ColumnElement
     from sqlalchemy.sql.selectable import Select
 
 __all__ = [
@@ -89,13 +90,18 @@ class IdempotencyStatements:
     """:k_prefix, :limit, :now -> deletes up to ``limit`` expired keys of the prefix."""
 
 
-def build_statements(table: Table) -> IdempotencyStatements:
+def _key_matches(table: Table) -> ColumnElement[bool]:
     c = table.c
-    key_matches = and_(
+    return and_(
         c.prefix == bindparam("k_prefix", type_=Text),
         c.tenant_id == bindparam("k_tenant", type_=Text),
         c.key == bindparam("k_key", type_=Text),
     )
+
+
+def _claims(table: Table) -> tuple[ReturningInsert[Any], ReturningUpdate[Any]]:
+    """``claim_new`` and ``take_over`` (see :class:`IdempotencyStatements`)."""
+    c = table.c
     fresh_claim: dict[str, Any] = {
         "fingerprint": bindparam("fingerprint", type_=Text),
         "status": IN_PROGRESS,
@@ -122,7 +128,7 @@ def build_statements(table: Table) -> IdempotencyStatements:
     take_over = (
         update(table)
         .where(
-            key_matches,
+            _key_matches(table),
             or_(
                 c.expires_at <= now_param(),
                 and_(
@@ -135,6 +141,47 @@ def build_statements(table: Table) -> IdempotencyStatements:
         .values(**fresh_claim)
         .returning(c.locked_until, c.expires_at)
     )
+    return claim_new, take_over
+
+
+def _ends(table: Table) -> tuple[ReturningUpdate[Any], ReturningDelete[Any], Delete]:
+    """``complete``, ``release`` and ``cleanup`` (see :class:`IdempotencyStatements`)."""
+    c = table.c
+    held = (
+        _key_matches(table),
+        c.claim_token == bindparam("token", type_=UUID(as_uuid=True)),
+        c.status == IN_PROGRESS,
+    )
+    complete = (
+        update(table)
+        .where(*held)
+        .values(
+            status=COMPLETED,
+            response=bindparam("response", type_=JSONB),
+            completed_at=now_param(),
+            locked_until=null(),
+            expires_at=now_param() + seconds_param("ttl"),
+        )
+        .returning(c.completed_at, c.expires_at)
+    )
+    release = delete(table).where(*held).returning(c.key)
+    # Served by <table>_expires_idx (prefix, expires_at): one range scan, LIMIT n. SKIP LOCKED
+    # leaves keys a request is taking over right now to the next pass.
+    victims = (
+        select(c.prefix, c.tenant_id, c.key)
+        .where(c.prefix == bindparam("k_prefix", type_=Text), c.expires_at <= now_param())
+        .order_by(c.expires_at)
+        .limit(bindparam("limit", type_=Integer))
+        .with_for_update(skip_locked=True)
+    )
+    cleanup = delete(table).where(tuple_(c.prefix, c.tenant_id, c.key).in_(victims))
+    return complete, release, cleanup
+
+
+def build_statements(table: Table) -> IdempotencyStatements:
+    c = table.c
+    claim_new, take_over = _claims(table)
+    complete, release, cleanup = _ends(table)
     read = select(
         c.prefix,
         c.tenant_id,
@@ -146,42 +193,7 @@ def build_statements(table: Table) -> IdempotencyStatements:
         c.expires_at,
         c.created_at,
         c.completed_at,
-    ).where(key_matches)
-    complete = (
-        update(table)
-        .where(
-            key_matches,
-            c.claim_token == bindparam("token", type_=UUID(as_uuid=True)),
-            c.status == IN_PROGRESS,
-        )
-        .values(
-            status=COMPLETED,
-            response=bindparam("response", type_=JSONB),
-            completed_at=now_param(),
-            locked_until=null(),
-            expires_at=now_param() + seconds_param("ttl"),
-        )
-        .returning(c.completed_at, c.expires_at)
-    )
-    release = (
-        delete(table)
-        .where(
-            key_matches,
-            c.claim_token == bindparam("token", type_=UUID(as_uuid=True)),
-            c.status == IN_PROGRESS,
-        )
-        .returning(c.key)
-    )
-    # Served by <table>_expires_idx (prefix, expires_at): one range scan, LIMIT n. SKIP LOCKED
-    # leaves keys a request is taking over right now to the next pass.
-    victims = (
-        select(c.prefix, c.tenant_id, c.key)
-        .where(c.prefix == bindparam("k_prefix", type_=Text), c.expires_at <= now_param())
-        .order_by(c.expires_at)
-        .limit(bindparam("limit", type_=Integer))
-        .with_for_update(skip_locked=True)
-    )
-    cleanup = delete(table).where(tuple_(c.prefix, c.tenant_id, c.key).in_(victims))
+    ).where(_key_matches(table))
     return IdempotencyStatements(
         claim_new=claim_new,
         take_over=take_over,

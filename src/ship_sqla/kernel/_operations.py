@@ -214,6 +214,53 @@ class AdministeredBackend(Protocol):
     def workflows(self) -> WorkflowAdmin | None: ...
 
 
+def _check_list_runs(
+    state: RunState,
+    *,
+    job_id: str | None,
+    tenant: str | None,
+    limit: int,
+    created_from: datetime | None,
+    created_to: datetime | None,
+) -> None:
+    """:meth:`JobOperations.list_runs`' arguments, checked before any read (S2)."""
+    _require_within(
+        "list_runs limit",
+        limit,
+        MAX_PAGE_LIMIT,
+        fix=f"ask for at most {MAX_PAGE_LIMIT} and follow next_cursor for the rest.",
+    )
+    if state not in _RUN_STATES:
+        raise ConfigurationError(
+            f"list_runs state {state!r} is not a run state.",
+            fix=f"pass one of {', '.join(_RUN_STATES)}.",
+        )
+    if job_id is not None:
+        _require_job_id(job_id, "list_runs")
+    check_tenant(tenant, operation="list_runs")
+    bounds: tuple[tuple[str, object], ...] = (
+        ("created_from", created_from),
+        ("created_to", created_to),
+    )
+    for name, value in bounds:
+        if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
+            raise ConfigurationError(
+                f"list_runs {name} must be an aware datetime, got {value!r}.",
+                fix="pass datetime(..., tzinfo=UTC).",
+            )
+    if run_order(state) != "created" and (created_from, created_to) != (None, None):
+        raise ConfigurationError(
+            f"list_runs of {state} runs takes no created_from / created_to: {state} runs"
+            " page in "
+            + ("claim order" if state == "waiting" else "lease expiry order")
+            + ", and a creation-time range could only be filtered, reading past every other"
+            f" {state} run (S2: every page read is bounded).",
+            fix="drop created_from / created_to for waiting and running runs (filter by job"
+            " or tenant instead); the range applies to the finished states: completed, dead,"
+            " discarded, cancelled.",
+        )
+
+
 def _dead_page_query(job_id: str | None, tenant: str | None) -> str:
     scope = ("every job",) if job_id is None else ("job", job_id)
     tenancy = () if tenant is None else ("tenant", tenant)
@@ -819,41 +866,14 @@ class JobOperations:
         Across every job, the page merges at most 200 jobs' runs (by job id). A cursor is signed
         and valid only for the same state and filter."""
         await self._authorize_read("list_runs")
-        _require_within(
-            "list_runs limit",
-            limit,
-            MAX_PAGE_LIMIT,
-            fix=f"ask for at most {MAX_PAGE_LIMIT} and follow next_cursor for the rest.",
+        _check_list_runs(
+            state,
+            job_id=job_id,
+            tenant=tenant,
+            limit=limit,
+            created_from=created_from,
+            created_to=created_to,
         )
-        if state not in _RUN_STATES:
-            raise ConfigurationError(
-                f"list_runs state {state!r} is not a run state.",
-                fix=f"pass one of {', '.join(_RUN_STATES)}.",
-            )
-        if job_id is not None:
-            _require_job_id(job_id, "list_runs")
-        check_tenant(tenant, operation="list_runs")
-        bounds: tuple[tuple[str, object], ...] = (
-            ("created_from", created_from),
-            ("created_to", created_to),
-        )
-        for name, value in bounds:
-            if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
-                raise ConfigurationError(
-                    f"list_runs {name} must be an aware datetime, got {value!r}.",
-                    fix="pass datetime(..., tzinfo=UTC).",
-                )
-        if run_order(state) != "created" and (created_from, created_to) != (None, None):
-            raise ConfigurationError(
-                f"list_runs of {state} runs takes no created_from / created_to: {state} runs"
-                " page in "
-                + ("claim order" if state == "waiting" else "lease expiry order")
-                + ", and a creation-time range could only be filtered, reading past every other"
-                f" {state} run (S2: every page read is bounded).",
-                fix="drop created_from / created_to for waiting and running runs (filter by job"
-                " or tenant instead); the range applies to the finished states: completed, dead,"
-                " discarded, cancelled.",
-            )
         query = query_fingerprint(
             (
                 "ship_sqla.jobs.list_runs",

@@ -92,6 +92,33 @@ def prepare_run(
     return prepared
 
 
+def _payload_text(job_id: str, encoded: object, limit: int) -> str:
+    """The stored text of a payload the job's codec encoded: compact JSON that PostgreSQL's
+    jsonb can hold, at most ``limit`` bytes; else the error says which rule it broke."""
+    try:
+        text = encode_compact_json(encoded)
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayloadError(
+            f"job {job_id!r}: the encoded payload is not JSON: {exc}",
+            fix="declare a payload type whose fields are JSON values, or pass a codec.",
+        ) from exc
+    unstorable = unstorable_json(encoded, text)
+    if unstorable is not None:
+        raise InvalidPayloadError(
+            f"job {job_id!r}: the encoded payload holds {unstorable}: PostgreSQL's jsonb"
+            " cannot store it.",
+            fix=unstorable.fix,
+        )
+    if len(text) > limit:
+        raise PayloadTooLargeError(
+            f"job {job_id!r}: the payload is {len(text)} bytes of encoded JSON, more than"
+            f" the job's max_payload_bytes ({limit}).",
+            fix="store large data elsewhere (a table, object storage) and enqueue a"
+            " reference to it, or raise define_job(..., max_payload_bytes=...).",
+        )
+    return text
+
+
 def prepare_runs(
     job: JobDefinition[Any],
     requests: Sequence[EnqueueRequest],
@@ -124,28 +151,7 @@ def prepare_runs(
         if run_at is not None:
             require_aware(run_at, "run_at")
         payload = request.payload
-        encoded = encode(payload)
-        try:
-            text = encode_compact_json(encoded)
-        except (TypeError, ValueError) as exc:
-            raise InvalidPayloadError(
-                f"job {job.id!r}: the encoded payload is not JSON: {exc}",
-                fix="declare a payload type whose fields are JSON values, or pass a codec.",
-            ) from exc
-        unstorable = unstorable_json(encoded, text)
-        if unstorable is not None:
-            raise InvalidPayloadError(
-                f"job {job.id!r}: the encoded payload holds {unstorable}: PostgreSQL's jsonb"
-                " cannot store it.",
-                fix=unstorable.fix,
-            )
-        if len(text) > limit:
-            raise PayloadTooLargeError(
-                f"job {job.id!r}: the payload is {len(text)} bytes of encoded JSON, more than"
-                f" the job's max_payload_bytes ({limit}).",
-                fix="store large data elsewhere (a table, object storage) and enqueue a"
-                " reference to it, or raise define_job(..., max_payload_bytes=...).",
-            )
+        text = _payload_text(job.id, encode(payload), limit)
         dedupe_key = request.dedupe_key
         if dedupe_key is not None:
             require_key(dedupe_key, "dedupe_key")
