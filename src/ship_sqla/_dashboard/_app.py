@@ -100,6 +100,19 @@ PageBody: TypeAlias = "Callable[[JobOperations, bool, Filters], Awaitable[Html]]
 """A page's content: ``body(ops, can_manage, filters)`` (the filters it named, checked)."""
 
 
+_NAV: Final = (
+    ("", "Overview"),
+    ("/runs", "Runs"),
+    ("/dead", "Dead letters"),
+    ("/schedules", "Schedules"),
+    ("/workers", "Workers"),
+    ("/outbox", "Outbox"),
+    ("/audit", "Audit log"),
+)
+"""The pages in the header, in order (path under the mount, label): a new page adds its line
+here and its Route in :func:`create_dashboard`."""
+
+
 def _default_actor(request: Request) -> str:
     user = request.scope.get("user")
     if user is not None and getattr(user, "is_authenticated", False):
@@ -205,6 +218,7 @@ class _Dashboard:
             current,
             title,
             content,
+            nav=_NAV,
             actor=ops.actor,
             can_manage=can_manage,
             flash=request.query_params.get("done"),

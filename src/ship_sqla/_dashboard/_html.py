@@ -33,16 +33,6 @@ __all__ = [
 Html = str
 """Markup already escaped."""
 
-_NAV = (
-    ("", "Overview"),
-    ("/runs", "Runs"),
-    ("/dead", "Dead letters"),
-    ("/schedules", "Schedules"),
-    ("/workers", "Workers"),
-    ("/outbox", "Outbox"),
-    ("/audit", "Audit log"),
-)
-
 
 def text(value: object) -> Html:
     return escape("" if value is None else str(value))
@@ -102,16 +92,17 @@ def layout(
     title: str,
     body: Html,
     *,
+    nav: Sequence[tuple[str, str]],
     actor: str,
     can_manage: bool,
     flash: str | None = None,
     error: str | None = None,
     poll_ms: int | None = None,
 ) -> Html:
-    nav = "".join(
+    links = "".join(
         f'<a class="{"on" if path == current else ""}" href="{text(base + (path or "/"))}">'
         f"{text(label)}</a>"
-        for path, label in _NAV
+        for path, label in nav
     )
     role = "manage" if can_manage else "read only"
     notes = ""
@@ -126,7 +117,7 @@ def layout(
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
         f"<title>{text(title)} · ship_sqla</title>"
         f'<link rel="stylesheet" href="{text(static)}/{STYLESHEET}">{script}</head><body>'
-        f'<header><strong>ship_sqla</strong>{nav}<span class="muted who">'
+        f'<header><strong>ship_sqla</strong>{links}<span class="muted who">'
         f"{text(actor)} ({role})</span></header><main{polled}>{notes}<h1>{text(title)}</h1>"
         f"{body}</main></body></html>"
     )

@@ -16,7 +16,7 @@ are kept for the oldest open snapshot, and the claim's index scans walk over the
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, get_args
 
 from sqlalchemy import (
     BigInteger,
@@ -39,6 +39,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from sqlalchemy.schema import CreateIndex
 
 from ship_sqla._naming import derived_name, derived_names
+from ship_sqla.kernel._ports import TERMINAL_STATES, RunState
 
 __all__ = [
     "DEDUPE_PREDICATE",
@@ -58,7 +59,9 @@ __all__ = [
     "ship_job_workers_table",
 ]
 
-RUN_STATES = ("waiting", "running", "completed", "dead", "discarded", "cancelled")
+RUN_STATES: Final = get_args(RunState)
+"""The runs table's states, from the kernel's one literal (its CHECK constraint lists them)."""
+_TERMINAL = ", ".join(f"'{state}'" for state in RUN_STATES if state in TERMINAL_STATES)
 
 DUE_PREDICATE = "state = 'waiting'"
 """``<runs>_due_idx``: waiting runs (due or delayed) of one job in ``(priority, run_at, seq)``
@@ -67,7 +70,7 @@ LEASE_PREDICATE = "state = 'running'"
 """``<runs>_lease_idx``: running runs of one job in ``lease_expires_at`` order."""
 DEDUPE_PREDICATE = "dedupe_key IS NOT NULL AND state IN ('waiting', 'running')"
 """``<runs>_dedupe_idx`` (unique): one non-terminal run per (job, dedupe key) (J1)."""
-FINISHED_PREDICATE = "state IN ('completed', 'dead', 'discarded', 'cancelled')"
+FINISHED_PREDICATE = f"state IN ({_TERMINAL})"
 """``<runs>_finished_idx``: terminal runs of one job in ``finished_at`` order, for cleanup;
 ``<runs>_browse_idx``: terminal runs of one state and job in ``created_at`` order, for the
 dashboard's pages of finished runs (S2)."""

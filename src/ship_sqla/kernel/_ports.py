@@ -36,6 +36,7 @@ from typing import (
 
 import attrs
 
+from ship_sqla.kernel._browse import RunBrowser
 from ship_sqla.kernel._errors import ConfigurationError, StaleLeaseError
 
 if TYPE_CHECKING:
@@ -549,7 +550,7 @@ class PausedJob:
 
 
 @runtime_checkable
-class RunAdmin(QueueDepthSource, Protocol):
+class RunAdmin(QueueDepthSource, RunBrowser, Protocol):
     """Administration of stored runs (J8): the port the operator surface
     (:class:`~ship_sqla.kernel.JobOperations`) gates. It checks no permission itself."""
 
