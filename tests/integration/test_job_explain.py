@@ -140,17 +140,20 @@ def capped_params() -> dict[str, Any]:
 
 
 def settle_params() -> dict[str, Any]:
-    """50 settlements of running runs with current tokens: complete, fail (retry and dead) and
-    release mixed, as the completer batches them."""
+    """50 settlements of running runs with current tokens: completed, failed (retrying and
+    dead) and released mixed, as the completer batches them (the fields the kernel built)."""
     kinds = ["complete", "fail", "fail", "release", "complete"] * 10
+    waiting = [kind != "complete" and n % 10 != 2 for n, kind in enumerate(kinds)]
     return {
         "ids": [f"x{n:09d}" for n in range(1, 51)],
         "tokens": list(range(1, 51)),
-        "kinds": kinds,
-        "ats": [
-            None if kind == "complete" or n % 10 == 2 else "2030-01-01T00:00:00+00"
-            for n, kind in enumerate(kinds)
+        "states": [
+            "completed" if kind == "complete" else ("waiting" if back else "dead")
+            for kind, back in zip(kinds, waiting, strict=True)
         ],
+        "ats": ["2030-01-01T00:00:00+00" if back else None for back in waiting],
+        "refunds": [kind == "release" for kind in kinds],
+        "snoozes_added": [0 for _ in kinds],
         "errors": [None if kind == "complete" else "boom" for kind in kinds],
         "entry_kinds": [
             None if kind == "complete" else ("failure" if kind == "fail" else "released")
@@ -161,8 +164,11 @@ def settle_params() -> dict[str, Any]:
 
 
 def completes_params() -> dict[str, Any]:
-    """A batch of 50 completes, as the backend sends it: ids and tokens only."""
-    return {**settle_params(), "kinds": [], "ats": [], "errors": [], "entry_kinds": []}
+    """A batch of 50 completions, as the backend sends it: ids and tokens only."""
+    empty: dict[str, Any] = {
+        name: [] for name in ("states", "ats", "refunds", "snoozes_added", "errors", "entry_kinds")
+    }
+    return {**settle_params(), **empty}
 
 
 def heartbeat_params() -> dict[str, Any]:
