@@ -29,6 +29,7 @@ __all__ = [
     "database_outage_translated",
     "database_unavailable",
     "outage_reason",
+    "refused_value",
     "sqlstate_of",
 ]
 
@@ -44,6 +45,21 @@ _FIX: Final = (
     "check that PostgreSQL is running and reachable (host, port, network, max_connections),"
     " then retry the work."
 )
+
+
+REFUSED_VALUE_CLASSES: Final = ("22", "23", "54")
+"""SQLSTATE classes that mean the database refused a VALUE of the statement (data exception:
+bad text, a time out of range; integrity constraint violation; program limit exceeded, e.g. an
+index row too large): sending it again fails again, unlike an outage or a conflict."""
+
+
+def refused_value(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database (or the driver, encoding it) cannot store a value the
+    statement carried (J23): a retry of the same statement would fail the same way."""
+    if isinstance(exc, UnicodeError | OverflowError):
+        return True  # the driver could not encode it (a lone surrogate; a time out of range)
+    state = sqlstate_of(exc)
+    return state is not None and state[:2] in REFUSED_VALUE_CLASSES
 
 
 def sqlstate_of(exc: BaseException) -> str | None:

@@ -59,6 +59,7 @@ from ship_sqla.kernel._priority import InvalidPriorityError as InvalidPriorityEr
 from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
 from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
 from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
+from ship_sqla.kernel._settlement import JobSettleRefusedError as JobSettleRefusedError
 from ship_sqla.kernel._workflows import ChildRunsRefusedError as ChildRunsRefusedError
 from ship_sqla.kernel._workflows import StepNameReusedError as StepNameReusedError
 from ship_sqla.kernel._workflows import WorkflowChangedError as WorkflowChangedError
@@ -87,6 +88,7 @@ __all__ = (
     "JobLeaseLapsedFinalError",
     "JobLeaseStaleError",
     "JobOperationRefusedError",
+    "JobSettleRefusedError",
     "JobSnoozeLimitError",
     "JobTimeoutError",
     "JobTimeoutIgnoredError",

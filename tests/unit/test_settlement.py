@@ -10,18 +10,22 @@ import pytest
 
 from ship_sqla._jobs._sql.settle import SETTLE_IF_TOKEN_CURRENT
 from ship_sqla.errors import ConfigurationError
+from ship_sqla.kernel._json_text import unstorable_text
 from ship_sqla.kernel._metrics import JobOutcome
 from ship_sqla.kernel._ports import FAILURE_KINDS, ClaimedRun, SettleOutcome
 from ship_sqla.kernel._settlement import (
     RELEASE_REASONS,
     SETTLED_STATES,
     HistoryEntry,
+    JobSettleRefusedError,
     ReleaseReason,
     Settlement,
     cancelled,
     completed,
     failed,
+    refused,
     released,
+    settle_refusal,
     snoozed,
 )
 
@@ -149,3 +153,26 @@ def test_j7_the_settle_statement_decides_no_retry_or_dead_of_its_own() -> None:
     (the kernel's ``failed`` is the one place that does)."""
     assert "max_attempts" not in SETTLE_IF_TOKEN_CURRENT
     assert "'fail'" not in SETTLE_IF_TOKEN_CURRENT
+
+
+def test_j23_a_history_entry_is_always_storable_text() -> None:
+    """J23: an exception's message holding a NUL or a lone surrogate is escaped in the entry,
+    so it can never make the batch it rides in unstorable."""
+    entry = failed(_run(), "bad \x00 byte and \ud800 half", None).entry
+    assert entry is not None
+    assert entry.error == "bad \\x00 byte and \\ud800 half"
+    assert unstorable_text(entry.error) is None
+
+
+def test_j23_a_refused_settlement_becomes_a_dead_letter_answering_refused() -> None:
+    """J23: what replaces a settlement the database refused: the run dead for good (a refused
+    value is refused again), the typed refusal in its history, the store's answer "refused"."""
+    original = snoozed(_run(), LATER, "later")
+    refusal = settle_refusal(original, OverflowError("date value out of range"))
+    settlement = refused(original, refusal)
+    assert (settlement.state, settlement.answer, settlement.recorded) == ("dead", "refused", "dead")
+    assert settlement.entry is not None
+    assert settlement.entry.kind == "terminal"
+    assert settlement.entry.error.startswith(JobSettleRefusedError.code)
+    assert "OverflowError: date value out of range" in settlement.entry.error
+    assert refusal.__cause__ is not None

@@ -121,6 +121,7 @@ from ship_sqla._scope import (
     TransactionScope,
     run_after_commit,
 )
+from ship_sqla._sql_errors import refused_value
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
@@ -139,7 +140,12 @@ from ship_sqla.kernel._ports import (
     SettleOutcome,
     Suspend,
 )
-from ship_sqla.kernel._settlement import Settlement, released
+from ship_sqla.kernel._settlement import (
+    Settlement,
+    refused,
+    released,
+    settle_refusal,
+)
 from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError
 
 if TYPE_CHECKING:
@@ -794,7 +800,37 @@ class PostgresJobBackend(JobBackendBase):
         self, settlements: Sequence[SettleRequest], sent: Sequence[int]
     ) -> list[SettleOutcome]:
         """SETTLE_IF_TOKEN_CURRENT for the settlements at ``sent`` (no suspends, no repeats);
-        the others answer stale. Each settlement's fields are sent as the kernel built them."""
+        the others answer stale. J23: when the database refuses a value of the batch, the batch
+        is settled in halves until the refused settlement is alone, and that one is replaced by
+        :func:`~ship_sqla.kernel._settlement.refused`; every other lands as if nothing happened
+        (a refusal costs a few more round trips, only when one happens)."""
+        try:
+            return await self._settle_statement(settlements, sent)
+        except Exception as exc:
+            if not refused_value(exc):
+                raise
+            if len(sent) == 1:
+                outcomes: list[SettleOutcome] = ["stale"] * len(settlements)
+                outcomes[sent[0]] = await self._refuse(settlements[sent[0]], exc)
+                return outcomes
+        half = len(sent) // 2
+        first = await self._settle_batch(settlements, sent[:half])
+        second = await self._settle_batch(settlements, sent[half:])
+        return [second[i] if first[i] == "stale" else first[i] for i in range(len(settlements))]
+
+    async def _refuse(self, settlement: SettleRequest, error: BaseException) -> SettleOutcome:
+        """J23: the database refused ``settlement``: settle the dead letter that replaces it
+        (the refusal typed in the run's history) and report it; the answer is "refused" (or
+        "cancelled", or "stale" when the claim was lost meanwhile)."""
+        refusal = settle_refusal(settlement, error)
+        [outcome] = await self._settle_statement([refused(settlement, refusal)], [0])
+        self.report_error(refusal)
+        return outcome
+
+    async def _settle_statement(
+        self, settlements: Sequence[SettleRequest], sent: Sequence[int]
+    ) -> list[SettleOutcome]:
+        """One SETTLE_IF_TOKEN_CURRENT (see :meth:`_settle_batch`)."""
         batch = [_settlement_at(settlements, i) for i in sent]
         completions_only = all(settlement.state == "completed" for settlement in batch)
         params = {
@@ -843,7 +879,12 @@ class PostgresJobBackend(JobBackendBase):
             settlement = settlements[index]
             assert isinstance(settlement, Suspend)  # noqa: S101 - chosen above
             async with room:
-                outcome = await workflows.suspend(settlement)
+                try:
+                    outcome = await workflows.suspend(settlement)
+                except Exception as exc:
+                    if not refused_value(exc):
+                        raise
+                    outcome = await self._refuse(settlement, exc)  # J23: this run alone
                 if outcome is None:
                     outcome = await self._defer_wait(settlement)
             outcomes[index] = outcome

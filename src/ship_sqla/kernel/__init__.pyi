@@ -42,7 +42,9 @@ from ship_sqla.kernel._settlement import SettleRequest as SettleRequest
 from ship_sqla.kernel._settlement import cancelled as cancelled
 from ship_sqla.kernel._settlement import completed as completed
 from ship_sqla.kernel._settlement import failed as failed
+from ship_sqla.kernel._settlement import refused as refused
 from ship_sqla.kernel._settlement import released as released
+from ship_sqla.kernel._settlement import settle_refusal as settle_refusal
 from ship_sqla.kernel._settlement import snoozed as snoozed
 from ship_sqla.kernel._workers import WorkerEntry as WorkerEntry
 from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
@@ -106,6 +108,8 @@ __all__ = (
     "cancelled",
     "completed",
     "failed",
+    "refused",
     "released",
+    "settle_refusal",
     "snoozed",
 )

@@ -34,6 +34,7 @@ import attrs
 __all__ = [
     "Unstorable",
     "encode_compact_json",
+    "storable_text",
     "unstorable_json",
     "unstorable_text",
 ]
@@ -136,6 +137,17 @@ def _unstorable(value: str) -> tuple[str, str] | None:
         f"a surrogate code point (U+{code_point:04X}, not valid Unicode: no UTF-8)",
         _SURROGATE_FIX,
     )
+
+
+def storable_text(value: str) -> str:
+    """``value`` as text PostgreSQL can store, for what the library writes down itself (a run's
+    history entry, whose text comes from an exception): a NUL character becomes ``\\x00`` and a
+    lone surrogate its ``\\udXXX`` escape, so the entry says what was there and never makes
+    its row unstorable (J23). ``value`` itself when it is storable (the usual case: no copy)."""
+    if _unstorable(value) is None:
+        return value
+    escaped = value.replace("\x00", "\\x00")
+    return escaped.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def unstorable_text(value: str) -> str | None:

@@ -261,8 +261,19 @@ class HeartbeatBatch(list[bool]):
 
 
 SettleOutcome = Literal[
-    "completed", "retrying", "dead", "released", "cancelled", "snoozed", "suspended", "stale"
+    "completed",
+    "retrying",
+    "dead",
+    "released",
+    "cancelled",
+    "snoozed",
+    "suspended",
+    "stale",
+    "refused",
 ]
+"""A store's answer to one settlement: its own ``answer`` as built, ``"cancelled"`` (K2),
+``"stale"`` (J5), or ``"refused"``: the database refused to store it (a value it cannot hold),
+and the run was failed for good instead, the refusal in its history (J23)."""
 
 FailureKind = Literal["failure", "terminal", "retry-after", "timeout"]
 """How a failed attempt ended (K4, K5), the ``kind`` of its history entry: ``"failure"`` (an

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, assert_never, get_a
 
 import attrs
 
-from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._errors import ConfigurationError, UsageError
+from ship_sqla.kernel._json_text import storable_text
 from ship_sqla.kernel._plans.retry import attempts_spent
 from ship_sqla.kernel._ports import FAILURE_KINDS, Suspend
 
@@ -44,6 +45,7 @@ __all__ = [
     "RELEASE_REASONS",
     "SETTLED_STATES",
     "HistoryEntry",
+    "JobSettleRefusedError",
     "ReleaseReason",
     "SettleRequest",
     "SettledState",
@@ -51,7 +53,9 @@ __all__ = [
     "cancelled",
     "completed",
     "failed",
+    "refused",
     "released",
+    "settle_refusal",
     "snoozed",
 ]
 
@@ -71,9 +75,10 @@ RELEASE_REASONS: Final = frozenset(get_args(ReleaseReason))
 @attrs.frozen
 class HistoryEntry:
     """The entry a settlement appends to its run's history (and keeps as ``last_error``); the
-    store adds the attempt number and the time."""
+    store adds the attempt number and the time. Its text is always storable (J23): a NUL or a
+    lone surrogate an exception's message carried is escaped, never sent to fail the batch."""
 
-    error: str
+    error: str = attrs.field(converter=storable_text)
     kind: HistoryKind
 
 
@@ -243,4 +248,42 @@ def cancelled(run: ClaimedRun, error: str | None = None) -> Settlement:
     entry = None if error is None else HistoryEntry(error, "cancelled")
     return _build(
         run, "cancelled", answer="cancelled", recorded="cancelled", label="cancel", entry=entry
+    )
+
+
+class JobSettleRefusedError(UsageError, ValueError):
+    """The database refused to store one run's settlement or suspension (a value it cannot hold:
+    text it cannot encode, a time out of its range, a constraint): that run alone was failed for
+    good with this error in its history; every other run of the batch settled as ever (J23)."""
+
+    code = "SHIP_SQLA_JOB_SETTLE_REFUSED"
+
+
+def settle_refusal(settlement: SettleRequest, error: BaseException) -> JobSettleRefusedError:
+    """The typed error of a settlement the database refused to store, ``error`` its cause."""
+    run = settlement.run
+    refusal = JobSettleRefusedError(
+        f"the database refused to store the {settlement.label} of job {run.job_id!r} run"
+        f" {run.run_id!r} (attempt {run.attempt}): {type(error).__name__}: {error}. The run was"
+        " failed for good instead; the other runs settled beside it were not affected.",
+        fix="find the value the database cannot hold (a lone surrogate or NUL in a step name,"
+        " an event key or a result; a time out of range) and fix the handler, then retry the"
+        " dead run.",
+    )
+    refusal.__cause__ = error
+    return refusal
+
+
+def refused(settlement: SettleRequest, refusal: JobSettleRefusedError) -> Settlement:
+    """What replaces a settlement the database refused to store (J23): the run fails for good
+    (dead, kind ``"terminal"``; a refused value is refused again at every retry), its history
+    holding ``refusal`` (:func:`settle_refusal`); the store answers ``"refused"``."""
+    return _build(
+        settlement.run,
+        "dead",
+        answer="refused",
+        recorded="dead",
+        label="fail",
+        entry=HistoryEntry(str(refusal), "terminal"),
+        failure_kind="terminal",
     )

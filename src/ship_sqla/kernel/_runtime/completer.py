@@ -44,8 +44,13 @@ __all__ = ["MAX_BATCH", "Completer"]
 MAX_BATCH = 1000
 """Settlements per ``settle`` call; bounds one statement's size, not throughput."""
 
-_UNPLANNED: Final[dict[SettleOutcome, JobOutcome]] = {"stale": "stale", "cancelled": "cancelled"}
-"""The ``ship.job.runs`` outcome of an answer that is not the settlement's own (J5, K2)."""
+_UNPLANNED: Final[dict[SettleOutcome, JobOutcome]] = {
+    "stale": "stale",
+    "cancelled": "cancelled",
+    "refused": "dead",
+}
+"""The ``ship.job.runs`` outcome of an answer that is not the settlement's own (J5, K2; J23: a
+settlement the database refused was replaced by a dead letter)."""
 
 
 class Completer:
