@@ -144,7 +144,7 @@ def test_bad_settlements_are_refused_with_the_fix() -> None:
     """An unknown failure kind or a naive time is refused before any store sees it."""
     with pytest.raises(ConfigurationError, match="failure's kind 'oops' is unknown"):
         failed(_run(), "x", None, "oops")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="naive time"):
+    with pytest.raises(ConfigurationError, match="must be timezone-aware"):
         released(_run(), datetime(2026, 1, 1), reason="lapsed")  # noqa: DTZ001 - the point
 
 

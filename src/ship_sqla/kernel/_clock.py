@@ -122,9 +122,10 @@ class FrozenClock:
 
 
 def require_aware(when: object, name: str) -> datetime:
-    """``when`` itself; anything but a datetime (a str, an int, a ``date``) or a naive datetime
-    (no time zone) is a :class:`ConfigurationError` naming ``name``. Every time a caller hands
-    the library goes through here."""
+    """``when`` itself; anything but a datetime (a str, an int, a ``date``), a naive datetime (no
+    time zone, or a tzinfo whose ``utcoffset()`` is None), or one that leaves the datetime range
+    when converted to UTC is a :class:`ConfigurationError` naming ``name``. Every time a caller
+    hands the library goes through here (enqueue's ``run_at``, settlements, ``sleep_until``)."""
     if not isinstance(when, datetime):
         raise ConfigurationError(
             f"{name} must be a timezone-aware datetime, got {type(when).__name__}"
@@ -132,9 +133,18 @@ def require_aware(when: object, name: str) -> datetime:
             fix="pass datetime(..., tzinfo=UTC) or clock.now() + timedelta(...); parse text"
             " with datetime.fromisoformat first.",
         )
-    if when.tzinfo is None:
+    # A tzinfo whose utcoffset() is None is no time zone at all: naive, like no tzinfo (J23).
+    if when.tzinfo is None or when.utcoffset() is None:
         raise ConfigurationError(
             f"{name} must be timezone-aware, got the naive datetime {when.isoformat()}.",
             fix="pass datetime(..., tzinfo=UTC) or clock.now() + timedelta(...).",
         )
+    try:
+        when.astimezone(UTC)
+    except OverflowError:
+        # datetime.max at UTC-23h, datetime.min at UTC+23h: accepted, then unstorable (J23).
+        raise ConfigurationError(
+            f"{name} {when.isoformat()} is out of range once converted to UTC.",
+            fix="pass a time between the years 1 and 9999 in UTC.",
+        ) from None
     return when

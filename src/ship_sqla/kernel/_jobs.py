@@ -381,7 +381,9 @@ class _IdentityCodec:
     def decode(self, data: Any) -> Any:  # noqa: ANN401
         if self._expected is not None and not isinstance(data, self._expected):
             raise InvalidPayloadError(
-                f"payload must be a {self._expected.__name__}, got {type(data).__name__}."
+                f"payload must be a {self._expected.__name__}, got {type(data).__name__}.",
+                fix=f"pass a {self._expected.__name__} (the job's payload= type), or declare the"
+                " job's payload type as what you send.",
             )
         return data
 

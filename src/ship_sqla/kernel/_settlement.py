@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final, Literal, TypeAlias, assert_never, get_a
 
 import attrs
 
+from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._errors import ConfigurationError, UsageError
 from ship_sqla.kernel._json_text import storable_text
 from ship_sqla.kernel._plans.retry import attempts_spent
@@ -127,11 +128,8 @@ def _build(
     entry: HistoryEntry | None = None,
     failure_kind: FailureKind | None = None,
 ) -> Settlement:
-    if run_at is not None and run_at.tzinfo is None:
-        raise ConfigurationError(
-            f"the settlement of run {run.run_id!r} names a naive time ({run_at!r}).",
-            fix="pass an aware datetime (clock.now() + timedelta(...)).",
-        )
+    if run_at is not None:
+        require_aware(run_at, f"the run_at of run {run.run_id!r}'s settlement")
     settlement = Settlement.__new__(Settlement)
     settlement.__attrs_init__(
         run,

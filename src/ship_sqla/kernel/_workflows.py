@@ -18,6 +18,7 @@ dead-lettered at once, so an operator re-runs it from a step after fixing the de
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 from datetime import UTC, datetime, timedelta
@@ -25,12 +26,14 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, runtim
 
 import attrs
 
+from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._durations import require_duration
 from ship_sqla.kernel._errors import ConfigurationError, RefusedError, ShipError, UsageError
-from ship_sqla.kernel._jobs import codec_for, is_job_id
+from ship_sqla.kernel._jobs import JobDefinition, codec_for, is_job_id
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json, unstorable_text
 from ship_sqla.kernel._keys import MAX_KEY_CHARS
 from ship_sqla.kernel._outcomes import TerminalError
+from ship_sqla.kernel._plans.prepare import prepare_runs
 from ship_sqla.kernel._ports import (
     TERMINAL_STATES,
     EnqueueRequest,
@@ -42,7 +45,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
     from ship_sqla.kernel._clock import Clock
-    from ship_sqla.kernel._jobs import JobDefinition, PayloadCodec
+    from ship_sqla.kernel._jobs import PayloadCodec
     from ship_sqla.kernel._ports import ClaimedRun, JobBackend, RunRecord, RunState
 
 __all__ = [
@@ -431,6 +434,49 @@ def _seconds(duration: float | timedelta, what: str) -> float:
     return require_duration(value, what, maximum=MAX_WORKFLOW_WAIT, allow_zero=True)
 
 
+def _require_callable(fn: object, what: str) -> None:
+    """J23: a workflow call's function is checked before any statement runs."""
+    if not callable(fn):
+        raise WorkflowMisuseError(
+            f"{what} must be callable, got {type(fn).__name__} {fn!r}.",
+            fix="pass an async function (or a lambda returning a coroutine), not its result"
+            " or its name.",
+        )
+
+
+async def _awaited(value: Any, what: str) -> Any:  # noqa: ANN401 - the step's own value
+    """Await what a step's function returned; a plain function's value is a typed error (its
+    call already happened: nothing is stored for the step, and it runs again at the retry)."""
+    if not inspect.isawaitable(value):
+        raise WorkflowMisuseError(
+            f"{what} returned {type(value).__name__}, not an awaitable: it is a plain function."
+            " Nothing was stored for the step.",
+            fix="make it an async function (async def), or wrap a blocking call:"
+            " lambda: asyncio.to_thread(blocking_fn).",
+        )
+    return await value
+
+
+def _spawn_arguments(name: str, job: object, payloads: object) -> Sequence[Any]:
+    """J23: ``spawn``'s job and payloads checked before any statement (a job id, a generator, a
+    string or None is a typed error naming the fix)."""
+    if not isinstance(job, JobDefinition):
+        raise WorkflowMisuseError(
+            f"spawn {name!r} needs a job definition, got {type(job).__name__} {job!r}.",
+            fix="pass the JobDefinition that define_job returned (registry.get(job_id) if you"
+            " have its id).",
+        )
+    if isinstance(payloads, str | bytes) or not isinstance(payloads, list | tuple):
+        raise WorkflowMisuseError(
+            f"spawn {name!r} needs a list of payloads, got {type(payloads).__name__}.",
+            fix="pass a list (one payload per child run); materialise a generator with"
+            " list(...) first, so a replay spawns the same children.",
+        )
+    # Each child's payload by the enqueue's own rules (codec, JSON, NUL, size), before anything.
+    prepare_runs(job, [EnqueueRequest(payload) for payload in payloads])
+    return payloads
+
+
 class Workflow:
     """One execution of a workflow run: the steps it stored, loaded at its first step, and the
     names this execution used (D1). Built by the run's context; one per claim."""
@@ -522,6 +568,7 @@ class Workflow:
         """D1: ``fn()`` once per run; its result stored (encoded by ``result``: a type or a
         codec, None for JSON as is) before this returns, and returned decoded on every replay
         (the first execution returns the decoded form too, so both see the same value)."""
+        _require_callable(fn, f"step {name!r}'s fn")
         seq, stored = await self._begin(name, "step")
         codec = codec_for(result)
         if stored is not None:
@@ -529,7 +576,7 @@ class Workflow:
         tries = 1 if retry is None else retry.attempts
         for try_number in range(1, tries + 1):
             try:
-                value = await fn()
+                value = await _awaited(fn(), f"step {name!r}'s fn")
                 break
             except Exception:
                 if try_number >= tries:
@@ -552,6 +599,8 @@ class Workflow:
         result stored in the same transaction: its writes, outbox messages and idempotency
         records happen exactly once however often the run is replayed. A holder that lost its
         claim meanwhile has its transaction rolled back (JobLeaseStaleError)."""
+        _require_callable(getattr(uow, "run", None), f"transaction {name!r}'s uow.run")
+        _require_callable(fn, f"transaction {name!r}'s fn")
         seq, stored = await self._begin(name, "transaction")
         codec = codec_for(result)
         if stored is not None:
@@ -560,7 +609,7 @@ class Workflow:
         async def in_transaction(repositories: Any) -> str:  # noqa: ANN401
             self._in_transaction = True
             try:
-                value = await fn(repositories)
+                value = await _awaited(fn(repositories), f"transaction {name!r}'s fn")
             finally:
                 self._in_transaction = False
             encoded = _encode(codec.encode(value), f"the result of transactional step {name!r}")
@@ -578,13 +627,8 @@ class Workflow:
         await self._sleep(name, NewStep(name, 0, "sleep", "waiting", wake_after=seconds))
 
     async def sleep_until(self, name: str, when: datetime) -> None:
-        """D3: suspend the run until ``when`` (timezone-aware)."""
-        given: object = when
-        if not isinstance(given, datetime) or when.tzinfo is None:
-            raise ConfigurationError(
-                f"sleep_until needs a timezone-aware datetime, got {when!r}.",
-                fix="pass datetime.now(UTC) + timedelta(...), or another aware datetime.",
-            )
+        """D3: suspend the run until ``when`` (timezone-aware, within range in UTC; J23)."""
+        require_aware(when, "sleep_until's when")
         await self._sleep(name, NewStep(name, 0, "sleep", "waiting", wake_at=when))
 
     async def _sleep(self, name: str, new: NewStep) -> None:
@@ -669,6 +713,7 @@ class Workflow:
     ) -> list[str]:
         """D5: enqueue one child run of ``job`` per payload, once however often this is
         replayed (their ids are ``<run id>/<step>/<i>``); the child run ids."""
+        payloads = _spawn_arguments(name, job, payloads)
         seq, stored = await self._begin(name, "spawn")
         if stored is not None:
             return list(stored.result)
