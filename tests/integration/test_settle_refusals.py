@@ -1,8 +1,11 @@
-"""J23 on PostgreSQL: a settlement or suspension the database refuses (a value it cannot hold)
-affects its run alone, in the same batch as runs that settle as if nothing happened."""
+"""J23 on PostgreSQL: a settlement the database refuses (a value it cannot hold, injected past
+the kernel's checks) affects its run alone: the settle statement is sent in halves until the
+refused one is alone, in the same batch as runs that settle as if nothing happened. The same
+for suspensions on every backend: tests/conformance/test_settle_refusal_conformance.py."""
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -47,10 +50,14 @@ async def test_j23_a_refused_settlement_or_suspension_fails_its_run_alone(
         key=lambda run: run.payload["n"],
     )
     now = datetime.now(UTC)
+    # Injected: released() itself refuses this time (require_aware); a store must still not
+    # let one bad row fail the rest of its batch.
+    poisoned = copy.copy(released(runs[2], now, reason="lock-held"))
+    object.__setattr__(poisoned, "run_at", BEFORE_YEAR_ONE)
     settlements = [
         completed(runs[0]),
         failed(runs[1], "boom", now + timedelta(seconds=30)),
-        released(runs[2], BEFORE_YEAR_ONE, reason="lock-held"),
+        poisoned,
         completed(runs[3]),
         Suspend(runs[4], NewStep("\ud800", 0, "sleep", "waiting", wake_at=now), "sleep"),
         Suspend(runs[5], NewStep("nap", 0, "sleep", "waiting", wake_at=BEFORE_YEAR_ONE), "sleep"),

@@ -76,6 +76,7 @@ __all__ = [
     "child_run_id",
     "encode_event_payload",
     "event_wait_key",
+    "unstorable_step",
 ]
 
 T = TypeVar("T")
@@ -164,6 +165,23 @@ class WorkflowSuspended(BaseException):
             f" {settlement.step.name!r} ({settlement.wait})"
         )
         self.settlement = settlement
+
+
+def unstorable_step(step: NewStep) -> str | None:
+    """What in ``step`` PostgreSQL could not store (a NUL or a lone surrogate in its name or
+    event key; a wake time without an offset or out of range in UTC), else None: the rule the
+    in-memory model applies where the database would refuse the suspension (J23)."""
+    for what, text in (("step name", step.name), ("event key", step.event_key or "")):
+        problem = unstorable_text(text)
+        if problem is not None:
+            return f"the {what} holds {problem}"
+    when = step.wake_at
+    if when is not None:
+        try:
+            require_aware(when, "the step's wake time")
+        except ConfigurationError as error:
+            return error.message
+    return None
 
 
 def check_event_name(name: object, what: str = "event name") -> str:

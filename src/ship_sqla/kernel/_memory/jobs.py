@@ -92,6 +92,8 @@ from ship_sqla.kernel._ports import (
     StateCount,
     Suspend,
 )
+from ship_sqla.kernel._settlement import refused, settle_refusal
+from ship_sqla.kernel._workflows import unstorable_step
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -588,6 +590,12 @@ class InMemoryJobBackend(JobBackendBase):
             return "stale"
         _end_wait(run, settlement)
         if isinstance(settlement, Suspend):
+            problem = unstorable_step(settlement.step)
+            if problem is not None:
+                # J23: where PostgreSQL would refuse the suspension, the run alone fails.
+                refusal = settle_refusal(settlement, ValueError(problem))
+                self.report_error(refusal)
+                return self._apply(run, refused(settlement, refusal), now)
             if run.cancel_requested_at is None:
                 return self._workflows.suspend(run, settlement, now)
             self._finish(run, "cancelled", now)
