@@ -11,6 +11,7 @@ from ship_sqla._audit import _sql
 from ship_sqla._audit._tables import ship_audit_table
 from ship_sqla._naming import quoted_table, text_name
 from ship_sqla._scope import StoreConnections
+from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel import ConfigurationError
 from ship_sqla.kernel._audit import AuditEntry
 from ship_sqla.kernel._clock import SystemClock
@@ -46,7 +47,7 @@ class PostgresAuditLog:
     async def record(self, entry: AuditEntry) -> None:
         """Insert ``entry``, in the ambient unit of work when there is one."""
         params = {
-            "now": self._clock.now() if self._clock.frozen else None,
+            "now": now_bound(self._clock),
             "actor": entry.actor,
             "operation": entry.operation,
             "target": entry.target,

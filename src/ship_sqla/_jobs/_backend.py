@@ -129,6 +129,7 @@ from ship_sqla._scope import (
     TransactionScope,
     run_after_commit,
 )
+from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel import Clock, ConfigurationError
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
@@ -426,7 +427,7 @@ class PostgresJobBackend(JobBackendBase):
 
     def _now(self) -> datetime | None:
         """``:now`` for ``coalesce(:now, now())``: the clock's time only when it is frozen."""
-        return self._clock.now() if self._clock.frozen else None
+        return now_bound(self._clock)
 
     # --- insert (J1, J2) ----------------------------------------------------------------------
 
