@@ -2,8 +2,9 @@
 
 - **Declared** once: a :class:`Template` module constant in its concern's SQL module (the job
   tables' in :mod:`ship_sqla._jobs._sql`, the audit log's in :mod:`ship_sqla._audit._sql`, the
-  locks', notifications', RLS's and schema apply's in this package), its docstring right after
-  it, the index that serves it in a comment beside the hot ones. Its text names tables by
+  locks' in :mod:`.locks`, the notifications' in :mod:`.notify`, row-level security's in
+  :mod:`.rls`, the schema apply's in :mod:`.schema_apply`), its docstring right after it, the
+  index that serves it in a comment beside the hot ones. Its text names tables by
   placeholder (``{runs}``, ``{state}``, ``{audit}``...), reads time as ``{now}`` and writes a
   history entry's time as ``{at}``.
 - **Collected** automatically: :func:`collect` finds every :class:`Template` of a package's
@@ -17,7 +18,8 @@
   placeholder in one pass (:func:`~ship_sqla._naming.fill`), each table name escaped for
   ``text()`` (:func:`~ship_sqla._naming.text_name`): a name is never altered, whatever it holds
   (``"jobs--v2"`` is not a comment; issue 25 D3). Nothing is rendered that is never run: a CLI
-  command or a test that builds a store and runs two statements renders two.
+  command or a test that builds a store and runs two statements renders two. A statement that
+  names no table is rendered once per process, by :data:`TABLELESS`.
 
 The statements built with SQLAlchemy Core (outbox, idempotency, webhooks) read time through
 :mod:`ship_sqla._sql_time` instead.
@@ -43,6 +45,7 @@ __all__ = [
     "AT",
     "NOW",
     "SERVER_NOW",
+    "TABLELESS",
     "Statements",
     "Template",
     "collect",
@@ -191,3 +194,8 @@ class Statements:
             for template, name in templates.items()
             if not any(key in template.sql for key in self._absent)
         }
+
+
+TABLELESS: Final = Statements({})
+"""The registry of the statements that name no table (``TABLELESS[TRY_LOCK]``), shared by the
+whole process: each is rendered once, on its first use."""

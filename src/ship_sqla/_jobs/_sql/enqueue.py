@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from ship_sqla._notify import ANNOUNCE_AFTER_COMMIT as ANNOUNCE_AFTER_COMMIT_BARE
-from ship_sqla._notify import NOTIFY_SQL, announcing
 from ship_sqla._sql import Template
+from ship_sqla._sql import notify as announcements
 
 __all__ = [
     "ANNOUNCE",
@@ -227,7 +226,9 @@ one by one). Per request it reports: inserted; or ``existing_id`` (deduplicated 
 run, by id first, then by dedupe key); or, not inserted, queue-full (``rn > room``) or a lost race
 with a concurrent insert."""
 
-ENQUEUE_PLAIN_ANNOUNCED: Final = Template(announcing(ENQUEUE_PLAIN.sql, sequence="seq"))
+ENQUEUE_PLAIN_ANNOUNCED: Final = Template(
+    announcements.announcing(ENQUEUE_PLAIN.sql, sequence="seq")
+)
 """ENQUEUE_PLAIN and the enqueue's announcement (K1) in ONE statement: ``WITH ship_enqueued AS
 (<ENQUEUE_PLAIN> RETURNING seq) SELECT pg_notify(:channel, :payload), max(seq)``, so an
 announced plain enqueue costs no round trip more (and stays one autocommitted statement outside
@@ -236,16 +237,16 @@ never after a rollback. ``fleet_seq``: the largest ``seq`` it took, how many run
 has enqueued so far (the announce rule's share of the budget). Index: as ENQUEUE_PLAIN (the
 insert's own)."""
 
-ENQUEUE_ONE_ANNOUNCED: Final = Template(announcing(ENQUEUE_ONE.sql, sequence="seq"))
+ENQUEUE_ONE_ANNOUNCED: Final = Template(announcements.announcing(ENQUEUE_ONE.sql, sequence="seq"))
 """ENQUEUE_ONE and the enqueue's announcement (K1) in ONE statement, as
 ENQUEUE_PLAIN_ANNOUNCED."""
 
-ANNOUNCE: Final = Template(NOTIFY_SQL)
+ANNOUNCE: Final = Template(announcements.NOTIFY.sql)
 """The announcement (K1) of the other inserts (capped, checked), sent in their transaction once
 they inserted a due run: ``:channel`` is the backend's wake channel, ``:payload`` the job id."""
 
-ANNOUNCE_AFTER_COMMIT: Final = Template(ANNOUNCE_AFTER_COMMIT_BARE)
-"""The announcer's post-commit announcement (:data:`~ship_sqla._notify.ANNOUNCE_AFTER_COMMIT`:
+ANNOUNCE_AFTER_COMMIT: Final = Template(announcements.ANNOUNCE_AFTER_COMMIT.sql)
+"""The announcer's post-commit announcement (:data:`~ship_sqla._sql.notify.ANNOUNCE_AFTER_COMMIT`:
 one notify-only transaction for every job committed since the last one, committed without
 waiting for its WAL flush). Reads no table."""
 
