@@ -182,7 +182,7 @@ class Statements:
     def _render(self, template: Template) -> TextClause:
         sql = _compacted(template.sql) if template.compacted else template.sql
         for key in self._absent:
-            if key in sql:  # pragma: no cover - a wiring mistake, said plainly
+            if key in sql:  # a wiring mistake, said plainly
                 raise ValueError(f"this statement names the {key} table, which was not given")
         return text(fill(sql, self._claim_values if template.claim_clock else self._values))
 
