@@ -73,7 +73,7 @@ __all__ = ["PostgresRunAdmin", "run_record"]
 
 
 def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
-    """A :class:`RunRecord` from a row of ``{cols}`` (:data:`ship_sqla._jobs._sql`)."""
+    """A :class:`RunRecord` from a row of ``{cols}`` (:data:`~ship_sqla._jobs._sql.RUN_COLUMNS`)."""
     return RunRecord(
         run_id=row.id,
         job_id=row.job_id,

@@ -492,7 +492,7 @@ _EXPAND: Final = (
     ("{t}", _T),
 )
 """Fragment expansions of the gated claim, outermost first (``{now}`` and the tables are
-:func:`~ship_sqla._jobs._sql.render`'s)."""
+:class:`~ship_sqla._sql.Statements`')."""
 
 
 def _expanded(template: str) -> str:
