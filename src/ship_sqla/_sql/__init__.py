@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+import types
 from typing import TYPE_CHECKING, Final
 
 import attrs
@@ -143,7 +144,7 @@ def collect(package: str) -> Mapping[Template, str]:
         for name, value in vars(module).items():
             if isinstance(value, Template):
                 found.setdefault(value, f"{info.name}.{name}")
-    return found
+    return types.MappingProxyType(found)
 
 
 class Statements:
