@@ -45,14 +45,16 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
-from sqlalchemy import BigInteger, Column, DateTime, MetaData, Table, Text, TextClause, text
+from sqlalchemy import BigInteger, Column, DateTime, MetaData, Table, Text, TextClause
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla._naming import check_identifier, quoted_table, text_name
+from ship_sqla._naming import check_identifier, quoted_table
 from ship_sqla._scope import TransactionScope, current_scope
+from ship_sqla._sql import TABLELESS, Statements
+from ship_sqla._sql.locks import CHECK_FENCE, NEXT_FENCE, STILL_HELD, TRY_LOCK
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel._clock import Clock, SystemClock
 from ship_sqla.kernel._durations import require_lock_lease
@@ -71,27 +73,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("ship_sqla.locks")
-
-TRY_LOCK: Final = text("SELECT pg_try_advisory_xact_lock(CAST(:lock_id AS bigint))")
-"""Take the lock for this transaction, or answer false at once (never waits)."""
-STILL_HELD: Final = text("SELECT 1")
-"""Proves the holding session and its transaction (hence the xact lock) are still alive."""
-
-
-NEXT_FENCE: Final = """
-INSERT INTO {fences} AS f (namespace, key, fence, updated_at)
-VALUES (CAST(:namespace AS text), CAST(:key AS text), 1, now())
-ON CONFLICT (namespace, key) DO UPDATE SET fence = f.fence + 1, updated_at = now()
-RETURNING f.fence
-"""
-"""F4, ``<fences>_pkey``: the key's next fence, committed at once (autocommit)."""
-CHECK_FENCE: Final = """
-SELECT f.fence FROM {fences} f
-WHERE f.namespace = CAST(:namespace AS text) AND f.key = CAST(:key AS text)
-FOR SHARE
-"""
-"""F4, ``<fences>_pkey``: the key's newest fence, share-locked for the caller's transaction, so
-no newer fence is drawn before that transaction ends."""
 
 
 def ship_lock_fences_table(
@@ -187,7 +168,7 @@ class AdvisoryLock:
             if not self.held or self._connection is None:
                 return False
             try:
-                await self._connection.execute(STILL_HELD)
+                await self._connection.execute(TABLELESS[STILL_HELD])
             except (SQLAlchemyError, OSError):
                 logger.warning(
                     "advisory lock %r: its session is gone; the lock is lost",
@@ -292,11 +273,8 @@ class AdvisoryLockProvider:
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._fence_sql: tuple[TextClause, TextClause] | None = None
         if fence_table is not None:
-            fences = text_name(quoted_table(fence_table))  # as quoted, whatever it holds
-            self._fence_sql = (
-                text(NEXT_FENCE.replace("{fences}", fences)),
-                text(CHECK_FENCE.replace("{fences}", fences)),
-            )
+            fences = Statements({"{fences}": quoted_table(fence_table)})
+            self._fence_sql = (fences[NEXT_FENCE], fences[CHECK_FENCE])
 
     @property
     def namespace(self) -> str:
@@ -321,7 +299,9 @@ class AdvisoryLockProvider:
         try:
             with database_outage_translated(operation, driver_only=True):
                 await connection.begin()
-                got = (await connection.execute(TRY_LOCK, {"lock_id": lock_id})).scalar_one()
+                got = (
+                    await connection.execute(TABLELESS[TRY_LOCK], {"lock_id": lock_id})
+                ).scalar_one()
             if got:
                 lock = AdvisoryLock(
                     connection=connection,

@@ -5,9 +5,10 @@ Sending. A store that enqueues (the job backend, the outbox) announces new due w
 commits: a rolled-back enqueue wakes nobody. When and how is the kernel's rule
 (:mod:`ship_sqla.kernel._plans.announce`), carried out by an :class:`Announcer`: either in the
 enqueue's own transaction (a "fold": the plain enqueues put the NOTIFY into their one INSERT,
-:func:`announcing`, no round trip added; the others send :data:`NOTIFY_SQL` in the same
-transaction), or after the enqueue committed, in a notify-only transaction of the announcer's
-own that carries every key committed meanwhile and commits without waiting for its WAL flush.
+:func:`~ship_sqla._sql.notify.announcing`, no round trip added; the others send
+:data:`~ship_sqla._sql.notify.NOTIFY` in the same transaction), or after the enqueue committed,
+in a notify-only transaction of the announcer's own that carries every key committed meanwhile
+and commits without waiting for its WAL flush.
 
 Listening. A :class:`Listener` holds ONE dedicated asyncpg connection (not a pooled one: a
 pooled connection goes back to the pool and its LISTEN with it), made from the engine's URL or
@@ -59,6 +60,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
+from ship_sqla._sql.notify import LISTENER_PROBE
 from ship_sqla.kernel._clock import SystemClock
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseUnavailableError
 from ship_sqla.kernel._plans.announce import RECHECKS, AnnouncePlan
@@ -75,11 +77,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANNOUNCER_TASK",
-    "ANNOUNCE_AFTER_COMMIT",
     "ANNOUNCE_ATTEMPTS",
     "HEALTH_INTERVAL",
     "IO_TIMEOUT",
-    "NOTIFY_SQL",
     "PROBE_TIMEOUT",
     "Announcer",
     "Listen",
@@ -91,7 +91,6 @@ __all__ = [
     "announced_key",
     "announcement",
     "announcements_sent",
-    "announcing",
     "channel_name",
     "check_listen",
     "listener_for",
@@ -104,22 +103,6 @@ Listen = bool | str
 """The ``listen=`` option: True (a listener from the engine's URL), False (none: polling
 only, for transaction-mode poolers), or a ``postgresql://`` URL the listener connects to
 instead (e.g. the server itself, behind a pooler)."""
-
-NOTIFY_SQL: Final = "SELECT pg_notify(CAST(:channel AS text), CAST(:payload AS text))"
-"""One announcement, in the caller's transaction (delivered when it commits)."""
-
-ANNOUNCE_AFTER_COMMIT: Final = """
-SELECT count(pg_notify(CAST(:channel AS text), p)) AS sent
-FROM unnest(CAST(:payloads AS text[])) AS p
-WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
-"""
-"""An :class:`Announcer`'s post-commit announcement of every key committed since its last one,
-in ONE notify-only transaction (autocommitted) that commits without waiting for its WAL flush:
-it writes nothing, so a crash loses nothing but the notifications (listeners look again when
-they reconnect), and it holds PostgreSQL's notify lock for microseconds, never through a flush
-(:mod:`ship_sqla.kernel._plans.announce`)."""
-
-_PROBE_SQL: Final = "SELECT pg_notify($1, $2)"
 
 PROBE_TIMEOUT: Final = 5.0
 """Seconds (on the listener's clock) a probe notification may take to come back before the
@@ -193,22 +176,6 @@ def announced_key(payload: str, sender: str) -> str | None:
     if not key or origin == sender:
         return None
     return key
-
-
-def announcing(insert_sql: str, *, sequence: str | None = None) -> str:
-    """``insert_sql`` (a bare INSERT, with no RETURNING of its own) and the NOTIFY of
-    :data:`NOTIFY_SQL` as ONE statement: a data-modifying CTE always runs to completion, and
-    the NOTIFY runs once.
-    ``:channel`` and ``:payload`` join the INSERT's parameters. ``sequence``: an identity
-    column of the table, whose largest value the insert took is answered as ``fleet_seq``
-    (how many rows every process has inserted: the announce rule's share of the budget)."""
-    if sequence is None:
-        return "\nWITH ship_enqueued AS (" + insert_sql.rstrip() + "\n)\n" + NOTIFY_SQL + "\n"
-    # The library's own statement text and column name: nothing of a caller's in it.
-    return (
-        f"\nWITH ship_enqueued AS ({insert_sql.rstrip()}\nRETURNING {sequence}\n)\n"  # noqa: S608
-        f"{NOTIFY_SQL} AS sent, (SELECT max({sequence}) FROM ship_enqueued) AS fleet_seq\n"
-    )
 
 
 def check_listen(listen: object, what: str) -> Listen:
@@ -561,7 +528,9 @@ class Listener:
         if from_elsewhere:
             await self._io(self._send_probe_from_elsewhere(token), "probe")
         else:
-            await self._io(connection.execute(_PROBE_SQL, self._probe_channel, token), "probe")
+            await self._io(
+                connection.execute(LISTENER_PROBE.sql, self._probe_channel, token), "probe"
+            )
         await wait_event(self._probe_event, self._clock, self._probe_timeout)
         self._raise_if_lost()
         if self._stopping or self._probe_heard:
@@ -578,7 +547,7 @@ class Listener:
     async def _send_probe_from_elsewhere(self, token: str) -> None:
         sender = await self._probe_connect()
         try:
-            await sender.execute(_PROBE_SQL, self._probe_channel, token)
+            await sender.execute(LISTENER_PROBE.sql, self._probe_channel, token)
         finally:
             await asyncio.shield(self._close(sender))
 
@@ -736,8 +705,8 @@ async def announcements_sent(timeout: float = 1.0) -> None:  # noqa: ASYNC109 - 
 class Announcer:
     """The sending half of K1 and K8 for one store in one process: the kernel's
     :class:`~ship_sqla.kernel._plans.announce.AnnouncePlan`, and the task that sends its
-    post-commit announcements with ``send`` (the store's :data:`ANNOUNCE_AFTER_COMMIT` on a
-    connection of its own).
+    post-commit announcements with ``send`` (the store's
+    :data:`~ship_sqla._sql.notify.ANNOUNCE_AFTER_COMMIT` on a connection of its own).
 
     The store asks :meth:`fold` before an enqueue's statement (a (channel, payload) to NOTIFY
     in that transaction, or None) and calls :meth:`committed` after its commit. The task lives

@@ -7,13 +7,10 @@ Repositories enforce tenancy on their own (R2); RLS is defence in depth for hand
 
 from __future__ import annotations
 
-from sqlalchemy import text
+from ship_sqla._naming import MAX_IDENTIFIER_BYTES, check_identifier, fill, quoted_identifier
+from ship_sqla._sql.rls import CREATE_TENANT_POLICY, ENABLE_RLS, FORCE_RLS
 
-from ship_sqla._naming import MAX_IDENTIFIER_BYTES, check_identifier, quoted_identifier
-
-__all__ = ["SET_TENANT_SETTING", "tenant_policy_ddl"]
-
-SET_TENANT_SETTING = text("select set_config('ship.tenant_id', :tenant, true)")
+__all__ = ["tenant_policy_ddl"]
 
 
 def _quote(name: str, what: str) -> str:
@@ -39,12 +36,5 @@ def tenant_policy_ddl(
     # Cut to the identifier limit in bytes, at a character boundary, as PostgreSQL would.
     policy_name = f"{table}_tenant_isolation".encode()[:MAX_IDENTIFIER_BYTES]
     policy = _quote(policy_name.decode(errors="ignore"), "policy")
-    return [
-        f"ALTER TABLE {qualified} ENABLE ROW LEVEL SECURITY",
-        f"ALTER TABLE {qualified} FORCE ROW LEVEL SECURITY",
-        (
-            f"CREATE POLICY {policy} ON {qualified}"
-            f" USING ({column}::text = current_setting('ship.tenant_id', true))"
-            f" WITH CHECK ({column}::text = current_setting('ship.tenant_id', true))"
-        ),
-    ]
+    names = {"{table}": qualified, "{policy}": policy, "{column}": column}
+    return [fill(ddl.sql, names) for ddl in (ENABLE_RLS, FORCE_RLS, CREATE_TENANT_POLICY)]

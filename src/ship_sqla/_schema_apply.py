@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 import attrs
-from sqlalchemy import MetaData, inspect, text
+from sqlalchemy import MetaData, inspect
 
 from ship_sqla._audit import ship_audit_table
 from ship_sqla._idempotency import ship_idempotency_table
@@ -29,8 +29,11 @@ from ship_sqla._jobs import (
     ship_job_workers_table,
 )
 from ship_sqla._locks import ship_lock_fences_table
+from ship_sqla._naming import fill
 from ship_sqla._outbox import ship_outbox_table
 from ship_sqla._schema_check import check_schema
+from ship_sqla._sql import TABLELESS
+from ship_sqla._sql.schema_apply import APPLY_LOCK, CREATE_SCHEMA
 from ship_sqla._webhooks import ship_webhook_events_table
 from ship_sqla.kernel._errors import ConfigurationError
 
@@ -62,14 +65,6 @@ COMPONENTS: Final = (
 )
 """What ``--only`` selects: jobs (runs, state, workers), workflows (steps, events; needs jobs),
 outbox, idempotency, webhooks (events), locks (fences), audit (the operator audit log, S1)."""
-
-APPLY_LOCK: Final = text(
-    "SELECT pg_advisory_xact_lock(hashtextextended('ship_sqla.schema_apply', 0))"
-)
-"""Serialises concurrent applies on one database (transaction level: safe behind PgBouncer;
-the key is hashed from a namespace, SPEC §10)."""
-
-CREATE_SCHEMA: Final = "CREATE SCHEMA IF NOT EXISTS {}"
 
 
 @attrs.frozen
@@ -163,12 +158,12 @@ async def apply_ship_schema(engine: AsyncEngine, metadata: MetaData) -> ApplyRep
     tables = list(metadata.sorted_tables)
     schemas = sorted({t.schema for t in tables if t.schema is not None})
     async with engine.begin() as connection:
-        await connection.execute(APPLY_LOCK)
+        await connection.execute(TABLELESS[APPLY_LOCK])
         created_schemas: list[str] = []
         for schema in schemas:
             if not await connection.run_sync(_schema_exists, schema):
                 quoted = connection.dialect.identifier_preparer.quote_schema(schema)
-                await connection.exec_driver_sql(CREATE_SCHEMA.format(quoted))
+                await connection.exec_driver_sql(fill(CREATE_SCHEMA.sql, {"{schema}": quoted}))
                 created_schemas.append(schema)
         missing = await connection.run_sync(_missing, tables)
         if missing:

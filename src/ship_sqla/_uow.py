@@ -328,9 +328,10 @@ def _same_bind(a: Database, b: Database) -> bool:
 
 
 async def _set_tenant_setting(connection: AsyncConnection, tenant: str | None) -> None:
-    from ship_sqla._rls import SET_TENANT_SETTING  # noqa: PLC0415 - keeps RLS optional
+    from ship_sqla._sql import TABLELESS  # noqa: PLC0415 - keeps RLS optional
+    from ship_sqla._sql.rls import SET_TENANT_SETTING  # noqa: PLC0415 - keeps RLS optional
 
-    await connection.execute(SET_TENANT_SETTING, {"tenant": tenant or ""})
+    await connection.execute(TABLELESS[SET_TENANT_SETTING], {"tenant": tenant or ""})
 
 
 def create_unit_of_work(

@@ -15,7 +15,7 @@ from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
-from ship_sqla._jobs._sql import browse, render
+from ship_sqla._jobs._sql import JobStatements, browse
 from ship_sqla.kernel._priority import MAX_PRIORITY, MIN_PRIORITY
 
 BIG = 1_000_000
@@ -199,13 +199,13 @@ async def _pages_are_flat(loaded: AsyncEngine, *, generic: bool) -> None:
         async with loaded.connect() as connection:
             big = await explain(
                 connection,
-                render(template, runs="ship_job_runs", state="ship_job_state"),
+                JobStatements(runs="ship_job_runs", state="ship_job_state")[template],
                 params,
                 generic=generic,
             )
             small = await explain(
                 connection,
-                render(template, runs="small_job_runs", state="ship_job_state"),
+                JobStatements(runs="small_job_runs", state="ship_job_state")[template],
                 params,
                 generic=generic,
             )
@@ -243,7 +243,7 @@ async def _throughput_is_capped(loaded: AsyncEngine) -> None:
     async with loaded.connect() as connection:
         plan = await explain(
             connection,
-            render(browse.THROUGHPUT, runs="ship_job_runs", state="ship_job_state"),
+            JobStatements(runs="ship_job_runs", state="ship_job_state")[browse.THROUGHPUT],
             THROUGHPUT_PARAMS,
             generic=True,
         )
@@ -262,7 +262,7 @@ async def _schedule_states_read_the_state_table(loaded: AsyncEngine) -> None:
     async with loaded.connect() as connection:
         plan = await explain(
             connection,
-            render(browse.SCHEDULE_STATES, runs="ship_job_runs", state="ship_job_state"),
+            JobStatements(runs="ship_job_runs", state="ship_job_state")[browse.SCHEDULE_STATES],
             {"limit": 1000},
             generic=True,
         )

@@ -334,27 +334,13 @@ async def test_claims_settles_and_heartbeats_return_the_columns_read_by_position
     """J3, J5: the backend reads the rows of its hot statements by position, so each claim
     statement (uncapped, gated, fair, fair and gated; each keyed too) returns CLAIM_COLUMNS,
     the settle SETTLE_COLUMNS and the heartbeat HEARTBEAT_COLUMNS, in that order."""
-    statements = backend.statements
+    every = backend.statements.every_statement()
+    claims = [statement for name, statement in every.items() if name.startswith("claim.CLAIM_")]
+    assert len(claims) == 8
     expected = {
-        statement: columns
-        for group, columns in (
-            (
-                (
-                    statements.claim_uncapped,
-                    statements.claim_gated,
-                    statements.claim_fair,
-                    statements.claim_fair_gated,
-                    statements.claim_uncapped_keyed,
-                    statements.claim_gated_keyed,
-                    statements.claim_fair_keyed,
-                    statements.claim_fair_gated_keyed,
-                ),
-                CLAIM_COLUMNS,
-            ),
-            ((statements.settle,), SETTLE_COLUMNS),
-            ((statements.heartbeat,), HEARTBEAT_COLUMNS),
-        )
-        for statement in group
+        **dict.fromkeys(claims, CLAIM_COLUMNS),
+        every["settle.SETTLE_IF_TOKEN_CURRENT"]: SETTLE_COLUMNS,
+        every["settle.HEARTBEAT_IF_TOKEN_CURRENT"]: HEARTBEAT_COLUMNS,
     }
     texts = {str(statement.compile(dialect=engine.dialect)): statement for statement in expected}
     described: dict[TextClause, tuple[str, ...]] = {}

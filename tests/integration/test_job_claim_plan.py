@@ -8,13 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 import pytest
-from sqlalchemy import MetaData, TextClause, text
+from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
-from ship_sqla._jobs._sql import ASYNCPG_CACHEABLE, compact
+from ship_sqla._jobs._sql.claim import (
+    CLAIM_FAIR_GATED_KEYED,
+    CLAIM_GATED,
+    CLAIM_UNCAPPED,
+    CLAIM_UNCAPPED_KEYED,
+)
+from ship_sqla._jobs._sql.settle import SETTLE_IF_TOKEN_CURRENT
+from ship_sqla._sql import ASYNCPG_CACHEABLE, compact
 from ship_sqla.errors import ConfigurationError
 from ship_sqla.jobs import Fairness, RateLimit
 from ship_sqla.kernel import completed
@@ -114,12 +120,12 @@ def test_the_server_clock_claims_say_now_and_a_frozen_clock_gives_its_time() -> 
     frozen = create_job_backend(
         database=create_async_engine("postgresql+asyncpg://x/y"), clock=FrozenClock()
     )
-    assert ":now" not in server.statements.claim_gated.text
-    assert ":now" in frozen.statements.claim_gated.text
-    assert ":now" in server.statements.settle.text
-    assert ":exclude_keys" not in server.statements.claim_uncapped.text
-    assert ":exclude_keys" in server.statements.claim_uncapped_keyed.text
-    assert f"LIMIT {MAX_CLAIM_BATCH}" in server.statements.claim_uncapped.text
+    assert ":now" not in server.statements[CLAIM_GATED].text
+    assert ":now" in frozen.statements[CLAIM_GATED].text
+    assert ":now" in server.statements[SETTLE_IF_TOKEN_CURRENT].text
+    assert ":exclude_keys" not in server.statements[CLAIM_UNCAPPED].text
+    assert ":exclude_keys" in server.statements[CLAIM_UNCAPPED_KEYED].text
+    assert f"LIMIT {MAX_CLAIM_BATCH}" in server.statements[CLAIM_UNCAPPED].text
 
 
 def test_a_claim_asks_at_most_max_claim_batch() -> None:
@@ -139,14 +145,10 @@ def test_every_job_statement_fits_asyncpgs_statement_cache() -> None:
     statements = create_job_backend(
         database=create_async_engine("postgresql+asyncpg://x/y")
     ).statements
-    sizes = {
-        field.name: len(getattr(statements, field.name).text)
-        for field in attrs.fields(type(statements))
-        if isinstance(getattr(statements, field.name), TextClause)
-    }
+    sizes = {name: len(statement.text) for name, statement in statements.every_statement().items()}
     assert sizes
     assert max(sizes.values()) <= ASYNCPG_CACHEABLE, sizes
-    assert "--" not in statements.claim_fair_gated_keyed.text
+    assert "--" not in statements[CLAIM_FAIR_GATED_KEYED].text
     assert (
         compact("SELECT '--kept' -- dropped\n  -- gone\n  FROM t\n") == "SELECT '--kept'\nFROM t\n"
     )

@@ -30,6 +30,7 @@ from ship_sqla._jobs import (
     ship_job_runs_table,
     ship_job_state_table,
 )
+from ship_sqla._jobs._sql import enqueue
 from ship_sqla._scope import ALONE_CUT_OFF
 from ship_sqla.errors import DatabaseUnavailableError
 from ship_sqla.jobs import EnqueueRequest
@@ -164,9 +165,9 @@ async def test_the_direct_path_sends_the_text_sqlalchemy_sends(
         await backend.enqueue(JOB, {"n": 1})  # the first: announced in its INSERT (K8)
         await silent.enqueue(JOB, {"n": 2})
         await silent.enqueue_many(JOB, [EnqueueRequest({"n": 3}), EnqueueRequest({"n": 4})])
-    announced = direct.compiled(backend.statements.enqueue_one_announced)
-    one = direct.compiled(backend.statements.enqueue_one)
-    plain = direct.compiled(backend.statements.enqueue_plain)
+    announced = direct.compiled(backend.statements[enqueue.ENQUEUE_ONE_ANNOUNCED])
+    one = direct.compiled(backend.statements[enqueue.ENQUEUE_ONE])
+    plain = direct.compiled(backend.statements[enqueue.ENQUEUE_PLAIN])
     assert announced is not None
     assert one is not None
     assert plain is not None
@@ -203,7 +204,7 @@ async def test_watched_engines_take_sqlalchemys_path(engine: AsyncEngine) -> Non
     """Statement listeners (any of the engine's statement events, or handle_error) and
     statement logging (echo, or the sqlalchemy.engine logger at INFO) each send the statement
     through SQLAlchemy, so they see it; a plain engine takes the direct path."""
-    statement = create_job_backend(database=engine).statements.enqueue_plain
+    statement = create_job_backend(database=engine).statements[enqueue.ENQUEUE_PLAIN]
 
     def usable(on: AsyncEngine) -> bool:
         direct = create_job_backend(database=on)._connections._direct  # the store's own

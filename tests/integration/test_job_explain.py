@@ -18,7 +18,7 @@ from sqlalchemy import MetaData, Table, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
-from ship_sqla._jobs._sql import admin, claim, enqueue, render, settle
+from ship_sqla._jobs._sql import JobStatements, admin, claim, enqueue, settle
 
 BIG = 1_000_000
 SMALL = 1_000
@@ -140,18 +140,21 @@ def capped_params() -> dict[str, Any]:
 
 
 def settle_params() -> dict[str, Any]:
-    """50 settlements of running runs with current tokens: completed, failed (retrying and
-    dead) and released mixed, as the completer batches them (the fields the kernel built)."""
+    """50 settlements of running runs with current tokens: complete, fail (retry and dead) and
+    release mixed, as the completer batches them (the kernel's Settlement fields)."""
     kinds = ["complete", "fail", "fail", "release", "complete"] * 10
-    waiting = [kind != "complete" and n % 10 != 2 for n, kind in enumerate(kinds)]
+    dead = [kind == "fail" and n % 10 == 2 for n, kind in enumerate(kinds)]
     return {
         "ids": [f"x{n:09d}" for n in range(1, 51)],
         "tokens": list(range(1, 51)),
         "states": [
-            "completed" if kind == "complete" else ("waiting" if back else "dead")
-            for kind, back in zip(kinds, waiting, strict=True)
+            "completed" if kind == "complete" else "dead" if is_dead else "waiting"
+            for kind, is_dead in zip(kinds, dead, strict=True)
         ],
-        "ats": ["2030-01-01T00:00:00+00" if back else None for back in waiting],
+        "ats": [
+            None if kind == "complete" or is_dead else "2030-01-01T00:00:00+00"
+            for kind, is_dead in zip(kinds, dead, strict=True)
+        ],
         "refunds": [kind == "release" for kind in kinds],
         "snoozes_added": [0 for _ in kinds],
         "errors": [None if kind == "complete" else "boom" for kind in kinds],
@@ -164,11 +167,9 @@ def settle_params() -> dict[str, Any]:
 
 
 def completes_params() -> dict[str, Any]:
-    """A batch of 50 completions, as the backend sends it: ids and tokens only."""
-    empty: dict[str, Any] = {
-        name: [] for name in ("states", "ats", "refunds", "snoozes_added", "errors", "entry_kinds")
-    }
-    return {**settle_params(), **empty}
+    """A batch of 50 completes, as the backend sends it: ids and tokens only."""
+    full = settle_params()
+    return {**full, **{name: [] for name in full if name not in {"ids", "tokens", "now"}}}
 
 
 def heartbeat_params() -> dict[str, Any]:
@@ -280,7 +281,7 @@ async def test_hot_statements_use_their_indexes_at_a_million_runs(loaded: AsyncE
         for generic in (False, True):
             plans = {}
             for table in (big_runs, small_runs):
-                statement = render(template, runs=table.name, state="ship_job_state")
+                statement = JobStatements(runs=table.name, state="ship_job_state")[template]
                 async with loaded.connect() as connection, connection.begin() as transaction:
                     plans[table.name] = await explain(
                         connection, statement, params(), generic=generic
@@ -378,7 +379,7 @@ async def test_priority_claim_reads_about_limit_entries_at_a_million_runs(
     ):
         plans = {}
         for table in (prio_runs, small_prio_runs):
-            statement = render(template, runs=table.name, state="ship_job_state")
+            statement = JobStatements(runs=table.name, state="ship_job_state")[template]
             async with loaded_priorities.connect() as connection, connection.begin() as tx:
                 plans[table.name] = await explain(
                     connection, statement, claim_params(), generic=generic

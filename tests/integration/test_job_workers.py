@@ -31,7 +31,9 @@ from ship_sqla._jobs import (
     ship_job_state_table,
     ship_job_workers_table,
 )
+from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql import workers as worker_sql
+from ship_sqla._naming import quoted_table
 from ship_sqla.jobs import JobMetrics, WorkerRecord
 from ship_sqla.kernel import WorkerEntry
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
@@ -384,14 +386,24 @@ async def test_f6_each_registry_statement_reads_its_index(tables: AsyncEngine) -
     async with tables.connect() as connection:
         await connection.execution_options(isolation_level="AUTOCOMMIT")
         await connection.execute(text("VACUUM (ANALYZE) ship_job_workers"))
-    statements = worker_sql.WorkerStatements.for_table(workers)
+    statements = JobStatements(
+        runs="ship_job_runs", state="ship_job_state", workers=quoted_table(workers)
+    )
     cases = [
-        (statements.prune, {"stale_after": 98.5, "limit": 100, "now": None}, {"seen_idx"}),
-        (statements.hold_sampler, {"id": "w000042", "lease": 30.0, "now": None}, {"pkey"}),
+        (
+            statements[worker_sql.PRUNE_STALE_WORKERS],
+            {"stale_after": 98.5, "limit": 100, "now": None},
+            {"seen_idx"},
+        ),
+        (
+            statements[worker_sql.HOLD_SAMPLER_IF_FREE],
+            {"id": "w000042", "lease": 30.0, "now": None},
+            {"pkey"},
+        ),
         # The primary key, or the partial sampler index (its predicate is implied; it holds a
         # row or two): either serves it, a sequential scan never does.
-        (statements.release_sampler, {"id": "w000042"}, set()),
-        (statements.deregister, {"id": "w000042"}, {"pkey"}),
+        (statements[worker_sql.RELEASE_SAMPLER], {"id": "w000042"}, set()),
+        (statements[worker_sql.DEREGISTER_WORKER], {"id": "w000042"}, {"pkey"}),
     ]
     for statement, params, uses in cases:
         for generic in (False, True):
@@ -402,7 +414,7 @@ async def test_f6_each_registry_statement_reads_its_index(tables: AsyncEngine) -
     async with tables.connect() as connection, connection.begin() as transaction:
         plan = await explain(
             connection,
-            statements.hold_sampler,
+            statements[worker_sql.HOLD_SAMPLER_IF_FREE],
             {"id": "w000042", "lease": 30.0, "now": None},
             generic=False,
         )
@@ -411,7 +423,7 @@ async def test_f6_each_registry_statement_reads_its_index(tables: AsyncEngine) -
     async with tables.connect() as connection, connection.begin() as transaction:
         plan = await explain(
             connection,
-            statements.heartbeat,
+            statements[worker_sql.HEARTBEAT_WORKER],
             {
                 "id": "w000042",
                 "host": "h",

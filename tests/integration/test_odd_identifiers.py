@@ -24,7 +24,7 @@ import anyio
 import anyio.lowlevel
 import attrs
 import pytest
-from sqlalchemy import MetaData, TextClause, func, select, text
+from sqlalchemy import MetaData, func, select, text
 from wake_helpers import parked
 
 from ship_sqla import (
@@ -50,8 +50,6 @@ from ship_sqla import (
 )
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
-from ship_sqla._jobs._sql.workers import WorkerStatements
-from ship_sqla._jobs._workflows import WorkflowStatements
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._schema_apply import ShipTableNames, apply_ship_schema, ship_tables_metadata
 from ship_sqla.errors import ConfigurationError
@@ -137,22 +135,20 @@ async def _every_job_statement_prepares(engine: AsyncEngine, tables: dict[str, T
     """Every statement of the job, worker and workflow stores, rendered for these tables, is
     parsed and planned by PostgreSQL (the dashboard's reads, the admin port's, the claims:
     including those this test does not run)."""
-    jobs = JobStatements.for_tables(tables["runs"], tables["state"])
-    statements: list[Any] = [
-        jobs,
-        JobStatements.for_tables(tables["runs"], tables["state"], server_clock=True),
-        WorkerStatements.for_table(tables["workers"]),
-        WorkflowStatements.for_tables(jobs, tables["steps"], tables["events"]),
-    ]
     async with engine.connect() as connection:
         driver = (await connection.get_raw_connection()).driver_connection
         assert driver is not None
-        for group in statements:
-            for field in attrs.fields(type(group)):
-                statement = getattr(group, field.name)
-                if isinstance(statement, TextClause):
-                    sql = str(statement.compile(dialect=engine.dialect))
-                    await driver.prepare(sql)
+        for server_clock in (False, True):
+            statements = JobStatements.for_tables(
+                tables["runs"],
+                tables["state"],
+                workers=tables["workers"],
+                steps=tables["steps"],
+                events=tables["events"],
+                server_clock=server_clock,
+            )
+            for statement in statements.every_statement().values():
+                await driver.prepare(str(statement.compile(dialect=engine.dialect)))
 
 
 async def _a_job_runs_end_to_end(engine: AsyncEngine, tables: dict[str, Table]) -> None:

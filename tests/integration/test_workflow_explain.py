@@ -24,7 +24,7 @@ from ship_sqla._jobs import (
     ship_job_steps_table,
 )
 from ship_sqla._jobs._sql import JobStatements
-from ship_sqla._jobs._workflows import WorkflowStatements
+from ship_sqla._jobs._sql import workflows as sql
 
 BIG = 1_000_000
 PARENTS = 50
@@ -38,7 +38,7 @@ runs = ship_job_runs_table(metadata)
 state = ship_job_state_table(metadata)
 steps = ship_job_steps_table(metadata)
 events = ship_job_events_table(metadata)
-S = WorkflowStatements.for_tables(JobStatements.for_tables(runs, state), steps, events)
+S = JobStatements.for_tables(runs, state, steps=steps, events=events)
 
 _RUN_COLUMNS = "id, job_id, state, payload, max_attempts, run_at, created_at, updated_at"
 LOAD = [
@@ -129,9 +129,9 @@ async def test_workflow_statements_use_their_indexes_at_a_million_rows(
     and CHILDREN go through <runs>_parent_idx; LOAD_STEPS through the steps' primary key; each
     as a custom and as a generic plan, within a bounded number of buffers."""
     cases = [
-        (S.match_event, {"run_id": "s7", "name": "shipped"}, events, {"match_idx"}),
+        (S[sql.MATCH_EVENT], {"run_id": "s7", "name": "shipped"}, events, {"match_idx"}),
         (
-            S.publish_event,
+            S[sql.PUBLISH_EVENT],
             {
                 "name": "order.shipped",
                 "key": "k8",
@@ -142,10 +142,10 @@ async def test_workflow_statements_use_their_indexes_at_a_million_rows(
             runs,
             {"wait_idx"},
         ),
-        (S.wake_parents, {"parents": ["p3", "p4"], "now": None}, runs, {"parent_idx"}),
-        (S.load_steps, {"run_id": "s7", "now": None}, steps, {"pkey"}),
-        (S.suspend_run, suspend_params("p3", "children"), runs, {"parent_idx"}),
-        (S.suspend_run, suspend_params("s7", "event"), events, {"match_idx"}),
+        (S[sql.WAKE_PARENTS], {"parents": ["p3", "p4"], "now": None}, runs, {"parent_idx"}),
+        (S[sql.LOAD_STEPS], {"run_id": "s7", "now": None}, steps, {"pkey"}),
+        (S[sql.SUSPEND_RUN], suspend_params("p3", "children"), runs, {"parent_idx"}),
+        (S[sql.SUSPEND_RUN], suspend_params("s7", "event"), events, {"match_idx"}),
     ]
     async with loaded.connect() as connection:
         for statement, params, table, uses in cases:

@@ -41,8 +41,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._admin import run_record
 from ship_sqla._jobs._backend import PostgresJobBackend
-from ship_sqla._jobs._sql import render
+from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.admin import GET_RUN
+from ship_sqla._sql import Template
 from ship_sqla.errors import JobTimeoutError, RetryAfter, Snooze, TerminalError
 from ship_sqla.kernel import Settlement, completed, failed, released
 from ship_sqla.kernel._jobs import Concurrency, IdempotencyPolicy, RetryPolicy, define_job
@@ -75,7 +76,9 @@ DEPTH_LIMIT = 4
 metadata = MetaData()
 runs_table = ship_job_runs_table(metadata)
 state_table = ship_job_state_table(metadata)
-ALL_RUNS = render(GET_RUN.replace("WHERE r.id = :id", "ORDER BY r.id"), runs="ship_job_runs")
+ALL_RUNS = JobStatements(runs="ship_job_runs", state="ship_job_state")[
+    Template(GET_RUN.sql.replace("WHERE r.id = :id", "ORDER BY r.id"))
+]
 
 
 async def noop(ctx: Any, payload: Any) -> None:

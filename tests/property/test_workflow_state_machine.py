@@ -64,8 +64,9 @@ from ship_sqla import (
     ship_job_steps_table,
 )
 from ship_sqla._jobs._admin import run_record
-from ship_sqla._jobs._sql import render
+from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.admin import GET_RUN
+from ship_sqla._sql import Template
 from ship_sqla.errors import JobLeaseStaleError
 from ship_sqla.jobs import Concurrency, RetryPolicy
 from ship_sqla.kernel._memory.jobs import InMemoryJobBackend
@@ -105,7 +106,9 @@ effects_table = Table(
     Column("id", Integer, primary_key=True),
     Column("run_id", Text, nullable=False),
 )
-ALL_RUNS = render(GET_RUN.replace("WHERE r.id = :id", "ORDER BY r.id"), runs="ship_job_runs")
+ALL_RUNS = JobStatements(runs="ship_job_runs", state="ship_job_state")[
+    Template(GET_RUN.sql.replace("WHERE r.id = :id", "ORDER BY r.id"))
+]
 
 
 class CrashError(Exception):

@@ -18,11 +18,11 @@ from ship_sqla._notify import (
     Recheck,
     announced_key,
     announcement,
-    announcing,
     channel_name,
     check_listen,
     sender_token,
 )
+from ship_sqla._sql.notify import announcing
 from ship_sqla.errors import ConfigurationError
 from ship_sqla.kernel import InMemoryJobBackend, WakeSource
 from ship_sqla.kernel._plans.announce import (

@@ -151,8 +151,8 @@ def test_bad_settlements_are_refused_with_the_fix() -> None:
 def test_j7_the_settle_statement_decides_no_retry_or_dead_of_its_own() -> None:
     """J7: the PostgreSQL statement applies the settlement's state; it never compares attempts
     (the kernel's ``failed`` is the one place that does)."""
-    assert "max_attempts" not in SETTLE_IF_TOKEN_CURRENT
-    assert "'fail'" not in SETTLE_IF_TOKEN_CURRENT
+    assert "max_attempts" not in SETTLE_IF_TOKEN_CURRENT.sql
+    assert "'fail'" not in SETTLE_IF_TOKEN_CURRENT.sql
 
 
 def test_j23_a_history_entry_is_always_storable_text() -> None:

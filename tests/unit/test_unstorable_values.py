@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from sqlalchemy import MetaData, TextClause, text
+from sqlalchemy import MetaData, text
 from sqlalchemy.dialects.postgresql.asyncpg import PGDialect_asyncpg
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -30,8 +29,9 @@ from ship_sqla import (
     ship_job_state_table,
     ship_outbox_table,
 )
-from ship_sqla._jobs._sql import JobStatements, _compacted, claim, compact
+from ship_sqla._jobs._sql import JobStatements, claim
 from ship_sqla._naming import fill, quoted_identifier, quoted_table, text_name
+from ship_sqla._sql import _compacted, compact
 from ship_sqla._webhooks._store import check_webhook_json
 from ship_sqla.errors import (
     ConfigurationError,
@@ -258,16 +258,14 @@ def test_a_quoted_name_reaches_the_compiled_statement_unaltered(name: str) -> No
     plain = JobStatements.for_tables(
         ship_job_runs_table(plain_metadata), ship_job_state_table(plain_metadata)
     )
-    for field in attrs.fields(JobStatements):
-        statement = getattr(odd, field.name)
-        if not isinstance(statement, TextClause):
-            continue
+    ordinary_statements = plain.every_statement()
+    for statement_name, statement in odd.every_statement().items():
         compiled = statement.compile(dialect=dialect)
-        ordinary = getattr(plain, field.name).compile(dialect=dialect)
-        assert set(compiled.params) == set(ordinary.params), field.name
+        ordinary = ordinary_statements[statement_name].compile(dialect=dialect)
+        assert set(compiled.params) == set(ordinary.params), statement_name
         for table, quoted in (("ship_job_runs", runs_name), ("ship_job_state", state_name)):
             uses = str(ordinary).count(table) - str(ordinary).count(f"{table}_")
-            assert str(compiled).count(quoted) >= uses, field.name
+            assert str(compiled).count(quoted) >= uses, statement_name
     for quoted in (runs_name, state_name):
         assert str(text(text_name(quoted)).compile(dialect=dialect)) == quoted
 
@@ -281,7 +279,7 @@ def test_templates_are_compacted_before_names_are_put_in() -> None:
     runs, state = ship_job_runs_table(metadata), ship_job_state_table(metadata)
     names = {"{runs}": quoted_table(runs), "{state}": quoted_table(state)}
     for template in (claim.CLAIM_FAIR_GATED_KEYED, claim.FAIR_CLAIMS_SERVED):
-        assert fill(_compacted(template), names) == compact(fill(template, names))
+        assert fill(_compacted(template.sql), names) == compact(fill(template.sql, names))
     assert compact('SELECT "a--b" -- gone\n') == 'SELECT "a--b"\n'
     assert compact("SELECT 'it''s', \"q\"\"--x\" -- c\n") == "SELECT 'it''s', \"q\"\"--x\"\n"
     assert fill("{runs} {state} {other}", {"{runs}": "{state}", "{state}": "s"}) == (

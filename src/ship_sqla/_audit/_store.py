@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Table, text
+from sqlalchemy import Table
 
-from ship_sqla._audit import _sql
+from ship_sqla._audit._sql import LIST_AUDIT, PROBE_AUDIT, RECORD_AUDIT
 from ship_sqla._audit._tables import ship_audit_table
-from ship_sqla._naming import quoted_table, text_name
+from ship_sqla._naming import quoted_table
 from ship_sqla._scope import StoreConnections
+from ship_sqla._sql import Statements
+from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel._audit import AuditEntry
 from ship_sqla.kernel._clock import SystemClock
 from ship_sqla.kernel._errors import ConfigurationError
@@ -26,27 +28,24 @@ class PostgresAuditLog:
     """An :class:`~ship_sqla.operators.AuditLog` on one audit table. Build with
     :func:`create_audit_log`."""
 
-    __slots__ = ("_clock", "_connections", "_list", "_probe", "_record", "table")
+    __slots__ = ("_clock", "_connections", "_s", "table")
 
     def __init__(self, *, database: Database, table: Table, clock: Clock) -> None:
         self.table = table
         self._clock = clock
         self._connections = StoreConnections(database, name="audit log")
-        name = text_name(quoted_table(table))  # as quoted, whatever it holds (issue 25 D3)
-        self._record = text(_sql.RECORD_AUDIT.replace("{audit}", name))
-        self._list = text(_sql.LIST_AUDIT.replace("{audit}", name))
-        self._probe = text(_sql.PROBE_AUDIT.replace("{audit}", name))
+        self._s = Statements({"{audit}": quoted_table(table)})
 
     async def check_table(self) -> None:
         """Raise (the driver's error, 42P01) when the audit table does not exist: callers that
         must not change anything unaudited check first."""
         async with self._connections.statement("check") as connection:
-            await connection.execute(self._probe)
+            await connection.execute(self._s[PROBE_AUDIT])
 
     async def record(self, entry: AuditEntry) -> None:
         """Insert ``entry``, in the ambient unit of work when there is one."""
         params = {
-            "now": self._clock.now() if self._clock.frozen else None,
+            "now": now_bound(self._clock),
             "actor": entry.actor,
             "operation": entry.operation,
             "target": entry.target,
@@ -54,12 +53,14 @@ class PostgresAuditLog:
             "details": json.dumps(dict(entry.details), default=str),
         }
         async with self._connections.joined(None, "record", one_statement=True) as tx:
-            await tx.connection.execute(self._record, params)
+            await tx.connection.execute(self._s[RECORD_AUDIT], params)
 
     async def list_entries(self, *, limit: int, before: int | None = None) -> list[AuditEntry]:
         """At most ``limit`` entries, newest first, with ids below ``before``."""
         async with self._connections.statement("list") as connection:
-            rows = (await connection.execute(self._list, {"limit": limit, "before": before})).all()
+            rows = (
+                await connection.execute(self._s[LIST_AUDIT], {"limit": limit, "before": before})
+            ).all()
         return [
             AuditEntry(
                 actor=row.actor,

@@ -34,6 +34,7 @@ from ship_sqla._cli._options import (
 from ship_sqla._cli._output import format_workers, worker_dict
 from ship_sqla._cli._params import REGISTRY, Duration
 from ship_sqla._cli._tables import DEFAULT_RUNS_TABLE, DEFAULT_STATE_TABLE, JobTables
+from ship_sqla._jobs._sql.admin import PROBE_RUNS_TABLE, PROBE_STATE_TABLE
 from ship_sqla.kernel._durations import MAX_DRAIN_TIMEOUT, MAX_POLL_INTERVAL, MAX_SAMPLE_INTERVAL
 from ship_sqla.kernel._operations import MAX_DEMAND_JOBS, MAX_PAUSED_JOBS
 from ship_sqla.kernel._ports import JobLeaseStaleError
@@ -216,7 +217,7 @@ def _report_error(error: BaseException) -> None:
 async def _check_tables(engine: AsyncEngine, backend: PostgresJobBackend) -> None:
     """Fail at start, not in the loop (which would retry forever), when the tables are absent."""
     statements = backend.statements
-    for probe in (statements.probe_runs_table, statements.probe_state_table):
+    for probe in (statements[PROBE_RUNS_TABLE], statements[PROBE_STATE_TABLE]):
         async with engine.connect() as connection:
             await connection.execute(probe)
 

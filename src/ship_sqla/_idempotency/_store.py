@@ -44,6 +44,7 @@ from ship_sqla._idempotency._types import (
     _ClaimOwner,
 )
 from ship_sqla._scope import Database, StoreConnections, check_tenant, tenant_within
+from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel._clock import Clock, SystemClock
 from ship_sqla.kernel._errors import BoundExceededError, ConfigurationError
 from ship_sqla.kernel._json_text import unstorable_text
@@ -138,7 +139,7 @@ class IdempotencyStore(_ClaimOwner):
         return self._table
 
     def _now(self) -> datetime | None:
-        return self._clock.now() if self._clock.frozen else None
+        return now_bound(self._clock)
 
     # -- begin ----------------------------------------------------------------------------------
 

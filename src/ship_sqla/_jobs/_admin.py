@@ -10,11 +10,36 @@ bounded by its ``operation_timeout``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
 
-from ship_sqla._jobs._sql import render
+from ship_sqla._jobs._sql.admin import (
+    CANCEL_LIVE_RUN,
+    DELETE_FINISHED_BATCH,
+    DEMAND,
+    DISCARD_WAITING_OR_DEAD,
+    GET_RUN,
+    JOB_KNOWN,
+    LIST_DEAD_ALL_JOBS,
+    LIST_DEAD_OF_JOB,
+    LIST_PAUSED,
+    PAUSE_JOB,
+    QUEUE_DEPTHS,
+    RESUME_JOB,
+    RETRY_DEAD,
+    STATE_COUNTS,
+)
+from ship_sqla._jobs._sql.browse import (
+    LIST_FINISHED_ALL_JOBS,
+    LIST_FINISHED_OF_JOB,
+    LIST_RUNNING_ALL_JOBS,
+    LIST_RUNNING_OF_JOB,
+    LIST_WAITING_ALL_JOBS,
+    LIST_WAITING_OF_JOB,
+    SCHEDULE_STATES,
+    THROUGHPUT,
+)
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._browse import (
@@ -39,41 +64,16 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from datetime import datetime, timedelta
 
-    from sqlalchemy import TextClause
-
     from ship_sqla._jobs._sql import JobStatements
     from ship_sqla._scope import Joined, StoreConnections
     from ship_sqla.kernel._browse import RunQuery
     from ship_sqla.kernel._ports import DeadQuery, RunState
 
-__all__ = ["JOB_KNOWN", "PostgresRunAdmin", "run_record"]
-
-JOB_KNOWN: Final = """
--- Whether the job tables hold any trace of one job (issue 25: what pause reports as known).
--- Four index probes, whatever the number of runs: a waiting run through <runs>_due_idx, a
--- running one through <runs>_lease_idx, a finished one through <runs>_finished_idx (each
--- predicate word for word the index's), and the job's state rows (its schedule, pause, claim
--- gate, enqueue gate) through <state>_pkey.
-SELECT EXISTS (
-           SELECT 1 FROM {runs} r
-           WHERE r.job_id = CAST(:job_id AS text) AND r.state = 'waiting')
-    OR EXISTS (
-           SELECT 1 FROM {runs} r
-           WHERE r.job_id = CAST(:job_id AS text) AND r.state = 'running')
-    OR EXISTS (
-           SELECT 1 FROM {runs} r
-           WHERE r.job_id = CAST(:job_id AS text)
-             AND r.state IN ('completed', 'dead', 'discarded', 'cancelled'))
-    OR EXISTS (
-           SELECT 1 FROM {state} s WHERE s.job_id = ANY(CAST(:state_rows AS text[])))
-    AS known
-"""
-"""The admin port's ``job_known`` (:class:`~ship_sqla.kernel.RunAdmin`): rendered once per
-backend like the statements of :mod:`ship_sqla._jobs._sql`. Operator-only, never hot."""
+__all__ = ["PostgresRunAdmin", "run_record"]
 
 
 def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
-    """A :class:`RunRecord` from a row of ``{cols}`` (:data:`ship_sqla._jobs._sql`)."""
+    """A :class:`RunRecord` from a row of ``{cols}`` (:data:`~ship_sqla._jobs._sql.RUN_COLUMNS`)."""
     return RunRecord(
         run_id=row.id,
         job_id=row.job_id,
@@ -108,7 +108,6 @@ class PostgresRunAdmin:
         "_cancel_requested",
         "_child_ended",
         "_connections",
-        "_job_known",
         "_now",
         "_s",
         "_wake",
@@ -138,13 +137,10 @@ class PostgresRunAdmin:
         self._wake_channel = wake_channel
         self._wake_payload = wake_payload
         self._cancel_requested = cancel_requested
-        self._job_known: TextClause = render(
-            JOB_KNOWN, runs=statements.runs_name, state=statements.state_name
-        )
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         async with self._connections.joined(None, "get_run", one_statement=True) as tx:
-            row = (await tx.connection.execute(self._s.get_run, {"id": run_id})).one_or_none()
+            row = (await tx.connection.execute(self._s[GET_RUN], {"id": run_id})).one_or_none()
         return None if row is None else run_record(row)
 
     async def list_dead(self, query: DeadQuery) -> list[RunRecord]:
@@ -155,9 +151,9 @@ class PostgresRunAdmin:
             "after_id": after_id,
             "tenant": query.tenant,
         }
-        statement = self._s.list_dead_all_jobs
+        statement = self._s[LIST_DEAD_ALL_JOBS]
         if query.job_id is not None:
-            statement = self._s.list_dead_of_job
+            statement = self._s[LIST_DEAD_OF_JOB]
             params["job_id"] = query.job_id
         async with self._connections.joined(None, "list_dead", one_statement=True) as tx:
             rows = (await tx.connection.execute(statement, params)).all()
@@ -171,7 +167,7 @@ class PostgresRunAdmin:
         params = {"id": run_id, "now": self._now()}
         try:
             async with self._connections.joined(None, "retry", one_statement=True) as tx:
-                row = (await tx.connection.execute(self._s.retry_dead, params)).one_or_none()
+                row = (await tx.connection.execute(self._s[RETRY_DEAD], params)).one_or_none()
                 if row is not None:
                     tx.after_commit(self._wake)
         except IntegrityError as exc:
@@ -183,7 +179,9 @@ class PostgresRunAdmin:
     async def discard(self, run_id: str) -> RunRecord | None:
         params = {"id": run_id, "now": self._now()}
         async with self._connections.joined(None, "discard", one_statement=True) as tx:
-            row = (await tx.connection.execute(self._s.discard, params)).one_or_none()
+            row = (
+                await tx.connection.execute(self._s[DISCARD_WAITING_OR_DEAD], params)
+            ).one_or_none()
             record = None if row is None else run_record(row)
             self._after_child_ended(tx, record)
         return record
@@ -203,7 +201,7 @@ class PostgresRunAdmin:
         without waiting for the notification. None: finished or unknown, nothing changed."""
         params = {"id": run_id, "channel": self._cancel_channel, "now": self._now()}
         async with self._connections.joined(None, "cancel", one_statement=True) as tx:
-            row = (await tx.connection.execute(self._s.cancel_run, params)).one_or_none()
+            row = (await tx.connection.execute(self._s[CANCEL_LIVE_RUN], params)).one_or_none()
             if row is not None and row.told:
                 tx.after_commit(lambda: self._cancel_requested(run_id))
             record = None if row is None else run_record(row)
@@ -223,14 +221,14 @@ class PostgresRunAdmin:
             ],
         }
         async with self._connections.joined(None, "job_known", one_statement=True) as tx:
-            known = (await tx.connection.execute(self._job_known, params)).scalar_one()
+            known = (await tx.connection.execute(self._s[JOB_KNOWN], params)).scalar_one()
         return bool(known)
 
     async def pause(self, job_id: str) -> bool:
         """K3 (PAUSE_JOB): once committed, no claim that starts takes a run of ``job_id``."""
         params = {"pause_row": state_row(job_id, "paused"), "now": self._now()}
         async with self._connections.joined(None, "pause", one_statement=True) as tx:
-            row = (await tx.connection.execute(self._s.pause_job, params)).one_or_none()
+            row = (await tx.connection.execute(self._s[PAUSE_JOB], params)).one_or_none()
         return row is not None
 
     async def resume(self, job_id: str) -> bool:
@@ -242,14 +240,14 @@ class PostgresRunAdmin:
             "payload": self._wake_payload(job_id),
         }
         async with self._connections.joined(None, "resume", one_statement=True) as tx:
-            row = (await tx.connection.execute(self._s.resume_job, params)).one_or_none()
+            row = (await tx.connection.execute(self._s[RESUME_JOB], params)).one_or_none()
             if row is not None:
                 tx.after_commit(self._wake)
         return row is not None
 
     async def paused(self, *, limit: int) -> list[PausedJob]:
         async with self._connections.joined(None, "paused", one_statement=True) as tx:
-            rows = (await tx.connection.execute(self._s.list_paused, {"limit": limit})).all()
+            rows = (await tx.connection.execute(self._s[LIST_PAUSED], {"limit": limit})).all()
         return [PausedJob(row.job_id, row.paused_at) for row in rows]
 
     async def delete_finished(
@@ -264,7 +262,7 @@ class PostgresRunAdmin:
             "now": self._now(),
         }
         async with self._connections.joined(None, "cleanup", one_statement=True) as tx:
-            result = await tx.connection.execute(self._s.delete_finished, params)
+            result = await tx.connection.execute(self._s[DELETE_FINISHED_BATCH], params)
         return int(result.rowcount)
 
     async def demand(
@@ -279,7 +277,7 @@ class PostgresRunAdmin:
             "now": self._now(),
         }
         async with self._connections.statement("demand") as connection:
-            rows = (await connection.execute(self._s.demand, params)).all()
+            rows = (await connection.execute(self._s[DEMAND], params)).all()
         return [
             JobDemand(
                 row.job_id,
@@ -295,7 +293,7 @@ class PostgresRunAdmin:
     async def state_counts(self, *, limit: int) -> list[StateCount]:
         params = {"limit": limit, "now": self._now()}
         async with self._connections.joined(None, "state_counts", one_statement=True) as tx:
-            rows = (await tx.connection.execute(self._s.state_counts, params)).all()
+            rows = (await tx.connection.execute(self._s[STATE_COUNTS], params)).all()
         return [
             StateCount(
                 row.job_id,
@@ -311,7 +309,7 @@ class PostgresRunAdmin:
         every job of ``job_ids`` (sampled by worker runtimes with metrics)."""
         params = {"job_ids": list(job_ids), "now": self._now()}
         async with self._connections.statement("queue_depths") as connection:
-            rows = (await connection.execute(self._s.queue_depths, params)).all()
+            rows = (await connection.execute(self._s[QUEUE_DEPTHS], params)).all()
         return {job_id: QueueDepth(depth, float(age)) for job_id, depth, age in rows}
 
     # --- the dashboard's reads (RunBrowser, S2) -----------------------------------------------
@@ -323,18 +321,18 @@ class PostgresRunAdmin:
         after = query.after
         order = run_order(query.state)
         if order == "claim":
-            of_job, all_jobs = self._s.list_waiting_of_job, self._s.list_waiting_all_jobs
+            of_job, all_jobs = self._s[LIST_WAITING_OF_JOB], self._s[LIST_WAITING_ALL_JOBS]
             claim = after if isinstance(after, ClaimPosition) else None
             params["after_priority"] = None if claim is None else claim.priority
             params["after_run_at"] = None if claim is None else claim.run_at
             params["after_seq"] = None if claim is None else claim.seq
         elif order == "lease":
-            of_job, all_jobs = self._s.list_running_of_job, self._s.list_running_all_jobs
+            of_job, all_jobs = self._s[LIST_RUNNING_OF_JOB], self._s[LIST_RUNNING_ALL_JOBS]
             lease = after if isinstance(after, LeasePosition) else None
             params["after_at"] = None if lease is None else lease.lease_expires_at
             params["after_id"] = None if lease is None else lease.run_id
         else:
-            of_job, all_jobs = self._s.list_finished_of_job, self._s.list_finished_all_jobs
+            of_job, all_jobs = self._s[LIST_FINISHED_OF_JOB], self._s[LIST_FINISHED_ALL_JOBS]
             created = after if isinstance(after, CreatedPosition) else None
             params["state"] = query.state
             params["created_from"] = query.created_from
@@ -363,7 +361,7 @@ class PostgresRunAdmin:
             "now": self._now(),
         }
         async with self._connections.statement("throughput") as connection:
-            rows = (await connection.execute(self._s.throughput, params)).all()
+            rows = (await connection.execute(self._s[THROUGHPUT], params)).all()
         return [
             ThroughputBucket(row.start, int(row.completed), int(row.dead), bool(row.capped))
             for row in rows
@@ -372,5 +370,5 @@ class PostgresRunAdmin:
     async def schedule_states(self, *, limit: int) -> list[ScheduleState]:
         """SCHEDULE_STATES."""
         async with self._connections.joined(None, "schedules", one_statement=True) as tx:
-            rows = (await tx.connection.execute(self._s.schedule_states, {"limit": limit})).all()
+            rows = (await tx.connection.execute(self._s[SCHEDULE_STATES], {"limit": limit})).all()
         return [ScheduleState(row.job_id, row.trigger, row.next_at, row.updated_at) for row in rows]

@@ -87,7 +87,19 @@ from ship_sqla._jobs._admin import PostgresRunAdmin
 from ship_sqla._jobs._insert import RunInserter, fleet_seq_of, inserted
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
-from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
+from ship_sqla._jobs._sql.claim import (
+    CLAIM_FAIR,
+    CLAIM_FAIR_GATED,
+    CLAIM_FAIR_GATED_KEYED,
+    CLAIM_FAIR_KEYED,
+    CLAIM_GATED,
+    CLAIM_GATED_KEYED,
+    CLAIM_UNCAPPED,
+    CLAIM_UNCAPPED_KEYED,
+    FAIR_CLAIMS_SERVED,
+)
+from ship_sqla._jobs._sql.enqueue import ANNOUNCE, ANNOUNCE_AFTER_COMMIT, ENQUEUE_COPY_MIN_RUNS
+from ship_sqla._jobs._sql.settle import HEARTBEAT_IF_TOKEN_CURRENT, SETTLE_IF_TOKEN_CURRENT
 from ship_sqla._jobs._tables import (
     fair_claims_ddl,
     fair_claims_index_name,
@@ -98,11 +110,7 @@ from ship_sqla._jobs._tables import (
     state_row,
 )
 from ship_sqla._jobs._workers import PostgresWorkerRegistry
-from ship_sqla._jobs._workflows import (
-    WAIT_LOCK_BUSY_RETRY,
-    PostgresWorkflows,
-    WorkflowStatements,
-)
+from ship_sqla._jobs._workflows import WAIT_LOCK_BUSY_RETRY, PostgresWorkflows
 from ship_sqla._locks import advisory_lock_provider
 from ship_sqla._notify import (
     Announcer,
@@ -122,6 +130,8 @@ from ship_sqla._scope import (
     run_after_commit,
 )
 from ship_sqla._sql_errors import refused_value
+from ship_sqla._sql_time import now_bound
+from ship_sqla.kernel import Clock
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
@@ -276,11 +286,17 @@ class PostgresJobBackend(JobBackendBase):
         self._database = database
         self._table = table
         self._state_table = state_table
+        workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
         self.statements: Final = JobStatements.for_tables(
-            table, state_table, server_clock=not self._clock.frozen
+            table,
+            state_table,
+            workers=workers_table,
+            steps=steps_table,
+            events=events_table,
+            server_clock=not self._clock.frozen,
         )
-        """Every statement on this backend's tables, rendered once; lent to its schedules, its
-        admin port and the CLI."""
+        """Every statement on this backend's tables, each rendered once (on first use); lent to
+        its inserter, schedules, admin port, worker registry, workflow store and the CLI."""
         self._connections = StoreConnections(
             database,
             name="job backend",
@@ -357,14 +373,14 @@ class PostgresJobBackend(JobBackendBase):
             child_ended=self._child_ended,
         )
         # F6, F5: the worker registry and the queue-sampler lease, on their own (optional) table.
-        self._workers = PostgresWorkerRegistry.on_table(
-            workers_table, self._connections, now=self._now
+        self._workers = PostgresWorkerRegistry(
+            workers_table, self.statements, self._connections, now=self._now
         )
         # SPEC §13: the workflow store, on the steps and events tables.
         self._workflows: PostgresWorkflows | None = None
         if steps_table is not None and events_table is not None:
             self._workflows = PostgresWorkflows(
-                WorkflowStatements.for_tables(self.statements, steps_table, events_table),
+                self.statements,
                 self._connections,
                 now=self._now,
                 wake=self.wake,
@@ -418,7 +434,7 @@ class PostgresJobBackend(JobBackendBase):
 
     def _now(self) -> datetime | None:
         """``:now`` for ``coalesce(:now, now())``: the clock's time only when it is frozen."""
-        return self._clock.now() if self._clock.frozen else None
+        return now_bound(self._clock)
 
     # --- insert (J1, J2) ----------------------------------------------------------------------
 
@@ -488,7 +504,7 @@ class PostgresJobBackend(JobBackendBase):
             then = None
             if due_now and announce is not None:
                 channel, payload = announce
-                then = (self.statements.announce, {"channel": channel, "payload": payload})
+                then = (self.statements[ANNOUNCE], {"channel": channel, "payload": payload})
             try:
                 if await connections.copy_alone("enqueue", copy, then):
                     return due_now, None
@@ -537,7 +553,7 @@ class PostgresJobBackend(JobBackendBase):
         """The announcer's send: ANNOUNCE_AFTER_COMMIT on a connection of the backend's own."""
         await self._connections.fetch(
             "announce",
-            self.statements.announce_after_commit,
+            self.statements[ANNOUNCE_AFTER_COMMIT],
             {"channel": self.wake_channel, "payloads": payloads},
         )
 
@@ -587,7 +603,7 @@ class PostgresJobBackend(JobBackendBase):
             async with self._connections.statement("announce freed slots") as connection:
                 for job_id in job_ids:
                     await connection.execute(
-                        self.statements.announce,
+                        self.statements[ANNOUNCE],
                         {"channel": self.wake_channel, "payload": self._wake_payload(job_id)},
                     )
         except Exception as exc:  # noqa: BLE001 - J11: reported; the others still poll
@@ -621,7 +637,7 @@ class PostgresJobBackend(JobBackendBase):
         s, index = self.statements, fair_claims_index_name(self._table)
         [(served,)] = await self._connections.fetch(
             "check of the fair claims' index",
-            s.fair_claims_served,
+            s[FAIR_CLAIMS_SERVED],
             {"runs": s.runs_name, "tenant_index": index},
         )
         if served:
@@ -668,9 +684,9 @@ class PostgresJobBackend(JobBackendBase):
         keyed = bool(request.exclude_keys)
         if cap is None and rate is None:
             if fair is None:
-                ungated = s.claim_uncapped_keyed if keyed else s.claim_uncapped
+                ungated = s[CLAIM_UNCAPPED_KEYED] if keyed else s[CLAIM_UNCAPPED]
             else:
-                ungated = s.claim_fair_keyed if keyed else s.claim_fair
+                ungated = s[CLAIM_FAIR_KEYED] if keyed else s[CLAIM_FAIR]
             batch, _ = await self._claim_with(ungated, params, request)
             return batch
         params["max_running"] = cap
@@ -678,9 +694,9 @@ class PostgresJobBackend(JobBackendBase):
         params["rate_period"] = None if rate is None else rate.period
         params["gate_row"] = state_row(job_id, "claim-gate")
         if fair is None:
-            gated = s.claim_gated_keyed if keyed else s.claim_gated
+            gated = s[CLAIM_GATED_KEYED] if keyed else s[CLAIM_GATED]
         else:
-            gated = s.claim_fair_gated_keyed if keyed else s.claim_fair_gated
+            gated = s[CLAIM_FAIR_GATED_KEYED] if keyed else s[CLAIM_FAIR_GATED]
         batch, gate_created = await self._claim_with(gated, params, request)
         if gate_created and not batch and not batch.buried:
             # The job's first gated claim made its gate, which grants nothing: claim again.
@@ -771,7 +787,9 @@ class PostgresJobBackend(JobBackendBase):
             "leases": [run.lease for run in runs],
             "now": self._now(),
         }
-        rows = await self._connections.fetch("heartbeat", self.statements.heartbeat, params)
+        rows = await self._connections.fetch(
+            "heartbeat", self.statements[HEARTBEAT_IF_TOKEN_CURRENT], params
+        )
         # By position (HEARTBEAT_COLUMNS): (run id, token, cancel requested).
         beaten = {(run_id, token) for run_id, token, _ in rows}
         return HeartbeatBatch(
@@ -841,7 +859,9 @@ class PostgresJobBackend(JobBackendBase):
         # A batch of completions sends no other field (the statement reads the missing elements
         # as NULL, a NULL state as a completion): six arrays less to encode.
         params.update(_SETTLE_FIELDS_NONE if completions_only else _settle_fields(batch))
-        rows = await self._connections.fetch("settle", self.statements.settle, params)
+        rows = await self._connections.fetch(
+            "settle", self.statements[SETTLE_IF_TOKEN_CURRENT], params
+        )
         # By position, as a claim's (SETTLE_COLUMNS): (ordinal, new state, parent id).
         landed: dict[int, str] = {ordinal: state for ordinal, state, _ in rows}
         ended_children = [

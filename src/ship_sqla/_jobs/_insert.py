@@ -16,7 +16,21 @@ import attrs
 from sqlalchemy.exc import DBAPIError
 
 from ship_sqla._direct import CopyIn, copy_in_transaction, copy_text
-from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_COLUMNS, ENQUEUE_COPY_MIN_RUNS
+from ship_sqla._jobs._sql.enqueue import (
+    ANNOUNCE,
+    ENQUEUE_COPY_ALLOWED,
+    ENQUEUE_COPY_COLUMNS,
+    ENQUEUE_COPY_MIN_RUNS,
+    ENQUEUE_GATE,
+    ENQUEUE_MANY,
+    ENQUEUE_ONE,
+    ENQUEUE_ONE_ANNOUNCED,
+    ENQUEUE_ONE_SAMPLED,
+    ENQUEUE_PLAIN,
+    ENQUEUE_PLAIN_ANNOUNCED,
+    ENQUEUE_PLAIN_CAPPED,
+    ENQUEUE_PLAIN_SAMPLED,
+)
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._ports import EnqueueResult
@@ -231,7 +245,7 @@ class RunInserter:
         security on); :meth:`copy` offers none until this answered yes."""
         if self._copy_allowed is None:
             allowed = await connection.scalar(
-                self._s.enqueue_copy_allowed, {"runs": self._s.runs_name}
+                self._s[ENQUEUE_COPY_ALLOWED], {"runs": self._s.runs_name}
             )
             self._copy_allowed = bool(allowed)
 
@@ -284,10 +298,10 @@ class RunInserter:
         s = self._s
         if len(runs) == 1:
             params = _one_params(runs[0], job_id, self._now())
-            forms = (s.enqueue_one, s.enqueue_one_announced, s.enqueue_one_sampled)
+            forms = (s[ENQUEUE_ONE], s[ENQUEUE_ONE_ANNOUNCED], s[ENQUEUE_ONE_SAMPLED])
         else:
             params = _PlainBatch.of(runs).params(job_id, self._now())
-            forms = (s.enqueue_plain, s.enqueue_plain_announced, s.enqueue_plain_sampled)
+            forms = (s[ENQUEUE_PLAIN], s[ENQUEUE_PLAIN_ANNOUNCED], s[ENQUEUE_PLAIN_SAMPLED])
         statement, announced, sampled = forms
         if announce is not None and due:
             statement = announced
@@ -324,7 +338,7 @@ class RunInserter:
             params = _PlainBatch.of(runs).params(job_id, self._now())
             params["depth_limit"] = depth_limit
             room = min(
-                int(await connection.scalar(self._s.enqueue_plain_capped, params)), len(runs)
+                int(await connection.scalar(self._s[ENQUEUE_PLAIN_CAPPED], params)), len(runs)
             )
             results = [EnqueueResult(run_id=run.run_id) for run in runs[:room]]
             results += [_QUEUE_FULL] * (len(runs) - room)
@@ -366,10 +380,10 @@ class RunInserter:
         ``seq`` it took (the announcing and sampling forms)."""
         s = self._s
         forms = (
-            s.enqueue_one_announced,
-            s.enqueue_plain_announced,
-            s.enqueue_one_sampled,
-            s.enqueue_plain_sampled,
+            s[ENQUEUE_ONE_ANNOUNCED],
+            s[ENQUEUE_PLAIN_ANNOUNCED],
+            s[ENQUEUE_ONE_SAMPLED],
+            s[ENQUEUE_PLAIN_SAMPLED],
         )
         return any(statement is form for form in forms)  # by identity: == builds SQL
 
@@ -382,13 +396,13 @@ class RunInserter:
 
     async def _announce(self, connection: AsyncConnection, announce: tuple[str, str]) -> None:
         channel, payload = announce
-        await connection.execute(self._s.announce, {"channel": channel, "payload": payload})
+        await connection.execute(self._s[ANNOUNCE], {"channel": channel, "payload": payload})
 
     async def _take_gate(self, connection: AsyncConnection, job_id: str) -> None:
         """The job's enqueue gate, held until ``connection``'s transaction ends (J2 hard cap:
         ENQUEUE_GATE). Only with a ``queue_depth_limit``."""
         await connection.execute(
-            self._s.enqueue_gate, {"gate": state_row(job_id, "enqueue-gate"), "now": self._now()}
+            self._s[ENQUEUE_GATE], {"gate": state_row(job_id, "enqueue-gate"), "now": self._now()}
         )
 
     async def _insert_checked(
@@ -444,7 +458,7 @@ class RunInserter:
             "trace_contexts": [run.trace_context for run in batch],
             "tenant": batch[0].tenant if batch else None,
         }
-        answer = (await connection.execute(self._s.enqueue_many, params)).all()
+        answer = (await connection.execute(self._s[ENQUEUE_MANY], params)).all()
         lost: list[int] = []
         due_now = False
         wall = self._wall()

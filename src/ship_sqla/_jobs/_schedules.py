@@ -16,6 +16,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ship_sqla._jobs._sql.schedules import (
+    DB_NOW,
+    LOCK_DUE_STATES_SKIP_LOCKED,
+    SET_NEXT_AT,
+    UPSERT_SCHEDULE_STATES,
+)
 from ship_sqla.kernel._plans.scheduled_runs import (
     fire_due,
     installable,
@@ -62,7 +68,7 @@ class PostgresSchedules:
         now = self._now()
         if now is not None:
             return now
-        value: datetime = (await connection.execute(self._s.db_now, {"now": None})).scalar_one()
+        value: datetime = (await connection.execute(self._s[DB_NOW], {"now": None})).scalar_one()
         return value
 
     async def install(self, definitions: Iterable[JobDefinition[Any]]) -> None:
@@ -78,7 +84,7 @@ class PostgresSchedules:
                 "next_ats": [next_at for _, _, next_at in states],
                 "now": self._now(),
             }
-            await connection.execute(self._s.upsert_schedule_states, params)
+            await connection.execute(self._s[UPSERT_SCHEDULE_STATES], params)
 
     async def tick(self, definitions: Iterable[JobDefinition[Any]]) -> int:
         """Fire every due occurrence of the scheduled ``definitions``; the runs created."""
@@ -94,7 +100,7 @@ class PostgresSchedules:
                 "triggers": [scheduled[job_id][1].trigger for job_id in ids],
                 "now": now,
             }
-            due = (await connection.execute(self._s.lock_due_states, params)).all()
+            due = (await connection.execute(self._s[LOCK_DUE_STATES_SKIP_LOCKED], params)).all()
             if not due:
                 return 0
             advanced: dict[str, datetime] = {}
@@ -107,7 +113,7 @@ class PostgresSchedules:
                     )
                     created += sum(not result.deduplicated for result in results)
             await connection.execute(
-                self._s.set_next_at,
+                self._s[SET_NEXT_AT],
                 {
                     "job_ids": list(advanced),
                     "next_ats": list(advanced.values()),

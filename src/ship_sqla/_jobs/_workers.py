@@ -4,7 +4,8 @@
 
 It stores what the runtime reports and decides nothing (the rules are
 :mod:`ship_sqla.kernel._runtime.registration`'s). Every statement is one of the backend's
-:class:`~ship_sqla._jobs._sql.workers.WorkerStatements` and runs on the backend's own
+:class:`~ship_sqla._jobs._sql.JobStatements` (:mod:`ship_sqla._jobs._sql.workers`) and runs
+on the backend's own
 connections (never a unit of work's), bounded by its ``operation_timeout``: a heartbeat, a
 deregistration, a prune or a listing is one autocommitted statement; a lease take is one short
 transaction of two (SAMPLER_LOCK, HOLD_SAMPLER_IF_FREE).
@@ -20,9 +21,19 @@ from typing import TYPE_CHECKING, Final
 from sqlalchemy import MetaData
 from sqlalchemy.exc import ProgrammingError
 
-from ship_sqla._jobs._sql.workers import WorkerStatements
+from ship_sqla._jobs._sql.workers import (
+    DEREGISTER_WORKER,
+    HEARTBEAT_WORKER,
+    HOLD_SAMPLER_IF_FREE,
+    LIST_WORKERS,
+    PROBE_WORKERS_TABLE,
+    PRUNE_STALE_WORKERS,
+    RELEASE_SAMPLER,
+    SAMPLER_LOCK,
+)
 from ship_sqla._jobs._tables import ship_job_workers_table
 from ship_sqla._locks import advisory_lock_key
+from ship_sqla._naming import quoted_table
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._workers import WorkerRecord
 
@@ -32,6 +43,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Table
 
+    from ship_sqla._jobs._sql import JobStatements
     from ship_sqla._scope import StoreConnections
     from ship_sqla.kernel._workers import WorkerEntry
 
@@ -46,50 +58,41 @@ _UNDEFINED_TABLE: Final = "42P01"
 class PostgresWorkerRegistry:
     """:class:`~ship_sqla.kernel.WorkerRegistry` over one workers table."""
 
-    __slots__ = ("_connections", "_now", "_s", "_sampler_key", "table")
+    __slots__ = ("_connections", "_now", "_s", "_sampler_key", "table", "table_name")
 
     def __init__(
         self,
         table: Table,
+        statements: JobStatements,
         connections: StoreConnections,
         *,
         now: Callable[[], datetime | None],
     ) -> None:
+        """The registry on ``table``, the workers table of the backend's ``statements``."""
         self.table = table
         """The workers table (of :func:`~ship_sqla.ship_job_workers_table`)."""
-        self._s = WorkerStatements.for_table(table)
+        self.table_name: str = quoted_table(table)
+        """The workers table's quoted, schema-qualified name."""
+        self._s = statements
         self._connections = connections
         self._now = now
-        self._sampler_key = advisory_lock_key(SAMPLER_LOCK_NAMESPACE, self._s.workers_name)
+        self._sampler_key = advisory_lock_key(SAMPLER_LOCK_NAMESPACE, self.table_name)
 
-    @classmethod
-    def on_table(
-        cls,
-        table: Table | None,
-        connections: StoreConnections,
-        *,
-        now: Callable[[], datetime | None],
-    ) -> PostgresWorkerRegistry:
-        """The registry on ``table``; None: the default-named table on a fresh MetaData."""
-        if table is None:
-            table = ship_job_workers_table(MetaData())
-        return cls(table, connections, now=now)
-
-    @property
-    def table_name(self) -> str:
-        """The workers table's quoted, schema-qualified name."""
-        return self._s.workers_name
+    @staticmethod
+    def table_or_default(table: Table | None) -> Table:
+        """``table``; None: the default-named workers table on a fresh MetaData."""
+        return ship_job_workers_table(MetaData()) if table is None else table
 
     async def probe(self) -> str | None:
         """None when the workers table is there; else what to do about it."""
         try:
             async with self._connections.statement("worker registry probe") as connection:
-                await connection.execute(self._s.probe)
+                await connection.execute(self._s[PROBE_WORKERS_TABLE])
         except ProgrammingError as exc:
             if sqlstate_of(exc) != _UNDEFINED_TABLE:
                 raise
             return (
-                f"the worker registry table {self._s.workers_name} does not exist (F6). Fix: add"
+                f"the worker registry table {self.table_name} does not exist (F6). Fix: add"
                 " ship_job_workers_table(metadata) to your migrations (or pass"
                 " create_job_backend(workers_table=...) naming yours)."
             )
@@ -107,34 +110,36 @@ class PostgresWorkerRegistry:
             "now": self._now(),
         }
         async with self._connections.statement("worker heartbeat") as connection:
-            await connection.execute(self._s.heartbeat, params)
+            await connection.execute(self._s[HEARTBEAT_WORKER], params)
 
     async def deregister(self, worker_id: str) -> bool:
         async with self._connections.statement("worker deregistration") as connection:
-            row = (await connection.execute(self._s.deregister, {"id": worker_id})).one_or_none()
+            row = (
+                await connection.execute(self._s[DEREGISTER_WORKER], {"id": worker_id})
+            ).one_or_none()
         return row is not None
 
     async def prune(self, *, stale_after: float, limit: int) -> int:
         params = {"stale_after": stale_after, "limit": limit, "now": self._now()}
         async with self._connections.statement("worker prune") as connection:
-            result = await connection.execute(self._s.prune, params)
+            result = await connection.execute(self._s[PRUNE_STALE_WORKERS], params)
         return int(result.rowcount)
 
     async def hold_sampler(self, worker_id: str, *, lease: float) -> bool:
         params = {"id": worker_id, "lease": lease, "now": self._now()}
         async with self._connections.transaction("queue-sampler lease") as connection:
-            await connection.execute(self._s.sampler_lock, {"sampler_key": self._sampler_key})
-            row = (await connection.execute(self._s.hold_sampler, params)).one_or_none()
+            await connection.execute(self._s[SAMPLER_LOCK], {"sampler_key": self._sampler_key})
+            row = (await connection.execute(self._s[HOLD_SAMPLER_IF_FREE], params)).one_or_none()
         return row is not None
 
     async def release_sampler(self, worker_id: str) -> None:
         async with self._connections.statement("queue-sampler release") as connection:
-            await connection.execute(self._s.release_sampler, {"id": worker_id})
+            await connection.execute(self._s[RELEASE_SAMPLER], {"id": worker_id})
 
     async def list_workers(self, *, limit: int) -> list[WorkerRecord]:
         params = {"limit": limit, "now": self._now()}
         async with self._connections.statement("worker listing") as connection:
-            rows = (await connection.execute(self._s.list_workers, params)).all()
+            rows = (await connection.execute(self._s[LIST_WORKERS], params)).all()
         return [
             WorkerRecord(
                 worker_id=row.id,

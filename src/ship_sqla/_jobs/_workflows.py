@@ -16,14 +16,11 @@ import json
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
-import attrs
-from sqlalchemy import CursorResult, Table, TextClause, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ship_sqla._jobs._admin import run_record
-from ship_sqla._jobs._sql import AT, NOW
 from ship_sqla._jobs._sql import workflows as sql
-from ship_sqla._naming import fill, quoted_table, text_name
+from ship_sqla._naming import quoted_table
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._workflows import (
     CHILDREN_RECHECK,
@@ -38,12 +35,14 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Sequence
     from datetime import datetime, timedelta
 
+    from sqlalchemy import CursorResult, Table, TextClause
+
     from ship_sqla._jobs._sql import JobStatements
     from ship_sqla._scope import StoreConnections
     from ship_sqla.kernel._ports import ClaimedRun, RunRecord, SettleOutcome, Suspend
     from ship_sqla.kernel._workflows import NewStep
 
-__all__ = ["WAIT_LOCK_BUSY_RETRY", "PostgresWorkflows", "WorkflowStatements", "wait_lock_key"]
+__all__ = ["WAIT_LOCK_BUSY_RETRY", "PostgresWorkflows", "wait_lock_key"]
 
 _LOCK_NAMESPACE: Final = b"ship_sqla.workflow.event\x1f"
 WAIT_LOCK_BUSY_RETRY: Final = 0.2
@@ -56,59 +55,6 @@ def wait_lock_key(wait_key: str) -> int:
     64-bit hash (the key space is shared with every other user of advisory locks, SPEC §10)."""
     digest = hashlib.sha256(_LOCK_NAMESPACE + wait_key.encode()).digest()
     return int.from_bytes(digest[:8], "big", signed=True)
-
-
-@attrs.frozen
-class WorkflowStatements:
-    """The workflow statements for one backend's tables, rendered once."""
-
-    load_steps: TextClause
-    save_step: TextClause
-    begin_wait: TextClause
-    wait_lock: TextClause
-    wait_lock_shared: TextClause
-    suspend_run: TextClause
-    match_event: TextClause
-    publish_event: TextClause
-    adopt_children: TextClause
-    children: TextClause
-    wake_parents: TextClause
-    rerun_from_step: TextClause
-    delete_old_events: TextClause
-
-    @classmethod
-    def for_tables(cls, jobs: JobStatements, steps: Table, events: Table) -> WorkflowStatements:
-        from ship_sqla._jobs._sql import _RUN_COLUMNS  # noqa: PLC0415 - one column list
-
-        # Every placeholder filled in one pass, the names escaped for text(): a table's name
-        # reaches PostgreSQL exactly as quoted, whatever it holds (issue 25 D3).
-        values = {
-            "{runs}": text_name(jobs.runs_name),
-            "{steps}": text_name(quoted_table(steps)),
-            "{events}": text_name(quoted_table(events)),
-            "{at}": AT,
-            "{now}": NOW,
-            "{cols}": _RUN_COLUMNS,
-        }
-
-        def r(template: str) -> TextClause:
-            return text(fill(template, values))
-
-        return cls(
-            load_steps=r(sql.LOAD_STEPS),
-            save_step=r(sql.SAVE_STEP),
-            begin_wait=r(sql.BEGIN_WAIT),
-            wait_lock=r(sql.WAIT_LOCK),
-            wait_lock_shared=r(sql.WAIT_LOCK_SHARED),
-            suspend_run=r(sql.SUSPEND_RUN),
-            match_event=r(sql.MATCH_EVENT),
-            publish_event=r(sql.PUBLISH_EVENT),
-            adopt_children=r(sql.ADOPT_CHILDREN),
-            children=r(sql.CHILDREN),
-            wake_parents=r(sql.WAKE_PARENTS),
-            rerun_from_step=r(sql.RERUN_FROM_STEP),
-            delete_old_events=r(sql.DELETE_OLD_EVENTS),
-        )
 
 
 def _step(row: Any) -> StepRecord:  # noqa: ANN401 - a Row of LOAD_STEPS
@@ -153,7 +99,7 @@ class PostgresWorkflows:
 
     def __init__(
         self,
-        statements: WorkflowStatements,
+        statements: JobStatements,
         connections: StoreConnections,
         *,
         now: Callable[[], datetime | None],
@@ -209,23 +155,27 @@ class PostgresWorkflows:
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:
         params = {"run_id": run_id, "now": self._now()}
-        rows = (await self._one_statement("load steps", self._s.load_steps, params)).all()
+        rows = (await self._one_statement("load steps", self._s[sql.LOAD_STEPS], params)).all()
         return [_step(row) for row in rows]
 
     async def save_step(self, run: ClaimedRun, step: NewStep, *, scope: Any = None) -> bool:  # noqa: ANN401
         params = self._step_params(run, step)
-        result = await self._one_statement("save step", self._s.save_step, params, scope=scope)
+        result = await self._one_statement("save step", self._s[sql.SAVE_STEP], params, scope=scope)
         row = result.one_or_none()
         return row is not None
 
     async def begin_wait(self, run: ClaimedRun, step: NewStep) -> StepRecord | None:
         params = self._step_params(run, step)
-        row = (await self._one_statement("begin wait", self._s.begin_wait, params)).one_or_none()
+        row = (
+            await self._one_statement("begin wait", self._s[sql.BEGIN_WAIT], params)
+        ).one_or_none()
         return None if row is None else _step(row)
 
     async def match_event(self, run_id: str, step: StepRecord) -> WorkflowEvent | None:
         params = {"run_id": run_id, "name": step.name}
-        row = (await self._one_statement("match event", self._s.match_event, params)).one_or_none()
+        row = (
+            await self._one_statement("match event", self._s[sql.MATCH_EVENT], params)
+        ).one_or_none()
         if row is None:
             return None
         return WorkflowEvent(row.name, row.key, json.loads(row.payload_json), row.id)
@@ -233,11 +183,11 @@ class PostgresWorkflows:
     async def adopt_children(self, parent: ClaimedRun, child_ids: Sequence[str]) -> None:
         params = {"parent_id": parent.run_id, "token": parent.token, "ids": list(child_ids)}
         async with self._named(), self._connections.statement("adopt children") as connection:
-            await connection.execute(self._s.adopt_children, params)
+            await connection.execute(self._s[sql.ADOPT_CHILDREN], params)
 
     async def children(self, run_id: str) -> list[ChildOutcome]:
         params = {"run_id": run_id}
-        rows = (await self._one_statement("children", self._s.children, params)).all()
+        rows = (await self._one_statement("children", self._s[sql.CHILDREN], params)).all()
         return [ChildOutcome(row.id, row.job_id, row.state, row.last_error) for row in rows]
 
     async def publish_event(
@@ -258,9 +208,9 @@ class PostgresWorkflows:
         }
         async with self._named(), self._connections.joined(scope, "publish event") as tx:
             await tx.connection.execute(
-                self._s.wait_lock_shared, {"lock_key": wait_lock_key(wait_key)}
+                self._s[sql.WAIT_LOCK_SHARED], {"lock_key": wait_lock_key(wait_key)}
             )
-            row = (await tx.connection.execute(self._s.publish_event, params)).one()
+            row = (await tx.connection.execute(self._s[sql.PUBLISH_EVENT], params)).one()
             woken = list(row.job_ids or ())
             if woken:
                 tx.after_commit(self._wake)
@@ -286,10 +236,10 @@ class PostgresWorkflows:
             if settlement.wait == "event":
                 assert step.event_name is not None  # noqa: S101 - an event wait names its event
                 key = wait_lock_key(event_wait_key(step.event_name, step.event_key or ""))
-                locked = await connection.execute(self._s.wait_lock, {"lock_key": key})
+                locked = await connection.execute(self._s[sql.WAIT_LOCK], {"lock_key": key})
                 if not locked.scalar_one():
                     return None
-            row = (await connection.execute(self._s.suspend_run, params)).one_or_none()
+            row = (await connection.execute(self._s[sql.SUSPEND_RUN], params)).one_or_none()
         if row is None:
             return "stale"
         return "cancelled" if row.state == "cancelled" else "suspended"
@@ -303,7 +253,7 @@ class PostgresWorkflows:
         async with self._named(), self._connections.statement("wake parents") as connection:
             rows = (
                 await connection.execute(
-                    self._s.wake_parents, {"parents": parents, "now": self._now()}
+                    self._s[sql.WAKE_PARENTS], {"parents": parents, "now": self._now()}
                 )
             ).all()
         due = [row.job_id for row in rows if row.state == "waiting"]
@@ -320,7 +270,9 @@ class PostgresWorkflows:
         params = {"run_id": run_id, "step": step, "now": self._now()}
         try:
             async with self._connections.joined(None, "rerun from step") as tx:
-                row = (await tx.connection.execute(self._s.rerun_from_step, params)).one_or_none()
+                row = (
+                    await tx.connection.execute(self._s[sql.RERUN_FROM_STEP], params)
+                ).one_or_none()
                 if row is not None:
                     tx.after_commit(self._wake)
         except IntegrityError as exc:
@@ -335,5 +287,5 @@ class PostgresWorkflows:
             "limit": limit,
             "now": self._now(),
         }
-        result = await self._one_statement("delete events", self._s.delete_old_events, params)
+        result = await self._one_statement("delete events", self._s[sql.DELETE_OLD_EVENTS], params)
         return int(result.rowcount)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ship_sqla._naming import quoted_table
 from ship_sqla._outbox._types import OutboxRecord
+from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel._durations import require_duration
 from ship_sqla.kernel._errors import ConfigurationError
 
@@ -91,7 +92,7 @@ class OutboxAdmin:
         return self._table
 
     def _now(self) -> Any:  # noqa: ANN401 - a datetime or None, bound as :now
-        return self._clock.now() if self._clock.frozen else None
+        return now_bound(self._clock)
 
     async def get(self, message_id: uuid.UUID) -> OutboxRecord | None:
         """One row, whatever its state; None when no such id."""

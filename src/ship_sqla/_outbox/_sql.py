@@ -44,8 +44,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCLASS, UUID
 
-from ship_sqla._notify import ANNOUNCE_AFTER_COMMIT
 from ship_sqla._outbox._tables import LEASE_INDEX_PREDICATE, PENDING_INDEX_PREDICATE
+from ship_sqla._sql import TABLELESS
+from ship_sqla._sql.notify import ANNOUNCE_AFTER_COMMIT
 from ship_sqla._sql_time import TSTZ, now_param, seconds_param
 
 if TYPE_CHECKING:
@@ -98,7 +99,7 @@ class OutboxStatements:
 
     announce_after_commit: TextClause
     """:channel, :payloads text[]: the announcer's post-commit announcement of the outbox ids
-    committed since its last one (:data:`~ship_sqla._notify.ANNOUNCE_AFTER_COMMIT`). The
+    committed since its last one (:data:`~ship_sqla._sql.notify.ANNOUNCE_AFTER_COMMIT`). The
     outbox table has no sequence, so each process counts itself alone in the budget."""
 
     claim: ReturningUpdate[Any]
@@ -152,7 +153,7 @@ def build_statements(table: Table) -> OutboxStatements:
     return OutboxStatements(
         enqueue=_enqueue(table),
         enqueue_announced=_announced(_enqueue(table)),
-        announce_after_commit=text(ANNOUNCE_AFTER_COMMIT),
+        announce_after_commit=TABLELESS[ANNOUNCE_AFTER_COMMIT],
         claim=_claim(table, ordered=False),
         claim_ordered=_claim(table, ordered=True),
         complete=_complete(table),

@@ -53,6 +53,7 @@ from ship_sqla._outbox._types import (
     OutboxRecord,
 )
 from ship_sqla._scope import Database, StoreConnections, TransactionScope, tenant_within
+from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel._clock import Clock, SystemClock, require_aware
 from ship_sqla.kernel._durations import MAX_LEASE, MAX_RETRY_DELAY, require_duration
 from ship_sqla.kernel._errors import ConfigurationError
@@ -317,7 +318,7 @@ class Outbox:
         deliver_error(self._on_error, error, source="ship_sqla outbox", log=logger)
 
     def _now(self) -> datetime | None:
-        return self._clock.now() if self._clock.frozen else None
+        return now_bound(self._clock)
 
     # -- local wake-ups ------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from ship_sqla._idempotency._lock_wait import (
 from ship_sqla._idempotency._sql import build_statements as build_idempotency_statements
 from ship_sqla._idempotency._store import check_cleanup_limit, run_cleanup
 from ship_sqla._scope import Database, StoreConnections, check_tenant, tenant_within
+from ship_sqla._sql_time import now_bound
 from ship_sqla._webhooks._sql import WebhookStatements, build_statements
 from ship_sqla._webhooks._types import (
     WebhookCleanupResult,
@@ -158,7 +159,7 @@ class WebhookEventStore:
         return self._table
 
     def _now(self) -> datetime | None:
-        return self._clock.now() if self._clock.frozen else None
+        return now_bound(self._clock)
 
     @staticmethod
     def idempotency_prefix(webhook: str) -> str:

@@ -1,5 +1,5 @@
-"""Every statement on the job tables (runs and state): named, in one place, each hot one beside
-the index that serves it, by concern:
+"""Every statement on the job tables (runs, state, workers, steps, events): named, in one place,
+each hot one beside the index that serves it, by concern:
 
 - :mod:`.enqueue`: ``insert`` of prepared runs (J1, J2): the plain INSERT, the capped one, the
   J2 gate, the checked statement; the plain INSERT with its announcement and the announcement
@@ -10,18 +10,27 @@ the index that serves it, by concern:
 - :mod:`.schedules`: the state rows of schedules (J9);
 - :mod:`.admin`: the administration port (J8; cancel, K2; pause and resume, K3), the queue
   gauges (J10), ``jobs stats`` and the worker's table check;
-- :mod:`.browse`: the dashboard's reads (S2): runs by state and filter, throughput, schedules.
+- :mod:`.browse`: the dashboard's reads (S2): runs by state and filter, throughput, schedules;
+- :mod:`.workers`: the worker registry (F6) and the queue-sampler lease (F5);
+- :mod:`.workflows`: workflow steps, suspends, events and child wakes (SPEC §13).
 
-The tables' names and schema are the application's choice, so each statement is a template
-rendered ONCE per backend into :class:`JobStatements` (:meth:`JobStatements.for_tables`), which
-the backend lends to its schedules, its admin port and the CLI. After that each is one stable
-SQL text, so SQLAlchemy caches its compiled form and asyncpg its prepared statement. A template
-is compacted (:func:`compact`: the library's own text, once per process) BEFORE the names are
-put in (:func:`~ship_sqla._naming.fill`, one pass): a name is never altered, whatever it holds
-(``"jobs--v2"`` is not a comment; issue 25 D3). Rules every statement follows:
+The tables' names and schema are the application's choice, so each statement is a
+:class:`~ship_sqla._sql.Template` (a module constant of its concern, its docstring after it),
+rendered at most ONCE per backend, on its first use, by the backend's :class:`JobStatements`
+(:meth:`JobStatements.for_tables`), which it lends to its inserter, schedules, admin port,
+worker registry, workflow store and the CLI: ``statements[settle.SETTLE_IF_TOKEN_CURRENT]``.
+After that each is one stable SQL text, so SQLAlchemy caches its compiled form and asyncpg its
+prepared statement. A template is
+compacted (:func:`~ship_sqla._sql.compact`: the library's own text, once per process) BEFORE the
+names are put in (:func:`~ship_sqla._naming.fill`, one pass): a name is never altered, whatever
+it holds (``"jobs--v2"`` is not a comment; issue 25 D3). :func:`templates` collects every
+template of these modules (:func:`~ship_sqla._sql.collect`): declaring one is all it takes.
+Rules every statement follows:
 
 - Time is ``coalesce(CAST(:now AS timestamptz), now())`` (``{now}``): ``:now`` is the injected
-  clock's time when it is frozen, else NULL and the database's clock rules.
+  clock's time when it is frozen, else NULL and the database's clock rules
+  (:func:`~ship_sqla._sql_time.now_bound`). A claim says ``now()`` on the database's clock
+  (``Template(..., claim_clock=True)``, SERVER_NOW).
 - Partial-index predicates are written as the index declares them (``_tables.py``), as SQL
   literals, never bound parameters: PostgreSQL uses a partial index only when the query's
   predicate implies the index's, and a generic prepared plan cannot prove that about ``$1``.
@@ -40,242 +49,104 @@ put in (:func:`~ship_sqla._naming.fill`, one pass): a name is never altered, wha
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING, Final
 
-import attrs
-from sqlalchemy import TextClause, text
-
-from ship_sqla._jobs._sql import admin, browse, claim, enqueue, schedules, settle
-from ship_sqla._naming import fill, quoted_table, text_name
+from ship_sqla._naming import quoted_table
+from ship_sqla._sql import Statements, collect
 
 if TYPE_CHECKING:
-    from sqlalchemy import Table
+    from collections.abc import Mapping
 
-__all__ = ["ASYNCPG_CACHEABLE", "AT", "NOW", "SERVER_NOW", "JobStatements", "compact", "render"]
+    from sqlalchemy import Table, TextClause
 
-NOW: Final = "coalesce(CAST(:now AS timestamptz), now())"
-SERVER_NOW: Final = "now()"
-"""``{now}`` of a claim on a backend whose clock is the database's (``:now`` is always NULL
-there): the planner then sees the instant (a stable function, evaluated for its estimates),
-where ``coalesce(:now, now())`` is costed at a default third of the due runs in a generic plan
-and kept PostgreSQL from settling on one (see ``MAX_CLAIM_BATCH``)."""
+    from ship_sqla._sql import Template
 
+__all__ = ["RUN_COLUMNS", "JobStatements", "templates"]
 
-def _at(now: str) -> str:
-    return "to_char(" + now + """ AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"+00:00"')"""
-
-
-AT: Final = _at(NOW)
-"""A history entry's ``at``: ISO-8601 UTC text whatever the session's TimeZone."""
-
-_RUN_COLUMNS: Final = (
+RUN_COLUMNS: Final = (
     "r.id, r.job_id, r.state, r.payload, r.key, r.dedupe_key, r.attempt, r.max_attempts,"
     " r.run_at, r.created_at, r.updated_at, r.finished_at, r.lease_expires_at, r.lease_token,"
     " r.claimed_by, r.last_error, r.history, r.snoozes, r.priority, r.cancel_requested_at,"
     " r.tenant_id, r.parent_id, r.wait_for"
 )
+"""``{cols}``: a run record's columns (:func:`~ship_sqla._jobs._admin.run_record` reads them)
+from the runs table aliased ``r``."""
 
 
-ASYNCPG_CACHEABLE: Final = 15 * 1024
-"""asyncpg's default ``max_cacheable_statement_size``: a longer statement is never kept in its
-statement cache, so it is parsed and planned at every execution (on the direct path the claim,
-the settle and the heartbeat run through that cache)."""
+def templates() -> Mapping[Template, str]:
+    """Every job-table template, by its ``module.NAME`` (:func:`~ship_sqla._sql.collect`)."""
+    return collect(__name__)
 
 
-def _without_comment(line: str) -> str:
-    """``line`` up to a ``--`` comment that is not inside a quoted literal or a double-quoted
-    identifier."""
-    # Most lines hold no comment, or no quote before it: only the rest need the scan (it
-    # was most of create_job_backend's time).
-    start = line.find("--")
-    if start < 0:
-        return line
-    head = line[:start]
-    if "'" not in head and '"' not in head:
-        return head
-    quote = ""
-    for index, char in enumerate(line):
-        if quote:
-            if char == quote:
-                quote = ""
-        elif char in "'\"":
-            quote = char
-        elif line.startswith("--", index):
-            return line[:index]
-    return line
+class JobStatements(Statements):
+    """Every statement of one backend's job tables (see the module docstring), with the
+    tables' names."""
 
+    __slots__ = ("runs_name", "runs_schema", "runs_table", "state_name")
 
-def compact(sql: str) -> str:
-    """``sql`` as sent: its comments and indentation dropped (they stay in the source, where the
-    reader is), one line per line of code. The largest claim is then well under
-    ASYNCPG_CACHEABLE, so asyncpg keeps it prepared and PostgreSQL keeps its plan.
-
-    Only ever given the library's own template text, before any table name is put in (see
-    :func:`render`): a quoted name such as ``"jobs--v2"`` must never pass through it."""
-    lines = [code for line in sql.splitlines() if (code := _without_comment(line).strip())]
-    return "\n".join(lines) + "\n"
-
-
-_compacted: Final = functools.cache(compact)
-""":func:`compact` of each template once per process: the templates are this package's
-constants (a bounded set), and every backend renders all of them at its construction."""
-
-
-def render(template: str, *, runs: str, state: str = "", now: str = NOW) -> TextClause:
-    """``template`` for one pair of tables (``runs``, ``state``: quoted, schema-qualified names,
-    from :func:`~ship_sqla._naming.quoted_table`); ``now``: what ``{now}`` says (NOW, or
-    SERVER_NOW for a claim on the database's clock).
-
-    The template is compacted first, then every placeholder is filled in one pass, the names
-    escaped for ``text()`` (:func:`~ship_sqla._naming.text_name`): a name must reach
-    PostgreSQL exactly as quoted, never cut at a ``--``, read as a bind parameter or filled
-    again."""
-    if "{state}" in template and not state:  # pragma: no cover - a wiring mistake, said plainly
-        raise ValueError("this statement names the state table: pass state=")
-    return text(
-        fill(
-            _compacted(template),
+    def __init__(
+        self,
+        *,
+        runs: str,
+        state: str,
+        workers: str | None = None,
+        steps: str | None = None,
+        events: str | None = None,
+        server_clock: bool = False,
+        runs_table: str = "",
+        runs_schema: str | None = None,
+    ) -> None:
+        """Each table's quoted, schema-qualified name (:func:`~ship_sqla._naming.quoted_table`);
+        None: not given (no statement naming it may run). ``runs_table`` / ``runs_schema``: the
+        runs table's unquoted parts (COPY names it by them). ``server_clock``: the backend's
+        clock is the database's (not frozen), so its claims say ``now()`` (SERVER_NOW)."""
+        super().__init__(
             {
-                "{runs}": text_name(runs),
-                "{state}": text_name(state),
-                "{at}": _at(now),
-                "{now}": now,
-                "{cols}": _RUN_COLUMNS,
+                "{runs}": runs,
+                "{state}": state,
+                "{workers}": workers,
+                "{steps}": steps,
+                "{events}": events,
             },
+            fragments={"{cols}": RUN_COLUMNS},
+            server_clock=server_clock,
         )
-    )
-
-
-@attrs.frozen
-class JobStatements:
-    """Every statement of one backend's tables, rendered once (see the module docstring)."""
-
-    runs_name: str
-    """The runs table's quoted, schema-qualified name (for messages and lock keys)."""
-    state_name: str
-    """The state table's quoted, schema-qualified name."""
-    runs_table: str
-    """The runs table's name, unquoted (COPY names it by its parts: ENQUEUE_COPY_COLUMNS)."""
-    runs_schema: str | None
-    """The runs table's schema, unquoted; None: the search path."""
-    enqueue_plain: TextClause
-    enqueue_plain_capped: TextClause
-    enqueue_gate: TextClause
-    enqueue_many: TextClause
-    enqueue_plain_announced: TextClause
-    enqueue_one: TextClause
-    enqueue_copy_allowed: TextClause
-    enqueue_one_announced: TextClause
-    announce: TextClause
-    announce_after_commit: TextClause
-    enqueue_one_sampled: TextClause
-    enqueue_plain_sampled: TextClause
-    claim_uncapped: TextClause
-    claim_gated: TextClause
-    claim_fair: TextClause
-    claim_fair_gated: TextClause
-    claim_uncapped_keyed: TextClause
-    claim_gated_keyed: TextClause
-    claim_fair_keyed: TextClause
-    claim_fair_gated_keyed: TextClause
-    fair_claims_served: TextClause
-    settle: TextClause
-    heartbeat: TextClause
-    db_now: TextClause
-    upsert_schedule_states: TextClause
-    lock_due_states: TextClause
-    set_next_at: TextClause
-    get_run: TextClause
-    list_dead_of_job: TextClause
-    list_dead_all_jobs: TextClause
-    retry_dead: TextClause
-    discard: TextClause
-    cancel_run: TextClause
-    pause_job: TextClause
-    resume_job: TextClause
-    list_paused: TextClause
-    delete_finished: TextClause
-    queue_depths: TextClause
-    demand: TextClause
-    state_counts: TextClause
-    probe_runs_table: TextClause
-    probe_state_table: TextClause
-    list_waiting_of_job: TextClause
-    list_waiting_all_jobs: TextClause
-    list_running_of_job: TextClause
-    list_running_all_jobs: TextClause
-    list_finished_of_job: TextClause
-    list_finished_all_jobs: TextClause
-    throughput: TextClause
-    schedule_states: TextClause
+        self.runs_name: Final = runs
+        """The runs table's quoted, schema-qualified name (for messages and lock keys)."""
+        self.state_name: Final = state
+        """The state table's quoted, schema-qualified name."""
+        self.runs_table: Final = runs_table
+        """The runs table's name, unquoted (COPY names it by its parts: ENQUEUE_COPY_COLUMNS)."""
+        self.runs_schema: Final = runs_schema
+        """The runs table's schema, unquoted; None: the search path."""
 
     @classmethod
-    def for_tables(cls, runs: Table, state: Table, *, server_clock: bool = False) -> JobStatements:
-        """The statements on ``runs`` and ``state``; ``server_clock``: the backend's clock is the
-        database's (not frozen), so its claims say ``now()`` (SERVER_NOW)."""
-        runs_name, state_name = quoted_table(runs), quoted_table(state)
-        claim_now = SERVER_NOW if server_clock else NOW
+    def for_tables(
+        cls,
+        runs: Table,
+        state: Table,
+        *,
+        workers: Table | None = None,
+        steps: Table | None = None,
+        events: Table | None = None,
+        server_clock: bool = False,
+    ) -> JobStatements:
+        """The statements on these tables (see :meth:`__init__`)."""
 
-        def r(template: str) -> TextClause:
-            return render(template, runs=runs_name, state=state_name)
-
-        def c(template: str) -> TextClause:
-            return render(template, runs=runs_name, state=state_name, now=claim_now)
+        def name(table: Table | None) -> str | None:
+            return None if table is None else quoted_table(table)
 
         return cls(
-            runs_name=runs_name,
-            state_name=state_name,
+            runs=quoted_table(runs),
+            state=quoted_table(state),
+            workers=name(workers),
+            steps=name(steps),
+            events=name(events),
+            server_clock=server_clock,
             runs_table=runs.name,
             runs_schema=runs.schema,
-            enqueue_plain=r(enqueue.ENQUEUE_PLAIN),
-            enqueue_plain_capped=r(enqueue.ENQUEUE_PLAIN_CAPPED),
-            enqueue_gate=r(enqueue.ENQUEUE_GATE),
-            enqueue_many=r(enqueue.ENQUEUE_MANY),
-            enqueue_plain_announced=r(enqueue.ENQUEUE_PLAIN_ANNOUNCED),
-            enqueue_one=r(enqueue.ENQUEUE_ONE),
-            enqueue_copy_allowed=r(enqueue.ENQUEUE_COPY_ALLOWED),
-            enqueue_one_announced=r(enqueue.ENQUEUE_ONE_ANNOUNCED),
-            announce=r(enqueue.ANNOUNCE),
-            announce_after_commit=r(enqueue.ANNOUNCE_AFTER_COMMIT),
-            enqueue_one_sampled=r(enqueue.ENQUEUE_ONE_SAMPLED),
-            enqueue_plain_sampled=r(enqueue.ENQUEUE_PLAIN_SAMPLED),
-            claim_uncapped=c(claim.CLAIM_UNCAPPED),
-            claim_gated=c(claim.CLAIM_GATED),
-            claim_fair=c(claim.CLAIM_FAIR),
-            claim_fair_gated=c(claim.CLAIM_FAIR_GATED),
-            claim_uncapped_keyed=c(claim.CLAIM_UNCAPPED_KEYED),
-            claim_gated_keyed=c(claim.CLAIM_GATED_KEYED),
-            claim_fair_keyed=c(claim.CLAIM_FAIR_KEYED),
-            claim_fair_gated_keyed=c(claim.CLAIM_FAIR_GATED_KEYED),
-            fair_claims_served=r(claim.FAIR_CLAIMS_SERVED),
-            settle=r(settle.SETTLE_IF_TOKEN_CURRENT),
-            heartbeat=r(settle.HEARTBEAT_IF_TOKEN_CURRENT),
-            db_now=r(schedules.DB_NOW),
-            upsert_schedule_states=r(schedules.UPSERT_SCHEDULE_STATES),
-            lock_due_states=r(schedules.LOCK_DUE_STATES_SKIP_LOCKED),
-            set_next_at=r(schedules.SET_NEXT_AT),
-            get_run=r(admin.GET_RUN),
-            list_dead_of_job=r(admin.LIST_DEAD_OF_JOB),
-            list_dead_all_jobs=r(admin.LIST_DEAD_ALL_JOBS),
-            retry_dead=r(admin.RETRY_DEAD),
-            discard=r(admin.DISCARD_WAITING_OR_DEAD),
-            cancel_run=r(admin.CANCEL_LIVE_RUN),
-            pause_job=r(admin.PAUSE_JOB),
-            resume_job=r(admin.RESUME_JOB),
-            list_paused=r(admin.LIST_PAUSED),
-            delete_finished=r(admin.DELETE_FINISHED_BATCH),
-            queue_depths=r(admin.QUEUE_DEPTHS),
-            demand=r(admin.DEMAND),
-            state_counts=r(admin.STATE_COUNTS),
-            probe_runs_table=r(admin.PROBE_RUNS_TABLE),
-            probe_state_table=r(admin.PROBE_STATE_TABLE),
-            list_waiting_of_job=r(browse.LIST_WAITING_OF_JOB),
-            list_waiting_all_jobs=r(browse.LIST_WAITING_ALL_JOBS),
-            list_running_of_job=r(browse.LIST_RUNNING_OF_JOB),
-            list_running_all_jobs=r(browse.LIST_RUNNING_ALL_JOBS),
-            list_finished_of_job=r(browse.LIST_FINISHED_OF_JOB),
-            list_finished_all_jobs=r(browse.LIST_FINISHED_ALL_JOBS),
-            throughput=r(browse.THROUGHPUT),
-            schedule_states=r(browse.SCHEDULE_STATES),
         )
+
+    def every_statement(self) -> dict[str, TextClause]:
+        """Every job-table statement this table set can run, rendered, by ``module.NAME``."""
+        return self.every(templates())

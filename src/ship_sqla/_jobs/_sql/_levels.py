@@ -13,7 +13,7 @@ def levels(source: str, *, start: str = "CAST(32767 AS smallint)") -> str:
     job of ``source`` (a CTE with a ``job_id`` column), its priority levels holding waiting runs,
     from the highest at most ``start`` (SQL of a smallint) down, one row per level, then a row
     with priority NULL that ends the job's walk. ``{runs}`` stays a placeholder for
-    :func:`~ship_sqla._jobs._sql.render`."""
+    :class:`~ship_sqla._sql.Statements`."""
     return f"""levels(job_id, priority) AS (
     -- <runs>_due_idx (job_id, priority, run_at, seq), a loose index scan per job: its priority
     -- levels holding waiting runs, highest first, one entry each (the claim's own walk, K6).

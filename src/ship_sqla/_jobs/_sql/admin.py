@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Final
 
 from ship_sqla._jobs._sql._levels import levels
+from ship_sqla._sql import Template
 
 __all__ = [
     "CANCEL_LIVE_RUN",
@@ -17,6 +18,7 @@ __all__ = [
     "DEMAND",
     "DISCARD_WAITING_OR_DEAD",
     "GET_RUN",
+    "JOB_KNOWN",
     "LIST_DEAD_ALL_JOBS",
     "LIST_DEAD_OF_JOB",
     "LIST_PAUSED",
@@ -29,7 +31,7 @@ __all__ = [
     "STATE_COUNTS",
 ]
 
-GET_RUN: Final = "SELECT {cols} FROM {runs} r WHERE r.id = :id"
+GET_RUN: Final = Template("SELECT {cols} FROM {runs} r WHERE r.id = :id")
 """One run with its history. Served by ``<runs>_pkey``."""
 
 _DEAD_PAGE_AFTER_CURSOR: Final = """
@@ -45,7 +47,7 @@ LIMIT CAST(:limit AS integer)
 """
 """The keyset tail both dead-run pages share: past the cursor, newest first, one page."""
 
-LIST_DEAD_OF_JOB: Final = (
+LIST_DEAD_OF_JOB: Final = Template(
     """
 SELECT {cols} FROM {runs} r
 -- <runs>_finished_idx (job_id, finished_at) read backwards: newest dead runs first, keyset on
@@ -57,7 +59,7 @@ WHERE r.job_id = :job_id AND r.state IN ('completed', 'dead', 'discarded', 'canc
 )
 """A page of one job's dead runs (``list_dead`` of a job)."""
 
-LIST_DEAD_ALL_JOBS: Final = (
+LIST_DEAD_ALL_JOBS: Final = Template(
     """
 SELECT {cols} FROM {runs} r
 -- <runs>_finished_idx: its predicate limits the read to terminal runs, but job_id leads the
@@ -69,7 +71,7 @@ WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = '
 )
 """A page of every job's dead runs (``list_dead`` of every job)."""
 
-RETRY_DEAD: Final = """
+RETRY_DEAD: Final = Template("""
 UPDATE {runs} r
 SET state = 'waiting', max_attempts = r.attempt + 1, run_at = {now}, finished_at = NULL,
     lease_expires_at = NULL, claimed_by = NULL, updated_at = {now}
@@ -82,20 +84,20 @@ WHERE r.id = :id AND r.state = 'dead'
     WHERE o.job_id = r.job_id AND o.dedupe_key = r.dedupe_key
       AND o.dedupe_key IS NOT NULL AND o.state IN ('waiting', 'running'))
 RETURNING {cols}
-"""
+""")
 """Operator retry (J8): a dead run waits again, due now, with exactly one more attempt."""
 
-DISCARD_WAITING_OR_DEAD: Final = """
+DISCARD_WAITING_OR_DEAD: Final = Template("""
 UPDATE {runs} r
 SET state = 'discarded', finished_at = {now}, updated_at = {now}, lease_expires_at = NULL,
     claimed_by = NULL
 -- <runs>_pkey. A running run is never discarded under its holder (it settles first).
 WHERE r.id = :id AND r.state IN ('waiting', 'dead')
 RETURNING {cols}
-"""
+""")
 """Operator discard (J8): a waiting or dead run becomes terminal."""
 
-CANCEL_LIVE_RUN: Final = """
+CANCEL_LIVE_RUN: Final = Template("""
 WITH changed AS (
     UPDATE {runs} r
     SET state = CASE WHEN r.state = 'waiting' THEN 'cancelled' ELSE r.state END,
@@ -114,23 +116,23 @@ WITH changed AS (
 SELECT c.*, CASE WHEN c.state = 'running'
     THEN CAST(pg_notify(CAST(:channel AS text), c.id) AS text) END IS NOT NULL AS told
 FROM changed c
-"""
+""")
 """Operator cancel (K2): a waiting run becomes cancelled at once; a running run's request is
 recorded (the first request's time is kept) and announced on the backend's cancel channel,
 whose listeners (the runtimes of every process) cancel the handler; the holder's heartbeat
 answers it too. One row (the run as it is after) or none: the run is finished or unknown."""
 
-PAUSE_JOB: Final = """
+PAUSE_JOB: Final = Template("""
 INSERT INTO {state} AS p (job_id, updated_at)
 VALUES (CAST(:pause_row AS text), {now})
 ON CONFLICT (job_id) DO NOTHING
 RETURNING p.job_id
-"""
+""")
 """Operator pause (K3): the job's ``<job_id>#paused`` row in the state table, which every claim
 reads in its own statement (the claim's paused CTE); a row back: this call paused the job. Index:
 ``<state>_pkey`` (the ON CONFLICT arbiter)."""
 
-RESUME_JOB: Final = """
+RESUME_JOB: Final = Template("""
 WITH resumed AS (
     DELETE FROM {state} p WHERE p.job_id = CAST(:pause_row AS text) RETURNING p.job_id
 )
@@ -139,21 +141,21 @@ WITH resumed AS (
 SELECT CAST(pg_notify(CAST(:channel AS text), CAST(:payload AS text)) AS text) IS NOT NULL
     AS told
 FROM resumed
-"""
+""")
 """Operator resume (K3): deletes the pause row and announces the job on the backend's wake
 channel in the same transaction; a row back: the job was paused. Index: ``<state>_pkey``."""
 
-LIST_PAUSED: Final = """
+LIST_PAUSED: Final = Template("""
 SELECT left(p.job_id, -length('#paused')) AS job_id, p.updated_at AS paused_at
 FROM {state} p
 WHERE p.job_id LIKE '%#paused'
 ORDER BY left(p.job_id, -length('#paused')) COLLATE "C"
 LIMIT CAST(:limit AS integer)
-"""
+""")
 """The paused jobs, by job id (byte order, as the in-memory backend sorts them). Operator-only:
 it reads the state table (one row per scheduled, capped or paused job), not the runs."""
 
-DELETE_FINISHED_BATCH: Final = """
+DELETE_FINISHED_BATCH: Final = Template("""
 DELETE FROM {runs} d
 WHERE d.id = ANY(ARRAY(
     -- <runs>_finished_idx (job_id, finished_at), predicate word for word: one job's runs in one
@@ -165,10 +167,10 @@ WHERE d.id = ANY(ARRAY(
     ORDER BY r.finished_at
     LIMIT CAST(:batch AS integer)
 ))
-"""
+""")
 """Cleanup (J8 retention): delete one bounded batch; each batch is its own short transaction."""
 
-QUEUE_DEPTHS: Final = """
+QUEUE_DEPTHS: Final = Template("""
 SELECT j.job_id, q.depth,
     coalesce(extract(epoch FROM {now} - q.oldest_due), 0) AS oldest_due_age
 FROM unnest(CAST(:job_ids AS text[])) AS j(job_id)
@@ -178,7 +180,7 @@ CROSS JOIN LATERAL (
     FROM {runs} r
     WHERE r.job_id = j.job_id AND r.state = 'waiting'
 ) q
-"""
+""")
 """J10's queue gauges for the given jobs (every one answered, 0 when empty). Costs one entry
 read per waiting run, so the runtime samples it every ``DEPTH_SAMPLE_INTERVAL`` seconds, not
 per claim."""
@@ -246,14 +248,14 @@ ORDER BY c.job_id COLLATE "C"
 
 # <runs>_due_idx: each job's priority levels in use, so every count is a range of one level's
 # entries.
-DEMAND: Final = _DEMAND_JOBS + levels("chosen") + _DEMAND_COUNTS
+DEMAND: Final = Template(_DEMAND_JOBS + levels("chosen") + _DEMAND_COUNTS)
 """F5 demand (``JobOperations.demand``, ``ship-sqla jobs demand``): per job the due, delayed and
 running runs, each counted up to ``:cap``, and the oldest due run's age, for the jobs of
 ``:job_ids``, and with ``:all_jobs`` also every job with waiting or running runs (found by a loose
 index scan, at most ``:max_jobs``). Bounded at any backlog: at most about ``:cap`` index entries
 per kind and priority level of each job, plus one probe per level and per job found."""
 
-STATE_COUNTS: Final = """
+STATE_COUNTS: Final = Template("""
 SELECT r.job_id, r.state, count(*) AS runs,
        extract(epoch FROM {now}
                - min(r.run_at) FILTER (WHERE r.state = 'waiting' AND r.run_at <= {now}))
@@ -262,15 +264,38 @@ FROM {runs} r
 GROUP BY r.job_id, r.state
 ORDER BY r.job_id COLLATE "C", r.state COLLATE "C"
 LIMIT CAST(:limit AS integer)
-"""
+""")
 """Runs per (job, state) and the age of each job's oldest due waiting run (``state_counts``,
 ``ship-sqla jobs stats``). Operator-invoked, never on a hot path: it aggregates the whole runs
 table (a sequential scan; cleanup keeps the table bounded by each job's retention). At most
 ``:limit`` groups, in byte order of the job id then the state (as the in-memory backend sorts
 them, whatever the database's collation)."""
 
-PROBE_RUNS_TABLE: Final = "SELECT 1 FROM {runs} LIMIT 0"
+JOB_KNOWN: Final = Template("""
+-- Whether the job tables hold any trace of one job (issue 25: what pause reports as known).
+-- Four index probes, whatever the number of runs: a waiting run through <runs>_due_idx, a
+-- running one through <runs>_lease_idx, a finished one through <runs>_finished_idx (each
+-- predicate word for word the index's), and the job's state rows (its schedule, pause, claim
+-- gate, enqueue gate) through <state>_pkey.
+SELECT EXISTS (
+           SELECT 1 FROM {runs} r
+           WHERE r.job_id = CAST(:job_id AS text) AND r.state = 'waiting')
+    OR EXISTS (
+           SELECT 1 FROM {runs} r
+           WHERE r.job_id = CAST(:job_id AS text) AND r.state = 'running')
+    OR EXISTS (
+           SELECT 1 FROM {runs} r
+           WHERE r.job_id = CAST(:job_id AS text)
+             AND r.state IN ('completed', 'dead', 'discarded', 'cancelled'))
+    OR EXISTS (
+           SELECT 1 FROM {state} s WHERE s.job_id = ANY(CAST(:state_rows AS text[])))
+    AS known
+""")
+"""The admin port's ``job_known`` (:class:`~ship_sqla.kernel.RunAdmin`). Operator-only, never
+hot."""
+
+PROBE_RUNS_TABLE: Final = Template("SELECT 1 FROM {runs} LIMIT 0")
 """Reads nothing; fails (42P01) when the runs table is absent: the worker checks it at start."""
 
-PROBE_STATE_TABLE: Final = "SELECT 1 FROM {state} LIMIT 0"
+PROBE_STATE_TABLE: Final = Template("SELECT 1 FROM {state} LIMIT 0")
 """PROBE_RUNS_TABLE for the state table."""

@@ -39,6 +39,7 @@ from __future__ import annotations
 from typing import Final
 
 from ship_sqla._jobs._sql._levels import levels
+from ship_sqla._sql import Template
 
 __all__ = [
     "LIST_FINISHED_ALL_JOBS",
@@ -117,12 +118,12 @@ _WAITING_PAGE: Final = (
     + _WAITING_ROWS
 )
 
-LIST_WAITING_OF_JOB: Final = (
+LIST_WAITING_OF_JOB: Final = Template(
     "WITH RECURSIVE jobs(job_id) AS (SELECT CAST(:job_id AS text))" + _WAITING_PAGE
 )
 """A page of one job's waiting runs in claim order (``JobOperations.list_runs``)."""
 
-LIST_WAITING_ALL_JOBS: Final = (
+LIST_WAITING_ALL_JOBS: Final = Template(
     "WITH RECURSIVE "
     + _loose_jobs(WAITING, "r.job_id, r.priority", "<runs>_due_idx")
     + _WAITING_PAGE
@@ -151,7 +152,9 @@ _RUNNING_IN_RANGE: Final = (
 )
 
 
-def _pages(state: str, in_range: str, index_order: str, index: str, order: str) -> tuple[str, str]:
+def _pages(
+    state: str, in_range: str, index_order: str, index: str, order: str
+) -> tuple[Template, Template]:
     """(a page of one job's runs, a page of every job's runs, each job's page merged) for a
     state whose page of one job is ``in_range`` (its ``{job}`` the job) in ``order``; the loose
     scan over the jobs reads ``index`` in ``index_order``."""
@@ -169,7 +172,7 @@ ORDER BY {order}
 LIMIT CAST(:limit AS integer)
 """
     )
-    return of_job, all_jobs
+    return Template(of_job), Template(all_jobs)
 
 
 LIST_RUNNING_OF_JOB, LIST_RUNNING_ALL_JOBS = _pages(
@@ -216,7 +219,7 @@ LIST_FINISHED_OF_JOB, LIST_FINISHED_ALL_JOBS = _pages(
 """A page of one job's runs in one finished state, newest first; and of every job's, each
 job's page merged."""
 
-THROUGHPUT: Final = """
+THROUGHPUT: Final = Template("""
 WITH RECURSIVE jobs(job_id, n) AS (
     -- <runs>_finished_idx (job_id, finished_at), a loose index scan over the jobs with finished
     -- runs (its predicate word for word).
@@ -258,11 +261,11 @@ CROSS JOIN LATERAL (
     WHERE j.job_id IS NOT NULL
 ) t
 ORDER BY e.start
-"""
+""")
 """Runs completed and dead per bucket, over every job (at most ``:max_jobs``), oldest bucket
 first; ``capped`` where a job's bucket reached ``:cap`` finished runs."""
 
-SCHEDULE_STATES: Final = """
+SCHEDULE_STATES: Final = Template("""
 SELECT s.job_id, s.trigger, s.next_at, s.updated_at
 FROM {state} s
 -- <state>_pkey in job id order; the state table holds a few rows per job (schedule, pause,
@@ -270,5 +273,5 @@ FROM {state} s
 WHERE s.trigger IS NOT NULL
 ORDER BY s.job_id
 LIMIT CAST(:limit AS integer)
-"""
+""")
 """The scheduled jobs' state rows (J9): trigger, next occurrence, last change."""

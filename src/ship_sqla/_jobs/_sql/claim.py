@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from ship_sqla._sql import Template
 from ship_sqla.kernel._ports import MAX_CLAIM_BATCH
 
 __all__ = [
@@ -491,7 +492,7 @@ _EXPAND: Final = (
     ("{t}", _T),
 )
 """Fragment expansions of the gated claim, outermost first (``{now}`` and the tables are
-:func:`~ship_sqla._jobs._sql.render`'s)."""
+:class:`~ship_sqla._sql.Statements`')."""
 
 
 def _expanded(template: str) -> str:
@@ -565,7 +566,7 @@ def _gated(walk: str, *, keyed: bool = False) -> str:
     )
 
 
-CLAIM_UNCAPPED: Final = _ungated(_WALK)
+CLAIM_UNCAPPED: Final = Template(_ungated(_WALK), claim_clock=True)
 """Claim up to ``limit`` runs of one job with no cap and no rate limit (J3, J6, K6): lapsed
 leases retaken, due runs by ``(priority DESC, run_at, seq)`` (higher priority first, then due
 time, then creation order), the room being the limit.
@@ -577,7 +578,7 @@ any backlog: about ``limit`` index entries plus two per priority level it visits
 served in order past delayed runs. Returns the claimed runs in claim order, ``(priority DESC,
 run_at, seq)`` (``kind`` 0), then the runs it dead-lettered (``kind`` 1: id, attempt, key)."""
 
-CLAIM_GATED: Final = _gated(_WALK)
+CLAIM_GATED: Final = Template(_gated(_WALK), claim_clock=True)
 """Claim as :data:`CLAIM_UNCAPPED` does, through the job's claim gate (see the module docstring):
 never more than ``concurrency.max`` running runs of the job at once, live or lapsed leases
 alike, and never more than the rate limit's starts in any window of its period. Heartbeats
@@ -588,7 +589,7 @@ when it loses that race. After the claimed and buried rows, at most one ``kind``
 gate's ``rate_wait`` (seconds until the rate lets another run start, when this claim left the
 window full) and ``created`` (the gate was made by this claim, which granted nothing)."""
 
-CLAIM_FAIR: Final = _ungated(_FAIR_WALK)
+CLAIM_FAIR: Final = Template(_ungated(_FAIR_WALK), claim_clock=True)
 """Claim as :data:`CLAIM_UNCAPPED` does for a job with ``fairness`` (F2): the due runs are shared
 out across the tenants that have due runs, by weight, work-conserving (what a tenant with few
 due runs leaves goes to the others), each tenant's oldest first, priorities not used. A claim
@@ -596,20 +597,20 @@ visits at most ``:max_tenants`` tenants, from the one after where this backend's
 of the job stopped, so every tenant comes round in turn. Index: ``<runs>_tenant_idx``, which a
 runs table has only when declared with ``fair_claims=True`` (:data:`FAIR_CLAIMS_SERVED`)."""
 
-CLAIM_FAIR_GATED: Final = _gated(_FAIR_WALK)
+CLAIM_FAIR_GATED: Final = Template(_gated(_FAIR_WALK), claim_clock=True)
 """:data:`CLAIM_FAIR` through the job's claim gate (a cap, a rate limit, or both): a gate that
 grants less than the claim found cuts every tenant's share alike (by rank in its share)."""
 
-CLAIM_UNCAPPED_KEYED: Final = _ungated(_WALK, keyed=True)
-CLAIM_GATED_KEYED: Final = _gated(_WALK, keyed=True)
-CLAIM_FAIR_KEYED: Final = _ungated(_FAIR_WALK, keyed=True)
-CLAIM_FAIR_GATED_KEYED: Final = _gated(_FAIR_WALK, keyed=True)
+CLAIM_UNCAPPED_KEYED: Final = Template(_ungated(_WALK, keyed=True), claim_clock=True)
+CLAIM_GATED_KEYED: Final = Template(_gated(_WALK, keyed=True), claim_clock=True)
+CLAIM_FAIR_KEYED: Final = Template(_ungated(_FAIR_WALK, keyed=True), claim_clock=True)
+CLAIM_FAIR_GATED_KEYED: Final = Template(_gated(_FAIR_WALK, keyed=True), claim_clock=True)
 """The four claims for a request that excludes single-runner keys (J4: the keys this process
 runs): the same statements with the key filter on every scan. Without keys to exclude, the
 claims above carry no filter (every run's key passes), so their estimates, custom and generic,
 are the same."""
 
-FAIR_CLAIMS_SERVED: Final = """
+FAIR_CLAIMS_SERVED: Final = Template("""
 -- pg_index, one probe: whether <runs>_tenant_idx is an index of the runs table (F2: the fair
 -- claims read only it; ship_job_runs_table(..., fair_claims=True) declares it). Run by a
 -- backend before its first fair claim, and at a worker's start when one of its jobs is fair.
@@ -617,7 +618,7 @@ SELECT EXISTS (
     SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
     WHERE i.indrelid = to_regclass(CAST(:runs AS text))
       AND c.relname = CAST(:tenant_index AS text))
-"""
+""")
 """Whether the runs table (``:runs``, its quoted name) has the fair claims' index
 (``:tenant_index``, its name: an index lives in its table's schema): without it a fair claim
 would read every waiting run of the job, so the backend refuses fair jobs instead."""

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from ship_sqla._notify import ANNOUNCE_AFTER_COMMIT as ANNOUNCE_AFTER_COMMIT_BARE
-from ship_sqla._notify import NOTIFY_SQL, announcing
+from ship_sqla._sql import Template
+from ship_sqla._sql import notify as announcements
 
 __all__ = [
     "ANNOUNCE",
@@ -47,7 +47,7 @@ FROM ROWS FROM (
 """The INSERT ... SELECT FROM the prepared arrays that ENQUEUE_PLAIN and ENQUEUE_PLAIN_CAPPED
 share (each adds its own alias list: the capped one numbers the requests)."""
 
-ENQUEUE_PLAIN: Final = (
+ENQUEUE_PLAIN: Final = Template(
     "\n"
     + _INSERT_PLAIN_COLUMNS
     + " AS t(id, payload, key, run_at, max_attempts, priority, trace_context)\n"
@@ -59,7 +59,7 @@ than an array of JSON texts; the other arrays run in step with it.
 The common enqueue, kept to a plain INSERT ... SELECT FROM unnest: nothing to probe, so nothing
 to plan beyond the insert itself (the full ENQUEUE_MANY re-plans six CTEs at every call)."""
 
-ENQUEUE_ONE: Final = """
+ENQUEUE_ONE: Final = Template("""
 INSERT INTO {runs} (
     id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
     run_at, created_at, updated_at, history, priority, trace_context, tenant_id
@@ -71,7 +71,7 @@ VALUES (
     CAST('[]' AS jsonb), CAST(:priority AS smallint), CAST(:trace_context AS jsonb),
     CAST(:tenant AS text)
 )
-"""
+""")
 """ENQUEUE_PLAIN for ONE run, as a VALUES row of scalars: the single enqueue, the commonest
 call, skips the arrays' encoding and the function scan over them (about 90 µs of the server's
 time per enqueue, BENCHMARKS.md "Session 7"). Index: the insert's own."""
@@ -97,23 +97,23 @@ table (BENCHMARKS.md, "Session 7"). Index: the insert's own entries (``<runs>_pk
 ``<runs>_due_idx``, and ``<runs>_tenant_idx`` on a table declared with ``fair_claims``); nothing
 is read."""
 
-ENQUEUE_COPY_ALLOWED: Final = """
+ENQUEUE_COPY_ALLOWED: Final = Template("""
 -- pg_class, one row: COPY FROM refuses a table with row-level security on (0A000), so such a
 -- runs table (tenant_policy_ddl applied to it) takes the INSERT. Run once per backend.
 SELECT NOT coalesce(
     (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = to_regclass(CAST(:runs AS text))),
     false)
-"""
+""")
 """Whether the bulk enqueue may COPY into the runs table (``:runs``: its quoted name)."""
 
 ENQUEUE_COPY_MIN_RUNS: Final = 128
 """Below this many runs the INSERT (one round trip) beats COPY (its query, then the data)."""
 
-ENQUEUE_GATE: Final = """
+ENQUEUE_GATE: Final = Template("""
 INSERT INTO {state} AS g (job_id, updated_at)
 VALUES (CAST(:gate AS text), {now})
 ON CONFLICT (job_id) DO UPDATE SET updated_at = EXCLUDED.updated_at
-"""
+""")
 """Take the job's enqueue gate (J2, hard cap): the first statement of every insert of a job
 with a ``queue_depth_limit``, in the inserting transaction (the application's unit of work, the
 backend's own READ COMMITTED one, or a schedule's tick). ``:gate`` is ``<job_id>#enqueue-gate``:
@@ -144,13 +144,13 @@ _CAPPED_ROOM: Final = """ WITH ORDINALITY
 )
 SELECT greatest(CAST(:depth_limit AS integer) - depth.n, 0) AS room FROM depth
 """
-ENQUEUE_PLAIN_CAPPED: Final = _CAPPED_DEPTH + _INSERT_PLAIN_COLUMNS + _CAPPED_ROOM
+ENQUEUE_PLAIN_CAPPED: Final = Template(_CAPPED_DEPTH + _INSERT_PLAIN_COLUMNS + _CAPPED_ROOM)
 """ENQUEUE_PLAIN for a job with a ``queue_depth_limit`` (after ENQUEUE_GATE): generated ids and
 no dedupe key, so nothing can conflict and the only question is room. The first ``room``
 requests (in request order) are inserted, the rest are queue-full; it answers ``room``. Same
 one-JSON-array payloads as ENQUEUE_PLAIN, and none of ENQUEUE_MANY's probes."""
 
-ENQUEUE_MANY: Final = """
+ENQUEUE_MANY: Final = Template("""
 WITH input AS (
     SELECT t.id, t.payload, t.dedupe_key, t.key, t.run_at, t.max_attempts, t.priority,
         t.trace_context, t.ord
@@ -215,7 +215,7 @@ SELECT p.ord, p.id, p.existing_id,
 FROM probed p
 LEFT JOIN fresh f ON f.ord = p.ord
 ORDER BY p.ord
-"""
+""")
 """Insert many runs of one job in one statement (J1 dedupe, J2 queue-full, after ENQUEUE_GATE
 when the backend has a ``queue_depth_limit``): runs with a durable id or a dedupe key, and a
 schedule's fired occurrence.
@@ -226,7 +226,9 @@ one by one). Per request it reports: inserted; or ``existing_id`` (deduplicated 
 run, by id first, then by dedupe key); or, not inserted, queue-full (``rn > room``) or a lost race
 with a concurrent insert."""
 
-ENQUEUE_PLAIN_ANNOUNCED: Final = announcing(ENQUEUE_PLAIN, sequence="seq")
+ENQUEUE_PLAIN_ANNOUNCED: Final = Template(
+    announcements.announcing(ENQUEUE_PLAIN.sql, sequence="seq")
+)
 """ENQUEUE_PLAIN and the enqueue's announcement (K1) in ONE statement: ``WITH ship_enqueued AS
 (<ENQUEUE_PLAIN> RETURNING seq) SELECT pg_notify(:channel, :payload), max(seq)``, so an
 announced plain enqueue costs no round trip more (and stays one autocommitted statement outside
@@ -235,24 +237,24 @@ never after a rollback. ``fleet_seq``: the largest ``seq`` it took, how many run
 has enqueued so far (the announce rule's share of the budget). Index: as ENQUEUE_PLAIN (the
 insert's own)."""
 
-ENQUEUE_ONE_ANNOUNCED: Final = announcing(ENQUEUE_ONE, sequence="seq")
+ENQUEUE_ONE_ANNOUNCED: Final = Template(announcements.announcing(ENQUEUE_ONE.sql, sequence="seq"))
 """ENQUEUE_ONE and the enqueue's announcement (K1) in ONE statement, as
 ENQUEUE_PLAIN_ANNOUNCED."""
 
-ANNOUNCE: Final = NOTIFY_SQL
+ANNOUNCE: Final = Template(announcements.NOTIFY.sql)
 """The announcement (K1) of the other inserts (capped, checked), sent in their transaction once
 they inserted a due run: ``:channel`` is the backend's wake channel, ``:payload`` the job id."""
 
-ANNOUNCE_AFTER_COMMIT: Final = ANNOUNCE_AFTER_COMMIT_BARE
-"""The announcer's post-commit announcement (:data:`~ship_sqla._notify.ANNOUNCE_AFTER_COMMIT`:
+ANNOUNCE_AFTER_COMMIT: Final = Template(announcements.ANNOUNCE_AFTER_COMMIT.sql)
+"""The announcer's post-commit announcement (:data:`~ship_sqla._sql.notify.ANNOUNCE_AFTER_COMMIT`:
 one notify-only transaction for every job committed since the last one, committed without
 waiting for its WAL flush). Reads no table."""
 
-ENQUEUE_PLAIN_SAMPLED: Final = ENQUEUE_PLAIN.rstrip() + "\nRETURNING seq\n"
+ENQUEUE_PLAIN_SAMPLED: Final = Template(ENQUEUE_PLAIN.sql.rstrip() + "\nRETURNING seq\n")
 """ENQUEUE_PLAIN answering the ``seq`` of each run it took: how many runs every process has
 enqueued so far, the sample of the table's enqueue rate the announce rule asks for now and
 then (at most every FLEET_SAMPLE_EVERY; :mod:`ship_sqla.kernel._plans.announce`). Index: as
 ENQUEUE_PLAIN."""
 
-ENQUEUE_ONE_SAMPLED: Final = ENQUEUE_ONE.rstrip() + "\nRETURNING seq\n"
+ENQUEUE_ONE_SAMPLED: Final = Template(ENQUEUE_ONE.sql.rstrip() + "\nRETURNING seq\n")
 """ENQUEUE_ONE answering its run's ``seq``, as ENQUEUE_PLAIN_SAMPLED."""

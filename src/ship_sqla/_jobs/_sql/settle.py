@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ship_sqla._sql import Template
+
 __all__ = [
     "HEARTBEAT_COLUMNS",
     "HEARTBEAT_IF_TOKEN_CURRENT",
@@ -14,7 +16,7 @@ __all__ = [
     "SETTLE_IF_TOKEN_CURRENT",
 ]
 
-SETTLE_IF_TOKEN_CURRENT: Final = """
+SETTLE_IF_TOKEN_CURRENT: Final = Template("""
 WITH settle AS (
     -- unnest pads arrays shorter than :ids with NULLs: a NULL state is a completion, so a batch
     -- of completions sends :ids and :tokens only (the completer's common batch, at the old cost).
@@ -53,7 +55,7 @@ FROM settle s
 -- <runs>_pkey, one probe per settlement; the token fences out stale holders (J5).
 WHERE r.id = s.id AND r.lease_token = s.token AND r.state = 'running'
 RETURNING s.ord, r.state, r.parent_id
-"""  # noqa: S105 - SQL naming a fencing token, not a secret
+""")
 """Apply a batch of settlements (:class:`~ship_sqla.kernel._settlement.Settlement`) in one round
 trip (as River's ``JobSetStateIfRunningMany``): parallel arrays, one element per settlement, its
 fields as the kernel built them: ``:states`` (``'completed'`` | ``'waiting'`` | ``'dead'`` |
@@ -74,7 +76,7 @@ SETTLE_COLUMNS: Final = ("ord", "state", "parent_id")
 """The columns of SETTLE_IF_TOKEN_CURRENT's rows, in this order: the backend reads them by
 position (as a claim's, :data:`~ship_sqla._jobs._sql.claim.CLAIM_COLUMNS`)."""
 
-HEARTBEAT_IF_TOKEN_CURRENT: Final = """
+HEARTBEAT_IF_TOKEN_CURRENT: Final = Template("""
 WITH beat AS (
     SELECT t.id, t.token, t.lease
     FROM unnest(CAST(:ids AS text[]), CAST(:tokens AS bigint[]),
@@ -90,7 +92,7 @@ WHERE r.id = b.id AND r.lease_token = b.token AND r.state = 'running'
 -- K2: the answer says whether the lease is still the holder's (a row) AND whether an operator
 -- asked to cancel the run: the fallback that carries a cancel to a holder without a listener.
 RETURNING r.id, b.token, r.cancel_requested_at IS NOT NULL AS cancel_requested
-"""  # noqa: S105 - SQL naming a fencing token, not a secret
+""")
 """Extend many live leases, each by the lease its claim was granted (``ClaimedRun.lease``); the
 (id, token) pairs returned were extended (the others were stale or had lapsed), each with
 ``cancel_requested`` (K2). A cancel-requested lease is extended like any other: its holder is

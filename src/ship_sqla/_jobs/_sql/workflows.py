@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from ship_sqla._sql import Template
+
 __all__ = [
     "ADOPT_CHILDREN",
     "BEGIN_WAIT",
@@ -45,16 +47,20 @@ _STEP_COLUMNS: Final = (
     " coalesce(s.wake_at <= {now}, false) AS due"
 )
 
-LOAD_STEPS: Final = f"""
+LOAD_STEPS: Final = Template(
+    f"""
 -- <steps>_pkey (run_id prefix)
 SELECT {_STEP_COLUMNS}
 FROM {{steps}} s
 WHERE s.run_id = :run_id
 ORDER BY s.seq
-"""  # noqa: S608 - a template of constant text
+""",  # noqa: S608 - a template of constant text
+    compacted=False,
+)
 """A run's steps in handler order, ``due`` by the database's clock (D3, D4)."""
 
-SAVE_STEP: Final = """
+SAVE_STEP: Final = Template(
+    """
 INSERT INTO {steps} AS s (run_id, name, seq, kind, state, result, created_at, finished_at)
 SELECT r.id, :name, :seq, :kind, 'done', CAST(:result AS jsonb), {now}, {now}
 FROM {runs} r
@@ -65,11 +71,14 @@ ON CONFLICT (run_id, name) DO UPDATE
     SET state = 'done', result = EXCLUDED.result, finished_at = EXCLUDED.finished_at
     WHERE s.state = 'waiting'
 RETURNING 1 AS stored
-"""
+""",
+    compacted=False,
+)
 """Store a step done (a new one, or a waiting one ending), fenced on the claim; no row: the
 token was not current, or the step was done already (D1, D2)."""
 
-BEGIN_WAIT: Final = f"""
+BEGIN_WAIT: Final = Template(
+    f"""
 WITH inserted AS (
     INSERT INTO {{steps}} AS s (run_id, name, seq, kind, state, wake_at, event_name, event_key,
                                snapshot, created_at)
@@ -90,15 +99,21 @@ WHERE s.run_id = :run_id AND s.name = :name
   AND EXISTS (SELECT 1 FROM {{runs}} r
               WHERE r.id = :run_id AND r.lease_token = :token AND r.state = 'running')
 LIMIT 1
-"""  # noqa: S608 - SQL naming a fencing token; a template of constant text
+""",  # noqa: S608 - a template of constant text
+    compacted=False,
+)
 """D4 (``expect_event``): store an event wait as waiting, beginning in this statement's snapshot,
 without suspending the run; the stored step (the one already stored, on a replay). No row: the
 token was stale."""
 
-WAIT_LOCK: Final = "SELECT pg_try_advisory_xact_lock(CAST(:lock_key AS bigint))"
+WAIT_LOCK: Final = Template(
+    "SELECT pg_try_advisory_xact_lock(CAST(:lock_key AS bigint))", compacted=False
+)
 """An event wait's lock (exclusive), tried: a wait never queues behind a publisher's open
 transaction (the backend hands the run back for a moment instead)."""
-WAIT_LOCK_SHARED: Final = "SELECT pg_advisory_xact_lock_shared(CAST(:lock_key AS bigint))"
+WAIT_LOCK_SHARED: Final = Template(
+    "SELECT pg_advisory_xact_lock_shared(CAST(:lock_key AS bigint))", compacted=False
+)
 
 _MATCHING_EVENT: Final = """
     SELECT 1 FROM {events} e
@@ -110,7 +125,8 @@ _MATCHING_EVENT: Final = """
                                      CAST(st.snapshot AS pg_snapshot))
 """
 
-SUSPEND_RUN: Final = f"""
+SUSPEND_RUN: Final = Template(
+    f"""
 WITH inserted AS (
     INSERT INTO {{steps}} (run_id, name, seq, kind, state, wake_at, event_name, event_key,
                           snapshot, created_at)
@@ -158,14 +174,17 @@ FROM st
 -- <runs>_pkey; the fence (J5)
 WHERE r.id = :run_id AND r.lease_token = :token AND r.state = 'running'
 RETURNING r.state, r.job_id, r.run_at <= {{now}} AS due
-"""  # noqa: S608 - a template of constant text
+""",  # noqa: S608 - a template of constant text
+    compacted=False,
+)
 """D3: store the waiting step (unless stored) and put the run back to waiting, its attempt
 unspent, at the sleep's wake time; an event wait's timeout, or now when a matching event
 committed since the wait began (a new wait: none can, it begins in this statement's snapshot,
 under the wait lock); a children wait's recheck, or now when no child is live. A run whose
 cancel was requested ends cancelled (K2). No row: the token was stale."""
 
-MATCH_EVENT: Final = """
+MATCH_EVENT: Final = Template(
+    """
 SELECT e.id, e.name, e.key, CAST(e.payload AS text) AS payload_json
 FROM {steps} st
 JOIN {events} e
@@ -179,11 +198,14 @@ WHERE st.run_id = :run_id AND st.name = :name
 -- the index's order: the earliest publishing transaction first, then publication order in it
 ORDER BY e.xid, e.id
 LIMIT 1
-"""
+""",
+    compacted=False,
+)
 """D4: the first event of a wait step's (name, key) whose transaction its snapshot did not see
 (committed after the wait began), earliest transaction first, or no row."""
 
-PUBLISH_EVENT: Final = """
+PUBLISH_EVENT: Final = Template(
+    """
 WITH event AS (
     INSERT INTO {events} (name, key, payload, xid, created_at)
     VALUES (:name, :key, CAST(:payload AS jsonb),
@@ -196,11 +218,14 @@ WITH event AS (
     RETURNING r.job_id
 )
 SELECT (SELECT id FROM event) AS id, ARRAY(SELECT DISTINCT job_id FROM woken) AS job_ids
-"""
+""",
+    compacted=False,
+)
 """D4: store an event in the publisher's transaction (after WAIT_LOCK_SHARED) and make its
 waiting runs due; the event's id and the jobs of the runs it woke (to announce, K1)."""
 
-ADOPT_CHILDREN: Final = """
+ADOPT_CHILDREN: Final = Template(
+    """
 WITH adopted AS (
     UPDATE {runs} c SET parent_id = :parent_id
     -- <runs>_pkey
@@ -210,19 +235,25 @@ WITH adopted AS (
 UPDATE {runs} p SET wait_for = '#children'
 WHERE p.id = :parent_id AND p.lease_token = :token AND p.state = 'running'
   AND (SELECT count(*) FROM adopted) >= 0
-"""
+""",
+    compacted=False,
+)
 """D5: the spawned runs become the parent's children (once: a replay adopts nothing new), and
 the parent is marked as having children (their end wakes it)."""
 
-CHILDREN: Final = """
+CHILDREN: Final = Template(
+    """
 SELECT c.id, c.job_id, c.state, c.last_error
 FROM {runs} c
 -- <runs>_parent_idx
 WHERE c.parent_id = :run_id AND c.parent_id IS NOT NULL
 ORDER BY c.seq
-"""
+""",
+    compacted=False,
+)
 
-WAKE_PARENTS: Final = """
+WAKE_PARENTS: Final = Template(
+    """
 UPDATE {runs} p
 SET wait_for = '#children-done', updated_at = {now},
     run_at = CASE WHEN p.state = 'waiting' THEN least(p.run_at, {now}) ELSE p.run_at END
@@ -232,11 +263,14 @@ WHERE p.id = ANY(CAST(:parents AS text[])) AND p.wait_for = '#children'
     SELECT 1 FROM {runs} c
     WHERE c.parent_id = p.id AND c.parent_id IS NOT NULL AND c.state IN ('waiting', 'running'))
 RETURNING p.job_id, p.state
-"""
+""",
+    compacted=False,
+)
 """D5: after children's ends committed, wake each of their parents that has no live child
 left: due now when it waits, marked when it still runs (its suspend then sees the mark)."""
 
-RERUN_FROM_STEP: Final = """
+RERUN_FROM_STEP: Final = Template(
+    """
 WITH run AS (
     SELECT r.id FROM {runs} r
     -- <runs>_pkey
@@ -256,12 +290,15 @@ SET state = 'waiting', run_at = {now}, finished_at = NULL, updated_at = {now}, w
 FROM run
 WHERE r.id = run.id AND (SELECT count(*) FROM dropped) >= 0
 RETURNING {cols}
-"""
+""",
+    compacted=False,
+)
 """D6: drop the named step and every later one of a dead or waiting run, and make it due now
 (a dead one with one more attempt, as an operator retry); no row when it is in another state
 or has no such step."""
 
-DELETE_OLD_EVENTS: Final = """
+DELETE_OLD_EVENTS: Final = Template(
+    """
 DELETE FROM {events} e
 WHERE e.id IN (
     SELECT o.id FROM {events} o
@@ -270,5 +307,7 @@ WHERE e.id IN (
     ORDER BY o.created_at
     LIMIT :limit
 )
-"""
+""",
+    compacted=False,
+)
 """Events retention: at most ``:limit`` events published over ``:older_than`` seconds ago."""
