@@ -18,8 +18,8 @@ Metrics are on by default: a runtime given no ``meter_provider`` (``start_job_ru
 metrics knob) records through OpenTelemetry's global provider, a no-op until the application
 installs an SDK (before or after the runtime starts: the API's proxy forwards to the SDK once it
 is set), so installing the SDK is all it takes. The API alone records nothing, so the runtime
-calls these methods unconditionally. This module imports the OpenTelemetry API only (never an SDK, never
-SQLAlchemy).
+calls these methods unconditionally. This module imports the OpenTelemetry API only (never an
+SDK, never SQLAlchemy).
 """
 
 from __future__ import annotations
