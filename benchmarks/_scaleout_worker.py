@@ -1,8 +1,8 @@
 """One worker process of ``benchmarks/scaleout.py``: a ship_sqla worker runtime on its own engine.
 
 ``python -m benchmarks._scaleout_worker URL JOB_ID CONFIG_JSON``. ``CONFIG_JSON`` is
-``{"backend": {...}, "job": {...}, "handler_ms": N}``: keyword arguments of
-``create_job_backend`` and of ``define_job`` (a ``"concurrency"`` entry is ``Concurrency``'s
+``{"runtime": {...}, "job": {...}, "handler_ms": N}``: keyword arguments of
+``start_job_runtime`` and of ``define_job`` (a ``"concurrency"`` entry is ``Concurrency``'s
 keyword arguments), and how long each handler awaits (0: a noop). The lines on
 stdin and stdout are the protocol with the parent:
 
@@ -65,14 +65,12 @@ async def _run(url: str, job_id: str, config: dict[str, Any]) -> None:
             await connection.execute(text("SELECT 1"))
         for connection in connections:
             await connection.close()
-        backend = create_job_backend(
-            database=engine, on_error=errors.append, **config.get("backend", {})
-        )
+        backend = create_job_backend(database=engine, on_error=errors.append)
         print("ready", flush=True)
         if await _line(reader) != "go":
             return
         cpu = time.process_time()
-        runtime = await start_job_runtime(job, backend=backend)
+        runtime = await start_job_runtime(job, backend=backend, **config.get("runtime", {}))
         try:
             await _line(reader)  # "stop", or "" at EOF
         finally:

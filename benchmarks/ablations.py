@@ -141,7 +141,7 @@ class _EnqueueAblation:
         self.table = ship_job_runs_table(self.metadata)
         ship_job_state_table(self.metadata)
         self.job: JobDefinition[dict[str, Any]] = define_job(JOB_ID, _noop, payload=dict)
-        self.backend = create_job_backend(database=db.engine, table=self.table, poll_interval=5.0)
+        self.backend = create_job_backend(database=db.engine, table=self.table)
         self.uow = create_unit_of_work(db.engine, repositories=_scope_itself)
 
     async def setup(self) -> None:
@@ -286,7 +286,7 @@ async def _claim_figures(bench: Bench) -> list[Figure]:
         bench.log(f"loading {backlog:,} waiting runs")
         await conn.execute(sql.load_waiting, JOB_ID, backlog)
         await conn.execute(f"VACUUM (ANALYZE) {table.name}")
-        backend = create_job_backend(database=db.engine, table=table, poll_interval=5.0)
+        backend = create_job_backend(database=db.engine, table=table)
 
         async def tuned(count: int = claims) -> float:
             return await _claim_latencies(backend, job, conn, sql.refill_waiting, count)

@@ -87,16 +87,14 @@ async def _ship_round(bench: Bench, db: BenchDatabase, count: int) -> tuple[floa
     job: JobDefinition[dict[str, Any]] = define_job(
         JOB_ID, observed.handler, payload=dict, concurrency=Concurrency(lease=LEASE)
     )
-    backend = create_job_backend(
-        database=db.engine, table=runs, state_table=state, poll_interval=POLL_INTERVAL
-    )
+    backend = create_job_backend(database=db.engine, table=runs, state_table=state)
     operator_engine = create_async_engine(db.url, pool_size=2)
     operator = create_job_backend(
         database=operator_engine, table=runs, state_table=state, listen=False
     )
     ops = create_job_operations(operator, authorizer=_allow)
     latencies: list[float] = []
-    runtime = await start_job_runtime(job, backend=backend)
+    runtime = await start_job_runtime(job, backend=backend, poll_interval=POLL_INTERVAL)
     try:
         for _ in range(count):
             result = await backend.enqueue(job, {})

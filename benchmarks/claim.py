@@ -96,7 +96,7 @@ def _backlog(db: BenchDatabase, metadata: MetaData, size: int) -> _Backlog:
         size=size,
         runs=runs,
         messages=messages,
-        backend=create_job_backend(database=db.engine, table=runs, poll_interval=5.0),
+        backend=create_job_backend(database=db.engine, table=runs),
         outbox=create_outbox(database=db.engine, table=messages),
         job_sql=job_sql(runs.name),
         outbox_sql=outbox_sql(messages.name),

@@ -88,24 +88,19 @@ class _Enqueue:
         ship_job_runs_table(metadata, name=RAW_TABLE)
         self.metadata = metadata
         self.job: JobDefinition[dict[str, Any]] = define_job(JOB_ID, _noop, payload=dict)
-        self.backend: PostgresJobBackend = create_job_backend(
-            database=db.engine, table=self.table, poll_interval=5.0
-        )
+        self.backend: PostgresJobBackend = create_job_backend(database=db.engine, table=self.table)
         self.capped: PostgresJobBackend = create_job_backend(
             database=db.engine,
             table=self.table,
             state_table=state,
-            poll_interval=5.0,
             queue_depth_limit=CAP_LIMIT,
         )
         # K1's A/B: the same backend announcing nothing, and announcing every enqueue in its
         # own transaction.
         self.silent: PostgresJobBackend = create_job_backend(
-            database=db.engine, table=self.table, poll_interval=5.0, announce=False
+            database=db.engine, table=self.table, announce=False
         )
-        self.every: PostgresJobBackend = create_job_backend(
-            database=db.engine, table=self.table, poll_interval=5.0
-        )
+        self.every: PostgresJobBackend = create_job_backend(database=db.engine, table=self.table)
         assert self.every._announcer is not None  # noqa: S101, SLF001 - announce=True
         self.every._announcer.plan = _FoldEvery()  # noqa: SLF001 - the unthrottled "worst"
         self.uow = create_unit_of_work(db.engine, repositories=_scope_itself)

@@ -138,7 +138,7 @@ class _Ship:
         self.state = ship_job_state_table(self.metadata)
         self.job: JobDefinition[dict[str, Any]] = define_job(JOB_ID, _noop, payload=dict)
         self.backend = create_job_backend(
-            database=db.engine, table=self.table, state_table=self.state, poll_interval=5.0
+            database=db.engine, table=self.table, state_table=self.state
         )
 
     async def setup(self) -> None:

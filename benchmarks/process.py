@@ -124,7 +124,7 @@ async def drain_jobs(
         rate_limit=rate_limit,
         fairness=fairness,
     )
-    backend = create_job_backend(database=db.engine, table=table, state_table=state, **options)
+    backend = create_job_backend(database=db.engine, table=table, state_table=state)
     # A fair job's runs are one tenant's (F2: the lone-tenant case); others have none.
     with tenant_ambient(None if fairness is None else "bench-tenant"):
         for start in range(0, runs, ENQUEUE_BATCH):
@@ -133,7 +133,7 @@ async def drain_jobs(
     await db.maintain(f"VACUUM (ANALYZE) {table.name}")
     backend_off = ablate_backend(backend) if ablate_backend is not None else nullcontext()
     with backend_off, Stopwatch() as watch:
-        runtime = await start_job_runtime(job, backend=backend)
+        runtime = await start_job_runtime(job, backend=backend, **options)
         try:
             with ablate_runtime(runtime) if ablate_runtime is not None else nullcontext():
                 async with asyncio.timeout(DRAIN_TIMEOUT):

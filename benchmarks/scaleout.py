@@ -29,7 +29,7 @@ Routes between the workers and PostgreSQL:
 ``scaleout.rtt.<route>`` is the round trip actually measured on each route (median of 200
 ``SELECT 1`` on one asyncpg connection, per round), since a proxy's timers are not exact.
 
-Configurations (``CONFIGS``): a config is the keyword arguments given to ``create_job_backend``
+Configurations (``CONFIGS``): a config is the keyword arguments given to ``start_job_runtime``
 and to ``define_job`` in each worker (a ``concurrency`` entry is ``Concurrency``'s arguments):
 ``defaults`` gives none (the library's defaults), ``tuned`` gives ``max_in_flight=1000`` and
 ``concurrency=Concurrency(max=1000)``, ``narrow`` gives ``max_in_flight=10``: each process then
@@ -106,22 +106,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @dataclass(frozen=True, slots=True)
 class Config:
-    """Keyword arguments for ``create_job_backend`` (``backend``) and ``define_job`` (``job``)
+    """Keyword arguments for ``start_job_runtime`` (``runtime``) and ``define_job`` (``job``)
     in every worker; ``job["concurrency"]``, if any, is a dict of ``Concurrency`` arguments."""
 
     name: str
-    backend: Mapping[str, Any] = field(default_factory=dict)
+    runtime: Mapping[str, Any] = field(default_factory=dict)
     job: Mapping[str, Any] = field(default_factory=dict)
     handler_ms: float = 0.0
     """How long each handler awaits (``asyncio.sleep``): 0 for a noop handler."""
 
     def to_json(self) -> str:
         return json.dumps(
-            {"backend": dict(self.backend), "job": dict(self.job), "handler_ms": self.handler_ms}
+            {"runtime": dict(self.runtime), "job": dict(self.job), "handler_ms": self.handler_ms}
         )
 
     def describe(self) -> str:
-        given = [f"{k}={v!r}" for k, v in {**self.backend, **self.job}.items()]
+        given = [f"{k}={v!r}" for k, v in {**self.runtime, **self.job}.items()]
         if self.handler_ms:
             given.append(f"handlers awaiting {self.handler_ms:g} ms")
         return ", ".join(given) or "library defaults"
@@ -129,9 +129,9 @@ class Config:
 
 CONFIGS: tuple[Config, ...] = (
     Config("defaults"),
-    Config("tuned", backend={"max_in_flight": 1000}, job={"concurrency": {"max": 1000}}),
-    Config("narrow", backend={"max_in_flight": 10}),
-    Config("io", backend={"max_in_flight": 10}, handler_ms=5.0),
+    Config("tuned", runtime={"max_in_flight": 1000}, job={"concurrency": {"max": 1000}}),
+    Config("narrow", runtime={"max_in_flight": 10}),
+    Config("io", runtime={"max_in_flight": 10}, handler_ms=5.0),
 )
 
 

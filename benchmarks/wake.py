@@ -195,7 +195,6 @@ async def _ship_round(bench: Bench, db: BenchDatabase, count: int) -> tuple[floa
         database=db.engine,
         table=ship_job_runs_table(metadata),
         state_table=ship_job_state_table(metadata),
-        poll_interval=POLL_INTERVAL,
     )
     uow = create_unit_of_work(db.engine, repositories=_scope_itself)
 
@@ -203,7 +202,7 @@ async def _ship_round(bench: Bench, db: BenchDatabase, count: int) -> tuple[floa
         scope.after_commit(samples.mark_commit)
         await backend.enqueue(job, {})
 
-    runtime = await start_job_runtime(job, backend=backend)
+    runtime = await start_job_runtime(job, backend=backend, poll_interval=POLL_INTERVAL)
     try:
         for _ in range(count):
             await uow.run(enqueue)
@@ -414,13 +413,12 @@ class _Remote:
             database=self.db.engine,
             table=self.runs,
             state_table=self.state,
-            poll_interval=REMOTE_POLL_INTERVAL,
             listen=listen,
             on_error=errors.append,
         )
         admin = await self.db.raw()
         latencies: list[float] = []
-        runtime = await start_job_runtime(job, backend=backend)
+        runtime = await start_job_runtime(job, backend=backend, poll_interval=REMOTE_POLL_INTERVAL)
         try:
             listener = backend.listener
             for _ in range(samples):

@@ -297,7 +297,7 @@ class _Wake:
         self.bench = bench
         self.db = db
         self.samples = _Samples()
-        self.backend = _backend(db.engine, MetaData(), poll_interval=POLL_INTERVAL)
+        self.backend = _backend(db.engine, MetaData())
         self.uow = create_unit_of_work(db.engine, repositories=_scope_itself)
         self.keys = ordered_ids()
 
@@ -378,7 +378,9 @@ async def _wake_figures(bench: Bench, db: BenchDatabase) -> list[Figure]:
     other_engine = create_async_engine(db.url, pool_size=4)
     other = _backend(other_engine, MetaData(), listen=False)
     other_uow = create_unit_of_work(other_engine, repositories=_scope_itself)
-    runtime = await start_job_runtime([wake.wait_job, wake.fresh_job], backend=wake.backend)
+    runtime = await start_job_runtime(
+        [wake.wait_job, wake.fresh_job], backend=wake.backend, poll_interval=POLL_INTERVAL
+    )
     try:
         await wake.publish_round(wake.backend, wake.uow, 10, 0.0, "warm-up")
         ours, theirs = await paired_rounds(

@@ -137,13 +137,12 @@ async def run(engine: AsyncEngine) -> None:
         table=job_runs,
         state_table=job_state,
         workers_table=job_workers,
-        poll_interval=0.2,
     )
     ops = create_job_operations(backend, authorizer=allow_everything)
 
     # K3: pause before the worker starts, so the emails queue up and their order shows K6.
     await ops.pause("emails.send")
-    runtime = await start_job_runtime(list(by_id.values()), backend=backend)
+    runtime = await start_job_runtime(list(by_id.values()), backend=backend, poll_interval=0.2)
     try:
         enqueued = {
             job_id: (await runtime.enqueue(by_id[job_id], {})).run_id

@@ -274,7 +274,7 @@ class Saga:
         return await self.uow.run(handler)
 
 
-def build(engine: AsyncEngine, *, poll_interval: float = 0.1) -> Saga:
+def build(engine: AsyncEngine) -> Saga:
     backend = create_job_backend(
         database=engine,
         table=job_runs,
@@ -282,7 +282,6 @@ def build(engine: AsyncEngine, *, poll_interval: float = 0.1) -> Saga:
         steps_table=job_steps,
         events_table=job_events,
         workers_table=job_workers,
-        poll_interval=poll_interval,
     )
     webhooks = create_webhook_event_store(
         database=engine, table=webhook_events, outbox_table=outbox, idempotency_table=idempotency
@@ -326,7 +325,7 @@ async def run(engine: AsyncEngine) -> Saga:
         retry=RetryPolicy(attempts=5, base_delay=0.1),
     )
     ops = create_job_operations(saga.backend, authorizer=allow_everything)
-    runtime = await start_job_runtime([fulfil], backend=saga.backend)
+    runtime = await start_job_runtime([fulfil], backend=saga.backend, poll_interval=0.1)
     try:
         run_ids: dict[str, str] = {}
         for order in (Order("A-1", "book", 2, 2500), Order("B-2", "book", 1, 1250)):

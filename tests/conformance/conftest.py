@@ -12,7 +12,6 @@ import pytest
 from sqlalchemy import MetaData
 
 from ship_sqla import (
-    advisory_lock_provider,
     create_job_backend,
     ship_job_events_table,
     ship_job_runs_table,
@@ -20,7 +19,7 @@ from ship_sqla import (
     ship_job_steps_table,
     ship_job_workers_table,
 )
-from ship_sqla.kernel import InMemoryJobBackend, InMemoryLockProvider
+from ship_sqla.kernel import InMemoryJobBackend
 from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
@@ -43,21 +42,12 @@ def _memory_factory() -> BackendFactory:
         clock: FrozenClock,
         *,
         queue_depth_limit: int | None = None,
-        max_in_flight: int = 100,
-        poll_interval: float = 1.0,
         on_error: Any = None,
-        with_locks: bool = False,
     ) -> InMemoryJobBackend:
         if "backend" in shared:
             return shared["backend"]  # type: ignore[no-any-return]
-        locks = shared.setdefault("locks", InMemoryLockProvider(clock)) if with_locks else None
         backend = InMemoryJobBackend(
-            clock=clock,
-            lock_provider=locks,
-            queue_depth_limit=queue_depth_limit,
-            max_in_flight=max_in_flight,
-            poll_interval=poll_interval,
-            on_error=on_error,
+            clock=clock, queue_depth_limit=queue_depth_limit, on_error=on_error
         )
         shared["backend"] = backend
         return backend
@@ -87,10 +77,7 @@ async def postgres_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
         clock: FrozenClock,
         *,
         queue_depth_limit: int | None = None,
-        max_in_flight: int = 100,
-        poll_interval: float = 1.0,
         on_error: Any = None,
-        with_locks: bool = False,
     ) -> Any:
         backend = create_job_backend(
             database=engine,
@@ -99,10 +86,7 @@ async def postgres_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
             workers_table=workers_table,
             steps_table=steps_table,
             events_table=events_table,
-            lock_provider=(advisory_lock_provider(engine, clock=clock) if with_locks else None),
-            poll_interval=poll_interval,
             queue_depth_limit=queue_depth_limit,
-            max_in_flight=max_in_flight,
             on_error=on_error,
             clock=clock,
         )

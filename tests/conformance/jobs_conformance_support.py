@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ship_sqla.kernel import JobBackend
+from ship_sqla.kernel import InMemoryLockProvider, JobBackend, LockProvider
 from ship_sqla.testing import FrozenClock
 
 JOB_LEASE = 30.0
@@ -19,8 +19,13 @@ class BackendFactory(Protocol):
         clock: FrozenClock,
         *,
         queue_depth_limit: int | None = None,
-        max_in_flight: int = 100,
-        poll_interval: float = 1.0,
         on_error: Any = None,
-        with_locks: bool = False,
     ) -> JobBackend: ...
+
+
+def single_runner_locks(backend: JobBackend, clock: FrozenClock) -> LockProvider:
+    """J4: the lock provider a runtime on ``backend`` takes single-runner locks from when given
+    none (PostgreSQL: advisory locks on its engine), or, for a backend that has none (in
+    memory), an :class:`InMemoryLockProvider` to start the runtime with."""
+    default = backend.default_lock_provider
+    return default if default is not None else InMemoryLockProvider(clock)

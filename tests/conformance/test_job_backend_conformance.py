@@ -180,7 +180,7 @@ async def test_j2_queue_full_counts_waiting_and_delayed_runs(clock, job_backend_
 async def test_j3_enqueue_wakes_a_waiting_loop(clock, job_backend_factory):
     """J3: wait_for_work returns at once after a local enqueue, long before the poll interval
     (frozen time never reaches it here); a wake before the wait is not lost."""
-    backend = job_backend_factory(clock, poll_interval=60.0)
+    backend = job_backend_factory(clock)
     definition = job()
     returned = anyio.Event()
 
@@ -201,7 +201,7 @@ async def test_j3_enqueue_wakes_a_waiting_loop(clock, job_backend_factory):
 
 async def test_j3_wait_for_work_times_out_on_the_clock(clock, job_backend_factory):
     """J3: without a wake, wait_for_work returns after the poll interval of (frozen) time."""
-    backend = job_backend_factory(clock, poll_interval=5.0)
+    backend = job_backend_factory(clock)
     returned = anyio.Event()
 
     async def waiter():

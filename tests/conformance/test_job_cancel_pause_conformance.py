@@ -491,7 +491,7 @@ async def test_k3_the_runtime_stops_claiming_a_paused_job_running_runs_finish_re
     """K3: while a job is paused the runtime claims none of its runs (its claims come back
     empty, enqueues still land); the run that was running finishes; resume makes the waiting
     run start at once, without a poll (time does not move)."""
-    backend = SpyBackend(job_backend_factory(clock, poll_interval=3600.0))
+    backend = SpyBackend(job_backend_factory(clock))
     ops = create_job_operations(backend.inner, authorizer=allow)
     gate = anyio.Event()
     started: list[int] = []
@@ -505,7 +505,7 @@ async def test_k3_the_runtime_stops_claiming_a_paused_job_running_runs_finish_re
 
     job = define_job("k3.runtime", handler, payload=dict, concurrency=Concurrency(max=5))
     first = await backend.enqueue(job, {"n": 1})
-    async with await start_job_runtime([job], backend=backend):
+    async with await start_job_runtime([job], backend=backend, poll_interval=3600.0):
         with anyio.fail_after(10):
             await first_started.wait()
         assert await ops.pause(job.id)

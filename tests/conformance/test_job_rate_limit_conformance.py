@@ -104,7 +104,7 @@ async def test_f3_a_runtime_claims_again_when_the_window_frees(clock, job_backen
     """F3: a runtime whose claim found the window full claims the job again when the window
     frees (the claim said when), not only at its next poll: with a 60 s poll and
     RateLimit(2, 5 s), advancing the clock 5 s starts the next two runs."""
-    backend = job_backend_factory(clock, poll_interval=60.0)
+    backend = job_backend_factory(clock)
     done: list[int] = []
     finished = anyio.Event()
 
@@ -117,7 +117,7 @@ async def test_f3_a_runtime_claims_again_when_the_window_frees(clock, job_backen
         "f3.runtime", handler, payload=dict, rate_limit=RateLimit(2, timedelta(seconds=5))
     )
     await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(6)])
-    runtime = await start_job_runtime(job, backend=backend, clock=clock)
+    runtime = await start_job_runtime(job, backend=backend, clock=clock, poll_interval=60.0)
     try:
         with anyio.fail_after(10):
             await finished.wait()

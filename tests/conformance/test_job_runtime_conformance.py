@@ -12,6 +12,7 @@ import anyio
 import pytest
 from global_meter import global_meter
 from job_helpers import ErrorLog, advance_until, advance_until_awaited, claim_request, record_of
+from jobs_conformance_support import single_runner_locks
 from spy_backend import SpyBackend
 
 from ship_sqla import define_job, start_job_runtime
@@ -54,14 +55,14 @@ async def test_runtime_completes_every_enqueued_run(clock, job_backend_factory):
 
 async def test_runtime_wakes_on_enqueue_after_start(clock, job_backend_factory):
     """J3: an enqueue made while the loop waits wakes it at once (frozen time never polls)."""
-    backend = job_backend_factory(clock, poll_interval=3600.0)
+    backend = job_backend_factory(clock)
     ran = anyio.Event()
 
     async def handler(ctx, payload):
         ran.set()
 
     job = define_job("conf.wake", handler, payload=dict)
-    async with await start_job_runtime([job], backend=backend):
+    async with await start_job_runtime([job], backend=backend, poll_interval=3600.0):
         for _ in range(10):
             await anyio.lowlevel.checkpoint()
         await backend.enqueue(job, {})
@@ -170,9 +171,9 @@ async def test_j7_lock_held_elsewhere_returns_the_run_without_an_attempt(
     """J4/J7: when the (job id, key) lock is held elsewhere, the run goes back to waiting one
     jittered backoff step later without consuming an attempt; once free, it runs."""
     errors = ErrorLog()
-    inner = job_backend_factory(clock, with_locks=True, on_error=errors)
+    inner = job_backend_factory(clock, on_error=errors)
     backend = SpyBackend(inner)
-    assert backend.lock_provider is not None
+    locks = single_runner_locks(inner, clock)
     ran = anyio.Event()
 
     async def handler(ctx, payload):
@@ -188,11 +189,11 @@ async def test_j7_lock_held_elsewhere_returns_the_run_without_an_attempt(
         concurrency=Concurrency(single_runner=True, key=lambda p: p["account"], lease=600),
         retry=RetryPolicy(attempts=1, backoff="fixed", base_delay=4, jitter="none"),
     )
-    elsewhere = await backend.lock_provider.acquire("conf.single/acme", 600)
+    elsewhere = await locks.acquire("conf.single/acme", 600)
     assert elsewhere is not None
     try:
         result = await backend.enqueue(job, {"account": "acme"})
-        async with await start_job_runtime([job], backend=backend):
+        async with await start_job_runtime([job], backend=backend, lock_provider=locks):
             await backend.wait_settled("release", 1)
             release, outcome = backend.settled("release")[0]
             assert outcome == "released"
@@ -332,7 +333,7 @@ async def test_j11_claim_failure_is_reported_and_the_loop_recovers(clock, job_ba
 @pytest.mark.parametrize("max_in_flight", [1, 3])
 async def test_runtime_never_exceeds_max_in_flight(clock, job_backend_factory, max_in_flight):
     """J3: the loop never claims more runs than free slots (process-wide max_in_flight)."""
-    backend = job_backend_factory(clock, max_in_flight=max_in_flight)
+    backend = job_backend_factory(clock)
     running = 0
     peak = 0
     done = 0
@@ -352,7 +353,7 @@ async def test_runtime_never_exceeds_max_in_flight(clock, job_backend_factory, m
 
     job = define_job("conf.slots", handler, payload=dict, concurrency=Concurrency(max=50))
     await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(total)])
-    async with await start_job_runtime([job], backend=backend):
+    async with await start_job_runtime([job], backend=backend, max_in_flight=max_in_flight):
         with anyio.fail_after(20):
             await finished.wait()
     assert peak == max_in_flight
@@ -403,10 +404,10 @@ async def test_j6_j10_a_run_buried_by_a_claim_is_reported_and_counted(clock, job
 async def test_j10_metrics_are_on_by_default_through_the_global_provider(
     clock, job_backend_factory
 ):
-    """J10: with no meter_provider and no metrics=, the backend and the runtime record through
-    OpenTelemetry's global provider, so installing the SDK is all it takes, even after the
-    backend was built (the API's proxy forwards to it); the queue gauges are sampled once a
-    reader collected them."""
+    """J10: a runtime started with no meter_provider records through OpenTelemetry's global
+    provider, so installing the SDK is all it takes, even after the backend was built and the
+    process's default instruments were made (the API's proxy forwards to it); the queue gauges
+    are sampled once a reader collected them."""
     from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL  # noqa: PLC0415
 
     async def handler(ctx, payload):

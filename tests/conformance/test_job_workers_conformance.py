@@ -21,8 +21,9 @@ from spy_backend import SpyBackend
 
 from ship_sqla import create_job_operations, define_job, start_job_runtime
 from ship_sqla.errors import BoundExceededError, PermissionDeniedError
-from ship_sqla.jobs import EnqueueRequest, JobMetrics, WorkerRecord
+from ship_sqla.jobs import EnqueueRequest, WorkerRecord
 from ship_sqla.kernel import WorkerEntry
+from ship_sqla.kernel._metrics import job_metrics_for
 from ship_sqla.kernel._workers import (
     SAMPLER_LEASE,
     WORKER_HEARTBEAT_INTERVAL,
@@ -356,7 +357,7 @@ async def test_f6_a_draining_worker_claims_nothing_and_says_so(
         backend.wake()
         for _ in range(5):
             await settle_loop()
-            clock.advance(backend.poll_interval)
+            clock.advance(runtime.poll_interval)
         assert backend.started.get("claim", 0) == claims
         assert not stopped.is_set()
         proceed.set()
@@ -378,7 +379,10 @@ class Sampling:
 
     def __init__(self, backend: JobBackend) -> None:
         self.reader = InMemoryMetricReader()
-        self.metrics = JobMetrics(MeterProvider(metric_readers=[self.reader]))
+        self.provider = MeterProvider(metric_readers=[self.reader])
+        # The instruments the runtime records through (one per provider): made now, so the
+        # collection below observes their gauges.
+        job_metrics_for(self.provider)
         self.reader.get_metrics_data()  # a reader collects: a sample is worth its query
         self.spy = SpyBackend(backend)
 
@@ -404,7 +408,7 @@ class Sampling:
             jobs,
             backend=self.spy,
             worker_id=worker_id,
-            metrics=self.metrics,
+            meter_provider=self.provider,
             queue_sample_interval=SAMPLE_INTERVAL,
         )
 

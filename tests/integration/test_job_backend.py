@@ -14,7 +14,12 @@ from sqlalchemy import MetaData, TextClause, event, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla import TransactionScope, create_job_operations, create_unit_of_work
+from ship_sqla import (
+    TransactionScope,
+    create_job_operations,
+    create_unit_of_work,
+    start_job_runtime,
+)
 from ship_sqla._direct import DirectConnection
 from ship_sqla._jobs import (
     JobBackendTimeoutError,
@@ -90,7 +95,20 @@ async def rows(engine: AsyncEngine, job_id: str = JOB.id) -> list[Any]:
 
 async def test_backend_satisfies_the_protocol(backend: PostgresJobBackend) -> None:
     assert isinstance(backend, JobBackend)
-    assert isinstance(backend.lock_provider, AdvisoryLockProvider)
+
+
+async def test_j4_a_runtime_takes_the_engines_advisory_locks_by_default(
+    backend: PostgresJobBackend,
+) -> None:
+    """J3, J4: on an engine the backend's default_lock_provider is advisory locks on it, and a
+    runtime started with no lock_provider takes it; the runtime's knobs are start_job_runtime's,
+    not create_job_backend's."""
+    assert isinstance(backend.default_lock_provider, AdvisoryLockProvider)
+    async with await start_job_runtime(JOB, backend=backend, mode="enqueue-only") as runtime:
+        assert runtime.lock_provider is backend.default_lock_provider
+    for knob in ("poll_interval", "max_in_flight", "lock_provider", "meter_provider"):
+        with pytest.raises(TypeError, match=knob):
+            create_job_backend(database=backend.database, **{knob: None})  # type: ignore[call-arg]
 
 
 # --- J1 dedupe ---------------------------------------------------------------------------------
@@ -800,12 +818,12 @@ async def test_backend_on_a_connection_in_a_transaction(
     ship_connection: AsyncConnection, ship_clock: FrozenClock
 ) -> None:
     """The backend works on a connection already in a transaction (SAVEPOINTs), taking turns
-    between concurrent callers; it has no lock provider by default there."""
+    between concurrent callers; it has no default lock provider there (J4)."""
     await ship_connection.run_sync(metadata.create_all)
     backend = create_job_backend(
         database=ship_connection, table=runs, state_table=state, clock=ship_clock
     )
-    assert backend.lock_provider is None
+    assert backend.default_lock_provider is None
     await backend.enqueue_many(JOB, [EnqueueRequest({"n": n}) for n in range(4)])
     first, second = await asyncio.gather(
         backend.claim(claim_request(JOB, worker="A", limit=2)),

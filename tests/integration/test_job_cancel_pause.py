@@ -65,7 +65,7 @@ async def test_k2_a_cancel_through_another_backend_reaches_the_handler_by_notifi
     heartbeat can have carried it; the run ends cancelled."""
     worker_engine, operator_engine = engines
     clock = FrozenClock()
-    worker = SpyBackend(backend_on(worker_engine, clock, poll_interval=3600.0))
+    worker = SpyBackend(backend_on(worker_engine, clock))
     operator = backend_on(operator_engine, clock, listen=False)
     ops = create_job_operations(operator, authorizer=allow)
     started, cancelled = anyio.Event(), anyio.Event()
@@ -82,7 +82,7 @@ async def test_k2_a_cancel_through_another_backend_reaches_the_handler_by_notifi
     job = define_job("k2.notified", handler, payload=dict, concurrency=Concurrency(lease=30))
     result = await operator.enqueue(job, {})
     assert result.run_id is not None
-    async with await start_job_runtime([job], backend=worker):
+    async with await start_job_runtime([job], backend=worker, poll_interval=3600.0):
         with anyio.fail_after(10):
             await worker.inner.listener.wait_live()
             await started.wait()
@@ -103,7 +103,7 @@ async def test_k3_a_pause_through_one_engine_stops_another_engines_claims_and_re
     notification wakes that runtime at once: time never moves, and the poll is an hour away."""
     worker_engine, operator_engine = engines
     clock = FrozenClock()
-    worker = SpyBackend(backend_on(worker_engine, clock, poll_interval=3600.0))
+    worker = SpyBackend(backend_on(worker_engine, clock))
     operator = backend_on(operator_engine, clock, listen=False)
     ops = create_job_operations(operator, authorizer=allow)
     ran = anyio.Event()
@@ -114,7 +114,7 @@ async def test_k3_a_pause_through_one_engine_stops_another_engines_claims_and_re
     job = define_job("k3.engines", handler, payload=dict)
     assert await ops.pause(job.id)
     assert await worker.inner.claim(claim_request(job, worker="direct")) == []
-    async with await start_job_runtime([job], backend=worker):
+    async with await start_job_runtime([job], backend=worker, poll_interval=3600.0):
         with anyio.fail_after(10):
             await worker.inner.listener.wait_live()
         claims = len(worker.answered("claim"))

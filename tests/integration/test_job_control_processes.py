@@ -78,7 +78,6 @@ WORKER = textwrap.dedent(
             database=engine,
             table=ship_job_runs_table(md),
             state_table=ship_job_state_table(md),
-            poll_interval=0.1,
             listen=listen,
         )
         concurrency = Concurrency(max=10, lease=lease)
@@ -89,7 +88,7 @@ WORKER = textwrap.dedent(
         ]
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        runtime = await start_job_runtime(jobs, backend=backend, worker_id=name)
+        runtime = await start_job_runtime(jobs, backend=backend, worker_id=name, poll_interval=0.1)
         print("ready", flush=True)
         await stop.wait()
         await runtime.stop(drain_timeout=5)

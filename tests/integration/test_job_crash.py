@@ -69,8 +69,6 @@ WORKER = textwrap.dedent(
             database=engine,
             table=ship_job_runs_table(md),
             state_table=ship_job_state_table(md),
-            poll_interval=0.2,
-            max_in_flight=8,
         )
         job = define_job(
             "crash.work",
@@ -81,7 +79,9 @@ WORKER = textwrap.dedent(
         )
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        runtime = await start_job_runtime([job], backend=backend, worker_id=worker)
+        runtime = await start_job_runtime(
+            [job], backend=backend, worker_id=worker, poll_interval=0.2, max_in_flight=8
+        )
         print("ready", flush=True)
         await stop.wait()
         await runtime.stop(drain_timeout=5)

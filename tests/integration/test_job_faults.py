@@ -176,11 +176,7 @@ class Harness:
             database=self.engine,
             table=runs,
             state_table=state,
-            lock_provider=None,
-            poll_interval=POLL,
             queue_depth_limit=None,
-            max_in_flight=50,
-            meter_provider=None,
             on_error=self.errors.append,
             clock=None,
             operation_timeout=10.0,
@@ -320,7 +316,9 @@ async def run_under_faults(
         )
         harness.run_ids.extend(str(result.run_id) for result in results)
     with anyio.fail_after(within):
-        runtime = await start_job_runtime([job], backend=backend, drain_timeout=5)
+        runtime = await start_job_runtime(
+            [job], backend=backend, drain_timeout=5, poll_interval=POLL, max_in_flight=50
+        )
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(fault)

@@ -26,24 +26,21 @@ from ship_sqla.jobs import (
     QueueDepth,
     RetryPolicy,
 )
+from ship_sqla.kernel._metrics import job_metrics_for
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)
 state = ship_job_state_table(metadata)
 
 
-async def test_backend_meter_provider_feeds_the_runtime(ship_engine: AsyncEngine) -> None:
-    """J10: create_job_backend(meter_provider=...) is where the runtime records ship.job.runs,
+async def test_the_runtime_records_through_its_meter_provider(ship_engine: AsyncEngine) -> None:
+    """J10: start_job_runtime(meter_provider=...) is where the runtime records ship.job.runs,
     ship.job.run.duration and ship.job.dead_letter.count, with the ship.job.id attribute."""
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     reader = InMemoryMetricReader()
-    backend = create_job_backend(
-        database=ship_engine,
-        table=runs,
-        state_table=state,
-        meter_provider=MeterProvider(metric_readers=[reader]),
-    )
+    provider = MeterProvider(metric_readers=[reader])
+    backend = create_job_backend(database=ship_engine, table=runs, state_table=state)
     settled = 0
     all_settled = anyio.Event()
 
@@ -57,7 +54,7 @@ async def test_backend_meter_provider_feeds_the_runtime(ship_engine: AsyncEngine
             raise RuntimeError(message)
 
     job = define_job("metered.pg", handler, payload=dict, retry=RetryPolicy(attempts=1))
-    async with await start_job_runtime([job], backend=backend) as runtime:
+    async with await start_job_runtime([job], backend=backend, meter_provider=provider) as runtime:
         await runtime.enqueue_many(job, [EnqueueRequest({"fail": f}) for f in (False, False, True)])
         with anyio.fail_after(30):
             await all_settled.wait()
@@ -98,12 +95,8 @@ async def test_queue_gauges_report_the_database_queue(ship_engine: AsyncEngine) 
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     reader = InMemoryMetricReader()
-    backend = create_job_backend(
-        database=ship_engine,
-        table=runs,
-        state_table=state,
-        meter_provider=MeterProvider(metric_readers=[reader]),
-    )
+    provider = MeterProvider(metric_readers=[reader])
+    backend = create_job_backend(database=ship_engine, table=runs, state_table=state)
     backend.__class__ = _SampledBackend
     assert isinstance(backend, _SampledBackend)
     backend.sampled = anyio.Event()
@@ -112,8 +105,11 @@ async def test_queue_gauges_report_the_database_queue(ship_engine: AsyncEngine) 
     later = datetime.now(UTC) + timedelta(hours=1)
     await backend.enqueue_many(job, [EnqueueRequest({"n": n}, run_at=later) for n in range(4)])
 
+    job_metrics_for(provider)  # the runtime's instruments, made before the collection below
     reader.get_metrics_data()  # a reader collects: from now on a sample is worth its query
-    async with await start_job_runtime([job, idle], backend=backend, queue_sample_interval=0.2):
+    async with await start_job_runtime(
+        [job, idle], backend=backend, meter_provider=provider, queue_sample_interval=0.2
+    ):
         with anyio.fail_after(30):
             await backend.sampled.wait()
         found = {

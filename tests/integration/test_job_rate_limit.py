@@ -56,7 +56,6 @@ WORKER = textwrap.dedent(
             database=engine,
             table=ship_job_runs_table(md),
             state_table=ship_job_state_table(md),
-            poll_interval=5.0,
             listen=False,
         )
         jobs = [
@@ -71,7 +70,7 @@ WORKER = textwrap.dedent(
         ]
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        runtime = await start_job_runtime(jobs, backend=backend, worker_id=name)
+        runtime = await start_job_runtime(jobs, backend=backend, worker_id=name, poll_interval=5.0)
         print("ready", flush=True)
         await stop.wait()
         await runtime.stop(drain_timeout=5)

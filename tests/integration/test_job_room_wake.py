@@ -33,9 +33,7 @@ async def test_f1_freed_fleet_slots_wake_the_other_processes(ship_engine: AsyncE
         await connection.run_sync(metadata.create_all)
     clock = FrozenClock()
     backends = {
-        name: create_job_backend(
-            database=ship_engine, table=runs, state_table=state, clock=clock, poll_interval=60
-        )
+        name: create_job_backend(database=ship_engine, table=runs, state_table=state, clock=clock)
         for name in "AB"
     }
     release = asyncio.Event()
@@ -55,12 +53,16 @@ async def test_f1_freed_fleet_slots_wake_the_other_processes(ship_engine: AsyncE
 
     job = define_job("f1.room", handler, payload=dict, concurrency=Concurrency(max=2))
     await backends["A"].enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(4)])
-    runtime_a = await start_job_runtime(job, backend=backends["A"], worker_id="A", clock=clock)
+    runtime_a = await start_job_runtime(
+        job, backend=backends["A"], worker_id="A", clock=clock, poll_interval=60
+    )
     runtime_b = None
     try:
         with anyio.fail_after(10):
             await a_started.wait()
-        runtime_b = await start_job_runtime(job, backend=backends["B"], worker_id="B", clock=clock)
+        runtime_b = await start_job_runtime(
+            job, backend=backends["B"], worker_id="B", clock=clock, poll_interval=60
+        )
         await parked(backends["B"])
         assert "B" not in ran  # the cap is held by A
         stopping = asyncio.create_task(runtime_a.stop(drain_timeout=10))

@@ -87,11 +87,11 @@ def errors() -> Errors:
 
 
 def receiver(engine: AsyncEngine, clock: FrozenClock, errors: Errors, **options: Any) -> Any:
+    """The worker's backend (its runtimes poll every ``POLL`` seconds)."""
     return create_job_backend(
         database=engine,
         table=runs,
         state_table=state,
-        poll_interval=POLL,
         clock=clock,
         on_error=errors,
         **options,
@@ -149,7 +149,9 @@ async def test_k1_an_enqueue_committed_in_another_process_wakes_the_runtime(
     runtime without any poll: the runtime's clock never moves (its 5 s poll cannot fire)."""
     started = Started()
     backend = receiver(engine, ship_clock, errors)
-    async with await start_job_runtime(job("k1.remote", started), backend=backend):
+    async with await start_job_runtime(
+        job("k1.remote", started), backend=backend, poll_interval=POLL
+    ):
         await live(backend)
         await parked(backend)
         await anyio.run_process(
@@ -183,7 +185,7 @@ async def test_k1_delivered_at_commit_never_before_and_never_after_a_rollback(
 
     async with (
         spy_on(ship_engine_url, backend.wake_channel) as spy,
-        await start_job_runtime(definition, backend=backend),
+        await start_job_runtime(definition, backend=backend, poll_interval=POLL),
     ):
         await live(backend)
 
@@ -263,7 +265,7 @@ async def test_k8_a_burst_right_behind_an_announcement_starts_without_a_recheck_
     other = sender(other_engine, clock=FrozenClock())
     async with (
         spy_on(ship_engine_url, backend.wake_channel) as spy,
-        await start_job_runtime(definition, backend=backend),
+        await start_job_runtime(definition, backend=backend, poll_interval=POLL),
     ):
         await live(backend)
         await parked(backend)
@@ -293,7 +295,7 @@ async def test_k1_a_killed_listener_reconnects_and_runs_what_it_missed_at_once(
     backend = receiver(engine, ship_clock, errors)
     other = sender(other_engine)
     await other.enqueue(job("k1.warm-up"), {})  # the sender's pool holds a connection
-    async with await start_job_runtime(definition, backend=backend):
+    async with await start_job_runtime(definition, backend=backend, poll_interval=POLL):
         await live(backend)
         assert backend.listener is not None
         first_pid = backend.listener.backend_pid
@@ -331,7 +333,7 @@ async def test_k1_a_listener_behind_a_transaction_mode_pooler_is_not_trusted_and
         backend = receiver(engine, ship_clock, errors, listen=proxy.url_for(ship_engine_url))
         assert backend.listener is not None
         backend.listener._probe_timeout = 0.2
-        async with await start_job_runtime(definition, backend=backend):
+        async with await start_job_runtime(definition, backend=backend, poll_interval=POLL):
             await errors.wait_for(ListenerNotLiveError)
             assert not backend.listener.live
             assert backend.listener.connects == 0
@@ -355,14 +357,14 @@ async def test_k1_listen_false_keeps_no_listener_and_stop_closes_it(
     assert quiet.listener is None
     async with (
         spy_on(ship_engine_url, quiet.wake_channel) as spy,
-        await start_job_runtime(job("k1.quiet"), backend=quiet),
+        await start_job_runtime(job("k1.quiet"), backend=quiet, poll_interval=POLL),
     ):
         await quiet.enqueue(job("k1.quiet"), {})
         assert await spy.everything_before_now() == ["k1.quiet"]
         assert await listener_pids(ship_engine_url) == []
     listening = receiver(engine, ship_clock, errors)
     assert listening.listener is not None
-    async with await start_job_runtime(job("k1.loud"), backend=listening):
+    async with await start_job_runtime(job("k1.loud"), backend=listening, poll_interval=POLL):
         await live(listening)
         assert await listener_pids(ship_engine_url) == [listening.listener.backend_pid]
     assert not listening.listener.live

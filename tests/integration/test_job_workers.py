@@ -34,8 +34,9 @@ from ship_sqla._jobs import (
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql import workers as worker_sql
 from ship_sqla._naming import quoted_table
-from ship_sqla.jobs import JobMetrics, WorkerRecord
+from ship_sqla.jobs import WorkerRecord
 from ship_sqla.kernel import WorkerEntry
+from ship_sqla.kernel._metrics import job_metrics_for
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
 from ship_sqla.schema import check_schema, schema_sql
 from ship_sqla.testing import FrozenClock
@@ -110,7 +111,8 @@ class Member:
             listen=False,
         )
         reader = InMemoryMetricReader()
-        self.metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
+        self.provider = MeterProvider(metric_readers=[reader])
+        job_metrics_for(self.provider)  # the runtime's instruments, made before the collection
         reader.get_metrics_data()
         self.spy = SpyBackend(self.backend)
 
@@ -122,7 +124,7 @@ class Member:
             [job],
             backend=self.spy,
             worker_id=worker_id,
-            metrics=self.metrics,
+            meter_provider=self.provider,
             queue_sample_interval=5.0,
         )
 
@@ -253,12 +255,17 @@ async def test_f6_without_the_workers_table_a_runtime_runs_unregistered(
 
     job = define_job("unregistered.job", handler, payload=dict)
     reader = InMemoryMetricReader()
-    metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
+    provider = MeterProvider(metric_readers=[reader])
+    job_metrics_for(provider)  # the runtime's instruments, made before the collection
     reader.get_metrics_data()
     spy = SpyBackend(backend)
     with caplog.at_level(logging.WARNING, logger="ship_sqla.jobs"):
         async with await start_job_runtime(
-            [job], backend=spy, worker_id="w-alone", metrics=metrics, queue_sample_interval=5
+            [job],
+            backend=spy,
+            worker_id="w-alone",
+            meter_provider=provider,
+            queue_sample_interval=5,
         ):
             await backend.enqueue(job, {})
             with anyio.fail_after(10):

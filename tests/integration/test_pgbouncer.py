@@ -380,11 +380,11 @@ async def outbox_states(engine: AsyncEngine) -> list[tuple[str, int]]:
 def worker_backend(
     engine: AsyncEngine, clock: FrozenClock, errors: Errors, **options: Any
 ) -> PostgresJobBackend:
+    """The workers' backend (their runtimes poll every ``POLL`` seconds)."""
     return create_job_backend(
         database=engine,
         table=runs,
         state_table=state,
-        poll_interval=POLL,
         clock=clock,
         on_error=errors,
         **options,
@@ -424,7 +424,10 @@ async def test_f7_jobs_enqueue_claim_settle_and_locks_through_pgbouncer_push_wak
         if taken is not None:
             await taken.release()
         held.append(
-            (backend.lock_provider.lock_id(key) in await held_advisory_locks(direct), taken is None)
+            (
+                backend.default_lock_provider.lock_id(key) in await held_advisory_locks(direct),
+                taken is None,
+            )
         )
         settled.record(payload)
 
@@ -446,7 +449,9 @@ async def test_f7_jobs_enqueue_claim_settle_and_locks_through_pgbouncer_push_wak
         ids["dead"] = (await web.enqueue(flaky_job, {"always": True})).run_id
         ids["alone"] = (await web.enqueue(alone_job, {"n": 1})).run_id
 
-    async with await start_job_runtime([greet_job, flaky_job, alone_job], backend=backend):
+    async with await start_job_runtime(
+        [greet_job, flaky_job, alone_job], backend=backend, poll_interval=POLL
+    ):
         assert backend.listener is not None
         with anyio.fail_after(10):
             await backend.listener.wait_live()
@@ -599,7 +604,7 @@ async def test_f7_heartbeats_through_pgbouncer(
 
     backend.heartbeat = observed  # the runtime's heartbeats, counted as they start
     web = create_job_backend(database=elsewhere, table=runs, state_table=state, listen=False)
-    async with await start_job_runtime(job, backend=backend):
+    async with await start_job_runtime(job, backend=backend, poll_interval=POLL):
         await parked(backend)
         run_id = (await web.enqueue(job, {})).run_id
 
@@ -675,7 +680,7 @@ async def test_f7_schedules_tick_through_pgbouncer(
     )
     backend = worker_backend(bounced, ship_clock, errors, listen=False)
     occurrences = ["pgb.report/2030-01-01T12:01:00Z", "pgb.report/2030-01-01T12:02:00Z"]
-    async with await start_job_runtime(job, backend=backend):
+    async with await start_job_runtime(job, backend=backend, poll_interval=POLL):
         for n, occurrence in enumerate(occurrences, start=1):
 
             async def fired(n: int = n) -> bool:
@@ -784,7 +789,7 @@ async def test_f7_listen_through_pgbouncer_never_goes_live_and_polling_covers_it
     assert backend.listener is not None
     backend.listener._probe_timeout = 0.2  # real seconds until the probe counts as lost
     web = create_job_backend(database=elsewhere, table=runs, state_table=state, listen=False)
-    async with await start_job_runtime(job, backend=backend):
+    async with await start_job_runtime(job, backend=backend, poll_interval=POLL):
         await errors.wait_for(ListenerNotLiveError)
         assert not backend.listener.live
         assert backend.listener.connects == 0

@@ -111,8 +111,6 @@ WORKER = textwrap.dedent(
             state_table=ship_job_state_table(md),
             steps_table=ship_job_steps_table(md),
             events_table=ship_job_events_table(md),
-            poll_interval=0.2,
-            max_in_flight=40,
         )
         retry = RetryPolicy(attempts=50, base_delay=0.05)
         policy = dict(concurrency=Concurrency(lease=lease), retry=retry)
@@ -133,7 +131,13 @@ WORKER = textwrap.dedent(
         flow_job = define_job("chaos.flow", flow, payload=dict, **policy)
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        runtime = await start_job_runtime([flow_job, child_job], backend=backend, worker_id=worker)
+        runtime = await start_job_runtime(
+            [flow_job, child_job],
+            backend=backend,
+            worker_id=worker,
+            poll_interval=0.2,
+            max_in_flight=40,
+        )
         print("ready", flush=True)
         await stop.wait()
         await runtime.stop(drain_timeout=5)

@@ -26,7 +26,7 @@ async def test_d5_a_fan_in_of_ten_thousand_children_continues_exactly_once(
     """D5: 10,000 children spawned by one step are enqueued once (their ids are durable, the
     parent replays the spawn on every wake); the parent suspends until the last one ends and
     its continuation runs once, with 10,000 completed outcomes."""
-    backend = await workflow_backend(ship_engine, poll_interval=0.05, max_in_flight=500)
+    backend = await workflow_backend(ship_engine)
     continued: list[int] = []
     done = anyio.Event()
 
@@ -42,7 +42,9 @@ async def test_d5_a_fan_in_of_ten_thousand_children_continues_exactly_once(
         done.set()
 
     parent_job = define_job("fanin.parent", parent, payload=dict, concurrency=Concurrency(lease=60))
-    runtime = await start_job_runtime([parent_job, child_job], backend=backend)
+    runtime = await start_job_runtime(
+        [parent_job, child_job], backend=backend, poll_interval=0.05, max_in_flight=500
+    )
     try:
         result = await backend.enqueue(parent_job, {})
         with anyio.fail_after(240):

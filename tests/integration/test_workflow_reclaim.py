@@ -33,7 +33,7 @@ async def test_d3_a_run_resumed_by_its_own_process_mid_settle_batch_is_not_stale
     the same runtime while their batch's other suspends are still being sent; every run
     completes and no error is reported (no 'claimed it anew' stale report, no cancel)."""
     errors: list[BaseException] = []
-    backend = await workflow_backend(ship_engine, poll_interval=0.01, on_error=errors.append)
+    backend = await workflow_backend(ship_engine, on_error=errors.append)
     finished = anyio.Event()
     ended: list[str] = []
 
@@ -45,7 +45,7 @@ async def test_d3_a_run_resumed_by_its_own_process_mid_settle_batch_is_not_stale
             finished.set()
 
     job = define_job("wf.reclaim", handler, payload=dict, concurrency=Concurrency(lease=30))
-    runtime = await start_job_runtime(job, backend=backend)
+    runtime = await start_job_runtime(job, backend=backend, poll_interval=0.01)
     try:
         await backend.enqueue_many(job, [EnqueueRequest({}) for _ in range(RUNS)])
         with anyio.fail_after(30):

@@ -48,7 +48,7 @@ def scope_only(scope: Any) -> Any:
 async def backend(ship_engine: AsyncEngine, clock: FrozenClock) -> Any:
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
-    return await workflow_backend(ship_engine, clock=clock, poll_interval=0.05)
+    return await workflow_backend(ship_engine, clock=clock)
 
 
 @pytest.fixture
@@ -226,7 +226,7 @@ async def test_a_workflow_runs_end_to_end_in_a_runtime(ship_engine: AsyncEngine)
     """D1-D5 in a worker runtime on PostgreSQL (the system clock): a step, a sleep, an event
     wait woken by a publish from outside, a fan-out of children and the fan-in; the
     continuation runs once."""
-    backend = await workflow_backend(ship_engine, poll_interval=0.05)
+    backend = await workflow_backend(ship_engine)
     continued: list[list[str]] = []
     waiting = anyio.Event()
     finished = anyio.Event()
@@ -250,7 +250,7 @@ async def test_a_workflow_runs_end_to_end_in_a_runtime(ship_engine: AsyncEngine)
         finished.set()
 
     parent_job = define_job("wf.e2e", parent, payload=dict)
-    runtime = await start_job_runtime([parent_job, child_job], backend=backend)
+    runtime = await start_job_runtime([parent_job, child_job], backend=backend, poll_interval=0.05)
     try:
         result = await backend.enqueue(parent_job, {})
         with anyio.fail_after(20):

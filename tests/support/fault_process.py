@@ -71,8 +71,6 @@ async def worker(url: str, config: dict[str, Any], stop: asyncio.Event) -> None:
         database=engine,
         table=ship_job_runs_table(metadata),
         state_table=ship_job_state_table(metadata),
-        poll_interval=config["poll_interval"],
-        max_in_flight=config["max_in_flight"],
         on_error=errors,
     )
 
@@ -87,7 +85,13 @@ async def worker(url: str, config: dict[str, Any], stop: asyncio.Event) -> None:
         concurrency=Concurrency(max=config["max_in_flight"], lease=config["lease"]),
         retry=RetryPolicy(attempts=config["attempts"], base_delay=0.05),
     )
-    runtime = await start_job_runtime([job], backend=backend, drain_timeout=10)
+    runtime = await start_job_runtime(
+        [job],
+        backend=backend,
+        drain_timeout=10,
+        poll_interval=config["poll_interval"],
+        max_in_flight=config["max_in_flight"],
+    )
     emit(event="ready")
     await stop.wait()
     emit(event="stopped", running=runtime.running, errors=errors.by_type, samples=errors.samples)

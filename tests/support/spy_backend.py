@@ -70,20 +70,8 @@ class SpyBackend:
         return self.inner.clock
 
     @property
-    def lock_provider(self) -> Any:
-        return self.inner.lock_provider
-
-    @property
-    def poll_interval(self) -> float:
-        return self.inner.poll_interval
-
-    @property
-    def max_in_flight(self) -> int:
-        return self.inner.max_in_flight
-
-    @property
-    def metrics(self) -> Any:
-        return self.inner.metrics
+    def default_lock_provider(self) -> Any:
+        return self.inner.default_lock_provider
 
     def report_error(self, error: BaseException) -> None:
         self.inner.report_error(error)

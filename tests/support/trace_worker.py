@@ -86,7 +86,6 @@ async def main(url: str, spans_file: str) -> None:
         database=engine,
         table=ship_job_runs_table(metadata),
         state_table=ship_job_state_table(metadata),
-        poll_interval=0.05,
         on_error=lambda error: errors.append(f"{type(error).__name__}: {error}"),
     )
 
@@ -102,7 +101,7 @@ async def main(url: str, spans_file: str) -> None:
         concurrency=Concurrency(max=20, lease=60),
         retry=RetryPolicy(attempts=3, backoff="fixed", base_delay=0.05, jitter="none"),
     )
-    async with await start_job_runtime([job], backend=backend):
+    async with await start_job_runtime([job], backend=backend, poll_interval=0.05):
         emit(event="ready")
         await stop.wait()
     provider.shutdown()

@@ -44,12 +44,8 @@ JOB = define_job(
 
 
 def test_options_are_validated(clock):
-    with pytest.raises(ConfigurationError, match="poll_interval"):
-        InMemoryJobBackend(clock=clock, poll_interval=0)
     with pytest.raises(ConfigurationError, match="queue_depth_limit"):
         InMemoryJobBackend(clock=clock, queue_depth_limit=0)
-    with pytest.raises(ConfigurationError, match="max_in_flight"):
-        InMemoryJobBackend(clock=clock, max_in_flight=0)
 
 
 async def test_inspection(backend, clock):

@@ -110,10 +110,37 @@ async def test_start_validates_its_options(backend):
         await start_job_runtime([job], backend=backend, drain_timeout=-1)
     with pytest.raises(ConfigurationError, match="queue_sample_interval"):
         await start_job_runtime([job], backend=backend, queue_sample_interval=0)
+    with pytest.raises(ConfigurationError, match="poll_interval"):
+        await start_job_runtime([job], backend=backend, poll_interval=0)
+    with pytest.raises(ConfigurationError, match=r"max_in_flight must be at least 1, got 0\."):
+        await start_job_runtime([job], backend=backend, max_in_flight=0)
     with pytest.raises(ConfigurationError, match="JobBackend protocol"):
         await start_job_runtime([job], backend=object())  # type: ignore[arg-type]
     with pytest.raises(DuplicateJobError):
         await start_job_runtime([job, define_job("a", _noop)], backend=backend)
+
+
+async def test_j3_j4_each_runtime_holds_its_own_knobs(clock):
+    """J3, J4: how a worker runs is start_job_runtime's, not the backend's: two runtimes on one
+    backend poll, cap and lock as each was told; one given no lock_provider takes the backend's
+    default_lock_provider (in memory: none). The backend takes none of these knobs."""
+    backend = InMemoryJobBackend(clock=clock)
+    locks = InMemoryLockProvider(clock)
+    job = define_job("knobs", _noop)
+    tuned = await start_job_runtime(
+        job, backend=backend, poll_interval=0.05, max_in_flight=3, lock_provider=locks
+    )
+    plain = await start_job_runtime(job, backend=backend)
+    try:
+        assert (tuned.poll_interval, tuned.max_in_flight, tuned.lock_provider) == (0.05, 3, locks)
+        assert backend.default_lock_provider is None
+        assert (plain.poll_interval, plain.max_in_flight, plain.lock_provider) == (1.0, 100, None)
+    finally:
+        await tuned.stop()
+        await plain.stop()
+    for knob in ("poll_interval", "max_in_flight", "lock_provider", "meter_provider"):
+        with pytest.raises(TypeError, match=knob):
+            InMemoryJobBackend(clock=clock, **{knob: None})
 
 
 async def test_enqueue_only_mode_never_claims(backend):
@@ -273,7 +300,7 @@ async def test_single_runner_keys_never_run_twice_at_once_in_one_process(backend
 async def test_jobs_share_slots_fairly(clock):
     """The loop visits jobs from a rotating start: a busy job cannot starve another of the
     process's only slot."""
-    backend = InMemoryJobBackend(clock=clock, max_in_flight=1)
+    backend = InMemoryJobBackend(clock=clock)
     order: list[str] = []
     finished = anyio.Event()
 
@@ -286,7 +313,7 @@ async def test_jobs_share_slots_fairly(clock):
     quiet = define_job("quiet", handler, payload=dict)
     await backend.enqueue_many(busy, [EnqueueRequest({}) for _ in range(5)])
     await backend.enqueue(quiet, {})
-    async with await start_job_runtime([busy, quiet], backend=backend):
+    async with await start_job_runtime([busy, quiet], backend=backend, max_in_flight=1):
         with anyio.fail_after(5):
             await finished.wait()
     assert "quiet" in order[:2]
@@ -491,7 +518,7 @@ async def test_single_runner_lock_is_held_for_the_run_and_extended(clock, errors
     """J4/L1: the (job id, key) lock is held while the handler runs, extended at every
     heartbeat past its first lease, and released after the run."""
     locks = InMemoryLockProvider(clock)
-    backend = InMemoryJobBackend(clock=clock, lock_provider=locks, on_error=errors)
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
     spy = SpyBackend(backend)
     gate = anyio.Event()
     started = anyio.Event()
@@ -507,7 +534,7 @@ async def test_single_runner_lock_is_held_for_the_run_and_extended(clock, errors
         concurrency=Concurrency(single_runner=True, key=lambda p: p["k"], lease=LEASE),
     )
     await backend.enqueue(job, {"k": "x"})
-    async with await start_job_runtime(job, backend=spy):
+    async with await start_job_runtime(job, backend=spy, lock_provider=locks):
         try:
             with anyio.fail_after(5):
                 await started.wait()
@@ -540,7 +567,7 @@ class _LosingLocks:
 async def test_lost_lock_cancels_and_releases_the_run(clock, errors):
     """L2/J12: when the single-runner lock cannot be extended the handler is cancelled, the run
     is released (attempt unspent, cancellation in history) and the loss is reported."""
-    backend = InMemoryJobBackend(clock=clock, lock_provider=_LosingLocks(), on_error=errors)
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
     spy = SpyBackend(backend)
     started = anyio.Event()
     contexts: list[JobContext] = []
@@ -558,7 +585,7 @@ async def test_lost_lock_cancels_and_releases_the_run(clock, errors):
         retry=RetryPolicy(backoff="fixed", base_delay=3, jitter="none"),
     )
     result = await backend.enqueue(job, {})
-    async with await start_job_runtime(job, backend=spy):
+    async with await start_job_runtime(job, backend=spy, lock_provider=_LosingLocks()):
         with anyio.fail_after(5):
             await started.wait()
         await advance_until_awaited(clock, lambda: spy.wait_settled("release", 1), step=1.0)
@@ -623,12 +650,12 @@ async def test_stop_with_zero_drain_cancels_at_once(clock, backend):
 async def test_a_slow_completion_backend_stops_claiming(clock):
     """Backpressure: while 2 * max_in_flight finished runs wait for their completion, the loop
     claims nothing more; once completions land, it carries on."""
-    backend = InMemoryJobBackend(clock=clock, max_in_flight=2)
+    backend = InMemoryJobBackend(clock=clock)
     spy = SpyBackend(backend)
     gate = spy.gate("settle")
     job = define_job("slow", _noop, payload=dict)
     results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(10)])
-    async with await start_job_runtime(job, backend=spy) as runtime:
+    async with await start_job_runtime(job, backend=spy, max_in_flight=2) as runtime:
         try:
             await settle_loop(100)
             claimed = sum(len(call.result) for call in spy.calls["claim"])
@@ -643,15 +670,13 @@ async def test_a_slow_completion_backend_stops_claiming(clock):
 
 async def test_runtime_records_job_metrics(clock):
     """J10: the runtime records each attempt's outcome (ship.job.runs, ship.job.run.duration),
-    dead letters and single-runner lock waits on the JobMetrics it was given."""
+    dead letters and single-runner lock waits through the meter_provider it was given."""
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
-
     reader = InMemoryMetricReader()
-    metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
-    backend = InMemoryJobBackend(clock=clock, lock_provider=InMemoryLockProvider(clock))
+    provider = MeterProvider(metric_readers=[reader])
+    backend = InMemoryJobBackend(clock=clock)
     spy = SpyBackend(backend)
 
     async def handler(ctx, payload):
@@ -668,7 +693,9 @@ async def test_runtime_records_job_metrics(clock):
     )
     await backend.enqueue(job, {"k": "a", "fail": False})
     await backend.enqueue(job, {"k": "b", "fail": True})
-    async with await start_job_runtime(job, backend=spy, metrics=metrics):
+    async with await start_job_runtime(
+        job, backend=spy, meter_provider=provider, lock_provider=InMemoryLockProvider(clock)
+    ):
         await spy.wait_settled("fail", 1)
         await spy.wait_settled("complete", 1)
     data = reader.get_metrics_data()
@@ -697,12 +724,12 @@ async def test_claims_leave_the_room_of_unanswered_completions(clock):
     the completion landed mid-claim (a 20x throughput cliff with max_in_flight above 1000).
     A claim of a capped job takes at most half the cap, so the next half is claimed while the
     first one's completions are on the wire."""
-    backend = InMemoryJobBackend(clock=clock, max_in_flight=4)
+    backend = InMemoryJobBackend(clock=clock)
     spy = SpyBackend(backend)
     gate = spy.gate("settle")
     job = define_job("roomy", _noop, payload=dict, concurrency=Concurrency(max=4))
     results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(8)])
-    async with await start_job_runtime(job, backend=spy) as runtime:
+    async with await start_job_runtime(job, backend=spy, max_in_flight=4) as runtime:
         try:
             await settle_loop(100)
             assert runtime.executing == 0
@@ -724,11 +751,10 @@ async def test_worker_samples_the_queue_gauges(clock, errors):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
     from ship_sqla.kernel._runtime.depth import DEPTH_SAMPLE_INTERVAL  # noqa: PLC0415
 
     reader = InMemoryMetricReader()
-    metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
+    provider = MeterProvider(metric_readers=[reader])
     backend = InMemoryJobBackend(clock=clock, on_error=errors)
     spy = SpyBackend(backend)
     later = clock.now() + timedelta(hours=1)
@@ -745,7 +771,7 @@ async def test_worker_samples_the_queue_gauges(clock, errors):
         }
         return found["ship.job.queue.depth"], found["ship.job.queue.oldest_waiting_age"]
 
-    async with await start_job_runtime([queued, idle], backend=spy, metrics=metrics):
+    async with await start_job_runtime([queued, idle], backend=spy, meter_provider=provider):
         await settle_loop()
         reader.get_metrics_data()  # the first collection: from now on a sample is worth it
         clock.advance(DEPTH_SAMPLE_INTERVAL)
@@ -784,24 +810,24 @@ async def test_no_collection_no_queue_sampling(clock, backend):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
+    from ship_sqla.kernel._metrics import job_metrics_for  # noqa: PLC0415
 
     spy = SpyBackend(backend)
     job = define_job("unmetered", _noop, payload=dict)
     async with await start_job_runtime(job, backend=spy) as runtime:
-        assert runtime.metrics is backend.metrics  # the global provider's: on by default
+        assert runtime.metrics is job_metrics_for()  # the global provider's: on by default
         await settle_loop(20)
         clock.advance(3600)
         await settle_loop(20)
     reader = InMemoryMetricReader()
-    metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
-    async with await start_job_runtime(job, backend=spy, metrics=metrics):
+    provider = MeterProvider(metric_readers=[reader])
+    async with await start_job_runtime(job, backend=spy, meter_provider=provider):
         await settle_loop(20)
         clock.advance(3600)
         await settle_loop(20)
     reader.get_metrics_data()
     async with await start_job_runtime(
-        job, backend=spy, metrics=metrics, queue_sample_interval=None
+        job, backend=spy, meter_provider=provider, queue_sample_interval=None
     ):
         await settle_loop(20)
         clock.advance(3600)
@@ -814,14 +840,17 @@ async def test_queue_sample_interval_sets_the_sampling_period(clock, backend):
     from opentelemetry.sdk.metrics import MeterProvider  # noqa: PLC0415 - this test only
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: PLC0415
 
-    from ship_sqla.jobs import JobMetrics  # noqa: PLC0415
+    from ship_sqla.kernel._metrics import job_metrics_for  # noqa: PLC0415
 
     spy = SpyBackend(backend)
     job = define_job("sampled", _noop, payload=dict)
     reader = InMemoryMetricReader()
-    metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
+    provider = MeterProvider(metric_readers=[reader])
+    job_metrics_for(provider)  # the runtime's instruments, made before the collection below
     reader.get_metrics_data()
-    async with await start_job_runtime(job, backend=spy, metrics=metrics, queue_sample_interval=60):
+    async with await start_job_runtime(
+        job, backend=spy, meter_provider=provider, queue_sample_interval=60
+    ):
         await spy.wait_calls("queue_depths", 1)
         await settle_loop()
         clock.advance(59)
@@ -868,7 +897,7 @@ async def test_j3_runs_beyond_the_claim_limit_are_released_unexecuted(clock, err
     """J3: a backend that answers more runs than a claim asked for (a bug) never makes the loop
     exceed its slots: the extra runs are released at once, attempts unspent and no handler
     started for them, the bug is reported, and every run still executes exactly once."""
-    backend = InMemoryJobBackend(clock=clock, on_error=errors, max_in_flight=1)
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
     spy = SpyBackend(backend)
     ran: list[str] = []
     gate = anyio.Event()
@@ -888,7 +917,7 @@ async def test_j3_runs_beyond_the_claim_limit_are_released_unexecuted(clock, err
     job = define_job("greedy", handler, payload=dict)
     results = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(3)])
     spy.answers["claim"] = greedy
-    async with await start_job_runtime(job, backend=spy) as runtime:
+    async with await start_job_runtime(job, backend=spy, max_in_flight=1) as runtime:
         try:
             await spy.wait_settled("release", 2)
             with anyio.fail_after(5):
@@ -1105,11 +1134,11 @@ async def test_j11_fail_and_release_are_retried_through_a_short_outage(clock, er
     )
     held = await locks.acquire("keyed/", 3600)
     assert held is not None
-    locked_backend = InMemoryJobBackend(clock=clock, on_error=errors, lock_provider=locks)
+    locked_backend = InMemoryJobBackend(clock=clock, on_error=errors)
     outage = SpyBackend(locked_backend, outage=("settle",))
     keyed_run = await locked_backend.enqueue(keyed, {})
     outage.down = True
-    async with await start_job_runtime(keyed, backend=outage):
+    async with await start_job_runtime(keyed, backend=outage, lock_provider=locks):
         await advance_until_awaited(clock, lambda: outage.wait_calls("settle", 2), step=0.05)
         outage.down = False
         await advance_until_awaited(clock, lambda: outage.wait_calls("settle", 3), step=0.25)
@@ -1163,7 +1192,7 @@ async def test_j11_the_loop_is_back_within_a_second_of_the_database(clock, error
     second, and the work runs (a backoff that kept doubling came back 12-30 s late)."""
     MAX_ERROR_BACKOFF = ERROR_BACKOFF.max_delay  # noqa: N806 - the one error backoff's cap
 
-    backend = InMemoryJobBackend(clock=clock, on_error=errors, poll_interval=5.0)
+    backend = InMemoryJobBackend(clock=clock, on_error=errors)
     outage = SpyBackend(backend, outage=("claim",))
     ran = anyio.Event()
 
@@ -1172,7 +1201,7 @@ async def test_j11_the_loop_is_back_within_a_second_of_the_database(clock, error
 
     job = define_job("resumes", handler, payload=dict, concurrency=Concurrency(lease=LEASE))
     outage.down = True
-    async with await start_job_runtime(job, backend=outage):
+    async with await start_job_runtime(job, backend=outage, poll_interval=5.0):
         await outage.wait_calls("claim", 1)
         await advance_until(clock, _after(clock, 120), step=0.1)
         gaps = [b.at - a.at for a, b in itertools.pairwise(outage.calls["claim"])]

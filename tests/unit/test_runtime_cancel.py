@@ -47,7 +47,7 @@ async def test_k2_a_run_cancelled_before_its_handler_started_never_runs(clock):
     the handler starts: the handler never runs, the run ends cancelled, attempt counted."""
     errors = ErrorLog()
     locks = GatedLocks(clock)
-    backend = SpyBackend(InMemoryJobBackend(clock=clock, lock_provider=locks, on_error=errors))
+    backend = SpyBackend(InMemoryJobBackend(clock=clock, on_error=errors))
     ops = create_job_operations(backend.inner, authorizer=allow)
     ran: list[str] = []
 
@@ -62,7 +62,7 @@ async def test_k2_a_run_cancelled_before_its_handler_started_never_runs(clock):
     )
     result = await backend.enqueue(job, {})
     assert result.run_id is not None
-    async with await start_job_runtime([job], backend=backend):
+    async with await start_job_runtime([job], backend=backend, lock_provider=locks):
         with anyio.fail_after(10):
             await locks.asked.wait()
         assert (await ops.cancel(result.run_id)).outcome == "requested"

@@ -16,8 +16,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from spy_backend import SpyBackend
 
 from ship_sqla import define_job, start_job_runtime
-from ship_sqla.jobs import EnqueueRequest, JobMetrics, WorkerRecord
+from ship_sqla.jobs import EnqueueRequest, WorkerRecord
 from ship_sqla.kernel import InMemoryJobBackend, InMemoryWorkerRegistry, WorkerEntry
+from ship_sqla.kernel._metrics import job_metrics_for
 from ship_sqla.kernel._workers import WORKER_HEARTBEAT_INTERVAL
 from ship_sqla.testing import FrozenClock
 
@@ -149,7 +150,8 @@ async def test_f6_without_a_registry_the_runtime_logs_once_and_runs_unregistered
 class Sampled:
     def __init__(self, backend: Any) -> None:
         reader = InMemoryMetricReader()
-        self.metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
+        self.provider = MeterProvider(metric_readers=[reader])
+        job_metrics_for(self.provider)  # the runtime's instruments, made before the collection
         reader.get_metrics_data()
         self.spy = backend if isinstance(backend, SpyBackend) else SpyBackend(backend)
 
@@ -167,8 +169,12 @@ async def test_f5_without_a_registry_every_runtime_samples_its_own_jobs(
     other = define_job("registered.other", _noop, payload=dict)
     a = Sampled(with_registry(backend, registry))
     b = Sampled(with_registry(backend, registry))
-    ra = await start_job_runtime([JOB], backend=a.spy, metrics=a.metrics, queue_sample_interval=5)
-    rb = await start_job_runtime([other], backend=b.spy, metrics=b.metrics, queue_sample_interval=5)
+    ra = await start_job_runtime(
+        [JOB], backend=a.spy, meter_provider=a.provider, queue_sample_interval=5
+    )
+    rb = await start_job_runtime(
+        [other], backend=b.spy, meter_provider=b.provider, queue_sample_interval=5
+    )
     try:
         for _ in range(3):
             await settle_loop()
@@ -187,9 +193,9 @@ async def test_f5_a_runtime_that_samples_nothing_never_takes_the_lease(
 ) -> None:
     """F5: a runtime whose gauges nobody collects (no SDK), or with queue_sample_interval=None,
     registers but never takes the sampler lease, so it cannot keep the fleet from sampling."""
-    uncollected = JobMetrics(MeterProvider())  # an SDK whose gauges no reader collects
+    uncollected = MeterProvider()  # an SDK whose gauges no reader collects
     quiet = await start_job_runtime(
-        [JOB], backend=backend, worker_id="w-quiet", metrics=uncollected
+        [JOB], backend=backend, worker_id="w-quiet", meter_provider=uncollected
     )
     off = await start_job_runtime(
         [JOB], backend=backend, worker_id="w-off", queue_sample_interval=None
@@ -209,7 +215,7 @@ async def test_f5_a_runtime_that_samples_nothing_never_takes_the_lease(
         await quiet.stop()
     sampling = Sampled(backend)
     async with await start_job_runtime(
-        [JOB], backend=sampling.spy, worker_id="w-on", metrics=sampling.metrics
+        [JOB], backend=sampling.spy, worker_id="w-on", meter_provider=sampling.provider
     ):
         await settle_loop()
         assert [r.sampler for r in await listed(backend.workers)] == [True]

@@ -65,20 +65,13 @@ class JobTables:
         return f"{self.runs_name} and {quoted_table(self.state)}"
 
     def backend(
-        self,
-        engine: AsyncEngine,
-        *,
-        poll_interval: float = 1.0,
-        max_in_flight: int = 100,
-        on_error: ErrorHandler | None = None,
+        self, engine: AsyncEngine, *, on_error: ErrorHandler | None = None
     ) -> PostgresJobBackend:
         """The job backend on these three tables (the defaults are ``create_job_backend``'s)."""
         return create_job_backend(
             database=engine,
             table=self.runs,
             state_table=self.state,
-            poll_interval=poll_interval,
-            max_in_flight=max_in_flight,
             on_error=on_error,
             workers_table=self.workers,
         )

@@ -262,17 +262,14 @@ async def run_worker(
     for number in signals:
         loop.add_signal_handler(number, on_signal, number)
     try:
-        backend = tables.backend(
-            engine,
-            poll_interval=poll_interval,
-            max_in_flight=max_in_flight,
-            on_error=_report_error,
-        )
+        backend = tables.backend(engine, on_error=_report_error)
         await _check_tables(engine, backend)
         runtime = await start_job_runtime(
             jobs,
             backend=backend,
             mode="worker",
+            poll_interval=poll_interval,
+            max_in_flight=max_in_flight,
             drain_timeout=drain_timeout,
             summary_interval=summary_interval,
         )

@@ -47,7 +47,7 @@ K1 A committed insert of a due run is announced (NOTIFY on
    :class:`~ship_sqla._notify.Listener` (``listen=``) holds one dedicated LISTEN connection and
    wakes the loop on the announcements of the runtime's jobs, and at once after every
    reconnect. Polling stays the fallback: a lost notification or listener delays a run by at
-   most ``poll_interval``.
+   most the runtime's ``poll_interval``.
 J5 Each claim draws a new fencing token; every settlement and heartbeat acts only while it is
    current, else changes nothing and answers "stale" (the runtime reports
    ``SHIP_SQLA_JOB_LEASE_STALE``). A lease that lapsed but that no claim retook is still current
@@ -145,7 +145,6 @@ from ship_sqla.kernel._ports import (
     ClaimedRun,
     EnqueueResult,
     HeartbeatBatch,
-    LockProvider,
     QueueDepth,
     SettleOutcome,
     Suspend,
@@ -250,11 +249,7 @@ class PostgresJobBackend(JobBackendBase):
         database: Database,
         table: Table,
         state_table: Table,
-        lock_provider: LockProvider | None,
-        poll_interval: float,
         queue_depth_limit: int | None,
-        max_in_flight: int,
-        meter_provider: Any,  # noqa: ANN401 - an OpenTelemetry MeterProvider
         on_error: ErrorHandler | None,
         clock: Clock | None,
         operation_timeout: float,
@@ -272,12 +267,15 @@ class PostgresJobBackend(JobBackendBase):
             )
         self._set_options(
             clock=clock,
-            lock_provider=lock_provider,
-            poll_interval=poll_interval,
             queue_depth_limit=queue_depth_limit,
-            max_in_flight=max_in_flight,
             on_error=on_error,
-            meter_provider=meter_provider,
+            # J4: a runtime given no lock provider locks single-runner keys with advisory locks
+            # on this engine (a connection, the test path, has none to lend).
+            default_lock_provider=(
+                advisory_lock_provider(database, clock=clock)
+                if isinstance(database, AsyncEngine)
+                else None
+            ),
         )
         timeout = require_duration(
             operation_timeout, "operation_timeout", maximum=MAX_OPERATION_TIMEOUT
@@ -999,11 +997,7 @@ def create_job_backend(
     database: Database,
     table: Table | None = None,
     state_table: Table | None = None,
-    lock_provider: LockProvider | None = None,
-    poll_interval: float = 1.0,
     queue_depth_limit: int | None = None,
-    max_in_flight: int = 100,
-    meter_provider: Any = None,  # noqa: ANN401 - an OpenTelemetry MeterProvider
     on_error: ErrorHandler | None = None,
     clock: Clock | None = None,
     operation_timeout: float = 30.0,
@@ -1018,15 +1012,15 @@ def create_job_backend(
     ``database``: the application's ``AsyncEngine`` (or an ``AsyncConnection`` in a transaction,
     for tests). ``table`` / ``state_table``: from :func:`ship_job_runs_table` /
     :func:`ship_job_state_table` on the application's metadata (defaults: those tables under
-    their default names). ``lock_provider``: cross-process exclusion for single-runner jobs
-    (J4); by default :func:`advisory_lock_provider` on ``database`` when it is an engine.
-    ``poll_interval`` (seconds), ``queue_depth_limit`` (J2, None: unlimited), ``max_in_flight``
-    (runs one runtime executes at once), ``on_error`` (receives what the loop absorbs, J11),
-    ``clock`` (one clock for the process; a ``FrozenClock`` in tests), ``operation_timeout``
-    (seconds any one backend operation may take before :class:`JobBackendTimeoutError`),
-    ``meter_provider`` (J10; None: OpenTelemetry's global provider, so metrics are on as soon
-    as the application installs an SDK). Durations must be finite, positive and bounded
-    (``poll_interval`` and ``operation_timeout`` at most an hour): ``ConfigurationError``.
+    their default names). ``queue_depth_limit`` (J2, None: unlimited), ``on_error`` (receives
+    what the loop absorbs, J11), ``clock`` (one clock for the process; a ``FrozenClock`` in
+    tests), ``operation_timeout`` (seconds any one backend operation may take before
+    :class:`JobBackendTimeoutError`; finite, positive, at most an hour, else
+    ``ConfigurationError``). How a worker runs on it (``poll_interval``, ``max_in_flight``,
+    ``meter_provider``, ``lock_provider``) is given to
+    :func:`~ship_sqla.kernel.start_job_runtime` (J3); the backend's ``default_lock_provider``
+    (J4), what a runtime locks single-runner keys with when given none, is
+    :func:`advisory_lock_provider` on ``database`` when it is an engine, else None.
 
     ``listen`` (K1, push wake): True (default) gives a worker runtime on this backend one
     dedicated LISTEN connection, made from the engine's URL, so an enqueue committed in ANY
@@ -1058,17 +1052,11 @@ def create_job_backend(
         steps_table = ship_job_steps_table(MetaData(), schema=table.schema, runs_table=table.name)
     if events_table is None:
         events_table = ship_job_events_table(MetaData(), schema=table.schema)
-    if lock_provider is None and isinstance(database, AsyncEngine):
-        lock_provider = advisory_lock_provider(database, clock=clock)
     return PostgresJobBackend(
         database=database,
         table=table,
         state_table=state_table,
-        lock_provider=lock_provider,
-        poll_interval=poll_interval,
         queue_depth_limit=queue_depth_limit,
-        max_in_flight=max_in_flight,
-        meter_provider=meter_provider,
         on_error=on_error,
         clock=clock,
         operation_timeout=operation_timeout,

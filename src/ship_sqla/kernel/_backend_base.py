@@ -15,8 +15,9 @@ A backend subclasses :class:`JobBackendBase`, calls :meth:`~JobBackendBase._set_
 thing in ``__init__`` and implements only storage: ``insert``, ``claim``, ``heartbeat``,
 ``_settle_if_tokens_current``, the schedule store and its ``admin`` (:class:`RunAdmin`).
 
-Both backends also carry ``metrics``, the :class:`JobMetrics` a runtime on them records through
-(J10): the ``meter_provider``'s, or OpenTelemetry's global provider's when none is given."""
+A backend holds what its storage decides (the clock, ``queue_depth_limit``, ``on_error``) and
+names its ``default_lock_provider``; how a worker runs on it (``poll_interval``,
+``max_in_flight``, ``meter_provider``, ``lock_provider``) is :func:`start_job_runtime`'s (J3)."""
 
 from __future__ import annotations
 
@@ -25,9 +26,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Final
 
 from ship_sqla.kernel._clock import Clock, SystemClock
-from ship_sqla.kernel._durations import MAX_POLL_INTERVAL, require_duration
 from ship_sqla.kernel._errors import BoundExceededError, ConfigurationError
-from ship_sqla.kernel._metrics import JobMetrics, job_metrics_for
 from ship_sqla.kernel._on_error import deliver_error
 from ship_sqla.kernel._plans.prepare import prepare_runs
 from ship_sqla.kernel._ports import EnqueueRequest, Suspend
@@ -69,68 +68,43 @@ class JobBackendBase(ABC):
     thing in ``__init__``."""
 
     _clock: Clock
-    _lock_provider: LockProvider | None
-    _poll_interval: float
+    _default_lock_provider: LockProvider | None
     _queue_depth_limit: int | None
-    _max_in_flight: int
     _on_error: ErrorHandler | None
-    _meter_provider: Any
     _wakeup: LocalWake
-    metrics: JobMetrics
-    """J10: where a runtime on this backend records, unless ``start_job_runtime`` got others."""
 
     def _set_options(
         self,
         *,
         clock: Clock | None,
-        lock_provider: LockProvider | None,
-        poll_interval: float,
         queue_depth_limit: int | None,
-        max_in_flight: int,
         on_error: ErrorHandler | None,
-        meter_provider: Any = None,  # noqa: ANN401 - an OpenTelemetry MeterProvider
+        default_lock_provider: LockProvider | None = None,
     ) -> None:
-        poll = require_duration(poll_interval, "poll_interval", maximum=MAX_POLL_INTERVAL)
         if queue_depth_limit is not None and queue_depth_limit < 1:
             raise ConfigurationError(
                 f"queue_depth_limit must be at least 1, got {queue_depth_limit!r}.",
                 fix="pass None for no limit.",
             )
-        if max_in_flight < 1:
-            raise ConfigurationError(f"max_in_flight must be at least 1, got {max_in_flight!r}.")
         self._clock = clock if clock is not None else SystemClock()
-        self._lock_provider = lock_provider
-        self._poll_interval = poll
+        self._default_lock_provider = default_lock_provider
         self._queue_depth_limit = queue_depth_limit
-        self._max_in_flight = max_in_flight
         self._on_error = on_error
-        self._meter_provider = meter_provider
         self._wakeup = LocalWake()
         self._cancel_watchers: list[Callable[[str], None]] = []
-        self.metrics = job_metrics_for(meter_provider)
 
     # --- options ----------------------------------------------------------------------------------
-
-    @property
-    def meter_provider(self) -> Any:  # noqa: ANN401 - an OpenTelemetry MeterProvider or None
-        """The provider given; None: OpenTelemetry's global one."""
-        return self._meter_provider
 
     @property
     def clock(self) -> Clock:
         return self._clock
 
     @property
-    def lock_provider(self) -> LockProvider | None:
-        return self._lock_provider
-
-    @property
-    def poll_interval(self) -> float:
-        return self._poll_interval
-
-    @property
-    def max_in_flight(self) -> int:
-        return self._max_in_flight
+    def default_lock_provider(self) -> LockProvider | None:
+        """J4: the lock provider a runtime on this backend takes its single-runner locks from
+        when ``start_job_runtime`` is given none; None: this storage has none (the claim's
+        exclusion is all there is)."""
+        return self._default_lock_provider
 
     @property
     def queue_depth_limit(self) -> int | None:

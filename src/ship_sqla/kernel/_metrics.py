@@ -14,12 +14,12 @@ every backend:
 ``ship.job.key`` is set only for keyed single-runner jobs (a non-empty key); keys can be of
 high cardinality (one per customer, say), so ``JobMetrics(include_key=False)`` drops it.
 
-Metrics are on by default: a backend or runtime given no ``meter_provider`` records through
-OpenTelemetry's global provider, a no-op until the application installs an SDK (before or after
-the backend is built: the API's proxy forwards to the SDK once it is set), so installing the SDK
-is all it takes. The API alone records nothing, so the runtime and backends call these methods
-unconditionally. This module imports the OpenTelemetry API only (never an SDK, never
-SQLAlchemy).
+Metrics are on by default: a runtime given no ``meter_provider`` (``start_job_runtime``'s one
+metrics knob) records through OpenTelemetry's global provider, a no-op until the application
+installs an SDK (before or after the runtime starts: the API's proxy forwards to the SDK once it
+is set), so installing the SDK is all it takes. The API alone records nothing, so the runtime
+calls these methods unconditionally. This module imports the OpenTelemetry API only (never an
+SDK, never SQLAlchemy).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def _histogram(meter: Meter, name: str, description: str, buckets: Sequence[floa
 
 
 class JobMetrics:
-    """The job instruments of one backend/runtime (J10).
+    """The job instruments of a runtime (J10; ``runtime.metrics``).
 
     ``meter_provider=None`` uses the global provider, a no-op until the application installs an
     SDK. Synchronous instruments are recorded as events happen; the two queue gauges are
@@ -240,8 +240,8 @@ _per_provider: weakref.WeakKeyDictionary[Any, JobMetrics] = weakref.WeakKeyDicti
 
 
 def job_metrics_for(meter_provider: MeterProvider | None = None) -> JobMetrics:
-    """The process's one :class:`JobMetrics` for ``meter_provider``; None (the default of both
-    backends and ``start_job_runtime``) is OpenTelemetry's global provider.
+    """The process's one :class:`JobMetrics` for ``meter_provider``; None
+    (``start_job_runtime``'s default) is OpenTelemetry's global provider.
 
     One instance per provider, because the SDK would drop the queue gauges of a second one (see
     :class:`JobMetrics`). For the global provider one instance serves the whole process: made

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import Fairness, JobDefinition, RateLimit
-    from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
+    from ship_sqla.kernel._metrics import JobOutcome
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._settlement import SettleRequest
     from ship_sqla.kernel._workers import WorkerRegistry
@@ -708,21 +708,11 @@ class JobBackend(
     def clock(self) -> Clock: ...
 
     @property
-    def lock_provider(self) -> LockProvider | None: ...
-
-    @property
-    def poll_interval(self) -> float:
-        """Seconds between polls when no local wake arrives (J3)."""
-        ...
-
-    @property
-    def max_in_flight(self) -> int:
-        """Process-wide cap on runs executing at once in one runtime (J3)."""
-        ...
-
-    @property
-    def metrics(self) -> JobMetrics:
-        """J10's instruments (the global meter provider's unless the backend was given one)."""
+    def default_lock_provider(self) -> LockProvider | None:
+        """J4: the single-runner locks a runtime takes when ``start_job_runtime`` is given no
+        ``lock_provider`` (PostgreSQL on an engine: advisory locks on it); None: none. How a
+        runtime runs (``poll_interval``, ``max_in_flight``, metrics) is the runtime's, not the
+        storage's (J3)."""
         ...
 
     def report_error(self, error: BaseException) -> None:

@@ -83,7 +83,6 @@ from ship_sqla.kernel._ports import (
     EnqueueResult,
     HeartbeatBatch,
     JobDemand,
-    LockProvider,
     PausedJob,
     QueueDepth,
     RunRecord,
@@ -265,29 +264,19 @@ class InMemoryJobBackend(JobBackendBase):
 
     ``insert`` (so ``enqueue``) accepts ``scope=`` for signature compatibility and ignores it
     (there are no transactions in memory), so the local wake happens at once. Safe for any
-    number of runtimes and callers in one event loop; not thread-safe.
+    number of runtimes and callers in one event loop; not thread-safe. Its
+    ``default_lock_provider`` is None: a runtime on it takes single-runner locks (J4) only from
+    the ``lock_provider`` it is started with (an :class:`InMemoryLockProvider`, say).
     """
 
     def __init__(
         self,
         *,
         clock: Clock | None = None,
-        lock_provider: LockProvider | None = None,
-        poll_interval: float = 1.0,
         queue_depth_limit: int | None = None,
-        max_in_flight: int = 100,
         on_error: ErrorHandler | None = None,
-        meter_provider: Any = None,  # noqa: ANN401 - an OpenTelemetry MeterProvider
     ) -> None:
-        self._set_options(
-            clock=clock,
-            lock_provider=lock_provider,
-            poll_interval=poll_interval,
-            queue_depth_limit=queue_depth_limit,
-            max_in_flight=max_in_flight,
-            on_error=on_error,
-            meter_provider=meter_provider,
-        )
+        self._set_options(clock=clock, queue_depth_limit=queue_depth_limit, on_error=on_error)
         self._runs: dict[str, _Run] = {}
         # Non-terminal runs per job, in creation order: what claim and the J2 count look at.
         self._live: dict[str, dict[str, _Run]] = {}

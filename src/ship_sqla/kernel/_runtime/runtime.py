@@ -37,11 +37,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Self
 
 from ship_sqla.kernel._durations import (
     MAX_DRAIN_TIMEOUT,
+    MAX_POLL_INTERVAL,
     MAX_SAMPLE_INTERVAL,
     require_duration,
 )
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._jobs import JobDefinition
+from ship_sqla.kernel._metrics import job_metrics_for
 from ship_sqla.kernel._plans.backoff import error_backoff
 from ship_sqla.kernel._ports import JobBackend
 from ship_sqla.kernel._registry import JobRegistry
@@ -62,9 +64,11 @@ if TYPE_CHECKING:
     from datetime import datetime
     from types import TracebackType
 
+    from opentelemetry.metrics import MeterProvider
+
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
-    from ship_sqla.kernel._ports import BuriedRun, EnqueueRequest, EnqueueResult
+    from ship_sqla.kernel._ports import BuriedRun, EnqueueRequest, EnqueueResult, LockProvider
 
 __all__ = ["JobRuntime", "RuntimeMode", "start_job_runtime"]
 
@@ -97,7 +101,9 @@ class JobRuntime:
 
     In ``"worker"`` mode it runs the producer (the claim loop), the heartbeater and the
     completer as tasks of the event loop it was started in, and one executor task per claimed
-    run; in ``"enqueue-only"`` mode it only enqueues.
+    run; in ``"enqueue-only"`` mode it only enqueues. Its knobs (``poll_interval``,
+    ``max_in_flight``, ``lock_provider``, ``metrics``) are its own, not the backend's (J3):
+    two runtimes on one backend may run differently.
     """
 
     def __init__(
@@ -109,6 +115,9 @@ class JobRuntime:
         worker_id: str,
         drain_timeout: float,
         clock: Clock,
+        poll_interval: float = 1.0,
+        max_in_flight: int = 100,
+        lock_provider: LockProvider | None = None,
         metrics: JobMetrics | None = None,
         queue_sample_interval: float | None = DEPTH_SAMPLE_INTERVAL,
         summary_interval: float | None = None,
@@ -119,6 +128,12 @@ class JobRuntime:
         self.worker_id = worker_id
         self.drain_timeout = drain_timeout
         self.clock = clock
+        self.poll_interval = poll_interval
+        """J3: the longest the loop waits for work without a wake, in seconds."""
+        self.max_in_flight = max_in_flight
+        """J3: the runs this runtime executes at once, at most."""
+        self.lock_provider = lock_provider
+        """J4: where single-runner locks are taken; None: none (the claim's exclusion only)."""
         self.metrics = metrics
         jobs = tuple(registry)
         self._runs = InFlightRuns()
@@ -135,7 +150,7 @@ class JobRuntime:
         self._tasks: list[asyncio.Task[None]] = []
         self._events = events = _Events(self._runs, self._run_log, metrics, clock)
         # The one error backoff of every loop here (J11): 0.1 s doubling to 1 s, equal jitter.
-        shared = Plumbing(clock, backend.report_error, error_backoff(backend.poll_interval).delay)
+        shared = Plumbing(clock, backend.report_error, error_backoff(poll_interval).delay)
         self._completer = Completer(backend, shared, events)
         self._executor = Executor(
             self._runs,
@@ -143,7 +158,7 @@ class JobRuntime:
             events,
             self._completer.add,
             worker_id=worker_id,
-            locks=backend.lock_provider,
+            locks=lock_provider,
             metrics=metrics,
             backend=backend,
         )
@@ -156,8 +171,8 @@ class JobRuntime:
             completer=self._completer,
             start_run=self._executor.start,
             worker_id=worker_id,
-            max_in_flight=backend.max_in_flight,
-            poll_interval=backend.poll_interval,
+            max_in_flight=max_in_flight,
+            poll_interval=poll_interval,
             metrics=metrics,
         )
         tick = min((job.concurrency.heartbeat_interval for job in jobs), default=1.0)
@@ -478,7 +493,10 @@ async def start_job_runtime(
     worker_id: str | None = None,
     drain_timeout: float = 30.0,
     clock: Clock | None = None,
-    metrics: JobMetrics | None = None,
+    poll_interval: float = 1.0,
+    max_in_flight: int = 100,
+    meter_provider: MeterProvider | None = None,
+    lock_provider: LockProvider | None = None,
     queue_sample_interval: float | None = DEPTH_SAMPLE_INTERVAL,
     summary_interval: float | None = None,
 ) -> JobRuntime:
@@ -486,16 +504,29 @@ async def start_job_runtime(
     enqueue through it (``mode="enqueue-only"``).
 
     The runtime lives on the running event loop until ``await runtime.stop()``; it is also an
-    async context manager that stops on exit. ``clock`` defaults to the backend's. ``metrics``
-    (J10: run outcomes and durations, dead letters, lock waits, queue gauges) defaults to the
-    backend's ``metrics`` (its ``meter_provider``'s, or OpenTelemetry's global provider's), so
-    installing an SDK is all it takes. A worker samples the queue gauges every
-    ``queue_sample_interval`` seconds (None: never) once a metric reader has collected them, so
-    a process without an SDK never pays for a sample. ``drain_timeout`` (seconds, 0: cancel at
-    once) bounds how long :meth:`JobRuntime.stop` lets handlers finish (J12). A worker first asks
-    the backend whether it can serve every job (``require_support``; the PostgreSQL backend: a
-    fair job needs its runs table's tenant index, F2), which raises :class:`ConfigurationError`
-    before anything is claimed, then installs the scheduled jobs' schedules (J9).
+    async context manager that stops on exit. ``clock`` defaults to the backend's.
+
+    How it runs is its own (J3), not the backend's: ``poll_interval`` (seconds, at most an
+    hour) is the longest the loop waits for work when no wake arrives (a local enqueue, retry
+    or settle, or another process's announcement, K1, ends the wait at once);
+    ``max_in_flight`` (at least 1) caps the runs it executes at once. ``lock_provider`` is where
+    a single-runner job's (job id, key) lock is taken (J4); None: the backend's
+    ``default_lock_provider`` (PostgreSQL on an engine: advisory locks on it; in memory or on a
+    connection: none, so the claim's exclusion is all there is). ``meter_provider`` is where
+    J10's instruments record (run outcomes and durations, dead letters, lock waits, queue
+    gauges; one :class:`JobMetrics` per provider and process, ``runtime.metrics``); None:
+    OpenTelemetry's global provider, so installing an SDK is all it takes (one knob for
+    metrics: build a :class:`JobMetrics` yourself only to record outside a runtime; drop the
+    ``ship.job.key`` attribute with an SDK View). A bad ``poll_interval`` or ``max_in_flight``
+    raises :class:`ConfigurationError` here, before anything starts.
+
+    A worker samples the queue gauges every ``queue_sample_interval`` seconds (None: never)
+    once a metric reader has collected them, so a process without an SDK never pays for a
+    sample. ``drain_timeout`` (seconds, 0: cancel at once) bounds how long
+    :meth:`JobRuntime.stop` lets handlers finish (J12). A worker first asks the backend whether
+    it can serve every job (``require_support``; the PostgreSQL backend: a fair job needs its
+    runs table's tenant index, F2), which raises :class:`ConfigurationError` before anything is
+    claimed, then installs the scheduled jobs' schedules (J9).
 
     A worker logs each attempt's outcome on the ``ship_sqla.jobs`` logger (S3: retries, dead
     letters, stale settles, cancels, timeouts and drains at WARNING/ERROR/INFO, completions at
@@ -526,10 +557,9 @@ async def start_job_runtime(
         summary_interval = require_duration(
             summary_interval, "summary_interval", maximum=MAX_SAMPLE_INTERVAL
         )
-    if backend.max_in_flight < 1:
-        raise ConfigurationError(
-            f"backend.max_in_flight must be at least 1, got {backend.max_in_flight!r}."
-        )
+    poll_interval = require_duration(poll_interval, "poll_interval", maximum=MAX_POLL_INTERVAL)
+    if max_in_flight < 1:
+        raise ConfigurationError(f"max_in_flight must be at least 1, got {max_in_flight!r}.")
     registry = _as_registry(registry_or_definitions)
     scheduled = [job for job in registry if job.schedule is not None]
     if mode == "worker":
@@ -543,7 +573,10 @@ async def start_job_runtime(
         worker_id=worker_id if worker_id is not None else _default_worker_id(),
         drain_timeout=drain_timeout,
         clock=clock if clock is not None else backend.clock,
-        metrics=metrics if metrics is not None else backend.metrics,
+        poll_interval=poll_interval,
+        max_in_flight=max_in_flight,
+        lock_provider=lock_provider if lock_provider is not None else backend.default_lock_provider,
+        metrics=job_metrics_for(meter_provider),
         queue_sample_interval=queue_sample_interval,
         summary_interval=summary_interval,
     )
