@@ -111,7 +111,7 @@ from ship_sqla._jobs._tables import (
 )
 from ship_sqla._jobs._workers import PostgresWorkerRegistry
 from ship_sqla._jobs._workflows import WAIT_LOCK_BUSY_RETRY, PostgresWorkflows
-from ship_sqla._locks import advisory_lock_provider
+from ship_sqla._locks import AdvisoryLockProvider, advisory_lock_provider
 from ship_sqla._notify import (
     Announcer,
     Listen,
@@ -259,23 +259,11 @@ class PostgresJobBackend(JobBackendBase):
         steps_table: Table | None = None,
         events_table: Table | None = None,
     ) -> None:
-        if not isinstance(database, AsyncEngine | AsyncConnection):
-            raise ConfigurationError(
-                f"create_job_backend needs an AsyncEngine or AsyncConnection, got"
-                f" {type(database).__name__}.",
-                fix="pass create_async_engine('postgresql+asyncpg://...').",
-            )
         self._set_options(
             clock=clock,
             queue_depth_limit=queue_depth_limit,
             on_error=on_error,
-            # J4: a runtime given no lock provider locks single-runner keys with advisory locks
-            # on this engine (a connection, the test path, has none to lend).
-            default_lock_provider=(
-                advisory_lock_provider(database, clock=clock)
-                if isinstance(database, AsyncEngine)
-                else None
-            ),
+            default_lock_provider=_default_locks(database, clock),
         )
         timeout = require_duration(
             operation_timeout, "operation_timeout", maximum=MAX_OPERATION_TIMEOUT
@@ -318,6 +306,58 @@ class PostgresJobBackend(JobBackendBase):
         self.wake_channel: Final = channel_name("ship_sqla.jobs", self.statements.runs_name)
         """The NOTIFY channel of this runs table (payload: the job id), the same in every
         process: enqueues announce on it, listeners wake on it."""
+        # K2: an operator's cancel of a running run is announced on this channel (payload: the
+        # run id); a gap in listening needs no catching up: the heartbeat's answer covers it.
+        self.cancel_channel: Final = channel_name(
+            "ship_sqla.jobs.cancel", self.statements.runs_name
+        )
+        """The NOTIFY channel of cancel requests of this runs table, the same in every
+        process: an operator's cancel sends on it, runtimes' listeners cancel the handler."""
+        self._wire_announcements(database, listen=listen, announce=announce)
+        # F2: per fair job, the tenant its last claim's walk stopped at (None: from the start).
+        self._fair_cursors: dict[str, str] = {}
+        # F2: whether the runs table has the index fair claims read (asked until it does).
+        self._fair_served = False
+        self._wire_stores(workers_table, steps_table, events_table)
+
+    def _wire_stores(
+        self, workers_table: Table, steps_table: Table | None, events_table: Table | None
+    ) -> None:
+        """The ports this backend carries apart: its admin (J8), worker registry (F6) and
+        workflow store (D1-D6)."""
+        self._admin = PostgresRunAdmin(
+            self.statements,
+            self._connections,
+            now=self._now,
+            wake=self.wake,
+            cancel_channel=self.cancel_channel,
+            wake_channel=self.wake_channel,
+            wake_payload=self._wake_payload,
+            cancel_requested=self._cancel_requested,
+            child_ended=self._child_ended,
+        )
+        # F6, F5: the worker registry and the queue-sampler lease, on their own (optional) table.
+        self._workers = PostgresWorkerRegistry(
+            workers_table, self.statements, self._connections, now=self._now
+        )
+        # SPEC §13: the workflow store, on the steps and events tables.
+        self._workflows: PostgresWorkflows | None = (
+            PostgresWorkflows(
+                self.statements,
+                self._connections,
+                now=self._now,
+                wake=self.wake,
+                announce=self._announce_woken,
+                steps_table=steps_table,
+                events_table=events_table,
+            )
+            if steps_table is not None and events_table is not None
+            else None
+        )
+
+    def _wire_announcements(self, database: Database, *, listen: Listen, announce: bool) -> None:
+        """K1, K8, K2, F1: the announcer of committed due runs, the one listener and the
+        channels a runtime on this backend subscribes to while it listens."""
         self._sender = sender_token()
         self._announcer: Announcer | None = None
         """K1, K8: announces committed due runs by the kernel's rule; None: ``announce=False``."""
@@ -339,53 +379,15 @@ class PostgresJobBackend(JobBackendBase):
             name="job backend",
             report_error=self.report_error,
         )
-        # F2: per fair job, the tenant its last claim's walk stopped at (None: from the start).
-        self._fair_cursors: dict[str, str] = {}
-        # F2: whether the runs table has the index fair claims read (asked until it does).
-        self._fair_served = False
         self._listen_channels: dict[str, tuple[Callable[[str], object], Callable[[], object]]] = {
-            self.wake_channel: (self._announced, self.wake)
+            self.wake_channel: (self._announced, self.wake),
+            self.cancel_channel: (self._cancel_requested, _nothing_missed),
         }
         """What this backend subscribes to on its listener while a runtime listens: channel ->
         (on_notify(payload), on_gap()). Each channel is one subscription of the one listener."""
         self._subscriptions: list[Subscription] = []
         self._listening: Counter[str] = Counter()
         self._recheck = Recheck(self.wake, self._clock)
-        # K2: an operator's cancel of a running run is announced on this channel (payload: the
-        # run id); a gap in listening needs no catching up: the heartbeat's answer covers it.
-        self.cancel_channel: Final = channel_name(
-            "ship_sqla.jobs.cancel", self.statements.runs_name
-        )
-        """The NOTIFY channel of cancel requests of this runs table, the same in every
-        process: an operator's cancel sends on it, runtimes' listeners cancel the handler."""
-        self._listen_channels[self.cancel_channel] = (self._cancel_requested, _nothing_missed)
-        self._admin = PostgresRunAdmin(
-            self.statements,
-            self._connections,
-            now=self._now,
-            wake=self.wake,
-            cancel_channel=self.cancel_channel,
-            wake_channel=self.wake_channel,
-            wake_payload=self._wake_payload,
-            cancel_requested=self._cancel_requested,
-            child_ended=self._child_ended,
-        )
-        # F6, F5: the worker registry and the queue-sampler lease, on their own (optional) table.
-        self._workers = PostgresWorkerRegistry(
-            workers_table, self.statements, self._connections, now=self._now
-        )
-        # SPEC §13: the workflow store, on the steps and events tables.
-        self._workflows: PostgresWorkflows | None = None
-        if steps_table is not None and events_table is not None:
-            self._workflows = PostgresWorkflows(
-                self.statements,
-                self._connections,
-                now=self._now,
-                wake=self.wake,
-                announce=self._announce_woken,
-                steps_table=steps_table,
-                events_table=events_table,
-            )
 
     # --- properties ---------------------------------------------------------------------------
 
@@ -957,6 +959,20 @@ class PostgresJobBackend(JobBackendBase):
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
         """J10's queue gauges (:meth:`PostgresRunAdmin.queue_depths`)."""
         return await self._admin.queue_depths(job_ids)
+
+
+def _default_locks(database: object, clock: Clock | None) -> AdvisoryLockProvider | None:
+    """J4: a runtime given no lock provider locks single-runner keys with advisory locks on the
+    backend's engine (a connection, the test path, has none to lend)."""
+    if not isinstance(database, AsyncEngine | AsyncConnection):
+        raise ConfigurationError(
+            f"create_job_backend needs an AsyncEngine or AsyncConnection, got"
+            f" {type(database).__name__}.",
+            fix="pass create_async_engine('postgresql+asyncpg://...').",
+        )
+    return (
+        advisory_lock_provider(database, clock=clock) if isinstance(database, AsyncEngine) else None
+    )
 
 
 def _nothing_missed() -> None:

@@ -128,13 +128,9 @@ class JobRuntime:
         self.worker_id = worker_id
         self.drain_timeout = drain_timeout
         self.clock = clock
-        self.poll_interval = poll_interval
-        """J3: the longest the loop waits for work without a wake, in seconds."""
-        self.max_in_flight = max_in_flight
-        """J3: the runs this runtime executes at once, at most."""
-        self.lock_provider = lock_provider
-        """J4: where single-runner locks are taken; None: none (the claim's exclusion only)."""
-        self.metrics = metrics
+        # J3, J4: how it runs (see start_job_runtime), readable by whoever started it.
+        self.poll_interval, self.max_in_flight = poll_interval, max_in_flight
+        self.lock_provider, self.metrics = lock_provider, metrics
         jobs = tuple(registry)
         self._runs = InFlightRuns()
         # S3: the log line of every outcome, written in one place (run_log), and the summary.
@@ -142,11 +138,10 @@ class JobRuntime:
         self._summary_interval = summary_interval
         self._summary_stop = asyncio.Event()
         self._summary_task: asyncio.Task[None] | None = None
-        self._stopping = False
+        self._stopping, self._listening = False, False
         self._stop_task: asyncio.Task[None] | None = None
         self._unwatch_cancels: Callable[[], None] | None = None
         self._job_ids = tuple(job.id for job in jobs)
-        self._listening = False
         self._tasks: list[asyncio.Task[None]] = []
         self._events = events = _Events(self._runs, self._run_log, metrics, clock)
         # The one error backoff of every loop here (J11): 0.1 s doubling to 1 s, equal jitter.
@@ -485,6 +480,22 @@ class _Events:
         self.run_log.buried(job_id, buried)
 
 
+def _require_job_backend(backend: object) -> None:
+    """A backend implements the whole JobBackend contract, or the refusal names what it lacks."""
+    if not isinstance(backend, JobBackend):
+        missing = sorted(name for name in _JOB_BACKEND_MEMBERS if not hasattr(backend, name))
+        raise ConfigurationError(
+            f"backend {backend!r} does not implement the JobBackend protocol (missing:"
+            f" {', '.join(missing) or 'nothing by name; check the members are callable'}).",
+            fix="pass create_job_backend(...) or InMemoryJobBackend(...), or implement the"
+            " whole JobBackend contract (subclass ship_sqla.kernel.JobBackendBase).",
+        )
+
+
+def _sample_interval(seconds: float | None, name: str) -> float | None:
+    return None if seconds is None else require_duration(seconds, name, maximum=MAX_SAMPLE_INTERVAL)
+
+
 async def start_job_runtime(
     registry_or_definitions: JobRegistry | JobDefinition[Any] | Iterable[JobDefinition[Any]],
     *,
@@ -512,13 +523,10 @@ async def start_job_runtime(
     ``max_in_flight`` (at least 1) caps the runs it executes at once. ``lock_provider`` is where
     a single-runner job's (job id, key) lock is taken (J4); None: the backend's
     ``default_lock_provider`` (PostgreSQL on an engine: advisory locks on it; in memory or on a
-    connection: none, so the claim's exclusion is all there is). ``meter_provider`` is where
-    J10's instruments record (run outcomes and durations, dead letters, lock waits, queue
-    gauges; one :class:`JobMetrics` per provider and process, ``runtime.metrics``); None:
-    OpenTelemetry's global provider, so installing an SDK is all it takes (one knob for
-    metrics: build a :class:`JobMetrics` yourself only to record outside a runtime; drop the
-    ``ship.job.key`` attribute with an SDK View). A bad ``poll_interval`` or ``max_in_flight``
-    raises :class:`ConfigurationError` here, before anything starts.
+    connection: none). ``meter_provider`` is where J10's instruments record (one
+    :class:`JobMetrics` per provider and process, ``runtime.metrics``); None: OpenTelemetry's
+    global provider, so installing an SDK is all it takes. A bad ``poll_interval`` or
+    ``max_in_flight`` raises :class:`ConfigurationError` here, before anything starts.
 
     A worker samples the queue gauges every ``queue_sample_interval`` seconds (None: never)
     once a metric reader has collected them, so a process without an SDK never pays for a
@@ -537,26 +545,12 @@ async def start_job_runtime(
         raise ConfigurationError(
             f"unknown runtime mode {mode!r}.", fix="use mode='worker' or mode='enqueue-only'."
         )
-    given: object = backend  # typed JobBackend, but an application may pass anything
-    if not isinstance(given, JobBackend):
-        missing = sorted(name for name in _JOB_BACKEND_MEMBERS if not hasattr(given, name))
-        raise ConfigurationError(
-            f"backend {backend!r} does not implement the JobBackend protocol (missing:"
-            f" {', '.join(missing) or 'nothing by name; check the members are callable'}).",
-            fix="pass create_job_backend(...) or InMemoryJobBackend(...), or implement the"
-            " whole JobBackend contract (subclass ship_sqla.kernel.JobBackendBase).",
-        )
+    _require_job_backend(backend)
     drain_timeout = require_duration(
         drain_timeout, "drain_timeout", maximum=MAX_DRAIN_TIMEOUT, allow_zero=True
     )
-    if queue_sample_interval is not None:
-        queue_sample_interval = require_duration(
-            queue_sample_interval, "queue_sample_interval", maximum=MAX_SAMPLE_INTERVAL
-        )
-    if summary_interval is not None:
-        summary_interval = require_duration(
-            summary_interval, "summary_interval", maximum=MAX_SAMPLE_INTERVAL
-        )
+    queue_sample_interval = _sample_interval(queue_sample_interval, "queue_sample_interval")
+    summary_interval = _sample_interval(summary_interval, "summary_interval")
     poll_interval = require_duration(poll_interval, "poll_interval", maximum=MAX_POLL_INTERVAL)
     if max_in_flight < 1:
         raise ConfigurationError(f"max_in_flight must be at least 1, got {max_in_flight!r}.")
