@@ -474,6 +474,7 @@ class JobOperations:
     async def get_run(self, run_id: str) -> RunRecord | None:
         """One run with its history, or None."""
         await self._authorize_read("get_run")
+        _require_run_id(run_id, "get_run")
         return await self._admin.get_run(run_id)
 
     async def retry(self, run_id: str) -> RunRecord:
@@ -481,6 +482,7 @@ class JobOperations:
         (``max_attempts = attempt + 1``); the local loop is woken (J3). Refused unless the run
         is dead and no newer live run holds its dedupe key (J1)."""
         await self._authorize("retry")
+        _require_run_id(run_id, "retry")
         record = await self._admin.retry_dead(run_id)
         if record is None:
             raise await self._refusal("retry", run_id, "dead")
@@ -490,6 +492,7 @@ class JobOperations:
     async def discard(self, run_id: str) -> RunRecord:
         """A waiting or dead run becomes discarded. Refused for running (and finished) runs."""
         await self._authorize("discard")
+        _require_run_id(run_id, "discard")
         record = await self._admin.discard(run_id)
         if record is None:
             raise await self._refusal("discard", run_id, "waiting or dead")
@@ -1012,11 +1015,10 @@ def _require_within(name: str, value: int, maximum: int, *, fix: str) -> None:
 
 
 def _require_run_id(run_id: object, operation: str) -> None:
-    if not isinstance(run_id, str) or not run_id:
-        raise ConfigurationError(
-            f"{operation}: run id must be a non-empty string, got {run_id!r}.",
-            fix="pass the run's id (EnqueueResult.run_id, RunRecord.run_id).",
-        )
+    """A run id no run can have (not text, empty, a NUL, a surrogate, over 255 characters) is
+    refused with :class:`InvalidKeyError` before any statement: in a bulk operation before the
+    first run changes, so one bad id never turns into a half-done batch (issue 32)."""
+    require_key(run_id, f"{operation}: run id")
 
 
 def _require_job_id(job_id: object, operation: str) -> None:
