@@ -276,7 +276,7 @@ class _Dashboard:
         """The stylesheet and the poll script (:mod:`._static`): no data, no permission."""
         asset = ASSETS.get(request.path_params["name"])
         if asset is None:
-            return PlainTextResponse("Not Found", 404)
+            return _plain_error(request, 404)
         content, media_type = asset
         return Response(content, media_type=media_type)
 
@@ -1029,7 +1029,32 @@ def create_dashboard(
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
         Route("/audit", state.audit, methods=["GET"]),
     ]
-    return _DashboardApp(routes=routes)
+    return _DashboardApp(
+        routes=routes,
+        exception_handlers={404: _router_error, 405: _router_error},
+    )
+
+
+_ROUTER_ERRORS: Final[dict[int, str]] = {
+    404: "This dashboard has no such page. Fix: follow the links in the header.",
+    405: "This address does not take that method (its actions are forms the pages submit)."
+    " Fix: use the page's own buttons.",
+}
+
+
+def _plain_error(request: Request, status: int) -> Response:
+    """A 404 or 405 of the router or of a static asset: what and the fix, as plain text (no
+    session, no database read: the request matched nothing to read for)."""
+    path = str(request.scope.get("path", ""))[:200]
+    return PlainTextResponse(f"{status} {path!r}: {_ROUTER_ERRORS[status]}", status)
+
+
+async def _router_error(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    response = _plain_error(request, status if status in _ROUTER_ERRORS else 404)
+    if status == 405:  # noqa: PLR2004 - RFC 9110: a 405 names the methods allowed
+        response.headers.update(getattr(exc, "headers", None) or {})
+    return response
 
 
 class _DashboardApp(Starlette):
