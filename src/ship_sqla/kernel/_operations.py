@@ -1015,9 +1015,15 @@ def _require_within(name: str, value: int, maximum: int, *, fix: str) -> None:
 
 
 def _require_run_id(run_id: object, operation: str) -> None:
-    """A run id no run can have (not text, empty, a NUL, a surrogate, over 255 characters) is
-    refused with :class:`InvalidKeyError` before any statement: in a bulk operation before the
-    first run changes, so one bad id never turns into a half-done batch (issue 32)."""
+    """A run id no run can have is refused before any statement (not text or empty:
+    :class:`ConfigurationError`; a NUL, a surrogate, over 255 characters: :class:`InvalidKeyError`),
+    in a bulk operation before the first run changes: one bad id never becomes a half-done batch
+    of the others (issue 32)."""
+    if not isinstance(run_id, str) or not run_id:
+        raise ConfigurationError(
+            f"{operation}: run id must be a non-empty string, got {run_id!r}.",
+            fix="pass the run's id (EnqueueResult.run_id, RunRecord.run_id).",
+        )
     require_key(run_id, f"{operation}: run id")
 
 
