@@ -298,7 +298,7 @@ class _Dashboard:
         if fields is None:
             return HTMLResponse(
                 "<h1>403</h1><p>Refused: the form's CSRF token is missing or not this session's;"
-                " nothing was changed. Reload the page and submit again.</p>",
+                " nothing was changed. Fix: reload the page and submit again.</p>",
                 403,
             )
         back = self._back(request, fields)
