@@ -4,8 +4,8 @@ Every route of the dashboard is read from its router (``app.routes``), so a rout
 is fuzzed without touching this file. For each route and method, every path segment
 (``route.param_convertors``) and every request parameter the pages read is a slot: for a GET
 the query parameters (the names of :data:`~ship_sqla._dashboard._filters.Parameter`, and every
-``query_params.get("...")`` of ``_app.py``, found by reading its syntax tree), for a POST the
-form fields (every ``fields.get("...")`` of ``_app.py`` and the CSRF field). One slot at a time
+``query_params.get("...")`` of the dashboard's modules, found by reading their syntax trees),
+for a POST the form fields (every ``fields.get("...")`` and the CSRF field). One slot at a time
 gets a bad value; the other slots keep valid ones (the manager's session and CSRF token, so a
 POST reaches its handler; ``state=dead`` so ``since``/``until`` reach their check).
 
@@ -30,8 +30,10 @@ values each) in about 3 s, Hypothesis 200 examples in about 1.5 s, the file unde
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 import os
+import pkgutil
 from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 from urllib.parse import quote
 
@@ -54,6 +56,7 @@ from job_helpers import claim_request
 from sqlalchemy import MetaData, text
 from starlette.routing import Route
 
+import ship_sqla._dashboard as dashboard
 from ship_sqla import (
     create_audit_log,
     create_dashboard,
@@ -62,7 +65,7 @@ from ship_sqla import (
     create_outbox_operations,
     ship_outbox_table,
 )
-from ship_sqla._dashboard import _app, _csrf
+from ship_sqla._dashboard import _csrf
 from ship_sqla._dashboard._filters import Parameter
 from ship_sqla._dashboard._static import STYLESHEET
 from ship_sqla.kernel import completed
@@ -132,10 +135,16 @@ class Slot:
 def names_the_pages_read() -> tuple[frozenset[str], frozenset[str]]:
     """(query parameter names, form field names) the dashboard reads, from its code: the
     :data:`Parameter` names (checked by ``read_filters``) and every ``.get("name")`` on the
-    query parameters, a page's sent filters (``sent``) or a POST's ``fields`` in ``_app.py``."""
+    query parameters, a page's sent filters (``sent``) or a POST's ``fields``, in every module
+    of ``ship_sqla._dashboard``."""
     query = set(get_args(Parameter)) - {"run_id"}  # run_id is a path segment
     form = {_csrf.FIELD}
-    for node in ast.walk(ast.parse(inspect.getsource(_app))):
+    modules = [
+        importlib.import_module(f"{dashboard.__name__}.{module.name}")
+        for module in pkgutil.iter_modules(dashboard.__path__)
+    ]
+    trees = [ast.parse(inspect.getsource(module)) for module in modules]
+    for node in (node for tree in trees for node in ast.walk(tree)):
         if not (
             isinstance(node, ast.Call)
             and isinstance(node.func, ast.Attribute)
