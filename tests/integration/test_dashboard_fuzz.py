@@ -442,3 +442,44 @@ async def test_s2_route_fuzzer_no_5xx_and_no_state_change(
     security headers, a fix on every 4xx, and nothing changed but the audit entry of an
     accepted action (the other slots name nothing an action can change)."""
     await fuzzed.send(values)
+
+
+async def test_s1_s2_an_odd_or_long_user_name_never_fails_a_page_nor_goes_unaudited(
+    fuzzed: Fuzzed,
+) -> None:
+    """S1, S2, issue 32: a user whose name (the dashboard's ``actor(request)``) holds a NUL or
+    is 300 characters long gets their pages (it was a 500 on every page) and their action is
+    audited under the name's escaped form, saying how long it was (a NUL actor would have let
+    the action run and its audit entry fail)."""
+    _, runs, state, workers, audit_table = dashboard_tables()
+    backend = create_job_backend(
+        database=fuzzed.engine, table=runs, state_table=state, workers_table=workers
+    )
+    audit = create_audit_log(database=fuzzed.engine, table=audit_table)
+    for name, shown in (
+        ("ad\x00min", "'ad\\x00min'"),
+        ("a" * 300, "'" + "a" * 149 + "... (300 characters)"),
+    ):
+        app = create_dashboard(
+            backend,
+            authorizer=lambda *_: True,
+            actor=lambda _request, name=name: name,
+            audit=audit,
+            secret=SECRET,
+            refresh_seconds=0,
+        )
+        for page in ("/", "/runs?state=dead", "/dead", "/audit"):
+            answer = await asgi_request(app, "GET", page, HEADERS)
+            assert answer.status == 200, (page, answer.text[-400:])
+        run_id = fuzzed.dead[0 if name.startswith("ad") else 1]
+        token = _csrf.form_token(SECRET, SESSION)
+        done = await asgi_request(
+            app,
+            "POST",
+            f"/runs/{run_id}/retry",
+            {**HEADERS, "content-type": "application/x-www-form-urlencoded"},
+            f"{_csrf.FIELD}={token}".encode(),
+        )
+        assert done.status == 303, done.text[-400:]
+        [entry] = [e for e in await audit.list_entries(limit=10) if e.target == run_id]
+        assert entry.actor == shown

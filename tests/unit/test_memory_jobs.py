@@ -244,3 +244,13 @@ async def test_cleanup_applies_retention_in_bounded_batches(backend, clock):
     assert [r.run_id for r in backend.runs()] == [live.run_id]
     with pytest.raises(BoundExceededError):
         await ops.cleanup([JOB], batch_size=0)
+
+
+def test_s1_an_actor_the_audit_log_cannot_store_is_refused_before_any_action_issue_32(backend):
+    """S1, issue 32: an actor with a NUL or another non-printable character is refused when
+    the operations are bound to it, not after an action ran and its audit entry failed."""
+    ops = create_job_operations(backend, authorizer=lambda *_: True)
+    for actor in ("a\x00b", "a\nb", "\ud800", "", "a" * 201):
+        with pytest.raises(ConfigurationError, match="actor must be"):
+            ops.acting_as(actor)
+    assert ops.acting_as("Zoë Åberg (ops)").actor == "Zoë Åberg (ops)"

@@ -89,6 +89,8 @@ user of ``request`` holds ``permission`` (``"ship.jobs:read"``, ``"ship.jobs:man
 ``"ship.outbox:read"``, ``"ship.outbox:manage"``); fail closed: anything but True refuses."""
 
 PAGE_SIZE: Final = 50
+MAX_ACTOR_CHARS: Final = 200
+"""The operator surfaces' bound on an actor's name."""
 OUTBOX_REDRIVE_PAGES: Final = 10
 """Pages of 1,000 dead messages one "re-drive all" re-drives (call it again for more)."""
 THROUGHPUT_BUCKET: Final = 300
@@ -170,7 +172,7 @@ class _Dashboard:
         return asks
 
     def ops(self, request: Request) -> JobOperations:
-        return self.jobs.acting_as(self.actor(request), authorizer=self._authorizer_for(request))
+        return self.jobs.acting_as(self.actor_of(request), authorizer=self._authorizer_for(request))
 
     def outbox_ops(self, request: Request) -> OutboxOperations:
         if self.outbox is None:
@@ -178,7 +180,27 @@ class _Dashboard:
                 "this dashboard was given no outbox.",
                 fix="pass outbox=create_outbox_operations(...) and outbox_ids=[...].",
             )
-        return self.outbox.acting_as(self.actor(request), authorizer=self._authorizer_for(request))
+        return self.outbox.acting_as(
+            self.actor_of(request), authorizer=self._authorizer_for(request)
+        )
+
+    def actor_of(self, request: Request) -> str:
+        """Who the audit log names for ``request``: ``actor(request)`` when it is printable text
+        of 1 to 200 characters; else its escaped form (``ascii``), cut at 150 characters saying
+        how long it was. A user's odd or long display name never fails their pages, nor leaves
+        an action unaudited (issue 32). Not text at all is the application's bug: refused."""
+        name = self.actor(request)
+        if not isinstance(name, str):
+            raise ConfigurationError(
+                f"the dashboard's actor(request) returned {type(name).__name__}, not text.",
+                fix="return the user's name as a str from actor=...",
+            )
+        if name and len(name) <= MAX_ACTOR_CHARS and name.isprintable():
+            return name
+        escaped = ascii(name)
+        if len(escaped) > MAX_ACTOR_CHARS:
+            escaped = f"{escaped[:150]}... ({len(name)} characters)"
+        return escaped
 
     @staticmethod
     def base(request: Request) -> str:

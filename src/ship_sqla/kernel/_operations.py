@@ -18,6 +18,7 @@ the bulk operations' walks. The stores only store.
 
 from __future__ import annotations
 
+import reprlib
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 
@@ -976,9 +977,17 @@ class AuditWriteError(OutageError, RuntimeError):
 
 
 def _checked_actor(actor: object) -> str:
-    if not isinstance(actor, str) or not actor or len(actor) > 200:  # noqa: PLR2004
+    # Printable: the audit log stores the actor as text after the action ran, so a NUL (which
+    # PostgreSQL text cannot store) would leave an action done and unaudited (S1).
+    if (
+        not isinstance(actor, str)
+        or not actor
+        or len(actor) > 200  # noqa: PLR2004
+        or not actor.isprintable()
+    ):
         raise ConfigurationError(
-            f"actor must be a non-empty string of at most 200 characters, got {actor!r}.",
+            f"actor must be non-empty printable text of at most 200 characters, got"
+            f" {reprlib.repr(actor)}.",
             fix="name who acts, e.g. the user's login or 'cli:alice@host'.",
         )
     return actor
