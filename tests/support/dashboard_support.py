@@ -13,9 +13,10 @@ import http.client
 import re
 import socket
 import threading
+import traceback
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import attrs
 from job_helpers import claim_request
@@ -203,3 +204,56 @@ def exchange(
     finally:
         connection.close()
     return answers
+
+
+async def asgi_request(
+    app: Any,
+    method: str,
+    target: str,
+    headers: dict[str, str],
+    body: bytes = b"",
+) -> Answer:
+    """One request through the ASGI application ``app`` itself (no server, no HTTP client):
+    ``target`` is the path and query as a client sends them, percent-encoded ASCII of any
+    length. The scope is the one uvicorn builds: ``path`` is the percent-decoded path (invalid
+    UTF-8 decoded as U+FFFD, as uvicorn's ``unquote`` does), ``query_string`` the raw bytes. An
+    exception that escapes the application is answered as the server would: a 500."""
+    path, _, query = target.partition("?")
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": unquote(path),
+        "raw_path": path.encode("ascii"),
+        "root_path": "",
+        "query_string": query.encode("ascii"),
+        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()],
+        "client": ("127.0.0.1", 50000),
+        "server": ("dashboard.test", 80),
+    }
+    sent: list[dict[str, Any]] = []
+    received = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal received
+        if received:
+            return {"type": "http.disconnect"}
+        received = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    try:
+        await app(scope, receive, send)
+    except Exception as exc:  # the server's answer to anything escaping: a 500
+        return Answer(500, {}, "".join(traceback.format_exception(exc))[-3000:])
+    [start] = [m for m in sent if m["type"] == "http.response.start"]
+    content = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return Answer(
+        start["status"],
+        {k.decode("latin-1"): v.decode("latin-1") for k, v in start["headers"]},
+        content.decode("utf-8", "replace"),
+    )

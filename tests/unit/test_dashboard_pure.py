@@ -122,3 +122,12 @@ def test_s2_good_parameters_are_read_and_unread_ones_ignored():
         with pytest.raises(BadParameter) as refused:
             read_filters({}, {"run_id": run_id}, ("run_id",))
         assert (refused.value.parameter, type(refused.value.error)) == ("run_id", InvalidKeyError)
+
+
+def test_s2_a_csrf_token_of_any_text_is_refused_not_an_error_issue_32() -> None:
+    """S2, issue 32: a forged token with non-ASCII characters (or a lone surrogate) is simply
+    not the session's token: False, never the TypeError of ``hmac.compare_digest`` on a str."""
+    secret = b"s" * 32
+    for token in ("\u202eevil", "é" * 64, "\ud800", "\x00"):
+        assert token_matches(secret, "session", token) is False
+    assert token_matches(secret, "session", form_token(secret, "session")) is True

@@ -14,9 +14,15 @@ import pytest
 from job_helpers import claim_request
 
 from ship_sqla import create_job_operations, define_job
-from ship_sqla.errors import BoundExceededError, ConfigurationError, InvalidPayloadError
+from ship_sqla.errors import (
+    BoundExceededError,
+    ConfigurationError,
+    InvalidKeyError,
+    InvalidPayloadError,
+)
 from ship_sqla.jobs import EnqueueRequest, Retention, RetryPolicy
 from ship_sqla.kernel import InMemoryJobBackend, completed, failed
+from ship_sqla.operators import InMemoryAuditLog
 from ship_sqla.testing import FrozenClock
 
 
@@ -180,6 +186,27 @@ async def test_operator_retry_refuses_to_break_dedupe(backend):
     assert (await backend.admin.get_run(first.run_id)).state == "dead"
 
 
+async def test_s2_an_unstorable_run_id_is_refused_before_any_run_changes_issue_32(backend):
+    """S2, issue 32: a run id no run can have (a NUL, a lone surrogate, over 255 characters)
+    is refused by every operation taking run ids with the typed ``InvalidKeyError`` before any
+    statement; in a bulk operation before the first id, so the good ids beside it stay as
+    they were (one caller's bad id never half-does the batch), and nothing is audited."""
+    audit = InMemoryAuditLog()
+    ops = create_job_operations(backend, authorizer=lambda *_: True, audit=audit)
+    good = await backend.enqueue(JOB, {})
+    [claimed] = await backend.claim(claim_request(JOB, worker="A", limit=1))
+    assert await backend.settle([failed(claimed, "boom", retry_at=None)]) == ["dead"]
+    for bad in ("\x00", "a\ud800", "r" * 256):
+        for single in (ops.get_run, ops.retry, ops.discard, ops.cancel):
+            with pytest.raises(InvalidKeyError, match="run id"):
+                await single(bad)
+        for bulk in (ops.retry_many, ops.discard_many, ops.cancel_many):
+            with pytest.raises(InvalidKeyError, match="run id"):
+                await bulk([good.run_id, bad])
+    assert (await backend.admin.get_run(good.run_id)).state == "dead"
+    assert audit.entries == []
+
+
 async def test_operator_discard(backend):
     """J8 model: waiting and dead runs can be discarded (terminal); running ones cannot."""
     waiting = await backend.enqueue(JOB, {}, dedupe_key="w")
@@ -213,3 +240,13 @@ async def test_cleanup_applies_retention_in_bounded_batches(backend, clock):
     assert [r.run_id for r in backend.runs()] == [live.run_id]
     with pytest.raises(BoundExceededError):
         await ops.cleanup([JOB], batch_size=0)
+
+
+def test_s1_an_actor_the_audit_log_cannot_store_is_refused_before_any_action_issue_32(backend):
+    """S1, issue 32: an actor with a NUL or another non-printable character is refused when
+    the operations are bound to it, not after an action ran and its audit entry failed."""
+    ops = create_job_operations(backend, authorizer=lambda *_: True)
+    for actor in ("a\x00b", "a\nb", "\ud800", "", "a" * 201):
+        with pytest.raises(ConfigurationError, match="actor must be"):
+            ops.acting_as(actor)
+    assert ops.acting_as("Zoë Åberg (ops)").actor == "Zoë Åberg (ops)"

@@ -89,6 +89,8 @@ user of ``request`` holds ``permission`` (``"ship.jobs:read"``, ``"ship.jobs:man
 ``"ship.outbox:read"``, ``"ship.outbox:manage"``); fail closed: anything but True refuses."""
 
 PAGE_SIZE: Final = 50
+MAX_ACTOR_CHARS: Final = 200
+"""The operator surfaces' bound on an actor's name."""
 OUTBOX_REDRIVE_PAGES: Final = 10
 """Pages of 1,000 dead messages one "re-drive all" re-drives (call it again for more)."""
 THROUGHPUT_BUCKET: Final = 300
@@ -111,6 +113,19 @@ _NAV: Final = (
 )
 """The pages in the header, in order (path under the mount, label): a new page adds its line
 here and its Route in :func:`create_dashboard`."""
+
+
+class _NotFound(Exception):  # noqa: N818 - an answer (404), not an error of the library
+    """The page or action names something that does not exist (a run id no run has, an action
+    or outbox the dashboard does not have): a 404 saying what and how to find the right one."""
+
+    def __init__(self, what: str, *, fix: str) -> None:
+        super().__init__(what)
+        self.what = what
+        self.fix = fix
+
+    def html(self) -> Html:
+        return f'<p class="error" id="not-found">{text(self.what)} Fix: {text(self.fix)}</p>'
 
 
 def _default_actor(request: Request) -> str:
@@ -157,7 +172,7 @@ class _Dashboard:
         return asks
 
     def ops(self, request: Request) -> JobOperations:
-        return self.jobs.acting_as(self.actor(request), authorizer=self._authorizer_for(request))
+        return self.jobs.acting_as(self.actor_of(request), authorizer=self._authorizer_for(request))
 
     def outbox_ops(self, request: Request) -> OutboxOperations:
         if self.outbox is None:
@@ -165,7 +180,27 @@ class _Dashboard:
                 "this dashboard was given no outbox.",
                 fix="pass outbox=create_outbox_operations(...) and outbox_ids=[...].",
             )
-        return self.outbox.acting_as(self.actor(request), authorizer=self._authorizer_for(request))
+        return self.outbox.acting_as(
+            self.actor_of(request), authorizer=self._authorizer_for(request)
+        )
+
+    def actor_of(self, request: Request) -> str:
+        """Who the audit log names for ``request``: ``actor(request)`` when it is printable text
+        of 1 to 200 characters; else its escaped form (``ascii``), cut at 150 characters saying
+        how long it was. A user's odd or long display name never fails their pages, nor leaves
+        an action unaudited (issue 32). Not text at all is the application's bug: refused."""
+        name = self.actor(request)
+        if not isinstance(name, str):
+            raise ConfigurationError(
+                f"the dashboard's actor(request) returned {type(name).__name__}, not text.",
+                fix="return the user's name as a str from actor=...",
+            )
+        if name and len(name) <= MAX_ACTOR_CHARS and name.isprintable():
+            return name
+        escaped = ascii(name)
+        if len(escaped) > MAX_ACTOR_CHARS:
+            escaped = f"{escaped[:150]}... ({len(name)} characters)"
+        return escaped
 
     @staticmethod
     def base(request: Request) -> str:
@@ -191,11 +226,15 @@ class _Dashboard:
         *,
         poll: bool = False,
         reads: tuple[Parameter, ...] = (),
+        form: Callable[[Mapping[str, str]], Html] | None = None,
     ) -> Response:
         """The page ``current`` (a path under the dashboard): its parameters ``reads`` checked
         first (:func:`read_filters`), then ``body``. A refused parameter (or a cursor the
-        operator surface refuses) is a 400 problem page naming it; another typed input error of
-        the library a 400 saying why; a refused permission a 403."""
+        operator surface refuses) is a 400 problem page naming it, followed by the page's
+        filter ``form`` filled with what was sent (the form kept, to correct it); another typed
+        input error of the library a 400 saying why; a refused permission a 403; an id nothing
+        has (:class:`_NotFound`) a 404. No 5xx for any request value (issue 32: the route
+        fuzzer, tests/integration/test_dashboard_fuzz.py)."""
         ops = self.ops(request)
         can_manage = False
         try:
@@ -205,12 +244,16 @@ class _Dashboard:
             status = 200
         except PermissionDeniedError as exc:
             content, status, can_manage = f'<p class="error">{text(exc)}</p>', 403, False
+        except _NotFound as exc:
+            content, status = exc.html(), 404
         except BadParameter as exc:
             content, status = self._problem(request, current, exc.parameter, exc.error), 400
         except InvalidCursorError as exc:  # signed for another query, or altered
             content, status = self._problem(request, current, "cursor", exc), 400
         except INPUT_ERRORS as exc:
             content, status = f'<p class="error" id="problem">{text(exc)}</p>', 400
+        if status == 400 and form is not None:  # noqa: PLR2004 - the refused request's form
+            content += form(request.query_params)
         if request.headers.get("x-ship-fragment") == "1":
             return self._respond(request, HTMLResponse(f"<h1>{text(title)}</h1>{content}", status))
         html = layout(
@@ -255,7 +298,7 @@ class _Dashboard:
         """The stylesheet and the poll script (:mod:`._static`): no data, no permission."""
         asset = ASSETS.get(request.path_params["name"])
         if asset is None:
-            return PlainTextResponse("Not Found", 404)
+            return _plain_error(request, 404)
         content, media_type = asset
         return Response(content, media_type=media_type)
 
@@ -277,17 +320,42 @@ class _Dashboard:
         if fields is None:
             return HTMLResponse(
                 "<h1>403</h1><p>Refused: the form's CSRF token is missing or not this session's;"
-                " nothing was changed. Reload the page and submit again.</p>",
+                " nothing was changed. Fix: reload the page and submit again.</p>",
                 403,
             )
         back = self._back(request, fields)
+        ops = self.ops(request)
         try:
-            done = await action(self.ops(request), fields)
+            done = await action(ops, fields)
         except PermissionDeniedError as exc:
             return HTMLResponse(f"<h1>403</h1><p>{text(exc)}</p>", 403)
-        except ShipError as exc:
+        except _NotFound as exc:
+            return await self._refused(request, ops, back, exc.html(), 404)
+        except INPUT_ERRORS as exc:  # refused before any statement: nothing changed
+            problem = (
+                f'<p class="error" id="problem">The action was refused; nothing was changed.'
+                f" {text(exc)}</p>"
+            )
+            return await self._refused(request, ops, back, problem, 400)
+        except ShipError as exc:  # e.g. a run no longer in a state the action takes
             return RedirectResponse(_with(back, failed=str(exc)), 303)
         return RedirectResponse(_with(back, done=done), 303)
+
+    async def _refused(
+        self, request: Request, ops: JobOperations, back: str, content: Html, status: int
+    ) -> Response:
+        """An action's 400 or 404: what was wrong and its fix, and the way back to the page the
+        form was on (``next``, with its filters)."""
+        html = layout(
+            self.base(request),
+            "#refused",  # no page of the header is the current one
+            "Action refused",
+            f'{content}<p><a id="back" href="{text(back)}">Back to the page</a></p>',
+            nav=_NAV,
+            actor=ops.actor,
+            can_manage=await ops.can_manage(),
+        )
+        return self._respond(request, HTMLResponse(html, status))
 
     def _back(self, request: Request, fields: Mapping[str, list[str]]) -> str:
         base = self.base(request)
@@ -439,21 +507,7 @@ class _Dashboard:
                 "since": f.raw_since,
                 "until": f.raw_until,
             }
-            options = "".join(
-                f'<option value="{s}"{" selected" if s == state else ""}>{s}</option>'
-                for s in RUN_STATES
-            )
-            form = (  # an HTML form, not SQL
-                f'<form class="filters" method="get" action="{text(base)}/runs">'  # noqa: S608
-                f'<label>State <select name="state">{options}</select></label>'
-                f'<label>Job <input name="job" value="{text(job or "")}"></label>'
-                f'<label>Tenant <input name="tenant" value="{text(tenant or "")}"></label>'
-                f'<label>Created from <input type="datetime-local" step="1" name="since"'
-                f' value="{text(f.raw_since)}"></label>'
-                f'<label>to <input type="datetime-local" step="1" name="until"'
-                f' value="{text(f.raw_until)}"></label> (UTC; finished states only)'
-                '<button type="submit" id="filter">Filter</button></form>'
-            )
+            form = runs_form(request.query_params)
             order, when, time_of = _RUN_ORDERS[run_order(state)]
             actions = _RUN_ACTIONS.get(state, ()) if can_manage else ()
             listing = f'<p class="muted" id="order">{order}</p>' + self._run_table(
@@ -484,12 +538,33 @@ class _Dashboard:
                 )
             return form + listing + more
 
+        def runs_form(sent: Mapping[str, str]) -> Html:
+            """The filters as sent (checked or refused: the form is kept to correct them)."""
+            state = sent.get("state") or "waiting"
+            options = "".join(
+                f'<option value="{s}"{" selected" if s == state else ""}>{s}</option>'
+                for s in RUN_STATES
+            )
+            return (  # an HTML form, not SQL
+                f'<form class="filters" method="get" action="{text(base)}/runs">'  # noqa: S608
+                f'<label>State <select name="state">{options}</select></label>'
+                f'<label>Job <input name="job" value="{text(sent.get("job", ""))}"></label>'
+                f'<label>Tenant <input name="tenant" value="{text(sent.get("tenant", ""))}">'
+                "</label>"
+                f'<label>Created from <input type="datetime-local" step="1" name="since"'
+                f' value="{text(sent.get("since", ""))}"></label>'
+                f'<label>to <input type="datetime-local" step="1" name="until"'
+                f' value="{text(sent.get("until", ""))}"></label> (UTC; finished states only)'
+                '<button type="submit" id="filter">Filter</button></form>'
+            )
+
         return await self.page(
             request,
             "/runs",
             "Runs",
             body,
             reads=("state", "job", "tenant", "since", "until", "cursor"),
+            form=runs_form,
         )
 
     async def run_detail(self, request: Request) -> Response:
@@ -501,7 +576,7 @@ class _Dashboard:
             run_id = f.run_id
             record = await ops.get_run(run_id)
             if record is None:
-                return f'<p class="error">No run {text(run_id)}.</p>'
+                raise _no_run(run_id)
             try:
                 steps = await ops.list_steps(run_id)
             except ConfigurationError:
@@ -576,12 +651,7 @@ class _Dashboard:
         async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:
             job, tenant = f.job, f.tenant
             page = await ops.list_dead(job_id=job, tenant=tenant, limit=PAGE_SIZE, cursor=f.cursor)
-            form = (
-                f'<form class="filters" method="get" action="{text(base)}/dead">'
-                f'<label>Job <input name="job" value="{text(job or "")}"></label>'
-                f'<label>Tenant <input name="tenant" value="{text(tenant or "")}"></label>'
-                '<button type="submit" id="filter">Filter</button></form>'
-            )
+            form = dead_form(request.query_params)
             listing = self._run_table(
                 base, page.items, selectable=can_manage, when="Finished", empty="No dead runs."
             )
@@ -609,8 +679,23 @@ class _Dashboard:
                 )
             return form + listing + more
 
+        def dead_form(sent: Mapping[str, str]) -> Html:
+            """The filters as sent (checked or refused: the form is kept to correct them)."""
+            return (
+                f'<form class="filters" method="get" action="{text(base)}/dead">'
+                f'<label>Job <input name="job" value="{text(sent.get("job", ""))}"></label>'
+                f'<label>Tenant <input name="tenant" value="{text(sent.get("tenant", ""))}">'
+                "</label>"
+                '<button type="submit" id="filter">Filter</button></form>'
+            )
+
         return await self.page(
-            request, "/dead", "Dead letters", body, reads=("job", "tenant", "cursor")
+            request,
+            "/dead",
+            "Dead letters",
+            body,
+            reads=("job", "tenant", "cursor"),
+            form=dead_form,
         )
 
     async def schedules(self, request: Request) -> Response:
@@ -733,16 +818,21 @@ class _Dashboard:
         run_id, verb = request.path_params["run_id"], request.path_params["verb"]
 
         async def action(ops: JobOperations, _fields: dict[str, list[str]]) -> str:
+            if verb not in ("retry", "discard", "cancel"):
+                raise _NotFound(
+                    f"A run has no action {verb[:40]!r}.",
+                    fix="use the run page's buttons: retry, cancel or discard.",
+                )
             require_key(run_id, "run id")  # InvalidKeyError: refused before any statement
+            if await ops.get_run(run_id) is None:
+                raise _no_run(run_id)
             if verb == "retry":
                 await ops.retry(run_id)
             elif verb == "discard":
                 await ops.discard(run_id)
-            elif verb == "cancel":
+            else:
                 result = await ops.cancel(run_id)
                 return f"Cancel of {run_id}: {result.outcome}."
-            else:
-                raise ConfigurationError(f"unknown action {verb!r}.", fix="retry, cancel, discard.")
             return f"{verb.capitalize()} of {run_id}: done."
 
         return await self.act(request, action)
@@ -805,7 +895,9 @@ class _Dashboard:
             if verb == "resume":
                 resumed = await ops.resume(job_id)
                 return f"Resume {job_id}: {'done' if resumed else 'nothing to do'}."
-            raise ConfigurationError(f"unknown action {verb!r}.", fix="pause or resume.")
+            raise _NotFound(
+                f"A job has no action {verb[:40]!r}.", fix="use the overview's pause or resume."
+            )
 
         return await self.act(request, action)
 
@@ -813,6 +905,12 @@ class _Dashboard:
         outbox_id = request.path_params["outbox_id"]
 
         async def action(_ops: JobOperations, fields: dict[str, list[str]]) -> str:
+            if self.outbox is None or outbox_id not in self.outbox_ids:
+                raise _NotFound(
+                    f"This dashboard shows no outbox {outbox_id[:80]!r}.",
+                    fix="re-drive from the outbox page; an outbox appears there when it is in"
+                    " create_dashboard(outbox_ids=[...]).",
+                )
             outbox = self.outbox_ops(request)
             if (fields.get("action") or [""])[0] == "all":
                 moved = 0
@@ -855,6 +953,14 @@ _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
     "running": ("cancel",),
     "dead": ("retry", "discard"),
 }
+
+
+def _no_run(run_id: str) -> _NotFound:
+    return _NotFound(
+        f"No run has the id {run_id[:300]!r}.",
+        fix="find the run on the Runs or Dead letters page (a finished run is deleted once its"
+        " job's retention has passed).",
+    )
 
 
 def _summary(verb: str, changed: tuple[str, ...], unchanged: tuple[str, ...]) -> str:
@@ -945,7 +1051,32 @@ def create_dashboard(
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
         Route("/audit", state.audit, methods=["GET"]),
     ]
-    return _DashboardApp(routes=routes)
+    return _DashboardApp(
+        routes=routes,
+        exception_handlers={404: _router_error, 405: _router_error},
+    )
+
+
+_ROUTER_ERRORS: Final[dict[int, str]] = {
+    404: "This dashboard has no such page. Fix: follow the links in the header.",
+    405: "This address does not take that method (its actions are forms the pages submit)."
+    " Fix: use the page's own buttons.",
+}
+
+
+def _plain_error(request: Request, status: int) -> Response:
+    """A 404 or 405 of the router or of a static asset: what and the fix, as plain text (no
+    session, no database read: the request matched nothing to read for)."""
+    path = str(request.scope.get("path", ""))[:200]
+    return PlainTextResponse(f"{status} {path!r}: {_ROUTER_ERRORS[status]}", status)
+
+
+async def _router_error(request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 404)
+    response = _plain_error(request, status if status in _ROUTER_ERRORS else 404)
+    if status == 405:  # noqa: PLR2004 - RFC 9110: a 405 names the methods allowed
+        response.headers.update(getattr(exc, "headers", None) or {})
+    return response
 
 
 class _DashboardApp(Starlette):

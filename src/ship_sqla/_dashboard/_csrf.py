@@ -37,4 +37,7 @@ def token_matches(secret: bytes, session_id: str | None, token: str | None) -> b
     """Whether ``token`` was issued for ``session_id``; False when either is missing."""
     if not session_id or not token or len(session_id) > _MAX_SESSION_CHARS:
         return False
-    return hmac.compare_digest(form_token(secret, session_id), token)
+    # As bytes: compare_digest refuses a str with a non-ASCII character (a TypeError, so a 500
+    # for a forged token; issue 32); any text is encodable with surrogatepass.
+    expected = form_token(secret, session_id).encode("ascii")
+    return hmac.compare_digest(expected, token.encode("utf-8", "surrogatepass"))

@@ -18,6 +18,7 @@ the bulk operations' walks. The stores only store.
 
 from __future__ import annotations
 
+import reprlib
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 
@@ -474,6 +475,7 @@ class JobOperations:
     async def get_run(self, run_id: str) -> RunRecord | None:
         """One run with its history, or None."""
         await self._authorize_read("get_run")
+        _require_run_id(run_id, "get_run")
         return await self._admin.get_run(run_id)
 
     async def retry(self, run_id: str) -> RunRecord:
@@ -481,6 +483,7 @@ class JobOperations:
         (``max_attempts = attempt + 1``); the local loop is woken (J3). Refused unless the run
         is dead and no newer live run holds its dedupe key (J1)."""
         await self._authorize("retry")
+        _require_run_id(run_id, "retry")
         record = await self._admin.retry_dead(run_id)
         if record is None:
             raise await self._refusal("retry", run_id, "dead")
@@ -490,6 +493,7 @@ class JobOperations:
     async def discard(self, run_id: str) -> RunRecord:
         """A waiting or dead run becomes discarded. Refused for running (and finished) runs."""
         await self._authorize("discard")
+        _require_run_id(run_id, "discard")
         record = await self._admin.discard(run_id)
         if record is None:
             raise await self._refusal("discard", run_id, "waiting or dead")
@@ -973,9 +977,17 @@ class AuditWriteError(OutageError, RuntimeError):
 
 
 def _checked_actor(actor: object) -> str:
-    if not isinstance(actor, str) or not actor or len(actor) > 200:  # noqa: PLR2004
+    # Printable: the audit log stores the actor as text after the action ran, so a NUL (which
+    # PostgreSQL text cannot store) would leave an action done and unaudited (S1).
+    if (
+        not isinstance(actor, str)
+        or not actor
+        or len(actor) > 200  # noqa: PLR2004
+        or not actor.isprintable()
+    ):
         raise ConfigurationError(
-            f"actor must be a non-empty string of at most 200 characters, got {actor!r}.",
+            f"actor must be non-empty printable text of at most 200 characters, got"
+            f" {reprlib.repr(actor)}.",
             fix="name who acts, e.g. the user's login or 'cli:alice@host'.",
         )
     return actor
@@ -1012,11 +1024,16 @@ def _require_within(name: str, value: int, maximum: int, *, fix: str) -> None:
 
 
 def _require_run_id(run_id: object, operation: str) -> None:
+    """A run id no run can have is refused before any statement (not text or empty:
+    :class:`ConfigurationError`; a NUL, a surrogate, over 255 characters: :class:`InvalidKeyError`),
+    in a bulk operation before the first run changes: one bad id never becomes a half-done batch
+    of the others (issue 32)."""
     if not isinstance(run_id, str) or not run_id:
         raise ConfigurationError(
             f"{operation}: run id must be a non-empty string, got {run_id!r}.",
             fix="pass the run's id (EnqueueResult.run_id, RunRecord.run_id).",
         )
+    require_key(run_id, f"{operation}: run id")
 
 
 def _require_job_id(job_id: object, operation: str) -> None:
