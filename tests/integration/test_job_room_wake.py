@@ -77,3 +77,37 @@ async def test_f1_freed_fleet_slots_wake_the_other_processes(ship_engine: AsyncE
             await runtime_b.stop(drain_timeout=0)
         await runtime_a.stop(drain_timeout=0)
     assert sorted(ran) == ["A", "A", "B", "B"]
+
+
+async def test_f1_slots_freed_inside_the_throttle_window_are_announced_at_its_end(
+    ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """F1: slots of one job freed twice inside the 250 ms window (two settle batches landing
+    back to back) are announced twice: at once, and again at the window's end, never dropped;
+    a runtime parked on the cap would otherwise wait for its poll."""
+    import asyncpg  # noqa: PLC0415 - a raw listener, to count the announcements
+
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    backend = create_job_backend(
+        database=ship_engine, table=runs, state_table=state, clock=FrozenClock()
+    )
+    heard: list[str] = []
+    twice = anyio.Event()
+
+    def on_notify(_connection: Any, _pid: int, _channel: str, payload: str) -> None:
+        heard.append(payload)
+        if len(heard) == 2:
+            twice.set()
+
+    listener = await asyncpg.connect(ship_engine_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        await listener.add_listener(backend.wake_channel, on_notify)
+        backend.room_freed(["f1.window"])
+        backend.room_freed(["f1.window"])  # inside the window: not dropped, deferred
+        with anyio.fail_after(10):
+            await twice.wait()
+    finally:
+        await listener.close()
+    assert len(heard) == 2
+    assert all("f1.window" in payload for payload in heard)

@@ -373,6 +373,9 @@ class PostgresJobBackend(JobBackendBase):
         # F1: freed fleet slots of capped jobs, announced at most once per job per window.
         self._room_throttle = AnnounceThrottle()
         self._room_tasks: set[asyncio.Task[None]] = set()
+        # F1: jobs whose freed slots came inside the window, announced at its end (never lost).
+        self._room_pending: set[str] = set()
+        self._room_trailing: asyncio.TimerHandle | None = None
         self._listener = listener_for(
             database,
             check_listen(listen, "create_job_backend"),
@@ -585,18 +588,35 @@ class PostgresJobBackend(JobBackendBase):
 
     def room_freed(self, job_ids: Iterable[str]) -> None:
         """F1: settles of these capped jobs' runs landed here, so their fleet cap has room:
-        announce each on the wake channel (as an enqueue announces due runs: at most once per
-        job per 250 ms from this backend), so the other processes' runtimes claim it too rather
-        than at their next poll. In a task of its own; a failure is reported (J11)."""
-        now = self._clock.monotonic()
-        wanted = [job_id for job_id in job_ids if self._room_throttle.wanted(job_id, now)]
-        if not wanted or not self._connections.concurrent:
+        announce each on the wake channel, so the other processes' runtimes claim it too rather
+        than at their next poll. At most once per job per 250 ms from this backend (measured on
+        the event loop's time: it bounds load, it decides nothing); a job freed again inside
+        that window is announced once more at its end, so no freed slot goes unannounced (a
+        runtime parked on the cap would otherwise wait for its poll). In a task of its own; a
+        failure is reported (J11)."""
+        if not self._connections.concurrent:
             return
-        for job_id in wanted:
-            self._room_throttle.announced(job_id, now)
-        task = asyncio.get_running_loop().create_task(self._announce_room(wanted))
-        self._room_tasks.add(task)
-        task.add_done_callback(self._room_tasks.discard)
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        wanted: list[str] = []
+        for job_id in job_ids:
+            if self._room_throttle.wanted(job_id, now):
+                wanted.append(job_id)
+                self._room_throttle.announced(job_id, now)
+            else:
+                self._room_pending.add(job_id)
+        if self._room_pending and self._room_trailing is None:
+            self._room_trailing = loop.call_later(self._room_throttle.window, self._room_due)
+        if wanted:
+            task = loop.create_task(self._announce_room(wanted))
+            self._room_tasks.add(task)
+            task.add_done_callback(self._room_tasks.discard)
+
+    def _room_due(self) -> None:
+        """The end of a window in which freed slots were throttled: announce them now."""
+        self._room_trailing = None
+        pending, self._room_pending = self._room_pending, set()
+        self.room_freed(pending)
 
     async def _announce_room(self, job_ids: Sequence[str]) -> None:
         try:
