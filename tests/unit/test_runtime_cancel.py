@@ -127,7 +127,11 @@ async def test_k2_a_runtime_watches_cancel_requests_only_while_it_runs(clock):
     """K2: a worker runtime subscribes to its backend's cancel requests when it starts and
     unsubscribes when it stopped (an enqueue-only runtime never does)."""
     backend = InMemoryJobBackend(clock=clock)
-    job = define_job("k2.watch", lambda _ctx, _payload: None, payload=dict)
+
+    async def _noop(_ctx: object, _payload: object) -> None:
+        return None
+
+    job = define_job("k2.watch", _noop, payload=dict)
     watchers = backend._cancel_watchers
     enqueue_only = await start_job_runtime([job], backend=backend, mode="enqueue-only")
     assert watchers == []

@@ -6,6 +6,7 @@ runtime executes them. Nothing here touches a database.
 
 from __future__ import annotations
 
+import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
@@ -513,6 +514,29 @@ class JobDefinition(Generic[P]):
         return self.concurrency.key(payload)
 
 
+def _require_async_handler(job_id: str, handler: object) -> None:
+    """A handler is an ``async def`` function (or a callable whose ``__call__`` is one, or a
+    ``functools.partial`` of one). A plain function is refused here, at definition: run as a job
+    its body would run on every attempt and each attempt would then fail (``None`` cannot be
+    awaited). Sync handlers are not run in a thread pool on purpose: a thread cannot be
+    cancelled, so the job's timeout (K5), an operator's cancel (K2) and the drain (J12) could
+    not stop it."""
+    if not callable(handler):
+        raise ConfigurationError(
+            f"job {job_id!r}: the handler must be an async function, got"
+            f" {type(handler).__name__} {handler!r}.",
+            fix="pass the handler itself: async def handler(ctx, payload): ...",
+        )
+    call = getattr(handler, "__call__", None)  # noqa: B004 - a callable object's own method
+    if not (inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(call)):
+        raise ConfigurationError(
+            f"job {job_id!r}: the handler {handler!r} is a plain function, not an async one;"
+            " every attempt would run its body and then fail.",
+            fix="declare it with async def; run blocking work inside it with"
+            " await asyncio.to_thread(blocking_fn, ...).",
+        )
+
+
 def define_job(
     id: str,  # noqa: A002 - the seed's name for it
     handler: Handler[P],
@@ -556,8 +580,7 @@ def define_job(
             f"job id {id!r} is not valid.",
             fix="use 1-128 characters: letters, digits and _ . : - (not starting with a symbol).",
         )
-    if not callable(handler):
-        raise ConfigurationError(f"job {id!r}: handler must be an async callable.")
+    _require_async_handler(id, handler)
     return JobDefinition(
         id=id,
         handler=handler,
