@@ -19,7 +19,7 @@ answered the same way, naming ``cursor``. Pure: tested without a server.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias, get_args
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import attrs
 
@@ -33,7 +33,7 @@ from ship_sqla.kernel._errors import (
 )
 from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._keys import InvalidKeyError, require_key
-from ship_sqla.kernel._ports import RunState
+from ship_sqla.kernel._ports import RUN_STATES, RunState
 from ship_sqla.kernel._tenancy import check_tenant
 
 if TYPE_CHECKING:
@@ -54,7 +54,6 @@ Parameter: TypeAlias = Literal[
 ]
 """A request parameter a page may read (``run_id`` is a path parameter, the rest the query's)."""
 
-RUN_STATES: Final[tuple[RunState, ...]] = get_args(RunState)
 MAX_CURSOR_CHARS: Final = 4096
 """Longer than any cursor the operator surface issues: a longer one is refused unread."""
 MAX_ENTRY_ID: Final = 2**63 - 1

@@ -16,7 +16,7 @@ are kept for the oldest open snapshot, and the claim's index scans walk over the
 
 from __future__ import annotations
 
-from typing import Final, Literal, TypeAlias, get_args
+from typing import Literal, TypeAlias
 
 from sqlalchemy import (
     BigInteger,
@@ -39,7 +39,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from sqlalchemy.schema import CreateIndex
 
 from ship_sqla._naming import derived_name, derived_names
-from ship_sqla.kernel._ports import TERMINAL_STATES, RunState
+from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES
 
 __all__ = [
     "DEDUPE_PREDICATE",
@@ -59,9 +59,7 @@ __all__ = [
     "ship_job_workers_table",
 ]
 
-RUN_STATES: Final = get_args(RunState)
-"""The runs table's states, from the kernel's one literal (its CHECK constraint lists them)."""
-_TERMINAL = ", ".join(f"'{state}'" for state in RUN_STATES if state in TERMINAL_STATES)
+_TERMINAL = ", ".join(f"'{state}'" for state in FINISHED_STATES)
 
 DUE_PREDICATE = "state = 'waiting'"
 """``<runs>_due_idx``: waiting runs (due or delayed) of one job in ``(priority, run_at, seq)``

@@ -61,7 +61,7 @@ from ship_sqla.kernel._errors import (
 from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._page import Page
-from ship_sqla.kernel._ports import TERMINAL_STATES, DeadQuery
+from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES, TERMINAL_STATES, DeadQuery
 from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 
@@ -124,8 +124,6 @@ DEFAULT_DEMAND_CAP: Final = 10_000
 MAX_DEMAND_CAP: Final = 1_000_000
 """The most runs ``demand`` counts per job and kind (due, delayed, running): its cost."""
 
-_FINISHED_STATES: Final[tuple[RunState, ...]] = ("completed", "dead", "discarded", "cancelled")
-_RUN_STATES: Final[tuple[RunState, ...]] = ("waiting", "running", *_FINISHED_STATES)
 
 T = TypeVar("T")
 
@@ -231,10 +229,10 @@ def _check_list_runs(
         MAX_PAGE_LIMIT,
         fix=f"ask for at most {MAX_PAGE_LIMIT} and follow next_cursor for the rest.",
     )
-    if state not in _RUN_STATES:
+    if state not in RUN_STATES:
         raise ConfigurationError(
             f"list_runs state {state!r} is not a run state.",
-            fix=f"pass one of {', '.join(_RUN_STATES)}.",
+            fix=f"pass one of {', '.join(RUN_STATES)}.",
         )
     if job_id is not None:
         _require_job_id(job_id, "list_runs")
@@ -530,7 +528,7 @@ class JobOperations:
             }
             count = 0
             batches = 0
-            for state in _FINISHED_STATES:
+            for state in FINISHED_STATES:
                 while batches < max_batches:
                     batches += 1
                     removed = await self._admin.delete_finished(

@@ -53,10 +53,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FAILURE_KINDS",
+    "FINISHED_STATES",
     "LEASE_LAPSED",
     "LEASE_LAPSED_FINAL_ATTEMPT",
     "MAX_CLAIM_BATCH",
     "RUN_CANCELLED",
+    "RUN_STATES",
     "TERMINAL_STATES",
     "BuriedRun",
     "CancelRequestSource",
@@ -92,7 +94,14 @@ __all__ = [
 ]
 
 RunState = Literal["waiting", "running", "completed", "dead", "discarded", "cancelled"]
+RUN_STATES: Final[tuple[RunState, ...]] = get_args(RunState)
+"""Every run state, in lifecycle order: the runs table's CHECK constraint, the operator
+surface's filters and the stats' columns all read this one tuple."""
 TERMINAL_STATES: frozenset[str] = frozenset({"completed", "dead", "discarded", "cancelled"})
+FINISHED_STATES: Final[tuple[RunState, ...]] = tuple(
+    state for state in RUN_STATES if state in TERMINAL_STATES
+)
+"""The terminal states in lifecycle order (a stable order for SQL text and page filters)."""
 
 LEASE_LAPSED_FINAL_ATTEMPT = "SHIP_SQLA_JOB_LEASE_LAPSED_FINAL_ATTEMPT"
 """The error recorded on a run dead-lettered because its lease lapsed on its final attempt (J6)."""
