@@ -259,6 +259,7 @@ class PostgresJobBackend(JobBackendBase):
         steps_table: Table | None = None,
         events_table: Table | None = None,
     ) -> None:
+        _require_database(database)
         self._set_options(
             clock=clock,
             queue_depth_limit=queue_depth_limit,
@@ -981,18 +982,21 @@ class PostgresJobBackend(JobBackendBase):
         return await self._admin.queue_depths(job_ids)
 
 
-def _default_locks(database: object, clock: Clock | None) -> AdvisoryLockProvider | None:
-    """J4: a runtime given no lock provider locks single-runner keys with advisory locks on the
-    backend's engine (a connection, the test path, has none to lend)."""
+def _require_database(database: object) -> None:
     if not isinstance(database, AsyncEngine | AsyncConnection):
         raise ConfigurationError(
             f"create_job_backend needs an AsyncEngine or AsyncConnection, got"
             f" {type(database).__name__}.",
             fix="pass create_async_engine('postgresql+asyncpg://...').",
         )
-    return (
-        advisory_lock_provider(database, clock=clock) if isinstance(database, AsyncEngine) else None
-    )
+
+
+def _default_locks(database: Database, clock: Clock | None) -> AdvisoryLockProvider | None:
+    """J4: a runtime given no lock provider locks single-runner keys with advisory locks on the
+    backend's engine (a connection, the test path, has none to lend)."""
+    if isinstance(database, AsyncEngine):
+        return advisory_lock_provider(database, clock=clock)
+    return None
 
 
 def _nothing_missed() -> None:
