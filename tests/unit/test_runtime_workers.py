@@ -55,6 +55,8 @@ class FlakyRegistry:
         self.inner = inner
         self.failing = failing
         self.down = False
+        # True: a failing call is made, then raises (its answer is lost after it took effect).
+        self.lost = False
         self.missing: str | None = None
         self.calls: list[str] = []
 
@@ -64,6 +66,8 @@ class FlakyRegistry:
         async def call(*args: Any, **kwargs: Any) -> Any:
             self.calls.append(name)
             if self.down and name in self.failing:
+                if self.lost:
+                    await method(*args, **kwargs)
                 raise ConnectionRefusedError(f"{name}: connection refused")
             return await method(*args, **kwargs)
 
@@ -250,3 +254,58 @@ def test_a_worker_entry_is_a_plain_value() -> None:
     entry = WorkerEntry("w", "h", 1, FrozenClock().now(), ("a",), 0, False)
     with pytest.raises(AttributeError):
         entry.in_flight = 2  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("failing", ["release_sampler", "hold_sampler"])
+async def test_f5_a_drain_hands_the_lease_back_after_a_failed_call(
+    backend: InMemoryJobBackend, clock: FrozenClock, errors: ErrorLog, failing: str
+) -> None:
+    """F5, J11: a draining runtime hands its sampler lease back even when the registry failed it
+    on the way: a release that failed is retried at the next beat (after the error backoff), and
+    a hold whose answer was lost (here: the registry raised) counts as held, so the drain
+    releases it rather than leave the fleet without a sampler until the lease lapses."""
+    registry = FlakyRegistry(backend.workers, failing=(failing,))
+    sampling = Sampled(with_registry(backend, registry))
+    proceed = anyio.Event()
+    started = anyio.Event()
+
+    async def block(ctx: Any, payload: Any) -> None:
+        started.set()
+        await proceed.wait()
+
+    job = define_job(f"registered.drain.{failing}", block, payload=dict)
+    # hold_sampler: the first grant's answer is lost (the registry holds the lease, the runtime
+    # was told nothing) and the drain begins before the next beat.
+    registry.down = registry.lost = failing == "hold_sampler"
+    runtime = await start_job_runtime(
+        [job], backend=sampling.spy, worker_id="w-drain", meter_provider=sampling.provider
+    )
+    try:
+        await settle_loop()
+        assert [r.sampler for r in await listed(backend.workers)] == [True]
+        if failing == "hold_sampler":
+            await errors.wait_count(1)
+            registry.down = registry.lost = False
+        await sampling.spy.enqueue(job, {})
+        with anyio.fail_after(5):
+            await started.wait()
+        registry.down = failing == "release_sampler"
+        async with anyio.create_task_group() as group:
+            group.start_soon(runtime.stop, 3600)
+            if failing == "release_sampler":
+                await errors.wait_count(1)
+                assert [r.sampler for r in await listed(backend.workers)] == [True]
+                registry.down = False
+            for _ in range(4):  # the error backoff, at most a second: never the lease
+                await settle_loop()
+                if [r.sampler for r in await listed(backend.workers)] == [False]:
+                    break
+                clock.advance(0.5)
+            else:
+                pytest.fail("the draining runtime kept the sampler lease")
+            [record] = await listed(backend.workers)
+            assert record.draining
+            proceed.set()
+    finally:
+        proceed.set()
+        await runtime.stop()

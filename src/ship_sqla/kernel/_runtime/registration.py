@@ -81,8 +81,11 @@ class Registration:
         self._state: Literal["probing", "on", "off"] = "probing"
         # The local end of the sampler lease (runtime's monotonic clock); None: not held.
         self._sampler_until: float | None = None
-        # True from a grant until the lease was handed back: what a drain must release.
+        # True from a grant until the lease was handed back (a fresh grant samples at once).
         self._granted = False
+        # True from asking for the lease until a release or a refusal is answered: what a
+        # drain must release (a hold whose answer was lost may hold it).
+        self._may_hold = False
         self._fleet_jobs: tuple[str, ...] = ()
         self._draining = False
         self._closing = False
@@ -153,14 +156,19 @@ class Registration:
         await registry.prune(stale_after=WORKER_STALE_AFTER, limit=PRUNE_BATCH)
         if self._draining or not self._wants_sampler():
             self._sampler_until = None
-            if self._granted:
-                self._granted = False
+            if self._may_hold:
+                # Cleared only once the release is answered: a failed one is retried next beat.
                 await registry.release_sampler(self._worker_id)
+                self._may_hold = False
+                self._granted = False
             return
         sent = self._clock.monotonic()
+        # Set before asking: a hold whose answer is lost (an error after the commit) may hold
+        # the lease, so a drain releases it rather than leave it to lapse.
+        self._may_hold = True
         if not await registry.hold_sampler(self._worker_id, lease=SAMPLER_LEASE):
             self._sampler_until = None
-            self._granted = False
+            self._granted = self._may_hold = False
             return
         # A new holder samples at once; a renewing one keeps its sampler's period.
         fresh = not self._granted
