@@ -24,7 +24,13 @@ the rest:
   it has just made); at the next turn it goes back to the pool. Only on a
   ``QueuePool`` (the default) that nobody watches (no ``checkout``, ``checkin`` or ``reset``
   listener: they see every checkout), and only while the pool still holds it as valid (not
-  invalidated, hard or soft, since it was checked out; not disposed);
+  invalidated, hard or soft, since it was checked out; not disposed). Returning a connection
+  to its pool does I/O whenever the pool closes it (a ``NullPool`` always; a full
+  ``QueuePool`` its overflow connections; a disposed engine's old pool, or a lost socket,
+  none may have back): the asyncpg adapter's ``close`` then needs SQLAlchemy's greenlet, so
+  such a return runs inside ``greenlet_spawn``, to completion even when its caller is
+  cancelled (:meth:`DirectStatements.check_in`); a return the pool only queues stays a
+  plain call (no I/O, no greenlet: the hot path);
 - the statement runs with asyncpg's ``execute`` (or ``fetch``, for its rows), which honours
   the connection's ``statement_cache_size`` (0 behind PgBouncer: every statement unnamed,
   re-parsed in the round trip that runs it, exactly as SQLAlchemy's adapter does with both
@@ -64,6 +70,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import Pool, QueuePool
 from sqlalchemy.pool.base import _ConnectionFairy, _ConnectionRecord
 from sqlalchemy.sql.sqltypes import NullType
+from sqlalchemy.util import greenlet_spawn
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -246,6 +253,8 @@ class DirectStatements:
         "_kept",
         "_kept_pool",
         "_kept_turn",
+        "_queue_visible",
+        "_returning",
         "_supported",
     )
 
@@ -265,6 +274,11 @@ class DirectStatements:
         """The pool ``_kept`` came from (an engine's dispose replaces its pool)."""
         self._kept_turn = 0
         """Counts :meth:`keep`: a give-back scheduled by an earlier keep does nothing."""
+        self._queue_visible = hasattr(engine.sync_engine.pool, "_pool")
+        """Whether a ``QueuePool``'s queue can be read (:func:`_queues`); else every return
+        takes the greenlet."""
+        self._returning: set[asyncio.Task[None]] = set()
+        """Returns to the pool under way in tasks of their own (see :meth:`check_in`)."""
 
     def usable(self, statement: TextClause) -> bool:
         """Whether a checked-out connection may run ``statement`` now: a supported SQLAlchemy
@@ -305,10 +319,14 @@ class DirectStatements:
         kept = self._kept
         if kept is not None:
             self._kept = None
-            if self._reusable(kept):
-                return DirectConnection(self, kept)
+            pool = self._kept_pool
+            if pool is not None and await self._reusable(kept, pool):
+                return DirectConnection(self, kept, pool)
         engine = self._engine.sync_engine
         dialect = engine.dialect
+        # Read before the checkout: a dispose() meanwhile makes this connection's pool an old
+        # one, which check_in then closes it for.
+        pool = engine.pool
         try:
             connection = await self._engine.raw_connection()
         except dialect.loaded_dbapi.Error as error:
@@ -321,16 +339,16 @@ class DirectStatements:
                 connection_invalidated=dialect.is_disconnect(error, None, None),
                 dialect=dialect,
             ) from error
-        return DirectConnection(self, connection)
+        return DirectConnection(self, connection, pool)
 
-    def keep(self, connection: PoolProxiedConnection) -> None:
-        """Hold ``connection``, whose statement ended cleanly, until the event loop's next turn,
-        for :meth:`checkout` to take again; then return it to the pool. Returned at once when
-        the pool is not a ``QueuePool``, when a pool listener watches checkouts (see the module
-        docstring), or when another connection is already kept."""
-        pool = self._engine.sync_engine.pool
+    async def keep(self, connection: PoolProxiedConnection, pool: Pool) -> None:
+        """Hold ``connection`` (of ``pool``), whose statement ended cleanly, until the event
+        loop's next turn, for :meth:`checkout` to take again; then return it to the pool.
+        Returned at once (:meth:`check_in`) when the pool is not a ``QueuePool``, when a pool
+        listener watches checkouts (see the module docstring), or when another connection is
+        already kept."""
         if self._kept is not None or not self._keeping or not _keeps(pool):
-            connection.close()
+            await self.check_in(connection, pool)
             return
         self._kept, self._kept_pool = connection, pool
         self._kept_turn += 1
@@ -338,37 +356,75 @@ class DirectStatements:
 
     def _give_back(self, turn: int) -> None:
         """The loop's next turn after :meth:`keep`: the kept connection goes back to its pool
-        (or is closed, when the engine was disposed since)."""
-        kept = self._kept
-        if kept is None or turn != self._kept_turn:
+        (:meth:`check_in`; in a task of its own when that is I/O)."""
+        kept, pool = self._kept, self._kept_pool
+        if kept is None or pool is None or turn != self._kept_turn:
             return
         self._kept = None
-        if not self._closed_if_lost(kept):
-            kept.close()
+        if not self._lost(kept, pool) and self._queues(pool):
+            kept.close()  # no I/O: the pool queues it
+            return
+        self._return_in_greenlet(kept, pool)
 
-    def _closed_if_lost(self, kept: PoolProxiedConnection) -> bool:
-        """Close ``kept`` (True) when no pool may have it back: its engine was disposed since
-        it was kept (its old pool would hold it open), or its socket closed. (It is valid:
-        only a clean end keeps a connection, and nothing else holds it meanwhile.)"""
-        driver: asyncpg.Connection[Any] = kept.driver_connection
-        if self._kept_pool is self._engine.sync_engine.pool and not driver.is_closed():
-            return False
-        kept.invalidate()  # no I/O: the driver's connection is terminated
-        return True
+    async def check_in(self, connection: PoolProxiedConnection, pool: Pool) -> None:
+        """Return ``connection``, checked out of ``pool``, for good: queued in the pool when
+        the pool keeps it (a plain call, no I/O), else closed inside SQLAlchemy's greenlet, to
+        completion even when the caller is cancelled (a ``NullPool``, a full ``QueuePool``'s
+        overflow connection, a pool listener that may do I/O); closed for real when no pool
+        may have it back (:meth:`_lost`: the engine was disposed since, or its socket
+        closed)."""
+        if connection.dbapi_connection is None or (
+            not self._lost(connection, pool) and self._queues(pool)
+        ):
+            # Invalidated (its driver connection already terminated: nothing to close), or
+            # queued by the pool: no I/O either way.
+            connection.close()
+            return
+        await asyncio.shield(self._return_in_greenlet(connection, pool))
 
-    def _reusable(self, kept: PoolProxiedConnection) -> bool:
-        """Whether the pool would hand ``kept`` out as it is (True), else ``kept`` is back in
-        the pool or closed: a lost one (:meth:`_closed_if_lost`) closed, one the pool has
-        invalidated (hard or soft) since it was checked out returned, for the pool to replace
-        at a checkout, as its own checkout does (``_ConnectionRecord.get_connection``)."""
-        if self._closed_if_lost(kept):
-            return False
-        pool: Any = self._kept_pool
-        record: Any = kept._connection_record  # noqa: SLF001 - _KEPT_MIRRORED
-        started = record.starttime
-        if pool._invalidate_time <= started and record._soft_invalidate_time <= started:  # noqa: SLF001 - _KEPT_MIRRORED
-            return True
-        kept.close()
+    def _return_in_greenlet(
+        self, connection: PoolProxiedConnection, pool: Pool
+    ) -> asyncio.Task[None]:
+        """A task of its own (held until done) returning ``connection`` inside SQLAlchemy's
+        greenlet: invalidated (closed) when lost, else given back to ``pool``."""
+        # The old pool would hold a lost one open (dispose), or there is nothing to return.
+        way = connection.invalidate if self._lost(connection, pool) else connection.close
+        task = asyncio.get_running_loop().create_task(greenlet_spawn(way))
+        self._returning.add(task)
+        task.add_done_callback(self._returning.discard)
+        return task
+
+    async def returned(self) -> None:
+        """Wait until every return to the pool under way in a task of its own is done (a kept
+        connection's give-back that needed I/O, or one whose caller was cancelled)."""
+        while self._returning:
+            await asyncio.gather(*self._returning, return_exceptions=True)
+
+    def _lost(self, connection: PoolProxiedConnection, pool: Pool) -> bool:
+        """Whether no pool may have ``connection`` back: its engine was disposed since it was
+        checked out (its old pool would hold it open), or its socket closed."""
+        driver: asyncpg.Connection[Any] | None = connection.driver_connection
+        return pool is not self._engine.sync_engine.pool or driver is None or driver.is_closed()
+
+    def _queues(self, pool: Pool) -> bool:
+        """Whether ``pool`` takes a connection back without I/O now: a ``QueuePool`` that no
+        listener watches (:func:`_keeps`) with room in its queue (a full one closes the
+        connection: an overflow one)."""
+        return self._queue_visible and _keeps(pool) and not pool._pool.full()  # type: ignore[attr-defined]  # noqa: SLF001 - checked in __init__
+
+    async def _reusable(self, kept: PoolProxiedConnection, pool: Pool) -> bool:
+        """Whether the pool would hand ``kept`` out as it is (True), else ``kept`` is returned
+        (:meth:`check_in`): a lost one closed, one the pool has invalidated (hard or soft)
+        since it was checked out given back, for the pool to replace at a checkout, as its
+        own checkout does (``_ConnectionRecord.get_connection``). (It is valid: only a clean
+        end keeps a connection, and nothing else holds it meanwhile.)"""
+        if not self._lost(kept, pool):
+            record: Any = kept._connection_record  # noqa: SLF001 - _KEPT_MIRRORED
+            started = record.starttime
+            invalidated: Any = pool
+            if invalidated._invalidate_time <= started and record._soft_invalidate_time <= started:  # noqa: SLF001 - _KEPT_MIRRORED
+                return True
+        await self.check_in(kept, pool)
         return False
 
     def dialect_schema_time(self) -> float:
@@ -441,22 +497,26 @@ class DirectConnection:
     """One checked-out pooled connection of :class:`DirectStatements`; not safe for concurrent
     tasks (one statement at a time, as any connection)."""
 
-    __slots__ = ("_connection", "_statements")
+    __slots__ = ("_connection", "_pool", "_statements")
 
-    def __init__(self, statements: DirectStatements, connection: PoolProxiedConnection) -> None:
+    def __init__(
+        self, statements: DirectStatements, connection: PoolProxiedConnection, pool: Pool
+    ) -> None:
         self._statements = statements
         self._connection = connection
+        self._pool = pool
 
-    def close(self) -> None:
-        """Return the connection to the pool (an invalidated one is replaced there). Nothing
-        was begun on it, so this does no I/O: the pool's reset has nothing to roll back."""
-        self._connection.close()
+    async def close(self) -> None:
+        """Return the connection to the pool (an invalidated one is replaced there), as
+        :meth:`DirectStatements.check_in` does. Nothing was begun on it: the pool's reset has
+        nothing to roll back."""
+        await self._statements.check_in(self._connection, self._pool)
 
-    def release(self) -> None:
+    async def release(self) -> None:
         """After a statement that ended cleanly: keep the connection for the next statement of
         this turn of the event loop, else return it to the pool
         (:meth:`DirectStatements.keep`). After an error, :meth:`close` it instead."""
-        self._statements.keep(self._connection)
+        await self._statements.keep(self._connection, self._pool)
 
     async def execute(self, statement: TextClause, params: Mapping[str, Any]) -> None:
         """Run ``statement`` (one whose rows nobody needs) with ``params``, autocommitted. Only

@@ -416,9 +416,9 @@ async def _checked_out(direct: DirectStatements, operation: str) -> AsyncIterato
     try:
         yield direct_connection
     except BaseException:
-        direct_connection.close()
+        await direct_connection.close()
         raise
-    direct_connection.release()
+    await direct_connection.release()
 
 
 class StoreConnections:
