@@ -111,3 +111,37 @@ async def test_f1_slots_freed_inside_the_throttle_window_are_announced_at_its_en
         await listener.close()
     assert len(heard) == 2
     assert all("f1.window" in payload for payload in heard)
+
+
+async def test_f1_a_stop_announces_what_the_window_held_and_leaves_nothing_behind(
+    ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """F1, J12: when the last runtime of a backend stops, slots freed inside the throttle window
+    are announced at once (not at the window's end, after the stop) and every announcement under
+    way has ended: nothing of the backend's runs after the stop (the demo dropped its database
+    and then read "database ... does not exist" from a late announcement)."""
+    import asyncpg  # noqa: PLC0415 - a raw listener, to count the announcements
+
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    backend = create_job_backend(
+        database=ship_engine, table=runs, state_table=state, clock=FrozenClock()
+    )
+    heard: list[str] = []
+    listener = await asyncpg.connect(ship_engine_url.replace("postgresql+asyncpg", "postgresql"))
+    try:
+        await listener.add_listener(
+            backend.wake_channel, lambda _c, _p, _ch, payload: heard.append(payload)
+        )
+        backend.start_listening(["f1.stop"])
+        backend.room_freed(["f1.stop"])
+        backend.room_freed(["f1.stop"])  # inside the window: deferred to its end
+        await backend.stop_listening(["f1.stop"])
+        assert backend._room_trailing is None  # nothing left to fire
+        assert not backend._room_tasks  # nothing under way
+        # Both announcements committed before the stop returned; their notifications reach
+        # the listener's connection in order, after a round trip on it.
+        await listener.execute("SELECT 1")
+    finally:
+        await listener.close()
+    assert len(heard) == 2

@@ -580,7 +580,10 @@ class PostgresJobBackend(JobBackendBase):
         one closes the subscriptions (and so the listener's connection) and waits for that."""
         self._listening.subtract(job_ids)
         self._listening = +self._listening
-        if self._listening or not self._subscriptions:
+        if self._listening:
+            return
+        await self._flush_room()
+        if not self._subscriptions:
             return
         subscriptions, self._subscriptions = self._subscriptions, []
         await self._recheck.close()
@@ -612,6 +615,19 @@ class PostgresJobBackend(JobBackendBase):
             task = loop.create_task(self._announce_room(wanted))
             self._room_tasks.add(task)
             task.add_done_callback(self._room_tasks.discard)
+
+    async def _flush_room(self) -> None:
+        """F1: the last runtime here stopped: freed slots still throttled are announced now,
+        and every announcement or parent wake under way is awaited, so none runs after the
+        stop (on an engine disposed, or a database dropped, since)."""
+        if self._room_trailing is not None:
+            self._room_trailing.cancel()
+            self._room_trailing = None
+        pending, self._room_pending = self._room_pending, set()
+        if pending:
+            await self._announce_room(sorted(pending))
+        while self._room_tasks:
+            await asyncio.gather(*self._room_tasks, return_exceptions=True)
 
     def _room_due(self) -> None:
         """The end of a window in which freed slots were throttled: announce them now."""
