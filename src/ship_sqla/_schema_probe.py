@@ -8,6 +8,12 @@ that is missing is refused there with :class:`MissingTablesError`, naming every 
 and the exact ``ship-sqla schema apply`` command that creates them, instead of a database error
 at each poll or request. The fair claims' index (F2) is probed the same way, its fix its DDL
 (``schema apply`` creates tables, it never alters one).
+
+A probe that cannot run (the database is down, or refuses the connection) decides nothing: by
+default the surface starts anyway, as it always could while its database was away, and its loop
+reports that error as it always did (J11; the check is asked again at the surface's next
+start, or next request for the dashboard and the middleware). ``strict=True`` (``ship-sqla
+worker``) raises it instead.
 """
 
 from __future__ import annotations
@@ -15,12 +21,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 import attrs
+from sqlalchemy.exc import SQLAlchemyError
 
 from ship_sqla._naming import quoted_identifier, quoted_table
 from ship_sqla._scope import StoreConnections
 from ship_sqla._sql import TABLELESS
 from ship_sqla._sql.schema_probe import MISSING_RELATIONS
-from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._errors import ConfigurationError, OutageError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -124,13 +131,20 @@ async def require_tables(
     *,
     surface: str,
     fair_claims: bool = False,
-) -> None:
-    """Return when every relation of ``needed`` exists; else raise :class:`MissingTablesError`
-    naming the missing ones, ``surface`` (who asked) and the fix (``fair_claims``: the runs
-    table the command creates has the fair claims' index, F2)."""
-    missing = await missing_relations(database, needed, surface=surface)
+    strict: bool = False,
+) -> bool:
+    """True when every relation of ``needed`` exists; raise :class:`MissingTablesError` naming
+    the missing ones, ``surface`` (who asked) and the fix (``fair_claims``: the runs table the
+    command creates has the fair claims' index, F2). False when the probe could not run (see
+    the module docstring; ``strict``: raise that error)."""
+    try:
+        missing = await missing_relations(database, needed, surface=surface)
+    except (OutageError, SQLAlchemyError, OSError):
+        if strict:
+            raise
+        return False
     if not missing:
-        return
+        return True
     raise MissingTablesError(
         f"{surface} needs {', '.join(n.relation for n in missing)}, which the database does"
         " not have (checked at its start, so nothing runs against a missing table).",

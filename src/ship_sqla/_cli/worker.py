@@ -271,8 +271,11 @@ async def run_worker(
         loop.add_signal_handler(number, on_signal, number)
     try:
         backend = tables.backend(engine, on_error=_report_error)
-        # The runtime checks its tables at start (MissingTablesError, exit 2 with the command
-        # that creates them), not in the loop, which would retry forever.
+        # Checked at start, not in the loop (which would retry forever): an unreachable
+        # database or a missing table (MissingTablesError, naming the `schema apply` command)
+        # is exit 1 at once. The runtime's own start asks the same probe, answered already.
+        fair = any(job.fairness is not None for job in jobs)
+        await backend.require_tables("the job worker", fair_claims=fair, strict=True)
         runtime = await start_job_runtime(
             jobs,
             backend=backend,

@@ -1090,16 +1090,14 @@ class _TablesCheck:
     """Issue 27 item 7: the job tables the dashboard reads, checked once by the backend's one
     probe (:meth:`PostgresJobBackend.require_tables`) at the application's startup when it is
     served alone, else at its first request (a mounted app receives no lifespan events); asked
-    again until it succeeds. Another backend has no tables to check."""
+    until it answers (the backend keeps the answer). Another backend has no tables to check."""
 
     def __init__(self, backend: AdministeredBackend) -> None:
         self._backend = backend if isinstance(backend, PostgresJobBackend) else None
 
     async def require(self) -> None:
-        backend = self._backend
-        if backend is not None:
-            await backend.require_tables("the dashboard")
-            self._backend = None
+        if self._backend is not None:
+            await self._backend.require_tables("the dashboard")
 
     @contextlib.asynccontextmanager
     async def at_startup(self, _app: object) -> AsyncIterator[None]:

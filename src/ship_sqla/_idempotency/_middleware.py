@@ -66,7 +66,7 @@ from ship_sqla._idempotency._types import (
 )
 from ship_sqla._schema_probe import MissingTablesError, Needed, require_tables
 from ship_sqla._uow import create_unit_of_work
-from ship_sqla.kernel._errors import ConfigurationError, OutageError
+from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -179,17 +179,17 @@ class IdempotencyKeyMiddleware:
         if self._tables_checked:
             return
         store = self._store
-        await require_tables(
+        self._tables_checked = await require_tables(
             store.database,
             [Needed.table(store.table, "idempotency")],
             surface="the Idempotency-Key middleware",
         )
-        self._tables_checked = True
 
     def _startup_checked(self, send: Send) -> Send:
         """The lifespan's ``send``: the table check runs before the application's startup is
-        reported complete; a missing table reports it failed instead. An outage leaves the
-        check to the first request (an application may start before its database)."""
+        reported complete; a missing table reports it failed instead. A database it cannot
+        reach leaves the check to the first request (an application may start before its
+        database)."""
 
         async def checked(message: Message) -> None:
             if message["type"] == "lifespan.startup.complete":
@@ -198,8 +198,6 @@ class IdempotencyKeyMiddleware:
                 except MissingTablesError as exc:
                     await send({"type": "lifespan.startup.failed", "message": str(exc)})
                     return
-                except OutageError:
-                    pass
             await send(message)
 
         return checked

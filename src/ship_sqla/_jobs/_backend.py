@@ -654,21 +654,24 @@ class PostgresJobBackend(JobBackendBase):
         if fair:
             await self._require_fair_claims(fair)
 
-    async def require_tables(self, surface: str, *, fair_claims: bool = False) -> None:
+    async def require_tables(
+        self, surface: str, *, fair_claims: bool = False, strict: bool = False
+    ) -> None:
         """Return once the runs and state tables have been seen to exist (one probe, asked
-        until it succeeds); else raise :class:`~ship_sqla.errors.MissingTablesError` naming
+        until it answers); else raise :class:`~ship_sqla.errors.MissingTablesError` naming
         the missing ones, ``surface`` (who asked: a worker, the dashboard) and the ``ship-sqla
         schema apply`` command that creates them (``fair_claims``: with the fair claims'
-        index)."""
+        index). A database it cannot reach decides nothing (``strict``: raises that error;
+        :func:`~ship_sqla._schema_probe.require_tables`)."""
         if self._tables_served:
             return
-        await require_tables(
+        self._tables_served = await require_tables(
             self._connections,
             [Needed.table(self._table, "runs"), Needed.table(self._state_table, "state")],
             surface=surface,
             fair_claims=fair_claims,
+            strict=strict,
         )
-        self._tables_served = True
 
     async def _require_fair_claims(self, job_ids: Sequence[str]) -> None:
         """Return once the runs table has been seen to have the fair claims' index; else raise
