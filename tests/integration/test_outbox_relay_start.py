@@ -42,7 +42,7 @@ async def test_friction_7_a_relay_without_its_table_refuses_to_start(
 
 
 @pytest.fixture
-async def outbox(ship_engine: AsyncEngine, ship_clock: FrozenClock):  # noqa: ANN201
+async def outbox(ship_engine: AsyncEngine, ship_clock: FrozenClock):
     metadata = MetaData()
     table = ship_outbox_table(metadata)
     async with ship_engine.begin() as connection:
@@ -51,7 +51,7 @@ async def outbox(ship_engine: AsyncEngine, ship_clock: FrozenClock):  # noqa: AN
 
 
 async def test_friction_4_a_relay_lifespan_opens_the_sink_and_closes_it_after_the_drain(
-    outbox,  # noqa: ANN001
+    outbox,
 ) -> None:
     """Issue 27 item 4, O3: the lifespan is entered before the first claim and yields the
     sink; stop() lets the message in the sink finish, then exits the lifespan, once."""
@@ -90,7 +90,7 @@ async def test_friction_4_a_relay_lifespan_opens_the_sink_and_closes_it_after_th
     assert relay.delivered == 1
 
 
-async def test_friction_4_a_relay_lifespan_that_raises_refuses_the_start(outbox) -> None:  # noqa: ANN001
+async def test_friction_4_a_relay_lifespan_that_raises_refuses_the_start(outbox) -> None:
     """Issue 27 item 4: a lifespan that raises refuses the start (LifespanFailedError, the
     cause chained); a sink and a lifespan, or neither, is refused with the fix."""
 
