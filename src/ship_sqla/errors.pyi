@@ -13,6 +13,7 @@ from ship_sqla._outbox import OutboxSinkRejectedError as OutboxSinkRejectedError
 from ship_sqla._repository import RepositoryUsageError as RepositoryUsageError
 from ship_sqla._repository_guard import UnsafeExpressionError as UnsafeExpressionError
 from ship_sqla._schema_check import SchemaCheckError as SchemaCheckError
+from ship_sqla._schema_probe import MissingTablesError as MissingTablesError
 from ship_sqla._server import NoServerError as NoServerError
 from ship_sqla._webhooks import WebhookEventInProgressError as WebhookEventInProgressError
 from ship_sqla._webhooks import WebhookEventNotFoundError as WebhookEventNotFoundError
@@ -43,7 +44,9 @@ from ship_sqla.kernel._errors import UsageError as UsageError
 from ship_sqla.kernel._errors import VersionConflictError as VersionConflictError
 from ship_sqla.kernel._fences import LockHeldError as LockHeldError
 from ship_sqla.kernel._fences import StaleFenceError as StaleFenceError
+from ship_sqla.kernel._job_context import ResourcesNotConfiguredError as ResourcesNotConfiguredError
 from ship_sqla.kernel._keys import InvalidKeyError as InvalidKeyError
+from ship_sqla.kernel._lifespan import LifespanFailedError as LifespanFailedError
 from ship_sqla.kernel._operations import AuditWriteError as AuditWriteError
 from ship_sqla.kernel._operations import JobOperationRefusedError as JobOperationRefusedError
 from ship_sqla.kernel._outcomes import JobSnoozeLimitError as JobSnoozeLimitError
@@ -92,9 +95,11 @@ __all__ = (
     "JobSnoozeLimitError",
     "JobTimeoutError",
     "JobTimeoutIgnoredError",
+    "LifespanFailedError",
     "ListenerLostError",
     "ListenerNotLiveError",
     "LockHeldError",
+    "MissingTablesError",
     "NoServerError",
     "OutageError",
     "OutboxDeadLetteredError",
@@ -107,6 +112,7 @@ __all__ = (
     "PermissionDeniedError",
     "RefusedError",
     "RepositoryUsageError",
+    "ResourcesNotConfiguredError",
     "RetryAfter",
     "RollbackOnlyError",
     "SchemaCheckError",

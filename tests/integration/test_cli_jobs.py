@@ -479,15 +479,21 @@ async def test_worker_on_tables_with_other_names(
 async def test_worker_without_the_state_table_fails_at_start(
     app_dir: Path, custom_backend: PostgresJobBackend, ship_engine_url: str
 ) -> None:
-    """The worker checks both tables before it starts: a state table that is not there (here:
-    the default name, in the custom schema) exits 1 at once, naming both tables."""
+    """The worker checks its tables before it starts (the runtime's one probe, issue 27 item
+    7): a state table that is not there (here: the default name, in the custom schema) exits 1
+    at once, naming the missing table and the `schema apply` command that creates it."""
     code, _, err = await ship_sqla(
         "worker", "cli_jobs_app:registry", "--database-url", ship_engine_url, *CUSTOM_OPTIONS,
         cwd=app_dir,
     )  # fmt: skip
     assert code == 1, err
-    assert 'relation "ops.ship_job_state" does not exist' in err
-    assert "here: ops.billing_runs and ops.ship_job_state;" in err
+    assert "SHIP_SQLA_TABLES_MISSING: ship-sqla worker at" in err
+    assert "the job worker needs ops.ship_job_state, which the database does not have" in err
+    assert (
+        "`ship-sqla schema apply --only jobs --schema ops --runs-table billing_runs"
+        " --state-table ship_job_state`" in err
+    )
+    assert "Traceback" not in err
 
 
 # --- bad input and failures, fast, through CliRunner ----------------------------------------

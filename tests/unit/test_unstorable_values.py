@@ -32,6 +32,7 @@ from ship_sqla import (
 from ship_sqla._jobs._sql import JobStatements, claim
 from ship_sqla._naming import fill, quoted_identifier, quoted_table, text_name
 from ship_sqla._sql import _compacted, compact
+from ship_sqla._sql.schema_probe import MISSING_RELATIONS
 from ship_sqla._webhooks._store import check_webhook_json
 from ship_sqla.errors import (
     ConfigurationError,
@@ -278,7 +279,7 @@ def test_templates_are_compacted_before_names_are_put_in() -> None:
     metadata = MetaData()
     runs, state = ship_job_runs_table(metadata), ship_job_state_table(metadata)
     names = {"{runs}": quoted_table(runs), "{state}": quoted_table(state)}
-    for template in (claim.CLAIM_FAIR_GATED_KEYED, claim.FAIR_CLAIMS_SERVED):
+    for template in (claim.CLAIM_FAIR_GATED_KEYED, MISSING_RELATIONS):
         assert fill(_compacted(template.sql), names) == compact(fill(template.sql, names))
     assert compact('SELECT "a--b" -- gone\n') == 'SELECT "a--b"\n'
     assert compact("SELECT 'it''s', \"q\"\"--x\" -- c\n") == "SELECT 'it''s', \"q\"\"--x\"\n"

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from ship_sqla._cli._exits import fail
+from ship_sqla._schema_probe import MissingTablesError
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel._errors import DatabaseUnavailableError
 
@@ -54,6 +55,15 @@ def database_call(database_url: URL, call: Coroutine[Any, Any, T], *, as_json: b
         # through here: the runtime reports their errors), so an OSError is the driver's.
         with database_outage_translated(f"{command}'s call", driver_only=True):
             return asyncio.run(call)
+    except MissingTablesError as exc:
+        # The database answered, and lacks tables: a failed operation (exit 1) whose message
+        # names them and the `schema apply` command, like every other database failure here.
+        where = database_url.render_as_string(hide_password=True)
+        fail(
+            f"{exc.code}: {command} at {where}: {exc.message} Fix: {exc.fix}",
+            as_json=as_json,
+            cause=exc,
+        )
     except DatabaseUnavailableError as exc:
         where = database_url.render_as_string(hide_password=True)
         fail(

@@ -32,6 +32,7 @@ else:  # click < 8.4's ParamType is not generic at runtime
     AnyParamType = click.ParamType
 
 __all__ = [
+    "LIFESPAN",
     "METADATA",
     "REGISTRY",
     "AnyParamType",
@@ -39,6 +40,7 @@ __all__ = [
     "Duration",
     "Identifier",
     "JobsReference",
+    "LifespanReference",
     "ObjectReference",
     "OutboxId",
 ]
@@ -153,8 +155,29 @@ class JobsReference(ObjectReference):
         return registry
 
 
+class LifespanReference(ObjectReference):
+    """``module:attr`` naming a lifespan: a callable returning an async context manager (an
+    ``@asynccontextmanager`` function). Every failure is a usage error (exit 2)."""
+
+    def __init__(self) -> None:
+        super().__init__(object, "lifespan", "myapp.worker:lifespan")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: ANN401
+        found = value if callable(value) else self._load(value, param, ctx)
+        if not callable(found) or hasattr(found, "__aenter__"):
+            self.fail(
+                f"{value} is a {type(found).__name__}, not a lifespan: name a module-level"
+                " @asynccontextmanager function (called once; it yields the resources), like"
+                " myapp.worker:lifespan.",
+                param,
+                ctx,
+            )
+        return found
+
+
 METADATA = ObjectReference(MetaData, "SQLAlchemy MetaData", "myapp.db:metadata")
 REGISTRY = JobsReference()
+LIFESPAN = LifespanReference()
 
 
 class DatabaseUrl(AnyParamType):

@@ -3,8 +3,11 @@
 
 The worker's log lines about runs are the runtime's, on ``ship_sqla.jobs`` (S3); its own
 (started, stopping, absorbed errors) are on ``ship_sqla.worker``; :mod:`._logging` prints both.
-The worker checks its tables through the backend's ``PROBE_*_TABLE`` statements: the CLI runs
-no SQL of its own.
+The worker's tables are checked at its start by the runtime's one probe (the backend's
+``require_support``: :class:`~ship_sqla.errors.MissingTablesError` names the missing tables and
+the ``schema apply`` command): the CLI runs no SQL of its own. ``--lifespan APP:LIFESPAN`` gives
+the handlers the application's resources (``ctx.resources``), entered before the first claim
+and exited after the drain.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ from ship_sqla._cli._options import (
     workers_table_option,
 )
 from ship_sqla._cli._output import format_workers, worker_dict
-from ship_sqla._cli._params import REGISTRY, Duration
+from ship_sqla._cli._params import LIFESPAN, REGISTRY, Duration
 from ship_sqla._cli._tables import DEFAULT_RUNS_TABLE, DEFAULT_STATE_TABLE, JobTables
-from ship_sqla._jobs._sql.admin import PROBE_RUNS_TABLE, PROBE_STATE_TABLE
 from ship_sqla.kernel._durations import MAX_DRAIN_TIMEOUT, MAX_POLL_INTERVAL, MAX_SAMPLE_INTERVAL
+from ship_sqla.kernel._on_error import error_line
 from ship_sqla.kernel._operations import MAX_DEMAND_JOBS, MAX_PAUSED_JOBS
 from ship_sqla.kernel._ports import JobLeaseStaleError
 from ship_sqla.kernel._runtime.runtime import start_job_runtime
@@ -46,10 +49,10 @@ if TYPE_CHECKING:
     from datetime import timedelta
 
     from sqlalchemy.engine import URL
-    from sqlalchemy.ext.asyncio import AsyncEngine
 
     from ship_sqla._jobs import PostgresJobBackend
     from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._lifespan import Lifespan
     from ship_sqla.kernel._operations import JobOperations
     from ship_sqla.kernel._registry import JobRegistry
     from ship_sqla.kernel._runtime.runtime import JobRuntime
@@ -90,6 +93,15 @@ one check could fall between a claim's answer and its runs' start."""
     show_default=True,
     help="Time in-flight runs may finish after SIGTERM before they are cancelled (0: cancel at"
     " once), at most 1d.",
+)
+@click.option(
+    "--lifespan",
+    type=LIFESPAN,
+    default=None,
+    metavar="APP:LIFESPAN",
+    help="The application's resources for the handlers (ctx.resources): a module-level async"
+    " context manager factory (an @asynccontextmanager function), entered before the first"
+    " claim and exited after the drain. Default: the registry's lifespan, if it has one.",
 )
 @click.option(
     "--burst",
@@ -140,6 +152,7 @@ def worker(
     log_format: LogFormat,
     summary_interval: timedelta,
     tables: JobTables,
+    lifespan: Lifespan | None,
 ) -> None:
     """Execute the runs of the jobs registered at APP:REGISTRY (a JobRegistry, a job definition
     or a list of them, defined at module level, e.g. examples.worker:registry) from the job
@@ -168,6 +181,7 @@ def worker(
                 tables=tables,
                 summary_interval=summary or None,
                 burst=burst,
+                lifespan=lifespan,
             ),
             tables=tables.names,
         )
@@ -211,15 +225,8 @@ def _report_error(error: BaseException) -> None:
     fix. A stale settle is DEBUG here: the runtime's own WARNING line for it (event "stale")
     already names the run."""
     level = logging.DEBUG if isinstance(error, JobLeaseStaleError) else logging.ERROR
-    worker_log.log(level, "absorbed %s: %s", type(error).__name__, error)
-
-
-async def _check_tables(engine: AsyncEngine, backend: PostgresJobBackend) -> None:
-    """Fail at start, not in the loop (which would retry forever), when the tables are absent."""
-    statements = backend.statements
-    for probe in (statements[PROBE_RUNS_TABLE], statements[PROBE_STATE_TABLE]):
-        async with engine.connect() as connection:
-            await connection.execute(probe)
+    # Never the statement's text a database error's str carries (issue 27 item 7).
+    worker_log.log(level, "absorbed %s", error_line(error))
 
 
 async def _nothing_due(backend: PostgresJobBackend, job_ids: Sequence[str]) -> bool:
@@ -243,6 +250,7 @@ async def run_worker(
     tables: JobTables,
     summary_interval: float | None = None,
     burst: bool = False,
+    lifespan: Lifespan | None = None,
 ) -> int:
     """Execute ``jobs``' runs until SIGTERM or SIGINT (or, with ``burst``, until nothing is due
     and nothing in flight), then stop claiming and drain (J12). The exit code: 130 after a
@@ -263,7 +271,11 @@ async def run_worker(
         loop.add_signal_handler(number, on_signal, number)
     try:
         backend = tables.backend(engine, on_error=_report_error)
-        await _check_tables(engine, backend)
+        # Checked at start, not in the loop (which would retry forever): an unreachable
+        # database or a missing table (MissingTablesError, naming the `schema apply` command)
+        # is exit 1 at once. The runtime's own start asks the same probe, answered already.
+        fair = any(job.fairness is not None for job in jobs)
+        await backend.require_tables("the job worker", fair_claims=fair, strict=True)
         runtime = await start_job_runtime(
             jobs,
             backend=backend,
@@ -272,6 +284,7 @@ async def run_worker(
             max_in_flight=max_in_flight,
             drain_timeout=drain_timeout,
             summary_interval=summary_interval,
+            lifespan=lifespan,
         )
         await _execute_until_stopped(
             backend,

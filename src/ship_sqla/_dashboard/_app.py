@@ -18,6 +18,7 @@ inline style or script.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import secrets
 import uuid
@@ -26,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeAlias
 from urllib.parse import parse_qs, quote, urlencode
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
@@ -53,6 +55,8 @@ from ship_sqla._dashboard._html import (
 from ship_sqla._dashboard._security import SecurityHeaders
 from ship_sqla._dashboard._static import ASSETS
 from ship_sqla._dashboard._svg import throughput_chart
+from ship_sqla._jobs._backend import PostgresJobBackend
+from ship_sqla._schema_probe import MissingTablesError
 from ship_sqla.kernel._browse import run_order
 from ship_sqla.kernel._errors import (
     ConfigurationError,
@@ -69,10 +73,10 @@ from ship_sqla.kernel._plans.schedule import previous_occurrence
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 
     from starlette.requests import Request
-    from starlette.types import ASGIApp
+    from starlette.types import ASGIApp, Receive, Scope, Send
 
     from ship_sqla._outbox._operations import OutboxOperations
     from ship_sqla.kernel._audit import AuditSink
@@ -1051,9 +1055,12 @@ def create_dashboard(
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
         Route("/audit", state.audit, methods=["GET"]),
     ]
+    tables = _TablesCheck(backend)
     return _DashboardApp(
         routes=routes,
         exception_handlers={404: _router_error, 405: _router_error},
+        middleware=[Middleware(_TablesChecked, tables=tables)],
+        lifespan=tables.at_startup,
     )
 
 
@@ -1077,6 +1084,45 @@ async def _router_error(request: Request, exc: Exception) -> Response:
     if status == 405:  # noqa: PLR2004 - RFC 9110: a 405 names the methods allowed
         response.headers.update(getattr(exc, "headers", None) or {})
     return response
+
+
+class _TablesCheck:
+    """Issue 27 item 7: the job tables the dashboard reads, checked once by the backend's one
+    probe (:meth:`PostgresJobBackend.require_tables`) at the application's startup when it is
+    served alone, else at its first request (a mounted app receives no lifespan events); asked
+    until it answers (the backend keeps the answer). Another backend has no tables to check."""
+
+    def __init__(self, backend: AdministeredBackend) -> None:
+        self._backend = backend if isinstance(backend, PostgresJobBackend) else None
+
+    async def require(self) -> None:
+        if self._backend is not None:
+            await self._backend.require_tables("the dashboard")
+
+    @contextlib.asynccontextmanager
+    async def at_startup(self, _app: object) -> AsyncIterator[None]:
+        """Starlette's lifespan: a missing table fails the startup (``ship-sqla dashboard``
+        exits naming it) instead of every page answering 500."""
+        await self.require()
+        yield
+
+
+class _TablesChecked:
+    """The first request's check (:class:`_TablesCheck`): a missing table is a 503 naming the
+    tables and the ``ship-sqla schema apply`` command, never a bare 500."""
+
+    def __init__(self, app: ASGIApp, tables: _TablesCheck) -> None:
+        self.app = app
+        self.tables = tables
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            try:
+                await self.tables.require()
+            except MissingTablesError as exc:
+                await PlainTextResponse(f"503 {exc}", 503)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 class _DashboardApp(Starlette):

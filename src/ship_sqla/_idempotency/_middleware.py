@@ -28,6 +28,12 @@ claim included, so a retry runs again. To keep and replay such a 4xx, make the n
 
 Responses are buffered whole before they are sent (they must be stored first): do not put
 long-lived streams behind this middleware.
+
+The keys' table is checked once (issue 27 item 7, the one probe of
+:mod:`ship_sqla._schema_probe`): at the application's startup, where the server sends the
+lifespan protocol (a missing table fails the startup, naming it and the ``ship-sqla schema
+apply`` command), else at the first protected request, which then raises
+:class:`~ship_sqla.errors.MissingTablesError` instead of the driver's "relation does not exist".
 """
 
 from __future__ import annotations
@@ -58,12 +64,14 @@ from ship_sqla._idempotency._types import (
     IdempotencyStarted,
     StoredResponse,
 )
+from ship_sqla._schema_probe import MissingTablesError, Needed, require_tables
 from ship_sqla._uow import create_unit_of_work
 from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
+    from ship_sqla._asgi_io import Message
     from ship_sqla._scope import TransactionScope
 
 __all__ = ["IdempotencyKeyMiddleware", "parse_idempotency_key", "request_fingerprint"]
@@ -162,8 +170,42 @@ class IdempotencyKeyMiddleware:
         self._uow = create_unit_of_work(
             store.database, repositories=_scope_itself, max_attempts=max_attempts
         )
+        self._tables_checked = False
+
+    async def require_tables(self) -> None:
+        """Return once the keys' table has been seen to exist (asked until it is); else raise
+        :class:`~ship_sqla.errors.MissingTablesError` naming it and the command that creates
+        it."""
+        if self._tables_checked:
+            return
+        store = self._store
+        self._tables_checked = await require_tables(
+            store.database,
+            [Needed.table(store.table, "idempotency")],
+            surface="the Idempotency-Key middleware",
+        )
+
+    def _startup_checked(self, send: Send) -> Send:
+        """The lifespan's ``send``: the table check runs before the application's startup is
+        reported complete; a missing table reports it failed instead. A database it cannot
+        reach leaves the check to the first request (an application may start before its
+        database)."""
+
+        async def checked(message: Message) -> None:
+            if message["type"] == "lifespan.startup.complete":
+                try:
+                    await self.require_tables()
+                except MissingTablesError as exc:
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+            await send(message)
+
+        return checked
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, receive, self._startup_checked(send))
+            return
         if scope["type"] != "http" or scope["method"].upper() not in self._methods:
             await self.app(scope, receive, send)
             return
@@ -182,6 +224,7 @@ class IdempotencyKeyMiddleware:
             scope["method"], scope.get("path", ""), scope.get("query_string", b""), body
         )
         tenant = self._tenant(scope) if self._tenant is not None else None
+        await self.require_tables()
 
         async def handler(tx: TransactionScope) -> tuple[StoredResponse, bool]:
             return await self._claim_and_run(

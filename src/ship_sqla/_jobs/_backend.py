@@ -96,7 +96,6 @@ from ship_sqla._jobs._sql.claim import (
     CLAIM_GATED_KEYED,
     CLAIM_UNCAPPED,
     CLAIM_UNCAPPED_KEYED,
-    FAIR_CLAIMS_SERVED,
 )
 from ship_sqla._jobs._sql.enqueue import ANNOUNCE, ANNOUNCE_AFTER_COMMIT, ENQUEUE_COPY_MIN_RUNS
 from ship_sqla._jobs._sql.settle import HEARTBEAT_IF_TOKEN_CURRENT, SETTLE_IF_TOKEN_CURRENT
@@ -123,6 +122,7 @@ from ship_sqla._notify import (
     listener_for,
     sender_token,
 )
+from ship_sqla._schema_probe import MissingTablesError, Needed, missing_relations, require_tables
 from ship_sqla._scope import (
     Database,
     StoreConnections,
@@ -319,6 +319,7 @@ class PostgresJobBackend(JobBackendBase):
         self._fair_cursors: dict[str, str] = {}
         # F2: whether the runs table has the index fair claims read (asked until it does).
         self._fair_served = False
+        self._tables_served = False
         self._wire_stores(workers_table, steps_table, events_table)
 
     def _wire_stores(
@@ -659,34 +660,54 @@ class PostgresJobBackend(JobBackendBase):
     # --- claim, heartbeat, settle -------------------------------------------------------------
 
     async def require_support(self, definitions: Iterable[JobDefinition[Any]]) -> None:
-        """A fair job (F2) needs ``<runs>_tenant_idx``
-        on the runs table (``ship_job_runs_table(..., fair_claims=True)``); asked once
-        (FAIR_CLAIMS_SERVED), at a worker's start, so a worker without it fails there."""
+        """A worker's start check, asked once per backend (the one probe,
+        :func:`~ship_sqla._schema_probe.require_tables`): the runs and state tables exist, else
+        :class:`~ship_sqla.errors.MissingTablesError` names them and the command that creates
+        them; and a fair job (F2) needs ``<runs>_tenant_idx`` on the runs table
+        (``ship_job_runs_table(..., fair_claims=True)``), so a worker without it fails there."""
         fair = [job.id for job in definitions if job.fairness is not None]
+        await self.require_tables("the job worker", fair_claims=bool(fair))
         if fair:
             await self._require_fair_claims(fair)
 
+    async def require_tables(
+        self, surface: str, *, fair_claims: bool = False, strict: bool = False
+    ) -> None:
+        """Return once the runs and state tables have been seen to exist (one probe, asked
+        until it answers); else raise :class:`~ship_sqla.errors.MissingTablesError` naming
+        the missing ones, ``surface`` (who asked: a worker, the dashboard) and the ``ship-sqla
+        schema apply`` command that creates them (``fair_claims``: with the fair claims'
+        index). A database it cannot reach decides nothing (``strict``: raises that error;
+        :func:`~ship_sqla._schema_probe.require_tables`)."""
+        if self._tables_served:
+            return
+        self._tables_served = await require_tables(
+            self._connections,
+            [Needed.table(self._table, "runs"), Needed.table(self._state_table, "state")],
+            surface=surface,
+            fair_claims=fair_claims,
+            strict=strict,
+        )
+
     async def _require_fair_claims(self, job_ids: Sequence[str]) -> None:
         """Return once the runs table has been seen to have the fair claims' index; else raise
-        ConfigurationError naming ``job_ids``, the index and its DDL."""
+        MissingTablesError (a ConfigurationError) naming ``job_ids``, the index and its DDL."""
         if self._fair_served:
             return
         s, index = self.statements, fair_claims_index_name(self._table)
-        [(served,)] = await self._connections.fetch(
-            "check of the fair claims' index",
-            s[FAIR_CLAIMS_SERVED],
-            {"runs": s.runs_name, "tenant_index": index},
-        )
-        if served:
+        ddl = fair_claims_ddl(self._table)
+        needed = Needed.index(self._table, index, ddl)
+        if not await missing_relations(self._connections, [needed], surface="the job worker"):
             self._fair_served = True
             return
-        raise ConfigurationError(
+        raise MissingTablesError(
             f"job(s) {', '.join(map(repr, job_ids))} have fairness= (F2), but the runs table"
             f" {s.runs_name} has no index {index}, which fair claims read (without it each"
             " claim would read every waiting run of the job).",
             fix="declare the table with ship_job_runs_table(metadata, ..., fair_claims=True)"
-            f" and migrate (Alembic autogenerate adds the index; by hand:"
-            f" {fair_claims_ddl(self._table)}), or drop fairness= from these jobs.",
+            f" and migrate (Alembic autogenerate adds the index; by hand: {ddl}), or drop"
+            " fairness= from these jobs.",
+            missing=(needed.relation,),
         )
 
     async def claim(self, request: ClaimRequest) -> ClaimBatch:

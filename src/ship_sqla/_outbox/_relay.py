@@ -39,7 +39,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from ship_sqla._notify import (
     Listen,
@@ -58,6 +59,7 @@ from ship_sqla._outbox._types import (
     OutboxPublishError,
     OutboxSinkRejectedError,
 )
+from ship_sqla._schema_probe import Needed, require_tables
 from ship_sqla.kernel._durations import (
     MAX_DRAIN_TIMEOUT,
     MAX_LEASE,
@@ -65,6 +67,7 @@ from ship_sqla.kernel._durations import (
     require_duration,
 )
 from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._lifespan import enter_lifespan, require_lifespan
 from ship_sqla.kernel._plans.backoff import error_backoff
 from ship_sqla.kernel._tracing import publish_span, traces_message
 from ship_sqla.kernel._waiting import wait_event
@@ -536,7 +539,7 @@ def _check_drain_timeout(value: float | None) -> float | None:
 async def start_outbox_relay(
     outbox: Outbox,
     outbox_id: str,
-    sink: OutboxSink,
+    sink: OutboxSink | None = None,
     *,
     batch_size: int = 100,
     lease: float = 30.0,
@@ -547,8 +550,12 @@ async def start_outbox_relay(
     clock: Clock | None = None,
     worker: str | None = None,
     listen: Listen = True,
+    lifespan: SinkLifespan | None = None,
 ) -> OutboxRelay:
     """Start a relay publishing ``outbox_id``'s messages to ``sink``; returns it running.
+    The outbox table is checked at the start (:class:`~ship_sqla.errors.MissingTablesError`);
+    ``lifespan`` (instead of ``sink``) opens the sink's resources and yields the sink: see
+    :func:`_start_relay`.
 
     The relay lives on the running event loop until ``await relay.stop()``; it is also an async
     context manager that stops on exit (``async with await start_outbox_relay(...) as relay:``),
@@ -586,22 +593,81 @@ async def start_outbox_relay(
     delivered in commit order and may overlap. Messages without a key are not ordered. A key
     with a long backlog costs the claim one ``<table>_ordering_idx`` probe per row it skips.
     """
-    relay = OutboxRelay(
-        outbox,
-        outbox_id,
-        sink,
-        batch_size=batch_size,
-        lease=lease,
-        poll_interval=poll_interval,
-        ordered=ordered,
-        drain_timeout=drain_timeout,
-        on_error=on_error,
-        clock=clock,
-        worker=worker,
-        listen=listen,
+    options: dict[str, Any] = {
+        "batch_size": batch_size,
+        "lease": lease,
+        "poll_interval": poll_interval,
+        "ordered": ordered,
+        "drain_timeout": drain_timeout,
+        "on_error": on_error,
+        "clock": clock,
+        "worker": worker,
+        "listen": listen,
+    }
+    return await _start_relay(outbox, outbox_id, sink, lifespan, options)
+
+
+async def _start_relay(
+    outbox: Outbox,
+    outbox_id: str,
+    sink: OutboxSink | None,
+    lifespan: SinkLifespan | None,
+    options: dict[str, Any],
+) -> OutboxRelay:
+    """The relay's start (issue 27 items 4 and 7): its table checked once by the one probe (a
+    missing one refused with MissingTablesError naming it and the ``ship-sqla schema apply``
+    command); then ``lifespan``, when given instead of ``sink``, entered before the first
+    claim (a factory of an async context manager that opens the sink's resources, a broker
+    connection or an HTTP client, and yields the sink; an error entering it refuses the start
+    with LifespanFailedError) and exited after the drain, in :meth:`OutboxRelay.stop`."""
+    if (sink is None) == (lifespan is None):
+        raise ConfigurationError(
+            "start_outbox_relay needs a sink, or a lifespan that yields one (not both).",
+            fix="pass start_outbox_relay(outbox, outbox_id, sink) or"
+            " start_outbox_relay(outbox, outbox_id, lifespan=opens_the_sink).",
+        )
+    if lifespan is not None:
+        require_lifespan(lifespan, "start_outbox_relay")
+    await require_tables(
+        outbox.database, [Needed.table(outbox.table, "outbox")], surface="the outbox relay"
     )
+    if sink is not None:
+        relay = OutboxRelay(outbox, outbox_id, sink, **options)
+    else:
+        manager, opened = await enter_lifespan(cast("SinkLifespan", lifespan), "the outbox relay")
+        try:
+            relay = _LifespanRelay(manager, outbox, outbox_id, opened, **options)
+        except BaseException:
+            await manager.__aexit__(None, None, None)
+            raise
     relay._start()  # noqa: SLF001 - the factory is the relay's own module
     return relay
+
+
+SinkLifespan = Callable[[], AbstractAsyncContextManager[OutboxSink]]
+"""``lifespan() -> async context manager`` whose value is the relay's sink."""
+
+
+class _LifespanRelay(OutboxRelay):
+    """A relay whose sink came from a lifespan: :meth:`stop` exits it once, after the drain,
+    whatever the drain met."""
+
+    def __init__(
+        self,
+        lifespan: AbstractAsyncContextManager[OutboxSink],
+        *args: Any,  # noqa: ANN401 - OutboxRelay's own
+        **kwargs: Any,  # noqa: ANN401
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self._lifespan: AbstractAsyncContextManager[OutboxSink] | None = lifespan
+
+    async def stop(self, drain_timeout: float | None = None) -> None:
+        try:
+            await super().stop(drain_timeout)
+        finally:
+            lifespan, self._lifespan = self._lifespan, None
+            if lifespan is not None:
+                await lifespan.__aexit__(None, None, None)
 
 
 def job_sink(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar
+
+from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -23,8 +25,42 @@ if TYPE_CHECKING:
     )
 
 T = TypeVar("T")
+if TYPE_CHECKING:
+    # A bare ``JobContext`` is ``JobContext[Any]``: handlers that read no resources need not
+    # name their type (PEP 696; typing_extensions for the type checker only).
+    from typing_extensions import TypeVar as _DefaultedTypeVar
 
-__all__ = ["CancelReason", "Cancellation", "JobContext"]
+    R = _DefaultedTypeVar("R", default=Any)
+else:
+    R = TypeVar("R")
+
+__all__ = [
+    "NO_RESOURCES",
+    "CancelReason",
+    "Cancellation",
+    "JobContext",
+    "ResourcesNotConfiguredError",
+]
+
+
+class _NoResources:
+    """The resources of a context whose runtime was given no ``lifespan``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_RESOURCES"
+
+
+NO_RESOURCES: Final = _NoResources()
+
+
+class ResourcesNotConfiguredError(ConfigurationError):
+    """A handler read ``ctx.resources``, but the runtime that runs it was given no
+    ``lifespan`` to make them."""
+
+    code = "SHIP_SQLA_RESOURCES_NOT_CONFIGURED"
+
 
 CancelReason = Literal["lease-lost", "lock-lost", "drain", "cancelled", "timeout"]
 """Why a run was cancelled: its lease was retaken or could not be extended (J5); its single-runner
@@ -70,8 +106,14 @@ class Cancellation:
         await self._event.wait()
 
 
-class JobContext:
-    """The run a handler executes, and its cancellation signal.
+class JobContext(Generic[R]):
+    """The run a handler executes, its cancellation signal, and the application's resources.
+
+    ``resources`` is the value the runtime's ``lifespan`` yielded (an engine, a unit of work,
+    an HTTP client, a container: whatever the application's lifespan builds once per worker);
+    annotate the handler's context as ``JobContext[MyResources]`` and ``ctx.resources`` is
+    typed. Reading it in a runtime given no lifespan raises
+    :class:`ResourcesNotConfiguredError`.
 
     ``token`` is the claim's fencing token (J5): any external write the handler fences (a version
     column, a conditional PUT) can carry it so a zombie holder's late write is refused.
@@ -87,12 +129,27 @@ class JobContext:
     stored and replayed (:mod:`ship_sqla.kernel._workflows`).
     """
 
-    __slots__ = ("_cancellation", "_run", "_workflow", "_workflow_parts", "worker_id")
+    __slots__ = (
+        "_cancellation",
+        "_resources",
+        "_run",
+        "_workflow",
+        "_workflow_parts",
+        "worker_id",
+    )
 
-    def __init__(self, run: ClaimedRun, cancellation: Cancellation, *, worker_id: str) -> None:
+    def __init__(
+        self,
+        run: ClaimedRun,
+        cancellation: Cancellation,
+        *,
+        worker_id: str,
+        resources: R | _NoResources = NO_RESOURCES,
+    ) -> None:
         self._run = run
         self._cancellation = cancellation
         self.worker_id = worker_id
+        self._resources = resources
         self._workflow: Workflow | None = None
         self._workflow_parts: tuple[WorkflowStore, JobBackend, Clock] | None = None
 
@@ -186,9 +243,35 @@ class JobContext:
         return await self.workflow.wait_for_children(name)
 
     @classmethod
-    def standalone(cls, run: ClaimedRun, *, worker_id: str = "test") -> JobContext:
-        """A context outside any runtime, to unit-test a handler; cancel via ``cancellation``."""
-        return cls(run, Cancellation(), worker_id=worker_id)
+    def standalone(
+        cls,
+        run: ClaimedRun,
+        *,
+        worker_id: str = "test",
+        resources: R | _NoResources = NO_RESOURCES,
+    ) -> JobContext[R]:
+        """A context outside any runtime, to unit-test a handler (with the ``resources`` it
+        reads, e.g. a fake); cancel via ``cancellation``."""
+        return cls(run, Cancellation(), worker_id=worker_id, resources=resources)
+
+    @property
+    def resources(self) -> R:
+        """What the runtime's ``lifespan`` yielded, entered once before the worker's first
+        claim and exited after its drain (``start_job_runtime(..., lifespan=...)``,
+        ``JobRegistry(..., lifespan=...)``, ``ship-sqla worker --lifespan``)."""
+        resources = self._resources
+        if isinstance(resources, _NoResources):
+            raise ResourcesNotConfiguredError(
+                f"run {self._run.run_id!r} of job {self._run.job_id!r} read ctx.resources, but"
+                " its runtime was started without a lifespan.",
+                fix="give the runtime a lifespan that yields the resources:"
+                " start_job_runtime(..., lifespan=app_lifespan), JobRegistry(...,"
+                " lifespan=app_lifespan), or `ship-sqla worker APP:REGISTRY --lifespan"
+                " APP:LIFESPAN` (an async context manager factory, e.g. an"
+                " @asynccontextmanager function); in a test, JobContext.standalone(run,"
+                " resources=...).",
+            )
+        return resources
 
     @property
     def run(self) -> ClaimedRun:

@@ -16,9 +16,12 @@ from ship_sqla.kernel._jobs import (
     Schedule,
     define_job,
 )
+from ship_sqla.kernel._lifespan import require_lifespan
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
+
+    from ship_sqla.kernel._lifespan import Lifespan
 
 __all__ = ["DuplicateJobError", "JobRegistry", "UnknownJobError"]
 
@@ -46,11 +49,21 @@ class JobRegistry:
     A job id is registered at most once: a second definition under the same id (even an equal
     one) raises :class:`DuplicateJobError`, because two handlers for one stored run would make
     which one executes depend on import order.
+
+    ``lifespan`` (optional): the application's resources for these jobs' handlers, an async
+    context manager factory whose yielded value handlers read as ``ctx.resources``; every
+    worker runtime started with this registry (``start_job_runtime``, ``ship-sqla worker``)
+    enters it before its first claim and exits it after its drain.
     """
 
-    __slots__ = ("_definitions",)
+    __slots__ = ("_definitions", "lifespan")
 
-    def __init__(self, definitions: Iterable[JobDefinition[Any]] = ()) -> None:
+    def __init__(
+        self, definitions: Iterable[JobDefinition[Any]] = (), *, lifespan: Lifespan | None = None
+    ) -> None:
+        if lifespan is not None:
+            require_lifespan(lifespan, "JobRegistry")
+        self.lifespan = lifespan
         self._definitions: dict[str, JobDefinition[Any]] = {}
         for definition in definitions:
             self.register(definition)

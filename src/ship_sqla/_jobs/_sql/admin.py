@@ -23,8 +23,6 @@ __all__ = [
     "LIST_DEAD_OF_JOB",
     "LIST_PAUSED",
     "PAUSE_JOB",
-    "PROBE_RUNS_TABLE",
-    "PROBE_STATE_TABLE",
     "QUEUE_DEPTHS",
     "RESUME_JOB",
     "RETRY_DEAD",
@@ -293,9 +291,3 @@ SELECT EXISTS (
 """)
 """The admin port's ``job_known`` (:class:`~ship_sqla.kernel.RunAdmin`). Operator-only, never
 hot."""
-
-PROBE_RUNS_TABLE: Final = Template("SELECT 1 FROM {runs} LIMIT 0")
-"""Reads nothing; fails (42P01) when the runs table is absent: the worker checks it at start."""
-
-PROBE_STATE_TABLE: Final = Template("SELECT 1 FROM {state} LIMIT 0")
-"""PROBE_RUNS_TABLE for the state table."""

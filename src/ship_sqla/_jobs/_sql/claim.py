@@ -51,7 +51,6 @@ __all__ = [
     "CLAIM_GATED_KEYED",
     "CLAIM_UNCAPPED",
     "CLAIM_UNCAPPED_KEYED",
-    "FAIR_CLAIMS_SERVED",
 ]
 
 _HEAD: Final = """
@@ -595,7 +594,8 @@ out across the tenants that have due runs, by weight, work-conserving (what a te
 due runs leaves goes to the others), each tenant's oldest first, priorities not used. A claim
 visits at most ``:max_tenants`` tenants, from the one after where this backend's last fair claim
 of the job stopped, so every tenant comes round in turn. Index: ``<runs>_tenant_idx``, which a
-runs table has only when declared with ``fair_claims=True`` (:data:`FAIR_CLAIMS_SERVED`)."""
+runs table has only when declared with ``fair_claims=True`` (the backend probes for it first:
+``PostgresJobBackend.require_support``)."""
 
 CLAIM_FAIR_GATED: Final = Template(_gated(_FAIR_WALK), claim_clock=True)
 """:data:`CLAIM_FAIR` through the job's claim gate (a cap, a rate limit, or both): a gate that
@@ -609,16 +609,3 @@ CLAIM_FAIR_GATED_KEYED: Final = Template(_gated(_FAIR_WALK, keyed=True), claim_c
 runs): the same statements with the key filter on every scan. Without keys to exclude, the
 claims above carry no filter (every run's key passes), so their estimates, custom and generic,
 are the same."""
-
-FAIR_CLAIMS_SERVED: Final = Template("""
--- pg_index, one probe: whether <runs>_tenant_idx is an index of the runs table (F2: the fair
--- claims read only it; ship_job_runs_table(..., fair_claims=True) declares it). Run by a
--- backend before its first fair claim, and at a worker's start when one of its jobs is fair.
-SELECT EXISTS (
-    SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-    WHERE i.indrelid = to_regclass(CAST(:runs AS text))
-      AND c.relname = CAST(:tenant_index AS text))
-""")
-"""Whether the runs table (``:runs``, its quoted name) has the fair claims' index
-(``:tenant_index``, its name: an index lives in its table's schema): without it a fair claim
-would read every waiting run of the job, so the backend refuses fair jobs instead."""

@@ -22,7 +22,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._errors import InvalidPayloadError
-from ship_sqla.kernel._job_context import JobContext
+from ship_sqla.kernel._job_context import NO_RESOURCES, JobContext
 from ship_sqla.kernel._outcomes import JobTimeoutError, JobTimeoutIgnoredError
 from ship_sqla.kernel._plans.retry import lock_held_delay, plan_raised
 from ship_sqla.kernel._ports import CANCELLED_MESSAGE
@@ -116,6 +116,9 @@ class Executor:
         backend: JobBackend,
     ) -> None:
         self._runs = runs
+        # What the runtime's lifespan yielded (set before the first claim), handed to every
+        # handler's context: ctx.resources.
+        self.resources: object = NO_RESOURCES
         self._workflows = backend.workflows
         self._backend = backend
         self._clock = shared.clock
@@ -202,7 +205,9 @@ class Executor:
         """The handler, under the job's ``timeout`` (K5), and the settlement its end calls for."""
         # The handler's context lives in this call only: the entry never refers to it (see
         # InFlight), so a finished run leaves no reference cycle behind.
-        ctx = JobContext(entry.run, entry, worker_id=self._worker_id)
+        ctx: JobContext[Any] = JobContext(
+            entry.run, entry, worker_id=self._worker_id, resources=self.resources
+        )
         if self._workflows is not None:
             ctx.bind_workflows(self._workflows, self._backend, self._clock)
         entry.in_handler = True

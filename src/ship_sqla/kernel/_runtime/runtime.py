@@ -43,6 +43,7 @@ from ship_sqla.kernel._durations import (
 )
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._jobs import JobDefinition
+from ship_sqla.kernel._lifespan import enter_lifespan, require_lifespan
 from ship_sqla.kernel._metrics import job_metrics_for
 from ship_sqla.kernel._plans.backoff import error_backoff
 from ship_sqla.kernel._ports import JobBackend
@@ -61,12 +62,14 @@ from ship_sqla.kernel._workers import WorkerEntry
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
+    from contextlib import AbstractAsyncContextManager
     from datetime import datetime
     from types import TracebackType
 
     from opentelemetry.metrics import MeterProvider
 
     from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._lifespan import Lifespan
     from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
     from ship_sqla.kernel._ports import BuriedRun, EnqueueRequest, EnqueueResult, LockProvider
 
@@ -123,6 +126,7 @@ class JobRuntime:
         summary_interval: float | None = None,
     ) -> None:
         self.registry = registry
+        self._lifespan: AbstractAsyncContextManager[Any] | None = None
         self.backend = backend
         self.mode: RuntimeMode = mode
         self.worker_id = worker_id
@@ -302,6 +306,14 @@ class JobRuntime:
 
     # --- lifecycle ------------------------------------------------------------------------------
 
+    async def _enter_lifespan(self, lifespan: Lifespan | None) -> None:
+        """A worker enters the application's lifespan before its first claim: its value is
+        every handler's ``ctx.resources``; :meth:`_stop` exits it after the drain. An
+        enqueue-only runtime runs no handler and enters none."""
+        if lifespan is None or self.mode != "worker":
+            return
+        self._lifespan, self._executor.resources = await enter_lifespan(lifespan, "the job runtime")
+
     def _start(self) -> None:
         if self.mode != "worker":
             return
@@ -331,6 +343,16 @@ class JobRuntime:
         logger.debug("job runtime %s started for %d jobs", self.worker_id, len(self.registry))
 
     async def _stop(self, drain_timeout: float) -> None:
+        try:
+            await self._drain_and_stop(drain_timeout)
+        finally:
+            # After the drain, whatever it met: no handler runs any more when the application's
+            # resources close (an error of the lifespan's exit is raised from stop()).
+            lifespan, self._lifespan = self._lifespan, None
+            if lifespan is not None:
+                await lifespan.__aexit__(None, None, None)
+
+    async def _drain_and_stop(self, drain_timeout: float) -> None:
         self._stopping = True
         self._events.drain_deadline = self.clock.monotonic() + drain_timeout
         # F6: a draining worker claims nothing (the producer closes here) and says so at once.
@@ -480,8 +502,13 @@ class _Events:
         self.run_log.buried(job_id, buried)
 
 
-def _require_job_backend(backend: object) -> None:
-    """A backend implements the whole JobBackend contract, or the refusal names what it lacks."""
+def _require_job_backend(backend: object, mode: str) -> None:
+    """A known ``mode``; a backend implements the whole JobBackend contract, or the refusal
+    names what it lacks."""
+    if mode not in ("worker", "enqueue-only"):
+        raise ConfigurationError(
+            f"unknown runtime mode {mode!r}.", fix="use mode='worker' or mode='enqueue-only'."
+        )
     if not isinstance(backend, JobBackend):
         missing = sorted(name for name in _JOB_BACKEND_MEMBERS if not hasattr(backend, name))
         raise ConfigurationError(
@@ -510,6 +537,7 @@ async def start_job_runtime(
     lock_provider: LockProvider | None = None,
     queue_sample_interval: float | None = DEPTH_SAMPLE_INTERVAL,
     summary_interval: float | None = None,
+    lifespan: Lifespan | None = None,
 ) -> JobRuntime:
     """Start executing the registered jobs' runs from ``backend`` (``mode="worker"``), or only
     enqueue through it (``mode="enqueue-only"``).
@@ -540,12 +568,11 @@ async def start_job_runtime(
     letters, stale settles, cancels, timeouts and drains at WARNING/ERROR/INFO, completions at
     DEBUG; never payloads; see ``kernel/_runtime/run_log.py``); ``summary_interval`` (seconds;
     None: none) adds one INFO summary line (runs/s, failures, in flight) that often.
+
+    ``lifespan`` (or the registry's): the handlers' resources (``ctx.resources``), entered by a
+    worker before its first claim and exited after its drain (``kernel/_lifespan.py``).
     """
-    if mode not in ("worker", "enqueue-only"):
-        raise ConfigurationError(
-            f"unknown runtime mode {mode!r}.", fix="use mode='worker' or mode='enqueue-only'."
-        )
-    _require_job_backend(backend)
+    _require_job_backend(backend, mode)
     drain_timeout = require_duration(
         drain_timeout, "drain_timeout", maximum=MAX_DRAIN_TIMEOUT, allow_zero=True
     )
@@ -555,11 +582,9 @@ async def start_job_runtime(
     if max_in_flight < 1:
         raise ConfigurationError(f"max_in_flight must be at least 1, got {max_in_flight!r}.")
     registry = _as_registry(registry_or_definitions)
-    scheduled = [job for job in registry if job.schedule is not None]
+    lifespan = _lifespan_of(registry, lifespan)
     if mode == "worker":
-        await backend.require_support(registry)
-        if scheduled:
-            await backend.install_schedules(scheduled)
+        await _prepare_worker(backend, registry)
     runtime = JobRuntime(
         registry,
         backend=backend,
@@ -574,5 +599,29 @@ async def start_job_runtime(
         queue_sample_interval=queue_sample_interval,
         summary_interval=summary_interval,
     )
+    await runtime._enter_lifespan(lifespan)  # noqa: SLF001 - the factory owns the start
     runtime._start()  # noqa: SLF001 - the factory owns the runtime's start
     return runtime
+
+
+async def _prepare_worker(backend: JobBackend, registry: JobRegistry) -> None:
+    """A worker's start checks (the backend serves every job, its tables exist), then its
+    schedules (J9): before the lifespan is entered, so a refusal opens nothing."""
+    await backend.require_support(registry)
+    scheduled = [job for job in registry if job.schedule is not None]
+    if scheduled:
+        await backend.install_schedules(scheduled)
+
+
+def _lifespan_of(registry: JobRegistry, lifespan: Lifespan | None) -> Lifespan | None:
+    """The runtime's lifespan: the one given, or the registry's; both is ambiguous."""
+    if lifespan is None:
+        return registry.lifespan
+    require_lifespan(lifespan, "start_job_runtime")
+    if registry.lifespan is not None and registry.lifespan is not lifespan:
+        raise ConfigurationError(
+            "start_job_runtime was given a lifespan, and its registry has another one.",
+            fix="give the lifespan once: to JobRegistry(..., lifespan=) or to"
+            " start_job_runtime(..., lifespan=).",
+        )
+    return lifespan
