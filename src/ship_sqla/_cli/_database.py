@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import create_async_engine
-from sqlalchemy.pool import NullPool
 
 from ship_sqla._cli._exits import fail
 from ship_sqla._sql_errors import database_outage_translated
@@ -35,9 +34,13 @@ T = TypeVar("T")
 
 @contextlib.asynccontextmanager
 async def command_engine(url: URL) -> AsyncIterator[AsyncEngine]:
-    """An engine for one command's few statements (no pool to keep: the process ends after
-    them), disposed on the way out."""
-    engine = create_async_engine(url, poolclass=NullPool)
+    """An engine for one command's few statements, disposed on the way out.
+
+    A small pool, not ``NullPool``: the plain enqueue's statement runs on a pooled asyncpg
+    connection outside SQLAlchemy's greenlet (``_direct``), and handing it back to a
+    ``NullPool`` closes it there, which printed a ``MissingGreenlet`` traceback on stderr
+    after every ``ship-sqla enqueue``; the dispose closes the pool's connections properly."""
+    engine = create_async_engine(url, pool_size=1, max_overflow=4)
     try:
         yield engine
     finally:

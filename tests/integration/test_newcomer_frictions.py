@@ -1,0 +1,237 @@
+"""Issue 27, the newcomer's frictions 2, 6, 8, 9, 10 and 11: each test is named after its item
+and failed before its fix. The command line is driven as a user would (``python -m ship_sqla``
+in a subprocess); a command that succeeds writes nothing to stderr."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from sqlalchemy import MetaData, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import ship_sqla
+from ship_sqla import create_engine, create_job_backend, create_unit_of_work
+from ship_sqla._server import resolve_server
+from ship_sqla.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+
+def _plain(url: str) -> str:
+    """The URL as the CLI and the README write it: ``postgresql://`` (no driver)."""
+    return url.replace("postgresql+asyncpg://", "postgresql://", 1)
+
+
+def _environment(app_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    environment = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "SHIP_SQLA_DATABASE_URL" and not k.startswith("SHIP_SQLA_JOB_")
+    }
+    environment.update(extra or {})
+    environment["PYTHONPATH"] = os.pathsep.join(
+        [str(app_dir), *filter(None, [environment.get("PYTHONPATH")])]
+    )
+    return environment
+
+
+async def ship(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> tuple[int, str, str]:
+    """``python -m ship_sqla ARGS`` in ``cwd`` (importable), as a user would run it."""
+    result = await anyio.run_process(
+        [sys.executable, "-m", "ship_sqla", *args],
+        cwd=cwd,
+        env=_environment(cwd, env),
+        check=False,
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+async def _count(engine: AsyncEngine, sql: str) -> Any:  # noqa: ANN401
+    async with engine.connect() as connection:
+        return await connection.scalar(text(sql))
+
+
+# --- 2: one URL ----------------------------------------------------------------------------------
+
+HANDLER_WITH_ITS_OWN_ENGINE = textwrap.dedent(
+    """
+    import os
+
+    from sqlalchemy import text
+
+    import ship_sqla
+    from ship_sqla.jobs import JobRegistry
+
+    registry = JobRegistry()
+    # The handler's engine, from the variable the worker itself reads: no converter.
+    engine = ship_sqla.create_engine(os.environ["SHIP_SQLA_DATABASE_URL"])
+
+
+    @registry.job("friction.record", payload=dict)
+    async def record(ctx, payload):
+        async with engine.begin() as connection:
+            await connection.execute(
+                text("INSERT INTO handled (note) VALUES (:note)"), {"note": payload["note"]}
+            )
+    """
+)
+
+
+async def test_friction_2_one_url_for_every_entry_point(
+    tmp_path: Path, ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """Issue 27 item 2: ``postgresql://`` and ``postgresql+asyncpg://`` mean the same database
+    at every entry point: ``create_engine``, ``create_unit_of_work`` (given the URL), the
+    testing plugin's server, the dashboard's backend, and ``ship-sqla worker`` whose handler
+    builds its engine from the worker's own ``SHIP_SQLA_DATABASE_URL``."""
+    plain, driven = _plain(ship_engine_url), ship_engine_url
+    assert plain.startswith("postgresql://")
+    for url in (plain, driven, plain.replace("postgresql://", "postgres://", 1)):
+        engine = create_engine(url)
+        try:
+            assert await _count(engine, "SELECT 1") == 1
+            assert engine.url.drivername == "postgresql+asyncpg"
+        finally:
+            await engine.dispose()
+
+    for url in (plain, driven):
+        uow = create_unit_of_work(url, repositories=lambda scope: scope)
+        try:
+            assert await uow.run(lambda scope: scope.connection.scalar(text("SELECT 2"))) == 2
+        finally:
+            assert isinstance(uow.bind, AsyncEngine)
+            await uow.bind.dispose()
+
+    with pytest.raises(ConfigurationError, match="needs PostgreSQL"):
+        create_engine("mysql://u@h/d")
+    with pytest.raises(ConfigurationError, match="is not a database URL"):
+        create_engine("::nonsense::")
+
+    for url in (plain, driven):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("SHIP_SQLA_DATABASE_URL", url)
+            assert resolve_server().url.drivername == "postgresql+asyncpg"
+
+    pytest.importorskip("starlette")
+    engine = create_engine(plain)
+    try:
+        dashboard = ship_sqla.create_dashboard(
+            create_job_backend(database=engine), authorizer=lambda *_: True
+        )
+        assert dashboard is not None
+    finally:
+        await engine.dispose()
+
+    async with ship_engine.begin() as connection:
+        await connection.execute(text("CREATE TABLE handled (note text NOT NULL)"))
+    (tmp_path / "friction_app.py").write_text(HANDLER_WITH_ITS_OWN_ENGINE)
+    env = {"SHIP_SQLA_DATABASE_URL": plain}
+    code, out, err = await ship("schema", "apply", "--only", "jobs", cwd=tmp_path, env=env)
+    assert (code, err) == (0, ""), err
+    code, out, err = await ship(
+        "enqueue", "friction.record", "--payload", '{"note": "hi"}', cwd=tmp_path, env=env
+    )
+    assert (code, err) == (0, ""), err
+    with anyio.fail_after(60):
+        code, out, err = await ship(
+            "worker", "friction_app:registry", "--burst", "--poll-interval", "0.2",
+            "--log-level", "error", cwd=tmp_path, env=env,
+        )  # fmt: skip
+    assert (code, err) == (0, ""), err
+    assert await _count(ship_engine, "SELECT note FROM handled") == "hi"
+
+
+# --- 6: a second Ctrl-C during the drain --------------------------------------------------------
+
+SLOW_APP = textwrap.dedent(
+    """
+    import anyio
+
+    from ship_sqla.jobs import Concurrency, JobRegistry, RetryPolicy
+
+    registry = JobRegistry()
+
+
+    @registry.job(
+        "friction.slow",
+        payload=dict,
+        concurrency=Concurrency(max=2, lease=30),
+        retry=RetryPolicy(attempts=3),
+    )
+    async def slow(ctx, payload):
+        await anyio.sleep(3600)  # only a cancellation ends it
+    """
+)
+
+
+async def _wait_until(predicate: Any) -> None:  # noqa: ANN401
+    """Poll another process's effect (a row, a log line): there is no event to wait on."""
+    with anyio.fail_after(30):
+        while not await predicate():
+            await anyio.sleep(0.05)
+
+
+async def test_friction_6_a_second_ctrl_c_cancels_the_drain_at_once(
+    tmp_path: Path, ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """Issue 27 item 6, J12: the first Ctrl-C starts the drain (here a day long); a second one
+    cancels the run in flight at once, as uvicorn, Celery and Sidekiq read it: the worker exits
+    130 within seconds, the run waits again with no attempt lost and says it was cancelled."""
+    (tmp_path / "friction_slow.py").write_text(SLOW_APP)
+    env = {"SHIP_SQLA_DATABASE_URL": _plain(ship_engine_url)}
+    code, _, err = await ship("schema", "apply", "--only", "jobs", cwd=tmp_path, env=env)
+    assert (code, err) == (0, ""), err
+    code, out, err = await ship("enqueue", "friction.slow", "--json", cwd=tmp_path, env=env)
+    assert (code, err) == (0, ""), err
+    run_id = json.loads(out)["run_id"]
+    log = tmp_path / "worker.log"
+    with log.open("w") as stderr:
+        process = subprocess.Popen(  # noqa: ASYNC220 - a long-lived child, waited on in a thread
+            [
+                sys.executable, "-m", "ship_sqla", "worker", "friction_slow:registry",
+                "--poll-interval", "0.2", "--drain-timeout", "1d",
+            ],
+            cwd=tmp_path, env=_environment(tmp_path, env), stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )  # fmt: skip
+    try:
+
+        async def running() -> bool:
+            sql = f"SELECT state = 'running' FROM ship_job_runs WHERE id = '{run_id}'"
+            return bool(await _count(ship_engine, sql))
+
+        async def draining() -> bool:
+            return "stopping: draining for up to 86400s" in log.read_text()
+
+        await _wait_until(running)
+        process.send_signal(signal.SIGINT)
+        await _wait_until(draining)
+        process.send_signal(signal.SIGINT)
+        code = await anyio.to_thread.run_sync(process.wait, 30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    output = log.read_text()
+    assert code == 130, output
+    assert "second signal: cancelling the 1 run(s) in flight now" in output
+    async with ship_engine.connect() as connection:
+        row = (
+            await connection.execute(
+                text("SELECT state, attempt, history FROM ship_job_runs WHERE id = :id"),
+                {"id": run_id},
+            )
+        ).one()
+    assert (row.state, row.attempt) == ("waiting", 0)
+    assert "drain" in row.history[0]["error"]
