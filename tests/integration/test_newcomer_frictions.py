@@ -10,17 +10,19 @@ import signal
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from sqlalchemy import MetaData, text
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import ship_sqla
 from ship_sqla import create_engine, create_job_backend, create_unit_of_work
 from ship_sqla._server import resolve_server
 from ship_sqla.errors import ConfigurationError
+from ship_sqla.kernel import WorkerEntry
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -44,9 +46,7 @@ def _environment(app_dir: Path, extra: dict[str, str] | None = None) -> dict[str
     return environment
 
 
-async def ship(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> tuple[int, str, str]:
+async def ship(*args: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
     """``python -m ship_sqla ARGS`` in ``cwd`` (importable), as a user would run it."""
     result = await anyio.run_process(
         [sys.executable, "-m", "ship_sqla", *args],
@@ -57,7 +57,7 @@ async def ship(
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
-async def _count(engine: AsyncEngine, sql: str) -> Any:  # noqa: ANN401
+async def _count(engine: AsyncEngine, sql: str) -> Any:
     async with engine.connect() as connection:
         return await connection.scalar(text(sql))
 
@@ -137,14 +137,14 @@ async def test_friction_2_one_url_for_every_entry_point(
         await connection.execute(text("CREATE TABLE handled (note text NOT NULL)"))
     (tmp_path / "friction_app.py").write_text(HANDLER_WITH_ITS_OWN_ENGINE)
     env = {"SHIP_SQLA_DATABASE_URL": plain}
-    code, out, err = await ship("schema", "apply", "--only", "jobs", cwd=tmp_path, env=env)
+    code, _, err = await ship("schema", "apply", "--only", "jobs", cwd=tmp_path, env=env)
     assert (code, err) == (0, ""), err
-    code, out, err = await ship(
+    code, _, err = await ship(
         "enqueue", "friction.record", "--payload", '{"note": "hi"}', cwd=tmp_path, env=env
     )
     assert (code, err) == (0, ""), err
     with anyio.fail_after(60):
-        code, out, err = await ship(
+        code, _, err = await ship(
             "worker", "friction_app:registry", "--burst", "--poll-interval", "0.2",
             "--log-level", "error", cwd=tmp_path, env=env,
         )  # fmt: skip
@@ -175,11 +175,13 @@ SLOW_APP = textwrap.dedent(
 )
 
 
-async def _wait_until(predicate: Any) -> None:  # noqa: ANN401
+async def _wait_until(predicate: Any) -> None:
     """Poll another process's effect (a row, a log line): there is no event to wait on."""
     with anyio.fail_after(30):
-        while not await predicate():
-            await anyio.sleep(0.05)
+        while True:
+            if await predicate():
+                return
+            await anyio.sleep(0.05)  # another process changes it: nothing to wait on
 
 
 async def test_friction_6_a_second_ctrl_c_cancels_the_drain_at_once(
@@ -296,3 +298,66 @@ async def test_friction_9_schema_check_after_apply_leaves_out_undeclared_ship_ta
     code, out, _ = await ship(*check, "--extra-ship-tables", cwd=tmp_path, env=env)
     assert code == 1, out
     assert sum("table_extra" in line for line in out.splitlines()) == 6
+
+
+# --- 8: a job no live worker serves ---------------------------------------------------------------
+
+
+async def test_friction_8_a_job_no_live_worker_serves_is_named(
+    tmp_path: Path, ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """Issue 27 item 8, F6: with a worker live for friction.record, `enqueue friction.recrod`
+    (a typo, no --registry) still enqueues (exit 0) but warns on stderr that no live worker
+    serves it and suggests the served id; the right id enqueues silently; `jobs stats` and the
+    dashboard's overview count each job's live workers (0 / 'none' for the typo). Without the
+    workers table nothing can be told and nothing is said."""
+    env = {"SHIP_SQLA_DATABASE_URL": _plain(ship_engine_url)}
+    code, _, err = await ship("schema", "apply", "--only", "jobs", cwd=tmp_path, env=env)
+    assert (code, err) == (0, ""), err
+    backend = create_job_backend(database=ship_engine)
+    now = datetime.now(UTC)
+    live = WorkerEntry("w-live", "host", 1, now, ("friction.record",), 0, draining=False)
+    leaving = WorkerEntry("w-drain", "host", 2, now, ("friction.recrod",), 0, draining=True)
+    for entry in (live, leaving):
+        await backend.workers.heartbeat(entry)
+
+    code, out, err = await ship("enqueue", "friction.recrod", "--json", cwd=tmp_path, env=env)
+    assert code == 0, err
+    assert json.loads(out)["run_id"] is not None
+    assert json.loads(out)["live_workers_serving"] == 0
+    assert err.startswith("warning: no live worker serves job 'friction.recrod': the 1 live")
+    assert "worker(s) serve friction.record." in err
+    assert "Did you mean 'friction.record'?" in err
+    code, out, err = await ship("enqueue", "friction.record", cwd=tmp_path, env=env)
+    assert (code, err) == (0, ""), err
+
+    code, out, err = await ship("jobs", "stats", "--json", cwd=tmp_path, env=env)
+    assert (code, err) == (0, ""), err
+    served = {j["job_id"]: j["live_workers"] for j in json.loads(out)["jobs"]}
+    assert served == {"friction.recrod": 0, "friction.record": 1}
+    code, out, err = await ship("jobs", "stats", cwd=tmp_path, env=env)
+    assert (code, err) == (0, ""), err
+    header, *rows = out.splitlines()
+    assert header.split()[-1] == "WORKERS"
+    assert {row.split()[0]: row.split()[-1] for row in rows} == {
+        "friction.recrod": "0",
+        "friction.record": "1",
+    }
+
+    httpx = pytest.importorskip("httpx")
+    dashboard = ship_sqla.create_dashboard(backend, authorizer=lambda *_: True)
+    transport = httpx.ASGITransport(app=dashboard)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        page = (await client.get("/")).text
+    recrod = page[page.index(">friction.recrod<") :].split("</tr>")[0]
+    assert 'title="no live worker serves this job">none</span>' in recrod
+    record = page[page.index(">friction.record<") :].split("</tr>")[0]
+    assert "<td>1</td>" in record
+
+    async with ship_engine.begin() as connection:
+        await connection.execute(text("DROP TABLE ship_job_workers"))
+    code, out, err = await ship("enqueue", "friction.recrod", cwd=tmp_path, env=env)
+    assert (code, err) == (0, ""), err
+    code, out, err = await ship("jobs", "stats", cwd=tmp_path, env=env)
+    assert (code, err) == (0, ""), err
+    assert all(row.split()[-1] == "-" for row in out.splitlines()[1:])

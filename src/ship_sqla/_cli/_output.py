@@ -255,12 +255,13 @@ def format_stats(jobs: Sequence[dict[str, Any]]) -> str:
     if not jobs:
         return "no runs."
     return _table(
-        ("JOB", *(s.upper() for s in RUN_STATES), "OLDEST_DUE_S"),
+        ("JOB", *(s.upper() for s in RUN_STATES), "OLDEST_DUE_S", "WORKERS"),
         (
             (
                 j["job_id"],
                 *(str(j[s]) for s in RUN_STATES),
                 "-" if j["oldest_due_seconds"] is None else f"{j['oldest_due_seconds']:.1f}",
+                "-" if j.get("live_workers") is None else str(j["live_workers"]),
             )
             for j in jobs
         ),

@@ -272,7 +272,8 @@ def schema_check(
     if metadata is not None and not extra_ship_tables:
         report, left_out = _without_undeclared_ship_tables(report, ship_tables.names)
     if as_json:
-        click.echo(json.dumps({**report.to_dict(), "ship_tables_left_out": list(left_out)}, indent=2))
+        body = {**report.to_dict(), "ship_tables_left_out": list(left_out)}
+        click.echo(json.dumps(body, indent=2))
     else:
         click.echo(report.format_text())
         if left_out:
