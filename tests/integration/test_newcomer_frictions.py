@@ -4,6 +4,7 @@ in a subprocess); a command that succeeds writes nothing to stderr."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import signal
@@ -15,14 +16,17 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+from job_helpers import claim_request
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import ship_sqla
-from ship_sqla import create_engine, create_job_backend, create_unit_of_work
+from ship_sqla import create_engine, create_job_backend, create_unit_of_work, define_job
 from ship_sqla._server import resolve_server
-from ship_sqla.errors import ConfigurationError
-from ship_sqla.kernel import WorkerEntry
+from ship_sqla.errors import ConfigurationError, TerminalError
+from ship_sqla.jobs import Fairness, JobRegistry, RateLimit, RetryPolicy
+from ship_sqla.kernel import WorkerEntry, failed
+from ship_sqla.kernel._runtime.state import describe_failure
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -361,3 +365,81 @@ async def test_friction_8_a_job_no_live_worker_serves_is_named(
     code, out, err = await ship("jobs", "stats", cwd=tmp_path, env=env)
     assert (code, err) == (0, ""), err
     assert all(row.split()[-1] == "-" for row in out.splitlines()[1:])
+
+
+# --- 10: registry.job's options, error texts ------------------------------------------------------
+
+
+async def _noop(ctx: Any, payload: Any) -> None:
+    return None
+
+
+def test_friction_10_registry_job_takes_every_define_job_option() -> None:
+    """Issue 27 item 10: ``@registry.job`` takes every keyword ``define_job`` takes (timeout,
+    priority, rate_limit, fairness, max_payload_bytes...), with the same defaults, and passes
+    them on."""
+    wrapper = inspect.signature(JobRegistry.job).parameters
+    defined = inspect.signature(define_job).parameters
+    for name, parameter in defined.items():
+        if name in {"id", "handler"}:
+            continue
+        assert name in wrapper, f"registry.job lacks {name}="
+        assert wrapper[name].default == parameter.default, name
+    registry = JobRegistry()
+    options: dict[str, Any] = {
+        "timeout": 5,
+        "priority": 3,
+        "rate_limit": RateLimit(limit=10, period=60),
+        "fairness": Fairness(),
+        "max_payload_bytes": 100,
+    }
+    decorated = registry.job("friction.options", payload=dict, **options)(_noop)
+    direct = define_job("friction.options", _noop, payload=dict, **options)
+    for name in ("timeout", "priority", "rate_limit", "fairness", "max_payload_bytes"):
+        assert getattr(decorated, name) == getattr(direct, name), name
+    assert registry.get("friction.options") is decorated
+
+
+async def test_friction_10_error_texts_name_public_paths_and_keep_tracebacks_readable(
+    tmp_path: Path, ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """Issue 27 item 10: a run a handler ended with TerminalError records the error under its
+    public path (``ship_sqla.errors.TerminalError``); the dashboard's dead-letter list shows
+    its first line only (no cut-off 'Traceback (most recent call'); `ship-sqla jobs show`
+    indents the traceback under its field and history entry."""
+    env = {"SHIP_SQLA_DATABASE_URL": _plain(ship_engine_url)}
+    code, _, err = await ship("schema", "apply", "--only", "jobs", cwd=tmp_path, env=env)
+    assert (code, err) == (0, ""), err
+    job = define_job("friction.card", _noop, payload=dict, retry=RetryPolicy(attempts=3))
+    backend = create_job_backend(database=ship_engine)
+    await backend.enqueue(job, {"card": "4242"})
+    [run] = await backend.claim(claim_request(job, worker="test", limit=1))
+    try:
+        raise TerminalError("card declined")  # noqa: TRY301 - a real traceback to record
+    except TerminalError as exc:
+        error = describe_failure(exc)
+    assert error.startswith("ship_sqla.errors.TerminalError: SHIP_SQLA_JOB_TERMINAL: card")
+    assert "ship_sqla.kernel._outcomes" not in error
+    assert "Traceback (most recent call last):" in error
+    assert await backend.settle([failed(run, error, retry_at=None)]) == ["dead"]
+
+    httpx = pytest.importorskip("httpx")
+    dashboard = ship_sqla.create_dashboard(backend, authorizer=lambda *_: True)
+    transport = httpx.ASGITransport(app=dashboard)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        page = (await client.get("/dead")).text
+    row = page[page.index(run.run_id) :].split("</tr>")[0]
+    assert "SHIP_SQLA_JOB_TERMINAL: card declined</span>" in row
+    assert "Traceback" not in row
+
+    code, out, err = await ship("jobs", "show", run.run_id, cwd=tmp_path, env=env)
+    assert (code, err) == (0, ""), err
+    lines = out.splitlines()
+    field = lines.index(next(line for line in lines if line.startswith("last_error:")))
+    assert lines[field + 1] == " " * 18 + "Traceback (most recent call last):"
+    history = lines.index("history (1):")
+    assert lines[history + 1].startswith("  attempt 1 [failure] at ")
+    assert lines[history + 2] == "    Traceback (most recent call last):"
+    fields = [line.split(":")[0] for line in lines if not line.startswith(" ")]
+    assert fields[-2:] == ["payload", "history (1)"]
+    assert "File" not in "".join(fields)

@@ -43,6 +43,7 @@ from ship_sqla._dashboard._html import (
     ago,
     at,
     button_form,
+    error_summary,
     hidden,
     layout,
     link,
@@ -488,7 +489,7 @@ class _Dashboard:
                         else r.run_at
                     ),
                     text(r.tenant or ""),
-                    text((r.last_error or "")[:120]),
+                    error_summary(r.last_error),
                 )
             )
         return table(headers, rows, empty=empty)
@@ -774,7 +775,7 @@ class _Dashboard:
                         text(m.topic),
                         text(m.attempts),
                         at(m.created_at),
-                        text((m.last_error or "")[:120]),
+                        error_summary(m.last_error),
                     )
                     for m in dead.items
                 ]
