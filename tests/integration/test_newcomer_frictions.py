@@ -10,26 +10,33 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
 from job_helpers import claim_request
 from sqlalchemy import text
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import ship_sqla
 from ship_sqla import create_engine, create_job_backend, create_unit_of_work, define_job
-from ship_sqla._server import resolve_server
+from ship_sqla._demo import _describe
+from ship_sqla._server import (
+    DEFAULT_EMBEDDED_DIR,
+    ROOT_EMBEDDED_DIR,
+    ResolvedServer,
+    embedded_dir,
+    resolve_server,
+)
 from ship_sqla.errors import ConfigurationError, TerminalError
 from ship_sqla.jobs import Fairness, JobRegistry, RateLimit, RetryPolicy
 from ship_sqla.kernel import WorkerEntry, failed
 from ship_sqla.kernel._runtime.state import describe_failure
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 
 def _plain(url: str) -> str:
@@ -66,13 +73,14 @@ async def _count(engine: AsyncEngine, sql: str) -> Any:
         return await connection.scalar(text(sql))
 
 
-# --- 2: one URL ----------------------------------------------------------------------------------
+# --- 2: one URL -----------------------------------------------------------------------------------
 
 HANDLER_WITH_ITS_OWN_ENGINE = textwrap.dedent(
     """
     import os
 
     from sqlalchemy import text
+from sqlalchemy.engine import make_url
 
     import ship_sqla
     from ship_sqla.jobs import JobRegistry
@@ -156,7 +164,7 @@ async def test_friction_2_one_url_for_every_entry_point(
     assert await _count(ship_engine, "SELECT note FROM handled") == "hi"
 
 
-# --- 6: a second Ctrl-C during the drain --------------------------------------------------------
+# --- 6: a second Ctrl-C during the drain ----------------------------------------------------------
 
 SLOW_APP = textwrap.dedent(
     """
@@ -243,7 +251,7 @@ async def test_friction_6_a_second_ctrl_c_cancels_the_drain_at_once(
     assert "drain" in row.history[0]["error"]
 
 
-# --- 9: schema apply, then schema check --metadata ---------------------------------------------
+# --- 9: schema apply, then schema check --metadata ------------------------------------------------
 
 APP_METADATA = textwrap.dedent(
     """
@@ -443,3 +451,61 @@ async def test_friction_10_error_texts_name_public_paths_and_keep_tracebacks_rea
     fields = [line.split(":")[0] for line in lines if not line.startswith(" ")]
     assert fields[-2:] == ["payload", "history (1)"]
     assert "File" not in "".join(fields)
+
+
+# --- 11: the README's first steps -----------------------------------------------------------------
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _readme_section(title: str) -> str:
+    text = README.read_text()
+    start = text.index(title)
+    return text[start : text.index("\n#", start + len(title))]
+
+
+async def test_friction_11_the_readme_quickstart_runs_twice(
+    tmp_path: Path, ship_engine_url: str
+) -> None:
+    """Issue 27 item 11: the README's quickstart, run as written with the one
+    ``postgresql://`` variable, succeeds at a second run too (no IntegrityError on
+    orders_pkey), one order more each time."""
+    section = _readme_section("## Quickstart")
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "quickstart.py").write_text(code)
+    environment = _environment(tmp_path, {"SHIP_SQLA_DATABASE_URL": _plain(ship_engine_url)})
+    outputs = []
+    for _ in range(2):
+        result = await anyio.run_process(
+            [sys.executable, "quickstart.py"], cwd=tmp_path, env=environment, check=False
+        )
+        assert (result.returncode, result.stderr.decode()) == (0, ""), result.stderr.decode()
+        outputs.append(result.stdout.decode().strip())
+    assert outputs[0] == "(OrderSummary(id=1, total=Decimal('12.50')),)"
+    assert outputs[1].count("OrderSummary(") == 2
+
+
+def test_friction_11_the_readme_worker_section_and_embedded_server_are_true() -> None:
+    """Issue 27 item 11: the worker section activates the virtualenv before its first bare
+    `ship-sqla`, and points the URL at a database of its own, not the `postgres` maintenance
+    database; the README names the embedded server's two real locations, and the demo says
+    which one it uses and its size."""
+    section = _readme_section("### A worker, from the shell")
+    commands = section.split("```sh\n", 1)[1].split("```", 1)[0].splitlines()
+    first_ship = next(i for i, line in enumerate(commands) if line.startswith("ship-sqla "))
+    assert any(". .venv/bin/activate" in line for line in commands[:first_ship])
+    [url_line] = [line for line in commands if "SHIP_SQLA_DATABASE_URL=" in line]
+    assert not url_line.rstrip().endswith("/postgres")
+    database = url_line.rstrip().rsplit("/", 1)[1]
+    assert any(line.startswith("createdb ") and database in line for line in commands)
+
+    text = " ".join(README.read_text().split())
+    assert Path.home() / ".cache" / "ship_sqla" / "embedded" == DEFAULT_EMBEDDED_DIR
+    assert "`~/.cache/ship_sqla/embedded`" in text
+    assert f"`{ROOT_EMBEDDED_DIR.name}` under the temporary directory" in text
+    assert ROOT_EMBEDDED_DIR.parent == Path(tempfile.gettempdir())
+    said = _describe(
+        ResolvedServer(url=make_url("postgresql+asyncpg://p@h/postgres"), source="embedded")
+    )
+    assert f"its data in {embedded_dir()} (" in said
+    assert " MB, kept for the next run; `ship-sqla demo --clean` removes it)" in said
