@@ -80,7 +80,6 @@ HANDLER_WITH_ITS_OWN_ENGINE = textwrap.dedent(
     import os
 
     from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
     import ship_sqla
     from ship_sqla.jobs import JobRegistry
