@@ -56,7 +56,6 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects.postgresql import UUID
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.responses import JSONResponse, Response
@@ -65,6 +64,7 @@ from starlette.routing import Route
 from ship_sqla import (
     TransactionScope,
     UnitOfWork,
+    create_engine,
     create_idempotency_store,
     create_outbox,
     create_unit_of_work,
@@ -80,6 +80,7 @@ from ship_sqla.webhooks import WebhookEventStore, webhook_headers
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from sqlalchemy.ext.asyncio import AsyncEngine
     from starlette.requests import Request
 
     from ship_sqla.idempotency import IdempotencyStore
@@ -265,7 +266,7 @@ def build_app(
 
 def create_app_from_env() -> Starlette:
     """For ASGI servers: ``SHIP_SQLA_DATABASE_URL`` and ``ORDERS_WEBHOOK_SECRET`` (whsec_...)."""
-    engine = create_async_engine(os.environ["SHIP_SQLA_DATABASE_URL"])
+    engine = create_engine(os.environ["SHIP_SQLA_DATABASE_URL"])
     return build_app(engine, webhook_secrets={"payments": [os.environ["ORDERS_WEBHOOK_SECRET"]]})
 
 

@@ -1,6 +1,7 @@
 from ship_sqla._audit import create_audit_log as create_audit_log
 from ship_sqla._audit import ship_audit_table as ship_audit_table
 from ship_sqla._dashboard import create_dashboard as create_dashboard
+from ship_sqla._engine import create_engine as create_engine
 from ship_sqla._idempotency import create_idempotency_store as create_idempotency_store
 from ship_sqla._idempotency import ship_idempotency_table as ship_idempotency_table
 from ship_sqla._jobs import create_job_backend as create_job_backend
@@ -43,6 +44,7 @@ __all__ = (
     "advisory_lock_provider",
     "create_audit_log",
     "create_dashboard",
+    "create_engine",
     "create_idempotency_store",
     "create_job_backend",
     "create_job_operations",

@@ -48,7 +48,7 @@ from ship_sqla._outbox import (
     start_outbox_relay,
 )
 from ship_sqla._repository import BoundRepository, TableRepository
-from ship_sqla._server import ResolvedServer, resolve_server
+from ship_sqla._server import ResolvedServer, directory_bytes, embedded_dir, resolve_server
 from ship_sqla._uow import create_unit_of_work
 from ship_sqla.kernel._errors import ShipError, TenantRequiredError
 from ship_sqla.kernel._jobs import Concurrency, JobDefinition, RetryPolicy, define_job
@@ -142,7 +142,12 @@ def _describe(server: ResolvedServer) -> str:
     if server.source == "local":
         return f"the local server on {server.url.host}:{server.url.port}"
     if server.source == "embedded":
-        return "the embedded server (pgserver, from the `embedded` extra)"
+        where = embedded_dir()
+        size = directory_bytes(where) / 1_000_000
+        return (
+            f"the embedded server (pgserver, from the `embedded` extra), its data in {where}"
+            f" ({size:.0f} MB, kept for the next run; `ship-sqla demo --clean` removes it)"
+        )
     return f"SHIP_SQLA_DATABASE_URL ({server.url.render_as_string(hide_password=True)})"
 
 

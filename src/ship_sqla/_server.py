@@ -40,6 +40,7 @@ __all__ = [
     "ResolvedServer",
     "asyncpg_dsn",
     "clean_embedded",
+    "directory_bytes",
     "embedded_dir",
     "resolve_server",
     "start_embedded",
@@ -138,6 +139,19 @@ def _as_root() -> bool:
 def embedded_dir() -> Path:
     """The embedded server's default data directory for this user."""
     return ROOT_EMBEDDED_DIR if _as_root() else DEFAULT_EMBEDDED_DIR
+
+
+def directory_bytes(path: Path) -> int:
+    """The bytes of the files under ``path`` (0 when it does not exist; a file that vanishes
+    meanwhile, or cannot be read, counts 0): what the demo says the embedded server keeps."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += (Path(root) / name).stat().st_size
+            except OSError:
+                continue
+    return total
 
 
 def _runtime_dir() -> Path:

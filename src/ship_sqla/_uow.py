@@ -24,9 +24,11 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 
 from sqlalchemy import event
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ship_sqla._engine import create_engine
 from ship_sqla._scope import (
     Database,
     TransactionScope,
@@ -92,8 +94,8 @@ class UnitOfWork(Generic[R]):
             raise ConfigurationError(
                 "create_unit_of_work needs an AsyncEngine or AsyncConnection,"
                 f" got {type(bind).__name__}.",
-                fix="pass create_async_engine('postgresql+asyncpg://...'),"
-                " or a connection already in a transaction.",
+                fix="pass ship_sqla.create_engine(os.environ['SHIP_SQLA_DATABASE_URL']) (or the"
+                " URL itself), or a connection already in a transaction.",
             )
         _check_isolation(isolation_level)
         if max_attempts < 1:
@@ -335,14 +337,17 @@ async def _set_tenant_setting(connection: AsyncConnection, tenant: str | None) -
 
 
 def create_unit_of_work(
-    bind: Database,
+    bind: Database | str | URL,
     *,
     repositories: Callable[[TransactionScope], R],
     isolation_level: IsolationLevel | None = None,
     max_attempts: int = 3,
     row_level_security: bool = False,
 ) -> UnitOfWork[R]:
-    """Build a unit of work over ``bind`` (an ``AsyncEngine``, or a connection in a transaction).
+    """Build a unit of work over ``bind``: an ``AsyncEngine``, a connection in a transaction, or
+    a database URL (``postgresql://`` or ``postgresql+asyncpg://`` alike, as ``ship-sqla``
+    reads it), for which :func:`ship_sqla.create_engine` builds the engine (``uow.bind``;
+    dispose it at shutdown).
 
     ``repositories(scope)`` builds the application's domain repositories for one scope; handlers
     see only what it returns. ``isolation_level`` applies to every run unless a run overrides it;
@@ -350,6 +355,8 @@ def create_unit_of_work(
     ``row_level_security=True`` sets ``ship.tenant_id`` at the start of each run (see
     :func:`ship_sqla.schema.tenant_policy_ddl`).
     """
+    if isinstance(bind, str | URL):
+        bind = create_engine(bind)
     return UnitOfWork(
         bind,
         repositories=repositories,

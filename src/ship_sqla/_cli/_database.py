@@ -36,7 +36,7 @@ T = TypeVar("T")
 
 @contextlib.asynccontextmanager
 async def command_engine(url: URL) -> AsyncIterator[AsyncEngine]:
-    """An engine for one command's few statements (no pool to keep: the process ends after
+    """An engine for one command's few statements (``NullPool``: nothing kept between
     them), disposed on the way out."""
     engine = create_async_engine(url, poolclass=NullPool)
     try:

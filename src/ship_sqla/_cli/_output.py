@@ -161,17 +161,26 @@ def format_run(record: RunRecord) -> str:
         ("last_error", record.last_error or "-"),
         ("payload", json.dumps(record.payload, sort_keys=True)),
     ]
-    lines = [f"{name + ':':<18}{value}" for name, value in fields]
+    lines = [_indented(f"{name + ':':<18}{value}", " " * 18) for name, value in fields]
     lines.append(f"history ({len(record.history)}):")
     for entry in record.history:
         if isinstance(entry, dict):
             kind = f" [{entry['kind']}]" if "kind" in entry else ""
-            lines.append(
+            line = (
                 f"  attempt {entry.get('attempt')}{kind} at {entry.get('at')}: {entry.get('error')}"
             )
+            lines.append(_indented(line, " " * 4))
         else:
             lines.append(f"  {entry}")
     return "\n".join(lines)
+
+
+def _indented(text: str, indent: str) -> str:
+    """``text`` with its continuation lines (a traceback's) indented by ``indent``, so a
+    multi-line value stays under its field instead of reading as the next fields; blank lines
+    are dropped."""
+    first, *rest = text.splitlines() or [""]
+    return "\n".join([first, *(indent + line for line in rest if line.strip())])
 
 
 def format_cancel(result: CancelResult) -> str:
@@ -255,12 +264,13 @@ def format_stats(jobs: Sequence[dict[str, Any]]) -> str:
     if not jobs:
         return "no runs."
     return _table(
-        ("JOB", *(s.upper() for s in RUN_STATES), "OLDEST_DUE_S"),
+        ("JOB", *(s.upper() for s in RUN_STATES), "OLDEST_DUE_S", "WORKERS"),
         (
             (
                 j["job_id"],
                 *(str(j[s]) for s in RUN_STATES),
                 "-" if j["oldest_due_seconds"] is None else f"{j['oldest_due_seconds']:.1f}",
+                "-" if j.get("live_workers") is None else str(j["live_workers"]),
             )
             for j in jobs
         ),

@@ -34,7 +34,7 @@ from ship_sqla._cli._options import (
     tenant_option,
 )
 from ship_sqla._cli._params import REGISTRY, AnyParamType, Duration
-from ship_sqla._jobs import create_job_backend
+from ship_sqla._cli._serving import Serving, serving, unserved_warning
 from ship_sqla._outbox._admin import MAX_RETENTION
 from ship_sqla.kernel._errors import ConfigurationError, InvalidPayloadError
 from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._ports import EnqueueResult
     from ship_sqla.kernel._registry import JobRegistry
+    from ship_sqla.kernel._workers import WorkerRecord
 
 __all__ = ["DEFAULT_MAX_ATTEMPTS", "enqueue", "enqueue_run", "stand_in_job"]
 
@@ -142,15 +143,24 @@ async def enqueue_run(
     dedupe_key: str | None,
     priority: int | None,
     tenant: str | None,
-) -> EnqueueResult:
+    check_served: bool = False,
+) -> tuple[EnqueueResult, Serving | None]:
     """Enqueue one run of ``job`` at ``url`` (a committed enqueue wakes listening workers, K1),
-    then dispose."""
+    then dispose; with ``check_served``, also what the worker registry says of the job's live
+    workers (None: not asked, or no workers table)."""
     async with command_engine(url) as engine:
-        backend = create_job_backend(database=engine, table=tables.runs, state_table=tables.state)
+        backend = tables.backend(engine)
         with tenant_ambient(tenant):
-            return await backend.enqueue(
+            result = await backend.enqueue(
                 job, payload, run_at=run_at, dedupe_key=dedupe_key, priority=priority
             )
+        if not check_served:
+            return result, None
+
+        async def list_workers(limit: int) -> list[WorkerRecord]:
+            return await backend.workers.list_workers(limit=limit)
+
+        return result, await serving(list_workers)
 
 
 def _registered_job(
@@ -210,7 +220,11 @@ def _print_enqueued(
     dedupe_key: str | None,
     run_at: datetime | None,
     as_json: bool,
+    served: Serving | None,
 ) -> None:
+    warning = unserved_warning(served, job_id)
+    if warning is not None and result.run_id is not None and not result.deduplicated:
+        click.echo(warning, err=True)
     if as_json:
         body = {
             "run_id": result.run_id,
@@ -218,6 +232,7 @@ def _print_enqueued(
             "rejected": result.rejected,
             "job_id": job_id,
             "max_attempts": definition.retry.attempts,
+            "live_workers_serving": None if served is None else served.workers_for(job_id),
         }
         click.echo(json.dumps(body, indent=2))
     elif result.rejected is not None:
@@ -276,7 +291,7 @@ def _print_enqueued(
     " without a key).",
 )
 @database_url_option
-@job_tables_options(with_state_table=False)
+@job_tables_options(with_state_table=False, with_workers_table=True)
 @json_option
 def enqueue(
     *,
@@ -298,7 +313,9 @@ def enqueue(
     RetryPolicy default), --priority (default 0), --dedupe-key and --key as given, and the
     payload as given; with --registry APP:REGISTRY the job's own definition decides them and
     validates the payload, as the application's enqueue would. Exit 2 for a payload or option
-    the job refuses."""
+    the job refuses. Without --registry, when workers are live (the worker registry,
+    --workers-table) and none of them serves JOB, a warning on stderr says so, naming the jobs
+    they serve (a mistyped id would wait forever); the run is enqueued all the same."""
     definition, payload = _job_to_enqueue(
         job_id, payload, registry=registry, max_attempts=max_attempts, key=key
     )
@@ -311,11 +328,18 @@ def enqueue(
         dedupe_key=dedupe_key,
         priority=priority,
         tenant=tenant,
+        check_served=registry is None,
     )
     try:
-        result = run_jobs_call(database_url, call, tables=tables.runs_name, as_json=as_json)
+        result, served = run_jobs_call(database_url, call, tables=tables.runs_name, as_json=as_json)
     except (InvalidPayloadError, InvalidKeyError, InvalidPriorityError) as exc:
         raise click.UsageError(str(exc)) from exc
     _print_enqueued(
-        result, job_id, definition, dedupe_key=dedupe_key, run_at=run_at, as_json=as_json
+        result,
+        job_id,
+        definition,
+        dedupe_key=dedupe_key,
+        run_at=run_at,
+        as_json=as_json,
+        served=served,
     )

@@ -236,6 +236,13 @@ async def _check(
     help="Report tables in the metadata's schemas that the metadata lacks (default: yes with"
     " --metadata, no for the ship tables, which share their schema with yours).",
 )
+@click.option(
+    "--extra-ship-tables",
+    is_flag=True,
+    help="With --metadata: also report the ship tables (their default names, or those the"
+    " SHIP_SQLA_*_TABLE variables give) that the metadata does not declare; by default they"
+    " are left out, as `schema apply` creates all of them.",
+)
 @ship_tables_options
 @json_option
 @click.pass_context
@@ -246,23 +253,51 @@ def schema_check(
     metadata: MetaData | None,
     tables: tuple[str, ...],
     extra_tables: bool | None,
+    extra_ship_tables: bool,
     ship_tables: ShipTablesChoice,
     as_json: bool,
 ) -> None:
     """Compare the live database with the metadata (T3): tables, columns, primary keys,
     constraints, and indexes including partial-index predicates, which `alembic check` does
-    not compare. Exit 0 when they match, 1 when they differ."""
+    not compare. Exit 0 when they match, 1 when they differ. With --metadata, the ship tables
+    the metadata does not declare are not reported as extra (`schema apply` creates all ten;
+    an application may declare only those it uses) unless --extra-ship-tables."""
     extra = (metadata is not None) if extra_tables is None else extra_tables
     chosen = _chosen_metadata(metadata, ship_tables)
     selected = _resolve_tables(chosen, tables)
     report = _schema_call(
         database_url, _check(database_url, chosen, selected, extra), "check", as_json=as_json
     )
+    left_out: tuple[str, ...] = ()
+    if metadata is not None and not extra_ship_tables:
+        report, left_out = _without_undeclared_ship_tables(report, ship_tables.names)
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2))
+        body = {**report.to_dict(), "ship_tables_left_out": list(left_out)}
+        click.echo(json.dumps(body, indent=2))
     else:
         click.echo(report.format_text())
+        if left_out:
+            click.echo(
+                f"left out: {len(left_out)} ship table(s) in the database that the metadata does"
+                f" not declare ({', '.join(left_out)}); --extra-ship-tables reports them."
+            )
     ctx.exit(EXIT_OK if report.ok else EXIT_FAILED)
+
+
+def _without_undeclared_ship_tables(
+    report: SchemaReport, names: ShipTableNames
+) -> tuple[SchemaReport, tuple[str, ...]]:
+    """``report`` without its ``table_extra`` lines of ship tables, and their names: the ship
+    tables are ship_sqla's, created by `schema apply` all at once, not the application's."""
+    ship = set(attrs.astuple(names))
+    kept, left_out = [], []
+    for difference in report.differences:
+        bare = difference.table.rpartition(".")[2]
+        if difference.kind == "table_extra" and bare in ship:
+            left_out.append(difference.table)
+        else:
+            kept.append(difference)
+    return attrs.evolve(report, differences=tuple(kept)), tuple(left_out)
 
 
 async def _apply(url: URL, metadata: MetaData) -> ApplyReport:

@@ -160,6 +160,7 @@ def worker(
     until SIGTERM or SIGINT (or, with --burst, until nothing is due). Then it stops claiming,
     lets in-flight runs finish within --drain-timeout, cancels the rest (they wait again
     without losing an attempt, J12) and exits: 0 after SIGTERM or --burst, 130 after Ctrl-C.
+    A second SIGTERM or Ctrl-C during the drain cancels the runs in flight at once.
 
     It logs to stderr (S3): one line per retry, dead letter, timeout, stale settle, cancel and
     drain, with job id, run id, attempt and error (never payloads), and a summary every
@@ -253,22 +254,16 @@ async def run_worker(
     lifespan: Lifespan | None = None,
 ) -> int:
     """Execute ``jobs``' runs until SIGTERM or SIGINT (or, with ``burst``, until nothing is due
-    and nothing in flight), then stop claiming and drain (J12). The exit code: 130 after a
-    SIGINT, else 0."""
+    and nothing in flight), then stop claiming and drain (J12); a second signal cuts the drain
+    short. The exit code: 130 after a SIGINT, else 0."""
     engine = create_async_engine(url)
     loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[int] = []
-
-    def on_signal(number: int) -> None:
-        received.append(number)
-        stop.set()
-
+    stop = _Signals()
     signals = (signal.SIGTERM, signal.SIGINT)
     # Installed before the runtime starts, so a signal is never the default (abrupt) exit once
     # a run may be executing.
     for number in signals:
-        loop.add_signal_handler(number, on_signal, number)
+        loop.add_signal_handler(number, stop.received, number)
     try:
         backend = tables.backend(engine, on_error=_report_error)
         # Checked at start, not in the loop (which would retry forever): an unreachable
@@ -300,13 +295,51 @@ async def run_worker(
         for number in signals:
             loop.remove_signal_handler(number)
         await engine.dispose()
-    return EXIT_INTERRUPTED if signal.SIGINT in received else EXIT_OK
+    return EXIT_INTERRUPTED if signal.SIGINT in stop.numbers else EXIT_OK
+
+
+class _Signals:
+    """SIGTERM / SIGINT as the worker reads them: the first asks for the drain (J12); one more
+    during the drain means "quit now", as uvicorn, Celery and Sidekiq read it: the runs in
+    flight are cancelled at once (they wait again, no attempt lost) instead of being waited for
+    up to ``--drain-timeout``."""
+
+    def __init__(self) -> None:
+        self.numbers: list[int] = []
+        self.stop = asyncio.Event()
+        self.hurry = asyncio.Event()
+        self.draining = False
+
+    def received(self, number: int) -> None:
+        self.numbers.append(number)
+        if self.stop.is_set() or self.draining:
+            self.hurry.set()
+        self.stop.set()
+
+
+async def _stop_runtime(runtime: JobRuntime, signals: _Signals) -> None:
+    """Drain (J12) for the runtime's ``drain_timeout``, cut short by a second signal."""
+    signals.draining = True
+    stopping = asyncio.ensure_future(runtime.stop())
+    hurried = asyncio.ensure_future(signals.hurry.wait())
+    try:
+        await asyncio.wait({stopping, hurried}, return_when=asyncio.FIRST_COMPLETED)
+        if hurried.done() and not stopping.done():
+            worker_log.warning(
+                "second signal: cancelling the %d run(s) in flight now (they wait again, no"
+                " attempt lost).",
+                runtime.in_flight,
+            )
+            await runtime.stop(drain_timeout=0)
+    finally:
+        hurried.cancel()
+        await stopping
 
 
 async def _execute_until_stopped(
     backend: PostgresJobBackend,
     runtime: JobRuntime,
-    stop: asyncio.Event,
+    stop: _Signals,
     *,
     jobs: JobRegistry | Sequence[JobDefinition[Any]],
     poll_interval: float,
@@ -325,12 +358,15 @@ async def _execute_until_stopped(
     )
     try:
         if burst:
-            await _until_idle(backend, runtime, stop, [d.id for d in jobs], poll_interval)
+            await _until_idle(backend, runtime, stop.stop, [d.id for d in jobs], poll_interval)
         else:
-            await stop.wait()
-        worker_log.info("stopping: draining for up to %gs.", drain_timeout)
+            await stop.stop.wait()
+        worker_log.info(
+            "stopping: draining for up to %gs (Ctrl-C again cancels the runs in flight now).",
+            drain_timeout,
+        )
     finally:
-        await runtime.stop()
+        await _stop_runtime(runtime, stop)
 
 
 async def _until_idle(

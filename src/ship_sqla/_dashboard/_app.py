@@ -45,6 +45,7 @@ from ship_sqla._dashboard._html import (
     ago,
     at,
     button_form,
+    error_summary,
     hidden,
     layout,
     link,
@@ -70,6 +71,7 @@ from ship_sqla.kernel._operations import (
     create_job_operations,
 )
 from ship_sqla.kernel._plans.schedule import previous_occurrence
+from ship_sqla.kernel._serving import serving_of
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
 
 if TYPE_CHECKING:
@@ -84,6 +86,8 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import AdministeredBackend
     from ship_sqla.kernel._ports import RunRecord
+    from ship_sqla.kernel._serving import Serving
+    from ship_sqla.kernel._workers import WorkerRecord
 
 __all__ = ["DashboardAuthorizer", "create_dashboard"]
 
@@ -381,13 +385,16 @@ class _Dashboard:
             demand = await ops.demand()
             paused = {p.job_id: p for p in await ops.paused()}
             try:
-                workers = await ops.workers()
+                workers: list[WorkerRecord] | None = await ops.workers()
             except ConfigurationError:
-                workers = []
+                workers = None
             now = datetime.now(UTC)
             alive = [
-                w for w in workers if (now - w.last_seen_at).total_seconds() < WORKER_STALE_AFTER
+                w
+                for w in workers or ()
+                if (now - w.last_seen_at).total_seconds() < WORKER_STALE_AFTER
             ]
+            served = None if workers is None else serving_of(workers, now=now)
             job_ids = sorted({d.job_id for d in demand} | set(paused) | set(self.definitions))
             by_job = {d.job_id: d for d in demand}
             csrf = self.csrf(request)
@@ -411,6 +418,7 @@ class _Dashboard:
                         text(0 if d is None else d.delayed),
                         text(0 if d is None else d.running),
                         ago(None if d is None else d.oldest_due_age),
+                        _serving_cell(served, job_id),
                         "paused since " + at(paused[job_id].paused_at) if job_id in paused else "",
                         action,
                     )
@@ -425,12 +433,12 @@ class _Dashboard:
                 + throughput_chart(buckets, bucket_seconds=THROUGHPUT_BUCKET)
                 + "<h2>Backlog per job</h2>"
                 + table(
-                    ("Job", "Due", "Delayed", "Running", "Oldest due", "Paused", ""),
+                    ("Job", "Due", "Delayed", "Running", "Oldest due", "Workers", "Paused", ""),
                     rows,
                     empty="No job has waiting or running runs.",
                 )
                 + f'<h2>Workers</h2><p id="workers-alive">{len(alive)} alive'
-                f" ({len(workers)} registered) · {link(base, '/workers', 'details')}</p>"
+                f" ({len(workers or ())} registered) · {link(base, '/workers', 'details')}</p>"
             )
 
         return await self.page(request, "", "Overview", body, poll=True)
@@ -485,7 +493,7 @@ class _Dashboard:
                         else r.run_at
                     ),
                     text(r.tenant or ""),
-                    text((r.last_error or "")[:120]),
+                    error_summary(r.last_error),
                 )
             )
         return table(headers, rows, empty=empty)
@@ -771,7 +779,7 @@ class _Dashboard:
                         text(m.topic),
                         text(m.attempts),
                         at(m.created_at),
-                        text((m.last_error or "")[:120]),
+                        error_summary(m.last_error),
                     )
                     for m in dead.items
                 ]
@@ -957,6 +965,16 @@ _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
     "running": ("cancel",),
     "dead": ("retry", "discard"),
 }
+
+
+def _serving_cell(served: Serving | None, job_id: str) -> Html:
+    """How many live workers serve ``job_id`` (issue 27 item 8): 'none' when workers are live
+    and none declares it (its runs wait until one starts; a mistyped id waits forever)."""
+    if served is None:
+        return text("-")
+    if served.unserved(job_id):
+        return '<span class="state-dead" title="no live worker serves this job">none</span>'
+    return text(served.workers_for(job_id))
 
 
 def _no_run(run_id: str) -> _NotFound:

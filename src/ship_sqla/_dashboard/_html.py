@@ -22,6 +22,7 @@ __all__ = [
     "ago",
     "at",
     "button_form",
+    "error_summary",
     "hidden",
     "layout",
     "link",
@@ -36,6 +37,17 @@ Html = str
 
 def text(value: object) -> Html:
     return escape("" if value is None else str(value))
+
+
+def error_summary(error: str | None, width: int = 160) -> Html:
+    """An error in one table cell: its first line (the exception and its message, never the
+    traceback that follows it), cut at ``width`` characters with an ellipsis; the run's page
+    shows the whole text. The cell's title holds the whole first line."""
+    if not error:
+        return ""
+    line = error.splitlines()[0]
+    shown = line if len(line) <= width else f"{line[: width - 1]}…"
+    return f'<span title="{text(line)}">{text(shown)}</span>'
 
 
 def at(value: datetime | None) -> Html:

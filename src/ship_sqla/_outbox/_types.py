@@ -56,6 +56,7 @@ class OutboxMessage:
     """A claimed message. ``token`` (the row's ``lease_token``) fences every settle of this
     claim (O3).
 
+    ``tenant`` is the row's ``tenant_id`` column (Python says ``tenant``, SQL ``tenant_id``).
     ``attempt`` counts this delivery (1 on the first claim); ``lease_expires_at`` is when another
     relay may retake it if it has not been settled.
     """

@@ -6,20 +6,25 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from ship_sqla.kernel._errors import ConfigurationError, UsageError
 from ship_sqla.kernel._jobs import (
+    DEFAULT_MAX_PAYLOAD_BYTES,
     Concurrency,
+    Fairness,
     Handler,
     IdempotencyPolicy,
     JobDefinition,
     PayloadCodec,
+    RateLimit,
     Retention,
     RetryPolicy,
     Schedule,
     define_job,
 )
 from ship_sqla.kernel._lifespan import require_lifespan
+from ship_sqla.kernel._priority import DEFAULT_PRIORITY
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
+    from datetime import timedelta
 
     from ship_sqla.kernel._lifespan import Lifespan
 
@@ -93,9 +98,15 @@ class JobRegistry:
         retention: Retention | None = None,
         schedule: Schedule | None = None,
         idempotency: IdempotencyPolicy | None = None,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        priority: int = DEFAULT_PRIORITY,
+        timeout: float | timedelta | None = None,
+        rate_limit: RateLimit | None = None,
+        fairness: Fairness | None = None,
     ) -> Callable[[Handler[P]], JobDefinition[P]]:
         """Decorator form: ``@registry.job("emails.send", payload=SendEmail)`` on the handler
-        defines and registers the job; the decorated name becomes the definition."""
+        defines and registers the job; the decorated name becomes the definition. It takes
+        every option :func:`~ship_sqla.define_job` takes, with the same defaults."""
 
         def decorate(handler: Handler[P]) -> JobDefinition[P]:
             return self.register(
@@ -108,6 +119,11 @@ class JobRegistry:
                     retention=retention,
                     schedule=schedule,
                     idempotency=idempotency,
+                    max_payload_bytes=max_payload_bytes,
+                    priority=priority,
+                    timeout=timeout,
+                    rate_limit=rate_limit,
+                    fairness=fairness,
                 )
             )
 

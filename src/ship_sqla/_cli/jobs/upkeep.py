@@ -18,6 +18,7 @@ from ship_sqla._cli._options import (
 )
 from ship_sqla._cli._output import RUN_STATES, format_stats
 from ship_sqla._cli._params import REGISTRY, Duration
+from ship_sqla._cli._serving import Serving, serving
 from ship_sqla._outbox._admin import MAX_RETENTION
 from ship_sqla.kernel._operations import MAX_CLEANUP_BATCH
 
@@ -38,19 +39,26 @@ MAX_STATS_GROUPS: Final = 6000
 
 
 async def job_stats(url: URL, tables: JobTables) -> tuple[list[dict[str, Any]], bool]:
-    """Per job: counts by state and the age in seconds of its oldest due waiting run; and
-    whether more than :data:`MAX_STATS_GROUPS` groups exist (the rest are not shown)."""
+    """Per job: counts by state, the age in seconds of its oldest due waiting run and how many
+    live workers serve it (None: no workers table); and whether more than
+    :data:`MAX_STATS_GROUPS` groups exist (the rest are not shown)."""
 
-    async def counts(ops: JobOperations) -> list[StateCount]:
-        return await ops.state_counts(limit=MAX_STATS_GROUPS + 1)
+    async def counts(ops: JobOperations) -> tuple[list[StateCount], Serving | None]:
+        groups = await ops.state_counts(limit=MAX_STATS_GROUPS + 1)
+        return groups, await serving(lambda limit: ops.workers(limit=limit))
 
-    groups = await run_operation(url, counts, tables)
+    groups, served = await run_operation(url, counts, tables)
     truncated = len(groups) > MAX_STATS_GROUPS
     jobs: dict[str, dict[str, Any]] = {}
     for group in groups[:MAX_STATS_GROUPS]:
         entry = jobs.setdefault(
             group.job_id,
-            {"job_id": group.job_id, **dict.fromkeys(RUN_STATES, 0), "oldest_due_seconds": None},
+            {
+                "job_id": group.job_id,
+                **dict.fromkeys(RUN_STATES, 0),
+                "oldest_due_seconds": None,
+                "live_workers": None if served is None else served.workers_for(group.job_id),
+            },
         )
         entry[group.state] = group.runs
         if group.oldest_due_age is not None:
@@ -60,10 +68,12 @@ async def job_stats(url: URL, tables: JobTables) -> tuple[list[dict[str, Any]], 
 
 @click.command("stats", epilog=OPERATOR_NOTE)
 @database_url_option
-@job_tables_options(with_state_table=False)
+@job_tables_options(with_state_table=False, with_workers_table=True)
 @json_option
 def jobs_stats(database_url: URL, as_json: bool, tables: JobTables) -> None:
-    """Runs per job by state, and the age of each job's oldest due waiting run (seconds)."""
+    """Runs per job by state, the age of each job's oldest due waiting run (seconds), and how
+    many live workers serve it (WORKERS, from the worker registry; '-' without its table): a
+    job with waiting runs and 0 workers waits until a worker serving it starts."""
     rows, truncated = run_jobs_call(
         database_url, job_stats(database_url, tables), tables=tables.runs_name, as_json=as_json
     )

@@ -57,7 +57,7 @@ from ship_sqla.kernel._runtime.registration import Registration
 from ship_sqla.kernel._runtime.run_log import RunLog
 from ship_sqla.kernel._runtime.state import InFlight, InFlightRuns
 from ship_sqla.kernel._runtime.wiring import Plumbing
-from ship_sqla.kernel._waiting import wait_event
+from ship_sqla.kernel._waiting import first_done, wait_event
 from ship_sqla.kernel._workers import WorkerEntry
 
 if TYPE_CHECKING:
@@ -144,6 +144,7 @@ class JobRuntime:
         self._summary_task: asyncio.Task[None] | None = None
         self._stopping, self._listening = False, False
         self._stop_task: asyncio.Task[None] | None = None
+        self._drain_shortened = asyncio.Event()
         self._unwatch_cancels: Callable[[], None] | None = None
         self._job_ids = tuple(job.id for job in jobs)
         self._tasks: list[asyncio.Task[None]] = []
@@ -274,8 +275,10 @@ class JobRuntime:
         """Stop claiming, let running handlers finish for ``drain_timeout`` seconds (default: the
         runtime's), cancel the rest, flush the settles, and return (J12).
 
-        Idempotent; concurrent callers all wait for the same stop. A handler that swallows its
-        cancellation delays the return until it ends.
+        Idempotent; concurrent callers all wait for the same stop. A call during the drain with
+        a shorter ``drain_timeout`` than it has left moves its deadline closer (``stop(0)``:
+        cancel now, a worker's second Ctrl-C); a longer one never extends it. A handler that
+        swallows its cancellation delays the return until it ends.
         """
         if drain_timeout is not None:
             drain_timeout = require_duration(
@@ -284,7 +287,19 @@ class JobRuntime:
         if self._stop_task is None:
             timeout = self.drain_timeout if drain_timeout is None else drain_timeout
             self._stop_task = asyncio.get_running_loop().create_task(self._stop(timeout))
+        elif drain_timeout is not None:
+            self._shorten_drain(drain_timeout)
         await asyncio.shield(self._stop_task)
+
+    def _shorten_drain(self, drain_timeout: float) -> None:
+        """A later ``stop`` with a shorter ``drain_timeout`` than the drain has left moves its
+        deadline closer (a worker's second Ctrl-C: ``stop(0)`` cancels the runs at once); a
+        longer one never extends it."""
+        deadline = self.clock.monotonic() + drain_timeout
+        current = self._events.drain_deadline
+        if current is not None and deadline < current:
+            self._events.drain_deadline = deadline
+            self._drain_shortened.set()
 
     async def __aenter__(self) -> Self:
         return self
@@ -365,7 +380,7 @@ class JobRuntime:
         producer_task, completer_task, heartbeat_task = self._tasks[:3]
         await producer_task
         drained = self._events.drained
-        if self._runs.executing and not await wait_event(drained, self.clock, drain_timeout):
+        if self._runs.executing and not await self._drained_by_deadline():
             for entry in list(self._runs.entries.values()):
                 if entry.task is not None and not entry.task.done():
                     entry.interrupt("drain")
@@ -383,6 +398,22 @@ class JobRuntime:
             await self.backend.stop_listening(self._job_ids)
         await self._stop_side_tasks()
         self._run_log.stopped()
+
+    async def _drained_by_deadline(self) -> bool:
+        """Whether every executing run ended before the drain's deadline, which a later
+        ``stop`` may move closer (:meth:`_shorten_drain`)."""
+        drained, shortened = self._events.drained, self._drain_shortened
+        while not drained.is_set():
+            deadline = self._events.drain_deadline
+            assert deadline is not None  # noqa: S101 - set by _stop before this wait
+            shortened.clear()
+            remaining = deadline - self.clock.monotonic()
+            if remaining <= 0:
+                return False
+            waits = (drained.wait(), shortened.wait(), self.clock.sleep(remaining))
+            if await first_done(*waits) == 2 and not drained.is_set():  # noqa: PLR2004 - the sleep
+                return False
+        return True
 
     async def _stop_side_tasks(self) -> None:
         """The queue sampler, the registry entry (deregistered, F6) and the summary (S3)."""

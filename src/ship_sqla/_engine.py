@@ -1,0 +1,45 @@
+"""One database URL for every entry point: ``create_engine`` reads the URL the CLI reads.
+
+``ship-sqla`` takes ``SHIP_SQLA_DATABASE_URL`` (or ``--database-url``) as ``postgresql://``,
+``postgres://`` or ``postgresql+asyncpg://`` alike and drives it through asyncpg. SQLAlchemy's
+own ``create_async_engine`` reads a bare ``postgresql://`` as psycopg's (``No module named
+'psycopg'``), so an application, a handler a worker runs or a dashboard that built its engine
+from the same variable needed a converter. This is it: the one normalisation (``_server``'s
+``to_async_url``), then ``create_async_engine``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from ship_sqla._server import to_async_url
+from ship_sqla.kernel._errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
+__all__ = ["create_engine"]
+
+
+def create_engine(url: str | URL, **options: Any) -> AsyncEngine:  # noqa: ANN401 - create_async_engine's options
+    """An ``AsyncEngine`` through asyncpg for ``url``: ``postgresql://``, ``postgres://`` and
+    ``postgresql+asyncpg://`` mean the same server (as ``ship-sqla`` reads them), so one
+    ``SHIP_SQLA_DATABASE_URL`` serves the CLI, the application, the worker's handlers and the
+    dashboard. ``options`` go to ``create_async_engine`` (``pool_size``, ``echo``...).
+
+    A malformed URL, or one of another database (``sqlite://``, ``mysql://``), raises
+    ``ConfigurationError``.
+    """
+    try:
+        async_url = to_async_url(url)
+    except (ArgumentError, ValueError) as exc:
+        if isinstance(exc, ConfigurationError):
+            raise
+        raise ConfigurationError(
+            f"{url!r} is not a database URL ({exc}).",
+            fix="pass a URL such as postgresql://user:password@host:5432/dbname.",
+        ) from exc
+    return create_async_engine(async_url, **options)
