@@ -99,3 +99,64 @@ async def test_j23_a_refused_settlement_or_suspension_fails_its_run_alone(
     assert errors == refusals
     # Settled once each: the claim tokens are spent, a repeat is stale for every run.
     assert await backend.settle([completed(run) for run in runs]) == ["stale"] * 8
+
+
+async def test_j23_a_constraint_violation_fails_its_run_alone(ship_engine: AsyncEngine) -> None:
+    """J23, J5: constraints the database enforces and the kernel knows nothing of (CHECKs the
+    application added to the runs table) refuse two settlements of a batch of six (SQLSTATE
+    23514). One refuses the failure's text (which the refusal quotes, so the bare refusal is
+    stored): that run ends dead with the typed refusal in its history. One refuses every state
+    but running: nothing of it can be stored, it stays claimed (its lease lapses later) and the
+    refusal says so. The four others land as they would have alone, nothing is answered stale,
+    and the statement never raises."""
+    errors: list[BaseException] = []
+    backend = await workflow_backend(ship_engine, on_error=errors.append)
+    job = define_job(
+        "j23.check",
+        _noop,
+        payload=dict,
+        retry=RetryPolicy(attempts=5),
+        concurrency=Concurrency(lease=60),
+    )
+    await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(6)])
+    runs = sorted(
+        await backend.claim(claim_request(job, worker="w", limit=6)),
+        key=lambda run: run.payload["n"],
+    )
+    async with ship_engine.begin() as connection:
+        await connection.exec_driver_sql(
+            "ALTER TABLE ship_job_runs ADD CONSTRAINT j23_text"
+            " CHECK (last_error IS NULL OR last_error NOT LIKE '%forbidden by a check%')"
+        )
+        await connection.exec_driver_sql(
+            "ALTER TABLE ship_job_runs ADD CONSTRAINT j23_state"
+            f" CHECK (id <> '{runs[5].run_id}' OR state = 'running')"
+        )
+    later = datetime.now(UTC) + timedelta(seconds=30)
+    settlements = [
+        completed(runs[0]),
+        failed(runs[1], "an ordinary failure", later),
+        completed(runs[2]),
+        failed(runs[3], "ValueError: forbidden by a check", later),
+        completed(runs[4]),
+        snoozed(runs[5], later, "not yet"),
+    ]
+    outcomes = await backend.settle(settlements)
+    assert outcomes == ["completed", "retrying", "completed", "refused", "completed", "refused"]
+    refused = await backend.admin.get_run(runs[3].run_id)
+    assert refused is not None
+    assert refused.state == "dead"
+    [entry] = refused.history
+    assert entry["kind"] == "terminal"
+    assert entry["error"].startswith(JobSettleRefusedError.code)
+    # The refusal quoting the refused text was refused too: the bare one names the cause.
+    assert "IntegrityError" in entry["error"]
+    assert "forbidden" not in entry["error"]
+    stuck = await backend.admin.get_run(runs[5].run_id)
+    assert stuck is not None
+    assert (stuck.state, list(stuck.history)) == ("running", [])
+    [refusal, unstored] = errors
+    assert isinstance(refusal, JobSettleRefusedError)
+    assert isinstance(unstored, JobSettleRefusedError)
+    assert "Not even its failure could be stored" in str(unstored)
+    assert await backend.settle([completed(run) for run in runs[:5]]) == ["stale"] * 5

@@ -898,10 +898,22 @@ class PostgresJobBackend(JobBackendBase):
         """J23: the database refused ``settlement``: settle the dead letter that replaces it
         (the refusal typed in the run's history) and report it; the answer is "refused" (or
         "cancelled", or "stale" when the claim was lost meanwhile)."""
-        refusal = settle_refusal(settlement, error)
-        [outcome] = await self._settle_statement([refused(settlement, refusal)], [0])
-        self.report_error(refusal)
-        return outcome
+        # The refusal's text quotes what was refused, which a constraint on the error text may
+        # refuse again: then the bare refusal, naming only the cause's type.
+        for quoting in (True, False):
+            refusal = settle_refusal(settlement, error, quoting=quoting)
+            try:
+                [outcome] = await self._settle_statement([refused(settlement, refusal)], [0])
+            except Exception as again:
+                if not refused_value(again):
+                    raise
+                continue
+            self.report_error(refusal)
+            return outcome
+        # Nothing of this run can be stored (a constraint on its state): it stays claimed until
+        # its lease lapses; the batch's other runs are not held up for it.
+        self.report_error(settle_refusal(settlement, error, quoting=False, stored=False))
+        return "refused"
 
     async def _settle_statement(
         self, settlements: Sequence[SettleRequest], sent: Sequence[int]

@@ -257,16 +257,32 @@ class JobSettleRefusedError(UsageError, ValueError):
     code = "SHIP_SQLA_JOB_SETTLE_REFUSED"
 
 
-def settle_refusal(settlement: SettleRequest, error: BaseException) -> JobSettleRefusedError:
-    """The typed error of a settlement the database refused to store, ``error`` its cause."""
+def settle_refusal(
+    settlement: SettleRequest,
+    error: BaseException,
+    *,
+    quoting: bool = True,
+    stored: bool = True,
+) -> JobSettleRefusedError:
+    """The typed error of a settlement the database refused to store, ``error`` its cause.
+    ``quoting=False``: the database refused the refusal too (its text quotes the refused
+    value, which a constraint may refuse again): name only the cause's type. ``stored=False``:
+    not even that could be stored (a constraint on the run's state): the run stays claimed."""
     run = settlement.run
+    cause = f"{type(error).__name__}: {error}" if quoting else type(error).__name__
+    then = (
+        "The run was failed for good instead"
+        if stored
+        else "Not even its failure could be stored: the run stays as it was until its lease"
+        " lapses, and then runs again"
+    )
     refusal = JobSettleRefusedError(
         f"the database refused to store the {settlement.label} of job {run.job_id!r} run"
-        f" {run.run_id!r} (attempt {run.attempt}): {type(error).__name__}: {error}. The run was"
-        " failed for good instead; the other runs settled beside it were not affected.",
+        f" {run.run_id!r} (attempt {run.attempt}): {cause}. {then}; the other runs settled"
+        " beside it were not affected.",
         fix="find the value the database cannot hold (a lone surrogate or NUL in a step name,"
-        " an event key or a result; a time out of range) and fix the handler, then retry the"
-        " dead run.",
+        " an event key or a result; a time out of range; a value a constraint refuses) and fix"
+        " the handler, then retry the dead run.",
     )
     refusal.__cause__ = error
     return refusal
