@@ -63,6 +63,7 @@ from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
 from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
 from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
 from ship_sqla.kernel._settlement import JobSettleRefusedError as JobSettleRefusedError
+from ship_sqla.kernel._workflows import ChildJobUnservedError as ChildJobUnservedError
 from ship_sqla.kernel._workflows import ChildRunsRefusedError as ChildRunsRefusedError
 from ship_sqla.kernel._workflows import StepNameReusedError as StepNameReusedError
 from ship_sqla.kernel._workflows import WorkflowChangedError as WorkflowChangedError
@@ -72,6 +73,7 @@ from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError as Workflows
 __all__ = (
     "AuditWriteError",
     "BoundExceededError",
+    "ChildJobUnservedError",
     "ChildRunsRefusedError",
     "ConfigurationError",
     "DatabaseTimeoutError",

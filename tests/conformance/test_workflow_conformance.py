@@ -16,13 +16,14 @@ from workflow_helpers import FakeUnitOfWork, execute_once
 
 from ship_sqla import JobContext, create_job_operations, define_job
 from ship_sqla.errors import (
+    ChildJobUnservedError,
     ChildRunsRefusedError,
     JobLeaseStaleError,
     StepNameReusedError,
     WorkflowChangedError,
 )
 from ship_sqla.jobs import Concurrency, RetryPolicy
-from ship_sqla.kernel import failed
+from ship_sqla.kernel import WorkerEntry, failed
 from ship_sqla.workflows import StepRetry
 
 LEASE = 30.0
@@ -567,3 +568,41 @@ async def test_d5_a_spawn_the_queue_cap_refuses_fails_the_attempt(clock, job_bac
     assert failed.error.code == "SHIP_SQLA_CHILD_RUNS_REFUSED"
     assert await backend.workflows.list_steps(result.run_id) == []
     assert len(await backend.workflows.children(result.run_id)) == 0
+
+
+async def test_d5_a_spawn_of_a_job_no_live_worker_declares_is_refused(clock, job_backend_factory):
+    """D5 (F6): a parent must never wait unseen. While the worker registry lists live workers
+    and none of them declares the child job (a draining one does not count), the spawn is
+    ChildJobUnservedError naming the job and the closest served id: the attempt fails with
+    nothing stored or enqueued. Once a worker declaring it is live, the retried spawn goes
+    ahead. With no live worker listed, nothing is known, and the spawn goes ahead (the
+    by-hand executions of the other tests)."""
+    backend = job_backend_factory(clock)
+    child_job = workflow("wf.d5.unserved.child", nothing)
+
+    async def parent(ctx, payload):
+        await ctx.spawn("kids", child_job, [{"i": i} for i in range(2)])
+
+    job = workflow("wf.d5.unserved", parent)
+
+    async def live(worker_id, job_ids, *, draining=False):
+        await backend.workers.heartbeat(
+            WorkerEntry(worker_id, "host", 1, clock.now(), job_ids, 0, draining)
+        )
+
+    await live("w-parent", (job.id, "wf.d5.unserved.chld"))
+    await live("w-leaving", (child_job.id,), draining=True)
+    result = await backend.enqueue(job, {})
+    refused = await execute_once(backend, job, clock)
+    assert isinstance(refused.error, ChildJobUnservedError)
+    assert refused.error.code == "SHIP_SQLA_CHILD_JOB_UNSERVED"
+    assert child_job.id in str(refused.error)
+    assert "wf.d5.unserved.chld" in refused.error.fix
+    assert await backend.workflows.list_steps(result.run_id) == []
+    assert len(await backend.workflows.children(result.run_id)) == 0
+
+    await live("w-child", (child_job.id,))
+    clock.advance(3600)
+    spawned = await execute_once(backend, job, clock)
+    assert spawned.error is None
+    assert len(await backend.workflows.children(result.run_id)) == 2

@@ -40,6 +40,8 @@ from ship_sqla.kernel._ports import (
     JobLeaseStaleError,
     Suspend,
 )
+from ship_sqla.kernel._serving import serving_of
+from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -53,6 +55,7 @@ __all__ = [
     "CHILDREN_RECHECK",
     "CHILDREN_WAIT",
     "NEVER",
+    "ChildJobUnservedError",
     "ChildOutcome",
     "ChildRunsRefusedError",
     "EventWait",
@@ -145,6 +148,14 @@ class ChildRunsRefusedError(RefusedError, RuntimeError):
     then, D5)."""
 
     code = "SHIP_SQLA_CHILD_RUNS_REFUSED"
+
+
+class ChildJobUnservedError(RefusedError, RuntimeError):
+    """A spawn's child job is declared by no live worker while the worker registry lists live
+    ones (D5): its children would wait unseen, and the parent with them, so the attempt fails
+    and the spawn runs again at the retry, once a worker declaring the job has started."""
+
+    code = "SHIP_SQLA_CHILD_JOB_UNSERVED"
 
 
 class WorkflowsNotConfiguredError(ConfigurationError):
@@ -735,6 +746,7 @@ class Workflow:
         seq, stored = await self._begin(name, "spawn")
         if stored is not None:
             return list(stored.result)
+        await self._require_served(name, job)
         run_id = self._run.run_id
         ids = [child_run_id(run_id, name, i) for i in range(len(payloads))]
         results = await self._backend.enqueue_many(
@@ -751,6 +763,28 @@ class Workflow:
         await self._store.adopt_children(self._run, ids)
         await self._save(NewStep(name, seq, "spawn", "done", _encode(ids, f"spawn {name!r}")))
         return ids
+
+    async def _require_served(self, name: str, job: JobDefinition[Any]) -> None:
+        """D5: a parent must never wait unseen: a spawn of a job that no live worker declares
+        is refused while the worker registry lists live workers (F6). Without a registry
+        (:meth:`WorkerRegistry.probe` says why) nothing is known, and the spawn goes ahead; the
+        dashboard's backlog and ``jobs stats`` then show the job's live workers as none."""
+        registry = self._backend.workers
+        if await registry.probe() is not None:
+            return
+        records = await registry.list_workers(limit=MAX_WORKERS_LISTED)
+        serving = serving_of(records, now=self._clock.now())
+        if not serving.unserved(job.id):
+            return
+        closest = serving.closest(job.id)
+        raise ChildJobUnservedError(
+            f"step {name!r} of run {self._run.run_id!r} spawns job {job.id!r}, which none of the"
+            f" {serving.live_workers} live worker(s) declares: its children would wait unseen"
+            " (and this run with them). The attempt fails; the spawn runs again at the retry.",
+            fix=f"start a worker whose registry defines {job.id!r}"
+            + (f" (did you mean {closest!r}?)" if closest else "")
+            + ", or spawn a job the workers run.",
+        )
 
     async def wait_for_children(self, name: str) -> list[ChildOutcome]:
         """D5: suspend until every child run of this run is terminal, then return how each
