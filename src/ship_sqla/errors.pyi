@@ -44,6 +44,7 @@ from ship_sqla.kernel._errors import VersionConflictError as VersionConflictErro
 from ship_sqla.kernel._fences import LockHeldError as LockHeldError
 from ship_sqla.kernel._fences import StaleFenceError as StaleFenceError
 from ship_sqla.kernel._keys import InvalidKeyError as InvalidKeyError
+from ship_sqla.kernel._audit import AuditUnavailableError as AuditUnavailableError
 from ship_sqla.kernel._operations import AuditWriteError as AuditWriteError
 from ship_sqla.kernel._operations import JobOperationRefusedError as JobOperationRefusedError
 from ship_sqla.kernel._outcomes import JobSnoozeLimitError as JobSnoozeLimitError
@@ -67,6 +68,7 @@ from ship_sqla.kernel._workflows import WorkflowMisuseError as WorkflowMisuseErr
 from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError as WorkflowsNotConfiguredError
 
 __all__ = (
+    "AuditUnavailableError",
     "AuditWriteError",
     "BoundExceededError",
     "ChildRunsRefusedError",
