@@ -414,7 +414,9 @@ def _fuzzed_slots() -> st.SearchStrategy[dict[Slot, str]]:
     routes come from a dashboard over the in-memory backend (its router is the same for every
     backend), so everything is drawn before the test's coroutine runs: a draw inside it that
     Hypothesis stops would break the async runner."""
-    slots = slots_of(create_dashboard(InMemoryJobBackend(), authorizer=authorizer, secret=SECRET))
+    slots = slots_of(
+        create_dashboard(InMemoryJobBackend(), authorizer=authorizer, audit=None, secret=SECRET)
+    )
     routes = sorted({(slot.route.path, slot.method) for slot in slots})
 
     def of(route: tuple[str, str]) -> st.SearchStrategy[dict[Slot, str]]:

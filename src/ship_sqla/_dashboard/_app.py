@@ -62,6 +62,7 @@ from ship_sqla.kernel._errors import (
 )
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._operations import (
+    LIVE_STATES,
     JobOperations,
     create_job_operations,
 )
@@ -100,6 +101,13 @@ THROUGHPUT_CAP: Final = 500
 
 PageBody: TypeAlias = "Callable[[JobOperations, bool, Filters], Awaitable[Html]]"
 """A page's content: ``body(ops, can_manage, filters)`` (the filters it named, checked)."""
+
+
+class _Unset:
+    """``create_dashboard``'s ``audit`` when not given: refused (S1: say which log, or None)."""
+
+
+_UNSET: Final = _Unset()
 
 
 _NAV: Final = (
@@ -531,6 +539,15 @@ class _Dashboard:
                     "</button>"
                     for a in actions
                 )
+                if state in LIVE_STATES:  # bulk by filter: JobOperations.cancel_matching
+                    scope = f"of job {job}" if job else "of every job"
+                    scope += f", tenant {tenant}" if tenant else ""
+                    buttons += (
+                        f"{hidden('state', state)}{hidden('job', job or '')}"
+                        f"{hidden('tenant', tenant or '')}"
+                        '<button type="submit" name="action" value="cancel-all"'
+                        f' id="cancel-all">Cancel all {text(state)} runs {text(scope)}</button>'
+                    )
                 listing = (
                     f'<form method="post" action="{text(base)}/runs/bulk">'
                     f"{hidden(_csrf.FIELD, self.csrf(request))}"
@@ -840,6 +857,8 @@ class _Dashboard:
     async def runs_bulk(self, request: Request) -> Response:
         async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
             verb = (fields.get("action") or [""])[0]
+            if verb == "cancel-all":
+                return await _cancel_all(ops, fields)
             ids = fields.get("id") or []
             if not ids:
                 raise ConfigurationError("no run selected.", fix="tick the runs first.")
@@ -913,13 +932,11 @@ class _Dashboard:
                 )
             outbox = self.outbox_ops(request)
             if (fields.get("action") or [""])[0] == "all":
-                moved = 0
-                for _ in range(OUTBOX_REDRIVE_PAGES):
-                    page = await outbox.list_dead(outbox_id, limit=1000)
-                    if not page.items:
-                        break
-                    moved += len(await outbox.retry([m.id for m in page.items]))
-                return f"Re-drove {moved} dead message(s) of {outbox_id}."
+                result = await outbox.retry_dead_matching(
+                    outbox_id, max_batches=OUTBOX_REDRIVE_PAGES
+                )
+                rest = "" if result.complete else " More remain: run it again."
+                return f"Re-drove {len(result.moved)} dead message(s) of {outbox_id}.{rest}"
             try:
                 ids = [uuid.UUID(i) for i in fields.get("id") or []]
             except ValueError as exc:
@@ -955,6 +972,28 @@ _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
+async def _cancel_all(ops: JobOperations, fields: Mapping[str, list[str]]) -> str:
+    """The runs page's "Cancel all": every waiting (or running) run of the page's filter, by
+    the operations layer's bulk-by-filter (:meth:`JobOperations.cancel_matching`)."""
+
+    def field(name: str) -> str | None:
+        return (fields.get(name) or [""])[0] or None
+
+    state = field("state")
+    if state not in LIVE_STATES:
+        raise ConfigurationError(
+            f"cancel-all takes waiting or running runs, not {state!r}.",
+            fix="use the runs page of waiting or running runs.",
+        )
+    result = await ops.cancel_matching(
+        job_id=field("job"),
+        tenant=field("tenant"),
+        state="waiting" if state == "waiting" else "running",
+    )
+    rest = "" if result.complete else " More remain: run it again."
+    return _summary("Cancel", result.changed, result.unchanged) + rest
+
+
 def _no_run(run_id: str) -> _NotFound:
     return _NotFound(
         f"No run has the id {run_id[:300]!r}.",
@@ -985,7 +1024,7 @@ def create_dashboard(
     *,
     authorizer: DashboardAuthorizer,
     actor: Callable[[Request], str] | None = None,
-    audit: AuditSink | None = None,
+    audit: AuditSink | _Unset | None = _UNSET,
     outbox: OutboxOperations | None = None,
     outbox_ids: Iterable[str] = (),
     definitions: Iterable[JobDefinition[Any]] = (),
@@ -1002,9 +1041,11 @@ def create_dashboard(
     - ``actor(request)``: who the audit log names (default: the authenticated
       ``request.user``'s display name, else ``anonymous@<client address>``).
     - ``audit``: the audit log every action is written to (S1; e.g.
-      :func:`~ship_sqla.create_audit_log`); also shown on the audit page.
-    - ``outbox`` / ``outbox_ids``: the outbox operations (their own ``audit``) and the outbox
-      ids to show.
+      :func:`~ship_sqla.create_audit_log`); also shown on the audit page. Required: an action
+      whose audit cannot be written (its table is missing) changes nothing and says which table
+      to create; ``audit=None`` runs the dashboard unaudited, the explicit opt-out.
+    - ``outbox`` / ``outbox_ids``: the outbox operations and the outbox ids to show; under an
+      audited dashboard the outbox operations must be audited too (their own ``audit``).
     - ``definitions``: the job definitions, for the schedules' last occurrence and to list idle
       jobs on the overview.
     - ``secret``: signs CSRF tokens and page cursors (at least 16 bytes; default random per
@@ -1016,6 +1057,7 @@ def create_dashboard(
             "authorizer must be callable(request, permission, operation) -> bool.",
             fix="pass authorizer=lambda request, permission, operation: ...",
         )
+    audit = _checked_audit(audit, outbox)
     key = secrets.token_bytes(32) if secret is None else secret
     key_bytes = key.encode() if isinstance(key, str) else key
     if len(key_bytes) < 16:  # noqa: PLR2004 - the documented minimum
@@ -1055,6 +1097,29 @@ def create_dashboard(
         routes=routes,
         exception_handlers={404: _router_error, 405: _router_error},
     )
+
+
+def _checked_audit(
+    audit: AuditSink | _Unset | None, outbox: OutboxOperations | None
+) -> AuditSink | None:
+    """S1's one audit rule for the dashboard: ``audit`` must be given (None is the explicit
+    opt-out), and an audited dashboard's outbox operations must be audited too, so that no
+    action of the dashboard changes anything unaudited."""
+    if isinstance(audit, _Unset):
+        raise ConfigurationError(
+            "create_dashboard needs audit=: every dashboard action is written to the audit log"
+            " (S1).",
+            fix="pass audit=create_audit_log(database=engine) (its table: ship_audit_table, or"
+            " `ship-sqla schema apply --only audit`), or audit=None to run the dashboard"
+            " unaudited on purpose.",
+        )
+    if audit is not None and outbox is not None and not outbox.audited:
+        raise ConfigurationError(
+            "the dashboard is audited but its outbox operations write no audit log: their"
+            " re-drives would change messages unaudited (S1).",
+            fix="pass the same log to create_outbox_operations(..., audit=audit).",
+        )
+    return audit
 
 
 _ROUTER_ERRORS: Final[dict[int, str]] = {

@@ -157,6 +157,11 @@ class OutboxOperations:
             actor=actor,
         )
 
+    @property
+    def audited(self) -> bool:
+        """Whether state-changing operations are written to an audit sink (S1)."""
+        return self._audit is not None
+
     async def _authorize(self, operation: str) -> None:
         await authorize(self._authorizer, MANAGE_PERMISSION, operation)
 
