@@ -117,6 +117,7 @@ _NAV: Final = (
     ("/schedules", "Schedules"),
     ("/workers", "Workers"),
     ("/outbox", "Outbox"),
+    ("/upkeep", "Upkeep"),
     ("/audit", "Audit log"),
 )
 """The pages in the header, in order (path under the mount, label): a new page adds its line
@@ -631,14 +632,30 @@ class _Dashboard:
             )
             if record.last_error:
                 timeline += f"<h3>Last error</h3><pre>{text(record.last_error)}</pre>"
+            rerun = can_manage and record.state in ("dead", "waiting")
+            here = f"{base}/runs/{quote(run_id, safe='/')}"
             step_rows = [
-                (text(s.seq), text(s.name), text(s.kind), text(s.state), at(s.finished_at))
+                (
+                    text(s.seq),
+                    text(s.name),
+                    text(s.kind),
+                    text(s.state),
+                    at(s.finished_at),
+                    button_form(
+                        f"{here}/rerun",
+                        "Re-run from here",
+                        csrf=self.csrf(request),
+                        back=here,
+                        fields={"step": s.name},
+                    )
+                    if rerun
+                    else "",
+                )
                 for s in steps
             ]
             actions = ""
             if can_manage:
                 csrf = self.csrf(request)
-                here = f"{base}/runs/{quote(run_id, safe='/')}"
                 for verb, states in (
                     ("retry", ("dead",)),
                     ("cancel", ("waiting", "running")),
@@ -654,7 +671,7 @@ class _Dashboard:
                 f"<h2>Attempts</h2>{timeline}"
                 + (
                     "<h2>Workflow steps</h2>"
-                    + table(("#", "Step", "Kind", "State", "Finished"), step_rows, empty="")
+                    + table(("#", "Step", "Kind", "State", "Finished", ""), step_rows, empty="")
                     if steps
                     else ""
                 )
@@ -802,6 +819,11 @@ class _Dashboard:
                         '<button type="submit" name="action" value="selected">Re-drive selected'
                         '</button><button type="submit" name="action" value="all">Re-drive all'
                         " dead</button></form>"
+                    ) + _retention_form(
+                        f"{base}/outbox/{quote(outbox_id)}/purge",
+                        "Purge delivered messages older than",
+                        csrf=self.csrf(request),
+                        back=base + "/outbox",
                     )
                 parts.append(
                     f"<h2>{text(outbox_id)}</h2><p>pending {pending} · claimed {claimed} · dead"
@@ -810,6 +832,52 @@ class _Dashboard:
             return "".join(parts) or '<p class="muted">No outbox ids given (outbox_ids=).</p>'
 
         return await self.page(request, "/outbox", "Outbox", body)
+
+    async def upkeep(self, request: Request) -> Response:
+        """Retention: cleanup of finished runs past their jobs' retention, and the purge of old
+        workflow events (the operator actions ``ship-sqla jobs cleanup`` / ``events-purge``
+        run from the shell or a schedule)."""
+        base = self.base(request)
+
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
+            retention = [
+                (
+                    text(d.id),
+                    text(d.retention.completed),
+                    text(d.retention.dead),
+                    text(d.retention.discarded),
+                    text(d.retention.cancelled),
+                )
+                for d in self.definitions.values()
+            ]
+            cleanup = (
+                "<h2>Cleanup</h2><p>Deletes finished runs older than their job's retention"
+                " (completed, dead, discarded, cancelled), in bounded batches.</p>"
+                + table(
+                    ("Job", "Completed", "Dead", "Discarded", "Cancelled"),
+                    retention,
+                    empty="No job definitions given (create_dashboard(definitions=...)).",
+                )
+            )
+            events = (
+                "<h2>Workflow events</h2><p>Deletes workflow events published before the age"
+                " given: keep them longer than the longest event wait's timeout (D4).</p>"
+            )
+            if can_manage:
+                csrf = self.csrf(request)
+                if self.definitions:
+                    cleanup += button_form(
+                        f"{base}/upkeep/cleanup", "Clean up now", csrf=csrf, back=base + "/upkeep"
+                    )
+                events += _retention_form(
+                    f"{base}/upkeep/events-purge",
+                    "Purge events older than",
+                    csrf=csrf,
+                    back=base + "/upkeep",
+                )
+            return cleanup + events
+
+        return await self.page(request, "/upkeep", "Upkeep", body)
 
     async def audit(self, request: Request) -> Response:
         base = self.base(request)
@@ -834,15 +902,19 @@ class _Dashboard:
     async def run_action(self, request: Request) -> Response:
         run_id, verb = request.path_params["run_id"], request.path_params["verb"]
 
-        async def action(ops: JobOperations, _fields: dict[str, list[str]]) -> str:
-            if verb not in ("retry", "discard", "cancel"):
+        async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
+            if verb not in ("retry", "discard", "cancel", "rerun"):
                 raise _NotFound(
                     f"A run has no action {verb[:40]!r}.",
-                    fix="use the run page's buttons: retry, cancel or discard.",
+                    fix="use the run page's buttons: retry, cancel, discard or re-run from a step.",
                 )
             require_key(run_id, "run id")  # InvalidKeyError: refused before any statement
             if await ops.get_run(run_id) is None:
                 raise _no_run(run_id)
+            if verb == "rerun":
+                step = (fields.get("step") or [""])[0]
+                await ops.rerun_from_step(run_id, step)
+                return f"Re-run of {run_id} from step {step!r}: due now."
             if verb == "retry":
                 await ops.retry(run_id)
             elif verb == "discard":
@@ -920,17 +992,53 @@ class _Dashboard:
 
         return await self.act(request, action)
 
+    async def upkeep_action(self, request: Request) -> Response:
+        verb = request.path_params["verb"]
+
+        async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
+            if verb == "cleanup":
+                if not self.definitions:
+                    raise ConfigurationError(
+                        "this dashboard was given no job definitions, so no retention to apply.",
+                        fix="pass create_dashboard(definitions=[...]).",
+                    )
+                deleted = await ops.cleanup(self.definitions.values())
+                return f"Cleanup: {sum(deleted.values())} run(s) deleted."
+            if verb == "events-purge":
+                older_than = _older_than(fields)
+                purged = await ops.delete_events(older_than=older_than)
+                return f"Purged {purged} workflow event(s)."
+            raise _NotFound(
+                f"Upkeep has no action {verb[:40]!r}.", fix="use the upkeep page's buttons."
+            )
+
+        return await self.act(request, action)
+
+    async def outbox_purge(self, request: Request) -> Response:
+        outbox_id = request.path_params["outbox_id"]
+
+        async def action(_ops: JobOperations, fields: dict[str, list[str]]) -> str:
+            outbox = self._shown_outbox(request, outbox_id)
+            deleted = await outbox.purge_delivered(outbox_id, older_than=_older_than(fields))
+            return f"Purged {deleted} delivered message(s) of {outbox_id}."
+
+        return await self.act(request, action)
+
+    def _shown_outbox(self, request: Request, outbox_id: str) -> OutboxOperations:
+        """The outbox operations for ``outbox_id`` when this dashboard shows it, else a 404."""
+        if self.outbox is None or outbox_id not in self.outbox_ids:
+            raise _NotFound(
+                f"This dashboard shows no outbox {outbox_id[:80]!r}.",
+                fix="act from the outbox page; an outbox appears there when it is in"
+                " create_dashboard(outbox_ids=[...]).",
+            )
+        return self.outbox_ops(request)
+
     async def outbox_redrive(self, request: Request) -> Response:
         outbox_id = request.path_params["outbox_id"]
 
         async def action(_ops: JobOperations, fields: dict[str, list[str]]) -> str:
-            if self.outbox is None or outbox_id not in self.outbox_ids:
-                raise _NotFound(
-                    f"This dashboard shows no outbox {outbox_id[:80]!r}.",
-                    fix="re-drive from the outbox page; an outbox appears there when it is in"
-                    " create_dashboard(outbox_ids=[...]).",
-                )
-            outbox = self.outbox_ops(request)
+            outbox = self._shown_outbox(request, outbox_id)
             if (fields.get("action") or [""])[0] == "all":
                 result = await outbox.retry_dead_matching(
                     outbox_id, max_batches=OUTBOX_REDRIVE_PAGES
@@ -992,6 +1100,37 @@ async def _cancel_all(ops: JobOperations, fields: Mapping[str, list[str]]) -> st
     )
     rest = "" if result.complete else " More remain: run it again."
     return _summary("Cancel", result.changed, result.unchanged) + rest
+
+
+MAX_RETENTION_DAYS: Final = 36_500
+"""The oldest age a retention form takes (a century)."""
+
+
+def _retention_form(action: str, label: str, *, csrf: str, back: str) -> Html:
+    """A retention action's form: an age in days (default 7), then the button."""
+    return (
+        f'<form class="inline" method="post" action="{text(action)}">'
+        f"{hidden(_csrf.FIELD, csrf)}{hidden('next', back)}"
+        f'<label>{text(label)} <input type="number" name="older_than_days" min="0"'
+        f' max="{MAX_RETENTION_DAYS}" step="any" value="7"> days</label>'
+        '<button type="submit">Purge</button></form>'
+    )
+
+
+def _older_than(fields: Mapping[str, list[str]]) -> timedelta:
+    """A retention form's age: ``older_than_days``, a number of days from 0 to a century."""
+    raw = (fields.get("older_than_days") or [""])[0].strip()
+    try:
+        days = float(raw)
+    except ValueError:
+        days = -1.0
+    if not 0 <= days <= MAX_RETENTION_DAYS:  # NaN fails both comparisons
+        raise ConfigurationError(
+            f"older_than_days must be a number of days from 0 to {MAX_RETENTION_DAYS}, got"
+            f" {raw[:40]!r}.",
+            fix="enter an age in days, e.g. 7.",
+        )
+    return timedelta(days=days)
 
 
 def _no_run(run_id: str) -> _NotFound:
@@ -1090,6 +1229,9 @@ def create_dashboard(
         Route("/workers", state.workers, methods=["GET"]),
         Route("/outbox", state.outbox_page, methods=["GET"]),
         Route("/outbox/{outbox_id}/redrive", state.outbox_redrive, methods=["POST"]),
+        Route("/outbox/{outbox_id}/purge", state.outbox_purge, methods=["POST"]),
+        Route("/upkeep", state.upkeep, methods=["GET"]),
+        Route("/upkeep/{verb}", state.upkeep_action, methods=["POST"]),
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
         Route("/audit", state.audit, methods=["GET"]),
     ]
