@@ -20,6 +20,7 @@ from ship_sqla._webhooks import WebhookHeaderError as WebhookHeaderError
 from ship_sqla._webhooks import WebhookSignatureError as WebhookSignatureError
 from ship_sqla._webhooks import WebhookTimestampError as WebhookTimestampError
 from ship_sqla._webhooks import WebhookVerificationError as WebhookVerificationError
+from ship_sqla.kernel._audit import AuditUnavailableError as AuditUnavailableError
 from ship_sqla.kernel._errors import BoundExceededError as BoundExceededError
 from ship_sqla.kernel._errors import ConfigurationError as ConfigurationError
 from ship_sqla.kernel._errors import DatabaseTimeoutError as DatabaseTimeoutError
@@ -44,7 +45,6 @@ from ship_sqla.kernel._errors import VersionConflictError as VersionConflictErro
 from ship_sqla.kernel._fences import LockHeldError as LockHeldError
 from ship_sqla.kernel._fences import StaleFenceError as StaleFenceError
 from ship_sqla.kernel._keys import InvalidKeyError as InvalidKeyError
-from ship_sqla.kernel._audit import AuditUnavailableError as AuditUnavailableError
 from ship_sqla.kernel._operations import AuditWriteError as AuditWriteError
 from ship_sqla.kernel._operations import JobOperationRefusedError as JobOperationRefusedError
 from ship_sqla.kernel._outcomes import JobSnoozeLimitError as JobSnoozeLimitError

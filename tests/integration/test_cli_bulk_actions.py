@@ -47,12 +47,12 @@ def allow(permission: str, operation: str) -> bool:
 
 
 @pytest.fixture
-async def backend(ship_engine: AsyncEngine) -> Any:  # noqa: ANN401
+async def backend(ship_engine: AsyncEngine) -> Any:
     """The job tables and the audit table (what `ship-sqla schema apply` creates)."""
     return await default_job_backend(ship_engine)
 
 
-async def _states(backend: Any, run_ids: list[str]) -> list[str]:  # noqa: ANN401
+async def _states(backend: Any, run_ids: list[str]) -> list[str]:
     return [(await backend.admin.get_run(r)).state for r in run_ids]
 
 
@@ -169,7 +169,7 @@ def _on_a_terminal(args: list[str], answer: bytes) -> tuple[int, str, str]:
     try:
         os.write(leader, answer)
         environment = {k: v for k, v in os.environ.items() if not k.startswith("SHIP_SQLA_")}
-        done = subprocess.run(  # noqa: S603 - our own interpreter and module
+        done = subprocess.run(
             [sys.executable, "-m", "ship_sqla", *args],
             stdin=follower,
             capture_output=True,

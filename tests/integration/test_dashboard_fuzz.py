@@ -196,7 +196,11 @@ class Fuzzed:
         """The valid value of path segment ``name`` of ``route`` (a new one: ``x``)."""
         return {
             "run_id": self.completed_run,
-            "verb": "resume" if route.path.startswith("/jobs/") else "retry",
+            "verb": "resume"
+            if route.path.startswith("/jobs/")
+            else "cleanup"
+            if route.path.startswith("/upkeep/")
+            else "retry",
             "job_id": REPORT.id,
             "outbox_id": "main",
             "name": STYLESHEET,
@@ -214,6 +218,7 @@ class Fuzzed:
             "id": self.completed_run,  # a UUID: the outbox's message id check passes too
             "job": REPORT.id,
             "tenant": "tenant-a",
+            "older_than_days": "7",
         }.get(name)
 
     def request(self, fuzzed: Mapping[Slot, str]) -> tuple[str, bytes]:

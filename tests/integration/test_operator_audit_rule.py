@@ -50,7 +50,7 @@ def allow(permission: str, operation: str) -> bool:
 
 
 @pytest.fixture
-async def no_audit_table(ship_engine: AsyncEngine) -> Any:  # noqa: ANN401
+async def no_audit_table(ship_engine: AsyncEngine) -> Any:
     """The job and outbox tables under their default names, and no audit table."""
     metadata = MetaData()
     for factory in (

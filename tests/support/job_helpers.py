@@ -128,8 +128,8 @@ class ErrorLog:
 
 async def default_job_backend(engine: Any) -> Any:
     """The job tables and the audit table under their default names on ``engine`` (what
-``ship-sqla schema apply`` creates, and the verbs find without table options; S1: a verb that
-changes state writes its audit entry), and a polling PostgreSQL backend on them."""
+    ``ship-sqla schema apply`` creates, and the verbs find without table options; S1: a verb
+    that changes state writes its audit entry), and a polling PostgreSQL backend on them."""
     from sqlalchemy import MetaData  # noqa: PLC0415 - job_helpers serves the in-memory tests too
 
     from ship_sqla._audit import ship_audit_table  # noqa: PLC0415

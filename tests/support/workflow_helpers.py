@@ -90,7 +90,6 @@ async def workflow_backend(engine: Any, **options: Any) -> Any:
     from sqlalchemy import MetaData  # noqa: PLC0415 - the in-memory tests import this module too
 
     from ship_sqla._audit import ship_audit_table  # noqa: PLC0415
-
     from ship_sqla._jobs import (  # noqa: PLC0415
         create_job_backend,
         ship_job_events_table,

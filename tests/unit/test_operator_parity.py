@@ -15,8 +15,8 @@ import pytest
 from starlette.routing import Match, Route
 
 from ship_sqla._cli._main import cli
-from ship_sqla._dashboard import create_dashboard
 from ship_sqla._dashboard import _app as dashboard_app
+from ship_sqla._dashboard import create_dashboard
 from ship_sqla._outbox._operations import MANAGE_PERMISSION as OUTBOX_MANAGE
 from ship_sqla._outbox._operations import OutboxOperations
 from ship_sqla.kernel import InMemoryJobBackend
@@ -57,12 +57,12 @@ is either declared as an action or added here, on purpose."""
 IDS = [action.operation for action in OPERATOR_ACTIONS]
 
 
-def _method(action: OperatorAction) -> Any:  # noqa: ANN401 - an unbound method
+def _method(action: OperatorAction) -> Any:
     surface, name = action.operation.split(".", 1)
     return getattr(SURFACES[surface][0], name, None)
 
 
-def _source_with_helpers(method: Any) -> str:  # noqa: ANN401
+def _source_with_helpers(method: Any) -> str:
     """The method's source and that of the ``self._helper(`` methods it calls (one level)."""
     source = inspect.getsource(method)
     owner = method.__qualname__.split(".")[0]
@@ -224,7 +224,7 @@ async def test_s1_each_declared_dashboard_route_runs_its_declared_operation(
     for surface, (cls, _) in SURFACES.items():
         for name in _state_changing(cls):
 
-            async def spy(*_args: Any, _name: str = f"{surface}.{name}", **_kw: Any) -> Any:  # noqa: ANN401
+            async def spy(*_args: Any, _name: str = f"{surface}.{name}", **_kw: Any) -> Any:
                 calls.append(_name)
                 raise JobOperationRefusedError("spied", fix="none")
 
@@ -273,7 +273,7 @@ async def test_s1_each_declared_dashboard_route_runs_its_declared_operation(
     assert calls == [action.operation]
 
 
-def _uuid() -> Any:  # noqa: ANN401
+def _uuid() -> Any:
     import uuid  # noqa: PLC0415
 
     return uuid.uuid4()

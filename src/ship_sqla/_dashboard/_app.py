@@ -81,6 +81,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import AdministeredBackend
     from ship_sqla.kernel._ports import RunRecord
+    from ship_sqla.kernel._workflows import StepRecord
 
 __all__ = ["DashboardAuthorizer", "create_dashboard"]
 
@@ -535,24 +536,10 @@ class _Dashboard:
                 else '<p class="muted">End of the list.</p>'
             )
             if actions:
-                buttons = "".join(
-                    f'<button type="submit" name="action" value="{a}">{a.capitalize()} selected'
-                    "</button>"
-                    for a in actions
-                )
-                if state in LIVE_STATES:  # bulk by filter: JobOperations.cancel_matching
-                    scope = f"of job {job}" if job else "of every job"
-                    scope += f", tenant {tenant}" if tenant else ""
-                    buttons += (
-                        f"{hidden('state', state)}{hidden('job', job or '')}"
-                        f"{hidden('tenant', tenant or '')}"
-                        '<button type="submit" name="action" value="cancel-all"'
-                        f' id="cancel-all">Cancel all {text(state)} runs {text(scope)}</button>'
-                    )
                 listing = (
                     f'<form method="post" action="{text(base)}/runs/bulk">'
-                    f"{hidden(_csrf.FIELD, self.csrf(request))}"
-                    f"{hidden('next', _here(request))}{listing}{buttons}</form>"
+                    f"{hidden(_csrf.FIELD, self.csrf(request))}{hidden('next', _here(request))}"
+                    f"{listing}{_bulk_buttons(actions, state, job, tenant)}</form>"
                 )
             return form + listing + more
 
@@ -632,27 +619,9 @@ class _Dashboard:
             )
             if record.last_error:
                 timeline += f"<h3>Last error</h3><pre>{text(record.last_error)}</pre>"
-            rerun = can_manage and record.state in ("dead", "waiting")
             here = f"{base}/runs/{quote(run_id, safe='/')}"
-            step_rows = [
-                (
-                    text(s.seq),
-                    text(s.name),
-                    text(s.kind),
-                    text(s.state),
-                    at(s.finished_at),
-                    button_form(
-                        f"{here}/rerun",
-                        "Re-run from here",
-                        csrf=self.csrf(request),
-                        back=here,
-                        fields={"step": s.name},
-                    )
-                    if rerun
-                    else "",
-                )
-                for s in steps
-            ]
+            rerun = can_manage and record.state in ("dead", "waiting")
+            step_rows = _step_rows(steps, here, self.csrf(request) if rerun else None)
             actions = ""
             if can_manage:
                 csrf = self.csrf(request)
@@ -1080,6 +1049,45 @@ _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
+def _step_rows(steps: Iterable[StepRecord], here: str, csrf: str | None) -> list[tuple[Html, ...]]:
+    """A workflow run's steps as table rows, each with its "Re-run from here" form (D6) when
+    ``csrf`` is given (a manager, on a dead or waiting run)."""
+    return [
+        (
+            text(s.seq),
+            text(s.name),
+            text(s.kind),
+            text(s.state),
+            at(s.finished_at),
+            ""
+            if csrf is None
+            else button_form(
+                f"{here}/rerun", "Re-run from here", csrf=csrf, back=here, fields={"step": s.name}
+            ),
+        )
+        for s in steps
+    ]
+
+
+def _bulk_buttons(actions: Iterable[str], state: str, job: str | None, tenant: str | None) -> Html:
+    """The runs page's bulk buttons: each action on the selection and, for waiting and running
+    runs, the bulk-by-filter one carrying the page's filter
+    (:meth:`JobOperations.cancel_matching` through :func:`_cancel_all`)."""
+    buttons = "".join(
+        f'<button type="submit" name="action" value="{a}">{a.capitalize()} selected</button>'
+        for a in actions
+    )
+    if state not in LIVE_STATES:
+        return buttons
+    scope = f"of job {job}" if job else "of every job"
+    scope += f", tenant {tenant}" if tenant else ""
+    return buttons + (
+        f"{hidden('state', state)}{hidden('job', job or '')}{hidden('tenant', tenant or '')}"
+        '<button type="submit" name="action" value="cancel-all"'
+        f' id="cancel-all">Cancel all {text(state)} runs {text(scope)}</button>'
+    )
+
+
 async def _cancel_all(ops: JobOperations, fields: Mapping[str, list[str]]) -> str:
     """The runs page's "Cancel all": every waiting (or running) run of the page's filter, by
     the operations layer's bulk-by-filter (:meth:`JobOperations.cancel_matching`)."""
@@ -1216,7 +1224,16 @@ def create_dashboard(
         definitions={d.id: d for d in definitions},
         refresh_seconds=refresh_seconds,
     )
-    routes = [
+    return _DashboardApp(
+        routes=_routes(state),
+        exception_handlers={404: _router_error, 405: _router_error},
+    )
+
+
+def _routes(state: _Dashboard) -> list[Route]:
+    """The dashboard's routes: each page (GET) and each action (POST, declared in
+    :data:`~ship_sqla.kernel._actions.OPERATOR_ACTIONS`)."""
+    return [
         Route("/", state.overview, methods=["GET"]),
         Route("/static/{name}", state.static, methods=["GET"]),
         Route("/runs", state.runs, methods=["GET"]),
@@ -1235,10 +1252,6 @@ def create_dashboard(
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
         Route("/audit", state.audit, methods=["GET"]),
     ]
-    return _DashboardApp(
-        routes=routes,
-        exception_handlers={404: _router_error, 405: _router_error},
-    )
 
 
 def _checked_audit(

@@ -9,7 +9,9 @@ in-memory backend's or the PostgreSQL one's alike). Every operation first asks t
 Anything but ``True`` raises :class:`~ship_sqla.errors.PermissionDeniedError` before the store
 is asked anything, so a refusal changes nothing. Every state-changing operation that ran is
 written to the audit sink, when one is given (S1: who, what, when, how many;
-:mod:`ship_sqla.kernel._audit`). Inputs are checked next, also before any statement. The
+:mod:`ship_sqla.kernel._audit`), and one whose sink cannot be written (its table is missing)
+changes nothing (S1's one audit rule: ``_audit_ready`` before the first change; ``audit=None``
+writes nothing, on purpose). Inputs are checked next, also before any statement. The
 rules of the operations live here, once: the page bound, the signed cursors
 (:mod:`ship_sqla.kernel._cursor`) and the kernel :class:`~ship_sqla.Page`, the
 refusals and their reasons, cleanup's walk over each job's retention in bounded batches, and
@@ -1231,7 +1233,10 @@ def create_job_operations(
     ``"ship.jobs:manage"`` and, when refused, ``"ship.jobs:read"``. ``audit`` (an
     :class:`~ship_sqla.operators.AuditSink`, e.g. :func:`ship_sqla.create_audit_log`) receives one
     entry per state-changing operation, naming ``actor`` (S1; :meth:`JobOperations.acting_as`
-    gives the same operations another actor). ``cursor_secret``
+    gives the same operations another actor); a configured audit that cannot be written (its
+    table is missing) refuses every state-changing operation before its first change with
+    :class:`~ship_sqla.errors.AuditUnavailableError`, and ``audit=None`` (the default) writes
+    no entry at all: the operations are unaudited, on purpose. ``cursor_secret``
     signs ``list_dead`` cursors (default: random per process, so cursors die with it; give every
     process that serves the same pages the same secret of at least 16 bytes). The backend's
     worker registry (``backend.workers``, F6) is listed by :meth:`JobOperations.workers`."""
