@@ -122,7 +122,7 @@ _NAV: Final = (
     ("/audit", "Audit log"),
 )
 """The pages in the header, in order (path under the mount, label): a new page adds its line
-here and its Route in :func:`create_dashboard`."""
+here and its Route in :func:`_routes`."""
 
 
 class _NotFound(Exception):  # noqa: N818 - an answer (404), not an error of the library

@@ -223,7 +223,8 @@ def jobs_cancel(
         return
     cutoff = None if older_than is None else datetime.now(UTC) - older_than
     if every:
-        question = f"Cancel every waiting or running run{_filter_words(**filters)}?"
+        which = state or "waiting or running"
+        question = f"Cancel every {which} run{_filter_words(**filters)}?"
     else:
         question = f"Cancel {len(run_ids)} run(s)?"
     confirm_or_abort(question, yes=yes)
