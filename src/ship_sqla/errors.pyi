@@ -21,6 +21,7 @@ from ship_sqla._webhooks import WebhookHeaderError as WebhookHeaderError
 from ship_sqla._webhooks import WebhookSignatureError as WebhookSignatureError
 from ship_sqla._webhooks import WebhookTimestampError as WebhookTimestampError
 from ship_sqla._webhooks import WebhookVerificationError as WebhookVerificationError
+from ship_sqla.kernel._audit import AuditUnavailableError as AuditUnavailableError
 from ship_sqla.kernel._errors import BoundExceededError as BoundExceededError
 from ship_sqla.kernel._errors import ConfigurationError as ConfigurationError
 from ship_sqla.kernel._errors import DatabaseTimeoutError as DatabaseTimeoutError
@@ -71,6 +72,7 @@ from ship_sqla.kernel._workflows import WorkflowMisuseError as WorkflowMisuseErr
 from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError as WorkflowsNotConfiguredError
 
 __all__ = (
+    "AuditUnavailableError",
     "AuditWriteError",
     "BoundExceededError",
     "ChildJobUnservedError",

@@ -3,6 +3,7 @@ from ship_sqla._dashboard import DashboardAuthorizer as DashboardAuthorizer
 from ship_sqla.kernel._audit import AuditEntry as AuditEntry
 from ship_sqla.kernel._audit import AuditLog as AuditLog
 from ship_sqla.kernel._audit import AuditSink as AuditSink
+from ship_sqla.kernel._audit import CheckedAuditSink as CheckedAuditSink
 from ship_sqla.kernel._audit import InMemoryAuditLog as InMemoryAuditLog
 from ship_sqla.kernel._authorize import Authorizer as Authorizer
 
@@ -11,6 +12,7 @@ __all__ = (
     "AuditLog",
     "AuditSink",
     "Authorizer",
+    "CheckedAuditSink",
     "DashboardAuthorizer",
     "InMemoryAuditLog",
     "PostgresAuditLog",

@@ -8,6 +8,7 @@ from ship_sqla._outbox import OutboxRecord as OutboxRecord
 from ship_sqla._outbox import OutboxRelay as OutboxRelay
 from ship_sqla._outbox import OutboxSink as OutboxSink
 from ship_sqla._outbox import OutboxState as OutboxState
+from ship_sqla._outbox import RedriveResult as RedriveResult
 from ship_sqla._outbox import job_sink as job_sink
 
 __all__ = (
@@ -21,5 +22,6 @@ __all__ = (
     "OutboxRelay",
     "OutboxSink",
     "OutboxState",
+    "RedriveResult",
     "job_sink",
 )

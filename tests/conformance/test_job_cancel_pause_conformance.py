@@ -25,6 +25,7 @@ from ship_sqla.jobs import (
 )
 from ship_sqla.kernel import cancelled, completed, failed, released
 from ship_sqla.kernel._ports import CANCEL_LAPSED_MESSAGE, CANCELLED_MESSAGE
+from ship_sqla.kernel._tenancy import tenant_ambient
 from ship_sqla.operators import InMemoryAuditLog
 
 LEASE = 30.0
@@ -225,6 +226,65 @@ class Administered:
         self.admin = admin
         self.workers = backend.workers
         self.workflows = backend.workflows
+
+
+async def test_k2_s1_cancel_matching_walks_live_runs_in_bounded_pages_by_filter(
+    clock, job_backend_factory
+):
+    """K2, S1 (issue 33): cancel_matching cancels every live run of the filter (job, tenant,
+    state, created before) in pages of batch_size, across pages, both states (waiting first);
+    a run outside the filter is never touched; max_batches stops early with complete=False
+    and a second call finishes; one audit entry per call with its exact count. Bad input is
+    refused before anything changes."""
+    backend = job_backend_factory(clock)
+    log = InMemoryAuditLog(clock)
+    ops = create_job_operations(backend, authorizer=allow, audit=log)
+    job, other = job_named("k2.many"), job_named("k2.other")
+    with tenant_ambient("t1"):
+        old = [await backend.enqueue(job, {"n": n}) for n in range(5)]
+        clock.advance(60)
+        cutoff = clock.now()
+        young = await backend.enqueue(job, {"n": 9})
+        kept = await backend.enqueue(other, {"n": 11})
+    with tenant_ambient("t2"):
+        elsewhere = await backend.enqueue(job, {"n": 10})
+    [running] = await backend.claim(claim_request(job, worker="w"))
+    assert running.run_id == old[0].run_id
+
+    first = await ops.cancel_matching(
+        job_id=job.id, tenant="t1", created_before=cutoff, batch_size=2, max_batches=2
+    )
+    assert not first.complete
+    assert len(first.changed) == 4  # two full pages of the waiting old runs: there may be more
+    rest = await ops.cancel_matching(
+        job_id=job.id, tenant="t1", created_before=cutoff, batch_size=2
+    )
+    assert rest.complete
+    assert sorted(first.changed + rest.changed) == sorted(r.run_id for r in old)
+    states = {r.run_id: (await record_of(backend, r.run_id)).state for r in old}
+    assert states.pop(running.run_id) == "running"  # requested: its holder cancels it
+    assert set(states.values()) == {"cancelled"}
+    assert (await record_of(backend, running.run_id)).cancel_requested_at is not None
+    for untouched in (young, elsewhere, kept):
+        assert (await record_of(backend, untouched.run_id)).state == "waiting"
+
+    only_running = await ops.cancel_matching(state="running")
+    assert only_running.changed == (running.run_id,)
+    assert [(e.operation, e.count) for e in log.entries] == [
+        ("jobs.cancel_matching", 4),
+        ("jobs.cancel_matching", 1),  # the young waiting run skipped; the running one requested
+        ("jobs.cancel_matching", 1),  # asked again (harmless: its first request's time is kept)
+    ]
+    for bad in (
+        {"state": "dead"},
+        {"batch_size": 0},
+        {"max_batches": 10_000},
+        {"tenant": ""},
+        {"created_before": cutoff.replace(tzinfo=None)},
+    ):
+        with pytest.raises((ConfigurationError, ValueError)):
+            await ops.cancel_matching(**bad)
+    assert len(log.entries) == 3
 
 
 async def test_k2_k3_operator_cancel_pause_resume_are_permissioned_and_check_input_first(

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from job_helpers import claim_request
 from sqlalchemy import MetaData, text
 
-from ship_sqla import define_job
+from ship_sqla import define_job, ship_audit_table
 from ship_sqla._cli import cli
 from ship_sqla._jobs import (
     PostgresJobBackend,
@@ -106,6 +106,7 @@ async def backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
     metadata = MetaData()
     ship_job_runs_table(metadata)
     ship_job_state_table(metadata)
+    ship_audit_table(metadata)  # S1: the verbs that change a run write their entry
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     return create_job_backend(database=ship_engine)
@@ -385,6 +386,7 @@ async def custom_backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
     metadata = MetaData()
     runs = ship_job_runs_table(metadata, name=CUSTOM["runs"], schema=CUSTOM["schema"])
     state = ship_job_state_table(metadata, name=CUSTOM["state"], schema=CUSTOM["schema"])
+    ship_audit_table(metadata, schema=CUSTOM["schema"])  # S1: beside the runs, as the CLI looks
     async with ship_engine.begin() as connection:
         await connection.execute(text(f"CREATE SCHEMA {CUSTOM['schema']}"))
         await connection.run_sync(metadata.create_all)

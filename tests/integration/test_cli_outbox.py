@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import MetaData, text
 
+from ship_sqla import ship_audit_table
 from ship_sqla._cli import cli
 from ship_sqla._outbox import create_outbox, ship_outbox_table
 
@@ -37,6 +38,7 @@ async def test_purge_deletes_old_deliveries_of_a_custom_table(
     --json as a script would use them."""
     metadata = MetaData()
     table = ship_outbox_table(metadata, name="app_outbox")
+    ship_audit_table(metadata)  # S1: the purge is audited
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     outbox = create_outbox(database=ship_engine, table=table)
@@ -72,7 +74,7 @@ async def test_purge_of_a_missing_table_fails_with_exit_1(
 ) -> None:
     code, _, err = await ship_sqla(
         "outbox", "purge", "--database-url", ship_engine_url, "--outbox-id", "orders",
-        "--older-than", "1h", cwd=tmp_path,
+        "--older-than", "1h", "--no-audit", cwd=tmp_path,
     )  # fmt: skip
     assert code == 1
     assert "ship_outbox" in err

@@ -292,7 +292,7 @@ async def test_s2_a_read_only_user_sees_no_action_buttons(server, browser, ship_
     from selenium.webdriver.common.by import By  # noqa: PLC0415
 
     _as(browser, server, "viewer")
-    for path in ("/", "/runs?state=dead", "/dead", "/schedules", "/workers", "/audit"):
+    for path in ("/", "/runs?state=dead", "/dead", "/schedules", "/workers", "/upkeep", "/audit"):
         browser.get(server + path)
         assert "(read only)" in browser.page_source, path
         assert browser.find_elements(By.CSS_SELECTOR, 'form[method="post"]') == [], path
@@ -307,6 +307,39 @@ async def test_s2_a_read_only_user_sees_no_action_buttons(server, browser, ship_
     browser.get(server + "/schedules")
     assert "dash.nightly" in browser.page_source
     _shot(browser, "schedules-read-only")
+    assert _csp_violations(browser) == []
+
+
+async def test_s1_cancel_all_of_a_filter_and_upkeep_from_the_browser(server, browser, ship_engine):
+    """S1 (issue 33): the runs page of waiting runs offers "Cancel all waiting runs" of its
+    filter: clicked, every waiting run of dash.mail is cancelled (JobOperations.cancel_matching)
+    and the page says how many; the Upkeep page's cleanup runs; both under the CSP, both in the
+    audit log."""
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    _as(browser, server, "admin")
+    browser.get(server + "/runs?state=waiting&job=dash.mail")
+    button = browser.find_element(By.ID, "cancel-all")
+    assert button.text == "Cancel all waiting runs of job dash.mail"
+    button.click()
+    _wait(browser, lambda d: "done=" in d.current_url)
+    assert "Cancel: 5 changed, 0 unchanged." in browser.find_element(By.ID, "flash").text
+    async with ship_engine.connect() as connection:
+        waiting = await connection.execute(
+            text("SELECT count(*) FROM ship_job_runs WHERE state = 'waiting'")
+        )
+        assert waiting.scalar() == 0
+
+    browser.get(server + "/upkeep")
+    assert "dash.report" in browser.find_element(By.TAG_NAME, "tbody").text
+    _click(browser, 'form[action="/ops/upkeep/cleanup"]')
+    _wait(browser, lambda d: "done=" in d.current_url)
+    assert "Cleanup:" in browser.find_element(By.ID, "flash").text
+
+    browser.get(server + "/audit")
+    audit = browser.find_element(By.TAG_NAME, "tbody").text
+    assert "jobs.cancel_matching" in audit
+    assert "jobs.cleanup" in audit
     assert _csp_violations(browser) == []
 
 

@@ -196,7 +196,11 @@ class Fuzzed:
         """The valid value of path segment ``name`` of ``route`` (a new one: ``x``)."""
         return {
             "run_id": self.completed_run,
-            "verb": "resume" if route.path.startswith("/jobs/") else "retry",
+            "verb": "resume"
+            if route.path.startswith("/jobs/")
+            else "cleanup"
+            if route.path.startswith("/upkeep/")
+            else "retry",
             "job_id": REPORT.id,
             "outbox_id": "main",
             "name": STYLESHEET,
@@ -214,6 +218,7 @@ class Fuzzed:
             "id": self.completed_run,  # a UUID: the outbox's message id check passes too
             "job": REPORT.id,
             "tenant": "tenant-a",
+            "older_than_days": "7",
         }.get(name)
 
     def request(self, fuzzed: Mapping[Slot, str]) -> tuple[str, bytes]:
@@ -414,7 +419,9 @@ def _fuzzed_slots() -> st.SearchStrategy[dict[Slot, str]]:
     routes come from a dashboard over the in-memory backend (its router is the same for every
     backend), so everything is drawn before the test's coroutine runs: a draw inside it that
     Hypothesis stops would break the async runner."""
-    slots = slots_of(create_dashboard(InMemoryJobBackend(), authorizer=authorizer, secret=SECRET))
+    slots = slots_of(
+        create_dashboard(InMemoryJobBackend(), authorizer=authorizer, audit=None, secret=SECRET)
+    )
     routes = sorted({(slot.route.path, slot.method) for slot in slots})
 
     def of(route: tuple[str, str]) -> st.SearchStrategy[dict[Slot, str]]:

@@ -293,6 +293,7 @@ async def test_s1_s2_outbox_page_counts_and_redrive_is_audited(ship_connection, 
         InMemoryJobBackend(clock=ship_clock),
         authorizer=authorizer,
         actor=actor,
+        audit=audit,
         outbox=operations,
         outbox_ids=["main"],
     )
@@ -310,7 +311,7 @@ async def test_s1_s2_outbox_page_counts_and_redrive_is_audited(ship_connection, 
     after = await client.get("/outbox", headers={"x-user": "admin"})
     assert "pending 3 · claimed 0 · dead 0" in after.text
     [entry] = audit.entries
-    assert (entry.actor, entry.operation, entry.count) == ("admin", "outbox.retry", 2)
+    assert (entry.actor, entry.operation, entry.count) == ("admin", "outbox.retry_dead_matching", 2)
 
 
 async def test_s2_every_kind_of_response_carries_the_security_headers_issue_25(client, backend):
@@ -358,7 +359,9 @@ async def test_s2_an_unexpected_500_carries_the_security_headers_too_issue_25(sh
     def failing(request: Any, permission: str, operation: str) -> bool:
         raise RuntimeError("the application's authorizer failed")
 
-    dashboard = create_dashboard(InMemoryJobBackend(clock=ship_clock), authorizer=failing)
+    dashboard = create_dashboard(
+        InMemoryJobBackend(clock=ship_clock), authorizer=failing, audit=None
+    )
     transport = httpx.ASGITransport(app=dashboard, raise_app_exceptions=False)
     client = httpx.AsyncClient(transport=transport, base_url="http://app")
     answer = await client.get("/dead")

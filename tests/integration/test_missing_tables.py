@@ -122,7 +122,7 @@ async def test_friction_7_the_dashboard_on_missing_tables_answers_what_to_run(
     with MissingTablesError when served alone, and answers a mounted request with a 503 naming
     the tables and the command, not a bare 500."""
     backend = create_job_backend(database=ship_engine, listen=False)
-    app = create_dashboard(backend, authorizer=_allow)
+    app = create_dashboard(backend, authorizer=_allow, audit=None)
     with pytest.raises(MissingTablesError, match="the dashboard needs ship_job_runs"):
         async with app.router.lifespan_context(app):
             pass

@@ -138,7 +138,7 @@ async def test_friction_2_one_url_for_every_entry_point(
     engine = create_engine(plain)
     try:
         dashboard = ship_sqla.create_dashboard(
-            create_job_backend(database=engine), authorizer=lambda *_: True
+            create_job_backend(database=engine), authorizer=lambda *_: True, audit=None
         )
         assert dashboard is not None
     finally:
@@ -356,7 +356,7 @@ async def test_friction_8_a_job_no_live_worker_serves_is_named(
     }
 
     httpx = pytest.importorskip("httpx")
-    dashboard = ship_sqla.create_dashboard(backend, authorizer=lambda *_: True)
+    dashboard = ship_sqla.create_dashboard(backend, authorizer=lambda *_: True, audit=None)
     transport = httpx.ASGITransport(app=dashboard)
     async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
         page = (await client.get("/")).text
@@ -431,7 +431,7 @@ async def test_friction_10_error_texts_name_public_paths_and_keep_tracebacks_rea
     assert await backend.settle([failed(run, error, retry_at=None)]) == ["dead"]
 
     httpx = pytest.importorskip("httpx")
-    dashboard = ship_sqla.create_dashboard(backend, authorizer=lambda *_: True)
+    dashboard = ship_sqla.create_dashboard(backend, authorizer=lambda *_: True, audit=None)
     transport = httpx.ASGITransport(app=dashboard)
     async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
         page = (await client.get("/dead")).text

@@ -271,7 +271,7 @@ async def _idempotency_webhooks_locks_and_audit(
             assert held.fence == fence
 
     audit = create_audit_log(database=engine, table=tables["audit"])
-    await audit.check_table()
+    await audit.require_writable()
     await audit.record(AuditEntry(actor="t", operation="odd.names", target="x", count=1))
     [entry] = await audit.list_entries(limit=10)
     assert entry.operation == "odd.names"

@@ -17,7 +17,12 @@ from ship_sqla._outbox import (
     create_outbox_operations,
     ship_outbox_table,
 )
-from ship_sqla.errors import ConfigurationError, InvalidCursorError, PermissionDeniedError
+from ship_sqla.errors import (
+    BoundExceededError,
+    ConfigurationError,
+    InvalidCursorError,
+    PermissionDeniedError,
+)
 from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
@@ -63,6 +68,7 @@ def every_operation(ops: Any, message_id: Any) -> dict[str, Any]:
         "list_dead": lambda: ops.list_dead("main"),
         "get": lambda: ops.get(message_id),
         "retry": lambda: ops.retry([message_id]),
+        "retry_dead_matching": lambda: ops.retry_dead_matching("main"),
         "purge_delivered": lambda: ops.purge_delivered("main", older_than=0),
     }
 
@@ -149,3 +155,40 @@ async def test_the_outbox_exposes_no_ungated_operator_verbs(outbox):
         assert callable(getattr(outbox.admin, verb))
     with pytest.raises(ConfigurationError, match="authorizer"):
         create_outbox_operations(outbox, authorizer=True)  # type: ignore[arg-type]
+
+
+async def test_s1_o4_retry_dead_matching_redrives_page_by_page_and_is_audited(
+    conn, outbox, ship_clock
+):
+    """S1, O4 (issue 33): retry_dead_matching re-drives every dead message of the outbox in
+    pages of batch_size (keyset by creation, so a page never reads the same message twice),
+    stops at max_batches with complete=False, and a second call finishes; created_before
+    leaves younger messages dead; one audit entry per call with its exact count; a bad bound
+    is refused before any statement."""
+    from ship_sqla.operators import InMemoryAuditLog  # noqa: PLC0415
+
+    ids = await dead_messages(outbox, 5)
+    ship_clock.advance(60)
+    cutoff = ship_clock.now()
+    [young] = await dead_messages(outbox, 1)
+    log = InMemoryAuditLog(ship_clock)
+    ops = create_outbox_operations(outbox, authorizer=lambda *_: True, audit=log)
+    first = await ops.retry_dead_matching(
+        "main", created_before=cutoff, batch_size=2, max_batches=2
+    )
+    assert (len(first.moved), first.complete) == (4, False)
+    rest = await ops.retry_dead_matching("main", created_before=cutoff, batch_size=2)
+    assert rest.complete
+    assert sorted(first.moved + rest.moved) == sorted(ids)
+    assert (await ops.get(young)).state == "dead"
+    assert [(e.operation, e.count) for e in log.entries] == [
+        ("outbox.retry_dead_matching", 4),
+        ("outbox.retry_dead_matching", 1),
+    ]
+    for bad in (
+        {"batch_size": 0},
+        {"max_batches": 0},
+        {"created_before": cutoff.replace(tzinfo=None)},
+    ):
+        with pytest.raises((ConfigurationError, BoundExceededError)):
+            await ops.retry_dead_matching("main", **bad)

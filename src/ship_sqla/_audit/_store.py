@@ -6,14 +6,16 @@ import json
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Table
+from sqlalchemy.exc import DBAPIError
 
 from ship_sqla._audit._sql import LIST_AUDIT, PROBE_AUDIT, RECORD_AUDIT
 from ship_sqla._audit._tables import ship_audit_table
 from ship_sqla._naming import quoted_table
 from ship_sqla._scope import StoreConnections
 from ship_sqla._sql import Statements
+from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla._sql_time import now_bound
-from ship_sqla.kernel._audit import AuditEntry
+from ship_sqla.kernel._audit import AuditEntry, AuditUnavailableError
 from ship_sqla.kernel._clock import SystemClock
 from ship_sqla.kernel._errors import ConfigurationError
 
@@ -36,11 +38,26 @@ class PostgresAuditLog:
         self._connections = StoreConnections(database, name="audit log")
         self._s = Statements({"{audit}": quoted_table(table)})
 
-    async def check_table(self) -> None:
-        """Raise (the driver's error, 42P01) when the audit table does not exist: callers that
-        must not change anything unaudited check first."""
-        async with self._connections.statement("check") as connection:
-            await connection.execute(self._s[PROBE_AUDIT])
+    async def require_writable(self) -> None:
+        """S1's one audit rule: raise :class:`~ship_sqla.errors.AuditUnavailableError`, naming
+        the table and how to create it, when the audit table does not exist. The operator
+        surfaces call it before an action's first change, so a missing table changes nothing.
+        One statement that reads no row."""
+        try:
+            async with self._connections.statement("check") as connection:
+                await connection.execute(self._s[PROBE_AUDIT])
+        except DBAPIError as exc:
+            if sqlstate_of(exc) != "42P01":  # undefined_table
+                raise
+            name = quoted_table(self.table)
+            raise AuditUnavailableError(
+                f"the audit table {name} does not exist, so this operator action could not be"
+                " audited (S1); nothing was changed.",
+                fix="create it: `ship-sqla schema apply --only audit` (add --schema when the"
+                " tables live in one), or ship_audit_table(metadata, name=...) in your"
+                " migrations; at the shell, --audit-table names a table created under another"
+                " name, and --no-audit acts unaudited on purpose.",
+            ) from exc
 
     async def record(self, entry: AuditEntry) -> None:
         """Insert ``entry``, in the ambient unit of work when there is one."""

@@ -7,6 +7,11 @@ operation goes through the one operator surface (``JobOperations`` over the back
 port); the CLI runs no SQL of its own. ``jobs dead`` cursors are signed with a key derived from
 the database URL, so a cursor printed by one invocation pages on in the next one against the
 same database (and is worth nothing to anyone without that URL).
+
+S1's one audit rule holds at the shell: every state-changing verb writes its entry to the
+audit table (``--audit-table``, default ship_audit beside the runs table) as
+``cli:<user>@<host>``, and changes nothing when that table is missing (exit 1 naming it and
+how to create it); ``--no-audit`` is the explicit opt-out.
 """
 
 from __future__ import annotations
@@ -16,11 +21,8 @@ import hashlib
 import socket
 from typing import TYPE_CHECKING, Final, TypeVar
 
-from sqlalchemy.exc import DBAPIError
-
 from ship_sqla._cli._database import command_engine, run_jobs_call
 from ship_sqla._cli._tables import DEFAULT_TABLES, JobTables
-from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._errors import ShipError
 from ship_sqla.kernel._operations import (
     MANAGE_PERMISSION,
@@ -34,8 +36,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-    from ship_sqla._audit import PostgresAuditLog
-    from ship_sqla.kernel._audit import AuditEntry, AuditSink
+    from ship_sqla.kernel._audit import AuditSink
     from ship_sqla.kernel._operations import JobOperations
 
 __all__ = [
@@ -44,7 +45,6 @@ __all__ = [
     "cli_cursor_secret",
     "not_found",
     "operate",
-    "run_audited_operation",
     "run_operation",
     "run_operation_on_run",
 ]
@@ -74,26 +74,6 @@ def cli_actor() -> str:
     return f"cli:{user}@{socket.gethostname()}"
 
 
-class _AuditIfPresent:
-    """S1 for the shell's verbs: the operator audit log (``ship_audit`` beside the runs table)
-    records every state-changing verb when the database has it; on a database without it (it
-    is created by ``ship-sqla schema apply``, or ``ship_audit_table`` in the migrations) the
-    verb still runs, unaudited. Nothing is asked of the database before the verb's own input
-    checks (bad input stays exit 2, whatever the server)."""
-
-    __slots__ = ("_log",)
-
-    def __init__(self, log: PostgresAuditLog) -> None:
-        self._log = log
-
-    async def record(self, entry: AuditEntry) -> None:
-        try:
-            await self._log.record(entry)
-        except DBAPIError as exc:
-            if sqlstate_of(exc) != "42P01":
-                raise
-
-
 def _operations(
     engine: AsyncEngine, url: URL, tables: JobTables, audit: AuditSink | None
 ) -> JobOperations:
@@ -110,28 +90,15 @@ async def run_operation(
     url: URL,
     operation: Callable[[JobOperations], Awaitable[T]],
     tables: JobTables = DEFAULT_TABLES,
-) -> T:
-    """Run one J8 operation against ``tables`` at ``url``, then dispose; audited when the
-    database has the audit table (:class:`_AuditIfPresent`)."""
-    async with command_engine(url) as engine:
-        audit = _AuditIfPresent(tables.audit_log(engine))
-        return await operation(_operations(engine, url, tables, audit))
-
-
-async def run_audited_operation(
-    url: URL,
-    operation: Callable[[JobOperations], Awaitable[T]],
-    tables: JobTables,
     *,
-    audit_table: str | None,
+    audit_table: str | None = None,
 ) -> T:
-    """:func:`run_operation` for the bulk verbs: audited in ``audit_table``, which must exist
-    (nothing changes unaudited), or, with ``audit_table=None`` (``--no-audit``), not at all."""
+    """Run one J8 operation against ``tables`` at ``url``, then dispose; a state-changing one
+    is audited in ``audit_table`` (in the runs table's schema), which must exist: otherwise the
+    operation raises :class:`~ship_sqla.errors.AuditUnavailableError` before its first change
+    (S1). ``audit_table=None``: no audit (the reads, and a verb given ``--no-audit``)."""
     async with command_engine(url) as engine:
-        audit = None
-        if audit_table is not None:
-            audit = tables.audit_log(engine, audit_table)
-            await audit.check_table()
+        audit = None if audit_table is None else tables.audit_log(engine, audit_table)
         return await operation(_operations(engine, url, tables, audit))
 
 
@@ -167,6 +134,8 @@ async def run_operation_on_run(
     run_id: str,
     operation: Callable[[JobOperations], Awaitable[T]],
     tables: JobTables = DEFAULT_TABLES,
+    *,
+    audit_table: str | None = None,
 ) -> T:
     """:func:`run_operation` for an operation on one run: a refusal of a run that does not
     exist is :class:`RunNotFoundError` ("no such run"), any other is said in CLI words."""
@@ -179,7 +148,7 @@ async def run_operation_on_run(
                 raise not_found(run_id, tables) from exc
             raise in_cli_words(exc) from exc
 
-    return await run_operation(url, guarded, tables)
+    return await run_operation(url, guarded, tables, audit_table=audit_table)
 
 
 def operate(
@@ -190,14 +159,17 @@ def operate(
     on_run: str | None = None,
     with_state_table: bool = False,
     as_json: bool = False,
+    audit_table: str | None = None,
 ) -> T:
     """A ``jobs`` verb's one operation, run from its command: :func:`run_operation` (or, for a
-    verb ``on_run``, :func:`run_operation_on_run`); a database that cannot be reached or lacks
-    the runs table (and, ``with_state_table``, the state table) is exit 1 naming them."""
+    verb ``on_run``, :func:`run_operation_on_run`), audited in ``audit_table`` (a
+    state-changing verb passes its ``--audit-table``, None for ``--no-audit``); a database
+    that cannot be reached or lacks the runs table (and, ``with_state_table``, the state
+    table) is exit 1 naming them, and so is a missing audit table (nothing changed)."""
     call = (
-        run_operation(database_url, operation, tables)
+        run_operation(database_url, operation, tables, audit_table=audit_table)
         if on_run is None
-        else run_operation_on_run(database_url, on_run, operation, tables)
+        else run_operation_on_run(database_url, on_run, operation, tables, audit_table=audit_table)
     )
     names = tables.names if with_state_table else tables.runs_name
     return run_jobs_call(database_url, call, tables=names, as_json=as_json)

@@ -4,10 +4,12 @@ table and schema names (read from the environment too), ``--tenant`` and the aud
 from __future__ import annotations
 
 import functools
+import sys
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 import click
 
+from ship_sqla._cli._exits import OperationFailedError
 from ship_sqla._cli._params import METADATA, DatabaseUrl, Identifier
 from ship_sqla._cli._tables import (
     DEFAULT_AUDIT_TABLE,
@@ -33,6 +35,7 @@ __all__ = [
     "STATE_TABLE_ENV",
     "WORKERS_TABLE_ENV",
     "audit_options",
+    "confirm_or_abort",
     "database_url_option",
     "job_tables_options",
     "json_option",
@@ -43,6 +46,7 @@ __all__ = [
     "tables_or_bad_parameter",
     "tenant_option",
     "workers_table_option",
+    "yes_option",
 ]
 
 DATABASE_URL_ENV: Final = "SHIP_SQLA_DATABASE_URL"
@@ -199,17 +203,54 @@ def tenant_option(_ctx: click.Context, _param: click.Parameter, value: str | Non
 
 
 def audit_options(command: _Command) -> _Command:
-    """Adds --audit-table and --no-audit: the commands that change runs in bulk or serve the
-    dashboard write every change to the audit log (S1) unless told not to."""
-    command = click.option(
-        "--no-audit", is_flag=True, help="Act without writing the audit log (S1)."
-    )(command)
-    return click.option(
-        "--audit-table",
-        type=Identifier("table"),
-        default=DEFAULT_AUDIT_TABLE,
-        show_default=True,
-        envvar=AUDIT_TABLE_ENV,
-        show_envvar=True,
-        help="The audit table's name, as given to ship_audit_table(metadata, name=...).",
-    )(command)
+    """Adds --audit-table and --no-audit, and hands the command ``audit_table``: the audit
+    table's name, or None with --no-audit. Every state-changing verb (and the dashboard) takes
+    them (S1's one audit rule: a verb whose audit table is missing changes nothing; the parity
+    test, tests/unit/test_operator_parity.py, checks every declared verb has them)."""
+
+    @functools.wraps(command)
+    def with_audit(
+        *args: Any,  # noqa: ANN401 - click's arguments, passed on
+        audit_table: str,
+        no_audit: bool,
+        **kwargs: Any,  # noqa: ANN401
+    ) -> None:
+        command(*args, audit_table=None if no_audit else audit_table, **kwargs)
+
+    decorated: Any = click.option(
+        "--no-audit",
+        is_flag=True,
+        help="Act without writing the audit log (S1): the explicit opt-out; without it, a"
+        " missing audit table refuses the change.",
+    )(with_audit)
+    return cast(
+        "_Command",
+        click.option(
+            "--audit-table",
+            type=Identifier("table"),
+            default=DEFAULT_AUDIT_TABLE,
+            show_default=True,
+            envvar=AUDIT_TABLE_ENV,
+            show_envvar=True,
+            help="The audit table's name (in the tables' schema), as given to"
+            " ship_audit_table(metadata, name=...); create it with `ship-sqla schema apply`.",
+        )(decorated),
+    )
+
+
+yes_option = click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Do not ask for confirmation (asked only when stdin is a terminal).",
+)
+
+
+def confirm_or_abort(question: str, *, yes: bool) -> None:
+    """A bulk change's confirmation: on a terminal, ``question`` is asked on stderr unless
+    ``--yes``; any answer but yes ends the command with exit 1, nothing changed. Off a terminal
+    (a script, a pipe) nothing is asked: the command line is the decision."""
+    if yes or not sys.stdin.isatty():
+        return
+    if not click.confirm(question, default=False, err=True):
+        raise OperationFailedError("not confirmed: nothing was changed (--yes skips the question).")

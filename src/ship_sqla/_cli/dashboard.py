@@ -48,8 +48,7 @@ def dashboard(
     host: str,
     port: int,
     read_only: bool,
-    audit_table: str,
-    no_audit: bool,
+    audit_table: str | None,
 ) -> None:
     """Serve the dashboard on HOST:PORT until Ctrl-C. Whoever reaches the address may do what
     the operator at this shell may (or only read, with --read-only): keep it on 127.0.0.1, or
@@ -65,7 +64,7 @@ def dashboard(
             " pip install 'ship-sqla[dashboard]'."
         ) from exc
     engine = create_async_engine(database_url)
-    audit = None if no_audit else tables.audit_log(engine, audit_table)
+    audit = None if audit_table is None else tables.audit_log(engine, audit_table)
     granted = {READ_PERMISSION} if read_only else {READ_PERMISSION, MANAGE_PERMISSION}
 
     def authorizer(_request: Request, permission: str, _operation: str) -> bool:

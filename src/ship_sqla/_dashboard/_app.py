@@ -67,6 +67,7 @@ from ship_sqla.kernel._errors import (
 )
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._operations import (
+    LIVE_STATES,
     JobOperations,
     create_job_operations,
 )
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._ports import RunRecord
     from ship_sqla.kernel._serving import Serving
     from ship_sqla.kernel._workers import WorkerRecord
+    from ship_sqla.kernel._workflows import StepRecord
 
 __all__ = ["DashboardAuthorizer", "create_dashboard"]
 
@@ -110,6 +112,13 @@ PageBody: TypeAlias = "Callable[[JobOperations, bool, Filters], Awaitable[Html]]
 """A page's content: ``body(ops, can_manage, filters)`` (the filters it named, checked)."""
 
 
+class _Unset:
+    """``create_dashboard``'s ``audit`` when not given: refused (S1: say which log, or None)."""
+
+
+_UNSET: Final = _Unset()
+
+
 _NAV: Final = (
     ("", "Overview"),
     ("/runs", "Runs"),
@@ -117,10 +126,11 @@ _NAV: Final = (
     ("/schedules", "Schedules"),
     ("/workers", "Workers"),
     ("/outbox", "Outbox"),
+    ("/upkeep", "Upkeep"),
     ("/audit", "Audit log"),
 )
 """The pages in the header, in order (path under the mount, label): a new page adds its line
-here and its Route in :func:`create_dashboard`."""
+here and its Route in :func:`_routes`."""
 
 
 class _NotFound(Exception):  # noqa: N818 - an answer (404), not an error of the library
@@ -538,15 +548,10 @@ class _Dashboard:
                 else '<p class="muted">End of the list.</p>'
             )
             if actions:
-                buttons = "".join(
-                    f'<button type="submit" name="action" value="{a}">{a.capitalize()} selected'
-                    "</button>"
-                    for a in actions
-                )
                 listing = (
                     f'<form method="post" action="{text(base)}/runs/bulk">'
-                    f"{hidden(_csrf.FIELD, self.csrf(request))}"
-                    f"{hidden('next', _here(request))}{listing}{buttons}</form>"
+                    f"{hidden(_csrf.FIELD, self.csrf(request))}{hidden('next', _here(request))}"
+                    f"{listing}{_bulk_buttons(actions, state, job, tenant)}</form>"
                 )
             return form + listing + more
 
@@ -626,14 +631,12 @@ class _Dashboard:
             )
             if record.last_error:
                 timeline += f"<h3>Last error</h3><pre>{text(record.last_error)}</pre>"
-            step_rows = [
-                (text(s.seq), text(s.name), text(s.kind), text(s.state), at(s.finished_at))
-                for s in steps
-            ]
+            here = f"{base}/runs/{quote(run_id, safe='/')}"
+            rerun = can_manage and record.state in ("dead", "waiting")
+            step_rows = _step_rows(steps, here, self.csrf(request) if rerun else None)
             actions = ""
             if can_manage:
                 csrf = self.csrf(request)
-                here = f"{base}/runs/{quote(run_id, safe='/')}"
                 for verb, states in (
                     ("retry", ("dead",)),
                     ("cancel", ("waiting", "running")),
@@ -649,7 +652,7 @@ class _Dashboard:
                 f"<h2>Attempts</h2>{timeline}"
                 + (
                     "<h2>Workflow steps</h2>"
-                    + table(("#", "Step", "Kind", "State", "Finished"), step_rows, empty="")
+                    + table(("#", "Step", "Kind", "State", "Finished", ""), step_rows, empty="")
                     if steps
                     else ""
                 )
@@ -797,6 +800,11 @@ class _Dashboard:
                         '<button type="submit" name="action" value="selected">Re-drive selected'
                         '</button><button type="submit" name="action" value="all">Re-drive all'
                         " dead</button></form>"
+                    ) + _retention_form(
+                        f"{base}/outbox/{quote(outbox_id)}/purge",
+                        "Purge delivered messages older than",
+                        csrf=self.csrf(request),
+                        back=base + "/outbox",
                     )
                 parts.append(
                     f"<h2>{text(outbox_id)}</h2><p>pending {pending} · claimed {claimed} · dead"
@@ -805,6 +813,52 @@ class _Dashboard:
             return "".join(parts) or '<p class="muted">No outbox ids given (outbox_ids=).</p>'
 
         return await self.page(request, "/outbox", "Outbox", body)
+
+    async def upkeep(self, request: Request) -> Response:
+        """Retention: cleanup of finished runs past their jobs' retention, and the purge of old
+        workflow events (the operator actions ``ship-sqla jobs cleanup`` / ``events-purge``
+        run from the shell or a schedule)."""
+        base = self.base(request)
+
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
+            retention = [
+                (
+                    text(d.id),
+                    text(d.retention.completed),
+                    text(d.retention.dead),
+                    text(d.retention.discarded),
+                    text(d.retention.cancelled),
+                )
+                for d in self.definitions.values()
+            ]
+            cleanup = (
+                "<h2>Cleanup</h2><p>Deletes finished runs older than their job's retention"
+                " (completed, dead, discarded, cancelled), in bounded batches.</p>"
+                + table(
+                    ("Job", "Completed", "Dead", "Discarded", "Cancelled"),
+                    retention,
+                    empty="No job definitions given (create_dashboard(definitions=...)).",
+                )
+            )
+            events = (
+                "<h2>Workflow events</h2><p>Deletes workflow events published before the age"
+                " given: keep them longer than the longest event wait's timeout (D4).</p>"
+            )
+            if can_manage:
+                csrf = self.csrf(request)
+                if self.definitions:
+                    cleanup += button_form(
+                        f"{base}/upkeep/cleanup", "Clean up now", csrf=csrf, back=base + "/upkeep"
+                    )
+                events += _retention_form(
+                    f"{base}/upkeep/events-purge",
+                    "Purge events older than",
+                    csrf=csrf,
+                    back=base + "/upkeep",
+                )
+            return cleanup + events
+
+        return await self.page(request, "/upkeep", "Upkeep", body)
 
     async def audit(self, request: Request) -> Response:
         base = self.base(request)
@@ -829,15 +883,19 @@ class _Dashboard:
     async def run_action(self, request: Request) -> Response:
         run_id, verb = request.path_params["run_id"], request.path_params["verb"]
 
-        async def action(ops: JobOperations, _fields: dict[str, list[str]]) -> str:
-            if verb not in ("retry", "discard", "cancel"):
+        async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
+            if verb not in ("retry", "discard", "cancel", "rerun"):
                 raise _NotFound(
                     f"A run has no action {verb[:40]!r}.",
-                    fix="use the run page's buttons: retry, cancel or discard.",
+                    fix="use the run page's buttons: retry, cancel, discard or re-run from a step.",
                 )
             require_key(run_id, "run id")  # InvalidKeyError: refused before any statement
             if await ops.get_run(run_id) is None:
                 raise _no_run(run_id)
+            if verb == "rerun":
+                step = (fields.get("step") or [""])[0]
+                await ops.rerun_from_step(run_id, step)
+                return f"Re-run of {run_id} from step {step!r}: due now."
             if verb == "retry":
                 await ops.retry(run_id)
             elif verb == "discard":
@@ -852,6 +910,8 @@ class _Dashboard:
     async def runs_bulk(self, request: Request) -> Response:
         async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
             verb = (fields.get("action") or [""])[0]
+            if verb == "cancel-all":
+                return await _cancel_all(ops, fields)
             ids = fields.get("id") or []
             if not ids:
                 raise ConfigurationError("no run selected.", fix="tick the runs first.")
@@ -913,25 +973,59 @@ class _Dashboard:
 
         return await self.act(request, action)
 
+    async def upkeep_action(self, request: Request) -> Response:
+        verb = request.path_params["verb"]
+
+        async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
+            if verb == "cleanup":
+                if not self.definitions:
+                    raise ConfigurationError(
+                        "this dashboard was given no job definitions, so no retention to apply.",
+                        fix="pass create_dashboard(definitions=[...]).",
+                    )
+                deleted = await ops.cleanup(self.definitions.values())
+                return f"Cleanup: {sum(deleted.values())} run(s) deleted."
+            if verb == "events-purge":
+                older_than = _older_than(fields)
+                purged = await ops.delete_events(older_than=older_than)
+                return f"Purged {purged} workflow event(s)."
+            raise _NotFound(
+                f"Upkeep has no action {verb[:40]!r}.", fix="use the upkeep page's buttons."
+            )
+
+        return await self.act(request, action)
+
+    async def outbox_purge(self, request: Request) -> Response:
+        outbox_id = request.path_params["outbox_id"]
+
+        async def action(_ops: JobOperations, fields: dict[str, list[str]]) -> str:
+            outbox = self._shown_outbox(request, outbox_id)
+            deleted = await outbox.purge_delivered(outbox_id, older_than=_older_than(fields))
+            return f"Purged {deleted} delivered message(s) of {outbox_id}."
+
+        return await self.act(request, action)
+
+    def _shown_outbox(self, request: Request, outbox_id: str) -> OutboxOperations:
+        """The outbox operations for ``outbox_id`` when this dashboard shows it, else a 404."""
+        if self.outbox is None or outbox_id not in self.outbox_ids:
+            raise _NotFound(
+                f"This dashboard shows no outbox {outbox_id[:80]!r}.",
+                fix="act from the outbox page; an outbox appears there when it is in"
+                " create_dashboard(outbox_ids=[...]).",
+            )
+        return self.outbox_ops(request)
+
     async def outbox_redrive(self, request: Request) -> Response:
         outbox_id = request.path_params["outbox_id"]
 
         async def action(_ops: JobOperations, fields: dict[str, list[str]]) -> str:
-            if self.outbox is None or outbox_id not in self.outbox_ids:
-                raise _NotFound(
-                    f"This dashboard shows no outbox {outbox_id[:80]!r}.",
-                    fix="re-drive from the outbox page; an outbox appears there when it is in"
-                    " create_dashboard(outbox_ids=[...]).",
-                )
-            outbox = self.outbox_ops(request)
+            outbox = self._shown_outbox(request, outbox_id)
             if (fields.get("action") or [""])[0] == "all":
-                moved = 0
-                for _ in range(OUTBOX_REDRIVE_PAGES):
-                    page = await outbox.list_dead(outbox_id, limit=1000)
-                    if not page.items:
-                        break
-                    moved += len(await outbox.retry([m.id for m in page.items]))
-                return f"Re-drove {moved} dead message(s) of {outbox_id}."
+                result = await outbox.retry_dead_matching(
+                    outbox_id, max_batches=OUTBOX_REDRIVE_PAGES
+                )
+                rest = "" if result.complete else " More remain: run it again."
+                return f"Re-drove {len(result.moved)} dead message(s) of {outbox_id}.{rest}"
             try:
                 ids = [uuid.UUID(i) for i in fields.get("id") or []]
             except ValueError as exc:
@@ -977,6 +1071,98 @@ def _serving_cell(served: Serving | None, job_id: str) -> Html:
     return text(served.workers_for(job_id))
 
 
+def _step_rows(steps: Iterable[StepRecord], here: str, csrf: str | None) -> list[tuple[Html, ...]]:
+    """A workflow run's steps as table rows, each with its "Re-run from here" form (D6) when
+    ``csrf`` is given (a manager, on a dead or waiting run)."""
+    return [
+        (
+            text(s.seq),
+            text(s.name),
+            text(s.kind),
+            text(s.state),
+            at(s.finished_at),
+            ""
+            if csrf is None
+            else button_form(
+                f"{here}/rerun", "Re-run from here", csrf=csrf, back=here, fields={"step": s.name}
+            ),
+        )
+        for s in steps
+    ]
+
+
+def _bulk_buttons(actions: Iterable[str], state: str, job: str | None, tenant: str | None) -> Html:
+    """The runs page's bulk buttons: each action on the selection and, for waiting and running
+    runs, the bulk-by-filter one carrying the page's filter
+    (:meth:`JobOperations.cancel_matching` through :func:`_cancel_all`)."""
+    buttons = "".join(
+        f'<button type="submit" name="action" value="{a}">{a.capitalize()} selected</button>'
+        for a in actions
+    )
+    if state not in LIVE_STATES:
+        return buttons
+    scope = f"of job {job}" if job else "of every job"
+    scope += f", tenant {tenant}" if tenant else ""
+    return buttons + (
+        f"{hidden('state', state)}{hidden('job', job or '')}{hidden('tenant', tenant or '')}"
+        '<button type="submit" name="action" value="cancel-all"'
+        f' id="cancel-all">Cancel all {text(state)} runs {text(scope)}</button>'
+    )
+
+
+async def _cancel_all(ops: JobOperations, fields: Mapping[str, list[str]]) -> str:
+    """The runs page's "Cancel all": every waiting (or running) run of the page's filter, by
+    the operations layer's bulk-by-filter (:meth:`JobOperations.cancel_matching`)."""
+
+    def field(name: str) -> str | None:
+        return (fields.get(name) or [""])[0] or None
+
+    state = field("state")
+    if state not in LIVE_STATES:
+        raise ConfigurationError(
+            f"cancel-all takes waiting or running runs, not {state!r}.",
+            fix="use the runs page of waiting or running runs.",
+        )
+    result = await ops.cancel_matching(
+        job_id=field("job"),
+        tenant=field("tenant"),
+        state="waiting" if state == "waiting" else "running",
+    )
+    rest = "" if result.complete else " More remain: run it again."
+    return _summary("Cancel", result.changed, result.unchanged) + rest
+
+
+MAX_RETENTION_DAYS: Final = 36_500
+"""The oldest age a retention form takes (a century)."""
+
+
+def _retention_form(action: str, label: str, *, csrf: str, back: str) -> Html:
+    """A retention action's form: an age in days (default 7), then the button."""
+    return (
+        f'<form class="inline" method="post" action="{text(action)}">'
+        f"{hidden(_csrf.FIELD, csrf)}{hidden('next', back)}"
+        f'<label>{text(label)} <input type="number" name="older_than_days" min="0"'
+        f' max="{MAX_RETENTION_DAYS}" step="any" value="7"> days</label>'
+        '<button type="submit">Purge</button></form>'
+    )
+
+
+def _older_than(fields: Mapping[str, list[str]]) -> timedelta:
+    """A retention form's age: ``older_than_days``, a number of days from 0 to a century."""
+    raw = (fields.get("older_than_days") or [""])[0].strip()
+    try:
+        days = float(raw)
+    except ValueError:
+        days = -1.0
+    if not 0 <= days <= MAX_RETENTION_DAYS:  # NaN fails both comparisons
+        raise ConfigurationError(
+            f"older_than_days must be a number of days from 0 to {MAX_RETENTION_DAYS}, got"
+            f" {raw[:40]!r}.",
+            fix="enter an age in days, e.g. 7.",
+        )
+    return timedelta(days=days)
+
+
 def _no_run(run_id: str) -> _NotFound:
     return _NotFound(
         f"No run has the id {run_id[:300]!r}.",
@@ -1007,7 +1193,7 @@ def create_dashboard(
     *,
     authorizer: DashboardAuthorizer,
     actor: Callable[[Request], str] | None = None,
-    audit: AuditSink | None = None,
+    audit: AuditSink | _Unset | None = _UNSET,
     outbox: OutboxOperations | None = None,
     outbox_ids: Iterable[str] = (),
     definitions: Iterable[JobDefinition[Any]] = (),
@@ -1024,9 +1210,11 @@ def create_dashboard(
     - ``actor(request)``: who the audit log names (default: the authenticated
       ``request.user``'s display name, else ``anonymous@<client address>``).
     - ``audit``: the audit log every action is written to (S1; e.g.
-      :func:`~ship_sqla.create_audit_log`); also shown on the audit page.
-    - ``outbox`` / ``outbox_ids``: the outbox operations (their own ``audit``) and the outbox
-      ids to show.
+      :func:`~ship_sqla.create_audit_log`); also shown on the audit page. Required: an action
+      whose audit cannot be written (its table is missing) changes nothing and says which table
+      to create; ``audit=None`` runs the dashboard unaudited, the explicit opt-out.
+    - ``outbox`` / ``outbox_ids``: the outbox operations and the outbox ids to show; under an
+      audited dashboard the outbox operations must be audited too (their own ``audit``).
     - ``definitions``: the job definitions, for the schedules' last occurrence and to list idle
       jobs on the overview.
     - ``secret``: signs CSRF tokens and page cursors (at least 16 bytes; default random per
@@ -1038,6 +1226,7 @@ def create_dashboard(
             "authorizer must be callable(request, permission, operation) -> bool.",
             fix="pass authorizer=lambda request, permission, operation: ...",
         )
+    audit = _checked_audit(audit, outbox)
     key = secrets.token_bytes(32) if secret is None else secret
     key_bytes = key.encode() if isinstance(key, str) else key
     if len(key_bytes) < 16:  # noqa: PLR2004 - the documented minimum
@@ -1057,7 +1246,19 @@ def create_dashboard(
         definitions={d.id: d for d in definitions},
         refresh_seconds=refresh_seconds,
     )
-    routes = [
+    tables = _TablesCheck(backend)
+    return _DashboardApp(
+        routes=_routes(state),
+        exception_handlers={404: _router_error, 405: _router_error},
+        middleware=[Middleware(_TablesChecked, tables=tables)],
+        lifespan=tables.at_startup,
+    )
+
+
+def _routes(state: _Dashboard) -> list[Route]:
+    """The dashboard's routes: each page (GET) and each action (POST, declared in
+    :data:`~ship_sqla.kernel._actions.OPERATOR_ACTIONS`)."""
+    return [
         Route("/", state.overview, methods=["GET"]),
         Route("/static/{name}", state.static, methods=["GET"]),
         Route("/runs", state.runs, methods=["GET"]),
@@ -1070,16 +1271,35 @@ def create_dashboard(
         Route("/workers", state.workers, methods=["GET"]),
         Route("/outbox", state.outbox_page, methods=["GET"]),
         Route("/outbox/{outbox_id}/redrive", state.outbox_redrive, methods=["POST"]),
+        Route("/outbox/{outbox_id}/purge", state.outbox_purge, methods=["POST"]),
+        Route("/upkeep", state.upkeep, methods=["GET"]),
+        Route("/upkeep/{verb}", state.upkeep_action, methods=["POST"]),
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
         Route("/audit", state.audit, methods=["GET"]),
     ]
-    tables = _TablesCheck(backend)
-    return _DashboardApp(
-        routes=routes,
-        exception_handlers={404: _router_error, 405: _router_error},
-        middleware=[Middleware(_TablesChecked, tables=tables)],
-        lifespan=tables.at_startup,
-    )
+
+
+def _checked_audit(
+    audit: AuditSink | _Unset | None, outbox: OutboxOperations | None
+) -> AuditSink | None:
+    """S1's one audit rule for the dashboard: ``audit`` must be given (None is the explicit
+    opt-out), and an audited dashboard's outbox operations must be audited too, so that no
+    action of the dashboard changes anything unaudited."""
+    if isinstance(audit, _Unset):
+        raise ConfigurationError(
+            "create_dashboard needs audit=: every dashboard action is written to the audit log"
+            " (S1).",
+            fix="pass audit=create_audit_log(database=engine) (its table: ship_audit_table, or"
+            " `ship-sqla schema apply --only audit`), or audit=None to run the dashboard"
+            " unaudited on purpose.",
+        )
+    if audit is not None and outbox is not None and not outbox.audited:
+        raise ConfigurationError(
+            "the dashboard is audited but its outbox operations write no audit log: their"
+            " re-drives would change messages unaudited (S1).",
+            fix="pass the same log to create_outbox_operations(..., audit=audit).",
+        )
+    return audit
 
 
 _ROUTER_ERRORS: Final[dict[int, str]] = {

@@ -8,6 +8,7 @@ port in ``_admin.py`` and its permission gate in ``_operations.py``.
 from ship_sqla._outbox._admin import OutboxAdmin as OutboxAdmin
 from ship_sqla._outbox._operations import MANAGE_PERMISSION as MANAGE_PERMISSION
 from ship_sqla._outbox._operations import OutboxOperations as OutboxOperations
+from ship_sqla._outbox._operations import RedriveResult as RedriveResult
 from ship_sqla._outbox._operations import create_outbox_operations as create_outbox_operations
 from ship_sqla._outbox._relay import OutboxRelay as OutboxRelay
 from ship_sqla._outbox._relay import OutboxSink as OutboxSink
@@ -50,6 +51,7 @@ __all__ = [
     "OutboxSink",
     "OutboxSinkRejectedError",
     "OutboxState",
+    "RedriveResult",
     "create_outbox",
     "create_outbox_operations",
     "job_sink",

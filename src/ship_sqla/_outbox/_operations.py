@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
 
 from ship_sqla._outbox._admin import check_pages_per_statement, check_retention
 from ship_sqla._outbox._store import check_outbox_id
-from ship_sqla.kernel._audit import AuditEntry
+from ship_sqla.kernel._audit import AuditEntry, require_audit_writable
 from ship_sqla.kernel._authorize import (
     Authorizer,
     authorize,
@@ -36,8 +38,9 @@ from ship_sqla.kernel._cursor import (
     query_fingerprint,
     resolve_secret,
 )
-from ship_sqla.kernel._errors import BoundExceededError, InvalidCursorError
+from ship_sqla.kernel._errors import BoundExceededError, ConfigurationError, InvalidCursorError
 from ship_sqla.kernel._page import Page
+from ship_sqla.kernel._tenancy import check_tenant
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -54,8 +57,10 @@ __all__ = [
     "MANAGE_PERMISSION",
     "MAX_COUNT_CAP",
     "MAX_DEAD_PAGE",
+    "MAX_REDRIVE_BATCHES",
     "READ_PERMISSION",
     "OutboxOperations",
+    "RedriveResult",
     "allow_every_operation",
     "create_outbox_operations",
     "dead_page_cursor",
@@ -73,6 +78,22 @@ MAX_COUNT_CAP: Final = 1_000_000
 
 MAX_DEAD_PAGE: Final = 1000
 """The largest ``list_dead`` page; a larger ``limit`` is refused, never silently cut."""
+
+MAX_REDRIVE_BATCHES: Final = 1000
+"""Pages per :meth:`OutboxOperations.retry_dead_matching` call."""
+
+MAX_AUDIT_IDS: Final = 100
+"""Message ids an audit entry lists (its count is always exact)."""
+
+
+@attrs.frozen
+class RedriveResult:
+    """What :meth:`OutboxOperations.retry_dead_matching` did: the messages it ``moved`` back to
+    pending, in the order read; ``complete`` is False when it stopped at ``max_batches`` with
+    dead messages left to read (call again)."""
+
+    moved: tuple[uuid.UUID, ...]
+    complete: bool = True
 
 
 def allow_every_operation(permission: str, operation: str) -> bool:  # noqa: ARG001 - all allowed
@@ -136,12 +157,22 @@ class OutboxOperations:
             actor=actor,
         )
 
+    @property
+    def audited(self) -> bool:
+        """Whether state-changing operations are written to an audit sink (S1)."""
+        return self._audit is not None
+
     async def _authorize(self, operation: str) -> None:
         await authorize(self._authorizer, MANAGE_PERMISSION, operation)
 
     async def _authorize_read(self, operation: str) -> None:
         """``ship.outbox:manage`` (which implies read), else ``ship.outbox:read``."""
         await authorize_read(self._authorizer, MANAGE_PERMISSION, READ_PERMISSION, operation)
+
+    async def _audit_ready(self) -> None:
+        """S1's one audit rule (:func:`~ship_sqla.kernel._audit.require_audit_writable`): a
+        configured audit that cannot be written refuses the operation before its first change."""
+        await require_audit_writable(self._audit)
 
     async def _record(
         self, operation: str, target: str, count: int, details: dict[str, object]
@@ -207,11 +238,59 @@ class OutboxOperations:
         ambient unit of work), e.g. to write an audit row in the same transaction.
         """
         await self._authorize("retry")
-        moved = await self._admin.retry(ids, scope=scope)
+        wanted = list(ids)
+        await self._audit_ready()
+        moved = await self._admin.retry(wanted, scope=scope)
         await self._record(
             "retry", "dead messages", len(moved), {"ids": [str(i) for i in moved[:100]]}
         )
         return moved
+
+    async def retry_dead_matching(
+        self,
+        outbox_id: str,
+        *,
+        tenant: str | None = None,
+        created_before: datetime | None = None,
+        batch_size: int = 1000,
+        max_batches: int = 10,
+    ) -> RedriveResult:
+        """Re-drive (see :meth:`retry`) every dead message of ``outbox_id`` of ``tenant`` (None:
+        any) created before ``created_before`` (an aware datetime; None: any), oldest first:
+        pages of ``batch_size`` (1..1000) dead messages, one ``list_dead`` read and at most one
+        retry statement each, at most ``max_batches`` (1..1000) pages; ``complete`` is False
+        when dead messages may remain (call again). One audit entry (S1)."""
+        await self._authorize("retry_dead_matching")
+        check_outbox_id(outbox_id)
+        _check_redrive(batch_size, max_batches, created_before)
+        check_tenant(tenant, operation="retry_dead_matching")
+        await self._audit_ready()
+        moved: list[uuid.UUID] = []
+        complete = False
+        after: tuple[Any, uuid.UUID] | None = None
+        try:
+            for _ in range(max_batches):
+                rows = await self._admin.list_dead(outbox_id, limit=batch_size, after=after)
+                wanted = [
+                    m.id
+                    for m in rows
+                    if (tenant is None or m.tenant == tenant)
+                    and (created_before is None or m.created_at < created_before)
+                ]
+                if wanted:
+                    moved += await self._admin.retry(wanted)
+                if len(rows) < batch_size:
+                    complete = True
+                    break
+                after = (rows[-1].created_at, rows[-1].id)
+        finally:
+            await self._record(
+                "retry_dead_matching",
+                _redrive_target(outbox_id, tenant, created_before),
+                len(moved),
+                {"ids": [str(i) for i in moved[:MAX_AUDIT_IDS]], "complete": complete},
+            )
+        return RedriveResult(tuple(moved), complete)
 
     async def purge_delivered(
         self,
@@ -228,11 +307,42 @@ class OutboxOperations:
         check_outbox_id(outbox_id)
         age = check_retention(older_than)
         pages = check_pages_per_statement(pages_per_statement)
+        await self._audit_ready()
         deleted = await self._admin.purge_delivered(
             outbox_id, older_than=age, pages_per_statement=pages
         )
         await self._record("purge_delivered", outbox_id, deleted, {"older_than": age})
         return deleted
+
+
+def _check_redrive(batch_size: int, max_batches: int, created_before: datetime | None) -> None:
+    """:meth:`OutboxOperations.retry_dead_matching`'s bounds, checked before any statement."""
+    if not 1 <= batch_size <= MAX_DEAD_PAGE:
+        raise BoundExceededError(
+            f"retry_dead_matching batch_size must be 1..{MAX_DEAD_PAGE}, got {batch_size!r}.",
+            fix="use at most 1000 and more batches.",
+        )
+    if not 1 <= max_batches <= MAX_REDRIVE_BATCHES:
+        raise BoundExceededError(
+            f"retry_dead_matching max_batches must be 1..{MAX_REDRIVE_BATCHES}, got"
+            f" {max_batches!r}.",
+            fix="call again while the result is not complete.",
+        )
+    if created_before is not None and not _aware(created_before):
+        raise ConfigurationError(
+            f"retry_dead_matching created_before must be an aware datetime, got"
+            f" {created_before!r}.",
+            fix="pass datetime(..., tzinfo=UTC).",
+        )
+
+
+def _redrive_target(outbox_id: str, tenant: str | None, created_before: datetime | None) -> str:
+    parts = [f"dead messages of {outbox_id}"]
+    if tenant is not None:
+        parts.append(f"tenant={tenant}")
+    if created_before is not None:
+        parts.append(f"created before {created_before.isoformat()}")
+    return ", ".join(parts)
 
 
 def create_outbox_operations(
@@ -243,15 +353,24 @@ def create_outbox_operations(
     audit: AuditSink | None = None,
     actor: str = "unnamed",
 ) -> OutboxOperations:
-    """Operator operations on ``outbox``: ``list_dead``, ``get``, ``retry``, ``purge_delivered``.
+    """Operator operations on ``outbox``: ``list_dead``, ``get``, ``retry``,
+    ``retry_dead_matching``, ``purge_delivered``.
 
     ``authorizer(permission, operation)`` (sync or async) is asked for ``"ship.outbox:manage"``
     before every operation (a read: then ``"ship.outbox:read"`` if refused) and must return
     ``True``; anything else raises :class:`~ship_sqla.errors.PermissionDeniedError` and changes
-    nothing. ``audit`` receives one entry per retry and purge, naming ``actor`` (S1).
+    nothing. ``audit`` receives one entry per retry, re-drive and purge, naming ``actor`` (S1);
+    a configured audit that cannot be written (its table is missing) refuses every operation
+    that would change a message before it changes one (:class:`~ship_sqla.errors.
+    AuditUnavailableError`); ``audit=None`` writes no entry at all.
     ``cursor_secret`` signs ``list_dead`` cursors (default: random per process, so cursors die
     with it; pass the same secret to every process that serves the same pages).
     """
     return OutboxOperations(
         outbox, authorizer=authorizer, cursor_secret=cursor_secret, audit=audit, actor=actor
     )
+
+
+def _aware(value: object) -> bool:
+    """Whether ``value`` is an aware datetime (typed one, but a caller may pass anything)."""
+    return isinstance(value, datetime) and value.tzinfo is not None

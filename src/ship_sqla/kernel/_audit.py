@@ -8,6 +8,13 @@ statements, in the same unit of work when the caller runs one (the PostgreSQL lo
 a rolled-back operation leaves no entry; outside one, an entry that cannot be written raises
 (never swallowed) after the change itself committed, and the error says so.
 
+The one audit rule (S1, issue 33): an operator action whose configured audit cannot be written
+changes nothing. Before its first change, the operator surface asks a sink that can tell
+(:class:`CheckedAuditSink`: the PostgreSQL log probes its table) whether it can write; when it
+cannot, the action raises :class:`AuditUnavailableError`, naming the table and how to create
+it, and nothing changed. Surfaces configured with no sink (``audit=None`` in Python) write no
+entry at all: that is the documented opt-out, as the CLI's ``--no-audit``.
+
 The in-memory log here is the reference; the PostgreSQL one is
 :func:`ship_sqla.create_audit_log` over :func:`ship_sqla.ship_audit_table`.
 """
@@ -19,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 import attrs
 
+from ship_sqla.kernel._errors import RefusedError
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
@@ -29,7 +38,10 @@ __all__ = [
     "AuditEntry",
     "AuditLog",
     "AuditSink",
+    "AuditUnavailableError",
+    "CheckedAuditSink",
     "InMemoryAuditLog",
+    "require_audit_writable",
 ]
 
 MAX_AUDIT_PAGE: Final = 500
@@ -61,6 +73,33 @@ class AuditSink(Protocol):
     async def record(self, entry: AuditEntry) -> None:
         """Store ``entry`` (joining the ambient unit of work where the sink can)."""
         ...
+
+
+class AuditUnavailableError(RefusedError, RuntimeError):
+    """An operator action was refused before it changed anything: its configured audit log
+    cannot be written (its table is missing); S1."""
+
+    code = "SHIP_SQLA_AUDIT_UNAVAILABLE"
+
+
+@runtime_checkable
+class CheckedAuditSink(AuditSink, Protocol):
+    """An :class:`AuditSink` that can tell, before an operator action changes anything, whether
+    its entries can be written (the PostgreSQL log: its table exists)."""
+
+    async def require_writable(self) -> None:
+        """Raise :class:`AuditUnavailableError` (naming what is missing and how to create it)
+        when an entry could not be written."""
+        ...
+
+
+async def require_audit_writable(sink: AuditSink | None) -> None:
+    """The one audit rule (S1): before an operator action's first change, a configured sink
+    that can tell (:class:`CheckedAuditSink`) must be writable, else the action raises
+    :class:`AuditUnavailableError` and changes nothing. No sink: nothing to check (the
+    documented opt-out)."""
+    if isinstance(sink, CheckedAuditSink):
+        await sink.require_writable()
 
 
 @runtime_checkable

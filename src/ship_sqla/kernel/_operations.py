@@ -9,7 +9,9 @@ in-memory backend's or the PostgreSQL one's alike). Every operation first asks t
 Anything but ``True`` raises :class:`~ship_sqla.errors.PermissionDeniedError` before the store
 is asked anything, so a refusal changes nothing. Every state-changing operation that ran is
 written to the audit sink, when one is given (S1: who, what, when, how many;
-:mod:`ship_sqla.kernel._audit`). Inputs are checked next, also before any statement. The
+:mod:`ship_sqla.kernel._audit`), and one whose sink cannot be written (its table is missing)
+changes nothing (S1's one audit rule: ``_audit_ready`` before the first change; ``audit=None``
+writes nothing, on purpose). Inputs are checked next, also before any statement. The
 rules of the operations live here, once: the page bound, the signed cursors
 (:mod:`ship_sqla.kernel._cursor`) and the kernel :class:`~ship_sqla.Page`, the
 refusals and their reasons, cleanup's walk over each job's retention in bounded batches, and
@@ -24,7 +26,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
 
 import attrs
 
-from ship_sqla.kernel._audit import MAX_AUDIT_PAGE, AuditEntry, AuditLog, AuditSink
+from ship_sqla.kernel._audit import (
+    MAX_AUDIT_PAGE,
+    AuditEntry,
+    AuditLog,
+    AuditSink,
+    require_audit_writable,
+)
 from ship_sqla.kernel._authorize import (
     Authorizer,
     authorize,
@@ -82,6 +90,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._workflows import StepRecord, WorkflowAdmin
 
 __all__ = [
+    "LIVE_STATES",
     "MANAGE_PERMISSION",
     "MAX_BULK_IDS",
     "MAX_CLEANUP_BATCH",
@@ -95,6 +104,7 @@ __all__ = [
     "CancelResult",
     "JobOperationRefusedError",
     "JobOperations",
+    "LiveState",
     "PauseResult",
     "create_job_operations",
 ]
@@ -318,6 +328,13 @@ class JobOperations:
         """Whether state-changing operations are written to an audit sink (S1)."""
         return self._audit is not None
 
+    async def _audit_ready(self) -> None:
+        """S1's one audit rule, asked by every state-changing operation after its input checks
+        and before its first change: a configured audit that cannot be written (its table is
+        missing) raises :class:`~ship_sqla.errors.AuditUnavailableError` and nothing changes.
+        Without an audit (``audit=None``) nothing is checked, and nothing written."""
+        await require_audit_writable(self._audit)
+
     async def _record(
         self, operation: str, target: str, count: int, details: dict[str, Any] | None = None
     ) -> None:
@@ -385,6 +402,7 @@ class JobOperations:
                 fix="pass e.g. timedelta(days=7).",
             )
         admin = self._workflow_admin()
+        await self._audit_ready()
         deleted = 0
         for _ in range(max_batches):
             batch = await admin.delete_events(older_than=older_than, limit=batch_size)
@@ -409,7 +427,9 @@ class JobOperations:
                 f"step {step!r} must be a step name.",
                 fix="name a stored step (`ship-sqla jobs show RUN_ID` lists them).",
             )
-        record = await self._workflow_admin().rerun_from_step(run_id, step)
+        workflows = self._workflow_admin()
+        await self._audit_ready()
+        record = await workflows.rerun_from_step(run_id, step)
         if record is not None:
             await self._record("rerun_from_step", run_id, 1, {"step": step})
             return record
@@ -482,6 +502,7 @@ class JobOperations:
         is dead and no newer live run holds its dedupe key (J1)."""
         await self._authorize("retry")
         _require_run_id(run_id, "retry")
+        await self._audit_ready()
         record = await self._admin.retry_dead(run_id)
         if record is None:
             raise await self._refusal("retry", run_id, "dead")
@@ -492,6 +513,7 @@ class JobOperations:
         """A waiting or dead run becomes discarded. Refused for running (and finished) runs."""
         await self._authorize("discard")
         _require_run_id(run_id, "discard")
+        await self._audit_ready()
         record = await self._admin.discard(run_id)
         if record is None:
             raise await self._refusal("discard", run_id, "waiting or dead")
@@ -518,6 +540,7 @@ class JobOperations:
         )
         if max_batches < 1:
             raise ConfigurationError(f"cleanup max_batches must be at least 1, got {max_batches}.")
+        await self._audit_ready()
         deleted: dict[str, int] = {}
         for job in definitions:
             keep = {
@@ -601,6 +624,7 @@ class JobOperations:
         statement is fenced on the live states: it can never rewrite a finished run."""
         await self._authorize("cancel")
         _require_run_id(run_id, "cancel")
+        await self._audit_ready()
         result = await self._cancel_authorized(run_id)
         if result.changed:
             await self._record("cancel", run_id, 1, {"outcome": result.outcome})
@@ -637,6 +661,7 @@ class JobOperations:
         trace yet is paused too (ahead of its deploy), and the answer says it is not known."""
         await self._authorize("pause")
         _require_job_id(job_id, "pause")
+        await self._audit_ready()
         known = await self._admin.job_known(job_id)
         paused = await self._admin.pause(job_id)
         # Paused already: its pause is a trace, whatever job_known saw just before.
@@ -649,6 +674,7 @@ class JobOperations:
         True when it was paused, False when it was not (nothing changed)."""
         await self._authorize("resume")
         _require_job_id(job_id, "resume")
+        await self._audit_ready()
         resumed = await self._admin.resume(job_id)
         await self._record("resume", job_id, int(resumed))
         return resumed
@@ -750,6 +776,71 @@ class JobOperations:
             max_batches=max_batches,
         )
 
+    async def cancel_matching(
+        self,
+        *,
+        job_id: str | None = None,
+        tenant: str | None = None,
+        state: LiveState | None = None,
+        created_before: datetime | None = None,
+        batch_size: int = 500,
+        max_batches: int = 100,
+    ) -> BulkResult:
+        """Cancel every live run (K2, see :meth:`cancel`) of ``job_id`` (None: every job),
+        ``tenant`` (None: any) and ``state`` (``"waiting"``, ``"running"``; None: both, waiting
+        first), created before ``created_before`` (an aware datetime; None: any), in the
+        state's page order: batches of ``batch_size`` (1..500) runs read by one bounded page
+        each, at most ``max_batches`` pages in all; ``complete`` is False when runs may remain
+        (call again). A run that finished meanwhile is ``unchanged``. One audit entry (S1)."""
+        await self._authorize("cancel_matching")
+        operation = "cancel_matching"
+        _require_within(f"{operation} batch_size", batch_size, MAX_BULK_IDS, fix="use at most 500.")
+        _require_within(
+            f"{operation} max_batches",
+            max_batches,
+            MAX_BULK_BATCHES,
+            fix="call again while the result is not complete.",
+        )
+        if job_id is not None:
+            _require_job_id(job_id, operation)
+        check_tenant(tenant, operation=operation)
+        if state is not None and state not in LIVE_STATES:
+            raise ConfigurationError(
+                f"{operation} state {state!r} is not a live state.",
+                fix="pass 'waiting' or 'running', or None for both (a finished run cannot be"
+                " cancelled).",
+            )
+        if created_before is not None and not _aware(created_before):
+            raise ConfigurationError(
+                f"{operation} created_before must be an aware datetime, got {created_before!r}.",
+                fix="pass datetime(..., tzinfo=UTC).",
+            )
+        await self._audit_ready()
+        walk = _LiveWalk(
+            self._browser(),
+            job_id=job_id,
+            tenant=tenant,
+            states=LIVE_STATES if state is None else (state,),
+            created_before=created_before,
+            batch_size=batch_size,
+        )
+        target = _live_target(job_id, tenant, state, created_before)
+        try:
+            for _ in range(max_batches):
+                batch = await walk.next_batch()
+                if batch is None:
+                    break
+                for run_id in batch:
+                    done = await self._admin.cancel(run_id)
+                    (walk.changed if done is not None else walk.unchanged).append(run_id)
+        except BaseException as exc:
+            await self._record_bulk(operation, target, walk.changed, walk.unchanged, error=exc)
+            raise
+        await self._record_bulk(
+            operation, target, walk.changed, walk.unchanged, complete=walk.complete
+        )
+        return BulkResult(tuple(walk.changed), tuple(walk.unchanged), walk.complete)
+
     async def _dead_matching(
         self,
         operation: str,
@@ -770,6 +861,7 @@ class JobOperations:
         if job_id is not None:
             _require_job_id(job_id, operation)
         check_tenant(tenant, operation=operation)
+        await self._audit_ready()
         changed: list[str] = []
         unchanged: list[str] = []
         after: tuple[datetime, str] | None = None
@@ -803,6 +895,7 @@ class JobOperations:
         *,
         target: str,
     ) -> BulkResult:
+        await self._audit_ready()
         changed: list[str] = []
         unchanged: list[str] = []
         try:
@@ -968,6 +1061,75 @@ class JobOperations:
         )
 
 
+LiveState = Literal["waiting", "running"]
+"""A state :meth:`JobOperations.cancel_matching` walks."""
+LIVE_STATES: Final[tuple[LiveState, ...]] = ("waiting", "running")
+
+
+class _LiveWalk:
+    """:meth:`JobOperations.cancel_matching`'s read side: pages of live runs, state after
+    state, each page one bounded, index-served read (the runs page's own statement, S2), the
+    runs created before ``created_before`` kept."""
+
+    def __init__(
+        self,
+        browser: RunBrowser,
+        *,
+        job_id: str | None,
+        tenant: str | None,
+        states: tuple[LiveState, ...],
+        created_before: datetime | None,
+        batch_size: int,
+    ) -> None:
+        self._browser = browser
+        self._job_id = job_id
+        self._tenant = tenant
+        self._states = list(states)
+        self._created_before = created_before
+        self._batch_size = batch_size
+        self._after: Any = None
+        self.changed: list[str] = []
+        self.unchanged: list[str] = []
+
+    @property
+    def complete(self) -> bool:
+        """Whether every state was read to its end."""
+        return not self._states
+
+    async def next_batch(self) -> list[str] | None:
+        """The next page's matching run ids (maybe none), or None when every state is done."""
+        if not self._states:
+            return None
+        query = RunQuery(
+            state=self._states[0],
+            limit=self._batch_size,
+            job_id=self._job_id,
+            tenant=self._tenant,
+            after=self._after,
+        )
+        rows = await self._browser.list_runs(query, max_jobs=MAX_BROWSE_JOBS)
+        if len(rows) < self._batch_size:
+            self._states.pop(0)
+            self._after = None
+        else:
+            self._after = position_of(rows[-1])
+        cutoff = self._created_before
+        return [
+            row.record.run_id for row in rows if cutoff is None or row.record.created_at < cutoff
+        ]
+
+
+def _live_target(
+    job_id: str | None, tenant: str | None, state: str | None, created_before: datetime | None
+) -> str:
+    parts = [f"job={job_id}" if job_id is not None else "every job"]
+    if tenant is not None:
+        parts.append(f"tenant={tenant}")
+    if created_before is not None:
+        parts.append(f"created before {created_before.isoformat()}")
+    return f"{state or 'waiting and running'} runs of " + ", ".join(parts)
+
+
 class AuditWriteError(OutageError, RuntimeError):
     """An operator operation ran but its audit entry could not be written (S1)."""
 
@@ -1071,7 +1233,10 @@ def create_job_operations(
     ``"ship.jobs:manage"`` and, when refused, ``"ship.jobs:read"``. ``audit`` (an
     :class:`~ship_sqla.operators.AuditSink`, e.g. :func:`ship_sqla.create_audit_log`) receives one
     entry per state-changing operation, naming ``actor`` (S1; :meth:`JobOperations.acting_as`
-    gives the same operations another actor). ``cursor_secret``
+    gives the same operations another actor); a configured audit that cannot be written (its
+    table is missing) refuses every state-changing operation before its first change with
+    :class:`~ship_sqla.errors.AuditUnavailableError`, and ``audit=None`` (the default) writes
+    no entry at all: the operations are unaudited, on purpose. ``cursor_secret``
     signs ``list_dead`` cursors (default: random per process, so cursors die with it; give every
     process that serves the same pages the same secret of at least 16 bytes). The backend's
     worker registry (``backend.workers``, F6) is listed by :meth:`JobOperations.workers`."""
@@ -1084,3 +1249,8 @@ def create_job_operations(
         audit=audit,
         actor=actor,
     )
+
+
+def _aware(value: object) -> bool:
+    """Whether ``value`` is an aware datetime (typed one, but a caller may pass anything)."""
+    return isinstance(value, datetime) and value.tzinfo is not None

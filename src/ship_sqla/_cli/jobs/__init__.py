@@ -2,9 +2,10 @@
 surface (:mod:`ship_sqla._cli._operator`).
 
 The group is assembled here from its modules, none of which imports this one: ``runs`` (one
-run: dead, show, retry, discard, cancel, rerun), ``control`` (a whole job: pause, resume,
-paused, demand), ``upkeep`` (stats, cleanup, events-purge) and ``bulk`` (retry-dead,
-discard-dead, audited, S1).
+run: dead, show, retry, discard, rerun), ``control`` (a whole job: pause, resume, paused,
+demand), ``upkeep`` (stats, cleanup, events-purge) and ``bulk`` (retry-dead, discard-dead,
+cancel: one run, several, or --all with a filter). Every verb that changes state is audited
+(S1; ``--no-audit`` is the explicit opt-out).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import click
 from ship_sqla._cli._operator import operate
 from ship_sqla._cli._options import (
     OPERATOR_NOTE,
+    audit_options,
     database_url_option,
     job_tables_options,
     json_option,
@@ -42,8 +43,11 @@ def _not_known_note(job_id: str) -> str:
 @click.argument("job_id")
 @database_url_option
 @job_tables_options(with_state_table=True)
+@audit_options
 @json_option
-def jobs_pause(job_id: str, database_url: URL, as_json: bool, tables: JobTables) -> None:
+def jobs_pause(
+    job_id: str, database_url: URL, as_json: bool, tables: JobTables, audit_table: str | None
+) -> None:
     """Pause a job (K3): once this returns, no claim that starts in any worker takes its runs;
     running runs finish; enqueues and schedules still add runs, which wait. `jobs resume`
     undoes it. A job the database has no trace of yet (no run, schedule or other state) is
@@ -53,7 +57,14 @@ def jobs_pause(job_id: str, database_url: URL, as_json: bool, tables: JobTables)
     async def call(ops: JobOperations) -> PauseResult:
         return await ops.pause(job_id)
 
-    result = operate(database_url, call, tables, with_state_table=True, as_json=as_json)
+    result = operate(
+        database_url,
+        call,
+        tables,
+        with_state_table=True,
+        as_json=as_json,
+        audit_table=audit_table,
+    )
     if as_json:
         body = {
             "job_id": result.job_id,
@@ -77,14 +88,15 @@ def jobs_pause(job_id: str, database_url: URL, as_json: bool, tables: JobTables)
 @click.argument("job_id")
 @database_url_option
 @job_tables_options(with_state_table=True)
-def jobs_resume(job_id: str, database_url: URL, tables: JobTables) -> None:
+@audit_options
+def jobs_resume(job_id: str, database_url: URL, tables: JobTables, audit_table: str | None) -> None:
     """Resume a paused job (K3): its runs are claimable at once and listening workers are
     woken."""
 
     async def call(ops: JobOperations) -> bool:
         return await ops.resume(job_id)
 
-    resumed = operate(database_url, call, tables, with_state_table=True)
+    resumed = operate(database_url, call, tables, with_state_table=True, audit_table=audit_table)
     if resumed:
         click.echo(f"job {job_id} is resumed: its runs are claimable again.")
     else:

@@ -1,5 +1,6 @@
-"""``ship-sqla jobs dead|show|retry|discard|cancel|rerun``: the operator's verbs on one run
-(J8, K2, D6); a run that does not exist is exit 1 ("no such run")."""
+"""``ship-sqla jobs dead|show|retry|discard|rerun``: the operator's verbs on one run (J8, D6);
+a run that does not exist is exit 1 ("no such run"). ``jobs cancel`` (one run or many) is in
+:mod:`.bulk`. The verbs that change a run are audited (S1: ``--audit-table``, ``--no-audit``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import click
 from ship_sqla._cli._operator import not_found, operate
 from ship_sqla._cli._options import (
     OPERATOR_NOTE,
+    audit_options,
     database_url_option,
     job_tables_options,
     json_option,
@@ -18,7 +20,6 @@ from ship_sqla._cli._options import (
 )
 from ship_sqla._cli._output import (
     attempts_used,
-    format_cancel,
     format_dead,
     format_run,
     format_steps,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
     from ship_sqla._cli._tables import JobTables
-    from ship_sqla.kernel._operations import CancelResult, JobOperations
+    from ship_sqla.kernel._operations import JobOperations
     from ship_sqla.kernel._page import Page
     from ship_sqla.kernel._ports import RunRecord
     from ship_sqla.kernel._workflows import StepRecord
@@ -123,7 +124,10 @@ def jobs_show(run_id: str, database_url: URL, as_json: bool, tables: JobTables) 
 )
 @database_url_option
 @job_tables_options(with_state_table=False)
-def jobs_rerun(run_id: str, step: str, database_url: URL, tables: JobTables) -> None:
+@audit_options
+def jobs_rerun(
+    run_id: str, step: str, database_url: URL, tables: JobTables, audit_table: str | None
+) -> None:
     """Re-run a dead (or waiting) workflow run from a named step (D6): that step and every step
     after it are dropped, the run is due now (a dead one with one more attempt), and its
     handler replays the earlier steps."""
@@ -131,7 +135,7 @@ def jobs_rerun(run_id: str, step: str, database_url: URL, tables: JobTables) -> 
     async def call(ops: JobOperations) -> RunRecord:
         return await ops.rerun_from_step(run_id, step)
 
-    record = operate(database_url, call, tables, on_run=run_id)
+    record = operate(database_url, call, tables, on_run=run_id, audit_table=audit_table)
     click.echo(
         f"run {record.run_id} ({record.job_id}) is due again from step {step!r}: attempts"
         f" {attempts_used(record)}."
@@ -142,13 +146,14 @@ def jobs_rerun(run_id: str, step: str, database_url: URL, tables: JobTables) -> 
 @click.argument("run_id")
 @database_url_option
 @job_tables_options(with_state_table=False)
-def jobs_retry(run_id: str, database_url: URL, tables: JobTables) -> None:
+@audit_options
+def jobs_retry(run_id: str, database_url: URL, tables: JobTables, audit_table: str | None) -> None:
     """Give a dead run exactly one more attempt, due now (refused unless it is dead)."""
 
     async def call(ops: JobOperations) -> RunRecord:
         return await ops.retry(run_id)
 
-    record = operate(database_url, call, tables, on_run=run_id)
+    record = operate(database_url, call, tables, on_run=run_id, audit_table=audit_table)
     click.echo(
         f"run {record.run_id} ({record.job_id}) is {record.state} again, due now: attempts"
         f" {attempts_used(record)}."
@@ -159,35 +164,17 @@ def jobs_retry(run_id: str, database_url: URL, tables: JobTables) -> None:
 @click.argument("run_id")
 @database_url_option
 @job_tables_options(with_state_table=False)
-def jobs_discard(run_id: str, database_url: URL, tables: JobTables) -> None:
+@audit_options
+def jobs_discard(
+    run_id: str, database_url: URL, tables: JobTables, audit_table: str | None
+) -> None:
     """Discard a waiting or dead run (refused for running and finished runs)."""
 
     async def call(ops: JobOperations) -> RunRecord:
         return await ops.discard(run_id)
 
-    record = operate(database_url, call, tables, on_run=run_id)
+    record = operate(database_url, call, tables, on_run=run_id, audit_table=audit_table)
     click.echo(f"run {record.run_id} ({record.job_id}) is {record.state}.")
 
 
-@click.command("cancel", epilog=OPERATOR_NOTE)
-@click.argument("run_id")
-@database_url_option
-@job_tables_options(with_state_table=False)
-@json_option
-def jobs_cancel(run_id: str, database_url: URL, as_json: bool, tables: JobTables) -> None:
-    """Cancel a run (K2): a waiting run at once; a running run's worker is told to cancel its
-    handler, and the run ends cancelled (not retried). A finished run is left as it is (exit 0,
-    and the message says so); an unknown run exits 1."""
-
-    async def call(ops: JobOperations) -> CancelResult:
-        return await ops.cancel(run_id)
-
-    result = operate(database_url, call, tables, on_run=run_id, as_json=as_json)
-    if as_json:
-        body = {"outcome": result.outcome, "changed": result.changed}
-        click.echo(json.dumps({**body, "run": record_dict(result.record)}, indent=2))
-    else:
-        click.echo(format_cancel(result))
-
-
-COMMANDS: Final = (jobs_dead, jobs_show, jobs_rerun, jobs_retry, jobs_discard, jobs_cancel)
+COMMANDS: Final = (jobs_dead, jobs_show, jobs_rerun, jobs_retry, jobs_discard)

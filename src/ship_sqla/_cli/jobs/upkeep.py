@@ -12,6 +12,7 @@ from ship_sqla._cli._database import run_jobs_call
 from ship_sqla._cli._operator import operate, run_operation
 from ship_sqla._cli._options import (
     OPERATOR_NOTE,
+    audit_options,
     database_url_option,
     job_tables_options,
     json_option,
@@ -102,9 +103,11 @@ def jobs_stats(database_url: URL, as_json: bool, tables: JobTables) -> None:
     "--batch-size", type=click.IntRange(1, MAX_CLEANUP_BATCH), default=1000, show_default=True
 )
 @click.option("--max-batches", type=click.IntRange(min=1), default=100, show_default=True)
+@audit_options
 @json_option
 def jobs_cleanup(
     *,
+    audit_table: str | None,
     database_url: URL,
     registry: JobRegistry,
     batch_size: int,
@@ -118,7 +121,7 @@ def jobs_cleanup(
     async def call(ops: JobOperations) -> dict[str, int]:
         return await ops.cleanup(registry, batch_size=batch_size, max_batches=max_batches)
 
-    deleted = operate(database_url, call, tables, as_json=as_json)
+    deleted = operate(database_url, call, tables, as_json=as_json, audit_table=audit_table)
     capped = sorted(j for j, n in deleted.items() if n >= batch_size * max_batches)
     if as_json:
         click.echo(json.dumps({"deleted": deleted, "more_to_delete": capped}, indent=2))
@@ -139,9 +142,14 @@ def jobs_cleanup(
 )
 @database_url_option
 @job_tables_options(with_state_table=False)
+@audit_options
 @json_option
 def jobs_events_purge(
-    older_than: timedelta, database_url: URL, as_json: bool, tables: JobTables
+    older_than: timedelta,
+    database_url: URL,
+    as_json: bool,
+    tables: JobTables,
+    audit_table: str | None,
 ) -> None:
     """Workflow events' retention (D4): delete events published at least --older-than ago, in
     bounded batches. Keep them longer than your longest event wait's timeout."""
@@ -149,7 +157,7 @@ def jobs_events_purge(
     async def call(ops: JobOperations) -> int:
         return await ops.delete_events(older_than=older_than)
 
-    deleted = operate(database_url, call, tables, as_json=as_json)
+    deleted = operate(database_url, call, tables, as_json=as_json, audit_table=audit_table)
     if as_json:
         click.echo(json.dumps({"deleted": deleted}))
     else:
