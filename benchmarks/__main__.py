@@ -2,8 +2,8 @@
 
 Prints the machine and a table of figures for people, then one JSON line per figure for scripts
 (``--json-only``: only the JSON lines, the first describing the run and the machine). With no
-names it runs every benchmark but the opt-in ones (``ablations``, ``peers``, ``scaleout``), which
-run only when named.
+names it runs every benchmark but the opt-in ones (``ablations``, ``peers``, ``scaleout``,
+``pools``), which run only when named.
 Progress goes to stderr. Missed targets do not change the exit status (benchmarks are not tests); a
 benchmark that could not run does (status 1).
 """
@@ -36,11 +36,12 @@ BENCHMARKS: dict[str, str] = {
     "ablations": "benchmarks.ablations",
     "peers": "benchmarks.peers",
     "scaleout": "benchmarks.scaleout",
+    "pools": "benchmarks.pools",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is
 unfinished (or broken) is reported as failed without keeping the others from running."""
 
-OPT_IN = frozenset({"ablations", "peers", "scaleout"})
+OPT_IN = frozenset({"ablations", "peers", "scaleout", "pools"})
 """Run only when named: not part of ``python -m benchmarks`` with no names."""
 DEFAULT_BENCHMARKS = [name for name in BENCHMARKS if name not in OPT_IN]
 
@@ -64,7 +65,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         help=f"benchmarks to run (default: {', '.join(DEFAULT_BENCHMARKS)}); opt-in, only"
         f" when named: {', '.join(sorted(OPT_IN))} (ablations: each optimisation ON vs OFF;"
         " peers: beside pgqueuer and procrastinate; scaleout: 1-8 worker processes through a"
-        " latency-injecting proxy)",
+        " latency-injecting proxy; pools: plain enqueues on each engine pool shape)",
     )
     parser.add_argument(
         "--quick", action="store_true", help="smaller sizes: the whole suite in under a minute"
