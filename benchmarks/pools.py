@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -92,8 +93,8 @@ async def run(bench: Bench) -> list[Figure]:
             for label, at_once in (("plain", 1), ("gather8", AT_ONCE)):
                 ours, theirs = await paired_rounds(
                     bench.rounds,
-                    lambda s=shape, c=count, a=at_once: _ship_rate(db, s, c, at_once=a),
-                    lambda c=count, a=at_once: _raw_rate(db, c, at_once=a),
+                    partial(_ship_rate, db, shape, count, at_once=at_once),
+                    partial(_raw_rate, db, count, at_once=at_once),
                 )
                 bench.log(f"pools.{label}.{shape}: {ours} vs raw {theirs}")
                 figures.append(
