@@ -8,14 +8,24 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 from sqlalchemy import MetaData, text
 
-from ship_sqla._outbox import create_outbox, ship_outbox_table
+from ship_sqla import (
+    create_job_backend,
+    create_outbox,
+    define_job,
+    ship_job_runs_table,
+    ship_job_state_table,
+    ship_outbox_table,
+)
+from ship_sqla.jobs import Schedule
 
 if TYPE_CHECKING:
     import uuid
@@ -292,3 +302,67 @@ async def test_a_missing_outbox_table_is_exit_1_naming_schema_apply(
     assert "app_outbox" in err
     assert "schema apply" in err
     assert "Traceback" not in err
+
+
+# --- the dashboard's flags ----------------------------------------------------------------------
+
+DASHBOARD_APP = """
+from ship_sqla.jobs import JobRegistry, Schedule
+
+registry = JobRegistry()
+
+
+@registry.job("dash.nightly", payload=dict, schedule=Schedule(cron="0 3 * * *"))
+async def nightly(ctx, payload):
+    return None
+"""
+
+
+def _get(base: str, path: str) -> str:
+    with urllib.request.urlopen(base + path, timeout=30) as answer:  # noqa: S310 - local test URL
+        return str(answer.read().decode())
+
+
+async def test_friction_5_the_dashboard_shows_the_outbox_and_schedules_from_flags(
+    ship_engine: AsyncEngine, ship_engine_url: str, outbox_table: Any, tmp_path: Path
+) -> None:
+    """Issue 27 item 5 ("the dashboard cannot show the outbox or schedule details without
+    writing Python"): `ship-sqla dashboard --registry APP:REGISTRY --outbox-id ID` shows the
+    schedules' last occurrence and the outbox page (its dead message), S2."""
+    (tmp_path / "dash_app.py").write_text(DASHBOARD_APP)
+    runs, state = ship_job_runs_table(MetaData()), ship_job_state_table(MetaData())
+    async with ship_engine.begin() as connection:
+        for table in (runs, state):
+            await connection.run_sync(table.metadata.create_all)
+    backend = create_job_backend(database=ship_engine, table=runs, state_table=state)
+    nightly = define_job("dash.nightly", _noop, payload=dict, schedule=Schedule(cron="0 3 * * *"))
+    await backend.install_schedules([nightly])
+    outbox = create_outbox(database=ship_engine, table=outbox_table)
+    dead = await outbox.enqueue("orders", "order.placed", {"n": 1}, max_attempts=1)
+    [claimed] = await outbox.claim("orders", 1, 30.0)
+    assert await outbox.fail(claimed, "the broker is down") == "dead"
+
+    command = [
+        sys.executable, "-m", "ship_sqla", "dashboard", "--database-url", ship_engine_url,
+        "--port", "0", "--registry", "dash_app:registry", "--outbox-id", "orders", "--no-audit",
+    ]  # fmt: skip
+    process = await anyio.open_process(command, cwd=tmp_path, env=_environment(tmp_path))
+    try:
+        assert process.stdout is not None
+        with anyio.fail_after(60):
+            line = await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", 4096)
+        base = line.decode().split(" on ", 1)[1].split("/ ", 1)[0]
+        schedules = await anyio.to_thread.run_sync(_get, base, "/schedules")
+        page = await anyio.to_thread.run_sync(_get, base, "/outbox")
+    finally:
+        process.terminate()
+        await process.wait()
+    assert "dash.nightly" in schedules
+    assert "needs the job definitions" not in schedules
+    assert "orders" in page
+    assert str(dead) in page
+    assert "No outbox configured" not in page
+
+
+async def _noop(ctx: Any, payload: Any) -> None:
+    return None
