@@ -366,3 +366,20 @@ async def test_friction_5_the_dashboard_shows_the_outbox_and_schedules_from_flag
 
 async def _noop(ctx: Any, payload: Any) -> None:
     return None
+
+
+async def test_a_lifespan_that_raises_refuses_the_start(
+    ship_engine: AsyncEngine, ship_engine_url: str, outbox_table: Any, tmp_path: Path
+) -> None:
+    """A lifespan that cannot open the sink's resources refuses the start (exit 2,
+    LifespanFailedError naming it and its error) and claims nothing."""
+    [message_id] = await _enqueue(ship_engine, outbox_table, {"n": 1})
+    code, _, err = await _relay(
+        ship_engine_url, tmp_path / "sink.log", "--lifespan", "relay_sinks:broken",
+        "--outbox-id", "orders", "--burst",
+    )  # fmt: skip
+    assert code == 2, err
+    assert "SHIP_SQLA_LIFESPAN_FAILED" in err
+    assert "relay_sinks.broken raised ConnectionError: the broker refused" in err
+    assert "Traceback" not in err
+    assert (await _states(ship_engine))[str(message_id)] == ("pending", 0)

@@ -63,3 +63,10 @@ async def lifespan() -> AsyncIterator[OutboxSink]:
 
 
 not_a_sink = 42
+
+
+@contextlib.asynccontextmanager
+async def broken() -> AsyncIterator[OutboxSink]:
+    """A lifespan whose resource cannot be opened."""
+    raise ConnectionError("the broker refused the connection")
+    yield record  # pragma: no cover - never reached
