@@ -2,7 +2,7 @@
 
 The root group (:class:`ShipGroup`) turns every ship error into its exit code, so a command
 raises and never picks a code itself, except ``schema check``/``apply`` (1 for a difference)
-and ``worker`` (130 after the drain a Ctrl-C started).
+and ``worker`` / ``outbox relay`` (130 after the drain a Ctrl-C started).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 """The shell's code for a process ended by SIGINT (128 + 2): any command interrupted by Ctrl-C,
-and ``ship-sqla worker`` after the drain a Ctrl-C started; SIGTERM (a deployment's stop) makes
-the worker exit 0."""
+and ``ship-sqla worker`` or ``outbox relay`` after the drain a Ctrl-C started; SIGTERM (a
+deployment's stop) makes them exit 0."""
 
 
 class OperationFailedError(click.ClickException):

@@ -1,9 +1,11 @@
-"""How ``ship-sqla worker`` prints its log: handlers and formats only.
+"""How ``ship-sqla worker`` and ``ship-sqla outbox relay`` print their log: handlers and
+formats only.
 
 The lines themselves are written where the outcomes are known, on the ``ship_sqla.jobs`` logger
-(``kernel/_runtime/run_log.py``; S3); the command's own lines (started, stopping, absorbed
-errors) on ``ship_sqla.worker``. This module puts one stderr handler on the ``ship_sqla`` logger,
-the parent of both, in one of two formats:
+(``kernel/_runtime/run_log.py``; S3); the commands' own lines (started, stopping, absorbed
+errors, the relay's failed publishes) on ``ship_sqla.worker`` and ``ship_sqla.relay``. This
+module puts one stderr handler on the ``ship_sqla`` logger, the parent of all, in one of two
+formats:
 
 - ``text``: ``<UTC time> <LEVEL> <logger>: <message>``, one line per record (a traceback, at
   DEBUG only, follows on its own lines);

@@ -11,6 +11,7 @@ from ship_sqla._cli.demo import demo
 from ship_sqla._cli.enqueue import enqueue
 from ship_sqla._cli.jobs import jobs
 from ship_sqla._cli.outbox import outbox
+from ship_sqla._cli.relay import relay
 from ship_sqla._cli.schema import schema
 from ship_sqla._cli.worker import worker, workers
 
@@ -20,7 +21,8 @@ __all__ = ["cli", "main"]
 @click.group(cls=ShipGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ship-sqla", prog_name="ship-sqla")
 def cli() -> None:
-    """ship_sqla operations: schema check and DDL, the demo, workers and job operations.
+    """ship_sqla operations: schema check and DDL, the demo, workers, outbox relays and
+    job operations.
 
     Exit codes: 0 success; 1 the check found differences or the operation failed; 2 bad input
     (usage error, malformed option, MODULE:ATTR that cannot be loaded). The database URL may
@@ -31,6 +33,8 @@ def cli() -> None:
 
 for _command in (schema, demo, worker, workers, jobs, outbox, enqueue, dashboard):
     cli.add_command(_command)
+# The relay is a verb of the outbox group, in a module of its own (a process, not an operation).
+outbox.add_command(relay)
 
 
 def main(argv: list[str] | None = None) -> None:

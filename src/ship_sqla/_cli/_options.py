@@ -41,6 +41,8 @@ __all__ = [
     "json_option",
     "metadata_option",
     "name_option",
+    "outbox_schema_option",
+    "outbox_table_option",
     "schema_option",
     "table_option",
     "tables_or_bad_parameter",
@@ -141,6 +143,30 @@ schema_option = name_option(
     help="The schema holding the job tables, as given to the table factories' schema="
     " (default: none, the search_path decides).",
 )
+
+
+def outbox_table_option(flag: str) -> Callable[[_Command], _Command]:
+    """The outbox table's name (``outbox_table``), under ``flag``; default ship_outbox."""
+    return name_option(
+        flag,
+        "table",
+        dest="outbox_table",
+        envvar=OUTBOX_TABLE_ENV,
+        default="ship_outbox",
+        help="The outbox table's name, as given to ship_outbox_table(metadata, name=...).",
+    )
+
+
+def outbox_schema_option(flag: str) -> Callable[[_Command], _Command]:
+    """The schema holding the outbox table (``outbox_schema``), under ``flag``."""
+    return name_option(
+        flag,
+        "schema",
+        dest="outbox_schema",
+        envvar=OUTBOX_SCHEMA_ENV,
+        default=None,
+        help="The schema holding the outbox table (default: none, the search_path decides).",
+    )
 
 
 def job_tables_options(

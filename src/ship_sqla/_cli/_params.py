@@ -4,6 +4,7 @@ every refusal is bad input (exit 2) naming the option and what to write instead.
 from __future__ import annotations
 
 import importlib
+import inspect
 import re
 import sys
 from datetime import timedelta
@@ -35,6 +36,7 @@ __all__ = [
     "LIFESPAN",
     "METADATA",
     "REGISTRY",
+    "SINK",
     "AnyParamType",
     "DatabaseUrl",
     "Duration",
@@ -43,6 +45,7 @@ __all__ = [
     "LifespanReference",
     "ObjectReference",
     "OutboxId",
+    "SinkReference",
 ]
 
 
@@ -175,9 +178,50 @@ class LifespanReference(ObjectReference):
         return found
 
 
+class SinkReference(ObjectReference):
+    """``module:attr`` naming an outbox sink: an async callable taking the message (an ``async
+    def publish(message)``, or an object whose ``__call__`` is one). A class, an async context
+    manager or a callable that cannot take one message is refused, saying what to pass. Every
+    failure is a usage error (exit 2)."""
+
+    def __init__(self) -> None:
+        super().__init__(object, "sink", "myapp.relay:publish")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:  # noqa: ANN401
+        found = value if callable(value) else self._load(value, param, ctx)
+        problem = _sink_problem(found)
+        if problem is not None:
+            self.fail(
+                f"{value} is {problem}, not an outbox sink: name a module-level async function"
+                " taking the message (async def publish(message)), like myapp.relay:publish;"
+                " for a sink that needs resources opened first, pass --lifespan APP:LIFESPAN"
+                " instead (an @asynccontextmanager function that yields the sink).",
+                param,
+                ctx,
+            )
+        return found
+
+
+def _sink_problem(found: object) -> str | None:
+    """Why ``found`` cannot be a sink, or None."""
+    kind = f"a {type(found).__name__}"
+    if isinstance(found, type):
+        return f"the class {found.__qualname__} (make an instance at module level)"
+    if not callable(found) or hasattr(found, "__aenter__"):
+        return kind
+    try:
+        inspect.signature(found).bind(None)
+    except TypeError:
+        return f"{kind} that cannot be called with one message"
+    except ValueError:  # no signature to read (a builtin): taken as it is
+        return None
+    return None
+
+
 METADATA = ObjectReference(MetaData, "SQLAlchemy MetaData", "myapp.db:metadata")
 REGISTRY = JobsReference()
 LIFESPAN = LifespanReference()
+SINK = SinkReference()
 
 
 class DatabaseUrl(AnyParamType):

@@ -13,17 +13,31 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 import click
+from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ship_sqla._cli._operator import cli_actor
-from ship_sqla._cli._options import audit_options, database_url_option, job_tables_options
+from ship_sqla._cli._options import (
+    audit_options,
+    database_url_option,
+    job_tables_options,
+    outbox_schema_option,
+    outbox_table_option,
+)
+from ship_sqla._cli._params import REGISTRY, OutboxId
+from ship_sqla._outbox._operations import MANAGE_PERMISSION as OUTBOX_MANAGE
+from ship_sqla._outbox._operations import READ_PERMISSION as OUTBOX_READ
 from ship_sqla.kernel._operations import MANAGE_PERMISSION, READ_PERMISSION
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import URL
+    from sqlalchemy.ext.asyncio import AsyncEngine
     from starlette.requests import Request
 
     from ship_sqla._cli._tables import JobTables
+    from ship_sqla._outbox import OutboxOperations
+    from ship_sqla.kernel._audit import AuditSink
+    from ship_sqla.kernel._registry import JobRegistry
 
 __all__ = ["dashboard"]
 
@@ -39,7 +53,30 @@ __all__ = ["dashboard"]
     show_default=True,
     help="Port to listen on (0: any free port; the line printed names it).",
 )
-@click.option("--read-only", is_flag=True, help="Grant ship.jobs:read only: no action buttons.")
+@click.option(
+    "--read-only",
+    is_flag=True,
+    help="Grant ship.jobs:read (and ship.outbox:read) only: no action buttons.",
+)
+@click.option(
+    "--registry",
+    type=REGISTRY,
+    default=None,
+    metavar="APP:REGISTRY",
+    help="The application's jobs (a JobRegistry, a job definition or a list of them, as"
+    " `ship-sqla worker` takes): the schedules page shows their schedules' last and next"
+    " occurrences, the overview their idle jobs.",
+)
+@click.option(
+    "--outbox-id",
+    "outbox_ids",
+    type=OutboxId(),
+    multiple=True,
+    help="Show this outbox on the outbox page (pending, claimed, dead messages; redrive);"
+    " repeatable.",
+)
+@outbox_table_option("--outbox-table")
+@outbox_schema_option("--outbox-schema")
 @audit_options
 def dashboard(
     *,
@@ -48,12 +85,20 @@ def dashboard(
     host: str,
     port: int,
     read_only: bool,
+    registry: JobRegistry | None,
+    outbox_ids: tuple[str, ...],
+    outbox_table: str,
+    outbox_schema: str | None,
     audit_table: str | None,
 ) -> None:
     """Serve the dashboard on HOST:PORT until Ctrl-C. Whoever reaches the address may do what
     the operator at this shell may (or only read, with --read-only): keep it on 127.0.0.1, or
     mount create_dashboard(...) in an application with its own authentication. The address
-    line is printed once the port is listening: a client may connect as soon as it reads it."""
+    line is printed once the port is listening: a client may connect as soon as it reads it.
+
+    --registry APP:REGISTRY gives it the job definitions (the schedules' details, idle jobs);
+    --outbox-id (repeatable) adds the outbox page for those outboxes, in the outbox table
+    --outbox-table (default ship_outbox) in --outbox-schema."""
     try:
         import uvicorn  # noqa: PLC0415 - an optional dependency, only for this command
 
@@ -65,16 +110,24 @@ def dashboard(
         ) from exc
     engine = create_async_engine(database_url)
     audit = None if audit_table is None else tables.audit_log(engine, audit_table)
-    granted = {READ_PERMISSION} if read_only else {READ_PERMISSION, MANAGE_PERMISSION}
+    granted = {READ_PERMISSION, OUTBOX_READ}
+    if not read_only:
+        granted |= {MANAGE_PERMISSION, OUTBOX_MANAGE}
 
     def authorizer(_request: Request, permission: str, _operation: str) -> bool:
         return permission in granted
 
+    outbox = None
+    if outbox_ids:
+        outbox = _outbox_operations(engine, outbox_table, outbox_schema, audit)
     app: Any = create_dashboard(
         tables.backend(engine),
         authorizer=authorizer,
         actor=lambda _request: cli_actor(),
         audit=audit,
+        outbox=outbox,
+        outbox_ids=outbox_ids,
+        definitions=registry or (),
     )
     listening = _listen(host, port)
     bound = listening.getsockname()[1]
@@ -82,6 +135,23 @@ def dashboard(
     click.echo(f"ship-sqla dashboard on http://{shown}:{bound}/ (Ctrl-C to stop)")
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     server.run(sockets=[listening])
+
+
+def _outbox_operations(
+    engine: AsyncEngine, table_name: str, schema: str | None, audit: AuditSink | None
+) -> OutboxOperations:
+    """The outbox pages' operations on the named outbox table; the dashboard asks its own
+    authorizer (``ship.outbox:read`` / ``manage``, as --read-only grants) per request."""
+    from ship_sqla._outbox import (  # noqa: PLC0415 - only when an outbox is shown
+        create_outbox,
+        create_outbox_operations,
+        ship_outbox_table,
+    )
+    from ship_sqla._outbox._operations import allow_every_operation  # noqa: PLC0415
+
+    table = ship_outbox_table(MetaData(), name=table_name, schema=schema)
+    outbox = create_outbox(database=engine, table=table)
+    return create_outbox_operations(outbox, authorizer=allow_every_operation, audit=audit)
 
 
 def _listen(host: str, port: int) -> socket.socket:

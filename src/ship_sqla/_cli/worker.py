@@ -15,15 +15,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import signal
 from typing import TYPE_CHECKING, Any, Final
 
 import click
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ship_sqla._cli._database import run_jobs_call, run_on_database
-from ship_sqla._cli._exits import EXIT_INTERRUPTED, EXIT_OK
-from ship_sqla._cli._logging import LOG_FORMATS, LOG_LEVELS, LogFormat, configure_logging
 from ship_sqla._cli._operator import run_operation
 from ship_sqla._cli._options import (
     OPERATOR_NOTE,
@@ -36,8 +33,15 @@ from ship_sqla._cli._options import (
 )
 from ship_sqla._cli._output import format_workers, worker_dict
 from ship_sqla._cli._params import LIFESPAN, REGISTRY, Duration
+from ship_sqla._cli._running import (
+    StopSignals,
+    drain,
+    logging_to_stderr,
+    run_options,
+    stop_signals,
+)
 from ship_sqla._cli._tables import DEFAULT_RUNS_TABLE, DEFAULT_STATE_TABLE, JobTables
-from ship_sqla.kernel._durations import MAX_DRAIN_TIMEOUT, MAX_POLL_INTERVAL, MAX_SAMPLE_INTERVAL
+from ship_sqla.kernel._durations import MAX_POLL_INTERVAL, MAX_SAMPLE_INTERVAL
 from ship_sqla.kernel._on_error import error_line
 from ship_sqla.kernel._operations import MAX_DEMAND_JOBS, MAX_PAUSED_JOBS
 from ship_sqla.kernel._ports import JobLeaseStaleError
@@ -50,6 +54,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy.engine import URL
 
+    from ship_sqla._cli._logging import LogFormat
     from ship_sqla._jobs import PostgresJobBackend
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._lifespan import Lifespan
@@ -87,14 +92,6 @@ one check could fall between a claim's answer and its runs' start."""
     help="Time between polls for due runs: seconds or with a unit (250ms, 2s, 1m), at most 1h.",
 )
 @click.option(
-    "--drain-timeout",
-    type=Duration(maximum=MAX_DRAIN_TIMEOUT, allow_zero=True),
-    default="30s",
-    show_default=True,
-    help="Time in-flight runs may finish after SIGTERM before they are cancelled (0: cancel at"
-    " once), at most 1d.",
-)
-@click.option(
     "--lifespan",
     type=LIFESPAN,
     default=None,
@@ -103,31 +100,11 @@ one check could fall between a claim's answer and its runs' start."""
     " context manager factory (an @asynccontextmanager function), entered before the first"
     " claim and exited after the drain. Default: the registry's lifespan, if it has one.",
 )
-@click.option(
-    "--burst",
-    is_flag=True,
-    help="Execute the due runs, then drain and exit 0 once nothing is due (paused jobs aside)"
-    " and nothing is in flight; runs due later are left for later.",
-)
-@click.option(
-    "-v",
-    "--verbose",
-    is_flag=True,
-    help="Log at debug level: every completion too, and failures' tracebacks.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(LOG_LEVELS, case_sensitive=False),
-    default=None,
-    help="The log level (default: info; -v: debug). warning shows only retries, stale"
-    " settles, drains and worse.",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(LOG_FORMATS),
-    default="text",
-    show_default=True,
-    help="text for people, json (one object per line) for log shippers.",
+@run_options(
+    verbose_help="every completion too, and failures' tracebacks",
+    drain_help="Time in-flight runs may finish after SIGTERM before they are cancelled",
+    burst_help="Execute the due runs, then drain and exit 0 once nothing is due (paused jobs"
+    " aside) and nothing is in flight; runs due later are left for later.",
 )
 @click.option(
     "--summary-interval",
@@ -167,10 +144,8 @@ def worker(
     --summary-interval. The worker registers in the worker registry (F6, --workers-table;
     `ship-sqla workers` lists it) when that table exists, and runs unregistered, saying so,
     when it does not."""
-    level = log_level or ("debug" if verbose else "info")
-    handler = configure_logging(level, log_format)
     summary = summary_interval.total_seconds()
-    try:
+    with logging_to_stderr(verbose=verbose, log_level=log_level, log_format=log_format):
         code = run_jobs_call(
             database_url,
             run_worker(
@@ -186,8 +161,6 @@ def worker(
             ),
             tables=tables.names,
         )
-    finally:
-        logging.getLogger("ship_sqla").removeHandler(handler)
     ctx.exit(code)
 
 
@@ -257,89 +230,60 @@ async def run_worker(
     and nothing in flight), then stop claiming and drain (J12); a second signal cuts the drain
     short. The exit code: 130 after a SIGINT, else 0."""
     engine = create_async_engine(url)
-    loop = asyncio.get_running_loop()
-    stop = _Signals()
-    signals = (signal.SIGTERM, signal.SIGINT)
-    # Installed before the runtime starts, so a signal is never the default (abrupt) exit once
-    # a run may be executing.
-    for number in signals:
-        loop.add_signal_handler(number, stop.received, number)
     try:
-        backend = tables.backend(engine, on_error=_report_error)
-        # Checked at start, not in the loop (which would retry forever): an unreachable
-        # database or a missing table (MissingTablesError, naming the `schema apply` command)
-        # is exit 1 at once. The runtime's own start asks the same probe, answered already.
-        fair = any(job.fairness is not None for job in jobs)
-        await backend.require_tables("the job worker", fair_claims=fair, strict=True)
-        runtime = await start_job_runtime(
-            jobs,
-            backend=backend,
-            mode="worker",
-            poll_interval=poll_interval,
-            max_in_flight=max_in_flight,
-            drain_timeout=drain_timeout,
-            summary_interval=summary_interval,
-            lifespan=lifespan,
-        )
-        await _execute_until_stopped(
-            backend,
-            runtime,
-            stop,
-            jobs=jobs,
-            poll_interval=poll_interval,
-            drain_timeout=drain_timeout,
-            burst=burst,
-        )
-        worker_log.info("stopped.")
-    finally:
-        for number in signals:
-            loop.remove_signal_handler(number)
-        await engine.dispose()
-    return EXIT_INTERRUPTED if signal.SIGINT in stop.numbers else EXIT_OK
-
-
-class _Signals:
-    """SIGTERM / SIGINT as the worker reads them: the first asks for the drain (J12); one more
-    during the drain means "quit now", as uvicorn, Celery and Sidekiq read it: the runs in
-    flight are cancelled at once (they wait again, no attempt lost) instead of being waited for
-    up to ``--drain-timeout``."""
-
-    def __init__(self) -> None:
-        self.numbers: list[int] = []
-        self.stop = asyncio.Event()
-        self.hurry = asyncio.Event()
-        self.draining = False
-
-    def received(self, number: int) -> None:
-        self.numbers.append(number)
-        if self.stop.is_set() or self.draining:
-            self.hurry.set()
-        self.stop.set()
-
-
-async def _stop_runtime(runtime: JobRuntime, signals: _Signals) -> None:
-    """Drain (J12) for the runtime's ``drain_timeout``, cut short by a second signal."""
-    signals.draining = True
-    stopping = asyncio.ensure_future(runtime.stop())
-    hurried = asyncio.ensure_future(signals.hurry.wait())
-    try:
-        await asyncio.wait({stopping, hurried}, return_when=asyncio.FIRST_COMPLETED)
-        if hurried.done() and not stopping.done():
-            worker_log.warning(
-                "second signal: cancelling the %d run(s) in flight now (they wait again, no"
-                " attempt lost).",
-                runtime.in_flight,
+        # The handlers are installed before the runtime starts, so a signal is never the
+        # default (abrupt) exit once a run may be executing.
+        async with stop_signals() as stop:
+            backend = tables.backend(engine, on_error=_report_error)
+            # Checked at start, not in the loop (which would retry forever): an unreachable
+            # database or a missing table (MissingTablesError, naming the `schema apply`
+            # command) is exit 1 at once. The runtime's own start asks the same probe.
+            fair = any(job.fairness is not None for job in jobs)
+            await backend.require_tables("the job worker", fair_claims=fair, strict=True)
+            runtime = await start_job_runtime(
+                jobs,
+                backend=backend,
+                mode="worker",
+                poll_interval=poll_interval,
+                max_in_flight=max_in_flight,
+                drain_timeout=drain_timeout,
+                summary_interval=summary_interval,
+                lifespan=lifespan,
             )
-            await runtime.stop(drain_timeout=0)
+            await _execute_until_stopped(
+                backend,
+                runtime,
+                stop,
+                jobs=jobs,
+                poll_interval=poll_interval,
+                drain_timeout=drain_timeout,
+                burst=burst,
+            )
+            worker_log.info("stopped.")
     finally:
-        hurried.cancel()
-        await stopping
+        await engine.dispose()
+    return stop.exit_code
+
+
+async def _stop_runtime(runtime: JobRuntime, signals: StopSignals) -> None:
+    """Drain (J12) for the runtime's ``drain_timeout``, cut short by a second signal: the runs
+    in flight are then cancelled at once (they wait again, no attempt lost)."""
+
+    async def hurry() -> None:
+        worker_log.warning(
+            "second signal: cancelling the %d run(s) in flight now (they wait again, no"
+            " attempt lost).",
+            runtime.in_flight,
+        )
+        await runtime.stop(drain_timeout=0)
+
+    await drain(runtime.stop(), signals, hurry=hurry)
 
 
 async def _execute_until_stopped(
     backend: PostgresJobBackend,
     runtime: JobRuntime,
-    stop: _Signals,
+    stop: StopSignals,
     *,
     jobs: JobRegistry | Sequence[JobDefinition[Any]],
     poll_interval: float,

@@ -732,7 +732,8 @@ class _Dashboard:
                 empty="No schedule installed.",
             ) + (
                 '<p class="muted">Last occurrence needs the job definitions'
-                " (create_dashboard(definitions=...)).</p>"
+                " (create_dashboard(definitions=...), or ship-sqla dashboard --registry"
+                " APP:REGISTRY).</p>"
                 if not self.definitions
                 else ""
             )
@@ -768,7 +769,10 @@ class _Dashboard:
 
         async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
             if self.outbox is None:
-                return '<p class="muted">No outbox configured (create_dashboard(outbox=...)).</p>'
+                return (
+                    '<p class="muted">No outbox configured (create_dashboard(outbox=...), or'
+                    " ship-sqla dashboard --outbox-id ID).</p>"
+                )
             outbox = self.outbox_ops(request)
             manage = await outbox.can_manage()
             parts = []
