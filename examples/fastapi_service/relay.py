@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.util
 import json
 import signal
 import uuid
 from typing import TYPE_CHECKING
 
+from sqlalchemy import inspect
 from sqlalchemy.dialects.postgresql import insert
 
 from examples.fastapi_service.settings import get_settings
@@ -36,6 +38,11 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from ship_sqla.outbox import Outbox, OutboxMessage, OutboxSink
+
+
+TABLES = (outbox_table, deliveries)
+NO_REDIS = "relay --redis needs the redis client: pip install redis"
+NO_TABLES = "relay: the service's tables do not exist yet: start the app first (it creates them)."
 
 
 @contextlib.asynccontextmanager
@@ -68,18 +75,19 @@ async def redis_sink() -> AsyncIterator[OutboxSink]:
     try:
         from redis.asyncio import Redis  # noqa: PLC0415 - optional: only --redis needs it
     except ImportError as exc:
-        message = "relay --redis needs the redis client: pip install redis"
-        raise SystemExit(message) from exc
+        raise SystemExit(NO_REDIS) from exc
     settings = get_settings()
     client = Redis.from_url(settings.redis_url)
 
     async def publish(message: OutboxMessage) -> None:
-        fields = {
-            "message_id": str(message.id),
-            "topic": message.topic,
-            "payload": json.dumps(message.payload),
-        }
-        await client.xadd(settings.redis_stream, fields)  # type: ignore[arg-type]
+        await client.xadd(
+            settings.redis_stream,
+            {
+                "message_id": str(message.id),
+                "topic": message.topic,
+                "payload": json.dumps(message.payload),
+            },
+        )
 
     try:
         yield publish
@@ -98,11 +106,19 @@ async def drain(outbox: Outbox, outbox_id: str, *, redis: bool = False) -> int:
 
 
 async def main(*, redis: bool = False, burst: bool = False) -> int:
+    if redis and importlib.util.find_spec("redis") is None:
+        raise SystemExit(NO_REDIS)
     settings = get_settings()
     engine = settings.engine()
     outbox = create_outbox(database=engine, table=outbox_table)
     try:
         if burst:
+            async with engine.connect() as connection:  # start_outbox_relay checks this itself
+                found = await connection.run_sync(
+                    lambda sync: all(inspect(sync).has_table(t.name) for t in TABLES)
+                )
+            if not found:
+                raise SystemExit(NO_TABLES)
             delivered = await drain(outbox, settings.outbox_id, redis=redis)
             print(f"relay: {delivered} messages delivered, none left due (--burst)")
             return 0

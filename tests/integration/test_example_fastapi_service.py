@@ -32,10 +32,12 @@ from examples.fastapi_service.tables import (
 pytestmark = pytest.mark.anyio
 
 ROOT = Path(__file__).resolve().parents[2]
-ORDERS = 190  # distinct Idempotency-Keys
-REPEATED = 10  # keys sent twice, at the same time as their first request: 200 requests, 5%
+# 200 requests in CI; the issue's trial sent 2,000: FASTAPI_SERVICE_REQUESTS=2000 runs that.
+REQUESTS = int(os.environ.get("FASTAPI_SERVICE_REQUESTS", "200"))
+REPEATED = REQUESTS // 20  # keys sent twice, at the same time as their first request: 5%
+ORDERS = REQUESTS - REPEATED  # distinct Idempotency-Keys
 CONCURRENCY = 10  # requests in flight at once
-MAX_TRIES = 5  # a client retries a 409 (the first request still running) with the same key
+MAX_TRIES = 5  # a client retries a 409 or a 5xx with the same key, as the draft asks
 
 
 def client(app: FastAPI) -> httpx.AsyncClient:
@@ -44,12 +46,14 @@ def client(app: FastAPI) -> httpx.AsyncClient:
 
 
 async def post_order(http: httpx.AsyncClient, key: str, body: dict[str, Any]) -> httpx.Response:
-    """What a well-behaved client does: the same key until an answer that is not 409."""
+    """What a well-behaved client does: the same key again until an answer that is neither 409
+    (the first request with the key still running) nor 5xx (a failure the middleware rolled
+    back, claim included: on a shared server, PostgreSQL's "too many clients" is one)."""
     for _ in range(MAX_TRIES):
         # A 409 comes only after the middleware waited lock_timeout for the first request's
         # claim: the retry itself is paced by that wait.
         response = await http.post("/orders", json=body, headers={"idempotency-key": f'"{key}"'})
-        if response.status_code != 409:
+        if response.status_code != 409 and response.status_code < 500:
             return response
     return response
 
@@ -117,15 +121,16 @@ PER_ORDER = text(
 async def test_repeated_keys_create_nothing_and_every_order_is_delivered_and_confirmed_once(
     ship_engine: AsyncEngine, ship_engine_url: str
 ) -> None:
-    """Issue 27: 200 POST /orders with 5% repeated Idempotency-Keys, each repeat sent at the
-    same time as its first request; then the worker and the relay drain. I1/U1/U5/O1: each
-    order row, its outbox message and its job run commit with the key's claim and stored
-    response, in the middleware's unit of work the route's run joins; I2: a concurrent repeat
-    runs nothing and gets the stored 201 (replayed); O2/O3 and J5: the relay delivers every
-    message once and the worker completes every run once. Nothing lost, nothing doubled."""
+    """Issue 27: REQUESTS (200) POST /orders with 5% repeated Idempotency-Keys, each repeat
+    sent at the same time as its first request; then the worker and the relay drain.
+    I1/U1/U5/O1: each order row, its outbox message and its job run commit with the key's
+    claim and stored response, in the middleware's unit of work the route's run joins; I2: a
+    concurrent repeat runs nothing and gets the stored 201 (replayed); O2/O3 and J5: the relay
+    delivers every message once and the worker completes every run once. Nothing lost,
+    nothing doubled."""
     settings = Settings(database_url=make_url(ship_engine_url), source="environment")
     app = create_app(settings)
-    with anyio.fail_after(60):
+    with anyio.fail_after(60 * max(1, REQUESTS // 200)):
         async with app.router.lifespan_context(app):  # creates the tables, disposes the engine
             answers = await send_all(app)
             unknown = await client(app).get(f"/orders/{uuid.uuid4()}")
@@ -144,7 +149,7 @@ async def test_repeated_keys_create_nothing_and_every_order_is_delivered_and_con
         assert await count(ship_engine, table) == ORDERS, table.name
 
     # The README's commands, with --burst: each exits once nothing is left due.
-    with anyio.fail_after(60):
+    with anyio.fail_after(60 * max(1, REQUESTS // 200)):
         async with anyio.create_task_group() as group:
             group.start_soon(run_example, WORKER, ship_engine_url)
             group.start_soon(run_example, RELAY, ship_engine_url)
