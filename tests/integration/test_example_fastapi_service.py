@@ -37,7 +37,7 @@ REQUESTS = int(os.environ.get("FASTAPI_SERVICE_REQUESTS", "200"))
 REPEATED = REQUESTS // 20  # keys sent twice, at the same time as their first request: 5%
 ORDERS = REQUESTS - REPEATED  # distinct Idempotency-Keys
 CONCURRENCY = 10  # requests in flight at once
-MAX_TRIES = 5  # a client retries a 409 or a 5xx with the same key, as the draft asks
+MAX_TRIES = 5  # a client retries a 409 or a 5xx with the same key: the point of the key
 
 
 def client(app: FastAPI) -> httpx.AsyncClient:
@@ -133,7 +133,8 @@ async def test_repeated_keys_create_nothing_and_every_order_is_delivered_and_con
     with anyio.fail_after(60 * max(1, REQUESTS // 200)):
         async with app.router.lifespan_context(app):  # creates the tables, disposes the engine
             answers = await send_all(app)
-            unknown = await client(app).get(f"/orders/{uuid.uuid4()}")
+            async with client(app) as http:
+                unknown = await http.get(f"/orders/{uuid.uuid4()}")
     assert unknown.status_code == 404
 
     ids = set()
