@@ -40,6 +40,7 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("schema", "sql"),
         ("demo",),
         ("worker",),
+        ("outbox", "relay"),
         ("workers",),
         ("jobs", "dead"),
         ("jobs", "show"),
@@ -50,8 +51,8 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("dashboard",),
     }
 )
-"""The CLI's commands that are not operator actions: reads, the schema's tools, the worker, the
-application's enqueue, and the dashboard (a surface: its actions are the routes). A new command
+"""The CLI's commands that are not operator actions: reads, the schema's tools, the worker and the
+outbox relay (runners), the application's enqueue, and the dashboard (a surface: its actions are the routes). A new command
 is either declared as an action or added here, on purpose."""
 
 IDS = [action.operation for action in OPERATOR_ACTIONS]
