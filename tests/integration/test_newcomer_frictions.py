@@ -1,5 +1,5 @@
-"""Issue 27, the newcomer's frictions 2, 6, 8, 9, 10 and 11: each test is named after its item
-and failed before its fix. The command line is driven as a user would (``python -m ship_sqla``
+"""Issue 27, the newcomer's frictions 1, 2, 3, 6, 8, 9, 10 and 11: each test is named after its
+item and failed before its fix. The command line is driven as a user would (``python -m ship_sqla``
 in a subprocess); a command that succeeds writes nothing to stderr."""
 
 from __future__ import annotations
@@ -508,3 +508,44 @@ def test_friction_11_the_readme_worker_section_and_embedded_server_are_true() ->
     )
     assert f"its data in {embedded_dir()} (" in said
     assert " MB, kept for the next run; `ship-sqla demo --clean` removes it)" in said
+
+
+# --- 1: no traceback after a plain enqueue; 3: sync handlers --------------------------------------
+
+
+async def test_friction_1_enqueue_prints_no_traceback(
+    ship_engine: AsyncEngine, ship_engine_url: str, tmp_path: Path
+) -> None:
+    """Issue 27 item 1 (and issue 33 part 1): `ship-sqla enqueue` stored its run and exited 0,
+    but printed `Exception closing connection ... MissingGreenlet` on stderr: its engine's
+    NullPool closed the direct path's connection outside SQLAlchemy's greenlet. Now stderr is
+    empty, and the same enqueue from Python on a NullPool engine, then `dispose()`, logs
+    nothing (every pool shape: tests/integration/test_pool_return.py)."""
+    url = _plain(ship_engine_url)
+    code, _, err = await ship(
+        "schema", "apply", "--only", "jobs", "--database-url", url, cwd=tmp_path
+    )
+    assert code == 0, err
+    for _ in range(2):
+        code, out, err = await ship(
+            "enqueue", "friction.one", "--payload", "{}", "--database-url", url, cwd=tmp_path
+        )
+        assert (code, err) == (0, ""), err
+        assert "enqueued" in out
+    assert await _count(ship_engine, "SELECT count(*) FROM ship_job_runs") == 2
+
+
+def test_friction_3_a_sync_handler_is_refused_at_definition() -> None:
+    """Issue 27 item 3: a sync handler was accepted, ran its body at every attempt and then failed
+    each with `TypeError: object NoneType can't be used in 'await' expression`. It is refused
+    when the job is defined (by `define_job` and by `@registry.job`), the fix naming `async def`
+    (tests/unit/test_sync_handler_refused.py holds the details)."""
+
+    def handler(ctx: Any, payload: Any) -> None:
+        return None
+
+    with pytest.raises(ConfigurationError, match="async def"):
+        define_job("friction.three", handler, payload=dict)
+    registry = JobRegistry()
+    with pytest.raises(ConfigurationError, match="async def"):
+        registry.job("friction.three.registry", payload=dict)(handler)
