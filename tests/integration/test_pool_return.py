@@ -7,7 +7,9 @@ whenever the pool closes it (a ``NullPool`` always, a full ``QueuePool`` its ove
 connections, a disposed engine's old pool), and the asyncpg adapter's ``close`` needs
 SQLAlchemy's greenlet for that: done outside it, the pool logged ``Exception closing
 connection ... MissingGreenlet`` per connection and dropped it unclosed. Each pool shape here
-runs more work at once than the pool holds; the test asserts no log record at WARNING or above
+runs more work at once than the pool holds (NullPool, a full QueuePool's overflow,
+pool_pre_ping, connections the server ended, a real restart of a private cluster, ``dispose()``
+racing enqueues, a worker on a NullPool); the test asserts no log record at WARNING or above
 and, once the engine is disposed, no server session left behind (``pg_stat_activity``)."""
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+from pg_cluster import Cluster
+from pg_cluster import private_cluster as start_private_cluster
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -34,7 +38,7 @@ from ship_sqla.errors import DatabaseUnavailableError
 from ship_sqla.jobs import EnqueueRequest
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 metadata = MetaData()
 ship_job_runs_table(metadata)
@@ -229,4 +233,38 @@ async def test_s1_connections_the_server_ended_are_replaced_quietly(
     await _at_once(enqueue)  # the pool replaced what it lost
     assert len(outages) <= 2  # at most the pool's two kept connections were dead
     await _no_session_left(counter, engine)
+    assert [record.getMessage() for record in warnings_logged] == []
+
+
+@pytest.fixture
+def private_cluster() -> Iterator[Cluster]:
+    """A fresh cluster of this test alone (tests/support/pg_cluster.py): it is restarted, which
+    the shared server must never be."""
+    with start_private_cluster() as cluster:
+        yield cluster
+
+
+async def test_s1_a_server_restart_leaves_every_connection_returned_cleanly(
+    private_cluster: Cluster, warnings_logged: list[logging.LogRecord]
+) -> None:
+    """S1, J11: PostgreSQL itself is restarted (pg_ctl restart -m fast) under a pool with
+    pool_pre_ping, after plain enqueues above the pool's size left connections in it: each
+    checkout replaces its dead connection, every enqueue after the restart succeeds, nothing
+    is logged at WARNING or above, and no session is left once the engine is disposed."""
+    engine = _engine(private_cluster.url, pool_size=2, max_overflow=AT_ONCE, pool_pre_ping=True)
+    counter = create_async_engine(private_cluster.url, poolclass=NullPool)
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(metadata.create_all)
+        backend = create_job_backend(database=engine)
+        await _at_once(lambda n: backend.enqueue(JOB, {"n": n}))
+        await private_cluster.ctl("-m", "fast", "-w", "restart")
+        await _at_once(lambda n: backend.enqueue(JOB, {"n": n}))
+        async with counter.connect() as connection:
+            stored = await connection.scalar(text("SELECT count(*) FROM ship_job_runs"))
+        assert stored == 2 * ENQUEUES
+        await _no_session_left(counter, engine)
+    finally:
+        await engine.dispose()
+        await counter.dispose()
     assert [record.getMessage() for record in warnings_logged] == []
