@@ -794,16 +794,7 @@ class JobOperations:
         (call again). A run that finished meanwhile is ``unchanged``. One audit entry (S1)."""
         await self._authorize("cancel_matching")
         operation = "cancel_matching"
-        _require_within(f"{operation} batch_size", batch_size, MAX_BULK_IDS, fix="use at most 500.")
-        _require_within(
-            f"{operation} max_batches",
-            max_batches,
-            MAX_BULK_BATCHES,
-            fix="call again while the result is not complete.",
-        )
-        if job_id is not None:
-            _require_job_id(job_id, operation)
-        check_tenant(tenant, operation=operation)
+        _require_bulk_filter(operation, job_id, tenant, batch_size, max_batches)
         if state is not None and state not in LIVE_STATES:
             raise ConfigurationError(
                 f"{operation} state {state!r} is not a live state.",
@@ -851,16 +842,7 @@ class JobOperations:
         batch_size: int,
         max_batches: int,
     ) -> BulkResult:
-        _require_within(f"{operation} batch_size", batch_size, MAX_BULK_IDS, fix="use at most 500.")
-        _require_within(
-            f"{operation} max_batches",
-            max_batches,
-            MAX_BULK_BATCHES,
-            fix="call again while the result is not complete.",
-        )
-        if job_id is not None:
-            _require_job_id(job_id, operation)
-        check_tenant(tenant, operation=operation)
+        _require_bulk_filter(operation, job_id, tenant, batch_size, max_batches)
         await self._audit_ready()
         changed: list[str] = []
         unchanged: list[str] = []
@@ -1181,6 +1163,22 @@ def _require_within(name: str, value: int, maximum: int, *, fix: str) -> None:
     """The operator surface's bounds (R1): ``value`` from 1 to ``maximum``, else refused."""
     if not 1 <= value <= maximum:
         raise BoundExceededError(f"{name} must be 1..{maximum}, got {value}.", fix=fix)
+
+
+def _require_bulk_filter(
+    operation: str, job_id: str | None, tenant: str | None, batch_size: int, max_batches: int
+) -> None:
+    """A bulk-by-filter operation's common inputs, checked before anything is read (S1)."""
+    _require_within(f"{operation} batch_size", batch_size, MAX_BULK_IDS, fix="use at most 500.")
+    _require_within(
+        f"{operation} max_batches",
+        max_batches,
+        MAX_BULK_BATCHES,
+        fix="call again while the result is not complete.",
+    )
+    if job_id is not None:
+        _require_job_id(job_id, operation)
+    check_tenant(tenant, operation=operation)
 
 
 def _require_run_id(run_id: object, operation: str) -> None:
