@@ -36,7 +36,7 @@ PAGES = sorted(p for p in TUTORIAL.glob("[0-9]-*.md"))
 
 SETUP = {
     "python3 -m venv .venv && . .venv/bin/activate",
-    "pip install 'ship-sqla[dashboard]'",
+    'pip install -e "$HOME/src/ship_sqla[dashboard]"',
     "createdb -h 127.0.0.1 -U postgres ship_tutorial",
     "export SHIP_SQLA_DATABASE_URL=postgresql://postgres@127.0.0.1:5432/ship_tutorial",
 }
