@@ -1,4 +1,5 @@
-"""MkDocs hooks for the documentation site (mkdocs.yml, ``hooks:``).
+"""MkDocs hooks for the documentation site (mkdocs.yml, ``hooks:``): links to repository files,
+and the docstrings' Sphinx roles.
 
 The pages link to files of the repository outside ``docs/`` (``../examples/worker.py``,
 ``../BENCHMARKS.md``) so that they work where the repository is read (a forge, an editor).
@@ -41,3 +42,34 @@ def on_page_markdown(markdown: str, page: Any, config: Any, **_: Any) -> str:
     return "".join(
         part if part.startswith("```") else _LINK.sub(repository_path, part) for part in parts
     )
+
+
+# The docstrings are written with Sphinx roles (:class:`~ship_sqla.errors.ShipError`), which
+# mkdocstrings renders as text (":class:" then the code). Each becomes a cross-reference that
+# autorefs resolves when the object is documented on the site (optional: a private path or a
+# name documented nowhere stays plain code, without a warning).
+_ROLE = re.compile(
+    r":(?:py:)?(?:class|func|meth|data|mod|attr|exc|obj|const):<code>"
+    r"(?:(?P<title>[^<&]+?) &lt;(?P<target>[\w.]+)&gt;"  # :meth:`title <path>`
+    r"|(?P<short>~?)(?P<path>[\w.]+)(?P<call>\(\))?)"  # :class:`~path` or :func:`path()`
+    r"</code>"
+)
+_API_PAGE = re.compile(r"^reference/api/(\w+)\.md$")
+
+
+def on_page_content(html: str, page: Any, **_: Any) -> str:
+    api = _API_PAGE.match(page.file.src_uri)
+    module = None
+    if api:
+        module = "ship_sqla" if api.group(1) == "ship_sqla" else f"ship_sqla.{api.group(1)}"
+
+    def reference(match: re.Match[str]) -> str:
+        if match["target"]:  # :meth:`title <path>`
+            path, shown = match["target"], match["title"]
+        else:
+            path = match["path"]
+            shown = (path.rsplit(".", 1)[-1] if match["short"] else path) + (match["call"] or "")
+        identifier = f"{module}.{path}" if module and "." not in path else path
+        return f'<autoref identifier="{identifier}" optional><code>{shown}</code></autoref>'
+
+    return _ROLE.sub(reference, html)
