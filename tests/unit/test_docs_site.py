@@ -110,3 +110,25 @@ def test_nox_ci_builds_the_docs() -> None:
         n.func.id for n in ast.walk(ci) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
     ]
     assert "_docs" in called
+
+
+def test_every_public_module_has_an_api_page() -> None:
+    """Each module a ``.pyi`` stub declares (``ship_sqla``, ``ship_sqla.jobs``...) has its page
+    in the API reference (``::: module``, which renders every name of its ``__all__``), and the
+    site's navigation lists it: a new public module cannot be left out of the reference."""
+    src = ROOT / "src"
+    modules = {
+        ".".join(stub.relative_to(src).with_suffix("").parts).removesuffix(".__init__")
+        for stub in (src / "ship_sqla").rglob("*.pyi")
+    }
+    pages = ROOT / "docs" / "reference" / "api"
+    documented = {
+        line.removeprefix("::: ").strip()
+        for page in pages.glob("*.md")
+        for line in page.read_text(encoding="utf-8").splitlines()
+        if line.startswith("::: ")
+    }
+    assert modules <= documented, sorted(modules - documented)
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    for page in pages.glob("*.md"):
+        assert f"reference/api/{page.name}" in nav, page.name
