@@ -12,7 +12,7 @@ from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "typecheck", "tests", "examples"]
+nox.options.sessions = ["lint", "typecheck", "docs", "tests", "examples"]
 nox.options.reuse_existing_virtualenvs = True
 
 ROOT = Path(__file__).parent
@@ -101,6 +101,21 @@ def bench(session: nox.Session) -> None:
     session.run(_python(session), "-m", "benchmarks", *session.posargs)
 
 
+def _docs(session: nox.Session, python: str) -> None:
+    # The site (mkdocs.yml) with warnings as errors: a broken link, anchor or API reference
+    # (a `::: ship_sqla.name` that does not resolve) fails the build. About ten seconds.
+    session.run(
+        python, "-m", "mkdocs", "build", "--strict", "--quiet", env={"NO_MKDOCS_2_WARNING": "1"}
+    )
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site, built into site/ with warnings as errors (``mkdocs serve`` to
+    read it while writing)."""
+    _docs(session, _python(session))
+
+
 def _bench_smoke(session: nox.Session, python: str) -> None:
     # Every benchmark once at its quick size: that each still runs (a schema change broke five
     # of them once, unseen); its figures are not read here (benchmarks are not tests).
@@ -115,11 +130,12 @@ def bench_smoke(session: nox.Session) -> None:
 
 @nox.session
 def ci(session: nox.Session) -> None:
-    """lint, typecheck, tests, examples and the benchmarks' smoke run in one session (what
-    .ci/run runs)."""
+    """lint, typecheck, the docs site, tests, examples and the benchmarks' smoke run in one
+    session (what .ci/run runs)."""
     python = _python(session)
     _lint(session, python)
     session.run(python, "-m", "mypy")
+    _docs(session, python)
     session.run(python, "-m", "pytest", *session.posargs)
     _examples(session, python)
     _bench_smoke(session, python)

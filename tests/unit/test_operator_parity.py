@@ -52,8 +52,8 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
     }
 )
 """The CLI's commands that are not operator actions: reads, the schema's tools, the worker and the
-outbox relay (runners), the application's enqueue, and the dashboard (a surface: its actions are the routes). A new command
-is either declared as an action or added here, on purpose."""
+outbox relay (runners), the application's enqueue, and the dashboard (a surface: its actions are
+the routes). A new command is either declared as an action or added here, on purpose."""
 
 IDS = [action.operation for action in OPERATOR_ACTIONS]
 
