@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from ship_sqla._notify import (
@@ -65,6 +65,11 @@ from ship_sqla.kernel._durations import (
     require_duration,
 )
 from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._outbox_records import (
+    message_delivered,
+    message_failed,
+    message_released,
+)
 from ship_sqla.kernel._plans.backoff import error_backoff
 from ship_sqla.kernel._tracing import publish_span, traces_message
 from ship_sqla.kernel._waiting import wait_event
@@ -74,6 +79,7 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._outbox_records import OutboxSettlement
     from ship_sqla.kernel._ports import JobBackend
 
 __all__ = ["OutboxRelay", "OutboxSink", "job_sink", "start_outbox_relay"]
@@ -312,9 +318,8 @@ class OutboxRelay:
         claimed_at = self._clock.monotonic()
         messages = await self._claim()
         if messages:
-            published, remaining = await self._publish(messages, claimed_at)
-            await self._flush(published)
-            await self._release(remaining)
+            settled, remaining = await self._publish(messages, claimed_at)
+            await self._flush(settled, remaining)
         return len(messages)
 
     async def _step(self, ahead: _Claim | None) -> tuple[int, _Claim | None]:
@@ -341,7 +346,7 @@ class OutboxRelay:
                 raise
         if not messages:
             return 0, None
-        published, remaining = await self._publish(messages, claimed_at)
+        settled, remaining = await self._publish(messages, claimed_at)
         following: _Claim | None = None
         if (
             len(messages) == self._batch_size
@@ -351,8 +356,7 @@ class OutboxRelay:
         ):
             following = _Claim(self._clock.monotonic(), asyncio.ensure_future(self._claim()))
         try:
-            await self._flush(published)
-            await self._release(remaining)
+            await self._flush(settled, remaining)
         except BaseException:
             if following is not None:
                 await self._give_back(following)
@@ -373,23 +377,24 @@ class OutboxRelay:
         """Release a batch claimed ahead that will not be published (stop, or a failure)."""
         try:
             messages = await ahead.task
-            await self._release(messages)
+            await self._flush([], messages, retry=False)
         except Exception as exc:  # noqa: BLE001 - reported; unreleased rows wait out their lease
             self._report(exc)
 
     async def _publish(
         self, messages: list[OutboxMessage], claimed_at: float
-    ) -> tuple[list[OutboxMessage], list[OutboxMessage]]:
-        """Publish in claim order until done or stopping: returns (published and not yet
-        completed, not published). Leases are heartbeaten every third of the lease, counted
-        from ``claimed_at`` (a monotonic time taken before the claim)."""
-        published: list[OutboxMessage] = []
+    ) -> tuple[list[_Settled], list[OutboxMessage]]:
+        """Publish in claim order until done or stopping: returns (published or failed, not yet
+        settled; not published). Leases are heartbeaten every third of the lease, counted from
+        ``claimed_at`` (a monotonic time taken before the claim), after what is settled so far
+        is settled."""
+        settled: list[_Settled] = []
         remaining = list(messages)
         beaten_at = claimed_at
         try:
             while remaining and not self._stopping:
                 if self._clock.monotonic() - beaten_at >= self._lease / 3:
-                    await self._flush(published)
+                    await self._flush(settled)
                     remaining = await self._heartbeat(remaining)
                     beaten_at = self._clock.monotonic()
                     continue
@@ -397,16 +402,17 @@ class OutboxRelay:
                 try:
                     await self._publish_one(message)
                 except Exception as exc:  # noqa: BLE001 - a sink error fails the message only
-                    await self._fail(message, exc)
+                    failed = message_failed(message, exc, self._outbox.backoff)
+                    settled.append(_Settled(message, failed, exc))
                 else:
-                    published.append(message)
+                    settled.append(_Settled(message, message_delivered(message)))
         except BaseException:
             # Cancelled (hard stop), or a settle failed once the relay was stopping: one last
             # attempt to hand back what we hold, then re-raise. The message that was in the sink
             # is unknown-published and is left to its lease.
-            await self._settle_on_the_way_out(published, remaining)
+            await self._settle_on_the_way_out(settled, remaining)
             raise
-        return published, remaining
+        return settled, remaining
 
     async def _publish_one(self, message: OutboxMessage) -> None:
         """The sink call, inside a span whose parent is the trace context the message's headers
@@ -425,16 +431,12 @@ class OutboxRelay:
             await self._sink(message)
 
     async def _settle_on_the_way_out(
-        self, published: list[OutboxMessage], remaining: list[OutboxMessage]
+        self, settled: list[_Settled], remaining: list[OutboxMessage]
     ) -> None:
-        """Complete and release once each, without retrying (the relay is leaving); what
-        fails is reported and left to its lease: published messages are then delivered again."""
+        """Settle and release once, without retrying (the relay is leaving); what fails is
+        reported and left to its lease: published messages are then delivered again."""
         try:
-            await self._flush(published, retry=False)
-        except Exception as exc:  # noqa: BLE001 - reported; the rows wait out their lease
-            self._report(exc)
-        try:
-            await self._release(remaining)
+            await self._flush(settled, remaining, retry=False)
         except Exception as exc:  # noqa: BLE001 - reported; the rows wait out their lease
             self._report(exc)
 
@@ -462,19 +464,50 @@ class OutboxRelay:
                     self._stop_requested, self._clock, self._error_backoff.delay(failures)
                 )
 
-    async def _flush(self, published: list[OutboxMessage], *, retry: bool = True) -> None:
-        """Complete ``published`` in one statement, retried in place while it fails (see
-        :meth:`_retrying`); ``published`` is emptied once the completion landed."""
-        if not published:
+    async def _flush(
+        self,
+        settled: list[_Settled],
+        unpublished: Sequence[OutboxMessage] = (),
+        *,
+        retry: bool = True,
+    ) -> None:
+        """Settle the batch in hand in ONE fenced call (the port's ``settle``): every published
+        message delivered, every failed one retrying or dead (the kernel's rule), every
+        ``unpublished`` one released; retried in place while it fails (see :meth:`_retrying`).
+        ``settled`` is emptied once the settle landed (or failed for good)."""
+        batch = list(settled)
+        batch.extend(_Settled(m, message_released(m)) for m in unpublished)
+        if not batch:
             return
-        batch = list(published)
-        outcomes = await self._retrying(lambda: self._outbox.complete_many(batch), retry=retry)
-        published.clear()
+        try:
+            outcomes: list[OutboxOutcome | None] = list(
+                await self._retrying(
+                    lambda: self._outbox.settle([item.settlement for item in batch]), retry=retry
+                )
+            )
+        except BaseException:
+            outcomes = [None] * len(batch)
+            raise
+        finally:
+            settled.clear()
+            self._answered(batch, outcomes)
+
+    def _answered(self, batch: list[_Settled], outcomes: list[OutboxOutcome | None]) -> None:
+        """Every answer of one settle, read here: a publish failure reported with what became of
+        its message (None: the settle failed too), a stale completion or release reported,
+        deliveries counted."""
         completed = 0
-        for message, outcome in zip(batch, outcomes, strict=True):
-            if outcome == "stale":
-                self._report(OutboxLeaseStaleError(message.id, "complete"))
-            else:
+        for item, outcome in zip(batch, outcomes, strict=True):
+            if item.cause is not None:
+                error = OutboxPublishError(
+                    item.message, outcome, f"{type(item.cause).__name__}: {item.cause}"
+                )
+                error.__cause__ = item.cause
+                self._report(error)
+            elif outcome == "stale":
+                operation = "complete" if item.settlement.settled_as == "delivered" else "release"
+                self._report(OutboxLeaseStaleError(item.message.id, operation))
+            elif outcome == "delivered":
                 completed += 1
         self.delivered += completed
         if self._ordered and completed:
@@ -492,21 +525,6 @@ class OutboxRelay:
                 self._report(OutboxLeaseStaleError(message.id, "heartbeat"))
         return kept
 
-    async def _release(self, remaining: list[OutboxMessage]) -> None:
-        for message in remaining:
-            outcome = await self._outbox.release(message)
-            if outcome == "stale":
-                self._report(OutboxLeaseStaleError(message.id, "release"))
-
-    async def _fail(self, message: OutboxMessage, exc: Exception) -> None:
-        outcome: OutboxOutcome | None = None
-        try:
-            outcome = await self._retrying(lambda: self._outbox.fail(message, exc))
-        finally:
-            error = OutboxPublishError(message, outcome, f"{type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            self._report(error)
-
     def _report(self, error: BaseException) -> None:
         if self._on_error is None:
             self._outbox.report_error(error)
@@ -515,6 +533,23 @@ class OutboxRelay:
             self._on_error(error)
         except Exception:
             logger.exception("ship_sqla outbox relay: on_error raised while handling %r", error)
+
+
+class _Settled:
+    """A message of the batch in hand and how it settles; ``cause``: the sink's error when it
+    failed (reported with the settle's answer)."""
+
+    __slots__ = ("cause", "message", "settlement")
+
+    def __init__(
+        self,
+        message: OutboxMessage,
+        settlement: OutboxSettlement,
+        cause: Exception | None = None,
+    ) -> None:
+        self.message = message
+        self.settlement = settlement
+        self.cause = cause
 
 
 class _Claim:

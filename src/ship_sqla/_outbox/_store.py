@@ -535,19 +535,26 @@ class Outbox:
         Joins ``scope`` or the ambient unit of work; otherwise, on an engine, the statement
         commits by itself (autocommit: one round trip).
         """
-        if not messages:
+        delivered = await self._complete_pairs([(m.id, m.token) for m in messages], scope)
+        return ["delivered" if ok else "stale" for ok in delivered]
+
+    async def _complete_pairs(
+        self, pairs: list[tuple[uuid.UUID, uuid.UUID]], scope: TransactionScope | None
+    ) -> list[bool]:
+        """COMPLETE over (id, token) pairs: per pair, whether it is delivered under it now."""
+        if not pairs:
             return []
         params = {
-            "ids": [m.id for m in messages],
-            "tokens": [m.token for m in messages],
+            "ids": [message_id for message_id, _ in pairs],
+            "tokens": [token for _, token in pairs],
             "now": self._now(),
         }
         async with self._connections.joined(scope, "complete", one_statement=True) as tx:
             rows = (await tx.connection.execute(self._sql.complete, params)).all()
         if not rows:  # the statement answers the pairs it did not complete
-            return ["delivered"] * len(messages)
+            return [True] * len(pairs)
         stale = {(row.id, row.token) for row in rows}
-        return ["stale" if (m.id, m.token) in stale else "delivered" for m in messages]
+        return [pair not in stale for pair in pairs]
 
     async def fail(
         self,
@@ -605,8 +612,13 @@ class Outbox:
         commits by itself. A settlement that makes its message due now wakes this process's
         relays of its outbox after the commit.
         """
-        if not settlements:
-            return []
+        if all(s.settled_as == "delivered" for s in settlements):
+            # The usual batch (every message published): the plain completion, two arrays
+            # instead of six, about a millisecond less per 100 messages (BENCHMARKS.md).
+            delivered = await self._complete_pairs(
+                [(s.message_id, s.token) for s in settlements], scope
+            )
+            return ["delivered" if ok else "stale" for ok in delivered]
         params = {
             "ids": [s.message_id for s in settlements],
             "tokens": [s.token for s in settlements],
