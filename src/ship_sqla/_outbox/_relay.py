@@ -1,13 +1,16 @@
-"""The relay: claim -> publish -> complete, in a loop that never raises.
+"""The relay: claim -> publish -> settle, in a loop that never raises.
 
-The relay never sees SQL: it calls the :class:`~ship_sqla._outbox._store.Outbox`. One batch is
+The relay never sees SQL: it calls the outbox's store port
+(:class:`~ship_sqla.kernel._outbox.OutboxStore`: claim, heartbeat, settle). One batch is
 
 1. ``claim`` up to ``batch_size`` messages for ``lease`` seconds (one statement of its own);
-2. publish them one by one to the sink, in claim order. Successes are completed together in
-   one statement at the end of the batch (and before every heartbeat); a sink error ``fail``s
-   that message (retry with the outbox's backoff, or dead) and is reported to ``on_error``;
-3. every third of the lease, complete what is published and heartbeat the rest; a message whose
-   claim turned stale is not published by this relay (its new holder will).
+2. publish them one by one to the sink, in claim order. Each success becomes a delivered
+   settlement, each sink error a failed one (retry with the outbox's backoff, or dead: the
+   kernel's rule, :func:`~ship_sqla.kernel._outbox_records.message_failed`); the batch is
+   settled in ONE ``settle`` call at its end (and before every heartbeat), and each sink error
+   is then reported to ``on_error`` with what became of its message;
+3. every third of the lease, settle what is published or failed and heartbeat the rest; a
+   message whose claim turned stale is not published by this relay (its new holder will).
 
 When a batch was full and the outbox is on an engine, the next one is claimed (on another
 pooled connection) while this one's completion is in flight, so a relay working through a
@@ -15,12 +18,13 @@ backlog waits about one round trip per batch, not two. That claim starts only af
 sink calls returned; a batch claimed ahead that will not be published (the relay stopped, or the
 completion still failed when it did) is released.
 
-Stopping is graceful: the message being published finishes, published ones are completed and
-the batch's unpublished messages are released (their attempt given back), so another relay takes
-them at once instead of after a lease. Errors the loop absorbs (poll and settle failures during a
-database outage, stale claims, publish failures) go to ``on_error``; nothing is raised out of it.
+Stopping is graceful: the message being published finishes, and in the batch's one settle
+published ones are completed, failed ones failed and unpublished ones released (their attempt
+given back), so another relay takes them at once instead of after a lease. Errors the loop
+absorbs (poll and settle failures during a database outage, stale claims, publish failures) go
+to ``on_error``; nothing is raised out of it.
 
-Outages. A settle of the batch in hand (complete, heartbeat, fail) that fails is retried in
+Outages. A settle of the batch in hand (its settle, a heartbeat) that fails is retried in
 place, after the error backoff, until it lands or the relay stops: the batch is never dropped
 from memory and republished because the database went away for a moment. Retrying is safe at any
 time because every settle is fenced on the lease token: once the message was retaken (its lease
@@ -319,7 +323,10 @@ class OutboxRelay:
         messages = await self._claim()
         if messages:
             settled, remaining = await self._publish(messages, claimed_at)
-            await self._flush(settled, remaining)
+            try:
+                await self._flush(settled, remaining)
+            finally:
+                self._gave_up(settled)  # empty once the settle landed
         return len(messages)
 
     async def _step(self, ahead: _Claim | None) -> tuple[int, _Claim | None]:
@@ -358,6 +365,7 @@ class OutboxRelay:
         try:
             await self._flush(settled, remaining)
         except BaseException:
+            self._gave_up(settled)
             if following is not None:
                 await self._give_back(following)
             raise
@@ -439,6 +447,7 @@ class OutboxRelay:
             await self._flush(settled, remaining, retry=False)
         except Exception as exc:  # noqa: BLE001 - reported; the rows wait out their lease
             self._report(exc)
+            self._gave_up(settled)
 
     async def _retrying(self, settle: Callable[[], Awaitable[T]], *, retry: bool = True) -> T:
         """Run a settle of the batch in hand until it lands.
@@ -474,23 +483,25 @@ class OutboxRelay:
         """Settle the batch in hand in ONE fenced call (the port's ``settle``): every published
         message delivered, every failed one retrying or dead (the kernel's rule), every
         ``unpublished`` one released; retried in place while it fails (see :meth:`_retrying`).
-        ``settled`` is emptied once the settle landed (or failed for good)."""
+        ``settled`` is emptied once the settle landed; kept when it raised, for the caller's
+        last attempt (:meth:`_settle_on_the_way_out`) or :meth:`_gave_up`."""
         batch = list(settled)
         batch.extend(_Settled(m, message_released(m)) for m in unpublished)
         if not batch:
             return
-        try:
-            outcomes: list[OutboxOutcome | None] = list(
-                await self._retrying(
-                    lambda: self._outbox.settle([item.settlement for item in batch]), retry=retry
-                )
+        outcomes: list[OutboxOutcome | None] = list(
+            await self._retrying(
+                lambda: self._outbox.settle([item.settlement for item in batch]), retry=retry
             )
-        except BaseException:
-            outcomes = [None] * len(batch)
-            raise
-        finally:
-            settled.clear()
-            self._answered(batch, outcomes)
+        )
+        settled.clear()
+        self._answered(batch, outcomes)
+
+    def _gave_up(self, settled: list[_Settled]) -> None:
+        """The batch's settle failed for good: its publish failures are reported without an
+        outcome (the messages wait out their lease, and are delivered again)."""
+        self._answered(settled, [None] * len(settled))
+        settled.clear()
 
     def _answered(self, batch: list[_Settled], outcomes: list[OutboxOutcome | None]) -> None:
         """Every answer of one settle, read here: a publish failure reported with what became of

@@ -9,13 +9,14 @@ K1 A committed enqueue of a due message is announced (NOTIFY on :attr:`Outbox.wa
    process wake after it commits, never after a rollback, and poll.
 O2 ``claim`` retakes lapsed leases before due pending rows, with SKIP LOCKED, in its own short
    transaction, reading about ``batch_size`` index entries whatever the backlog.
-O3 ``complete`` / ``fail`` / ``release`` / ``heartbeat`` are fenced on the lease token: a stale
-   holder changes nothing and gets ``"stale"`` (or :class:`OutboxLeaseStaleError`). Completing
-   is idempotent per claim (a delivered row keeps its token), so a relay may retry a completion
-   whose reply was lost.
+O3 ``complete`` / ``fail`` / ``release`` / ``heartbeat`` and ``settle`` (the store port's one
+   batch settle, :class:`~ship_sqla.kernel._outbox.OutboxStore`; ``fail`` and ``release`` are
+   one-settlement settles) are fenced on the lease token: a stale holder changes nothing and
+   gets ``"stale"`` (or :class:`OutboxLeaseStaleError`). Completing is idempotent per claim
+   (a delivered row keeps its token), so a relay may retry a completion whose reply was lost.
 O4 A failure makes the row pending again after a backoff, or dead once ``max_attempts`` are
-   spent; a lease that lapses on the final attempt is dead too. Dead rows stay until an
-   operator retries them (``outbox.admin``, reached through ``create_outbox_operations``):
+   spent (decided by the kernel's ``message_failed``, not by SQL); a lease that lapses on the
+   final attempt is dead too. Dead rows stay until an operator retries them (``outbox.admin``, reached through ``create_outbox_operations``):
    nothing is dropped silently.
 
 Delivery is at-least-once: a relay that publishes and dies before completing lets its lease
