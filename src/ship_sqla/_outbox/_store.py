@@ -16,8 +16,8 @@ O3 ``complete`` / ``fail`` / ``release`` / ``heartbeat`` and ``settle`` (the sto
    (a delivered row keeps its token), so a relay may retry a completion whose reply was lost.
 O4 A failure makes the row pending again after a backoff, or dead once ``max_attempts`` are
    spent (decided by the kernel's ``message_failed``, not by SQL); a lease that lapses on the
-   final attempt is dead too. Dead rows stay until an operator retries them (``outbox.admin``, reached through ``create_outbox_operations``):
-   nothing is dropped silently.
+   final attempt is dead too. Dead rows stay until an operator retries them (``outbox.admin``,
+   reached through ``create_outbox_operations``): nothing is dropped silently.
 
 Delivery is at-least-once: a relay that publishes and dies before completing lets its lease
 lapse, and the message is published again. Consumers dedupe on the message id.
