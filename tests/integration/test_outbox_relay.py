@@ -564,6 +564,40 @@ async def test_stop_during_a_completion_retry_makes_one_last_attempt_then_leaves
     assert await statuses(engine) == [("claimed", 1)]
 
 
+async def test_stop_during_a_heartbeats_settle_retry_still_settles_the_batch_on_the_way_out(
+    engine, outbox, ship_clock, errors
+):
+    """O3: stop() while the settle before a heartbeat is being retried makes its last in-place
+    attempt and then, leaving, one more of the whole batch (the published message delivered,
+    the unpublished ones released) rather than dropping what was published to its lease."""
+    for n in range(3):
+        await outbox.enqueue("main", "t", {"n": n})
+    real_settle = outbox.settle
+    calls = 0
+
+    async def settle(settlements, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls <= 2:  # the heartbeat's settle and its last in-place retry at stop()
+            raise InjectedError(f"settle #{calls}: connection lost")
+        return await real_settle(settlements, **kwargs)
+
+    outbox.settle = settle  # type: ignore[method-assign]
+
+    async def sink(message: OutboxMessage) -> None:
+        if message.payload["n"] == 0:
+            ship_clock.advance(10)  # a third of the lease: settle, then heartbeat, before n=1
+
+    relay = await start_outbox_relay(outbox, "main", sink, lease=30, poll_interval=3600)
+    await errors.wait_for(1)
+    await until_parked(ship_clock)  # the settle's retry waits out its error backoff
+    with anyio.fail_after(10):
+        await relay.stop()
+    assert calls == 3
+    assert await statuses(engine) == [("delivered", 1), ("pending", 0), ("pending", 0)]
+    assert [str(e) for e in errors] == ["settle #1: connection lost", "settle #2: connection lost"]
+
+
 async def test_error_backoff_is_capped_at_the_loops_error_backoff(errors):
     """O4 (the loop's error backoff, not message failures): after any number of failed polls
     the relay tries again within ERROR_BACKOFF's max_delay (1 s, the job runtime's too),
