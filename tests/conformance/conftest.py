@@ -13,13 +13,15 @@ from sqlalchemy import MetaData
 
 from ship_sqla import (
     create_job_backend,
+    create_outbox,
     ship_job_events_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
     ship_job_workers_table,
+    ship_outbox_table,
 )
-from ship_sqla.kernel import InMemoryJobBackend
+from ship_sqla.kernel import InMemoryJobBackend, InMemoryOutbox
 from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
@@ -108,3 +110,28 @@ def job_backend_factory(request: pytest.FixtureRequest) -> BackendFactory:
     if request.param == "memory":
         return _memory_factory()
     return request.getfixturevalue("postgres_job_backend_factory")  # type: ignore[no-any-return]
+
+
+# --- The outbox store port (kernel/_outbox.py): the in-memory outbox and the PostgreSQL one -------
+
+
+@pytest.fixture
+async def postgres_outbox_factory(ship_engine: Any) -> Any:
+    metadata = MetaData()
+    table = ship_outbox_table(metadata)
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+
+    def make(clock: FrozenClock, **options: Any) -> Any:
+        return create_outbox(database=ship_engine, table=table, clock=clock, **options)
+
+    return make
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def outbox_store_factory(request: pytest.FixtureRequest) -> Any:
+    """Makes an outbox store (the ``OutboxStore`` port, plus ``enqueue`` and ``get``) on a clean
+    store: ``make(clock, max_attempts=..., backoff=..., on_error=...)``."""
+    if request.param == "memory":
+        return lambda clock, **options: InMemoryOutbox(clock=clock, **options)
+    return request.getfixturevalue("postgres_outbox_factory")

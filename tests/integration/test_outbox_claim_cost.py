@@ -1,7 +1,7 @@
 """O2 claim cost: EXPLAIN (ANALYZE, BUFFERS) of a claim of 100 at backlogs of 1,000 and
 1,000,000 pending rows. The claim must walk the partial indexes in order and touch about the
 same number of buffers whatever the backlog. The completion of a batch (O3) reads only its
-rows, by primary key."""
+rows, by primary key, and so does the one batch settle (delivered, retrying, dead, released)."""
 
 from __future__ import annotations
 
@@ -139,6 +139,7 @@ async def test_claim_reads_about_batch_size_entries_whatever_the_backlog(ship_en
         assert large_buffers <= 2 * small_buffers, results
     print(f"claim of {BATCH}: shared buffers (1k, 1M, ordered?) = {results}")  # noqa: T201
     await _check_complete_cost(ship_engine, large)
+    await _check_settle_cost(ship_engine, large)
 
 
 async def _check_complete_cost(engine: AsyncEngine, table: Table) -> None:
@@ -159,6 +160,40 @@ async def _check_complete_cost(engine: AsyncEngine, table: Table) -> None:
     params = {"ids": [i for i, _ in pairs], "tokens": [t for _, t in pairs], "now": None}
     for generic in (False, True):
         plan = await _explain(engine, statements.complete, params, generic=generic)
+        nodes = _nodes(plan["Plan"])
+        described = "\n".join(map(str, _describe(nodes)))
+        assert "Seq Scan" not in {n["Node Type"] for n in nodes}, described
+        assert f"{table.name}_pkey" in {n.get("Index Name") for n in nodes}, described
+        assert plan["Plan"]["Actual Rows"] == BATCH, described  # the stale pairs come back
+
+
+async def _check_settle_cost(engine: AsyncEngine, table: Table) -> None:
+    """O3, O4: the one fenced batch settle of 100 current claims (each way a message settles)
+    and 100 stale ones at 1,000,000 rows reads only those rows by primary key
+    (``<outbox>_pkey``), and answers the stale pairs alone."""
+    statements = build_statements(table)
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        claimed = (
+            await connection.execute(
+                statements.claim,
+                {"outbox": "main", "batch_size": BATCH, "lease": 30.0, "worker": "w", "now": None},
+            )
+        ).all()
+    stale = [(uuid.uuid4(), uuid.uuid4()) for _ in range(BATCH)]
+    pairs = [(row.id, row.lease_token) for row in claimed] + stale
+    kinds = ("delivered", "retrying", "dead", "released")
+    params = {
+        "ids": [i for i, _ in pairs],
+        "tokens": [t for _, t in pairs],
+        "settled_as": [kinds[n % 4] for n in range(len(pairs))],
+        "delays": [1.0] * len(pairs),
+        "release_ats": [None] * len(pairs),
+        "errors": ["boom"] * len(pairs),
+        "now": None,
+    }
+    for generic in (False, True):
+        plan = await _explain(engine, statements.settle, params, generic=generic)
         nodes = _nodes(plan["Plan"])
         described = "\n".join(map(str, _describe(nodes)))
         assert "Seq Scan" not in {n["Node Type"] for n in nodes}, described

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import uuid
 from collections import defaultdict
 
 import anyio
@@ -69,25 +70,23 @@ async def test_two_ordered_relays_deliver_each_key_in_enqueue_order_one_at_a_tim
     successes = 0
 
     # Settling ends a message's flight: clear its key just before the settle is sent, so the
-    # check never blames a claim that the settle's commit made legitimate.
-    real_ack, real_fail = outbox.complete_many, outbox.fail
+    # check never blames a claim that the settle's commit made legitimate. The relay settles a
+    # batch (completions and failures alike) in one call of the outbox's settle.
+    real_settle = outbox.settle
+    key_of: dict[uuid.UUID, str] = {}
 
-    async def complete_many(messages, **kwargs):
-        for m in messages:
-            in_flight.discard(m.ordering_key or "")
-        return await real_ack(messages, **kwargs)
+    async def settle(settlements, **kwargs):
+        for s in settlements:
+            in_flight.discard(key_of.pop(s.message_id, ""))
+        return await real_settle(settlements, **kwargs)
 
-    async def fail(message, error, **kwargs):
-        in_flight.discard(message.ordering_key or "")
-        return await real_fail(message, error, **kwargs)
-
-    outbox.complete_many = complete_many  # type: ignore[method-assign]
-    outbox.fail = fail  # type: ignore[method-assign]
+    outbox.settle = settle  # type: ignore[method-assign]
 
     async def sink(message: OutboxMessage) -> None:
         nonlocal successes
         key = message.ordering_key
         seq = message.payload["seq"]
+        key_of[message.id] = key or ""
         if key is not None:
             if key in in_flight:
                 violations.append(f"{key}: seq {seq} handed out while another was in flight")

@@ -339,14 +339,14 @@ async def test_relay_survives_a_database_outage(engine, ship_engine_url, errors)
     database = engine.url.database
     admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/postgres")
     completed = asyncio.Event()
-    real_complete_many = outbox.complete_many
+    real_settle = outbox.settle
 
-    async def complete_many(messages, **kwargs):
-        outcomes = await real_complete_many(messages, **kwargs)
+    async def settle(settlements, **kwargs):
+        outcomes = await real_settle(settlements, **kwargs)
         completed.set()
         return outcomes
 
-    outbox.complete_many = complete_many  # type: ignore[method-assign]
+    outbox.settle = settle  # type: ignore[method-assign]
     try:
         async with await start_outbox_relay(outbox, "main", sink, poll_interval=0.02) as relay:
             await outbox.enqueue("main", "t", {"n": 0})
@@ -459,7 +459,7 @@ class Flaky:
         self.odd = set(odd)
         self.down = set() if down is None else down
         self.calls: dict[str, int] = {}
-        for name in ("complete_many", "heartbeat", "fail", "release", "claim"):
+        for name in ("settle", "heartbeat", "claim"):
             setattr(outbox, name, self._wrap(name, getattr(outbox, name)))
 
     def _wrap(self, name: str, real: Any) -> Any:
@@ -484,12 +484,13 @@ async def drive(clock: FrozenClock, done: Any, step: float = ERROR_BACKOFF.max_d
 async def test_failed_settles_are_retried_in_place_and_nothing_is_republished(
     engine, outbox, ship_clock, errors
 ):
-    """O3/O4 under a flapping database: a completion, a heartbeat and a fail that
-    each fail once are retried in place after the error backoff, on the same claim (fenced on
-    its token), instead of the batch being dropped and republished after its lease. Each
-    message is published exactly once; each injected error is reported once."""
+    """O3/O4 under a flapping database: a settle (the completion before the heartbeat; the
+    batch's last, with its failure and its completion) and a heartbeat that each fail once are
+    retried in place after the error backoff, on the same claim (fenced on its token), instead
+    of the batch being dropped and republished after its lease. Each message is published
+    exactly once; each injected error is reported once."""
     m0, m1, m2 = [await outbox.enqueue("main", "t", {"n": n}) for n in range(3)]
-    flaky = Flaky(outbox, odd={"complete_many", "heartbeat", "fail"})
+    flaky = Flaky(outbox, odd={"settle", "heartbeat"})
     published: list[uuid.UUID] = []
 
     async def sink(message: OutboxMessage) -> None:
@@ -502,16 +503,15 @@ async def test_failed_settles_are_retried_in_place_and_nothing_is_republished(
     # One batch, not full: no claim ahead, so the calls counted below are this batch's alone.
     started = start_outbox_relay(outbox, "main", sink, batch_size=4, lease=30, poll_interval=3600)
     async with await started as relay:
-        await drive(ship_clock, lambda: relay.delivered == 2 and len(errors) == 5)
+        await drive(ship_clock, lambda: relay.delivered == 2 and len(errors) == 4)
     assert published == [m0, m1, m2]
-    assert flaky.calls == {"claim": 1, "complete_many": 4, "heartbeat": 2, "fail": 2}
+    assert flaky.calls == {"claim": 1, "settle": 4, "heartbeat": 2}
     injected = [str(e) for e in errors if isinstance(e, InjectedError)]
     assert sorted(injected) == sorted(
         [
-            "complete_many #1: connection lost",
-            "complete_many #3: connection lost",
+            "settle #1: connection lost",
+            "settle #3: connection lost",
             "heartbeat #1: connection lost",
-            "fail #1: connection lost",
         ]
     )
     (publish_error,) = [e for e in errors if isinstance(e, OutboxPublishError)]
@@ -526,7 +526,7 @@ async def test_a_retried_completion_of_a_retaken_message_is_stale_and_changes_no
     lease lapsed and another relay retook the message, the retry is answered "stale", changes
     nothing and is reported; this relay does not publish the message again."""
     message_id = await outbox.enqueue("main", "t", {})
-    down = {"complete_many"}
+    down = {"settle"}
     Flaky(outbox, down=down)
     sink = Recorder(1)
     started = start_outbox_relay(outbox, "main", sink, batch_size=1, lease=10, poll_interval=3600)
@@ -553,7 +553,7 @@ async def test_stop_during_a_completion_retry_makes_one_last_attempt_then_leaves
     makes one last attempt, reports its failure and returns; the message stays claimed until
     its lease lapses (at-least-once: it is published again after that)."""
     await outbox.enqueue("main", "t", {})
-    Flaky(outbox, down={"complete_many"})
+    Flaky(outbox, down={"settle"})
     relay = await start_outbox_relay(outbox, "main", Recorder(1), lease=10, poll_interval=3600)
     await errors.wait_for(1)
     await until_parked(ship_clock)
@@ -562,6 +562,40 @@ async def test_stop_during_a_completion_retry_makes_one_last_attempt_then_leaves
     assert not relay.running
     assert [type(e) for e in errors] == [InjectedError, InjectedError]
     assert await statuses(engine) == [("claimed", 1)]
+
+
+async def test_stop_during_a_heartbeats_settle_retry_still_settles_the_batch_on_the_way_out(
+    engine, outbox, ship_clock, errors
+):
+    """O3: stop() while the settle before a heartbeat is being retried makes its last in-place
+    attempt and then, leaving, one more of the whole batch (the published message delivered,
+    the unpublished ones released) rather than dropping what was published to its lease."""
+    for n in range(3):
+        await outbox.enqueue("main", "t", {"n": n})
+    real_settle = outbox.settle
+    calls = 0
+
+    async def settle(settlements, **kwargs):
+        nonlocal calls
+        calls += 1
+        if calls <= 2:  # the heartbeat's settle and its last in-place retry at stop()
+            raise InjectedError(f"settle #{calls}: connection lost")
+        return await real_settle(settlements, **kwargs)
+
+    outbox.settle = settle  # type: ignore[method-assign]
+
+    async def sink(message: OutboxMessage) -> None:
+        if message.payload["n"] == 0:
+            ship_clock.advance(10)  # a third of the lease: settle, then heartbeat, before n=1
+
+    relay = await start_outbox_relay(outbox, "main", sink, lease=30, poll_interval=3600)
+    await errors.wait_for(1)
+    await until_parked(ship_clock)  # the settle's retry waits out its error backoff
+    with anyio.fail_after(10):
+        await relay.stop()
+    assert calls == 3
+    assert await statuses(engine) == [("delivered", 1), ("pending", 0), ("pending", 0)]
+    assert [str(e) for e in errors] == ["settle #1: connection lost", "settle #2: connection lost"]
 
 
 async def test_error_backoff_is_capped_at_the_loops_error_backoff(errors):

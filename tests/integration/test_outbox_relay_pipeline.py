@@ -24,6 +24,7 @@ from ship_sqla._outbox import (
     ship_outbox_table,
     start_outbox_relay,
 )
+from ship_sqla.kernel import OutboxSettlement
 from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
@@ -63,7 +64,8 @@ def outbox(engine: AsyncEngine, ship_clock: FrozenClock, errors: list[BaseExcept
 
 
 class Traced:
-    """Wraps an outbox's claim and complete_many to record how they overlap."""
+    """Wraps an outbox's claim and settle (the relay's one batch settle: completions, failures
+    and releases) to record how they overlap."""
 
     def __init__(self, outbox: Outbox) -> None:
         self.completing = 0
@@ -72,9 +74,9 @@ class Traced:
         self.fail_next_complete = False
         self.fail_next_claim_during_complete = False
         self._claim = outbox.claim
-        self._complete_many = outbox.complete_many
+        self._settle = outbox.settle
         outbox.claim = self.claim  # type: ignore[method-assign]
-        outbox.complete_many = self.complete_many  # type: ignore[method-assign]
+        outbox.settle = self.settle  # type: ignore[method-assign]
 
     async def claim(self, *args: Any, **kwargs: Any) -> list[OutboxMessage]:
         if self.completing:
@@ -84,19 +86,19 @@ class Traced:
                 raise ClaimFailedError("database unreachable")
         return await self._claim(*args, **kwargs)
 
-    async def complete_many(self, messages: list[OutboxMessage], **kwargs: Any) -> list[Any]:
+    async def settle(self, settlements: list[OutboxSettlement], **kwargs: Any) -> list[Any]:
         self.completing += 1
         try:
             await anyio.lowlevel.checkpoint()  # let a claim started alongside begin
             if self.fail_next_complete:
                 self.fail_next_complete = False
                 raise AckFailedError("completion lost")
-            outcomes = await self._complete_many(messages, **kwargs)
+            outcomes = await self._settle(settlements, **kwargs)
         finally:
             self.completing -= 1
-        for message, outcome in zip(messages, outcomes, strict=True):
+        for settlement, outcome in zip(settlements, outcomes, strict=True):
             if outcome == "delivered":
-                self.completed.add(message.id)
+                self.completed.add(settlement.message_id)
         return outcomes
 
 
@@ -228,14 +230,14 @@ async def test_stop_releases_the_batch_claimed_ahead(engine, outbox, ship_clock)
     traced = Traced(outbox)
     completing = anyio.Event()
     proceed = anyio.Event()
-    real_complete_many = traced.complete_many
+    real_settle = traced.settle
 
-    async def slow_complete_many(messages: list[OutboxMessage], **kwargs: Any) -> list[Any]:
+    async def slow_settle(settlements: list[OutboxSettlement], **kwargs: Any) -> list[Any]:
         completing.set()
         await proceed.wait()
-        return await real_complete_many(messages, **kwargs)
+        return await real_settle(settlements, **kwargs)
 
-    outbox.complete_many = slow_complete_many  # type: ignore[method-assign]
+    outbox.settle = slow_settle  # type: ignore[method-assign]
     published: list[uuid.UUID] = []
 
     async def sink(message: OutboxMessage) -> None:

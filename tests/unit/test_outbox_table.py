@@ -116,8 +116,7 @@ def test_settles_are_fenced_on_the_lease_token():
     statements = build_statements(ship_outbox_table(MetaData()))
     for statement in (
         statements.complete,
-        statements.fail,
-        statements.release,
+        statements.settle,
         statements.heartbeat,
     ):
         text = sql(statement)
@@ -129,7 +128,9 @@ def test_batch_statements_use_arrays_not_expanding_lists():
     statements = build_statements(ship_outbox_table(MetaData()))
     assert "unnest($" in sql(statements.enqueue)
     assert "unnest($" in sql(statements.complete)
+    assert "unnest($" in sql(statements.settle)
     assert "any($" in sql(statements.retry)
     assert "POSTCOMPILE" not in "".join(
-        sql(s) for s in (statements.enqueue, statements.retry, statements.complete)
+        sql(s)
+        for s in (statements.enqueue, statements.retry, statements.complete, statements.settle)
     )

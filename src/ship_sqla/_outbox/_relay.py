@@ -1,13 +1,16 @@
-"""The relay: claim -> publish -> complete, in a loop that never raises.
+"""The relay: claim -> publish -> settle, in a loop that never raises.
 
-The relay never sees SQL: it calls the :class:`~ship_sqla._outbox._store.Outbox`. One batch is
+The relay never sees SQL: it calls the outbox's store port
+(:class:`~ship_sqla.kernel._outbox.OutboxStore`: claim, heartbeat, settle). One batch is
 
 1. ``claim`` up to ``batch_size`` messages for ``lease`` seconds (one statement of its own);
-2. publish them one by one to the sink, in claim order. Successes are completed together in
-   one statement at the end of the batch (and before every heartbeat); a sink error ``fail``s
-   that message (retry with the outbox's backoff, or dead) and is reported to ``on_error``;
-3. every third of the lease, complete what is published and heartbeat the rest; a message whose
-   claim turned stale is not published by this relay (its new holder will).
+2. publish them one by one to the sink, in claim order. Each success becomes a delivered
+   settlement, each sink error a failed one (retry with the outbox's backoff, or dead: the
+   kernel's rule, :func:`~ship_sqla.kernel._outbox_records.message_failed`); the batch is
+   settled in ONE ``settle`` call at its end (and before every heartbeat), and each sink error
+   is then reported to ``on_error`` with what became of its message;
+3. every third of the lease, settle what is published or failed and heartbeat the rest; a
+   message whose claim turned stale is not published by this relay (its new holder will).
 
 When a batch was full and the outbox is on an engine, the next one is claimed (on another
 pooled connection) while this one's completion is in flight, so a relay working through a
@@ -15,12 +18,13 @@ backlog waits about one round trip per batch, not two. That claim starts only af
 sink calls returned; a batch claimed ahead that will not be published (the relay stopped, or the
 completion still failed when it did) is released.
 
-Stopping is graceful: the message being published finishes, published ones are completed and
-the batch's unpublished messages are released (their attempt given back), so another relay takes
-them at once instead of after a lease. Errors the loop absorbs (poll and settle failures during a
-database outage, stale claims, publish failures) go to ``on_error``; nothing is raised out of it.
+Stopping is graceful: the message being published finishes, and in the batch's one settle
+published ones are completed, failed ones failed and unpublished ones released (their attempt
+given back), so another relay takes them at once instead of after a lease. Errors the loop
+absorbs (poll and settle failures during a database outage, stale claims, publish failures) go
+to ``on_error``; nothing is raised out of it.
 
-Outages. A settle of the batch in hand (complete, heartbeat, fail) that fails is retried in
+Outages. A settle of the batch in hand (its settle, a heartbeat) that fails is retried in
 place, after the error backoff, until it lands or the relay stops: the batch is never dropped
 from memory and republished because the database went away for a moment. Retrying is safe at any
 time because every settle is fenced on the lease token: once the message was retaken (its lease
@@ -38,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
@@ -68,6 +72,11 @@ from ship_sqla.kernel._durations import (
 )
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._lifespan import enter_lifespan, require_lifespan
+from ship_sqla.kernel._outbox_records import (
+    message_delivered,
+    message_failed,
+    message_released,
+)
 from ship_sqla.kernel._plans.backoff import error_backoff
 from ship_sqla.kernel._tracing import publish_span, traces_message
 from ship_sqla.kernel._waiting import wait_event
@@ -77,6 +86,7 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._outbox_records import OutboxSettlement
     from ship_sqla.kernel._ports import JobBackend
 
 __all__ = ["OutboxRelay", "OutboxSink", "job_sink", "start_outbox_relay"]
@@ -315,9 +325,11 @@ class OutboxRelay:
         claimed_at = self._clock.monotonic()
         messages = await self._claim()
         if messages:
-            published, remaining = await self._publish(messages, claimed_at)
-            await self._flush(published)
-            await self._release(remaining)
+            settled, remaining = await self._publish(messages, claimed_at)
+            try:
+                await self._flush(settled, remaining)
+            finally:
+                self._gave_up(settled)  # empty once the settle landed
         return len(messages)
 
     async def _step(self, ahead: _Claim | None) -> tuple[int, _Claim | None]:
@@ -344,7 +356,7 @@ class OutboxRelay:
                 raise
         if not messages:
             return 0, None
-        published, remaining = await self._publish(messages, claimed_at)
+        settled, remaining = await self._publish(messages, claimed_at)
         following: _Claim | None = None
         if (
             len(messages) == self._batch_size
@@ -354,9 +366,9 @@ class OutboxRelay:
         ):
             following = _Claim(self._clock.monotonic(), asyncio.ensure_future(self._claim()))
         try:
-            await self._flush(published)
-            await self._release(remaining)
+            await self._flush(settled, remaining)
         except BaseException:
+            self._gave_up(settled)
             if following is not None:
                 await self._give_back(following)
             raise
@@ -376,23 +388,24 @@ class OutboxRelay:
         """Release a batch claimed ahead that will not be published (stop, or a failure)."""
         try:
             messages = await ahead.task
-            await self._release(messages)
+            await self._flush([], messages, retry=False)
         except Exception as exc:  # noqa: BLE001 - reported; unreleased rows wait out their lease
             self._report(exc)
 
     async def _publish(
         self, messages: list[OutboxMessage], claimed_at: float
-    ) -> tuple[list[OutboxMessage], list[OutboxMessage]]:
-        """Publish in claim order until done or stopping: returns (published and not yet
-        completed, not published). Leases are heartbeaten every third of the lease, counted
-        from ``claimed_at`` (a monotonic time taken before the claim)."""
-        published: list[OutboxMessage] = []
+    ) -> tuple[list[_Settled], list[OutboxMessage]]:
+        """Publish in claim order until done or stopping: returns (published or failed, not yet
+        settled; not published). Leases are heartbeaten every third of the lease, counted from
+        ``claimed_at`` (a monotonic time taken before the claim), after what is settled so far
+        is settled."""
+        settled: list[_Settled] = []
         remaining = list(messages)
         beaten_at = claimed_at
         try:
             while remaining and not self._stopping:
                 if self._clock.monotonic() - beaten_at >= self._lease / 3:
-                    await self._flush(published)
+                    await self._flush(settled)
                     remaining = await self._heartbeat(remaining)
                     beaten_at = self._clock.monotonic()
                     continue
@@ -400,16 +413,17 @@ class OutboxRelay:
                 try:
                     await self._publish_one(message)
                 except Exception as exc:  # noqa: BLE001 - a sink error fails the message only
-                    await self._fail(message, exc)
+                    failed = message_failed(message, exc, self._outbox.backoff)
+                    settled.append(_Settled(message, failed, exc))
                 else:
-                    published.append(message)
+                    settled.append(_Settled(message, message_delivered(message)))
         except BaseException:
             # Cancelled (hard stop), or a settle failed once the relay was stopping: one last
             # attempt to hand back what we hold, then re-raise. The message that was in the sink
             # is unknown-published and is left to its lease.
-            await self._settle_on_the_way_out(published, remaining)
+            await self._settle_on_the_way_out(settled, remaining)
             raise
-        return published, remaining
+        return settled, remaining
 
     async def _publish_one(self, message: OutboxMessage) -> None:
         """The sink call, inside a span whose parent is the trace context the message's headers
@@ -428,18 +442,15 @@ class OutboxRelay:
             await self._sink(message)
 
     async def _settle_on_the_way_out(
-        self, published: list[OutboxMessage], remaining: list[OutboxMessage]
+        self, settled: list[_Settled], remaining: list[OutboxMessage]
     ) -> None:
-        """Complete and release once each, without retrying (the relay is leaving); what
-        fails is reported and left to its lease: published messages are then delivered again."""
+        """Settle and release once, without retrying (the relay is leaving); what fails is
+        reported and left to its lease: published messages are then delivered again."""
         try:
-            await self._flush(published, retry=False)
+            await self._flush(settled, remaining, retry=False)
         except Exception as exc:  # noqa: BLE001 - reported; the rows wait out their lease
             self._report(exc)
-        try:
-            await self._release(remaining)
-        except Exception as exc:  # noqa: BLE001 - reported; the rows wait out their lease
-            self._report(exc)
+            self._gave_up(settled)
 
     async def _retrying(self, settle: Callable[[], Awaitable[T]], *, retry: bool = True) -> T:
         """Run a settle of the batch in hand until it lands.
@@ -465,19 +476,52 @@ class OutboxRelay:
                     self._stop_requested, self._clock, self._error_backoff.delay(failures)
                 )
 
-    async def _flush(self, published: list[OutboxMessage], *, retry: bool = True) -> None:
-        """Complete ``published`` in one statement, retried in place while it fails (see
-        :meth:`_retrying`); ``published`` is emptied once the completion landed."""
-        if not published:
+    async def _flush(
+        self,
+        settled: list[_Settled],
+        unpublished: Sequence[OutboxMessage] = (),
+        *,
+        retry: bool = True,
+    ) -> None:
+        """Settle the batch in hand in ONE fenced call (the port's ``settle``): every published
+        message delivered, every failed one retrying or dead (the kernel's rule), every
+        ``unpublished`` one released; retried in place while it fails (see :meth:`_retrying`).
+        ``settled`` is emptied once the settle landed; kept when it raised, for the caller's
+        last attempt (:meth:`_settle_on_the_way_out`) or :meth:`_gave_up`."""
+        batch = list(settled)
+        batch.extend(_Settled(m, message_released(m)) for m in unpublished)
+        if not batch:
             return
-        batch = list(published)
-        outcomes = await self._retrying(lambda: self._outbox.complete_many(batch), retry=retry)
-        published.clear()
+        outcomes: list[OutboxOutcome | None] = list(
+            await self._retrying(
+                lambda: self._outbox.settle([item.settlement for item in batch]), retry=retry
+            )
+        )
+        settled.clear()
+        self._answered(batch, outcomes)
+
+    def _gave_up(self, settled: list[_Settled]) -> None:
+        """The batch's settle failed for good: its publish failures are reported without an
+        outcome (the messages wait out their lease, and are delivered again)."""
+        self._answered(settled, [None] * len(settled))
+        settled.clear()
+
+    def _answered(self, batch: list[_Settled], outcomes: list[OutboxOutcome | None]) -> None:
+        """Every answer of one settle, read here: a publish failure reported with what became of
+        its message (None: the settle failed too), a stale completion or release reported,
+        deliveries counted."""
         completed = 0
-        for message, outcome in zip(batch, outcomes, strict=True):
-            if outcome == "stale":
-                self._report(OutboxLeaseStaleError(message.id, "complete"))
-            else:
+        for item, outcome in zip(batch, outcomes, strict=True):
+            if item.cause is not None:
+                error = OutboxPublishError(
+                    item.message, outcome, f"{type(item.cause).__name__}: {item.cause}"
+                )
+                error.__cause__ = item.cause
+                self._report(error)
+            elif outcome == "stale":
+                operation = "complete" if item.settlement.settled_as == "delivered" else "release"
+                self._report(OutboxLeaseStaleError(item.message.id, operation))
+            elif outcome == "delivered":
                 completed += 1
         self.delivered += completed
         if self._ordered and completed:
@@ -495,21 +539,6 @@ class OutboxRelay:
                 self._report(OutboxLeaseStaleError(message.id, "heartbeat"))
         return kept
 
-    async def _release(self, remaining: list[OutboxMessage]) -> None:
-        for message in remaining:
-            outcome = await self._outbox.release(message)
-            if outcome == "stale":
-                self._report(OutboxLeaseStaleError(message.id, "release"))
-
-    async def _fail(self, message: OutboxMessage, exc: Exception) -> None:
-        outcome: OutboxOutcome | None = None
-        try:
-            outcome = await self._retrying(lambda: self._outbox.fail(message, exc))
-        finally:
-            error = OutboxPublishError(message, outcome, f"{type(exc).__name__}: {exc}")
-            error.__cause__ = exc
-            self._report(error)
-
     def _report(self, error: BaseException) -> None:
         if self._on_error is None:
             self._outbox.report_error(error)
@@ -518,6 +547,23 @@ class OutboxRelay:
             self._on_error(error)
         except Exception:
             logger.exception("ship_sqla outbox relay: on_error raised while handling %r", error)
+
+
+class _Settled:
+    """A message of the batch in hand and how it settles; ``cause``: the sink's error when it
+    failed (reported with the settle's answer)."""
+
+    __slots__ = ("cause", "message", "settlement")
+
+    def __init__(
+        self,
+        message: OutboxMessage,
+        settlement: OutboxSettlement,
+        cause: Exception | None = None,
+    ) -> None:
+        self.message = message
+        self.settlement = settlement
+        self.cause = cause
 
 
 class _Claim:

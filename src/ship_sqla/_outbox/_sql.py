@@ -11,7 +11,7 @@ prepared statement). Rules every statement here follows:
   predicate implies the index's, and a generic prepared plan cannot prove that about ``$1``.
 - Arrays, never expanding IN lists: ``= ANY(:ids)`` and ``unnest(:ids, :tokens)`` keep one SQL
   text whatever the batch size.
-- Settles (complete, fail, release, heartbeat) match ``id`` AND ``lease_token`` AND
+- Settles (complete, the batch settle, heartbeat) match ``id`` AND ``lease_token`` AND
   ``state = 'claimed'`` (O3): a holder whose claim was retaken changes nothing.
 """
 
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from sqlalchemy import (
-    Boolean,
+    Float,
     Integer,
     Table,
     Text,
@@ -35,7 +35,6 @@ from sqlalchemy import (
     insert,
     literal_column,
     null,
-    or_,
     select,
     text,
     tuple_,
@@ -47,7 +46,10 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, REGCLASS, UUID
 from ship_sqla._outbox._tables import LEASE_INDEX_PREDICATE, PENDING_INDEX_PREDICATE
 from ship_sqla._sql import TABLELESS
 from ship_sqla._sql.notify import ANNOUNCE_AFTER_COMMIT
-from ship_sqla._sql_time import TSTZ, now_param, seconds_param
+from ship_sqla._sql_time import ONE_SECOND, TSTZ, now_param, seconds_param
+from ship_sqla.kernel._outbox_records import (
+    OUTBOX_LEASE_LAPSED_FINAL_ATTEMPT as LEASE_LAPSED_FINAL_ATTEMPT,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy import TextClause
@@ -62,8 +64,6 @@ __all__ = [
     "build_statements",
 ]
 
-LEASE_LAPSED_FINAL_ATTEMPT = "SHIP_SQLA_OUTBOX_LEASE_LAPSED_FINAL_ATTEMPT"
-"""The ``last_error`` of a row dead-lettered because its lease lapsed on its final attempt."""
 
 _ZERO = literal_column("0", Integer)
 _ONE = literal_column("1", Integer)
@@ -112,11 +112,10 @@ class OutboxStatements:
     """:ids uuid[], :tokens uuid[], :now -> the (id, token) pairs NOT completed (stale); a pair
     already delivered under that same token counts as completed (idempotent retries)."""
 
-    fail: ReturningUpdate[Any]
-    """:message_id, :token, :error, :delay (seconds), :permanent, :now -> new state, or no row."""
-
-    release: ReturningUpdate[Any]
-    """:message_id, :token, :release_at (NULL = now), :now -> one row unless stale."""
+    settle: Select[Any]
+    """:ids uuid[], :tokens uuid[], :settled_as text[], :delays float8[] (seconds),
+    :release_ats timestamptz[] (NULL = now), :errors text[], :now -> the (id, token, settled_as)
+    settlements NOT applied (stale); see :func:`_settle`."""
 
     heartbeat: ReturningUpdate[Any]
     """:ids uuid[], :tokens uuid[], :lease (seconds), :now -> (id, token, lease_expires_at)."""
@@ -157,8 +156,7 @@ def build_statements(table: Table) -> OutboxStatements:
         claim=_claim(table, ordered=False),
         claim_ordered=_claim(table, ordered=True),
         complete=_complete(table),
-        fail=_fail(table),
-        release=_release(table),
+        settle=_settle(table),
         heartbeat=_heartbeat(table),
         list_dead_first=_list_dead(table, after=False),
         list_dead_after=_list_dead(table, after=True),
@@ -355,7 +353,7 @@ def _uuid_param(name: str) -> ColumnElement[Any]:
 def _held_under(
     t: Table, message_id: ColumnElement[Any], token: ColumnElement[Any]
 ) -> tuple[ColumnElement[bool], ...]:
-    """O3, the fence of every settle (complete, fail, release, heartbeat): the row is still
+    """O3, the fence of every settle (complete, settle, heartbeat): the row is still
     claimed under this very lease token. A holder whose claim was retaken (a new token) or
     settled (not 'claimed') matches nothing and changes nothing."""
     return (t.c.id == message_id, t.c.lease_token == token, t.c.state == CLAIMED)
@@ -403,36 +401,66 @@ def _complete(t: Table) -> Select[Any]:
     return select(unmatched.c.id, unmatched.c.token).where(~delivered_before)
 
 
-def _fail(t: Table) -> ReturningUpdate[Any]:
+def _settle(t: Table) -> Select[Any]:
+    """O3, O4: the one fenced batch settle, ``OutboxSettlement`` records as arrays (the kernel
+    decided each one: delivered, retrying, dead or released), applied in ONE statement; served
+    by ``<outbox>_pkey`` (one primary-key probe per pair), like the runs'
+    ``SETTLE_IF_TOKEN_CURRENT``.
+
+    Answers the settlements that were NOT applied (usually none), as ``complete`` does; a
+    delivered settlement whose row was already delivered under that same token counts as
+    applied (a retried completion whose reply was lost). A release gives back the attempt the
+    claim counted; a delivered row keeps its token, every other settle clears it."""
+    rows = func.unnest(
+        bindparam("ids", type_=ARRAY(UUID(as_uuid=True))),
+        bindparam("tokens", type_=ARRAY(UUID(as_uuid=True))),
+        bindparam("settled_as", type_=ARRAY(Text)),
+        bindparam("delays", type_=ARRAY(Float)),
+        bindparam("release_ats", type_=ARRAY(TSTZ)),
+        bindparam("errors", type_=ARRAY(Text)),
+    ).table_valued("id", "token", "settled_as", "delay", "release_at", "error")
+    rows = rows.render_derived(name="s", with_types=False)
+    given = select(rows).cte("given")
     now = now_param()
-    dies = or_(bindparam("permanent", type_=Boolean), t.c.attempts >= t.c.max_attempts)
-    return (
+    kind = given.c.settled_as
+    settled = (
         update(t)
-        .where(*_held_under(t, _uuid_param("message_id"), _uuid_param("token")))
+        .where(*_held_under(t, given.c.id, given.c.token))
         .values(
-            state=case((dies, DEAD), else_=PENDING),
-            available_at=case((dies, t.c.available_at), else_=now + seconds_param("delay")),
-            last_error=bindparam("error", type_=Text),
+            state=case((kind == DELIVERED, DELIVERED), (kind == DEAD, DEAD), else_=PENDING),
+            attempts=case(
+                (kind == _lit("released"), func.greatest(t.c.attempts - _ONE, _ZERO)),
+                else_=t.c.attempts,
+            ),
+            available_at=case(
+                (kind == _lit("retrying"), now + given.c.delay * ONE_SECOND),
+                (kind == _lit("released"), func.coalesce(given.c.release_at, now)),
+                else_=t.c.available_at,
+            ),
+            delivered_at=case((kind == DELIVERED, now), else_=t.c.delivered_at),
+            last_error=case(
+                (kind.in_([_lit("retrying"), DEAD]), given.c.error), else_=t.c.last_error
+            ),
             lease_expires_at=null(),
-            lease_token=null(),
+            lease_token=case((kind == DELIVERED, t.c.lease_token), else_=null()),
         )
-        .returning(t.c.state, t.c.available_at)
+        .returning(given.c.id, given.c.token, given.c.settled_as)
+        .cte("settled")
     )
-
-
-def _release(t: Table) -> ReturningUpdate[Any]:
-    # The claim counted an attempt that was never made: give it back.
-    return (
-        update(t)
-        .where(*_held_under(t, _uuid_param("message_id"), _uuid_param("token")))
-        .values(
-            state=PENDING,
-            attempts=func.greatest(t.c.attempts - _ONE, _ZERO),
-            available_at=func.coalesce(bindparam("release_at", type_=TSTZ), now_param()),
-            lease_expires_at=null(),
-            lease_token=null(),
-        )
-        .returning(t.c.id)
+    unmatched = (
+        select(given.c.id, given.c.token, given.c.settled_as)
+        .except_(select(settled.c.id, settled.c.token, settled.c.settled_as))
+        .subquery("unmatched")
+    )
+    # The statement's snapshot predates its own update: this sees rows delivered earlier only.
+    delivered_before = exists().where(
+        unmatched.c.settled_as == DELIVERED,
+        t.c.id == unmatched.c.id,
+        t.c.lease_token == unmatched.c.token,
+        t.c.state == DELIVERED,
+    )
+    return select(unmatched.c.id, unmatched.c.token, unmatched.c.settled_as).where(
+        ~delivered_before
     )
 
 

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ship_sqla.kernel._errors import (
-    OutageError,
-    RefusedError,
-    StaleLeaseError,
-    UsageError,
+from ship_sqla.kernel._errors import OutageError, RefusedError, UsageError
+
+# The claim's and the settles' records live in the kernel, beside the outbox store port
+# (kernel/_outbox.py) that the in-memory outbox implements too; re-exported here.
+from ship_sqla.kernel._outbox_records import (
+    OutboxDeadLetteredError,
+    OutboxLeaseStaleError,
+    OutboxMessage,
+    OutboxOutcome,
+    OutboxRecord,
+    OutboxState,
 )
 
 if TYPE_CHECKING:
-    import uuid
     from collections.abc import Mapping
     from datetime import datetime
 
@@ -32,13 +37,6 @@ __all__ = [
     "OutboxState",
 ]
 
-OutboxState: TypeAlias = Literal["pending", "claimed", "delivered", "dead"]
-"""A message's state (the ``state`` column)."""
-
-OutboxOutcome: TypeAlias = Literal["delivered", "retrying", "dead", "released", "stale"]
-"""What a settle did. ``"stale"``: the lease token was no longer current (the lease lapsed and the
-row was retaken, or it was already settled); nothing was changed (O3)."""
-
 
 @attrs.frozen
 class OutboxIntent:
@@ -49,72 +47,6 @@ class OutboxIntent:
     headers: Mapping[str, Any] | None = None
     ordering_key: str | None = None
     available_at: datetime | None = None
-
-
-@attrs.frozen
-class OutboxMessage:
-    """A claimed message. ``token`` (the row's ``lease_token``) fences every settle of this
-    claim (O3).
-
-    ``tenant`` is the row's ``tenant_id`` column (Python says ``tenant``, SQL ``tenant_id``).
-    ``attempt`` counts this delivery (1 on the first claim); ``lease_expires_at`` is when another
-    relay may retake it if it has not been settled.
-    """
-
-    id: uuid.UUID
-    outbox_id: str
-    topic: str
-    payload: Any
-    headers: Mapping[str, Any]
-    ordering_key: str | None
-    tenant: str | None
-    attempt: int
-    max_attempts: int
-    token: uuid.UUID
-    claimed_by: str
-    lease_expires_at: datetime
-    available_at: datetime
-    created_at: datetime
-    last_error: str | None
-
-
-@attrs.frozen
-class OutboxRecord:
-    """A row as operators see it (``list_dead``, ``get``), whatever its state."""
-
-    id: uuid.UUID
-    outbox_id: str
-    topic: str
-    payload: Any
-    headers: Mapping[str, Any]
-    ordering_key: str | None
-    tenant: str | None
-    state: OutboxState
-    attempts: int
-    max_attempts: int
-    available_at: datetime
-    created_at: datetime
-    lease_expires_at: datetime | None
-    claimed_by: str | None
-    delivered_at: datetime | None
-    last_error: str | None
-
-
-class OutboxLeaseStaleError(StaleLeaseError, RuntimeError):
-    """A settle carried a lease token that is no longer current: nothing was changed (O3)."""
-
-    code = "SHIP_SQLA_OUTBOX_LEASE_STALE"
-
-    def __init__(self, message_id: uuid.UUID, operation: str) -> None:
-        self.message_id = message_id
-        self.operation = operation
-        super().__init__(
-            f"{operation} of outbox message {message_id} was rejected: its lease is no longer"
-            " current (the lease lapsed and another relay retook it, or it was already settled);"
-            " the row was left unchanged.",
-            fix="settle within the lease (or heartbeat it); a retaken message is delivered again by"
-            " its new holder, so consumers must tolerate duplicates.",
-        )
 
 
 class OutboxPayloadError(UsageError, TypeError):
@@ -167,19 +99,3 @@ class OutboxSinkRejectedError(RefusedError, RuntimeError):
     """A sink's target refused the message (e.g. the job queue is full); it will be retried."""
 
     code = "SHIP_SQLA_OUTBOX_SINK_REJECTED"
-
-
-class OutboxDeadLetteredError(StaleLeaseError, RuntimeError):
-    """A claim found a lapsed lease on a message's final attempt and dead-lettered it (O4)."""
-
-    code = "SHIP_SQLA_OUTBOX_LEASE_LAPSED_FINAL_ATTEMPT"
-
-    def __init__(self, record: OutboxRecord) -> None:
-        self.record = record
-        super().__init__(
-            f"outbox message {record.id} (outbox {record.outbox_id!r}, topic {record.topic!r})"
-            f" was dead-lettered: its lease lapsed on its final attempt"
-            f" ({record.attempts}/{record.max_attempts}), so its last holder died or stalled.",
-            fix="find why the relay did not settle it within its lease (crash, hung sink, lease"
-            " too short); retry it once fixed (create_outbox_operations(...).retry).",
-        )

@@ -12,8 +12,14 @@ from ship_sqla.kernel._clock import SystemClock as SystemClock
 from ship_sqla.kernel._memory.jobs import InMemoryJobBackend as InMemoryJobBackend
 from ship_sqla.kernel._memory.locks import InMemoryLock as InMemoryLock
 from ship_sqla.kernel._memory.locks import InMemoryLockProvider as InMemoryLockProvider
+from ship_sqla.kernel._memory.outbox import InMemoryOutbox as InMemoryOutbox
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry as InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore as InMemoryWorkflowStore
+from ship_sqla.kernel._outbox import OutboxStore as OutboxStore
+from ship_sqla.kernel._outbox_records import OutboxSettlement as OutboxSettlement
+from ship_sqla.kernel._outbox_records import message_delivered as message_delivered
+from ship_sqla.kernel._outbox_records import message_failed as message_failed
+from ship_sqla.kernel._outbox_records import message_released as message_released
 from ship_sqla.kernel._ports import LEASE_LAPSED as LEASE_LAPSED
 from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_ATTEMPT as LEASE_LAPSED_FINAL_ATTEMPT
 from ship_sqla.kernel._ports import RUN_CANCELLED as RUN_CANCELLED
@@ -74,6 +80,7 @@ __all__ = (
     "InMemoryJobBackend",
     "InMemoryLock",
     "InMemoryLockProvider",
+    "InMemoryOutbox",
     "InMemoryWorkerRegistry",
     "InMemoryWorkflowStore",
     "JobBackend",
@@ -82,6 +89,8 @@ __all__ = (
     "Lock",
     "LockProvider",
     "NewStep",
+    "OutboxSettlement",
+    "OutboxStore",
     "QueueDepthSource",
     "ReleaseReason",
     "RenewableLock",
@@ -108,6 +117,9 @@ __all__ = (
     "cancelled",
     "completed",
     "failed",
+    "message_delivered",
+    "message_failed",
+    "message_released",
     "refused",
     "released",
     "settle_refusal",
