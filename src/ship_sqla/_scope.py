@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import enum
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
+from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
-from ship_sqla._direct import DirectStatements
+from ship_sqla._direct import DirectStatements, copy_in_transaction
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel._errors import (
     DatabaseTimeoutError,
@@ -44,17 +46,19 @@ from ship_sqla.kernel._tenancy import MAX_TENANT_BYTES, check_tenant
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from sqlalchemy import TextClause
+    from sqlalchemy import CursorResult, Executable
     from sqlalchemy.engine.interfaces import IsolationLevel
 
     from ship_sqla._direct import CopyIn, DirectConnection
 
 __all__ = [
     "MAX_TENANT_BYTES",
+    "OWN",
     "AfterCommit",
     "Database",
     "StoreConnections",
     "TransactionScope",
+    "Within",
     "check_tenant",
     "current_scope",
     "joined",
@@ -289,7 +293,9 @@ async def run_after_commit(callbacks: list[AfterCommit]) -> None:
 
 
 class Joined:
-    """What :func:`joined` yields: the connection to run statements on, and ``after_commit``."""
+    """What :func:`joined` and :meth:`StoreConnections.transaction` yield: the connection to
+    run statements on, and ``after_commit``; given as ``scope=`` to the entry, a statement
+    joins this block."""
 
     __slots__ = ("_callbacks", "_scope", "connection")
 
@@ -421,31 +427,97 @@ async def _checked_out(direct: DirectStatements, operation: str) -> AsyncIterato
     await direct_connection.release()
 
 
+class Own(enum.Enum):
+    """The type of :data:`OWN`."""
+
+    OWN = "own"
+
+
+OWN: Final = Own.OWN
+"""``scope=OWN``: the store's own statement or transaction, never a unit of work's, even when
+one is ambient (a runtime's claim, heartbeat and settle, a worker's registry rows, the
+dashboard's samples): these never join the caller's transaction, and never look for one."""
+
+Within: TypeAlias = TransactionScope | Joined | Own | None
+"""Where a store call runs (``scope=`` of :class:`StoreConnections`' entry): a unit of work's
+scope (its transaction), ``None`` (the ambient unit of work's, if any, else the store's own),
+:data:`OWN` (always the store's own), or the :class:`Joined` of a block already open (one
+more statement of that block's transaction)."""
+
+
+class _Answer(enum.Enum):
+    """What a statement of :meth:`StoreConnections._one` answers its caller."""
+
+    NOTHING = "nothing"
+    ROWS = "rows"
+    """Rows read by position (or unpacked): the direct path's asyncpg records serve."""
+    NAMED = "named"
+    """SQLAlchemy's rows, read by column name: never the direct path."""
+    COUNT = "count"
+    """The statement's row count: never the direct path."""
+
+
+def _answered(result: CursorResult[Any], answer: _Answer) -> Any:  # noqa: ANN401 - per answer
+    if answer is _Answer.NOTHING:
+        return None
+    if answer is _Answer.COUNT:
+        return int(result.rowcount)
+    return result.all()
+
+
+async def _copy_then(
+    connection: AsyncConnection, copy: CopyIn, then: tuple[TextClause, Mapping[str, Any]] | None
+) -> bool:
+    """``copy`` as one more statement of ``connection``'s transaction, then ``then``; False
+    (nothing done) when the connection cannot run a COPY (:func:`copy_in_transaction`)."""
+    if not await copy_in_transaction(connection, copy):
+        return False
+    if then is not None:
+        await connection.execute(*then)
+    return True
+
+
 class StoreConnections:
-    """How a store reaches the database, in one place: its own statements and transactions, or
-    the unit of work it joins. Every ship store (jobs, outbox, idempotency, webhooks) holds one.
+    """How a store reaches the database: ONE execution entry, and the decision of how each
+    call runs made here, once. Every ship store (jobs, outbox, idempotency, webhooks, audit)
+    holds one. A store says what it runs and where (``scope=``, :data:`Within`); this class
+    decides how:
 
-    - :meth:`statement`: a connection on which one statement is its own transaction. On an
-      engine, a pooled AUTOCOMMIT connection (one round trip instead of BEGIN, statement,
-      COMMIT); on a connection already in a transaction (the test path), a SAVEPOINT of it.
-    - :meth:`transaction`: a short READ COMMITTED transaction of the store's own, whatever the
-      engine's default isolation (a statement's snapshot is then taken when it starts, after
-      any lock an earlier statement of the block waited for); a SAVEPOINT on the test path.
-    - :meth:`joined`: the given or ambient unit of work's connection (U1/U2), else a short
-      transaction of the store's own (``one_statement``: one autocommitted statement).
-    - :meth:`fetch`: the rows of one statement of the store's own, as :meth:`statement` runs
-      it; on an engine, straight on a pooled asyncpg connection whenever nothing watches its
-      statements (:class:`~ship_sqla._direct.DirectStatements`);
-    - :meth:`outside_unit_of_work` and :meth:`execute_alone`: a statement that answers nothing,
-      autocommitted, when no unit of work is given or ambient; on an engine, straight on a
-      pooled asyncpg connection whenever nothing watches its statements
-      (:class:`~ship_sqla._direct.DirectStatements`), else as :meth:`statement` would.
+    - joined: with a unit of work given or ambient (``scope=`` a scope, or ``None`` while one
+      is ambient), or the :class:`Joined` of an open block, the statements run on that
+      transaction's connection (U1/U2), not bounded by ``operation_timeout`` (the unit of work
+      owns its time), and ``after_commit`` waits for its commit;
+    - else, ONE statement (:meth:`execute`, :meth:`rows`, :meth:`count`) is its own
+      transaction, autocommitted: straight on a pooled asyncpg connection of the engine
+      whenever :class:`~ship_sqla._direct.DirectStatements` may run it (a ``text()``
+      statement, nothing watching the engine's statements, rows read by position), else on a
+      pooled AUTOCOMMIT ``AsyncConnection`` (one round trip instead of BEGIN, statement,
+      COMMIT);
+    - else, SEVERAL statements (:meth:`transaction`, a block) run in a short READ COMMITTED
+      transaction of the store's own, whatever the engine's default isolation (a statement's
+      snapshot is then taken when it starts, after any lock an earlier statement of the block
+      waited for);
+    - a bulk insert's COPY (:meth:`copy`) runs as a statement would: joined, as one more
+      statement of the transaction; on its own, straight on a pooled asyncpg connection (with
+      its announcement in one transaction); False when the path cannot run it, and the caller
+      inserts another way (:meth:`~ship_sqla._jobs._insert.RunInserter.store_plain` decides
+      the insert path once);
+    - on a connection already in a transaction (the test path), the store's own statements and
+      blocks each run in a SAVEPOINT of it, taking turns (one ``AsyncConnection`` serves one
+      statement at a time; a unit of work's joined calls run in its own task, which the scope
+      already guards).
 
-    Every block is bounded by ``operation_timeout`` (:class:`DatabaseTimeoutError`, or the
-    store's subclass of it) when one is set, and judged by the one outage rule
-    (:class:`~ship_sqla.errors.DatabaseUnavailableError`). One ``AsyncConnection`` serves one
-    statement at a time, so on the test path the store's blocks take turns (a unit of work's
-    joined blocks run in its own task, which the scope already guards).
+    Every call of the store's own is bounded by ``operation_timeout``
+    (:class:`DatabaseTimeoutError`, or the store's subclass of it) when one is set, and every
+    call is judged by the one outage rule (:class:`~ship_sqla.errors.DatabaseUnavailableError`
+    naming the store and ``what``).
+    An autocommitted statement of a call that could have joined a unit of work (``scope=`` not
+    :data:`OWN`) cut off mid-flight says that it may or may not have taken effect
+    (:data:`ALONE_CUT_OFF`), and so does a COMMIT of such a call's own transaction
+    (:data:`COMMIT_CUT_OFF`); :data:`OWN` calls keep the plain operation name, as before.
+
+    :meth:`statement`, :meth:`joined` and :meth:`fetch` are the previous entry points, kept
+    for the outbox store until it is migrated to the entry above.
     """
 
     __slots__ = (
@@ -482,7 +554,7 @@ class StoreConnections:
 
     @property
     def concurrent(self) -> bool:
-        """Whether two blocks may run at once: on an engine each takes its own pooled
+        """Whether two calls may run at once: on an engine each takes its own pooled
         connection; one ``AsyncConnection`` serves a single statement at a time."""
         return self._autocommit is not None
 
@@ -493,6 +565,186 @@ class StoreConnections:
         disposed engine a new pool nobody disposes."""
         engine = self.database
         return engine.sync_engine.pool if isinstance(engine, AsyncEngine) else engine
+
+    # -- the entry ------------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        what: str,
+        statement: Executable,
+        params: Mapping[str, Any] | None = None,
+        *,
+        scope: Within,
+    ) -> None:
+        """Run ONE statement whose rows nobody reads (see the class docstring)."""
+        await self._one(what, statement, params, scope, _Answer.NOTHING)
+
+    async def rows(
+        self,
+        what: str,
+        statement: Executable,
+        params: Mapping[str, Any] | None = None,
+        *,
+        scope: Within,
+        by_name: bool = False,
+    ) -> Sequence[Any]:
+        """The rows of ONE statement (see the class docstring), read by position or unpacked
+        (asyncpg records on the direct path, else SQLAlchemy's rows); ``by_name``: the caller
+        reads columns by name, so always SQLAlchemy's rows."""
+        answer = _Answer.NAMED if by_name else _Answer.ROWS
+        rows: Sequence[Any] = await self._one(what, statement, params, scope, answer)
+        return rows
+
+    async def count(
+        self,
+        what: str,
+        statement: Executable,
+        params: Mapping[str, Any] | None = None,
+        *,
+        scope: Within,
+    ) -> int:
+        """The row count of ONE statement (see the class docstring)."""
+        counted: int = await self._one(what, statement, params, scope, _Answer.COUNT)
+        return counted
+
+    def joins(self, scope: Within) -> bool:
+        """Whether a call given ``scope`` runs in a transaction not its own (a unit of work's,
+        or an open block's): what it does is undone with that transaction."""
+        return self._joined(scope) is not None
+
+    def scope_of(self, scope: Within) -> TransactionScope | None:
+        """The unit of work a call given ``scope`` joins (its tenant rules the call's), or None:
+        the store's own transaction (or a block of it)."""
+        tx = self._joined(scope)
+        return None if tx is None else tx.scope
+
+    async def after_commit(self, scope: Within, *callbacks: AfterCommit) -> None:
+        """After a call given ``scope``: run ``callbacks`` once the transaction it joined
+        commits (U4), else now (its statement committed on its own). A failing callback is
+        logged and stops none of the others."""
+        tx = self._joined(scope)
+        if tx is None:
+            await run_after_commit(list(callbacks))
+            return
+        for callback in callbacks:
+            tx.after_commit(callback)
+
+    @asynccontextmanager
+    async def transaction(self, what: str, *, scope: Within) -> AsyncIterator[Joined]:
+        """A block of SEVERAL statements (see the class docstring): the transaction joined,
+        else a short READ COMMITTED one of the store's own, committed when the block exits
+        cleanly; its ``after_commit`` callbacks run after that commit (or the joined one's)."""
+        operation = f"{self.name} {what}"
+        tx = self._joined(scope)
+        if tx is not None:
+            with database_outage_translated(operation, driver_only=True):
+                yield tx
+            return
+        async with self._bounded(what):
+            if self._read_committed is None:
+                connection = self._test_connection()
+                async with self._turn, connection.begin_nested():
+                    own = Joined(connection, None)
+                    yield own
+            elif scope is OWN:
+                async with self._read_committed.begin() as connection:
+                    own = Joined(connection, None)
+                    yield own
+            else:
+                async with _own_transaction(
+                    self.database, isolation_level="READ COMMITTED", operation=operation
+                ) as connection:
+                    own = Joined(connection, None)
+                    yield own
+            await run_after_commit(own._callbacks)  # noqa: SLF001 - same module
+
+    async def copy(
+        self,
+        what: str,
+        copy: CopyIn,
+        then: tuple[TextClause, Mapping[str, Any]] | None = None,
+        *,
+        scope: Within,
+    ) -> bool:
+        """``copy`` (a bulk insert's COPY), then ``then`` (a statement and its parameters) in
+        its transaction, as the class docstring says; False (nothing done) when the path taken
+        cannot run a COPY now (:attr:`~ship_sqla._direct.DirectStatements.copies`,
+        :func:`~ship_sqla._direct.copy_in_transaction`): the caller inserts another way."""
+        operation = f"{self.name} {what}"
+        tx = self._joined(scope)
+        if tx is not None:
+            with database_outage_translated(operation, driver_only=True):
+                return await _copy_then(tx.connection, copy, then)
+        direct = self._direct
+        if direct is None:
+            connection = self._test_connection()
+            async with self._bounded(what), self._turn, connection.begin_nested():
+                return await _copy_then(connection, copy, then)
+        if not direct.copies or (then is not None and not direct.usable(then[0])):
+            return False
+        async with self._bounded(what), _checked_out(direct, operation) as direct_connection:
+            with database_outage_translated(self._cut_off(operation, scope), driver_only=True):
+                await direct_connection.copy(copy, then)
+        return True
+
+    # -- the decision ---------------------------------------------------------------------------
+
+    def _joined(self, scope: Within) -> Joined | None:
+        """The transaction a call given ``scope`` joins, or None: the store's own."""
+        if scope is OWN:
+            return None
+        if isinstance(scope, Joined):
+            return scope
+        if scope is None:
+            scope = current_scope()
+            if scope is None:
+                return None
+        return Joined(scope.connection, scope)  # .connection refuses a closed or foreign scope
+
+    def _cut_off(self, operation: str, scope: Within) -> str:
+        """How an autocommitted statement of the store's own cut off mid-flight is named (see
+        the class docstring)."""
+        if scope is OWN or self._autocommit is None:
+            return operation
+        return f"{operation} ({ALONE_CUT_OFF})"
+
+    async def _one(
+        self,
+        what: str,
+        statement: Executable,
+        params: Mapping[str, Any] | None,
+        scope: Within,
+        answer: _Answer,
+    ) -> Any:  # noqa: ANN401 - per answer
+        """ONE statement, run where the class docstring says: THE decision of every store's
+        one-statement calls."""
+        operation = f"{self.name} {what}"
+        tx = self._joined(scope)
+        if tx is not None:
+            with database_outage_translated(operation, driver_only=True):
+                return _answered(await tx.connection.execute(statement, params), answer)
+        cut_off = self._cut_off(operation, scope)
+        async with self._bounded(what):
+            direct = self._direct
+            if (
+                direct is not None
+                and answer in (_Answer.NOTHING, _Answer.ROWS)
+                and isinstance(statement, TextClause)
+                and direct.usable(statement)
+            ):
+                async with _checked_out(direct, operation) as direct_connection:
+                    with database_outage_translated(cut_off, driver_only=True):
+                        if answer is _Answer.ROWS:
+                            return await direct_connection.fetch(statement, params or {})
+                        await direct_connection.execute(statement, params or {})
+                        return None
+            if self._autocommit is None:
+                connection = self._test_connection()
+                async with self._turn, connection.begin_nested():
+                    return _answered(await connection.execute(statement, params), answer)
+            async with connected(self._autocommit, operation) as connection:
+                with database_outage_translated(cut_off, driver_only=True):
+                    return _answered(await connection.execute(statement, params), answer)
 
     @asynccontextmanager
     async def _bounded(self, what: str) -> AsyncIterator[None]:
@@ -516,21 +768,27 @@ class StoreConnections:
                 " operation_timeout if such waits are expected.",
             ) from exc
 
-    def statement(self, what: str) -> AbstractAsyncContextManager[AsyncConnection]:
-        """A connection for ONE statement of the store's own (see the class docstring)."""
-        return self._own(what, self._autocommit, begin=False)
+    def _test_connection(self) -> AsyncConnection:
+        database = self.database
+        if not isinstance(database, AsyncConnection):  # pragma: no cover - by construction
+            raise TypeError("a StoreConnections without an engine holds a connection")
+        return database
 
-    def transaction(self, what: str) -> AbstractAsyncContextManager[AsyncConnection]:
-        """A short READ COMMITTED transaction of the store's own (see the class docstring)."""
-        return self._own(what, self._read_committed, begin=True)
+    # -- kept for the outbox store until it is migrated to the entry above -----------------------
+
+    def statement(self, what: str) -> AbstractAsyncContextManager[AsyncConnection]:
+        """A connection for ONE statement of the store's own: on an engine a pooled AUTOCOMMIT
+        connection, else a SAVEPOINT of the test connection. Kept for the outbox store until it
+        is migrated; new code calls :meth:`execute`, :meth:`rows` or :meth:`count` with
+        ``scope=OWN``."""
+        return self._own(what)
 
     @asynccontextmanager
-    async def _own(
-        self, what: str, engine: AsyncEngine | None, *, begin: bool
-    ) -> AsyncIterator[AsyncConnection]:
+    async def _own(self, what: str) -> AsyncIterator[AsyncConnection]:
         async with self._bounded(what):
+            engine = self._autocommit
             if engine is not None:
-                async with engine.begin() if begin else engine.connect() as connection:
+                async with engine.connect() as connection:
                     yield connection
                 return
             connection = self._test_connection()
@@ -542,8 +800,9 @@ class StoreConnections:
         self, scope: TransactionScope | None, what: str, *, one_statement: bool = False
     ) -> AsyncIterator[Joined]:
         """The given or ambient unit of work, else a short transaction of the store's own,
-        READ COMMITTED (``one_statement``: on an engine, one autocommitted statement). Not
-        bounded by ``operation_timeout`` when it joins: the unit of work owns its time."""
+        READ COMMITTED (``one_statement``: on an engine, one autocommitted statement). Kept for
+        the outbox store until it is migrated; new code calls the entry (:meth:`transaction`,
+        or one statement's :meth:`execute`, :meth:`rows`, :meth:`count`)."""
         if scope is None:
             scope = current_scope()
         operation = f"{self.name} {what}"
@@ -568,88 +827,6 @@ class StoreConnections:
     async def fetch(
         self, what: str, statement: TextClause, params: Mapping[str, Any]
     ) -> Sequence[Any]:
-        """The rows of ONE statement of the store's own, run as :meth:`statement` runs it
-        (autocommitted on an engine, a SAVEPOINT on the test path) and bounded and translated
-        the same way; the rows are read by position (or unpacked). On an engine, straight on
-        a pooled asyncpg connection whenever :class:`~ship_sqla._direct.DirectStatements` may
-        run it (asyncpg records), else SQLAlchemy's rows."""
-        direct = self._direct
-        if direct is not None and direct.usable(statement):
-            operation = f"{self.name} {what}"
-            async with self._bounded(what), _checked_out(direct, operation) as direct_connection:
-                return await direct_connection.fetch(statement, params)
-        async with self.statement(what) as connection:
-            return (await connection.execute(statement, params)).all()
-
-    def outside_unit_of_work(self, scope: TransactionScope | None) -> bool:
-        """Whether a store call given ``scope`` runs outside any unit of work, on an engine: no
-        scope given, none ambient (:func:`current_scope`, which refuses a child task of a run),
-        and not the test path. Then :meth:`execute_alone` may serve its one statement."""
-        if scope is not None:
-            return False
-        return current_scope() is None and self._autocommit is not None
-
-    async def execute_alone(
-        self, what: str, statement: TextClause, params: Mapping[str, Any]
-    ) -> None:
-        """ONE statement that answers nothing, autocommitted, outside any unit of work (only
-        after :meth:`outside_unit_of_work` said so): bounded and translated as the one
-        autocommitted statement of :meth:`joined`; on a pooled asyncpg connection directly when
-        :class:`~ship_sqla._direct.DirectStatements` may run it, else on a pooled AUTOCOMMIT
-        ``AsyncConnection``."""
-        await self._alone(what, statement, params, rows=False)
-
-    async def fetch_alone(
-        self, what: str, statement: TextClause, params: Mapping[str, Any]
-    ) -> Sequence[Any]:
-        """As :meth:`execute_alone`, for a statement that answers rows: the rows."""
-        return await self._alone(what, statement, params, rows=True)
-
-    async def _alone(
-        self, what: str, statement: TextClause, params: Mapping[str, Any], *, rows: bool
-    ) -> Sequence[Any]:
-        engine, direct = self._autocommit, self._direct
-        if engine is None or direct is None:  # pragma: no cover - outside_unit_of_work said no
-            raise TypeError("execute_alone needs a StoreConnections on an engine")
-        operation = f"{self.name} {what}"
-        # One autocommitted statement cut off mid-flight may have committed or not.
-        cut_off = f"{operation} ({ALONE_CUT_OFF})"
-        async with self._bounded(what):
-            if direct.usable(statement):
-                async with _checked_out(direct, operation) as direct_connection:
-                    with database_outage_translated(cut_off, driver_only=True):
-                        if rows:
-                            return await direct_connection.fetch(statement, params)
-                        await direct_connection.execute(statement, params)
-                        return ()
-            async with connected(engine, operation) as connection:
-                with database_outage_translated(cut_off, driver_only=True):
-                    result = await connection.execute(statement, params)
-                    return result.all() if rows else ()
-
-    async def copy_alone(
-        self,
-        what: str,
-        copy: CopyIn,
-        then: tuple[TextClause, Mapping[str, Any]] | None = None,
-    ) -> bool:
-        """``copy`` autocommitted (with ``then``, a statement and its parameters, in one
-        transaction), outside any unit of work (only after :meth:`outside_unit_of_work` said
-        so), bounded and translated as :meth:`execute_alone`; False (nothing done) when the
-        direct path cannot run them now (see
-        :attr:`~ship_sqla._direct.DirectStatements.copies`): the caller inserts another way."""
-        direct = self._direct
-        if direct is None or not direct.copies or (then is not None and not direct.usable(then[0])):
-            return False
-        operation = f"{self.name} {what}"
-        cut_off = f"{operation} ({ALONE_CUT_OFF})"
-        async with self._bounded(what), _checked_out(direct, operation) as direct_connection:
-            with database_outage_translated(cut_off, driver_only=True):
-                await direct_connection.copy(copy, then)
-        return True
-
-    def _test_connection(self) -> AsyncConnection:
-        database = self.database
-        if not isinstance(database, AsyncConnection):  # pragma: no cover - by construction
-            raise TypeError("a StoreConnections without an engine holds a connection")
-        return database
+        """The rows of ONE statement of the store's own: the entry's ``rows(..., scope=OWN)``.
+        Kept for the outbox store until it is migrated."""
+        return await self.rows(what, statement, params, scope=OWN)

@@ -31,6 +31,7 @@ from ship_sqla._jobs import (
 )
 from ship_sqla._jobs import _insert as insert_module
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
+from ship_sqla._scope import Joined
 from ship_sqla._uow import _StatementWatch
 from ship_sqla.jobs import EnqueueRequest
 from ship_sqla.kernel._plans.prepare import PreparedRun
@@ -178,8 +179,8 @@ async def test_copy_escapes_every_text_column_as_the_insert_stores_it(
     backend = backend_on(engine, FrozenClock())
     inserter = backend._inserter
     async with engine.begin() as connection:
-        await inserter.insert_on(connection, JOB.id, awkward_runs()[:10])  # begins it
-        await inserter.insert_on(connection, JOB.id, awkward_runs()[10:])
+        await inserter.insert_on(Joined(connection, None), JOB.id, awkward_runs()[:10])  # begins it
+        await inserter.insert_on(Joined(connection, None), JOB.id, awkward_runs()[10:])
     assert len(copies) == 1
     by_copy = await stored(engine)
     async with engine.connect() as connection:
@@ -187,8 +188,8 @@ async def test_copy_escapes_every_text_column_as_the_insert_stores_it(
     await clear(engine)
     with watched(engine):
         async with engine.begin() as connection:
-            await inserter.insert_on(connection, JOB.id, awkward_runs()[:10])
-            await inserter.insert_on(connection, JOB.id, awkward_runs()[10:])
+            await inserter.insert_on(Joined(connection, None), JOB.id, awkward_runs()[:10])
+            await inserter.insert_on(Joined(connection, None), JOB.id, awkward_runs()[10:])
     assert len(copies) == 1
     assert await stored(engine) == by_copy
     assert [row.id for row in ids] == [run.run_id for run in awkward_runs()]

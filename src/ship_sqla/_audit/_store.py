@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError
 from ship_sqla._audit._sql import LIST_AUDIT, PROBE_AUDIT, RECORD_AUDIT
 from ship_sqla._audit._tables import ship_audit_table
 from ship_sqla._naming import quoted_table
-from ship_sqla._scope import StoreConnections
+from ship_sqla._scope import OWN, StoreConnections
 from ship_sqla._sql import Statements
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla._sql_time import now_bound
@@ -44,8 +44,7 @@ class PostgresAuditLog:
         surfaces call it before an action's first change, so a missing table changes nothing.
         One statement that reads no row."""
         try:
-            async with self._connections.statement("check") as connection:
-                await connection.execute(self._s[PROBE_AUDIT])
+            await self._connections.execute("check", self._s[PROBE_AUDIT], scope=OWN)
         except DBAPIError as exc:
             if sqlstate_of(exc) != "42P01":  # undefined_table
                 raise
@@ -69,15 +68,13 @@ class PostgresAuditLog:
             "count": entry.count,
             "details": json.dumps(dict(entry.details), default=str),
         }
-        async with self._connections.joined(None, "record", one_statement=True) as tx:
-            await tx.connection.execute(self._s[RECORD_AUDIT], params)
+        await self._connections.execute("record", self._s[RECORD_AUDIT], params, scope=None)
 
     async def list_entries(self, *, limit: int, before: int | None = None) -> list[AuditEntry]:
         """At most ``limit`` entries, newest first, with ids below ``before``."""
-        async with self._connections.statement("list") as connection:
-            rows = (
-                await connection.execute(self._s[LIST_AUDIT], {"limit": limit, "before": before})
-            ).all()
+        rows = await self._connections.rows(
+            "list", self._s[LIST_AUDIT], {"limit": limit, "before": before}, scope=OWN, by_name=True
+        )
         return [
             AuditEntry(
                 actor=row.actor,

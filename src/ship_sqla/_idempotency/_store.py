@@ -14,8 +14,9 @@ refused, they would alias "no tenant", stored as ``''``). Together they stay far
 primary key's btree row limit (about 2.7 kB), so no key is refused by PostgreSQL with "index row
 requires N bytes". A refused connection or a lost one raises
 :class:`~ship_sqla.errors.DatabaseUnavailableError`. Every statement reaches the database through
-one :class:`~ship_sqla._scope.StoreConnections` (``joined``: the unit of work's connection, else
-a short transaction of the store's own, or one autocommitted statement).
+one :class:`~ship_sqla._scope.StoreConnections`, whose one entry decides how (the unit of
+work's connection, else a short transaction of the store's own, or one autocommitted
+statement).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Table
     from sqlalchemy.ext.asyncio import AsyncConnection
 
-    from ship_sqla._scope import TransactionScope
+    from ship_sqla._scope import TransactionScope, Within
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -175,7 +176,7 @@ class IdempotencyStore(_ClaimOwner):
                 fix="fingerprint with a hash's hex digest (sha256 of method, path and body).",
             )
         ttl_seconds = self._ttl_seconds if ttl is None else _positive("ttl", ttl)
-        async with self._connections.joined(scope, "begin") as tx:
+        async with self._connections.transaction("begin", scope=scope) as tx:
             tenant = tenant_within(tx.scope, tenant, operation="idempotency begin")
             params: dict[str, Any] = {
                 "k_prefix": prefix,
@@ -251,18 +252,18 @@ class IdempotencyStore(_ClaimOwner):
         params = self._claim_params(claim)
         # The ttl restarts at completion: a key is remembered for ttl after its answer exists.
         params |= {"response": response.to_json(), "ttl": self._ttl_seconds}
-        async with self._connections.joined(scope, "complete", one_statement=True) as tx:
-            row = (await tx.connection.execute(self._sql.complete, params)).first()
-        if row is None:
+        rows = await self._connections.rows(
+            "complete", self._sql.complete, params, scope=scope, by_name=True
+        )
+        if not rows:
             raise _lost(claim, "complete")
-        completed_at: datetime = row.completed_at
+        completed_at: datetime = rows[0].completed_at
         return completed_at
 
     async def _release(self, claim: IdempotencyClaim, scope: TransactionScope | None) -> None:
-        async with self._connections.joined(scope, "release", one_statement=True) as tx:
-            params = self._claim_params(claim)
-            row = (await tx.connection.execute(self._sql.release, params)).first()
-        if row is None:
+        params = self._claim_params(claim)
+        rows = await self._connections.rows("release", self._sql.release, params, scope=scope)
+        if not rows:
             raise _lost(claim, "release")
 
     # -- reads and maintenance ------------------------------------------------------------------
@@ -277,12 +278,13 @@ class IdempotencyStore(_ClaimOwner):
     ) -> IdempotencyRecord | None:
         """The key's row, whatever its status (None when there is none)."""
         check_tenant(tenant, operation="idempotency get")
-        async with self._connections.joined(scope, "get", one_statement=True) as tx:
-            tenant = tenant_within(tx.scope, tenant, operation="idempotency get")
-            params = {"k_prefix": prefix, "k_tenant": tenant or "", "k_key": key}
-            row = (await tx.connection.execute(self._sql.read, params)).first()
-        if row is None:
+        connections = self._connections
+        tenant = tenant_within(connections.scope_of(scope), tenant, operation="idempotency get")
+        params = {"k_prefix": prefix, "k_tenant": tenant or "", "k_key": key}
+        rows = await connections.rows("get", self._sql.read, params, scope=scope, by_name=True)
+        if not rows:
             return None
+        row = rows[0]
         return IdempotencyRecord(
             prefix=row.prefix,
             tenant=row.tenant_id or None,
@@ -306,8 +308,9 @@ class IdempotencyStore(_ClaimOwner):
         """
         _check_text("prefix", prefix, MAX_PREFIX_LENGTH)
         check_cleanup_limit(limit)
-        async with self._connections.joined(scope, "cleanup", one_statement=True) as tx:
-            return await run_cleanup(tx.connection, self._sql, prefix, limit, self._now())
+        return await run_cleanup(
+            self._connections, self._sql, prefix, limit, self._now(), scope=scope
+        )
 
 
 def check_cleanup_limit(limit: int) -> None:
@@ -320,17 +323,18 @@ def check_cleanup_limit(limit: int) -> None:
 
 
 async def run_cleanup(
-    connection: AsyncConnection,
+    connections: StoreConnections,
     statements: IdempotencyStatements,
     prefix: str,
     limit: int,
     now: datetime | None,
+    *,
+    scope: Within,
 ) -> int:
-    """Shared with the webhook store, whose cleanup also removes its prefix's expired keys."""
-    result = await connection.execute(
-        statements.cleanup, {"k_prefix": prefix, "limit": limit, "now": now}
-    )
-    return int(result.rowcount)
+    """One bounded DELETE of ``prefix``'s expired keys where ``scope`` says; how many. Shared
+    with the webhook store, whose cleanup also removes its prefix's expired keys."""
+    params = {"k_prefix": prefix, "limit": limit, "now": now}
+    return await connections.count("cleanup", statements.cleanup, params, scope=scope)
 
 
 def _lost(claim: IdempotencyClaim, operation: str) -> IdempotencyClaimLostError:

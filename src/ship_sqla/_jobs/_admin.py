@@ -41,6 +41,7 @@ from ship_sqla._jobs._sql.browse import (
     THROUGHPUT,
 )
 from ship_sqla._jobs._tables import state_row
+from ship_sqla._scope import OWN
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._browse import (
     BrowsedRun,
@@ -65,7 +66,7 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from ship_sqla._jobs._sql import JobStatements
-    from ship_sqla._scope import Joined, StoreConnections
+    from ship_sqla._scope import StoreConnections
     from ship_sqla.kernel._browse import RunQuery
     from ship_sqla.kernel._ports import DeadQuery, RunState
 
@@ -139,9 +140,10 @@ class PostgresRunAdmin:
         self._cancel_requested = cancel_requested
 
     async def get_run(self, run_id: str) -> RunRecord | None:
-        async with self._connections.joined(None, "get_run", one_statement=True) as tx:
-            row = (await tx.connection.execute(self._s[GET_RUN], {"id": run_id})).one_or_none()
-        return None if row is None else run_record(row)
+        rows = await self._connections.rows(
+            "get_run", self._s[GET_RUN], {"id": run_id}, scope=None, by_name=True
+        )
+        return run_record(rows[0]) if rows else None
 
     async def list_dead(self, query: DeadQuery) -> list[RunRecord]:
         after_at, after_id = query.after if query.after is not None else (None, None)
@@ -155,8 +157,9 @@ class PostgresRunAdmin:
         if query.job_id is not None:
             statement = self._s[LIST_DEAD_OF_JOB]
             params["job_id"] = query.job_id
-        async with self._connections.joined(None, "list_dead", one_statement=True) as tx:
-            rows = (await tx.connection.execute(statement, params)).all()
+        rows = await self._connections.rows(
+            "list_dead", statement, params, scope=None, by_name=True
+        )
         return [run_record(row) for row in rows]
 
     async def retry_dead(self, run_id: str) -> RunRecord | None:
@@ -166,33 +169,35 @@ class PostgresRunAdmin:
         trips the unique index, 23505)."""
         params = {"id": run_id, "now": self._now()}
         try:
-            async with self._connections.joined(None, "retry", one_statement=True) as tx:
-                row = (await tx.connection.execute(self._s[RETRY_DEAD], params)).one_or_none()
-                if row is not None:
-                    tx.after_commit(self._wake)
+            rows = await self._connections.rows(
+                "retry", self._s[RETRY_DEAD], params, scope=None, by_name=True
+            )
         except IntegrityError as exc:
             if sqlstate_of(exc) != "23505":
                 raise
             return None
-        return None if row is None else run_record(row)
+        if not rows:
+            return None
+        await self._connections.after_commit(None, self._wake)
+        return run_record(rows[0])
 
     async def discard(self, run_id: str) -> RunRecord | None:
         params = {"id": run_id, "now": self._now()}
-        async with self._connections.joined(None, "discard", one_statement=True) as tx:
-            row = (
-                await tx.connection.execute(self._s[DISCARD_WAITING_OR_DEAD], params)
-            ).one_or_none()
-            record = None if row is None else run_record(row)
-            self._after_child_ended(tx, record)
+        rows = await self._connections.rows(
+            "discard", self._s[DISCARD_WAITING_OR_DEAD], params, scope=None, by_name=True
+        )
+        record = run_record(rows[0]) if rows else None
+        await self._after_child_ended(record)
         return record
 
-    def _after_child_ended(self, tx: Joined, record: RunRecord | None) -> None:
-        """D5: a child an operator ended wakes its parent once that commits."""
+    async def _after_child_ended(self, record: RunRecord | None) -> None:
+        """D5: a child an operator ended (in the statement just run) wakes its parent once
+        that commits."""
         if record is None or record.parent_id is None or self._child_ended is None:
             return
         if record.state in TERMINAL_STATES:
             parent, wake = record.parent_id, self._child_ended
-            tx.after_commit(lambda: wake(parent))
+            await self._connections.after_commit(None, lambda: wake(parent))
 
     async def cancel(self, run_id: str) -> RunRecord | None:
         """K2 (CANCEL_LIVE_RUN): a waiting run is cancelled; a running one's request is recorded
@@ -200,12 +205,14 @@ class PostgresRunAdmin:
         to every process's listener); this process's runtimes are told after the commit
         without waiting for the notification. None: finished or unknown, nothing changed."""
         params = {"id": run_id, "channel": self._cancel_channel, "now": self._now()}
-        async with self._connections.joined(None, "cancel", one_statement=True) as tx:
-            row = (await tx.connection.execute(self._s[CANCEL_LIVE_RUN], params)).one_or_none()
-            if row is not None and row.told:
-                tx.after_commit(lambda: self._cancel_requested(run_id))
-            record = None if row is None else run_record(row)
-            self._after_child_ended(tx, record)
+        rows = await self._connections.rows(
+            "cancel", self._s[CANCEL_LIVE_RUN], params, scope=None, by_name=True
+        )
+        row = rows[0] if rows else None
+        if row is not None and row.told:
+            await self._connections.after_commit(None, lambda: self._cancel_requested(run_id))
+        record = None if row is None else run_record(row)
+        await self._after_child_ended(record)
         return record
 
     async def job_known(self, job_id: str) -> bool:
@@ -220,16 +227,16 @@ class PostgresRunAdmin:
                 state_row(job_id, "enqueue-gate"),
             ],
         }
-        async with self._connections.joined(None, "job_known", one_statement=True) as tx:
-            known = (await tx.connection.execute(self._s[JOB_KNOWN], params)).scalar_one()
+        [(known,)] = await self._connections.rows(
+            "job_known", self._s[JOB_KNOWN], params, scope=None
+        )
         return bool(known)
 
     async def pause(self, job_id: str) -> bool:
         """K3 (PAUSE_JOB): once committed, no claim that starts takes a run of ``job_id``."""
         params = {"pause_row": state_row(job_id, "paused"), "now": self._now()}
-        async with self._connections.joined(None, "pause", one_statement=True) as tx:
-            row = (await tx.connection.execute(self._s[PAUSE_JOB], params)).one_or_none()
-        return row is not None
+        rows = await self._connections.rows("pause", self._s[PAUSE_JOB], params, scope=None)
+        return bool(rows)
 
     async def resume(self, job_id: str) -> bool:
         """K3 (RESUME_JOB): the job's runs are claimable again; the local loop is woken after
@@ -239,15 +246,15 @@ class PostgresRunAdmin:
             "channel": self._wake_channel,
             "payload": self._wake_payload(job_id),
         }
-        async with self._connections.joined(None, "resume", one_statement=True) as tx:
-            row = (await tx.connection.execute(self._s[RESUME_JOB], params)).one_or_none()
-            if row is not None:
-                tx.after_commit(self._wake)
-        return row is not None
+        rows = await self._connections.rows("resume", self._s[RESUME_JOB], params, scope=None)
+        if rows:
+            await self._connections.after_commit(None, self._wake)
+        return bool(rows)
 
     async def paused(self, *, limit: int) -> list[PausedJob]:
-        async with self._connections.joined(None, "paused", one_statement=True) as tx:
-            rows = (await tx.connection.execute(self._s[LIST_PAUSED], {"limit": limit})).all()
+        rows = await self._connections.rows(
+            "paused", self._s[LIST_PAUSED], {"limit": limit}, scope=None, by_name=True
+        )
         return [PausedJob(row.job_id, row.paused_at) for row in rows]
 
     async def delete_finished(
@@ -261,9 +268,9 @@ class PostgresRunAdmin:
             "batch": limit,
             "now": self._now(),
         }
-        async with self._connections.joined(None, "cleanup", one_statement=True) as tx:
-            result = await tx.connection.execute(self._s[DELETE_FINISHED_BATCH], params)
-        return int(result.rowcount)
+        return await self._connections.count(
+            "cleanup", self._s[DELETE_FINISHED_BATCH], params, scope=None
+        )
 
     async def demand(
         self, job_ids: Sequence[str] | None, *, cap: int, max_jobs: int
@@ -276,8 +283,9 @@ class PostgresRunAdmin:
             "max_jobs": max_jobs,
             "now": self._now(),
         }
-        async with self._connections.statement("demand") as connection:
-            rows = (await connection.execute(self._s[DEMAND], params)).all()
+        rows = await self._connections.rows(
+            "demand", self._s[DEMAND], params, scope=OWN, by_name=True
+        )
         return [
             JobDemand(
                 row.job_id,
@@ -292,8 +300,9 @@ class PostgresRunAdmin:
 
     async def state_counts(self, *, limit: int) -> list[StateCount]:
         params = {"limit": limit, "now": self._now()}
-        async with self._connections.joined(None, "state_counts", one_statement=True) as tx:
-            rows = (await tx.connection.execute(self._s[STATE_COUNTS], params)).all()
+        rows = await self._connections.rows(
+            "state_counts", self._s[STATE_COUNTS], params, scope=None, by_name=True
+        )
         return [
             StateCount(
                 row.job_id,
@@ -308,8 +317,9 @@ class PostgresRunAdmin:
         """J10's queue gauges: waiting runs per job and the age of the oldest due one, for
         every job of ``job_ids`` (sampled by worker runtimes with metrics)."""
         params = {"job_ids": list(job_ids), "now": self._now()}
-        async with self._connections.statement("queue_depths") as connection:
-            rows = (await connection.execute(self._s[QUEUE_DEPTHS], params)).all()
+        rows = await self._connections.rows(
+            "queue_depths", self._s[QUEUE_DEPTHS], params, scope=OWN
+        )
         return {job_id: QueueDepth(depth, float(age)) for job_id, depth, age in rows}
 
     # --- the dashboard's reads (RunBrowser, S2) -----------------------------------------------
@@ -345,8 +355,9 @@ class PostgresRunAdmin:
             params["job_id"] = query.job_id
         else:
             params["max_jobs"] = max_jobs
-        async with self._connections.joined(None, "list_runs", one_statement=True) as tx:
-            rows = (await tx.connection.execute(statement, params)).all()
+        rows = await self._connections.rows(
+            "list_runs", statement, params, scope=None, by_name=True
+        )
         return [BrowsedRun(run_record(row), row.seq) for row in rows]
 
     async def throughput(
@@ -360,8 +371,9 @@ class PostgresRunAdmin:
             "max_jobs": max_jobs,
             "now": self._now(),
         }
-        async with self._connections.statement("throughput") as connection:
-            rows = (await connection.execute(self._s[THROUGHPUT], params)).all()
+        rows = await self._connections.rows(
+            "throughput", self._s[THROUGHPUT], params, scope=OWN, by_name=True
+        )
         return [
             ThroughputBucket(row.start, int(row.completed), int(row.dead), bool(row.capped))
             for row in rows
@@ -369,6 +381,7 @@ class PostgresRunAdmin:
 
     async def schedule_states(self, *, limit: int) -> list[ScheduleState]:
         """SCHEDULE_STATES."""
-        async with self._connections.joined(None, "schedules", one_statement=True) as tx:
-            rows = (await tx.connection.execute(self._s[SCHEDULE_STATES], {"limit": limit})).all()
+        rows = await self._connections.rows(
+            "schedules", self._s[SCHEDULE_STATES], {"limit": limit}, scope=None, by_name=True
+        )
         return [ScheduleState(row.job_id, row.trigger, row.next_at, row.updated_at) for row in rows]

@@ -80,11 +80,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import MetaData, Table, TextClause
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._jobs._admin import PostgresRunAdmin
-from ship_sqla._jobs._insert import RunInserter, fleet_seq_of, inserted
+from ship_sqla._jobs._insert import RunInserter, inserted
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.claim import (
@@ -97,7 +96,7 @@ from ship_sqla._jobs._sql.claim import (
     CLAIM_UNCAPPED,
     CLAIM_UNCAPPED_KEYED,
 )
-from ship_sqla._jobs._sql.enqueue import ANNOUNCE, ANNOUNCE_AFTER_COMMIT, ENQUEUE_COPY_MIN_RUNS
+from ship_sqla._jobs._sql.enqueue import ANNOUNCE, ANNOUNCE_AFTER_COMMIT
 from ship_sqla._jobs._sql.settle import HEARTBEAT_IF_TOKEN_CURRENT, SETTLE_IF_TOKEN_CURRENT
 from ship_sqla._jobs._tables import (
     fair_claims_ddl,
@@ -123,12 +122,7 @@ from ship_sqla._notify import (
     sender_token,
 )
 from ship_sqla._schema_probe import MissingTablesError, Needed, missing_relations, require_tables
-from ship_sqla._scope import (
-    Database,
-    StoreConnections,
-    TransactionScope,
-    run_after_commit,
-)
+from ship_sqla._scope import OWN, Database, StoreConnections, TransactionScope
 from ship_sqla._sql_errors import refused_value
 from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel import Clock
@@ -292,6 +286,7 @@ class PostgresJobBackend(JobBackendBase):
         )
         self._inserter = RunInserter(
             self.statements,
+            self._connections,
             depth_limit=queue_depth_limit,
             now=self._now,
             wall=self._clock.now,
@@ -463,26 +458,27 @@ class PostgresJobBackend(JobBackendBase):
             )
         if not runs:
             return []
-        one_statement = self._inserter.one_statement(runs)
         announce = self._announce_channel(job.id)
-        if one_statement and self._connections.outside_unit_of_work(scope):
-            # The plain enqueue outside any unit of work: one autocommitted INSERT (or, for a
-            # bulk, a COPY and its announcement in one transaction), straight on a pooled
-            # asyncpg connection while nothing watches the engine's statements.
-            due_now, fleet_seq = await self._insert_alone(job.id, runs, announce)
+        sample = self._wants_fleet_sample()
+        if self._inserter.one_statement(runs):
+            # The plain enqueue: a COPY or one INSERT, joined or on its own (one autocommitted
+            # statement, or a bulk's COPY and its announcement in one transaction), as the
+            # connection layer decides.
+            due_now, fleet_seq = await self._inserter.store_plain(
+                job.id, runs, announce=announce, sample=sample, scope=scope
+            )
             if due_now:
-                await run_after_commit(
-                    [
-                        self.wake,
-                        lambda: self._committed(
-                            job.id, folded=announce is not None, fleet_seq=fleet_seq
-                        ),
-                    ]
+                await self._connections.after_commit(
+                    scope,
+                    self.wake,
+                    lambda: self._committed(
+                        job.id, folded=announce is not None, fleet_seq=fleet_seq
+                    ),
                 )
             return inserted(runs)
-        async with self._connections.joined(scope, "enqueue", one_statement=one_statement) as tx:
+        async with self._connections.transaction("enqueue", scope=scope) as tx:
             results, due_now, fleet_seq = await self._inserter.insert_on(
-                tx.connection, job.id, runs, announce=announce, sample=self._wants_fleet_sample()
+                tx, job.id, runs, announce=announce, sample=sample
             )
             if due_now:
                 tx.after_commit(self.wake)
@@ -492,38 +488,6 @@ class PostgresJobBackend(JobBackendBase):
                     )
                 )
         return results
-
-    async def _insert_alone(
-        self, job_id: str, runs: Sequence[PreparedRun], announce: tuple[str, str] | None
-    ) -> tuple[bool, int | None]:
-        """The plain enqueue outside any unit of work (see :meth:`insert`): a bulk's COPY and its
-        announcement in one transaction when the table takes COPY, else the one autocommitted
-        INSERT; whether a run is due now. A COPY the table refuses (0A000: row-level security
-        turned on since the probe) wrote nothing, so the INSERT stores the runs instead."""
-        inserter, connections = self._inserter, self._connections
-        if len(runs) >= ENQUEUE_COPY_MIN_RUNS and not inserter.copy_probed:
-            async with connections.statement("enqueue") as connection:
-                await inserter.probe_copy(connection)
-        copy, due_now = inserter.copy(job_id, runs)
-        if copy is not None:
-            then = None
-            if due_now and announce is not None:
-                channel, payload = announce
-                then = (self.statements[ANNOUNCE], {"channel": channel, "payload": payload})
-            try:
-                if await connections.copy_alone("enqueue", copy, then):
-                    return due_now, None
-            except DBAPIError as error:
-                if not inserter.copy_refused(error):
-                    raise
-        statement, params, due_now = inserter.plain(
-            job_id, runs, announce=announce, sample=self._wants_fleet_sample()
-        )
-        if inserter.reads_seq(statement):
-            rows = await connections.fetch_alone("enqueue", statement, params)
-            return due_now, fleet_seq_of(rows)
-        await connections.execute_alone("enqueue", statement, params)
-        return due_now, None
 
     # --- push wake (K1) -----------------------------------------------------------------------
 
@@ -556,10 +520,11 @@ class PostgresJobBackend(JobBackendBase):
 
     async def _send_announcement(self, payloads: list[str]) -> None:
         """The announcer's send: ANNOUNCE_AFTER_COMMIT on a connection of the backend's own."""
-        await self._connections.fetch(
+        await self._connections.rows(
             "announce",
             self.statements[ANNOUNCE_AFTER_COMMIT],
             {"channel": self.wake_channel, "payloads": payloads},
+            scope=OWN,
         )
 
     def start_listening(self, job_ids: Sequence[str]) -> None:
@@ -638,12 +603,13 @@ class PostgresJobBackend(JobBackendBase):
 
     async def _announce_room(self, job_ids: Sequence[str]) -> None:
         try:
-            async with self._connections.statement("announce freed slots") as connection:
-                for job_id in job_ids:
-                    await connection.execute(
-                        self.statements[ANNOUNCE],
-                        {"channel": self.wake_channel, "payload": self._wake_payload(job_id)},
-                    )
+            for job_id in job_ids:
+                await self._connections.execute(
+                    "announce freed slots",
+                    self.statements[ANNOUNCE],
+                    {"channel": self.wake_channel, "payload": self._wake_payload(job_id)},
+                    scope=OWN,
+                )
         except Exception as exc:  # noqa: BLE001 - J11: reported; the others still poll
             self.report_error(exc)
 
@@ -768,7 +734,9 @@ class PostgresJobBackend(JobBackendBase):
         job's pause, K3, and a gated one takes the job's claim gate for that statement only):
         the batch, and whether this statement made the job's claim gate."""
         job_id, lease = request.job_id, request.lease
-        rows = await self._connections.fetch(f"claim of job {job_id!r}", statement, params)
+        rows = await self._connections.rows(
+            f"claim of job {job_id!r}", statement, params, scope=OWN
+        )
         claimed: list[ClaimedRun] = []
         buried: list[BuriedRun] = []
         ended_children: list[str] = []
@@ -845,8 +813,8 @@ class PostgresJobBackend(JobBackendBase):
             "leases": [run.lease for run in runs],
             "now": self._now(),
         }
-        rows = await self._connections.fetch(
-            "heartbeat", self.statements[HEARTBEAT_IF_TOKEN_CURRENT], params
+        rows = await self._connections.rows(
+            "heartbeat", self.statements[HEARTBEAT_IF_TOKEN_CURRENT], params, scope=OWN
         )
         # By position (HEARTBEAT_COLUMNS): (run id, token, cancel requested).
         beaten = {(run_id, token) for run_id, token, _ in rows}
@@ -929,8 +897,8 @@ class PostgresJobBackend(JobBackendBase):
         # A batch of completions sends no other field (the statement reads the missing elements
         # as NULL, a NULL state as a completion): six arrays less to encode.
         params.update(_SETTLE_FIELDS_NONE if completions_only else _settle_fields(batch))
-        rows = await self._connections.fetch(
-            "settle", self.statements[SETTLE_IF_TOKEN_CURRENT], params
+        rows = await self._connections.rows(
+            "settle", self.statements[SETTLE_IF_TOKEN_CURRENT], params, scope=OWN
         )
         # By position, as a claim's (SETTLE_COLUMNS): (ordinal, new state, parent id).
         landed: dict[int, str] = {ordinal: state for ordinal, state, _ in rows}

@@ -1,6 +1,6 @@
 """Storing prepared runs on PostgreSQL (J1, J2): the one insert path of ``enqueue`` and of a
-schedule's tick, on a connection its caller chose (the unit of work's, the backend's own
-transaction, or the tick's).
+schedule's tick, through the backend's :class:`~ship_sqla._scope.StoreConnections` (in the unit
+of work's transaction, the backend's own, or the tick's).
 
 Runs that cannot conflict (generated ids, no dedupe key) and a job without a depth limit take a
 plain INSERT from ``unnest`` (``ENQUEUE_PLAIN``); with a depth limit, the job's gate then the
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 from sqlalchemy.exc import DBAPIError
 
-from ship_sqla._direct import CopyIn, copy_in_transaction, copy_text
+from ship_sqla._direct import CopyIn, copy_text
 from ship_sqla._jobs._sql.enqueue import (
     ANNOUNCE,
     ENQUEUE_COPY_ALLOWED,
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from ship_sqla._jobs._sql import JobStatements
+    from ship_sqla._scope import Joined, StoreConnections, Within
     from ship_sqla.kernel._plans.prepare import PreparedRun
 
 __all__ = ["RunInserter", "conflict_free", "inserted"]
@@ -218,34 +219,31 @@ def _due(runs: Sequence[PreparedRun], wall: datetime) -> bool:
 class RunInserter:
     """``insert``'s statements for one backend's tables; stateless between calls."""
 
-    __slots__ = ("_copy_allowed", "_depth_limit", "_now", "_s", "_wall")
+    __slots__ = ("_connections", "_copy_allowed", "_depth_limit", "_now", "_s", "_wall")
 
     def __init__(
         self,
         statements: JobStatements,
+        connections: StoreConnections,
         *,
         depth_limit: int | None,
         now: Callable[[], datetime | None],
         wall: Callable[[], datetime],
     ) -> None:
         self._s = statements
+        self._connections = connections
         self._depth_limit = depth_limit
         self._now = now
         self._wall = wall
         self._copy_allowed: bool | None = None
         """ENQUEUE_COPY_ALLOWED's answer (None: not asked yet)."""
 
-    @property
-    def copy_probed(self) -> bool:
-        """Whether :meth:`probe_copy` has answered (a bulk may then COPY without asking)."""
-        return self._copy_allowed is not None
-
-    async def probe_copy(self, connection: AsyncConnection) -> None:
+    async def probe_copy(self, scope: Within) -> None:
         """Ask once whether the runs table takes COPY (ENQUEUE_COPY_ALLOWED: not with row-level
-        security on); :meth:`copy` offers none until this answered yes."""
+        security on), where ``scope`` says; :meth:`copy` offers none until this answered yes."""
         if self._copy_allowed is None:
-            allowed = await connection.scalar(
-                self._s[ENQUEUE_COPY_ALLOWED], {"runs": self._s.runs_name}
+            [(allowed,)] = await self._connections.rows(
+                "enqueue", self._s[ENQUEUE_COPY_ALLOWED], {"runs": self._s.runs_name}, scope=scope
             )
             self._copy_allowed = bool(allowed)
 
@@ -263,8 +261,8 @@ class RunInserter:
         return conflict_free(runs)
 
     def one_statement(self, runs: Sequence[PreparedRun]) -> bool:
-        """Whether :meth:`insert_on` runs one statement for ``runs`` (so an own connection may
-        autocommit it): no depth limit to gate, nothing to check."""
+        """Whether :meth:`store_plain` serves ``runs`` (one statement, so an own connection
+        may autocommit it): no depth limit to gate, nothing to check."""
         return self._depth_limit is None and self.unchecked(runs)
 
     def copy(self, job_id: str, runs: Sequence[PreparedRun]) -> tuple[CopyIn | None, bool]:
@@ -272,8 +270,7 @@ class RunInserter:
         the same rows and the table takes COPY (:meth:`probe_copy`; else None: the plain
         INSERT), and whether a run is due now. Only for what
         the plain INSERT serves (:meth:`one_statement`, or a tick's uncapped conflict-free
-        runs); the caller announces (K1) after it, in the same transaction or once it
-        committed."""
+        runs); :meth:`store_plain` announces (K1) after it, in the same transaction."""
         due = _due(runs, self._wall())
         if not self._copy_allowed:  # refused, or not asked yet (ask first: probe_copy)
             return None, due
@@ -312,7 +309,7 @@ class RunInserter:
 
     async def insert_on(
         self,
-        connection: AsyncConnection,
+        tx: Joined,
         job_id: str,
         runs: Sequence[PreparedRun],
         *,
@@ -320,7 +317,8 @@ class RunInserter:
         announce: tuple[str, str] | None = None,
         sample: bool = False,
     ) -> tuple[list[EnqueueResult], bool, int | None]:
-        """Store ``runs`` of ``job_id`` on ``connection``: the results in order (J1, J2),
+        """Store ``runs`` of ``job_id`` in the transaction of ``tx`` (a block of
+        :meth:`~ship_sqla._scope.StoreConnections.transaction`): the results in order (J1, J2),
         whether a run it inserted is due now (the local loop is worth waking after commit), and
         the plain INSERT's ``fleet_seq`` when it announced or ``sample`` asked for it (None on
         the other paths).
@@ -331,7 +329,11 @@ class RunInserter:
         depth_limit = self._depth_limit if capped else None
         unchecked = self.unchecked(runs)
         if depth_limit is None and unchecked:
-            return await self._insert_plain(connection, job_id, runs, announce, sample=sample)
+            due, fleet_seq = await self.store_plain(
+                job_id, runs, announce=announce, sample=sample, scope=tx
+            )
+            return inserted(runs), due, fleet_seq
+        connection = tx.connection
         if depth_limit is not None:
             await self._take_gate(connection, job_id)
         if depth_limit is not None and unchecked:
@@ -349,31 +351,46 @@ class RunInserter:
             await self._announce(connection, announce)
         return results, due, None
 
-    async def _insert_plain(
+    async def store_plain(
         self,
-        connection: AsyncConnection,
         job_id: str,
         runs: Sequence[PreparedRun],
-        announce: tuple[str, str] | None,
         *,
-        sample: bool,
-    ) -> tuple[list[EnqueueResult], bool, int | None]:
-        """Runs nothing needs to check: a COPY when :meth:`copy` offers one and the connection
-        can run it (:func:`~ship_sqla._direct.copy_in_transaction`), then the announcement;
-        else ENQUEUE_PLAIN (with it, and then its ``fleet_seq``)."""
+        announce: tuple[str, str] | None,
+        sample: bool = False,
+        scope: Within,
+    ) -> tuple[bool, int | None]:
+        """Store runs nothing needs to check (:meth:`one_statement`, or a tick's uncapped
+        conflict-free runs) where ``scope`` says: whether a run is due now, and the INSERT's
+        ``fleet_seq`` when it announced or ``sample`` asked for it (else None). THE insert path,
+        decided here once for every caller: a COPY when :meth:`copy` offers one and the path
+        the connection layer takes can run it (:meth:`~ship_sqla._scope.StoreConnections.copy`),
+        with the announcement (K1) in its transaction; else the one INSERT (ENQUEUE_PLAIN or
+        ENQUEUE_ONE, in its announcing or sampling form: :meth:`plain`). A COPY the table
+        refuses (0A000: row-level security turned on since the probe) makes later bulks take
+        the INSERT; on its own it wrote nothing, so the INSERT stores these runs instead; in a
+        transaction it joined, that transaction is lost and the error propagates."""
+        connections = self._connections
         if len(runs) >= ENQUEUE_COPY_MIN_RUNS:
-            await self.probe_copy(connection)
+            await self.probe_copy(scope)
         copy, due = self.copy(job_id, runs)
-        fleet_seq = None
-        if copy is not None and await self._copied(connection, copy):
-            if announce is not None and due:
-                await self._announce(connection, announce)
-        else:
-            statement, params, due = self.plain(job_id, runs, announce=announce, sample=sample)
-            result = await connection.execute(statement, params)
-            if self.reads_seq(statement):
-                fleet_seq = fleet_seq_of(result.all())
-        return inserted(runs), due, fleet_seq
+        if copy is not None:
+            then = None
+            if due and announce is not None:
+                channel, payload = announce
+                then = (self._s[ANNOUNCE], {"channel": channel, "payload": payload})
+            try:
+                if await connections.copy("enqueue", copy, then, scope=scope):
+                    return due, None
+            except DBAPIError as error:
+                if not self.copy_refused(error) or connections.joins(scope):
+                    raise
+        statement, params, due = self.plain(job_id, runs, announce=announce, sample=sample)
+        if self.reads_seq(statement):
+            rows = await connections.rows("enqueue", statement, params, scope=scope)
+            return due, fleet_seq_of(rows)
+        await connections.execute("enqueue", statement, params, scope=scope)
+        return due, None
 
     def reads_seq(self, statement: TextClause) -> bool:
         """Whether ``statement`` (from :meth:`plain`) answers rows whose last column is a
@@ -386,13 +403,6 @@ class RunInserter:
             s[ENQUEUE_PLAIN_SAMPLED],
         )
         return any(statement is form for form in forms)  # by identity: == builds SQL
-
-    async def _copied(self, connection: AsyncConnection, copy: CopyIn) -> bool:
-        try:
-            return await copy_in_transaction(connection, copy)
-        except DBAPIError as error:
-            self.copy_refused(error)  # the transaction is lost either way: the caller re-runs
-            raise
 
     async def _announce(self, connection: AsyncConnection, announce: tuple[str, str]) -> None:
         channel, payload = announce

@@ -22,6 +22,7 @@ from ship_sqla._jobs._sql.schedules import (
     SET_NEXT_AT,
     UPSERT_SCHEDULE_STATES,
 )
+from ship_sqla._scope import OWN
 from ship_sqla.kernel._plans.scheduled_runs import (
     fire_due,
     installable,
@@ -76,7 +77,8 @@ class PostgresSchedules:
         scheduled = installable(definitions)  # an unusable payload is refused before any SQL
         if not scheduled:
             return
-        async with self._connections.transaction("schedule") as connection:
+        async with self._connections.transaction("schedule", scope=OWN) as tx:
+            connection = tx.connection
             states = schedule_states(scheduled, await self._current_time(connection))
             params = {
                 "job_ids": [job_id for job_id, _, _ in states],
@@ -93,7 +95,8 @@ class PostgresSchedules:
             return 0
         ids = list(scheduled)
         created = 0
-        async with self._connections.transaction("schedule tick") as connection:
+        async with self._connections.transaction("schedule tick", scope=OWN) as tx:
+            connection = tx.connection
             now = await self._current_time(connection)
             params = {
                 "job_ids": ids,
@@ -108,9 +111,7 @@ class PostgresSchedules:
                 job, schedule = scheduled[job_id]
                 runs, advanced[job_id] = fire_due(job, schedule, next_at, now)
                 if runs:
-                    results, _, _ = await self._inserter.insert_on(
-                        connection, job_id, runs, capped=False
-                    )
+                    results, _, _ = await self._inserter.insert_on(tx, job_id, runs, capped=False)
                     created += sum(not result.deduplicated for result in results)
             await connection.execute(
                 self._s[SET_NEXT_AT],

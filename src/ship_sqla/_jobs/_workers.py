@@ -34,6 +34,7 @@ from ship_sqla._jobs._sql.workers import (
 from ship_sqla._jobs._tables import ship_job_workers_table
 from ship_sqla._locks import advisory_lock_key
 from ship_sqla._naming import quoted_table
+from ship_sqla._scope import OWN
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._workers import WorkerRecord
 
@@ -86,8 +87,9 @@ class PostgresWorkerRegistry:
     async def probe(self) -> str | None:
         """None when the workers table is there; else what to do about it."""
         try:
-            async with self._connections.statement("worker registry probe") as connection:
-                await connection.execute(self._s[PROBE_WORKERS_TABLE])
+            await self._connections.execute(
+                "worker registry probe", self._s[PROBE_WORKERS_TABLE], scope=OWN
+            )
         except ProgrammingError as exc:
             if sqlstate_of(exc) != _UNDEFINED_TABLE:
                 raise
@@ -109,37 +111,40 @@ class PostgresWorkerRegistry:
             "draining": entry.draining,
             "now": self._now(),
         }
-        async with self._connections.statement("worker heartbeat") as connection:
-            await connection.execute(self._s[HEARTBEAT_WORKER], params)
+        await self._connections.execute(
+            "worker heartbeat", self._s[HEARTBEAT_WORKER], params, scope=OWN
+        )
 
     async def deregister(self, worker_id: str) -> bool:
-        async with self._connections.statement("worker deregistration") as connection:
-            row = (
-                await connection.execute(self._s[DEREGISTER_WORKER], {"id": worker_id})
-            ).one_or_none()
-        return row is not None
+        rows = await self._connections.rows(
+            "worker deregistration", self._s[DEREGISTER_WORKER], {"id": worker_id}, scope=OWN
+        )
+        return bool(rows)
 
     async def prune(self, *, stale_after: float, limit: int) -> int:
         params = {"stale_after": stale_after, "limit": limit, "now": self._now()}
-        async with self._connections.statement("worker prune") as connection:
-            result = await connection.execute(self._s[PRUNE_STALE_WORKERS], params)
-        return int(result.rowcount)
+        return await self._connections.count(
+            "worker prune", self._s[PRUNE_STALE_WORKERS], params, scope=OWN
+        )
 
     async def hold_sampler(self, worker_id: str, *, lease: float) -> bool:
         params = {"id": worker_id, "lease": lease, "now": self._now()}
-        async with self._connections.transaction("queue-sampler lease") as connection:
+        async with self._connections.transaction("queue-sampler lease", scope=OWN) as tx:
+            connection = tx.connection
             await connection.execute(self._s[SAMPLER_LOCK], {"sampler_key": self._sampler_key})
             row = (await connection.execute(self._s[HOLD_SAMPLER_IF_FREE], params)).one_or_none()
         return row is not None
 
     async def release_sampler(self, worker_id: str) -> None:
-        async with self._connections.statement("queue-sampler release") as connection:
-            await connection.execute(self._s[RELEASE_SAMPLER], {"id": worker_id})
+        await self._connections.execute(
+            "queue-sampler release", self._s[RELEASE_SAMPLER], {"id": worker_id}, scope=OWN
+        )
 
     async def list_workers(self, *, limit: int) -> list[WorkerRecord]:
         params = {"limit": limit, "now": self._now()}
-        async with self._connections.statement("worker listing") as connection:
-            rows = (await connection.execute(self._s[LIST_WORKERS], params)).all()
+        rows = await self._connections.rows(
+            "worker listing", self._s[LIST_WORKERS], params, scope=OWN, by_name=True
+        )
         return [
             WorkerRecord(
                 worker_id=row.id,

@@ -21,6 +21,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from ship_sqla._jobs._admin import run_record
 from ship_sqla._jobs._sql import workflows as sql
 from ship_sqla._naming import quoted_table
+from ship_sqla._scope import OWN
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._workflows import (
     CHILDREN_RECHECK,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Sequence
     from datetime import datetime, timedelta
 
-    from sqlalchemy import CursorResult, Table, TextClause
+    from sqlalchemy import Table, TextClause
 
     from ship_sqla._jobs._sql import JobStatements
     from ship_sqla._scope import StoreConnections
@@ -119,21 +120,21 @@ class PostgresWorkflows:
     def _named(self) -> contextlib.AbstractAsyncContextManager[None]:
         return _tables_named(self.steps_table, self.events_table)
 
-    async def _one_statement(
+    async def _rows(
         self,
         what: str,
         statement: TextClause,
         params: dict[str, Any],
         *,
         scope: Any = None,  # noqa: ANN401 - a TransactionScope
-    ) -> CursorResult[Any]:
-        """``statement`` alone: in the given or ambient unit of work, else autocommitted; the
-        workflow tables named when they are missing."""
-        async with (
-            self._named(),
-            self._connections.joined(scope, what, one_statement=True) as tx,
-        ):
-            return await tx.connection.execute(statement, params)
+        by_name: bool = True,
+    ) -> Sequence[Any]:
+        """The rows of ``statement`` alone: in the given or ambient unit of work, else
+        autocommitted; the workflow tables named when they are missing."""
+        async with self._named():
+            return await self._connections.rows(
+                what, statement, params, scope=scope, by_name=by_name
+            )
 
     def _step_params(self, run: ClaimedRun, step: NewStep) -> dict[str, Any]:
         """What every statement storing ``step`` of ``run`` binds (the fence and the step)."""
@@ -155,39 +156,39 @@ class PostgresWorkflows:
 
     async def load_steps(self, run_id: str) -> list[StepRecord]:
         params = {"run_id": run_id, "now": self._now()}
-        rows = (await self._one_statement("load steps", self._s[sql.LOAD_STEPS], params)).all()
+        rows = await self._rows("load steps", self._s[sql.LOAD_STEPS], params)
         return [_step(row) for row in rows]
 
     async def save_step(self, run: ClaimedRun, step: NewStep, *, scope: Any = None) -> bool:  # noqa: ANN401
         params = self._step_params(run, step)
-        result = await self._one_statement("save step", self._s[sql.SAVE_STEP], params, scope=scope)
-        row = result.one_or_none()
-        return row is not None
+        rows = await self._rows(
+            "save step", self._s[sql.SAVE_STEP], params, scope=scope, by_name=False
+        )
+        return bool(rows)
 
     async def begin_wait(self, run: ClaimedRun, step: NewStep) -> StepRecord | None:
         params = self._step_params(run, step)
-        row = (
-            await self._one_statement("begin wait", self._s[sql.BEGIN_WAIT], params)
-        ).one_or_none()
-        return None if row is None else _step(row)
+        rows = await self._rows("begin wait", self._s[sql.BEGIN_WAIT], params)
+        return _step(rows[0]) if rows else None
 
     async def match_event(self, run_id: str, step: StepRecord) -> WorkflowEvent | None:
         params = {"run_id": run_id, "name": step.name}
-        row = (
-            await self._one_statement("match event", self._s[sql.MATCH_EVENT], params)
-        ).one_or_none()
-        if row is None:
+        rows = await self._rows("match event", self._s[sql.MATCH_EVENT], params)
+        if not rows:
             return None
+        row = rows[0]
         return WorkflowEvent(row.name, row.key, json.loads(row.payload_json), row.id)
 
     async def adopt_children(self, parent: ClaimedRun, child_ids: Sequence[str]) -> None:
         params = {"parent_id": parent.run_id, "token": parent.token, "ids": list(child_ids)}
-        async with self._named(), self._connections.statement("adopt children") as connection:
-            await connection.execute(self._s[sql.ADOPT_CHILDREN], params)
+        async with self._named():
+            await self._connections.execute(
+                "adopt children", self._s[sql.ADOPT_CHILDREN], params, scope=OWN
+            )
 
     async def children(self, run_id: str) -> list[ChildOutcome]:
         params = {"run_id": run_id}
-        rows = (await self._one_statement("children", self._s[sql.CHILDREN], params)).all()
+        rows = await self._rows("children", self._s[sql.CHILDREN], params)
         return [ChildOutcome(row.id, row.job_id, row.state, row.last_error) for row in rows]
 
     async def publish_event(
@@ -206,7 +207,7 @@ class PostgresWorkflows:
             "wait_key": wait_key,
             "now": self._now(),
         }
-        async with self._named(), self._connections.joined(scope, "publish event") as tx:
+        async with self._named(), self._connections.transaction("publish event", scope=scope) as tx:
             await tx.connection.execute(
                 self._s[sql.WAIT_LOCK_SHARED], {"lock_key": wait_lock_key(wait_key)}
             )
@@ -232,7 +233,11 @@ class PostgresWorkflows:
             "wait": settlement.wait,
             "recheck": CHILDREN_RECHECK,
         }
-        async with self._named(), self._connections.transaction("suspend") as connection:
+        async with (
+            self._named(),
+            self._connections.transaction("suspend", scope=OWN) as tx,
+        ):
+            connection = tx.connection
             if settlement.wait == "event":
                 assert step.event_name is not None  # noqa: S101 - an event wait names its event
                 key = wait_lock_key(event_wait_key(step.event_name, step.event_key or ""))
@@ -250,12 +255,14 @@ class PostgresWorkflows:
         parents = sorted(set(parent_ids))
         if not parents:
             return
-        async with self._named(), self._connections.statement("wake parents") as connection:
-            rows = (
-                await connection.execute(
-                    self._s[sql.WAKE_PARENTS], {"parents": parents, "now": self._now()}
-                )
-            ).all()
+        async with self._named():
+            rows = await self._connections.rows(
+                "wake parents",
+                self._s[sql.WAKE_PARENTS],
+                {"parents": parents, "now": self._now()},
+                scope=OWN,
+                by_name=True,
+            )
         due = [row.job_id for row in rows if row.state == "waiting"]
         if due:
             self._wake()
@@ -269,7 +276,7 @@ class PostgresWorkflows:
     async def rerun_from_step(self, run_id: str, step: str) -> RunRecord | None:
         params = {"run_id": run_id, "step": step, "now": self._now()}
         try:
-            async with self._connections.joined(None, "rerun from step") as tx:
+            async with self._connections.transaction("rerun from step", scope=None) as tx:
                 row = (
                     await tx.connection.execute(self._s[sql.RERUN_FROM_STEP], params)
                 ).one_or_none()
@@ -287,5 +294,7 @@ class PostgresWorkflows:
             "limit": limit,
             "now": self._now(),
         }
-        result = await self._one_statement("delete events", self._s[sql.DELETE_OLD_EVENTS], params)
-        return int(result.rowcount)
+        async with self._named():
+            return await self._connections.count(
+                "delete events", self._s[sql.DELETE_OLD_EVENTS], params, scope=None
+            )

@@ -11,8 +11,9 @@ W1 ``cleanup`` deletes one webhook's events past retention ONLY when their outbo
 
 ``tenant`` is None or a real tenant (``""`` and blank are refused, :func:`check_tenant`). A
 refused or lost connection raises :class:`~ship_sqla.errors.DatabaseUnavailableError`. Every
-statement reaches the database through one :class:`~ship_sqla._scope.StoreConnections`
-(``joined``: the unit of work's connection, else a short transaction of the store's own).
+statement reaches the database through one :class:`~ship_sqla._scope.StoreConnections`, whose
+one entry decides how (the unit of work's connection, else a short transaction of the store's
+own, or one autocommitted statement).
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ class WebhookEventStore:
         check_tenant(tenant, operation="webhook record")
         check_webhook_json(payload, "payload")
         check_webhook_json(dict(headers or {}), "headers")
-        async with self._connections.joined(scope, "record") as tx:
+        async with self._connections.transaction("record", scope=scope) as tx:
             tenant = tenant_within(tx.scope, tenant, operation="webhook record")
             params: dict[str, Any] = {
                 "w_id": uuid.uuid4(),
@@ -234,10 +235,9 @@ class WebhookEventStore:
 
         The link is what makes cleanup keep the event while its intent is pending or claimed.
         """
-        async with self._connections.joined(scope, "link", one_statement=True) as tx:
-            params = {"w_webhook": webhook, "w_event": event_id, "w_message": outbox_message_id}
-            row = (await tx.connection.execute(self._sql.link, params)).first()
-        if row is None:
+        params = {"w_webhook": webhook, "w_event": event_id, "w_message": outbox_message_id}
+        rows = await self._connections.rows("link", self._sql.link, params, scope=scope)
+        if not rows:
             raise WebhookEventNotFoundError(
                 f"webhook {webhook!r} event {event_id!r} is not recorded, so it cannot be linked"
                 f" to outbox message {outbox_message_id}.",
@@ -248,10 +248,9 @@ class WebhookEventStore:
         self, webhook: str, event_id: str, *, scope: TransactionScope | None = None
     ) -> WebhookEvent | None:
         """The recorded event, or None."""
-        async with self._connections.joined(scope, "get", one_statement=True) as tx:
-            params = {"w_webhook": webhook, "w_event": event_id}
-            row = (await tx.connection.execute(self._sql.get, params)).first()
-        return None if row is None else _event(row)
+        params = {"w_webhook": webhook, "w_event": event_id}
+        rows = await self._connections.rows("get", self._sql.get, params, scope=scope, by_name=True)
+        return _event(rows[0]) if rows else None
 
     async def cleanup(
         self,
@@ -278,17 +277,19 @@ class WebhookEventStore:
                 fix="keep events longer than the sender retries, e.g. timedelta(days=7).",
             )
         now = self._now()
-        async with self._connections.joined(scope, "cleanup") as tx:
+        connections = self._connections
+        async with connections.transaction("cleanup", scope=scope) as tx:
             params = {"w_webhook": webhook, "retention": seconds, "limit": limit, "now": now}
-            events = await tx.connection.execute(self._sql.cleanup, params)
+            events = await connections.count("cleanup", self._sql.cleanup, params, scope=tx)
             claims = await run_cleanup(
-                tx.connection,
+                connections,
                 self._idempotency_sql,
                 webhook_idempotency_prefix(webhook),
                 limit,
                 now,
+                scope=tx,
             )
-        return WebhookCleanupResult(events_deleted=int(events.rowcount), claims_deleted=claims)
+        return WebhookCleanupResult(events_deleted=events, claims_deleted=claims)
 
 
 def _in_progress(webhook: str, event_id: str) -> WebhookEventInProgressError:
