@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from contextlib import (
     AbstractContextManager,
-    asynccontextmanager,
     contextmanager,
     nullcontext,
 )
@@ -38,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 from sqlalchemy import MetaData, TextClause, text
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from benchmarks._harness import (
     Bench,
@@ -70,14 +69,17 @@ from ship_sqla._jobs import (
     ship_job_state_table,
 )
 from ship_sqla._jobs._insert import RunInserter
-from ship_sqla._scope import Joined, StoreConnections
+from ship_sqla._scope import StoreConnections, _answered
 from ship_sqla.jobs import Concurrency, EnqueueRequest, JobDefinition
 from ship_sqla.kernel import completed
 from ship_sqla.kernel._ports import ClaimRequest
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+    from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 
+    from sqlalchemy.sql.base import Executable
+
+    from ship_sqla._scope import Within
     from ship_sqla.jobs import JobRuntime
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.outbox import Outbox
@@ -442,24 +444,18 @@ class _TransactionalConnections(StoreConnections):
 
     __slots__ = ()
 
-    @asynccontextmanager
-    async def statement(self, what: str) -> AsyncIterator[AsyncConnection]:  # noqa: ARG002
-        engine = self.database
-        if not isinstance(engine, AsyncEngine):
-            raise BenchmarkError("ablations: the relay ablation needs an engine-backed outbox")
-        async with engine.begin() as connection:
-            yield connection
-
-    @asynccontextmanager
-    async def joined(
+    async def _one(
         self,
-        scope: TransactionScope | None,
         what: str,
-        *,
-        one_statement: bool = False,  # noqa: ARG002 - the ablated switch: always a transaction
-    ) -> AsyncIterator[Joined]:
-        async with super().joined(scope, what, one_statement=False) as tx:
-            yield tx
+        statement: Executable,
+        params: Mapping[str, Any] | None,
+        scope: Within,
+        answer: Any,  # noqa: ANN401 - the entry's private answer kind
+    ) -> Any:  # noqa: ANN401 - per answer
+        if not isinstance(self.database, AsyncEngine):
+            raise BenchmarkError("ablations: the relay ablation needs an engine-backed outbox")
+        async with self.transaction(what, scope=scope) as tx:
+            return _answered(await tx.connection.execute(statement, params), answer)
 
 
 @contextmanager

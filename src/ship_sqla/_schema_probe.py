@@ -24,7 +24,7 @@ import attrs
 from sqlalchemy.exc import SQLAlchemyError
 
 from ship_sqla._naming import quoted_identifier, quoted_table
-from ship_sqla._scope import StoreConnections
+from ship_sqla._scope import OWN, StoreConnections
 from ship_sqla._sql import TABLELESS
 from ship_sqla._sql.schema_probe import MISSING_RELATIONS
 from ship_sqla.kernel._errors import ConfigurationError, OutageError
@@ -116,10 +116,11 @@ async def missing_relations(
         if isinstance(database, StoreConnections)
         else StoreConnections(database, name=surface)
     )
-    rows = await connections.fetch(
+    rows = await connections.rows(
         "check of its tables",
         TABLELESS[MISSING_RELATIONS],
         {"names": [n.relation for n in needed]},
+        scope=OWN,
     )
     absent = {row[0] for row in rows}
     return [n for n in needed if n.relation in absent]

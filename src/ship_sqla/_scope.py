@@ -27,7 +27,7 @@ import contextvars
 import enum
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from sqlalchemy import TextClause
@@ -515,9 +515,6 @@ class StoreConnections:
     :data:`OWN`) cut off mid-flight says that it may or may not have taken effect
     (:data:`ALONE_CUT_OFF`), and so does a COMMIT of such a call's own transaction
     (:data:`COMMIT_CUT_OFF`); :data:`OWN` calls keep the plain operation name, as before.
-
-    :meth:`statement`, :meth:`joined` and :meth:`fetch` are the previous entry points, kept
-    for the outbox store until it is migrated to the entry above.
     """
 
     __slots__ = (
@@ -773,60 +770,3 @@ class StoreConnections:
         if not isinstance(database, AsyncConnection):  # pragma: no cover - by construction
             raise TypeError("a StoreConnections without an engine holds a connection")
         return database
-
-    # -- kept for the outbox store until it is migrated to the entry above -----------------------
-
-    def statement(self, what: str) -> AbstractAsyncContextManager[AsyncConnection]:
-        """A connection for ONE statement of the store's own: on an engine a pooled AUTOCOMMIT
-        connection, else a SAVEPOINT of the test connection. Kept for the outbox store until it
-        is migrated; new code calls :meth:`execute`, :meth:`rows` or :meth:`count` with
-        ``scope=OWN``."""
-        return self._own(what)
-
-    @asynccontextmanager
-    async def _own(self, what: str) -> AsyncIterator[AsyncConnection]:
-        async with self._bounded(what):
-            engine = self._autocommit
-            if engine is not None:
-                async with engine.connect() as connection:
-                    yield connection
-                return
-            connection = self._test_connection()
-            async with self._turn, connection.begin_nested():
-                yield connection
-
-    @asynccontextmanager
-    async def joined(
-        self, scope: TransactionScope | None, what: str, *, one_statement: bool = False
-    ) -> AsyncIterator[Joined]:
-        """The given or ambient unit of work, else a short transaction of the store's own,
-        READ COMMITTED (``one_statement``: on an engine, one autocommitted statement). Kept for
-        the outbox store until it is migrated; new code calls the entry (:meth:`transaction`,
-        or one statement's :meth:`execute`, :meth:`rows`, :meth:`count`)."""
-        if scope is None:
-            scope = current_scope()
-        operation = f"{self.name} {what}"
-        if scope is not None:
-            async with joined(self.database, scope, operation=operation) as tx:
-                yield tx
-            return
-        async with self._bounded(what):
-            if self._autocommit is None:
-                async with self._turn, joined(self.database, None, operation=operation) as tx:
-                    yield tx
-                return
-            async with joined(
-                self.database,
-                None,
-                alone=self._autocommit if one_statement else None,
-                isolation_level="READ COMMITTED",
-                operation=operation,
-            ) as tx:
-                yield tx
-
-    async def fetch(
-        self, what: str, statement: TextClause, params: Mapping[str, Any]
-    ) -> Sequence[Any]:
-        """The rows of ONE statement of the store's own: the entry's ``rows(..., scope=OWN)``.
-        Kept for the outbox store until it is migrated."""
-        return await self.rows(what, statement, params, scope=OWN)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ship_sqla._naming import quoted_table
 from ship_sqla._outbox._types import OutboxRecord
+from ship_sqla._scope import OWN
 from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel._durations import require_duration
 from ship_sqla.kernel._errors import ConfigurationError
@@ -96,9 +97,10 @@ class OutboxAdmin:
 
     async def get(self, message_id: uuid.UUID) -> OutboxRecord | None:
         """One row, whatever its state; None when no such id."""
-        async with self._connections.statement("get") as connection:
-            row = (await connection.execute(self._sql.get, {"message_id": message_id})).first()
-        return None if row is None else record_of(row)
+        rows = await self._connections.rows(
+            "get", self._sql.get, {"message_id": message_id}, scope=OWN, by_name=True
+        )
+        return record_of(rows[0]) if rows else None
 
     async def list_dead(
         self,
@@ -117,8 +119,7 @@ class OutboxAdmin:
         if after is not None:
             params["after_created_at"], params["after_id"] = after
             statement = self._sql.list_dead_after
-        async with self._connections.statement("list_dead") as connection:
-            rows = (await connection.execute(statement, params)).all()
+        rows = await self._connections.rows("list_dead", statement, params, scope=OWN, by_name=True)
         return [record_of(row) for row in rows]
 
     async def retry(
@@ -134,18 +135,24 @@ class OutboxAdmin:
         if not wanted:
             return []
         params = {"ids": wanted, "now": self._now()}
-        async with self._connections.joined(scope, "retry", one_statement=True) as tx:
-            moved = {row.id for row in await tx.connection.execute(self._sql.retry, params)}
-            tx.after_commit(self._wake_all)
+        rows = await self._connections.rows(
+            "retry", self._sql.retry, params, scope=scope, by_name=True
+        )
+        moved = {row.id for row in rows}
+        await self._connections.after_commit(scope, self._wake_all)
         return [i for i in wanted if i in moved]
 
     async def counts(self, outbox_id: str, *, cap: int) -> tuple[int, int]:
         """``outbox_id``'s pending and claimed messages, each counted up to ``cap`` through its
         partial index (the dashboard's outbox page): at most ``2 * cap`` index entries."""
         params = {"outbox": outbox_id, "cap": cap}
-        async with self._connections.statement("counts") as connection:
-            pending = (await connection.execute(self._sql.count_pending_capped, params)).scalar()
-            claimed = (await connection.execute(self._sql.count_claimed_capped, params)).scalar()
+        connections = self._connections
+        [(pending,)] = await connections.rows(
+            "counts", self._sql.count_pending_capped, params, scope=OWN
+        )
+        [(claimed,)] = await connections.rows(
+            "counts", self._sql.count_claimed_capped, params, scope=OWN
+        )
         return int(pending or 0), int(claimed or 0)
 
     async def purge_delivered(
@@ -161,14 +168,11 @@ class OutboxAdmin:
         size, and rows completed meanwhile wait for the next purge. Run it from a schedule.
         """
         relation = quoted_table(self._table)
-        async with self._connections.statement("purge_delivered") as connection:
-            pages = int(
-                (
-                    await connection.execute(self._sql.heap_pages, {"relation": relation})
-                ).scalar_one()
-            )
+        [(pages,)] = await self._connections.rows(
+            "purge_delivered", self._sql.heap_pages, {"relation": relation}, scope=OWN
+        )
         deleted = 0
-        for first_page in range(0, pages, pages_per_statement):
+        for first_page in range(0, int(pages), pages_per_statement):
             params = {
                 "first_page": first_page,
                 "end_page": first_page + pages_per_statement,
@@ -176,9 +180,9 @@ class OutboxAdmin:
                 "age": older_than,
                 "now": self._now(),
             }
-            async with self._connections.statement("purge_delivered") as connection:
-                result = await connection.execute(self._sql.purge_delivered_in_pages, params)
-            deleted += result.rowcount
+            deleted += await self._connections.count(
+                "purge_delivered", self._sql.purge_delivered_in_pages, params, scope=OWN
+            )
         return deleted
 
 

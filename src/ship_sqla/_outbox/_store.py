@@ -53,7 +53,7 @@ from ship_sqla._outbox._types import (
     OutboxPayloadTooLargeError,
     OutboxRecord,
 )
-from ship_sqla._scope import Database, StoreConnections, TransactionScope, tenant_within
+from ship_sqla._scope import OWN, Database, StoreConnections, TransactionScope, tenant_within
 from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel._clock import Clock, SystemClock, require_aware
 from ship_sqla.kernel._durations import MAX_LEASE, require_duration
@@ -440,20 +440,22 @@ class Outbox:
             statement = self._sql.enqueue_announced
             params["channel"] = self.wake_channel
             params["payload"] = announcement(self.sender, outbox_id)
-        async with self._connections.joined(scope, "enqueue", one_statement=True) as tx:
-            params["tenant"] = tenant_within(tx.scope, tenant, operation="enqueue")
-            await tx.connection.execute(statement, params)
-            tx.after_commit(self._wake(outbox_id))
-            if due and announcer is not None:
-                tx.after_commit(lambda: announcer.committed(outbox_id, folded=folded))
+        connections = self._connections
+        params["tenant"] = tenant_within(connections.scope_of(scope), tenant, operation="enqueue")
+        await connections.execute("enqueue", statement, params, scope=scope)
+        wakes = [self._wake(outbox_id)]
+        if due and announcer is not None:
+            wakes.append(lambda: announcer.committed(outbox_id, folded=folded))
+        await connections.after_commit(scope, *wakes)
         return ids
 
     async def _send_announcement(self, payloads: list[str]) -> None:
         """The announcer's send: ANNOUNCE_AFTER_COMMIT on a connection of the outbox's own."""
-        await self._connections.fetch(
+        await self._connections.rows(
             "announce",
             self._sql.announce_after_commit,
             {"channel": self.wake_channel, "payloads": payloads},
+            scope=OWN,
         )
 
     # -- consuming (own short transactions) ----------------------------------------------------
@@ -496,8 +498,7 @@ class Outbox:
             "worker": worker or default_worker(),
             "now": self._now(),
         }
-        async with self._connections.statement("claim") as connection:
-            rows = (await connection.execute(statement, params)).all()
+        rows = await self._connections.rows("claim", statement, params, scope=OWN, by_name=True)
         messages: list[OutboxMessage] = []
         for row in rows:
             if row.state == "dead":
@@ -550,8 +551,9 @@ class Outbox:
             "tokens": [token for _, token in pairs],
             "now": self._now(),
         }
-        async with self._connections.joined(scope, "complete", one_statement=True) as tx:
-            rows = (await tx.connection.execute(self._sql.complete, params)).all()
+        rows = await self._connections.rows(
+            "complete", self._sql.complete, params, scope=scope, by_name=True
+        )
         if not rows:  # the statement answers the pairs it did not complete
             return [True] * len(pairs)
         stale = {(row.id, row.token) for row in rows}
@@ -629,14 +631,12 @@ class Outbox:
             "errors": [s.error for s in settlements],
             "now": self._now(),
         }
-        async with self._connections.joined(scope, "settle", one_statement=True) as tx:
-            rows = (await tx.connection.execute(self._sql.settle, params)).all()
-            stale = {(row.id, row.token, row.settled_as) for row in rows}
-            landed = [(s.message_id, s.token, s.settled_as) not in stale for s in settlements]
-            for outbox_id in {
-                s.outbox_id for s, ok in zip(settlements, landed, strict=True) if ok and s.wakes
-            }:
-                tx.after_commit(self._wake(outbox_id))
+        connections = self._connections
+        rows = await connections.rows("settle", self._sql.settle, params, scope=scope, by_name=True)
+        stale = {(row.id, row.token, row.settled_as) for row in rows}
+        landed = [(s.message_id, s.token, s.settled_as) not in stale for s in settlements]
+        woken = {s.outbox_id for s, ok in zip(settlements, landed, strict=True) if ok and s.wakes}
+        await connections.after_commit(scope, *(self._wake(outbox_id) for outbox_id in woken))
         return [s.settled_as if ok else "stale" for s, ok in zip(settlements, landed, strict=True)]
 
     async def heartbeat(self, messages: Sequence[OutboxMessage], lease: float) -> list[bool]:
@@ -653,9 +653,10 @@ class Outbox:
             "lease": float(lease),
             "now": self._now(),
         }
-        async with self._connections.statement("heartbeat") as connection:
-            result = await connection.execute(self._sql.heartbeat, params)
-            held = {(row.id, row.token) for row in result}
+        rows = await self._connections.rows(
+            "heartbeat", self._sql.heartbeat, params, scope=OWN, by_name=True
+        )
+        held = {(row.id, row.token) for row in rows}
         return [(m.id, m.token) in held for m in messages]
 
     async def get(self, message_id: uuid.UUID) -> OutboxRecord | None:
