@@ -138,7 +138,9 @@ async def _serve(line: str, folder: Path, env: dict[str, str]) -> None:
                 await process.wait()
 
 
-async def test_the_tutorial_runs_as_written(ship_server: ResolvedServer, tmp_path: Path) -> None:
+async def test_friction_12_the_tutorial_runs_as_written(
+    ship_server: ResolvedServer, tmp_path: Path
+) -> None:
     """Issue 27 item 12: every code block of docs/tutorial/*.md, in order, on an empty database
     (the ship tables come from the page's own ``ship-sqla schema apply``): J3, O1, U1."""
     assert [p.name[:2] for p in PAGES] == ["1-", "2-", "3-", "4-"]

@@ -81,7 +81,7 @@ def test_the_site_with_intact_references_builds(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_broken_links_anchors_and_cross_references_fail_the_build(tmp_path: Path) -> None:
+def test_friction_12_broken_links_anchors_and_references_fail_the_build(tmp_path: Path) -> None:
     """A broken link, anchor, repository file or API cross-reference fails ``mkdocs build
     --strict``, and the output names each."""
     page = INTACT
