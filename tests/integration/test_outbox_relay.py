@@ -626,3 +626,33 @@ async def test_error_backoff_is_capped_at_the_loops_error_backoff(errors):
         await engine.dispose()
     assert ERROR_BACKOFF.max_delay == 1.0
     assert all(isinstance(e, DBAPIError | OSError) for e in errors)
+
+
+async def test_j23_a_sink_error_postgresql_cannot_store_fails_its_message_alone(
+    engine, outbox, ship_clock, errors
+):
+    """O4, J23: a sink whose error message holds a NUL and a lone surrogate (text PostgreSQL
+    cannot store) fails its message like any error, its last_error escaped (``\\x00``,
+    ``\\udXXX``); the other messages of its batch are delivered in the same settle, nothing is
+    retried or republished. Before, the batch's one settle was refused and retried until the
+    leases lapsed."""
+
+    async def sink(message: OutboxMessage) -> None:
+        if message.payload["n"] == 2:
+            raise BoomError("bad \x00 byte and \ud800 half")
+
+    for n in range(5):
+        await outbox.enqueue("main", "t", {"n": n})
+    async with await start_outbox_relay(outbox, "main", sink, batch_size=10, poll_interval=3600):
+        await errors.wait_for(1)
+    (error,) = errors
+    assert isinstance(error, OutboxPublishError)
+    assert error.outcome == "retrying"
+    assert await statuses(engine) == [("delivered", 1)] * 2 + [("pending", 1)] + [
+        ("delivered", 1)
+    ] * 2
+    async with engine.connect() as c:
+        last_error = (
+            await c.execute(select(table.c.last_error).where(table.c.state == "pending"))
+        ).scalar_one()
+    assert last_error == "BoomError: bad \\x00 byte and \\ud800 half"

@@ -19,6 +19,7 @@ import attrs
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._durations import MAX_RETRY_DELAY, require_duration
 from ship_sqla.kernel._errors import StaleLeaseError
+from ship_sqla.kernel._json_text import storable_text
 from ship_sqla.kernel._plans.retry import attempts_spent
 
 if TYPE_CHECKING:
@@ -178,11 +179,13 @@ def message_released(
 
 
 def error_text(error: str | BaseException) -> str:
-    """What a failure stores as ``last_error``: the text, or ``Type: message``."""
+    """What a failure stores as ``last_error``: the text, or ``Type: message``, always text
+    PostgreSQL can store (a NUL or a lone surrogate escaped, as a run's history entry: J23), so
+    a sink's odd error never makes its batch's settle unstorable."""
     if isinstance(error, BaseException):
         text = str(error)
-        return f"{type(error).__name__}: {text}" if text else type(error).__name__
-    return error
+        error = f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return storable_text(error)
 
 
 class OutboxLeaseStaleError(StaleLeaseError, RuntimeError):
