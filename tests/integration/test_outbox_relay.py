@@ -648,9 +648,9 @@ async def test_j23_a_sink_error_postgresql_cannot_store_fails_its_message_alone(
     (error,) = errors
     assert isinstance(error, OutboxPublishError)
     assert error.outcome == "retrying"
-    assert await statuses(engine) == [("delivered", 1)] * 2 + [("pending", 1)] + [
-        ("delivered", 1)
-    ] * 2
+    assert (
+        await statuses(engine) == [("delivered", 1)] * 2 + [("pending", 1)] + [("delivered", 1)] * 2
+    )
     async with engine.connect() as c:
         last_error = (
             await c.execute(select(table.c.last_error).where(table.c.state == "pending"))
