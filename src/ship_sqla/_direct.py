@@ -356,39 +356,36 @@ class DirectStatements:
 
     def _give_back(self, turn: int) -> None:
         """The loop's next turn after :meth:`keep`: the kept connection goes back to its pool
-        (:meth:`check_in`; in a task of its own when that is I/O)."""
+        (:meth:`_return`; in a task of its own when that is I/O)."""
         kept, pool = self._kept, self._kept_pool
         if kept is None or pool is None or turn != self._kept_turn:
             return
         self._kept = None
-        if not self._lost(kept, pool) and self._queues(pool):
-            kept.close()  # no I/O: the pool queues it
-            return
-        self._return_in_greenlet(kept, pool)
+        self._return(kept, pool)
 
     async def check_in(self, connection: PoolProxiedConnection, pool: Pool) -> None:
-        """Return ``connection``, checked out of ``pool``, for good: queued in the pool when
-        the pool keeps it (a plain call, no I/O), else closed inside SQLAlchemy's greenlet, to
-        completion even when the caller is cancelled (a ``NullPool``, a full ``QueuePool``'s
-        overflow connection, a pool listener that may do I/O); closed for real when no pool
-        may have it back (:meth:`_lost`: the engine was disposed since, or its socket
-        closed)."""
-        if connection.dbapi_connection is None or (
-            not self._lost(connection, pool) and self._queues(pool)
-        ):
-            # Invalidated (its driver connection already terminated: nothing to close), or
-            # queued by the pool: no I/O either way.
-            connection.close()
-            return
-        await asyncio.shield(self._return_in_greenlet(connection, pool))
+        """Return ``connection``, checked out of ``pool``, for good (:meth:`_return`), to
+        completion even when the caller is cancelled."""
+        returning = self._return(connection, pool)
+        if returning is not None:
+            await asyncio.shield(returning)
 
-    def _return_in_greenlet(
-        self, connection: PoolProxiedConnection, pool: Pool
-    ) -> asyncio.Task[None]:
-        """A task of its own (held until done) returning ``connection`` inside SQLAlchemy's
-        greenlet: invalidated (closed) when lost, else given back to ``pool``."""
-        # The old pool would hold a lost one open (dispose), or there is nothing to return.
-        way = connection.invalidate if self._lost(connection, pool) else connection.close
+    def _return(self, connection: PoolProxiedConnection, pool: Pool) -> asyncio.Task[None] | None:
+        """Start returning ``connection``, checked out of ``pool``: queued in the pool when the
+        pool keeps it (a plain call, no I/O: None); else a task of its own (held until done)
+        closing it inside SQLAlchemy's greenlet (a ``NullPool``, a full ``QueuePool``'s
+        overflow connection, a pool listener that may do I/O), or invalidating it when no pool
+        may have it back (:meth:`_lost`: the engine was disposed since, or its socket closed;
+        the old pool would hold it open)."""
+        if connection.dbapi_connection is None:
+            # Invalidated: its driver connection is already terminated, nothing to close.
+            connection.close()
+            return None
+        lost = self._lost(connection, pool)
+        if not lost and self._queues(pool):
+            connection.close()  # no I/O: the pool queues it
+            return None
+        way = connection.invalidate if lost else connection.close
         task = asyncio.get_running_loop().create_task(greenlet_spawn(way))
         self._returning.add(task)
         task.add_done_callback(self._returning.discard)
