@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 from job_helpers import ErrorLog, claim_request, record_of
 from spy_backend import SpyBackend
@@ -274,7 +275,6 @@ async def _attempt(backend: Any, job: Any, run: Any) -> FusedAttempt:
     """One transactional attempt of ``run`` outside a runtime (what the executor does)."""
     entry = InFlight(job, run, backend.clock.monotonic())
     ctx = JobContext(run, entry, worker_id="w")
-    ctx.transactional()
     attempt = FusedAttempt(entry, ctx, job.decode(run.payload), backend, backend.clock)
     await attempt.run()
     return attempt
@@ -338,3 +338,34 @@ async def test_j14_a_cancel_committed_before_the_fence_ends_the_run_cancelled(
     assert outcome == "cancelled"
     assert (await record_of(backend, result.run_id)).state == "cancelled"
     assert await kit.effects() == []
+
+
+async def test_j13_the_fence_waits_for_a_heartbeat_already_on_its_way(clock, job_backend_factory):
+    """J13: a heartbeat naming the run that is on its way when the transaction opens is let
+    through before the fence (else, reaching the row after the fence's lock, it would wait for
+    the whole transaction and hold up the batch's other runs); from then on the run is fenced,
+    so no heartbeat names it."""
+    backend = SpyBackend(job_backend_factory(clock))
+    kit = await kit_for(backend, clock)
+
+    async def handler(ctx, payload, repositories):
+        await repositories.add_effect("once")
+
+    job = define_job("j13.beat", handler, payload=dict, transaction=kit.uow)
+    await backend.enqueue(job, {})
+    [run] = await backend.claim(claim_request(job, worker="A"))
+    entry = InFlight(job, run, clock.monotonic())
+    beat = entry.beat_pending = anyio.Event()
+    ctx = JobContext(run, entry, worker_id="w")
+    attempt = FusedAttempt(entry, ctx, job.decode(run.payload), backend, clock)
+    async with anyio.create_task_group() as group:
+        group.start_soon(attempt.run)
+        await backend.wait_started("fence", 0)
+        for _ in range(20):
+            await anyio.lowlevel.checkpoint()
+        assert entry.fenced
+        assert backend.started.get("fence", 0) == 0
+        beat.set()
+    assert backend.started["fence"] == 1
+    assert attempt.landed is not None
+    assert await kit.effects() == ["once"]

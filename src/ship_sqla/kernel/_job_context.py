@@ -224,7 +224,7 @@ class JobContext(Generic[R]):
             name, uow, fn, result=result, completes_run=completes_run
         )
 
-    def transactional(self) -> None:
+    def _enter_transactional(self) -> None:
         """Mark this context a transactional handler's (J13): workflow calls are refused."""
         self._transactional = True
 

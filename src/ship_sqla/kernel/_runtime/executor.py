@@ -221,7 +221,6 @@ class Executor:
             if fused is None:
                 await entry.job.handler(ctx, payload)
             else:
-                entry.fenced = True
                 await fused.run()
         except asyncio.CancelledError:
             entry.in_handler = False
@@ -264,7 +263,6 @@ class Executor:
         transaction), its context refusing workflow calls; None for a plain handler."""
         if entry.job.transaction is None:
             return None
-        ctx.transactional()
         return FusedAttempt(entry, ctx, payload, self._backend, self._clock)
 
     def _returned(

@@ -70,6 +70,8 @@ class FusedAttempt:
         clock: Clock,
     ) -> None:
         self._entry = entry
+        # J13: the handler's whole body is one transaction: no workflow calls.
+        ctx._enter_transactional()  # noqa: SLF001 - the runtime's mark on its own context
         self._ctx = ctx
         self._payload = payload
         self._backend = backend
@@ -87,6 +89,12 @@ class FusedAttempt:
         run = entry.run
         job = entry.job
         self.landed = None
+        # From here no heartbeat is sent for the run (InFlight.fenced); one already on its way
+        # is let through first, so it never waits on the fence's row lock.
+        entry.fenced = True
+        pending = entry.beat_pending
+        if pending is not None:
+            await pending.wait()
         answer = await self._backend.fence(run)
         if answer == "stale":
             self.stale = True

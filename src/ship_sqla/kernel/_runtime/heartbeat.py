@@ -84,8 +84,22 @@ class Heartbeater:
             await wait_event(self._closing, self._clock, max(delay, 0.0))
 
     async def _beat(self, due: list[InFlight], now: float) -> None:
+        # J13: a transactional handler about to fence one of these runs waits for this call
+        # first (InFlight.beat_pending): a heartbeat that reached the row after the fence's lock
+        # would wait for that whole transaction, holding up every other run of the batch.
+        answered = asyncio.Event()
         for entry in due:
             entry.beat_due = now + entry.job.concurrency.heartbeat_interval
+            entry.beat_pending = answered
+        try:
+            await self._beat_now(due)
+        finally:
+            answered.set()
+            for entry in due:
+                if entry.beat_pending is answered:
+                    entry.beat_pending = None
+
+    async def _beat_now(self, due: list[InFlight]) -> None:
         sent = self._clock.monotonic()
         try:
             alive = await self._store.heartbeat([entry.run for entry in due])

@@ -59,6 +59,7 @@ class InFlight(Cancellation):
 
     __slots__ = (
         "beat_due",
+        "beat_pending",
         "claimed_at",
         "fenced",
         "handler_done",
@@ -107,6 +108,8 @@ class InFlight(Cancellation):
         # no heartbeat is sent (no claim can retake the run meanwhile, and a heartbeat would
         # wait on the lock), and a refused one is not a lost lease (the transaction decides).
         self.fenced = False
+        # Set while a heartbeat call naming this run is on its way (J13: the fence waits for it).
+        self.beat_pending: asyncio.Event | None = None
 
     def interrupt(self, reason: CancelReason) -> None:
         """Cancel the run for ``reason``, and its handler's task if the handler is running."""
