@@ -369,3 +369,44 @@ async def test_j13_the_fence_waits_for_a_heartbeat_already_on_its_way(clock, job
     assert backend.started["fence"] == 1
     assert attempt.landed is not None
     assert await kit.effects() == ["once"]
+
+
+@pytest.mark.parametrize("fault", ["after", "before"])
+async def test_j13_an_ambiguous_commit_is_resolved_by_reading_the_run(clock, fault):
+    """J13: the COMMIT's answer lost (the in-memory unit of work's ``commit_fault``): "after"
+    (it committed) is read back as completed, once, with nothing reported stale; "before" (it
+    did not) settles as the failed attempt it was (K4) and the retry commits once."""
+    from ship_sqla.kernel import InMemoryJobBackend  # noqa: PLC0415 - memory only
+
+    errors = ErrorLog()
+    backend = SpyBackend(InMemoryJobBackend(clock=clock, on_error=errors))
+    kit = await kit_for(backend, clock)
+
+    async def handler(ctx, payload, repositories):
+        await repositories.add_effect(f"attempt-{ctx.attempt}")
+        if ctx.attempt == 1:
+            kit.uow.commit_fault = fault
+
+    job = define_job(
+        "j13.ambiguous",
+        handler,
+        payload=dict,
+        transaction=kit.uow,
+        retry=RetryPolicy(attempts=3, base_delay=1.0, jitter="none"),
+    )
+    result = await backend.enqueue(job, {})
+
+    async def ended() -> bool:
+        if backend.settled("fail"):
+            clock.advance(1.0)
+        record = await record_of(backend, result.run_id)
+        return record.state == "completed"
+
+    await _serve(backend, [job], ended)
+    record = await record_of(backend, result.run_id)
+    if fault == "after":
+        assert (record.attempt, await kit.effects()) == (1, ["attempt-1"])
+        assert backend.settled() == []
+    else:
+        assert (record.attempt, await kit.effects()) == (2, ["attempt-2"])
+    assert [e for e in errors.errors if getattr(e, "code", "") == "SHIP_SQLA_JOB_LEASE_STALE"] == []
