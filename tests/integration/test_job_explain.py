@@ -262,6 +262,24 @@ CASES = [
     # the lease index's running runs, which concurrency.max bounds whatever the backlog: either
     # serves it; a sequential scan never does.
     ("heartbeat", settle.HEARTBEAT_IF_TOKEN_CURRENT, heartbeat_params, set(), 50, False),
+    # J13: a transactional handler's fence and the read that resolves an ambiguous COMMIT each
+    # probe the primary key once.
+    (
+        "fence",
+        settle.FENCE_RUN_FOR_UPDATE,
+        lambda: {"id": "x000000001", "token": 1, "idle_ms": "30000"},
+        {"pkey"},
+        1,
+        True,
+    ),
+    (
+        "claim state",
+        settle.CLAIM_STATE_IF_TOKEN,
+        lambda: {"id": "x000000001", "token": 1},
+        {"pkey"},
+        1,
+        True,
+    ),
 ]
 
 
