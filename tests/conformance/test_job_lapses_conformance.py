@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import anyio
 import pytest
-from job_helpers import claim_request, record_of
+from global_meter import global_meter
+from job_helpers import ErrorLog, claim_request, record_of
 
-from ship_sqla import define_job
-from ship_sqla.errors import ConfigurationError
+from ship_sqla import define_job, start_job_runtime
+from ship_sqla.errors import ConfigurationError, JobCrashLoopError
 from ship_sqla.jobs import Concurrency, RetryPolicy
 from ship_sqla.kernel import LEASE_LAPSED_CRASH_LOOP, completed, failed, released, snoozed
 from ship_sqla.kernel._ports import (
@@ -266,3 +268,54 @@ async def test_j15_a_cancelled_lapse_counts_and_is_not_buried(clock, job_backend
     assert (list(batch), batch.buried) == ([], ())
     record = await record_of(backend, result.run_id)
     assert (record.state, record.lapses, record.consecutive_lapses) == ("cancelled", 1, 1)
+
+
+async def test_j15_the_runtime_counts_lapses_and_reports_a_crash_loop(clock, job_backend_factory):
+    """J15, J10: a runtime counts every lapse its claims report in ``ship.job.lapses`` (a run it
+    retook, a run it buried) and reports a crash loop's dead letter to on_error as
+    JobCrashLoopError (SHIP_SQLA_JOB_CRASH_LOOP) naming the run, the job and max_lapses, counted
+    in ship.job.dead_letter.count too; the crash loop's handler never runs again."""
+    ran: list[str] = []
+    done = anyio.Event()
+
+    async def handler(ctx, payload):
+        ran.append(ctx.run_id)
+        done.set()
+
+    looping = define_job(
+        "lapses.loop",
+        handler,
+        payload=dict,
+        concurrency=Concurrency(lease=LEASE),
+        retry=RetryPolicy(attempts=25, max_lapses=2),
+    )
+    with global_meter() as meter:
+        meter.install()
+        errors = ErrorLog()
+        backend = job_backend_factory(clock, on_error=errors)
+        doomed = await backend.enqueue(looping, {"n": 1})
+        retaken = await backend.enqueue(looping, {"n": 2})
+        await backend.claim(claim_request(looping, worker="dead-1"))  # doomed; it died
+        clock.advance(LEASE)
+        # doomed's first lapse, retaken by another worker that died too; then retaken's first.
+        await backend.claim(claim_request(looping, worker="dead-2", limit=2))
+        clock.advance(LEASE)
+        async with await start_job_runtime([looping], backend=backend):
+            await errors.wait_count(1)
+            with anyio.fail_after(10):
+                await done.wait()
+        found = meter.collect()
+    [error] = errors.errors
+    assert isinstance(error, JobCrashLoopError)
+    assert error.code == "SHIP_SQLA_JOB_CRASH_LOOP"
+    assert doomed.run_id in str(error)
+    assert looping.id in str(error)
+    assert "max_lapses (2)" in str(error)
+    assert ran == [retaken.run_id]
+    assert (await record_of(backend, doomed.run_id)).state == "dead"
+    record = await record_of(backend, retaken.run_id)
+    assert (record.state, record.lapses, record.consecutive_lapses) == ("completed", 1, 0)
+    [lapses] = found["ship.job.lapses"].data.data_points
+    assert (lapses.value, dict(lapses.attributes)) == (2, {"ship.job.id": looping.id})
+    [dead] = found["ship.job.dead_letter.count"].data.data_points
+    assert dead.value == 1
