@@ -65,6 +65,12 @@ from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
 from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
 from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
 from ship_sqla.kernel._settlement import JobSettleRefusedError as JobSettleRefusedError
+from ship_sqla.kernel._transactional import (
+    InboxFingerprintMismatchError as InboxFingerprintMismatchError,
+)
+from ship_sqla.kernel._transactional import (
+    TransactionalHandlerMisuseError as TransactionalHandlerMisuseError,
+)
 from ship_sqla.kernel._workflows import ChildJobUnservedError as ChildJobUnservedError
 from ship_sqla.kernel._workflows import ChildRunsRefusedError as ChildRunsRefusedError
 from ship_sqla.kernel._workflows import StepNameReusedError as StepNameReusedError
@@ -85,6 +91,7 @@ __all__ = (
     "IdempotencyClaimLostError",
     "IdempotencyKeyError",
     "IdempotencyRecordCorruptError",
+    "InboxFingerprintMismatchError",
     "InvalidCursorError",
     "InvalidKeyError",
     "InvalidPayloadError",
@@ -132,6 +139,7 @@ __all__ = (
     "TenantRequiredError",
     "TenantViolationError",
     "TerminalError",
+    "TransactionalHandlerMisuseError",
     "UnknownJobError",
     "UnknownProjectionError",
     "UnsafeExpressionError",

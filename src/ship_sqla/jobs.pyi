@@ -43,6 +43,7 @@ from ship_sqla.kernel._priority import MIN_PRIORITY as MIN_PRIORITY
 from ship_sqla.kernel._registry import JobRegistry as JobRegistry
 from ship_sqla.kernel._runtime.runtime import JobRuntime as JobRuntime
 from ship_sqla.kernel._runtime.runtime import RuntimeMode as RuntimeMode
+from ship_sqla.kernel._transactional import Inbox as Inbox
 from ship_sqla.kernel._workers import WorkerRecord as WorkerRecord
 
 __all__ = (
@@ -65,6 +66,7 @@ __all__ = (
     "Fairness",
     "HistoryKind",
     "IdempotencyPolicy",
+    "Inbox",
     "JobDefinition",
     "JobDemand",
     "JobMetrics",

@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._ports import ClaimedRun, ClaimRequest
     from ship_sqla.kernel._settlement import SettleRequest
 
-SPIED = ("claim", "heartbeat", "settle", "queue_depths")
-"""The port methods the spy records: the runtime's calls to its RunStore and QueueDepthSource."""
+SPIED = ("claim", "heartbeat", "settle", "queue_depths", "fence", "settle_within")
+"""The port methods the spy records: the runtime's calls to its RunStore and QueueDepthSource,
+and a transactional handler's fence and completion (J13: ``settle_within`` answers one outcome
+for one settlement)."""
 
 
 @attrs.frozen
@@ -89,6 +91,12 @@ class SpyBackend:
 
     async def queue_depths(self, job_ids: Sequence[str]) -> Any:
         return await self._call("queue_depths", list(job_ids))
+
+    async def fence(self, run: ClaimedRun) -> Any:
+        return await self._call("fence", run)
+
+    async def settle_within(self, settlement: SettleRequest) -> Any:
+        return await self._call("settle_within", settlement)
 
     # --- scripting -------------------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from ship_sqla._scope import TransactionScope, Within
+    from ship_sqla.kernel._transactional import InboxAnswer
 
 __all__ = [
     "DEFAULT_PREFIX",
@@ -73,6 +74,8 @@ MAX_CLEANUP_LIMIT = 10_000
 DEFAULT_LOCK_TIMEOUT = timedelta(seconds=1)
 DEFAULT_CLAIM_LEASE = timedelta(minutes=1)
 DEFAULT_TTL = timedelta(hours=24)
+_INBOX_MARK = StoredResponse(status=200)
+"""What a job inbox key stores as its response: the run completed (its outcome is the run's)."""
 # A key deleted by cleanup between our INSERT and our read is retried; a third race in a row is
 # answered "in progress" rather than looping.
 _BEGIN_ROUNDS = 3
@@ -265,6 +268,35 @@ class IdempotencyStore(_ClaimOwner):
         rows = await self._connections.rows("release", self._sql.release, params, scope=scope)
         if not rows:
             raise _lost(claim, "release")
+
+    # -- the job inbox (J13) ---------------------------------------------------------------------
+
+    async def mark_inbox(
+        self, key: str, fingerprint: str, *, prefix: str, ttl: float | None
+    ) -> InboxAnswer:
+        """:class:`~ship_sqla.kernel.InboxStore`: claim ``key`` and complete it at once, in the
+        active unit of work (a transactional job's: I1, the mark commits with the handler's
+        writes), or say why not (I2): completed before, ``"duplicate"``; an open transaction
+        holds it (after at most ``lock_timeout``), ``"held"``; another fingerprint,
+        ``"mismatch"``."""
+        if not self._connections.joins(None):
+            raise ConfigurationError(
+                "an inbox mark was asked for outside a unit of work: it must commit with the"
+                " handler's writes.",
+                fix="build the store on the engine of the job's transaction= unit of work (the"
+                " runtime marks the key inside it).",
+            )
+        outcome = await self.begin(
+            key, fingerprint, prefix=prefix, ttl=None if ttl is None else timedelta(seconds=ttl)
+        )
+        if isinstance(outcome, IdempotencyStarted):
+            await outcome.claim.complete(_INBOX_MARK)
+            return "new"
+        if isinstance(outcome, IdempotencyReplay):
+            return "duplicate"
+        if isinstance(outcome, IdempotencyInProgress):
+            return "held"
+        return "mismatch"
 
     # -- reads and maintenance ------------------------------------------------------------------
 

@@ -77,6 +77,7 @@ import asyncio
 import logging
 from collections import Counter
 from datetime import timedelta
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import MetaData, Table, TextClause
@@ -97,7 +98,12 @@ from ship_sqla._jobs._sql.claim import (
     CLAIM_UNCAPPED_KEYED,
 )
 from ship_sqla._jobs._sql.enqueue import ANNOUNCE, ANNOUNCE_AFTER_COMMIT
-from ship_sqla._jobs._sql.settle import HEARTBEAT_IF_TOKEN_CURRENT, SETTLE_IF_TOKEN_CURRENT
+from ship_sqla._jobs._sql.settle import (
+    CLAIM_STATE_IF_TOKEN,
+    FENCE_RUN_FOR_UPDATE,
+    HEARTBEAT_IF_TOKEN_CURRENT,
+    SETTLE_IF_TOKEN_CURRENT,
+)
 from ship_sqla._jobs._tables import (
     fair_claims_ddl,
     fair_claims_index_name,
@@ -122,7 +128,7 @@ from ship_sqla._notify import (
     sender_token,
 )
 from ship_sqla._schema_probe import MissingTablesError, Needed, missing_relations, require_tables
-from ship_sqla._scope import OWN, Database, StoreConnections, TransactionScope
+from ship_sqla._scope import OWN, Database, StoreConnections, TransactionScope, Within
 from ship_sqla._sql_errors import refused_value
 from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel import Clock
@@ -163,6 +169,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest
     from ship_sqla.kernel._settlement import SettleRequest
+    from ship_sqla.kernel._transactional import FenceAnswer
 
 __all__ = [
     "JobBackendTimeoutError",
@@ -900,22 +907,72 @@ class PostgresJobBackend(JobBackendBase):
         self.report_error(settle_refusal(settlement, error, quoting=False, stored=False))
         return "refused"
 
+    # --- the fenced transaction of a transactional handler (J13, J14) -------------------------
+
+    def _require_joined(self, what: str) -> None:
+        if not self._connections.joins(None):
+            raise ConfigurationError(
+                f"{what} was asked for outside a unit of work on this backend's database; it"
+                " must join the handler's transaction.",
+                fix="declare the job with transaction=create_unit_of_work(<the backend's"
+                " engine>, ...): the runtime runs it inside that unit of work.",
+            )
+
+    async def _fence(self, run: ClaimedRun) -> FenceAnswer:
+        self._require_joined("a run's fence")
+        params = {
+            "id": run.run_id,
+            "token": run.token,
+            "idle_ms": str(max(1, round(run.lease * 1000))),
+        }
+        rows = await self._connections.rows(
+            "fence", self.statements[FENCE_RUN_FOR_UPDATE], params, scope=None
+        )
+        if not rows:
+            return "stale"
+        current, cancel_requested, _ = rows[0]
+        if not current:
+            return "stale"
+        return "cancel-requested" if cancel_requested else "held"
+
+    async def _settle_joined(self, settlement: Settlement) -> SettleOutcome:
+        self._require_joined("a settle within the handler's transaction")
+        [outcome] = await self._settle_statement([settlement], [0], scope=None)
+        return outcome
+
+    async def claim_state(self, run: ClaimedRun) -> str | None:
+        rows = await self._connections.rows(
+            "claim state",
+            self.statements[CLAIM_STATE_IF_TOKEN],
+            {"id": run.run_id, "token": run.token},
+            scope=OWN,
+        )
+        return None if not rows else str(rows[0][0])
+
     async def _settle_statement(
-        self, settlements: Sequence[SettleRequest], sent: Sequence[int]
+        self,
+        settlements: Sequence[SettleRequest],
+        sent: Sequence[int],
+        *,
+        scope: Within = OWN,
     ) -> list[SettleOutcome]:
-        """One SETTLE_IF_TOKEN_CURRENT (see :meth:`_settle_batch`)."""
+        """One SETTLE_IF_TOKEN_CURRENT (see :meth:`_settle_batch`); ``scope=None``: joined to
+        the active unit of work (J13), its children's parents woken after that commit."""
         batch = [_settlement_at(settlements, i) for i in sent]
-        completions_only = all(settlement.state == "completed" for settlement in batch)
+        completions_only = all(
+            settlement.state == "completed" and settlement.entry is None for settlement in batch
+        )
         params = {
             "ids": [settlement.run.run_id for settlement in batch],
             "tokens": [settlement.run.token for settlement in batch],
             "now": self._now(),
         }
-        # A batch of completions sends no other field (the statement reads the missing elements
-        # as NULL, a NULL state as a completion): six arrays less to encode.
+        # A batch of plain completions (no history entry, so no duplicate) sends no other field
+        # (the statement reads the missing elements as NULL, a NULL state as a completion): six
+        # arrays less to encode.
         params.update(_SETTLE_FIELDS_NONE if completions_only else _settle_fields(batch))
         rows = await self._connections.rows(
-            "settle", self.statements[SETTLE_IF_TOKEN_CURRENT], params, scope=OWN
+            "settle", self.statements[SETTLE_IF_TOKEN_CURRENT], params, scope=scope
         )
         # By position, as a claim's (SETTLE_COLUMNS): (ordinal, new state, parent id).
         landed: dict[int, str] = {ordinal: state for ordinal, state, _ in rows}
@@ -925,7 +982,12 @@ class PostgresJobBackend(JobBackendBase):
             if parent_id is not None and state != "waiting"
         ]
         if ended_children:
-            await self._wake_parents(ended_children)
+            if scope is OWN:
+                await self._wake_parents(ended_children)
+            else:
+                await self._connections.after_commit(
+                    scope, partial(self._wake_parents, ended_children)
+                )
         outcomes: list[SettleOutcome] = ["stale"] * len(settlements)
         for position, (index, settlement) in enumerate(zip(sent, batch, strict=True), start=1):
             state = landed.get(position)

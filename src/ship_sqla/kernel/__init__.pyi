@@ -9,10 +9,13 @@ from ship_sqla.kernel._browse import RunPosition as RunPosition
 from ship_sqla.kernel._browse import RunQuery as RunQuery
 from ship_sqla.kernel._clock import Clock as Clock
 from ship_sqla.kernel._clock import SystemClock as SystemClock
+from ship_sqla.kernel._memory.inbox import InMemoryInbox as InMemoryInbox
 from ship_sqla.kernel._memory.jobs import InMemoryJobBackend as InMemoryJobBackend
 from ship_sqla.kernel._memory.locks import InMemoryLock as InMemoryLock
 from ship_sqla.kernel._memory.locks import InMemoryLockProvider as InMemoryLockProvider
 from ship_sqla.kernel._memory.outbox import InMemoryOutbox as InMemoryOutbox
+from ship_sqla.kernel._memory.transactions import InMemoryTransaction as InMemoryTransaction
+from ship_sqla.kernel._memory.transactions import InMemoryUnitOfWork as InMemoryUnitOfWork
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry as InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore as InMemoryWorkflowStore
 from ship_sqla.kernel._outbox import OutboxStore as OutboxStore
@@ -48,11 +51,16 @@ from ship_sqla.kernel._settlement import Settlement as Settlement
 from ship_sqla.kernel._settlement import SettleRequest as SettleRequest
 from ship_sqla.kernel._settlement import cancelled as cancelled
 from ship_sqla.kernel._settlement import completed as completed
+from ship_sqla.kernel._settlement import duplicate as duplicate
 from ship_sqla.kernel._settlement import failed as failed
 from ship_sqla.kernel._settlement import refused as refused
 from ship_sqla.kernel._settlement import released as released
 from ship_sqla.kernel._settlement import settle_refusal as settle_refusal
 from ship_sqla.kernel._settlement import snoozed as snoozed
+from ship_sqla.kernel._transactional import FenceAnswer as FenceAnswer
+from ship_sqla.kernel._transactional import FencedRuns as FencedRuns
+from ship_sqla.kernel._transactional import InboxAnswer as InboxAnswer
+from ship_sqla.kernel._transactional import InboxStore as InboxStore
 from ship_sqla.kernel._workers import WorkerEntry as WorkerEntry
 from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
 from ship_sqla.kernel._workflows import NewStep as NewStep
@@ -77,14 +85,21 @@ __all__ = (
     "Clock",
     "CreatedPosition",
     "DeadQuery",
+    "FenceAnswer",
+    "FencedRuns",
     "HeartbeatBatch",
     "HistoryEntry",
+    "InMemoryInbox",
     "InMemoryJobBackend",
     "InMemoryLock",
     "InMemoryLockProvider",
     "InMemoryOutbox",
+    "InMemoryTransaction",
+    "InMemoryUnitOfWork",
     "InMemoryWorkerRegistry",
     "InMemoryWorkflowStore",
+    "InboxAnswer",
+    "InboxStore",
     "JobBackend",
     "JobBackendBase",
     "LeasePosition",
@@ -118,6 +133,7 @@ __all__ = (
     "Workflows",
     "cancelled",
     "completed",
+    "duplicate",
     "failed",
     "message_delivered",
     "message_failed",

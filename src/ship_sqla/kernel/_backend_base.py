@@ -52,6 +52,7 @@ if TYPE_CHECKING:
         SettleOutcome,
     )
     from ship_sqla.kernel._settlement import SettleRequest
+    from ship_sqla.kernel._transactional import FenceAnswer
     from ship_sqla.kernel._workflows import WorkflowStore
 
 __all__ = ["MAX_ENQUEUE_BATCH", "JobBackendBase"]
@@ -275,7 +276,36 @@ class JobBackendBase(ABC):
             self.wake()
         return outcomes
 
+    # --- the fenced transaction of a transactional handler (J13, J14) -----------------------------
+
+    async def fence(self, run: ClaimedRun) -> FenceAnswer:
+        """:meth:`~ship_sqla.kernel.FencedRuns.fence`: lock ``run``'s row in the active unit of
+        work and say whether its claim is current."""
+        return await self._fence(run)
+
+    async def settle_within(self, settlement: Settlement) -> SettleOutcome:
+        """:meth:`~ship_sqla.kernel.FencedRuns.settle_within`: ``settlement`` applied in the
+        active unit of work, by the store's one settle (J5 fenced), committed with it."""
+        if not isinstance(settlement, Settlement):
+            raise ConfigurationError(
+                f"settle_within() was given {settlement!r}, which is not a settlement.",
+                fix="build it with ship_sqla.kernel's completed() (or another constructor).",
+            )
+        return await self._settle_joined(settlement)
+
     # --- storage: what each backend implements ---------------------------------------------------
+
+    @abstractmethod
+    async def _fence(self, run: ClaimedRun) -> FenceAnswer:
+        """See :meth:`fence`."""
+
+    @abstractmethod
+    async def _settle_joined(self, settlement: Settlement) -> SettleOutcome:
+        """See :meth:`settle_within`."""
+
+    @abstractmethod
+    async def claim_state(self, run: ClaimedRun) -> str | None:
+        """See :meth:`ship_sqla.kernel.FencedRuns.claim_state`."""
 
     @abstractmethod
     async def insert(

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition, PayloadCodec
-    from ship_sqla.kernel._ports import ClaimedRun, JobBackend
+    from ship_sqla.kernel._ports import ClaimedRun, JobBackend, SettleOutcome
+    from ship_sqla.kernel._settlement import Settlement
     from ship_sqla.kernel._workflows import (
         ChildOutcome,
         EventWait,
@@ -133,6 +134,7 @@ class JobContext(Generic[R]):
         "_cancellation",
         "_resources",
         "_run",
+        "_transactional",
         "_workflow",
         "_workflow_parts",
         "worker_id",
@@ -152,6 +154,7 @@ class JobContext(Generic[R]):
         self._resources = resources
         self._workflow: Workflow | None = None
         self._workflow_parts: tuple[WorkflowStore, JobBackend, Clock] | None = None
+        self._transactional = False
 
     def bind_workflows(self, store: WorkflowStore, backend: JobBackend, clock: Clock) -> None:
         """Give the context the backend's workflow store (the runtime does, per claim; a test
@@ -161,6 +164,20 @@ class JobContext(Generic[R]):
     @property
     def workflow(self) -> Workflow:
         """This execution's :class:`~ship_sqla.kernel._workflows.Workflow` (made at first use)."""
+        if self._transactional:
+            from ship_sqla.kernel._transactional import (  # noqa: PLC0415 - rare path
+                TransactionalHandlerMisuseError,
+            )
+
+            raise TransactionalHandlerMisuseError(
+                f"job {self._run.job_id!r} run {self._run.run_id!r}: a transactional handler"
+                " (declared with transaction=) made a workflow call. Its whole body is one"
+                " transaction, so a step could not be stored apart from it, and a sleep or"
+                " wait would hold the transaction open.",
+                fix="drop transaction= and make the job a workflow whose last step is"
+                " ctx.transaction(name, uow, fn, completes_run=True), or keep the handler"
+                " transactional and make no workflow calls.",
+            )
         if self._workflow is None:
             from ship_sqla.kernel._workflows import (  # noqa: PLC0415 - cycle: it imports us
                 Workflow,
@@ -198,9 +215,24 @@ class JobContext(Generic[R]):
         fn: Callable[[Any], Awaitable[T]],
         *,
         result: type[Any] | PayloadCodec[Any] | None = None,
+        completes_run: bool = False,
     ) -> T:
-        """D2: ``fn(repositories)`` in ``uow``, its result stored in the same transaction."""
-        return await self.workflow.transaction(name, uow, fn, result=result)
+        """D2: ``fn(repositories)`` in ``uow``, its result stored in the same transaction;
+        ``completes_run=True`` (J13): the run's claim fenced first and its completion committed
+        in that transaction too (the workflow's last call)."""
+        return await self.workflow.transaction(
+            name, uow, fn, result=result, completes_run=completes_run
+        )
+
+    def transactional(self) -> None:
+        """Mark this context a transactional handler's (J13): workflow calls are refused."""
+        self._transactional = True
+
+    @property
+    def completed_in_transaction(self) -> tuple[Settlement, SettleOutcome] | None:
+        """The completion a workflow's ``ctx.transaction(..., completes_run=True)`` committed
+        (J13), or None."""
+        return None if self._workflow is None else self._workflow.completed_run
 
     async def sleep(self, name: str, duration: float | timedelta) -> None:
         """D3: suspend the run for ``duration`` without holding a slot, lease or attempt."""

@@ -10,7 +10,16 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Final, Generic, Protocol, TypeVar, runtime_checkable
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Generic,
+    Protocol,
+    TypeVar,
+    cast,
+    runtime_checkable,
+)
 
 import attrs
 
@@ -31,6 +40,8 @@ from ship_sqla.kernel._priority import DEFAULT_PRIORITY, check_priority_field
 
 if TYPE_CHECKING:
     from ship_sqla.kernel._job_context import JobContext
+    from ship_sqla.kernel._transactional import Inbox
+    from ship_sqla.kernel._workflows import UnitOfWorkLike
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
@@ -465,6 +476,8 @@ class _PydanticCodec(Generic[P]):
 
 
 Handler = Callable[["JobContext", P], Awaitable[None]]
+TransactionalHandler = Callable[["JobContext", P, Any], Awaitable[None]]
+"""J13: a handler declared with ``transaction=``: ``handler(ctx, payload, repositories)``."""
 
 
 def _check_payload_bound(
@@ -518,6 +531,14 @@ class JobDefinition(Generic[P]):
     fairness: Fairness | None = None
     """Claims shared fairly across tenants (F2); None: oldest due first (by priority, K6)."""
 
+    transaction: UnitOfWorkLike | None = None
+    """J13: the unit of work the handler runs in, fenced on the claim and completing the run in
+    the same transaction; the handler is then ``handler(ctx, payload, repositories)``. None: a
+    plain handler ``handler(ctx, payload)``, completed after it returns."""
+
+    inbox: Inbox | None = None
+    """J13: the inbox key marked in the handler's transaction (only with ``transaction``)."""
+
     def encode(self, payload: P) -> Any:  # noqa: ANN401 - JSON-able
         """Validate and encode ``payload`` for storage; raises :class:`InvalidPayloadError`."""
         return self.codec.encode(payload)
@@ -559,7 +580,7 @@ def _require_async_handler(job_id: str, handler: object) -> None:
 
 def define_job(
     id: str,  # noqa: A002 - the seed's name for it
-    handler: Handler[P],
+    handler: Handler[P] | TransactionalHandler[P],
     *,
     payload: type[P] | PayloadCodec[P] | None = None,
     concurrency: Concurrency | None = None,
@@ -572,6 +593,8 @@ def define_job(
     timeout: float | timedelta | None = None,
     rate_limit: RateLimit | None = None,
     fairness: Fairness | None = None,
+    transaction: UnitOfWorkLike | None = None,
+    inbox: Inbox | None = None,
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
@@ -594,6 +617,13 @@ def define_job(
 
     ``fairness`` (a :class:`Fairness`; None: none): claims share their room across tenants,
     by weight (F2).
+
+    ``transaction`` (a unit of work; None: none) makes the handler transactional (J13): it is
+    called as ``handler(ctx, payload, repositories)`` inside ``transaction.run``, whose first
+    statement fences the claim and whose last completes the run; its writes, outbox messages,
+    enqueued runs, published events, the ``inbox`` mark (an :class:`~ship_sqla.jobs.Inbox`) and
+    the completion commit together or not at all, and a stale holder's transaction rolls back
+    whole (J14). It makes no workflow calls.
     """
     if not _JOB_ID.match(id):
         raise ConfigurationError(
@@ -601,9 +631,11 @@ def define_job(
             fix="use 1-128 characters: letters, digits and _ . : - (not starting with a symbol).",
         )
     _require_async_handler(id, handler)
+    _check_transactional(id, transaction, inbox)
     return JobDefinition(
         id=id,
-        handler=handler,
+        # A transactional handler takes the repositories too; the executor calls it so.
+        handler=cast("Handler[P]", handler),
         codec=codec_for(payload),
         concurrency=concurrency or Concurrency(),
         retry=retry or RetryPolicy(),
@@ -615,7 +647,36 @@ def define_job(
         timeout=timeout.total_seconds() if isinstance(timeout, timedelta) else timeout,
         rate_limit=_as_rate_limit(rate_limit),
         fairness=_as_fairness(fairness),
+        transaction=transaction,
+        inbox=inbox,
     )
+
+
+def _check_transactional(job_id: str, transaction: object, inbox: object) -> None:
+    """J13's declaration: a unit of work (anything with an async ``run``), and an inbox only
+    with one (its mark must commit with something)."""
+    if transaction is not None and not callable(getattr(transaction, "run", None)):
+        raise ConfigurationError(
+            f"job {job_id!r}: transaction= must be a unit of work (an object with an async"
+            f" run(handler)), got {type(transaction).__name__}.",
+            fix="pass transaction=create_unit_of_work(engine, repositories=...).",
+        )
+    if inbox is None:
+        return
+    from ship_sqla.kernel._transactional import Inbox  # noqa: PLC0415 - cycle: it imports errors
+
+    if not isinstance(inbox, Inbox):
+        raise ConfigurationError(
+            f"job {job_id!r}: inbox= must be an Inbox, got {type(inbox).__name__}.",
+            fix="pass inbox=Inbox(store, key=lambda payload: ...).",
+        )
+    if transaction is None:
+        raise ConfigurationError(
+            f"job {job_id!r}: an inbox needs transaction=: its mark commits with the handler's"
+            " writes, and a plain handler has no transaction to commit it in.",
+            fix="pass transaction=uow (the handler becomes handler(ctx, payload, repositories)),"
+            " or drop inbox= and use the idempotency store inside the handler's uow.run.",
+        )
 
 
 def _as_fairness(value: object) -> Fairness | None:

@@ -42,11 +42,21 @@ if TYPE_CHECKING:
 __all__ = ["JOB_METRIC_NAMES", "JobMetrics", "JobOutcome", "job_metrics_for"]
 
 JobOutcome = Literal[
-    "completed", "retrying", "dead", "stale", "lock_held", "cancelled", "snoozed", "suspended"
+    "completed",
+    "duplicate",
+    "retrying",
+    "dead",
+    "stale",
+    "lock_held",
+    "cancelled",
+    "snoozed",
+    "suspended",
 ]
 """How one execution of a run ended, the ``ship.job.outcome`` attribute of ``ship.job.runs``:
 
 - ``completed``: the handler returned and the completion landed.
+- ``duplicate``: a transactional job's inbox key was completed before; the run completed
+  without calling its handler (J13).
 - ``retrying``: the handler failed and the run was rescheduled with backoff (J7).
 - ``dead``: the handler failed on its last attempt; the run is dead-lettered.
 - ``stale``: the outcome was rejected because the claim token was no longer current (J5).

@@ -38,6 +38,7 @@ import attrs
 
 from ship_sqla.kernel._browse import RunBrowser
 from ship_sqla.kernel._errors import ConfigurationError, StaleLeaseError
+from ship_sqla.kernel._transactional import FencedRuns
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -311,6 +312,7 @@ class HeartbeatBatch(list[bool]):
 
 SettleOutcome = Literal[
     "completed",
+    "duplicate",
     "retrying",
     "dead",
     "released",
@@ -331,11 +333,12 @@ non-retryable: dead now), ``"retry-after"`` (``RetryAfter``: the named delay, an
 ``"timeout"`` (the job's ``timeout`` passed: ``SHIP_SQLA_JOB_TIMEOUT``, the policy's backoff)."""
 FAILURE_KINDS: frozenset[str] = frozenset(get_args(FailureKind))
 
-HistoryKind = Literal[FailureKind, "snooze", "released", "lapsed", "cancelled"]
+HistoryKind = Literal[FailureKind, "snooze", "released", "lapsed", "cancelled", "duplicate"]
 """The ``kind`` of a history entry (:class:`RunRecord`): a :data:`FailureKind`; ``"snooze"`` (a
 snooze, no attempt spent); ``"released"`` (a release carrying an error: a drain or a lost
 lock cancelled the attempt, J12); ``"lapsed"`` (the attempt's lease lapsed, J6);
-``"cancelled"`` (an operator cancelled the run, K2)."""
+``"cancelled"`` (an operator cancelled the run, K2); ``"duplicate"`` (a transactional job's
+inbox key was completed before: the run completed without calling its handler, J13)."""
 
 
 @attrs.frozen
@@ -738,7 +741,13 @@ class CancelRequestSource(Protocol):
 
 @runtime_checkable
 class JobBackend(
-    RunStore, ScheduleStore, QueueDepthSource, WakeSource, CancelRequestSource, Protocol
+    RunStore,
+    ScheduleStore,
+    QueueDepthSource,
+    WakeSource,
+    CancelRequestSource,
+    FencedRuns,
+    Protocol,
 ):
     """What :func:`~ship_sqla.kernel.start_job_runtime` runs on, ONE contract that every backend
     implements whole (both do, over :class:`~ship_sqla.kernel._backend_base.JobBackendBase`):

@@ -53,6 +53,7 @@ __all__ = [
     "Settlement",
     "cancelled",
     "completed",
+    "duplicate",
     "failed",
     "refused",
     "released",
@@ -156,6 +157,23 @@ def _build(
 def completed(run: ClaimedRun) -> Settlement:
     """The handler returned: the run is completed."""
     return _build(run, "completed", answer="completed", recorded="completed", label="complete")
+
+
+def duplicate(run: ClaimedRun, key: str) -> Settlement:
+    """J13: the run's inbox key was completed before (within its ttl): the run is completed as
+    a duplicate without calling its handler, the key named in its history."""
+    return _build(
+        run,
+        "completed",
+        answer="duplicate",
+        recorded="duplicate",
+        label="complete as a duplicate",
+        entry=HistoryEntry(
+            f"inbox key {key!r} was completed before: completed as a duplicate, the handler"
+            " not called",
+            "duplicate",
+        ),
+    )
 
 
 def failed(

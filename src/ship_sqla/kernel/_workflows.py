@@ -35,12 +35,14 @@ from ship_sqla.kernel._keys import MAX_KEY_CHARS
 from ship_sqla.kernel._outcomes import TerminalError
 from ship_sqla.kernel._plans.prepare import prepare_runs
 from ship_sqla.kernel._ports import (
+    CANCELLED_MESSAGE,
     TERMINAL_STATES,
     EnqueueRequest,
     JobLeaseStaleError,
     Suspend,
 )
 from ship_sqla.kernel._serving import serving_of
+from ship_sqla.kernel._settlement import cancelled, completed
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 
 if TYPE_CHECKING:
@@ -48,7 +50,8 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import PayloadCodec
-    from ship_sqla.kernel._ports import ClaimedRun, JobBackend, RunRecord, RunState
+    from ship_sqla.kernel._ports import ClaimedRun, JobBackend, RunRecord, RunState, SettleOutcome
+    from ship_sqla.kernel._settlement import Settlement
 
 __all__ = [
     "CHILDREN_DONE",
@@ -519,6 +522,7 @@ class Workflow:
         "_steps",
         "_store",
         "_used",
+        "completed_run",
     )
 
     def __init__(
@@ -532,9 +536,22 @@ class Workflow:
         self._used: set[str] = set()
         self._seq = 0
         self._in_transaction = False
+        # J13: the completion a completes_run transaction committed; no workflow call after it.
+        self.completed_run: tuple[Settlement, SettleOutcome] | None = None
 
     async def _begin(self, name: str, kind: StepKind) -> tuple[int, StepRecord | None]:
         """Check ``name``, take the next position, and the step stored under it (if any)."""
+        if self.completed_run is not None:
+            from ship_sqla.kernel._transactional import (  # noqa: PLC0415 - rare path
+                TransactionalHandlerMisuseError,
+            )
+
+            raise TransactionalHandlerMisuseError(
+                f"run {self._run.run_id!r}: step {name!r} was called after the transaction that"
+                " completed the run (completes_run=True); the run is completed, so the step"
+                " could never be stored.",
+                fix="make the completes_run transaction the workflow's last call.",
+            )
         given: object = name
         if (
             not isinstance(given, str)
@@ -623,19 +640,28 @@ class Workflow:
         fn: Callable[[Any], Awaitable[T]],
         *,
         result: type[Any] | PayloadCodec[Any] | None = None,
+        completes_run: bool = False,
     ) -> T:
         """D2: ``fn(repositories)`` inside ``uow.run`` (the run's tenant by default), the step's
         result stored in the same transaction: its writes, outbox messages and idempotency
         records happen exactly once however often the run is replayed. A holder that lost its
-        claim meanwhile has its transaction rolled back (JobLeaseStaleError)."""
+        claim meanwhile has its transaction rolled back (JobLeaseStaleError).
+
+        ``completes_run=True`` (J13): the transaction begins with the claim's fence and ends
+        with the run's completion, so the step, its writes and the completion commit together;
+        the handler then returns (any later workflow call is refused)."""
         _require_callable(getattr(uow, "run", None), f"transaction {name!r}'s uow.run")
         _require_callable(fn, f"transaction {name!r}'s fn")
         seq, stored = await self._begin(name, "transaction")
         codec = codec_for(result)
         if stored is not None:
             return codec.decode(stored.result)  # type: ignore[no-any-return]
+        run = self._run
 
         async def in_transaction(repositories: Any) -> str:  # noqa: ANN401
+            self.completed_run = None
+            if completes_run:
+                await self._fence()
             self._in_transaction = True
             try:
                 value = await _awaited(fn(repositories), f"transaction {name!r}'s fn")
@@ -643,10 +669,31 @@ class Workflow:
                 self._in_transaction = False
             encoded = _encode(codec.encode(value), f"the result of transactional step {name!r}")
             await self._save(NewStep(name, seq, "transaction", "done", encoded))
+            if completes_run:
+                from ship_sqla.kernel._runtime.fused import (  # noqa: PLC0415 - cycle
+                    fenced_completion,
+                )
+
+                settlement = completed(run)
+                outcome = await fenced_completion(self._backend, run, settlement)
+                self.completed_run = (settlement, outcome)
             return encoded
 
         encoded = await uow.run(in_transaction)
         return codec.decode(json.loads(encoded))  # type: ignore[no-any-return]
+
+    async def _fence(self) -> None:
+        """J13: the claim fenced as the transaction's first statement (its row locked to the
+        end); a stale claim or a committed cancel rolls the transaction back."""
+        answer = await self._backend.fence(self._run)
+        if answer == "held":
+            return
+        from ship_sqla.kernel._runtime.fused import SettlesApart  # noqa: PLC0415 - cycle
+
+        if answer == "cancel-requested":
+            # K2: rolled back, then the run ends cancelled through the completer.
+            raise SettlesApart(cancelled(self._run, CANCELLED_MESSAGE))
+        raise self._stale("the completing transaction's fence")
 
     async def sleep(self, name: str, duration: float | timedelta) -> None:
         """D3: suspend the run for ``duration`` (its slot, lease and attempt released); it is

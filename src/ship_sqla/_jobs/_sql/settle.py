@@ -10,6 +10,8 @@ from typing import Final
 from ship_sqla._sql import Template
 
 __all__ = [
+    "CLAIM_STATE_IF_TOKEN",
+    "FENCE_RUN_FOR_UPDATE",
     "HEARTBEAT_COLUMNS",
     "HEARTBEAT_IF_TOKEN_CURRENT",
     "SETTLE_COLUMNS",
@@ -106,3 +108,29 @@ stopping the handler and settles the run cancelled; no claim may retake it meanw
 
 HEARTBEAT_COLUMNS: Final = ("id", "token", "cancel_requested")
 """The columns of HEARTBEAT_IF_TOKEN_CURRENT's rows, in this order: read by position."""
+
+FENCE_RUN_FOR_UPDATE: Final = Template("""
+-- J13: a transactional handler's first statement. The row lock is held to the transaction's end,
+-- so no claim retakes the run (claims skip locked rows) and no cancel commits before the
+-- completion. The server ends a holder idle in the transaction for longer than the lease (a
+-- process stopped or hung) and releases the lock: the run's lease lapses and it is retaken (J14).
+SELECT r.lease_token = :token AND r.state = 'running' AS current,
+    r.cancel_requested_at IS NOT NULL AS cancel_requested,
+    set_config('idle_in_transaction_session_timeout', :idle_ms, true) AS bound
+FROM {runs} r
+-- <runs>_pkey, one probe.
+WHERE r.id = :id
+FOR UPDATE OF r
+""")
+"""Lock run ``:id`` until the transaction ends and say whether claim ``:token`` is current
+(``current``: still running under it) and whether an operator asked to cancel it
+(``cancel_requested``, K2); ``:idle_ms`` (text, milliseconds: the lease) bounds how long the
+transaction may sit idle holding the lock (``SET LOCAL idle_in_transaction_session_timeout``).
+No row: the run is gone (purged), which is stale too."""
+
+CLAIM_STATE_IF_TOKEN: Final = Template("""
+-- <runs>_pkey, one probe: how an ambiguous COMMIT of a transactional handler is resolved (J13).
+SELECT r.state FROM {runs} r WHERE r.id = :id AND r.lease_token = :token
+""")
+"""The state of run ``:id`` while its row carries claim ``:token``; no row: another claim holds
+it (or it is gone)."""

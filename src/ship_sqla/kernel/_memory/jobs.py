@@ -68,6 +68,8 @@ from ship_sqla.kernel._browse import (
     ThroughputBucket,
     run_order,
 )
+from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._memory.transactions import active_transaction
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore
 from ship_sqla.kernel._plans.fairness import fair_shares
@@ -101,15 +103,17 @@ from ship_sqla.kernel._settlement import refused, settle_refusal
 from ship_sqla.kernel._workflows import unstorable_step
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Container, Iterable, Sequence
 
     from ship_sqla.kernel._browse import RunQuery
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._memory.transactions import InMemoryTransaction
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, HistoryKind
     from ship_sqla.kernel._settlement import Settlement, SettleRequest
+    from ship_sqla.kernel._transactional import FenceAnswer
 
 __all__ = ["InMemoryJobBackend", "InMemoryRunAdmin"]
 
@@ -253,18 +257,23 @@ def _choose(
 
 
 def _scan(
-    live: Iterable[_Run], now: datetime, excluded: frozenset[str], max_lapses: int | None
+    live: Iterable[_Run],
+    now: datetime,
+    excluded: frozenset[str],
+    fenced: Container[str],
+    max_lapses: int | None,
 ) -> tuple[int, list[_Run], list[_Run]]:
     """(running runs holding a slot: live or retakable leases, claimable runs, lapsed runs that
     end here: on their final attempt, at their ``max_lapses``-th lapse in a row, J15, or
-    cancel-requested, K2)."""
+    cancel-requested, K2). A run a transaction fenced (J13) holds its slot and is skipped, lease
+    or not, as ``FOR UPDATE SKIP LOCKED`` skips it."""
     held = 0
     candidates: list[_Run] = []
     lapsed_on_final: list[_Run] = []
     for run in live:
         if run.state == "running":
             assert run.lease_expires_at is not None  # noqa: S101 - running implies a lease
-            if run.lease_expires_at > now:
+            if run.lease_expires_at > now or run.run_id in fenced:
                 held += 1
             elif (
                 run.attempt >= run.max_attempts
@@ -314,6 +323,8 @@ class InMemoryJobBackend(JobBackendBase):
         self._starts: dict[str, list[tuple[datetime, int]]] = {}
         # job id -> the tenant its last fair claim's walk stopped at (F2, CLAIM_FAIR's cursor).
         self._fair_cursors: dict[str, str] = {}
+        # run id -> the transaction that fenced it (J13): held until that transaction ends.
+        self._fenced: dict[str, InMemoryTransaction] = {}
         self._admin = InMemoryRunAdmin(self)
         self._workers = InMemoryWorkerRegistry(self._clock)
         self._workflows = InMemoryWorkflowStore(self)
@@ -344,10 +355,36 @@ class InMemoryJobBackend(JobBackendBase):
         job: JobDefinition[Any],
         runs: Sequence[PreparedRun],
         *,
-        scope: Any = None,  # noqa: ANN401, ARG002 - no transactions in memory
+        scope: Any = None,  # noqa: ANN401, ARG002 - the active InMemoryUnitOfWork's, if any
     ) -> list[EnqueueResult]:
-        """Store prepared runs of ``job`` (J1, then J2)."""
-        return self._insert_all(job.id, runs, capped=True)
+        """Store prepared runs of ``job`` (J1, then J2); inside an
+        :class:`~ship_sqla.kernel.InMemoryUnitOfWork` run, removed again if it rolls back."""
+        tx = active_transaction()
+        if tx is None:
+            return self._insert_all(job.id, runs, capped=True)
+        before = set(self._runs)
+        results = self._insert_all(job.id, runs, capped=True)
+        created = [
+            r.run_id
+            for r in results
+            if r.run_id is not None and not r.deduplicated and r.run_id not in before
+        ]
+        tx.on_rollback(lambda: self._uninsert(created))
+        return results
+
+    def _uninsert(self, run_ids: Sequence[str]) -> None:
+        """Undo the insert of ``run_ids`` (still waiting: their transaction never committed)."""
+        for run_id in run_ids:
+            run = self._runs.pop(run_id, None)
+            if run is None:
+                continue
+            self._live.get(run.job_id, {}).pop(run_id, None)
+            if run.state == "waiting":
+                self._waiting[run.job_id] -= 1
+            if run.dedupe_key is not None and self._dedupe.get((run.job_id, run.dedupe_key)) == (
+                run_id
+            ):
+                del self._dedupe[(run.job_id, run.dedupe_key)]
 
     def _insert_all(
         self, job_id: str, runs: Sequence[PreparedRun], *, capped: bool
@@ -397,7 +434,7 @@ class InMemoryJobBackend(JobBackendBase):
         limit = request.limit
         max_lapses = request.max_lapses
         held, candidates, lapsed_on_final = _scan(
-            live.values(), now, frozenset(request.exclude_keys), max_lapses
+            live.values(), now, frozenset(request.exclude_keys), self._fenced, max_lapses
         )
         buried: list[BuriedRun] = []
         for run in lapsed_on_final:
@@ -604,6 +641,67 @@ class InMemoryJobBackend(JobBackendBase):
             if run.cancel_requested_at is not None:
                 cancel_requested.append(run.run_id)
         return HeartbeatBatch(alive, cancel_requested)
+
+    # --- the fenced transaction (J13, J14) ----------------------------------------------------
+
+    def _transaction(self, what: str) -> InMemoryTransaction:
+        tx = active_transaction()
+        if tx is None:
+            raise ConfigurationError(
+                f"{what} was asked for outside a unit of work; it must join the handler's"
+                " transaction.",
+                fix="call it inside InMemoryUnitOfWork.run (a transactional job does).",
+            )
+        return tx
+
+    async def _fence(self, run: ClaimedRun) -> FenceAnswer:
+        tx = self._transaction("a run's fence")
+        holder = self._fenced.get(run.run_id)
+        stored = self._current(run)
+        # A row another open transaction locked: PostgreSQL would wait for it to end, and the
+        # run is then completed or retaken by then; either way this claim is not current.
+        if stored is None or (holder is not None and holder is not tx):
+            return "stale"
+        if stored.cancel_requested_at is not None:
+            return "cancel-requested"
+        if holder is None:
+            self._fenced[run.run_id] = tx
+
+            def release() -> None:
+                if self._fenced.get(run.run_id) is tx:
+                    del self._fenced[run.run_id]
+
+            tx.on_end(release)
+        return "held"
+
+    async def _settle_joined(self, settlement: Settlement) -> SettleOutcome:
+        tx = self._transaction("a settle within the handler's transaction")
+        if self._fenced.get(settlement.run.run_id) is not tx:
+            # Only a fenced run's settle is held back to the commit; anything else is stale.
+            return "stale" if self._current(settlement.run) is None else self._unfenced(settlement)
+        # The run is fenced: nothing else changes it before the commit, so the settle is decided
+        # now and applied as the transaction commits (as its UPDATE would become visible).
+        answer = settlement.landed(settlement.state)
+        tx.on_commit(lambda: self._apply_committed(settlement))
+        return answer
+
+    def _unfenced(self, settlement: Settlement) -> SettleOutcome:
+        raise ConfigurationError(
+            f"run {settlement.run.run_id!r} was settled within a transaction that did not fence"
+            " it first.",
+            fix="call fence(run) first in the same transaction (the runtime does).",
+        )
+
+    def _apply_committed(self, settlement: Settlement) -> None:
+        outcome = self._settle_one(settlement, self._clock.now())
+        if settlement.makes_due(outcome, self._clock.now()):
+            self.wake()
+
+    async def claim_state(self, run: ClaimedRun) -> str | None:
+        stored = self._runs.get(run.run_id)
+        if stored is None or stored.token != run.token:
+            return None
+        return stored.state
 
     async def _settle_if_tokens_current(
         self, settlements: Sequence[SettleRequest]

@@ -29,6 +29,7 @@ import attrs
 from ship_sqla.kernel._clock import SystemClock, require_aware
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._ids import new_uuids
+from ship_sqla.kernel._memory.transactions import active_transaction
 from ship_sqla.kernel._on_error import deliver_error
 from ship_sqla.kernel._outbox_records import (
     OUTBOX_LEASE_LAPSED_FINAL_ATTEMPT,
@@ -101,7 +102,9 @@ class InMemoryOutbox:
         tenant: str | None = None,
         max_attempts: int | None = None,
     ) -> uuid.UUID:
-        """Record one pending message now; returns its id (ids increase in enqueue order)."""
+        """Record one pending message now; returns its id (ids increase in enqueue order). Inside
+        an :class:`~ship_sqla.kernel.InMemoryUnitOfWork` run it is removed again if the run rolls
+        back (O1)."""
         (message_id,) = new_uuids(1)
         now = self._clock.now()
         at = now if available_at is None else require_aware(available_at, "available_at")
@@ -123,6 +126,13 @@ class InMemoryOutbox:
             delivered_at=None,
             last_error=None,
         )
+        tx = active_transaction()
+        if tx is not None:
+            # O1: a message enqueued in a unit of work rolls back with it.
+            def undo() -> None:
+                self._rows.pop(message_id, None)
+
+            tx.on_rollback(undo)
         return message_id
 
     async def get(self, message_id: uuid.UUID) -> OutboxRecord | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ship_sqla.kernel._memory.transactions import active_transaction
 from ship_sqla.kernel._ports import TERMINAL_STATES
 from ship_sqla.kernel._workflows import (
     CHILDREN_DONE,
@@ -75,7 +76,7 @@ class InMemoryWorkflowStore:
         steps = self._steps.get(run_id, {})
         return [self._fresh(s) for s in sorted(steps.values(), key=lambda s: s.seq)]
 
-    async def save_step(self, run: ClaimedRun, step: NewStep, *, scope: Any = None) -> bool:  # noqa: ANN401, ARG002 - no transactions in memory
+    async def save_step(self, run: ClaimedRun, step: NewStep, *, scope: Any = None) -> bool:  # noqa: ANN401, ARG002 - the active InMemoryUnitOfWork's, if any
         if self._backend.current_run(run) is None:
             return False
         steps = self._steps.setdefault(run.run_id, {})
@@ -97,10 +98,22 @@ class InMemoryWorkflowStore:
                 step.event_name,
                 step.event_key,
             )
+        before = steps.get(step.name)
         # A waiting step that ends keeps what it stored (position, wake time, event, start).
-        steps[step.name] = attrs.evolve(
+        steps[step.name] = done = attrs.evolve(
             stored, state="done", result_json=step.result_json, finished_at=now, due=False
         )
+        tx = active_transaction()
+        if tx is not None:
+            # D2, J13: a transactional step's record rolls back with its transaction.
+            def undo() -> None:
+                if steps.get(step.name) is done:
+                    if before is None:
+                        del steps[step.name]
+                    else:
+                        steps[step.name] = before
+
+            tx.on_rollback(undo)
         return True
 
     async def begin_wait(self, run: ClaimedRun, step: NewStep) -> StepRecord | None:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._metrics import JobOutcome
     from ship_sqla.kernel._ports import JobBackend, SettleOutcome
     from ship_sqla.kernel._runtime.wiring import Plumbing, RuntimeEvents
-    from ship_sqla.kernel._settlement import SettleRequest
+    from ship_sqla.kernel._settlement import Settlement, SettleRequest
 
 __all__ = ["MAX_BATCH", "Completer"]
 
@@ -95,6 +95,17 @@ class Completer:
         self._pending.append(entry)
         if len(self._pending) == 1:
             self._ready.set()
+
+    def landed(self, entry: InFlight, settlement: Settlement, outcome: SettleOutcome) -> None:
+        """``entry``'s run was settled with ``settlement`` inside its handler's own transaction,
+        which committed (J13): its answer is read here, as a flushed one is, and nothing is
+        sent."""
+        entry.settlement = settlement
+        self._answered(entry, outcome)
+        if entry.job.concurrency.max is not None:
+            self._store.room_freed((entry.job.id,))
+        self._events.settled(entry)
+        self._events.flushed()
 
     def close(self) -> None:
         """Flush what is pending (retried only as the stop rules allow), then let :meth:`run`

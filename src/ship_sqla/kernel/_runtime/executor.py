@@ -25,7 +25,8 @@ from ship_sqla.kernel._errors import InvalidPayloadError
 from ship_sqla.kernel._job_context import NO_RESOURCES, JobContext
 from ship_sqla.kernel._outcomes import JobTimeoutError, JobTimeoutIgnoredError
 from ship_sqla.kernel._plans.retry import lock_held_delay, plan_raised
-from ship_sqla.kernel._ports import CANCELLED_MESSAGE
+from ship_sqla.kernel._ports import CANCELLED_MESSAGE, JobLeaseStaleError
+from ship_sqla.kernel._runtime.fused import FusedAttempt, SettlesApart
 from ship_sqla.kernel._runtime.state import (
     InFlight,
     JobCancelledError,
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._job_context import CancelReason
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._metrics import JobMetrics
-    from ship_sqla.kernel._ports import ClaimedRun, JobBackend, LockProvider
+    from ship_sqla.kernel._ports import ClaimedRun, JobBackend, LockProvider, SettleOutcome
     from ship_sqla.kernel._runtime.state import InFlightRuns
     from ship_sqla.kernel._runtime.wiring import Plumbing, RuntimeEvents
     from ship_sqla.kernel._settlement import SettleRequest
@@ -109,6 +110,7 @@ class Executor:
         shared: Plumbing,
         events: RuntimeEvents,
         settle: Callable[[InFlight, SettleRequest], None],
+        landed: Callable[[InFlight, Settlement, SettleOutcome], None],
         *,
         worker_id: str,
         locks: LockProvider | None,
@@ -127,6 +129,7 @@ class Executor:
         self._metrics = metrics
         self._report_error = shared.report_error
         self._settle = settle
+        self._landed = landed
         self._events = events
         # The runtime lives on the loop it was built in (start_job_runtime is async).
         self._loop = asyncio.get_running_loop()
@@ -210,10 +213,15 @@ class Executor:
         )
         if self._workflows is not None:
             ctx.bind_workflows(self._workflows, self._backend, self._clock)
+        fused = self._fused(entry, ctx, payload)
         entry.in_handler = True
         timer = self._start_timeout(entry)
         try:
-            await entry.job.handler(ctx, payload)
+            if fused is None:
+                await entry.job.handler(ctx, payload)
+            else:
+                entry.fenced = True
+                await fused.run()
         except asyncio.CancelledError:
             entry.in_handler = False
             entry.handler_done = True
@@ -224,19 +232,50 @@ class Executor:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            self._after_cancel(entry)
+            # A cancellation that landed in the COMMIT leaves it unknown (J13): the row says.
+            if fused is None or not await self._committed_after_all(entry, fused, None):
+                self._after_cancel(entry)
             return
         except (Exception, WorkflowSuspended) as exc:  # noqa: BLE001 - the run's outcome
             entry.in_handler = False
             entry.handler_done = True
-            self._raised(entry, exc)
+            entry.fenced = False
+            if not await self._ended_in_transaction(entry, ctx, fused, exc):
+                self._raised(entry, exc)
             return
         finally:
+            # Set after handler_done (no await in between): a heartbeat refused meanwhile is
+            # never read as a lost lease (see InFlight.fenced).
+            entry.fenced = False
             if timer is not None:
                 timer.cancel()
         entry.in_handler = False
         entry.handler_done = True
-        if entry.lost:
+        self._returned(entry, ctx.completed_in_transaction if fused is None else fused.landed)
+
+    def _fused(
+        self,
+        entry: InFlight,
+        ctx: JobContext[Any],
+        payload: Any,  # noqa: ANN401
+    ) -> FusedAttempt | None:
+        """J13: a transactional job's attempt (the fence, the handler and the completion in one
+        transaction), its context refusing workflow calls; None for a plain handler."""
+        if entry.job.transaction is None:
+            return None
+        ctx.transactional()
+        return FusedAttempt(entry, ctx, payload, self._backend, self._clock)
+
+    def _returned(
+        self, entry: InFlight, committed: tuple[Settlement, SettleOutcome] | None
+    ) -> None:
+        """The handler returned: its settlement (``committed``: the completion its transaction
+        committed, J13)."""
+        if committed is not None:
+            # J13: the completion committed with the handler's writes: nothing left to settle,
+            # whatever cancel or timeout came after it.
+            self._landed(entry, *committed)
+        elif entry.lost:
             self._runs.settled(entry)
         elif entry.reason == "timeout":
             # K5: past its timeout the attempt failed, even if the handler swallowed the
@@ -248,6 +287,67 @@ class Executor:
             self._after_cancel(entry)
         else:
             self._settle(entry, completed(entry.run))
+
+    async def _ended_in_transaction(
+        self,
+        entry: InFlight,
+        ctx: JobContext[Any],
+        fused: FusedAttempt | None,
+        exc: BaseException,
+    ) -> bool:
+        """The handler's transaction (J13) raised ``exc``: True when that decided the run's end
+        here (settled apart, stale, or committed after all); False: a K4 outcome, as any
+        raise."""
+        if isinstance(exc, SettlesApart):
+            if entry.cancelled:
+                self._after_cancel(entry)
+            else:
+                self._settle(entry, exc.settlement)
+            return True
+        if isinstance(exc, JobLeaseStaleError) and fused is not None and fused.stale:
+            # J14: the fence or the completion found the claim gone; everything rolled back.
+            if not entry.lost:
+                entry.mark_lost()
+                self._events.outcome(entry, "stale")
+                self._report_error(exc)
+            self._runs.settled(entry)
+            return True
+        if fused is not None:
+            return await self._committed_after_all(entry, fused, exc)
+        sent = ctx.completed_in_transaction
+        if sent is None:
+            return False
+        # A workflow's completing transaction committed; the handler raised after it.
+        self._report_error(exc)
+        self._landed(entry, *sent)
+        return True
+
+    async def _committed_after_all(
+        self, entry: InFlight, fused: FusedAttempt, exc: BaseException | None
+    ) -> bool:
+        """The transaction ended in ``exc`` (or a cancellation) after its completion was sent
+        (J13), so the COMMIT's answer is unknown (the connection lost during it): the run's row
+        says whether it committed; True when it did (settled here, ``exc`` reported). When the
+        row cannot be read the run is left to its lease. Correctness does not depend on this
+        read: a K4 settle of a committed run would answer stale and change nothing."""
+        sent = fused.landed
+        if sent is None:
+            return False
+        try:
+            state = await self._backend.claim_state(entry.run)
+        except Exception as read_error:  # noqa: BLE001 - J11: the lease decides then
+            self._report_error(read_error)
+            if exc is not None:
+                self._report_error(exc)
+            entry.mark_lost()
+            self._runs.settled(entry)
+            return True
+        if state != sent[0].state:
+            return False
+        if exc is not None:
+            self._report_error(exc)
+        self._landed(entry, *sent)
+        return True
 
     def _raised(self, entry: InFlight, exc: BaseException) -> None:
         """The handler raised ``exc``: a cancel that raced it wins (K2, J12, K5); a workflow's

@@ -110,7 +110,9 @@ class Heartbeater:
             if not ok:
                 # Once the handler returned, a refusal may only mean its completion landed
                 # first; the completion's own answer tells (and reports a truly stale lease).
-                if not entry.lost and not entry.handler_done:
+                # J13: a fenced run's transaction answers for it (a heartbeat sent just before
+                # the fence waited for its commit, and finds the run completed).
+                if not entry.lost and not entry.handler_done and not entry.fenced:
                     self._on_lost(entry, "lease-lost")
             else:
                 entry.lease_deadline = sent + entry.run.lease

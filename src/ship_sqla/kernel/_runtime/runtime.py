@@ -157,6 +157,7 @@ class JobRuntime:
             shared,
             events,
             self._completer.add,
+            self._completer.landed,
             worker_id=worker_id,
             locks=lock_provider,
             metrics=metrics,

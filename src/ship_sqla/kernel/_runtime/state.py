@@ -62,6 +62,7 @@ class InFlight(Cancellation):
     __slots__ = (
         "beat_due",
         "claimed_at",
+        "fenced",
         "handler_done",
         "in_handler",
         "job",
@@ -104,6 +105,10 @@ class InFlight(Cancellation):
         # When the first try of this run's settle failed: a fail / release is retried for one
         # lease from then; any kind is heartbeated again from then (``next_beat``).
         self.settle_failed_at: float | None = None
+        # J13: true while a transactional handler's transaction may hold the run's row lock:
+        # no heartbeat is sent (no claim can retake the run meanwhile, and a heartbeat would
+        # wait on the lock), and a refused one is not a lost lease (the transaction decides).
+        self.fenced = False
 
     def interrupt(self, reason: CancelReason) -> None:
         """Cancel the run for ``reason``, and its handler's task if the handler is running."""
@@ -124,6 +129,8 @@ class InFlight(Cancellation):
         settle landed reads as a lost lease), so none is sent unless the settle is still
         unanswered in the lease's last third (a slow database): keeping the lease then beats
         that race, whose refusal is not reported (the handler is done)."""
+        if self.fenced:
+            return math.inf
         if self.settlement is None or self.settle_failed_at is not None:
             return self.beat_due
         return max(self.beat_due, self.lease_deadline - self.job.concurrency.heartbeat_interval)
