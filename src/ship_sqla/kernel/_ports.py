@@ -247,8 +247,8 @@ class ClaimedRun:
     tenant: str | None = None
     """The tenant the run was enqueued for (F2), None for none: the handler runs in it."""
     lapses: int = 0
-    """J15: how many claims found the run's lease lapsed (this one's included when it
-    :attr:`retaken` the run)."""
+    """J15: how many claims found the run's lease lapsed (this claim included when it
+    retook the run: :attr:`retaken`)."""
     consecutive_lapses: int = 0
     """J15: the lapses since the run's handler last settled it (a release does not reset it)."""
     retaken: bool = False

@@ -115,7 +115,8 @@ class RunLog:
                 job_id=job_id,
                 run_id=buried.run_id,
                 attempt=buried.attempt,
-                max_attempts=buried.attempt,
+                # A crash loop's attempts were not spent: its bound is not known here.
+                max_attempts=None if buried.crash_loop else buried.attempt,
                 error="its lease lapsed retry.max_lapses times in a row (a crash loop: its"
                 " worker died each time it ran it)"
                 if buried.crash_loop
