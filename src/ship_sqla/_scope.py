@@ -62,6 +62,7 @@ __all__ = [
     "check_tenant",
     "current_scope",
     "joined",
+    "same_database",
     "tenant_within",
 ]
 
@@ -770,3 +771,14 @@ class StoreConnections:
         if not isinstance(database, AsyncConnection):  # pragma: no cover - by construction
             raise TypeError("a StoreConnections without an engine holds a connection")
         return database
+
+
+def same_database(a: Database, b: Database) -> bool:
+    """Whether ``a`` and ``b`` reach one database through one engine (a connection counts as
+    its engine): what a unit of work joining another, or a store joining a unit of work,
+    requires (U5, J13)."""
+
+    def engine_of(d: Database) -> AsyncEngine:
+        return d if isinstance(d, AsyncEngine) else d.engine
+
+    return a is b or engine_of(a).sync_engine is engine_of(b).sync_engine

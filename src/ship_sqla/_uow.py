@@ -37,6 +37,7 @@ from ship_sqla._scope import (
     committed,
     connected,
     run_after_commit,
+    same_database,
     tenant_within,
 )
 from ship_sqla._sql_errors import database_outage_translated, sqlstate_of
@@ -112,6 +113,22 @@ class UnitOfWork(Generic[R]):
     @property
     def bind(self) -> Database:
         return self._bind
+
+    @property
+    def connection_capacity(self) -> int | None:
+        """How many runs of this unit of work can hold a connection at once: the engine pool's
+        size plus its overflow (1 on a connection); None when the pool sets no bound (a
+        NullPool, or unlimited overflow). A worker compares it with its transactional jobs'
+        concurrency (J13)."""
+        if isinstance(self._bind, AsyncConnection):
+            return 1
+        pool = self._bind.sync_engine.pool
+        size = getattr(pool, "size", None)
+        overflow = getattr(pool, "_max_overflow", None)
+        if not callable(size) or not isinstance(overflow, int) or overflow < 0:
+            return None
+        capacity = size() + overflow
+        return capacity if isinstance(capacity, int) else None
 
     async def run(
         self,
@@ -223,7 +240,7 @@ class UnitOfWork(Generic[R]):
         savepoint: bool,
     ) -> T:
         outer.check_usable()
-        if not _same_bind(outer.database, self._bind):
+        if not same_database(outer.database, self._bind):
             raise ConfigurationError(
                 "uow.run was called inside another unit of work's run on a different database;"
                 " joining is impossible and a second connection would break atomicity (U5).",
@@ -320,13 +337,6 @@ class _DeadBeforeFirstStatementError(Exception):
     def __init__(self, error: DatabaseUnavailableError) -> None:
         super().__init__(error.message)
         self.error = error
-
-
-def _same_bind(a: Database, b: Database) -> bool:
-    def engine_of(d: Database) -> AsyncEngine:
-        return d if isinstance(d, AsyncEngine) else d.engine
-
-    return a is b or engine_of(a).sync_engine is engine_of(b).sync_engine
 
 
 async def _set_tenant_setting(connection: AsyncConnection, tenant: str | None) -> None:

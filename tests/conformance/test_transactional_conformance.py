@@ -19,8 +19,9 @@ from transactional_kit import kit_for
 from ship_sqla import JobContext, define_job, start_job_runtime
 from ship_sqla.errors import JobLeaseStaleError, Snooze
 from ship_sqla.jobs import Concurrency, Inbox, RetryPolicy
-from ship_sqla.kernel._runtime.fused import FusedAttempt, SettlesApart
+from ship_sqla.kernel._runtime.fused import FusedAttempt
 from ship_sqla.kernel._runtime.state import InFlight
+from ship_sqla.kernel._transactional import SettlesApart
 
 LEASE = 30.0
 

@@ -128,7 +128,14 @@ from ship_sqla._notify import (
     sender_token,
 )
 from ship_sqla._schema_probe import MissingTablesError, Needed, missing_relations, require_tables
-from ship_sqla._scope import OWN, Database, StoreConnections, TransactionScope, Within
+from ship_sqla._scope import (
+    OWN,
+    Database,
+    StoreConnections,
+    TransactionScope,
+    Within,
+    same_database,
+)
 from ship_sqla._sql_errors import refused_value
 from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel import Clock
@@ -167,9 +174,8 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
-    from ship_sqla.kernel._ports import ClaimRequest
+    from ship_sqla.kernel._ports import ClaimRequest, FenceAnswer
     from ship_sqla.kernel._settlement import SettleRequest
-    from ship_sqla.kernel._transactional import FenceAnswer
 
 __all__ = [
     "JobBackendTimeoutError",
@@ -641,10 +647,26 @@ class PostgresJobBackend(JobBackendBase):
         :class:`~ship_sqla.errors.MissingTablesError` names them and the command that creates
         them; and a fair job (F2) needs ``<runs>_tenant_idx`` on the runs table
         (``ship_job_runs_table(..., fair_claims=True)``), so a worker without it fails there."""
+        definitions = list(definitions)
+        self._require_same_database(definitions)
         fair = [job.id for job in definitions if job.fairness is not None]
         await self.require_tables("the job worker", fair_claims=bool(fair))
         if fair:
             await self._require_fair_claims(fair)
+
+    def _require_same_database(self, definitions: Iterable[JobDefinition[Any]]) -> None:
+        """J13: a transactional job's fence and completion join its unit of work's transaction,
+        so that unit of work must be on this backend's database (its engine)."""
+        for job in definitions:
+            bind = getattr(job.transaction, "bind", None)
+            if bind is not None and not same_database(bind, self._database):
+                raise ConfigurationError(
+                    f"job {job.id!r} is transactional (transaction=) on another database than"
+                    " this job backend's: its claim's fence and completion could not join the"
+                    " handler's transaction.",
+                    fix="build the job's unit of work on the backend's engine"
+                    " (create_unit_of_work(backend.database, ...)).",
+                )
 
     async def require_tables(
         self, surface: str, *, fair_claims: bool = False, strict: bool = False

@@ -33,6 +33,8 @@ from ship_sqla.kernel._ports import ClaimBatch as ClaimBatch
 from ship_sqla.kernel._ports import ClaimedRun as ClaimedRun
 from ship_sqla.kernel._ports import ClaimRequest as ClaimRequest
 from ship_sqla.kernel._ports import DeadQuery as DeadQuery
+from ship_sqla.kernel._ports import FenceAnswer as FenceAnswer
+from ship_sqla.kernel._ports import FencedRuns as FencedRuns
 from ship_sqla.kernel._ports import HeartbeatBatch as HeartbeatBatch
 from ship_sqla.kernel._ports import JobBackend as JobBackend
 from ship_sqla.kernel._ports import Lock as Lock
@@ -57,8 +59,6 @@ from ship_sqla.kernel._settlement import refused as refused
 from ship_sqla.kernel._settlement import released as released
 from ship_sqla.kernel._settlement import settle_refusal as settle_refusal
 from ship_sqla.kernel._settlement import snoozed as snoozed
-from ship_sqla.kernel._transactional import FenceAnswer as FenceAnswer
-from ship_sqla.kernel._transactional import FencedRuns as FencedRuns
 from ship_sqla.kernel._transactional import InboxAnswer as InboxAnswer
 from ship_sqla.kernel._transactional import InboxStore as InboxStore
 from ship_sqla.kernel._workers import WorkerEntry as WorkerEntry

@@ -47,12 +47,12 @@ if TYPE_CHECKING:
         ClaimedRun,
         ClaimRequest,
         EnqueueResult,
+        FenceAnswer,
         HeartbeatBatch,
         LockProvider,
         SettleOutcome,
     )
     from ship_sqla.kernel._settlement import SettleRequest
-    from ship_sqla.kernel._transactional import FenceAnswer
     from ship_sqla.kernel._workflows import WorkflowStore
 
 __all__ = ["MAX_ENQUEUE_BATCH", "JobBackendBase"]

@@ -38,7 +38,6 @@ import attrs
 
 from ship_sqla.kernel._browse import RunBrowser
 from ship_sqla.kernel._errors import ConfigurationError, StaleLeaseError
-from ship_sqla.kernel._transactional import FencedRuns
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -48,7 +47,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import Fairness, JobDefinition, RateLimit
     from ship_sqla.kernel._metrics import JobOutcome
     from ship_sqla.kernel._plans.prepare import PreparedRun
-    from ship_sqla.kernel._settlement import SettleRequest
+    from ship_sqla.kernel._settlement import Settlement, SettleRequest
     from ship_sqla.kernel._workers import WorkerRegistry
     from ship_sqla.kernel._workflows import NewStep, Workflows
 
@@ -736,6 +735,34 @@ class CancelRequestSource(Protocol):
         """Call ``callback(run_id)`` for every cancel request this backend learns of (made
         through it, or, where it listens, through any process); returns the unsubscribe.
         ``callback`` must not raise and must not block."""
+        ...
+
+
+FenceAnswer = Literal["held", "stale", "cancel-requested"]
+"""What the fence found (J13, J14): ``"held"`` (the run row is locked by this transaction to its
+end, the claim current, no cancel requested), ``"stale"`` (another claim holds the run, or it
+is no longer running: nothing may be written), ``"cancel-requested"`` (an operator's cancel
+committed before the fence: the run ends cancelled, K2)."""
+
+
+@runtime_checkable
+class FencedRuns(Protocol):
+    """The storage side of a transactional handler (J13, J14), implemented by every job backend.
+    Both calls join the active unit of work (the job's ``transaction``)."""
+
+    async def fence(self, run: ClaimedRun) -> FenceAnswer:
+        """Lock ``run``'s row until the active transaction ends and say whether the claim is
+        current (:data:`FenceAnswer`). While the lock is held no claim retakes the run."""
+        ...
+
+    async def settle_within(self, settlement: Settlement) -> SettleOutcome:
+        """Apply ``settlement`` (fenced on its claim's token, J5) inside the active transaction:
+        it commits with the handler's writes or not at all. ``"stale"``: nothing changed."""
+        ...
+
+    async def claim_state(self, run: ClaimedRun) -> str | None:
+        """The state of ``run`` while the row still carries this claim's token, else None: how
+        an ambiguous COMMIT (the connection lost during it) is resolved."""
         ...
 
 

@@ -26,30 +26,25 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkab
 import attrs
 
 from ship_sqla.kernel._errors import ConfigurationError, RefusedError, UsageError
+from ship_sqla.kernel._ports import JobLeaseStaleError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ship_sqla.kernel._ports import ClaimedRun, SettleOutcome
+    from ship_sqla.kernel._ports import ClaimedRun, FencedRuns, SettleOutcome
     from ship_sqla.kernel._settlement import Settlement
 
 __all__ = [
     "DEFAULT_INBOX_HELD_DELAY",
-    "FenceAnswer",
-    "FencedRuns",
     "Inbox",
     "InboxAnswer",
     "InboxFingerprintMismatchError",
     "InboxStore",
+    "SettlesApart",
     "TransactionalHandlerMisuseError",
+    "fenced_completion",
     "payload_fingerprint",
 ]
-
-FenceAnswer = Literal["held", "stale", "cancel-requested"]
-"""What the fence found (J13, J14): ``"held"`` (the run row is locked by this transaction to its
-end, the claim current, no cancel requested), ``"stale"`` (another claim holds the run, or it
-is no longer running: nothing may be written), ``"cancel-requested"`` (an operator's cancel
-committed before the fence: the run ends cancelled, K2)."""
 
 InboxAnswer = Literal["new", "duplicate", "held", "mismatch"]
 """What marking an inbox key answered (J13): ``"new"`` (marked in this transaction: it commits
@@ -88,27 +83,6 @@ class InboxStore(Protocol):
         the mark commits or rolls back with it. A key another open transaction holds is answered
         ``"held"`` after a bounded wait, never by blocking until that transaction ends.
         ``ttl``: seconds the mark is remembered (None: the store's default)."""
-        ...
-
-
-@runtime_checkable
-class FencedRuns(Protocol):
-    """The storage side of a transactional handler (J13, J14), implemented by every job backend.
-    Both calls join the active unit of work (the job's ``transaction``)."""
-
-    async def fence(self, run: ClaimedRun) -> FenceAnswer:
-        """Lock ``run``'s row until the active transaction ends and say whether the claim is
-        current (:data:`FenceAnswer`). While the lock is held no claim retakes the run."""
-        ...
-
-    async def settle_within(self, settlement: Settlement) -> SettleOutcome:
-        """Apply ``settlement`` (fenced on its claim's token, J5) inside the active transaction:
-        it commits with the handler's writes or not at all. ``"stale"``: nothing changed."""
-        ...
-
-    async def claim_state(self, run: ClaimedRun) -> str | None:
-        """The state of ``run`` while the row still carries this claim's token, else None: how
-        an ambiguous COMMIT (the connection lost during it) is resolved."""
         ...
 
 
@@ -186,3 +160,30 @@ def payload_fingerprint(stored_payload: object) -> str:
     (keys sorted), so one payload fingerprints alike however it was built."""
     text = json.dumps(stored_payload, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+class SettlesApart(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Internal: roll the handler's transaction back, then settle the run with ``settlement``
+    through the completer (a cancel committed before the fence, an inbox key held or
+    mismatched)."""
+
+    def __init__(self, settlement: Settlement) -> None:
+        super().__init__(settlement.label)
+        self.settlement = settlement
+
+
+async def fenced_completion(
+    backend: FencedRuns, run: ClaimedRun, settlement: Settlement
+) -> SettleOutcome:
+    """Settle ``settlement`` inside the active transaction; raise JobLeaseStaleError (rolling it
+    back) unless it landed as built (J14)."""
+    outcome = await backend.settle_within(settlement)
+    if outcome != settlement.answer:
+        raise JobLeaseStaleError(
+            f"job {run.job_id!r} run {run.run_id!r} (attempt {run.attempt}, claim token"
+            f" {run.token}): the {settlement.label} in the handler's transaction was refused"
+            " because the claim is no longer current; the whole transaction was rolled back.",
+            fix="nothing to undo: nothing of this attempt was committed, and the run's current"
+            " holder settles it.",
+        )
+    return outcome

@@ -43,6 +43,11 @@ from ship_sqla.kernel._ports import (
 )
 from ship_sqla.kernel._serving import serving_of
 from ship_sqla.kernel._settlement import cancelled, completed
+from ship_sqla.kernel._transactional import (
+    SettlesApart,
+    TransactionalHandlerMisuseError,
+    fenced_completion,
+)
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 
 if TYPE_CHECKING:
@@ -542,10 +547,6 @@ class Workflow:
     async def _begin(self, name: str, kind: StepKind) -> tuple[int, StepRecord | None]:
         """Check ``name``, take the next position, and the step stored under it (if any)."""
         if self.completed_run is not None:
-            from ship_sqla.kernel._transactional import (  # noqa: PLC0415 - rare path
-                TransactionalHandlerMisuseError,
-            )
-
             raise TransactionalHandlerMisuseError(
                 f"run {self._run.run_id!r}: step {name!r} was called after the transaction that"
                 " completed the run (completes_run=True); the run is completed, so the step"
@@ -670,10 +671,6 @@ class Workflow:
             encoded = _encode(codec.encode(value), f"the result of transactional step {name!r}")
             await self._save(NewStep(name, seq, "transaction", "done", encoded))
             if completes_run:
-                from ship_sqla.kernel._runtime.fused import (  # noqa: PLC0415 - cycle
-                    fenced_completion,
-                )
-
                 settlement = completed(run)
                 outcome = await fenced_completion(self._backend, run, settlement)
                 self.completed_run = (settlement, outcome)
@@ -688,8 +685,6 @@ class Workflow:
         answer = await self._backend.fence(self._run)
         if answer == "held":
             return
-        from ship_sqla.kernel._runtime.fused import SettlesApart  # noqa: PLC0415 - cycle
-
         if answer == "cancel-requested":
             # K2: rolled back, then the run ends cancelled through the completer.
             raise SettlesApart(cancelled(self._run, CANCELLED_MESSAGE))

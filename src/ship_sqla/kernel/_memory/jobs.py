@@ -111,9 +111,8 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._memory.transactions import InMemoryTransaction
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
-    from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, HistoryKind
+    from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, FenceAnswer, HistoryKind
     from ship_sqla.kernel._settlement import Settlement, SettleRequest
-    from ship_sqla.kernel._transactional import FenceAnswer
 
 __all__ = ["InMemoryJobBackend", "InMemoryRunAdmin"]
 

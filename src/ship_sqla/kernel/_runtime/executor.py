@@ -26,7 +26,7 @@ from ship_sqla.kernel._job_context import NO_RESOURCES, JobContext
 from ship_sqla.kernel._outcomes import JobTimeoutError, JobTimeoutIgnoredError
 from ship_sqla.kernel._plans.retry import lock_held_delay, plan_raised
 from ship_sqla.kernel._ports import CANCELLED_MESSAGE, JobLeaseStaleError
-from ship_sqla.kernel._runtime.fused import FusedAttempt, SettlesApart
+from ship_sqla.kernel._runtime.fused import FusedAttempt
 from ship_sqla.kernel._runtime.state import (
     InFlight,
     JobCancelledError,
@@ -44,6 +44,7 @@ from ship_sqla.kernel._settlement import (
 )
 from ship_sqla.kernel._tenancy import enter_tenant
 from ship_sqla.kernel._tracing import end_run_span, run_span, traces
+from ship_sqla.kernel._transactional import SettlesApart
 from ship_sqla.kernel._workflows import WorkflowSuspended
 
 if TYPE_CHECKING:

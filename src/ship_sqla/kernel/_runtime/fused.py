@@ -34,7 +34,12 @@ from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._ports import CANCELLED_MESSAGE, JobLeaseStaleError
 from ship_sqla.kernel._runtime.state import describe_failure, stale_error
 from ship_sqla.kernel._settlement import cancelled, completed, duplicate, failed, snoozed
-from ship_sqla.kernel._transactional import InboxFingerprintMismatchError, payload_fingerprint
+from ship_sqla.kernel._transactional import (
+    InboxFingerprintMismatchError,
+    SettlesApart,
+    fenced_completion,
+    payload_fingerprint,
+)
 
 if TYPE_CHECKING:
     from ship_sqla.kernel._clock import Clock
@@ -43,29 +48,9 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._ports import ClaimedRun, JobBackend, SettleOutcome
     from ship_sqla.kernel._runtime.state import InFlight
     from ship_sqla.kernel._settlement import Settlement
-    from ship_sqla.kernel._transactional import FencedRuns, Inbox
+    from ship_sqla.kernel._transactional import Inbox
 
-__all__ = ["FusedAttempt", "SettlesApart", "fenced_completion"]
-
-
-class SettlesApart(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """Internal: roll the transaction back, then settle the run with ``settlement`` through the
-    completer (a cancel before the fence, an inbox key held or mismatched)."""
-
-    def __init__(self, settlement: Settlement) -> None:
-        super().__init__(settlement.label)
-        self.settlement = settlement
-
-
-async def fenced_completion(
-    backend: FencedRuns, run: ClaimedRun, settlement: Settlement
-) -> SettleOutcome:
-    """Settle ``settlement`` inside the active transaction; raise JobLeaseStaleError (rolling it
-    back) unless it landed as built (J14)."""
-    outcome = await backend.settle_within(settlement)
-    if outcome != settlement.answer:
-        raise stale_error(run, f"the {settlement.label} in the handler's transaction")
-    return outcome
+__all__ = ["FusedAttempt"]
 
 
 class FusedAttempt:

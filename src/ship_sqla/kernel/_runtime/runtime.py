@@ -617,6 +617,7 @@ async def start_job_runtime(
     lifespan = _lifespan_of(registry, lifespan)
     if mode == "worker":
         await _prepare_worker(backend, registry)
+        warn_connection_budget(registry, max_in_flight)
     runtime = JobRuntime(
         registry,
         backend=backend,
@@ -643,6 +644,36 @@ async def _prepare_worker(backend: JobBackend, registry: JobRegistry) -> None:
     scheduled = [job for job in registry if job.schedule is not None]
     if scheduled:
         await backend.install_schedules(scheduled)
+
+
+def warn_connection_budget(definitions: Iterable[JobDefinition[Any]], max_in_flight: int) -> None:
+    """J13: warn, naming the jobs, when the transactional jobs sharing one unit of work could
+    hold more connections at once (each holds one for its whole handler) than that unit of
+    work's pool has, leaving none for the runtime's own claims and settles. None is refused:
+    the pool's timeout then bounds a wait, and the figures may be deliberate."""
+    by_uow: dict[int, tuple[Any, list[JobDefinition[Any]]]] = {}
+    for job in definitions:
+        if job.transaction is not None:
+            by_uow.setdefault(id(job.transaction), (job.transaction, []))[1].append(job)
+    for uow, jobs in by_uow.values():
+        capacity = getattr(uow, "connection_capacity", None)
+        if not isinstance(capacity, int):
+            continue
+        demand = min(
+            max_in_flight,
+            sum(max_in_flight if j.concurrency.max is None else j.concurrency.max for j in jobs),
+        )
+        if demand >= capacity:
+            logger.warning(
+                "ship_sqla: transactional jobs %s may run %d handlers at once, each holding a"
+                " connection of their unit of work's pool for its whole transaction, and that"
+                " pool has %d connections in all (its size plus overflow); the runtime's own"
+                " claims and settles need one too. Raise the engine's pool_size/max_overflow,"
+                " or lower the jobs' Concurrency(max=...) or the worker's max_in_flight.",
+                ", ".join(sorted(j.id for j in jobs)),
+                demand,
+                capacity,
+            )
 
 
 def _lifespan_of(registry: JobRegistry, lifespan: Lifespan | None) -> Lifespan | None:
