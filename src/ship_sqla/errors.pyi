@@ -56,6 +56,7 @@ from ship_sqla.kernel._outcomes import JobTimeoutIgnoredError as JobTimeoutIgnor
 from ship_sqla.kernel._outcomes import RetryAfter as RetryAfter
 from ship_sqla.kernel._outcomes import Snooze as Snooze
 from ship_sqla.kernel._outcomes import TerminalError as TerminalError
+from ship_sqla.kernel._ports import JobCrashLoopError as JobCrashLoopError
 from ship_sqla.kernel._ports import JobLeaseLapsedError as JobLeaseLapsedError
 from ship_sqla.kernel._ports import JobLeaseLapsedFinalError as JobLeaseLapsedFinalError
 from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
@@ -98,6 +99,7 @@ __all__ = (
     "JobAttemptError",
     "JobBackendTimeoutError",
     "JobCancelledError",
+    "JobCrashLoopError",
     "JobLeaseLapsedError",
     "JobLeaseLapsedFinalError",
     "JobLeaseStaleError",

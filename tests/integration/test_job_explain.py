@@ -91,6 +91,8 @@ def claim_params() -> dict[str, Any]:
         "lapsed_final": "lapsed on the final attempt",
         "lapsed": "lapsed",
         "cancel_lapsed": "cancelled, lapsed",
+        "max_lapses": 3,
+        "crash_loop": "lapsed 3 times in a row",
         "lapsed_limit": 150,
         "pause_row": "bulk#paused",
         "gate_row": "bulk#claim-gate",
@@ -162,6 +164,7 @@ def settle_params() -> dict[str, Any]:
             None if kind == "complete" else ("failure" if kind == "fail" else "released")
             for kind in kinds
         ],
+        "keeps_lapses": [kind == "release" for kind in kinds],
         "now": None,
     }
 

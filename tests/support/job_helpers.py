@@ -25,8 +25,8 @@ if TYPE_CHECKING:
 def claim_request(
     job: JobDefinition[Any], *, worker: str, limit: int = 1, exclude_keys: tuple[str, ...] = ()
 ) -> ClaimRequest:
-    """The claim the runtime sends for ``job``: its ``concurrency.max``, ``lease`` and rate
-    limit."""
+    """The claim the runtime sends for ``job``: its ``concurrency.max``, ``lease``, rate limit,
+    fairness and ``retry.max_lapses``."""
     return ClaimRequest(
         job_id=job.id,
         worker=worker,
@@ -36,6 +36,7 @@ def claim_request(
         exclude_keys=exclude_keys,
         rate_limit=job.rate_limit,
         fairness=job.fairness,
+        max_lapses=job.retry.max_lapses,
     )
 
 

@@ -48,12 +48,14 @@ def points(metric: Metric) -> dict[frozenset[tuple[str, Any]], Any]:
     return {frozenset((point.attributes or {}).items()): point for point in metric.data.data_points}
 
 
-def test_the_six_instruments_have_the_seed_names_and_units(
+def test_the_seed_instruments_and_the_lapses_have_their_names_and_units(
     job_metrics: JobMetrics, reader: InMemoryMetricReader
 ) -> None:
-    """J10: exactly the seed's six metric names, with their instrument kinds and units."""
+    """J10, J15: exactly the seed's six metric names and ``ship.job.lapses``, with their
+    instrument kinds and units."""
     job_metrics.record_run("mail.send", None, "completed", 0.5)
     job_metrics.record_dead_letter("mail.send", None)
+    job_metrics.record_lapse("mail.send", None)
     job_metrics.record_lock_wait("mail.send", None, 0.01)
     job_metrics.set_depth("mail.send", 3, 12.0)
     metrics = collect(reader)
@@ -65,6 +67,7 @@ def test_the_six_instruments_have_the_seed_names_and_units(
         "ship.job.runs",
         "ship.job.dead_letter.count",
         "ship.job.lock.wait",
+        "ship.job.lapses",
     )
     kinds = {name: (type(m.data), m.unit) for name, m in metrics.items()}
     assert kinds == {
@@ -74,9 +77,11 @@ def test_the_six_instruments_have_the_seed_names_and_units(
         "ship.job.runs": (Sum, "{run}"),
         "ship.job.dead_letter.count": (Sum, "{run}"),
         "ship.job.lock.wait": (Histogram, "s"),
+        "ship.job.lapses": (Sum, "{lapse}"),
     }
     assert metrics["ship.job.runs"].data.is_monotonic
     assert metrics["ship.job.dead_letter.count"].data.is_monotonic
+    assert metrics["ship.job.lapses"].data.is_monotonic
 
 
 def test_runs_count_by_outcome_with_job_id_and_key(

@@ -148,6 +148,7 @@ def format_run(record: RunRecord) -> str:
         ("state", record.state),
         ("attempts", attempts_used(record)),
         ("snoozes", str(record.snoozes)),
+        ("lapses", f"{record.lapses} ({record.consecutive_lapses} in a row)"),
         ("key", record.key or "-"),
         ("dedupe_key", record.dedupe_key or "-"),
         ("run_at", _when(record.run_at)),

@@ -602,6 +602,8 @@ class _Dashboard:
                 ("Job", text(record.job_id)),
                 ("State", f'<span class="state-{text(record.state)}">{text(record.state)}</span>'),
                 ("Attempt", text(f"{record.attempt} of {record.max_attempts}")),
+                # J15: lapses (its worker died while it ran), in all and in a row.
+                ("Lapses", text(f"{record.lapses} ({record.consecutive_lapses} in a row)")),
                 ("Priority", text(record.priority)),
                 ("Tenant", text(record.tenant or "—")),
                 ("Dedupe key", text(record.dedupe_key or "—")),

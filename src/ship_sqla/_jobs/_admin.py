@@ -97,6 +97,8 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         cancel_requested_at=row.cancel_requested_at,
         parent_id=row.parent_id,
         wait_for=row.wait_for,
+        lapses=row.lapses,
+        consecutive_lapses=row.consecutive_lapses,
     )
 
 

@@ -155,6 +155,7 @@ from ship_sqla.kernel._ports import (
     QueueDepth,
     SettleOutcome,
     Suspend,
+    crash_loop_message,
 )
 from ship_sqla.kernel._settlement import (
     Settlement,
@@ -211,6 +212,8 @@ _RUN_COLUMNS = frozenset(
         "tenant_id",
         "parent_id",
         "wait_for",
+        "lapses",
+        "consecutive_lapses",
     }
 )
 
@@ -721,6 +724,10 @@ class PostgresJobBackend(JobBackendBase):
             "lapsed_final": LEASE_LAPSED_FINAL_MESSAGE,
             "lapsed": LEASE_LAPSED_MESSAGE,
             "cancel_lapsed": CANCEL_LAPSED_MESSAGE,
+            "max_lapses": request.max_lapses,
+            "crash_loop": (
+                None if request.max_lapses is None else crash_loop_message(request.max_lapses)
+            ),
             "pause_row": state_row(job_id, "paused"),
             "tuned": self._connections.concurrent,
             "now": self._now(),
@@ -794,6 +801,9 @@ class PostgresJobBackend(JobBackendBase):
             row_rate_wait,
             row_created,
             parent_id,
+            lapses,
+            consecutive_lapses,
+            retaken,
         ) in rows:
             if kind == _FAIR_CURSOR:
                 # F2: the walk stopped at max_tenants; the next fair claim starts after here.
@@ -806,7 +816,11 @@ class PostgresJobBackend(JobBackendBase):
                 if parent_id is not None:
                     ended_children.append(parent_id)
                 if kind == _BURIED:
-                    buried.append(BuriedRun(run_id, job_id, attempt, key))
+                    # J15: the claim's own rule, read back: this lapse was the max_lapses-th.
+                    crash_loop = (
+                        request.max_lapses is not None and consecutive_lapses >= request.max_lapses
+                    )
+                    buried.append(BuriedRun(run_id, job_id, attempt, key, crash_loop=crash_loop))
                 continue
             claimed.append(
                 ClaimedRun(
@@ -824,6 +838,9 @@ class PostgresJobBackend(JobBackendBase):
                     trace_context=trace_context,
                     snoozes=snoozes,
                     tenant=tenant,
+                    lapses=lapses,
+                    consecutive_lapses=consecutive_lapses,
+                    retaken=retaken,
                 )
             )
         if ended_children:
@@ -1112,6 +1129,7 @@ _SETTLE_FIELDS_NONE: Final[dict[str, list[Any]]] = {
     "snoozes_added": [],
     "errors": [],
     "entry_kinds": [],
+    "keeps_lapses": [],
 }
 
 
@@ -1124,6 +1142,7 @@ def _settle_fields(batch: Sequence[Settlement]) -> dict[str, list[Any]]:
         "snoozes_added": [settlement.snoozes_added for settlement in batch],
         "errors": [None if s.entry is None else s.entry.error for s in batch],
         "entry_kinds": [None if s.entry is None else s.entry.kind for s in batch],
+        "keeps_lapses": [settlement.keeps_lapses for settlement in batch],
     }
 
 

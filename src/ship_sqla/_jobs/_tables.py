@@ -109,7 +109,9 @@ def ship_job_runs_table(
     W3C trace context, K7); ``snoozes`` (int, the run's snoozes, K4); ``cancel_requested_at``
     (when an operator asked to cancel the running run, K2); ``tenant_id`` (text null: the tenant
     it was enqueued for, F2); ``parent_id`` (text null: the workflow run that spawned it, D5);
-    ``wait_for`` (text null: what a suspended workflow run waits for, D4, D5).
+    ``wait_for`` (text null: what a suspended workflow run waits for, D4, D5); ``lapses`` and
+    ``consecutive_lapses`` (int: the claims that found the run's lease lapsed, in all and since
+    its handler last settled it, J15).
     """
     n = derived_names(
         name,
@@ -166,6 +168,10 @@ def ship_job_runs_table(
         # D5: the workflow run that spawned this one; D4, D5: what a suspended run waits for.
         Column("parent_id", Text, nullable=True),
         Column("wait_for", Text, nullable=True),
+        # J15: the claims that found the run's lease lapsed (its holder died), in all and since
+        # its handler last settled it (RetryPolicy.max_lapses bounds the second).
+        Column("lapses", Integer, nullable=False, server_default=text("0")),
+        Column("consecutive_lapses", Integer, nullable=False, server_default=text("0")),
         PrimaryKeyConstraint("id", name=n["_pkey"]),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
         # Serves CLAIM's walk over the priority levels (K6: the next lower level, one entry;

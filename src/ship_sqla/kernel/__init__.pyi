@@ -24,6 +24,7 @@ from ship_sqla.kernel._outbox_records import message_delivered as message_delive
 from ship_sqla.kernel._outbox_records import message_failed as message_failed
 from ship_sqla.kernel._outbox_records import message_released as message_released
 from ship_sqla.kernel._ports import LEASE_LAPSED as LEASE_LAPSED
+from ship_sqla.kernel._ports import LEASE_LAPSED_CRASH_LOOP as LEASE_LAPSED_CRASH_LOOP
 from ship_sqla.kernel._ports import LEASE_LAPSED_FINAL_ATTEMPT as LEASE_LAPSED_FINAL_ATTEMPT
 from ship_sqla.kernel._ports import RUN_CANCELLED as RUN_CANCELLED
 from ship_sqla.kernel._ports import BuriedRun as BuriedRun
@@ -71,6 +72,7 @@ from ship_sqla.kernel._workflows import WorkflowStore as WorkflowStore
 
 __all__ = (
     "LEASE_LAPSED",
+    "LEASE_LAPSED_CRASH_LOOP",
     "LEASE_LAPSED_FINAL_ATTEMPT",
     "RUN_CANCELLED",
     "BrowsedRun",

@@ -255,6 +255,8 @@ class Fairness:
 
 MAX_SNOOZES: Final = 10_000
 """The most ``RetryPolicy.max_snoozes`` may allow: each snooze adds a history entry to the run."""
+MAX_LAPSES: Final = 1_000_000
+"""The most ``RetryPolicy.max_lapses`` may allow (each lapse adds a history entry to the run)."""
 
 
 def _as_exception_types(value: Any) -> tuple[type[BaseException], ...]:  # noqa: ANN401
@@ -288,7 +290,14 @@ class RetryPolicy:
     ``max_snoozes`` bounds how many times a run may :class:`~ship_sqla.errors.Snooze` without
     spending an attempt (default 100); past it a snooze is a failed attempt
     (:class:`~ship_sqla.errors.JobSnoozeLimitError`), retried with the backoff until the
-    attempts are spent (or dead at once when ``non_retryable`` names ``JobSnoozeLimitError``)."""
+    attempts are spent (or dead at once when ``non_retryable`` names ``JobSnoozeLimitError``).
+
+    ``max_lapses`` ends a crash loop (J15): a run whose lease lapses (its worker died while it
+    ran, and a claim found it) that many times in a row, with no settle by its handler between,
+    is dead-lettered at that lapse (``SHIP_SQLA_JOB_CRASH_LOOP``), attempts left or not. None
+    (the default): only ``attempts`` bounds it (each lapse spends an attempt, J6). Releases (a
+    drain, a held lock) are not lapses and do not end the streak; any settle by the handler
+    (completed, failed, snoozed, suspended) does."""
 
     attempts: int = attrs.field(default=5, validator=_positive("retry.attempts"))
     backoff: BackoffKind = "exponential"
@@ -310,6 +319,17 @@ class RetryPolicy:
             0,
             MAX_SNOOZES,
             "omit it for the default (100), or pass 0 to make every snooze a failed attempt.",
+        ),
+    )
+    max_lapses: int | None = attrs.field(
+        default=None,
+        validator=_int_within(
+            "retry.max_lapses",
+            1,
+            MAX_LAPSES,
+            "pass the number of lapses in a row that dead-letter a run (at least 1), or None"
+            " (the default) to let retry.attempts alone bound them.",
+            optional=True,
         ),
     )
     plan: Backoff = attrs.field(init=False, eq=False, repr=False)

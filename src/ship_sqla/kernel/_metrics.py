@@ -1,4 +1,5 @@
-"""Job metrics (J10): the seed's six instruments, through the OpenTelemetry metrics API.
+"""Job metrics (J10): the seed's six instruments, and J15's lapses, through the OpenTelemetry
+metrics API.
 
 Names, units and attributes match the seed (and ship-jobs-bullmq), so one dashboard serves
 every backend:
@@ -10,6 +11,8 @@ every backend:
 - ``ship.job.runs``: counter, ``{run}``; ``ship.job.id``, ``ship.job.key``, ``ship.job.outcome``.
 - ``ship.job.dead_letter.count``: counter, ``{run}``; ``ship.job.id``, ``ship.job.key``.
 - ``ship.job.lock.wait``: histogram, ``s``; ``ship.job.id``, ``ship.job.key``.
+- ``ship.job.lapses`` (J15, not the seed's): counter, ``{lapse}``; ``ship.job.id``,
+  ``ship.job.key``: runs whose lease lapsed (their worker died) that a claim retook or buried.
 
 ``ship.job.key`` is set only for keyed single-runner jobs (a non-empty key); keys can be of
 high cardinality (one per customer, say), so ``JobMetrics(include_key=False)`` drops it.
@@ -73,6 +76,7 @@ RUN_DURATION: Final = "ship.job.run.duration"
 RUNS: Final = "ship.job.runs"
 DEAD_LETTER_COUNT: Final = "ship.job.dead_letter.count"
 LOCK_WAIT: Final = "ship.job.lock.wait"
+LAPSES: Final = "ship.job.lapses"
 
 JOB_METRIC_NAMES: Final = (
     QUEUE_DEPTH,
@@ -81,8 +85,9 @@ JOB_METRIC_NAMES: Final = (
     RUNS,
     DEAD_LETTER_COUNT,
     LOCK_WAIT,
+    LAPSES,
 )
-"""The six instrument names of J10, in the seed's order."""
+"""The six instrument names of J10, in the seed's order, then J15's ``ship.job.lapses``."""
 
 ATTR_JOB_ID: Final = "ship.job.id"
 ATTR_JOB_KEY: Final = "ship.job.key"
@@ -148,6 +153,12 @@ class JobMetrics:
         self._dead_letter = meter.create_counter(
             DEAD_LETTER_COUNT, unit="{run}", description="Runs that were dead-lettered."
         )
+        self._lapses = meter.create_counter(
+            LAPSES,
+            unit="{lapse}",
+            description="Runs whose lease lapsed (their worker died) that a claim retook or"
+            " dead-lettered.",
+        )
         self._lock_wait = _histogram(
             meter,
             LOCK_WAIT,
@@ -191,6 +202,10 @@ class JobMetrics:
     def record_dead_letter(self, job_id: str, key: str | None) -> None:
         """A run became dead, by its last failed attempt or by a lease lapsing on it (J6)."""
         self._dead_letter.add(1, self._attributes(job_id, key))
+
+    def record_lapse(self, job_id: str, key: str | None) -> None:
+        """A claim found a run's lease lapsed and retook or dead-lettered it (J6, J15)."""
+        self._lapses.add(1, self._attributes(job_id, key))
 
     def record_lock_wait(self, job_id: str, key: str | None, seconds: float) -> None:
         """Time spent acquiring the (job id, key) lease of a single-runner job (J4)."""

@@ -55,6 +55,7 @@ __all__ = [
     "FAILURE_KINDS",
     "FINISHED_STATES",
     "LEASE_LAPSED",
+    "LEASE_LAPSED_CRASH_LOOP",
     "LEASE_LAPSED_FINAL_ATTEMPT",
     "MAX_CLAIM_BATCH",
     "RUN_CANCELLED",
@@ -72,6 +73,7 @@ __all__ = [
     "HeartbeatBatch",
     "HistoryKind",
     "JobBackend",
+    "JobCrashLoopError",
     "JobDemand",
     "JobLeaseLapsedError",
     "JobLeaseLapsedFinalError",
@@ -91,6 +93,7 @@ __all__ = [
     "StateCount",
     "Suspend",
     "WakeSource",
+    "crash_loop_message",
 ]
 
 RunState = Literal["waiting", "running", "completed", "dead", "discarded", "cancelled"]
@@ -120,6 +123,24 @@ LEASE_LAPSED_MESSAGE = (
     " heartbeating); the run was retaken as a new attempt."
 )
 """The history entry (and ``last_error``) of the lapsed attempt of a run a claim retook (J6)."""
+LEASE_LAPSED_CRASH_LOOP = "SHIP_SQLA_JOB_CRASH_LOOP"
+"""The error recorded on a run dead-lettered because its lease lapsed ``retry.max_lapses`` times
+in a row (J15): a crash loop."""
+
+
+def crash_loop_message(max_lapses: int) -> str:
+    """The history entry (and ``last_error``) of a run a claim dead-lettered at its
+    ``max_lapses``-th consecutive lapse (J15), on every backend."""
+    return (
+        f"{LEASE_LAPSED_CRASH_LOOP}: the run's lease lapsed {max_lapses} times in a row (each"
+        " time its worker died, was killed or stopped heartbeating while it ran: a crash loop),"
+        f" reaching retry.max_lapses ({max_lapses}); it was dead-lettered instead of being run"
+        " again, whatever attempts it had left. Find what kills the process (an OOM kill, a"
+        " crash in native code, os._exit, a handler blocking the event loop for longer than"
+        " concurrency.lease), fix it, then retry the run; raise retry.max_lapses if such"
+        " lapses are expected."
+    )
+
 
 RUN_CANCELLED = "SHIP_SQLA_JOB_RUN_CANCELLED"
 """The error recorded on a run an operator cancelled while it ran (K2)."""
@@ -150,6 +171,15 @@ class JobLeaseLapsedError(StaleLeaseError, RuntimeError):
     handed back (J6). Nothing ran; the run is retaken."""
 
     code = LEASE_LAPSED
+
+
+class JobCrashLoopError(JobLeaseLapsedError):
+    """A claim dead-lettered a run whose lease lapsed ``retry.max_lapses`` times in a row (J15):
+    its handler killed its worker (or the worker died) each time it ran, whatever attempts were
+    left. Counted in ``ship.job.dead_letter.count`` (J10); the run's history records each lapse
+    and ``lapses`` / ``consecutive_lapses`` count them."""
+
+    code = LEASE_LAPSED_CRASH_LOOP
 
 
 class JobLeaseLapsedFinalError(JobLeaseLapsedError):
@@ -215,18 +245,28 @@ class ClaimedRun:
     parent of every attempt's span. None when no span was current at the enqueue."""
     tenant: str | None = None
     """The tenant the run was enqueued for (F2), None for none: the handler runs in it."""
+    lapses: int = 0
+    """J15: how many claims found the run's lease lapsed (this claim included when it
+    retook the run: :attr:`retaken`)."""
+    consecutive_lapses: int = 0
+    """J15: the lapses since the run's handler last settled it (a release does not reset it)."""
+    retaken: bool = False
+    """J6, J15: this claim retook the run from a holder whose lease lapsed (one more lapse)."""
 
 
 @attrs.frozen
 class BuriedRun:
     """A run a claim dead-lettered instead of returning it: its lease lapsed on its final
-    attempt ``attempt`` (J6). The runtime reports it (:class:`JobLeaseLapsedFinalError`) and
-    counts it as a dead letter (J10)."""
+    attempt ``attempt`` (J6), or, ``crash_loop``, at its ``retry.max_lapses``-th lapse in a row
+    (J15). The runtime reports it (:class:`JobLeaseLapsedFinalError`,
+    :class:`JobCrashLoopError`) and counts it as a dead letter (J10) and a lapse (J15)."""
 
     run_id: str
     job_id: str
     attempt: int
     key: str | None
+    crash_loop: bool = False
+    """J15: dead at ``retry.max_lapses`` consecutive lapses (else: the final attempt lapsed)."""
 
 
 class ClaimBatch(list[ClaimedRun]):
@@ -307,7 +347,9 @@ class RunRecord:
     ``history`` holds one JSON object per attempt that did not complete (failed, snoozed,
     released with an error, lapsed...), oldest first:
     ``{"attempt": int, "at": ISO-8601 text, "error": str, "kind": HistoryKind}`` (entries
-    written before ``kind`` existed have no ``kind``). ``snoozes`` counts the run's snoozes (K4).
+    written before ``kind`` existed have no ``kind``). ``snoozes`` counts the run's snoozes (K4);
+    ``lapses`` the claims that found its lease lapsed (its worker died) and ``consecutive_lapses``
+    those since its handler last settled it (J15).
     """
 
     run_id: str
@@ -338,6 +380,11 @@ class RunRecord:
     wait_for: str | None = None
     """D4, D5: what a suspended workflow run waits for (an event's wait key, or
     ``"#children"``); None otherwise."""
+    lapses: int = 0
+    """J15: how many claims found the run's lease lapsed (retook or buried it)."""
+    consecutive_lapses: int = 0
+    """J15: the lapses since its handler last settled it (``RetryPolicy.max_lapses`` bounds it);
+    a release (drain, hand-back, lock held) leaves it as it was, an operator's retry resets it."""
 
 
 @runtime_checkable
@@ -427,6 +474,9 @@ class ClaimRequest:
     or None."""
     fairness: Fairness | None = None
     """F2: share the claim across tenants (the job's ``Fairness``), or None."""
+    max_lapses: int | None = None
+    """J15: the job's ``retry.max_lapses``: a lapsed run whose lapse would be its ``max_lapses``-th
+    in a row is dead-lettered (``crash_loop``), not retaken; None: no such bound."""
 
 
 @attrs.frozen
@@ -475,7 +525,10 @@ class RunStore(Protocol):
         ``request.max_running`` running runs, whatever their leases. Lapsed leases are retaken
         (J6), the lapsed attempt recorded in the history (``LEASE_LAPSED_MESSAGE``); one that
         lapsed on its final attempt is dead-lettered instead (``LEASE_LAPSED_FINAL_MESSAGE``)
-        and listed in the batch's ``buried``."""
+        and listed in the batch's ``buried``. Every lapse a claim meets adds one to the run's
+        ``lapses`` and ``consecutive_lapses`` (J15); one that makes ``consecutive_lapses`` reach
+        ``request.max_lapses`` dead-letters the run (:func:`crash_loop_message`, ``buried``
+        with ``crash_loop``) whatever attempts it has left."""
         ...
 
     async def heartbeat(self, runs: Sequence[ClaimedRun]) -> HeartbeatBatch:

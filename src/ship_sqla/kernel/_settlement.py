@@ -107,6 +107,13 @@ class Settlement:
         ``answer``, or ``"cancelled"`` when a cancel request turned it into one (K2)."""
         return "cancelled" if state == "cancelled" else self.answer
 
+    @property
+    def keeps_lapses(self) -> bool:
+        """J15: whether landing leaves the run's ``consecutive_lapses`` as it was: a release (a
+        drain, a hand-back, a held lock) is neither a lapse nor an end its handler reached;
+        every other settlement ends the streak (back to 0)."""
+        return self.answer == "released"
+
     def makes_due(self, outcome: SettleOutcome, now: datetime) -> bool:
         """Whether landing with ``outcome`` left the run waiting and due at ``now``."""
         return outcome == self.answer and self.run_at is not None and self.run_at <= now

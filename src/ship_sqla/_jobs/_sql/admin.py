@@ -72,7 +72,9 @@ WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = '
 RETRY_DEAD: Final = Template("""
 UPDATE {runs} r
 SET state = 'waiting', max_attempts = r.attempt + 1, run_at = {now}, finished_at = NULL,
-    lease_expires_at = NULL, claimed_by = NULL, updated_at = {now}
+    lease_expires_at = NULL, claimed_by = NULL, updated_at = {now},
+    -- J15: a retried run starts a new streak (its crash loop's cause is taken to be fixed).
+    consecutive_lapses = 0
 -- <runs>_pkey. Not while a newer live run holds the dedupe key (<runs>_dedupe_idx, probed with
 -- its predicate word for word): reviving this run would break J1. A concurrent enqueue that
 -- wins the race anyway trips that unique index (23505).

@@ -72,10 +72,13 @@ WITH RECURSIVE paused AS (
     -- <runs>_lease_idx: lapsed leases (their holders died or stalled: J6), at most
     -- :lapsed_limit (concurrency.max plus the limit, all of them unless workers died en masse;
     -- uncapped, the limit: the rest wait for the next claims).
-    -- exhausted: the run ends here, never retaken: its final attempt lapsed (dead, J6), or an
-    -- operator asked to cancel it (cancelled, K2).
+    -- exhausted: the run ends here, never retaken: its final attempt lapsed (dead, J6), this
+    -- lapse is its :max_lapses-th in a row (dead: a crash loop, J15), or an operator asked to
+    -- cancel it (cancelled, K2).
     SELECT id, seq, key, run_at, priority,
-        attempt >= max_attempts OR cancel_requested_at IS NOT NULL AS exhausted
+        attempt >= max_attempts OR cancel_requested_at IS NOT NULL
+            OR coalesce(consecutive_lapses + 1 >= CAST(:max_lapses AS integer), false)
+            AS exhausted
     FROM {runs}
     WHERE job_id = :job_id AND state = 'running' AND lease_expires_at <= {now}
       AND NOT (SELECT yes FROM paused)
@@ -393,31 +396,44 @@ _PICK_GATED: Final = """, found AS (
 
 _CLAIM_TAIL: Final = """, buried AS (
     -- <runs>_pkey. A lease that lapsed on the final attempt is dead-lettered, not retried
-    -- forever (J6), whether or not this claim has room; the lapsed attempt is its last history
-    -- entry, and the claim returns the run so the runtime reports and counts it (J10). A
-    -- cancel-requested one is cancelled instead, whatever attempts it has left (K2), and not
-    -- returned: it is no dead letter, and nobody is left to tell.
+    -- forever (J6), whether or not this claim has room, and so is one whose lapse is the
+    -- :max_lapses-th in a row (J15: a crash loop, with its own error, attempts left or not);
+    -- the lapsed attempt is its last history entry, and the claim returns the run so the
+    -- runtime reports and counts it (J10). A cancel-requested one is cancelled instead,
+    -- whatever attempts it has left (K2), and not returned: it is no dead letter, and nobody
+    -- is left to tell. Each is one more lapse (J15); SET reads the row before it.
     UPDATE {runs} r
     SET state = CASE WHEN r.cancel_requested_at IS NULL THEN 'dead' ELSE 'cancelled' END,
         finished_at = {now}, updated_at = {now}, lease_expires_at = NULL, claimed_by = NULL,
-        last_error = CASE WHEN r.cancel_requested_at IS NULL THEN CAST(:lapsed_final AS text)
-            ELSE CAST(:cancel_lapsed AS text) END,
-        history = r.history || CASE WHEN r.cancel_requested_at IS NULL
+        lapses = r.lapses + 1, consecutive_lapses = r.consecutive_lapses + 1,
+        last_error = CASE WHEN r.cancel_requested_at IS NOT NULL THEN CAST(:cancel_lapsed AS text)
+            WHEN r.consecutive_lapses + 1 >= CAST(:max_lapses AS integer)
+            THEN CAST(:crash_loop AS text)
+            ELSE CAST(:lapsed_final AS text) END,
+        history = r.history || CASE WHEN r.cancel_requested_at IS NOT NULL
             THEN jsonb_build_array(jsonb_build_object(
-                'attempt', r.attempt, 'at', {at}, 'error', CAST(:lapsed_final AS text),
+                'attempt', r.attempt, 'at', {at}, 'error', CAST(:cancel_lapsed AS text),
+                'kind', 'cancelled'))
+            WHEN r.consecutive_lapses + 1 >= CAST(:max_lapses AS integer)
+            THEN jsonb_build_array(jsonb_build_object(
+                'attempt', r.attempt, 'at', {at}, 'error', CAST(:crash_loop AS text),
                 'kind', 'lapsed'))
             ELSE jsonb_build_array(jsonb_build_object(
-                'attempt', r.attempt, 'at', {at}, 'error', CAST(:cancel_lapsed AS text),
-                'kind', 'cancelled')) END
+                'attempt', r.attempt, 'at', {at}, 'error', CAST(:lapsed_final AS text),
+                'kind', 'lapsed')) END
     WHERE r.id = ANY(ARRAY(SELECT id FROM lapsed WHERE exhausted))
-    RETURNING r.id, r.attempt, r.key, r.state, r.parent_id
+    RETURNING r.id, r.attempt, r.key, r.state, r.parent_id, r.lapses, r.consecutive_lapses
 ), claimed AS (
     -- <runs>_pkey. A new fencing token per claim: strictly above the row's previous one (so
     -- never equal to any earlier holder's) plus a random step (so a deleted and re-inserted
     -- durable id does not repeat a token either). A retaken run (it was running: its lease
-    -- lapsed) records the lapsed attempt in its history (J6); SET reads the row before it.
+    -- lapsed) records the lapsed attempt in its history (J6) and one more lapse (J15); SET
+    -- reads the row before it.
     UPDATE {runs} r
     SET state = 'running', attempt = r.attempt + 1,
+        lapses = CASE WHEN r.state = 'running' THEN r.lapses + 1 ELSE r.lapses END,
+        consecutive_lapses = CASE WHEN r.state = 'running'
+            THEN r.consecutive_lapses + 1 ELSE r.consecutive_lapses END,
         lease_token = coalesce(r.lease_token, 0) + 1 + CAST(floor(random() * 1048576) AS bigint),
         lease_expires_at = {now} + CAST(:lease AS double precision) * interval '1 second',
         claimed_by = CAST(:worker AS text), updated_at = {started},
@@ -431,18 +447,21 @@ _CLAIM_TAIL: Final = """, buried AS (
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING r.id, r.payload, r.attempt, r.max_attempts, r.lease_token, r.key,
         r.lease_expires_at, r.created_at, r.run_at, r.seq, r.priority, r.trace_context,
-        r.snoozes, r.tenant_id
+        r.snoozes, r.tenant_id, r.lapses, r.consecutive_lapses,
+        r.id = ANY(ARRAY(SELECT id FROM lapsed)) AS retaken
 )
 SELECT c.id, c.payload, c.attempt, c.max_attempts, c.lease_token, c.key, c.lease_expires_at,
     c.created_at, c.run_at, c.seq, c.priority, c.trace_context, c.snoozes, c.tenant_id,
     0 AS kind,
-    CAST(NULL AS double precision) AS rate_wait, false AS created, CAST(NULL AS text) AS parent_id
+    CAST(NULL AS double precision) AS rate_wait, false AS created, CAST(NULL AS text) AS parent_id,
+    c.lapses, c.consecutive_lapses, c.retaken
 FROM claimed c
 UNION ALL
 -- Kind 1: dead-lettered (reported, counted); kind 4: cancelled, returned only when a workflow
 -- run is its parent, which the backend wakes (D5) once this claim committed.
 SELECT b.id, NULL, b.attempt, NULL, NULL, b.key, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, CASE WHEN b.state = 'dead' THEN 1 ELSE 4 END, NULL, false, b.parent_id
+    NULL, CASE WHEN b.state = 'dead' THEN 1 ELSE 4 END, NULL, false, b.parent_id,
+    b.lapses, b.consecutive_lapses, NULL
 FROM buried b
 WHERE b.state = 'dead' OR b.parent_id IS NOT NULL{gate_row}{fair_row}
 ORDER BY kind, priority DESC, run_at, seq
@@ -467,6 +486,9 @@ CLAIM_COLUMNS: Final = (
     "rate_wait",
     "created",
     "parent_id",
+    "lapses",
+    "consecutive_lapses",
+    "retaken",
 )
 """The columns of every claim statement's rows, in this order (``_CLAIM_TAIL``'s select list):
 the backend reads a claim's rows by position, since looking a SQLAlchemy row's columns up by
@@ -477,7 +499,7 @@ _GATE_ROW: Final = """
 UNION ALL
 -- F3/F1: the gate's answer, one row: how long the rate keeps the job full, whether it is new.
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, 2, CAST(g.rate_wait AS double precision), g.created, NULL
+    NULL, 2, CAST(g.rate_wait AS double precision), g.created, NULL, NULL, NULL, NULL
 FROM gate g
 WHERE g.rate_wait IS NOT NULL OR g.created"""
 
@@ -505,7 +527,7 @@ UNION ALL
 -- F2: the walk stopped at max_tenants: the tenant where the next fair claim starts after.
 SELECT (SELECT t.tenant FROM tenant_walk t WHERE t.k = CAST(:max_tenants AS integer)), NULL,
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 3, NULL, false,
-    NULL
+    NULL, NULL, NULL, NULL
 WHERE EXISTS (SELECT 1 FROM tenant_walk t WHERE t.k = CAST(:max_tenants AS integer))"""
 
 

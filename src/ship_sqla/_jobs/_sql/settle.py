@@ -24,12 +24,14 @@ WITH settle AS (
     -- of completions sends :ids and :tokens only (the completer's common batch, at the old cost).
     SELECT t.ord, t.id, t.token, coalesce(t.state, 'completed') AS state, t.at,
         coalesce(t.refund, false) AS refund, coalesce(t.snoozes_added, 0) AS snoozes_added,
-        t.error, t.entry_kind
+        t.error, t.entry_kind, coalesce(t.keeps_lapses, false) AS keeps_lapses
     FROM unnest(
         CAST(:ids AS text[]), CAST(:tokens AS bigint[]), CAST(:states AS text[]),
         CAST(:ats AS timestamptz[]), CAST(:refunds AS boolean[]),
-        CAST(:snoozes_added AS integer[]), CAST(:errors AS text[]), CAST(:entry_kinds AS text[])
-    ) WITH ORDINALITY AS t(id, token, state, at, refund, snoozes_added, error, entry_kind, ord)
+        CAST(:snoozes_added AS integer[]), CAST(:errors AS text[]), CAST(:entry_kinds AS text[]),
+        CAST(:keeps_lapses AS boolean[])
+    ) WITH ORDINALITY AS t(id, token, state, at, refund, snoozes_added, error, entry_kind,
+        keeps_lapses, ord)
 )
 UPDATE {runs} r
 -- Each field applies the kernel's settlement as built (ship_sqla/kernel/_settlement.py decided
@@ -49,6 +51,8 @@ SET state = CASE WHEN s.state <> 'completed' AND r.cancel_requested_at IS NOT NU
     snoozes = CASE WHEN r.cancel_requested_at IS NULL
         THEN r.snoozes + s.snoozes_added ELSE r.snoozes END,
     lease_expires_at = NULL, claimed_by = NULL, updated_at = {now}, wait_for = NULL,
+    -- J15: an end the handler reached ends the run's streak of lapses; a release keeps it.
+    consecutive_lapses = CASE WHEN s.keeps_lapses THEN r.consecutive_lapses ELSE 0 END,
     last_error = coalesce(s.error, r.last_error),
     history = CASE WHEN s.error IS NULL THEN r.history
         ELSE r.history || jsonb_build_array(jsonb_build_object(
@@ -63,12 +67,14 @@ trip (as River's ``JobSetStateIfRunningMany``): parallel arrays, one element per
 fields as the kernel built them: ``:states`` (``'completed'`` | ``'waiting'`` | ``'dead'`` |
 ``'cancelled'``), ``:ats`` (the ``run_at`` of a waiting one), ``:refunds`` (true: the attempt is
 not spent, J7, K4), ``:snoozes_added`` (K4), ``:errors`` and ``:entry_kinds`` (the history entry
-to append, and its :data:`~ship_sqla.kernel._ports.HistoryKind`; NULL: none). All but ``:ids``
-and ``:tokens`` may be shorter than ``:ids`` (empty for a batch of completions): missing
-elements are NULL, and a NULL state is ``'completed'``. One row comes back per settlement that
-landed: its ordinal and the run's new state (``'cancelled'`` where K2 turned it into one); a
-settlement with no row was stale and changed nothing. ``parent_id`` (D5): a child run's parent,
-which the backend wakes (WAKE_PARENTS) once the child's end committed.
+to append, and its :data:`~ship_sqla.kernel._ports.HistoryKind`; NULL: none), ``:keeps_lapses``
+(true: a release, which leaves ``consecutive_lapses`` as it was; else it goes back to 0, J15).
+All but ``:ids`` and ``:tokens`` may be shorter than ``:ids`` (empty for a batch of
+completions): missing elements are NULL, and a NULL state is ``'completed'``. One row comes
+back per settlement that landed: its ordinal and the run's new state (``'cancelled'`` where K2
+turned it into one); a settlement with no row was stale and changed nothing. ``parent_id``
+(D5): a child run's parent, which the backend wakes (WAKE_PARENTS) once the child's end
+committed.
 
 The batch must not name one (run, token) twice (one UPDATE changes a row once, with whichever
 duplicate the join met first): the backend settles the first and answers its repeats stale,

@@ -169,7 +169,9 @@ SET state = CASE WHEN r.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'w
         WHEN r.cancel_requested_at IS NOT NULL OR :wait = 'sleep' THEN NULL
         WHEN :wait = 'event' THEN st.event_name || chr(31) || st.event_key
         ELSE '#children' END,
-    lease_expires_at = NULL, claimed_by = NULL, updated_at = {{now}}
+    lease_expires_at = NULL, claimed_by = NULL, updated_at = {{now}},
+    -- J15: the handler reached a suspend: the run's streak of lapses ends.
+    consecutive_lapses = 0
 FROM st
 -- <runs>_pkey; the fence (J5)
 WHERE r.id = :run_id AND r.lease_token = :token AND r.state = 'running'
@@ -286,7 +288,8 @@ WITH run AS (
 )
 UPDATE {runs} r
 SET state = 'waiting', run_at = {now}, finished_at = NULL, updated_at = {now}, wait_for = NULL,
-    max_attempts = CASE WHEN r.state = 'dead' THEN r.attempt + 1 ELSE r.max_attempts END
+    max_attempts = CASE WHEN r.state = 'dead' THEN r.attempt + 1 ELSE r.max_attempts END,
+    consecutive_lapses = 0
 FROM run
 WHERE r.id = run.id AND (SELECT count(*) FROM dropped) >= 0
 RETURNING {cols}

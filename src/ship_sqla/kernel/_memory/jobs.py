@@ -28,6 +28,11 @@ the operator surface is the same gate (:class:`~ship_sqla.kernel.JobOperations`)
   attempt recorded in its history (``LEASE_LAPSED_MESSAGE``). One that lapsed on its final
   attempt is dead-lettered with ``LEASE_LAPSED_FINAL_MESSAGE`` instead and reported in the
   claim's ``buried``.
+- J15 Every lapsed run a claim meets (retaken, dead-lettered or cancelled) counts one more
+  ``lapses`` and ``consecutive_lapses``; one whose ``consecutive_lapses`` reaches
+  ``request.max_lapses`` is dead-lettered (``crash_loop_message``, ``buried`` with
+  ``crash_loop``), attempts left or not. Any settlement but a release, and a suspend, sets
+  ``consecutive_lapses`` back to 0; an operator's retry (or rerun) of a dead run too.
 - J7, K4 ``settle`` applies each :class:`~ship_sqla.kernel._settlement.Settlement` as built: its
   state and ``run_at``, its attempt refunded unless it ``spends_attempt``, ``snoozes_added``,
   its history ``entry`` (every entry carries its ``kind``); retry or dead was decided when the
@@ -92,6 +97,7 @@ from ship_sqla.kernel._ports import (
     SettleOutcome,
     StateCount,
     Suspend,
+    crash_loop_message,
 )
 from ship_sqla.kernel._settlement import refused, settle_refusal
 from ship_sqla.kernel._workflows import unstorable_step
@@ -119,12 +125,14 @@ class _Run:
     __slots__ = (
         "attempt",
         "cancel_requested_at",
+        "consecutive_lapses",
         "created_at",
         "dedupe_key",
         "finished_at",
         "history",
         "job_id",
         "key",
+        "lapses",
         "last_error",
         "lease_expires_at",
         "max_attempts",
@@ -168,6 +176,8 @@ class _Run:
         self.last_error: str | None = None
         self.history: list[dict[str, Any]] = []
         self.snoozes = 0
+        self.lapses = 0
+        self.consecutive_lapses = 0
         self.worker: str | None = None
         self.cancel_requested_at: datetime | None = None
         self.parent_id: str | None = None
@@ -196,7 +206,14 @@ class _Run:
             cancel_requested_at=self.cancel_requested_at,
             parent_id=self.parent_id,
             wait_for=self.wait_for,
+            lapses=self.lapses,
+            consecutive_lapses=self.consecutive_lapses,
         )
+
+
+def _crash_loops(run: _Run, max_lapses: int | None) -> bool:
+    """J15: a lapse now would be the run's ``max_lapses``-th in a row."""
+    return max_lapses is not None and run.consecutive_lapses + 1 >= max_lapses
 
 
 def _claim_order(run: _Run) -> tuple[int, datetime, int]:
@@ -239,11 +256,16 @@ def _choose(
 
 
 def _scan(
-    live: Iterable[_Run], now: datetime, excluded: frozenset[str], fenced: Container[str]
+    live: Iterable[_Run],
+    now: datetime,
+    excluded: frozenset[str],
+    fenced: Container[str],
+    max_lapses: int | None,
 ) -> tuple[int, list[_Run], list[_Run]]:
     """(running runs holding a slot: live or retakable leases, claimable runs, lapsed runs that
-    end here: on their final attempt, or cancel-requested, K2). A run a transaction fenced
-    (J13) holds its slot and is skipped, lease or not, as ``FOR UPDATE SKIP LOCKED`` skips it."""
+    end here: on their final attempt, at their ``max_lapses``-th lapse in a row, J15, or
+    cancel-requested, K2). A run a transaction fenced (J13) holds its slot and is skipped, lease
+    or not, as ``FOR UPDATE SKIP LOCKED`` skips it."""
     held = 0
     candidates: list[_Run] = []
     lapsed_on_final: list[_Run] = []
@@ -252,7 +274,11 @@ def _scan(
             assert run.lease_expires_at is not None  # noqa: S101 - running implies a lease
             if run.lease_expires_at > now or run.run_id in fenced:
                 held += 1
-            elif run.attempt >= run.max_attempts or run.cancel_requested_at is not None:
+            elif (
+                run.attempt >= run.max_attempts
+                or run.cancel_requested_at is not None
+                or _crash_loops(run, max_lapses)
+            ):
                 lapsed_on_final.append(run)
             else:
                 held += 1
@@ -405,19 +431,30 @@ class InMemoryJobBackend(JobBackendBase):
         if not live or request.limit < 1 or request.job_id in self._paused:
             return ClaimBatch()
         limit = request.limit
+        max_lapses = request.max_lapses
         held, candidates, lapsed_on_final = _scan(
-            live.values(), now, frozenset(request.exclude_keys), self._fenced
+            live.values(), now, frozenset(request.exclude_keys), self._fenced, max_lapses
         )
         buried: list[BuriedRun] = []
         for run in lapsed_on_final:
+            crash_loop = _crash_loops(run, max_lapses)
+            run.lapses += 1  # J15: every lapse a claim meets
+            run.consecutive_lapses += 1
             if run.cancel_requested_at is not None:
                 # K2: a cancel-requested run is never retaken, whatever attempts it has left.
                 self._append_history(run, CANCEL_LAPSED_MESSAGE, now, kind="cancelled")
                 self._finish(run, "cancelled", now)
                 continue
-            self._append_history(run, LEASE_LAPSED_FINAL_MESSAGE, now, kind="lapsed")
+            if crash_loop:
+                assert max_lapses is not None  # noqa: S101 - _crash_loops checked it
+                # J15: a crash loop ends here, whatever attempts the run has left.
+                self._append_history(run, crash_loop_message(max_lapses), now, kind="lapsed")
+            else:
+                self._append_history(run, LEASE_LAPSED_FINAL_MESSAGE, now, kind="lapsed")
             self._finish(run, "dead", now)
-            buried.append(BuriedRun(run.run_id, run.job_id, run.attempt, run.key))
+            buried.append(
+                BuriedRun(run.run_id, run.job_id, run.attempt, run.key, crash_loop=crash_loop)
+            )
         # J3: max_running counts every running run, whichever worker holds it, live lease or
         # lapsed (a lapsed one keeps its slot until a claim retakes it): so the bound never
         # depends on when a lapsed holder's heartbeat is refused. Due runs take only free slots;
@@ -437,11 +474,15 @@ class InMemoryJobBackend(JobBackendBase):
         expires_at = now + timedelta(seconds=lease)
         claimed: list[ClaimedRun] = []
         for run in chosen:
-            if run.state == "waiting":
+            retaken = run.state == "running"
+            if not retaken:
                 self._waiting[run.job_id] -= 1
             else:
-                # J6: the attempt that lapsed is history too (its holder never settled it).
+                # J6: the attempt that lapsed is history too (its holder never settled it);
+                # J15: one more lapse.
                 self._append_history(run, LEASE_LAPSED_MESSAGE, now, kind="lapsed")
+                run.lapses += 1
+                run.consecutive_lapses += 1
             run.state = "running"
             run.attempt += 1
             run.token += 1
@@ -464,6 +505,9 @@ class InMemoryJobBackend(JobBackendBase):
                     priority=run.priority,
                     trace_context=run.trace_context,
                     tenant=run.tenant,
+                    lapses=run.lapses,
+                    consecutive_lapses=run.consecutive_lapses,
+                    retaken=retaken,
                 )
             )
         return ClaimBatch(claimed, buried, rate_wait=rate_wait)
@@ -562,6 +606,7 @@ class InMemoryJobBackend(JobBackendBase):
         """D6: a dead run waits again with one more attempt, a waiting one is due now (its
         ``run_at`` now, as RERUN_FROM_STEP sets it, even when it was due earlier)."""
         now = self._clock.now()
+        run.consecutive_lapses = 0  # J15: an operator's rerun starts a new streak
         if run.state == "dead":
             run.max_attempts = run.attempt + 1
             run.finished_at = None
@@ -672,6 +717,7 @@ class InMemoryJobBackend(JobBackendBase):
             return "stale"
         _end_wait(run, settlement)
         if isinstance(settlement, Suspend):
+            run.consecutive_lapses = 0  # J15: the handler reached a suspend
             problem = unstorable_step(settlement.step)
             if problem is not None:
                 # J23: where PostgreSQL would refuse the suspension, the run alone fails.
@@ -686,6 +732,8 @@ class InMemoryJobBackend(JobBackendBase):
 
     def _apply(self, run: _Run, settlement: Settlement, now: datetime) -> SettleOutcome:
         state = settlement.state
+        if not settlement.keeps_lapses:
+            run.consecutive_lapses = 0  # J15: an end the handler reached ends the streak
         if state != "completed" and run.cancel_requested_at is not None:
             state = "cancelled"  # K2: whatever else raced the request, the run ends here
         entry = settlement.entry
@@ -829,6 +877,7 @@ class InMemoryRunAdmin:
             return None
         now = backend.clock.now()
         run.max_attempts = run.attempt + 1
+        run.consecutive_lapses = 0  # J15: a retried run starts a new streak
         run.finished_at = None
         backend._live.setdefault(run.job_id, {})[run.run_id] = run  # noqa: SLF001
         if run.dedupe_key is not None:

@@ -13,7 +13,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest
-from ship_sqla.kernel._runtime.state import InFlight, lapsed_final_error
+from ship_sqla.kernel._runtime.state import InFlight, crash_loop_error, lapsed_final_error
 from ship_sqla.kernel._settlement import released
 from ship_sqla.kernel._waiting import first_done, wait_event
 
@@ -50,8 +50,10 @@ class Producer:
     - A single-runner job is claimed one run per pass, never for a key this process runs (J4).
     - A run this process must not execute (claimed while stopping, or beyond the limit asked) is
       released at once, its attempt unspent; one a claim dead-lettered because its lease lapsed
-      on its final attempt is reported (``JobLeaseLapsedFinalError``) and counted in
-      ``ship.job.dead_letter.count`` (J6, J10).
+      on its final attempt, or at its ``retry.max_lapses``-th lapse in a row, is reported
+      (``JobLeaseLapsedFinalError``, ``JobCrashLoopError``) and counted in
+      ``ship.job.dead_letter.count`` (J6, J10, J15). Every lapse the claim reports (a run it
+      retook or buried) is counted in ``ship.job.lapses`` (J15).
     - Nothing escapes the loop: every error it absorbs goes to ``report_error`` and the loop
       backs off (the one error backoff, at most a second) and goes on (J11).
     """
@@ -268,6 +270,7 @@ class Producer:
                 exclude_keys=exclude,
                 rate_limit=job.rate_limit,
                 fairness=job.fairness,
+                max_lapses=job.retry.max_lapses,
             )
         )
         if claimed.rate_wait is not None:
@@ -275,6 +278,10 @@ class Producer:
             self._rate_wake_at(sent + max(claimed.rate_wait, 0.0))
         for buried in claimed.buried:
             self._buried(job, buried)
+        if self._metrics is not None:
+            for run in claimed:
+                if run.retaken:  # J15: its previous holder's lease lapsed
+                    self._metrics.record_lapse(run.job_id, run.key)
         runs: Sequence[ClaimedRun] = claimed
         if self._closing or len(runs) > limit:
             self._refuse(job, runs, limit, sent)
@@ -286,12 +293,18 @@ class Producer:
         return len(runs)
 
     def _buried(self, job: JobDefinition[Any], buried: BuriedRun) -> None:
-        """J6, J10: the claim dead-lettered a run whose lease lapsed on its final attempt (its
-        worker died): counted as a dead letter and reported, like any other dead letter."""
+        """J6, J10, J15: the claim dead-lettered a run whose lease lapsed on its final attempt,
+        or at its ``retry.max_lapses``-th lapse in a row (its worker died): counted as a lapse
+        and a dead letter, and reported, like any other dead letter."""
         if self._metrics is not None:
+            self._metrics.record_lapse(buried.job_id, buried.key)
             self._metrics.record_dead_letter(buried.job_id, buried.key)
         self._events.buried(job.id, buried)
-        self._report_error(lapsed_final_error(job.id, buried))
+        max_lapses = job.retry.max_lapses
+        if buried.crash_loop and max_lapses is not None:
+            self._report_error(crash_loop_error(job.id, buried, max_lapses))
+        else:
+            self._report_error(lapsed_final_error(job.id, buried))
 
     def _refuse(
         self, job: JobDefinition[Any], runs: Sequence[ClaimedRun], limit: int, sent: float

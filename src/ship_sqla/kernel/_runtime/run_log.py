@@ -105,7 +105,8 @@ class RunLog:
         )
 
     def buried(self, job_id: str, buried: BuriedRun) -> None:
-        """J6: a claim dead-lettered a run whose lease lapsed on its final attempt."""
+        """J6, J15: a claim dead-lettered a run whose lease lapsed on its final attempt, or at
+        its ``retry.max_lapses``-th lapse in a row (a crash loop)."""
         self._counts["dead"] = self._counts.get("dead", 0) + 1
         if self._log.isEnabledFor(logging.ERROR):
             self._emit(
@@ -114,8 +115,12 @@ class RunLog:
                 job_id=job_id,
                 run_id=buried.run_id,
                 attempt=buried.attempt,
-                max_attempts=buried.attempt,
-                error="the lease of its final attempt lapsed (its worker died or stopped"
+                # A crash loop's attempts were not spent: its bound is not known here.
+                max_attempts=None if buried.crash_loop else buried.attempt,
+                error="its lease lapsed retry.max_lapses times in a row (a crash loop: its"
+                " worker died each time it ran it)"
+                if buried.crash_loop
+                else "the lease of its final attempt lapsed (its worker died or stopped"
                 " heartbeating)",
                 kind="lapsed",
                 outcome="dead",

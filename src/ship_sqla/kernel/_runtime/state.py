@@ -13,6 +13,7 @@ from ship_sqla.kernel._job_context import Cancellation, CancelReason
 from ship_sqla.kernel._ports import (
     BuriedRun,
     ClaimedRun,
+    JobCrashLoopError,
     JobLeaseLapsedError,
     JobLeaseLapsedFinalError,
     JobLeaseStaleError,
@@ -29,6 +30,7 @@ __all__ = [
     "InFlight",
     "InFlightRuns",
     "JobCancelledError",
+    "crash_loop_error",
     "describe_failure",
     "lapsed_before_start_error",
     "lapsed_final_error",
@@ -233,6 +235,20 @@ def lapsed_final_error(job_id: str, buried: BuriedRun) -> JobLeaseLapsedFinalErr
         " loop for longer than concurrency.lease), then retry the run (ship-sqla jobs retry"
         " RUN_ID, or JobOperations.retry); raise retry.attempts or concurrency.lease if such"
         " lapses are expected.",
+    )
+
+
+def crash_loop_error(job_id: str, buried: BuriedRun, max_lapses: int) -> JobCrashLoopError:
+    return JobCrashLoopError(
+        f"job {job_id!r} run {buried.run_id!r}: its lease lapsed {max_lapses} times in a row"
+        f" (attempt {buried.attempt} the last), each time its worker died, was killed or stopped"
+        " heartbeating while it ran: a crash loop. The claim dead-lettered the run at"
+        f" retry.max_lapses ({max_lapses}); its history records each lapsed attempt.",
+        fix="find what kills the process while this run runs (an OOM kill, a crash in native"
+        " code, os._exit or sys.exit in the handler or a library, a handler blocking the event"
+        " loop for longer than concurrency.lease), fix it, then retry the run (ship-sqla jobs"
+        " retry RUN_ID, or JobOperations.retry); raise retry.max_lapses if such lapses are"
+        " expected.",
     )
 
 
