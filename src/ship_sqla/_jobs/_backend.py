@@ -782,67 +782,22 @@ class PostgresJobBackend(JobBackendBase):
         # then the gate's answer, then a fair claim's cursor; read by position (CLAIM_COLUMNS).
         if request.fairness is not None:
             self._fair_cursors.pop(job_id, None)
-        for (
-            run_id,
-            payload,
-            attempt,
-            max_attempts,
-            token,
-            key,
-            lease_expires_at,
-            created_at,
-            _run_at,
-            _seq,
-            priority,
-            trace_context,
-            snoozes,
-            tenant,
-            kind,
-            row_rate_wait,
-            row_created,
-            parent_id,
-            lapses,
-            consecutive_lapses,
-            retaken,
-        ) in rows:
+        for row in rows:
+            run_id, kind, parent_id = row[0], row[14], row[17]
             if kind == _FAIR_CURSOR:
                 # F2: the walk stopped at max_tenants; the next fair claim starts after here.
                 self._fair_cursors[job_id] = run_id
                 continue
             if kind == _GATE_ANSWER:
-                rate_wait, created = row_rate_wait, row_created
+                rate_wait, created = row[15], row[16]
                 continue
             if kind in (_BURIED, _BURIED_CHILD):
                 if parent_id is not None:
                     ended_children.append(parent_id)
                 if kind == _BURIED:
-                    # J15: the claim's own rule, read back: this lapse was the max_lapses-th.
-                    crash_loop = (
-                        request.max_lapses is not None and consecutive_lapses >= request.max_lapses
-                    )
-                    buried.append(BuriedRun(run_id, job_id, attempt, key, crash_loop=crash_loop))
+                    buried.append(_buried(row, job_id, request.max_lapses))
                 continue
-            claimed.append(
-                ClaimedRun(
-                    run_id,
-                    job_id,
-                    payload,
-                    attempt,
-                    max_attempts,
-                    token,
-                    key,
-                    lease_expires_at,
-                    created_at,
-                    lease,
-                    priority=priority,
-                    trace_context=trace_context,
-                    snoozes=snoozes,
-                    tenant=tenant,
-                    lapses=lapses,
-                    consecutive_lapses=consecutive_lapses,
-                    retaken=retaken,
-                )
-            )
+            claimed.append(_claimed(row, job_id, lease))
         if ended_children:
             await self._wake_parents(ended_children)  # D5: after the burial committed
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
@@ -1131,6 +1086,55 @@ _SETTLE_FIELDS_NONE: Final[dict[str, list[Any]]] = {
     "entry_kinds": [],
     "keeps_lapses": [],
 }
+
+
+def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:
+    """A claimed run from a claim statement's row (by position: CLAIM_COLUMNS)."""
+    (
+        run_id,
+        payload,
+        attempt,
+        max_attempts,
+        token,
+        key,
+        lease_expires_at,
+        created_at,
+        _run_at,
+        _seq,
+        priority,
+        trace_context,
+        snoozes,
+        tenant,
+        *_,
+    ) = row
+    lapses, consecutive_lapses, retaken = row[18:21]
+    return ClaimedRun(
+        run_id,
+        job_id,
+        payload,
+        attempt,
+        max_attempts,
+        token,
+        key,
+        lease_expires_at,
+        created_at,
+        lease,
+        priority=priority,
+        trace_context=trace_context,
+        snoozes=snoozes,
+        tenant=tenant,
+        lapses=lapses,
+        consecutive_lapses=consecutive_lapses,
+        retaken=retaken,
+    )
+
+
+def _buried(row: Sequence[Any], job_id: str, max_lapses: int | None) -> BuriedRun:
+    """A run a claim dead-lettered (J6), from its row (by position: CLAIM_COLUMNS); J15: the
+    claim's own rule read back: a crash loop when this lapse was the ``max_lapses``-th."""
+    consecutive_lapses = row[19]
+    crash_loop = max_lapses is not None and consecutive_lapses >= max_lapses
+    return BuriedRun(row[0], job_id, row[2], row[5], crash_loop=crash_loop)
 
 
 def _settle_fields(batch: Sequence[Settlement]) -> dict[str, list[Any]]:

@@ -435,26 +435,7 @@ class InMemoryJobBackend(JobBackendBase):
         held, candidates, lapsed_on_final = _scan(
             live.values(), now, frozenset(request.exclude_keys), self._fenced, max_lapses
         )
-        buried: list[BuriedRun] = []
-        for run in lapsed_on_final:
-            crash_loop = _crash_loops(run, max_lapses)
-            run.lapses += 1  # J15: every lapse a claim meets
-            run.consecutive_lapses += 1
-            if run.cancel_requested_at is not None:
-                # K2: a cancel-requested run is never retaken, whatever attempts it has left.
-                self._append_history(run, CANCEL_LAPSED_MESSAGE, now, kind="cancelled")
-                self._finish(run, "cancelled", now)
-                continue
-            if crash_loop:
-                assert max_lapses is not None  # noqa: S101 - _crash_loops checked it
-                # J15: a crash loop ends here, whatever attempts the run has left.
-                self._append_history(run, crash_loop_message(max_lapses), now, kind="lapsed")
-            else:
-                self._append_history(run, LEASE_LAPSED_FINAL_MESSAGE, now, kind="lapsed")
-            self._finish(run, "dead", now)
-            buried.append(
-                BuriedRun(run.run_id, run.job_id, run.attempt, run.key, crash_loop=crash_loop)
-            )
+        buried = self._end_lapsed(lapsed_on_final, max_lapses, now)
         # J3: max_running counts every running run, whichever worker holds it, live lease or
         # lapsed (a lapsed one keeps its slot until a claim retakes it): so the bound never
         # depends on when a lapsed holder's heartbeat is refused. Due runs take only free slots;
@@ -511,6 +492,33 @@ class InMemoryJobBackend(JobBackendBase):
                 )
             )
         return ClaimBatch(claimed, buried, rate_wait=rate_wait)
+
+    def _end_lapsed(
+        self, lapsed: list[_Run], max_lapses: int | None, now: datetime
+    ) -> list[BuriedRun]:
+        """The lapsed runs a claim ends instead of retaking (J6, J15, K2): cancelled when a
+        cancel was requested, else dead (a crash loop, or the final attempt); the buried ones."""
+        buried: list[BuriedRun] = []
+        for run in lapsed:
+            crash_loop = _crash_loops(run, max_lapses)
+            run.lapses += 1  # J15: every lapse a claim meets
+            run.consecutive_lapses += 1
+            if run.cancel_requested_at is not None:
+                # K2: a cancel-requested run is never retaken, whatever attempts it has left.
+                self._append_history(run, CANCEL_LAPSED_MESSAGE, now, kind="cancelled")
+                self._finish(run, "cancelled", now)
+                continue
+            if crash_loop:
+                assert max_lapses is not None  # noqa: S101 - _crash_loops checked it
+                # J15: a crash loop ends here, whatever attempts the run has left.
+                self._append_history(run, crash_loop_message(max_lapses), now, kind="lapsed")
+            else:
+                self._append_history(run, LEASE_LAPSED_FINAL_MESSAGE, now, kind="lapsed")
+            self._finish(run, "dead", now)
+            buried.append(
+                BuriedRun(run.run_id, run.job_id, run.attempt, run.key, crash_loop=crash_loop)
+            )
+        return buried
 
     def _rate_window(self, request: ClaimRequest, now: datetime) -> tuple[datetime, int | None]:
         """F3: the claim's start time (never before the job's last recorded one) and the
