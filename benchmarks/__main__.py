@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, str] = {
     "wake": "benchmarks.wake",
     "cancel": "benchmarks.cancel",
     "workflows": "benchmarks.workflows",
+    "transactional": "benchmarks.transactional",
     "ablations": "benchmarks.ablations",
     "peers": "benchmarks.peers",
     "scaleout": "benchmarks.scaleout",
