@@ -212,6 +212,7 @@ class Executor:
         ctx: JobContext[Any] = JobContext(
             entry.run, entry, worker_id=self._worker_id, resources=self.resources
         )
+        ctx.bind_backend(self._backend)
         if self._workflows is not None:
             ctx.bind_workflows(self._workflows, self._backend, self._clock)
         fused = self._fused(entry, ctx, payload)

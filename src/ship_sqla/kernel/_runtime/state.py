@@ -60,7 +60,6 @@ class InFlight(Cancellation):
     __slots__ = (
         "beat_due",
         "claimed_at",
-        "fenced",
         "handler_done",
         "in_handler",
         "job",
@@ -103,10 +102,8 @@ class InFlight(Cancellation):
         # When the first try of this run's settle failed: a fail / release is retried for one
         # lease from then; any kind is heartbeated again from then (``next_beat``).
         self.settle_failed_at: float | None = None
-        # J13: true while a transactional handler's transaction may hold the run's row lock:
-        # no heartbeat is sent (no claim can retake the run meanwhile, and a heartbeat would
-        # wait on the lock), and a refused one is not a lost lease (the transaction decides).
-        self.fenced = False
+        # ``fenced`` (J13) and ``draining`` (J12) are the Cancellation's: the handler's
+        # context sets the first around a fenced transaction, the runtime the second.
 
     def interrupt(self, reason: CancelReason) -> None:
         """Cancel the run for ``reason``, and its handler's task if the handler is running."""
