@@ -375,3 +375,37 @@ async def test_j14_a_fenced_transaction_of_a_stale_claim_commits_nothing(
     with pytest.raises(SettlesApart):
         await ctx.fenced_transaction(kit.uow, lost)
     assert await kit.effects() == ["kept"]
+
+
+async def _advance(backend: SpyBackend, clock: Any) -> None:
+    """Ten seconds of frozen time, then the runtime's next storage call (or a moment: not every
+    advance wakes a loop)."""
+    clock.advance(10)
+    with anyio.move_on_after(0.2):
+        await backend._changed.wait()
+
+
+async def test_c2_the_supervisor_rearms_on_its_utc_schedule(clock, job_backend_factory):
+    """C2, J9: the supervisor's cron ticks every ``rearm`` minutes (UTC) and starts a run for a
+    key whose last run ended (the stream ran dry, so it completed): the key is consumed again
+    without anyone enqueuing by hand."""
+    backend = SpyBackend(job_backend_factory(clock))
+    kit = await consumer_kit_for(backend)
+    await kit.append("k", "g1")
+    consumer = _consumer(kit, "c2.rearm", rearm=2)
+    assert consumer.supervisor.schedule.cron == "*/2 * * * *"
+    assert consumer.supervisor.schedule.timezone == "UTC"
+    async with await start_job_runtime(
+        list(consumer.jobs),
+        backend=backend,
+        worker_id="w1",
+        lock_provider=single_runner_locks(backend, clock),
+    ):
+        with anyio.fail_after(LIMIT):
+            while len(await _runs(backend, consumer.id, "completed")) < 1:
+                await _advance(backend, clock)
+            await kit.append("k", "g2")
+            while len(await _runs(backend, consumer.id, "completed")) < 2:
+                await _advance(backend, clock)
+    assert await kit.effects() == ["g1", "g2"]
+    assert len(await _runs(backend, consumer.supervisor.id, "completed")) >= 2
