@@ -409,3 +409,32 @@ async def test_c2_the_supervisor_rearms_on_its_utc_schedule(clock, job_backend_f
                 await _advance(backend, clock)
     assert await kit.effects() == ["g1", "g2"]
     assert len(await _runs(backend, consumer.supervisor.id, "completed")) >= 2
+
+
+async def test_c1_every_batch_starts_with_a_live_lease(clock, job_backend_factory):
+    """C1, J5: a batch's transaction holds the run's row, so no heartbeat goes out while it is
+    open; the loop renews the lease before a batch once a third of it has passed, so each batch
+    starts with the lease alive, however long the run (here four batches of 12 s on a 30 s
+    lease)."""
+    backend = job_backend_factory(clock)
+    kit = await consumer_kit_for(backend)
+    await kit.append("k", "h1", "h2", "h3", "h4")
+    alive: list[bool] = []
+
+    async def handle(ctx: Any, key: str, items: list[tuple[int, str]], repositories: Any) -> int:
+        record = await backend.admin.get_run(ctx.run_id)
+        alive.append(record.lease_expires_at > clock.now())
+        clock.advance(12)
+        for _, body in items:
+            await repositories.add_effect(body)
+        return items[-1][0]
+
+    consumer = _consumer(kit, "c1.lease", handle=handle, batch=1, lease=30.0)
+    await backend.enqueue(consumer.supervisor, {})
+    for job in (consumer.supervisor, consumer.job):
+        [run] = await backend.claim(claim_request(job, worker="w1"))
+        ctx: JobContext[Any] = JobContext.standalone(run)
+        ctx.bind_backend(backend)
+        await job.handler(ctx, job.decode(run.payload))
+    assert alive == [True] * 4
+    assert await kit.effects() == ["h1", "h2", "h3", "h4"]

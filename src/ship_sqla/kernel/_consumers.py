@@ -56,7 +56,7 @@ from ship_sqla.kernel._jobs import (
     is_job_id,
 )
 from ship_sqla.kernel._keys import require_key
-from ship_sqla.kernel._ports import EnqueueRequest
+from ship_sqla.kernel._ports import EnqueueRequest, JobLeaseStaleError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable, Iterator
@@ -291,6 +291,7 @@ class Consumer(Generic[Item, C]):
             return await seam.load(key, repositories)
 
         position: C | None = await self._transaction.run(load)
+        renewed = ctx.backend.clock.monotonic()  # the claim just granted a whole lease
         stream = _iterator(self._open(ctx, key, position), self.id)
         batches = items = 0
         try:
@@ -306,6 +307,7 @@ class Consumer(Generic[Item, C]):
                         break
                 if not taken:
                     break
+                renewed = await _renew_lease(ctx, renewed)
                 position = await self._commit(ctx, key, taken, position)
                 batches += 1
                 items += len(taken)
@@ -382,6 +384,27 @@ class Consumer(Generic[Item, C]):
         )
         consumer_metrics().record_batch(self.id, key, count, now.timestamp(), lag)
         logger.debug("consumer %s key %r: batch of %d committed, lag %s", self.id, key, count, lag)
+
+
+async def _renew_lease(ctx: JobContext[Any], renewed: float) -> float:
+    """Heartbeat the run before a batch unless it was renewed within a third of its lease: the
+    batch's transaction holds the run's row (no heartbeat goes out meanwhile), so it starts
+    with a whole lease and the runtime's next heartbeat after it finds the lease alive. A lease
+    already gone (another worker may hold the run) ends the run: JobLeaseStaleError."""
+    backend = ctx.backend
+    run = ctx.run
+    now = backend.clock.monotonic()
+    if now - renewed < run.lease / 3:
+        return renewed
+    [alive] = await backend.heartbeat([run])
+    if not alive:
+        raise JobLeaseStaleError(
+            f"job {run.job_id!r} run {run.run_id!r} (claim token {run.token}): its lease lapsed"
+            " or another worker took the run before the next batch; nothing more is consumed.",
+            fix="nothing to undo: every batch committed so far is kept, and the run's current"
+            " holder goes on from the committed cursor.",
+        )
+    return now
 
 
 def _key_of(payload: dict[str, str]) -> str:
@@ -462,8 +485,9 @@ def define_consumer(
     - ``rearm``: minutes between the supervisor's ticks, dividing an hour (default 1), UTC.
     - ``lag(ctx, key, cursor)``: optional, how far behind the key is (``total - done``),
       reported after each batch (C3).
-    - ``lease``: the per-key run's lease (heartbeated between batches; a batch's transaction
-      holds the run's row, so no claim retakes it meanwhile); ``retry``: its retry policy.
+    - ``lease``: the per-key run's lease (renewed before each batch and heartbeated between
+      them; a batch's transaction holds the run's row, so no claim retakes it meanwhile, and
+      one batch must take less than the lease); ``retry``: its retry policy.
 
     Refused here (:class:`ConsumerDeclarationError`): a ``timeout`` (a consumer runs until its
     stream ends or a drain stops it), no cursor seam, a batch out of bounds, a rearm that is
