@@ -230,3 +230,25 @@ async def test_j13_a_fenced_transaction_holds_heartbeats_while_open() -> None:
     assert not ctx.cancellation.fenced
     with pytest.raises(ConfigurationError, match="no backend"):
         _ = JobContext.standalone(run).backend
+
+
+async def test_c1_open_must_be_an_async_iterable() -> None:
+    """C1: ``open`` returning something that is not an async iterable (an ``async def`` that
+    returns a list) fails the run with ConsumerDeclarationError naming the fix."""
+    clock = FrozenClock()
+    backend = InMemoryJobBackend(clock=clock)
+
+    async def returns_a_list(ctx: Any, key: str, cursor: Any) -> list[int]:
+        return [1, 2]
+
+    consumer = declare(open=returns_a_list)
+    await backend.enqueue(consumer.supervisor, {})
+    for job in (consumer.supervisor, consumer.job):
+        [run] = await backend.claim(claim_request(job, worker="w1"))
+        ctx: JobContext[Any] = JobContext.standalone(run)
+        ctx.bind_backend(backend)
+        if job is consumer.supervisor:
+            await job.handler(ctx, {})
+            continue
+        with pytest.raises(ConsumerDeclarationError, match="async generator"):
+            await job.handler(ctx, job.decode(run.payload))

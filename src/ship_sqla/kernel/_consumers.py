@@ -34,6 +34,7 @@ and logged (``ship_sqla.consumers``, DEBUG).
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterable, AsyncIterator
 from contextvars import ContextVar
@@ -416,6 +417,8 @@ def _iterator(stream: object, consumer_id: str) -> AsyncIterator[Any]:
         return stream
     if isinstance(stream, AsyncIterable):
         return aiter(stream)
+    if inspect.iscoroutine(stream):
+        stream.close()  # an `async def` that returns: never awaited, so never run
     raise ConsumerDeclarationError(
         f"consumer {consumer_id!r}: open() returned {type(stream).__name__}, not an async"
         " iterable of items.",
