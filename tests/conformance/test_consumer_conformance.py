@@ -438,3 +438,38 @@ async def test_c1_every_batch_starts_with_a_live_lease(clock, job_backend_factor
         await job.handler(ctx, job.decode(run.payload))
     assert alive == [True] * 4
     assert await kit.effects() == ["h1", "h2", "h3", "h4"]
+
+
+async def test_c1_c2_keys_are_consumed_apart_each_with_its_cursor(clock, job_backend_factory):
+    """C1, C2: three keys on two workers: each key's items are applied once, in order, and
+    each key's cursor is its own."""
+    backend = SpyBackend(job_backend_factory(clock))
+    kit = await consumer_kit_for(backend)
+    for key in ("k1", "k2", "k3"):
+        await kit.append(key, *[f"{key}-{n}" for n in range(5)])
+
+    async def keys(ctx: Any) -> list[str]:
+        return ["k1", "k2", "k3"]
+
+    consumer = _consumer(kit, "c2.keys", keys=keys, batch=2)
+    locks = single_runner_locks(backend, clock)
+    async with (
+        await start_job_runtime(
+            list(consumer.jobs), backend=backend, worker_id="w1", lock_provider=locks
+        ),
+        await start_job_runtime(
+            list(consumer.jobs), backend=backend, worker_id="w2", lock_provider=locks
+        ),
+    ):
+        await backend.enqueue(consumer.supervisor, {})
+        with anyio.fail_after(LIMIT):
+            while not await _completed(backend, consumer.id, 3)():
+                await _advance(backend, clock)
+    effects = await kit.effects()
+    assert sorted(effects) == sorted(f"{key}-{n}" for key in ("k1", "k2", "k3") for n in range(5))
+    for key in ("k1", "k2", "k3"):
+        assert [body for body in effects if body.startswith(key)] == [
+            f"{key}-{n}" for n in range(5)
+        ]
+        assert await kit.cursor_of(key) is not None
+    assert len({await kit.cursor_of(key) for key in ("k1", "k2", "k3")}) == 3
