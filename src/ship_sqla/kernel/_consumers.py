@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 from collections.abc import AsyncIterable, AsyncIterator
 from contextvars import ContextVar
 from datetime import datetime, timedelta
@@ -292,7 +293,9 @@ class Consumer(Generic[Item, C]):
             return await seam.load(key, repositories)
 
         position: C | None = await self._transaction.run(load)
-        renewed = ctx.backend.clock.monotonic()  # the claim just granted a whole lease
+        # Renewed before the first batch too: the claim may be older than a third of its lease
+        # by now (the lock's wait, the cursor's load, the stream's first read).
+        renewed = -math.inf
         stream = _iterator(self._open(ctx, key, position), self.id)
         batches = items = 0
         try:
