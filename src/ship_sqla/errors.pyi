@@ -22,6 +22,9 @@ from ship_sqla._webhooks import WebhookSignatureError as WebhookSignatureError
 from ship_sqla._webhooks import WebhookTimestampError as WebhookTimestampError
 from ship_sqla._webhooks import WebhookVerificationError as WebhookVerificationError
 from ship_sqla.kernel._audit import AuditUnavailableError as AuditUnavailableError
+from ship_sqla.kernel._consumers import ConsumerCursorError as ConsumerCursorError
+from ship_sqla.kernel._consumers import ConsumerDeclarationError as ConsumerDeclarationError
+from ship_sqla.kernel._consumers import ConsumerRunEnqueueError as ConsumerRunEnqueueError
 from ship_sqla.kernel._errors import BoundExceededError as BoundExceededError
 from ship_sqla.kernel._errors import ConfigurationError as ConfigurationError
 from ship_sqla.kernel._errors import DatabaseTimeoutError as DatabaseTimeoutError
@@ -85,6 +88,9 @@ __all__ = (
     "ChildJobUnservedError",
     "ChildRunsRefusedError",
     "ConfigurationError",
+    "ConsumerCursorError",
+    "ConsumerDeclarationError",
+    "ConsumerRunEnqueueError",
     "DatabaseTimeoutError",
     "DatabaseUnavailableError",
     "DuplicateJobError",

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, cast
 
 from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._transactional import take_fence
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -77,13 +78,20 @@ class Cancellation:
     handlers that shield work from cancellation or hand the signal to code that is not async.
     """
 
-    __slots__ = ("_event", "reason")
+    __slots__ = ("_event", "draining", "fenced", "reason")
 
     def __init__(self) -> None:
         self.reason: CancelReason | None = None
         # Created on first wait only: most runs are never waited on, and an Event per run would
         # be pure overhead on the hot path.
         self._event: asyncio.Event | None = None
+        # J12: set when the runtime began to drain, before any deadline cancels the handler: a
+        # long-running handler (a consumer, C2) ends its unit in hand and returns.
+        self.draining = False
+        # J13: true while a transaction of the handler may hold the run's row lock (the fence):
+        # no heartbeat is sent (no claim can retake the run meanwhile, and a heartbeat would
+        # wait on the lock), and a refused one is not a lost lease (the transaction decides).
+        self.fenced = False
 
     def cancel(self, reason: CancelReason) -> bool:
         """Record ``reason``; False when the run was already cancelled (the first reason stays)."""
@@ -131,6 +139,7 @@ class JobContext(Generic[R]):
     """
 
     __slots__ = (
+        "_backend",
         "_cancellation",
         "_resources",
         "_run",
@@ -155,11 +164,51 @@ class JobContext(Generic[R]):
         self._workflow: Workflow | None = None
         self._workflow_parts: tuple[WorkflowStore, JobBackend, Clock] | None = None
         self._transactional = False
+        self._backend: JobBackend | None = None
+
+    def bind_backend(self, backend: JobBackend) -> None:
+        """Give the context the backend that claimed its run (the runtime does, per claim; a
+        test of a handler outside a runtime may too): :attr:`backend`,
+        :meth:`fenced_transaction`."""
+        self._backend = backend
 
     def bind_workflows(self, store: WorkflowStore, backend: JobBackend, clock: Clock) -> None:
         """Give the context the backend's workflow store (the runtime does, per claim; a test
         of a handler outside a runtime may too)."""
         self._workflow_parts = (store, backend, clock)
+        self._backend = backend
+
+    @property
+    def backend(self) -> JobBackend:
+        """The backend that claimed this run: a handler enqueues follow-up runs on it."""
+        if self._backend is None:
+            raise ConfigurationError(
+                f"run {self._run.run_id!r}: this context has no backend bound.",
+                fix="run the handler in a runtime (start_job_runtime), or call"
+                " ctx.bind_backend(backend) in a test.",
+            )
+        return self._backend
+
+    async def fenced_transaction(self, uow: UnitOfWorkLike, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """J13's fence without the completion, for a handler that commits its work in several
+        transactions (a consumer's batches, C1): ``fn(repositories)`` inside ``uow.run``, whose
+        first statement fences this run's claim (its row locked until the transaction ends, its
+        token current, still running, no cancel requested). A claim no longer current raises
+        :class:`~ship_sqla.errors.JobLeaseStaleError` and a committed cancel ends the run
+        cancelled (K2), both with the whole transaction rolled back (J14): a stale holder
+        commits nothing. No heartbeat is sent while the transaction is open (no claim can
+        retake the locked run); they resume when it ends."""
+        backend = self.backend
+        run = self._run
+
+        async def in_transaction(repositories: Any) -> T:  # noqa: ANN401 - the uow's own
+            await take_fence(backend, run, self._cancellation)
+            return await fn(repositories)
+
+        try:
+            return cast("T", await uow.run(in_transaction))
+        finally:
+            self._cancellation.fenced = False
 
     @property
     def workflow(self) -> Workflow:
@@ -193,7 +242,9 @@ class JobContext(Generic[R]):
                     " them), or call ctx.bind_workflows(...) in a test.",
                 )
             store, backend, clock = self._workflow_parts
-            self._workflow = Workflow(self._run, store, backend, clock)
+            self._workflow = Workflow(
+                self._run, store, backend, clock, cancellation=self._cancellation
+            )
         return self._workflow
 
     async def step(
@@ -365,6 +416,12 @@ class JobContext(Generic[R]):
     @property
     def cancel_reason(self) -> CancelReason | None:
         return self._cancellation.reason
+
+    @property
+    def draining(self) -> bool:
+        """True once the runtime began to drain (J12), before its deadline cancels anything: a
+        handler that loops (a consumer, C2) finishes the unit in hand and returns."""
+        return self._cancellation.draining
 
     async def wait_cancelled(self) -> None:
         """Return once the run is cancelled (see :class:`Cancellation`)."""

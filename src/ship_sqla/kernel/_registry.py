@@ -17,6 +17,7 @@ from ship_sqla.kernel._jobs import (
     Retention,
     RetryPolicy,
     Schedule,
+    TransactionalHandler,
     define_job,
 )
 from ship_sqla.kernel._lifespan import require_lifespan
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     from datetime import timedelta
 
     from ship_sqla.kernel._lifespan import Lifespan
+    from ship_sqla.kernel._transactional import Inbox
+    from ship_sqla.kernel._workflows import UnitOfWorkLike
 
 __all__ = ["DuplicateJobError", "JobRegistry", "UnknownJobError"]
 
@@ -103,12 +106,14 @@ class JobRegistry:
         timeout: float | timedelta | None = None,
         rate_limit: RateLimit | None = None,
         fairness: Fairness | None = None,
-    ) -> Callable[[Handler[P]], JobDefinition[P]]:
+        transaction: UnitOfWorkLike | None = None,
+        inbox: Inbox | None = None,
+    ) -> Callable[[Handler[P] | TransactionalHandler[P]], JobDefinition[P]]:
         """Decorator form: ``@registry.job("emails.send", payload=SendEmail)`` on the handler
         defines and registers the job; the decorated name becomes the definition. It takes
         every option :func:`~ship_sqla.define_job` takes, with the same defaults."""
 
-        def decorate(handler: Handler[P]) -> JobDefinition[P]:
+        def decorate(handler: Handler[P] | TransactionalHandler[P]) -> JobDefinition[P]:
             return self.register(
                 define_job(
                     id,
@@ -124,6 +129,8 @@ class JobRegistry:
                     timeout=timeout,
                     rate_limit=rate_limit,
                     fairness=fairness,
+                    transaction=transaction,
+                    inbox=inbox,
                 )
             )
 

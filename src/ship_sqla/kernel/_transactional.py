@@ -26,11 +26,13 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkab
 import attrs
 
 from ship_sqla.kernel._errors import ConfigurationError, RefusedError, UsageError
-from ship_sqla.kernel._ports import JobLeaseStaleError
+from ship_sqla.kernel._ports import CANCELLED_MESSAGE, JobLeaseStaleError
+from ship_sqla.kernel._settlement import cancelled
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from ship_sqla.kernel._job_context import Cancellation
     from ship_sqla.kernel._ports import ClaimedRun, FencedRuns, SettleOutcome
     from ship_sqla.kernel._settlement import Settlement
 
@@ -44,6 +46,7 @@ __all__ = [
     "TransactionalHandlerMisuseError",
     "fenced_completion",
     "payload_fingerprint",
+    "take_fence",
 ]
 
 InboxAnswer = Literal["new", "duplicate", "held", "mismatch"]
@@ -170,6 +173,35 @@ class SettlesApart(Exception):  # noqa: N818 - a control-flow signal, not an err
     def __init__(self, settlement: Settlement) -> None:
         super().__init__(settlement.label)
         self.settlement = settlement
+
+
+async def take_fence(
+    backend: FencedRuns, run: ClaimedRun, cancellation: Cancellation | None
+) -> None:
+    """J13's fence, the first statement of a handler's transaction (a transactional job's, a
+    workflow's completing ``ctx.transaction``, a consumer's batch): from here no heartbeat is
+    sent for the run (``cancellation.fenced``; one already on its way, ``beat_pending``, is let
+    through first so it never waits on the fence's row lock); then ``run``'s row is locked to the
+    transaction's end. A claim no longer current raises JobLeaseStaleError and a committed
+    cancel raises :class:`SettlesApart` (the run ends cancelled, K2), both rolling the
+    transaction back (J14). The caller clears ``fenced`` when the transaction ended."""
+    if cancellation is not None:
+        cancellation.fenced = True
+        pending = getattr(cancellation, "beat_pending", None)
+        if pending is not None:
+            await pending.wait()
+    answer = await backend.fence(run)
+    if answer == "held":
+        return
+    if answer == "cancel-requested":
+        raise SettlesApart(cancelled(run, CANCELLED_MESSAGE))
+    raise JobLeaseStaleError(
+        f"job {run.job_id!r} run {run.run_id!r} (attempt {run.attempt}, claim token"
+        f" {run.token}): the fence of the handler's transaction found the claim no longer"
+        " current (another worker may hold the run); the whole transaction was rolled back.",
+        fix="nothing to undo: nothing of this transaction was committed, and the run's current"
+        " holder goes on with it.",
+    )
 
 
 async def fenced_completion(

@@ -35,18 +35,17 @@ from ship_sqla.kernel._keys import MAX_KEY_CHARS
 from ship_sqla.kernel._outcomes import TerminalError
 from ship_sqla.kernel._plans.prepare import prepare_runs
 from ship_sqla.kernel._ports import (
-    CANCELLED_MESSAGE,
     TERMINAL_STATES,
     EnqueueRequest,
     JobLeaseStaleError,
     Suspend,
 )
 from ship_sqla.kernel._serving import serving_of
-from ship_sqla.kernel._settlement import cancelled, completed
+from ship_sqla.kernel._settlement import completed
 from ship_sqla.kernel._transactional import (
-    SettlesApart,
     TransactionalHandlerMisuseError,
     fenced_completion,
+    take_fence,
 )
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 
@@ -54,6 +53,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
 
     from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._job_context import Cancellation
     from ship_sqla.kernel._jobs import PayloadCodec
     from ship_sqla.kernel._ports import ClaimedRun, JobBackend, RunRecord, RunState, SettleOutcome
     from ship_sqla.kernel._settlement import Settlement
@@ -520,6 +520,7 @@ class Workflow:
 
     __slots__ = (
         "_backend",
+        "_cancellation",
         "_clock",
         "_in_transaction",
         "_run",
@@ -531,12 +532,21 @@ class Workflow:
     )
 
     def __init__(
-        self, run: ClaimedRun, store: WorkflowStore, backend: JobBackend, clock: Clock
+        self,
+        run: ClaimedRun,
+        store: WorkflowStore,
+        backend: JobBackend,
+        clock: Clock,
+        *,
+        cancellation: Cancellation | None = None,
     ) -> None:
         self._run = run
         self._store = store
         self._backend = backend
         self._clock = clock
+        # The run's cancellation: its ``fenced`` flag stops heartbeats while a completing
+        # transaction holds the run's row (J13).
+        self._cancellation = cancellation
         self._steps: dict[str, StepRecord] | None = None
         self._used: set[str] = set()
         self._seq = 0
@@ -676,19 +686,18 @@ class Workflow:
                 self.completed_run = (settlement, outcome)
             return encoded
 
-        encoded = await uow.run(in_transaction)
+        try:
+            encoded = await uow.run(in_transaction)
+        finally:
+            if completes_run and self._cancellation is not None:
+                self._cancellation.fenced = False
         return codec.decode(json.loads(encoded))  # type: ignore[no-any-return]
 
     async def _fence(self) -> None:
         """J13: the claim fenced as the transaction's first statement (its row locked to the
-        end); a stale claim or a committed cancel rolls the transaction back."""
-        answer = await self._backend.fence(self._run)
-        if answer == "held":
-            return
-        if answer == "cancel-requested":
-            # K2: rolled back, then the run ends cancelled through the completer.
-            raise SettlesApart(cancelled(self._run, CANCELLED_MESSAGE))
-        raise self._stale("the completing transaction's fence")
+        end; no heartbeat meanwhile); a stale claim or a committed cancel rolls the transaction
+        back."""
+        await take_fence(self._backend, self._run, self._cancellation)
 
     async def sleep(self, name: str, duration: float | timedelta) -> None:
         """D3: suspend the run for ``duration`` (its slot, lease and attempt released); it is

@@ -212,6 +212,7 @@ class Executor:
         ctx: JobContext[Any] = JobContext(
             entry.run, entry, worker_id=self._worker_id, resources=self.resources
         )
+        ctx.bind_backend(self._backend)
         if self._workflows is not None:
             ctx.bind_workflows(self._workflows, self._backend, self._clock)
         fused = self._fused(entry, ctx, payload)
@@ -245,7 +246,7 @@ class Executor:
             return
         finally:
             # Set after handler_done (no await in between): a heartbeat refused meanwhile is
-            # never read as a lost lease (see InFlight.fenced).
+            # never read as a lost lease (see Cancellation.fenced).
             entry.fenced = False
             if timer is not None:
                 timer.cancel()

@@ -31,14 +31,15 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 from ship_sqla.kernel._errors import ConfigurationError
-from ship_sqla.kernel._ports import CANCELLED_MESSAGE, JobLeaseStaleError
-from ship_sqla.kernel._runtime.state import describe_failure, stale_error
-from ship_sqla.kernel._settlement import cancelled, completed, duplicate, failed, snoozed
+from ship_sqla.kernel._ports import JobLeaseStaleError
+from ship_sqla.kernel._runtime.state import describe_failure
+from ship_sqla.kernel._settlement import completed, duplicate, failed, snoozed
 from ship_sqla.kernel._transactional import (
     InboxFingerprintMismatchError,
     SettlesApart,
     fenced_completion,
     payload_fingerprint,
+    take_fence,
 )
 
 if TYPE_CHECKING:
@@ -89,18 +90,11 @@ class FusedAttempt:
         run = entry.run
         job = entry.job
         self.landed = None
-        # From here no heartbeat is sent for the run (InFlight.fenced); one already on its way
-        # is let through first, so it never waits on the fence's row lock.
-        entry.fenced = True
-        pending = entry.beat_pending
-        if pending is not None:
-            await pending.wait()
-        answer = await self._backend.fence(run)
-        if answer == "stale":
+        try:
+            await take_fence(self._backend, run, entry)
+        except JobLeaseStaleError:
             self.stale = True
-            raise stale_error(run, "the fence of the handler's transaction")
-        if answer == "cancel-requested":
-            raise SettlesApart(cancelled(run, CANCELLED_MESSAGE))
+            raise
         settlement = completed(run)
         if job.inbox is not None:
             settlement = await self._mark_inbox(job.inbox, run)

@@ -378,8 +378,11 @@ class JobRuntime:
         if not self._tasks:
             return
         self._run_log.draining(self.in_flight, drain_timeout)
+        self._tell_draining()
         producer_task, completer_task, heartbeat_task = self._tasks[:3]
         await producer_task
+        # Runs whose claim was answered as the producer closed hear it too.
+        self._tell_draining()
         drained = self._events.drained
         if self._runs.executing and not await self._drained_by_deadline():
             for entry in list(self._runs.entries.values()):
@@ -399,6 +402,12 @@ class JobRuntime:
             await self.backend.stop_listening(self._job_ids)
         await self._stop_side_tasks()
         self._run_log.stopped()
+
+    def _tell_draining(self) -> None:
+        """J12: every handler's ``ctx.draining`` turns true as the drain begins, so a handler
+        that loops (a consumer, C2) ends its unit in hand before the deadline cancels it."""
+        for entry in self._runs.entries.values():
+            entry.draining = True
 
     async def _drained_by_deadline(self) -> bool:
         """Whether every executing run ended before the drain's deadline, which a later

@@ -63,7 +63,6 @@ class InFlight(Cancellation):
         "beat_due",
         "beat_pending",
         "claimed_at",
-        "fenced",
         "handler_done",
         "in_handler",
         "job",
@@ -106,10 +105,8 @@ class InFlight(Cancellation):
         # When the first try of this run's settle failed: a fail / release is retried for one
         # lease from then; any kind is heartbeated again from then (``next_beat``).
         self.settle_failed_at: float | None = None
-        # J13: true while a transactional handler's transaction may hold the run's row lock:
-        # no heartbeat is sent (no claim can retake the run meanwhile, and a heartbeat would
-        # wait on the lock), and a refused one is not a lost lease (the transaction decides).
-        self.fenced = False
+        # ``fenced`` (J13) and ``draining`` (J12) are the Cancellation's: the handler's
+        # context sets the first around a fenced transaction, the runtime the second.
         # Set while a heartbeat call naming this run is on its way (J13: the fence waits for it).
         self.beat_pending: asyncio.Event | None = None
 
