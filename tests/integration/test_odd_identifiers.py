@@ -52,6 +52,7 @@ from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._schema_apply import ShipTableNames, apply_ship_schema, ship_tables_metadata
+from ship_sqla.backfills import ship_backfills_table
 from ship_sqla.errors import ConfigurationError
 from ship_sqla.idempotency import IdempotencyReplay, IdempotencyStarted, StoredResponse
 from ship_sqla.jobs import EnqueueRequest
@@ -297,6 +298,7 @@ FACTORIES: list[tuple[str, Callable[..., Table]]] = [
     ("webhook events", ship_webhook_events_table),
     ("lock fences", ship_lock_fences_table),
     ("audit", ship_audit_table),
+    ("backfills", ship_backfills_table),
 ]
 
 UNUSABLE = [
