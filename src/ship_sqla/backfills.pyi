@@ -2,6 +2,7 @@ from ship_sqla._backfills import create_backfill_ledger as create_backfill_ledge
 from ship_sqla._backfills import selectable_source as selectable_source
 from ship_sqla._backfills import ship_backfills_table as ship_backfills_table
 from ship_sqla.kernel._backfill_operations import BackfillBlocker as BackfillBlocker
+from ship_sqla.kernel._backfill_operations import BackfillCancel as BackfillCancel
 from ship_sqla.kernel._backfill_operations import BackfillOperations as BackfillOperations
 from ship_sqla.kernel._backfill_operations import BackfillStart as BackfillStart
 from ship_sqla.kernel._backfill_operations import (
@@ -16,6 +17,7 @@ from ship_sqla.kernel._backfills import define_backfill as define_backfill
 __all__ = (
     "Backfill",
     "BackfillBlocker",
+    "BackfillCancel",
     "BackfillOperations",
     "BackfillPage",
     "BackfillRecord",

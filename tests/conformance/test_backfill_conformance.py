@@ -259,13 +259,15 @@ async def test_c4_c5_an_operator_start_runs_the_pass_as_a_job_and_cancel_stops_i
         with anyio.fail_after(10):
             await first_page.wait()
         holder = (await kit.ledger.get("bf.emails")).run_id
-        record = await ops.cancel("bf.emails")
-        assert record.state == "cancelled"
+        cancelled = await ops.cancel("bf.emails")
+        assert cancelled.changed
+        assert cancelled.record.state == "cancelled"
         await backend.wait_settled(None, 1)
     assert (await record_of(backend, holder)).state == "cancelled"
     assert clock.now() == before
     assert await kit.effects() == IDS[:PAGE]
     assert [(b.backfill_id, b.reason) for b in await ops.verify()] == [("bf.emails", "cancelled")]
+    assert not (await ops.cancel("bf.emails")).changed
 
 
 async def test_c4_c5_a_pass_through_the_runtime_completes_and_clears_the_gate(

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_BACKFILLS_LISTED",
     "BackfillBlocker",
+    "BackfillCancel",
     "BackfillOperations",
     "BackfillRefusedError",
     "BackfillStart",
@@ -56,6 +57,15 @@ class BackfillStart:
     backfill already: nothing added), ``completed`` (it is done: nothing added)."""
 
     outcome: Literal["enqueued", "running", "completed"]
+    record: BackfillRecord
+
+
+@attrs.frozen
+class BackfillCancel:
+    """What a cancel did: ``changed`` (a live backfill is now cancelled) or not (it had
+    finished already: ``record`` says how)."""
+
+    changed: bool
     record: BackfillRecord
 
 
@@ -178,11 +188,12 @@ class BackfillOperations:
         await self._record("start", backfill_id, {"outcome": outcome, "run_id": result.run_id})
         return BackfillStart(outcome, record)
 
-    async def cancel(self, backfill_id: str) -> BackfillRecord:
+    async def cancel(self, backfill_id: str) -> BackfillCancel:
         """Cancel a live backfill: its ledger row ``cancelled`` (its holder's next checkpoint is
         refused, so at most the page in hand is lost, rolled back with ``transaction=``), and
         its holder run cancelled (K2: the pacer's wait ends at once). A finished backfill is
-        returned unchanged; an unknown one is refused (:class:`BackfillRefusedError`)."""
+        returned unchanged (``changed`` False); an unknown one is refused
+        (:class:`BackfillRefusedError`)."""
         await self._authorize("cancel")
         _checked_id(backfill_id)
         await self._audit_ready()
@@ -193,11 +204,13 @@ class BackfillOperations:
                 f"cancel of backfill {backfill_id!r}: the ledger has no such backfill.",
                 fix="name one `ship-sqla backfill status` lists.",
             )
-        if before is not None and before.live:
+        changed = before is not None and before.live and record.state == "cancelled"
+        if changed:
+            assert before is not None  # noqa: S101 - changed says so
             if before.run_id is not None:
                 await self._backend.admin.cancel(before.run_id)
             await self._record("cancel", backfill_id, {"from": before.state})
-        return record
+        return BackfillCancel(changed, record)
 
 
 def _checked_id(backfill_id: object) -> str:
