@@ -149,6 +149,30 @@ async def test_c4_the_pace_is_one_page_per_interval_on_the_injected_clock(
     assert await kit.effects() == IDS
 
 
+async def test_c4_slots_are_start_to_start_so_a_pages_work_does_not_slow_the_rate(
+    clock, job_backend_factory
+):
+    """C4: the interval runs from one page's start to the next one's: a page whose work takes
+    half a second of a two-second interval is followed by a wait of one and a half, and the
+    pass keeps the declared rate (pages start every 2 s of the injected clock)."""
+    backend, kit = await _kit(job_backend_factory, clock)
+    starts: list[float] = []
+
+    async def handle(ctx: Any, rows: Any, repositories: Any) -> None:
+        starts.append(clock.monotonic())
+        for row in rows:
+            await repositories.visit(row.id)
+        clock.advance(0.5)  # the page's own work
+
+    backfill = _backfill(kit, pace=0.5, handle=handle)
+    ctx = JobContext.standalone(await _claimed(backend, backfill))
+    clock.asked.clear()
+    await _drive(clock, ctx, backfill, 1.5)
+    assert clock.asked == [1.5, 1.5, 1.5, 1.5]
+    assert starts == [0.0, 2.0, 4.0, 6.0, 8.0]
+    assert await kit.effects() == IDS
+
+
 async def test_c4_a_crash_resumes_from_the_last_checkpoint_each_page_committed_once(
     clock, job_backend_factory
 ):

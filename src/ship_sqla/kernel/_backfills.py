@@ -24,10 +24,12 @@ source:
   deploy gate read anyway.
 - C4 **paced, fleet-wide, on the injected clock.** ``pace`` is pages per second, greater than
   zero (no unthrottled mode: a pass at full speed is a load test on the database that serves
-  the application). A page starts no earlier than the previous checkpoint's time plus
-  ``1 / pace``; the previous checkpoint's time is read from the ledger, so a pass resumed by
-  another worker keeps the rate, and only one runner exists at a time (single-runner), so the
-  rate holds across the fleet. The wait is the ledger's clock's ``sleep`` (a test's FrozenClock
+  the application). A page starts ``1 / pace`` after the previous page started (start to
+  start: the page's own work does not slow the rate below the declared one, unless a page
+  takes longer than the interval); the first page of a resumed pass starts ``1 / pace`` after
+  the last checkpoint, read from the ledger, so a pass resumed by another worker keeps the
+  rate, and only one runner exists at a time (single-runner), so the rate holds across the
+  fleet. The wait is the ledger's clock's ``sleep`` (a test's FrozenClock
   parks it until advanced), raced against the run's cancellation: a cancel (an operator's, a
   lost lease, a drain) ends the wait at once, never after sitting it out.
 - C4 **the ledger**: state (pending, running, completed, cancelled, failed), pages, rows, the
@@ -466,11 +468,14 @@ class _Pass:
 
     async def _pages(self, ctx: JobContext[Any], record: BackfillRecord) -> None:
         backfill = self._backfill
+        clock = backfill.ledger.clock
         # The first page of a resumed pass waits for the slot after the last checkpoint.
         last_at = record.updated_at if record.pages > 0 else None
         while True:
             if last_at is not None:
-                await _wait_for_slot(ctx, backfill.ledger.clock, last_at, backfill.interval)
+                await _wait_for_slot(ctx, clock, last_at, backfill.interval)
+            # Slots are start to start: the next page's is measured from this one's start.
+            last_at = clock.now()
             state = _PageState(record)
             if backfill.transaction is None:
                 await self._page(ctx, state, None)
@@ -479,7 +484,6 @@ class _Pass:
             if state.done or state.after is None:
                 return
             record = state.after
-            last_at = record.updated_at
 
     async def _page(self, ctx: JobContext[Any], state: _PageState, repositories: object) -> None:
         backfill = self._backfill
