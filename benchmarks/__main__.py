@@ -33,6 +33,7 @@ BENCHMARKS: dict[str, str] = {
     "wake": "benchmarks.wake",
     "cancel": "benchmarks.cancel",
     "workflows": "benchmarks.workflows",
+    "backfill": "benchmarks.backfill",
     "ablations": "benchmarks.ablations",
     "peers": "benchmarks.peers",
     "scaleout": "benchmarks.scaleout",
