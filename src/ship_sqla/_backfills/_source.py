@@ -33,10 +33,9 @@ class SelectableSource:
         self._select = select
         self._key = tuple(key)
 
-    async def page(self, after: tuple[Any, ...] | None, limit: int) -> BackfillPage:
-        """The rows after ``after`` in key order: ``WHERE (k1, k2) > (:a, :b) ORDER BY k1, k2
-        LIMIT :limit``, a range scan of an index on the key columns (declare one); read in the
-        page's unit of work when there is one (with ``transaction=``), else on its own."""
+    def statement(self, after: tuple[Any, ...] | None, limit: int) -> Select[Any]:
+        """The page's one statement: ``WHERE (k1, k2) > (:a, :b) ORDER BY k1, k2 LIMIT
+        :limit``, a range scan of an index on the key columns (declare one)."""
         statement = self._select
         if after is not None:
             if len(after) != len(self._key):
@@ -46,7 +45,12 @@ class SelectableSource:
                     fix="keep a backfill's key columns; declare a new backfill id to change them.",
                 )
             statement = statement.where(tuple_(*self._key) > tuple_(*after))
-        statement = statement.order_by(*self._key).limit(limit)
+        return statement.order_by(*self._key).limit(limit)
+
+    async def page(self, after: tuple[Any, ...] | None, limit: int) -> BackfillPage:
+        """The rows after ``after`` in key order (:meth:`statement`); read in the page's unit
+        of work when there is one (with ``transaction=``), else on its own."""
+        statement = self.statement(after, limit)
         rows = await self._connections.rows("page", statement, scope=None, by_name=True)
         if not rows:
             return BackfillPage((), None)
