@@ -359,24 +359,7 @@ def define_backfill(
     ``stall_after`` (seconds): no checkpoint for that long while live is stalled (default
     ``max(300, 10 / pace)``).
     """
-    if not is_job_id(id):
-        raise ConfigurationError(
-            f"backfill id {id!r} is not valid (it is the id of the job that runs it).",
-            fix="use 1-128 characters: letters, digits and _ . : - (not starting with a symbol).",
-        )
-    given_source: object = source
-    if not callable(getattr(given_source, "page", None)):
-        raise ConfigurationError(
-            f"backfill {id!r}: source= must have an async page(after, limit), got"
-            f" {type(given_source).__name__}.",
-            fix="pass selectable_source(engine, select(...), key=[table.c.id]) or your own"
-            " BackfillSource.",
-        )
-    if not callable(handle):
-        raise ConfigurationError(
-            f"backfill {id!r}: handle= must be an async function, got {type(handle).__name__}.",
-            fix="async def handle(ctx, rows): ... (with transaction=: handle(ctx, rows, repos)).",
-        )
+    _check_parts(id, source, handle)
     rate = _positive_number(
         pace,
         f"backfill {id!r}: pace (pages per second)",
@@ -384,40 +367,8 @@ def define_backfill(
         "declare how many pages per second the pass may read, e.g. pace=5; there is no"
         " unthrottled mode: a pass at full speed competes with the application's own load.",
     )
-    given_ledger: object = ledger
-    if not isinstance(given_ledger, BackfillLedger):
-        raise ConfigurationError(
-            f"backfill {id!r}: ledger= must be a BackfillLedger, got {type(ledger).__name__}.",
-            fix="pass create_backfill_ledger(database=engine) (or InMemoryBackfillLedger()).",
-        )
-    if isinstance(page_size, bool) or not isinstance(page_size, int):
-        page_size = -1
-    if not 1 <= page_size <= MAX_PAGE_SIZE:
-        raise ConfigurationError(
-            f"backfill {id!r}: page_size must be an int from 1 to {MAX_PAGE_SIZE:,}.",
-            fix=f"omit it for the default ({DEFAULT_PAGE_SIZE}).",
-        )
-    if transaction is not None and not callable(getattr(transaction, "run", None)):
-        raise ConfigurationError(
-            f"backfill {id!r}: transaction= must be a unit of work (an async run(handler)).",
-            fix="pass transaction=create_unit_of_work(engine, repositories=...).",
-        )
-    label: object = required_by
-    if label is not None and (not isinstance(label, str) or not label.strip()):
-        raise ConfigurationError(
-            f"backfill {id!r}: required_by must be a migration's label, got {required_by!r}.",
-            fix="pass the revision that needs the backfill done, e.g. required_by='0042', or"
-            " omit it.",
-        )
-    stall = max(MIN_STALL_AFTER, STALL_INTERVALS / rate)
-    if stall_after is not None:
-        seconds = stall_after.total_seconds() if isinstance(stall_after, timedelta) else stall_after
-        stall = _positive_number(
-            seconds,
-            f"backfill {id!r}: stall_after",
-            365 * 86_400.0,
-            "pass how many seconds without a checkpoint make the backfill stalled.",
-        )
+    _check_knobs(id, ledger, page_size, transaction, required_by)
+    stall = _stall_after(id, stall_after, rate)
     return Backfill(
         id=id,
         source=source,
@@ -428,6 +379,69 @@ def define_backfill(
         stall_after=stall,
         transaction=transaction,
         required_by=required_by,
+    )
+
+
+def _check_parts(backfill_id: str, source: object, handle: object) -> None:
+    if not is_job_id(backfill_id):
+        raise ConfigurationError(
+            f"backfill id {backfill_id!r} is not valid (it is the id of the job that runs it).",
+            fix="use 1-128 characters: letters, digits and _ . : - (not starting with a symbol).",
+        )
+    if not callable(getattr(source, "page", None)):
+        raise ConfigurationError(
+            f"backfill {backfill_id!r}: source= must have an async page(after, limit), got"
+            f" {type(source).__name__}.",
+            fix="pass selectable_source(engine, select(...), key=[table.c.id]) or your own"
+            " BackfillSource.",
+        )
+    if not callable(handle):
+        raise ConfigurationError(
+            f"backfill {backfill_id!r}: handle= must be an async function, got"
+            f" {type(handle).__name__}.",
+            fix="async def handle(ctx, rows): ... (with transaction=: handle(ctx, rows, repos)).",
+        )
+
+
+def _check_knobs(
+    backfill_id: str, ledger: object, page_size: object, transaction: object, required_by: object
+) -> None:
+    if not isinstance(ledger, BackfillLedger):
+        raise ConfigurationError(
+            f"backfill {backfill_id!r}: ledger= must be a BackfillLedger, got"
+            f" {type(ledger).__name__}.",
+            fix="pass create_backfill_ledger(database=engine) (or InMemoryBackfillLedger()).",
+        )
+    size = page_size if isinstance(page_size, int) and not isinstance(page_size, bool) else -1
+    if not 1 <= size <= MAX_PAGE_SIZE:
+        raise ConfigurationError(
+            f"backfill {backfill_id!r}: page_size must be an int from 1 to {MAX_PAGE_SIZE:,}.",
+            fix=f"omit it for the default ({DEFAULT_PAGE_SIZE}).",
+        )
+    if transaction is not None and not callable(getattr(transaction, "run", None)):
+        raise ConfigurationError(
+            f"backfill {backfill_id!r}: transaction= must be a unit of work (an async"
+            " run(handler)).",
+            fix="pass transaction=create_unit_of_work(engine, repositories=...).",
+        )
+    if required_by is not None and (not isinstance(required_by, str) or not required_by.strip()):
+        raise ConfigurationError(
+            f"backfill {backfill_id!r}: required_by must be a migration's label, got"
+            f" {required_by!r}.",
+            fix="pass the revision that needs the backfill done, e.g. required_by='0042', or"
+            " omit it.",
+        )
+
+
+def _stall_after(backfill_id: str, stall_after: float | timedelta | None, rate: float) -> float:
+    if stall_after is None:
+        return max(MIN_STALL_AFTER, STALL_INTERVALS / rate)
+    seconds = stall_after.total_seconds() if isinstance(stall_after, timedelta) else stall_after
+    return _positive_number(
+        seconds,
+        f"backfill {backfill_id!r}: stall_after",
+        365 * 86_400.0,
+        "pass how many seconds without a checkpoint make the backfill stalled.",
     )
 
 
