@@ -33,6 +33,7 @@ from ship_sqla import (
     ship_outbox_table,
     ship_webhook_events_table,
 )
+from ship_sqla.backfills import ship_backfills_table
 
 metadata = MetaData()
 
@@ -46,6 +47,7 @@ job_workers = ship_job_workers_table(metadata)
 job_steps = ship_job_steps_table(metadata)  # durable workflows' steps (SPEC §13)
 job_events = ship_job_events_table(metadata)  # and their events
 audit = ship_audit_table(metadata)  # the operator audit log (S1)
+backfills = ship_backfills_table(metadata)  # the backfill ledger (C4, C5)
 
 orders = Table(
     "orders",

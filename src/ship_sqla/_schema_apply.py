@@ -20,6 +20,7 @@ import attrs
 from sqlalchemy import MetaData, inspect
 
 from ship_sqla._audit import ship_audit_table
+from ship_sqla._backfills import ship_backfills_table
 from ship_sqla._idempotency import ship_idempotency_table
 from ship_sqla._jobs import (
     ship_job_events_table,
@@ -62,9 +63,22 @@ COMPONENTS: Final = (
     "webhooks",
     "locks",
     "audit",
+    "backfills",
 )
 """What ``--only`` selects: jobs (runs, state, workers), workflows (steps, events; needs jobs),
-outbox, idempotency, webhooks (events), locks (fences), audit (the operator audit log, S1)."""
+outbox, idempotency, webhooks (events), locks (fences), audit (the operator audit log, S1),
+backfills (the backfill ledger, C4)."""
+
+
+_ONE_TABLE_COMPONENTS: Final = (
+    ("outbox", ship_outbox_table, "outbox"),
+    ("idempotency", ship_idempotency_table, "idempotency"),
+    ("webhooks", ship_webhook_events_table, "webhook_events"),
+    ("locks", ship_lock_fences_table, "lock_fences"),
+    ("audit", ship_audit_table, "audit"),
+    ("backfills", ship_backfills_table, "backfills"),
+)
+"""The components of one table each: component, its factory, its ShipTableNames field."""
 
 
 @attrs.frozen
@@ -81,6 +95,7 @@ class ShipTableNames:
     webhook_events: str = "ship_webhook_events"
     lock_fences: str = "ship_lock_fences"
     audit: str = "ship_audit"
+    backfills: str = "ship_backfills"
 
 
 def ship_tables_metadata(
@@ -115,16 +130,9 @@ def ship_tables_metadata(
     if "workflows" in wanted:
         ship_job_steps_table(metadata, name=names.steps, schema=schema, runs_table=names.runs)
         ship_job_events_table(metadata, name=names.events, schema=schema)
-    if "outbox" in wanted:
-        ship_outbox_table(metadata, name=names.outbox, schema=schema)
-    if "idempotency" in wanted:
-        ship_idempotency_table(metadata, name=names.idempotency, schema=schema)
-    if "webhooks" in wanted:
-        ship_webhook_events_table(metadata, name=names.webhook_events, schema=schema)
-    if "locks" in wanted:
-        ship_lock_fences_table(metadata, name=names.lock_fences, schema=schema)
-    if "audit" in wanted:
-        ship_audit_table(metadata, name=names.audit, schema=schema)
+    for component, factory, field in _ONE_TABLE_COMPONENTS:
+        if component in wanted:
+            factory(metadata, name=getattr(names, field), schema=schema)
     return metadata
 
 

@@ -22,6 +22,7 @@ from ship_sqla._webhooks import WebhookSignatureError as WebhookSignatureError
 from ship_sqla._webhooks import WebhookTimestampError as WebhookTimestampError
 from ship_sqla._webhooks import WebhookVerificationError as WebhookVerificationError
 from ship_sqla.kernel._audit import AuditUnavailableError as AuditUnavailableError
+from ship_sqla.kernel._backfill_operations import BackfillRefusedError as BackfillRefusedError
 from ship_sqla.kernel._consumers import ConsumerCursorError as ConsumerCursorError
 from ship_sqla.kernel._consumers import ConsumerDeclarationError as ConsumerDeclarationError
 from ship_sqla.kernel._consumers import ConsumerRunEnqueueError as ConsumerRunEnqueueError
@@ -84,6 +85,7 @@ from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError as Workflows
 __all__ = (
     "AuditUnavailableError",
     "AuditWriteError",
+    "BackfillRefusedError",
     "BoundExceededError",
     "ChildJobUnservedError",
     "ChildRunsRefusedError",

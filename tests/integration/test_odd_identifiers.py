@@ -52,6 +52,7 @@ from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._schema_apply import ShipTableNames, apply_ship_schema, ship_tables_metadata
+from ship_sqla.backfills import create_backfill_ledger, ship_backfills_table
 from ship_sqla.errors import ConfigurationError
 from ship_sqla.idempotency import IdempotencyReplay, IdempotencyStarted, StoredResponse
 from ship_sqla.jobs import EnqueueRequest
@@ -95,6 +96,7 @@ SUFFIXES = ShipTableNames(
     webhook_events="_webhooks",
     lock_fences="_fences",
     audit="_audit",
+    backfills="_backfills",
 )
 
 
@@ -276,6 +278,17 @@ async def _idempotency_webhooks_locks_and_audit(
     [entry] = await audit.list_entries(limit=10)
     assert entry.operation == "odd.names"
 
+    ledger = create_backfill_ledger(database=engine, table=tables["backfills"])
+    assert (await ledger.request("odd.backfill", pace=1.0)).state == "pending"
+    common = {"run_id": "r", "token": 1}
+    await ledger.begin("odd.backfill", pace=1.0, stall_after=60.0, required_by="x", **common)
+    ledger_args = {"pages_before": 0, "last_key": ("k",), "rows": 1}
+    assert await ledger.checkpoint("odd.backfill", **common, **ledger_args)
+    assert await ledger.finish("odd.backfill", **common, state="completed")
+    assert await ledger.cancel("odd.backfill") is not None
+    [backfill] = await ledger.list_backfills(limit=10)
+    assert (backfill.state, backfill.last_key) == ("completed", ("k",))
+
     hooks = tables["webhook_events"]
     async with engine.begin() as connection:
         for statement in tenant_policy_ddl(hooks.name, schema=hooks.schema):
@@ -297,6 +310,7 @@ FACTORIES: list[tuple[str, Callable[..., Table]]] = [
     ("webhook events", ship_webhook_events_table),
     ("lock fences", ship_lock_fences_table),
     ("audit", ship_audit_table),
+    ("backfills", ship_backfills_table),
 ]
 
 UNUSABLE = [

@@ -20,7 +20,8 @@ from ship_sqla._dashboard import create_dashboard
 from ship_sqla._outbox._operations import MANAGE_PERMISSION as OUTBOX_MANAGE
 from ship_sqla._outbox._operations import OutboxOperations
 from ship_sqla.kernel import InMemoryJobBackend
-from ship_sqla.kernel._actions import OPERATOR_ACTIONS, OperatorAction
+from ship_sqla.kernel._actions import OPERATOR_ACTIONS, DashboardRoute, OperatorAction
+from ship_sqla.kernel._backfill_operations import BackfillOperations
 from ship_sqla.kernel._operations import MANAGE_PERMISSION as JOBS_MANAGE
 from ship_sqla.kernel._operations import JobOperations
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 SURFACES: dict[str, tuple[type, str]] = {
     "jobs": (JobOperations, JOBS_MANAGE),
     "outbox": (OutboxOperations, OUTBOX_MANAGE),
+    "backfills": (BackfillOperations, JOBS_MANAGE),
 }
 """Each operations surface of the declaration's prefixes, and the permission its changes ask."""
 
@@ -49,6 +51,8 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("jobs", "stats"),
         ("enqueue",),
         ("dashboard",),
+        ("backfill", "status"),
+        ("backfill", "verify"),
     }
 )
 """The CLI's commands that are not operator actions: reads, the schema's tools, the worker and the
@@ -119,6 +123,14 @@ def _concrete(path: str) -> str:
     return re.sub(r"\{[^}]+\}", "x", path)
 
 
+def _route_or_known_gap(action: OperatorAction) -> DashboardRoute:
+    """The declared route; an action declared without one (None) is a known gap: an expected
+    failure that says so, never a pass."""
+    if action.dashboard is None:
+        pytest.xfail(f"{action.operation}: no dashboard form yet (issue 28, the backfills page)")
+    return action.dashboard
+
+
 def test_s1_the_declaration_names_each_action_once() -> None:
     """S1: one line per operator action; its permission is its surface's manage permission."""
     assert len(set(IDS)) == len(IDS)
@@ -184,17 +196,22 @@ def test_s1_every_cli_command_is_an_action_or_known_not_to_be_one() -> None:
 def test_s1_each_declared_action_has_its_dashboard_route(action: OperatorAction) -> None:
     """S1: the dashboard answers ``POST`` at the declared route; a form with several actions
     names the declared one (its ``action`` value is one the dashboard's handlers read)."""
-    path = _concrete(action.dashboard.path)
+    declared = _route_or_known_gap(action)
+    path = _concrete(declared.path)
     assert any(_matches(route, path, "POST") for route in _routes()), action.operation
-    if action.dashboard.action is not None:
+    if declared.action is not None:
         source = inspect.getsource(dashboard_app)
-        assert f'"{action.dashboard.action}"' in source, action.operation
+        assert f'"{declared.action}"' in source, action.operation
 
 
 def test_s1_every_dashboard_post_route_is_a_declared_action() -> None:
     """S1: no dashboard route changes state without being declared (every POST route is named
     by at least one action)."""
-    declared = [_concrete(action.dashboard.path) for action in OPERATOR_ACTIONS]
+    declared = [
+        _concrete(action.dashboard.path)
+        for action in OPERATOR_ACTIONS
+        if action.dashboard is not None
+    ]
     for route in _routes():
         if "POST" not in (route.methods or ()):
             continue
@@ -212,6 +229,7 @@ async def test_s1_each_declared_dashboard_route_runs_its_declared_operation(
     """S1: a manager's POST to the declared route (with the declared ``action`` field) reaches
     exactly the declared operation of the operations surface (a spy stands in for it and
     refuses, so nothing changes): the route and the declaration cannot drift apart."""
+    declared = _route_or_known_gap(action)
     import httpx  # noqa: PLC0415 - the dashboard extra
     from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
 
@@ -251,7 +269,7 @@ async def test_s1_each_declared_dashboard_route_runs_its_declared_operation(
         definitions=[job],
         secret=SECRET,
     )
-    path = action.dashboard.path.format(run_id=run_id, job_id=job.id, outbox_id="main")
+    path = declared.path.format(run_id=run_id, job_id=job.id, outbox_id="main")
     form = {
         _csrf.FIELD: _csrf.form_token(SECRET, SESSION),
         "id": [run_id] if action.operation.startswith("jobs.") else [str(_uuid())],
@@ -259,8 +277,8 @@ async def test_s1_each_declared_dashboard_route_runs_its_declared_operation(
         "older_than_days": "7",
         "state": "waiting",
     }
-    if action.dashboard.action is not None:
-        form["action"] = action.dashboard.action
+    if declared.action is not None:
+        form["action"] = declared.action
     client = httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app),
         base_url="http://app",

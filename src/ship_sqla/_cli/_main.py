@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from ship_sqla._cli._exits import ShipGroup
+from ship_sqla._cli.backfill import backfill
 from ship_sqla._cli.dashboard import dashboard
 from ship_sqla._cli.demo import demo
 from ship_sqla._cli.enqueue import enqueue
@@ -31,7 +32,7 @@ def cli() -> None:
     """
 
 
-for _command in (schema, demo, worker, workers, jobs, outbox, enqueue, dashboard):
+for _command in (schema, demo, worker, workers, jobs, outbox, enqueue, dashboard, backfill):
     cli.add_command(_command)
 # The relay is a verb of the outbox group, in a module of its own (a process, not an operation).
 outbox.add_command(relay)

@@ -66,6 +66,7 @@ _SHIP_TABLE_NAMES: Final = (
     ("--idempotency-table", "idempotency", None, "idempotency"),
     ("--webhook-events-table", "webhook_events", None, "webhooks"),
     ("--lock-fences-table", "lock_fences", None, "locks"),
+    ("--backfills-table", "backfills", None, "backfills"),
 )
 """The name options of the ship tables: flag, ShipTableNames field, environment variable (the
 one the job and outbox commands read, so apply creates what they look for), component."""
@@ -144,7 +145,8 @@ def _ship_tables_choice_options(command: Any) -> Any:  # noqa: ANN401 - click's 
         type=click.Choice(COMPONENTS),
         multiple=True,
         help="Only these ship tables (repeatable): jobs (runs, state, workers), workflows"
-        " (steps, events; with jobs), outbox, idempotency, webhooks, locks. Default: all.",
+        " (steps, events; with jobs), outbox, idempotency, webhooks, locks, audit, backfills."
+        " Default: all.",
     )(command)
 
 

@@ -1,4 +1,6 @@
 from ship_sqla.kernel._backend_base import JobBackendBase as JobBackendBase
+from ship_sqla.kernel._backfills import BackfillLedger as BackfillLedger
+from ship_sqla.kernel._backfills import BackfillSource as BackfillSource
 from ship_sqla.kernel._browse import BrowsedRun as BrowsedRun
 from ship_sqla.kernel._browse import ClaimPosition as ClaimPosition
 from ship_sqla.kernel._browse import CreatedPosition as CreatedPosition
@@ -9,6 +11,7 @@ from ship_sqla.kernel._browse import RunPosition as RunPosition
 from ship_sqla.kernel._browse import RunQuery as RunQuery
 from ship_sqla.kernel._clock import Clock as Clock
 from ship_sqla.kernel._clock import SystemClock as SystemClock
+from ship_sqla.kernel._memory.backfills import InMemoryBackfillLedger as InMemoryBackfillLedger
 from ship_sqla.kernel._memory.inbox import InMemoryInbox as InMemoryInbox
 from ship_sqla.kernel._memory.jobs import InMemoryJobBackend as InMemoryJobBackend
 from ship_sqla.kernel._memory.locks import InMemoryLock as InMemoryLock
@@ -75,6 +78,8 @@ __all__ = (
     "LEASE_LAPSED_CRASH_LOOP",
     "LEASE_LAPSED_FINAL_ATTEMPT",
     "RUN_CANCELLED",
+    "BackfillLedger",
+    "BackfillSource",
     "BrowsedRun",
     "BuriedRun",
     "CancelRequestSource",
@@ -89,6 +94,7 @@ __all__ = (
     "FencedRuns",
     "HeartbeatBatch",
     "HistoryEntry",
+    "InMemoryBackfillLedger",
     "InMemoryInbox",
     "InMemoryJobBackend",
     "InMemoryLock",

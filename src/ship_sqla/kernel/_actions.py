@@ -6,7 +6,8 @@ dashboard alike, and audited. This table is the list of those actions; the parit
 (``tests/unit/test_operator_parity.py``) checks the three surfaces against it:
 
 - Python: each ``operation`` names a method of :class:`~ship_sqla.jobs.JobOperations`
-  (``jobs.``) or :class:`~ship_sqla.outbox.OutboxOperations` (``outbox.``) that asks
+  (``jobs.``), :class:`~ship_sqla.outbox.OutboxOperations` (``outbox.``) or
+  :class:`~ship_sqla.backfills.BackfillOperations` (``backfills.``) that asks
   ``permission``, and is the ``operation`` of the audit entry it writes; every
   state-changing method of those classes is declared here;
 - the CLI: ``cli.command`` is a ``ship-sqla`` command taking ``cli.options`` and the audit
@@ -56,7 +57,9 @@ class OperatorAction:
     operation: str
     permission: str
     cli: CliVerb
-    dashboard: DashboardRoute
+    dashboard: DashboardRoute | None
+    """None: the dashboard has no form for it yet, a known gap the parity test reports as an
+    expected failure (the backfills page, issue 28), never a silent one."""
 
 
 _JOBS: Final = "ship.jobs:manage"
@@ -69,6 +72,11 @@ def _jobs(operation: str, cli: CliVerb, dashboard: DashboardRoute) -> OperatorAc
 
 def _outbox(operation: str, cli: CliVerb, dashboard: DashboardRoute) -> OperatorAction:
     return OperatorAction(f"outbox.{operation}", _OUTBOX, cli, dashboard)
+
+
+def _backfills(operation: str, cli: CliVerb, dashboard: DashboardRoute | None) -> OperatorAction:
+    # Backfills run as jobs: their operations ask the jobs' permission.
+    return OperatorAction(f"backfills.{operation}", _JOBS, cli, dashboard)
 
 
 OPERATOR_ACTIONS: Final[tuple[OperatorAction, ...]] = (
@@ -143,5 +151,8 @@ OPERATOR_ACTIONS: Final[tuple[OperatorAction, ...]] = (
         CliVerb(("outbox", "purge"), ("--outbox-id", "--older-than")),
         DashboardRoute("/outbox/{outbox_id}/purge"),
     ),
+    # backfills (C4, C5): no dashboard page yet (issue 28)
+    _backfills("start", CliVerb(("backfill", "start")), None),
+    _backfills("cancel", CliVerb(("backfill", "cancel")), None),
 )
 """Every operator action (S1), by concern and kind."""
