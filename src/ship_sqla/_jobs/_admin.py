@@ -99,6 +99,7 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         wait_for=row.wait_for,
         lapses=row.lapses,
         consecutive_lapses=row.consecutive_lapses,
+        progress=row.progress,
     )
 
 

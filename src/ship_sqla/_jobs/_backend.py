@@ -102,6 +102,7 @@ from ship_sqla._jobs._sql.settle import (
     CLAIM_STATE_IF_TOKEN,
     FENCE_RUN_FOR_UPDATE,
     HEARTBEAT_IF_TOKEN_CURRENT,
+    RECORD_PROGRESS_IF_TOKEN_CURRENT,
     SETTLE_IF_TOKEN_CURRENT,
 )
 from ship_sqla._jobs._tables import (
@@ -214,6 +215,7 @@ _RUN_COLUMNS = frozenset(
         "wait_for",
         "lapses",
         "consecutive_lapses",
+        "progress",
     }
 )
 
@@ -916,6 +918,17 @@ class PostgresJobBackend(JobBackendBase):
         self._require_joined("a settle within the handler's transaction")
         [outcome] = await self._settle_statement([settlement], [0], scope=None)
         return outcome
+
+    async def _record_progress(self, run: ClaimedRun, progress_json: str) -> bool:
+        self._require_joined("a run's progress")
+        params = {"id": run.run_id, "token": run.token, "progress": progress_json}
+        rows = await self._connections.rows(
+            "record progress",
+            self.statements[RECORD_PROGRESS_IF_TOKEN_CURRENT],
+            params,
+            scope=None,
+        )
+        return bool(rows)
 
     async def claim_state(self, run: ClaimedRun) -> str | None:
         rows = await self._connections.rows(

@@ -47,6 +47,7 @@ __all__ = [
     "FINISHED_PREDICATE",
     "LEASE_PREDICATE",
     "PARENT_PREDICATE",
+    "PROGRESS_PREDICATE",
     "RUN_STATES",
     "SAMPLER_PREDICATE",
     "WAIT_PREDICATE",
@@ -78,6 +79,9 @@ the outcomes a parent reads)."""
 WAIT_PREDICATE = "wait_for IS NOT NULL"
 """``<runs>_wait_idx``: suspended workflow runs by what they wait for (D4: a publish wakes its
 waiters through it, not by scanning steps)."""
+PROGRESS_PREDICATE = "progress IS NOT NULL"
+"""``<runs>_progress_idx``: the runs that recorded a consumer's progress (C3), by job and key,
+newest first: the dashboard's Consumers page reads each key's latest."""
 
 _TSTZ = TIMESTAMP(timezone=True)
 
@@ -111,7 +115,9 @@ def ship_job_runs_table(
     it was enqueued for, F2); ``parent_id`` (text null: the workflow run that spawned it, D5);
     ``wait_for`` (text null: what a suspended workflow run waits for, D4, D5); ``lapses`` and
     ``consecutive_lapses`` (int: the claims that found the run's lease lapsed, in all and since
-    its handler last settled it, J15).
+    its handler last settled it, J15); ``progress`` (jsonb null: a consumer's per-key run's
+    last committed batch, C3: ``lag``, ``last_batch_at``, ``batches``, ``items``, written in the
+    batch's transaction and kept when the run ends).
     """
     n = derived_names(
         name,
@@ -126,6 +132,7 @@ def ship_job_runs_table(
             "_parent_idx",
             "_wait_idx",
             "_browse_idx",
+            "_progress_idx",
         ),
         "job runs",
         schema=schema,
@@ -172,6 +179,9 @@ def ship_job_runs_table(
         # its handler last settled it (RetryPolicy.max_lapses bounds the second).
         Column("lapses", Integer, nullable=False, server_default=text("0")),
         Column("consecutive_lapses", Integer, nullable=False, server_default=text("0")),
+        # C3: a consumer's per-key run's last committed batch (lag, time, counts), written in
+        # the batch's own transaction; NULL for every other run.
+        Column("progress", JSONB, nullable=True),
         PrimaryKeyConstraint("id", name=n["_pkey"]),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
         # Serves CLAIM's walk over the priority levels (K6: the next lower level, one entry;
@@ -219,6 +229,16 @@ def ship_job_runs_table(
             "created_at",
             "id",
             postgresql_where=text(FINISHED_PREDICATE),
+        ),
+        # Serves the dashboard's Consumers page (C3, CONSUMER_PROGRESS): the loose scan over
+        # the (consumer, key) pairs with progress and each key's latest such run. Only
+        # consumer runs that committed a batch enter it.
+        Index(
+            n["_progress_idx"],
+            "job_id",
+            "key",
+            "seq",
+            postgresql_where=text(PROGRESS_PREDICATE),
         ),
         schema=schema,
         comment="ship_sqla job runs (ship_job_runs_table)",

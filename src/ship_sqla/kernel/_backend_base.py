@@ -21,6 +21,7 @@ names its ``default_lock_provider``; how a worker runs on it (``poll_interval``,
 
 from __future__ import annotations
 
+import json
 import logging
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Final
@@ -36,7 +37,7 @@ from ship_sqla.kernel._tracing import current_trace_context_json
 from ship_sqla.kernel._waiting import LocalWake
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from datetime import datetime
 
     from ship_sqla.kernel._jobs import JobDefinition
@@ -55,13 +56,16 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._settlement import SettleRequest
     from ship_sqla.kernel._workflows import WorkflowStore
 
-__all__ = ["MAX_ENQUEUE_BATCH", "JobBackendBase"]
+__all__ = ["MAX_ENQUEUE_BATCH", "MAX_PROGRESS_CHARS", "JobBackendBase"]
 
 logger = logging.getLogger("ship_sqla.jobs")
 
 MAX_ENQUEUE_BATCH: Final = 10_000
 """Requests per ``enqueue_many``: one statement's arrays on PostgreSQL, bounded (R1) on every
 backend alike."""
+MAX_PROGRESS_CHARS: Final = 4_096
+"""The longest JSON text a run's progress (C3) may be: rewritten at every batch, read by every
+page that shows the run."""
 
 
 class JobBackendBase(ABC):
@@ -293,7 +297,29 @@ class JobBackendBase(ABC):
             )
         return await self._settle_joined(settlement)
 
+    async def record_progress(self, run: ClaimedRun, progress: Mapping[str, Any]) -> bool:
+        """:meth:`~ship_sqla.kernel.FencedRuns.record_progress`: ``progress`` stored as
+        ``run``'s in the active unit of work, fenced on its claim's token (C3, J5)."""
+        try:
+            encoded = json.dumps(dict(progress), allow_nan=False, sort_keys=True)
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(
+                f"run {run.run_id!r}: its progress {progress!r} is not a JSON object ({exc}).",
+                fix="record a mapping of JSON values (numbers, text, None).",
+            ) from exc
+        if len(encoded) > MAX_PROGRESS_CHARS:
+            raise ConfigurationError(
+                f"run {run.run_id!r}: its progress is {len(encoded):,} characters of JSON, over"
+                f" {MAX_PROGRESS_CHARS:,}; it is rewritten at every batch.",
+                fix="record counts and times only (lag, last_batch_at, batches, items).",
+            )
+        return await self._record_progress(run, encoded)
+
     # --- storage: what each backend implements ---------------------------------------------------
+
+    @abstractmethod
+    async def _record_progress(self, run: ClaimedRun, progress_json: str) -> bool:
+        """See :meth:`record_progress`: ``progress_json`` checked JSON object text."""
 
     @abstractmethod
     async def _fence(self, run: ClaimedRun) -> FenceAnswer:

@@ -26,8 +26,11 @@ cursor, so only that batch is delivered again (at least once per item). The run 
 the stream ends, and stops after the batch in hand when the runtime drains
 (``ctx.draining``, J12); a drain's deadline cancels the batch in hand, which rolls back whole.
 
-C3: after each batch the key's lag (``lag(ctx, key, cursor)``, the application's ``total -
-done``, when declared) and the batch's time are kept for this process
+C3: inside each batch's transaction, after ``handle``, the key's lag (``lag(ctx, key,
+cursor)``, the application's ``total - done``, when declared) and the batch's time are recorded
+on the run (:meth:`~ship_sqla.kernel.FencedRuns.record_progress`, fenced on the claim's token:
+``RunRecord.progress``, ``ship-sqla jobs show``, the dashboard's run and Consumers pages), so
+they commit with the batch. After the commit they are kept for this process
 (:meth:`Consumer.progress`), recorded as metrics (:mod:`ship_sqla.kernel._consumer_metrics`)
 and logged (``ship_sqla.consumers``, DEBUG).
 """
@@ -76,6 +79,7 @@ __all__ = [
     "ConsumerProgress",
     "ConsumerRunEnqueueError",
     "define_consumer",
+    "run_progress",
 ]
 
 logger = logging.getLogger("ship_sqla.consumers")
@@ -312,10 +316,12 @@ class Consumer(Generic[Item, C]):
                 if not taken:
                     break
                 renewed = await _renew_lease(ctx, renewed)
-                position = await self._commit(ctx, key, taken, position)
+                position, lag, at = await self._commit(
+                    ctx, key, taken, position, done=(batches, items)
+                )
                 batches += 1
                 items += len(taken)
-                await self._report(ctx, key, position, len(taken))
+                self._report(key, position, len(taken), lag, at)
         finally:
             close = getattr(stream, "aclose", None)
             if close is not None:
@@ -330,15 +336,40 @@ class Consumer(Generic[Item, C]):
         )
 
     async def _commit(
-        self, ctx: JobContext[Any], key: str, items: list[Item], before: C | None
-    ) -> C:
-        """C1: ``handle`` and the cursor past its batch, in one fenced transaction (J13)."""
+        self,
+        ctx: JobContext[Any],
+        key: str,
+        items: list[Item],
+        before: C | None,
+        *,
+        done: tuple[int, int],
+    ) -> tuple[C, int | None, datetime]:
+        """C1: ``handle`` and the cursor past its batch, in one fenced transaction (J13); C3:
+        the key's lag after it and the batch's time, recorded on the run in that transaction
+        too (:meth:`~ship_sqla.kernel.FencedRuns.record_progress`). ``done``: the batches and
+        items this run committed before this one."""
 
-        async def apply(repositories: Any) -> C:  # noqa: ANN401 - the uow's
+        async def apply(repositories: Any) -> tuple[C, int | None, datetime]:  # noqa: ANN401
             after = await self._handle(ctx, key, items, repositories)
             self._check_cursor(key, before, after)
+            lag = await self._lag_after(ctx, key, after)
+            at = ctx.backend.clock.now()
+            progress = run_progress(
+                lag=lag,
+                at=at,
+                batch_items=len(items),
+                batches=done[0] + 1,
+                items=done[1] + len(items),
+            )
+            if not await ctx.backend.record_progress(ctx.run, progress):
+                raise JobLeaseStaleError(
+                    f"consumer {self.id!r} key {key!r}: run {ctx.run.run_id!r} (claim token"
+                    f" {ctx.run.token}) is no longer held; the batch was rolled back.",
+                    fix="nothing to undo: the run's current holder goes on from the committed"
+                    " cursor.",
+                )
             await self._cursor.save(key, after, repositories)
-            return after
+            return after, lag, at
 
         return await ctx.fenced_transaction(self._transaction, apply)
 
@@ -365,29 +396,49 @@ class Consumer(Generic[Item, C]):
                 fix="return the cursor after the batch's last item, never an earlier one.",
             )
 
-    async def _report(self, ctx: JobContext[Any], key: str, position: C, count: int) -> None:
-        """C3: the key's lag and last batch time, after its commit."""
-        lag: int | None = None
-        if self._lag is not None:
-            answered: object = await self._lag(ctx, key, position)
-            if not isinstance(answered, int) or isinstance(answered, bool):
-                raise ConsumerDeclarationError(
-                    f"consumer {self.id!r} key {key!r}: lag() returned {answered!r}, not an int.",
-                    fix="return total - done as an int, in the stream's own unit.",
-                )
-            lag = answered
-        now = ctx.backend.clock.now()
+    async def _lag_after(self, ctx: JobContext[Any], key: str, position: C) -> int | None:
+        """C3: ``lag(ctx, key, cursor)`` past the batch (None when none is declared)."""
+        if self._lag is None:
+            return None
+        answered: object = await self._lag(ctx, key, position)
+        if not isinstance(answered, int) or isinstance(answered, bool):
+            raise ConsumerDeclarationError(
+                f"consumer {self.id!r} key {key!r}: lag() returned {answered!r}, not an int;"
+                " the batch was rolled back.",
+                fix="return total - done as an int, in the stream's own unit.",
+            )
+        return answered
+
+    def _report(self, key: str, position: C, count: int, lag: int | None, at: datetime) -> None:
+        """C3: the key's lag and last batch time, after its commit: kept for this process,
+        recorded as metrics and logged (the run's row has them already)."""
         earlier = self._progress.get(key)
         self._progress[key] = ConsumerProgress(
             key=key,
             cursor=position,
             lag=lag,
-            last_batch_at=now,
+            last_batch_at=at,
             batches=(earlier.batches if earlier else 0) + 1,
             items=(earlier.items if earlier else 0) + count,
         )
-        consumer_metrics().record_batch(self.id, key, count, now.timestamp(), lag)
+        consumer_metrics().record_batch(self.id, key, count, at.timestamp(), lag)
         logger.debug("consumer %s key %r: batch of %d committed, lag %s", self.id, key, count, lag)
+
+
+def run_progress(
+    *, lag: int | None, at: datetime, batch_items: int, batches: int, items: int
+) -> dict[str, Any]:
+    """C3: what a consumer's batch records on its run (:attr:`RunRecord.progress
+    <ship_sqla.kernel.RunRecord.progress>`): the lag, the batch's time (ISO-8601), its items,
+    and this run's batches and items so far. The cursor is not recorded: it is the
+    application's value, of any size, and may carry a vendor's token."""
+    return {
+        "lag": lag,
+        "last_batch_at": at.isoformat(),
+        "batch_items": batch_items,
+        "batches": batches,
+        "items": items,
+    }
 
 
 async def _renew_lease(ctx: JobContext[Any], renewed: float) -> float:

@@ -385,6 +385,12 @@ class RunRecord:
     consecutive_lapses: int = 0
     """J15: the lapses since its handler last settled it (``RetryPolicy.max_lapses`` bounds it);
     a release (drain, hand-back, lock held) leaves it as it was, an operator's retry resets it."""
+    progress: Mapping[str, Any] | None = None
+    """C3: a consumer's per-key run's last committed batch, as its batch's transaction recorded
+    it (:meth:`FencedRuns.record_progress`): ``{"lag": int | None, "last_batch_at": ISO-8601
+    text, "batch_items": int, "batches": int, "items": int}`` (the counts are this run's); None
+    for every other run, and for a consumer run before its first batch. Kept when the run
+    ends."""
 
 
 @runtime_checkable
@@ -763,6 +769,12 @@ class FencedRuns(Protocol):
     async def claim_state(self, run: ClaimedRun) -> str | None:
         """The state of ``run`` while the row still carries this claim's token, else None: how
         an ambiguous COMMIT (the connection lost during it) is resolved."""
+        ...
+
+    async def record_progress(self, run: ClaimedRun, progress: Mapping[str, Any]) -> bool:
+        """C3: store ``progress`` (a JSON object) as ``run``'s, inside the active unit of work
+        (a consumer's batch transaction: it commits with the batch or not at all), fenced on the
+        claim's token (J5): False, nothing written, when the claim is no longer current."""
         ...
 
 

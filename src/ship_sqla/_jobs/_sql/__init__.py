@@ -67,7 +67,8 @@ RUN_COLUMNS: Final = (
     "r.id, r.job_id, r.state, r.payload, r.key, r.dedupe_key, r.attempt, r.max_attempts,"
     " r.run_at, r.created_at, r.updated_at, r.finished_at, r.lease_expires_at, r.lease_token,"
     " r.claimed_by, r.last_error, r.history, r.snoozes, r.priority, r.cancel_requested_at,"
-    " r.tenant_id, r.parent_id, r.wait_for, r.lapses, r.consecutive_lapses"
+    " r.tenant_id, r.parent_id, r.wait_for, r.lapses, r.consecutive_lapses,"
+    " r.progress"
 )
 """``{cols}``: a run record's columns (:func:`~ship_sqla._jobs._admin.run_record` reads them)
 from the runs table aliased ``r``."""

@@ -14,6 +14,7 @@ __all__ = [
     "FENCE_RUN_FOR_UPDATE",
     "HEARTBEAT_COLUMNS",
     "HEARTBEAT_IF_TOKEN_CURRENT",
+    "RECORD_PROGRESS_IF_TOKEN_CURRENT",
     "SETTLE_COLUMNS",
     "SETTLE_IF_TOKEN_CURRENT",
 ]
@@ -134,3 +135,14 @@ SELECT r.state FROM {runs} r WHERE r.id = :id AND r.lease_token = :token
 """)
 """The state of run ``:id`` while its row carries claim ``:token``; no row: another claim holds
 it (or it is gone)."""
+
+RECORD_PROGRESS_IF_TOKEN_CURRENT: Final = Template("""
+-- C3: a consumer's batch's last statement but its cursor's, in the batch's transaction (after
+-- the J13 fence locked the row). <runs>_pkey, one probe; the token fences out a stale holder.
+UPDATE {runs} r SET progress = CAST(:progress AS jsonb)
+WHERE r.id = :id AND r.lease_token = :token AND r.state = 'running'
+RETURNING r.id
+""")
+"""Store ``:progress`` (JSON object text) as run ``:id``'s while claim ``:token`` holds it; no
+row: the claim is not current and nothing changed. The settle never touches the column, so the
+last batch's values stay on the finished run."""

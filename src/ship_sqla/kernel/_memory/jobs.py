@@ -139,6 +139,7 @@ class _Run:
         "parent_id",
         "payload_json",
         "priority",
+        "progress",
         "run_at",
         "run_id",
         "seq",
@@ -178,6 +179,7 @@ class _Run:
         self.snoozes = 0
         self.lapses = 0
         self.consecutive_lapses = 0
+        self.progress: dict[str, Any] | None = None
         self.worker: str | None = None
         self.cancel_requested_at: datetime | None = None
         self.parent_id: str | None = None
@@ -208,6 +210,7 @@ class _Run:
             wait_for=self.wait_for,
             lapses=self.lapses,
             consecutive_lapses=self.consecutive_lapses,
+            progress=None if self.progress is None else dict(self.progress),
         )
 
 
@@ -703,6 +706,22 @@ class InMemoryJobBackend(JobBackendBase):
         outcome = self._settle_one(settlement, self._clock.now())
         if settlement.makes_due(outcome, self._clock.now()):
             self.wake()
+
+    async def _record_progress(self, run: ClaimedRun, progress_json: str) -> bool:
+        tx = self._transaction("a run's progress")
+        holder = self._fenced.get(run.run_id)
+        if self._current(run) is None or (holder is not None and holder is not tx):
+            return False  # stale, or locked by another transaction (see _fence)
+        progress = json.loads(progress_json)
+
+        def apply() -> None:
+            # As the UPDATE becomes visible at the commit: only while the claim still holds.
+            stored = self._current(run)
+            if stored is not None:
+                stored.progress = progress
+
+        tx.on_commit(apply)
+        return True
 
     async def claim_state(self, run: ClaimedRun) -> str | None:
         stored = self._runs.get(run.run_id)
