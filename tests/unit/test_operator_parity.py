@@ -127,7 +127,7 @@ def _route_or_known_gap(action: OperatorAction) -> DashboardRoute:
     """The declared route; an action declared without one (None) is a known gap: an expected
     failure that says so, never a pass."""
     if action.dashboard is None:
-        pytest.xfail(f"{action.operation}: no dashboard form yet (issue 28, the backfills page)")
+        pytest.xfail(f"{action.operation}: no dashboard form yet")
     return action.dashboard
 
 
@@ -236,6 +236,7 @@ async def test_s1_each_declared_dashboard_route_runs_its_declared_operation(
     from ship_sqla import create_outbox, create_outbox_operations  # noqa: PLC0415
     from ship_sqla._dashboard import _csrf  # noqa: PLC0415
     from ship_sqla.errors import JobOperationRefusedError  # noqa: PLC0415
+    from ship_sqla.kernel import InMemoryBackfillLedger  # noqa: PLC0415
     from ship_sqla.kernel._jobs import define_job  # noqa: PLC0415
     from ship_sqla.operators import InMemoryAuditLog  # noqa: PLC0415
 
@@ -268,8 +269,11 @@ async def test_s1_each_declared_dashboard_route_runs_its_declared_operation(
         outbox_ids=["main"],
         definitions=[job],
         secret=SECRET,
+        backfills=InMemoryBackfillLedger(),
     )
-    path = declared.path.format(run_id=run_id, job_id=job.id, outbox_id="main")
+    path = declared.path.format(
+        run_id=run_id, job_id=job.id, outbox_id="main", backfill_id="parity.backfill"
+    )
     form = {
         _csrf.FIELD: _csrf.form_token(SECRET, SESSION),
         "id": [run_id] if action.operation.startswith("jobs.") else [str(_uuid())],

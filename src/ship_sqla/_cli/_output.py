@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from ship_sqla._jobs._tables import RUN_STATES as TABLE_RUN_STATES
+from ship_sqla.kernel._consumers import progress_summary
 from ship_sqla.kernel._workflows import CHILDREN_DONE, CHILDREN_WAIT
 
 if TYPE_CHECKING:
@@ -159,6 +160,7 @@ def format_run(record: RunRecord) -> str:
         ("cancel_requested", _when(record.cancel_requested_at)),
         ("parent", record.parent_id or "-"),
         ("waits_for", _waits_for(record.wait_for)),
+        ("progress", progress_summary(record.progress)),
         ("last_error", record.last_error or "-"),
         ("payload", json.dumps(record.payload, sort_keys=True)),
     ]

@@ -16,11 +16,13 @@ import click
 from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from ship_sqla._backfills import create_backfill_ledger, ship_backfills_table
 from ship_sqla._cli._operator import cli_actor
 from ship_sqla._cli._options import (
     audit_options,
     database_url_option,
     job_tables_options,
+    name_option,
     outbox_schema_option,
     outbox_table_option,
 )
@@ -77,6 +79,15 @@ __all__ = ["dashboard"]
 )
 @outbox_table_option("--outbox-table")
 @outbox_schema_option("--outbox-schema")
+@name_option(
+    "--backfills-table",
+    "table",
+    envvar="SHIP_SQLA_BACKFILLS_TABLE",
+    default=None,
+    help="Show the backfills of this ledger table (in --schema; e.g. ship_backfills) on the"
+    " Consumers & backfills page, with start and cancel.",
+    dest="backfills_table",
+)
 @audit_options
 def dashboard(
     *,
@@ -89,6 +100,7 @@ def dashboard(
     outbox_ids: tuple[str, ...],
     outbox_table: str,
     outbox_schema: str | None,
+    backfills_table: str | None,
     audit_table: str | None,
 ) -> None:
     """Serve the dashboard on HOST:PORT until Ctrl-C. Whoever reaches the address may do what
@@ -98,7 +110,8 @@ def dashboard(
 
     --registry APP:REGISTRY gives it the job definitions (the schedules' details, idle jobs);
     --outbox-id (repeatable) adds the outbox page for those outboxes, in the outbox table
-    --outbox-table (default ship_outbox) in --outbox-schema."""
+    --outbox-table (default ship_outbox) in --outbox-schema; --backfills-table the backfill
+    ledger the Consumers & backfills page lists."""
     try:
         import uvicorn  # noqa: PLC0415 - an optional dependency, only for this command
 
@@ -128,6 +141,12 @@ def dashboard(
         outbox=outbox,
         outbox_ids=outbox_ids,
         definitions=registry or (),
+        backfills=None
+        if backfills_table is None
+        else create_backfill_ledger(
+            database=engine,
+            table=ship_backfills_table(MetaData(), name=backfills_table, schema=tables.runs.schema),
+        ),
     )
     listening = _listen(host, port)
     bound = listening.getsockname()[1]

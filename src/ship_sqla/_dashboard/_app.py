@@ -58,7 +58,10 @@ from ship_sqla._dashboard._static import ASSETS
 from ship_sqla._dashboard._svg import throughput_chart
 from ship_sqla._jobs._backend import PostgresJobBackend
 from ship_sqla._schema_probe import MissingTablesError
+from ship_sqla.kernel._backfill_operations import BackfillOperations, create_backfill_operations
+from ship_sqla.kernel._backfills import BackfillLedger
 from ship_sqla.kernel._browse import run_order
+from ship_sqla.kernel._consumers import progress_summary
 from ship_sqla.kernel._errors import (
     ConfigurationError,
     InvalidCursorError,
@@ -72,6 +75,7 @@ from ship_sqla.kernel._operations import (
     create_job_operations,
 )
 from ship_sqla.kernel._plans.schedule import previous_occurrence
+from ship_sqla.kernel._ports import JobBackend
 from ship_sqla.kernel._serving import serving_of
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
 
@@ -83,7 +87,8 @@ if TYPE_CHECKING:
 
     from ship_sqla._outbox._operations import OutboxOperations
     from ship_sqla.kernel._audit import AuditSink
-    from ship_sqla.kernel._browse import RunOrder
+    from ship_sqla.kernel._backfills import BackfillRecord
+    from ship_sqla.kernel._browse import ConsumerKeyProgress, RunOrder
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import AdministeredBackend
     from ship_sqla.kernel._ports import RunRecord
@@ -99,6 +104,10 @@ user of ``request`` holds ``permission`` (``"ship.jobs:read"``, ``"ship.jobs:man
 ``"ship.outbox:read"``, ``"ship.outbox:manage"``); fail closed: anything but True refuses."""
 
 PAGE_SIZE: Final = 50
+CONSUMER_KEYS_SHOWN: Final = 200
+"""Consumer keys the Consumers & backfills page lists (one index probe each, C3)."""
+BACKFILLS_SHOWN: Final = 200
+"""Backfills the page lists (the ledger holds a handful per deploy)."""
 MAX_ACTOR_CHARS: Final = 200
 """The operator surfaces' bound on an actor's name."""
 OUTBOX_REDRIVE_PAGES: Final = 10
@@ -125,6 +134,7 @@ _NAV: Final = (
     ("/dead", "Dead letters"),
     ("/schedules", "Schedules"),
     ("/workers", "Workers"),
+    ("/consumers", "Consumers & backfills"),
     ("/outbox", "Outbox"),
     ("/upkeep", "Upkeep"),
     ("/audit", "Audit log"),
@@ -166,8 +176,12 @@ class _Dashboard:
         secret: bytes,
         definitions: Mapping[str, JobDefinition[Any]],
         refresh_seconds: float,
+        backfills: tuple[BackfillLedger, JobBackend] | None = None,
+        audit_sink: AuditSink | None = None,
     ) -> None:
         self.jobs = jobs
+        self.backfills = backfills
+        self.audit_sink = audit_sink
         self.authorizer = authorizer
         self.actor = actor
         self.outbox = outbox
@@ -200,6 +214,24 @@ class _Dashboard:
             )
         return self.outbox.acting_as(
             self.actor_of(request), authorizer=self._authorizer_for(request)
+        )
+
+    def backfill_ops(self, request: Request) -> BackfillOperations:
+        """The backfill operations (C4, C5) for ``request``'s user: the dashboard's authorizer,
+        its audit log and the request's actor, as the job operations."""
+        if self.backfills is None:
+            raise ConfigurationError(
+                "this dashboard was given no backfill ledger.",
+                fix="pass backfills=create_backfill_ledger(...) to create_dashboard (or"
+                " ship-sqla dashboard --backfills-table ship_backfills).",
+            )
+        ledger, backend = self.backfills
+        return create_backfill_operations(
+            ledger,
+            backend,
+            authorizer=self._authorizer_for(request),
+            audit=self.audit_sink,
+            actor=self.actor_of(request),
         )
 
     def actor_of(self, request: Request) -> str:
@@ -604,6 +636,8 @@ class _Dashboard:
                 ("Attempt", text(f"{record.attempt} of {record.max_attempts}")),
                 # J15: lapses (its worker died while it ran), in all and in a row.
                 ("Lapses", text(f"{record.lapses} ({record.consecutive_lapses} in a row)")),
+                # C3: a consumer run's last batch (lag, time, totals), recorded with the batch.
+                ("Progress", text(progress_summary(record.progress))),
                 ("Priority", text(record.priority)),
                 ("Tenant", text(record.tenant or "—")),
                 ("Dedupe key", text(record.dedupe_key or "—")),
@@ -766,6 +800,75 @@ class _Dashboard:
 
         return await self.page(request, "/workers", "Workers", body, poll=True)
 
+    async def consumers(self, request: Request) -> Response:
+        """C3, C4: each consumer key's lag and last batch (from its runs, one index probe per
+        key) and each backfill's ledger row (progress, pace, last key, stalled), with cancel
+        and start for a manager."""
+        base = self.base(request)
+
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:
+            keys = await ops.consumer_progress(limit=CONSUMER_KEYS_SHOWN + 1)
+            rows = [_consumer_row(base, k) for k in keys[:CONSUMER_KEYS_SHOWN]]
+            more = (
+                f'<p class="muted">The first {CONSUMER_KEYS_SHOWN} keys are shown.</p>'
+                if len(keys) > CONSUMER_KEYS_SHOWN
+                else ""
+            )
+            consumers = (
+                "<h2>Consumers</h2>"
+                + table(
+                    (
+                        "Consumer",
+                        "Key",
+                        "Lag",
+                        "Last batch",
+                        "Batches",
+                        "Items",
+                        "Run (last batch)",
+                        "Live run",
+                    ),
+                    rows,
+                    empty="No consumer key has committed a batch yet.",
+                )
+                + more
+            )
+            return (
+                consumers + "<h2>Backfills</h2>" + await self._backfill_table(request, can_manage)
+            )
+
+        return await self.page(request, "/consumers", "Consumers & backfills", body, poll=True)
+
+    async def _backfill_table(self, request: Request, can_manage: bool) -> Html:
+        if self.backfills is None:
+            return (
+                '<p class="muted" id="no-backfills">No backfill ledger given'
+                " (create_dashboard(backfills=create_backfill_ledger(...)), or ship-sqla"
+                " dashboard --backfills-table ship_backfills).</p>"
+            )
+        backfill_ops = self.backfill_ops(request)
+        records = await backfill_ops.list_backfills(limit=BACKFILLS_SHOWN)
+        now = backfill_ops.now()
+        base = self.base(request)
+        csrf = self.csrf(request) if can_manage else None
+        rows = [_backfill_row(base, r, now, csrf) for r in records]
+        return table(
+            (
+                "Backfill",
+                "Status",
+                "Pages",
+                "Rows",
+                "Pace",
+                "Last key",
+                "Started",
+                "Last progress",
+                "Stalled since",
+                "Required by",
+                "",
+            ),
+            rows,
+            empty="No backfill in the ledger.",
+        )
+
     async def outbox_page(self, request: Request) -> Response:
         base = self.base(request)
 
@@ -910,6 +1013,27 @@ class _Dashboard:
                 result = await ops.cancel(run_id)
                 return f"Cancel of {run_id}: {result.outcome}."
             return f"{verb.capitalize()} of {run_id}: done."
+
+        return await self.act(request, action)
+
+    async def backfill_action(self, request: Request) -> Response:
+        """A backfill's start or cancel (C4, C5): the backfill operations' own, audited."""
+        backfill_id, verb = request.path_params["backfill_id"], request.path_params["verb"]
+
+        async def action(_ops: JobOperations, _fields: dict[str, list[str]]) -> str:
+            if verb not in ("start", "cancel"):
+                raise _NotFound(
+                    f"A backfill has no action {verb[:40]!r}.",
+                    fix="use the Consumers & backfills page's buttons: start or cancel.",
+                )
+            backfill_ops = self.backfill_ops(request)
+            if verb == "cancel":
+                cancelled = await backfill_ops.cancel(backfill_id)
+                if cancelled.changed:
+                    return f"Backfill {backfill_id} is cancelled; start resumes it."
+                return f"Backfill {backfill_id} is {cancelled.record.state}: nothing changed."
+            started = await backfill_ops.start(backfill_id)
+            return f"Start of backfill {backfill_id}: {started.outcome}."
 
         return await self.act(request, action)
 
@@ -1067,6 +1191,67 @@ _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
+def _state_cell(state: str | None) -> Html:
+    return "—" if state is None else f'<span class="state-{text(state)}">{text(state)}</span>'
+
+
+def _consumer_row(base: str, k: ConsumerKeyProgress) -> tuple[Html, ...]:
+    """One consumer key (C3): its lag and last batch as its newest run recorded them, that run,
+    and the key's live run (its state; often a newer run, before its first batch)."""
+    progress = k.progress
+    lag = progress.get("lag")
+    last = progress.get("last_batch_at")
+    try:
+        last_at = datetime.fromisoformat(last) if isinstance(last, str) else None
+    except ValueError:
+        last_at = None
+    live = (
+        "—"
+        if k.live_run_id is None
+        else link(base, "/runs/" + quote(k.live_run_id, safe="/"), k.live_state or "")
+    )
+    return (
+        text(k.job_id),
+        text(k.key),
+        text("—" if lag is None else f"{lag:,}" if isinstance(lag, int) else lag),
+        at(last_at) if last_at is not None else text(last or "—"),
+        text(progress.get("batches", "—")),
+        text(progress.get("items", "—")),
+        link(base, "/runs/" + quote(k.run_id, safe="/"), k.run_id) + " " + _state_cell(k.state),
+        live,
+    )
+
+
+def _backfill_row(
+    base: str, r: BackfillRecord, now: datetime, csrf: str | None
+) -> tuple[Html, ...]:
+    """One backfill's ledger row (C4): progress, pace, last key, stalled; the manager's start
+    (a pending, failed or cancelled one) or cancel (a live one)."""
+    status = r.status(now)
+    stalled = r.stalled_since(now)
+    here = f"{base}/backfills/{quote(r.id, safe='')}"
+    action = ""
+    if csrf is not None:
+        if r.live:
+            action = button_form(f"{here}/cancel", "Cancel", csrf=csrf, back=base + "/consumers")
+        elif r.state != "completed":
+            action = button_form(f"{here}/start", "Start", csrf=csrf, back=base + "/consumers")
+    last_key = "—" if r.last_key is None else ", ".join(str(part) for part in r.last_key)
+    return (
+        text(r.id),
+        _state_cell(status),
+        text(f"{r.pages:,}"),
+        text(f"{r.rows:,}"),
+        text("—" if r.pace is None else f"{r.pace:g} pages/s"),
+        f"<code>{text(last_key[:120])}</code>",
+        at(r.started_at),
+        at(r.updated_at),
+        at(stalled),
+        text(r.required_by or "—"),
+        action,
+    )
+
+
 def _serving_cell(served: Serving | None, job_id: str) -> Html:
     """How many live workers serve ``job_id`` (issue 27 item 8): 'none' when workers are live
     and none declares it (its runs wait until one starts; a mistyped id waits forever)."""
@@ -1205,6 +1390,7 @@ def create_dashboard(
     definitions: Iterable[JobDefinition[Any]] = (),
     secret: bytes | str | None = None,
     refresh_seconds: float = 10.0,
+    backfills: BackfillLedger | None = None,
 ) -> Starlette:
     """The operator dashboard over ``backend`` (any job backend), an ASGI application to mount
     anywhere (``app.mount("/ops", create_dashboard(...))``) or serve alone
@@ -1225,7 +1411,11 @@ def create_dashboard(
       jobs on the overview.
     - ``secret``: signs CSRF tokens and page cursors (at least 16 bytes; default random per
       process: give every replica behind one load balancer the same one).
-    - ``refresh_seconds``: how often the overview and workers pages refresh themselves (0: never).
+    - ``refresh_seconds``: how often the overview, workers and consumers pages refresh
+      themselves (0: never).
+    - ``backfills``: the backfill ledger (:func:`~ship_sqla.backfills.create_backfill_ledger`)
+      whose backfills the Consumers & backfills page lists, with start and cancel (C4, C5);
+      ``backend`` must then be a whole job backend (the backfills' runs live there).
     """
     if not callable(authorizer):
         raise ConfigurationError(
@@ -1251,6 +1441,8 @@ def create_dashboard(
         secret=key_bytes,
         definitions={d.id: d for d in definitions},
         refresh_seconds=refresh_seconds,
+        backfills=_checked_backfills(backfills, backend),
+        audit_sink=audit,
     )
     tables = _TablesCheck(backend)
     return _DashboardApp(
@@ -1275,6 +1467,8 @@ def _routes(state: _Dashboard) -> list[Route]:
         Route("/dead/bulk", state.dead_bulk, methods=["POST"]),
         Route("/schedules", state.schedules, methods=["GET"]),
         Route("/workers", state.workers, methods=["GET"]),
+        Route("/consumers", state.consumers, methods=["GET"]),
+        Route("/backfills/{backfill_id}/{verb}", state.backfill_action, methods=["POST"]),
         Route("/outbox", state.outbox_page, methods=["GET"]),
         Route("/outbox/{outbox_id}/redrive", state.outbox_redrive, methods=["POST"]),
         Route("/outbox/{outbox_id}/purge", state.outbox_purge, methods=["POST"]),
@@ -1283,6 +1477,26 @@ def _routes(state: _Dashboard) -> list[Route]:
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
         Route("/audit", state.audit, methods=["GET"]),
     ]
+
+
+def _checked_backfills(
+    ledger: BackfillLedger | None, backend: AdministeredBackend
+) -> tuple[BackfillLedger, JobBackend] | None:
+    if ledger is None:
+        return None
+    if not isinstance(ledger, BackfillLedger):
+        raise ConfigurationError(
+            f"backfills must be a backfill ledger, got {type(ledger).__name__}.",
+            fix="pass backfills=create_backfill_ledger(database=engine) (or an"
+            " InMemoryBackfillLedger), or omit it.",
+        )
+    if not isinstance(backend, JobBackend):
+        raise ConfigurationError(
+            "backfills= needs the dashboard's backend to be a whole job backend: a backfill's"
+            " start enqueues its run and its cancel cancels it there.",
+            fix="pass the backend from create_job_backend(...) (or InMemoryJobBackend).",
+        )
+    return ledger, backend
 
 
 def _checked_audit(

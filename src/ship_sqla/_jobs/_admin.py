@@ -31,6 +31,7 @@ from ship_sqla._jobs._sql.admin import (
     STATE_COUNTS,
 )
 from ship_sqla._jobs._sql.browse import (
+    CONSUMER_PROGRESS,
     LIST_FINISHED_ALL_JOBS,
     LIST_FINISHED_OF_JOB,
     LIST_RUNNING_ALL_JOBS,
@@ -46,6 +47,7 @@ from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._browse import (
     BrowsedRun,
     ClaimPosition,
+    ConsumerKeyProgress,
     CreatedPosition,
     LeasePosition,
     ScheduleState,
@@ -388,3 +390,28 @@ class PostgresRunAdmin:
             "schedules", self._s[SCHEDULE_STATES], {"limit": limit}, scope=None, by_name=True
         )
         return [ScheduleState(row.job_id, row.trigger, row.next_at, row.updated_at) for row in rows]
+
+    async def consumer_progress(
+        self, *, limit: int, after: tuple[str, str] | None = None
+    ) -> list[ConsumerKeyProgress]:
+        """CONSUMER_PROGRESS."""
+        params = {
+            "limit": limit,
+            "after_job": None if after is None else after[0],
+            "after_key": None if after is None else after[1],
+        }
+        rows = await self._connections.rows(
+            "consumer progress", self._s[CONSUMER_PROGRESS], params, scope=None, by_name=True
+        )
+        return [
+            ConsumerKeyProgress(
+                job_id=row.job_id,
+                key=row.key,
+                run_id=row.run_id,
+                state=row.state,
+                progress=row.progress,
+                live_run_id=row.live_run_id,
+                live_state=row.live_state,
+            )
+            for row in rows
+        ]

@@ -59,7 +59,7 @@ class OperatorAction:
     cli: CliVerb
     dashboard: DashboardRoute | None
     """None: the dashboard has no form for it yet, a known gap the parity test reports as an
-    expected failure (the backfills page, issue 28), never a silent one."""
+    expected failure, never a silent one."""
 
 
 _JOBS: Final = "ship.jobs:manage"
@@ -151,8 +151,12 @@ OPERATOR_ACTIONS: Final[tuple[OperatorAction, ...]] = (
         CliVerb(("outbox", "purge"), ("--outbox-id", "--older-than")),
         DashboardRoute("/outbox/{outbox_id}/purge"),
     ),
-    # backfills (C4, C5): no dashboard page yet (issue 28)
-    _backfills("start", CliVerb(("backfill", "start")), None),
-    _backfills("cancel", CliVerb(("backfill", "cancel")), None),
+    # backfills (C4, C5): the Consumers & backfills page's buttons
+    _backfills(
+        "start", CliVerb(("backfill", "start")), DashboardRoute("/backfills/{backfill_id}/start")
+    ),
+    _backfills(
+        "cancel", CliVerb(("backfill", "cancel")), DashboardRoute("/backfills/{backfill_id}/cancel")
+    ),
 )
 """Every operator action (S1), by concern and kind."""

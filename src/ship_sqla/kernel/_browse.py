@@ -26,22 +26,26 @@ counts at most ``cap`` finished runs per job and bucket. No read counts an unbou
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Final, Literal, Protocol, TypeAlias, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import attrs
 
 from ship_sqla.kernel._errors import InvalidCursorError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ship_sqla.kernel._cursor import CursorValue
     from ship_sqla.kernel._ports import RunRecord, RunState
 
 __all__ = [
     "MAX_BROWSE_JOBS",
+    "MAX_CONSUMER_KEYS",
     "MAX_THROUGHPUT_BUCKETS",
     "MAX_THROUGHPUT_CAP",
     "BrowsedRun",
     "ClaimPosition",
+    "ConsumerKeyProgress",
     "CreatedPosition",
     "LeasePosition",
     "RunBrowser",
@@ -58,6 +62,8 @@ __all__ = [
 
 MAX_BROWSE_JOBS: Final = 200
 """Jobs a page of runs across every job merges (one index range each)."""
+MAX_CONSUMER_KEYS: Final = 1_000
+"""Consumer keys one read of their progress returns at most (one index probe each, C3)."""
 MAX_THROUGHPUT_BUCKETS: Final = 120
 MAX_THROUGHPUT_CAP: Final = 100_000
 """Finished runs counted per job and bucket at most (the count's cost)."""
@@ -233,6 +239,23 @@ class ScheduleState:
     updated_at: datetime | None = None
 
 
+@attrs.frozen
+class ConsumerKeyProgress:
+    """One consumer key's last committed batch (C3), as the runs table holds it: ``job_id`` is
+    the consumer's id (its per-key job), ``run_id`` / ``state`` / ``progress`` the key's newest
+    run that recorded progress (:attr:`RunRecord.progress <ship_sqla.kernel.RunRecord.progress>`),
+    and ``live_run_id`` / ``live_state`` the key's waiting or running run, if any (often a newer
+    one, before its first batch)."""
+
+    job_id: str
+    key: str
+    run_id: str
+    state: RunState
+    progress: Mapping[str, Any]
+    live_run_id: str | None = None
+    live_state: RunState | None = None
+
+
 @runtime_checkable
 class RunBrowser(Protocol):
     """The dashboard's reads (S2); it checks no permission (the operator surface does)."""
@@ -250,4 +273,11 @@ class RunBrowser(Protocol):
 
     async def schedule_states(self, *, limit: int) -> list[ScheduleState]:
         """At most ``limit`` scheduled jobs' states, by job id."""
+        ...
+
+    async def consumer_progress(
+        self, *, limit: int, after: tuple[str, str] | None = None
+    ) -> list[ConsumerKeyProgress]:
+        """C3: at most ``limit`` consumer keys with recorded progress, by (consumer id, key),
+        after the pair ``after`` (None: from the first)."""
         ...

@@ -64,7 +64,7 @@ from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._ports import EnqueueRequest, JobLeaseStaleError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable, Iterator
+    from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 
     from ship_sqla.kernel._job_context import JobContext
     from ship_sqla.kernel._workflows import UnitOfWorkLike
@@ -79,6 +79,7 @@ __all__ = [
     "ConsumerProgress",
     "ConsumerRunEnqueueError",
     "define_consumer",
+    "progress_summary",
     "run_progress",
 ]
 
@@ -423,6 +424,21 @@ class Consumer(Generic[Item, C]):
         )
         consumer_metrics().record_batch(self.id, key, count, at.timestamp(), lag)
         logger.debug("consumer %s key %r: batch of %d committed, lag %s", self.id, key, count, lag)
+
+
+def progress_summary(progress: Mapping[str, Any] | None) -> str:
+    """C3: a consumer run's last batch, in one line: its lag (the application's unit), when it
+    committed, and the run's batches and items; ``-`` for a run that records none."""
+    if progress is None:
+        return "-"
+    lag = progress.get("lag")
+    parts = [
+        f"lag {'-' if lag is None else lag}",
+        f"last batch {progress.get('last_batch_at', '-')}",
+    ]
+    if "batches" in progress or "items" in progress:
+        parts.append(f"{progress.get('batches', '-')} batches, {progress.get('items', '-')} items")
+    return ", ".join(parts)
 
 
 def run_progress(

@@ -42,6 +42,7 @@ from ship_sqla.kernel._authorize import (
 )
 from ship_sqla.kernel._browse import (
     MAX_BROWSE_JOBS,
+    MAX_CONSUMER_KEYS,
     MAX_THROUGHPUT_BUCKETS,
     MAX_THROUGHPUT_CAP,
     RunBrowser,
@@ -76,7 +77,7 @@ from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
-    from ship_sqla.kernel._browse import ScheduleState, ThroughputBucket
+    from ship_sqla.kernel._browse import ConsumerKeyProgress, ScheduleState, ThroughputBucket
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._ports import (
         JobDemand,
@@ -1008,6 +1009,21 @@ class JobOperations:
         await self._authorize_read("schedules")
         _require_within("schedules limit", limit, MAX_PAUSED_JOBS, fix="ask for fewer.")
         return await self._browser().schedule_states(limit=limit)
+
+    async def consumer_progress(
+        self, *, limit: int = 200, after: tuple[str, str] | None = None
+    ) -> list[ConsumerKeyProgress]:
+        """C3: each consumer key's last committed batch (lag, time, counts) and the state of
+        its run, by (consumer id, key), at most ``limit`` (1..1,000) keys after the pair
+        ``after``; keys that never committed a batch are not listed."""
+        await self._authorize_read("consumer_progress")
+        _require_within(
+            "consumer_progress limit",
+            limit,
+            MAX_CONSUMER_KEYS,
+            fix=f"ask for at most {MAX_CONSUMER_KEYS} keys and pass after= for the rest.",
+        )
+        return await self._browser().consumer_progress(limit=limit, after=after)
 
     async def audit_entries(
         self, *, limit: int = 100, before: int | None = None

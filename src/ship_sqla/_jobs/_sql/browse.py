@@ -29,6 +29,9 @@ A page across jobs finds the jobs with runs in the state by a loose scan of the 
 probe per job, at most ``:max_jobs``), reads each job's page and merges them: at most
 ``:max_jobs`` times the one-job bound. Throughput finds the jobs with finished runs by a loose
 scan of ``<runs>_finished_idx`` and counts at most ``:cap`` entries of each job per bucket.
+The Consumers page (C3, CONSUMER_PROGRESS) finds the (consumer, key) pairs with progress by a
+loose scan of ``<runs>_progress_idx`` (at most ``:limit`` pairs) and reads each pair's latest
+run with progress there and its live run through ``<runs>_dedupe_idx``.
 
 Every statement is bounded whatever the table size and index-served
 (``tests/integration/test_dashboard_explain.py`` proves the plans at 1,000,000 runs).
@@ -42,6 +45,7 @@ from ship_sqla._jobs._sql._levels import levels
 from ship_sqla._sql import Template
 
 __all__ = [
+    "CONSUMER_PROGRESS",
     "LIST_FINISHED_ALL_JOBS",
     "LIST_FINISHED_OF_JOB",
     "LIST_RUNNING_ALL_JOBS",
@@ -275,3 +279,44 @@ ORDER BY s.job_id
 LIMIT CAST(:limit AS integer)
 """)
 """The scheduled jobs' state rows (J9): trigger, next occurrence, last change."""
+
+CONSUMER_PROGRESS: Final = Template("""
+WITH RECURSIVE pairs(job_id, key, n) AS (
+    -- <runs>_progress_idx (job_id, key, seq), a loose index scan over the (consumer, key) pairs
+    -- with recorded progress (its predicate word for word), from the page's start: one probe
+    -- each, at most :limit.
+    (SELECT r.job_id, r.key, 1 FROM {runs} r
+     WHERE r.progress IS NOT NULL
+       AND (r.job_id, r.key) > (coalesce(CAST(:after_job AS text), ''),
+                                coalesce(CAST(:after_key AS text), ''))
+     ORDER BY r.job_id, r.key LIMIT 1)
+    UNION ALL
+    SELECT x.job_id, x.key, p.n + 1 FROM pairs p
+    CROSS JOIN LATERAL (
+        SELECT r.job_id, r.key FROM {runs} r
+        WHERE r.progress IS NOT NULL AND (r.job_id, r.key) > (p.job_id, p.key)
+        ORDER BY r.job_id, r.key LIMIT 1
+    ) x
+    WHERE p.n < CAST(:limit AS integer)
+)
+SELECT p.job_id, p.key, latest.id AS run_id, latest.state, latest.progress,
+       live.id AS live_run_id, live.state AS live_state
+FROM pairs p
+CROSS JOIN LATERAL (
+    -- <runs>_progress_idx: the key's newest run with progress (the last batch committed).
+    SELECT r.id, r.state, r.progress FROM {runs} r
+    WHERE r.progress IS NOT NULL AND r.job_id = p.job_id AND r.key = p.key
+    ORDER BY r.seq DESC LIMIT 1
+) latest
+LEFT JOIN LATERAL (
+    -- <runs>_dedupe_idx: the key's live run (C2: a consumer's runs are deduplicated by key).
+    SELECT r.id, r.state FROM {runs} r
+    WHERE r.dedupe_key IS NOT NULL AND r.state IN ('waiting', 'running')
+      AND r.job_id = p.job_id AND r.dedupe_key = p.key
+    LIMIT 1
+) live ON true
+ORDER BY p.job_id, p.key
+""")
+"""C3: at most ``:limit`` consumer keys with recorded progress, by (consumer id, key) after
+(``:after_job``, ``:after_key``) (NULL: from the first): each key's newest run with progress
+(its id, state and progress) and its live (waiting or running) run, if any."""

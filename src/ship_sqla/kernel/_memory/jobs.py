@@ -62,6 +62,7 @@ from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._browse import (
     BrowsedRun,
     ClaimPosition,
+    ConsumerKeyProgress,
     CreatedPosition,
     LeasePosition,
     ScheduleState,
@@ -1158,6 +1159,39 @@ class InMemoryRunAdmin:
                     sum(c[1] for c in groups),
                     sum(c[2] for c in groups),
                     any(c[0] >= cap for c in groups),
+                )
+            )
+        return result
+
+    async def consumer_progress(
+        self, *, limit: int, after: tuple[str, str] | None = None
+    ) -> list[ConsumerKeyProgress]:
+        """Each (consumer, key)'s newest run with progress, and its live run (C3)."""
+        newest: dict[tuple[str, str], _Run] = {}
+        live: dict[tuple[str, str], _Run] = {}
+        for run in self._backend._runs.values():  # noqa: SLF001
+            if run.key is None:
+                continue
+            pair = (run.job_id, run.key)
+            if after is not None and pair <= after:
+                continue
+            if run.progress is not None and (pair not in newest or newest[pair].seq < run.seq):
+                newest[pair] = run
+            if run.dedupe_key == run.key and run.state in ("waiting", "running"):
+                live[pair] = run
+        result = []
+        for pair in sorted(newest)[:limit]:
+            run, now_live = newest[pair], live.get(pair)
+            assert run.progress is not None  # noqa: S101 - selected above
+            result.append(
+                ConsumerKeyProgress(
+                    job_id=pair[0],
+                    key=pair[1],
+                    run_id=run.run_id,
+                    state=run.state,
+                    progress=dict(run.progress),
+                    live_run_id=None if now_live is None else now_live.run_id,
+                    live_state=None if now_live is None else now_live.state,
                 )
             )
         return result
