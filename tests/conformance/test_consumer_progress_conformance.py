@@ -17,6 +17,8 @@ from spy_backend import SpyBackend
 from ship_sqla import define_job, start_job_runtime
 from ship_sqla.consumers import define_consumer
 from ship_sqla.errors import ConfigurationError
+from ship_sqla.jobs import Concurrency, IdempotencyPolicy
+from ship_sqla.kernel import completed
 from ship_sqla.kernel._browse import RunQuery
 
 LIMIT = 15.0
@@ -167,3 +169,59 @@ async def test_c3_progress_outside_a_unit_of_work_or_not_json_is_refused(
     record = await backend.admin.get_run(run.run_id)
     assert record is not None
     assert record.progress is None
+
+
+def _keyed(name: str) -> Any:
+    """A job keyed as a consumer's per-key job is (C2): one live run per key (its dedupe key)
+    and a single runner per key."""
+
+    async def noop(ctx: Any, payload: Any) -> None:
+        pass
+
+    return define_job(
+        name,
+        noop,
+        payload=dict,
+        idempotency=IdempotencyPolicy(key=lambda p: p["key"]),
+        concurrency=Concurrency(single_runner=True, key=lambda p: p["key"]),
+    )
+
+
+async def test_c3_consumer_progress_lists_each_keys_last_batch_and_live_run(
+    clock, job_backend_factory
+):
+    """C3, S2: the dashboard's read lists each (consumer, key) that recorded progress, in
+    (consumer, key) order: its newest run with progress (kept after it completed) and the key's
+    live run (a newer one, before its first batch); a key without progress is not listed;
+    ``after`` pages on."""
+    backend = job_backend_factory(clock)
+    kit = await consumer_kit_for(backend)
+    job = _keyed("c3.keys")
+    for key in ("b", "a", "quiet"):
+        await backend.enqueue(job, {"key": key})
+    claimed = await backend.claim(claim_request(job, worker="w1", limit=3))
+    assert len(claimed) == 3
+    by_key = {run.key: run for run in claimed}
+
+    async def record(repositories: Any) -> None:
+        for key in ("a", "b"):
+            assert await backend.record_progress(by_key[key], {"lag": ord(key), "items": 2})
+
+    await kit.uow.run(record)
+    assert await backend.settle([completed(run) for run in claimed]) == ["completed"] * 3
+    again = await backend.enqueue(job, {"key": "a"})  # the supervisor's next arm of key a
+    assert again.accepted
+    assert not again.deduplicated
+
+    listed = await backend.admin.consumer_progress(limit=10)
+    assert [(k.job_id, k.key) for k in listed] == [("c3.keys", "a"), ("c3.keys", "b")]
+    a, b = listed
+    assert (a.run_id, a.state, dict(a.progress)) == (
+        by_key["a"].run_id,
+        "completed",
+        {"lag": ord("a"), "items": 2},
+    )
+    assert (a.live_run_id, a.live_state) == (again.run_id, "waiting")
+    assert (b.live_run_id, b.live_state) == (None, None)
+    assert await backend.admin.consumer_progress(limit=1) == [a]
+    assert await backend.admin.consumer_progress(limit=10, after=("c3.keys", "a")) == [b]

@@ -65,6 +65,7 @@ from ship_sqla import (
     create_outbox_operations,
     ship_outbox_table,
 )
+from ship_sqla._backfills import create_backfill_ledger, ship_backfills_table
 from ship_sqla._dashboard import _csrf
 from ship_sqla._dashboard._filters import Parameter
 from ship_sqla._dashboard._static import STYLESHEET
@@ -182,6 +183,10 @@ def slots_of(app: Starlette) -> list[Slot]:
     return found
 
 
+DONE_BACKFILL = "fz.done"
+"""A completed backfill: the valid ``backfill_id`` (a cancel leaves it as it is)."""
+
+
 @attrs.frozen
 class Fuzzed:
     """The dashboard over seeded tables, and the valid value of every slot."""
@@ -200,8 +205,11 @@ class Fuzzed:
             if route.path.startswith("/jobs/")
             else "cleanup"
             if route.path.startswith("/upkeep/")
+            else "cancel"
+            if route.path.startswith("/backfills/")
             else "retry",
             "job_id": REPORT.id,
+            "backfill_id": DONE_BACKFILL,
             "outbox_id": "main",
             "name": STYLESHEET,
         }.get(name, "x")
@@ -282,12 +290,15 @@ class Fuzzed:
 @pytest.fixture
 async def fuzzed(ship_engine: AsyncEngine) -> Fuzzed:
     """Two dead runs and a waiting run of dash.mail, a completed run of dash.report, a pending
-    outbox message; the dashboard over them with the audit log and the outbox."""
+    outbox message, a completed backfill (its cancel changes nothing); the dashboard over them
+    with the audit log, the outbox and the backfill ledger."""
     metadata, runs, state, workers, audit_table = dashboard_tables()
     outbox_table = ship_outbox_table(MetaData())
+    backfills_table = ship_backfills_table(MetaData())
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
         await connection.run_sync(outbox_table.metadata.create_all)
+        await connection.run_sync(backfills_table.metadata.create_all)
     backend = create_job_backend(
         database=ship_engine, table=runs, state_table=state, workers_table=workers
     )
@@ -299,6 +310,11 @@ async def fuzzed(ship_engine: AsyncEngine) -> Fuzzed:
     outbox = create_outbox(database=ship_engine, table=outbox_table)
     await outbox.enqueue("main", "topic", {"n": 1})
     audit = create_audit_log(database=ship_engine, table=audit_table)
+    ledger = create_backfill_ledger(database=ship_engine, table=backfills_table)
+    await ledger.begin(
+        DONE_BACKFILL, run_id="r", token=1, pace=1.0, stall_after=60.0, required_by=None
+    )
+    assert await ledger.finish(DONE_BACKFILL, run_id="r", token=1, state="completed")
     app = create_dashboard(
         backend,
         authorizer=authorizer,
@@ -309,10 +325,10 @@ async def fuzzed(ship_engine: AsyncEngine) -> Fuzzed:
         definitions=[MAIL, REPORT],
         secret=SECRET,
         refresh_seconds=0,
+        backfills=ledger,
     )
-    return Fuzzed(
-        app, ship_engine, (runs, state, workers, audit_table, outbox_table), run.run_id, tuple(dead)
-    )
+    tables = (runs, state, workers, audit_table, outbox_table, backfills_table)
+    return Fuzzed(app, ship_engine, tables, run.run_id, tuple(dead))
 
 
 def test_the_fuzzer_reads_the_names_from_the_code() -> None:

@@ -1225,8 +1225,9 @@ def _consumer_row(base: str, k: ConsumerKeyProgress) -> tuple[Html, ...]:
 def _backfill_row(
     base: str, r: BackfillRecord, now: datetime, csrf: str | None
 ) -> tuple[Html, ...]:
-    """One backfill's ledger row (C4): progress, pace, last key, stalled; the manager's start
-    (a pending, failed or cancelled one) or cancel (a live one)."""
+    """One backfill's ledger row (C4): progress, pace, last key, stalled; the manager's cancel
+    (a live one: pending or running) or start (a failed or cancelled one: it resumes from its
+    last key)."""
     status = r.status(now)
     stalled = r.stalled_since(now)
     here = f"{base}/backfills/{quote(r.id, safe='')}"
