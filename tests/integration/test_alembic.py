@@ -232,3 +232,19 @@ def test_autogenerate_adds_the_workflow_tables_and_columns_to_tables_from_before
         "ship_job_events_match_idx",
     ):
         assert f"'{index}'" in source
+
+
+def test_autogenerate_adds_consumer_progress_to_a_runs_table_from_before_it(
+    alembic_config,
+) -> None:
+    """T2 for C3: on a runs table as it was before consumer progress (no ``progress``, so no
+    ``<runs>_progress_idx``), autogenerate adds the column and the index; after upgrade head,
+    alembic check reports no difference."""
+    source = _migrated_from(
+        alembic_config,
+        ["ALTER TABLE ship_job_runs DROP COLUMN progress"],  # drops the index built on it
+        message="consumer progress",
+        rev_id="0010",
+    )
+    assert "add_column('ship_job_runs', sa.Column('progress'" in source
+    assert "ship_job_runs_progress_idx" in source
