@@ -53,6 +53,7 @@ _COMPONENTS: Final = {
     "outbox": "outbox",
     "idempotency": "idempotency",
     "audit": "audit",
+    "backfills": "backfills",
 }
 """Each ship table's kind, and the ``schema apply --only`` component that creates it (its name
 option is ``--<kind>-table``)."""

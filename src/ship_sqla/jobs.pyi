@@ -1,5 +1,6 @@
 from ship_sqla._jobs import PostgresJobBackend as PostgresJobBackend
 from ship_sqla._notify import Listener as Listener
+from ship_sqla.kernel._browse import ConsumerKeyProgress as ConsumerKeyProgress
 from ship_sqla.kernel._browse import ScheduleState as ScheduleState
 from ship_sqla.kernel._browse import ThroughputBucket as ThroughputBucket
 from ship_sqla.kernel._job_context import Cancellation as Cancellation
@@ -60,6 +61,7 @@ __all__ = (
     "CancelResult",
     "Cancellation",
     "Concurrency",
+    "ConsumerKeyProgress",
     "EnqueueRequest",
     "EnqueueResult",
     "FailureKind",

@@ -10,12 +10,14 @@ from typing import Any
 
 import httpx
 import pytest
-from dashboard_support import actor, authorizer, csrf_of
+from dashboard_support import actor, authorizer, csrf_of, dashboard_tables
 from job_helpers import claim_request
+from sqlalchemy import MetaData
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from ship_sqla import create_dashboard, define_job
+from ship_sqla import create_dashboard, create_job_backend, create_unit_of_work, define_job
+from ship_sqla._backfills import create_backfill_ledger, ship_backfills_table
 from ship_sqla.jobs import Concurrency, IdempotencyPolicy
 from ship_sqla.kernel import (
     InMemoryBackfillLedger,
@@ -67,7 +69,7 @@ def client(backend, audit, ledger):
     )
 
 
-async def _consumer_keys(backend: Any, clock: Any) -> dict[str, Any]:
+async def _consumer_keys(backend: Any, clock: Any, uow: Any = None) -> dict[str, Any]:
     """Key ``k1`` committed a batch (lag 1234) and its run completed, then the supervisor armed
     it again (a waiting run); key ``k2`` is in its first run, before any batch."""
     await backend.enqueue(FEED, {"key": "k1"})
@@ -84,7 +86,7 @@ async def _consumer_keys(backend: Any, clock: Any) -> dict[str, Any]:
         }
         assert await backend.record_progress(runs["k1"], progress)
 
-    await InMemoryUnitOfWork().run(batch)
+    await (uow or InMemoryUnitOfWork()).run(batch)
     assert await backend.settle([completed(runs["k1"])]) == ["completed"]
     again = await backend.enqueue(FEED, {"key": "k1"})
     return {"k1": runs["k1"].run_id, "k1.next": again.run_id, "k2": runs["k2"].run_id}
@@ -224,3 +226,28 @@ async def test_the_page_without_a_ledger_says_how_to_give_one(backend, audit):
     assert refused.status_code == 400
     assert "backfill ledger" in refused.text
     assert audit.entries == []
+
+
+async def test_on_postgres_a_missing_ledger_table_is_named_on_the_page(ship_engine, audit):
+    """C3, C4 on PostgreSQL: the page reads the consumer keys from the runs table and, when
+    the ledger's table does not exist, says so in place of the backfills (the table and the
+    ``schema apply --only backfills`` command), never a 500; the consumer keys still show."""
+    metadata, runs, state, workers, _ = dashboard_tables()
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    backend = create_job_backend(
+        database=ship_engine, table=runs, state_table=state, workers_table=workers
+    )
+    ids = await _consumer_keys(
+        backend, backend.clock, create_unit_of_work(ship_engine, repositories=lambda scope: scope)
+    )
+    ledger = create_backfill_ledger(database=ship_engine, table=ship_backfills_table(MetaData()))
+    client = _client(
+        create_dashboard(backend, authorizer=authorizer, actor=actor, audit=audit, backfills=ledger)
+    )
+    page = await client.get("/ops/consumers", headers={"x-user": "admin"})
+    assert page.status_code == 200, page.text
+    assert ids["k1"] in page.text
+    assert "1,234" in page.text
+    assert "SHIP_SQLA_TABLES_MISSING" in page.text
+    assert "--only backfills" in page.text

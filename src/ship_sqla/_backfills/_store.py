@@ -18,6 +18,7 @@ from ship_sqla._backfills._sql import (
 )
 from ship_sqla._backfills._tables import ship_backfills_table
 from ship_sqla._naming import quoted_table
+from ship_sqla._schema_probe import Needed, require_tables
 from ship_sqla._scope import OWN, StoreConnections
 from ship_sqla._sql import Statements
 from ship_sqla._sql_time import now_bound
@@ -65,10 +66,11 @@ class PostgresBackfillLedger:
     """A :class:`~ship_sqla.kernel.BackfillLedger` on one ledger table. Build with
     :func:`create_backfill_ledger`."""
 
-    __slots__ = ("_clock", "_connections", "_s", "table")
+    __slots__ = ("_clock", "_connections", "_s", "_tables_seen", "table")
 
     def __init__(self, *, database: Database, table: Table, clock: Clock) -> None:
         self.table = table
+        self._tables_seen = False
         self._clock = clock
         self._connections = StoreConnections(database, name="backfill ledger")
         self._s = Statements({"{backfills}": quoted_table(table)})
@@ -76,6 +78,15 @@ class PostgresBackfillLedger:
     @property
     def clock(self) -> Clock:
         return self._clock
+
+    async def require_tables(self, surface: str) -> None:
+        """Return once the ledger table has been seen to exist (one probe, asked until it
+        answers); else raise :class:`~ship_sqla.errors.MissingTablesError` naming it,
+        ``surface`` and the ``ship-sqla schema apply --only backfills`` command."""
+        if not self._tables_seen:
+            self._tables_seen = await require_tables(
+                self._connections, [Needed.table(self.table, "backfills")], surface=surface
+            )
 
     async def _rows(self, what: str, template: Any, params: dict[str, Any], scope: Any) -> Any:  # noqa: ANN401
         params = {"now": now_bound(self._clock), **params}

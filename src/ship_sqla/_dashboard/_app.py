@@ -846,6 +846,12 @@ class _Dashboard:
                 " dashboard --backfills-table ship_backfills).</p>"
             )
         backfill_ops = self.backfill_ops(request)
+        probe = getattr(self.backfills[0], "require_tables", None)
+        if probe is not None:  # the PostgreSQL ledger: a missing table says so, in place
+            try:
+                await probe("the dashboard's backfills")
+            except MissingTablesError as exc:
+                return f'<p class="error" id="no-backfills">{text(exc)}</p>'
         records = await backfill_ops.list_backfills(limit=BACKFILLS_SHOWN)
         now = backfill_ops.now()
         base = self.base(request)

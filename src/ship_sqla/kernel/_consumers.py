@@ -602,8 +602,9 @@ def define_consumer(
     - ``transaction``: the unit of work of every batch (and of the cursor's load).
     - ``batch``: items per transaction at most, 1 to 10,000 (default 100).
     - ``rearm``: minutes between the supervisor's ticks, dividing an hour (default 1), UTC.
-    - ``lag(ctx, key, cursor)``: optional, how far behind the key is (``total - done``),
-      reported after each batch (C3).
+    - ``lag(ctx, key, cursor)``: optional, how far behind the key is (``total - done``) past
+      each batch's cursor, asked inside the batch's transaction and recorded on the run with
+      it (C3: ``RunRecord.progress``); keep it a cheap read.
     - ``lease``: the per-key run's lease (renewed before each batch and heartbeated between
       them; a batch's transaction holds the run's row, so no claim retakes it meanwhile, and
       one batch must take less than the lease); ``retry``: its retry policy.

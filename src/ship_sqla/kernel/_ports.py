@@ -753,8 +753,9 @@ committed before the fence: the run ends cancelled, K2)."""
 
 @runtime_checkable
 class FencedRuns(Protocol):
-    """The storage side of a transactional handler (J13, J14), implemented by every job backend.
-    Both calls join the active unit of work (the job's ``transaction``)."""
+    """The storage side of a transactional handler (J13, J14) and of a consumer's batch (C1,
+    C3), implemented by every job backend. ``fence``, ``settle_within`` and
+    ``record_progress`` join the active unit of work (the job's ``transaction``)."""
 
     async def fence(self, run: ClaimedRun) -> FenceAnswer:
         """Lock ``run``'s row until the active transaction ends and say whether the claim is
