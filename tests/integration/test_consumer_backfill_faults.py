@@ -463,6 +463,11 @@ async def test_consumers_and_backfills_survive_kill_9_and_a_postgres_crash(
     cursors = dict(await query(engine, "SELECT key, position FROM fc_cursors"))
     visits = await query(engine, "SELECT item_id, token FROM bf_visits")
     pages = await query(engine, "SELECT first_id, last_id, token FROM bf_pages ORDER BY first_id")
+    lapses_found = await query(
+        engine,
+        "SELECT coalesce(sum(lapses), 0) FROM ship_job_runs WHERE job_id = ANY(:jobs)",
+        jobs=[CONSUMER_ID, BACKFILL_ID],
+    )
     [ledger] = await query(
         engine,
         "SELECT state, pages, rows, CAST(last_key ->> 0 AS integer) FROM ship_backfills"
@@ -490,13 +495,20 @@ async def test_consumers_and_backfills_survive_kill_9_and_a_postgres_crash(
     assert all(last_batch[item] in by_token for item in stream), "an item's last batch is lost"
     assert sum(redelivered.values()) == sum(len(delivered[t]["ids"]) for t in uncommitted)
 
-    # J6, J13: each killed batch committed nothing, and its items came again from another worker.
+    # J6, J13: each killed batch committed nothing; its items were committed by another process
+    # (the killed one is gone), after the run's lease lapsed and a claim retook it.
     faults = plan.faults
     killed_batches = [f["token"] for f in faults if f["fault"] == "consumer"]
     assert not set(killed_batches) & set(by_token), "a killed batch committed"
+    for token in killed_batches:
+        killed = delivered[token]
+        assert all(delivered[last_batch[i]]["pid"] != killed["pid"] for i in killed["ids"])
     killed_pages = [f["token"] for f in faults if f["fault"] == "backfill"]
+    [(lapses,)] = lapses_found
+    assert lapses >= len(killed_batches) + len(killed_pages), f"{lapses} lapses"
 
-    # C4: every row visited once, each committed page once, tiling 1..ROWS; the ledger agrees.
+    # C4: every row visited once, each committed page once, tiling 1..ROWS; the ledger agrees;
+    # each killed page's rows were committed by another process.
     visited = Counter(item for item, _token in visits)
     assert set(visited) == set(range(1, ROWS + 1)), "a backfill row was never visited"
     assert max(visited.values()) == 1, Counter(visited.values())
@@ -508,6 +520,11 @@ async def test_consumers_and_backfills_survive_kill_9_and_a_postgres_crash(
         token: last - first + 1 for first, last, token in pages
     }
     assert not set(killed_pages) & set(page_tokens), "a killed page committed"
+    committed_page = {i: page["token"] for page in plan.pages for i in page["ids"]}
+    pids = {page["token"]: page["pid"] for page in plan.pages}
+    for token in killed_pages:
+        killed = next(page for page in plan.pages if page["token"] == token)
+        assert all(pids[committed_page[i]] != killed["pid"] for i in killed["ids"])
     assert ledger == ("completed", len(pages), ROWS, ROWS)
     pages_redelivered = len(plan.pages) - len(pages)
 
@@ -522,6 +539,7 @@ async def test_consumers_and_backfills_survive_kill_9_and_a_postgres_crash(
             "backfill_mid_page": len(killed_pages),
         },
         "postgres_restarts": sum(1 for f in faults if f["fault"] == "restart"),
+        "lapsed_leases_retaken": lapses,
         "batches_delivered": len(plan.batches),
         "batches_committed": len(by_token),
         "redeliveries": sum(redelivered.values()),

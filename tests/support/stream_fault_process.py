@@ -16,7 +16,8 @@ with two things to do:
 No table has a unique constraint on what it records: a duplicate commit would show.
 
 Each batch and page writes its rows first, then prints one JSON line (``{"event": "batch",
-"token": ..., "key": ..., "ids": [...]}`` or ``{"event": "page", "token": ..., "ids": [...]}``),
+"token": ..., "pid": ..., "key": ..., "ids": [...]}`` or ``{"event": "page", "token": ...,
+"pid": ..., "ids": [...]}``),
 then waits for the test's ``go TOKEN`` line on stdin before it returns (and its transaction
 commits): the test kills a process instead of answering, so the kill lands mid-batch, with the
 batch's rows written and not committed, every time. ``{"event": "ready"}`` once running; on
@@ -103,7 +104,7 @@ class Gate:
     async def passed(self, token: str, **line: Any) -> None:
         """Print ``line`` with ``token`` and wait for the test's go."""
         waiting = self._waiting.setdefault(token, asyncio.get_running_loop().create_future())
-        emit(token=token, **line)
+        emit(token=token, pid=os.getpid(), **line)
         try:
             await waiting
         finally:
