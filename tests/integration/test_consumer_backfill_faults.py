@@ -41,7 +41,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -59,6 +59,9 @@ from ship_sqla import create_job_backend, create_unit_of_work
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.backfills import create_backfill_operations
 from ship_sqla.consumers import define_consumer
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 PROCESS = Path(__file__).parents[1] / "support" / "stream_fault_process.py"
 
@@ -417,7 +420,7 @@ async def watch(engine: AsyncEngine, snapshots: Snapshots) -> bool:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Any:
+def cluster() -> Iterator[Cluster]:
     with private_cluster({"synchronous_commit": "on", "max_connections": "60"}) as owned:
         yield owned
 
