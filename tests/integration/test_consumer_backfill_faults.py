@@ -392,7 +392,12 @@ class Fleet:
         return [w for w in self.workers if not w.killed]
 
     async def stop(self) -> dict[int, int | None]:
-        """SIGTERM the live workers (a drain: their lines are still answered); exit codes."""
+        """SIGTERM the live workers (a drain: their lines are still answered); exit codes. A
+        replacement still starting is waited for first (before its handler is installed,
+        SIGTERM would kill it)."""
+        with anyio.fail_after(30):
+            for worker in self.live:
+                await worker.ready.wait()
         for worker in self.live:
             if worker.process.returncode is None:
                 worker.process.send_signal(signal.SIGTERM)
@@ -450,9 +455,11 @@ async def test_consumers_and_backfills_survive_kill_9_and_a_postgres_crash(
             exits = await fleet.stop()
             # The readers end at their processes' EOF, every line recorded.
     finally:
-        for worker in fleet.workers if fleet is not None else ():
-            if worker.process.returncode is None:
-                worker.process.kill()
+        with anyio.CancelScope(shield=True), anyio.fail_after(30):
+            for worker in fleet.workers if fleet is not None else ():
+                if worker.process.returncode is None:
+                    worker.process.kill()
+                await worker.process.aclose()
     wall = time.monotonic() - began
     stderr = {w.number: w.stderr.read_text(errors="replace")[-1500:] for w in fleet.workers}
     assert done, f"not finished within {DEADLINE:g} s after faults {plan.faults}; {stderr}"
