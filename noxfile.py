@@ -76,16 +76,28 @@ def tests_large(session: nox.Session) -> None:
 
 @nox.session
 def chaos(session: nox.Session) -> None:
-    """The workflow chaos test at full size (issue 14): 1,000 workflow runs on worker processes
-    killed with ``kill -9``; prints its figures (the ``chaos:`` line, BENCHMARKS.md)."""
+    """The chaos tests at full size: 1,000 workflow runs on worker processes killed with
+    ``kill -9`` (issue 14, the ``chaos:`` line), and consumers and a backfill through 12 kills
+    mid-batch and a PostgreSQL crash (issue 28, the ``stream faults:`` line); each prints its
+    figures (BENCHMARKS.md)."""
+    python = _python(session)
     session.run(
-        _python(session),
+        python,
         "-m",
         "pytest",
         "tests/integration/test_workflow_chaos.py",
         "-s",
         *session.posargs,
         env={"SHIP_SQLA_CHAOS_RUNS": "1000"},
+    )
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "tests/integration/test_consumer_backfill_faults.py",
+        "-s",
+        *session.posargs,
+        env={"SHIP_SQLA_STREAM_FAULTS_SIZE": "large"},
     )
 
 

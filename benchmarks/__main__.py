@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, str] = {
     "cancel": "benchmarks.cancel",
     "workflows": "benchmarks.workflows",
     "transactional": "benchmarks.transactional",
+    "consumer": "benchmarks.consumer",
     "backfill": "benchmarks.backfill",
     "ablations": "benchmarks.ablations",
     "peers": "benchmarks.peers",

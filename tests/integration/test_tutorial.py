@@ -1,4 +1,5 @@
-"""Issue 27, item 12: the tutorial (docs/tutorial/) runs as written, every code block of it.
+"""Issue 27, item 12: the tutorial (docs/tutorial/) runs as written, every code block of it
+(issue 28 added its step 5: a consumer over a table-backed stream, a backfill of a new column).
 
 The pages are followed as a newcomer follows them, in order, in one folder and on one empty
 database: a ``python`` block whose first line is ``# file: NAME`` starts the file NAME in that
@@ -47,6 +48,30 @@ PRINTS = {
     "python place_order.py": ["order 1 placed, its message waits in the outbox"],
     "python relay.py": ["relayed message ", ": order.placed {'order_id': 1}"],
     "ship-sqla worker worker:registry --burst": ["receipt for order "],
+    "python more_orders.py": ["twenty more orders placed"],
+    "ship-sqla worker sales:registry --burst": [
+        "acme: orders 1-10 tallied",
+        "acme: orders 11-20 tallied",
+        "acme: orders 21-21 tallied",
+    ],
+    "python migrate_0002.py": ["orders.total_cents added"],
+    "ship-sqla worker fill_cents:registry --burst": [
+        "filled 10 orders up to acme/10",
+        "filled 10 orders up to acme/20",
+        "filled 1 orders up to acme/21",
+    ],
+    "ship-sqla backfill start shop.orders.total_cents": [
+        "backfill shop.orders.total_cents started"
+    ],
+    "ship-sqla backfill status": [
+        (
+            "shop.orders.total_cents  completed  pages 3  rows 21  pace 5/s"
+            " required by 0002_orders_total_cents"
+        )
+    ],
+    "ship-sqla backfill verify --required-by 0002_orders_total_cents": [
+        "every required backfill is completed."
+    ],
 }
 # ... and what the whole session prints, in this order (step 3's two worker runs).
 TRANSCRIPT = [
@@ -142,8 +167,9 @@ async def test_friction_12_the_tutorial_runs_as_written(
     ship_server: ResolvedServer, tmp_path: Path
 ) -> None:
     """Issue 27 item 12: every code block of docs/tutorial/*.md, in order, on an empty database
-    (the ship tables come from the page's own ``ship-sqla schema apply``): J3, O1, U1."""
-    assert [p.name[:2] for p in PAGES] == ["1-", "2-", "3-", "4-"]
+    (the ship tables come from the page's own ``ship-sqla schema apply``): J3, O1, U1; step 5,
+    C1 (a consumer's batches and cursor), C4 and C5 (a paced backfill and the deploy gate)."""
+    assert [p.name[:2] for p in PAGES] == ["1-", "2-", "3-", "4-", "5-"]
     factory = DatabaseFactory(ship_server)
     async with factory.private(name="ship_sqla_test_tutorial") as (url, _engine):
         plain = make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
