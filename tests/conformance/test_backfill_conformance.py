@@ -173,6 +173,30 @@ async def test_c4_slots_are_start_to_start_so_a_pages_work_does_not_slow_the_rat
     assert await kit.effects() == IDS
 
 
+async def test_c4_a_late_wake_up_does_not_slow_the_pace(clock, job_backend_factory):
+    """C4: each slot is measured from the slot it was due at, not from the (late) wake-up, so a
+    pass whose wake-ups come late keeps its declared pace on average (the lateness does not add
+    up); a page that ran a whole interval past its slot starts the count from now, never a
+    burst."""
+    backend, kit = await _kit(job_backend_factory, clock)
+    starts: list[float] = []
+
+    async def handle(ctx: Any, rows: Any, repositories: Any) -> None:
+        starts.append(clock.monotonic())
+        for row in rows:
+            await repositories.visit(row.id)
+
+    backfill = _backfill(kit, pace=0.5, handle=handle)
+    ctx = JobContext.standalone(await _claimed(backend, backfill))
+    clock.asked.clear()
+    await _drive(clock, ctx, backfill, 2.1)  # every wake-up comes 0.1 s past the end of its wait
+    assert starts == pytest.approx([0.0, 2.1, 4.2, 6.3, 8.4])
+    # Each wait asked only for what was left of its slot (due at 2, 4, 6, 8): the lateness was
+    # paid back, not added up (measured from the wake-ups, each would have asked for 2.0).
+    assert clock.asked == pytest.approx([2.0, 1.9, 1.8, 1.7])
+    assert await kit.effects() == IDS
+
+
 async def test_c4_a_crash_resumes_from_the_last_checkpoint_each_page_committed_once(
     clock, job_backend_factory
 ):

@@ -184,8 +184,9 @@ async def main(url: str, config: dict[str, Any]) -> None:
         ledger=create_backfill_ledger(database=engine, table=ledger_table),
         transaction=uow,
     )
-    # The backfill job's lease and backoff are the job defaults (30 s, backoff from 1 s): this
-    # test shortens them so a killed holder's run is retaken in seconds (J6), not minutes.
+    # The backfill job's backoff is BACKFILL_RETRY's (from 1 s) and its lease is set here with
+    # it (define_backfill(lease=) sets the lease alone): a killed holder's run is retaken in
+    # seconds (J6), not minutes.
     backfill_job = attrs.evolve(
         backfill.job,
         concurrency=Concurrency(single_runner=True, lease=lease),

@@ -94,3 +94,12 @@ def test_c4_a_backfill_runs_as_one_single_runner_job_and_the_stand_in_enqueues_a
     [alike] = prepare_runs(stand_in, request, trace_context=None, tenant=None)
     for field in ("key", "max_attempts", "dedupe_key", "priority", "payload_json"):
         assert getattr(real, field) == getattr(alike, field), field
+    assert job.concurrency.lease == 30.0
+
+
+def test_c4_the_pass_lease_is_declared() -> None:
+    """C4: ``lease=`` sets the pass's job lease (how soon another worker resumes a pass whose
+    worker died); a bad one is refused at definition."""
+    assert _declare(lease=timedelta(seconds=5)).job.concurrency.lease == 5.0
+    with pytest.raises(ConfigurationError, match="lease"):
+        _declare(lease=0)

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, get_args, runti
 
 import attrs
 
+from ship_sqla.kernel._durations import MAX_LEASE, require_duration
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._jobs import Concurrency, JobDefinition, RetryPolicy, define_job, is_job_id
 from ship_sqla.kernel._ports import JobLeaseStaleError
@@ -271,6 +272,10 @@ def backfill_dedupe_key(backfill_id: str) -> str:
     return f"backfill:{backfill_id}"
 
 
+DEFAULT_LEASE: Final = 30.0
+"""A pass's lease (seconds) unless ``define_backfill(lease=)`` says otherwise: the job default."""
+
+
 def backfill_job_stand_in(backfill_id: str) -> JobDefinition[dict[str, Any]]:
     """What a start enqueues without the application's definition (``ship-sqla backfill
     start``): the same job id, single-runner key and attempts as :attr:`Backfill.job`; the
@@ -282,12 +287,14 @@ def backfill_job_stand_in(backfill_id: str) -> JobDefinition[dict[str, Any]]:
     return _job(backfill_id, _defined_by_the_application)
 
 
-def _job(backfill_id: str, handler: Callable[..., Awaitable[None]]) -> JobDefinition[Any]:
+def _job(
+    backfill_id: str, handler: Callable[..., Awaitable[None]], lease: float = DEFAULT_LEASE
+) -> JobDefinition[Any]:
     return define_job(
         backfill_id,
         handler,
         payload=dict,
-        concurrency=Concurrency(single_runner=True),
+        concurrency=Concurrency(single_runner=True, lease=lease),
         retry=BACKFILL_RETRY,
     )
 
@@ -312,10 +319,13 @@ class Backfill:
     stall_after: float
     transaction: UnitOfWorkLike | None
     required_by: str | None
+    lease: float = DEFAULT_LEASE
+    """The pass's lease (seconds): how soon another worker resumes a pass whose worker died."""
     job: JobDefinition[dict[str, Any]] = attrs.field(init=False, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
-        object.__setattr__(self, "job", _job(self.id, _Pass(self)))  # derived, frozen class
+        job = _job(self.id, _Pass(self), self.lease)
+        object.__setattr__(self, "job", job)  # derived, frozen class
 
     @property
     def interval(self) -> float:
@@ -347,6 +357,7 @@ def define_backfill(
     required_by: str | None = None,
     page_size: int = DEFAULT_PAGE_SIZE,
     stall_after: float | timedelta | None = None,
+    lease: float | timedelta = DEFAULT_LEASE,
 ) -> Backfill:
     """Declare a backfill (C4, C5): one pass over ``source`` in key order, ``page_size`` rows
     a page, ``pace`` pages per second (> 0, fleet-wide), each page handed to ``handle`` and
@@ -357,7 +368,8 @@ def define_backfill(
     page's effect commits exactly once). ``required_by``: the migration (revision label) that
     needs it done (C5: ``ship-sqla backfill verify`` fails until it is completed).
     ``stall_after`` (seconds): no checkpoint for that long while live is stalled (default
-    ``max(300, 10 / pace)``).
+    ``max(300, 10 / pace)``). ``lease`` (seconds, default 30): the pass's lease, so how soon
+    another worker resumes a pass whose worker died (heartbeated every third of it).
     """
     _check_parts(id, source, handle)
     rate = _positive_number(
@@ -369,6 +381,8 @@ def define_backfill(
     )
     _check_knobs(id, ledger, page_size, transaction, required_by)
     stall = _stall_after(id, stall_after, rate)
+    seconds = lease.total_seconds() if isinstance(lease, timedelta) else lease
+    lease_seconds = require_duration(seconds, f"backfill {id!r}: lease", maximum=MAX_LEASE)
     return Backfill(
         id=id,
         source=source,
@@ -379,6 +393,7 @@ def define_backfill(
         stall_after=stall,
         transaction=transaction,
         required_by=required_by,
+        lease=lease_seconds,
     )
 
 
@@ -485,11 +500,17 @@ class _Pass:
         clock = backfill.ledger.clock
         # The first page of a resumed pass waits for the slot after the last checkpoint.
         last_at = record.updated_at if record.pages > 0 else None
+        interval = timedelta(seconds=backfill.interval)
         while True:
             if last_at is not None:
                 await _wait_for_slot(ctx, clock, last_at, backfill.interval)
-            # Slots are start to start: the next page's is measured from this one's start.
-            last_at = clock.now()
+            # Slots are start to start, each measured from the slot it was due at, not from the
+            # wake-up (a little late every time: that lateness would add up, and the pass fall
+            # below its pace); a page that ran past its slot starts the count again from now,
+            # so the pass never bursts to catch up.
+            now = clock.now()
+            due = None if last_at is None else last_at + interval
+            last_at = due if due is not None and now - due < interval else now
             state = _PageState(record)
             if backfill.transaction is None:
                 await self._page(ctx, state, None)
