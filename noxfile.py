@@ -76,16 +76,18 @@ def tests_large(session: nox.Session) -> None:
 
 @nox.session
 def chaos(session: nox.Session) -> None:
-    """The workflow chaos test at full size (issue 14): 1,000 workflow runs on worker processes
-    killed with ``kill -9``; prints its figures (the ``chaos:`` line, BENCHMARKS.md)."""
+    """The chaos tests at full size, on worker processes killed with ``kill -9``: 1,000 workflow
+    runs (issue 14; the ``chaos:`` line, BENCHMARKS.md) and 10,000 transactional runs against a
+    plain-handler control (issue 37; the ``tx chaos:`` line); each prints its figures."""
     session.run(
         _python(session),
         "-m",
         "pytest",
         "tests/integration/test_workflow_chaos.py",
+        "tests/integration/test_transactional_chaos.py",
         "-s",
         *session.posargs,
-        env={"SHIP_SQLA_CHAOS_RUNS": "1000"},
+        env={"SHIP_SQLA_CHAOS_RUNS": "1000", "SHIP_SQLA_TX_CHAOS_RUNS": "10000"},
     )
 
 
