@@ -10,12 +10,15 @@ handler, completion, as :class:`~ship_sqla.kernel._runtime.fused.FusedAttempt` r
 current or a stale claim, to completion, to a handler that raises, to a COMMIT that fails
 before it applies or applies and loses its answer, or after an operator's cancel of its run;
 the holder survives (the executor's rule settles what the transaction left: K4, the claim state
-read after a lost COMMIT) or crashes (nothing more); the frozen clock moves past leases (J6).
+read after a lost COMMIT) or crashes (nothing more); a claim by another worker while a holder's
+transaction holds the fence (the handler paused after its writes, its lease lapsed or not); the
+frozen clock moves past leases (J6).
 
 After every step: the database equals the model (runs, effects, outbox messages, inbox marks);
 each run has 0 or 1 effect, 1 exactly when it completed through its handler (not as a
 duplicate); each inbox key has at most one effect; outbox messages equal effects; a key is
-marked exactly when it has an effect; and every stale holder's attempt changed nothing (J14).
+marked exactly when it has an effect; every stale holder's attempt changed nothing, and no
+claim took a fenced run (J14).
 
 The COMMIT faults: in memory ``InMemoryUnitOfWork.commit_fault``; on PostgreSQL
 :class:`FaultyUnitOfWork` around the real unit of work: ``"before"`` raises as the last thing in
@@ -27,12 +30,14 @@ history quotes the error) agree on both sides.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections import Counter
 from collections.abc import Coroutine, Iterator
 from datetime import timedelta
 from typing import Any, ClassVar, TypeVar
 
+import anyio
 import attrs
 import pytest
 from anyio.from_thread import BlockingPortal
@@ -40,7 +45,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 from job_helpers import claim_request
-from machine_support import Claim, module_database, normalized, run_machine
+from machine_support import Claim, module_database, normalized, replay_machine, run_machine
 from sqlalchemy import Column, MetaData, Table, Text, insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -313,9 +318,15 @@ class TransactionalMachine(RuleBasedStateMachine):
         self.run(self._truncate())
         self.clock = FrozenClock()
         self.handler_raises = False
+        # (entered, release): the handler tells it made its writes, then waits for release.
+        self.pause: tuple[asyncio.Event, asyncio.Event] | None = None
 
         async def handler(ctx: Any, payload: Any, repositories: Any) -> None:
             await repositories.write(ctx.run_id, payload["key"])
+            if self.pause is not None:
+                entered, release = self.pause
+                entered.set()
+                await release.wait()
             if self.handler_raises:
                 raise BoomError("the handler failed after its writes")
 
@@ -403,6 +414,55 @@ class TransactionalMachine(RuleBasedStateMachine):
         actual = self.run(
             self.pg.backend.claim(claim_request(self.pg.job, worker=worker, limit=limit))
         )
+        self.claimed(expected, actual, worker)
+
+    @precondition(lambda self: self.claims)
+    @rule(
+        pick=st.integers(min_value=0, max_value=1_000),
+        worker=st.sampled_from(["A", "B"]),
+        lapse=st.booleans(),
+    )
+    def claim_while_fenced(self, pick: int, worker: str, lapse: bool) -> None:
+        """J14: while a current holder's transaction holds the fence (its writes made; with
+        ``lapse`` its lease lapsed meanwhile), another claim skips the run: it is neither
+        retaken nor, on its final attempt, dead-lettered; other runs are claimed alike on both
+        sides. Released, the holder's transaction commits once (J13)."""
+        claim, is_stale = self.pick(pick, stale=False)
+        if is_stale:
+            return
+        if lapse:
+            self.clock.advance(LEASE + 1)
+        expected, expected_end = self.run(self.fenced_claim(self.model, claim.model, worker))
+        actual, actual_end = self.run(self.fenced_claim(self.pg, claim.pg, worker))
+        assert claim.pg.run_id not in [r.run_id for r in actual]
+        assert claim.pg.run_id not in [r.run_id for r in actual.buried]
+        self.claimed(expected, actual, worker)
+        assert actual_end == expected_end
+        ENDINGS["fenced", *actual_end] += 1
+
+    async def fenced_claim(self, side: Any, run: Any, worker: str) -> tuple[Any, Any]:
+        """A claim by ``worker`` while ``run``'s attempt waits in its handler (this task holds no
+        unit of work: the claim runs on its own connection), then the attempt's end; the claim
+        must not take ``run`` either way."""
+        entered, release = asyncio.Event(), asyncio.Event()
+        self.pause = (entered, release)
+        holder = asyncio.create_task(attempt(side, run, self.clock, fault=None, survives=True))
+        # An attempt that ends without calling the handler (a duplicate, a cancel before the
+        # fence, a mismatch) ends its transaction first: the claim then comes after it.
+        holder.add_done_callback(lambda _: entered.set())
+        try:
+            with anyio.fail_after(10):
+                await entered.wait()
+                claimed = await side.backend.claim(claim_request(side.job, worker=worker, limit=3))
+        finally:
+            self.pause = None
+            release.set()
+            with anyio.fail_after(10):
+                ended = await holder
+        return claimed, ended
+
+    def claimed(self, expected: Any, actual: Any, worker: str) -> None:
+        """Both claims took the same runs: record them (their tokens differ)."""
         assert [(r.run_id, r.attempt) for r in actual] == [(r.run_id, r.attempt) for r in expected]
         assert sorted(actual.buried, key=str) == sorted(expected.buried, key=str)
         for pg_run, model_run in zip(actual, expected, strict=True):
@@ -504,8 +564,34 @@ def test_transactional_handlers_match_the_model(tx_database: str) -> None:
     handler, a failed COMMIT or a crash rolled it all back; a duplicate completed without
     calling the handler); each inbox key has at most one effect and is marked exactly when it
     has one (I1); the outbox holds one message per effect (O1); a stale holder's attempt is
-    refused and changes nothing on either side (J14, J5); lapsed leases are retaken or
-    dead-lettered alike (J6); a terminal run stays terminal."""
+    refused and changes nothing on either side (J14, J5); a claim made while a holder's
+    transaction holds the fence neither retakes nor dead-letters that run, lease lapsed or not
+    (J14); lapsed leases are retaken or dead-lettered alike (J6); a terminal run stays
+    terminal."""
     ENDINGS.clear()
     run_machine(TransactionalMachine, tx_database, metadata, SETTINGS)
     print(f"\ntransactional machine, attempts ended: {dict(ENDINGS)}")  # noqa: T201 - with -s
+
+
+def test_a_fenced_run_on_its_final_attempt_is_not_dead_lettered(tx_database: str) -> None:
+    """J14, J6: a run on its final attempt whose lease lapsed while its holder's transaction
+    holds the fence is neither retaken nor dead-lettered by a claim (PostgreSQL's claim skips
+    the locked row; the model skips the fenced run); the holder then commits it, once (J13)."""
+
+    def steps(state: TransactionalMachine) -> None:
+        state.some_runs(keys=["k1"])
+        for _ in range(2):
+            state.claim(worker="A", limit=1)
+            state.holder_attempt(pick=0, stale=False, ending="raise", survives=True)
+            state.advance(seconds=LEASE + 1)
+        state.claim(worker="A", limit=1)
+        state.database_equals_model_and_exactly_once_holds()
+        [running] = [r for r in state.model_records().values() if r.state == "running"]
+        assert running.attempt == running.max_attempts
+        state.claim_while_fenced(pick=0, worker="B", lapse=True)
+        state.database_equals_model_and_exactly_once_holds()
+        [record] = state.model_records().values()
+        assert record.state == "completed"
+        assert state.run(state.pg.effects()) == [(record.run_id, "k1")]
+
+    replay_machine(TransactionalMachine, tx_database, metadata, steps)
