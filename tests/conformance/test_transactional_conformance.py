@@ -337,3 +337,31 @@ async def test_j14_a_cancel_committed_before_the_fence_ends_the_run_cancelled(
     assert outcome == "cancelled"
     assert (await record_of(backend, result.run_id)).state == "cancelled"
     assert await kit.effects() == []
+
+
+async def test_k2_j14_a_cancel_reaches_a_transactional_handler_inside_its_transaction(
+    clock, job_backend_factory
+):
+    """K2, J14: an operator cancels a run whose transactional handler is inside its transaction
+    (the fence held, its writes made): the cancel does not wait for the handler to end; the
+    holder learns it at once, its handler is cancelled, everything it wrote rolls back, and the
+    run ends cancelled."""
+    backend = SpyBackend(job_backend_factory(clock))
+    kit = await kit_for(backend, clock)
+    entered = anyio.Event()
+
+    async def handler(ctx, payload, repositories):
+        await repositories.add_effect("never committed")
+        entered.set()
+        await anyio.Event().wait()  # works until it is cancelled
+
+    job = define_job("j14.cancel-inside", handler, payload=dict, transaction=kit.uow)
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime([job], backend=backend, worker_id="w1"):
+        with anyio.fail_after(10):
+            await entered.wait()
+            await backend.admin.cancel(result.run_id)
+        await backend.wait_settled("cancel", 1)
+    record = await record_of(backend, result.run_id)
+    assert record.state == "cancelled"
+    assert await kit.effects() == []
