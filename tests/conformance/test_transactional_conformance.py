@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from job_helpers import ErrorLog, claim_request, record_of
+from job_helpers import ErrorLog, advance_until_awaited, claim_request, record_of
 from spy_backend import SpyBackend
 from transactional_kit import kit_for
 
@@ -100,12 +100,11 @@ async def test_j13_a_raising_handler_rolls_everything_back_then_k4_settles(
     )
     result = await backend.enqueue(job, {})
 
-    async def second_attempt_committed() -> bool:
-        if backend.settled("fail"):
-            clock.advance(1.0)  # the retry falls due; the frozen poll wakes
-        return len(backend.calls.get("settle_within", ())) >= 1
-
-    await _serve(backend, [job], second_attempt_committed)
+    async with await start_job_runtime([job], backend=backend, worker_id="w1"):
+        await backend.wait_settled("fail", 1)
+        # Time moves in steps until the second attempt committed: moved only when a call was
+        # recorded, it could stop just before the runtime parked its poll (a lost wake-up).
+        await advance_until_awaited(clock, lambda: backend.wait_calls("settle_within", 1), step=0.5)
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt) == ("completed", 2)
     assert "boom after the writes" in record.history[0]["error"]
