@@ -76,19 +76,21 @@ def tests_large(session: nox.Session) -> None:
 
 @nox.session
 def chaos(session: nox.Session) -> None:
-    """The chaos tests at full size: 1,000 workflow runs on worker processes killed with
-    ``kill -9`` (issue 14, the ``chaos:`` line), and consumers and a backfill through 12 kills
-    mid-batch and a PostgreSQL crash (issue 28, the ``stream faults:`` line); each prints its
-    figures (BENCHMARKS.md)."""
+    """The chaos tests at full size, on worker processes killed with ``kill -9``: 1,000 workflow
+    runs (issue 14; the ``chaos:`` line, BENCHMARKS.md), 10,000 transactional runs against a
+    plain-handler control (issue 37; the ``tx chaos:`` line), and consumers and a backfill
+    through 12 kills mid-batch and a PostgreSQL crash (issue 28, the ``stream faults:`` line);
+    each prints its figures."""
     python = _python(session)
     session.run(
         python,
         "-m",
         "pytest",
         "tests/integration/test_workflow_chaos.py",
+        "tests/integration/test_transactional_chaos.py",
         "-s",
         *session.posargs,
-        env={"SHIP_SQLA_CHAOS_RUNS": "1000"},
+        env={"SHIP_SQLA_CHAOS_RUNS": "1000", "SHIP_SQLA_TX_CHAOS_RUNS": "10000"},
     )
     session.run(
         python,

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 import pytest
-from job_helpers import ErrorLog, claim_request, record_of
+from job_helpers import ErrorLog, advance_until_awaited, claim_request, record_of
 from spy_backend import SpyBackend
 from transactional_kit import kit_for
 
@@ -102,12 +102,11 @@ async def test_j13_a_raising_handler_rolls_everything_back_then_k4_settles(
     )
     result = await backend.enqueue(job, {})
 
-    async def second_attempt_committed() -> bool:
-        if backend.settled("fail"):
-            clock.advance(1.0)  # the retry falls due; the frozen poll wakes
-        return len(backend.calls.get("settle_within", ())) >= 1
-
-    await _serve(backend, [job], second_attempt_committed)
+    async with await start_job_runtime([job], backend=backend, worker_id="w1"):
+        await backend.wait_settled("fail", 1)
+        # Time moves in steps until the second attempt committed: moved only when a call was
+        # recorded, it could stop just before the runtime parked its poll (a lost wake-up).
+        await advance_until_awaited(clock, lambda: backend.wait_calls("settle_within", 1), step=0.5)
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt) == ("completed", 2)
     assert "boom after the writes" in record.history[0]["error"]
@@ -410,3 +409,31 @@ async def test_j13_an_ambiguous_commit_is_resolved_by_reading_the_run(clock, fau
     else:
         assert (record.attempt, await kit.effects()) == (2, ["attempt-2"])
     assert [e for e in errors.errors if getattr(e, "code", "") == "SHIP_SQLA_JOB_LEASE_STALE"] == []
+
+
+async def test_k2_j14_a_cancel_reaches_a_transactional_handler_inside_its_transaction(
+    clock, job_backend_factory
+):
+    """K2, J14: an operator cancels a run whose transactional handler is inside its transaction
+    (the fence held, its writes made): the cancel does not wait for the handler to end; the
+    holder learns it at once, its handler is cancelled, everything it wrote rolls back, and the
+    run ends cancelled."""
+    backend = SpyBackend(job_backend_factory(clock))
+    kit = await kit_for(backend, clock)
+    entered = anyio.Event()
+
+    async def handler(ctx, payload, repositories):
+        await repositories.add_effect("never committed")
+        entered.set()
+        await anyio.Event().wait()  # works until it is cancelled
+
+    job = define_job("j14.cancel-inside", handler, payload=dict, transaction=kit.uow)
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime([job], backend=backend, worker_id="w1"):
+        with anyio.fail_after(10):
+            await entered.wait()
+            await backend.admin.cancel(result.run_id)
+        await backend.wait_settled("cancel", 1)
+    record = await record_of(backend, result.run_id)
+    assert record.state == "cancelled"
+    assert await kit.effects() == []

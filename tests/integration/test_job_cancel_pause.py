@@ -199,3 +199,47 @@ async def test_k2_the_schema_check_reports_a_runs_table_from_before_cancel(
     [check] = [d for d in report.differences if d.kind == "constraint_definition"]
     assert "cancelled" in (check.metadata or "")
     assert "cancelled" not in (check.database or "")
+
+
+async def test_k2_j13_a_cancel_through_another_backend_stops_a_transactional_handler(
+    engines: Any,
+) -> None:
+    """K2, J13, J14: a run whose transactional handler is inside its transaction (its fence
+    locks the row until that transaction ends) is cancelled through another engine's backend:
+    the cancel does not wait for the handler; the worker's listener is told at once, the
+    handler is cancelled, its writes roll back, and the run ends cancelled."""
+    worker_engine, operator_engine = engines
+    async with worker_engine.begin() as connection:
+        await connection.exec_driver_sql("CREATE TABLE k2_effects (note text NOT NULL)")
+    clock = FrozenClock()
+    worker = SpyBackend(backend_on(worker_engine, clock))
+    operator = backend_on(operator_engine, clock, listen=False)
+    ops = create_job_operations(operator, authorizer=allow)
+    uow = create_unit_of_work(worker_engine, repositories=lambda scope: scope)
+    started = anyio.Event()
+
+    async def handler(ctx: Any, payload: Any, scope: TransactionScope) -> None:
+        await scope.connection.exec_driver_sql("INSERT INTO k2_effects VALUES ('never')")
+        started.set()
+        await anyio.sleep_forever()
+
+    job = define_job(
+        "k2.transactional",
+        handler,
+        payload=dict,
+        transaction=uow,
+        concurrency=Concurrency(lease=30),
+    )
+    result = await operator.enqueue(job, {})
+    assert result.run_id is not None
+    async with await start_job_runtime([job], backend=worker, poll_interval=3600.0):
+        with anyio.fail_after(10):
+            await worker.inner.listener.wait_live()
+            await started.wait()
+            # The request lands after the handler's rollback: before the holder's cancelled
+            # settle ("requested") or after it ("cancelled"), as the two race.
+            assert (await ops.cancel(result.run_id)).outcome in ("requested", "cancelled")
+        await worker.wait_settled("cancel", 1)
+    assert (await record_of(operator, result.run_id)).state == "cancelled"
+    async with operator_engine.connect() as connection:
+        assert (await connection.exec_driver_sql("SELECT count(*) FROM k2_effects")).scalar() == 0

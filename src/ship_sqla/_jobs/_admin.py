@@ -29,6 +29,7 @@ from ship_sqla._jobs._sql.admin import (
     RESUME_JOB,
     RETRY_DEAD,
     STATE_COUNTS,
+    TELL_FENCED_HOLDER,
 )
 from ship_sqla._jobs._sql.browse import (
     CONSUMER_PROGRESS,
@@ -208,12 +209,32 @@ class PostgresRunAdmin:
         """K2 (CANCEL_LIVE_RUN): a waiting run is cancelled; a running one's request is recorded
         and announced on the cancel channel in the same transaction (delivered on its commit,
         to every process's listener); this process's runtimes are told after the commit
-        without waiting for the notification. None: finished or unknown, nothing changed."""
+        without waiting for the notification. None: finished or unknown, nothing changed.
+        A run whose transactional handler is inside its transaction (J13) is announced first
+        (TELL_FENCED_HOLDER): its row is locked until that transaction ends; the holder may
+        then end it cancelled before the request lands, and the cancelled run is answered."""
         params = {"id": run_id, "channel": self._cancel_channel, "now": self._now()}
+        # J13: a transactional handler's fence holds the row to its transaction's end; told
+        # first (in a statement of its own: delivered now, unless the caller's unit of work
+        # holds it to its commit), its handler is cancelled and rolls back, so the request
+        # below waits for that rollback instead of the handler's end.
+        told = await self._connections.rows(
+            "cancel",
+            self._s[TELL_FENCED_HOLDER],
+            {"id": run_id, "channel": self._cancel_channel},
+            scope=None,
+        )
+        if told:
+            await self._connections.after_commit(None, lambda: self._cancel_requested(run_id))
         rows = await self._connections.rows(
             "cancel", self._s[CANCEL_LIVE_RUN], params, scope=None, by_name=True
         )
         row = rows[0] if rows else None
+        if row is None and told:
+            # The holder, told first, may have ended the run cancelled before the request came
+            # (its own settle woke any parent): this cancel's doing, answered so.
+            ended = await self.get_run(run_id)
+            return ended if ended is not None and ended.state == "cancelled" else None
         if row is not None and row.told:
             await self._connections.after_commit(None, lambda: self._cancel_requested(run_id))
         record = None if row is None else run_record(row)

@@ -27,6 +27,7 @@ __all__ = [
     "RESUME_JOB",
     "RETRY_DEAD",
     "STATE_COUNTS",
+    "TELL_FENCED_HOLDER",
 ]
 
 GET_RUN: Final = Template("SELECT {cols} FROM {runs} r WHERE r.id = :id")
@@ -121,6 +122,21 @@ FROM changed c
 recorded (the first request's time is kept) and announced on the backend's cancel channel,
 whose listeners (the runtimes of every process) cancel the handler; the holder's heartbeat
 answers it too. One row (the run as it is after) or none: the run is finished or unknown."""
+
+TELL_FENCED_HOLDER: Final = Template("""
+SELECT CAST(pg_notify(CAST(:channel AS text), r.id) AS text) IS NOT NULL AS told
+FROM {runs} r
+-- <runs>_pkey, one probe. FOR KEY SHARE conflicts with FOR UPDATE alone: the row is skipped
+-- while a transactional handler's fence holds it (J13), not while a settle or a heartbeat
+-- updates it.
+WHERE r.id = :id AND r.state = 'running'
+  AND NOT EXISTS (SELECT 1 FROM {runs} l WHERE l.id = :id FOR KEY SHARE SKIP LOCKED)
+""")
+"""K2 with J13: a running run whose row a transactional handler's transaction holds takes no
+cancel request until that transaction ends (CANCEL_LIVE_RUN would wait for the handler, which
+would then commit). Its holder is told first, in a statement of its own (delivered on its
+commit, at once outside a unit of work), so its handler is cancelled and its transaction rolls
+back; the request is then recorded. One row (``told``) or none: no fence holds the run."""
 
 PAUSE_JOB: Final = Template("""
 INSERT INTO {state} AS p (job_id, updated_at)
