@@ -27,7 +27,6 @@ async def _attempt(backend: Any, job: Any, run: Any) -> FusedAttempt:
     """One transactional attempt of ``run`` outside a runtime (what the executor does)."""
     entry = InFlight(job, run, backend.clock.monotonic())
     ctx = JobContext(run, entry, worker_id="w")
-    ctx.transactional()
     attempt = FusedAttempt(entry, ctx, job.decode(run.payload), backend, backend.clock)
     await attempt.run()
     return attempt

@@ -75,8 +75,9 @@ from ship_sqla.kernel import (
 )
 from ship_sqla.kernel._memory.transactions import InMemoryCommitError
 from ship_sqla.kernel._runtime.executor import raised_settlement
-from ship_sqla.kernel._runtime.fused import FusedAttempt, SettlesApart
+from ship_sqla.kernel._runtime.fused import FusedAttempt
 from ship_sqla.kernel._runtime.state import InFlight
+from ship_sqla.kernel._transactional import SettlesApart
 from ship_sqla.testing import FrozenClock, ResolvedServer
 
 T = TypeVar("T")
@@ -282,7 +283,6 @@ async def attempt(  # noqa: PLR0911 - one return per way an attempt ends
     job = side.job
     entry = InFlight(job, run, clock.monotonic())
     ctx: JobContext[Any] = JobContext(run, entry, worker_id="w")
-    ctx.transactional()
     fused = FusedAttempt(entry, ctx, job.decode(run.payload), side.backend, clock)
     side.uow.commit_fault = fault if fault in ("before", "after") else None
     try:
