@@ -1,0 +1,482 @@
+"""Transactional handlers (SPEC §8 J13, J14) on PostgreSQL: the interleavings of a fenced
+transaction with lapsing leases, other workers' claims, an operator's cancel and a hung holder,
+each under READ COMMITTED, REPEATABLE READ and SERIALIZABLE.
+
+The effects table has no unique constraint: exactly once comes from the fence and the
+completion committing with the handler's writes, never from the table refusing a duplicate.
+Attempts are driven one at a time (what the executor does: InFlight, JobContext, FusedAttempt)
+so each step of an interleaving happens where the test puts it; the first test runs the real
+runtime to show that a fenced run is not heartbeated. Handlers wait on events the test sets.
+
+One wait has no event to wait on and polls with short awaits, bounded by ``anyio.fail_after``:
+a session starting to wait on a row lock (the server tells no one; ``pg_blocking_pids`` is read
+until it names the holder). The server ending an idle holder is waited for with a blocking
+``SELECT ... FOR UPDATE`` of the run's row, which returns when the lock goes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from job_helpers import ErrorLog, claim_request, record_of, settle_loop
+from spy_backend import SpyBackend
+from sqlalchemy import MetaData, select, text
+
+from ship_sqla import (
+    JobContext,
+    create_job_operations,
+    create_unit_of_work,
+    define_job,
+    start_job_runtime,
+)
+from ship_sqla._cli._output import format_cancel
+from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla.errors import DatabaseUnavailableError, JobLeaseStaleError
+from ship_sqla.jobs import Concurrency
+from ship_sqla.kernel import SystemClock
+from ship_sqla.kernel._runtime.fused import FusedAttempt, SettlesApart
+from ship_sqla.kernel._runtime.state import InFlight, describe_failure
+from ship_sqla.kernel._settlement import failed
+from ship_sqla.testing import FrozenClock
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from ship_sqla.kernel import Clock
+
+LEASE = 30.0
+"""The lease of the frozen-clock tests: frozen seconds for the claims, and real seconds for the
+server's bound on an idle holder (the fence sets it to the lease), never reached by them."""
+
+HUNG_LEASE = 1.0
+"""The hung-holder test's lease: the real time the server lets the holder sit idle."""
+
+LIMIT = 10.0
+"""Bound of every wait (seconds)."""
+
+
+@pytest.fixture(params=["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"])
+def isolation_level(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
+
+
+class Repositories:
+    """The handler's repositories: an effect row, and the holder's server process id."""
+
+    def __init__(self, scope: Any) -> None:
+        self.scope = scope
+
+    async def add_effect(self, key: str) -> None:
+        await self.scope.connection.execute(
+            text("INSERT INTO j14_effects (key) VALUES (:key)"), {"key": key}
+        )
+
+    async def backend_pid(self) -> int:
+        return int((await self.scope.connection.execute(text("SELECT pg_backend_pid()"))).scalar())
+
+
+class World:
+    """One database with the job tables and the effects table; ``backend(clock)`` makes a job
+    backend on it, ``uow`` the handlers' unit of work at the test's isolation level."""
+
+    def __init__(self, engine: AsyncEngine, isolation_level: str) -> None:
+        self.engine = engine
+        self.metadata = MetaData()
+        self.runs = ship_job_runs_table(self.metadata)
+        self.state = ship_job_state_table(self.metadata)
+        self.errors = ErrorLog()
+        self.uow = create_unit_of_work(
+            engine,
+            repositories=Repositories,
+            isolation_level=isolation_level,  # type: ignore[arg-type]
+        )
+
+    def backend(self, clock: Clock) -> Any:
+        return create_job_backend(
+            database=self.engine,
+            table=self.runs,
+            state_table=self.state,
+            clock=clock,
+            on_error=self.errors,
+            listen=False,
+        )
+
+    async def effects(self) -> list[str]:
+        async with self.engine.connect() as connection:
+            rows = await connection.execute(text("SELECT key FROM j14_effects ORDER BY seq"))
+            return [row.key for row in rows]
+
+    async def blocked_by(self, holder_pid: int) -> bool:
+        """Whether some session waits on a lock ``holder_pid`` holds."""
+        async with self.engine.connect() as connection:
+            found = await connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE CAST(:pid AS integer) = ANY(pg_blocking_pids(pid))"
+                ),
+                {"pid": holder_pid},
+            )
+            return bool(found.scalar())
+
+    async def wait_blocked_by(self, holder_pid: int) -> None:
+        """Until a session waits on ``holder_pid``'s lock. Polled: the server announces no lock
+        wait, so there is no event to wait on."""
+        with anyio.fail_after(LIMIT):
+            while not await self.blocked_by(holder_pid):  # noqa: ASYNC110 - no event exists
+                await anyio.sleep(0.01)
+
+    async def wait_lock_released(self, run_id: str) -> None:
+        """Until no transaction holds run ``run_id``'s row lock: a plain ``FOR UPDATE`` waits
+        for it (then rolls back at once)."""
+        async with self.engine.connect() as connection:
+            await connection.execute(
+                select(self.runs.c.id).where(self.runs.c.id == run_id).with_for_update()
+            )
+            await connection.rollback()
+
+    async def session_alive(self, pid: int) -> bool:
+        async with self.engine.connect() as connection:
+            found = await connection.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+            )
+            return bool(found.scalar())
+
+
+@pytest.fixture
+async def world(ship_engine: AsyncEngine, isolation_level: str) -> World:
+    made = World(ship_engine, isolation_level)
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(made.metadata.create_all)
+        await connection.execute(
+            text("CREATE TABLE j14_effects (seq bigserial, key text NOT NULL)")
+        )
+    return made
+
+
+def _attempt(backend: Any, job: Any, run: Any) -> FusedAttempt:
+    """One transactional attempt of ``run`` outside a runtime (what the executor builds)."""
+    entry = InFlight(job, run, backend.clock.monotonic())
+    ctx = JobContext(run, entry, worker_id="w")
+    ctx.transactional()
+    return FusedAttempt(entry, ctx, job.decode(run.payload), backend, backend.clock)
+
+
+def _same_job(job: Any, handler: Any) -> Any:
+    """``job`` with another handler (what another process running the same job would call)."""
+    return define_job(
+        job.id, handler, payload=dict, transaction=job.transaction, concurrency=job.concurrency
+    )
+
+
+class Gate:
+    """A handler's checkpoints: ``entered`` (set once it runs, fenced, its write sent, ``pid``
+    its server process), and ``release`` (what it waits for before it returns)."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+        self.pid = 0
+        self.calls: list[int] = []
+
+    def handler(self, label: str) -> Any:
+        async def handler(ctx: Any, payload: Any, repositories: Repositories) -> None:
+            self.calls.append(ctx.token)
+            await repositories.add_effect(f"{label}-{ctx.token}")
+            self.pid = await repositories.backend_pid()
+            self.entered.set()
+            await self.release.wait()
+
+        return handler
+
+
+# --- 1. A lapse after the fence ------------------------------------------------------------------
+
+
+async def test_j14_a_lease_lapsing_after_the_fence_is_not_retaken(world: World) -> None:
+    """J14, J13, J5, J6: a holder that fenced and is in its handler for longer than three
+    heartbeat intervals (the whole lease) sends no heartbeat for the fenced run (InFlight.fenced:
+    the runtime skips it; a plain run beside it is heartbeated meanwhile); its lease lapses, yet
+    another worker's claim returns nothing (claims skip the locked row); the holder's commit
+    completes the run once: one effect, attempt 1, nothing reported."""
+    clock = FrozenClock()
+    backend = SpyBackend(world.backend(clock))
+    gate = Gate()
+    plain_release = anyio.Event()
+    plain_started = anyio.Event()
+
+    async def plain(ctx: Any, payload: Any) -> None:
+        plain_started.set()
+        await plain_release.wait()
+
+    job = define_job(
+        "j14.after",
+        gate.handler("after"),
+        payload=dict,
+        transaction=world.uow,
+        concurrency=Concurrency(lease=LEASE),
+    )
+    beside = define_job("j14.beside", plain, payload=dict, concurrency=Concurrency(lease=LEASE))
+    result = await backend.enqueue(job, {})
+    plain_run = await backend.enqueue(beside, {})
+    async with await start_job_runtime([job, beside], backend=backend, worker_id="w1"):
+        try:
+            with anyio.fail_after(LIMIT):
+                await gate.entered.wait()
+                await plain_started.wait()
+            # Three beats of the plain run: a whole lease of frozen time with the fenced one idle.
+            # A second at a time, every call answered before time moves on: frozen time must not
+            # run ahead of a heartbeat's round trip, or the plain run's own lease would lapse.
+            with anyio.fail_after(LIMIT):
+                while len(backend.calls.get("heartbeat", ())) < 3:
+                    clock.advance(1.0)
+                    await settle_loop()
+                    await backend.wait_idle(limit=LIMIT)
+            clock.advance(1.0)
+            beaten = [run.run_id for call in backend.calls["heartbeat"] for run in call.args[0]]
+            assert result.run_id not in beaten
+            assert beaten.count(plain_run.run_id) >= 3
+            held = await record_of(backend, result.run_id)
+            assert held.state == "running"
+            assert held.lease_expires_at is not None
+            assert held.lease_expires_at < clock.now()
+            # Another worker: the lapsed run is locked by the holder's transaction, so skipped.
+            assert await backend.inner.claim(claim_request(job, worker="w2")) == []
+            assert await world.effects() == []
+            gate.release.set()
+            await backend.wait_calls("settle_within", 1, limit=LIMIT)
+            plain_release.set()
+            await backend.wait_settled("complete", 1, limit=LIMIT)
+        finally:
+            # A failed step must not leave the drain waiting for the handlers.
+            gate.release.set()
+            plain_release.set()
+    record = await record_of(backend, result.run_id)
+    assert (record.state, record.attempt, record.history) == ("completed", 1, ())
+    assert await world.effects() == [f"after-{gate.calls[0]}"]
+    assert len(gate.calls) == 1
+    assert world.errors.errors == []
+
+
+# --- 2. A lapse before the fence -----------------------------------------------------------------
+
+
+async def test_j14_a_lease_lapsing_before_the_fence_leaves_the_holder_stale(world: World) -> None:
+    """J14, J5, J6: the holder's lease lapsed and another claim retook the run before the
+    holder's transaction started: its fence answers stale (JobLeaseStaleError), its handler is
+    not called and nothing is written; the new holder completes the run once."""
+    clock = FrozenClock()
+    backend = world.backend(clock)
+    gate = Gate()
+    gate.release.set()
+    job = define_job(
+        "j14.before",
+        gate.handler("before"),
+        payload=dict,
+        transaction=world.uow,
+        concurrency=Concurrency(lease=LEASE),
+    )
+    result = await backend.enqueue(job, {})
+    [stale] = await backend.claim(claim_request(job, worker="A"))
+    clock.advance(LEASE + 1)
+    [current] = await backend.claim(claim_request(job, worker="B"))
+    late = _attempt(backend, job, stale)
+    with pytest.raises(JobLeaseStaleError):
+        await late.run()
+    assert (late.stale, late.landed, gate.calls) == (True, None, [])
+    assert await world.effects() == []
+    done = _attempt(backend, job, current)
+    await done.run()
+    assert done.landed is not None
+    assert gate.calls == [current.token]
+    assert await world.effects() == [f"before-{current.token}"]
+    record = await record_of(backend, result.run_id)
+    assert (record.state, record.attempt) == ("completed", 2)
+
+
+async def test_j14_a_stale_holder_fencing_while_the_new_holder_holds_the_fence(
+    world: World,
+) -> None:
+    """J14, J5, U3: the stale holder's transaction starts while the new holder is fenced and in
+    its handler: the stale fence waits on the row lock, and once the new holder commits it
+    answers stale (READ COMMITTED reads the committed row; REPEATABLE READ and SERIALIZABLE fail
+    with a serialization error, the unit of work re-runs, and the new fence reads it): one
+    effect, the new holder's."""
+    clock = FrozenClock()
+    backend = world.backend(clock)
+    gate = Gate()
+    job = define_job(
+        "j14.race",
+        gate.handler("race"),
+        payload=dict,
+        transaction=world.uow,
+        concurrency=Concurrency(lease=LEASE),
+    )
+    result = await backend.enqueue(job, {})
+    [stale] = await backend.claim(claim_request(job, worker="A"))
+    clock.advance(LEASE + 1)
+    [current] = await backend.claim(claim_request(job, worker="B"))
+    late = _attempt(backend, job, stale)
+    outcome: list[BaseException] = []
+
+    async def stale_holder() -> None:
+        try:
+            await late.run()
+        except JobLeaseStaleError as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(_attempt(backend, job, current).run)
+        with anyio.fail_after(LIMIT):
+            await gate.entered.wait()
+        try:
+            group.start_soon(stale_holder)
+            await world.wait_blocked_by(gate.pid)
+            # The new holder outlives its own lease too: holding the fence, it still completes.
+            clock.advance(LEASE + 1)
+        finally:
+            gate.release.set()
+    assert len(outcome) == 1
+    assert late.landed is None
+    assert gate.calls == [current.token]
+    assert await world.effects() == [f"race-{current.token}"]
+    assert (await record_of(backend, result.run_id)).state == "completed"
+
+
+# --- 3. A cancel before the completion -----------------------------------------------------------
+
+
+async def test_j14_a_cancel_committed_before_the_fence_ends_the_run_cancelled(
+    world: World,
+) -> None:
+    """J14, K2: an operator's cancel committed after the claim and before the fence: the
+    transaction rolls back before the handler is called and asks for a cancellation, which
+    the completer lands: the run ends cancelled, no effect."""
+    clock = FrozenClock()
+    backend = world.backend(clock)
+    gate = Gate()
+    gate.release.set()
+    job = define_job("j14.cancel", gate.handler("cancel"), payload=dict, transaction=world.uow)
+    result = await backend.enqueue(job, {})
+    [run] = await backend.claim(claim_request(job, worker="A"))
+    ops = create_job_operations(backend, authorizer=lambda *_: True)
+    assert (await ops.cancel(result.run_id)).outcome == "requested"
+    attempt = _attempt(backend, job, run)
+    with pytest.raises(SettlesApart) as apart:
+        await attempt.run()
+    assert gate.calls == []
+    assert await backend.settle([apart.value.settlement]) == ["cancelled"]
+    record = await record_of(backend, result.run_id)
+    assert record.state == "cancelled"
+    assert await world.effects() == []
+
+
+async def test_j14_a_cancel_during_the_fence_waits_and_the_completion_wins(world: World) -> None:
+    """J14, K2, J13: an operator cancels while the holder's fence is held: the cancel waits on
+    the run's row lock (blocked by the holder's session) until the holder commits; the
+    completion commits with the handler's write (completion wins, K2), and the cancel then
+    finds a finished run and changes nothing. The operator sees "had already finished
+    (completed): nothing changed." (CancelResult outcome ``"finished"``); the run has no
+    ``cancel_requested_at``; one effect."""
+    clock = FrozenClock()
+    backend = world.backend(clock)
+    gate = Gate()
+    job = define_job("j14.cancel-held", gate.handler("held"), payload=dict, transaction=world.uow)
+    result = await backend.enqueue(job, {})
+    [run] = await backend.claim(claim_request(job, worker="A"))
+    ops = create_job_operations(backend, authorizer=lambda *_: True)
+    attempt = _attempt(backend, job, run)
+    answers: list[Any] = []
+
+    async def operator() -> None:
+        answers.append(await ops.cancel(result.run_id))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(attempt.run)
+        with anyio.fail_after(LIMIT):
+            await gate.entered.wait()
+        try:
+            group.start_soon(operator)
+            await world.wait_blocked_by(gate.pid)
+            assert answers == []
+            # The handler outlives its lease while the cancel waits: holding the fence, it still
+            # completes (the completion is fenced on the token, not on the lease's time).
+            clock.advance(LEASE + 1)
+        finally:
+            gate.release.set()
+    assert attempt.landed is not None
+    [answer] = answers
+    assert answer.outcome == "finished"
+    assert answer.record.state == "completed"
+    assert format_cancel(answer).endswith("had already finished (completed): nothing changed.")
+    record = await record_of(backend, result.run_id)
+    assert (record.state, record.cancel_requested_at) == ("completed", None)
+    assert await world.effects() == [f"held-{run.token}"]
+
+
+# --- 4. A hung holder ----------------------------------------------------------------------------
+
+
+async def test_j14_a_hung_holder_is_ended_by_the_server_and_the_run_retaken(
+    world: World,
+) -> None:
+    """J14, J6, J5: the holder's transaction sits idle in its handler (waiting for an event that
+    does not come in time) past its lease: the server's idle_in_transaction_session_timeout,
+    which the fence set to the lease, ends the holder's session and the row lock goes with it;
+    the run's lease has lapsed, another claim retakes it and completes it once. When the hung
+    handler finally goes on, its attempt ends in an error (DatabaseUnavailableError: its
+    connection is gone), none of its writes committed, and the K4 settle the runtime would send
+    for that error answers stale and changes nothing.
+
+    Real time: the server's timer is the real clock (HUNG_LEASE seconds). The test waits for it
+    with a blocking ``SELECT ... FOR UPDATE`` of the run's row, which returns once the lock
+    goes (no poll)."""
+    backend = world.backend(SystemClock())
+    hung = Gate()
+    job = define_job(
+        "j14.hung",
+        hung.handler("hung"),
+        payload=dict,
+        transaction=world.uow,
+        concurrency=Concurrency(lease=HUNG_LEASE),
+    )
+    result = await backend.enqueue(job, {})
+    [first] = await backend.claim(claim_request(job, worker="A"))
+    attempt = _attempt(backend, job, first)
+    outcome: list[BaseException] = []
+
+    async def holder() -> None:
+        try:
+            await attempt.run()
+        except Exception as exc:
+            outcome.append(exc)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(holder)
+        try:
+            with anyio.fail_after(LIMIT):
+                await hung.entered.wait()
+                await world.wait_lock_released(result.run_id)
+            assert not await world.session_alive(hung.pid)
+            [retaken] = await backend.claim(claim_request(job, worker="B"))
+            assert (retaken.token != first.token, retaken.attempt) == (True, 2)
+            retaker = Gate()
+            retaker.release.set()
+            done = _attempt(backend, _same_job(job, retaker.handler("retaken")), retaken)
+            await done.run()
+            assert done.landed is not None
+        finally:
+            # The hung handler goes on at last (its session is gone).
+            hung.release.set()
+    [error] = outcome
+    assert isinstance(error, DatabaseUnavailableError)
+    assert attempt.landed is None
+    assert await backend.settle([failed(first, describe_failure(error), None)]) == ["stale"]
+    assert await world.effects() == [f"retaken-{retaken.token}"]
+    record = await record_of(backend, result.run_id)
+    assert (record.state, record.attempt, record.history[-1]["kind"]) == (
+        "completed",
+        2,
+        "lapsed",
+    )
