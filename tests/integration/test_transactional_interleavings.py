@@ -16,6 +16,7 @@ until it names the holder). The server ending an idle holder is waited for with 
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -83,6 +84,7 @@ class World:
 
     def __init__(self, engine: AsyncEngine, isolation_level: str) -> None:
         self.engine = engine
+        self.isolation_level = isolation_level
         self.metadata = MetaData()
         self.runs = ship_job_runs_table(self.metadata)
         self.state = ship_job_state_table(self.metadata)
@@ -296,13 +298,14 @@ async def test_j14_a_lease_lapsing_before_the_fence_leaves_the_holder_stale(worl
 
 
 async def test_j14_a_stale_holder_fencing_while_the_new_holder_holds_the_fence(
-    world: World,
+    world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
     """J14, J5, U3: the stale holder's transaction starts while the new holder is fenced and in
     its handler: the stale fence waits on the row lock, and once the new holder commits it
     answers stale (READ COMMITTED reads the committed row; REPEATABLE READ and SERIALIZABLE fail
     with a serialization error, the unit of work re-runs, and the new fence reads it): one
     effect, the new holder's."""
+    caplog.set_level(logging.INFO, logger="ship_sqla")
     clock = FrozenClock()
     backend = world.backend(clock)
     gate = Gate()
@@ -342,6 +345,8 @@ async def test_j14_a_stale_holder_fencing_while_the_new_holder_holds_the_fence(
     assert gate.calls == [current.token]
     assert await world.effects() == [f"race-{current.token}"]
     assert (await record_of(backend, result.run_id)).state == "completed"
+    reruns = [r for r in caplog.records if "re-running after SQLSTATE 40001" in r.getMessage()]
+    assert bool(reruns) == (world.isolation_level != "READ COMMITTED")
 
 
 # --- 3. A cancel before the completion -----------------------------------------------------------
@@ -474,6 +479,10 @@ async def test_j14_a_hung_holder_is_ended_by_the_server_and_the_run_retaken(
     assert attempt.landed is None
     assert await backend.settle([failed(first, describe_failure(error), None)]) == ["stale"]
     assert await world.effects() == [f"retaken-{retaken.token}"]
+    # The connection the server ended is never handed out again (every pooled one works).
+    for _ in range(2 * world.engine.pool.size()):  # type: ignore[attr-defined]
+        async with world.engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt, record.history[-1]["kind"]) == (
         "completed",
