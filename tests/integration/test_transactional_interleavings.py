@@ -489,3 +489,91 @@ async def test_j14_a_hung_holder_is_ended_by_the_server_and_the_run_retaken(
         2,
         "lapsed",
     )
+
+
+# --- 5. A heartbeat sent just before the fence -------------------------------------------------
+
+
+class _HeldLock:
+    lost = False
+
+    async def release(self) -> None:
+        pass
+
+
+class _SlowLocks:
+    """A single-runner lock provider that grants each lock once ``grant`` is set: it keeps a
+    run claimed and not yet fenced until its heartbeat falls due."""
+
+    def __init__(self) -> None:
+        self.grant = anyio.Event()
+
+    async def acquire(self, _key: str, _lease: float) -> _HeldLock:
+        await self.grant.wait()
+        return _HeldLock()
+
+
+async def test_j13_a_heartbeat_sent_before_the_fence_is_answered_before_it(world: World) -> None:
+    """J13, J5, J14: a heartbeat call that includes a transactional run, sent before its fence
+    (its start was held up past a heartbeat interval, here by its single-runner lock), is
+    answered before the fence is taken. Reaching the server after the fence, that call would
+    wait on the run's row lock until the handler's transaction ended, and with it the plain
+    run heartbeated in the same call and the process's heartbeat loop (their leases lapsing
+    meanwhile). Both runs answer alive, the plain one's lease is extended while the
+    transactional handler holds its fence, and each run completes once."""
+    clock = FrozenClock()
+    backend = SpyBackend(world.backend(clock))
+    gate = Gate()
+    locks = _SlowLocks()
+    plain_release = anyio.Event()
+    plain_started = anyio.Event()
+
+    async def plain(ctx: Any, payload: Any) -> None:
+        plain_started.set()
+        await plain_release.wait()
+
+    job = define_job(
+        "j13.beat",
+        gate.handler("beat"),
+        payload=dict,
+        transaction=world.uow,
+        concurrency=Concurrency(lease=LEASE, single_runner=True),
+    )
+    beside = define_job("j13.beside", plain, payload=dict, concurrency=Concurrency(lease=LEASE))
+    result = await backend.enqueue(job, {})
+    plain_run = await backend.enqueue(beside, {})
+    beat_gate = backend.gate("heartbeat")
+    async with await start_job_runtime(
+        [job, beside], backend=backend, worker_id="w1", lock_provider=locks
+    ):
+        try:
+            with anyio.fail_after(LIMIT):
+                await plain_started.wait()
+            # Both runs fall due together; their call is held in the spy, not yet sent.
+            clock.advance(job.concurrency.heartbeat_interval)
+            await backend.wait_started("heartbeat", 1, limit=LIMIT)
+            locks.grant.set()
+            await settle_loop()
+            assert backend.started.get("fence", 0) == 0
+            beat_gate.set()
+            with anyio.fail_after(LIMIT):
+                await gate.entered.wait()
+            # Answered while the handler still holds its fence: the call never waited on it.
+            await backend.wait_calls("heartbeat", 1, limit=LIMIT)
+            [beat] = backend.calls["heartbeat"]
+            assert [run.run_id for run in beat.args[0]] == [result.run_id, plain_run.run_id]
+            assert list(beat.result) == [True, True]
+            assert not await world.blocked_by(gate.pid)
+            gate.release.set()
+            await backend.wait_calls("settle_within", 1, limit=LIMIT)
+            plain_release.set()
+            await backend.wait_settled("complete", 1, limit=LIMIT)
+        finally:
+            beat_gate.set()
+            locks.grant.set()
+            gate.release.set()
+            plain_release.set()
+    assert (await record_of(backend, result.run_id)).state == "completed"
+    assert (await record_of(backend, plain_run.run_id)).state == "completed"
+    assert await world.effects() == [f"beat-{gate.calls[0]}"]
+    assert world.errors.errors == []

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from ship_sqla.kernel._job_context import CancelReason
-    from ship_sqla.kernel._ports import RunStore
+    from ship_sqla.kernel._ports import HeartbeatBatch, RunStore
     from ship_sqla.kernel._runtime.state import InFlight
     from ship_sqla.kernel._runtime.wiring import Plumbing
 
@@ -88,7 +88,7 @@ class Heartbeater:
             entry.beat_due = now + entry.job.concurrency.heartbeat_interval
         sent = self._clock.monotonic()
         try:
-            alive = await self._store.heartbeat([entry.run for entry in due])
+            alive = await self._heartbeat(due)
             if len(alive) != len(due):
                 msg = (
                     f"backend.heartbeat answered {len(alive)} results for {len(due)} runs; a"
@@ -118,6 +118,20 @@ class Heartbeater:
                 entry.lease_deadline = sent + entry.run.lease
                 if entry.lock is not None:
                     await self._extend_lock(entry)
+
+    async def _heartbeat(self, due: list[InFlight]) -> HeartbeatBatch:
+        """The store's call for ``due``, each run's ``beating`` set until it is answered: a
+        transactional handler about to fence one of them waits for it (J13)."""
+        answered = asyncio.Event()
+        for entry in due:
+            entry.beating = answered
+        try:
+            return await self._store.heartbeat([entry.run for entry in due])
+        finally:
+            answered.set()
+            for entry in due:
+                if entry.beating is answered:
+                    entry.beating = None
 
     def _retry_soon(self, due: list[InFlight]) -> None:
         """After a failed call: beat these runs again after the error backoff (their lease may

@@ -59,6 +59,7 @@ class InFlight(Cancellation):
 
     __slots__ = (
         "beat_due",
+        "beating",
         "claimed_at",
         "fenced",
         "handler_done",
@@ -107,6 +108,11 @@ class InFlight(Cancellation):
         # no heartbeat is sent (no claim can retake the run meanwhile, and a heartbeat would
         # wait on the lock), and a refused one is not a lost lease (the transaction decides).
         self.fenced = False
+        # Set while a heartbeat call that includes this run is unanswered (the Heartbeater's),
+        # else None: a transactional handler's fence waits for it (J13), since that call, once
+        # behind the fence's row lock, would wait for the whole transaction, and with it every
+        # other run of the call and the process's heartbeat loop.
+        self.beating: asyncio.Event | None = None
 
     def interrupt(self, reason: CancelReason) -> None:
         """Cancel the run for ``reason``, and its handler's task if the handler is running."""
