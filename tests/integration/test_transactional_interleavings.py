@@ -33,7 +33,13 @@ from ship_sqla import (
     start_job_runtime,
 )
 from ship_sqla._cli._output import format_cancel
-from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs import (
+    create_job_backend,
+    ship_job_events_table,
+    ship_job_runs_table,
+    ship_job_state_table,
+    ship_job_steps_table,
+)
 from ship_sqla.errors import DatabaseUnavailableError, JobLeaseStaleError
 from ship_sqla.jobs import Concurrency
 from ship_sqla.kernel import SystemClock
@@ -89,6 +95,8 @@ class World:
         self.metadata = MetaData()
         self.runs = ship_job_runs_table(self.metadata)
         self.state = ship_job_state_table(self.metadata)
+        self.steps = ship_job_steps_table(self.metadata)
+        self.events = ship_job_events_table(self.metadata)
         self.errors = ErrorLog()
         self.uow = create_unit_of_work(
             engine,
@@ -101,6 +109,8 @@ class World:
             database=self.engine,
             table=self.runs,
             state_table=self.state,
+            steps_table=self.steps,
+            events_table=self.events,
             clock=clock,
             on_error=self.errors,
             listen=False,
@@ -576,4 +586,61 @@ async def test_j13_a_heartbeat_sent_before_the_fence_is_answered_before_it(world
     assert (await record_of(backend, result.run_id)).state == "completed"
     assert (await record_of(backend, plain_run.run_id)).state == "completed"
     assert await world.effects() == [f"beat-{gate.calls[0]}"]
+    assert world.errors.errors == []
+
+
+# --- 6. A workflow's completing transaction ------------------------------------------------------
+
+
+async def test_j13_a_workflows_completing_transaction_is_not_heartbeated(world: World) -> None:
+    """J13, D2, J5: a workflow whose ``ctx.transaction(..., completes_run=True)`` holds its
+    run's fence for longer than three heartbeat intervals: the run is not heartbeated
+    meanwhile (a heartbeat would wait on the fence's row lock, stalling the heartbeat loop and
+    every run of its call, then find the run completed and report a lost lease); the plain run
+    beside it is. The transaction commits the step, the effect and the completion once;
+    nothing is reported."""
+    clock = FrozenClock()
+    backend = SpyBackend(world.backend(clock))
+    gate = Gate()
+    plain_release = anyio.Event()
+    plain_started = anyio.Event()
+
+    async def plain(ctx: Any, payload: Any) -> None:
+        plain_started.set()
+        await plain_release.wait()
+
+    async def workflow(ctx: Any, payload: Any) -> None:
+        async def finish(repositories: Repositories) -> int:
+            await gate.handler("wf")(ctx, payload, repositories)
+            return 1
+
+        await ctx.transaction("finish", world.uow, finish, completes_run=True)
+
+    job = define_job("j13.wf", workflow, payload=dict, concurrency=Concurrency(lease=LEASE))
+    beside = define_job("j13.wf-beside", plain, payload=dict, concurrency=Concurrency(lease=LEASE))
+    result = await backend.enqueue(job, {})
+    plain_run = await backend.enqueue(beside, {})
+    async with await start_job_runtime([job, beside], backend=backend, worker_id="w1"):
+        try:
+            with anyio.fail_after(LIMIT):
+                await gate.entered.wait()
+                await plain_started.wait()
+            with anyio.fail_after(LIMIT):
+                while len(backend.calls.get("heartbeat", ())) < 3:
+                    clock.advance(1.0)
+                    await settle_loop()
+                    await backend.wait_idle(limit=LIMIT)
+            beaten = [run.run_id for call in backend.calls["heartbeat"] for run in call.args[0]]
+            assert result.run_id not in beaten
+            assert beaten.count(plain_run.run_id) >= 3
+            gate.release.set()
+            await backend.wait_calls("settle_within", 1, limit=LIMIT)
+            plain_release.set()
+            await backend.wait_settled("complete", 1, limit=LIMIT)
+        finally:
+            gate.release.set()
+            plain_release.set()
+    record = await record_of(backend, result.run_id)
+    assert (record.state, record.attempt) == ("completed", 1)
+    assert await world.effects() == [f"wf-{gate.calls[0]}"]
     assert world.errors.errors == []

@@ -106,6 +106,14 @@ class Cancellation:
             self._event = asyncio.Event()
         await self._event.wait()
 
+    async def fencing(self) -> None:
+        """J13: a transaction is about to fence the run (lock its row to its end). The runtime's
+        entry stops heartbeating the run and waits for a heartbeat of it already sent; nothing
+        to do outside a runtime."""
+
+    def unfenced(self) -> None:
+        """J13: the fencing transaction rolled back: the run is heartbeated again."""
+
 
 class JobContext(Generic[R]):
     """The run a handler executes, its cancellation signal, and the application's resources.
@@ -193,7 +201,7 @@ class JobContext(Generic[R]):
                     " them), or call ctx.bind_workflows(...) in a test.",
                 )
             store, backend, clock = self._workflow_parts
-            self._workflow = Workflow(self._run, store, backend, clock)
+            self._workflow = Workflow(self._run, store, backend, clock, holder=self._cancellation)
         return self._workflow
 
     async def step(

@@ -29,6 +29,7 @@ import attrs
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._durations import require_duration
 from ship_sqla.kernel._errors import ConfigurationError, RefusedError, ShipError, UsageError
+from ship_sqla.kernel._job_context import Cancellation
 from ship_sqla.kernel._jobs import JobDefinition, codec_for, is_job_id
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json, unstorable_text
 from ship_sqla.kernel._keys import MAX_KEY_CHARS
@@ -516,6 +517,7 @@ class Workflow:
     __slots__ = (
         "_backend",
         "_clock",
+        "_holder",
         "_in_transaction",
         "_run",
         "_seq",
@@ -526,9 +528,17 @@ class Workflow:
     )
 
     def __init__(
-        self, run: ClaimedRun, store: WorkflowStore, backend: JobBackend, clock: Clock
+        self,
+        run: ClaimedRun,
+        store: WorkflowStore,
+        backend: JobBackend,
+        clock: Clock,
+        *,
+        holder: Cancellation | None = None,
     ) -> None:
         self._run = run
+        # The run's entry in the runtime: told when a completes_run transaction fences the run.
+        self._holder = holder if holder is not None else Cancellation()
         self._store = store
         self._backend = backend
         self._clock = clock
@@ -679,7 +689,19 @@ class Workflow:
                 self.completed_run = (settlement, outcome)
             return encoded
 
-        encoded = await uow.run(in_transaction)
+        if not completes_run:
+            encoded = await uow.run(in_transaction)
+            return codec.decode(json.loads(encoded))  # type: ignore[no-any-return]
+        # J13: the run is not heartbeated while the fence may hold its row (see
+        # Cancellation.fencing); once the completion was sent it stays so: the run is completed,
+        # or its COMMIT's answer was lost and the lease decides.
+        await self._holder.fencing()
+        try:
+            encoded = await uow.run(in_transaction)
+        except BaseException:
+            if self.completed_run is None:
+                self._holder.unfenced()
+            raise
         return codec.decode(json.loads(encoded))  # type: ignore[no-any-return]
 
     async def _fence(self) -> None:

@@ -96,12 +96,7 @@ class FusedAttempt:
         entry = self._entry
         job = entry.job
         assert job.transaction is not None  # noqa: S101 - only transactional jobs come here
-        beating = entry.beating
-        if beating is not None:
-            # A heartbeat of this run sent before it was fenced (InFlight.fenced) is answered
-            # first: reaching the server after the fence, it would wait on the row lock until
-            # the transaction ends, and every other run of its call with it.
-            await beating.wait()
+        await entry.fencing()
         await job.transaction.run(self._in_transaction)
 
     async def _in_transaction(self, repositories: Any) -> None:  # noqa: ANN401

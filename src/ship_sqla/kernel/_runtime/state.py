@@ -120,6 +120,18 @@ class InFlight(Cancellation):
         if self.in_handler and self.task is not None:
             self.task.cancel()
 
+    async def fencing(self) -> None:
+        """J13: no heartbeat of the run from now on (``fenced``), and one already sent answered
+        first: reaching the server after the fence, it would wait on the row lock until the
+        transaction ends, and every other run of its call with it."""
+        self.fenced = True
+        beating = self.beating
+        if beating is not None:
+            await beating.wait()
+
+    def unfenced(self) -> None:
+        self.fenced = False
+
     def mark_lost(self) -> None:
         self.lost = True
         self.beat_due = math.inf
