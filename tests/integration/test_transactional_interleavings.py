@@ -41,7 +41,7 @@ from ship_sqla._jobs import (
     ship_job_steps_table,
 )
 from ship_sqla.errors import DatabaseUnavailableError, JobLeaseStaleError
-from ship_sqla.jobs import Concurrency
+from ship_sqla.jobs import Concurrency, RetryPolicy
 from ship_sqla.kernel import SystemClock
 from ship_sqla.kernel._runtime.fused import FusedAttempt, SettlesApart
 from ship_sqla.kernel._runtime.state import InFlight, describe_failure
@@ -643,4 +643,59 @@ async def test_j13_a_workflows_completing_transaction_is_not_heartbeated(world: 
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt) == ("completed", 1)
     assert await world.effects() == [f"wf-{gate.calls[0]}"]
+    assert world.errors.errors == []
+
+
+class _CommitFails:
+    """A unit of work whose transaction fails once its function returned, as one whose COMMIT
+    failed looks to its caller: nothing of it commits, and the call raises."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    async def run(self, fn: Any) -> Any:
+        async def then_fail(repositories: Any) -> Any:
+            await fn(repositories)
+            msg = "the COMMIT failed"
+            raise RuntimeError(msg)
+
+        return await self.inner.run(then_fail)
+
+
+async def test_j13_a_completing_transaction_whose_commit_failed_is_not_taken_as_landed(
+    world: World,
+) -> None:
+    """J13, D2, K4: a workflow's ``ctx.transaction(..., completes_run=True)`` sent the
+    completion but its transaction did not commit (the call raised after it): the runtime
+    reads the run's row (still running under its claim) rather than taking the completion as
+    landed, so the attempt settles as K4 says (retrying, its error in the history) instead of
+    the run being left running until its lease lapses; the next attempt commits once."""
+    clock = FrozenClock()
+    backend = SpyBackend(world.backend(clock))
+    failing = _CommitFails(world.uow)
+
+    async def workflow(ctx: Any, payload: Any) -> None:
+        async def finish(repositories: Repositories) -> int:
+            await repositories.add_effect(f"attempt-{ctx.attempt}")
+            return 1
+
+        uow = failing if ctx.attempt == 1 else world.uow
+        await ctx.transaction("finish", uow, finish, completes_run=True)
+
+    job = define_job(
+        "j13.wf-commit",
+        workflow,
+        payload=dict,
+        retry=RetryPolicy(attempts=3, base_delay=1.0, jitter="none"),
+    )
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime([job], backend=backend, worker_id="w1"):
+        await backend.wait_settled("fail", 1, limit=LIMIT)
+        clock.advance(1.0)
+        await backend.wait_calls("settle_within", 2, limit=LIMIT)
+    record = await record_of(backend, result.run_id)
+    assert (record.state, record.attempt) == ("completed", 2)
+    assert "the COMMIT failed" in record.history[0]["error"]
+    assert record.history[0]["kind"] == "failure"
+    assert await world.effects() == ["attempt-2"]
     assert world.errors.errors == []

@@ -233,7 +233,8 @@ class Executor:
             if task is not None:
                 task.uncancel()
             # A cancellation that landed in the COMMIT leaves it unknown (J13): the row says.
-            if fused is None or not await self._committed_after_all(entry, fused, None):
+            sent = ctx.completed_in_transaction if fused is None else fused.landed
+            if not await self._committed_after_all(entry, sent, None):
                 self._after_cancel(entry)
             return
         except (Exception, WorkflowSuspended) as exc:  # noqa: BLE001 - the run's outcome
@@ -312,25 +313,22 @@ class Executor:
                 self._report_error(exc)
             self._runs.settled(entry)
             return True
-        if fused is not None:
-            return await self._committed_after_all(entry, fused, exc)
-        sent = ctx.completed_in_transaction
-        if sent is None:
-            return False
-        # A workflow's completing transaction committed; the handler raised after it.
-        self._report_error(exc)
-        self._landed(entry, *sent)
-        return True
+        # A workflow's completing transaction (completes_run=True) sent the completion too:
+        # either it committed and the handler raised after it, or its COMMIT failed.
+        sent = ctx.completed_in_transaction if fused is None else fused.landed
+        return await self._committed_after_all(entry, sent, exc)
 
     async def _committed_after_all(
-        self, entry: InFlight, fused: FusedAttempt, exc: BaseException | None
+        self,
+        entry: InFlight,
+        sent: tuple[Settlement, SettleOutcome] | None,
+        exc: BaseException | None,
     ) -> bool:
         """The transaction ended in ``exc`` (or a cancellation) after its completion was sent
         (J13), so the COMMIT's answer is unknown (the connection lost during it): the run's row
         says whether it committed; True when it did (settled here, ``exc`` reported). When the
         row cannot be read the run is left to its lease. Correctness does not depend on this
         read: a K4 settle of a committed run would answer stale and change nothing."""
-        sent = fused.landed
         if sent is None:
             return False
         try:
