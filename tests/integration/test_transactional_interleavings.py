@@ -5,8 +5,9 @@ each under READ COMMITTED, REPEATABLE READ and SERIALIZABLE.
 The effects table has no unique constraint: exactly once comes from the fence and the
 completion committing with the handler's writes, never from the table refusing a duplicate.
 Attempts are driven one at a time (what the executor does: InFlight, JobContext, FusedAttempt)
-so each step of an interleaving happens where the test puts it; the first test runs the real
-runtime to show that a fenced run is not heartbeated. Handlers wait on events the test sets.
+so each step of an interleaving happens where the test puts it; the tests about heartbeats and
+workflows run the real runtime (a fenced run is not heartbeated, a heartbeat never waits behind
+a fence, a workflow's completing transaction). Handlers wait on events the test sets.
 
 One wait has no event to wait on and polls with short awaits, bounded by ``anyio.fail_after``:
 a session starting to wait on a row lock (the server tells no one; ``pg_blocking_pids`` is read
