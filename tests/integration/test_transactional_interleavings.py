@@ -502,7 +502,7 @@ async def test_j14_a_hung_holder_is_ended_by_the_server_and_the_run_retaken(
     )
 
 
-# --- 5. A heartbeat sent just before the fence -------------------------------------------------
+# --- 5. A heartbeat sent just before the fence ---------------------------------------------------
 
 
 class _HeldLock:
@@ -699,4 +699,70 @@ async def test_j13_a_completing_transaction_whose_commit_failed_is_not_taken_as_
     assert "the COMMIT failed" in record.history[0]["error"]
     assert record.history[0]["kind"] == "failure"
     assert await world.effects() == ["attempt-2"]
+    assert world.errors.errors == []
+
+
+# --- 7. A fenced single-runner run keeps its lock -------------------------------------------------
+
+
+class _RenewedLock:
+    """A renewable single-runner lock that counts its extensions."""
+
+    def __init__(self) -> None:
+        self.extended = 0
+        self.released = False
+
+    @property
+    def lost(self) -> bool:
+        return False
+
+    async def extend(self, _lease: float) -> bool:
+        self.extended += 1
+        return True
+
+    async def release(self) -> None:
+        self.released = True
+
+
+class _OneLock:
+    def __init__(self) -> None:
+        self.lock = _RenewedLock()
+
+    async def acquire(self, _key: str, _lease: float) -> _RenewedLock:
+        return self.lock
+
+
+async def test_j13_a_fenced_single_runner_run_keeps_its_lock_extended(world: World) -> None:
+    """J4, J13, J5: a single-runner transactional handler fenced for longer than three
+    heartbeat intervals is not heartbeated, yet its single-runner lock is extended on the
+    heartbeat schedule all along (else the lock's lease would end mid-handler and another run
+    of the same key could start beside it); it is released once the run completed."""
+    clock = FrozenClock()
+    backend = SpyBackend(world.backend(clock))
+    gate = Gate()
+    locks = _OneLock()
+    job = define_job(
+        "j13.locked",
+        gate.handler("locked"),
+        payload=dict,
+        transaction=world.uow,
+        concurrency=Concurrency(lease=LEASE, single_runner=True),
+    )
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime([job], backend=backend, worker_id="w1", lock_provider=locks):
+        try:
+            with anyio.fail_after(LIMIT):
+                await gate.entered.wait()
+            for _ in range(int(LEASE) + 1):
+                clock.advance(1.0)
+                await settle_loop()
+                await backend.wait_idle(limit=LIMIT)
+            assert locks.lock.extended >= 3
+            assert "heartbeat" not in backend.calls
+            gate.release.set()
+            await backend.wait_calls("settle_within", 1, limit=LIMIT)
+        finally:
+            gate.release.set()
+    assert (await record_of(backend, result.run_id)).state == "completed"
+    assert locks.lock.released
     assert world.errors.errors == []
