@@ -693,8 +693,8 @@ class Workflow:
             encoded = await uow.run(in_transaction)
             return codec.decode(json.loads(encoded))  # type: ignore[no-any-return]
         # J13: the run is not heartbeated while the fence may hold its row (see
-        # Cancellation.fencing); once the completion was sent it stays so: the run is completed,
-        # or its COMMIT's answer was lost and the lease decides.
+        # Cancellation.fencing). Once the completion was sent it stays so to the handler's end:
+        # the run is completed, or the runtime reads its row then (the COMMIT's answer lost).
         await self._holder.fencing()
         try:
             encoded = await uow.run(in_transaction)
