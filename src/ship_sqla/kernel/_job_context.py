@@ -285,6 +285,12 @@ class JobContext(Generic[R]):
         (J13), or None."""
         return None if self._workflow is None else self._workflow.completed_run
 
+    @property
+    def completion_sent(self) -> tuple[Settlement, SettleOutcome] | None:
+        """The completion a workflow's completes_run transaction sent, committed or not (its
+        COMMIT's answer may have been lost: the runtime then reads the run's row), or None."""
+        return None if self._workflow is None else self._workflow.completion_sent
+
     async def sleep(self, name: str, duration: float | timedelta) -> None:
         """D3: suspend the run for ``duration`` without holding a slot, lease or attempt."""
         await self.workflow.sleep(name, duration)

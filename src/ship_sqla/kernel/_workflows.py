@@ -529,6 +529,7 @@ class Workflow:
         "_store",
         "_used",
         "completed_run",
+        "completion_sent",
     )
 
     def __init__(
@@ -551,12 +552,14 @@ class Workflow:
         self._used: set[str] = set()
         self._seq = 0
         self._in_transaction = False
-        # J13: the completion a completes_run transaction committed; no workflow call after it.
+        # J13: the completion a completes_run transaction committed, and the one it sent (which
+        # may have committed when the COMMIT's answer was lost); no workflow call after either.
         self.completed_run: tuple[Settlement, SettleOutcome] | None = None
+        self.completion_sent: tuple[Settlement, SettleOutcome] | None = None
 
     async def _begin(self, name: str, kind: StepKind) -> tuple[int, StepRecord | None]:
         """Check ``name``, take the next position, and the step stored under it (if any)."""
-        if self.completed_run is not None:
+        if self.completion_sent is not None:
             raise TransactionalHandlerMisuseError(
                 f"run {self._run.run_id!r}: step {name!r} was called after the transaction that"
                 " completed the run (completes_run=True); the run is completed, so the step"
@@ -670,7 +673,7 @@ class Workflow:
         run = self._run
 
         async def in_transaction(repositories: Any) -> str:  # noqa: ANN401
-            self.completed_run = None
+            self.completion_sent = None
             if completes_run:
                 await self._fence()
             self._in_transaction = True
@@ -683,14 +686,18 @@ class Workflow:
             if completes_run:
                 settlement = completed(run)
                 outcome = await fenced_completion(self._backend, run, settlement)
-                self.completed_run = (settlement, outcome)
+                self.completion_sent = (settlement, outcome)
             return encoded
 
         try:
             encoded = await uow.run(in_transaction)
         finally:
-            if completes_run and self._cancellation is not None:
+            # Once a completion was sent the run stays unheartbeated to the handler's end: it is
+            # completed, or the runtime reads its row (the COMMIT's answer lost); a heartbeat
+            # would only be refused and read as a lost lease.
+            if self._cancellation is not None and self.completion_sent is None:
                 self._cancellation.fenced = False
+        self.completed_run = self.completion_sent
         return codec.decode(json.loads(encoded))  # type: ignore[no-any-return]
 
     async def _fence(self) -> None:

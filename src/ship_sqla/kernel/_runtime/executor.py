@@ -45,7 +45,7 @@ from ship_sqla.kernel._settlement import (
 from ship_sqla.kernel._tenancy import enter_tenant
 from ship_sqla.kernel._tracing import end_run_span, run_span, traces
 from ship_sqla.kernel._transactional import SettlesApart
-from ship_sqla.kernel._workflows import WorkflowSuspended
+from ship_sqla.kernel._workflows import WorkflowMisuseError, WorkflowSuspended
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -228,14 +228,7 @@ class Executor:
             entry.handler_done = True
             if not entry.cancelled:
                 raise
-            # Our own cancellation (lease lost, lock lost, drain, timeout): consumed here, so
-            # the lock release after it is not cancelled as well.
-            task = asyncio.current_task()
-            if task is not None:
-                task.uncancel()
-            # A cancellation that landed in the COMMIT leaves it unknown (J13): the row says.
-            if fused is None or not await self._committed_after_all(entry, fused, None):
-                self._after_cancel(entry)
+            await self._cancelled_in_handler(entry, ctx, fused)
             return
         except (Exception, WorkflowSuspended) as exc:  # noqa: BLE001 - the run's outcome
             entry.in_handler = False
@@ -252,7 +245,9 @@ class Executor:
                 timer.cancel()
         entry.in_handler = False
         entry.handler_done = True
-        self._returned(entry, ctx.completed_in_transaction if fused is None else fused.landed)
+        # completion_sent: only a workflow's completing transaction (J13) sets it.
+        if ctx.completion_sent is None or not await self._completion_swallowed(entry, ctx):
+            self._returned(entry, ctx.completed_in_transaction if fused is None else fused.landed)
 
     def _fused(
         self,
@@ -266,11 +261,45 @@ class Executor:
             return None
         return FusedAttempt(entry, ctx, payload, self._backend, self._clock)
 
+    async def _completion_swallowed(self, entry: InFlight, ctx: JobContext[Any]) -> bool:
+        """A workflow whose completing transaction (completes_run=True, J13) raised and whose
+        handler returned anyway: the run's row says whether that transaction committed; when
+        it did not, the attempt failed (its last step's writes are not there), and is never
+        completed by the completer. False: nothing of the kind happened."""
+        sent = ctx.completion_sent
+        if sent is None or ctx.completed_in_transaction is not None:
+            return False
+        if not await self._committed_after_all(entry, sent, None):
+            self._fail(
+                entry,
+                WorkflowMisuseError(
+                    f"run {entry.run.run_id!r}: its completing transaction"
+                    " (ctx.transaction(..., completes_run=True)) failed, and the handler returned"
+                    " anyway; the run was not completed.",
+                    fix="let the completing transaction's exception propagate out of the"
+                    " handler; the attempt is retried as its retry policy says.",
+                ),
+            )
+        return True
+
+    async def _cancelled_in_handler(
+        self, entry: InFlight, ctx: JobContext[Any], fused: FusedAttempt | None
+    ) -> None:
+        """Our own cancellation (lease lost, lock lost, drain, timeout, an operator's cancel)
+        ended the handler: consumed here, so the lock release after it is not cancelled as
+        well; one that landed in a COMMIT leaves it unknown (J13): the run's row says."""
+        task = asyncio.current_task()
+        if task is not None:
+            task.uncancel()
+        sent = ctx.completion_sent if fused is None else fused.landed
+        if not await self._committed_after_all(entry, sent, None):
+            self._after_cancel(entry)
+
     def _returned(
         self, entry: InFlight, committed: tuple[Settlement, SettleOutcome] | None
     ) -> None:
-        """The handler returned: its settlement (``committed``: the completion its transaction
-        committed, J13)."""
+        """The handler returned: the settlement its end calls for (``committed``: the
+        completion its transaction committed, J13, only read)."""
         if committed is not None:
             # J13: the completion committed with the handler's writes: nothing left to settle,
             # whatever cancel or timeout came after it.
@@ -312,25 +341,22 @@ class Executor:
                 self._report_error(exc)
             self._runs.settled(entry)
             return True
-        if fused is not None:
-            return await self._committed_after_all(entry, fused, exc)
-        sent = ctx.completed_in_transaction
-        if sent is None:
-            return False
-        # A workflow's completing transaction committed; the handler raised after it.
-        self._report_error(exc)
-        self._landed(entry, *sent)
-        return True
+        # A workflow's completing transaction (completes_run=True) sent the completion too:
+        # either it committed and the handler raised after it, or its COMMIT failed.
+        sent = ctx.completion_sent if fused is None else fused.landed
+        return await self._committed_after_all(entry, sent, exc)
 
     async def _committed_after_all(
-        self, entry: InFlight, fused: FusedAttempt, exc: BaseException | None
+        self,
+        entry: InFlight,
+        sent: tuple[Settlement, SettleOutcome] | None,
+        exc: BaseException | None,
     ) -> bool:
         """The transaction ended in ``exc`` (or a cancellation) after its completion was sent
         (J13), so the COMMIT's answer is unknown (the connection lost during it): the run's row
         says whether it committed; True when it did (settled here, ``exc`` reported). When the
         row cannot be read the run is left to its lease. Correctness does not depend on this
         read: a K4 settle of a committed run would answer stale and change nothing."""
-        sent = fused.landed
         if sent is None:
             return False
         try:

@@ -79,7 +79,11 @@ class Heartbeater:
             due = [entry for entry in self._entries.values() if entry.next_beat <= now]
             if due:
                 await self._beat(due, now)
-            next_due = min((entry.next_beat for entry in self._entries.values()), default=math.inf)
+            await self._extend_fenced_locks(now)
+            next_due = min(
+                (min(e.next_beat, e.next_lock_extension) for e in self._entries.values()),
+                default=math.inf,
+            )
             delay = min(next_due - self._clock.monotonic(), self._tick)
             await wait_event(self._closing, self._clock, max(delay, 0.0))
 
@@ -132,6 +136,15 @@ class Heartbeater:
                 entry.lease_deadline = sent + entry.run.lease
                 if entry.lock is not None:
                     await self._extend_lock(entry)
+
+    async def _extend_fenced_locks(self, now: float) -> None:
+        """J4, J13: extend the single-runner locks of fenced runs (not heartbeated while their
+        transaction may hold the row), on their heartbeat schedule, so the exclusion lasts as
+        long as the handler; a lock that cannot be extended cancels the handler, as always."""
+        due = [e for e in self._entries.values() if e.next_lock_extension <= now]
+        for entry in due:
+            entry.beat_due = now + entry.job.concurrency.heartbeat_interval
+            await self._extend_lock(entry)
 
     def _retry_soon(self, due: list[InFlight]) -> None:
         """After a failed call: beat these runs again after the error backoff (their lease may

@@ -135,6 +135,15 @@ class InFlight(Cancellation):
             return self.beat_due
         return max(self.beat_due, self.lease_deadline - self.job.concurrency.heartbeat_interval)
 
+    @property
+    def next_lock_extension(self) -> float:
+        """When a fenced run's single-runner lock is next extended apart (J4, J13): no
+        heartbeat of the run is sent while it is fenced, and a heartbeat is what extends its
+        lock otherwise. Never for a run not fenced, without a lock, or lost."""
+        if self.fenced and self.lock is not None and not self.lost:
+            return self.beat_due
+        return math.inf
+
     def lease_lapsed(self, now: float) -> bool:
         """True once the lease may have ended (``now``: the runtime's monotonic clock)."""
         return now >= self.lease_deadline
