@@ -1118,9 +1118,14 @@ def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:
         trace_context,
         snoozes,
         tenant,
-        *_,
+        _kind,
+        _rate_wait,
+        _created,
+        _parent_id,
+        lapses,
+        consecutive_lapses,
+        retaken,
     ) = row
-    lapses, consecutive_lapses, retaken = row[18:21]
     return ClaimedRun(
         run_id,
         job_id,

@@ -212,10 +212,17 @@ class Executor:
         ctx: JobContext[Any] = JobContext(
             entry.run, entry, worker_id=self._worker_id, resources=self.resources
         )
-        ctx.bind_backend(self._backend)
         if self._workflows is not None:
-            ctx.bind_workflows(self._workflows, self._backend, self._clock)
-        fused = self._fused(entry, ctx, payload)
+            ctx.bind_workflows(self._workflows, self._backend, self._clock)  # binds the backend
+        else:
+            ctx.bind_backend(self._backend)
+        # J13: a transactional job's attempt: the fence, the handler and the completion in one
+        # transaction (FusedAttempt marks the context: no workflow calls).
+        fused = (
+            None
+            if entry.job.transaction is None
+            else FusedAttempt(entry, ctx, payload, self._backend, self._clock)
+        )
         entry.in_handler = True
         timer = self._start_timeout(entry)
         try:
@@ -248,18 +255,6 @@ class Executor:
         # completion_sent: only a workflow's completing transaction (J13) sets it.
         if ctx.completion_sent is None or not await self._completion_swallowed(entry, ctx):
             self._returned(entry, ctx.completed_in_transaction if fused is None else fused.landed)
-
-    def _fused(
-        self,
-        entry: InFlight,
-        ctx: JobContext[Any],
-        payload: Any,  # noqa: ANN401
-    ) -> FusedAttempt | None:
-        """J13: a transactional job's attempt (the fence, the handler and the completion in one
-        transaction), its context refusing workflow calls; None for a plain handler."""
-        if entry.job.transaction is None:
-            return None
-        return FusedAttempt(entry, ctx, payload, self._backend, self._clock)
 
     async def _completion_swallowed(self, entry: InFlight, ctx: JobContext[Any]) -> bool:
         """A workflow whose completing transaction (completes_run=True, J13) raised and whose
