@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import anyio
 import attrs
 
+from ship_sqla._scope import Joined
 from ship_sqla._webhooks._out_store import (
     PostgresWebhookDeliveryStore,
     create_webhook_delivery_store,
@@ -293,7 +294,8 @@ class WebhookSender:
             if endpoint is None:
                 raise _unknown(endpoint_id)
             resumed = await self.store.resume_paused(endpoint_id, scope=tx)
-            await self._enqueue(resumed, tx)
+            later = await self._enqueue(resumed, tx)
+        await self._enqueue_now(later, None)
         return resumed
 
     async def redeliver(self, delivery_id: str) -> WebhookDeliveryRecord:
@@ -305,7 +307,8 @@ class WebhookSender:
                     f"no webhook delivery has id {delivery_id!r}.",
                     fix="list deliveries (ship-sqla webhooks deliveries list) for the ids.",
                 )
-            await self._enqueue([delivery_id], tx)
+            later = await self._enqueue([delivery_id], tx)
+        await self._enqueue_now(later, None)
         return delivery
 
     # --- W1 ----------------------------------------------------------------------------------
@@ -315,7 +318,17 @@ class WebhookSender:
             return self.store.connections.transaction(what, scope=scope)
         return _NoTransaction(scope)
 
-    async def _enqueue(self, delivery_ids: Sequence[str], scope: Any) -> None:  # noqa: ANN401
+    async def _enqueue(self, delivery_ids: Sequence[str], tx: Any) -> Sequence[str]:  # noqa: ANN401
+        """Enqueue the deliveries' runs in the unit of work ``tx`` joined (W1); without one
+        (the store's own transaction), nothing now: the ids to enqueue after its commit (a
+        failure between leaves pending deliveries without a run: ``redeliver`` sends them)."""
+        scope = tx.scope if isinstance(tx, Joined) else tx
+        if scope is None:
+            return delivery_ids
+        await self._enqueue_now(delivery_ids, scope)
+        return ()
+
+    async def _enqueue_now(self, delivery_ids: Sequence[str], scope: Any) -> None:  # noqa: ANN401
         for start in range(0, len(delivery_ids), _BATCH):
             requests = [
                 EnqueueRequest({"delivery_id": d}) for d in delivery_ids[start : start + _BATCH]
@@ -371,7 +384,8 @@ class WebhookSender:
                 for delivery_id, target in zip(ids, targets, strict=True)
             ]
             await self.store.insert_deliveries(deliveries, scope=tx)
-            await self._enqueue(ids, tx)
+            later = await self._enqueue(ids, tx)
+        await self._enqueue_now(later, None)
         return ids
 
     # --- the delivery job (W2-W5) ------------------------------------------------------------
