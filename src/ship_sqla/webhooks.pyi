@@ -4,9 +4,11 @@ from ship_sqla._webhooks import VerifiedWebhook as VerifiedWebhook
 from ship_sqla._webhooks import WebhookCleanupResult as WebhookCleanupResult
 from ship_sqla._webhooks import WebhookEvent as WebhookEvent
 from ship_sqla._webhooks import WebhookEventStore as WebhookEventStore
+from ship_sqla._webhooks import WebhookOperations as WebhookOperations
 from ship_sqla._webhooks import WebhookRecordResult as WebhookRecordResult
 from ship_sqla._webhooks import WebhookSender as WebhookSender
 from ship_sqla._webhooks import create_webhook_delivery_store as create_webhook_delivery_store
+from ship_sqla._webhooks import create_webhook_operations as create_webhook_operations
 from ship_sqla._webhooks import create_webhook_sender as create_webhook_sender
 from ship_sqla._webhooks import new_webhook_secret as new_webhook_secret
 from ship_sqla._webhooks import parse_webhook_secret as parse_webhook_secret
@@ -25,9 +27,11 @@ __all__ = (
     "WebhookCleanupResult",
     "WebhookEvent",
     "WebhookEventStore",
+    "WebhookOperations",
     "WebhookRecordResult",
     "WebhookSender",
     "create_webhook_delivery_store",
+    "create_webhook_operations",
     "create_webhook_sender",
     "new_webhook_secret",
     "parse_webhook_secret",

@@ -1,6 +1,10 @@
 """Webhooks (SPEC sections 6 and 16): the received events table and store, Standard Webhooks
 signatures, and the outbound sender with its endpoints and deliveries."""
 
+from ship_sqla._webhooks._operations import WebhookOperations as WebhookOperations
+from ship_sqla._webhooks._operations import (
+    create_webhook_operations as create_webhook_operations,
+)
 from ship_sqla._webhooks._out_store import (
     PostgresWebhookDeliveryStore as PostgresWebhookDeliveryStore,
 )
@@ -49,6 +53,7 @@ __all__ = [
     "WebhookEventNotFoundError",
     "WebhookEventStore",
     "WebhookHeaderError",
+    "WebhookOperations",
     "WebhookRecordResult",
     "WebhookSender",
     "WebhookSignatureError",
@@ -56,6 +61,7 @@ __all__ = [
     "WebhookVerificationError",
     "create_webhook_delivery_store",
     "create_webhook_event_store",
+    "create_webhook_operations",
     "create_webhook_sender",
     "new_webhook_secret",
     "parse_webhook_secret",
