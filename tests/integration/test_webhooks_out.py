@@ -123,6 +123,7 @@ async def test_w2_every_signature_verifies_and_the_webhook_id_is_stable_across_r
             assert await kit.attempt() is None
     assert len(receiver.requests) == 6
     assert all(r.verified_by == [0] for r in receiver.requests)
+    assert receiver.disagreements == []  # the library's own verify_webhook agrees
     seen = [r.headers["webhook-id"] for r in receiver.requests]
     assert seen[0] == first
     assert sorted(seen) == sorted([*ids, first])  # the retry: the same webhook-id again
@@ -150,6 +151,7 @@ async def test_w2_a_rotation_window_signs_with_both_secrets() -> None:
         await kit.sender.send("order.paid", {"order": 3})
         assert await kit.attempt() is None
     assert [r.verified_by for r in receiver.requests] == [[0], [0, 1], [1]]
+    assert receiver.disagreements == []
     assert len(receiver.requests[1].headers["webhook-signature"].split()) == 2
 
 

@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import socket
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import attrs
 import uvicorn
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from ship_sqla.errors import WebhookVerificationError as ShipWebhookVerificationError
+from ship_sqla.webhooks import verify_webhook
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -41,6 +45,7 @@ class Receiver:
         self.secrets = secrets
         self.script: list[Answer] = []
         self.requests: list[Received] = []
+        self.disagreements: list[tuple[int, str]] = []
         self._arrived = anyio.Event()
         self.port = 0
 
@@ -54,13 +59,25 @@ class Receiver:
                 await self._arrived.wait()
 
     def _verify(self, headers: dict[str, str], body: bytes) -> list[int]:
+        """The secrets the reference library verifies the delivery with; the library's own
+        verify_webhook (the receiving direction) must agree on each, else it is recorded in
+        ``disagreements``."""
         verified = []
         for index, secret in enumerate(self.secrets):
             try:
                 Webhook(secret).verify(body, headers)
+                reference = True
             except WebhookVerificationError:
-                continue
-            verified.append(index)
+                reference = False
+            try:
+                verify_webhook(headers, body, secrets=[secret], now=datetime.now(UTC))
+                ours = True
+            except ShipWebhookVerificationError:
+                ours = False
+            if ours != reference:
+                self.disagreements.append((index, headers.get("webhook-id", "")))
+            if reference:
+                verified.append(index)
         return verified
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
