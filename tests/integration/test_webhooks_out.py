@@ -479,3 +479,28 @@ async def test_w1_outside_a_unit_of_work_the_runs_follow_the_committed_deliverie
     assert sorted(p["delivery_id"] for p in payloads) == sorted([*ids, only])
     assert sorted(targets) == ["a", "b", "b"]
     await sender.aclose()
+
+
+async def test_w5_the_senders_client_connects_only_to_checked_addresses() -> None:
+    """W5: the sender's own client connects a (host, port) only to the address checked for
+    the attempt in hand: used outside an attempt it connects nowhere; a client of the
+    application's (``http_client=``) is sent to the checked address by URL, with the Host
+    header naming the endpoint's host."""
+    import httpx  # noqa: PLC0415
+
+    secret = new_webhook_secret()
+    kit = Kit()
+    async with kit, serve(Receiver([secret])) as receiver:
+        with pytest.raises(httpx.ConnectError, match="W5-checked"):
+            await kit.sender._http().post(receiver.url)
+        assert receiver.requests == []
+    async with httpx.AsyncClient() as client:
+        theirs = Kit(http_client=client)
+        theirs.dns["hooks.invalid"] = ["127.0.0.1"]
+        async with theirs, serve(Receiver([secret])) as receiver:
+            await _endpoint(theirs, f"http://hooks.invalid:{receiver.port}/hooks", secret)
+            await theirs.sender.send("order.paid", {"order": 1})
+            assert await theirs.attempt() is None
+    [request] = receiver.requests
+    assert request.headers["host"] == f"hooks.invalid:{receiver.port}"
+    assert request.verified_by == [0]

@@ -19,10 +19,12 @@ attempts (one engine, not a second one).
   :meth:`WebhookSender.enable_endpoint` sets them pending and enqueues them again, in one
   transaction.
 - W5: at each attempt the host is resolved ONCE through the resolver seam, every address is
-  checked (:func:`~ship_sqla.kernel._webhooks_out.refused_address`), and the request goes to
-  the checked address itself: the URL's host is replaced by the IP, the ``Host`` header keeps
-  the name and, for https, httpx's ``sni_hostname`` request extension keeps the TLS server
-  name (so the certificate is checked against the name). The client ignores proxy variables
+  checked (:func:`~ship_sqla.kernel._webhooks_out.refused_address`), and the connection goes to
+  the checked address: the sender's own client (:func:`_pinned_client`) has an httpcore network
+  backend that connects (host, port) only to the address pinned for the attempt in hand, the
+  URL keeping the name (TLS server name, certificate check, ``Host`` and pool keys are the
+  name's); a client given by the application gets the URL rewritten to the address, ``Host``
+  and httpx's ``sni_hostname`` extension keeping the name. Proxy variables are ignored
   (``trust_env=False``): a proxy would connect elsewhere.
 
 httpx is the optional extra ``ship-sqla[webhooks]``, imported when a sender is created.
@@ -36,6 +38,7 @@ import json
 import os
 import socket
 import time
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -168,9 +171,86 @@ def _check_url(url: str) -> None:
 
 @attrs.frozen
 class _Target:
-    url: Any  # httpx.URL with the checked address as its host
-    host_header: str
+    url: Any  # httpx.URL
+    headers: dict[str, str]
     extensions: dict[str, Any]
+    pins: dict[tuple[str, int], str]
+
+
+_PINS: ContextVar[dict[tuple[str, int], str] | None] = ContextVar(
+    "ship_sqla_webhook_pins", default=None
+)
+"""W5: the checked address of each (host, port) the current attempt may connect to."""
+
+
+def _pinned_client(httpx: Any, *, timeout: float, http2: bool) -> httpx.AsyncClient:  # noqa: ANN401
+    """The sender's own client: one pool, ``timeout`` seconds, redirects never followed, proxy
+    variables ignored, and a network backend that connects each (host, port) to the address W5
+    checked for this attempt (:data:`_PINS`) and nowhere else. The URL keeps its host name, so
+    the pool is keyed by name (two names on one IP never share a TLS connection), TLS's server
+    name and certificate check are the name's, and ``Host`` is the URL's."""
+    import httpcore  # noqa: PLC0415 - httpx's own dependency
+
+    class PinnedBackend(httpcore.AsyncNetworkBackend):
+        def __init__(self) -> None:
+            self._inner = httpcore.AnyIOBackend()
+
+        async def connect_tcp(
+            self,
+            host: str,
+            port: int,
+            timeout: float | None = None,  # noqa: ASYNC109 - httpcore's interface
+            local_address: str | None = None,
+            socket_options: Any = None,  # noqa: ANN401
+        ) -> Any:  # noqa: ANN401
+            pins = _PINS.get()
+            address = None if pins is None else pins.get((host, port))
+            if address is None:
+                raise httpcore.ConnectError(
+                    f"no W5-checked address for {host}:{port}: the webhook sender's client"
+                    " connects only where the sender checked"
+                )
+            return await self._inner.connect_tcp(
+                address,
+                port,
+                timeout=timeout,
+                local_address=local_address,
+                socket_options=socket_options,
+            )
+
+        async def connect_unix_socket(
+            self,
+            path: str,  # noqa: ARG002 - httpcore's interface
+            timeout: float | None = None,  # noqa: ASYNC109, ARG002 - httpcore's interface
+            socket_options: Any = None,  # noqa: ARG002, ANN401
+        ) -> Any:  # noqa: ANN401
+            raise httpcore.ConnectError("a unix socket is not a webhook destination")
+
+        async def sleep(self, seconds: float) -> None:
+            await self._inner.sleep(seconds)
+
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+    transport = httpx.AsyncHTTPTransport(http2=http2, limits=limits, trust_env=False)
+    if not hasattr(transport, "_pool"):  # pragma: no cover - a future httpx
+        raise ConfigurationError(
+            "this httpx version's transport cannot be given a network backend.",
+            fix="install httpx>=0.27,<1 (the extra ship-sqla[webhooks]), or pass http_client=.",
+        )
+    transport._pool = httpcore.AsyncConnectionPool(  # noqa: SLF001 - httpx takes no backend
+        ssl_context=httpx.create_ssl_context(trust_env=False),
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+        http1=True,
+        http2=http2,
+        network_backend=PinnedBackend(),
+    )
+    return httpx.AsyncClient(  # type: ignore[no-any-return]
+        transport=transport,
+        timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
+        follow_redirects=False,
+        trust_env=False,
+    )
 
 
 class WebhookSender:
@@ -219,14 +299,7 @@ class WebhookSender:
 
     def _http(self) -> httpx.AsyncClient:
         if self._client is None:
-            httpx = self._httpx
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self._timeout, connect=min(self._timeout, 5.0)),
-                limits=httpx.Limits(max_connections=100, max_keepalive_connections=20),
-                http2=self._http2,
-                follow_redirects=False,
-                trust_env=False,
-            )
+            self._client = _pinned_client(self._httpx, timeout=self._timeout, http2=self._http2)
         return self._client
 
     async def aclose(self) -> None:
@@ -419,9 +492,14 @@ class WebhookSender:
                     " explicitly: create_webhook_sender(allow=[...]).",
                 )
         address = addresses[0]
+        if self._given_client is None:
+            # Our client connects (host, port) to the checked address itself (_pinned_client).
+            return _Target(parsed, {}, {}, {(host, port): address})
+        # A client of yours: the URL names the checked address, Host and the TLS server name
+        # keep the host's name (its pool is then keyed by address).
         extensions = {"sni_hostname": host} if parsed.scheme == "https" else {}
-        netloc = parsed.netloc.decode("ascii")
-        return _Target(parsed.copy_with(host=address), netloc, extensions)
+        headers = {"host": parsed.netloc.decode("ascii")}
+        return _Target(parsed.copy_with(host=address), headers, extensions, {})
 
     async def _post(
         self, target: _Target, headers: dict[str, str], body: bytes
@@ -431,10 +509,14 @@ class WebhookSender:
             "POST",
             target.url,
             content=body,
-            headers={**headers, "host": target.host_header},
+            headers={**headers, **target.headers},
             extensions=target.extensions,
         )
-        response = await client.send(request, stream=True, follow_redirects=False)
+        pinned = _PINS.set(target.pins)
+        try:
+            response = await client.send(request, stream=True, follow_redirects=False)
+        finally:
+            _PINS.reset(pinned)
         try:
             chunks = bytearray()
             async for chunk in response.aiter_bytes():
