@@ -46,6 +46,8 @@ class Receiver:
         self.script: list[Answer] = []
         self.requests: list[Received] = []
         self.disagreements: list[tuple[int, str]] = []
+        self.hold: anyio.Event | None = None
+        """While set to an unset event, every answer waits for it (sends stay in flight)."""
         self._arrived = anyio.Event()
         self.port = 0
 
@@ -92,6 +94,8 @@ class Receiver:
         self.requests.append(Received(scope["path"], headers, body, self._verify(headers, body)))
         self._arrived.set()
         self._arrived = anyio.Event()
+        if self.hold is not None:
+            await self.hold.wait()
         answer = self.script.pop(0) if self.script else Answer()
         if answer.delay:
             await anyio.sleep(answer.delay)  # the scripted slow answer, not a wait for an event

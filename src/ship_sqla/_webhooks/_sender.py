@@ -53,7 +53,7 @@ from ship_sqla._webhooks._out_store import (
 from ship_sqla._webhooks._signature import SECRET_PREFIX, webhook_headers
 from ship_sqla.kernel._errors import ConfigurationError, JobAttemptError
 from ship_sqla.kernel._ids import new_run_ids
-from ship_sqla.kernel._jobs import RetryPolicy, define_job
+from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
 from ship_sqla.kernel._outcomes import RetryAfter, TerminalError
 from ship_sqla.kernel._ports import EnqueueRequest
 from ship_sqla.kernel._tenancy import ambient_tenant
@@ -271,6 +271,7 @@ class WebhookSender:
         timeout: float,
         http2: bool,
         job_id: str,
+        concurrency: Concurrency | None = None,
     ) -> None:
         self._httpx = _httpx()
         if disable_after < 1:
@@ -289,7 +290,12 @@ class WebhookSender:
         self._timeout = timeout
         self._http2 = http2
         self.job: JobDefinition[dict[str, Any]] = define_job(
-            job_id, self._deliver, payload=dict, retry=retry, timeout=timeout * 3
+            job_id,
+            self._deliver,
+            payload=dict,
+            retry=retry,
+            timeout=timeout * 3,
+            concurrency=concurrency,
         )
 
     @property
@@ -649,6 +655,7 @@ def create_webhook_sender(
     timeout: float = 10.0,
     http2: bool = False,
     job_id: str = DEFAULT_JOB_ID,
+    concurrency: Concurrency | None = None,
 ) -> WebhookSender:
     """A webhook sender (SPEC §16, W1-W5) enqueueing its deliveries on ``backend``; register
     ``sender.jobs`` with the worker. Its endpoints and deliveries are in ``store``
@@ -661,7 +668,8 @@ def create_webhook_sender(
     HTTP/2 only with ``http2=True``, redirects never followed, proxies from the environment
     ignored). ``resolver``: ``async (host, port) -> [addresses]`` (default the system's).
     ``retry``: the delivery job's policy (W3's backoff and Retry-After clamp).
-    ``disable_after``: W4's N consecutive failed deliveries (default 20)."""
+    ``disable_after``: W4's N consecutive failed deliveries (default 20). ``concurrency``: the
+    delivery job's (a fleet-wide cap, the lease a crashed worker's deliveries wait out)."""
     from ship_sqla.kernel._clock import SystemClock  # noqa: PLC0415
 
     if store is None:
@@ -683,4 +691,5 @@ def create_webhook_sender(
         timeout=timeout,
         http2=http2,
         job_id=job_id,
+        concurrency=concurrency,
     )
