@@ -139,8 +139,8 @@ class PostgresWebhookDeliveryStore:
             self._tables_seen = await require_tables(
                 self._connections,
                 [
-                    Needed.table(self.endpoints, "webhooks_out"),
-                    Needed.table(self.deliveries, "webhooks_out"),
+                    Needed.table(self.endpoints, "webhook-endpoints"),
+                    Needed.table(self.deliveries, "webhook-deliveries"),
                 ],
                 surface=surface,
             )
