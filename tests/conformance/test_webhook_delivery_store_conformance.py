@@ -145,3 +145,40 @@ async def test_attempts_are_recorded_in_order_and_the_streak_disables(make_store
     assert (await store.get_delivery("msg_2")).state == "pending"
     assert [d.id for d in await store.list_deliveries(limit=5)] == ["msg_2", "msg_1"]
     assert await store.get_delivery("nope") is None
+
+
+async def test_an_attempt_reads_once_and_writes_once(make_store: Any) -> None:
+    """W3, W4: ``get_for_send`` reads a delivery with its endpoint (None when gone);
+    ``end_attempt`` appends the attempt and, when it ends the delivery, moves the endpoint's
+    streak (disabling it at N) as record_attempt then record_outcome would; a retried attempt
+    leaves the streak."""
+    clock = FrozenClock()
+    store = make_store(clock)
+    await store.add_endpoint(
+        endpoint_id="a", url="https://a.test/h", topics=["*"], secret=SECRET, tenant=None
+    )
+    await store.insert_deliveries(
+        [_delivery(clock, f"msg_{n}", "a") for n in range(3)] + [_delivery(clock, "lost", "x")]
+    )
+    delivery, endpoint = await store.get_for_send("msg_0")
+    assert (delivery.id, delivery.payload, endpoint.id, endpoint.secrets) == (
+        "msg_0",
+        {"order": 1, "note": "é"},
+        "a",
+        (await store.get_endpoint("a")).secrets,
+    )
+    assert (await store.get_for_send("lost"))[1] is None
+    assert await store.get_for_send("nope") is None
+    attempt = DeliveryAttempt(clock.now(), 503, 0.1, body="busy")
+    await store.end_attempt("msg_0", attempt, state="pending", disable_after=2)
+    assert (await store.get_endpoint("a")).consecutive_failures == 0
+    await store.end_attempt("msg_0", attempt, state="failed", disable_after=2)
+    await store.end_attempt("msg_1", attempt, state="failed", disable_after=2)
+    endpoint = await store.get_endpoint("a")
+    assert (endpoint.state, endpoint.consecutive_failures) == ("disabled", 2)
+    assert endpoint.disabled_reason == "2 consecutive failed deliveries"
+    assert (await store.get_delivery("msg_0")).attempts == (attempt, attempt)
+    await store.set_endpoint_state("a", "enabled", reason=None)
+    await store.end_attempt("msg_2", attempt, state="delivered", disable_after=2)
+    assert (await store.get_delivery("msg_2")).state == "delivered"
+    assert (await store.get_endpoint("a")).consecutive_failures == 0

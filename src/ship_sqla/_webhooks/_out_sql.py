@@ -16,8 +16,10 @@ __all__ = [
     "ADD_ENDPOINT",
     "APPEND_ATTEMPT",
     "ENDPOINT_FOR_UPDATE",
+    "END_ATTEMPT",
     "GET_DELIVERY",
     "GET_ENDPOINT",
+    "GET_FOR_SEND",
     "INSERT_DELIVERY",
     "LIST_DELIVERIES",
     "LIST_ENDPOINTS",
@@ -194,3 +196,53 @@ RETURNING id
 )
 """W4: an enabled endpoint's waiting deliveries, pending again (served by
 ``<deliveries>_endpoint_idx``)."""
+
+GET_FOR_SEND: Final = Template(
+    """
+SELECT d.id, d.endpoint_id, d.tenant, d.topic, d.payload, d.state, d.attempts, d.created_at,
+       d.updated_at,
+       e.id AS e_id, e.tenant AS e_tenant, e.url AS e_url, e.topics AS e_topics,
+       e.secrets AS e_secrets, e.state AS e_state, e.disabled_reason AS e_disabled_reason,
+       e.consecutive_failures AS e_consecutive_failures, e.created_at AS e_created_at,
+       e.updated_at AS e_updated_at
+FROM {deliveries} AS d
+LEFT JOIN {endpoints} AS e ON e.id = d.endpoint_id
+WHERE d.id = :id
+""",
+    compacted=False,
+)
+"""An attempt's one read: the delivery and its endpoint (both by primary key)."""
+
+END_ATTEMPT: Final = Template(
+    """
+WITH d AS (
+    UPDATE {deliveries}
+    SET attempts = attempts || jsonb_build_array(CAST(:attempt AS jsonb)),
+        state = :state,
+        updated_at = {now}
+    WHERE id = :id
+    RETURNING endpoint_id
+), e AS (
+    UPDATE {endpoints} AS e
+    SET consecutive_failures = CASE WHEN CAST(:delivered AS boolean) THEN 0
+                                    ELSE e.consecutive_failures + 1 END,
+        state = CASE WHEN NOT CAST(:delivered AS boolean)
+                          AND e.consecutive_failures + 1 >= :disable_after
+                     THEN 'disabled' ELSE e.state END,
+        disabled_reason = CASE
+            WHEN NOT CAST(:delivered AS boolean) AND e.state = 'enabled'
+                 AND e.consecutive_failures + 1 >= :disable_after
+            THEN (e.consecutive_failures + 1)::text || ' consecutive failed deliveries'
+            ELSE e.disabled_reason END,
+        updated_at = {now}
+    FROM d
+    WHERE CAST(:ended AS boolean) AND e.id = d.endpoint_id
+    RETURNING e.id
+)
+SELECT (SELECT count(*) FROM d) AS deliveries, (SELECT count(*) FROM e) AS endpoints
+""",
+    compacted=False,
+)
+"""An attempt's one write (W3, W4): the attempt appended with the delivery's new state and,
+when that ends the delivery (``:ended``), the endpoint's streak moved as RECORD_OUTCOME does
+(both by primary key)."""

@@ -16,9 +16,11 @@ from ship_sqla._sql_time import now_bound
 from ship_sqla._webhooks._out_sql import (
     ADD_ENDPOINT,
     APPEND_ATTEMPT,
+    END_ATTEMPT,
     ENDPOINT_FOR_UPDATE,
     GET_DELIVERY,
     GET_ENDPOINT,
+    GET_FOR_SEND,
     INSERT_DELIVERY,
     LIST_DELIVERIES,
     LIST_ENDPOINTS,
@@ -109,6 +111,16 @@ def _delivery(row: Any) -> WebhookDeliveryRecord:  # noqa: ANN401 - a SQLAlchemy
         created_at=row.created_at,
         updated_at=row.updated_at,
     )
+
+
+class _Prefixed:
+    """The endpoint columns of a GET_FOR_SEND row (``e_``-prefixed), read as a row's."""
+
+    def __init__(self, row: Any) -> None:  # noqa: ANN401 - a SQLAlchemy row
+        self._mapping = row._mapping  # noqa: SLF001 - Row's public mapping
+
+    def __getattr__(self, name: str) -> Any:  # noqa: ANN401
+        return self._mapping[f"e_{name}"]
 
 
 class PostgresWebhookDeliveryStore:
@@ -280,6 +292,34 @@ class PostgresWebhookDeliveryStore:
     async def resume_paused(self, endpoint_id: str, *, scope: object = None) -> list[str]:
         rows = await self._rows("resume paused", RESUME_PAUSED, {"endpoint_id": endpoint_id}, scope)
         return sorted(r.id for r in rows)
+
+    async def get_for_send(
+        self, delivery_id: str
+    ) -> tuple[WebhookDeliveryRecord, WebhookEndpointRecord | None] | None:
+        rows = await self._rows("get for send", GET_FOR_SEND, {"id": delivery_id}, OWN)
+        if not rows:
+            return None
+        row = rows[0]
+        endpoint = None if row.e_id is None else _endpoint(_Prefixed(row))
+        return _delivery(row), endpoint
+
+    async def end_attempt(
+        self,
+        delivery_id: str,
+        attempt: DeliveryAttempt,
+        *,
+        state: DeliveryState,
+        disable_after: int,
+    ) -> None:
+        params = {
+            "id": delivery_id,
+            "attempt": json.dumps(attempt.to_json()),
+            "state": state,
+            "ended": state in ("delivered", "failed"),
+            "delivered": state == "delivered",
+            "disable_after": disable_after,
+        }
+        await self._rows("end attempt", END_ATTEMPT, params, OWN)
 
 
 def create_webhook_delivery_store(

@@ -537,14 +537,11 @@ class WebhookSender:
     async def _end(
         self, delivery: WebhookDeliveryRecord, attempt: DeliveryAttempt, state: DeliveryState
     ) -> None:
-        """W3: the attempt recorded first; W4: an ended delivery moves the endpoint's streak."""
-        await self.store.record_attempt(delivery.id, attempt, state=state)
-        if state in ("delivered", "failed"):
-            await self.store.record_outcome(
-                delivery.endpoint_id,
-                delivered=state == "delivered",
-                disable_after=self.disable_after,
-            )
+        """W3: the attempt recorded first; W4: an ended delivery moves the endpoint's streak
+        (one statement on PostgreSQL)."""
+        await self.store.end_attempt(
+            delivery.id, attempt, state=state, disable_after=self.disable_after
+        )
 
     async def _ready(
         self, payload: dict[str, Any]
@@ -553,12 +550,12 @@ class WebhookSender:
         delivery_id = payload.get("delivery_id")
         if not isinstance(delivery_id, str):
             raise TerminalError("a webhook delivery run carries no delivery_id")
-        delivery = await self.store.get_delivery(delivery_id)
-        if delivery is None:
+        found = await self.store.get_for_send(delivery_id)
+        if found is None:
             raise TerminalError(f"webhook delivery {delivery_id!r} does not exist")
+        delivery, endpoint = found
         if delivery.state in ("delivered", "failed"):
             return None  # a duplicate run of an ended delivery: nothing to send
-        endpoint = await self.store.get_endpoint(delivery.endpoint_id)
         if endpoint is None:
             gone = DeliveryAttempt(self.clock.now(), None, 0.0, error="the endpoint is gone")
             await self.store.record_attempt(delivery.id, gone, state="failed")

@@ -298,3 +298,21 @@ class WebhookDeliveryStore(Protocol):
     async def resume_paused(self, endpoint_id: str, *, scope: object = None) -> list[str]:
         """W4: every paused delivery of the endpoint back to pending; their ids."""
         ...
+
+    async def get_for_send(
+        self, delivery_id: str
+    ) -> tuple[WebhookDeliveryRecord, WebhookEndpointRecord | None] | None:
+        """A delivery and its endpoint (None: gone), read together: what an attempt needs."""
+        ...
+
+    async def end_attempt(
+        self,
+        delivery_id: str,
+        attempt: DeliveryAttempt,
+        *,
+        state: DeliveryState,
+        disable_after: int,
+    ) -> None:
+        """:meth:`record_attempt` and, when ``state`` ends the delivery (delivered or failed),
+        :meth:`record_outcome` on its endpoint, at once (W3's record, W4's streak)."""
+        ...

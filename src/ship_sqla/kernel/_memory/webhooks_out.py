@@ -179,3 +179,25 @@ class InMemoryWebhookDeliveryStore:
         for delivery_id in ids:
             self._set(delivery_id, state="pending")
         return sorted(ids)
+
+    async def get_for_send(
+        self, delivery_id: str
+    ) -> tuple[WebhookDeliveryRecord, WebhookEndpointRecord | None] | None:
+        delivery = self._deliveries.get(delivery_id)
+        if delivery is None:
+            return None
+        return delivery, self._endpoints.get(delivery.endpoint_id)
+
+    async def end_attempt(
+        self,
+        delivery_id: str,
+        attempt: DeliveryAttempt,
+        *,
+        state: DeliveryState,
+        disable_after: int,
+    ) -> None:
+        delivery = await self.record_attempt(delivery_id, attempt, state=state)
+        if delivery is not None and state in ("delivered", "failed"):
+            await self.record_outcome(
+                delivery.endpoint_id, delivered=state == "delivered", disable_after=disable_after
+            )
