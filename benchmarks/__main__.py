@@ -40,11 +40,12 @@ BENCHMARKS: dict[str, str] = {
     "peers": "benchmarks.peers",
     "scaleout": "benchmarks.scaleout",
     "pools": "benchmarks.pools",
+    "webhooks": "benchmarks.webhooks",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is
 unfinished (or broken) is reported as failed without keeping the others from running."""
 
-OPT_IN = frozenset({"ablations", "peers", "scaleout", "pools"})
+OPT_IN = frozenset({"ablations", "peers", "scaleout", "pools", "webhooks"})
 """Run only when named: not part of ``python -m benchmarks`` with no names."""
 DEFAULT_BENCHMARKS = [name for name in BENCHMARKS if name not in OPT_IN]
 

@@ -35,7 +35,11 @@ from ship_sqla._outbox import ship_outbox_table
 from ship_sqla._schema_check import check_schema
 from ship_sqla._sql import TABLELESS
 from ship_sqla._sql.schema_apply import APPLY_LOCK, CREATE_SCHEMA
-from ship_sqla._webhooks import ship_webhook_events_table
+from ship_sqla._webhooks import (
+    ship_webhook_deliveries_table,
+    ship_webhook_endpoints_table,
+    ship_webhook_events_table,
+)
 from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -64,10 +68,12 @@ COMPONENTS: Final = (
     "locks",
     "audit",
     "backfills",
+    "webhooks_out",
 )
 """What ``--only`` selects: jobs (runs, state, workers), workflows (steps, events; needs jobs),
 outbox, idempotency, webhooks (events), locks (fences), audit (the operator audit log, S1),
-backfills (the backfill ledger, C4)."""
+backfills (the backfill ledger, C4), webhooks_out (the outbound webhooks' endpoints and
+deliveries, §16)."""
 
 
 _ONE_TABLE_COMPONENTS: Final = (
@@ -96,6 +102,8 @@ class ShipTableNames:
     lock_fences: str = "ship_lock_fences"
     audit: str = "ship_audit"
     backfills: str = "ship_backfills"
+    webhook_endpoints: str = "ship_webhook_endpoints"
+    webhook_deliveries: str = "ship_webhook_deliveries"
 
 
 def ship_tables_metadata(
@@ -133,6 +141,9 @@ def ship_tables_metadata(
     for component, factory, field in _ONE_TABLE_COMPONENTS:
         if component in wanted:
             factory(metadata, name=getattr(names, field), schema=schema)
+    if "webhooks_out" in wanted:
+        ship_webhook_endpoints_table(metadata, name=names.webhook_endpoints, schema=schema)
+        ship_webhook_deliveries_table(metadata, name=names.webhook_deliveries, schema=schema)
     return metadata
 
 

@@ -54,6 +54,8 @@ _COMPONENTS: Final = {
     "idempotency": "idempotency",
     "audit": "audit",
     "backfills": "backfills",
+    "webhook-endpoints": "webhooks_out",
+    "webhook-deliveries": "webhooks_out",
 }
 """Each ship table's kind, and the ``schema apply --only`` component that creates it (its name
 option is ``--<kind>-table``)."""

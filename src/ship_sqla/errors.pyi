@@ -15,6 +15,7 @@ from ship_sqla._repository_guard import UnsafeExpressionError as UnsafeExpressio
 from ship_sqla._schema_check import SchemaCheckError as SchemaCheckError
 from ship_sqla._schema_probe import MissingTablesError as MissingTablesError
 from ship_sqla._server import NoServerError as NoServerError
+from ship_sqla._webhooks import WebhookDeliveryFailedError as WebhookDeliveryFailedError
 from ship_sqla._webhooks import WebhookEventInProgressError as WebhookEventInProgressError
 from ship_sqla._webhooks import WebhookEventNotFoundError as WebhookEventNotFoundError
 from ship_sqla._webhooks import WebhookHeaderError as WebhookHeaderError
@@ -74,6 +75,12 @@ from ship_sqla.kernel._transactional import (
 )
 from ship_sqla.kernel._transactional import (
     TransactionalHandlerMisuseError as TransactionalHandlerMisuseError,
+)
+from ship_sqla.kernel._webhooks_out import (
+    WebhookDestinationRefusedError as WebhookDestinationRefusedError,
+)
+from ship_sqla.kernel._webhooks_out import (
+    WebhookEndpointUnknownError as WebhookEndpointUnknownError,
 )
 from ship_sqla.kernel._workflows import ChildJobUnservedError as ChildJobUnservedError
 from ship_sqla.kernel._workflows import ChildRunsRefusedError as ChildRunsRefusedError
@@ -153,6 +160,9 @@ __all__ = (
     "UnsafeExpressionError",
     "UsageError",
     "VersionConflictError",
+    "WebhookDeliveryFailedError",
+    "WebhookDestinationRefusedError",
+    "WebhookEndpointUnknownError",
     "WebhookEventInProgressError",
     "WebhookEventNotFoundError",
     "WebhookHeaderError",

@@ -59,6 +59,7 @@ from ship_sqla.jobs import EnqueueRequest
 from ship_sqla.operators import AuditEntry
 from ship_sqla.schema import tenant_policy_ddl
 from ship_sqla.testing import FrozenClock
+from ship_sqla.webhooks import ship_webhook_deliveries_table, ship_webhook_endpoints_table
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -311,6 +312,8 @@ FACTORIES: list[tuple[str, Callable[..., Table]]] = [
     ("lock fences", ship_lock_fences_table),
     ("audit", ship_audit_table),
     ("backfills", ship_backfills_table),
+    ("webhook endpoints", ship_webhook_endpoints_table),
+    ("webhook deliveries", ship_webhook_deliveries_table),
 ]
 
 UNUSABLE = [

@@ -19,6 +19,8 @@ from ship_sqla._dashboard import _app as dashboard_app
 from ship_sqla._dashboard import create_dashboard
 from ship_sqla._outbox._operations import MANAGE_PERMISSION as OUTBOX_MANAGE
 from ship_sqla._outbox._operations import OutboxOperations
+from ship_sqla._webhooks._operations import MANAGE_PERMISSION as WEBHOOKS_MANAGE
+from ship_sqla._webhooks._operations import WebhookOperations
 from ship_sqla.kernel import InMemoryJobBackend
 from ship_sqla.kernel._actions import OPERATOR_ACTIONS, DashboardRoute, OperatorAction
 from ship_sqla.kernel._backfill_operations import BackfillOperations
@@ -32,6 +34,7 @@ SURFACES: dict[str, tuple[type, str]] = {
     "jobs": (JobOperations, JOBS_MANAGE),
     "outbox": (OutboxOperations, OUTBOX_MANAGE),
     "backfills": (BackfillOperations, JOBS_MANAGE),
+    "webhooks": (WebhookOperations, WEBHOOKS_MANAGE),
 }
 """Each operations surface of the declaration's prefixes, and the permission its changes ask."""
 
@@ -53,6 +56,9 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("dashboard",),
         ("backfill", "status"),
         ("backfill", "verify"),
+        ("webhooks", "endpoints", "list"),
+        ("webhooks", "deliveries", "list"),
+        ("webhooks", "deliveries", "show"),
     }
 )
 """The CLI's commands that are not operator actions: reads, the schema's tools, the worker and the

@@ -14,6 +14,7 @@ from ship_sqla._cli.jobs import jobs
 from ship_sqla._cli.outbox import outbox
 from ship_sqla._cli.relay import relay
 from ship_sqla._cli.schema import schema
+from ship_sqla._cli.webhooks import webhooks
 from ship_sqla._cli.worker import worker, workers
 
 __all__ = ["cli", "main"]
@@ -32,7 +33,18 @@ def cli() -> None:
     """
 
 
-for _command in (schema, demo, worker, workers, jobs, outbox, enqueue, dashboard, backfill):
+for _command in (
+    schema,
+    demo,
+    worker,
+    workers,
+    jobs,
+    outbox,
+    enqueue,
+    dashboard,
+    backfill,
+    webhooks,
+):
     cli.add_command(_command)
 # The relay is a verb of the outbox group, in a module of its own (a process, not an operation).
 outbox.add_command(relay)

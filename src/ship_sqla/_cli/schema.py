@@ -67,6 +67,8 @@ _SHIP_TABLE_NAMES: Final = (
     ("--webhook-events-table", "webhook_events", None, "webhooks"),
     ("--lock-fences-table", "lock_fences", None, "locks"),
     ("--backfills-table", "backfills", None, "backfills"),
+    ("--webhook-endpoints-table", "webhook_endpoints", None, "webhooks_out"),
+    ("--webhook-deliveries-table", "webhook_deliveries", None, "webhooks_out"),
 )
 """The name options of the ship tables: flag, ShipTableNames field, environment variable (the
 one the job and outbox commands read, so apply creates what they look for), component."""
@@ -145,8 +147,8 @@ def _ship_tables_choice_options(command: Any) -> Any:  # noqa: ANN401 - click's 
         type=click.Choice(COMPONENTS),
         multiple=True,
         help="Only these ship tables (repeatable): jobs (runs, state, workers), workflows"
-        " (steps, events; with jobs), outbox, idempotency, webhooks, locks, audit, backfills."
-        " Default: all.",
+        " (steps, events; with jobs), outbox, idempotency, webhooks, locks, audit, backfills,"
+        " webhooks_out (outbound webhook endpoints, deliveries). Default: all.",
     )(command)
 
 

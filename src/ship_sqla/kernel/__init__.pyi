@@ -19,6 +19,9 @@ from ship_sqla.kernel._memory.locks import InMemoryLockProvider as InMemoryLockP
 from ship_sqla.kernel._memory.outbox import InMemoryOutbox as InMemoryOutbox
 from ship_sqla.kernel._memory.transactions import InMemoryTransaction as InMemoryTransaction
 from ship_sqla.kernel._memory.transactions import InMemoryUnitOfWork as InMemoryUnitOfWork
+from ship_sqla.kernel._memory.webhooks_out import (
+    InMemoryWebhookDeliveryStore as InMemoryWebhookDeliveryStore,
+)
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry as InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore as InMemoryWorkflowStore
 from ship_sqla.kernel._outbox import OutboxStore as OutboxStore
@@ -64,6 +67,11 @@ from ship_sqla.kernel._settlement import settle_refusal as settle_refusal
 from ship_sqla.kernel._settlement import snoozed as snoozed
 from ship_sqla.kernel._transactional import InboxAnswer as InboxAnswer
 from ship_sqla.kernel._transactional import InboxStore as InboxStore
+from ship_sqla.kernel._webhooks_out import DeliveryAttempt as DeliveryAttempt
+from ship_sqla.kernel._webhooks_out import WebhookDeliveryRecord as WebhookDeliveryRecord
+from ship_sqla.kernel._webhooks_out import WebhookDeliveryStore as WebhookDeliveryStore
+from ship_sqla.kernel._webhooks_out import WebhookEndpointRecord as WebhookEndpointRecord
+from ship_sqla.kernel._webhooks_out import WebhookSecret as WebhookSecret
 from ship_sqla.kernel._workers import WorkerEntry as WorkerEntry
 from ship_sqla.kernel._workers import WorkerRegistry as WorkerRegistry
 from ship_sqla.kernel._workflows import NewStep as NewStep
@@ -90,6 +98,7 @@ __all__ = (
     "Clock",
     "CreatedPosition",
     "DeadQuery",
+    "DeliveryAttempt",
     "FenceAnswer",
     "FencedRuns",
     "HeartbeatBatch",
@@ -102,6 +111,7 @@ __all__ = (
     "InMemoryOutbox",
     "InMemoryTransaction",
     "InMemoryUnitOfWork",
+    "InMemoryWebhookDeliveryStore",
     "InMemoryWorkerRegistry",
     "InMemoryWorkflowStore",
     "InboxAnswer",
@@ -131,6 +141,10 @@ __all__ = (
     "SystemClock",
     "UnitOfWorkLike",
     "WakeSource",
+    "WebhookDeliveryRecord",
+    "WebhookDeliveryStore",
+    "WebhookEndpointRecord",
+    "WebhookSecret",
     "WorkerEntry",
     "WorkerRegistry",
     "Workflow",

@@ -7,7 +7,8 @@ dashboard alike, and audited. This table is the list of those actions; the parit
 
 - Python: each ``operation`` names a method of :class:`~ship_sqla.jobs.JobOperations`
   (``jobs.``), :class:`~ship_sqla.outbox.OutboxOperations` (``outbox.``) or
-  :class:`~ship_sqla.backfills.BackfillOperations` (``backfills.``) that asks
+  :class:`~ship_sqla.backfills.BackfillOperations` (``backfills.``) or
+  :class:`~ship_sqla.webhooks.WebhookOperations` (``webhooks.``) that asks
   ``permission``, and is the ``operation`` of the audit entry it writes; every
   state-changing method of those classes is declared here;
 - the CLI: ``cli.command`` is a ``ship-sqla`` command taking ``cli.options`` and the audit
@@ -64,6 +65,7 @@ class OperatorAction:
 
 _JOBS: Final = "ship.jobs:manage"
 _OUTBOX: Final = "ship.outbox:manage"
+_WEBHOOKS: Final = "ship.webhooks:manage"
 
 
 def _jobs(operation: str, cli: CliVerb, dashboard: DashboardRoute) -> OperatorAction:
@@ -72,6 +74,11 @@ def _jobs(operation: str, cli: CliVerb, dashboard: DashboardRoute) -> OperatorAc
 
 def _outbox(operation: str, cli: CliVerb, dashboard: DashboardRoute) -> OperatorAction:
     return OperatorAction(f"outbox.{operation}", _OUTBOX, cli, dashboard)
+
+
+def _webhooks(operation: str, *command: str) -> OperatorAction:
+    # No dashboard page yet (issue 29): a known gap the parity test reports.
+    return OperatorAction(f"webhooks.{operation}", _WEBHOOKS, CliVerb(("webhooks", *command)), None)
 
 
 def _backfills(operation: str, cli: CliVerb, dashboard: DashboardRoute | None) -> OperatorAction:
@@ -158,5 +165,11 @@ OPERATOR_ACTIONS: Final[tuple[OperatorAction, ...]] = (
     _backfills(
         "cancel", CliVerb(("backfill", "cancel")), DashboardRoute("/backfills/{backfill_id}/cancel")
     ),
+    # outbound webhooks (SPEC §16; W4's audited re-enable)
+    _webhooks("add_endpoint", "endpoints", "add"),
+    _webhooks("disable_endpoint", "endpoints", "disable"),
+    _webhooks("enable_endpoint", "endpoints", "enable"),
+    _webhooks("rotate_secret", "endpoints", "rotate-secret"),
+    _webhooks("redeliver", "deliveries", "redeliver"),
 )
 """Every operator action (S1), by concern and kind."""
