@@ -87,6 +87,10 @@ class Receiver:
         body = b""
         while True:
             message = await receive()
+            if message["type"] == "http.disconnect":
+                # The sender went away before its body was whole (a worker killed mid-send): the
+                # request never arrived, so it is not recorded (its sender will send it again).
+                return
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
