@@ -121,6 +121,8 @@ WEBHOOK_ENDPOINTS_SHOWN: Final = 200
 """Endpoints the Webhooks page lists (one bounded read in id order)."""
 WEBHOOK_ATTEMPTS_SHOWN: Final = 5
 """A delivery's latest attempts the Webhooks page shows (it says how many earlier ones)."""
+WEBHOOK_REASON_CHARS: Final = 500
+"""The bound on a disable's reason typed on the Webhooks page."""
 WEBHOOK_BODY_SHOWN: Final = 200
 """Characters of an attempt's answer excerpt the Webhooks page shows (marked when cut)."""
 MAX_ACTOR_CHARS: Final = 200
@@ -993,9 +995,11 @@ class _Dashboard:
                     fix="use the Webhooks page's buttons: disable or enable.",
                 )
             hooks = self.webhook_ops(request)
+            require_key(endpoint_id, "endpoint id")  # InvalidKeyError: refused before any read
             try:
                 if verb == "disable":
-                    reason = (fields.get("reason") or [""])[0][:500]
+                    reason = (fields.get("reason") or [""])[0].strip()
+                    require_key(reason, "reason", max_chars=WEBHOOK_REASON_CHARS)
                     await hooks.disable_endpoint(endpoint_id, reason=reason)
                     return f"Endpoint {endpoint_id} is disabled; its deliveries wait."
                 resumed = await hooks.enable_endpoint(endpoint_id)
@@ -1013,6 +1017,7 @@ class _Dashboard:
 
         async def action(_ops: JobOperations, _fields: dict[str, list[str]]) -> str:
             hooks = self.webhook_ops(request)
+            require_key(delivery_id, "delivery id")  # InvalidKeyError: refused before any read
             try:
                 delivery = await hooks.redeliver(delivery_id)
             except WebhookEndpointUnknownError as exc:
@@ -1420,7 +1425,8 @@ def _endpoint_row(
             action = (
                 f'<form class="inline" method="post" action="{text(here)}/disable">'
                 f"{hidden(_csrf.FIELD, csrf)}{hidden('next', back)}"
-                '<input name="reason" required maxlength="500" placeholder="reason">'
+                f'<input name="reason" required maxlength="{WEBHOOK_REASON_CHARS}"'
+                ' placeholder="reason">'
                 '<button type="submit">Disable</button></form>'
             )
         else:
