@@ -8,10 +8,15 @@ missing webhook table is named, and the deliveries listing reads the primary key
 from __future__ import annotations
 
 import json
+import os
+import sys
+import urllib.request
 from typing import Any
 
+import anyio
 import httpx
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 from dashboard_support import actor, csrf_of, dashboard_tables
 from sqlalchemy import MetaData, text
 from sqlalchemy.dialects import postgresql
@@ -297,3 +302,47 @@ async def test_on_postgres_the_deliveries_listing_reads_the_primary_key_backward
     assert "Sort" not in text_plan, text_plan
     listed = await store.list_deliveries(limit=51)
     assert [d.id for d in listed[:2]] == ["000000020000", "000000019999"]
+
+
+def _get(base: str, path: str) -> str:
+    with urllib.request.urlopen(base + path, timeout=30) as answer:  # noqa: S310 - local test URL
+        return str(answer.read().decode())
+
+
+async def test_ship_sqla_dashboard_webhooks_shows_the_page_from_the_flag(
+    ship_engine, ship_engine_url, tmp_path
+):
+    """``ship-sqla dashboard --webhooks`` serves the Webhooks page over the default webhook
+    tables: the endpoint and its url, never its secret (W2), with the manager's Disable."""
+    metadata, runs, state, workers, _ = dashboard_tables()
+    ship_webhook_endpoints_table(metadata)
+    ship_webhook_deliveries_table(metadata)
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    backend = create_job_backend(
+        database=ship_engine, table=runs, state_table=state, workers_table=workers
+    )
+    sender = create_webhook_sender(backend=backend, database=ship_engine)
+    await sender.add_endpoint(
+        "https://hooks.example.com/cli", ["order.paid"], secret=SECRET, endpoint_id="ep.cli"
+    )
+    await sender.aclose()
+    command = [
+        sys.executable, "-m", "ship_sqla", "dashboard", "--database-url", ship_engine_url,
+        "--port", "0", "--webhooks", "--no-audit",
+    ]  # fmt: skip
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("SHIP_SQLA_")}
+    process = await anyio.open_process(command, cwd=tmp_path, env=environment)
+    try:
+        assert process.stdout is not None
+        with anyio.fail_after(60):
+            line = await BufferedByteReceiveStream(process.stdout).receive_until(b"\n", 4096)
+        base = line.decode().split(" on ", 1)[1].split("/ ", 1)[0]
+        page = await anyio.to_thread.run_sync(_get, base, "/webhooks")
+    finally:
+        process.terminate()
+        await process.wait()
+    assert "ep.cli" in page
+    assert "https://hooks.example.com/cli" in page
+    assert "/webhooks/endpoints/ep.cli/disable" in page
+    assert SECRET not in page
