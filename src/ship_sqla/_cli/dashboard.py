@@ -62,7 +62,7 @@ __all__ = ["dashboard"]
 @click.option(
     "--read-only",
     is_flag=True,
-    help="Grant ship.jobs:read (and ship.outbox:read) only: no action buttons.",
+    help="Grant ship.jobs:read (and ship.outbox:read, ship.webhooks:read) only: no action buttons.",
 )
 @click.option(
     "--registry",

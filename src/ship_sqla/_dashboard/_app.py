@@ -110,7 +110,8 @@ __all__ = ["DashboardAuthorizer", "create_dashboard"]
 DashboardAuthorizer: TypeAlias = "Callable[[Request, str, str], bool | Awaitable[bool]]"
 """``authorizer(request, permission, operation) -> bool`` (or an awaitable of it): whether the
 user of ``request`` holds ``permission`` (``"ship.jobs:read"``, ``"ship.jobs:manage"``,
-``"ship.outbox:read"``, ``"ship.outbox:manage"``); fail closed: anything but True refuses."""
+``"ship.outbox:read"``, ``"ship.outbox:manage"``, ``"ship.webhooks:read"``,
+``"ship.webhooks:manage"``); fail closed: anything but True refuses."""
 
 PAGE_SIZE: Final = 50
 CONSUMER_KEYS_SHOWN: Final = 200
@@ -1628,7 +1629,8 @@ def create_dashboard(
 
     - ``authorizer(request, permission, operation)``: whether the request's user holds
       ``permission``; reads ask ``ship.jobs:read`` (or manage), actions ``ship.jobs:manage``
-      (the outbox page: ``ship.outbox:read`` / ``ship.outbox:manage``). Fail closed.
+      (the outbox page: ``ship.outbox:read`` / ``ship.outbox:manage``; the Webhooks page:
+      ``ship.webhooks:read`` / ``ship.webhooks:manage``). Fail closed.
     - ``actor(request)``: who the audit log names (default: the authenticated
       ``request.user``'s display name, else ``anonymous@<client address>``).
     - ``audit``: the audit log every action is written to (S1; e.g.
