@@ -34,6 +34,7 @@ import importlib
 import inspect
 import os
 import pkgutil
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal, get_args
 from urllib.parse import quote
 
@@ -70,6 +71,13 @@ from ship_sqla._dashboard import _csrf
 from ship_sqla._dashboard._filters import Parameter
 from ship_sqla._dashboard._static import STYLESHEET
 from ship_sqla.kernel import InMemoryJobBackend, completed
+from ship_sqla.kernel._webhooks_out import WebhookDeliveryRecord
+from ship_sqla.webhooks import (
+    create_webhook_delivery_store,
+    create_webhook_sender,
+    ship_webhook_deliveries_table,
+    ship_webhook_endpoints_table,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -183,6 +191,15 @@ def slots_of(app: Starlette) -> list[Slot]:
     return found
 
 
+WEBHOOK_ENDPOINT = "fz.ep"
+"""An enabled endpoint: the valid ``endpoint_id`` (its disable writes only the webhook tables)."""
+WEBHOOK_DELIVERY = "fz.delivery"
+"""A delivered delivery: the valid ``delivery_id`` (its redeliver enqueues on the sender's own
+in-memory backend, so the runs table never changes)."""
+WEBHOOK_ROUTES: Final = "/webhooks/"
+"""An accepted webhook action changes the webhook tables (a disable, a redeliver), by design:
+there they may change, and the audit log; a refused one changes nothing at all."""
+
 DONE_BACKFILL = "fz.done"
 """A completed backfill: the valid ``backfill_id`` (a cancel leaves it as it is)."""
 
@@ -207,9 +224,13 @@ class Fuzzed:
             if route.path.startswith("/upkeep/")
             else "cancel"
             if route.path.startswith("/backfills/")
+            else "disable"
+            if route.path.startswith(WEBHOOK_ROUTES)
             else "retry",
             "job_id": REPORT.id,
             "backfill_id": DONE_BACKFILL,
+            "endpoint_id": WEBHOOK_ENDPOINT,
+            "delivery_id": WEBHOOK_DELIVERY,
             "outbox_id": "main",
             "name": STYLESHEET,
         }.get(name, "x")
@@ -227,6 +248,7 @@ class Fuzzed:
             "job": REPORT.id,
             "tenant": "tenant-a",
             "older_than_days": "7",
+            "reason": "fuzzing",
         }.get(name)
 
     def request(self, fuzzed: Mapping[Slot, str]) -> tuple[str, bytes]:
@@ -283,6 +305,8 @@ class Fuzzed:
             assert "Fix:" in answer.text, where
         changed = {name for name in before if before[name] != after[name]}
         allowed = {"ship_audit"} if answer.status == 303 else set()
+        if answer.status == 303 and next(iter(fuzzed)).route.path.startswith(WEBHOOK_ROUTES):
+            allowed |= {"ship_webhook_endpoints", "ship_webhook_deliveries"}
         assert changed <= allowed, f"{where}\nchanged: {changed}"
         return answer
 
@@ -295,7 +319,11 @@ async def fuzzed(ship_engine: AsyncEngine) -> Fuzzed:
     metadata, runs, state, workers, audit_table = dashboard_tables()
     outbox_table = ship_outbox_table(MetaData())
     backfills_table = ship_backfills_table(MetaData())
+    webhook_metadata = MetaData()
+    endpoints_table = ship_webhook_endpoints_table(webhook_metadata)
+    deliveries_table = ship_webhook_deliveries_table(webhook_metadata)
     async with ship_engine.begin() as connection:
+        await connection.run_sync(webhook_metadata.create_all)
         await connection.run_sync(metadata.create_all)
         await connection.run_sync(outbox_table.metadata.create_all)
         await connection.run_sync(backfills_table.metadata.create_all)
@@ -315,6 +343,15 @@ async def fuzzed(ship_engine: AsyncEngine) -> Fuzzed:
         DONE_BACKFILL, run_id="r", token=1, pace=1.0, stall_after=60.0, required_by=None
     )
     assert await ledger.finish(DONE_BACKFILL, run_id="r", token=1, state="completed")
+    sender = create_webhook_sender(
+        backend=InMemoryJobBackend(),
+        store=create_webhook_delivery_store(
+            database=ship_engine, endpoints_table=endpoints_table, deliveries_table=deliveries_table
+        ),
+    )
+    await sender.add_endpoint("https://hooks.example.com/in", ["*"], endpoint_id=WEBHOOK_ENDPOINT)
+    await sender.store.insert_deliveries([_delivered(WEBHOOK_DELIVERY, WEBHOOK_ENDPOINT)])
+    await sender.store.set_delivery_state(WEBHOOK_DELIVERY, "delivered")
     app = create_dashboard(
         backend,
         authorizer=authorizer,
@@ -326,9 +363,24 @@ async def fuzzed(ship_engine: AsyncEngine) -> Fuzzed:
         secret=SECRET,
         refresh_seconds=0,
         backfills=ledger,
+        webhooks=sender,
     )
-    tables = (runs, state, workers, audit_table, outbox_table, backfills_table)
+    tables = (
+        runs,
+        state,
+        workers,
+        audit_table,
+        outbox_table,
+        backfills_table,
+        endpoints_table,
+        deliveries_table,
+    )
     return Fuzzed(app, ship_engine, tables, run.run_id, tuple(dead))
+
+
+def _delivered(delivery_id: str, endpoint_id: str) -> WebhookDeliveryRecord:
+    now = datetime.now(UTC)
+    return WebhookDeliveryRecord(delivery_id, endpoint_id, "t", {}, None, "pending", (), now, now)
 
 
 def test_the_fuzzer_reads_the_names_from_the_code() -> None:

@@ -51,8 +51,15 @@ REPORT = define_job(
 )
 
 USERS = {
-    "admin": {"ship.jobs:manage", "ship.jobs:read", "ship.outbox:manage", "ship.outbox:read"},
-    "viewer": {"ship.jobs:read", "ship.outbox:read"},
+    "admin": {
+        "ship.jobs:manage",
+        "ship.jobs:read",
+        "ship.outbox:manage",
+        "ship.outbox:read",
+        "ship.webhooks:manage",
+        "ship.webhooks:read",
+    },
+    "viewer": {"ship.jobs:read", "ship.outbox:read", "ship.webhooks:read"},
     "nobody": set(),
 }
 

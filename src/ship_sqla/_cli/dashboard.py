@@ -29,6 +29,9 @@ from ship_sqla._cli._options import (
 from ship_sqla._cli._params import REGISTRY, OutboxId
 from ship_sqla._outbox._operations import MANAGE_PERMISSION as OUTBOX_MANAGE
 from ship_sqla._outbox._operations import READ_PERMISSION as OUTBOX_READ
+from ship_sqla._webhooks._operations import MANAGE_PERMISSION as WEBHOOKS_MANAGE
+from ship_sqla._webhooks._operations import READ_PERMISSION as WEBHOOKS_READ
+from ship_sqla._webhooks._sender import DEFAULT_JOB_ID
 from ship_sqla.kernel._operations import MANAGE_PERMISSION, READ_PERMISSION
 
 if TYPE_CHECKING:
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._cli._tables import JobTables
     from ship_sqla._outbox import OutboxOperations
+    from ship_sqla._webhooks._sender import WebhookSender
     from ship_sqla.kernel._audit import AuditSink
     from ship_sqla.kernel._registry import JobRegistry
 
@@ -58,7 +62,7 @@ __all__ = ["dashboard"]
 @click.option(
     "--read-only",
     is_flag=True,
-    help="Grant ship.jobs:read (and ship.outbox:read) only: no action buttons.",
+    help="Grant ship.jobs:read (and ship.outbox:read, ship.webhooks:read) only: no action buttons.",
 )
 @click.option(
     "--registry",
@@ -88,6 +92,36 @@ __all__ = ["dashboard"]
     " Consumers & backfills page, with start and cancel.",
     dest="backfills_table",
 )
+@click.option(
+    "--webhooks",
+    "show_webhooks",
+    is_flag=True,
+    help="Show the Webhooks page: endpoints and latest deliveries (never a secret), with"
+    " disable, enable and redeliver.",
+)
+@name_option(
+    "--webhook-endpoints-table",
+    "table",
+    envvar="SHIP_SQLA_WEBHOOK_ENDPOINTS_TABLE",
+    default="ship_webhook_endpoints",
+    help="With --webhooks: the endpoints table (in --schema).",
+    dest="webhook_endpoints_table",
+)
+@name_option(
+    "--webhook-deliveries-table",
+    "table",
+    envvar="SHIP_SQLA_WEBHOOK_DELIVERIES_TABLE",
+    default="ship_webhook_deliveries",
+    help="With --webhooks: the deliveries table (in --schema).",
+    dest="webhook_deliveries_table",
+)
+@click.option(
+    "--webhook-job-id",
+    default=DEFAULT_JOB_ID,
+    show_default=True,
+    help="With --webhooks: the delivery job's id (create_webhook_sender's job_id), which a"
+    " redeliver or an enable enqueues.",
+)
 @audit_options
 def dashboard(
     *,
@@ -101,6 +135,10 @@ def dashboard(
     outbox_table: str,
     outbox_schema: str | None,
     backfills_table: str | None,
+    show_webhooks: bool,
+    webhook_endpoints_table: str,
+    webhook_deliveries_table: str,
+    webhook_job_id: str,
     audit_table: str | None,
 ) -> None:
     """Serve the dashboard on HOST:PORT until Ctrl-C. Whoever reaches the address may do what
@@ -111,7 +149,8 @@ def dashboard(
     --registry APP:REGISTRY gives it the job definitions (the schedules' details, idle jobs);
     --outbox-id (repeatable) adds the outbox page for those outboxes, in the outbox table
     --outbox-table (default ship_outbox) in --outbox-schema; --backfills-table the backfill
-    ledger the Consumers & backfills page lists."""
+    ledger the Consumers & backfills page lists; --webhooks the Webhooks page over the webhook
+    tables (--webhook-endpoints-table, --webhook-deliveries-table)."""
     try:
         import uvicorn  # noqa: PLC0415 - an optional dependency, only for this command
 
@@ -123,9 +162,9 @@ def dashboard(
         ) from exc
     engine = create_async_engine(database_url)
     audit = None if audit_table is None else tables.audit_log(engine, audit_table)
-    granted = {READ_PERMISSION, OUTBOX_READ}
+    granted = {READ_PERMISSION, OUTBOX_READ, WEBHOOKS_READ}
     if not read_only:
-        granted |= {MANAGE_PERMISSION, OUTBOX_MANAGE}
+        granted |= {MANAGE_PERMISSION, OUTBOX_MANAGE, WEBHOOKS_MANAGE}
 
     def authorizer(_request: Request, permission: str, _operation: str) -> bool:
         return permission in granted
@@ -147,6 +186,11 @@ def dashboard(
             database=engine,
             table=ship_backfills_table(MetaData(), name=backfills_table, schema=tables.runs.schema),
         ),
+        webhooks=_webhook_sender(
+            engine, tables, webhook_endpoints_table, webhook_deliveries_table, webhook_job_id
+        )
+        if show_webhooks
+        else None,
     )
     listening = _listen(host, port)
     bound = listening.getsockname()[1]
@@ -154,6 +198,28 @@ def dashboard(
     click.echo(f"ship-sqla dashboard on http://{shown}:{bound}/ (Ctrl-C to stop)")
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     server.run(sockets=[listening])
+
+
+def _webhook_sender(
+    engine: AsyncEngine, tables: JobTables, endpoints: str, deliveries: str, job_id: str
+) -> WebhookSender:
+    """The Webhooks page's sender on the named tables (in --schema); it sends nothing here:
+    a redeliver or an enable only enqueues the delivery job's runs."""
+    from ship_sqla._webhooks import (  # noqa: PLC0415 - only when the page is shown
+        create_webhook_delivery_store,
+        create_webhook_sender,
+        ship_webhook_deliveries_table,
+        ship_webhook_endpoints_table,
+    )
+
+    metadata = MetaData()
+    schema = tables.runs.schema
+    store = create_webhook_delivery_store(
+        database=engine,
+        endpoints_table=ship_webhook_endpoints_table(metadata, name=endpoints, schema=schema),
+        deliveries_table=ship_webhook_deliveries_table(metadata, name=deliveries, schema=schema),
+    )
+    return create_webhook_sender(store=store, backend=tables.backend(engine), job_id=job_id)
 
 
 def _outbox_operations(

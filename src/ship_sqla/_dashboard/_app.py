@@ -58,6 +58,9 @@ from ship_sqla._dashboard._static import ASSETS
 from ship_sqla._dashboard._svg import throughput_chart
 from ship_sqla._jobs._backend import PostgresJobBackend
 from ship_sqla._schema_probe import MissingTablesError
+from ship_sqla._webhooks._operations import MANAGE_PERMISSION as WEBHOOKS_MANAGE
+from ship_sqla._webhooks._operations import WebhookOperations, create_webhook_operations
+from ship_sqla._webhooks._sender import WebhookSender
 from ship_sqla.kernel._backfill_operations import BackfillOperations, create_backfill_operations
 from ship_sqla.kernel._backfills import BackfillLedger
 from ship_sqla.kernel._browse import run_order
@@ -77,6 +80,7 @@ from ship_sqla.kernel._operations import (
 from ship_sqla.kernel._plans.schedule import previous_occurrence
 from ship_sqla.kernel._ports import JobBackend
 from ship_sqla.kernel._serving import serving_of
+from ship_sqla.kernel._webhooks_out import WebhookEndpointUnknownError, excerpt
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
 
 if TYPE_CHECKING:
@@ -93,6 +97,11 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._operations import AdministeredBackend
     from ship_sqla.kernel._ports import RunRecord
     from ship_sqla.kernel._serving import Serving
+    from ship_sqla.kernel._webhooks_out import (
+        DeliveryAttempt,
+        WebhookDeliveryRecord,
+        WebhookEndpointRecord,
+    )
     from ship_sqla.kernel._workers import WorkerRecord
     from ship_sqla.kernel._workflows import StepRecord
 
@@ -101,13 +110,22 @@ __all__ = ["DashboardAuthorizer", "create_dashboard"]
 DashboardAuthorizer: TypeAlias = "Callable[[Request, str, str], bool | Awaitable[bool]]"
 """``authorizer(request, permission, operation) -> bool`` (or an awaitable of it): whether the
 user of ``request`` holds ``permission`` (``"ship.jobs:read"``, ``"ship.jobs:manage"``,
-``"ship.outbox:read"``, ``"ship.outbox:manage"``); fail closed: anything but True refuses."""
+``"ship.outbox:read"``, ``"ship.outbox:manage"``, ``"ship.webhooks:read"``,
+``"ship.webhooks:manage"``); fail closed: anything but True refuses."""
 
 PAGE_SIZE: Final = 50
 CONSUMER_KEYS_SHOWN: Final = 200
 """Consumer keys the Consumers & backfills page lists (one index probe each, C3)."""
 BACKFILLS_SHOWN: Final = 200
 """Backfills the page lists (the ledger holds a handful per deploy)."""
+WEBHOOK_ENDPOINTS_SHOWN: Final = 200
+"""Endpoints the Webhooks page lists (one bounded read in id order)."""
+WEBHOOK_ATTEMPTS_SHOWN: Final = 5
+"""A delivery's latest attempts the Webhooks page shows (it says how many earlier ones)."""
+WEBHOOK_REASON_CHARS: Final = 500
+"""The bound on a disable's reason typed on the Webhooks page."""
+WEBHOOK_BODY_SHOWN: Final = 200
+"""Characters of an attempt's answer excerpt the Webhooks page shows (marked when cut)."""
 MAX_ACTOR_CHARS: Final = 200
 """The operator surfaces' bound on an actor's name."""
 OUTBOX_REDRIVE_PAGES: Final = 10
@@ -136,6 +154,7 @@ _NAV: Final = (
     ("/workers", "Workers"),
     ("/consumers", "Consumers & backfills"),
     ("/outbox", "Outbox"),
+    ("/webhooks", "Webhooks"),
     ("/upkeep", "Upkeep"),
     ("/audit", "Audit log"),
 )
@@ -178,8 +197,10 @@ class _Dashboard:
         refresh_seconds: float,
         backfills: tuple[BackfillLedger, JobBackend] | None = None,
         audit_sink: AuditSink | None = None,
+        webhooks: WebhookSender | None = None,
     ) -> None:
         self.jobs = jobs
+        self.webhooks = webhooks
         self.backfills = backfills
         self.audit_sink = audit_sink
         self.authorizer = authorizer
@@ -229,6 +250,23 @@ class _Dashboard:
         return create_backfill_operations(
             ledger,
             backend,
+            authorizer=self._authorizer_for(request),
+            audit=self.audit_sink,
+            actor=self.actor_of(request),
+        )
+
+    def webhook_ops(self, request: Request) -> WebhookOperations:
+        """The outbound webhooks' operations (SPEC §16) for ``request``'s user: the dashboard's
+        authorizer (``ship.webhooks:read`` / ``:manage``), its audit log and the request's
+        actor."""
+        if self.webhooks is None:
+            raise ConfigurationError(
+                "this dashboard was given no webhook sender.",
+                fix="pass webhooks=create_webhook_sender(...) to create_dashboard (or"
+                " ship-sqla dashboard --webhooks).",
+            )
+        return create_webhook_operations(
+            self.webhooks,
             authorizer=self._authorizer_for(request),
             audit=self.audit_sink,
             actor=self.actor_of(request),
@@ -875,6 +913,120 @@ class _Dashboard:
             empty="No backfill in the ledger.",
         )
 
+    async def webhooks_page(self, request: Request) -> Response:
+        """SPEC §16: each endpoint's state (and why disabled), failure streak (W4), topics and
+        url, and the latest deliveries with their latest attempts (W3: status, duration, error,
+        the answer's bounded excerpt); a manager's disable, enable (W4: resumes the paused
+        deliveries) and redeliver. No secret is read into the page: adding an endpoint and
+        rotating its secret (which show one) stay at the shell."""
+        base = self.base(request)
+
+        async def body(_ops: JobOperations, _can_manage: bool, _f: Filters) -> Html:
+            if self.webhooks is None:
+                return (
+                    '<p class="muted" id="no-webhooks">No webhook sender given'
+                    " (create_dashboard(webhooks=create_webhook_sender(...)), or ship-sqla"
+                    " dashboard --webhooks).</p>"
+                )
+            probe = getattr(self.webhooks.store, "require_tables", None)
+            if probe is not None:  # the PostgreSQL store: a missing table says so, in place
+                try:
+                    await probe("the dashboard's webhooks")
+                except MissingTablesError as exc:
+                    return f'<p class="error" id="no-webhooks">{text(exc)}</p>'
+            hooks = self.webhook_ops(request)
+            endpoints = await hooks.list_endpoints(limit=WEBHOOK_ENDPOINTS_SHOWN + 1)
+            deliveries = await hooks.list_deliveries(limit=PAGE_SIZE + 1)
+            asks = self._authorizer_for(request)
+            manage = await asks(WEBHOOKS_MANAGE, "webhooks.dashboard")
+            csrf = self.csrf(request) if manage else None
+            back = base + "/webhooks"
+            more = (
+                f'<p class="muted">The first {WEBHOOK_ENDPOINTS_SHOWN} endpoints are shown.</p>'
+                if len(endpoints) > WEBHOOK_ENDPOINTS_SHOWN
+                else ""
+            )
+            shown = (
+                f'<p class="muted">The latest {PAGE_SIZE} deliveries are shown.</p>'
+                if len(deliveries) > PAGE_SIZE
+                else ""
+            )
+            return (
+                '<p class="muted" id="no-secrets">Secrets are never shown here. Add an endpoint'
+                " or rotate its secret at the shell (ship-sqla webhooks endpoints add /"
+                " rotate-secret): each shows the new secret once.</p>"
+                "<h2>Endpoints</h2>"
+                + table(
+                    ("Endpoint", "State", "Failure streak", "Topics", "URL", "Updated", ""),
+                    [
+                        _endpoint_row(base, e, csrf, back)
+                        for e in endpoints[:WEBHOOK_ENDPOINTS_SHOWN]
+                    ],
+                    empty="No webhook endpoint.",
+                )
+                + more
+                + "<h2>Latest deliveries</h2>"
+                + table(
+                    (
+                        "Delivery (webhook-id)",
+                        "Endpoint",
+                        "Topic",
+                        "State",
+                        "Created",
+                        "Attempts",
+                        "",
+                    ),
+                    [_delivery_row(base, d, csrf, back) for d in deliveries[:PAGE_SIZE]],
+                    empty="No webhook delivery.",
+                )
+                + shown
+            )
+
+        return await self.page(request, "/webhooks", "Webhooks", body)
+
+    async def webhook_endpoint_action(self, request: Request) -> Response:
+        """An endpoint's disable (with its reason) or enable (W4: its paused deliveries
+        resume): the webhook operations' own, audited."""
+        endpoint_id, verb = request.path_params["endpoint_id"], request.path_params["verb"]
+
+        async def action(_ops: JobOperations, fields: dict[str, list[str]]) -> str:
+            if verb not in ("disable", "enable"):
+                raise _NotFound(
+                    f"A webhook endpoint has no action {verb[:40]!r}.",
+                    fix="use the Webhooks page's buttons: disable or enable.",
+                )
+            hooks = self.webhook_ops(request)
+            require_key(endpoint_id, "endpoint id")  # InvalidKeyError: refused before any read
+            try:
+                if verb == "disable":
+                    reason = (fields.get("reason") or [""])[0].strip()
+                    require_key(reason, "reason", max_chars=WEBHOOK_REASON_CHARS)
+                    await hooks.disable_endpoint(endpoint_id, reason=reason)
+                    return f"Endpoint {endpoint_id} is disabled; its deliveries wait."
+                resumed = await hooks.enable_endpoint(endpoint_id)
+            except WebhookEndpointUnknownError as exc:
+                raise _NotFound(str(exc), fix="act from the Webhooks page.") from exc
+            return (
+                f"Endpoint {endpoint_id} is enabled; {len(resumed)} paused delivery(ies) resumed."
+            )
+
+        return await self.act(request, action)
+
+    async def webhook_redeliver(self, request: Request) -> Response:
+        """A delivery sent again (pending, a new run, the same webhook-id): audited."""
+        delivery_id = request.path_params["delivery_id"]
+
+        async def action(_ops: JobOperations, _fields: dict[str, list[str]]) -> str:
+            hooks = self.webhook_ops(request)
+            require_key(delivery_id, "delivery id")  # InvalidKeyError: refused before any read
+            try:
+                delivery = await hooks.redeliver(delivery_id)
+            except WebhookEndpointUnknownError as exc:
+                raise _NotFound(str(exc), fix="act from the Webhooks page.") from exc
+            return f"Delivery {delivery_id} is {delivery.state}: it will be sent again."
+
+        return await self.act(request, action)
+
     async def outbox_page(self, request: Request) -> Response:
         base = self.base(request)
 
@@ -1259,6 +1411,77 @@ def _backfill_row(
     )
 
 
+def _endpoint_row(
+    base: str, e: WebhookEndpointRecord, csrf: str | None, back: str
+) -> tuple[Html, ...]:
+    """One endpoint (W4): its state and why it is disabled, its failure streak, topics and url
+    (never a secret); the manager's disable (with a reason) or enable."""
+    here = f"{base}/webhooks/endpoints/{quote(e.id, safe='')}"
+    state = _state_cell(e.state)
+    if e.disabled_reason:
+        state += f'<br><span class="muted">{text(e.disabled_reason[:300])}</span>'
+    action = ""
+    if csrf is not None:
+        if e.state == "enabled":
+            action = (
+                f'<form class="inline" method="post" action="{text(here)}/disable">'
+                f"{hidden(_csrf.FIELD, csrf)}{hidden('next', back)}"
+                f'<input name="reason" required maxlength="{WEBHOOK_REASON_CHARS}"'
+                ' placeholder="reason">'
+                '<button type="submit">Disable</button></form>'
+            )
+        else:
+            action = button_form(f"{here}/enable", "Enable", csrf=csrf, back=back)
+    return (
+        text(e.id),
+        state,
+        text(e.consecutive_failures),
+        text(", ".join(e.topics)),
+        f"<code>{text(e.url[:300])}</code>",
+        at(e.updated_at),
+        action,
+    )
+
+
+def _attempt_line(a: DeliveryAttempt) -> Html:
+    status = "no answer" if a.status is None else f"HTTP {a.status}"
+    parts = [f"{at(a.at)} · {text(status)} · {text(f'{a.duration:.3f}')} s"]
+    if a.error:
+        parts.append(error_summary(a.error))
+    if a.body:
+        parts.append(f"<code>{text(excerpt(a.body, WEBHOOK_BODY_SHOWN))}</code>")
+    return "<li>" + " · ".join(parts) + "</li>"
+
+
+def _delivery_row(
+    base: str, d: WebhookDeliveryRecord, csrf: str | None, back: str
+) -> tuple[Html, ...]:
+    """One delivery (W1, W3) and its latest attempts; the manager's redeliver for one that
+    ended (delivered or failed)."""
+    latest = d.attempts[-WEBHOOK_ATTEMPTS_SHOWN:]
+    earlier = len(d.attempts) - len(latest)
+    attempts = "".join(_attempt_line(a) for a in reversed(latest))
+    note = f'<p class="muted">{earlier} earlier attempt(s) not shown.</p>' if earlier else ""
+    cell = f'<ul class="attempts">{attempts}</ul>{note}' if d.attempts else "none yet"
+    action = ""
+    if csrf is not None and d.state in ("delivered", "failed"):
+        action = button_form(
+            f"{base}/webhooks/deliveries/{quote(d.id, safe='')}/redeliver",
+            "Redeliver",
+            csrf=csrf,
+            back=back,
+        )
+    return (
+        text(d.id),
+        text(d.endpoint_id),
+        text(d.topic),
+        _state_cell(d.state),
+        at(d.created_at),
+        cell,
+        action,
+    )
+
+
 def _serving_cell(served: Serving | None, job_id: str) -> Html:
     """How many live workers serve ``job_id`` (issue 27 item 8): 'none' when workers are live
     and none declares it (its runs wait until one starts; a mistyped id waits forever)."""
@@ -1398,6 +1621,7 @@ def create_dashboard(
     secret: bytes | str | None = None,
     refresh_seconds: float = 10.0,
     backfills: BackfillLedger | None = None,
+    webhooks: WebhookSender | None = None,
 ) -> Starlette:
     """The operator dashboard over ``backend`` (any job backend), an ASGI application to mount
     anywhere (``app.mount("/ops", create_dashboard(...))``) or serve alone
@@ -1405,7 +1629,8 @@ def create_dashboard(
 
     - ``authorizer(request, permission, operation)``: whether the request's user holds
       ``permission``; reads ask ``ship.jobs:read`` (or manage), actions ``ship.jobs:manage``
-      (the outbox page: ``ship.outbox:read`` / ``ship.outbox:manage``). Fail closed.
+      (the outbox page: ``ship.outbox:read`` / ``ship.outbox:manage``; the Webhooks page:
+      ``ship.webhooks:read`` / ``ship.webhooks:manage``). Fail closed.
     - ``actor(request)``: who the audit log names (default: the authenticated
       ``request.user``'s display name, else ``anonymous@<client address>``).
     - ``audit``: the audit log every action is written to (S1; e.g.
@@ -1423,6 +1648,10 @@ def create_dashboard(
     - ``backfills``: the backfill ledger (:func:`~ship_sqla.backfills.create_backfill_ledger`)
       whose backfills the Consumers & backfills page lists, with start and cancel (C4, C5);
       ``backend`` must then be a whole job backend (the backfills' runs live there).
+    - ``webhooks``: the webhook sender (:func:`~ship_sqla.webhooks.create_webhook_sender`)
+      whose endpoints and deliveries the Webhooks page lists (``ship.webhooks:read``), with
+      disable, enable and redeliver (``ship.webhooks:manage``, audited). No secret is shown;
+      adding an endpoint and rotating its secret stay at the shell.
     """
     if not callable(authorizer):
         raise ConfigurationError(
@@ -1450,6 +1679,7 @@ def create_dashboard(
         refresh_seconds=refresh_seconds,
         backfills=_checked_backfills(backfills, backend),
         audit_sink=audit,
+        webhooks=_checked_webhooks(webhooks),
     )
     tables = _TablesCheck(backend)
     return _DashboardApp(
@@ -1479,6 +1709,17 @@ def _routes(state: _Dashboard) -> list[Route]:
         Route("/outbox", state.outbox_page, methods=["GET"]),
         Route("/outbox/{outbox_id}/redrive", state.outbox_redrive, methods=["POST"]),
         Route("/outbox/{outbox_id}/purge", state.outbox_purge, methods=["POST"]),
+        Route("/webhooks", state.webhooks_page, methods=["GET"]),
+        Route(
+            "/webhooks/endpoints/{endpoint_id:path}/{verb}",
+            state.webhook_endpoint_action,
+            methods=["POST"],
+        ),
+        Route(
+            "/webhooks/deliveries/{delivery_id:path}/redeliver",
+            state.webhook_redeliver,
+            methods=["POST"],
+        ),
         Route("/upkeep", state.upkeep, methods=["GET"]),
         Route("/upkeep/{verb}", state.upkeep_action, methods=["POST"]),
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
@@ -1504,6 +1745,16 @@ def _checked_backfills(
             fix="pass the backend from create_job_backend(...) (or InMemoryJobBackend).",
         )
     return ledger, backend
+
+
+def _checked_webhooks(sender: WebhookSender | None) -> WebhookSender | None:
+    if sender is not None and not isinstance(sender, WebhookSender):
+        raise ConfigurationError(
+            f"webhooks must be a webhook sender, got {type(sender).__name__}.",
+            fix="pass webhooks=create_webhook_sender(database=engine, backend=backend), or omit"
+            " it.",
+        )
+    return sender
 
 
 def _checked_audit(

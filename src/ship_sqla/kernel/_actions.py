@@ -59,8 +59,8 @@ class OperatorAction:
     permission: str
     cli: CliVerb
     dashboard: DashboardRoute | None
-    """None: the dashboard has no form for it yet, a known gap the parity test reports as an
-    expected failure, never a silent one."""
+    """None: the dashboard has no form for it, a known gap (or, for an action that answers with
+    a secret, a choice) the parity test reports as an expected failure, never a silent one."""
 
 
 _JOBS: Final = "ship.jobs:manage"
@@ -76,9 +76,12 @@ def _outbox(operation: str, cli: CliVerb, dashboard: DashboardRoute) -> Operator
     return OperatorAction(f"outbox.{operation}", _OUTBOX, cli, dashboard)
 
 
-def _webhooks(operation: str, *command: str) -> OperatorAction:
-    # No dashboard page yet (issue 29): a known gap the parity test reports.
-    return OperatorAction(f"webhooks.{operation}", _WEBHOOKS, CliVerb(("webhooks", *command)), None)
+def _webhooks(
+    operation: str, cli: tuple[str, ...], dashboard: DashboardRoute | None
+) -> OperatorAction:
+    return OperatorAction(
+        f"webhooks.{operation}", _WEBHOOKS, CliVerb(("webhooks", *cli)), dashboard
+    )
 
 
 def _backfills(operation: str, cli: CliVerb, dashboard: DashboardRoute | None) -> OperatorAction:
@@ -165,11 +168,25 @@ OPERATOR_ACTIONS: Final[tuple[OperatorAction, ...]] = (
     _backfills(
         "cancel", CliVerb(("backfill", "cancel")), DashboardRoute("/backfills/{backfill_id}/cancel")
     ),
-    # outbound webhooks (SPEC §16; W4's audited re-enable)
-    _webhooks("add_endpoint", "endpoints", "add"),
-    _webhooks("disable_endpoint", "endpoints", "disable"),
-    _webhooks("enable_endpoint", "endpoints", "enable"),
-    _webhooks("rotate_secret", "endpoints", "rotate-secret"),
-    _webhooks("redeliver", "deliveries", "redeliver"),
+    # outbound webhooks (SPEC §16; W4's audited re-enable): the Webhooks page's buttons. Adding
+    # an endpoint and rotating its secret answer with the new secret, which the dashboard never
+    # shows (no secret is rendered anywhere): they stay at the shell and in Python, on purpose.
+    _webhooks("add_endpoint", ("endpoints", "add"), None),
+    _webhooks(
+        "disable_endpoint",
+        ("endpoints", "disable"),
+        DashboardRoute("/webhooks/endpoints/{endpoint_id}/disable"),
+    ),
+    _webhooks(
+        "enable_endpoint",
+        ("endpoints", "enable"),
+        DashboardRoute("/webhooks/endpoints/{endpoint_id}/enable"),
+    ),
+    _webhooks("rotate_secret", ("endpoints", "rotate-secret"), None),
+    _webhooks(
+        "redeliver",
+        ("deliveries", "redeliver"),
+        DashboardRoute("/webhooks/deliveries/{delivery_id}/redeliver"),
+    ),
 )
 """Every operator action (S1), by concern and kind."""
