@@ -56,7 +56,14 @@ import attrs
 
 from ship_sqla.kernel._durations import MAX_LEASE, require_duration
 from ship_sqla.kernel._errors import ConfigurationError
-from ship_sqla.kernel._jobs import Concurrency, JobDefinition, RetryPolicy, define_job, is_job_id
+from ship_sqla.kernel._jobs import (
+    Concurrency,
+    JobDefinition,
+    RetryPolicy,
+    define_job,
+    is_job_id,
+    require_unit_of_work,
+)
 from ship_sqla.kernel._ports import JobLeaseStaleError
 
 if TYPE_CHECKING:
@@ -433,12 +440,8 @@ def _check_knobs(
             f"backfill {backfill_id!r}: page_size must be an int from 1 to {MAX_PAGE_SIZE:,}.",
             fix=f"omit it for the default ({DEFAULT_PAGE_SIZE}).",
         )
-    if transaction is not None and not callable(getattr(transaction, "run", None)):
-        raise ConfigurationError(
-            f"backfill {backfill_id!r}: transaction= must be a unit of work (an async"
-            " run(handler)).",
-            fix="pass transaction=create_unit_of_work(engine, repositories=...).",
-        )
+    if transaction is not None:
+        require_unit_of_work(f"backfill {backfill_id!r}", transaction)
     if required_by is not None and (not isinstance(required_by, str) or not required_by.strip()):
         raise ConfigurationError(
             f"backfill {backfill_id!r}: required_by must be a migration's label, got"

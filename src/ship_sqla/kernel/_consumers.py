@@ -59,6 +59,7 @@ from ship_sqla.kernel._jobs import (
     Schedule,
     define_job,
     is_job_id,
+    require_unit_of_work,
 )
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._ports import EnqueueRequest, JobLeaseStaleError
@@ -616,12 +617,7 @@ def define_consumer(
     _check_declaration(
         id, timeout=timeout, cursor=cursor, functions=(keys, open, handle, lag), batch=batch
     )
-    if not callable(getattr(transaction, "run", None)):
-        raise ConsumerDeclarationError(
-            f"consumer {id!r}: transaction= must be a unit of work (an object with an async"
-            f" run(handler)), got {type(transaction).__name__}.",
-            fix="pass transaction=create_unit_of_work(engine, repositories=...).",
-        )
+    require_unit_of_work(f"consumer {id!r}", transaction, ConsumerDeclarationError)
     minutes = _rearm_minutes(id, rearm)
     seconds = lease.total_seconds() if isinstance(lease, timedelta) else lease
     require_duration(seconds, f"consumer {id!r}: lease", maximum=MAX_LEASE)

@@ -652,15 +652,25 @@ def define_job(
     )
 
 
-def _check_transactional(job_id: str, transaction: object, inbox: object) -> None:
-    """J13's declaration: a unit of work (anything with an async ``run``), and an inbox only
-    with one (its mark must commit with something)."""
-    if transaction is not None and not callable(getattr(transaction, "run", None)):
-        raise ConfigurationError(
-            f"job {job_id!r}: transaction= must be a unit of work (an object with an async"
+def require_unit_of_work(
+    owner: str, transaction: object, error: type[ConfigurationError] = ConfigurationError
+) -> None:
+    """The one check of a ``transaction=`` declaration (a job's J13, a consumer's C1, a
+    backfill's C4): a unit of work, i.e. an object with an async ``run(handler)``; else
+    ``error`` naming ``owner`` and the fix."""
+    if not callable(getattr(transaction, "run", None)):
+        raise error(
+            f"{owner}: transaction= must be a unit of work (an object with an async"
             f" run(handler)), got {type(transaction).__name__}.",
             fix="pass transaction=create_unit_of_work(engine, repositories=...).",
         )
+
+
+def _check_transactional(job_id: str, transaction: object, inbox: object) -> None:
+    """J13's declaration: a unit of work (anything with an async ``run``), and an inbox only
+    with one (its mark must commit with something)."""
+    if transaction is not None:
+        require_unit_of_work(f"job {job_id!r}", transaction)
     if inbox is None:
         return
     from ship_sqla.kernel._transactional import Inbox  # noqa: PLC0415 - cycle: it imports errors
