@@ -36,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from ship_sqla._direct import DirectStatements, copy_in_transaction
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel._errors import (
+    ConfigurationError,
     DatabaseTimeoutError,
     ScopeClosedError,
     ScopeConcurrencyError,
@@ -609,6 +610,16 @@ class StoreConnections:
         """Whether a call given ``scope`` runs in a transaction not its own (a unit of work's,
         or an open block's): what it does is undone with that transaction."""
         return self._joined(scope) is not None
+
+    def require_joined(self, what: str, *, fix: str) -> None:
+        """Refuse ``what`` outside the ambient unit of work (a fence, a joined settle, an inbox
+        mark: J13), which must commit with the caller's transaction; ``fix`` says how."""
+        if not self.joins(None):
+            raise ConfigurationError(
+                f"{what} was asked for outside a unit of work on the {self.name} store's"
+                " database; it must join the handler's transaction.",
+                fix=fix,
+            )
 
     def scope_of(self, scope: Within) -> TransactionScope | None:
         """The unit of work a call given ``scope`` joins (its tenant rules the call's), or None:

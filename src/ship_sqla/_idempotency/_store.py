@@ -279,13 +279,11 @@ class IdempotencyStore(_ClaimOwner):
         writes), or say why not (I2): completed before, ``"duplicate"``; an open transaction
         holds it (after at most ``lock_timeout``), ``"held"``; another fingerprint,
         ``"mismatch"``."""
-        if not self._connections.joins(None):
-            raise ConfigurationError(
-                "an inbox mark was asked for outside a unit of work: it must commit with the"
-                " handler's writes.",
-                fix="build the store on the engine of the job's transaction= unit of work (the"
-                " runtime marks the key inside it).",
-            )
+        self._connections.require_joined(
+            "an inbox mark",
+            fix="build the store on the engine of the job's transaction= unit of work (the"
+            " runtime marks the key inside it).",
+        )
         outcome = await self.begin(
             key, fingerprint, prefix=prefix, ttl=None if ttl is None else timedelta(seconds=ttl)
         )

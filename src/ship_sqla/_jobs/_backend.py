@@ -889,13 +889,11 @@ class PostgresJobBackend(JobBackendBase):
     # --- the fenced transaction of a transactional handler (J13, J14) -------------------------
 
     def _require_joined(self, what: str) -> None:
-        if not self._connections.joins(None):
-            raise ConfigurationError(
-                f"{what} was asked for outside a unit of work on this backend's database; it"
-                " must join the handler's transaction.",
-                fix="declare the job with transaction=create_unit_of_work(<the backend's"
-                " engine>, ...): the runtime runs it inside that unit of work.",
-            )
+        self._connections.require_joined(
+            what,
+            fix="declare the job with transaction=create_unit_of_work(<the backend's"
+            " engine>, ...): the runtime runs it inside that unit of work.",
+        )
 
     async def _fence(self, run: ClaimedRun) -> FenceAnswer:
         self._require_joined("a run's fence")

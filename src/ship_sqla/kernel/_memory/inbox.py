@@ -13,8 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from ship_sqla.kernel._clock import Clock, SystemClock
-from ship_sqla.kernel._errors import ConfigurationError
-from ship_sqla.kernel._memory.transactions import active_transaction
+from ship_sqla.kernel._memory.transactions import required_transaction
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -55,13 +54,7 @@ class InMemoryInbox:
     async def mark_inbox(
         self, key: str, fingerprint: str, *, prefix: str, ttl: float | None
     ) -> InboxAnswer:
-        tx = active_transaction()
-        if tx is None:
-            raise ConfigurationError(
-                "an inbox mark was asked for outside a unit of work: it must commit with the"
-                " handler's writes.",
-                fix="mark inbox keys inside InMemoryUnitOfWork.run (a transactional job does).",
-            )
+        tx = required_transaction("an inbox mark")
         where = (prefix, tx.tenant or "", key)
         now = self._clock.now()
         existing = self._marks.get(where)

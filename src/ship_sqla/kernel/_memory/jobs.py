@@ -70,7 +70,7 @@ from ship_sqla.kernel._browse import (
     run_order,
 )
 from ship_sqla.kernel._errors import ConfigurationError
-from ship_sqla.kernel._memory.transactions import active_transaction
+from ship_sqla.kernel._memory.transactions import active_transaction, required_transaction
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore
 from ship_sqla.kernel._plans.fairness import fair_shares
@@ -655,18 +655,8 @@ class InMemoryJobBackend(JobBackendBase):
 
     # --- the fenced transaction (J13, J14) ----------------------------------------------------
 
-    def _transaction(self, what: str) -> InMemoryTransaction:
-        tx = active_transaction()
-        if tx is None:
-            raise ConfigurationError(
-                f"{what} was asked for outside a unit of work; it must join the handler's"
-                " transaction.",
-                fix="call it inside InMemoryUnitOfWork.run (a transactional job does).",
-            )
-        return tx
-
     async def _fence(self, run: ClaimedRun) -> FenceAnswer:
-        tx = self._transaction("a run's fence")
+        tx = required_transaction("a run's fence")
         holder = self._fenced.get(run.run_id)
         stored = self._current(run)
         # A row another open transaction locked: PostgreSQL would wait for it to end, and the
@@ -686,7 +676,7 @@ class InMemoryJobBackend(JobBackendBase):
         return "held"
 
     async def _settle_joined(self, settlement: Settlement) -> SettleOutcome:
-        tx = self._transaction("a settle within the handler's transaction")
+        tx = required_transaction("a settle within the handler's transaction")
         if self._fenced.get(settlement.run.run_id) is not tx:
             # Only a fenced run's settle is held back to the commit; anything else is stale.
             return "stale" if self._current(settlement.run) is None else self._unfenced(settlement)
@@ -709,7 +699,7 @@ class InMemoryJobBackend(JobBackendBase):
             self.wake()
 
     async def _record_progress(self, run: ClaimedRun, progress_json: str) -> bool:
-        tx = self._transaction("a run's progress")
+        tx = required_transaction("a run's progress")
         holder = self._fenced.get(run.run_id)
         if self._current(run) is None or (holder is not None and holder is not tx):
             return False  # stale, or locked by another transaction (see _fence)

@@ -18,6 +18,7 @@ from __future__ import annotations
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
+from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._tenancy import ambient_tenant, tenant_ambient
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ __all__ = [
     "InMemoryTransaction",
     "InMemoryUnitOfWork",
     "active_transaction",
+    "required_transaction",
 ]
 
 R = TypeVar("R")
@@ -45,6 +47,18 @@ def active_transaction() -> InMemoryTransaction | None:
     """The in-memory transaction the current task runs in, or None."""
     tx = _active.get()
     return tx if tx is not None and tx.open else None
+
+
+def required_transaction(what: str) -> InMemoryTransaction:
+    """The in-memory transaction ``what`` must join (a fence, a joined settle, an inbox mark:
+    J13), or ConfigurationError naming it."""
+    tx = active_transaction()
+    if tx is None:
+        raise ConfigurationError(
+            f"{what} was asked for outside a unit of work; it must join the handler's transaction.",
+            fix="call it inside InMemoryUnitOfWork.run (a transactional job does).",
+        )
+    return tx
 
 
 class InMemoryCommitError(ConnectionError):
