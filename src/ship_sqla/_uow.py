@@ -29,6 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._engine import create_engine
+from ship_sqla._failover import follow_primary
 from ship_sqla._scope import (
     Database,
     TransactionScope,
@@ -104,6 +105,8 @@ class UnitOfWork(Generic[R]):
                 f"max_attempts must be at least 1, got {max_attempts}.",
                 fix="use 1 to disable re-running on serialization failures.",
             )
+        if isinstance(bind, AsyncEngine):
+            follow_primary(bind)  # J24
         self._bind = bind
         self._repositories = repositories
         self._isolation_level = isolation_level

@@ -63,7 +63,8 @@ Speed: claims and settles are batched (one statement for many runs, every kind o
 in the same one: ``SETTLE_IF_TOKEN_CURRENT``), statement texts are stable (compiled once by
 SQLAlchemy, prepared once per connection by asyncpg), and the backend's own statements run on
 autocommit connections, so a claim or a settle costs one round trip. A claim's commit does not
-wait for its WAL flush (``:tuned``).
+wait for its WAL flush (``:tuned``) unless the backend was made with ``synchronous_claims=True``
+(J24); settles, heartbeats and enqueues keep the server's ``synchronous_commit``.
 
 Errors: the backend raises; the runtime's loop catches, reports through :meth:`report_error`
 (J11) and retries. Every operation on the backend's own connections is bounded by
@@ -270,6 +271,7 @@ class PostgresJobBackend(JobBackendBase):
         workers_table: Table | None = None,
         steps_table: Table | None = None,
         events_table: Table | None = None,
+        synchronous_claims: bool = False,
     ) -> None:
         _require_database(database)
         self._set_options(
@@ -285,6 +287,9 @@ class PostgresJobBackend(JobBackendBase):
         self._database = database
         self._table = table
         self._state_table = state_table
+        self.synchronous_claims: Final = bool(synchronous_claims)
+        """Whether claims commit with the server's ``synchronous_commit`` (J24) rather than
+        ``off`` (the default: a claim's commit does not wait for its WAL flush)."""
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
         self.statements: Final = JobStatements.for_tables(
             table,
@@ -731,7 +736,7 @@ class PostgresJobBackend(JobBackendBase):
                 None if request.max_lapses is None else crash_loop_message(request.max_lapses)
             ),
             "pause_row": state_row(job_id, "paused"),
-            "tuned": self._connections.concurrent,
+            "tuned": self._connections.concurrent and not self.synchronous_claims,
             "now": self._now(),
         }
         s, fair = self.statements, request.fairness
@@ -1186,6 +1191,7 @@ def create_job_backend(
     workers_table: Table | None = None,
     steps_table: Table | None = None,
     events_table: Table | None = None,
+    synchronous_claims: bool = False,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
 
@@ -1223,6 +1229,14 @@ def create_job_backend(
     :func:`ship_job_steps_table` / :func:`ship_job_events_table` (defaults: those tables under
     their default names, beside ``table``). Needed in the database only by jobs whose handlers
     call the workflow methods (``ctx.step``, ``ctx.sleep``, ...).
+
+    ``synchronous_claims`` (J24): False (default) commits each claim with
+    ``synchronous_commit = off``: its commit does not wait for the WAL flush (nor for a
+    synchronous standby), so a claim acknowledged just before a crash or a failover may be lost
+    and its run executed again (within at-least-once, J6). True commits claims with the
+    server's own ``synchronous_commit``, as enqueues, heartbeats and settles always do: under
+    synchronous replication no acknowledged claim is lost (BENCHMARKS.md, "Synchronous claims",
+    for its cost; docs/production.md, "Failover").
     """
     if table is None:
         table = ship_job_runs_table(MetaData())
@@ -1245,4 +1259,5 @@ def create_job_backend(
         workers_table=workers_table,
         steps_table=steps_table,
         events_table=events_table,
+        synchronous_claims=synchronous_claims,
     )
