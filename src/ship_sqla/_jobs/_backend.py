@@ -232,6 +232,9 @@ _SUSPENDS_AT_ONCE: Final = 8
 """Workflow suspends of one settle batch run at once on an engine (each its own transaction)."""
 
 
+_MAX_TIMEOUT: Final = MAX_OPERATION_TIMEOUT
+
+
 class JobBackendTimeoutError(DatabaseTimeoutError):
     """A job backend operation did not finish within ``operation_timeout``; nothing is known
     about whether it took effect (a settle is fenced, so retrying it is safe)."""
@@ -280,16 +283,12 @@ class PostgresJobBackend(JobBackendBase):
             on_error=on_error,
             default_lock_provider=_default_locks(database, clock),
         )
-        timeout = require_duration(
-            operation_timeout, "operation_timeout", maximum=MAX_OPERATION_TIMEOUT
-        )
+        timeout = require_duration(operation_timeout, "operation_timeout", maximum=_MAX_TIMEOUT)
         _check_runs_table(table)
         self._database = database
         self._table = table
         self._state_table = state_table
-        self.synchronous_claims: Final = bool(synchronous_claims)
-        """Whether claims commit with the server's ``synchronous_commit`` (J24) rather than
-        ``off`` (the default: a claim's commit does not wait for its WAL flush)."""
+        self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
         self.statements: Final = JobStatements.for_tables(
             table,
@@ -1230,13 +1229,9 @@ def create_job_backend(
     their default names, beside ``table``). Needed in the database only by jobs whose handlers
     call the workflow methods (``ctx.step``, ``ctx.sleep``, ...).
 
-    ``synchronous_claims`` (J24): False (default) commits each claim with
-    ``synchronous_commit = off``: its commit does not wait for the WAL flush (nor for a
-    synchronous standby), so a claim acknowledged just before a crash or a failover may be lost
-    and its run executed again (within at-least-once, J6). True commits claims with the
-    server's own ``synchronous_commit``, as enqueues, heartbeats and settles always do: under
-    synchronous replication no acknowledged claim is lost (BENCHMARKS.md, "Synchronous claims",
-    for its cost; docs/production.md, "Failover").
+    ``synchronous_claims`` (J24): False (default) commits claims with ``synchronous_commit=off``
+    (a claim acknowledged just before a crash or failover may be lost, its run run again, J6);
+    True: the server's own, as enqueues and settles (docs/production.md, "Failover").
     """
     if table is None:
         table = ship_job_runs_table(MetaData())
