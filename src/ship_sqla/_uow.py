@@ -424,7 +424,7 @@ class _Arm:
     """A listener that arms a :class:`_StatementWatch`'s clock: before each statement
     (``ending`` None), or before the COMMIT or ROLLBACK (the ``commit`` / ``rollback`` events)."""
 
-    __slots__ = ("_ending", "_watch")
+    __slots__ = ("__weakref__", "_ending", "_watch")
     ship_sqla_own_listener: ClassVar[bool] = True
     """:data:`ship_sqla._direct.OWN_LISTENER`: a COPY of the run is bounded by the run."""
 
