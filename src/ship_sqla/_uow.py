@@ -369,15 +369,18 @@ class _StatementWatch:
 
     def __call__(self, *_: object) -> None:
         self.completed += 1
-        if self._bound is not None:
-            self._bound.reschedule(None)
+        bound = self._bound
+        if bound is not None and not bound.expired():
+            bound.reschedule(None)
 
     def arm(self, ending: str | None = None) -> None:
         """Start the clock of one statement (or of the COMMIT / ROLLBACK: ``ending``)."""
+        bound = self._bound
+        if bound is None or self._timeout is None or bound.expired():
+            return  # no bound, or it already cut the run off (its ROLLBACK is not timed)
         if ending is not None:
             self.ending = ending
-        if self._bound is not None and self._timeout is not None:
-            self._bound.reschedule(asyncio.get_running_loop().time() + self._timeout)
+        bound.reschedule(asyncio.get_running_loop().time() + self._timeout)
 
     @asynccontextmanager
     async def bounded(self) -> AsyncIterator[None]:
