@@ -414,7 +414,7 @@ class _StatementWatch:
         arms = self._arms if self._timeout is not None else {}
         event.listen(target, "after_cursor_execute", self)
         for name, arm in arms.items():
-            event.listen(target, name, arm)
+            event.listen(target, name, arm, retval=name == "before_cursor_execute")
         try:
             yield
         finally:
@@ -429,14 +429,17 @@ class _Arm:
 
     __slots__ = ("__weakref__", "_ending", "_watch")
     ship_sqla_own_listener: ClassVar[bool] = True
-    """:data:`ship_sqla._direct.OWN_LISTENER`: a COPY of the run is bounded by the run."""
+    """:data:`ship_sqla._direct.OWN_LISTENER`: it keeps no COPY of the run off its path."""
 
     def __init__(self, watch: _StatementWatch, ending: str | None) -> None:
         self._watch = watch
         self._ending = ending
 
-    def __call__(self, *_: object) -> None:
+    def __call__(self, *args: object) -> object:
         self._watch.arm(self._ending)
+        # before_cursor_execute is listened with retval=True (unwrapped, so the OWN_LISTENER
+        # mark stays visible): it hands back the statement and parameters unchanged.
+        return args[2:4] if self._ending is None else None
 
 
 def _timed_out(ending: str | None, timeout: float) -> UnitOfWorkTimeoutError:
