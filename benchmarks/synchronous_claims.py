@@ -17,8 +17,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from benchmarks._harness import Bench, Figure, Stopwatch, median, paired_rounds
+from ship_sqla import define_job
 from ship_sqla._jobs import create_job_backend
-from ship_sqla.jobs import EnqueueRequest, define_job
+from ship_sqla.jobs import EnqueueRequest
 from ship_sqla.kernel._ports import ClaimRequest
 
 if TYPE_CHECKING:
