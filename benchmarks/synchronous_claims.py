@@ -5,7 +5,9 @@ WAL flush (nor, under synchronous replication, for the standby). ``synchronous_c
 keeps the server's own setting (here ``on``, set on the benchmark's database), so each claim
 waits for its WAL flush, as enqueues and settles always do. Both backends claim the same
 backlog shape, sequentially, in batches of :data:`BATCH` (one statement, one round trip each);
-the figure is the median claim latency with ``synchronous_claims=True``, beside the default's.
+the figure is the median claim latency with ``synchronous_claims=True``, beside the default's;
+a second figure is the claim throughput of :data:`CONCURRENT` concurrent claimers (where the
+server's group commit shares one WAL flush among commits that wait together).
 On a single server this is the local flush (fdatasync); under synchronous replication the
 claim also waits for the standby's answer, which this benchmark does not model.
 
@@ -14,6 +16,7 @@ Run: ``python -m benchmarks synchronous_claims`` (opt-in).
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from benchmarks._harness import Bench, Figure, Stopwatch, median, paired_rounds
@@ -30,6 +33,7 @@ __all__ = ["NAME", "run"]
 
 NAME = "synchronous_claims"
 BATCH = 10
+CONCURRENT = 8
 LEASE = 30.0
 
 
@@ -44,7 +48,7 @@ async def _claims(
     bench: Bench, db: BenchDatabase, backend: PostgresJobBackend, claims: int, label: str
 ) -> float:
     """Median ms of ``claims`` claims of BATCH, on a freshly loaded backlog."""
-    await db.maintain("TRUNCATE ship_job_runs, ship_job_state")
+    await db.maintain("TRUNCATE ship_job_runs, ship_job_state CASCADE")
     await backend.enqueue_many(JOB, [EnqueueRequest({"n": n}) for n in range(claims * BATCH)])
     await db.maintain("VACUUM (ANALYZE) ship_job_runs")
     latencies: list[float] = []
@@ -57,6 +61,26 @@ async def _claims(
         latencies.append(watch.seconds * 1e3)
     figure = median(latencies)
     bench.log(f"{label:<22} {figure:7.3f} ms/claim of {BATCH}")
+    return figure
+
+
+async def _concurrent(
+    bench: Bench, db: BenchDatabase, backend: PostgresJobBackend, claims: int, label: str
+) -> float:
+    """Claims per second of CONCURRENT claimers sharing ``claims`` claims of BATCH (the
+    server's group commit shares a WAL flush among concurrent commits)."""
+    await db.maintain("TRUNCATE ship_job_runs, ship_job_state CASCADE")
+    await backend.enqueue_many(JOB, [EnqueueRequest({"n": n}) for n in range(claims * BATCH)])
+    await db.maintain("VACUUM (ANALYZE) ship_job_runs")
+
+    async def claimer() -> None:
+        for _ in range(claims // CONCURRENT):
+            await backend.claim(ClaimRequest(JOB.id, "bench", BATCH, None, LEASE))
+
+    with Stopwatch() as watch:
+        await asyncio.gather(*(claimer() for _ in range(CONCURRENT)))
+    figure = claims // CONCURRENT * CONCURRENT / watch.seconds
+    bench.log(f"{label:<22} {figure:9.0f} claims/s ({CONCURRENT} concurrent)")
     return figure
 
 
@@ -74,7 +98,21 @@ async def run(bench: Bench) -> list[Figure]:
             lambda: _claims(bench, db, synchronous, claims, "synchronous_claims=True"),
             lambda: _claims(bench, db, default, claims, "default (off)"),
         )
+        ours_c, theirs_c = await paired_rounds(
+            bench.rounds,
+            lambda: _concurrent(bench, db, synchronous, claims, "synchronous_claims=True"),
+            lambda: _concurrent(bench, db, default, claims, "default (off)"),
+        )
     return [
+        Figure.from_rounds(
+            "claim.synchronous.concurrent",
+            "claims/s",
+            ours_c,
+            theirs_c,
+            baseline_label="default claim (synchronous_commit=off)",
+            note=f"{claims} claims of {BATCH} per round by {CONCURRENT} concurrent claimers,"
+            " synchronous_commit=on, one server; throughput (higher is better)",
+        ),
         Figure.from_rounds(
             "claim.synchronous",
             "ms",
@@ -83,5 +121,5 @@ async def run(bench: Bench) -> list[Figure]:
             baseline_label="default claim (synchronous_commit=off)",
             note=f"{claims} sequential claims of {BATCH} per round, synchronous_commit=on,"
             " one server (no standby); median claim latency",
-        )
+        ),
     ]
