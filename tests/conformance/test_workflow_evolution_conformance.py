@@ -264,3 +264,28 @@ async def test_d8_patch_figures(clock, job_backend_factory):
     [bounded] = await ops.patches(job.id, ["v2"], read=1)
     assert (bounded.holding.read, bounded.holding.complete) == (1, False)
     assert str(bounded.holding).endswith("(first 1 live runs)")
+
+
+async def test_d7_a_runtime_dead_letters_a_premature_return(clock, job_backend_factory):
+    """D7 in a worker runtime, on both backends: a run whose history holds three steps, replayed
+    by a handler that now returns after two, is dead-lettered at once (terminal, whatever
+    attempts it has left) with the divergence in its history; its step functions never ran."""
+    from job_helpers import ErrorLog, record_of  # noqa: PLC0415 - this test alone
+    from spy_backend import SpyBackend  # noqa: PLC0415
+
+    from ship_sqla import start_job_runtime  # noqa: PLC0415
+
+    errors = ErrorLog()
+    backend = job_backend_factory(clock, on_error=errors)
+    script = Script(list(ABC))
+    job, run_id = await recorded(backend, clock, script, 3, "wf.d7.runtime")
+    script.calls.pop()
+    spy = SpyBackend(backend)
+    async with await start_job_runtime([job], backend=spy, poll_interval=0.05):
+        await spy.wait_settled("fail", 1)
+    record = await record_of(backend, run_id)
+    assert record.state == "dead"
+    assert record.attempt == 2
+    assert "SHIP_SQLA_WORKFLOW_DIVERGED" in record.last_error
+    assert "position 2" in record.last_error
+    assert script.ran == []

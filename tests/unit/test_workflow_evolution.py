@@ -258,6 +258,8 @@ async def test_d7_a_codec_change_is_a_divergence(clock) -> None:
     d = (await diverged(backend, job, clock)).divergence
     assert (d.position, d.reason, d.recorded) == (0, "codec", StepCall("a", "step"))
     assert "not a v2 result" in d.detail
+    assert d.location is not None
+    assert d.location.startswith(__file__)
 
 
 async def test_d7_two_calls_in_flight_at_once_are_a_misuse_error(clock) -> None:

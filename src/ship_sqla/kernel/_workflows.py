@@ -733,16 +733,20 @@ class Workflow:
         return stored
 
     def _decode(self, codec: PayloadCodec[Any], stored: StepRecord, seq: int) -> Any:  # noqa: ANN401
-        """D7: a stored result decoded, or the ``codec`` divergence."""
-        return decode_recorded(
-            codec.decode,
-            stored.result,
-            run_id=self._run.run_id,
-            job_id=self._run.job_id,
-            position=seq,
-            recorded=StepCall(stored.name, stored.kind),
-            location=caller_location(),
-        )
+        """D7: a stored result decoded, or the ``codec`` divergence (the handler's line looked
+        up only then)."""
+        try:
+            return decode_recorded(
+                codec.decode,
+                stored.result,
+                run_id=self._run.run_id,
+                job_id=self._run.job_id,
+                position=seq,
+                recorded=StepCall(stored.name, stored.kind),
+            )
+        except WorkflowDivergedError as error:
+            located = attrs.evolve(error.divergence, location=caller_location())
+            raise WorkflowDivergedError(located) from error.__cause__
 
     def _remaining(self, position: int) -> list[StepCall]:
         """The stored steps at ``position`` and beyond, in position order."""
@@ -751,12 +755,13 @@ class Workflow:
     def _check_last(self, seq: int) -> None:
         """D7: a completes_run transaction at ``seq`` ends the handler: checked as a return
         before it commits, so a run whose history holds more steps is never completed."""
-        if self._determinism == "strict":
+        remaining = self._remaining(seq + 1)
+        if self._determinism == "strict" and remaining:
             check_return(
                 run_id=self._run.run_id,
                 job_id=self._run.job_id,
                 position=seq + 1,
-                remaining=self._remaining(seq + 1),
+                remaining=remaining,
                 location=caller_location(),
             )
 
