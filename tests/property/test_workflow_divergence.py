@@ -1,4 +1,4 @@
-"""D7 by property: random workflow programs (plain and transactional steps, branches on earlier
+"""D7 by property: random workflow programs (plain and transactional steps, sleeps, branches on earlier
 results, loops with indexed names) recorded up to random crash points on the in-memory model,
 then replayed with one mutation (rename, insert, delete, swap, kind change, codec change). The
 divergence is reported at exactly the first position where the mutated program's calls differ
@@ -13,6 +13,7 @@ stored result of its own step: replayed from the history, computed fresh past it
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import zlib
 from typing import Any
@@ -38,7 +39,7 @@ SETTINGS = settings(
 
 @attrs.define
 class Call:
-    kind: str  # "step" | "transaction"
+    kind: str  # "step" | "transaction" | "sleep"
     codec: bool = False  # True: the result= codec changed (V2)
     tag: str = ""  # a rename appends to the name
     id: int = 0
@@ -71,7 +72,7 @@ class V2:
 
 
 def ops() -> st.SearchStrategy[list[Any]]:
-    call = st.builds(Call, kind=st.sampled_from(["step", "transaction"]))
+    call = st.builds(Call, kind=st.sampled_from(KINDS))
     tree = st.recursive(
         call,
         lambda children: st.one_of(
@@ -163,6 +164,8 @@ class Interpreter:
         async def tx(repositories: Any) -> Any:
             return await fn()
 
+        if kind == "sleep":
+            return await ctx.sleep(name, 0)  # suspends the first time, due at the replay
         result = V2() if codec else None
         if kind == "step":
             return await ctx.step(name, fn, result=result)
@@ -185,6 +188,7 @@ class CrashError(Exception):
 
 
 MUTATIONS = ("rename", "insert", "delete", "swap", "kind", "codec")
+KINDS = ("step", "transaction", "sleep")
 
 
 def mutate(program: list[Any], how: str, data: st.DataObject, next_id: int) -> bool:
@@ -199,7 +203,11 @@ def mutate(program: list[Any], how: str, data: st.DataObject, next_id: int) -> b
         elif how == "swap":
             places += [(target, i) for i in range(len(target) - 1)]
         else:
-            places += [(target, i) for i, op in enumerate(target) if isinstance(op, Call)]
+            places += [
+                (target, i)
+                for i, op in enumerate(target)
+                if isinstance(op, Call) and (how != "codec" or op.kind != "sleep")
+            ]
     if not places:
         return False
     target, index = places[data.draw(st.integers(0, len(places) - 1), label="place")]
@@ -212,7 +220,7 @@ def mutate(program: list[Any], how: str, data: st.DataObject, next_id: int) -> b
     elif how == "rename":
         target[index].tag = "~renamed"
     elif how == "kind":
-        target[index].kind = "step" if target[index].kind == "transaction" else "transaction"
+        target[index].kind = KINDS[(KINDS.index(target[index].kind) + 1) % len(KINDS)]
     else:
         target[index].codec = True
     return True
@@ -225,21 +233,27 @@ def first_difference(old: list[Any], new: list[Any]) -> int | None:
     return None if len(old) == len(new) else min(len(old), len(new))
 
 
-async def scenario(program: list[Any], mutated: list[Any], crashes: tuple[int, int]) -> Any:
+async def scenario(
+    program: list[Any], mutated: list[Any], crashes: tuple[int, int]
+) -> tuple[list[tuple[str, str]], Any, list[str]]:
+    """Record ``program`` up to two crash points (an execution also ends at a sleep it reaches
+    first), then run ``mutated`` once: the history recorded (name, kind in position order), how
+    the mutated execution ended, and the step functions it ran."""
     clock = FrozenClock()
     backend = InMemoryJobBackend(clock=clock)
     interpreter = Interpreter(program)
     job = define_job("wf.prop", interpreter.handler, payload=dict, retry=RetryPolicy(attempts=9))
-    await backend.enqueue(job, {})
-    for crash in crashes:  # two crash points: each replay of the same program is clean
+    run_id = (await backend.enqueue(job, {})).run_id
+    for crash in crashes:  # each replay of the same program is clean
         interpreter.crash = crash
         execution = await execute_once(backend, job, clock)
-        assert isinstance(execution.error, CrashError), execution
+        assert isinstance(execution.error, CrashError) or execution.ended == "suspended", execution
         clock.advance(86400)
+    history = [(step.name, step.kind) for step in await backend.workflows.list_steps(run_id)]
     interpreter.program = mutated
     interpreter.crash = None
     interpreter.ran.clear()
-    return await execute_once(backend, job, clock), interpreter.ran
+    return history, await execute_once(backend, job, clock), interpreter.ran
 
 
 @SETTINGS
@@ -251,11 +265,11 @@ async def scenario(program: list[Any], mutated: list[Any], crashes: tuple[int, i
 def test_d7_a_mutation_is_reported_at_exactly_its_first_position(
     program: list[Any], how: str, data: st.DataObject
 ) -> None:
-    """D7 (property): one mutation at position k of a random program's calls is reported as a
-    WorkflowDivergedError at exactly k when k is below the frontier (the history's length),
-    with the reason its edit calls for (changed, returned, codec) and no step function run; at
-    or past the frontier, or when the edit changes no call, the replay completes: no false
-    positive."""
+    """D7 (property): one mutation at position k of a random program's calls (steps,
+    transactions and sleeps) is reported as a WorkflowDivergedError at exactly k when k is below
+    the frontier (the history's length), with the reason its edit calls for (changed, returned,
+    codec) and no step function run; at or past the frontier, or when the edit changes no call,
+    the replay goes on (to its end, or to a sleep it reaches first): no false positive."""
     next_id = number(program)
     old = trace(program)
     assume(old)
@@ -267,15 +281,18 @@ def test_d7_a_mutation_is_reported_at_exactly_its_first_position(
     assume(new)
     first = data.draw(st.integers(0, len(old) - 1), label="first crash point")
     second = data.draw(st.integers(first, len(old) - 1), label="second crash point")
-    frontier = second
+    history, execution, ran = asyncio.run(scenario(program, mutated, (first, second)))
+    frontier = len(history)
+    assert history == [(name, kind) for name, kind, _ in old[:frontier]]  # its first calls
     k = first_difference(old[:frontier], new)
     if k is not None and k >= frontier:
         k = None
     event(f"{how}: {'clean' if k is None else 'diverged'}")
-    execution, ran = asyncio.run(scenario(program, mutated, (first, second)))
     if k is None:
-        assert execution.ended == "completed", (old, new, frontier, execution)
-        assert ran == [name for name, _, _ in new[frontier:]]
+        assert execution.error is None, (old, new, frontier, execution)
+        assert execution.ended in ("completed", "suspended"), execution
+        fresh = list(itertools.takewhile(lambda call: call[1] != "sleep", new[frontier:]))
+        assert ran == [name for name, _, _ in fresh]
         return
     assert isinstance(execution.error, WorkflowDivergedError), (old, new, frontier, k, execution)
     divergence = execution.error.divergence
