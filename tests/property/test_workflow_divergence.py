@@ -1,5 +1,5 @@
-"""D7 by property: random workflow programs (plain and transactional steps, sleeps, branches on earlier
-results, loops with indexed names) recorded up to random crash points on the in-memory model,
+"""D7 by property: random workflow programs (plain and transactional steps, sleeps, branches on
+earlier results, loops with indexed names) recorded up to random crash points in memory,
 then replayed with one mutation (rename, insert, delete, swap, kind change, codec change). The
 divergence is reported at exactly the first position where the mutated program's calls differ
 from the recorded ones, when that is below the history's frontier; at or past it (or when the
