@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, cast
 import attrs
 
 from ship_sqla.kernel._clock import SystemClock
-from ship_sqla.kernel._errors import ShipError
+from ship_sqla.kernel._errors import UsageError
 from ship_sqla.kernel._evolution import Divergence, WorkflowDivergedError
 from ship_sqla.kernel._history import History, read_history
 from ship_sqla.kernel._job_context import NO_RESOURCES, Cancellation, JobContext
@@ -60,14 +60,13 @@ _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _REPLAY_LEASE: Final = 3600.0
 
 
-class ReplayFailedError(ShipError, AssertionError):
+class ReplayFailedError(UsageError, AssertionError):
     """A replayed history did not replay clean (D11): it diverged (the D7 message: run,
     position, what was recorded, what the code asked for, ``file:line``) or the handler failed
     before the history's frontier. Raised by :meth:`ReplayResult.raise_if_not_clean`, so a
     pytest test fails with the message."""
 
     code = "SHIP_SQLA_REPLAY_FAILED"
-    concern = "usage"
 
 
 @attrs.frozen
@@ -115,7 +114,7 @@ class ReplayResult:
             )
 
 
-class _Frontier(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class _Frontier(BaseException):
     """The replay reached what the history does not hold: stop, clean."""
 
     def __init__(self, position: int) -> None:
@@ -123,7 +122,7 @@ class _Frontier(BaseException):  # noqa: N818 - a control-flow signal, not an er
         self.position = position
 
 
-class _EffectRefused(BaseException):  # noqa: N818 - a control-flow signal, not an error
+class _EffectRefused(BaseException):
     """Plain code of the handler reached for the backend during a replay."""
 
 
@@ -156,7 +155,14 @@ class _HistoryStore:
     async def children(self, run_id: str) -> list[ChildOutcome]:  # noqa: ARG002
         self._stop()
 
-    async def publish_event(self, name: str, key: str, payload_json: str, *, scope: Any = None) -> int:  # noqa: ARG002, ANN401
+    async def publish_event(
+        self,
+        name: str,  # noqa: ARG002
+        key: str,  # noqa: ARG002
+        payload_json: str,  # noqa: ARG002
+        *,
+        scope: Any = None,  # noqa: ARG002, ANN401
+    ) -> int:
         self._stop()
 
 
@@ -244,15 +250,20 @@ class Replayer:
         return await self._run(job, payload, history, result)
 
     async def _run(
-        self, job: JobDefinition[Any], payload: Any, history: History, result: ReplayResult  # noqa: ANN401
+        self,
+        job: JobDefinition[Any],
+        payload: Any,
+        history: History,
+        result: ReplayResult,  # noqa: ANN401
     ) -> ReplayResult:
         run = _claim(history)
         cancellation = Cancellation()
         ctx: JobContext[Any] = JobContext(
             run, cancellation, worker_id="replayer", resources=self._resources
         )
-        store, backend, clock = _HistoryStore(history), cast("JobBackend", _NoBackend()), SystemClock()
-        ctx.bind_workflows(store, backend, clock)
+        store, clock = _HistoryStore(history), SystemClock()
+        backend = cast("JobBackend", _NoBackend())
+        ctx.bind_backend(backend)  # not bind_workflows: a recorder must not see replays
         workflow = _ReplayWorkflow(run, store, backend, clock, cancellation=cancellation)
         ctx._workflow = workflow  # noqa: SLF001 - the replay's own workflow
         try:
