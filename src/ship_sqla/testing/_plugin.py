@@ -182,7 +182,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         # One failing test rather than none: an empty corpus must not pass unseen.
         metafunc.parametrize("ship_history_path", [base / pattern], ids=["no-history-files"])
         return
-    ids = [str(path.relative_to(base)) for path in files]
+    names = [path.name for path in files]
+    ids = names if len(set(names)) == len(names) else [str(p.relative_to(base)) for p in files]
     metafunc.parametrize("ship_history_path", files, ids=ids)
 
 
@@ -213,7 +214,16 @@ def ship_replay(request: pytest.FixtureRequest, ship_history_path: Path) -> Repl
     if marker is None:
         raise pytest.UsageError(f"the ship_replay fixture needs @pytest.mark.{_REPLAY_MARKER}.")
     if not ship_history_path.is_file():
-        pytest.fail(f"{_REPLAY_MARKER}: no history file matches {ship_history_path}.")
+        # A failure of the test itself (not of its setup): an empty corpus must not pass.
+        return ReplayResult(
+            run_id="",
+            job_id="",
+            frontier=0,
+            replayed=0,
+            stopped="failed",
+            failure=f"no history file matches {ship_history_path}",
+            origin=str(ship_history_path),
+        )
     replayer = Replayer(
         _replay_registry(marker), resources=marker.kwargs.get("resources", NO_RESOURCES)
     )

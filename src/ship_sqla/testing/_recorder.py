@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
+    from ship_sqla.kernel._history import History
     from ship_sqla.kernel._ports import ClaimedRun
     from ship_sqla.kernel._workflows import (
         ChildOutcome,
@@ -66,7 +67,17 @@ class HistoryRecorder:
         self._entry(store, run).steps = {step.seq: step for step in steps}
 
     def stored(self, store: WorkflowStore, run: ClaimedRun, step: StepRecord) -> None:
-        self._entry(store, run).steps[step.seq] = step
+        steps = self._entry(store, run).steps
+        known = steps.get(step.seq)
+        if known is not None and known.name == step.name:
+            # A wait ending: what it waited for stays (the store's done step names no event).
+            step = attrs.evolve(
+                step,
+                wake_at=known.wake_at,
+                event_name=known.event_name,
+                event_key=known.event_key,
+            )
+        steps[step.seq] = step
 
     def write(self, directory: Path) -> list[Path]:
         """Write every run that stored a step; the files (two runs of one id in different test
@@ -76,7 +87,7 @@ class HistoryRecorder:
         for entry in self._runs.values():
             if not entry.steps:
                 continue
-            history = history_of_claim(entry.run, entry.steps.values())
+            history = _timeless(history_of_claim(entry.run, entry.steps.values()))
             path = write_history(directory, history)
             count = seen[path] = seen.get(path, 0) + 1
             if count > 1:
@@ -85,6 +96,21 @@ class HistoryRecorder:
                 path = renamed
             written.append(path)
         return written
+
+
+def _timeless(history: History) -> History:
+    """A recorded history without the times of its run and steps (they change at every
+    recording and a replay never reads them): a corpus recorded again diffs by what changed."""
+    steps = tuple(
+        attrs.evolve(
+            s,
+            created_at=None,
+            finished_at=None,
+            wake_at=s.wake_at if s.status == "waiting" else None,
+        )
+        for s in history.steps
+    )
+    return attrs.evolve(history, created_at=None, steps=steps)
 
 
 def _done(step: NewStep, created: Any) -> StepRecord:  # noqa: ANN401 - a datetime
