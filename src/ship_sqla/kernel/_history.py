@@ -411,6 +411,7 @@ def _history_from(reader: _Reader, data: dict[str, Any]) -> History:
             f"the steps' positions {positions} are not distinct and ascending.", fix=_REEXPORT
         )
     source = data.get("source", "export")
+    attempt = reader.optional(run, "attempt", int)
     history = History(
         run_id=reader.field(run, "run_id", str),
         job_id=reader.field(run, "job_id", str),
@@ -418,7 +419,7 @@ def _history_from(reader: _Reader, data: dict[str, Any]) -> History:
         steps=steps,
         version=reader.optional(run, "version", int),
         state=reader.optional(run, "state", str),
-        attempt=reader.optional(run, "attempt", int) or 1,
+        attempt=1 if attempt is None else attempt,
         tenant=reader.optional(run, "tenant", str),
         parent_id=reader.optional(run, "parent_id", str),
         created_at=reader.when(run, "created_at"),
