@@ -27,7 +27,7 @@ class Quote:
     cents: int
 
 
-async def _value(value: Any) -> Any:  # noqa: ANN401
+async def _value(value: Any) -> Any:
     return value
 
 
@@ -113,7 +113,7 @@ async def test_d11_exported_histories_replay_clean_and_the_redactor_sees_every_v
     ops = create_job_operations(backend, authorizer=allow_all)
     seen: list[str] = []
 
-    def redact(where: str, value: Any) -> Any:  # noqa: ANN401
+    def redact(where: str, value: Any) -> Any:
         seen.append(where)
         if where == "payload":
             return {**value, "email": "redacted@example.com"}

@@ -52,7 +52,7 @@ def redact(where, value):
 '''
 
 
-async def _value(v: Any) -> Any:  # noqa: ANN401
+async def _value(v: Any) -> Any:
     return v
 
 

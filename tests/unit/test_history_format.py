@@ -210,5 +210,7 @@ def test_d11_one_file_per_run_with_safe_distinct_names(tmp_path: Path) -> None:
     for history in (parent, child, other):
         write_history(tmp_path / "out", history)
     read = read_histories(tmp_path / "out")
-    assert sorted(h.run_id for _, h in read) == sorted(["order-1", "order-1/spawn/0", "order-1_spawn_0"])
+    assert sorted(h.run_id for _, h in read) == sorted(
+        ["order-1", "order-1/spawn/0", "order-1_spawn_0"]
+    )
     assert {h.run_id: h for _, h in read}["order-1"] == parent

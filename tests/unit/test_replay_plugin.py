@@ -14,7 +14,7 @@ from ship_sqla.testing import History, HistoryStep, read_histories, write_histor
 
 pytest_plugins = ["pytester"]
 
-APP = '''
+APP = """
 import asyncio
 
 from ship_sqla import JobContext, define_job
@@ -59,7 +59,7 @@ def drive():
         return await run_once(backend, clock)
 
     return asyncio.run(main())
-'''
+"""
 
 
 def _history(*names: str) -> History:

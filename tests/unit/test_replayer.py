@@ -34,8 +34,8 @@ class Effects:
     def __init__(self) -> None:
         self.calls: list[str] = []
 
-    def fn(self, name: str, value: Any) -> Any:  # noqa: ANN401
-        async def body(*_: Any) -> Any:  # noqa: ANN401
+    def fn(self, name: str, value: Any) -> Any:
+        async def body(*_: Any) -> Any:
             self.calls.append(name)
             return value
 
@@ -53,11 +53,11 @@ async def v1(ctx: Any, payload: Any) -> None:
     await ctx.step("notify", EFFECTS.fn("notify", "sent"))
 
 
-def job(handler: Any) -> Any:  # noqa: ANN401
+def job(handler: Any) -> Any:
     return define_job("orders.saga", handler, payload=dict, retry=RetryPolicy(attempts=3))
 
 
-async def _history(handler: Any = v1, payload: Any = None) -> History:  # noqa: ANN401
+async def _history(handler: Any = v1, payload: Any = None) -> History:
     """Run ``handler`` once on the in-memory backend (to its first sleep) and export it."""
     clock = FrozenClock()
     backend = InMemoryJobBackend(clock=clock)

@@ -252,9 +252,9 @@ class Replayer:
     async def _run(
         self,
         job: JobDefinition[Any],
-        payload: Any,
+        payload: Any,  # noqa: ANN401 - the job's own payload type
         history: History,
-        result: ReplayResult,  # noqa: ANN401
+        result: ReplayResult,
     ) -> ReplayResult:
         run = _claim(history)
         cancellation = Cancellation()
