@@ -229,3 +229,17 @@ async def test_d11_export_is_a_permissioned_read_and_a_file_replays_like_the_his
     result = await Replayer([job(v1)]).replay_file(path)
     assert result.clean
     assert result.origin == str(path)
+
+
+def test_d9_d11_a_history_replays_on_the_handler_of_its_recorded_version() -> None:
+    """D9, D11: the replayer asks the job definition for the handler of the history's version
+    (``JobDefinition.at_version``, where the definition keeps versions); none is a failure of the
+    replay, not a replay on another version's handler."""
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from ship_sqla.kernel._replay import _at_version  # noqa: PLC0415
+
+    kept = SimpleNamespace(at_version=lambda version: {None: "v1", 1: "v1", 2: "v2"}.get(version))
+    assert _at_version(kept, 2) == "v2"  # type: ignore[arg-type]
+    assert _at_version(kept, None) == "v1"  # type: ignore[arg-type]
+    assert _at_version(kept, 3) is None  # type: ignore[arg-type]

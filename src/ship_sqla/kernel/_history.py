@@ -214,6 +214,12 @@ def _steps_of(steps: Iterable[StepRecord], redact: Redactor | None) -> tuple[His
     )
 
 
+def _version_of(run: RunRecord | ClaimedRun) -> int | None:
+    """The handler version a run recorded (D9), where the run's record carries one."""
+    version = getattr(run, "handler_version", None)
+    return version if isinstance(version, int) else None
+
+
 def history_of(
     record: RunRecord,
     steps: Sequence[StepRecord],
@@ -221,13 +227,14 @@ def history_of(
     redact: Redactor | None = None,
     version: int | None = None,
 ) -> History:
-    """A run's history (D11, ``source="export"``) from its record and its stored steps."""
+    """A run's history (D11, ``source="export"``) from its record and its stored steps; its
+    handler version is the record's (D9) unless ``version`` names one."""
     return History(
         run_id=record.run_id,
         job_id=record.job_id,
         payload=_redacted(redact, "payload", record.payload),
         steps=_steps_of(steps, redact),
-        version=version,
+        version=_version_of(record) if version is None else version,
         state=record.state,
         attempt=record.attempt,
         tenant=record.tenant,
@@ -252,6 +259,7 @@ def history_of_claim(
         job_id=run.job_id,
         payload=_redacted(redact, "payload", run.payload),
         steps=_steps_of(steps, redact),
+        version=_version_of(run),
         state=state,
         attempt=run.attempt,
         tenant=run.tenant,

@@ -192,6 +192,16 @@ class _ReplayWorkflow(Workflow):
         return seq, stored
 
 
+def _at_version(job: JobDefinition[Any], version: int | None) -> JobDefinition[Any] | None:
+    """The definition that executes a run of handler ``version`` (D9: pinned versions, where
+    the job definition keeps them), or None when it keeps no such version."""
+    at_version = getattr(job, "at_version", None)  # D9's JobDefinition.at_version
+    if not callable(at_version):
+        return job
+    found: JobDefinition[Any] | None = at_version(version)
+    return found
+
+
 def _claim(history: History) -> ClaimedRun:
     return ClaimedRun(
         run_id=history.run_id,
@@ -225,7 +235,7 @@ class Replayer:
 
     async def replay(self, history: History, *, origin: str | None = None) -> ReplayResult:
         """Replay ``history`` to its first divergence, failure or frontier."""
-        job = self._registry.get(history.job_id)
+        job = _at_version(self._registry.get(history.job_id), history.version)
         result = attrs.evolve(
             _EMPTY,
             run_id=history.run_id,
@@ -235,6 +245,13 @@ class Replayer:
         )
         if not history.steps:
             return result
+        if job is None:
+            return attrs.evolve(
+                result,
+                stopped="failed",
+                failure=f"the registry keeps no handler of version {history.version} (D9):"
+                " a worker of this build would hand the run back.",
+            )
         if job.transaction is not None:
             return attrs.evolve(
                 result,
