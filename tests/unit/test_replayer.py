@@ -239,7 +239,7 @@ def test_d9_d11_a_history_replays_on_the_handler_of_its_recorded_version() -> No
 
     from ship_sqla.kernel._replay import _at_version  # noqa: PLC0415
 
-    kept = SimpleNamespace(at_version=lambda version: {None: "v1", 1: "v1", 2: "v2"}.get(version))
+    kept = SimpleNamespace(at_version={None: "v1", 1: "v1", 2: "v2"}.get)
     assert _at_version(kept, 2) == "v2"  # type: ignore[arg-type]
     assert _at_version(kept, None) == "v1"  # type: ignore[arg-type]
     assert _at_version(kept, 3) is None  # type: ignore[arg-type]

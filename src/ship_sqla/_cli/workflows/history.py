@@ -298,7 +298,8 @@ def workflows_replay(
         return
     if database_url is None:
         raise click.UsageError("pass --database-url (or SHIP_SQLA_DATABASE_URL), or --histories.")
-    job_ids = jobs or tuple(definition.id for definition in registry)
+    # A transactional job (transaction=) makes no workflow calls: nothing to sample.
+    job_ids = jobs or tuple(d.id for d in registry if d.transaction is None)
 
     async def call(ops: JobOperations) -> list[ReplayResult]:
         results: list[ReplayResult] = []
