@@ -5,6 +5,7 @@ code about to be deployed named as MODULE:ATTR."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from cli_runner import ship_sqla
@@ -16,8 +17,6 @@ from ship_sqla.kernel._browse import RunQuery
 from ship_sqla.testing import FrozenClock, read_histories
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 APP = '''
@@ -162,3 +161,55 @@ async def test_d11_replay_sample_exits_1_naming_the_diverging_run_and_position(
 async def _all(backend: Any) -> list[Any]:
     rows = await backend.admin.list_runs(RunQuery(state="waiting", limit=100), max_jobs=10)
     return [row.record for row in rows]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+PREVIOUS_BUILD = '''
+from ship_sqla import define_job
+
+
+async def value(v):
+    return v
+
+
+class NoUnitOfWork:
+    async def run(self, handler):
+        raise AssertionError("a replay runs no unit of work")
+
+
+UOW = NoUnitOfWork()
+
+
+async def fulfil(ctx, order):
+    """The saga as an older build had it: no compensation after a timeout."""
+    await ctx.transaction("charge", UOW, lambda shop: value(None))
+    reserved = await ctx.transaction("reserve", UOW, lambda shop: value(None))
+    if reserved:
+        await ctx.wait_for_event("shipped", "order.shipped", key=order["order_id"], timeout=1.0)
+    await ctx.step("notify", lambda: value(None))
+
+
+REGISTRY = [define_job("orders.fulfil", fulfil, payload=dict)]
+'''
+
+
+async def test_d11_the_rollback_check_recipe_over_the_committed_corpus(tmp_path: Path) -> None:
+    """D11: the documented rollback check, over tests/histories/: the corpus replays clean on
+    this build (`--registry tests.unit.test_history_corpus:REGISTRY`), and on a previous build
+    without the compensation step the timed-out order's history diverges at position 3, exit 1
+    (a rollback would break it)."""
+    root = ROOT
+    corpus = str(root / "tests" / "histories")
+    args = ("workflows", "replay", "--histories", corpus)
+    code, text, err = await ship_sqla(
+        *args, "--registry", "tests.unit.test_history_corpus:REGISTRY", cwd=root
+    )
+    assert (code, err) == (0, ""), err
+    assert "replayed 2 history(ies): 2 clean, 0 not." in text
+
+    (tmp_path / "previous_build.py").write_text(PREVIOUS_BUILD, encoding="utf-8")
+    code, text, err = await ship_sqla(*args, "--registry", "previous_build:REGISTRY", cwd=tmp_path)
+    assert code == 1, (text, err)
+    assert "run 'B-2' diverged from its history at position 3" in text
+    assert "recorded transaction 'compensate', the code asked for step 'notify'" in text
+    assert "replayed 2 history(ies): 1 clean, 1 not." in text

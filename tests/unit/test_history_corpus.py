@@ -1,18 +1,35 @@
 """D11: the committed corpus of recorded histories (tests/histories/, from
 examples/order_saga.py) replays clean against the example's handler, one test per file, through
 the pytest plugin's ``ship_replay`` marker. The replay runs no effect: the saga's unit of work,
-backend and webhook store are never used (a fake unit of work stands in)."""
+backend and webhook store are never used (a fake unit of work stands in).
+
+``REGISTRY`` is also what the rollback-check recipe names from the shell (docs/
+workflows-evolution.md): ``ship-sqla workflows replay --registry
+tests.unit.test_history_corpus:REGISTRY --histories tests/histories``."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
-from workflow_helpers import FakeUnitOfWork
 
 from examples.order_saga import Order, Saga
 from ship_sqla import define_job
 from ship_sqla.testing import ReplayResult
 
-UOW = FakeUnitOfWork()
+
+class CountingUnitOfWork:
+    """Stands in for the saga's unit of work: a replay must never run it."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+
+    async def run(self, handler: Any) -> Any:
+        self.runs += 1
+        return await handler(None)
+
+
+UOW = CountingUnitOfWork()
 SAGA = Saga(uow=UOW, backend=None, webhooks=None)  # type: ignore[arg-type]
 REGISTRY = [define_job("orders.fulfil", SAGA.fulfil, payload=Order)]
 
