@@ -14,10 +14,10 @@ import pytest
 from workflow_helpers import FakeUnitOfWork, execute_once
 
 from ship_sqla import create_job_operations, define_job
-from ship_sqla.errors import PermissionDeniedError
+from ship_sqla.errors import PermissionDeniedError, TerminalError
 from ship_sqla.jobs import Concurrency, RetryPolicy
 from ship_sqla.kernel._history import decode_history, encode_history
-from ship_sqla.testing import Replayer
+from ship_sqla.testing import Replayer, read_histories, write_history
 
 UOW = FakeUnitOfWork()
 
@@ -162,3 +162,48 @@ async def test_d11_export_is_a_permissioned_read(clock, job_backend_factory) -> 
         backend, authorizer=lambda permission, _operation: permission == "ship.jobs:read"
     )
     assert await read_only.export_history(run_id) is not None
+
+
+async def mixed(ctx: Any, payload: Any) -> None:
+    await ctx.step("first", lambda: _value(payload["n"]))
+    if payload["n"] % 4 == 1:
+        raise TerminalError("dead after its first step")
+    if payload["n"] % 4 == 2:
+        await ctx.sleep("later", 3600)
+    if payload["n"] % 4 == 3:
+        await ctx.wait_for_event("go", "mixed.go", key=str(payload["n"]))
+    await ctx.transaction("last", UOW, lambda _repositories: _value(payload["n"] * 10))
+
+
+MIXED = define_job("wf.mixed", mixed, payload=dict, retry=RetryPolicy(attempts=1))
+
+
+async def test_d11_runs_in_mixed_states_export_to_files_and_replay_clean(
+    clock, job_backend_factory, tmp_path
+) -> None:
+    """D11 (issue #38 check 6, scaled down): runs in mixed states (completed, dead, waiting at
+    a sleep, waiting at an event) export state by state to one file each; read back, every file
+    replays clean on the code that ran them."""
+    backend = job_backend_factory(clock)
+    count = 12
+    for n in range(count):
+        await backend.enqueue(MIXED, {"n": n}, run_id=f"m-{n:02d}")
+    for _ in range(count):
+        await execute_once(backend, MIXED, clock)
+    ops = create_job_operations(backend, authorizer=allow_all)
+    written = 0
+    for state in ("waiting", "completed", "dead"):
+        page = await ops.export_histories(state=state, job_id=MIXED.id, limit=100)
+        assert page.next_cursor is None
+        for history in page.items:
+            write_history(tmp_path, history)
+        written += len(page.items)
+    assert written == count
+    files = read_histories(tmp_path)
+    assert len(files) == count
+    states = sorted({h.state for _, h in files if h.state is not None})
+    assert states == ["completed", "dead", "waiting"]
+    replayer = Replayer([MIXED])
+    for path, history in files:
+        result = await replayer.replay(history, origin=str(path))
+        assert result.clean, result.describe()

@@ -12,7 +12,9 @@ rule (D7, :mod:`ship_sqla.kernel._evolution`); only its storage is the history:
   the codec no longer decodes) stops it with the D7 :class:`~ship_sqla.kernel._evolution.
   Divergence`;
 - the job's backend is not there: plain code between steps that reaches ``ctx.backend`` stops
-  the replay as a failure (an effect a replay cannot make), and so does any other exception.
+  the replay as a failure (an effect a replay cannot make), and so does any other exception
+  raised before the frontier; raised after every stored step replayed (a dead run's history),
+  it is past the frontier, not judged: clean.
 
 Plain code between steps still runs: a replay cannot see I/O there (the determinism contract).
 """
@@ -50,11 +52,14 @@ if TYPE_CHECKING:
 
 __all__ = ["ReplayFailedError", "ReplayResult", "Replayer"]
 
-ReplayStop = Literal["frontier", "suspended", "returned", "no-steps", "diverged", "failed"]
+ReplayStop = Literal[
+    "frontier", "suspended", "returned", "raised", "no-steps", "diverged", "failed"
+]
 """Where a replay stopped: at the history's ``frontier``; at a wait the history holds as not
-over (``suspended``); the handler ``returned`` having replayed every stored step; the history
-holds ``no-steps`` (nothing to replay, the handler is not run); ``diverged`` (D7); ``failed``
-(the handler raised, or reached for an effect)."""
+over (``suspended``); the handler ``returned`` having replayed every stored step, or ``raised``
+after it (a dead run's history: clean); the history holds ``no-steps`` (nothing to replay, the
+handler is not run); ``diverged`` (D7); ``failed`` (the handler raised, or reached for an
+effect, before the frontier)."""
 
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _REPLAY_LEASE: Final = 3600.0
@@ -83,6 +88,8 @@ class ReplayResult:
     failure: str | None = None
     origin: str | None = None
     """The file the history came from, when it came from one."""
+    raised: str | None = None
+    """What the handler raised past the frontier (``stopped == "raised"``): not judged."""
 
     @property
     def clean(self) -> bool:
@@ -296,23 +303,29 @@ class Replayer:
                 result, replayed=divergence.position, stopped="diverged", divergence=divergence
             )
         except _EffectRefused as exc:
-            failure = (
+            return _raised(
+                result,
+                workflow.replayed,
                 f"the handler's code between steps used ctx.backend.{exc.args[0]}: an effect a"
-                " replay cannot make (move it into a step)."
-            )
-            return attrs.evolve(
-                result, replayed=workflow.replayed, stopped="failed", failure=failure
+                " replay cannot make (move it into a step).",
             )
         except Exception as exc:  # noqa: BLE001 - the handler's failure is the finding
             failure = f"the handler raised {type(exc).__name__}: {exc}"
-            return attrs.evolve(
-                result, replayed=workflow.replayed, stopped="failed", failure=failure
-            )
+            return _raised(result, workflow.replayed, failure)
         return attrs.evolve(result, replayed=workflow.replayed, stopped="returned")
 
     async def replay_file(self, path: str | Path) -> ReplayResult:
         """Read the history file at ``path`` and replay it."""
         return await self.replay(read_history(path), origin=str(path))
+
+
+def _raised(result: ReplayResult, replayed: int, what: str) -> ReplayResult:
+    """The handler raised after replaying ``replayed`` positions: a failure before the frontier
+    (the recorded run went on there); past it, clean (``raised``: a run that failed there, a
+    dead one, stored nothing after it either, and what is past the frontier is not judged)."""
+    if replayed >= result.frontier:
+        return attrs.evolve(result, replayed=replayed, stopped="raised", raised=what)
+    return attrs.evolve(result, replayed=replayed, stopped="failed", failure=what)
 
 
 _EMPTY: Final = ReplayResult(run_id="", job_id="", frontier=0, replayed=0, stopped="no-steps")
