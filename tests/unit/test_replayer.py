@@ -243,3 +243,46 @@ def test_d9_d11_a_history_replays_on_the_handler_of_its_recorded_version() -> No
     assert _at_version(kept, 2) == "v2"  # type: ignore[arg-type]
     assert _at_version(kept, None) == "v1"  # type: ignore[arg-type]
     assert _at_version(kept, 3) is None  # type: ignore[arg-type]
+
+
+async def test_d8_d11_patch_markers_are_exported_and_replayed_by_position() -> None:
+    """D8, D11: a patch marker is a step of the history: the patched code replays it clean,
+    code that dropped the call while the run holds the marker diverges at the marker's position,
+    and a history recorded before the patch existed takes the old branch clean."""
+
+    async def patched(ctx: Any, payload: Any) -> None:
+        await ctx.step("a", EFFECTS.fn("a", 1))
+        if await ctx.patched("fast-path"):
+            await ctx.step("fast", EFFECTS.fn("fast", 2))
+        else:
+            await ctx.step("slow", EFFECTS.fn("slow", 2))
+        await ctx.sleep("nap", 60)
+
+    async def unpatched(ctx: Any, payload: Any) -> None:
+        await ctx.step("a", EFFECTS.fn("a", 1))
+        await ctx.step("slow", EFFECTS.fn("slow", 2))
+        await ctx.sleep("nap", 60)
+
+    async def call_deleted(ctx: Any, payload: Any) -> None:
+        await ctx.step("a", EFFECTS.fn("a", 1))
+        await ctx.step("fast", EFFECTS.fn("fast", 2))
+        await ctx.sleep("nap", 60)
+
+    with_marker = await _history(patched)
+    assert [(s.name, s.kind) for s in with_marker.steps] == [
+        ("a", "step"),
+        ("patch:fast-path", "patch"),
+        ("fast", "step"),
+        ("nap", "sleep"),
+    ]
+    assert (await Replayer([job(patched)]).replay(with_marker)).clean
+    deleted = await Replayer([job(call_deleted)]).replay(with_marker)
+    assert deleted.divergence is not None
+    assert deleted.divergence.position == 1
+    assert deleted.divergence.recorded is not None
+    assert deleted.divergence.recorded.name == "patch:fast-path"
+    before_patch = await _history(unpatched)
+    result = await Replayer([job(patched)]).replay(before_patch)
+    assert result.clean, result.describe()
+    assert result.replayed == result.frontier == 3
+    assert EFFECTS.calls == []
