@@ -60,6 +60,7 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("webhooks", "deliveries", "list"),
         ("webhooks", "deliveries", "show"),
         ("workflows", "export"),
+        ("workflows", "patches"),
         ("workflows", "replay"),
     }
 )

@@ -35,6 +35,7 @@ from ship_sqla.kernel._evolution import (
     PATCH_KIND,
     PATCH_PREFIX,
     PatchAnswer,
+    PatchFigure,
     StepCall,
     WorkflowChangedError,
     WorkflowDivergedError,
@@ -429,6 +430,24 @@ class WorkflowAdmin(Protocol):
 
     async def delete_events(self, *, older_than: timedelta, limit: int) -> int:
         """Delete at most ``limit`` events published longer than ``older_than`` ago."""
+        ...
+
+    async def patch_ids(self, *, limit: int) -> list[str]:
+        """D8: the ids of the patches whose markers any run stored, at most ``limit``, in id
+        order (one index probe each)."""
+        ...
+
+    async def patch_holding(self, job_id: str, patch_id: str, *, read: int) -> PatchFigure:
+        """D8: live runs of ``job_id`` holding patch ``patch_id``'s marker, among at most
+        ``read`` live runs of the job."""
+        ...
+
+    async def patch_lacking(
+        self, job_id: str, patch_id: str, *, read: int
+    ) -> tuple[datetime | None, PatchFigure]:
+        """D8: when the job's first marker of the patch was stored (None: none), and the live
+        runs of ``job_id`` created before it that do not hold the marker, among at most
+        ``read`` live runs of the job (none counted without a first marker)."""
         ...
 
 
