@@ -17,6 +17,10 @@ from ship_sqla.workflows import StepCall
 RETRY_WAIT = 86400.0
 
 
+def allow_all(permission: str, operation: str) -> bool:
+    return True
+
+
 class StopError(Exception):
     """A crash point: the attempt fails after the calls made so far, which stay stored."""
 
@@ -214,3 +218,49 @@ async def test_d7_a_sleep_replays_cleanly_by_position(clock, job_backend_factory
     clock.advance(1)
     assert (await execute_once(backend, job, clock)).ended == "completed"
     assert script.ran == ["a", "b"]
+
+
+async def test_d8_patch_figures(clock, job_backend_factory):
+    """D8 on both backends: per patch, the live runs holding its marker (a completed holder
+    is not live) and the live runs created before its first marker that lack it (a run created
+    after the marker is not counted); a patch named but never stored has no first marker; the
+    read bound makes a figure a lower bound."""
+    from ship_sqla import create_job_operations  # noqa: PLC0415 - this test alone
+
+    backend = job_backend_factory(clock)
+    ops = create_job_operations(backend, authorizer=allow_all)
+    script = Script([("step", "a"), ("step", "b")], stop=2)
+    job = scripted("wf.d8.figures", script, FakeUnitOfWork())
+    old_run = (await backend.enqueue(job, {})).run_id
+    assert isinstance((await execute_once(backend, job, clock)).error, StopError)  # retries later
+    clock.advance(0.25)
+    script.calls = [("step", "a"), ("patch", "v2"), ("step", "b")]
+    # Priorities: a failed run is due again at once under execute_once, so each new run is
+    # claimed first by its higher priority (K6).
+    holder = (await backend.enqueue(job, {}, priority=5)).run_id
+    script.stop = 2
+    assert isinstance((await execute_once(backend, job, clock)).error, StopError)
+    clock.advance(0.25)
+    script.stop = None
+    done = (await backend.enqueue(job, {}, priority=9)).run_id
+    assert (await execute_once(backend, job, clock)).run.run_id == done
+    clock.advance(0.25)
+    await backend.enqueue(job, {})  # created after the first marker, not started: not counted
+
+    [report] = await ops.patches(job.id)
+    assert (report.patch_id, report.holding.runs, report.before_first.runs) == ("v2", 1, 1)
+    assert report.holding.complete
+    assert report.first_marker_at is not None
+    assert not report.deletable
+    assert not report.deprecatable
+    assert {s.name for s in await backend.workflows.list_steps(holder)} == {"a", "patch:v2"}
+    assert {s.name for s in await backend.workflows.list_steps(old_run)} == {"a", "b"}
+    [missing] = await ops.patches(job.id, ["never"])
+    assert (missing.first_marker_at, missing.holding.runs, missing.before_first.runs) == (
+        None,
+        0,
+        0,
+    )
+    [bounded] = await ops.patches(job.id, ["v2"], read=1)
+    assert (bounded.holding.read, bounded.holding.complete) == (1, False)
+    assert str(bounded.holding).endswith("(first 1 live runs)")
