@@ -54,6 +54,7 @@ from ship_sqla.kernel._evolution import WorkflowChangedError as WorkflowChangedE
 from ship_sqla.kernel._evolution import WorkflowDivergedError as WorkflowDivergedError
 from ship_sqla.kernel._fences import LockHeldError as LockHeldError
 from ship_sqla.kernel._fences import StaleFenceError as StaleFenceError
+from ship_sqla.kernel._history import HistoryFormatError as HistoryFormatError
 from ship_sqla.kernel._job_context import ResourcesNotConfiguredError as ResourcesNotConfiguredError
 from ship_sqla.kernel._keys import InvalidKeyError as InvalidKeyError
 from ship_sqla.kernel._lifespan import LifespanFailedError as LifespanFailedError
@@ -72,6 +73,7 @@ from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
 from ship_sqla.kernel._priority import InvalidPriorityError as InvalidPriorityError
 from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
 from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
+from ship_sqla.kernel._replay import ReplayFailedError as ReplayFailedError
 from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
 from ship_sqla.kernel._settlement import JobSettleRefusedError as JobSettleRefusedError
 from ship_sqla.kernel._transactional import (
@@ -106,6 +108,7 @@ __all__ = (
     "DatabaseTimeoutError",
     "DatabaseUnavailableError",
     "DuplicateJobError",
+    "HistoryFormatError",
     "IdempotencyClaimLostError",
     "IdempotencyKeyError",
     "IdempotencyRecordCorruptError",
@@ -143,6 +146,7 @@ __all__ = (
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "RefusedError",
+    "ReplayFailedError",
     "RepositoryUsageError",
     "ResourcesNotConfiguredError",
     "RetryAfter",

@@ -59,7 +59,9 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("webhooks", "endpoints", "list"),
         ("webhooks", "deliveries", "list"),
         ("webhooks", "deliveries", "show"),
+        ("workflows", "export"),
         ("workflows", "patches"),
+        ("workflows", "replay"),
     }
 )
 """The CLI's commands that are not operator actions: reads, the schema's tools, the worker and the

@@ -1,11 +1,10 @@
-"""``ship-sqla workflows ...``: what an operator checks before changing a workflow's code
-(SPEC §13, D7-D11; docs/workflows-evolution.md). ``patches`` (D8): per patch, the live runs
-holding its marker and those created before its first marker, each one bounded statement."""
+"""``ship-sqla workflows patches`` (D8): per patch, the live runs holding its marker and those
+created before its first marker, each one bounded statement (docs/workflows-evolution.md)."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 import attrs
 import click
@@ -26,16 +25,10 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._evolution import PatchReport
     from ship_sqla.kernel._operations import JobOperations
 
-__all__ = ["workflows"]
+__all__ = ["COMMANDS"]
 
 
-@click.group(short_help="Check workflow changes before a deploy (D7-D11).", epilog=OPERATOR_NOTE)
-def workflows() -> None:
-    """What to check before changing a workflow's code while runs are in flight
-    (docs/workflows-evolution.md)."""
-
-
-@workflows.command("patches", epilog=OPERATOR_NOTE)
+@click.command("patches", epilog=OPERATOR_NOTE)
 @database_url_option
 @job_tables_options(with_state_table=False)
 @click.option("--job", "job_id", metavar="JOB_ID", required=True, help="The workflow's job id.")
@@ -109,3 +102,6 @@ def _report_dict(report: PatchReport) -> dict[str, object]:
         "deletable": report.deletable and report.deprecatable,
         "deprecatable": report.deprecatable,
     }
+
+
+COMMANDS: Final = (workflows_patches,)
