@@ -84,6 +84,7 @@ from sqlalchemy import MetaData, Table, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._jobs._admin import PostgresRunAdmin
+from ship_sqla._jobs._health import PostgresStorageHealth
 from ship_sqla._jobs._insert import RunInserter, inserted
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
@@ -117,6 +118,7 @@ from ship_sqla._jobs._tables import (
 from ship_sqla._jobs._workers import PostgresWorkerRegistry
 from ship_sqla._jobs._workflows import WAIT_LOCK_BUSY_RETRY, PostgresWorkflows
 from ship_sqla._locks import AdvisoryLockProvider, advisory_lock_provider
+from ship_sqla._naming import quoted_table
 from ship_sqla._notify import (
     Announcer,
     Listen,
@@ -172,6 +174,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._notify import Listener, Subscription
     from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._health import HealthBounds, StorageHealth
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
@@ -270,6 +273,7 @@ class PostgresJobBackend(JobBackendBase):
         workers_table: Table | None = None,
         steps_table: Table | None = None,
         events_table: Table | None = None,
+        health_bounds: HealthBounds | None = None,
     ) -> None:
         _require_database(database)
         self._set_options(
@@ -334,6 +338,21 @@ class PostgresJobBackend(JobBackendBase):
         self._fair_served = False
         self._tables_served = False
         self._wire_stores(workers_table, steps_table, events_table)
+        # J22: the storage health of every table this backend was given.
+        health_tables = {
+            role: quoted_table(t)
+            for role, t in (
+                ("runs", table),
+                ("state", state_table),
+                ("workers", workers_table),
+                ("steps", steps_table),
+                ("events", events_table),
+            )
+            if t is not None
+        }
+        self._health = PostgresStorageHealth(
+            self.statements, self._connections, health_tables, health_bounds
+        )
 
     def _wire_stores(
         self, workers_table: Table, steps_table: Table | None, events_table: Table | None
@@ -1065,6 +1084,12 @@ class PostgresJobBackend(JobBackendBase):
         """J10's queue gauges (:meth:`PostgresRunAdmin.queue_depths`)."""
         return await self._admin.queue_depths(job_ids)
 
+    async def storage_health(self) -> StorageHealth:
+        """J22: the ship tables' statistics and the oldest held snapshot
+        (:class:`~ship_sqla.kernel._health.StorageHealthSource`), judged by the backend's
+        ``health_bounds``."""
+        return await self._health.storage_health()
+
 
 def _require_database(database: object) -> None:
     if not isinstance(database, AsyncEngine | AsyncConnection):
@@ -1186,6 +1211,7 @@ def create_job_backend(
     workers_table: Table | None = None,
     steps_table: Table | None = None,
     events_table: Table | None = None,
+    health_bounds: HealthBounds | None = None,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
 
@@ -1223,6 +1249,10 @@ def create_job_backend(
     :func:`ship_job_steps_table` / :func:`ship_job_events_table` (defaults: those tables under
     their default names, beside ``table``). Needed in the database only by jobs whose handlers
     call the workflow methods (``ctx.step``, ``ctx.sleep``, ...).
+
+    ``health_bounds`` (J22): where the storage health (:meth:`PostgresJobBackend.storage_health`,
+    read by the fleet's sampler, ``ship-sqla jobs health`` and the dashboard) becomes an alarm;
+    default :class:`~ship_sqla.jobs.HealthBounds` (a snapshot held 5 minutes, ...).
     """
     if table is None:
         table = ship_job_runs_table(MetaData())
@@ -1245,4 +1275,5 @@ def create_job_backend(
         workers_table=workers_table,
         steps_table=steps_table,
         events_table=events_table,
+        health_bounds=health_bounds,
     )
