@@ -813,7 +813,7 @@ def _compare_options(table: Table, live: Mapping[str, str]) -> list[SchemaDiffer
         if current is not None and _same_option(current, value):
             continue
         fix = storage_options_ddl(table, {name: value})
-        state = "not set" if current is None else f"{name}={current}"
+        state = "not set" if current is None else current
         found.append(
             SchemaDifference(
                 "storage_option",

@@ -337,28 +337,31 @@ class PostgresJobBackend(JobBackendBase):
         # F2: whether the runs table has the index fair claims read (asked until it does).
         self._fair_served = False
         self._tables_served = False
-        self._wire_stores(workers_table, steps_table, events_table)
-        # J22: the storage health of every table this backend was given.
-        health_tables = {
-            role: quoted_table(t)
-            for role, t in (
-                ("runs", table),
-                ("state", state_table),
-                ("workers", workers_table),
-                ("steps", steps_table),
-                ("events", events_table),
-            )
-            if t is not None
-        }
-        self._health = PostgresStorageHealth(
-            self.statements, self._connections, health_tables, health_bounds
+        self._wire_stores(workers_table, steps_table, events_table, health_bounds)
+
+    def _storage_health_reader(
+        self, bounds: HealthBounds | None, steps_table: Table | None, events_table: Table | None
+    ) -> PostgresStorageHealth:
+        """J22: the storage health of every table this backend was given."""
+        tables = (
+            ("runs", self._table),
+            ("state", self._state_table),
+            ("workers", self._workers.table),
+            ("steps", steps_table),
+            ("events", events_table),
         )
+        named = {role: quoted_table(t) for role, t in tables if t is not None}
+        return PostgresStorageHealth(self.statements, self._connections, named, bounds)
 
     def _wire_stores(
-        self, workers_table: Table, steps_table: Table | None, events_table: Table | None
+        self,
+        workers_table: Table,
+        steps_table: Table | None,
+        events_table: Table | None,
+        health_bounds: HealthBounds | None = None,
     ) -> None:
-        """The ports this backend carries apart: its admin (J8), worker registry (F6) and
-        workflow store (D1-D6)."""
+        """The ports this backend carries apart: its admin (J8), worker registry (F6),
+        workflow store (D1-D6) and storage-health reader (J22)."""
         self._admin = PostgresRunAdmin(
             self.statements,
             self._connections,
@@ -388,6 +391,7 @@ class PostgresJobBackend(JobBackendBase):
             if steps_table is not None and events_table is not None
             else None
         )
+        self._health = self._storage_health_reader(health_bounds, steps_table, events_table)
 
     def _wire_announcements(self, database: Database, *, listen: Listen, announce: bool) -> None:
         """K1, K8, K2, F1: the announcer of committed due runs, the one listener and the
