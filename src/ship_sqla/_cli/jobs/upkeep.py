@@ -92,8 +92,8 @@ def jobs_stats(database_url: URL, as_json: bool, tables: JobTables) -> None:
         )
 
 
-HEALTH_ALARM_EXIT: Final = 2
-"""``jobs health``'s exit status when a bound is crossed (1 stays "could not read")."""
+HEALTH_ALARM_EXIT: Final = 3
+"""``jobs health``'s exit status when a bound is crossed (1: could not read; 2: bad input)."""
 
 
 def format_health(health: StorageHealth) -> str:
@@ -140,7 +140,7 @@ def jobs_health(
 ) -> None:
     """The database's storage health (J22): live and dead tuples, size and last vacuum of the
     job tables; the oldest held snapshot (pid, application name, age; never its query); the
-    alarms crossed, each with its fix. Exit status 2 when an alarm holds. Reading other roles'
+    alarms crossed, each with its fix. Exit status 3 when an alarm holds. Reading other roles'
     sessions needs pg_read_all_stats (or pg_monitor); without it only the role's own are seen."""
 
     async def call(ops: JobOperations) -> StorageHealth:
