@@ -19,6 +19,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from sqlalchemy import MetaData, text
 
 from ship_sqla import (
+    advisory_lock_provider,
     create_dashboard,
     create_job_backend,
     create_job_operations,
@@ -109,6 +110,20 @@ async def test_j22_health_reads_the_tables_and_names_the_holder_of_a_held_snapsh
     assert 0 <= held.horizon.age < 600
     assert held.status == "healthy"  # 300 s by default
     assert (await backend.storage_health()).horizon is None
+
+
+async def test_j22_a_held_advisory_lock_is_no_horizon_holder(engine: AsyncEngine) -> None:
+    """J22 (J-A11): the advisory-lock provider's held transactions take no snapshot between
+    statements (no backend_xmin), so a held single-runner lock is never named as a holder."""
+    provider = advisory_lock_provider(engine)
+    lock = await provider.acquire("j22.key", 30.0)
+    assert lock is not None
+    try:
+        health = await _backend(engine, AT_ONCE).storage_health()
+        assert health.horizon is None
+        assert health.status == "healthy"
+    finally:
+        await lock.release()
 
 
 async def test_j22_the_sampler_warns_of_a_held_snapshot_throttled_and_exports_gauges(
