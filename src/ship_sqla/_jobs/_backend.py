@@ -63,7 +63,8 @@ Speed: claims and settles are batched (one statement for many runs, every kind o
 in the same one: ``SETTLE_IF_TOKEN_CURRENT``), statement texts are stable (compiled once by
 SQLAlchemy, prepared once per connection by asyncpg), and the backend's own statements run on
 autocommit connections, so a claim or a settle costs one round trip. A claim's commit does not
-wait for its WAL flush (``:tuned``).
+wait for its WAL flush (``:tuned``) unless the backend was made with ``synchronous_claims=True``
+(J24); settles, heartbeats and enqueues keep the server's ``synchronous_commit``.
 
 Errors: the backend raises; the runtime's loop catches, reports through :meth:`report_error`
 (J11) and retries. Every operation on the backend's own connections is bounded by
@@ -234,6 +235,9 @@ _SUSPENDS_AT_ONCE: Final = 8
 """Workflow suspends of one settle batch run at once on an engine (each its own transaction)."""
 
 
+_MAX_TIMEOUT: Final = MAX_OPERATION_TIMEOUT
+
+
 class JobBackendTimeoutError(DatabaseTimeoutError):
     """A job backend operation did not finish within ``operation_timeout``; nothing is known
     about whether it took effect (a settle is fenced, so retrying it is safe)."""
@@ -273,6 +277,7 @@ class PostgresJobBackend(JobBackendBase):
         workers_table: Table | None = None,
         steps_table: Table | None = None,
         events_table: Table | None = None,
+        synchronous_claims: bool = False,
         health_bounds: HealthBounds | None = None,
     ) -> None:
         _require_database(database)
@@ -282,13 +287,12 @@ class PostgresJobBackend(JobBackendBase):
             on_error=on_error,
             default_lock_provider=_default_locks(database, clock),
         )
-        timeout = require_duration(
-            operation_timeout, "operation_timeout", maximum=MAX_OPERATION_TIMEOUT
-        )
+        timeout = require_duration(operation_timeout, "operation_timeout", maximum=_MAX_TIMEOUT)
         _check_runs_table(table)
         self._database = database
         self._table = table
         self._state_table = state_table
+        self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
         self.statements: Final = JobStatements.for_tables(
             table,
@@ -754,7 +758,7 @@ class PostgresJobBackend(JobBackendBase):
                 None if request.max_lapses is None else crash_loop_message(request.max_lapses)
             ),
             "pause_row": state_row(job_id, "paused"),
-            "tuned": self._connections.concurrent,
+            "tuned": self._connections.concurrent and not self.synchronous_claims,
             "now": self._now(),
         }
         s, fair = self.statements, request.fairness
@@ -1095,6 +1099,25 @@ class PostgresJobBackend(JobBackendBase):
         return await self._health.storage_health()
 
 
+def _default_tables(
+    table: Table | None,
+    state_table: Table | None,
+    steps_table: Table | None,
+    events_table: Table | None,
+) -> tuple[Table, Table, Table, Table]:
+    """``create_job_backend``'s tables: those given, else the factories' under their default
+    names (the steps and events tables beside ``table``)."""
+    if table is None:
+        table = ship_job_runs_table(MetaData())
+    if state_table is None:
+        state_table = ship_job_state_table(MetaData())
+    if steps_table is None:
+        steps_table = ship_job_steps_table(MetaData(), schema=table.schema, runs_table=table.name)
+    if events_table is None:
+        events_table = ship_job_events_table(MetaData(), schema=table.schema)
+    return table, state_table, steps_table, events_table
+
+
 def _require_database(database: object) -> None:
     if not isinstance(database, AsyncEngine | AsyncConnection):
         raise ConfigurationError(
@@ -1215,6 +1238,7 @@ def create_job_backend(
     workers_table: Table | None = None,
     steps_table: Table | None = None,
     events_table: Table | None = None,
+    synchronous_claims: bool = False,
     health_bounds: HealthBounds | None = None,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
@@ -1254,18 +1278,15 @@ def create_job_backend(
     their default names, beside ``table``). Needed in the database only by jobs whose handlers
     call the workflow methods (``ctx.step``, ``ctx.sleep``, ...).
 
-    ``health_bounds`` (J22): where the storage health (:meth:`PostgresJobBackend.storage_health`,
-    read by the fleet's sampler, ``ship-sqla jobs health`` and the dashboard) becomes an alarm;
-    default :class:`~ship_sqla.jobs.HealthBounds` (a snapshot held 5 minutes, ...).
+    ``synchronous_claims`` (J24): False (default) commits claims with ``synchronous_commit=off``
+    (a claim acknowledged just before a crash or failover may be lost, its run run again, J6);
+    True: the server's own, as enqueues and settles (docs/production.md, "Failover").
+    ``health_bounds`` (J22): when :meth:`PostgresJobBackend.storage_health` is an alarm
+    (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
     """
-    if table is None:
-        table = ship_job_runs_table(MetaData())
-    if state_table is None:
-        state_table = ship_job_state_table(MetaData())
-    if steps_table is None:
-        steps_table = ship_job_steps_table(MetaData(), schema=table.schema, runs_table=table.name)
-    if events_table is None:
-        events_table = ship_job_events_table(MetaData(), schema=table.schema)
+    table, state_table, steps_table, events_table = _default_tables(
+        table, state_table, steps_table, events_table
+    )
     return PostgresJobBackend(
         database=database,
         table=table,
@@ -1279,5 +1300,6 @@ def create_job_backend(
         workers_table=workers_table,
         steps_table=steps_table,
         events_table=events_table,
+        synchronous_claims=synchronous_claims,
         health_bounds=health_bounds,
     )
