@@ -52,6 +52,7 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("jobs", "paused"),
         ("jobs", "demand"),
         ("jobs", "stats"),
+        ("jobs", "health"),
         ("enqueue",),
         ("dashboard",),
         ("backfill", "status"),

@@ -68,6 +68,7 @@ from ship_sqla.kernel._errors import (
     ShipError,
 )
 from ship_sqla.kernel._evolution import MAX_PATCH_READ, MAX_PATCHES_LISTED, PatchReport
+from ship_sqla.kernel._health import UNKNOWN_HEALTH, StorageHealth, StorageHealthSource
 from ship_sqla.kernel._history import history_of
 from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._keys import require_key
@@ -294,8 +295,10 @@ class JobOperations:
         workflows: WorkflowAdmin | None = None,
         audit: AuditSink | None = None,
         actor: str = "unnamed",
+        health: StorageHealthSource | None = None,
     ) -> None:
         self._admin = admin
+        self._health = health
         self._authorizer = check_authorizer(authorizer)
         self._secret = resolve_secret(cursor_secret)
         self._workers = workers
@@ -320,6 +323,7 @@ class JobOperations:
             workflows=self._workflows,
             audit=self._audit,
             actor=actor,
+            health=self._health,
         )
 
     @property
@@ -634,6 +638,16 @@ class JobOperations:
             deleted[job.id] = deleted.get(job.id, 0) + count
         await self._record("cleanup", ",".join(deleted) or "no jobs", sum(deleted.values()))
         return deleted
+
+    async def storage_health(self) -> StorageHealth:
+        """J22: the backend's storage health (tables' tuples, sizes and vacuum ages; the oldest
+        held snapshot and its holder), judged by the backend's bounds:
+        :data:`~ship_sqla.kernel._health.UNKNOWN_HEALTH` when the backend reads none (in
+        memory). A few catalog reads, whatever the backlog."""
+        await self._authorize_read("storage_health")
+        if self._health is None:
+            return UNKNOWN_HEALTH
+        return await self._health.storage_health()
 
     async def state_counts(self, *, limit: int = 1000) -> list[StateCount]:
         """Runs per (job, state) with, for waiting runs, the age of the oldest due one: at most
@@ -1332,6 +1346,7 @@ def create_job_operations(
         workflows=backend.workflows,
         audit=audit,
         actor=actor,
+        health=backend if isinstance(backend, StorageHealthSource) else None,
     )
 
 
