@@ -10,11 +10,13 @@ from ship_sqla._outbox import OutboxPayloadError as OutboxPayloadError
 from ship_sqla._outbox import OutboxPayloadTooLargeError as OutboxPayloadTooLargeError
 from ship_sqla._outbox import OutboxPublishError as OutboxPublishError
 from ship_sqla._outbox import OutboxSinkRejectedError as OutboxSinkRejectedError
+from ship_sqla._outbox import OutboxTimeoutError as OutboxTimeoutError
 from ship_sqla._repository import RepositoryUsageError as RepositoryUsageError
 from ship_sqla._repository_guard import UnsafeExpressionError as UnsafeExpressionError
 from ship_sqla._schema_check import SchemaCheckError as SchemaCheckError
 from ship_sqla._schema_probe import MissingTablesError as MissingTablesError
 from ship_sqla._server import NoServerError as NoServerError
+from ship_sqla._uow import UnitOfWorkTimeoutError as UnitOfWorkTimeoutError
 from ship_sqla._webhooks import WebhookDeliveryFailedError as WebhookDeliveryFailedError
 from ship_sqla._webhooks import WebhookEventInProgressError as WebhookEventInProgressError
 from ship_sqla._webhooks import WebhookEventNotFoundError as WebhookEventNotFoundError
@@ -136,6 +138,7 @@ __all__ = (
     "OutboxPayloadTooLargeError",
     "OutboxPublishError",
     "OutboxSinkRejectedError",
+    "OutboxTimeoutError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "RefusedError",
@@ -155,6 +158,7 @@ __all__ = (
     "TenantViolationError",
     "TerminalError",
     "TransactionalHandlerMisuseError",
+    "UnitOfWorkTimeoutError",
     "UnknownJobError",
     "UnknownProjectionError",
     "UnsafeExpressionError",

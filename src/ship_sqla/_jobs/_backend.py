@@ -63,7 +63,8 @@ Speed: claims and settles are batched (one statement for many runs, every kind o
 in the same one: ``SETTLE_IF_TOKEN_CURRENT``), statement texts are stable (compiled once by
 SQLAlchemy, prepared once per connection by asyncpg), and the backend's own statements run on
 autocommit connections, so a claim or a settle costs one round trip. A claim's commit does not
-wait for its WAL flush (``:tuned``).
+wait for its WAL flush (``:tuned``) unless the backend was made with ``synchronous_claims=True``
+(J24); settles, heartbeats and enqueues keep the server's ``synchronous_commit``.
 
 Errors: the backend raises; the runtime's loop catches, reports through :meth:`report_error`
 (J11) and retries. Every operation on the backend's own connections is bounded by
@@ -231,6 +232,9 @@ _SUSPENDS_AT_ONCE: Final = 8
 """Workflow suspends of one settle batch run at once on an engine (each its own transaction)."""
 
 
+_MAX_TIMEOUT: Final = MAX_OPERATION_TIMEOUT
+
+
 class JobBackendTimeoutError(DatabaseTimeoutError):
     """A job backend operation did not finish within ``operation_timeout``; nothing is known
     about whether it took effect (a settle is fenced, so retrying it is safe)."""
@@ -270,6 +274,7 @@ class PostgresJobBackend(JobBackendBase):
         workers_table: Table | None = None,
         steps_table: Table | None = None,
         events_table: Table | None = None,
+        synchronous_claims: bool = False,
     ) -> None:
         _require_database(database)
         self._set_options(
@@ -278,13 +283,12 @@ class PostgresJobBackend(JobBackendBase):
             on_error=on_error,
             default_lock_provider=_default_locks(database, clock),
         )
-        timeout = require_duration(
-            operation_timeout, "operation_timeout", maximum=MAX_OPERATION_TIMEOUT
-        )
+        timeout = require_duration(operation_timeout, "operation_timeout", maximum=_MAX_TIMEOUT)
         _check_runs_table(table)
         self._database = database
         self._table = table
         self._state_table = state_table
+        self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
         self.statements: Final = JobStatements.for_tables(
             table,
@@ -731,7 +735,7 @@ class PostgresJobBackend(JobBackendBase):
                 None if request.max_lapses is None else crash_loop_message(request.max_lapses)
             ),
             "pause_row": state_row(job_id, "paused"),
-            "tuned": self._connections.concurrent,
+            "tuned": self._connections.concurrent and not self.synchronous_claims,
             "now": self._now(),
         }
         s, fair = self.statements, request.fairness
@@ -1186,6 +1190,7 @@ def create_job_backend(
     workers_table: Table | None = None,
     steps_table: Table | None = None,
     events_table: Table | None = None,
+    synchronous_claims: bool = False,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
 
@@ -1223,6 +1228,10 @@ def create_job_backend(
     :func:`ship_job_steps_table` / :func:`ship_job_events_table` (defaults: those tables under
     their default names, beside ``table``). Needed in the database only by jobs whose handlers
     call the workflow methods (``ctx.step``, ``ctx.sleep``, ...).
+
+    ``synchronous_claims`` (J24): False (default) commits claims with ``synchronous_commit=off``
+    (a claim acknowledged just before a crash or failover may be lost, its run run again, J6);
+    True: the server's own, as enqueues and settles (docs/production.md, "Failover").
     """
     if table is None:
         table = ship_job_runs_table(MetaData())
@@ -1245,4 +1254,5 @@ def create_job_backend(
         workers_table=workers_table,
         steps_table=steps_table,
         events_table=events_table,
+        synchronous_claims=synchronous_claims,
     )
