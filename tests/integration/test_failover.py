@@ -39,7 +39,6 @@ deadline. The wall-clock waits are the fault itself (PROMOTE_AFTER: a failover t
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import signal
@@ -55,7 +54,6 @@ import asyncpg
 import attrs
 import pytest
 from failover_process import (
-    SYNC_OPTION,
     app_table,
     metadata,
     outbox_table,
@@ -65,8 +63,6 @@ from pg_failover import FailoverPair, failover_pair
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
-
-from ship_sqla import create_job_backend
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -97,9 +93,9 @@ CONFIG: dict[str, Any] = {
     "batch_size": 10,
     "writer_pace": 0.01,
     "writer_backoff": 0.1,
+    "operation_timeout": 5.0,
 }
 """Lease 3 s: a run claimed on the lost primary (or hung on it) is retaken soon after."""
-SYNC_CLAIMS = SYNC_OPTION in inspect.signature(create_job_backend).parameters
 MATRIX = bool(os.environ.get("SHIP_SQLA_FAILOVER_MATRIX"))
 
 
@@ -113,6 +109,9 @@ class Processes:
     tmp_path: Path
     running: dict[str, anyio.abc.Process] = attrs.field(factory=dict)
     lines: list[dict[str, Any]] = attrs.field(factory=list)
+    ended: set[str] = attrs.field(factory=set)
+    """The processes whose stdout closed: died, or stopped by :meth:`stop`."""
+    stopping: set[str] = attrs.field(factory=set)
     _changed: anyio.Event = attrs.field(factory=anyio.Event)
 
     async def start(self, name: str, url: str, config: dict[str, Any]) -> anyio.abc.Process:
@@ -133,8 +132,13 @@ class Processes:
             *complete, buffer = buffer.split(b"\n")
             for line in complete:
                 self.lines.append({**json.loads(line), "name": name})
-            changed, self._changed = self._changed, anyio.Event()
-            changed.set()
+            self._signal()
+        self.ended.add(name)
+        self._signal()
+
+    def _signal(self) -> None:
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
 
     async def until(self, condition: Callable[[], bool], within: float, what: str) -> None:
         """Until ``condition()`` holds, re-checked at each line; fails after ``within`` s, with
@@ -142,8 +146,11 @@ class Processes:
         try:
             with anyio.fail_after(within):
                 while not condition():
+                    if died := self.ended - self.stopping:
+                        pytest.fail(f"{what}: {sorted(died)} died\n{self.stderr_tails()}")
                     await self._changed.wait()
         except TimeoutError:
+            await self.dump_tasks()
             errors = Counter(f"{line['name']}:{line['type']}" for line in self.of("error"))
             samples = {line["type"]: line["text"][:200] for line in self.of("error")}
             pytest.fail(
@@ -162,10 +169,24 @@ class Processes:
 
     async def stop(self, name: str) -> int:
         process = self.running[name]
+        self.stopping.add(name)
         if process.returncode is None:
             process.send_signal(signal.SIGTERM)
         with anyio.fail_after(30):
             return await process.wait()
+
+    async def dump_tasks(self) -> None:
+        """Ask every live process for its tasks' stacks (SIGUSR1), for the failure report."""
+        alive = [name for name, process in self.running.items() if process.returncode is None]
+        for name in alive:
+            self.running[name].send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + 3
+        for name in alive:  # a file's contents have no event to wait on
+            stderr = self.tmp_path / f"{name}.stderr"
+            while "tasks dumped" not in stderr.read_text(errors="replace"):
+                if time.monotonic() > deadline:
+                    return
+                await anyio.sleep(0.05)
 
     def kill_all(self) -> None:
         for process in self.running.values():
@@ -177,7 +198,7 @@ class Processes:
         for name in self.running:
             text = (self.tmp_path / f"{name}.stderr").read_text(errors="replace")
             if text.strip():
-                tails.append(f"--- {name} stderr ---\n{text[-1500:]}")
+                tails.append(f"--- {name} stderr ---\n{text[-6000:]}")
         return "\n".join(tails)
 
 
@@ -298,7 +319,7 @@ async def fault(pair: FailoverPair, shape: str) -> None:
 
 
 async def scenario(shape: str, *, sync: bool, tmp_path: Path) -> Figures:
-    config = {**CONFIG, "sync_claims": sync and SYNC_CLAIMS}
+    config = {**CONFIG, "synchronous_claims": sync}
     processes = Processes(tmp_path)
     with failover_pair(sync=sync) as pair:
         await prepare(pair)
@@ -326,7 +347,7 @@ async def drive(pair: FailoverPair, processes: Processes, shape: str, *, sync: b
             and len(processes.of("exec")) >= WARM_UP
         )
 
-    await processes.until(warm, 60, "the processes' warm-up")
+    await processes.until(warm, 30, "the processes' warm-up")
     if not sync:
         await pair.pause_replication()
         lagged = len(processes.of("ack")) + LAG_COMMITS

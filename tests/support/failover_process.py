@@ -17,16 +17,16 @@ Every line carries ``at`` (``time.time()``, the test's clock). Every exception t
 writer, or an ``on_error`` (the job backend's, the outbox's), is one ``{"event": "error", ...}``
 line saying whether it is a ``ShipError`` with a Fix line. ``{"event": "ready"}`` once running;
 on SIGTERM ``{"event": "stopped", "running": ...}`` (whether the loop was still running), then a
-graceful stop and exit 0.
+graceful stop and exit 0. SIGUSR1 prints every asyncio task's stack on stderr.
 
-``config["sync_claims"]``: the backend's and outbox's option making claims and settles commit
-synchronously, when this build has it (see :data:`SYNC_OPTION`).
+``config["synchronous_claims"]``: the job backend's option making claims and settles commit
+synchronously (J24; the outbox's always are); ``config["operation_timeout"]``: the bound of
+every operation of the backend, the outbox and the unit of work on the server (J24).
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import signal
@@ -53,8 +53,6 @@ from ship_sqla.jobs import Concurrency, RetryPolicy
 
 OUTBOX_ID = "failover"
 JOB_ID = "failover.work"
-SYNC_OPTION = "synchronous_claims"
-"""The name of the factories' keyword that makes claims and settles synchronous (issue 34)."""
 
 metadata = MetaData()
 runs_table = ship_job_runs_table(metadata)
@@ -74,14 +72,6 @@ def report(role: str, error: BaseException) -> None:
     emit(event="error", role=role, type=type(error).__name__, fixed=fixed, text=str(error)[:400])
 
 
-def sync_options(config: dict[str, Any], factory: Any) -> dict[str, Any]:
-    if not config.get("sync_claims"):
-        return {}
-    if SYNC_OPTION not in inspect.signature(factory).parameters:
-        raise SystemExit(f"{factory.__name__} has no {SYNC_OPTION}= option in this build")
-    return {SYNC_OPTION: True}
-
-
 def engine_of(url: str) -> Any:
     return create_async_engine(url, pool_size=4, max_overflow=2)
 
@@ -92,7 +82,8 @@ def backend_of(engine: Any, config: dict[str, Any], role: str) -> Any:
         table=runs_table,
         state_table=state_table,
         on_error=lambda error: report(role, error),
-        **sync_options(config, create_job_backend),
+        operation_timeout=config["operation_timeout"],
+        synchronous_claims=config["synchronous_claims"],
     )
 
 
@@ -101,7 +92,7 @@ def outbox_of(engine: Any, config: dict[str, Any], role: str) -> Any:
         database=engine,
         table=outbox_table,
         on_error=lambda error: report(role, error),
-        **sync_options(config, create_outbox),
+        operation_timeout=config["operation_timeout"],
     )
 
 
@@ -125,7 +116,11 @@ async def writer(url: str, config: dict[str, Any], stop: asyncio.Event) -> None:
     backend = backend_of(engine, config, "writer")
     outbox = outbox_of(engine, config, "writer")
     job = job_of(config, executed_elsewhere)
-    uow = create_unit_of_work(engine, repositories=lambda scope: scope)
+    uow = create_unit_of_work(
+        engine,
+        repositories=lambda scope: scope,
+        operation_timeout=config["operation_timeout"],
+    )
     emit(event="ready")
     for n in range(10**9):
         if stop.is_set():
@@ -193,9 +188,20 @@ async def relay(url: str, config: dict[str, Any], stop: asyncio.Event) -> None:
     await engine.dispose()
 
 
+def dump_tasks() -> None:
+    """SIGUSR1: every task's stack on stderr (what a process that stopped following waits on),
+    then a ``tasks dumped`` line the test waits for."""
+    for task in asyncio.all_tasks():
+        sys.stderr.write(f"--- task {task.get_name()} ---\n")
+        task.print_stack(limit=12, file=sys.stderr)
+    sys.stderr.write("tasks dumped\n")
+    sys.stderr.flush()
+
+
 async def main(role: str, url: str, config: dict[str, Any]) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, dump_tasks)
     await {"worker": worker, "relay": relay, "writer": writer}[role](url, config, stop)
 
 
