@@ -255,8 +255,8 @@ async def stored(pair: FailoverPair) -> Stored:
                     unfinished[f"{table.name}:{state}"] = count
             listeners = (
                 await connection.exec_driver_sql(
-                    "SELECT count(*) FROM pg_stat_activity"
-                    " WHERE datname = current_database() AND query ILIKE 'LISTEN%'"
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name LIKE 'ship_sqla listener%'"
                 )
             ).scalar_one()
     finally:
@@ -264,14 +264,21 @@ async def stored(pair: FailoverPair) -> Stored:
     return Stored(rows, messages, runs, unfinished, int(listeners))
 
 
+LISTENERS = WORKERS + 1
+"""The listeners on the new primary once every process followed (K1): each worker's, the
+relay's."""
+
+
 async def until_drained(pair: FailoverPair, processes: Processes) -> Stored:
-    """Until every run completed and every message was delivered on the new primary (polled:
-    the processes' commits have no event here)."""
+    """Until every run completed and every message was delivered on the new primary, and every
+    listener is back (polled: another process's commits and connections have no event here)."""
     deadline = time.monotonic() + DRAIN_WITHIN
-    while (now := await stored(pair)).unfinished:
+    while (now := await stored(pair)).unfinished or now.listeners < LISTENERS:
         if time.monotonic() > deadline:
+            await processes.dump_tasks()
             pytest.fail(
-                f"not drained within {DRAIN_WITHIN} s: {dict(now.unfinished)}\n"
+                f"not drained within {DRAIN_WITHIN} s: {dict(now.unfinished)},"
+                f" {now.listeners} of {LISTENERS} listeners (K1) on the new primary\n"
                 f"{processes.stderr_tails()}"
             )
         await anyio.sleep(0.2)
@@ -434,7 +441,7 @@ def check(figures: Figures, *, sync: bool) -> list[str]:
         failures.append(f"J11: a loop had died: {figures.stopped}")
     if any(code != 0 for code in figures.exit_codes.values()):
         failures.append(f"exit codes {figures.exit_codes}")
-    if figures.listeners < WORKERS:
+    if figures.listeners < LISTENERS:
         failures.append(f"K1: {figures.listeners} LISTEN sessions on the new primary")
     return failures
 

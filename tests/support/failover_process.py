@@ -193,7 +193,14 @@ def dump_tasks() -> None:
     then a ``tasks dumped`` line the test waits for."""
     for task in asyncio.all_tasks():
         sys.stderr.write(f"--- task {task.get_name()} ---\n")
-        task.print_stack(limit=12, file=sys.stderr)
+        awaited: Any = task.get_coro()
+        while awaited is not None:  # the whole await chain, not the outermost frame alone
+            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+            if frame is not None:
+                sys.stderr.write(
+                    f"  {frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}\n"
+                )
+            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
     sys.stderr.write("tasks dumped\n")
     sys.stderr.flush()
 
