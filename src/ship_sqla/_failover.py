@@ -166,7 +166,7 @@ class _Creator:
 class _Connecting:
     """The ``do_connect`` listener: a multi-host URL connects through :class:`_Creator`."""
 
-    __slots__ = ("creator",)
+    __slots__ = ("__weakref__", "creator")
 
     def __init__(self, hosts: Hosts) -> None:
         self.creator = _Creator(hosts)
@@ -181,7 +181,7 @@ class _Connecting:
 class _ReadOnlyIsDisconnect:
     """The ``handle_error`` listener: a write refused by a read-only server is a disconnect."""
 
-    __slots__ = ()
+    __slots__ = ("__weakref__",)
     ship_sqla_own_listener: ClassVar[bool] = True
     """:data:`~ship_sqla._direct.OWN_LISTENER`: it keeps no statement off the direct path."""
 

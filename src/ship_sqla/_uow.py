@@ -61,6 +61,7 @@ from ship_sqla.kernel._tenancy import ambient_tenant, tenant_ambient
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+    from sqlalchemy.engine import Connection
     from sqlalchemy.engine.interfaces import IsolationLevel
 
 __all__ = [
@@ -139,6 +140,8 @@ class UnitOfWork(Generic[R]):
             )
         if isinstance(bind, AsyncEngine):
             follow_primary(bind)  # J24
+            if operation_timeout is not None:
+                _install_clock(bind)
         self._bind = bind
         self._repositories = repositories
         self._isolation_level = isolation_level
@@ -339,17 +342,18 @@ class UnitOfWork(Generic[R]):
 class _StatementWatch:
     """Counts the run's statements that completed, via SQLAlchemy's ``after_cursor_execute``
     event on the run's own connection (one listener per run, removed when it ends), and bounds
-    each statement, COMMIT and ROLLBACK of the run (J24): its ``before_cursor_execute``,
-    ``commit`` and ``rollback`` events arm the run's ``asyncio.timeout`` (:meth:`bounded`) for
-    ``timeout`` seconds, ``after_cursor_execute`` disarms it. A statement that raises leaves
-    it armed until the next statement (a savepoint's ROLLBACK TO included) or the run's end.
+    each statement, COMMIT and ROLLBACK of the run (J24): the engine's ``before_cursor_execute``,
+    ``commit`` and ``rollback`` listeners (:class:`_Arm`) arm the run's ``asyncio.timeout``
+    (:meth:`bounded`) for ``timeout`` seconds, ``after_cursor_execute`` disarms it. A
+    statement that raises leaves it armed until the next statement (a savepoint's ROLLBACK TO
+    included) or the run's end.
 
     A run that fails with an outage while the count is 0 on a connection it got from the pool
     had a dead connection before its first statement (with asyncpg, the failure is the BEGIN
     sent ahead of that statement): nothing of it can have committed, so it may be re-run.
     """
 
-    __slots__ = ("__weakref__", "_arms", "_bound", "_timeout", "completed", "connected", "ending")
+    __slots__ = ("__weakref__", "_bound", "_timeout", "completed", "connected", "ending")
     ship_sqla_own_listener: ClassVar[bool] = True
     """:data:`ship_sqla._direct.OWN_LISTENER`: a bulk's COPY (which it does not see) runs only
     after a statement it counted, so its count needs no COPY."""
@@ -361,23 +365,21 @@ class _StatementWatch:
         """"COMMIT" or "ROLLBACK" once the run's transaction is ending."""
         self._timeout = timeout
         self._bound: asyncio.Timeout | None = None
-        self._arms = {
-            "before_cursor_execute": _Arm(self, None),
-            "commit": _Arm(self, "COMMIT"),
-            "rollback": _Arm(self, "ROLLBACK"),
-        }
 
     def __call__(self, *_: object) -> None:
         self.completed += 1
-        if self._bound is not None:
-            self._bound.reschedule(None)
+        bound = self._bound
+        if bound is not None and not bound.expired():
+            bound.reschedule(None)
 
     def arm(self, ending: str | None = None) -> None:
         """Start the clock of one statement (or of the COMMIT / ROLLBACK: ``ending``)."""
+        bound = self._bound
+        if bound is None or self._timeout is None or bound.expired():
+            return  # no bound, or it already cut the run off (its ROLLBACK is not timed)
         if ending is not None:
             self.ending = ending
-        if self._bound is not None and self._timeout is not None:
-            self._bound.reschedule(asyncio.get_running_loop().time() + self._timeout)
+        bound.reschedule(asyncio.get_running_loop().time() + self._timeout)
 
     @asynccontextmanager
     async def bounded(self) -> AsyncIterator[None]:
@@ -408,32 +410,57 @@ class _StatementWatch:
         target = connection.sync_connection
         assert target is not None  # noqa: S101 - a started connection
         self.connected = True
-        arms = self._arms if self._timeout is not None else {}
+        info = target.info if self._timeout is not None else None
+        if info is not None:
+            info[_WATCH] = self  # what the engine's _Arm listeners arm
         event.listen(target, "after_cursor_execute", self)
-        for name, arm in arms.items():
-            event.listen(target, name, arm)
         try:
             yield
         finally:
             event.remove(target, "after_cursor_execute", self)
-            for name, arm in arms.items():
-                event.remove(target, name, arm)
+            if info is not None and info.get(_WATCH) is self:
+                del info[_WATCH]
 
 
 class _Arm:
-    """A listener that arms a :class:`_StatementWatch`'s clock: before each statement
-    (``ending`` None), or before the COMMIT or ROLLBACK (the ``commit`` / ``rollback`` events)."""
+    """An engine listener (installed once per engine, :func:`_install_clock`) that arms the
+    statement clock of the run whose connection it fires on (its :class:`_StatementWatch` in the
+    connection's ``info`` while the run watches): before each statement (``ending`` None), or
+    before the COMMIT or ROLLBACK (the ``commit`` / ``rollback`` events)."""
 
-    __slots__ = ("_ending", "_watch")
+    __slots__ = ("__weakref__", "_ending")
     ship_sqla_own_listener: ClassVar[bool] = True
-    """:data:`ship_sqla._direct.OWN_LISTENER`: a COPY of the run is bounded by the run."""
+    """:data:`ship_sqla._direct.OWN_LISTENER`: it keeps no statement off the direct path."""
 
-    def __init__(self, watch: _StatementWatch, ending: str | None) -> None:
-        self._watch = watch
+    def __init__(self, ending: str | None) -> None:
         self._ending = ending
 
-    def __call__(self, *_: object) -> None:
-        self._watch.arm(self._ending)
+    def __call__(self, conn: Connection, *args: object) -> object:
+        if not conn.invalidated:
+            watch = conn.info.get(_WATCH)
+            if watch is not None:
+                watch.arm(self._ending)
+        # before_cursor_execute is listened with retval=True (unwrapped, so the OWN_LISTENER
+        # mark stays visible): it hands back the statement and parameters unchanged.
+        return args[1:3] if self._ending is None else None
+
+
+_WATCH: Final = "ship_sqla_statement_watch"
+"""The connection ``info`` key of the run's :class:`_StatementWatch` while it watches."""
+
+_ARMS: Final = {
+    "before_cursor_execute": _Arm(None),
+    "commit": _Arm("COMMIT"),
+    "rollback": _Arm("ROLLBACK"),
+}
+
+
+def _install_clock(engine: AsyncEngine) -> None:
+    """The statement clock's listeners on ``engine``, once (J24)."""
+    target = engine.sync_engine
+    for name, arm in _ARMS.items():
+        if not event.contains(target, name, arm):
+            event.listen(target, name, arm, retval=name == "before_cursor_execute")
 
 
 def _timed_out(ending: str | None, timeout: float) -> UnitOfWorkTimeoutError:
