@@ -6,9 +6,11 @@ with no restart and no configuration beyond the URL:
 
 - ``writer``: a unit of work committing, per transaction, one ``fo_app`` row, one outbox
   message (O1) and one run of job ``failover.work`` (K1: its wake is sent in the same
-  transaction), all carrying the transaction's key. Each acknowledged commit (``uow.run``
-  returned) is one ``{"event": "ack", "key": ...}`` line; a call that raised is one ``error``
-  line and the writer goes on (an application would);
+  transaction), all carrying the transaction's key. The run and the message are due
+  ``config["due_after"]`` seconds later: work committed before a fault falls due after the
+  promote, so workers and relay show that they follow even while the writer does not. Each
+  acknowledged commit (``uow.run`` returned) is one ``{"event": "ack", "key": ...}`` line; a
+  call that raised is one ``error`` line and the writer goes on (an application would);
 - ``worker``: the job runtime executing ``failover.work`` (J5 leases, J11 ``on_error``); each
   handler start is one ``{"event": "exec", "key": ..., "attempt": ...}`` line;
 - ``relay``: an outbox relay; each message given to the sink is one ``publish`` line.
@@ -32,6 +34,7 @@ import os
 import signal
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Column, MetaData, Table, Text, insert
@@ -128,9 +131,12 @@ async def writer(url: str, config: dict[str, Any], stop: asyncio.Event) -> None:
         key = f"{os.getpid()}-{n}"
 
         async def write(scope: Any, key: str = key) -> None:
+            due = datetime.now(UTC) + timedelta(seconds=config["due_after"])
             await scope.connection.execute(insert(app_table).values(key=key))
-            await outbox.enqueue(OUTBOX_ID, "failover.write", {"key": key}, scope=scope)
-            await backend.enqueue(job, {"key": key}, scope=scope)
+            await outbox.enqueue(
+                OUTBOX_ID, "failover.write", {"key": key}, available_at=due, scope=scope
+            )
+            await backend.enqueue(job, {"key": key}, run_at=due, scope=scope)
 
         try:
             await uow.run(write)
