@@ -360,7 +360,7 @@ async def drive(pair: FailoverPair, processes: Processes, shape: str, *, sync: b
         )
 
     await processes.until(warm, 30, "the processes' warm-up")
-    if not sync:
+    if not sync and shape != "switchover":  # a switchover waits for the standby by design
         await pair.pause_replication()
         lagged = len(processes.of("ack")) + LAG_COMMITS
         await processes.until(lambda: len(processes.of("ack")) >= lagged, 30, "the lag")
@@ -490,17 +490,28 @@ async def test_processes_follow_a_failover(shape: str, tmp_path: Path) -> None:
     assert not failures, "\n".join([figures.line(), *failures])
 
 
+MATRIX_SHAPES = [
+    "kill",
+    pytest.param("hang", marks=pytest.mark.xfail(strict=True, reason=HANG_NOT_YET)),
+    "switchover",
+]
+
+
 @pytest.mark.skipif(not MATRIX, reason="the replication matrix runs in nox -s chaos")
-@pytest.mark.parametrize("shape", ["kill", "hang"])
+@pytest.mark.parametrize("shape", MATRIX_SHAPES)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_failover_replication_matrix(mode: str, shape: str, tmp_path: Path) -> None:
-    """J24: the sync/async replication matrix. Sync (claims and settles synchronous): 0
-    acknowledged commits lost. Async with forced lag: losses, each a whole transaction (row,
-    message and run together, O1). Re-executions counted, recovery printed."""
+    """J24, O1, J6: the sync/async replication matrix, one ``failover:`` line per cell (the
+    figures of docs/production.md). Sync, with ``synchronous_claims=True``: 0 acknowledged
+    commits lost. Async with forced lag (the standby stops receiving LAG_COMMITS commits before
+    a kill or a hang; a switchover waits for the standby by design): acknowledged transactions
+    lost, each whole (row, message and run together, never a part of one). Re-executions are
+    counted (bounded by the in-flight batch under sync only: under async a lost completion runs
+    again), recovery printed."""
     sync = mode == "sync"
     figures = await scenario(shape, sync=sync, tmp_path=tmp_path)
     print(figures.line())  # noqa: T201 - the matrix's figures, read with -s
     failures = check(figures, sync=sync)
+    if not sync and shape != "switchover" and not figures.lost:
+        failures.append("the forced lag lost nothing: the lag was not forced")
     assert not failures, "\n".join([figures.line(), *failures])
-    if not sync:
-        assert figures.lost, "forced lag lost nothing: the lag was not forced"
