@@ -52,6 +52,7 @@ import anyio
 import anyio.abc
 import asyncpg
 import attrs
+import pg_failover
 import pytest
 from failover_process import (
     app_table,
@@ -515,3 +516,12 @@ async def test_failover_replication_matrix(mode: str, shape: str, tmp_path: Path
     if not sync and shape != "switchover" and not figures.lost:
         failures.append("the forced lag lost nothing: the lag was not forced")
     assert not failures, "\n".join([figures.line(), *failures])
+
+
+def test_missing_server_binaries_fail_not_skip(monkeypatch: pytest.MonkeyPatch) -> None:
+    """J24's proof cannot pass by not running: without initdb, pg_ctl or pg_basebackup the
+    failover harness fails (issue 34), whatever SHIP_SQLA_REQUIRE_PRIVATE_CLUSTER says."""
+    monkeypatch.delenv("SHIP_SQLA_REQUIRE_PRIVATE_CLUSTER", raising=False)
+    monkeypatch.setattr(pg_failover, "NEEDED", ("initdb", "pg_basebackup-missing-here"))
+    with pytest.raises(pytest.fail.Exception, match="Fix: install the PostgreSQL server"):
+        pg_failover.find_failover_bin()

@@ -11,10 +11,12 @@ ship_sqla, never by the test server's settings.
 
 The faults, on the primary (:class:`FailoverPair`):
 
-- :meth:`~FailoverPair.kill_primary`: SIGKILL to the postmaster's whole process group (a crash:
-  its address then refuses connections);
-- :meth:`~FailoverPair.hang_primary`: SIGSTOP to the group (a partition: the kernel still
-  accepts TCP connections, nothing ever answers);
+- :meth:`~FailoverPair.kill_primary`: SIGKILL to the postmaster and every child (a crash: its
+  address then refuses connections);
+- :meth:`~FailoverPair.hang_primary`: SIGSTOP to the postmaster and every child (a partition:
+  the kernel still accepts TCP connections, nothing answers on a new or an open one). Each
+  child of a postmaster is a session of its own, so signalling the postmaster's process group
+  would stop the postmaster alone and leave the open connections' backends serving;
 - :meth:`~FailoverPair.demote_primary`: a read-only switchover's old side, the primary kept up
   with ``default_transaction_read_only = on`` (reloaded, so open sessions turn read-only at
   their next transaction), after the standby has replayed all it wrote;
@@ -81,6 +83,31 @@ def _postmaster_pid(cluster: Cluster) -> int:
     return int((cluster.data / "postmaster.pid").read_text().split("\n", 1)[0])
 
 
+def _children(pid: int) -> list[int]:
+    """The live children of ``pid`` (a postmaster's backends, walsenders, checkpointer...)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _signal_cluster(cluster: Cluster, signum: int) -> int:
+    """``signum`` to the postmaster, then to each of its children: every child of a postmaster
+    is a session leader of its own (setsid), so the postmaster's process group is itself alone.
+    Stopped or killed first, the postmaster forks no child after the list is read."""
+    pid = _postmaster_pid(cluster)
+    os.kill(pid, signum)
+    for child in _children(pid):
+        with suppress(ProcessLookupError):
+            os.kill(child, signum)
+    return pid
+
+
 def _gone(pid: int) -> bool:
     """Whether ``pid`` has exited (a zombie counts: nobody here reaps the postmaster)."""
     try:
@@ -116,16 +143,16 @@ class FailoverPair:
 
     def kill_primary(self) -> None:
         """SIGKILL the primary's postmaster and every child; returns once the postmaster died."""
-        pid = _postmaster_pid(self.primary)
-        os.killpg(pid, signal.SIGKILL)
+        pid = _signal_cluster(self.primary, signal.SIGKILL)
         deadline = time.monotonic() + 10
         while not _gone(pid):  # a signal's delivery has no event to wait on
             assert time.monotonic() < deadline, f"postmaster {pid} survived SIGKILL"
             time.sleep(0.01)
 
     def hang_primary(self) -> None:
-        """SIGSTOP the primary's postmaster and every child: it accepts TCP, answers nothing."""
-        os.killpg(_postmaster_pid(self.primary), signal.SIGSTOP)
+        """SIGSTOP the primary's postmaster and every child: the kernel still accepts TCP
+        connections, no process answers on any connection, old or new."""
+        _signal_cluster(self.primary, signal.SIGSTOP)
         self.hung = True
 
     async def demote_primary(self) -> None:
@@ -176,7 +203,7 @@ class FailoverPair:
         """Clean-up's first step: a hung primary is killed (a stopped one never stops)."""
         if self.hung and (self.primary.data / "postmaster.pid").exists():
             with suppress(ProcessLookupError):
-                os.killpg(_postmaster_pid(self.primary), signal.SIGKILL)
+                _signal_cluster(self.primary, signal.SIGKILL)
             self.hung = False
 
 
