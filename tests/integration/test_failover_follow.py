@@ -21,6 +21,7 @@ from sqlalchemy import Column, Integer, MetaData, Table, event, insert, select, 
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from wake_helpers import Errors
 
 from ship_sqla import (
     TransactionScope,
@@ -31,6 +32,7 @@ from ship_sqla import (
     ship_job_runs_table,
     ship_job_state_table,
 )
+from ship_sqla._notify import listener_for
 from ship_sqla.errors import DatabaseUnavailableError
 from ship_sqla.jobs import Concurrency
 
@@ -124,6 +126,30 @@ async def test_an_engine_built_elsewhere_follows_once_a_store_is_given_it(
                 await backend.enqueue(JOB, {"n": 1})
         finally:
             await engine.dispose()
+
+
+async def test_a_listener_connects_past_a_hanging_first_host(
+    tables: AsyncEngine, ship_engine_url: str
+) -> None:
+    """J24, K1: a worker's or relay's LISTEN connection, made from the engine's multi-host URL,
+    tries the hosts the same bounded way, so it goes live past a hanging first host (its
+    connect is bounded by IO_TIMEOUT, which the hanging host alone would use up)."""
+    with silent_port() as hung:
+        url = multi_host_url(ship_engine_url, f"127.0.0.1:{hung}", server_of(ship_engine_url))
+        engine = create_async_engine(url)
+        errors = Errors()
+        try:
+            listener = listener_for(engine, True, name="failover test", report_error=errors)
+            assert listener is not None
+            subscription = listener.subscribe("ship_sqla.failover_test", lambda _payload: None)
+            try:
+                with anyio.fail_after(15):
+                    await listener.wait_live()
+            finally:
+                await subscription.close()
+        finally:
+            await engine.dispose()
+    assert list(errors) == []
 
 
 async def _read_only_pooled(engine: AsyncEngine) -> int:
