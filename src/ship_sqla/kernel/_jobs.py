@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_PARTITION_WALK",
     "MAX_SNOOZES",
     "Concurrency",
     "IdempotencyPolicy",
@@ -132,6 +133,10 @@ PartitionBy: TypeAlias = Literal["tenant"]
 enqueued for (F2; untenanted runs are one partition more)."""
 
 PARTITIONS: Final = ("tenant",)
+
+DEFAULT_PARTITION_WALK: Final = 64
+"""How many partitions one partitioned claim visits (F8, F9) when the job has no ``Fairness``
+(whose ``max_tenants`` it uses otherwise); claims take turns past them, as fair ones do."""
 
 
 def _require_partition(name: str, value: object) -> None:

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import heapq
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Final, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
+from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK
 from ship_sqla.kernel._plans.fairness import fair_shares
 
 if TYPE_CHECKING:
@@ -29,11 +30,7 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._ports import ClaimRequest
 
-__all__ = ["DEFAULT_PARTITION_WALK", "PartitionChoice", "choose_partitioned"]
-
-DEFAULT_PARTITION_WALK: Final = 64
-"""How many partitions a partitioned claim visits when the job has no ``Fairness`` (whose
-``max_tenants`` it uses otherwise)."""
+__all__ = ["PartitionChoice", "choose_partitioned"]
 
 
 class _RunLike(Protocol):
