@@ -100,7 +100,7 @@ def ship_job_runs_table(
 
     ``partitioned_claims=True`` (F8, F9) adds what claims of a job with a per-tenant limit
     (``RateLimit(..., partition="tenant")``, ``Concurrency(max=N, partition="tenant")``) read:
-    ``<runs>_tenant_idx`` (as ``fair_claims=True``) and ``<runs>_tenant_running_idx``
+    ``<runs>_tenant_idx`` (as ``fair_claims=True``) and ``<runs>_running_idx``
     (``job_id, tenant_id`` over running runs: each tenant's running runs, counted up to its
     cap). A backend refuses such a job on a runs table without them, naming their DDL.
 
@@ -138,7 +138,7 @@ def ship_job_runs_table(
             "_dedupe_idx",
             "_finished_idx",
             "_tenant_idx",
-            "_tenant_running_idx",
+            "_running_idx",
             "_parent_idx",
             "_wait_idx",
             "_browse_idx",
@@ -269,7 +269,7 @@ def ship_job_runs_table(
         # Serves a partitioned claim's count of each tenant's running runs, up to its cap (F9,
         # CLAIM_PARTITIONED*).
         Index(
-            n["_tenant_running_idx"],
+            n["_running_idx"],
             table.c.job_id,
             table.c.tenant_id,
             postgresql_where=text(LEASE_PREDICATE),
@@ -278,11 +278,11 @@ def ship_job_runs_table(
 
 
 def partitioned_claims_index_names(runs: Table) -> tuple[str, str]:
-    """``<runs>_tenant_idx`` and ``<runs>_tenant_running_idx``: the indexes a partitioned
+    """``<runs>_tenant_idx`` and ``<runs>_running_idx``: the indexes a partitioned
     claim reads (F8, F9), as ``ship_job_runs_table(..., partitioned_claims=True)`` names them."""
     return (
         str(derived_name(runs.name, "_tenant_idx")),
-        str(derived_name(runs.name, "_tenant_running_idx")),
+        str(derived_name(runs.name, "_running_idx")),
     )
 
 

@@ -637,15 +637,12 @@ are the same."""
 
 # --- F8/F9: partitioned limits, one gate row per (job, partition) --------------------------------
 
-_PART_FOUND: Final = "(SELECT x.{col} FROM found x WHERE x.gate = g.job_id)"
-"""A gate row's own partition's value from ``found`` (inside the gate upsert's SET/RETURNING)."""
-
 _PART_GATE_ID: Final = "CAST(:gate_row AS text) || '/' || coalesce({part}, '')"
 """A partition's gate row: ``<job_id>#claim-gate/<tenant>`` (``/`` alone: the untenanted runs;
 a tenant is never blank, so no tenant's row is theirs)."""
 
 _PARTS: Final = """, parts AS MATERIALIZED (
-    -- F8/F9, <state>_pkey and <runs>_tenant_running_idx: each visited partition's gate as this
+    -- F8/F9, <state>_pkey and <runs>_running_idx: each visited partition's gate as this
     -- statement's snapshot saw it (the total it granted; its starts in the window) and its
     -- running runs, counted up to concurrency.max (none read without a cap): live or lapsed
     -- leases alike, each holding a slot, but the lapsed runs this claim buries. What the
@@ -768,17 +765,51 @@ _PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
         {now}
     FROM found f
     ORDER BY f.gate
+    -- The SET reads the row's newest version (g) and the partition's own candidates (x): the
+    -- claim's time t on the gate (never before its last recorded one), the rate's room in the
+    -- window ending at t, then the due grant (what the candidates, the cap less what was
+    -- granted since this snapshot, and the rate allow), as CLAIM_GATED's gate computes them.
     ON CONFLICT (job_id) DO UPDATE SET
-        claim_grant = {due_grant},
-        claim_granted = coalesce(g.claim_granted, 0) + {due_grant},
-        rate_at = CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL
-            ELSE ARRAY(SELECT u.at FROM {window} ORDER BY u.at) || {t} END,
-        rate_n = CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL
-            ELSE ARRAY(SELECT u.n FROM {window} ORDER BY u.at) || {total} END,
-        updated_at = {now}
+        (claim_grant, claim_granted, rate_at, rate_n, updated_at) = (
+        SELECT k.due, coalesce(g.claim_granted, 0) + k.due,
+            CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL
+                ELSE ARRAY(SELECT u.at FROM unnest(g.rate_at, g.rate_n) AS u(at, n)
+                           WHERE u.at > w.since ORDER BY u.at) || w.t END,
+            CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL
+                ELSE ARRAY(SELECT u.n FROM unnest(g.rate_at, g.rate_n) AS u(at, n)
+                           WHERE u.at > w.since ORDER BY u.at)
+                    || greatest(least(CAST(:limit AS integer), x.lapsed_n + k.due, w.room), 0)
+                END,
+            {now}
+        FROM found x
+        CROSS JOIN LATERAL (
+            SELECT greatest({now}, coalesce(g.rate_at[cardinality(g.rate_at)], {now})) AS t
+        ) t0
+        CROSS JOIN LATERAL (
+            SELECT t0.t, t0.t - CAST(:rate_period AS double precision) * interval '1 second'
+                AS since
+        ) w0
+        CROSS JOIN LATERAL (
+            SELECT w0.t, w0.since,
+                CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN CAST(:limit AS integer)
+                     ELSE CAST(:rate_limit AS integer) - coalesce((SELECT sum(u.n)
+                         FROM unnest(g.rate_at, g.rate_n) AS u(at, n) WHERE u.at > w0.since), 0)
+                END AS room
+        ) w
+        CROSS JOIN LATERAL (
+            SELECT greatest(least(x.due_n,
+                CASE WHEN CAST(:max_running AS integer) IS NULL THEN CAST(:limit AS integer)
+                     ELSE CAST(:max_running AS integer) - x.held
+                         - (CASE WHEN coalesce(g.claim_granted, 0) >= x.seen
+                                 THEN coalesce(g.claim_granted, 0) - x.seen
+                                 ELSE coalesce(g.claim_granted, 0) END) END,
+                w.room), 0) AS due
+        ) k
+        WHERE x.gate = g.job_id)
     RETURNING g.job_id AS gate, g.claim_grant AS due_n,
         CASE WHEN CAST(:rate_limit AS integer) IS NULL
-            THEN least(CAST(:limit AS integer), (SELECT lapsed_n FROM found) + g.claim_grant)
+            THEN least(CAST(:limit AS integer),
+                (SELECT x.lapsed_n FROM found x WHERE x.gate = g.job_id) + g.claim_grant)
             ELSE g.rate_n[cardinality(g.rate_n)] END AS total_n,
         g.rate_at[cardinality(g.rate_at)] AS started_at,
         -- F8: the partition's window is full: seconds until its oldest start leaves it.
@@ -829,14 +860,6 @@ def _partitioned(*, keyed: bool = False) -> str:
         .replace("{new_due_grant}", _PART_NEW_DUE_GRANT)
         .replace("{gate_of_c}", _PART_GATE_ID.replace("{part}", "c.part"))
     )
-    pick = _expanded(pick)
-    for snapshot, own in (
-        ("(SELECT due_n FROM found)", "due_n"),
-        ("(SELECT lapsed_n FROM found)", "lapsed_n"),
-        ("(SELECT n FROM held)", "held"),
-        ("(SELECT total FROM seen)", "seen"),
-    ):
-        pick = pick.replace(snapshot, _PART_FOUND.replace("{col}", own))
     started = "coalesce((SELECT g.started_at FROM gates g WHERE g.gate = {gate}), {now})".replace(
         "{gate}", _PART_GATE_ID.replace("{part}", "r.tenant_id")
     )
@@ -859,7 +882,7 @@ claim stopped), counts each one's due runs up to what its limits allow from the 
 (a partition at its limit counts none), shares the room out by weight, and takes each share's
 oldest due runs; then the gates grant from their newest versions. So its cost is about the room
 in index entries plus a handful per partition visited (its walk entry, its gate row, its count
-and, with a cap, its running runs up to ``max`` on ``<runs>_tenant_running_idx``), at any
+and, with a cap, its running runs up to ``max`` on ``<runs>_running_idx``), at any
 backlog and any number of partitions. After the claimed and buried rows, at most one ``kind`` 2
 row (the soonest a full partition frees, ``rate_wait``) and one ``kind`` 3 row (the walk's
 cursor)."""
