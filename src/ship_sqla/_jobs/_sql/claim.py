@@ -825,12 +825,16 @@ _PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
     -- granted (due ones: at most its due grant). Rows locked and not picked stay locked until
     -- COMMIT, as in every claim.
     SELECT c.id FROM (
-        SELECT c.id, c.rank, g.due_n, g.total_n, row_number() OVER (
+        SELECT c.id, c.rank, c.priority, c.run_at, c.seq, g.due_n, g.total_n, row_number() OVER (
                 PARTITION BY c.part ORDER BY c.rank, c.priority DESC, c.run_at, c.seq) AS place
         FROM cands c
         JOIN gates g ON g.gate = {gate_of_c}
     ) c
     WHERE c.place <= c.total_n AND c.rank <= c.due_n
+    -- At most the limit in all (lapsed runs past it were granted and recorded all the same:
+    -- a start not made only narrows its window; they are retaken by a later claim).
+    ORDER BY c.rank, c.priority DESC, c.run_at, c.seq
+    LIMIT CAST(:limit AS integer)
 )"""
 
 _PART_NEW_DUE_GRANT: Final = """greatest(least(f.due_n,
