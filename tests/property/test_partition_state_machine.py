@@ -261,9 +261,7 @@ class PartitionMachine(RuleBasedStateMachine):
         may: dict[str | None, int] = {}
         for tenant in {r.tenant for r in mine if r.state == "waiting" and r.run_at <= now}:
             due = sum(
-                1
-                for r in mine
-                if r.tenant == tenant and r.state == "waiting" and r.run_at <= now
+                1 for r in mine if r.tenant == tenant and r.state == "waiting" and r.run_at <= now
             )
             may[tenant] = max(min(due, self.allowance(job, tenant, mine, now)), 0)
         got = Counter(run.tenant for run in taken)
@@ -295,9 +293,7 @@ class PartitionMachine(RuleBasedStateMachine):
         for run_id, record in records.items():
             assert normalized(record) == normalized(model[run_id]), run_id
         # F9: at most max running runs per partition, live or lapsed leases alike.
-        running = Counter(
-            (r.job_id, r.tenant) for r in records.values() if r.state == "running"
-        )
+        running = Counter((r.job_id, r.tenant) for r in records.values() if r.state == "running")
         for (job_id, tenant), n in running.items():
             cap = JOBS_BY_ID[job_id].concurrency.max
             assert cap is None or n <= cap, (job_id, tenant, n)
