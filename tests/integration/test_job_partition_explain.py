@@ -138,8 +138,8 @@ async def test_f8_f9_partitioned_claim_is_bounded_at_a_million_runs_over_10000_p
     rate limit per tenant, a cap per tenant, both) takes 50 runs across the 64 partitions it
     visits, reads its indexes (<runs>_tenant_idx, <runs>_running_idx with a cap), never scans
     the runs table, reads at most limit + (a + 2) entries per visited partition from the
-    tenant index (a: what the partition's limits allow it), and at most twice the buffers of the same claim over 1,000 runs of 100 tenants, in
-    custom and generic plans."""
+    tenant index (a: what the partition's limits allow it), and at most twice the buffers of
+    the same claim over 1,000 runs of 100 tenants, in custom and generic plans."""
     report = []
     for name, cap, rate, allowed, returned in CASES:
         uses = {"tenant_idx"} | ({"running_idx"} if cap is not None else set())
