@@ -139,6 +139,7 @@ class _Run:
         "lease_expires_at",
         "max_attempts",
         "parent_id",
+        "partition",
         "payload_json",
         "priority",
         "progress",
@@ -164,6 +165,7 @@ class _Run:
         self.max_attempts = prepared.max_attempts
         self.priority = prepared.priority
         self.tenant = prepared.tenant
+        self.partition = prepared.partition
         self.trace_context: dict[str, str] | None = (
             None if prepared.trace_context is None else json.loads(prepared.trace_context)
         )
