@@ -130,7 +130,8 @@ def ship_job_runs_table(
     ``consecutive_lapses`` (int: the claims that found the run's lease lapsed, in all and since
     its handler last settled it, J15); ``progress`` (jsonb null: a consumer's per-key run's
     last committed batch, C3: ``lag``, ``last_batch_at``, ``batches``, ``items``, written in the
-    batch's transaction and kept when the run ends).
+    batch's transaction and kept when the run ends); ``partition_key`` (text null: the run's
+    partition key, for a job whose limits are per key, F8/F9).
     """
     n = derived_names(
         name,
