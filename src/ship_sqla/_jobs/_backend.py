@@ -340,8 +340,7 @@ class PostgresJobBackend(JobBackendBase):
         self._fair_cursors: dict[str, str] = {}
         # F2: whether the runs table has the index fair claims read (asked until it does).
         self._fair_served = False
-        # F8/F9: the partitioned claims whose indexes were seen (False: per tenant, True: key).
-        self._partitions_served: set[bool] = set()
+        self._partitions_served: set[bool] = set()  # F8/F9: indexes seen (True: by key)
         self._tables_served = False
         self._wire_stores(workers_table, steps_table, events_table)
 
