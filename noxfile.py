@@ -80,7 +80,9 @@ def chaos(session: nox.Session) -> None:
     runs (issue 14; the ``chaos:`` line, BENCHMARKS.md), 10,000 transactional runs against a
     plain-handler control (issue 37; the ``tx chaos:`` line), and consumers and a backfill
     through 12 kills mid-batch and a PostgreSQL crash (issue 28, the ``stream faults:`` line);
-    each prints its figures."""
+    and the failover matrix (issue 34: a primary killed, hung or switched over to a streaming
+    standby, under sync and async replication; one ``failover:`` line per cell, the figures of
+    docs/production.md's "Failover" section); each prints its figures."""
     python = _python(session)
     session.run(
         python,
@@ -100,6 +102,15 @@ def chaos(session: nox.Session) -> None:
         "-s",
         *session.posargs,
         env={"SHIP_SQLA_STREAM_FAULTS_SIZE": "large"},
+    )
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "tests/integration/test_failover.py",
+        "-s",
+        *session.posargs,
+        env={"SHIP_SQLA_FAILOVER_MATRIX": "1"},
     )
 
 

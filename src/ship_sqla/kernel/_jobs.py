@@ -535,6 +535,22 @@ Handler = Callable[["JobContext", P], Awaitable[None]]
 TransactionalHandler = Callable[["JobContext", P, Any], Awaitable[None]]
 """J13: a handler declared with ``transaction=``: ``handler(ctx, payload, repositories)``."""
 
+Determinism = Literal["strict", "by-name"]
+"""D7: how a workflow's calls are matched to stored steps (:attr:`JobDefinition.determinism`)."""
+_DETERMINISMS: Final = ("strict", "by-name")
+
+
+def _check_determinism(
+    instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
+) -> None:
+    if value not in _DETERMINISMS:
+        raise ConfigurationError(
+            f"job {instance.id!r}: determinism must be 'strict' or 'by-name', got {value!r}.",
+            fix="omit it (strict: calls checked by position, D7), or pass determinism='by-name'"
+            " to keep matching stored steps by name while live runs are checked"
+            " (docs/workflows-evolution.md).",
+        )
+
 
 def _check_payload_bound(
     instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
@@ -594,6 +610,10 @@ class JobDefinition(Generic[P]):
 
     inbox: Inbox | None = None
     """J13: the inbox key marked in the handler's transaction (only with ``transaction``)."""
+    determinism: Determinism = attrs.field(default="strict", validator=_check_determinism)
+    """D7: how a workflow run's calls are matched to its stored steps: ``"strict"`` by position
+    (a different step there is a divergence), ``"by-name"`` by name (the pre-D7 matching, one
+    warning per out-of-order step)."""
 
     partition_key: Callable[[Any], str] | None = None
     """F8/F9: the partition key of a run, from its payload, for limits with
@@ -662,6 +682,7 @@ def define_job(
     fairness: Fairness | None = None,
     transaction: UnitOfWorkLike | None = None,
     inbox: Inbox | None = None,
+    determinism: Determinism = "strict",
     partition_key: Callable[[P], str] | None = None,
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
@@ -696,6 +717,10 @@ def define_job(
     enqueued runs, published events, the ``inbox`` mark (an :class:`~ship_sqla.jobs.Inbox`) and
     the completion commit together or not at all, and a stale holder's transaction rolls back
     whole (J14). It makes no workflow calls.
+
+    ``determinism`` (D7, a workflow's): ``"strict"`` (the default) checks each workflow call
+    against the step stored at its position (docs/workflows-evolution.md); ``"by-name"`` keeps
+    the earlier matching by step name, logging a warning per out-of-order step.
     """
     if not _JOB_ID.match(id):
         raise ConfigurationError(
@@ -723,6 +748,7 @@ def define_job(
         fairness=_as_fairness(fairness),
         transaction=transaction,
         inbox=inbox,
+        determinism=determinism,
         partition_key=partition_key,
     )
 
