@@ -270,6 +270,10 @@ class PostgresJobBackend(JobBackendBase):
     path) they run one at a time in SAVEPOINTs of that connection's transaction.
     """
 
+    _partitions_served: frozenset[bool] = frozenset()
+    """F8/F9: the partitioned claims whose indexes were seen (False: per tenant, True: per key);
+    each backend's own once it has seen one (``|=`` makes an instance attribute)."""
+
     def __init__(
         self,
         *,
@@ -348,7 +352,6 @@ class PostgresJobBackend(JobBackendBase):
         self._fair_cursors: dict[str, str] = {}
         # F2: whether the runs table has the index fair claims read (asked until it does).
         self._fair_served = False
-        self._partitions_served: set[bool] = set()  # F8/F9: indexes seen (True: by key)
         self._tables_served = False
         self._wire_stores(workers_table, steps_table, events_table, health_bounds)
 
@@ -770,7 +773,7 @@ class PostgresJobBackend(JobBackendBase):
         needed = [Needed.index(self._table, n, d) for n, d in zip(names, ddls, strict=True)]
         missing = await missing_relations(self._connections, needed, surface="the job worker")
         if not missing:
-            self._partitions_served.add(by_key)
+            self._partitions_served |= {by_key}
             return
         kind, flag = (
             ("partition key", "partition_keys") if by_key else ("tenant", "partitioned_claims")

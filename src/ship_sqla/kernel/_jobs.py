@@ -722,15 +722,8 @@ def define_job(
     against the step stored at its position (docs/workflows-evolution.md); ``"by-name"`` keeps
     the earlier matching by step name, logging a warning per out-of-order step.
     """
-    if not _JOB_ID.match(id):
-        raise ConfigurationError(
-            f"job id {id!r} is not valid.",
-            fix="use 1-128 characters: letters, digits and _ . : - (not starting with a symbol).",
-        )
-    _require_async_handler(id, handler)
-    _check_transactional(id, transaction, inbox)
-    _check_partitions(id, concurrency, rate_limit)
-    _check_partition_key(id, concurrency, rate_limit, fairness, partition_key)
+    _check_declaration(id, handler, transaction, inbox)
+    _check_limits(id, concurrency, rate_limit, fairness, partition_key)
     return JobDefinition(
         id=id,
         # A transactional handler takes the repositories too; the executor calls it so.
@@ -751,6 +744,29 @@ def define_job(
         determinism=determinism,
         partition_key=partition_key,
     )
+
+
+def _check_declaration(job_id: str, handler: object, transaction: object, inbox: object) -> None:
+    """define_job's checks of the job id, the handler (async) and a transactional declaration."""
+    if not _JOB_ID.match(job_id):
+        raise ConfigurationError(
+            f"job id {job_id!r} is not valid.",
+            fix="use 1-128 characters: letters, digits and _ . : - (not starting with a symbol).",
+        )
+    _require_async_handler(job_id, handler)
+    _check_transactional(job_id, transaction, inbox)
+
+
+def _check_limits(
+    job_id: str,
+    concurrency: Concurrency | None,
+    rate_limit: RateLimit | None,
+    fairness: Fairness | None,
+    partition_key: object,
+) -> None:
+    """F8/F9: the job's partitioned limits and partition key, as declared."""
+    _check_partitions(job_id, concurrency, rate_limit)
+    _check_partition_key(job_id, concurrency, rate_limit, fairness, partition_key)
 
 
 def require_unit_of_work(
