@@ -96,6 +96,10 @@ from ship_sqla._jobs._sql.claim import (
     CLAIM_FAIR_KEYED,
     CLAIM_GATED,
     CLAIM_GATED_KEYED,
+    CLAIM_PARTITIONED,
+    CLAIM_PARTITIONED_BY_KEY,
+    CLAIM_PARTITIONED_BY_KEY_KEYED,
+    CLAIM_PARTITIONED_KEYED,
     CLAIM_UNCAPPED,
     CLAIM_UNCAPPED_KEYED,
 )
@@ -110,6 +114,8 @@ from ship_sqla._jobs._sql.settle import (
 from ship_sqla._jobs._tables import (
     fair_claims_ddl,
     fair_claims_index_name,
+    partitioned_claims_ddl,
+    partitioned_claims_index_names,
     ship_job_events_table,
     ship_job_runs_table,
     ship_job_state_table,
@@ -146,11 +152,13 @@ from ship_sqla.kernel import Clock
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
+from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
 from ship_sqla.kernel._ports import (
     CANCEL_LAPSED_MESSAGE,
     LEASE_LAPSED_FINAL_MESSAGE,
     LEASE_LAPSED_MESSAGE,
+    MAX_CLAIM_BATCH,
     BuriedRun,
     ClaimBatch,
     ClaimedRun,
@@ -261,6 +269,10 @@ class PostgresJobBackend(JobBackendBase):
     own statements use pooled autocommit connections; with an ``AsyncConnection`` (the test
     path) they run one at a time in SAVEPOINTs of that connection's transaction.
     """
+
+    _partitions_served: frozenset[bool] = frozenset()
+    """F8/F9: the partitioned claims whose indexes were seen (False: per tenant, True: per key);
+    each backend's own once it has seen one (``|=`` makes an instance attribute)."""
 
     def __init__(
         self,
@@ -505,7 +517,11 @@ class PostgresJobBackend(JobBackendBase):
             return []
         announce = self._announce_channel(job.id)
         sample = self._wants_fleet_sample()
-        if self._inserter.one_statement(runs):
+        # F8/F9: runs with partition keys take the transaction path (insert_on stores the keys).
+        keyed = any(run.partition is not None for run in runs)
+        if keyed and True not in self._partitions_served:
+            await self._require_partitioned_claims([job.id], by_key=True)
+        if not keyed and self._inserter.one_statement(runs):
             # The plain enqueue: a COPY or one INSERT, joined or on its own (one autocommitted
             # statement, or a bulk's COPY and its announcement in one transaction), as the
             # connection layer decides.
@@ -680,6 +696,12 @@ class PostgresJobBackend(JobBackendBase):
         self._require_same_database(definitions)
         fair = [job.id for job in definitions if job.fairness is not None]
         await self.require_tables("the job worker", fair_claims=bool(fair))
+        for by_key in (False, True):
+            wanted = "key" if by_key else "tenant"
+            partitioned = [job.id for job in definitions if job.partition == wanted]
+            if partitioned:
+                # F8/F9 first: the tenant's indexes include the fair claims' one.
+                await self._require_partitioned_claims(partitioned, by_key=by_key)
         if fair:
             await self._require_fair_claims(fair)
 
@@ -737,6 +759,43 @@ class PostgresJobBackend(JobBackendBase):
             missing=(needed.relation,),
         )
 
+    async def _require_partitioned_claims(
+        self, job_ids: Sequence[str], *, by_key: bool = False
+    ) -> None:
+        """Return once the runs table has been seen to have the partitioned claims' indexes
+        (F8, F9; ``by_key``: per partition key, whose index is also the sign of the
+        ``partition_key`` column); else raise MissingTablesError naming ``job_ids``, the
+        indexes and their DDL."""
+        if by_key in self._partitions_served:
+            return
+        names = partitioned_claims_index_names(self._table, by_key=by_key)
+        ddls = partitioned_claims_ddl(self._table, by_key=by_key)
+        needed = [Needed.index(self._table, n, d) for n, d in zip(names, ddls, strict=True)]
+        missing = await missing_relations(self._connections, needed, surface="the job worker")
+        if not missing:
+            self._partitions_served |= {by_key}
+            return
+        kind, flag = (
+            ("partition key", "partition_keys") if by_key else ("tenant", "partitioned_claims")
+        )
+        column = (
+            f"ALTER TABLE {self.statements.runs_name} ADD COLUMN IF NOT EXISTS partition_key text; "
+            if by_key
+            else ""
+        )
+        raise MissingTablesError(
+            f"job(s) {', '.join(map(repr, job_ids))} have a limit per {kind} (F8/F9:"
+            f" RateLimit(..., partition='{'key' if by_key else 'tenant'}') or Concurrency(max=N,"
+            f" partition=...)), but the runs table {self.statements.runs_name} lacks"
+            f" {', '.join(n.relation for n in missing)}, which their claims (and enqueues) read"
+            " (without them each claim would read every waiting or running run of the job).",
+            fix=f"declare the table with ship_job_runs_table(metadata, ..., {flag}=True) and"
+            " migrate (Alembic autogenerate adds them; by hand:"
+            f" {column}{'; '.join(n.ddl or '' for n in missing)}), or drop partition= from"
+            " these jobs' limits.",
+            missing=tuple(n.relation for n in missing),
+        )
+
     async def claim(self, request: ClaimRequest) -> ClaimBatch:
         """Claim up to ``request.limit`` due runs (J3, J6, F1, F3); see the module docstring."""
         if request.limit < 1:
@@ -771,6 +830,8 @@ class PostgresJobBackend(JobBackendBase):
             params["weights"] = [weight for _, weight in fair.weights]
             params["default_weight"] = fair.default_weight
         keyed = bool(request.exclude_keys)
+        if request.partition is not None:
+            return await self._claim_partitioned(params, request)
         if cap is None and rate is None:
             if fair is None:
                 ungated = s[CLAIM_UNCAPPED_KEYED] if keyed else s[CLAIM_UNCAPPED]
@@ -792,8 +853,41 @@ class PostgresJobBackend(JobBackendBase):
             batch, _ = await self._claim_with(gated, params, request)
         return batch
 
+    async def _claim_partitioned(self, params: dict[str, Any], request: ClaimRequest) -> ClaimBatch:
+        """F8/F9 (CLAIM_PARTITIONED): the limits per partition, one gate row each; the walk over
+        the partitions is the fair claim's (F2), with its weights when the job has some."""
+        by_key = request.partition == "key"
+        if by_key not in self._partitions_served:
+            await self._require_partitioned_claims([request.job_id], by_key=by_key)
+        job_id, fair, rate = request.job_id, request.fairness, request.rate_limit
+        # J6: every lapsed lease the claim meets, up to the most a claim takes (each partition's
+        # gate decides which it retakes; a partitioned job has no one cap to bound them by).
+        params["lapsed_limit"] = MAX_CLAIM_BATCH
+        params["after_tenant"] = self._fair_cursors.get(job_id)
+        params["max_tenants"] = DEFAULT_PARTITION_WALK if fair is None else fair.max_tenants
+        params["weight_tenants"] = [] if fair is None else [tenant for tenant, _ in fair.weights]
+        params["weights"] = [] if fair is None else [weight for _, weight in fair.weights]
+        params["default_weight"] = 1 if fair is None else fair.default_weight
+        params["max_running"] = request.max_running
+        params["rate_limit"] = None if rate is None else rate.limit
+        params["rate_period"] = None if rate is None else rate.period
+        params["gate_row"] = state_row(job_id, "claim-gate")
+        s = self.statements
+        if by_key:
+            keyed = CLAIM_PARTITIONED_BY_KEY_KEYED, CLAIM_PARTITIONED_BY_KEY
+        else:
+            keyed = CLAIM_PARTITIONED_KEYED, CLAIM_PARTITIONED
+        statement = s[keyed[0]] if request.exclude_keys else s[keyed[1]]
+        batch, _ = await self._claim_with(statement, params, request, walked=True)
+        return batch
+
     async def _claim_with(
-        self, statement: TextClause, params: dict[str, Any], request: ClaimRequest
+        self,
+        statement: TextClause,
+        params: dict[str, Any],
+        request: ClaimRequest,
+        *,
+        walked: bool = False,
     ) -> tuple[ClaimBatch, bool]:
         """One claim statement (F1: one autocommitted statement, one round trip: it reads the
         job's pause, K3, and a gated one takes the job's claim gate for that statement only):
@@ -809,7 +903,7 @@ class PostgresJobBackend(JobBackendBase):
         created = False
         # Rows come in claim order, (priority DESC, run_at, seq), then the dead-lettered ones,
         # then the gate's answer, then a fair claim's cursor; read by position (CLAIM_COLUMNS).
-        if request.fairness is not None:
+        if walked or request.fairness is not None:
             self._fair_cursors.pop(job_id, None)
         for row in rows:
             run_id, kind, parent_id = row[0], row[14], row[17]

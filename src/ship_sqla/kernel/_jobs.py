@@ -17,6 +17,7 @@ from typing import (
     Generic,
     Literal,
     Protocol,
+    TypeAlias,
     TypeVar,
     cast,
     runtime_checkable,
@@ -46,10 +47,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_PARTITION_WALK",
     "MAX_SNOOZES",
     "Concurrency",
     "IdempotencyPolicy",
     "JobDefinition",
+    "PartitionBy",
     "PayloadCodec",
     "Retention",
     "RetryPolicy",
@@ -125,6 +128,31 @@ def require_int_within(value: Any, name: str, low: int, high: int, fix: str) -> 
         )
 
 
+PartitionBy: TypeAlias = Literal["tenant", "key"]
+"""What a partitioned limit (F8, F9) is partitioned by: ``"tenant"``, the tenant the run was
+enqueued for (F2), or ``"key"``, the partition key stored with the run at enqueue (the
+enqueue's ``partition_key=``, else the job's ``partition_key`` function of the payload). Runs
+without one (untenanted, or with no key) are one partition more."""
+
+PARTITIONS: Final = ("tenant", "key")
+
+DEFAULT_PARTITION_WALK: Final = 64
+"""How many partitions one partitioned claim visits (F8, F9) when the job has no ``Fairness``
+(whose ``max_tenants`` it uses otherwise); claims take turns past them, as fair ones do."""
+
+
+def _require_partition(name: str, value: object) -> None:
+    if value is None or value in PARTITIONS:
+        return
+    raise ConfigurationError(
+        f"{name} must be None, 'tenant' or 'key', got {value!r}.",
+        fix="pass partition='tenant' for a limit per tenant (the tenant a run was enqueued"
+        " for), partition='key' for a limit per partition key (enqueue(...,"
+        " partition_key=...) or define_job(..., partition_key=fn)), or omit it for one limit"
+        " for the whole job.",
+    )
+
+
 @attrs.frozen
 class Concurrency:
     """How many runs of a job may execute at once, across every process (``max``; None, the
@@ -154,6 +182,21 @@ class Concurrency:
     lease: float = attrs.field(default=30.0, validator=_duration("concurrency.lease", MAX_LEASE))
     single_runner: bool = False
     key: Callable[[Any], str] | None = None
+    partition: PartitionBy | None = attrs.field(default=None)
+    """F9: ``"tenant"`` or ``"key"``: ``max`` is per partition, the run's tenant or partition
+    key (at most ``max`` running runs of each, fleet-wide and exact); None: one cap for the
+    whole job."""
+
+    @partition.validator
+    def _check_partition(self, _attribute: attrs.Attribute[Any], value: object) -> None:
+        _require_partition("concurrency.partition", value)
+        if value is not None and self.max is None:
+            raise ConfigurationError(
+                "concurrency.partition is set but concurrency.max is None: there is no cap to"
+                " partition.",
+                fix="pass Concurrency(max=N, partition='tenant') for at most N running runs per"
+                " tenant, or drop partition=.",
+            )
 
     @property
     def heartbeat_interval(self) -> float:
@@ -179,8 +222,13 @@ class RateLimit:
     Enforced by the backend's claim (on PostgreSQL, the job's claim gate with the database's
     clock), exactly: no window of ``period`` sees more than ``limit`` starts. A claim that finds
     the window full starts nothing more and tells the runtime when the window frees, so the
-    job is claimed again then rather than at its next poll. Per job only for now: a limit per
-    key or per tenant is not supported yet.
+    job is claimed again then rather than at its next poll.
+
+    ``partition="tenant"`` (F8) makes it a limit per tenant: no window of ``period`` sees more
+    than ``limit`` starts of runs enqueued for one tenant (untenanted runs are one more
+    partition), while the other tenants' runs go on being claimed. ``partition="key"``: per
+    partition key, the one stored with each run at enqueue (``enqueue(...,
+    partition_key=...)``, else ``define_job(..., partition_key=fn)`` of the payload).
     """
 
     limit: int = attrs.field(
@@ -194,6 +242,13 @@ class RateLimit:
     period: float = attrs.field(
         converter=_seconds, validator=_duration("rate_limit.period", MAX_RATE_PERIOD)
     )
+    partition: PartitionBy | None = attrs.field(default=None)
+    """F8: ``"tenant"`` or ``"key"``: the limit holds per partition, the run's tenant or
+    partition key (each partition's own window); None: one window for the whole job."""
+
+    @partition.validator
+    def _check_partition(self, _attribute: attrs.Attribute[Any], value: object) -> None:
+        _require_partition("rate_limit.partition", value)
 
 
 MAX_FAIR_WEIGHT: Final = 1_000
@@ -560,12 +615,23 @@ class JobDefinition(Generic[P]):
     (a different step there is a divergence), ``"by-name"`` by name (the pre-D7 matching, one
     warning per out-of-order step)."""
 
+    partition_key: Callable[[Any], str] | None = None
+    """F8/F9: the partition key of a run, from its payload, for limits with
+    ``partition="key"`` (an enqueue's ``partition_key=`` wins); None: only the enqueue's."""
+
     def encode(self, payload: P) -> Any:  # noqa: ANN401 - JSON-able
         """Validate and encode ``payload`` for storage; raises :class:`InvalidPayloadError`."""
         return self.codec.encode(payload)
 
     def decode(self, data: Any) -> P:  # noqa: ANN401 - JSON-able
         return self.codec.decode(data)
+
+    @property
+    def partition(self) -> PartitionBy | None:
+        """F8/F9: what the job's limits are partitioned by (every partitioned limit of a job
+        uses the same one), or None: the job's limits, if any, hold for the whole job."""
+        rate = self.rate_limit
+        return self.concurrency.partition or (None if rate is None else rate.partition)
 
     def key_of(self, payload: P) -> str | None:
         """The single-runner key of a payload (None when the job is not keyed)."""
@@ -617,6 +683,7 @@ def define_job(
     transaction: UnitOfWorkLike | None = None,
     inbox: Inbox | None = None,
     determinism: Determinism = "strict",
+    partition_key: Callable[[P], str] | None = None,
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
@@ -640,6 +707,10 @@ def define_job(
     ``fairness`` (a :class:`Fairness`; None: none): claims share their room across tenants,
     by weight (F2).
 
+    ``partition_key`` (a function of the payload; None: none): each run's partition key, for a
+    ``RateLimit`` or ``Concurrency`` with ``partition="key"`` (F8, F9); an enqueue's own
+    ``partition_key=`` wins over it.
+
     ``transaction`` (a unit of work; None: none) makes the handler transactional (J13): it is
     called as ``handler(ctx, payload, repositories)`` inside ``transaction.run``, whose first
     statement fences the claim and whose last completes the run; its writes, outbox messages,
@@ -651,13 +722,8 @@ def define_job(
     against the step stored at its position (docs/workflows-evolution.md); ``"by-name"`` keeps
     the earlier matching by step name, logging a warning per out-of-order step.
     """
-    if not _JOB_ID.match(id):
-        raise ConfigurationError(
-            f"job id {id!r} is not valid.",
-            fix="use 1-128 characters: letters, digits and _ . : - (not starting with a symbol).",
-        )
-    _require_async_handler(id, handler)
-    _check_transactional(id, transaction, inbox)
+    _check_declaration(id, handler, transaction, inbox)
+    _check_limits(id, concurrency, rate_limit, fairness, partition_key)
     return JobDefinition(
         id=id,
         # A transactional handler takes the repositories too; the executor calls it so.
@@ -676,7 +742,31 @@ def define_job(
         transaction=transaction,
         inbox=inbox,
         determinism=determinism,
+        partition_key=partition_key,
     )
+
+
+def _check_declaration(job_id: str, handler: object, transaction: object, inbox: object) -> None:
+    """define_job's checks of the job id, the handler (async) and a transactional declaration."""
+    if not _JOB_ID.match(job_id):
+        raise ConfigurationError(
+            f"job id {job_id!r} is not valid.",
+            fix="use 1-128 characters: letters, digits and _ . : - (not starting with a symbol).",
+        )
+    _require_async_handler(job_id, handler)
+    _check_transactional(job_id, transaction, inbox)
+
+
+def _check_limits(
+    job_id: str,
+    concurrency: Concurrency | None,
+    rate_limit: RateLimit | None,
+    fairness: Fairness | None,
+    partition_key: object,
+) -> None:
+    """F8/F9: the job's partitioned limits and partition key, as declared."""
+    _check_partitions(job_id, concurrency, rate_limit)
+    _check_partition_key(job_id, concurrency, rate_limit, fairness, partition_key)
 
 
 def require_unit_of_work(
@@ -713,6 +803,51 @@ def _check_transactional(job_id: str, transaction: object, inbox: object) -> Non
             " writes, and a plain handler has no transaction to commit it in.",
             fix="pass transaction=uow (the handler becomes handler(ctx, payload, repositories)),"
             " or drop inbox= and use the idempotency store inside the handler's uow.run.",
+        )
+
+
+def _check_partitions(
+    job_id: str, concurrency: Concurrency | None, rate_limit: RateLimit | None
+) -> None:
+    """F8/F9: a job's limits are all partitioned alike, or none is: one claim serves either
+    the job's one gate or its partitions' gates, not both (not supported yet)."""
+    if concurrency is None or concurrency.max is None or not isinstance(rate_limit, RateLimit):
+        return
+    cap, rate = concurrency.partition, rate_limit.partition
+    if cap != rate:
+        raise ConfigurationError(
+            f"job {job_id!r}: concurrency.partition is {cap!r} but rate_limit.partition is"
+            f" {rate!r}; a job's limits are either all partitioned the same way or none is"
+            " (a per-job cap beside a per-tenant limit is not supported yet).",
+            fix="give both the same partition= (e.g. 'tenant'), or drop one of the limits.",
+        )
+
+
+def _check_partition_key(
+    job_id: str,
+    concurrency: Concurrency | None,
+    rate_limit: RateLimit | None,
+    fairness: Fairness | None,
+    partition_key: object,
+) -> None:
+    """F8/F9: a ``partition_key`` function only for a job whose limits are per key, and fair
+    claims (shares by tenant) not with limits per key (not supported yet)."""
+    by_key = (concurrency is not None and concurrency.partition == "key") or (
+        isinstance(rate_limit, RateLimit) and rate_limit.partition == "key"
+    )
+    if partition_key is not None and not (by_key and callable(partition_key)):
+        raise ConfigurationError(
+            f"job {job_id!r}: partition_key= is given but"
+            + (" is not callable." if by_key else " no limit of the job has partition='key'."),
+            fix="pass partition_key=lambda payload: ... with RateLimit(..., partition='key')"
+            " or Concurrency(max=N, partition='key'), or drop partition_key=.",
+        )
+    if by_key and fairness is not None:
+        raise ConfigurationError(
+            f"job {job_id!r}: fairness= shares claims across tenants, and its limits are per"
+            " partition key: the two together are not supported yet.",
+            fix="drop fairness= (a partitioned claim already takes the partitions in turn,"
+            " sharing its room equally), or partition the limits by 'tenant'.",
         )
 
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from ship_sqla.kernel._clock import Clock
-    from ship_sqla.kernel._jobs import Fairness, JobDefinition, RateLimit
+    from ship_sqla.kernel._jobs import Fairness, JobDefinition, PartitionBy, RateLimit
     from ship_sqla.kernel._metrics import JobOutcome
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._settlement import Settlement, SettleRequest
@@ -204,6 +204,9 @@ class EnqueueRequest:
     """A caller-chosen durable id (schedules use ``<job_id>/<occurrence>``); generated if None."""
     priority: int | None = None
     """The run's priority (K6: higher first, -10 to 10); None: the job definition's."""
+    partition_key: str | None = None
+    """F8/F9: the run's partition key, for a job whose limits are per key; None: the job's
+    ``partition_key`` function of the payload, if any, else no key."""
 
 
 @attrs.frozen
@@ -480,6 +483,10 @@ class ClaimRequest:
     or None."""
     fairness: Fairness | None = None
     """F2: share the claim across tenants (the job's ``Fairness``), or None."""
+    partition: PartitionBy | None = None
+    """F8/F9: ``max_running`` and ``rate_limit`` hold per partition (``"tenant"``: the tenant
+    each run was enqueued for), not for the whole job; the claim shares its room across the
+    partitions as a fair claim does (F2: by ``fairness``' weights, else equally)."""
     max_lapses: int | None = None
     """J15: the job's ``retry.max_lapses``: a lapsed run whose lapse would be its ``max_lapses``-th
     in a row is dead-lettered (``crash_loop``), not retaken; None: no such bound."""
@@ -840,8 +847,10 @@ class JobBackend(
         run_id: str | None = None,
         priority: int | None = None,
         scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
+        partition_key: str | None = None,
     ) -> EnqueueResult:
-        """Prepare one run and :meth:`~RunStore.insert` it (``priority``: K6; None, the job's)."""
+        """Prepare one run and :meth:`~RunStore.insert` it (``priority``: K6; None, the job's;
+        ``partition_key``: F8/F9)."""
         ...
 
     async def enqueue_many(
