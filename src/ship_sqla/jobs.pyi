@@ -41,6 +41,8 @@ from ship_sqla.kernel._ports import StateCount as StateCount
 from ship_sqla.kernel._priority import DEFAULT_PRIORITY as DEFAULT_PRIORITY
 from ship_sqla.kernel._priority import MAX_PRIORITY as MAX_PRIORITY
 from ship_sqla.kernel._priority import MIN_PRIORITY as MIN_PRIORITY
+from ship_sqla.kernel._priority import Aging as Aging
+from ship_sqla.kernel._priority import aging_bound as aging_bound
 from ship_sqla.kernel._registry import JobRegistry as JobRegistry
 from ship_sqla.kernel._runtime.runtime import JobRuntime as JobRuntime
 from ship_sqla.kernel._runtime.runtime import RuntimeMode as RuntimeMode
@@ -55,6 +57,7 @@ __all__ = (
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "TERMINAL_STATES",
+    "Aging",
     "Backoff",
     "BulkResult",
     "CancelReason",
@@ -93,6 +96,7 @@ __all__ = (
     "StateCount",
     "ThroughputBucket",
     "WorkerRecord",
+    "aging_bound",
     "next_occurrence",
     "occurrence_id",
     "previous_occurrence",

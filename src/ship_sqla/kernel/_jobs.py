@@ -36,7 +36,7 @@ from ship_sqla.kernel._errors import (
 from ship_sqla.kernel._outcomes import RetryAfter, Snooze
 from ship_sqla.kernel._plans.backoff import Backoff, BackoffKind, Jitter
 from ship_sqla.kernel._plans.schedule import validate_schedule
-from ship_sqla.kernel._priority import DEFAULT_PRIORITY, check_priority_field
+from ship_sqla.kernel._priority import DEFAULT_PRIORITY, Aging, check_priority_field
 
 if TYPE_CHECKING:
     from ship_sqla.kernel._job_context import JobContext
@@ -531,6 +531,10 @@ class JobDefinition(Generic[P]):
     fairness: Fairness | None = None
     """Claims shared fairly across tenants (F2); None: oldest due first (by priority, K6)."""
 
+    aging: Aging | None = None
+    """F10: waiting runs rise in priority with their wait (an :class:`Aging`); None: strict
+    priorities (K6)."""
+
     transaction: UnitOfWorkLike | None = None
     """J13: the unit of work the handler runs in, fenced on the claim and completing the run in
     the same transaction; the handler is then ``handler(ctx, payload, repositories)``. None: a
@@ -595,6 +599,7 @@ def define_job(
     fairness: Fairness | None = None,
     transaction: UnitOfWorkLike | None = None,
     inbox: Inbox | None = None,
+    aging: Aging | None = None,
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
@@ -617,6 +622,11 @@ def define_job(
 
     ``fairness`` (a :class:`Fairness`; None: none): claims share their room across tenants,
     by weight (F2).
+
+    ``aging`` (an :class:`~ship_sqla.jobs.Aging`; None: none): a waiting run's priority rises
+    by ``step`` every ``every`` seconds it has been due, up to ``ceiling`` (F10), so no run
+    starves under a stream of higher-priority ones. A fair job (``fairness``) claims each
+    tenant's oldest runs first whatever their priority, so aging changes nothing there.
 
     ``transaction`` (a unit of work; None: none) makes the handler transactional (J13): it is
     called as ``handler(ctx, payload, repositories)`` inside ``transaction.run``, whose first
@@ -649,6 +659,7 @@ def define_job(
         fairness=_as_fairness(fairness),
         transaction=transaction,
         inbox=inbox,
+        aging=_as_aging(aging),
     )
 
 
@@ -695,6 +706,15 @@ def _as_fairness(value: object) -> Fairness | None:
     raise ConfigurationError(
         f"fairness must be a Fairness, got {type(value).__name__}.",
         fix="pass fairness=Fairness() (optionally with weights={tenant: weight}), or omit it.",
+    )
+
+
+def _as_aging(value: object) -> Aging | None:
+    if value is None or isinstance(value, Aging):
+        return value
+    raise ConfigurationError(
+        f"aging must be an Aging, got {type(value).__name__}.",
+        fix="pass aging=Aging(step=1, every=30.0) (optionally ceiling=...), or omit it.",
     )
 
 

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import Fairness, JobDefinition, RateLimit
     from ship_sqla.kernel._metrics import JobOutcome
     from ship_sqla.kernel._plans.prepare import PreparedRun
+    from ship_sqla.kernel._priority import Aging
     from ship_sqla.kernel._settlement import Settlement, SettleRequest
     from ship_sqla.kernel._workers import WorkerRegistry
     from ship_sqla.kernel._workflows import NewStep, Workflows
@@ -480,6 +481,8 @@ class ClaimRequest:
     or None."""
     fairness: Fairness | None = None
     """F2: share the claim across tenants (the job's ``Fairness``), or None."""
+    aging: Aging | None = None
+    """F10: the job's priority aging (due runs by effective priority), or None."""
     max_lapses: int | None = None
     """J15: the job's ``retry.max_lapses``: a lapsed run whose lapse would be its ``max_lapses``-th
     in a row is dead-lettered (``crash_loop``), not retaken; None: no such bound."""

@@ -100,11 +100,12 @@ from ship_sqla.kernel._ports import (
     Suspend,
     crash_loop_message,
 )
+from ship_sqla.kernel._priority import effective_priority
 from ship_sqla.kernel._settlement import refused, settle_refusal
 from ship_sqla.kernel._workflows import unstorable_step
 
 if TYPE_CHECKING:
-    from collections.abc import Container, Iterable, Sequence
+    from collections.abc import Callable, Container, Iterable, Sequence
 
     from ship_sqla.kernel._browse import RunQuery
     from ship_sqla.kernel._clock import Clock
@@ -113,6 +114,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, FenceAnswer, HistoryKind
+    from ship_sqla.kernel._priority import Aging
     from ship_sqla.kernel._settlement import Settlement, SettleRequest
 
 __all__ = ["InMemoryJobBackend", "InMemoryRunAdmin"]
@@ -239,17 +241,35 @@ def _end_wait(run: _Run, settlement: SettleRequest) -> None:
         run.wait_for = None
 
 
+def _aged_order(aging: Aging, now: datetime) -> Callable[[_Run], tuple[int, datetime, int]]:
+    """F10: claim order by effective priority (a waiting run's, aged at ``now``; a lapsed
+    run's own, as PostgreSQL's aged claim orders them), then ``run_at``, then creation order."""
+
+    def order(run: _Run) -> tuple[int, datetime, int]:
+        if run.state != "waiting":
+            return _claim_order(run)
+        return -effective_priority(run.priority, run.run_at, now, aging), run.run_at, run.seq
+
+    return order
+
+
 def _choose(
-    candidates: list[_Run], room: int, limit: int, rank: dict[str, int] | None
+    candidates: list[_Run],
+    room: int,
+    limit: int,
+    rank: dict[str, int] | None,
+    aging: tuple[Aging, datetime] | None = None,
 ) -> list[_Run]:
     """The runs a claim takes: at most ``room`` due runs and ``limit`` in all, lapsed ones
-    retaken first by claim order (K6); a fair claim (F2) takes only the due runs its shares
-    ranked, by rank first, so a smaller room cuts every tenant alike."""
+    retaken first by claim order (K6; by effective priority with ``aging``, F10); a fair claim
+    (F2) takes only the due runs its shares ranked, by rank first, so a smaller room cuts
+    every tenant alike (priorities, aged or not, are not used there)."""
     retakable = [run for run in candidates if run.state == "running"]
     waiting = [run for run in candidates if run.state == "waiting"]
     if rank is None:
-        due = heapq.nsmallest(room, waiting, key=_claim_order)
-        return heapq.nsmallest(limit, retakable + due, key=_claim_order)
+        order = _claim_order if aging is None else _aged_order(*aging)
+        due = heapq.nsmallest(room, waiting, key=order)
+        return heapq.nsmallest(limit, retakable + due, key=order)
     ranks = rank
 
     def fair_order(run: _Run) -> tuple[int, int, datetime, int]:
@@ -453,7 +473,8 @@ class InMemoryJobBackend(JobBackendBase):
         started_at, rate_room = self._rate_window(request, now)
         if rate_room is not None:
             room, limit = min(room, rate_room), min(limit, rate_room)
-        chosen = _choose(candidates, room, limit, rank)
+        aged = None if request.aging is None else (request.aging, now)
+        chosen = _choose(candidates, room, limit, rank, aged)
         rate_wait = self._record_starts(request, started_at, len(chosen))
         lease = request.lease
         expires_at = now + timedelta(seconds=lease)

@@ -271,6 +271,7 @@ class Producer:
                 rate_limit=job.rate_limit,
                 fairness=job.fairness,
                 max_lapses=job.retry.max_lapses,
+                aging=job.aging,
             )
         )
         if claimed.rate_wait is not None:
