@@ -56,7 +56,7 @@ class AgingMachine(RuleBasedStateMachine):
         self.held: dict[str, ClaimedRun] = {}
         self.claims = 0
 
-    def _run(self, coroutine: Any) -> Any:  # noqa: ANN401 - whatever the coroutine returns
+    def _run(self, coroutine: Any) -> Any:
         return self.loop.run_until_complete(coroutine)
 
     def teardown(self) -> None:
