@@ -41,6 +41,7 @@ BENCHMARKS: dict[str, str] = {
     "scaleout": "benchmarks.scaleout",
     "pools": "benchmarks.pools",
     "webhooks": "benchmarks.webhooks",
+    "aging": "benchmarks.aging",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is
 unfinished (or broken) is reported as failed without keeping the others from running."""
