@@ -150,3 +150,36 @@ def test_f10_aging_is_validated_where_it_is_declared():
     assert aging.every == 20.0
     assert aging_bound(-10, aging) == timedelta(seconds=100)
     assert aging_bound(5, aging) == timedelta(0)
+
+
+@pytest.mark.parametrize(("max_", "rate"), GATES)
+async def test_f10_under_a_steady_stream_a_low_run_waits_at_most_its_bound_plus_one_interval(
+    clock, job_backend_factory, max_, rate
+):
+    """F10: a claim every 3 s takes 4 runs while 4 fresh priority-10 runs arrive before each
+    (the stream fills every claim); a priority -10 run due at the start, with Aging(step=5,
+    every=10 s), is claimed at most aging_bound(-10) (40 s) plus one claim interval after it
+    became due; without aging it is still waiting after ten times that."""
+    interval, per_claim = 3, 4
+    for aging, bound in ((Aging(step=5, every=10.0), 40), (None, None)):
+        backend = job_backend_factory(clock)
+        definition = job(f"conf.aging.stream.{bound}", max_=max_, rate=rate, aging=aging)
+        start = clock.now()
+        await backend.enqueue(definition, {"name": "low"}, priority=-10, run_at=start)
+        claimed_at = None
+        for tick in range(10 * 40 // interval + 1):
+            fresh = [EnqueueRequest({"name": f"s{tick}.{k}"}, priority=10) for k in range(4)]
+            await backend.enqueue_many(definition, fresh)
+            batch = await backend.claim(claim_request(definition, worker="A", limit=per_claim))
+            assert len(batch) == per_claim
+            await backend.settle([completed(run) for run in batch])
+            if any(run.payload["name"] == "low" for run in batch):
+                claimed_at = clock.now()
+                break
+            clock.advance(interval)
+        if bound is None:
+            assert claimed_at is None
+        else:
+            assert claimed_at is not None
+            assert claimed_at - start <= aging_bound(-10, aging) + timedelta(seconds=interval)
+            assert aging_bound(-10, aging) == timedelta(seconds=bound)
