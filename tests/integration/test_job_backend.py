@@ -55,7 +55,9 @@ from ship_sqla.locks import AdvisoryLockProvider
 from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
-runs = ship_job_runs_table(metadata, fair_claims=True)  # the column-order test claims fair jobs
+runs = ship_job_runs_table(
+    metadata, fair_claims=True, partitioned_claims=True
+)  # F2, F8: fair and partitioned jobs
 state = ship_job_state_table(metadata)
 
 
@@ -350,12 +352,12 @@ async def test_claims_settles_and_heartbeats_return_the_columns_read_by_position
     backend: PostgresJobBackend, engine: AsyncEngine
 ) -> None:
     """J3, J5: the backend reads the rows of its hot statements by position, so each claim
-    statement (uncapped, gated, fair, fair and gated, aged and aged gated (F10); each keyed
-    too) returns CLAIM_COLUMNS,
+    statement (uncapped, gated, fair, fair and gated, partitioned F8/F9, aged and aged gated
+    F10; each keyed too) returns CLAIM_COLUMNS,
     the settle SETTLE_COLUMNS and the heartbeat HEARTBEAT_COLUMNS, in that order."""
     every = backend.statements.every_statement()
     claims = [statement for name, statement in every.items() if name.startswith("claim.CLAIM_")]
-    assert len(claims) == 12
+    assert len(claims) == 14
     expected = {
         **dict.fromkeys(claims, CLAIM_COLUMNS),
         every["settle.SETTLE_IF_TOKEN_CURRENT"]: SETTLE_COLUMNS,
@@ -387,6 +389,12 @@ async def test_claims_settles_and_heartbeats_return_the_columns_read_by_position
             payload=dict,
             concurrency=Concurrency(max=2),
             aging=Aging(step=1, every=1.0),
+        ),
+        define_job(
+            "claim.partitioned",
+            noop,
+            payload=dict,
+            concurrency=Concurrency(max=5, partition="tenant"),
         ),
     ]
     event.listen(engine.sync_engine, "after_cursor_execute", on_execute)

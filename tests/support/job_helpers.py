@@ -36,6 +36,7 @@ def claim_request(
         exclude_keys=exclude_keys,
         rate_limit=job.rate_limit,
         fairness=job.fairness,
+        partition=job.partition,
         max_lapses=job.retry.max_lapses,
         aging=job.aging,
     )

@@ -98,6 +98,8 @@ from ship_sqla._jobs._sql.claim import (
     CLAIM_FAIR_KEYED,
     CLAIM_GATED,
     CLAIM_GATED_KEYED,
+    CLAIM_PARTITIONED,
+    CLAIM_PARTITIONED_KEYED,
     CLAIM_UNCAPPED,
     CLAIM_UNCAPPED_KEYED,
 )
@@ -112,6 +114,8 @@ from ship_sqla._jobs._sql.settle import (
 from ship_sqla._jobs._tables import (
     fair_claims_ddl,
     fair_claims_index_name,
+    partitioned_claims_ddl,
+    partitioned_claims_index_names,
     ship_job_events_table,
     ship_job_runs_table,
     ship_job_state_table,
@@ -147,6 +151,7 @@ from ship_sqla.kernel import Clock
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
+from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
 from ship_sqla.kernel._ports import (
     CANCEL_LAPSED_MESSAGE,
@@ -337,6 +342,7 @@ class PostgresJobBackend(JobBackendBase):
         self._fair_cursors: dict[str, str] = {}
         # F2: whether the runs table has the index fair claims read (asked until it does).
         self._fair_served = False
+        self._partitions_served = False
         self._tables_served = False
         self._wire_stores(workers_table, steps_table, events_table)
 
@@ -657,7 +663,11 @@ class PostgresJobBackend(JobBackendBase):
         definitions = list(definitions)
         self._require_same_database(definitions)
         fair = [job.id for job in definitions if job.fairness is not None]
+        partitioned = [job.id for job in definitions if job.partition is not None]
         await self.require_tables("the job worker", fair_claims=bool(fair))
+        if partitioned:
+            # F8/F9 first: its indexes include the fair claims' one.
+            await self._require_partitioned_claims(partitioned)
         if fair:
             await self._require_fair_claims(fair)
 
@@ -715,6 +725,31 @@ class PostgresJobBackend(JobBackendBase):
             missing=(needed.relation,),
         )
 
+    async def _require_partitioned_claims(self, job_ids: Sequence[str]) -> None:
+        """Return once the runs table has been seen to have the partitioned claims' indexes
+        (F8, F9); else raise MissingTablesError naming ``job_ids``, the indexes and their DDL."""
+        if self._partitions_served:
+            return
+        names = partitioned_claims_index_names(self._table)
+        ddls = partitioned_claims_ddl(self._table)
+        needed = [Needed.index(self._table, n, d) for n, d in zip(names, ddls, strict=True)]
+        missing = await missing_relations(self._connections, needed, surface="the job worker")
+        if not missing:
+            self._partitions_served = True
+            return
+        raise MissingTablesError(
+            f"job(s) {', '.join(map(repr, job_ids))} have a limit per tenant (F8/F9:"
+            " RateLimit(..., partition='tenant') or Concurrency(max=N, partition='tenant')),"
+            f" but the runs table {self.statements.runs_name} lacks"
+            f" {', '.join(n.relation for n in missing)}, which their claims read (without"
+            " them each claim would read every waiting or running run of the job).",
+            fix="declare the table with ship_job_runs_table(metadata, ...,"
+            " partitioned_claims=True) and migrate (Alembic autogenerate adds the indexes; by"
+            f" hand: {'; '.join(n.ddl or '' for n in missing)}), or drop partition= from these"
+            " jobs' limits.",
+            missing=tuple(n.relation for n in missing),
+        )
+
     async def claim(self, request: ClaimRequest) -> ClaimBatch:
         """Claim up to ``request.limit`` due runs (J3, J6, F1, F3); see the module docstring."""
         if request.limit < 1:
@@ -748,6 +783,8 @@ class PostgresJobBackend(JobBackendBase):
             params["weight_tenants"] = [tenant for tenant, _ in fair.weights]
             params["weights"] = [weight for _, weight in fair.weights]
             params["default_weight"] = fair.default_weight
+        if request.partition is not None:
+            return await self._claim_partitioned(params, request)
         _aging_params(params, request)
         if cap is None and rate is None:
             batch, _ = await self._claim_with(s[_claim_template(request)], params, request)
@@ -763,8 +800,34 @@ class PostgresJobBackend(JobBackendBase):
             batch, _ = await self._claim_with(gated, params, request)
         return batch
 
+    async def _claim_partitioned(self, params: dict[str, Any], request: ClaimRequest) -> ClaimBatch:
+        """F8/F9 (CLAIM_PARTITIONED): the limits per partition, one gate row each; the walk over
+        the partitions is the fair claim's (F2), with its weights when the job has some."""
+        if not self._partitions_served:
+            await self._require_partitioned_claims([request.job_id])
+        job_id, fair, rate = request.job_id, request.fairness, request.rate_limit
+        params["lapsed_limit"] = request.limit
+        params["after_tenant"] = self._fair_cursors.get(job_id)
+        params["max_tenants"] = DEFAULT_PARTITION_WALK if fair is None else fair.max_tenants
+        params["weight_tenants"] = [] if fair is None else [tenant for tenant, _ in fair.weights]
+        params["weights"] = [] if fair is None else [weight for _, weight in fair.weights]
+        params["default_weight"] = 1 if fair is None else fair.default_weight
+        params["max_running"] = request.max_running
+        params["rate_limit"] = None if rate is None else rate.limit
+        params["rate_period"] = None if rate is None else rate.period
+        params["gate_row"] = state_row(job_id, "claim-gate")
+        s = self.statements
+        statement = s[CLAIM_PARTITIONED_KEYED] if request.exclude_keys else s[CLAIM_PARTITIONED]
+        batch, _ = await self._claim_with(statement, params, request, walked=True)
+        return batch
+
     async def _claim_with(
-        self, statement: TextClause, params: dict[str, Any], request: ClaimRequest
+        self,
+        statement: TextClause,
+        params: dict[str, Any],
+        request: ClaimRequest,
+        *,
+        walked: bool = False,
     ) -> tuple[ClaimBatch, bool]:
         """One claim statement (F1: one autocommitted statement, one round trip: it reads the
         job's pause, K3, and a gated one takes the job's claim gate for that statement only):
@@ -780,7 +843,7 @@ class PostgresJobBackend(JobBackendBase):
         created = False
         # Rows come in claim order, (priority DESC, run_at, seq), then the dead-lettered ones,
         # then the gate's answer, then a fair claim's cursor; read by position (CLAIM_COLUMNS).
-        if request.fairness is not None:
+        if walked or request.fairness is not None:
             self._fair_cursors.pop(job_id, None)
         for row in rows:
             run_id, kind, parent_id = row[0], row[14], row[17]

@@ -53,6 +53,8 @@ __all__ = [
     "WAIT_PREDICATE",
     "fair_claims_ddl",
     "fair_claims_index_name",
+    "partitioned_claims_ddl",
+    "partitioned_claims_index_names",
     "ship_job_events_table",
     "ship_job_runs_table",
     "ship_job_state_table",
@@ -92,8 +94,15 @@ def ship_job_runs_table(
     schema: str | None = None,
     *,
     fair_claims: bool = False,
+    partitioned_claims: bool = False,
 ) -> Table:
     """The job runs table, added to ``metadata`` so Alembic autogenerate sees it.
+
+    ``partitioned_claims=True`` (F8, F9) adds what claims of a job with a per-tenant limit
+    (``RateLimit(..., partition="tenant")``, ``Concurrency(max=N, partition="tenant")``) read:
+    ``<runs>_tenant_idx`` (as ``fair_claims=True``) and ``<runs>_running_idx``
+    (``job_id, tenant_id`` over running runs: each tenant's running runs, counted up to its
+    cap). A backend refuses such a job on a runs table without them, naming their DDL.
 
     ``fair_claims=True`` adds ``<runs>_tenant_idx`` (``job_id, tenant_id, run_at, seq`` over
     waiting runs), which claims of a job with ``fairness=`` read (F2) and nothing else does.
@@ -129,6 +138,7 @@ def ship_job_runs_table(
             "_dedupe_idx",
             "_finished_idx",
             "_tenant_idx",
+            "_running_idx",
             "_parent_idx",
             "_wait_idx",
             "_browse_idx",
@@ -243,9 +253,10 @@ def ship_job_runs_table(
         schema=schema,
         comment="ship_sqla job runs (ship_job_runs_table)",
     )
-    if fair_claims:
-        # Serves a fair claim (F2, CLAIM_FAIR*): the loose scan over the tenants with waiting
-        # runs, each tenant's count of due runs and its oldest due runs (run_at, seq order).
+    if fair_claims or partitioned_claims:
+        # Serves a fair claim (F2, CLAIM_FAIR*) and a partitioned one (F8/F9,
+        # CLAIM_PARTITIONED*): the loose scan over the tenants with waiting runs, each tenant's
+        # count of due runs and its oldest due runs (run_at, seq order).
         Index(
             n["_tenant_idx"],
             table.c.job_id,
@@ -254,7 +265,38 @@ def ship_job_runs_table(
             table.c.seq,
             postgresql_where=text(DUE_PREDICATE),
         )
+    if partitioned_claims:
+        # Serves a partitioned claim's count of each tenant's running runs, up to its cap (F9,
+        # CLAIM_PARTITIONED*).
+        Index(
+            n["_running_idx"],
+            table.c.job_id,
+            table.c.tenant_id,
+            postgresql_where=text(LEASE_PREDICATE),
+        )
     return table
+
+
+def partitioned_claims_index_names(runs: Table) -> tuple[str, str]:
+    """``<runs>_tenant_idx`` and ``<runs>_running_idx``: the indexes a partitioned
+    claim reads (F8, F9), as ``ship_job_runs_table(..., partitioned_claims=True)`` names them."""
+    return (
+        str(derived_name(runs.name, "_tenant_idx")),
+        str(derived_name(runs.name, "_running_idx")),
+    )
+
+
+def partitioned_claims_ddl(runs: Table) -> tuple[str, str]:
+    """``CREATE INDEX CONCURRENTLY`` of each index :func:`partitioned_claims_index_names`
+    names, rendered from the factory's own declaration (F8, F9)."""
+    table = ship_job_runs_table(MetaData(), runs.name, runs.schema, partitioned_claims=True)
+    dialect = postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
+    ddl = []
+    for name in partitioned_claims_index_names(runs):
+        [index] = [index for index in table.indexes if index.name == name]
+        text_ = str(CreateIndex(index).compile(dialect=dialect))
+        ddl.append(text_.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1))
+    return ddl[0], ddl[1]
 
 
 def fair_claims_index_name(runs: Table) -> str:

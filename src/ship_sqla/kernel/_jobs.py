@@ -15,7 +15,9 @@ from typing import (
     Any,
     Final,
     Generic,
+    Literal,
     Protocol,
+    TypeAlias,
     TypeVar,
     cast,
     runtime_checkable,
@@ -45,10 +47,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
+    "DEFAULT_PARTITION_WALK",
     "MAX_SNOOZES",
     "Concurrency",
     "IdempotencyPolicy",
     "JobDefinition",
+    "PartitionBy",
     "PayloadCodec",
     "Retention",
     "RetryPolicy",
@@ -124,6 +128,28 @@ def require_int_within(value: Any, name: str, low: int, high: int, fix: str) -> 
         )
 
 
+PartitionBy: TypeAlias = Literal["tenant"]
+"""What a partitioned limit (F8, F9) is partitioned by: ``"tenant"``, the tenant the run was
+enqueued for (F2; untenanted runs are one partition more)."""
+
+PARTITIONS: Final = ("tenant",)
+
+DEFAULT_PARTITION_WALK: Final = 64
+"""How many partitions one partitioned claim visits (F8, F9) when the job has no ``Fairness``
+(whose ``max_tenants`` it uses otherwise); claims take turns past them, as fair ones do."""
+
+
+def _require_partition(name: str, value: object) -> None:
+    if value is None or value in PARTITIONS:
+        return
+    raise ConfigurationError(
+        f"{name} must be None or 'tenant', got {value!r}; a partition key stored at enqueue is"
+        " not supported yet.",
+        fix="pass partition='tenant' for a limit per tenant (the tenant a run was enqueued"
+        " for), or omit it for one limit for the whole job.",
+    )
+
+
 @attrs.frozen
 class Concurrency:
     """How many runs of a job may execute at once, across every process (``max``; None, the
@@ -153,6 +179,20 @@ class Concurrency:
     lease: float = attrs.field(default=30.0, validator=_duration("concurrency.lease", MAX_LEASE))
     single_runner: bool = False
     key: Callable[[Any], str] | None = None
+    partition: PartitionBy | None = attrs.field(default=None)
+    """F9: ``"tenant"``: ``max`` is per partition, the run's tenant (at most ``max`` running
+    runs of each tenant, fleet-wide and exact); None: one cap for the whole job."""
+
+    @partition.validator
+    def _check_partition(self, _attribute: attrs.Attribute[Any], value: object) -> None:
+        _require_partition("concurrency.partition", value)
+        if value is not None and self.max is None:
+            raise ConfigurationError(
+                "concurrency.partition is set but concurrency.max is None: there is no cap to"
+                " partition.",
+                fix="pass Concurrency(max=N, partition='tenant') for at most N running runs per"
+                " tenant, or drop partition=.",
+            )
 
     @property
     def heartbeat_interval(self) -> float:
@@ -178,8 +218,11 @@ class RateLimit:
     Enforced by the backend's claim (on PostgreSQL, the job's claim gate with the database's
     clock), exactly: no window of ``period`` sees more than ``limit`` starts. A claim that finds
     the window full starts nothing more and tells the runtime when the window frees, so the
-    job is claimed again then rather than at its next poll. Per job only for now: a limit per
-    key or per tenant is not supported yet.
+    job is claimed again then rather than at its next poll.
+
+    ``partition="tenant"`` (F8) makes it a limit per tenant: no window of ``period`` sees more
+    than ``limit`` starts of runs enqueued for one tenant (untenanted runs are one more
+    partition), while the other tenants' runs go on being claimed.
     """
 
     limit: int = attrs.field(
@@ -193,6 +236,13 @@ class RateLimit:
     period: float = attrs.field(
         converter=_seconds, validator=_duration("rate_limit.period", MAX_RATE_PERIOD)
     )
+    partition: PartitionBy | None = attrs.field(default=None)
+    """F8: ``"tenant"``: the limit holds per partition, the run's tenant (each tenant's own
+    window); None: one window for the whole job."""
+
+    @partition.validator
+    def _check_partition(self, _attribute: attrs.Attribute[Any], value: object) -> None:
+        _require_partition("rate_limit.partition", value)
 
 
 MAX_FAIR_WEIGHT: Final = 1_000
@@ -550,6 +600,13 @@ class JobDefinition(Generic[P]):
     def decode(self, data: Any) -> P:  # noqa: ANN401 - JSON-able
         return self.codec.decode(data)
 
+    @property
+    def partition(self) -> PartitionBy | None:
+        """F8/F9: what the job's limits are partitioned by (every partitioned limit of a job
+        uses the same one), or None: the job's limits, if any, hold for the whole job."""
+        rate = self.rate_limit
+        return self.concurrency.partition or (None if rate is None else rate.partition)
+
     def key_of(self, payload: P) -> str | None:
         """The single-runner key of a payload (None when the job is not keyed)."""
         if not self.concurrency.single_runner:
@@ -642,6 +699,7 @@ def define_job(
         )
     _require_async_handler(id, handler)
     _check_transactional(id, transaction, inbox)
+    _check_partitions(id, concurrency, rate_limit)
     return JobDefinition(
         id=id,
         # A transactional handler takes the repositories too; the executor calls it so.
@@ -697,6 +755,23 @@ def _check_transactional(job_id: str, transaction: object, inbox: object) -> Non
             " writes, and a plain handler has no transaction to commit it in.",
             fix="pass transaction=uow (the handler becomes handler(ctx, payload, repositories)),"
             " or drop inbox= and use the idempotency store inside the handler's uow.run.",
+        )
+
+
+def _check_partitions(
+    job_id: str, concurrency: Concurrency | None, rate_limit: RateLimit | None
+) -> None:
+    """F8/F9: a job's limits are all partitioned alike, or none is: one claim serves either
+    the job's one gate or its partitions' gates, not both (not supported yet)."""
+    if concurrency is None or concurrency.max is None or not isinstance(rate_limit, RateLimit):
+        return
+    cap, rate = concurrency.partition, rate_limit.partition
+    if cap != rate:
+        raise ConfigurationError(
+            f"job {job_id!r}: concurrency.partition is {cap!r} but rate_limit.partition is"
+            f" {rate!r}; a job's limits are either all partitioned the same way or none is"
+            " (a per-job cap beside a per-tenant limit is not supported yet).",
+            fix="give both the same partition= (e.g. 'tenant'), or drop one of the limits.",
         )
 
 

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from ship_sqla.kernel._clock import Clock
-    from ship_sqla.kernel._jobs import Fairness, JobDefinition, RateLimit
+    from ship_sqla.kernel._jobs import Fairness, JobDefinition, PartitionBy, RateLimit
     from ship_sqla.kernel._metrics import JobOutcome
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._priority import Aging
@@ -481,6 +481,10 @@ class ClaimRequest:
     or None."""
     fairness: Fairness | None = None
     """F2: share the claim across tenants (the job's ``Fairness``), or None."""
+    partition: PartitionBy | None = None
+    """F8/F9: ``max_running`` and ``rate_limit`` hold per partition (``"tenant"``: the tenant
+    each run was enqueued for), not for the whole job; the claim shares its room across the
+    partitions as a fair claim does (F2: by ``fairness``' weights, else equally)."""
     aging: Aging | None = None
     """F10: the job's priority aging (due runs by effective priority), or None."""
     max_lapses: int | None = None

@@ -55,6 +55,8 @@ __all__ = [
     "CLAIM_FAIR_KEYED",
     "CLAIM_GATED",
     "CLAIM_GATED_KEYED",
+    "CLAIM_PARTITIONED",
+    "CLAIM_PARTITIONED_KEYED",
     "CLAIM_UNCAPPED",
     "CLAIM_UNCAPPED_KEYED",
 ]
@@ -726,3 +728,259 @@ CLAIM_FAIR_GATED_KEYED: Final = Template(_gated(_FAIR_WALK, keyed=True), claim_c
 runs): the same statements with the key filter on every scan. Without keys to exclude, the
 claims above carry no filter (every run's key passes), so their estimates, custom and generic,
 are the same."""
+
+
+# --- F8/F9: partitioned limits, one gate row per (job, partition) --------------------------------
+
+_PART_GATE_ID: Final = "CAST(:gate_row AS text) || '/' || coalesce({part}, '')"
+"""A partition's gate row: ``<job_id>#claim-gate/<tenant>`` (``/`` alone: the untenanted runs;
+a tenant is never blank, so no tenant's row is theirs)."""
+
+_PARTS: Final = """, parts AS MATERIALIZED (
+    -- F8/F9, <state>_pkey and <runs>_running_idx: each visited partition's gate as this
+    -- statement's snapshot saw it (the total it granted; its starts in the window) and its
+    -- running runs, counted up to concurrency.max (none read without a cap): live or lapsed
+    -- leases alike, each holding a slot, but the lapsed runs this claim buries. What the
+    -- partition allows from here is an upper bound of what its gate grants below.
+    SELECT t.tenant, t.k, t.gate, coalesce(g.claim_granted, 0) AS seen,
+        CASE WHEN CAST(:max_running AS integer) IS NULL THEN 0
+             WHEN t.tenant IS NULL THEN (SELECT count(*) FROM (
+                SELECT 1 FROM {runs} r
+                WHERE r.job_id = :job_id AND r.state = 'running' AND r.tenant_id IS NULL
+                  AND r.id <> ALL(ARRAY(SELECT id FROM lapsed WHERE exhausted))
+                ORDER BY r.tenant_id
+                LIMIT CAST(:max_running AS integer)) h)
+             ELSE (SELECT count(*) FROM (
+                SELECT 1 FROM {runs} r
+                WHERE r.job_id = :job_id AND r.state = 'running' AND r.tenant_id = t.tenant
+                  AND r.id <> ALL(ARRAY(SELECT id FROM lapsed WHERE exhausted))
+                ORDER BY r.tenant_id
+                LIMIT CAST(:max_running AS integer)) h)
+        END AS held,
+        CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN 0
+             ELSE coalesce((SELECT sum(u.n) FROM unnest(g.rate_at, g.rate_n) AS u(at, n)
+                 WHERE u.at > greatest({now}, g.rate_at[cardinality(g.rate_at)])
+                     - CAST(:rate_period AS double precision) * interval '1 second'), 0)
+        END AS used
+    FROM (SELECT w.tenant, w.k, {gate_of_w} AS gate FROM tenants w) t
+    LEFT JOIN {state} g ON g.job_id = t.gate
+), counted AS MATERIALIZED (
+    -- <runs>_tenant_idx: each partition's due runs, counted up to the room and to what its
+    -- limits allow it (index-only, bounded; two LIMITs, as in the fair claim). A partition at
+    -- its limit counts 0 and takes no share: its room goes to the others (work-conserving).
+    SELECT p.tenant, p.k,
+        coalesce(w.weight, CAST(:default_weight AS integer)) AS weight,
+        least(
+            CASE WHEN p.tenant IS NULL THEN (
+                SELECT count(*) FROM (SELECT 1 FROM (
+                    SELECT 1 FROM {runs} r
+                    WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id IS NULL
+                      AND r.run_at <= {now}
+                    ORDER BY r.tenant_id, r.run_at
+                    LIMIT {claim_batch}) bounded
+                    LIMIT CAST(:limit AS integer)) c)
+            ELSE (
+                SELECT count(*) FROM (SELECT 1 FROM (
+                    SELECT 1 FROM {runs} r
+                    WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id = p.tenant
+                      AND r.run_at <= {now}
+                    ORDER BY r.tenant_id, r.run_at
+                    LIMIT {claim_batch}) bounded
+                    LIMIT CAST(:limit AS integer)) c)
+            END,
+            greatest(least(
+                CASE WHEN CAST(:max_running AS integer) IS NULL THEN CAST(:limit AS integer)
+                     ELSE CAST(:max_running AS integer) - p.held END,
+                CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN CAST(:limit AS integer)
+                     ELSE CAST(:rate_limit AS integer) - p.used END), 0)) AS due_n
+    FROM parts p
+    LEFT JOIN unnest(CAST(:weight_tenants AS text[]), CAST(:weights AS integer[]))
+        AS w(tenant, weight) ON w.tenant = p.tenant
+)"""
+
+_ROOM_PARTITIONED: Final = """, room AS (
+    -- F8/F9: the due runs to look for: the limit asked less the lapsed runs this claim may
+    -- retake (each a start too), so all it takes fits the runtime's free slots.
+    SELECT CASE WHEN (SELECT yes FROM paused) THEN 0
+        ELSE greatest(CAST(:limit AS integer)
+            - (SELECT count(*) FROM lapsed WHERE NOT exhausted{skip_keys}), 0) END AS n
+)"""
+
+
+def _part_walk() -> str:
+    """The fair claim's walk (F2) over the partitions (the tenants), its due-run counts capped
+    by each partition's limits (:data:`_PARTS`), then its water-filling, then each partition's
+    due runs, each row carrying its partition (``part``)."""
+    walk = _FAIR_WALK
+    counted = walk.index("), counted AS MATERIALIZED (")
+    ordered = walk.index("), ordered AS (")
+    due = walk.index("), due AS (")
+    # The slices start at a CTE's closing parenthesis: _PARTS brings its own.
+    head, shares, tail = walk[:counted] + ")", walk[ordered + 1 : due], walk[due:]
+    tail = tail.replace(
+        "    SELECT d.id, d.seq, d.run_at, d.priority,\n",
+        "    SELECT d.id, d.seq, d.run_at, d.priority, s.tenant AS part,\n",
+    )
+    parts = _PARTS.replace("{gate_of_w}", _PART_GATE_ID.replace("{part}", "w.tenant"))
+    return head + parts + shares + tail
+
+
+_PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
+    -- Every run this statement holds (locked), with its partition: the retakable lapsed runs
+    -- (rank 0; <runs>_pkey for each one's tenant) and the due runs of the partitions' shares.
+    SELECT l.id, l.seq, l.run_at, l.priority, 0 AS rank,
+        (SELECT r.tenant_id FROM {runs} r WHERE r.id = l.id) AS part
+    FROM lapsed l
+    WHERE NOT exhausted{skip_keys}
+    UNION ALL
+    SELECT d.id, d.seq, d.run_at, d.priority, d.rank, d.part FROM due d
+), found AS MATERIALIZED (
+    -- Per partition with candidates: its gate row, its due and lapsed candidates, and what the
+    -- snapshot saw of it (a partition with only lapsed runs was not visited: it reads 0, and
+    -- is granted no due run).
+    SELECT {gate_of_c} AS gate,
+        count(*) FILTER (WHERE c.rank > 0) AS due_n,
+        count(*) FILTER (WHERE c.rank = 0) AS lapsed_n,
+        coalesce(max(p.held), 0) AS held, coalesce(max(p.seen), 0) AS seen
+    FROM cands c
+    LEFT JOIN parts p ON p.tenant IS NOT DISTINCT FROM c.part
+    GROUP BY c.part
+), gates AS (
+    -- <state>_pkey, F8/F9: each partition's claim gate, as the job's gate (F1/F3, CLAIM_GATED)
+    -- but one row per partition. The upsert locks the rows in gate order (so concurrent claims
+    -- never deadlock) and reads each one's newest version: the cap's room is max - held (this
+    -- snapshot) - granted since this snapshot; the rate's, the limit less the starts in the
+    -- window ending at the partition's claim time. A partition's first claim makes its row and
+    -- grants at once: no claim of the partition committed before it (it would have made the
+    -- row, and this insert would have met it), so the snapshot's count is current.
+    INSERT INTO {state} AS g (job_id, claim_granted, claim_grant, rate_at, rate_n, updated_at)
+    SELECT f.gate, {new_due_grant}, {new_due_grant},
+        CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL ELSE ARRAY[{now}] END,
+        CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL ELSE ARRAY[{new_total}] END,
+        {now}
+    FROM found f
+    ORDER BY f.gate
+    -- The SET reads the row's newest version (g) and the partition's own candidates (x): the
+    -- claim's time t on the gate (never before its last recorded one), the rate's room in the
+    -- window ending at t, then the due grant (what the candidates, the cap less what was
+    -- granted since this snapshot, and the rate allow), as CLAIM_GATED's gate computes them.
+    ON CONFLICT (job_id) DO UPDATE SET
+        (claim_grant, claim_granted, rate_at, rate_n, updated_at) = (
+        SELECT k.due, coalesce(g.claim_granted, 0) + k.due,
+            CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL
+                ELSE ARRAY(SELECT u.at FROM unnest(g.rate_at, g.rate_n) AS u(at, n)
+                           WHERE u.at > w.since ORDER BY u.at) || w.t END,
+            CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL
+                ELSE ARRAY(SELECT u.n FROM unnest(g.rate_at, g.rate_n) AS u(at, n)
+                           WHERE u.at > w.since ORDER BY u.at)
+                    || greatest(least(CAST(:limit AS integer), x.lapsed_n + k.due, w.room), 0)
+                END,
+            {now}
+        FROM found x
+        CROSS JOIN LATERAL (
+            SELECT greatest({now}, coalesce(g.rate_at[cardinality(g.rate_at)], {now})) AS t
+        ) t0
+        CROSS JOIN LATERAL (
+            SELECT t0.t, t0.t - CAST(:rate_period AS double precision) * interval '1 second'
+                AS since
+        ) w0
+        CROSS JOIN LATERAL (
+            SELECT w0.t, w0.since,
+                CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN CAST(:limit AS integer)
+                     ELSE CAST(:rate_limit AS integer) - coalesce((SELECT sum(u.n)
+                         FROM unnest(g.rate_at, g.rate_n) AS u(at, n) WHERE u.at > w0.since), 0)
+                END AS room
+        ) w
+        CROSS JOIN LATERAL (
+            SELECT greatest(least(x.due_n,
+                CASE WHEN CAST(:max_running AS integer) IS NULL THEN CAST(:limit AS integer)
+                     ELSE CAST(:max_running AS integer) - x.held
+                         - (CASE WHEN coalesce(g.claim_granted, 0) >= x.seen
+                                 THEN coalesce(g.claim_granted, 0) - x.seen
+                                 ELSE coalesce(g.claim_granted, 0) END) END,
+                w.room), 0) AS due
+        ) k
+        WHERE x.gate = g.job_id)
+    RETURNING g.job_id AS gate, g.claim_grant AS due_n,
+        CASE WHEN CAST(:rate_limit AS integer) IS NULL
+            THEN least(CAST(:limit AS integer),
+                (SELECT x.lapsed_n FROM found x WHERE x.gate = g.job_id) + g.claim_grant)
+            ELSE g.rate_n[cardinality(g.rate_n)] END AS total_n,
+        g.rate_at[cardinality(g.rate_at)] AS started_at,
+        -- F8: the partition's window is full: seconds until its oldest start leaves it.
+        CASE WHEN CAST(:rate_limit AS integer) IS NOT NULL
+              AND (SELECT sum(n) FROM unnest(g.rate_n) n) >= CAST(:rate_limit AS integer)
+            THEN extract(epoch FROM (SELECT min(u.at) FROM unnest(g.rate_at, g.rate_n) u(at, n)
+                                     WHERE u.n > 0)
+                 + CAST(:rate_period AS double precision) * interval '1 second'
+                 - g.rate_at[cardinality(g.rate_at)])
+            END AS rate_wait
+), picked AS (
+    -- Per partition, lapsed runs first then its due runs by rank, at most what its gate
+    -- granted (due ones: at most its due grant). Rows locked and not picked stay locked until
+    -- COMMIT, as in every claim.
+    SELECT c.id FROM (
+        SELECT c.id, c.rank, g.due_n, g.total_n, row_number() OVER (
+                PARTITION BY c.part ORDER BY c.rank, c.priority DESC, c.run_at, c.seq) AS place
+        FROM cands c
+        JOIN gates g ON g.gate = {gate_of_c}
+    ) c
+    WHERE c.place <= c.total_n AND c.rank <= c.due_n
+)"""
+
+_PART_NEW_DUE_GRANT: Final = """greatest(least(f.due_n,
+            CASE WHEN CAST(:max_running AS integer) IS NULL THEN CAST(:limit AS integer)
+                 ELSE CAST(:max_running AS integer) - f.held END,
+            coalesce(CAST(:rate_limit AS integer), CAST(:limit AS integer))), 0)"""
+"""A new gate's due grant: what the partition's candidates, its cap and its (empty) window
+allow."""
+
+_PART_NEW_TOTAL: Final = """greatest(least(CAST(:limit AS integer), f.lapsed_n + {new_due_grant},
+            coalesce(CAST(:rate_limit AS integer), CAST(:limit AS integer))), 0)"""
+
+_PART_GATE_ROW: Final = """
+UNION ALL
+-- F8: the soonest a full partition's window frees (how long the rate keeps it full).
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, 2, CAST(min(g.rate_wait) AS double precision), false, NULL, NULL, NULL, NULL
+FROM gates g
+HAVING min(g.rate_wait) IS NOT NULL"""
+
+
+def _partitioned(*, keyed: bool = False) -> str:
+    """CLAIM_PARTITIONED's text: the claim's head, the partition walk and the partitions'
+    gates, the common tail (each claimed run's start time is its partition's)."""
+    pick = (
+        _PICK_PARTITIONED.replace("{new_total}", _PART_NEW_TOTAL)
+        .replace("{new_due_grant}", _PART_NEW_DUE_GRANT)
+        .replace("{gate_of_c}", _PART_GATE_ID.replace("{part}", "c.part"))
+    )
+    started = "coalesce((SELECT g.started_at FROM gates g WHERE g.gate = {gate}), {now})".replace(
+        "{gate}", _PART_GATE_ID.replace("{part}", "r.tenant_id")
+    )
+    tail = (
+        _CLAIM_TAIL.replace("{started}", started)
+        .replace("{gate_row}", _PART_GATE_ROW)
+        .replace("{fair_row}", _FAIR_ROW)
+    )
+    return _finished(_HEAD + _ROOM_PARTITIONED + _part_walk() + pick + tail, keyed=keyed)
+
+
+CLAIM_PARTITIONED: Final = Template(_partitioned(), claim_clock=True)
+"""F8/F9: claim a job whose ``concurrency.max`` and ``RateLimit`` hold per partition (the
+run's tenant): one gate row per partition (``<job_id>#claim-gate/<tenant>``), each exact as the
+job's gate is (F1, F3), taken together by the statement's one upsert in gate order.
+
+The claim walks the partitions with waiting runs as a fair claim walks tenants (F2:
+``<runs>_tenant_idx``, one entry per partition, at most ``:max_tenants``, from where the last
+claim stopped), counts each one's due runs up to what its limits allow from the snapshot
+(a partition at its limit counts none), shares the room out by weight, and takes each share's
+oldest due runs; then the gates grant from their newest versions. So its cost is about the room
+in index entries plus a handful per partition visited (its walk entry, its gate row, its count
+and, with a cap, its running runs up to ``max`` on ``<runs>_running_idx``), at any
+backlog and any number of partitions. After the claimed and buried rows, at most one ``kind`` 2
+row (the soonest a full partition frees, ``rate_wait``) and one ``kind`` 3 row (the walk's
+cursor)."""
+
+CLAIM_PARTITIONED_KEYED: Final = Template(_partitioned(keyed=True), claim_clock=True)
+""":data:`CLAIM_PARTITIONED` for a request that excludes single-runner keys (J4)."""

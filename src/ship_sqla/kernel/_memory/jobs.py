@@ -70,6 +70,7 @@ from ship_sqla.kernel._browse import (
     run_order,
 )
 from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._memory.partitions import Starts, choose_partitioned
 from ship_sqla.kernel._memory.transactions import active_transaction, required_transaction
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore
@@ -346,6 +347,8 @@ class InMemoryJobBackend(JobBackendBase):
         self._starts: dict[str, list[tuple[datetime, int]]] = {}
         # job id -> the tenant its last fair claim's walk stopped at (F2, CLAIM_FAIR's cursor).
         self._fair_cursors: dict[str, str] = {}
+        # (job id, partition) -> its recent starts (F8): CLAIM_PARTITIONED's gate rows.
+        self._partition_starts: Starts = {}
         # run id -> the transaction that fenced it (J13): held until that transaction ends.
         self._fenced: dict[str, InMemoryTransaction] = {}
         self._admin = InMemoryRunAdmin(self)
@@ -454,28 +457,29 @@ class InMemoryJobBackend(JobBackendBase):
         live = self._live.get(request.job_id)
         if not live or request.limit < 1 or request.job_id in self._paused:
             return ClaimBatch()
-        limit = request.limit
         max_lapses = request.max_lapses
         held, candidates, lapsed_on_final = _scan(
             live.values(), now, frozenset(request.exclude_keys), self._fenced, max_lapses
         )
         buried = self._end_lapsed(lapsed_on_final, max_lapses, now)
-        # J3: max_running counts every running run, whichever worker holds it, live lease or
-        # lapsed (a lapsed one keeps its slot until a claim retakes it): so the bound never
-        # depends on when a lapsed holder's heartbeat is refused. Due runs take only free slots;
-        # retaking a lapsed run moves its slot.
-        cap = request.max_running
-        room = limit if cap is None else max(min(limit, cap - held), 0)
-        # F2: a fair claim shares the room it may find (before the rate's cut) across tenants.
-        rank: dict[str, int] | None = None
-        if request.fairness is not None:
-            rank = self._fair_ranks(request, live.values(), candidates, now, room)
-        started_at, rate_room = self._rate_window(request, now)
-        if rate_room is not None:
-            room, limit = min(room, rate_room), min(limit, rate_room)
-        aged = None if request.aging is None else (request.aging, now)
-        chosen = _choose(candidates, room, limit, rank, aged)
-        rate_wait = self._record_starts(request, started_at, len(chosen))
+        started: dict[str, datetime] = {}
+        if request.partition is not None:
+            # F8/F9: the limits hold per partition (kernel/_memory/partitions.py).
+            choice = choose_partitioned(
+                request,
+                live.values(),
+                candidates,
+                buried={run.run_id for run in lapsed_on_final},
+                starts=self._partition_starts,
+                cursors=self._fair_cursors,
+                now=now,
+            )
+            chosen, started, rate_wait = choice.chosen, choice.started, choice.rate_wait
+        else:
+            chosen, rate_wait, started_at = self._choose_whole(
+                request, live.values(), held, candidates, now
+            )
+            started = dict.fromkeys((run.run_id for run in chosen), started_at)
         lease = request.lease
         expires_at = now + timedelta(seconds=lease)
         claimed: list[ClaimedRun] = []
@@ -494,7 +498,7 @@ class InMemoryJobBackend(JobBackendBase):
             run.token += 1
             run.lease_expires_at = expires_at
             run.worker = request.worker
-            run.updated_at = started_at if rate_room is not None else now
+            run.updated_at = started[run.run_id]
             claimed.append(
                 ClaimedRun(
                     run_id=run.run_id,
@@ -517,6 +521,35 @@ class InMemoryJobBackend(JobBackendBase):
                 )
             )
         return ClaimBatch(claimed, buried, rate_wait=rate_wait)
+
+    def _choose_whole(
+        self,
+        request: ClaimRequest,
+        live: Iterable[_Run],
+        held: int,
+        candidates: list[_Run],
+        now: datetime,
+    ) -> tuple[list[_Run], float | None, datetime]:
+        """The runs an unpartitioned claim takes (J3, F1, F2, F3): (chosen, its rate_wait, their
+        start time: the rate's, else now)."""
+        limit = request.limit
+        # J3: max_running counts every running run, whichever worker holds it, live lease or
+        # lapsed (a lapsed one keeps its slot until a claim retakes it): so the bound never
+        # depends on when a lapsed holder's heartbeat is refused. Due runs take only free slots;
+        # retaking a lapsed run moves its slot.
+        cap = request.max_running
+        room = limit if cap is None else max(min(limit, cap - held), 0)
+        # F2: a fair claim shares the room it may find (before the rate's cut) across tenants.
+        rank: dict[str, int] | None = None
+        if request.fairness is not None:
+            rank = self._fair_ranks(request, live, candidates, now, room)
+        started_at, rate_room = self._rate_window(request, now)
+        if rate_room is not None:
+            room, limit = min(room, rate_room), min(limit, rate_room)
+        aged = None if request.aging is None else (request.aging, now)
+        chosen = _choose(candidates, room, limit, rank, aged)
+        rate_wait = self._record_starts(request, started_at, len(chosen))
+        return chosen, rate_wait, started_at if rate_room is not None else now
 
     def _end_lapsed(
         self, lapsed: list[_Run], max_lapses: int | None, now: datetime

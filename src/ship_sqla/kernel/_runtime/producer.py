@@ -270,6 +270,7 @@ class Producer:
                 exclude_keys=exclude,
                 rate_limit=job.rate_limit,
                 fairness=job.fairness,
+                partition=job.partition,
                 max_lapses=job.retry.max_lapses,
                 aging=job.aging,
             )
