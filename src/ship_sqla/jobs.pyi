@@ -23,6 +23,8 @@ from ship_sqla.kernel._operations import BulkResult as BulkResult
 from ship_sqla.kernel._operations import CancelResult as CancelResult
 from ship_sqla.kernel._operations import JobOperations as JobOperations
 from ship_sqla.kernel._operations import PauseResult as PauseResult
+from ship_sqla.kernel._partition_waits import PartitionLimits as PartitionLimits
+from ship_sqla.kernel._partition_waits import PartitionWait as PartitionWait
 from ship_sqla.kernel._plans.backoff import Backoff as Backoff
 from ship_sqla.kernel._plans.schedule import next_occurrence as next_occurrence
 from ship_sqla.kernel._plans.schedule import occurrence_id as occurrence_id
@@ -80,6 +82,8 @@ __all__ = (
     "JobRegistry",
     "JobRuntime",
     "Listener",
+    "PartitionLimits",
+    "PartitionWait",
     "PauseResult",
     "PausedJob",
     "PayloadCodec",

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import Fairness, JobDefinition, PartitionBy, RateLimit
     from ship_sqla.kernel._metrics import JobOutcome
+    from ship_sqla.kernel._partition_waits import PartitionLimits, PartitionWait
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._priority import Aging
     from ship_sqla.kernel._settlement import Settlement, SettleRequest
@@ -666,6 +667,16 @@ class RunAdmin(QueueDepthSource, RunBrowser, Protocol):
 
     async def state_counts(self, *, limit: int) -> list[StateCount]:
         """Runs per (job, state), at most ``limit`` groups ordered by job then state."""
+        ...
+
+    async def partition_waits(
+        self, limits: Sequence[PartitionLimits], *, max_partitions: int, cap: int
+    ) -> list[PartitionWait]:
+        """F8/F9 seen: per job of ``limits`` (its partitioned limits), the partitions whose due
+        runs wait on a limit, and until when (:mod:`ship_sqla.kernel._partition_waits`), in
+        ONE bounded statement: at most ``max_partitions`` partitions per job (tenant order,
+        the untenanted runs one more), each's due runs counted up to ``cap``; ordered by job,
+        then partition."""
         ...
 
     async def demand(

@@ -74,6 +74,7 @@ from ship_sqla.kernel._memory.partitions import Starts, choose_partitioned
 from ship_sqla.kernel._memory.transactions import active_transaction, required_transaction
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore
+from ship_sqla.kernel._partition_waits import judge, window_measure
 from ship_sqla.kernel._plans.fairness import fair_shares
 from ship_sqla.kernel._plans.scheduled_runs import (
     fire_due,
@@ -113,6 +114,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._memory.transactions import InMemoryTransaction
     from ship_sqla.kernel._on_error import ErrorHandler
+    from ship_sqla.kernel._partition_waits import PartitionLimits, PartitionWait
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, FenceAnswer, HistoryKind
     from ship_sqla.kernel._priority import Aging
@@ -1046,6 +1048,43 @@ class InMemoryRunAdmin:
         for run in doomed:
             del backend._runs[run.run_id]  # noqa: SLF001
         return len(doomed)
+
+    async def partition_waits(
+        self, limits: Sequence[PartitionLimits], *, max_partitions: int, cap: int
+    ) -> list[PartitionWait]:
+        """F8/F9 seen: the PostgreSQL backend's PARTITION_WAITS over the model's runs: per job,
+        the partitions with waiting runs (tenant order, at most ``max_partitions``; the
+        untenanted runs one more when any is due), each measured and judged by the kernel."""
+        backend = self._backend
+        now = backend.clock.now()
+        found: list[PartitionWait] = []
+        for job in limits:
+            runs = list(backend._live.get(job.job_id, {}).values())  # noqa: SLF001
+            waiting = [run for run in runs if run.state == "waiting"]
+            named = sorted({run.tenant for run in waiting if run.tenant is not None})
+            parts: list[str | None] = [*named[:max_partitions]]
+            if any(run.tenant is None and run.run_at <= now for run in waiting):
+                parts.append(None)
+            for part in parts:
+                due = sum(1 for run in waiting if run.tenant == part and run.run_at <= now)
+                running = min(
+                    sum(1 for run in runs if run.state == "running" and run.tenant == part),
+                    job.max_running or 0,
+                )
+                starts = backend._partition_starts.get((job.job_id, part), [])  # noqa: SLF001
+                started, oldest = window_measure(starts, now, job.rate_period or 0.0)
+                wait = judge(
+                    job,
+                    part,
+                    due=min(due, cap),
+                    running=running,
+                    started=started if job.rate_limit is not None else 0,
+                    oldest_start=oldest,
+                    cap=cap,
+                )
+                if wait is not None:
+                    found.append(wait)
+        return found
 
     async def demand(
         self, job_ids: Sequence[str] | None, *, cap: int, max_jobs: int

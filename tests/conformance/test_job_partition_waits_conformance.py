@@ -1,0 +1,92 @@
+"""Partitioned limits seen (F8, F9; issue #35 item 6) on every backend: the operator's
+``partition_waits`` names each partition whose due runs wait on its rate limit (and until when
+its window frees) or on its cap, and no partition that is free to start or has nothing due.
+Time moves only through the FrozenClock."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from job_helpers import claim_request
+
+from ship_sqla import create_job_operations, define_job
+from ship_sqla.errors import BoundExceededError
+from ship_sqla.jobs import Concurrency, EnqueueRequest, RateLimit
+from ship_sqla.kernel import completed
+from ship_sqla.kernel._tenancy import tenant_ambient
+
+LEASE = 30.0
+
+
+async def noop(ctx: Any, payload: Any) -> None:
+    return None
+
+
+async def fill(backend: Any, job: Any, tenant: str | None, count: int) -> None:
+    with tenant_ambient(tenant):
+        await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(count)])
+
+
+def ops_of(backend: Any) -> Any:
+    return create_job_operations(backend, authorizer=lambda _permission, _operation: True)
+
+
+async def test_f8_a_partition_at_its_rate_is_seen_with_when_its_window_frees(
+    clock, job_backend_factory
+):
+    """F8 seen: RateLimit(2, 10 s, per tenant): after a claim that started 2 of tenant a's 5
+    runs and b's only run, a waits on its rate until the claim's time + 10 s (3 due), b (no
+    run due) and c (not yet claimed, its window empty) wait on nothing; once the window has
+    passed, nothing waits."""
+    backend = job_backend_factory(clock)
+    job = define_job(
+        "seen.rate",
+        noop,
+        payload=dict,
+        rate_limit=RateLimit(2, 10.0, partition="tenant"),
+        concurrency=Concurrency(lease=LEASE),
+    )
+    await fill(backend, job, "a", 5)
+    await fill(backend, job, "b", 1)
+    started_at = clock.now()
+    batch = await backend.claim(claim_request(job, worker="w", limit=100))
+    assert len(batch) == 3
+    await backend.settle([completed(run) for run in batch])
+    await fill(backend, job, "c", 1)
+    clock.advance(4)
+    [wait] = await ops_of(backend).partition_waits([job])
+    assert (wait.job_id, wait.partition, wait.due, wait.started) == ("seen.rate", "a", 3, 2)
+    assert wait.waiting_on == ("rate",)
+    assert wait.until == started_at + timedelta(seconds=10)
+    clock.advance(6)
+    assert await ops_of(backend).partition_waits([job]) == []
+
+
+async def test_f9_a_partition_at_its_cap_is_seen_until_a_run_ends(clock, job_backend_factory):
+    """F9 seen: Concurrency(max=2, per tenant): with two of tenant a's runs running and more
+    due, a waits on its cap (until one of them ends: no time), b with one running does not;
+    an unpartitioned job is skipped; the bounds are checked."""
+    backend = job_backend_factory(clock)
+    job = define_job(
+        "seen.cap",
+        noop,
+        payload=dict,
+        concurrency=Concurrency(max=2, lease=LEASE, partition="tenant"),
+    )
+    plain = define_job("seen.plain", noop, payload=dict)
+    await fill(backend, job, "a", 4)
+    await fill(backend, job, "b", 1)
+    await fill(backend, job, None, 1)
+    batch = await backend.claim(claim_request(job, worker="w", limit=100))
+    assert len(batch) == 4  # a: 2, b: 1, untenanted: 1
+    await fill(backend, job, "b", 1)
+    ops = ops_of(backend)
+    [wait] = await ops.partition_waits([job, plain])
+    assert (wait.partition, wait.due, wait.running, wait.until) == ("a", 2, 2, None)
+    assert wait.waiting_on == ("concurrency",)
+    await backend.settle([completed(run) for run in batch if run.tenant == "a"][:1])
+    assert await ops.partition_waits([job]) == []
+    with pytest.raises(BoundExceededError):
+        await ops.partition_waits([job], max_partitions=0)
