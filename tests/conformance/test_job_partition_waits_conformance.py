@@ -5,13 +5,15 @@ Time moves only through the FrozenClock."""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 from typing import Any
 
+import anyio
 import pytest
 from job_helpers import claim_request
 
-from ship_sqla import create_job_operations, define_job
+from ship_sqla import create_job_operations, define_job, start_job_runtime
 from ship_sqla.errors import BoundExceededError
 from ship_sqla.jobs import Concurrency, EnqueueRequest, RateLimit
 from ship_sqla.kernel import completed
@@ -90,3 +92,40 @@ async def test_f9_a_partition_at_its_cap_is_seen_until_a_run_ends(clock, job_bac
     assert await ops.partition_waits([job]) == []
     with pytest.raises(BoundExceededError):
         await ops.partition_waits([job], max_partitions=0)
+
+
+async def test_f8_the_worker_logs_a_throttled_claim_at_debug_level_only(
+    clock, job_backend_factory, caplog
+):
+    """F8 seen: a runtime whose claim left a partition's window full logs it at debug level
+    (the job, that a partition's rate throttled it, when the window frees), and nothing at
+    info level or above: throttling is routine."""
+    backend = job_backend_factory(clock)
+    done: list[int] = []
+    finished = anyio.Event()
+
+    async def handler(ctx: Any, payload: Any) -> None:
+        done.append(payload["n"])
+        if len(done) == 2:
+            finished.set()
+
+    job = define_job(
+        "seen.log",
+        handler,
+        payload=dict,
+        rate_limit=RateLimit(2, 5.0, partition="tenant"),
+        concurrency=Concurrency(lease=LEASE),
+    )
+    await fill(backend, job, "a", 4)
+    with caplog.at_level(logging.DEBUG, logger="ship_sqla.jobs"):
+        runtime = await start_job_runtime(job, backend=backend, clock=clock, poll_interval=60.0)
+        try:
+            with anyio.fail_after(10):
+                await finished.wait()
+        finally:
+            await runtime.stop(drain_timeout=0)
+    throttled = [r for r in caplog.records if "claim throttled" in r.getMessage()]
+    assert throttled
+    assert {r.levelno for r in throttled} == {logging.DEBUG}
+    assert "'seen.log'" in throttled[0].getMessage()
+    assert "a partition's" in throttled[0].getMessage()

@@ -10,12 +10,15 @@ interval (J3), or, when a pass was cut short by this process's own capacity, a s
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest
 from ship_sqla.kernel._runtime.state import InFlight, crash_loop_error, lapsed_final_error
 from ship_sqla.kernel._settlement import released
 from ship_sqla.kernel._waiting import first_done, wait_event
+
+logger = logging.getLogger("ship_sqla.jobs")
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -278,6 +281,15 @@ class Producer:
         if claimed.rate_wait is not None:
             # F3: the job's rate window is full; claim it again when the window frees.
             self._rate_wake_at(sent + max(claimed.rate_wait, 0.0))
+            # Seen (F3, F8): a throttled claim is routine, so debug level only.
+            logger.debug(
+                "job %r: claim throttled by its rate limit%s (%d started); the window frees"
+                " in %.3f s",
+                job.id,
+                " (a partition's)" if job.partition is not None else "",
+                len(claimed),
+                max(claimed.rate_wait, 0.0),
+            )
         for buried in claimed.buried:
             self._buried(job, buried)
         if self._metrics is not None:
