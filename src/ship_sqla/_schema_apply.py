@@ -112,10 +112,12 @@ def ship_tables_metadata(
     schema: str | None = None,
     components: Iterable[str] = COMPONENTS,
     fair_claims: bool = False,
+    partitioned_claims: bool = False,
 ) -> MetaData:
     """A new MetaData with the ship tables of ``components``, named by ``names``, in ``schema``
     (None: the search_path decides); ``fair_claims``: the runs table with the fair claims' index
-    (``ship_job_runs_table(..., fair_claims=True)``, F2). A name the factories refuse (too long
+    (``ship_job_runs_table(..., fair_claims=True)``, F2); ``partitioned_claims``: with the
+    partitioned claims' indexes (F8, F9). A name the factories refuse (too long
     for their index names) raises :class:`ConfigurationError`."""
     names = names or ShipTableNames()
     wanted = set(components)
@@ -132,7 +134,13 @@ def ship_tables_metadata(
         )
     metadata = MetaData()
     if "jobs" in wanted:
-        ship_job_runs_table(metadata, name=names.runs, schema=schema, fair_claims=fair_claims)
+        ship_job_runs_table(
+            metadata,
+            name=names.runs,
+            schema=schema,
+            fair_claims=fair_claims,
+            partitioned_claims=partitioned_claims,
+        )
         ship_job_state_table(metadata, name=names.state, schema=schema)
         ship_job_workers_table(metadata, name=names.workers, schema=schema)
     if "workflows" in wanted:

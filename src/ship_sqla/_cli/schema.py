@@ -77,6 +77,7 @@ _CHOICE_OPTIONS: Final = (
     ("--only", "only"),
     ("--schema", "ship_schema"),
     ("--fair-claims", "fair_claims"),
+    ("--partitioned-claims", "partitioned_claims"),
 )
 """The other options that say which ship tables: flag, parameter."""
 
@@ -91,6 +92,7 @@ class ShipTablesChoice:
     components: tuple[str, ...]
     given: tuple[str, ...]
     fair_claims: bool = False
+    partitioned_claims: bool = False
 
     def metadata(self) -> MetaData:
         try:
@@ -99,6 +101,7 @@ class ShipTablesChoice:
                 schema=self.schema,
                 components=self.components,
                 fair_claims=self.fair_claims,
+                partitioned_claims=self.partitioned_claims,
             )
         except ConfigurationError as exc:
             raise click.UsageError(str(exc)) from exc
@@ -135,6 +138,13 @@ def _ship_tables_choice_options(command: Any) -> Any:  # noqa: ANN401 - click's 
         " a job has fairness= (F2); every waiting run enters that index.",
     )(command)
     command = click.option(
+        "--partitioned-claims",
+        is_flag=True,
+        help="The runs table with the indexes per-tenant limits read (<runs>_tenant_idx,"
+        " <runs>_running_idx): give it when a job has RateLimit(..., partition='tenant') or"
+        " Concurrency(max=N, partition='tenant') (F8, F9).",
+    )(command)
+    command = click.option(
         "--schema",
         "ship_schema",
         type=Identifier("schema"),
@@ -162,6 +172,7 @@ def ship_tables_options(command: _Command) -> _Command:
         only: tuple[str, ...],
         ship_schema: str | None,
         fair_claims: bool,
+        partitioned_claims: bool,
         **kwargs: Any,  # noqa: ANN401
     ) -> None:
         given = _given_on_the_command_line()
@@ -174,6 +185,7 @@ def ship_tables_options(command: _Command) -> _Command:
             tuple(dict.fromkeys(only)) or COMPONENTS,
             given,
             fair_claims=fair_claims,
+            partitioned_claims=partitioned_claims,
         )
         command(*args, ship_tables=choice, **kwargs)
 

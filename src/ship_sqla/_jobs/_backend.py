@@ -157,6 +157,7 @@ from ship_sqla.kernel._ports import (
     CANCEL_LAPSED_MESSAGE,
     LEASE_LAPSED_FINAL_MESSAGE,
     LEASE_LAPSED_MESSAGE,
+    MAX_CLAIM_BATCH,
     BuriedRun,
     ClaimBatch,
     ClaimedRun,
@@ -806,7 +807,9 @@ class PostgresJobBackend(JobBackendBase):
         if not self._partitions_served:
             await self._require_partitioned_claims([request.job_id])
         job_id, fair, rate = request.job_id, request.fairness, request.rate_limit
-        params["lapsed_limit"] = request.limit
+        # J6: every lapsed lease the claim meets, up to the most a claim takes (each partition's
+        # gate decides which it retakes; a partitioned job has no one cap to bound them by).
+        params["lapsed_limit"] = MAX_CLAIM_BATCH
         params["after_tenant"] = self._fair_cursors.get(job_id)
         params["max_tenants"] = DEFAULT_PARTITION_WALK if fair is None else fair.max_tenants
         params["weight_tenants"] = [] if fair is None else [tenant for tenant, _ in fair.weights]

@@ -764,38 +764,42 @@ _PARTS: Final = """, parts AS MATERIALIZED (
         END AS used
     FROM (SELECT w.tenant, w.k, {gate_of_w} AS gate FROM tenants w) t
     LEFT JOIN {state} g ON g.job_id = t.gate
+), allowed AS (
+    -- What each partition's limits let it take, as this snapshot sees them (at most the limit
+    -- asked): max - running, limit - starts in the window.
+    SELECT p.tenant, p.k, greatest(least(CAST(:limit AS integer),
+            CASE WHEN CAST(:max_running AS integer) IS NULL THEN CAST(:limit AS integer)
+                 ELSE CAST(:max_running AS integer) - p.held END,
+            CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN CAST(:limit AS integer)
+                 ELSE CAST(:rate_limit AS integer) - p.used END), 0) AS n
+    FROM parts p
 ), counted AS MATERIALIZED (
-    -- <runs>_tenant_idx: each partition's due runs, counted up to the room and to what its
-    -- limits allow it (index-only, bounded; two LIMITs, as in the fair claim). A partition at
-    -- its limit counts 0 and takes no share: its room goes to the others (work-conserving).
-    SELECT p.tenant, p.k,
+    -- <runs>_tenant_idx: each partition's due runs, counted up to what its limits allow it
+    -- (index-only, bounded; two LIMITs, as in the fair claim): a partition at its limit reads
+    -- none and takes no share, so its room goes to the others (work-conserving).
+    SELECT a.tenant, a.k,
         coalesce(w.weight, CAST(:default_weight AS integer)) AS weight,
-        least(
-            CASE WHEN p.tenant IS NULL THEN (
+        CASE WHEN a.n = 0 THEN 0
+            WHEN a.tenant IS NULL THEN (
                 SELECT count(*) FROM (SELECT 1 FROM (
                     SELECT 1 FROM {runs} r
                     WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id IS NULL
                       AND r.run_at <= {now}
                     ORDER BY r.tenant_id, r.run_at
                     LIMIT {claim_batch}) bounded
-                    LIMIT CAST(:limit AS integer)) c)
+                    LIMIT a.n) c)
             ELSE (
                 SELECT count(*) FROM (SELECT 1 FROM (
                     SELECT 1 FROM {runs} r
-                    WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id = p.tenant
+                    WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id = a.tenant
                       AND r.run_at <= {now}
                     ORDER BY r.tenant_id, r.run_at
                     LIMIT {claim_batch}) bounded
-                    LIMIT CAST(:limit AS integer)) c)
-            END,
-            greatest(least(
-                CASE WHEN CAST(:max_running AS integer) IS NULL THEN CAST(:limit AS integer)
-                     ELSE CAST(:max_running AS integer) - p.held END,
-                CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN CAST(:limit AS integer)
-                     ELSE CAST(:rate_limit AS integer) - p.used END), 0)) AS due_n
-    FROM parts p
+                    LIMIT a.n) c)
+        END AS due_n
+    FROM allowed a
     LEFT JOIN unnest(CAST(:weight_tenants AS text[]), CAST(:weights AS integer[]))
-        AS w(tenant, weight) ON w.tenant = p.tenant
+        AS w(tenant, weight) ON w.tenant = a.tenant
 )"""
 
 _ROOM_PARTITIONED: Final = """, room AS (
@@ -920,12 +924,16 @@ _PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
     -- granted (due ones: at most its due grant). Rows locked and not picked stay locked until
     -- COMMIT, as in every claim.
     SELECT c.id FROM (
-        SELECT c.id, c.rank, g.due_n, g.total_n, row_number() OVER (
+        SELECT c.id, c.rank, c.priority, c.run_at, c.seq, g.due_n, g.total_n, row_number() OVER (
                 PARTITION BY c.part ORDER BY c.rank, c.priority DESC, c.run_at, c.seq) AS place
         FROM cands c
         JOIN gates g ON g.gate = {gate_of_c}
     ) c
     WHERE c.place <= c.total_n AND c.rank <= c.due_n
+    -- At most the limit in all (lapsed runs past it were granted and recorded all the same:
+    -- a start not made only narrows its window; they are retaken by a later claim).
+    ORDER BY c.rank, c.priority DESC, c.run_at, c.seq
+    LIMIT CAST(:limit AS integer)
 )"""
 
 _PART_NEW_DUE_GRANT: Final = """greatest(least(f.due_n,

@@ -132,18 +132,20 @@ def choose_partitioned(
     for run in lives:
         if run.state == "running" and run.run_id not in buried:
             held[run.tenant] = held.get(run.tenant, 0) + 1
-    retakable = sorted(
-        (run for run in candidates if run.state == "running"),
-        key=lambda run: (-run.priority, run.run_at, run.seq),
-    )
+    retakable = sorted((run for run in candidates if run.state == "running"), key=_claim_order)
     room = max(request.limit - len(retakable), 0)
     waiting = [run for run in lives if run.state == "waiting"]
     visited = _walk(request, waiting, cursors)
-    due = [run for run in candidates if run.state == "waiting"]
-    if any(run.tenant is None for run in due):
+    # Counted as the claim counts them: every due run of the partition, J4's keys or not.
+    due_of: dict[str | None, int] = {}
+    for run in waiting:
+        if run.run_at <= now:
+            due_of[run.tenant] = due_of.get(run.tenant, 0) + 1
+    if due_of.get(None):
         visited.insert(0, None)
     gates = {part: _gate(request, part, held.get(part, 0), starts, now) for part in visited}
-    ranked = _due_shares(request, visited, gates, due, room)
+    due = [run for run in candidates if run.state == "waiting"]
+    ranked = _due_shares(request, visited, gates, (due_of, due), room)
     for run in retakable:
         if run.tenant not in gates:
             gates[run.tenant] = _gate(request, run.tenant, held.get(run.tenant, 0), starts, now)
@@ -154,18 +156,20 @@ def _due_shares(
     request: ClaimRequest,
     visited: list[str | None],
     gates: dict[str | None, _Gate],
-    due: list[_Run],
+    due: tuple[dict[str | None, int], list[_Run]],
     room: int,
 ) -> dict[str | None, list[_Run]]:
     """Each visited partition's oldest due runs, at most its share of ``room`` (F2's
-    water-filling over the partitions, each counted up to what its gate allows)."""
+    water-filling over the partitions, each counted up to what its gate allows). ``due``:
+    each partition's count of due runs, and the due runs this claim may take."""
+    due_of, takeable = due
     by_part: dict[str | None, list[_Run]] = {}
-    for run in due:
+    for run in takeable:
         by_part.setdefault(run.tenant, []).append(run)
     fairness = request.fairness
     counts = [
         (
-            min(len(by_part.get(part, ())), gates[part].allows(request.limit)),
+            min(due_of.get(part, 0), gates[part].allows(request.limit)),
             1 if fairness is None else fairness.weight_of(part),
         )
         for part in visited
@@ -173,7 +177,7 @@ def _due_shares(
     ranked: dict[str | None, list[_Run]] = {}
     for part, share in zip(visited, fair_shares(counts, room), strict=True):
         if share > 0:
-            runs = by_part[part]
+            runs = by_part.get(part, [])
             ranked[part] = heapq.nsmallest(share, runs, key=lambda run: (run.run_at, run.seq))
     return ranked
 
@@ -215,5 +219,12 @@ def _grant(
             if sum(n for _, n in window) >= rate.limit:
                 oldest = min(at for at, n in window if n > 0)
                 waits.append((oldest + timedelta(seconds=rate.period) - gate.at).total_seconds())
+    # The claim takes at most its limit (what a gate granted past it is recorded all the
+    # same: a start the claim did not make only narrows the window), in claim order (K6).
     order.sort(key=lambda entry: entry[:4])
-    return PartitionChoice([entry[4] for entry in order], started, min(waits, default=None))
+    chosen = sorted((entry[4] for entry in order[: request.limit]), key=_claim_order)
+    return PartitionChoice(chosen, started, min(waits, default=None))
+
+
+def _claim_order(run: _RunLike) -> tuple[int, datetime, int]:
+    return -run.priority, run.run_at, run.seq
