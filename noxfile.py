@@ -79,7 +79,8 @@ def chaos(session: nox.Session) -> None:
     """The chaos tests at full size, on worker processes killed with ``kill -9``: 1,000 workflow
     runs (issue 14; the ``chaos:`` line, BENCHMARKS.md), 10,000 transactional runs against a
     plain-handler control (issue 37; the ``tx chaos:`` line), and consumers and a backfill
-    through 12 kills mid-batch and a PostgreSQL crash (issue 28, the ``stream faults:`` line);
+    through 12 kills mid-batch and a PostgreSQL crash (issue 28, the ``stream faults:`` line),
+    and partitioned limits through a kill a second (issue 35, the ``partition chaos:`` line);
     each prints its figures."""
     python = _python(session)
     session.run(
@@ -100,6 +101,17 @@ def chaos(session: nox.Session) -> None:
         "-s",
         *session.posargs,
         env={"SHIP_SQLA_STREAM_FAULTS_SIZE": "large"},
+    )
+    # F8/F9 under kill -9 (issue 35): 1,800 runs over six tenants, per-tenant rate and cap
+    # audited from the stored history (the ``partition chaos:`` line).
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "tests/integration/test_partition_chaos.py",
+        "-s",
+        *session.posargs,
+        env={"SHIP_SQLA_PARTITION_CHAOS_RUNS": "150"},
     )
 
 
