@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, str] = {
     "pools": "benchmarks.pools",
     "webhooks": "benchmarks.webhooks",
     "aging": "benchmarks.aging",
+    "partitions": "benchmarks.partitions",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is
 unfinished (or broken) is reported as failed without keeping the others from running."""

@@ -15,7 +15,7 @@ from job_helpers import claim_request
 
 from ship_sqla import create_job_operations, define_job, start_job_runtime
 from ship_sqla.errors import BoundExceededError
-from ship_sqla.jobs import Concurrency, EnqueueRequest, RateLimit
+from ship_sqla.jobs import Concurrency, EnqueueRequest, Fairness, RateLimit
 from ship_sqla.kernel import completed
 from ship_sqla.kernel._tenancy import tenant_ambient
 
@@ -129,3 +129,48 @@ async def test_f8_the_worker_logs_a_throttled_claim_at_debug_level_only(
     assert {r.levelno for r in throttled} == {logging.DEBUG}
     assert "'seen.log'" in throttled[0].getMessage()
     assert "a partition's" in throttled[0].getMessage()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        pytest.param({"fairness": Fairness(max_tenants=2)}, id="fair"),
+        pytest.param(
+            {
+                "fairness": Fairness(max_tenants=2),
+                "rate_limit": RateLimit(100, 1.0, partition="tenant"),
+            },
+            id="partitioned",
+        ),
+    ],
+)
+async def test_f2_f8_a_short_claim_whose_walk_stopped_claims_again_at_once(
+    clock, job_backend_factory, options
+):
+    """F2/F8/F9 work-conserving in the runtime: a claim whose tenant walk stopped at
+    max_tenants (2 of 7 tenants visited) comes back short with more_due, and the runtime claims
+    again at once rather than at its next poll (60 s, on a frozen clock: never), so all 14 runs
+    of the 7 tenants start without the clock moving."""
+    backend = job_backend_factory(clock)
+    done: list[int] = []
+    finished = anyio.Event()
+
+    async def handler(ctx: Any, payload: Any) -> None:
+        done.append(payload["n"])
+        if len(done) == 14:
+            finished.set()
+
+    job = define_job("seen.walk", handler, payload=dict, **options)
+    for tenant in range(7):
+        await fill(backend, job, f"t{tenant}", 2)
+    first = await backend.claim(claim_request(job, worker="probe", limit=100))
+    assert len(first) == 4
+    assert first.more_due
+    await backend.settle([completed(run) for run in first])
+    done.extend([-1] * 4)
+    runtime = await start_job_runtime(job, backend=backend, clock=clock, poll_interval=60.0)
+    try:
+        with anyio.fail_after(10):
+            await finished.wait()
+    finally:
+        await runtime.stop(drain_timeout=0)

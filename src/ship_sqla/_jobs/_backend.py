@@ -867,7 +867,8 @@ class PostgresJobBackend(JobBackendBase):
         if ended_children:
             await self._wake_parents(ended_children)  # D5: after the burial committed
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
-        return ClaimBatch(claimed, buried, rate_wait=rate_wait), created
+        more_due = job_id in self._fair_cursors and (walked or request.fairness is not None)
+        return ClaimBatch(claimed, buried, rate_wait=rate_wait, more_due=more_due), created
 
     async def heartbeat(self, runs: Sequence[ClaimedRun]) -> HeartbeatBatch:
         """Extend each run's lease by its claim's ``lease``; False where stale or lapsed; the

@@ -276,7 +276,7 @@ class ClaimBatch(list[ClaimedRun]):
     that only want the runs use it as one), plus ``buried``, the runs the same claim
     dead-lettered (J6), which the runtime reports and counts (J10)."""
 
-    __slots__ = ("buried", "rate_wait")
+    __slots__ = ("buried", "more_due", "rate_wait")
 
     def __init__(
         self,
@@ -284,12 +284,17 @@ class ClaimBatch(list[ClaimedRun]):
         buried: Iterable[BuriedRun] = (),
         *,
         rate_wait: float | None = None,
+        more_due: bool = False,
     ) -> None:
         super().__init__(claimed)
         self.buried: tuple[BuriedRun, ...] = tuple(buried)
         self.rate_wait = rate_wait
         """F3: the claim left the job's rate window full: seconds until another run may start
         (the runtime claims the job again then, not at its next poll). None otherwise."""
+        self.more_due = more_due
+        """F2/F8/F9: the claim's tenant walk stopped at its ``max_tenants``, so tenants past
+        it were not visited and may have due runs though this claim came back short (the
+        runtime claims again at once when it started something, not at its next poll)."""
 
     def __repr__(self) -> str:
         return f"ClaimBatch({list(self)!r}, buried={self.buried!r}, rate_wait={self.rate_wait!r})"

@@ -522,7 +522,9 @@ class InMemoryJobBackend(JobBackendBase):
                     retaken=retaken,
                 )
             )
-        return ClaimBatch(claimed, buried, rate_wait=rate_wait)
+        walked = request.fairness is not None or request.partition is not None
+        more_due = walked and request.job_id in self._fair_cursors
+        return ClaimBatch(claimed, buried, rate_wait=rate_wait, more_due=more_due)
 
     def _choose_whole(
         self,

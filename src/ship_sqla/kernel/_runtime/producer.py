@@ -96,6 +96,8 @@ class Producer:
         self._start_run = start_run
         self._error_backoff = shared.error_backoff
         self._rotation = 0
+        # F2/F8/F9: the last claim's tenant walk stopped at max_tenants (ClaimBatch.more_due).
+        self._walk_stopped = False
         self._kick = asyncio.Event()
         self._want_capacity = False
         # True while the loop waits because this process's own caps are full.
@@ -229,10 +231,13 @@ class Producer:
             if limit <= 0:
                 blocked = True
                 continue
+            self._walk_stopped = False
             started = await self._claim_and_start(job, limit, exclude)
             if started is None:
                 return False, False
-            if started == limit:
+            if started == limit or (started and self._walk_stopped):
+                # A full claim, or a short one whose tenant walk stopped at max_tenants
+                # (F2/F8/F9): the tenants past it may hold due runs.
                 more = True
         return more, blocked
 
@@ -290,6 +295,7 @@ class Producer:
                 len(claimed),
                 max(claimed.rate_wait, 0.0),
             )
+        self._walk_stopped = claimed.more_due
         for buried in claimed.buried:
             self._buried(job, buried)
         if self._metrics is not None:
