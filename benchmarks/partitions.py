@@ -46,6 +46,7 @@ from ship_sqla._jobs import (
     create_job_backend,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_workers_table,
 )
 from ship_sqla.jobs import Concurrency, RateLimit
 from ship_sqla.kernel._ports import ClaimRequest
@@ -189,6 +190,7 @@ async def run(bench: Bench) -> list[Figure]:
         metadata = MetaData()
         ship_job_runs_table(metadata, partitioned_claims=True)
         ship_job_state_table(metadata)
+        ship_job_workers_table(metadata)  # the runtime registers itself (F6), as deployed
         async with db.engine.begin() as connection:
             await connection.run_sync(metadata.create_all)
         await _drain(bench, db, 1_000, 100, None)  # warm-up (not measured)
