@@ -113,12 +113,14 @@ def ship_tables_metadata(
     components: Iterable[str] = COMPONENTS,
     fair_claims: bool = False,
     partitioned_claims: bool = False,
+    partition_keys: bool = False,
 ) -> MetaData:
     """A new MetaData with the ship tables of ``components``, named by ``names``, in ``schema``
     (None: the search_path decides); ``fair_claims``: the runs table with the fair claims' index
-    (``ship_job_runs_table(..., fair_claims=True)``, F2); ``partitioned_claims``: with the
-    partitioned claims' indexes (F8, F9). A name the factories refuse (too long
-    for their index names) raises :class:`ConfigurationError`."""
+    (``ship_job_runs_table(..., fair_claims=True)``, F2); ``partitioned_claims`` and
+    ``partition_keys``: with the partitioned claims' indexes, per tenant and per key (F8, F9).
+    A name the factories refuse (too long for their index names) raises
+    :class:`ConfigurationError`."""
     names = names or ShipTableNames()
     wanted = set(components)
     unknown = wanted - set(COMPONENTS)
@@ -140,6 +142,7 @@ def ship_tables_metadata(
             schema=schema,
             fair_claims=fair_claims,
             partitioned_claims=partitioned_claims,
+            partition_keys=partition_keys,
         )
         ship_job_state_table(metadata, name=names.state, schema=schema)
         ship_job_workers_table(metadata, name=names.workers, schema=schema)

@@ -67,7 +67,9 @@ async def postgres_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
     # fair_claims: the fairness conformance suite claims fair jobs (F2); partitioned_claims:
     # the partition suite claims jobs with per-tenant limits (F8, F9); other suites never read
     # their indexes.
-    runs_table = ship_job_runs_table(metadata, fair_claims=True, partitioned_claims=True)
+    runs_table = ship_job_runs_table(
+        metadata, fair_claims=True, partitioned_claims=True, partition_keys=True
+    )
     state_table = ship_job_state_table(metadata)
     workers_table = ship_job_workers_table(metadata)
     steps_table = ship_job_steps_table(metadata)

@@ -1,4 +1,5 @@
-"""Partitioned limits (F8 rate limits, F9 concurrency caps, per tenant) on every backend: each
+"""Partitioned limits (F8 rate limits, F9 concurrency caps, per tenant or per partition key) on
+every backend: each
 partition has its own window and its own cap, a partition at its limit never holds the others
 back (work-conserving), lapsed runs keep their slot and spend their partition's rate when
 retaken, and the claim shares its room across the partitions as a fair claim does (F2).
@@ -13,7 +14,7 @@ import pytest
 from job_helpers import claim_request, record_of
 
 from ship_sqla import define_job
-from ship_sqla.errors import ConfigurationError
+from ship_sqla.errors import ConfigurationError, InvalidKeyError
 from ship_sqla.jobs import Concurrency, EnqueueRequest, Fairness, RateLimit
 from ship_sqla.kernel import completed
 from ship_sqla.kernel._tenancy import tenant_ambient
@@ -197,13 +198,91 @@ async def test_f8_partitions_take_turns_past_the_walk(clock, job_backend_factory
     assert seen == dict.fromkeys("abcde", 1)
 
 
+def by_customer(payload: Any) -> str:
+    return str(payload["customer"])
+
+
+async def test_f8_a_partition_key_derived_from_the_payload(clock, job_backend_factory):
+    """F8 per key: RateLimit(2, 10 s, partition='key') with define_job(partition_key=fn): each
+    customer's runs have their own window, and an enqueue's own partition_key= wins over the
+    function's (its run is limited in its own key's window)."""
+    backend = job_backend_factory(clock)
+    job = define_job(
+        "f8.keys",
+        noop,
+        payload=dict,
+        rate_limit=RateLimit(2, 10.0, partition="key"),
+        partition_key=by_customer,
+    )
+    for customer in ("a", "b", "c"):
+        await backend.enqueue_many(
+            job, [EnqueueRequest({"customer": customer, "n": n}) for n in range(5)]
+        )
+    # Its own key: the payload says "a", the enqueue says "vip".
+    await backend.enqueue(job, {"customer": "a", "n": 99}, partition_key="vip")
+    batch = await backend.claim(claim_request(job, worker="w", limit=100))
+    taken = Counter(run.payload["customer"] for run in batch)
+    assert taken == {"a": 3, "b": 2, "c": 2}  # a's window (2) and vip's (1)
+    assert any(run.payload["n"] == 99 for run in batch)
+    assert list(await backend.claim(claim_request(job, worker="w", limit=100))) == []
+    clock.advance(10)
+    again = await backend.claim(claim_request(job, worker="w", limit=100))
+    assert Counter(run.payload["customer"] for run in again) == {"a": 2, "b": 2, "c": 2}
+
+
+async def test_f9_at_most_n_running_per_partition_key(clock, job_backend_factory):
+    """F9 per key: Concurrency(max=1, partition='key') with keys given at enqueue: one running
+    run per key; completing it lets the key's next one start; runs enqueued without a key
+    are one more partition."""
+    backend = job_backend_factory(clock)
+    job = define_job("f9.keys", noop, payload=dict, concurrency=Concurrency(max=1, partition="key"))
+    for key in ("x", "y", None):
+        for n in range(3):
+            await backend.enqueue(job, {"key": key, "n": n}, partition_key=key)
+    first = await backend.claim(claim_request(job, worker="w", limit=10))
+    assert sorted((run.payload["key"] or "") for run in first) == ["", "x", "y"]
+    assert list(await backend.claim(claim_request(job, worker="w", limit=10))) == []
+    x_run = next(run for run in first if run.payload["key"] == "x")
+    await backend.settle([completed(x_run)])
+    [nxt] = await backend.claim(claim_request(job, worker="w", limit=10))
+    assert nxt.payload == {"key": "x", "n": 1}
+
+
+async def test_f8_f9_a_partition_key_is_only_for_a_job_partitioned_by_key(
+    clock, job_backend_factory
+):
+    """F8, F9: an enqueue naming a partition_key for a job whose limits are not per key is
+    refused before anything is written; a blank key is refused too."""
+    backend = job_backend_factory(clock)
+    plain = define_job("f8.plain_key", noop, payload=dict)
+    with pytest.raises(ConfigurationError, match="partition='key'"):
+        await backend.enqueue(plain, {}, partition_key="a")
+    keyed = define_job(
+        "f8.blank_key", noop, payload=dict, rate_limit=RateLimit(1, 1.0, partition="key")
+    )
+    with pytest.raises(InvalidKeyError, match="partition_key"):
+        await backend.enqueue(keyed, {}, partition_key="")
+    assert await backend.admin.job_known(plain.id) is False
+
+
 def test_f8_f9_declarations_are_checked():
     """F8, F9: a partitioned cap needs a max; a job's limits are partitioned alike or not at
-    all; only 'tenant' partitions are served yet. Each error says what to do."""
+    all; partition is 'tenant' or 'key'; partition_key= needs a limit per key; fair claims
+    with limits per key are not supported yet. Each error says what to do."""
     with pytest.raises(ConfigurationError, match="no cap to partition"):
         Concurrency(partition="tenant")
-    with pytest.raises(ConfigurationError, match="not supported yet"):
+    with pytest.raises(ConfigurationError, match="'tenant' or 'key'"):
         RateLimit(1, 1.0, partition="customer")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="no limit of the job has partition='key'"):
+        define_job("f8.fn", noop, payload=dict, partition_key=by_customer)
+    with pytest.raises(ConfigurationError, match="not supported yet"):
+        define_job(
+            "f8.fair_key",
+            noop,
+            payload=dict,
+            rate_limit=RateLimit(1, 1.0, partition="key"),
+            fairness=Fairness(),
+        )
     with pytest.raises(ConfigurationError, match="all partitioned the same way") as caught:
         define_job(
             "f89.mixed",

@@ -174,3 +174,27 @@ async def test_f2_f8_a_short_claim_whose_walk_stopped_claims_again_at_once(
             await finished.wait()
     finally:
         await runtime.stop(drain_timeout=0)
+
+
+async def test_f8_f9_partitions_by_key_are_seen_too(clock, job_backend_factory):
+    """F8/F9 seen per partition key: RateLimit(1, 30 s, partition='key') with the key from the
+    payload: after a claim, customer a (3 runs) waits on its rate with 2 due until the claim's
+    time + 30 s; customer b (1 run, started) has nothing due and is not listed."""
+    backend = job_backend_factory(clock)
+    job = define_job(
+        "seen.keys",
+        noop,
+        payload=dict,
+        rate_limit=RateLimit(1, 30.0, partition="key"),
+        concurrency=Concurrency(lease=LEASE),
+        partition_key=lambda payload: payload["customer"],
+    )
+    for customer, count in (("a", 3), ("b", 1)):
+        for n in range(count):
+            await backend.enqueue(job, {"customer": customer, "n": n})
+    started_at = clock.now()
+    batch = await backend.claim(claim_request(job, worker="w", limit=10))
+    assert len(batch) == 2
+    [wait] = await ops_of(backend).partition_waits([job])
+    assert (wait.partition, wait.due, wait.waiting_on) == ("a", 2, ("rate",))
+    assert wait.until == started_at + timedelta(seconds=30)

@@ -248,3 +248,18 @@ def test_autogenerate_adds_consumer_progress_to_a_runs_table_from_before_it(
     )
     assert "add_column('ship_job_runs', sa.Column('progress'" in source
     assert "ship_job_runs_progress_idx" in source
+
+
+def test_autogenerate_adds_the_partition_key_to_a_runs_table_from_before_it(
+    alembic_config,
+) -> None:
+    """T2 for F8/F9: on a runs table as it was before partition keys (no ``partition_key``),
+    autogenerate adds the column (nullable: no rewrite); after upgrade head, alembic check
+    reports no difference."""
+    source = _migrated_from(
+        alembic_config,
+        ["ALTER TABLE ship_job_runs DROP COLUMN partition_key"],
+        message="partition keys",
+        rev_id="0011",
+    )
+    assert "add_column('ship_job_runs', sa.Column('partition_key'" in source

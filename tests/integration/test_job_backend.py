@@ -31,7 +31,7 @@ from ship_sqla._jobs import (
 from ship_sqla._jobs._sql.claim import CLAIM_COLUMNS
 from ship_sqla._jobs._sql.settle import HEARTBEAT_COLUMNS, SETTLE_COLUMNS
 from ship_sqla.errors import DatabaseUnavailableError, InvalidPayloadError
-from ship_sqla.jobs import Aging, Fairness
+from ship_sqla.jobs import Aging, Fairness, RateLimit
 from ship_sqla.kernel import completed, failed, released
 
 # Private on purpose: the backend stores the run ids of the kernel's one UUIDv7 generator (no
@@ -55,9 +55,8 @@ from ship_sqla.locks import AdvisoryLockProvider
 from ship_sqla.testing import FrozenClock
 
 metadata = MetaData()
-runs = ship_job_runs_table(
-    metadata, fair_claims=True, partitioned_claims=True
-)  # F2, F8: fair and partitioned jobs
+# F2, F8, F9: fair jobs and partitioned ones (by tenant, by key)
+runs = ship_job_runs_table(metadata, fair_claims=True, partitioned_claims=True, partition_keys=True)
 state = ship_job_state_table(metadata)
 
 
@@ -352,12 +351,12 @@ async def test_claims_settles_and_heartbeats_return_the_columns_read_by_position
     backend: PostgresJobBackend, engine: AsyncEngine
 ) -> None:
     """J3, J5: the backend reads the rows of its hot statements by position, so each claim
-    statement (uncapped, gated, fair, fair and gated, partitioned F8/F9, aged and aged gated
-    F10; each keyed too) returns CLAIM_COLUMNS,
+    statement (uncapped, gated, fair, fair and gated, partitioned by tenant and by key F8/F9,
+    aged and aged gated F10; each keyed too) returns CLAIM_COLUMNS,
     the settle SETTLE_COLUMNS and the heartbeat HEARTBEAT_COLUMNS, in that order."""
     every = backend.statements.every_statement()
     claims = [statement for name, statement in every.items() if name.startswith("claim.CLAIM_")]
-    assert len(claims) == 14
+    assert len(claims) == 16
     expected = {
         **dict.fromkeys(claims, CLAIM_COLUMNS),
         every["settle.SETTLE_IF_TOKEN_CURRENT"]: SETTLE_COLUMNS,
@@ -395,6 +394,13 @@ async def test_claims_settles_and_heartbeats_return_the_columns_read_by_position
             noop,
             payload=dict,
             concurrency=Concurrency(max=5, partition="tenant"),
+        ),
+        define_job(
+            "claim.partitioned_by_key",
+            noop,
+            payload=dict,
+            rate_limit=RateLimit(100, 1.0, partition="key"),
+            partition_key=lambda payload: str(payload["n"]),
         ),
     ]
     event.listen(engine.sync_engine, "after_cursor_execute", on_execute)

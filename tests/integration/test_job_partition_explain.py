@@ -1,7 +1,8 @@
 """The partitioned claim's plan at 1,000,000 waiting runs over 10,000 partitions (F8, F9).
 
-EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of CLAIM_PARTITIONED claiming 50 runs of a job whose
-runs belong to 10,000 tenants (100 waiting runs each, due), with a per-tenant rate limit
+EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) of CLAIM_PARTITIONED (per tenant) and
+CLAIM_PARTITIONED_BY_KEY (per partition key) claiming 50 runs of a job whose runs belong to
+10,000 partitions (100 waiting runs each, due), with a per-tenant rate limit
 (F8: 5 per second), a per-tenant cap (F9: 2 running, one already running in every tenant the
 claim visits), and both, in custom and generic plans. The stated bound: a claim reads about
 ``limit`` index entries plus a few per partition it visits (at most ``max_tenants``): the
@@ -34,8 +35,12 @@ LIMIT = 50
 WALK = 64
 
 metadata = MetaData()
-big_runs = ship_job_runs_table(metadata, name="part_job_runs", partitioned_claims=True)
-small_runs = ship_job_runs_table(metadata, name="small_part_job_runs", partitioned_claims=True)
+big_runs = ship_job_runs_table(
+    metadata, name="part_job_runs", partitioned_claims=True, partition_keys=True
+)
+small_runs = ship_job_runs_table(
+    metadata, name="small_part_job_runs", partitioned_claims=True, partition_keys=True
+)
 ship_job_state_table(metadata)
 
 
@@ -46,16 +51,21 @@ def _load(table: str, waiting: int, parts: int) -> list[str]:
     columns = "id, job_id, state, payload, max_attempts, run_at, created_at, updated_at"
     return [
         (
-            f"INSERT INTO {table} ({columns}, tenant_id)"
+            # The tenant is the partition key too: the claims by tenant and by key read the
+            # same shape off their own indexes.
+            f"INSERT INTO {table} ({columns}, tenant_id, partition_key)"
             " SELECT 'w' || lpad(g::text, 9, '0'), 'bulk', 'waiting', '{}'::jsonb, 5,"
             "  now() - interval '1 hour' + g * interval '1 millisecond', now(), now(),"
+            f"  't' || lpad((g % {parts})::text, 5, '0'),"
             f"  't' || lpad((g % {parts})::text, 5, '0')"
             f" FROM generate_series(1, {waiting}) g"
         ),
         (
-            f"INSERT INTO {table} ({columns}, tenant_id, lease_expires_at, lease_token, attempt)"
+            f"INSERT INTO {table} ({columns}, tenant_id, partition_key, lease_expires_at,"
+            " lease_token, attempt)"
             " SELECT 'x' || lpad(g::text, 9, '0'), 'bulk', 'running', '{}'::jsonb, 5,"
-            "  now(), now(), now(), 't' || lpad(g::text, 5, '0'), now() + interval '1 hour', g, 1"
+            "  now(), now(), now(), 't' || lpad(g::text, 5, '0'), 't' || lpad(g::text, 5, '0'),"
+            "  now() + interval '1 hour', g, 1"
             f" FROM generate_series(0, {min(parts, 200) - 1}) g"
         ),
         (
@@ -119,13 +129,18 @@ def entries(plan: dict[str, Any], table: Table, suffix: str) -> int:
     )
 
 
+TENANT = (claim.CLAIM_PARTITIONED, "_tenant_idx", "_running_idx")
+KEY = (claim.CLAIM_PARTITIONED_BY_KEY, "_part_idx", "_part_run_idx")
+
 CASES = [
-    # name, cap, rate, what each visited partition's limits allow it (the visited tenants have
-    # one running run each), the rows: the 50 runs one claim takes over the 64 partitions it
-    # visits, and the walk's cursor (it stopped at max_tenants)
-    ("F8 rate 5/s per tenant", None, 5, 5, LIMIT + 1),
-    ("F9 max 2 per tenant", 2, None, 1, LIMIT + 1),
-    ("F8+F9", 2, 5, 1, LIMIT + 1),
+    # name, claim and its indexes, cap, rate, what each visited partition's limits allow it
+    # (the visited partitions have one running run each), the rows: the 50 runs one claim
+    # takes over the 64 partitions it visits, and the walk's cursor (it stopped at max_tenants)
+    ("F8 rate 5/s per tenant", TENANT, None, 5, 5, LIMIT + 1),
+    ("F9 max 2 per tenant", TENANT, 2, None, 1, LIMIT + 1),
+    ("F8+F9 per tenant", TENANT, 2, 5, 1, LIMIT + 1),
+    ("F8 rate 5/s per key", KEY, None, 5, 5, LIMIT + 1),
+    ("F8+F9 per key", KEY, 2, 5, 1, LIMIT + 1),
 ]
 
 
@@ -134,21 +149,20 @@ CASES = [
 async def test_f8_f9_partitioned_claim_is_bounded_at_a_million_runs_over_10000_partitions(
     loaded: AsyncEngine,
 ) -> None:
-    """F8, F9: at 1,000,000 waiting runs over 10,000 tenants, the partitioned claim of 50 (a
-    rate limit per tenant, a cap per tenant, both) takes 50 runs across the 64 partitions it
-    visits, reads its indexes (<runs>_tenant_idx, <runs>_running_idx with a cap), never scans
-    the runs table, reads at most limit + (a + 2) entries per visited partition from the
-    tenant index (a: what the partition's limits allow it), and at most twice the buffers of
-    the same claim over 1,000 runs of 100 tenants, in custom and generic plans."""
+    """F8, F9: at 1,000,000 waiting runs over 10,000 partitions, the partitioned claim of 50
+    (per tenant or per key; a rate limit, a cap, both) takes 50 runs across the 64 partitions
+    it visits, reads its indexes (<runs>_tenant_idx and <runs>_running_idx, by key
+    <runs>_part_idx and <runs>_part_run_idx), never scans the runs table, reads at most
+    limit + (a + 2) entries per visited partition from the walked index (a: what the
+    partition's limits allow it), and at most twice the buffers of the same claim over 1,000
+    runs of 100 partitions, in custom and generic plans."""
     report = []
-    for name, cap, rate, allowed, returned in CASES:
-        uses = {"tenant_idx"} | ({"running_idx"} if cap is not None else set())
+    for name, (template, walked, running), cap, rate, allowed, returned in CASES:
+        uses = {walked[1:]} | ({running[1:]} if cap is not None else set())
         for generic in (False, True):
             plans = {}
             for table in (big_runs, small_runs):
-                statement = JobStatements(runs=table.name, state="ship_job_state")[
-                    claim.CLAIM_PARTITIONED
-                ]
+                statement = JobStatements(runs=table.name, state="ship_job_state")[template]
                 async with loaded.connect() as connection, connection.begin() as transaction:
                     plans[table.name] = await explain(
                         connection, statement, params(cap=cap, rate=rate), generic=generic
@@ -157,7 +171,7 @@ async def test_f8_f9_partitioned_claim_is_bounded_at_a_million_runs_over_10000_p
             big, small = plans[big_runs.name], plans[small_runs.name]
             check_plan(big, big_runs, uses=uses)
             assert (big["Actual Rows"], small["Actual Rows"]) == (returned, returned), name
-            read = entries(big, big_runs, "_tenant_idx")
+            read = entries(big, big_runs, walked)
             report.append((name, "generic" if generic else "custom", buffers(big), read))
             # The bound: the runs taken, and per visited partition its walk probe (two at most)
             # and its due runs counted up to what its limits allow.

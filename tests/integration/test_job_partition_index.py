@@ -46,8 +46,9 @@ async def backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
 
 def test_the_runs_table_declares_the_partition_indexes_only_with_partitioned_claims() -> None:
     """F8, F9: ``partitioned_claims=True`` adds ``<runs>_tenant_idx`` and
-    ``<runs>_running_idx``; the other indexes are the same; ``ship-sqla schema apply
-    --partitioned-claims`` builds the same table."""
+    ``<runs>_running_idx``, ``partition_keys=True`` ``<runs>_part_idx`` and
+    ``<runs>_part_run_idx``; the other indexes are the same; ``ship-sqla schema apply
+    --partitioned-claims`` / ``--partition-keys`` build the same tables."""
     plain = {index.name for index in ship_job_runs_table(MetaData()).indexes}
     parted = {
         index.name for index in ship_job_runs_table(MetaData(), partitioned_claims=True).indexes
@@ -55,6 +56,11 @@ def test_the_runs_table_declares_the_partition_indexes_only_with_partitioned_cla
     assert parted - plain == {"ship_job_runs_tenant_idx", "ship_job_runs_running_idx"}
     applied = ship_tables_metadata(components=("jobs",), partitioned_claims=True)
     assert {index.name for index in applied.tables["ship_job_runs"].indexes} == parted
+    keyed = ship_tables_metadata(components=("jobs",), partition_keys=True)
+    assert {index.name for index in keyed.tables["ship_job_runs"].indexes} - plain == {
+        "ship_job_runs_part_idx",
+        "ship_job_runs_part_run_idx",
+    }
 
 
 async def test_a_worker_with_a_per_tenant_limit_on_a_table_without_the_indexes_fails_at_start(
@@ -90,3 +96,25 @@ async def test_a_worker_with_a_per_tenant_limit_on_a_table_without_the_indexes_f
         await connection.execute(text(ddl))
     runtime = await start_job_runtime([PLAIN, RATED, CAPPED], backend=backend)
     await runtime.stop()
+
+
+async def test_limits_per_key_on_a_table_without_their_indexes_are_refused(
+    backend: PostgresJobBackend,
+) -> None:
+    """F8, F9 per key: a worker with a limit per partition key, and an enqueue that gives a
+    partition key, on a runs table without <runs>_part_idx and <runs>_part_run_idx, are
+    refused with MissingTablesError whose Fix: line names partition_keys=True, the column and
+    the indexes' DDL; nothing was written."""
+    by_key = define_job(
+        "part_index.by_key", noop, payload=dict, rate_limit=RateLimit(5, 1.0, partition="key")
+    )
+    with pytest.raises(MissingTablesError) as caught:
+        await start_job_runtime([by_key], backend=backend)
+    fix = caught.value.fix or ""
+    assert "partition_keys=True" in fix
+    assert "ADD COLUMN IF NOT EXISTS partition_key text" in fix
+    assert "ship_job_runs_part_idx" in fix
+    assert "ship_job_runs_part_run_idx" in fix
+    with pytest.raises(MissingTablesError):
+        await backend.enqueue(by_key, {"n": 1}, partition_key="acme")
+    assert await backend.admin.job_known(by_key.id) is False

@@ -32,7 +32,7 @@ from ship_sqla.kernel._ports import EnqueueRequest
 from ship_sqla.kernel._tenancy import tenant_ambient
 
 metadata = MetaData()
-runs = ship_job_runs_table(metadata, partitioned_claims=True)
+runs = ship_job_runs_table(metadata, partitioned_claims=True, partition_keys=True)
 state = ship_job_state_table(metadata)
 
 LIMIT = 5
@@ -59,7 +59,7 @@ WORKER = textwrap.dedent(
         md = MetaData()
         backend = create_job_backend(
             database=engine,
-            table=ship_job_runs_table(md, partitioned_claims=True),
+            table=ship_job_runs_table(md, partitioned_claims=True, partition_keys=True),
             state_table=ship_job_state_table(md),
             listen=False,
         )
@@ -75,6 +75,13 @@ WORKER = textwrap.dedent(
                 work,
                 payload=dict,
                 concurrency=Concurrency(max=cap, partition="tenant"),
+            ),
+            define_job(
+                "part.by_key",
+                work,
+                payload=dict,
+                rate_limit=RateLimit(limit, period, partition="key"),
+                partition_key=lambda payload: payload["customer"],
             ),
         ]
         stop = asyncio.Event()
@@ -105,15 +112,17 @@ AUDIT = [
     (
         "CREATE FUNCTION part_audit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
         " IF NEW.state = 'running' AND NEW.lease_token IS DISTINCT FROM OLD.lease_token THEN"
-        "   INSERT INTO part_starts VALUES (NEW.job_id, NEW.tenant_id, NEW.id, NEW.updated_at);"
+        "   INSERT INTO part_starts VALUES"
+        "   (NEW.job_id, coalesce(NEW.partition_key, NEW.tenant_id), NEW.id, NEW.updated_at);"
         " END IF;"
         " IF NEW.state = 'running' AND OLD.state <> 'running' THEN"
-        "   INSERT INTO part_running VALUES (NEW.job_id, NEW.tenant_id, 1, 1)"
+        "   INSERT INTO part_running"
+        "   VALUES (NEW.job_id, coalesce(NEW.partition_key, NEW.tenant_id), 1, 1)"
         "   ON CONFLICT (job_id, tenant) DO UPDATE SET n = part_running.n + 1,"
         "     most = greatest(part_running.most, part_running.n + 1);"
         " ELSIF OLD.state = 'running' AND NEW.state <> 'running' THEN"
         "   UPDATE part_running SET n = n - 1"
-        "   WHERE job_id = NEW.job_id AND tenant = NEW.tenant_id;"
+        "   WHERE job_id = NEW.job_id AND tenant = coalesce(NEW.partition_key, NEW.tenant_id);"
         " END IF;"
         " RETURN NEW; END $$"
     ),
@@ -169,8 +178,10 @@ async def test_f8_f9_per_tenant_limits_hold_across_processes(
     ship_engine: AsyncEngine, ship_engine_url: str, tmp_path: Path
 ) -> None:
     """F8, F9 across two processes: 8 tenants x 15 runs of a job with RateLimit(5, 0.5 s,
-    partition='tenant') and of one with Concurrency(max=2, partition='tenant'). The audit of
-    every start shows no window of 0.5 s with more than 5 starts of one tenant (F8); the
+    partition='tenant') and of one with Concurrency(max=2, partition='tenant'), and 8 customers
+    x 15 runs of a job with RateLimit(5, 0.5 s, partition='key') keyed by the payload's
+    customer. The audit of every start shows no window of 0.5 s with more than 5 starts of one
+    tenant or one key (F8); the
     per-tenant running count, kept in commit order, never went above 2 (F9) and reached 2 (the
     cap bound, and both processes served one tenant at once); every run started and completed
     exactly once; the rated drain lasted at least (15 / 5 - 1) periods (the limit bound) and
@@ -186,10 +197,17 @@ async def test_f8_f9_per_tenant_limits_hold_across_processes(
     capped = define_job(
         "part.capped", noop, payload=dict, concurrency=Concurrency(max=CAP, partition="tenant")
     )
+    by_key = define_job(
+        "part.by_key",
+        noop,
+        payload=dict,
+        rate_limit=RateLimit(LIMIT, PERIOD, partition="key"),
+        partition_key=lambda payload: payload["customer"],
+    )
     script = tmp_path / "partition_worker.py"
     script.write_text(WORKER)
     workers = start_workers(script, ship_engine_url)
-    total = 2 * len(TENANTS) * PER_TENANT
+    total = 3 * len(TENANTS) * PER_TENANT
     try:
         for worker in workers:
             assert worker.stdout is not None
@@ -200,6 +218,9 @@ async def test_f8_f9_per_tenant_limits_hold_across_processes(
                 for job in (rated, capped):
                     requests = [EnqueueRequest({"n": n}) for n in range(PER_TENANT)]
                     await backend.enqueue_many(job, requests)
+        for customer in TENANTS:  # no tenant: the payload's customer is the partition key
+            requests = [EnqueueRequest({"customer": customer, "n": n}) for n in range(PER_TENANT)]
+            await backend.enqueue_many(by_key, requests)
         done = await drained(ship_engine, total)
         elapsed = time.monotonic() - began
         assert done == total

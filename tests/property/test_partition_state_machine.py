@@ -1,8 +1,9 @@
 """Partitioned limits (F8, F9) with fair claims (F2): the PostgreSQL backend against the
 in-memory model, step by step.
 
-Hypothesis drives both backends with the same calls: enqueues for many partitions (tenants, and
-untenanted runs), claims by several workers, completions, failures that retry, releases, the
+Hypothesis drives both backends with the same calls: enqueues for many partitions (tenants and
+untenanted runs; partition keys from the payload and runs without one), claims by several
+workers, completions, failures that retry, releases, the
 clock moving past leases (lapsed runs are retaken or buried) and past rate windows, operator
 cancels. After every step the database equals the model, and from the history of every start
 the machine recorded:
@@ -60,7 +61,7 @@ SETTINGS = settings(
 )
 
 metadata = MetaData()
-runs_table = ship_job_runs_table(metadata, partitioned_claims=True)
+runs_table = ship_job_runs_table(metadata, partitioned_claims=True, partition_keys=True)
 state_table = ship_job_state_table(metadata)
 ALL_RUNS = JobStatements(runs="ship_job_runs", state="ship_job_state")[
     Template(GET_RUN.sql.replace("WHERE r.id = :id", "ORDER BY r.id"))
@@ -101,8 +102,25 @@ BOTH = define_job(
     fairness=Fairness(max_tenants=4, weights={"t0": 2}),
     retry=RETRY,
 )
-JOBS_BY_ID = {job.id: job for job in (RATED, CAPPED, BOTH)}
-JOBS = st.sampled_from([RATED, CAPPED, BOTH])
+BY_KEY = define_job(
+    "p.by_key",
+    noop,
+    payload=dict,
+    concurrency=Concurrency(max=1, lease=5, partition="key"),
+    rate_limit=RateLimit(2, 10.0, partition="key"),
+    partition_key=lambda payload: payload["k"],
+    retry=RETRY,
+)
+JOBS_BY_ID = {job.id: job for job in (RATED, CAPPED, BOTH, BY_KEY)}
+JOBS = st.sampled_from([RATED, CAPPED, BOTH, BY_KEY])
+KEYS = st.sampled_from([None, "k0", "k1", "k2", "k3", "k4", "k5"])
+
+
+def partition_of(job: Any, tenant: str | None, payload: Any) -> str | None:
+    """A run's partition under ``job``'s limits: its tenant, or its partition key."""
+    return payload["k"] if job.partition == "key" else tenant
+
+
 TENANTS = st.sampled_from([None, "t0", "t1", "t2", "t3", "t4", "t5", "t6", "t7"])
 WORKERS = st.sampled_from(["A", "B", "C"])
 PICKS = st.integers(min_value=0, max_value=10_000)
@@ -168,17 +186,19 @@ class PartitionMachine(RuleBasedStateMachine):
     @rule(
         job=JOBS,
         tenant=TENANTS,
+        key=KEYS,
         count=st.integers(min_value=1, max_value=3),
         delay=st.sampled_from([0, 0, 0, 4]),
     )
-    def enqueue(self, job: Any, tenant: str | None, count: int, delay: int) -> None:
+    def enqueue(
+        self, job: Any, tenant: str | None, key: str | None, count: int, delay: int
+    ) -> None:
         requests = []
         for _ in range(count):
             self.counter += 1
             run_at = self.clock.now() + timedelta(seconds=delay) if delay else None
-            requests.append(
-                EnqueueRequest({"n": self.counter}, run_at=run_at, run_id=f"r{self.counter:05d}")
-            )
+            payload = {"n": self.counter, "k": key}
+            requests.append(EnqueueRequest(payload, run_at=run_at, run_id=f"r{self.counter:05d}"))
         with tenant_ambient(tenant):
             expected = self.run(self.model.enqueue_many(job, requests))
             assert self.run(self.pg.enqueue_many(job, requests)) == expected
@@ -201,7 +221,8 @@ class PartitionMachine(RuleBasedStateMachine):
             assert pg_run.token > self.tokens.get(pg_run.run_id, 0)  # J5
             self.tokens[pg_run.run_id] = pg_run.token
             self.claims.append(Claim(pg_run, model_run, worker))
-            self.starts.setdefault((job.id, pg_run.tenant), []).append(now)
+            part = partition_of(job, pg_run.tenant, pg_run.payload)
+            self.starts.setdefault((job.id, part), []).append(now)
 
     @precondition(lambda self: self.claims)
     @rule(
@@ -255,31 +276,35 @@ class PartitionMachine(RuleBasedStateMachine):
         mine = [r for r in before.values() if r.job_id == job.id]
         if any(r.state == "running" and r.lease_expires_at <= now for r in mine):
             return  # lapsed leases: retakes share the room first
-        waiting = {r.tenant for r in mine if r.state == "waiting"} - {None}
+
+        def part(record: Any) -> str | None:
+            return partition_of(job, record.tenant, record.payload)
+
+        waiting = {part(r) for r in mine if r.state == "waiting"} - {None}
         if len(waiting) > (job.fairness.max_tenants if job.fairness else 64):
             return  # the walk takes turns: not every partition is visited by one claim
-        may: dict[str | None, int] = {}
-        for tenant in {r.tenant for r in mine if r.state == "waiting" and r.run_at <= now}:
-            due = sum(
-                1 for r in mine if r.tenant == tenant and r.state == "waiting" and r.run_at <= now
-            )
-            may[tenant] = max(min(due, self.allowance(job, tenant, mine, now)), 0)
-        got = Counter(run.tenant for run in taken)
+        due_of = Counter(part(r) for r in mine if r.state == "waiting" and r.run_at <= now)
+        may = {p: max(min(due, self.allowance(job, p, mine, now)), 0) for p, due in due_of.items()}
+        got = Counter(part(run) for run in taken)
         assert len(taken) == min(limit, sum(may.values())), (may, got)
         weights = {t: job.fairness.weight_of(t) if job.fairness else 1 for t in may if may[t]}
         total = sum(weights.values())
         for tenant, weight in weights.items():
             assert got[tenant] >= min(may[tenant], limit * weight // total), (tenant, may, got)
 
-    def allowance(self, job: Any, tenant: str | None, mine: list[RunRecord], now: datetime) -> int:
+    def allowance(self, job: Any, part: str | None, mine: list[RunRecord], now: datetime) -> int:
         room = 10**6
         if job.concurrency.max is not None:
-            running = sum(1 for r in mine if r.tenant == tenant and r.state == "running")
+            running = sum(
+                1
+                for r in mine
+                if partition_of(job, r.tenant, r.payload) == part and r.state == "running"
+            )
             room = min(room, job.concurrency.max - running)
         rate = job.rate_limit
         if rate is not None:
             since = now - timedelta(seconds=rate.period)
-            recent = [at for at in self.starts.get((job.id, tenant), []) if at > since]
+            recent = [at for at in self.starts.get((job.id, part), []) if at > since]
             room = min(room, rate.limit - len(recent))
         return room
 
@@ -293,7 +318,11 @@ class PartitionMachine(RuleBasedStateMachine):
         for run_id, record in records.items():
             assert normalized(record) == normalized(model[run_id]), run_id
         # F9: at most max running runs per partition, live or lapsed leases alike.
-        running = Counter((r.job_id, r.tenant) for r in records.values() if r.state == "running")
+        running = Counter(
+            (r.job_id, partition_of(JOBS_BY_ID[r.job_id], r.tenant, r.payload))
+            for r in records.values()
+            if r.state == "running"
+        )
         for (job_id, tenant), n in running.items():
             cap = JOBS_BY_ID[job_id].concurrency.max
             assert cap is None or n <= cap, (job_id, tenant, n)

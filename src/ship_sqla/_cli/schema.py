@@ -78,6 +78,7 @@ _CHOICE_OPTIONS: Final = (
     ("--schema", "ship_schema"),
     ("--fair-claims", "fair_claims"),
     ("--partitioned-claims", "partitioned_claims"),
+    ("--partition-keys", "partition_keys"),
 )
 """The other options that say which ship tables: flag, parameter."""
 
@@ -93,6 +94,7 @@ class ShipTablesChoice:
     given: tuple[str, ...]
     fair_claims: bool = False
     partitioned_claims: bool = False
+    partition_keys: bool = False
 
     def metadata(self) -> MetaData:
         try:
@@ -102,6 +104,7 @@ class ShipTablesChoice:
                 components=self.components,
                 fair_claims=self.fair_claims,
                 partitioned_claims=self.partitioned_claims,
+                partition_keys=self.partition_keys,
             )
         except ConfigurationError as exc:
             raise click.UsageError(str(exc)) from exc
@@ -136,6 +139,13 @@ def _ship_tables_choice_options(command: Any) -> Any:  # noqa: ANN401 - click's 
         is_flag=True,
         help="The runs table with the index fair claims read (<runs>_tenant_idx): give it when"
         " a job has fairness= (F2); every waiting run enters that index.",
+    )(command)
+    command = click.option(
+        "--partition-keys",
+        is_flag=True,
+        help="The runs table with the indexes limits per partition key read (<runs>_part_idx,"
+        " <runs>_part_run_idx): give it when a job has RateLimit(..., partition='key') or"
+        " Concurrency(max=N, partition='key') (F8, F9).",
     )(command)
     command = click.option(
         "--partitioned-claims",
@@ -173,6 +183,7 @@ def ship_tables_options(command: _Command) -> _Command:
         ship_schema: str | None,
         fair_claims: bool,
         partitioned_claims: bool,
+        partition_keys: bool,
         **kwargs: Any,  # noqa: ANN401
     ) -> None:
         given = _given_on_the_command_line()
@@ -186,6 +197,7 @@ def ship_tables_options(command: _Command) -> _Command:
             given,
             fair_claims=fair_claims,
             partitioned_claims=partitioned_claims,
+            partition_keys=partition_keys,
         )
         command(*args, ship_tables=choice, **kwargs)
 

@@ -25,6 +25,7 @@ from ship_sqla._jobs._sql.admin import (
     LIST_DEAD_OF_JOB,
     LIST_PAUSED,
     PARTITION_WAITS,
+    PARTITION_WAITS_BY_KEY,
     PAUSE_JOB,
     QUEUE_DEPTHS,
     RESUME_JOB,
@@ -72,6 +73,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._jobs._sql import JobStatements
     from ship_sqla._scope import StoreConnections
+    from ship_sqla._sql import Template
     from ship_sqla.kernel._browse import RunQuery
     from ship_sqla.kernel._partition_waits import PartitionLimits, PartitionWait
     from ship_sqla.kernel._ports import DeadQuery, RunState
@@ -304,9 +306,19 @@ class PostgresRunAdmin:
     async def partition_waits(
         self, limits: Sequence[PartitionLimits], *, max_partitions: int, cap: int
     ) -> list[PartitionWait]:
-        """F8/F9 seen (PARTITION_WAITS): one bounded statement; the kernel judges each row."""
-        if not limits:
-            return []
+        """F8/F9 seen (PARTITION_WAITS, PARTITION_WAITS_BY_KEY): one bounded statement per kind
+        of partition asked for; the kernel judges each row."""
+        found: list[PartitionWait] = []
+        for by, statement in (("tenant", PARTITION_WAITS), ("key", PARTITION_WAITS_BY_KEY)):
+            jobs = [job for job in limits if job.by == by]
+            if jobs:
+                found += await self._partition_waits(statement, jobs, max_partitions, cap)
+        order = {job.job_id: index for index, job in enumerate(limits)}
+        return sorted(found, key=lambda wait: order[wait.job_id])
+
+    async def _partition_waits(
+        self, statement: Template, limits: Sequence[PartitionLimits], max_partitions: int, cap: int
+    ) -> list[PartitionWait]:
         params = {
             "job_ids": [job.job_id for job in limits],
             "gates": [state_row(job.job_id, "claim-gate") for job in limits],
@@ -318,7 +330,7 @@ class PostgresRunAdmin:
             "now": self._now(),
         }
         rows = await self._connections.rows(
-            "partition waits", self._s[PARTITION_WAITS], params, scope=OWN, by_name=True
+            "partition waits", self._s[statement], params, scope=OWN, by_name=True
         )
         of = {job.job_id: job for job in limits}
         waits = (

@@ -99,11 +99,13 @@ from ship_sqla._jobs._sql.claim import (
     CLAIM_GATED,
     CLAIM_GATED_KEYED,
     CLAIM_PARTITIONED,
+    CLAIM_PARTITIONED_BY_KEY,
+    CLAIM_PARTITIONED_BY_KEY_KEYED,
     CLAIM_PARTITIONED_KEYED,
     CLAIM_UNCAPPED,
     CLAIM_UNCAPPED_KEYED,
 )
-from ship_sqla._jobs._sql.enqueue import ANNOUNCE, ANNOUNCE_AFTER_COMMIT
+from ship_sqla._jobs._sql.enqueue import ANNOUNCE, ANNOUNCE_AFTER_COMMIT, SET_PARTITION_KEYS
 from ship_sqla._jobs._sql.settle import (
     CLAIM_STATE_IF_TOKEN,
     FENCE_RUN_FOR_UPDATE,
@@ -343,7 +345,7 @@ class PostgresJobBackend(JobBackendBase):
         self._fair_cursors: dict[str, str] = {}
         # F2: whether the runs table has the index fair claims read (asked until it does).
         self._fair_served = False
-        self._partitions_served = False
+        self._partitions_served: set[bool] = set()  # F8/F9: indexes seen (True: by key)
         self._tables_served = False
         self._wire_stores(workers_table, steps_table, events_table)
 
@@ -490,7 +492,10 @@ class PostgresJobBackend(JobBackendBase):
             return []
         announce = self._announce_channel(job.id)
         sample = self._wants_fleet_sample()
-        if self._inserter.one_statement(runs):
+        keyed = [(run.run_id, run.partition) for run in runs if run.partition is not None]
+        if keyed and True not in self._partitions_served:
+            await self._require_partitioned_claims([job.id], by_key=True)
+        if not keyed and self._inserter.one_statement(runs):
             # The plain enqueue: a COPY or one INSERT, joined or on its own (one autocommitted
             # statement, or a bulk's COPY and its announcement in one transaction), as the
             # connection layer decides.
@@ -510,6 +515,13 @@ class PostgresJobBackend(JobBackendBase):
             results, due_now, fleet_seq = await self._inserter.insert_on(
                 tx, job.id, runs, announce=announce, sample=sample
             )
+            if keyed:
+                # F8/F9: the runs' partition keys, in the same transaction (SET_PARTITION_KEYS).
+                ids, keys = zip(*keyed, strict=True)
+                await tx.connection.execute(
+                    self.statements[SET_PARTITION_KEYS],
+                    {"ids": list(ids), "partition_keys": list(keys)},
+                )
             if due_now:
                 tx.after_commit(self.wake)
                 tx.after_commit(
@@ -664,11 +676,13 @@ class PostgresJobBackend(JobBackendBase):
         definitions = list(definitions)
         self._require_same_database(definitions)
         fair = [job.id for job in definitions if job.fairness is not None]
-        partitioned = [job.id for job in definitions if job.partition is not None]
         await self.require_tables("the job worker", fair_claims=bool(fair))
-        if partitioned:
-            # F8/F9 first: its indexes include the fair claims' one.
-            await self._require_partitioned_claims(partitioned)
+        for by_key in (False, True):
+            wanted = "key" if by_key else "tenant"
+            partitioned = [job.id for job in definitions if job.partition == wanted]
+            if partitioned:
+                # F8/F9 first: the tenant's indexes include the fair claims' one.
+                await self._require_partitioned_claims(partitioned, by_key=by_key)
         if fair:
             await self._require_fair_claims(fair)
 
@@ -726,28 +740,40 @@ class PostgresJobBackend(JobBackendBase):
             missing=(needed.relation,),
         )
 
-    async def _require_partitioned_claims(self, job_ids: Sequence[str]) -> None:
+    async def _require_partitioned_claims(
+        self, job_ids: Sequence[str], *, by_key: bool = False
+    ) -> None:
         """Return once the runs table has been seen to have the partitioned claims' indexes
-        (F8, F9); else raise MissingTablesError naming ``job_ids``, the indexes and their DDL."""
-        if self._partitions_served:
+        (F8, F9; ``by_key``: per partition key, whose index is also the sign of the
+        ``partition_key`` column); else raise MissingTablesError naming ``job_ids``, the
+        indexes and their DDL."""
+        if by_key in self._partitions_served:
             return
-        names = partitioned_claims_index_names(self._table)
-        ddls = partitioned_claims_ddl(self._table)
+        names = partitioned_claims_index_names(self._table, by_key=by_key)
+        ddls = partitioned_claims_ddl(self._table, by_key=by_key)
         needed = [Needed.index(self._table, n, d) for n, d in zip(names, ddls, strict=True)]
         missing = await missing_relations(self._connections, needed, surface="the job worker")
         if not missing:
-            self._partitions_served = True
+            self._partitions_served.add(by_key)
             return
+        kind, flag = (
+            ("partition key", "partition_keys") if by_key else ("tenant", "partitioned_claims")
+        )
+        column = (
+            f"ALTER TABLE {self.statements.runs_name} ADD COLUMN IF NOT EXISTS partition_key text; "
+            if by_key
+            else ""
+        )
         raise MissingTablesError(
-            f"job(s) {', '.join(map(repr, job_ids))} have a limit per tenant (F8/F9:"
-            " RateLimit(..., partition='tenant') or Concurrency(max=N, partition='tenant')),"
-            f" but the runs table {self.statements.runs_name} lacks"
-            f" {', '.join(n.relation for n in missing)}, which their claims read (without"
-            " them each claim would read every waiting or running run of the job).",
-            fix="declare the table with ship_job_runs_table(metadata, ...,"
-            " partitioned_claims=True) and migrate (Alembic autogenerate adds the indexes; by"
-            f" hand: {'; '.join(n.ddl or '' for n in missing)}), or drop partition= from these"
-            " jobs' limits.",
+            f"job(s) {', '.join(map(repr, job_ids))} have a limit per {kind} (F8/F9:"
+            f" RateLimit(..., partition='{'key' if by_key else 'tenant'}') or Concurrency(max=N,"
+            f" partition=...)), but the runs table {self.statements.runs_name} lacks"
+            f" {', '.join(n.relation for n in missing)}, which their claims (and enqueues) read"
+            " (without them each claim would read every waiting or running run of the job).",
+            fix=f"declare the table with ship_job_runs_table(metadata, ..., {flag}=True) and"
+            " migrate (Alembic autogenerate adds them; by hand:"
+            f" {column}{'; '.join(n.ddl or '' for n in missing)}), or drop partition= from"
+            " these jobs' limits.",
             missing=tuple(n.relation for n in missing),
         )
 
@@ -804,8 +830,9 @@ class PostgresJobBackend(JobBackendBase):
     async def _claim_partitioned(self, params: dict[str, Any], request: ClaimRequest) -> ClaimBatch:
         """F8/F9 (CLAIM_PARTITIONED): the limits per partition, one gate row each; the walk over
         the partitions is the fair claim's (F2), with its weights when the job has some."""
-        if not self._partitions_served:
-            await self._require_partitioned_claims([request.job_id])
+        by_key = request.partition == "key"
+        if by_key not in self._partitions_served:
+            await self._require_partitioned_claims([request.job_id], by_key=by_key)
         job_id, fair, rate = request.job_id, request.fairness, request.rate_limit
         # J6: every lapsed lease the claim meets, up to the most a claim takes (each partition's
         # gate decides which it retakes; a partitioned job has no one cap to bound them by).
@@ -820,7 +847,11 @@ class PostgresJobBackend(JobBackendBase):
         params["rate_period"] = None if rate is None else rate.period
         params["gate_row"] = state_row(job_id, "claim-gate")
         s = self.statements
-        statement = s[CLAIM_PARTITIONED_KEYED] if request.exclude_keys else s[CLAIM_PARTITIONED]
+        if by_key:
+            keyed = CLAIM_PARTITIONED_BY_KEY_KEYED, CLAIM_PARTITIONED_BY_KEY
+        else:
+            keyed = CLAIM_PARTITIONED_KEYED, CLAIM_PARTITIONED
+        statement = s[keyed[0]] if request.exclude_keys else s[keyed[1]]
         batch, _ = await self._claim_with(statement, params, request, walked=True)
         return batch
 

@@ -95,6 +95,7 @@ def ship_job_runs_table(
     *,
     fair_claims: bool = False,
     partitioned_claims: bool = False,
+    partition_keys: bool = False,
 ) -> Table:
     """The job runs table, added to ``metadata`` so Alembic autogenerate sees it.
 
@@ -103,6 +104,9 @@ def ship_job_runs_table(
     ``<runs>_tenant_idx`` (as ``fair_claims=True``) and ``<runs>_running_idx``
     (``job_id, tenant_id`` over running runs: each tenant's running runs, counted up to its
     cap). A backend refuses such a job on a runs table without them, naming their DDL.
+    ``partition_keys=True`` adds the same two for limits per partition key (``partition="key"``):
+    ``<runs>_part_idx`` (``job_id, partition_key, run_at, seq`` over waiting runs) and
+    ``<runs>_part_run_idx`` (``job_id, partition_key`` over running runs).
 
     ``fair_claims=True`` adds ``<runs>_tenant_idx`` (``job_id, tenant_id, run_at, seq`` over
     waiting runs), which claims of a job with ``fairness=`` read (F2) and nothing else does.
@@ -126,7 +130,8 @@ def ship_job_runs_table(
     ``consecutive_lapses`` (int: the claims that found the run's lease lapsed, in all and since
     its handler last settled it, J15); ``progress`` (jsonb null: a consumer's per-key run's
     last committed batch, C3: ``lag``, ``last_batch_at``, ``batches``, ``items``, written in the
-    batch's transaction and kept when the run ends).
+    batch's transaction and kept when the run ends); ``partition_key`` (text null: the run's
+    partition key, for a job whose limits are per key, F8/F9).
     """
     n = derived_names(
         name,
@@ -139,6 +144,8 @@ def ship_job_runs_table(
             "_finished_idx",
             "_tenant_idx",
             "_running_idx",
+            "_part_idx",
+            "_part_run_idx",
             "_parent_idx",
             "_wait_idx",
             "_browse_idx",
@@ -192,6 +199,8 @@ def ship_job_runs_table(
         # C3: a consumer's per-key run's last committed batch (lag, time, counts), written in
         # the batch's own transaction; NULL for every other run.
         Column("progress", JSONB, nullable=True),
+        # F8/F9: the run's partition key (text null), for a job whose limits are per key.
+        Column("partition_key", Text, nullable=True),
         PrimaryKeyConstraint("id", name=n["_pkey"]),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
         # Serves CLAIM's walk over the priority levels (K6: the next lower level, one entry;
@@ -274,25 +283,51 @@ def ship_job_runs_table(
             table.c.tenant_id,
             postgresql_where=text(LEASE_PREDICATE),
         )
+    if partition_keys:
+        # Serves a claim of a job whose limits are per partition key (F8/F9,
+        # CLAIM_PARTITIONED_BY_KEY*): as the two tenant indexes above, on partition_key.
+        Index(
+            n["_part_idx"],
+            table.c.job_id,
+            table.c.partition_key,
+            table.c.run_at,
+            table.c.seq,
+            postgresql_where=text(DUE_PREDICATE),
+        )
+        Index(
+            n["_part_run_idx"],
+            table.c.job_id,
+            table.c.partition_key,
+            postgresql_where=text(LEASE_PREDICATE),
+        )
     return table
 
 
-def partitioned_claims_index_names(runs: Table) -> tuple[str, str]:
-    """``<runs>_tenant_idx`` and ``<runs>_running_idx``: the indexes a partitioned
-    claim reads (F8, F9), as ``ship_job_runs_table(..., partitioned_claims=True)`` names them."""
+def partitioned_claims_index_names(runs: Table, *, by_key: bool = False) -> tuple[str, str]:
+    """``<runs>_tenant_idx`` and ``<runs>_running_idx`` (``by_key``: ``<runs>_part_idx`` and
+    ``<runs>_part_run_idx``): the indexes a partitioned claim reads (F8, F9), as
+    ``ship_job_runs_table(..., partitioned_claims=True)`` (``partition_keys=True``) names
+    them."""
+    if by_key:
+        return (
+            str(derived_name(runs.name, "_part_idx")),
+            str(derived_name(runs.name, "_part_run_idx")),
+        )
     return (
         str(derived_name(runs.name, "_tenant_idx")),
         str(derived_name(runs.name, "_running_idx")),
     )
 
 
-def partitioned_claims_ddl(runs: Table) -> tuple[str, str]:
+def partitioned_claims_ddl(runs: Table, *, by_key: bool = False) -> tuple[str, str]:
     """``CREATE INDEX CONCURRENTLY`` of each index :func:`partitioned_claims_index_names`
     names, rendered from the factory's own declaration (F8, F9)."""
-    table = ship_job_runs_table(MetaData(), runs.name, runs.schema, partitioned_claims=True)
+    table = ship_job_runs_table(
+        MetaData(), runs.name, runs.schema, partitioned_claims=True, partition_keys=True
+    )
     dialect = postgresql.dialect(paramstyle="named")  # type: ignore[no-untyped-call]
     ddl = []
-    for name in partitioned_claims_index_names(runs):
+    for name in partitioned_claims_index_names(runs, by_key=by_key):
         [index] = [index for index in table.indexes if index.name == name]
         text_ = str(CreateIndex(index).compile(dialect=dialect))
         ddl.append(text_.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1))

@@ -180,11 +180,17 @@ class JobBackendBase(ABC):
         run_id: str | None = None,
         priority: int | None = None,
         scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
+        partition_key: str | None = None,
     ) -> EnqueueResult:
-        """Enqueue one run (J1, J2; ``priority``: K6, None for the job's); see
-        :meth:`enqueue_many`."""
+        """Enqueue one run (J1, J2; ``priority``: K6, None for the job's; ``partition_key``:
+        F8/F9, for a job whose limits are per key); see :meth:`enqueue_many`."""
         request = EnqueueRequest(
-            payload, dedupe_key=dedupe_key, run_at=run_at, run_id=run_id, priority=priority
+            payload,
+            dedupe_key=dedupe_key,
+            run_at=run_at,
+            run_id=run_id,
+            priority=priority,
+            partition_key=partition_key,
         )
         prepared = prepare_runs(
             job, (request,), trace_context=current_trace_context_json(), tenant=ambient_tenant()

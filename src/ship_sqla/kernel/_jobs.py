@@ -128,11 +128,13 @@ def require_int_within(value: Any, name: str, low: int, high: int, fix: str) -> 
         )
 
 
-PartitionBy: TypeAlias = Literal["tenant"]
+PartitionBy: TypeAlias = Literal["tenant", "key"]
 """What a partitioned limit (F8, F9) is partitioned by: ``"tenant"``, the tenant the run was
-enqueued for (F2; untenanted runs are one partition more)."""
+enqueued for (F2), or ``"key"``, the partition key stored with the run at enqueue (the
+enqueue's ``partition_key=``, else the job's ``partition_key`` function of the payload). Runs
+without one (untenanted, or with no key) are one partition more."""
 
-PARTITIONS: Final = ("tenant",)
+PARTITIONS: Final = ("tenant", "key")
 
 DEFAULT_PARTITION_WALK: Final = 64
 """How many partitions one partitioned claim visits (F8, F9) when the job has no ``Fairness``
@@ -143,10 +145,11 @@ def _require_partition(name: str, value: object) -> None:
     if value is None or value in PARTITIONS:
         return
     raise ConfigurationError(
-        f"{name} must be None or 'tenant', got {value!r}; a partition key stored at enqueue is"
-        " not supported yet.",
+        f"{name} must be None, 'tenant' or 'key', got {value!r}.",
         fix="pass partition='tenant' for a limit per tenant (the tenant a run was enqueued"
-        " for), or omit it for one limit for the whole job.",
+        " for), partition='key' for a limit per partition key (enqueue(...,"
+        " partition_key=...) or define_job(..., partition_key=fn)), or omit it for one limit"
+        " for the whole job.",
     )
 
 
@@ -180,8 +183,9 @@ class Concurrency:
     single_runner: bool = False
     key: Callable[[Any], str] | None = None
     partition: PartitionBy | None = attrs.field(default=None)
-    """F9: ``"tenant"``: ``max`` is per partition, the run's tenant (at most ``max`` running
-    runs of each tenant, fleet-wide and exact); None: one cap for the whole job."""
+    """F9: ``"tenant"`` or ``"key"``: ``max`` is per partition, the run's tenant or partition
+    key (at most ``max`` running runs of each, fleet-wide and exact); None: one cap for the
+    whole job."""
 
     @partition.validator
     def _check_partition(self, _attribute: attrs.Attribute[Any], value: object) -> None:
@@ -222,7 +226,9 @@ class RateLimit:
 
     ``partition="tenant"`` (F8) makes it a limit per tenant: no window of ``period`` sees more
     than ``limit`` starts of runs enqueued for one tenant (untenanted runs are one more
-    partition), while the other tenants' runs go on being claimed.
+    partition), while the other tenants' runs go on being claimed. ``partition="key"``: per
+    partition key, the one stored with each run at enqueue (``enqueue(...,
+    partition_key=...)``, else ``define_job(..., partition_key=fn)`` of the payload).
     """
 
     limit: int = attrs.field(
@@ -237,8 +243,8 @@ class RateLimit:
         converter=_seconds, validator=_duration("rate_limit.period", MAX_RATE_PERIOD)
     )
     partition: PartitionBy | None = attrs.field(default=None)
-    """F8: ``"tenant"``: the limit holds per partition, the run's tenant (each tenant's own
-    window); None: one window for the whole job."""
+    """F8: ``"tenant"`` or ``"key"``: the limit holds per partition, the run's tenant or
+    partition key (each partition's own window); None: one window for the whole job."""
 
     @partition.validator
     def _check_partition(self, _attribute: attrs.Attribute[Any], value: object) -> None:
@@ -593,6 +599,10 @@ class JobDefinition(Generic[P]):
     inbox: Inbox | None = None
     """J13: the inbox key marked in the handler's transaction (only with ``transaction``)."""
 
+    partition_key: Callable[[Any], str] | None = None
+    """F8/F9: the partition key of a run, from its payload, for limits with
+    ``partition="key"`` (an enqueue's ``partition_key=`` wins); None: only the enqueue's."""
+
     def encode(self, payload: P) -> Any:  # noqa: ANN401 - JSON-able
         """Validate and encode ``payload`` for storage; raises :class:`InvalidPayloadError`."""
         return self.codec.encode(payload)
@@ -657,6 +667,7 @@ def define_job(
     transaction: UnitOfWorkLike | None = None,
     inbox: Inbox | None = None,
     aging: Aging | None = None,
+    partition_key: Callable[[P], str] | None = None,
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
@@ -681,9 +692,11 @@ def define_job(
     by weight (F2).
 
     ``aging`` (an :class:`~ship_sqla.jobs.Aging`; None: none): a waiting run's priority rises
-    by ``step`` every ``every`` seconds it has been due, up to ``ceiling`` (F10), so no run
-    starves under a stream of higher-priority ones. A fair job (``fairness``) claims each
-    tenant's oldest runs first whatever their priority, so aging changes nothing there.
+    by ``step`` every ``every`` seconds it has been due, up to ``ceiling`` (F10).
+
+    ``partition_key`` (a function of the payload; None: none): each run's partition key, for a
+    ``RateLimit`` or ``Concurrency`` with ``partition="key"`` (F8, F9); an enqueue's own
+    ``partition_key=`` wins over it.
 
     ``transaction`` (a unit of work; None: none) makes the handler transactional (J13): it is
     called as ``handler(ctx, payload, repositories)`` inside ``transaction.run``, whose first
@@ -692,14 +705,9 @@ def define_job(
     the completion commit together or not at all, and a stale holder's transaction rolls back
     whole (J14). It makes no workflow calls.
     """
-    if not _JOB_ID.match(id):
-        raise ConfigurationError(
-            f"job id {id!r} is not valid.",
-            fix="use 1-128 characters: letters, digits and _ . : - (not starting with a symbol).",
-        )
-    _require_async_handler(id, handler)
-    _check_transactional(id, transaction, inbox)
+    _check_declaration(id, handler, transaction, inbox)
     _check_partitions(id, concurrency, rate_limit)
+    _check_partition_key(id, concurrency, rate_limit, fairness, partition_key)
     return JobDefinition(
         id=id,
         # A transactional handler takes the repositories too; the executor calls it so.
@@ -718,7 +726,19 @@ def define_job(
         transaction=transaction,
         inbox=inbox,
         aging=_as_aging(aging),
+        partition_key=partition_key,
     )
+
+
+def _check_declaration(job_id: str, handler: object, transaction: object, inbox: object) -> None:
+    """A job's id, handler and J13 declaration, checked before anything is built."""
+    if not _JOB_ID.match(job_id):
+        raise ConfigurationError(
+            f"job id {job_id!r} is not valid.",
+            fix="use 1-128 characters: letters, digits and _ . : - (not starting with a symbol).",
+        )
+    _require_async_handler(job_id, handler)
+    _check_transactional(job_id, transaction, inbox)
 
 
 def require_unit_of_work(
@@ -772,6 +792,34 @@ def _check_partitions(
             f" {rate!r}; a job's limits are either all partitioned the same way or none is"
             " (a per-job cap beside a per-tenant limit is not supported yet).",
             fix="give both the same partition= (e.g. 'tenant'), or drop one of the limits.",
+        )
+
+
+def _check_partition_key(
+    job_id: str,
+    concurrency: Concurrency | None,
+    rate_limit: RateLimit | None,
+    fairness: Fairness | None,
+    partition_key: object,
+) -> None:
+    """F8/F9: a ``partition_key`` function only for a job whose limits are per key, and fair
+    claims (shares by tenant) not with limits per key (not supported yet)."""
+    by_key = (concurrency is not None and concurrency.partition == "key") or (
+        isinstance(rate_limit, RateLimit) and rate_limit.partition == "key"
+    )
+    if partition_key is not None and not (by_key and callable(partition_key)):
+        raise ConfigurationError(
+            f"job {job_id!r}: partition_key= is given but"
+            + (" is not callable." if by_key else " no limit of the job has partition='key'."),
+            fix="pass partition_key=lambda payload: ... with RateLimit(..., partition='key')"
+            " or Concurrency(max=N, partition='key'), or drop partition_key=.",
+        )
+    if by_key and fairness is not None:
+        raise ConfigurationError(
+            f"job {job_id!r}: fairness= shares claims across tenants, and its limits are per"
+            " partition key: the two together are not supported yet.",
+            fix="drop fairness= (a partitioned claim already takes the partitions in turn,"
+            " sharing its room equally), or partition the limits by 'tenant'.",
         )
 
 

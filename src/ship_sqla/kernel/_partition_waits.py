@@ -24,7 +24,7 @@ import attrs
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._jobs import JobDefinition, PartitionBy
 
 __all__ = [
     "DEFAULT_PARTITION_WAIT_CAP",
@@ -51,6 +51,8 @@ class PartitionLimits:
     max_running: int | None
     rate_limit: int | None
     rate_period: float | None
+    by: PartitionBy = "tenant"
+    """What the limits are partitioned by: the run's tenant, or its partition key."""
 
     @classmethod
     def of(cls, job: JobDefinition[Any]) -> PartitionLimits | None:
@@ -63,13 +65,15 @@ class PartitionLimits:
             job.concurrency.max,
             None if rate is None else rate.limit,
             None if rate is None else rate.period,
+            job.partition,
         )
 
 
 @attrs.frozen
 class PartitionWait:
     """One partition of a job whose due runs wait on a limit (F8, F9): ``partition`` is the
-    tenant (None: the untenanted runs), ``due`` its due runs (up to ``cap``), ``running`` its
+    tenant or the partition key, as the job's limits are partitioned (None: the runs with no
+    tenant, or no key), ``due`` its due runs (up to ``cap``), ``running`` its
     running runs, ``started`` its starts in the rate window (0 without a rate limit),
     ``waiting_on`` the limits that hold it (``"rate"``, ``"concurrency"``), ``until`` when the
     rate lets it start again (None when only its cap holds it: until one of its runs ends)."""

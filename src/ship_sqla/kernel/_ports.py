@@ -206,6 +206,9 @@ class EnqueueRequest:
     """A caller-chosen durable id (schedules use ``<job_id>/<occurrence>``); generated if None."""
     priority: int | None = None
     """The run's priority (K6: higher first, -10 to 10); None: the job definition's."""
+    partition_key: str | None = None
+    """F8/F9: the run's partition key, for a job whose limits are per key; None: the job's
+    ``partition_key`` function of the payload, if any, else no key."""
 
 
 @attrs.frozen
@@ -863,8 +866,10 @@ class JobBackend(
         run_id: str | None = None,
         priority: int | None = None,
         scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
+        partition_key: str | None = None,
     ) -> EnqueueResult:
-        """Prepare one run and :meth:`~RunStore.insert` it (``priority``: K6; None, the job's)."""
+        """Prepare one run and :meth:`~RunStore.insert` it (``priority``: K6; None, the job's;
+        ``partition_key``: F8/F9)."""
         ...
 
     async def enqueue_many(

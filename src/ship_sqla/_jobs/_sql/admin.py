@@ -23,6 +23,7 @@ __all__ = [
     "LIST_DEAD_OF_JOB",
     "LIST_PAUSED",
     "PARTITION_WAITS",
+    "PARTITION_WAITS_BY_KEY",
     "PAUSE_JOB",
     "QUEUE_DEPTHS",
     "RESUME_JOB",
@@ -312,7 +313,7 @@ SELECT EXISTS (
 hot."""
 
 
-PARTITION_WAITS: Final = Template("""
+_PARTITION_WAITS: Final = """
 WITH RECURSIVE limits AS (
     SELECT l.i, l.job_id, l.gate, l.max_running, l.rate_limit, l.rate_period
     FROM unnest(CAST(:job_ids AS text[]), CAST(:gates AS text[]),
@@ -386,7 +387,9 @@ FROM parts p
 JOIN limits l ON l.i = p.i
 LEFT JOIN {state} g ON g.job_id = l.gate || '/' || coalesce(p.tenant, '')
 ORDER BY p.i, p.k
-""")
+"""
+
+PARTITION_WAITS: Final = Template(_PARTITION_WAITS)
 """F8/F9 seen (``JobOperations.partition_waits``, the dashboard, the demand endpoint): per job of
 ``:job_ids`` (with its partitioned limits and gate row prefix), each partition with waiting runs
 (tenant order, at most ``:max_partitions``; the untenanted runs one more), its due runs (up to
@@ -394,3 +397,11 @@ ORDER BY p.i, p.k
 start; the kernel judges which wait on a limit (:mod:`ship_sqla.kernel._partition_waits`).
 Bounded at any backlog: per job about ``:max_partitions`` x (one walk entry, ``:cap`` due
 entries, ``max`` running entries, one gate row)."""
+
+PARTITION_WAITS_BY_KEY: Final = Template(
+    _PARTITION_WAITS.replace("r.tenant_id", "r.partition_key")
+    .replace("_tenant_idx", "_part_idx")
+    .replace("_running_idx", "_part_run_idx")
+)
+""":data:`PARTITION_WAITS` for limits per partition key (``partition="key"``): the partitions
+are the runs' ``partition_key``, read off ``<runs>_part_idx`` and ``<runs>_part_run_idx``."""

@@ -56,6 +56,8 @@ __all__ = [
     "CLAIM_GATED",
     "CLAIM_GATED_KEYED",
     "CLAIM_PARTITIONED",
+    "CLAIM_PARTITIONED_BY_KEY",
+    "CLAIM_PARTITIONED_BY_KEY_KEYED",
     "CLAIM_PARTITIONED_KEYED",
     "CLAIM_UNCAPPED",
     "CLAIM_UNCAPPED_KEYED",
@@ -955,9 +957,11 @@ FROM gates g
 HAVING min(g.rate_wait) IS NOT NULL"""
 
 
-def _partitioned(*, keyed: bool = False) -> str:
+def _partitioned(*, keyed: bool = False, by_key: bool = False) -> str:
     """CLAIM_PARTITIONED's text: the claim's head, the partition walk and the partitions'
-    gates, the common tail (each claimed run's start time is its partition's)."""
+    gates, the common tail (each claimed run's start time is its partition's). ``by_key``:
+    the partition is the run's ``partition_key`` (its indexes ``<runs>_part_idx`` and
+    ``<runs>_part_run_idx``), not its tenant."""
     pick = (
         _PICK_PARTITIONED.replace("{new_total}", _PART_NEW_TOTAL)
         .replace("{new_due_grant}", _PART_NEW_DUE_GRANT)
@@ -966,12 +970,20 @@ def _partitioned(*, keyed: bool = False) -> str:
     started = "coalesce((SELECT g.started_at FROM gates g WHERE g.gate = {gate}), {now})".replace(
         "{gate}", _PART_GATE_ID.replace("{part}", "r.tenant_id")
     )
+    body = _part_walk() + pick
+    if by_key:
+        body = (
+            body.replace("r.tenant_id", "r.partition_key")
+            .replace("_tenant_idx", "_part_idx")
+            .replace("_running_idx", "_part_run_idx")
+        )
+        started = started.replace("r.tenant_id", "r.partition_key")
     tail = (
         _CLAIM_TAIL.replace("{started}", started)
         .replace("{gate_row}", _PART_GATE_ROW)
         .replace("{fair_row}", _FAIR_ROW)
     )
-    return _finished(_HEAD + _ROOM_PARTITIONED + _part_walk() + pick + tail, keyed=keyed)
+    return _finished(_HEAD + _ROOM_PARTITIONED + body + tail, keyed=keyed)
 
 
 CLAIM_PARTITIONED: Final = Template(_partitioned(), claim_clock=True)
@@ -992,3 +1004,13 @@ cursor)."""
 
 CLAIM_PARTITIONED_KEYED: Final = Template(_partitioned(keyed=True), claim_clock=True)
 """:data:`CLAIM_PARTITIONED` for a request that excludes single-runner keys (J4)."""
+
+CLAIM_PARTITIONED_BY_KEY: Final = Template(_partitioned(by_key=True), claim_clock=True)
+""":data:`CLAIM_PARTITIONED` for limits per partition key (``partition="key"``): the partition is
+the run's ``partition_key``, read off ``<runs>_part_idx`` and ``<runs>_part_run_idx`` (gate rows
+``<job_id>#claim-gate/<key>``)."""
+
+CLAIM_PARTITIONED_BY_KEY_KEYED: Final = Template(
+    _partitioned(keyed=True, by_key=True), claim_clock=True
+)
+""":data:`CLAIM_PARTITIONED_BY_KEY` for a request that excludes single-runner keys (J4)."""

@@ -29,6 +29,7 @@ __all__ = [
     "ENQUEUE_PLAIN_ANNOUNCED",
     "ENQUEUE_PLAIN_CAPPED",
     "ENQUEUE_PLAIN_SAMPLED",
+    "SET_PARTITION_KEYS",
 ]
 
 _INSERT_PLAIN_COLUMNS: Final = """INSERT INTO {runs} (
@@ -258,3 +259,14 @@ ENQUEUE_PLAIN."""
 
 ENQUEUE_ONE_SAMPLED: Final = Template(ENQUEUE_ONE.sql.rstrip() + "\nRETURNING seq\n")
 """ENQUEUE_ONE answering its run's ``seq``, as ENQUEUE_PLAIN_SAMPLED."""
+
+SET_PARTITION_KEYS: Final = Template("""
+-- <runs>_pkey, one probe per run: F8/F9, the partition keys of the runs this enqueue inserted
+-- (a job whose limits are per partition key), in the enqueue's own transaction, right after
+-- its INSERT: no claim ever sees these runs without their keys.
+UPDATE {runs} r SET partition_key = u.partition_key
+FROM unnest(CAST(:ids AS text[]), CAST(:partition_keys AS text[])) AS u(id, partition_key)
+WHERE r.id = u.id AND r.state = 'waiting' AND r.partition_key IS NULL
+""")
+"""Store the partition keys of newly inserted runs (``:ids`` and ``:partition_keys`` in step).
+Only runs that have none yet: a deduplicated run keeps the key it was inserted with."""

@@ -143,6 +143,7 @@ class _Run:
         "lease_expires_at",
         "max_attempts",
         "parent_id",
+        "partition",
         "payload_json",
         "priority",
         "progress",
@@ -168,6 +169,7 @@ class _Run:
         self.max_attempts = prepared.max_attempts
         self.priority = prepared.priority
         self.tenant = prepared.tenant
+        self.partition = prepared.partition
         self.trace_context: dict[str, str] | None = (
             None if prepared.trace_context is None else json.loads(prepared.trace_context)
         )
@@ -242,6 +244,13 @@ def _end_wait(run: _Run, settlement: SettleRequest) -> None:
     clear it on PostgreSQL); a suspend that lands sets its own."""
     if not isinstance(settlement, Suspend) or run.cancel_requested_at is not None:
         run.wait_for = None
+
+
+def _partition_of(by: str) -> Callable[[_Run], str | None]:
+    """F8/F9: a run's partition: its tenant, or its partition key."""
+    if by == "key":
+        return lambda run: run.partition
+    return lambda run: run.tenant
 
 
 def _aged_order(aging: Aging, now: datetime) -> Callable[[_Run], tuple[int, datetime, int]]:
@@ -1062,15 +1071,16 @@ class InMemoryRunAdmin:
         found: list[PartitionWait] = []
         for job in limits:
             runs = list(backend._live.get(job.job_id, {}).values())  # noqa: SLF001
+            of = _partition_of(job.by)
             waiting = [run for run in runs if run.state == "waiting"]
-            named = sorted({run.tenant for run in waiting if run.tenant is not None})
+            named = sorted({part for run in waiting if (part := of(run)) is not None})
             parts: list[str | None] = [*named[:max_partitions]]
-            if any(run.tenant is None and run.run_at <= now for run in waiting):
+            if any(of(run) is None and run.run_at <= now for run in waiting):
                 parts.append(None)
             for part in parts:
-                due = sum(1 for run in waiting if run.tenant == part and run.run_at <= now)
+                due = sum(1 for run in waiting if of(run) == part and run.run_at <= now)
                 running = min(
-                    sum(1 for run in runs if run.state == "running" and run.tenant == part),
+                    sum(1 for run in runs if run.state == "running" and of(run) == part),
                     job.max_running or 0,
                 )
                 starts = backend._partition_starts.get((job.job_id, part), [])  # noqa: SLF001

@@ -1,11 +1,12 @@
 """Partitioned limits in the in-memory model (F8, F9): the rules the PostgreSQL claim
 (CLAIM_PARTITIONED) applies with one gate row per (job, partition), here on plain dicts.
 
-A partitioned claim (a job whose ``concurrency.max`` and ``RateLimit`` hold per tenant):
+A partitioned claim (a job whose ``concurrency.max`` and ``RateLimit`` hold per tenant, or per
+partition key: ``ClaimRequest.partition``):
 
-- walks the partitions that have waiting runs (the tenants, sorted, from the one after where
+- walks the partitions that have waiting runs (the tenants or keys, sorted, from the one after where
   this job's last partitioned claim stopped, wrapping round, at most ``max_tenants`` of them:
-  the ``Fairness``' or :data:`DEFAULT_PARTITION_WALK`), and the untenanted runs as one more
+  the ``Fairness``' or :data:`DEFAULT_PARTITION_WALK`), and the runs of none as one more
   partition when any is due;
 - gives each visited partition at most what its own limits leave: ``max - running`` (every
   running run of the partition holds a slot, lapsed or not, F9) and ``limit - starts in the
@@ -26,7 +27,7 @@ from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK
 from ship_sqla.kernel._plans.fairness import fair_shares
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Callable, Iterable, Sequence
 
     from ship_sqla.kernel._ports import ClaimRequest
 
@@ -40,6 +41,8 @@ class _RunLike(Protocol):
     def state(self) -> str: ...
     @property
     def tenant(self) -> str | None: ...
+    @property
+    def partition(self) -> str | None: ...
     @property
     def run_at(self) -> datetime: ...
     @property
@@ -73,7 +76,8 @@ def _walk(
 ) -> list[str | None]:
     """The partitions this claim visits, as CLAIM_FAIR's tenant walk finds them."""
     most = DEFAULT_PARTITION_WALK if request.fairness is None else request.fairness.max_tenants
-    named = sorted({run.tenant for run in waiting if run.tenant is not None})
+    part = _part_of(request)
+    named = sorted({p for run in waiting if (p := part(run)) is not None})
     after = cursors.pop(request.job_id, None)
     onward = [part for part in named if after is None or part > after]
     wrapped = [part for part in named if after is not None and part <= after]
@@ -128,10 +132,11 @@ def choose_partitioned(
     are the claimable runs (due waiting ones and retakable lapsed ones, J4's keys left out);
     ``buried`` the lapsed runs this claim ends (they give their slots up)."""
     lives = list(live)
+    part = _part_of(request)
     held: dict[str | None, int] = {}
     for run in lives:
         if run.state == "running" and run.run_id not in buried:
-            held[run.tenant] = held.get(run.tenant, 0) + 1
+            held[part(run)] = held.get(part(run), 0) + 1
     retakable = sorted((run for run in candidates if run.state == "running"), key=_claim_order)
     room = max(request.limit - len(retakable), 0)
     waiting = [run for run in lives if run.state == "waiting"]
@@ -140,15 +145,15 @@ def choose_partitioned(
     due_of: dict[str | None, int] = {}
     for run in waiting:
         if run.run_at <= now:
-            due_of[run.tenant] = due_of.get(run.tenant, 0) + 1
+            due_of[part(run)] = due_of.get(part(run), 0) + 1
     if due_of.get(None):
         visited.insert(0, None)
     gates = {part: _gate(request, part, held.get(part, 0), starts, now) for part in visited}
     due = [run for run in candidates if run.state == "waiting"]
     ranked = _due_shares(request, visited, gates, (due_of, due), room)
     for run in retakable:
-        if run.tenant not in gates:
-            gates[run.tenant] = _gate(request, run.tenant, held.get(run.tenant, 0), starts, now)
+        if part(run) not in gates:
+            gates[part(run)] = _gate(request, part(run), held.get(part(run), 0), starts, now)
     return _grant(request, gates, retakable, ranked, starts)
 
 
@@ -163,9 +168,10 @@ def _due_shares(
     water-filling over the partitions, each counted up to what its gate allows). ``due``:
     each partition's count of due runs, and the due runs this claim may take."""
     due_of, takeable = due
+    part = _part_of(request)
     by_part: dict[str | None, list[_Run]] = {}
     for run in takeable:
-        by_part.setdefault(run.tenant, []).append(run)
+        by_part.setdefault(part(run), []).append(run)
     fairness = request.fairness
     counts = [
         (
@@ -175,10 +181,10 @@ def _due_shares(
         for part in visited
     ]
     ranked: dict[str | None, list[_Run]] = {}
-    for part, share in zip(visited, fair_shares(counts, room), strict=True):
+    for visit, share in zip(visited, fair_shares(counts, room), strict=True):
         if share > 0:
-            runs = by_part.get(part, [])
-            ranked[part] = heapq.nsmallest(share, runs, key=lambda run: (run.run_at, run.seq))
+            runs = by_part.get(visit, [])
+            ranked[visit] = heapq.nsmallest(share, runs, key=lambda run: (run.run_at, run.seq))
     return ranked
 
 
@@ -191,9 +197,10 @@ def _grant(
 ) -> PartitionChoice[_Run]:
     """Each partition's gate grants (lapsed runs first, then due ones within the cap's room,
     all within the rate's), records its starts, and says how long a full window stays full."""
+    partition_of = _part_of(request)
     lapsed: dict[str | None, list[_Run]] = {}
     for run in retakable:
-        lapsed.setdefault(run.tenant, []).append(run)
+        lapsed.setdefault(partition_of(run), []).append(run)
     order: list[tuple[int, int, datetime, int, _Run]] = []
     started: dict[str, datetime] = {}
     waits: list[float] = []
@@ -224,6 +231,13 @@ def _grant(
     order.sort(key=lambda entry: entry[:4])
     chosen = sorted((entry[4] for entry in order[: request.limit]), key=_claim_order)
     return PartitionChoice(chosen, started, min(waits, default=None))
+
+
+def _part_of(request: ClaimRequest) -> Callable[[_RunLike], str | None]:
+    """A run's partition under the claim's limits: its tenant, or its partition key."""
+    if request.partition == "key":
+        return lambda run: run.partition
+    return lambda run: run.tenant
 
 
 def _claim_order(run: _RunLike) -> tuple[int, datetime, int]:

@@ -35,14 +35,14 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ship_sqla.kernel._clock import require_aware
-from ship_sqla.kernel._errors import InvalidPayloadError, PayloadTooLargeError
+from ship_sqla.kernel._errors import ConfigurationError, InvalidPayloadError, PayloadTooLargeError
 from ship_sqla.kernel._ids import new_run_ids
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json
 from ship_sqla.kernel._keys import require_key, require_text
 from ship_sqla.kernel._priority import require_priority
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from datetime import datetime
 
     from ship_sqla.kernel._jobs import JobDefinition
@@ -81,6 +81,9 @@ class PreparedRun:
     None (K7)."""
     tenant: str | None = None
     """The tenant the run was enqueued for (F2): the ambient tenant of the enqueue, else None."""
+    partition: str | None = None
+    """F8/F9: the run's partition key (a job whose limits are per key): the enqueue's, else the
+    job's function of the payload; else None."""
 
 
 def prepare_run(
@@ -137,6 +140,9 @@ def prepare_runs(
     policy = job.idempotency.key if job.idempotency is not None else None
     keyed = job.concurrency.single_runner
     default_priority = job.priority
+    by_key = _partitioner(job) if job.partition == "key" else None
+    if by_key is None and any(request.partition_key is not None for request in requests):
+        by_key = _partitioner(job)
     next_id = iter(new_run_ids(sum(1 for request in requests if request.run_id is None))).__next__
     prepared: list[PreparedRun] = []
     append = prepared.append
@@ -183,6 +189,34 @@ def prepare_runs(
                 priority,
                 trace_context,
                 tenant,
+                None if by_key is None else by_key(request),
             )
         )
     return prepared
+
+
+def _partitioner(job: JobDefinition[Any]) -> Callable[[EnqueueRequest], str | None] | None:
+    """F8/F9: how a request of ``job`` gets its partition key (None: the job's limits are not
+    per key, and a request that names one is refused)."""
+    if job.partition != "key":
+
+        def refuse(request: EnqueueRequest) -> str | None:
+            raise ConfigurationError(
+                f"enqueue of job {job.id!r} gives partition_key={request.partition_key!r}, but"
+                " no limit of the job has partition='key'.",
+                fix="drop partition_key=, or declare the job's RateLimit or Concurrency with"
+                " partition='key'.",
+            )
+
+        return refuse
+    derive = job.partition_key
+
+    def key_of(request: EnqueueRequest) -> str | None:
+        key = request.partition_key
+        if key is None and derive is not None:
+            key = derive(request.payload)
+        if key is None:
+            return None
+        return require_key(key, f"partition_key (job {job.id!r})")
+
+    return key_of

@@ -250,9 +250,10 @@ class JobRuntime:
         run_id: str | None = None,
         priority: int | None = None,
         scope: Any = None,  # noqa: ANN401 - a TransactionScope; Any keeps the kernel ORM-free
+        partition_key: str | None = None,
     ) -> EnqueueResult:
         """Enqueue through the backend; ``job`` is a definition or a registered job id;
-        ``priority`` (K6): None for the job's."""
+        ``priority`` (K6): None for the job's; ``partition_key`` (F8/F9)."""
         return await self.backend.enqueue(
             self._definition(job),
             payload,
@@ -261,6 +262,7 @@ class JobRuntime:
             run_id=run_id,
             priority=priority,
             scope=scope,
+            partition_key=partition_key,
         )
 
     async def enqueue_many(
