@@ -292,3 +292,20 @@ def test_f8_f9_declarations_are_checked():
             rate_limit=RateLimit(1, 1.0, partition="tenant"),
         )
     assert "Fix:" in str(caught.value)
+
+
+async def test_f8_a_bulk_enqueue_stores_every_runs_partition_key(clock, job_backend_factory):
+    """F8 per key: a bulk enqueue (300 runs: the PostgreSQL backend's COPY size) stores each
+    run's key in its own transaction: with RateLimit(1, 60 s, partition='key') over ten keys a
+    claim of 100 starts exactly one run of each key."""
+    backend = job_backend_factory(clock)
+    job = define_job(
+        "f8.bulk_keys",
+        noop,
+        payload=dict,
+        rate_limit=RateLimit(1, 60.0, partition="key"),
+        partition_key=lambda payload: f"c{payload['n'] % 10}",
+    )
+    await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(300)])
+    batch = await backend.claim(claim_request(job, worker="w", limit=100))
+    assert sorted(run.payload["n"] for run in batch) == list(range(10))

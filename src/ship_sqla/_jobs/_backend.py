@@ -105,7 +105,7 @@ from ship_sqla._jobs._sql.claim import (
     CLAIM_UNCAPPED,
     CLAIM_UNCAPPED_KEYED,
 )
-from ship_sqla._jobs._sql.enqueue import ANNOUNCE, ANNOUNCE_AFTER_COMMIT, SET_PARTITION_KEYS
+from ship_sqla._jobs._sql.enqueue import ANNOUNCE, ANNOUNCE_AFTER_COMMIT
 from ship_sqla._jobs._sql.settle import (
     CLAIM_STATE_IF_TOKEN,
     FENCE_RUN_FOR_UPDATE,
@@ -492,7 +492,8 @@ class PostgresJobBackend(JobBackendBase):
             return []
         announce = self._announce_channel(job.id)
         sample = self._wants_fleet_sample()
-        keyed = [(run.run_id, run.partition) for run in runs if run.partition is not None]
+        # F8/F9: runs with partition keys take the transaction path (insert_on stores the keys).
+        keyed = any(run.partition is not None for run in runs)
         if keyed and True not in self._partitions_served:
             await self._require_partitioned_claims([job.id], by_key=True)
         if not keyed and self._inserter.one_statement(runs):
@@ -515,13 +516,6 @@ class PostgresJobBackend(JobBackendBase):
             results, due_now, fleet_seq = await self._inserter.insert_on(
                 tx, job.id, runs, announce=announce, sample=sample
             )
-            if keyed:
-                # F8/F9: the runs' partition keys, in the same transaction (SET_PARTITION_KEYS).
-                ids, keys = zip(*keyed, strict=True)
-                await tx.connection.execute(
-                    self.statements[SET_PARTITION_KEYS],
-                    {"ids": list(ids), "partition_keys": list(keys)},
-                )
             if due_now:
                 tx.after_commit(self.wake)
                 tx.after_commit(

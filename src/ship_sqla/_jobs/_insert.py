@@ -30,6 +30,7 @@ from ship_sqla._jobs._sql.enqueue import (
     ENQUEUE_PLAIN_ANNOUNCED,
     ENQUEUE_PLAIN_CAPPED,
     ENQUEUE_PLAIN_SAMPLED,
+    SET_PARTITION_KEYS,
 )
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._sql_errors import sqlstate_of
@@ -332,6 +333,7 @@ class RunInserter:
             due, fleet_seq = await self.store_plain(
                 job_id, runs, announce=announce, sample=sample, scope=tx
             )
+            await self._store_partition_keys(tx.connection, runs)
             return inserted(runs), due, fleet_seq
         connection = tx.connection
         if depth_limit is not None:
@@ -349,7 +351,23 @@ class RunInserter:
             results, due = await self._insert_checked(connection, job_id, runs, depth_limit)
         if announce is not None and due:
             await self._announce(connection, announce)
+        await self._store_partition_keys(connection, runs)
         return results, due, None
+
+    async def _store_partition_keys(
+        self, connection: AsyncConnection, runs: Sequence[PreparedRun]
+    ) -> None:
+        """F8/F9 (SET_PARTITION_KEYS): the partition keys of the runs just inserted, in the
+        same transaction, so no claim sees them without; nothing for runs without keys."""
+        keyed = [(run.run_id, run.partition) for run in runs if run.partition is not None]
+        if keyed:
+            await connection.execute(
+                self._s[SET_PARTITION_KEYS],
+                {
+                    "ids": [run_id for run_id, _ in keyed],
+                    "partition_keys": [key for _, key in keyed],
+                },
+            )
 
     async def store_plain(
         self,
