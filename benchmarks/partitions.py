@@ -8,7 +8,9 @@ same drain of the same rows with no limit (the plain priority walk):
 
 - ``partitions.drain.rate``: ``RateLimit(1,000,000, 1 s, partition="tenant")``;
 - ``partitions.drain.cap``: ``Concurrency(max=1,000, partition="tenant")``;
-- ``partitions.drain.both``: both.
+- ``partitions.drain.both``: both;
+- ``partitions.drain.rate_by_key``: ``RateLimit(1,000,000, 1 s, partition="key")``, the runs'
+  partition keys stored as the tenants are (one key per tenant).
 
 Target: each >= 0.8x the drain with none. Full: 10,000 tenants, 50,000 runs; quick (the CI
 smoke): 1,000 tenants, 5,000 runs.
@@ -67,6 +69,7 @@ LIMITS: dict[str, dict[str, Any]] = {
     "rate": {"rate_limit": RATE},
     "cap": {"concurrency": CAP},
     "both": {"rate_limit": RATE, "concurrency": CAP},
+    "rate_by_key": {"rate_limit": RateLimit(1_000_000, 1.0, partition="key")},
 }
 
 
@@ -80,10 +83,11 @@ def _load(table: str, runs: int, tenants: int, *, spread_s: float) -> str:
     ``spread_s`` seconds in creation order."""
     return (
         f"INSERT INTO {table} (id, job_id, state, payload, max_attempts, run_at, created_at,"
-        " updated_at, tenant_id)"
+        " updated_at, tenant_id, partition_key)"
         f" SELECT 'r' || lpad(g::text, 9, '0'), '{JOB_ID}', 'waiting', '{{}}'::jsonb, 5,"
         f" now() - {spread_s} * interval '1 second' + g * ({spread_s} * interval '1 second'"
-        f" / {runs}), now(), now(), 't' || lpad((g % {tenants})::text, 5, '0')"
+        f" / {runs}), now(), now(), 't' || lpad((g % {tenants})::text, 5, '0'),"
+        f" 'k' || lpad((g % {tenants})::text, 5, '0')"
         f" FROM generate_series(1, {runs}) g"
     )
 
@@ -93,7 +97,7 @@ async def _drain(
 ) -> float:
     """One drain (see the module): jobs/s."""
     metadata = MetaData()
-    table = ship_job_runs_table(metadata, partitioned_claims=True)
+    table = ship_job_runs_table(metadata, partitioned_claims=True, partition_keys=True)
     state = ship_job_state_table(metadata)
     await db.maintain(f"TRUNCATE {table.name}, {state.name} CASCADE")
     async with db.engine.begin() as connection:
@@ -153,7 +157,7 @@ async def _claim_latency(
     """Per round: the median partitioned claim (a per-tenant rate limit that never binds) and
     the median plain claim, on the same rows."""
     metadata = MetaData()
-    table = ship_job_runs_table(metadata, partitioned_claims=True)
+    table = ship_job_runs_table(metadata, partitioned_claims=True, partition_keys=True)
     state = ship_job_state_table(metadata)
     await db.maintain(f"TRUNCATE {table.name}, {state.name} CASCADE")
     bench.log(f"loading {waiting:,} waiting runs over {tenants:,} tenants")
@@ -188,7 +192,7 @@ async def run(bench: Bench) -> list[Figure]:
     figures = []
     async with bench.database(NAME) as db:
         metadata = MetaData()
-        ship_job_runs_table(metadata, partitioned_claims=True)
+        ship_job_runs_table(metadata, partitioned_claims=True, partition_keys=True)
         ship_job_state_table(metadata)
         ship_job_workers_table(metadata)  # the runtime registers itself (F6), as deployed
         async with db.engine.begin() as connection:
