@@ -3,10 +3,16 @@ from ship_sqla._notify import Listener as Listener
 from ship_sqla.kernel._browse import ConsumerKeyProgress as ConsumerKeyProgress
 from ship_sqla.kernel._browse import ScheduleState as ScheduleState
 from ship_sqla.kernel._browse import ThroughputBucket as ThroughputBucket
+from ship_sqla.kernel._health import HealthAlarm as HealthAlarm
+from ship_sqla.kernel._health import HealthBounds as HealthBounds
+from ship_sqla.kernel._health import HorizonHolder as HorizonHolder
+from ship_sqla.kernel._health import StorageHealth as StorageHealth
+from ship_sqla.kernel._health import TableHealth as TableHealth
 from ship_sqla.kernel._job_context import Cancellation as Cancellation
 from ship_sqla.kernel._job_context import CancelReason as CancelReason
 from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
 from ship_sqla.kernel._jobs import Concurrency as Concurrency
+from ship_sqla.kernel._jobs import Determinism as Determinism
 from ship_sqla.kernel._jobs import Fairness as Fairness
 from ship_sqla.kernel._jobs import IdempotencyPolicy as IdempotencyPolicy
 from ship_sqla.kernel._jobs import JobDefinition as JobDefinition
@@ -17,6 +23,7 @@ from ship_sqla.kernel._jobs import RetryPolicy as RetryPolicy
 from ship_sqla.kernel._jobs import Schedule as Schedule
 from ship_sqla.kernel._keys import MAX_KEY_CHARS as MAX_KEY_CHARS
 from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
+from ship_sqla.kernel._metrics import STORAGE_METRIC_NAMES as STORAGE_METRIC_NAMES
 from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
 from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
 from ship_sqla.kernel._operations import BulkResult as BulkResult
@@ -58,6 +65,7 @@ __all__ = (
     "MAX_KEY_CHARS",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "STORAGE_METRIC_NAMES",
     "TERMINAL_STATES",
     "Aging",
     "Backoff",
@@ -67,11 +75,15 @@ __all__ = (
     "Cancellation",
     "Concurrency",
     "ConsumerKeyProgress",
+    "Determinism",
     "EnqueueRequest",
     "EnqueueResult",
     "FailureKind",
     "Fairness",
+    "HealthAlarm",
+    "HealthBounds",
     "HistoryKind",
+    "HorizonHolder",
     "IdempotencyPolicy",
     "Inbox",
     "JobDefinition",
@@ -98,6 +110,8 @@ __all__ = (
     "Schedule",
     "ScheduleState",
     "StateCount",
+    "StorageHealth",
+    "TableHealth",
     "ThroughputBucket",
     "WorkerRecord",
     "aging_bound",

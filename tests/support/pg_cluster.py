@@ -40,7 +40,14 @@ import pytest
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
-__all__ = ["DEFAULT_SETTINGS", "Cluster", "find_pg_bin", "private_cluster", "unavailable"]
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "Cluster",
+    "find_pg_bin",
+    "free_port",
+    "private_cluster",
+    "unavailable",
+]
 
 DEFAULT_SETTINGS: Mapping[str, str] = {
     "fsync": "off",
@@ -172,38 +179,52 @@ class Cluster:
         return log.read_text(errors="replace")[-2000:] if log.exists() else "(no server log)"
 
 
-def unavailable(reason: str) -> NoReturn:
-    """Skip (fail when SHIP_SQLA_REQUIRE_PRIVATE_CLUSTER is set): no private cluster here."""
+def unavailable(reason: str, *, required: bool = False) -> NoReturn:
+    """Skip (fail when ``required`` or SHIP_SQLA_REQUIRE_PRIVATE_CLUSTER is set): no private
+    cluster here."""
+    if required:
+        pytest.fail(f"{reason} (this test needs its private clusters: a failure, not a skip)")
     if os.environ.get("SHIP_SQLA_REQUIRE_PRIVATE_CLUSTER"):
         pytest.fail(f"{reason} (SHIP_SQLA_REQUIRE_PRIVATE_CLUSTER is set: fault tests must run)")
     pytest.skip(reason)
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
 
 
-def _run(argv: list[str], what: str, cluster: Cluster) -> None:
+def _run(argv: list[str], what: str, cluster: Cluster, *, required: bool = False) -> None:
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        unavailable(f"private PostgreSQL cluster: {what} failed to run: {exc}")
+        unavailable(f"private PostgreSQL cluster: {what} failed to run: {exc}", required=required)
     if done.returncode != 0:
         unavailable(
             f"private PostgreSQL cluster: {what} exited {done.returncode}:"
-            f" {done.stderr.strip()[-500:]}\n{cluster.log_tail()}"
+            f" {done.stderr.strip()[-500:]}\n{cluster.log_tail()}",
+            required=required,
         )
 
 
 @contextmanager
-def private_cluster(settings: Mapping[str, str] | None = None) -> Iterator[Cluster]:
+def private_cluster(
+    settings: Mapping[str, str] | None = None,
+    *,
+    required: bool = False,
+    bin_dir: Path | None = None,
+) -> Iterator[Cluster]:
     """A fresh, started cluster; ``settings`` are added to (and override) DEFAULT_SETTINGS in
-    postgresql.conf. Always stopped and removed afterwards; skips when it cannot be had here."""
-    bin_dir = find_pg_bin()
+    postgresql.conf. Always stopped and removed afterwards; skips when it cannot be had here
+    (fails instead when ``required``). ``bin_dir``: these binaries rather than
+    :func:`find_pg_bin`'s."""
+    bin_dir = bin_dir or find_pg_bin()
     if bin_dir is None:
-        unavailable("no PostgreSQL server binaries (initdb, pg_ctl): cannot start a private one")
+        unavailable(
+            "no PostgreSQL server binaries (initdb, pg_ctl): cannot start a private one",
+            required=required,
+        )
     owner = None
     if os.geteuid() == 0:
         try:
@@ -211,10 +232,11 @@ def private_cluster(settings: Mapping[str, str] | None = None) -> Iterator[Clust
         except KeyError:
             unavailable(
                 "running as root and no postgres user to own a private cluster"
-                " (create one: useradd --system postgres)"
+                " (create one: useradd --system postgres)",
+                required=required,
             )
     root = Path(tempfile.mkdtemp(prefix="ship_sqla_pg_"))
-    cluster = Cluster(root, _free_port(), bin_dir)
+    cluster = Cluster(root, free_port(), bin_dir)
     started = False
     try:
         if owner is not None:
@@ -235,6 +257,7 @@ def private_cluster(settings: Mapping[str, str] | None = None) -> Iterator[Clust
             ),
             "initdb",
             cluster,
+            required=required,
         )
         conf = {
             **DEFAULT_SETTINGS,
@@ -248,7 +271,12 @@ def private_cluster(settings: Mapping[str, str] | None = None) -> Iterator[Clust
         with (cluster.data / "postgresql.conf").open("a") as file:
             file.write("\n" + "".join(f"{key} = {value}\n" for key, value in conf.items()))
         started = True
-        _run(cluster.pg_ctl("-l", str(cluster.log), "-w", "start"), "pg_ctl start", cluster)
+        _run(
+            cluster.pg_ctl("-l", str(cluster.log), "-w", "start"),
+            "pg_ctl start",
+            cluster,
+            required=required,
+        )
         yield cluster
     finally:
         try:

@@ -8,10 +8,12 @@ that only from literals, never from ``$1``). Every name is explicit, derived fro
 and wrapped in ``conv()`` so an application's naming convention cannot rename it (T1).
 
 Queue tables churn: each run is inserted, updated two or three times and deleted by ``cleanup``.
-Give both tables aggressive autovacuum settings in production, e.g.
-``ALTER TABLE ship_job_runs SET (autovacuum_vacuum_scale_factor = 0.01,
-autovacuum_vacuum_cost_delay = 1)``, and avoid long transactions on the database: dead tuples
-are kept for the oldest open snapshot, and the claim's index scans walk over them.
+So every factory here declares the autovacuum options its table needs (J21,
+:mod:`ship_sqla._storage_options`: a fixed vacuum threshold instead of a fraction of the table,
+no cost delay; the state table's HOT updates get a fillfactor), which ``create_all``, ``schema
+apply`` and Alembic's ``op.create_table`` set and the schema check compares. Avoid long
+transactions on the database all the same: dead tuples are kept for the oldest open snapshot,
+and the claim's index scans walk over them (J22 reports it: ``ship.db.horizon.age``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from sqlalchemy.schema import CreateIndex
 
 from ship_sqla._naming import derived_name, derived_names
+from ship_sqla._storage_options import CHURN_OPTIONS, HOT_ROW_OPTIONS, declare_storage_options
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES
 
 __all__ = [
@@ -300,7 +303,8 @@ def ship_job_runs_table(
             table.c.partition_key,
             postgresql_where=text(LEASE_PREDICATE),
         )
-    return table
+    # J21: no update of a run can be HOT (each changes an indexed column), so no fillfactor.
+    return declare_storage_options(table, CHURN_OPTIONS)
 
 
 def partitioned_claims_index_names(runs: Table, *, by_key: bool = False) -> tuple[str, str]:
@@ -377,7 +381,7 @@ def ship_job_state_table(
     ``rate_at``, ``rate_n``; CLAIM_GATED), which its claims upsert.
     """
     n = derived_names(name, ("_pkey",), "job state", schema=schema)
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("job_id", Text, nullable=False),
@@ -395,6 +399,8 @@ def ship_job_state_table(
         schema=schema,
         comment="ship_sqla per-job state (ship_job_state_table)",
     )
+    # J21: its gate and schedule rows are updated in place without touching an index (HOT).
+    return declare_storage_options(table, HOT_ROW_OPTIONS)
 
 
 SAMPLER_PREDICATE = "sampler_until IS NOT NULL"
@@ -415,7 +421,7 @@ def ship_job_workers_table(
     claims nothing); ``sampler_until`` (null unless it holds the queue-sampler lease, F5).
     """
     n = derived_names(name, ("_pkey", "_seen_idx", "_sampler_idx"), "job workers", schema=schema)
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("id", Text, nullable=False),
@@ -435,9 +441,12 @@ def ship_job_workers_table(
         schema=schema,
         comment="ship_sqla job workers (ship_job_workers_table)",
     )
+    return declare_storage_options(table, CHURN_OPTIONS)  # J21
 
 
 STEP_STATES = ("done", "waiting")
+PATCH_PREDICATE = "kind = 'patch'"
+"""``<steps>_patch_idx``: D8's patch markers by name and creation time."""
 
 
 def ship_job_steps_table(
@@ -452,16 +461,19 @@ def ship_job_steps_table(
     Columns: ``run_id`` (a foreign key to ``runs_table``, the runs table's name in the same
     ``metadata``, ON DELETE CASCADE: a run's cleanup takes its steps), ``name``, ``seq`` (the
     step's position in the handler: re-running from a step drops it and every later one, D6),
-    ``kind`` (step | transaction | sleep | event | spawn | children), ``state`` (done |
+    ``kind`` (step | transaction | sleep | event | spawn | children | patch), ``state`` (done |
     waiting), ``result`` (jsonb: the encoded result), ``wake_at`` (a sleep's wake time, a wait's
     timeout), ``event_name`` / ``event_key`` (what an event wait waits for), ``snapshot`` (the
     ``pg_snapshot`` an event wait began in, as text: an event matches when its transaction is
-    not visible in it, D4), ``created_at``, ``finished_at``.
+    not visible in it, D4), ``created_at``, ``finished_at``. Index ``<name>_patch_idx``
+    ``(name, created_at) WHERE kind = 'patch'``: D8's patch markers (no other step enters it).
     """
-    n = derived_names(name, ("_pkey", "_state_check", "_run_fkey"), "job steps", schema=schema)
+    n = derived_names(
+        name, ("_pkey", "_state_check", "_run_fkey", "_patch_idx"), "job steps", schema=schema
+    )
     states = ", ".join(f"'{s}'" for s in STEP_STATES)
     target = f"{schema}.{runs_table}.id" if schema else f"{runs_table}.id"
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("run_id", Text, nullable=False),
@@ -478,11 +490,15 @@ def ship_job_steps_table(
         Column("finished_at", _TSTZ, nullable=True),
         # Serves LOAD_STEPS, SAVE_STEP's ON CONFLICT and MATCH_EVENT's step lookup.
         PrimaryKeyConstraint("run_id", "name", name=n["_pkey"]),
+        # Serves PATCH_IDS and PATCH_LACKING's first marker (D8): patch markers only, so no
+        # other step write touches it.
+        Index(n["_patch_idx"], "name", "created_at", postgresql_where=text(PATCH_PREDICATE)),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
         ForeignKeyConstraint(["run_id"], [target], name=n["_run_fkey"], ondelete="CASCADE"),
         schema=schema,
         comment="ship_sqla workflow steps (ship_job_steps_table)",
     )
+    return declare_storage_options(table, CHURN_OPTIONS)  # J21
 
 
 def ship_job_events_table(
@@ -496,7 +512,7 @@ def ship_job_events_table(
     transaction its snapshot does not see), ``created_at`` (for retention).
     """
     n = derived_names(name, ("_pkey", "_match_idx", "_created_idx"), "job events", schema=schema)
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("id", BigInteger, Identity(always=False), nullable=False),
@@ -514,3 +530,4 @@ def ship_job_events_table(
         schema=schema,
         comment="ship_sqla workflow events (ship_job_events_table)",
     )
+    return declare_storage_options(table, CHURN_OPTIONS)  # J21

@@ -535,6 +535,22 @@ Handler = Callable[["JobContext", P], Awaitable[None]]
 TransactionalHandler = Callable[["JobContext", P, Any], Awaitable[None]]
 """J13: a handler declared with ``transaction=``: ``handler(ctx, payload, repositories)``."""
 
+Determinism = Literal["strict", "by-name"]
+"""D7: how a workflow's calls are matched to stored steps (:attr:`JobDefinition.determinism`)."""
+_DETERMINISMS: Final = ("strict", "by-name")
+
+
+def _check_determinism(
+    instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
+) -> None:
+    if value not in _DETERMINISMS:
+        raise ConfigurationError(
+            f"job {instance.id!r}: determinism must be 'strict' or 'by-name', got {value!r}.",
+            fix="omit it (strict: calls checked by position, D7), or pass determinism='by-name'"
+            " to keep matching stored steps by name while live runs are checked"
+            " (docs/workflows-evolution.md).",
+        )
+
 
 def _check_payload_bound(
     instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
@@ -598,6 +614,10 @@ class JobDefinition(Generic[P]):
 
     inbox: Inbox | None = None
     """J13: the inbox key marked in the handler's transaction (only with ``transaction``)."""
+    determinism: Determinism = attrs.field(default="strict", validator=_check_determinism)
+    """D7: how a workflow run's calls are matched to its stored steps: ``"strict"`` by position
+    (a different step there is a divergence), ``"by-name"`` by name (the pre-D7 matching, one
+    warning per out-of-order step)."""
 
     partition_key: Callable[[Any], str] | None = None
     """F8/F9: the partition key of a run, from its payload, for limits with
@@ -667,18 +687,19 @@ def define_job(
     transaction: UnitOfWorkLike | None = None,
     inbox: Inbox | None = None,
     aging: Aging | None = None,
+    determinism: Determinism = "strict",
     partition_key: Callable[[P], str] | None = None,
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
-    ``max_payload_bytes``: the longest payload one run may carry, in bytes of its encoded JSON
-    (compact, non-ASCII characters escaped); a larger one is refused at enqueue with
-    :class:`PayloadTooLargeError`. Default 1 MiB: queue rows are read and rewritten at every
-    claim and settle, so keep large data elsewhere and enqueue a reference to it.
+    ``max_payload_bytes``: the longest payload one run may carry, in bytes of its compact JSON
+    (non-ASCII escaped); larger: :class:`PayloadTooLargeError` at enqueue. Default 1 MiB: queue
+    rows are rewritten at every claim and settle; keep large data elsewhere, enqueue a reference.
 
     ``priority`` (an int from -10 to 10, default 0; K6): its runs' priority unless an enqueue
-    names one. A claim takes due runs higher priority first, then by ``run_at``, then in
-    creation order; a bad one raises :class:`~ship_sqla.errors.InvalidPriorityError`.
+    names one; claims take due runs higher priority first, then by ``run_at``, then in creation
+    order (``aging``, an :class:`~ship_sqla.jobs.Aging`: by a priority that rises with the
+    wait, F10); a bad one raises :class:`~ship_sqla.errors.InvalidPriorityError`.
 
     ``timeout`` (seconds or a ``timedelta``; None: none): how long one attempt's handler may run
     (K5). At the timeout the handler is cancelled and the attempt is a failure with code
@@ -688,11 +709,7 @@ def define_job(
     ``rate_limit`` (a :class:`RateLimit`; None: none): at most ``limit`` runs start in any
     window of ``period`` seconds, across every process (F3).
 
-    ``fairness`` (a :class:`Fairness`; None: none): claims share their room across tenants,
-    by weight (F2).
-
-    ``aging`` (an :class:`~ship_sqla.jobs.Aging`; None: none): a waiting run's priority rises
-    by ``step`` every ``every`` seconds it has been due, up to ``ceiling`` (F10).
+    ``fairness`` (a :class:`Fairness`; None: none): claims shared across tenants by weight (F2).
 
     ``partition_key`` (a function of the payload; None: none): each run's partition key, for a
     ``RateLimit`` or ``Concurrency`` with ``partition="key"`` (F8, F9); an enqueue's own
@@ -704,10 +721,13 @@ def define_job(
     enqueued runs, published events, the ``inbox`` mark (an :class:`~ship_sqla.jobs.Inbox`) and
     the completion commit together or not at all, and a stale holder's transaction rolls back
     whole (J14). It makes no workflow calls.
+
+    ``determinism`` (D7, a workflow's): ``"strict"`` (the default) checks each workflow call
+    against the step stored at its position (docs/workflows-evolution.md); ``"by-name"`` keeps
+    the earlier matching by step name, logging a warning per out-of-order step.
     """
     _check_declaration(id, handler, transaction, inbox)
-    _check_partitions(id, concurrency, rate_limit)
-    _check_partition_key(id, concurrency, rate_limit, fairness, partition_key)
+    _check_limits(id, concurrency, rate_limit, fairness, partition_key)
     return JobDefinition(
         id=id,
         # A transactional handler takes the repositories too; the executor calls it so.
@@ -726,12 +746,13 @@ def define_job(
         transaction=transaction,
         inbox=inbox,
         aging=_as_aging(aging),
+        determinism=determinism,
         partition_key=partition_key,
     )
 
 
 def _check_declaration(job_id: str, handler: object, transaction: object, inbox: object) -> None:
-    """A job's id, handler and J13 declaration, checked before anything is built."""
+    """define_job's checks of the job id, the handler (async) and a transactional declaration."""
     if not _JOB_ID.match(job_id):
         raise ConfigurationError(
             f"job id {job_id!r} is not valid.",
@@ -739,6 +760,18 @@ def _check_declaration(job_id: str, handler: object, transaction: object, inbox:
         )
     _require_async_handler(job_id, handler)
     _check_transactional(job_id, transaction, inbox)
+
+
+def _check_limits(
+    job_id: str,
+    concurrency: Concurrency | None,
+    rate_limit: RateLimit | None,
+    fairness: Fairness | None,
+    partition_key: object,
+) -> None:
+    """F8/F9: the job's partitioned limits and partition key, as declared."""
+    _check_partitions(job_id, concurrency, rate_limit)
+    _check_partition_key(job_id, concurrency, rate_limit, fairness, partition_key)
 
 
 def require_unit_of_work(

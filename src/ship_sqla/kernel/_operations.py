@@ -67,6 +67,9 @@ from ship_sqla.kernel._errors import (
     RefusedError,
     ShipError,
 )
+from ship_sqla.kernel._evolution import MAX_PATCH_READ, MAX_PATCHES_LISTED, PatchReport
+from ship_sqla.kernel._health import UNKNOWN_HEALTH, StorageHealth, StorageHealthSource
+from ship_sqla.kernel._history import history_of
 from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._page import Page
@@ -83,6 +86,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
     from ship_sqla.kernel._browse import ConsumerKeyProgress, ScheduleState, ThroughputBucket
+    from ship_sqla.kernel._history import History, Redactor
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._partition_waits import PartitionWait
     from ship_sqla.kernel._ports import (
@@ -297,8 +301,10 @@ class JobOperations:
         workflows: WorkflowAdmin | None = None,
         audit: AuditSink | None = None,
         actor: str = "unnamed",
+        health: StorageHealthSource | None = None,
     ) -> None:
         self._admin = admin
+        self._health = health
         self._authorizer = check_authorizer(authorizer)
         self._secret = resolve_secret(cursor_secret)
         self._workers = workers
@@ -323,6 +329,7 @@ class JobOperations:
             workflows=self._workflows,
             audit=self._audit,
             actor=actor,
+            health=self._health,
         )
 
     @property
@@ -379,6 +386,73 @@ class JobOperations:
         await self._authorize_read("list_steps")
         require_key(run_id, "run id")
         return await self._workflow_admin().list_steps(run_id)
+
+    async def export_history(
+        self, run_id: str, *, redact: Redactor | None = None
+    ) -> History | None:
+        """D11: one run's history (its record and stored steps) in the replayable file format
+        (:func:`~ship_sqla.kernel._history.write_history` writes it), every payload and result
+        passed through ``redact`` first; None when there is no such run. A read (S2)."""
+        await self._authorize_read("export_history")
+        _require_run_id(run_id, "export_history")
+        record = await self._admin.get_run(run_id)
+        if record is None:
+            return None
+        return history_of(record, await self._workflow_admin().list_steps(run_id), redact=redact)
+
+    async def export_histories(
+        self,
+        *,
+        state: RunState,
+        job_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        redact: Redactor | None = None,
+    ) -> Page[History]:
+        """D11: the histories of one page of :meth:`list_runs` (``state``, ``job_id``, at most
+        ``limit``, keyset-paged by ``cursor``): bounded, one steps read per run. A read (S2)."""
+        await self._authorize_read("export_histories")
+        page = await self.list_runs(state=state, job_id=job_id, limit=limit, cursor=cursor)
+        admin = self._workflow_admin()
+        histories = [
+            history_of(record, await admin.list_steps(record.run_id), redact=redact)
+            for record in page.items
+        ]
+        return Page(tuple(histories), page.next_cursor)
+
+    async def patches(
+        self,
+        job_id: str,
+        patch_ids: Iterable[str] | None = None,
+        *,
+        read: int = MAX_PATCH_READ,
+    ) -> list[PatchReport]:
+        """D8: per patch of job ``job_id`` (the ones named, else every patch id stored, at most
+        ``MAX_PATCHES_LISTED``, those this job never marked and no live run holds left out), the
+        live runs holding its marker and those created before its first marker: each figure
+        one bounded statement reading at most ``read`` live runs of the job."""
+        await self._authorize_read("patches")
+        if not is_job_id(job_id):
+            raise ConfigurationError(f"job id {job_id!r} is not valid.", fix="name a job id.")
+        _require_within("patches read", read, MAX_PATCH_READ, fix="read fewer live runs.")
+        workflows = self._workflow_admin()
+        named = patch_ids is not None
+        ids = list(patch_ids or ())
+        for patch_id in ids:
+            if not is_job_id(patch_id):
+                raise ConfigurationError(
+                    f"patch id {patch_id!r} is not valid.",
+                    fix="name a patch id as ctx.patched got it (letters, digits and _ . : -).",
+                )
+        if not named:
+            ids = await workflows.patch_ids(limit=MAX_PATCHES_LISTED)
+        reports = []
+        for patch_id in ids[:MAX_PATCHES_LISTED]:
+            holding = await workflows.patch_holding(job_id, patch_id, read=read)
+            first, lacking = await workflows.patch_lacking(job_id, patch_id, read=read)
+            if named or first is not None or holding.runs:
+                reports.append(PatchReport(job_id, patch_id, first, holding, lacking))
+        return reports
 
     async def delete_events(
         self, *, older_than: timedelta, batch_size: int = 1000, max_batches: int = 100
@@ -570,6 +644,16 @@ class JobOperations:
             deleted[job.id] = deleted.get(job.id, 0) + count
         await self._record("cleanup", ",".join(deleted) or "no jobs", sum(deleted.values()))
         return deleted
+
+    async def storage_health(self) -> StorageHealth:
+        """J22: the backend's storage health (tables' tuples, sizes and vacuum ages; the oldest
+        held snapshot and its holder), judged by the backend's bounds:
+        :data:`~ship_sqla.kernel._health.UNKNOWN_HEALTH` when the backend reads none (in
+        memory). A few catalog reads, whatever the backlog."""
+        await self._authorize_read("storage_health")
+        if self._health is None:
+            return UNKNOWN_HEALTH
+        return await self._health.storage_health()
 
     async def state_counts(self, *, limit: int = 1000) -> list[StateCount]:
         """Runs per (job, state) with, for waiting runs, the age of the oldest due one: at most
@@ -1302,6 +1386,7 @@ def create_job_operations(
         workflows=backend.workflows,
         audit=audit,
         actor=actor,
+        health=backend if isinstance(backend, StorageHealthSource) else None,
     )
 
 
