@@ -80,9 +80,10 @@ def chaos(session: nox.Session) -> None:
     runs (issue 14; the ``chaos:`` line, BENCHMARKS.md), 10,000 transactional runs against a
     plain-handler control (issue 37; the ``tx chaos:`` line), and consumers and a backfill
     through 12 kills mid-batch and a PostgreSQL crash (issue 28, the ``stream faults:`` line);
-    and the failover matrix (issue 34: a primary killed, hung or switched over to a streaming
+    the failover matrix (issue 34: a primary killed, hung or switched over to a streaming
     standby, under sync and async replication; one ``failover:`` line per cell, the figures of
-    docs/production.md's "Failover" section); each prints its figures."""
+    docs/production.md's "Failover" section); and partitioned limits through a kill a second
+    (issue 35, the ``partition chaos:`` line); each prints its figures."""
     python = _python(session)
     session.run(
         python,
@@ -111,6 +112,17 @@ def chaos(session: nox.Session) -> None:
         "-s",
         *session.posargs,
         env={"SHIP_SQLA_FAILOVER_MATRIX": "1"},
+    )
+    # F8/F9 under kill -9 (issue 35): 1,800 runs over six tenants, per-tenant rate and cap
+    # audited from the stored history (the ``partition chaos:`` line).
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "tests/integration/test_partition_chaos.py",
+        "-s",
+        *session.posargs,
+        env={"SHIP_SQLA_PARTITION_CHAOS_RUNS": "150"},
     )
 
 

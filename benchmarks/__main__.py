@@ -41,6 +41,8 @@ BENCHMARKS: dict[str, str] = {
     "scaleout": "benchmarks.scaleout",
     "pools": "benchmarks.pools",
     "webhooks": "benchmarks.webhooks",
+    "aging": "benchmarks.aging",
+    "partitions": "benchmarks.partitions",
     "synchronous_claims": "benchmarks.synchronous_claims",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is

@@ -30,6 +30,8 @@ from ship_sqla.kernel._operations import BulkResult as BulkResult
 from ship_sqla.kernel._operations import CancelResult as CancelResult
 from ship_sqla.kernel._operations import JobOperations as JobOperations
 from ship_sqla.kernel._operations import PauseResult as PauseResult
+from ship_sqla.kernel._partition_waits import PartitionLimits as PartitionLimits
+from ship_sqla.kernel._partition_waits import PartitionWait as PartitionWait
 from ship_sqla.kernel._plans.backoff import Backoff as Backoff
 from ship_sqla.kernel._plans.schedule import next_occurrence as next_occurrence
 from ship_sqla.kernel._plans.schedule import occurrence_id as occurrence_id
@@ -48,6 +50,8 @@ from ship_sqla.kernel._ports import StateCount as StateCount
 from ship_sqla.kernel._priority import DEFAULT_PRIORITY as DEFAULT_PRIORITY
 from ship_sqla.kernel._priority import MAX_PRIORITY as MAX_PRIORITY
 from ship_sqla.kernel._priority import MIN_PRIORITY as MIN_PRIORITY
+from ship_sqla.kernel._priority import Aging as Aging
+from ship_sqla.kernel._priority import aging_bound as aging_bound
 from ship_sqla.kernel._registry import JobRegistry as JobRegistry
 from ship_sqla.kernel._runtime.runtime import JobRuntime as JobRuntime
 from ship_sqla.kernel._runtime.runtime import RuntimeMode as RuntimeMode
@@ -63,6 +67,7 @@ __all__ = (
     "MIN_PRIORITY",
     "STORAGE_METRIC_NAMES",
     "TERMINAL_STATES",
+    "Aging",
     "Backoff",
     "BulkResult",
     "CancelReason",
@@ -89,6 +94,8 @@ __all__ = (
     "JobRegistry",
     "JobRuntime",
     "Listener",
+    "PartitionLimits",
+    "PartitionWait",
     "PauseResult",
     "PausedJob",
     "PayloadCodec",
@@ -107,6 +114,7 @@ __all__ = (
     "TableHealth",
     "ThroughputBucket",
     "WorkerRecord",
+    "aging_bound",
     "next_occurrence",
     "occurrence_id",
     "previous_occurrence",

@@ -31,7 +31,7 @@ from ship_sqla._jobs import (
 from ship_sqla._jobs._sql.claim import CLAIM_COLUMNS
 from ship_sqla._jobs._sql.settle import HEARTBEAT_COLUMNS, SETTLE_COLUMNS
 from ship_sqla.errors import DatabaseUnavailableError, InvalidPayloadError
-from ship_sqla.jobs import Fairness, RateLimit
+from ship_sqla.jobs import Aging, Fairness, RateLimit
 from ship_sqla.kernel import completed, failed, released
 
 # Private on purpose: the backend stores the run ids of the kernel's one UUIDv7 generator (no
@@ -351,13 +351,12 @@ async def test_claims_settles_and_heartbeats_return_the_columns_read_by_position
     backend: PostgresJobBackend, engine: AsyncEngine
 ) -> None:
     """J3, J5: the backend reads the rows of its hot statements by position, so each claim
-    statement (uncapped, gated, fair, fair and gated, partitioned by tenant and by key F8/F9;
-    each keyed too) returns
-    CLAIM_COLUMNS,
+    statement (uncapped, gated, fair, fair and gated, partitioned by tenant and by key F8/F9,
+    aged and aged gated F10; each keyed too) returns CLAIM_COLUMNS,
     the settle SETTLE_COLUMNS and the heartbeat HEARTBEAT_COLUMNS, in that order."""
     every = backend.statements.every_statement()
     claims = [statement for name, statement in every.items() if name.startswith("claim.CLAIM_")]
-    assert len(claims) == 12
+    assert len(claims) == 16
     expected = {
         **dict.fromkeys(claims, CLAIM_COLUMNS),
         every["settle.SETTLE_IF_TOKEN_CURRENT"]: SETTLE_COLUMNS,
@@ -381,6 +380,14 @@ async def test_claims_settles_and_heartbeats_return_the_columns_read_by_position
             payload=dict,
             concurrency=Concurrency(max=2),
             fairness=Fairness(max_tenants=1),
+        ),
+        define_job("claim.aged", noop, payload=dict, aging=Aging(step=1, every=1.0)),
+        define_job(
+            "claim.aged_capped",
+            noop,
+            payload=dict,
+            concurrency=Concurrency(max=2),
+            aging=Aging(step=1, every=1.0),
         ),
         define_job(
             "claim.partitioned",

@@ -26,7 +26,7 @@ def claim_request(
     job: JobDefinition[Any], *, worker: str, limit: int = 1, exclude_keys: tuple[str, ...] = ()
 ) -> ClaimRequest:
     """The claim the runtime sends for ``job``: its ``concurrency.max``, ``lease``, rate limit,
-    fairness and ``retry.max_lapses``."""
+    fairness, ``retry.max_lapses`` and aging (F10)."""
     return ClaimRequest(
         job_id=job.id,
         worker=worker,
@@ -38,6 +38,7 @@ def claim_request(
         fairness=job.fairness,
         partition=job.partition,
         max_lapses=job.retry.max_lapses,
+        aging=job.aging,
     )
 
 

@@ -84,6 +84,9 @@ from ship_sqla.kernel._serving import serving_of
 from ship_sqla.kernel._webhooks_out import WebhookEndpointUnknownError, excerpt
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
 
+LIMIT_WAITS_SHOWN: Final = 100
+"""The most partitions per job the overview's "Waiting on a limit" table visits (tenant order)."""
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 
@@ -530,11 +533,37 @@ class _Dashboard:
                     rows,
                     empty="No job has waiting or running runs.",
                 )
+                + await self._limit_waits(ops)
                 + f'<h2>Workers</h2><p id="workers-alive">{len(alive)} alive'
                 f" ({len(workers or ())} registered) · {link(base, '/workers', 'details')}</p>"
             )
 
         return await self.page(request, "", "Overview", body, poll=True)
+
+    async def _limit_waits(self, ops: JobOperations) -> Html:
+        """F8/F9 seen: the partitions whose due runs wait on a partitioned limit, and until when
+        (only when a definition given has partitioned limits)."""
+        partitioned = [d for d in self.definitions.values() if d.partition is not None]
+        if not partitioned:
+            return ""
+        waits = await ops.partition_waits(partitioned, max_partitions=LIMIT_WAITS_SHOWN)
+        rows = [
+            (
+                text(w.job_id),
+                text("(untenanted)" if w.partition is None else w.partition),
+                f"{w.due}{'+' if w.capped else ''}",
+                text(w.running),
+                text(w.started),
+                text(", ".join(w.waiting_on)),
+                "until a run ends" if w.until is None else at(w.until),
+            )
+            for w in waits
+        ]
+        return '<h2 id="limit-waits">Waiting on a limit (per partition)</h2>' + table(
+            ("Job", "Partition", "Due", "Running", "Started in window", "Waiting on", "Until"),
+            rows,
+            empty="No partition is waiting on its rate limit or its cap.",
+        )
 
     def _run_table(
         self,

@@ -24,6 +24,8 @@ from ship_sqla._jobs._sql.admin import (
     LIST_DEAD_ALL_JOBS,
     LIST_DEAD_OF_JOB,
     LIST_PAUSED,
+    PARTITION_WAITS,
+    PARTITION_WAITS_BY_KEY,
     PAUSE_JOB,
     QUEUE_DEPTHS,
     RESUME_JOB,
@@ -55,6 +57,7 @@ from ship_sqla.kernel._browse import (
     ThroughputBucket,
     run_order,
 )
+from ship_sqla.kernel._partition_waits import judge
 from ship_sqla.kernel._ports import (
     TERMINAL_STATES,
     JobDemand,
@@ -70,7 +73,9 @@ if TYPE_CHECKING:
 
     from ship_sqla._jobs._sql import JobStatements
     from ship_sqla._scope import StoreConnections
+    from ship_sqla._sql import Template
     from ship_sqla.kernel._browse import RunQuery
+    from ship_sqla.kernel._partition_waits import PartitionLimits, PartitionWait
     from ship_sqla.kernel._ports import DeadQuery, RunState
 
 __all__ = ["PostgresRunAdmin", "run_record"]
@@ -297,6 +302,50 @@ class PostgresRunAdmin:
         return await self._connections.count(
             "cleanup", self._s[DELETE_FINISHED_BATCH], params, scope=None
         )
+
+    async def partition_waits(
+        self, limits: Sequence[PartitionLimits], *, max_partitions: int, cap: int
+    ) -> list[PartitionWait]:
+        """F8/F9 seen (PARTITION_WAITS, PARTITION_WAITS_BY_KEY): one bounded statement per kind
+        of partition asked for; the kernel judges each row."""
+        found: list[PartitionWait] = []
+        for by, statement in (("tenant", PARTITION_WAITS), ("key", PARTITION_WAITS_BY_KEY)):
+            jobs = [job for job in limits if job.by == by]
+            if jobs:
+                found += await self._partition_waits(statement, jobs, max_partitions, cap)
+        order = {job.job_id: index for index, job in enumerate(limits)}
+        return sorted(found, key=lambda wait: order[wait.job_id])
+
+    async def _partition_waits(
+        self, statement: Template, limits: Sequence[PartitionLimits], max_partitions: int, cap: int
+    ) -> list[PartitionWait]:
+        params = {
+            "job_ids": [job.job_id for job in limits],
+            "gates": [state_row(job.job_id, "claim-gate") for job in limits],
+            "max_runnings": [job.max_running for job in limits],
+            "rate_limits": [job.rate_limit for job in limits],
+            "rate_periods": [job.rate_period for job in limits],
+            "max_partitions": max_partitions,
+            "cap": cap,
+            "now": self._now(),
+        }
+        rows = await self._connections.rows(
+            "partition waits", self._s[statement], params, scope=OWN, by_name=True
+        )
+        of = {job.job_id: job for job in limits}
+        waits = (
+            judge(
+                of[row.job_id],
+                row.tenant,
+                due=int(row.due),
+                running=int(row.running),
+                started=int(row.started),
+                oldest_start=row.oldest_start,
+                cap=cap,
+            )
+            for row in rows
+        )
+        return [wait for wait in waits if wait is not None]
 
     async def demand(
         self, job_ids: Sequence[str] | None, *, cap: int, max_jobs: int

@@ -90,6 +90,10 @@ from ship_sqla._jobs._insert import RunInserter, inserted
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.claim import (
+    CLAIM_AGED,
+    CLAIM_AGED_GATED,
+    CLAIM_AGED_GATED_KEYED,
+    CLAIM_AGED_KEYED,
     CLAIM_FAIR,
     CLAIM_FAIR_GATED,
     CLAIM_FAIR_GATED_KEYED,
@@ -182,6 +186,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from ship_sqla._notify import Listener, Subscription
+    from ship_sqla._sql import Template
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._health import HealthBounds, StorageHealth
     from ship_sqla.kernel._jobs import JobDefinition
@@ -829,24 +834,17 @@ class PostgresJobBackend(JobBackendBase):
             params["weight_tenants"] = [tenant for tenant, _ in fair.weights]
             params["weights"] = [weight for _, weight in fair.weights]
             params["default_weight"] = fair.default_weight
-        keyed = bool(request.exclude_keys)
         if request.partition is not None:
             return await self._claim_partitioned(params, request)
+        _aging_params(params, request)
         if cap is None and rate is None:
-            if fair is None:
-                ungated = s[CLAIM_UNCAPPED_KEYED] if keyed else s[CLAIM_UNCAPPED]
-            else:
-                ungated = s[CLAIM_FAIR_KEYED] if keyed else s[CLAIM_FAIR]
-            batch, _ = await self._claim_with(ungated, params, request)
+            batch, _ = await self._claim_with(s[_claim_template(request)], params, request)
             return batch
         params["max_running"] = cap
         params["rate_limit"] = None if rate is None else rate.limit
         params["rate_period"] = None if rate is None else rate.period
         params["gate_row"] = state_row(job_id, "claim-gate")
-        if fair is None:
-            gated = s[CLAIM_GATED_KEYED] if keyed else s[CLAIM_GATED]
-        else:
-            gated = s[CLAIM_FAIR_GATED_KEYED] if keyed else s[CLAIM_FAIR_GATED]
+        gated = s[_claim_template(request)]
         batch, gate_created = await self._claim_with(gated, params, request)
         if gate_created and not batch and not batch.buried:
             # The job's first gated claim made its gate, which grants nothing: claim again.
@@ -924,7 +922,8 @@ class PostgresJobBackend(JobBackendBase):
         if ended_children:
             await self._wake_parents(ended_children)  # D5: after the burial committed
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
-        return ClaimBatch(claimed, buried, rate_wait=rate_wait), created
+        more_due = job_id in self._fair_cursors and (walked or request.fairness is not None)
+        return ClaimBatch(claimed, buried, rate_wait=rate_wait, more_due=more_due), created
 
     async def heartbeat(self, runs: Sequence[ClaimedRun]) -> HeartbeatBatch:
         """Extend each run's lease by its claim's ``lease``; False where stale or lapsed; the
@@ -1397,3 +1396,42 @@ def create_job_backend(
         synchronous_claims=synchronous_claims,
         health_bounds=health_bounds,
     )
+
+
+_CLAIMS: Final = {
+    # (gated, fair, aged, keyed) -> the claim statement (F1/F3 gate, F2, F10, J4).
+    (gated, fair, aged, keyed): template
+    for gated, fair, aged, keyed, template in (
+        (False, False, False, False, CLAIM_UNCAPPED),
+        (False, False, False, True, CLAIM_UNCAPPED_KEYED),
+        (False, False, True, False, CLAIM_AGED),
+        (False, False, True, True, CLAIM_AGED_KEYED),
+        (False, True, False, False, CLAIM_FAIR),
+        (False, True, False, True, CLAIM_FAIR_KEYED),
+        (True, False, False, False, CLAIM_GATED),
+        (True, False, False, True, CLAIM_GATED_KEYED),
+        (True, False, True, False, CLAIM_AGED_GATED),
+        (True, False, True, True, CLAIM_AGED_GATED_KEYED),
+        (True, True, False, False, CLAIM_FAIR_GATED),
+        (True, True, False, True, CLAIM_FAIR_GATED_KEYED),
+    )
+}
+
+
+def _claim_template(request: ClaimRequest) -> Template:
+    """The claim statement for ``request``: gated with a cap or a rate limit, fair with
+    ``fairness`` (F2: a fair claim ignores priorities, aged or not), aged with ``aging`` (F10),
+    keyed when it excludes single-runner keys (J4)."""
+    gated = request.max_running is not None or request.rate_limit is not None
+    fair = request.fairness is not None
+    aged = request.aging is not None and not fair
+    return _CLAIMS[gated, fair, aged, bool(request.exclude_keys)]
+
+
+def _aging_params(params: dict[str, Any], request: ClaimRequest) -> None:
+    """F10: the aged claim's parameters (the kernel's ``Aging``, ``every`` in microseconds)."""
+    aging = request.aging
+    if aging is not None and request.fairness is None:
+        params["aging_step"] = aging.step
+        params["aging_every_us"] = aging.every_us
+        params["aging_ceiling"] = aging.ceiling

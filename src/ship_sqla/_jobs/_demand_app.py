@@ -26,32 +26,51 @@ from ship_sqla.kernel._errors import (
 from ship_sqla.kernel._operations import DEFAULT_DEMAND_CAP
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from ship_sqla._asgi_io import Receive, Scope, Send
+    from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import JobOperations
+    from ship_sqla.kernel._partition_waits import PartitionWait
     from ship_sqla.kernel._ports import JobDemand
 
 __all__ = ["DemandEndpoint", "demand_document"]
 
 
-def demand_document(demands: Sequence[JobDemand], cap: int) -> dict[str, Any]:
-    """The JSON document of a demand answer (the endpoint's body, ``jobs demand --json``)."""
+def demand_document(
+    demands: Sequence[JobDemand], cap: int, waits: Sequence[PartitionWait] | None = None
+) -> dict[str, Any]:
+    """The JSON document of a demand answer (the endpoint's body, ``jobs demand --json``).
+    With ``waits`` (F8/F9 seen: the endpoint given the job definitions), each job reported
+    also lists ``waiting_on_limits``: its partitions whose due runs wait on a limit."""
+    jobs: list[dict[str, Any]] = [
+        {
+            "job_id": d.job_id,
+            "due": d.due,
+            "delayed": d.delayed,
+            "running": d.running,
+            "oldest_due_seconds": None if d.oldest_due_age is None else round(d.oldest_due_age, 3),
+            "capped": d.capped,
+        }
+        for d in demands
+    ]
+    if waits is not None:
+        for job in jobs:
+            job["waiting_on_limits"] = [
+                _wait_document(w) for w in waits if w.job_id == job["job_id"]
+            ]
+    return {"jobs": jobs, "cap": cap}
+
+
+def _wait_document(wait: PartitionWait) -> dict[str, Any]:
     return {
-        "jobs": [
-            {
-                "job_id": d.job_id,
-                "due": d.due,
-                "delayed": d.delayed,
-                "running": d.running,
-                "oldest_due_seconds": None
-                if d.oldest_due_age is None
-                else round(d.oldest_due_age, 3),
-                "capped": d.capped,
-            }
-            for d in demands
-        ],
-        "cap": cap,
+        "partition": wait.partition,
+        "due": wait.due,
+        "running": wait.running,
+        "started": wait.started,
+        "waiting_on": list(wait.waiting_on),
+        "until": None if wait.until is None else wait.until.isoformat(),
+        "capped": wait.capped,
     }
 
 
@@ -63,9 +82,25 @@ class DemandEndpoint:
         app = Starlette(routes=[Mount("/ship/demand", DemandEndpoint(ops))])
     """
 
-    def __init__(self, operations: JobOperations, *, job_ids: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        operations: JobOperations,
+        *,
+        job_ids: Sequence[str] | None = None,
+        definitions: Iterable[JobDefinition[Any]] = (),
+    ) -> None:
         self._operations = operations
         self._job_ids = None if job_ids is None else list(job_ids)
+        self._partitioned = [d for d in definitions if d.partition is not None]
+
+    async def _waits(self, demands: Sequence[JobDemand]) -> list[PartitionWait] | None:
+        """F8/F9 seen: the partitions waiting on a limit of the reported jobs whose definitions
+        the endpoint was given (None: it was given none with partitioned limits)."""
+        if not self._partitioned:
+            return None
+        reported = {d.job_id for d in demands}
+        jobs = [d for d in self._partitioned if d.id in reported]
+        return await self._operations.partition_waits(jobs) if jobs else []
 
     async def __call__(self, scope: Scope, _receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -97,6 +132,7 @@ class DemandEndpoint:
                         fix="pass ?cap=10000, or omit it.",
                     ) from None
             demands = await self._operations.demand(named or self._job_ids, cap=cap)
+            waits = await self._waits(demands)
         except (BoundExceededError, ConfigurationError) as exc:
             await send_stored(
                 send,
@@ -117,7 +153,7 @@ class DemandEndpoint:
                 [("retry-after", "1")],
             )
             return
-        body = json.dumps(demand_document(demands, cap), separators=(",", ":")).encode()
+        body = json.dumps(demand_document(demands, cap, waits), separators=(",", ":")).encode()
         await send_response(
             send, 200, [("content-type", "application/json"), ("cache-control", "no-store")], body
         )

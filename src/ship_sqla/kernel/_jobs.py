@@ -38,7 +38,7 @@ from ship_sqla.kernel._errors import (
 from ship_sqla.kernel._outcomes import RetryAfter, Snooze
 from ship_sqla.kernel._plans.backoff import Backoff, BackoffKind, Jitter
 from ship_sqla.kernel._plans.schedule import validate_schedule
-from ship_sqla.kernel._priority import DEFAULT_PRIORITY, check_priority_field
+from ship_sqla.kernel._priority import DEFAULT_PRIORITY, Aging, check_priority_field
 
 if TYPE_CHECKING:
     from ship_sqla.kernel._job_context import JobContext
@@ -603,6 +603,10 @@ class JobDefinition(Generic[P]):
     fairness: Fairness | None = None
     """Claims shared fairly across tenants (F2); None: oldest due first (by priority, K6)."""
 
+    aging: Aging | None = None
+    """F10: waiting runs rise in priority with their wait (an :class:`Aging`); None: strict
+    priorities (K6)."""
+
     transaction: UnitOfWorkLike | None = None
     """J13: the unit of work the handler runs in, fenced on the claim and completing the run in
     the same transaction; the handler is then ``handler(ctx, payload, repositories)``. None: a
@@ -682,19 +686,20 @@ def define_job(
     fairness: Fairness | None = None,
     transaction: UnitOfWorkLike | None = None,
     inbox: Inbox | None = None,
+    aging: Aging | None = None,
     determinism: Determinism = "strict",
     partition_key: Callable[[P], str] | None = None,
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
-    ``max_payload_bytes``: the longest payload one run may carry, in bytes of its encoded JSON
-    (compact, non-ASCII characters escaped); a larger one is refused at enqueue with
-    :class:`PayloadTooLargeError`. Default 1 MiB: queue rows are read and rewritten at every
-    claim and settle, so keep large data elsewhere and enqueue a reference to it.
+    ``max_payload_bytes``: the longest payload one run may carry, in bytes of its compact JSON
+    (non-ASCII escaped); larger: :class:`PayloadTooLargeError` at enqueue. Default 1 MiB: queue
+    rows are rewritten at every claim and settle; keep large data elsewhere, enqueue a reference.
 
     ``priority`` (an int from -10 to 10, default 0; K6): its runs' priority unless an enqueue
-    names one. A claim takes due runs higher priority first, then by ``run_at``, then in
-    creation order; a bad one raises :class:`~ship_sqla.errors.InvalidPriorityError`.
+    names one; claims take due runs higher priority first, then by ``run_at``, then in creation
+    order (``aging``, an :class:`~ship_sqla.jobs.Aging`: by a priority that rises with the
+    wait, F10); a bad one raises :class:`~ship_sqla.errors.InvalidPriorityError`.
 
     ``timeout`` (seconds or a ``timedelta``; None: none): how long one attempt's handler may run
     (K5). At the timeout the handler is cancelled and the attempt is a failure with code
@@ -704,8 +709,7 @@ def define_job(
     ``rate_limit`` (a :class:`RateLimit`; None: none): at most ``limit`` runs start in any
     window of ``period`` seconds, across every process (F3).
 
-    ``fairness`` (a :class:`Fairness`; None: none): claims share their room across tenants,
-    by weight (F2).
+    ``fairness`` (a :class:`Fairness`; None: none): claims shared across tenants by weight (F2).
 
     ``partition_key`` (a function of the payload; None: none): each run's partition key, for a
     ``RateLimit`` or ``Concurrency`` with ``partition="key"`` (F8, F9); an enqueue's own
@@ -741,6 +745,7 @@ def define_job(
         fairness=_as_fairness(fairness),
         transaction=transaction,
         inbox=inbox,
+        aging=_as_aging(aging),
         determinism=determinism,
         partition_key=partition_key,
     )
@@ -857,6 +862,15 @@ def _as_fairness(value: object) -> Fairness | None:
     raise ConfigurationError(
         f"fairness must be a Fairness, got {type(value).__name__}.",
         fix="pass fairness=Fairness() (optionally with weights={tenant: weight}), or omit it.",
+    )
+
+
+def _as_aging(value: object) -> Aging | None:
+    if value is None or isinstance(value, Aging):
+        return value
+    raise ConfigurationError(
+        f"aging must be an Aging, got {type(value).__name__}.",
+        fix="pass aging=Aging(step=1, every=30.0) (optionally ceiling=...), or omit it.",
     )
 
 

@@ -73,6 +73,11 @@ from ship_sqla.kernel._history import history_of
 from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._page import Page
+from ship_sqla.kernel._partition_waits import (
+    DEFAULT_PARTITION_WAIT_CAP,
+    MAX_WAIT_PARTITIONS,
+    PartitionLimits,
+)
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES, TERMINAL_STATES, DeadQuery
 from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
@@ -83,6 +88,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._browse import ConsumerKeyProgress, ScheduleState, ThroughputBucket
     from ship_sqla.kernel._history import History, Redactor
     from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._partition_waits import PartitionWait
     from ship_sqla.kernel._ports import (
         JobDemand,
         PausedJob,
@@ -662,6 +668,40 @@ class JobOperations:
             fix="clean up old runs (cleanup) so fewer (job, state) groups remain.",
         )
         return await self._admin.state_counts(limit=limit)
+
+    async def partition_waits(
+        self,
+        jobs: Iterable[JobDefinition[Any]],
+        *,
+        max_partitions: int = 100,
+        cap: int = DEFAULT_PARTITION_WAIT_CAP,
+    ) -> list[PartitionWait]:
+        """F8/F9 seen: per job of ``jobs`` whose limits are partitioned (the others are
+        skipped), the partitions whose due runs wait on the rate limit or the cap, and until
+        when (:class:`~ship_sqla.jobs.PartitionWait`): at most ``max_partitions`` partitions
+        per job (tenant order, at most 1,000), due runs counted up to ``cap``. One bounded
+        statement."""
+        await self._authorize_read("partition_waits")
+        _require_within(
+            "partition_waits max_partitions",
+            max_partitions,
+            MAX_WAIT_PARTITIONS,
+            fix="ask for at most 1,000 partitions per job.",
+        )
+        _require_within(
+            "partition_waits cap",
+            cap,
+            MAX_DEMAND_CAP,
+            fix="omit it (1,000), or pass how many due runs per partition are worth counting.",
+        )
+        limits = [found for job in jobs if (found := PartitionLimits.of(job)) is not None]
+        if len(limits) > MAX_DEMAND_JOBS:
+            raise BoundExceededError(
+                f"partition_waits got {len(limits)} partitioned jobs; at most"
+                f" {MAX_DEMAND_JOBS} per call.",
+                fix="ask in batches of at most 1,000 jobs.",
+            )
+        return await self._admin.partition_waits(limits, max_partitions=max_partitions, cap=cap)
 
     async def demand(
         self, job_ids: Iterable[str] | None = None, *, cap: int = DEFAULT_DEMAND_CAP

@@ -46,7 +46,9 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import Fairness, JobDefinition, PartitionBy, RateLimit
     from ship_sqla.kernel._metrics import JobOutcome
+    from ship_sqla.kernel._partition_waits import PartitionLimits, PartitionWait
     from ship_sqla.kernel._plans.prepare import PreparedRun
+    from ship_sqla.kernel._priority import Aging
     from ship_sqla.kernel._settlement import Settlement, SettleRequest
     from ship_sqla.kernel._workers import WorkerRegistry
     from ship_sqla.kernel._workflows import NewStep, Workflows
@@ -277,7 +279,7 @@ class ClaimBatch(list[ClaimedRun]):
     that only want the runs use it as one), plus ``buried``, the runs the same claim
     dead-lettered (J6), which the runtime reports and counts (J10)."""
 
-    __slots__ = ("buried", "rate_wait")
+    __slots__ = ("buried", "more_due", "rate_wait")
 
     def __init__(
         self,
@@ -285,12 +287,17 @@ class ClaimBatch(list[ClaimedRun]):
         buried: Iterable[BuriedRun] = (),
         *,
         rate_wait: float | None = None,
+        more_due: bool = False,
     ) -> None:
         super().__init__(claimed)
         self.buried: tuple[BuriedRun, ...] = tuple(buried)
         self.rate_wait = rate_wait
         """F3: the claim left the job's rate window full: seconds until another run may start
         (the runtime claims the job again then, not at its next poll). None otherwise."""
+        self.more_due = more_due
+        """F2/F8/F9: the claim's tenant walk stopped at its ``max_tenants``, so tenants past
+        it were not visited and may have due runs though this claim came back short (the
+        runtime claims again at once when it started something, not at its next poll)."""
 
     def __repr__(self) -> str:
         return f"ClaimBatch({list(self)!r}, buried={self.buried!r}, rate_wait={self.rate_wait!r})"
@@ -487,6 +494,8 @@ class ClaimRequest:
     """F8/F9: ``max_running`` and ``rate_limit`` hold per partition (``"tenant"``: the tenant
     each run was enqueued for), not for the whole job; the claim shares its room across the
     partitions as a fair claim does (F2: by ``fairness``' weights, else equally)."""
+    aging: Aging | None = None
+    """F10: the job's priority aging (due runs by effective priority), or None."""
     max_lapses: int | None = None
     """J15: the job's ``retry.max_lapses``: a lapsed run whose lapse would be its ``max_lapses``-th
     in a row is dead-lettered (``crash_loop``), not retaken; None: no such bound."""
@@ -666,6 +675,16 @@ class RunAdmin(QueueDepthSource, RunBrowser, Protocol):
 
     async def state_counts(self, *, limit: int) -> list[StateCount]:
         """Runs per (job, state), at most ``limit`` groups ordered by job then state."""
+        ...
+
+    async def partition_waits(
+        self, limits: Sequence[PartitionLimits], *, max_partitions: int, cap: int
+    ) -> list[PartitionWait]:
+        """F8/F9 seen: per job of ``limits`` (its partitioned limits), the partitions whose due
+        runs wait on a limit, and until when (:mod:`ship_sqla.kernel._partition_waits`), in
+        ONE bounded statement: at most ``max_partitions`` partitions per job (tenant order,
+        the untenanted runs one more), each's due runs counted up to ``cap``; ordered by job,
+        then partition."""
         ...
 
     async def demand(

@@ -21,7 +21,7 @@ from ship_sqla.kernel._jobs import (
     define_job,
 )
 from ship_sqla.kernel._lifespan import require_lifespan
-from ship_sqla.kernel._priority import DEFAULT_PRIORITY
+from ship_sqla.kernel._priority import DEFAULT_PRIORITY, Aging
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
@@ -108,6 +108,7 @@ class JobRegistry:
         fairness: Fairness | None = None,
         transaction: UnitOfWorkLike | None = None,
         inbox: Inbox | None = None,
+        aging: Aging | None = None,
     ) -> Callable[[Handler[P] | TransactionalHandler[P]], JobDefinition[P]]:
         """Decorator form: ``@registry.job("emails.send", payload=SendEmail)`` on the handler
         defines and registers the job; the decorated name becomes the definition. It takes
@@ -131,6 +132,7 @@ class JobRegistry:
                     fairness=fairness,
                     transaction=transaction,
                     inbox=inbox,
+                    aging=aging,
                 )
             )
 

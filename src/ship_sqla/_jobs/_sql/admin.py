@@ -22,6 +22,8 @@ __all__ = [
     "LIST_DEAD_ALL_JOBS",
     "LIST_DEAD_OF_JOB",
     "LIST_PAUSED",
+    "PARTITION_WAITS",
+    "PARTITION_WAITS_BY_KEY",
     "PAUSE_JOB",
     "QUEUE_DEPTHS",
     "RESUME_JOB",
@@ -309,3 +311,97 @@ SELECT EXISTS (
 """)
 """The admin port's ``job_known`` (:class:`~ship_sqla.kernel.RunAdmin`). Operator-only, never
 hot."""
+
+
+_PARTITION_WAITS: Final = """
+WITH RECURSIVE limits AS (
+    SELECT l.i, l.job_id, l.gate, l.max_running, l.rate_limit, l.rate_period
+    FROM unnest(CAST(:job_ids AS text[]), CAST(:gates AS text[]),
+                CAST(:max_runnings AS integer[]), CAST(:rate_limits AS integer[]),
+                CAST(:rate_periods AS double precision[]))
+        WITH ORDINALITY AS l(job_id, gate, max_running, rate_limit, rate_period, i)
+), walk (i, tenant, k) AS (
+    -- <runs>_tenant_idx, a loose index scan per job: its next tenant with waiting runs, one
+    -- entry each, at most :max_partitions.
+    SELECT l.i, CAST(NULL AS text), 0 FROM limits l
+    UNION ALL
+    SELECT w.i, nxt.tenant, w.k + 1
+    FROM walk w
+    JOIN limits l ON l.i = w.i
+    CROSS JOIN LATERAL (
+        SELECT r.tenant_id AS tenant FROM {runs} r
+        WHERE r.job_id = l.job_id AND r.state = 'waiting'
+          AND r.tenant_id > coalesce(w.tenant, '')
+        ORDER BY r.tenant_id
+        LIMIT 1
+    ) nxt
+    WHERE w.k < CAST(:max_partitions AS integer)
+), parts AS (
+    SELECT w.i, w.tenant, w.k FROM walk w WHERE w.k > 0
+    UNION ALL
+    -- The untenanted runs, one partition more when any is due (one probe).
+    SELECT l.i, CAST(NULL AS text), 2147483647 FROM limits l
+    WHERE (SELECT r.run_at FROM {runs} r
+           WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.tenant_id IS NULL
+             AND r.run_at <= {now}
+           ORDER BY r.tenant_id, r.run_at
+           LIMIT 1) IS NOT NULL
+)
+SELECT l.job_id, p.tenant,
+    -- <runs>_tenant_idx, index-only: the partition's due runs, up to :cap.
+    CASE WHEN p.tenant IS NULL THEN (SELECT count(*) FROM (
+            SELECT 1 FROM {runs} r
+            WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.tenant_id IS NULL
+              AND r.run_at <= {now}
+            ORDER BY r.tenant_id, r.run_at
+            LIMIT CAST(:cap AS integer)) d)
+        ELSE (SELECT count(*) FROM (
+            SELECT 1 FROM {runs} r
+            WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.tenant_id = p.tenant
+              AND r.run_at <= {now}
+            ORDER BY r.tenant_id, r.run_at
+            LIMIT CAST(:cap AS integer)) d) END AS due,
+    -- <runs>_running_idx: its running runs, up to concurrency.max (none read without a cap).
+    CASE WHEN l.max_running IS NULL THEN 0
+        WHEN p.tenant IS NULL THEN (SELECT count(*) FROM (
+            SELECT 1 FROM {runs} r
+            WHERE r.job_id = l.job_id AND r.state = 'running' AND r.tenant_id IS NULL
+            ORDER BY r.tenant_id
+            LIMIT l.max_running) h)
+        ELSE (SELECT count(*) FROM (
+            SELECT 1 FROM {runs} r
+            WHERE r.job_id = l.job_id AND r.state = 'running' AND r.tenant_id = p.tenant
+            ORDER BY r.tenant_id
+            LIMIT l.max_running) h) END AS running,
+    -- <state>_pkey: the partition's gate (F8): its starts in the window ending at the gate's
+    -- time (never before its last recorded start), and the oldest of them.
+    CASE WHEN l.rate_limit IS NULL THEN 0 ELSE coalesce((
+        SELECT sum(u.n) FROM unnest(g.rate_at, g.rate_n) AS u(at, n)
+        WHERE u.n > 0 AND u.at > greatest({now}, g.rate_at[cardinality(g.rate_at)])
+            - l.rate_period * interval '1 second'), 0) END AS started,
+    CASE WHEN l.rate_limit IS NOT NULL THEN (
+        SELECT min(u.at) FROM unnest(g.rate_at, g.rate_n) AS u(at, n)
+        WHERE u.n > 0 AND u.at > greatest({now}, g.rate_at[cardinality(g.rate_at)])
+            - l.rate_period * interval '1 second') END AS oldest_start
+FROM parts p
+JOIN limits l ON l.i = p.i
+LEFT JOIN {state} g ON g.job_id = l.gate || '/' || coalesce(p.tenant, '')
+ORDER BY p.i, p.k
+"""
+
+PARTITION_WAITS: Final = Template(_PARTITION_WAITS)
+"""F8/F9 seen (``JobOperations.partition_waits``, the dashboard, the demand endpoint): per job of
+``:job_ids`` (with its partitioned limits and gate row prefix), each partition with waiting runs
+(tenant order, at most ``:max_partitions``; the untenanted runs one more), its due runs (up to
+``:cap``), running runs (up to ``concurrency.max``) and its rate window's starts and oldest
+start; the kernel judges which wait on a limit (:mod:`ship_sqla.kernel._partition_waits`).
+Bounded at any backlog: per job about ``:max_partitions`` x (one walk entry, ``:cap`` due
+entries, ``max`` running entries, one gate row)."""
+
+PARTITION_WAITS_BY_KEY: Final = Template(
+    _PARTITION_WAITS.replace("r.tenant_id", "r.partition_key")
+    .replace("_tenant_idx", "_part_idx")
+    .replace("_running_idx", "_part_run_idx")
+)
+""":data:`PARTITION_WAITS` for limits per partition key (``partition="key"``): the partitions
+are the runs' ``partition_key``, read off ``<runs>_part_idx`` and ``<runs>_part_run_idx``."""

@@ -1,12 +1,14 @@
-"""The claim (J3, J4, J6, F1, F2, F3): ONE autocommitted statement, one round trip, whichever
+"""The claim (J3, J4, J6, F1, F2, F3, F10): ONE autocommitted statement, one round trip, whichever
 process claims. Rules: see :mod:`ship_sqla._jobs._sql`. ``:limit``, ``:max_running``,
 ``:rate_limit`` / ``:rate_period`` and ``:lease`` are the :class:`~ship_sqla.kernel.ClaimRequest`'s
 (the runtime's free slots, the job's ``concurrency.max``, its ``RateLimit`` and
 ``concurrency.lease``).
 
 Four texts of one template: how the claim's room is found (ungated or gated, below), and how
-its due runs are chosen: the priority walk (K6), or a fair job's shares across tenants (F2,
-:data:`CLAIM_FAIR`, :data:`CLAIM_FAIR_GATED`).
+its due runs are chosen: the priority walk (K6), the walk plus the aged seek (F10,
+:data:`CLAIM_AGED`, :data:`CLAIM_AGED_GATED`), or a fair job's shares across tenants (F2,
+:data:`CLAIM_FAIR`, :data:`CLAIM_FAIR_GATED`; a fair claim takes each tenant's oldest runs
+whatever their priority, so aging has nothing to change there).
 
 - :data:`CLAIM_UNCAPPED` (no ``concurrency.max``, the default, and no rate limit): no exclusion
   at all: the room is the limit asked, and claimers of one job only meet on the rows
@@ -42,6 +44,10 @@ from ship_sqla._sql import Template
 from ship_sqla.kernel._ports import MAX_CLAIM_BATCH
 
 __all__ = [
+    "CLAIM_AGED",
+    "CLAIM_AGED_GATED",
+    "CLAIM_AGED_GATED_KEYED",
+    "CLAIM_AGED_KEYED",
     "CLAIM_COLUMNS",
     "CLAIM_FAIR",
     "CLAIM_FAIR_GATED",
@@ -127,7 +133,7 @@ _ROOM_GATED: Final = """, held AS (
     FROM held
 )"""
 
-_WALK: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
+_WALK_LEVELS: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
     -- <runs>_due_idx, highest priority first (K6): each step finds the next lower priority
     -- level that holds waiting runs (a loose index scan: one entry, the level's last), then
     -- takes that level's due runs in (run_at, seq) order straight off the index, at most the
@@ -168,10 +174,83 @@ _WALK: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
         ) d
     ) got
     WHERE w.taken < (SELECT n FROM room)
-), due AS (
+)"""
+
+_WALK_DUE: Final = """, due AS (
     SELECT u.id, u.seq, u.run_at, w.priority, 0 AS rank
     FROM walk w, unnest(w.ids, w.run_ats, w.seqs) AS u(id, run_at, seq)
 )"""
+
+_WALK: Final = _WALK_LEVELS + _WALK_DUE
+
+_EFFECTIVE: Final = """CASE WHEN {p} >= CAST(:aging_ceiling AS integer) THEN CAST({p} AS integer)
+        ELSE CAST(least(CAST(:aging_ceiling AS integer), {p} + CAST(:aging_step AS integer)
+            * floor(extract(epoch FROM {now} - {run_at}) * 1000000
+                    / CAST(:aging_every_us AS bigint))) AS integer) END"""
+"""F10, kernel ``effective_priority``: ``min(ceiling, p + step * (wait // every))`` below the
+ceiling, on whole microseconds (``extract(epoch ...)`` is exact numeric)."""
+
+_AGED_WALK: Final = """, aged (priority, ids, run_ats, seqs) AS (
+    -- F10, <runs>_due_idx: the bounded second seek. The walk above took the room's worth by
+    -- stored priority and stopped at level s (its lowest, filled); every run it took has an
+    -- effective priority of at least s. A run of a lower level q can only go before one of
+    -- them once it has aged to s (ties go by run_at), i.e. waited ceil((s - q) / step) * every
+    -- (never, when the ceiling is below s): on each lower level (one loose-index probe) this
+    -- seeks only those runs, oldest first (they are the level's most aged), at most the room.
+    -- So a claim reads, beside the walk's, at most room entries per lower level whose oldest
+    -- runs have aged up to s, and one or two per lower level (21 levels at most, K6). It runs
+    -- only when the walk filled the room (else the walk already has every due run).
+    SELECT CAST(min(w.priority) AS smallint), CAST('{}' AS text[]),
+        CAST('{}' AS timestamptz[]), CAST('{}' AS bigint[])
+    FROM walk w
+    HAVING max(w.taken) >= (SELECT n FROM room) AND (SELECT n FROM room) > 0
+       AND min(w.priority) <= CAST(:aging_ceiling AS integer)
+    UNION ALL
+    SELECT level.priority, got.ids, got.run_ats, got.seqs
+    FROM aged a
+    CROSS JOIN LATERAL (
+        SELECT r.priority FROM {runs} r
+        WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.priority < a.priority
+        ORDER BY r.priority DESC
+        LIMIT 1
+    ) level
+    CROSS JOIN LATERAL (
+        SELECT coalesce(array_agg(d.id), CAST('{}' AS text[])) AS ids,
+            coalesce(array_agg(d.run_at), CAST('{}' AS timestamptz[])) AS run_ats,
+            coalesce(array_agg(d.seq), CAST('{}' AS bigint[])) AS seqs
+        FROM (
+            SELECT * FROM (
+                SELECT r.id, r.run_at, r.seq
+                FROM {runs} r
+                WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.priority = level.priority
+                  AND r.run_at <= {now} - CAST(ceil(
+                        ((SELECT min(w.priority) FROM walk w) - level.priority)
+                        / CAST(:aging_step AS numeric)) AS bigint)
+                      * CAST(:aging_every_us AS bigint) * interval '1 microsecond'{skip_keys_r}
+                ORDER BY r.run_at, r.seq
+                LIMIT {claim_batch}
+                FOR UPDATE SKIP LOCKED
+            ) capped
+            LIMIT (SELECT n FROM room)
+        ) d
+    ) got
+), due AS (
+    -- F10: the walk's runs and the aged ones, each with its effective priority, the room's
+    -- worth by (effective priority DESC, run_at, seq): a small sort of at most the room per
+    -- level visited. Candidates it drops stay locked until COMMIT, as the walk's do.
+    SELECT * FROM (
+        SELECT u.id, u.seq, u.run_at, {effective_u} AS priority, 0 AS rank
+        FROM (SELECT * FROM walk UNION ALL SELECT priority, ids, run_ats, seqs, 0 FROM aged) w,
+            unnest(w.ids, w.run_ats, w.seqs) AS u(id, run_at, seq)
+    ) e
+    ORDER BY e.priority DESC, e.run_at, e.seq
+    LIMIT (SELECT n FROM room)
+)"""
+
+_AGED: Final = _WALK_LEVELS + _AGED_WALK.replace(
+    "{effective_u}", _EFFECTIVE.replace("{p}", "w.priority").replace("{run_at}", "u.run_at")
+)
+"""F10: the priority walk, then the aged seek, due runs by effective priority."""
 
 _FAIR_WALK: Final = """, tenant_walk (tenant, wrapped, k) AS (
     -- F2, <runs>_tenant_idx (job_id, tenant_id, run_at, seq), waiting runs: the tenants that
@@ -626,6 +705,22 @@ runs table has only when declared with ``fair_claims=True`` (the backend probes 
 CLAIM_FAIR_GATED: Final = Template(_gated(_FAIR_WALK), claim_clock=True)
 """:data:`CLAIM_FAIR` through the job's claim gate (a cap, a rate limit, or both): a gate that
 grants less than the claim found cuts every tenant's share alike (by rank in its share)."""
+
+CLAIM_AGED: Final = Template(_ungated(_AGED), claim_clock=True)
+"""Claim as :data:`CLAIM_UNCAPPED` does for a job with ``aging`` (F10): due runs by effective
+priority (:func:`~ship_sqla.kernel._priority.effective_priority`), then ``run_at``, then
+creation order. The priority walk finds the room's worth by stored priority; the aged seek
+(``_AGED_WALK``) adds, from each lower level, only the runs that have aged up to where the walk
+stopped, so a claim reads about ``limit`` entries plus one or two per level, plus at most
+``limit`` per lower level whose oldest runs have aged that far. The rows come back ordered by
+stored priority (the output's order; the choice was by effective priority)."""
+
+CLAIM_AGED_GATED: Final = Template(_gated(_AGED), claim_clock=True)
+""":data:`CLAIM_AGED` through the job's claim gate (a cap, a rate limit, or both)."""
+
+CLAIM_AGED_KEYED: Final = Template(_ungated(_AGED, keyed=True), claim_clock=True)
+CLAIM_AGED_GATED_KEYED: Final = Template(_gated(_AGED, keyed=True), claim_clock=True)
+"""The aged claims for a request that excludes single-runner keys (J4)."""
 
 CLAIM_UNCAPPED_KEYED: Final = Template(_ungated(_WALK, keyed=True), claim_clock=True)
 CLAIM_GATED_KEYED: Final = Template(_gated(_WALK, keyed=True), claim_clock=True)

@@ -75,6 +75,7 @@ from ship_sqla.kernel._memory.partitions import Starts, choose_partitioned
 from ship_sqla.kernel._memory.transactions import active_transaction, required_transaction
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore
+from ship_sqla.kernel._partition_waits import judge, window_measure
 from ship_sqla.kernel._plans.fairness import fair_shares
 from ship_sqla.kernel._plans.scheduled_runs import (
     fire_due,
@@ -102,11 +103,12 @@ from ship_sqla.kernel._ports import (
     Suspend,
     crash_loop_message,
 )
+from ship_sqla.kernel._priority import effective_priority
 from ship_sqla.kernel._settlement import refused, settle_refusal
 from ship_sqla.kernel._workflows import unstorable_step
 
 if TYPE_CHECKING:
-    from collections.abc import Container, Iterable, Sequence
+    from collections.abc import Callable, Container, Iterable, Sequence
 
     from ship_sqla.kernel._browse import RunQuery
     from ship_sqla.kernel._clock import Clock
@@ -114,8 +116,10 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._memory.transactions import InMemoryTransaction
     from ship_sqla.kernel._on_error import ErrorHandler
+    from ship_sqla.kernel._partition_waits import PartitionLimits, PartitionWait
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, FenceAnswer, HistoryKind
+    from ship_sqla.kernel._priority import Aging
     from ship_sqla.kernel._settlement import Settlement, SettleRequest
 
 __all__ = ["InMemoryJobBackend", "InMemoryRunAdmin"]
@@ -244,17 +248,42 @@ def _end_wait(run: _Run, settlement: SettleRequest) -> None:
         run.wait_for = None
 
 
+def _partition_of(by: str) -> Callable[[_Run], str | None]:
+    """F8/F9: a run's partition: its tenant, or its partition key."""
+    if by == "key":
+        return lambda run: run.partition
+    return lambda run: run.tenant
+
+
+def _aged_order(aging: Aging, now: datetime) -> Callable[[_Run], tuple[int, datetime, int]]:
+    """F10: claim order by effective priority (a waiting run's, aged at ``now``; a lapsed
+    run's own, as PostgreSQL's aged claim orders them), then ``run_at``, then creation order."""
+
+    def order(run: _Run) -> tuple[int, datetime, int]:
+        if run.state != "waiting":
+            return _claim_order(run)
+        return -effective_priority(run.priority, run.run_at, now, aging), run.run_at, run.seq
+
+    return order
+
+
 def _choose(
-    candidates: list[_Run], room: int, limit: int, rank: dict[str, int] | None
+    candidates: list[_Run],
+    room: int,
+    limit: int,
+    rank: dict[str, int] | None,
+    aging: tuple[Aging, datetime] | None = None,
 ) -> list[_Run]:
     """The runs a claim takes: at most ``room`` due runs and ``limit`` in all, lapsed ones
-    retaken first by claim order (K6); a fair claim (F2) takes only the due runs its shares
-    ranked, by rank first, so a smaller room cuts every tenant alike."""
+    retaken first by claim order (K6; by effective priority with ``aging``, F10); a fair claim
+    (F2) takes only the due runs its shares ranked, by rank first, so a smaller room cuts
+    every tenant alike (priorities, aged or not, are not used there)."""
     retakable = [run for run in candidates if run.state == "running"]
     waiting = [run for run in candidates if run.state == "waiting"]
     if rank is None:
-        due = heapq.nsmallest(room, waiting, key=_claim_order)
-        return heapq.nsmallest(limit, retakable + due, key=_claim_order)
+        order = _claim_order if aging is None else _aged_order(*aging)
+        due = heapq.nsmallest(room, waiting, key=order)
+        return heapq.nsmallest(limit, retakable + due, key=order)
     ranks = rank
 
     def fair_order(run: _Run) -> tuple[int, int, datetime, int]:
@@ -504,7 +533,9 @@ class InMemoryJobBackend(JobBackendBase):
                     retaken=retaken,
                 )
             )
-        return ClaimBatch(claimed, buried, rate_wait=rate_wait)
+        walked = request.fairness is not None or request.partition is not None
+        more_due = walked and request.job_id in self._fair_cursors
+        return ClaimBatch(claimed, buried, rate_wait=rate_wait, more_due=more_due)
 
     def _choose_whole(
         self,
@@ -530,7 +561,8 @@ class InMemoryJobBackend(JobBackendBase):
         started_at, rate_room = self._rate_window(request, now)
         if rate_room is not None:
             room, limit = min(room, rate_room), min(limit, rate_room)
-        chosen = _choose(candidates, room, limit, rank)
+        aged = None if request.aging is None else (request.aging, now)
+        chosen = _choose(candidates, room, limit, rank, aged)
         rate_wait = self._record_starts(request, started_at, len(chosen))
         return chosen, rate_wait, started_at if rate_room is not None else now
 
@@ -1035,6 +1067,44 @@ class InMemoryRunAdmin:
         for run in doomed:
             del backend._runs[run.run_id]  # noqa: SLF001
         return len(doomed)
+
+    async def partition_waits(
+        self, limits: Sequence[PartitionLimits], *, max_partitions: int, cap: int
+    ) -> list[PartitionWait]:
+        """F8/F9 seen: the PostgreSQL backend's PARTITION_WAITS over the model's runs: per job,
+        the partitions with waiting runs (tenant order, at most ``max_partitions``; the
+        untenanted runs one more when any is due), each measured and judged by the kernel."""
+        backend = self._backend
+        now = backend.clock.now()
+        found: list[PartitionWait] = []
+        for job in limits:
+            runs = list(backend._live.get(job.job_id, {}).values())  # noqa: SLF001
+            of = _partition_of(job.by)
+            waiting = [run for run in runs if run.state == "waiting"]
+            named = sorted({part for run in waiting if (part := of(run)) is not None})
+            parts: list[str | None] = [*named[:max_partitions]]
+            if any(of(run) is None and run.run_at <= now for run in waiting):
+                parts.append(None)
+            for part in parts:
+                due = sum(1 for run in waiting if of(run) == part and run.run_at <= now)
+                running = min(
+                    sum(1 for run in runs if run.state == "running" and of(run) == part),
+                    job.max_running or 0,
+                )
+                starts = backend._partition_starts.get((job.job_id, part), [])  # noqa: SLF001
+                started, oldest = window_measure(starts, now, job.rate_period or 0.0)
+                wait = judge(
+                    job,
+                    part,
+                    due=min(due, cap),
+                    running=running,
+                    started=started if job.rate_limit is not None else 0,
+                    oldest_start=oldest,
+                    cap=cap,
+                )
+                if wait is not None:
+                    found.append(wait)
+        return found
 
     async def demand(
         self, job_ids: Sequence[str] | None, *, cap: int, max_jobs: int

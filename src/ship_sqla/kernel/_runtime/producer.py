@@ -10,12 +10,15 @@ interval (J3), or, when a pass was cut short by this process's own capacity, a s
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest
 from ship_sqla.kernel._runtime.state import InFlight, crash_loop_error, lapsed_final_error
 from ship_sqla.kernel._settlement import released
 from ship_sqla.kernel._waiting import first_done, wait_event
+
+logger = logging.getLogger("ship_sqla.jobs")
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -93,6 +96,8 @@ class Producer:
         self._start_run = start_run
         self._error_backoff = shared.error_backoff
         self._rotation = 0
+        # F2/F8/F9: the last claim's tenant walk stopped at max_tenants (ClaimBatch.more_due).
+        self._walk_stopped = False
         self._kick = asyncio.Event()
         self._want_capacity = False
         # True while the loop waits because this process's own caps are full.
@@ -226,10 +231,13 @@ class Producer:
             if limit <= 0:
                 blocked = True
                 continue
+            self._walk_stopped = False
             started = await self._claim_and_start(job, limit, exclude)
             if started is None:
                 return False, False
-            if started == limit:
+            if started == limit or (started and self._walk_stopped):
+                # A full claim, or a short one whose tenant walk stopped at max_tenants
+                # (F2/F8/F9): the tenants past it may hold due runs.
                 more = True
         return more, blocked
 
@@ -272,11 +280,22 @@ class Producer:
                 fairness=job.fairness,
                 partition=job.partition,
                 max_lapses=job.retry.max_lapses,
+                aging=job.aging,
             )
         )
         if claimed.rate_wait is not None:
             # F3: the job's rate window is full; claim it again when the window frees.
             self._rate_wake_at(sent + max(claimed.rate_wait, 0.0))
+            # Seen (F3, F8): a throttled claim is routine, so debug level only.
+            logger.debug(
+                "job %r: claim throttled by its rate limit%s (%d started); the window frees"
+                " in %.3f s",
+                job.id,
+                " (a partition's)" if job.partition is not None else "",
+                len(claimed),
+                max(claimed.rate_wait, 0.0),
+            )
+        self._walk_stopped = claimed.more_due
         for buried in claimed.buried:
             self._buried(job, buried)
         if self._metrics is not None:
