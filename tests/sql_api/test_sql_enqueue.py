@@ -4,7 +4,6 @@ transaction, announce by K8's rule, and install with the tables."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import TYPE_CHECKING, Any
 
@@ -14,17 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import MetaData, text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla import define_job
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._sql_api import (
-    install_sql_enqueue,
     ship_job_definitions_table,
-    sql_enqueue_status,
     sync_job_definitions,
 )
-from ship_sqla._notify import channel_name
 from ship_sqla.kernel._errors import ShipError
 
 if TYPE_CHECKING:
@@ -80,7 +76,7 @@ async def sql_enqueue(engine: AsyncEngine, job_id: str, payload: Any, **args: An
 
 
 async def stored(engine: AsyncEngine) -> list[tuple[Any, ...]]:
-    return await call(engine, f"SELECT {STORED} FROM ship_job_runs ORDER BY seq")  # noqa: S608
+    return await call(engine, f"SELECT {STORED} FROM ship_job_runs ORDER BY seq")
 
 
 async def sql_error(engine: AsyncEngine, job_id: str, payload: Any, **args: Any) -> str:

@@ -167,13 +167,14 @@ async def test_the_definer_variant_runs_only_for_the_granted_role(engine: AsyncE
             "GRANT USAGE ON SCHEMA public TO ship_sql_caller, ship_sql_other"
         )
         await connection.exec_driver_sql("SET LOCAL ROLE ship_sql_caller")
-        [(run_id, outcome)] = await connection.execute(
+        [(_run_id, outcome)] = await connection.execute(
             text("SELECT * FROM public.ship_job_runs_enqueue_v1('sql.plain', '{}')")
         )
         assert outcome == "inserted"
-    with pytest.raises(DBAPIError, match="permission denied"):
-        async with engine.begin() as connection:
-            await connection.exec_driver_sql("SET LOCAL ROLE ship_sql_other")
-            await connection.execute(
-                text("SELECT * FROM public.ship_job_runs_enqueue_v1('sql.plain', '{}')")
-            )
+    async with engine.connect() as connection:
+        await connection.exec_driver_sql("SET ROLE ship_sql_other")
+        call = text("SELECT * FROM public.ship_job_runs_enqueue_v1('sql.plain', '{}')")
+        with pytest.raises(DBAPIError, match="permission denied"):
+            await connection.execute(call)
+        await connection.rollback()
+        await connection.exec_driver_sql("RESET ROLE")

@@ -276,5 +276,5 @@ async def sync_job_definitions(
     params = definition_params(definitions, queue_depth_limit=queue_depth_limit)
     if not params["job_ids"]:
         return
-    sql = UPSERT_DEFINITIONS.sql.replace("{defs}", quoted_table(definitions_table))
+    sql = UPSERT_DEFINITIONS.replace("{defs}", quoted_table(definitions_table))
     await connection.execute(text(sql), params)

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from ship_sqla._sql import Template
-
 __all__ = [
     "ENQUEUE_MANY_V1",
     "ENQUEUE_V1",
@@ -29,7 +27,7 @@ __all__ = [
     "UPSERT_DEFINITIONS",
 ]
 
-UPSERT_DEFINITIONS: Final = Template("""
+UPSERT_DEFINITIONS: Final = """
 -- <defs>_pkey (the ON CONFLICT arbiter): one row per job, rewritten only when it changed.
 INSERT INTO {defs} AS d (
     job_id, max_attempts, priority, max_payload_bytes, queue_depth_limit, dedupe_required,
@@ -69,8 +67,10 @@ WHERE (d.max_attempts, d.priority, d.max_payload_bytes, d.queue_depth_limit, d.d
        EXCLUDED.queue_depth_limit, EXCLUDED.dedupe_required, EXCLUDED.key_required,
        EXCLUDED.partition_by_key, EXCLUDED.partition_key_derived, EXCLUDED.handler_version,
        EXCLUDED.completed_retention, EXCLUDED.dead_retention, EXCLUDED.cancelled_retention)
-""")
-"""E8: upsert the definitions of the jobs a worker runs (at its start) or that ``ship-sqla jobs
+"""
+"""E8 (DDL-like text rendered per table set, not a registry Template: its table is not one of
+:class:`~ship_sqla._jobs._sql.JobStatements`'): upsert the definitions of the jobs a worker
+runs (at its start) or that ``ship-sqla jobs
 sync-definitions`` names: parallel arrays, one entry per job."""
 
 RESULT_TYPE: Final = """
@@ -147,6 +147,25 @@ BEGIN
             || 'text of at most 255 characters',
             HINT = 'Fix: pass a shorter run_id, or NULL for a generated one.';
     END IF;
+    -- The checks run in prepare_runs' order, so the first error is Python's.
+    IF payload IS NULL THEN
+        {error}'SHIP_SQLA_JOB_PAYLOAD_INVALID: job '
+            || quote_literal(a_job) || ': the payload is NULL',
+            HINT = 'Fix: pass a JSON payload (''{}''::jsonb for none).';
+    END IF;
+    -- K6 payload bound: the compact ASCII JSON size, as Python measures it.
+    size := octet_length(payload::text);
+    IF size * 12 > d.max_payload_bytes THEN
+        size := {fn}_json_size(payload);
+    END IF;
+    IF size > d.max_payload_bytes THEN
+        {error}'SHIP_SQLA_JOB_PAYLOAD_TOO_LARGE: job '
+            || quote_literal(a_job) || ': the payload is ' || size
+            || ' bytes of encoded JSON, more than the job''s max_payload_bytes ('
+            || d.max_payload_bytes || ')',
+            HINT = 'Fix: store large data elsewhere and enqueue a reference to it, or raise '
+                || 'define_job(..., max_payload_bytes=...).';
+    END IF;
     IF a_dedupe IS NOT NULL AND (a_dedupe = '' OR length(a_dedupe) > 255) THEN
         {error}'SHIP_SQLA_KEY_INVALID: dedupe_key must be '
             || 'non-empty text of at most 255 characters',
@@ -166,6 +185,13 @@ BEGIN
     ELSE
         a_key := NULL;  -- as Python: a job that is not single-runner stores no key
     END IF;
+    IF a_priority IS NULL THEN
+        a_priority := d.priority;
+    ELSIF a_priority NOT BETWEEN -10 AND 10 THEN
+        {error}'SHIP_SQLA_JOB_PRIORITY_INVALID: priority must be '
+            || 'an int from -10 to 10, got ' || a_priority,
+            HINT = 'Fix: pass a priority from -10 (last) to 10 (first), or NULL.';
+    END IF;
     a_part := options ->> 'partition_key';
     IF a_part IS NOT NULL AND NOT d.partition_by_key THEN
         {error}'SHIP_SQLA_CONFIGURATION: job ' || quote_literal(a_job)
@@ -182,31 +208,6 @@ BEGIN
         {error}'SHIP_SQLA_KEY_INVALID: partition_key must be '
             || 'non-empty text of at most 255 characters',
             HINT = 'Fix: pass a shorter partition key.';
-    END IF;
-    IF a_priority IS NULL THEN
-        a_priority := d.priority;
-    ELSIF a_priority NOT BETWEEN -10 AND 10 THEN
-        {error}'SHIP_SQLA_JOB_PRIORITY_INVALID: priority must be '
-            || 'an int from -10 to 10, got ' || a_priority,
-            HINT = 'Fix: pass a priority from -10 (last) to 10 (first), or NULL.';
-    END IF;
-    IF payload IS NULL THEN
-        {error}'SHIP_SQLA_JOB_PAYLOAD_INVALID: job '
-            || quote_literal(a_job) || ': the payload is NULL',
-            HINT = 'Fix: pass a JSON payload (''{}''::jsonb for none).';
-    END IF;
-    -- K6 payload bound: the compact ASCII JSON size, as Python measures it.
-    size := octet_length(payload::text);
-    IF size * 12 > d.max_payload_bytes THEN
-        size := {fn}_json_size(payload);
-    END IF;
-    IF size > d.max_payload_bytes THEN
-        {error}'SHIP_SQLA_JOB_PAYLOAD_TOO_LARGE: job '
-            || quote_literal(a_job) || ': the payload is ' || size
-            || ' bytes of encoded JSON, more than the job''s max_payload_bytes ('
-            || d.max_payload_bytes || ')',
-            HINT = 'Fix: store large data elsewhere and enqueue a reference to it, or raise '
-                || 'define_job(..., max_payload_bytes=...).';
     END IF;
     -- K7: a W3C trace context, as Python stores it ({"traceparent": ..., "tracestate": ...}).
     IF a_trace IS NOT NULL AND (jsonb_typeof(a_trace) <> 'object'
