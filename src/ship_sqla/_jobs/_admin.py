@@ -103,6 +103,7 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         lapses=row.lapses,
         consecutive_lapses=row.consecutive_lapses,
         progress=row.progress,
+        handler_version=row.handler_version,
     )
 
 

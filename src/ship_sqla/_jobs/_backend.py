@@ -216,6 +216,7 @@ _RUN_COLUMNS = frozenset(
         "lapses",
         "consecutive_lapses",
         "progress",
+        "handler_version",
     }
 )
 
@@ -1123,6 +1124,7 @@ def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:
         lapses,
         consecutive_lapses,
         retaken,
+        handler_version,
     ) = row
     return ClaimedRun(
         run_id,
@@ -1142,6 +1144,7 @@ def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:
         lapses=lapses,
         consecutive_lapses=consecutive_lapses,
         retaken=retaken,
+        handler_version=handler_version,
     )
 
 

@@ -50,6 +50,7 @@ __all__ = [
     "PROGRESS_PREDICATE",
     "RUN_STATES",
     "SAMPLER_PREDICATE",
+    "VERSION_PREDICATE",
     "WAIT_PREDICATE",
     "fair_claims_ddl",
     "fair_claims_index_name",
@@ -79,6 +80,9 @@ the outcomes a parent reads)."""
 WAIT_PREDICATE = "wait_for IS NOT NULL"
 """``<runs>_wait_idx``: suspended workflow runs by what they wait for (D4: a publish wakes its
 waiters through it, not by scanning steps)."""
+VERSION_PREDICATE = "handler_version IS NOT NULL AND state IN ('waiting', 'running')"
+"""``<runs>_version_idx``: the live runs of versioned jobs by (job, handler version, state), for
+D9's gauges and deploy check (VERSION_COUNTS); an unversioned job's runs never enter it."""
 PROGRESS_PREDICATE = "progress IS NOT NULL"
 """``<runs>_progress_idx``: the runs that recorded a consumer's progress (C3), by job and key,
 newest first: the dashboard's Consumers page reads each key's latest."""
@@ -117,7 +121,8 @@ def ship_job_runs_table(
     ``consecutive_lapses`` (int: the claims that found the run's lease lapsed, in all and since
     its handler last settled it, J15); ``progress`` (jsonb null: a consumer's per-key run's
     last committed batch, C3: ``lag``, ``last_batch_at``, ``batches``, ``items``, written in the
-    batch's transaction and kept when the run ends).
+    batch's transaction and kept when the run ends); ``handler_version`` (integer null: the
+    handler version the run was enqueued under, D9; NULL for an unversioned job's run).
     """
     n = derived_names(
         name,
@@ -133,6 +138,7 @@ def ship_job_runs_table(
             "_wait_idx",
             "_browse_idx",
             "_progress_idx",
+            "_version_idx",
         ),
         "job runs",
         schema=schema,
@@ -182,6 +188,8 @@ def ship_job_runs_table(
         # C3: a consumer's per-key run's last committed batch (lag, time, counts), written in
         # the batch's own transaction; NULL for every other run.
         Column("progress", JSONB, nullable=True),
+        # D9: the handler version the run was enqueued under; NULL for an unversioned job.
+        Column("handler_version", Integer, nullable=True),
         PrimaryKeyConstraint("id", name=n["_pkey"]),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
         # Serves CLAIM's walk over the priority levels (K6: the next lower level, one entry;
@@ -239,6 +247,15 @@ def ship_job_runs_table(
             "key",
             "seq",
             postgresql_where=text(PROGRESS_PREDICATE),
+        ),
+        # Serves VERSION_COUNTS (D9: live runs per job, version and state, an index-only loose
+        # scan) and the deploy check. Only versioned jobs' live runs enter it.
+        Index(
+            n["_version_idx"],
+            "job_id",
+            "handler_version",
+            "state",
+            postgresql_where=text(VERSION_PREDICATE),
         ),
         schema=schema,
         comment="ship_sqla job runs (ship_job_runs_table)",

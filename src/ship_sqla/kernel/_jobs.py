@@ -32,6 +32,7 @@ from ship_sqla.kernel._durations import (
 from ship_sqla.kernel._errors import (
     ConfigurationError,
     InvalidPayloadError,
+    RefusedError,
 )
 from ship_sqla.kernel._outcomes import RetryAfter, Snooze
 from ship_sqla.kernel._plans.backoff import Backoff, BackoffKind, Jitter
@@ -57,6 +58,20 @@ __all__ = [
 ]
 
 P = TypeVar("P")
+
+
+class JobVersionUnavailableError(RefusedError, RuntimeError):
+    """D9: a worker claimed a run enqueued under a handler version it does not register; it
+    handed the run back unexecuted, its attempt unspent, due again after
+    :data:`VERSION_RECHECK` seconds (a worker that has the version executes it). Reported to
+    ``on_error`` and recorded in the run's history."""
+
+    code = "SHIP_SQLA_JOB_VERSION_UNAVAILABLE"
+
+
+VERSION_RECHECK: Final = 60.0
+"""D9: seconds a run handed back for want of its handler version waits before any worker may
+claim it again (so a worker without the version does not spin on it)."""
 
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -539,6 +554,35 @@ class JobDefinition(Generic[P]):
     inbox: Inbox | None = None
     """J13: the inbox key marked in the handler's transaction (only with ``transaction``)."""
 
+    version: int | None = None
+    """D9: the version of ``handler``, recorded on every run enqueued from this definition;
+    None: an unversioned job (its runs record none, and any worker executes them)."""
+
+    previous: Mapping[int, Handler[P]] = attrs.field(factory=dict, eq=False)
+    """D9: earlier handler versions still needed by live runs, by version (each below
+    ``version``); a run recorded under one of them is executed by it, never by ``handler``."""
+
+    @property
+    def served_versions(self) -> frozenset[int]:
+        """D9: the versions this definition executes (empty for an unversioned job)."""
+        if self.version is None:
+            return frozenset()
+        return frozenset((self.version, *self.previous))
+
+    def at_version(self, version: int | None) -> JobDefinition[P] | None:
+        """D9: the definition that executes a run recorded under ``version``: this one for its
+        own version; for an earlier one it keeps, this one with that handler; for a run recorded
+        before versions existed (None), the lowest version it serves. None when it does not
+        serve ``version``: the claimer hands the run back, its attempt unspent."""
+        if version == self.version:
+            return self
+        if version is None:
+            return self.at_version(min(self.served_versions))
+        handler = self.previous.get(version)
+        if handler is None:
+            return None
+        return attrs.evolve(self, handler=handler, version=version, previous={})
+
     def encode(self, payload: P) -> Any:  # noqa: ANN401 - JSON-able
         """Validate and encode ``payload`` for storage; raises :class:`InvalidPayloadError`."""
         return self.codec.encode(payload)
@@ -595,6 +639,8 @@ def define_job(
     fairness: Fairness | None = None,
     transaction: UnitOfWorkLike | None = None,
     inbox: Inbox | None = None,
+    version: int | None = None,
+    previous: Mapping[int, Handler[P] | TransactionalHandler[P]] | None = None,
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
@@ -624,6 +670,12 @@ def define_job(
     enqueued runs, published events, the ``inbox`` mark (an :class:`~ship_sqla.jobs.Inbox`) and
     the completion commit together or not at all, and a stale holder's transaction rolls back
     whole (J14). It makes no workflow calls.
+
+    ``version`` (an int from 1; None: unversioned) pins runs to handler versions (D9): each run
+    records the version it was enqueued under and is executed only by that version's handler.
+    ``previous`` (``{version: handler}``, each below ``version``) keeps the earlier handlers
+    that live runs still need; a worker without a run's version hands it back, its attempt
+    unspent. Versions are yours to number: they are never computed from the source.
     """
     if not _JOB_ID.match(id):
         raise ConfigurationError(
@@ -632,6 +684,7 @@ def define_job(
         )
     _require_async_handler(id, handler)
     _check_transactional(id, transaction, inbox)
+    kept = _check_versions(id, version, previous)
     return JobDefinition(
         id=id,
         # A transactional handler takes the repositories too; the executor calls it so.
@@ -649,7 +702,46 @@ def define_job(
         fairness=_as_fairness(fairness),
         transaction=transaction,
         inbox=inbox,
+        version=version,
+        previous=cast("dict[int, Handler[P]]", kept),
     )
+
+
+MAX_HANDLER_VERSION: Final = 2**31 - 1
+"""The largest handler version (D9): the runs table stores it as an integer."""
+
+
+def _check_versions(job_id: str, version: object, previous: object) -> dict[int, object]:
+    """D9's declaration: ``version`` an int from 1 (or None), ``previous`` a mapping of lower
+    versions to async handlers, and only with a ``version``; the previous handlers, copied."""
+    fix = "pass version=2, previous={1: old_handler} (ints from 1, each previous one lower)."
+    if version is not None:
+        require_int_within(version, f"job {job_id!r}: version", 1, MAX_HANDLER_VERSION, fix)
+    if previous is None:
+        return {}
+    if not isinstance(previous, Mapping):
+        raise ConfigurationError(
+            f"job {job_id!r}: previous= must be a mapping of versions to handlers, got"
+            f" {type(previous).__name__}.",
+            fix=fix,
+        )
+    if previous and version is None:
+        raise ConfigurationError(
+            f"job {job_id!r}: previous= needs version=: earlier handlers are kept beside a"
+            " versioned current one.",
+            fix=fix,
+        )
+    kept: dict[int, object] = {}
+    for old, handler in previous.items():
+        require_int_within(old, f"job {job_id!r}: a previous version", 1, MAX_HANDLER_VERSION, fix)
+        if version is not None and old >= version:
+            raise ConfigurationError(
+                f"job {job_id!r}: previous version {old} is not below version {version}.",
+                fix=fix,
+            )
+        _require_async_handler(job_id, handler)
+        kept[old] = handler
+    return kept
 
 
 def require_unit_of_work(

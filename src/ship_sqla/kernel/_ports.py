@@ -252,6 +252,9 @@ class ClaimedRun:
     """J15: the lapses since the run's handler last settled it (a release does not reset it)."""
     retaken: bool = False
     """J6, J15: this claim retook the run from a holder whose lease lapsed (one more lapse)."""
+    handler_version: int | None = None
+    """D9: the handler version the run was enqueued under (None: an unversioned job's run, or
+    one stored before versions existed); only that version's handler executes it."""
 
 
 @attrs.frozen
@@ -391,6 +394,8 @@ class RunRecord:
     text, "batch_items": int, "batches": int, "items": int}`` (the counts are this run's); None
     for every other run, and for a consumer run before its first batch. Kept when the run
     ends."""
+    handler_version: int | None = None
+    """D9: the handler version the run was enqueued under (None: unversioned)."""
 
 
 @runtime_checkable

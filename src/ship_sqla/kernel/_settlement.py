@@ -66,11 +66,12 @@ SettledState = Literal["completed", "waiting", "dead", "cancelled"]
 ``cancelled``, K2)."""
 SETTLED_STATES: Final = frozenset(get_args(SettledState))
 
-ReleaseReason = Literal["lock-held", "cancelled", "unstarted", "lapsed", "refused"]
+ReleaseReason = Literal["lock-held", "cancelled", "unstarted", "lapsed", "refused", "version"]
 """Why the runtime hands a claimed run back unfinished, its attempt unspent (:func:`released`):
 its single-runner lock was held elsewhere (J7); its handler was cancelled (drain deadline or lost
 lock, J12), or cancelled before it started; its lease had lapsed before its handler could start
-(J6); or the loop must not execute it (claimed while stopping, or beyond the limit asked)."""
+(J6); or the loop must not execute it (claimed while stopping, or beyond the limit asked); or
+this process has no handler for the version the run was enqueued under (D9)."""
 RELEASE_REASONS: Final = frozenset(get_args(ReleaseReason))
 
 
@@ -224,6 +225,8 @@ def _released_as(reason: ReleaseReason) -> tuple[str, JobOutcome | None]:
             return "release (lapsed)", None
         case "refused":
             return "release after claim", None
+        case "version":
+            return "release (version unavailable)", None
         case _:  # pragma: no cover - mypy proves every reason is matched
             assert_never(reason)
 

@@ -130,6 +130,7 @@ class _Run:
         "created_at",
         "dedupe_key",
         "finished_at",
+        "handler_version",
         "history",
         "job_id",
         "key",
@@ -163,6 +164,7 @@ class _Run:
         self.max_attempts = prepared.max_attempts
         self.priority = prepared.priority
         self.tenant = prepared.tenant
+        self.handler_version = prepared.handler_version
         self.trace_context: dict[str, str] | None = (
             None if prepared.trace_context is None else json.loads(prepared.trace_context)
         )
@@ -212,6 +214,7 @@ class _Run:
             lapses=self.lapses,
             consecutive_lapses=self.consecutive_lapses,
             progress=None if self.progress is None else dict(self.progress),
+            handler_version=self.handler_version,
         )
 
 
@@ -493,6 +496,7 @@ class InMemoryJobBackend(JobBackendBase):
                     lapses=run.lapses,
                     consecutive_lapses=run.consecutive_lapses,
                     retaken=retaken,
+                    handler_version=run.handler_version,
                 )
             )
         return ClaimBatch(claimed, buried, rate_wait=rate_wait)

@@ -81,6 +81,8 @@ class PreparedRun:
     None (K7)."""
     tenant: str | None = None
     """The tenant the run was enqueued for (F2): the ambient tenant of the enqueue, else None."""
+    handler_version: int | None = None
+    """D9: the job's handler version at the enqueue (its ``version``), else None."""
 
 
 def prepare_run(
@@ -137,6 +139,7 @@ def prepare_runs(
     policy = job.idempotency.key if job.idempotency is not None else None
     keyed = job.concurrency.single_runner
     default_priority = job.priority
+    version = job.version
     next_id = iter(new_run_ids(sum(1 for request in requests if request.run_id is None))).__next__
     prepared: list[PreparedRun] = []
     append = prepared.append
@@ -183,6 +186,7 @@ def prepare_runs(
                 priority,
                 trace_context,
                 tenant,
+                version,
             )
         )
     return prepared

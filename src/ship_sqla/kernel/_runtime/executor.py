@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._errors import InvalidPayloadError
 from ship_sqla.kernel._job_context import NO_RESOURCES, JobContext
+from ship_sqla.kernel._jobs import VERSION_RECHECK, JobVersionUnavailableError
 from ship_sqla.kernel._outcomes import JobTimeoutError, JobTimeoutIgnoredError
 from ship_sqla.kernel._plans.retry import lock_held_delay, plan_raised
 from ship_sqla.kernel._ports import CANCELLED_MESSAGE, JobLeaseStaleError
@@ -190,6 +191,13 @@ class Executor:
         if run.tenant is not None:
             enter_tenant(run.tenant)
         try:
+            if run.handler_version != job.version:
+                # D9: the run is pinned to the version it was enqueued under.
+                pinned = job.at_version(run.handler_version)
+                if pinned is None:
+                    self._hand_back_version(entry)
+                    return
+                entry.job = job = pinned
             try:
                 # The payload was encoded by the kernel when the run was prepared; decoding it
                 # is the job definition's codec's, here, where the handler needs it.
@@ -514,6 +522,26 @@ class Executor:
                 " type, then retry the dead run.",
             )
         self._settle(entry, failed(entry.run, describe_failure(exc), None, "terminal"))
+
+    def _hand_back_version(self, entry: InFlight) -> None:
+        """D9: this process has no handler for the version the run was enqueued under: the run
+        goes back to waiting unexecuted, its attempt unspent, due again after VERSION_RECHECK
+        seconds (a worker that registers the version claims it then); reported and recorded in
+        its history. Nothing of the handler ran, no lock was taken."""
+        run = entry.run
+        served = sorted(entry.job.served_versions)
+        error = JobVersionUnavailableError(
+            f"job {run.job_id!r} run {run.run_id!r} was enqueued under handler version"
+            f" {run.handler_version}, which this worker ({self._worker_id}) does not register"
+            f" (it serves {served or 'no versions'}); the run was handed back, its attempt"
+            f" unspent, and is due again in {VERSION_RECHECK:g} s.",
+            fix=f"keep version {run.handler_version}'s handler in define_job(...,"
+            f" previous={{{run.handler_version}: handler}}) until no live run needs it"
+            " (ship-sqla workflows versions), or run a worker that registers it.",
+        )
+        self._report_error(error)
+        at = self._clock.now() + timedelta(seconds=VERSION_RECHECK)
+        self._settle(entry, released(run, at, reason="version", error=describe_failure(error)))
 
     def _hand_back_lapsed(self, entry: InFlight) -> None:
         """J6: the run's lease may have lapsed before its handler could start (the loop was
