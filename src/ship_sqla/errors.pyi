@@ -48,6 +48,8 @@ from ship_sqla.kernel._errors import TenantViolationError as TenantViolationErro
 from ship_sqla.kernel._errors import UnknownProjectionError as UnknownProjectionError
 from ship_sqla.kernel._errors import UsageError as UsageError
 from ship_sqla.kernel._errors import VersionConflictError as VersionConflictError
+from ship_sqla.kernel._evolution import WorkflowChangedError as WorkflowChangedError
+from ship_sqla.kernel._evolution import WorkflowDivergedError as WorkflowDivergedError
 from ship_sqla.kernel._fences import LockHeldError as LockHeldError
 from ship_sqla.kernel._fences import StaleFenceError as StaleFenceError
 from ship_sqla.kernel._job_context import ResourcesNotConfiguredError as ResourcesNotConfiguredError
@@ -85,7 +87,6 @@ from ship_sqla.kernel._webhooks_out import (
 from ship_sqla.kernel._workflows import ChildJobUnservedError as ChildJobUnservedError
 from ship_sqla.kernel._workflows import ChildRunsRefusedError as ChildRunsRefusedError
 from ship_sqla.kernel._workflows import StepNameReusedError as StepNameReusedError
-from ship_sqla.kernel._workflows import WorkflowChangedError as WorkflowChangedError
 from ship_sqla.kernel._workflows import WorkflowMisuseError as WorkflowMisuseError
 from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError as WorkflowsNotConfiguredError
 
@@ -170,6 +171,7 @@ __all__ = (
     "WebhookTimestampError",
     "WebhookVerificationError",
     "WorkflowChangedError",
+    "WorkflowDivergedError",
     "WorkflowMisuseError",
     "WorkflowsNotConfiguredError",
 )

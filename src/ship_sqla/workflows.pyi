@@ -1,3 +1,5 @@
+from ship_sqla.kernel._evolution import Divergence as Divergence
+from ship_sqla.kernel._evolution import StepCall as StepCall
 from ship_sqla.kernel._workflows import ChildOutcome as ChildOutcome
 from ship_sqla.kernel._workflows import EventWait as EventWait
 from ship_sqla.kernel._workflows import StepKind as StepKind
@@ -7,7 +9,9 @@ from ship_sqla.kernel._workflows import WorkflowEvent as WorkflowEvent
 
 __all__ = (
     "ChildOutcome",
+    "Divergence",
     "EventWait",
+    "StepCall",
     "StepKind",
     "StepRecord",
     "StepRetry",

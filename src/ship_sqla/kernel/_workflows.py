@@ -28,11 +28,11 @@ import attrs
 
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._durations import require_duration
-from ship_sqla.kernel._errors import ConfigurationError, RefusedError, ShipError, UsageError
+from ship_sqla.kernel._errors import ConfigurationError, RefusedError, UsageError
+from ship_sqla.kernel._evolution import WorkflowChangedError
 from ship_sqla.kernel._jobs import JobDefinition, codec_for, is_job_id
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json, unstorable_text
 from ship_sqla.kernel._keys import MAX_KEY_CHARS
-from ship_sqla.kernel._outcomes import TerminalError
 from ship_sqla.kernel._plans.prepare import prepare_runs
 from ship_sqla.kernel._ports import (
     TERMINAL_STATES,
@@ -124,23 +124,6 @@ class StepNameReusedError(UsageError, ValueError):
     name, so the second would replay the first's."""
 
     code = "SHIP_SQLA_STEP_NAME_REUSED"
-
-
-class WorkflowChangedError(TerminalError):
-    """The step stored under a name is of another kind than the handler now asks for: the code
-    changed under a run in flight (the determinism contract, docs/workflows.md). Terminal: the
-    run is dead-lettered now; re-run it from that step once the deploy is right."""
-
-    code = "SHIP_SQLA_WORKFLOW_CHANGED"
-
-    def __init__(self, message: str) -> None:
-        ShipError.__init__(
-            self,
-            message,
-            fix="keep step names and kinds stable for runs in flight (add new steps with new"
-            " names); then `ship-sqla jobs rerun RUN_ID --from-step NAME` re-runs the run from"
-            " the changed step.",
-        )
 
 
 class WorkflowMisuseError(UsageError, RuntimeError):
