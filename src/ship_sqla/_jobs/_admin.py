@@ -42,6 +42,7 @@ from ship_sqla._jobs._sql.browse import (
     SCHEDULE_STATES,
     THROUGHPUT,
 )
+from ship_sqla._jobs._sql.versions import VERSION_COUNTS
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._scope import OWN
 from ship_sqla._sql_errors import sqlstate_of
@@ -63,6 +64,7 @@ from ship_sqla.kernel._ports import (
     RunRecord,
     StateCount,
 )
+from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -339,6 +341,16 @@ class PostgresRunAdmin:
             )
             for row in rows
         ]
+
+    async def version_counts(
+        self, job_ids: Sequence[str] | None = None, *, limit: int = MAX_VERSION_ROWS
+    ) -> list[VersionCount]:
+        """D9: VERSION_COUNTS, live runs per (job, handler version, state)."""
+        params = {"job_ids": None if job_ids is None else list(job_ids), "limit": limit}
+        rows = await self._connections.rows(
+            "version_counts", self._s[VERSION_COUNTS], params, scope=OWN
+        )
+        return [VersionCount(job_id, version, state, runs) for job_id, version, state, runs in rows]
 
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
         """J10's queue gauges: waiting runs per job and the age of the oldest due one, for

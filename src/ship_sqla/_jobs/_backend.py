@@ -164,6 +164,7 @@ from ship_sqla.kernel._settlement import (
     released,
     settle_refusal,
 )
+from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount
 from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError
 
 if TYPE_CHECKING:
@@ -1065,6 +1066,12 @@ class PostgresJobBackend(JobBackendBase):
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
         """J10's queue gauges (:meth:`PostgresRunAdmin.queue_depths`)."""
         return await self._admin.queue_depths(job_ids)
+
+    async def version_counts(
+        self, job_ids: Sequence[str] | None = None, *, limit: int = MAX_VERSION_ROWS
+    ) -> list[VersionCount]:
+        """D9's counts (:meth:`PostgresRunAdmin.version_counts`)."""
+        return await self._admin.version_counts(job_ids, limit=limit)
 
 
 def _require_database(database: object) -> None:

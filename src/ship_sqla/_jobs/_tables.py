@@ -352,7 +352,8 @@ def ship_job_workers_table(
     Columns: ``id`` text pk (the runtime's ``worker_id``); ``host``, ``pid``; ``started_at``
     and ``last_seen_at`` (its last heartbeat, the database's clock); ``job_ids`` text[] (the
     jobs it runs); ``in_flight`` (runs it holds); ``draining`` (``stop()`` was called: it
-    claims nothing); ``sampler_until`` (null unless it holds the queue-sampler lease, F5).
+    claims nothing); ``sampler_until`` (null unless it holds the queue-sampler lease, F5);
+    ``job_versions`` text[] (the handler versions it serves, ``<job_id>:<version>``, D9).
     """
     n = derived_names(name, ("_pkey", "_seen_idx", "_sampler_idx"), "job workers", schema=schema)
     return Table(
@@ -367,6 +368,8 @@ def ship_job_workers_table(
         Column("in_flight", Integer, nullable=False),
         Column("draining", Boolean, nullable=False),
         Column("sampler_until", _TSTZ, nullable=True),
+        # D9: the handler versions the worker serves, "<job_id>:<version>" per versioned job.
+        Column("job_versions", ARRAY(Text), nullable=False, server_default=text("'{}'")),
         PrimaryKeyConstraint("id", name=n["_pkey"]),
         # Serves PRUNE_STALE_WORKERS: the entries not seen for the bound, oldest first.
         Index(n["_seen_idx"], "last_seen_at"),

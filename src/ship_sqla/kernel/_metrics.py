@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import CallbackOptions, Histogram, Meter, MeterProvider
     from opentelemetry.util.types import AttributeValue
 
+    from ship_sqla.kernel._versions import Stranded, VersionCount
+
 __all__ = ["JOB_METRIC_NAMES", "JobMetrics", "JobOutcome", "job_metrics_for"]
 
 JobOutcome = Literal[
@@ -77,6 +79,11 @@ RUNS: Final = "ship.job.runs"
 DEAD_LETTER_COUNT: Final = "ship.job.dead_letter.count"
 LOCK_WAIT: Final = "ship.job.lock.wait"
 LAPSES: Final = "ship.job.lapses"
+WORKFLOW_RUNS: Final = "ship.workflow.runs"
+WORKFLOW_RUNS_STRANDED: Final = "ship.workflow.runs.stranded"
+
+WORKFLOW_METRIC_NAMES: Final = (WORKFLOW_RUNS, WORKFLOW_RUNS_STRANDED)
+"""D9's two gauges: live runs per handler version, and the stranded ones."""
 
 JOB_METRIC_NAMES: Final = (
     QUEUE_DEPTH,
@@ -92,6 +99,8 @@ JOB_METRIC_NAMES: Final = (
 ATTR_JOB_ID: Final = "ship.job.id"
 ATTR_JOB_KEY: Final = "ship.job.key"
 ATTR_OUTCOME: Final = "ship.job.outcome"
+ATTR_VERSION: Final = "ship.job.version"
+ATTR_STATE: Final = "ship.job.state"
 
 # Job runs last from milliseconds to hours; the SDK's default buckets are tuned for
 # milliseconds and would put every run above 10 s into one bucket.
@@ -138,6 +147,9 @@ class JobMetrics:
         self._include_key = include_key
         self._lock = threading.Lock()
         self._depth: dict[str, tuple[int, float]] = {}
+        # D9: per job, its live runs per (version, state) and its stranded runs per version.
+        self._versions: dict[str, tuple[tuple[int, str, int], ...]] = {}
+        self._stranded: dict[str, tuple[tuple[int, int], ...]] = {}
         # Set by the first collection of the queue gauges: only then is sampling worth a query.
         self._collected = threading.Event()
         meter = metrics.get_meter(INSTRUMENTATION_SCOPE, meter_provider=meter_provider)
@@ -176,6 +188,18 @@ class JobMetrics:
             callbacks=[self._observe_oldest_age],
             unit="s",
             description="Age of the oldest due, unclaimed run per job (0 when none is due).",
+        )
+        meter.create_observable_gauge(
+            WORKFLOW_RUNS,
+            callbacks=[self._observe_versions],
+            unit="{run}",
+            description="Live runs per job, handler version and state (D9).",
+        )
+        meter.create_observable_gauge(
+            WORKFLOW_RUNS_STRANDED,
+            callbacks=[self._observe_stranded],
+            unit="{run}",
+            description="Live runs of a handler version no registered worker serves (D9).",
         )
 
     def _attributes(self, job_id: str, key: str | None) -> dict[str, AttributeValue]:
@@ -235,6 +259,45 @@ class JobMetrics:
         """Stop reporting a job's queue gauges (e.g. the job is no longer registered)."""
         with self._lock:
             self._depth.pop(job_id, None)
+
+    def update_versions(
+        self, job_ids: Sequence[str], counts: Iterable[VersionCount], stranded: Iterable[Stranded]
+    ) -> None:
+        """D9: replace the version gauges of ``job_ids`` (a job with no live versioned run
+        reports nothing): live runs per (version, state), and the stranded runs per version."""
+        versions: dict[str, list[tuple[int, str, int]]] = {job_id: [] for job_id in job_ids}
+        for count in counts:
+            versions.setdefault(count.job_id, []).append((count.version, count.state, count.runs))
+        lost: dict[str, list[tuple[int, int]]] = {job_id: [] for job_id in job_ids}
+        for item in stranded:
+            lost.setdefault(item.job_id, []).append((item.version, item.runs))
+        with self._lock:
+            for job_id, rows in versions.items():
+                self._versions[job_id] = tuple(rows)
+                if not rows:
+                    del self._versions[job_id]
+            for job_id, pairs in lost.items():
+                self._stranded[job_id] = tuple(pairs)
+                if not pairs:
+                    del self._stranded[job_id]
+
+    def _observe_versions(self, _options: CallbackOptions) -> Iterable[metrics.Observation]:
+        with self._lock:
+            rows = [(job_id, row) for job_id, group in self._versions.items() for row in group]
+        return [
+            metrics.Observation(
+                runs, {ATTR_JOB_ID: job_id, ATTR_VERSION: version, ATTR_STATE: state}
+            )
+            for job_id, (version, state, runs) in rows
+        ]
+
+    def _observe_stranded(self, _options: CallbackOptions) -> Iterable[metrics.Observation]:
+        with self._lock:
+            rows = [(job_id, pair) for job_id, group in self._stranded.items() for pair in group]
+        return [
+            metrics.Observation(runs, {ATTR_JOB_ID: job_id, ATTR_VERSION: version})
+            for job_id, (version, runs) in rows
+        ]
 
     @property
     def gauges_collected(self) -> bool:

@@ -56,7 +56,7 @@ import itertools
 import json
 import logging
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._browse import (
@@ -101,6 +101,7 @@ from ship_sqla.kernel._ports import (
     crash_loop_message,
 )
 from ship_sqla.kernel._settlement import refused, settle_refusal
+from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount
 from ship_sqla.kernel._workflows import unstorable_step
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, FenceAnswer, HistoryKind
     from ship_sqla.kernel._settlement import Settlement, SettleRequest
+    from ship_sqla.kernel._versions import LiveState
 
 __all__ = ["InMemoryJobBackend", "InMemoryRunAdmin"]
 
@@ -841,6 +843,24 @@ class InMemoryJobBackend(JobBackendBase):
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
         """J10's queue gauges (:meth:`InMemoryRunAdmin.queue_depths`)."""
         return await self._admin.queue_depths(job_ids)
+
+    async def version_counts(
+        self, job_ids: Sequence[str] | None = None, *, limit: int = MAX_VERSION_ROWS
+    ) -> list[VersionCount]:
+        """D9: live runs per (job, handler version, state), as VERSION_COUNTS counts them."""
+        wanted = None if job_ids is None else frozenset(job_ids)
+        counts: dict[tuple[str, int, str], int] = {}
+        for run in self._runs.values():
+            version = run.handler_version
+            if version is None or run.state not in ("waiting", "running"):
+                continue
+            if wanted is None or run.job_id in wanted:
+                key = (run.job_id, version, run.state)
+                counts[key] = counts.get(key, 0) + 1
+        return [
+            VersionCount(job_id, version, cast("LiveState", state), runs)
+            for (job_id, version, state), runs in sorted(counts.items())[:limit]
+        ]
 
     # --- inspection (the model for property tests; no operator verbs here) --------------------
 

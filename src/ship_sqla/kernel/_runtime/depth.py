@@ -21,10 +21,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Final
 
+from ship_sqla.kernel._versions import VersionCountSource, stranded_runs
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ship_sqla.kernel._metrics import JobMetrics
     from ship_sqla.kernel._ports import QueueDepthSource
@@ -55,11 +56,14 @@ class DepthSampler:
         *,
         interval: float = DEPTH_SAMPLE_INTERVAL,
         jobs: Callable[[], Sequence[str]] | None = None,
+        served: Callable[[], Mapping[str, frozenset[int]]] | None = None,
     ) -> None:
         self._source = source
         self._metrics = metrics
         self._job_ids = tuple(job_ids)
         self._jobs = jobs if jobs is not None else self._own_jobs
+        # D9: the versions served per job, against which live runs count as stranded.
+        self._served = served
         self._clock = shared.clock
         self._report_error = shared.report_error
         self._interval = interval
@@ -79,6 +83,7 @@ class DepthSampler:
         dropped = self._reported.difference(wanted)
         for job_id in dropped:
             self._metrics.forget_depth(job_id)
+        self._metrics.update_versions(tuple(dropped), (), ())
         self._reported -= dropped
         if not wanted:
             return
@@ -87,6 +92,10 @@ class DepthSampler:
             {job_id: (queue.depth, queue.oldest_due_age) for job_id, queue in depths.items()}
         )
         self._reported.update(depths)
+        if self._served is not None and isinstance(self._source, VersionCountSource):
+            # D9: live runs per handler version, and those no registered worker serves.
+            counts = await self._source.version_counts(wanted)
+            self._metrics.update_versions(wanted, counts, stranded_runs(counts, self._served()))
 
     async def run(self) -> None:
         try:
@@ -103,6 +112,7 @@ class DepthSampler:
         finally:
             for job_id in self._reported:
                 self._metrics.forget_depth(job_id)
+            self._metrics.update_versions(tuple(self._reported), (), ())
             self._reported.clear()
 
     def sample_soon(self) -> None:

@@ -57,11 +57,12 @@ from ship_sqla.kernel._runtime.registration import Registration
 from ship_sqla.kernel._runtime.run_log import RunLog
 from ship_sqla.kernel._runtime.state import InFlight, InFlightRuns
 from ship_sqla.kernel._runtime.wiring import Plumbing
+from ship_sqla.kernel._versions import served_by_jobs, served_entries
 from ship_sqla.kernel._waiting import first_done, wait_event
 from ship_sqla.kernel._workers import WorkerEntry
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime
     from types import TracebackType
@@ -147,6 +148,8 @@ class JobRuntime:
         self._drain_shortened = asyncio.Event()
         self._unwatch_cancels: Callable[[], None] | None = None
         self._job_ids = tuple(job.id for job in jobs)
+        # D9: the handler versions this runtime serves, as its registry entry reports them.
+        self._job_versions = served_entries(jobs)
         self._tasks: list[asyncio.Task[None]] = []
         self._events = events = _Events(self._runs, self._run_log, metrics, clock)
         # The one error backoff of every loop here (J11): 0.1 s doubling to 1 s, equal jitter.
@@ -206,6 +209,7 @@ class JobRuntime:
                 shared,
                 interval=queue_sample_interval,
                 jobs=self._sampled_jobs,
+                served=self._served_versions,
             )
             if self.metrics is not None and queue_sample_interval is not None
             else None
@@ -447,6 +451,7 @@ class JobRuntime:
             job_ids=self._job_ids,
             in_flight=self.in_flight,
             draining=self._stopping,
+            job_versions=self._job_versions,
         )
 
     def _samples_queues(self) -> bool:
@@ -463,6 +468,12 @@ class JobRuntime:
         """F5: the jobs the sampler samples now (see :class:`Registration`)."""
         registration = self._registration
         return self._job_ids if registration is None else registration.sampled_jobs(self._job_ids)
+
+    def _served_versions(self) -> Mapping[str, frozenset[int]]:
+        """D9: the handler versions served per job (see :class:`Registration`)."""
+        registration = self._registration
+        own = served_by_jobs(self.registry)
+        return own if registration is None else registration.served_versions(own)
 
     def _cancel_requested(self, run_id: str) -> None:
         """K2: an operator asked to cancel ``run_id``; cancel its handler if this process runs
