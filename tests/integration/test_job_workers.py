@@ -440,6 +440,7 @@ async def test_f6_each_registry_statement_reads_its_index(tables: AsyncEngine) -
                 "job_ids": ["j"],
                 "in_flight": 0,
                 "draining": False,
+                "job_versions": [],
                 "now": None,
             },
             generic=False,

@@ -671,11 +671,8 @@ def define_job(
     the completion commit together or not at all, and a stale holder's transaction rolls back
     whole (J14). It makes no workflow calls.
 
-    ``version`` (an int from 1; None: unversioned) pins runs to handler versions (D9): each run
-    records the version it was enqueued under and is executed only by that version's handler.
-    ``previous`` (``{version: handler}``, each below ``version``) keeps the earlier handlers
-    that live runs still need; a worker without a run's version hands it back, its attempt
-    unspent. Versions are yours to number: they are never computed from the source.
+    ``version`` (an int from 1) pins each run to the handler version it was enqueued under (D9);
+    ``previous`` (``{version: handler}``) keeps older handlers live runs need. Never hashed.
     """
     if not _JOB_ID.match(id):
         raise ConfigurationError(

@@ -147,9 +147,7 @@ class JobRuntime:
         self._stop_task: asyncio.Task[None] | None = None
         self._drain_shortened = asyncio.Event()
         self._unwatch_cancels: Callable[[], None] | None = None
-        self._job_ids = tuple(job.id for job in jobs)
-        # D9: the handler versions this runtime serves, as its registry entry reports them.
-        self._job_versions = served_entries(jobs)
+        self._job_ids, self._job_versions = tuple(job.id for job in jobs), served_entries(jobs)
         self._tasks: list[asyncio.Task[None]] = []
         self._events = events = _Events(self._runs, self._run_log, metrics, clock)
         # The one error backoff of every loop here (J11): 0.1 s doubling to 1 s, equal jitter.
