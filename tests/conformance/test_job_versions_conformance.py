@@ -20,9 +20,9 @@ from ship_sqla.kernel._versions import VersionCount, stranded_runs
 JOB = "conf.versions"
 
 
-def _handlers(seen: list[tuple[str, int]], done: anyio.Event, total: int):  # noqa: ANN202
-    def handler(version: int):  # noqa: ANN202
-        async def run(ctx, payload) -> None:  # noqa: ARG001
+def _handlers(seen: list[tuple[str, int]], done: anyio.Event, total: int):
+    def handler(version: int):
+        async def run(ctx, payload) -> None:
             seen.append((payload["name"], version))
             if len(seen) == total:
                 done.set()

@@ -1,0 +1,88 @@
+"""D9's version gauge statement at 1,000,000 runs (VERSION_COUNTS).
+
+The gauges (``ship.workflow.runs``, ``ship.workflow.runs.stranded``) and ``ship-sqla workflows
+versions`` count live runs per (job, handler version, state) with one statement: an index-only
+scan of ``<runs>_version_idx``, which holds only live runs of versioned jobs. A backlog of
+unversioned runs and the finished runs of versioned jobs are never read, as a custom and as a
+generic plan.
+"""
+
+from __future__ import annotations
+
+import pytest
+from explain_helpers import buffers, check_plan, explain, nodes
+from sqlalchemy import MetaData, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs._sql import JobStatements
+from ship_sqla._jobs._sql.versions import VERSION_COUNTS
+
+BIG = 1_000_000
+LIVE_VERSIONED = 100_000
+MAX_BUFFERS = 1_500
+"""About one index page per 250 live versioned runs, and nothing of the other 900,000 runs."""
+
+metadata = MetaData()
+runs = ship_job_runs_table(metadata)
+ship_job_state_table(metadata)
+S = JobStatements.for_tables(runs, metadata.tables["ship_job_state"])
+
+_COLUMNS = "id, job_id, state, payload, max_attempts, run_at, created_at, updated_at"
+LOAD = [
+    # An unversioned job's backlog: not in <runs>_version_idx.
+    (
+        f"INSERT INTO ship_job_runs ({_COLUMNS})"
+        " SELECT 'u' || g, 'bulk', 'waiting', '{}'::jsonb, 5, now(), now(), now()"
+        f" FROM generate_series(1, {BIG - LIVE_VERSIONED - 300_000}) g"
+    ),
+    # Finished runs of the versioned job: not in it either.
+    (
+        f"INSERT INTO ship_job_runs ({_COLUMNS}, handler_version, finished_at)"
+        " SELECT 'f' || g, 'wf', 'completed', '{}'::jsonb, 5, now(), now(), now(), 1, now()"
+        " FROM generate_series(1, 300000) g"
+    ),
+    # Its live runs over three versions, a tenth of them running.
+    (
+        f"INSERT INTO ship_job_runs ({_COLUMNS}, handler_version)"
+        " SELECT 'v' || g, 'wf', CASE WHEN g % 10 = 0 THEN 'running' ELSE 'waiting' END,"
+        " '{}'::jsonb, 5, now(), now(), now(), 1 + g % 3"
+        f" FROM generate_series(1, {LIVE_VERSIONED}) g"
+    ),
+]
+
+
+@pytest.fixture
+async def loaded(ship_engine: AsyncEngine) -> AsyncEngine:
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+        for statement in LOAD:
+            await connection.execute(text(statement))
+    async with ship_engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text("VACUUM (ANALYZE) ship_job_runs"))
+    return ship_engine
+
+
+async def test_d9_version_counts_read_only_the_version_index_at_a_million_runs(
+    loaded: AsyncEngine,
+) -> None:
+    """D9, F5: VERSION_COUNTS, for one job and for every job, is an index-only scan of
+    <runs>_version_idx (no sequential scan of the runs table, no sort), reads only the live
+    versioned runs' entries (not the 900,000 others), and answers six groups."""
+    async with loaded.connect() as connection:
+        for job_ids in (["wf"], None):
+            for generic in (False, True):
+                params = {"job_ids": job_ids, "limit": 10_000}
+                async with connection.begin():
+                    plan = await explain(connection, S[VERSION_COUNTS], params, generic=generic)
+                check_plan(plan, runs, uses={"version_idx"})
+                kinds = {n["Node Type"] for n in nodes(plan)}
+                assert "Index Only Scan" in kinds, kinds
+                assert "Sort" not in kinds, kinds
+                assert buffers(plan) < MAX_BUFFERS, (job_ids, generic, buffers(plan))
+        rows = (await connection.execute(S[VERSION_COUNTS], {"job_ids": None, "limit": 100})).all()
+    assert [(r.handler_version, r.state) for r in rows] == [
+        (v, s) for v in (1, 2, 3) for s in ("running", "waiting")
+    ]
+    assert sum(r.runs for r in rows) == LIVE_VERSIONED
