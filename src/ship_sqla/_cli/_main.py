@@ -16,6 +16,7 @@ from ship_sqla._cli.relay import relay
 from ship_sqla._cli.schema import schema
 from ship_sqla._cli.webhooks import webhooks
 from ship_sqla._cli.worker import worker, workers
+from ship_sqla._cli.workflows import workflows
 
 __all__ = ["cli", "main"]
 
@@ -44,6 +45,7 @@ for _command in (
     dashboard,
     backfill,
     webhooks,
+    workflows,
 ):
     cli.add_command(_command)
 # The relay is a verb of the outbox group, in a module of its own (a process, not an operation).

@@ -72,6 +72,7 @@ from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._page import Page
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES, TERMINAL_STATES, DeadQuery
 from ship_sqla.kernel._tenancy import check_tenant
+from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount, VersionCountSource
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 
 if TYPE_CHECKING:
@@ -578,6 +579,30 @@ class JobOperations:
             fix="clean up old runs (cleanup) so fewer (job, state) groups remain.",
         )
         return await self._admin.state_counts(limit=limit)
+
+    async def version_counts(
+        self, job_ids: Iterable[str] | None = None, *, limit: int = MAX_VERSION_ROWS
+    ) -> list[VersionCount]:
+        """D9: live (waiting, running) runs of versioned jobs per (job, handler version,
+        state), of ``job_ids`` (None: every job), at most ``limit`` (1..10,000) groups, ordered
+        by job, version and state. One statement (an index-only scan of the live versioned
+        runs on PostgreSQL); the input of ``ship-sqla workflows versions``."""
+        await self._authorize_read("version_counts")
+        _require_within(
+            "version_counts limit",
+            limit,
+            MAX_VERSION_ROWS,
+            fix="name the jobs to count (job_ids=[...]).",
+        )
+        admin = self._admin
+        if not isinstance(admin, VersionCountSource):
+            raise ConfigurationError(
+                f"this backend's run administration ({type(admin).__name__}) does not count"
+                " runs per handler version (D9).",
+                fix="use create_job_backend(...) or InMemoryJobBackend.",
+            )
+        wanted = None if job_ids is None else list(dict.fromkeys(job_ids))
+        return await admin.version_counts(wanted, limit=limit)
 
     async def demand(
         self, job_ids: Iterable[str] | None = None, *, cap: int = DEFAULT_DEMAND_CAP

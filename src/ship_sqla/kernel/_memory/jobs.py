@@ -847,20 +847,8 @@ class InMemoryJobBackend(JobBackendBase):
     async def version_counts(
         self, job_ids: Sequence[str] | None = None, *, limit: int = MAX_VERSION_ROWS
     ) -> list[VersionCount]:
-        """D9: live runs per (job, handler version, state), as VERSION_COUNTS counts them."""
-        wanted = None if job_ids is None else frozenset(job_ids)
-        counts: dict[tuple[str, int, str], int] = {}
-        for run in self._runs.values():
-            version = run.handler_version
-            if version is None or run.state not in ("waiting", "running"):
-                continue
-            if wanted is None or run.job_id in wanted:
-                key = (run.job_id, version, run.state)
-                counts[key] = counts.get(key, 0) + 1
-        return [
-            VersionCount(job_id, version, cast("LiveState", state), runs)
-            for (job_id, version, state), runs in sorted(counts.items())[:limit]
-        ]
+        """D9's counts (:meth:`InMemoryRunAdmin.version_counts`)."""
+        return await self._admin.version_counts(job_ids, limit=limit)
 
     # --- inspection (the model for property tests; no operator verbs here) --------------------
 
@@ -1076,6 +1064,24 @@ class InMemoryRunAdmin:
                 else None,
             )
             for (job_id, state), runs in sorted(counts.items())[:limit]
+        ]
+
+    async def version_counts(
+        self, job_ids: Sequence[str] | None = None, *, limit: int = MAX_VERSION_ROWS
+    ) -> list[VersionCount]:
+        """D9: live runs per (job, handler version, state), as VERSION_COUNTS counts them."""
+        wanted = None if job_ids is None else frozenset(job_ids)
+        counts: dict[tuple[str, int, str], int] = {}
+        for run in self._backend._runs.values():  # noqa: SLF001
+            version = run.handler_version
+            if version is None or run.state not in ("waiting", "running"):
+                continue
+            if wanted is None or run.job_id in wanted:
+                key = (run.job_id, version, run.state)
+                counts[key] = counts.get(key, 0) + 1
+        return [
+            VersionCount(job_id, version, cast("LiveState", state), runs)
+            for (job_id, version, state), runs in sorted(counts.items())[:limit]
         ]
 
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:

@@ -1,0 +1,115 @@
+"""``ship-sqla workflows versions``: the deploy gate of pinned handler versions (D9).
+
+It counts the live runs of versioned jobs per (job, handler version) in the database and checks
+them against the registry about to be deployed: a run whose version that registry does not
+serve (neither a job's ``version`` nor one of its ``previous``) would be stranded, and the
+command exits 1 naming the job, the version and the count.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ship_sqla._cli._database import run_jobs_call
+from ship_sqla._cli._exits import OperationFailedError
+from ship_sqla._cli._operator import run_operation
+from ship_sqla._cli._options import (
+    OPERATOR_NOTE,
+    database_url_option,
+    job_tables_options,
+    json_option,
+)
+from ship_sqla._cli._params import REGISTRY
+from ship_sqla.kernel._versions import (
+    MAX_VERSION_ROWS,
+    describe_stranded,
+    served_by_jobs,
+    stranded_runs,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import URL
+
+    from ship_sqla._cli._tables import JobTables
+    from ship_sqla.kernel._operations import JobOperations
+    from ship_sqla.kernel._registry import JobRegistry
+    from ship_sqla.kernel._versions import VersionCount
+
+__all__ = ["workflows"]
+
+
+@click.group(short_help="Workflow evolution: handler versions (D9).", epilog=OPERATOR_NOTE)
+def workflows() -> None:
+    """Workflow evolution checks: the live runs per handler version, and whether deploying a
+    registry would strand any (D9)."""
+
+
+async def _counts(url: URL, tables: JobTables) -> list[VersionCount]:
+    async def call(ops: JobOperations) -> list[VersionCount]:
+        return await ops.version_counts(limit=MAX_VERSION_ROWS)
+
+    return await run_operation(url, call, tables)
+
+
+@workflows.command("versions", epilog=OPERATOR_NOTE)
+@database_url_option
+@job_tables_options(with_state_table=False)
+@click.option(
+    "--registry",
+    type=REGISTRY,
+    required=True,
+    help="The registry about to be deployed, as APP:REGISTRY (a JobRegistry or list of jobs).",
+)
+@json_option
+def workflows_versions(
+    database_url: URL, registry: JobRegistry, as_json: bool, tables: JobTables
+) -> None:
+    """Live runs per job and handler version, and whether REGISTRY serves each version. Exits 1
+    when deploying REGISTRY would strand live runs (a version that neither a job's version= nor
+    its previous= keeps), naming the job, the version and the count; 0 otherwise. Runs of
+    unversioned jobs, and runs stored before versions existed (they run on a job's lowest
+    version), never strand."""
+    counts = run_jobs_call(
+        database_url, _counts(database_url, tables), tables=tables.runs_name, as_json=as_json
+    )
+    served = served_by_jobs(registry)
+    stranded = stranded_runs(counts, served)
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for count in counts:
+        row = rows.setdefault(
+            (count.job_id, count.version),
+            {
+                "job_id": count.job_id,
+                "version": count.version,
+                "waiting": 0,
+                "running": 0,
+                "served": count.version in served.get(count.job_id, frozenset()),
+            },
+        )
+        row[count.state] = count.runs
+    if as_json:
+        document = {
+            "versions": list(rows.values()),
+            "stranded": [
+                {"job_id": s.job_id, "version": s.version, "runs": s.runs} for s in stranded
+            ],
+        }
+        click.echo(json.dumps(document, indent=2))
+    else:
+        for row in rows.values():
+            served_text = "served" if row["served"] else "NOT SERVED"
+            click.echo(
+                f"{row['job_id']} v{row['version']}: {row['waiting']} waiting,"
+                f" {row['running']} running ({served_text})"
+            )
+        if not rows:
+            click.echo("no live runs of versioned jobs.")
+    if stranded:
+        raise OperationFailedError(
+            f"deploying this registry would strand live runs: {describe_stranded(stranded)}."
+            " Fix: keep each such version's handler in define_job(..., previous={version:"
+            " handler}) until these runs end, then deploy."
+        )
