@@ -59,6 +59,7 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("webhooks", "endpoints", "list"),
         ("webhooks", "deliveries", "list"),
         ("webhooks", "deliveries", "show"),
+        ("workflows", "versions"),
     }
 )
 """The CLI's commands that are not operator actions: reads, the schema's tools, the worker and the
