@@ -33,6 +33,9 @@ async def v2(ctx: Any, payload: Any) -> None: ...
 async def v3(ctx: Any, payload: Any) -> None: ...
 
 
+def _sync(ctx: Any, payload: Any) -> None: ...
+
+
 def test_d9_each_recorded_version_runs_on_its_own_handler() -> None:
     """D9: a run recorded under the current version runs on the definition itself, one under a
     kept previous version on that handler (with that version), a run stored before versions
@@ -66,7 +69,7 @@ def test_d9_each_recorded_version_runs_on_its_own_handler() -> None:
         ({"version": 2, "previous": {3: v1}}, "previous version 3 is not below version 2"),
         ({"version": 2, "previous": {0: v1}}, "a previous version must be an int from 1"),
         ({"version": 2, "previous": [v1]}, "previous= must be a mapping"),
-        ({"version": 2, "previous": {1: lambda c, p: None}}, "plain function"),
+        ({"version": 2, "previous": {1: _sync}}, "plain function"),
     ],
 )
 def test_d9_a_bad_version_declaration_is_refused_at_definition(
