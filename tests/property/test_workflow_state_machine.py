@@ -440,7 +440,9 @@ class WorkflowMachine(RuleBasedStateMachine):
             backend: Any = self.model if side == "model" else self.pg
             uow: Any = self.model_uow if side == "model" else self.pg_uow
             ctx = JobContext.standalone(run, worker_id=claim.worker)
-            ctx.bind_workflows(backend.workflows, backend, self.clock)
+            # By name: this holder calls one step out of its handler's order; the fence is what
+            # is checked here (D1, D2), positions are D7's (test_workflow_evolution.py).
+            ctx.bind_workflows(backend.workflows, backend, self.clock, determinism="by-name")
             run_id = run.run_id
 
             async def body(side: str = side, run_id: str = run_id) -> str:

@@ -64,10 +64,11 @@ async def execute_once(
             return Execution(None)
         [run] = claimed
     ctx = JobContext.standalone(run, worker_id=worker)
-    ctx.bind_workflows(backend.workflows, backend, clock)
+    ctx.bind_workflows(backend.workflows, backend, clock, determinism=job.determinism)
     execution = Execution(run)
     try:
         await job.handler(ctx, job.decode(run.payload))
+        ctx.workflow_returned(job.handler)
     except WorkflowSuspended as suspended:
         execution.ended = "suspended"
         settlement: Any = suspended.settlement

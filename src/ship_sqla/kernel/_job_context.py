@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from datetime import datetime, timedelta
 
     from ship_sqla.kernel._clock import Clock
-    from ship_sqla.kernel._jobs import JobDefinition, PayloadCodec
+    from ship_sqla.kernel._jobs import Determinism, JobDefinition, PayloadCodec
     from ship_sqla.kernel._ports import ClaimedRun, JobBackend, SettleOutcome
     from ship_sqla.kernel._settlement import Settlement
     from ship_sqla.kernel._workflows import (
@@ -141,6 +141,7 @@ class JobContext(Generic[R]):
     __slots__ = (
         "_backend",
         "_cancellation",
+        "_determinism",
         "_resources",
         "_run",
         "_transactional",
@@ -163,6 +164,7 @@ class JobContext(Generic[R]):
         self._resources = resources
         self._workflow: Workflow | None = None
         self._workflow_parts: tuple[WorkflowStore, JobBackend, Clock] | None = None
+        self._determinism: Determinism = "strict"
         self._transactional = False
         self._backend: JobBackend | None = None
 
@@ -172,10 +174,18 @@ class JobContext(Generic[R]):
         :meth:`fenced_transaction`."""
         self._backend = backend
 
-    def bind_workflows(self, store: WorkflowStore, backend: JobBackend, clock: Clock) -> None:
+    def bind_workflows(
+        self,
+        store: WorkflowStore,
+        backend: JobBackend,
+        clock: Clock,
+        *,
+        determinism: Determinism = "strict",
+    ) -> None:
         """Give the context the backend's workflow store (the runtime does, per claim; a test
-        of a handler outside a runtime may too)."""
+        of a handler outside a runtime may too), and the job's ``determinism`` (D7)."""
         self._workflow_parts = (store, backend, clock)
+        self._determinism = determinism
         self._backend = backend
 
     @property
@@ -243,7 +253,12 @@ class JobContext(Generic[R]):
                 )
             store, backend, clock = self._workflow_parts
             self._workflow = Workflow(
-                self._run, store, backend, clock, cancellation=self._cancellation
+                self._run,
+                store,
+                backend,
+                clock,
+                cancellation=self._cancellation,
+                determinism=self._determinism,
             )
         return self._workflow
 
@@ -290,6 +305,24 @@ class JobContext(Generic[R]):
         """The completion a workflow's completes_run transaction sent, committed or not (its
         COMMIT's answer may have been lost: the runtime then reads the run's row), or None."""
         return None if self._workflow is None else self._workflow.completion_sent
+
+    async def patched(self, patch_id: str) -> bool:
+        """D8: True on the new path of patch ``patch_id``, False for a run that passed this
+        position before the patch existed (see :meth:`Workflow.patched
+        <ship_sqla.kernel._workflows.Workflow.patched>`)."""
+        return await self.workflow.patched(patch_id)
+
+    async def deprecate_patch(self, patch_id: str) -> None:
+        """D8: the old branch of patch ``patch_id`` is gone; runs holding its marker replay
+        on."""
+        await self.workflow.deprecate_patch(patch_id)
+
+    def workflow_returned(self, handler: object = None) -> None:
+        """D7: the handler returned; a workflow whose history holds steps past its last call
+        diverged (:class:`~ship_sqla.errors.WorkflowDivergedError`). Nothing when the handler
+        made no workflow call."""
+        if self._workflow is not None:
+            self._workflow.returned(handler)
 
     async def sleep(self, name: str, duration: float | timedelta) -> None:
         """D3: suspend the run for ``duration`` without holding a slot, lease or attempt."""

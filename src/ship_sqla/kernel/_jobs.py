@@ -15,6 +15,7 @@ from typing import (
     Any,
     Final,
     Generic,
+    Literal,
     Protocol,
     TypeVar,
     cast,
@@ -494,6 +495,22 @@ Handler = Callable[["JobContext", P], Awaitable[None]]
 TransactionalHandler = Callable[["JobContext", P, Any], Awaitable[None]]
 """J13: a handler declared with ``transaction=``: ``handler(ctx, payload, repositories)``."""
 
+Determinism = Literal["strict", "by-name"]
+"""D7: how a workflow's calls are matched to stored steps (:attr:`JobDefinition.determinism`)."""
+_DETERMINISMS: Final = ("strict", "by-name")
+
+
+def _check_determinism(
+    instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
+) -> None:
+    if value not in _DETERMINISMS:
+        raise ConfigurationError(
+            f"job {instance.id!r}: determinism must be 'strict' or 'by-name', got {value!r}.",
+            fix="omit it (strict: calls checked by position, D7), or pass determinism='by-name'"
+            " to keep matching stored steps by name while live runs are checked"
+            " (docs/workflows-evolution.md).",
+        )
+
 
 def _check_payload_bound(
     instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
@@ -553,6 +570,10 @@ class JobDefinition(Generic[P]):
 
     inbox: Inbox | None = None
     """J13: the inbox key marked in the handler's transaction (only with ``transaction``)."""
+    determinism: Determinism = attrs.field(default="strict", validator=_check_determinism)
+    """D7: how a workflow run's calls are matched to its stored steps: ``"strict"`` by position
+    (a different step there is a divergence), ``"by-name"`` by name (the pre-D7 matching, one
+    warning per out-of-order step)."""
 
     version: int | None = None
     """D9: the version of ``handler``, recorded on every run enqueued from this definition;
@@ -641,6 +662,7 @@ def define_job(
     inbox: Inbox | None = None,
     version: int | None = None,
     previous: Mapping[int, Handler[P] | TransactionalHandler[P]] | None = None,
+    determinism: Determinism = "strict",
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
@@ -650,19 +672,16 @@ def define_job(
     claim and settle, so keep large data elsewhere and enqueue a reference to it.
 
     ``priority`` (an int from -10 to 10, default 0; K6): its runs' priority unless an enqueue
-    names one. A claim takes due runs higher priority first, then by ``run_at``, then in
-    creation order; a bad one raises :class:`~ship_sqla.errors.InvalidPriorityError`.
+    names one (higher first, then by ``run_at``, then in creation order).
 
     ``timeout`` (seconds or a ``timedelta``; None: none): how long one attempt's handler may run
     (K5). At the timeout the handler is cancelled and the attempt is a failure with code
     ``SHIP_SQLA_JOB_TIMEOUT``; ``retry`` decides what follows. The run keeps its lease
     (heartbeats go on) until the handler has really stopped.
 
-    ``rate_limit`` (a :class:`RateLimit`; None: none): at most ``limit`` runs start in any
-    window of ``period`` seconds, across every process (F3).
-
-    ``fairness`` (a :class:`Fairness`; None: none): claims share their room across tenants,
-    by weight (F2).
+    ``rate_limit`` (a :class:`RateLimit`): at most ``limit`` runs start in any window of
+    ``period`` seconds, across every process (F3). ``fairness`` (a :class:`Fairness`): claims
+    share their room across tenants, by weight (F2). None: neither.
 
     ``transaction`` (a unit of work; None: none) makes the handler transactional (J13): it is
     called as ``handler(ctx, payload, repositories)`` inside ``transaction.run``, whose first
@@ -671,8 +690,11 @@ def define_job(
     the completion commit together or not at all, and a stale holder's transaction rolls back
     whole (J14). It makes no workflow calls.
 
-    ``version`` (an int from 1) pins each run to the handler version it was enqueued under (D9);
-    ``previous`` (``{version: handler}``) keeps older handlers live runs need. Never hashed.
+    ``determinism`` (D7, a workflow's): ``"strict"`` (the default) checks each workflow call
+    against the step stored at its position (docs/workflows-evolution.md); ``"by-name"`` keeps
+    the earlier matching by step name, logging a warning per out-of-order step. ``version`` (an
+    int from 1) pins each run to the handler version it was enqueued under (D9); ``previous``
+    (``{version: handler}``) keeps older handlers live runs need. Never hashed from source.
     """
     if not _JOB_ID.match(id):
         raise ConfigurationError(
@@ -681,7 +703,6 @@ def define_job(
         )
     _require_async_handler(id, handler)
     _check_transactional(id, transaction, inbox)
-    kept = _check_versions(id, version, previous)
     return JobDefinition(
         id=id,
         # A transactional handler takes the repositories too; the executor calls it so.
@@ -699,13 +720,18 @@ def define_job(
         fairness=_as_fairness(fairness),
         transaction=transaction,
         inbox=inbox,
-        version=version,
-        previous=cast("dict[int, Handler[P]]", kept),
+        determinism=determinism,
+        **_versions(id, version, previous),
     )
 
 
 MAX_HANDLER_VERSION: Final = 2**31 - 1
 """The largest handler version (D9): the runs table stores it as an integer."""
+
+
+def _versions(job_id: str, version: object, previous: object) -> dict[str, Any]:
+    """D9: ``define_job``'s ``version`` and ``previous`` fields, checked."""
+    return {"version": version, "previous": _check_versions(job_id, version, previous)}
 
 
 def _check_versions(job_id: str, version: object, previous: object) -> dict[int, object]:

@@ -17,19 +17,35 @@ dead-lettered at once, so an operator re-runs it from a step after fixing the de
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
 import json
+import logging
 import math
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 import attrs
 
 from ship_sqla.kernel._clock import require_aware
 from ship_sqla.kernel._durations import require_duration
 from ship_sqla.kernel._errors import ConfigurationError, RefusedError, UsageError
-from ship_sqla.kernel._evolution import WorkflowChangedError
+from ship_sqla.kernel._evolution import (
+    PATCH_KIND,
+    PATCH_PREFIX,
+    PatchAnswer,
+    StepCall,
+    WorkflowChangedError,
+    WorkflowDivergedError,
+    caller_location,
+    check_return,
+    decode_recorded,
+    divergence_of,
+    function_location,
+    patch_answer,
+    patch_step_name,
+)
 from ship_sqla.kernel._jobs import JobDefinition, codec_for, is_job_id
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json, unstorable_text
 from ship_sqla.kernel._keys import MAX_KEY_CHARS
@@ -54,7 +70,7 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._job_context import Cancellation
-    from ship_sqla.kernel._jobs import PayloadCodec
+    from ship_sqla.kernel._jobs import Determinism, PayloadCodec
     from ship_sqla.kernel._ports import ClaimedRun, JobBackend, RunRecord, RunState, SettleOutcome
     from ship_sqla.kernel._settlement import Settlement
 
@@ -92,10 +108,10 @@ __all__ = [
 
 T = TypeVar("T")
 
-StepKind = Literal["step", "transaction", "sleep", "event", "spawn", "children"]
+StepKind = Literal["step", "transaction", "sleep", "event", "spawn", "children", "patch"]
 """What a stored step is: a plain step (at least once, D1), a transactional one (exactly once,
 D2), a durable sleep (D3), a wait for an event (D4), the enqueue of child runs or the wait for
-them (D5)."""
+them (D5), a patch marker (D8)."""
 StepState = Literal["done", "waiting"]
 
 NEVER: Final = datetime(9999, 1, 1, tzinfo=UTC)
@@ -117,6 +133,8 @@ _MAX_EVENT_KEY: Final = 512
 _MAX_STEP_TRIES: Final = 100
 _MAX_STEP_DELAY: Final = 3600.0
 _MAX_STEP_FACTOR: Final = 10.0
+
+logger = logging.getLogger("ship_sqla.jobs")
 
 
 class StepNameReusedError(UsageError, ValueError):
@@ -497,15 +515,59 @@ def _spawn_arguments(name: str, job: object, payloads: object) -> Sequence[Any]:
     return payloads
 
 
+_Call = TypeVar("_Call", bound="Callable[..., Awaitable[Any]]")
+
+
+def _one_call(method: _Call) -> _Call:
+    """D7: a public workflow call, one at a time per execution (:meth:`Workflow._enter`)."""
+
+    @functools.wraps(method)
+    async def call(self: Workflow, name: object, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+        self._enter(name)
+        try:
+            return await method(self, name, *args, **kwargs)
+        finally:
+            self._active = None
+
+    return cast("_Call", call)
+
+
+def _check_step_name(name: object, kind: str) -> None:
+    """A step name: text of 1-200 characters PostgreSQL can store; ``patch:`` names only D8's
+    markers."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or len(name) > MAX_STEP_NAME
+        or unstorable_text(name) is not None
+    ):
+        raise ConfigurationError(
+            f"step name {name!r} must be text of 1-{MAX_STEP_NAME} characters without NUL"
+            " characters or surrogate code points.",
+            fix="name each step after what it does, e.g. 'charge-card'.",
+        )
+    if kind != PATCH_KIND and name.startswith(PATCH_PREFIX):
+        raise ConfigurationError(
+            f"step name {name!r} begins with {PATCH_PREFIX!r}, which names patch markers (D8).",
+            fix="name the step otherwise; for a patch, call ctx.patched(patch_id).",
+        )
+
+
 class Workflow:
-    """One execution of a workflow run: the steps it stored, loaded at its first step, and the
-    names this execution used (D1). Built by the run's context; one per claim."""
+    """One execution of a workflow run: the steps it stored, loaded at its first call, and the
+    positions and names this execution took (D1, D7). Built by the run's context; one per
+    claim."""
 
     __slots__ = (
+        "_active",
         "_backend",
+        "_by_name",
+        "_by_seq",
         "_cancellation",
         "_clock",
+        "_determinism",
         "_in_transaction",
+        "_patches",
         "_run",
         "_seq",
         "_steps",
@@ -523,6 +585,7 @@ class Workflow:
         clock: Clock,
         *,
         cancellation: Cancellation | None = None,
+        determinism: Determinism = "strict",
     ) -> None:
         self._run = run
         self._store = store
@@ -531,17 +594,29 @@ class Workflow:
         # The run's cancellation: its ``fenced`` flag stops heartbeats while a completing
         # transaction holds the run's row (J13).
         self._cancellation = cancellation
-        self._steps: dict[str, StepRecord] | None = None
+        self._determinism = determinism
+        self._steps: list[StepRecord] | None = None
+        self._by_seq: dict[int, StepRecord] = {}
+        self._by_name: dict[str, StepRecord] = {}
         self._used: set[str] = set()
+        self._patches: dict[str, bool] = {}
         self._seq = 0
+        self._active: str | None = None
         self._in_transaction = False
         # J13: the completion a completes_run transaction committed, and the one it sent (which
         # may have committed when the COMMIT's answer was lost); no workflow call after either.
         self.completed_run: tuple[Settlement, SettleOutcome] | None = None
         self.completion_sent: tuple[Settlement, SettleOutcome] | None = None
 
-    async def _begin(self, name: str, kind: StepKind) -> tuple[int, StepRecord | None]:
-        """Check ``name``, take the next position, and the step stored under it (if any)."""
+    @property
+    def position(self) -> int:
+        """The position the next workflow call takes (D7)."""
+        return self._seq
+
+    def _enter(self, name: object) -> None:
+        """J13, D7: a workflow call may begin here: not after the run's completing transaction,
+        not inside a transactional step, and not while another call is in flight (D7: their
+        positions would depend on how the event loop schedules them)."""
         if self.completion_sent is not None:
             raise TransactionalHandlerMisuseError(
                 f"run {self._run.run_id!r}: step {name!r} was called after the transaction that"
@@ -549,18 +624,27 @@ class Workflow:
                 " could never be stored.",
                 fix="make the completes_run transaction the workflow's last call.",
             )
-        given: object = name
-        if (
-            not isinstance(given, str)
-            or not name
-            or len(name) > MAX_STEP_NAME
-            or unstorable_text(name) is not None
-        ):
-            raise ConfigurationError(
-                f"step name {name!r} must be text of 1-{MAX_STEP_NAME} characters without NUL"
-                " characters or surrogate code points.",
-                fix="name each step after what it does, e.g. 'charge-card'.",
+        if self._in_transaction:
+            raise WorkflowMisuseError(
+                f"step {name!r} was called inside a transactional step: a step's own storage"
+                " would then commit (or roll back) with that transaction.",
+                fix="call workflow steps from the handler, not from inside ctx.transaction.",
             )
+        if self._active is not None:
+            raise WorkflowMisuseError(
+                f"run {self._run.run_id!r}: workflow call {name!r} began while {self._active!r}"
+                " was still in flight (asyncio.gather or a task): each workflow call takes the"
+                " next position of the run's history (D7), so two at once would store them in"
+                " an order a replay cannot repeat.",
+                fix="await workflow calls one after another; to run work concurrently, gather"
+                " inside one step's function, or spawn child runs (ctx.spawn).",
+            )
+        self._active = str(name)
+
+    async def _begin(self, name: str, kind: StepKind) -> tuple[int, StepRecord | None]:
+        """Check ``name``, load the run's stored steps (at the first call), take the next
+        position and answer the step stored there (D7)."""
+        _check_step_name(name, kind)
         if name in self._used:
             raise StepNameReusedError(
                 f"step name {name!r} was already used in this execution of run"
@@ -568,24 +652,150 @@ class Workflow:
                 fix="give every step of a handler its own name (in a loop, add the index:"
                 " f'send-{i}').",
             )
-        if self._in_transaction:
-            raise WorkflowMisuseError(
-                f"step {name!r} was called inside a transactional step: a step's own storage"
-                " would then commit (or roll back) with that transaction.",
-                fix="call workflow steps from the handler, not from inside ctx.transaction.",
-            )
-        self._used.add(name)
+        await self._loaded()
+        return self._take(name, kind)
+
+    async def _loaded(self) -> None:
         if self._steps is None:
-            self._steps = {s.name: s for s in await self._store.load_steps(self._run.run_id)}
+            steps = await self._store.load_steps(self._run.run_id)
+            self._steps = sorted(steps, key=lambda s: s.seq)
+            self._by_seq = {s.seq: s for s in self._steps}
+            self._by_name = {s.name: s for s in self._steps}
+
+    def _take(self, name: str, kind: StepKind) -> tuple[int, StepRecord | None]:
+        """D7: take the next position for ``name`` and answer the step stored there (None: the
+        call is new), or raise the divergence (strict); by name under ``by-name``."""
+        self._used.add(name)
         seq = self._seq
         self._seq += 1
-        stored = self._steps.get(name)
-        if stored is not None and stored.kind != kind:
-            raise WorkflowChangedError(
-                f"run {self._run.run_id!r} stored step {name!r} as a {stored.kind} step, and"
-                f" the handler now calls it as a {kind} step."
-            )
+        if self._determinism == "by-name":
+            return seq, self._by_name_step(seq, name, kind)
+        stored = self._by_seq.get(seq)
+        requested = StepCall(name, kind)
+        found = divergence_of(
+            run_id=self._run.run_id,
+            job_id=self._run.job_id,
+            position=seq,
+            recorded=None if stored is None else StepCall(stored.name, stored.kind),
+            requested=requested,
+        )
+        if found is not None:
+            raise WorkflowDivergedError(attrs.evolve(found, location=caller_location()))
         return seq, stored
+
+    def _by_name_step(self, seq: int, name: str, kind: StepKind) -> StepRecord | None:
+        """``by-name`` (the pre-D7 matching): the step stored under ``name`` wherever it is; a
+        kind change is still a divergence, an out-of-order step a warning."""
+        stored = self._by_name.get(name)
+        if stored is None:
+            return None
+        if stored.kind != kind:
+            found = divergence_of(
+                run_id=self._run.run_id,
+                job_id=self._run.job_id,
+                position=seq,
+                recorded=StepCall(stored.name, stored.kind),
+                requested=StepCall(name, kind),
+            )
+            assert found is not None  # noqa: S101 - the kinds differ
+            raise WorkflowDivergedError(attrs.evolve(found, location=caller_location()))
+        if stored.seq != seq:
+            logger.warning(
+                "job %r run %r: workflow step %r replayed by name at position %d, stored at"
+                " position %d (determinism='by-name'; %s)",
+                self._run.job_id,
+                self._run.run_id,
+                name,
+                seq,
+                stored.seq,
+                caller_location(),
+                extra={"ship_sqla_event": "workflow.out_of_order"},
+            )
+        return stored
+
+    def _decode(self, codec: PayloadCodec[Any], stored: StepRecord, seq: int) -> Any:  # noqa: ANN401
+        """D7: a stored result decoded, or the ``codec`` divergence."""
+        return decode_recorded(
+            codec.decode,
+            stored.result,
+            run_id=self._run.run_id,
+            job_id=self._run.job_id,
+            position=seq,
+            recorded=StepCall(stored.name, stored.kind),
+            location=caller_location(),
+        )
+
+    def _remaining(self, position: int) -> list[StepCall]:
+        """The stored steps at ``position`` and beyond, in position order."""
+        return [StepCall(s.name, s.kind) for s in self._steps or () if s.seq >= position]
+
+    def _check_last(self, seq: int) -> None:
+        """D7: a completes_run transaction at ``seq`` ends the handler: checked as a return
+        before it commits, so a run whose history holds more steps is never completed."""
+        if self._determinism == "strict":
+            check_return(
+                run_id=self._run.run_id,
+                job_id=self._run.job_id,
+                position=seq + 1,
+                remaining=self._remaining(seq + 1),
+                location=caller_location(),
+            )
+
+    def returned(self, handler: object = None) -> None:
+        """D7: the handler returned: a divergence when its history holds steps past its last
+        call (strict only; not after a completes_run transaction, which checked before it
+        committed). Only an execution that made a workflow call is checked: a handler that
+        returns before its first call reads nothing."""
+        if self._steps is None or self._determinism != "strict" or self.completion_sent:
+            return
+        check_return(
+            run_id=self._run.run_id,
+            job_id=self._run.job_id,
+            position=self._seq,
+            remaining=self._remaining(self._seq),
+            location=function_location(handler),
+        )
+
+    @_one_call
+    async def patched(self, patch_id: str) -> bool:
+        """D8: True on the new path, False for a run that passed this position before the patch
+        existed (DBOS's rule): its marker stored here, True; nothing stored here, the marker is
+        stored, True; another step stored here, False (no position taken). One answer per id
+        per execution: a later call returns it and takes no position."""
+        patch_id = check_event_name(patch_id, "patch id")
+        known = self._patches.get(patch_id)
+        if known is not None:
+            return known
+        name = patch_step_name(patch_id)
+        await self._loaded()
+        answer = self._patch_answer(patch_id, name)
+        if answer != "old":
+            seq, _ = self._take(name, PATCH_KIND)
+            if answer == "new":
+                await self._save(NewStep(name, seq, PATCH_KIND, "done", "true"))
+        self._patches[patch_id] = answer != "old"
+        return answer != "old"
+
+    def _patch_answer(self, patch_id: str, name: str) -> PatchAnswer:
+        stored = self._by_seq.get(self._seq)
+        if self._determinism == "by-name" and name in self._by_name:
+            return "marker"
+        return patch_answer(
+            None if stored is None else StepCall(stored.name, stored.kind), patch_id
+        )
+
+    @_one_call
+    async def deprecate_patch(self, patch_id: str) -> None:
+        """D8: the patch's old branch is gone: a marker stored at this position is consumed (a
+        run that took the new path replays on), and nothing is stored otherwise."""
+        patch_id = check_event_name(patch_id, "patch id")
+        if patch_id in self._patches:
+            return
+        name = patch_step_name(patch_id)
+        await self._loaded()
+        if self._patch_answer(patch_id, name) == "marker":
+            self._take(name, PATCH_KIND)
+        self._patches[patch_id] = True
 
     def _stale(self, what: str) -> JobLeaseStaleError:
         run = self._run
@@ -600,6 +810,7 @@ class Workflow:
         if not await self._store.save_step(self._run, step, scope=scope):
             raise self._stale(f"step {step.name!r}")
 
+    @_one_call
     async def step(
         self,
         name: str,
@@ -615,7 +826,7 @@ class Workflow:
         seq, stored = await self._begin(name, "step")
         codec = codec_for(result)
         if stored is not None:
-            return codec.decode(stored.result)  # type: ignore[no-any-return]
+            return self._decode(codec, stored, seq)  # type: ignore[no-any-return]
         tries = 1 if retry is None else retry.attempts
         for try_number in range(1, tries + 1):
             try:
@@ -630,6 +841,7 @@ class Workflow:
         await self._save(NewStep(name, seq, "step", "done", encoded))
         return codec.decode(json.loads(encoded))  # type: ignore[no-any-return]
 
+    @_one_call
     async def transaction(
         self,
         name: str,
@@ -652,7 +864,9 @@ class Workflow:
         seq, stored = await self._begin(name, "transaction")
         codec = codec_for(result)
         if stored is not None:
-            return codec.decode(stored.result)  # type: ignore[no-any-return]
+            return self._decode(codec, stored, seq)  # type: ignore[no-any-return]
+        if completes_run:
+            self._check_last(seq)
         run = self._run
 
         async def in_transaction(repositories: Any) -> str:  # noqa: ANN401
@@ -689,6 +903,7 @@ class Workflow:
         back."""
         await take_fence(self._backend, self._run, self._cancellation)
 
+    @_one_call
     async def sleep(self, name: str, duration: float | timedelta) -> None:
         """D3: suspend the run for ``duration`` (its slot, lease and attempt released); it is
         claimed again once due. The wake time is stored at the first call, so a replay sleeps
@@ -696,6 +911,7 @@ class Workflow:
         seconds = _seconds(duration, "sleep duration")
         await self._sleep(name, NewStep(name, 0, "sleep", "waiting", wake_after=seconds))
 
+    @_one_call
     async def sleep_until(self, name: str, when: datetime) -> None:
         """D3: suspend the run until ``when`` (timezone-aware, within range in UTC; J23)."""
         require_aware(when, "sleep_until's when")
@@ -713,6 +929,7 @@ class Workflow:
             raise WorkflowSuspended(Suspend(self._run, NewStep.of(stored), "sleep"))
         raise WorkflowSuspended(Suspend(self._run, attrs.evolve(new, seq=seq), "sleep"))
 
+    @_one_call
     async def wait_for_event(
         self,
         name: str,
@@ -732,6 +949,7 @@ class Workflow:
             raise WorkflowSuspended(Suspend(self._run, attrs.evolve(new, seq=seq), "event"))
         return await self._await_event(stored)
 
+    @_one_call
     async def expect_event(
         self,
         name: str,
@@ -775,6 +993,7 @@ class Workflow:
         await self._save(NewStep(stored.name, stored.seq, "event", "done", encoded))
         return matched
 
+    @_one_call
     async def spawn(
         self,
         name: str,
@@ -827,6 +1046,7 @@ class Workflow:
             + ", or spawn a job the workers run.",
         )
 
+    @_one_call
     async def wait_for_children(self, name: str) -> list[ChildOutcome]:
         """D5: suspend until every child run of this run is terminal, then return how each
         ended (in creation order); stored as the step's result, so the continuation after it

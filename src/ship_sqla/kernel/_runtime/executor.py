@@ -221,7 +221,13 @@ class Executor:
             entry.run, entry, worker_id=self._worker_id, resources=self.resources
         )
         if self._workflows is not None:
-            ctx.bind_workflows(self._workflows, self._backend, self._clock)  # binds the backend
+            # binds the backend too
+            ctx.bind_workflows(
+                self._workflows,
+                self._backend,
+                self._clock,
+                determinism=entry.job.determinism,
+            )
         else:
             ctx.bind_backend(self._backend)
         # J13: a transactional job's attempt: the fence, the handler and the completion in one
@@ -236,6 +242,7 @@ class Executor:
         try:
             if fused is None:
                 await entry.job.handler(ctx, payload)
+                ctx.workflow_returned(entry.job.handler)  # D7: no stored steps left unreplayed
             else:
                 await fused.run()
         except asyncio.CancelledError:
