@@ -60,6 +60,7 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("webhooks", "deliveries", "list"),
         ("webhooks", "deliveries", "show"),
         ("workflows", "versions"),
+        ("workflows", "parked"),
     }
 )
 """The CLI's commands that are not operator actions: reads, the schema's tools, the worker and the

@@ -1,4 +1,5 @@
-"""``ship-sqla workflows versions``: the deploy gate of pinned handler versions (D9).
+"""``ship-sqla workflows versions | parked | unpark``: the deploy gate of pinned handler
+versions (D9), and the runs parked on a divergence (D10).
 
 It counts the live runs of versioned jobs per (job, handler version) in the database and checks
 them against the registry about to be deployed: a run whose version that registry does not
@@ -15,9 +16,10 @@ import click
 
 from ship_sqla._cli._database import run_jobs_call
 from ship_sqla._cli._exits import OperationFailedError
-from ship_sqla._cli._operator import run_operation
+from ship_sqla._cli._operator import operate, run_operation
 from ship_sqla._cli._options import (
     OPERATOR_NOTE,
+    audit_options,
     database_url_option,
     job_tables_options,
     json_option,
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._cli._tables import JobTables
     from ship_sqla.kernel._operations import JobOperations
+    from ship_sqla.kernel._ports import RunRecord
     from ship_sqla.kernel._registry import JobRegistry
     from ship_sqla.kernel._versions import VersionCount
 
@@ -113,3 +116,58 @@ def workflows_versions(
             " Fix: keep each such version's handler in define_job(..., previous={version:"
             " handler}) until these runs end, then deploy."
         )
+
+
+@workflows.command("parked", epilog=OPERATOR_NOTE)
+@click.option("--job", "job_id", default=None, help="Only this job's parked runs.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
+@database_url_option
+@job_tables_options(with_state_table=False)
+@json_option
+def workflows_parked(
+    job_id: str | None, limit: int, database_url: URL, as_json: bool, tables: JobTables
+) -> None:
+    """Workflow runs parked because their handler diverged from their history (D10), by job
+    then run id: each with where it diverged. Unpark one with `ship-sqla workflows unpark
+    RUN_ID` once the fix is deployed (a new build's first worker unparks them by itself)."""
+
+    async def call(ops: JobOperations) -> list[RunRecord]:
+        return await ops.list_parked(job_id=job_id, limit=limit)
+
+    records = operate(database_url, call, tables, as_json=as_json)
+    rows = [
+        {"run_id": r.run_id, "job_id": r.job_id, "divergence": _divergence_line(r)} for r in records
+    ]
+    if as_json:
+        click.echo(json.dumps({"parked": rows}, indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['run_id']} ({row['job_id']}): {row['divergence']}")
+    if not rows:
+        click.echo("no parked runs.")
+
+
+def _divergence_line(record: RunRecord) -> str:
+    """The first line of the run's last ``diverged`` history entry (the D7 message)."""
+    for entry in reversed(record.history):
+        if isinstance(entry, dict) and entry.get("kind") == "diverged":
+            return str(entry.get("error", "")).split("\n", 1)[0]
+    return ""
+
+
+@workflows.command("unpark", epilog=OPERATOR_NOTE)
+@click.argument("run_id")
+@database_url_option
+@job_tables_options(with_state_table=False)
+@audit_options
+def workflows_unpark(
+    run_id: str, database_url: URL, tables: JobTables, audit_table: str | None
+) -> None:
+    """Make a parked run due now (D10): it replays on the deployed code, and parks again if it
+    still diverges. Refused unless the run is parked."""
+
+    async def call(ops: JobOperations) -> RunRecord:
+        return await ops.unpark(run_id)
+
+    record = operate(database_url, call, tables, on_run=run_id, audit_table=audit_table)
+    click.echo(f"run {record.run_id} ({record.job_id}) is unparked, due now.")

@@ -42,6 +42,12 @@ from ship_sqla._jobs._sql.browse import (
     SCHEDULE_STATES,
     THROUGHPUT,
 )
+from ship_sqla._jobs._sql.parked import (
+    CLAIM_BUILD_UNPARK,
+    LIST_PARKED,
+    UNPARK_BATCH,
+    UNPARK_RUN,
+)
 from ship_sqla._jobs._sql.versions import VERSION_COUNTS
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._scope import OWN
@@ -189,6 +195,52 @@ class PostgresRunAdmin:
             return None
         await self._connections.after_commit(None, self._wake)
         return run_record(rows[0])
+
+    # --- D10: parked runs ------------------------------------------------------------------
+
+    async def list_parked(
+        self, *, job_id: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[RunRecord]:
+        """D10: LIST_PARKED, one keyset page."""
+        params = {
+            "job_id": job_id,
+            "after_job": None if after is None else after[0],
+            "after_id": None if after is None else after[1],
+            "limit": limit,
+        }
+        rows = await self._connections.rows(
+            "list_parked", self._s[LIST_PARKED], params, scope=None, by_name=True
+        )
+        return [run_record(row) for row in rows]
+
+    async def unpark(self, run_id: str) -> RunRecord | None:
+        """D10: UNPARK_RUN; wakes the local loop after commit."""
+        params = {"id": run_id, "now": self._now()}
+        rows = await self._connections.rows(
+            "unpark", self._s[UNPARK_RUN], params, scope=None, by_name=True
+        )
+        if not rows:
+            return None
+        await self._connections.after_commit(None, self._wake)
+        return run_record(rows[0])
+
+    async def claim_build_unpark(self, job_id: str, build_id: str) -> bool:
+        """D10: CLAIM_BUILD_UNPARK on the job's ``<job_id>#unparked-by`` row."""
+        params = {"row": state_row(job_id, "unparked-by"), "build": build_id, "now": self._now()}
+        rows = await self._connections.rows(
+            "claim_build_unpark", self._s[CLAIM_BUILD_UNPARK], params, scope=OWN
+        )
+        return bool(rows)
+
+    async def unpark_batch(self, job_id: str, *, limit: int) -> int:
+        """D10: UNPARK_BATCH, one bounded batch; wakes the local loop when it unparked any."""
+        params = {"job_id": job_id, "limit": limit, "now": self._now()}
+        count = await self._connections.count(
+            "unpark_batch", self._s[UNPARK_BATCH], params, scope=OWN
+        )
+        if count:
+            self._wake()
+        return count
 
     async def discard(self, run_id: str) -> RunRecord | None:
         params = {"id": run_id, "now": self._now()}

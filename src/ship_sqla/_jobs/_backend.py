@@ -1104,6 +1104,7 @@ _SETTLE_FIELDS_NONE: Final[dict[str, list[Any]]] = {
     "errors": [],
     "entry_kinds": [],
     "keeps_lapses": [],
+    "wait_fors": [],
 }
 
 
@@ -1173,6 +1174,7 @@ def _settle_fields(batch: Sequence[Settlement]) -> dict[str, list[Any]]:
         "errors": [None if s.entry is None else s.entry.error for s in batch],
         "entry_kinds": [None if s.entry is None else s.entry.kind for s in batch],
         "keeps_lapses": [settlement.keeps_lapses for settlement in batch],
+        "wait_fors": [settlement.wait_for for settlement in batch],
     }
 
 

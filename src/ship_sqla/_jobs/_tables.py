@@ -47,6 +47,7 @@ __all__ = [
     "FINISHED_PREDICATE",
     "LEASE_PREDICATE",
     "PARENT_PREDICATE",
+    "PARKED_PREDICATE",
     "PROGRESS_PREDICATE",
     "RUN_STATES",
     "SAMPLER_PREDICATE",
@@ -80,6 +81,8 @@ the outcomes a parent reads)."""
 WAIT_PREDICATE = "wait_for IS NOT NULL"
 """``<runs>_wait_idx``: suspended workflow runs by what they wait for (D4: a publish wakes its
 waiters through it, not by scanning steps)."""
+PARKED_PREDICATE = "wait_for = '#diverged'"
+"""``<runs>_parked_idx``: the runs parked on a divergence (D10), by (job, id)."""
 VERSION_PREDICATE = "handler_version IS NOT NULL AND state IN ('waiting', 'running')"
 """``<runs>_version_idx``: the live runs of versioned jobs by (job, handler version, state), for
 D9's gauges and deploy check (VERSION_COUNTS); an unversioned job's runs never enter it."""
@@ -139,6 +142,7 @@ def ship_job_runs_table(
             "_browse_idx",
             "_progress_idx",
             "_version_idx",
+            "_parked_idx",
         ),
         "job runs",
         schema=schema,
@@ -257,6 +261,8 @@ def ship_job_runs_table(
             "state",
             postgresql_where=text(VERSION_PREDICATE),
         ),
+        # Serves LIST_PARKED, UNPARK_BATCH (D10): only runs parked on a divergence enter it.
+        Index(n["_parked_idx"], "job_id", "id", postgresql_where=text(PARKED_PREDICATE)),
         schema=schema,
         comment="ship_sqla job runs (ship_job_runs_table)",
     )
@@ -293,9 +299,10 @@ def fair_claims_ddl(runs: Table) -> str:
     return ddl.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
 
 
-StateRowKind: TypeAlias = Literal["paused", "claim-gate", "enqueue-gate"]
+StateRowKind: TypeAlias = Literal["paused", "claim-gate", "enqueue-gate", "unparked-by"]
 """The rows a job may have in the state table beside its schedule's (which is ``<job_id>``):
-its pause (K3), its claim gate (F1, F3), its enqueue gate (J2)."""
+its pause (K3), its claim gate (F1, F3), its enqueue gate (J2), the last build that unparked
+its parked runs (D10, in ``trigger``)."""
 
 
 def state_row(job_id: str, kind: StateRowKind) -> str:

@@ -99,6 +99,8 @@ OPERATOR_ACTIONS: Final[tuple[OperatorAction, ...]] = (
         CliVerb(("jobs", "rerun"), ("--from-step",)),
         DashboardRoute("/runs/{run_id}/rerun"),
     ),
+    # D10: a run parked on a divergence
+    _jobs("unpark", CliVerb(("workflows", "unpark")), DashboardRoute("/runs/{run_id}/unpark")),
     # a whole job
     _jobs("pause", CliVerb(("jobs", "pause")), DashboardRoute("/jobs/{job_id}/pause")),
     _jobs("resume", CliVerb(("jobs", "resume")), DashboardRoute("/jobs/{job_id}/resume")),

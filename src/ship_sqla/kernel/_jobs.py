@@ -512,6 +512,22 @@ def _check_determinism(
         )
 
 
+OnDivergence = Literal["park", "fail"]
+"""D10: what a workflow run whose handler diverged from its history becomes
+(:attr:`JobDefinition.on_divergence`)."""
+
+
+def _check_on_divergence(
+    instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
+) -> None:
+    if value not in ("park", "fail"):
+        raise ConfigurationError(
+            f"job {instance.id!r}: on_divergence must be 'park' or 'fail', got {value!r}.",
+            fix="omit it (park: the run waits for an operator or a fix, D10), or pass"
+            " on_divergence='fail' to dead-letter a diverging run at once.",
+        )
+
+
 def _check_payload_bound(
     instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
 ) -> None:
@@ -574,6 +590,10 @@ class JobDefinition(Generic[P]):
     """D7: how a workflow run's calls are matched to its stored steps: ``"strict"`` by position
     (a different step there is a divergence), ``"by-name"`` by name (the pre-D7 matching, one
     warning per out-of-order step)."""
+
+    on_divergence: OnDivergence = attrs.field(default="park", validator=_check_on_divergence)
+    """D10: a diverging run is ``"park"``ed (waiting for an operator or a fix, no attempt spent)
+    or, ``"fail"``, dead-lettered at once."""
 
     version: int | None = None
     """D9: the version of ``handler``, recorded on every run enqueued from this definition;
@@ -663,6 +683,7 @@ def define_job(
     version: int | None = None,
     previous: Mapping[int, Handler[P] | TransactionalHandler[P]] | None = None,
     determinism: Determinism = "strict",
+    on_divergence: OnDivergence = "park",
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
@@ -675,9 +696,7 @@ def define_job(
     names one (higher first, then by ``run_at``, then in creation order).
 
     ``timeout`` (seconds or a ``timedelta``; None: none): how long one attempt's handler may run
-    (K5). At the timeout the handler is cancelled and the attempt is a failure with code
-    ``SHIP_SQLA_JOB_TIMEOUT``; ``retry`` decides what follows. The run keeps its lease
-    (heartbeats go on) until the handler has really stopped.
+    (K5); then it is cancelled and the attempt fails (``SHIP_SQLA_JOB_TIMEOUT``).
 
     ``rate_limit`` (a :class:`RateLimit`): at most ``limit`` runs start in any window of
     ``period`` seconds, across every process (F3). ``fairness`` (a :class:`Fairness`): claims
@@ -695,6 +714,7 @@ def define_job(
     the earlier matching by step name, logging a warning per out-of-order step. ``version`` (an
     int from 1) pins each run to the handler version it was enqueued under (D9); ``previous``
     (``{version: handler}``) keeps older handlers live runs need. Never hashed from source.
+    ``on_divergence`` (D10): ``"park"`` (default) or ``"fail"`` (dead-letter) a diverging run.
     """
     if not _JOB_ID.match(id):
         raise ConfigurationError(
@@ -721,6 +741,7 @@ def define_job(
         transaction=transaction,
         inbox=inbox,
         determinism=determinism,
+        on_divergence=on_divergence,
         **_versions(id, version, previous),
     )
 

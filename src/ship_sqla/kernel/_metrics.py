@@ -53,6 +53,7 @@ JobOutcome = Literal[
     "cancelled",
     "snoozed",
     "suspended",
+    "parked",
 ]
 """How one execution of a run ended, the ``ship.job.outcome`` attribute of ``ship.job.runs``:
 
@@ -66,6 +67,8 @@ JobOutcome = Literal[
 - ``cancelled``: the runtime stopped and cancelled the run past its drain timeout (J12).
 - ``snoozed``: the handler raised ``Snooze``; the run waits again without using an attempt (K4).
 - ``suspended``: a workflow slept or waits (D3); the run waits again without using an attempt.
+- ``parked``: a workflow's handler diverged from its history (D10); the run waits parked,
+  attempt unspent, until an operator or a new build unparks it.
 """
 
 _OUTCOMES: Final = frozenset(get_args(JobOutcome))
@@ -82,8 +85,11 @@ LAPSES: Final = "ship.job.lapses"
 WORKFLOW_RUNS: Final = "ship.workflow.runs"
 WORKFLOW_RUNS_STRANDED: Final = "ship.workflow.runs.stranded"
 
-WORKFLOW_METRIC_NAMES: Final = (WORKFLOW_RUNS, WORKFLOW_RUNS_STRANDED)
-"""D9's two gauges: live runs per handler version, and the stranded ones."""
+WORKFLOW_DIVERGED: Final = "ship.workflow.diverged"
+
+WORKFLOW_METRIC_NAMES: Final = (WORKFLOW_RUNS, WORKFLOW_RUNS_STRANDED, WORKFLOW_DIVERGED)
+"""D9's two gauges (live runs per handler version, and the stranded ones) and D10's counter of
+runs parked on a divergence."""
 
 JOB_METRIC_NAMES: Final = (
     QUEUE_DEPTH,
@@ -171,6 +177,12 @@ class JobMetrics:
             description="Runs whose lease lapsed (their worker died) that a claim retook or"
             " dead-lettered.",
         )
+        self._diverged = meter.create_counter(
+            WORKFLOW_DIVERGED,
+            unit="{run}",
+            description="Workflow runs parked because their handler diverged from their history"
+            " (D10).",
+        )
         self._lock_wait = _histogram(
             meter,
             LOCK_WAIT,
@@ -230,6 +242,10 @@ class JobMetrics:
     def record_lapse(self, job_id: str, key: str | None) -> None:
         """A claim found a run's lease lapsed and retook or dead-lettered it (J6, J15)."""
         self._lapses.add(1, self._attributes(job_id, key))
+
+    def record_divergence(self, job_id: str) -> None:
+        """D10: a workflow run of ``job_id`` diverged from its history and parked."""
+        self._diverged.add(1, {ATTR_JOB_ID: job_id})
 
     def record_lock_wait(self, job_id: str, key: str | None, seconds: float) -> None:
         """Time spent acquiring the (job id, key) lease of a single-runner job (J4)."""

@@ -70,6 +70,7 @@ from ship_sqla.kernel._errors import (
 from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._page import Page
+from ship_sqla.kernel._parking import MAX_PARKED_PAGE, ParkedRuns
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES, TERMINAL_STATES, DeadQuery
 from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount, VersionCountSource
@@ -520,6 +521,47 @@ class JobOperations:
         if record is None:
             raise await self._refusal("discard", run_id, "waiting or dead")
         await self._record("discard", run_id, 1)
+        return record
+
+    def _parked_runs(self) -> ParkedRuns:
+        admin = self._admin
+        if not isinstance(admin, ParkedRuns):
+            raise ConfigurationError(
+                f"this backend's run administration ({type(admin).__name__}) keeps no parked"
+                " runs (D10).",
+                fix="use create_job_backend(...) or InMemoryJobBackend.",
+            )
+        return admin
+
+    async def list_parked(
+        self,
+        *,
+        job_id: str | None = None,
+        after: tuple[str, str] | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """D10: workflow runs parked on a divergence (of ``job_id``, or every job), at most
+        ``limit`` (1..1,000) by (job id, run id), after the ``(job_id, run_id)`` of the last one
+        of the previous page. Each one's last history entry (kind ``"diverged"``) says where
+        it diverged. One statement (``<runs>_parked_idx``)."""
+        await self._authorize_read("list_parked")
+        _require_within("list_parked limit", limit, MAX_PARKED_PAGE, fix="page with after=.")
+        if job_id is not None:
+            _require_job_id(job_id, "list_parked")
+        return await self._parked_runs().list_parked(job_id=job_id, after=after, limit=limit)
+
+    async def unpark(self, run_id: str) -> RunRecord:
+        """D10: a parked run is due now: it replays on the deployed code (and parks again if it
+        still diverges). Refused unless the run is parked. To drop the diverging steps instead,
+        ``rerun_from_step``; to end it, ``discard``."""
+        await self._authorize("unpark")
+        _require_run_id(run_id, "unpark")
+        store = self._parked_runs()
+        await self._audit_ready()
+        record = await store.unpark(run_id)
+        if record is None:
+            raise await self._refusal("unpark", run_id, "parked (waiting on a divergence)")
+        await self._record("unpark", run_id, 1)
         return record
 
     async def cleanup(

@@ -321,6 +321,7 @@ SettleOutcome = Literal[
     "cancelled",
     "snoozed",
     "suspended",
+    "parked",
     "stale",
     "refused",
 ]
@@ -335,12 +336,16 @@ non-retryable: dead now), ``"retry-after"`` (``RetryAfter``: the named delay, an
 ``"timeout"`` (the job's ``timeout`` passed: ``SHIP_SQLA_JOB_TIMEOUT``, the policy's backoff)."""
 FAILURE_KINDS: frozenset[str] = frozenset(get_args(FailureKind))
 
-HistoryKind = Literal[FailureKind, "snooze", "released", "lapsed", "cancelled", "duplicate"]
+HistoryKind = Literal[
+    FailureKind, "snooze", "released", "lapsed", "cancelled", "duplicate", "diverged"
+]
 """The ``kind`` of a history entry (:class:`RunRecord`): a :data:`FailureKind`; ``"snooze"`` (a
 snooze, no attempt spent); ``"released"`` (a release carrying an error: a drain or a lost
 lock cancelled the attempt, J12); ``"lapsed"`` (the attempt's lease lapsed, J6);
 ``"cancelled"`` (an operator cancelled the run, K2); ``"duplicate"`` (a transactional job's
-inbox key was completed before: the run completed without calling its handler, J13)."""
+inbox key was completed before: the run completed without calling its handler, J13);
+``"diverged"`` (its workflow handler diverged from its history and the run parked, D10: the
+entry's error is the divergence's text, a JSON line of it last)."""
 
 
 @attrs.frozen

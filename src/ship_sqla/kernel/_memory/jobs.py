@@ -100,7 +100,7 @@ from ship_sqla.kernel._ports import (
     Suspend,
     crash_loop_message,
 )
-from ship_sqla.kernel._settlement import refused, settle_refusal
+from ship_sqla.kernel._settlement import DIVERGED, refused, settle_refusal
 from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount
 from ship_sqla.kernel._workflows import unstorable_step
 
@@ -326,6 +326,8 @@ class InMemoryJobBackend(JobBackendBase):
         self._schedules: dict[str, tuple[str, datetime]] = {}
         # job id -> when it was paused (K3): the PostgreSQL backend's ``<job_id>#paused`` rows.
         self._paused: dict[str, datetime] = {}
+        # D10: per job, the last build whose worker unparked its parked runs.
+        self._unparked_by: dict[str, str] = {}
         # job id -> its recent starts as (time, count) pairs (F3): the PostgreSQL backend's
         # claim gate's rate_at/rate_n.
         self._starts: dict[str, list[tuple[datetime, int]]] = {}
@@ -771,6 +773,7 @@ class InMemoryJobBackend(JobBackendBase):
                 run.attempt -= 1
             run.snoozes += settlement.snoozes_added
             self._to_waiting(run, settlement.run_at, now)
+            run.wait_for = settlement.wait_for  # D10: a parked run waits for "#diverged"
         else:
             self._finish(run, state, now)
         return settlement.landed(state)
@@ -960,6 +963,59 @@ class InMemoryRunAdmin:
             or backend._live.get(job_id)  # noqa: SLF001
             or any(run.job_id == job_id for run in backend._runs.values())  # noqa: SLF001
         )
+
+    # --- D10: parked runs ------------------------------------------------------------------
+
+    def _parked(self, job_id: str | None) -> list[_Run]:
+        return sorted(
+            (
+                run
+                for run in self._backend._runs.values()  # noqa: SLF001
+                if run.wait_for == DIVERGED
+                and run.state == "waiting"
+                and (job_id is None or run.job_id == job_id)
+            ),
+            key=lambda run: (run.job_id, run.run_id),
+        )
+
+    async def list_parked(
+        self, *, job_id: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[RunRecord]:
+        """D10: one keyset page of parked runs, as LIST_PARKED."""
+        runs = [r for r in self._parked(job_id) if after is None or (r.job_id, r.run_id) > after]
+        return [run.record() for run in runs[:limit]]
+
+    async def unpark(self, run_id: str) -> RunRecord | None:
+        """D10: the parked run ``run_id`` is due now (None: it is not parked)."""
+        run = self._backend._runs.get(run_id)  # noqa: SLF001
+        if run is None or run.wait_for != DIVERGED or run.state != "waiting":
+            return None
+        self._make_due(run)
+        self._backend.wake()
+        return run.record()
+
+    def _make_due(self, run: _Run) -> None:
+        now = self._backend.clock.now()
+        run.wait_for = None
+        run.run_at = now
+        run.updated_at = now
+
+    async def claim_build_unpark(self, job_id: str, build_id: str) -> bool:
+        """D10: True when ``build_id`` is not already the job's last unparking build."""
+        builds = self._backend._unparked_by  # noqa: SLF001
+        if builds.get(job_id) == build_id:
+            return False
+        builds[job_id] = build_id
+        return True
+
+    async def unpark_batch(self, job_id: str, *, limit: int) -> int:
+        """D10: at most ``limit`` parked runs of ``job_id`` due now, as UNPARK_BATCH."""
+        batch = self._parked(job_id)[:limit]
+        for run in batch:
+            self._make_due(run)
+        if batch:
+            self._backend.wake()
+        return len(batch)
 
     async def pause(self, job_id: str) -> bool:
         """K3: claims of ``job_id`` take nothing until :meth:`resume`; False if already paused."""

@@ -18,10 +18,12 @@ The task never waits for the settle to land: it frees its slot, key and lock and
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._errors import InvalidPayloadError
+from ship_sqla.kernel._evolution import WorkflowDivergedError
 from ship_sqla.kernel._job_context import NO_RESOURCES, JobContext
 from ship_sqla.kernel._jobs import VERSION_RECHECK, JobVersionUnavailableError
 from ship_sqla.kernel._outcomes import JobTimeoutError, JobTimeoutIgnoredError
@@ -40,6 +42,7 @@ from ship_sqla.kernel._settlement import (
     cancelled,
     completed,
     failed,
+    parked,
     released,
     snoozed,
 )
@@ -393,8 +396,22 @@ class Executor:
             self._after_cancel(entry)
         elif isinstance(exc, WorkflowSuspended):
             self._settle(entry, exc.settlement)
+        elif isinstance(exc, WorkflowDivergedError) and entry.job.on_divergence == "park":
+            self._park(entry, exc)
         else:
             self._fail(entry, exc)
+
+    def _park(self, entry: InFlight, exc: WorkflowDivergedError) -> None:
+        """D10: the handler diverged from the run's history before the diverging step ran:
+        the run parks (waiting, due never, attempt unspent, slot and lease released), the
+        divergence in its history (its text, then a JSON line of it, which the dashboard shows
+        side by side), reported (J11), logged at ERROR and counted."""
+        divergence = exc.divergence
+        self._report_error(exc)
+        if self._metrics is not None:
+            self._metrics.record_divergence(entry.run.job_id)
+        text = f"{describe_failure(exc)}\n{json.dumps(divergence.to_json(), sort_keys=True)}"
+        self._settle(entry, parked(entry.run, text))
 
     def _start_timeout(self, entry: InFlight) -> asyncio.Task[None] | None:
         """The timer of the job's ``timeout`` (K5), started as the handler starts; None without
