@@ -687,10 +687,8 @@ def define_job(
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
-    ``max_payload_bytes``: the longest payload one run may carry, in bytes of its encoded JSON
-    (compact, non-ASCII characters escaped); a larger one is refused at enqueue with
-    :class:`PayloadTooLargeError`. Default 1 MiB: queue rows are read and rewritten at every
-    claim and settle, so keep large data elsewhere and enqueue a reference to it.
+    ``max_payload_bytes``: the longest payload one run may carry, in bytes of its encoded JSON;
+    a larger one is refused at enqueue (:class:`PayloadTooLargeError`). Default 1 MiB.
 
     ``priority`` (an int from -10 to 10, default 0; K6): its runs' priority unless an enqueue
     names one (higher first, then by ``run_at``, then in creation order).
