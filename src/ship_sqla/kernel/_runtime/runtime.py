@@ -43,8 +43,10 @@ from ship_sqla.kernel._durations import (
 )
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._jobs import JobDefinition
+from ship_sqla.kernel._keys import require_text
 from ship_sqla.kernel._lifespan import enter_lifespan, require_lifespan
 from ship_sqla.kernel._metrics import job_metrics_for
+from ship_sqla.kernel._parking import ParkedRuns, unpark_for_build
 from ship_sqla.kernel._plans.backoff import error_backoff
 from ship_sqla.kernel._ports import JobBackend
 from ship_sqla.kernel._registry import JobRegistry
@@ -588,6 +590,7 @@ async def start_job_runtime(
     queue_sample_interval: float | None = DEPTH_SAMPLE_INTERVAL,
     summary_interval: float | None = None,
     lifespan: Lifespan | None = None,
+    build_id: str | None = None,
 ) -> JobRuntime:
     """Start executing the registered jobs' runs from ``backend`` (``mode="worker"``), or only
     enqueue through it (``mode="enqueue-only"``).
@@ -621,6 +624,10 @@ async def start_job_runtime(
 
     ``lifespan`` (or the registry's): the handlers' resources (``ctx.resources``), entered by a
     worker before its first claim and exited after its drain (``kernel/_lifespan.py``).
+
+    ``build_id`` (default: the ``SHIP_SQLA_BUILD_ID`` environment variable; None: none) names
+    the deploy this worker belongs to: the first worker of a new build unparks its jobs' runs
+    parked on a divergence once, in bounded batches (D10, ``kernel/_parking.py``).
     """
     _require_job_backend(backend, mode)
     drain_timeout = require_duration(
@@ -634,7 +641,7 @@ async def start_job_runtime(
     registry = _as_registry(registry_or_definitions)
     lifespan = _lifespan_of(registry, lifespan)
     if mode == "worker":
-        await _prepare_worker(backend, registry)
+        await _prepare_worker(backend, registry, _build_id(build_id))
         warn_connection_budget(registry, max_in_flight)
     runtime = JobRuntime(
         registry,
@@ -655,13 +662,26 @@ async def start_job_runtime(
     return runtime
 
 
-async def _prepare_worker(backend: JobBackend, registry: JobRegistry) -> None:
+async def _prepare_worker(backend: JobBackend, registry: JobRegistry, build_id: str | None) -> None:
     """A worker's start checks (the backend serves every job, its tables exist), then its
-    schedules (J9): before the lifespan is entered, so a refusal opens nothing."""
+    schedules (J9), then a new build's unpark of parked runs (D10): before the lifespan is
+    entered, so a refusal opens nothing."""
     await backend.require_support(registry)
     scheduled = [job for job in registry if job.schedule is not None]
     if scheduled:
         await backend.install_schedules(scheduled)
+    admin = backend.admin
+    if build_id is not None and isinstance(admin, ParkedRuns):
+        job_ids = [job.id for job in registry]
+        await unpark_for_build(admin, job_ids, build_id, backend.report_error)
+
+
+def _build_id(given: str | None) -> str | None:
+    """D10: the worker's build id: ``given``, else ``SHIP_SQLA_BUILD_ID``, else None."""
+    if given is not None:
+        require_text(given, "build_id", max_chars=200)
+        return given
+    return os.environ.get("SHIP_SQLA_BUILD_ID") or None
 
 
 def warn_connection_budget(definitions: Iterable[JobDefinition[Any]], max_in_flight: int) -> None:
