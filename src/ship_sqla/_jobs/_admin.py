@@ -44,7 +44,8 @@ from ship_sqla._jobs._sql.browse import (
 )
 from ship_sqla._jobs._sql.parked import (
     CLAIM_BUILD_UNPARK,
-    LIST_PARKED,
+    LIST_PARKED_ALL,
+    LIST_PARKED_OF_JOB,
     UNPARK_BATCH,
     UNPARK_RUN,
 )
@@ -201,15 +202,20 @@ class PostgresRunAdmin:
     async def list_parked(
         self, *, job_id: str | None, after: tuple[str, str] | None, limit: int
     ) -> list[RunRecord]:
-        """D10: LIST_PARKED, one keyset page."""
-        params = {
-            "job_id": job_id,
-            "after_job": None if after is None else after[0],
-            "after_id": None if after is None else after[1],
-            "limit": limit,
-        }
+        """D10: LIST_PARKED_OF_JOB or LIST_PARKED_ALL, one keyset page."""
+        params: dict[str, Any] = {"limit": limit, "after_id": None, "after_job": None}
+        if after is not None:
+            params["after_job"], params["after_id"] = after
+        statement = LIST_PARKED_ALL
+        if job_id is not None:
+            statement = LIST_PARKED_OF_JOB
+            params["job_id"] = job_id
+            if after is not None and after[0] != job_id:
+                if after[0] > job_id:
+                    return []  # the cursor is past this job's runs
+                params["after_id"] = None
         rows = await self._connections.rows(
-            "list_parked", self._s[LIST_PARKED], params, scope=None, by_name=True
+            "list_parked", self._s[statement], params, scope=None, by_name=True
         )
         return [run_record(row) for row in rows]
 

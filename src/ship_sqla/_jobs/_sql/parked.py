@@ -10,20 +10,37 @@ from typing import Final
 
 from ship_sqla._sql import Template
 
-__all__ = ["CLAIM_BUILD_UNPARK", "LIST_PARKED", "UNPARK_BATCH", "UNPARK_RUN"]
+__all__ = [
+    "CLAIM_BUILD_UNPARK",
+    "LIST_PARKED_ALL",
+    "LIST_PARKED_OF_JOB",
+    "UNPARK_BATCH",
+    "UNPARK_RUN",
+]
 
-LIST_PARKED: Final = Template("""
+LIST_PARKED_OF_JOB: Final = Template("""
 SELECT {cols} FROM {runs} r
--- <runs>_parked_idx (its predicate word for word), in (job_id, id) order from the cursor.
+-- <runs>_parked_idx (its predicate word for word): one job's parked runs in id order from the
+-- cursor, one page.
+WHERE r.wait_for = '#diverged' AND r.job_id = :job_id AND r.state = 'waiting'
+  AND r.id > coalesce(CAST(:after_id AS text), '')
+ORDER BY r.job_id, r.id
+LIMIT CAST(:limit AS integer)
+""")
+"""D10: one keyset page of ``:job_id``'s parked runs, by id, after ``:after_id``."""
+
+LIST_PARKED_ALL: Final = Template("""
+SELECT {cols} FROM {runs} r
+-- <runs>_parked_idx (its predicate word for word): every job's parked runs in (job_id, id)
+-- order from the cursor, one page.
 WHERE r.wait_for = '#diverged' AND r.state = 'waiting'
-  AND (CAST(:job_id AS text) IS NULL OR r.job_id = CAST(:job_id AS text))
   AND (r.job_id, r.id)
       > (coalesce(CAST(:after_job AS text), ''), coalesce(CAST(:after_id AS text), ''))
 ORDER BY r.job_id, r.id
 LIMIT CAST(:limit AS integer)
 """)
-"""D10: one keyset page of parked runs (of ``:job_id``, or every job), by job then id, after
-(``:after_job``, ``:after_id``)."""
+"""D10: one keyset page of every job's parked runs, by job then id, after (``:after_job``,
+``:after_id``)."""
 
 UNPARK_RUN: Final = Template("""
 UPDATE {runs} r
