@@ -7,6 +7,7 @@ from ship_sqla.kernel._job_context import Cancellation as Cancellation
 from ship_sqla.kernel._job_context import CancelReason as CancelReason
 from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
 from ship_sqla.kernel._jobs import Concurrency as Concurrency
+from ship_sqla.kernel._jobs import Determinism as Determinism
 from ship_sqla.kernel._jobs import Fairness as Fairness
 from ship_sqla.kernel._jobs import IdempotencyPolicy as IdempotencyPolicy
 from ship_sqla.kernel._jobs import JobDefinition as JobDefinition
@@ -62,6 +63,7 @@ __all__ = (
     "Cancellation",
     "Concurrency",
     "ConsumerKeyProgress",
+    "Determinism",
     "EnqueueRequest",
     "EnqueueResult",
     "FailureKind",

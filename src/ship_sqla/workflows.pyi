@@ -1,4 +1,6 @@
 from ship_sqla.kernel._evolution import Divergence as Divergence
+from ship_sqla.kernel._evolution import PatchFigure as PatchFigure
+from ship_sqla.kernel._evolution import PatchReport as PatchReport
 from ship_sqla.kernel._evolution import StepCall as StepCall
 from ship_sqla.kernel._workflows import ChildOutcome as ChildOutcome
 from ship_sqla.kernel._workflows import EventWait as EventWait
@@ -11,6 +13,8 @@ __all__ = (
     "ChildOutcome",
     "Divergence",
     "EventWait",
+    "PatchFigure",
+    "PatchReport",
     "StepCall",
     "StepKind",
     "StepRecord",

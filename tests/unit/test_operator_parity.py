@@ -59,6 +59,7 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("webhooks", "endpoints", "list"),
         ("webhooks", "deliveries", "list"),
         ("webhooks", "deliveries", "show"),
+        ("workflows", "patches"),
         ("workflows", "versions"),
         ("workflows", "parked"),
     }

@@ -218,6 +218,16 @@ async def test_d7_a_premature_return_is_a_divergence(clock) -> None:
     assert "returned" in error.message
 
 
+async def test_d7_a_handler_making_no_workflow_call_is_not_checked(clock) -> None:
+    """D7's documented limit: a handler that now returns before its first workflow call reads
+    no history (a read per run of every job otherwise), so its run completes; the replayer
+    (D11) and `workflows replay` catch it before the deploy."""
+    backend, job, program = await record(clock, ABC, crash=3)
+    program.calls.clear()
+    execution = await execute_once(backend, job, clock)
+    assert execution.ended == "completed", execution
+
+
 async def test_d7_a_completing_transaction_before_stored_steps_is_a_divergence(clock) -> None:
     """D7 and J13: a completes_run transaction with stored steps after its position is a
     premature return, caught before it commits (the run is not completed)."""
@@ -248,6 +258,8 @@ async def test_d7_a_codec_change_is_a_divergence(clock) -> None:
     d = (await diverged(backend, job, clock)).divergence
     assert (d.position, d.reason, d.recorded) == (0, "codec", StepCall("a", "step"))
     assert "not a v2 result" in d.detail
+    assert d.location is not None
+    assert d.location.startswith(__file__)
 
 
 async def test_d7_two_calls_in_flight_at_once_are_a_misuse_error(clock) -> None:

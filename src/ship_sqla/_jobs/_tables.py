@@ -388,6 +388,8 @@ def ship_job_workers_table(
 
 
 STEP_STATES = ("done", "waiting")
+PATCH_PREDICATE = "kind = 'patch'"
+"""``<steps>_patch_idx``: D8's patch markers by name and creation time."""
 
 
 def ship_job_steps_table(
@@ -402,13 +404,16 @@ def ship_job_steps_table(
     Columns: ``run_id`` (a foreign key to ``runs_table``, the runs table's name in the same
     ``metadata``, ON DELETE CASCADE: a run's cleanup takes its steps), ``name``, ``seq`` (the
     step's position in the handler: re-running from a step drops it and every later one, D6),
-    ``kind`` (step | transaction | sleep | event | spawn | children), ``state`` (done |
+    ``kind`` (step | transaction | sleep | event | spawn | children | patch), ``state`` (done |
     waiting), ``result`` (jsonb: the encoded result), ``wake_at`` (a sleep's wake time, a wait's
     timeout), ``event_name`` / ``event_key`` (what an event wait waits for), ``snapshot`` (the
     ``pg_snapshot`` an event wait began in, as text: an event matches when its transaction is
-    not visible in it, D4), ``created_at``, ``finished_at``.
+    not visible in it, D4), ``created_at``, ``finished_at``. Index ``<name>_patch_idx``
+    ``(name, created_at) WHERE kind = 'patch'``: D8's patch markers (no other step enters it).
     """
-    n = derived_names(name, ("_pkey", "_state_check", "_run_fkey"), "job steps", schema=schema)
+    n = derived_names(
+        name, ("_pkey", "_state_check", "_run_fkey", "_patch_idx"), "job steps", schema=schema
+    )
     states = ", ".join(f"'{s}'" for s in STEP_STATES)
     target = f"{schema}.{runs_table}.id" if schema else f"{runs_table}.id"
     return Table(
@@ -428,6 +433,9 @@ def ship_job_steps_table(
         Column("finished_at", _TSTZ, nullable=True),
         # Serves LOAD_STEPS, SAVE_STEP's ON CONFLICT and MATCH_EVENT's step lookup.
         PrimaryKeyConstraint("run_id", "name", name=n["_pkey"]),
+        # Serves PATCH_IDS and PATCH_LACKING's first marker (D8): patch markers only, so no
+        # other step write touches it.
+        Index(n["_patch_idx"], "name", "created_at", postgresql_where=text(PATCH_PREDICATE)),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
         ForeignKeyConstraint(["run_id"], [target], name=n["_run_fkey"], ondelete="CASCADE"),
         schema=schema,

@@ -23,6 +23,7 @@ from ship_sqla._jobs._sql import workflows as sql
 from ship_sqla._naming import quoted_table
 from ship_sqla._scope import OWN
 from ship_sqla._sql_errors import sqlstate_of
+from ship_sqla.kernel._evolution import PATCH_PREFIX, PatchFigure, patch_step_name
 from ship_sqla.kernel._workflows import (
     CHILDREN_RECHECK,
     ChildOutcome,
@@ -287,6 +288,24 @@ class PostgresWorkflows:
                 raise
             return None  # a newer live run holds its dedupe key (J1)
         return None if row is None else run_record(row)
+
+    # --- D8: the patch figures ------------------------------------------------------------------
+
+    async def patch_ids(self, *, limit: int) -> list[str]:
+        rows = await self._rows("patch ids", self._s[sql.PATCH_IDS], {"limit": limit})
+        return [row.name.removeprefix(PATCH_PREFIX) for row in rows]
+
+    async def patch_holding(self, job_id: str, patch_id: str, *, read: int) -> PatchFigure:
+        params = {"job_id": job_id, "name": patch_step_name(patch_id), "read": read}
+        [row] = await self._rows("patch holding", self._s[sql.PATCH_HOLDING], params)
+        return PatchFigure(row.runs, row.read, row.read < read)
+
+    async def patch_lacking(
+        self, job_id: str, patch_id: str, *, read: int
+    ) -> tuple[datetime | None, PatchFigure]:
+        params = {"job_id": job_id, "name": patch_step_name(patch_id), "read": read}
+        [row] = await self._rows("patch lacking", self._s[sql.PATCH_LACKING], params)
+        return row.first_marker_at, PatchFigure(row.runs, row.read, row.read < read)
 
     async def delete_events(self, *, older_than: timedelta, limit: int) -> int:
         params = {

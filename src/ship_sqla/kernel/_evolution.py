@@ -32,14 +32,19 @@ from ship_sqla.kernel._outcomes import TerminalError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from datetime import datetime
     from types import FrameType
 
 __all__ = [
+    "MAX_PATCHES_LISTED",
+    "MAX_PATCH_READ",
     "PATCH_KIND",
     "PATCH_PREFIX",
     "Divergence",
     "DivergenceReason",
     "PatchAnswer",
+    "PatchFigure",
+    "PatchReport",
     "StepCall",
     "WorkflowChangedError",
     "WorkflowDivergedError",
@@ -64,6 +69,12 @@ PATCH_KIND: Final = "patch"
 """The kind of a D8 patch marker step."""
 PATCH_PREFIX: Final = "patch:"
 """A patch marker step's name is this prefix and the patch id."""
+
+MAX_PATCH_READ: Final = 100_000
+"""The most live runs of a job one patch figure reads (D8): past it the figure is a lower bound
+(:attr:`PatchFigure.complete` False)."""
+MAX_PATCHES_LISTED: Final = 100
+"""The most patch ids one report lists (D8)."""
 
 _PACKAGE_DIR: Final = str(Path(__file__).resolve().parents[1])
 
@@ -295,6 +306,51 @@ def patch_answer(recorded: StepCall | None, patch_id: str) -> PatchAnswer:
     if recorded == StepCall(patch_step_name(patch_id), PATCH_KIND):
         return "marker"
     return "old"
+
+
+@attrs.frozen
+class PatchFigure:
+    """One of a patch's figures (D8): ``runs`` live runs of the job matched, among the ``read``
+    live runs read; ``complete`` False when the read stopped at its bound (the job has more live
+    runs), so ``runs`` is a lower bound."""
+
+    runs: int
+    read: int
+    complete: bool
+
+    def __str__(self) -> str:
+        return str(self.runs) if self.complete else f"{self.runs}+ (first {self.read} live runs)"
+
+
+@attrs.frozen
+class PatchReport:
+    """D8, what operators need to retire patch ``patch_id`` of job ``job_id``:
+
+    - ``holding``: live runs holding its marker; the ``ctx.patched`` call can be deleted when
+      this is 0 (a run holding it would diverge at the marker's position);
+    - ``first_marker_at``: when the job's first marker of it was stored (None: none yet);
+    - ``before_first``: live runs created before that first marker and not holding it; they
+      may still take the old path, so the patch can be deprecated (``ctx.deprecate_patch``)
+      when this is 0. Conservative: a run that never reaches the patch still counts.
+    """
+
+    job_id: str
+    patch_id: str
+    first_marker_at: datetime | None
+    holding: PatchFigure
+    before_first: PatchFigure
+
+    @property
+    def deletable(self) -> bool:
+        return self.holding.complete and self.holding.runs == 0
+
+    @property
+    def deprecatable(self) -> bool:
+        return (
+            self.first_marker_at is not None
+            and self.before_first.complete
+            and self.before_first.runs == 0
+        )
 
 
 def caller_location() -> str | None:

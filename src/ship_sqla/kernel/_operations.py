@@ -67,6 +67,7 @@ from ship_sqla.kernel._errors import (
     RefusedError,
     ShipError,
 )
+from ship_sqla.kernel._evolution import MAX_PATCH_READ, MAX_PATCHES_LISTED, PatchReport
 from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._page import Page
@@ -375,6 +376,40 @@ class JobOperations:
         await self._authorize_read("list_steps")
         require_key(run_id, "run id")
         return await self._workflow_admin().list_steps(run_id)
+
+    async def patches(
+        self,
+        job_id: str,
+        patch_ids: Iterable[str] | None = None,
+        *,
+        read: int = MAX_PATCH_READ,
+    ) -> list[PatchReport]:
+        """D8: per patch of job ``job_id`` (the ones named, else every patch id stored, at most
+        ``MAX_PATCHES_LISTED``, those this job never marked and no live run holds left out), the
+        live runs holding its marker and those created before its first marker: each figure
+        one bounded statement reading at most ``read`` live runs of the job."""
+        await self._authorize_read("patches")
+        if not is_job_id(job_id):
+            raise ConfigurationError(f"job id {job_id!r} is not valid.", fix="name a job id.")
+        _require_within("patches read", read, MAX_PATCH_READ, fix="read fewer live runs.")
+        workflows = self._workflow_admin()
+        named = patch_ids is not None
+        ids = list(patch_ids or ())
+        for patch_id in ids:
+            if not is_job_id(patch_id):
+                raise ConfigurationError(
+                    f"patch id {patch_id!r} is not valid.",
+                    fix="name a patch id as ctx.patched got it (letters, digits and _ . : -).",
+                )
+        if not named:
+            ids = await workflows.patch_ids(limit=MAX_PATCHES_LISTED)
+        reports = []
+        for patch_id in ids[:MAX_PATCHES_LISTED]:
+            holding = await workflows.patch_holding(job_id, patch_id, read=read)
+            first, lacking = await workflows.patch_lacking(job_id, patch_id, read=read)
+            if named or first is not None or holding.runs:
+                reports.append(PatchReport(job_id, patch_id, first, holding, lacking))
+        return reports
 
     async def delete_events(
         self, *, older_than: timedelta, batch_size: int = 1000, max_batches: int = 100

@@ -35,6 +35,7 @@ from ship_sqla.kernel._evolution import (
     PATCH_KIND,
     PATCH_PREFIX,
     PatchAnswer,
+    PatchFigure,
     StepCall,
     WorkflowChangedError,
     WorkflowDivergedError,
@@ -431,6 +432,24 @@ class WorkflowAdmin(Protocol):
         """Delete at most ``limit`` events published longer than ``older_than`` ago."""
         ...
 
+    async def patch_ids(self, *, limit: int) -> list[str]:
+        """D8: the ids of the patches whose markers any run stored, at most ``limit``, in id
+        order (one index probe each)."""
+        ...
+
+    async def patch_holding(self, job_id: str, patch_id: str, *, read: int) -> PatchFigure:
+        """D8: live runs of ``job_id`` holding patch ``patch_id``'s marker, among at most
+        ``read`` live runs of the job."""
+        ...
+
+    async def patch_lacking(
+        self, job_id: str, patch_id: str, *, read: int
+    ) -> tuple[datetime | None, PatchFigure]:
+        """D8: when the job's first marker of the patch was stored (None: none), and the live
+        runs of ``job_id`` created before it that do not hold the marker, among at most
+        ``read`` live runs of the job (none counted without a first marker)."""
+        ...
+
 
 @runtime_checkable
 class Workflows(WorkflowStore, WorkflowAdmin, Protocol):
@@ -714,16 +733,20 @@ class Workflow:
         return stored
 
     def _decode(self, codec: PayloadCodec[Any], stored: StepRecord, seq: int) -> Any:  # noqa: ANN401
-        """D7: a stored result decoded, or the ``codec`` divergence."""
-        return decode_recorded(
-            codec.decode,
-            stored.result,
-            run_id=self._run.run_id,
-            job_id=self._run.job_id,
-            position=seq,
-            recorded=StepCall(stored.name, stored.kind),
-            location=caller_location(),
-        )
+        """D7: a stored result decoded, or the ``codec`` divergence (the handler's line looked
+        up only then)."""
+        try:
+            return decode_recorded(
+                codec.decode,
+                stored.result,
+                run_id=self._run.run_id,
+                job_id=self._run.job_id,
+                position=seq,
+                recorded=StepCall(stored.name, stored.kind),
+            )
+        except WorkflowDivergedError as error:
+            located = attrs.evolve(error.divergence, location=caller_location())
+            raise WorkflowDivergedError(located) from error.__cause__
 
     def _remaining(self, position: int) -> list[StepCall]:
         """The stored steps at ``position`` and beyond, in position order."""
@@ -732,12 +755,13 @@ class Workflow:
     def _check_last(self, seq: int) -> None:
         """D7: a completes_run transaction at ``seq`` ends the handler: checked as a return
         before it commits, so a run whose history holds more steps is never completed."""
-        if self._determinism == "strict":
+        remaining = self._remaining(seq + 1)
+        if self._determinism == "strict" and remaining:
             check_return(
                 run_id=self._run.run_id,
                 job_id=self._run.job_id,
                 position=seq + 1,
-                remaining=self._remaining(seq + 1),
+                remaining=remaining,
                 location=caller_location(),
             )
 

@@ -32,6 +32,9 @@ __all__ = [
     "DELETE_OLD_EVENTS",
     "LOAD_STEPS",
     "MATCH_EVENT",
+    "PATCH_HOLDING",
+    "PATCH_IDS",
+    "PATCH_LACKING",
     "PUBLISH_EVENT",
     "RERUN_FROM_STEP",
     "SAVE_STEP",
@@ -314,3 +317,78 @@ WHERE e.id IN (
     compacted=False,
 )
 """Events retention: at most ``:limit`` events published over ``:older_than`` seconds ago."""
+
+# --- D8: the patch figures, each one bounded statement ------------------------------------------
+
+_LIVE_RUNS: Final = """
+    SELECT both_states.id, both_states.created_at FROM (
+        (SELECT r.id, r.created_at FROM {runs} r
+         -- <runs>_due_idx (job_id prefix): the job's waiting runs
+         WHERE r.job_id = :job_id AND r.state = 'waiting' LIMIT :read)
+        UNION ALL
+        (SELECT r.id, r.created_at FROM {runs} r
+         -- <runs>_lease_idx (job_id prefix): the job's running runs
+         WHERE r.job_id = :job_id AND r.state = 'running' LIMIT :read)
+    ) both_states
+    LIMIT :read"""
+"""At most ``:read`` live runs of job ``:job_id`` (waiting, then running), each through the
+partial index its claims keep, so the read never leaves the job's live runs."""
+
+_HOLDS: Final = """EXISTS (
+        -- <steps>_pkey: the run's marker of the patch
+        SELECT 1 FROM {steps} s
+        WHERE s.run_id = live.id AND s.name = :name AND s.kind = 'patch'
+    )"""
+
+PATCH_IDS: Final = Template(
+    """
+WITH RECURSIVE ids(name) AS (
+    (SELECT s.name FROM {steps} s
+     -- <steps>_patch_idx: a loose scan, one probe per patch
+     WHERE s.kind = 'patch' ORDER BY s.name LIMIT 1)
+    UNION ALL
+    SELECT (SELECT s.name FROM {steps} s
+            WHERE s.kind = 'patch' AND s.name > ids.name ORDER BY s.name LIMIT 1)
+    FROM ids WHERE ids.name IS NOT NULL
+)
+SELECT ids.name FROM ids WHERE ids.name IS NOT NULL LIMIT :limit
+""",
+    compacted=False,
+)
+"""D8: the names of the patch markers any run stored (``patch:<id>``), in name order, at most
+``:limit``: one index probe each."""
+
+PATCH_HOLDING: Final = Template(
+    f"""
+SELECT count(*) FILTER (WHERE {_HOLDS}) AS runs, count(*) AS read
+FROM ({_LIVE_RUNS}
+) live
+""",  # noqa: S608 - a template of constant text
+    compacted=False,
+)
+"""D8: live runs of the job holding the marker ``:name``, among at most ``:read`` of its live
+runs (``read`` = ``:read``: a lower bound)."""
+
+PATCH_LACKING: Final = Template(
+    f"""
+WITH first AS (
+    SELECT s.created_at FROM {{steps}} s
+    JOIN {{runs}} r ON r.id = s.run_id
+    -- <steps>_patch_idx: the patch's markers, oldest first; <runs>_pkey: the job's
+    WHERE s.kind = 'patch' AND s.name = :name AND r.job_id = :job_id
+    ORDER BY s.created_at LIMIT 1
+)
+SELECT (SELECT first.created_at FROM first) AS first_marker_at,
+    count(*) FILTER (
+        WHERE live.created_at < (SELECT first.created_at FROM first) AND NOT {_HOLDS}
+    ) AS runs,
+    count(*) AS read
+FROM ({_LIVE_RUNS}
+) live
+""",  # noqa: S608 - a template of constant text
+    compacted=False,
+)
+"""D8: when the job's first marker ``:name`` was stored, and the live runs of the job created
+before it that do not hold it (they may take the old path), among at most ``:read`` of its live
+runs. Patch ids are best unique per application: the first marker's walk passes markers of
+other jobs with the same id."""

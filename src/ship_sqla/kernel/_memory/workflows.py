@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from ship_sqla.kernel._evolution import PATCH_KIND, PATCH_PREFIX, PatchFigure, patch_step_name
 from ship_sqla.kernel._memory.transactions import active_transaction
 from ship_sqla.kernel._ports import TERMINAL_STATES
 from ship_sqla.kernel._workflows import (
@@ -274,6 +275,53 @@ class InMemoryWorkflowStore:
         run.wait_for = None
         self._backend.rerun(run)
         return run.record()
+
+    # --- D8: the patch figures ------------------------------------------------------------------
+
+    def _live(self, job_id: str, read: int) -> list[_Run]:
+        """At most ``read`` live runs of the job: waiting ones, then running ones (the order of
+        the PostgreSQL statements' indexes is not modelled: the figures agree under the bound)."""
+        runs = sorted(self._backend.stored_runs.values(), key=lambda r: r.seq)
+        live = [r for r in runs if r.job_id == job_id and r.state == "waiting"]
+        live += [r for r in runs if r.job_id == job_id and r.state == "running"]
+        return live[:read]
+
+    def _marker(self, run_id: str, patch_id: str) -> StepRecord | None:
+        step = self._steps.get(run_id, {}).get(patch_step_name(patch_id))
+        return step if step is not None and step.kind == PATCH_KIND else None
+
+    async def patch_ids(self, *, limit: int) -> list[str]:
+        found = {
+            step.name.removeprefix(PATCH_PREFIX)
+            for steps in self._steps.values()
+            for step in steps.values()
+            if step.kind == PATCH_KIND
+        }
+        return sorted(found)[:limit]
+
+    async def patch_holding(self, job_id: str, patch_id: str, *, read: int) -> PatchFigure:
+        live = self._live(job_id, read)
+        held = sum(1 for r in live if self._marker(r.run_id, patch_id) is not None)
+        return PatchFigure(held, len(live), len(live) < read)
+
+    async def patch_lacking(
+        self, job_id: str, patch_id: str, *, read: int
+    ) -> tuple[datetime | None, PatchFigure]:
+        markers = [
+            marker.created_at
+            for run in self._backend.stored_runs.values()
+            if run.job_id == job_id and (marker := self._marker(run.run_id, patch_id)) is not None
+        ]
+        first = min(markers, default=None)
+        live = self._live(job_id, read)
+        lacking = (
+            0
+            if first is None
+            else sum(
+                1 for r in live if r.created_at < first and self._marker(r.run_id, patch_id) is None
+            )
+        )
+        return first, PatchFigure(lacking, len(live), len(live) < read)
 
     async def delete_events(self, *, older_than: timedelta, limit: int) -> int:
         cutoff = self._now() - older_than

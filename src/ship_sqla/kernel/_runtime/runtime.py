@@ -603,10 +603,8 @@ async def start_job_runtime(
     or settle, or another process's announcement, K1, ends the wait at once);
     ``max_in_flight`` (at least 1) caps the runs it executes at once. ``lock_provider`` is where
     a single-runner job's (job id, key) lock is taken (J4); None: the backend's
-    ``default_lock_provider`` (PostgreSQL on an engine: advisory locks on it; in memory or on a
-    connection: none). ``meter_provider`` is where J10's instruments record (one
-    :class:`JobMetrics` per provider and process, ``runtime.metrics``); None: OpenTelemetry's
-    global provider, so installing an SDK is all it takes. A bad ``poll_interval`` or
+    ``default_lock_provider``. ``meter_provider`` is where J10's instruments record
+    (``runtime.metrics``); None: OpenTelemetry's global provider. A bad ``poll_interval`` or
     ``max_in_flight`` raises :class:`ConfigurationError` here, before anything starts.
 
     A worker samples the queue gauges every ``queue_sample_interval`` seconds (None: never)
@@ -617,17 +615,15 @@ async def start_job_runtime(
     runs table's tenant index, F2), which raises :class:`ConfigurationError` before anything is
     claimed, then installs the scheduled jobs' schedules (J9).
 
-    A worker logs each attempt's outcome on the ``ship_sqla.jobs`` logger (S3: retries, dead
-    letters, stale settles, cancels, timeouts and drains at WARNING/ERROR/INFO, completions at
-    DEBUG; never payloads; see ``kernel/_runtime/run_log.py``); ``summary_interval`` (seconds;
-    None: none) adds one INFO summary line (runs/s, failures, in flight) that often.
+    A worker logs each attempt's outcome on the ``ship_sqla.jobs`` logger (S3, never payloads,
+    ``kernel/_runtime/run_log.py``); ``summary_interval`` (seconds; None: none) adds one INFO
+    summary line (runs/s, failures, in flight) that often.
 
     ``lifespan`` (or the registry's): the handlers' resources (``ctx.resources``), entered by a
     worker before its first claim and exited after its drain (``kernel/_lifespan.py``).
 
-    ``build_id`` (default: the ``SHIP_SQLA_BUILD_ID`` environment variable; None: none) names
-    the deploy this worker belongs to: the first worker of a new build unparks its jobs' runs
-    parked on a divergence once, in bounded batches (D10, ``kernel/_parking.py``).
+    ``build_id`` (default ``SHIP_SQLA_BUILD_ID``): a new build's first worker unparks its jobs'
+    parked runs once, in bounded batches (D10, ``kernel/_parking.py``).
     """
     _require_job_backend(backend, mode)
     drain_timeout = require_duration(
