@@ -595,8 +595,7 @@ async def start_job_runtime(
     """Start executing the registered jobs' runs from ``backend`` (``mode="worker"``), or only
     enqueue through it (``mode="enqueue-only"``).
 
-    The runtime lives on the running event loop until ``await runtime.stop()``; it is also an
-    async context manager that stops on exit. ``clock`` defaults to the backend's.
+    It runs until ``await runtime.stop()`` (or an ``async with``'s exit); ``clock``: the backend's.
 
     How it runs is its own (J3), not the backend's: ``poll_interval`` (seconds, at most an
     hour) is the longest the loop waits for work when no wake arrives (a local enqueue, retry
