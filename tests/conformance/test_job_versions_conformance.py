@@ -67,11 +67,12 @@ async def test_d9_each_run_executes_on_the_version_it_was_enqueued_under(
 
 
 async def test_d9_a_claimer_without_the_version_hands_the_run_back_attempt_unspent(
-    clock, job_backend_factory
+    clock, job_backend_factory, caplog
 ):
     """D9: a v2-only worker claims a v1 run: its handler never runs, JobVersionUnavailableError
     goes to on_error, and the run is back to waiting with its attempt unspent, the refusal in
-    its history, due VERSION_RECHECK seconds later; a worker that registers v1 then executes it
+    its history, due VERSION_RECHECK seconds later, and the worker's start warned naming the job,
+    the version and the count; a worker that registers v1 then executes it
     with v1's handler. The stranded rule counts it while no one serves v1."""
     errors = ErrorLog()
     backend = job_backend_factory(clock, on_error=errors)
@@ -90,6 +91,7 @@ async def test_d9_a_claimer_without_the_version_hands_the_run_back_attempt_unspe
     async with await start_job_runtime([v2_only], backend=backend, worker_id="w-v2"):
         refusal = await errors.wait_for(lambda e: isinstance(e, JobVersionUnavailableError))
     assert "version 1" in str(refusal)
+    assert f"job {JOB!r} has 1 live run of version 1" in caplog.text
     assert seen == []
     record = await record_of(backend, run_id)
     assert (record.state, record.attempt, record.handler_version) == ("waiting", 0, 1)

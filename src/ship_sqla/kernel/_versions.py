@@ -16,12 +16,13 @@ serves. Workers report the versions they serve in their registry entry (F6) as
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, runtime_checkable
 
 import attrs
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from ship_sqla.kernel._jobs import JobDefinition
 
@@ -35,7 +36,10 @@ __all__ = [
     "served_by_jobs",
     "served_entries",
     "stranded_runs",
+    "warn_stranded",
 ]
+
+logger = logging.getLogger("ship_sqla.jobs")
 
 MAX_VERSION_ROWS: Final = 10_000
 """The most (job, version, state) groups one count answers: far above any real fleet's."""
@@ -123,3 +127,30 @@ def describe_stranded(stranded: Sequence[Stranded]) -> str:
         f"job {s.job_id!r} has {s.runs} live run{'' if s.runs == 1 else 's'} of version {s.version}"
         for s in stranded
     )
+
+
+async def warn_stranded(
+    source: VersionCountSource,
+    jobs: Iterable[JobDefinition[Any]],
+    report_error: Callable[[BaseException], None],
+) -> list[Stranded]:
+    """D9: a worker starting with ``jobs`` logs one WARNING naming the live runs of its
+    versioned jobs that it cannot execute (a version it does not serve): another worker must
+    serve them, or they are stranded. One statement; a failure is reported (J11), never
+    raised."""
+    served = served_by_jobs(jobs)
+    if not served:
+        return []
+    try:
+        counts = await source.version_counts(sorted(served))
+    except Exception as exc:  # noqa: BLE001 - J11: the start goes on
+        report_error(exc)
+        return []
+    stranded = stranded_runs(counts, served)
+    if stranded:
+        logger.warning(
+            "this worker does not serve versions live runs need: %s; keep those versions in"
+            " define_job(..., previous={...}) or run a worker that serves them (D9)",
+            describe_stranded(stranded),
+        )
+    return stranded

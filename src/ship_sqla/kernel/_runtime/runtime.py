@@ -59,7 +59,12 @@ from ship_sqla.kernel._runtime.registration import Registration
 from ship_sqla.kernel._runtime.run_log import RunLog
 from ship_sqla.kernel._runtime.state import InFlight, InFlightRuns
 from ship_sqla.kernel._runtime.wiring import Plumbing
-from ship_sqla.kernel._versions import served_by_jobs, served_entries
+from ship_sqla.kernel._versions import (
+    VersionCountSource,
+    served_by_jobs,
+    served_entries,
+    warn_stranded,
+)
 from ship_sqla.kernel._waiting import first_done, wait_event
 from ship_sqla.kernel._workers import WorkerEntry
 
@@ -666,6 +671,8 @@ async def _prepare_worker(backend: JobBackend, registry: JobRegistry, build_id: 
     if scheduled:
         await backend.install_schedules(scheduled)
     admin = backend.admin
+    if isinstance(admin, VersionCountSource):
+        await warn_stranded(admin, registry, backend.report_error)
     if build_id is not None and isinstance(admin, ParkedRuns):
         job_ids = [job.id for job in registry]
         await unpark_for_build(admin, job_ids, build_id, backend.report_error)
