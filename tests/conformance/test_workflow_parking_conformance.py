@@ -93,7 +93,8 @@ async def test_d10_a_diverging_run_parks_and_an_unpark_after_the_fix_completes_i
     function runs, the run waits parked for '#diverged' (due never) with the same attempt, its
     last history entry the divergence (position 0, recorded a, asked b, as JSON too);
     list_parked finds it; an unpark is refused for a run that is not parked; after the fix (v1's
-    order back) ops.unpark makes it due and it completes, each step's effect exactly once."""
+    order back) ops.unpark makes it due and it completes, each step's effect exactly once. The
+    parked gauge's count follows it."""
     errors = ErrorLog()
     backend = job_backend_factory(clock, on_error=errors)
     effects = Effects()
@@ -114,6 +115,7 @@ async def test_d10_a_diverging_run_parks_and_an_unpark_after_the_fix_completes_i
         "b",
     )
 
+    assert await backend.parked_counts([JOB, "other"]) == {JOB: 1}
     ops = create_job_operations(backend, authorizer=allow_all)
     assert [r.run_id for r in await ops.list_parked(job_id=JOB)] == [run_id]
     assert await ops.list_parked(job_id="other") == []
@@ -127,6 +129,7 @@ async def test_d10_a_diverging_run_parks_and_an_unpark_after_the_fix_completes_i
             await effects.done.wait()
     assert effects.ran == ["a", "b", "c"]
     assert await ops.list_parked() == []
+    assert await backend.parked_counts([JOB]) == {}
 
 
 async def test_d10_on_divergence_fail_keeps_the_dead_letter(clock, job_backend_factory):

@@ -21,6 +21,7 @@ from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.parked import (
     LIST_PARKED_ALL,
     LIST_PARKED_OF_JOB,
+    PARKED_COUNTS,
     UNPARK_BATCH,
     UNPARK_RUN,
 )
@@ -108,10 +109,10 @@ async def test_d9_version_counts_read_only_the_version_index_at_a_million_runs(
 async def test_d10_parked_statements_read_only_the_parked_index_at_a_million_runs(
     loaded: AsyncEngine,
 ) -> None:
-    """D10, S1: LIST_PARKED (one job's page, every job's page, from a cursor), UNPARK_RUN and
-    UNPARK_BATCH read <runs>_parked_idx (or the primary key for the one run), never a
-    sequential scan of the runs table, within a bounded number of buffers, custom and
-    generic."""
+    """D10, S1: LIST_PARKED_* (one job's page, every job's page, from a cursor), UNPARK_RUN,
+    PARKED_COUNTS (the gauge) and UNPARK_BATCH read <runs>_parked_idx (or the primary key for
+    the one run), never a sequential scan of the runs table, within a bounded number of
+    buffers, custom and generic."""
     page = {"limit": 50, "after_id": None}
     cases = [
         (S[LIST_PARKED_OF_JOB], {**page, "job_id": "wf1"}, {"parked_idx"}, MAX_PARKED_BUFFERS),
@@ -129,6 +130,8 @@ async def test_d10_parked_statements_read_only_the_parked_index_at_a_million_run
             MAX_PARKED_BUFFERS,
         ),
         (S[UNPARK_RUN], {"id": "p000002", "now": None}, {"pkey"}, MAX_PARKED_BUFFERS),
+        # The parked gauge: an index-only count of the parked runs alone.
+        (S[PARKED_COUNTS], {"job_ids": ["wf0", "wf1"]}, {"parked_idx"}, MAX_PARKED_BUFFERS),
         # 500 rows rewritten, each with its index entries: bounded by the batch, not the table.
         (S[UNPARK_BATCH], {"job_id": "wf0", "limit": 500, "now": None}, {"parked_idx"}, 20_000),
     ]

@@ -12,7 +12,12 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from ship_sqla import define_job
 from ship_sqla.errors import ConfigurationError
-from ship_sqla.kernel._metrics import WORKFLOW_RUNS, WORKFLOW_RUNS_STRANDED, JobMetrics
+from ship_sqla.kernel._metrics import (
+    WORKFLOW_RUNS,
+    WORKFLOW_RUNS_PARKED,
+    WORKFLOW_RUNS_STRANDED,
+    JobMetrics,
+)
 from ship_sqla.kernel._versions import (
     Stranded,
     VersionCount,
@@ -115,9 +120,9 @@ def test_d9_a_worker_entry_reports_the_versions_it_serves() -> None:
 
 
 def test_d9_the_version_gauges_report_the_latest_sample_per_job() -> None:
-    """D9: ship.workflow.runs per (job, version, state) and ship.workflow.runs.stranded per
-    (job, version) report what the last sample of each job found; a job sampled with nothing
-    live reports nothing."""
+    """D9, D10: ship.workflow.runs per (job, version, state), ship.workflow.runs.stranded per
+    (job, version) and ship.workflow.runs.parked per job report what the last sample of each
+    job found; a job sampled with nothing reports nothing."""
     reader = InMemoryMetricReader()
     metrics = JobMetrics(MeterProvider(metric_readers=[reader]))
     counts = [VersionCount("a", 1, "waiting", 3), VersionCount("a", 2, "running", 1)]
@@ -144,3 +149,8 @@ def test_d9_the_version_gauges_report_the_latest_sample_per_job() -> None:
     found = points()
     assert not found.get(WORKFLOW_RUNS)
     assert not found.get(WORKFLOW_RUNS_STRANDED)
+    # D10: the parked gauge, per job, likewise replaced by each sample.
+    metrics.update_parked(["a", "b"], {"a": 4})
+    assert points()[WORKFLOW_RUNS_PARKED] == {(("ship.job.id", "a"),): 4}
+    metrics.update_parked(["a"], {})
+    assert not points().get(WORKFLOW_RUNS_PARKED)

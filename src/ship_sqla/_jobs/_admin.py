@@ -46,6 +46,7 @@ from ship_sqla._jobs._sql.parked import (
     CLAIM_BUILD_UNPARK,
     LIST_PARKED_ALL,
     LIST_PARKED_OF_JOB,
+    PARKED_COUNTS,
     UNPARK_BATCH,
     UNPARK_RUN,
 )
@@ -218,6 +219,13 @@ class PostgresRunAdmin:
             "list_parked", self._s[statement], params, scope=None, by_name=True
         )
         return [run_record(row) for row in rows]
+
+    async def parked_counts(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """D10: PARKED_COUNTS, parked runs per job."""
+        rows = await self._connections.rows(
+            "parked_counts", self._s[PARKED_COUNTS], {"job_ids": list(job_ids)}, scope=OWN
+        )
+        return {str(job_id): int(runs) for job_id, runs in rows}
 
     async def unpark(self, run_id: str) -> RunRecord | None:
         """D10: UNPARK_RUN; wakes the local loop after commit."""

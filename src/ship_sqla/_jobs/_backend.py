@@ -1067,6 +1067,10 @@ class PostgresJobBackend(JobBackendBase):
         """J10's queue gauges (:meth:`PostgresRunAdmin.queue_depths`)."""
         return await self._admin.queue_depths(job_ids)
 
+    async def parked_counts(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """D10's gauge (the run administration's ``parked_counts``)."""
+        return await self._admin.parked_counts(job_ids)
+
     async def version_counts(
         self, job_ids: Sequence[str] | None = None, *, limit: int = MAX_VERSION_ROWS
     ) -> list[VersionCount]:

@@ -86,10 +86,16 @@ WORKFLOW_RUNS: Final = "ship.workflow.runs"
 WORKFLOW_RUNS_STRANDED: Final = "ship.workflow.runs.stranded"
 
 WORKFLOW_DIVERGED: Final = "ship.workflow.diverged"
+WORKFLOW_RUNS_PARKED: Final = "ship.workflow.runs.parked"
 
-WORKFLOW_METRIC_NAMES: Final = (WORKFLOW_RUNS, WORKFLOW_RUNS_STRANDED, WORKFLOW_DIVERGED)
+WORKFLOW_METRIC_NAMES: Final = (
+    WORKFLOW_RUNS,
+    WORKFLOW_RUNS_STRANDED,
+    WORKFLOW_DIVERGED,
+    WORKFLOW_RUNS_PARKED,
+)
 """D9's two gauges (live runs per handler version, and the stranded ones) and D10's counter of
-runs parked on a divergence."""
+runs parked on a divergence and gauge of the runs parked now."""
 
 JOB_METRIC_NAMES: Final = (
     QUEUE_DEPTH,
@@ -156,6 +162,8 @@ class JobMetrics:
         # D9: per job, its live runs per (version, state) and its stranded runs per version.
         self._versions: dict[str, tuple[tuple[int, str, int], ...]] = {}
         self._stranded: dict[str, tuple[tuple[int, int], ...]] = {}
+        # D10: per job, its parked runs (absent: none).
+        self._parked: dict[str, int] = {}
         # Set by the first collection of the queue gauges: only then is sampling worth a query.
         self._collected = threading.Event()
         meter = metrics.get_meter(INSTRUMENTATION_SCOPE, meter_provider=meter_provider)
@@ -206,6 +214,12 @@ class JobMetrics:
             callbacks=[self._observe_versions],
             unit="{run}",
             description="Live runs per job, handler version and state (D9).",
+        )
+        meter.create_observable_gauge(
+            WORKFLOW_RUNS_PARKED,
+            callbacks=[self._observe_parked],
+            unit="{run}",
+            description="Workflow runs parked on a divergence, per job (D10).",
         )
         meter.create_observable_gauge(
             WORKFLOW_RUNS_STRANDED,
@@ -296,6 +310,21 @@ class JobMetrics:
                 self._stranded[job_id] = tuple(pairs)
                 if not pairs:
                     del self._stranded[job_id]
+
+    def update_parked(self, job_ids: Sequence[str], parked: Mapping[str, int]) -> None:
+        """D10: replace the parked gauge of ``job_ids`` (a job with none reports nothing)."""
+        with self._lock:
+            for job_id in job_ids:
+                count = parked.get(job_id, 0)
+                if count:
+                    self._parked[job_id] = count
+                else:
+                    self._parked.pop(job_id, None)
+
+    def _observe_parked(self, _options: CallbackOptions) -> Iterable[metrics.Observation]:
+        with self._lock:
+            rows = list(self._parked.items())
+        return [metrics.Observation(runs, {ATTR_JOB_ID: job_id}) for job_id, runs in rows]
 
     def _observe_versions(self, _options: CallbackOptions) -> Iterable[metrics.Observation]:
         with self._lock:

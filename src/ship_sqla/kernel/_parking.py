@@ -30,6 +30,7 @@ __all__ = [
     "MAX_PARKED_PAGE",
     "UNPARK_BATCH",
     "UNPARK_MAX_BATCHES",
+    "ParkedCountSource",
     "ParkedRuns",
     "unpark_for_build",
 ]
@@ -46,7 +47,17 @@ operator (``ship-sqla workflows unpark``), and the log says so."""
 
 
 @runtime_checkable
-class ParkedRuns(Protocol):
+class ParkedCountSource(Protocol):
+    """A store that counts parked runs per job (the ``ship.workflow.runs.parked`` gauge): both
+    job backends, through their run administration."""
+
+    async def parked_counts(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """Parked runs per job of ``job_ids`` (jobs with none are absent)."""
+        ...
+
+
+@runtime_checkable
+class ParkedRuns(ParkedCountSource, Protocol):
     """A store's parked runs (D10)."""
 
     async def list_parked(

@@ -14,6 +14,7 @@ __all__ = [
     "CLAIM_BUILD_UNPARK",
     "LIST_PARKED_ALL",
     "LIST_PARKED_OF_JOB",
+    "PARKED_COUNTS",
     "UNPARK_BATCH",
     "UNPARK_RUN",
 ]
@@ -78,3 +79,14 @@ RETURNING g.job_id
 """D10: the first worker of build ``:build`` to register for a job records that build on the
 job's ``<job_id>#unparked-by`` state row and gets a row back: it, and only it, unparks the job's
 parked runs; a later registration of the same build gets none."""
+
+PARKED_COUNTS: Final = Template("""
+SELECT r.job_id, count(*) AS runs
+FROM {runs} r
+-- <runs>_parked_idx (its predicate word for word): an index-only count of the given jobs'
+-- parked runs (one entry read per parked run, and no other run).
+WHERE r.wait_for = '#diverged' AND r.job_id = ANY(CAST(:job_ids AS text[]))
+GROUP BY r.job_id
+""")
+"""D10: the ``ship.workflow.runs.parked`` gauge: parked runs per job of ``:job_ids`` (jobs with
+none are absent)."""

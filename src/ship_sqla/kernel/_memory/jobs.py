@@ -847,6 +847,10 @@ class InMemoryJobBackend(JobBackendBase):
         """J10's queue gauges (:meth:`InMemoryRunAdmin.queue_depths`)."""
         return await self._admin.queue_depths(job_ids)
 
+    async def parked_counts(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """D10's gauge (the run administration's ``parked_counts``)."""
+        return await self._admin.parked_counts(job_ids)
+
     async def version_counts(
         self, job_ids: Sequence[str] | None = None, *, limit: int = MAX_VERSION_ROWS
     ) -> list[VersionCount]:
@@ -984,6 +988,15 @@ class InMemoryRunAdmin:
         """D10: one keyset page of parked runs, as LIST_PARKED."""
         runs = [r for r in self._parked(job_id) if after is None or (r.job_id, r.run_id) > after]
         return [run.record() for run in runs[:limit]]
+
+    async def parked_counts(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """D10: parked runs per job of ``job_ids``, as PARKED_COUNTS."""
+        counts: dict[str, int] = {}
+        wanted = frozenset(job_ids)
+        for run in self._parked(None):
+            if run.job_id in wanted:
+                counts[run.job_id] = counts.get(run.job_id, 0) + 1
+        return counts
 
     async def unpark(self, run_id: str) -> RunRecord | None:
         """D10: the parked run ``run_id`` is due now (None: it is not parked)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Final
 
+from ship_sqla.kernel._parking import ParkedCountSource
 from ship_sqla.kernel._versions import VersionCountSource, stranded_runs
 from ship_sqla.kernel._waiting import wait_event
 
@@ -84,6 +85,7 @@ class DepthSampler:
         for job_id in dropped:
             self._metrics.forget_depth(job_id)
         self._metrics.update_versions(tuple(dropped), (), ())
+        self._metrics.update_parked(tuple(dropped), {})
         self._reported -= dropped
         if not wanted:
             return
@@ -96,6 +98,9 @@ class DepthSampler:
             # D9: live runs per handler version, and those no registered worker serves.
             counts = await self._source.version_counts(wanted)
             self._metrics.update_versions(wanted, counts, stranded_runs(counts, self._served()))
+        if isinstance(self._source, ParkedCountSource):
+            # D10: the runs parked on a divergence, per job.
+            self._metrics.update_parked(wanted, await self._source.parked_counts(wanted))
 
     async def run(self) -> None:
         try:
@@ -113,6 +118,7 @@ class DepthSampler:
             for job_id in self._reported:
                 self._metrics.forget_depth(job_id)
             self._metrics.update_versions(tuple(self._reported), (), ())
+            self._metrics.update_parked(tuple(self._reported), {})
             self._reported.clear()
 
     def sample_soon(self) -> None:
