@@ -179,3 +179,34 @@ async def test_d10_a_new_build_unparks_parked_runs_once(clock, job_backend_facto
         with anyio.fail_after(20):
             await effects.done.wait()
     assert effects.ran == ["a", "b", "c"]
+
+
+async def test_d10_d6_a_parked_run_is_rerun_from_a_step_or_discarded(clock, job_backend_factory):
+    """D10, D6, S1: re-running a parked run from its first step drops every stored step and
+    makes it due (no longer parked): the new code runs it from scratch (b, a, then c); a second
+    parked run is discarded."""
+    errors = ErrorLog()
+    backend = job_backend_factory(clock, on_error=errors)
+    effects = Effects()
+    run_id = await _sleeping_run(clock, backend, effects)
+    reordered = define(effects, ("b", "a"))
+    await _diverge(clock, backend, errors, reordered)
+    ops = create_job_operations(backend, authorizer=allow_all)
+    rerun = await ops.rerun_from_step(run_id, "a")
+    assert (rerun.state, rerun.wait_for) == ("waiting", None)
+    async with await start_job_runtime([reordered], backend=backend, worker_id="w-rerun"):
+        with anyio.fail_after(20):
+            while not effects.done.is_set():
+                await anyio.lowlevel.checkpoint()
+                if (await record_of(backend, run_id)).run_at > clock.now():
+                    clock.advance(61)  # the new run's own sleep
+    assert effects.ran == ["a", "b", "b", "a", "c"]
+    assert (await record_of(backend, run_id)).state == "completed"
+
+    other = Effects()
+    second = await _sleeping_run(clock, backend, other)
+    errors.errors.clear()
+    await _diverge(clock, backend, errors, define(other, ("b", "a")))
+    assert (await record_of(backend, second)).wait_for == DIVERGED
+    assert (await ops.discard(second)).state == "discarded"
+    assert await ops.list_parked() == []
