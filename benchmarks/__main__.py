@@ -41,11 +41,12 @@ BENCHMARKS: dict[str, str] = {
     "scaleout": "benchmarks.scaleout",
     "pools": "benchmarks.pools",
     "webhooks": "benchmarks.webhooks",
+    "synchronous_claims": "benchmarks.synchronous_claims",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is
 unfinished (or broken) is reported as failed without keeping the others from running."""
 
-OPT_IN = frozenset({"ablations", "peers", "scaleout", "pools", "webhooks"})
+OPT_IN = frozenset({"ablations", "peers", "scaleout", "pools", "webhooks", "synchronous_claims"})
 """Run only when named: not part of ``python -m benchmarks`` with no names."""
 DEFAULT_BENCHMARKS = [name for name in BENCHMARKS if name not in OPT_IN]
 

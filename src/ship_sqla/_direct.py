@@ -72,6 +72,8 @@ from sqlalchemy.pool.base import _ConnectionFairy, _ConnectionRecord
 from sqlalchemy.sql.sqltypes import NullType
 from sqlalchemy.util import greenlet_spawn
 
+from ship_sqla._sql_errors import server_read_only
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
@@ -144,7 +146,8 @@ def _watched(dispatch: Any, sync_engine: Engine) -> bool:  # noqa: ANN401 - an e
         # Most engines have none: the empty collection's truth test skips the iteration.
         if listeners and any(not getattr(listener, OWN_LISTENER, False) for listener in listeners):
             return True
-    if sync_engine.dialect.dispatch.handle_error:
+    errors = sync_engine.dialect.dispatch.handle_error
+    if errors and any(not getattr(listener, OWN_LISTENER, False) for listener in errors):
         return True
     return bool(sync_engine.echo or sync_engine.logger.isEnabledFor(logging.INFO))
 
@@ -455,7 +458,11 @@ def _raise_translated(
     try:
         adapted._handle_exception(error)  # noqa: SLF001 - the adapter's own translation
     except dbapi.Error as translated:
-        disconnect = dialect.is_disconnect(translated, adapted, None)
+        # J24: a write refused by a read-only server is a disconnect, as ship_sqla's
+        # handle_error listener (ship_sqla._failover) makes it on SQLAlchemy's path.
+        disconnect = dialect.is_disconnect(translated, adapted, None) or server_read_only(
+            translated, connection.driver_connection
+        )
         wrapped = DBAPIError.instance(
             sql,
             args,

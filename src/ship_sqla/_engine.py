@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from ship_sqla._failover import HOST_CONNECT_TIMEOUT, follow_primary
 from ship_sqla._server import to_async_url
 from ship_sqla.kernel._errors import ConfigurationError
 
@@ -24,11 +25,23 @@ if TYPE_CHECKING:
 __all__ = ["create_engine"]
 
 
-def create_engine(url: str | URL, **options: Any) -> AsyncEngine:  # noqa: ANN401 - create_async_engine's options
+def create_engine(
+    url: str | URL,
+    *,
+    host_connect_timeout: float = HOST_CONNECT_TIMEOUT,
+    **options: Any,  # noqa: ANN401 - create_async_engine's options
+) -> AsyncEngine:
     """An ``AsyncEngine`` through asyncpg for ``url``: ``postgresql://``, ``postgres://`` and
     ``postgresql+asyncpg://`` mean the same server (as ``ship-sqla`` reads them), so one
     ``SHIP_SQLA_DATABASE_URL`` serves the CLI, the application, the worker's handlers and the
     dashboard. ``options`` go to ``create_async_engine`` (``pool_size``, ``echo``...).
+
+    The engine follows the primary (J24, docs/production.md "Failover"): with a multi-host URL
+    (``?host=h1:5432&host=h2:5432&target_session_attrs=read-write``) each host gets at most
+    ``host_connect_timeout`` seconds to accept a connection before the next one is tried (the
+    host that last accepted first), and a connection to a server that turned read-only is
+    dropped so the pool reconnects. Every ship store and unit of work does the same to an
+    engine built elsewhere, with the default bound.
 
     A malformed URL, or one of another database (``sqlite://``, ``mysql://``), raises
     ``ConfigurationError``.
@@ -42,4 +55,6 @@ def create_engine(url: str | URL, **options: Any) -> AsyncEngine:  # noqa: ANN40
             f"{url!r} is not a database URL ({exc}).",
             fix="pass a URL such as postgresql://user:password@host:5432/dbname.",
         ) from exc
-    return create_async_engine(async_url, **options)
+    engine = create_async_engine(async_url, **options)
+    follow_primary(engine, host_connect_timeout=host_connect_timeout)
+    return engine

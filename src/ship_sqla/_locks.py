@@ -45,10 +45,9 @@ import asyncio
 import contextlib
 import hashlib
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Column, DateTime, MetaData, Table, Text, TextClause
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._naming import check_identifier, quoted_table
@@ -168,8 +167,8 @@ class AdvisoryLock:
             if not self.held or self._connection is None:
                 return False
             try:
-                await self._connection.execute(TABLELESS[STILL_HELD])
-            except (SQLAlchemyError, OSError):
+                await _drop_statement_snapshot(self._connection)
+            except Exception:  # the driver's own errors too (a raw round trip): the session is gone
                 logger.warning(
                     "advisory lock %r: its session is gone; the lock is lost",
                     self.key,
@@ -222,6 +221,21 @@ class AdvisoryLock:
     def __repr__(self) -> str:
         state = "released" if self._released else ("lost" if self.lost else "held")
         return f"AdvisoryLock({self.key!r}, {state})"
+
+
+async def _drop_statement_snapshot(connection: AsyncConnection) -> None:
+    """STILL_HELD through the driver's simple query protocol: one round trip that proves the
+    holding session alive AND leaves its idle transaction holding no snapshot.
+
+    Every SQLAlchemy statement on asyncpg is an extended-protocol one, whose unnamed portal
+    stays open in the transaction until the next statement, and the portal keeps its snapshot:
+    the lock's idle transaction then pinned the database's xmin horizon (``backend_xmin``) for
+    as long as the lock was held, a whole run for a single-runner job (J4), so no dead row
+    anywhere could be removed meanwhile (J22's horizon read showed the lock holders). A
+    simple-protocol statement drops that portal and keeps none."""
+    raw = await connection.get_raw_connection()
+    driver: Any = raw.driver_connection  # asyncpg's Connection: execute() without arguments
+    await driver.execute(STILL_HELD.sql)
 
 
 async def _close(connection: AsyncConnection, key: str, freed: asyncio.Event | None = None) -> None:
@@ -302,6 +316,8 @@ class AdvisoryLockProvider:
                 got = (
                     await connection.execute(TABLELESS[TRY_LOCK], {"lock_id": lock_id})
                 ).scalar_one()
+                if got:
+                    await _drop_statement_snapshot(connection)
             if got:
                 lock = AdvisoryLock(
                     connection=connection,

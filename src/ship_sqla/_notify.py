@@ -59,6 +59,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from ship_sqla._failover import Hosts, connect_any
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._sql.notify import LISTENER_PROBE
 from ship_sqla.kernel._clock import SystemClock
@@ -109,6 +110,10 @@ PROBE_TIMEOUT: Final = 5.0
 listener is judged not live."""
 HEALTH_INTERVAL: Final = 30.0
 """Seconds (on the listener's clock) between probes of a live listener."""
+WRITABLE_HEALTH_INTERVAL: Final = 2.0
+"""Seconds between probes of a live listener whose URL asks for a writable server (J24): a
+server that turned read-only reports it in the replies of the next two probes, so the listener
+moves to the new primary within a few seconds of a switchover."""
 IO_TIMEOUT: Final = 10.0
 """Real seconds any one socket operation of the listener (connect, LISTEN, probe, close) may
 take before the connection is given up and replaced."""
@@ -218,6 +223,18 @@ def _connect_args(url: URL, dialect: Dialect, what: str) -> dict[str, Any]:
     return options
 
 
+def _read_only(connection: asyncpg.Connection | None) -> bool:
+    """Whether the server of ``connection`` reported itself read-only (``in_hot_standby`` or
+    ``default_transaction_read_only`` on: PostgreSQL 14+ reports both whenever they change)."""
+    if connection is None:
+        return False
+    settings = connection.get_settings()
+    return "on" in (
+        getattr(settings, "in_hot_standby", None),
+        getattr(settings, "default_transaction_read_only", None),
+    )
+
+
 def listener_for(
     database: Database,
     listen: Listen,
@@ -238,6 +255,7 @@ def listener_for(
     else:
         options = _connect_args(_parsed(listen, name), _ASYNCPG_DIALECT, name)
     settings = dict(options.pop("server_settings", None) or {})
+    hosts = Hosts()  # J24: each host of a multi-host URL tried with a bounded connect
     # Unnamed statements only: a pooler may hand the session's prepared statements to others.
     options["statement_cache_size"] = 0
 
@@ -246,7 +264,7 @@ def listener_for(
         connect_options = {**options, "server_settings": {**settings, **named}}
 
         async def connect() -> asyncpg.Connection:
-            return await asyncpg.connect(**connect_options)
+            return await connect_any(connect_options, hosts)
 
         return connect
 
@@ -257,6 +275,7 @@ def listener_for(
         report_error=report_error,
         probe_timeout=probe_timeout,
         probe_connect=connector(_PROBE_APPLICATION_NAME_PREFIX),
+        writable_only=str(options.get("target_session_attrs")) in ("read-write", "primary"),
     )
 
 
@@ -311,14 +330,20 @@ class Listener:
         backoff: Backoff = ERROR_BACKOFF,
         not_live_backoff: Backoff = NOT_LIVE_BACKOFF,
         probe_connect: Callable[[], Awaitable[asyncpg.Connection]] | None = None,
+        writable_only: bool = False,
     ) -> None:
         self.name = name
+        self._writable_only = writable_only
+        """J24: the URL asks for a server that accepts writes (``target_session_attrs``
+        read-write or primary): a connection whose server turned read-only is replaced."""
         self._connect = connect
         self._probe_connect = probe_connect if probe_connect is not None else connect
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._report_error = report_error
         self._probe_timeout = probe_timeout
-        self._health_interval = health_interval
+        self._health_interval = (
+            min(health_interval, WRITABLE_HEALTH_INTERVAL) if writable_only else health_interval
+        )
         self._backoff = backoff
         self._not_live_backoff = not_live_backoff
         self._probe_channel = f"ship_sqla.probe:{secrets.token_hex(8)}"
@@ -558,6 +583,15 @@ class Listener:
                 " network; notifications sent until it is back may be missed (the poll and"
                 " the reconnect cover them).",
                 fix="nothing: it reconnects with backoff. Check the database if it repeats.",
+            )
+        if self._writable_only and not self._stopping and _read_only(self._connection):
+            raise ListenerLostError(
+                f"the {self.name} listener's server became read-only (a standby, or a primary"
+                " demoted by a failover or a switchover): commits happen elsewhere now, and"
+                " their notifications would never reach it (J24).",
+                fix="nothing: it reconnects to the host that accepts writes; list every host"
+                " in the URL with target_session_attrs=read-write (docs/production.md,"
+                " Failover).",
             )
 
     async def _io(self, operation: Awaitable[Any], what: str) -> Any:  # noqa: ANN401 - the driver's

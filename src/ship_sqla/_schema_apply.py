@@ -9,7 +9,11 @@ predicate) is reported, never silently "fixed". Running it again creates nothing
 idempotent, and two at once are serialised by a transaction-level advisory lock.
 
 Tables are created, never altered or dropped: an existing table that differs needs a
-migration (Alembic autogenerate sees the same factories).
+migration (Alembic autogenerate sees the same factories). One exception, J21's storage options
+(:mod:`ship_sqla._storage_options`): a new table gets them with its ``CREATE TABLE``, and an
+existing table gets those it lacks (one ``ALTER TABLE ... SET``, a SHARE UPDATE EXCLUSIVE lock
+that reads and writes do not wait for); an option set to another value is left as it is and
+reported by the check.
 """
 
 from __future__ import annotations
@@ -30,11 +34,12 @@ from ship_sqla._jobs import (
     ship_job_workers_table,
 )
 from ship_sqla._locks import ship_lock_fences_table
-from ship_sqla._naming import fill
+from ship_sqla._naming import fill, quoted_table
 from ship_sqla._outbox import ship_outbox_table
 from ship_sqla._schema_check import check_schema
 from ship_sqla._sql import TABLELESS
-from ship_sqla._sql.schema_apply import APPLY_LOCK, CREATE_SCHEMA
+from ship_sqla._sql.schema_apply import APPLY_LOCK, CREATE_SCHEMA, TABLE_OPTIONS
+from ship_sqla._storage_options import storage_options, storage_options_ddl
 from ship_sqla._webhooks import (
     ship_webhook_deliveries_table,
     ship_webhook_endpoints_table,
@@ -47,7 +52,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Table
     from sqlalchemy.engine import Connection
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
     from ship_sqla._schema_check import SchemaReport
 
@@ -156,6 +161,8 @@ class ApplyReport:
     existing: tuple[str, ...]
     created_schemas: tuple[str, ...]
     check: SchemaReport
+    options_set: tuple[str, ...] = ()
+    """Existing tables whose missing storage options were set (J21)."""
 
     @property
     def ok(self) -> bool:
@@ -187,6 +194,9 @@ async def apply_ship_schema(engine: AsyncEngine, metadata: MetaData) -> ApplyRep
         missing = await connection.run_sync(_missing, tables)
         if missing:
             await connection.run_sync(metadata.create_all, tables=missing, checkfirst=False)
+        options_set = await _set_missing_options(
+            connection, [t for t in tables if t not in missing]
+        )
     report = await check_schema(engine, metadata, extra_tables=False)
     created = {t.key for t in missing}
     return ApplyReport(
@@ -194,4 +204,23 @@ async def apply_ship_schema(engine: AsyncEngine, metadata: MetaData) -> ApplyRep
         existing=tuple(t.key for t in tables if t.key not in created),
         created_schemas=tuple(created_schemas),
         check=report,
+        options_set=tuple(options_set),
     )
+
+
+async def _set_missing_options(connection: AsyncConnection, tables: list[Table]) -> list[str]:
+    """J21: each existing table's declared storage options it lacks, set; the tables changed."""
+    changed: list[str] = []
+    for table in tables:
+        declared = storage_options(table)
+        if not declared:
+            continue
+        live = (
+            await connection.execute(TABLELESS[TABLE_OPTIONS], {"name": quoted_table(table)})
+        ).scalar_one_or_none() or ()
+        present = {option.split("=", 1)[0] for option in live}
+        lacking = {name: value for name, value in declared.items() if name not in present}
+        if lacking:
+            await connection.exec_driver_sql(storage_options_ddl(table, lacking))
+            changed.append(table.key)
+    return changed

@@ -17,8 +17,13 @@ constraints from ``pg_get_constraintdef``, index columns from ``pg_get_indexdef`
 casts and parentheses are normalised by the server, not guessed by us. The check needs only the
 ``TEMPORARY`` privilege (granted to every role by default) and leaves nothing behind.
 
-Limits: column order, comments, storage parameters, triggers, grants and row-level security
-are not compared; identity columns are compared as identity, not by their sequence options.
+Storage options (J21) are compared with the metadata's declaration
+(:func:`~ship_sqla._storage_options.storage_options`), not through the scratch copy: each
+declared option must be set to its value on the live table; options set beyond those are the
+operator's and are not reported.
+
+Limits: column order, comments, triggers, grants and row-level security are not compared;
+identity columns are compared as identity, not by their sequence options.
 When two schemas of the metadata hold same-named tables (or indexes) each schema is copied
 separately, and a foreign key between those schemas then cannot be copied (a temporary table
 may reference only temporary tables): the check says so rather than guess.
@@ -35,6 +40,7 @@ from sqlalchemy import Index, MetaData, PrimaryKeyConstraint, Table, UniqueConst
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ship_sqla._storage_options import storage_options, storage_options_ddl
 from ship_sqla.kernel._errors import ConfigurationError, OutageError
 
 if TYPE_CHECKING:
@@ -70,6 +76,7 @@ DifferenceKind = Literal[
     "index_predicate",
     "index_definition",
     "index_extra",
+    "storage_option",
 ]
 """What differs; reports list differences by table, then in this order."""
 
@@ -89,7 +96,7 @@ TEMP_NAMESPACE = text(
     "SELECT n.oid, n.nspname FROM pg_catalog.pg_namespace n WHERE n.oid = pg_my_temp_schema()"
 )
 TABLES_IN_NAMESPACE = text(
-    "SELECT c.oid, c.relname FROM pg_catalog.pg_class c"
+    "SELECT c.oid, c.relname, c.reloptions FROM pg_catalog.pg_class c"
     " WHERE c.relnamespace = :namespace AND c.relkind IN ('r', 'p')"
 )
 COLUMNS = text(
@@ -252,6 +259,8 @@ class _Table:
     columns: Mapping[str, _Column]
     constraints: Mapping[str, _Constraint]
     indexes: Mapping[str, _Index]
+    options: Mapping[str, str] = attrs.field(factory=dict)
+    """Storage options (``pg_class.reloptions``) by name, as PostgreSQL keeps their text."""
 
 
 _NEXTVAL = re.compile(r"nextval\('[^']*'::regclass\)")
@@ -298,11 +307,14 @@ def _default_of(row: Any, normalize: _Normalizer) -> str | None:  # noqa: ANN401
 def _read_tables(
     connection: Connection, namespace: int, names: Collection[str], normalize: _Normalizer
 ) -> dict[str, _Table]:
-    oids: dict[int, str] = {
-        row.oid: row.relname
-        for row in connection.execute(TABLES_IN_NAMESPACE, {"namespace": namespace})
-        if row.relname in names
-    }
+    oids: dict[int, str] = {}
+    options: dict[str, dict[str, str]] = {}
+    for row in connection.execute(TABLES_IN_NAMESPACE, {"namespace": namespace}):
+        if row.relname in names:
+            oids[row.oid] = row.relname
+            options[row.relname] = dict(
+                option.split("=", 1) for option in (row.reloptions or ()) if "=" in option
+            )
     columns: dict[str, dict[str, _Column]] = {name: {} for name in oids.values()}
     constraints: dict[str, dict[str, _Constraint]] = {name: {} for name in oids.values()}
     indexes: dict[str, dict[str, _Index]] = {name: {} for name in oids.values()}
@@ -329,7 +341,12 @@ def _read_tables(
                 definition=normalize(definition) or "",
             )
     return {
-        name: _Table(columns=columns[name], constraints=constraints[name], indexes=indexes[name])
+        name: _Table(
+            columns=columns[name],
+            constraints=constraints[name],
+            indexes=indexes[name],
+            options=options[name],
+        )
         for name in oids.values()
     }
 
@@ -775,7 +792,45 @@ def _compare_table(table: Table, live: _Table | None, wanted: _Table) -> list[Sc
         *_compare_columns(table.key, live.columns, wanted.columns),
         *_compare_constraints(table.key, live.constraints, wanted.constraints),
         *_compare_indexes(table.key, live.indexes, wanted.indexes),
+        *_compare_options(table, live.options),
     ]
+
+
+def _same_option(live: str, declared: float) -> bool:
+    try:
+        return float(live) == float(declared)
+    except ValueError:
+        return live == str(declared)
+
+
+def _compare_options(table: Table, live: Mapping[str, str]) -> list[SchemaDifference]:
+    """J21: each storage option the metadata declares (:mod:`ship_sqla._storage_options`) is
+    set on the live table to the same value. Options the operator set beyond them are theirs
+    and not reported."""
+    found: list[SchemaDifference] = []
+    for name, value in storage_options(table).items():
+        current = live.get(name)
+        if current is not None and _same_option(current, value):
+            continue
+        fix = storage_options_ddl(table, {name: value})
+        state = "not set" if current is None else current
+        found.append(
+            SchemaDifference(
+                "storage_option",
+                table.key,
+                name,
+                f"storage option {name} is {state} on the table; the metadata declares"
+                f" {name}={value} (J21). Fix: {fix}"
+                + (
+                    "; or `ship-sqla schema apply`, which sets missing ones."
+                    if current is None
+                    else "."
+                ),
+                database=None if current is None else f"{name}={current}",
+                metadata=f"{name}={value}",
+            )
+        )
+    return found
 
 
 async def check_schema(

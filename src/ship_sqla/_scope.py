@@ -34,6 +34,7 @@ from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from ship_sqla._direct import DirectStatements, copy_in_transaction
+from ship_sqla._failover import follow_primary
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel._errors import (
     ConfigurationError,
@@ -546,6 +547,7 @@ class StoreConnections:
         self._read_committed: AsyncEngine | None = None
         self._direct: DirectStatements | None = None
         if isinstance(database, AsyncEngine):
+            follow_primary(database)  # J24
             self._autocommit = database.execution_options(isolation_level="AUTOCOMMIT")
             self._read_committed = database.execution_options(isolation_level="READ COMMITTED")
             self._direct = DirectStatements(self._autocommit)

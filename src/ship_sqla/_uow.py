@@ -11,6 +11,12 @@ U4 ``after_commit`` callbacks run after the outermost commit only, never after a
 U5 A ``run`` inside an active run joins the outer transaction (or a SAVEPOINT with
    ``savepoint=True``); it never silently opens a second connection.
 
+J24 Every statement of a run and its COMMIT (or ROLLBACK) is bounded by the unit of work's
+   ``operation_timeout``: one that does not finish in time (a server that stopped answering,
+   a lock held for long) ends the run with :class:`UnitOfWorkTimeoutError`, its connection
+   dropped (never handed back to the pool mid-statement). It is an operation timeout, not a
+   deadline for the whole run: the handler's own waits between statements are not counted.
+
 A database outage is :class:`~ship_sqla.errors.DatabaseUnavailableError`. A run whose pooled
 connection turns out dead before any of its statements completed (a connection the server
 closed while it sat in the pool, e.g. across a restart) is re-run once on a fresh connection:
@@ -19,9 +25,10 @@ no statement of it can have committed. Once a statement of the run completed, ne
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from contextlib import asynccontextmanager, contextmanager
-from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Final, Generic, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import URL
@@ -29,6 +36,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._engine import create_engine
+from ship_sqla._failover import follow_primary
 from ship_sqla._scope import (
     Database,
     TransactionScope,
@@ -41,15 +49,27 @@ from ship_sqla._scope import (
     tenant_within,
 )
 from ship_sqla._sql_errors import database_outage_translated, sqlstate_of
-from ship_sqla.kernel._errors import ConfigurationError, DatabaseUnavailableError, RollbackOnlyError
+from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
+from ship_sqla.kernel._errors import (
+    ConfigurationError,
+    DatabaseTimeoutError,
+    DatabaseUnavailableError,
+    RollbackOnlyError,
+)
 from ship_sqla.kernel._tenancy import ambient_tenant, tenant_ambient
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+    from sqlalchemy.engine import Connection
     from sqlalchemy.engine.interfaces import IsolationLevel
 
-__all__ = ["UnitOfWork", "create_unit_of_work"]
+__all__ = [
+    "DEFAULT_OPERATION_TIMEOUT",
+    "UnitOfWork",
+    "UnitOfWorkTimeoutError",
+    "create_unit_of_work",
+]
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -60,6 +80,19 @@ RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})
 """serialization_failure and deadlock_detected: the transaction may succeed when re-run."""
 
 _RUN = "uow.run"
+
+DEFAULT_OPERATION_TIMEOUT: Final = 30.0
+"""Seconds one statement, COMMIT or ROLLBACK of a ``uow.run`` may take (J24)."""
+
+
+class UnitOfWorkTimeoutError(DatabaseTimeoutError):
+    """A statement, the COMMIT or the ROLLBACK of a ``uow.run`` did not finish within the unit
+    of work's ``operation_timeout`` (J24). The run's connection was dropped: the transaction
+    was rolled back by the server, except when the COMMIT was cut off (the message says so),
+    whose outcome is unknown."""
+
+    code = "SHIP_SQLA_UOW_TIMEOUT"
+
 
 _ISOLATION_LEVELS = frozenset(
     {"SERIALIZABLE", "REPEATABLE READ", "READ COMMITTED", "READ UNCOMMITTED", "AUTOCOMMIT"}
@@ -90,6 +123,7 @@ class UnitOfWork(Generic[R]):
         isolation_level: IsolationLevel | None = None,
         max_attempts: int = 3,
         row_level_security: bool = False,
+        operation_timeout: float | None = DEFAULT_OPERATION_TIMEOUT,
     ) -> None:
         if not isinstance(bind, AsyncEngine | AsyncConnection):
             raise ConfigurationError(
@@ -104,11 +138,22 @@ class UnitOfWork(Generic[R]):
                 f"max_attempts must be at least 1, got {max_attempts}.",
                 fix="use 1 to disable re-running on serialization failures.",
             )
+        if isinstance(bind, AsyncEngine):
+            follow_primary(bind)  # J24
+            if operation_timeout is not None:
+                _install_clock(bind)
         self._bind = bind
         self._repositories = repositories
         self._isolation_level = isolation_level
         self._max_attempts = max_attempts
         self._row_level_security = row_level_security
+        self._operation_timeout = (
+            None
+            if operation_timeout is None
+            else require_duration(
+                operation_timeout, "operation_timeout", maximum=MAX_OPERATION_TIMEOUT
+            )
+        )
 
     @property
     def bind(self) -> Database:
@@ -201,7 +246,7 @@ class UnitOfWork(Generic[R]):
         tenant: str | None,
         isolation_level: IsolationLevel | None,
     ) -> T:
-        watch = _StatementWatch()
+        watch = _StatementWatch(self._operation_timeout)
         try:
             async with self._transaction(isolation_level, watch) as connection:
                 scope = TransactionScope(connection, database=self._bind, tenant=tenant)
@@ -290,30 +335,71 @@ class UnitOfWork(Generic[R]):
                     await connection.execution_options(isolation_level=isolation_level)
                 # driver_only=False: the block runs the application's handler, whose own
                 # OSErrors (its network calls) are not outages and pass unchanged.
-                async with committed(connection, _RUN, driver_only=False):
+                async with watch.bounded(), committed(connection, _RUN, driver_only=False):
                     yield connection
 
 
 class _StatementWatch:
     """Counts the run's statements that completed, via SQLAlchemy's ``after_cursor_execute``
-    event on the run's own connection (one listener per run, removed when it ends).
+    event on the run's own connection (one listener per run, removed when it ends), and bounds
+    each statement, COMMIT and ROLLBACK of the run (J24): the engine's ``before_cursor_execute``,
+    ``commit`` and ``rollback`` listeners (:class:`_Arm`) arm the run's ``asyncio.timeout``
+    (:meth:`bounded`) for ``timeout`` seconds, ``after_cursor_execute`` disarms it. A
+    statement that raises leaves it armed until the next statement (a savepoint's ROLLBACK TO
+    included) or the run's end.
 
     A run that fails with an outage while the count is 0 on a connection it got from the pool
     had a dead connection before its first statement (with asyncpg, the failure is the BEGIN
     sent ahead of that statement): nothing of it can have committed, so it may be re-run.
     """
 
-    __slots__ = ("__weakref__", "completed", "connected")
+    __slots__ = ("__weakref__", "_bound", "_timeout", "completed", "connected", "ending")
     ship_sqla_own_listener: ClassVar[bool] = True
     """:data:`ship_sqla._direct.OWN_LISTENER`: a bulk's COPY (which it does not see) runs only
     after a statement it counted, so its count needs no COPY."""
 
-    def __init__(self) -> None:
+    def __init__(self, timeout: float | None = None) -> None:
         self.completed = 0
         self.connected = False
+        self.ending: str | None = None
+        """"COMMIT" or "ROLLBACK" once the run's transaction is ending."""
+        self._timeout = timeout
+        self._bound: asyncio.Timeout | None = None
 
     def __call__(self, *_: object) -> None:
         self.completed += 1
+        bound = self._bound
+        if bound is not None and not bound.expired():
+            bound.reschedule(None)
+
+    def arm(self, ending: str | None = None) -> None:
+        """Start the clock of one statement (or of the COMMIT / ROLLBACK: ``ending``)."""
+        bound = self._bound
+        if bound is None or self._timeout is None or bound.expired():
+            return  # no bound, or it already cut the run off (its ROLLBACK is not timed)
+        if ending is not None:
+            self.ending = ending
+        bound.reschedule(asyncio.get_running_loop().time() + self._timeout)
+
+    @asynccontextmanager
+    async def bounded(self) -> AsyncIterator[None]:
+        """The run's statement clock (see the class docstring): a statement, COMMIT or
+        ROLLBACK cut off by it raises :class:`UnitOfWorkTimeoutError`."""
+        if self._timeout is None:
+            yield
+            return
+        bound = asyncio.timeout(None)
+        try:
+            async with bound:
+                self._bound = bound
+                try:
+                    yield
+                finally:
+                    self._bound = None
+        except TimeoutError as exc:
+            if isinstance(exc, DatabaseTimeoutError) or not bound.expired():
+                raise
+            raise _timed_out(self.ending, self._timeout) from exc
 
     @property
     def dead_before_first_statement(self) -> bool:
@@ -324,11 +410,71 @@ class _StatementWatch:
         target = connection.sync_connection
         assert target is not None  # noqa: S101 - a started connection
         self.connected = True
+        info = target.info if self._timeout is not None else None
+        if info is not None:
+            info[_WATCH] = self  # what the engine's _Arm listeners arm
         event.listen(target, "after_cursor_execute", self)
         try:
             yield
         finally:
             event.remove(target, "after_cursor_execute", self)
+            if info is not None and info.get(_WATCH) is self:
+                del info[_WATCH]
+
+
+class _Arm:
+    """An engine listener (installed once per engine, :func:`_install_clock`) that arms the
+    statement clock of the run whose connection it fires on (its :class:`_StatementWatch` in the
+    connection's ``info`` while the run watches): before each statement (``ending`` None), or
+    before the COMMIT or ROLLBACK (the ``commit`` / ``rollback`` events)."""
+
+    __slots__ = ("__weakref__", "_ending")
+    ship_sqla_own_listener: ClassVar[bool] = True
+    """:data:`ship_sqla._direct.OWN_LISTENER`: it keeps no statement off the direct path."""
+
+    def __init__(self, ending: str | None) -> None:
+        self._ending = ending
+
+    def __call__(self, conn: Connection, *args: object) -> object:
+        if not conn.invalidated:
+            watch = conn.info.get(_WATCH)
+            if watch is not None:
+                watch.arm(self._ending)
+        # before_cursor_execute is listened with retval=True (unwrapped, so the OWN_LISTENER
+        # mark stays visible): it hands back the statement and parameters unchanged.
+        return args[1:3] if self._ending is None else None
+
+
+_WATCH: Final = "ship_sqla_statement_watch"
+"""The connection ``info`` key of the run's :class:`_StatementWatch` while it watches."""
+
+_ARMS: Final = {
+    "before_cursor_execute": _Arm(None),
+    "commit": _Arm("COMMIT"),
+    "rollback": _Arm("ROLLBACK"),
+}
+
+
+def _install_clock(engine: AsyncEngine) -> None:
+    """The statement clock's listeners on ``engine``, once (J24)."""
+    target = engine.sync_engine
+    for name, arm in _ARMS.items():
+        if not event.contains(target, name, arm):
+            event.listen(target, name, arm, retval=name == "before_cursor_execute")
+
+
+def _timed_out(ending: str | None, timeout: float) -> UnitOfWorkTimeoutError:
+    if ending == "COMMIT":
+        what = "its COMMIT was cut off: the work may or may not have committed"
+    else:
+        what = f"a {'ROLLBACK' if ending else 'statement'} was cut off: nothing of it committed"
+    return UnitOfWorkTimeoutError(
+        f"uow.run did not finish an operation within its operation_timeout of {timeout:g} s"
+        f" (the database stopped answering, is overloaded, or a lock is held for long); {what}."
+        " Its connection was dropped.",
+        fix="check the database, then retry the work (handlers are re-runnable, U3). Raise"
+        " create_unit_of_work(operation_timeout=...) if statements this long are expected.",
+    )
 
 
 class _DeadBeforeFirstStatementError(Exception):
@@ -353,6 +499,7 @@ def create_unit_of_work(
     isolation_level: IsolationLevel | None = None,
     max_attempts: int = 3,
     row_level_security: bool = False,
+    operation_timeout: float | None = DEFAULT_OPERATION_TIMEOUT,
 ) -> UnitOfWork[R]:
     """Build a unit of work over ``bind``: an ``AsyncEngine``, a connection in a transaction, or
     a database URL (``postgresql://`` or ``postgresql+asyncpg://`` alike, as ``ship-sqla``
@@ -364,6 +511,10 @@ def create_unit_of_work(
     ``max_attempts`` bounds re-runs on serialization failures and deadlocks (U3).
     ``row_level_security=True`` sets ``ship.tenant_id`` at the start of each run (see
     :func:`ship_sqla.schema.tenant_policy_ddl`).
+    ``operation_timeout`` (J24; seconds, default 30; None: no bound): how long any one
+    statement, COMMIT or ROLLBACK of a run may take before :class:`UnitOfWorkTimeoutError` (its
+    connection dropped); the handler's own time between statements is not counted (a job's
+    handler is bounded by its job's ``timeout``). Not applied on a connection (the test path).
     """
     if isinstance(bind, str | URL):
         bind = create_engine(bind)
@@ -373,4 +524,5 @@ def create_unit_of_work(
         isolation_level=isolation_level,
         max_attempts=max_attempts,
         row_level_security=row_level_security,
+        operation_timeout=operation_timeout,
     )

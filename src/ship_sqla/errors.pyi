@@ -10,11 +10,13 @@ from ship_sqla._outbox import OutboxPayloadError as OutboxPayloadError
 from ship_sqla._outbox import OutboxPayloadTooLargeError as OutboxPayloadTooLargeError
 from ship_sqla._outbox import OutboxPublishError as OutboxPublishError
 from ship_sqla._outbox import OutboxSinkRejectedError as OutboxSinkRejectedError
+from ship_sqla._outbox import OutboxTimeoutError as OutboxTimeoutError
 from ship_sqla._repository import RepositoryUsageError as RepositoryUsageError
 from ship_sqla._repository_guard import UnsafeExpressionError as UnsafeExpressionError
 from ship_sqla._schema_check import SchemaCheckError as SchemaCheckError
 from ship_sqla._schema_probe import MissingTablesError as MissingTablesError
 from ship_sqla._server import NoServerError as NoServerError
+from ship_sqla._uow import UnitOfWorkTimeoutError as UnitOfWorkTimeoutError
 from ship_sqla._webhooks import WebhookDeliveryFailedError as WebhookDeliveryFailedError
 from ship_sqla._webhooks import WebhookEventInProgressError as WebhookEventInProgressError
 from ship_sqla._webhooks import WebhookEventNotFoundError as WebhookEventNotFoundError
@@ -52,6 +54,7 @@ from ship_sqla.kernel._evolution import WorkflowChangedError as WorkflowChangedE
 from ship_sqla.kernel._evolution import WorkflowDivergedError as WorkflowDivergedError
 from ship_sqla.kernel._fences import LockHeldError as LockHeldError
 from ship_sqla.kernel._fences import StaleFenceError as StaleFenceError
+from ship_sqla.kernel._history import HistoryFormatError as HistoryFormatError
 from ship_sqla.kernel._job_context import ResourcesNotConfiguredError as ResourcesNotConfiguredError
 from ship_sqla.kernel._jobs import JobVersionUnavailableError as JobVersionUnavailableError
 from ship_sqla.kernel._keys import InvalidKeyError as InvalidKeyError
@@ -71,6 +74,7 @@ from ship_sqla.kernel._ports import JobLeaseStaleError as JobLeaseStaleError
 from ship_sqla.kernel._priority import InvalidPriorityError as InvalidPriorityError
 from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
 from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
+from ship_sqla.kernel._replay import ReplayFailedError as ReplayFailedError
 from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
 from ship_sqla.kernel._settlement import JobSettleRefusedError as JobSettleRefusedError
 from ship_sqla.kernel._transactional import (
@@ -105,6 +109,7 @@ __all__ = (
     "DatabaseTimeoutError",
     "DatabaseUnavailableError",
     "DuplicateJobError",
+    "HistoryFormatError",
     "IdempotencyClaimLostError",
     "IdempotencyKeyError",
     "IdempotencyRecordCorruptError",
@@ -139,9 +144,11 @@ __all__ = (
     "OutboxPayloadTooLargeError",
     "OutboxPublishError",
     "OutboxSinkRejectedError",
+    "OutboxTimeoutError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "RefusedError",
+    "ReplayFailedError",
     "RepositoryUsageError",
     "ResourcesNotConfiguredError",
     "RetryAfter",
@@ -158,6 +165,7 @@ __all__ = (
     "TenantViolationError",
     "TerminalError",
     "TransactionalHandlerMisuseError",
+    "UnitOfWorkTimeoutError",
     "UnknownJobError",
     "UnknownProjectionError",
     "UnsafeExpressionError",

@@ -3,6 +3,11 @@ from ship_sqla._notify import Listener as Listener
 from ship_sqla.kernel._browse import ConsumerKeyProgress as ConsumerKeyProgress
 from ship_sqla.kernel._browse import ScheduleState as ScheduleState
 from ship_sqla.kernel._browse import ThroughputBucket as ThroughputBucket
+from ship_sqla.kernel._health import HealthAlarm as HealthAlarm
+from ship_sqla.kernel._health import HealthBounds as HealthBounds
+from ship_sqla.kernel._health import HorizonHolder as HorizonHolder
+from ship_sqla.kernel._health import StorageHealth as StorageHealth
+from ship_sqla.kernel._health import TableHealth as TableHealth
 from ship_sqla.kernel._job_context import Cancellation as Cancellation
 from ship_sqla.kernel._job_context import CancelReason as CancelReason
 from ship_sqla.kernel._jobs import DEFAULT_MAX_PAYLOAD_BYTES as DEFAULT_MAX_PAYLOAD_BYTES
@@ -19,6 +24,7 @@ from ship_sqla.kernel._jobs import RetryPolicy as RetryPolicy
 from ship_sqla.kernel._jobs import Schedule as Schedule
 from ship_sqla.kernel._keys import MAX_KEY_CHARS as MAX_KEY_CHARS
 from ship_sqla.kernel._metrics import JOB_METRIC_NAMES as JOB_METRIC_NAMES
+from ship_sqla.kernel._metrics import STORAGE_METRIC_NAMES as STORAGE_METRIC_NAMES
 from ship_sqla.kernel._metrics import JobMetrics as JobMetrics
 from ship_sqla.kernel._metrics import JobOutcome as JobOutcome
 from ship_sqla.kernel._operations import BulkResult as BulkResult
@@ -56,6 +62,7 @@ __all__ = (
     "MAX_KEY_CHARS",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "STORAGE_METRIC_NAMES",
     "TERMINAL_STATES",
     "Backoff",
     "BulkResult",
@@ -69,7 +76,10 @@ __all__ = (
     "EnqueueResult",
     "FailureKind",
     "Fairness",
+    "HealthAlarm",
+    "HealthBounds",
     "HistoryKind",
+    "HorizonHolder",
     "IdempotencyPolicy",
     "Inbox",
     "JobDefinition",
@@ -95,6 +105,8 @@ __all__ = (
     "Schedule",
     "ScheduleState",
     "StateCount",
+    "StorageHealth",
+    "TableHealth",
     "ThroughputBucket",
     "WorkerRecord",
     "next_occurrence",

@@ -38,7 +38,7 @@ from ship_sqla import (
     create_job_backend,
     define_job,
 )
-from ship_sqla.jobs import Schedule
+from ship_sqla.jobs import HealthBounds, Schedule
 from ship_sqla.kernel import completed
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -109,7 +109,9 @@ async def seeded(ship_engine):
     return backend
 
 
-def _serve(ship_engine_url: str, refresh_seconds: float) -> Any:
+def _serve(
+    ship_engine_url: str, refresh_seconds: float, health_bounds: HealthBounds | None = None
+) -> Any:
     """uvicorn serving the dashboard, mounted at /ops (``dashboard_support.served``)."""
     from starlette.applications import Starlette  # noqa: PLC0415 - the dashboard extra
     from starlette.routing import Mount  # noqa: PLC0415
@@ -117,7 +119,11 @@ def _serve(ship_engine_url: str, refresh_seconds: float) -> Any:
     _, runs, state, workers, audit_table = dashboard_tables()
     engine = create_async_engine(ship_engine_url)
     backend = create_job_backend(
-        database=engine, table=runs, state_table=state, workers_table=workers
+        database=engine,
+        table=runs,
+        state_table=state,
+        workers_table=workers,
+        health_bounds=health_bounds,
     )
     dashboard = create_dashboard(
         backend,
@@ -141,6 +147,13 @@ def server(seeded, ship_engine_url) -> Iterator[str]:
 def polling_server(seeded, ship_engine_url) -> Iterator[str]:
     """The dashboard at /ops, its overview and workers pages polling every 200 ms."""
     with _serve(ship_engine_url, refresh_seconds=0.2) as base:
+        yield base + "/ops"
+
+
+@pytest.fixture
+def alarmed_server(seeded, ship_engine_url) -> Iterator[str]:
+    """The dashboard at /ops with a horizon bound every held snapshot has crossed (J22)."""
+    with _serve(ship_engine_url, 0, HealthBounds(horizon_alarm=1e-6)) as base:
         yield base + "/ops"
 
 
@@ -414,3 +427,32 @@ async def test_s2_pages_work_under_the_content_security_policy_issue_25(
         " document.body.appendChild(i);"
     )
     _wait(browser, lambda d: any("img-src" in m for m in _csp_violations(d)))
+
+
+async def test_j22_the_health_banner_shows_while_a_snapshot_is_held(
+    alarmed_server, browser, ship_engine
+):
+    """J22: while a REPEATABLE READ transaction holds a snapshot past the bound, every page
+    shows the database-health banner naming its holder (pid, application name; never its
+    query), styled under the Content-Security-Policy; once it ends the banner is gone."""
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    _as(browser, alarmed_server, "admin")
+    browser.get(alarmed_server + "/")
+    assert not browser.find_elements(By.ID, "health-banner")
+    async with ship_engine.connect() as plain:
+        holder = await plain.execution_options(isolation_level="REPEATABLE READ")
+        await holder.execute(text("SET application_name = 'nightly-report'"))
+        await holder.execute(text("SELECT 'never-shown', count(*) FROM pg_class"))
+        pid = (await holder.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+        browser.get(alarmed_server + "/runs?state=dead")
+        banner = browser.find_element(By.ID, "health-banner")
+        assert f"pid {pid}" in banner.text
+        assert "nightly-report" in banner.text
+        assert "never-shown" not in browser.page_source
+        assert banner.value_of_css_property("background-color") == "rgba(255, 235, 238, 1)"
+        _shot(browser, "health-banner")
+        await holder.rollback()
+    browser.get(alarmed_server + "/")
+    assert not browser.find_elements(By.ID, "health-banner")
+    assert _csp_violations(browser) == []

@@ -52,6 +52,7 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("jobs", "paused"),
         ("jobs", "demand"),
         ("jobs", "stats"),
+        ("jobs", "health"),
         ("enqueue",),
         ("dashboard",),
         ("backfill", "status"),
@@ -59,9 +60,11 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("webhooks", "endpoints", "list"),
         ("webhooks", "deliveries", "list"),
         ("webhooks", "deliveries", "show"),
+        ("workflows", "export"),
         ("workflows", "patches"),
         ("workflows", "versions"),
         ("workflows", "parked"),
+        ("workflows", "replay"),
     }
 )
 """The CLI's commands that are not operator actions: reads, the schema's tools, the worker and the

@@ -315,6 +315,7 @@ def _print_applied(report: ApplyReport, *, as_json: bool) -> None:
             "created": list(report.created),
             "existing": list(report.existing),
             "created_schemas": list(report.created_schemas),
+            "options_set": list(report.options_set),
             "check": report.check.to_dict(),
         }
         click.echo(json.dumps({"ok": report.ok, **body}, indent=2))
@@ -324,6 +325,8 @@ def _print_applied(report: ApplyReport, *, as_json: bool) -> None:
     click.echo(f"created {len(report.created)} table(s): {', '.join(report.created) or '-'}.")
     if report.existing:
         click.echo(f"already there: {', '.join(report.existing)}.")
+    if report.options_set:
+        click.echo(f"storage options set (J21) on: {', '.join(report.options_set)}.")
     click.echo(report.check.format_text())
     if not report.ok:
         click.echo(

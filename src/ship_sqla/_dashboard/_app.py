@@ -47,6 +47,7 @@ from ship_sqla._dashboard._html import (
     at,
     button_form,
     error_summary,
+    health_banner,
     hidden,
     layout,
     link,
@@ -343,8 +344,10 @@ class _Dashboard:
             content, status = f'<p class="error" id="problem">{text(exc)}</p>', 400
         if status == 400 and form is not None:  # noqa: PLR2004 - the refused request's form
             content += form(request.query_params)
+        banner = await self._health_banner(ops)
         if request.headers.get("x-ship-fragment") == "1":
-            return self._respond(request, HTMLResponse(f"<h1>{text(title)}</h1>{content}", status))
+            fragment = f"{banner}<h1>{text(title)}</h1>{content}"
+            return self._respond(request, HTMLResponse(fragment, status))
         html = layout(
             self.base(request),
             current,
@@ -356,8 +359,18 @@ class _Dashboard:
             flash=request.query_params.get("done"),
             error=request.query_params.get("failed"),
             poll_ms=self.poll_ms if poll else None,
+            banner=banner,
         )
         return self._respond(request, HTMLResponse(html, status))
+
+    async def _health_banner(self, ops: JobOperations) -> Html:
+        """J22: the banner of the storage-health alarms (a few catalog reads per page); none
+        for a viewer the authorizer does not let read it."""
+        try:
+            health = await ops.storage_health()
+        except PermissionDeniedError:
+            return ""
+        return health_banner([(alarm.kind, alarm.message) for alarm in health.alarms()])
 
     def _problem(self, request: Request, current: str, parameter: str, error: ShipError) -> Html:
         """A 400's content: which parameter was refused, the library's error (code, what, fix),

@@ -23,6 +23,7 @@ __all__ = [
     "at",
     "button_form",
     "error_summary",
+    "health_banner",
     "hidden",
     "layout",
     "link",
@@ -98,6 +99,20 @@ def button_form(
     )
 
 
+def health_banner(alarms: Sequence[tuple[str, str]]) -> Html:
+    """J22: the storage-health alarms (kind, message with its fix) as one small banner on every
+    page; nothing while the database is healthy (or its health unknown)."""
+    if not alarms:
+        return ""
+    items = "".join(
+        f'<li data-alarm="{text(kind)}">{text(message)}</li>' for kind, message in alarms
+    )
+    return (
+        '<div class="error banner" id="health-banner" role="alert"><strong>Database'
+        f" health</strong> (<code>ship-sqla jobs health</code>)<ul>{items}</ul></div>"
+    )
+
+
 def layout(
     base: str,
     current: str,
@@ -110,6 +125,7 @@ def layout(
     flash: str | None = None,
     error: str | None = None,
     poll_ms: int | None = None,
+    banner: Html = "",
 ) -> Html:
     links = "".join(
         f'<a class="{"on" if path == current else ""}" href="{text(base + (path or "/"))}">'
@@ -122,6 +138,7 @@ def layout(
         notes += f'<p class="flash" id="flash">{text(flash)}</p>'
     if error:
         notes += f'<p class="error" id="error">{text(error)}</p>'
+    notes += banner
     static = f"{base}/static"
     script = f'<script src="{text(static)}/{SCRIPT}" defer></script>' if poll_ms else ""
     polled = f' data-poll-ms="{int(poll_ms)}"' if poll_ms else ""

@@ -26,6 +26,7 @@ th,td{border-bottom:1px solid #e0e0e0;padding:4px 8px;text-align:left;vertical-a
 th{background:#eceff1}pre{background:#f5f5f5;padding:8px;overflow:auto;max-height:320px}
 .flash{background:#e8f5e9;border:1px solid #a5d6a7;padding:6px 10px}
 .error{background:#ffebee;border:1px solid #ef9a9a;padding:6px 10px}
+.banner ul{margin:4px 0 0;padding-left:18px}
 .state-dead{color:#c62828}.state-completed{color:#2e7d32}.state-running{color:#1565c0}
 form.inline{display:inline}button{margin:2px}.muted{color:#777}
 .filters label{margin-right:8px}.timeline li{margin-bottom:8px}

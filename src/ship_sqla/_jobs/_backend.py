@@ -63,7 +63,8 @@ Speed: claims and settles are batched (one statement for many runs, every kind o
 in the same one: ``SETTLE_IF_TOKEN_CURRENT``), statement texts are stable (compiled once by
 SQLAlchemy, prepared once per connection by asyncpg), and the backend's own statements run on
 autocommit connections, so a claim or a settle costs one round trip. A claim's commit does not
-wait for its WAL flush (``:tuned``).
+wait for its WAL flush (``:tuned``) unless the backend was made with ``synchronous_claims=True``
+(J24); settles, heartbeats and enqueues keep the server's ``synchronous_commit``.
 
 Errors: the backend raises; the runtime's loop catches, reports through :meth:`report_error`
 (J11) and retries. Every operation on the backend's own connections is bounded by
@@ -84,6 +85,7 @@ from sqlalchemy import MetaData, Table, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._jobs._admin import PostgresRunAdmin
+from ship_sqla._jobs._health import PostgresStorageHealth
 from ship_sqla._jobs._insert import RunInserter, inserted
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
@@ -117,6 +119,7 @@ from ship_sqla._jobs._tables import (
 from ship_sqla._jobs._workers import PostgresWorkerRegistry
 from ship_sqla._jobs._workflows import WAIT_LOCK_BUSY_RETRY, PostgresWorkflows
 from ship_sqla._locks import AdvisoryLockProvider, advisory_lock_provider
+from ship_sqla._naming import quoted_table
 from ship_sqla._notify import (
     Announcer,
     Listen,
@@ -173,6 +176,7 @@ if TYPE_CHECKING:
 
     from ship_sqla._notify import Listener, Subscription
     from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._health import HealthBounds, StorageHealth
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
@@ -233,6 +237,9 @@ _SUSPENDS_AT_ONCE: Final = 8
 """Workflow suspends of one settle batch run at once on an engine (each its own transaction)."""
 
 
+_MAX_TIMEOUT: Final = MAX_OPERATION_TIMEOUT
+
+
 class JobBackendTimeoutError(DatabaseTimeoutError):
     """A job backend operation did not finish within ``operation_timeout``; nothing is known
     about whether it took effect (a settle is fenced, so retrying it is safe)."""
@@ -272,6 +279,8 @@ class PostgresJobBackend(JobBackendBase):
         workers_table: Table | None = None,
         steps_table: Table | None = None,
         events_table: Table | None = None,
+        synchronous_claims: bool = False,
+        health_bounds: HealthBounds | None = None,
     ) -> None:
         _require_database(database)
         self._set_options(
@@ -280,13 +289,12 @@ class PostgresJobBackend(JobBackendBase):
             on_error=on_error,
             default_lock_provider=_default_locks(database, clock),
         )
-        timeout = require_duration(
-            operation_timeout, "operation_timeout", maximum=MAX_OPERATION_TIMEOUT
-        )
+        timeout = require_duration(operation_timeout, "operation_timeout", maximum=_MAX_TIMEOUT)
         _check_runs_table(table)
         self._database = database
         self._table = table
         self._state_table = state_table
+        self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
         self.statements: Final = JobStatements.for_tables(
             table,
@@ -335,13 +343,31 @@ class PostgresJobBackend(JobBackendBase):
         # F2: whether the runs table has the index fair claims read (asked until it does).
         self._fair_served = False
         self._tables_served = False
-        self._wire_stores(workers_table, steps_table, events_table)
+        self._wire_stores(workers_table, steps_table, events_table, health_bounds)
+
+    def _storage_health_reader(
+        self, bounds: HealthBounds | None, steps_table: Table | None, events_table: Table | None
+    ) -> PostgresStorageHealth:
+        """J22: the storage health of every table this backend was given."""
+        tables = (
+            ("runs", self._table),
+            ("state", self._state_table),
+            ("workers", self._workers.table),
+            ("steps", steps_table),
+            ("events", events_table),
+        )
+        named = {role: quoted_table(t) for role, t in tables if t is not None}
+        return PostgresStorageHealth(self.statements, self._connections, named, bounds)
 
     def _wire_stores(
-        self, workers_table: Table, steps_table: Table | None, events_table: Table | None
+        self,
+        workers_table: Table,
+        steps_table: Table | None,
+        events_table: Table | None,
+        health_bounds: HealthBounds | None = None,
     ) -> None:
-        """The ports this backend carries apart: its admin (J8), worker registry (F6) and
-        workflow store (D1-D6)."""
+        """The ports this backend carries apart: its admin (J8), worker registry (F6),
+        workflow store (D1-D6) and storage-health reader (J22)."""
         self._admin = PostgresRunAdmin(
             self.statements,
             self._connections,
@@ -371,6 +397,7 @@ class PostgresJobBackend(JobBackendBase):
             if steps_table is not None and events_table is not None
             else None
         )
+        self._health = self._storage_health_reader(health_bounds, steps_table, events_table)
 
     def _wire_announcements(self, database: Database, *, listen: Listen, announce: bool) -> None:
         """K1, K8, K2, F1: the announcer of committed due runs, the one listener and the
@@ -733,7 +760,7 @@ class PostgresJobBackend(JobBackendBase):
                 None if request.max_lapses is None else crash_loop_message(request.max_lapses)
             ),
             "pause_row": state_row(job_id, "paused"),
-            "tuned": self._connections.concurrent,
+            "tuned": self._connections.concurrent and not self.synchronous_claims,
             "now": self._now(),
         }
         s, fair = self.statements, request.fairness
@@ -1077,6 +1104,31 @@ class PostgresJobBackend(JobBackendBase):
         """D9's counts (:meth:`PostgresRunAdmin.version_counts`)."""
         return await self._admin.version_counts(job_ids, limit=limit)
 
+    async def storage_health(self) -> StorageHealth:
+        """J22: the ship tables' statistics and the oldest held snapshot
+        (:class:`~ship_sqla.kernel._health.StorageHealthSource`), judged by the backend's
+        ``health_bounds``."""
+        return await self._health.storage_health()
+
+
+def _default_tables(
+    table: Table | None,
+    state_table: Table | None,
+    steps_table: Table | None,
+    events_table: Table | None,
+) -> tuple[Table, Table, Table, Table]:
+    """``create_job_backend``'s tables: those given, else the factories' under their default
+    names (the steps and events tables beside ``table``)."""
+    if table is None:
+        table = ship_job_runs_table(MetaData())
+    if state_table is None:
+        state_table = ship_job_state_table(MetaData())
+    if steps_table is None:
+        steps_table = ship_job_steps_table(MetaData(), schema=table.schema, runs_table=table.name)
+    if events_table is None:
+        events_table = ship_job_events_table(MetaData(), schema=table.schema)
+    return table, state_table, steps_table, events_table
+
 
 def _require_database(database: object) -> None:
     if not isinstance(database, AsyncEngine | AsyncConnection):
@@ -1202,6 +1254,8 @@ def create_job_backend(
     workers_table: Table | None = None,
     steps_table: Table | None = None,
     events_table: Table | None = None,
+    synchronous_claims: bool = False,
+    health_bounds: HealthBounds | None = None,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
 
@@ -1239,15 +1293,16 @@ def create_job_backend(
     :func:`ship_job_steps_table` / :func:`ship_job_events_table` (defaults: those tables under
     their default names, beside ``table``). Needed in the database only by jobs whose handlers
     call the workflow methods (``ctx.step``, ``ctx.sleep``, ...).
+
+    ``synchronous_claims`` (J24): False (default) commits claims with ``synchronous_commit=off``
+    (a claim acknowledged just before a crash or failover may be lost, its run run again, J6);
+    True: the server's own, as enqueues and settles (docs/production.md, "Failover").
+    ``health_bounds`` (J22): when :meth:`PostgresJobBackend.storage_health` is an alarm
+    (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
     """
-    if table is None:
-        table = ship_job_runs_table(MetaData())
-    if state_table is None:
-        state_table = ship_job_state_table(MetaData())
-    if steps_table is None:
-        steps_table = ship_job_steps_table(MetaData(), schema=table.schema, runs_table=table.name)
-    if events_table is None:
-        events_table = ship_job_events_table(MetaData(), schema=table.schema)
+    table, state_table, steps_table, events_table = _default_tables(
+        table, state_table, steps_table, events_table
+    )
     return PostgresJobBackend(
         database=database,
         table=table,
@@ -1261,4 +1316,6 @@ def create_job_backend(
         workers_table=workers_table,
         steps_table=steps_table,
         events_table=events_table,
+        synchronous_claims=synchronous_claims,
+        health_bounds=health_bounds,
     )

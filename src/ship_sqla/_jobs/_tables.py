@@ -8,10 +8,12 @@ that only from literals, never from ``$1``). Every name is explicit, derived fro
 and wrapped in ``conv()`` so an application's naming convention cannot rename it (T1).
 
 Queue tables churn: each run is inserted, updated two or three times and deleted by ``cleanup``.
-Give both tables aggressive autovacuum settings in production, e.g.
-``ALTER TABLE ship_job_runs SET (autovacuum_vacuum_scale_factor = 0.01,
-autovacuum_vacuum_cost_delay = 1)``, and avoid long transactions on the database: dead tuples
-are kept for the oldest open snapshot, and the claim's index scans walk over them.
+So every factory here declares the autovacuum options its table needs (J21,
+:mod:`ship_sqla._storage_options`: a fixed vacuum threshold instead of a fraction of the table,
+no cost delay; the state table's HOT updates get a fillfactor), which ``create_all``, ``schema
+apply`` and Alembic's ``op.create_table`` set and the schema check compares. Avoid long
+transactions on the database all the same: dead tuples are kept for the oldest open snapshot,
+and the claim's index scans walk over them (J22 reports it: ``ship.db.horizon.age``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from sqlalchemy.schema import CreateIndex
 
 from ship_sqla._naming import derived_name, derived_names
+from ship_sqla._storage_options import CHURN_OPTIONS, HOT_ROW_OPTIONS, declare_storage_options
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES
 
 __all__ = [
@@ -277,7 +280,8 @@ def ship_job_runs_table(
             table.c.seq,
             postgresql_where=text(DUE_PREDICATE),
         )
-    return table
+    # J21: no update of a run can be HOT (each changes an indexed column), so no fillfactor.
+    return declare_storage_options(table, CHURN_OPTIONS)
 
 
 def fair_claims_index_name(runs: Table) -> str:
@@ -324,7 +328,7 @@ def ship_job_state_table(
     ``rate_at``, ``rate_n``; CLAIM_GATED), which its claims upsert.
     """
     n = derived_names(name, ("_pkey",), "job state", schema=schema)
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("job_id", Text, nullable=False),
@@ -342,6 +346,8 @@ def ship_job_state_table(
         schema=schema,
         comment="ship_sqla per-job state (ship_job_state_table)",
     )
+    # J21: its gate and schedule rows are updated in place without touching an index (HOT).
+    return declare_storage_options(table, HOT_ROW_OPTIONS)
 
 
 SAMPLER_PREDICATE = "sampler_until IS NOT NULL"
@@ -363,7 +369,7 @@ def ship_job_workers_table(
     ``job_versions`` text[] (the handler versions it serves, ``<job_id>:<version>``, D9).
     """
     n = derived_names(name, ("_pkey", "_seen_idx", "_sampler_idx"), "job workers", schema=schema)
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("id", Text, nullable=False),
@@ -385,6 +391,7 @@ def ship_job_workers_table(
         schema=schema,
         comment="ship_sqla job workers (ship_job_workers_table)",
     )
+    return declare_storage_options(table, CHURN_OPTIONS)  # J21
 
 
 STEP_STATES = ("done", "waiting")
@@ -416,7 +423,7 @@ def ship_job_steps_table(
     )
     states = ", ".join(f"'{s}'" for s in STEP_STATES)
     target = f"{schema}.{runs_table}.id" if schema else f"{runs_table}.id"
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("run_id", Text, nullable=False),
@@ -441,6 +448,7 @@ def ship_job_steps_table(
         schema=schema,
         comment="ship_sqla workflow steps (ship_job_steps_table)",
     )
+    return declare_storage_options(table, CHURN_OPTIONS)  # J21
 
 
 def ship_job_events_table(
@@ -454,7 +462,7 @@ def ship_job_events_table(
     transaction its snapshot does not see), ``created_at`` (for retention).
     """
     n = derived_names(name, ("_pkey", "_match_idx", "_created_idx"), "job events", schema=schema)
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("id", BigInteger, Identity(always=False), nullable=False),
@@ -472,3 +480,4 @@ def ship_job_events_table(
         schema=schema,
         comment="ship_sqla workflow events (ship_job_events_table)",
     )
+    return declare_storage_options(table, CHURN_OPTIONS)  # J21

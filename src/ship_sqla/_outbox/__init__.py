@@ -29,6 +29,7 @@ from ship_sqla._outbox._types import OutboxPublishError as OutboxPublishError
 from ship_sqla._outbox._types import OutboxRecord as OutboxRecord
 from ship_sqla._outbox._types import OutboxSinkRejectedError as OutboxSinkRejectedError
 from ship_sqla._outbox._types import OutboxState as OutboxState
+from ship_sqla._outbox._types import OutboxTimeoutError as OutboxTimeoutError
 from ship_sqla.kernel._plans.backoff import Backoff as Backoff
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "OutboxSink",
     "OutboxSinkRejectedError",
     "OutboxState",
+    "OutboxTimeoutError",
     "RedriveResult",
     "create_outbox",
     "create_outbox_operations",

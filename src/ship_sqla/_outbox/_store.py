@@ -52,11 +52,12 @@ from ship_sqla._outbox._types import (
     OutboxPayloadError,
     OutboxPayloadTooLargeError,
     OutboxRecord,
+    OutboxTimeoutError,
 )
 from ship_sqla._scope import OWN, Database, StoreConnections, TransactionScope, tenant_within
 from ship_sqla._sql_time import now_bound
 from ship_sqla.kernel._clock import Clock, SystemClock, require_aware
-from ship_sqla.kernel._durations import MAX_LEASE, require_duration
+from ship_sqla.kernel._durations import MAX_LEASE, MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._ids import new_uuids
 from ship_sqla.kernel._json_text import encode_compact_json, unstorable_json
@@ -92,6 +93,8 @@ logger = logging.getLogger("ship_sqla")
 
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+DEFAULT_OPERATION_TIMEOUT = 30.0
+"""Seconds one of the outbox's own database calls may take (J24), as the job backend's."""
 """``create_outbox``'s default bound on one message's encoded JSON (payload plus headers): 1 MiB.
 Messages are read whole by every claim and held in relays' memory a batch at a time."""
 
@@ -235,6 +238,7 @@ class Outbox:
         backoff: Backoff,
         on_error: ErrorHandler | None,
         max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
+        operation_timeout: float = DEFAULT_OPERATION_TIMEOUT,
     ) -> None:
         self._max_payload_bytes = max_payload_bytes
         self._table = table
@@ -252,7 +256,15 @@ class Outbox:
         commits woke them already)."""
         # The outbox's own statements are single statements: on an engine they run on
         # autocommit connections, one round trip each instead of BEGIN, statement, COMMIT.
-        self._connections = StoreConnections(database, name="outbox")
+        # J24: each call of its own (a relay's claim, settle, heartbeat) is bounded.
+        self._connections = StoreConnections(
+            database,
+            name="outbox",
+            operation_timeout=require_duration(
+                operation_timeout, "operation_timeout", maximum=MAX_OPERATION_TIMEOUT
+            ),
+            timeout_error=OutboxTimeoutError,
+        )
         self._announcer: Announcer | None = Announcer(
             channel=self.wake_channel,
             sender=self.sender,
@@ -685,6 +697,7 @@ def create_outbox(
     backoff: Backoff = DEFAULT_BACKOFF,
     on_error: ErrorHandler | None = None,
     max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES,
+    operation_timeout: float = DEFAULT_OPERATION_TIMEOUT,
 ) -> Outbox:
     """The transactional outbox on ``table`` (default ``ship_outbox_table`` named ship_outbox).
 
@@ -699,6 +712,12 @@ def create_outbox(
     - ``max_payload_bytes``: the largest message enqueue accepts, counted as the bytes of its
       encoded JSON, payload plus headers (default 1 MiB; None: only PostgreSQL's own bound).
       A larger one raises :class:`OutboxPayloadTooLargeError` before any SQL runs.
+    - ``operation_timeout`` (J24): seconds any one of the outbox's own database calls (a
+      relay's claim, settle or heartbeat; an enqueue outside a unit of work; an operator verb)
+      may take before :class:`OutboxTimeoutError` (default 30; finite, positive, at most an
+      hour, else ``ConfigurationError``). A relay reports it (``on_error``) and tries again,
+      so a database that stops answering is reported every ``operation_timeout``, never a
+      silent hang. Calls joined to a unit of work are bounded by the unit of work's.
     """
     _check_max_attempts(max_attempts)
     limit = _check_max_payload_bytes(max_payload_bytes)
@@ -729,4 +748,5 @@ def create_outbox(
         backoff=backoff,
         on_error=on_error,
         max_payload_bytes=limit,
+        operation_timeout=operation_timeout,
     )

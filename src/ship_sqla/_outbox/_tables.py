@@ -26,6 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP, UUID
 
 from ship_sqla._naming import check_derived_names, derived_name
+from ship_sqla._storage_options import CHURN_OPTIONS, declare_storage_options
 
 __all__ = [
     "DEFAULT_TABLE_NAME",
@@ -59,7 +60,7 @@ def ship_outbox_table(
     """
     check_derived_names(name, (_LONGEST_SUFFIX,), "outbox", schema=schema)
     states = ", ".join(f"'{s}'" for s in STATES)
-    return Table(
+    table = Table(
         name,
         metadata,
         # Generated client-side (time-ordered, see _store.new_message_id) so rows enqueued in one
@@ -124,3 +125,5 @@ def ship_outbox_table(
         schema=schema,
         comment="ship_sqla transactional outbox (ship_outbox_table)",
     )
+    # J21: claimed, settled and purged like job runs (see ship_sqla._storage_options).
+    return declare_storage_options(table, CHURN_OPTIONS)

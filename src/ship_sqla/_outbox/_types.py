@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ship_sqla.kernel._errors import OutageError, RefusedError, UsageError
+from ship_sqla.kernel._errors import DatabaseTimeoutError, OutageError, RefusedError, UsageError
 
 # The claim's and the settles' records live in the kernel, beside the outbox store port
 # (kernel/_outbox.py) that the in-memory outbox implements too; re-exported here.
@@ -71,6 +71,15 @@ class OutboxPayloadTooLargeError(OutboxPayloadError, ValueError):
             fix="store large content elsewhere (object storage, a table) and enqueue a reference"
             " to it, or raise create_outbox(max_payload_bytes=...).",
         )
+
+
+class OutboxTimeoutError(DatabaseTimeoutError):
+    """An outbox operation of its own (a relay's claim, settle or heartbeat; an enqueue outside a
+    unit of work; an operator verb) did not finish within the outbox's ``operation_timeout``
+    (J24): nothing is known about whether it took effect (every settle is fenced, so retrying
+    one is safe)."""
+
+    code = "SHIP_SQLA_OUTBOX_TIMEOUT"
 
 
 class OutboxPublishError(OutageError, RuntimeError):

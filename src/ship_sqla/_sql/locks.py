@@ -18,7 +18,10 @@ TRY_LOCK: Final = Template(
 """Take the lock for this transaction, or answer false at once (never waits)."""
 
 STILL_HELD: Final = Template("SELECT 1", compacted=False)
-"""Proves the holding session and its transaction (hence the xact lock) are still alive."""
+"""Proves the holding session and its transaction (hence the xact lock) are still alive. Sent
+through the driver's simple query protocol (``_locks._drop_statement_snapshot``), right after
+the lock is taken and at each extension, so the idle holding transaction keeps no snapshot
+(an extended-protocol statement's portal would keep one, pinning the xmin horizon, J22)."""
 
 NEXT_FENCE: Final = Template(
     """

@@ -11,6 +11,7 @@ from ship_sqla.kernel._browse import RunPosition as RunPosition
 from ship_sqla.kernel._browse import RunQuery as RunQuery
 from ship_sqla.kernel._clock import Clock as Clock
 from ship_sqla.kernel._clock import SystemClock as SystemClock
+from ship_sqla.kernel._health import StorageHealthSource as StorageHealthSource
 from ship_sqla.kernel._memory.backfills import InMemoryBackfillLedger as InMemoryBackfillLedger
 from ship_sqla.kernel._memory.inbox import InMemoryInbox as InMemoryInbox
 from ship_sqla.kernel._memory.jobs import InMemoryJobBackend as InMemoryJobBackend
@@ -137,6 +138,7 @@ __all__ = (
     "SettleOutcome",
     "SettleRequest",
     "Settlement",
+    "StorageHealthSource",
     "Suspend",
     "SystemClock",
     "UnitOfWorkLike",

@@ -6,6 +6,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, cast
 
 from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._recording import recorded_store
 from ship_sqla.kernel._transactional import take_fence
 
 if TYPE_CHECKING:
@@ -184,7 +185,8 @@ class JobContext(Generic[R]):
     ) -> None:
         """Give the context the backend's workflow store (the runtime does, per claim; a test
         of a handler outside a runtime may too), and the job's ``determinism`` (D7)."""
-        self._workflow_parts = (store, backend, clock)
+        # D11: pytest --ship-record-histories sees the run's steps through this store.
+        self._workflow_parts = (recorded_store(self._run, store), backend, clock)
         self._determinism = determinism
         self._backend = backend
 

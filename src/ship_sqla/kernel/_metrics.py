@@ -14,6 +14,18 @@ every backend:
 - ``ship.job.lapses`` (J15, not the seed's): counter, ``{lapse}``; ``ship.job.id``,
   ``ship.job.key``: runs whose lease lapsed (their worker died) that a claim retook or buried.
 
+J22's storage health (observable gauges, refreshed with the queue gauges by the fleet's sampler,
+:meth:`JobMetrics.set_storage_health`; each table by ``ship.db.table``: runs, state, workers,
+steps, events):
+
+- ``ship.db.table.live_tuples`` and ``ship.db.table.dead_tuples``: ``{tuple}``, the statistics'
+  estimates.
+- ``ship.db.table.size``: ``By``, heap, indexes and TOAST.
+- ``ship.db.autovacuum.age``: ``s`` since the table's last vacuum or autovacuum (absent: never).
+- ``ship.db.horizon.age``: ``s`` the oldest held snapshot of the database has been held (0:
+  none); ``ship.db.horizon.scope``: ``all`` or ``own-role`` (who the read could see).
+- ``ship.job.history.partitions_ahead``: ``{partition}``, absent until J17's history table exists.
+
 ``ship.job.key`` is set only for keyed single-runner jobs (a non-empty key); keys can be of
 high cardinality (one per customer, say), so ``JobMetrics(include_key=False)`` drops it.
 
@@ -34,14 +46,22 @@ from typing import TYPE_CHECKING, Any, Final, Literal, get_args
 from opentelemetry import metrics
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from opentelemetry.metrics import CallbackOptions, Histogram, Meter, MeterProvider
     from opentelemetry.util.types import AttributeValue
 
+    from ship_sqla.kernel._health import StorageHealth
     from ship_sqla.kernel._versions import Stranded, VersionCount
 
-__all__ = ["JOB_METRIC_NAMES", "JobMetrics", "JobOutcome", "job_metrics_for"]
+__all__ = [
+    "JOB_METRIC_NAMES",
+    "STORAGE_METRIC_NAMES",
+    "JobMetrics",
+    "JobOutcome",
+    "job_metrics_for",
+    "storage_observations",
+]
 
 JobOutcome = Literal[
     "completed",
@@ -108,6 +128,26 @@ JOB_METRIC_NAMES: Final = (
 )
 """The six instrument names of J10, in the seed's order, then J15's ``ship.job.lapses``."""
 
+TABLE_LIVE_TUPLES: Final = "ship.db.table.live_tuples"
+TABLE_DEAD_TUPLES: Final = "ship.db.table.dead_tuples"
+TABLE_SIZE: Final = "ship.db.table.size"
+AUTOVACUUM_AGE: Final = "ship.db.autovacuum.age"
+HORIZON_AGE: Final = "ship.db.horizon.age"
+PARTITIONS_AHEAD: Final = "ship.job.history.partitions_ahead"
+
+STORAGE_METRIC_NAMES: Final = (
+    TABLE_LIVE_TUPLES,
+    TABLE_DEAD_TUPLES,
+    TABLE_SIZE,
+    AUTOVACUUM_AGE,
+    HORIZON_AGE,
+    PARTITIONS_AHEAD,
+)
+"""J22's storage-health gauges."""
+
+ATTR_TABLE: Final = "ship.db.table"
+ATTR_HORIZON_SCOPE: Final = "ship.db.horizon.scope"
+
 ATTR_JOB_ID: Final = "ship.job.id"
 ATTR_JOB_KEY: Final = "ship.job.key"
 ATTR_OUTCOME: Final = "ship.job.outcome"
@@ -164,6 +204,7 @@ class JobMetrics:
         self._stranded: dict[str, tuple[tuple[int, int], ...]] = {}
         # D10: per job, its parked runs (absent: none).
         self._parked: dict[str, int] = {}
+        self._health: StorageHealth | None = None
         # Set by the first collection of the queue gauges: only then is sampling worth a query.
         self._collected = threading.Event()
         meter = metrics.get_meter(INSTRUMENTATION_SCOPE, meter_provider=meter_provider)
@@ -209,6 +250,11 @@ class JobMetrics:
             unit="s",
             description="Age of the oldest due, unclaimed run per job (0 when none is due).",
         )
+        self._workflow_gauges(meter)
+        self._storage_gauges(meter)
+
+    def _workflow_gauges(self, meter: Meter) -> None:
+        """D9, D10: the workflow gauges, observed from the latest sample."""
         meter.create_observable_gauge(
             WORKFLOW_RUNS,
             callbacks=[self._observe_versions],
@@ -227,6 +273,24 @@ class JobMetrics:
             unit="{run}",
             description="Live runs of a handler version no registered worker serves (D9).",
         )
+
+    def _storage_gauges(self, meter: Meter) -> None:
+        """J22: the storage-health gauges, observed from the latest :meth:`set_storage_health`."""
+        gauges = (
+            (TABLE_LIVE_TUPLES, "{tuple}", "Live tuples of a ship table (statistics estimate)."),
+            (TABLE_DEAD_TUPLES, "{tuple}", "Dead tuples of a ship table (statistics estimate)."),
+            (TABLE_SIZE, "By", "Size of a ship table: heap, indexes and TOAST."),
+            (AUTOVACUUM_AGE, "s", "Time since a ship table's last vacuum or autovacuum."),
+            (HORIZON_AGE, "s", "Age of the database's oldest held snapshot (0: none)."),
+            (PARTITIONS_AHEAD, "{partition}", "History partitions ready ahead (J17)."),
+        )
+        for name, unit, description in gauges:
+            meter.create_observable_gauge(
+                name,
+                callbacks=[self._storage_observer(name)],
+                unit=unit,
+                description=description,
+            )
 
     def _attributes(self, job_id: str, key: str | None) -> dict[str, AttributeValue]:
         attributes: dict[str, AttributeValue] = {ATTR_JOB_ID: job_id}
@@ -366,10 +430,47 @@ class JobMetrics:
             metrics.Observation(age, {ATTR_JOB_ID: job_id}) for job_id, _, age in self._snapshot()
         ]
 
+    def set_storage_health(self, health: StorageHealth | None) -> None:
+        """J22: replace the storage-health snapshot (None, or an unknown health: report
+        nothing). Observed at the next collection."""
+        with self._lock:
+            self._health = health if health is not None and health.known else None
+
+    def _storage_observer(
+        self, name: str
+    ) -> Callable[[CallbackOptions], Iterable[metrics.Observation]]:
+        def observe(_options: CallbackOptions) -> Iterable[metrics.Observation]:
+            with self._lock:
+                health = self._health
+            return [] if health is None else storage_observations(name, health)
+
+        return observe
+
 
 _defaults_lock = threading.Lock()
 _global_default: JobMetrics | None = None
 _per_provider: weakref.WeakKeyDictionary[Any, JobMetrics] = weakref.WeakKeyDictionary()
+
+
+def storage_observations(name: str, health: StorageHealth) -> list[metrics.Observation]:
+    """The observations of the storage gauge ``name`` in ``health`` (J22)."""
+    if name == HORIZON_AGE:
+        age = 0.0 if health.horizon is None else max(health.horizon.age, 0.0)
+        return [metrics.Observation(age, {ATTR_HORIZON_SCOPE: health.horizon_scope})]
+    if name == PARTITIONS_AHEAD:
+        ahead = health.partitions_ahead
+        return [] if ahead is None else [metrics.Observation(ahead)]
+    found: list[metrics.Observation] = []
+    for table in health.tables:
+        value: float | None = {
+            TABLE_LIVE_TUPLES: table.live_tuples,
+            TABLE_DEAD_TUPLES: table.dead_tuples,
+            TABLE_SIZE: table.size_bytes,
+            AUTOVACUUM_AGE: table.vacuum_age,
+        }[name]
+        if value is not None:
+            found.append(metrics.Observation(value, {ATTR_TABLE: table.table}))
+    return found
 
 
 def job_metrics_for(meter_provider: MeterProvider | None = None) -> JobMetrics:

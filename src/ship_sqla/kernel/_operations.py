@@ -68,6 +68,8 @@ from ship_sqla.kernel._errors import (
     ShipError,
 )
 from ship_sqla.kernel._evolution import MAX_PATCH_READ, MAX_PATCHES_LISTED, PatchReport
+from ship_sqla.kernel._health import UNKNOWN_HEALTH, StorageHealth, StorageHealthSource
+from ship_sqla.kernel._history import history_of
 from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._page import Page
@@ -81,6 +83,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
     from ship_sqla.kernel._browse import ConsumerKeyProgress, ScheduleState, ThroughputBucket
+    from ship_sqla.kernel._history import History, Redactor
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._ports import (
         JobDemand,
@@ -294,8 +297,10 @@ class JobOperations:
         workflows: WorkflowAdmin | None = None,
         audit: AuditSink | None = None,
         actor: str = "unnamed",
+        health: StorageHealthSource | None = None,
     ) -> None:
         self._admin = admin
+        self._health = health
         self._authorizer = check_authorizer(authorizer)
         self._secret = resolve_secret(cursor_secret)
         self._workers = workers
@@ -320,6 +325,7 @@ class JobOperations:
             workflows=self._workflows,
             audit=self._audit,
             actor=actor,
+            health=self._health,
         )
 
     @property
@@ -376,6 +382,39 @@ class JobOperations:
         await self._authorize_read("list_steps")
         require_key(run_id, "run id")
         return await self._workflow_admin().list_steps(run_id)
+
+    async def export_history(
+        self, run_id: str, *, redact: Redactor | None = None
+    ) -> History | None:
+        """D11: one run's history (its record and stored steps) in the replayable file format
+        (:func:`~ship_sqla.kernel._history.write_history` writes it), every payload and result
+        passed through ``redact`` first; None when there is no such run. A read (S2)."""
+        await self._authorize_read("export_history")
+        _require_run_id(run_id, "export_history")
+        record = await self._admin.get_run(run_id)
+        if record is None:
+            return None
+        return history_of(record, await self._workflow_admin().list_steps(run_id), redact=redact)
+
+    async def export_histories(
+        self,
+        *,
+        state: RunState,
+        job_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+        redact: Redactor | None = None,
+    ) -> Page[History]:
+        """D11: the histories of one page of :meth:`list_runs` (``state``, ``job_id``, at most
+        ``limit``, keyset-paged by ``cursor``): bounded, one steps read per run. A read (S2)."""
+        await self._authorize_read("export_histories")
+        page = await self.list_runs(state=state, job_id=job_id, limit=limit, cursor=cursor)
+        admin = self._workflow_admin()
+        histories = [
+            history_of(record, await admin.list_steps(record.run_id), redact=redact)
+            for record in page.items
+        ]
+        return Page(tuple(histories), page.next_cursor)
 
     async def patches(
         self,
@@ -642,6 +681,16 @@ class JobOperations:
             deleted[job.id] = deleted.get(job.id, 0) + count
         await self._record("cleanup", ",".join(deleted) or "no jobs", sum(deleted.values()))
         return deleted
+
+    async def storage_health(self) -> StorageHealth:
+        """J22: the backend's storage health (tables' tuples, sizes and vacuum ages; the oldest
+        held snapshot and its holder), judged by the backend's bounds:
+        :data:`~ship_sqla.kernel._health.UNKNOWN_HEALTH` when the backend reads none (in
+        memory). A few catalog reads, whatever the backlog."""
+        await self._authorize_read("storage_health")
+        if self._health is None:
+            return UNKNOWN_HEALTH
+        return await self._health.storage_health()
 
     async def state_counts(self, *, limit: int = 1000) -> list[StateCount]:
         """Runs per (job, state) with, for waiting runs, the age of the oldest due one: at most
@@ -1364,6 +1413,7 @@ def create_job_operations(
         workflows=backend.workflows,
         audit=audit,
         actor=actor,
+        health=backend if isinstance(backend, StorageHealthSource) else None,
     )
 
 

@@ -1,11 +1,12 @@
-"""``ship-sqla jobs stats|cleanup|events-purge``: counts by state, and the retention of finished
-runs (J8) and of workflow events (D4)."""
+"""``ship-sqla jobs stats|health|cleanup|events-purge``: counts by state, the database's storage
+health (J22), and the retention of finished runs (J8) and of workflow events (D4)."""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any, Final
 
+import attrs
 import click
 
 from ship_sqla._cli._database import run_jobs_call
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
     from ship_sqla._cli._tables import JobTables
+    from ship_sqla.kernel._health import StorageHealth
     from ship_sqla.kernel._operations import JobOperations
     from ship_sqla.kernel._ports import StateCount
     from ship_sqla.kernel._registry import JobRegistry
@@ -88,6 +90,73 @@ def jobs_stats(database_url: URL, as_json: bool, tables: JobTables) -> None:
             " shown; clean up old runs (`ship-sqla jobs cleanup`).",
             err=True,
         )
+
+
+HEALTH_ALARM_EXIT: Final = 3
+"""``jobs health``'s exit status when a bound is crossed (1: could not read; 2: bad input)."""
+
+
+def format_health(health: StorageHealth) -> str:
+    """``jobs health`` for people: the status, one line per table, the oldest snapshot, the
+    alarms with their fixes."""
+    lines = [f"storage health: {health.status} (sessions seen: {health.horizon_scope})"]
+    rows = [("TABLE", "LIVE", "DEAD", "SIZE", "LAST VACUUM")] + [
+        (
+            f"{t.table} {t.name}",
+            f"{t.live_tuples:,}",
+            f"{t.dead_tuples:,}",
+            f"{t.size_bytes / 1024:,.0f} kB",
+            "never" if t.vacuum_age is None else f"{t.vacuum_age:,.0f} s ago",
+        )
+        for t in health.tables
+    ]
+    if health.tables:
+        widths = [max(len(row[i]) for row in rows) for i in range(5)]
+        lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    holder = health.horizon
+    lines.append(
+        "oldest held snapshot: none"
+        if holder is None
+        else f"oldest held snapshot: {holder.kind} pid {holder.pid}"
+        f" ({holder.application_name!r}), {holder.age:,.0f} s"
+    )
+    lines += [f"ALARM {alarm.kind}: {alarm.message}" for alarm in health.alarms()]
+    return "\n".join(line.rstrip() for line in lines)
+
+
+@click.command("health", epilog=OPERATOR_NOTE)
+@database_url_option
+@job_tables_options(with_state_table=True, with_workers_table=True)
+@click.option(
+    "--horizon-alarm",
+    type=Duration(maximum=MAX_RETENTION),
+    default="300",
+    show_default=True,
+    help="How long a snapshot may be held before it is an alarm: 300, 5m, 1h.",
+)
+@json_option
+def jobs_health(
+    database_url: URL, as_json: bool, tables: JobTables, horizon_alarm: timedelta
+) -> None:
+    """The database's storage health (J22): live and dead tuples, size and last vacuum of the
+    job tables; the oldest held snapshot (pid, application name, age; never its query); the
+    alarms crossed, each with its fix. Exit status 3 when an alarm holds. Reading other roles'
+    sessions needs pg_read_all_stats (or pg_monitor); without it only the role's own are seen."""
+
+    async def call(ops: JobOperations) -> StorageHealth:
+        return await ops.storage_health()
+
+    health = run_jobs_call(
+        database_url,
+        run_operation(database_url, call, tables),
+        tables=tables.runs_name,
+        as_json=as_json,
+    )
+    bounds = attrs.evolve(health.bounds, horizon_alarm=horizon_alarm.total_seconds())
+    health = attrs.evolve(health, bounds=bounds)
+    click.echo(json.dumps(health.to_dict(), indent=2) if as_json else format_health(health))
+    if health.status == "alarm":
+        raise SystemExit(HEALTH_ALARM_EXIT)
 
 
 @click.command("cleanup", epilog=OPERATOR_NOTE)
@@ -164,4 +233,4 @@ def jobs_events_purge(
         click.echo(f"deleted {deleted} workflow event(s).")
 
 
-COMMANDS: Final = (jobs_stats, jobs_cleanup, jobs_events_purge)
+COMMANDS: Final = (jobs_stats, jobs_health, jobs_cleanup, jobs_events_purge)

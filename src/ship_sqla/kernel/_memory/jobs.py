@@ -70,6 +70,7 @@ from ship_sqla.kernel._browse import (
     run_order,
 )
 from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._health import UNKNOWN_HEALTH
 from ship_sqla.kernel._memory.transactions import active_transaction, required_transaction
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore
@@ -109,6 +110,7 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._browse import RunQuery
     from ship_sqla.kernel._clock import Clock
+    from ship_sqla.kernel._health import StorageHealth
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._memory.transactions import InMemoryTransaction
     from ship_sqla.kernel._on_error import ErrorHandler
@@ -856,6 +858,12 @@ class InMemoryJobBackend(JobBackendBase):
     ) -> list[VersionCount]:
         """D9's counts (:meth:`InMemoryRunAdmin.version_counts`)."""
         return await self._admin.version_counts(job_ids, limit=limit)
+
+    async def storage_health(self) -> StorageHealth:
+        """J22: runs kept in this process have no tables, vacuum or snapshots to report:
+        :data:`~ship_sqla.kernel._health.UNKNOWN_HEALTH` (``status`` ``"unknown"``, never an
+        alarm)."""
+        return UNKNOWN_HEALTH
 
     # --- inspection (the model for property tests; no operator verbs here) --------------------
 

@@ -14,6 +14,12 @@ global provider), but a process without an SDK, or whose SDK drops these instrum
 queries its queues. The first sample follows the first collection within one interval; from then
 on one per interval. With a backend that is not a :class:`QueueDepthSource`, or with
 ``queue_sample_interval=None``, nothing is ever sampled.
+
+J22: with each sample, a source that is also a :class:`StorageHealthSource` is asked for its
+storage health (a few catalog reads), which replaces the storage gauges and feeds the
+held-snapshot warning (:class:`HorizonWarning`, ``SHIP_SQLA_DB_HORIZON_HELD``): so the fleet's
+one sampler reports the database's health, the same interval as its queues. A failed health read
+is reported (J11) and leaves the queue gauges alone.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Final
 
+from ship_sqla.kernel._health import HorizonWarning, StorageHealthSource
 from ship_sqla.kernel._parking import ParkedCountSource
 from ship_sqla.kernel._versions import VersionCountSource, stranded_runs
 from ship_sqla.kernel._waiting import wait_event
@@ -73,6 +80,9 @@ class DepthSampler:
         # The jobs whose gauges this sampler set: only those are forgotten when it stops
         # sampling them (another runtime of the process may report others).
         self._reported: set[str] = set()
+        # J22: the storage health's read and warning, when the source reads one.
+        self._health = source if isinstance(source, StorageHealthSource) else None
+        self._horizon_warning = HorizonWarning(shared.clock)
 
     def _own_jobs(self) -> Sequence[str]:
         return self._job_ids
@@ -88,6 +98,8 @@ class DepthSampler:
         self._metrics.update_parked(tuple(dropped), {})
         self._reported -= dropped
         if not wanted:
+            if self._health is not None:  # not the fleet's sampler (any more): not its health
+                self._metrics.set_storage_health(None)
             return
         depths = await self._source.queue_depths(wanted)
         self._metrics.update_depths(
@@ -101,6 +113,20 @@ class DepthSampler:
         if isinstance(self._source, ParkedCountSource):
             # D10: the runs parked on a divergence, per job.
             self._metrics.update_parked(wanted, await self._source.parked_counts(wanted))
+        await self._sample_health()
+
+    async def _sample_health(self) -> None:
+        """J22: the storage gauges and the held-snapshot warning, from one health read."""
+        if self._health is None:
+            return
+        try:
+            health = await self._health.storage_health()
+        except Exception as exc:  # noqa: BLE001 - J11: reported; the next sample retries
+            self._metrics.set_storage_health(None)
+            self._report_error(exc)
+            return
+        self._metrics.set_storage_health(health)
+        self._horizon_warning.observe(health)
 
     async def run(self) -> None:
         try:
@@ -120,6 +146,8 @@ class DepthSampler:
             self._metrics.update_versions(tuple(self._reported), (), ())
             self._metrics.update_parked(tuple(self._reported), {})
             self._reported.clear()
+            if self._health is not None:
+                self._metrics.set_storage_health(None)
 
     def sample_soon(self) -> None:
         """Sample now instead of at the end of the interval (F5: this runtime was just granted

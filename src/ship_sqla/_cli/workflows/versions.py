@@ -1,15 +1,12 @@
-"""``ship-sqla workflows ...``: what an operator checks before changing a workflow's code
-(SPEC §13, D7-D11; docs/workflows-evolution.md). ``patches`` (D8): per patch, the live runs
-holding its marker and those created before its first marker, each one bounded statement.
-``versions`` (D9): the deploy gate of pinned handler versions, exit 1 when deploying a registry
-would strand live runs. ``parked`` and ``unpark`` (D10): the runs parked on a divergence."""
+"""``ship-sqla workflows versions | parked | unpark``: the deploy gate of pinned handler
+versions (D9: exit 1 when deploying a registry would strand live runs), and the runs parked on
+a divergence (D10: list them, unpark one, audited)."""
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
-import attrs
 import click
 
 from ship_sqla._cli._database import run_jobs_call
@@ -23,7 +20,6 @@ from ship_sqla._cli._options import (
     json_option,
 )
 from ship_sqla._cli._params import REGISTRY
-from ship_sqla.kernel._evolution import MAX_PATCH_READ
 from ship_sqla.kernel._versions import (
     MAX_VERSION_ROWS,
     describe_stranded,
@@ -35,95 +31,12 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
     from ship_sqla._cli._tables import JobTables
-    from ship_sqla.kernel._evolution import PatchReport
     from ship_sqla.kernel._operations import JobOperations
     from ship_sqla.kernel._ports import RunRecord
     from ship_sqla.kernel._registry import JobRegistry
     from ship_sqla.kernel._versions import VersionCount
 
-__all__ = ["workflows"]
-
-
-@click.group(short_help="Check workflow changes before a deploy (D7-D11).", epilog=OPERATOR_NOTE)
-def workflows() -> None:
-    """What to check before changing a workflow's code while runs are in flight
-    (docs/workflows-evolution.md)."""
-
-
-@workflows.command("patches", epilog=OPERATOR_NOTE)
-@database_url_option
-@job_tables_options(with_state_table=False)
-@click.option("--job", "job_id", metavar="JOB_ID", required=True, help="The workflow's job id.")
-@click.option(
-    "--patch",
-    "patch_ids",
-    metavar="PATCH_ID",
-    multiple=True,
-    help="Only this patch (repeatable); default: every patch id stored.",
-)
-@click.option(
-    "--read",
-    type=click.IntRange(1, MAX_PATCH_READ),
-    default=MAX_PATCH_READ,
-    show_default=True,
-    help="The most live runs of the job each figure reads (past it, a lower bound: N+).",
-)
-@json_option
-def workflows_patches(
-    *,
-    database_url: URL,
-    job_id: str,
-    patch_ids: tuple[str, ...],
-    read: int,
-    as_json: bool,
-    tables: JobTables,
-) -> None:
-    """Per patch (ctx.patched) of a job: the live runs holding its marker (0: the patched()
-    call can be deleted) and the live runs created before its first marker (0: it can be
-    deprecated with ctx.deprecate_patch). Each figure is one bounded statement."""
-
-    async def call(ops: JobOperations) -> list[PatchReport]:
-        return await ops.patches(job_id, patch_ids or None, read=read)
-
-    reports = operate(database_url, call, tables, as_json=as_json)
-    if as_json:
-        click.echo(json.dumps({"patches": [_report_dict(r) for r in reports]}, indent=2))
-        return
-    if not reports:
-        click.echo(f"no patch markers stored for job {job_id!r}")
-        return
-    click.echo(
-        f"{'PATCH':<32} {'FIRST MARKER':<26} {'HOLDING':>10} {'BEFORE FIRST':>14}  NEXT STEP"
-    )
-    for report in reports:
-        first = "-" if report.first_marker_at is None else report.first_marker_at.isoformat()
-        click.echo(
-            f"{report.patch_id:<32} {first:<26} {report.holding!s:>10}"
-            f" {report.before_first!s:>14}  {_next_step(report)}"
-        )
-
-
-def _next_step(report: PatchReport) -> str:
-    if report.first_marker_at is None:
-        return "no run took the new path yet: keep the patch"
-    if report.deletable and report.deprecatable:
-        return "the patched() call can be deleted"
-    if report.deprecatable:
-        return "can be deprecated (ctx.deprecate_patch); delete once HOLDING is 0"
-    return "keep: live runs may still take the old path"
-
-
-def _report_dict(report: PatchReport) -> dict[str, object]:
-    first = report.first_marker_at
-    return {
-        "job_id": report.job_id,
-        "patch_id": report.patch_id,
-        "first_marker_at": None if first is None else first.isoformat(),
-        "holding": attrs.asdict(report.holding),
-        "before_first": attrs.asdict(report.before_first),
-        "deletable": report.deletable and report.deprecatable,
-        "deprecatable": report.deprecatable,
-    }
+__all__ = ["COMMANDS"]
 
 
 async def _counts(url: URL, tables: JobTables) -> list[VersionCount]:
@@ -133,7 +46,7 @@ async def _counts(url: URL, tables: JobTables) -> list[VersionCount]:
     return await run_operation(url, call, tables)
 
 
-@workflows.command("versions", epilog=OPERATOR_NOTE)
+@click.command("versions", epilog=OPERATOR_NOTE)
 @database_url_option
 @job_tables_options(with_state_table=False)
 @click.option(
@@ -194,7 +107,7 @@ def workflows_versions(
         )
 
 
-@workflows.command("parked", epilog=OPERATOR_NOTE)
+@click.command("parked", epilog=OPERATOR_NOTE)
 @click.option("--job", "job_id", default=None, help="Only this job's parked runs.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @database_url_option
@@ -231,7 +144,7 @@ def _divergence_line(record: RunRecord) -> str:
     return ""
 
 
-@workflows.command("unpark", epilog=OPERATOR_NOTE)
+@click.command("unpark", epilog=OPERATOR_NOTE)
 @click.argument("run_id")
 @database_url_option
 @job_tables_options(with_state_table=False)
@@ -247,3 +160,6 @@ def workflows_unpark(
 
     record = operate(database_url, call, tables, on_run=run_id, audit_table=audit_table)
     click.echo(f"run {record.run_id} ({record.job_id}) is unparked, due now.")
+
+
+COMMANDS: Final = (workflows_versions, workflows_parked, workflows_unpark)
