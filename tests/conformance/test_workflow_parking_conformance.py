@@ -214,3 +214,29 @@ async def test_d10_d6_a_parked_run_is_rerun_from_a_step_or_discarded(clock, job_
     assert (await record_of(backend, second)).wait_for == DIVERGED
     assert (await ops.discard(second)).state == "discarded"
     assert await ops.list_parked() == []
+
+
+async def test_d10_d11_a_parked_run_moves_to_a_version_it_replays_cleanly_on(
+    clock, job_backend_factory
+):
+    """D10, D11, D9, S1: the fix keeps the old handler as version 1 beside the reordered
+    version 2; moving the parked run to version 2 is refused (its history diverges there, and
+    the refusal says where), moving it to version 1 is allowed (a clean replay, no effect run),
+    records version 1 and unparks it, and version 1's handler completes it."""
+    errors = ErrorLog()
+    backend = job_backend_factory(clock, on_error=errors)
+    effects = Effects()
+    run_id = await _sleeping_run(clock, backend, effects)
+    await _diverge(clock, backend, errors, define(effects, ("b", "a")))
+    fixed = define(effects, ("b", "a"), version=2, previous={1: handler(effects, ("a", "b"))})
+    ops = create_job_operations(backend, authorizer=allow_all)
+    with pytest.raises(JobOperationRefusedError, match="diverged from its history at position 0"):
+        await ops.move_version(run_id, 2, registry=[fixed])
+    assert (await record_of(backend, run_id)).wait_for == DIVERGED
+    moved = await ops.move_version(run_id, 1, registry=[fixed])
+    assert (moved.handler_version, moved.wait_for) == (1, None)
+    assert effects.ran == ["a", "b"]
+    async with await start_job_runtime([fixed], backend=backend, worker_id="w-moved"):
+        with anyio.fail_after(20):
+            await effects.done.wait()
+    assert effects.ran == ["a", "b", "c"]

@@ -46,6 +46,7 @@ from ship_sqla._jobs._sql.parked import (
     CLAIM_BUILD_UNPARK,
     LIST_PARKED_ALL,
     LIST_PARKED_OF_JOB,
+    MOVE_VERSION,
     PARKED_COUNTS,
     UNPARK_BATCH,
     UNPARK_RUN,
@@ -232,6 +233,17 @@ class PostgresRunAdmin:
         params = {"id": run_id, "now": self._now()}
         rows = await self._connections.rows(
             "unpark", self._s[UNPARK_RUN], params, scope=None, by_name=True
+        )
+        if not rows:
+            return None
+        await self._connections.after_commit(None, self._wake)
+        return run_record(rows[0])
+
+    async def move_version(self, run_id: str, version: int) -> RunRecord | None:
+        """D10: MOVE_VERSION; wakes the local loop after commit."""
+        params = {"id": run_id, "version": version, "now": self._now()}
+        rows = await self._connections.rows(
+            "move_version", self._s[MOVE_VERSION], params, scope=None, by_name=True
         )
         if not rows:
             return None

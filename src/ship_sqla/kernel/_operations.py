@@ -70,11 +70,12 @@ from ship_sqla.kernel._errors import (
 from ship_sqla.kernel._evolution import MAX_PATCH_READ, MAX_PATCHES_LISTED, PatchReport
 from ship_sqla.kernel._health import UNKNOWN_HEALTH, StorageHealth, StorageHealthSource
 from ship_sqla.kernel._history import history_of
-from ship_sqla.kernel._jobs import is_job_id
+from ship_sqla.kernel._jobs import MAX_HANDLER_VERSION, is_job_id, require_int_within
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._page import Page
-from ship_sqla.kernel._parking import MAX_PARKED_PAGE, ParkedRuns
+from ship_sqla.kernel._parking import DIVERGED, MAX_PARKED_PAGE, ParkedRuns
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES, TERMINAL_STATES, DeadQuery
+from ship_sqla.kernel._replay import Replayer
 from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount, VersionCountSource
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
@@ -637,6 +638,38 @@ class JobOperations:
             raise await self._refusal("unpark", run_id, "parked (waiting on a divergence)")
         await self._record("unpark", run_id, 1)
         return record
+
+    async def move_version(
+        self, run_id: str, version: int, *, registry: Iterable[JobDefinition[Any]]
+    ) -> RunRecord:
+        """D10: move a parked run to handler ``version`` of ``registry`` (the code about to
+        run it) and unpark it, only once its history replays cleanly on that version
+        (:class:`~ship_sqla.testing.Replayer`, D11: no effect runs). Refused unless the run is
+        parked, and when the replay diverges or fails (the refusal says where)."""
+        await self._authorize("move_version")
+        _require_run_id(run_id, "move_version")
+        require_int_within(
+            version, "move_version version", 1, MAX_HANDLER_VERSION, "pass a version from 1."
+        )
+        store = self._parked_runs()
+        record = await self._admin.get_run(run_id)
+        if record is None or record.wait_for != DIVERGED or record.state != "waiting":
+            raise await self._refusal("move_version", run_id, "parked (waiting on a divergence)")
+        steps = await self._workflow_admin().list_steps(run_id)
+        result = await Replayer(registry).replay(history_of(record, steps, version=version))
+        if not result.clean:
+            raise JobOperationRefusedError(
+                f"move of run {run_id!r} to version {version}: its history does not replay"
+                f" cleanly on it: {result.describe()}",
+                fix="pick the version whose handler made this history (ship-sqla workflows"
+                " replay), or re-run the run from a step (rerun_from_step).",
+            )
+        await self._audit_ready()
+        moved = await store.move_version(run_id, version)
+        if moved is None:
+            raise await self._refusal("move_version", run_id, "parked (waiting on a divergence)")
+        await self._record("move_version", run_id, 1, {"version": version})
+        return moved
 
     async def cleanup(
         self,

@@ -72,6 +72,11 @@ class ParkedRuns(ParkedCountSource, Protocol):
         when it is not parked."""
         ...
 
+    async def move_version(self, run_id: str, version: int) -> RunRecord | None:
+        """Record handler ``version`` on the parked run ``run_id`` and make it due now; None
+        when it is not parked."""
+        ...
+
     async def claim_build_unpark(self, job_id: str, build_id: str) -> bool:
         """Record ``build_id`` as the last build to unpark ``job_id``'s runs: True when it was
         not already, so the caller (and no other worker of that build) unparks them."""

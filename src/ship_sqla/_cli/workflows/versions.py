@@ -1,6 +1,7 @@
-"""``ship-sqla workflows versions | parked | unpark``: the deploy gate of pinned handler
-versions (D9: exit 1 when deploying a registry would strand live runs), and the runs parked on
-a divergence (D10: list them, unpark one, audited)."""
+"""``ship-sqla workflows versions | parked | unpark | move-version``: the deploy gate of
+pinned handler versions (D9: exit 1 when deploying a registry would strand live runs), and the
+runs parked on a divergence (D10: list them, unpark one, move one to a version it replays
+cleanly on; audited)."""
 
 from __future__ import annotations
 
@@ -162,4 +163,37 @@ def workflows_unpark(
     click.echo(f"run {record.run_id} ({record.job_id}) is unparked, due now.")
 
 
-COMMANDS: Final = (workflows_versions, workflows_parked, workflows_unpark)
+@click.command("move-version", epilog=OPERATOR_NOTE)
+@click.argument("run_id")
+@click.option("--version", "version", type=click.IntRange(min=1), required=True)
+@click.option(
+    "--registry",
+    type=REGISTRY,
+    required=True,
+    help="The registry whose handlers will run it, as APP:REGISTRY: its history is replayed on"
+    " the named version first.",
+)
+@database_url_option
+@job_tables_options(with_state_table=False)
+@audit_options
+def workflows_move_version(
+    *,
+    run_id: str,
+    version: int,
+    registry: JobRegistry,
+    database_url: URL,
+    tables: JobTables,
+    audit_table: str | None,
+) -> None:
+    """Move a parked run to handler VERSION of REGISTRY and unpark it (D10), only when its
+    history replays cleanly on that version (no effect runs); refused otherwise, saying where
+    it diverges."""
+
+    async def call(ops: JobOperations) -> RunRecord:
+        return await ops.move_version(run_id, version, registry=registry)
+
+    record = operate(database_url, call, tables, on_run=run_id, audit_table=audit_table)
+    click.echo(f"run {record.run_id} ({record.job_id}) moved to version {version}, due now.")
+
+
+COMMANDS: Final = (workflows_versions, workflows_parked, workflows_unpark, workflows_move_version)

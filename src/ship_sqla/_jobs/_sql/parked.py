@@ -14,6 +14,7 @@ __all__ = [
     "CLAIM_BUILD_UNPARK",
     "LIST_PARKED_ALL",
     "LIST_PARKED_OF_JOB",
+    "MOVE_VERSION",
     "PARKED_COUNTS",
     "UNPARK_BATCH",
     "UNPARK_RUN",
@@ -90,3 +91,14 @@ GROUP BY r.job_id
 """)
 """D10: the ``ship.workflow.runs.parked`` gauge: parked runs per job of ``:job_ids`` (jobs with
 none are absent)."""
+
+MOVE_VERSION: Final = Template("""
+UPDATE {runs} r
+SET handler_version = CAST(:version AS integer), run_at = {now}, wait_for = NULL,
+    updated_at = {now}
+-- <runs>_pkey; the run must still be parked.
+WHERE r.id = :id AND r.wait_for = '#diverged' AND r.state = 'waiting'
+RETURNING {cols}
+""")
+"""D10: an operator moves a parked run to handler version ``:version`` (after its history
+replayed cleanly on it) and unparks it: due now, executed by that version's handler."""

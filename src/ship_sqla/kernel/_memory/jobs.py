@@ -1015,6 +1015,17 @@ class InMemoryRunAdmin:
         self._backend.wake()
         return run.record()
 
+    async def move_version(self, run_id: str, version: int) -> RunRecord | None:
+        """D10: the parked run ``run_id`` moved to handler ``version`` and due now (None: it is
+        not parked)."""
+        run = self._backend._runs.get(run_id)  # noqa: SLF001
+        if run is None or run.wait_for != DIVERGED or run.state != "waiting":
+            return None
+        run.handler_version = version
+        self._make_due(run)
+        self._backend.wake()
+        return run.record()
+
     def _make_due(self, run: _Run) -> None:
         now = self._backend.clock.now()
         run.wait_for = None
