@@ -768,17 +768,12 @@ def define_job(
     order (``aging``, an :class:`~ship_sqla.jobs.Aging`: by a priority that rises with the
     wait, F10); a bad one raises :class:`~ship_sqla.errors.InvalidPriorityError`.
 
-    ``timeout`` (seconds or a ``timedelta``; None: none): how long one attempt's handler may run
-    (K5); then it is cancelled and the attempt fails (``SHIP_SQLA_JOB_TIMEOUT``).
-
-    ``rate_limit`` (a :class:`RateLimit`; None: none): at most ``limit`` runs start in any
-    window of ``period`` seconds, across every process (F3).
-
-    ``fairness`` (a :class:`Fairness`; None: none): claims shared across tenants by weight (F2).
-
-    ``partition_key`` (a function of the payload; None: none): each run's partition key, for a
-    ``RateLimit`` or ``Concurrency`` with ``partition="key"`` (F8, F9); an enqueue's own
-    ``partition_key=`` wins over it.
+    ``timeout`` (seconds or a ``timedelta``): how long one attempt's handler may run (K5); then
+    it is cancelled and the attempt fails (``SHIP_SQLA_JOB_TIMEOUT``). None: each of these off.
+    ``rate_limit`` (a :class:`RateLimit`): at most ``limit`` runs start in any window of
+    ``period`` seconds, across every process (F3). ``fairness`` (a :class:`Fairness`): claims
+    shared across tenants by weight (F2). ``partition_key`` (a function of the payload): each
+    run's partition key for a limit with ``partition="key"`` (F8, F9); an enqueue's wins.
 
     ``transaction`` (a unit of work; None: none) makes the handler transactional (J13): it is
     called as ``handler(ctx, payload, repositories)`` inside ``transaction.run``, whose first
@@ -790,10 +785,9 @@ def define_job(
     ``determinism`` (D7, a workflow's): ``"strict"`` (the default) checks each workflow call
     against the step stored at its position (docs/workflows-evolution.md); ``"by-name"`` keeps
     the earlier matching by step name, logging a warning per out-of-order step. ``version`` (an
-    int from 1) pins each run to the handler version it was enqueued under (D9); ``previous``
-    (``{version: handler}``) keeps older handlers live runs need. Never hashed from source.
-    ``on_divergence`` (D10): ``"park"`` (default) or ``"fail"`` (dead-letter) a diverging run.
-    """
+    int from 1, never hashed from source) pins each run to the handler version it was enqueued
+    under (D9); ``previous`` (``{version: handler}``) keeps older handlers live runs need;
+    ``on_divergence`` (D10): ``"park"`` (default) or ``"fail"`` (dead-letter) a diverging run."""
     _check_declaration(id, handler, transaction, inbox)
     _check_limits(id, concurrency, rate_limit, fairness, partition_key)
     return JobDefinition(
