@@ -121,6 +121,7 @@ class Hosts:
         "_options",
         "_probes",
         "check_after",
+        "checks",
         "host_connect_timeout",
         "last_good",
         "on_drop",
@@ -147,6 +148,8 @@ class Hosts:
         self._options: dict[str, Any] | None = None
         self._checked_at: dict[Host, float] = {}
         self._probes: dict[Host, asyncio.Task[None]] = {}
+        self.checks = 0
+        """How many hang checks (probes of a host) ran so far."""
 
     def order(self, hosts: list[Host]) -> list[Host]:
         good = self.last_good
@@ -192,6 +195,7 @@ class Hosts:
             ):
                 continue
             self._checked_at[host] = loop.time()
+            self.checks += 1
             task = loop.create_task(self._probe(host, options), name=f"ship_sqla hang check {host}")
             self._probes[host] = task
 
@@ -430,15 +434,21 @@ assert OWN_LISTENER == "ship_sqla_own_listener"  # noqa: S101 - the marker's nam
 
 
 def follow_primary(
-    engine: AsyncEngine, *, host_connect_timeout: float = HOST_CONNECT_TIMEOUT
+    engine: AsyncEngine,
+    *,
+    host_connect_timeout: float = HOST_CONNECT_TIMEOUT,
+    hang_check_after: float = HANG_CHECK_AFTER,
+    hang_probe_timeout: float = HANG_PROBE_TIMEOUT,
 ) -> None:
     """Make ``engine`` follow the primary (see the module docstring), once: a second call on
     the same engine (or one sharing its dialect) changes nothing."""
     timeout = require_duration(host_connect_timeout, "host_connect_timeout", maximum=3600.0)
+    check_after = require_duration(hang_check_after, "hang_check_after", maximum=3600.0)
+    probe_timeout = require_duration(hang_probe_timeout, "hang_probe_timeout", maximum=3600.0)
     dialect = engine.sync_engine.dialect
     if getattr(dialect, _FOLLOWERS, None) is not None:
         return
-    hosts = Hosts(timeout)
+    hosts = Hosts(timeout, check_after=check_after, probe_timeout=probe_timeout)
     hosts.on_drop.append(_PoolInvalidation(engine))
     event.listen(engine.sync_engine, "do_connect", _Connecting(hosts))
     event.listen(engine.sync_engine, "handle_error", _ReadOnlyIsDisconnect())

@@ -75,12 +75,13 @@ DATABASE = "failover"
 WORKERS = 2
 PROMOTE_AFTER = 1.0
 """Seconds between the fault and the promote (a failover manager's detection time)."""
-RECOVERY_BOUND = 30.0
-"""The assertion's bound on each process's recovery after the promote (generous: the target
-is 5 s). A hang costs more than a kill or a switchover: a statement on a connection to the hung
-node waits for its operation timeout (5 s here), a new connection tries the hung host for its
-host_connect_timeout (3 s) before the next, and a dropped connection gets about 2 s to close;
-a process with several such connections pays more than one timeout (9-18 s measured)."""
+RECOVERY_BOUND = 10.0
+"""The assertion's bound on each process's recovery after the promote: the target (5 s) with a
+margin for a loaded 2-core CI machine; the measured figures are printed. A hang is the slowest
+shape: an operation that waits HANG_CHECK_AFTER (2 s) has its host probed with a new
+connection, which gets HANG_PROBE_TIMEOUT (2 s) to answer; then every connection to the hung
+node is dropped at once and the next connects go to the other host first (about 3 s measured
+after a promote 1 s after the hang)."""
 RECOVERY_TARGET = 5.0
 WARM_UP = 30
 """Acknowledged commits, handler starts and publications before the fault."""
@@ -98,11 +99,12 @@ CONFIG: dict[str, Any] = {
     "batch_size": 10,
     "writer_pace": 0.01,
     "writer_backoff": 0.1,
-    "operation_timeout": 5.0,
+    "operation_timeout": 30.0,
     "due_after": 2.5,
 }
 """Lease 3 s: a run claimed on the lost primary (or hung on it) is retaken soon after.
-Operation timeout 5 s: each statement's bound on the server (J24). Runs and messages fall due
+Operation timeout 30 s: the library's default bound of each statement on the server (J24); a
+hang is followed by the hang check well before it. Runs and messages fall due
 2.5 s after their commit (more than PROMOTE_AFTER): those committed just before the fault fall
 due after the promote, so each worker and the relay has work to show it followed whatever the
 writer does."""
