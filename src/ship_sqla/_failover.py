@@ -1,6 +1,6 @@
 """Following the primary across a failover (J24), on the application's own engine.
 
-:func:`follow_primary` wires two hooks into an engine, once (every ship store, unit of work and
+:func:`follow_primary` wires three things into an engine, once (every ship store, unit of work and
 :func:`ship_sqla.create_engine` calls it on the engine it is given):
 
 - **a bounded connect per host** (``do_connect``): a multi-host URL
@@ -20,13 +20,12 @@
   host now accepts writes. A 25006 in a transaction the application itself began READ ONLY
   (the server reports both settings off) is left alone. The error is then
   :class:`~ship_sqla.errors.DatabaseUnavailableError` (:mod:`ship_sqla._sql_errors`), and so is
-  asyncpg's "None of the hosts match the target attribute requirement".
-
+  asyncpg's "None of the hosts match the target attribute requirement";
 - **a hung host is found and left** (:meth:`Hosts.watch`, :meth:`Hosts.check`): a server that
   stops answering (a network partition, a stopped node) leaves every statement on it waiting for
   its operation timeout (30 s by default), and a process holding several connections to it pays
-  that more than once. So every operation of a ship store (:class:`~ship_sqla._scope.
-  StoreConnections`), every statement, COMMIT and ROLLBACK of a unit of work, and a listener's
+  that more than once. So every operation of a ship store
+  (:class:`~ship_sqla._scope.StoreConnections`), every statement, COMMIT and ROLLBACK of a unit of work, and a listener's
   health probe, on an engine of a multi-host URL, is watched: one that has waited
   ``hang_check_after`` seconds (default :data:`HANG_CHECK_AFTER`) has the hosts the engine is
   connected to checked, each by a NEW connection (any answer, even a refusal, is alive: a slow
@@ -41,7 +40,9 @@
   ``hang_check_after + hang_probe_timeout`` (4 s) from the hang, whatever the operation
   timeouts. A merely slow server (a long statement, a lock wait, a pause shorter than those
   4 s) answers the probe and keeps its connections. A single-host URL is not watched (there is
-  no other host to follow; its statements are bounded by the operation timeouts).
+  no other host to follow; its statements are bounded by the operation timeouts), nor is a
+  unit of work made with ``operation_timeout=None``. Behind a pooler (PgBouncer) the pooler
+  answers the probe itself: a hung server behind it costs the operation timeouts.
 
 The ``handle_error`` listener is marked :data:`~ship_sqla._direct.OWN_LISTENER`: it does not
 keep the direct statement path off, which applies the same rule itself
@@ -96,6 +97,9 @@ declared hung and every connection to it is dropped (J24)."""
 
 _STEP: Final = 0.1
 """The probe's wait is counted in steps of this many seconds (:func:`answers`)."""
+
+_PROBE_NAME: Final = "ship_sqla hang check"
+"""The ``application_name`` of the hang check's probe connections."""
 
 logger = logging.getLogger("ship_sqla")
 
@@ -190,9 +194,10 @@ class Hosts:
             return
         loop = asyncio.get_running_loop()
         for host in self.connected_to():
-            if host in self._probes or loop.time() - self._checked_at.get(host, -1e9) < (
-                self.check_after
-            ):
+            running = self._probes.get(host)
+            if running is not None and not running.done() and running.get_loop() is loop:
+                continue  # one probe per host at a time (one left on a closed loop is forgotten)
+            if loop.time() - self._checked_at.get(host, -1e9) < self.check_after:
                 continue
             self._checked_at[host] = loop.time()
             self.checks += 1
@@ -203,7 +208,8 @@ class Hosts:
         try:
             alive = await answers(host, options, self.probe_timeout)
         finally:
-            self._probes.pop(host, None)
+            if self._probes.get(host) is asyncio.current_task():
+                del self._probes[host]
             self._checked_at[host] = asyncio.get_running_loop().time()
         if not alive:
             self.drop(host)
@@ -259,6 +265,8 @@ async def answers(host: Host, options: dict[str, Any], within: float) -> bool:
     stall of this process's own event loop (a loaded machine) does not count as the server's."""
     rest = {k: v for k, v in options.items() if k not in _WHERE}
     rest["target_session_attrs"] = "any"
+    settings = dict(rest.get("server_settings") or {})
+    rest["server_settings"] = {**settings, "application_name": _PROBE_NAME}
     loop = asyncio.get_running_loop()
     rest["timeout"] = within + _DEFAULT_TOTAL  # bounded below, by the counted wait
     attempt = loop.create_task(asyncpg.connect(host=host[0], port=host[1], **rest))
