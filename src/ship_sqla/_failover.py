@@ -25,11 +25,12 @@
   stops answering (a network partition, a stopped node) leaves every statement on it waiting for
   its operation timeout (30 s by default), and a process holding several connections to it pays
   that more than once. So every operation of a ship store
-  (:class:`~ship_sqla._scope.StoreConnections`), every statement, COMMIT and ROLLBACK of a unit of work, and a listener's
-  health probe, on an engine of a multi-host URL, is watched: one that has waited
-  ``hang_check_after`` seconds (default :data:`HANG_CHECK_AFTER`) has the hosts the engine is
-  connected to checked, each by a NEW connection (any answer, even a refusal, is alive: a slow
-  or busy server answers a connect; a long statement is no sign of a hang). A host that gives
+  (:class:`~ship_sqla._scope.StoreConnections`), every statement, COMMIT and ROLLBACK of a
+  unit of work, and a listener's health probe, on an engine of a multi-host URL, is watched:
+  one that has waited ``hang_check_after`` seconds (default :data:`HANG_CHECK_AFTER`) has the
+  hosts the engine is connected to checked, each by a NEW connection (any answer, even a
+  refusal, is alive: a slow or busy server answers a connect; a long statement is no sign of a
+  hang). A host that gives
   no answer within ``hang_probe_timeout`` seconds (default :data:`HANG_PROBE_TIMEOUT`, counted
   so that a stall of this process's own event loop does not count, :func:`answers`) is hung:
   every connection the engine (and its listener) holds to it is terminated at once (checked-in
@@ -52,6 +53,7 @@ keep the direct statement path off, which applies the same rule itself
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from typing import TYPE_CHECKING, Any, ClassVar, Final, cast
@@ -224,7 +226,8 @@ class Hosts:
         for connection in list(self._open.pop(host, ())):
             if not connection.is_closed():
                 dropped += 1
-                connection.terminate()
+                with contextlib.suppress(RuntimeError):  # one left on a closed event loop
+                    connection.terminate()
         for callback in self.on_drop:
             callback()
         logger.warning(
@@ -289,7 +292,7 @@ async def answers(host: Host, options: dict[str, Any], within: float) -> bool:
         probe = attempt.result()
         try:
             await probe.close(timeout=within)
-        except (OSError, TimeoutError, PostgresError):
+        except (OSError, TimeoutError, PostgresError, asyncpg.InterfaceError):
             probe.terminate()
         return True
     return isinstance(error, PostgresError)

@@ -15,8 +15,10 @@ every message was delivered on the new primary, stops the rest, and asserts:
 
 - J24, J11: every process follows: each one's first success after the promote (the writer's
   acknowledged commit, each worker's handler start, the relay's publication) within
-  RECOVERY_BOUND (generous; the target is 5 s; the figures are printed); every loop was still
-  running at the end, and every process exits 0 on SIGTERM;
+  RECOVERY_BOUND (10 s: the 5 s target with a margin for a loaded CI machine; the figures
+  are printed), at the library's default operation timeouts (30 s: a hang is followed through
+  the hang check, not the timeouts); every loop was still running at the end, and every
+  process exits 0 on SIGTERM;
 - J24: under synchronous replication (claims and settles synchronous when this build has the
   option), no acknowledged commit lost: every acknowledged key has its row, its message and its
   run on the new primary. Under async replication with forced lag (the matrix), every loss is a

@@ -27,7 +27,15 @@ from sqlalchemy.engine import make_url
 from test_failover_follow import multi_host_url, server_of
 from wake_helpers import Errors
 
-from ship_sqla import TransactionScope, create_engine, create_unit_of_work
+from ship_sqla import (
+    TransactionScope,
+    create_engine,
+    create_job_backend,
+    create_unit_of_work,
+    define_job,
+    ship_job_runs_table,
+    ship_job_state_table,
+)
 from ship_sqla._failover import HANG_CHECK_AFTER, HANG_PROBE_TIMEOUT, Hosts, answers, hosts_of
 from ship_sqla._notify import ListenerLostError, listener_for
 from ship_sqla.errors import DatabaseUnavailableError
@@ -39,6 +47,16 @@ if TYPE_CHECKING:
 
 metadata = MetaData()
 hang_notes = Table("hang_notes", metadata, Column("id", Integer, primary_key=True))
+jobs_metadata = MetaData()
+runs = ship_job_runs_table(jobs_metadata)
+state = ship_job_state_table(jobs_metadata)
+
+
+async def _noop(ctx: Any, payload: Any) -> None:
+    pass
+
+
+FREE = define_job("hang.free", _noop, payload=dict)
 
 
 def scope_only(scope: TransactionScope) -> TransactionScope:
@@ -118,6 +136,32 @@ async def test_a_hung_host_costs_the_hang_check_not_the_operation_timeout(
         await engine.dispose()
     assert 0.9 <= cost < 5, cost
     assert 0.9 <= first_statement_cost < 5, first_statement_cost
+
+
+async def test_a_stores_own_call_on_a_hung_host_fails_within_the_hang_check(
+    proxy: PausableProxy, ship_engine_url: str
+) -> None:
+    """J24, J11: a job backend's own call (an enqueue outside a unit of work: the direct
+    asyncpg path, 30 s operation timeout by default) waiting on a hung host fails as
+    DatabaseUnavailableError within the hang check, and the next call lands on the other host."""
+    engine = engine_via(proxy, ship_engine_url, hang_check_after=0.5, hang_probe_timeout=0.5)
+    try:
+        async with engine.begin() as connection:
+            await connection.run_sync(jobs_metadata.create_all)
+        backend = create_job_backend(database=engine, table=runs, state_table=state)
+        await backend.enqueue(FREE, {"n": 0})
+        assert follower(engine).last_good == ("127.0.0.1", proxy.port)
+        proxy.pause()
+        started = time.monotonic()
+        with anyio.fail_after(10), pytest.raises(DatabaseUnavailableError):
+            await backend.enqueue(FREE, {"n": 1})
+        cost = time.monotonic() - started
+        with anyio.fail_after(10):
+            await backend.enqueue(FREE, {"n": 2})
+    finally:
+        proxy.resume()
+        await engine.dispose()
+    assert 0.9 <= cost < 5, cost
 
 
 async def test_a_listener_leaves_a_hung_host_with_the_engine(
