@@ -38,12 +38,12 @@ async def noop(ctx: Any, payload: Any) -> None:
     return None
 
 
-PLAIN = define_job("sql.plain", noop, payload=dict, priority=2)
+PLAIN = define_job("sql.plain", noop, payload=dict, priority=2, version=3)
 CAPPED = define_job("sql.capped", noop, payload=dict)
 SMALL = define_job("sql.small", noop, payload=dict, max_payload_bytes=32)
 STORED = (
     "job_id, state, payload, key, dedupe_key, attempt, max_attempts, priority, trace_context,"
-    " tenant_id, history, partition_key"
+    " tenant_id, history, partition_key, handler_version"
 )
 
 

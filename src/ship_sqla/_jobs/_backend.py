@@ -313,8 +313,7 @@ class PostgresJobBackend(JobBackendBase):
         self._table = table
         self._state_table = state_table
         self._queue_depth_limit = queue_depth_limit
-        self._definitions_table: Table | None = None
-        """E8: the job definitions table a worker's start upserts (serve_sql_enqueue)."""
+        self._definitions_table: Table | None = None  # E8: serve_sql_enqueue
         self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
         self.statements: Final = JobStatements.for_tables(

@@ -83,8 +83,8 @@ def ship_job_definitions_table(
     derives the dedupe key in Python: a SQL call must pass one), ``key_required`` (a
     single-runner job's key is derived in Python: a SQL call must pass ``key``),
     ``partition_by_key`` and ``partition_key_derived`` (F8: a limit per partition key; derived
-    in Python: a SQL call must pass ``options.partition_key``), ``handler_version`` (D9, NULL:
-    unversioned), the retention columns ``completed_retention``, ``dead_retention``,
+    in Python: a SQL call must pass ``options.partition_key``), ``handler_version`` (D9: the version a run
+    records at enqueue, NULL: unversioned), the retention columns ``completed_retention``, ``dead_retention``,
     ``cancelled_retention`` (intervals, NULL: the library's default; for the storage work) and
     ``updated_at``. Upserted by every worker at start and by ``ship-sqla jobs
     sync-definitions`` (:func:`sync_job_definitions`).
@@ -104,7 +104,7 @@ def ship_job_definitions_table(
         Column("key_required", Boolean, nullable=False),
         Column("partition_by_key", Boolean, nullable=False),
         Column("partition_key_derived", Boolean, nullable=False),
-        Column("handler_version", Text, nullable=True),
+        Column("handler_version", Integer, nullable=True),
         Column("completed_retention", Interval, nullable=True),
         Column("dead_retention", Interval, nullable=True),
         Column("cancelled_retention", Interval, nullable=True),
@@ -258,7 +258,7 @@ def definition_params(
         "key_required": [job.concurrency.single_runner for job in jobs],
         "partition_by_key": [job.partition == "key" for job in jobs],
         "partition_key_derived": [job.partition_key is not None for job in jobs],
-        "handler_versions": [getattr(job, "version", None) for job in jobs],
+        "handler_versions": [job.version for job in jobs],
         "completed_s": [job.retention.completed.total_seconds() for job in jobs],
         "dead_s": [job.retention.dead.total_seconds() for job in jobs],
         "cancelled_s": [job.retention.cancelled.total_seconds() for job in jobs],

@@ -43,7 +43,7 @@ FROM unnest(
     CAST(:max_payload_bytes AS integer[]), CAST(:queue_depth_limits AS integer[]),
     CAST(:dedupe_required AS boolean[]), CAST(:key_required AS boolean[]),
     CAST(:partition_by_key AS boolean[]), CAST(:partition_key_derived AS boolean[]),
-    CAST(:handler_versions AS text[]), CAST(:completed_s AS float8[]),
+    CAST(:handler_versions AS integer[]), CAST(:completed_s AS float8[]),
     CAST(:dead_s AS float8[]), CAST(:cancelled_s AS float8[])
 ) AS t(job_id, max_attempts, priority, max_payload_bytes, queue_depth_limit, dedupe_required,
     key_required, partition_by_key, partition_key_derived, handler_version, completed_s, dead_s,
@@ -258,10 +258,11 @@ BEGIN
         END IF;
         INSERT INTO {runs} AS r (
             id, job_id, state, payload, key, dedupe_key, attempt, max_attempts, run_at,
-            created_at, updated_at, history, priority, trace_context, tenant_id, partition_key
+            created_at, updated_at, history, priority, trace_context, tenant_id, partition_key,
+            handler_version
         ) VALUES (
             a_id, a_job, 'waiting', a_payload, a_key, a_dedupe, 0, d.max_attempts, a_run_at,
-            now(), now(), '[]'::jsonb, a_priority, a_trace, a_tenant, a_part
+            now(), now(), '[]'::jsonb, a_priority, a_trace, a_tenant, a_part, d.handler_version
         )
         ON CONFLICT DO NOTHING
         RETURNING r.seq INTO new_seq;
