@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from pgbouncer import PgBouncer
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -20,6 +21,7 @@ from test_sql_enqueue import CAPPED, PLAIN, SMALL, defs, metadata, runs, state
 
 from ship_sqla._jobs import create_job_backend
 from ship_sqla._jobs._sql_api import install_sql_enqueue, sql_enqueue_status, sync_job_definitions
+from ship_sqla.schema import tenant_policy_ddl
 
 CHANNEL = "ship_sqla.jobs:ship_job_runs"
 TRIGGER = (Path(__file__).parent / "trigger_v1.sql").read_text()
@@ -208,3 +210,93 @@ async def test_the_frozen_v1_corpus_gives_its_golden_output(engine: AsyncEngine)
     if os.environ.get("SHIP_SQLA_WRITE_GOLDEN"):  # only when a NEW call joins the corpus
         (GOLDEN / "v1_corpus.out").write_text(done.stdout)
     assert done.stdout == (GOLDEN / "v1_corpus.out").read_text()
+
+
+async def test_single_and_bulk_calls_through_pgbouncer(
+    engine: AsyncEngine, pgbouncer: PgBouncer
+) -> None:
+    """F7, E1: through PgBouncer in transaction mode the single and the bulk call give the
+    same outcomes as on a direct connection."""
+    bounced = pgbouncer.engine(str(engine.url.database))
+    try:
+        answers = []
+        for target in (bounced, engine):
+            async with target.begin() as connection:
+                await connection.execute(text("DELETE FROM ship_job_runs"))
+            for _ in range(2):
+                async with target.begin() as connection:
+                    one = await connection.execute(
+                        text(
+                            "SELECT outcome FROM ship_job_runs_enqueue_v1('sql.plain', '{}',"
+                            " dedupe_key => 'b')"
+                        )
+                    )
+                    many = await connection.execute(
+                        text(
+                            "SELECT outcome FROM ship_job_runs_enqueue_many_v1("
+                            '\'[{"job_id": "sql.plain", "payload": {}, "run_id": "m"},'
+                            ' {"job_id": "sql.plain", "payload": {}, "dedupe_key": "b"}]\')'
+                        )
+                    )
+                    answers.append((target is bounced, one.scalar(), [r[0] for r in many]))
+    finally:
+        await bounced.dispose()
+    assert [a[1:] for a in answers[:2]] == [a[1:] for a in answers[2:]]
+    assert answers[0][1:] == ("inserted", ["inserted", "deduplicated"])
+    assert answers[1][1:] == ("deduplicated", ["deduplicated", "deduplicated"])
+
+
+async def test_a_worker_start_upserts_its_definitions(engine: AsyncEngine) -> None:
+    """E8, J2: a worker started on a backend that serves SQL enqueuers upserts its jobs' rows
+    with the backend's cap, so SQL and Python callers cap against one number."""
+    backend = create_job_backend(
+        database=engine, table=runs, state_table=state, queue_depth_limit=7
+    )
+    backend.serve_sql_enqueue(defs)
+    await backend.require_support([PLAIN, CAPPED])
+    async with engine.connect() as connection:
+        found = await connection.execute(
+            text(
+                "SELECT job_id, queue_depth_limit, max_attempts, priority, handler_version"
+                " FROM ship_job_definitions ORDER BY job_id"
+            )
+        )
+        rows = [tuple(row) for row in found]
+    assert rows == [
+        ("sql.capped", 7, 5, 0, None),
+        ("sql.plain", 7, 5, 2, 3),
+        ("sql.small", None, 5, 0, None),
+    ]
+
+
+async def test_row_level_security_applies_to_the_invoker(engine: AsyncEngine) -> None:
+    """E7, F2: the default SECURITY INVOKER function runs with the caller's rights, so a
+    tenant policy on the runs table applies: a caller of tenant acme cannot enqueue a run for
+    another tenant, and enqueues its own."""
+    async with engine.begin() as connection:
+        await connection.exec_driver_sql(
+            "DO $$ BEGIN CREATE ROLE ship_sql_tenant_app; EXCEPTION WHEN duplicate_object THEN"
+            " NULL; END $$"
+        )
+        for statement in tenant_policy_ddl("ship_job_runs"):
+            await connection.exec_driver_sql(statement)
+        for grant in (
+            "GRANT USAGE ON SCHEMA public TO ship_sql_tenant_app",
+            "GRANT SELECT, INSERT, UPDATE ON ship_job_runs, ship_job_state TO ship_sql_tenant_app",
+            "GRANT SELECT ON ship_job_definitions TO ship_sql_tenant_app",
+        ):
+            await connection.exec_driver_sql(grant)
+    async with engine.connect() as connection:
+        await connection.exec_driver_sql("SET ROLE ship_sql_tenant_app")
+        await connection.execute(text("SELECT set_config('ship.tenant_id', 'acme', false)"))
+        inserted = await connection.scalar(
+            text("SELECT outcome FROM ship_job_runs_enqueue_v1('sql.plain', '{}')")
+        )
+        await connection.commit()
+        assert inserted == "inserted"
+        with pytest.raises(DBAPIError, match="row-level security"):
+            await connection.execute(
+                text("SELECT ship_job_runs_enqueue_v1('sql.plain', '{}', tenant => 'other')")
+            )
+        await connection.rollback()
+        await connection.exec_driver_sql("RESET ROLE")

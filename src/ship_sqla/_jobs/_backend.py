@@ -312,8 +312,6 @@ class PostgresJobBackend(JobBackendBase):
         self._database = database
         self._table = table
         self._state_table = state_table
-        self._queue_depth_limit = queue_depth_limit
-        self._definitions_table: Table | None = None  # E8: serve_sql_enqueue
         self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
         self.statements: Final = JobStatements.for_tables(
@@ -716,6 +714,9 @@ class PostgresJobBackend(JobBackendBase):
             await self._require_fair_claims(fair)
         if self._definitions_table is not None:
             await self.sync_definitions(definitions)
+
+    _definitions_table: Table | None = None
+    """E8: the job definitions table a worker's start upserts (:meth:`serve_sql_enqueue`)."""
 
     def serve_sql_enqueue(self, definitions_table: Table) -> None:
         """E8: every worker started on this backend upserts its jobs' rows of

@@ -83,8 +83,9 @@ def ship_job_definitions_table(
     derives the dedupe key in Python: a SQL call must pass one), ``key_required`` (a
     single-runner job's key is derived in Python: a SQL call must pass ``key``),
     ``partition_by_key`` and ``partition_key_derived`` (F8: a limit per partition key; derived
-    in Python: a SQL call must pass ``options.partition_key``), ``handler_version`` (D9: the version a run
-    records at enqueue, NULL: unversioned), the retention columns ``completed_retention``, ``dead_retention``,
+    in Python: a SQL call must pass ``options.partition_key``), ``handler_version`` (D9: the
+    version a run records at enqueue, NULL: unversioned), the retention columns
+    ``completed_retention``, ``dead_retention``,
     ``cancelled_retention`` (intervals, NULL: the library's default; for the storage work) and
     ``updated_at``. Upserted by every worker at start and by ``ship-sqla jobs
     sync-definitions`` (:func:`sync_job_definitions`).
