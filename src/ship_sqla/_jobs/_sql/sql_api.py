@@ -385,9 +385,10 @@ NEW_RUN_ID: Final = """
 CREATE OR REPLACE FUNCTION {fn}_new_run_id() RETURNS text
 LANGUAGE sql VOLATILE
 AS $ship$
+-- gen_random_uuid()'s random bits (its variant kept) under the millisecond time and version 7
 SELECT (lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
-    || '7' || substr(md5(random()::text), 1, 3)
-    || to_hex(8 + floor(random() * 4)::int) || substr(md5(random()::text), 1, 15))::uuid::text
+    || '7' || substr(u, 16, 3) || substr(u, 20, 4) || substr(u, 25, 12))::uuid::text
+FROM (SELECT gen_random_uuid()::text AS u) g
 $ship$
 """
 """A version 7 UUID as text (what Python's ``new_run_ids`` makes; PostgreSQL 18's ``uuidv7()``
