@@ -5,6 +5,7 @@ transaction, announce by K8's rule, and install with the tables."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -225,3 +226,41 @@ async def test_python_and_sql_store_the_same_runs(
     by_sql = await _through_sql(engine, requests)
     assert by_sql == by_python
     assert await stored(engine) == python_rows
+
+
+async def test_the_bulks_set_path_stores_what_single_calls_store(engine: AsyncEngine) -> None:
+    """E1, E2, K6, F2: a bulk of plain requests (the set path: one INSERT) stores the rows the
+    same requests store one call at a time, answers inserted for each in order, and a bulk
+    with one bad request raises that request's error and stores nothing."""
+    requests = [
+        {"job_id": "sql.plain", "payload": {"n": i, "s": "é"}, "priority": [None, -3, 10][i % 3]}
+        | ({"tenant": "acme"} if i % 2 else {})
+        | ({"run_at": "2030-01-01T00:00:00Z"} if i % 5 == 0 else {})
+        for i in range(20)
+    ]
+    for request in requests:
+        args = {
+            k: v for k, v in request.items() if k not in ("job_id", "payload") and v is not None
+        }
+        if "run_at" in args:
+            args["run_at"] = datetime.fromisoformat(args["run_at"])
+        answer = await sql_enqueue(engine, request["job_id"], request["payload"], **args)
+        assert answer[1] == "inserted"
+    singles = await stored(engine)
+    await _clear(engine)
+    bulk = await call(
+        engine,
+        "SELECT outcome FROM ship_job_runs_enqueue_many_v1(CAST(:r AS jsonb))",
+        r=json.dumps(requests),
+    )
+    assert bulk == [("inserted",)] * len(requests)
+    assert await stored(engine) == singles
+    await _clear(engine)
+    bad = [*requests[:3], {"job_id": "sql.plain", "payload": {}, "priority": 11}]
+    with pytest.raises(DBAPIError, match="SHIP_SQLA_JOB_PRIORITY_INVALID"):
+        await call(
+            engine,
+            "SELECT * FROM ship_job_runs_enqueue_many_v1(CAST(:r AS jsonb))",
+            r=json.dumps(bad),
+        )
+    assert await stored(engine) == []

@@ -29,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import TIMESTAMP
 
 from ship_sqla._jobs._sql.sql_api import (
+    ANNOUNCE,
     ENQUEUE_MANY_V1,
     ENQUEUE_V1,
     ENQUEUE_VERSIONS,
@@ -179,7 +180,9 @@ def sql_enqueue_ddl(
         "min_gap": repr(MIN_GAP),
         "max_gap": repr(MAX_GAP),
     }
-    bodies = [_render(t, values) for t in (JSON_SIZE, NEW_RUN_ID, ENQUEUE_V1, ENQUEUE_MANY_V1)]
+    bodies = [
+        _render(t, values) for t in (JSON_SIZE, NEW_RUN_ID, ANNOUNCE, ENQUEUE_V1, ENQUEUE_MANY_V1)
+    ]
     build = hashlib.sha256("\n".join(bodies).encode()).hexdigest()[:16]
     values["build"] = build
     statements = [_render(RESULT_TYPE, values), *bodies, _render(ENQUEUE_VERSIONS, values)]

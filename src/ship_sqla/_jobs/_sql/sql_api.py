@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "ANNOUNCE",
     "ENQUEUE_MANY_V1",
     "ENQUEUE_V1",
     "ENQUEUE_VERSIONS",
@@ -87,6 +88,45 @@ ERROR: Final = "RAISE EXCEPTION USING ERRCODE = '22023', MESSAGE = "
 """E4: every refusal is SQLSTATE 22023 (invalid_parameter_value), its message starting with the
 SHIP_SQLA_* code the Python front raises for the same input, its HINT the fix."""
 
+ANNOUNCE: Final = """
+CREATE OR REPLACE FUNCTION {fn}_announce(a_job text, a_seq bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE {security}
+AS $ship$
+-- E3/K1: announce due runs in the caller's transaction, by K8's budget for the table's SQL
+-- enqueuers (one sender): at most one announcement per gap; the gap widens with the table's
+-- enqueue rate (read off its seq, as AnnouncePlan does). The announce row is locked only by
+-- the announcer (SKIP LOCKED: nobody waits on it).
+DECLARE
+    ann record;
+    elapsed float8;
+    rate float8;
+    gap float8;
+BEGIN
+    SELECT s.updated_at, s.claim_granted INTO ann FROM {state} s
+    WHERE s.job_id = '{announce_row}';
+    elapsed := CASE WHEN ann.updated_at IS NULL THEN 'infinity'::float8
+                    ELSE extract(epoch FROM clock_timestamp() - ann.updated_at) END;
+    rate := CASE WHEN ann.claim_granted IS NULL OR elapsed <= 0 OR elapsed = 'infinity'
+                 THEN 0 ELSE (a_seq - ann.claim_granted) / elapsed END;
+    -- AnnouncePlan.gap for one sender: 1 / (NOTIFY_BUDGET x min(1, BUDGET_KNEE / rate)).
+    gap := least(greatest(greatest(rate, {knee}) / ({budget} * {knee}), {min_gap}), {max_gap});
+    IF elapsed >= gap THEN
+        PERFORM 1 FROM {state} s WHERE s.job_id = '{announce_row}'
+            AND s.updated_at IS NOT DISTINCT FROM ann.updated_at FOR UPDATE SKIP LOCKED;
+        IF FOUND OR ann.updated_at IS NULL THEN
+            INSERT INTO {state} AS s (job_id, updated_at, claim_granted)
+            VALUES ('{announce_row}', clock_timestamp(), a_seq)
+            ON CONFLICT (job_id) DO UPDATE
+            SET updated_at = EXCLUDED.updated_at, claim_granted = EXCLUDED.claim_granted;
+            PERFORM pg_notify('{channel}', 'sql/' || a_job);
+        END IF;
+    END IF;
+END
+$ship$
+"""
+"""E3, K1, K8: the SQL enqueuers' announce rule, written once (the single call and the bulk's
+set path call it)."""
+
 ENQUEUE_V1: Final = """
 CREATE OR REPLACE FUNCTION {fn}_enqueue_v1(
     job_id text,
@@ -121,10 +161,6 @@ DECLARE
     new_seq bigint;
     size bigint;
     pass integer;
-    ann record;
-    elapsed float8;
-    rate float8;
-    gap float8;
     result {result};
 BEGIN
     -- E4: unknown option keys are refused (new optional inputs arrive here, E5).
@@ -273,31 +309,8 @@ BEGIN
             || quote_literal(a_job) || ' kept conflicting with concurrent inserts',
             HINT = 'Fix: retry the transaction.';
     END IF;
-    -- E3/K1: announce a due run in this transaction, by K8's budget for the table's SQL
-    -- enqueuers (one sender): at most one announcement per gap; the gap widens with the
-    -- table's enqueue rate (read off its seq, as AnnouncePlan does). The announce row is
-    -- locked only by the announcer (SKIP LOCKED: nobody waits on it).
     IF a_run_at <= now() THEN
-        SELECT s.updated_at, s.claim_granted INTO ann FROM {state} s
-        WHERE s.job_id = '{announce_row}';
-        elapsed := CASE WHEN ann.updated_at IS NULL THEN 'infinity'::float8
-                        ELSE extract(epoch FROM clock_timestamp() - ann.updated_at) END;
-        rate := CASE WHEN ann.claim_granted IS NULL OR elapsed <= 0 OR elapsed = 'infinity'
-                     THEN 0 ELSE (new_seq - ann.claim_granted) / elapsed END;
-        -- AnnouncePlan.gap for one sender: 1 / (NOTIFY_BUDGET x min(1, BUDGET_KNEE / rate)).
-        gap := least(greatest(greatest(rate, {knee}) / ({budget} * {knee}), {min_gap}),
-            {max_gap});
-        IF elapsed >= gap THEN
-            PERFORM 1 FROM {state} s WHERE s.job_id = '{announce_row}'
-                AND s.updated_at IS NOT DISTINCT FROM ann.updated_at FOR UPDATE SKIP LOCKED;
-            IF FOUND OR ann.updated_at IS NULL THEN
-                INSERT INTO {state} AS s (job_id, updated_at, claim_granted)
-                VALUES ('{announce_row}', clock_timestamp(), new_seq)
-                ON CONFLICT (job_id) DO UPDATE
-                SET updated_at = EXCLUDED.updated_at, claim_granted = EXCLUDED.claim_granted;
-                PERFORM pg_notify('{channel}', 'sql/' || a_job);
-            END IF;
-        END IF;
+        PERFORM {fn}_announce(a_job, new_seq);  -- E3/K1, K8's rule
     END IF;
     result := (a_id, 'inserted');
     RETURN result;
@@ -327,6 +340,54 @@ BEGIN
         RAISE EXCEPTION USING ERRCODE = '22023',
             MESSAGE = 'SHIP_SQLA_BOUND_EXCEEDED: ' || n || ' requests, more than 10000 a call',
             HINT = 'Fix: split the requests into calls of at most 10000.';
+    END IF;
+    -- The set path: every request plain (no run_id, dedupe_key, key, trace_context or
+    -- options), of a known job with no cap and nothing derived in Python, and every check of
+    -- _enqueue_v1 passed: one INSERT for all (the rows _enqueue_v1 would store, in order).
+    IF NOT EXISTS (
+        SELECT 1 FROM jsonb_array_elements(requests) AS q(v)
+        LEFT JOIN {defs} d ON d.job_id = q.v ->> 'job_id'
+        WHERE d.job_id IS NULL OR jsonb_typeof(q.v) <> 'object'
+           OR d.queue_depth_limit IS NOT NULL OR d.dedupe_required OR d.key_required
+           OR d.partition_key_derived
+           OR EXISTS (SELECT 1 FROM jsonb_each(CASE WHEN jsonb_typeof(q.v) = 'object'
+                                                     THEN q.v END) e WHERE e.value <> 'null'::jsonb
+                      AND e.key NOT IN ('job_id', 'payload', 'run_at', 'priority', 'tenant'))
+           OR jsonb_typeof(q.v -> 'payload') IS NULL OR q.v -> 'payload' = 'null'::jsonb
+           OR octet_length((q.v -> 'payload')::text) * 12 > d.max_payload_bytes
+           OR jsonb_typeof(q.v -> 'priority') NOT IN ('number', 'null')
+           OR CAST(q.v ->> 'priority' AS numeric) NOT BETWEEN -10 AND 10
+           OR jsonb_typeof(q.v -> 'run_at') NOT IN ('string', 'null')
+           OR jsonb_typeof(q.v -> 'tenant') NOT IN ('string', 'null')
+    ) THEN
+        RETURN QUERY
+        WITH src AS (
+            SELECT q.ord, {fn}_new_run_id() AS id, q.v ->> 'job_id' AS job_id,
+                q.v -> 'payload' AS payload, d.max_attempts, d.handler_version,
+                coalesce(CAST(q.v ->> 'run_at' AS timestamptz), now()) AS run_at,
+                coalesce(CAST(q.v ->> 'priority' AS integer), d.priority) AS priority,
+                coalesce(q.v ->> 'tenant',
+                         nullif(current_setting('ship.tenant_id', true), '')) AS tenant
+            FROM jsonb_array_elements(requests) WITH ORDINALITY AS q(v, ord)
+            JOIN {defs} d ON d.job_id = q.v ->> 'job_id'
+        ), ins AS (
+            INSERT INTO {runs} (
+                id, job_id, state, payload, key, dedupe_key, attempt, max_attempts, run_at,
+                created_at, updated_at, history, priority, trace_context, tenant_id,
+                partition_key, handler_version
+            )
+            SELECT s.id, s.job_id, 'waiting', s.payload, NULL, NULL, 0, s.max_attempts, s.run_at,
+                now(), now(), '[]'::jsonb, s.priority, NULL, s.tenant, NULL, s.handler_version
+            FROM src s ORDER BY s.ord
+            RETURNING seq, job_id, run_at
+        ), announced AS (
+            SELECT {fn}_announce(i.job_id, max(i.seq)) FROM ins i
+            WHERE i.run_at <= now() GROUP BY i.job_id
+        )
+        SELECT s.id, 'inserted'::text FROM src s
+        WHERE (SELECT count(*) FROM announced) >= 0
+        ORDER BY s.ord;
+        RETURN;
     END IF;
     FOR r IN SELECT value FROM jsonb_array_elements(requests) LOOP
         IF jsonb_typeof(r) <> 'object' OR EXISTS (SELECT 1 FROM jsonb_object_keys(r) k
