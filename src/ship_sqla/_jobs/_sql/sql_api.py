@@ -444,12 +444,17 @@ spaces, non-ASCII characters as ``\\uXXXX`` escapes, two for a character beyond 
 
 NEW_RUN_ID: Final = """
 CREATE OR REPLACE FUNCTION {fn}_new_run_id() RETURNS text
-LANGUAGE sql VOLATILE
+LANGUAGE plpgsql VOLATILE
 AS $ship$
--- gen_random_uuid()'s random bits (its variant kept) under the millisecond time and version 7
-SELECT (lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
-    || '7' || substr(u, 16, 3) || substr(u, 20, 4) || substr(u, 25, 12))::uuid::text
-FROM (SELECT gen_random_uuid()::text AS u) g
+DECLARE
+    u text := gen_random_uuid()::text;
+BEGIN
+    -- gen_random_uuid()'s random bits (its variant kept) under the millisecond time and
+    -- version 7. PL/pgSQL: a plain-SQL function with a FROM clause is planned at every call
+    -- (about 140 us a call measured, against 5 us).
+    RETURN (lpad(to_hex(floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint), 12, '0')
+        || '7' || substr(u, 16, 3) || substr(u, 20, 4) || substr(u, 25, 12))::uuid::text;
+END
 $ship$
 """
 """A version 7 UUID as text (what Python's ``new_run_ids`` makes; PostgreSQL 18's ``uuidv7()``
