@@ -13,6 +13,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+from cli_runner import ship_sqla
 from pgbouncer import PgBouncer
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
@@ -300,3 +301,32 @@ async def test_row_level_security_applies_to_the_invoker(engine: AsyncEngine) ->
             )
         await connection.rollback()
         await connection.exec_driver_sql("RESET ROLE")
+
+
+async def test_the_cli_syncs_definitions_and_installs_the_functions(
+    ship_engine: AsyncEngine, ship_engine_url: str, tmp_path: Path
+) -> None:
+    """E8, E6: `ship-sqla jobs sync-definitions --registry` creates the definitions table,
+    installs the functions and upserts one row per registered job with the given cap; a SQL
+    call then enqueues under it."""
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all, tables=[runs, state])
+    (tmp_path / "sql_app.py").write_text(
+        "from ship_sqla import define_job\n\n"
+        "async def noop(ctx, payload):\n    return None\n\n"
+        "jobs = [define_job('cli.sql', noop, payload=dict)]\n"
+    )
+    code, out, err = await ship_sqla(
+        "jobs", "sync-definitions", "--database-url", ship_engine_url,
+        "--registry", "sql_app:jobs", "--queue-depth-limit", "1", cwd=tmp_path,
+    )  # fmt: skip
+    assert (code, err) == (0, ""), err
+    assert "1 job definition(s) synced" in out
+    async with ship_engine.begin() as connection:
+        outcomes = [
+            await connection.scalar(
+                text("SELECT outcome FROM ship_job_runs_enqueue_v1('cli.sql', '{}')")
+            )
+            for _ in range(2)
+        ]
+    assert outcomes == ["inserted", "queue-full"]
