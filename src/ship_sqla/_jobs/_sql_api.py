@@ -39,8 +39,14 @@ from ship_sqla._jobs._sql.sql_api import (
     RESULT_TYPE,
     UPSERT_DEFINITIONS,
 )
-from ship_sqla._naming import derived_names, quoted_identifier, quoted_table
+from ship_sqla._naming import (
+    MAX_IDENTIFIER_BYTES,
+    derived_names,
+    quoted_identifier,
+    quoted_table,
+)
 from ship_sqla._notify import channel_name
+from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._plans.announce import BUDGET_KNEE, MAX_GAP, MIN_GAP, NOTIFY_BUDGET
 
 if TYPE_CHECKING:
@@ -153,6 +159,7 @@ def sql_enqueue_ddl(
     ``definer_role`` (E7): the hardened variant, ``SECURITY DEFINER`` with a fixed
     ``search_path``, EXECUTE revoked from PUBLIC and granted to that role only; None: ``SECURITY
     INVOKER`` (row-level security applies to the caller)."""
+    _require_short_names(runs)
     fn = enqueue_function_name(runs)
     security = "SECURITY INVOKER"
     names = [quoted_table(table) for table in (runs, state, definitions)]
@@ -194,6 +201,23 @@ def sql_enqueue_ddl(
             statements.append(f"REVOKE ALL ON FUNCTION {signature} FROM PUBLIC")
             statements.append(f"GRANT EXECUTE ON FUNCTION {signature} TO {role}")
     return statements
+
+
+_LONGEST_SUFFIX: Final = "_enqueue_versions"
+
+
+def _require_short_names(runs: Table) -> None:
+    """PostgreSQL cuts longer identifiers silently, which could make two of the functions one:
+    refuse a runs table whose name leaves no room for the functions' suffixes."""
+    longest = len(runs.name.encode()) + len(_LONGEST_SUFFIX)
+    if longest > MAX_IDENTIFIER_BYTES:
+        raise ConfigurationError(
+            f"the runs table name {runs.name!r} is too long for the SQL enqueue functions"
+            f" ({runs.name}{_LONGEST_SUFFIX} would be {longest} bytes, over"
+            f" {MAX_IDENTIFIER_BYTES}).",
+            fix=f"name the runs table in at most {MAX_IDENTIFIER_BYTES - len(_LONGEST_SUFFIX)}"
+            " bytes to enqueue through SQL.",
+        )
 
 
 def _signatures(fn: str) -> tuple[str, str]:
