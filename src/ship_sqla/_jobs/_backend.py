@@ -111,6 +111,7 @@ from ship_sqla._jobs._tables import (
     fair_claims_ddl,
     fair_claims_index_name,
     ship_job_events_table,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
@@ -279,6 +280,7 @@ class PostgresJobBackend(JobBackendBase):
         events_table: Table | None = None,
         synchronous_claims: bool = False,
         health_bounds: HealthBounds | None = None,
+        history_table: Table | None = None,
     ) -> None:
         _require_database(database)
         self._set_options(
@@ -292,6 +294,8 @@ class PostgresJobBackend(JobBackendBase):
         self._database = database
         self._table = table
         self._state_table = state_table
+        self._history_table = history_table
+        """J16, J17: the run history (None: a backend built without one)."""
         self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
         self.statements: Final = JobStatements.for_tables(
@@ -300,6 +304,7 @@ class PostgresJobBackend(JobBackendBase):
             workers=workers_table,
             steps=steps_table,
             events=events_table,
+            history=history_table,
             server_clock=not self._clock.frozen,
         )
         """Every statement on this backend's tables, each rendered once (on first use); lent to
@@ -448,6 +453,11 @@ class PostgresJobBackend(JobBackendBase):
     @property
     def state_table(self) -> Table:
         return self._state_table
+
+    @property
+    def history_table(self) -> Table | None:
+        """J16, J17: the run history table (None: built without one)."""
+        return self._history_table
 
     @property
     def database(self) -> Database:
@@ -1240,6 +1250,7 @@ def create_job_backend(
     events_table: Table | None = None,
     synchronous_claims: bool = False,
     health_bounds: HealthBounds | None = None,
+    history_table: Table | None = None,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
 
@@ -1283,10 +1294,16 @@ def create_job_backend(
     True: the server's own, as enqueues and settles (docs/production.md, "Failover").
     ``health_bounds`` (J22): when :meth:`PostgresJobBackend.storage_health` is an alarm
     (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
+
+    ``history_table`` (J16, J17): the run history, from :func:`ship_job_history_table`
+    (default: that table under its default name, beside ``table``): its partitions are kept by
+    the maintenance (``ship-sqla jobs maintain``, the fleet's sampler-lease holder).
     """
     table, state_table, steps_table, events_table = _default_tables(
         table, state_table, steps_table, events_table
     )
+    if history_table is None:
+        history_table = ship_job_history_table(MetaData(), schema=table.schema)
     return PostgresJobBackend(
         database=database,
         table=table,
@@ -1302,4 +1319,5 @@ def create_job_backend(
         events_table=events_table,
         synchronous_claims=synchronous_claims,
         health_bounds=health_bounds,
+        history_table=history_table,
     )
