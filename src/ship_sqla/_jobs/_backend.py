@@ -79,7 +79,7 @@ import logging
 from collections import Counter
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from sqlalchemy import MetaData, Table, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -294,18 +294,13 @@ class PostgresJobBackend(JobBackendBase):
         self._database = database
         self._table = table
         self._state_table = state_table
-        self._history_table = history_table
-        """J16, J17: the run history (None: a backend built without one)."""
+        self._history_table = history_table  # J16, J17 (None: built without one)
         self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
+        tables = {"workers": workers_table, "steps": steps_table, "events": events_table}
+        server_clock = not self._clock.frozen
         self.statements: Final = JobStatements.for_tables(
-            table,
-            state_table,
-            workers=workers_table,
-            steps=steps_table,
-            events=events_table,
-            history=history_table,
-            server_clock=not self._clock.frozen,
+            table, state_table, **tables, history=history_table, server_clock=server_clock
         )
         """Every statement on this backend's tables, each rendered once (on first use); lent to
         its inserter, schedules, admin port, worker registry, workflow store and the CLI."""
@@ -1109,12 +1104,23 @@ class PostgresJobBackend(JobBackendBase):
         return await self._health.storage_health()
 
 
+class _BackendTables(TypedDict):
+    """``create_job_backend``'s tables, as ``PostgresJobBackend`` takes them."""
+
+    table: Table
+    state_table: Table
+    steps_table: Table
+    events_table: Table
+    history_table: Table
+
+
 def _default_tables(
     table: Table | None,
     state_table: Table | None,
     steps_table: Table | None,
     events_table: Table | None,
-) -> tuple[Table, Table, Table, Table]:
+    history_table: Table | None,
+) -> _BackendTables:
     """``create_job_backend``'s tables: those given, else the factories' under their default
     names (the steps and events tables beside ``table``)."""
     if table is None:
@@ -1125,7 +1131,15 @@ def _default_tables(
         steps_table = ship_job_steps_table(MetaData(), schema=table.schema, runs_table=table.name)
     if events_table is None:
         events_table = ship_job_events_table(MetaData(), schema=table.schema)
-    return table, state_table, steps_table, events_table
+    if history_table is None:
+        history_table = ship_job_history_table(MetaData(), schema=table.schema)
+    return _BackendTables(
+        table=table,
+        state_table=state_table,
+        steps_table=steps_table,
+        events_table=events_table,
+        history_table=history_table,
+    )
 
 
 def _require_database(database: object) -> None:
@@ -1294,20 +1308,13 @@ def create_job_backend(
     True: the server's own, as enqueues and settles (docs/production.md, "Failover").
     ``health_bounds`` (J22): when :meth:`PostgresJobBackend.storage_health` is an alarm
     (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
-
-    ``history_table`` (J16, J17): the run history, from :func:`ship_job_history_table`
-    (default: that table under its default name, beside ``table``): its partitions are kept by
-    the maintenance (``ship-sqla jobs maintain``, the fleet's sampler-lease holder).
+    ``history_table`` (J16, J17): from :func:`ship_job_history_table` (default: beside
+    ``table``); its partitions are kept by maintenance (``ship-sqla jobs maintain``, F5's holder).
     """
-    table, state_table, steps_table, events_table = _default_tables(
-        table, state_table, steps_table, events_table
-    )
-    if history_table is None:
-        history_table = ship_job_history_table(MetaData(), schema=table.schema)
+    tables = _default_tables(table, state_table, steps_table, events_table, history_table)
     return PostgresJobBackend(
         database=database,
-        table=table,
-        state_table=state_table,
+        **tables,
         queue_depth_limit=queue_depth_limit,
         on_error=on_error,
         clock=clock,
@@ -1315,9 +1322,6 @@ def create_job_backend(
         listen=listen,
         announce=announce,
         workers_table=workers_table,
-        steps_table=steps_table,
-        events_table=events_table,
         synchronous_claims=synchronous_claims,
         health_bounds=health_bounds,
-        history_table=history_table,
     )
