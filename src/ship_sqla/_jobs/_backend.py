@@ -87,6 +87,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ship_sqla._jobs._admin import PostgresRunAdmin
 from ship_sqla._jobs._health import PostgresStorageHealth
 from ship_sqla._jobs._insert import RunInserter, inserted
+from ship_sqla._jobs._maintenance import PostgresHistoryMaintenance
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.claim import (
@@ -147,6 +148,7 @@ from ship_sqla.kernel import Clock
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
+from ship_sqla.kernel._history_partitions import HistoryMaintenance
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
 from ship_sqla.kernel._ports import (
     CANCEL_LAPSED_MESSAGE,
@@ -177,7 +179,7 @@ if TYPE_CHECKING:
     from ship_sqla._notify import Listener, Subscription
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._health import HealthBounds, StorageHealth
-    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._jobs import JobDefinition, Retention
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest, FenceAnswer
@@ -355,7 +357,9 @@ class PostgresJobBackend(JobBackendBase):
             ("events", events_table),
         )
         named = {role: quoted_table(t) for role, t in tables if t is not None}
-        return PostgresStorageHealth(self.statements, self._connections, named, bounds)
+        return PostgresStorageHealth(
+            self.statements, self._connections, named, bounds, history=self._maintenance
+        )
 
     def _wire_stores(
         self,
@@ -394,6 +398,14 @@ class PostgresJobBackend(JobBackendBase):
             )
             if steps_table is not None and events_table is not None
             else None
+        )
+        # J17: the history's maintenance (None: a backend built without a history table).
+        self._maintenance = (
+            None
+            if self._history_table is None
+            else PostgresHistoryMaintenance(
+                self._history_table, self.statements, self._connections, self._clock.now
+            )
         )
         self._health = self._storage_health_reader(health_bounds, steps_table, events_table)
 
@@ -453,6 +465,15 @@ class PostgresJobBackend(JobBackendBase):
     def history_table(self) -> Table | None:
         """J16, J17: the run history table (None: built without one)."""
         return self._history_table
+
+    async def maintain_history(self, retentions: Sequence[Retention] = ()) -> HistoryMaintenance:
+        """J17: one maintenance pass over the history's partitions (create days ahead, drop
+        expired ones, analyze the parent, count the DEFAULT partitions' strays), each DDL under
+        a 1 s ``lock_timeout`` (deferred, not waited for). ``retentions``: the registered
+        jobs'; each class keeps the longest of those and the history table's own."""
+        if self._maintenance is None:
+            return HistoryMaintenance()
+        return await self._maintenance.maintain(retentions)
 
     @property
     def database(self) -> Database:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "HISTORY_INFO",
     "HISTORY_PARTITION_OPTIONS",
+    "HISTORY_RETENTION_INFO",
     "NO_PARTITIONS_OPTION",
     "PartitionDDL",
     "class_partition",
@@ -58,6 +59,10 @@ __all__ = [
 
 HISTORY_INFO: Final = "ship_sqla.history"
 """The ``Table.info`` key marking a history parent (its partitions are maintenance's)."""
+
+HISTORY_RETENTION_INFO: Final = "ship_sqla.history_retention"
+"""The ``Table.info`` key of the retention a history table declares (``ship_job_history_table
+(..., retention=)``): the floor of every class's partition lifetime."""
 
 NO_PARTITIONS_OPTION: Final = "ship_sqla_no_history_partitions"
 """An execution option: create the history parent without partitions (the schema check's
