@@ -29,15 +29,15 @@ from sqlalchemy.exc import DBAPIError
 
 from ship_sqla._jobs._history_ddl import (
     HISTORY_PARTITION_OPTIONS,
-    HISTORY_RETENTION_INFO,
     PartitionDDL,
     class_partition,
     create_day_ddl,
     day_partition,
     default_partition,
     drop_day_ddl,
+    history_retention,
 )
-from ship_sqla._jobs._sql.history import HISTORY_PARTITIONS, LOCK_TIMEOUT_LOCAL
+from ship_sqla._jobs._sql.history import HISTORY_EXISTS, HISTORY_PARTITIONS, LOCK_TIMEOUT_LOCAL
 from ship_sqla._naming import quoted_table, text_name
 from ship_sqla._scope import OWN
 from ship_sqla._sql_errors import sqlstate_of
@@ -104,8 +104,18 @@ class PostgresHistoryMaintenance:
         default :class:`Retention` when it declares none) and ``jobs``'."""
         from ship_sqla.kernel._jobs import Retention  # noqa: PLC0415 - the kernel's job model
 
-        declared = self._history.info.get(HISTORY_RETENTION_INFO) or Retention()
+        declared = history_retention(self._history) or Retention()
         return class_retentions([declared, *jobs])
+
+    async def exists(self) -> bool:
+        """Whether the history table exists in the database."""
+        [row] = await self._connections.rows(
+            "history_exists",
+            self._s[HISTORY_EXISTS],
+            {"history": quoted_table(self._history)},
+            scope=OWN,
+        )
+        return bool(row[0])
 
     async def existing_days(self) -> dict[StateClass, set[date]]:
         """The day partitions of each class (partitions named otherwise are left alone)."""
@@ -131,6 +141,8 @@ class PostgresHistoryMaintenance:
     ) -> HistoryMaintenance:
         """One pass (see the module docstring). ``analyze``: None analyzes the parent when a
         partition was created or dropped; True or False always or never."""
+        if not await self.exists():
+            return HistoryMaintenance()
         now = self._now()
         retention = self.retentions(jobs)
         existing = await self.existing_days()

@@ -40,7 +40,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from sqlalchemy.schema import CreateIndex
 
-from ship_sqla._jobs._history_ddl import HISTORY_INFO, HISTORY_RETENTION_INFO
+from ship_sqla._jobs._history_ddl import HISTORY_INFO, declare_history_retention
 from ship_sqla._naming import derived_name, derived_names
 from ship_sqla._storage_options import CHURN_OPTIONS, HOT_ROW_OPTIONS, declare_storage_options
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES
@@ -323,7 +323,7 @@ def ship_job_history_table(
     states = ", ".join(f"'{s}'" for s in FINISHED_STATES)
     # J21: a partitioned parent takes no storage options; its leaves are created with
     # HISTORY_PARTITION_OPTIONS (insert thresholds only: append-only).
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("id", Text, nullable=False),
@@ -365,8 +365,10 @@ def ship_job_history_table(
         schema=schema,
         comment="ship_sqla job history (ship_job_history_table)",
         postgresql_partition_by="LIST (state)",
-        info={HISTORY_INFO: True, HISTORY_RETENTION_INFO: retention},
+        info={HISTORY_INFO: True},
     )
+    declare_history_retention(table, retention)
+    return table
 
 
 def fair_claims_index_name(runs: Table) -> str:

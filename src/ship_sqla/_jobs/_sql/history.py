@@ -12,7 +12,13 @@ from typing import Final
 
 from ship_sqla._sql import Template
 
-__all__ = ["HISTORY_PARTITIONS", "LOCK_TIMEOUT_LOCAL"]
+__all__ = ["HISTORY_EXISTS", "HISTORY_PARTITIONS", "LOCK_TIMEOUT_LOCAL"]
+
+HISTORY_EXISTS: Final = Template(
+    "SELECT to_regclass(:history) IS NOT NULL AS present",
+    compacted=False,
+)
+"""Whether the history table exists (a backend's default one may not: nothing to maintain)."""
 
 HISTORY_PARTITIONS: Final = Template(
     """
