@@ -210,7 +210,9 @@ class PostgresHistoryMaintenance:
         options = storage_options_sql(HISTORY_PARTITION_OPTIONS)
         return [
             PartitionDDL(
-                "CREATE TABLE {part} (LIKE {parent} INCLUDING DEFAULTS) WITH " + options, tables
+                "CREATE TABLE {part} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) WITH "
+                + options,
+                tables,
             ),
             PartitionDDL(
                 f"WITH moved AS (DELETE FROM {{default}} WHERE {where} RETURNING *)"  # noqa: S608
