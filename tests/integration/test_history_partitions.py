@@ -11,6 +11,7 @@ The "settle" here is the row J16's settle writes, inserted into the parent the w
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -203,3 +204,89 @@ async def test_j17_a_backend_whose_history_table_is_absent_maintains_nothing(
     done = await backend.maintain_history()
     assert done.created == ()
     assert done.partitions_ahead is None
+
+
+INSERT_FINISHED_RUN = text(
+    "INSERT INTO ship_job_runs (id, job_id, state, payload, max_attempts, attempt, created_at,"
+    " updated_at, finished_at) VALUES (:id, 'j17', :state, '{\"n\": 1}', 3, 1, :at, :at, :at)"
+)
+
+
+async def _seed_old_runs(engine: AsyncEngine) -> None:
+    """30 completed an hour ago, 10 dead 5 days ago, 10 completed 3 days ago (past the 1 day
+    retention), and 2 waiting runs: an existing runs table from before the history."""
+    rows = [
+        *(
+            {"id": f"c{i}", "state": "completed", "at": WALL - timedelta(hours=1)}
+            for i in range(30)
+        ),
+        *({"id": f"d{i}", "state": "dead", "at": WALL - timedelta(days=5)} for i in range(10)),
+        *({"id": f"o{i}", "state": "completed", "at": WALL - timedelta(days=3)} for i in range(10)),
+    ]
+    async with engine.begin() as connection:
+        await connection.execute(INSERT_FINISHED_RUN, rows)
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_runs (id, job_id, payload, max_attempts)"
+                " VALUES ('w1', 'j17', '{}', 3), ('w2', 'j17', '{}', 3)"
+            )
+        )
+
+
+async def _counts(engine: AsyncEngine) -> tuple[int, int, int]:
+    async with engine.connect() as connection:
+        live = await connection.scalar(text("SELECT count(*) FROM ship_job_runs"))
+        kept = await connection.scalar(text("SELECT count(*) FROM ship_job_history"))
+        payloads = await connection.scalar(
+            text("SELECT count(*) FROM ship_job_history WHERE payload IS NOT NULL")
+        )
+    return int(live), int(kept), int(payloads)
+
+
+async def test_j17_migrate_moves_finished_runs_in_batches_and_resumes(
+    engine: AsyncEngine,
+) -> None:
+    """J16, J17 (issue 39 item 8): the migration moves an existing runs table's finished runs
+    into history in one-statement batches; stopped after 3 batches (an interruption), the runs
+    table holds exactly the runs not yet taken (each batch all or nothing), and running it
+    again finishes: the live runs stay, runs past retention are deleted, not moved, a dead
+    run keeps its payload, a completed one does not (J18); the finished-only indexes stay
+    while the runs table declares them."""
+    from ship_sqla._jobs._migrate import migrate_finished_runs  # noqa: PLC0415
+
+    await _seed_old_runs(engine)
+    backend = _backend(engine, FrozenClock(WALL))
+    first = await migrate_finished_runs(backend, batch_size=7, max_batches=3)
+    assert (first.batches, first.complete) == (3, False)
+    assert first.moved + first.deleted == 21
+    live, kept, _ = await _counts(engine)
+    assert live == 52 - 21
+    assert kept == first.moved
+    rest = await migrate_finished_runs(backend, batch_size=7)
+    assert rest.complete
+    assert first.moved + rest.moved == 40
+    assert first.deleted + rest.deleted == 10
+    assert await _counts(engine) == (2, 40, 10)
+    assert set(rest.kept) == {"ship_job_runs_finished_idx", "ship_job_runs_browse_idx"}
+    assert rest.dropped == ()
+    # J16: the dead runs' days were prepared: none went to the DEFAULT partition.
+    assert (await backend.maintain_history()).strays == 0
+
+
+async def test_j17_the_maintain_verb_migrates_and_maintains(engine: AsyncEngine) -> None:
+    """J17: ``ship-sqla jobs maintain --migrate --json`` moves the finished runs and runs a
+    maintenance pass (exit 0: nothing deferred, no strays)."""
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from ship_sqla._cli import cli  # noqa: PLC0415
+
+    await _seed_old_runs(engine)
+    url = engine.url.render_as_string(hide_password=False)
+    args = ["jobs", "maintain", "--database-url", url, "--migrate", "--json"]
+    result = await asyncio.to_thread(CliRunner().invoke, cli, args)
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert answer["migration"]["complete"]
+    assert answer["migration"]["moved"] == 40
+    assert answer["maintenance"]["deferred"] == []
+    assert await _counts(engine) == (2, 40, 10)
