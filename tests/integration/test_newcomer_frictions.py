@@ -315,7 +315,7 @@ async def test_friction_9_schema_check_after_apply_leaves_out_undeclared_ship_ta
     assert [line.split()[0] for line in out.splitlines() if "table_extra" in line] == ["stray"]
     code, out, _ = await ship(*check, "--extra-ship-tables", cwd=tmp_path, env=env)
     assert code == 1, out
-    assert sum("table_extra" in line for line in out.splitlines()) == 9
+    assert sum("table_extra" in line for line in out.splitlines()) == 10
 
 
 # --- 8: a job no live worker serves ---------------------------------------------------------------
