@@ -83,7 +83,8 @@ async def _own_wal(db: BenchDatabase, before: int, xid: str) -> float | None:
             total = await connection.scalar(
                 text(
                     "SELECT coalesce(sum(record_length), 0) FROM pg_get_wal_records_info("
-                    " CAST(:start AS pg_lsn), pg_current_wal_lsn()) WHERE xid::text = :xid"
+                    " CAST(CAST(:start AS text) AS pg_lsn), pg_current_wal_lsn())"
+                    " WHERE xid::text = CAST(:xid AS text)"
                 ),
                 {"start": f"{before >> 32:X}/{before & 0xFFFFFFFF:X}", "xid": xid},
             )
@@ -107,6 +108,8 @@ async def _drop_round(bench: Bench, db: BenchDatabase, n: int) -> tuple[float, f
             await connection.execute(drop_day_ddl(HISTORY, "completed", DAY))
             xid = str(await connection.scalar(text("SELECT pg_current_xact_id()::text")))
     own = await _own_wal(db, before, xid)
+    if own is None:
+        bench.log("pg_walinspect unreadable: the DROP's WAL is the cluster's during it")
     wal = (await _lsn(db) - before) / 1024 if own is None else own
     bench.log(f"drop partition  {watch.seconds * 1e3:9.1f} ms {wal:10.0f} KiB WAL ({n} runs)")
     return watch.seconds * 1e3, wal
