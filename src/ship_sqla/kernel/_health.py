@@ -3,8 +3,8 @@
 A store that can read its database's health is a :class:`StorageHealthSource`: it answers a
 :class:`StorageHealth` (the ship tables' live and dead tuples, sizes and time since their last
 vacuum; the oldest held snapshot and who holds it; the history partitions prepared ahead and
-the runs its DEFAULT partitions caught, J17). The rules that turn it into alarms are here, pure: :meth:`StorageHealth.alarms`
-against :class:`HealthBounds`. Three readers use them:
+the runs its DEFAULT partitions caught, J17). The rules that turn it into alarms are here,
+pure: :meth:`StorageHealth.alarms` against :class:`HealthBounds`. Three readers use them:
 
 - the fleet's queue sampler (F5: the one runtime holding the sampler lease) exports the values
   as gauges (:class:`~ship_sqla.kernel._metrics.JobMetrics`) and logs
