@@ -79,7 +79,7 @@ import logging
 from collections import Counter
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from sqlalchemy import MetaData, Table, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -87,6 +87,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ship_sqla._jobs._admin import PostgresRunAdmin
 from ship_sqla._jobs._health import PostgresStorageHealth
 from ship_sqla._jobs._insert import RunInserter, inserted
+from ship_sqla._jobs._maintenance import PostgresHistoryMaintenance
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.claim import (
@@ -121,6 +122,7 @@ from ship_sqla._jobs._tables import (
     partitioned_claims_ddl,
     partitioned_claims_index_names,
     ship_job_events_table,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
@@ -156,6 +158,7 @@ from ship_sqla.kernel import Clock
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
+from ship_sqla.kernel._history_partitions import HistoryMaintenance
 from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
 from ship_sqla.kernel._ports import (
@@ -190,7 +193,7 @@ if TYPE_CHECKING:
     from ship_sqla._sql import Template
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._health import HealthBounds, StorageHealth
-    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._jobs import JobDefinition, Retention
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest, FenceAnswer
@@ -298,6 +301,7 @@ class PostgresJobBackend(JobBackendBase):
         events_table: Table | None = None,
         synchronous_claims: bool = False,
         health_bounds: HealthBounds | None = None,
+        history_table: Table | None = None,
     ) -> None:
         _require_database(database)
         self._set_options(
@@ -311,15 +315,13 @@ class PostgresJobBackend(JobBackendBase):
         self._database = database
         self._table = table
         self._state_table = state_table
+        self._history_table = history_table  # J16, J17 (None: built without one)
         self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
+        tables = {"workers": workers_table, "steps": steps_table, "events": events_table}
+        server_clock = not self._clock.frozen
         self.statements: Final = JobStatements.for_tables(
-            table,
-            state_table,
-            workers=workers_table,
-            steps=steps_table,
-            events=events_table,
-            server_clock=not self._clock.frozen,
+            table, state_table, **tables, history=history_table, server_clock=server_clock
         )
         """Every statement on this backend's tables, each rendered once (on first use); lent to
         its inserter, schedules, admin port, worker registry, workflow store and the CLI."""
@@ -374,7 +376,9 @@ class PostgresJobBackend(JobBackendBase):
             ("events", events_table),
         )
         named = {role: quoted_table(t) for role, t in tables if t is not None}
-        return PostgresStorageHealth(self.statements, self._connections, named, bounds)
+        return PostgresStorageHealth(
+            self.statements, self._connections, named, bounds, history=self._maintenance
+        )
 
     def _wire_stores(
         self,
@@ -413,6 +417,14 @@ class PostgresJobBackend(JobBackendBase):
             )
             if steps_table is not None and events_table is not None
             else None
+        )
+        # J17: the history's maintenance (None: a backend built without a history table).
+        self._maintenance = (
+            None
+            if self._history_table is None
+            else PostgresHistoryMaintenance(
+                self._history_table, self.statements, self._connections, self._clock.now
+            )
         )
         self._health = self._storage_health_reader(health_bounds, steps_table, events_table)
 
@@ -467,6 +479,30 @@ class PostgresJobBackend(JobBackendBase):
     @property
     def state_table(self) -> Table:
         return self._state_table
+
+    @property
+    def history_table(self) -> Table | None:
+        """J16, J17: the run history table (None: built without one)."""
+        return self._history_table
+
+    @property
+    def history_maintenance(self) -> PostgresHistoryMaintenance | None:
+        """J17: the maintenance of :attr:`history_table` (None: built without one)."""
+        return self._maintenance
+
+    @property
+    def store_connections(self) -> StoreConnections:
+        """How this backend's own statements reach the database (the history migration's)."""
+        return self._connections
+
+    async def maintain_history(self, retentions: Sequence[Retention] = ()) -> HistoryMaintenance:
+        """J17: one maintenance pass over the history's partitions (create days ahead, drop
+        expired ones, analyze the parent, count the DEFAULT partitions' strays), each DDL under
+        a 1 s ``lock_timeout`` (deferred, not waited for). ``retentions``: the registered
+        jobs'; each class keeps the longest of those and the history table's own."""
+        if self._maintenance is None:
+            return HistoryMaintenance()
+        return await self._maintenance.maintain(retentions)
 
     @property
     def database(self) -> Database:
@@ -1204,12 +1240,23 @@ class PostgresJobBackend(JobBackendBase):
         return await self._health.storage_health()
 
 
+class _BackendTables(TypedDict):
+    """``create_job_backend``'s tables, as ``PostgresJobBackend`` takes them."""
+
+    table: Table
+    state_table: Table
+    steps_table: Table
+    events_table: Table
+    history_table: Table
+
+
 def _default_tables(
     table: Table | None,
     state_table: Table | None,
     steps_table: Table | None,
     events_table: Table | None,
-) -> tuple[Table, Table, Table, Table]:
+    history_table: Table | None,
+) -> _BackendTables:
     """``create_job_backend``'s tables: those given, else the factories' under their default
     names (the steps and events tables beside ``table``)."""
     if table is None:
@@ -1220,7 +1267,15 @@ def _default_tables(
         steps_table = ship_job_steps_table(MetaData(), schema=table.schema, runs_table=table.name)
     if events_table is None:
         events_table = ship_job_events_table(MetaData(), schema=table.schema)
-    return table, state_table, steps_table, events_table
+    if history_table is None:
+        history_table = ship_job_history_table(MetaData(), schema=table.schema)
+    return _BackendTables(
+        table=table,
+        state_table=state_table,
+        steps_table=steps_table,
+        events_table=events_table,
+        history_table=history_table,
+    )
 
 
 def _require_database(database: object) -> None:
@@ -1349,6 +1404,7 @@ def create_job_backend(
     events_table: Table | None = None,
     synchronous_claims: bool = False,
     health_bounds: HealthBounds | None = None,
+    history_table: Table | None = None,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
 
@@ -1392,14 +1448,13 @@ def create_job_backend(
     True: the server's own, as enqueues and settles (docs/production.md, "Failover").
     ``health_bounds`` (J22): when :meth:`PostgresJobBackend.storage_health` is an alarm
     (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
+    ``history_table`` (J16, J17): from :func:`ship_job_history_table` (default: beside
+    ``table``); its partitions are kept by maintenance (``ship-sqla jobs maintain``, F5's holder).
     """
-    table, state_table, steps_table, events_table = _default_tables(
-        table, state_table, steps_table, events_table
-    )
+    tables = _default_tables(table, state_table, steps_table, events_table, history_table)
     return PostgresJobBackend(
         database=database,
-        table=table,
-        state_table=state_table,
+        **tables,
         queue_depth_limit=queue_depth_limit,
         on_error=on_error,
         clock=clock,
@@ -1407,8 +1462,6 @@ def create_job_backend(
         listen=listen,
         announce=announce,
         workers_table=workers_table,
-        steps_table=steps_table,
-        events_table=events_table,
         synchronous_claims=synchronous_claims,
         health_bounds=health_bounds,
     )

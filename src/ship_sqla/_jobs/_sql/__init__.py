@@ -93,6 +93,7 @@ class JobStatements(Statements):
         workers: str | None = None,
         steps: str | None = None,
         events: str | None = None,
+        history: str | None = None,
         server_clock: bool = False,
         runs_table: str = "",
         runs_schema: str | None = None,
@@ -108,6 +109,7 @@ class JobStatements(Statements):
                 "{workers}": workers,
                 "{steps}": steps,
                 "{events}": events,
+                "{history}": history,
             },
             fragments={"{cols}": RUN_COLUMNS},
             server_clock=server_clock,
@@ -130,6 +132,7 @@ class JobStatements(Statements):
         workers: Table | None = None,
         steps: Table | None = None,
         events: Table | None = None,
+        history: Table | None = None,
         server_clock: bool = False,
     ) -> JobStatements:
         """The statements on these tables (see :meth:`__init__`)."""
@@ -143,6 +146,7 @@ class JobStatements(Statements):
             workers=name(workers),
             steps=name(steps),
             events=name(events),
+            history=name(history),
             server_clock=server_clock,
             runs_table=runs.name,
             runs_schema=runs.schema,
