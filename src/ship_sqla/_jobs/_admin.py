@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
 
+from ship_sqla._jobs._sql import history as history_sql
 from ship_sqla._jobs._sql.admin import (
     CANCEL_LIVE_RUN,
     DELETE_FINISHED_BATCH,
@@ -103,6 +104,8 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         lapses=row.lapses,
         consecutive_lapses=row.consecutive_lapses,
         progress=row.progress,
+        started_at=getattr(row, "started_at", None),
+        worker=getattr(row, "worker", None),
     )
 
 
@@ -115,6 +118,7 @@ class PostgresRunAdmin:
         "_cancel_requested",
         "_child_ended",
         "_connections",
+        "_history",
         "_now",
         "_s",
         "_wake",
@@ -134,8 +138,11 @@ class PostgresRunAdmin:
         wake_payload: Callable[[str], str],
         cancel_requested: Callable[[str], None],
         child_ended: Callable[[str], None] | None = None,
+        history: bool = False,
     ) -> None:
         self._child_ended = child_ended
+        # J16: the backend has a history table; every read of finished runs reads both tables.
+        self._history = history
         self._s = statements
         self._connections = connections
         self._now = now
@@ -147,7 +154,11 @@ class PostgresRunAdmin:
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._connections.rows(
-            "get_run", self._s[GET_RUN], {"id": run_id}, scope=None, by_name=True
+            "get_run",
+            self._s[history_sql.GET_RUN_EITHER if self._history else GET_RUN],
+            {"id": run_id},
+            scope=None,
+            by_name=True,
         )
         return run_record(rows[0]) if rows else None
 
@@ -159,9 +170,14 @@ class PostgresRunAdmin:
             "after_id": after_id,
             "tenant": query.tenant,
         }
-        statement = self._s[LIST_DEAD_ALL_JOBS]
+        if self._history:
+            of_job = history_sql.LIST_DEAD_OF_JOB_EITHER
+            all_jobs = history_sql.LIST_DEAD_ALL_JOBS_EITHER
+        else:
+            of_job, all_jobs = LIST_DEAD_OF_JOB, LIST_DEAD_ALL_JOBS
+        statement = self._s[all_jobs]
         if query.job_id is not None:
-            statement = self._s[LIST_DEAD_OF_JOB]
+            statement = self._s[of_job]
             params["job_id"] = query.job_id
         rows = await self._connections.rows(
             "list_dead", statement, params, scope=None, by_name=True
@@ -174,10 +190,17 @@ class PostgresRunAdmin:
         dedupe key (J1: the statement checks, and a concurrent enqueue that wins the race anyway
         trips the unique index, 23505)."""
         params = {"id": run_id, "now": self._now()}
+        # J16: a dead run in history moves back; else one the runs table still holds (an older
+        # release's) waits again in place.
+        statements = (history_sql.RETRY_DEAD_BACK, RETRY_DEAD) if self._history else (RETRY_DEAD,)
         try:
-            rows = await self._connections.rows(
-                "retry", self._s[RETRY_DEAD], params, scope=None, by_name=True
-            )
+            rows: Sequence[Any] = []
+            for statement in statements:
+                rows = await self._connections.rows(
+                    "retry", self._s[statement], params, scope=None, by_name=True
+                )
+                if rows:
+                    break
         except IntegrityError as exc:
             if sqlstate_of(exc) != "23505":
                 raise
@@ -189,9 +212,22 @@ class PostgresRunAdmin:
 
     async def discard(self, run_id: str) -> RunRecord | None:
         params = {"id": run_id, "now": self._now()}
-        rows = await self._connections.rows(
-            "discard", self._s[DISCARD_WAITING_OR_DEAD], params, scope=None, by_name=True
+        statements = (
+            (
+                history_sql.DISCARD_WAITING_MOVING,
+                history_sql.DISCARD_DEAD_IN_HISTORY,
+                DISCARD_WAITING_OR_DEAD,
+            )
+            if self._history
+            else (DISCARD_WAITING_OR_DEAD,)
         )
+        rows: Sequence[Any] = []
+        for statement in statements:
+            rows = await self._connections.rows(
+                "discard", self._s[statement], params, scope=None, by_name=True
+            )
+            if rows:
+                break
         record = run_record(rows[0]) if rows else None
         await self._after_child_ended(record)
         return record
@@ -226,8 +262,9 @@ class PostgresRunAdmin:
         )
         if told:
             await self._connections.after_commit(None, lambda: self._cancel_requested(run_id))
+        cancel = history_sql.CANCEL_MOVING if self._history else CANCEL_LIVE_RUN
         rows = await self._connections.rows(
-            "cancel", self._s[CANCEL_LIVE_RUN], params, scope=None, by_name=True
+            "cancel", self._s[cancel], params, scope=None, by_name=True
         )
         row = rows[0] if rows else None
         if row is None and told:

@@ -89,6 +89,7 @@ from ship_sqla._jobs._health import PostgresStorageHealth
 from ship_sqla._jobs._insert import RunInserter, inserted
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
+from ship_sqla._jobs._sql import history as history_sql
 from ship_sqla._jobs._sql.claim import (
     CLAIM_FAIR,
     CLAIM_FAIR_GATED,
@@ -176,7 +177,7 @@ if TYPE_CHECKING:
     from ship_sqla._notify import Listener, Subscription
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._health import HealthBounds, StorageHealth
-    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._jobs import JobDefinition, Retention
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest, FenceAnswer
@@ -279,6 +280,7 @@ class PostgresJobBackend(JobBackendBase):
         events_table: Table | None = None,
         synchronous_claims: bool = False,
         health_bounds: HealthBounds | None = None,
+        history_table: Table | None = None,
     ) -> None:
         _require_database(database)
         self._set_options(
@@ -289,6 +291,7 @@ class PostgresJobBackend(JobBackendBase):
         )
         timeout = require_duration(operation_timeout, "operation_timeout", maximum=_MAX_TIMEOUT)
         _check_runs_table(table)
+        _check_history_steps(history_table, steps_table)
         self._database = database
         self._table = table
         self._state_table = state_table
@@ -300,6 +303,7 @@ class PostgresJobBackend(JobBackendBase):
             workers=workers_table,
             steps=steps_table,
             events=events_table,
+            history=history_table,
             server_clock=not self._clock.frozen,
         )
         """Every statement on this backend's tables, each rendered once (on first use); lent to
@@ -338,6 +342,10 @@ class PostgresJobBackend(JobBackendBase):
         self._wire_announcements(database, listen=listen, announce=announce)
         # F2: per fair job, the tenant its last claim's walk stopped at (None: from the start).
         self._fair_cursors: dict[str, str] = {}
+        # J16, J18: with a history table, what each job's ended runs leave there (a keep code
+        # per job: history_keep); a job the worker was not started with keeps the default.
+        self.history: Final = history_table is not None
+        self._keeps: dict[str, int] = {}
         # F2: whether the runs table has the index fair claims read (asked until it does).
         self._fair_served = False
         self._tables_served = False
@@ -376,6 +384,7 @@ class PostgresJobBackend(JobBackendBase):
             wake_payload=self._wake_payload,
             cancel_requested=self._cancel_requested,
             child_ended=self._child_ended,
+            history=self.history,
         )
         # F6, F5: the worker registry and the queue-sampler lease, on their own (optional) table.
         self._workers = PostgresWorkerRegistry(
@@ -678,6 +687,7 @@ class PostgresJobBackend(JobBackendBase):
         (``ship_job_runs_table(..., fair_claims=True)``), so a worker without it fails there."""
         definitions = list(definitions)
         self._require_same_database(definitions)
+        self._keeps.update((job.id, history_keep(job.retention)) for job in definitions)
         fair = [job.id for job in definitions if job.fairness is not None]
         await self.require_tables("the job worker", fair_claims=bool(fair))
         if fair:
@@ -829,8 +839,20 @@ class PostgresJobBackend(JobBackendBase):
             claimed.append(_claimed(row, job_id, lease))
         if ended_children:
             await self._wake_parents(ended_children)  # D5: after the burial committed
+        if self.history and (buried or ended_children):
+            await self._move_finished(job_id)
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
         return ClaimBatch(claimed, buried, rate_wait=rate_wait), created
+
+    async def _move_finished(self, job_id: str) -> None:
+        """J16: the claim ended runs in place (J6's burial; the claim is unchanged): move the
+        job's finished rows into history, a bounded batch, its own statement."""
+        await self._connections.execute(
+            f"move of job {job_id!r}'s finished runs",
+            self.statements[history_sql.MOVE_FINISHED],
+            {"job_id": job_id, "batch": MOVE_BATCH},
+            scope=OWN,
+        )
 
     async def heartbeat(self, runs: Sequence[ClaimedRun]) -> HeartbeatBatch:
         """Extend each run's lease by its claim's ``lease``; False where stale or lapsed; the
@@ -986,9 +1008,11 @@ class PostgresJobBackend(JobBackendBase):
         # (the statement reads the missing elements as NULL, a NULL state as a completion): six
         # arrays less to encode.
         params.update(_SETTLE_FIELDS_NONE if completions_only else _settle_fields(batch))
-        rows = await self._connections.rows(
-            "settle", self.statements[SETTLE_IF_TOKEN_CURRENT], params, scope=scope
-        )
+        statement = self.statements[SETTLE_IF_TOKEN_CURRENT]
+        if self.history:
+            statement = self.statements[history_sql.SETTLE_MOVING]
+            params.update(self._history_fields(batch))
+        rows = await self._connections.rows("settle", statement, params, scope=scope)
         # By position, as a claim's (SETTLE_COLUMNS): (ordinal, new state, parent id).
         landed: dict[int, str] = {ordinal: state for ordinal, state, _ in rows}
         ended_children = [
@@ -1009,6 +1033,15 @@ class PostgresJobBackend(JobBackendBase):
             if state is not None:
                 outcomes[index] = settlement.landed(state)
         return outcomes
+
+    def _history_fields(self, batch: Sequence[Settlement]) -> dict[str, list[Any]]:
+        """SETTLE_MOVING's arrays beside the settle's (J16, J18): each attempt's start (its
+        claim's time) and, unless every job keeps the default, each run's keep code."""
+        keeps = [self._keeps.get(s.run.job_id, KEEP_ROW) for s in batch]
+        return {
+            "starts": [s.run.lease_expires_at - timedelta(seconds=s.run.lease) for s in batch],
+            "keeps": [] if all(keep == KEEP_ROW for keep in keeps) else keeps,
+        }
 
     async def _settle_with_suspends(
         self, settlements: Sequence[SettleRequest], sent: Sequence[int]
@@ -1104,6 +1137,8 @@ def _default_tables(
     state_table: Table | None,
     steps_table: Table | None,
     events_table: Table | None,
+    *,
+    history: bool = False,
 ) -> tuple[Table, Table, Table, Table]:
     """``create_job_backend``'s tables: those given, else the factories' under their default
     names (the steps and events tables beside ``table``)."""
@@ -1112,7 +1147,9 @@ def _default_tables(
     if state_table is None:
         state_table = ship_job_state_table(MetaData())
     if steps_table is None:
-        steps_table = ship_job_steps_table(MetaData(), schema=table.schema, runs_table=table.name)
+        steps_table = ship_job_steps_table(
+            MetaData(), schema=table.schema, runs_table=table.name, runs_fkey=not history
+        )
     if events_table is None:
         events_table = ship_job_events_table(MetaData(), schema=table.schema)
     return table, state_table, steps_table, events_table
@@ -1197,6 +1234,35 @@ def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:
     )
 
 
+KEEP_ROW: Final = 1
+"""SETTLE_MOVING's keep code of a run whose history row is slim (J18): the default."""
+MOVE_BATCH: Final = 1000
+"""How many finished rows one MOVE_FINISHED moves at most."""
+
+
+def history_keep(retention: Retention) -> int:
+    """SETTLE_MOVING's keep code of a job's completed runs (J18): 0, no history row
+    (``Retention(completed=timedelta(0))``); 2, the payload kept
+    (``Retention(completed_payload=True)``); else 1, a slim row."""
+    if retention.completed <= timedelta(0):
+        return 0
+    return 2 if retention.completed_payload else KEEP_ROW
+
+
+def _check_history_steps(history: Table | None, steps: Table | None) -> None:
+    """J16: runs move out of the runs table, so a steps table whose foreign key cascades a
+    run's deletion to its steps would lose a finished workflow's steps at its end."""
+    if history is None or steps is None:
+        return
+    if any(fk.ondelete for fk in steps.foreign_keys if fk.column.table.name != steps.name):
+        raise ConfigurationError(
+            f"the steps table {steps.name!r} has a foreign key to the runs table: with a"
+            " history table, a run that ends leaves the runs table and would take its steps.",
+            fix="declare it ship_job_steps_table(metadata, ..., runs_fkey=False) (and drop the"
+            " constraint from the database: ALTER TABLE ... DROP CONSTRAINT <steps>_run_fkey).",
+        )
+
+
 def _buried(row: Sequence[Any], job_id: str, max_lapses: int | None) -> BuriedRun:
     """A run a claim dead-lettered (J6), from its row (by position: CLAIM_COLUMNS); J15: the
     claim's own rule read back: a crash loop when this lapse was the ``max_lapses``-th."""
@@ -1240,6 +1306,7 @@ def create_job_backend(
     events_table: Table | None = None,
     synchronous_claims: bool = False,
     health_bounds: HealthBounds | None = None,
+    history_table: Table | None = None,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
 
@@ -1283,9 +1350,13 @@ def create_job_backend(
     True: the server's own, as enqueues and settles (docs/production.md, "Failover").
     ``health_bounds`` (J22): when :meth:`PostgresJobBackend.storage_health` is an alarm
     (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
+    ``history_table`` (J16, J18): a history table; given, the runs table holds live runs only
+    (a run that ends moves there in the statement that ends it, an operator's retry moves it
+    back) and every read of finished runs reads both; its steps table must be declared with
+    ``runs_fkey=False`` (the default one is). None (default): runs end in place, as before.
     """
     table, state_table, steps_table, events_table = _default_tables(
-        table, state_table, steps_table, events_table
+        table, state_table, steps_table, events_table, history=history_table is not None
     )
     return PostgresJobBackend(
         database=database,
@@ -1302,4 +1373,5 @@ def create_job_backend(
         events_table=events_table,
         synchronous_claims=synchronous_claims,
         health_bounds=health_bounds,
+        history_table=history_table,
     )

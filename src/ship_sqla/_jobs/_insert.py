@@ -31,6 +31,7 @@ from ship_sqla._jobs._sql.enqueue import (
     ENQUEUE_PLAIN_CAPPED,
     ENQUEUE_PLAIN_SAMPLED,
 )
+from ship_sqla._jobs._sql.history import ENQUEUE_MANY_EITHER
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._ports import EnqueueResult
@@ -468,7 +469,9 @@ class RunInserter:
             "trace_contexts": [run.trace_context for run in batch],
             "tenant": batch[0].tenant if batch else None,
         }
-        answer = (await connection.execute(self._s[ENQUEUE_MANY], params)).all()
+        # J16: with a history table, a durable id that ended is there (J1).
+        checked = ENQUEUE_MANY if self._s.history_name is None else ENQUEUE_MANY_EITHER
+        answer = (await connection.execute(self._s[checked], params)).all()
         lost: list[int] = []
         due_now = False
         wall = self._wall()

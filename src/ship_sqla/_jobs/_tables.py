@@ -378,6 +378,7 @@ def ship_job_steps_table(
     schema: str | None = None,
     *,
     runs_table: str = "ship_job_runs",
+    runs_fkey: bool = True,
 ) -> Table:
     """The stored steps of workflow runs (SPEC §13, D1): one row per (run, step name).
 
@@ -388,7 +389,9 @@ def ship_job_steps_table(
     waiting), ``result`` (jsonb: the encoded result), ``wake_at`` (a sleep's wake time, a wait's
     timeout), ``event_name`` / ``event_key`` (what an event wait waits for), ``snapshot`` (the
     ``pg_snapshot`` an event wait began in, as text: an event matches when its transaction is
-    not visible in it, D4), ``created_at``, ``finished_at``. Index ``<name>_patch_idx``
+    not visible in it, D4), ``created_at``, ``finished_at``. ``runs_fkey=False``: no foreign key
+    (a backend with a history table, J16: a run that ends leaves the runs table and keeps its
+    steps). Index ``<name>_patch_idx``
     ``(name, created_at) WHERE kind = 'patch'``: D8's patch markers (no other step enters it).
     """
     n = derived_names(
@@ -417,10 +420,13 @@ def ship_job_steps_table(
         # other step write touches it.
         Index(n["_patch_idx"], "name", "created_at", postgresql_where=text(PATCH_PREDICATE)),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
-        ForeignKeyConstraint(["run_id"], [target], name=n["_run_fkey"], ondelete="CASCADE"),
         schema=schema,
         comment="ship_sqla workflow steps (ship_job_steps_table)",
     )
+    if runs_fkey:
+        table.append_constraint(
+            ForeignKeyConstraint(["run_id"], [target], name=n["_run_fkey"], ondelete="CASCADE")
+        )
     return declare_storage_options(table, CHURN_OPTIONS)  # J21
 
 

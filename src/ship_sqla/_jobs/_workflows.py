@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ship_sqla._jobs._admin import run_record
+from ship_sqla._jobs._sql import history as history_sql
 from ship_sqla._jobs._sql import workflows as sql
 from ship_sqla._naming import quoted_table
 from ship_sqla._scope import OWN
@@ -189,7 +190,9 @@ class PostgresWorkflows:
 
     async def children(self, run_id: str) -> list[ChildOutcome]:
         params = {"run_id": run_id}
-        rows = await self._rows("children", self._s[sql.CHILDREN], params)
+        # J16: with a history table, the finished children are there.
+        children = sql.CHILDREN if self._s.history_name is None else history_sql.CHILDREN_EITHER
+        rows = await self._rows("children", self._s[children], params)
         return [ChildOutcome(row.id, row.job_id, row.state, row.last_error) for row in rows]
 
     async def publish_event(

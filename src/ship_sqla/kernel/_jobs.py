@@ -358,12 +358,18 @@ class RetryPolicy:
 
 @attrs.frozen
 class Retention:
-    """How long finished runs are kept before ``cleanup`` deletes them."""
+    """How long finished runs are kept before ``cleanup`` deletes them.
+
+    With a history table (J16, J18): ``completed=timedelta(0)`` deletes a completed run at its
+    settle and writes no history row (failures are still kept); ``completed_payload=True``
+    keeps a completed run's payload in its history row (a slim row has none; dead, cancelled
+    and discarded runs always keep theirs, and so do workflow runs with stored steps)."""
 
     completed: timedelta = timedelta(days=1)
     dead: timedelta = timedelta(days=30)
     discarded: timedelta = timedelta(days=7)
     cancelled: timedelta = timedelta(days=7)
+    completed_payload: bool = False
 
 
 @attrs.frozen

@@ -391,6 +391,12 @@ class RunRecord:
     text, "batch_items": int, "batches": int, "items": int}`` (the counts are this run's); None
     for every other run, and for a consumer run before its first batch. Kept when the run
     ends."""
+    started_at: datetime | None = None
+    """J18: when the run's last attempt started (its claim), for run time and queue wait; known
+    for a run that ended with a history table (J16), else None."""
+    worker: str | None = None
+    """The worker that holds the run (running), or that ran its last attempt (a finished run
+    in history, J18); None otherwise."""
 
 
 @runtime_checkable
