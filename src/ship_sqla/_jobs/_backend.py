@@ -112,6 +112,7 @@ from ship_sqla._jobs._tables import (
     fair_claims_ddl,
     fair_claims_index_name,
     ship_job_events_table,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
@@ -281,6 +282,7 @@ class PostgresJobBackend(JobBackendBase):
         synchronous_claims: bool = False,
         health_bounds: HealthBounds | None = None,
         history_table: Table | None = None,
+        live_only: bool = False,
     ) -> None:
         _require_database(database)
         self._set_options(
@@ -291,10 +293,17 @@ class PostgresJobBackend(JobBackendBase):
         )
         timeout = require_duration(operation_timeout, "operation_timeout", maximum=_MAX_TIMEOUT)
         _check_runs_table(table)
-        _check_history_steps(history_table, steps_table)
+        if live_only and history_table is None:
+            raise ConfigurationError(
+                "live_only=True needs a history table (J16: ended runs move there).",
+                fix="pass history_table=ship_job_history_table(metadata).",
+            )
+        _check_history_steps(history_table if live_only else None, steps_table)
         self._database = database
         self._table = table
         self._state_table = state_table
+        self._history_table = history_table
+        """J16, J17: the run history (None: a backend built without one)."""
         self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
         self.statements: Final = JobStatements.for_tables(
@@ -305,6 +314,7 @@ class PostgresJobBackend(JobBackendBase):
             events=events_table,
             history=history_table,
             server_clock=not self._clock.frozen,
+            live_only=live_only,
         )
         """Every statement on this backend's tables, each rendered once (on first use); lent to
         its inserter, schedules, admin port, worker registry, workflow store and the CLI."""
@@ -344,7 +354,7 @@ class PostgresJobBackend(JobBackendBase):
         self._fair_cursors: dict[str, str] = {}
         # J16, J18: with a history table, what each job's ended runs leave there (a keep code
         # per job: history_keep); a job the worker was not started with keeps the default.
-        self.history: Final = history_table is not None
+        self.history: Final = live_only
         self._keeps: dict[str, int] = {}
         # F2: whether the runs table has the index fair claims read (asked until it does).
         self._fair_served = False
@@ -457,6 +467,11 @@ class PostgresJobBackend(JobBackendBase):
     @property
     def state_table(self) -> Table:
         return self._state_table
+
+    @property
+    def history_table(self) -> Table | None:
+        """J16, J17: the run history table (None: built without one)."""
+        return self._history_table
 
     @property
     def database(self) -> Database:
@@ -1350,14 +1365,20 @@ def create_job_backend(
     True: the server's own, as enqueues and settles (docs/production.md, "Failover").
     ``health_bounds`` (J22): when :meth:`PostgresJobBackend.storage_health` is an alarm
     (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
-    ``history_table`` (J16, J18): a history table; given, the runs table holds live runs only
-    (a run that ends moves there in the statement that ends it, an operator's retry moves it
-    back) and every read of finished runs reads both; its steps table must be declared with
-    ``runs_fkey=False`` (the default one is). None (default): runs end in place, as before.
+    ``history_table`` (J16, J17, J18): the run history, from :func:`ship_job_history_table`
+    (default: that table under its default name, beside ``table``): its partitions are kept by
+    the maintenance (``ship-sqla jobs maintain``, the fleet's sampler-lease holder). Given
+    explicitly, the runs table holds live runs only (J16): a run that ends moves there in the
+    statement that ends it, an operator's retry moves it back, and every read of finished runs
+    reads both; its steps table must then be declared with ``runs_fkey=False`` (the default
+    one is). Not given: runs end in place, as before (the move is opt-in for this release).
     """
+    live_only = history_table is not None
     table, state_table, steps_table, events_table = _default_tables(
-        table, state_table, steps_table, events_table, history=history_table is not None
+        table, state_table, steps_table, events_table, history=live_only
     )
+    if history_table is None:
+        history_table = ship_job_history_table(MetaData(), schema=table.schema)
     return PostgresJobBackend(
         database=database,
         table=table,
@@ -1374,4 +1395,5 @@ def create_job_backend(
         synchronous_claims=synchronous_claims,
         health_bounds=health_bounds,
         history_table=history_table,
+        live_only=live_only,
     )

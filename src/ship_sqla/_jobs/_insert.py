@@ -470,7 +470,7 @@ class RunInserter:
             "tenant": batch[0].tenant if batch else None,
         }
         # J16: with a history table, a durable id that ended is there (J1).
-        checked = ENQUEUE_MANY if self._s.history_name is None else ENQUEUE_MANY_EITHER
+        checked = ENQUEUE_MANY if not self._s.live_only else ENQUEUE_MANY_EITHER
         answer = (await connection.execute(self._s[checked], params)).all()
         lost: list[int] = []
         due_now = False

@@ -40,6 +40,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from sqlalchemy.schema import CreateIndex
 
+from ship_sqla._jobs._history_ddl import HISTORY_INFO
 from ship_sqla._naming import derived_name, derived_names
 from ship_sqla._storage_options import CHURN_OPTIONS, HOT_ROW_OPTIONS, declare_storage_options
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES
@@ -57,6 +58,7 @@ __all__ = [
     "fair_claims_ddl",
     "fair_claims_index_name",
     "ship_job_events_table",
+    "ship_job_history_table",
     "ship_job_runs_table",
     "ship_job_state_table",
     "ship_job_steps_table",
@@ -259,6 +261,103 @@ def ship_job_runs_table(
         )
     # J21: no update of a run can be HOT (each changes an indexed column), so no fillfactor.
     return declare_storage_options(table, CHURN_OPTIONS)
+
+
+HISTORY_PARENT_PREDICATE = "parent_id IS NOT NULL"
+"""``<history>_parent_idx``: ended child runs of a workflow run (D5: the outcomes a parent
+reads once its children have left the runs table)."""
+
+_HISTORY_SUFFIXES = (
+    "_state_check",
+    "_id_idx",
+    "_job_idx",
+    "_parent_idx",
+    # The partitions' names (J17): the longest a class's day or default partition takes.
+    "_completed_20000101",
+    "_completed_default",
+)
+
+
+def ship_job_history_table(
+    metadata: MetaData, name: str = "ship_job_history", schema: str | None = None
+) -> Table:
+    """The run history (J16, J17, J18): the runs that ended, one slim row each, added to
+    ``metadata`` so Alembic autogenerate sees the parent.
+
+    Partitioned by state class (``PARTITION BY LIST (state)``: ``completed``, ``dead``,
+    ``ended`` = cancelled and discarded) and, inside each class, by UTC day of ``finished_at``
+    (``PARTITION BY RANGE``). The partitions are not in the metadata: ``create_all`` /
+    ``schema apply`` / ``op.create_table`` create, per class, the class partition, its DEFAULT
+    partition (strays: reported when not empty) and today's plus three days ahead
+    (:mod:`ship_sqla._jobs._history_ddl`); maintenance (``ship-sqla jobs maintain``, the
+    sampler-lease holder) creates the next days and drops the expired ones, each class with its
+    retention. Alembic's autogenerate must not see them: pass
+    :func:`ship_sqla.schema.ship_include_object` as ``include_object``; the schema check
+    ignores them.
+
+    No primary key (a partitioned table's unique keys must hold the partition key): a run's id
+    is unique because it is in exactly one of the runs and history tables (J16), and looked up
+    through the hash index ``<history>_id_idx``.
+
+    Columns (J18's slim row): ``id``, ``seq`` (the run's creation order), ``job_id``, ``state``
+    (completed | dead | discarded | cancelled); ``payload`` jsonb null (kept for dead, cancelled
+    and discarded runs, and for completed ones on request); ``key``, ``dedupe_key`` (kept so a
+    retried dead run moves back as it was); ``attempt``, ``max_attempts``, ``priority``;
+    ``run_at`` (due), ``created_at``, ``started_at`` (its last attempt's start: run time and
+    queue wait), ``finished_at`` (the partition key); ``claimed_by`` (its last attempt's
+    worker); ``last_error``; ``history`` (jsonb array, one entry per failed attempt, each with
+    its start and worker); ``trace_context`` jsonb null (K7); ``snoozes``, ``lapses``;
+    ``tenant_id`` (F2); ``parent_id`` (D5); ``progress`` jsonb null (a consumer run's last
+    committed batch, C3).
+    """
+    n = derived_names(name, _HISTORY_SUFFIXES, "job history", schema=schema)
+    states = ", ".join(f"'{s}'" for s in FINISHED_STATES)
+    # J21: a partitioned parent takes no storage options; its leaves are created with
+    # HISTORY_PARTITION_OPTIONS (insert thresholds only: append-only).
+    return Table(
+        name,
+        metadata,
+        Column("id", Text, nullable=False),
+        Column("seq", BigInteger, nullable=False),
+        Column("job_id", Text, nullable=False),
+        Column("state", Text, nullable=False),
+        Column("payload", JSONB, nullable=True),
+        Column("key", Text, nullable=True),
+        Column("dedupe_key", Text, nullable=True),
+        Column("attempt", Integer, nullable=False),
+        Column("max_attempts", Integer, nullable=False),
+        Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+        Column("run_at", _TSTZ, nullable=False),
+        Column("created_at", _TSTZ, nullable=False),
+        Column("started_at", _TSTZ, nullable=True),
+        Column("finished_at", _TSTZ, nullable=False),
+        Column("claimed_by", Text, nullable=True),
+        Column("last_error", Text, nullable=True),
+        Column("history", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
+        Column("trace_context", JSONB, nullable=True),
+        Column("snoozes", Integer, nullable=False, server_default=text("0")),
+        Column("lapses", Integer, nullable=False, server_default=text("0")),
+        Column("tenant_id", Text, nullable=True),
+        Column("parent_id", Text, nullable=True),
+        Column("progress", JSONB, nullable=True),
+        CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
+        # Serves every read of one run by id (get-run, durable-id dedupe, retry of a dead run):
+        # a hash index, about half a btree's size on random ids, one probe per partition.
+        Index(n["_id_idx"], "id", postgresql_using="hash"),
+        # Serves the dead-letter and finished pages (one state of one job, newest first).
+        Index(n["_job_idx"], "job_id", "state", "finished_at"),
+        # Serves CHILDREN's ended children (D5).
+        Index(
+            n["_parent_idx"],
+            "parent_id",
+            "state",
+            postgresql_where=text(HISTORY_PARENT_PREDICATE),
+        ),
+        schema=schema,
+        comment="ship_sqla job history (ship_job_history_table)",
+        postgresql_partition_by="LIST (state)",
+        info={HISTORY_INFO: True},
+    )
 
 
 def fair_claims_index_name(runs: Table) -> str:

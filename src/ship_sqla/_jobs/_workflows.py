@@ -191,7 +191,7 @@ class PostgresWorkflows:
     async def children(self, run_id: str) -> list[ChildOutcome]:
         params = {"run_id": run_id}
         # J16: with a history table, the finished children are there.
-        children = sql.CHILDREN if self._s.history_name is None else history_sql.CHILDREN_EITHER
+        children = sql.CHILDREN if not self._s.live_only else history_sql.CHILDREN_EITHER
         rows = await self._rows("children", self._s[children], params)
         return [ChildOutcome(row.id, row.job_id, row.state, row.last_error) for row in rows]
 

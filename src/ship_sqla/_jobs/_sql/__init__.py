@@ -92,7 +92,14 @@ class JobStatements(Statements):
     """Every statement of one backend's job tables (see the module docstring), with the
     tables' names."""
 
-    __slots__ = ("history_name", "runs_name", "runs_schema", "runs_table", "state_name")
+    __slots__ = (
+        "history_name",
+        "live_only",
+        "runs_name",
+        "runs_schema",
+        "runs_table",
+        "state_name",
+    )
 
     def __init__(
         self,
@@ -106,6 +113,7 @@ class JobStatements(Statements):
         server_clock: bool = False,
         runs_table: str = "",
         runs_schema: str | None = None,
+        live_only: bool = False,
     ) -> None:
         """Each table's quoted, schema-qualified name (:func:`~ship_sqla._naming.quoted_table`);
         None: not given (no statement naming it may run). ``runs_table`` / ``runs_schema``: the
@@ -132,7 +140,10 @@ class JobStatements(Statements):
         self.runs_schema: Final = runs_schema
         """The runs table's schema, unquoted; None: the search path."""
         self.history_name: Final = history
-        """The history table's quoted, schema-qualified name; None: none (J16's move is off)."""
+        """The history table's quoted, schema-qualified name; None: none."""
+        self.live_only: Final = live_only
+        """J16: runs that end move into the history table, and reads of finished runs read
+        both tables (the backend's ``live_only``)."""
 
     @classmethod
     def for_tables(
@@ -145,6 +156,7 @@ class JobStatements(Statements):
         events: Table | None = None,
         history: Table | None = None,
         server_clock: bool = False,
+        live_only: bool = False,
     ) -> JobStatements:
         """The statements on these tables (see :meth:`__init__`)."""
 
@@ -161,6 +173,7 @@ class JobStatements(Statements):
             server_clock=server_clock,
             runs_table=runs.name,
             runs_schema=runs.schema,
+            live_only=live_only,
         )
 
     def every_statement(self) -> dict[str, TextClause]:
