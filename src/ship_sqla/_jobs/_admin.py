@@ -291,7 +291,10 @@ class PostgresRunAdmin:
             ],
         }
         [(known,)] = await self._connections.rows(
-            "job_known", self._s[JOB_KNOWN], params, scope=None
+            "job_known",
+            self._s[history_sql.JOB_KNOWN_EITHER if self._history else JOB_KNOWN],
+            params,
+            scope=None,
         )
         return bool(known)
 
@@ -364,7 +367,11 @@ class PostgresRunAdmin:
     async def state_counts(self, *, limit: int) -> list[StateCount]:
         params = {"limit": limit, "now": self._now()}
         rows = await self._connections.rows(
-            "state_counts", self._s[STATE_COUNTS], params, scope=None, by_name=True
+            "state_counts",
+            self._s[history_sql.STATE_COUNTS_EITHER if self._history else STATE_COUNTS],
+            params,
+            scope=None,
+            by_name=True,
         )
         return [
             StateCount(
@@ -406,6 +413,9 @@ class PostgresRunAdmin:
             params["after_id"] = None if lease is None else lease.run_id
         else:
             of_job, all_jobs = self._s[LIST_FINISHED_OF_JOB], self._s[LIST_FINISHED_ALL_JOBS]
+            if self._history:  # J16: the finished runs are in history
+                of_job = self._s[history_sql.LIST_FINISHED_OF_JOB_EITHER]
+                all_jobs = self._s[history_sql.LIST_FINISHED_ALL_JOBS_EITHER]
             created = after if isinstance(after, CreatedPosition) else None
             params["state"] = query.state
             params["created_from"] = query.created_from
@@ -435,7 +445,11 @@ class PostgresRunAdmin:
             "now": self._now(),
         }
         rows = await self._connections.rows(
-            "throughput", self._s[THROUGHPUT], params, scope=OWN, by_name=True
+            "throughput",
+            self._s[history_sql.THROUGHPUT_EITHER if self._history else THROUGHPUT],
+            params,
+            scope=OWN,
+            by_name=True,
         )
         return [
             ThroughputBucket(row.start, int(row.completed), int(row.dead), bool(row.capped))

@@ -148,6 +148,7 @@ from ship_sqla.kernel import Clock
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
+from ship_sqla.kernel._jobs import KEEP_ROW, history_keep
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
 from ship_sqla.kernel._ports import (
     CANCEL_LAPSED_MESSAGE,
@@ -178,7 +179,7 @@ if TYPE_CHECKING:
     from ship_sqla._notify import Listener, Subscription
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._health import HealthBounds, StorageHealth
-    from ship_sqla.kernel._jobs import JobDefinition, Retention
+    from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest, FenceAnswer
@@ -995,7 +996,9 @@ class PostgresJobBackend(JobBackendBase):
     async def claim_state(self, run: ClaimedRun) -> str | None:
         rows = await self._connections.rows(
             "claim state",
-            self.statements[CLAIM_STATE_IF_TOKEN],
+            self.statements[
+                history_sql.CLAIM_STATE_EITHER if self.history else CLAIM_STATE_IF_TOKEN
+            ],
             {"id": run.run_id, "token": run.token},
             scope=OWN,
         )
@@ -1249,19 +1252,8 @@ def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:
     )
 
 
-KEEP_ROW: Final = 1
-"""SETTLE_MOVING's keep code of a run whose history row is slim (J18): the default."""
 MOVE_BATCH: Final = 1000
 """How many finished rows one MOVE_FINISHED moves at most."""
-
-
-def history_keep(retention: Retention) -> int:
-    """SETTLE_MOVING's keep code of a job's completed runs (J18): 0, no history row
-    (``Retention(completed=timedelta(0))``); 2, the payload kept
-    (``Retention(completed_payload=True)``); else 1, a slim row."""
-    if retention.completed <= timedelta(0):
-        return 0
-    return 2 if retention.completed_payload else KEEP_ROW
 
 
 def _check_history_steps(history: Table | None, steps: Table | None) -> None:

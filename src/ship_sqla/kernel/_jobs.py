@@ -372,6 +372,23 @@ class Retention:
     completed_payload: bool = False
 
 
+KEEP_NONE: Final = 0
+"""A completed run leaves no history row (J18, ``Retention(completed=timedelta(0))``)."""
+KEEP_ROW: Final = 1
+"""A completed run's history row is slim (J18): the default keep code."""
+KEEP_PAYLOAD: Final = 2
+"""A completed run's history row keeps its payload (J18, ``completed_payload=True``)."""
+
+
+def history_keep(retention: Retention) -> int:
+    """What a job's completed runs leave in history (J16, J18), as the stores' keep code: 0,
+    no row (``Retention(completed=timedelta(0))``); 2, a row with the payload
+    (``Retention(completed_payload=True)``); else 1 (:data:`KEEP_ROW`), a slim row."""
+    if retention.completed <= timedelta(0):
+        return KEEP_NONE
+    return KEEP_PAYLOAD if retention.completed_payload else KEEP_ROW
+
+
 @attrs.frozen
 class Schedule:
     """Either a cron expression in a time zone, or a fixed interval (J9)."""

@@ -20,15 +20,21 @@ from __future__ import annotations
 
 from typing import Final
 
-from ship_sqla._jobs._sql import enqueue
+from ship_sqla._jobs._sql import admin, browse, enqueue
 from ship_sqla._sql import Template
 
-__all__ = [
+__all__ = [  # noqa: RUF022
     "CANCEL_MOVING",
     "CHILDREN_EITHER",
+    "CLAIM_STATE_EITHER",
     "DISCARD_DEAD_IN_HISTORY",
     "DISCARD_WAITING_MOVING",
     "ENQUEUE_MANY_EITHER",
+    "JOB_KNOWN_EITHER",
+    "LIST_FINISHED_ALL_JOBS_EITHER",
+    "LIST_FINISHED_OF_JOB_EITHER",
+    "STATE_COUNTS_EITHER",
+    "THROUGHPUT_EITHER",
     "GET_RUN_EITHER",
     "HISTORY_AS_RUN",
     "HISTORY_COLUMNS",
@@ -345,3 +351,158 @@ ENQUEUE_MANY_EITHER: Final = Template(
 )
 """ENQUEUE_MANY for a backend with a history table: a durable id dedupes against a run in
 either table (J1, J16)."""
+
+JOB_KNOWN_EITHER: Final = Template(
+    admin.JOB_KNOWN.sql.replace(
+        "    AS known",
+        """    -- J16: a job whose runs all ended is known by its history (its (job_id, state,
+    -- finished_at) index, one probe).
+    OR EXISTS (SELECT 1 FROM {history} h WHERE h.job_id = CAST(:job_id AS text))
+    AS known""",
+    )
+)
+"""JOB_KNOWN over both tables (J16)."""
+
+# --- the dashboard's reads of finished runs (S2) over both tables --------------------------------
+
+_CREATED_RANGE: Final = """
+      AND ?.created_at >= coalesce(CAST(:created_from AS timestamptz),
+                                   CAST('-infinity' AS timestamptz))
+      AND ?.created_at < coalesce(CAST(:created_to AS timestamptz),
+                                  CAST('infinity' AS timestamptz))
+      AND (?.created_at, ?.id) < (coalesce(CAST(:after_at AS timestamptz),
+                                           CAST('infinity' AS timestamptz)),
+                                  coalesce(CAST(:after_id AS text), ''))
+      AND (CAST(:tenant AS text) IS NULL OR ?.tenant_id = CAST(:tenant AS text))
+    ORDER BY ?.created_at DESC, ?.id DESC
+    LIMIT CAST(:limit AS integer)"""
+
+
+def _finished_of(job: str) -> str:
+    """One job's (``job``) page of runs in one finished state, newest first: the runs table's
+    leftovers (``<runs>_browse_idx``) and history (its ``(job_id, state, finished_at)`` index,
+    then a sort of the job's runs in that state: history has no creation-order index), merged."""
+    return (
+        f"""SELECT x.* FROM (
+    (SELECT {_LIVE_AS_RUN}, r.seq FROM {{runs}} r
+     WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled')
+       AND r.state = CAST(:state AS text) AND r.job_id = {job}"""  # noqa: S608 - constant text
+        + _CREATED_RANGE.replace("?", "r")
+        + f""")
+    UNION ALL
+    (SELECT {HISTORY_AS_RUN}, h.seq FROM {{history}} h
+     WHERE h.state = CAST(:state AS text) AND h.job_id = {job}"""  # noqa: S608 - constant text
+        + _CREATED_RANGE.replace("?", "h")
+        + """)
+) x
+ORDER BY x.created_at DESC, x.id DESC
+LIMIT CAST(:limit AS integer)"""
+    )
+
+
+LIST_FINISHED_OF_JOB_EITHER: Final = Template(_finished_of("CAST(:job_id AS text)") + "\n")
+"""LIST_FINISHED_OF_JOB over both tables (J16)."""
+
+LIST_FINISHED_ALL_JOBS_EITHER: Final = Template(
+    """
+WITH RECURSIVE live_jobs(job_id, n) AS (
+    -- <runs>_browse_idx, a loose index scan over the jobs with leftovers in the state.
+    SELECT (SELECT min(r.job_id) FROM {runs} r
+            WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled')
+              AND r.state = CAST(:state AS text)), 1
+    UNION ALL
+    SELECT (SELECT min(r.job_id) FROM {runs} r
+            WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled')
+              AND r.state = CAST(:state AS text) AND r.job_id > j.job_id), j.n + 1
+    FROM live_jobs j
+    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
+), ended_jobs(job_id, n) AS (
+    -- the history's (job_id, state, finished_at) index, a loose scan over its jobs.
+    SELECT (SELECT min(h.job_id) FROM {history} h WHERE h.state = CAST(:state AS text)), 1
+    UNION ALL
+    SELECT (SELECT min(h.job_id) FROM {history} h
+            WHERE h.state = CAST(:state AS text) AND h.job_id > j.job_id), j.n + 1
+    FROM ended_jobs j
+    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
+), jobs AS (
+    SELECT job_id FROM live_jobs WHERE job_id IS NOT NULL
+    UNION
+    SELECT job_id FROM ended_jobs WHERE job_id IS NOT NULL
+)
+SELECT p.* FROM jobs j
+CROSS JOIN LATERAL (
+"""  # noqa: S608 - constant text
+    + _finished_of("j.job_id")
+    + """
+) p
+ORDER BY p.created_at DESC, p.id DESC
+LIMIT CAST(:limit AS integer)
+"""
+)
+"""LIST_FINISHED_ALL_JOBS over both tables (J16): each job's page merged."""
+
+THROUGHPUT_EITHER: Final = Template(
+    browse.THROUGHPUT.sql.replace(
+        """            LIMIT CAST(:cap AS integer)
+        ) x""",
+        """            UNION ALL
+            -- the history's (job_id, state, finished_at) index: its runs ended in the bucket.
+            SELECT h.state FROM {history} h
+            WHERE h.job_id = j.job_id AND h.state IN ('completed', 'dead')
+              AND h.finished_at >= e.start AND h.finished_at < e.stop
+            LIMIT CAST(:cap AS integer)
+        ) x""",
+    )
+    .replace(
+        """    FROM jobs j
+    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
+), edges""",
+        """    FROM jobs j
+    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
+), ended_jobs(job_id, n) AS (
+    -- the history's (job_id, state, finished_at) index, a loose scan over its jobs.
+    SELECT (SELECT min(h.job_id) FROM {history} h), 1
+    UNION ALL
+    SELECT (SELECT min(h.job_id) FROM {history} h WHERE h.job_id > j.job_id), j.n + 1
+    FROM ended_jobs j
+    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
+), edges""",
+    )
+    .replace(
+        """    FROM jobs j
+    CROSS JOIN LATERAL (""",
+        """    FROM (SELECT job_id FROM jobs UNION SELECT job_id FROM ended_jobs) j
+    CROSS JOIN LATERAL (""",
+    )
+)
+"""THROUGHPUT over both tables (J16): each bucket's runs ended there, in either."""
+
+STATE_COUNTS_EITHER: Final = Template("""
+SELECT x.job_id, x.state, sum(x.runs) AS runs, min(x.oldest_due_age) AS oldest_due_age
+FROM (
+    SELECT r.job_id, r.state, count(*) AS runs,
+           extract(epoch FROM {now}
+                   - min(r.run_at) FILTER (WHERE r.state = 'waiting' AND r.run_at <= {now}))
+               AS oldest_due_age
+    FROM {runs} r
+    GROUP BY r.job_id, r.state
+    UNION ALL
+    -- J16: history, aggregated whole (operator-invoked, as STATE_COUNTS).
+    SELECT h.job_id, h.state, count(*), NULL FROM {history} h GROUP BY h.job_id, h.state
+) x
+GROUP BY x.job_id, x.state
+ORDER BY x.job_id COLLATE "C", x.state COLLATE "C"
+LIMIT CAST(:limit AS integer)
+""")
+"""STATE_COUNTS over both tables (J16)."""
+
+CLAIM_STATE_EITHER: Final = Template("""
+-- <runs>_pkey, one probe: how an ambiguous COMMIT of a transactional handler is resolved (J13).
+SELECT r.state FROM {runs} r WHERE r.id = :id AND r.lease_token = :token
+UNION ALL
+-- J16: the run ended (its end committed): history's id index. History keeps no claim token,
+-- so an end another holder committed after this claim lapsed answers the same.
+SELECT h.state FROM {history} h WHERE h.id = :id
+LIMIT 1
+""")
+"""CLAIM_STATE_IF_TOKEN over both tables (J13, J16)."""
