@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
 
-from ship_sqla._jobs._sql import history as history_sql
+from ship_sqla._jobs._sql import live as live_sql
 from ship_sqla._jobs._sql.admin import (
     CANCEL_LIVE_RUN,
     DELETE_FINISHED_BATCH,
@@ -155,7 +155,7 @@ class PostgresRunAdmin:
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._connections.rows(
             "get_run",
-            self._s[history_sql.GET_RUN_EITHER if self._history else GET_RUN],
+            self._s[live_sql.GET_RUN_EITHER if self._history else GET_RUN],
             {"id": run_id},
             scope=None,
             by_name=True,
@@ -171,8 +171,8 @@ class PostgresRunAdmin:
             "tenant": query.tenant,
         }
         if self._history:
-            of_job = history_sql.LIST_DEAD_OF_JOB_EITHER
-            all_jobs = history_sql.LIST_DEAD_ALL_JOBS_EITHER
+            of_job = live_sql.LIST_DEAD_OF_JOB_EITHER
+            all_jobs = live_sql.LIST_DEAD_ALL_JOBS_EITHER
         else:
             of_job, all_jobs = LIST_DEAD_OF_JOB, LIST_DEAD_ALL_JOBS
         statement = self._s[all_jobs]
@@ -192,7 +192,7 @@ class PostgresRunAdmin:
         params = {"id": run_id, "now": self._now()}
         # J16: a dead run in history moves back; else one the runs table still holds (an older
         # release's) waits again in place.
-        statements = (history_sql.RETRY_DEAD_BACK, RETRY_DEAD) if self._history else (RETRY_DEAD,)
+        statements = (live_sql.RETRY_DEAD_BACK, RETRY_DEAD) if self._history else (RETRY_DEAD,)
         try:
             rows: Sequence[Any] = []
             for statement in statements:
@@ -214,8 +214,8 @@ class PostgresRunAdmin:
         params = {"id": run_id, "now": self._now()}
         statements = (
             (
-                history_sql.DISCARD_WAITING_MOVING,
-                history_sql.DISCARD_DEAD_IN_HISTORY,
+                live_sql.DISCARD_WAITING_MOVING,
+                live_sql.DISCARD_DEAD_IN_HISTORY,
                 DISCARD_WAITING_OR_DEAD,
             )
             if self._history
@@ -262,7 +262,7 @@ class PostgresRunAdmin:
         )
         if told:
             await self._connections.after_commit(None, lambda: self._cancel_requested(run_id))
-        cancel = history_sql.CANCEL_MOVING if self._history else CANCEL_LIVE_RUN
+        cancel = live_sql.CANCEL_MOVING if self._history else CANCEL_LIVE_RUN
         rows = await self._connections.rows(
             "cancel", self._s[cancel], params, scope=None, by_name=True
         )
@@ -292,7 +292,7 @@ class PostgresRunAdmin:
         }
         [(known,)] = await self._connections.rows(
             "job_known",
-            self._s[history_sql.JOB_KNOWN_EITHER if self._history else JOB_KNOWN],
+            self._s[live_sql.JOB_KNOWN_EITHER if self._history else JOB_KNOWN],
             params,
             scope=None,
         )
@@ -368,7 +368,7 @@ class PostgresRunAdmin:
         params = {"limit": limit, "now": self._now()}
         rows = await self._connections.rows(
             "state_counts",
-            self._s[history_sql.STATE_COUNTS_EITHER if self._history else STATE_COUNTS],
+            self._s[live_sql.STATE_COUNTS_EITHER if self._history else STATE_COUNTS],
             params,
             scope=None,
             by_name=True,
@@ -414,8 +414,8 @@ class PostgresRunAdmin:
         else:
             of_job, all_jobs = self._s[LIST_FINISHED_OF_JOB], self._s[LIST_FINISHED_ALL_JOBS]
             if self._history:  # J16: the finished runs are in history
-                of_job = self._s[history_sql.LIST_FINISHED_OF_JOB_EITHER]
-                all_jobs = self._s[history_sql.LIST_FINISHED_ALL_JOBS_EITHER]
+                of_job = self._s[live_sql.LIST_FINISHED_OF_JOB_EITHER]
+                all_jobs = self._s[live_sql.LIST_FINISHED_ALL_JOBS_EITHER]
             created = after if isinstance(after, CreatedPosition) else None
             params["state"] = query.state
             params["created_from"] = query.created_from
@@ -446,7 +446,7 @@ class PostgresRunAdmin:
         }
         rows = await self._connections.rows(
             "throughput",
-            self._s[history_sql.THROUGHPUT_EITHER if self._history else THROUGHPUT],
+            self._s[live_sql.THROUGHPUT_EITHER if self._history else THROUGHPUT],
             params,
             scope=OWN,
             by_name=True,

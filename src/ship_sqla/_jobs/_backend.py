@@ -79,7 +79,7 @@ import logging
 from collections import Counter
 from datetime import timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from sqlalchemy import MetaData, Table, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -87,9 +87,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ship_sqla._jobs._admin import PostgresRunAdmin
 from ship_sqla._jobs._health import PostgresStorageHealth
 from ship_sqla._jobs._insert import RunInserter, inserted
+from ship_sqla._jobs._maintenance import PostgresHistoryMaintenance
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
-from ship_sqla._jobs._sql import history as history_sql
+from ship_sqla._jobs._sql import live as live_sql
 from ship_sqla._jobs._sql.claim import (
     CLAIM_FAIR,
     CLAIM_FAIR_GATED,
@@ -148,6 +149,7 @@ from ship_sqla.kernel import Clock
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
+from ship_sqla.kernel._history_partitions import HistoryMaintenance
 from ship_sqla.kernel._jobs import KEEP_ROW, history_keep
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
 from ship_sqla.kernel._ports import (
@@ -179,7 +181,7 @@ if TYPE_CHECKING:
     from ship_sqla._notify import Listener, Subscription
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._health import HealthBounds, StorageHealth
-    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._jobs import JobDefinition, Retention
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest, FenceAnswer
@@ -303,18 +305,17 @@ class PostgresJobBackend(JobBackendBase):
         self._database = database
         self._table = table
         self._state_table = state_table
-        self._history_table = history_table
-        """J16, J17: the run history (None: a backend built without one)."""
+        self._history_table = history_table  # J16, J17 (None: built without one)
         self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
+        tables = {"workers": workers_table, "steps": steps_table, "events": events_table}
+        server_clock = not self._clock.frozen
         self.statements: Final = JobStatements.for_tables(
             table,
             state_table,
-            workers=workers_table,
-            steps=steps_table,
-            events=events_table,
+            **tables,
             history=history_table,
-            server_clock=not self._clock.frozen,
+            server_clock=server_clock,
             live_only=live_only,
         )
         """Every statement on this backend's tables, each rendered once (on first use); lent to
@@ -374,7 +375,9 @@ class PostgresJobBackend(JobBackendBase):
             ("events", events_table),
         )
         named = {role: quoted_table(t) for role, t in tables if t is not None}
-        return PostgresStorageHealth(self.statements, self._connections, named, bounds)
+        return PostgresStorageHealth(
+            self.statements, self._connections, named, bounds, history=self._maintenance
+        )
 
     def _wire_stores(
         self,
@@ -414,6 +417,14 @@ class PostgresJobBackend(JobBackendBase):
             )
             if steps_table is not None and events_table is not None
             else None
+        )
+        # J17: the history's maintenance (None: a backend built without a history table).
+        self._maintenance = (
+            None
+            if self._history_table is None
+            else PostgresHistoryMaintenance(
+                self._history_table, self.statements, self._connections, self._clock.now
+            )
         )
         self._health = self._storage_health_reader(health_bounds, steps_table, events_table)
 
@@ -473,6 +484,15 @@ class PostgresJobBackend(JobBackendBase):
     def history_table(self) -> Table | None:
         """J16, J17: the run history table (None: built without one)."""
         return self._history_table
+
+    async def maintain_history(self, retentions: Sequence[Retention] = ()) -> HistoryMaintenance:
+        """J17: one maintenance pass over the history's partitions (create days ahead, drop
+        expired ones, analyze the parent, count the DEFAULT partitions' strays), each DDL under
+        a 1 s ``lock_timeout`` (deferred, not waited for). ``retentions``: the registered
+        jobs'; each class keeps the longest of those and the history table's own."""
+        if self._maintenance is None:
+            return HistoryMaintenance()
+        return await self._maintenance.maintain(retentions)
 
     @property
     def database(self) -> Database:
@@ -865,7 +885,7 @@ class PostgresJobBackend(JobBackendBase):
         job's finished rows into history, a bounded batch, its own statement."""
         await self._connections.execute(
             f"move of job {job_id!r}'s finished runs",
-            self.statements[history_sql.MOVE_FINISHED],
+            self.statements[live_sql.MOVE_FINISHED],
             {"job_id": job_id, "batch": MOVE_BATCH},
             scope=OWN,
         )
@@ -996,9 +1016,7 @@ class PostgresJobBackend(JobBackendBase):
     async def claim_state(self, run: ClaimedRun) -> str | None:
         rows = await self._connections.rows(
             "claim state",
-            self.statements[
-                history_sql.CLAIM_STATE_EITHER if self.history else CLAIM_STATE_IF_TOKEN
-            ],
+            self.statements[live_sql.CLAIM_STATE_EITHER if self.history else CLAIM_STATE_IF_TOKEN],
             {"id": run.run_id, "token": run.token},
             scope=OWN,
         )
@@ -1028,7 +1046,7 @@ class PostgresJobBackend(JobBackendBase):
         params.update(_SETTLE_FIELDS_NONE if completions_only else _settle_fields(batch))
         statement = self.statements[SETTLE_IF_TOKEN_CURRENT]
         if self.history:
-            statement = self.statements[history_sql.SETTLE_MOVING]
+            statement = self.statements[live_sql.SETTLE_MOVING]
             params.update(self._history_fields(batch))
         rows = await self._connections.rows("settle", statement, params, scope=scope)
         # By position, as a claim's (SETTLE_COLUMNS): (ordinal, new state, parent id).
@@ -1150,14 +1168,25 @@ class PostgresJobBackend(JobBackendBase):
         return await self._health.storage_health()
 
 
+class _BackendTables(TypedDict):
+    """``create_job_backend``'s tables, as ``PostgresJobBackend`` takes them."""
+
+    table: Table
+    state_table: Table
+    steps_table: Table
+    events_table: Table
+    history_table: Table
+
+
 def _default_tables(
     table: Table | None,
     state_table: Table | None,
     steps_table: Table | None,
     events_table: Table | None,
+    history_table: Table | None,
     *,
-    history: bool = False,
-) -> tuple[Table, Table, Table, Table]:
+    live_only: bool = False,
+) -> _BackendTables:
     """``create_job_backend``'s tables: those given, else the factories' under their default
     names (the steps and events tables beside ``table``)."""
     if table is None:
@@ -1166,11 +1195,19 @@ def _default_tables(
         state_table = ship_job_state_table(MetaData())
     if steps_table is None:
         steps_table = ship_job_steps_table(
-            MetaData(), schema=table.schema, runs_table=table.name, runs_fkey=not history
+            MetaData(), schema=table.schema, runs_table=table.name, runs_fkey=not live_only
         )
     if events_table is None:
         events_table = ship_job_events_table(MetaData(), schema=table.schema)
-    return table, state_table, steps_table, events_table
+    if history_table is None:
+        history_table = ship_job_history_table(MetaData(), schema=table.schema)
+    return _BackendTables(
+        table=table,
+        state_table=state_table,
+        steps_table=steps_table,
+        events_table=events_table,
+        history_table=history_table,
+    )
 
 
 def _require_database(database: object) -> None:
@@ -1359,22 +1396,19 @@ def create_job_backend(
     (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
     ``history_table`` (J16, J17, J18): the run history, from :func:`ship_job_history_table`
     (default: that table under its default name, beside ``table``): its partitions are kept by
-    the maintenance (``ship-sqla jobs maintain``, the fleet's sampler-lease holder). Given
-    explicitly, the runs table holds live runs only (J16): a run that ends moves there in the
-    statement that ends it, an operator's retry moves it back, and every read of finished runs
-    reads both; its steps table must then be declared with ``runs_fkey=False`` (the default
-    one is). Not given: runs end in place, as before (the move is opt-in for this release).
+    maintenance (``ship-sqla jobs maintain``, F5's holder). Given explicitly, the runs table
+    holds live runs only (J16): a run that ends moves there in the statement that ends it, an
+    operator's retry moves it back, and every read of finished runs reads both; its steps table
+    must then be declared with ``runs_fkey=False`` (the default one is). Not given: runs end in
+    place, as before (the move is opt-in for this release).
     """
     live_only = history_table is not None
-    table, state_table, steps_table, events_table = _default_tables(
-        table, state_table, steps_table, events_table, history=live_only
+    tables = _default_tables(
+        table, state_table, steps_table, events_table, history_table, live_only=live_only
     )
-    if history_table is None:
-        history_table = ship_job_history_table(MetaData(), schema=table.schema)
     return PostgresJobBackend(
         database=database,
-        table=table,
-        state_table=state_table,
+        **tables,
         queue_depth_limit=queue_depth_limit,
         on_error=on_error,
         clock=clock,
@@ -1382,10 +1416,7 @@ def create_job_backend(
         listen=listen,
         announce=announce,
         workers_table=workers_table,
-        steps_table=steps_table,
-        events_table=events_table,
         synchronous_claims=synchronous_claims,
         health_bounds=health_bounds,
-        history_table=history_table,
         live_only=live_only,
     )

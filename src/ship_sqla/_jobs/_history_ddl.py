@@ -17,6 +17,7 @@ copy, a schema per tenant) moves them with the parent.
 
 from __future__ import annotations
 
+import weakref
 from datetime import UTC, date, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
     from sqlalchemy.sql.compiler import DDLCompiler
 
+    from ship_sqla.kernel._jobs import Retention
+
 __all__ = [
     "HISTORY_INFO",
     "HISTORY_PARTITION_OPTIONS",
@@ -50,14 +53,32 @@ __all__ = [
     "create_class_ddl",
     "create_day_ddl",
     "day_partition",
+    "declare_history_retention",
     "default_partition",
     "drop_day_ddl",
+    "history_retention",
     "initial_partitions_ddl",
     "is_history_table",
 ]
 
 HISTORY_INFO: Final = "ship_sqla.history"
 """The ``Table.info`` key marking a history parent (its partitions are maintenance's)."""
+
+_RETENTIONS: Final[weakref.WeakKeyDictionary[Table, Retention]] = weakref.WeakKeyDictionary()
+
+
+def declare_history_retention(table: Table, retention: Retention | None) -> None:
+    """Keep the retention a history table declares (``ship_job_history_table(...,
+    retention=)``): the floor of every class's partition lifetime. Kept beside the table, not
+    in ``Table.info``, which Alembic writes into migrations."""
+    if retention is not None:
+        _RETENTIONS[table] = retention
+
+
+def history_retention(table: Table) -> Retention | None:
+    """The retention ``table`` declares (None: the default :class:`Retention`)."""
+    return _RETENTIONS.get(table)
+
 
 NO_PARTITIONS_OPTION: Final = "ship_sqla_no_history_partitions"
 """An execution option: create the history parent without partitions (the schema check's

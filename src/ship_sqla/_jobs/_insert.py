@@ -31,7 +31,7 @@ from ship_sqla._jobs._sql.enqueue import (
     ENQUEUE_PLAIN_CAPPED,
     ENQUEUE_PLAIN_SAMPLED,
 )
-from ship_sqla._jobs._sql.history import ENQUEUE_MANY_EITHER
+from ship_sqla._jobs._sql.live import ENQUEUE_MANY_EITHER
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._ports import EnqueueResult

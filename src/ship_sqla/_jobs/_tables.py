@@ -18,7 +18,7 @@ and the claim's index scans walk over them (J22 reports it: ``ship.db.horizon.ag
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from sqlalchemy import (
     BigInteger,
@@ -40,10 +40,13 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from sqlalchemy.schema import CreateIndex
 
-from ship_sqla._jobs._history_ddl import HISTORY_INFO
+from ship_sqla._jobs._history_ddl import HISTORY_INFO, declare_history_retention
 from ship_sqla._naming import derived_name, derived_names
 from ship_sqla._storage_options import CHURN_OPTIONS, HOT_ROW_OPTIONS, declare_storage_options
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES
+
+if TYPE_CHECKING:
+    from ship_sqla.kernel._jobs import Retention
 
 __all__ = [
     "DEDUPE_PREDICATE",
@@ -279,7 +282,11 @@ _HISTORY_SUFFIXES = (
 
 
 def ship_job_history_table(
-    metadata: MetaData, name: str = "ship_job_history", schema: str | None = None
+    metadata: MetaData,
+    name: str = "ship_job_history",
+    schema: str | None = None,
+    *,
+    retention: Retention | None = None,
 ) -> Table:
     """The run history (J16, J17, J18): the runs that ended, one slim row each, added to
     ``metadata`` so Alembic autogenerate sees the parent.
@@ -291,9 +298,11 @@ def ship_job_history_table(
     partition (strays: reported when not empty) and today's plus three days ahead
     (:mod:`ship_sqla._jobs._history_ddl`); maintenance (``ship-sqla jobs maintain``, the
     sampler-lease holder) creates the next days and drops the expired ones, each class with its
-    retention. Alembic's autogenerate must not see them: pass
-    :func:`ship_sqla.schema.ship_include_object` as ``include_object``; the schema check
-    ignores them.
+    retention: the longest of ``retention`` (default :class:`Retention`: completed 1 day, dead
+    30, cancelled and discarded 7) and the registered jobs' that maintenance knows of. Declare
+    here the longest any job of the fleet needs: a worker knows only its own jobs. Alembic's
+    autogenerate must not see the partitions: pass ``ship_include_object(metadata)``
+    (:mod:`ship_sqla.schema`) as ``include_object``; the schema check ignores them.
 
     No primary key (a partitioned table's unique keys must hold the partition key): a run's id
     is unique because it is in exactly one of the runs and history tables (J16), and looked up
@@ -314,7 +323,7 @@ def ship_job_history_table(
     states = ", ".join(f"'{s}'" for s in FINISHED_STATES)
     # J21: a partitioned parent takes no storage options; its leaves are created with
     # HISTORY_PARTITION_OPTIONS (insert thresholds only: append-only).
-    return Table(
+    table = Table(
         name,
         metadata,
         Column("id", Text, nullable=False),
@@ -358,6 +367,8 @@ def ship_job_history_table(
         postgresql_partition_by="LIST (state)",
         info={HISTORY_INFO: True},
     )
+    declare_history_retention(table, retention)
+    return table
 
 
 def fair_claims_index_name(runs: Table) -> str:

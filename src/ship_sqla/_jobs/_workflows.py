@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ship_sqla._jobs._admin import run_record
-from ship_sqla._jobs._sql import history as history_sql
+from ship_sqla._jobs._sql import live as live_sql
 from ship_sqla._jobs._sql import workflows as sql
 from ship_sqla._naming import quoted_table
 from ship_sqla._scope import OWN
@@ -191,7 +191,7 @@ class PostgresWorkflows:
     async def children(self, run_id: str) -> list[ChildOutcome]:
         params = {"run_id": run_id}
         # J16: with a history table, the finished children are there.
-        children = sql.CHILDREN if not self._s.live_only else history_sql.CHILDREN_EITHER
+        children = sql.CHILDREN if not self._s.live_only else live_sql.CHILDREN_EITHER
         rows = await self._rows("children", self._s[children], params)
         return [ChildOutcome(row.id, row.job_id, row.state, row.last_error) for row in rows]
 

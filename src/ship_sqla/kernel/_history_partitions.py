@@ -21,18 +21,31 @@ partition goes. No scheduled DELETE of history rows exists (J17).
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
-from typing import TYPE_CHECKING, Final, Literal, TypeAlias, get_args
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Final,
+    Literal,
+    Protocol,
+    TypeAlias,
+    get_args,
+    runtime_checkable,
+)
 
 import attrs
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
     from ship_sqla.kernel._jobs import Retention
 
 __all__ = [
     "DAYS_AHEAD",
+    "LOCK_TIMEOUT",
+    "MAINTENANCE_INTERVAL",
     "STATE_CLASSES",
+    "HistoryMaintainer",
+    "HistoryMaintenance",
     "HistoryPlan",
     "StateClass",
     "class_retentions",
@@ -61,6 +74,15 @@ needs a day that maintenance has not created unless maintenance stopped for that
 then the DEFAULT partition takes the rows (reported, J22)."""
 
 _DAY_FORMAT: Final = "%Y%m%d"
+
+LOCK_TIMEOUT: Final = 1.0
+"""Seconds any one partition DDL may wait for its lock (``lock_timeout``): a DDL queued behind
+a long reader makes every settle into that class wait behind it, so it gives up after this and
+is retried at the next pass (J17): no settle waits longer for maintenance."""
+
+MAINTENANCE_INTERVAL: Final = 600.0
+"""Seconds between two maintenance passes in the fleet's sampler-lease holder (F5); a pass
+whose DDL gave up on its lock is retried at the next one."""
 
 
 def class_states(cls: StateClass) -> tuple[str, ...]:
@@ -154,3 +176,49 @@ def plan_history(
     drop = tuple(day for day in expired_days(have, retention, now) if day < today)
     ahead = sum(1 for day in have | set(create) if day > today)
     return HistoryPlan(cls, create, drop, ahead)
+
+
+@attrs.frozen
+class HistoryMaintenance:
+    """What one maintenance pass did (J17): the partitions ``created`` and ``dropped``, the
+    DDL ``deferred`` (gave up on ``lock_timeout``: retried at the next pass), whether the
+    parent was ``analyzed``, the rows found in each class's DEFAULT partition
+    (``default_rows``: strays, reported when not zero) and the fewest days ready ahead of
+    today over the classes (``partitions_ahead``)."""
+
+    created: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+    deferred: tuple[str, ...] = ()
+    analyzed: bool = False
+    default_rows: tuple[tuple[StateClass, int], ...] = ()
+    partitions_ahead: int | None = None
+
+    @property
+    def strays(self) -> int:
+        """Rows in the DEFAULT partitions, all classes."""
+        return sum(rows for _, rows in self.default_rows)
+
+    @property
+    def complete(self) -> bool:
+        """Nothing was deferred."""
+        return not self.deferred
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "created": list(self.created),
+            "dropped": list(self.dropped),
+            "deferred": list(self.deferred),
+            "analyzed": self.analyzed,
+            "default_rows": dict(self.default_rows),
+            "partitions_ahead": self.partitions_ahead,
+        }
+
+
+@runtime_checkable
+class HistoryMaintainer(Protocol):
+    """A store whose run history is partitioned and kept by maintenance (J17)."""
+
+    async def maintain_history(self, retentions: Sequence[Retention] = ()) -> HistoryMaintenance:
+        """One maintenance pass; ``retentions``: the registered jobs' (each class keeps the
+        longest of these and the history table's own)."""
+        ...
