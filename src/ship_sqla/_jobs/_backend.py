@@ -287,21 +287,9 @@ class PostgresJobBackend(JobBackendBase):
         history_table: Table | None = None,
         live_only: bool = False,
     ) -> None:
-        _require_database(database)
-        self._set_options(
-            clock=clock,
-            queue_depth_limit=queue_depth_limit,
-            on_error=on_error,
-            default_lock_provider=_default_locks(database, clock),
-        )
-        timeout = require_duration(operation_timeout, "operation_timeout", maximum=_MAX_TIMEOUT)
+        timeout = self._configure(database, clock, queue_depth_limit, on_error, operation_timeout)
         _check_runs_table(table)
-        if live_only and history_table is None:
-            raise ConfigurationError(
-                "live_only=True needs a history table (J16: ended runs move there).",
-                fix="pass history_table=ship_job_history_table(metadata).",
-            )
-        _check_history_steps(history_table if live_only else None, steps_table)
+        _check_live_only(live_only, history_table, steps_table)
         self._database = database
         self._table = table
         self._state_table = state_table
@@ -309,13 +297,12 @@ class PostgresJobBackend(JobBackendBase):
         self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
         tables = {"workers": workers_table, "steps": steps_table, "events": events_table}
-        server_clock = not self._clock.frozen
         self.statements: Final = JobStatements.for_tables(
             table,
             state_table,
             **tables,
             history=history_table,
-            server_clock=server_clock,
+            server_clock=not self._clock.frozen,
             live_only=live_only,
         )
         """Every statement on this backend's tables, each rendered once (on first use); lent to
@@ -354,14 +341,30 @@ class PostgresJobBackend(JobBackendBase):
         self._wire_announcements(database, listen=listen, announce=announce)
         # F2: per fair job, the tenant its last claim's walk stopped at (None: from the start).
         self._fair_cursors: dict[str, str] = {}
-        # J16, J18: with a history table, what each job's ended runs leave there (a keep code
-        # per job: history_keep); a job the worker was not started with keeps the default.
-        self.history: Final = live_only
-        self._keeps: dict[str, int] = {}
+        self.history: Final = live_only  # J16: runs that end move to history
+        self._keeps: dict[str, int] = {}  # J18: per job, what its completed runs leave there
         # F2: whether the runs table has the index fair claims read (asked until it does).
         self._fair_served = False
         self._tables_served = False
         self._wire_stores(workers_table, steps_table, events_table, health_bounds)
+
+    def _configure(
+        self,
+        database: Database,
+        clock: Clock | None,
+        queue_depth_limit: int | None,
+        on_error: ErrorHandler | None,
+        operation_timeout: float,
+    ) -> float:
+        """The base options; the operation timeout, checked."""
+        _require_database(database)
+        self._set_options(
+            clock=clock,
+            queue_depth_limit=queue_depth_limit,
+            on_error=on_error,
+            default_lock_provider=_default_locks(database, clock),
+        )
+        return require_duration(operation_timeout, "operation_timeout", maximum=_MAX_TIMEOUT)
 
     def _storage_health_reader(
         self, bounds: HealthBounds | None, steps_table: Table | None, events_table: Table | None
@@ -1176,6 +1179,7 @@ class _BackendTables(TypedDict):
     steps_table: Table
     events_table: Table
     history_table: Table
+    live_only: bool
 
 
 def _default_tables(
@@ -1184,11 +1188,11 @@ def _default_tables(
     steps_table: Table | None,
     events_table: Table | None,
     history_table: Table | None,
-    *,
-    live_only: bool = False,
 ) -> _BackendTables:
     """``create_job_backend``'s tables: those given, else the factories' under their default
-    names (the steps and events tables beside ``table``)."""
+    names (the steps and events tables beside ``table``); J16's move is on (``live_only``) when
+    the history table was given."""
+    live_only = history_table is not None
     if table is None:
         table = ship_job_runs_table(MetaData())
     if state_table is None:
@@ -1207,6 +1211,7 @@ def _default_tables(
         steps_table=steps_table,
         events_table=events_table,
         history_table=history_table,
+        live_only=live_only,
     )
 
 
@@ -1293,10 +1298,16 @@ MOVE_BATCH: Final = 1000
 """How many finished rows one MOVE_FINISHED moves at most."""
 
 
-def _check_history_steps(history: Table | None, steps: Table | None) -> None:
-    """J16: runs move out of the runs table, so a steps table whose foreign key cascades a
-    run's deletion to its steps would lose a finished workflow's steps at its end."""
-    if history is None or steps is None:
+def _check_live_only(live_only: bool, history: Table | None, steps: Table | None) -> None:
+    """J16: live_only needs a history table; runs move out of the runs table, so a steps table
+    whose foreign key cascades a run's deletion to its steps would lose a finished workflow's
+    steps at its end."""
+    if live_only and history is None:
+        raise ConfigurationError(
+            "live_only=True needs a history table (J16: ended runs move there).",
+            fix="pass history_table=ship_job_history_table(metadata).",
+        )
+    if not live_only or steps is None:
         return
     if any(fk.ondelete for fk in steps.foreign_keys if fk.column.table.name != steps.name):
         raise ConfigurationError(
@@ -1394,18 +1405,11 @@ def create_job_backend(
     True: the server's own, as enqueues and settles (docs/production.md, "Failover").
     ``health_bounds`` (J22): when :meth:`PostgresJobBackend.storage_health` is an alarm
     (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
-    ``history_table`` (J16, J17, J18): the run history, from :func:`ship_job_history_table`
-    (default: that table under its default name, beside ``table``): its partitions are kept by
-    maintenance (``ship-sqla jobs maintain``, F5's holder). Given explicitly, the runs table
-    holds live runs only (J16): a run that ends moves there in the statement that ends it, an
-    operator's retry moves it back, and every read of finished runs reads both; its steps table
-    must then be declared with ``runs_fkey=False`` (the default one is). Not given: runs end in
-    place, as before (the move is opt-in for this release).
+    ``history_table`` (J16, J17): from :func:`ship_job_history_table` (default: beside
+    ``table``); its partitions are kept by maintenance (``ship-sqla jobs maintain``, F5's holder).
+    Given explicitly, the runs table holds live runs only (J16, docs/jobs.md "The tables").
     """
-    live_only = history_table is not None
-    tables = _default_tables(
-        table, state_table, steps_table, events_table, history_table, live_only=live_only
-    )
+    tables = _default_tables(table, state_table, steps_table, events_table, history_table)
     return PostgresJobBackend(
         database=database,
         **tables,
@@ -1418,5 +1422,4 @@ def create_job_backend(
         workers_table=workers_table,
         synchronous_claims=synchronous_claims,
         health_bounds=health_bounds,
-        live_only=live_only,
     )
