@@ -42,11 +42,14 @@ BENCHMARKS: dict[str, str] = {
     "pools": "benchmarks.pools",
     "webhooks": "benchmarks.webhooks",
     "synchronous_claims": "benchmarks.synchronous_claims",
+    "history": "benchmarks.history",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is
 unfinished (or broken) is reported as failed without keeping the others from running."""
 
-OPT_IN = frozenset({"ablations", "peers", "scaleout", "pools", "webhooks", "synchronous_claims"})
+OPT_IN = frozenset(
+    {"ablations", "peers", "scaleout", "pools", "webhooks", "synchronous_claims", "history"}
+)
 """Run only when named: not part of ``python -m benchmarks`` with no names."""
 DEFAULT_BENCHMARKS = [name for name in BENCHMARKS if name not in OPT_IN]
 

@@ -488,6 +488,16 @@ class PostgresJobBackend(JobBackendBase):
         """J16, J17: the run history table (None: built without one)."""
         return self._history_table
 
+    @property
+    def history_maintenance(self) -> PostgresHistoryMaintenance | None:
+        """J17: the maintenance of :attr:`history_table` (None: built without one)."""
+        return self._maintenance
+
+    @property
+    def store_connections(self) -> StoreConnections:
+        """How this backend's own statements reach the database (the history migration's)."""
+        return self._connections
+
     async def maintain_history(self, retentions: Sequence[Retention] = ()) -> HistoryMaintenance:
         """J17: one maintenance pass over the history's partitions (create days ahead, drop
         expired ones, analyze the parent, count the DEFAULT partitions' strays), each DDL under

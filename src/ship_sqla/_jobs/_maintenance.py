@@ -176,7 +176,7 @@ class PostgresHistoryMaintenance:
         made = 0
         for day in plan.create:
             name = day_partition(self._history, plan.state_class, day).name
-            if await self._create_day(plan.state_class, day, deferred):
+            if await self.create_day(plan.state_class, day, deferred):
                 created.append(name)
                 made += 1
         for day in plan.drop:
@@ -186,7 +186,13 @@ class PostgresHistoryMaintenance:
                 dropped.append(name)
         return made
 
-    async def _create_day(self, cls: StateClass, day: date, deferred: list[str]) -> bool:
+    def day_name(self, cls: StateClass, day: date) -> str:
+        """The name of ``cls``'s partition of ``day``."""
+        return day_partition(self._history, cls, day).name
+
+    async def create_day(self, cls: StateClass, day: date, deferred: list[str]) -> bool:
+        """Create ``cls``'s partition of ``day`` (moving its rows out of the DEFAULT when it
+        holds some) under the lock timeout; False (and deferred) when a lock was not granted."""
         name = day_partition(self._history, cls, day).name
         try:
             return await self._ddl(name, [create_day_ddl(self._history, cls, day)], deferred)
@@ -210,7 +216,9 @@ class PostgresHistoryMaintenance:
         options = storage_options_sql(HISTORY_PARTITION_OPTIONS)
         return [
             PartitionDDL(
-                "CREATE TABLE {part} (LIKE {parent} INCLUDING DEFAULTS) WITH " + options, tables
+                "CREATE TABLE {part} (LIKE {parent} INCLUDING DEFAULTS INCLUDING CONSTRAINTS) WITH "
+                + options,
+                tables,
             ),
             PartitionDDL(
                 f"WITH moved AS (DELETE FROM {{default}} WHERE {where} RETURNING *)"  # noqa: S608
