@@ -40,6 +40,8 @@ from ship_sqla.kernel import completed
 from ship_sqla.kernel._ports import ClaimRequest
 
 DATABASE = "ship_bench_settle_history"
+WORKER = "web-1:4242:a1b2c3"
+"""A worker id of the registry's shape (host:pid:hex), stored with each ended run (J18)."""
 
 
 async def noop(ctx: object, payload: object) -> None:  # noqa: ARG001
@@ -98,9 +100,7 @@ async def _round(engine: AsyncEngine, schema: str, runs: int, batch: int) -> dic
     requests = [EnqueueRequest(payload={"n": i}) for i in range(runs)]
     for start in range(0, runs, 1000):
         await backend.enqueue_many(JOB, requests[start : start + 1000])
-    request = ClaimRequest(
-        job_id=JOB.id, worker="bench", limit=batch, max_running=None, lease=300.0
-    )
+    request = ClaimRequest(job_id=JOB.id, worker=WORKER, limit=batch, max_running=None, lease=300.0)
     before = await _settle_stats(engine, schema)
     settled = 0
     while settled < runs:
@@ -128,6 +128,7 @@ async def _history_bytes(engine: AsyncEngine, runs: int, batch: int) -> dict[str
     async with engine.connect() as connection:
         await connection.execution_options(isolation_level="AUTOCOMMIT")
         await connection.execute(text(f'VACUUM ANALYZE "{schema}".ship_job_history'))
+        await connection.execute(text(f'VACUUM "{schema}".ship_job_runs'))
         sizes = (
             await connection.execute(
                 text(f"""
@@ -181,10 +182,10 @@ async def main() -> None:
         await connection.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
     results: dict[str, list[dict[str, float]]] = {"a_in_place": [], "b_moving": []}
     started = time.monotonic()
-    for _ in range(args.rounds):
+    for _ in range(args.rounds):  # --rounds 0: J18's bytes only
         results["a_in_place"].append(await _round(engine, "settle_a", args.runs, args.batch))
         results["b_moving"].append(await _round(engine, "settle_b", args.runs, args.batch))
-    for side, rounds in results.items():
+    for side, rounds in results.items() if args.rounds else ():
         summary = {
             key: statistics.median(r[key] for r in rounds)
             for key in ("wal_per_run", "server_us_per_settle", "server_us_per_run")
@@ -194,11 +195,12 @@ async def main() -> None:
             for key in ("wal_per_run", "server_us_per_settle")
         }
         print(json.dumps({"side": side, "median": summary, "range": spread, "rounds": rounds}))
-    a, b = (
-        statistics.median(r["server_us_per_settle"] for r in results[k])
-        for k in ("a_in_place", "b_moving")
-    )
-    print(json.dumps({"b_over_a_server_us_per_settle": b / a}))
+    if args.rounds:
+        a, b = (
+            statistics.median(r["server_us_per_settle"] for r in results[k])
+            for k in ("a_in_place", "b_moving")
+        )
+        print(json.dumps({"b_over_a_server_us_per_settle": b / a}))
     print(json.dumps({"j18": await _history_bytes(engine, args.bytes_runs, 1000)}))
     print(json.dumps({"seconds": time.monotonic() - started}))
     await engine.dispose()

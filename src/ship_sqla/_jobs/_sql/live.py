@@ -12,7 +12,7 @@ reads both tables: history, and the runs table for finished rows an older releas
 A history row is slim (J18): no lease, no wait, no cancel request; ``payload`` and
 ``trace_context`` are kept for dead, cancelled and discarded runs (retry needs them) and for a
 completed run only when its job asks (``Retention(completed_payload=True)``) or it is a
-workflow run with stored steps (D11's export reads it); ``history`` as the run had it.
+workflow run with stored steps (D11's export reads it); ``history`` NULL for no entries.
 ``Retention(completed=timedelta(0))`` writes no history row at all for a completed run.
 """
 
@@ -80,7 +80,7 @@ def _insert_ended(
     SELECT e.id, e.seq, e.job_id, {state},
         CASE WHEN {keep_payload} THEN e.payload END, e.key, e.dedupe_key, e.attempt,
         e.max_attempts, e.priority, e.run_at, e.created_at, {started}, {finished}, e.claimed_by,
-        e.last_error, e.history,
+        e.last_error, nullif(e.history, CAST('[]' AS jsonb)),
         CASE WHEN {keep_payload} THEN e.trace_context END, e.snoozes, e.tenant_id, e.parent_id,
         e.lapses, e.progress
     FROM {source} e"""  # noqa: S608 - constant text
