@@ -284,6 +284,9 @@ class PostgresWorkflows:
                 row = (
                     await tx.connection.execute(self._s[sql.RERUN_FROM_STEP], params)
                 ).one_or_none()
+                if row is None and self._s.live_only:  # J16: a dead run is in history
+                    statement = self._s[live_sql.RERUN_FROM_STEP_BACK]
+                    row = (await tx.connection.execute(statement, params)).one_or_none()
                 if row is not None:
                     tx.after_commit(self._wake)
         except IntegrityError as exc:

@@ -41,6 +41,7 @@ __all__ = [  # noqa: RUF022
     "LIST_DEAD_ALL_JOBS_EITHER",
     "LIST_DEAD_OF_JOB_EITHER",
     "MOVE_FINISHED",
+    "RERUN_FROM_STEP_BACK",
     "RETRY_DEAD_BACK",
     "SETTLE_MOVING",
 ]
@@ -506,3 +507,38 @@ SELECT h.state FROM {history} h WHERE h.id = :id
 LIMIT 1
 """)
 """CLAIM_STATE_IF_TOKEN over both tables (J13, J16)."""
+
+RERUN_FROM_STEP_BACK: Final = Template(
+    """
+WITH back AS (
+    -- J16, D6: a dead workflow run in history (its id index) that has the step leaves it ...
+    DELETE FROM {history} h
+    WHERE h.id = :run_id AND h.state = 'dead'
+      AND EXISTS (SELECT 1 FROM {steps} s WHERE s.run_id = h.id AND s.name = :step)
+    RETURNING h.*
+), dropped AS (
+    -- ... drops the named step and every later one (<steps>_pkey) ...
+    DELETE FROM {steps} s
+    USING back
+    WHERE s.run_id = back.id
+      AND s.seq >= (SELECT s2.seq FROM {steps} s2 WHERE s2.run_id = back.id AND s2.name = :step)
+    RETURNING 1
+)
+-- ... and waits again in the runs table, due now, with one more attempt.
+INSERT INTO {runs} AS r (
+    id, seq, job_id, state, payload, key, dedupe_key, attempt, max_attempts, run_at, created_at,
+    updated_at, last_error, history, priority, trace_context, snoozes, tenant_id, parent_id,
+    lapses, consecutive_lapses, progress
+)
+SELECT b.id, b.seq, b.job_id, 'waiting', coalesce(b.payload, CAST('null' AS jsonb)), b.key,
+    b.dedupe_key, b.attempt, b.attempt + 1, {now}, b.created_at, {now}, b.last_error,
+    coalesce(b.history, CAST('[]' AS jsonb)), b.priority, b.trace_context, b.snoozes,
+    b.tenant_id, b.parent_id, b.lapses, 0, b.progress
+FROM back b
+WHERE (SELECT count(*) FROM dropped) >= 0
+RETURNING {cols}
+""",
+    compacted=False,
+)
+"""RERUN_FROM_STEP of a dead run in history (D6, J16): moved back to the runs table in one
+statement, its named step and every later one dropped. No row: none such in history."""

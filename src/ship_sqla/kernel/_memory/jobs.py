@@ -663,6 +663,7 @@ class InMemoryJobBackend(JobBackendBase):
         if run.state == "dead":
             run.max_attempts = run.attempt + 1
             run.finished_at = None
+            self.back_from_history(run)
             self._live.setdefault(run.job_id, {})[run.run_id] = run
             self._to_waiting(run, now, now)
         else:
