@@ -473,7 +473,11 @@ class PostgresRunAdmin:
             "after_key": None if after is None else after[1],
         }
         rows = await self._connections.rows(
-            "consumer progress", self._s[CONSUMER_PROGRESS], params, scope=None, by_name=True
+            "consumer progress",
+            self._s[live_sql.CONSUMER_PROGRESS_EITHER if self._history else CONSUMER_PROGRESS],
+            params,
+            scope=None,
+            by_name=True,
         )
         return [
             ConsumerKeyProgress(

@@ -275,6 +275,7 @@ _HISTORY_SUFFIXES = (
     "_id_idx",
     "_job_idx",
     "_parent_idx",
+    "_progress_idx",
     # The partitions' names (J17): the longest a class's day or default partition takes.
     "_completed_20000101",
     "_completed_default",
@@ -364,6 +365,11 @@ def ship_job_history_table(
             "parent_id",
             "state",
             postgresql_where=text(HISTORY_PARENT_PREDICATE),
+        ),
+        # Serves CONSUMER_PROGRESS_EITHER (C3, J16): the ended consumer runs that committed a
+        # batch (no other run enters it), by (consumer, key), newest first.
+        Index(
+            n["_progress_idx"], "job_id", "key", "seq", postgresql_where=text(PROGRESS_PREDICATE)
         ),
         schema=schema,
         comment="ship_sqla job history (ship_job_history_table)",

@@ -27,6 +27,7 @@ __all__ = [  # noqa: RUF022
     "CANCEL_MOVING",
     "CHILDREN_EITHER",
     "CLAIM_STATE_EITHER",
+    "CONSUMER_PROGRESS_EITHER",
     "DISCARD_DEAD_IN_HISTORY",
     "DISCARD_WAITING_MOVING",
     "ENQUEUE_MANY_EITHER",
@@ -542,3 +543,60 @@ RETURNING {cols}
 )
 """RERUN_FROM_STEP of a dead run in history (D6, J16): moved back to the runs table in one
 statement, its named step and every later one dropped. No row: none such in history."""
+
+
+def _next_pair(after: str) -> str:
+    """The next (consumer, key) with progress after ``after`` in either table: each one's
+    progress index, one probe each, the lower of the two."""
+    return f"""SELECT y.job_id, y.key FROM (
+        (SELECT r.job_id, r.key FROM {{runs}} r
+         WHERE r.progress IS NOT NULL AND (r.job_id, r.key) > {after}
+         ORDER BY r.job_id, r.key LIMIT 1)
+        UNION ALL
+        (SELECT h.job_id, h.key FROM {{history}} h
+         WHERE h.progress IS NOT NULL AND (h.job_id, h.key) > {after}
+         ORDER BY h.job_id, h.key LIMIT 1)
+    ) y ORDER BY y.job_id, y.key LIMIT 1"""  # noqa: S608 - constant text
+
+
+CONSUMER_PROGRESS_EITHER: Final = Template(
+    """
+WITH RECURSIVE pairs(job_id, key, n) AS (
+    -- <runs>_progress_idx and the history's progress index, a loose scan over both.
+    SELECT x.job_id, x.key, 1 FROM ("""  # noqa: S608 - constant text
+    + _next_pair("(coalesce(CAST(:after_job AS text), ''), coalesce(CAST(:after_key AS text), ''))")
+    + """) x
+    UNION ALL
+    SELECT x.job_id, x.key, p.n + 1 FROM pairs p
+    CROSS JOIN LATERAL ("""
+    + _next_pair("(p.job_id, p.key)")
+    + """) x
+    WHERE p.n < CAST(:limit AS integer)
+)
+SELECT p.job_id, p.key, latest.id AS run_id, latest.state, latest.progress,
+       live.id AS live_run_id, live.state AS live_state
+FROM pairs p
+CROSS JOIN LATERAL (
+    -- the key's newest run with progress, in either table (each its progress index).
+    SELECT z.id, z.state, z.progress FROM (
+        (SELECT r.id, r.state, r.progress, r.seq FROM {runs} r
+         WHERE r.progress IS NOT NULL AND r.job_id = p.job_id AND r.key = p.key
+         ORDER BY r.seq DESC LIMIT 1)
+        UNION ALL
+        (SELECT h.id, h.state, h.progress, h.seq FROM {history} h
+         WHERE h.progress IS NOT NULL AND h.job_id = p.job_id AND h.key = p.key
+         ORDER BY h.seq DESC LIMIT 1)
+    ) z ORDER BY z.seq DESC LIMIT 1
+) latest
+LEFT JOIN LATERAL (
+    -- <runs>_dedupe_idx: the key's live run (C2: a consumer's runs are deduplicated by key).
+    SELECT r.id, r.state FROM {runs} r
+    WHERE r.dedupe_key IS NOT NULL AND r.state IN ('waiting', 'running')
+      AND r.job_id = p.job_id AND r.dedupe_key = p.key
+    LIMIT 1
+) live ON true
+ORDER BY p.job_id, p.key
+"""
+)
+"""CONSUMER_PROGRESS over both tables (C3, J16): a key's last batch is kept after its run
+ended, in history."""

@@ -1215,7 +1215,7 @@ class InMemoryRunAdmin:
         """Each (consumer, key)'s newest run with progress, and its live run (C3)."""
         newest: dict[tuple[str, str], _Run] = {}
         live: dict[tuple[str, str], _Run] = {}
-        for run in self._backend._runs.values():  # noqa: SLF001
+        for run in self._backend.stored_runs.values():
             if run.key is None:
                 continue
             pair = (run.job_id, run.key)
