@@ -353,6 +353,8 @@ def ship_job_history_table(
         Column("tenant_id", Text, nullable=True),
         Column("parent_id", Text, nullable=True),
         Column("progress", JSONB, nullable=True),
+        # J15: the run's lapses in a row when it ended; NULL for none (no bytes on most rows).
+        Column("consecutive_lapses", Integer, nullable=True),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
         # Serves every read of one run by id (get-run, durable-id dedupe, retry of a dead run):
         # a hash index, about half a btree's size on random ids, one probe per partition.

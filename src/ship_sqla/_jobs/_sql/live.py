@@ -50,7 +50,7 @@ __all__ = [  # noqa: RUF022
 HISTORY_COLUMNS: Final = (
     "id, seq, job_id, state, payload, key, dedupe_key, attempt, max_attempts, priority, run_at,"
     " created_at, started_at, finished_at, claimed_by, last_error, history, trace_context,"
-    " snoozes, tenant_id, parent_id, lapses, progress"
+    " snoozes, tenant_id, parent_id, lapses, progress, consecutive_lapses"
 )
 """The history table's columns an ending statement writes, in this order."""
 
@@ -60,7 +60,8 @@ HISTORY_AS_RUN: Final = (
     " CAST(NULL AS timestamptz) AS lease_expires_at, CAST(NULL AS bigint) AS lease_token,"
     " h.claimed_by, h.last_error, coalesce(h.history, CAST('[]' AS jsonb)) AS history,"
     " h.snoozes, h.priority, CAST(NULL AS timestamptz) AS cancel_requested_at, h.tenant_id,"
-    " h.parent_id, CAST(NULL AS text) AS wait_for, h.lapses, 0 AS consecutive_lapses,"
+    " h.parent_id, CAST(NULL AS text) AS wait_for, h.lapses,"
+    " coalesce(h.consecutive_lapses, 0) AS consecutive_lapses,"
     " h.progress, h.started_at, h.claimed_by AS worker"
 )
 """A history row (aliased ``h``) as a run record's columns (``{cols}``, ``started_at`` and
@@ -84,7 +85,7 @@ def _insert_ended(
         e.max_attempts, e.priority, e.run_at, e.created_at, {started}, {finished}, e.claimed_by,
         e.last_error, nullif(e.history, CAST('[]' AS jsonb)),
         CASE WHEN {keep_payload} THEN e.trace_context END, e.snoozes, e.tenant_id, e.parent_id,
-        e.lapses, e.progress
+        e.lapses, e.progress, nullif(e.consecutive_lapses, 0)
     FROM {source} e"""  # noqa: S608 - constant text
 
 
@@ -134,6 +135,8 @@ WITH settle AS (
         CASE WHEN s.refund AND r.cancel_requested_at IS NULL
             THEN r.attempt - 1 ELSE r.attempt END AS attempt,
         coalesce(s.error, r.last_error) AS last_error,
+        -- J15: an end the handler reached ends the run's streak of lapses.
+        CASE WHEN s.keeps_lapses THEN r.consecutive_lapses ELSE 0 END AS consecutive_lapses,
         CASE WHEN s.error IS NULL THEN r.history
             ELSE r.history || jsonb_build_array(jsonb_build_object(
                 'attempt', r.attempt, 'at', {at}, 'error', s.error, 'kind', s.entry_kind)) END
