@@ -219,8 +219,9 @@ class _Run:
             lapses=self.lapses,
             consecutive_lapses=self.consecutive_lapses,
             progress=None if self.progress is None else dict(self.progress),
-            started_at=self.started_at if self.finished_at is not None else None,
-            worker=self.last_worker if self.finished_at is not None else None,
+            # J18: known for a run a settle moved to history (live_only), as PostgreSQL's.
+            started_at=self.started_at if self.last_worker is not None else None,
+            worker=self.last_worker,
         )
 
 
@@ -640,6 +641,7 @@ class InMemoryJobBackend(JobBackendBase):
     def back_from_history(self, run: _Run) -> None:
         """J16, J8: a dead run an operator retries moves back to the live runs."""
         if self._history.pop(run.run_id, None) is not None:
+            run.last_worker = None  # a live run's record shows no finished attempt
             self._runs[run.run_id] = run
 
     def current_run(self, claimed: ClaimedRun) -> _Run | None:
