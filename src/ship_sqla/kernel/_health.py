@@ -2,9 +2,9 @@
 
 A store that can read its database's health is a :class:`StorageHealthSource`: it answers a
 :class:`StorageHealth` (the ship tables' live and dead tuples, sizes and time since their last
-vacuum; the oldest held snapshot and who holds it; the history partitions prepared ahead, which
-J17 will fill in). The rules that turn it into alarms are here, pure: :meth:`StorageHealth.alarms`
-against :class:`HealthBounds`. Three readers use them:
+vacuum; the oldest held snapshot and who holds it; the history partitions prepared ahead and
+the runs its DEFAULT partitions caught, J17). The rules that turn it into alarms are here,
+pure: :meth:`StorageHealth.alarms` against :class:`HealthBounds`. Three readers use them:
 
 - the fleet's queue sampler (F5: the one runtime holding the sampler lease) exports the values
   as gauges (:class:`~ship_sqla.kernel._metrics.JobMetrics`) and logs
@@ -79,7 +79,7 @@ class HealthBounds:
       alarm past ``max(floor, ratio x live)`` (default 10,000 and 10: autovacuum is not
       keeping up, or a held snapshot keeps it from removing them).
     - ``partitions_ahead_min``: fewer history partitions ready ahead is an alarm (default 2;
-      read once J17's history table exists).
+      read when J17's history table exists). Runs in its DEFAULT partitions always are.
     - ``warn_every``: seconds between two warnings about the same holder (default 300).
     """
 
