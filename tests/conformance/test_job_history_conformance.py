@@ -179,6 +179,24 @@ async def test_j16_d5_children_are_read_from_both_tables(
     ]
 
 
+async def test_j16_d5_a_child_that_ended_before_its_adoption_is_adopted(
+    clock: Any, live_only_backend_factory: Any
+) -> None:
+    """J16, D5: a spawned child a fast worker ended before the parent adopted it is already in
+    history; the adoption reaches it there, so it is one of the parent's children."""
+    backend = live_only_backend_factory(clock)
+    parent_job, child_job = job_named("j16.early.parent"), job_named("j16.early.child")
+    await backend.enqueue(parent_job, {})
+    [held] = await backend.claim(claim_request(parent_job, worker="w1"))
+    early = (await backend.enqueue(child_job, {})).run_id
+    [child] = await backend.claim(claim_request(child_job, worker="w2"))
+    assert await backend.settle([completed(child)]) == ["completed"]
+    assert await table_of(backend, early) == "history"
+    await backend.workflows.adopt_children(held, [early])
+    outcomes = await backend.workflows.children(held.run_id)
+    assert [(c.run_id, c.state) for c in outcomes] == [(early, "completed")]
+
+
 async def test_j16_s2_browse_counts_throughput_and_known_read_history(
     clock: Any, live_only_backend_factory: Any
 ) -> None:

@@ -185,7 +185,12 @@ class PostgresWorkflows:
         params = {"parent_id": parent.run_id, "token": parent.token, "ids": list(child_ids)}
         async with self._named():
             await self._connections.execute(
-                "adopt children", self._s[sql.ADOPT_CHILDREN], params, scope=OWN
+                "adopt children",
+                self._s[
+                    live_sql.ADOPT_CHILDREN_EITHER if self._s.live_only else sql.ADOPT_CHILDREN
+                ],
+                params,
+                scope=OWN,
             )
 
     async def children(self, run_id: str) -> list[ChildOutcome]:

@@ -603,3 +603,27 @@ ORDER BY p.job_id, p.key
 )
 """CONSUMER_PROGRESS over both tables (C3, J16): a key's last batch is kept after its run
 ended, in history."""
+
+ADOPT_CHILDREN_EITHER: Final = Template(
+    """
+WITH adopted AS (
+    UPDATE {runs} c SET parent_id = :parent_id
+    -- <runs>_pkey
+    WHERE c.id = ANY(CAST(:ids AS text[])) AND c.parent_id IS NULL AND c.id <> :parent_id
+    RETURNING 1
+), adopted_ended AS (
+    -- J16: a child that already ended (a fast worker) is in history: the history's id index,
+    -- one probe per child (a hash index takes no array, so a join).
+    UPDATE {history} h SET parent_id = :parent_id
+    FROM unnest(CAST(:ids AS text[])) AS i(id)
+    WHERE h.id = i.id AND h.parent_id IS NULL AND h.id <> :parent_id
+    RETURNING 1
+)
+UPDATE {runs} p SET wait_for = '#children'
+WHERE p.id = :parent_id AND p.lease_token = :token AND p.state = 'running'
+  AND (SELECT count(*) FROM adopted) + (SELECT count(*) FROM adopted_ended) >= 0
+""",
+    compacted=False,
+)
+"""ADOPT_CHILDREN over both tables (D5, J16): a spawned child that ended before its adoption
+is adopted in history."""
