@@ -3,7 +3,7 @@
 Prints the machine and a table of figures for people, then one JSON line per figure for scripts
 (``--json-only``: only the JSON lines, the first describing the run and the machine). With no
 names it runs every benchmark but the opt-in ones (``ablations``, ``peers``, ``scaleout``,
-``pools``), which run only when named.
+``pools``, ``history``...), which run only when named.
 Progress goes to stderr. Missed targets do not change the exit status (benchmarks are not tests); a
 benchmark that could not run does (status 1).
 """
