@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator
     from datetime import timedelta
 
+    from ship_sqla.kernel._jobs import Determinism
     from ship_sqla.kernel._lifespan import Lifespan
     from ship_sqla.kernel._transactional import Inbox
     from ship_sqla.kernel._workflows import UnitOfWorkLike
@@ -109,6 +110,8 @@ class JobRegistry:
         transaction: UnitOfWorkLike | None = None,
         inbox: Inbox | None = None,
         aging: Aging | None = None,
+        determinism: Determinism = "strict",
+        partition_key: Callable[[P], str] | None = None,
     ) -> Callable[[Handler[P] | TransactionalHandler[P]], JobDefinition[P]]:
         """Decorator form: ``@registry.job("emails.send", payload=SendEmail)`` on the handler
         defines and registers the job; the decorated name becomes the definition. It takes
@@ -133,6 +136,8 @@ class JobRegistry:
                     transaction=transaction,
                     inbox=inbox,
                     aging=aging,
+                    determinism=determinism,
+                    partition_key=partition_key,
                 )
             )
 
