@@ -122,6 +122,7 @@ def depth_params() -> dict[str, Any]:
         "priorities": [0],
         "trace_contexts": [None],
         "tenant": None,
+        "handler_version": None,
     }
 
 
@@ -138,6 +139,7 @@ def capped_params() -> dict[str, Any]:
         "priorities": [0],
         "trace_contexts": [None],
         "tenant": None,
+        "handler_version": None,
     }
 
 
@@ -165,6 +167,7 @@ def settle_params() -> dict[str, Any]:
             for kind in kinds
         ],
         "keeps_lapses": [kind == "release" for kind in kinds],
+        "wait_fors": [None for _ in kinds],
         "now": None,
     }
 
