@@ -970,7 +970,7 @@ _PART_GATE_ROW: Final = """
 UNION ALL
 -- F8: the soonest a full partition's window frees (how long the rate keeps it full).
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, 2, CAST(min(g.rate_wait) AS double precision), false, NULL, NULL, NULL, NULL
+    NULL, 2, CAST(min(g.rate_wait) AS double precision), false, NULL, NULL, NULL, NULL, NULL
 FROM gates g
 HAVING min(g.rate_wait) IS NOT NULL"""
 
