@@ -1,3 +1,4 @@
+from ship_sqla._alembic import ship_include_object as ship_include_object
 from ship_sqla._jobs._sql_api import install_sql_enqueue as install_sql_enqueue
 from ship_sqla._jobs._sql_api import ship_job_definitions_table as ship_job_definitions_table
 from ship_sqla._jobs._sql_api import sql_enqueue_ddl as sql_enqueue_ddl
@@ -16,6 +17,7 @@ __all__ = (
     "check_schema",
     "install_sql_enqueue",
     "schema_sql",
+    "ship_include_object",
     "ship_job_definitions_table",
     "sql_enqueue_ddl",
     "sql_enqueue_status",
