@@ -8,6 +8,7 @@ from sqlalchemy import MetaData, Table
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._sql_api import build_of, ship_job_definitions_table, sql_enqueue_ddl
+from ship_sqla._jobs._tables import ship_job_history_table
 from ship_sqla.errors import ConfigurationError
 
 
@@ -52,3 +53,14 @@ def test_a_runs_table_name_too_long_for_the_functions_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="too long for the SQL enqueue functions"):
         sql_enqueue_ddl(*_tables("r" * 47))
     assert sql_enqueue_ddl(*_tables("r" * 46))
+
+
+def test_a_history_table_is_probed_for_durable_ids() -> None:
+    """J1, J16, E2: with the backend's history table, the function's durable-id probe reads it
+    too (a run id that ended deduplicates, as ENQUEUE_MANY_EITHER does); without, it is not
+    named."""
+    runs, state, definitions = _tables()
+    history = ship_job_history_table(runs.metadata)
+    with_history = "\n".join(sql_enqueue_ddl(runs, state, definitions, history=history))
+    assert "FROM ship_job_history h WHERE h.id = a_id" in with_history
+    assert "ship_job_history" not in "\n".join(sql_enqueue_ddl(runs, state, definitions))

@@ -34,6 +34,7 @@ from ship_sqla._jobs._sql.sql_api import (
     ENQUEUE_V1,
     ENQUEUE_VERSIONS,
     ERROR,
+    HISTORY_PROBE,
     JSON_SIZE,
     NEW_RUN_ID,
     RESULT_TYPE,
@@ -83,6 +84,7 @@ def ship_job_definitions_table(
     *,
     runs: Table | None = None,
     state: Table | None = None,
+    history: Table | None = None,
 ) -> Table:
     """E8: one row per job id, what SQL callers of ``<runs>_enqueue_v1`` need: ``max_attempts``,
     ``priority`` (the default, K6), ``max_payload_bytes``, ``queue_depth_limit`` (J2: the cap
@@ -98,7 +100,8 @@ def ship_job_definitions_table(
     sync-definitions`` (:func:`sync_job_definitions`).
 
     With ``runs`` and ``state`` (the tables of the same backend), ``metadata.create_all`` also
-    installs the SQL enqueue functions once the tables exist (E6)."""
+    installs the SQL enqueue functions once the tables exist (E6); ``history``: the backend's
+    history table (J16), which their durable-id probe reads too."""
     n = derived_names(name, ("_pkey",), "job definitions", schema=schema)
     table = Table(
         name,
@@ -122,7 +125,7 @@ def ship_job_definitions_table(
         comment="ship_sqla job definitions for SQL enqueuers (ship_job_definitions_table)",
     )
     if runs is not None and state is not None:
-        statements = sql_enqueue_ddl(runs, state, table)
+        statements = sql_enqueue_ddl(runs, state, table, history=history)
 
         def install(_target: MetaData, connection: Connection, **_: Any) -> None:  # noqa: ANN401
             for statement in statements:
@@ -153,12 +156,14 @@ def sql_enqueue_ddl(
     definitions: Table,
     *,
     definer_role: str | None = None,
+    history: Table | None = None,
 ) -> list[str]:
     """The statements that install (or replace, E5: CREATE OR REPLACE only) the SQL enqueue API
     for these tables, in order, the last ones the COMMENTs with the build hash (E6).
     ``definer_role`` (E7): the hardened variant, ``SECURITY DEFINER`` with a fixed
     ``search_path``, EXECUTE revoked from PUBLIC and granted to that role only; None: ``SECURITY
-    INVOKER`` (row-level security applies to the caller)."""
+    INVOKER`` (row-level security applies to the caller). ``history``: the backend's history
+    table (J16), where a durable id that ended is found (J1)."""
     _require_short_names(runs)
     fn = enqueue_function_name(runs)
     security = "SECURITY INVOKER"
@@ -182,6 +187,14 @@ def sql_enqueue_ddl(
         "announce_row": f"{quoted_table(runs)}#sql-announce".replace("'", "''"),
         "security": security,
         "error": ERROR,
+        "history_probe": ""
+        if history is None
+        else HISTORY_PROBE.replace(
+            "{history}",
+            quoted_table(history)
+            if definer_role is None or history.schema is not None
+            else f"public.{quoted_table(history)}",
+        ),
         "budget": repr(NOTIFY_BUDGET),
         "knee": repr(BUDGET_KNEE),
         "min_gap": repr(MIN_GAP),
@@ -242,10 +255,12 @@ async def install_sql_enqueue(
     definitions: Table,
     *,
     definer_role: str | None = None,
+    history: Table | None = None,
 ) -> None:
     """Run :func:`sql_enqueue_ddl` on ``connection`` (in its transaction): ``schema apply`` and
     migrations call this (E6)."""
-    for statement in sql_enqueue_ddl(runs, state, definitions, definer_role=definer_role):
+    ddl = sql_enqueue_ddl(runs, state, definitions, definer_role=definer_role, history=history)
+    for statement in ddl:
         await connection.exec_driver_sql(statement)
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "ENQUEUE_V1",
     "ENQUEUE_VERSIONS",
     "ERROR",
+    "HISTORY_PROBE",
     "JSON_SIZE",
     "NEW_RUN_ID",
     "RESULT_TYPE",
@@ -272,6 +273,7 @@ BEGIN
         found_id := NULL;
         IF durable THEN
             SELECT r.id INTO found_id FROM {runs} r WHERE r.id = a_id;
+            {history_probe}
         END IF;
         IF found_id IS NULL AND a_dedupe IS NOT NULL THEN
             SELECT r.id INTO found_id FROM {runs} r
@@ -317,6 +319,13 @@ BEGIN
 END
 $ship$
 """
+HISTORY_PROBE: Final = """IF found_id IS NULL THEN
+                -- J16: a durable id that ended is in history (its id index), as
+                -- ENQUEUE_MANY_EITHER.
+                SELECT h.id INTO found_id FROM {history} h WHERE h.id = a_id;
+            END IF;"""
+"""ENQUEUE_V1's durable-id probe of the history table, for tables with one (J16)."""
+
 """E1, E2, E3, E4: enqueue one run (see the module docstring). Returns ``(run_id, outcome)``:
 ``inserted`` (its new or given id), ``deduplicated`` (the existing run's id, J1) or
 ``queue-full`` (NULL, J2)."""
