@@ -44,13 +44,23 @@ BENCHMARKS: dict[str, str] = {
     "aging": "benchmarks.aging",
     "partitions": "benchmarks.partitions",
     "synchronous_claims": "benchmarks.synchronous_claims",
+    "sql_enqueue": "benchmarks.sql_enqueue",
     "history": "benchmarks.history",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is
 unfinished (or broken) is reported as failed without keeping the others from running."""
 
 OPT_IN = frozenset(
-    {"ablations", "peers", "scaleout", "pools", "webhooks", "synchronous_claims", "history"}
+    {
+        "ablations",
+        "peers",
+        "scaleout",
+        "pools",
+        "webhooks",
+        "synchronous_claims",
+        "sql_enqueue",
+        "history",
+    }
 )
 """Run only when named: not part of ``python -m benchmarks`` with no names."""
 DEFAULT_BENCHMARKS = [name for name in BENCHMARKS if name not in OPT_IN]

@@ -1,4 +1,8 @@
 from ship_sqla._alembic import ship_include_object as ship_include_object
+from ship_sqla._jobs._sql_api import install_sql_enqueue as install_sql_enqueue
+from ship_sqla._jobs._sql_api import ship_job_definitions_table as ship_job_definitions_table
+from ship_sqla._jobs._sql_api import sql_enqueue_ddl as sql_enqueue_ddl
+from ship_sqla._jobs._sql_api import sql_enqueue_status as sql_enqueue_status
 from ship_sqla._rls import tenant_policy_ddl as tenant_policy_ddl
 from ship_sqla._schema_check import SchemaDifference as SchemaDifference
 from ship_sqla._schema_check import SchemaReport as SchemaReport
@@ -11,8 +15,12 @@ __all__ = (
     "SchemaDifference",
     "SchemaReport",
     "check_schema",
+    "install_sql_enqueue",
     "schema_sql",
     "ship_include_object",
+    "ship_job_definitions_table",
+    "sql_enqueue_ddl",
+    "sql_enqueue_status",
     "storage_options",
     "storage_options_ddl",
     "tenant_policy_ddl",

@@ -56,6 +56,9 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         # J17: the history's maintenance, the same pass the fleet's sampler runs unattended
         # (a schema tool, like schema apply; --migrate is the one-shot upgrade).
         ("jobs", "maintain"),
+        # E8: the definitions SQL enqueuers read and the functions' install, what every
+        # worker's start upserts (a schema tool, like schema apply).
+        ("jobs", "sync-definitions"),
         ("enqueue",),
         ("dashboard",),
         ("backfill", "status"),

@@ -117,6 +117,7 @@ from ship_sqla._jobs._sql.settle import (
     RECORD_PROGRESS_IF_TOKEN_CURRENT,
     SETTLE_IF_TOKEN_CURRENT,
 )
+from ship_sqla._jobs._sql_api import sync_job_definitions
 from ship_sqla._jobs._tables import (
     fair_claims_ddl,
     fair_claims_index_name,
@@ -769,6 +770,31 @@ class PostgresJobBackend(JobBackendBase):
                 await self._require_partitioned_claims(partitioned, by_key=by_key)
         if fair:
             await self._require_fair_claims(fair)
+        if self._definitions_table is not None:
+            await self.sync_definitions(definitions)
+
+    _definitions_table: Table | None = None
+    """E8: the job definitions table a worker's start upserts (:meth:`serve_sql_enqueue`)."""
+
+    def serve_sql_enqueue(self, definitions_table: Table) -> None:
+        """E8: every worker started on this backend upserts its jobs' rows of
+        ``definitions_table`` (:func:`~ship_sqla._jobs._sql_api.ship_job_definitions_table`), so
+        ``<runs>_enqueue_v1`` callers cap, default and refuse as this backend does."""
+        self._definitions_table = definitions_table
+
+    async def sync_definitions(self, definitions: Iterable[JobDefinition[Any]]) -> None:
+        """E8: upsert ``definitions``' rows of the definitions table (:meth:`serve_sql_enqueue`),
+        with this backend's ``queue_depth_limit``, in a transaction of the backend's own."""
+        table = self._definitions_table
+        if table is None:
+            raise ConfigurationError(
+                "sync_definitions() on a backend without a definitions table.",
+                fix="call backend.serve_sql_enqueue(ship_job_definitions_table(metadata)) first.",
+            )
+        async with self._connections.transaction("definitions", scope=OWN) as tx:
+            await sync_job_definitions(
+                tx.connection, table, definitions, queue_depth_limit=self._queue_depth_limit
+            )
 
     def _require_same_database(self, definitions: Iterable[JobDefinition[Any]]) -> None:
         """J13: a transactional job's fence and completion join its unit of work's transaction,

@@ -3,9 +3,10 @@ surface (:mod:`ship_sqla._cli._operator`).
 
 The group is assembled here from its modules, none of which imports this one: ``runs`` (one
 run: dead, show, retry, discard, rerun), ``control`` (a whole job: pause, resume, paused,
-demand), ``upkeep`` (stats, cleanup, events-purge), ``maintain`` (the run history, J17) and
-``bulk`` (retry-dead, discard-dead, cancel: one run, several, or --all with a filter). Every
-verb that changes state is audited (S1; ``--no-audit`` is the explicit opt-out).
+demand), ``upkeep`` (stats, cleanup, events-purge), ``maintain`` (the run history, J17),
+``definitions`` (sync-definitions, E8) and ``bulk`` (retry-dead, discard-dead, cancel: one run,
+several, or --all with a filter). Every verb that changes state is audited (S1; ``--no-audit``
+is the explicit opt-out).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import click
 
 from ship_sqla._cli._options import OPERATOR_NOTE
-from ship_sqla._cli.jobs import bulk, control, maintain, runs, upkeep
+from ship_sqla._cli.jobs import bulk, control, definitions, maintain, runs, upkeep
 
 __all__ = ["jobs"]
 
@@ -32,5 +33,6 @@ for _command in (
     *upkeep.COMMANDS,
     *maintain.COMMANDS,
     *bulk.COMMANDS,
+    *definitions.COMMANDS,
 ):
     jobs.add_command(_command)
