@@ -380,6 +380,12 @@ async def test_d7_d9_d10_a_rolling_deploy_with_kills_and_a_rollback(
         " jsonb_array_elements(history) h WHERE h ->> 'kind' = 'diverged'",
     )
     assert diverged_runs == parks
+    [(unparked,)] = await query(
+        ship_engine,
+        "SELECT count(*) FROM ship_job_runs"
+        " WHERE state = 'completed' AND history @> '[{\"kind\": \"diverged\"}]'",
+    )
+    assert unparked == parks
     [(unparked_by,)] = await query(
         ship_engine,
         "SELECT trigger FROM ship_job_state WHERE job_id = :row",
@@ -392,7 +398,7 @@ async def test_d7_d9_d10_a_rolling_deploy_with_kills_and_a_rollback(
         "workers": WORKERS,
         "kills": fleet.kills,
         "parks": parks,
-        "unparked": parks,
+        "unparked": unparked,
         "divergences_recorded": divergences,
         "runs_retaken_after_a_kill": retaken,
         "effects_by_version_and_build": by_build,

@@ -31,8 +31,8 @@ class WorkerFleet:
         self.dead: list[subprocess.Popen[str]] = []
         self.kills = 0
 
-    async def start(self, name: str, script: Path, *args: str) -> subprocess.Popen[str]:
-        """Start ``python script *args`` as worker ``name`` and wait until it prints ``ready``."""
+    def spawn(self, name: str, script: Path, *args: str) -> subprocess.Popen[str]:
+        """Start ``python script *args`` as worker ``name`` (not waiting for it)."""
         with (self.logs / f"{name}.log").open("w") as stderr:
             process = subprocess.Popen(
                 [sys.executable, str(script), *args],
@@ -41,6 +41,12 @@ class WorkerFleet:
                 text=True,
             )
         self.live[name] = process
+        return process
+
+    async def start(self, name: str, script: Path, *args: str) -> subprocess.Popen[str]:
+        """:meth:`spawn` worker ``name`` and wait until it prints ``ready`` (its runtime
+        started: for a new build, after its unpark)."""
+        process = self.spawn(name, script, *args)
         assert process.stdout is not None
         line = await anyio.to_thread.run_sync(process.stdout.readline)
         assert line.strip() == "ready", (
