@@ -83,7 +83,8 @@ def chaos(session: nox.Session) -> None:
     the failover matrix (issue 34: a primary killed, hung or switched over to a streaming
     standby, under sync and async replication; one ``failover:`` line per cell, the figures of
     docs/production.md's "Failover" section); and partitioned limits through a kill a second
-    (issue 35, the ``partition chaos:`` line); each prints its figures."""
+    (issue 35, the ``partition chaos:`` line); and a rolling deploy with an incompatible build
+    and its rollback (issue 38, the ``rolling deploy:`` line); each prints its figures."""
     python = _python(session)
     session.run(
         python,
@@ -123,6 +124,18 @@ def chaos(session: nox.Session) -> None:
         "-s",
         *session.posargs,
         env={"SHIP_SQLA_PARTITION_CHAOS_RUNS": "150"},
+    )
+    # D7/D9/D10 through a rolling deploy (issue 38 item 6): 1,000 five-step workflow runs on
+    # four workers, builds v1 -> v2 -> an incompatible v2 -> the rollback, a SIGKILL per
+    # replaced worker (the ``rolling deploy:`` line).
+    session.run(
+        python,
+        "-m",
+        "pytest",
+        "tests/integration/test_workflow_rolling_deploy.py",
+        "-s",
+        *session.posargs,
+        env={"SHIP_SQLA_ROLLING_DEPLOY_RUNS": "1000"},
     )
 
 
