@@ -77,7 +77,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
@@ -158,6 +158,7 @@ from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
 from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
+from ship_sqla.kernel._plans.claim_floor import ClaimFloors, Floor
 from ship_sqla.kernel._ports import (
     CANCEL_LAPSED_MESSAGE,
     LEASE_LAPSED_FINAL_MESSAGE,
@@ -355,8 +356,8 @@ class PostgresJobBackend(JobBackendBase):
         self._wire_announcements(database, listen=listen, announce=announce)
         # F2: per fair job, the tenant its last claim's walk stopped at (None: from the start).
         self._fair_cursors: dict[str, str] = {}
-        # F2: whether the runs table has the index fair claims read (asked until it does).
-        self._fair_served = False
+        self.claim_floors = ClaimFloors()
+        self._fair_served = False  # F2: whether fair claims' index exists (asked until it does)
         self._tables_served = False
         self._wire_stores(workers_table, steps_table, events_table, health_bounds)
 
@@ -520,6 +521,9 @@ class PostgresJobBackend(JobBackendBase):
             )
         if not runs:
             return []
+        for run in runs:
+            if run.run_at is not None:  # J19: a back-dated run lowers this backend's floor
+                self.claim_floors.lower(job.id, run.priority, run.run_at)
         announce = self._announce_channel(job.id)
         sample = self._wants_fleet_sample()
         # F8/F9: runs with partition keys take the transaction path (insert_on stores the keys).
@@ -837,18 +841,26 @@ class PostgresJobBackend(JobBackendBase):
         if request.partition is not None:
             return await self._claim_partitioned(params, request)
         _aging_params(params, request)
-        if cap is None and rate is None:
-            batch, _ = await self._claim_with(s[_claim_template(request)], params, request)
-            return batch
-        params["max_running"] = cap
-        params["rate_limit"] = None if rate is None else rate.limit
-        params["rate_period"] = None if rate is None else rate.period
-        params["gate_row"] = state_row(job_id, "claim-gate")
-        gated = s[_claim_template(request)]
-        batch, gate_created = await self._claim_with(gated, params, request)
+        taken: list[tuple[int, datetime, int]] | None = None
+        floors: tuple[Floor, ...] = ()
+        if fair is None and request.aging is None:
+            # J19: the priority walk starts at this backend's floors (kernel ClaimFloors).
+            taken, floors = [], self.claim_floors.floors(job_id, self._clock.now())
+            params["floor_priorities"] = [floor.priority for floor in floors]
+            params["floor_run_ats"] = [floor.run_at for floor in floors]
+            params["floor_seqs"] = [floor.seq for floor in floors]
+        if cap is not None or rate is not None:
+            params["max_running"] = cap
+            params["rate_limit"] = None if rate is None else rate.limit
+            params["rate_period"] = None if rate is None else rate.period
+            params["gate_row"] = state_row(job_id, "claim-gate")
+        statement = s[_claim_template(request)]
+        batch, gate_created = await self._claim_with(statement, params, request, taken=taken)
         if gate_created and not batch and not batch.buried:
             # The job's first gated claim made its gate, which grants nothing: claim again.
-            batch, _ = await self._claim_with(gated, params, request)
+            batch, _ = await self._claim_with(statement, params, request, taken=taken)
+        if taken is not None:
+            self.claim_floors.record(job_id, self._clock.now(), floors, taken)
         return batch
 
     async def _claim_partitioned(self, params: dict[str, Any], request: ClaimRequest) -> ClaimBatch:
@@ -886,10 +898,12 @@ class PostgresJobBackend(JobBackendBase):
         request: ClaimRequest,
         *,
         walked: bool = False,
+        taken: list[tuple[int, datetime, int]] | None = None,
     ) -> tuple[ClaimBatch, bool]:
         """One claim statement (F1: one autocommitted statement, one round trip: it reads the
         job's pause, K3, and a gated one takes the job's claim gate for that statement only):
-        the batch, and whether this statement made the job's claim gate."""
+        the batch, and whether this statement made the job's claim gate. ``taken`` (J19) gets
+        the (priority, run_at, seq) of each waiting run claimed."""
         job_id, lease = request.job_id, request.lease
         rows = await self._connections.rows(
             f"claim of job {job_id!r}", statement, params, scope=OWN
@@ -919,6 +933,8 @@ class PostgresJobBackend(JobBackendBase):
                     buried.append(_buried(row, job_id, request.max_lapses))
                 continue
             claimed.append(_claimed(row, job_id, lease))
+            if taken is not None and not row[20]:
+                taken.append((row[10], row[8], row[9]))
         if ended_children:
             await self._wake_parents(ended_children)  # D5: after the burial committed
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
