@@ -105,6 +105,11 @@ def claim_params() -> dict[str, Any]:
         "default_weight": 1,
         "tuned": True,
         "now": None,
+        # J19: a full walk (no floors), as every sweep's claim; test_job_claim_floor.py explains
+        # the floored walk.
+        "floor_priorities": [],
+        "floor_run_ats": [],
+        "floor_seqs": [],
     }
 
 
