@@ -59,7 +59,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from ship_sqla._failover import Hosts, connect_any
+from ship_sqla._failover import Hosts, connect_any, hosts_of
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._sql.notify import LISTENER_PROBE
 from ship_sqla.kernel._clock import SystemClock
@@ -248,14 +248,19 @@ def listener_for(
     ``AsyncConnection`` (the test path: work committed elsewhere is not this transaction's)."""
     if listen is False:
         return None
+    hosts: Hosts | None = None
     if listen is True:
         if not isinstance(database, AsyncEngine):
             return None
         options = _connect_args(database.url, database.dialect, name)
+        # J24: the engine's hosts: the hang check that drops its connections to a hung host
+        # drops the listener's too, and the listener connects where the engine does.
+        hosts = hosts_of(database)
     else:
         options = _connect_args(_parsed(listen, name), _ASYNCPG_DIALECT, name)
+    if hosts is None:
+        hosts = Hosts()  # J24: each host of a multi-host URL tried with a bounded connect
     settings = dict(options.pop("server_settings", None) or {})
-    hosts = Hosts()  # J24: each host of a multi-host URL tried with a bounded connect
     # Unnamed statements only: a pooler may hand the session's prepared statements to others.
     options["statement_cache_size"] = 0
 
@@ -276,6 +281,7 @@ def listener_for(
         probe_timeout=probe_timeout,
         probe_connect=connector(_PROBE_APPLICATION_NAME_PREFIX),
         writable_only=str(options.get("target_session_attrs")) in ("read-write", "primary"),
+        hosts=hosts,
     )
 
 
@@ -331,8 +337,12 @@ class Listener:
         not_live_backoff: Backoff = NOT_LIVE_BACKOFF,
         probe_connect: Callable[[], Awaitable[asyncpg.Connection]] | None = None,
         writable_only: bool = False,
+        hosts: Hosts | None = None,
     ) -> None:
         self.name = name
+        self._hosts = hosts
+        """J24: the hosts whose hang check a health probe that waits keeps
+        (:meth:`~ship_sqla._failover.Hosts.watch`)."""
         self._writable_only = writable_only
         """J24: the URL asks for a server that accepts writes (``target_session_attrs``
         read-write or primary): a connection whose server turned read-only is replaced."""
@@ -550,13 +560,18 @@ class Listener:
         token = secrets.token_hex(8)
         self._probe_token, self._probe_heard = token, False
         self._probe_event.clear()
-        if from_elsewhere:
-            await self._io(self._send_probe_from_elsewhere(token), "probe")
-        else:
-            await self._io(
-                connection.execute(LISTENER_PROBE.sql, self._probe_channel, token), "probe"
-            )
-        await wait_event(self._probe_event, self._clock, self._probe_timeout)
+        overdue = None if self._hosts is None else self._hosts.watch()
+        try:
+            if from_elsewhere:
+                await self._io(self._send_probe_from_elsewhere(token), "probe")
+            else:
+                await self._io(
+                    connection.execute(LISTENER_PROBE.sql, self._probe_channel, token), "probe"
+                )
+            await wait_event(self._probe_event, self._clock, self._probe_timeout)
+        finally:
+            if overdue is not None:
+                overdue.cancel()
         self._raise_if_lost()
         if self._stopping or self._probe_heard:
             return

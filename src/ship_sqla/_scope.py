@@ -34,7 +34,7 @@ from sqlalchemy import TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from ship_sqla._direct import DirectStatements, copy_in_transaction
-from ship_sqla._failover import follow_primary
+from ship_sqla._failover import Hosts, follow_primary, hosts_of
 from ship_sqla._sql_errors import database_outage_translated
 from ship_sqla.kernel._errors import (
     ConfigurationError,
@@ -523,6 +523,7 @@ class StoreConnections:
     __slots__ = (
         "_autocommit",
         "_direct",
+        "_hosts",
         "_read_committed",
         "_timeout",
         "_timeout_error",
@@ -546,8 +547,10 @@ class StoreConnections:
         self._autocommit: AsyncEngine | None = None
         self._read_committed: AsyncEngine | None = None
         self._direct: DirectStatements | None = None
+        self._hosts: Hosts | None = None
         if isinstance(database, AsyncEngine):
             follow_primary(database)  # J24
+            self._hosts = hosts_of(database)
             self._autocommit = database.execution_options(isolation_level="AUTOCOMMIT")
             self._read_committed = database.execution_options(isolation_level="READ COMMITTED")
             self._direct = DirectStatements(self._autocommit)
@@ -759,6 +762,18 @@ class StoreConnections:
 
     @asynccontextmanager
     async def _bounded(self, what: str) -> AsyncIterator[None]:
+        """The store's own call ``what``: bounded by ``operation_timeout``, judged by the outage
+        rule, and watched for a hung host (J24, :meth:`~ship_sqla._failover.Hosts.watch`)."""
+        overdue = None if self._hosts is None else self._hosts.watch()
+        try:
+            async with self._timed(what):
+                yield
+        finally:
+            if overdue is not None:
+                overdue.cancel()
+
+    @asynccontextmanager
+    async def _timed(self, what: str) -> AsyncIterator[None]:
         operation = f"{self.name} {what}"
         if self._timeout is None:
             with database_outage_translated(operation, driver_only=True):

@@ -36,7 +36,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._engine import create_engine
-from ship_sqla._failover import follow_primary
+from ship_sqla._failover import Hosts, Overdue, follow_primary, hosts_of
 from ship_sqla._scope import (
     Database,
     TransactionScope,
@@ -246,7 +246,8 @@ class UnitOfWork(Generic[R]):
         tenant: str | None,
         isolation_level: IsolationLevel | None,
     ) -> T:
-        watch = _StatementWatch(self._operation_timeout)
+        hosts = hosts_of(self._bind) if isinstance(self._bind, AsyncEngine) else None
+        watch = _StatementWatch(self._operation_timeout, hosts)
         try:
             async with self._transaction(isolation_level, watch) as connection:
                 scope = TransactionScope(connection, database=self._bind, tenant=tenant)
@@ -353,21 +354,34 @@ class _StatementWatch:
     sent ahead of that statement): nothing of it can have committed, so it may be re-run.
     """
 
-    __slots__ = ("__weakref__", "_bound", "_timeout", "completed", "connected", "ending")
+    __slots__ = (
+        "__weakref__",
+        "_bound",
+        "_hosts",
+        "_overdue",
+        "_timeout",
+        "completed",
+        "connected",
+        "ending",
+    )
     ship_sqla_own_listener: ClassVar[bool] = True
     """:data:`ship_sqla._direct.OWN_LISTENER`: a bulk's COPY (which it does not see) runs only
     after a statement it counted, so its count needs no COPY."""
 
-    def __init__(self, timeout: float | None = None) -> None:
+    def __init__(self, timeout: float | None = None, hosts: Hosts | None = None) -> None:
         self.completed = 0
         self.connected = False
         self.ending: str | None = None
         """"COMMIT" or "ROLLBACK" once the run's transaction is ending."""
         self._timeout = timeout
         self._bound: asyncio.Timeout | None = None
+        self._hosts = hosts
+        """J24: the engine's hosts, whose hang check an armed statement keeps (:meth:`arm`)."""
+        self._overdue: Overdue | None = None
 
     def __call__(self, *_: object) -> None:
         self.completed += 1
+        self._unwatch()
         bound = self._bound
         if bound is not None and not bound.expired():
             bound.reschedule(None)
@@ -380,6 +394,13 @@ class _StatementWatch:
         if ending is not None:
             self.ending = ending
         bound.reschedule(asyncio.get_running_loop().time() + self._timeout)
+        if self._hosts is not None and self._overdue is None:
+            self._overdue = self._hosts.watch()  # J24: a statement that waits checks its host
+
+    def _unwatch(self) -> None:
+        overdue, self._overdue = self._overdue, None
+        if overdue is not None:
+            overdue.cancel()
 
     @asynccontextmanager
     async def bounded(self) -> AsyncIterator[None]:
@@ -396,6 +417,7 @@ class _StatementWatch:
                     yield
                 finally:
                     self._bound = None
+                    self._unwatch()
         except TimeoutError as exc:
             if isinstance(exc, DatabaseTimeoutError) or not bound.expired():
                 raise

@@ -56,6 +56,7 @@ from ship_sqla.kernel._fences import LockHeldError as LockHeldError
 from ship_sqla.kernel._fences import StaleFenceError as StaleFenceError
 from ship_sqla.kernel._history import HistoryFormatError as HistoryFormatError
 from ship_sqla.kernel._job_context import ResourcesNotConfiguredError as ResourcesNotConfiguredError
+from ship_sqla.kernel._jobs import JobVersionUnavailableError as JobVersionUnavailableError
 from ship_sqla.kernel._keys import InvalidKeyError as InvalidKeyError
 from ship_sqla.kernel._lifespan import LifespanFailedError as LifespanFailedError
 from ship_sqla.kernel._operations import AuditWriteError as AuditWriteError
@@ -129,6 +130,7 @@ __all__ = (
     "JobSnoozeLimitError",
     "JobTimeoutError",
     "JobTimeoutIgnoredError",
+    "JobVersionUnavailableError",
     "LifespanFailedError",
     "ListenerLostError",
     "ListenerNotLiveError",

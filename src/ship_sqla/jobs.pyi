@@ -16,6 +16,7 @@ from ship_sqla.kernel._jobs import Determinism as Determinism
 from ship_sqla.kernel._jobs import Fairness as Fairness
 from ship_sqla.kernel._jobs import IdempotencyPolicy as IdempotencyPolicy
 from ship_sqla.kernel._jobs import JobDefinition as JobDefinition
+from ship_sqla.kernel._jobs import OnDivergence as OnDivergence
 from ship_sqla.kernel._jobs import PayloadCodec as PayloadCodec
 from ship_sqla.kernel._jobs import RateLimit as RateLimit
 from ship_sqla.kernel._jobs import Retention as Retention
@@ -94,6 +95,7 @@ __all__ = (
     "JobRegistry",
     "JobRuntime",
     "Listener",
+    "OnDivergence",
     "PartitionLimits",
     "PartitionWait",
     "PauseResult",

@@ -268,8 +268,9 @@ async def test_d8_patch_figures(clock, job_backend_factory):
 
 async def test_d7_a_runtime_dead_letters_a_premature_return(clock, job_backend_factory):
     """D7 in a worker runtime, on both backends: a run whose history holds three steps, replayed
-    by a handler that now returns after two, is dead-lettered at once (terminal, whatever
-    attempts it has left) with the divergence in its history; its step functions never ran."""
+    by a handler that now returns after two, is dead-lettered at once under
+    ``on_divergence="fail"`` (D10's opt-out of parking; terminal, whatever attempts it has
+    left) with the divergence in its history; its step functions never ran."""
     from job_helpers import ErrorLog, record_of  # noqa: PLC0415 - this test alone
     from spy_backend import SpyBackend  # noqa: PLC0415
 
@@ -281,6 +282,7 @@ async def test_d7_a_runtime_dead_letters_a_premature_return(clock, job_backend_f
     job, run_id = await recorded(backend, clock, script, 3, "wf.d7.runtime")
     script.calls.pop()
     spy = SpyBackend(backend)
+    job = attrs.evolve(job, on_divergence="fail")
     async with await start_job_runtime([job], backend=spy, poll_interval=0.05):
         await spy.wait_settled("fail", 1)
     record = await record_of(backend, run_id)

@@ -15,8 +15,10 @@ every message was delivered on the new primary, stops the rest, and asserts:
 
 - J24, J11: every process follows: each one's first success after the promote (the writer's
   acknowledged commit, each worker's handler start, the relay's publication) within
-  RECOVERY_BOUND (generous; the target is 5 s; the figures are printed); every loop was still
-  running at the end, and every process exits 0 on SIGTERM;
+  RECOVERY_BOUND (10 s: the 5 s target with a margin for a loaded CI machine; the figures
+  are printed), at the library's default operation timeouts (30 s: a hang is followed through
+  the hang check, not the timeouts); every loop was still running at the end, and every
+  process exits 0 on SIGTERM;
 - J24: under synchronous replication (claims and settles synchronous when this build has the
   option), no acknowledged commit lost: every acknowledged key has its row, its message and its
   run on the new primary. Under async replication with forced lag (the matrix), every loss is a
@@ -75,12 +77,13 @@ DATABASE = "failover"
 WORKERS = 2
 PROMOTE_AFTER = 1.0
 """Seconds between the fault and the promote (a failover manager's detection time)."""
-RECOVERY_BOUND = 30.0
-"""The assertion's bound on each process's recovery after the promote (generous: the target
-is 5 s). A hang costs more than a kill or a switchover: a statement on a connection to the hung
-node waits for its operation timeout (5 s here), a new connection tries the hung host for its
-host_connect_timeout (3 s) before the next, and a dropped connection gets about 2 s to close;
-a process with several such connections pays more than one timeout (9-18 s measured)."""
+RECOVERY_BOUND = 10.0
+"""The assertion's bound on each process's recovery after the promote: the target (5 s) with a
+margin for a loaded 2-core CI machine; the measured figures are printed. A hang is the slowest
+shape: an operation that waits HANG_CHECK_AFTER (2 s) has its host probed with a new
+connection, which gets HANG_PROBE_TIMEOUT (2 s) to answer; then every connection to the hung
+node is dropped at once and the next connects go to the other host first (about 3 s measured
+after a promote 1 s after the hang)."""
 RECOVERY_TARGET = 5.0
 WARM_UP = 30
 """Acknowledged commits, handler starts and publications before the fault."""
@@ -98,11 +101,12 @@ CONFIG: dict[str, Any] = {
     "batch_size": 10,
     "writer_pace": 0.01,
     "writer_backoff": 0.1,
-    "operation_timeout": 5.0,
+    "operation_timeout": 30.0,
     "due_after": 2.5,
 }
 """Lease 3 s: a run claimed on the lost primary (or hung on it) is retaken soon after.
-Operation timeout 5 s: each statement's bound on the server (J24). Runs and messages fall due
+Operation timeout 30 s: the library's default bound of each statement on the server (J24); a
+hang is followed by the hang check well before it. Runs and messages fall due
 2.5 s after their commit (more than PROMOTE_AFTER): those committed just before the fault fall
 due after the promote, so each worker and the relay has work to show it followed whatever the
 writer does."""

@@ -183,6 +183,7 @@ async def test_the_direct_path_sends_the_text_sqlalchemy_sends(
         "max_attempts",
         "priority",
         "trace_context",
+        "handler_version",
     }
     assert "$1" in plain.sql
     assert ":ids" not in plain.sql
@@ -197,6 +198,7 @@ async def test_the_direct_path_sends_the_text_sqlalchemy_sends(
         "max_attempts",
         "priorities",
         "trace_contexts",
+        "handler_version",
     }
 
 

@@ -127,6 +127,7 @@ def depth_params() -> dict[str, Any]:
         "priorities": [0],
         "trace_contexts": [None],
         "tenant": None,
+        "handler_version": None,
     }
 
 
@@ -143,6 +144,7 @@ def capped_params() -> dict[str, Any]:
         "priorities": [0],
         "trace_contexts": [None],
         "tenant": None,
+        "handler_version": None,
     }
 
 
@@ -170,6 +172,7 @@ def settle_params() -> dict[str, Any]:
             for kind in kinds
         ],
         "keeps_lapses": [kind == "release" for kind in kinds],
+        "wait_fors": [None for _ in kinds],
         "now": None,
     }
 

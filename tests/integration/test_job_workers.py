@@ -313,6 +313,7 @@ async def test_f6_ship_sqla_workers_lists_the_registry(
         "in_flight": 4,
         "draining": False,
         "sampler": True,
+        "job_versions": [],
     }
     code, out, err = await ship_sqla("workers", *url, cwd=tmp_path)
     assert (code, err) == (0, ""), err
@@ -439,6 +440,7 @@ async def test_f6_each_registry_statement_reads_its_index(tables: AsyncEngine) -
                 "job_ids": ["j"],
                 "in_flight": 0,
                 "draining": False,
+                "job_versions": [],
                 "now": None,
             },
             generic=False,

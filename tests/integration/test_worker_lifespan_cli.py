@@ -16,6 +16,7 @@ from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla import define_job
+from ship_sqla._cli._tables import job_tables
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._backend import PostgresJobBackend
 
@@ -137,3 +138,24 @@ async def test_friction_4_a_failing_or_wrong_lifespan_refuses_the_cli_worker(
     code, err = await _worker(app_dir, ship_engine_url, "--lifespan", "life_app:not_callable")
     assert code == 2, err
     assert "not a lifespan" in err
+
+
+async def test_j24_the_cli_worker_takes_synchronous_claims(
+    app_dir: Path, backend: PostgresJobBackend, ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """J24: `ship-sqla worker --synchronous-claims` builds its backend with synchronous claims
+    (committed with the server's synchronous_commit, so no acknowledged claim is lost in a
+    failover under synchronous replication) and executes the runs as without it."""
+    assert job_tables().backend(ship_engine, synchronous_claims=True).synchronous_claims
+    assert not job_tables().backend(ship_engine).synchronous_claims
+    for n in (1, 2):
+        await backend.enqueue(ECHO, {"n": n})
+    code, err = await _worker(
+        app_dir, ship_engine_url, "--lifespan", "life_app:lifespan", "--synchronous-claims"
+    )
+    assert code == 0, err
+    lines = (app_dir / "lifespan.log").read_text().splitlines()
+    assert sorted(lines[1:-1]) == [
+        "run 1: hello from the lifespan",
+        "run 2: hello from the lifespan",
+    ]

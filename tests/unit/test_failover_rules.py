@@ -86,7 +86,7 @@ class FakeConnect:
         self.answers = answers
         self.calls: list[tuple[str, float]] = []
 
-    async def __call__(self, *, host: str, **options: Any) -> str:
+    async def __call__(self, *, host: str, **options: Any) -> Connected:
         self.calls.append((host, options["timeout"]))
         answer = self.answers[host]
         if answer == "hang":
@@ -95,7 +95,19 @@ class FakeConnect:
             raise pg.TargetServerAttributeNotMatched("None of the hosts match")
         if answer == "refuse":
             raise ConnectionRefusedError(111, "refused")
-        return host
+        return Connected(host)
+
+
+class Connected:
+    """A connection :class:`FakeConnect` made (weakly held by the hosts, as asyncpg's are)."""
+
+    def __init__(self, host: str) -> None:
+        self.host = host
+
+    def __eq__(self, other: object) -> bool:
+        return other == self.host
+
+    __hash__ = object.__hash__
 
 
 def options(*hosts: str, timeout: float = 60) -> dict[str, Any]:
@@ -174,3 +186,63 @@ def test_a_listener_for_a_writable_server_leaves_one_that_turned_read_only() -> 
     plain = Listener(never, name="l", report_error=print)
     assert writable._health_interval == WRITABLE_HEALTH_INTERVAL
     assert plain._health_interval > WRITABLE_HEALTH_INTERVAL
+
+
+class FakeConnection:
+    """An asyncpg connection as far as the hang check's drop goes."""
+
+    def __init__(self) -> None:
+        self.terminated = False
+
+    def is_closed(self) -> bool:
+        return self.terminated
+
+    def terminate(self) -> None:
+        self.terminated = True
+
+
+def test_a_hung_host_is_tried_last_until_it_accepts_a_connection_again() -> None:
+    """J24: the host that last accepted a connection is tried first; a host found hung
+    (:meth:`Hosts.drop`) is tried after every other, until a connection to it is made again."""
+    a, b, c = ("a", 1), ("b", 2), ("c", 3)
+    hosts = Hosts()
+    assert hosts.order([a, b, c]) == [a, b, c]
+    hosts.opened(b, FakeConnection(), {})  # type: ignore[arg-type]
+    assert hosts.order([a, b, c]) == [b, a, c]
+    hosts.drop(b)
+    assert hosts.last_good is None
+    assert hosts.order([a, b, c]) == [a, c, b]
+    hosts.opened(b, FakeConnection(), {})  # type: ignore[arg-type]
+    assert hosts.suspect == set()
+    assert hosts.order([a, b, c]) == [b, a, c]
+
+
+def test_dropping_a_hung_host_terminates_its_connections_only() -> None:
+    """J24: a hung host's connections are all terminated at once (no graceful close waits on
+    the hung server), the engine's pool is invalidated (``on_drop``), and the connections to
+    the other hosts are left alone."""
+    hosts = Hosts()
+    invalidated: list[bool] = []
+    hosts.on_drop.append(lambda: invalidated.append(True))
+    on_hung = [FakeConnection(), FakeConnection()]
+    elsewhere = FakeConnection()
+    for connection in on_hung:
+        hosts.opened(("hung", 1), connection, {})  # type: ignore[arg-type]
+    hosts.opened(("other", 2), elsewhere, {})  # type: ignore[arg-type]
+    assert sorted(hosts.connected_to()) == [("hung", 1), ("other", 2)]
+    assert hosts.drop(("hung", 1)) == 2
+    assert all(connection.terminated for connection in on_hung)
+    assert not elsewhere.terminated
+    assert invalidated == [True]
+    assert hosts.connected_to() == [("other", 2)]
+
+
+async def test_no_operation_is_watched_before_a_multi_host_connection() -> None:
+    """J24: an engine of a one-host URL (no connection made through the multi-host connect)
+    watches nothing: its operations pay no timer."""
+    hosts = Hosts()
+    assert hosts.watch() is None
+    hosts.opened(("a", 1), FakeConnection(), {})  # type: ignore[arg-type]
+    overdue = hosts.watch()
+    assert overdue is not None
+    overdue.cancel()

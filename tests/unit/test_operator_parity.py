@@ -62,6 +62,8 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("webhooks", "deliveries", "show"),
         ("workflows", "export"),
         ("workflows", "patches"),
+        ("workflows", "versions"),
+        ("workflows", "parked"),
         ("workflows", "replay"),
     }
 )

@@ -112,6 +112,7 @@ def test_j10_each_release_reason_records_its_own_outcome() -> None:
         "unstarted": None,
         "lapsed": None,
         "refused": None,
+        "version": None,
     }
     assert frozenset(recorded) == RELEASE_REASONS
 

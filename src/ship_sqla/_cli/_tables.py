@@ -65,7 +65,11 @@ class JobTables:
         return f"{self.runs_name} and {quoted_table(self.state)}"
 
     def backend(
-        self, engine: AsyncEngine, *, on_error: ErrorHandler | None = None
+        self,
+        engine: AsyncEngine,
+        *,
+        on_error: ErrorHandler | None = None,
+        synchronous_claims: bool = False,
     ) -> PostgresJobBackend:
         """The job backend on these three tables (the defaults are ``create_job_backend``'s)."""
         return create_job_backend(
@@ -74,6 +78,7 @@ class JobTables:
             state_table=self.state,
             on_error=on_error,
             workers_table=self.workers,
+            synchronous_claims=synchronous_claims,
         )
 
     def audit_log(self, engine: AsyncEngine, name: str = DEFAULT_AUDIT_TABLE) -> PostgresAuditLog:

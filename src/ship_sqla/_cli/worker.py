@@ -113,6 +113,14 @@ one check could fall between a claim's answer and its runs' start."""
     show_default=True,
     help="How often an info line sums up runs/s, failures and runs in flight (0: never).",
 )
+@click.option(
+    "--synchronous-claims",
+    is_flag=True,
+    default=False,
+    help="Commit claims with the server's synchronous_commit instead of off, so that under"
+    " synchronous replication no acknowledged claim is lost in a failover (J24; costs claim"
+    " latency: docs/production.md, Failover).",
+)
 @job_tables_options(with_state_table=True, with_workers_table=True)
 @click.pass_context
 def worker(
@@ -130,6 +138,7 @@ def worker(
     summary_interval: timedelta,
     tables: JobTables,
     lifespan: Lifespan | None,
+    synchronous_claims: bool,
 ) -> None:
     """Execute the runs of the jobs registered at APP:REGISTRY (a JobRegistry, a job definition
     or a list of them, defined at module level, e.g. examples.worker:registry) from the job
@@ -158,6 +167,7 @@ def worker(
                 summary_interval=summary or None,
                 burst=burst,
                 lifespan=lifespan,
+                synchronous_claims=synchronous_claims,
             ),
             tables=tables.names,
         )
@@ -225,6 +235,7 @@ async def run_worker(
     summary_interval: float | None = None,
     burst: bool = False,
     lifespan: Lifespan | None = None,
+    synchronous_claims: bool = False,
 ) -> int:
     """Execute ``jobs``' runs until SIGTERM or SIGINT (or, with ``burst``, until nothing is due
     and nothing in flight), then stop claiming and drain (J12); a second signal cuts the drain
@@ -234,7 +245,9 @@ async def run_worker(
         # The handlers are installed before the runtime starts, so a signal is never the
         # default (abrupt) exit once a run may be executing.
         async with stop_signals() as stop:
-            backend = tables.backend(engine, on_error=_report_error)
+            backend = tables.backend(
+                engine, on_error=_report_error, synchronous_claims=synchronous_claims
+            )
             # Checked at start, not in the loop (which would retry forever): an unreachable
             # database or a missing table (MissingTablesError, naming the `schema apply`
             # command) is exit 1 at once. The runtime's own start asks the same probe.

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -757,13 +758,14 @@ class _Dashboard:
                     ("retry", ("dead",)),
                     ("cancel", ("waiting", "running")),
                     ("discard", ("waiting", "dead")),
+                    ("unpark", ()),
                 ):
-                    if record.state in states:
+                    if record.state in states or (verb, record.wait_for) == _UNPARK:
                         actions += button_form(
                             f"{here}/{verb}", verb.capitalize(), csrf=csrf, back=here
                         )
             return (
-                f'<div id="actions">{actions}</div>{summary}'
+                f'<div id="actions">{actions}</div>{summary}{_divergence_section(record)}'
                 f"<h2>Payload</h2>{pre_json(record.payload)}"
                 f"<h2>Attempts</h2>{timeline}"
                 + (
@@ -1193,10 +1195,11 @@ class _Dashboard:
         run_id, verb = request.path_params["run_id"], request.path_params["verb"]
 
         async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
-            if verb not in ("retry", "discard", "cancel", "rerun"):
+            if verb not in ("retry", "discard", "cancel", "rerun", "unpark"):
                 raise _NotFound(
                     f"A run has no action {verb[:40]!r}.",
-                    fix="use the run page's buttons: retry, cancel, discard or re-run from a step.",
+                    fix="use the run page's buttons: retry, cancel, discard, unpark or re-run"
+                    " from a step.",
                 )
             require_key(run_id, "run id")  # InvalidKeyError: refused before any statement
             if await ops.get_run(run_id) is None:
@@ -1207,6 +1210,9 @@ class _Dashboard:
                 return f"Re-run of {run_id} from step {step!r}: due now."
             if verb == "retry":
                 await ops.retry(run_id)
+            elif verb == "unpark":
+                await ops.unpark(run_id)
+                return f"Unpark of {run_id}: due now, it replays on the deployed code."
             elif verb == "discard":
                 await ops.discard(run_id)
             else:
@@ -1383,6 +1389,44 @@ _RUN_ORDERS: Final[dict[RunOrder, tuple[str, str, Callable[[RunRecord], datetime
 }
 """What the runs page says about its order, per state's order (:func:`run_order`), the time
 column's heading and its value."""
+
+_UNPARK: Final = ("unpark", "#diverged")
+"""D10: the run page offers Unpark for a run parked on a divergence (waiting for it)."""
+
+
+def _divergence_section(record: RunRecord) -> Html:
+    """D10: a parked run's divergence, what its history recorded beside what the code asked
+    for, from its last ``diverged`` history entry (whose last line is the divergence as JSON);
+    empty for any other run."""
+    if record.wait_for != "#diverged":
+        return ""
+    entries = [h for h in record.history if isinstance(h, dict) and h.get("kind") == "diverged"]
+    if not entries:
+        return ""
+    error = str(entries[-1].get("error", ""))
+    try:
+        found = json.loads(error.rsplit("\n", 1)[-1])
+    except ValueError:
+        found = {}
+    if not isinstance(found, dict):
+        found = {}
+
+    def call(side: object) -> str:
+        if not isinstance(side, dict):
+            return "— (nothing)"
+        return f"{side.get('name')} ({side.get('kind')})"
+
+    rows = (
+        ("Position", text(found.get("position", "?")), ""),
+        ("Step", text(call(found.get("recorded"))), text(call(found.get("requested")))),
+        ("Reason", text(found.get("reason", "?")), text(found.get("location") or "")),
+    )
+    return (
+        '<h2 id="divergence">Parked: diverged from its history</h2>'
+        + table(("", "Recorded (history)", "Asked for (code)"), rows, empty="")
+        + f"<pre>{text(error.rsplit(chr(10), 1)[0])}</pre>"
+    )
+
 
 _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
     "waiting": ("cancel", "discard"),

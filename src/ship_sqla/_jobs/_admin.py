@@ -44,6 +44,16 @@ from ship_sqla._jobs._sql.browse import (
     SCHEDULE_STATES,
     THROUGHPUT,
 )
+from ship_sqla._jobs._sql.parked import (
+    CLAIM_BUILD_UNPARK,
+    LIST_PARKED_ALL,
+    LIST_PARKED_OF_JOB,
+    MOVE_VERSION,
+    PARKED_COUNTS,
+    UNPARK_BATCH,
+    UNPARK_RUN,
+)
+from ship_sqla._jobs._sql.versions import VERSION_COUNTS
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._scope import OWN
 from ship_sqla._sql_errors import sqlstate_of
@@ -66,6 +76,7 @@ from ship_sqla.kernel._ports import (
     RunRecord,
     StateCount,
 )
+from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -108,6 +119,7 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         lapses=row.lapses,
         consecutive_lapses=row.consecutive_lapses,
         progress=row.progress,
+        handler_version=row.handler_version,
     )
 
 
@@ -191,6 +203,75 @@ class PostgresRunAdmin:
             return None
         await self._connections.after_commit(None, self._wake)
         return run_record(rows[0])
+
+    # --- D10: parked runs ------------------------------------------------------------------
+
+    async def list_parked(
+        self, *, job_id: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[RunRecord]:
+        """D10: LIST_PARKED_OF_JOB or LIST_PARKED_ALL, one keyset page."""
+        params: dict[str, Any] = {"limit": limit, "after_id": None, "after_job": None}
+        if after is not None:
+            params["after_job"], params["after_id"] = after
+        statement = LIST_PARKED_ALL
+        if job_id is not None:
+            statement = LIST_PARKED_OF_JOB
+            params["job_id"] = job_id
+            if after is not None and after[0] != job_id:
+                if after[0] > job_id:
+                    return []  # the cursor is past this job's runs
+                params["after_id"] = None
+        rows = await self._connections.rows(
+            "list_parked", self._s[statement], params, scope=None, by_name=True
+        )
+        return [run_record(row) for row in rows]
+
+    async def parked_counts(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """D10: PARKED_COUNTS, parked runs per job."""
+        rows = await self._connections.rows(
+            "parked_counts", self._s[PARKED_COUNTS], {"job_ids": list(job_ids)}, scope=OWN
+        )
+        return {str(job_id): int(runs) for job_id, runs in rows}
+
+    async def unpark(self, run_id: str) -> RunRecord | None:
+        """D10: UNPARK_RUN; wakes the local loop after commit."""
+        params = {"id": run_id, "now": self._now()}
+        rows = await self._connections.rows(
+            "unpark", self._s[UNPARK_RUN], params, scope=None, by_name=True
+        )
+        if not rows:
+            return None
+        await self._connections.after_commit(None, self._wake)
+        return run_record(rows[0])
+
+    async def move_version(self, run_id: str, version: int) -> RunRecord | None:
+        """D10: MOVE_VERSION; wakes the local loop after commit."""
+        params = {"id": run_id, "version": version, "now": self._now()}
+        rows = await self._connections.rows(
+            "move_version", self._s[MOVE_VERSION], params, scope=None, by_name=True
+        )
+        if not rows:
+            return None
+        await self._connections.after_commit(None, self._wake)
+        return run_record(rows[0])
+
+    async def claim_build_unpark(self, job_id: str, build_id: str) -> bool:
+        """D10: CLAIM_BUILD_UNPARK on the job's ``<job_id>#unparked-by`` row."""
+        params = {"row": state_row(job_id, "unparked-by"), "build": build_id, "now": self._now()}
+        rows = await self._connections.rows(
+            "claim_build_unpark", self._s[CLAIM_BUILD_UNPARK], params, scope=OWN
+        )
+        return bool(rows)
+
+    async def unpark_batch(self, job_id: str, *, limit: int) -> int:
+        """D10: UNPARK_BATCH, one bounded batch; wakes the local loop when it unparked any."""
+        params = {"job_id": job_id, "limit": limit, "now": self._now()}
+        count = await self._connections.count(
+            "unpark_batch", self._s[UNPARK_BATCH], params, scope=OWN
+        )
+        if count:
+            self._wake()
+        return count
 
     async def discard(self, run_id: str) -> RunRecord | None:
         params = {"id": run_id, "now": self._now()}
@@ -387,6 +468,16 @@ class PostgresRunAdmin:
             )
             for row in rows
         ]
+
+    async def version_counts(
+        self, job_ids: Sequence[str] | None = None, *, limit: int = MAX_VERSION_ROWS
+    ) -> list[VersionCount]:
+        """D9: VERSION_COUNTS, live runs per (job, handler version, state)."""
+        params = {"job_ids": None if job_ids is None else list(job_ids), "limit": limit}
+        rows = await self._connections.rows(
+            "version_counts", self._s[VERSION_COUNTS], params, scope=OWN
+        )
+        return [VersionCount(job_id, version, state, runs) for job_id, version, state, runs in rows]
 
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
         """J10's queue gauges: waiting runs per job and the age of the oldest due one, for

@@ -180,6 +180,7 @@ from ship_sqla.kernel._settlement import (
     released,
     settle_refusal,
 )
+from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount
 from ship_sqla.kernel._workflows import WorkflowsNotConfiguredError
 
 if TYPE_CHECKING:
@@ -234,6 +235,7 @@ _RUN_COLUMNS = frozenset(
         "lapses",
         "consecutive_lapses",
         "progress",
+        "handler_version",
     }
 )
 
@@ -1201,6 +1203,16 @@ class PostgresJobBackend(JobBackendBase):
         """J10's queue gauges (:meth:`PostgresRunAdmin.queue_depths`)."""
         return await self._admin.queue_depths(job_ids)
 
+    async def parked_counts(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """D10's gauge (the run administration's ``parked_counts``)."""
+        return await self._admin.parked_counts(job_ids)
+
+    async def version_counts(
+        self, job_ids: Sequence[str] | None = None, *, limit: int = MAX_VERSION_ROWS
+    ) -> list[VersionCount]:
+        """D9's counts (:meth:`PostgresRunAdmin.version_counts`)."""
+        return await self._admin.version_counts(job_ids, limit=limit)
+
     async def storage_health(self) -> StorageHealth:
         """J22: the ship tables' statistics and the oldest held snapshot
         (:class:`~ship_sqla.kernel._health.StorageHealthSource`), judged by the backend's
@@ -1257,6 +1269,7 @@ _SETTLE_FIELDS_NONE: Final[dict[str, list[Any]]] = {
     "errors": [],
     "entry_kinds": [],
     "keeps_lapses": [],
+    "wait_fors": [],
 }
 
 
@@ -1284,6 +1297,7 @@ def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:
         lapses,
         consecutive_lapses,
         retaken,
+        handler_version,
     ) = row
     return ClaimedRun(
         run_id,
@@ -1303,6 +1317,7 @@ def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:
         lapses=lapses,
         consecutive_lapses=consecutive_lapses,
         retaken=retaken,
+        handler_version=handler_version,
     )
 
 
@@ -1324,6 +1339,7 @@ def _settle_fields(batch: Sequence[Settlement]) -> dict[str, list[Any]]:
         "errors": [None if s.entry is None else s.entry.error for s in batch],
         "entry_kinds": [None if s.entry is None else s.entry.kind for s in batch],
         "keeps_lapses": [settlement.keeps_lapses for settlement in batch],
+        "wait_fors": [settlement.wait_for for settlement in batch],
     }
 
 

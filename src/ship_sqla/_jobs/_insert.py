@@ -104,6 +104,8 @@ class _PlainBatch:
     trace_contexts: list[str | None]
     tenant: str | None
     """F2: every run of one enqueue call is for the same (ambient) tenant."""
+    handler_version: int | None
+    """D9: every run of one enqueue call is of one job, so of one handler version."""
 
     @classmethod
     def of(cls, runs: Sequence[PreparedRun]) -> _PlainBatch:
@@ -116,6 +118,7 @@ class _PlainBatch:
             [run.priority for run in runs],
             [run.trace_context for run in runs],
             runs[0].tenant if runs else None,
+            runs[0].handler_version if runs else None,
         )
 
     def params(self, job_id: str, now: datetime | None) -> dict[str, object]:
@@ -130,6 +133,7 @@ class _PlainBatch:
             "priorities": self.priorities,
             "trace_contexts": self.trace_contexts,
             "tenant": self.tenant,
+            "handler_version": self.handler_version,
         }
 
 
@@ -146,6 +150,7 @@ def _one_params(run: PreparedRun, job_id: str, now: datetime | None) -> dict[str
         "priority": run.priority,
         "trace_context": run.trace_context,
         "tenant": run.tenant,
+        "handler_version": run.handler_version,
     }
 
 
@@ -170,7 +175,9 @@ def _copy_rows(
     columns: tuple[str, ...] = ENQUEUE_COPY_COLUMNS
     tenant = runs[0].tenant
     job = copy_text(job_id)
+    version = runs[0].handler_version
     tail = "\t" + (_NULL if tenant is None else copy_text(tenant))
+    tail += "\t" + (_NULL if version is None else str(version))
     stamp = ""
     if now is not None:
         columns += ("created_at", "updated_at", "run_at")
@@ -485,6 +492,7 @@ class RunInserter:
             "priorities": [run.priority for run in batch],
             "trace_contexts": [run.trace_context for run in batch],
             "tenant": batch[0].tenant if batch else None,
+            "handler_version": batch[0].handler_version if batch else None,
         }
         answer = (await connection.execute(self._s[ENQUEUE_MANY], params)).all()
         lost: list[int] = []

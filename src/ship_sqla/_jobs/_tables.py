@@ -50,9 +50,11 @@ __all__ = [
     "FINISHED_PREDICATE",
     "LEASE_PREDICATE",
     "PARENT_PREDICATE",
+    "PARKED_PREDICATE",
     "PROGRESS_PREDICATE",
     "RUN_STATES",
     "SAMPLER_PREDICATE",
+    "VERSION_PREDICATE",
     "WAIT_PREDICATE",
     "fair_claims_ddl",
     "fair_claims_index_name",
@@ -84,6 +86,11 @@ the outcomes a parent reads)."""
 WAIT_PREDICATE = "wait_for IS NOT NULL"
 """``<runs>_wait_idx``: suspended workflow runs by what they wait for (D4: a publish wakes its
 waiters through it, not by scanning steps)."""
+PARKED_PREDICATE = "wait_for = '#diverged'"
+"""``<runs>_parked_idx``: the runs parked on a divergence (D10), by (job, id)."""
+VERSION_PREDICATE = "handler_version IS NOT NULL AND state IN ('waiting', 'running')"
+"""``<runs>_version_idx``: the live runs of versioned jobs by (job, handler version, state), for
+D9's gauges and deploy check (VERSION_COUNTS); an unversioned job's runs never enter it."""
 PROGRESS_PREDICATE = "progress IS NOT NULL"
 """``<runs>_progress_idx``: the runs that recorded a consumer's progress (C3), by job and key,
 newest first: the dashboard's Consumers page reads each key's latest."""
@@ -134,7 +141,8 @@ def ship_job_runs_table(
     its handler last settled it, J15); ``progress`` (jsonb null: a consumer's per-key run's
     last committed batch, C3: ``lag``, ``last_batch_at``, ``batches``, ``items``, written in the
     batch's transaction and kept when the run ends); ``partition_key`` (text null: the run's
-    partition key, for a job whose limits are per key, F8/F9).
+    partition key, for a job whose limits are per key, F8/F9); ``handler_version`` (integer
+    null: the handler version the run was enqueued under, D9; NULL for an unversioned job's run).
     """
     n = derived_names(
         name,
@@ -153,6 +161,8 @@ def ship_job_runs_table(
             "_wait_idx",
             "_browse_idx",
             "_progress_idx",
+            "_version_idx",
+            "_parked_idx",
         ),
         "job runs",
         schema=schema,
@@ -204,6 +214,8 @@ def ship_job_runs_table(
         Column("progress", JSONB, nullable=True),
         # F8/F9: the run's partition key (text null), for a job whose limits are per key.
         Column("partition_key", Text, nullable=True),
+        # D9: the handler version the run was enqueued under; NULL for an unversioned job.
+        Column("handler_version", Integer, nullable=True),
         PrimaryKeyConstraint("id", name=n["_pkey"]),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
         # Serves CLAIM's walk over the priority levels (K6: the next lower level, one entry;
@@ -262,6 +274,17 @@ def ship_job_runs_table(
             "seq",
             postgresql_where=text(PROGRESS_PREDICATE),
         ),
+        # Serves VERSION_COUNTS (D9: live runs per job, version and state, an index-only loose
+        # scan) and the deploy check. Only versioned jobs' live runs enter it.
+        Index(
+            n["_version_idx"],
+            "job_id",
+            "handler_version",
+            "state",
+            postgresql_where=text(VERSION_PREDICATE),
+        ),
+        # Serves LIST_PARKED, UNPARK_BATCH (D10): only runs parked on a divergence enter it.
+        Index(n["_parked_idx"], "job_id", "id", postgresql_where=text(PARKED_PREDICATE)),
         schema=schema,
         comment="ship_sqla job runs (ship_job_runs_table)",
     )
@@ -357,9 +380,10 @@ def fair_claims_ddl(runs: Table) -> str:
     return ddl.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
 
 
-StateRowKind: TypeAlias = Literal["paused", "claim-gate", "enqueue-gate"]
+StateRowKind: TypeAlias = Literal["paused", "claim-gate", "enqueue-gate", "unparked-by"]
 """The rows a job may have in the state table beside its schedule's (which is ``<job_id>``):
-its pause (K3), its claim gate (F1, F3), its enqueue gate (J2)."""
+its pause (K3), its claim gate (F1, F3), its enqueue gate (J2), the last build that unparked
+its parked runs (D10, in ``trigger``)."""
 
 
 def state_row(job_id: str, kind: StateRowKind) -> str:
@@ -418,7 +442,8 @@ def ship_job_workers_table(
     Columns: ``id`` text pk (the runtime's ``worker_id``); ``host``, ``pid``; ``started_at``
     and ``last_seen_at`` (its last heartbeat, the database's clock); ``job_ids`` text[] (the
     jobs it runs); ``in_flight`` (runs it holds); ``draining`` (``stop()`` was called: it
-    claims nothing); ``sampler_until`` (null unless it holds the queue-sampler lease, F5).
+    claims nothing); ``sampler_until`` (null unless it holds the queue-sampler lease, F5);
+    ``job_versions`` text[] (the handler versions it serves, ``<job_id>:<version>``, D9).
     """
     n = derived_names(name, ("_pkey", "_seen_idx", "_sampler_idx"), "job workers", schema=schema)
     table = Table(
@@ -433,6 +458,8 @@ def ship_job_workers_table(
         Column("in_flight", Integer, nullable=False),
         Column("draining", Boolean, nullable=False),
         Column("sampler_until", _TSTZ, nullable=True),
+        # D9: the handler versions the worker serves, "<job_id>:<version>" per versioned job.
+        Column("job_versions", ARRAY(Text), nullable=False, server_default=text("'{}'")),
         PrimaryKeyConstraint("id", name=n["_pkey"]),
         # Serves PRUNE_STALE_WORKERS: the entries not seen for the bound, oldest first.
         Index(n["_seen_idx"], "last_seen_at"),

@@ -109,6 +109,7 @@ class PostgresWorkerRegistry:
             "job_ids": list(entry.job_ids),
             "in_flight": entry.in_flight,
             "draining": entry.draining,
+            "job_versions": list(entry.job_versions),
             "now": self._now(),
         }
         await self._connections.execute(
@@ -156,6 +157,7 @@ class PostgresWorkerRegistry:
                 in_flight=row.in_flight,
                 draining=row.draining,
                 sampler=bool(row.sampler),
+                job_versions=tuple(row.job_versions),
             )
             for row in rows
         ]

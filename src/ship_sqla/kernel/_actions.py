@@ -99,6 +99,10 @@ OPERATOR_ACTIONS: Final[tuple[OperatorAction, ...]] = (
         CliVerb(("jobs", "rerun"), ("--from-step",)),
         DashboardRoute("/runs/{run_id}/rerun"),
     ),
+    # D10: a run parked on a divergence
+    _jobs("unpark", CliVerb(("workflows", "unpark")), DashboardRoute("/runs/{run_id}/unpark")),
+    # D10: the dashboard has no form for it yet (it needs the registry's handlers to replay).
+    OperatorAction("jobs.move_version", _JOBS, CliVerb(("workflows", "move-version")), None),
     # a whole job
     _jobs("pause", CliVerb(("jobs", "pause")), DashboardRoute("/jobs/{job_id}/pause")),
     _jobs("resume", CliVerb(("jobs", "resume")), DashboardRoute("/jobs/{job_id}/resume")),

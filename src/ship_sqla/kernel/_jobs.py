@@ -34,6 +34,7 @@ from ship_sqla.kernel._durations import (
 from ship_sqla.kernel._errors import (
     ConfigurationError,
     InvalidPayloadError,
+    RefusedError,
 )
 from ship_sqla.kernel._outcomes import RetryAfter, Snooze
 from ship_sqla.kernel._plans.backoff import Backoff, BackoffKind, Jitter
@@ -61,6 +62,20 @@ __all__ = [
 ]
 
 P = TypeVar("P")
+
+
+class JobVersionUnavailableError(RefusedError, RuntimeError):
+    """D9: a worker claimed a run enqueued under a handler version it does not register; it
+    handed the run back unexecuted, its attempt unspent, due again after
+    :data:`VERSION_RECHECK` seconds (a worker that has the version executes it). Reported to
+    ``on_error`` and recorded in the run's history."""
+
+    code = "SHIP_SQLA_JOB_VERSION_UNAVAILABLE"
+
+
+VERSION_RECHECK: Final = 60.0
+"""D9: seconds a run handed back for want of its handler version waits before any worker may
+claim it again (so a worker without the version does not spin on it)."""
 
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
@@ -552,6 +567,22 @@ def _check_determinism(
         )
 
 
+OnDivergence = Literal["park", "fail"]
+"""D10: what a workflow run whose handler diverged from its history becomes
+(:attr:`JobDefinition.on_divergence`)."""
+
+
+def _check_on_divergence(
+    instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
+) -> None:
+    if value not in ("park", "fail"):
+        raise ConfigurationError(
+            f"job {instance.id!r}: on_divergence must be 'park' or 'fail', got {value!r}.",
+            fix="omit it (park: the run waits for an operator or a fix, D10), or pass"
+            " on_divergence='fail' to dead-letter a diverging run at once.",
+        )
+
+
 def _check_payload_bound(
     instance: JobDefinition[Any], _attribute: attrs.Attribute[Any], value: object
 ) -> None:
@@ -623,6 +654,39 @@ class JobDefinition(Generic[P]):
     """F8/F9: the partition key of a run, from its payload, for limits with
     ``partition="key"`` (an enqueue's ``partition_key=`` wins); None: only the enqueue's."""
 
+    on_divergence: OnDivergence = attrs.field(default="park", validator=_check_on_divergence)
+    """D10: a diverging run is ``"park"``ed (waiting for an operator or a fix, no attempt spent)
+    or, ``"fail"``, dead-lettered at once."""
+
+    version: int | None = None
+    """D9: the version of ``handler``, recorded on every run enqueued from this definition;
+    None: an unversioned job (its runs record none, and any worker executes them)."""
+
+    previous: Mapping[int, Handler[P]] = attrs.field(factory=dict, eq=False)
+    """D9: earlier handler versions still needed by live runs, by version (each below
+    ``version``); a run recorded under one of them is executed by it, never by ``handler``."""
+
+    @property
+    def served_versions(self) -> frozenset[int]:
+        """D9: the versions this definition executes (empty for an unversioned job)."""
+        if self.version is None:
+            return frozenset()
+        return frozenset((self.version, *self.previous))
+
+    def at_version(self, version: int | None) -> JobDefinition[P] | None:
+        """D9: the definition that executes a run recorded under ``version``: this one for its
+        own version; for an earlier one it keeps, this one with that handler; for a run recorded
+        before versions existed (None), the lowest version it serves. None when it does not
+        serve ``version``: the claimer hands the run back, its attempt unspent."""
+        if version == self.version:
+            return self
+        if version is None:
+            return self.at_version(min(self.served_versions))
+        handler = self.previous.get(version)
+        if handler is None:
+            return None
+        return attrs.evolve(self, handler=handler, version=version, previous={})
+
     def encode(self, payload: P) -> Any:  # noqa: ANN401 - JSON-able
         """Validate and encode ``payload`` for storage; raises :class:`InvalidPayloadError`."""
         return self.codec.encode(payload)
@@ -689,6 +753,9 @@ def define_job(
     aging: Aging | None = None,
     determinism: Determinism = "strict",
     partition_key: Callable[[P], str] | None = None,
+    version: int | None = None,
+    previous: Mapping[int, Handler[P] | TransactionalHandler[P]] | None = None,
+    on_divergence: OnDivergence = "park",
 ) -> JobDefinition[P]:
     """Declare a job. ``payload`` is an attrs class, a pydantic model, ``dict`` or a codec.
 
@@ -701,19 +768,12 @@ def define_job(
     order (``aging``, an :class:`~ship_sqla.jobs.Aging`: by a priority that rises with the
     wait, F10); a bad one raises :class:`~ship_sqla.errors.InvalidPriorityError`.
 
-    ``timeout`` (seconds or a ``timedelta``; None: none): how long one attempt's handler may run
-    (K5). At the timeout the handler is cancelled and the attempt is a failure with code
-    ``SHIP_SQLA_JOB_TIMEOUT``; ``retry`` decides what follows. The run keeps its lease
-    (heartbeats go on) until the handler has really stopped.
-
-    ``rate_limit`` (a :class:`RateLimit`; None: none): at most ``limit`` runs start in any
-    window of ``period`` seconds, across every process (F3).
-
-    ``fairness`` (a :class:`Fairness`; None: none): claims shared across tenants by weight (F2).
-
-    ``partition_key`` (a function of the payload; None: none): each run's partition key, for a
-    ``RateLimit`` or ``Concurrency`` with ``partition="key"`` (F8, F9); an enqueue's own
-    ``partition_key=`` wins over it.
+    ``timeout`` (seconds or a ``timedelta``): how long one attempt's handler may run (K5); then
+    it is cancelled and the attempt fails (``SHIP_SQLA_JOB_TIMEOUT``). None: each of these off.
+    ``rate_limit`` (a :class:`RateLimit`): at most ``limit`` runs start in any window of
+    ``period`` seconds, across every process (F3). ``fairness`` (a :class:`Fairness`): claims
+    shared across tenants by weight (F2). ``partition_key`` (a function of the payload): each
+    run's partition key for a limit with ``partition="key"`` (F8, F9); an enqueue's wins.
 
     ``transaction`` (a unit of work; None: none) makes the handler transactional (J13): it is
     called as ``handler(ctx, payload, repositories)`` inside ``transaction.run``, whose first
@@ -724,8 +784,10 @@ def define_job(
 
     ``determinism`` (D7, a workflow's): ``"strict"`` (the default) checks each workflow call
     against the step stored at its position (docs/workflows-evolution.md); ``"by-name"`` keeps
-    the earlier matching by step name, logging a warning per out-of-order step.
-    """
+    the earlier matching by step name, logging a warning per out-of-order step. ``version`` (an
+    int from 1, never hashed from source) pins each run to the handler version it was enqueued
+    under (D9); ``previous`` (``{version: handler}``) keeps older handlers live runs need;
+    ``on_divergence`` (D10): ``"park"`` (default) or ``"fail"`` (dead-letter) a diverging run."""
     _check_declaration(id, handler, transaction, inbox)
     _check_limits(id, concurrency, rate_limit, fairness, partition_key)
     return JobDefinition(
@@ -748,6 +810,8 @@ def define_job(
         aging=_as_aging(aging),
         determinism=determinism,
         partition_key=partition_key,
+        on_divergence=on_divergence,
+        **_versions(id, version, previous),
     )
 
 
@@ -772,6 +836,48 @@ def _check_limits(
     """F8/F9: the job's partitioned limits and partition key, as declared."""
     _check_partitions(job_id, concurrency, rate_limit)
     _check_partition_key(job_id, concurrency, rate_limit, fairness, partition_key)
+
+
+MAX_HANDLER_VERSION: Final = 2**31 - 1
+"""The largest handler version (D9): the runs table stores it as an integer."""
+
+
+def _versions(job_id: str, version: object, previous: object) -> dict[str, Any]:
+    """D9: ``define_job``'s ``version`` and ``previous`` fields, checked."""
+    return {"version": version, "previous": _check_versions(job_id, version, previous)}
+
+
+def _check_versions(job_id: str, version: object, previous: object) -> dict[int, object]:
+    """D9's declaration: ``version`` an int from 1 (or None), ``previous`` a mapping of lower
+    versions to async handlers, and only with a ``version``; the previous handlers, copied."""
+    fix = "pass version=2, previous={1: old_handler} (ints from 1, each previous one lower)."
+    if version is not None:
+        require_int_within(version, f"job {job_id!r}: version", 1, MAX_HANDLER_VERSION, fix)
+    if previous is None:
+        return {}
+    if not isinstance(previous, Mapping):
+        raise ConfigurationError(
+            f"job {job_id!r}: previous= must be a mapping of versions to handlers, got"
+            f" {type(previous).__name__}.",
+            fix=fix,
+        )
+    if previous and version is None:
+        raise ConfigurationError(
+            f"job {job_id!r}: previous= needs version=: earlier handlers are kept beside a"
+            " versioned current one.",
+            fix=fix,
+        )
+    kept: dict[int, object] = {}
+    for old, handler in previous.items():
+        require_int_within(old, f"job {job_id!r}: a previous version", 1, MAX_HANDLER_VERSION, fix)
+        if version is not None and old >= version:
+            raise ConfigurationError(
+                f"job {job_id!r}: previous version {old} is not below version {version}.",
+                fix=fix,
+            )
+        _require_async_handler(job_id, handler)
+        kept[old] = handler
+    return kept
 
 
 def require_unit_of_work(

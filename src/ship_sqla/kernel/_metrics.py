@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
     from ship_sqla.kernel._health import StorageHealth
+    from ship_sqla.kernel._versions import Stranded, VersionCount
 
 __all__ = [
     "JOB_METRIC_NAMES",
@@ -72,6 +73,7 @@ JobOutcome = Literal[
     "cancelled",
     "snoozed",
     "suspended",
+    "parked",
 ]
 """How one execution of a run ended, the ``ship.job.outcome`` attribute of ``ship.job.runs``:
 
@@ -85,6 +87,8 @@ JobOutcome = Literal[
 - ``cancelled``: the runtime stopped and cancelled the run past its drain timeout (J12).
 - ``snoozed``: the handler raised ``Snooze``; the run waits again without using an attempt (K4).
 - ``suspended``: a workflow slept or waits (D3); the run waits again without using an attempt.
+- ``parked``: a workflow's handler diverged from its history (D10); the run waits parked,
+  attempt unspent, until an operator or a new build unparks it.
 """
 
 _OUTCOMES: Final = frozenset(get_args(JobOutcome))
@@ -98,6 +102,20 @@ RUNS: Final = "ship.job.runs"
 DEAD_LETTER_COUNT: Final = "ship.job.dead_letter.count"
 LOCK_WAIT: Final = "ship.job.lock.wait"
 LAPSES: Final = "ship.job.lapses"
+WORKFLOW_RUNS: Final = "ship.workflow.runs"
+WORKFLOW_RUNS_STRANDED: Final = "ship.workflow.runs.stranded"
+
+WORKFLOW_DIVERGED: Final = "ship.workflow.diverged"
+WORKFLOW_RUNS_PARKED: Final = "ship.workflow.runs.parked"
+
+WORKFLOW_METRIC_NAMES: Final = (
+    WORKFLOW_RUNS,
+    WORKFLOW_RUNS_STRANDED,
+    WORKFLOW_DIVERGED,
+    WORKFLOW_RUNS_PARKED,
+)
+"""D9's two gauges (live runs per handler version, and the stranded ones) and D10's counter of
+runs parked on a divergence and gauge of the runs parked now."""
 
 JOB_METRIC_NAMES: Final = (
     QUEUE_DEPTH,
@@ -133,6 +151,8 @@ ATTR_HORIZON_SCOPE: Final = "ship.db.horizon.scope"
 ATTR_JOB_ID: Final = "ship.job.id"
 ATTR_JOB_KEY: Final = "ship.job.key"
 ATTR_OUTCOME: Final = "ship.job.outcome"
+ATTR_VERSION: Final = "ship.job.version"
+ATTR_STATE: Final = "ship.job.state"
 
 # Job runs last from milliseconds to hours; the SDK's default buckets are tuned for
 # milliseconds and would put every run above 10 s into one bucket.
@@ -179,6 +199,11 @@ class JobMetrics:
         self._include_key = include_key
         self._lock = threading.Lock()
         self._depth: dict[str, tuple[int, float]] = {}
+        # D9: per job, its live runs per (version, state) and its stranded runs per version.
+        self._versions: dict[str, tuple[tuple[int, str, int], ...]] = {}
+        self._stranded: dict[str, tuple[tuple[int, int], ...]] = {}
+        # D10: per job, its parked runs (absent: none).
+        self._parked: dict[str, int] = {}
         self._health: StorageHealth | None = None
         # Set by the first collection of the queue gauges: only then is sampling worth a query.
         self._collected = threading.Event()
@@ -201,6 +226,12 @@ class JobMetrics:
             description="Runs whose lease lapsed (their worker died) that a claim retook or"
             " dead-lettered.",
         )
+        self._diverged = meter.create_counter(
+            WORKFLOW_DIVERGED,
+            unit="{run}",
+            description="Workflow runs parked because their handler diverged from their history"
+            " (D10).",
+        )
         self._lock_wait = _histogram(
             meter,
             LOCK_WAIT,
@@ -219,7 +250,29 @@ class JobMetrics:
             unit="s",
             description="Age of the oldest due, unclaimed run per job (0 when none is due).",
         )
+        self._workflow_gauges(meter)
         self._storage_gauges(meter)
+
+    def _workflow_gauges(self, meter: Meter) -> None:
+        """D9, D10: the workflow gauges, observed from the latest sample."""
+        meter.create_observable_gauge(
+            WORKFLOW_RUNS,
+            callbacks=[self._observe_versions],
+            unit="{run}",
+            description="Live runs per job, handler version and state (D9).",
+        )
+        meter.create_observable_gauge(
+            WORKFLOW_RUNS_PARKED,
+            callbacks=[self._observe_parked],
+            unit="{run}",
+            description="Workflow runs parked on a divergence, per job (D10).",
+        )
+        meter.create_observable_gauge(
+            WORKFLOW_RUNS_STRANDED,
+            callbacks=[self._observe_stranded],
+            unit="{run}",
+            description="Live runs of a handler version no registered worker serves (D9).",
+        )
 
     def _storage_gauges(self, meter: Meter) -> None:
         """J22: the storage-health gauges, observed from the latest :meth:`set_storage_health`."""
@@ -268,6 +321,10 @@ class JobMetrics:
         """A claim found a run's lease lapsed and retook or dead-lettered it (J6, J15)."""
         self._lapses.add(1, self._attributes(job_id, key))
 
+    def record_divergence(self, job_id: str) -> None:
+        """D10: a workflow run of ``job_id`` diverged from its history and parked."""
+        self._diverged.add(1, {ATTR_JOB_ID: job_id})
+
     def record_lock_wait(self, job_id: str, key: str | None, seconds: float) -> None:
         """Time spent acquiring the (job id, key) lease of a single-runner job (J4)."""
         self._lock_wait.record(max(seconds, 0.0), self._attributes(job_id, key))
@@ -296,6 +353,60 @@ class JobMetrics:
         """Stop reporting a job's queue gauges (e.g. the job is no longer registered)."""
         with self._lock:
             self._depth.pop(job_id, None)
+
+    def update_versions(
+        self, job_ids: Sequence[str], counts: Iterable[VersionCount], stranded: Iterable[Stranded]
+    ) -> None:
+        """D9: replace the version gauges of ``job_ids`` (a job with no live versioned run
+        reports nothing): live runs per (version, state), and the stranded runs per version."""
+        versions: dict[str, list[tuple[int, str, int]]] = {job_id: [] for job_id in job_ids}
+        for count in counts:
+            versions.setdefault(count.job_id, []).append((count.version, count.state, count.runs))
+        lost: dict[str, list[tuple[int, int]]] = {job_id: [] for job_id in job_ids}
+        for item in stranded:
+            lost.setdefault(item.job_id, []).append((item.version, item.runs))
+        with self._lock:
+            for job_id, rows in versions.items():
+                self._versions[job_id] = tuple(rows)
+                if not rows:
+                    del self._versions[job_id]
+            for job_id, pairs in lost.items():
+                self._stranded[job_id] = tuple(pairs)
+                if not pairs:
+                    del self._stranded[job_id]
+
+    def update_parked(self, job_ids: Sequence[str], parked: Mapping[str, int]) -> None:
+        """D10: replace the parked gauge of ``job_ids`` (a job with none reports nothing)."""
+        with self._lock:
+            for job_id in job_ids:
+                count = parked.get(job_id, 0)
+                if count:
+                    self._parked[job_id] = count
+                else:
+                    self._parked.pop(job_id, None)
+
+    def _observe_parked(self, _options: CallbackOptions) -> Iterable[metrics.Observation]:
+        with self._lock:
+            rows = list(self._parked.items())
+        return [metrics.Observation(runs, {ATTR_JOB_ID: job_id}) for job_id, runs in rows]
+
+    def _observe_versions(self, _options: CallbackOptions) -> Iterable[metrics.Observation]:
+        with self._lock:
+            rows = [(job_id, row) for job_id, group in self._versions.items() for row in group]
+        return [
+            metrics.Observation(
+                runs, {ATTR_JOB_ID: job_id, ATTR_VERSION: version, ATTR_STATE: state}
+            )
+            for job_id, (version, state, runs) in rows
+        ]
+
+    def _observe_stranded(self, _options: CallbackOptions) -> Iterable[metrics.Observation]:
+        with self._lock:
+            rows = [(job_id, pair) for job_id, group in self._stranded.items() for pair in group]
+        return [
+            metrics.Observation(runs, {ATTR_JOB_ID: job_id, ATTR_VERSION: version})
+            for job_id, (version, runs) in rows
+        ]
 
     @property
     def gauges_collected(self) -> bool:

@@ -70,16 +70,19 @@ from ship_sqla.kernel._errors import (
 from ship_sqla.kernel._evolution import MAX_PATCH_READ, MAX_PATCHES_LISTED, PatchReport
 from ship_sqla.kernel._health import UNKNOWN_HEALTH, StorageHealth, StorageHealthSource
 from ship_sqla.kernel._history import history_of
-from ship_sqla.kernel._jobs import is_job_id
+from ship_sqla.kernel._jobs import MAX_HANDLER_VERSION, is_job_id, require_int_within
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._page import Page
+from ship_sqla.kernel._parking import DIVERGED, MAX_PARKED_PAGE, ParkedRuns
 from ship_sqla.kernel._partition_waits import (
     DEFAULT_PARTITION_WAIT_CAP,
     MAX_WAIT_PARTITIONS,
     PartitionLimits,
 )
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES, TERMINAL_STATES, DeadQuery
+from ship_sqla.kernel._replay import Replayer
 from ship_sqla.kernel._tenancy import check_tenant
+from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount, VersionCountSource
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
 
 if TYPE_CHECKING:
@@ -601,6 +604,79 @@ class JobOperations:
         await self._record("discard", run_id, 1)
         return record
 
+    def _parked_runs(self) -> ParkedRuns:
+        admin = self._admin
+        if not isinstance(admin, ParkedRuns):
+            raise ConfigurationError(
+                f"this backend's run administration ({type(admin).__name__}) keeps no parked"
+                " runs (D10).",
+                fix="use create_job_backend(...) or InMemoryJobBackend.",
+            )
+        return admin
+
+    async def list_parked(
+        self,
+        *,
+        job_id: str | None = None,
+        after: tuple[str, str] | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """D10: workflow runs parked on a divergence (of ``job_id``, or every job), at most
+        ``limit`` (1..1,000) by (job id, run id), after the ``(job_id, run_id)`` of the last one
+        of the previous page. Each one's last history entry (kind ``"diverged"``) says where
+        it diverged. One statement (``<runs>_parked_idx``)."""
+        await self._authorize_read("list_parked")
+        _require_within("list_parked limit", limit, MAX_PARKED_PAGE, fix="page with after=.")
+        if job_id is not None:
+            _require_job_id(job_id, "list_parked")
+        return await self._parked_runs().list_parked(job_id=job_id, after=after, limit=limit)
+
+    async def unpark(self, run_id: str) -> RunRecord:
+        """D10: a parked run is due now: it replays on the deployed code (and parks again if it
+        still diverges). Refused unless the run is parked. To drop the diverging steps instead,
+        ``rerun_from_step``; to end it, ``discard``."""
+        await self._authorize("unpark")
+        _require_run_id(run_id, "unpark")
+        store = self._parked_runs()
+        await self._audit_ready()
+        record = await store.unpark(run_id)
+        if record is None:
+            raise await self._refusal("unpark", run_id, "parked (waiting on a divergence)")
+        await self._record("unpark", run_id, 1)
+        return record
+
+    async def move_version(
+        self, run_id: str, version: int, *, registry: Iterable[JobDefinition[Any]]
+    ) -> RunRecord:
+        """D10: move a parked run to handler ``version`` of ``registry`` (the code about to
+        run it) and unpark it, only once its history replays cleanly on that version
+        (:class:`~ship_sqla.testing.Replayer`, D11: no effect runs). Refused unless the run is
+        parked, and when the replay diverges or fails (the refusal says where)."""
+        await self._authorize("move_version")
+        _require_run_id(run_id, "move_version")
+        require_int_within(
+            version, "move_version version", 1, MAX_HANDLER_VERSION, "pass a version from 1."
+        )
+        store = self._parked_runs()
+        record = await self._admin.get_run(run_id)
+        if record is None or record.wait_for != DIVERGED or record.state != "waiting":
+            raise await self._refusal("move_version", run_id, "parked (waiting on a divergence)")
+        steps = await self._workflow_admin().list_steps(run_id)
+        result = await Replayer(registry).replay(history_of(record, steps, version=version))
+        if not result.clean:
+            raise JobOperationRefusedError(
+                f"move of run {run_id!r} to version {version}: its history does not replay"
+                f" cleanly on it: {result.describe()}",
+                fix="pick the version whose handler made this history (ship-sqla workflows"
+                " replay), or re-run the run from a step (rerun_from_step).",
+            )
+        await self._audit_ready()
+        moved = await store.move_version(run_id, version)
+        if moved is None:
+            raise await self._refusal("move_version", run_id, "parked (waiting on a divergence)")
+        await self._record("move_version", run_id, 1, {"version": version})
+        return moved
+
     async def cleanup(
         self,
         definitions: Iterable[JobDefinition[Any]],
@@ -702,6 +778,30 @@ class JobOperations:
                 fix="ask in batches of at most 1,000 jobs.",
             )
         return await self._admin.partition_waits(limits, max_partitions=max_partitions, cap=cap)
+
+    async def version_counts(
+        self, job_ids: Iterable[str] | None = None, *, limit: int = MAX_VERSION_ROWS
+    ) -> list[VersionCount]:
+        """D9: live (waiting, running) runs of versioned jobs per (job, handler version,
+        state), of ``job_ids`` (None: every job), at most ``limit`` (1..10,000) groups, ordered
+        by job, version and state. One statement (an index-only scan of the live versioned
+        runs on PostgreSQL); the input of ``ship-sqla workflows versions``."""
+        await self._authorize_read("version_counts")
+        _require_within(
+            "version_counts limit",
+            limit,
+            MAX_VERSION_ROWS,
+            fix="name the jobs to count (job_ids=[...]).",
+        )
+        admin = self._admin
+        if not isinstance(admin, VersionCountSource):
+            raise ConfigurationError(
+                f"this backend's run administration ({type(admin).__name__}) does not count"
+                " runs per handler version (D9).",
+                fix="use create_job_backend(...) or InMemoryJobBackend.",
+            )
+        wanted = None if job_ids is None else list(dict.fromkeys(job_ids))
+        return await admin.version_counts(wanted, limit=limit)
 
     async def demand(
         self, job_ids: Iterable[str] | None = None, *, cap: int = DEFAULT_DEMAND_CAP

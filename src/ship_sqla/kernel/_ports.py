@@ -257,6 +257,9 @@ class ClaimedRun:
     """J15: the lapses since the run's handler last settled it (a release does not reset it)."""
     retaken: bool = False
     """J6, J15: this claim retook the run from a holder whose lease lapsed (one more lapse)."""
+    handler_version: int | None = None
+    """D9: the handler version the run was enqueued under (None: an unversioned job's run, or
+    one stored before versions existed); only that version's handler executes it."""
 
 
 @attrs.frozen
@@ -328,6 +331,7 @@ SettleOutcome = Literal[
     "cancelled",
     "snoozed",
     "suspended",
+    "parked",
     "stale",
     "refused",
 ]
@@ -342,12 +346,16 @@ non-retryable: dead now), ``"retry-after"`` (``RetryAfter``: the named delay, an
 ``"timeout"`` (the job's ``timeout`` passed: ``SHIP_SQLA_JOB_TIMEOUT``, the policy's backoff)."""
 FAILURE_KINDS: frozenset[str] = frozenset(get_args(FailureKind))
 
-HistoryKind = Literal[FailureKind, "snooze", "released", "lapsed", "cancelled", "duplicate"]
+HistoryKind = Literal[
+    FailureKind, "snooze", "released", "lapsed", "cancelled", "duplicate", "diverged"
+]
 """The ``kind`` of a history entry (:class:`RunRecord`): a :data:`FailureKind`; ``"snooze"`` (a
 snooze, no attempt spent); ``"released"`` (a release carrying an error: a drain or a lost
 lock cancelled the attempt, J12); ``"lapsed"`` (the attempt's lease lapsed, J6);
 ``"cancelled"`` (an operator cancelled the run, K2); ``"duplicate"`` (a transactional job's
-inbox key was completed before: the run completed without calling its handler, J13)."""
+inbox key was completed before: the run completed without calling its handler, J13);
+``"diverged"`` (its workflow handler diverged from its history and the run parked, D10: the
+entry's error is the divergence's text, a JSON line of it last)."""
 
 
 @attrs.frozen
@@ -401,6 +409,8 @@ class RunRecord:
     text, "batch_items": int, "batches": int, "items": int}`` (the counts are this run's); None
     for every other run, and for a consumer run before its first batch. Kept when the run
     ends."""
+    handler_version: int | None = None
+    """D9: the handler version the run was enqueued under (None: unversioned)."""
 
 
 @runtime_checkable

@@ -26,6 +26,7 @@ run waits is decided by the store from its steps and events.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Final, Literal, TypeAlias, assert_never, get_args
 
 import attrs
@@ -37,8 +38,6 @@ from ship_sqla.kernel._plans.retry import attempts_spent
 from ship_sqla.kernel._ports import FAILURE_KINDS, Suspend
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from ship_sqla.kernel._metrics import JobOutcome
     from ship_sqla.kernel._ports import ClaimedRun, FailureKind, HistoryKind, SettleOutcome
 
@@ -66,11 +65,12 @@ SettledState = Literal["completed", "waiting", "dead", "cancelled"]
 ``cancelled``, K2)."""
 SETTLED_STATES: Final = frozenset(get_args(SettledState))
 
-ReleaseReason = Literal["lock-held", "cancelled", "unstarted", "lapsed", "refused"]
+ReleaseReason = Literal["lock-held", "cancelled", "unstarted", "lapsed", "refused", "version"]
 """Why the runtime hands a claimed run back unfinished, its attempt unspent (:func:`released`):
 its single-runner lock was held elsewhere (J7); its handler was cancelled (drain deadline or lost
 lock, J12), or cancelled before it started; its lease had lapsed before its handler could start
-(J6); or the loop must not execute it (claimed while stopping, or beyond the limit asked)."""
+(J6); or the loop must not execute it (claimed while stopping, or beyond the limit asked); or
+this process has no handler for the version the run was enqueued under (D9)."""
 RELEASE_REASONS: Final = frozenset(get_args(ReleaseReason))
 
 
@@ -101,6 +101,9 @@ class Settlement:
     label: str
     failure_kind: FailureKind | None = None
     """How a failed attempt failed (K4, K5); None for any other settlement."""
+    wait_for: str | None = None
+    """What the run waits for once back to waiting (D10: :data:`DIVERGED` for a parked run);
+    None for any other settlement."""
 
     def landed(self, state: str) -> SettleOutcome:
         """The store's answer once the settlement landed leaving its run in ``state``: its own
@@ -135,6 +138,7 @@ def _build(
     snoozes_added: int = 0,
     entry: HistoryEntry | None = None,
     failure_kind: FailureKind | None = None,
+    wait_for: str | None = None,
 ) -> Settlement:
     if run_at is not None:
         require_aware(run_at, f"the run_at of run {run.run_id!r}'s settlement")
@@ -150,6 +154,7 @@ def _build(
         recorded,
         label,
         failure_kind,
+        wait_for,
     )
     return settlement
 
@@ -224,6 +229,8 @@ def _released_as(reason: ReleaseReason) -> tuple[str, JobOutcome | None]:
             return "release (lapsed)", None
         case "refused":
             return "release after claim", None
+        case "version":
+            return "release (version unavailable)", None
         case _:  # pragma: no cover - mypy proves every reason is matched
             assert_never(reason)
 
@@ -245,6 +252,29 @@ def released(
         run_at=run_at,
         spends_attempt=False,
         entry=entry,
+    )
+
+
+DIVERGED: Final = "#diverged"
+"""D10: the ``wait_for`` of a parked run (its handler diverged from its history)."""
+PARKED_UNTIL: Final = datetime(9999, 12, 31, tzinfo=UTC)
+"""D10: a parked run's ``run_at``: due never, until an operator or a new build unparks it."""
+
+
+def parked(run: ClaimedRun, error: str) -> Settlement:
+    """D10: the run's handler diverged from its history (D7) before the diverging step ran: back
+    to waiting, its attempt unspent, due never (:data:`PARKED_UNTIL`), waiting for
+    :data:`DIVERGED`, the divergence (``error``) its history entry (kind ``"diverged"``)."""
+    return _build(
+        run,
+        "waiting",
+        answer="parked",
+        recorded="parked",
+        label="park",
+        run_at=PARKED_UNTIL,
+        spends_attempt=False,
+        entry=HistoryEntry(error, "diverged"),
+        wait_for=DIVERGED,
     )
 
 

@@ -71,6 +71,9 @@ class WorkerEntry:
     """Runs the runtime has claimed and not settled yet."""
     draining: bool
     """True from the moment ``stop()`` was called: the runtime claims nothing any more."""
+    job_versions: tuple[str, ...] = ()
+    """D9: the handler versions it serves, ``"<job_id>:<version>"`` for each versioned job
+    (:func:`~ship_sqla.kernel._versions.served_entries`)."""
 
 
 @attrs.frozen
@@ -89,6 +92,8 @@ class WorkerRecord:
     in_flight: int
     draining: bool
     sampler: bool = False
+    job_versions: tuple[str, ...] = ()
+    """D9: the handler versions it serves (as :attr:`WorkerEntry.job_versions`)."""
 
 
 @runtime_checkable

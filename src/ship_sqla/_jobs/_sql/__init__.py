@@ -68,7 +68,7 @@ RUN_COLUMNS: Final = (
     " r.run_at, r.created_at, r.updated_at, r.finished_at, r.lease_expires_at, r.lease_token,"
     " r.claimed_by, r.last_error, r.history, r.snoozes, r.priority, r.cancel_requested_at,"
     " r.tenant_id, r.parent_id, r.wait_for, r.lapses, r.consecutive_lapses,"
-    " r.progress"
+    " r.progress, r.handler_version"
 )
 """``{cols}``: a run record's columns (:func:`~ship_sqla._jobs._admin.run_record` reads them)
 from the runs table aliased ``r``."""

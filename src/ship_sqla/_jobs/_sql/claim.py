@@ -555,20 +555,20 @@ _CLAIM_TAIL: Final = """, buried AS (
     RETURNING r.id, r.payload, r.attempt, r.max_attempts, r.lease_token, r.key,
         r.lease_expires_at, r.created_at, r.run_at, r.seq, r.priority, r.trace_context,
         r.snoozes, r.tenant_id, r.lapses, r.consecutive_lapses,
-        r.id = ANY(ARRAY(SELECT id FROM lapsed)) AS retaken
+        r.id = ANY(ARRAY(SELECT id FROM lapsed)) AS retaken, r.handler_version
 )
 SELECT c.id, c.payload, c.attempt, c.max_attempts, c.lease_token, c.key, c.lease_expires_at,
     c.created_at, c.run_at, c.seq, c.priority, c.trace_context, c.snoozes, c.tenant_id,
     0 AS kind,
     CAST(NULL AS double precision) AS rate_wait, false AS created, CAST(NULL AS text) AS parent_id,
-    c.lapses, c.consecutive_lapses, c.retaken
+    c.lapses, c.consecutive_lapses, c.retaken, c.handler_version
 FROM claimed c
 UNION ALL
 -- Kind 1: dead-lettered (reported, counted); kind 4: cancelled, returned only when a workflow
 -- run is its parent, which the backend wakes (D5) once this claim committed.
 SELECT b.id, NULL, b.attempt, NULL, NULL, b.key, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
     NULL, CASE WHEN b.state = 'dead' THEN 1 ELSE 4 END, NULL, false, b.parent_id,
-    b.lapses, b.consecutive_lapses, NULL
+    b.lapses, b.consecutive_lapses, NULL, NULL
 FROM buried b
 WHERE b.state = 'dead' OR b.parent_id IS NOT NULL{gate_row}{fair_row}
 ORDER BY kind, priority DESC, run_at, seq
@@ -596,6 +596,7 @@ CLAIM_COLUMNS: Final = (
     "lapses",
     "consecutive_lapses",
     "retaken",
+    "handler_version",
 )
 """The columns of every claim statement's rows, in this order (``_CLAIM_TAIL``'s select list):
 the backend reads a claim's rows by position, since looking a SQLAlchemy row's columns up by
@@ -606,7 +607,7 @@ _GATE_ROW: Final = """
 UNION ALL
 -- F3/F1: the gate's answer, one row: how long the rate keeps the job full, whether it is new.
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, 2, CAST(g.rate_wait AS double precision), g.created, NULL, NULL, NULL, NULL
+    NULL, 2, CAST(g.rate_wait AS double precision), g.created, NULL, NULL, NULL, NULL, NULL
 FROM gate g
 WHERE g.rate_wait IS NOT NULL OR g.created"""
 
@@ -634,7 +635,7 @@ UNION ALL
 -- F2: the walk stopped at max_tenants: the tenant where the next fair claim starts after.
 SELECT (SELECT t.tenant FROM tenant_walk t WHERE t.k = CAST(:max_tenants AS integer)), NULL,
     NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 3, NULL, false,
-    NULL, NULL, NULL, NULL
+    NULL, NULL, NULL, NULL, NULL
 WHERE EXISTS (SELECT 1 FROM tenant_walk t WHERE t.k = CAST(:max_tenants AS integer))"""
 
 

@@ -2,7 +2,8 @@
 :mod:`ship_sqla._jobs._sql`. Each statement takes one job's runs as parallel arrays in request
 order (``:ids``, ``:payloads``, ``:keys``, ``:run_ats``, ``:max_attempts``, ``:priorities``
 (K6), ``:trace_contexts`` (K7, JSON text or NULL), ``:tenant`` (F2: one for the whole batch,
-the enqueue's ambient tenant, or NULL), and ``:dedupe_keys`` where a run may carry
+the enqueue's ambient tenant, or NULL), ``:handler_version`` (D9: the job's, one for the whole
+batch, or NULL), and ``:dedupe_keys`` where a run may carry
 one), exactly as :func:`~ship_sqla.kernel._plans.prepare.prepare_runs` made them: the
 statements compute nothing a run carries.
 """
@@ -34,11 +35,13 @@ __all__ = [
 
 _INSERT_PLAIN_COLUMNS: Final = """INSERT INTO {runs} (
     id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
-    run_at, created_at, updated_at, history, priority, trace_context, tenant_id
+    run_at, created_at, updated_at, history, priority, trace_context, tenant_id,
+    handler_version
 )
 SELECT t.id, :job_id, 'waiting', t.payload, t.key, NULL, 0,
     t.max_attempts, coalesce(t.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb),
-    t.priority, CAST(t.trace_context AS jsonb), CAST(:tenant AS text)
+    t.priority, CAST(t.trace_context AS jsonb), CAST(:tenant AS text),
+    CAST(:handler_version AS integer)
 FROM ROWS FROM (
     unnest(CAST(:ids AS text[])), jsonb_array_elements(CAST(:payloads AS jsonb)),
     unnest(CAST(:keys AS text[])), unnest(CAST(:run_ats AS timestamptz[])),
@@ -63,14 +66,15 @@ to plan beyond the insert itself (the full ENQUEUE_MANY re-plans six CTEs at eve
 ENQUEUE_ONE: Final = Template("""
 INSERT INTO {runs} (
     id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
-    run_at, created_at, updated_at, history, priority, trace_context, tenant_id
+    run_at, created_at, updated_at, history, priority, trace_context, tenant_id,
+    handler_version
 )
 VALUES (
     CAST(:id AS text), :job_id, 'waiting', CAST(:payload_json AS jsonb), CAST(:key AS text),
     NULL, 0, CAST(:max_attempts AS integer), coalesce(CAST(:run_at AS timestamptz), {now}),
     {now}, {now},
     CAST('[]' AS jsonb), CAST(:priority AS smallint), CAST(:trace_context AS jsonb),
-    CAST(:tenant AS text)
+    CAST(:tenant AS text), CAST(:handler_version AS integer)
 )
 """)
 """ENQUEUE_PLAIN for ONE run, as a VALUES row of scalars: the single enqueue, the commonest
@@ -86,6 +90,7 @@ ENQUEUE_COPY_COLUMNS: Final = (
     "priority",
     "trace_context",
     "tenant_id",
+    "handler_version",
 )
 """ENQUEUE_PLAIN's rows by ``COPY <runs> (<these>[, run_at][, created_at, updated_at]) FROM STDIN
 (FORMAT text)``, for a batch of at least ENQUEUE_COPY_MIN_RUNS runs on an asyncpg connection
@@ -197,11 +202,13 @@ WITH input AS (
 ), inserted AS (
     INSERT INTO {runs} (
         id, job_id, state, payload, key, dedupe_key, attempt, max_attempts,
-        run_at, created_at, updated_at, history, priority, trace_context, tenant_id
+        run_at, created_at, updated_at, history, priority, trace_context, tenant_id,
+    handler_version
     )
     SELECT f.id, :job_id, 'waiting', CAST(f.payload AS jsonb), f.key, f.dedupe_key, 0,
         f.max_attempts, coalesce(f.run_at, {now}), {now}, {now}, CAST('[]' AS jsonb),
-        f.priority, CAST(f.trace_context AS jsonb), CAST(:tenant AS text)
+        f.priority, CAST(f.trace_context AS jsonb), CAST(:tenant AS text),
+        CAST(:handler_version AS integer)
     FROM fresh f, room
     WHERE room.n IS NULL OR f.rn <= room.n
     ORDER BY f.ord

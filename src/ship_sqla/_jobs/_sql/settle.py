@@ -25,14 +25,14 @@ WITH settle AS (
     -- of completions sends :ids and :tokens only (the completer's common batch, at the old cost).
     SELECT t.ord, t.id, t.token, coalesce(t.state, 'completed') AS state, t.at,
         coalesce(t.refund, false) AS refund, coalesce(t.snoozes_added, 0) AS snoozes_added,
-        t.error, t.entry_kind, coalesce(t.keeps_lapses, false) AS keeps_lapses
+        t.error, t.entry_kind, coalesce(t.keeps_lapses, false) AS keeps_lapses, t.wait_for
     FROM unnest(
         CAST(:ids AS text[]), CAST(:tokens AS bigint[]), CAST(:states AS text[]),
         CAST(:ats AS timestamptz[]), CAST(:refunds AS boolean[]),
         CAST(:snoozes_added AS integer[]), CAST(:errors AS text[]), CAST(:entry_kinds AS text[]),
-        CAST(:keeps_lapses AS boolean[])
+        CAST(:keeps_lapses AS boolean[]), CAST(:wait_fors AS text[])
     ) WITH ORDINALITY AS t(id, token, state, at, refund, snoozes_added, error, entry_kind,
-        keeps_lapses, ord)
+        keeps_lapses, wait_for, ord)
 )
 UPDATE {runs} r
 -- Each field applies the kernel's settlement as built (ship_sqla/kernel/_settlement.py decided
@@ -51,7 +51,10 @@ SET state = CASE WHEN s.state <> 'completed' AND r.cancel_requested_at IS NOT NU
         THEN r.attempt - 1 ELSE r.attempt END,
     snoozes = CASE WHEN r.cancel_requested_at IS NULL
         THEN r.snoozes + s.snoozes_added ELSE r.snoozes END,
-    lease_expires_at = NULL, claimed_by = NULL, updated_at = {now}, wait_for = NULL,
+    lease_expires_at = NULL, claimed_by = NULL, updated_at = {now},
+    -- D10: a parked run waits for '#diverged'; every other settlement ends any wait.
+    wait_for = CASE WHEN s.state = 'waiting' AND r.cancel_requested_at IS NULL
+        THEN s.wait_for ELSE NULL END,
     -- J15: an end the handler reached ends the run's streak of lapses; a release keeps it.
     consecutive_lapses = CASE WHEN s.keeps_lapses THEN r.consecutive_lapses ELSE 0 END,
     last_error = coalesce(s.error, r.last_error),
@@ -69,7 +72,8 @@ fields as the kernel built them: ``:states`` (``'completed'`` | ``'waiting'`` | 
 ``'cancelled'``), ``:ats`` (the ``run_at`` of a waiting one), ``:refunds`` (true: the attempt is
 not spent, J7, K4), ``:snoozes_added`` (K4), ``:errors`` and ``:entry_kinds`` (the history entry
 to append, and its :data:`~ship_sqla.kernel._ports.HistoryKind`; NULL: none), ``:keeps_lapses``
-(true: a release, which leaves ``consecutive_lapses`` as it was; else it goes back to 0, J15).
+(true: a release, which leaves ``consecutive_lapses`` as it was; else it goes back to 0, J15),
+``:wait_fors`` (D10: ``'#diverged'`` for a parked run; NULL: no wait).
 All but ``:ids`` and ``:tokens`` may be shorter than ``:ids`` (empty for a batch of
 completions): missing elements are NULL, and a NULL state is ``'completed'``. One row comes
 back per settlement that landed: its ordinal and the run's new state (``'cancelled'`` where K2

@@ -33,15 +33,16 @@ start and runs unregistered without it."""
 HEARTBEAT_WORKER: Final = Template(
     """
 INSERT INTO {workers} AS w
-    (id, host, pid, started_at, last_seen_at, job_ids, in_flight, draining)
+    (id, host, pid, started_at, last_seen_at, job_ids, in_flight, draining, job_versions)
 VALUES (CAST(:id AS text), CAST(:host AS text), CAST(:pid AS integer),
     CAST(:started_at AS timestamptz), {now}, CAST(:job_ids AS text[]),
-    CAST(:in_flight AS integer), CAST(:draining AS boolean))
+    CAST(:in_flight AS integer), CAST(:draining AS boolean), CAST(:job_versions AS text[]))
 -- <workers>_pkey (the ON CONFLICT arbiter). The sampler lease (sampler_until) is kept.
 ON CONFLICT (id) DO UPDATE
 SET host = EXCLUDED.host, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
     last_seen_at = EXCLUDED.last_seen_at, job_ids = EXCLUDED.job_ids,
-    in_flight = EXCLUDED.in_flight, draining = EXCLUDED.draining
+    in_flight = EXCLUDED.in_flight, draining = EXCLUDED.draining,
+    job_versions = EXCLUDED.job_versions
 """,
     compacted=False,
 )
@@ -117,7 +118,7 @@ WHERE w.id = CAST(:id AS text) AND w.sampler_until IS NOT NULL
 LIST_WORKERS: Final = Template(
     """
 SELECT w.id, w.host, w.pid, w.started_at, w.last_seen_at, w.job_ids, w.in_flight, w.draining,
-    coalesce(w.sampler_until > {now}, false) AS sampler
+    coalesce(w.sampler_until > {now}, false) AS sampler, w.job_versions
 FROM {workers} w
 -- A read of the whole registry (one row per live worker; stale ones are pruned) and a top-N
 -- sort in byte order, as the in-memory registry sorts: at most :limit rows back.

@@ -56,7 +56,7 @@ import itertools
 import json
 import logging
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._browse import (
@@ -105,7 +105,8 @@ from ship_sqla.kernel._ports import (
     crash_loop_message,
 )
 from ship_sqla.kernel._priority import effective_priority
-from ship_sqla.kernel._settlement import refused, settle_refusal
+from ship_sqla.kernel._settlement import DIVERGED, refused, settle_refusal
+from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount
 from ship_sqla.kernel._workflows import unstorable_step
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._ports import ClaimRequest, DeadQuery, FenceAnswer, HistoryKind
     from ship_sqla.kernel._priority import Aging
     from ship_sqla.kernel._settlement import Settlement, SettleRequest
+    from ship_sqla.kernel._versions import LiveState
 
 __all__ = ["InMemoryJobBackend", "InMemoryRunAdmin"]
 
@@ -138,6 +140,7 @@ class _Run:
         "created_at",
         "dedupe_key",
         "finished_at",
+        "handler_version",
         "history",
         "job_id",
         "key",
@@ -173,6 +176,7 @@ class _Run:
         self.priority = prepared.priority
         self.tenant = prepared.tenant
         self.partition = prepared.partition
+        self.handler_version = prepared.handler_version
         self.trace_context: dict[str, str] | None = (
             None if prepared.trace_context is None else json.loads(prepared.trace_context)
         )
@@ -222,6 +226,7 @@ class _Run:
             lapses=self.lapses,
             consecutive_lapses=self.consecutive_lapses,
             progress=None if self.progress is None else dict(self.progress),
+            handler_version=self.handler_version,
         )
 
 
@@ -356,6 +361,8 @@ class InMemoryJobBackend(JobBackendBase):
         self._schedules: dict[str, tuple[str, datetime]] = {}
         # job id -> when it was paused (K3): the PostgreSQL backend's ``<job_id>#paused`` rows.
         self._paused: dict[str, datetime] = {}
+        # D10: per job, the last build whose worker unparked its parked runs.
+        self._unparked_by: dict[str, str] = {}
         # job id -> its recent starts as (time, count) pairs (F3): the PostgreSQL backend's
         # claim gate's rate_at/rate_n.
         self._starts: dict[str, list[tuple[datetime, int]]] = {}
@@ -536,6 +543,7 @@ class InMemoryJobBackend(JobBackendBase):
                     lapses=run.lapses,
                     consecutive_lapses=run.consecutive_lapses,
                     retaken=retaken,
+                    handler_version=run.handler_version,
                 )
             )
         walked = request.fairness is not None or request.partition is not None
@@ -864,6 +872,7 @@ class InMemoryJobBackend(JobBackendBase):
                 run.attempt -= 1
             run.snoozes += settlement.snoozes_added
             self._to_waiting(run, settlement.run_at, now)
+            run.wait_for = settlement.wait_for  # D10: a parked run waits for "#diverged"
         else:
             self._finish(run, state, now)
         return settlement.landed(state)
@@ -936,6 +945,16 @@ class InMemoryJobBackend(JobBackendBase):
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:
         """J10's queue gauges (:meth:`InMemoryRunAdmin.queue_depths`)."""
         return await self._admin.queue_depths(job_ids)
+
+    async def parked_counts(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """D10's gauge (the run administration's ``parked_counts``)."""
+        return await self._admin.parked_counts(job_ids)
+
+    async def version_counts(
+        self, job_ids: Sequence[str] | None = None, *, limit: int = MAX_VERSION_ROWS
+    ) -> list[VersionCount]:
+        """D9's counts (:meth:`InMemoryRunAdmin.version_counts`)."""
+        return await self._admin.version_counts(job_ids, limit=limit)
 
     async def storage_health(self) -> StorageHealth:
         """J22: runs kept in this process have no tables, vacuum or snapshots to report:
@@ -1053,6 +1072,79 @@ class InMemoryRunAdmin:
             or backend._live.get(job_id)  # noqa: SLF001
             or any(run.job_id == job_id for run in backend._runs.values())  # noqa: SLF001
         )
+
+    # --- D10: parked runs ------------------------------------------------------------------
+
+    def _parked(self, job_id: str | None) -> list[_Run]:
+        return sorted(
+            (
+                run
+                for run in self._backend._runs.values()  # noqa: SLF001
+                if run.wait_for == DIVERGED
+                and run.state == "waiting"
+                and (job_id is None or run.job_id == job_id)
+            ),
+            key=lambda run: (run.job_id, run.run_id),
+        )
+
+    async def list_parked(
+        self, *, job_id: str | None, after: tuple[str, str] | None, limit: int
+    ) -> list[RunRecord]:
+        """D10: one keyset page of parked runs, as LIST_PARKED."""
+        runs = [r for r in self._parked(job_id) if after is None or (r.job_id, r.run_id) > after]
+        return [run.record() for run in runs[:limit]]
+
+    async def parked_counts(self, job_ids: Sequence[str]) -> dict[str, int]:
+        """D10: parked runs per job of ``job_ids``, as PARKED_COUNTS."""
+        counts: dict[str, int] = {}
+        wanted = frozenset(job_ids)
+        for run in self._parked(None):
+            if run.job_id in wanted:
+                counts[run.job_id] = counts.get(run.job_id, 0) + 1
+        return counts
+
+    async def unpark(self, run_id: str) -> RunRecord | None:
+        """D10: the parked run ``run_id`` is due now (None: it is not parked)."""
+        run = self._backend._runs.get(run_id)  # noqa: SLF001
+        if run is None or run.wait_for != DIVERGED or run.state != "waiting":
+            return None
+        self._make_due(run)
+        self._backend.wake()
+        return run.record()
+
+    async def move_version(self, run_id: str, version: int) -> RunRecord | None:
+        """D10: the parked run ``run_id`` moved to handler ``version`` and due now (None: it is
+        not parked)."""
+        run = self._backend._runs.get(run_id)  # noqa: SLF001
+        if run is None or run.wait_for != DIVERGED or run.state != "waiting":
+            return None
+        run.handler_version = version
+        self._make_due(run)
+        self._backend.wake()
+        return run.record()
+
+    def _make_due(self, run: _Run) -> None:
+        now = self._backend.clock.now()
+        run.wait_for = None
+        run.run_at = now
+        run.updated_at = now
+
+    async def claim_build_unpark(self, job_id: str, build_id: str) -> bool:
+        """D10: True when ``build_id`` is not already the job's last unparking build."""
+        builds = self._backend._unparked_by  # noqa: SLF001
+        if builds.get(job_id) == build_id:
+            return False
+        builds[job_id] = build_id
+        return True
+
+    async def unpark_batch(self, job_id: str, *, limit: int) -> int:
+        """D10: at most ``limit`` parked runs of ``job_id`` due now, as UNPARK_BATCH."""
+        batch = self._parked(job_id)[:limit]
+        for run in batch:
+            self._make_due(run)
+        if batch:
+            self._backend.wake()
+        return len(batch)
 
     async def pause(self, job_id: str) -> bool:
         """K3: claims of ``job_id`` take nothing until :meth:`resume`; False if already paused."""
@@ -1195,6 +1287,24 @@ class InMemoryRunAdmin:
                 else None,
             )
             for (job_id, state), runs in sorted(counts.items())[:limit]
+        ]
+
+    async def version_counts(
+        self, job_ids: Sequence[str] | None = None, *, limit: int = MAX_VERSION_ROWS
+    ) -> list[VersionCount]:
+        """D9: live runs per (job, handler version, state), as VERSION_COUNTS counts them."""
+        wanted = None if job_ids is None else frozenset(job_ids)
+        counts: dict[tuple[str, int, str], int] = {}
+        for run in self._backend._runs.values():  # noqa: SLF001
+            version = run.handler_version
+            if version is None or run.state not in ("waiting", "running"):
+                continue
+            if wanted is None or run.job_id in wanted:
+                key = (run.job_id, version, run.state)
+                counts[key] = counts.get(key, 0) + 1
+        return [
+            VersionCount(job_id, version, cast("LiveState", state), runs)
+            for (job_id, version, state), runs in sorted(counts.items())[:limit]
         ]
 
     async def queue_depths(self, job_ids: Sequence[str]) -> dict[str, QueueDepth]:

@@ -100,4 +100,5 @@ def _record(stored: _Stored, now: datetime) -> WorkerRecord:
         in_flight=entry.in_flight,
         draining=entry.draining,
         sampler=stored.sampler_until is not None and stored.sampler_until > now,
+        job_versions=entry.job_versions,
     )

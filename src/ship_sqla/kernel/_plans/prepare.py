@@ -84,6 +84,8 @@ class PreparedRun:
     partition: str | None = None
     """F8/F9: the run's partition key (a job whose limits are per key): the enqueue's, else the
     job's function of the payload; else None."""
+    handler_version: int | None = None
+    """D9: the job's handler version at the enqueue (its ``version``), else None."""
 
 
 def prepare_run(
@@ -143,6 +145,7 @@ def prepare_runs(
     by_key = _partitioner(job) if job.partition == "key" else None
     if by_key is None and any(request.partition_key is not None for request in requests):
         by_key = _partitioner(job)
+    version = job.version
     next_id = iter(new_run_ids(sum(1 for request in requests if request.run_id is None))).__next__
     prepared: list[PreparedRun] = []
     append = prepared.append
@@ -190,6 +193,7 @@ def prepare_runs(
                 trace_context,
                 tenant,
                 None if by_key is None else by_key(request),
+                version,
             )
         )
     return prepared

@@ -28,10 +28,12 @@ import asyncio
 from typing import TYPE_CHECKING, Final
 
 from ship_sqla.kernel._health import HorizonWarning, StorageHealthSource
+from ship_sqla.kernel._parking import ParkedCountSource
+from ship_sqla.kernel._versions import VersionCountSource, stranded_runs
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ship_sqla.kernel._metrics import JobMetrics
     from ship_sqla.kernel._ports import QueueDepthSource
@@ -62,11 +64,14 @@ class DepthSampler:
         *,
         interval: float = DEPTH_SAMPLE_INTERVAL,
         jobs: Callable[[], Sequence[str]] | None = None,
+        served: Callable[[], Mapping[str, frozenset[int]]] | None = None,
     ) -> None:
         self._source = source
         self._metrics = metrics
         self._job_ids = tuple(job_ids)
         self._jobs = jobs if jobs is not None else self._own_jobs
+        # D9: the versions served per job, against which live runs count as stranded.
+        self._served = served
         self._clock = shared.clock
         self._report_error = shared.report_error
         self._interval = interval
@@ -89,6 +94,8 @@ class DepthSampler:
         dropped = self._reported.difference(wanted)
         for job_id in dropped:
             self._metrics.forget_depth(job_id)
+        self._metrics.update_versions(tuple(dropped), (), ())
+        self._metrics.update_parked(tuple(dropped), {})
         self._reported -= dropped
         if not wanted:
             if self._health is not None:  # not the fleet's sampler (any more): not its health
@@ -99,6 +106,13 @@ class DepthSampler:
             {job_id: (queue.depth, queue.oldest_due_age) for job_id, queue in depths.items()}
         )
         self._reported.update(depths)
+        if self._served is not None and isinstance(self._source, VersionCountSource):
+            # D9: live runs per handler version, and those no registered worker serves.
+            counts = await self._source.version_counts(wanted)
+            self._metrics.update_versions(wanted, counts, stranded_runs(counts, self._served()))
+        if isinstance(self._source, ParkedCountSource):
+            # D10: the runs parked on a divergence, per job.
+            self._metrics.update_parked(wanted, await self._source.parked_counts(wanted))
         await self._sample_health()
 
     async def _sample_health(self) -> None:
@@ -129,6 +143,8 @@ class DepthSampler:
         finally:
             for job_id in self._reported:
                 self._metrics.forget_depth(job_id)
+            self._metrics.update_versions(tuple(self._reported), (), ())
+            self._metrics.update_parked(tuple(self._reported), {})
             self._reported.clear()
             if self._health is not None:
                 self._metrics.set_storage_health(None)

@@ -18,11 +18,14 @@ The task never waits for the settle to land: it frees its slot, key and lock and
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from ship_sqla.kernel._errors import InvalidPayloadError
+from ship_sqla.kernel._evolution import WorkflowDivergedError
 from ship_sqla.kernel._job_context import NO_RESOURCES, JobContext
+from ship_sqla.kernel._jobs import VERSION_RECHECK, JobVersionUnavailableError
 from ship_sqla.kernel._outcomes import JobTimeoutError, JobTimeoutIgnoredError
 from ship_sqla.kernel._plans.retry import lock_held_delay, plan_raised
 from ship_sqla.kernel._ports import CANCELLED_MESSAGE, JobLeaseStaleError
@@ -39,6 +42,7 @@ from ship_sqla.kernel._settlement import (
     cancelled,
     completed,
     failed,
+    parked,
     released,
     snoozed,
 )
@@ -190,6 +194,13 @@ class Executor:
         if run.tenant is not None:
             enter_tenant(run.tenant)
         try:
+            if run.handler_version != job.version:
+                # D9: the run is pinned to the version it was enqueued under.
+                pinned = job.at_version(run.handler_version)
+                if pinned is None:
+                    self._hand_back_version(entry)
+                    return
+                entry.job = job = pinned
             try:
                 # The payload was encoded by the kernel when the run was prepared; decoding it
                 # is the job definition's codec's, here, where the handler needs it.
@@ -385,8 +396,22 @@ class Executor:
             self._after_cancel(entry)
         elif isinstance(exc, WorkflowSuspended):
             self._settle(entry, exc.settlement)
+        elif isinstance(exc, WorkflowDivergedError) and entry.job.on_divergence == "park":
+            self._park(entry, exc)
         else:
             self._fail(entry, exc)
+
+    def _park(self, entry: InFlight, exc: WorkflowDivergedError) -> None:
+        """D10: the handler diverged from the run's history before the diverging step ran:
+        the run parks (waiting, due never, attempt unspent, slot and lease released), the
+        divergence in its history (its text, then a JSON line of it, which the dashboard shows
+        side by side), reported (J11), logged at ERROR and counted."""
+        divergence = exc.divergence
+        self._report_error(exc)
+        if self._metrics is not None:
+            self._metrics.record_divergence(entry.run.job_id)
+        text = f"{describe_failure(exc)}\n{json.dumps(divergence.to_json(), sort_keys=True)}"
+        self._settle(entry, parked(entry.run, text))
 
     def _start_timeout(self, entry: InFlight) -> asyncio.Task[None] | None:
         """The timer of the job's ``timeout`` (K5), started as the handler starts; None without
@@ -521,6 +546,26 @@ class Executor:
                 " type, then retry the dead run.",
             )
         self._settle(entry, failed(entry.run, describe_failure(exc), None, "terminal"))
+
+    def _hand_back_version(self, entry: InFlight) -> None:
+        """D9: this process has no handler for the version the run was enqueued under: the run
+        goes back to waiting unexecuted, its attempt unspent, due again after VERSION_RECHECK
+        seconds (a worker that registers the version claims it then); reported and recorded in
+        its history. Nothing of the handler ran, no lock was taken."""
+        run = entry.run
+        served = sorted(entry.job.served_versions)
+        error = JobVersionUnavailableError(
+            f"job {run.job_id!r} run {run.run_id!r} was enqueued under handler version"
+            f" {run.handler_version}, which this worker ({self._worker_id}) does not register"
+            f" (it serves {served or 'no versions'}); the run was handed back, its attempt"
+            f" unspent, and is due again in {VERSION_RECHECK:g} s.",
+            fix=f"keep version {run.handler_version}'s handler in define_job(...,"
+            f" previous={{{run.handler_version}: handler}}) until no live run needs it"
+            " (ship-sqla workflows versions), or run a worker that registers it.",
+        )
+        self._report_error(error)
+        at = self._clock.now() + timedelta(seconds=VERSION_RECHECK)
+        self._settle(entry, released(run, at, reason="version", error=describe_failure(error)))
 
     def _hand_back_lapsed(self, entry: InFlight) -> None:
         """J6: the run's lease may have lapsed before its handler could start (the loop was

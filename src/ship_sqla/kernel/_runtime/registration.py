@@ -20,6 +20,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Literal
 
+from ship_sqla.kernel._versions import served_by_entries
 from ship_sqla.kernel._waiting import wait_event
 from ship_sqla.kernel._workers import (
     MAX_WORKERS_LISTED,
@@ -30,7 +31,7 @@ from ship_sqla.kernel._workers import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from ship_sqla.kernel._runtime.wiring import Plumbing
     from ship_sqla.kernel._workers import WorkerEntry, WorkerRegistry
@@ -87,6 +88,8 @@ class Registration:
         # drain must release (a hold whose answer was lost may hold it).
         self._may_hold = False
         self._fleet_jobs: tuple[str, ...] = ()
+        # D9: the handler versions the fleet serves, per job (the registry's entries).
+        self._fleet_versions: dict[str, frozenset[int]] = {}
         self._draining = False
         self._closing = False
         self._kick = asyncio.Event()
@@ -101,6 +104,13 @@ class Registration:
         if self._draining or until is None or self._clock.monotonic() >= until:
             return ()
         return self._fleet_jobs
+
+    def served_versions(self, own: Mapping[str, frozenset[int]]) -> Mapping[str, frozenset[int]]:
+        """D9: the handler versions served, per job: ``own`` without a registry; with one, the
+        union of every registered worker's as of this runtime's last sampler beat."""
+        if self._state == "off":
+            return own
+        return self._fleet_versions
 
     def drain(self) -> None:
         """``stop()`` was called: report draining at once and hand the sampler lease back."""
@@ -176,6 +186,9 @@ class Registration:
         workers = await registry.list_workers(limit=MAX_WORKERS_LISTED)
         fleet = {*entry.job_ids, *(job for worker in workers for job in worker.job_ids)}
         self._fleet_jobs = tuple(sorted(fleet))
+        self._fleet_versions = served_by_entries(
+            (*entry.job_versions, *(text for worker in workers for text in worker.job_versions))
+        )
         self._sampler_until = sent + SAMPLER_LEASE
         if fresh and self._on_sampler is not None:
             self._on_sampler()

@@ -175,6 +175,7 @@ _LEVELS: Final[dict[str, int]] = {
     "stale": logging.WARNING,
     "cancelled": logging.INFO,
     "snoozed": logging.INFO,
+    "parked": logging.ERROR,
 }
 
 _MESSAGES: Final = {
@@ -189,6 +190,7 @@ _MESSAGES: Final = {
     "lock_held": "run handed back: its single-runner lock is held elsewhere",
     "snoozed": "run snoozed",
     "suspended": "workflow run suspended",
+    "parked": "workflow run parked: its handler diverged from its history (D10)",
     "draining": "worker draining: no more claims",
     "stopped": "worker stopped",
     "summary": "summary",

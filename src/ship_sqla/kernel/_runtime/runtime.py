@@ -43,8 +43,10 @@ from ship_sqla.kernel._durations import (
 )
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._jobs import JobDefinition
+from ship_sqla.kernel._keys import require_text
 from ship_sqla.kernel._lifespan import enter_lifespan, require_lifespan
 from ship_sqla.kernel._metrics import job_metrics_for
+from ship_sqla.kernel._parking import ParkedRuns, unpark_for_build
 from ship_sqla.kernel._plans.backoff import error_backoff
 from ship_sqla.kernel._ports import JobBackend
 from ship_sqla.kernel._registry import JobRegistry
@@ -57,11 +59,17 @@ from ship_sqla.kernel._runtime.registration import Registration
 from ship_sqla.kernel._runtime.run_log import RunLog
 from ship_sqla.kernel._runtime.state import InFlight, InFlightRuns
 from ship_sqla.kernel._runtime.wiring import Plumbing
+from ship_sqla.kernel._versions import (
+    VersionCountSource,
+    served_by_jobs,
+    served_entries,
+    warn_stranded,
+)
 from ship_sqla.kernel._waiting import first_done, wait_event
 from ship_sqla.kernel._workers import WorkerEntry
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from contextlib import AbstractAsyncContextManager
     from datetime import datetime
     from types import TracebackType
@@ -146,7 +154,7 @@ class JobRuntime:
         self._stop_task: asyncio.Task[None] | None = None
         self._drain_shortened = asyncio.Event()
         self._unwatch_cancels: Callable[[], None] | None = None
-        self._job_ids = tuple(job.id for job in jobs)
+        self._job_ids, self._job_versions = tuple(job.id for job in jobs), served_entries(jobs)
         self._tasks: list[asyncio.Task[None]] = []
         self._events = events = _Events(self._runs, self._run_log, metrics, clock)
         # The one error backoff of every loop here (J11): 0.1 s doubling to 1 s, equal jitter.
@@ -206,6 +214,7 @@ class JobRuntime:
                 shared,
                 interval=queue_sample_interval,
                 jobs=self._sampled_jobs,
+                served=self._served_versions,
             )
             if self.metrics is not None and queue_sample_interval is not None
             else None
@@ -449,6 +458,7 @@ class JobRuntime:
             job_ids=self._job_ids,
             in_flight=self.in_flight,
             draining=self._stopping,
+            job_versions=self._job_versions,
         )
 
     def _samples_queues(self) -> bool:
@@ -465,6 +475,12 @@ class JobRuntime:
         """F5: the jobs the sampler samples now (see :class:`Registration`)."""
         registration = self._registration
         return self._job_ids if registration is None else registration.sampled_jobs(self._job_ids)
+
+    def _served_versions(self) -> Mapping[str, frozenset[int]]:
+        """D9: the handler versions served per job (see :class:`Registration`)."""
+        registration = self._registration
+        own = served_by_jobs(self.registry)
+        return own if registration is None else registration.served_versions(own)
 
     def _cancel_requested(self, run_id: str) -> None:
         """K2: an operator asked to cancel ``run_id``; cancel its handler if this process runs
@@ -581,22 +597,20 @@ async def start_job_runtime(
     queue_sample_interval: float | None = DEPTH_SAMPLE_INTERVAL,
     summary_interval: float | None = None,
     lifespan: Lifespan | None = None,
+    build_id: str | None = None,
 ) -> JobRuntime:
     """Start executing the registered jobs' runs from ``backend`` (``mode="worker"``), or only
     enqueue through it (``mode="enqueue-only"``).
 
-    The runtime lives on the running event loop until ``await runtime.stop()``; it is also an
-    async context manager that stops on exit. ``clock`` defaults to the backend's.
+    It runs until ``await runtime.stop()`` (or an ``async with``'s exit); ``clock``: the backend's.
 
     How it runs is its own (J3), not the backend's: ``poll_interval`` (seconds, at most an
     hour) is the longest the loop waits for work when no wake arrives (a local enqueue, retry
     or settle, or another process's announcement, K1, ends the wait at once);
     ``max_in_flight`` (at least 1) caps the runs it executes at once. ``lock_provider`` is where
     a single-runner job's (job id, key) lock is taken (J4); None: the backend's
-    ``default_lock_provider`` (PostgreSQL on an engine: advisory locks on it; in memory or on a
-    connection: none). ``meter_provider`` is where J10's instruments record (one
-    :class:`JobMetrics` per provider and process, ``runtime.metrics``); None: OpenTelemetry's
-    global provider, so installing an SDK is all it takes. A bad ``poll_interval`` or
+    ``default_lock_provider``. ``meter_provider`` is where J10's instruments record
+    (``runtime.metrics``); None: OpenTelemetry's global provider. A bad ``poll_interval`` or
     ``max_in_flight`` raises :class:`ConfigurationError` here, before anything starts.
 
     A worker samples the queue gauges every ``queue_sample_interval`` seconds (None: never)
@@ -607,13 +621,15 @@ async def start_job_runtime(
     runs table's tenant index, F2), which raises :class:`ConfigurationError` before anything is
     claimed, then installs the scheduled jobs' schedules (J9).
 
-    A worker logs each attempt's outcome on the ``ship_sqla.jobs`` logger (S3: retries, dead
-    letters, stale settles, cancels, timeouts and drains at WARNING/ERROR/INFO, completions at
-    DEBUG; never payloads; see ``kernel/_runtime/run_log.py``); ``summary_interval`` (seconds;
-    None: none) adds one INFO summary line (runs/s, failures, in flight) that often.
+    A worker logs each attempt's outcome on the ``ship_sqla.jobs`` logger (S3, never payloads,
+    ``kernel/_runtime/run_log.py``); ``summary_interval`` (seconds; None: none) adds one INFO
+    summary line (runs/s, failures, in flight) that often.
 
     ``lifespan`` (or the registry's): the handlers' resources (``ctx.resources``), entered by a
     worker before its first claim and exited after its drain (``kernel/_lifespan.py``).
+
+    ``build_id`` (default ``SHIP_SQLA_BUILD_ID``): a new build's first worker unparks its jobs'
+    parked runs once, in bounded batches (D10, ``kernel/_parking.py``).
     """
     _require_job_backend(backend, mode)
     drain_timeout = require_duration(
@@ -627,7 +643,7 @@ async def start_job_runtime(
     registry = _as_registry(registry_or_definitions)
     lifespan = _lifespan_of(registry, lifespan)
     if mode == "worker":
-        await _prepare_worker(backend, registry)
+        await _prepare_worker(backend, registry, _build_id(build_id))
         warn_connection_budget(registry, max_in_flight)
     runtime = JobRuntime(
         registry,
@@ -648,13 +664,28 @@ async def start_job_runtime(
     return runtime
 
 
-async def _prepare_worker(backend: JobBackend, registry: JobRegistry) -> None:
+async def _prepare_worker(backend: JobBackend, registry: JobRegistry, build_id: str | None) -> None:
     """A worker's start checks (the backend serves every job, its tables exist), then its
-    schedules (J9): before the lifespan is entered, so a refusal opens nothing."""
+    schedules (J9), then a new build's unpark of parked runs (D10): before the lifespan is
+    entered, so a refusal opens nothing."""
     await backend.require_support(registry)
     scheduled = [job for job in registry if job.schedule is not None]
     if scheduled:
         await backend.install_schedules(scheduled)
+    admin = backend.admin
+    if isinstance(admin, VersionCountSource):
+        await warn_stranded(admin, registry, backend.report_error)
+    if build_id is not None and isinstance(admin, ParkedRuns):
+        job_ids = [job.id for job in registry]
+        await unpark_for_build(admin, job_ids, build_id, backend.report_error)
+
+
+def _build_id(given: str | None) -> str | None:
+    """D10: the worker's build id: ``given``, else ``SHIP_SQLA_BUILD_ID``, else None."""
+    if given is not None:
+        require_text(given, "build_id", max_chars=200)
+        return given
+    return os.environ.get("SHIP_SQLA_BUILD_ID") or None
 
 
 def warn_connection_budget(definitions: Iterable[JobDefinition[Any]], max_in_flight: int) -> None:
