@@ -1,42 +1,30 @@
 """J20: every hot statement of the runs table is served by its named index whatever the table's
-statistics say: with the table empty (never analyzed, as right after ``schema apply``), with
-100,000 dead rows (0 live, analyzed), and with 1,000,000 live rows, each as a custom and as a
-generic plan (``plan_cache_mode`` forced per transaction, as a pooled connection's prepared
-statement would get either). One table goes through the three states in turn.
+statistics say: with the table empty (never analyzed, as right after ``schema apply``) and then
+with 100,000 dead rows (0 live, analyzed), each as a custom and as a generic plan
+(``plan_cache_mode`` forced per transaction, as a pooled connection's prepared statement would
+get either). One table goes through both states in turn; the third state, 1,000,000 live rows,
+is test_job_explain.py's seeded table (the same statements, J19's floored claims included).
 
 The statements and the indexes they must name are test_job_explain's (J3, J2, J5, F1, F2),
-plus J19's floored claim; settle and heartbeat probe the primary key. The mechanism (statement
-shapes; no session setting, so it holds through PgBouncer's transaction pooling) is in
-docs/architecture.md, "Plans that cannot flip"."""
+J19's floored claims among them; settle and heartbeat probe the primary key. The mechanism
+(statement shapes; no session setting, so it holds through PgBouncer's transaction pooling) is
+in docs/architecture.md, "Plans that cannot flip"."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import pytest
 from explain_helpers import check_plan, explain
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from test_job_explain import CASES, GATE, _load, claim_params
+from test_job_explain import CASES, GATE, _load
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
-from ship_sqla._jobs._sql import JobStatements, claim
+from ship_sqla._jobs._sql import JobStatements
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata, name="stable_job_runs", fair_claims=True)
 ship_job_state_table(metadata)
 DEAD = 100_000
-LIVE = 1_000_000
-
-
-def floored_params() -> dict[str, Any]:
-    """J19: a claim whose walk starts at a floor on level 0."""
-    return {
-        **claim_params(),
-        "floor_priorities": [0],
-        "floor_run_ats": ["2000-01-01T00:00:00+00"],
-        "floor_seqs": [1],
-    }
 
 
 STATEMENTS = [
@@ -47,8 +35,6 @@ STATEMENTS = [
         for name, template, params, uses, _, _ in CASES
         if name != "queue depths"
     ),
-    ("claim floored", claim.CLAIM_UNCAPPED, floored_params, {"due_idx", "lease_idx"}),
-    ("claim gated floored", claim.CLAIM_GATED, floored_params, {"due_idx", "lease_idx"}),
 ]
 """(name, statement, parameters, the indexes its plan must name)."""
 
@@ -116,18 +102,6 @@ async def _dead(engine: AsyncEngine) -> None:
         await connection.execute(text(f"ANALYZE {runs.name}"))
 
 
-async def _live(engine: AsyncEngine) -> None:
-    async with engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text(f"VACUUM {runs.name}"))
-    async with engine.begin() as connection:
-        for statement in _load(runs.name, LIVE):
-            await connection.execute(text(statement))
-    async with engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text(f"VACUUM (ANALYZE) {runs.name}"))
-
-
 @pytest.mark.timeout(300)
 async def test_j20_hot_statements_name_their_index_empty_and_at_100k_dead(
     ship_engine: AsyncEngine,
@@ -141,20 +115,3 @@ async def test_j20_hot_statements_name_their_index_empty_and_at_100k_dead(
     await _dead(ship_engine)
     failures += await _check(ship_engine, "dead")
     assert failures == expected_flips("empty", "dead")
-
-
-@pytest.mark.timeout(600)
-@pytest.mark.slow
-async def test_j20_hot_statements_name_their_index_through_all_three_states(
-    ship_engine: AsyncEngine,
-) -> None:
-    """J20: the same table through its three states in turn (empty, 100,000 dead, 1,000,000
-    live rows): every hot statement's custom and generic plan names its index in each, except
-    the flips ``known_flip`` lists."""
-    await _create(ship_engine)
-    failures = await _check(ship_engine, "empty")
-    await _dead(ship_engine)
-    failures += await _check(ship_engine, "dead")
-    await _live(ship_engine)
-    failures += await _check(ship_engine, "live")
-    assert failures == expected_flips("empty", "dead", "live")
