@@ -157,6 +157,9 @@ def _bench_smoke(session: nox.Session, python: str) -> None:
     # Every benchmark once at its quick size: that each still runs (a schema change broke five
     # of them once, unseen); its figures are not read here (benchmarks are not tests).
     session.run(python, "-m", "benchmarks", "--quick", "--rounds", "1", "--json-only")
+    # Opt-in ones whose quick size is a smoke test too (history: a day partition of 20,000
+    # runs dropped, J17; a few seconds).
+    session.run(python, "-m", "benchmarks", "history", "--quick", "--rounds", "1", "--json-only")
 
 
 @nox.session(name="bench_smoke")

@@ -15,6 +15,7 @@ from sqlalchemy.ext.asyncio import async_engine_from_config
 
 from examples.schema import metadata
 from ship_sqla._server import to_async_url
+from ship_sqla.schema import ship_include_object
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -44,6 +45,7 @@ def run_migrations_offline() -> None:
         url=_url(),
         target_metadata=target_metadata,
         literal_binds=True,
+        include_object=ship_include_object(target_metadata),
         dialect_opts={"paramstyle": "named"},
     )
     with context.begin_transaction():
@@ -51,7 +53,12 @@ def run_migrations_offline() -> None:
 
 
 def do_run_migrations(connection: Connection) -> None:
-    context.configure(connection=connection, target_metadata=target_metadata)
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        # J17: the run history's partitions are maintenance's, never a migration's.
+        include_object=ship_include_object(target_metadata),
+    )
     with context.begin_transaction():
         context.run_migrations()
 

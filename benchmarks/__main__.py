@@ -3,7 +3,7 @@
 Prints the machine and a table of figures for people, then one JSON line per figure for scripts
 (``--json-only``: only the JSON lines, the first describing the run and the machine). With no
 names it runs every benchmark but the opt-in ones (``ablations``, ``peers``, ``scaleout``,
-``pools``), which run only when named.
+``pools``, ``history``...), which run only when named.
 Progress goes to stderr. Missed targets do not change the exit status (benchmarks are not tests); a
 benchmark that could not run does (status 1).
 """
@@ -44,11 +44,14 @@ BENCHMARKS: dict[str, str] = {
     "aging": "benchmarks.aging",
     "partitions": "benchmarks.partitions",
     "synchronous_claims": "benchmarks.synchronous_claims",
+    "history": "benchmarks.history",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is
 unfinished (or broken) is reported as failed without keeping the others from running."""
 
-OPT_IN = frozenset({"ablations", "peers", "scaleout", "pools", "webhooks", "synchronous_claims"})
+OPT_IN = frozenset(
+    {"ablations", "peers", "scaleout", "pools", "webhooks", "synchronous_claims", "history"}
+)
 """Run only when named: not part of ``python -m benchmarks`` with no names."""
 DEFAULT_BENCHMARKS = [name for name in BENCHMARKS if name not in OPT_IN]
 

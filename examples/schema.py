@@ -26,6 +26,7 @@ from ship_sqla import (
     ship_audit_table,
     ship_idempotency_table,
     ship_job_events_table,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
@@ -42,6 +43,9 @@ outbox = ship_outbox_table(metadata)
 idempotency = ship_idempotency_table(metadata)
 webhook_events = ship_webhook_events_table(metadata)
 job_runs = ship_job_runs_table(metadata)
+# Finished runs (J16-J18): partitioned by state class and day; its partitions are maintenance's,
+# kept out of autogenerate by ship_include_object (alembic/env.py).
+job_history = ship_job_history_table(metadata)
 job_state = ship_job_state_table(metadata)
 job_workers = ship_job_workers_table(metadata)
 job_steps = ship_job_steps_table(metadata)  # durable workflows' steps (SPEC §13)

@@ -6,6 +6,7 @@ from ship_sqla._idempotency import create_idempotency_store as create_idempotenc
 from ship_sqla._idempotency import ship_idempotency_table as ship_idempotency_table
 from ship_sqla._jobs import create_job_backend as create_job_backend
 from ship_sqla._jobs import ship_job_events_table as ship_job_events_table
+from ship_sqla._jobs import ship_job_history_table as ship_job_history_table
 from ship_sqla._jobs import ship_job_runs_table as ship_job_runs_table
 from ship_sqla._jobs import ship_job_state_table as ship_job_state_table
 from ship_sqla._jobs import ship_job_steps_table as ship_job_steps_table
@@ -57,6 +58,7 @@ __all__ = (
     "ship_audit_table",
     "ship_idempotency_table",
     "ship_job_events_table",
+    "ship_job_history_table",
     "ship_job_runs_table",
     "ship_job_state_table",
     "ship_job_steps_table",

@@ -28,6 +28,7 @@ from ship_sqla._backfills import ship_backfills_table
 from ship_sqla._idempotency import ship_idempotency_table
 from ship_sqla._jobs import (
     ship_job_events_table,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
@@ -75,9 +76,9 @@ COMPONENTS: Final = (
     "backfills",
     "webhooks_out",
 )
-"""What ``--only`` selects: jobs (runs, state, workers), workflows (steps, events; needs jobs),
-outbox, idempotency, webhooks (events), locks (fences), audit (the operator audit log, S1),
-backfills (the backfill ledger, C4), webhooks_out (the outbound webhooks' endpoints and
+"""What ``--only`` selects: jobs (runs, state, workers, history), workflows (steps, events;
+needs jobs), outbox, idempotency, webhooks (events), locks (fences), audit (the operator audit
+log, S1), backfills (the backfill ledger, C4), webhooks_out (the outbound webhooks' endpoints and
 deliveries, §16)."""
 
 
@@ -97,6 +98,7 @@ class ShipTableNames:
     """The ship tables' names: the factories' defaults unless given."""
 
     runs: str = "ship_job_runs"
+    history: str = "ship_job_history"
     state: str = "ship_job_state"
     workers: str = "ship_job_workers"
     steps: str = "ship_job_steps"
@@ -151,6 +153,7 @@ def ship_tables_metadata(
         )
         ship_job_state_table(metadata, name=names.state, schema=schema)
         ship_job_workers_table(metadata, name=names.workers, schema=schema)
+        ship_job_history_table(metadata, name=names.history, schema=schema)
     if "workflows" in wanted:
         ship_job_steps_table(metadata, name=names.steps, schema=schema, runs_table=names.runs)
         ship_job_events_table(metadata, name=names.events, schema=schema)

@@ -40,6 +40,7 @@ from sqlalchemy import Index, MetaData, PrimaryKeyConstraint, Table, UniqueConst
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from ship_sqla._jobs._history_ddl import NO_PARTITIONS_OPTION
 from ship_sqla._storage_options import storage_options, storage_options_ddl
 from ship_sqla.kernel._errors import ConfigurationError, OutageError
 
@@ -98,6 +99,8 @@ TEMP_NAMESPACE = text(
 TABLES_IN_NAMESPACE = text(
     "SELECT c.oid, c.relname, c.reloptions FROM pg_catalog.pg_class c"
     " WHERE c.relnamespace = :namespace AND c.relkind IN ('r', 'p')"
+    # J17: a partition (a history day) is its parent's, which the metadata declares.
+    " AND NOT c.relispartition"
 )
 COLUMNS = text(
     """
@@ -697,7 +700,13 @@ def _read_scratch(
     try:
         with _translated(connection, schemas), _without_concurrently(tables):
             try:
-                metadata.create_all(connection, tables=tables, checkfirst=False)
+                # J17: the history parent is compared, never its partitions (the option
+                # changes the connection in place: it is unset after).
+                connection.execution_options(**{NO_PARTITIONS_OPTION: True})
+                try:
+                    metadata.create_all(connection, tables=tables, checkfirst=False)
+                finally:
+                    connection.execution_options(**{NO_PARTITIONS_OPTION: False})
             except SQLAlchemyError as exc:
                 raise SchemaCheckError(
                     "the metadata's own DDL failed in a scratch (temporary) schema, so nothing"

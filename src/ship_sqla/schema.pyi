@@ -1,3 +1,4 @@
+from ship_sqla._alembic import ship_include_object as ship_include_object
 from ship_sqla._rls import tenant_policy_ddl as tenant_policy_ddl
 from ship_sqla._schema_check import SchemaDifference as SchemaDifference
 from ship_sqla._schema_check import SchemaReport as SchemaReport
@@ -11,6 +12,7 @@ __all__ = (
     "SchemaReport",
     "check_schema",
     "schema_sql",
+    "ship_include_object",
     "storage_options",
     "storage_options_ddl",
     "tenant_policy_ddl",

@@ -15,7 +15,7 @@ from job_helpers import claim_request, record_of
 
 from ship_sqla import define_job
 from ship_sqla.errors import ConfigurationError, InvalidKeyError
-from ship_sqla.jobs import Concurrency, EnqueueRequest, Fairness, RateLimit
+from ship_sqla.jobs import Concurrency, EnqueueRequest, Fairness, JobRegistry, RateLimit
 from ship_sqla.kernel import completed
 from ship_sqla.kernel._tenancy import tenant_ambient
 
@@ -228,6 +228,31 @@ async def test_f8_a_partition_key_derived_from_the_payload(clock, job_backend_fa
     clock.advance(10)
     again = await backend.claim(claim_request(job, worker="w", limit=100))
     assert Counter(run.payload["customer"] for run in again) == {"a": 2, "b": 2, "c": 2}
+
+
+async def test_f8_a_registry_job_takes_partition_key(clock, job_backend_factory):
+    """F8 per key through the registry's decorator: JobRegistry.job(..., partition_key=fn) takes
+    every option define_job takes, the partition key function included: each customer's runs
+    are limited in their own window."""
+    backend = job_backend_factory(clock)
+    registry = JobRegistry()
+
+    @registry.job(
+        "f8.registry_keys",
+        payload=dict,
+        rate_limit=RateLimit(1, 10.0, partition="key"),
+        partition_key=by_customer,
+    )
+    async def job(payload: dict[str, Any]) -> None:
+        del payload
+
+    assert registry.get("f8.registry_keys").partition_key is by_customer
+    for customer in ("a", "b"):
+        await backend.enqueue_many(
+            job, [EnqueueRequest({"customer": customer, "n": n}) for n in range(3)]
+        )
+    batch = await backend.claim(claim_request(job, worker="w", limit=100))
+    assert Counter(run.payload["customer"] for run in batch) == {"a": 1, "b": 1}
 
 
 async def test_f9_at_most_n_running_per_partition_key(clock, job_backend_factory):

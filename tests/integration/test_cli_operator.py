@@ -39,8 +39,8 @@ async def test_schema_apply_then_check_passes_on_an_empty_database(
     tables) then exits 0; a table that differs is reported by both (exit 1), never altered."""
     code, out, err = await _apply(ship_engine_url)
     assert (code, err) == (0, ""), err
-    assert "created 13 table(s): " in out
-    assert "schema check: OK, 13 table(s) match the metadata." in out
+    assert "created 14 table(s): " in out
+    assert "schema check: OK, 14 table(s) match the metadata." in out
 
     code, out, err = await _apply(ship_engine_url, "--json")
     assert code == 0, err
@@ -52,7 +52,7 @@ async def test_schema_apply_then_check_passes_on_an_empty_database(
         "schema", "check", "--database-url", ship_engine_url, cwd=REPOSITORY
     )
     assert (code, err) == (0, ""), err
-    assert out.strip() == "schema check: OK, 13 table(s) match the metadata."
+    assert out.strip() == "schema check: OK, 14 table(s) match the metadata."
 
     async with ship_engine.begin() as connection:
         await connection.execute(text("DROP INDEX ship_outbox_pending_idx"))
@@ -360,3 +360,34 @@ def test_a_generic_database_url_is_not_read(monkeypatch: pytest.MonkeyPatch) -> 
     result = CliRunner().invoke(cli, ["jobs", "stats"])
     assert result.exit_code == 2
     assert "Missing option '--database-url'" in result.output
+
+
+async def test_enqueue_partition_key_stores_the_runs_key(
+    ship_engine: AsyncEngine, ship_engine_url: str
+) -> None:
+    """F8/F9: `enqueue --partition-key KEY` stores the run's partition key (the stand-in is a
+    job whose limits are per key, so the enqueue accepts it); a blank key is exit 2; through
+    --registry a job whose limits are not per key refuses it."""
+    assert (await _apply(ship_engine_url, "--only", "jobs", "--partition-keys"))[0] == 0
+    url = ("--database-url", ship_engine_url)
+    code, out, err = await ship_sqla(
+        "enqueue", "reports.build", "--partition-key", "customer-7", *url, "--json",
+        cwd=REPOSITORY,
+    )  # fmt: skip
+    assert code == 0, err
+    run_id = json.loads(out)["run_id"]
+    async with ship_engine.connect() as connection:
+        key = await connection.scalar(
+            text("SELECT partition_key FROM ship_job_runs WHERE id = :id"), {"id": run_id}
+        )
+    assert key == "customer-7"
+    code, _, err = await ship_sqla(
+        "enqueue", "reports.build", "--partition-key", "", *url, cwd=REPOSITORY
+    )
+    assert code == 2, err
+    code, _, err = await ship_sqla(
+        "enqueue", "examples.greet", "--payload", '{"name": "Ada"}', "--partition-key", "k",
+        *url, "--registry", "examples.worker:registry", cwd=REPOSITORY,
+    )  # fmt: skip
+    assert code != 0
+    assert "partition='key'" in err

@@ -129,8 +129,8 @@ def entries(plan: dict[str, Any], table: Table, suffix: str) -> int:
     )
 
 
-TENANT = (claim.CLAIM_PARTITIONED, "_tenant_idx", "_running_idx")
-KEY = (claim.CLAIM_PARTITIONED_BY_KEY, "_part_idx", "_part_run_idx")
+TENANT = (claim.CLAIM_PARTITIONED, "_tenant_idx", "_running_idx", "_part_run_idx")
+KEY = (claim.CLAIM_PARTITIONED_BY_KEY, "_part_idx", "_part_run_idx", "_running_idx")
 
 CASES = [
     # name, claim and its indexes, cap, rate, what each visited partition's limits allow it
@@ -154,10 +154,11 @@ async def test_f8_f9_partitioned_claim_is_bounded_at_a_million_runs_over_10000_p
     it visits, reads its indexes (<runs>_tenant_idx and <runs>_running_idx, by key
     <runs>_part_idx and <runs>_part_run_idx), never scans the runs table, reads at most
     limit + (a + 2) entries per visited partition from the walked index (a: what the
-    partition's limits allow it), and at most twice the buffers of the same claim over 1,000
-    runs of 100 partitions, in custom and generic plans."""
+    partition's limits allow it), at most the cap per visited partition from its running index
+    and none from the other partitioning's, and at most twice the buffers of the same claim
+    over 1,000 runs of 100 partitions, in custom and generic plans."""
     report = []
-    for name, (template, walked, running), cap, rate, allowed, returned in CASES:
+    for name, (template, walked, running, other), cap, rate, allowed, returned in CASES:
         uses = {walked[1:]} | ({running[1:]} if cap is not None else set())
         for generic in (False, True):
             plans = {}
@@ -176,6 +177,12 @@ async def test_f8_f9_partitioned_claim_is_bounded_at_a_million_runs_over_10000_p
             # The bound: the runs taken, and per visited partition its walk probe (two at most)
             # and its due runs counted up to what its limits allow.
             assert read <= LIMIT + (allowed + 2) * WALK, report[-1]
+            # Each partition's running runs are counted off its own running index, at most
+            # the cap each (index-only): never off the other partitioning's index, which would
+            # read every running run of the job per partition.
+            assert entries(big, big_runs, other) == 0, report[-1]
+            if cap is not None:
+                assert entries(big, big_runs, running) <= cap * WALK, report[-1]
             assert buffers(big) <= 2 * buffers(small), (report[-1], buffers(small))
             assert big["Total Cost"] < 100_000
     print(report)  # noqa: T201 - the measured buffers and entries, for the log

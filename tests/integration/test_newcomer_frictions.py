@@ -293,7 +293,7 @@ async def test_friction_9_schema_check_after_apply_leaves_out_undeclared_ship_ta
     assert (code, err) == (0, ""), out + err
     lines = out.splitlines()
     assert lines[0] == "schema check: OK, 6 table(s) match the metadata."
-    assert lines[1].startswith("left out: 8 ship table(s) in the database that the metadata")
+    assert lines[1].startswith("left out: 9 ship table(s) in the database that the metadata")
     for name in (
         "ship_job_steps",
         "ship_job_events",
@@ -306,7 +306,7 @@ async def test_friction_9_schema_check_after_apply_leaves_out_undeclared_ship_ta
 
     code, out, err = await ship(*check, "--json", cwd=tmp_path, env=env)
     assert (code, err) == (0, ""), err
-    assert len(json.loads(out)["ship_tables_left_out"]) == 8
+    assert len(json.loads(out)["ship_tables_left_out"]) == 9
 
     async with ship_engine.begin() as connection:
         await connection.execute(text("CREATE TABLE stray (id integer)"))
@@ -315,7 +315,7 @@ async def test_friction_9_schema_check_after_apply_leaves_out_undeclared_ship_ta
     assert [line.split()[0] for line in out.splitlines() if "table_extra" in line] == ["stray"]
     code, out, _ = await ship(*check, "--extra-ship-tables", cwd=tmp_path, env=env)
     assert code == 1, out
-    assert sum("table_extra" in line for line in out.splitlines()) == 9
+    assert sum("table_extra" in line for line in out.splitlines()) == 10
 
 
 # --- 8: a job no live worker serves ---------------------------------------------------------------

@@ -13,6 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Column, Integer, MetaData, text
 
 from ship_sqla import ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs._history_ddl import HISTORY_PARTITION_OPTIONS
 from ship_sqla._schema_apply import apply_ship_schema, ship_tables_metadata
 from ship_sqla._storage_options import STORAGE_OPTIONS_INFO
 from ship_sqla.schema import check_schema, storage_options
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
 RELOPTIONS = text(
     "SELECT c.relname, c.reloptions FROM pg_class c"
-    " WHERE c.relnamespace = 'public'::regnamespace AND c.relkind = 'r'"
+    " WHERE c.relnamespace = 'public'::regnamespace AND c.relkind IN ('r', 'p')"
 )
 
 
@@ -49,6 +50,9 @@ async def test_j21_schema_apply_creates_every_declared_option(ship_engine: Async
     assert declared["ship_job_state"]["fillfactor"] == 50
     for name, options in declared.items():
         assert live[name] == _as_text(options), name
+    # J17: the history parent is partitioned (it takes no options); its leaves take theirs.
+    assert declared["ship_job_history"] == {}
+    assert live["ship_job_history_completed_default"] == _as_text(HISTORY_PARTITION_OPTIONS)
     assert sum(1 for options in declared.values() if options) >= 6
 
 

@@ -53,6 +53,9 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("jobs", "demand"),
         ("jobs", "stats"),
         ("jobs", "health"),
+        # J17: the history's maintenance, the same pass the fleet's sampler runs unattended
+        # (a schema tool, like schema apply; --migrate is the one-shot upgrade).
+        ("jobs", "maintain"),
         ("enqueue",),
         ("dashboard",),
         ("backfill", "status"),

@@ -11,6 +11,7 @@ from sqlalchemy import MetaData
 
 from ship_sqla._jobs import (
     ship_job_events_table,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
@@ -36,6 +37,7 @@ def _all_tables(server_clock: bool = False) -> JobStatements:
         workers=ship_job_workers_table(metadata),
         steps=ship_job_steps_table(metadata),
         events=ship_job_events_table(metadata),
+        history=ship_job_history_table(metadata),
         server_clock=server_clock,
     )
 

@@ -9,7 +9,8 @@ So the command enqueues in one of two ways:
   ``backend.enqueue`` in the application would (its codec validates the JSON payload);
 - without it, the job need not be importable: a stand-in definition with the job id, the JSON
   payload as given, ``--max-attempts`` (default: ``RetryPolicy``'s, 5), ``--priority`` (default
-  0), no dedupe key but ``--dedupe-key``, and the single-runner key ``--key`` when given. The
+  0), no dedupe key but ``--dedupe-key``, the single-runner key ``--key`` when given, and,
+  with ``--partition-key``, a job whose limits are per partition key (F8/F9). The
   worker runs the run with its real definition; only these enqueue-time values come from the
   stand-in, and the command prints them.
 """
@@ -37,7 +38,7 @@ from ship_sqla._cli._params import REGISTRY, AnyParamType, Duration
 from ship_sqla._cli._serving import Serving, serving, unserved_warning
 from ship_sqla._outbox._admin import MAX_RETENTION
 from ship_sqla.kernel._errors import ConfigurationError, InvalidPayloadError
-from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
+from ship_sqla.kernel._jobs import Concurrency, RateLimit, RetryPolicy, define_job
 from ship_sqla.kernel._keys import InvalidKeyError
 from ship_sqla.kernel._priority import MAX_PRIORITY, MIN_PRIORITY, InvalidPriorityError
 from ship_sqla.kernel._registry import UnknownJobError
@@ -113,23 +114,33 @@ def _json_payload(_ctx: click.Context, _param: click.Parameter, value: str) -> A
         ) from exc
 
 
+_STAND_IN_RATE: Final = RateLimit(1, 1.0, partition="key")
+"""The stand-in's mark of a job partitioned by key (``--partition-key``); never enforced here."""
+
+
 async def _never_run_here(_ctx: object, _payload: object) -> None:
     """The stand-in's handler: the CLI process enqueues only; a worker runs the real one."""
     msg = "the ship-sqla enqueue stand-in job is never executed"
     raise RuntimeError(msg)
 
 
-def stand_in_job(job_id: str, *, max_attempts: int, key: str | None) -> JobDefinition[Any]:
+def stand_in_job(
+    job_id: str, *, max_attempts: int, key: str | None, partition_key: str | None = None
+) -> JobDefinition[Any]:
     """The definition ``enqueue`` uses without ``--registry`` (see the module docstring); a bad
-    job id raises ``ConfigurationError``."""
+    job id raises ``ConfigurationError``. With ``partition_key`` it is a job whose limits are
+    per partition key (F8/F9), so the enqueue stores the key; the stand-in's limit itself is
+    never used (the worker claims with the job's own definition)."""
     concurrency = (
         Concurrency(single_runner=True, key=lambda _payload: key) if key is not None else None
     )
+    rate_limit = None if partition_key is None else _STAND_IN_RATE
     return define_job(
         job_id,
         _never_run_here,
         concurrency=concurrency,
         retry=RetryPolicy(attempts=max_attempts),
+        rate_limit=rate_limit,
     )
 
 
@@ -143,6 +154,7 @@ async def enqueue_run(
     dedupe_key: str | None,
     priority: int | None,
     tenant: str | None,
+    partition_key: str | None = None,
     check_served: bool = False,
 ) -> tuple[EnqueueResult, Serving | None]:
     """Enqueue one run of ``job`` at ``url`` (a committed enqueue wakes listening workers, K1),
@@ -152,7 +164,12 @@ async def enqueue_run(
         backend = tables.backend(engine)
         with tenant_ambient(tenant):
             result = await backend.enqueue(
-                job, payload, run_at=run_at, dedupe_key=dedupe_key, priority=priority
+                job,
+                payload,
+                run_at=run_at,
+                dedupe_key=dedupe_key,
+                priority=priority,
+                partition_key=partition_key,
             )
         if not check_served:
             return result, None
@@ -194,6 +211,7 @@ def _job_to_enqueue(
     registry: JobRegistry | None,
     max_attempts: int | None,
     key: str | None,
+    partition_key: str | None = None,
 ) -> tuple[JobDefinition[Any], Any]:
     """The definition the run is enqueued through (see the module docstring), and its payload."""
     if registry is not None:
@@ -205,7 +223,10 @@ def _job_to_enqueue(
         return _registered_job(registry, job_id, payload)
     try:
         definition = stand_in_job(
-            job_id, max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS, key=key
+            job_id,
+            max_attempts=max_attempts or DEFAULT_MAX_ATTEMPTS,
+            key=key,
+            partition_key=partition_key,
         )
     except ConfigurationError as exc:
         raise click.BadParameter(f"{exc.message} Fix: {exc.fix}", param_hint="JOB") from exc
@@ -270,6 +291,13 @@ def _print_enqueued(
 )
 @click.option("--tenant", metavar="TENANT", callback=tenant_option, help="F2: the run's tenant.")
 @click.option(
+    "--partition-key",
+    metavar="KEY",
+    default=None,
+    help="F8/F9: the run's partition key, for a job whose limits are per partition key"
+    " (RateLimit or Concurrency with partition='key').",
+)
+@click.option(
     "--registry",
     type=REGISTRY,
     default=None,
@@ -301,6 +329,7 @@ def enqueue(
     dedupe_key: str | None,
     priority: int | None,
     tenant: str | None,
+    partition_key: str | None,
     registry: JobRegistry | None,
     max_attempts: int | None,
     key: str | None,
@@ -317,7 +346,12 @@ def enqueue(
     --workers-table) and none of them serves JOB, a warning on stderr says so, naming the jobs
     they serve (a mistyped id would wait forever); the run is enqueued all the same."""
     definition, payload = _job_to_enqueue(
-        job_id, payload, registry=registry, max_attempts=max_attempts, key=key
+        job_id,
+        payload,
+        registry=registry,
+        max_attempts=max_attempts,
+        key=key,
+        partition_key=partition_key,
     )
     call = enqueue_run(
         database_url,
@@ -328,6 +362,7 @@ def enqueue(
         dedupe_key=dedupe_key,
         priority=priority,
         tenant=tenant,
+        partition_key=partition_key,
         check_served=registry is None,
     )
     try:

@@ -166,7 +166,7 @@ def _ship_tables_choice_options(command: Any) -> Any:  # noqa: ANN401 - click's 
         "--only",
         type=click.Choice(COMPONENTS),
         multiple=True,
-        help="Only these ship tables (repeatable): jobs (runs, state, workers), workflows"
+        help="Only these ship tables (repeatable): jobs (runs, state, workers, history), workflows"
         " (steps, events; with jobs), outbox, idempotency, webhooks, locks, audit, backfills,"
         " webhooks_out (outbound webhook endpoints, deliveries). Default: all.",
     )(command)

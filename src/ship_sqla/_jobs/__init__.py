@@ -5,6 +5,7 @@ from ship_sqla._jobs._backend import JobBackendTimeoutError as JobBackendTimeout
 from ship_sqla._jobs._backend import PostgresJobBackend as PostgresJobBackend
 from ship_sqla._jobs._backend import create_job_backend as create_job_backend
 from ship_sqla._jobs._tables import ship_job_events_table as ship_job_events_table
+from ship_sqla._jobs._tables import ship_job_history_table as ship_job_history_table
 from ship_sqla._jobs._tables import ship_job_runs_table as ship_job_runs_table
 from ship_sqla._jobs._tables import ship_job_state_table as ship_job_state_table
 from ship_sqla._jobs._tables import ship_job_steps_table as ship_job_steps_table
@@ -18,6 +19,7 @@ __all__ = (
     "PostgresWorkerRegistry",
     "create_job_backend",
     "ship_job_events_table",
+    "ship_job_history_table",
     "ship_job_runs_table",
     "ship_job_state_table",
     "ship_job_steps_table",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
 
+from ship_sqla._jobs._sql import live as live_sql
 from ship_sqla._jobs._sql.admin import (
     CANCEL_LIVE_RUN,
     DELETE_FINISHED_BATCH,
@@ -120,6 +121,8 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         consecutive_lapses=row.consecutive_lapses,
         progress=row.progress,
         handler_version=row.handler_version,
+        started_at=getattr(row, "started_at", None),
+        worker=getattr(row, "worker", None),
     )
 
 
@@ -132,6 +135,7 @@ class PostgresRunAdmin:
         "_cancel_requested",
         "_child_ended",
         "_connections",
+        "_history",
         "_now",
         "_s",
         "_wake",
@@ -151,8 +155,11 @@ class PostgresRunAdmin:
         wake_payload: Callable[[str], str],
         cancel_requested: Callable[[str], None],
         child_ended: Callable[[str], None] | None = None,
+        history: bool = False,
     ) -> None:
         self._child_ended = child_ended
+        # J16: the backend has a history table; every read of finished runs reads both tables.
+        self._history = history
         self._s = statements
         self._connections = connections
         self._now = now
@@ -164,7 +171,11 @@ class PostgresRunAdmin:
 
     async def get_run(self, run_id: str) -> RunRecord | None:
         rows = await self._connections.rows(
-            "get_run", self._s[GET_RUN], {"id": run_id}, scope=None, by_name=True
+            "get_run",
+            self._s[live_sql.GET_RUN_EITHER if self._history else GET_RUN],
+            {"id": run_id},
+            scope=None,
+            by_name=True,
         )
         return run_record(rows[0]) if rows else None
 
@@ -176,9 +187,14 @@ class PostgresRunAdmin:
             "after_id": after_id,
             "tenant": query.tenant,
         }
-        statement = self._s[LIST_DEAD_ALL_JOBS]
+        if self._history:
+            of_job = live_sql.LIST_DEAD_OF_JOB_EITHER
+            all_jobs = live_sql.LIST_DEAD_ALL_JOBS_EITHER
+        else:
+            of_job, all_jobs = LIST_DEAD_OF_JOB, LIST_DEAD_ALL_JOBS
+        statement = self._s[all_jobs]
         if query.job_id is not None:
-            statement = self._s[LIST_DEAD_OF_JOB]
+            statement = self._s[of_job]
             params["job_id"] = query.job_id
         rows = await self._connections.rows(
             "list_dead", statement, params, scope=None, by_name=True
@@ -191,10 +207,17 @@ class PostgresRunAdmin:
         dedupe key (J1: the statement checks, and a concurrent enqueue that wins the race anyway
         trips the unique index, 23505)."""
         params = {"id": run_id, "now": self._now()}
+        # J16: a dead run in history moves back; else one the runs table still holds (an older
+        # release's) waits again in place.
+        statements = (live_sql.RETRY_DEAD_BACK, RETRY_DEAD) if self._history else (RETRY_DEAD,)
         try:
-            rows = await self._connections.rows(
-                "retry", self._s[RETRY_DEAD], params, scope=None, by_name=True
-            )
+            rows: Sequence[Any] = []
+            for statement in statements:
+                rows = await self._connections.rows(
+                    "retry", self._s[statement], params, scope=None, by_name=True
+                )
+                if rows:
+                    break
         except IntegrityError as exc:
             if sqlstate_of(exc) != "23505":
                 raise
@@ -275,9 +298,22 @@ class PostgresRunAdmin:
 
     async def discard(self, run_id: str) -> RunRecord | None:
         params = {"id": run_id, "now": self._now()}
-        rows = await self._connections.rows(
-            "discard", self._s[DISCARD_WAITING_OR_DEAD], params, scope=None, by_name=True
+        statements = (
+            (
+                live_sql.DISCARD_WAITING_MOVING,
+                live_sql.DISCARD_DEAD_IN_HISTORY,
+                DISCARD_WAITING_OR_DEAD,
+            )
+            if self._history
+            else (DISCARD_WAITING_OR_DEAD,)
         )
+        rows: Sequence[Any] = []
+        for statement in statements:
+            rows = await self._connections.rows(
+                "discard", self._s[statement], params, scope=None, by_name=True
+            )
+            if rows:
+                break
         record = run_record(rows[0]) if rows else None
         await self._after_child_ended(record)
         return record
@@ -312,8 +348,9 @@ class PostgresRunAdmin:
         )
         if told:
             await self._connections.after_commit(None, lambda: self._cancel_requested(run_id))
+        cancel = live_sql.CANCEL_MOVING if self._history else CANCEL_LIVE_RUN
         rows = await self._connections.rows(
-            "cancel", self._s[CANCEL_LIVE_RUN], params, scope=None, by_name=True
+            "cancel", self._s[cancel], params, scope=None, by_name=True
         )
         row = rows[0] if rows else None
         if row is None and told:
@@ -340,7 +377,10 @@ class PostgresRunAdmin:
             ],
         }
         [(known,)] = await self._connections.rows(
-            "job_known", self._s[JOB_KNOWN], params, scope=None
+            "job_known",
+            self._s[live_sql.JOB_KNOWN_EITHER if self._history else JOB_KNOWN],
+            params,
+            scope=None,
         )
         return bool(known)
 
@@ -457,7 +497,11 @@ class PostgresRunAdmin:
     async def state_counts(self, *, limit: int) -> list[StateCount]:
         params = {"limit": limit, "now": self._now()}
         rows = await self._connections.rows(
-            "state_counts", self._s[STATE_COUNTS], params, scope=None, by_name=True
+            "state_counts",
+            self._s[live_sql.STATE_COUNTS_EITHER if self._history else STATE_COUNTS],
+            params,
+            scope=None,
+            by_name=True,
         )
         return [
             StateCount(
@@ -509,6 +553,9 @@ class PostgresRunAdmin:
             params["after_id"] = None if lease is None else lease.run_id
         else:
             of_job, all_jobs = self._s[LIST_FINISHED_OF_JOB], self._s[LIST_FINISHED_ALL_JOBS]
+            if self._history:  # J16: the finished runs are in history
+                of_job = self._s[live_sql.LIST_FINISHED_OF_JOB_EITHER]
+                all_jobs = self._s[live_sql.LIST_FINISHED_ALL_JOBS_EITHER]
             created = after if isinstance(after, CreatedPosition) else None
             params["state"] = query.state
             params["created_from"] = query.created_from
@@ -538,7 +585,11 @@ class PostgresRunAdmin:
             "now": self._now(),
         }
         rows = await self._connections.rows(
-            "throughput", self._s[THROUGHPUT], params, scope=OWN, by_name=True
+            "throughput",
+            self._s[live_sql.THROUGHPUT_EITHER if self._history else THROUGHPUT],
+            params,
+            scope=OWN,
+            by_name=True,
         )
         return [
             ThroughputBucket(row.start, int(row.completed), int(row.dead), bool(row.capped))
@@ -562,7 +613,11 @@ class PostgresRunAdmin:
             "after_key": None if after is None else after[1],
         }
         rows = await self._connections.rows(
-            "consumer progress", self._s[CONSUMER_PROGRESS], params, scope=None, by_name=True
+            "consumer progress",
+            self._s[live_sql.CONSUMER_PROGRESS_EITHER if self._history else CONSUMER_PROGRESS],
+            params,
+            scope=None,
+            by_name=True,
         )
         return [
             ConsumerKeyProgress(

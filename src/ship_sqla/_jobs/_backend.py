@@ -79,7 +79,7 @@ import logging
 from collections import Counter
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypedDict
 
 from sqlalchemy import MetaData, Table, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -87,8 +87,10 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ship_sqla._jobs._admin import PostgresRunAdmin
 from ship_sqla._jobs._health import PostgresStorageHealth
 from ship_sqla._jobs._insert import RunInserter, inserted
+from ship_sqla._jobs._maintenance import PostgresHistoryMaintenance
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
+from ship_sqla._jobs._sql import live as live_sql
 from ship_sqla._jobs._sql.claim import (
     CLAIM_AGED,
     CLAIM_AGED_GATED,
@@ -121,6 +123,7 @@ from ship_sqla._jobs._tables import (
     partitioned_claims_ddl,
     partitioned_claims_index_names,
     ship_job_events_table,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
@@ -156,7 +159,8 @@ from ship_sqla.kernel import Clock
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
-from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK
+from ship_sqla.kernel._history_partitions import HistoryMaintenance
+from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK, KEEP_ROW, history_keep
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
 from ship_sqla.kernel._plans.claim_floor import ClaimFloors, Floor
 from ship_sqla.kernel._ports import (
@@ -191,7 +195,7 @@ if TYPE_CHECKING:
     from ship_sqla._sql import Template
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._health import HealthBounds, StorageHealth
-    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._jobs import JobDefinition, Retention
     from ship_sqla.kernel._on_error import ErrorHandler
     from ship_sqla.kernel._plans.prepare import PreparedRun
     from ship_sqla.kernel._ports import ClaimRequest, FenceAnswer
@@ -299,28 +303,26 @@ class PostgresJobBackend(JobBackendBase):
         events_table: Table | None = None,
         synchronous_claims: bool = False,
         health_bounds: HealthBounds | None = None,
+        history_table: Table | None = None,
+        live_only: bool = False,
     ) -> None:
-        _require_database(database)
-        self._set_options(
-            clock=clock,
-            queue_depth_limit=queue_depth_limit,
-            on_error=on_error,
-            default_lock_provider=_default_locks(database, clock),
-        )
-        timeout = require_duration(operation_timeout, "operation_timeout", maximum=_MAX_TIMEOUT)
+        timeout = self._configure(database, clock, queue_depth_limit, on_error, operation_timeout)
         _check_runs_table(table)
+        _check_live_only(live_only, history_table, steps_table)
         self._database = database
         self._table = table
         self._state_table = state_table
+        self._history_table = history_table  # J16, J17 (None: built without one)
         self.synchronous_claims: Final = bool(synchronous_claims)  # J24, create_job_backend
         workers_table = PostgresWorkerRegistry.table_or_default(workers_table)
+        tables = {"workers": workers_table, "steps": steps_table, "events": events_table}
         self.statements: Final = JobStatements.for_tables(
             table,
             state_table,
-            workers=workers_table,
-            steps=steps_table,
-            events=events_table,
+            **tables,
+            history=history_table,
             server_clock=not self._clock.frozen,
+            live_only=live_only,
         )
         """Every statement on this backend's tables, each rendered once (on first use); lent to
         its inserter, schedules, admin port, worker registry, workflow store and the CLI."""
@@ -358,10 +360,30 @@ class PostgresJobBackend(JobBackendBase):
         self._wire_announcements(database, listen=listen, announce=announce)
         # F2: per fair job, the tenant its last claim's walk stopped at (None: from the start).
         self._fair_cursors: dict[str, str] = {}
-        self.claim_floors = ClaimFloors()
+        self.claim_floors = ClaimFloors()  # J19: where each job's next priority walk starts
+        self.history: Final = live_only  # J16: runs that end move to history
+        self._keeps: dict[str, int] = {}  # J18: per job, what its completed runs leave there
         self._fair_served = False  # F2: whether fair claims' index exists (asked until it does)
         self._tables_served = False
         self._wire_stores(workers_table, steps_table, events_table, health_bounds)
+
+    def _configure(
+        self,
+        database: Database,
+        clock: Clock | None,
+        queue_depth_limit: int | None,
+        on_error: ErrorHandler | None,
+        operation_timeout: float,
+    ) -> float:
+        """The base options; the operation timeout, checked."""
+        _require_database(database)
+        self._set_options(
+            clock=clock,
+            queue_depth_limit=queue_depth_limit,
+            on_error=on_error,
+            default_lock_provider=_default_locks(database, clock),
+        )
+        return require_duration(operation_timeout, "operation_timeout", maximum=_MAX_TIMEOUT)
 
     def _storage_health_reader(
         self, bounds: HealthBounds | None, steps_table: Table | None, events_table: Table | None
@@ -375,7 +397,9 @@ class PostgresJobBackend(JobBackendBase):
             ("events", events_table),
         )
         named = {role: quoted_table(t) for role, t in tables if t is not None}
-        return PostgresStorageHealth(self.statements, self._connections, named, bounds)
+        return PostgresStorageHealth(
+            self.statements, self._connections, named, bounds, history=self._maintenance
+        )
 
     def _wire_stores(
         self,
@@ -396,6 +420,7 @@ class PostgresJobBackend(JobBackendBase):
             wake_payload=self._wake_payload,
             cancel_requested=self._cancel_requested,
             child_ended=self._child_ended,
+            history=self.history,
         )
         # F6, F5: the worker registry and the queue-sampler lease, on their own (optional) table.
         self._workers = PostgresWorkerRegistry(
@@ -414,6 +439,14 @@ class PostgresJobBackend(JobBackendBase):
             )
             if steps_table is not None and events_table is not None
             else None
+        )
+        # J17: the history's maintenance (None: a backend built without a history table).
+        self._maintenance = (
+            None
+            if self._history_table is None
+            else PostgresHistoryMaintenance(
+                self._history_table, self.statements, self._connections, self._clock.now
+            )
         )
         self._health = self._storage_health_reader(health_bounds, steps_table, events_table)
 
@@ -468,6 +501,30 @@ class PostgresJobBackend(JobBackendBase):
     @property
     def state_table(self) -> Table:
         return self._state_table
+
+    @property
+    def history_table(self) -> Table | None:
+        """J16, J17: the run history table (None: built without one)."""
+        return self._history_table
+
+    @property
+    def history_maintenance(self) -> PostgresHistoryMaintenance | None:
+        """J17: the maintenance of :attr:`history_table` (None: built without one)."""
+        return self._maintenance
+
+    @property
+    def store_connections(self) -> StoreConnections:
+        """How this backend's own statements reach the database (the history migration's)."""
+        return self._connections
+
+    async def maintain_history(self, retentions: Sequence[Retention] = ()) -> HistoryMaintenance:
+        """J17: one maintenance pass over the history's partitions (create days ahead, drop
+        expired ones, analyze the parent, count the DEFAULT partitions' strays), each DDL under
+        a 1 s ``lock_timeout`` (deferred, not waited for). ``retentions``: the registered
+        jobs'; each class keeps the longest of those and the history table's own."""
+        if self._maintenance is None:
+            return HistoryMaintenance()
+        return await self._maintenance.maintain(retentions)
 
     @property
     def database(self) -> Database:
@@ -705,6 +762,7 @@ class PostgresJobBackend(JobBackendBase):
         (``ship_job_runs_table(..., fair_claims=True)``), so a worker without it fails there."""
         definitions = list(definitions)
         self._require_same_database(definitions)
+        self._keeps.update((job.id, history_keep(job.retention)) for job in definitions)
         fair = [job.id for job in definitions if job.fairness is not None]
         await self.require_tables("the job worker", fair_claims=bool(fair))
         for by_key in (False, True):
@@ -843,11 +901,11 @@ class PostgresJobBackend(JobBackendBase):
         if request.partition is not None:
             return await self._claim_partitioned(params, request)
         _aging_params(params, request)
-        taken: list[tuple[int, datetime, int]] | None = None
         floors: tuple[Floor, ...] = ()
-        if fair is None and request.aging is None:
+        floored = fair is None and request.aging is None
+        if floored:
             # J19: the priority walk starts at this backend's floors (kernel ClaimFloors).
-            taken, floors = [], self.claim_floors.floors(job_id, self._clock.now())
+            floors = self.claim_floors.floors(job_id, self._clock.now())
             params["floor_priorities"] = [floor.priority for floor in floors]
             params["floor_run_ats"] = [floor.run_at for floor in floors]
             params["floor_seqs"] = [floor.seq for floor in floors]
@@ -857,11 +915,11 @@ class PostgresJobBackend(JobBackendBase):
             params["rate_period"] = None if rate is None else rate.period
             params["gate_row"] = state_row(job_id, "claim-gate")
         statement = s[_claim_template(request)]
-        batch, gate_created = await self._claim_with(statement, params, request, taken=taken)
+        batch, gate_created, taken = await self._claim_with(statement, params, request)
         if gate_created and not batch and not batch.buried:
             # The job's first gated claim made its gate, which grants nothing: claim again.
-            batch, _ = await self._claim_with(statement, params, request, taken=taken)
-        if taken is not None:
+            batch, _, taken = await self._claim_with(statement, params, request)
+        if floored:
             self.claim_floors.record(job_id, self._clock.now(), floors, taken)
         return batch
 
@@ -890,7 +948,7 @@ class PostgresJobBackend(JobBackendBase):
         else:
             keyed = CLAIM_PARTITIONED_KEYED, CLAIM_PARTITIONED
         statement = s[keyed[0]] if request.exclude_keys else s[keyed[1]]
-        batch, _ = await self._claim_with(statement, params, request, walked=True)
+        batch, _, _ = await self._claim_with(statement, params, request, walked=True)
         return batch
 
     async def _claim_with(
@@ -900,12 +958,11 @@ class PostgresJobBackend(JobBackendBase):
         request: ClaimRequest,
         *,
         walked: bool = False,
-        taken: list[tuple[int, datetime, int]] | None = None,
-    ) -> tuple[ClaimBatch, bool]:
+    ) -> tuple[ClaimBatch, bool, list[tuple[int, datetime, int]]]:
         """One claim statement (F1: one autocommitted statement, one round trip: it reads the
         job's pause, K3, and a gated one takes the job's claim gate for that statement only):
-        the batch, and whether this statement made the job's claim gate. ``taken`` (J19) gets
-        the (priority, run_at, seq) of each waiting run claimed."""
+        the batch, whether this statement made the job's claim gate, and (J19) the
+        (priority, run_at, seq) of each waiting run it claimed."""
         job_id, lease = request.job_id, request.lease
         rows = await self._connections.rows(
             f"claim of job {job_id!r}", statement, params, scope=OWN
@@ -935,13 +992,24 @@ class PostgresJobBackend(JobBackendBase):
                     buried.append(_buried(row, job_id, request.max_lapses))
                 continue
             claimed.append(_claimed(row, job_id, lease))
-            if taken is not None and not row[20]:
-                taken.append((row[10], row[8], row[9]))
         if ended_children:
             await self._wake_parents(ended_children)  # D5: after the burial committed
+        if self.history and (buried or ended_children):
+            await self._move_finished(job_id)
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
         more_due = job_id in self._fair_cursors and (walked or request.fairness is not None)
-        return ClaimBatch(claimed, buried, rate_wait=rate_wait, more_due=more_due), created
+        batch = ClaimBatch(claimed, buried, rate_wait=rate_wait, more_due=more_due)
+        return batch, created, _positions(rows)
+
+    async def _move_finished(self, job_id: str) -> None:
+        """J16: the claim ended runs in place (J6's burial; the claim is unchanged): move the
+        job's finished rows into history, a bounded batch, its own statement."""
+        await self._connections.execute(
+            f"move of job {job_id!r}'s finished runs",
+            self.statements[live_sql.MOVE_FINISHED],
+            {"job_id": job_id, "batch": MOVE_BATCH},
+            scope=OWN,
+        )
 
     async def heartbeat(self, runs: Sequence[ClaimedRun]) -> HeartbeatBatch:
         """Extend each run's lease by its claim's ``lease``; False where stale or lapsed; the
@@ -1069,7 +1137,7 @@ class PostgresJobBackend(JobBackendBase):
     async def claim_state(self, run: ClaimedRun) -> str | None:
         rows = await self._connections.rows(
             "claim state",
-            self.statements[CLAIM_STATE_IF_TOKEN],
+            self.statements[live_sql.CLAIM_STATE_EITHER if self.history else CLAIM_STATE_IF_TOKEN],
             {"id": run.run_id, "token": run.token},
             scope=OWN,
         )
@@ -1097,9 +1165,11 @@ class PostgresJobBackend(JobBackendBase):
         # (the statement reads the missing elements as NULL, a NULL state as a completion): six
         # arrays less to encode.
         params.update(_SETTLE_FIELDS_NONE if completions_only else _settle_fields(batch))
-        rows = await self._connections.rows(
-            "settle", self.statements[SETTLE_IF_TOKEN_CURRENT], params, scope=scope
-        )
+        statement = self.statements[SETTLE_IF_TOKEN_CURRENT]
+        if self.history:
+            statement = self.statements[live_sql.SETTLE_MOVING]
+            params.update(self._history_fields(batch))
+        rows = await self._connections.rows("settle", statement, params, scope=scope)
         # By position, as a claim's (SETTLE_COLUMNS): (ordinal, new state, parent id).
         landed: dict[int, str] = {ordinal: state for ordinal, state, _ in rows}
         ended_children = [
@@ -1120,6 +1190,15 @@ class PostgresJobBackend(JobBackendBase):
             if state is not None:
                 outcomes[index] = settlement.landed(state)
         return outcomes
+
+    def _history_fields(self, batch: Sequence[Settlement]) -> dict[str, list[Any]]:
+        """SETTLE_MOVING's arrays beside the settle's (J16, J18): each attempt's start (its
+        claim's time) and, unless every job keeps the default, each run's keep code."""
+        keeps = [self._keeps.get(s.run.job_id, KEEP_ROW) for s in batch]
+        return {
+            "starts": [s.run.lease_expires_at - timedelta(seconds=s.run.lease) for s in batch],
+            "keeps": [] if all(keep == KEEP_ROW for keep in keeps) else keeps,
+        }
 
     async def _settle_with_suspends(
         self, settlements: Sequence[SettleRequest], sent: Sequence[int]
@@ -1220,23 +1299,48 @@ class PostgresJobBackend(JobBackendBase):
         return await self._health.storage_health()
 
 
+class _BackendTables(TypedDict):
+    """``create_job_backend``'s tables, as ``PostgresJobBackend`` takes them."""
+
+    table: Table
+    state_table: Table
+    steps_table: Table
+    events_table: Table
+    history_table: Table
+    live_only: bool
+
+
 def _default_tables(
     table: Table | None,
     state_table: Table | None,
     steps_table: Table | None,
     events_table: Table | None,
-) -> tuple[Table, Table, Table, Table]:
+    history_table: Table | None,
+) -> _BackendTables:
     """``create_job_backend``'s tables: those given, else the factories' under their default
-    names (the steps and events tables beside ``table``)."""
+    names (the steps and events tables beside ``table``); J16's move is on (``live_only``) when
+    the history table was given."""
+    live_only = history_table is not None
     if table is None:
         table = ship_job_runs_table(MetaData())
     if state_table is None:
         state_table = ship_job_state_table(MetaData())
     if steps_table is None:
-        steps_table = ship_job_steps_table(MetaData(), schema=table.schema, runs_table=table.name)
+        steps_table = ship_job_steps_table(
+            MetaData(), schema=table.schema, runs_table=table.name, runs_fkey=not live_only
+        )
     if events_table is None:
         events_table = ship_job_events_table(MetaData(), schema=table.schema)
-    return table, state_table, steps_table, events_table
+    if history_table is None:
+        history_table = ship_job_history_table(MetaData(), schema=table.schema)
+    return _BackendTables(
+        table=table,
+        state_table=state_table,
+        steps_table=steps_table,
+        events_table=events_table,
+        history_table=history_table,
+        live_only=live_only,
+    )
 
 
 def _require_database(database: object) -> None:
@@ -1271,6 +1375,12 @@ _SETTLE_FIELDS_NONE: Final[dict[str, list[Any]]] = {
     "keeps_lapses": [],
     "wait_fors": [],
 }
+
+
+def _positions(rows: Sequence[Sequence[Any]]) -> list[tuple[int, datetime, int]]:
+    """J19: (priority, run_at, seq) of each waiting run a claim statement's rows claimed (kind
+    0, not a retaken lapsed lease), by position (CLAIM_COLUMNS)."""
+    return [(row[10], row[8], row[9]) for row in rows if row[14] == 0 and not row[20]]
 
 
 def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:
@@ -1321,6 +1431,30 @@ def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:
     )
 
 
+MOVE_BATCH: Final = 1000
+"""How many finished rows one MOVE_FINISHED moves at most."""
+
+
+def _check_live_only(live_only: bool, history: Table | None, steps: Table | None) -> None:
+    """J16: live_only needs a history table; runs move out of the runs table, so a steps table
+    whose foreign key cascades a run's deletion to its steps would lose a finished workflow's
+    steps at its end."""
+    if live_only and history is None:
+        raise ConfigurationError(
+            "live_only=True needs a history table (J16: ended runs move there).",
+            fix="pass history_table=ship_job_history_table(metadata).",
+        )
+    if not live_only or steps is None:
+        return
+    if any(fk.ondelete for fk in steps.foreign_keys if fk.column.table.name != steps.name):
+        raise ConfigurationError(
+            f"the steps table {steps.name!r} has a foreign key to the runs table: with a"
+            " history table, a run that ends leaves the runs table and would take its steps.",
+            fix="declare it ship_job_steps_table(metadata, ..., runs_fkey=False) (and drop the"
+            " constraint from the database: ALTER TABLE ... DROP CONSTRAINT <steps>_run_fkey).",
+        )
+
+
 def _buried(row: Sequence[Any], job_id: str, max_lapses: int | None) -> BuriedRun:
     """A run a claim dead-lettered (J6), from its row (by position: CLAIM_COLUMNS); J15: the
     claim's own rule read back: a crash loop when this lapse was the ``max_lapses``-th."""
@@ -1365,6 +1499,7 @@ def create_job_backend(
     events_table: Table | None = None,
     synchronous_claims: bool = False,
     health_bounds: HealthBounds | None = None,
+    history_table: Table | None = None,
 ) -> PostgresJobBackend:
     """The PostgreSQL job backend (seed: ``createDrizzleJobBackend``).
 
@@ -1408,14 +1543,14 @@ def create_job_backend(
     True: the server's own, as enqueues and settles (docs/production.md, "Failover").
     ``health_bounds`` (J22): when :meth:`PostgresJobBackend.storage_health` is an alarm
     (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
+    ``history_table`` (J16, J17): from :func:`ship_job_history_table` (default: beside
+    ``table``); its partitions are kept by maintenance (``ship-sqla jobs maintain``, F5's holder).
+    Given explicitly, the runs table holds live runs only (J16, docs/jobs.md "The tables").
     """
-    table, state_table, steps_table, events_table = _default_tables(
-        table, state_table, steps_table, events_table
-    )
+    tables = _default_tables(table, state_table, steps_table, events_table, history_table)
     return PostgresJobBackend(
         database=database,
-        table=table,
-        state_table=state_table,
+        **tables,
         queue_depth_limit=queue_depth_limit,
         on_error=on_error,
         clock=clock,
@@ -1423,8 +1558,6 @@ def create_job_backend(
         listen=listen,
         announce=announce,
         workers_table=workers_table,
-        steps_table=steps_table,
-        events_table=events_table,
         synchronous_claims=synchronous_claims,
         health_bounds=health_bounds,
     )

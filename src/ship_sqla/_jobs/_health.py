@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING
 from ship_sqla._jobs._sql.health import HORIZON_OLDEST, TABLE_HEALTH
 from ship_sqla._scope import OWN
 from ship_sqla.kernel._health import HealthBounds, HorizonHolder, StorageHealth, TableHealth
+from ship_sqla.kernel._history_partitions import STATE_CLASSES, day_of
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ship_sqla._jobs._maintenance import PostgresHistoryMaintenance
     from ship_sqla._jobs._sql import JobStatements
     from ship_sqla._scope import StoreConnections
 
@@ -25,7 +27,7 @@ class PostgresStorageHealth:
     ``tables`` maps each role (``runs``, ``state``, ``workers``, ``steps``, ``events``) to its
     quoted, schema-qualified name; ``bounds`` are the alarms' (:class:`HealthBounds`)."""
 
-    __slots__ = ("_bounds", "_connections", "_s", "_tables")
+    __slots__ = ("_bounds", "_connections", "_history", "_s", "_tables")
 
     def __init__(
         self,
@@ -33,7 +35,10 @@ class PostgresStorageHealth:
         connections: StoreConnections,
         tables: Mapping[str, str],
         bounds: HealthBounds | None = None,
+        *,
+        history: PostgresHistoryMaintenance | None = None,
     ) -> None:
+        self._history = history
         self._s = statements
         self._connections = connections
         self._tables = dict(tables)
@@ -72,10 +77,30 @@ class PostgresStorageHealth:
                 kind=horizon.kind,
             )
         )
+        ahead, strays = await self._history_health()
         return StorageHealth(
             tables=tables,
             horizon=holder,
             horizon_scope="all" if horizon.sees_all else "own-role",
+            partitions_ahead=ahead,
+            history_strays=strays,
             bounds=self._bounds,
             known=True,
         )
+
+    async def _history_health(self) -> tuple[int | None, int | None]:
+        """J17, J22: the fewest day partitions ready after today over the state classes, and
+        the rows the DEFAULT partitions caught (None, None: no history table, or not created
+        yet)."""
+        history = self._history
+        if history is None:
+            return None, None
+        days = await history.existing_days()
+        if not any(days.values()):
+            return None, None
+        today = day_of(history.now())
+        ahead = min(sum(1 for day in found if day > today) for found in days.values())
+        strays = 0
+        for cls in STATE_CLASSES:
+            strays += await history.default_rows(cls)
+        return ahead, strays

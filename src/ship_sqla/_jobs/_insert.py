@@ -32,6 +32,7 @@ from ship_sqla._jobs._sql.enqueue import (
     ENQUEUE_PLAIN_SAMPLED,
     SET_PARTITION_KEYS,
 )
+from ship_sqla._jobs._sql.live import ENQUEUE_MANY_EITHER
 from ship_sqla._jobs._tables import state_row
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._ports import EnqueueResult
@@ -494,7 +495,9 @@ class RunInserter:
             "tenant": batch[0].tenant if batch else None,
             "handler_version": batch[0].handler_version if batch else None,
         }
-        answer = (await connection.execute(self._s[ENQUEUE_MANY], params)).all()
+        # J16: with a history table, a durable id that ended is there (J1).
+        checked = ENQUEUE_MANY if not self._s.live_only else ENQUEUE_MANY_EITHER
+        answer = (await connection.execute(self._s[checked], params)).all()
         lost: list[int] = []
         due_now = False
         wall = self._wall()

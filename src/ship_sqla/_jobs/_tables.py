@@ -18,7 +18,7 @@ and the claim's index scans walk over them (J22 reports it: ``ship.db.horizon.ag
 
 from __future__ import annotations
 
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from sqlalchemy import (
     BigInteger,
@@ -40,9 +40,13 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TIMESTAMP
 from sqlalchemy.schema import CreateIndex
 
+from ship_sqla._jobs._history_ddl import HISTORY_INFO, declare_history_retention
 from ship_sqla._naming import derived_name, derived_names
 from ship_sqla._storage_options import CHURN_OPTIONS, HOT_ROW_OPTIONS, declare_storage_options
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES
+
+if TYPE_CHECKING:
+    from ship_sqla.kernel._jobs import Retention
 
 __all__ = [
     "DEDUPE_PREDICATE",
@@ -61,6 +65,7 @@ __all__ = [
     "partitioned_claims_ddl",
     "partitioned_claims_index_names",
     "ship_job_events_table",
+    "ship_job_history_table",
     "ship_job_runs_table",
     "ship_job_state_table",
     "ship_job_steps_table",
@@ -361,6 +366,122 @@ def partitioned_claims_ddl(runs: Table, *, by_key: bool = False) -> tuple[str, s
     return ddl[0], ddl[1]
 
 
+HISTORY_PARENT_PREDICATE = "parent_id IS NOT NULL"
+"""``<history>_parent_idx``: ended child runs of a workflow run (D5: the outcomes a parent
+reads once its children have left the runs table)."""
+
+_HISTORY_SUFFIXES = (
+    "_state_check",
+    "_id_idx",
+    "_job_idx",
+    "_parent_idx",
+    "_progress_idx",
+    # The partitions' names (J17): the longest a class's day or default partition takes.
+    "_completed_20000101",
+    "_completed_default",
+)
+
+
+def ship_job_history_table(
+    metadata: MetaData,
+    name: str = "ship_job_history",
+    schema: str | None = None,
+    *,
+    retention: Retention | None = None,
+) -> Table:
+    """The run history (J16, J17, J18): the runs that ended, one slim row each, added to
+    ``metadata`` so Alembic autogenerate sees the parent.
+
+    Partitioned by state class (``PARTITION BY LIST (state)``: ``completed``, ``dead``,
+    ``ended`` = cancelled and discarded) and, inside each class, by UTC day of ``finished_at``
+    (``PARTITION BY RANGE``). The partitions are not in the metadata: ``create_all`` /
+    ``schema apply`` / ``op.create_table`` create, per class, the class partition, its DEFAULT
+    partition (strays: reported when not empty) and today's plus three days ahead
+    (:mod:`ship_sqla._jobs._history_ddl`); maintenance (``ship-sqla jobs maintain``, the
+    sampler-lease holder) creates the next days and drops the expired ones, each class with its
+    retention: the longest of ``retention`` (default :class:`Retention`: completed 1 day, dead
+    30, cancelled and discarded 7) and the registered jobs' that maintenance knows of. Declare
+    here the longest any job of the fleet needs: a worker knows only its own jobs. Alembic's
+    autogenerate must not see the partitions: pass ``ship_include_object(metadata)``
+    (:mod:`ship_sqla.schema`) as ``include_object``; the schema check ignores them.
+
+    No primary key (a partitioned table's unique keys must hold the partition key): a run's id
+    is unique because it is in exactly one of the runs and history tables (J16), and looked up
+    through the hash index ``<history>_id_idx``.
+
+    Columns (J18's slim row): ``id``, ``seq`` (the run's creation order), ``job_id``, ``state``
+    (completed | dead | discarded | cancelled); ``payload`` jsonb null (kept for dead, cancelled
+    and discarded runs, and for completed ones on request); ``key``, ``dedupe_key`` (kept so a
+    retried dead run moves back as it was); ``attempt``, ``max_attempts``, ``priority``;
+    ``run_at`` (due), ``created_at``, ``started_at`` (its last attempt's start: run time and
+    queue wait), ``finished_at`` (the partition key); ``claimed_by`` (its last attempt's
+    worker); ``last_error``; ``history`` (jsonb array, one entry per failed attempt, each with
+    its start and worker); ``trace_context`` jsonb null (K7); ``snoozes``, ``lapses``;
+    ``tenant_id`` (F2); ``parent_id`` (D5); ``progress`` jsonb null (a consumer run's last
+    committed batch, C3).
+    """
+    n = derived_names(name, _HISTORY_SUFFIXES, "job history", schema=schema)
+    states = ", ".join(f"'{s}'" for s in FINISHED_STATES)
+    # J21: a partitioned parent takes no storage options; its leaves are created with
+    # HISTORY_PARTITION_OPTIONS (insert thresholds only: append-only).
+    table = Table(
+        name,
+        metadata,
+        # J18: the fixed-width columns first, widest alignment first, then the variable-width
+        # ones (no alignment padding between them: 8 B less per row, the byte budget's margin).
+        Column("seq", BigInteger, nullable=False),
+        Column("run_at", _TSTZ, nullable=False),
+        Column("created_at", _TSTZ, nullable=False),
+        Column("started_at", _TSTZ, nullable=True),
+        Column("finished_at", _TSTZ, nullable=False),
+        Column("attempt", Integer, nullable=False),
+        Column("max_attempts", Integer, nullable=False),
+        Column("snoozes", Integer, nullable=False, server_default=text("0")),
+        Column("lapses", Integer, nullable=False, server_default=text("0")),
+        Column("priority", SmallInteger, nullable=False, server_default=text("0")),
+        Column("id", Text, nullable=False),
+        Column("job_id", Text, nullable=False),
+        Column("state", Text, nullable=False),
+        Column("claimed_by", Text, nullable=True),
+        # NULL: no entries (a run that never failed): 5 B less than '[]' on most rows (J18).
+        Column("history", JSONB, nullable=True),
+        Column("payload", JSONB, nullable=True),
+        Column("key", Text, nullable=True),
+        Column("dedupe_key", Text, nullable=True),
+        Column("last_error", Text, nullable=True),
+        Column("trace_context", JSONB, nullable=True),
+        Column("tenant_id", Text, nullable=True),
+        Column("parent_id", Text, nullable=True),
+        Column("progress", JSONB, nullable=True),
+        # J15: the run's lapses in a row when it ended; NULL for none (no bytes on most rows).
+        Column("consecutive_lapses", Integer, nullable=True),
+        CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
+        # Serves every read of one run by id (get-run, durable-id dedupe, retry of a dead run):
+        # a hash index, about half a btree's size on random ids, one probe per partition.
+        Index(n["_id_idx"], "id", postgresql_using="hash"),
+        # Serves the dead-letter and finished pages (one state of one job, newest first).
+        Index(n["_job_idx"], "job_id", "state", "finished_at"),
+        # Serves CHILDREN's ended children (D5).
+        Index(
+            n["_parent_idx"],
+            "parent_id",
+            "state",
+            postgresql_where=text(HISTORY_PARENT_PREDICATE),
+        ),
+        # Serves CONSUMER_PROGRESS_EITHER (C3, J16): the ended consumer runs that committed a
+        # batch (no other run enters it), by (consumer, key), newest first.
+        Index(
+            n["_progress_idx"], "job_id", "key", "seq", postgresql_where=text(PROGRESS_PREDICATE)
+        ),
+        schema=schema,
+        comment="ship_sqla job history (ship_job_history_table)",
+        postgresql_partition_by="LIST (state)",
+        info={HISTORY_INFO: True},
+    )
+    declare_history_retention(table, retention)
+    return table
+
+
 def fair_claims_index_name(runs: Table) -> str:
     """``<runs>_tenant_idx``: the name ``ship_job_runs_table(..., fair_claims=True)`` gives the
     index fair claims read (F2); PostgreSQL keeps an index in its table's schema."""
@@ -482,6 +603,7 @@ def ship_job_steps_table(
     schema: str | None = None,
     *,
     runs_table: str = "ship_job_runs",
+    runs_fkey: bool = True,
 ) -> Table:
     """The stored steps of workflow runs (SPEC §13, D1): one row per (run, step name).
 
@@ -492,7 +614,9 @@ def ship_job_steps_table(
     waiting), ``result`` (jsonb: the encoded result), ``wake_at`` (a sleep's wake time, a wait's
     timeout), ``event_name`` / ``event_key`` (what an event wait waits for), ``snapshot`` (the
     ``pg_snapshot`` an event wait began in, as text: an event matches when its transaction is
-    not visible in it, D4), ``created_at``, ``finished_at``. Index ``<name>_patch_idx``
+    not visible in it, D4), ``created_at``, ``finished_at``. ``runs_fkey=False``: no foreign key
+    (a backend with a history table, J16: a run that ends leaves the runs table and keeps its
+    steps). Index ``<name>_patch_idx``
     ``(name, created_at) WHERE kind = 'patch'``: D8's patch markers (no other step enters it).
     """
     n = derived_names(
@@ -521,10 +645,13 @@ def ship_job_steps_table(
         # other step write touches it.
         Index(n["_patch_idx"], "name", "created_at", postgresql_where=text(PATCH_PREDICATE)),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
-        ForeignKeyConstraint(["run_id"], [target], name=n["_run_fkey"], ondelete="CASCADE"),
         schema=schema,
         comment="ship_sqla workflow steps (ship_job_steps_table)",
     )
+    if runs_fkey:
+        table.append_constraint(
+            ForeignKeyConstraint(["run_id"], [target], name=n["_run_fkey"], ondelete="CASCADE")
+        )
     return declare_storage_options(table, CHURN_OPTIONS)  # J21
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from ship_sqla._jobs._admin import run_record
+from ship_sqla._jobs._sql import live as live_sql
 from ship_sqla._jobs._sql import workflows as sql
 from ship_sqla._naming import quoted_table
 from ship_sqla._scope import OWN
@@ -184,12 +185,19 @@ class PostgresWorkflows:
         params = {"parent_id": parent.run_id, "token": parent.token, "ids": list(child_ids)}
         async with self._named():
             await self._connections.execute(
-                "adopt children", self._s[sql.ADOPT_CHILDREN], params, scope=OWN
+                "adopt children",
+                self._s[
+                    live_sql.ADOPT_CHILDREN_EITHER if self._s.live_only else sql.ADOPT_CHILDREN
+                ],
+                params,
+                scope=OWN,
             )
 
     async def children(self, run_id: str) -> list[ChildOutcome]:
         params = {"run_id": run_id}
-        rows = await self._rows("children", self._s[sql.CHILDREN], params)
+        # J16: with a history table, the finished children are there.
+        children = sql.CHILDREN if not self._s.live_only else live_sql.CHILDREN_EITHER
+        rows = await self._rows("children", self._s[children], params)
         return [ChildOutcome(row.id, row.job_id, row.state, row.last_error) for row in rows]
 
     async def publish_event(
@@ -281,6 +289,9 @@ class PostgresWorkflows:
                 row = (
                     await tx.connection.execute(self._s[sql.RERUN_FROM_STEP], params)
                 ).one_or_none()
+                if row is None and self._s.live_only:  # J16: a dead run is in history
+                    statement = self._s[live_sql.RERUN_FROM_STEP_BACK]
+                    row = (await tx.connection.execute(statement, params)).one_or_none()
                 if row is not None:
                     tx.after_commit(self._wake)
         except IntegrityError as exc:

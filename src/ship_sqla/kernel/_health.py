@@ -2,9 +2,9 @@
 
 A store that can read its database's health is a :class:`StorageHealthSource`: it answers a
 :class:`StorageHealth` (the ship tables' live and dead tuples, sizes and time since their last
-vacuum; the oldest held snapshot and who holds it; the history partitions prepared ahead, which
-J17 will fill in). The rules that turn it into alarms are here, pure: :meth:`StorageHealth.alarms`
-against :class:`HealthBounds`. Three readers use them:
+vacuum; the oldest held snapshot and who holds it; the history partitions prepared ahead and
+the runs its DEFAULT partitions caught, J17). The rules that turn it into alarms are here,
+pure: :meth:`StorageHealth.alarms` against :class:`HealthBounds`. Three readers use them:
 
 - the fleet's queue sampler (F5: the one runtime holding the sampler lease) exports the values
   as gauges (:class:`~ship_sqla.kernel._metrics.JobMetrics`) and logs
@@ -56,7 +56,7 @@ HorizonScope = Literal["all", "own-role", "none"]
 a superuser), ``own-role`` (only the role's own sessions: the usual holders, other roles'
 analytics or admin sessions, are invisible) or ``none`` (not read)."""
 
-AlarmKind = Literal["horizon", "dead_tuples", "partitions"]
+AlarmKind = Literal["horizon", "dead_tuples", "partitions", "history_strays"]
 
 
 def _positive(instance: object, attribute: attrs.Attribute[Any], value: object) -> None:
@@ -79,7 +79,7 @@ class HealthBounds:
       alarm past ``max(floor, ratio x live)`` (default 10,000 and 10: autovacuum is not
       keeping up, or a held snapshot keeps it from removing them).
     - ``partitions_ahead_min``: fewer history partitions ready ahead is an alarm (default 2;
-      read once J17's history table exists).
+      read when J17's history table exists). Runs in its DEFAULT partitions always are.
     - ``warn_every``: seconds between two warnings about the same holder (default 300).
     """
 
@@ -129,13 +129,16 @@ class HealthAlarm:
 @attrs.frozen
 class StorageHealth:
     """The storage health of one backend's tables (J22). ``known`` is False when the store
-    reads none (:data:`UNKNOWN_HEALTH`); ``partitions_ahead`` is None until J17's history
-    table exists."""
+    reads none (:data:`UNKNOWN_HEALTH`); ``partitions_ahead`` (the fewest history day partitions
+    ready after today over the state classes) and ``history_strays`` (the rows the history's
+    DEFAULT partitions caught: an alarm when not zero, J17) are None without a history
+    table."""
 
     tables: tuple[TableHealth, ...] = ()
     horizon: HorizonHolder | None = None
     horizon_scope: HorizonScope = "none"
     partitions_ahead: int | None = None
+    history_strays: int | None = None
     bounds: HealthBounds = HealthBounds()
     known: bool = False
 
@@ -175,6 +178,16 @@ class StorageHealth:
                     f" {bounds.partitions_ahead_min}). Fix: run `ship-sqla jobs maintain`.",
                 )
             )
+        if self.history_strays:
+            found.append(
+                HealthAlarm(
+                    "history_strays",
+                    f"{self.history_strays} run(s) in the history's DEFAULT partitions (no day"
+                    " partition was ready for them: maintenance fell behind, or a clock is far"
+                    " off). Fix: run `ship-sqla jobs maintain`, which creates their days and"
+                    " moves them out.",
+                )
+            )
         return tuple(found)
 
     @property
@@ -192,6 +205,7 @@ class StorageHealth:
             "horizon": None if self.horizon is None else attrs.asdict(self.horizon),
             "horizon_scope": self.horizon_scope,
             "partitions_ahead": self.partitions_ahead,
+            "history_strays": self.history_strays,
         }
 
 

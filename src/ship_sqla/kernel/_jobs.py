@@ -428,12 +428,35 @@ class RetryPolicy:
 
 @attrs.frozen
 class Retention:
-    """How long finished runs are kept before ``cleanup`` deletes them."""
+    """How long finished runs are kept before ``cleanup`` deletes them.
+
+    With a history table (J16, J18): ``completed=timedelta(0)`` deletes a completed run at its
+    settle and writes no history row (failures are still kept); ``completed_payload=True``
+    keeps a completed run's payload in its history row (a slim row has none; dead, cancelled
+    and discarded runs always keep theirs, and so do workflow runs with stored steps)."""
 
     completed: timedelta = timedelta(days=1)
     dead: timedelta = timedelta(days=30)
     discarded: timedelta = timedelta(days=7)
     cancelled: timedelta = timedelta(days=7)
+    completed_payload: bool = False
+
+
+KEEP_NONE: Final = 0
+"""A completed run leaves no history row (J18, ``Retention(completed=timedelta(0))``)."""
+KEEP_ROW: Final = 1
+"""A completed run's history row is slim (J18): the default keep code."""
+KEEP_PAYLOAD: Final = 2
+"""A completed run's history row keeps its payload (J18, ``completed_payload=True``)."""
+
+
+def history_keep(retention: Retention) -> int:
+    """What a job's completed runs leave in history (J16, J18), as the stores' keep code: 0,
+    no row (``Retention(completed=timedelta(0))``); 2, a row with the payload
+    (``Retention(completed_payload=True)``); else 1 (:data:`KEEP_ROW`), a slim row."""
+    if retention.completed <= timedelta(0):
+        return KEEP_NONE
+    return KEEP_PAYLOAD if retention.completed_payload else KEEP_ROW
 
 
 @attrs.frozen

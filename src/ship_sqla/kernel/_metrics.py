@@ -24,7 +24,8 @@ steps, events):
 - ``ship.db.autovacuum.age``: ``s`` since the table's last vacuum or autovacuum (absent: never).
 - ``ship.db.horizon.age``: ``s`` the oldest held snapshot of the database has been held (0:
   none); ``ship.db.horizon.scope``: ``all`` or ``own-role`` (who the read could see).
-- ``ship.job.history.partitions_ahead``: ``{partition}``, absent until J17's history table exists.
+- ``ship.job.history.partitions_ahead``: ``{partition}``, absent while J17's history table
+  does not exist.
 
 ``ship.job.key`` is set only for keyed single-runner jobs (a non-empty key); keys can be of
 high cardinality (one per customer, say), so ``JobMetrics(include_key=False)`` drops it.

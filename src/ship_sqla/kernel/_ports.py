@@ -411,6 +411,12 @@ class RunRecord:
     ends."""
     handler_version: int | None = None
     """D9: the handler version the run was enqueued under (None: unversioned)."""
+    started_at: datetime | None = None
+    """J18: when the run's last attempt started (its claim), for run time and queue wait; known
+    for a run that ended with a history table (J16), else None."""
+    worker: str | None = None
+    """The worker that holds the run (running), or that ran its last attempt (a finished run
+    in history, J18); None otherwise."""
 
 
 @runtime_checkable

@@ -8,10 +8,12 @@ from ship_sqla.kernel._errors import ConfigurationError, UsageError
 from ship_sqla.kernel._jobs import (
     DEFAULT_MAX_PAYLOAD_BYTES,
     Concurrency,
+    Determinism,
     Fairness,
     Handler,
     IdempotencyPolicy,
     JobDefinition,
+    OnDivergence,
     PayloadCodec,
     RateLimit,
     Retention,
@@ -24,7 +26,7 @@ from ship_sqla.kernel._lifespan import require_lifespan
 from ship_sqla.kernel._priority import DEFAULT_PRIORITY, Aging
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator
+    from collections.abc import Callable, Iterable, Iterator, Mapping
     from datetime import timedelta
 
     from ship_sqla.kernel._lifespan import Lifespan
@@ -109,6 +111,11 @@ class JobRegistry:
         transaction: UnitOfWorkLike | None = None,
         inbox: Inbox | None = None,
         aging: Aging | None = None,
+        determinism: Determinism = "strict",
+        partition_key: Callable[[P], str] | None = None,
+        version: int | None = None,
+        previous: Mapping[int, Handler[P] | TransactionalHandler[P]] | None = None,
+        on_divergence: OnDivergence = "park",
     ) -> Callable[[Handler[P] | TransactionalHandler[P]], JobDefinition[P]]:
         """Decorator form: ``@registry.job("emails.send", payload=SendEmail)`` on the handler
         defines and registers the job; the decorated name becomes the definition. It takes
@@ -133,6 +140,11 @@ class JobRegistry:
                     transaction=transaction,
                     inbox=inbox,
                     aging=aging,
+                    determinism=determinism,
+                    partition_key=partition_key,
+                    version=version,
+                    previous=previous,
+                    on_divergence=on_divergence,
                 )
             )
 

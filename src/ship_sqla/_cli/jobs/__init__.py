@@ -3,9 +3,9 @@ surface (:mod:`ship_sqla._cli._operator`).
 
 The group is assembled here from its modules, none of which imports this one: ``runs`` (one
 run: dead, show, retry, discard, rerun), ``control`` (a whole job: pause, resume, paused,
-demand), ``upkeep`` (stats, cleanup, events-purge) and ``bulk`` (retry-dead, discard-dead,
-cancel: one run, several, or --all with a filter). Every verb that changes state is audited
-(S1; ``--no-audit`` is the explicit opt-out).
+demand), ``upkeep`` (stats, cleanup, events-purge), ``maintain`` (the run history, J17) and
+``bulk`` (retry-dead, discard-dead, cancel: one run, several, or --all with a filter). Every
+verb that changes state is audited (S1; ``--no-audit`` is the explicit opt-out).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 
 from ship_sqla._cli._options import OPERATOR_NOTE
-from ship_sqla._cli.jobs import bulk, control, runs, upkeep
+from ship_sqla._cli.jobs import bulk, control, maintain, runs, upkeep
 
 __all__ = ["jobs"]
 
@@ -26,5 +26,11 @@ def jobs() -> None:
     --state-table / --schema (or their environment variables) name others."""
 
 
-for _command in (*runs.COMMANDS, *control.COMMANDS, *upkeep.COMMANDS, *bulk.COMMANDS):
+for _command in (
+    *runs.COMMANDS,
+    *control.COMMANDS,
+    *upkeep.COMMANDS,
+    *maintain.COMMANDS,
+    *bulk.COMMANDS,
+):
     jobs.add_command(_command)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from ship_sqla._naming import quoted_table
+from ship_sqla._naming import quoted_table, text_name
 from ship_sqla._sql import Statements, collect
 
 if TYPE_CHECKING:
@@ -74,6 +74,15 @@ RUN_COLUMNS: Final = (
 from the runs table aliased ``r``."""
 
 
+def _workflow_run(steps: str | None) -> str:
+    """``{stepped}``: whether the ended run ``e`` is a workflow run with stored steps (its
+    payload is kept in history for D11's export, J18); one ``<steps>_pkey`` probe, or false
+    without a steps table."""
+    if steps is None:
+        return "false"
+    return f"EXISTS (SELECT 1 FROM {text_name(steps)} st WHERE st.run_id = e.id)"  # noqa: S608 - constant text
+
+
 def templates() -> Mapping[Template, str]:
     """Every job-table template, by its ``module.NAME`` (:func:`~ship_sqla._sql.collect`)."""
     return collect(__name__)
@@ -83,7 +92,14 @@ class JobStatements(Statements):
     """Every statement of one backend's job tables (see the module docstring), with the
     tables' names."""
 
-    __slots__ = ("runs_name", "runs_schema", "runs_table", "state_name")
+    __slots__ = (
+        "history_name",
+        "live_only",
+        "runs_name",
+        "runs_schema",
+        "runs_table",
+        "state_name",
+    )
 
     def __init__(
         self,
@@ -93,9 +109,11 @@ class JobStatements(Statements):
         workers: str | None = None,
         steps: str | None = None,
         events: str | None = None,
+        history: str | None = None,
         server_clock: bool = False,
         runs_table: str = "",
         runs_schema: str | None = None,
+        live_only: bool = False,
     ) -> None:
         """Each table's quoted, schema-qualified name (:func:`~ship_sqla._naming.quoted_table`);
         None: not given (no statement naming it may run). ``runs_table`` / ``runs_schema``: the
@@ -108,8 +126,9 @@ class JobStatements(Statements):
                 "{workers}": workers,
                 "{steps}": steps,
                 "{events}": events,
+                "{history}": history,
             },
-            fragments={"{cols}": RUN_COLUMNS},
+            fragments={"{cols}": RUN_COLUMNS, "{stepped}": _workflow_run(steps)},
             server_clock=server_clock,
         )
         self.runs_name: Final = runs
@@ -120,6 +139,11 @@ class JobStatements(Statements):
         """The runs table's name, unquoted (COPY names it by its parts: ENQUEUE_COPY_COLUMNS)."""
         self.runs_schema: Final = runs_schema
         """The runs table's schema, unquoted; None: the search path."""
+        self.history_name: Final = history
+        """The history table's quoted, schema-qualified name; None: none."""
+        self.live_only: Final = live_only
+        """J16: runs that end move into the history table, and reads of finished runs read
+        both tables (the backend's ``live_only``)."""
 
     @classmethod
     def for_tables(
@@ -130,7 +154,9 @@ class JobStatements(Statements):
         workers: Table | None = None,
         steps: Table | None = None,
         events: Table | None = None,
+        history: Table | None = None,
         server_clock: bool = False,
+        live_only: bool = False,
     ) -> JobStatements:
         """The statements on these tables (see :meth:`__init__`)."""
 
@@ -143,9 +169,11 @@ class JobStatements(Statements):
             workers=name(workers),
             steps=name(steps),
             events=name(events),
+            history=name(history),
             server_clock=server_clock,
             runs_table=runs.name,
             runs_schema=runs.schema,
+            live_only=live_only,
         )
 
     def every_statement(self) -> dict[str, TextClause]:

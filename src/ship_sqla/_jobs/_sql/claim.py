@@ -767,22 +767,29 @@ _PARTS: Final = """, parts AS MATERIALIZED (
     -- F8/F9, <state>_pkey and <runs>_running_idx: each visited partition's gate as this
     -- statement's snapshot saw it (the total it granted; its starts in the window) and its
     -- running runs, counted up to concurrency.max (none read without a cap): live or lapsed
-    -- leases alike, each holding a slot, but the lapsed runs this claim buries. What the
+    -- leases alike, each holding a slot, but the lapsed runs this claim buries (counted up to
+    -- max plus the buried ones, less the partition's buried ones: min(that, max) is the count
+    -- of the others up to max, read index-only, so no other index filtered on the partition
+    -- looks cheaper to the planner; it read every running run per partition). What the
     -- partition allows from here is an upper bound of what its gate grants below.
     SELECT t.tenant, t.k, t.gate, coalesce(g.claim_granted, 0) AS seen,
         CASE WHEN CAST(:max_running AS integer) IS NULL THEN 0
-             WHEN t.tenant IS NULL THEN (SELECT count(*) FROM (
+             WHEN t.tenant IS NULL THEN least(CAST(:max_running AS integer), (SELECT count(*) FROM (
                 SELECT 1 FROM {runs} r
                 WHERE r.job_id = :job_id AND r.state = 'running' AND r.tenant_id IS NULL
-                  AND r.id <> ALL(ARRAY(SELECT id FROM lapsed WHERE exhausted))
                 ORDER BY r.tenant_id
-                LIMIT CAST(:max_running AS integer)) h)
-             ELSE (SELECT count(*) FROM (
+                LIMIT CAST(:max_running AS integer)
+                    + (SELECT count(*) FROM lapsed WHERE exhausted)) h)
+                - (SELECT count(*) FROM lapsed l JOIN {runs} r ON r.id = l.id
+                   WHERE l.exhausted AND r.tenant_id IS NULL))
+             ELSE least(CAST(:max_running AS integer), (SELECT count(*) FROM (
                 SELECT 1 FROM {runs} r
                 WHERE r.job_id = :job_id AND r.state = 'running' AND r.tenant_id = t.tenant
-                  AND r.id <> ALL(ARRAY(SELECT id FROM lapsed WHERE exhausted))
                 ORDER BY r.tenant_id
-                LIMIT CAST(:max_running AS integer)) h)
+                LIMIT CAST(:max_running AS integer)
+                    + (SELECT count(*) FROM lapsed WHERE exhausted)) h)
+                - (SELECT count(*) FROM lapsed l JOIN {runs} r ON r.id = l.id
+                   WHERE l.exhausted AND r.tenant_id = t.tenant))
         END AS held,
         CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN 0
              ELSE coalesce((SELECT sum(u.n) FROM unnest(g.rate_at, g.rate_n) AS u(at, n)
@@ -869,13 +876,18 @@ _PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
     -- Per partition with candidates: its gate row, its due and lapsed candidates, and what the
     -- snapshot saw of it (a partition with only lapsed runs was not visited: it reads 0, and
     -- is granted no due run).
-    SELECT {gate_of_c} AS gate,
-        count(*) FILTER (WHERE c.rank > 0) AS due_n,
-        count(*) FILTER (WHERE c.rank = 0) AS lapsed_n,
-        coalesce(max(p.held), 0) AS held, coalesce(max(p.seen), 0) AS seen
-    FROM cands c
-    LEFT JOIN parts p ON p.tenant IS NOT DISTINCT FROM c.part
-    GROUP BY c.part
+    -- Counted per partition first, then joined to its walk row by hash (a partition is never
+    -- blank, so '' stands for the untenanted runs): IS NOT DISTINCT FROM cannot be hashed, and
+    -- a nested loop of every candidate against every partition cost more than the gates.
+    SELECT {gate_of_c} AS gate, c.due_n, c.lapsed_n,
+        coalesce(p.held, 0) AS held, coalesce(p.seen, 0) AS seen
+    FROM (
+        SELECT c.part, count(*) FILTER (WHERE c.rank > 0) AS due_n,
+            count(*) FILTER (WHERE c.rank = 0) AS lapsed_n
+        FROM cands c
+        GROUP BY c.part
+    ) c
+    LEFT JOIN parts p ON coalesce(p.tenant, '') = coalesce(c.part, '')
 ), gates AS (
     -- <state>_pkey, F8/F9: each partition's claim gate, as the job's gate (F1/F3, CLAIM_GATED)
     -- but one row per partition. The upsert locks the rows in gate order (so concurrent claims
@@ -950,8 +962,9 @@ _PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
     -- Per partition, lapsed runs first then its due runs by rank, at most what its gate
     -- granted (due ones: at most its due grant). Rows locked and not picked stay locked until
     -- COMMIT, as in every claim.
-    SELECT c.id FROM (
-        SELECT c.id, c.rank, c.priority, c.run_at, c.seq, g.due_n, g.total_n, row_number() OVER (
+    SELECT c.id, c.started_at FROM (
+        SELECT c.id, c.rank, c.priority, c.run_at, c.seq, g.due_n, g.total_n, g.started_at,
+            row_number() OVER (
                 PARTITION BY c.part ORDER BY c.rank, c.priority DESC, c.run_at, c.seq) AS place
         FROM cands c
         JOIN gates g ON g.gate = {gate_of_c}
@@ -973,11 +986,15 @@ allow."""
 _PART_NEW_TOTAL: Final = """greatest(least(CAST(:limit AS integer), f.lapsed_n + {new_due_grant},
             coalesce(CAST(:rate_limit AS integer), CAST(:limit AS integer))), 0)"""
 
+_CLAIMED_WHERE: Final = "    WHERE r.id = ANY(ARRAY(SELECT id FROM picked))\n"
+_CLAIMED_FROM_PICKED: Final = "    FROM picked p\n    WHERE r.id = p.id\n"
+"""The partitioned claim's ``claimed`` update joins ``picked`` (each run's start time)."""
+
 _PART_GATE_ROW: Final = """
 UNION ALL
 -- F8: the soonest a full partition's window frees (how long the rate keeps it full).
 SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-    NULL, 2, CAST(min(g.rate_wait) AS double precision), false, NULL, NULL, NULL, NULL
+    NULL, 2, CAST(min(g.rate_wait) AS double precision), false, NULL, NULL, NULL, NULL, NULL
 FROM gates g
 HAVING min(g.rate_wait) IS NOT NULL"""
 
@@ -992,9 +1009,6 @@ def _partitioned(*, keyed: bool = False, by_key: bool = False) -> str:
         .replace("{new_due_grant}", _PART_NEW_DUE_GRANT)
         .replace("{gate_of_c}", _PART_GATE_ID.replace("{part}", "c.part"))
     )
-    started = "coalesce((SELECT g.started_at FROM gates g WHERE g.gate = {gate}), {now})".replace(
-        "{gate}", _PART_GATE_ID.replace("{part}", "r.tenant_id")
-    )
     body = _part_walk() + pick
     if by_key:
         body = (
@@ -1002,9 +1016,11 @@ def _partitioned(*, keyed: bool = False, by_key: bool = False) -> str:
             .replace("_tenant_idx", "_part_idx")
             .replace("_running_idx", "_part_run_idx")
         )
-        started = started.replace("r.tenant_id", "r.partition_key")
+    # Each claimed run's start time is its partition's, carried by ``picked`` and joined once
+    # (a lookup of the gates per claimed run was a scan of every gate per run).
     tail = (
-        _CLAIM_TAIL.replace("{started}", started)
+        _CLAIM_TAIL.replace(_CLAIMED_WHERE, _CLAIMED_FROM_PICKED)
+        .replace("{started}", "coalesce(p.started_at, {now})")
         .replace("{gate_row}", _PART_GATE_ROW)
         .replace("{fair_row}", _FAIR_ROW)
     )

@@ -56,7 +56,7 @@ import itertools
 import json
 import logging
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._browse import (
@@ -71,6 +71,7 @@ from ship_sqla.kernel._browse import (
 )
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._health import UNKNOWN_HEALTH
+from ship_sqla.kernel._jobs import KEEP_NONE, KEEP_PAYLOAD, KEEP_ROW, history_keep
 from ship_sqla.kernel._memory.partitions import Starts, choose_partitioned
 from ship_sqla.kernel._memory.transactions import active_transaction, required_transaction
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
@@ -146,6 +147,7 @@ class _Run:
         "key",
         "lapses",
         "last_error",
+        "last_worker",
         "lease_expires_at",
         "max_attempts",
         "parent_id",
@@ -157,6 +159,7 @@ class _Run:
         "run_id",
         "seq",
         "snoozes",
+        "started_at",
         "state",
         "tenant",
         "token",
@@ -169,7 +172,7 @@ class _Run:
     def __init__(self, job_id: str, prepared: PreparedRun, now: datetime, seq: int) -> None:
         self.run_id = prepared.run_id
         self.job_id = job_id
-        self.payload_json = prepared.payload_json
+        self.payload_json: str | None = prepared.payload_json
         self.key = prepared.key
         self.dedupe_key = prepared.dedupe_key
         self.max_attempts = prepared.max_attempts
@@ -196,6 +199,8 @@ class _Run:
         self.consecutive_lapses = 0
         self.progress: dict[str, Any] | None = None
         self.worker: str | None = None
+        self.started_at: datetime | None = None
+        self.last_worker: str | None = None
         self.cancel_requested_at: datetime | None = None
         self.parent_id: str | None = None
         self.wait_for: str | None = None
@@ -205,7 +210,7 @@ class _Run:
             run_id=self.run_id,
             job_id=self.job_id,
             state=self.state,
-            payload=json.loads(self.payload_json),
+            payload=None if self.payload_json is None else json.loads(self.payload_json),
             attempt=self.attempt,
             max_attempts=self.max_attempts,
             key=self.key,
@@ -227,6 +232,9 @@ class _Run:
             consecutive_lapses=self.consecutive_lapses,
             progress=None if self.progress is None else dict(self.progress),
             handler_version=self.handler_version,
+            # J18: known for a run a settle moved to history (live_only), as PostgreSQL's.
+            started_at=self.started_at if self.last_worker is not None else None,
+            worker=self.last_worker,
         )
 
 
@@ -349,9 +357,15 @@ class InMemoryJobBackend(JobBackendBase):
         clock: Clock | None = None,
         queue_depth_limit: int | None = None,
         on_error: ErrorHandler | None = None,
+        live_only: bool = False,
     ) -> None:
         self._set_options(clock=clock, queue_depth_limit=queue_depth_limit, on_error=on_error)
         self._runs: dict[str, _Run] = {}
+        # J16: with live_only, ``_runs`` is the runs table (live runs only) and ``_history`` the
+        # history table: a run that ends moves there (slim, J18), a retried dead run moves back.
+        self.live_only: Final = live_only
+        self._history: dict[str, _Run] = {}
+        self._keeps: dict[str, int] = {}
         # Non-terminal runs per job, in creation order: what claim and the J2 count look at.
         self._live: dict[str, dict[str, _Run]] = {}
         self._waiting: dict[str, int] = {}
@@ -457,7 +471,7 @@ class InMemoryJobBackend(JobBackendBase):
         self, job_id: str, prepared: PreparedRun, now: datetime, *, capped: bool
     ) -> tuple[EnqueueResult, _Run | None]:
         run_id, dedupe_key = prepared.run_id, prepared.dedupe_key
-        if prepared.durable_id and run_id in self._runs:
+        if prepared.durable_id and (run_id in self._runs or run_id in self._history):
             return EnqueueResult(run_id=run_id, deduplicated=True), None
         if dedupe_key is not None:
             existing = self._dedupe.get((job_id, dedupe_key))
@@ -523,12 +537,13 @@ class InMemoryJobBackend(JobBackendBase):
             run.token += 1
             run.lease_expires_at = expires_at
             run.worker = request.worker
+            run.started_at = now
             run.updated_at = started[run.run_id]
             claimed.append(
                 ClaimedRun(
                     run_id=run.run_id,
                     job_id=run.job_id,
-                    payload=json.loads(run.payload_json),
+                    payload=json.loads(run.payload_json or "null"),
                     attempt=run.attempt,
                     max_attempts=run.max_attempts,
                     token=run.token,
@@ -705,8 +720,34 @@ class InMemoryJobBackend(JobBackendBase):
 
     @property
     def stored_runs(self) -> dict[str, _Run]:
-        """Every stored run by id (the workflow store reads and links them)."""
-        return self._runs
+        """Every stored run by id, live or (J16) in history (the workflow store and the admin
+        port read and link them)."""
+        return {**self._history, **self._runs} if self._history else self._runs
+
+    async def require_support(self, definitions: Iterable[JobDefinition[Any]]) -> None:
+        """J18: what each job's completed runs leave in history (its :class:`Retention`)."""
+        self._keeps.update((job.id, history_keep(job.retention)) for job in definitions)
+
+    def _to_history(self, run: _Run) -> None:
+        """J16: ``run`` ended: it leaves the live runs for history, slim (J18): a completed
+        run keeps its payload only when its job asks or it stored workflow steps, and leaves
+        no row at all under ``Retention(completed=timedelta(0))``."""
+        self._runs.pop(run.run_id, None)
+        run.last_worker = run.worker
+        keep = self._keeps.get(run.job_id, KEEP_ROW)
+        if run.state == "completed":
+            if keep == KEEP_NONE:
+                return
+            if keep != KEEP_PAYLOAD and not self._workflows.has_steps(run.run_id):
+                run.payload_json = None
+                run.trace_context = None
+        self._history[run.run_id] = run
+
+    def back_from_history(self, run: _Run) -> None:
+        """J16, J8: a dead run an operator retries moves back to the live runs."""
+        if self._history.pop(run.run_id, None) is not None:
+            run.last_worker = None  # a live run's record shows no finished attempt
+            self._runs[run.run_id] = run
 
     def current_run(self, claimed: ClaimedRun) -> _Run | None:
         """The stored run while ``claimed``'s token is current (J5), else None."""
@@ -729,6 +770,7 @@ class InMemoryJobBackend(JobBackendBase):
         if run.state == "dead":
             run.max_attempts = run.attempt + 1
             run.finished_at = None
+            self.back_from_history(run)
             self._live.setdefault(run.job_id, {})[run.run_id] = run
             self._to_waiting(run, now, now)
         else:
@@ -823,7 +865,12 @@ class InMemoryJobBackend(JobBackendBase):
 
     async def claim_state(self, run: ClaimedRun) -> str | None:
         stored = self._runs.get(run.run_id)
-        if stored is None or stored.token != run.token:
+        if stored is None:
+            # J16: an ended run is in history, which keeps no claim token: its end is the
+            # answer (CLAIM_STATE_EITHER's rule).
+            ended = self._history.get(run.run_id)
+            return None if ended is None else ended.state
+        if stored.token != run.token:
             return None
         return stored.state
 
@@ -899,13 +946,17 @@ class InMemoryJobBackend(JobBackendBase):
         run.finished_at = now
         run.updated_at = now
         run.lease_expires_at = None
-        run.worker = None
+        worker, run.worker = run.worker, None
         self._live[run.job_id].pop(run.run_id, None)
         if run.dedupe_key is not None and self._dedupe.get((run.job_id, run.dedupe_key)) == (
             run.run_id
         ):
             del self._dedupe[(run.job_id, run.dedupe_key)]
         self._workflows.ended(run)
+        if self.live_only:
+            run.worker = worker
+            self._to_history(run)
+            run.worker = None
 
     # --- schedules (J9; the rules are in kernel/_plans/scheduled_runs.py) -----------------------
 
@@ -967,7 +1018,9 @@ class InMemoryJobBackend(JobBackendBase):
     def runs(self, job_id: str | None = None) -> list[RunRecord]:
         """A snapshot of every stored run (of ``job_id`` when given), in creation order."""
         return [
-            run.record() for run in self._runs.values() if job_id is None or run.job_id == job_id
+            run.record()
+            for run in self.stored_runs.values()
+            if job_id is None or run.job_id == job_id
         ]
 
     def waiting_count(self, job_id: str) -> int:
@@ -990,7 +1043,7 @@ class InMemoryRunAdmin:
         self._backend = backend
 
     async def get_run(self, run_id: str) -> RunRecord | None:
-        run = self._backend._runs.get(run_id)  # noqa: SLF001 - the admin half of the backend
+        run = self._backend.stored_runs.get(run_id)
         return run.record() if run is not None else None
 
     async def list_dead(self, query: DeadQuery) -> list[RunRecord]:
@@ -998,7 +1051,7 @@ class InMemoryRunAdmin:
         ``query.after``."""
         dead = [
             run
-            for run in self._backend._runs.values()  # noqa: SLF001
+            for run in self._backend.stored_runs.values()
             if run.state == "dead"
             and (query.job_id is None or run.job_id == query.job_id)
             and (query.tenant is None or run.tenant == query.tenant)
@@ -1012,7 +1065,7 @@ class InMemoryRunAdmin:
         """A dead run gets one more attempt and waits, due now (J8). None when the run is not
         dead, or when its dedupe key is now held by another non-terminal run (J1)."""
         backend = self._backend
-        run = backend._runs.get(run_id)  # noqa: SLF001
+        run = backend.stored_runs.get(run_id)
         if run is None or run.state != "dead":
             return None
         if run.dedupe_key is not None and (run.job_id, run.dedupe_key) in backend._dedupe:  # noqa: SLF001
@@ -1021,6 +1074,7 @@ class InMemoryRunAdmin:
         run.max_attempts = run.attempt + 1
         run.consecutive_lapses = 0  # J15: a retried run starts a new streak
         run.finished_at = None
+        backend.back_from_history(run)
         backend._live.setdefault(run.job_id, {})[run.run_id] = run  # noqa: SLF001
         if run.dedupe_key is not None:
             backend._dedupe[(run.job_id, run.dedupe_key)] = run.run_id  # noqa: SLF001
@@ -1031,7 +1085,7 @@ class InMemoryRunAdmin:
     async def discard(self, run_id: str) -> RunRecord | None:
         """A waiting or dead run becomes discarded (J8). None otherwise."""
         backend = self._backend
-        run = backend._runs.get(run_id)  # noqa: SLF001
+        run = backend.stored_runs.get(run_id)
         if run is None or run.state not in ("waiting", "dead"):
             return None
         now = backend.clock.now()
@@ -1070,7 +1124,7 @@ class InMemoryRunAdmin:
             or job_id in backend._schedules  # noqa: SLF001
             or job_id in backend._starts  # noqa: SLF001
             or backend._live.get(job_id)  # noqa: SLF001
-            or any(run.job_id == job_id for run in backend._runs.values())  # noqa: SLF001
+            or any(run.job_id == job_id for run in backend.stored_runs.values())
         )
 
     # --- D10: parked runs ------------------------------------------------------------------
@@ -1270,7 +1324,7 @@ class InMemoryRunAdmin:
         now = self._backend.clock.now()
         counts: dict[tuple[str, RunState], int] = {}
         oldest: dict[str, datetime] = {}
-        for run in self._backend._runs.values():  # noqa: SLF001
+        for run in self._backend.stored_runs.values():
             group = (run.job_id, run.state)
             counts[group] = counts.get(group, 0) + 1
             if run.state == "waiting" and run.run_at <= now:
@@ -1332,11 +1386,7 @@ class InMemoryRunAdmin:
         :class:`~ship_sqla.kernel._browse.RunQuery`): waiting in claim order, running by
         ``(lease_expires_at, run_id)``, finished newest first by ``(created_at, run_id)``;
         across jobs, of the first ``max_jobs`` job ids with runs in the state."""
-        matching = [
-            run
-            for run in self._backend._runs.values()  # noqa: SLF001
-            if run.state == query.state
-        ]
+        matching = [run for run in self._backend.stored_runs.values() if run.state == query.state]
         if query.job_id is not None:
             matching = [run for run in matching if run.job_id == query.job_id]
         else:
@@ -1378,7 +1428,7 @@ class InMemoryRunAdmin:
         counts: dict[tuple[int, str], list[int]] = {}
         finished = [
             run
-            for run in self._backend._runs.values()  # noqa: SLF001
+            for run in self._backend.stored_runs.values()
             if run.finished_at is not None and run.state in TERMINAL_STATES
         ]
         jobs = set(sorted({run.job_id for run in finished})[:max_jobs])
@@ -1412,7 +1462,7 @@ class InMemoryRunAdmin:
         """Each (consumer, key)'s newest run with progress, and its live run (C3)."""
         newest: dict[tuple[str, str], _Run] = {}
         live: dict[tuple[str, str], _Run] = {}
-        for run in self._backend._runs.values():  # noqa: SLF001
+        for run in self._backend.stored_runs.values():
             if run.key is None:
                 continue
             pair = (run.job_id, run.key)

@@ -239,6 +239,10 @@ class InMemoryWorkflowStore:
         self._backend.to_waiting(run, run_at, now)
         return "suspended"
 
+    def has_steps(self, run_id: str) -> bool:
+        """Whether run ``run_id`` stored workflow steps (J18: its payload stays in history)."""
+        return bool(self._steps.get(run_id))
+
     def ended(self, run: _Run) -> None:
         """D5: ``run`` became terminal: wake its parent once none of its children is live."""
         parent_id = run.parent_id

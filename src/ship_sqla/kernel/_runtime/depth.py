@@ -20,6 +20,12 @@ storage health (a few catalog reads), which replaces the storage gauges and feed
 held-snapshot warning (:class:`HorizonWarning`, ``SHIP_SQLA_DB_HORIZON_HELD``): so the fleet's
 one sampler reports the database's health, the same interval as its queues. A failed health read
 is reported (J11) and leaves the queue gauges alone.
+
+J17: the same sampler (so the fleet's one sampler-lease holder, F5) runs the run history's
+maintenance when the source is a :class:`HistoryMaintainer`: at its first sample, then once
+per ``MAINTENANCE_INTERVAL`` (10 minutes), sooner (at the next sample) when a DDL gave up on
+its lock (each waits at most 1 s, never holding settles longer). Each class keeps the longest
+retention of this runtime's jobs and the history table's own. A failed pass is reported (J11).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import asyncio
 from typing import TYPE_CHECKING, Final
 
 from ship_sqla.kernel._health import HorizonWarning, StorageHealthSource
+from ship_sqla.kernel._history_partitions import MAINTENANCE_INTERVAL, HistoryMaintainer
 from ship_sqla.kernel._parking import ParkedCountSource
 from ship_sqla.kernel._versions import VersionCountSource, stranded_runs
 from ship_sqla.kernel._waiting import wait_event
@@ -35,6 +42,7 @@ from ship_sqla.kernel._waiting import wait_event
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    from ship_sqla.kernel._jobs import Retention
     from ship_sqla.kernel._metrics import JobMetrics
     from ship_sqla.kernel._ports import QueueDepthSource
     from ship_sqla.kernel._runtime.wiring import Plumbing
@@ -65,6 +73,8 @@ class DepthSampler:
         interval: float = DEPTH_SAMPLE_INTERVAL,
         jobs: Callable[[], Sequence[str]] | None = None,
         served: Callable[[], Mapping[str, frozenset[int]]] | None = None,
+        retentions: Sequence[Retention] = (),
+        maintenance_interval: float = MAINTENANCE_INTERVAL,
     ) -> None:
         self._source = source
         self._metrics = metrics
@@ -83,6 +93,11 @@ class DepthSampler:
         # J22: the storage health's read and warning, when the source reads one.
         self._health = source if isinstance(source, StorageHealthSource) else None
         self._horizon_warning = HorizonWarning(shared.clock)
+        # J17: the history's maintenance, when the source keeps one; when it last ran.
+        self._maintainer = source if isinstance(source, HistoryMaintainer) else None
+        self._retentions = tuple(retentions)
+        self._maintenance_interval = maintenance_interval
+        self._maintained_at: float | None = None
 
     def _own_jobs(self) -> Sequence[str]:
         return self._job_ids
@@ -113,7 +128,25 @@ class DepthSampler:
         if isinstance(self._source, ParkedCountSource):
             # D10: the runs parked on a divergence, per job.
             self._metrics.update_parked(wanted, await self._source.parked_counts(wanted))
+        await self._maintain()
         await self._sample_health()
+
+    async def _maintain(self) -> None:
+        """J17: a maintenance pass when due (see the module docstring)."""
+        if self._maintainer is None:
+            return
+        now = self._clock.monotonic()
+        last = self._maintained_at
+        if last is not None and now - last < self._maintenance_interval:
+            return
+        self._maintained_at = now
+        try:
+            done = await self._maintainer.maintain_history(self._retentions)
+        except Exception as exc:  # noqa: BLE001 - J11: reported; the next pass retries
+            self._report_error(exc)
+            return
+        if done.deferred:  # a lock was not granted within 1 s: again at the next sample
+            self._maintained_at = None
 
     async def _sample_health(self) -> None:
         """J22: the storage gauges and the held-snapshot warning, from one health read."""

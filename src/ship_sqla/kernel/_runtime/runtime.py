@@ -155,6 +155,7 @@ class JobRuntime:
         self._drain_shortened = asyncio.Event()
         self._unwatch_cancels: Callable[[], None] | None = None
         self._job_ids, self._job_versions = tuple(job.id for job in jobs), served_entries(jobs)
+        self._retentions = tuple(job.retention for job in jobs)  # J17: the history's
         self._tasks: list[asyncio.Task[None]] = []
         self._events = events = _Events(self._runs, self._run_log, metrics, clock)
         # The one error backoff of every loop here (J11): 0.1 s doubling to 1 s, equal jitter.
@@ -215,6 +216,7 @@ class JobRuntime:
                 interval=queue_sample_interval,
                 jobs=self._sampled_jobs,
                 served=self._served_versions,
+                retentions=self._retentions,
             )
             if self.metrics is not None and queue_sample_interval is not None
             else None

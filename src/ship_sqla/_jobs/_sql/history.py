@@ -1,0 +1,99 @@
+"""The run history's maintenance reads (J17): what :mod:`ship_sqla._jobs._maintenance` runs
+besides the partition DDL (:mod:`ship_sqla._jobs._history_ddl`, rendered per partition).
+
+Neither is hot: one maintenance pass every ``MAINTENANCE_INTERVAL`` in the fleet's sampler-lease
+holder, or ``ship-sqla jobs maintain``. The history table's name comes as a bound parameter
+(its quoted, qualified name), so one text serves every table set. Sent as written.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from ship_sqla._sql import Template
+
+__all__ = [
+    "HISTORY_EXISTS",
+    "HISTORY_PARTITIONS",
+    "LOCK_TIMEOUT_LOCAL",
+    "MIGRATE_FINISHED_BATCH",
+    "RUNS_REFERENCED_BY",
+]
+
+HISTORY_EXISTS: Final = Template(
+    "SELECT to_regclass(:history) IS NOT NULL AS present",
+    compacted=False,
+)
+"""Whether the history table exists (a backend's default one may not: nothing to maintain)."""
+
+HISTORY_PARTITIONS: Final = Template(
+    """
+SELECT k.relname AS class_name, c.relname AS name, c.relkind::text AS kind
+  -- pg_inherits by parent (pg_inherits_parent_index), twice: classes, then their partitions.
+  FROM pg_catalog.pg_inherits ki
+  JOIN pg_catalog.pg_class k ON k.oid = ki.inhrelid
+  JOIN pg_catalog.pg_inherits ci ON ci.inhparent = k.oid
+  JOIN pg_catalog.pg_class c ON c.oid = ci.inhrelid
+ WHERE ki.inhparent = to_regclass(:history)
+""",
+    compacted=False,
+)
+"""Every partition of every class partition of ``:history``: the class's name, the
+partition's name and kind (``r``: a table)."""
+
+LOCK_TIMEOUT_LOCAL: Final = Template(
+    "SELECT set_config('lock_timeout', CAST(:timeout AS text), true)",
+    compacted=False,
+)
+"""The maintenance transaction's ``lock_timeout`` (J17: 1 s), for this transaction only."""
+
+MIGRATE_FINISHED_BATCH: Final = Template(
+    """
+WITH picked AS (
+    -- Served by <runs>_finished_idx (its predicate, word for word): one bounded batch of the
+    -- finished runs still in the runs table, locked so two migrations never take the same.
+    SELECT r.id FROM {runs} r
+     WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled')
+     LIMIT :batch
+       FOR UPDATE SKIP LOCKED
+), moved AS (
+    DELETE FROM {runs} r USING picked p WHERE r.id = p.id
+    RETURNING r.*
+), kept AS (
+    -- A run already past its class's retention leaves without a history row.
+    INSERT INTO {history} (id, seq, job_id, state, payload, key, dedupe_key, attempt,
+                           max_attempts, priority, run_at, created_at, started_at, finished_at,
+                           claimed_by, last_error, history, trace_context, snoozes, lapses,
+                           tenant_id, parent_id, progress)
+    SELECT m.id, m.seq, m.job_id, m.state,
+           CASE WHEN m.state = 'completed' THEN NULL ELSE m.payload END,
+           m.key, m.dedupe_key, m.attempt, m.max_attempts, m.priority, m.run_at, m.created_at,
+           NULL, coalesce(m.finished_at, m.updated_at), m.claimed_by, m.last_error, m.history,
+           m.trace_context, m.snoozes, m.lapses, m.tenant_id, m.parent_id, m.progress
+      FROM moved m
+     WHERE coalesce(m.finished_at, m.updated_at) >= CASE m.state
+               WHEN 'completed' THEN CAST(:completed_after AS timestamptz)
+               WHEN 'dead' THEN CAST(:dead_after AS timestamptz)
+               ELSE CAST(:ended_after AS timestamptz) END
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM moved) AS taken, (SELECT count(*) FROM kept) AS kept
+""",
+    compacted=False,
+)
+"""Item 8 of issue 39 (``ship-sqla jobs maintain --migrate``): one batch of finished runs
+moved from the runs table into history in one statement (so an interrupted migration resumes
+where it stopped: every batch is all or nothing, and a run is in exactly one table in every
+snapshot, J16); runs past their class's retention are deleted, not moved; a completed run's
+payload is not kept (J18's default)."""
+
+RUNS_REFERENCED_BY: Final = Template(
+    """
+SELECT c.conname, c.conrelid::regclass::text AS referencing
+  FROM pg_catalog.pg_constraint c
+ WHERE c.confrelid = to_regclass(:runs) AND c.contype = 'f'
+""",
+    compacted=False,
+)
+"""The foreign keys that reference the runs table (the steps' ON DELETE CASCADE would take a
+finished workflow's steps with it when it moves)."""

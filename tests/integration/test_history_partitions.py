@@ -1,0 +1,292 @@
+"""J17 on PostgreSQL: the run history's partitions, created by ``schema apply``, kept by the
+maintenance (days ahead created, expired days dropped per state class, the parent analyzed),
+every DDL under a 1 s ``lock_timeout`` that a concurrent settle never waits longer for; the
+DEFAULT partition's strays reported and moved out; the schema check ignores partitions.
+
+Time is a :class:`FrozenClock` set days ahead of the wall clock (the partitions ``schema
+apply`` makes are the wall clock's days); a long reader is a second connection holding a lock,
+and the tests wait on conditions (a lock request seen waiting in ``pg_locks``), never sleep.
+The "settle" here is the row J16's settle writes, inserted into the parent the way it does."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from sqlalchemy import MetaData, text
+
+from ship_sqla import create_job_backend, ship_job_history_table
+from ship_sqla._schema_apply import apply_ship_schema, ship_tables_metadata
+from ship_sqla.kernel._history_partitions import day_suffix
+from ship_sqla.schema import check_schema
+from ship_sqla.testing import FrozenClock
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+WALL = datetime.now(UTC)
+TODAY = WALL.date()
+
+INSERT_FINISHED = text(
+    "INSERT INTO ship_job_history (id, seq, job_id, state, attempt, max_attempts, run_at,"
+    " created_at, finished_at) VALUES (:id, 1, 'j17', :state, 1, 3, :at, :at, :at)"
+)
+
+
+@pytest.fixture
+async def engine(ship_engine: AsyncEngine) -> AsyncEngine:
+    report = await apply_ship_schema(ship_engine, ship_tables_metadata(components=["jobs"]))
+    assert report.ok, report.check
+    return ship_engine
+
+
+def _backend(engine: AsyncEngine, clock: FrozenClock, **kwargs: Any) -> Any:
+    return create_job_backend(database=engine, clock=clock, listen=False, **kwargs)
+
+
+async def _partitions(engine: AsyncEngine) -> set[str]:
+    async with engine.connect() as connection:
+        rows = await connection.execute(
+            text(
+                "SELECT c.relname FROM pg_class c WHERE c.relispartition"
+                " AND c.relkind IN ('r', 'p') AND c.relname LIKE 'ship\\_job\\_history\\_%'"
+            )
+        )
+        return {row[0] for row in rows}
+
+
+def _day(cls: str, day: Any) -> str:
+    return "ship_job_history" + day_suffix(cls, day)  # type: ignore[arg-type]
+
+
+async def test_j17_schema_apply_makes_classes_defaults_and_days_and_the_check_ignores_them(
+    engine: AsyncEngine,
+) -> None:
+    """J17: schema apply creates the partitioned parent with, per state class, its class
+    partition, its DEFAULT partition and today's plus three days ahead; the schema check
+    (extra tables looked for) reports none of them."""
+    names = await _partitions(engine)
+    for cls in ("completed", "dead", "ended"):
+        assert f"ship_job_history_{cls}" in names
+        assert f"ship_job_history_{cls}_default" in names
+        for ahead in range(4):
+            assert _day(cls, TODAY + timedelta(days=ahead)) in names
+    report = await check_schema(engine, ship_tables_metadata(components=["jobs"]))
+    assert report.ok, report
+
+
+async def test_j17_maintenance_creates_days_ahead_drops_expired_ones_and_analyzes(
+    engine: AsyncEngine,
+) -> None:
+    """J17: with the clock 10 days on, a pass creates each class's missing days (today to 3
+    ahead), drops the days past each class's retention (completed 1 day: every old day; dead
+    30 days: none; cancelled/discarded 7 days: the old ones), and with them their rows (no
+    DELETE), analyzes the parent; a second pass has nothing to do. J22: partitions ahead."""
+    async with engine.begin() as connection:
+        await connection.execute(INSERT_FINISHED, {"id": "old", "state": "completed", "at": WALL})
+    clock = FrozenClock(WALL + timedelta(days=10))
+    backend = _backend(engine, clock)
+    done = await backend.maintain_history()
+    later = (WALL + timedelta(days=10)).date()
+    assert done.deferred == ()
+    assert done.analyzed
+    for cls in ("completed", "dead", "ended"):
+        for ahead in range(4):
+            assert _day(cls, later + timedelta(days=ahead)) in done.created
+    assert _day("completed", TODAY) in done.dropped
+    assert _day("ended", TODAY) in done.dropped
+    assert not any("_dead_" in name for name in done.dropped)
+    assert done.partitions_ahead == 3
+    assert done.strays == 0
+    names = await _partitions(engine)
+    assert _day("completed", TODAY) not in names
+    assert _day("dead", TODAY) in names
+    async with engine.connect() as connection:
+        left = await connection.scalar(text("SELECT count(*) FROM ship_job_history"))
+    assert left == 0
+    again = await backend.maintain_history()
+    assert (again.created, again.dropped, again.analyzed) == ((), (), False)
+    health = await backend.storage_health()
+    assert health.partitions_ahead == 3
+    assert health.history_strays == 0
+
+
+async def test_j17_a_declared_retention_keeps_days_longer(engine: AsyncEngine) -> None:
+    """J17: each class keeps the longest of the history table's declared retention and the
+    registered jobs' (here completed runs 30 days): nothing completed is dropped at 10 days."""
+    from ship_sqla.jobs import Retention  # noqa: PLC0415
+
+    history = ship_job_history_table(MetaData(), retention=Retention(completed=timedelta(days=30)))
+    backend = _backend(engine, FrozenClock(WALL + timedelta(days=10)), history_table=history)
+    done = await backend.maintain_history()
+    assert not any("_completed_" in name for name in done.dropped)
+    job_kept = _backend(engine, FrozenClock(WALL + timedelta(days=10)))
+    done = await job_kept.maintain_history([Retention(cancelled=timedelta(days=60))])
+    assert not any("_ended_" in name for name in done.dropped)
+    assert any("_completed_" in name for name in done.dropped)
+
+
+async def _lock_waiters(engine: AsyncEngine) -> int:
+    async with engine.connect() as connection:
+        return int(
+            await connection.scalar(
+                text(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+                    " WHERE NOT l.granted AND c.relname = 'ship_job_history_completed'"
+                )
+            )
+        )
+
+
+async def test_j17_ddl_behind_a_long_reader_gives_up_after_1s_and_a_settle_waits_no_longer(
+    engine: AsyncEngine,
+) -> None:
+    """J17: while a long reader holds the completed class partition (ACCESS SHARE, as any read
+    of history does), the pass's DDL on that class waits at most lock_timeout (1 s) and is
+    deferred, not failed; a settle into that class queued behind the waiting DDL lands within
+    that second; the other classes are maintained; once the reader ends, the next pass does
+    the deferred work."""
+    clock = FrozenClock(WALL + timedelta(days=2))
+    backend = _backend(engine, clock)
+    async with engine.connect() as reader:
+        await reader.execute(text("LOCK TABLE ship_job_history_completed IN ACCESS SHARE MODE"))
+        maintaining = asyncio.ensure_future(backend.maintain_history())
+        while await _lock_waiters(engine) == 0:  # the DDL's lock request is queued
+            assert not maintaining.done(), maintaining
+        started = time.monotonic()
+        async with engine.begin() as settle:
+            await settle.execute(INSERT_FINISHED, {"id": "s1", "state": "completed", "at": WALL})
+        waited = time.monotonic() - started
+        done = await maintaining
+        await reader.rollback()
+    assert waited < 1.5, waited
+    assert _day("completed", TODAY) in done.deferred
+    assert _day("completed", TODAY) not in done.dropped
+    assert _day("dead", (WALL + timedelta(days=2)).date() + timedelta(days=3)) in done.created
+    after = await backend.maintain_history()
+    assert after.deferred == ()
+    assert _day("completed", TODAY) in after.dropped
+
+
+async def test_j17_strays_in_the_default_partition_are_reported_then_moved_out(
+    engine: AsyncEngine,
+) -> None:
+    """J17, J22: a run finished on a day with no partition (maintenance stopped) lands in its
+    class's DEFAULT partition: the storage health counts it and alarms; a pass whose clock
+    reaches that day creates the day, moving the run out of the DEFAULT into it."""
+    far = WALL + timedelta(days=20)
+    async with engine.begin() as connection:
+        await connection.execute(INSERT_FINISHED, {"id": "stray", "state": "dead", "at": far})
+    backend = _backend(engine, FrozenClock(WALL))
+    health = await backend.storage_health()
+    assert health.history_strays == 1
+    assert "history_strays" in {alarm.kind for alarm in health.alarms()}
+    moved = await _backend(engine, FrozenClock(far)).maintain_history()
+    assert _day("dead", far.date()) in moved.created
+    assert moved.strays == 0
+    async with engine.connect() as connection:
+        where = await connection.scalar(
+            text("SELECT tableoid::regclass::text FROM ship_job_history WHERE id = 'stray'")
+        )
+    assert where == _day("dead", far.date())
+
+
+async def test_j17_a_backend_whose_history_table_is_absent_maintains_nothing(
+    ship_engine: AsyncEngine,
+) -> None:
+    """J17: a backend's default history table not in the database: a pass does nothing (the
+    sampler reports no error every interval), and the health reads no partitions."""
+    backend = _backend(ship_engine, FrozenClock(WALL))
+    done = await backend.maintain_history()
+    assert done.created == ()
+    assert done.partitions_ahead is None
+
+
+INSERT_FINISHED_RUN = text(
+    "INSERT INTO ship_job_runs (id, job_id, state, payload, max_attempts, attempt, created_at,"
+    " updated_at, finished_at) VALUES (:id, 'j17', :state, '{\"n\": 1}', 3, 1, :at, :at, :at)"
+)
+
+
+async def _seed_old_runs(engine: AsyncEngine) -> None:
+    """30 completed an hour ago, 10 dead 5 days ago, 10 completed 3 days ago (past the 1 day
+    retention), and 2 waiting runs: an existing runs table from before the history."""
+    rows = [
+        *(
+            {"id": f"c{i}", "state": "completed", "at": WALL - timedelta(hours=1)}
+            for i in range(30)
+        ),
+        *({"id": f"d{i}", "state": "dead", "at": WALL - timedelta(days=5)} for i in range(10)),
+        *({"id": f"o{i}", "state": "completed", "at": WALL - timedelta(days=3)} for i in range(10)),
+    ]
+    async with engine.begin() as connection:
+        await connection.execute(INSERT_FINISHED_RUN, rows)
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_runs (id, job_id, payload, max_attempts)"
+                " VALUES ('w1', 'j17', '{}', 3), ('w2', 'j17', '{}', 3)"
+            )
+        )
+
+
+async def _counts(engine: AsyncEngine) -> tuple[int, int, int]:
+    async with engine.connect() as connection:
+        live = await connection.scalar(text("SELECT count(*) FROM ship_job_runs"))
+        kept = await connection.scalar(text("SELECT count(*) FROM ship_job_history"))
+        payloads = await connection.scalar(
+            text("SELECT count(*) FROM ship_job_history WHERE payload IS NOT NULL")
+        )
+    return int(live), int(kept), int(payloads)
+
+
+async def test_j17_migrate_moves_finished_runs_in_batches_and_resumes(
+    engine: AsyncEngine,
+) -> None:
+    """J16, J17 (issue 39 item 8): the migration moves an existing runs table's finished runs
+    into history in one-statement batches; stopped after 3 batches (an interruption), the runs
+    table holds exactly the runs not yet taken (each batch all or nothing), and running it
+    again finishes: the live runs stay, runs past retention are deleted, not moved, a dead
+    run keeps its payload, a completed one does not (J18); the finished-only indexes stay
+    while the runs table declares them."""
+    from ship_sqla._jobs._migrate import migrate_finished_runs  # noqa: PLC0415
+
+    await _seed_old_runs(engine)
+    backend = _backend(engine, FrozenClock(WALL))
+    first = await migrate_finished_runs(backend, batch_size=7, max_batches=3)
+    assert (first.batches, first.complete) == (3, False)
+    assert first.moved + first.deleted == 21
+    live, kept, _ = await _counts(engine)
+    assert live == 52 - 21
+    assert kept == first.moved
+    rest = await migrate_finished_runs(backend, batch_size=7)
+    assert rest.complete
+    assert first.moved + rest.moved == 40
+    assert first.deleted + rest.deleted == 10
+    assert await _counts(engine) == (2, 40, 10)
+    assert set(rest.kept) == {"ship_job_runs_finished_idx", "ship_job_runs_browse_idx"}
+    assert rest.dropped == ()
+    # J16: the dead runs' days were prepared: none went to the DEFAULT partition.
+    assert (await backend.maintain_history()).strays == 0
+
+
+async def test_j17_the_maintain_verb_migrates_and_maintains(engine: AsyncEngine) -> None:
+    """J17: ``ship-sqla jobs maintain --migrate --json`` moves the finished runs and runs a
+    maintenance pass (exit 0: nothing deferred, no strays)."""
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from ship_sqla._cli import cli  # noqa: PLC0415
+
+    await _seed_old_runs(engine)
+    url = engine.url.render_as_string(hide_password=False)
+    args = ["jobs", "maintain", "--database-url", url, "--migrate", "--json"]
+    result = await asyncio.to_thread(CliRunner().invoke, cli, args)
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert answer["migration"]["complete"]
+    assert answer["migration"]["moved"] == 40
+    assert answer["maintenance"]["deferred"] == []
+    assert await _counts(engine) == (2, 40, 10)

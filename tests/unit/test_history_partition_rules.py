@@ -1,0 +1,167 @@
+"""J17's pure rules: state classes, partition names, which days to create and which to drop
+per class retention; the report; the fleet sampler's maintenance cadence (F5); the DEFAULT
+partition's strays as a storage-health alarm (J22)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import MetaData
+
+from ship_sqla import ship_job_history_table
+from ship_sqla.jobs import Retention
+from ship_sqla.kernel._health import StorageHealth
+from ship_sqla.kernel._history_partitions import (
+    HistoryMaintainer,
+    HistoryMaintenance,
+    class_retentions,
+    day_suffix,
+    expired_days,
+    parse_day_suffix,
+    plan_history,
+    state_class,
+)
+from ship_sqla.kernel._metrics import JobMetrics
+from ship_sqla.kernel._ports import QueueDepth
+from ship_sqla.kernel._runtime.depth import DepthSampler
+from ship_sqla.kernel._runtime.wiring import Plumbing
+from ship_sqla.schema import ship_include_object
+from ship_sqla.testing import FrozenClock
+
+NOON = datetime(2026, 12, 6, 12, tzinfo=UTC)
+
+
+def test_j17_state_classes_and_names() -> None:
+    """J17: completed, dead, and ended (cancelled and discarded) classes; a day partition's
+    suffix reads back as its day, anything else as None."""
+    assert [state_class(s) for s in ("completed", "dead", "cancelled", "discarded")] == [
+        "completed",
+        "dead",
+        "ended",
+        "ended",
+    ]
+    suffix = day_suffix("dead", date(2026, 12, 6))
+    assert suffix == "_dead_20261206"
+    assert parse_day_suffix("dead", suffix) == date(2026, 12, 6)
+    assert parse_day_suffix("ended", suffix) is None
+    assert parse_day_suffix("dead", "_dead_default") is None
+
+
+def test_j17_a_day_expires_once_its_whole_day_is_past_retention() -> None:
+    """J17: a day partition is dropped only when its END is older than the retention: every
+    run in it is past retention."""
+    days = [date(2026, 12, d) for d in (3, 4, 5, 6)]
+    assert expired_days(days, timedelta(days=1), NOON) == [date(2026, 12, 3), date(2026, 12, 4)]
+    assert expired_days(days, timedelta(days=30), NOON) == []
+
+
+def test_j17_plan_creates_today_and_three_ahead_and_counts_them() -> None:
+    """J17: the plan creates the missing days from today to 3 ahead, drops the expired ones
+    and counts the days ready after today (J22's partitions_ahead)."""
+    existing = {date(2026, 12, 1), date(2026, 12, 6), date(2026, 12, 7)}
+    plan = plan_history("completed", existing, timedelta(days=1), NOON)
+    assert plan.create == (date(2026, 12, 8), date(2026, 12, 9))
+    assert plan.drop == (date(2026, 12, 1),)
+    assert plan.ahead == 3
+
+
+def test_j17_each_class_keeps_the_longest_retention() -> None:
+    """J17: per class, the longest of the retentions given (ended: cancelled or discarded)."""
+    kept = class_retentions(
+        [Retention(), Retention(dead=timedelta(days=90), cancelled=timedelta(days=40))]
+    )
+    assert kept == {
+        "completed": timedelta(days=1),
+        "dead": timedelta(days=90),
+        "ended": timedelta(days=40),
+    }
+
+
+def test_j17_report_and_strays_alarm() -> None:
+    """J17, J22: the report's strays and dict; runs in the DEFAULT partitions are an alarm."""
+    report = HistoryMaintenance(default_rows=(("completed", 0), ("dead", 2)), deferred=("x",))
+    assert report.strays == 2
+    assert not report.complete
+    assert report.to_dict()["default_rows"] == {"completed": 0, "dead": 2}
+    health = StorageHealth(known=True, partitions_ahead=3, history_strays=2)
+    assert [alarm.kind for alarm in health.alarms()] == ["history_strays"]
+    assert health.to_dict()["history_strays"] == 2
+
+
+class _Source:
+    """A queue-depth source that keeps a history (a HistoryMaintainer)."""
+
+    def __init__(self, deferred: tuple[str, ...] = ()) -> None:
+        self.passes: list[tuple[Retention, ...]] = []
+        self.deferred = deferred
+
+    async def queue_depths(self, job_ids: Any) -> dict[str, QueueDepth]:
+        return {job_id: QueueDepth(0, 0.0) for job_id in job_ids}
+
+    async def maintain_history(self, retentions: Any = ()) -> HistoryMaintenance:
+        self.passes.append(tuple(retentions))
+        return HistoryMaintenance(deferred=self.deferred)
+
+
+async def test_j17_the_fleet_sampler_maintains_at_first_then_every_interval() -> None:
+    """J17, F5: the sampler (the fleet's sampler-lease holder) runs a pass at its first
+    sample with its jobs' retentions, then once per interval; not while it samples no job
+    (another runtime holds the lease)."""
+    source = _Source()
+    assert isinstance(source, HistoryMaintainer)
+    clock = FrozenClock(NOON)
+    shared = Plumbing(clock, lambda _exc: None, lambda _n: 0.1)
+    jobs: list[str] = ["a"]
+    kept = Retention(dead=timedelta(days=90))
+    sampler = DepthSampler(
+        source, JobMetrics(), ["a"], shared, jobs=lambda: jobs, retentions=[kept]
+    )  # type: ignore[arg-type]
+    await sampler.sample()
+    await sampler.sample()
+    assert source.passes == [(kept,)]
+    clock.advance(600)
+    await sampler.sample()
+    assert len(source.passes) == 2
+    jobs.clear()
+    clock.advance(600)
+    await sampler.sample()
+    assert len(source.passes) == 2
+
+
+async def test_j17_a_deferred_pass_is_retried_at_the_next_sample() -> None:
+    """J17: a pass whose DDL gave up on its lock (1 s) is retried at the next sample, not an
+    interval later."""
+    source = _Source(deferred=("ship_job_history_completed_20261201",))
+    shared = Plumbing(FrozenClock(NOON), lambda _exc: None, lambda _n: 0.1)
+    sampler = DepthSampler(source, JobMetrics(), ["a"], shared)  # type: ignore[arg-type]
+    await sampler.sample()
+    await sampler.sample()
+    assert len(source.passes) == 2
+
+
+def test_j17_include_object_skips_only_the_history_partitions() -> None:
+    """J17: the Alembic filter leaves out reflected tables named as a declared history
+    table's partitions, and asks the application's filter about everything else."""
+    metadata = MetaData()
+    ship_job_history_table(metadata)
+    asked: list[str] = []
+
+    def own(_obj: Any, name: str | None, *_rest: Any) -> bool:
+        asked.append(str(name))
+        return True
+
+    include = ship_include_object(metadata, own)
+
+    class Reflected:
+        schema = None
+
+    for name in (
+        "ship_job_history_completed",
+        "ship_job_history_dead_default",
+        "ship_job_history_ended_20261206",
+    ):
+        assert not include(Reflected(), name, "table", True, None)
+    assert include(Reflected(), "orders_completed", "table", True, None)
+    assert include(Reflected(), "ship_job_history", "table", True, object())
+    assert asked == ["orders_completed", "ship_job_history"]
