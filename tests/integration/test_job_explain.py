@@ -105,6 +105,21 @@ def claim_params() -> dict[str, Any]:
         "default_weight": 1,
         "tuned": True,
         "now": None,
+        # J19: a full walk (no floors), as every sweep's claim; test_job_claim_floor.py explains
+        # the floored walk.
+        "floor_priorities": [],
+        "floor_run_ats": [],
+        "floor_seqs": [],
+    }
+
+
+def floored_claim_params() -> dict[str, Any]:
+    """J19: a claim whose priority walk starts at a floor on level 0 (below every run here)."""
+    return {
+        **claim_params(),
+        "floor_priorities": [0],
+        "floor_run_ats": ["2000-01-01T00:00:00+00"],
+        "floor_seqs": [1],
     }
 
 
@@ -201,6 +216,23 @@ CASES = [
         True,
     ),
     ("claim uncapped", claim.CLAIM_UNCAPPED, claim_params, {"due_idx", "lease_idx"}, 50, True),
+    # J19: the same claims with their walk starting at a floor (an index condition of due_idx).
+    (
+        "claim floored",
+        claim.CLAIM_UNCAPPED,
+        floored_claim_params,
+        {"due_idx", "lease_idx"},
+        50,
+        True,
+    ),
+    (
+        "claim gated floored",
+        claim.CLAIM_GATED,
+        floored_claim_params,
+        {"due_idx", "lease_idx"},
+        50,
+        True,
+    ),
     # F2: a fair claim walks the ten tenants (a loose scan), counts and takes each one's due
     # runs off the tenant index: bounded by tenants x limit at any backlog.
     ("claim fair", claim.CLAIM_FAIR, claim_params, {"tenant_idx", "lease_idx"}, 50, True),
@@ -299,7 +331,9 @@ async def test_hot_statements_use_their_indexes_at_a_million_runs(loaded: AsyncE
     read the due index, a batched settle of every kind (J5) probes the primary key, a batched
     heartbeat an index, F5's demand the due and lease indexes; no statement scans the runs table
     sequentially, in custom or generic
-    plans, and each reads at most twice the buffers it reads at a backlog of 1,000."""
+    plans, and each reads at most twice the buffers it reads at a backlog of 1,000. The J19
+    floored claims too. This is J20's 1,000,000-live-rows state (test_job_plans_stable.py has
+    the empty and dead states), sharing this seeded table."""
     report = []
     for name, template, params, uses, returned, bounded in CASES:
         for generic in (False, True):

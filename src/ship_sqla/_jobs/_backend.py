@@ -77,7 +77,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
@@ -163,6 +163,7 @@ from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
 from ship_sqla.kernel._history_partitions import HistoryMaintenance
 from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK, KEEP_ROW, history_keep
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
+from ship_sqla.kernel._plans.claim_floor import ClaimFloors, Floor
 from ship_sqla.kernel._ports import (
     CANCEL_LAPSED_MESSAGE,
     LEASE_LAPSED_FINAL_MESSAGE,
@@ -360,10 +361,10 @@ class PostgresJobBackend(JobBackendBase):
         self._wire_announcements(database, listen=listen, announce=announce)
         # F2: per fair job, the tenant its last claim's walk stopped at (None: from the start).
         self._fair_cursors: dict[str, str] = {}
+        self.claim_floors = ClaimFloors()  # J19: where each job's next priority walk starts
         self.history: Final = live_only  # J16: runs that end move to history
         self._keeps: dict[str, int] = {}  # J18: per job, what its completed runs leave there
-        # F2: whether the runs table has the index fair claims read (asked until it does).
-        self._fair_served = False
+        self._fair_served = False  # F2: whether fair claims' index exists (asked until it does)
         self._tables_served = False
         self._wire_stores(workers_table, steps_table, events_table, health_bounds)
 
@@ -580,6 +581,9 @@ class PostgresJobBackend(JobBackendBase):
             )
         if not runs:
             return []
+        for run in runs:
+            if run.run_at is not None:  # J19: a back-dated run lowers this backend's floor
+                self.claim_floors.lower(job.id, run.priority, run.run_at)
         announce = self._announce_channel(job.id)
         sample = self._wants_fleet_sample()
         # F8/F9: runs with partition keys take the transaction path (insert_on stores the keys).
@@ -923,18 +927,26 @@ class PostgresJobBackend(JobBackendBase):
         if request.partition is not None:
             return await self._claim_partitioned(params, request)
         _aging_params(params, request)
-        if cap is None and rate is None:
-            batch, _ = await self._claim_with(s[_claim_template(request)], params, request)
-            return batch
-        params["max_running"] = cap
-        params["rate_limit"] = None if rate is None else rate.limit
-        params["rate_period"] = None if rate is None else rate.period
-        params["gate_row"] = state_row(job_id, "claim-gate")
-        gated = s[_claim_template(request)]
-        batch, gate_created = await self._claim_with(gated, params, request)
+        floors: tuple[Floor, ...] = ()
+        floored = fair is None and request.aging is None
+        if floored:
+            # J19: the priority walk starts at this backend's floors (kernel ClaimFloors).
+            floors = self.claim_floors.floors(job_id, self._clock.now())
+            params["floor_priorities"] = [floor.priority for floor in floors]
+            params["floor_run_ats"] = [floor.run_at for floor in floors]
+            params["floor_seqs"] = [floor.seq for floor in floors]
+        if cap is not None or rate is not None:
+            params["max_running"] = cap
+            params["rate_limit"] = None if rate is None else rate.limit
+            params["rate_period"] = None if rate is None else rate.period
+            params["gate_row"] = state_row(job_id, "claim-gate")
+        statement = s[_claim_template(request)]
+        batch, gate_created, taken = await self._claim_with(statement, params, request)
         if gate_created and not batch and not batch.buried:
             # The job's first gated claim made its gate, which grants nothing: claim again.
-            batch, _ = await self._claim_with(gated, params, request)
+            batch, _, taken = await self._claim_with(statement, params, request)
+        if floored:
+            self.claim_floors.record(job_id, self._clock.now(), floors, taken)
         return batch
 
     async def _claim_partitioned(self, params: dict[str, Any], request: ClaimRequest) -> ClaimBatch:
@@ -962,7 +974,7 @@ class PostgresJobBackend(JobBackendBase):
         else:
             keyed = CLAIM_PARTITIONED_KEYED, CLAIM_PARTITIONED
         statement = s[keyed[0]] if request.exclude_keys else s[keyed[1]]
-        batch, _ = await self._claim_with(statement, params, request, walked=True)
+        batch, _, _ = await self._claim_with(statement, params, request, walked=True)
         return batch
 
     async def _claim_with(
@@ -972,10 +984,11 @@ class PostgresJobBackend(JobBackendBase):
         request: ClaimRequest,
         *,
         walked: bool = False,
-    ) -> tuple[ClaimBatch, bool]:
+    ) -> tuple[ClaimBatch, bool, list[tuple[int, datetime, int]]]:
         """One claim statement (F1: one autocommitted statement, one round trip: it reads the
         job's pause, K3, and a gated one takes the job's claim gate for that statement only):
-        the batch, and whether this statement made the job's claim gate."""
+        the batch, whether this statement made the job's claim gate, and (J19) the
+        (priority, run_at, seq) of each waiting run it claimed."""
         job_id, lease = request.job_id, request.lease
         rows = await self._connections.rows(
             f"claim of job {job_id!r}", statement, params, scope=OWN
@@ -1011,7 +1024,8 @@ class PostgresJobBackend(JobBackendBase):
             await self._move_finished(job_id)
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
         more_due = job_id in self._fair_cursors and (walked or request.fairness is not None)
-        return ClaimBatch(claimed, buried, rate_wait=rate_wait, more_due=more_due), created
+        batch = ClaimBatch(claimed, buried, rate_wait=rate_wait, more_due=more_due)
+        return batch, created, _positions(rows)
 
     async def _move_finished(self, job_id: str) -> None:
         """J16: the claim ended runs in place (J6's burial; the claim is unchanged): move the
@@ -1387,6 +1401,12 @@ _SETTLE_FIELDS_NONE: Final[dict[str, list[Any]]] = {
     "keeps_lapses": [],
     "wait_fors": [],
 }
+
+
+def _positions(rows: Sequence[Sequence[Any]]) -> list[tuple[int, datetime, int]]:
+    """J19: (priority, run_at, seq) of each waiting run a claim statement's rows claimed (kind
+    0, not a retaken lapsed lease), by position (CLAIM_COLUMNS)."""
+    return [(row[10], row[8], row[9]) for row in rows if row[14] == 0 and not row[20]]
 
 
 def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:

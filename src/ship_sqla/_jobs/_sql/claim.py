@@ -150,7 +150,7 @@ _WALK_LEVELS: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
         WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.priority < w.priority
         ORDER BY r.priority DESC
         LIMIT 1
-    ) level
+    ) level{floor_join}
     CROSS JOIN LATERAL (
         SELECT coalesce(array_agg(d.id), CAST('{}' AS text[])) AS ids,
             coalesce(array_agg(d.run_at), CAST('{}' AS timestamptz[])) AS run_ats,
@@ -165,7 +165,7 @@ _WALK_LEVELS: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
                 SELECT r.id, r.run_at, r.seq
                 FROM {runs} r
                 WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.priority = level.priority
-                  AND r.run_at <= {now}{skip_keys_r}
+                  AND r.run_at <= {now}{floor_cond}{skip_keys_r}
                 ORDER BY r.run_at, r.seq
                 LIMIT {claim_batch}
                 FOR UPDATE SKIP LOCKED
@@ -181,7 +181,29 @@ _WALK_DUE: Final = """, due AS (
     FROM walk w, unnest(w.ids, w.run_ats, w.seqs) AS u(id, run_at, seq)
 )"""
 
-_WALK: Final = _WALK_LEVELS + _WALK_DUE
+_FLOOR_JOIN: Final = """
+    CROSS JOIN LATERAL (
+        -- J19: where this level's walk starts (kernel ClaimFloors): the lowest (run_at, seq)
+        -- this backend's previous claim took at this level, from three parallel arrays (one
+        -- element per floored level; empty on a full walk, every sweep: from the start).
+        SELECT coalesce(max(f.run_at), CAST('-infinity' AS timestamptz)) AS run_at,
+            coalesce(max(f.seq), CAST(0 AS bigint)) AS seq
+        FROM unnest(CAST(:floor_priorities AS smallint[]), CAST(:floor_run_ats AS timestamptz[]),
+            CAST(:floor_seqs AS bigint[])) AS f(priority, run_at, seq)
+        WHERE f.priority = level.priority
+    ) fl"""
+
+_FLOOR_COND: Final = """
+                  -- J19: an index condition of <runs>_due_idx (job_id, priority, run_at, seq):
+                  -- the walk starts at the floor, past the entries of runs claimed before it
+                  -- (dead but kept while an MVCC horizon is held), not at the level's start.
+                  AND (r.run_at, r.seq) >= (fl.run_at, fl.seq)"""
+
+_WALK: Final = (
+    _WALK_LEVELS.replace("{floor_join}", _FLOOR_JOIN).replace("{floor_cond}", _FLOOR_COND)
+    + _WALK_DUE
+)
+"""K6's priority walk with J19's floor (CLAIM_UNCAPPED, CLAIM_GATED and their keyed forms)."""
 
 _EFFECTIVE: Final = """CASE WHEN {p} >= CAST(:aging_ceiling AS integer) THEN CAST({p} AS integer)
         ELSE CAST(least(CAST(:aging_ceiling AS integer), {p} + CAST(:aging_step AS integer)
@@ -247,7 +269,9 @@ _AGED_WALK: Final = """, aged (priority, ids, run_ats, seqs) AS (
     LIMIT (SELECT n FROM room)
 )"""
 
-_AGED: Final = _WALK_LEVELS + _AGED_WALK.replace(
+_AGED: Final = _WALK_LEVELS.replace("{floor_join}", "").replace(
+    "{floor_cond}", ""
+) + _AGED_WALK.replace(
     "{effective_u}", _EFFECTIVE.replace("{p}", "w.priority").replace("{run_at}", "u.run_at")
 )
 """F10: the priority walk, then the aged seek, due runs by effective priority."""

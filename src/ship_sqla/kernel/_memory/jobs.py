@@ -77,6 +77,7 @@ from ship_sqla.kernel._memory.transactions import active_transaction, required_t
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore
 from ship_sqla.kernel._partition_waits import judge, window_measure
+from ship_sqla.kernel._plans.claim_floor import ClaimFloors, below_floor
 from ship_sqla.kernel._plans.fairness import fair_shares
 from ship_sqla.kernel._plans.scheduled_runs import (
     fire_due,
@@ -381,6 +382,9 @@ class InMemoryJobBackend(JobBackendBase):
         self._starts: dict[str, list[tuple[datetime, int]]] = {}
         # job id -> the tenant its last fair claim's walk stopped at (F2, CLAIM_FAIR's cursor).
         self._fair_cursors: dict[str, str] = {}
+        self.claim_floors = ClaimFloors()
+        """J19: where the next claim of each job starts its priority walk (as a PostgreSQL
+        backend's; shared by every runtime on this store, so its own enqueues lower it)."""
         # (job id, partition) -> its recent starts (F8): CLAIM_PARTITIONED's gate rows.
         self._partition_starts: Starts = {}
         # run id -> the transaction that fenced it (J13): held until that transaction ends.
@@ -477,6 +481,7 @@ class InMemoryJobBackend(JobBackendBase):
         if limit is not None and self._waiting.get(job_id, 0) >= limit:
             return EnqueueResult(run_id=None, rejected="queue-full"), None
         run = _Run(job_id, prepared, now, next(self._seq))
+        self.claim_floors.lower(job_id, run.priority, run.run_at)  # J19
         self._runs[run.run_id] = run
         self._live.setdefault(job_id, {})[run.run_id] = run
         self._waiting[job_id] = self._waiting.get(job_id, 0) + 1
@@ -510,7 +515,7 @@ class InMemoryJobBackend(JobBackendBase):
             )
             chosen, started, rate_wait = choice.chosen, choice.started, choice.rate_wait
         else:
-            chosen, rate_wait, started_at = self._choose_whole(
+            chosen, rate_wait, started_at = self._choose_floored(
                 request, live.values(), held, candidates, now
             )
             started = dict.fromkeys((run.run_id for run in chosen), started_at)
@@ -559,6 +564,31 @@ class InMemoryJobBackend(JobBackendBase):
         walked = request.fairness is not None or request.partition is not None
         more_due = walked and request.job_id in self._fair_cursors
         return ClaimBatch(claimed, buried, rate_wait=rate_wait, more_due=more_due)
+
+    def _choose_floored(
+        self,
+        request: ClaimRequest,
+        live: Iterable[_Run],
+        held: int,
+        candidates: list[_Run],
+        now: datetime,
+    ) -> tuple[list[_Run], float | None, datetime]:
+        """J19: :meth:`_choose_whole` from this store's claim floors (a priority walk: neither
+        fair nor aged), the floors then moved to what it took."""
+        if request.fairness is not None or request.aging is not None:
+            return self._choose_whole(request, live, held, candidates, now)
+        floors = self.claim_floors.floors(request.job_id, now)
+        if floors:
+            candidates = [
+                run
+                for run in candidates
+                if run.state == "running"
+                or not below_floor(floors, run.priority, run.run_at, run.seq)
+            ]
+        chosen, rate_wait, started_at = self._choose_whole(request, live, held, candidates, now)
+        taken = [(run.priority, run.run_at, run.seq) for run in chosen if run.state == "waiting"]
+        self.claim_floors.record(request.job_id, now, floors, taken)
+        return chosen, rate_wait, started_at
 
     def _choose_whole(
         self,

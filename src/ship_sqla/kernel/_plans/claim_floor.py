@@ -1,0 +1,122 @@
+"""J19: where a claim's priority walk starts (the claim floor), and when it walks from the start.
+
+Under a held MVCC horizon (an open ``REPEATABLE READ`` transaction anywhere in the database) the
+index entries of runs already claimed stay in ``<runs>_due_idx`` until the horizon moves, and a
+walk that starts at the index's start reads all of them: its cost grows with throughput x hold
+time. So each backend keeps, per job and per priority level, the lowest ``(run_at, seq)`` its
+previous claim took there (never later than ``now - lag``), and its next claim of that level
+starts there. Every ``sweep`` seconds (and at a backend's first claim of a job) a claim walks
+from the index's start instead: that is the one claim that pays for the dead prefix.
+
+The rule holds exactly for every run the floor can see coming: a run committed after the floor
+was recorded with ``run_at >= its commit - lag`` (every plain enqueue, retry, release, snooze and
+operator retry) is above it, and a run this backend itself enqueues below a floor lowers that
+floor at once. What it relaxes (K6, stated in docs/jobs.md): a run enqueued by ANOTHER process
+with a ``run_at`` more than ``lag`` in the past, or whose enqueuing transaction stayed open
+longer than ``lag``, or that a concurrent statement held locked when the floor's claim passed it
+(``SKIP LOCKED``) and then released, may be claimed after lower-priority or later runs, for at
+most ``sweep`` seconds (plus one claim interval): the next full walk takes it in its turn.
+
+Pure and clock-injected: the PostgreSQL backend passes the floors to CLAIM_UNCAPPED /
+CLAIM_GATED (and their keyed forms) as arrays; the in-memory backend filters its candidates by
+the same floors. Aged (F10), fair (F2) and partitioned (F8/F9) claims walk from the start.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Final
+
+import attrs
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+__all__ = [
+    "DEFAULT_FLOOR_LAG",
+    "DEFAULT_FLOOR_SWEEP",
+    "ClaimFloors",
+    "Floor",
+    "below_floor",
+]
+
+DEFAULT_FLOOR_SWEEP: Final = 5.0
+"""J19: seconds between two full walks of a job by one backend (the bound of K6's relaxation)."""
+DEFAULT_FLOOR_LAG: Final = 1.0
+"""J19: a floor is never later than ``now - lag`` (seconds): runs back-dated by less than this,
+or whose enqueuing transaction lasted less than this, are always above every floor."""
+
+_LOWEST_SEQ: Final = 0
+"""Below every stored ``seq`` (a sequence starting at 1)."""
+
+
+@attrs.frozen
+class Floor:
+    """Where one priority level's walk starts: runs at ``(run_at, seq) >= (run_at, seq)``."""
+
+    priority: int
+    run_at: datetime
+    seq: int
+
+
+def below_floor(floors: Iterable[Floor], priority: int, run_at: datetime, seq: int) -> bool:
+    """Whether a waiting run at ``(priority, run_at, seq)`` is below its level's floor (the
+    floored walk does not see it). A level without a floor is walked from its start."""
+    for floor in floors:
+        if floor.priority == priority:
+            return (run_at, seq) < (floor.run_at, floor.seq)
+    return False
+
+
+@attrs.define
+class ClaimFloors:
+    """One backend's claim floors, per job (J19). Not thread-safe; one per backend."""
+
+    sweep: float = DEFAULT_FLOOR_SWEEP
+    lag: float = DEFAULT_FLOOR_LAG
+    _levels: dict[str, dict[int, tuple[datetime, int]]] = attrs.field(factory=dict, init=False)
+    _swept: dict[str, datetime] = attrs.field(factory=dict, init=False)
+
+    def floors(self, job_id: str, now: datetime) -> tuple[Floor, ...]:
+        """The floors the next claim of ``job_id`` starts at, by priority; ``()``: a full walk
+        (the backend's first claim of the job, or ``sweep`` seconds since its last full walk,
+        or the clock went back)."""
+        swept = self._swept.get(job_id)
+        if swept is None or now < swept or (now - swept).total_seconds() >= self.sweep:
+            return ()
+        levels = self._levels.get(job_id, {})
+        return tuple(Floor(p, at, seq) for p, (at, seq) in sorted(levels.items(), reverse=True))
+
+    def record(
+        self,
+        job_id: str,
+        now: datetime,
+        floors: tuple[Floor, ...],
+        taken: Iterable[tuple[int, datetime, int]],
+    ) -> None:
+        """After a claim that walked from ``floors`` (``()``: a full walk) and took the waiting
+        runs ``taken`` as (priority, run_at, seq) (retaken lapsed runs excluded): each level it
+        took from starts next time at the lowest position taken there, never later than
+        ``now - lag``; the other levels keep their floors (none after a full walk)."""
+        if not floors:
+            self._swept[job_id] = now
+            self._levels[job_id] = {}
+        levels = self._levels.setdefault(job_id, {})
+        lowest: dict[int, tuple[datetime, int]] = {}
+        for priority, run_at, seq in taken:
+            here = lowest.get(priority)
+            if here is None or (run_at, seq) < here:
+                lowest[priority] = (run_at, seq)
+        cap = (now - timedelta(seconds=self.lag), _LOWEST_SEQ)
+        for priority, position in lowest.items():
+            levels[priority] = min(position, cap)
+
+    def lower(self, job_id: str, priority: int, run_at: datetime) -> None:
+        """A run this backend enqueued at ``run_at``: a floor of its level above it moves down
+        to it (so this backend's own back-dated enqueues are never skipped)."""
+        levels = self._levels.get(job_id)
+        if levels is None:
+            return
+        floor = levels.get(priority)
+        if floor is not None and run_at <= floor[0]:
+            levels[priority] = (run_at, _LOWEST_SEQ)
