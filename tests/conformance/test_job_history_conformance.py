@@ -275,3 +275,34 @@ async def test_j16_j5_a_stale_holder_moves_nothing(
     assert await table_of(backend, run_id) == "live"
     assert await backend.settle([settle(current)]) == [outcome]
     assert await table_of(backend, run_id) == "history"
+
+
+async def test_j16_d9_f8_a_retried_dead_run_keeps_its_version_and_partition_key(
+    clock: Any, live_only_backend_factory: Any
+) -> None:
+    """J16 with D9 and F8: a dead run of a versioned job with limits per key keeps, through
+    history and back (an operator's retry), the handler version it was enqueued under and its
+    partition key: the move writes both and the move back restores both."""
+    backend = live_only_backend_factory(clock)
+    job = define_job(
+        "j16.versioned",
+        noop,
+        payload=dict,
+        concurrency=Concurrency(max=10, lease=30.0, partition="key"),
+        retry=RetryPolicy(attempts=1),
+        version=2,
+    )
+    dead = await ended(backend, job, "dead", partition_key="acme")
+    assert await table_of(backend, dead) == "history"
+    assert (await record_of(backend, dead)).handler_version == 2
+    retried = await backend.admin.retry_dead(dead)
+    assert retried is not None
+    assert await table_of(backend, dead) == "live"
+    assert (await record_of(backend, dead)).handler_version == 2
+    if not isinstance(backend, InMemoryJobBackend):
+        async with backend.database.connect() as connection:
+            stored = await connection.scalar(
+                text(f'SELECT partition_key FROM "{backend.table.name}" WHERE id = :id'),
+                {"id": dead},
+            )
+        assert stored == "acme"

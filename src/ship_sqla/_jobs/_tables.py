@@ -418,7 +418,8 @@ def ship_job_history_table(
     worker); ``last_error``; ``history`` (jsonb array, one entry per failed attempt, each with
     its start and worker); ``trace_context`` jsonb null (K7); ``snoozes``, ``lapses``;
     ``tenant_id`` (F2); ``parent_id`` (D5); ``progress`` jsonb null (a consumer run's last
-    committed batch, C3).
+    committed batch, C3); ``consecutive_lapses`` (J15), ``handler_version`` (D9) and
+    ``partition_key`` (F8/F9), each null when there is none.
     """
     n = derived_names(name, _HISTORY_SUFFIXES, "job history", schema=schema)
     states = ", ".join(f"'{s}'" for s in FINISHED_STATES)
@@ -455,6 +456,10 @@ def ship_job_history_table(
         Column("progress", JSONB, nullable=True),
         # J15: the run's lapses in a row when it ended; NULL for none (no bytes on most rows).
         Column("consecutive_lapses", Integer, nullable=True),
+        # D9 and F8/F9: kept so a run moved back (a retried dead run) keeps its handler version
+        # and its partition key; NULL for an unversioned, unpartitioned job (no bytes).
+        Column("handler_version", Integer, nullable=True),
+        Column("partition_key", Text, nullable=True),
         CheckConstraint(f"state IN ({states})", name=n["_state_check"]),
         # Serves every read of one run by id (get-run, durable-id dedupe, retry of a dead run):
         # a hash index, about half a btree's size on random ids, one probe per partition.

@@ -64,12 +64,13 @@ WITH picked AS (
     INSERT INTO {history} (id, seq, job_id, state, payload, key, dedupe_key, attempt,
                            max_attempts, priority, run_at, created_at, started_at, finished_at,
                            claimed_by, last_error, history, trace_context, snoozes, lapses,
-                           tenant_id, parent_id, progress)
+                           tenant_id, parent_id, progress, handler_version, partition_key)
     SELECT m.id, m.seq, m.job_id, m.state,
            CASE WHEN m.state = 'completed' THEN NULL ELSE m.payload END,
            m.key, m.dedupe_key, m.attempt, m.max_attempts, m.priority, m.run_at, m.created_at,
            NULL, coalesce(m.finished_at, m.updated_at), m.claimed_by, m.last_error, m.history,
-           m.trace_context, m.snoozes, m.lapses, m.tenant_id, m.parent_id, m.progress
+           m.trace_context, m.snoozes, m.lapses, m.tenant_id, m.parent_id, m.progress,
+           m.handler_version, m.partition_key
       FROM moved m
      WHERE coalesce(m.finished_at, m.updated_at) >= CASE m.state
                WHEN 'completed' THEN CAST(:completed_after AS timestamptz)

@@ -50,7 +50,8 @@ __all__ = [  # noqa: RUF022
 HISTORY_COLUMNS: Final = (
     "id, seq, job_id, state, payload, key, dedupe_key, attempt, max_attempts, priority, run_at,"
     " created_at, started_at, finished_at, claimed_by, last_error, history, trace_context,"
-    " snoozes, tenant_id, parent_id, lapses, progress, consecutive_lapses"
+    " snoozes, tenant_id, parent_id, lapses, progress, consecutive_lapses, handler_version,"
+    " partition_key"
 )
 """The history table's columns an ending statement writes, in this order."""
 
@@ -62,7 +63,7 @@ HISTORY_AS_RUN: Final = (
     " h.snoozes, h.priority, CAST(NULL AS timestamptz) AS cancel_requested_at, h.tenant_id,"
     " h.parent_id, CAST(NULL AS text) AS wait_for, h.lapses,"
     " coalesce(h.consecutive_lapses, 0) AS consecutive_lapses,"
-    " h.progress, h.started_at, h.claimed_by AS worker"
+    " h.progress, h.handler_version, h.started_at, h.claimed_by AS worker"
 )
 """A history row (aliased ``h``) as a run record's columns (``{cols}``, ``started_at`` and
 ``worker``: the last attempt's start and worker, J18)."""
@@ -85,7 +86,7 @@ def _insert_ended(
         e.max_attempts, e.priority, e.run_at, e.created_at, {started}, {finished}, e.claimed_by,
         e.last_error, nullif(e.history, CAST('[]' AS jsonb)),
         CASE WHEN {keep_payload} THEN e.trace_context END, e.snoozes, e.tenant_id, e.parent_id,
-        e.lapses, e.progress, nullif(e.consecutive_lapses, 0)
+        e.lapses, e.progress, nullif(e.consecutive_lapses, 0), e.handler_version, e.partition_key
     FROM {source} e"""  # noqa: S608 - constant text
 
 
@@ -129,7 +130,8 @@ WITH settle AS (
       AND (s.state <> 'waiting' OR r.cancel_requested_at IS NOT NULL)
     RETURNING s.ord, s.keep, s.started, r.id, r.seq, r.job_id, r.payload, r.key, r.dedupe_key,
         r.max_attempts, r.priority, r.run_at, r.created_at, r.claimed_by, r.trace_context,
-        r.snoozes, r.tenant_id, r.parent_id, r.lapses, r.progress,
+        r.snoozes, r.tenant_id, r.parent_id, r.lapses, r.progress, r.handler_version,
+        r.partition_key,
         CASE WHEN s.state <> 'completed' AND r.cancel_requested_at IS NOT NULL
             THEN 'cancelled' ELSE s.state END AS state,
         CASE WHEN s.refund AND r.cancel_requested_at IS NULL
@@ -237,12 +239,12 @@ WITH back AS (
 INSERT INTO {runs} AS r (
     id, seq, job_id, state, payload, key, dedupe_key, attempt, max_attempts, run_at, created_at,
     updated_at, last_error, history, priority, trace_context, snoozes, tenant_id, parent_id,
-    lapses, consecutive_lapses, progress
+    lapses, consecutive_lapses, progress, handler_version, partition_key
 )
 SELECT b.id, b.seq, b.job_id, 'waiting', coalesce(b.payload, CAST('null' AS jsonb)), b.key,
     b.dedupe_key, b.attempt, b.attempt + 1, {now}, b.created_at, {now}, b.last_error,
     coalesce(b.history, CAST('[]' AS jsonb)), b.priority, b.trace_context, b.snoozes,
-    b.tenant_id, b.parent_id, b.lapses, 0, b.progress
+    b.tenant_id, b.parent_id, b.lapses, 0, b.progress, b.handler_version, b.partition_key
 FROM back b
 RETURNING {cols}
 """
@@ -532,12 +534,12 @@ WITH back AS (
 INSERT INTO {runs} AS r (
     id, seq, job_id, state, payload, key, dedupe_key, attempt, max_attempts, run_at, created_at,
     updated_at, last_error, history, priority, trace_context, snoozes, tenant_id, parent_id,
-    lapses, consecutive_lapses, progress
+    lapses, consecutive_lapses, progress, handler_version, partition_key
 )
 SELECT b.id, b.seq, b.job_id, 'waiting', coalesce(b.payload, CAST('null' AS jsonb)), b.key,
     b.dedupe_key, b.attempt, b.attempt + 1, {now}, b.created_at, {now}, b.last_error,
     coalesce(b.history, CAST('[]' AS jsonb)), b.priority, b.trace_context, b.snoozes,
-    b.tenant_id, b.parent_id, b.lapses, 0, b.progress
+    b.tenant_id, b.parent_id, b.lapses, 0, b.progress, b.handler_version, b.partition_key
 FROM back b
 WHERE (SELECT count(*) FROM dropped) >= 0
 RETURNING {cols}
