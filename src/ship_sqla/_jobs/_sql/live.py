@@ -222,6 +222,21 @@ LIST_DEAD_OF_JOB_EITHER: Final = _dead_pages(" AND ?.job_id = :job_id")
 LIST_DEAD_ALL_JOBS_EITHER: Final = _dead_pages("")
 """LIST_DEAD_ALL_JOBS over both tables (J16)."""
 
+_INSERT_BACK: Final = """INSERT INTO {runs} AS r (
+    id, seq, job_id, state, payload, key, dedupe_key, attempt, max_attempts, run_at, created_at,
+    updated_at, last_error, history, priority, trace_context, snoozes, tenant_id, parent_id,
+    lapses, consecutive_lapses, progress, handler_version, partition_key
+)
+SELECT b.id, b.seq, b.job_id, 'waiting', coalesce(b.payload, CAST('null' AS jsonb)), b.key,
+    b.dedupe_key, b.attempt, b.attempt + 1, {now}, b.created_at, {now}, b.last_error,
+    coalesce(b.history, CAST('[]' AS jsonb)), b.priority, b.trace_context, b.snoozes,
+    b.tenant_id, b.parent_id, b.lapses, 0, b.progress, b.handler_version, b.partition_key
+FROM back b
+"""
+"""A history row (CTE ``back``, aliased ``b``) moved back into the runs table: waiting, due
+now, with one more attempt (an operator's retry, J8; a rerun from a step, D6)."""
+
+
 RETRY_DEAD_BACK: Final = Template(
     """
 WITH back AS (
@@ -236,17 +251,9 @@ WITH back AS (
     RETURNING h.*
 )
 -- ... and waits again in the runs table, due now, with exactly one more attempt.
-INSERT INTO {runs} AS r (
-    id, seq, job_id, state, payload, key, dedupe_key, attempt, max_attempts, run_at, created_at,
-    updated_at, last_error, history, priority, trace_context, snoozes, tenant_id, parent_id,
-    lapses, consecutive_lapses, progress, handler_version, partition_key
-)
-SELECT b.id, b.seq, b.job_id, 'waiting', coalesce(b.payload, CAST('null' AS jsonb)), b.key,
-    b.dedupe_key, b.attempt, b.attempt + 1, {now}, b.created_at, {now}, b.last_error,
-    coalesce(b.history, CAST('[]' AS jsonb)), b.priority, b.trace_context, b.snoozes,
-    b.tenant_id, b.parent_id, b.lapses, 0, b.progress, b.handler_version, b.partition_key
-FROM back b
-RETURNING {cols}
+"""  # noqa: S608 - constant text
+    + _INSERT_BACK
+    + """RETURNING {cols}
 """
 )
 """Operator retry (J8) of a dead run in history: moved back to the runs table in one
@@ -531,17 +538,9 @@ WITH back AS (
     RETURNING 1
 )
 -- ... and waits again in the runs table, due now, with one more attempt.
-INSERT INTO {runs} AS r (
-    id, seq, job_id, state, payload, key, dedupe_key, attempt, max_attempts, run_at, created_at,
-    updated_at, last_error, history, priority, trace_context, snoozes, tenant_id, parent_id,
-    lapses, consecutive_lapses, progress, handler_version, partition_key
-)
-SELECT b.id, b.seq, b.job_id, 'waiting', coalesce(b.payload, CAST('null' AS jsonb)), b.key,
-    b.dedupe_key, b.attempt, b.attempt + 1, {now}, b.created_at, {now}, b.last_error,
-    coalesce(b.history, CAST('[]' AS jsonb)), b.priority, b.trace_context, b.snoozes,
-    b.tenant_id, b.parent_id, b.lapses, 0, b.progress, b.handler_version, b.partition_key
-FROM back b
-WHERE (SELECT count(*) FROM dropped) >= 0
+"""  # noqa: S608 - constant text
+    + _INSERT_BACK
+    + """WHERE (SELECT count(*) FROM dropped) >= 0
 RETURNING {cols}
 """,
     compacted=False,
