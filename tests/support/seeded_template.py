@@ -143,22 +143,27 @@ async def build_template(factory: DatabaseFactory, name: str, steps: Sequence[Se
 
 
 async def drop_template(factory: DatabaseFactory, name: str) -> None:
-    await _admin(factory.server, f'ALTER DATABASE "{name}" WITH IS_TEMPLATE false')
+    """Drop the template (a template cannot be dropped: unmark it first); no error when a
+    failed build left none."""
+    try:
+        await _admin(factory.server, f'ALTER DATABASE "{name}" WITH IS_TEMPLATE false')
+    except asyncpg.InvalidCatalogNameError:
+        return
     await factory.drop(name)
 
 
 async def clone(factory: DatabaseFactory, name: str, template: str) -> URL:
-    """A copy of the template (a file copy), named ``name``."""
-    await _admin(
-        factory.server,
-        f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY {CLONE_STRATEGY}',
-    )
+    """A copy of the template (a file copy from PostgreSQL 15 on), named ``name``."""
+    statement = f'CREATE DATABASE "{name}" TEMPLATE "{template}"'
+    await _admin(factory.server, statement, strategy=f" STRATEGY {CLONE_STRATEGY}")
     return factory.server.database_url(name)
 
 
-async def _admin(server: ResolvedServer, statement: str) -> None:
+async def _admin(server: ResolvedServer, statement: str, *, strategy: str = "") -> None:
     connection = await asyncpg.connect(**asyncpg_dsn(server.url), timeout=30)
     try:
-        await connection.execute(statement)
+        # CREATE DATABASE's STRATEGY is PostgreSQL 15's; before, a file copy is the only way.
+        version = connection.get_server_version()
+        await connection.execute(statement + (strategy if version.major >= 15 else ""))
     finally:
         await connection.close()
