@@ -11,8 +11,9 @@ step keeps its table and index names, ``ship_job_runs_due_idx`` and all), loads 
 (``CREATE DATABASE ... TEMPLATE``: a file copy, no replayed load) whose engine's
 ``search_path`` is its step's schema; the copy is dropped after the module, the template at the
 end of the session. Nothing is cached across sessions: a run never reads what an earlier one
-left (the template's name is fresh and a leftover ``ship_sqla_test_seeded_*`` is dropped by
-the usual test database cleanup, if any).
+left (the template's name is fresh each session; one an interrupted session left behind is
+recognisable by its prefix, ``ship_sqla_test_seeded_``, and is a template: unmark it
+(``ALTER DATABASE ... IS_TEMPLATE false``) before dropping it).
 
 The suite does not run under pytest-xdist (it is not installed): one session builds one
 template. If it ever does, the build needs an advisory lock and a fixed name keyed by a hash of
