@@ -22,6 +22,7 @@ the steps (:func:`steps_digest` gives one).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import URL
 
 __all__ = [
+    "BUILD_CONNECTIONS",
     "CLONE_STRATEGY",
     "SeedStep",
     "build_template",
@@ -50,6 +52,10 @@ __all__ = [
     "steps_digest",
     "steps_of",
 ]
+
+BUILD_CONNECTIONS = 2
+"""Steps loaded at once (each on its own connection, in its own schema): a load is one backend's
+work, and CI machines have two cores or more."""
 
 CLONE_STRATEGY = "FILE_COPY"
 """PostgreSQL 15's default (WAL_LOG) writes every block of the template to the WAL: for a
@@ -130,10 +136,14 @@ async def build_template(factory: DatabaseFactory, name: str, steps: Sequence[Se
     template."""
     url = await factory.create(name)
     engine = create_async_engine(url, poolclass=NullPool)
+    loaders = asyncio.Semaphore(BUILD_CONNECTIONS)
+
+    async def load(step: SeedStep) -> None:
+        async with loaders, engine.begin() as connection:
+            await _load(connection, step)
+
     try:
-        for step in steps:
-            async with engine.begin() as connection:
-                await _load(connection, step)
+        await asyncio.gather(*(load(step) for step in steps))
         async with engine.connect() as connection:
             await connection.execution_options(isolation_level="AUTOCOMMIT")
             await connection.execute(text("VACUUM (ANALYZE)"))
