@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 from explain_helpers import check_plan, explain, nodes
-from sqlalchemy import MetaData, text
+from seeded_template import SeedStep
+from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
@@ -52,15 +53,13 @@ FROM generate_series(1, {TOTAL}) g
 """
 
 
+SEED = SeedStep(name="consumer_progress_explain", metadata=metadata, statements=[_LOAD])
+"""The module's data set in the session's seeded template (tests/support/seeded_template.py)."""
+
+
 @pytest.fixture
-async def loaded(ship_engine: AsyncEngine) -> AsyncEngine:
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
-        await connection.execute(text(_LOAD))
-    async with ship_engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text("VACUUM (ANALYZE) ship_job_runs"))
-    return ship_engine
+def loaded(seeded_engine: AsyncEngine) -> AsyncEngine:
+    return seeded_engine
 
 
 async def test_c3_consumer_progress_is_index_served_and_bounded(loaded: AsyncEngine) -> None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from explain_helpers import buffers, check_plan, explain, nodes
+from seeded_template import SeedStep
 from sqlalchemy import MetaData, Table, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -66,17 +67,17 @@ def _load(table: str, backlog: int) -> list[str]:
     return statements
 
 
+SEED = SeedStep(
+    name="job_aging_explain",
+    metadata=metadata,
+    statements=[*_load(big_runs.name, BIG), *_load(small_runs.name, SMALL)],
+)
+"""The module's data set in the session's seeded template (tests/support/seeded_template.py)."""
+
+
 @pytest.fixture
-async def loaded(ship_engine: AsyncEngine) -> AsyncEngine:
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
-        for statement in _load(big_runs.name, BIG) + _load(small_runs.name, SMALL):
-            await connection.execute(text(statement))
-    async with ship_engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        for table in (big_runs, small_runs):
-            await connection.execute(text(f"VACUUM (ANALYZE) {table.name}"))
-    return ship_engine
+def loaded(seeded_engine: AsyncEngine) -> AsyncEngine:
+    return seeded_engine
 
 
 def _params() -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from seeded_template import SeedStep
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -34,23 +35,31 @@ BACKLOG = 100_000
 CLAIMS = 12
 
 
-@pytest.fixture
-async def one_connection(ship_engine: AsyncEngine) -> Any:
-    """An engine on the test database whose pool holds one connection, with 100,000 waiting
-    runs of ``plan.job`` loaded and analyzed."""
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
-        await connection.execute(
-            text(
-                "INSERT INTO ship_job_runs (id, job_id, payload, max_attempts)"
-                " SELECT 'r' || g, 'plan.job', '{}', 5 FROM generate_series(1, :n) g"
-            ),
-            {"n": BACKLOG},
+SEED = SeedStep(
+    name="job_claim_plan",
+    metadata=metadata,
+    statements=[
+        (
+            "INSERT INTO ship_job_runs (id, job_id, payload, max_attempts)"
+            f" SELECT 'r' || g, 'plan.job', '{{}}', 5 FROM generate_series(1, {BACKLOG}) g"
         )
-    async with ship_engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text("VACUUM (ANALYZE) ship_job_runs"))
-    single = create_async_engine(ship_engine.url, pool_size=1, max_overflow=0)
+    ],
+)
+"""The module's data set in the session's seeded template (tests/support/seeded_template.py)."""
+
+
+@pytest.fixture
+async def one_connection(seeded_engine: AsyncEngine) -> Any:
+    """An engine on the test database whose pool holds one connection, with 100,000 waiting
+    runs of ``plan.job`` loaded and analyzed (the module's copy of the seeded template: each
+    case settles the 600 runs it claims, so a later case finds 99,400 or fewer waiting runs
+    of the same job, the same plan shape)."""
+    single = create_async_engine(
+        seeded_engine.url,
+        pool_size=1,
+        max_overflow=0,
+        connect_args={"server_settings": {"search_path": f'"{SEED.schema}"'}},
+    )
     try:
         yield single
     finally:

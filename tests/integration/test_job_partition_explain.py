@@ -23,7 +23,8 @@ from typing import Any
 
 import pytest
 from explain_helpers import buffers, check_plan, explain, nodes
-from sqlalchemy import MetaData, Table, text
+from seeded_template import SeedStep
+from sqlalchemy import MetaData, Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
@@ -77,19 +78,20 @@ def _load(table: str, waiting: int, parts: int) -> list[str]:
     ]
 
 
+SEED = SeedStep(
+    name="job_partition_explain",
+    metadata=metadata,
+    statements=[
+        *_load(big_runs.name, BIG, BIG_PARTS),
+        *_load(small_runs.name, SMALL, SMALL_PARTS),
+    ],
+)
+"""The module's data set in the session's seeded template (tests/support/seeded_template.py)."""
+
+
 @pytest.fixture
-async def loaded(ship_engine: AsyncEngine) -> AsyncEngine:
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
-        for statement in _load(big_runs.name, BIG, BIG_PARTS) + _load(
-            small_runs.name, SMALL, SMALL_PARTS
-        ):
-            await connection.execute(text(statement))
-    async with ship_engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        for table in (big_runs, small_runs):
-            await connection.execute(text(f"VACUUM (ANALYZE) {table.name}"))
-    return ship_engine
+def loaded(seeded_engine: AsyncEngine) -> AsyncEngine:
+    return seeded_engine
 
 
 def params(*, cap: int | None, rate: int | None) -> dict[str, Any]:

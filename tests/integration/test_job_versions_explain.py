@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import pytest
 from explain_helpers import buffers, check_plan, explain, nodes
-from sqlalchemy import MetaData, text
+from seeded_template import SeedStep
+from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
@@ -70,16 +71,13 @@ LOAD = [
 ]
 
 
+SEED = SeedStep(name="job_versions_explain", metadata=metadata, statements=LOAD)
+"""The module's data set in the session's seeded template (tests/support/seeded_template.py)."""
+
+
 @pytest.fixture
-async def loaded(ship_engine: AsyncEngine) -> AsyncEngine:
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
-        for statement in LOAD:
-            await connection.execute(text(statement))
-    async with ship_engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text("VACUUM (ANALYZE) ship_job_runs"))
-    return ship_engine
+def loaded(seeded_engine: AsyncEngine) -> AsyncEngine:
+    return seeded_engine
 
 
 async def test_d9_version_counts_read_only_the_version_index_at_a_million_runs(

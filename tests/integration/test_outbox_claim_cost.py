@@ -9,7 +9,8 @@ import json
 import uuid
 from typing import Any
 
-from sqlalchemy import MetaData, Table, text
+from seeded_template import SeedStep
+from sqlalchemy import MetaData, Table
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._outbox import ship_outbox_table
@@ -20,7 +21,7 @@ LARGE = 1_000_000
 BATCH = 100
 
 
-def _load_sql(table: Table) -> str:
+def _load_sql(table: Table, rows: int) -> str:
     # Server defaults fill id (gen_random_uuid) and the rest; one statement, no round trips.
     # A handful of lapsed claimed rows makes the lapsed-lease scan do real work as well.
     return f"""
@@ -34,7 +35,7 @@ def _load_sql(table: Table) -> str:
                now() - interval '1 day' + g * interval '1 millisecond',
                CASE WHEN g <= 10 THEN now() - interval '1 hour' END,
                CASE WHEN g <= 10 THEN gen_random_uuid() END
-        FROM generate_series(1, :n) AS g
+        FROM generate_series(1, {rows}) AS g
     """
 
 
@@ -79,16 +80,16 @@ async def _explain(
     return plan
 
 
-async def _backlog(engine: AsyncEngine, name: str, rows: int) -> Table:
-    metadata = MetaData()
-    table = ship_outbox_table(metadata, name=name)
-    async with engine.begin() as c:
-        await c.run_sync(metadata.create_all)
-        await c.execute(text(_load_sql(table)), {"n": rows})
-    async with engine.connect() as c:
-        await c.execution_options(isolation_level="AUTOCOMMIT")
-        await c.execute(text(f"ANALYZE {name}"))
-    return table
+metadata = MetaData()
+small_table = ship_outbox_table(metadata, name="cost_small")
+large_table = ship_outbox_table(metadata, name="cost_large")
+SEED = SeedStep(
+    name="outbox_claim_cost",
+    metadata=metadata,
+    statements=[_load_sql(small_table, SMALL), _load_sql(large_table, LARGE)],
+)
+"""The module's data set in the session's seeded template (tests/support/seeded_template.py):
+the two backlogs, analyzed."""
 
 
 def _buffers(plan: dict[str, Any]) -> int:
@@ -117,12 +118,12 @@ def _check_shape(plan: dict[str, Any], table: Table, *, claimed: int, large: boo
     assert plan["Plan"]["Actual Rows"] == claimed
 
 
-async def test_claim_reads_about_batch_size_entries_whatever_the_backlog(ship_engine):
+async def test_claim_reads_about_batch_size_entries_whatever_the_backlog(seeded_engine):
     """O2: at 1,000 and 1,000,000 pending rows the claim of 100 walks <table>_lease_idx and
     <table>_pending_idx in order (no Seq Scan, no Sort of the backlog) and the shared buffers it
     touches at 1,000,000 are within 2x of those at 1,000."""
-    small = await _backlog(ship_engine, "cost_small", SMALL)
-    large = await _backlog(ship_engine, "cost_large", LARGE)
+    ship_engine = seeded_engine
+    small, large = small_table, large_table
     results = {}
     for label, table in (("1k", small), ("1M", large)):
         for ordered in (False, True):

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 from explain_helpers import buffers, check_plan, explain, nodes
-from sqlalchemy import MetaData, text
+from seeded_template import SeedStep
+from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table, ship_job_steps_table
@@ -92,17 +93,13 @@ LOAD = [
 ]
 
 
+SEED = SeedStep(name="workflow_patches_explain", metadata=metadata, statements=LOAD)
+"""The module's data set in the session's seeded template (tests/support/seeded_template.py)."""
+
+
 @pytest.fixture
-async def loaded(ship_engine: AsyncEngine) -> AsyncEngine:
-    async with ship_engine.begin() as connection:
-        await connection.run_sync(metadata.create_all)
-        for statement in LOAD:
-            await connection.execute(text(statement))
-    async with ship_engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        for table in ("ship_job_runs", "ship_job_steps"):
-            await connection.execute(text(f"VACUUM (ANALYZE) {table}"))
-    return ship_engine
+def loaded(seeded_engine: AsyncEngine) -> AsyncEngine:
+    return seeded_engine
 
 
 def _no_scan(plan: dict[str, Any]) -> None:
