@@ -11,6 +11,10 @@ stopped, reads one or two entries per lower level plus at most ``limit`` per low
 oldest runs have aged up to that level. Here: 50 + 50 (one such level) + 2 per level, in
 custom and generic plans, no sequential scan, buffers within twice those of the same shape at
 a backlog of 1,000.
+
+Seeded by the test itself, not in the session's seeded template: the aging depends on how long
+ago each run became due, so the data must be as old as the test says when the claim runs (a
+template built minutes earlier ages every run by those minutes).
 """
 
 from __future__ import annotations
@@ -20,7 +24,6 @@ from typing import Any
 
 import pytest
 from explain_helpers import buffers, check_plan, explain, nodes
-from seeded_template import SeedStep
 from sqlalchemy import MetaData, Table, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -67,17 +70,17 @@ def _load(table: str, backlog: int) -> list[str]:
     return statements
 
 
-SEED = SeedStep(
-    name="job_aging_explain",
-    metadata=metadata,
-    statements=[*_load(big_runs.name, BIG), *_load(small_runs.name, SMALL)],
-)
-"""The module's data set in the session's seeded template (tests/support/seeded_template.py)."""
-
-
 @pytest.fixture
-def loaded(seeded_engine: AsyncEngine) -> AsyncEngine:
-    return seeded_engine
+async def loaded(ship_engine: AsyncEngine) -> AsyncEngine:
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+        for statement in _load(big_runs.name, BIG) + _load(small_runs.name, SMALL):
+            await connection.execute(text(statement))
+    async with ship_engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        for table in (big_runs, small_runs):
+            await connection.execute(text(f"VACUUM (ANALYZE) {table.name}"))
+    return ship_engine
 
 
 def _params() -> dict[str, Any]:
