@@ -23,8 +23,8 @@ import itertools
 from typing import Any
 
 import pytest
-from explain_helpers import buffers, check_plan, explain, nodes
-from sqlalchemy import MetaData, Table, text
+from explain_helpers import buffers, check_plan, due_index_entries, explain
+from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
@@ -113,15 +113,6 @@ GATE = (
     "INSERT INTO ship_job_state (job_id, claim_granted, claim_grant)"
     " VALUES ('aged#claim-gate', 0, 0)"
 )
-
-
-def due_index_entries(plan: dict[str, Any], table: Table) -> int:
-    """Index entries the plan read from ``<table>_due_idx`` over every loop."""
-    return sum(
-        round((n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"])
-        for n in nodes(plan)
-        if n.get("Index Name") == f"{table.name}_due_idx"
-    )
 
 
 @pytest.mark.timeout(300)

@@ -13,9 +13,9 @@ import itertools
 from typing import Any
 
 import pytest
-from explain_helpers import buffers, check_plan, explain, nodes
+from explain_helpers import buffers, check_plan, due_index_entries, explain
 from seeded_template import SeedStep
-from sqlalchemy import MetaData, Table, text
+from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
@@ -408,16 +408,6 @@ the backlog of waiting runs, and the priority levels' backlog, at both sizes."""
 @pytest.fixture
 def loaded_priorities(seeded_engine: AsyncEngine) -> AsyncEngine:
     return seeded_engine
-
-
-def due_index_entries(plan: dict[str, Any], table: Table) -> int:
-    """Index entries the plan read from ``<table>_due_idx``: rows returned or filtered out, over
-    every loop (EXPLAIN reports both per loop)."""
-    return sum(
-        round((n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"])
-        for n in nodes(plan)
-        if n.get("Index Name") == f"{table.name}_due_idx"
-    )
 
 
 @pytest.mark.timeout(300)

@@ -77,3 +77,13 @@ def check_plan(plan: dict[str, Any], table: Table, *, uses: set[str]) -> None:
     indexes = {n["Index Name"] for n in nodes(plan) if "Index Name" in n}
     expected = {f"{table.name}_{suffix}" for suffix in uses}
     assert expected <= indexes, f"expected {expected}, plan used {indexes}"
+
+
+def due_index_entries(plan: dict[str, Any], table: Table) -> int:
+    """Index entries the plan read from ``<table>_due_idx``: rows returned or filtered out, over
+    every loop (EXPLAIN reports both per loop)."""
+    return sum(
+        round((n["Actual Rows"] + n.get("Rows Removed by Filter", 0)) * n["Actual Loops"])
+        for n in nodes(plan)
+        if n.get("Index Name") == f"{table.name}_due_idx"
+    )
