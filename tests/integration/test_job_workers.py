@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import pytest
 from cli_runner import ship_sqla
+from explain_helpers import check_plan, explain, nodes
 from job_helpers import settle_loop
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from spy_backend import SpyBackend
 from sqlalchemy import MetaData, text
-from test_job_explain import check_plan, explain, nodes
 
 from ship_sqla import define_job, start_job_runtime
 from ship_sqla._jobs import (
