@@ -5,10 +5,12 @@ from ship_sqla._engine import create_engine as create_engine
 from ship_sqla._idempotency import create_idempotency_store as create_idempotency_store
 from ship_sqla._idempotency import ship_idempotency_table as ship_idempotency_table
 from ship_sqla._jobs import create_job_backend as create_job_backend
+from ship_sqla._jobs import create_job_stats as create_job_stats
 from ship_sqla._jobs import ship_job_events_table as ship_job_events_table
 from ship_sqla._jobs import ship_job_history_table as ship_job_history_table
 from ship_sqla._jobs import ship_job_runs_table as ship_job_runs_table
 from ship_sqla._jobs import ship_job_state_table as ship_job_state_table
+from ship_sqla._jobs import ship_job_stats_table as ship_job_stats_table
 from ship_sqla._jobs import ship_job_steps_table as ship_job_steps_table
 from ship_sqla._jobs import ship_job_workers_table as ship_job_workers_table
 from ship_sqla._locks import advisory_lock_provider as advisory_lock_provider
@@ -49,6 +51,7 @@ __all__ = (
     "create_idempotency_store",
     "create_job_backend",
     "create_job_operations",
+    "create_job_stats",
     "create_outbox",
     "create_outbox_operations",
     "create_unit_of_work",
@@ -61,6 +64,7 @@ __all__ = (
     "ship_job_history_table",
     "ship_job_runs_table",
     "ship_job_state_table",
+    "ship_job_stats_table",
     "ship_job_steps_table",
     "ship_job_workers_table",
     "ship_lock_fences_table",

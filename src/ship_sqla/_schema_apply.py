@@ -31,6 +31,7 @@ from ship_sqla._jobs import (
     ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_stats_table,
     ship_job_steps_table,
     ship_job_workers_table,
 )
@@ -76,7 +77,7 @@ COMPONENTS: Final = (
     "backfills",
     "webhooks_out",
 )
-"""What ``--only`` selects: jobs (runs, state, workers, history), workflows (steps, events;
+"""What ``--only`` selects: jobs (runs, state, workers, history, stats), workflows (steps, events;
 needs jobs), outbox, idempotency, webhooks (events), locks (fences), audit (the operator audit
 log, S1), backfills (the backfill ledger, C4), webhooks_out (the outbound webhooks' endpoints and
 deliveries, §16)."""
@@ -101,6 +102,7 @@ class ShipTableNames:
     history: str = "ship_job_history"
     state: str = "ship_job_state"
     workers: str = "ship_job_workers"
+    stats: str = "ship_job_stats"
     steps: str = "ship_job_steps"
     events: str = "ship_job_events"
     outbox: str = "ship_outbox"
@@ -154,6 +156,7 @@ def ship_tables_metadata(
         ship_job_state_table(metadata, name=names.state, schema=schema)
         ship_job_workers_table(metadata, name=names.workers, schema=schema)
         ship_job_history_table(metadata, name=names.history, schema=schema)
+        ship_job_stats_table(metadata, name=names.stats, schema=schema)
     if "workflows" in wanted:
         ship_job_steps_table(metadata, name=names.steps, schema=schema, runs_table=names.runs)
         ship_job_events_table(metadata, name=names.events, schema=schema)

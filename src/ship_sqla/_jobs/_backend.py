@@ -1454,6 +1454,7 @@ def _claimed(row: Sequence[Any], job_id: str, lease: float) -> ClaimedRun:
         consecutive_lapses=consecutive_lapses,
         retaken=retaken,
         handler_version=handler_version,
+        run_at=_run_at,
     )
 
 

@@ -260,6 +260,9 @@ class ClaimedRun:
     handler_version: int | None = None
     """D9: the handler version the run was enqueued under (None: an unversioned job's run, or
     one stored before versions existed); only that version's handler executes it."""
+    run_at: datetime | None = None
+    """When the run was due at this claim (#36's queue wait: the claim, ``lease_expires_at``
+    minus ``lease``, less this); None where the backend does not say."""
 
 
 @attrs.frozen

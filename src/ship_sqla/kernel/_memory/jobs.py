@@ -559,6 +559,7 @@ class InMemoryJobBackend(JobBackendBase):
                     consecutive_lapses=run.consecutive_lapses,
                     retaken=retaken,
                     handler_version=run.handler_version,
+                    run_at=run.run_at,
                 )
             )
         walked = request.fairness is not None or request.partition is not None

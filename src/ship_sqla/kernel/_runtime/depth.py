@@ -26,6 +26,11 @@ maintenance when the source is a :class:`HistoryMaintainer`: at its first sample
 per ``MAINTENANCE_INTERVAL`` (10 minutes), sooner (at the next sample) when a DDL gave up on
 its lock (each waits at most 1 s, never holding settles longer). Each class keeps the longest
 retention of this runtime's jobs and the history table's own. A failed pass is reported (J11).
+
+#36: with a history store (``stats``), each sample also records the jobs' backlog into their
+minute rows (one statement), and every maintenance interval the rows older than
+the store's ``retention`` are deleted; the sampler then samples whether or not a metric reader
+collects the gauges (the history needs its backlog). A failed write is reported (J11).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from typing import TYPE_CHECKING, Final
 from ship_sqla.kernel._health import HorizonWarning, StorageHealthSource
 from ship_sqla.kernel._history_partitions import MAINTENANCE_INTERVAL, HistoryMaintainer
 from ship_sqla.kernel._parking import ParkedCountSource
+from ship_sqla.kernel._stats import Backlog, minute_of
 from ship_sqla.kernel._versions import VersionCountSource, stranded_runs
 from ship_sqla.kernel._waiting import wait_event
 
@@ -44,8 +50,9 @@ if TYPE_CHECKING:
 
     from ship_sqla.kernel._jobs import Retention
     from ship_sqla.kernel._metrics import JobMetrics
-    from ship_sqla.kernel._ports import QueueDepthSource
+    from ship_sqla.kernel._ports import QueueDepth, QueueDepthSource
     from ship_sqla.kernel._runtime.wiring import Plumbing
+    from ship_sqla.kernel._stats import JobStatsStore
 
 __all__ = ["DEPTH_SAMPLE_INTERVAL", "DepthSampler"]
 
@@ -75,6 +82,7 @@ class DepthSampler:
         served: Callable[[], Mapping[str, frozenset[int]]] | None = None,
         retentions: Sequence[Retention] = (),
         maintenance_interval: float = MAINTENANCE_INTERVAL,
+        stats: JobStatsStore | None = None,
     ) -> None:
         self._source = source
         self._metrics = metrics
@@ -98,6 +106,9 @@ class DepthSampler:
         self._retentions = tuple(retentions)
         self._maintenance_interval = maintenance_interval
         self._maintained_at: float | None = None
+        # #36: the history's backlog gauge and retention, and when it was last pruned.
+        self._stats = stats
+        self._pruned_at: float | None = None
 
     def _own_jobs(self) -> Sequence[str]:
         return self._job_ids
@@ -121,6 +132,7 @@ class DepthSampler:
             {job_id: (queue.depth, queue.oldest_due_age) for job_id, queue in depths.items()}
         )
         self._reported.update(depths)
+        await self._record_history(depths)
         if self._served is not None and isinstance(self._source, VersionCountSource):
             # D9: live runs per handler version, and those no registered worker serves.
             counts = await self._source.version_counts(wanted)
@@ -148,6 +160,24 @@ class DepthSampler:
         if done.deferred:  # a lock was not granted within 1 s: again at the next sample
             self._maintained_at = None
 
+    async def _record_history(self, depths: Mapping[str, QueueDepth]) -> None:
+        """#36: the backlog into this minute's rows; the retention's prune when due."""
+        stats = self._stats
+        if stats is None:
+            return
+        now = self._clock.now()
+        backlog = {
+            job_id: Backlog(queue.depth, queue.oldest_due_age) for job_id, queue in depths.items()
+        }
+        try:
+            await stats.record_backlog(minute_of(now), backlog)
+            pruned_at, mono = self._pruned_at, self._clock.monotonic()
+            if pruned_at is None or mono - pruned_at >= self._maintenance_interval:
+                self._pruned_at = mono
+                await stats.prune_stats(now - stats.retention)
+        except Exception as exc:  # noqa: BLE001 - J11: reported; the next sample retries
+            self._report_error(exc)
+
     async def _sample_health(self) -> None:
         """J22: the storage gauges and the held-snapshot warning, from one health read."""
         if self._health is None:
@@ -167,7 +197,7 @@ class DepthSampler:
                 # Cleared before ``jobs()`` is read: a lease granted after this read wakes the
                 # wait below, one granted before it is seen by the read.
                 self._wake.clear()
-                if self._metrics.gauges_collected:
+                if self._metrics.gauges_collected or self._stats is not None:
                     try:
                         await self.sample()
                     except Exception as exc:  # noqa: BLE001 - J11: reported; the next retries

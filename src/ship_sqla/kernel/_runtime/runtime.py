@@ -58,6 +58,7 @@ from ship_sqla.kernel._runtime.producer import Producer
 from ship_sqla.kernel._runtime.registration import Registration
 from ship_sqla.kernel._runtime.run_log import RunLog
 from ship_sqla.kernel._runtime.state import InFlight, InFlightRuns
+from ship_sqla.kernel._runtime.stats import StatsRecorder
 from ship_sqla.kernel._runtime.wiring import Plumbing
 from ship_sqla.kernel._versions import (
     VersionCountSource,
@@ -80,6 +81,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._lifespan import Lifespan
     from ship_sqla.kernel._metrics import JobMetrics, JobOutcome
     from ship_sqla.kernel._ports import BuriedRun, EnqueueRequest, EnqueueResult, LockProvider
+    from ship_sqla.kernel._stats import JobStatsStore
 
 __all__ = ["JobRuntime", "RuntimeMode", "start_job_runtime"]
 
@@ -132,6 +134,7 @@ class JobRuntime:
         metrics: JobMetrics | None = None,
         queue_sample_interval: float | None = DEPTH_SAMPLE_INTERVAL,
         summary_interval: float | None = None,
+        stats: JobStatsStore | None = None,
     ) -> None:
         self.registry = registry
         self._lifespan: AbstractAsyncContextManager[Any] | None = None
@@ -190,20 +193,25 @@ class JobRuntime:
         self._heartbeater = Heartbeater(
             backend, shared, self._runs.entries, tick=tick, on_lost=self._executor.cancel
         )
-        self._host = socket.gethostname()
-        self._pid = os.getpid()
+        self._host, self._pid = socket.gethostname(), os.getpid()
         self._started_at: datetime = clock.now()
-        self._sampler, self._registration = self._fleet_parts(shared, queue_sample_interval)
+        self._sampler, self._registration = self._fleet_parts(shared, queue_sample_interval, stats)
         self._registration_task: asyncio.Task[None] | None = None
         # The runtime lives on the loop it was built in (start_job_runtime is async).
         self._loop = asyncio.get_running_loop()
 
     def _fleet_parts(
-        self, shared: Plumbing, queue_sample_interval: float | None
+        self, shared: Plumbing, queue_sample_interval: float | None, stats: JobStatsStore | None
     ) -> tuple[DepthSampler | None, Registration | None]:
         """F6: the runtime's entry in the backend's worker registry (worker mode only); J10's
         queue gauges, sampled only once someone collects them (DepthSampler), with a registry by
-        the one runtime of the fleet that holds the sampler lease (F5)."""
+        the one runtime of the fleet that holds the sampler lease (F5). #36: a worker's history
+        recorder (its finishes, flushed every interval), whose store the sampler also feeds."""
+        self._stats_store = stats
+        self._stats_task: asyncio.Task[None] | None = None
+        self._stats = self._events.stats = (
+            StatsRecorder(stats, shared) if stats is not None and self.mode == "worker" else None
+        )
         if self.mode != "worker":
             return None, None
         workers = self.backend.workers
@@ -217,6 +225,7 @@ class JobRuntime:
                 jobs=self._sampled_jobs,
                 served=self._served_versions,
                 retentions=self._retentions,
+                stats=stats,
             )
             if self.metrics is not None and queue_sample_interval is not None
             else None
@@ -361,6 +370,8 @@ class JobRuntime:
             self._tasks.append(
                 loop.create_task(self._sampler.run(), name="ship_sqla.jobs.queue_depths")
             )
+        if self._stats is not None:
+            self._stats_task = loop.create_task(self._stats.run(), name="ship_sqla.jobs.stats")
         if self._summary_interval is not None:
             self._summary_task = loop.create_task(
                 self._log_summaries(self._summary_interval), name="ship_sqla.jobs.summary"
@@ -439,7 +450,12 @@ class JobRuntime:
         return True
 
     async def _stop_side_tasks(self) -> None:
-        """The queue sampler, the registry entry (deregistered, F6) and the summary (S3)."""
+        """The history's last flush (#36: every settle was answered), the queue sampler, the
+        registry entry (deregistered, F6) and the summary (S3)."""
+        if self._stats is not None and self._stats_task is not None:
+            self._stats.close()
+            await self._stats_task
+            await self._stats.flush()
         if self._sampler is not None:
             self._sampler.close()
             await self._tasks[3]
@@ -469,7 +485,7 @@ class JobRuntime:
         return (
             self._sampler is not None
             and self.metrics is not None
-            and self.metrics.gauges_collected
+            and (self.metrics.gauges_collected or self._stats_store is not None)
             and not self._stopping
         )
 
@@ -516,7 +532,16 @@ class _Events:
     tell it), kept off :class:`JobRuntime`'s public surface; it also holds the stop's state the
     parts read (J12)."""
 
-    __slots__ = ("clock", "drain_deadline", "drained", "metrics", "producer", "run_log", "runs")
+    __slots__ = (
+        "clock",
+        "drain_deadline",
+        "drained",
+        "metrics",
+        "producer",
+        "run_log",
+        "runs",
+        "stats",
+    )
 
     def __init__(
         self, runs: InFlightRuns, run_log: RunLog, metrics: JobMetrics | None, clock: Clock
@@ -526,19 +551,25 @@ class _Events:
         self.metrics = metrics
         self.clock = clock
         self.producer: Producer | None = None
+        self.stats: StatsRecorder | None = None
         self.drained = asyncio.Event()
         self.drain_deadline: float | None = None
         """While stopping: when settle retries give up (the runtime's monotonic clock)."""
 
     def outcome(self, entry: InFlight, outcome: JobOutcome) -> None:
         """The one outcome hook: S3's log line (run_log) and J10's metrics (the attempt's
-        outcome and duration from its claim; free without metrics)."""
+        outcome and duration from its claim; free without metrics) and #36's history fold."""
         self.run_log.outcome(entry, outcome)
-        metrics = self.metrics
-        if metrics is None:
+        metrics, stats = self.metrics, self.stats
+        if metrics is None and stats is None:
             return
         run = entry.run
-        metrics.record_run(run.job_id, run.key, outcome, self.clock.monotonic() - entry.claimed_at)
+        seconds = self.clock.monotonic() - entry.claimed_at
+        if stats is not None:
+            stats.record(entry, outcome, seconds)
+        if metrics is None:
+            return
+        metrics.record_run(run.job_id, run.key, outcome, seconds)
         if outcome == "dead":
             metrics.record_dead_letter(run.job_id, run.key)
 
@@ -584,6 +615,25 @@ def _sample_interval(seconds: float | None, name: str) -> float | None:
     return None if seconds is None else require_duration(seconds, name, maximum=MAX_SAMPLE_INTERVAL)
 
 
+def _checked_knobs(
+    drain_timeout: float,
+    poll_interval: float,
+    queue_sample_interval: float | None,
+    summary_interval: float | None,
+    max_in_flight: int,
+) -> tuple[float, float, float | None, float | None]:
+    """start_job_runtime's durations, checked (a bad one raises ConfigurationError)."""
+    drain_timeout = require_duration(
+        drain_timeout, "drain_timeout", maximum=MAX_DRAIN_TIMEOUT, allow_zero=True
+    )
+    queue_sample_interval = _sample_interval(queue_sample_interval, "queue_sample_interval")
+    summary_interval = _sample_interval(summary_interval, "summary_interval")
+    poll_interval = require_duration(poll_interval, "poll_interval", maximum=MAX_POLL_INTERVAL)
+    if max_in_flight < 1:
+        raise ConfigurationError(f"max_in_flight must be at least 1, got {max_in_flight!r}.")
+    return drain_timeout, poll_interval, queue_sample_interval, summary_interval
+
+
 async def start_job_runtime(
     registry_or_definitions: JobRegistry | JobDefinition[Any] | Iterable[JobDefinition[Any]],
     *,
@@ -600,6 +650,7 @@ async def start_job_runtime(
     summary_interval: float | None = None,
     lifespan: Lifespan | None = None,
     build_id: str | None = None,
+    stats: JobStatsStore | None = None,
 ) -> JobRuntime:
     """Start executing the registered jobs' runs from ``backend`` (``mode="worker"``), or only
     enqueue through it (``mode="enqueue-only"``).
@@ -632,16 +683,14 @@ async def start_job_runtime(
 
     ``build_id`` (default ``SHIP_SQLA_BUILD_ID``): a new build's first worker unparks its jobs'
     parked runs once, in bounded batches (D10, ``kernel/_parking.py``).
+
+    ``stats`` (``create_job_stats``): #36's history, flushed by each worker every interval of
+    the store's, the backlog and retention by the fleet's sampler (``kernel/_runtime/stats.py``).
     """
     _require_job_backend(backend, mode)
-    drain_timeout = require_duration(
-        drain_timeout, "drain_timeout", maximum=MAX_DRAIN_TIMEOUT, allow_zero=True
+    drain_timeout, poll_interval, queue_sample_interval, summary_interval = _checked_knobs(
+        drain_timeout, poll_interval, queue_sample_interval, summary_interval, max_in_flight
     )
-    queue_sample_interval = _sample_interval(queue_sample_interval, "queue_sample_interval")
-    summary_interval = _sample_interval(summary_interval, "summary_interval")
-    poll_interval = require_duration(poll_interval, "poll_interval", maximum=MAX_POLL_INTERVAL)
-    if max_in_flight < 1:
-        raise ConfigurationError(f"max_in_flight must be at least 1, got {max_in_flight!r}.")
     registry = _as_registry(registry_or_definitions)
     lifespan = _lifespan_of(registry, lifespan)
     if mode == "worker":
@@ -660,6 +709,7 @@ async def start_job_runtime(
         metrics=job_metrics_for(meter_provider),
         queue_sample_interval=queue_sample_interval,
         summary_interval=summary_interval,
+        stats=stats,
     )
     await runtime._enter_lifespan(lifespan)  # noqa: SLF001 - the factory owns the start
     runtime._start()  # noqa: SLF001 - the factory owns the runtime's start
