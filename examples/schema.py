@@ -29,6 +29,7 @@ from ship_sqla import (
     ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_stats_table,
     ship_job_steps_table,
     ship_job_workers_table,
     ship_outbox_table,
@@ -48,6 +49,7 @@ job_runs = ship_job_runs_table(metadata)
 job_history = ship_job_history_table(metadata)
 job_state = ship_job_state_table(metadata)
 job_workers = ship_job_workers_table(metadata)
+job_stats = ship_job_stats_table(metadata)  # one-minute job history (issue #36)
 job_steps = ship_job_steps_table(metadata)  # durable workflows' steps (SPEC §13)
 job_events = ship_job_events_table(metadata)  # and their events
 audit = ship_audit_table(metadata)  # the operator audit log (S1)
