@@ -39,8 +39,8 @@ async def test_schema_apply_then_check_passes_on_an_empty_database(
     tables) then exits 0; a table that differs is reported by both (exit 1), never altered."""
     code, out, err = await _apply(ship_engine_url)
     assert (code, err) == (0, ""), err
-    assert "created 14 table(s): " in out
-    assert "schema check: OK, 14 table(s) match the metadata." in out
+    assert "created 15 table(s): " in out
+    assert "schema check: OK, 15 table(s) match the metadata." in out
 
     code, out, err = await _apply(ship_engine_url, "--json")
     assert code == 0, err
@@ -52,7 +52,7 @@ async def test_schema_apply_then_check_passes_on_an_empty_database(
         "schema", "check", "--database-url", ship_engine_url, cwd=REPOSITORY
     )
     assert (code, err) == (0, ""), err
-    assert out.strip() == "schema check: OK, 14 table(s) match the metadata."
+    assert out.strip() == "schema check: OK, 15 table(s) match the metadata."
 
     async with ship_engine.begin() as connection:
         await connection.execute(text("DROP INDEX ship_outbox_pending_idx"))

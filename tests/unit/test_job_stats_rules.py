@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from ship_sqla.errors import UsageError
 from ship_sqla.kernel._stats import (
     HISTOGRAM_BUCKETS,
     HISTOGRAM_GROWTH,
@@ -134,7 +135,7 @@ def test_range_buckets_are_aligned_to_the_clock(name: str, count: int, step: tim
 
 
 def test_unknown_range_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown range '2h'"):
+    with pytest.raises(UsageError, match="unknown history range '2h'"):
         range_buckets("2h", T0)
 
 

@@ -194,7 +194,7 @@ class PostgresJobStats:
     ) -> StatsSeries:
         """The job's chart series over ``window`` (``"1h"``, ``"6h"``, ``"24h"``, ``"7d"``) on
         clock-aligned buckets ending with the one ``now`` (default: the clock's) is in; one
-        bounded read of the primary key. An unknown range raises ``ValueError``."""
+        bounded read of the primary key. An unknown range raises ``UsageError``."""
         now = now if now is not None else self._clock.now()
         start, end, _step = range_buckets(window, now)
         rows = await self.read_stats(job_id, start, end)

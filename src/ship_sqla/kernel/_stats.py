@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Final, Literal, Protocol, runtime_checkable
 
 import attrs
 
+from ship_sqla.kernel._errors import UsageError
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
@@ -301,7 +303,9 @@ def range_buckets(name: str, now: datetime) -> tuple[datetime, datetime, timedel
     try:
         span, step = RANGES[name]
     except KeyError:
-        raise ValueError(f"unknown range {name!r}; choose among {', '.join(RANGES)}") from None
+        raise UsageError(
+            f"unknown history range {name!r}.", fix=f"choose among {', '.join(RANGES)}."
+        ) from None
     steps = (now.astimezone(UTC) - _EPOCH) // step
     end = _EPOCH + (steps + 1) * step
     return end - span, end, step
