@@ -11,11 +11,11 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from job_helpers import ErrorLog, advance_until_awaited, settle_loop
+from job_helpers import ErrorLog, advance_until_awaited, claim_request, settle_loop
 from spy_backend import SpyBackend
 
 from ship_sqla import define_job, start_job_runtime
-from ship_sqla.jobs import RetryPolicy
+from ship_sqla.jobs import Concurrency, RetryPolicy
 from ship_sqla.kernel import InMemoryJobBackend
 from ship_sqla.kernel._memory.stats import InMemoryJobStats
 from ship_sqla.kernel._stats import percentile
@@ -204,3 +204,27 @@ async def test_enqueue_only_runtime_records_nothing(backend: InMemoryJobBackend)
         await backend.enqueue(OK, {})
     assert stats.adds == []
     assert stats.backlogs == []
+
+
+async def test_a_run_buried_by_a_claim_counts_dead(
+    clock: FrozenClock, backend: InMemoryJobBackend
+) -> None:
+    """J6: a run whose lease lapsed on its last attempt is dead-lettered by the next claim, not
+    by a settle: the history counts it dead (no run time: its holder never settled it)."""
+    job = define_job(
+        "stats.lapses",
+        _noop,
+        payload=dict,
+        concurrency=Concurrency(lease=1.0),
+        retry=RetryPolicy(attempts=1),
+    )
+    await backend.enqueue(job, {})
+    await backend.claim(claim_request(job, worker="gone"))  # a holder that dies
+    clock.advance(5.0)
+    stats = CountingStats()
+    async with await start_job_runtime(job, backend=backend, stats=stats):
+        for _ in range(10):  # the runtime's first claims (the stop flushes what they saw)
+            clock.advance(0.5)
+            await settle_loop()
+    (row,) = await _rows(stats, job.id, clock)
+    assert (row.dead, row.run_hist) == (1, ())

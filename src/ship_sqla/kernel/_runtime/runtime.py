@@ -592,6 +592,8 @@ class _Events:
 
     def buried(self, job_id: str, buried: BuriedRun) -> None:
         self.run_log.buried(job_id, buried)
+        if self.stats is not None:  # #36: a dead run, its lapsed attempt's time unknown
+            self.stats.record_dead(job_id)
 
 
 def _require_job_backend(backend: object, mode: str) -> None:

@@ -61,6 +61,11 @@ class StatsRecorder:
         run = entry.run
         self._fold.record(run.job_id, self._clock.now(), counted, run_seconds, queue_wait(run))
 
+    def record_dead(self, job_id: str) -> None:
+        """A run a claim dead-lettered (its lease lapsed on its last attempt, J6): counted
+        dead, with no run time or wait (its holder never settled it)."""
+        self._fold.record(job_id, self._clock.now(), "dead")
+
     async def flush(self) -> None:
         """One flush of the fold (nothing when empty); a failure is reported and its rows
         kept for the next."""
