@@ -75,8 +75,8 @@ __all__ = [
 
 MIN_PAGE_SIZE: Final = 20
 MAX_PAGE_SIZE: Final = 200
-DEFAULT_SCAN: Final = 10_000
-"""Index entries a search page reads past at most, by default (``scan=``)."""
+DEFAULT_SCAN: Final = 2000
+"""Runs a search page reads past at most, by default (``scan=``)."""
 MAX_SCAN: Final = 100_000
 MAX_BULK_RUNS: Final = 100_000
 """The most runs one bulk action by filter changes (issue 36)."""
@@ -451,9 +451,13 @@ async def _walk(
     entries were read; every page is one of the runs pages' bounded, index-served reads."""
     walk = _Walk()
     index, after = start
+    # The first read asks what the page needs (a filter the index serves then costs one page,
+    # as the runs page does); each read after it asks four times more, up to _READ.
+    size = want
     while index < len(states) and len(walk.found) < want and walk.scanned < bound:
         state = states[index]
-        ask = min(_READ, bound - walk.scanned)
+        ask = min(size, _READ, bound - walk.scanned)
+        size = min(size * 4, _READ)
         finished = run_order(state) == "created"
         query = RunQuery(
             state=state,
