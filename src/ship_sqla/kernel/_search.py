@@ -430,9 +430,12 @@ class SearchPage:
 
 @attrs.define
 class _Walk:
-    """Where a walk is: the runs found and the position after each, the entries read."""
+    """Where a walk is: the runs found and the position after each (kept only when asked:
+    a preview counts), how many matched, the entries read."""
 
+    keep: bool = True
     found: list[tuple[RunRecord, Start]] = attrs.Factory(list)
+    matched: int = 0
     scanned: int = 0
     end: Start | None = None
     """Where the walk stopped with more to read; None when every state was read to its end."""
@@ -446,15 +449,16 @@ async def _walk(
     *,
     want: int,
     bound: int,
+    keep: bool = True,
 ) -> _Walk:
     """Read pages in each state's order from ``start`` until ``want`` runs match or ``bound``
     entries were read; every page is one of the runs pages' bounded, index-served reads."""
-    walk = _Walk()
+    walk = _Walk(keep=keep)
     index, after = start
     # The first read asks what the page needs (a filter the index serves then costs one page,
     # as the runs page does); each read after it asks four times more, up to _READ.
     size = want
-    while index < len(states) and len(walk.found) < want and walk.scanned < bound:
+    while index < len(states) and walk.matched < want and walk.scanned < bound:
         state = states[index]
         ask = min(size, _READ, bound - walk.scanned)
         size = min(size * 4, _READ)
@@ -472,10 +476,12 @@ async def _walk(
             walk.scanned += 1
             after = position_of(row)
             if flt.matches(row.record):
-                walk.found.append((row.record, (index, after)))
-                if len(walk.found) == want:
+                walk.matched += 1
+                if keep:
+                    walk.found.append((row.record, (index, after)))
+                if walk.matched == want:
                     break
-        if len(walk.found) < want and len(rows) < ask:
+        if walk.matched < want and len(rows) < ask:
             index, after = index + 1, None
     walk.end = (index, after) if index < len(states) else None
     return walk
@@ -622,11 +628,14 @@ async def preview_matching(
 ) -> BulkPreview:
     """Count the runs ``action`` would take (see :class:`BulkPreview`)."""
     states = flt.states(BULK_STATES[action])
-    walk = await _walk(browser, flt, states, (0, None), want=MAX_BULK_RUNS + 1, bound=MAX_BULK_SCAN)
-    count = min(len(walk.found), MAX_BULK_RUNS)
+    walk = await _walk(
+        browser, flt, states, (0, None), want=MAX_BULK_RUNS + 1, bound=MAX_BULK_SCAN, keep=False
+    )
+    count = min(walk.matched, MAX_BULK_RUNS)
     token = bulk_token(secret, action, flt, count, time.time() if now is None else now)
-    stopped = walk.end is not None and len(walk.found) <= MAX_BULK_RUNS
-    return BulkPreview(action, count, len(walk.found) > MAX_BULK_RUNS, walk.scanned, stopped, token)
+    capped = walk.matched > MAX_BULK_RUNS
+    stopped = walk.end is not None and not capped
+    return BulkPreview(action, count, capped, walk.scanned, stopped, token)
 
 
 @attrs.define
