@@ -228,7 +228,7 @@ def _action_command(action: BulkAction, what: str) -> click.Command:
         _report(answer, as_json=as_json)
 
     command.help = (
-        f"{what} the runs matching --filter: preview (count and token), confirm on a terminal"
+        f"{what} matching --filter: preview (count and token), confirm on a terminal"
         " (unless --yes), then up to 100,000 runs in transactions of --batch-size, with progress"
         " on stderr. Written to the audit log with the filter, the count and links."
     )
@@ -251,7 +251,7 @@ def _report(answer: Any, *, as_json: bool) -> None:  # noqa: ANN401 - a preview 
 
 COMMANDS: Final[tuple[click.Command, ...]] = (
     jobs_find,
-    _action_command("retry", "Retry (dead runs)"),
-    _action_command("cancel", "Cancel (waiting and running runs, K2)"),
-    _action_command("discard", "Discard (waiting and dead runs)"),
+    _action_command("retry", "Retry the dead runs"),
+    _action_command("cancel", "Cancel (K2) the waiting and running runs"),
+    _action_command("discard", "Discard the waiting and dead runs"),
 )
