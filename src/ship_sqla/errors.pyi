@@ -76,6 +76,8 @@ from ship_sqla.kernel._registry import DuplicateJobError as DuplicateJobError
 from ship_sqla.kernel._registry import UnknownJobError as UnknownJobError
 from ship_sqla.kernel._replay import ReplayFailedError as ReplayFailedError
 from ship_sqla.kernel._runtime.state import JobCancelledError as JobCancelledError
+from ship_sqla.kernel._search import BulkTokenError as BulkTokenError
+from ship_sqla.kernel._search import RunFilterError as RunFilterError
 from ship_sqla.kernel._settlement import JobSettleRefusedError as JobSettleRefusedError
 from ship_sqla.kernel._transactional import (
     InboxFingerprintMismatchError as InboxFingerprintMismatchError,
@@ -100,6 +102,7 @@ __all__ = (
     "AuditWriteError",
     "BackfillRefusedError",
     "BoundExceededError",
+    "BulkTokenError",
     "ChildJobUnservedError",
     "ChildRunsRefusedError",
     "ConfigurationError",
@@ -153,6 +156,7 @@ __all__ = (
     "ResourcesNotConfiguredError",
     "RetryAfter",
     "RollbackOnlyError",
+    "RunFilterError",
     "SchemaCheckError",
     "ScopeClosedError",
     "ScopeConcurrencyError",

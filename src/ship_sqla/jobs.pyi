@@ -56,6 +56,10 @@ from ship_sqla.kernel._priority import aging_bound as aging_bound
 from ship_sqla.kernel._registry import JobRegistry as JobRegistry
 from ship_sqla.kernel._runtime.runtime import JobRuntime as JobRuntime
 from ship_sqla.kernel._runtime.runtime import RuntimeMode as RuntimeMode
+from ship_sqla.kernel._search import BulkPreview as BulkPreview
+from ship_sqla.kernel._search import BulkProgress as BulkProgress
+from ship_sqla.kernel._search import RunFilter as RunFilter
+from ship_sqla.kernel._search import SearchPage as SearchPage
 from ship_sqla.kernel._transactional import Inbox as Inbox
 from ship_sqla.kernel._workers import WorkerRecord as WorkerRecord
 
@@ -70,6 +74,8 @@ __all__ = (
     "TERMINAL_STATES",
     "Aging",
     "Backoff",
+    "BulkPreview",
+    "BulkProgress",
     "BulkResult",
     "CancelReason",
     "CancelResult",
@@ -106,11 +112,13 @@ __all__ = (
     "RateLimit",
     "Retention",
     "RetryPolicy",
+    "RunFilter",
     "RunRecord",
     "RunState",
     "RuntimeMode",
     "Schedule",
     "ScheduleState",
+    "SearchPage",
     "StateCount",
     "StorageHealth",
     "TableHealth",

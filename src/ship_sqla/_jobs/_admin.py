@@ -122,8 +122,13 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         progress=row.progress,
         handler_version=row.handler_version,
         started_at=getattr(row, "started_at", None),
-        worker=getattr(row, "worker", None),
+        worker=getattr(row, "worker", None) or _holder(row),
     )
+
+
+def _holder(row: Any) -> str | None:  # noqa: ANN401 - a Row of the runs table's columns
+    """The worker holding a running run (its ``claimed_by``; issue 36: the worker filter)."""
+    return getattr(row, "claimed_by", None) if row.state == "running" else None
 
 
 class PostgresRunAdmin:

@@ -21,8 +21,10 @@ the bulk operations' walks. The stores only store.
 from __future__ import annotations
 
 import reprlib
+import time
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias, TypeVar
+from urllib.parse import urlencode
 
 import attrs
 
@@ -81,6 +83,21 @@ from ship_sqla.kernel._partition_waits import (
 )
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES, TERMINAL_STATES, DeadQuery
 from ship_sqla.kernel._replay import Replayer
+from ship_sqla.kernel._search import (
+    BULK_STATES,
+    DEFAULT_SCAN,
+    MAX_BULK_BATCH,
+    BulkAction,
+    BulkOutcome,
+    BulkPreview,
+    BulkProgress,
+    RunFilter,
+    SearchPage,
+    act_matching,
+    check_bulk_token,
+    preview_matching,
+    search_runs,
+)
 from ship_sqla.kernel._tenancy import check_tenant
 from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount, VersionCountSource
 from ship_sqla.kernel._workers import MAX_WORKERS_LISTED
@@ -150,6 +167,10 @@ MAX_DEMAND_CAP: Final = 1_000_000
 
 
 T = TypeVar("T")
+
+BatchTransaction: TypeAlias = "Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]"
+"""Runs one batch of a bulk action by filter in one transaction: ``await transaction(work)``
+(e.g. ``lambda work: uow.run(lambda _: work())``)."""
 
 
 @attrs.frozen
@@ -1134,6 +1155,154 @@ class JobOperations:
             details["error"] = f"{type(error).__name__}: {error}"[:500]
         await self._record(operation, target, len(changed), details)
 
+    # --- find anything, act on what matches (issue 36; S1, S2) -------------------------------
+
+    async def search_runs(
+        self,
+        run_filter: RunFilter,
+        *,
+        limit: int = 50,
+        cursor: str | None = None,
+        scan: int = DEFAULT_SCAN,
+    ) -> SearchPage:
+        """One page (``limit`` 20..200) of the runs matching ``run_filter``, reading at most
+        ``scan`` index entries past runs that do not match (:mod:`ship_sqla.kernel._search`:
+        each filter's bound; a page that stops there says "scanned N, stopped"). Keyset cursors
+        for the next and previous pages, signed and valid for the same filter only."""
+        await self._authorize_read("search_runs")
+        _require_filter(run_filter)
+        return await search_runs(
+            self._browser(),
+            self._admin.get_run,
+            run_filter,
+            secret=self._secret,
+            limit=limit,
+            cursor=cursor,
+            scan=scan,
+        )
+
+    async def preview_matching(self, action: BulkAction, run_filter: RunFilter) -> BulkPreview:
+        """How many runs ``action`` (``"retry"``, ``"cancel"``, ``"discard"``) would take from
+        those matching ``run_filter`` (at most 100,000), and the confirmation token its
+        ``*_filtered`` operation requires (bound to the action, the filter and the count; good
+        for 15 minutes). A read: changes nothing."""
+        await self._authorize_read("preview_matching")
+        _require_filter(run_filter)
+        if action not in BULK_STATES:
+            raise ConfigurationError(
+                f"preview_matching action {action!r} is not a bulk action.",
+                fix="pass 'retry', 'cancel' or 'discard'.",
+            )
+        return await preview_matching(self._browser(), action, run_filter, secret=self._secret)
+
+    async def retry_filtered(
+        self,
+        run_filter: RunFilter,
+        *,
+        token: str,
+        batch_size: int = MAX_BULK_BATCH,
+        transaction: BatchTransaction | None = None,
+        progress: Callable[[BulkProgress], object] | None = None,
+    ) -> BulkResult:
+        """Retry the dead runs matching ``run_filter``: at most the count ``token`` (from
+        :meth:`preview_matching`) confirmed, in batches of ``batch_size`` (1..1,000), each in
+        one ``transaction`` when given (a unit of work's runner: a batch commits whole or not
+        at all), ``progress`` told after each batch. One audit entry (S1) with the filter, the
+        count and links."""
+        await self._authorize("retry_filtered")
+        bulk = _Filtered("retry_filtered", "retry", self._admin.retry_dead, run_filter, token)
+        return await self._filtered(bulk, batch_size, transaction, progress)
+
+    async def cancel_filtered(
+        self,
+        run_filter: RunFilter,
+        *,
+        token: str,
+        batch_size: int = MAX_BULK_BATCH,
+        transaction: BatchTransaction | None = None,
+        progress: Callable[[BulkProgress], object] | None = None,
+    ) -> BulkResult:
+        """Cancel (K2) the waiting and running runs matching ``run_filter`` (see
+        :meth:`retry_filtered`)."""
+        await self._authorize("cancel_filtered")
+        bulk = _Filtered("cancel_filtered", "cancel", self._admin.cancel, run_filter, token)
+        return await self._filtered(bulk, batch_size, transaction, progress)
+
+    async def discard_filtered(
+        self,
+        run_filter: RunFilter,
+        *,
+        token: str,
+        batch_size: int = MAX_BULK_BATCH,
+        transaction: BatchTransaction | None = None,
+        progress: Callable[[BulkProgress], object] | None = None,
+    ) -> BulkResult:
+        """Discard the waiting and dead runs matching ``run_filter`` (see
+        :meth:`retry_filtered`)."""
+        await self._authorize("discard_filtered")
+        bulk = _Filtered("discard_filtered", "discard", self._admin.discard, run_filter, token)
+        return await self._filtered(bulk, batch_size, transaction, progress)
+
+    async def _filtered(
+        self,
+        bulk: _Filtered,
+        batch_size: int,
+        transaction: BatchTransaction | None,
+        progress: Callable[[BulkProgress], object] | None,
+    ) -> BulkResult:
+        _require_filter(bulk.run_filter)
+        _require_within(
+            f"{bulk.operation} batch_size", batch_size, MAX_BULK_BATCH, fix="use at most 1,000."
+        )
+        total = check_bulk_token(
+            self._secret, bulk.action, bulk.run_filter, bulk.token, time.time()
+        )
+        await self._audit_ready()
+        outcome = BulkOutcome()
+        try:
+            await act_matching(
+                self._browser(),
+                bulk.change,
+                bulk.action,
+                bulk.run_filter,
+                total=total,
+                outcome=outcome,
+                batch_size=batch_size,
+                transaction=transaction,
+                progress=progress,
+            )
+        except BaseException as exc:
+            await self._record_filtered(bulk, total, outcome, error=exc)
+            raise
+        await self._record_filtered(bulk, total, outcome)
+        return BulkResult(tuple(outcome.changed), tuple(outcome.unchanged), outcome.complete)
+
+    async def _record_filtered(
+        self,
+        bulk: _Filtered,
+        total: int,
+        outcome: BulkOutcome,
+        *,
+        error: BaseException | None = None,
+    ) -> None:
+        fields = bulk.run_filter.as_fields()
+        details: dict[str, Any] = {
+            "filter": [list(pair) for pair in fields],
+            "previewed": total,
+            "changed_ids": outcome.changed[:MAX_AUDIT_IDS],
+            "unchanged": len(outcome.unchanged),
+            "batches": outcome.batches,
+            "complete": outcome.complete,
+            "links": {
+                "search": "/search?" + urlencode(fields),
+                "runs": [f"/runs/{run_id}" for run_id in outcome.changed[:MAX_AUDIT_IDS]],
+            },
+        }
+        if error is not None:
+            details["error"] = f"{type(error).__name__}: {error}"[:500]
+        target = f"runs matching {bulk.run_filter.describe()}"
+        await self._record(bulk.operation, target, len(outcome.changed), details)
+
     # --- the dashboard's reads (S2) ------------------------------------------------------------
 
     def _browser(self) -> RunBrowser:
@@ -1280,6 +1449,26 @@ class JobOperations:
             f"{operation} of run {run_id!r}: it is {record.state!r}; {operation} takes only"
             f" {allowed} runs.",
             fix="list dead runs with list_dead; a running run must settle first.",
+        )
+
+
+@attrs.frozen
+class _Filtered:
+    """One bulk action by filter: its operation, action, the admin port's change, the filter
+    and the confirmation token."""
+
+    operation: str
+    action: BulkAction
+    change: Callable[[str], Awaitable[object | None]]
+    run_filter: RunFilter
+    token: str
+
+
+def _require_filter(run_filter: object) -> None:
+    if not isinstance(run_filter, RunFilter):
+        raise ConfigurationError(
+            f"expected a RunFilter, got {type(run_filter).__name__}.",
+            fix="build one with RunFilter.parse([...]) or RunFilter.of(...).",
         )
 
 

@@ -5,7 +5,8 @@ The group is assembled here from its modules, none of which imports this one: ``
 run: dead, show, retry, discard, rerun), ``control`` (a whole job: pause, resume, paused,
 demand), ``upkeep`` (stats, cleanup, events-purge), ``maintain`` (the run history, J17),
 ``definitions`` (sync-definitions, E8) and ``bulk`` (retry-dead, discard-dead, cancel: one run,
-several, or --all with a filter). Every verb that changes state is audited (S1; ``--no-audit``
+several, or --all with a filter) and ``matching`` (find by any filter, and retry, cancel or
+discard what matches, issue 36). Every verb that changes state is audited (S1; ``--no-audit``
 is the explicit opt-out).
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import click
 
 from ship_sqla._cli._options import OPERATOR_NOTE
-from ship_sqla._cli.jobs import bulk, control, definitions, maintain, runs, upkeep
+from ship_sqla._cli.jobs import bulk, control, definitions, maintain, matching, runs, upkeep
 
 __all__ = ["jobs"]
 
@@ -33,6 +34,7 @@ for _command in (
     *upkeep.COMMANDS,
     *maintain.COMMANDS,
     *bulk.COMMANDS,
+    *matching.COMMANDS,
     *definitions.COMMANDS,
 ):
     jobs.add_command(_command)

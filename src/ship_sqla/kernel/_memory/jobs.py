@@ -234,7 +234,8 @@ class _Run:
             handler_version=self.handler_version,
             # J18: known for a run a settle moved to history (live_only), as PostgreSQL's.
             started_at=self.started_at if self.last_worker is not None else None,
-            worker=self.last_worker,
+            # the worker holding a running run, as PostgreSQL's record (issue 36's worker filter)
+            worker=self.worker if self.state == "running" else self.last_worker,
         )
 
 

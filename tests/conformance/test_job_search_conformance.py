@@ -1,0 +1,263 @@
+"""Issue 36 items 4-5 on every backend (in-memory twin, PostgreSQL; with and without a history
+table, J16): find runs by id, job, tenant, state, time range, worker, error text and payload
+field, each within its stated bound (S2: a page that stops scanning says so), keyset pages
+forward and back; act on what matches (retry, cancel, discard) with a preview count and a
+confirmation token, in batches, with progress, and one audit entry (S1) recording the filter,
+the count and links."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from job_helpers import claim_request
+
+from ship_sqla import create_job_operations
+from ship_sqla.errors import PermissionDeniedError
+from ship_sqla.kernel import InMemoryJobBackend, failed
+from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
+from ship_sqla.kernel._search import BulkTokenError, RunFilter, RunFilterError
+from ship_sqla.kernel._tenancy import tenant_ambient
+from ship_sqla.operators import InMemoryAuditLog
+from ship_sqla.testing import FrozenClock
+
+
+async def noop(ctx: Any, payload: Any) -> None:
+    return None
+
+
+JOB = define_job(
+    "find.mail",
+    noop,
+    payload=dict,
+    concurrency=Concurrency(max=1000, lease=30),
+    retry=RetryPolicy(attempts=1),
+)
+OTHER = define_job(
+    "find.other",
+    noop,
+    payload=dict,
+    concurrency=Concurrency(max=1000, lease=30),
+    retry=RetryPolicy(attempts=1),
+)
+
+
+@pytest.fixture(params=["memory", "postgres", "memory-live", "postgres-live"])
+def backend(request: pytest.FixtureRequest, clock: FrozenClock) -> Any:
+    """Every backend, with its finished runs in the runs table and (J16, ``-live``) in
+    history: a search spans both."""
+    if request.param.startswith("memory"):
+        return InMemoryJobBackend(clock=clock, live_only=request.param == "memory-live")
+    name = (
+        "postgres_live_job_backend_factory"
+        if request.param == "postgres-live"
+        else "postgres_job_backend_factory"
+    )
+    return request.getfixturevalue(name)(clock)
+
+
+@pytest.fixture
+def audit() -> InMemoryAuditLog:
+    return InMemoryAuditLog()
+
+
+@pytest.fixture
+def ops(backend: Any, audit: InMemoryAuditLog) -> Any:
+    return create_job_operations(backend, authorizer=lambda *_: True, audit=audit, actor="ann")
+
+
+async def seed(backend: Any, clock: FrozenClock) -> dict[str, list[str]]:
+    """12 dead runs of JOB (errors "boom 0".."boom 11", payload order.id = i % 3), 5 running
+    runs of OTHER held by worker "w2", 30 waiting runs of JOB (due a minute apart)."""
+    ids: dict[str, list[str]] = {}
+    for i in range(12):
+        await backend.enqueue(JOB, {"order": {"id": i % 3}, "i": i})
+    claimed = await backend.claim(claim_request(JOB, worker="w1", limit=12))
+    for n, run in enumerate(claimed):
+        assert await backend.settle([failed(run, f"boom {n}", retry_at=None)]) == ["dead"]
+    ids["dead"] = [run.run_id for run in claimed]
+    with tenant_ambient("acme"):
+        for i in range(5):
+            await backend.enqueue(OTHER, {"i": i})
+    ids["running"] = [
+        r.run_id for r in await backend.claim(claim_request(OTHER, worker="w2", limit=5))
+    ]
+    ids["waiting"] = []
+    for i in range(30):
+        at = clock.now() + timedelta(minutes=i)
+        ids["waiting"].append((await backend.enqueue(JOB, {"order": {"id": 9}}, run_at=at)).run_id)
+    return ids
+
+
+async def every_page(ops: Any, flt: RunFilter, *, scan: int = 10_000) -> list[str]:
+    seen: list[str] = []
+    cursor = None
+    for _ in range(100):
+        page = await ops.search_runs(flt, limit=20, cursor=cursor, scan=scan)
+        seen.extend(r.run_id for r in page.items)
+        if page.next_cursor is None:
+            return seen
+        cursor = page.next_cursor
+    raise AssertionError("no end")
+
+
+async def test_each_filter_finds_exactly_its_runs(
+    backend: Any, ops: Any, clock: FrozenClock
+) -> None:
+    """Issue 36 item 4 (S2): id, job, tenant, state, worker, error text, payload field and a
+    time range on a live state each find exactly the runs that match, on every backend."""
+    ids = await seed(backend, clock)
+    dead = ids["dead"]
+    cases: list[tuple[list[str], set[str]]] = [
+        ([f"id={dead[3]}"], {dead[3]}),
+        (["job=find.other"], set(ids["running"])),
+        (["tenant=acme"], set(ids["running"])),
+        (["state=dead"], set(dead)),
+        (["worker=w2"], set(ids["running"])),
+        (["error=BOOM 1"], {dead[1], dead[10], dead[11]}),
+        (["state=dead", "payload=order.id=2"], {dead[i] for i in range(12) if i % 3 == 2}),
+        (["payload=order.id=9"], set(ids["waiting"])),
+    ]
+    for fields, expected in cases:
+        found = await every_page(ops, RunFilter.parse(fields))
+        assert len(found) == len(set(found)), fields
+        assert set(found) == expected, fields
+    start = (clock.now() + timedelta(minutes=10)).isoformat()
+    end = (clock.now() + timedelta(minutes=15)).isoformat()
+    ranged = await every_page(ops, RunFilter.parse(["state=waiting", f"from={start}", f"to={end}"]))
+    assert ranged == ids["waiting"][10:15]
+
+
+async def test_pages_go_forward_and_back(backend: Any, ops: Any, clock: FrozenClock) -> None:
+    """Issue 36 item 4: pages of 20..200 with first / previous / next keyset cursors; the
+    previous page is the page before; a cursor of another filter is refused."""
+    ids = await seed(backend, clock)
+    flt = RunFilter.parse(["job=find.mail", "state=waiting"])
+    first = await ops.search_runs(flt, limit=20)
+    assert first.previous_cursor is None
+    second = await ops.search_runs(flt, limit=20, cursor=first.next_cursor)
+    assert [r.run_id for r in first.items + second.items] == ids["waiting"]
+    assert second.next_cursor is None
+    back = await ops.search_runs(flt, limit=20, cursor=second.previous_cursor)
+    assert back.items == first.items
+    with pytest.raises(RunFilterError) as bad:
+        await ops.search_runs(flt, limit=10)
+    assert bad.value.field == "limit"
+    with pytest.raises(Exception, match="cursor"):
+        await ops.search_runs(RunFilter.parse(["state=waiting"]), cursor=first.next_cursor)
+
+
+async def test_a_page_stops_at_its_scan_bound_and_says_so(
+    backend: Any, ops: Any, clock: FrozenClock
+) -> None:
+    """S2, issue 36 item 4: a filter the index does not serve reads at most ``scan`` entries a
+    page; the page reports "scanned N, stopped", and its cursor goes on to every match."""
+    ids = await seed(backend, clock)
+    flt = RunFilter.parse(["payload=order.id=2"])
+    page = await ops.search_runs(flt, limit=20, scan=5)
+    assert page.stopped
+    assert page.scanned == 5
+    assert page.note == "scanned 5, stopped"
+    found = await every_page(ops, flt, scan=5)
+    assert set(found) == {ids["dead"][i] for i in range(12) if i % 3 == 2}
+
+
+@pytest.mark.parametrize(
+    ("fields", "field"),
+    [
+        (["state=finished"], "state"),
+        (["from=yesterday"], "from"),
+        (["from=2026-01-01T00:00:00"], "from"),
+        (["from=2026-01-02T00:00:00+00:00", "to=2026-01-01T00:00:00+00:00"], "to"),
+        (["payload=order.id"], "payload"),
+        (["job=no spaces"], "job"),
+        (["colour=red"], "colour"),
+        (["tenant=" + "x" * 300], "tenant"),
+    ],
+)
+def test_bad_filter_input_is_a_typed_error_naming_the_field(fields: list[str], field: str) -> None:
+    """Issue 36 item 4: bad input is a RunFilterError naming the field, with the fix."""
+    with pytest.raises(RunFilterError) as bad:
+        RunFilter.parse(fields)
+    assert bad.value.field == field
+    assert bad.value.fix
+
+
+async def test_retry_matching_previews_asks_for_its_token_and_audits(
+    backend: Any, ops: Any, audit: InMemoryAuditLog, clock: FrozenClock
+) -> None:
+    """S1, issue 36 item 5: the preview counts the runs the action takes and answers a token
+    bound to the action, filter and count; the action refuses another filter's or action's
+    token and changes nothing; with its token it retries every match in batches, reporting
+    progress, and writes ONE audit entry with the filter, the count and links."""
+    ids = await seed(backend, clock)
+    flt = RunFilter.parse(["error=boom", "payload=order.id=0"])
+    expected = {ids["dead"][i] for i in range(12) if i % 3 == 0}
+    preview = await ops.preview_matching("retry", flt)
+    assert preview.count == len(expected)
+    assert not preview.capped
+    for wrong in (
+        lambda: ops.discard_filtered(flt, token=preview.token),
+        lambda: ops.retry_filtered(RunFilter.parse(["error=boom"]), token=preview.token),
+        lambda: ops.retry_filtered(flt, token="3.1.forged"),  # noqa: S106 - not a secret,
+    ):
+        with pytest.raises(BulkTokenError):
+            await wrong()
+    assert await audit.list_entries(limit=10) == []
+    steps: list[Any] = []
+    result = await ops.retry_filtered(flt, token=preview.token, batch_size=3, progress=steps.append)
+    assert set(result.changed) == expected
+    assert result.complete
+    assert [s.done for s in steps] == [3, 4]
+    for run_id in expected:
+        assert (await ops.get_run(run_id)).state == "waiting"
+    [entry] = await audit.list_entries(limit=10)
+    assert entry.operation == "jobs.retry_filtered"
+    assert entry.count == 4
+    assert entry.details["filter"] == [["error", "boom"], ["payload", "order.id=0"]]
+    assert entry.details["previewed"] == 4
+    assert entry.details["batches"] == 2
+    assert sorted(entry.details["links"]["runs"]) == sorted(f"/runs/{r}" for r in expected)
+    assert entry.details["links"]["search"].startswith("/search?error=boom")
+
+
+async def test_cancel_and_discard_matching_take_their_states_only(
+    backend: Any, ops: Any, clock: FrozenClock
+) -> None:
+    """K2, J8, issue 36 item 5: cancel takes waiting and running runs, discard waiting and
+    dead ones; a filter on a state the action cannot take is a RunFilterError; the action acts
+    on at most the previewed count (runs matching after the preview wait for the next)."""
+    ids = await seed(backend, clock)
+    with pytest.raises(RunFilterError):
+        await ops.preview_matching("cancel", RunFilter.parse(["state=dead"]))
+    other = RunFilter.parse(["job=find.other"])
+    preview = await ops.preview_matching("cancel", other)
+    assert preview.count == 5
+    with tenant_ambient("acme"):
+        await backend.enqueue(OTHER, {"late": True})
+    result = await ops.cancel_filtered(other, token=preview.token)
+    assert len(result.changed) == 5  # the previewed count, no more
+    # waiting runs first: the late one is cancelled, one running run is left unasked
+    late = RunFilter.parse(["job=find.other", "state=waiting"])
+    assert (await ops.preview_matching("cancel", late)).count == 0
+    waiting = RunFilter.parse(["job=find.mail", "payload=order.id=9"])
+    preview = await ops.preview_matching("discard", waiting)
+    assert preview.count == 30
+    result = await ops.discard_filtered(waiting, token=preview.token, batch_size=7)
+    assert len(result.changed) == 30
+    left = await every_page(ops, RunFilter.parse(["state=discarded"]))
+    assert set(left) == set(ids["waiting"])
+
+
+async def test_acting_on_a_filter_asks_manage(backend: Any, clock: FrozenClock) -> None:
+    """S1, J8: search and preview are reads; the actions ask ship.jobs:manage."""
+    await seed(backend, clock)
+    reader = create_job_operations(
+        backend, authorizer=lambda permission, _op: permission == "ship.jobs:read"
+    )
+    flt = RunFilter.parse(["state=dead"])
+    assert len((await reader.search_runs(flt)).items) == 12
+    preview = await reader.preview_matching("retry", flt)
+    with pytest.raises(PermissionDeniedError):
+        await reader.retry_filtered(flt, token=preview.token)
