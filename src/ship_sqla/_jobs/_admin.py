@@ -179,14 +179,17 @@ class PostgresRunAdmin:
         self._cancel_requested = cancel_requested
 
     async def _operator_rows(
-        self, what: str, statement: Executable, params: Mapping[str, Any]
+        self, what: str, statement: Executable, params: Mapping[str, Any], *, jit_off: bool = True
     ) -> Sequence[Any]:
-        """The rows of one operator read (a dashboard page, ``jobs demand``) with JIT off, in a
-        short transaction of its own (S2): these reads walk recursive CTEs whose row estimates
-        (the planner's tenfold guess per recursion) put their cost past ``jit_above_cost``
-        although they read a bounded number of index entries; compiling them took 1-3 s at
-        1,000,000 runs, executing them milliseconds. One ``SET LOCAL`` more per page, never on
-        an enqueue, claim or settle."""
+        """The rows of one operator read (a dashboard page, ``jobs demand``); with ``jit_off``
+        (the reads across jobs) with JIT off, in a short transaction of its own (S2): these
+        reads walk recursive CTEs whose row estimates (the planner's tenfold guess per
+        recursion) put their cost past ``jit_above_cost`` although they read a bounded number of
+        index entries; compiling them took 1-3 s at 1,000,000 runs, executing them
+        milliseconds. Three round trips more (BEGIN, SET LOCAL, COMMIT), so a one-job read,
+        costed far below the threshold, runs alone; never on an enqueue, claim or settle."""
+        if not jit_off:
+            return await self._connections.rows(what, statement, params, scope=None, by_name=True)
         async with self._connections.transaction(what, scope=OWN) as tx:
             await tx.connection.execute(JIT_OFF)
             return (await tx.connection.execute(statement, params)).all()
@@ -218,7 +221,9 @@ class PostgresRunAdmin:
         if query.job_id is not None:
             statement = self._s[of_job]
             params["job_id"] = query.job_id
-        rows = await self._operator_rows("list_dead", statement, params)
+        rows = await self._operator_rows(
+            "list_dead", statement, params, jit_off=query.job_id is None
+        )
         return [run_record(row) for row in rows]
 
     async def retry_dead(self, run_id: str) -> RunRecord | None:
@@ -597,7 +602,9 @@ class PostgresRunAdmin:
             params["job_id"] = query.job_id
         else:
             params["max_jobs"] = max_jobs
-        rows = await self._operator_rows("list_runs", statement, params)
+        rows = await self._operator_rows(
+            "list_runs", statement, params, jit_off=query.job_id is None
+        )
         return [BrowsedRun(run_record(row), row.seq) for row in rows]
 
     async def throughput(
