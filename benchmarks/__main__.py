@@ -3,7 +3,7 @@
 Prints the machine and a table of figures for people, then one JSON line per figure for scripts
 (``--json-only``: only the JSON lines, the first describing the run and the machine). With no
 names it runs every benchmark but the opt-in ones (``ablations``, ``peers``, ``scaleout``,
-``pools``, ``history``...), which run only when named.
+``pools``, ``history``, ``dashboard``...), which run only when named.
 Progress goes to stderr. Missed targets do not change the exit status (benchmarks are not tests); a
 benchmark that could not run does (status 1).
 """
@@ -46,6 +46,7 @@ BENCHMARKS: dict[str, str] = {
     "synchronous_claims": "benchmarks.synchronous_claims",
     "sql_enqueue": "benchmarks.sql_enqueue",
     "history": "benchmarks.history",
+    "dashboard": "benchmarks.dashboard",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is
 unfinished (or broken) is reported as failed without keeping the others from running."""
@@ -60,6 +61,7 @@ OPT_IN = frozenset(
         "synchronous_claims",
         "sql_enqueue",
         "history",
+        "dashboard",
     }
 )
 """Run only when named: not part of ``python -m benchmarks`` with no names."""

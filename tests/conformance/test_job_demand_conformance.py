@@ -13,7 +13,7 @@ from job_helpers import claim_request
 from ship_sqla import create_job_operations
 from ship_sqla.errors import BoundExceededError, ConfigurationError, PermissionDeniedError
 from ship_sqla.jobs import EnqueueRequest, JobDemand, JobOperations
-from ship_sqla.kernel import completed
+from ship_sqla.kernel import completed, failed
 from ship_sqla.kernel._jobs import Concurrency, define_job
 from ship_sqla.testing import FrozenClock
 
@@ -107,3 +107,22 @@ async def test_f5_demand_refuses_bad_input_before_any_sql(backend: Any, ops: Job
 
     with pytest.raises(PermissionDeniedError):
         await create_job_operations(backend, authorizer=refuse).demand()
+
+
+async def test_dead_by_job_counts_each_jobs_dead_runs_up_to_the_cap_issue_36(backend, ops, clock):
+    """Issue 36 (the overview's failing jobs): ``dead_by_job`` lists every job with dead runs,
+    by job id, each counted up to the cap (a count at the cap is marked a floor) with its newest
+    dead run's finish time; a job with only completed or live runs is not listed."""
+    for job, count in ((MAIL, 3), (PDF, 1)):
+        await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(count)])
+        claimed = await backend.claim(claim_request(job, worker="w", limit=count))
+        settled = await backend.settle([failed(run, "boom", retry_at=None) for run in claimed])
+        assert settled == ["dead"] * count
+    await backend.enqueue(IDLE, {})
+    listed = await ops.dead_by_job(cap=2)
+    assert [(f.job_id, f.dead, f.capped) for f in listed] == [
+        (MAIL.id, 2, True),
+        (PDF.id, 1, False),
+    ]
+    assert all(f.last_dead_at is not None for f in listed)
+    assert [f.dead for f in await ops.dead_by_job()] == [3, 1]

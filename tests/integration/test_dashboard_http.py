@@ -387,3 +387,20 @@ async def test_s2_no_page_has_inline_style_or_script_so_the_csp_needs_no_unsafe_
     overview = (await client.get("/ops/", headers={"x-user": "admin"})).text
     assert '<main data-poll-ms="10000">' in overview
     assert '<script src="/ops/static/poll.js" defer></script>' in overview
+
+
+async def test_s2_overview_lists_a_failing_job_with_its_dead_count_issue_36(backend, audit):
+    """Issue 36: a job whose runs are all dead (nothing waiting or running), and whose
+    definition the dashboard was not given, is on the overview with its dead count (a link to
+    its dead runs) and marked failing; a job with waiting runs is not marked."""
+    await dead_runs(backend, MAIL, 2)
+    await backend.enqueue(REPORT, {})
+    dashboard = create_dashboard(backend, authorizer=authorizer, actor=actor, audit=audit)
+    transport = httpx.ASGITransport(app=dashboard)
+    async with httpx.AsyncClient(transport=transport, base_url="http://app") as client:
+        page = (await client.get("/", headers={"x-user": "viewer"})).text
+    failing = page[page.index(f">{MAIL.id}<") :].split("</tr>")[0]
+    assert f'href="/dead?job={MAIL.id}">2</a>' in failing, failing
+    assert "failing" in failing
+    waiting = page[page.index(f">{REPORT.id}<") :].split("</tr>")[0]
+    assert "failing" not in waiting

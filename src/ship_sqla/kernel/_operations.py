@@ -111,6 +111,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._partition_waits import PartitionWait
     from ship_sqla.kernel._ports import (
         JobDemand,
+        JobFailures,
         PausedJob,
         RunAdmin,
         RunRecord,
@@ -862,6 +863,26 @@ class JobOperations:
                     fix="ask in batches of at most 1,000 jobs.",
                 )
         return await self._admin.demand(wanted, cap=cap, max_jobs=MAX_DEMAND_JOBS)
+
+    async def dead_by_job(self, *, cap: int = DEFAULT_DEMAND_CAP) -> list[JobFailures]:
+        """Every job with dead runs (at most 1,000, in job id byte order), each with its dead
+        runs counted up to ``cap`` (default 10,000; at most 1,000,000) and the finish time of
+        its newest dead run: the overview's failing jobs, whether or not anything of theirs
+        waits or runs. One bounded statement (issue 36)."""
+        await self._authorize_read("dead_by_job")
+        given: object = cap
+        if isinstance(given, bool) or not isinstance(given, int):
+            raise BoundExceededError(
+                f"dead_by_job cap must be an int, got {cap!r}.",
+                fix="omit it (10,000), or pass how many dead runs per job are worth counting.",
+            )
+        _require_within(
+            "dead_by_job cap",
+            cap,
+            MAX_DEMAND_CAP,
+            fix="omit it (10,000), or pass how many dead runs per job are worth counting.",
+        )
+        return await self._admin.dead_by_job(cap=cap, max_jobs=MAX_DEMAND_JOBS)
 
     async def cancel(self, run_id: str) -> CancelResult:
         """Cancel a run (K2): a waiting one at once; a running one by recording the request,

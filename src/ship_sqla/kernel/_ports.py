@@ -77,6 +77,7 @@ __all__ = [
     "JobBackend",
     "JobCrashLoopError",
     "JobDemand",
+    "JobFailures",
     "JobLeaseLapsedError",
     "JobLeaseLapsedFinalError",
     "JobLeaseStaleError",
@@ -658,6 +659,18 @@ class JobDemand:
 
 
 @attrs.frozen
+class JobFailures:
+    """One job's dead runs (the dashboard's overview, issue 36): ``dead`` counted up to the
+    query's ``cap`` (``capped``: it reached the cap, so it is a floor, shown with a "+"), and
+    ``last_dead_at``, the finish time of its newest dead run (None when unknown)."""
+
+    job_id: str
+    dead: int
+    capped: bool
+    last_dead_at: datetime | None
+
+
+@attrs.frozen
 class PausedJob:
     """A paused job (K3): no claim that starts after ``paused_at`` takes its runs."""
 
@@ -713,6 +726,12 @@ class RunAdmin(QueueDepthSource, RunBrowser, Protocol):
         run's age, in ONE bounded statement: the jobs of ``job_ids`` (also those with nothing to
         do), or with None every job that has waiting or running runs (at most ``max_jobs`` of
         them), ordered by job id (byte order)."""
+        ...
+
+    async def dead_by_job(self, *, cap: int, max_jobs: int) -> list[JobFailures]:
+        """Every job with dead runs (at most ``max_jobs``, by job id in byte order), each with
+        its dead runs counted up to ``cap``, in ONE bounded statement (a loose index scan over
+        the jobs, at most ``cap`` index entries and one row per job)."""
         ...
 
     async def cancel(self, run_id: str) -> RunRecord | None:

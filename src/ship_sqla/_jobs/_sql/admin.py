@@ -14,6 +14,8 @@ from ship_sqla._sql import Template
 
 __all__ = [
     "CANCEL_LIVE_RUN",
+    "DEAD_BY_JOB",
+    "DEAD_BY_JOB_EITHER",
     "DELETE_FINISHED_BATCH",
     "DEMAND",
     "DISCARD_WAITING_OR_DEAD",
@@ -405,3 +407,82 @@ PARTITION_WAITS_BY_KEY: Final = Template(
 )
 """:data:`PARTITION_WAITS` for limits per partition key (``partition="key"``): the partitions
 are the runs' ``partition_key``, read off ``<runs>_part_idx`` and ``<runs>_part_run_idx``."""
+
+
+_DEAD_IN_RUNS: Final = (
+    "r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = 'dead'"
+)
+"""``<runs>_browse_idx``'s predicate word for word, then the dead state (its leading column)."""
+
+_DEAD_JOBS_WALK: Final = f"""
+    -- <runs>_browse_idx (state, job_id, created_at, id), a loose index scan: the next job id
+    -- with dead runs, one entry each, at most :max_jobs.
+    SELECT (SELECT r.job_id FROM {{runs}} r WHERE {_DEAD_IN_RUNS}
+            ORDER BY r.state, r.job_id LIMIT 1), 1
+    UNION ALL
+    SELECT (SELECT r.job_id FROM {{runs}} r WHERE {_DEAD_IN_RUNS} AND r.job_id > d.job_id
+            ORDER BY r.state, r.job_id LIMIT 1), d.n + 1
+    FROM dead_jobs d
+    WHERE d.job_id IS NOT NULL AND d.n < CAST(:max_jobs AS integer)"""  # noqa: S608 - constant
+
+_DEAD_OF_JOB_IN_RUNS: Final = f"""
+        -- <runs>_browse_idx, index-only: at most :cap of the job's dead runs.
+        SELECT 1 FROM {{runs}} r WHERE {_DEAD_IN_RUNS} AND r.job_id = d.job_id
+        LIMIT CAST(:cap AS integer)"""  # noqa: S608 - constant text
+
+_NEWEST_DEAD_IN_RUNS: Final = f"""
+        -- <runs>_browse_idx backwards: the job's newest dead run (one entry, one heap row).
+        SELECT r.finished_at FROM {{runs}} r WHERE {_DEAD_IN_RUNS} AND r.job_id = d.job_id
+        ORDER BY r.state DESC, r.job_id DESC, r.created_at DESC, r.id DESC LIMIT 1"""  # noqa: S608
+
+DEAD_BY_JOB: Final = Template(
+    f"""
+WITH RECURSIVE dead_jobs(job_id, n) AS ({_DEAD_JOBS_WALK}
+)
+SELECT d.job_id,
+    (SELECT count(*) FROM ({_DEAD_OF_JOB_IN_RUNS}) x) AS dead,
+    ({_NEWEST_DEAD_IN_RUNS}) AS last_dead_at
+FROM dead_jobs d
+WHERE d.job_id IS NOT NULL
+ORDER BY d.job_id COLLATE "C"
+"""  # noqa: S608 - constant text
+)
+"""The overview's failing jobs (issue 36, S2): every job with dead runs (a loose scan, at most
+``:max_jobs``), each with its dead runs counted up to ``:cap`` and the finish time of its newest
+(by creation) dead run. Bounded whatever the table size: one probe per job found, at most
+``:cap`` index entries and one heap row per job. Nothing is added to the hot path: the index
+is the finished-runs pages' own (a run enters it once, when it finishes)."""
+
+DEAD_BY_JOB_EITHER: Final = Template(
+    f"""
+WITH RECURSIVE dead_jobs(job_id, n) AS ({_DEAD_JOBS_WALK}
+), history_jobs(job_id, n) AS (
+    -- the history's (job_id, state, finished_at) index over its dead partitions, a loose
+    -- index scan: the next job id with dead runs in history, at most :max_jobs.
+    SELECT (SELECT min(h.job_id) FROM {{history}} h WHERE h.state = 'dead'), 1
+    UNION ALL
+    SELECT (SELECT min(h.job_id) FROM {{history}} h
+            WHERE h.state = 'dead' AND h.job_id > d.job_id), d.n + 1
+    FROM history_jobs d
+    WHERE d.job_id IS NOT NULL AND d.n < CAST(:max_jobs AS integer)
+), jobs AS (
+    SELECT job_id FROM dead_jobs WHERE job_id IS NOT NULL
+    UNION
+    SELECT job_id FROM history_jobs WHERE job_id IS NOT NULL
+)
+SELECT d.job_id,
+    least(CAST(:cap AS integer), (SELECT count(*) FROM ({_DEAD_OF_JOB_IN_RUNS}) x)
+        + (SELECT count(*) FROM (
+            -- the history's index, each dead partition: at most :cap of the job's dead runs.
+            SELECT 1 FROM {{history}} h WHERE h.state = 'dead' AND h.job_id = d.job_id
+            LIMIT CAST(:cap AS integer)) y)) AS dead,
+    greatest(({_NEWEST_DEAD_IN_RUNS}),
+        (SELECT max(h.finished_at) FROM {{history}} h
+         WHERE h.state = 'dead' AND h.job_id = d.job_id)) AS last_dead_at
+FROM (SELECT job_id FROM jobs ORDER BY job_id COLLATE "C"
+      LIMIT CAST(:max_jobs AS integer)) d
+ORDER BY d.job_id COLLATE "C"
+"""  # noqa: S608 - constant text
+)
+"""DEAD_BY_JOB over both tables (J16): the runs table's dead runs (an older release's, or a
+table without history) and the history's."""

@@ -254,11 +254,15 @@ CROSS JOIN LATERAL (
                count(*) FILTER (WHERE x.state = 'completed') AS completed,
                count(*) FILTER (WHERE x.state = 'dead') AS dead
         FROM (
-            -- <runs>_finished_idx: one job's runs finished in the bucket, at most :cap.
+            -- <runs>_finished_idx: one job's runs finished in the bucket, at most :cap, in
+            -- the index's order: a plain index scan that stops at :cap (unordered, the planner
+            -- chose a bitmap scan that first read every entry of the bucket: 770,000 entries
+            -- per chart at 1,000,000 runs).
             SELECT r.state FROM {runs} r
             WHERE r.job_id = j.job_id
               AND r.state IN ('completed', 'dead', 'discarded', 'cancelled')
               AND r.finished_at >= e.start AND r.finished_at < e.stop
+            ORDER BY r.finished_at
             LIMIT CAST(:cap AS integer)
         ) x
     ) c

@@ -457,7 +457,8 @@ LIMIT CAST(:limit AS integer)
 
 THROUGHPUT_EITHER: Final = Template(
     browse.THROUGHPUT.sql.replace(
-        """            LIMIT CAST(:cap AS integer)
+        """            ORDER BY r.finished_at
+            LIMIT CAST(:cap AS integer)
         ) x""",
         """            UNION ALL
             -- the history's (job_id, state, finished_at) index: its runs ended in the bucket.

@@ -96,6 +96,7 @@ from ship_sqla.kernel._ports import (
     EnqueueResult,
     HeartbeatBatch,
     JobDemand,
+    JobFailures,
     PausedJob,
     QueueDepth,
     RunRecord,
@@ -1318,6 +1319,23 @@ class InMemoryRunAdmin:
                 (now - oldest[job_id]).total_seconds() if job_id in oldest else None,
                 cap,
             )
+            for job_id in chosen
+        ]
+
+    async def dead_by_job(self, *, cap: int, max_jobs: int) -> list[JobFailures]:
+        """The PostgreSQL backend's DEAD_BY_JOB, over the model's runs (history included)."""
+        dead: dict[str, int] = {}
+        newest: dict[str, tuple[datetime, datetime | None]] = {}
+        for run in self._backend.stored_runs.values():
+            if run.state != "dead":
+                continue
+            dead[run.job_id] = dead.get(run.job_id, 0) + 1
+            seen = newest.get(run.job_id)
+            if seen is None or run.created_at > seen[0]:
+                newest[run.job_id] = (run.created_at, run.finished_at)
+        chosen = sorted(dead, key=lambda job_id: job_id.encode())[:max_jobs]
+        return [
+            JobFailures(job_id, min(dead[job_id], cap), dead[job_id] >= cap, newest[job_id][1])
             for job_id in chosen
         ]
 
