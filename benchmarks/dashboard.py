@@ -151,7 +151,7 @@ async def _time_page(client: httpx.AsyncClient, path: str, requests: int) -> lis
 async def run(bench: Bench) -> list[Figure]:
     n = _size(bench)
     _check_disk(n)
-    requests = 10 if bench.quick else 40
+    requests = 5 if bench.quick else 40
     bound = 100.0 if n <= FULL_RUNS else 250.0
     figures: list[Figure] = []
     async with bench.database(NAME) as db:
