@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+import attrs
 from sqlalchemy import (
     Boolean,
     Column,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.postgresql import TIMESTAMP
+from sqlalchemy.engine import Connection
 
 from ship_sqla._jobs._sql.sql_api import (
     ANNOUNCE,
@@ -53,18 +55,20 @@ from ship_sqla.kernel._plans.announce import BUDGET_KNEE, MAX_GAP, MIN_GAP, NOTI
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from ship_sqla.kernel._jobs import JobDefinition
 
 __all__ = [
+    "SKIP_INSTALL_OPTION",
     "SQL_API_VERSIONS",
+    "SqlEnqueueInstall",
     "definition_params",
     "enqueue_function_name",
     "install_sql_enqueue",
     "ship_job_definitions_table",
     "sql_enqueue_ddl",
+    "sql_enqueue_installs",
     "sql_enqueue_status",
     "sync_job_definitions",
 ]
@@ -75,6 +79,50 @@ and outcomes for a whole major release)."""
 
 _TSTZ = TIMESTAMP(timezone=True)
 _COMMENT_PREFIX: Final = "ship_sqla sql enqueue build "
+_INFO_KEY: Final = "ship_sqla_sql_enqueue"
+
+SKIP_INSTALL_OPTION: Final = "ship_sqla_skip_sql_enqueue"
+"""An execution option: with it set, ``create_all`` does not install the SQL enqueue functions
+(the schema check's scratch copy; ``schema apply``, which installs them itself when missing or
+outdated)."""
+
+
+@attrs.frozen(eq=False)
+class SqlEnqueueInstall:
+    """One install of the SQL enqueue API that a metadata declares (E6): its definitions table,
+    the backend's runs, state and history tables, and the hardened variant's role (E7)."""
+
+    definitions: Table
+    runs: Table
+    state: Table
+    history: Table | None = None
+    definer_role: str | None = None
+
+    @property
+    def function(self) -> str:
+        """``<runs>_enqueue_v1``, schema-qualified as installed."""
+        return f"{enqueue_function_name(self.runs)}_enqueue_v1"
+
+    def ddl(self) -> list[str]:
+        """:func:`sql_enqueue_ddl` for this install: what ``schema apply`` runs, and the
+        statements of a migration."""
+        return sql_enqueue_ddl(
+            self.runs,
+            self.state,
+            self.definitions,
+            definer_role=self.definer_role,
+            history=self.history,
+        )
+
+
+def sql_enqueue_installs(metadata: MetaData) -> list[SqlEnqueueInstall]:
+    """E6: the SQL enqueue installs ``metadata`` declares (its definitions tables made by
+    :func:`ship_job_definitions_table` with ``runs`` and ``state``)."""
+    return [
+        table.info[_INFO_KEY]
+        for table in metadata.sorted_tables
+        if isinstance(table.info.get(_INFO_KEY), SqlEnqueueInstall)
+    ]
 
 
 def ship_job_definitions_table(
@@ -85,6 +133,7 @@ def ship_job_definitions_table(
     runs: Table | None = None,
     state: Table | None = None,
     history: Table | None = None,
+    definer_role: str | None = None,
 ) -> Table:
     """E8: one row per job id, what SQL callers of ``<runs>_enqueue_v1`` need: ``max_attempts``,
     ``priority`` (the default, K6), ``max_payload_bytes``, ``queue_depth_limit`` (J2: the cap
@@ -100,8 +149,10 @@ def ship_job_definitions_table(
     sync-definitions`` (:func:`sync_job_definitions`).
 
     With ``runs`` and ``state`` (the tables of the same backend), ``metadata.create_all`` also
-    installs the SQL enqueue functions once the tables exist (E6); ``history``: the backend's
-    history table (J16), which their durable-id probe reads too."""
+    installs the SQL enqueue functions once the tables exist (E6), and so do ``ship-sqla schema
+    apply`` and the schema check's report (:func:`sql_enqueue_installs`); ``history``: the
+    backend's history table (J16), which their durable-id probe reads too; ``definer_role``
+    (E7): install the hardened ``SECURITY DEFINER`` variant, EXECUTE granted to that role."""
     n = derived_names(name, ("_pkey",), "job definitions", schema=schema)
     table = Table(
         name,
@@ -125,9 +176,16 @@ def ship_job_definitions_table(
         comment="ship_sqla job definitions for SQL enqueuers (ship_job_definitions_table)",
     )
     if runs is not None and state is not None:
-        statements = sql_enqueue_ddl(runs, state, table, history=history)
+        declared = SqlEnqueueInstall(table, runs, state, history, definer_role)
+        table.info[_INFO_KEY] = declared
+        statements = declared.ddl()
 
-        def install(_target: MetaData, connection: Connection, **_: Any) -> None:  # noqa: ANN401
+        def install(_target: MetaData, connection: object, **_: Any) -> None:  # noqa: ANN401
+            # A mock engine's connection (``schema sql``, which prints them itself) runs nothing.
+            if not isinstance(connection, Connection):
+                return
+            if connection.get_execution_options().get(SKIP_INSTALL_OPTION):
+                return
             for statement in statements:
                 connection.exec_driver_sql(statement)
 
@@ -264,25 +322,42 @@ async def install_sql_enqueue(
         await connection.exec_driver_sql(statement)
 
 
-async def sql_enqueue_status(
-    connection: AsyncConnection, runs: Table, state: Table, definitions: Table
+STATUS = text(
+    "SELECT count(p.signature), count(*) FILTER (WHERE obj_description(p.signature, 'pg_proc')"
+    " = CAST(:comment AS text)) FROM unnest(CAST(:signatures AS text[])) AS s(name)"
+    " CROSS JOIN LATERAL (SELECT to_regprocedure(s.name) AS signature) AS p"
+)
+"""E6: of the published signatures, how many exist, and how many carry this build's COMMENT."""
+
+
+def status_of(
+    connection: Connection, install: SqlEnqueueInstall
 ) -> Literal["current", "missing", "outdated"]:
-    """E6: whether ``<runs>_enqueue_v1`` is installed, and with this library's build (the build
-    hash of its COMMENT): the schema check's answer."""
-    fn = enqueue_function_name(runs)
-    signature = _signatures(fn)[0]
-    found = await connection.execute(
-        text(
-            "SELECT obj_description(to_regprocedure(CAST(:signature AS text)), 'pg_proc'),"
-            " to_regprocedure(CAST(:signature AS text)) IS NOT NULL"
-        ),
-        {"signature": signature},
-    )
-    comment, exists = found.one()
-    if not exists:
+    """E6: whether ``install``'s functions exist (every published signature, E5), and with this
+    library's build (the build hash of their COMMENT)."""
+    signatures = list(_signatures(enqueue_function_name(install.runs)))
+    comment = f"{_COMMENT_PREFIX}{build_of(install.ddl())}"
+    found, current = connection.execute(
+        STATUS, {"signatures": signatures, "comment": comment}
+    ).one()
+    if found < len(signatures):
         return "missing"
-    wanted = build_of(sql_enqueue_ddl(runs, state, definitions))
-    return "current" if comment == f"{_COMMENT_PREFIX}{wanted}" else "outdated"
+    return "current" if current == len(signatures) else "outdated"
+
+
+async def sql_enqueue_status(
+    connection: AsyncConnection,
+    runs: Table,
+    state: Table,
+    definitions: Table,
+    *,
+    definer_role: str | None = None,
+    history: Table | None = None,
+) -> Literal["current", "missing", "outdated"]:
+    """E6: whether ``<runs>_enqueue_v1`` and ``_enqueue_many_v1`` are installed, and with this
+    library's build (the build hash of their COMMENT): the schema check's answer."""
+    install = SqlEnqueueInstall(definitions, runs, state, history, definer_role)
+    return await connection.run_sync(status_of, install)
 
 
 def definition_params(
