@@ -1,12 +1,13 @@
 """A real second language (SPEC §18, E1-E3, K7, K8): node-postgres (``pg`` from the npm
 registry, pinned by tests/sql_api/node/package-lock.json) enqueues through
 ``<runs>_enqueue_v1`` while a real ship worker (``start_job_runtime``, its poll far away)
-runs what it enqueues. Node from the system; a missing node fails under CI (``CI`` set) and is
-skipped elsewhere."""
+runs what it enqueues. Node from the system; a missing node fails in CI (``CI`` or
+``SHIP_SQLA_REQUIRE_NODE`` set, as .ci/run does) and is skipped elsewhere."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import shutil
@@ -40,7 +41,7 @@ listener's recheck (K1, K8), never by polling."""
 def _node() -> str:
     node = shutil.which("node")
     if node is None:
-        if os.environ.get("CI"):
+        if os.environ.get("CI") or os.environ.get("SHIP_SQLA_REQUIRE_NODE"):
             pytest.fail("node is missing: the SQL enqueue's second-language test must run in CI")
         pytest.skip("node is not installed")
     if not (NODE_DIR / "node_modules" / "pg").exists():
@@ -101,7 +102,8 @@ async def test_node_enqueues_900_runs_a_ship_worker_picks_up_with_nodes_trace_pa
     """E1, E2, E3, J1, K1, K7, K8: 1,000 enqueues from Node with 10 % repeated dedupe keys
     store exactly 900 runs, each with Node's trace context; a real ship worker, parked with its
     poll 30 s away, starts every one of them (each runs until Node is done, so a repeated key
-    meets a live run), within K8's bound at p99 of Node's commit (the
+    meets a live run), within K8's bound (``bound(round_trip)``, Node's p99 call as the round
+    trip) at p99 of Node's commit (the
     figures are printed for the CI log), and each run's span has Node's span as its parent
     (same trace); notifications stay within the announce budget."""
     node = _node()
@@ -146,13 +148,20 @@ async def test_node_enqueues_900_runs_a_ship_worker_picks_up_with_nodes_trace_pa
     }
     assert all(s.parent is not None for s in spans)
     waits = sorted(max(at - report["committed"][n], 0.0) for n, at in starts.at.items())
-    limit_ms = bound(0.005) * 1000
-    span_s = (report["committed"][-1] - report["committed"][0]) / 1000
+    # K8's bound holds "when no statement takes longer than round_trip": the round trip is
+    # Node's own, measured (p99 of its calls, at least 5 ms), so a loaded machine is allowed
+    # for as the rule says, not by a looser constant.
+    committed = report["committed"]
+    calls = sorted(b - a for a, b in itertools.pairwise(committed))
+    round_trip_ms = max(_at(calls, 0.99), 5.0)
+    limit_ms = bound(round_trip_ms / 1000) * 1000
+    span_s = (committed[-1] - committed[0]) / 1000
     with capsys.disabled():
         print(  # noqa: T201 - the figures the issue asks to see in the CI log
             f"\nnode -> ship worker pickup (K8), {RUNS} runs of 1,000 calls in {span_s:.2f} s:"
             f" median {_at(waits, 0.5):.1f} ms, p90 {_at(waits, 0.9):.1f} ms,"
-            f" p99 {_at(waits, 0.99):.1f} ms, max {waits[-1]:.1f} ms (bound {limit_ms:.0f} ms);"
+            f" p99 {_at(waits, 0.99):.1f} ms, max {waits[-1]:.1f} ms (bound {limit_ms:.0f} ms"
+            f" for a call's p99 round trip of {round_trip_ms:.1f} ms);"
             f" {len(heard)} notifications"
         )
     # p99, not the max: a shared CI machine stalls now and then (the max is printed above).

@@ -106,7 +106,7 @@ async def test_the_check_reports_a_missing_function_with_the_fix_and_apply_insta
 ) -> None:
     """E6 through the commands: `ship-sqla schema apply --only jobs` says it installed the
     functions; with them dropped, `ship-sqla schema check` fails naming the missing function
-    and the fix; `schema apply` installs them and the check passes."""
+    and the fix; `schema apply` installs them and its check passes."""
     url = ("--database-url", ship_engine_url)
     code, out, err = await ship_sqla("schema", "apply", "--only", "jobs", *url, cwd=tmp_path)
     assert (code, err) == (0, ""), out + err
@@ -121,8 +121,7 @@ async def test_the_check_reports_a_missing_function_with_the_fix_and_apply_insta
     code, out, err = await ship_sqla("schema", "apply", "--only", "jobs", *url, cwd=tmp_path)
     assert (code, err) == (0, ""), out + err
     assert f"SQL enqueue functions installed (E6): {FUNCTION}." in out
-    code, out, _ = await ship_sqla("schema", "check", "--only", "jobs", *url, cwd=tmp_path)
-    assert code == 0, out
+    assert "schema check: OK" in out  # apply's own check, the functions included
 
 
 def _migrate(connection: Connection) -> None:

@@ -11,6 +11,7 @@ the same numbers, written once.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 import attrs
@@ -27,6 +28,7 @@ from sqlalchemy import (
     event,
     text,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import TIMESTAMP
 from sqlalchemy.engine import Connection
 
@@ -47,6 +49,7 @@ from ship_sqla._naming import (
     derived_names,
     quoted_identifier,
     quoted_table,
+    text_name,
 )
 from ship_sqla._notify import channel_name
 from ship_sqla.kernel._errors import ConfigurationError
@@ -101,7 +104,9 @@ class SqlEnqueueInstall:
     @property
     def function(self) -> str:
         """``<runs>_enqueue_v1``, schema-qualified as installed."""
-        return f"{enqueue_function_name(self.runs)}_enqueue_v1"
+        return enqueue_function_name(
+            self.runs, schema="public" if self.definer_role is not None else None
+        )
 
     def ddl(self) -> list[str]:
         """:func:`sql_enqueue_ddl` for this install: what ``schema apply`` runs, and the
@@ -193,19 +198,33 @@ def ship_job_definitions_table(
     return table
 
 
-def enqueue_function_name(runs: Table) -> str:
-    """``<runs>_enqueue_v1``'s name prefix, ``<runs>``, schema-qualified and quoted as needed
-    (the functions live in the runs table's schema)."""
-    prefix = quoted_identifier(runs.name).strip('"')
-    if runs.schema is not None:
-        return f"{quoted_identifier(runs.schema)}.{prefix}"
-    return prefix
+_PREPARER: Final = postgresql.dialect(paramstyle="named").identifier_preparer  # type: ignore[no-untyped-call]
 
 
-def _render(template: str, values: dict[str, str]) -> str:
-    for placeholder, value in values.items():
-        template = template.replace("{" + placeholder + "}", value)
-    return template
+def enqueue_function_name(
+    runs: Table, suffix: str = "_enqueue_v1", *, schema: str | None = None
+) -> str:
+    """The function ``<runs><suffix>`` (default ``<runs>_enqueue_v1``), quoted as needed and
+    qualified by the runs table's schema (the functions live there), else by ``schema``."""
+    name = _PREPARER.quote(f"{runs.name}{suffix}")
+    owner = runs.schema if runs.schema is not None else schema
+    return name if owner is None else f"{_PREPARER.quote_schema(owner)}.{name}"
+
+
+_PLACEHOLDER: Final = re.compile(r"\{fn\}(_[a-z0-9_]+)|\{([a-z_]+)\}")
+"""A template's ``{fn}_<suffix>`` (a function's name) or ``{name}`` (a value)."""
+
+
+def _render(template: str, values: dict[str, str], functions: dict[str, str]) -> str:
+    """``template`` with its placeholders filled in one pass: a table's name holding ``{state}``
+    is never read as a placeholder (values are not rendered again)."""
+
+    def fill(found: re.Match[str]) -> str:
+        if found.group(1) is not None:
+            return functions[found.group(1)]
+        return values.get(found.group(2), found.group(0))
+
+    return _PLACEHOLDER.sub(fill, template)
 
 
 def sql_enqueue_ddl(
@@ -223,24 +242,27 @@ def sql_enqueue_ddl(
     INVOKER`` (row-level security applies to the caller). ``history``: the backend's history
     table (J16), where a durable id that ended is found (J1)."""
     _require_short_names(runs)
-    fn = enqueue_function_name(runs)
+    owner: str | None = None
     security = "SECURITY INVOKER"
     names = [quoted_table(table) for table in (runs, state, definitions)]
     if definer_role is not None:
         # A fixed search_path: every name the body uses is schema-qualified.
         security = "SECURITY DEFINER SET search_path = pg_catalog, pg_temp"
-        fn = fn if runs.schema is not None else f"public.{fn}"
+        owner = "public"
         names = [
             name if table.schema is not None else f"public.{name}"
             for name, table in zip(names, (runs, state, definitions), strict=True)
         ]
+    functions = _Functions(runs, owner)
+    result = enqueue_function_name(runs, "_enqueue_result", schema=owner)
     values = {
-        "fn": fn,
-        "fn_plain": runs.name,
-        "result": f"{fn}_enqueue_result",
+        "fn_plain": runs.name.replace("'", "''"),
+        "result_literal": result.replace("'", "''"),
+        "result": result,
         "runs": names[0],
         "state": names[1],
         "defs": names[2],
+        "defs_literal": names[2].replace("'", "''"),
         "channel": channel_name("ship_sqla.jobs", quoted_table(runs)).replace("'", "''"),
         "announce_row": f"{quoted_table(runs)}#sql-announce".replace("'", "''"),
         "security": security,
@@ -259,16 +281,22 @@ def sql_enqueue_ddl(
         "max_gap": repr(MAX_GAP),
     }
     bodies = [
-        _render(t, values) for t in (JSON_SIZE, NEW_RUN_ID, ANNOUNCE, ENQUEUE_V1, ENQUEUE_MANY_V1)
+        _render(t, values, functions)
+        for t in (JSON_SIZE, NEW_RUN_ID, ANNOUNCE, ENQUEUE_V1, ENQUEUE_MANY_V1)
     ]
     build = hashlib.sha256("\n".join(bodies).encode()).hexdigest()[:16]
     values["build"] = build
-    statements = [_render(RESULT_TYPE, values), *bodies, _render(ENQUEUE_VERSIONS, values)]
+    statements = [
+        _render(RESULT_TYPE, values, functions),
+        *bodies,
+        _render(ENQUEUE_VERSIONS, values, functions),
+    ]
     comment = f"'{_COMMENT_PREFIX}{build}'"
-    statements += [f"COMMENT ON FUNCTION {sig} IS {comment}" for sig in _signatures(fn)]
+    signatures = _signatures(runs, owner)
+    statements += [f"COMMENT ON FUNCTION {sig} IS {comment}" for sig in signatures]
     if definer_role is not None:
         role = quoted_identifier(definer_role)
-        for signature in _signatures(fn):
+        for signature in signatures:
             statements.append(f"REVOKE ALL ON FUNCTION {signature} FROM PUBLIC")
             statements.append(f"GRANT EXECUTE ON FUNCTION {signature} TO {role}")
     return statements
@@ -291,10 +319,25 @@ def _require_short_names(runs: Table) -> None:
         )
 
 
-def _signatures(fn: str) -> tuple[str, str]:
+class _Functions(dict[str, str]):
+    """``{fn}<suffix>`` of the templates -> the function's quoted, qualified name."""
+
+    def __init__(self, runs: Table, owner: str | None) -> None:
+        super().__init__()
+        self.runs = runs
+        self.owner = owner
+
+    def __missing__(self, suffix: str) -> str:
+        return enqueue_function_name(self.runs, suffix, schema=self.owner)
+
+
+def _signatures(runs: Table, owner: str | None = None) -> tuple[str, str]:
+    """E5: the published signatures, ``<runs>_enqueue_v1(...)`` and ``_enqueue_many_v1``."""
+    one = enqueue_function_name(runs, schema=owner)
+    many = enqueue_function_name(runs, "_enqueue_many_v1", schema=owner)
     return (
-        f"{fn}_enqueue_v1(text, jsonb, timestamptz, integer, text, text, text, text, jsonb, jsonb)",
-        f"{fn}_enqueue_many_v1(jsonb)",
+        f"{one}(text, jsonb, timestamptz, integer, text, text, text, text, jsonb, jsonb)",
+        f"{many}(jsonb)",
     )
 
 
@@ -335,7 +378,8 @@ def status_of(
 ) -> Literal["current", "missing", "outdated"]:
     """E6: whether ``install``'s functions exist (every published signature, E5), and with this
     library's build (the build hash of their COMMENT)."""
-    signatures = list(_signatures(enqueue_function_name(install.runs)))
+    owner = "public" if install.definer_role is not None else None
+    signatures = list(_signatures(install.runs, owner))
     comment = f"{_COMMENT_PREFIX}{build_of(install.ddl())}"
     found, current = connection.execute(
         STATUS, {"signatures": signatures, "comment": comment}
@@ -394,5 +438,5 @@ async def sync_job_definitions(
     params = definition_params(definitions, queue_depth_limit=queue_depth_limit)
     if not params["job_ids"]:
         return
-    sql = UPSERT_DEFINITIONS.replace("{defs}", quoted_table(definitions_table))
+    sql = UPSERT_DEFINITIONS.replace("{defs}", text_name(quoted_table(definitions_table)))
     await connection.execute(text(sql), params)
