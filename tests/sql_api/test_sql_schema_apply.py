@@ -22,6 +22,7 @@ from ship_sqla._jobs._sql_api import (
     SKIP_INSTALL_OPTION,
     install_sql_enqueue,
     sql_enqueue_installs,
+    status_of,
     sync_job_definitions,
 )
 from ship_sqla._schema_apply import apply_ship_schema, ship_tables_metadata
@@ -106,7 +107,8 @@ async def test_the_check_reports_a_missing_function_with_the_fix_and_apply_insta
 ) -> None:
     """E6 through the commands: `ship-sqla schema apply --only jobs` says it installed the
     functions; with them dropped, `ship-sqla schema check` fails naming the missing function
-    and the fix; `schema apply` installs them and its check passes."""
+    and the fix; `schema apply` installs them and its check passes; `ship-sqla jobs
+    sync-definitions` then leaves apply's install as it is (it installs only a missing one)."""
     url = ("--database-url", ship_engine_url)
     code, out, err = await ship_sqla("schema", "apply", "--only", "jobs", *url, cwd=tmp_path)
     assert (code, err) == (0, ""), out + err
@@ -122,6 +124,16 @@ async def test_the_check_reports_a_missing_function_with_the_fix_and_apply_insta
     assert (code, err) == (0, ""), out + err
     assert f"SQL enqueue functions installed (E6): {FUNCTION}." in out
     assert "schema check: OK" in out  # apply's own check, the functions included
+    (tmp_path / "sync_app.py").write_text(
+        "from ship_sqla import define_job\n\n"
+        "async def noop(ctx, payload):\n    return None\n\n"
+        "jobs = [define_job('cli.sync', noop, payload=dict)]\n"
+    )
+    sync = ("jobs", "sync-definitions", *url, "--registry", "sync_app:jobs")
+    code, out, err = await ship_sqla(*sync, cwd=tmp_path)
+    assert (code, err) == (0, ""), out + err
+    async with ship_engine.connect() as connection:  # left as apply installed it
+        assert await connection.run_sync(status_of, INSTALL) == "current"
 
 
 def _migrate(connection: Connection) -> None:
