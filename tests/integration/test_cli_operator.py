@@ -35,8 +35,9 @@ async def test_schema_apply_then_check_passes_on_an_empty_database(
     ship_engine: AsyncEngine, ship_engine_url: str
 ) -> None:
     """T3, issue 15, E6: `schema apply` creates every ship table (the job definitions too, with
-    the SQL enqueue functions) on an empty database and checks them; a second apply creates nothing (idempotent); `schema check` (default: the ship
-    tables) then exits 0; a table that differs is reported by both (exit 1), never altered."""
+    the SQL enqueue functions) on an empty database and checks them; a second apply creates
+    nothing (idempotent); `schema check` (default: the ship tables) then exits 0; a table that
+    differs is reported by both (exit 1), never altered."""
     code, out, err = await _apply(ship_engine_url)
     assert (code, err) == (0, ""), err
     assert "created 15 table(s): " in out
