@@ -14,6 +14,11 @@ migration (Alembic autogenerate sees the same factories). One exception, J21's s
 existing table gets those it lacks (one ``ALTER TABLE ... SET``, a SHARE UPDATE EXCLUSIVE lock
 that reads and writes do not wait for); an option set to another value is left as it is and
 reported by the check.
+
+The jobs component includes the job definitions table (E8), and apply installs the SQL enqueue
+functions (E6, ``<runs>_enqueue_v1`` and the rest) when they are missing or another build:
+``CREATE OR REPLACE`` only, never a DROP, so a published signature and the callers' wrappers
+and triggers keep working (E5).
 """
 
 from __future__ import annotations
@@ -34,6 +39,12 @@ from ship_sqla._jobs import (
     ship_job_stats_table,
     ship_job_steps_table,
     ship_job_workers_table,
+)
+from ship_sqla._jobs._sql_api import (
+    SKIP_INSTALL_OPTION,
+    ship_job_definitions_table,
+    sql_enqueue_installs,
+    status_of,
 )
 from ship_sqla._locks import ship_lock_fences_table
 from ship_sqla._naming import fill, quoted_table
@@ -77,7 +88,8 @@ COMPONENTS: Final = (
     "backfills",
     "webhooks_out",
 )
-"""What ``--only`` selects: jobs (runs, state, workers, history, stats), workflows (steps, events;
+"""What ``--only`` selects: jobs (runs, state, workers, history, stats, the job definitions with
+the SQL enqueue functions, E6), workflows (steps, events;
 needs jobs), outbox, idempotency, webhooks (events), locks (fences), audit (the operator audit
 log, S1), backfills (the backfill ledger, C4), webhooks_out (the outbound webhooks' endpoints and
 deliveries, §16)."""
@@ -113,6 +125,7 @@ class ShipTableNames:
     backfills: str = "ship_backfills"
     webhook_endpoints: str = "ship_webhook_endpoints"
     webhook_deliveries: str = "ship_webhook_deliveries"
+    definitions: str = "ship_job_definitions"
 
 
 def ship_tables_metadata(
@@ -145,7 +158,7 @@ def ship_tables_metadata(
         )
     metadata = MetaData()
     if "jobs" in wanted:
-        ship_job_runs_table(
+        runs = ship_job_runs_table(
             metadata,
             name=names.runs,
             schema=schema,
@@ -153,10 +166,13 @@ def ship_tables_metadata(
             partitioned_claims=partitioned_claims,
             partition_keys=partition_keys,
         )
-        ship_job_state_table(metadata, name=names.state, schema=schema)
+        state = ship_job_state_table(metadata, name=names.state, schema=schema)
         ship_job_workers_table(metadata, name=names.workers, schema=schema)
-        ship_job_history_table(metadata, name=names.history, schema=schema)
+        history = ship_job_history_table(metadata, name=names.history, schema=schema)
         ship_job_stats_table(metadata, name=names.stats, schema=schema)
+        ship_job_definitions_table(
+            metadata, names.definitions, schema, runs=runs, state=state, history=history
+        )
     if "workflows" in wanted:
         ship_job_steps_table(metadata, name=names.steps, schema=schema, runs_table=names.runs)
         ship_job_events_table(metadata, name=names.events, schema=schema)
@@ -180,6 +196,9 @@ class ApplyReport:
     check: SchemaReport
     options_set: tuple[str, ...] = ()
     """Existing tables whose missing storage options were set (J21)."""
+    functions_installed: tuple[str, ...] = ()
+    """The SQL enqueue functions (``<runs>_enqueue_v1``) installed or replaced, being missing or
+    another build (E6)."""
 
     @property
     def ok(self) -> bool:
@@ -210,10 +229,11 @@ async def apply_ship_schema(engine: AsyncEngine, metadata: MetaData) -> ApplyRep
                 created_schemas.append(schema)
         missing = await connection.run_sync(_missing, tables)
         if missing:
-            await connection.run_sync(metadata.create_all, tables=missing, checkfirst=False)
+            await connection.run_sync(_create, metadata, missing)
         options_set = await _set_missing_options(
             connection, [t for t in tables if t not in missing]
         )
+        installed = await connection.run_sync(_install_functions, metadata)
     report = await check_schema(engine, metadata, extra_tables=False)
     created = {t.key for t in missing}
     return ApplyReport(
@@ -222,7 +242,32 @@ async def apply_ship_schema(engine: AsyncEngine, metadata: MetaData) -> ApplyRep
         created_schemas=tuple(created_schemas),
         check=report,
         options_set=tuple(options_set),
+        functions_installed=tuple(installed),
     )
+
+
+def _create(connection: Connection, metadata: MetaData, tables: list[Table]) -> None:
+    """``create_all`` of ``tables``, leaving the SQL enqueue functions to
+    :func:`_install_functions` (the option changes the connection in place: it is unset
+    after)."""
+    connection.execution_options(**{SKIP_INSTALL_OPTION: True})
+    try:
+        metadata.create_all(connection, tables=tables, checkfirst=False)
+    finally:
+        connection.execution_options(**{SKIP_INSTALL_OPTION: False})
+
+
+def _install_functions(connection: Connection, metadata: MetaData) -> list[str]:
+    """E6: the SQL enqueue functions ``metadata`` declares, installed where missing or another
+    build (E5: their statements are CREATE OR REPLACE only); the functions installed."""
+    installed: list[str] = []
+    for install in sql_enqueue_installs(metadata):
+        if status_of(connection, install) == "current":
+            continue
+        for statement in install.ddl():
+            connection.exec_driver_sql(statement)
+        installed.append(install.function)
+    return installed
 
 
 async def _set_missing_options(connection: AsyncConnection, tables: list[Table]) -> list[str]:

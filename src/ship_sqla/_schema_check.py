@@ -22,6 +22,10 @@ Storage options (J21) are compared with the metadata's declaration
 declared option must be set to its value on the live table; options set beyond those are the
 operator's and are not reported.
 
+The SQL enqueue functions (E6) a definitions table declares are looked up by their published
+signatures, and each must carry this library's build hash in its COMMENT: a missing or
+outdated function is reported with the fix.
+
 Limits: column order, comments, triggers, grants and row-level security are not compared;
 identity columns are compared as identity, not by their sequence options.
 When two schemas of the metadata hold same-named tables (or indexes) each schema is copied
@@ -41,6 +45,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._jobs._history_ddl import NO_PARTITIONS_OPTION
+from ship_sqla._jobs._sql_api import SKIP_INSTALL_OPTION, sql_enqueue_installs, status_of
 from ship_sqla._storage_options import storage_options, storage_options_ddl
 from ship_sqla.kernel._errors import ConfigurationError, OutageError
 
@@ -78,6 +83,8 @@ DifferenceKind = Literal[
     "index_definition",
     "index_extra",
     "storage_option",
+    "function_missing",
+    "function_outdated",
 ]
 """What differs; reports list differences by table, then in this order."""
 
@@ -702,11 +709,16 @@ def _read_scratch(
             try:
                 # J17: the history parent is compared, never its partitions (the option
                 # changes the connection in place: it is unset after).
-                connection.execution_options(**{NO_PARTITIONS_OPTION: True})
+                # E6: nor are the SQL enqueue functions installed from the scratch copy.
+                connection.execution_options(
+                    **{NO_PARTITIONS_OPTION: True, SKIP_INSTALL_OPTION: True}
+                )
                 try:
                     metadata.create_all(connection, tables=tables, checkfirst=False)
                 finally:
-                    connection.execution_options(**{NO_PARTITIONS_OPTION: False})
+                    connection.execution_options(
+                        **{NO_PARTITIONS_OPTION: False, SKIP_INSTALL_OPTION: False}
+                    )
             except SQLAlchemyError as exc:
                 raise SchemaCheckError(
                     "the metadata's own DDL failed in a scratch (temporary) schema, so nothing"
@@ -782,6 +794,7 @@ def _check_sync(
                 _compare_table(table, live[table.schema].get(table.name), scratch[table.name])
             )
 
+    differences.extend(_compare_functions(connection, metadata, selected))
     order = {kind: i for i, kind in enumerate(get_args(DifferenceKind))}
     differences.sort(key=lambda d: (d.table, order[d.kind], d.name or ""))
     return SchemaReport(differences=tuple(differences), tables=tuple(t.key for t in selected))
@@ -803,6 +816,42 @@ def _compare_table(table: Table, live: _Table | None, wanted: _Table) -> list[Sc
         *_compare_indexes(table.key, live.indexes, wanted.indexes),
         *_compare_options(table, live.options),
     ]
+
+
+def _compare_functions(
+    connection: Connection, metadata: MetaData, selected: Collection[Table]
+) -> list[SchemaDifference]:
+    """E6: the SQL enqueue functions each checked definitions table declares
+    (:func:`~ship_sqla._jobs._sql_api.ship_job_definitions_table` with ``runs`` and ``state``)
+    exist and carry this library's build hash in their COMMENT."""
+    found: list[SchemaDifference] = []
+    for install in sql_enqueue_installs(metadata):
+        if not any(table is install.definitions for table in selected):
+            continue
+        status = status_of(connection, install)
+        if status == "current":
+            continue
+        fix = (
+            "Fix: `ship-sqla schema apply` (CREATE OR REPLACE, never a DROP: callers keep"
+            " working, E5), or run sql_enqueue_ddl(...)'s statements in a migration."
+        )
+        found.append(
+            SchemaDifference(
+                "function_missing" if status == "missing" else "function_outdated",
+                install.definitions.key,
+                install.function,
+                (
+                    f"the SQL enqueue function {install.function} is not installed (E6). "
+                    if status == "missing"
+                    else f"the SQL enqueue function {install.function} is another build than"
+                    " this library's (the build hash in its COMMENT differs, E6). "
+                )
+                + fix,
+                database=status,
+                metadata="current",
+            )
+        )
+    return found
 
 
 def _same_option(live: str, declared: float) -> bool:

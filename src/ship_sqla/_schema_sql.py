@@ -3,7 +3,8 @@
 The statements are produced by SQLAlchemy's own DDL compiler through a mock engine, so they are
 exactly what ``create_all`` executes: types (PostgreSQL enums), sequences, ``CREATE TABLE``
 with every named constraint, then ``CREATE INDEX`` with partial predicates
-(``postgresql_where``), ``INCLUDE`` columns and methods.
+(``postgresql_where``), ``INCLUDE`` columns and methods; then the SQL enqueue functions of
+the job definitions tables (E6, ``CREATE OR REPLACE``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import create_mock_engine
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from ship_sqla._jobs._sql_api import sql_enqueue_installs
 from ship_sqla.kernel._errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -51,5 +53,10 @@ def schema_sql(
             f"unknown SQLAlchemy dialect {dialect!r}.", fix="use 'postgresql'."
         ) from exc
     bind: Any = engine  # a MockConnection is accepted wherever a bind is; not typed as one
-    metadata.create_all(bind, tables=list(tables) if tables is not None else None, checkfirst=False)
+    chosen = list(tables) if tables is not None else None
+    metadata.create_all(bind, tables=chosen, checkfirst=False)
+    # E6: the SQL enqueue functions of the definitions tables printed (CREATE OR REPLACE).
+    for install in sql_enqueue_installs(metadata):
+        if chosen is None or any(table is install.definitions for table in chosen):
+            statements.extend(f"{statement};" for statement in install.ddl())
     return "\n\n".join(statements) + ("\n" if statements else "")

@@ -34,13 +34,15 @@ async def _apply(url: str, *extra: str) -> tuple[int, str, str]:
 async def test_schema_apply_then_check_passes_on_an_empty_database(
     ship_engine: AsyncEngine, ship_engine_url: str
 ) -> None:
-    """T3, issue 15: `schema apply` creates every ship table on an empty database and checks
-    them; a second apply creates nothing (idempotent); `schema check` (default: the ship
-    tables) then exits 0; a table that differs is reported by both (exit 1), never altered."""
+    """T3, issue 15, E6: `schema apply` creates every ship table (the job definitions too, with
+    the SQL enqueue functions) on an empty database and checks them; a second apply creates
+    nothing (idempotent); `schema check` (default: the ship tables) then exits 0; a table that
+    differs is reported by both (exit 1), never altered."""
     code, out, err = await _apply(ship_engine_url)
     assert (code, err) == (0, ""), err
-    assert "created 15 table(s): " in out
-    assert "schema check: OK, 15 table(s) match the metadata." in out
+    assert "created 16 table(s): " in out
+    assert "SQL enqueue functions installed (E6): ship_job_runs_enqueue_v1." in out
+    assert "schema check: OK, 16 table(s) match the metadata." in out
 
     code, out, err = await _apply(ship_engine_url, "--json")
     assert code == 0, err
@@ -52,7 +54,7 @@ async def test_schema_apply_then_check_passes_on_an_empty_database(
         "schema", "check", "--database-url", ship_engine_url, cwd=REPOSITORY
     )
     assert (code, err) == (0, ""), err
-    assert out.strip() == "schema check: OK, 15 table(s) match the metadata."
+    assert out.strip() == "schema check: OK, 16 table(s) match the metadata."
 
     async with ship_engine.begin() as connection:
         await connection.execute(text("DROP INDEX ship_outbox_pending_idx"))

@@ -278,9 +278,10 @@ APP_METADATA = textwrap.dedent(
 async def test_friction_9_schema_check_after_apply_leaves_out_undeclared_ship_tables(
     tmp_path: Path, ship_engine: AsyncEngine, ship_engine_url: str
 ) -> None:
-    """Issue 27 item 9, T3: the README's order, `schema apply` (all fifteen ship tables) then
-    `schema check --metadata app:metadata` (five of them and one of the app's), passes: the
-    ten ship tables the metadata does not declare are left out and named; a table that is
+    """Issue 27 item 9, T3: the README's order, `schema apply` (every ship table, the job
+    definitions of E6 included) then `schema check --metadata app:metadata` (five of them and
+    one of the app's), passes: the eleven ship tables the metadata does not declare are left out
+    and named; a table that is
     neither the app's nor a ship table is still extra; --extra-ship-tables reports them all."""
     (tmp_path / "friction_meta.py").write_text(APP_METADATA)
     env = {"SHIP_SQLA_DATABASE_URL": _plain(ship_engine_url)}
@@ -293,7 +294,7 @@ async def test_friction_9_schema_check_after_apply_leaves_out_undeclared_ship_ta
     assert (code, err) == (0, ""), out + err
     lines = out.splitlines()
     assert lines[0] == "schema check: OK, 6 table(s) match the metadata."
-    assert lines[1].startswith("left out: 10 ship table(s) in the database that the metadata")
+    assert lines[1].startswith("left out: 11 ship table(s) in the database that the metadata")
     for name in (
         "ship_job_stats",
         "ship_job_steps",
@@ -302,12 +303,13 @@ async def test_friction_9_schema_check_after_apply_leaves_out_undeclared_ship_ta
         "ship_audit",
         "ship_webhook_endpoints",
         "ship_webhook_deliveries",
+        "ship_job_definitions",
     ):
         assert name in lines[1]
 
     code, out, err = await ship(*check, "--json", cwd=tmp_path, env=env)
     assert (code, err) == (0, ""), err
-    assert len(json.loads(out)["ship_tables_left_out"]) == 10
+    assert len(json.loads(out)["ship_tables_left_out"]) == 11
 
     async with ship_engine.begin() as connection:
         await connection.execute(text("CREATE TABLE stray (id integer)"))
@@ -316,7 +318,7 @@ async def test_friction_9_schema_check_after_apply_leaves_out_undeclared_ship_ta
     assert [line.split()[0] for line in out.splitlines() if "table_extra" in line] == ["stray"]
     code, out, _ = await ship(*check, "--extra-ship-tables", cwd=tmp_path, env=env)
     assert code == 1, out
-    assert sum("table_extra" in line for line in out.splitlines()) == 11
+    assert sum("table_extra" in line for line in out.splitlines()) == 12
 
 
 # --- 8: a job no live worker serves ---------------------------------------------------------------

@@ -25,6 +25,7 @@ import anyio.lowlevel
 import attrs
 import pytest
 from sqlalchemy import MetaData, func, select, text
+from sqlalchemy.exc import DBAPIError
 from wake_helpers import parked
 
 from ship_sqla import (
@@ -50,6 +51,7 @@ from ship_sqla import (
 )
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.enqueue import ENQUEUE_COPY_MIN_RUNS
+from ship_sqla._jobs._sql_api import enqueue_function_name, sync_job_definitions
 from ship_sqla._naming import MAX_IDENTIFIER_BYTES
 from ship_sqla._schema_apply import ShipTableNames, apply_ship_schema, ship_tables_metadata
 from ship_sqla.backfills import create_backfill_ledger, ship_backfills_table
@@ -132,6 +134,7 @@ async def test_every_store_works_with_odd_table_and_schema_names(
     await _a_job_runs_end_to_end(ship_engine, tables)
     await _an_outbox_message_is_relayed_and_purged(ship_engine, tables)
     await _idempotency_webhooks_locks_and_audit(ship_engine, tables)
+    await _sql_enqueue(ship_engine, tables)
 
 
 async def _every_job_statement_prepares(engine: AsyncEngine, tables: dict[str, Table]) -> None:
@@ -237,6 +240,23 @@ async def _an_outbox_message_is_relayed_and_purged(
     assert record.state == "delivered"
     deleted = await outbox.admin.purge_delivered("odd", older_than=0, pages_per_statement=10)
     assert deleted == 1
+
+
+async def _sql_enqueue(engine: AsyncEngine, tables: dict[str, Table]) -> None:
+    """E1, E6: the SQL enqueue functions schema apply installed, named after the runs table,
+    enqueue (their bodies compile) and refuse an unknown job naming the definitions table."""
+    async with engine.begin() as connection:
+        await sync_job_definitions(
+            connection, tables["definitions"], [define_job("odd.sql", _noop, payload=dict)]
+        )
+    fn = enqueue_function_name(tables["runs"]).replace(":", "\\:")
+    async with engine.begin() as connection:
+        outcome = await connection.scalar(text(f"SELECT outcome FROM {fn}('odd.sql', '{{}}')"))
+        assert outcome == "inserted"
+        many = enqueue_function_name(tables["runs"], "_enqueue_many_v1").replace(":", "\\:")
+        refused = text(f"""SELECT * FROM {many}('[{{"job_id": "odd.none"}}]')""")
+        with pytest.raises(DBAPIError, match="SHIP_SQLA_JOB_UNKNOWN"):
+            await connection.execute(refused)
 
 
 async def _idempotency_webhooks_locks_and_audit(

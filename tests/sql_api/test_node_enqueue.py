@@ -1,35 +1,47 @@
 """A real second language (SPEC §18, E1-E3, K7, K8): node-postgres (``pg`` from the npm
 registry, pinned by tests/sql_api/node/package-lock.json) enqueues through
-``<runs>_enqueue_v1``. Node from the system; a missing node fails under CI (``CI`` set) and is
-skipped elsewhere."""
+``<runs>_enqueue_v1`` while a real ship worker (``start_job_runtime``, its poll far away)
+runs what it enqueues. Node from the system; a missing node fails in CI (``CI`` or
+``SHIP_SQLA_REQUIRE_NODE`` set, as .ci/run does) and is skipped elsewhere."""
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
+import anyio
 import asyncpg
 import pytest
+from global_tracer import global_tracer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from test_sql_enqueue import CAPPED, PLAIN, SMALL, defs, metadata
+from test_sql_enqueue import CAPPED, PLAIN, SMALL, defs, metadata, runs, state
+from wake_helpers import parked
 
+from ship_sqla import define_job, start_job_runtime
+from ship_sqla._jobs import create_job_backend
 from ship_sqla._jobs._sql_api import sync_job_definitions
-from ship_sqla.kernel._plans.announce import RECHECKS, bound
+from ship_sqla.kernel._plans.announce import bound
 
 NODE_DIR = Path(__file__).parent / "node"
 CHANNEL = "ship_sqla.jobs:ship_job_runs"
+RUNS = 900
+POLL = 30.0
+"""The worker's poll: far beyond the run, so every start was woken by an announcement or the
+listener's recheck (K1, K8), never by polling."""
 
 
 def _node() -> str:
     node = shutil.which("node")
     if node is None:
-        if os.environ.get("CI"):
+        if os.environ.get("CI") or os.environ.get("SHIP_SQLA_REQUIRE_NODE"):
             pytest.fail("node is missing: the SQL enqueue's second-language test must run in CI")
         pytest.skip("node is not installed")
     if not (NODE_DIR / "node_modules" / "pg").exists():
@@ -47,34 +59,79 @@ async def engine(ship_engine: AsyncEngine) -> AsyncEngine:
     return ship_engine
 
 
-async def test_node_enqueues_900_runs_of_1000_calls_with_its_trace_parent(
-    engine: AsyncEngine,
+class Starts:
+    """The worker's handler: when each run (by its payload's ``n``) started, in ms since the
+    epoch (Node reports its commits on the same clock). A run stays running until ``release``:
+    Node's repeated keys then meet live runs (J1 deduplicates against a run not yet
+    terminal)."""
+
+    def __init__(self) -> None:
+        self.at: dict[int, float] = {}
+        self.all = anyio.Event()
+        self.release = anyio.Event()
+
+    async def __call__(self, _ctx: object, payload: dict[str, Any]) -> None:
+        self.at.setdefault(payload["n"], time.time() * 1000)
+        if len(self.at) == RUNS:
+            self.all.set()
+        await self.release.wait()
+
+
+async def _run_node(node: str, dsn: str) -> dict[str, Any]:
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [node, str(NODE_DIR / "enqueue.js")],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "SHIP_DSN": dsn},
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def _at(waits: list[float], fraction: float) -> float:
+    return waits[min(int(len(waits) * fraction), len(waits) - 1)]
+
+
+async def test_node_enqueues_900_runs_a_ship_worker_picks_up_with_nodes_trace_parent(
+    engine: AsyncEngine, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """E1, E2, E3, J1, K7, K8: 1,000 enqueues from Node with 10 % repeated dedupe keys store
-    exactly 900 runs, each with Node's trace context (the parent of the run's span); every
-    committed run is announced, or covered by the listener's recheck after the last
-    announcement, within K8's bound at p99; notifications stay within the announce budget."""
+    """E1, E2, E3, J1, K1, K7, K8: 1,000 enqueues from Node with 10 % repeated dedupe keys
+    store exactly 900 runs, each with Node's trace context; a real ship worker, parked with its
+    poll 30 s away, starts every one of them (each runs until Node is done, so a repeated key
+    meets a live run), within K8's bound (``bound(round_trip)``, Node's p99 call as the round
+    trip) at p99 of Node's commit (the
+    figures are printed for the CI log), and each run's span has Node's span as its parent
+    (same trace); notifications stay within the announce budget."""
     node = _node()
     dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    starts = Starts()
+    job = define_job("sql.plain", starts, payload=dict, priority=2, version=3)  # PLAIN's row
+    backend = create_job_backend(database=engine, table=runs, state_table=state)
     listener = await asyncpg.connect(dsn)
     heard: list[float] = []
     await listener.add_listener(CHANNEL, lambda *_: heard.append(time.time() * 1000))
     try:
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [node, str(NODE_DIR / "enqueue.js")],
-            capture_output=True,
-            text=True,
-            check=False,
-            env={**os.environ, "SHIP_DSN": dsn},
-            timeout=120,
-        )
-        await listener.execute("SELECT 1")  # every notification sent so far is delivered
+        with global_tracer() as exporter:
+            runtime = await start_job_runtime(
+                job, backend=backend, poll_interval=POLL, max_in_flight=RUNS
+            )
+            async with runtime:
+                assert backend.listener is not None
+                with anyio.fail_after(10):
+                    await backend.listener.wait_live()
+                await parked(backend)
+                report = await _run_node(node, dsn)
+                with anyio.fail_after(60):
+                    await starts.all.wait()
+                starts.release.set()
+            spans = [s for s in exporter.get_finished_spans() if s.name == "process sql.plain"]
     finally:
         await listener.close()
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
-    assert report["outcomes"] == {"inserted": 900, "deduplicated": 100, "queue-full": 0}
+    assert report["outcomes"] == {"inserted": RUNS, "deduplicated": 100, "queue-full": 0}
     assert report["bulk"] == ["deduplicated"]
     async with engine.connect() as connection:
         found = await connection.execute(
@@ -83,20 +140,30 @@ async def test_node_enqueues_900_runs_of_1000_calls_with_its_trace_parent(
                 " min(trace_context ->> 'traceparent') FROM ship_job_runs"
             )
         )
-        assert tuple(found.one()) == (900, 1, report["traceparent"])
-    waits = []
-    for committed in report["committed"]:
-        after = [at for at in heard if at >= committed - 1]
-        woken = after[0] if after else heard[-1] + RECHECKS[0] * 1000
-        waits.append(max(woken - committed, 0.0))
-    waits.sort()
-    limit_ms = bound(0.005) * 1000
-    print(  # noqa: T201 - the figures the issue asks to see
-        f"node: {len(heard)} notifications for 900 runs; pickup wait median"
-        f" {waits[len(waits) // 2]:.1f} ms, p99 {waits[int(len(waits) * 0.99)]:.1f} ms,"
-        f" max {waits[-1]:.1f} ms (K8 bound {limit_ms:.0f} ms)"
-    )
+        assert tuple(found.one()) == (RUNS, 1, report["traceparent"])
+    _, trace_id, span_id, _ = report["traceparent"].split("-")
+    assert len(spans) == RUNS
+    assert {(s.parent.trace_id, s.parent.span_id) for s in spans if s.parent} == {
+        (int(trace_id, 16), int(span_id, 16))
+    }
+    assert all(s.parent is not None for s in spans)
+    waits = sorted(max(at - report["committed"][n], 0.0) for n, at in starts.at.items())
+    # K8's bound holds "when no statement takes longer than round_trip": the round trip is
+    # Node's own, measured (p99 of its calls, at least 5 ms), so a loaded machine is allowed
+    # for as the rule says, not by a looser constant.
+    committed = report["committed"]
+    calls = sorted(b - a for a, b in itertools.pairwise(committed))
+    round_trip_ms = max(_at(calls, 0.99), 5.0)
+    limit_ms = bound(round_trip_ms / 1000) * 1000
+    span_s = (committed[-1] - committed[0]) / 1000
+    with capsys.disabled():
+        print(  # noqa: T201 - the figures the issue asks to see in the CI log
+            f"\nnode -> ship worker pickup (K8), {RUNS} runs of 1,000 calls in {span_s:.2f} s:"
+            f" median {_at(waits, 0.5):.1f} ms, p90 {_at(waits, 0.9):.1f} ms,"
+            f" p99 {_at(waits, 0.99):.1f} ms, max {waits[-1]:.1f} ms (bound {limit_ms:.0f} ms"
+            f" for a call's p99 round trip of {round_trip_ms:.1f} ms);"
+            f" {len(heard)} notifications"
+        )
     # p99, not the max: a shared CI machine stalls now and then (the max is printed above).
-    assert waits[int(len(waits) * 0.99)] <= limit_ms
-    span = (report["committed"][-1] - report["committed"][0]) / 1000
-    assert len(heard) <= 500 * max(span, 1.0) + 1
+    assert _at(waits, 0.99) <= limit_ms
+    assert len(heard) <= 500 * max(span_s, 1.0) + 1

@@ -189,18 +189,13 @@ async def test_the_definer_variant_runs_only_for_the_granted_role(engine: AsyncE
 GOLDEN = Path(__file__).parent / "golden"
 
 
-async def test_the_frozen_v1_corpus_gives_its_golden_output(engine: AsyncEngine) -> None:
-    """E5, E6, E1, E4: the committed corpus of v1 calls (every outcome, every error code, a
-    user's wrapper function) run by psql after the install gives exactly its golden output;
-    an upgrade that breaks a v1 caller fails here."""
-    async with engine.begin() as connection:
-        await install_sql_enqueue(connection, runs, state, defs)  # what schema apply runs
-        await sync_job_definitions(connection, defs, [CAPPED], queue_depth_limit=3)
+async def run_corpus(dsn: str) -> str:
+    """psql's output for the frozen v1 corpus (tests/sql_api/golden/v1_corpus.sql) on ``dsn``."""
     psql = shutil.which("psql")
     assert psql is not None, "psql is needed for the golden files (postgresql-client)"
     done = await asyncio.to_thread(
         subprocess.run,
-        [psql, "-X", "-q", "-d", _dsn(engine), "-f", "-"],
+        [psql, "-X", "-q", "-d", dsn, "-f", "-"],
         input=(GOLDEN / "v1_corpus.sql").read_text(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -210,7 +205,18 @@ async def test_the_frozen_v1_corpus_gives_its_golden_output(engine: AsyncEngine)
     )
     if os.environ.get("SHIP_SQLA_WRITE_GOLDEN"):  # only when a NEW call joins the corpus
         (GOLDEN / "v1_corpus.out").write_text(done.stdout)
-    assert done.stdout == (GOLDEN / "v1_corpus.out").read_text()
+    return done.stdout
+
+
+async def test_the_frozen_v1_corpus_gives_its_golden_output(engine: AsyncEngine) -> None:
+    """E5, E6, E1, E4: the committed corpus of v1 calls (every outcome, every error code, a
+    user's wrapper function) run by psql after the install gives exactly its golden output;
+    an upgrade that breaks a v1 caller fails here (after `schema apply`:
+    test_sql_schema_apply.py)."""
+    async with engine.begin() as connection:
+        await install_sql_enqueue(connection, runs, state, defs)
+        await sync_job_definitions(connection, defs, [CAPPED], queue_depth_limit=3)
+    assert await run_corpus(_dsn(engine)) == (GOLDEN / "v1_corpus.out").read_text()
 
 
 async def test_single_and_bulk_calls_through_pgbouncer(

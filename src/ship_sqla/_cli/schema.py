@@ -69,6 +69,7 @@ _SHIP_TABLE_NAMES: Final = (
     ("--backfills-table", "backfills", None, "backfills"),
     ("--webhook-endpoints-table", "webhook_endpoints", None, "webhooks_out"),
     ("--webhook-deliveries-table", "webhook_deliveries", None, "webhooks_out"),
+    ("--definitions-table", "definitions", None, "jobs"),
 )
 """The name options of the ship tables: flag, ShipTableNames field, environment variable (the
 one the job and outbox commands read, so apply creates what they look for), component."""
@@ -340,6 +341,7 @@ def _print_applied(report: ApplyReport, *, as_json: bool) -> None:
             "existing": list(report.existing),
             "created_schemas": list(report.created_schemas),
             "options_set": list(report.options_set),
+            "functions_installed": list(report.functions_installed),
             "check": report.check.to_dict(),
         }
         click.echo(json.dumps({"ok": report.ok, **body}, indent=2))
@@ -351,6 +353,9 @@ def _print_applied(report: ApplyReport, *, as_json: bool) -> None:
         click.echo(f"already there: {', '.join(report.existing)}.")
     if report.options_set:
         click.echo(f"storage options set (J21) on: {', '.join(report.options_set)}.")
+    if report.functions_installed:
+        names = ", ".join(report.functions_installed)
+        click.echo(f"SQL enqueue functions installed (E6): {names}.")
     click.echo(report.check.format_text())
     if not report.ok:
         click.echo(

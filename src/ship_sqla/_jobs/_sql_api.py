@@ -11,8 +11,10 @@ the same numbers, written once.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+import attrs
 from sqlalchemy import (
     Boolean,
     Column,
@@ -26,7 +28,9 @@ from sqlalchemy import (
     event,
     text,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import TIMESTAMP
+from sqlalchemy.engine import Connection
 
 from ship_sqla._jobs._sql.sql_api import (
     ANNOUNCE,
@@ -45,6 +49,7 @@ from ship_sqla._naming import (
     derived_names,
     quoted_identifier,
     quoted_table,
+    text_name,
 )
 from ship_sqla._notify import channel_name
 from ship_sqla.kernel._errors import ConfigurationError
@@ -53,18 +58,20 @@ from ship_sqla.kernel._plans.announce import BUDGET_KNEE, MAX_GAP, MIN_GAP, NOTI
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from sqlalchemy.engine import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection
 
     from ship_sqla.kernel._jobs import JobDefinition
 
 __all__ = [
+    "SKIP_INSTALL_OPTION",
     "SQL_API_VERSIONS",
+    "SqlEnqueueInstall",
     "definition_params",
     "enqueue_function_name",
     "install_sql_enqueue",
     "ship_job_definitions_table",
     "sql_enqueue_ddl",
+    "sql_enqueue_installs",
     "sql_enqueue_status",
     "sync_job_definitions",
 ]
@@ -75,6 +82,52 @@ and outcomes for a whole major release)."""
 
 _TSTZ = TIMESTAMP(timezone=True)
 _COMMENT_PREFIX: Final = "ship_sqla sql enqueue build "
+_INFO_KEY: Final = "ship_sqla_sql_enqueue"
+
+SKIP_INSTALL_OPTION: Final = "ship_sqla_skip_sql_enqueue"
+"""An execution option: with it set, ``create_all`` does not install the SQL enqueue functions
+(the schema check's scratch copy; ``schema apply``, which installs them itself when missing or
+outdated)."""
+
+
+@attrs.frozen(eq=False)
+class SqlEnqueueInstall:
+    """One install of the SQL enqueue API that a metadata declares (E6): its definitions table,
+    the backend's runs, state and history tables, and the hardened variant's role (E7)."""
+
+    definitions: Table
+    runs: Table
+    state: Table
+    history: Table | None = None
+    definer_role: str | None = None
+
+    @property
+    def function(self) -> str:
+        """``<runs>_enqueue_v1``, schema-qualified as installed."""
+        return enqueue_function_name(
+            self.runs, schema="public" if self.definer_role is not None else None
+        )
+
+    def ddl(self) -> list[str]:
+        """:func:`sql_enqueue_ddl` for this install: what ``schema apply`` runs, and the
+        statements of a migration."""
+        return sql_enqueue_ddl(
+            self.runs,
+            self.state,
+            self.definitions,
+            definer_role=self.definer_role,
+            history=self.history,
+        )
+
+
+def sql_enqueue_installs(metadata: MetaData) -> list[SqlEnqueueInstall]:
+    """E6: the SQL enqueue installs ``metadata`` declares (its definitions tables made by
+    :func:`ship_job_definitions_table` with ``runs`` and ``state``)."""
+    return [
+        table.info[_INFO_KEY]
+        for table in metadata.sorted_tables
+        if isinstance(table.info.get(_INFO_KEY), SqlEnqueueInstall)
+    ]
 
 
 def ship_job_definitions_table(
@@ -85,6 +138,7 @@ def ship_job_definitions_table(
     runs: Table | None = None,
     state: Table | None = None,
     history: Table | None = None,
+    definer_role: str | None = None,
 ) -> Table:
     """E8: one row per job id, what SQL callers of ``<runs>_enqueue_v1`` need: ``max_attempts``,
     ``priority`` (the default, K6), ``max_payload_bytes``, ``queue_depth_limit`` (J2: the cap
@@ -100,8 +154,10 @@ def ship_job_definitions_table(
     sync-definitions`` (:func:`sync_job_definitions`).
 
     With ``runs`` and ``state`` (the tables of the same backend), ``metadata.create_all`` also
-    installs the SQL enqueue functions once the tables exist (E6); ``history``: the backend's
-    history table (J16), which their durable-id probe reads too."""
+    installs the SQL enqueue functions once the tables exist (E6), and so do ``ship-sqla schema
+    apply`` and the schema check's report (:func:`sql_enqueue_installs`); ``history``: the
+    backend's history table (J16), which their durable-id probe reads too; ``definer_role``
+    (E7): install the hardened ``SECURITY DEFINER`` variant, EXECUTE granted to that role."""
     n = derived_names(name, ("_pkey",), "job definitions", schema=schema)
     table = Table(
         name,
@@ -125,9 +181,16 @@ def ship_job_definitions_table(
         comment="ship_sqla job definitions for SQL enqueuers (ship_job_definitions_table)",
     )
     if runs is not None and state is not None:
-        statements = sql_enqueue_ddl(runs, state, table, history=history)
+        declared = SqlEnqueueInstall(table, runs, state, history, definer_role)
+        table.info[_INFO_KEY] = declared
+        statements = declared.ddl()
 
-        def install(_target: MetaData, connection: Connection, **_: Any) -> None:  # noqa: ANN401
+        def install(_target: MetaData, connection: object, **_: Any) -> None:  # noqa: ANN401
+            # A mock engine's connection (``schema sql``, which prints them itself) runs nothing.
+            if not isinstance(connection, Connection):
+                return
+            if connection.get_execution_options().get(SKIP_INSTALL_OPTION):
+                return
             for statement in statements:
                 connection.exec_driver_sql(statement)
 
@@ -135,19 +198,33 @@ def ship_job_definitions_table(
     return table
 
 
-def enqueue_function_name(runs: Table) -> str:
-    """``<runs>_enqueue_v1``'s name prefix, ``<runs>``, schema-qualified and quoted as needed
-    (the functions live in the runs table's schema)."""
-    prefix = quoted_identifier(runs.name).strip('"')
-    if runs.schema is not None:
-        return f"{quoted_identifier(runs.schema)}.{prefix}"
-    return prefix
+_PREPARER: Final = postgresql.dialect(paramstyle="named").identifier_preparer  # type: ignore[no-untyped-call]
 
 
-def _render(template: str, values: dict[str, str]) -> str:
-    for placeholder, value in values.items():
-        template = template.replace("{" + placeholder + "}", value)
-    return template
+def enqueue_function_name(
+    runs: Table, suffix: str = "_enqueue_v1", *, schema: str | None = None
+) -> str:
+    """The function ``<runs><suffix>`` (default ``<runs>_enqueue_v1``), quoted as needed and
+    qualified by the runs table's schema (the functions live there), else by ``schema``."""
+    name = _PREPARER.quote(f"{runs.name}{suffix}")
+    owner = runs.schema if runs.schema is not None else schema
+    return name if owner is None else f"{_PREPARER.quote_schema(owner)}.{name}"
+
+
+_PLACEHOLDER: Final = re.compile(r"\{fn\}(_[a-z0-9_]+)|\{([a-z_]+)\}")
+"""A template's ``{fn}_<suffix>`` (a function's name) or ``{name}`` (a value)."""
+
+
+def _render(template: str, values: dict[str, str], functions: dict[str, str]) -> str:
+    """``template`` with its placeholders filled in one pass: a table's name holding ``{state}``
+    is never read as a placeholder (values are not rendered again)."""
+
+    def fill(found: re.Match[str]) -> str:
+        if found.group(1) is not None:
+            return functions[found.group(1)]
+        return values.get(found.group(2), found.group(0))
+
+    return _PLACEHOLDER.sub(fill, template)
 
 
 def sql_enqueue_ddl(
@@ -165,24 +242,27 @@ def sql_enqueue_ddl(
     INVOKER`` (row-level security applies to the caller). ``history``: the backend's history
     table (J16), where a durable id that ended is found (J1)."""
     _require_short_names(runs)
-    fn = enqueue_function_name(runs)
+    owner: str | None = None
     security = "SECURITY INVOKER"
     names = [quoted_table(table) for table in (runs, state, definitions)]
     if definer_role is not None:
         # A fixed search_path: every name the body uses is schema-qualified.
         security = "SECURITY DEFINER SET search_path = pg_catalog, pg_temp"
-        fn = fn if runs.schema is not None else f"public.{fn}"
+        owner = "public"
         names = [
             name if table.schema is not None else f"public.{name}"
             for name, table in zip(names, (runs, state, definitions), strict=True)
         ]
+    functions = _Functions(runs, owner)
+    result = enqueue_function_name(runs, "_enqueue_result", schema=owner)
     values = {
-        "fn": fn,
-        "fn_plain": runs.name,
-        "result": f"{fn}_enqueue_result",
+        "fn_plain": runs.name.replace("'", "''"),
+        "result_literal": result.replace("'", "''"),
+        "result": result,
         "runs": names[0],
         "state": names[1],
         "defs": names[2],
+        "defs_literal": names[2].replace("'", "''"),
         "channel": channel_name("ship_sqla.jobs", quoted_table(runs)).replace("'", "''"),
         "announce_row": f"{quoted_table(runs)}#sql-announce".replace("'", "''"),
         "security": security,
@@ -201,16 +281,22 @@ def sql_enqueue_ddl(
         "max_gap": repr(MAX_GAP),
     }
     bodies = [
-        _render(t, values) for t in (JSON_SIZE, NEW_RUN_ID, ANNOUNCE, ENQUEUE_V1, ENQUEUE_MANY_V1)
+        _render(t, values, functions)
+        for t in (JSON_SIZE, NEW_RUN_ID, ANNOUNCE, ENQUEUE_V1, ENQUEUE_MANY_V1)
     ]
     build = hashlib.sha256("\n".join(bodies).encode()).hexdigest()[:16]
     values["build"] = build
-    statements = [_render(RESULT_TYPE, values), *bodies, _render(ENQUEUE_VERSIONS, values)]
+    statements = [
+        _render(RESULT_TYPE, values, functions),
+        *bodies,
+        _render(ENQUEUE_VERSIONS, values, functions),
+    ]
     comment = f"'{_COMMENT_PREFIX}{build}'"
-    statements += [f"COMMENT ON FUNCTION {sig} IS {comment}" for sig in _signatures(fn)]
+    signatures = _signatures(runs, owner)
+    statements += [f"COMMENT ON FUNCTION {sig} IS {comment}" for sig in signatures]
     if definer_role is not None:
         role = quoted_identifier(definer_role)
-        for signature in _signatures(fn):
+        for signature in signatures:
             statements.append(f"REVOKE ALL ON FUNCTION {signature} FROM PUBLIC")
             statements.append(f"GRANT EXECUTE ON FUNCTION {signature} TO {role}")
     return statements
@@ -233,10 +319,25 @@ def _require_short_names(runs: Table) -> None:
         )
 
 
-def _signatures(fn: str) -> tuple[str, str]:
+class _Functions(dict[str, str]):
+    """``{fn}<suffix>`` of the templates -> the function's quoted, qualified name."""
+
+    def __init__(self, runs: Table, owner: str | None) -> None:
+        super().__init__()
+        self.runs = runs
+        self.owner = owner
+
+    def __missing__(self, suffix: str) -> str:
+        return enqueue_function_name(self.runs, suffix, schema=self.owner)
+
+
+def _signatures(runs: Table, owner: str | None = None) -> tuple[str, str]:
+    """E5: the published signatures, ``<runs>_enqueue_v1(...)`` and ``_enqueue_many_v1``."""
+    one = enqueue_function_name(runs, schema=owner)
+    many = enqueue_function_name(runs, "_enqueue_many_v1", schema=owner)
     return (
-        f"{fn}_enqueue_v1(text, jsonb, timestamptz, integer, text, text, text, text, jsonb, jsonb)",
-        f"{fn}_enqueue_many_v1(jsonb)",
+        f"{one}(text, jsonb, timestamptz, integer, text, text, text, text, jsonb, jsonb)",
+        f"{many}(jsonb)",
     )
 
 
@@ -264,25 +365,43 @@ async def install_sql_enqueue(
         await connection.exec_driver_sql(statement)
 
 
-async def sql_enqueue_status(
-    connection: AsyncConnection, runs: Table, state: Table, definitions: Table
+STATUS = text(
+    "SELECT count(p.signature), count(*) FILTER (WHERE obj_description(p.signature, 'pg_proc')"
+    " = CAST(:comment AS text)) FROM unnest(CAST(:signatures AS text[])) AS s(name)"
+    " CROSS JOIN LATERAL (SELECT to_regprocedure(s.name) AS signature) AS p"
+)
+"""E6: of the published signatures, how many exist, and how many carry this build's COMMENT."""
+
+
+def status_of(
+    connection: Connection, install: SqlEnqueueInstall
 ) -> Literal["current", "missing", "outdated"]:
-    """E6: whether ``<runs>_enqueue_v1`` is installed, and with this library's build (the build
-    hash of its COMMENT): the schema check's answer."""
-    fn = enqueue_function_name(runs)
-    signature = _signatures(fn)[0]
-    found = await connection.execute(
-        text(
-            "SELECT obj_description(to_regprocedure(CAST(:signature AS text)), 'pg_proc'),"
-            " to_regprocedure(CAST(:signature AS text)) IS NOT NULL"
-        ),
-        {"signature": signature},
-    )
-    comment, exists = found.one()
-    if not exists:
+    """E6: whether ``install``'s functions exist (every published signature, E5), and with this
+    library's build (the build hash of their COMMENT)."""
+    owner = "public" if install.definer_role is not None else None
+    signatures = list(_signatures(install.runs, owner))
+    comment = f"{_COMMENT_PREFIX}{build_of(install.ddl())}"
+    found, current = connection.execute(
+        STATUS, {"signatures": signatures, "comment": comment}
+    ).one()
+    if found < len(signatures):
         return "missing"
-    wanted = build_of(sql_enqueue_ddl(runs, state, definitions))
-    return "current" if comment == f"{_COMMENT_PREFIX}{wanted}" else "outdated"
+    return "current" if current == len(signatures) else "outdated"
+
+
+async def sql_enqueue_status(
+    connection: AsyncConnection,
+    runs: Table,
+    state: Table,
+    definitions: Table,
+    *,
+    definer_role: str | None = None,
+    history: Table | None = None,
+) -> Literal["current", "missing", "outdated"]:
+    """E6: whether ``<runs>_enqueue_v1`` and ``_enqueue_many_v1`` are installed, and with this
+    library's build (the build hash of their COMMENT): the schema check's answer."""
+    install = SqlEnqueueInstall(definitions, runs, state, history, definer_role)
+    return await connection.run_sync(status_of, install)
 
 
 def definition_params(
@@ -319,5 +438,5 @@ async def sync_job_definitions(
     params = definition_params(definitions, queue_depth_limit=queue_depth_limit)
     if not params["job_ids"]:
         return
-    sql = UPSERT_DEFINITIONS.replace("{defs}", quoted_table(definitions_table))
+    sql = UPSERT_DEFINITIONS.replace("{defs}", text_name(quoted_table(definitions_table)))
     await connection.execute(text(sql), params)

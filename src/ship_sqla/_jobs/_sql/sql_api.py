@@ -7,7 +7,8 @@ the same columns, the same J1 probes by ``<runs>_pkey`` then ``<runs>_dedupe_idx
 gate row ``<job_id>#enqueue-gate`` of the state table and bounded depth count on
 ``<runs>_due_idx``), with the defaults of the job's row in the definitions table (E8). Their
 text is rendered per table set by :func:`ship_sqla._jobs._sql_api.sql_enqueue_ddl`; the
-placeholders are ``{fn}`` (the functions' name prefix), ``{runs}``, ``{state}``, ``{defs}``,
+placeholders are ``{fn}_<suffix>`` (a function's quoted, qualified name), ``{fn_plain}``
+(the runs table's bare name, inside a literal), ``{runs}``, ``{state}``, ``{defs}``,
 ``{result}`` (the result type), ``{channel}`` (the wake channel, a literal), ``{security}``
 and the K8 rule's constants.
 """
@@ -77,7 +78,7 @@ sync-definitions`` names: parallel arrays, one entry per job."""
 
 RESULT_TYPE: Final = """
 DO $ship$ BEGIN
-    IF to_regtype('{result}') IS NULL THEN
+    IF to_regtype('{result_literal}') IS NULL THEN
         CREATE TYPE {result} AS (run_id text, outcome text);
     END IF;
 END $ship$
@@ -175,7 +176,7 @@ BEGIN
     SELECT * INTO d FROM {defs} x WHERE x.job_id = a_job;
     IF NOT FOUND THEN
         {error}'SHIP_SQLA_JOB_UNKNOWN: no job '
-            || coalesce(quote_literal(a_job), 'NULL') || ' in {defs}',
+            || coalesce(quote_literal(a_job), 'NULL') || ' in {defs_literal}',
             HINT = 'Fix: start a worker that runs the job, or run '
                 || '"ship-sqla jobs sync-definitions", then call again.';
     END IF;
@@ -405,7 +406,7 @@ BEGIN
             RAISE EXCEPTION USING ERRCODE = '22023',
                 MESSAGE = 'SHIP_SQLA_CONFIGURATION: request ' || r::text
                     || ' is not an object of known keys',
-                HINT = 'Fix: use only the keys of {fn}_enqueue_v1''s parameters.';
+                HINT = 'Fix: use only the keys of {fn_plain}_enqueue_v1''s parameters.';
         END IF;
         RETURN NEXT {fn}_enqueue_v1(
             r ->> 'job_id', r -> 'payload', CAST(r ->> 'run_at' AS timestamptz),
