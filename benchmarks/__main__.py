@@ -46,6 +46,7 @@ BENCHMARKS: dict[str, str] = {
     "synchronous_claims": "benchmarks.synchronous_claims",
     "sql_enqueue": "benchmarks.sql_enqueue",
     "history": "benchmarks.history",
+    "steady": "benchmarks.steady",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is
 unfinished (or broken) is reported as failed without keeping the others from running."""
@@ -60,6 +61,7 @@ OPT_IN = frozenset(
         "synchronous_claims",
         "sql_enqueue",
         "history",
+        "steady",
     }
 )
 """Run only when named: not part of ``python -m benchmarks`` with no names."""
