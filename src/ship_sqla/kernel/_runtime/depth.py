@@ -26,6 +26,12 @@ maintenance when the source is a :class:`HistoryMaintainer`: at its first sample
 per ``MAINTENANCE_INTERVAL`` (10 minutes), sooner (at the next sample) when a DDL gave up on
 its lock (each waits at most 1 s, never holding settles longer). Each class keeps the longest
 retention of this runtime's jobs and the history table's own. A failed pass is reported (J11).
+Maintenance does not wait for a metric reader: a runtime whose gauges nobody collects (no
+OpenTelemetry SDK) never takes the sampler lease (F5) and never samples its queues, so it runs
+the passes itself, on the same cadence (a pass that finds nothing to do is one catalog read and
+a count of the DEFAULT partitions' rows; its DDL is idempotent, so runtimes passing at once are
+harmless). Only ``queue_sample_interval=None`` (no sampler at all) leaves maintenance to
+``ship-sqla jobs maintain``.
 """
 
 from __future__ import annotations
@@ -172,6 +178,8 @@ class DepthSampler:
                         await self.sample()
                     except Exception as exc:  # noqa: BLE001 - J11: reported; the next retries
                         self._report_error(exc)
+                else:  # J17: no reader, no lease (F5): this runtime keeps the history itself
+                    await self._maintain()
                 await wait_event(self._wake, self._clock, self._interval)
         finally:
             for job_id in self._reported:
