@@ -467,7 +467,12 @@ def _intervals(outcome: Outcome) -> list[tuple[Sample, float, float, float, floa
 def _loaded(outcome: Outcome) -> list[tuple[Sample, float, float, float, float]]:
     """The intervals of :func:`_intervals` of at least 5 s in which the producer offered at
     least half its rate (the steady part: not the tail drain after the load)."""
-    return [r for r in _intervals(outcome) if r[4] >= 0.5 and r[0].at >= 5.0]
+    samples = outcome.samples
+    return [
+        row
+        for before, row in zip(samples, _intervals(outcome), strict=False)
+        if row[4] >= 0.5 and row[0].at - before.at >= 5.0
+    ]
 
 
 def _describe(outcome: Outcome, sample: Sample) -> str:
