@@ -15,7 +15,8 @@ drain leaves dead. Every ``sample`` seconds the bench records, per library:
 After the load the worker runs on until every offered run is finished (or a timeout), then
 sampling goes on until the queue table is back to its size when the hold began or it has had
 three autovacuum passes since the release (``after`` seconds at most). Runs lost = offered minus
-finished (a run finished twice counts once).
+finished (a run finished twice counts once) minus those still queued when the worker stopped
+(``runs_unfinished``: not drained within ``DRAIN_AFTER`` of the load's end).
 
 ship: ``create_job_backend(history_table=...)`` (J16, live runs only: a finished run leaves
 the runs table), one ``start_job_runtime(max_in_flight=1000)``; claim = the claim walk
@@ -137,6 +138,8 @@ class Outcome:
     """Taken just before the snapshot was: the table's size and claim cost to come back to."""
     offered: int = 0
     finished: int = 0
+    remaining: int = 0
+    """Still queued when the worker stopped (not finished within ``DRAIN_AFTER``, not lost)."""
 
 
 class _Side(Protocol):
@@ -149,6 +152,7 @@ class _Side(Protocol):
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
     async def finished(self) -> int: ...
+    async def remaining(self) -> int: ...
 
 
 # --- the two libraries ---------------------------------------------------------------------------
@@ -207,6 +211,12 @@ class _ShipSide:
             )
         return int(found or 0)
 
+    async def remaining(self) -> int:
+        """Runs still in the runs table (live: waiting or running)."""
+        async with self.db.engine.connect() as connection:
+            found = await connection.scalar(text("SELECT count(*) FROM ship_job_runs"))
+        return int(found or 0)
+
 
 class _PgQueuerSide:
     library = "pgqueuer"
@@ -263,6 +273,12 @@ class _PgQueuerSide:
             found = await connection.scalar(
                 text("SELECT count(DISTINCT job_id) FROM pgqueuer_log WHERE status = 'successful'")
             )
+        return int(found or 0)
+
+    async def remaining(self) -> int:
+        """Jobs still in the queue table (queued or picked)."""
+        async with self.db.engine.connect() as connection:
+            found = await connection.scalar(text("SELECT count(*) FROM pgqueuer"))
         return int(found or 0)
 
 
@@ -401,6 +417,7 @@ async def _load(bench: Bench, db: BenchDatabase, side: _Side, shape: Shape) -> O
         await side.stop()
     outcome.offered = producer.sent
     outcome.finished = await side.finished()
+    outcome.remaining = await side.remaining()
     return outcome
 
 
@@ -499,6 +516,7 @@ class Summary:
     table_peak_mib: float
     back_after_passes: float
     lost: float
+    unfinished: float
 
 
 def _summarise(outcome: Outcome) -> Summary:
@@ -522,7 +540,8 @@ def _summarise(outcome: Outcome) -> Summary:
         table_pre_mib=base.total_bytes / 2**20 if base is not None else math.nan,
         table_peak_mib=max(s.total_bytes for s in outcome.samples) / 2**20,
         back_after_passes=math.nan if back is None else float(back),
-        lost=float(outcome.offered - outcome.finished),
+        lost=float(outcome.offered - outcome.finished - outcome.remaining),
+        unfinished=float(outcome.remaining),
     )
 
 
@@ -558,6 +577,7 @@ def _figures(ship: Summary, peer: Summary | None, note: str) -> list[Figure]:
         ("table_peak", "MiB", "table_peak_mib", ()),
         ("table_back_after", "autovacuums", "back_after_passes", (Target("value", "<=", 2),)),
         ("runs_lost", "runs", "lost", (Target("value", "<=", 0),)),
+        ("runs_unfinished", "runs", "unfinished", ()),
     ]
     return [
         Figure.from_rounds(
