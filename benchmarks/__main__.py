@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, str] = {
     "sql_enqueue": "benchmarks.sql_enqueue",
     "history": "benchmarks.history",
     "dashboard": "benchmarks.dashboard",
+    "steady": "benchmarks.steady",
 }
 """Name -> module. A module is imported only when its benchmark runs, so one whose code is
 unfinished (or broken) is reported as failed without keeping the others from running."""
@@ -62,6 +63,7 @@ OPT_IN = frozenset(
         "sql_enqueue",
         "history",
         "dashboard",
+        "steady",
     }
 )
 """Run only when named: not part of ``python -m benchmarks`` with no names."""

@@ -4,9 +4,11 @@ partition's strays as a storage-health alarm (J22)."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+from job_helpers import settle_loop
 from sqlalchemy import MetaData
 
 from ship_sqla import ship_job_history_table
@@ -95,8 +97,10 @@ class _Source:
     def __init__(self, deferred: tuple[str, ...] = ()) -> None:
         self.passes: list[tuple[Retention, ...]] = []
         self.deferred = deferred
+        self.sampled = 0
 
     async def queue_depths(self, job_ids: Any) -> dict[str, QueueDepth]:
+        self.sampled += 1
         return {job_id: QueueDepth(0, 0.0) for job_id in job_ids}
 
     async def maintain_history(self, retentions: Any = ()) -> HistoryMaintenance:
@@ -138,6 +142,32 @@ async def test_j17_a_deferred_pass_is_retried_at_the_next_sample() -> None:
     await sampler.sample()
     await sampler.sample()
     assert len(source.passes) == 2
+
+
+async def test_j17_maintenance_runs_whether_or_not_a_reader_collects_the_gauges() -> None:
+    """J17, F5: a runtime whose queue gauges no metric reader collects (no OpenTelemetry SDK)
+    never samples its queues, but still keeps the history: a pass when it starts, then one per
+    maintenance interval."""
+    source = _Source()
+    clock = FrozenClock(NOON)
+    metrics = JobMetrics()
+    assert not metrics.gauges_collected
+    shared = Plumbing(clock, lambda _exc: None, lambda _n: 0.1)
+    sampler = DepthSampler(source, metrics, ["a"], shared, interval=15.0)  # type: ignore[arg-type]
+    running = asyncio.create_task(sampler.run())
+    try:
+        await settle_loop()
+        assert len(source.passes) == 1
+        clock.advance(300)
+        await settle_loop()
+        assert len(source.passes) == 1
+        clock.advance(300)
+        await settle_loop()
+        assert len(source.passes) == 2
+        assert source.sampled == 0
+    finally:
+        sampler.close()
+        await running
 
 
 def test_j17_include_object_skips_only_the_history_partitions() -> None:

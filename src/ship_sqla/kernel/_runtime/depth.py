@@ -31,6 +31,13 @@ retention of this runtime's jobs and the history table's own. A failed pass is r
 minute rows (one statement), and every maintenance interval the rows older than
 the store's ``retention`` are deleted; the sampler then samples whether or not a metric reader
 collects the gauges (the history needs its backlog). A failed write is reported (J11).
+
+Maintenance does not wait for a metric reader: a runtime whose gauges nobody collects (no
+OpenTelemetry SDK) and that has no history store never takes the sampler lease (F5) and never samples its queues, so it runs
+the passes itself, on the same cadence (a pass that finds nothing to do is one catalog read and
+a count of the DEFAULT partitions' rows; its DDL is idempotent, so runtimes passing at once are
+harmless). Only ``queue_sample_interval=None`` (no sampler at all) leaves maintenance to
+``ship-sqla jobs maintain``.
 """
 
 from __future__ import annotations
@@ -202,6 +209,8 @@ class DepthSampler:
                         await self.sample()
                     except Exception as exc:  # noqa: BLE001 - J11: reported; the next retries
                         self._report_error(exc)
+                else:  # J17: no reader, no lease (F5): this runtime keeps the history itself
+                    await self._maintain()
                 await wait_event(self._wake, self._clock, self._interval)
         finally:
             for job_id in self._reported:
