@@ -27,10 +27,20 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 from urllib.parse import parse_qs, quote, urlencode
 
+import anyio
+import attrs
+from sqlalchemy import text as sql_text
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import BaseRoute, Mount, Route
 
 from ship_sqla._dashboard import _csrf
 from ship_sqla._dashboard._filters import (
@@ -49,14 +59,16 @@ from ship_sqla._dashboard._html import (
     error_summary,
     health_banner,
     hidden,
+    href,
     layout,
     link,
     pre_json,
+    render,
     table,
     text,
 )
-from ship_sqla._dashboard._security import SecurityHeaders
-from ship_sqla._dashboard._static import ASSETS
+from ship_sqla._dashboard._security import NONCE_KEY, SecurityHeaders
+from ship_sqla._dashboard._static import StaticAssets
 from ship_sqla._dashboard._svg import throughput_chart
 from ship_sqla._jobs._backend import PostgresJobBackend
 from ship_sqla._schema_probe import MissingTablesError
@@ -85,6 +97,8 @@ from ship_sqla.kernel._serving import serving_of
 from ship_sqla.kernel._webhooks_out import WebhookEndpointUnknownError, excerpt
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
 
+HEALTH_TIMEOUT: Final = 2.0
+"""Seconds the health route waits for the database's ``SELECT 1``."""
 LIMIT_WAITS_SHOWN: Final = 100
 """The most partitions per job the overview's "Waiting on a limit" table visits (tenant order)."""
 
@@ -140,8 +154,57 @@ THROUGHPUT_BUCKETS: Final = 24
 THROUGHPUT_CAP: Final = 500
 """Finished runs counted per job and bucket (the chart marks a bucket that reached it)."""
 
-PageBody: TypeAlias = "Callable[[JobOperations, bool, Filters], Awaitable[Html]]"
+PageBody: TypeAlias = "Callable[[JobOperations, bool, Filters], Awaitable[Html | Content]]"
 """A page's content: ``body(ops, can_manage, filters)`` (the filters it named, checked)."""
+
+
+@attrs.frozen
+class Content:
+    """A page's content: its HTML (rendered by its template) and the data its JSON twin
+    answers (records, counts, cursors; issue 36)."""
+
+    html: Html
+    data: Any
+
+
+def _wants_json(request: Request) -> bool:
+    """The JSON twin is asked for: ``Accept`` names ``application/json`` before any HTML."""
+    accept = request.headers.get("accept", "").lower()
+    if "application/json" not in accept:
+        return False
+    html_at = accept.find("text/html")
+    return html_at < 0 or accept.find("application/json") < html_at
+
+
+def _jsonable(value: Any) -> Any:  # noqa: ANN401, PLR0911 - any record
+    """``value`` as JSON values: attrs records and mappings as objects, times as ISO 8601,
+    durations as seconds, ids and anything else as text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if attrs.has(type(value)):
+        return {
+            f.name: _jsonable(getattr(value, f.name))
+            for f in attrs.fields(type(value))
+            if not f.name.startswith("_")
+        }
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _json_response(content: Any, status: int) -> Response:  # noqa: ANN401 - any JSON value
+    return JSONResponse(_jsonable(content), status)
+
+
+def _nonce(request: Request) -> str:
+    """The response's CSP nonce (:class:`SecurityHeaders` put it in the scope)."""
+    return str(request.scope.get(NONCE_KEY, ""))
 
 
 class _Unset:
@@ -177,7 +240,9 @@ class _NotFound(Exception):  # noqa: N818 - an answer (404), not an error of the
         self.fix = fix
 
     def html(self) -> Html:
-        return f'<p class="error" id="not-found">{text(self.what)} Fix: {text(self.fix)}</p>'
+        return render(
+            "notice.html", message=f"{self.what} Fix: {self.fix}", kind="error", id="not-found"
+        )
 
 
 def _default_actor(request: Request) -> str:
@@ -203,8 +268,10 @@ class _Dashboard:
         backfills: tuple[BackfillLedger, JobBackend] | None = None,
         audit_sink: AuditSink | None = None,
         webhooks: WebhookSender | None = None,
+        backend: AdministeredBackend | None = None,
     ) -> None:
         self.jobs = jobs
+        self.backend = backend
         self.webhooks = webhooks
         self.backfills = backfills
         self.audit_sink = audit_sink
@@ -320,6 +387,7 @@ class _Dashboard:
         poll: bool = False,
         reads: tuple[Parameter, ...] = (),
         form: Callable[[Mapping[str, str]], Html] | None = None,
+        charts: bool = False,
     ) -> Response:
         """The page ``current`` (a path under the dashboard): its parameters ``reads`` checked
         first (:func:`read_filters`), then ``body``. A refused parameter (or a cursor the
@@ -327,30 +395,50 @@ class _Dashboard:
         filter ``form`` filled with what was sent (the form kept, to correct it); another typed
         input error of the library a 400 saying why; a refused permission a 403; an id nothing
         has (:class:`_NotFound`) a 404. No 5xx for any request value (issue 32: the route
-        fuzzer, tests/integration/test_dashboard_fuzz.py)."""
+        fuzzer, tests/integration/test_dashboard_fuzz.py).
+
+        Issue 36: ``Accept: application/json`` answers the page's JSON twin (the same reads,
+        the same statuses: ``{"page", "title", "status", "data" | "error", "health"}``); the
+        live refresh (``X-Ship-Fragment: 1``) gets ``<main>``'s content only."""
         ops = self.ops(request)
         can_manage = False
+        data: Any = None
+        problem: str | None = None
         try:
             can_manage = await ops.can_manage()
             filters = read_filters(request.query_params, request.path_params, reads)
-            content = await body(ops, can_manage, filters)
+            answer = await body(ops, can_manage, filters)
+            content, data = (
+                (answer.html, answer.data)
+                if isinstance(answer, Content)
+                else (
+                    answer,
+                    None,
+                )
+            )
             status = 200
         except PermissionDeniedError as exc:
             content, status, can_manage = f'<p class="error">{text(exc)}</p>', 403, False
+            problem = str(exc)
         except _NotFound as exc:
-            content, status = exc.html(), 404
+            content, status, problem = exc.html(), 404, f"{exc.what} Fix: {exc.fix}"
         except BadParameter as exc:
             content, status = self._problem(request, current, exc.parameter, exc.error), 400
+            problem = f"{exc.parameter}: {exc.error}"
         except InvalidCursorError as exc:  # signed for another query, or altered
             content, status = self._problem(request, current, "cursor", exc), 400
+            problem = f"cursor: {exc}"
         except INPUT_ERRORS as exc:
             content, status = f'<p class="error" id="problem">{text(exc)}</p>', 400
+            problem = str(exc)
+        alarms = await self._health_alarms(ops)
+        if _wants_json(request):
+            twin: dict[str, Any] = {"page": current or "/", "title": title, "status": status}
+            twin["error" if status != 200 else "data"] = problem if status != 200 else data  # noqa: PLR2004
+            twin["health"] = [{"kind": k, "message": m} for k, m in alarms]
+            return self._respond(request, _json_response(twin, status))
         if status == 400 and form is not None:  # noqa: PLR2004 - the refused request's form
             content += form(request.query_params)
-        banner = await self._health_banner(ops)
-        if request.headers.get("x-ship-fragment") == "1":
-            fragment = f"{banner}<h1>{text(title)}</h1>{content}"
-            return self._respond(request, HTMLResponse(fragment, status))
         html = layout(
             self.base(request),
             current,
@@ -359,30 +447,34 @@ class _Dashboard:
             nav=_NAV,
             actor=ops.actor,
             can_manage=can_manage,
+            nonce=_nonce(request),
+            here=_here(request),
             flash=request.query_params.get("done"),
             error=request.query_params.get("failed"),
             poll_ms=self.poll_ms if poll else None,
-            banner=banner,
+            banner=health_banner(alarms),
+            charts=charts,
+            fragment=request.headers.get("x-ship-fragment") == "1",
         )
         return self._respond(request, HTMLResponse(html, status))
 
-    async def _health_banner(self, ops: JobOperations) -> Html:
-        """J22: the banner of the storage-health alarms (a few catalog reads per page); none
-        for a viewer the authorizer does not let read it."""
+    async def _health_alarms(self, ops: JobOperations) -> list[tuple[str, str]]:
+        """J22: the storage-health alarms (a few catalog reads per page); none for a viewer
+        the authorizer does not let read them."""
         try:
             health = await ops.storage_health()
         except PermissionDeniedError:
-            return ""
-        return health_banner([(alarm.kind, alarm.message) for alarm in health.alarms()])
+            return []
+        return [(alarm.kind, alarm.message) for alarm in health.alarms()]
 
     def _problem(self, request: Request, current: str, parameter: str, error: ShipError) -> Html:
         """A 400's content: which parameter was refused, the library's error (code, what, fix),
         and the page without parameters."""
-        return (
-            f'<p class="error" id="problem" data-parameter="{text(parameter)}">The'
-            f" <code>{text(parameter)}</code> parameter was refused; nothing was read."
-            f" {text(error)}</p>"
-            f"<p>{link(self.base(request), current or '/', 'Show the page without filters')}</p>"
+        return render(
+            "problem.html",
+            parameter=parameter,
+            error=str(error),
+            again=href(self.base(request), current or "/"),
         )
 
     def _respond(self, request: Request, response: Response) -> Response:
@@ -398,14 +490,6 @@ class _Dashboard:
                 path=self.base(request) or "/",
             )
         return response
-
-    async def static(self, request: Request) -> Response:
-        """The stylesheet and the poll script (:mod:`._static`): no data, no permission."""
-        asset = ASSETS.get(request.path_params["name"])
-        if asset is None:
-            return _plain_error(request, 404)
-        content, media_type = asset
-        return Response(content, media_type=media_type)
 
     async def form(self, request: Request) -> dict[str, list[str]] | None:
         """The POST's fields, or None when its CSRF token is not its session's."""
@@ -424,8 +508,11 @@ class _Dashboard:
         fields = await self.form(request)
         if fields is None:
             return HTMLResponse(
-                "<h1>403</h1><p>Refused: the form's CSRF token is missing or not this session's;"
-                " nothing was changed. Fix: reload the page and submit again.</p>",
+                render(
+                    "refused.html",
+                    message="Refused: the form's CSRF token is missing or not this session's;"
+                    " nothing was changed. Fix: reload the page and submit again.",
+                ),
                 403,
             )
         back = self._back(request, fields)
@@ -433,13 +520,15 @@ class _Dashboard:
         try:
             done = await action(ops, fields)
         except PermissionDeniedError as exc:
-            return HTMLResponse(f"<h1>403</h1><p>{text(exc)}</p>", 403)
+            return HTMLResponse(render("refused.html", message=str(exc)), 403)
         except _NotFound as exc:
             return await self._refused(request, ops, back, exc.html(), 404)
         except INPUT_ERRORS as exc:  # refused before any statement: nothing changed
-            problem = (
-                f'<p class="error" id="problem">The action was refused; nothing was changed.'
-                f" {text(exc)}</p>"
+            problem = render(
+                "notice.html",
+                message=f"The action was refused; nothing was changed. {exc}",
+                kind="error",
+                id="problem",
             )
             return await self._refused(request, ops, back, problem, 400)
         except ShipError as exc:  # e.g. a run no longer in a state the action takes
@@ -455,10 +544,11 @@ class _Dashboard:
             self.base(request),
             "#refused",  # no page of the header is the current one
             "Action refused",
-            f'{content}<p><a id="back" href="{text(back)}">Back to the page</a></p>',
+            content + render("back.html", back=back),
             nav=_NAV,
             actor=ops.actor,
             can_manage=await ops.can_manage(),
+            nonce=_nonce(request),
         )
         return self._respond(request, HTMLResponse(html, status))
 
@@ -471,6 +561,32 @@ class _Dashboard:
         return base + "/"
 
     # --- pages ---------------------------------------------------------------------------------
+
+    async def health(self, _request: Request) -> Response:
+        """``GET /health`` (issue 36): 200 ``{"status": "ok"}`` when the database answers a
+        ``SELECT 1`` within 2 s (the job tables are checked before, by :class:`_TablesChecked`:
+        a missing one is a 503 naming it), else 503 saying why. No permission asked, no data
+        shown: for a load balancer's or an uptime check's probe."""
+        if isinstance(self.backend, PostgresJobBackend):
+            database = self.backend.database
+            engine = database if isinstance(database, AsyncEngine) else database.engine
+            try:
+                with anyio.fail_after(HEALTH_TIMEOUT):
+                    async with engine.connect() as connection:
+                        await connection.execute(sql_text("SELECT 1"))
+            except Exception as exc:  # noqa: BLE001 - any failure is "unavailable", said
+                why = f"{type(exc).__name__}: {str(exc)[:200]}"
+                return JSONResponse({"status": "unavailable", "error": why}, 503)
+        return JSONResponse({"status": "ok"})
+
+    async def goto(self, request: Request) -> Response:
+        """The header's jump box (``/`` focuses it): ``/goto?run=ID`` redirects to the run's
+        page (which answers 404 for an id no run has); empty, to the runs page."""
+        run_id = request.query_params.get("run", "").strip()[:MAX_ACTOR_CHARS]
+        base = self.base(request)
+        if not run_id:
+            return RedirectResponse(base + "/runs", 303)
+        return RedirectResponse(f"{base}/runs/{quote(run_id, safe='')}", 303)
 
     async def overview(self, request: Request) -> Response:
         base = self.base(request)
@@ -1766,6 +1882,7 @@ def create_dashboard(
         backfills=_checked_backfills(backfills, backend),
         audit_sink=audit,
         webhooks=_checked_webhooks(webhooks),
+        backend=backend,
     )
     tables = _TablesCheck(backend)
     return _DashboardApp(
@@ -1776,12 +1893,14 @@ def create_dashboard(
     )
 
 
-def _routes(state: _Dashboard) -> list[Route]:
+def _routes(state: _Dashboard) -> list[BaseRoute]:
     """The dashboard's routes: each page (GET) and each action (POST, declared in
     :data:`~ship_sqla.kernel._actions.OPERATOR_ACTIONS`)."""
     return [
         Route("/", state.overview, methods=["GET"]),
-        Route("/static/{name}", state.static, methods=["GET"]),
+        Mount("/static", StaticAssets()),
+        Route("/health", state.health, methods=["GET"]),
+        Route("/goto", state.goto, methods=["GET"]),
         Route("/runs", state.runs, methods=["GET"]),
         Route("/runs/bulk", state.runs_bulk, methods=["POST"]),
         Route("/runs/{run_id:path}/{verb}", state.run_action, methods=["POST"]),
