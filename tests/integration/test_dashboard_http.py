@@ -38,6 +38,10 @@ def every_page(run_id: str) -> tuple[str, ...]:
         "/ops/schedules",
         "/ops/workers",
         "/ops/audit",
+        "/ops/consumers",
+        "/ops/outbox",
+        "/ops/webhooks",
+        "/ops/upkeep",
     )
 
 
@@ -402,9 +406,44 @@ async def test_s2_no_page_has_inline_style_or_script_so_the_csp_needs_no_unsafe_
         assert not re.search(r"\son[a-z]+=", html), path
         tags = re.findall(r"<script[^>]*>", html)
         assert tags, path
-        for tag in tags:
-            assert ' src="/ops/static/' in tag, (path, tag)
+        for tag in tags:  # a file of the dashboard's, or a data island (never run)
+            assert ' src="/ops/static/' in tag or 'type="application/json"' in tag, (path, tag)
             assert f'nonce="{nonce[1]}"' in tag, (path, tag)
     overview = (await client.get("/ops/", headers={"x-user": "admin"})).text
     assert 'hx-trigger="every 10000ms" hx-swap="morph:innerHTML"' in overview
     assert f'src="/ops/static/{asset_name("vendor/htmx-2.0.11.min.js")}"' in overview
+
+
+async def test_every_page_has_a_json_twin_and_an_unknown_run_is_404_issue_36(client, backend):
+    """Issue 36: ``Accept: application/json`` answers every page's JSON twin (its data, the
+    health alarms, the same status); an unknown run id answers 404 as a page and as JSON; the
+    health route answers without a user; the header's jump box redirects to the run."""
+    [run_id] = await dead_runs(backend, MAIL, 1)
+    wants_json = {"x-user": "admin", "accept": "application/json"}
+    for path in every_page(run_id):
+        answer = await client.get(path, headers=wants_json)
+        assert answer.status_code == 200, (path, answer.text[:300])
+        assert answer.headers["content-type"] == "application/json", path
+        twin = answer.json()
+        assert twin["status"] == 200, path
+        assert "data" in twin, path
+        assert twin["health"] == [], path
+    run = (await client.get(f"/ops/runs/{run_id}", headers=wants_json)).json()["data"]["run"]
+    assert (run["run_id"], run["state"]) == (run_id, "dead")
+    dead = (await client.get("/ops/dead", headers=wants_json)).json()["data"]["runs"]
+    assert [r["run_id"] for r in dead] == [run_id]
+    unknown = await client.get("/ops/runs/no-such-run", headers=wants_json)
+    assert unknown.status_code == 404
+    assert "No run has the id" in unknown.json()["error"]
+    page = await client.get("/ops/runs/no-such-run", headers={"x-user": "admin"})
+    assert page.status_code == 404
+    assert 'id="not-found"' in page.text
+    refused = await client.get(
+        "/ops/dead", headers={"x-user": "nobody", "accept": "application/json"}
+    )
+    assert refused.status_code == 403
+    assert refused.json()["status"] == 403
+    health = await client.get("/ops/health")
+    assert (health.status_code, health.json()) == (200, {"status": "ok"})
+    jump = await client.get(f"/ops/goto?run={run_id}", headers={"x-user": "admin"})
+    assert (jump.status_code, jump.headers["location"]) == (303, f"/ops/runs/{run_id}")

@@ -29,6 +29,7 @@ from urllib.parse import parse_qs, quote, urlencode
 
 import anyio
 import attrs
+from markupsafe import Markup
 from sqlalchemy import text as sql_text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
@@ -62,7 +63,6 @@ from ship_sqla._dashboard._html import (
     href,
     layout,
     link,
-    pre_json,
     render,
     table,
     text,
@@ -103,7 +103,7 @@ LIMIT_WAITS_SHOWN: Final = 100
 """The most partitions per job the overview's "Waiting on a limit" table visits (tenant order)."""
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 
     from starlette.requests import Request
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -111,7 +111,7 @@ if TYPE_CHECKING:
     from ship_sqla._outbox._operations import OutboxOperations
     from ship_sqla.kernel._audit import AuditSink
     from ship_sqla.kernel._backfills import BackfillRecord
-    from ship_sqla.kernel._browse import ConsumerKeyProgress, RunOrder
+    from ship_sqla.kernel._browse import ConsumerKeyProgress, RunOrder, ThroughputBucket
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import AdministeredBackend
     from ship_sqla.kernel._ports import RunRecord
@@ -200,6 +200,27 @@ def _jsonable(value: Any) -> Any:  # noqa: ANN401, PLR0911 - any record
 
 def _json_response(content: Any, status: int) -> Response:  # noqa: ANN401 - any JSON value
     return JSONResponse(_jsonable(content), status)
+
+
+def _marked(rows: Iterable[Iterable[Html]]) -> list[list[Markup]]:
+    """Table rows of cells rendered by the macros, marked safe for a page's template."""
+    return [[Markup(cell) for cell in row] for row in rows]  # noqa: S704 - rendered cells
+
+
+def _chart_data(buckets: Sequence[ThroughputBucket]) -> dict[str, Any]:
+    """The throughput chart's uPlot data island: bucket starts (epoch seconds), completed and
+    dead counts (the SVG beside it is the chart without JavaScript)."""
+    return {
+        "series": [
+            {"label": "completed", "color": "#2e7d32"},
+            {"label": "dead", "color": "#c62828"},
+        ],
+        "data": [
+            [int(b.start.timestamp()) for b in buckets],
+            [b.completed for b in buckets],
+            [b.dead for b in buckets],
+        ],
+    }
 
 
 def _nonce(request: Request) -> str:
@@ -591,7 +612,7 @@ class _Dashboard:
     async def overview(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
             buckets = await ops.throughput(
                 bucket_seconds=THROUGHPUT_BUCKET, buckets=THROUGHPUT_BUCKETS, cap=THROUGHPUT_CAP
             )
@@ -636,26 +657,31 @@ class _Dashboard:
                         action,
                     )
                 )
-            completed = sum(b.completed for b in buckets)
-            dead = sum(b.dead for b in buckets)
-            return (
-                f"<h2>Throughput (last {THROUGHPUT_BUCKETS * THROUGHPUT_BUCKET // 3600} h,"
-                f" {THROUGHPUT_BUCKET // 60} min buckets)</h2>"
-                f'<p><span class="state-completed">{completed} completed</span> · '
-                f'<span class="state-dead">{dead} dead</span></p>'
-                + throughput_chart(buckets, bucket_seconds=THROUGHPUT_BUCKET)
-                + "<h2>Backlog per job</h2>"
-                + table(
-                    ("Job", "Due", "Delayed", "Running", "Oldest due", "Workers", "Paused", ""),
-                    rows,
-                    empty="No job has waiting or running runs.",
-                )
-                + await self._limit_waits(ops)
-                + f'<h2>Workers</h2><p id="workers-alive">{len(alive)} alive'
-                f" ({len(workers or ())} registered) · {link(base, '/workers', 'details')}</p>"
+            html = render(
+                "pages/overview.html",
+                base=base,
+                nonce=_nonce(request),
+                hours=THROUGHPUT_BUCKETS * THROUGHPUT_BUCKET // 3600,
+                bucket_minutes=THROUGHPUT_BUCKET // 60,
+                completed=sum(b.completed for b in buckets),
+                dead=sum(b.dead for b in buckets),
+                chart=Markup(throughput_chart(buckets, bucket_seconds=THROUGHPUT_BUCKET)),  # noqa: S704
+                chart_data=_chart_data(buckets),
+                rows=_marked(rows),
+                limit_waits=Markup(await self._limit_waits(ops)),  # noqa: S704 - rendered
+                alive=len(alive),
+                registered=len(workers or ()),
             )
+            data = {
+                "throughput": buckets,
+                "jobs": [
+                    {"job_id": j, "demand": by_job.get(j), "paused": paused.get(j)} for j in job_ids
+                ],
+                "workers": {"alive": len(alive), "registered": len(workers or ())},
+            }
+            return Content(html, data)
 
-        return await self.page(request, "", "Overview", body, poll=True)
+        return await self.page(request, "", "Overview", body, poll=True, charts=True)
 
     async def _limit_waits(self, ops: JobOperations) -> Html:
         """F8/F9 seen: the partitions whose due runs wait on a partitioned limit, and until when
@@ -740,7 +766,7 @@ class _Dashboard:
     async def runs(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:
             state, job, tenant = f.state, f.job, f.tenant
             page = await ops.list_runs(
                 state=state,
@@ -758,10 +784,9 @@ class _Dashboard:
                 "since": f.raw_since,
                 "until": f.raw_until,
             }
-            form = runs_form(request.query_params)
             order, when, time_of = _RUN_ORDERS[run_order(state)]
             actions = _RUN_ACTIONS.get(state, ()) if can_manage else ()
-            listing = f'<p class="muted" id="order">{order}</p>' + self._run_table(
+            listing = self._run_table(
                 base,
                 page.items,
                 selectable=bool(actions),
@@ -769,39 +794,29 @@ class _Dashboard:
                 time_of=time_of,
                 empty="No runs match.",
             )
-            more = (
-                "<p>"
-                + link(base, "/runs", "Next page →", {**filters, "cursor": page.next_cursor})
-                + "</p>"
-                if page.next_cursor
-                else '<p class="muted">End of the list.</p>'
+            cursor = page.next_cursor
+            html = render(
+                "pages/runs.html",
+                base=base,
+                form=Markup(runs_form(request.query_params)),  # noqa: S704 - rendered
+                order=order,
+                table=Markup(listing),  # noqa: S704 - rendered
+                actions=actions,
+                csrf=self.csrf(request) if actions else "",
+                here=_here(request),
+                bulk=Markup(_bulk_buttons(actions, state, job, tenant)),  # noqa: S704
+                next_href=href(base, "/runs", {**filters, "cursor": cursor}) if cursor else "",
             )
-            if actions:
-                listing = (
-                    f'<form method="post" action="{text(base)}/runs/bulk">'
-                    f"{hidden(_csrf.FIELD, self.csrf(request))}{hidden('next', _here(request))}"
-                    f"{listing}{_bulk_buttons(actions, state, job, tenant)}</form>"
-                )
-            return form + listing + more
+            return Content(html, {"runs": page.items, "next_cursor": cursor, "order": order})
 
         def runs_form(sent: Mapping[str, str]) -> Html:
             """The filters as sent (checked or refused: the form is kept to correct them)."""
-            state = sent.get("state") or "waiting"
-            options = "".join(
-                f'<option value="{s}"{" selected" if s == state else ""}>{s}</option>'
-                for s in RUN_STATES
-            )
-            return (  # an HTML form, not SQL
-                f'<form class="filters" method="get" action="{text(base)}/runs">'  # noqa: S608
-                f'<label>State <select name="state">{options}</select></label>'
-                f'<label>Job <input name="job" value="{text(sent.get("job", ""))}"></label>'
-                f'<label>Tenant <input name="tenant" value="{text(sent.get("tenant", ""))}">'
-                "</label>"
-                f'<label>Created from <input type="datetime-local" step="1" name="since"'
-                f' value="{text(sent.get("since", ""))}"></label>'
-                f'<label>to <input type="datetime-local" step="1" name="until"'
-                f' value="{text(sent.get("until", ""))}"></label> (UTC; finished states only)'
-                '<button type="submit" id="filter">Filter</button></form>'
+            return render(
+                "pages/runs_form.html",
+                base=base,
+                sent=sent,
+                states=RUN_STATES,
+                state=sent.get("state") or "waiting",
             )
 
         return await self.page(
@@ -817,7 +832,7 @@ class _Dashboard:
         base = self.base(request)
         run_id = request.path_params["run_id"]
 
-        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:
             assert f.run_id is not None  # noqa: S101 - read_filters requires it
             run_id = f.run_id
             record = await ops.get_run(run_id)
@@ -850,20 +865,6 @@ class _Dashboard:
                     else "—",
                 ),
             )
-            summary = table(("Field", "Value"), fields, empty="")
-            history = "".join(
-                f"<li><strong>attempt {text(h.get('attempt'))}</strong> · {text(h.get('kind', ''))}"
-                f" · {text(h.get('at'))}<pre>{text(h.get('error'))}</pre></li>"
-                for h in record.history
-                if isinstance(h, dict)
-            )
-            timeline = (
-                f'<ol class="timeline" id="attempts">{history}</ol>'
-                if history
-                else '<p class="muted">No failed attempt.</p>'
-            )
-            if record.last_error:
-                timeline += f"<h3>Last error</h3><pre>{text(record.last_error)}</pre>"
             here = f"{base}/runs/{quote(run_id, safe='/')}"
             rerun = can_manage and record.state in ("dead", "waiting")
             step_rows = _step_rows(steps, here, self.csrf(request) if rerun else None)
@@ -880,63 +881,47 @@ class _Dashboard:
                         actions += button_form(
                             f"{here}/{verb}", verb.capitalize(), csrf=csrf, back=here
                         )
-            return (
-                f'<div id="actions">{actions}</div>{summary}{_divergence_section(record)}'
-                f"<h2>Payload</h2>{pre_json(record.payload)}"
-                f"<h2>Attempts</h2>{timeline}"
-                + (
-                    "<h2>Workflow steps</h2>"
-                    + table(("#", "Step", "Kind", "State", "Finished", ""), step_rows, empty="")
-                    if steps
-                    else ""
-                )
+            html = render(
+                "pages/run.html",
+                record=record,
+                actions=Markup(actions),  # noqa: S704 - rendered by the macros
+                fields=_marked(fields),
+                divergence=Markup(_divergence_section(record)),  # noqa: S704 - rendered
+                history=[h for h in record.history if isinstance(h, dict)],
+                steps=_marked(step_rows) if steps else [],
             )
+            return Content(html, {"run": record, "steps": steps})
 
         return await self.page(request, "/runs", f"Run {run_id}", body, reads=("run_id",))
 
     async def dead(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:
             job, tenant = f.job, f.tenant
             page = await ops.list_dead(job_id=job, tenant=tenant, limit=PAGE_SIZE, cursor=f.cursor)
-            form = dead_form(request.query_params)
             listing = self._run_table(
                 base, page.items, selectable=can_manage, when="Finished", empty="No dead runs."
             )
             filters = {"job": job, "tenant": tenant}
-            more = (
-                "<p>"
-                + link(base, "/dead", "Next page →", {**filters, "cursor": page.next_cursor})
-                + "</p>"
-                if page.next_cursor
-                else ""
+            cursor = page.next_cursor
+            html = render(
+                "pages/dead.html",
+                base=base,
+                form=Markup(dead_form(request.query_params)),  # noqa: S704 - rendered
+                table=Markup(listing),  # noqa: S704 - rendered
+                can_manage=can_manage,
+                csrf=self.csrf(request) if can_manage else "",
+                here=_here(request),
+                job=job,
+                tenant=tenant,
+                next_href=href(base, "/dead", {**filters, "cursor": cursor}) if cursor else "",
             )
-            if can_manage:
-                listing = (
-                    f'<form method="post" action="{text(base)}/dead/bulk">'
-                    f"{hidden(_csrf.FIELD, self.csrf(request))}{hidden('next', _here(request))}"
-                    f"{hidden('job', job or '')}{hidden('tenant', tenant or '')}{listing}"
-                    '<button type="submit" name="action" value="retry" id="retry-selected">'
-                    "Retry selected</button>"
-                    '<button type="submit" name="action" value="discard">Discard selected'
-                    "</button>"
-                    '<button type="submit" name="action" value="retry-all" id="retry-all">'
-                    "Retry all matching</button>"
-                    '<button type="submit" name="action" value="discard-all">Discard all'
-                    " matching</button></form>"
-                )
-            return form + listing + more
+            return Content(html, {"runs": page.items, "next_cursor": cursor})
 
         def dead_form(sent: Mapping[str, str]) -> Html:
             """The filters as sent (checked or refused: the form is kept to correct them)."""
-            return (
-                f'<form class="filters" method="get" action="{text(base)}/dead">'
-                f'<label>Job <input name="job" value="{text(sent.get("job", ""))}"></label>'
-                f'<label>Tenant <input name="tenant" value="{text(sent.get("tenant", ""))}">'
-                "</label>"
-                '<button type="submit" id="filter">Filter</button></form>'
-            )
+            return render("pages/dead_form.html", base=base, sent=sent)
 
         return await self.page(
             request,
@@ -948,7 +933,7 @@ class _Dashboard:
         )
 
     async def schedules(self, request: Request) -> Response:
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
             rows = []
             for s in await ops.schedules():
                 definition = self.definitions.get(s.job_id)
@@ -957,44 +942,23 @@ class _Dashboard:
                     last = previous_occurrence(
                         definition.schedule, s.next_at - timedelta(microseconds=1)
                     )
-                rows.append(
-                    (text(s.job_id), text(s.trigger), at(s.next_at), at(last), at(s.updated_at))
-                )
-            return table(
-                ("Job", "Trigger", "Next occurrence", "Last occurrence", "Row changed"),
-                rows,
-                empty="No schedule installed.",
-            ) + (
-                '<p class="muted">Last occurrence needs the job definitions'
-                " (create_dashboard(definitions=...), or ship-sqla dashboard --registry"
-                " APP:REGISTRY).</p>"
-                if not self.definitions
-                else ""
+                rows.append((s, last))
+            html = render(
+                "pages/schedules.html", schedules=rows, has_definitions=bool(self.definitions)
             )
+            return Content(html, {"schedules": [{**_jsonable(s), "last_at": t} for s, t in rows]})
 
         return await self.page(request, "/schedules", "Schedules", body)
 
     async def workers(self, request: Request) -> Response:
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
             now = datetime.now(UTC)
-            rows = [
-                (
-                    text(w.worker_id),
-                    text(f"{w.host}:{w.pid}"),
-                    at(w.started_at),
-                    ago((now - w.last_seen_at).total_seconds()) + " ago",
-                    text(", ".join(w.job_ids)),
-                    text(w.in_flight),
-                    "draining" if w.draining else "running",
-                    "yes" if w.sampler else "",
-                )
-                for w in await ops.workers()
-            ]
-            return table(
-                ("Worker", "Host:pid", "Started", "Last seen", "Jobs", "In flight", "", "Sampler"),
-                rows,
-                empty="No worker registered.",
+            workers = await ops.workers()
+            html = render(
+                "pages/workers.html",
+                workers=[(w, ago((now - w.last_seen_at).total_seconds())) for w in workers],
             )
+            return Content(html, {"workers": workers})
 
         return await self.page(request, "/workers", "Workers", body, poll=True)
 
@@ -1004,7 +968,7 @@ class _Dashboard:
         and start for a manager."""
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
             keys = await ops.consumer_progress(limit=CONSUMER_KEYS_SHOWN + 1)
             rows = [_consumer_row(base, k) for k in keys[:CONSUMER_KEYS_SHOWN]]
             more = (
@@ -1030,9 +994,10 @@ class _Dashboard:
                 )
                 + more
             )
-            return (
+            html = (
                 consumers + "<h2>Backfills</h2>" + await self._backfill_table(request, can_manage)
             )
+            return Content(html, {"consumer_keys": keys[:CONSUMER_KEYS_SHOWN]})
 
         return await self.page(request, "/consumers", "Consumers & backfills", body, poll=True)
 
@@ -1081,7 +1046,7 @@ class _Dashboard:
         rotating its secret (which show one) stay at the shell."""
         base = self.base(request)
 
-        async def body(_ops: JobOperations, _can_manage: bool, _f: Filters) -> Html:
+        async def body(_ops: JobOperations, _can_manage: bool, _f: Filters) -> Html | Content:
             if self.webhooks is None:
                 return (
                     '<p class="muted" id="no-webhooks">No webhook sender given'
@@ -1111,7 +1076,7 @@ class _Dashboard:
                 if len(deliveries) > PAGE_SIZE
                 else ""
             )
-            return (
+            html = (
                 '<p class="muted" id="no-secrets">Secrets are never shown here. Add an endpoint'
                 " or rotate its secret at the shell (ship-sqla webhooks endpoints add /"
                 " rotate-secret): each shows the new secret once.</p>"
@@ -1140,6 +1105,13 @@ class _Dashboard:
                     empty="No webhook delivery.",
                 )
                 + shown
+            )
+            return Content(
+                html,
+                {
+                    "endpoints": endpoints[:WEBHOOK_ENDPOINTS_SHOWN],
+                    "deliveries": deliveries[:PAGE_SIZE],
+                },
             )
 
         return await self.page(request, "/webhooks", "Webhooks", body)
@@ -1190,7 +1162,7 @@ class _Dashboard:
     async def outbox_page(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
             if self.outbox is None:
                 return (
                     '<p class="muted">No outbox configured (create_dashboard(outbox=...), or'
@@ -1199,9 +1171,11 @@ class _Dashboard:
             outbox = self.outbox_ops(request)
             manage = await outbox.can_manage()
             parts = []
+            shown: dict[str, Any] = {}
             for outbox_id in self.outbox_ids:
                 pending, claimed = await outbox.counts(outbox_id)
                 dead = await outbox.list_dead(outbox_id, limit=PAGE_SIZE)
+                shown[outbox_id] = {"pending": pending, "claimed": claimed, "dead": dead.items}
                 rows = [
                     (
                         f'<input type="checkbox" name="id" value="{m.id}">' if manage else "",
@@ -1237,7 +1211,8 @@ class _Dashboard:
                     f"<h2>{text(outbox_id)}</h2><p>pending {pending} · claimed {claimed} · dead"
                     f" {len(dead.items)}{'+' if dead.next_cursor else ''}</p>{listing}"
                 )
-            return "".join(parts) or '<p class="muted">No outbox ids given (outbox_ids=).</p>'
+            html = "".join(parts) or '<p class="muted">No outbox ids given (outbox_ids=).</p>'
+            return Content(html, {"outboxes": shown})
 
         return await self.page(request, "/outbox", "Outbox", body)
 
@@ -1247,7 +1222,7 @@ class _Dashboard:
         run from the shell or a schedule)."""
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
             retention = [
                 (
                     text(d.id),
@@ -1283,25 +1258,21 @@ class _Dashboard:
                     csrf=csrf,
                     back=base + "/upkeep",
                 )
-            return cleanup + events
+            retentions = {d.id: d.retention for d in self.definitions.values()}
+            return Content(cleanup + events, {"retention": retentions})
 
         return await self.page(request, "/upkeep", "Upkeep", body)
 
     async def audit(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:  # noqa: ARG001
             entries = await ops.audit_entries(limit=PAGE_SIZE, before=f.before)
-            rows = [
-                (at(e.at), text(e.actor), text(e.operation), text(e.target), text(e.count))
-                for e in entries
-            ]
-            more = ""
+            older = ""
             if len(entries) == PAGE_SIZE and entries[-1].entry_id is not None:
-                more = link(base, "/audit", "Older →", {"before": entries[-1].entry_id})
-            return (
-                table(("When", "Who", "What", "Target", "How many"), rows, empty="No entry.") + more
-            )
+                older = href(base, "/audit", {"before": entries[-1].entry_id})
+            html = render("pages/audit.html", entries=entries, older_href=older)
+            return Content(html, {"entries": entries, "older": older or None})
 
         return await self.page(request, "/audit", "Audit log", body, reads=("before",))
 

@@ -63,6 +63,7 @@ ENV = Environment(
     loader=PackageLoader("ship_sqla._dashboard", "templates"),
     autoescape=select_autoescape(["html"], default_for_string=True, default=True),
     undefined=StrictUndefined,
+    extensions=["jinja2.ext.do"],
     trim_blocks=False,
     keep_trailing_newline=False,
 )
