@@ -53,13 +53,13 @@ from ship_sqla._dashboard._filters import (
     read_filters,
 )
 from ship_sqla._dashboard._html import (
+    PARTS,
     Html,
     ago,
     at,
     button_form,
     error_summary,
     health_banner,
-    hidden,
     href,
     layout,
     link,
@@ -439,7 +439,7 @@ class _Dashboard:
             )
             status = 200
         except PermissionDeniedError as exc:
-            content, status, can_manage = f'<p class="error">{text(exc)}</p>', 403, False
+            content, status, can_manage = render("notice.html", message=str(exc)), 403, False
             problem = str(exc)
         except _NotFound as exc:
             content, status, problem = exc.html(), 404, f"{exc.what} Fix: {exc.fix}"
@@ -450,7 +450,7 @@ class _Dashboard:
             content, status = self._problem(request, current, "cursor", exc), 400
             problem = f"cursor: {exc}"
         except INPUT_ERRORS as exc:
-            content, status = f'<p class="error" id="problem">{text(exc)}</p>', 400
+            content, status = render("notice.html", message=str(exc), id="problem"), 400
             problem = str(exc)
         alarms = await self._health_alarms(ops)
         if _wants_json(request):
@@ -702,11 +702,7 @@ class _Dashboard:
             )
             for w in waits
         ]
-        return '<h2 id="limit-waits">Waiting on a limit (per partition)</h2>' + table(
-            ("Job", "Partition", "Due", "Running", "Started in window", "Waiting on", "Until"),
-            rows,
-            empty="No partition is waiting on its rate limit or its cap.",
-        )
+        return render("pages/limit_waits.html", rows=_marked(rows))
 
     def _run_table(
         self,
@@ -735,18 +731,13 @@ class _Dashboard:
         )
         rows: list[tuple[Html, ...]] = []
         for r in runs:
-            pick = (
-                f'<input type="checkbox" name="id" value="{text(r.run_id)}"'
-                f' aria-label="select {text(r.run_id)}">'
-                if selectable
-                else ""
-            )
+            pick = str(PARTS.checkbox(r.run_id, r.run_id)) if selectable else ""
             rows.append(
                 (
                     pick,
                     link(base, "/runs/" + quote(r.run_id, safe="/"), r.run_id),
                     text(r.job_id),
-                    f'<span class="state-{text(r.state)}">{text(r.state)}</span>',
+                    _state_cell(r.state),
                     text(str(r.priority)),
                     text(f"{r.attempt}/{r.max_attempts}"),
                     at(r.created_at),
@@ -844,7 +835,7 @@ class _Dashboard:
                 steps = []
             fields = (
                 ("Job", text(record.job_id)),
-                ("State", f'<span class="state-{text(record.state)}">{text(record.state)}</span>'),
+                ("State", _state_cell(record.state)),
                 ("Attempt", text(f"{record.attempt} of {record.max_attempts}")),
                 # J15: lapses (its worker died while it ran), in all and in a row.
                 ("Lapses", text(f"{record.lapses} ({record.consecutive_lapses} in a row)")),
@@ -971,72 +962,38 @@ class _Dashboard:
         async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
             keys = await ops.consumer_progress(limit=CONSUMER_KEYS_SHOWN + 1)
             rows = [_consumer_row(base, k) for k in keys[:CONSUMER_KEYS_SHOWN]]
-            more = (
-                f'<p class="muted">The first {CONSUMER_KEYS_SHOWN} keys are shown.</p>'
-                if len(keys) > CONSUMER_KEYS_SHOWN
-                else ""
-            )
-            consumers = (
-                "<h2>Consumers</h2>"
-                + table(
-                    (
-                        "Consumer",
-                        "Key",
-                        "Lag",
-                        "Last batch",
-                        "Batches",
-                        "Items",
-                        "Run (last batch)",
-                        "Live run",
-                    ),
-                    rows,
-                    empty="No consumer key has committed a batch yet.",
-                )
-                + more
-            )
-            html = (
-                consumers + "<h2>Backfills</h2>" + await self._backfill_table(request, can_manage)
+            missing, failed, backfills = await self._backfill_rows(request, can_manage)
+            html = render(
+                "pages/consumers.html",
+                rows=_marked(rows),
+                more=len(keys) > CONSUMER_KEYS_SHOWN,
+                shown=CONSUMER_KEYS_SHOWN,
+                backfills_missing=missing,
+                backfills_error=failed,
+                backfills=_marked(backfills),
             )
             return Content(html, {"consumer_keys": keys[:CONSUMER_KEYS_SHOWN]})
 
         return await self.page(request, "/consumers", "Consumers & backfills", body, poll=True)
 
-    async def _backfill_table(self, request: Request, can_manage: bool) -> Html:
+    async def _backfill_rows(
+        self, request: Request, can_manage: bool
+    ) -> tuple[str, bool, list[tuple[Html, ...]]]:
+        """(why no backfill is listed, whether that is an error, the backfills' rows)."""
         if self.backfills is None:
-            return (
-                '<p class="muted" id="no-backfills">No backfill ledger given'
-                " (create_dashboard(backfills=create_backfill_ledger(...)), or ship-sqla"
-                " dashboard --backfills-table ship_backfills).</p>"
-            )
+            return _NO_BACKFILLS, False, []
         backfill_ops = self.backfill_ops(request)
         probe = getattr(self.backfills[0], "require_tables", None)
         if probe is not None:  # the PostgreSQL ledger: a missing table says so, in place
             try:
                 await probe("the dashboard's backfills")
             except MissingTablesError as exc:
-                return f'<p class="error" id="no-backfills">{text(exc)}</p>'
+                return str(exc), True, []
         records = await backfill_ops.list_backfills(limit=BACKFILLS_SHOWN)
         now = backfill_ops.now()
         base = self.base(request)
         csrf = self.csrf(request) if can_manage else None
-        rows = [_backfill_row(base, r, now, csrf) for r in records]
-        return table(
-            (
-                "Backfill",
-                "Status",
-                "Pages",
-                "Rows",
-                "Pace",
-                "Last key",
-                "Started",
-                "Last progress",
-                "Stalled since",
-                "Required by",
-                "",
-            ),
-            rows,
-            empty="No backfill in the ledger.",
-        )
+        return "", False, [_backfill_row(base, r, now, csrf) for r in records]
 
     async def webhooks_page(self, request: Request) -> Response:
         """SPEC §16: each endpoint's state (and why disabled), failure streak (W4), topics and
@@ -1048,17 +1005,17 @@ class _Dashboard:
 
         async def body(_ops: JobOperations, _can_manage: bool, _f: Filters) -> Html | Content:
             if self.webhooks is None:
-                return (
-                    '<p class="muted" id="no-webhooks">No webhook sender given'
-                    " (create_dashboard(webhooks=create_webhook_sender(...)), or ship-sqla"
-                    " dashboard --webhooks).</p>"
+                missing = (
+                    "No webhook sender given (create_dashboard(webhooks=create_webhook_sender("
+                    "...)), or ship-sqla dashboard --webhooks)."
                 )
+                return render("pages/webhooks.html", missing=missing, missing_error=False)
             probe = getattr(self.webhooks.store, "require_tables", None)
             if probe is not None:  # the PostgreSQL store: a missing table says so, in place
                 try:
                     await probe("the dashboard's webhooks")
                 except MissingTablesError as exc:
-                    return f'<p class="error" id="no-webhooks">{text(exc)}</p>'
+                    return render("pages/webhooks.html", missing=str(exc), missing_error=True)
             hooks = self.webhook_ops(request)
             endpoints = await hooks.list_endpoints(limit=WEBHOOK_ENDPOINTS_SHOWN + 1)
             deliveries = await hooks.list_deliveries(limit=PAGE_SIZE + 1)
@@ -1066,45 +1023,19 @@ class _Dashboard:
             manage = await asks(WEBHOOKS_MANAGE, "webhooks.dashboard")
             csrf = self.csrf(request) if manage else None
             back = base + "/webhooks"
-            more = (
-                f'<p class="muted">The first {WEBHOOK_ENDPOINTS_SHOWN} endpoints are shown.</p>'
-                if len(endpoints) > WEBHOOK_ENDPOINTS_SHOWN
-                else ""
-            )
-            shown = (
-                f'<p class="muted">The latest {PAGE_SIZE} deliveries are shown.</p>'
-                if len(deliveries) > PAGE_SIZE
-                else ""
-            )
-            html = (
-                '<p class="muted" id="no-secrets">Secrets are never shown here. Add an endpoint'
-                " or rotate its secret at the shell (ship-sqla webhooks endpoints add /"
-                " rotate-secret): each shows the new secret once.</p>"
-                "<h2>Endpoints</h2>"
-                + table(
-                    ("Endpoint", "State", "Failure streak", "Topics", "URL", "Updated", ""),
-                    [
-                        _endpoint_row(base, e, csrf, back)
-                        for e in endpoints[:WEBHOOK_ENDPOINTS_SHOWN]
-                    ],
-                    empty="No webhook endpoint.",
-                )
-                + more
-                + "<h2>Latest deliveries</h2>"
-                + table(
-                    (
-                        "Delivery (webhook-id)",
-                        "Endpoint",
-                        "Topic",
-                        "State",
-                        "Created",
-                        "Attempts",
-                        "",
-                    ),
-                    [_delivery_row(base, d, csrf, back) for d in deliveries[:PAGE_SIZE]],
-                    empty="No webhook delivery.",
-                )
-                + shown
+            html = render(
+                "pages/webhooks.html",
+                missing="",
+                endpoints=_marked(
+                    _endpoint_row(base, e, csrf, back) for e in endpoints[:WEBHOOK_ENDPOINTS_SHOWN]
+                ),
+                more_endpoints=len(endpoints) > WEBHOOK_ENDPOINTS_SHOWN,
+                endpoints_shown=WEBHOOK_ENDPOINTS_SHOWN,
+                deliveries=_marked(
+                    _delivery_row(base, d, csrf, back) for d in deliveries[:PAGE_SIZE]
+                ),
+                more_deliveries=len(deliveries) > PAGE_SIZE,
+                deliveries_shown=PAGE_SIZE,
             )
             return Content(
                 html,
@@ -1164,54 +1095,32 @@ class _Dashboard:
 
         async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
             if self.outbox is None:
-                return (
-                    '<p class="muted">No outbox configured (create_dashboard(outbox=...), or'
-                    " ship-sqla dashboard --outbox-id ID).</p>"
-                )
+                return render("pages/outbox.html", configured=False)
             outbox = self.outbox_ops(request)
             manage = await outbox.can_manage()
-            parts = []
-            shown: dict[str, Any] = {}
+            shown: list[dict[str, Any]] = []
             for outbox_id in self.outbox_ids:
                 pending, claimed = await outbox.counts(outbox_id)
                 dead = await outbox.list_dead(outbox_id, limit=PAGE_SIZE)
-                shown[outbox_id] = {"pending": pending, "claimed": claimed, "dead": dead.items}
-                rows = [
-                    (
-                        f'<input type="checkbox" name="id" value="{m.id}">' if manage else "",
-                        text(m.id),
-                        text(m.topic),
-                        text(m.attempts),
-                        at(m.created_at),
-                        error_summary(m.last_error),
-                    )
-                    for m in dead.items
-                ]
-                listing = table(
-                    ("", "Message", "Topic", "Attempts", "Created", "Last error"),
-                    rows,
-                    empty="No dead messages.",
+                shown.append(
+                    {
+                        "id": outbox_id,
+                        "pending": pending,
+                        "claimed": claimed,
+                        "dead": dead.items,
+                        "more": dead.next_cursor is not None,
+                        "purge": f"{base}/outbox/{quote(outbox_id)}/purge",
+                    }
                 )
-                if manage:
-                    listing = (
-                        f'<form method="post" action="{text(base)}/outbox/'
-                        f'{text(outbox_id)}/redrive">{hidden(_csrf.FIELD, self.csrf(request))}'
-                        f"{hidden('next', base + '/outbox')}"
-                        f"{listing}"
-                        '<button type="submit" name="action" value="selected">Re-drive selected'
-                        '</button><button type="submit" name="action" value="all">Re-drive all'
-                        " dead</button></form>"
-                    ) + _retention_form(
-                        f"{base}/outbox/{quote(outbox_id)}/purge",
-                        "Purge delivered messages older than",
-                        csrf=self.csrf(request),
-                        back=base + "/outbox",
-                    )
-                parts.append(
-                    f"<h2>{text(outbox_id)}</h2><p>pending {pending} · claimed {claimed} · dead"
-                    f" {len(dead.items)}{'+' if dead.next_cursor else ''}</p>{listing}"
-                )
-            html = "".join(parts) or '<p class="muted">No outbox ids given (outbox_ids=).</p>'
+            html = render(
+                "pages/outbox.html",
+                configured=True,
+                outboxes=shown,
+                manage=manage,
+                base=base,
+                csrf=self.csrf(request) if manage else "",
+                max_days=MAX_RETENTION_DAYS,
+            )
             return Content(html, {"outboxes": shown})
 
         return await self.page(request, "/outbox", "Outbox", body)
@@ -1223,43 +1132,16 @@ class _Dashboard:
         base = self.base(request)
 
         async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
-            retention = [
-                (
-                    text(d.id),
-                    text(d.retention.completed),
-                    text(d.retention.dead),
-                    text(d.retention.discarded),
-                    text(d.retention.cancelled),
-                )
-                for d in self.definitions.values()
-            ]
-            cleanup = (
-                "<h2>Cleanup</h2><p>Deletes finished runs older than their job's retention"
-                " (completed, dead, discarded, cancelled), in bounded batches.</p>"
-                + table(
-                    ("Job", "Completed", "Dead", "Discarded", "Cancelled"),
-                    retention,
-                    empty="No job definitions given (create_dashboard(definitions=...)).",
-                )
+            html = render(
+                "pages/upkeep.html",
+                definitions=list(self.definitions.values()),
+                can_manage=can_manage,
+                base=base,
+                csrf=self.csrf(request) if can_manage else "",
+                max_days=MAX_RETENTION_DAYS,
             )
-            events = (
-                "<h2>Workflow events</h2><p>Deletes workflow events published before the age"
-                " given: keep them longer than the longest event wait's timeout (D4).</p>"
-            )
-            if can_manage:
-                csrf = self.csrf(request)
-                if self.definitions:
-                    cleanup += button_form(
-                        f"{base}/upkeep/cleanup", "Clean up now", csrf=csrf, back=base + "/upkeep"
-                    )
-                events += _retention_form(
-                    f"{base}/upkeep/events-purge",
-                    "Purge events older than",
-                    csrf=csrf,
-                    back=base + "/upkeep",
-                )
             retentions = {d.id: d.retention for d in self.definitions.values()}
-            return Content(cleanup + events, {"retention": retentions})
+            return Content(html, {"retention": retentions})
 
         return await self.page(request, "/upkeep", "Upkeep", body)
 
@@ -1477,6 +1359,11 @@ _RUN_ORDERS: Final[dict[RunOrder, tuple[str, str, Callable[[RunRecord], datetime
 """What the runs page says about its order, per state's order (:func:`run_order`), the time
 column's heading and its value."""
 
+_NO_BACKFILLS: Final = (
+    "No backfill ledger given (create_dashboard(backfills=create_backfill_ledger(...)), or"
+    " ship-sqla dashboard --backfills-table ship_backfills)."
+)
+
 _UNPARK: Final = ("unpark", "#diverged")
 """D10: the run page offers Unpark for a run parked on a divergence (waiting for it)."""
 
@@ -1504,15 +1391,11 @@ def _divergence_section(record: RunRecord) -> Html:
         return f"{side.get('name')} ({side.get('kind')})"
 
     rows = (
-        ("Position", text(found.get("position", "?")), ""),
-        ("Step", text(call(found.get("recorded"))), text(call(found.get("requested")))),
-        ("Reason", text(found.get("reason", "?")), text(found.get("location") or "")),
+        ("Position", found.get("position", "?"), ""),
+        ("Step", call(found.get("recorded")), call(found.get("requested"))),
+        ("Reason", found.get("reason", "?"), found.get("location") or ""),
     )
-    return (
-        '<h2 id="divergence">Parked: diverged from its history</h2>'
-        + table(("", "Recorded (history)", "Asked for (code)"), rows, empty="")
-        + f"<pre>{text(error.rsplit(chr(10), 1)[0])}</pre>"
-    )
+    return str(PARTS.divergence(rows, error.rsplit("\n", 1)[0]))
 
 
 _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
@@ -1523,7 +1406,7 @@ _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
 
 
 def _state_cell(state: str | None) -> Html:
-    return "—" if state is None else f'<span class="state-{text(state)}">{text(state)}</span>'
+    return str(PARTS.state_cell(state))
 
 
 def _consumer_row(base: str, k: ConsumerKeyProgress) -> tuple[Html, ...]:
@@ -1548,7 +1431,7 @@ def _consumer_row(base: str, k: ConsumerKeyProgress) -> tuple[Html, ...]:
         at(last_at) if last_at is not None else text(last or "—"),
         text(progress.get("batches", "—")),
         text(progress.get("items", "—")),
-        link(base, "/runs/" + quote(k.run_id, safe="/"), k.run_id) + " " + _state_cell(k.state),
+        str(PARTS.run_link(href(base, "/runs/" + quote(k.run_id, safe="/")), k.run_id, k.state)),
         live,
     )
 
@@ -1575,7 +1458,7 @@ def _backfill_row(
         text(f"{r.pages:,}"),
         text(f"{r.rows:,}"),
         text("—" if r.pace is None else f"{r.pace:g} pages/s"),
-        f"<code>{text(last_key[:120])}</code>",
+        str(PARTS.code(last_key[:120])),
         at(r.started_at),
         at(r.updated_at),
         at(stalled),
@@ -1590,19 +1473,11 @@ def _endpoint_row(
     """One endpoint (W4): its state and why it is disabled, its failure streak, topics and url
     (never a secret); the manager's disable (with a reason) or enable."""
     here = f"{base}/webhooks/endpoints/{quote(e.id, safe='')}"
-    state = _state_cell(e.state)
-    if e.disabled_reason:
-        state += f'<br><span class="muted">{text(e.disabled_reason[:300])}</span>'
+    state = str(PARTS.endpoint_state(e.state, (e.disabled_reason or "")[:300]))
     action = ""
     if csrf is not None:
         if e.state == "enabled":
-            action = (
-                f'<form class="inline" method="post" action="{text(here)}/disable">'
-                f"{hidden(_csrf.FIELD, csrf)}{hidden('next', back)}"
-                f'<input name="reason" required maxlength="{WEBHOOK_REASON_CHARS}"'
-                ' placeholder="reason">'
-                '<button type="submit">Disable</button></form>'
-            )
+            action = str(PARTS.disable_form(f"{here}/disable", csrf, back, WEBHOOK_REASON_CHARS))
         else:
             action = button_form(f"{here}/enable", "Enable", csrf=csrf, back=back)
     return (
@@ -1610,20 +1485,20 @@ def _endpoint_row(
         state,
         text(e.consecutive_failures),
         text(", ".join(e.topics)),
-        f"<code>{text(e.url[:300])}</code>",
+        str(PARTS.code(e.url[:300])),
         at(e.updated_at),
         action,
     )
 
 
-def _attempt_line(a: DeliveryAttempt) -> Html:
-    status = "no answer" if a.status is None else f"HTTP {a.status}"
-    parts = [f"{at(a.at)} · {text(status)} · {text(f'{a.duration:.3f}')} s"]
-    if a.error:
-        parts.append(error_summary(a.error))
-    if a.body:
-        parts.append(f"<code>{text(excerpt(a.body, WEBHOOK_BODY_SHOWN))}</code>")
-    return "<li>" + " · ".join(parts) + "</li>"
+def _attempt_line(a: DeliveryAttempt) -> dict[str, Any]:
+    return {
+        "at": a.at,
+        "status": "no answer" if a.status is None else f"HTTP {a.status}",
+        "duration": f"{a.duration:.3f}",
+        "error": a.error,
+        "body": excerpt(a.body, WEBHOOK_BODY_SHOWN) if a.body else "",
+    }
 
 
 def _delivery_row(
@@ -1633,9 +1508,8 @@ def _delivery_row(
     ended (delivered or failed)."""
     latest = d.attempts[-WEBHOOK_ATTEMPTS_SHOWN:]
     earlier = len(d.attempts) - len(latest)
-    attempts = "".join(_attempt_line(a) for a in reversed(latest))
-    note = f'<p class="muted">{earlier} earlier attempt(s) not shown.</p>' if earlier else ""
-    cell = f'<ul class="attempts">{attempts}</ul>{note}' if d.attempts else "none yet"
+    lines = [_attempt_line(a) for a in reversed(latest)]
+    cell = str(PARTS.attempts(lines, earlier)) if d.attempts else "none yet"
     action = ""
     if csrf is not None and d.state in ("delivered", "failed"):
         action = button_form(
@@ -1661,7 +1535,7 @@ def _serving_cell(served: Serving | None, job_id: str) -> Html:
     if served is None:
         return text("-")
     if served.unserved(job_id):
-        return '<span class="state-dead" title="no live worker serves this job">none</span>'
+        return str(PARTS.unserved())
     return text(served.workers_for(job_id))
 
 
@@ -1689,19 +1563,10 @@ def _bulk_buttons(actions: Iterable[str], state: str, job: str | None, tenant: s
     """The runs page's bulk buttons: each action on the selection and, for waiting and running
     runs, the bulk-by-filter one carrying the page's filter
     (:meth:`JobOperations.cancel_matching` through :func:`_cancel_all`)."""
-    buttons = "".join(
-        f'<button type="submit" name="action" value="{a}">{a.capitalize()} selected</button>'
-        for a in actions
-    )
-    if state not in LIVE_STATES:
-        return buttons
     scope = f"of job {job}" if job else "of every job"
     scope += f", tenant {tenant}" if tenant else ""
-    return buttons + (
-        f"{hidden('state', state)}{hidden('job', job or '')}{hidden('tenant', tenant or '')}"
-        '<button type="submit" name="action" value="cancel-all"'
-        f' id="cancel-all">Cancel all {text(state)} runs {text(scope)}</button>'
-    )
+    live = state in LIVE_STATES
+    return str(PARTS.bulk_buttons(list(actions), live, state, job, tenant, scope))
 
 
 async def _cancel_all(ops: JobOperations, fields: Mapping[str, list[str]]) -> str:
@@ -1732,13 +1597,7 @@ MAX_RETENTION_DAYS: Final = 36_500
 
 def _retention_form(action: str, label: str, *, csrf: str, back: str) -> Html:
     """A retention action's form: an age in days (default 7), then the button."""
-    return (
-        f'<form class="inline" method="post" action="{text(action)}">'
-        f"{hidden(_csrf.FIELD, csrf)}{hidden('next', back)}"
-        f'<label>{text(label)} <input type="number" name="older_than_days" min="0"'
-        f' max="{MAX_RETENTION_DAYS}" step="any" value="7"> days</label>'
-        '<button type="submit">Purge</button></form>'
-    )
+    return str(PARTS.retention_form(action, label, csrf, back, MAX_RETENTION_DAYS))
 
 
 def _older_than(fields: Mapping[str, list[str]]) -> timedelta:

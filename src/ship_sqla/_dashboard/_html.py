@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ENV",
+    "PARTS",
     "Html",
     "ago",
     "at",
@@ -74,6 +75,8 @@ ENV.globals["static"] = lambda relative: relative  # replaced per render: see re
 
 _M: Any = ENV.get_template("macros.html").module
 """The macros, called from Python (each returns Markup)."""
+PARTS: Any = ENV.get_template("parts.html").module
+"""The pages' row parts (``templates/parts.html``), called from the row builders."""
 
 
 def render(template: str, /, **context: Any) -> Html:  # noqa: ANN401 - template values
