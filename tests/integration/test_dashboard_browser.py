@@ -299,6 +299,43 @@ async def test_s2_pages_render_filters_page_and_a_bulk_retry_changes_the_databas
     assert _csp_violations(browser) == []  # issue 25: every page and action under the CSP
 
 
+async def test_every_page_renders_without_a_csp_violation_light_and_dark_issue_36(server, browser):
+    """Issue 36: every page of the header renders its title under the CSP with the page
+    script's local times; the overview also in dark mode (prefers-color-scheme: dark, which the
+    stylesheet follows). Each is saved as a screenshot (docs/images/dashboard-*.png)."""
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    _as(browser, server, "admin")
+    pages = {
+        "workers": ("/workers", "Workers"),
+        "consumers": ("/consumers", "Consumers & backfills"),
+        "outbox": ("/outbox", "Outbox"),
+        "webhooks": ("/webhooks", "Webhooks"),
+        "upkeep": ("/upkeep", "Upkeep"),
+        "audit": ("/audit", "Audit log"),
+        "schedules": ("/schedules", "Schedules"),
+    }
+    for name, (path, title) in pages.items():
+        browser.get(server + path)
+        assert browser.find_element(By.TAG_NAME, "h1").text == title, path
+        _shot(browser, name)
+    browser.get(server + "/schedules")
+    shown = browser.find_element(By.CSS_SELECTOR, "tbody time")
+    assert shown.text
+    assert not shown.text.endswith("UTC")
+    assert shown.get_attribute("title").endswith("UTC")
+    browser.execute_cdp_cmd(
+        "Emulation.setEmulatedMedia",
+        {"features": [{"name": "prefers-color-scheme", "value": "dark"}]},
+    )
+    browser.get(server + "/")
+    body = browser.find_element(By.TAG_NAME, "body")
+    assert body.value_of_css_property("background-color") == "rgba(18, 20, 23, 1)"
+    _shot(browser, "overview-dark")
+    browser.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+    assert _csp_violations(browser) == []
+
+
 async def test_s2_a_read_only_user_sees_no_action_buttons(server, browser, ship_engine):
     """S2: ship.jobs:read only: every page renders its data with no button, checkbox or POST
     form (the filter buttons aside), and the header says read only."""

@@ -878,7 +878,7 @@ class _Dashboard:
                 actions=Markup(actions),  # noqa: S704 - rendered by the macros
                 fields=_marked(fields),
                 divergence=Markup(_divergence_section(record)),  # noqa: S704 - rendered
-                history=[h for h in record.history if isinstance(h, dict)],
+                history=[_attempt_entry(h) for h in record.history if isinstance(h, dict)],
                 steps=_marked(step_rows) if steps else [],
             )
             return Content(html, {"run": record, "steps": steps})
@@ -1403,6 +1403,19 @@ _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
     "running": ("cancel",),
     "dead": ("retry", "discard"),
 }
+
+
+def _attempt_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """A history entry for the run page, its ``at`` (ISO 8601 text) read as a time, shown in
+    the browser's zone like every other time; kept as text when it is not one."""
+    raw = entry.get("at")
+    try:
+        when = datetime.fromisoformat(raw) if isinstance(raw, str) else None
+    except ValueError:
+        when = None
+    if when is not None and when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return {**entry, "at_time": when}
 
 
 def _state_cell(state: str | None) -> Html:

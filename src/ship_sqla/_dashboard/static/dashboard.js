@@ -43,14 +43,28 @@
       if (!island || host.getAttribute("data-drawn") === island.textContent.length + "") { continue; }
       var spec = JSON.parse(island.textContent);
       host.textContent = "";
-      var series = [{}];
-      for (var s = 0; s < spec.series.length; s++) {
-        series.push({ label: spec.series[s].label, stroke: spec.series[s].color,
-          fill: spec.series[s].color + "55", paths: uPlot.paths.bars({ size: [0.8] }) });
+      // Stacked bars: series k is drawn at the sum of series 0..k, the tallest first, so the
+      // first series is the bottom band and each next one sits on it; the legend (and the
+      // hover values) show each series' own count.
+      var n = spec.series.length, data = [spec.data[0]], series = [{}];
+      for (var k = 0; k < n; k++) {
+        var sums = spec.data[1].map(function (_, j) {
+          var total = 0;
+          for (var m = 0; m <= k; m++) { total += spec.data[m + 1][j]; }
+          return total;
+        });
+        data.push(sums);
+        series.push({ label: spec.series[k].label, stroke: spec.series[k].color,
+          fill: spec.series[k].color, points: { show: false },
+          value: (function (own) { return function (u, v, si, i) { return i == null ? "--" : own[i]; }; })(spec.data[k + 1]),
+          paths: uPlot.paths.bars({ size: [0.8] }) });
       }
+      // The tallest band (the sum of all) is drawn first: reverse the order of drawing.
+      data = [data[0]].concat(data.slice(1).reverse());
+      series = [series[0]].concat(series.slice(1).reverse());
       new uPlot({ width: Math.min(host.clientWidth || 720, 760), height: 180, series: series,
         tzDate: utc() ? function (ts) { return uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"); } : undefined },
-        spec.data, host);
+        data, host);
       host.setAttribute("data-drawn", island.textContent.length + "");
     }
   }
