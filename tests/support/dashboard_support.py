@@ -115,7 +115,7 @@ HOUR = timedelta(hours=1)
 
 CSP_PATTERN = re.compile(
     r"default-src 'none'; script-src 'self' 'nonce-([A-Za-z0-9_-]{24})';"
-    r" style-src 'self' 'nonce-\1'; img-src 'self' data:; connect-src 'self';"
+    r" style-src 'self' 'nonce-\1'; img-src 'self'; connect-src 'self';"
     r" form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 )
 """The Content-Security-Policy of every response: its nonce is fresh per response (issue 36)."""

@@ -12,7 +12,7 @@ module). No inline style; the scripts carry the response's CSP nonce (:mod:`._se
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -56,6 +56,15 @@ def _iso_utc(value: datetime) -> str:
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
+def _duration(value: timedelta) -> str:
+    """A retention or an age: whole days as ``7 d``, else hours, minutes or seconds."""
+    seconds = value.total_seconds()
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size:.0f} {unit}"
+    return f"{seconds:g} s"
+
+
 def _pretty_json(value: Any) -> str:  # noqa: ANN401 - any JSON value
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
@@ -71,6 +80,7 @@ ENV = Environment(
 ENV.filters["utc"] = _utc
 ENV.filters["isoutc"] = _iso_utc
 ENV.filters["pretty_json"] = _pretty_json
+ENV.filters["duration"] = _duration
 ENV.globals["static"] = lambda relative: relative  # replaced per render: see render()
 
 _M: Any = ENV.get_template("macros.html").module

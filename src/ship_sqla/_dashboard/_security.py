@@ -45,7 +45,7 @@ NONCE_KEY: Final = "ship_csp_nonce"
 
 CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'self' 'nonce-{nonce}'; style-src 'self' 'nonce-{nonce}';"
-    " img-src 'self' data:; connect-src 'self'; form-action 'self'; frame-ancestors 'none';"
+    " img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none';"
     " base-uri 'none'"
 )
 """The policy, with ``{nonce}`` for the response's nonce (:func:`content_security_policy`)."""
