@@ -12,8 +12,9 @@ A page's parameters (filters, cursor, run id) are read and checked in one place,
 :func:`._filters.read_filters`, before the page asks anything; a refused one is a 400 problem
 page naming it (issue 25, D5). Every response carries the security headers of
 :mod:`._security` (Content-Security-Policy, nosniff, Referrer-Policy, X-Frame-Options,
-no-store); the stylesheet and the poll are static assets (:mod:`._static`), so no page needs
-inline style or script.
+no-store) with a per-response CSP nonce. Issue 36: the pages are Jinja2 templates
+(:mod:`._html`, ``templates/``), each page's body returning its HTML and its JSON twin's data
+(:class:`Content`); the static files (:mod:`._static`) are served under content-hashed names.
 """
 
 from __future__ import annotations
@@ -469,7 +470,7 @@ class _Dashboard:
             actor=ops.actor,
             can_manage=can_manage,
             nonce=_nonce(request),
-            here=_here(request),
+            here=_here(request, keep_flash=True),
             flash=request.query_params.get("done"),
             error=request.query_params.get("failed"),
             poll_ms=self.poll_ms if poll else None,
@@ -1645,12 +1646,15 @@ def _with(path: str, **params: str) -> str:
     return path + ("&" if "?" in path else "?") + urlencode(params)
 
 
-def _here(request: Request) -> str:
+def _here(request: Request, *, keep_flash: bool = False) -> str:
+    """This page's path and query under the mount; without an action's ``done`` / ``failed``
+    message unless ``keep_flash`` (the live refresh: the message stays while the page does)."""
     root = str(request.scope.get("root_path", "")).rstrip("/")
     path = request.url.path
     if not path.startswith(root):
         path = root + path
-    query = [(k, v) for k, v in request.query_params.multi_items() if k not in ("done", "failed")]
+    flash = () if keep_flash else ("done", "failed")
+    query = [(k, v) for k, v in request.query_params.multi_items() if k not in flash]
     return path + ("?" + urlencode(query) if query else "")
 
 

@@ -74,6 +74,7 @@ ENV = Environment(
     autoescape=select_autoescape(["html"], default_for_string=True, default=True),
     undefined=StrictUndefined,
     extensions=["jinja2.ext.do"],
+    auto_reload=False,  # the templates are package data: no stat of each one per page
     trim_blocks=False,
     keep_trailing_newline=False,
 )
