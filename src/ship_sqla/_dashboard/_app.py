@@ -148,6 +148,9 @@ WEBHOOK_BODY_SHOWN: Final = 200
 """Characters of an attempt's answer excerpt the Webhooks page shows (marked when cut)."""
 MAX_ACTOR_CHARS: Final = 200
 """The operator surfaces' bound on an actor's name."""
+REDRIVE_SELECTED: Final = "selected"
+REDRIVE_ALL: Final = "all"
+"""The outbox page's two re-drive buttons' ``action`` values (any other: the selection)."""
 OUTBOX_REDRIVE_PAGES: Final = 10
 """Pages of 1,000 dead messages one "re-drive all" re-drives (call it again for more)."""
 THROUGHPUT_BUCKET: Final = 300
@@ -1121,6 +1124,7 @@ class _Dashboard:
                 base=base,
                 csrf=self.csrf(request) if manage else "",
                 max_days=MAX_RETENTION_DAYS,
+                redrive=(REDRIVE_SELECTED, REDRIVE_ALL),
             )
             return Content(html, {"outboxes": shown})
 
@@ -1326,7 +1330,7 @@ class _Dashboard:
 
         async def action(_ops: JobOperations, fields: dict[str, list[str]]) -> str:
             outbox = self._shown_outbox(request, outbox_id)
-            if (fields.get("action") or [""])[0] == "all":
+            if (fields.get("action") or [""])[0] == REDRIVE_ALL:
                 result = await outbox.retry_dead_matching(
                     outbox_id, max_batches=OUTBOX_REDRIVE_PAGES
                 )
