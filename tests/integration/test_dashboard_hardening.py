@@ -173,7 +173,7 @@ async def test_s2_every_bad_parameter_of_every_page_is_a_400_naming_it_keep_aliv
         assert missing_security_headers(answer.headers) == {}, path
     assert "\ufffd" in answers[len(cases) + 4].text  # the decoded tenant, in the filter form
     assert answers[-1].status == 404, answers[-1].text[-400:]
-    assert "No run has the id &#x27;\\x01&#x27;. Fix: find the run" in answers[-1].text
+    assert "No run has the id &#39;\\x01&#39;. Fix: find the run" in answers[-1].text
     assert missing_security_headers(answers[-1].headers) == {}
 
 

@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from dashboard_support import (
+    CSP_PATTERN,
     MAIL,
     REPORT,
     actor,
@@ -22,6 +23,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 from ship_sqla import create_dashboard
+from ship_sqla._dashboard._static import IMMUTABLE, asset_name
 from ship_sqla.kernel import InMemoryJobBackend
 from ship_sqla.operators import InMemoryAuditLog
 
@@ -36,6 +38,10 @@ def every_page(run_id: str) -> tuple[str, ...]:
         "/ops/schedules",
         "/ops/workers",
         "/ops/audit",
+        "/ops/consumers",
+        "/ops/outbox",
+        "/ops/webhooks",
+        "/ops/upkeep",
     )
 
 
@@ -338,18 +344,29 @@ async def test_s2_every_kind_of_response_carries_the_security_headers_issue_25(c
             ),
             303,
         ),
-        "stylesheet": (await client.get("/ops/static/dashboard.css"), 200),
-        "script": (await client.get("/ops/static/poll.js"), 200),
+        "stylesheet": (await client.get(f"/ops/static/{asset_name('dashboard.css')}"), 200),
+        "script": (await client.get(f"/ops/static/{asset_name('dashboard.js')}"), 200),
         "unknown asset": (await client.get("/ops/static/evil.js"), 404),
+        "unhashed asset": (await client.get("/ops/static/dashboard.css"), 404),
+        "health": (await client.get("/ops/health"), 200),
+        "json twin": (
+            await client.get("/ops/dead", headers={**admin, "accept": "application/json"}),
+            200,
+        ),
         "unknown page": (await client.get("/ops/no-such-page", headers=admin), 404),
         "wrong method": (await client.get("/ops/dead/bulk", headers=admin), 405),
     }
+    assets = ("stylesheet", "script")
     for kind, (answer, status) in answers.items():
         assert answer.status_code == status, (kind, answer.text[:200])
-        assert missing_security_headers(answer.headers) == {}, kind
+        if kind in assets:  # issue 36: hashed names, cached for good
+            assert answer.headers["cache-control"] == IMMUTABLE, kind
+            assert missing_security_headers({**answer.headers, "cache-control": "no-store"}) == {}
+        else:
+            assert missing_security_headers(answer.headers) == {}, kind
     assert answers["stylesheet"][0].headers["content-type"] == "text/css; charset=utf-8"
     assert answers["script"][0].headers["content-type"] == "text/javascript; charset=utf-8"
-    assert "data-poll-ms" in answers["script"][0].text
+    assert "localStorage" in answers["script"][0].text
 
 
 async def test_s2_an_unexpected_500_carries_the_security_headers_too_issue_25(ship_clock):
@@ -372,21 +389,29 @@ async def test_s2_an_unexpected_500_carries_the_security_headers_too_issue_25(sh
 async def test_s2_no_page_has_inline_style_or_script_so_the_csp_needs_no_unsafe_inline(
     client, backend
 ):
-    """S2, issue 25: no page (the polling overview and workers pages included) holds a
+    """S2, issues 25 and 36: no page (the live overview and workers pages included) holds a
     ``<style>`` element, a ``style=`` attribute, an inline ``<script>`` or an event handler
-    attribute: the stylesheet and the poll load from the dashboard's own static assets, which
-    the Content-Security-Policy allows as ``'self'``."""
+    attribute: the stylesheet, htmx and the page script load from the dashboard's own static
+    assets (hashed names), each tag carrying the response's CSP nonce."""
     [run_id] = await dead_runs(backend, MAIL, 1)
+    css = asset_name("dashboard.css")
     for path in (*every_page(run_id), "/ops/dead?tenant=%00"):
-        html = (await client.get(path, headers={"x-user": "admin"})).text
-        assert '<link rel="stylesheet" href="/ops/static/dashboard.css">' in html, path
+        answer = await client.get(path, headers={"x-user": "admin"})
+        html = answer.text
+        nonce = CSP_PATTERN.fullmatch(answer.headers["content-security-policy"])
+        assert nonce is not None, path
+        assert f'<link rel="stylesheet" href="/ops/static/{css}" nonce="{nonce[1]}">' in html
         assert "<style" not in html, path
         assert not re.search(r"\sstyle=", html), path
         assert not re.search(r"\son[a-z]+=", html), path
-        assert all(' src="/ops/static/' in tag for tag in re.findall(r"<script[^>]*>", html)), path
+        tags = re.findall(r"<script[^>]*>", html)
+        assert tags, path
+        for tag in tags:  # a file of the dashboard's, or a data island (never run)
+            assert ' src="/ops/static/' in tag or 'type="application/json"' in tag, (path, tag)
+            assert f'nonce="{nonce[1]}"' in tag, (path, tag)
     overview = (await client.get("/ops/", headers={"x-user": "admin"})).text
-    assert '<main data-poll-ms="10000">' in overview
-    assert '<script src="/ops/static/poll.js" defer></script>' in overview
+    assert 'hx-trigger="every 10000ms" hx-swap="morph:innerHTML"' in overview
+    assert f'src="/ops/static/{asset_name("vendor/htmx-2.0.11.min.js")}"' in overview
 
 
 async def test_s2_overview_lists_a_failing_job_with_its_dead_count_issue_36(backend, audit):
@@ -404,3 +429,40 @@ async def test_s2_overview_lists_a_failing_job_with_its_dead_count_issue_36(back
     assert "failing" in failing
     waiting = page[page.index(f">{REPORT.id}<") :].split("</tr>")[0]
     assert "failing" not in waiting
+
+
+
+
+async def test_every_page_has_a_json_twin_and_an_unknown_run_is_404_issue_36(client, backend):
+    """Issue 36: ``Accept: application/json`` answers every page's JSON twin (its data, the
+    health alarms, the same status); an unknown run id answers 404 as a page and as JSON; the
+    health route answers without a user; the header's jump box redirects to the run."""
+    [run_id] = await dead_runs(backend, MAIL, 1)
+    wants_json = {"x-user": "admin", "accept": "application/json"}
+    for path in every_page(run_id):
+        answer = await client.get(path, headers=wants_json)
+        assert answer.status_code == 200, (path, answer.text[:300])
+        assert answer.headers["content-type"] == "application/json", path
+        twin = answer.json()
+        assert twin["status"] == 200, path
+        assert "data" in twin, path
+        assert twin["health"] == [], path
+    run = (await client.get(f"/ops/runs/{run_id}", headers=wants_json)).json()["data"]["run"]
+    assert (run["run_id"], run["state"]) == (run_id, "dead")
+    dead = (await client.get("/ops/dead", headers=wants_json)).json()["data"]["runs"]
+    assert [r["run_id"] for r in dead] == [run_id]
+    unknown = await client.get("/ops/runs/no-such-run", headers=wants_json)
+    assert unknown.status_code == 404
+    assert "No run has the id" in unknown.json()["error"]
+    page = await client.get("/ops/runs/no-such-run", headers={"x-user": "admin"})
+    assert page.status_code == 404
+    assert 'id="not-found"' in page.text
+    refused = await client.get(
+        "/ops/dead", headers={"x-user": "nobody", "accept": "application/json"}
+    )
+    assert refused.status_code == 403
+    assert refused.json()["status"] == 403
+    health = await client.get("/ops/health")
+    assert (health.status_code, health.json()) == (200, {"status": "ok"})
+    jump = await client.get(f"/ops/goto?run={run_id}", headers={"x-user": "admin"})
+    assert (jump.status_code, jump.headers["location"]) == (303, f"/ops/runs/{run_id}")

@@ -1,14 +1,17 @@
 """The dashboard's pure parts: CSRF tokens (S2), the one reader of a page's parameters (S2,
-issue 25) and the throughput chart."""
+issue 25), the throughput chart, and the templates and static files (issue 36)."""
 
 from __future__ import annotations
 
+import hashlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from ship_sqla._dashboard._csrf import form_token, new_session_id, token_matches
 from ship_sqla._dashboard._filters import BadParameter, Filters, read_filters
+from ship_sqla._dashboard._html import ENV, at, link, table, text
+from ship_sqla._dashboard._static import ASSETS, STATIC_DIR
 from ship_sqla._dashboard._svg import throughput_chart
 from ship_sqla.errors import (
     ConfigurationError,
@@ -131,3 +134,35 @@ def test_s2_a_csrf_token_of_any_text_is_refused_not_an_error_issue_32() -> None:
     for token in ("\u202eevil", "é" * 64, "\ud800", "\x00"):
         assert token_matches(secret, "session", token) is False
     assert token_matches(secret, "session", form_token(secret, "session")) is True
+
+
+def test_every_template_compiles_and_escapes_what_it_is_given_issue_36():
+    """Issue 36: every template of the dashboard compiles; a value reaching a macro is escaped
+    (autoescape), and a time is a ``<time>`` reading in UTC for the page script to localise."""
+    names = ENV.list_templates()
+    assert {"layout.html", "macros.html", "parts.html", "pages/overview.html"} <= set(names)
+    for name in names:
+        ENV.get_template(name)
+    hostile = "<script>alert(1)</script>"
+    cell = table(["h"], [[text(hostile)]], empty="")
+    assert hostile not in cell
+    assert "&lt;script&gt;" in cell
+    assert hostile not in link("/ops", "/runs", hostile, {"job": hostile})
+    assert at(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == (
+        '<time datetime="2026-01-02T03:04:05Z">2026-01-02 03:04:05 UTC</time>'
+    )
+
+
+def test_the_static_files_are_served_under_their_content_hash_with_a_licence_issue_36():
+    """Issue 36: each static file's served name holds the first 10 hex digits of its content's
+    SHA-256 (a changed file is a new name, so ``immutable`` is safe), and each vendored file is
+    listed in the vendor README beside its licence file."""
+    readme = (STATIC_DIR / "vendor" / "README.md").read_text()
+    for relative, (hashed, _) in ASSETS.items():
+        digest = hashlib.sha256((STATIC_DIR / relative).read_bytes()).hexdigest()[:10]
+        stem, _, ext = relative.rpartition(".")
+        assert hashed == f"{stem}.{digest}.{ext}"
+        if relative.startswith("vendor/"):
+            assert f"`{relative.removeprefix('vendor/')}`" in readme, relative
+    for licence in ("htmx", "idiomorph", "htmx-ext-sse", "uplot"):
+        assert (STATIC_DIR / "vendor" / f"LICENSE.{licence}").is_file()

@@ -12,8 +12,9 @@ A page's parameters (filters, cursor, run id) are read and checked in one place,
 :func:`._filters.read_filters`, before the page asks anything; a refused one is a 400 problem
 page naming it (issue 25, D5). Every response carries the security headers of
 :mod:`._security` (Content-Security-Policy, nosniff, Referrer-Policy, X-Frame-Options,
-no-store); the stylesheet and the poll are static assets (:mod:`._static`), so no page needs
-inline style or script.
+no-store) with a per-response CSP nonce. Issue 36: the pages are Jinja2 templates
+(:mod:`._html`, ``templates/``), each page's body returning its HTML and its JSON twin's data
+(:class:`Content`); the static files (:mod:`._static`) are served under content-hashed names.
 """
 
 from __future__ import annotations
@@ -27,10 +28,21 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 from urllib.parse import parse_qs, quote, urlencode
 
+import anyio
+import attrs
+from markupsafe import Markup
+from sqlalchemy import text as sql_text
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+)
+from starlette.routing import BaseRoute, Mount, Route
 
 from ship_sqla._dashboard import _csrf
 from ship_sqla._dashboard._filters import (
@@ -42,22 +54,23 @@ from ship_sqla._dashboard._filters import (
     read_filters,
 )
 from ship_sqla._dashboard._html import (
+    PARTS,
     Html,
     ago,
     at,
     button_form,
     error_summary,
     health_banner,
-    hidden,
+    href,
     layout,
     link,
-    pre_json,
+    render,
     table,
     text,
 )
 from ship_sqla._dashboard._reads import OVERVIEW_COUNT_CAP, overview_jobs
-from ship_sqla._dashboard._security import SecurityHeaders
-from ship_sqla._dashboard._static import ASSETS
+from ship_sqla._dashboard._security import NONCE_KEY, SecurityHeaders
+from ship_sqla._dashboard._static import StaticAssets
 from ship_sqla._dashboard._svg import throughput_chart
 from ship_sqla._jobs._backend import PostgresJobBackend
 from ship_sqla._schema_probe import MissingTablesError
@@ -86,11 +99,13 @@ from ship_sqla.kernel._serving import serving_of
 from ship_sqla.kernel._webhooks_out import WebhookEndpointUnknownError, excerpt
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
 
+HEALTH_TIMEOUT: Final = 2.0
+"""Seconds the health route waits for the database's ``SELECT 1``."""
 LIMIT_WAITS_SHOWN: Final = 100
 """The most partitions per job the overview's "Waiting on a limit" table visits (tenant order)."""
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 
     from starlette.requests import Request
     from starlette.types import ASGIApp, Receive, Scope, Send
@@ -98,7 +113,7 @@ if TYPE_CHECKING:
     from ship_sqla._outbox._operations import OutboxOperations
     from ship_sqla.kernel._audit import AuditSink
     from ship_sqla.kernel._backfills import BackfillRecord
-    from ship_sqla.kernel._browse import ConsumerKeyProgress, RunOrder
+    from ship_sqla.kernel._browse import ConsumerKeyProgress, RunOrder, ThroughputBucket
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import AdministeredBackend
     from ship_sqla.kernel._ports import RunRecord
@@ -134,6 +149,9 @@ WEBHOOK_BODY_SHOWN: Final = 200
 """Characters of an attempt's answer excerpt the Webhooks page shows (marked when cut)."""
 MAX_ACTOR_CHARS: Final = 200
 """The operator surfaces' bound on an actor's name."""
+REDRIVE_SELECTED: Final = "selected"
+REDRIVE_ALL: Final = "all"
+"""The outbox page's two re-drive buttons' ``action`` values (any other: the selection)."""
 OUTBOX_REDRIVE_PAGES: Final = 10
 """Pages of 1,000 dead messages one "re-drive all" re-drives (call it again for more)."""
 THROUGHPUT_BUCKET: Final = 300
@@ -144,8 +162,78 @@ counted run is a heap row read (the state is not in the index): at 500 the chart
 rows at 1,000,000 runs and took 300-700 ms; at 100 at most 24,000 (issue 36). The stats table
 (issue 36, item 2) is the exact source this chart is meant to move to."""
 
-PageBody: TypeAlias = "Callable[[JobOperations, bool, Filters], Awaitable[Html]]"
+PageBody: TypeAlias = "Callable[[JobOperations, bool, Filters], Awaitable[Html | Content]]"
 """A page's content: ``body(ops, can_manage, filters)`` (the filters it named, checked)."""
+
+
+@attrs.frozen
+class Content:
+    """A page's content: its HTML (rendered by its template) and the data its JSON twin
+    answers (records, counts, cursors; issue 36)."""
+
+    html: Html
+    data: Any
+
+
+def _wants_json(request: Request) -> bool:
+    """The JSON twin is asked for: ``Accept`` names ``application/json`` before any HTML."""
+    accept = request.headers.get("accept", "").lower()
+    if "application/json" not in accept:
+        return False
+    html_at = accept.find("text/html")
+    return html_at < 0 or accept.find("application/json") < html_at
+
+
+def _jsonable(value: Any) -> Any:  # noqa: ANN401, PLR0911 - any record
+    """``value`` as JSON values: attrs records and mappings as objects, times as ISO 8601,
+    durations as seconds, ids and anything else as text."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if attrs.has(type(value)):
+        return {
+            f.name: _jsonable(getattr(value, f.name))
+            for f in attrs.fields(type(value))
+            if not f.name.startswith("_")
+        }
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    return str(value)
+
+
+def _json_response(content: Any, status: int) -> Response:  # noqa: ANN401 - any JSON value
+    return JSONResponse(_jsonable(content), status)
+
+
+def _marked(rows: Iterable[Iterable[Html]]) -> list[list[Markup]]:
+    """Table rows of cells rendered by the macros, marked safe for a page's template."""
+    return [[Markup(cell) for cell in row] for row in rows]  # noqa: S704 - rendered cells
+
+
+def _chart_data(buckets: Sequence[ThroughputBucket]) -> dict[str, Any]:
+    """The throughput chart's uPlot data island: bucket starts (epoch seconds), completed and
+    dead counts (the SVG beside it is the chart without JavaScript)."""
+    return {
+        "series": [
+            {"label": "completed", "color": "#2e7d32"},
+            {"label": "dead", "color": "#c62828"},
+        ],
+        "data": [
+            [int(b.start.timestamp()) for b in buckets],
+            [b.completed for b in buckets],
+            [b.dead for b in buckets],
+        ],
+    }
+
+
+def _nonce(request: Request) -> str:
+    """The response's CSP nonce (:class:`SecurityHeaders` put it in the scope)."""
+    return str(request.scope.get(NONCE_KEY, ""))
 
 
 class _Unset:
@@ -181,7 +269,9 @@ class _NotFound(Exception):  # noqa: N818 - an answer (404), not an error of the
         self.fix = fix
 
     def html(self) -> Html:
-        return f'<p class="error" id="not-found">{text(self.what)} Fix: {text(self.fix)}</p>'
+        return render(
+            "notice.html", message=f"{self.what} Fix: {self.fix}", kind="error", id="not-found"
+        )
 
 
 def _default_actor(request: Request) -> str:
@@ -221,8 +311,10 @@ class _Dashboard:
         backfills: tuple[BackfillLedger, JobBackend] | None = None,
         audit_sink: AuditSink | None = None,
         webhooks: WebhookSender | None = None,
+        backend: AdministeredBackend | None = None,
     ) -> None:
         self.jobs = jobs
+        self.backend = backend
         self.webhooks = webhooks
         self.backfills = backfills
         self.audit_sink = audit_sink
@@ -338,6 +430,7 @@ class _Dashboard:
         poll: bool = False,
         reads: tuple[Parameter, ...] = (),
         form: Callable[[Mapping[str, str]], Html] | None = None,
+        charts: bool = False,
     ) -> Response:
         """The page ``current`` (a path under the dashboard): its parameters ``reads`` checked
         first (:func:`read_filters`), then ``body``. A refused parameter (or a cursor the
@@ -345,30 +438,50 @@ class _Dashboard:
         filter ``form`` filled with what was sent (the form kept, to correct it); another typed
         input error of the library a 400 saying why; a refused permission a 403; an id nothing
         has (:class:`_NotFound`) a 404. No 5xx for any request value (issue 32: the route
-        fuzzer, tests/integration/test_dashboard_fuzz.py)."""
+        fuzzer, tests/integration/test_dashboard_fuzz.py).
+
+        Issue 36: ``Accept: application/json`` answers the page's JSON twin (the same reads,
+        the same statuses: ``{"page", "title", "status", "data" | "error", "health"}``); the
+        live refresh (``X-Ship-Fragment: 1``) gets ``<main>``'s content only."""
         ops = self.ops(request)
         can_manage = False
+        data: Any = None
+        problem: str | None = None
         try:
             can_manage = await ops.can_manage()
             filters = read_filters(request.query_params, request.path_params, reads)
-            content = await body(ops, can_manage, filters)
+            answer = await body(ops, can_manage, filters)
+            content, data = (
+                (answer.html, answer.data)
+                if isinstance(answer, Content)
+                else (
+                    answer,
+                    None,
+                )
+            )
             status = 200
         except PermissionDeniedError as exc:
-            content, status, can_manage = f'<p class="error">{text(exc)}</p>', 403, False
+            content, status, can_manage = render("notice.html", message=str(exc)), 403, False
+            problem = str(exc)
         except _NotFound as exc:
-            content, status = exc.html(), 404
+            content, status, problem = exc.html(), 404, f"{exc.what} Fix: {exc.fix}"
         except BadParameter as exc:
             content, status = self._problem(request, current, exc.parameter, exc.error), 400
+            problem = f"{exc.parameter}: {exc.error}"
         except InvalidCursorError as exc:  # signed for another query, or altered
             content, status = self._problem(request, current, "cursor", exc), 400
+            problem = f"cursor: {exc}"
         except INPUT_ERRORS as exc:
-            content, status = f'<p class="error" id="problem">{text(exc)}</p>', 400
+            content, status = render("notice.html", message=str(exc), id="problem"), 400
+            problem = str(exc)
+        alarms = await self._health_alarms(ops)
+        if _wants_json(request):
+            twin: dict[str, Any] = {"page": current or "/", "title": title, "status": status}
+            twin["error" if status != 200 else "data"] = problem if status != 200 else data  # noqa: PLR2004
+            twin["health"] = [{"kind": k, "message": m} for k, m in alarms]
+            return self._respond(request, _json_response(twin, status))
         if status == 400 and form is not None:  # noqa: PLR2004 - the refused request's form
             content += form(request.query_params)
-        banner = await self._health_banner(ops)
-        if request.headers.get("x-ship-fragment") == "1":
-            fragment = f"{banner}<h1>{text(title)}</h1>{content}"
-            return self._respond(request, HTMLResponse(fragment, status))
         html = layout(
             self.base(request),
             current,
@@ -377,30 +490,34 @@ class _Dashboard:
             nav=_NAV,
             actor=ops.actor,
             can_manage=can_manage,
+            nonce=_nonce(request),
+            here=_here(request, keep_flash=True),
             flash=request.query_params.get("done"),
             error=request.query_params.get("failed"),
             poll_ms=self.poll_ms if poll else None,
-            banner=banner,
+            banner=health_banner(alarms),
+            charts=charts,
+            fragment=request.headers.get("x-ship-fragment") == "1",
         )
         return self._respond(request, HTMLResponse(html, status))
 
-    async def _health_banner(self, ops: JobOperations) -> Html:
-        """J22: the banner of the storage-health alarms (a few catalog reads per page); none
-        for a viewer the authorizer does not let read it."""
+    async def _health_alarms(self, ops: JobOperations) -> list[tuple[str, str]]:
+        """J22: the storage-health alarms (a few catalog reads per page); none for a viewer
+        the authorizer does not let read them."""
         try:
             health = await ops.storage_health()
         except PermissionDeniedError:
-            return ""
-        return health_banner([(alarm.kind, alarm.message) for alarm in health.alarms()])
+            return []
+        return [(alarm.kind, alarm.message) for alarm in health.alarms()]
 
     def _problem(self, request: Request, current: str, parameter: str, error: ShipError) -> Html:
         """A 400's content: which parameter was refused, the library's error (code, what, fix),
         and the page without parameters."""
-        return (
-            f'<p class="error" id="problem" data-parameter="{text(parameter)}">The'
-            f" <code>{text(parameter)}</code> parameter was refused; nothing was read."
-            f" {text(error)}</p>"
-            f"<p>{link(self.base(request), current or '/', 'Show the page without filters')}</p>"
+        return render(
+            "problem.html",
+            parameter=parameter,
+            error=str(error),
+            again=href(self.base(request), current or "/"),
         )
 
     def _respond(self, request: Request, response: Response) -> Response:
@@ -416,14 +533,6 @@ class _Dashboard:
                 path=self.base(request) or "/",
             )
         return response
-
-    async def static(self, request: Request) -> Response:
-        """The stylesheet and the poll script (:mod:`._static`): no data, no permission."""
-        asset = ASSETS.get(request.path_params["name"])
-        if asset is None:
-            return _plain_error(request, 404)
-        content, media_type = asset
-        return Response(content, media_type=media_type)
 
     async def form(self, request: Request) -> dict[str, list[str]] | None:
         """The POST's fields, or None when its CSRF token is not its session's."""
@@ -442,8 +551,11 @@ class _Dashboard:
         fields = await self.form(request)
         if fields is None:
             return HTMLResponse(
-                "<h1>403</h1><p>Refused: the form's CSRF token is missing or not this session's;"
-                " nothing was changed. Fix: reload the page and submit again.</p>",
+                render(
+                    "refused.html",
+                    message="Refused: the form's CSRF token is missing or not this session's;"
+                    " nothing was changed. Fix: reload the page and submit again.",
+                ),
                 403,
             )
         back = self._back(request, fields)
@@ -451,13 +563,15 @@ class _Dashboard:
         try:
             done = await action(ops, fields)
         except PermissionDeniedError as exc:
-            return HTMLResponse(f"<h1>403</h1><p>{text(exc)}</p>", 403)
+            return HTMLResponse(render("refused.html", message=str(exc)), 403)
         except _NotFound as exc:
             return await self._refused(request, ops, back, exc.html(), 404)
         except INPUT_ERRORS as exc:  # refused before any statement: nothing changed
-            problem = (
-                f'<p class="error" id="problem">The action was refused; nothing was changed.'
-                f" {text(exc)}</p>"
+            problem = render(
+                "notice.html",
+                message=f"The action was refused; nothing was changed. {exc}",
+                kind="error",
+                id="problem",
             )
             return await self._refused(request, ops, back, problem, 400)
         except ShipError as exc:  # e.g. a run no longer in a state the action takes
@@ -473,10 +587,11 @@ class _Dashboard:
             self.base(request),
             "#refused",  # no page of the header is the current one
             "Action refused",
-            f'{content}<p><a id="back" href="{text(back)}">Back to the page</a></p>',
+            content + render("back.html", back=back),
             nav=_NAV,
             actor=ops.actor,
             can_manage=await ops.can_manage(),
+            nonce=_nonce(request),
         )
         return self._respond(request, HTMLResponse(html, status))
 
@@ -490,10 +605,36 @@ class _Dashboard:
 
     # --- pages ---------------------------------------------------------------------------------
 
+    async def health(self, _request: Request) -> Response:
+        """``GET /health`` (issue 36): 200 ``{"status": "ok"}`` when the database answers a
+        ``SELECT 1`` within 2 s (the job tables are checked before, by :class:`_TablesChecked`:
+        a missing one is a 503 naming it), else 503 saying why. No permission asked, no data
+        shown: for a load balancer's or an uptime check's probe."""
+        if isinstance(self.backend, PostgresJobBackend):
+            database = self.backend.database
+            engine = database if isinstance(database, AsyncEngine) else database.engine
+            try:
+                with anyio.fail_after(HEALTH_TIMEOUT):
+                    async with engine.connect() as connection:
+                        await connection.execute(sql_text("SELECT 1"))
+            except Exception as exc:  # noqa: BLE001 - any failure is "unavailable", said
+                why = f"{type(exc).__name__}: {str(exc)[:200]}"
+                return JSONResponse({"status": "unavailable", "error": why}, 503)
+        return JSONResponse({"status": "ok"})
+
+    async def goto(self, request: Request) -> Response:
+        """The header's jump box (``/`` focuses it): ``/goto?run=ID`` redirects to the run's
+        page (which answers 404 for an id no run has); empty, to the runs page."""
+        run_id = request.query_params.get("run", "").strip()[:MAX_ACTOR_CHARS]
+        base = self.base(request)
+        if not run_id:
+            return RedirectResponse(base + "/runs", 303)
+        return RedirectResponse(f"{base}/runs/{quote(run_id, safe='')}", 303)
+
     async def overview(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
             buckets = await ops.throughput(
                 bucket_seconds=THROUGHPUT_BUCKET, buckets=THROUGHPUT_BUCKETS, cap=THROUGHPUT_CAP
             )
@@ -539,28 +680,40 @@ class _Dashboard:
                         action,
                     )
                 )
-            completed = sum(b.completed for b in buckets)
-            dead = sum(b.dead for b in buckets)
-            return (
-                f"<h2>Throughput (last {THROUGHPUT_BUCKETS * THROUGHPUT_BUCKET // 3600} h,"
-                f" {THROUGHPUT_BUCKET // 60} min buckets)</h2>"
-                f'<p><span class="state-completed">{completed} completed</span> · '
-                f'<span class="state-dead">{dead} dead</span></p>'
-                + throughput_chart(buckets, bucket_seconds=THROUGHPUT_BUCKET)
-                + "<h2>Jobs</h2>"
-                + f'<p class="muted">Counts are exact up to {OVERVIEW_COUNT_CAP}; "+" marks'
-                " a floor.</p>"
-                + table(
-                    _OVERVIEW_HEADERS,
-                    rows,
-                    empty="No job has waiting, running or dead runs.",
-                )
-                + await self._limit_waits(ops)
-                + f'<h2>Workers</h2><p id="workers-alive">{len(alive)} alive'
-                f" ({len(workers or ())} registered) · {link(base, '/workers', 'details')}</p>"
+            html = render(
+                "pages/overview.html",
+                base=base,
+                nonce=_nonce(request),
+                hours=THROUGHPUT_BUCKETS * THROUGHPUT_BUCKET // 3600,
+                bucket_minutes=THROUGHPUT_BUCKET // 60,
+                completed=sum(b.completed for b in buckets),
+                dead=sum(b.dead for b in buckets),
+                chart=Markup(throughput_chart(buckets, bucket_seconds=THROUGHPUT_BUCKET)),  # noqa: S704
+                chart_data=_chart_data(buckets),
+                rows=_marked(rows),
+                limit_waits=Markup(await self._limit_waits(ops)),  # noqa: S704 - rendered
+                alive=len(alive),
+                registered=len(workers or ()),
+                headers=_OVERVIEW_HEADERS,
+                count_cap=OVERVIEW_COUNT_CAP,
             )
+            data = {
+                "throughput": buckets,
+                "jobs": [
+                    {
+                        "job_id": job.job_id,
+                        "demand": job.demand,
+                        "failures": job.failures,
+                        "failing": job.failing,
+                        "paused": paused.get(job.job_id),
+                    }
+                    for job in jobs
+                ],
+                "workers": {"alive": len(alive), "registered": len(workers or ())},
+            }
+            return Content(html, data)
 
-        return await self.page(request, "", "Overview", body, poll=True)
+        return await self.page(request, "", "Overview", body, poll=True, charts=True)
 
     async def _limit_waits(self, ops: JobOperations) -> Html:
         """F8/F9 seen: the partitions whose due runs wait on a partitioned limit, and until when
@@ -581,11 +734,7 @@ class _Dashboard:
             )
             for w in waits
         ]
-        return '<h2 id="limit-waits">Waiting on a limit (per partition)</h2>' + table(
-            ("Job", "Partition", "Due", "Running", "Started in window", "Waiting on", "Until"),
-            rows,
-            empty="No partition is waiting on its rate limit or its cap.",
-        )
+        return render("pages/limit_waits.html", rows=_marked(rows))
 
     def _run_table(
         self,
@@ -614,18 +763,13 @@ class _Dashboard:
         )
         rows: list[tuple[Html, ...]] = []
         for r in runs:
-            pick = (
-                f'<input type="checkbox" name="id" value="{text(r.run_id)}"'
-                f' aria-label="select {text(r.run_id)}">'
-                if selectable
-                else ""
-            )
+            pick = str(PARTS.checkbox(r.run_id, r.run_id)) if selectable else ""
             rows.append(
                 (
                     pick,
                     link(base, "/runs/" + quote(r.run_id, safe="/"), r.run_id),
                     text(r.job_id),
-                    f'<span class="state-{text(r.state)}">{text(r.state)}</span>',
+                    _state_cell(r.state),
                     text(str(r.priority)),
                     text(f"{r.attempt}/{r.max_attempts}"),
                     at(r.created_at),
@@ -645,7 +789,7 @@ class _Dashboard:
     async def runs(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:
             state, job, tenant = f.state, f.job, f.tenant
             page = await ops.list_runs(
                 state=state,
@@ -663,10 +807,9 @@ class _Dashboard:
                 "since": f.raw_since,
                 "until": f.raw_until,
             }
-            form = runs_form(request.query_params)
             order, when, time_of = _RUN_ORDERS[run_order(state)]
             actions = _RUN_ACTIONS.get(state, ()) if can_manage else ()
-            listing = f'<p class="muted" id="order">{order}</p>' + self._run_table(
+            listing = self._run_table(
                 base,
                 page.items,
                 selectable=bool(actions),
@@ -674,39 +817,29 @@ class _Dashboard:
                 time_of=time_of,
                 empty="No runs match.",
             )
-            more = (
-                "<p>"
-                + link(base, "/runs", "Next page →", {**filters, "cursor": page.next_cursor})
-                + "</p>"
-                if page.next_cursor
-                else '<p class="muted">End of the list.</p>'
+            cursor = page.next_cursor
+            html = render(
+                "pages/runs.html",
+                base=base,
+                form=Markup(runs_form(request.query_params)),  # noqa: S704 - rendered
+                order=order,
+                table=Markup(listing),  # noqa: S704 - rendered
+                actions=actions,
+                csrf=self.csrf(request) if actions else "",
+                here=_here(request),
+                bulk=Markup(_bulk_buttons(actions, state, job, tenant)),  # noqa: S704
+                next_href=href(base, "/runs", {**filters, "cursor": cursor}) if cursor else "",
             )
-            if actions:
-                listing = (
-                    f'<form method="post" action="{text(base)}/runs/bulk">'
-                    f"{hidden(_csrf.FIELD, self.csrf(request))}{hidden('next', _here(request))}"
-                    f"{listing}{_bulk_buttons(actions, state, job, tenant)}</form>"
-                )
-            return form + listing + more
+            return Content(html, {"runs": page.items, "next_cursor": cursor, "order": order})
 
         def runs_form(sent: Mapping[str, str]) -> Html:
             """The filters as sent (checked or refused: the form is kept to correct them)."""
-            state = sent.get("state") or "waiting"
-            options = "".join(
-                f'<option value="{s}"{" selected" if s == state else ""}>{s}</option>'
-                for s in RUN_STATES
-            )
-            return (  # an HTML form, not SQL
-                f'<form class="filters" method="get" action="{text(base)}/runs">'  # noqa: S608
-                f'<label>State <select name="state">{options}</select></label>'
-                f'<label>Job <input name="job" value="{text(sent.get("job", ""))}"></label>'
-                f'<label>Tenant <input name="tenant" value="{text(sent.get("tenant", ""))}">'
-                "</label>"
-                f'<label>Created from <input type="datetime-local" step="1" name="since"'
-                f' value="{text(sent.get("since", ""))}"></label>'
-                f'<label>to <input type="datetime-local" step="1" name="until"'
-                f' value="{text(sent.get("until", ""))}"></label> (UTC; finished states only)'
-                '<button type="submit" id="filter">Filter</button></form>'
+            return render(
+                "pages/runs_form.html",
+                base=base,
+                sent=sent,
+                states=RUN_STATES,
+                state=sent.get("state") or "waiting",
             )
 
         return await self.page(
@@ -722,7 +855,7 @@ class _Dashboard:
         base = self.base(request)
         run_id = request.path_params["run_id"]
 
-        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:
             assert f.run_id is not None  # noqa: S101 - read_filters requires it
             run_id = f.run_id
             record = await ops.get_run(run_id)
@@ -734,7 +867,7 @@ class _Dashboard:
                 steps = []
             fields = (
                 ("Job", text(record.job_id)),
-                ("State", f'<span class="state-{text(record.state)}">{text(record.state)}</span>'),
+                ("State", _state_cell(record.state)),
                 ("Attempt", text(f"{record.attempt} of {record.max_attempts}")),
                 # J15: lapses (its worker died while it ran), in all and in a row.
                 ("Lapses", text(f"{record.lapses} ({record.consecutive_lapses} in a row)")),
@@ -755,20 +888,6 @@ class _Dashboard:
                     else "—",
                 ),
             )
-            summary = table(("Field", "Value"), fields, empty="")
-            history = "".join(
-                f"<li><strong>attempt {text(h.get('attempt'))}</strong> · {text(h.get('kind', ''))}"
-                f" · {text(h.get('at'))}<pre>{text(h.get('error'))}</pre></li>"
-                for h in record.history
-                if isinstance(h, dict)
-            )
-            timeline = (
-                f'<ol class="timeline" id="attempts">{history}</ol>'
-                if history
-                else '<p class="muted">No failed attempt.</p>'
-            )
-            if record.last_error:
-                timeline += f"<h3>Last error</h3><pre>{text(record.last_error)}</pre>"
             here = f"{base}/runs/{quote(run_id, safe='/')}"
             rerun = can_manage and record.state in ("dead", "waiting")
             step_rows = _step_rows(steps, here, self.csrf(request) if rerun else None)
@@ -785,63 +904,47 @@ class _Dashboard:
                         actions += button_form(
                             f"{here}/{verb}", verb.capitalize(), csrf=csrf, back=here
                         )
-            return (
-                f'<div id="actions">{actions}</div>{summary}{_divergence_section(record)}'
-                f"<h2>Payload</h2>{pre_json(record.payload)}"
-                f"<h2>Attempts</h2>{timeline}"
-                + (
-                    "<h2>Workflow steps</h2>"
-                    + table(("#", "Step", "Kind", "State", "Finished", ""), step_rows, empty="")
-                    if steps
-                    else ""
-                )
+            html = render(
+                "pages/run.html",
+                record=record,
+                actions=Markup(actions),  # noqa: S704 - rendered by the macros
+                fields=_marked(fields),
+                divergence=Markup(_divergence_section(record)),  # noqa: S704 - rendered
+                history=[_attempt_entry(h) for h in record.history if isinstance(h, dict)],
+                steps=_marked(step_rows) if steps else [],
             )
+            return Content(html, {"run": record, "steps": steps})
 
         return await self.page(request, "/runs", f"Run {run_id}", body, reads=("run_id",))
 
     async def dead(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:
             job, tenant = f.job, f.tenant
             page = await ops.list_dead(job_id=job, tenant=tenant, limit=PAGE_SIZE, cursor=f.cursor)
-            form = dead_form(request.query_params)
             listing = self._run_table(
                 base, page.items, selectable=can_manage, when="Finished", empty="No dead runs."
             )
             filters = {"job": job, "tenant": tenant}
-            more = (
-                "<p>"
-                + link(base, "/dead", "Next page →", {**filters, "cursor": page.next_cursor})
-                + "</p>"
-                if page.next_cursor
-                else ""
+            cursor = page.next_cursor
+            html = render(
+                "pages/dead.html",
+                base=base,
+                form=Markup(dead_form(request.query_params)),  # noqa: S704 - rendered
+                table=Markup(listing),  # noqa: S704 - rendered
+                can_manage=can_manage,
+                csrf=self.csrf(request) if can_manage else "",
+                here=_here(request),
+                job=job,
+                tenant=tenant,
+                next_href=href(base, "/dead", {**filters, "cursor": cursor}) if cursor else "",
             )
-            if can_manage:
-                listing = (
-                    f'<form method="post" action="{text(base)}/dead/bulk">'
-                    f"{hidden(_csrf.FIELD, self.csrf(request))}{hidden('next', _here(request))}"
-                    f"{hidden('job', job or '')}{hidden('tenant', tenant or '')}{listing}"
-                    '<button type="submit" name="action" value="retry" id="retry-selected">'
-                    "Retry selected</button>"
-                    '<button type="submit" name="action" value="discard">Discard selected'
-                    "</button>"
-                    '<button type="submit" name="action" value="retry-all" id="retry-all">'
-                    "Retry all matching</button>"
-                    '<button type="submit" name="action" value="discard-all">Discard all'
-                    " matching</button></form>"
-                )
-            return form + listing + more
+            return Content(html, {"runs": page.items, "next_cursor": cursor})
 
         def dead_form(sent: Mapping[str, str]) -> Html:
             """The filters as sent (checked or refused: the form is kept to correct them)."""
-            return (
-                f'<form class="filters" method="get" action="{text(base)}/dead">'
-                f'<label>Job <input name="job" value="{text(sent.get("job", ""))}"></label>'
-                f'<label>Tenant <input name="tenant" value="{text(sent.get("tenant", ""))}">'
-                "</label>"
-                '<button type="submit" id="filter">Filter</button></form>'
-            )
+            return render("pages/dead_form.html", base=base, sent=sent)
 
         return await self.page(
             request,
@@ -853,7 +956,7 @@ class _Dashboard:
         )
 
     async def schedules(self, request: Request) -> Response:
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
             rows = []
             for s in await ops.schedules():
                 definition = self.definitions.get(s.job_id)
@@ -862,44 +965,23 @@ class _Dashboard:
                     last = previous_occurrence(
                         definition.schedule, s.next_at - timedelta(microseconds=1)
                     )
-                rows.append(
-                    (text(s.job_id), text(s.trigger), at(s.next_at), at(last), at(s.updated_at))
-                )
-            return table(
-                ("Job", "Trigger", "Next occurrence", "Last occurrence", "Row changed"),
-                rows,
-                empty="No schedule installed.",
-            ) + (
-                '<p class="muted">Last occurrence needs the job definitions'
-                " (create_dashboard(definitions=...), or ship-sqla dashboard --registry"
-                " APP:REGISTRY).</p>"
-                if not self.definitions
-                else ""
+                rows.append((s, last))
+            html = render(
+                "pages/schedules.html", schedules=rows, has_definitions=bool(self.definitions)
             )
+            return Content(html, {"schedules": [{**_jsonable(s), "last_at": t} for s, t in rows]})
 
         return await self.page(request, "/schedules", "Schedules", body)
 
     async def workers(self, request: Request) -> Response:
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
             now = datetime.now(UTC)
-            rows = [
-                (
-                    text(w.worker_id),
-                    text(f"{w.host}:{w.pid}"),
-                    at(w.started_at),
-                    ago((now - w.last_seen_at).total_seconds()) + " ago",
-                    text(", ".join(w.job_ids)),
-                    text(w.in_flight),
-                    "draining" if w.draining else "running",
-                    "yes" if w.sampler else "",
-                )
-                for w in await ops.workers()
-            ]
-            return table(
-                ("Worker", "Host:pid", "Started", "Last seen", "Jobs", "In flight", "", "Sampler"),
-                rows,
-                empty="No worker registered.",
+            workers = await ops.workers()
+            html = render(
+                "pages/workers.html",
+                workers=[(w, ago((now - w.last_seen_at).total_seconds())) for w in workers],
             )
+            return Content(html, {"workers": workers})
 
         return await self.page(request, "/workers", "Workers", body, poll=True)
 
@@ -909,74 +991,41 @@ class _Dashboard:
         and start for a manager."""
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
             keys = await ops.consumer_progress(limit=CONSUMER_KEYS_SHOWN + 1)
             rows = [_consumer_row(base, k) for k in keys[:CONSUMER_KEYS_SHOWN]]
-            more = (
-                f'<p class="muted">The first {CONSUMER_KEYS_SHOWN} keys are shown.</p>'
-                if len(keys) > CONSUMER_KEYS_SHOWN
-                else ""
+            missing, failed, backfills = await self._backfill_rows(request, can_manage)
+            html = render(
+                "pages/consumers.html",
+                rows=_marked(rows),
+                more=len(keys) > CONSUMER_KEYS_SHOWN,
+                shown=CONSUMER_KEYS_SHOWN,
+                backfills_missing=missing,
+                backfills_error=failed,
+                backfills=_marked(backfills),
             )
-            consumers = (
-                "<h2>Consumers</h2>"
-                + table(
-                    (
-                        "Consumer",
-                        "Key",
-                        "Lag",
-                        "Last batch",
-                        "Batches",
-                        "Items",
-                        "Run (last batch)",
-                        "Live run",
-                    ),
-                    rows,
-                    empty="No consumer key has committed a batch yet.",
-                )
-                + more
-            )
-            return (
-                consumers + "<h2>Backfills</h2>" + await self._backfill_table(request, can_manage)
-            )
+            return Content(html, {"consumer_keys": keys[:CONSUMER_KEYS_SHOWN]})
 
         return await self.page(request, "/consumers", "Consumers & backfills", body, poll=True)
 
-    async def _backfill_table(self, request: Request, can_manage: bool) -> Html:
+    async def _backfill_rows(
+        self, request: Request, can_manage: bool
+    ) -> tuple[str, bool, list[tuple[Html, ...]]]:
+        """(why no backfill is listed, whether that is an error, the backfills' rows)."""
         if self.backfills is None:
-            return (
-                '<p class="muted" id="no-backfills">No backfill ledger given'
-                " (create_dashboard(backfills=create_backfill_ledger(...)), or ship-sqla"
-                " dashboard --backfills-table ship_backfills).</p>"
-            )
+            return _NO_BACKFILLS, False, []
         backfill_ops = self.backfill_ops(request)
         probe = getattr(self.backfills[0], "require_tables", None)
         if probe is not None:  # the PostgreSQL ledger: a missing table says so, in place
             try:
                 await probe("the dashboard's backfills")
             except MissingTablesError as exc:
-                return f'<p class="error" id="no-backfills">{text(exc)}</p>'
+                return str(exc), True, []
         records = await backfill_ops.list_backfills(limit=BACKFILLS_SHOWN)
         now = backfill_ops.now()
         base = self.base(request)
         csrf = self.csrf(request) if can_manage else None
-        rows = [_backfill_row(base, r, now, csrf) for r in records]
-        return table(
-            (
-                "Backfill",
-                "Status",
-                "Pages",
-                "Rows",
-                "Pace",
-                "Last key",
-                "Started",
-                "Last progress",
-                "Stalled since",
-                "Required by",
-                "",
-            ),
-            rows,
-            empty="No backfill in the ledger.",
-        )
+        return "", False, [_backfill_row(base, r, now, csrf) for r in records]
 
     async def webhooks_page(self, request: Request) -> Response:
         """SPEC §16: each endpoint's state (and why disabled), failure streak (W4), topics and
@@ -986,19 +1035,19 @@ class _Dashboard:
         rotating its secret (which show one) stay at the shell."""
         base = self.base(request)
 
-        async def body(_ops: JobOperations, _can_manage: bool, _f: Filters) -> Html:
+        async def body(_ops: JobOperations, _can_manage: bool, _f: Filters) -> Html | Content:
             if self.webhooks is None:
-                return (
-                    '<p class="muted" id="no-webhooks">No webhook sender given'
-                    " (create_dashboard(webhooks=create_webhook_sender(...)), or ship-sqla"
-                    " dashboard --webhooks).</p>"
+                missing = (
+                    "No webhook sender given (create_dashboard(webhooks=create_webhook_sender("
+                    "...)), or ship-sqla dashboard --webhooks)."
                 )
+                return render("pages/webhooks.html", missing=missing, missing_error=False)
             probe = getattr(self.webhooks.store, "require_tables", None)
             if probe is not None:  # the PostgreSQL store: a missing table says so, in place
                 try:
                     await probe("the dashboard's webhooks")
                 except MissingTablesError as exc:
-                    return f'<p class="error" id="no-webhooks">{text(exc)}</p>'
+                    return render("pages/webhooks.html", missing=str(exc), missing_error=True)
             hooks = self.webhook_ops(request)
             endpoints = await hooks.list_endpoints(limit=WEBHOOK_ENDPOINTS_SHOWN + 1)
             deliveries = await hooks.list_deliveries(limit=PAGE_SIZE + 1)
@@ -1006,45 +1055,26 @@ class _Dashboard:
             manage = await asks(WEBHOOKS_MANAGE, "webhooks.dashboard")
             csrf = self.csrf(request) if manage else None
             back = base + "/webhooks"
-            more = (
-                f'<p class="muted">The first {WEBHOOK_ENDPOINTS_SHOWN} endpoints are shown.</p>'
-                if len(endpoints) > WEBHOOK_ENDPOINTS_SHOWN
-                else ""
+            html = render(
+                "pages/webhooks.html",
+                missing="",
+                endpoints=_marked(
+                    _endpoint_row(base, e, csrf, back) for e in endpoints[:WEBHOOK_ENDPOINTS_SHOWN]
+                ),
+                more_endpoints=len(endpoints) > WEBHOOK_ENDPOINTS_SHOWN,
+                endpoints_shown=WEBHOOK_ENDPOINTS_SHOWN,
+                deliveries=_marked(
+                    _delivery_row(base, d, csrf, back) for d in deliveries[:PAGE_SIZE]
+                ),
+                more_deliveries=len(deliveries) > PAGE_SIZE,
+                deliveries_shown=PAGE_SIZE,
             )
-            shown = (
-                f'<p class="muted">The latest {PAGE_SIZE} deliveries are shown.</p>'
-                if len(deliveries) > PAGE_SIZE
-                else ""
-            )
-            return (
-                '<p class="muted" id="no-secrets">Secrets are never shown here. Add an endpoint'
-                " or rotate its secret at the shell (ship-sqla webhooks endpoints add /"
-                " rotate-secret): each shows the new secret once.</p>"
-                "<h2>Endpoints</h2>"
-                + table(
-                    ("Endpoint", "State", "Failure streak", "Topics", "URL", "Updated", ""),
-                    [
-                        _endpoint_row(base, e, csrf, back)
-                        for e in endpoints[:WEBHOOK_ENDPOINTS_SHOWN]
-                    ],
-                    empty="No webhook endpoint.",
-                )
-                + more
-                + "<h2>Latest deliveries</h2>"
-                + table(
-                    (
-                        "Delivery (webhook-id)",
-                        "Endpoint",
-                        "Topic",
-                        "State",
-                        "Created",
-                        "Attempts",
-                        "",
-                    ),
-                    [_delivery_row(base, d, csrf, back) for d in deliveries[:PAGE_SIZE]],
-                    empty="No webhook delivery.",
-                )
-                + shown
+            return Content(
+                html,
+                {
+                    "endpoints": endpoints[:WEBHOOK_ENDPOINTS_SHOWN],
+                    "deliveries": deliveries[:PAGE_SIZE],
+                },
             )
 
         return await self.page(request, "/webhooks", "Webhooks", body)
@@ -1095,54 +1125,36 @@ class _Dashboard:
     async def outbox_page(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
             if self.outbox is None:
-                return (
-                    '<p class="muted">No outbox configured (create_dashboard(outbox=...), or'
-                    " ship-sqla dashboard --outbox-id ID).</p>"
-                )
+                return render("pages/outbox.html", configured=False)
             outbox = self.outbox_ops(request)
             manage = await outbox.can_manage()
-            parts = []
+            shown: list[dict[str, Any]] = []
             for outbox_id in self.outbox_ids:
                 pending, claimed = await outbox.counts(outbox_id)
                 dead = await outbox.list_dead(outbox_id, limit=PAGE_SIZE)
-                rows = [
-                    (
-                        f'<input type="checkbox" name="id" value="{m.id}">' if manage else "",
-                        text(m.id),
-                        text(m.topic),
-                        text(m.attempts),
-                        at(m.created_at),
-                        error_summary(m.last_error),
-                    )
-                    for m in dead.items
-                ]
-                listing = table(
-                    ("", "Message", "Topic", "Attempts", "Created", "Last error"),
-                    rows,
-                    empty="No dead messages.",
+                shown.append(
+                    {
+                        "id": outbox_id,
+                        "pending": pending,
+                        "claimed": claimed,
+                        "dead": dead.items,
+                        "more": dead.next_cursor is not None,
+                        "purge": f"{base}/outbox/{quote(outbox_id)}/purge",
+                    }
                 )
-                if manage:
-                    listing = (
-                        f'<form method="post" action="{text(base)}/outbox/'
-                        f'{text(outbox_id)}/redrive">{hidden(_csrf.FIELD, self.csrf(request))}'
-                        f"{hidden('next', base + '/outbox')}"
-                        f"{listing}"
-                        '<button type="submit" name="action" value="selected">Re-drive selected'
-                        '</button><button type="submit" name="action" value="all">Re-drive all'
-                        " dead</button></form>"
-                    ) + _retention_form(
-                        f"{base}/outbox/{quote(outbox_id)}/purge",
-                        "Purge delivered messages older than",
-                        csrf=self.csrf(request),
-                        back=base + "/outbox",
-                    )
-                parts.append(
-                    f"<h2>{text(outbox_id)}</h2><p>pending {pending} · claimed {claimed} · dead"
-                    f" {len(dead.items)}{'+' if dead.next_cursor else ''}</p>{listing}"
-                )
-            return "".join(parts) or '<p class="muted">No outbox ids given (outbox_ids=).</p>'
+            html = render(
+                "pages/outbox.html",
+                configured=True,
+                outboxes=shown,
+                manage=manage,
+                base=base,
+                csrf=self.csrf(request) if manage else "",
+                max_days=MAX_RETENTION_DAYS,
+                redrive=(REDRIVE_SELECTED, REDRIVE_ALL),
+            )
+            return Content(html, {"outboxes": shown})
 
         return await self.page(request, "/outbox", "Outbox", body)
 
@@ -1152,61 +1164,30 @@ class _Dashboard:
         run from the shell or a schedule)."""
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html:  # noqa: ARG001
-            retention = [
-                (
-                    text(d.id),
-                    text(d.retention.completed),
-                    text(d.retention.dead),
-                    text(d.retention.discarded),
-                    text(d.retention.cancelled),
-                )
-                for d in self.definitions.values()
-            ]
-            cleanup = (
-                "<h2>Cleanup</h2><p>Deletes finished runs older than their job's retention"
-                " (completed, dead, discarded, cancelled), in bounded batches.</p>"
-                + table(
-                    ("Job", "Completed", "Dead", "Discarded", "Cancelled"),
-                    retention,
-                    empty="No job definitions given (create_dashboard(definitions=...)).",
-                )
+        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
+            html = render(
+                "pages/upkeep.html",
+                definitions=list(self.definitions.values()),
+                can_manage=can_manage,
+                base=base,
+                csrf=self.csrf(request) if can_manage else "",
+                max_days=MAX_RETENTION_DAYS,
             )
-            events = (
-                "<h2>Workflow events</h2><p>Deletes workflow events published before the age"
-                " given: keep them longer than the longest event wait's timeout (D4).</p>"
-            )
-            if can_manage:
-                csrf = self.csrf(request)
-                if self.definitions:
-                    cleanup += button_form(
-                        f"{base}/upkeep/cleanup", "Clean up now", csrf=csrf, back=base + "/upkeep"
-                    )
-                events += _retention_form(
-                    f"{base}/upkeep/events-purge",
-                    "Purge events older than",
-                    csrf=csrf,
-                    back=base + "/upkeep",
-                )
-            return cleanup + events
+            retentions = {d.id: d.retention for d in self.definitions.values()}
+            return Content(html, {"retention": retentions})
 
         return await self.page(request, "/upkeep", "Upkeep", body)
 
     async def audit(self, request: Request) -> Response:
         base = self.base(request)
 
-        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html:  # noqa: ARG001
+        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:  # noqa: ARG001
             entries = await ops.audit_entries(limit=PAGE_SIZE, before=f.before)
-            rows = [
-                (at(e.at), text(e.actor), text(e.operation), text(e.target), text(e.count))
-                for e in entries
-            ]
-            more = ""
+            older = ""
             if len(entries) == PAGE_SIZE and entries[-1].entry_id is not None:
-                more = link(base, "/audit", "Older →", {"before": entries[-1].entry_id})
-            return (
-                table(("When", "Who", "What", "Target", "How many"), rows, empty="No entry.") + more
-            )
+                older = href(base, "/audit", {"before": entries[-1].entry_id})
+            html = render("pages/audit.html", entries=entries, older_href=older)
+            return Content(html, {"entries": entries, "older": older or None})
 
         return await self.page(request, "/audit", "Audit log", body, reads=("before",))
 
@@ -1377,7 +1358,7 @@ class _Dashboard:
 
         async def action(_ops: JobOperations, fields: dict[str, list[str]]) -> str:
             outbox = self._shown_outbox(request, outbox_id)
-            if (fields.get("action") or [""])[0] == "all":
+            if (fields.get("action") or [""])[0] == REDRIVE_ALL:
                 result = await outbox.retry_dead_matching(
                     outbox_id, max_batches=OUTBOX_REDRIVE_PAGES
                 )
@@ -1411,6 +1392,11 @@ _RUN_ORDERS: Final[dict[RunOrder, tuple[str, str, Callable[[RunRecord], datetime
 """What the runs page says about its order, per state's order (:func:`run_order`), the time
 column's heading and its value."""
 
+_NO_BACKFILLS: Final = (
+    "No backfill ledger given (create_dashboard(backfills=create_backfill_ledger(...)), or"
+    " ship-sqla dashboard --backfills-table ship_backfills)."
+)
+
 _UNPARK: Final = ("unpark", "#diverged")
 """D10: the run page offers Unpark for a run parked on a divergence (waiting for it)."""
 
@@ -1438,15 +1424,11 @@ def _divergence_section(record: RunRecord) -> Html:
         return f"{side.get('name')} ({side.get('kind')})"
 
     rows = (
-        ("Position", text(found.get("position", "?")), ""),
-        ("Step", text(call(found.get("recorded"))), text(call(found.get("requested")))),
-        ("Reason", text(found.get("reason", "?")), text(found.get("location") or "")),
+        ("Position", found.get("position", "?"), ""),
+        ("Step", call(found.get("recorded")), call(found.get("requested"))),
+        ("Reason", found.get("reason", "?"), found.get("location") or ""),
     )
-    return (
-        '<h2 id="divergence">Parked: diverged from its history</h2>'
-        + table(("", "Recorded (history)", "Asked for (code)"), rows, empty="")
-        + f"<pre>{text(error.rsplit(chr(10), 1)[0])}</pre>"
-    )
+    return str(PARTS.divergence(rows, error.rsplit("\n", 1)[0]))
 
 
 _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
@@ -1456,8 +1438,21 @@ _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
+def _attempt_entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """A history entry for the run page, its ``at`` (ISO 8601 text) read as a time, shown in
+    the browser's zone like every other time; kept as text when it is not one."""
+    raw = entry.get("at")
+    try:
+        when = datetime.fromisoformat(raw) if isinstance(raw, str) else None
+    except ValueError:
+        when = None
+    if when is not None and when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return {**entry, "at_time": when}
+
+
 def _state_cell(state: str | None) -> Html:
-    return "—" if state is None else f'<span class="state-{text(state)}">{text(state)}</span>'
+    return str(PARTS.state_cell(state))
 
 
 def _consumer_row(base: str, k: ConsumerKeyProgress) -> tuple[Html, ...]:
@@ -1482,7 +1477,7 @@ def _consumer_row(base: str, k: ConsumerKeyProgress) -> tuple[Html, ...]:
         at(last_at) if last_at is not None else text(last or "—"),
         text(progress.get("batches", "—")),
         text(progress.get("items", "—")),
-        link(base, "/runs/" + quote(k.run_id, safe="/"), k.run_id) + " " + _state_cell(k.state),
+        str(PARTS.run_link(href(base, "/runs/" + quote(k.run_id, safe="/")), k.run_id, k.state)),
         live,
     )
 
@@ -1509,7 +1504,7 @@ def _backfill_row(
         text(f"{r.pages:,}"),
         text(f"{r.rows:,}"),
         text("—" if r.pace is None else f"{r.pace:g} pages/s"),
-        f"<code>{text(last_key[:120])}</code>",
+        str(PARTS.code(last_key[:120])),
         at(r.started_at),
         at(r.updated_at),
         at(stalled),
@@ -1524,19 +1519,11 @@ def _endpoint_row(
     """One endpoint (W4): its state and why it is disabled, its failure streak, topics and url
     (never a secret); the manager's disable (with a reason) or enable."""
     here = f"{base}/webhooks/endpoints/{quote(e.id, safe='')}"
-    state = _state_cell(e.state)
-    if e.disabled_reason:
-        state += f'<br><span class="muted">{text(e.disabled_reason[:300])}</span>'
+    state = str(PARTS.endpoint_state(e.state, (e.disabled_reason or "")[:300]))
     action = ""
     if csrf is not None:
         if e.state == "enabled":
-            action = (
-                f'<form class="inline" method="post" action="{text(here)}/disable">'
-                f"{hidden(_csrf.FIELD, csrf)}{hidden('next', back)}"
-                f'<input name="reason" required maxlength="{WEBHOOK_REASON_CHARS}"'
-                ' placeholder="reason">'
-                '<button type="submit">Disable</button></form>'
-            )
+            action = str(PARTS.disable_form(f"{here}/disable", csrf, back, WEBHOOK_REASON_CHARS))
         else:
             action = button_form(f"{here}/enable", "Enable", csrf=csrf, back=back)
     return (
@@ -1544,20 +1531,20 @@ def _endpoint_row(
         state,
         text(e.consecutive_failures),
         text(", ".join(e.topics)),
-        f"<code>{text(e.url[:300])}</code>",
+        str(PARTS.code(e.url[:300])),
         at(e.updated_at),
         action,
     )
 
 
-def _attempt_line(a: DeliveryAttempt) -> Html:
-    status = "no answer" if a.status is None else f"HTTP {a.status}"
-    parts = [f"{at(a.at)} · {text(status)} · {text(f'{a.duration:.3f}')} s"]
-    if a.error:
-        parts.append(error_summary(a.error))
-    if a.body:
-        parts.append(f"<code>{text(excerpt(a.body, WEBHOOK_BODY_SHOWN))}</code>")
-    return "<li>" + " · ".join(parts) + "</li>"
+def _attempt_line(a: DeliveryAttempt) -> dict[str, Any]:
+    return {
+        "at": a.at,
+        "status": "no answer" if a.status is None else f"HTTP {a.status}",
+        "duration": f"{a.duration:.3f}",
+        "error": a.error,
+        "body": excerpt(a.body, WEBHOOK_BODY_SHOWN) if a.body else "",
+    }
 
 
 def _delivery_row(
@@ -1567,9 +1554,8 @@ def _delivery_row(
     ended (delivered or failed)."""
     latest = d.attempts[-WEBHOOK_ATTEMPTS_SHOWN:]
     earlier = len(d.attempts) - len(latest)
-    attempts = "".join(_attempt_line(a) for a in reversed(latest))
-    note = f'<p class="muted">{earlier} earlier attempt(s) not shown.</p>' if earlier else ""
-    cell = f'<ul class="attempts">{attempts}</ul>{note}' if d.attempts else "none yet"
+    lines = [_attempt_line(a) for a in reversed(latest)]
+    cell = str(PARTS.attempts(lines, earlier)) if d.attempts else "none yet"
     action = ""
     if csrf is not None and d.state in ("delivered", "failed"):
         action = button_form(
@@ -1595,7 +1581,7 @@ def _serving_cell(served: Serving | None, job_id: str) -> Html:
     if served is None:
         return text("-")
     if served.unserved(job_id):
-        return '<span class="state-dead" title="no live worker serves this job">none</span>'
+        return str(PARTS.unserved())
     return text(served.workers_for(job_id))
 
 
@@ -1623,19 +1609,10 @@ def _bulk_buttons(actions: Iterable[str], state: str, job: str | None, tenant: s
     """The runs page's bulk buttons: each action on the selection and, for waiting and running
     runs, the bulk-by-filter one carrying the page's filter
     (:meth:`JobOperations.cancel_matching` through :func:`_cancel_all`)."""
-    buttons = "".join(
-        f'<button type="submit" name="action" value="{a}">{a.capitalize()} selected</button>'
-        for a in actions
-    )
-    if state not in LIVE_STATES:
-        return buttons
     scope = f"of job {job}" if job else "of every job"
     scope += f", tenant {tenant}" if tenant else ""
-    return buttons + (
-        f"{hidden('state', state)}{hidden('job', job or '')}{hidden('tenant', tenant or '')}"
-        '<button type="submit" name="action" value="cancel-all"'
-        f' id="cancel-all">Cancel all {text(state)} runs {text(scope)}</button>'
-    )
+    live = state in LIVE_STATES
+    return str(PARTS.bulk_buttons(list(actions), live, state, job, tenant, scope))
 
 
 async def _cancel_all(ops: JobOperations, fields: Mapping[str, list[str]]) -> str:
@@ -1666,13 +1643,7 @@ MAX_RETENTION_DAYS: Final = 36_500
 
 def _retention_form(action: str, label: str, *, csrf: str, back: str) -> Html:
     """A retention action's form: an age in days (default 7), then the button."""
-    return (
-        f'<form class="inline" method="post" action="{text(action)}">'
-        f"{hidden(_csrf.FIELD, csrf)}{hidden('next', back)}"
-        f'<label>{text(label)} <input type="number" name="older_than_days" min="0"'
-        f' max="{MAX_RETENTION_DAYS}" step="any" value="7"> days</label>'
-        '<button type="submit">Purge</button></form>'
-    )
+    return str(PARTS.retention_form(action, label, csrf, back, MAX_RETENTION_DAYS))
 
 
 def _older_than(fields: Mapping[str, list[str]]) -> timedelta:
@@ -1707,12 +1678,15 @@ def _with(path: str, **params: str) -> str:
     return path + ("&" if "?" in path else "?") + urlencode(params)
 
 
-def _here(request: Request) -> str:
+def _here(request: Request, *, keep_flash: bool = False) -> str:
+    """This page's path and query under the mount; without an action's ``done`` / ``failed``
+    message unless ``keep_flash`` (the live refresh: the message stays while the page does)."""
     root = str(request.scope.get("root_path", "")).rstrip("/")
     path = request.url.path
     if not path.startswith(root):
         path = root + path
-    query = [(k, v) for k, v in request.query_params.multi_items() if k not in ("done", "failed")]
+    flash = () if keep_flash else ("done", "failed")
+    query = [(k, v) for k, v in request.query_params.multi_items() if k not in flash]
     return path + ("?" + urlencode(query) if query else "")
 
 
@@ -1787,6 +1761,7 @@ def create_dashboard(
         backfills=_checked_backfills(backfills, backend),
         audit_sink=audit,
         webhooks=_checked_webhooks(webhooks),
+        backend=backend,
     )
     tables = _TablesCheck(backend)
     return _DashboardApp(
@@ -1797,12 +1772,14 @@ def create_dashboard(
     )
 
 
-def _routes(state: _Dashboard) -> list[Route]:
+def _routes(state: _Dashboard) -> list[BaseRoute]:
     """The dashboard's routes: each page (GET) and each action (POST, declared in
     :data:`~ship_sqla.kernel._actions.OPERATOR_ACTIONS`)."""
     return [
         Route("/", state.overview, methods=["GET"]),
-        Route("/static/{name}", state.static, methods=["GET"]),
+        Mount("/static", StaticAssets()),
+        Route("/health", state.health, methods=["GET"]),
+        Route("/goto", state.goto, methods=["GET"]),
         Route("/runs", state.runs, methods=["GET"]),
         Route("/runs/bulk", state.runs_bulk, methods=["POST"]),
         Route("/runs/{run_id:path}/{verb}", state.run_action, methods=["POST"]),

@@ -1,23 +1,32 @@
-"""The dashboard's HTML: one layout, tables, forms. Every value is escaped here; no template
-engine, no JavaScript beyond the live-update poll (a fetch of the same page, every few
-seconds, replacing ``<main>``; pages with forms do not poll, so a selection is never lost).
-No inline style or script either: the stylesheet and the poll are static assets
-(:mod:`._static`), so the Content-Security-Policy needs no ``'unsafe-inline'``."""
+"""The dashboard's HTML (issue 36): Jinja2 templates with autoescape, one layout
+(``templates/layout.html``), the building blocks as macros (``templates/macros.html``) and a
+template per page (``templates/pages/``). A value reaches a page escaped unless it is
+:class:`~markupsafe.Markup` built by a macro or a template.
+
+The functions here are the Python side of the macros (the pages' rows are built in Python from
+the operator surfaces' records, each cell rendered by its macro), and :func:`render` renders a
+page's template. The templates ship in the wheel as package data (``templates/`` beside this
+module). No inline style; the scripts carry the response's CSP nonce (:mod:`._security`).
+"""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
-from html import escape
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
-from ship_sqla._dashboard._static import SCRIPT, STYLESHEET
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
+
+from ship_sqla._dashboard._static import asset_name
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
+    "ENV",
+    "PARTS",
     "Html",
     "ago",
     "at",
@@ -25,34 +34,87 @@ __all__ = [
     "error_summary",
     "health_banner",
     "hidden",
-    "layout",
+    "href",
     "link",
     "pre_json",
+    "render",
+    "state",
     "table",
     "text",
 ]
 
 Html = str
-"""Markup already escaped."""
+"""Markup already escaped (a macro's or a template's output, as text: the pages join pieces
+of it; :func:`render` and :func:`table` mark it safe again for the templates)."""
+
+
+def _utc(value: datetime) -> str:
+    return f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
+def _iso_utc(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _duration(value: timedelta) -> str:
+    """A retention or an age: whole days as ``7 d``, else hours, minutes or seconds."""
+    seconds = value.total_seconds()
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size:.0f} {unit}"
+    return f"{seconds:g} s"
+
+
+def _pretty_json(value: Any) -> str:  # noqa: ANN401 - any JSON value
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+ENV = Environment(
+    loader=PackageLoader("ship_sqla._dashboard", "templates"),
+    autoescape=select_autoescape(["html"], default_for_string=True, default=True),
+    undefined=StrictUndefined,
+    extensions=["jinja2.ext.do"],
+    auto_reload=False,  # the templates are package data: no stat of each one per page
+    trim_blocks=False,
+    keep_trailing_newline=False,
+)
+ENV.filters["utc"] = _utc
+ENV.filters["isoutc"] = _iso_utc
+ENV.filters["pretty_json"] = _pretty_json
+ENV.filters["duration"] = _duration
+ENV.globals["static"] = lambda relative: relative  # replaced per render: see render()
+
+_M: Any = ENV.get_template("macros.html").module
+"""The macros, called from Python (each returns Markup)."""
+PARTS: Any = ENV.get_template("parts.html").module
+"""The pages' row parts (``templates/parts.html``), called from the row builders."""
+
+
+def render(template: str, /, **context: Any) -> Html:  # noqa: ANN401 - template values
+    """``template`` rendered with ``context`` (autoescaped) as Markup."""
+    return ENV.get_template(template).render(**context)
+
+
+def static_url(base: str, relative: str) -> str:
+    """The URL of a static file under its content-hashed name (:mod:`._static`)."""
+    return f"{base}/static/{asset_name(relative)}"
 
 
 def text(value: object) -> Html:
-    return escape("" if value is None else str(value))
+    return str(escape("" if value is None else str(value)))
 
 
 def error_summary(error: str | None, width: int = 160) -> Html:
     """An error in one table cell: its first line (the exception and its message, never the
     traceback that follows it), cut at ``width`` characters with an ellipsis; the run's page
     shows the whole text. The cell's title holds the whole first line."""
-    if not error:
-        return ""
-    line = error.splitlines()[0]
-    shown = line if len(line) <= width else f"{line[: width - 1]}…"
-    return f'<span title="{text(line)}">{text(shown)}</span>'
+    return str(_M.error_summary(error, width))
 
 
 def at(value: datetime | None) -> Html:
-    return "—" if value is None else text(f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC")
+    """A time as ``<time datetime=ISO>`` reading in UTC; the page's script shows it in the
+    browser's zone (or UTC, by the header's toggle)."""
+    return str(_M.at(value))
 
 
 def ago(seconds: float | None) -> Html:
@@ -65,52 +127,43 @@ def ago(seconds: float | None) -> Html:
     return f"{seconds / 3600:.1f} h"
 
 
-def link(base: str, path: str, label: object, params: Mapping[str, Any] | None = None) -> Html:
+def href(base: str, path: str, params: Mapping[str, Any] | None = None) -> str:
     query = {k: v for k, v in (params or {}).items() if v not in (None, "")}
-    href = base + path + ("?" + urlencode(query) if query else "")
-    return f'<a href="{escape(href)}">{text(label)}</a>'
+    return base + path + ("?" + urlencode(query) if query else "")
+
+
+def link(base: str, path: str, label: object, params: Mapping[str, Any] | None = None) -> Html:
+    return str(_M.link(href(base, path, params), label))
+
+
+def state(name: str | None) -> Html:
+    return str(_M.state(name))
 
 
 def pre_json(value: Any) -> Html:  # noqa: ANN401 - any JSON value
-    return f"<pre>{text(json.dumps(value, indent=2, sort_keys=True, default=str))}</pre>"
+    return str(_M.pre_json(value))
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[Html]], *, empty: str) -> Html:
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    if not body:
-        body = f'<tr><td colspan="{len(headers)}" class="muted">{text(empty)}</td></tr>'
-    head = "".join(f"<th>{text(h)}</th>" for h in headers)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]], *, empty: str) -> Html:
+    cells = [[Markup(cell) for cell in row] for row in rows]  # noqa: S704 - escaped cells
+    return str(_M.table(list(headers), cells, empty))
 
 
 def hidden(name: str, value: object) -> Html:
-    return f'<input type="hidden" name="{text(name)}" value="{text(value)}">'
+    return str(_M.hidden(name, value))
 
 
 def button_form(
     action: str, label: str, *, csrf: str, back: str, fields: Mapping[str, object] | None = None
 ) -> Html:
     """A one-button POST form (an action on one run or job)."""
-    inputs = "".join(hidden(k, v) for k, v in (fields or {}).items())
-    return (
-        f'<form class="inline" method="post" action="{text(action)}">{hidden("csrf_token", csrf)}'
-        f'{hidden("next", back)}{inputs}<button type="submit" name="do" value="{text(label)}">'
-        f"{text(label)}</button></form>"
-    )
+    return str(_M.button_form(action, label, csrf, back, dict(fields or {})))
 
 
 def health_banner(alarms: Sequence[tuple[str, str]]) -> Html:
     """J22: the storage-health alarms (kind, message with its fix) as one small banner on every
     page; nothing while the database is healthy (or its health unknown)."""
-    if not alarms:
-        return ""
-    items = "".join(
-        f'<li data-alarm="{text(kind)}">{text(message)}</li>' for kind, message in alarms
-    )
-    return (
-        '<div class="error banner" id="health-banner" role="alert"><strong>Database'
-        f" health</strong> (<code>ship-sqla jobs health</code>)<ul>{items}</ul></div>"
-    )
+    return str(_M.health_banner(list(alarms)))
 
 
 def layout(
@@ -122,31 +175,32 @@ def layout(
     nav: Sequence[tuple[str, str]],
     actor: str,
     can_manage: bool,
+    nonce: str,
+    here: str = "",
     flash: str | None = None,
     error: str | None = None,
     poll_ms: int | None = None,
     banner: Html = "",
+    charts: bool = False,
+    fragment: bool = False,
 ) -> Html:
-    links = "".join(
-        f'<a class="{"on" if path == current else ""}" href="{text(base + (path or "/"))}">'
-        f"{text(label)}</a>"
-        for path, label in nav
-    )
-    role = "manage" if can_manage else "read only"
-    notes = ""
-    if flash:
-        notes += f'<p class="flash" id="flash">{text(flash)}</p>'
-    if error:
-        notes += f'<p class="error" id="error">{text(error)}</p>'
-    notes += banner
-    static = f"{base}/static"
-    script = f'<script src="{text(static)}/{SCRIPT}" defer></script>' if poll_ms else ""
-    polled = f' data-poll-ms="{int(poll_ms)}"' if poll_ms else ""
-    return (
-        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>{text(title)} · ship_sqla</title>"
-        f'<link rel="stylesheet" href="{text(static)}/{STYLESHEET}">{script}</head><body>'
-        f'<header><strong>ship_sqla</strong>{links}<span class="muted who">'
-        f"{text(actor)} ({role})</span></header><main{polled}>{notes}<h1>{text(title)}</h1>"
-        f"{body}</main></body></html>"
+    """The page (``templates/layout.html``), or only ``<main>``'s content when ``fragment``
+    (the live refresh's swap)."""
+    return render(
+        "fragment.html" if fragment else "layout.html",
+        base=base,
+        current=current,
+        title=title,
+        content=Markup(body),  # noqa: S704 - built by the templates and macros
+        nav=nav,
+        actor=actor,
+        can_manage=can_manage,
+        nonce=nonce,
+        here=here,
+        flash=flash,
+        error=error,
+        poll_ms=poll_ms,
+        banner=Markup(banner),  # noqa: S704 - the macro's output
+        charts=charts,
+        static=lambda relative: static_url(base, relative),
     )

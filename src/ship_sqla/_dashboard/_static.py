@@ -1,73 +1,122 @@
-"""The dashboard's two static assets: its stylesheet and the live-update poll (issue 25).
+"""The dashboard's static files (issue 36): its stylesheet and script, and the vendored htmx,
+idiomorph (the morphing swap), the htmx SSE extension and uPlot (``static/vendor/README.md``
+names their versions and sources). No build step: the files are served as they are.
 
-They are files of their own, served by the dashboard at ``<base>/static/<name>``, so the pages
-carry no inline ``<style>``, ``style=`` attribute or ``<script>`` and the Content-Security-Policy
-(:mod:`._security`) can allow styles and scripts from the dashboard's own origin only
-(``'self'``), with no ``'unsafe-inline'``, nonce or hash. The poll reads its period from the
-``data-poll-ms`` attribute of ``<main>``: a page without it does not poll.
+Each file is served under a content-hashed name, ``<stem>.<sha256[:10]>.<ext>``
+(``htmx-2.0.11.min.1a2b3c4d5e.js``), with ``Cache-Control: public, max-age=31536000,
+immutable``: a browser fetches it once, and a changed file is a new name. :class:`StaticAssets`
+is a thin wrapper over Starlette's :class:`~starlette.staticfiles.StaticFiles`: it answers only
+the hashed names of :data:`ASSETS` (a stale or unknown name is a 404, never another file) and
+serves a gzip copy (compressed once, in memory) to a browser that accepts it.
+
+The pages carry no inline style and no script without the request's CSP nonce
+(:mod:`._security`).
 """
 
 from __future__ import annotations
 
-from typing import Final
+import gzip
+import hashlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
 
-__all__ = ["ASSETS", "SCRIPT", "STYLESHEET"]
+from starlette.datastructures import Headers
+from starlette.responses import PlainTextResponse, Response
+from starlette.staticfiles import StaticFiles
 
-STYLESHEET: Final = "dashboard.css"
-SCRIPT: Final = "poll.js"
+if TYPE_CHECKING:
+    from starlette.types import Message, Receive, Scope, Send
 
-_CSS: Final = """\
-body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
-header{background:#263238;color:#fff;padding:8px 16px;display:flex;gap:16px;align-items:center}
-header a{color:#cfd8dc;text-decoration:none}header a.on{color:#fff;font-weight:600}
-header .who{margin-left:auto}
-main{padding:16px}table{border-collapse:collapse;width:100%;background:#fff;margin:8px 0}
-th,td{border-bottom:1px solid #e0e0e0;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#eceff1}pre{background:#f5f5f5;padding:8px;overflow:auto;max-height:320px}
-.flash{background:#e8f5e9;border:1px solid #a5d6a7;padding:6px 10px}
-.error{background:#ffebee;border:1px solid #ef9a9a;padding:6px 10px}
-.banner ul{margin:4px 0 0;padding-left:18px}
-.state-dead{color:#c62828}.state-completed{color:#2e7d32}.state-running{color:#1565c0}
-form.inline{display:inline}button{margin:2px}.muted{color:#777}
-.filters label{margin-right:8px}.timeline li{margin-bottom:8px}
-"""
+__all__ = ["ASSETS", "IMMUTABLE", "STATIC_DIR", "StaticAssets", "asset_name"]
 
-_POLL: Final = """\
-"use strict";
-// Live update (overview, workers): every data-poll-ms milliseconds, fetch this page's
-// fragment (X-Ship-Fragment: 1) and replace <main>'s content with it; a failed fetch keeps
-// the page as it is. Pages with forms carry no data-poll-ms, so a selection is never lost.
-(function () {
-  var main = document.querySelector("main[data-poll-ms]");
-  if (main === null) {
-    return;
-  }
-  var every = parseInt(main.getAttribute("data-poll-ms"), 10);
-  if (!(every > 0)) {
-    return;
-  }
-  setInterval(function () {
-    fetch(location.href, {
-      headers: { "X-Ship-Fragment": "1" },
-      credentials: "same-origin",
-      cache: "no-store",
-    })
-      .then(function (response) {
-        return response.ok ? response.text() : null;
-      })
-      .then(function (html) {
-        if (html !== null) {
-          main.innerHTML = html;
-        }
-      })
-      .catch(function () {});
-  }, every);
-})();
-"""
+STATIC_DIR: Final = Path(__file__).parent / "static"
+IMMUTABLE: Final = "public, max-age=31536000, immutable"
 
-ASSETS: Final[dict[str, tuple[bytes, str]]] = {
-    STYLESHEET: (_CSS.encode(), "text/css; charset=utf-8"),
-    SCRIPT: (_POLL.encode(), "text/javascript; charset=utf-8"),
-}
-"""Asset name -> (body, Content-Type): exact types, as ``X-Content-Type-Options: nosniff``
-makes the browser refuse a script or stylesheet served under any other."""
+_FILES: Final = (
+    "dashboard.css",
+    "dashboard.js",
+    "vendor/htmx-2.0.11.min.js",
+    "vendor/idiomorph-ext-0.8.0.min.js",
+    "vendor/htmx-ext-sse-2.2.4.min.js",
+    "vendor/uplot-1.6.32.min.js",
+    "vendor/uplot-1.6.32.min.css",
+)
+_TYPES: Final = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+
+
+def _hashed(relative: str, content: bytes) -> str:
+    stem, _, ext = relative.rpartition(".")
+    return f"{stem}.{hashlib.sha256(content).hexdigest()[:10]}.{ext}"
+
+
+def _read_assets() -> dict[str, tuple[str, str]]:
+    found: dict[str, tuple[str, str]] = {}
+    for relative in _FILES:
+        content = (STATIC_DIR / relative).read_bytes()
+        found[relative] = (_hashed(relative, content), relative)
+    return found
+
+
+ASSETS: Final = _read_assets()
+"""File (``vendor/htmx-2.0.11.min.js``) -> (its hashed name, the file)."""
+_BY_HASHED: Final = dict(ASSETS.values())
+
+
+def asset_name(relative: str) -> str:
+    """The hashed name under which ``relative`` (one of the files above) is served."""
+    return ASSETS[relative][0]
+
+
+class StaticAssets:
+    """ASGI app for ``<base>/static``: the hashed names only, immutable, gzip when accepted."""
+
+    def __init__(self) -> None:
+        self._files = StaticFiles(directory=STATIC_DIR)
+        self._gzipped: dict[str, bytes] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = str(scope.get("path", ""))
+        root = str(scope.get("root_path", ""))
+        hashed = path[len(root) :].lstrip("/") if path.startswith(root) else path.lstrip("/")
+        relative = _BY_HASHED.get(hashed)
+        if relative is None or scope.get("method") not in ("GET", "HEAD"):
+            await PlainTextResponse(
+                f"404 {hashed[:200]!r}: no such asset. Fix: reload the page (its assets are"
+                " named by their content).",
+                404,
+            )(scope, receive, send)
+            return
+        media_type = _TYPES[Path(relative).suffix]
+        if "gzip" in Headers(scope=scope).get("accept-encoding", ""):
+            body = self._gzipped.get(relative)
+            if body is None:
+                raw = (STATIC_DIR / relative).read_bytes()
+                body = self._gzipped[relative] = gzip.compress(raw, 9, mtime=0)
+            response = Response(
+                body,
+                media_type=media_type,
+                headers={
+                    "Content-Encoding": "gzip",
+                    "Vary": "Accept-Encoding",
+                    "Cache-Control": IMMUTABLE,
+                },
+            )
+            await response(scope, receive, send)
+            return
+
+        async def immutable(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [
+                    (k, v)
+                    for k, v in message.get("headers", [])
+                    if k.lower() not in (b"cache-control", b"content-type")
+                ]
+                headers += [
+                    (b"cache-control", IMMUTABLE.encode()),
+                    (b"content-type", media_type.encode()),
+                    (b"vary", b"Accept-Encoding"),
+                ]
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self._files({**scope, "path": "/" + relative, "root_path": ""}, receive, immutable)

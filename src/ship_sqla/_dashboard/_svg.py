@@ -1,9 +1,11 @@
-"""Inline SVG charts for the overview (no JavaScript, no build step). Pure: tested alone."""
+"""The overview's throughput chart as inline SVG (no JavaScript; ``templates/throughput.svg``).
+Pure: tested alone."""
 
 from __future__ import annotations
 
-from html import escape
 from typing import TYPE_CHECKING
+
+from ship_sqla._dashboard._html import render
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -23,42 +25,28 @@ def throughput_chart(buckets: Sequence[ThroughputBucket], *, bucket_seconds: int
     n = max(len(buckets), 1)
     peak = max((b.completed + b.dead for b in buckets), default=0) or 1
     slot = (_WIDTH - 2 * _PAD) / n
-    bar = max(slot - 2, 1)
     inner = _HEIGHT - 2 * _PAD
-    parts = [
-        (
-            f'<svg class="chart" role="img" viewBox="0 0 {_WIDTH} {_HEIGHT}" width="100%"'
-            f' aria-label="runs completed and dead per {bucket_seconds // 60} minutes">'
-        ),
-        (
-            f'<line x1="{_PAD}" y1="{_HEIGHT - _PAD}" x2="{_WIDTH - _PAD}" y2="{_HEIGHT - _PAD}"'
-            ' stroke="#999"/>'
-        ),
-        f'<text x="{_PAD}" y="14" font-size="11">peak {peak} per bucket</text>',
+    bars = [
+        {
+            "x": _PAD + i * slot,
+            "done": inner * b.completed / peak,
+            "dead": inner * b.dead / peak,
+            "capped": b.capped,
+            "label": f"{b.start:%Y-%m-%d %H:%M} UTC: {b.completed} completed, {b.dead} dead"
+            + (" (capped: at least)" if b.capped else ""),
+        }
+        for i, b in enumerate(buckets)
     ]
-    for i, b in enumerate(buckets):
-        x = _PAD + i * slot
-        done_h = inner * b.completed / peak
-        dead_h = inner * b.dead / peak
-        base = _HEIGHT - _PAD
-        label = escape(
-            f"{b.start:%Y-%m-%d %H:%M} UTC: {b.completed} completed, {b.dead} dead"
-            + (" (capped: at least)" if b.capped else "")
-        )
-        outline = ' stroke="#000" stroke-dasharray="2"' if b.capped else ""
-        parts.append(
-            f"<g><title>{label}</title>"
-            f'<rect class="completed" x="{x:.1f}" y="{base - done_h:.1f}" width="{bar:.1f}"'
-            f' height="{done_h:.1f}" fill="#2e7d32"{outline}/>'
-            f'<rect class="dead" x="{x:.1f}" y="{base - done_h - dead_h:.1f}" width="{bar:.1f}"'
-            f' height="{dead_h:.1f}" fill="#c62828"{outline}/></g>'
-        )
-    if buckets:
-        first, last = buckets[0].start, buckets[-1].start
-        parts.append(
-            f'<text x="{_PAD}" y="{_HEIGHT - 6}" font-size="11">{first:%H:%M}</text>'
-            f'<text x="{_WIDTH - _PAD}" y="{_HEIGHT - 6}" font-size="11"'
-            f' text-anchor="end">{last:%H:%M} UTC</text>'
-        )
-    parts.append("</svg>")
-    return "".join(parts)
+    return render(
+        "throughput.svg",
+        width=_WIDTH,
+        height=_HEIGHT,
+        pad=_PAD,
+        base=_HEIGHT - _PAD,
+        minutes=bucket_seconds // 60,
+        peak=peak,
+        bars=bars,
+        bar_width=max(slot - 2, 1),
+        first=f"{buckets[0].start:%H:%M}" if buckets else "",
+        last=f"{buckets[-1].start:%H:%M}" if buckets else "",
+    )
