@@ -431,8 +431,6 @@ async def test_s2_overview_lists_a_failing_job_with_its_dead_count_issue_36(back
     assert "failing" not in waiting
 
 
-
-
 async def test_every_page_has_a_json_twin_and_an_unknown_run_is_404_issue_36(client, backend):
     """Issue 36: ``Accept: application/json`` answers every page's JSON twin (its data, the
     health alarms, the same status); an unknown run id answers 404 as a page and as JSON; the

@@ -33,11 +33,11 @@ the store's ``retention`` are deleted; the sampler then samples whether or not a
 collects the gauges (the history needs its backlog). A failed write is reported (J11).
 
 Maintenance does not wait for a metric reader: a runtime whose gauges nobody collects (no
-OpenTelemetry SDK) and that has no history store never takes the sampler lease (F5) and never samples its queues, so it runs
-the passes itself, on the same cadence (a pass that finds nothing to do is one catalog read and
-a count of the DEFAULT partitions' rows; its DDL is idempotent, so runtimes passing at once are
-harmless). Only ``queue_sample_interval=None`` (no sampler at all) leaves maintenance to
-``ship-sqla jobs maintain``.
+OpenTelemetry SDK) and that has no history store never takes the sampler lease (F5) and never
+samples its queues, so it runs the passes itself, on the same cadence (a pass that finds nothing
+to do is one catalog read and a count of the DEFAULT partitions' rows; its DDL is idempotent, so
+runtimes passing at once are harmless). Only ``queue_sample_interval=None`` (no sampler at all)
+leaves maintenance to ``ship-sqla jobs maintain``.
 """
 
 from __future__ import annotations
