@@ -68,7 +68,7 @@ from ship_sqla._dashboard._html import (
     table,
     text,
 )
-from ship_sqla._dashboard._reads import OVERVIEW_COUNT_CAP, overview_jobs
+from ship_sqla._dashboard._reads import OVERVIEW_COUNT_CAP, JobRow, overview_jobs
 from ship_sqla._dashboard._security import NONCE_KEY, SecurityHeaders
 from ship_sqla._dashboard._static import StaticAssets
 from ship_sqla._dashboard._svg import throughput_chart
@@ -228,6 +228,31 @@ def _chart_data(buckets: Sequence[ThroughputBucket]) -> dict[str, Any]:
             [b.completed for b in buckets],
             [b.dead for b in buckets],
         ],
+    }
+
+
+def _overview_data(
+    buckets: Sequence[ThroughputBucket],
+    jobs: Sequence[JobRow],
+    paused: Mapping[str, Any],
+    *,
+    alive: int,
+    workers: Sequence[WorkerRecord] | None,
+) -> dict[str, Any]:
+    """The overview's JSON twin: the chart's buckets, each job's line, the workers' counts."""
+    return {
+        "throughput": buckets,
+        "jobs": [
+            {
+                "job_id": job.job_id,
+                "demand": job.demand,
+                "failures": job.failures,
+                "failing": job.failing,
+                "paused": paused.get(job.job_id),
+            }
+            for job in jobs
+        ],
+        "workers": {"alive": alive, "registered": len(workers or ())},
     }
 
 
@@ -697,20 +722,7 @@ class _Dashboard:
                 headers=_OVERVIEW_HEADERS,
                 count_cap=OVERVIEW_COUNT_CAP,
             )
-            data = {
-                "throughput": buckets,
-                "jobs": [
-                    {
-                        "job_id": job.job_id,
-                        "demand": job.demand,
-                        "failures": job.failures,
-                        "failing": job.failing,
-                        "paused": paused.get(job.job_id),
-                    }
-                    for job in jobs
-                ],
-                "workers": {"alive": len(alive), "registered": len(workers or ())},
-            }
+            data = _overview_data(buckets, jobs, paused, alive=len(alive), workers=workers)
             return Content(html, data)
 
         return await self.page(request, "", "Overview", body, poll=True, charts=True)
