@@ -23,7 +23,7 @@ import heapq
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK
+from ship_sqla.kernel._jobs import partition_walk
 from ship_sqla.kernel._plans.fairness import fair_shares
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def _walk(
     request: ClaimRequest, waiting: Sequence[_RunLike], cursors: dict[str, str]
 ) -> list[str | None]:
     """The partitions this claim visits, as CLAIM_FAIR's tenant walk finds them."""
-    most = DEFAULT_PARTITION_WALK if request.fairness is None else request.fairness.max_tenants
+    most = partition_walk(request.fairness, request.limit)
     part = _part_of(request)
     named = sorted({p for run in waiting if (p := part(run)) is not None})
     after = cursors.pop(request.job_id, None)
