@@ -951,7 +951,8 @@ class PostgresJobBackend(JobBackendBase):
 
     async def _claim_partitioned(self, params: dict[str, Any], request: ClaimRequest) -> ClaimBatch:
         """F8/F9 (CLAIM_PARTITIONED): the limits per partition, one gate row each; the walk over
-        the partitions is the fair claim's (F2), with its weights when the job has some."""
+        the partitions is the fair claim's (F2), with its weights when the job has some, at
+        most ``partition_walk`` partitions wide (no wider than the claim can take from)."""
         by_key = request.partition == "key"
         if by_key not in self._partitions_served:
             await self._require_partitioned_claims([request.job_id], by_key=by_key)

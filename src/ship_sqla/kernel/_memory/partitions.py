@@ -6,7 +6,8 @@ partition key: ``ClaimRequest.partition``):
 
 - walks the partitions that have waiting runs (the tenants or keys, sorted, from the one after where
   this job's last partitioned claim stopped, wrapping round, at most ``max_tenants`` of them:
-  the ``Fairness``' or :data:`DEFAULT_PARTITION_WALK`), and the runs of none as one more
+  the ``Fairness``' or :data:`DEFAULT_PARTITION_WALK`, and at most ``max(limit, 16)``:
+  :func:`~ship_sqla.kernel._jobs.partition_walk`), and the runs of none as one more
   partition when any is due;
 - gives each visited partition at most what its own limits leave: ``max - running`` (every
   running run of the partition holds a slot, lapsed or not, F9) and ``limit - starts in the
