@@ -334,3 +334,24 @@ async def test_f8_a_bulk_enqueue_stores_every_runs_partition_key(clock, job_back
     await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(300)])
     batch = await backend.claim(claim_request(job, worker="w", limit=100))
     assert sorted(run.payload["n"] for run in batch) == list(range(10))
+
+
+async def test_f8_a_small_claim_visits_as_many_partitions_as_it_can_take_from(
+    clock, job_backend_factory
+):
+    """F8, F2: a partitioned claim visits at most max(limit, PARTITION_WALK_FLOOR) partitions
+    (within max_tenants): a claim of 1 over 20 tenants (no Fairness: a walk of 64) visits 16,
+    so the next claim starts after the 16th, and every tenant comes round."""
+    backend = job_backend_factory(clock)
+    job = per_tenant_rate("f8.small_walk", 1, 600.0)
+    tenants = [f"t{n:02}" for n in range(20)]
+    for tenant in tenants:
+        await fill(backend, job, tenant, 1)
+    first = await backend.claim(claim_request(job, worker="w", limit=1))
+    assert (by_tenant(first), first.more_due) == ({"t00": 1}, True)
+    second = await backend.claim(claim_request(job, worker="w", limit=1))
+    assert by_tenant(second) == {"t16": 1}
+    seen = by_tenant(first) + by_tenant(second)
+    for _ in range(18):
+        seen += by_tenant(await backend.claim(claim_request(job, worker="w", limit=1)))
+    assert seen == dict.fromkeys(tenants, 1)

@@ -43,7 +43,14 @@ from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql.admin import GET_RUN
 from ship_sqla._sql import Template
 from ship_sqla.kernel import completed, failed, released
-from ship_sqla.kernel._jobs import Concurrency, Fairness, RateLimit, RetryPolicy, define_job
+from ship_sqla.kernel._jobs import (
+    Concurrency,
+    Fairness,
+    RateLimit,
+    RetryPolicy,
+    define_job,
+    partition_walk,
+)
 from ship_sqla.kernel._memory.jobs import InMemoryJobBackend
 from ship_sqla.kernel._operations import JobOperations, create_job_operations
 from ship_sqla.kernel._ports import ClaimedRun, EnqueueRequest, RunRecord
@@ -281,7 +288,7 @@ class PartitionMachine(RuleBasedStateMachine):
             return partition_of(job, record.tenant, record.payload)
 
         waiting = {part(r) for r in mine if r.state == "waiting"} - {None}
-        if len(waiting) > (job.fairness.max_tenants if job.fairness else 64):
+        if len(waiting) > partition_walk(job.fairness, limit):
             return  # the walk takes turns: not every partition is visited by one claim
         due_of = Counter(part(r) for r in mine if r.state == "waiting" and r.run_at <= now)
         may = {p: max(min(due, self.allowance(job, p, mine, now)), 0) for p, due in due_of.items()}

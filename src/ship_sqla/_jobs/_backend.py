@@ -161,7 +161,7 @@ from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
 from ship_sqla.kernel._history_partitions import HistoryMaintenance
-from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK, KEEP_ROW, history_keep
+from ship_sqla.kernel._jobs import KEEP_ROW, history_keep, partition_walk
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
 from ship_sqla.kernel._plans.claim_floor import ClaimFloors, Floor
 from ship_sqla.kernel._ports import (
@@ -951,7 +951,8 @@ class PostgresJobBackend(JobBackendBase):
 
     async def _claim_partitioned(self, params: dict[str, Any], request: ClaimRequest) -> ClaimBatch:
         """F8/F9 (CLAIM_PARTITIONED): the limits per partition, one gate row each; the walk over
-        the partitions is the fair claim's (F2), with its weights when the job has some."""
+        the partitions is the fair claim's (F2), with its weights when the job has some, at
+        most ``partition_walk`` partitions wide (no wider than the claim can take from)."""
         by_key = request.partition == "key"
         if by_key not in self._partitions_served:
             await self._require_partitioned_claims([request.job_id], by_key=by_key)
@@ -960,7 +961,7 @@ class PostgresJobBackend(JobBackendBase):
         # gate decides which it retakes; a partitioned job has no one cap to bound them by).
         params["lapsed_limit"] = MAX_CLAIM_BATCH
         params["after_tenant"] = self._fair_cursors.get(job_id)
-        params["max_tenants"] = DEFAULT_PARTITION_WALK if fair is None else fair.max_tenants
+        params["max_tenants"] = partition_walk(fair, request.limit)
         params["weight_tenants"] = [] if fair is None else [tenant for tenant, _ in fair.weights]
         params["weights"] = [] if fair is None else [weight for _, weight in fair.weights]
         params["default_weight"] = 1 if fair is None else fair.default_weight

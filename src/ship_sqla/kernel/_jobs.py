@@ -50,6 +50,7 @@ __all__ = [
     "DEFAULT_MAX_PAYLOAD_BYTES",
     "DEFAULT_PARTITION_WALK",
     "MAX_SNOOZES",
+    "PARTITION_WALK_FLOOR",
     "Concurrency",
     "IdempotencyPolicy",
     "JobDefinition",
@@ -59,6 +60,7 @@ __all__ = [
     "RetryPolicy",
     "Schedule",
     "define_job",
+    "partition_walk",
 ]
 
 P = TypeVar("P")
@@ -154,6 +156,20 @@ PARTITIONS: Final = ("tenant", "key")
 DEFAULT_PARTITION_WALK: Final = 64
 """How many partitions one partitioned claim visits (F8, F9) when the job has no ``Fairness``
 (whose ``max_tenants`` it uses otherwise); claims take turns past them, as fair ones do."""
+
+PARTITION_WALK_FLOOR: Final = 16
+"""A partitioned claim of fewer runs than this still visits up to this many partitions
+(:func:`partition_walk`), so a partition at its limit does not leave a small claim empty."""
+
+
+def partition_walk(fairness: Fairness | None, limit: int) -> int:
+    """How many partitions a partitioned claim of ``limit`` runs visits (F8, F9): the walk's
+    width (``max_tenants``, else :data:`DEFAULT_PARTITION_WALK`), but no more than the claim
+    can take from (``limit``, at least :data:`PARTITION_WALK_FLOOR`). A claim of a few runs
+    (the runtime claims as slots free) so reads a few partitions, not the walk's width: each
+    partition visited costs its walk probe, its counts and its gate row whatever it yields."""
+    most = DEFAULT_PARTITION_WALK if fairness is None else fairness.max_tenants
+    return min(most, max(limit, PARTITION_WALK_FLOOR))
 
 
 def _require_partition(name: str, value: object) -> None:

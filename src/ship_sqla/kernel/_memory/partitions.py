@@ -6,7 +6,8 @@ partition key: ``ClaimRequest.partition``):
 
 - walks the partitions that have waiting runs (the tenants or keys, sorted, from the one after where
   this job's last partitioned claim stopped, wrapping round, at most ``max_tenants`` of them:
-  the ``Fairness``' or :data:`DEFAULT_PARTITION_WALK`), and the runs of none as one more
+  the ``Fairness``' or :data:`DEFAULT_PARTITION_WALK`, and at most ``max(limit, 16)``:
+  :func:`~ship_sqla.kernel._jobs.partition_walk`), and the runs of none as one more
   partition when any is due;
 - gives each visited partition at most what its own limits leave: ``max - running`` (every
   running run of the partition holds a slot, lapsed or not, F9) and ``limit - starts in the
@@ -23,7 +24,7 @@ import heapq
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from ship_sqla.kernel._jobs import DEFAULT_PARTITION_WALK
+from ship_sqla.kernel._jobs import partition_walk
 from ship_sqla.kernel._plans.fairness import fair_shares
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def _walk(
     request: ClaimRequest, waiting: Sequence[_RunLike], cursors: dict[str, str]
 ) -> list[str | None]:
     """The partitions this claim visits, as CLAIM_FAIR's tenant walk finds them."""
-    most = DEFAULT_PARTITION_WALK if request.fairness is None else request.fairness.max_tenants
+    most = partition_walk(request.fairness, request.limit)
     part = _part_of(request)
     named = sorted({p for run in waiting if (p := part(run)) is not None})
     after = cursors.pop(request.job_id, None)
