@@ -125,7 +125,9 @@ def sql_enqueue_installs(metadata: MetaData) -> list[SqlEnqueueInstall]:
     :func:`ship_job_definitions_table` with ``runs`` and ``state``)."""
     return [
         table.info[_INFO_KEY]
-        for table in metadata.sorted_tables
+        # by name, not ``sorted_tables``: that resolves every foreign key of the metadata, and
+        # one whose target another schema holds (or no table yet) is not this function's concern
+        for table in sorted(metadata.tables.values(), key=lambda table: table.fullname)
         if isinstance(table.info.get(_INFO_KEY), SqlEnqueueInstall)
     ]
 
