@@ -55,6 +55,7 @@ from ship_sqla._dashboard._html import (
     table,
     text,
 )
+from ship_sqla._dashboard._live import LiveOverview
 from ship_sqla._dashboard._security import SecurityHeaders
 from ship_sqla._dashboard._static import ASSETS
 from ship_sqla._dashboard._svg import throughput_chart
@@ -1810,6 +1811,7 @@ def _routes(state: _Dashboard) -> list[Route]:
         Route("/upkeep/{verb}", state.upkeep_action, methods=["POST"]),
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
         Route("/audit", state.audit, methods=["GET"]),
+        Route("/live/overview", LiveOverview.of(state).stream, methods=["GET"]),
     ]
 
 
