@@ -29,7 +29,12 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
-from ship_sqla.kernel._errors import ConfigurationError, ShipError
+from ship_sqla.kernel._errors import (
+    BoundExceededError,
+    ConfigurationError,
+    PermissionDeniedError,
+    ShipError,
+)
 from ship_sqla.kernel._operations import MANAGE_PERMISSION, READ_PERMISSION, JobOperations
 from ship_sqla.kernel._serving import serving_of
 
@@ -253,17 +258,18 @@ class LiveOverview:
         ``every``."""
         every = _every(request.query_params.get("every"))
         if every is None:
-            return PlainTextResponse(
-                f"400 every must be a whole number of seconds, 1 to {MAX_EVERY}"
-                " (1: live); omit it for live.",
-                400,
+            refused: ShipError = BoundExceededError(
+                f"every must be a whole number of seconds, 1 to {MAX_EVERY}.",
+                fix="omit it (live: 1 s), or pass ?every=2 to 60; the page's 'off' sends none.",
             )
+            return PlainTextResponse(f"400 {refused}", 400)
         if not await self._may_read(request):
-            return PlainTextResponse(
-                f"403 the authorizer refused both {READ_PERMISSION!r} and {MANAGE_PERMISSION!r}"
-                f" for operation {_LIVE_OPERATION!r}.",
-                403,
+            refused = PermissionDeniedError(
+                f"the authorizer refused both {READ_PERMISSION!r} and {MANAGE_PERMISSION!r}"
+                f" for operation {_LIVE_OPERATION!r}; nothing was read.",
+                fix=f"grant {READ_PERMISSION!r} to this user in the dashboard's authorizer.",
             )
+            return PlainTextResponse(f"403 {refused}", 403)
         return StreamingResponse(
             self._events(every),
             media_type="text/event-stream",
