@@ -98,14 +98,21 @@ class LiveHub:
         self._clock = clock
         self._watchers: set[_Watcher] = set()
         self._task: asyncio.Task[None] | None = None
+        self._stopping: asyncio.Task[None] | None = None
         self._latest: Snapshot | None = None
         self.readings = 0
         """How many snapshots the hub has read (for tests and metrics)."""
 
     @property
     def running(self) -> bool:
-        """Whether the hub's task runs (it does exactly while someone watches)."""
-        return self._task is not None and not self._task.done()
+        """Whether a task of the hub has not ended yet: one runs while someone watches; the
+        last one's cancellation completes soon after the last client left (:meth:`idle`)."""
+        return any(not t.done() for t in (self._task, self._stopping) if t is not None)
+
+    async def idle(self) -> None:
+        """Wait until no task of the hub runs (after the last client left)."""
+        while self._task is None and self._stopping is not None and not self._stopping.done():
+            await asyncio.wait([self._stopping])
 
     @property
     def watchers(self) -> int:
@@ -127,10 +134,10 @@ class LiveHub:
         finally:
             self._watchers.discard(watcher)
             if not self._watchers and self._task is not None:
-                task, self._task = self._task, None
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                # The client's own cancellation (a disconnect) may be redelivered at any await
+                # here, so the task is cancelled and remembered, not awaited.
+                self._stopping, self._task = self._task, None
+                self._stopping.cancel()
 
     async def _run(self) -> None:
         while self._watchers:
