@@ -4,6 +4,7 @@ read that counts itself."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from typing import Any
 
 from ship_sqla._dashboard._live import LiveHub
@@ -60,3 +61,24 @@ async def test_the_hub_reads_only_as_often_as_its_most_eager_client_needs() -> N
             patient.wake.clear()
         assert reads.count == 3
     await asyncio.wait_for(hub.idle(), 2)
+
+
+REQUEST_STATE: contextvars.ContextVar[str | None] = contextvars.ContextVar("request", default=None)
+
+
+async def test_the_hub_reads_outside_the_first_clients_request_context() -> None:
+    """The hub's task does not inherit the context of the request that started it (an ambient
+    transaction scope or tenant set by the application would apply to every client)."""
+    seen: list[str | None] = []
+
+    async def read() -> dict[str, Any]:
+        seen.append(REQUEST_STATE.get())
+        return {}
+
+    hub = LiveHub(read, period=PERIOD)
+    REQUEST_STATE.set("first client's")
+    async with hub.watching(PERIOD) as watcher:
+        await asyncio.wait_for(watcher.wake.wait(), 2)
+    await asyncio.wait_for(hub.idle(), 2)
+    assert seen
+    assert set(seen) == {None}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import json
 import logging
@@ -128,7 +129,11 @@ class LiveHub:
             watcher.wake.set()  # the newest reading at once; a fresh one follows within a period
         self._watchers.add(watcher)
         if not self.running:
-            self._task = asyncio.create_task(self._run(), name="ship-sqla dashboard live hub")
+            # A fresh context: the hub must not inherit the first client's request context (an
+            # ambient transaction scope or tenant its app set) and read inside it for everyone.
+            self._task = asyncio.create_task(
+                self._run(), name="ship-sqla dashboard live hub", context=contextvars.Context()
+            )
         try:
             yield watcher
         finally:
