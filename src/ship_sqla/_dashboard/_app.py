@@ -68,7 +68,15 @@ from ship_sqla._dashboard._html import (
     table,
     text,
 )
-from ship_sqla._dashboard._reads import OVERVIEW_COUNT_CAP, JobRow, overview_jobs
+from ship_sqla._dashboard._live import LiveOverview
+from ship_sqla._dashboard._reads import (
+    OVERVIEW_COUNT_CAP,
+    THROUGHPUT_BUCKET,
+    THROUGHPUT_BUCKETS,
+    THROUGHPUT_CAP,
+    JobRow,
+    overview_jobs,
+)
 from ship_sqla._dashboard._security import NONCE_KEY, SecurityHeaders
 from ship_sqla._dashboard._static import StaticAssets
 from ship_sqla._dashboard._svg import throughput_chart
@@ -154,13 +162,6 @@ REDRIVE_ALL: Final = "all"
 """The outbox page's two re-drive buttons' ``action`` values (any other: the selection)."""
 OUTBOX_REDRIVE_PAGES: Final = 10
 """Pages of 1,000 dead messages one "re-drive all" re-drives (call it again for more)."""
-THROUGHPUT_BUCKET: Final = 300
-THROUGHPUT_BUCKETS: Final = 24
-THROUGHPUT_CAP: Final = 100
-"""Finished runs counted per job and bucket (the chart marks a bucket that reached it). Each
-counted run is a heap row read (the state is not in the index): at 500 the chart read 120,000
-rows at 1,000,000 runs and took 300-700 ms; at 100 at most 24,000 (issue 36). The stats table
-(issue 36, item 2) is the exact source this chart is meant to move to."""
 
 PageBody: TypeAlias = "Callable[[JobOperations, bool, Filters], Awaitable[Html | Content]]"
 """A page's content: ``body(ops, can_manage, filters)`` (the filters it named, checked)."""
@@ -1820,6 +1821,7 @@ def _routes(state: _Dashboard) -> list[BaseRoute]:
         Route("/upkeep/{verb}", state.upkeep_action, methods=["POST"]),
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
         Route("/audit", state.audit, methods=["GET"]),
+        Route("/live/overview", LiveOverview.of(state).stream, methods=["GET"]),
     ]
 
 

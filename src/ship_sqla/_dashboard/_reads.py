@@ -27,12 +27,29 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._operations import JobOperations
     from ship_sqla.kernel._ports import JobDemand, JobFailures
 
-__all__ = ["OVERVIEW_COUNT_CAP", "JobRow", "overview_jobs"]
+__all__ = [
+    "OVERVIEW_COUNT_CAP",
+    "THROUGHPUT_BUCKET",
+    "THROUGHPUT_BUCKETS",
+    "THROUGHPUT_CAP",
+    "JobRow",
+    "overview_jobs",
+]
 
 OVERVIEW_COUNT_CAP: Final = 1_000
 """Counts on the overview are exact up to this and a floor ("1000+") past it: each count reads
 at most this many index entries per priority level, so the page costs the same at 1M or 10M
 runs (at the default 10,000 the overview read 200,000 entries at 1M runs)."""
+
+THROUGHPUT_BUCKET: Final = 300
+"""The overview's throughput chart (the page's and the live stream's): five-minute buckets..."""
+THROUGHPUT_BUCKETS: Final = 24
+"""...24 of them, the last two hours."""
+THROUGHPUT_CAP: Final = 100
+"""Finished runs counted per job and bucket (the chart marks a bucket that reached it). Each
+counted run is a heap row read (the state is not in the index): at 500 the chart read 120,000
+rows at 1,000,000 runs and took 300-700 ms; at 100 at most 24,000 (issue 36). The stats table
+(issue 36, item 2) is the exact source this chart is meant to move to."""
 
 
 @attrs.frozen

@@ -1,0 +1,196 @@
+"""The live overview (issue 36 item 3): one server-sent-events stream per dashboard process,
+read at most once a second whoever watches. The clients are driven through the ASGI
+application itself (no server): each request's ``receive`` answers ``http.disconnect`` when the
+test closes it, as a server does when the browser tab goes away."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import pytest
+from dashboard_support import MAIL, REPORT, authorizer, dashboard_tables
+from sqlalchemy import event
+
+from ship_sqla import create_dashboard, create_job_backend
+
+WINDOW = 2
+"""Readings per measured window."""
+
+
+class SseClient:
+    """One ``GET`` of an event stream through the ASGI app; its events parsed as they come."""
+
+    def __init__(self, app: Any, target: str, user: str = "viewer") -> None:
+        path, _, query = target.partition("?")
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": "GET",
+            "scheme": "http",
+            "path": path,
+            "raw_path": path.encode(),
+            "root_path": "",
+            "query_string": query.encode(),
+            "headers": [(b"x-user", user.encode())],
+            "client": ("127.0.0.1", 50000),
+            "server": ("dashboard.test", 80),
+        }
+        self.status: int | None = None
+        self.headers: dict[str, str] = {}
+        self.blocks: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+        self.body = b""
+        self._buffer = b""
+        self._gone = asyncio.Event()
+        self._asked = False
+        self.task = asyncio.create_task(app(scope, self._receive, self._send))
+
+    async def _receive(self) -> dict[str, Any]:
+        if not self._asked:
+            self._asked = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        await self._gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.status = message["status"]
+            self.headers = {k.decode(): v.decode() for k, v in message["headers"]}
+            return
+        chunk = message.get("body", b"")
+        self.body += chunk
+        self._buffer += chunk
+        while b"\n\n" in self._buffer:
+            block, self._buffer = self._buffer.split(b"\n\n", 1)
+            fields: dict[str, str] = {}
+            for line in block.decode().splitlines():
+                name, _, value = line.partition(":")
+                fields[name or "comment"] = value.removeprefix(" ")
+            self.blocks.put_nowait(fields)
+
+    async def next_event(self, within: float = 5.0) -> dict[str, str]:
+        """The next ``event:`` block (``retry`` and comment lines skipped)."""
+        async with asyncio.timeout(within):
+            while True:
+                block = await self.blocks.get()
+                if "event" in block:
+                    return block
+
+    async def close(self) -> None:
+        self._gone.set()
+        await asyncio.wait_for(self.task, 5)
+
+
+@pytest.fixture
+async def live(ship_engine: Any) -> Any:
+    """(the dashboard, its hub, the backend, the statements counter)."""
+    metadata, runs, state, workers, _audit = dashboard_tables()
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    backend = create_job_backend(
+        database=ship_engine, table=runs, state_table=state, workers_table=workers
+    )
+    app = create_dashboard(backend, authorizer=authorizer, audit=None, definitions=[MAIL, REPORT])
+    [route] = [r for r in app.routes if getattr(r, "path", None) == "/live/overview"]
+    hub = route.endpoint.__self__.hub  # type: ignore[attr-defined]
+    statements = [0]
+
+    def count(*_args: Any) -> None:
+        statements[0] += 1
+
+    event.listen(ship_engine.sync_engine, "before_cursor_execute", count)
+    yield app, hub, backend, statements
+    event.remove(ship_engine.sync_engine, "before_cursor_execute", count)
+
+
+async def _measure(clients: list[SseClient], hub: Any, statements: list[int]) -> tuple[int, int]:
+    """(statements, hub readings) over ``WINDOW`` events of the first client, once every
+    client has had its first event."""
+    for client in clients:
+        await client.next_event()
+    first = clients[0]
+    await first.next_event()
+    before, readings = statements[0], hub.readings
+    started = time.monotonic()
+    for _ in range(WINDOW):
+        await first.next_event()
+    elapsed = time.monotonic() - started
+    assert elapsed >= WINDOW * 0.9, elapsed  # at most one reading a second
+    return statements[0] - before, hub.readings - readings
+
+
+async def test_s2_fifty_tabs_cost_the_database_what_one_does_and_the_hub_stops(live: Any) -> None:
+    """S2 (each reading is the overview's bounded reads, read-only): 50 clients of the stream
+    cost the same statements per second as one (within one reading), because the process
+    reads the overview at most once a second whoever watches; each client's message has an id,
+    the ``overview`` event and the JSON snapshot, after a ``retry:`` hint; when the last client
+    leaves, the hub's task ends (it reads nothing more)."""
+    app, hub, _backend, statements = live
+    one = SseClient(app, "/live/overview")
+    alone, alone_readings = await _measure([one], hub, statements)
+    assert one.status == 200
+    assert one.headers["content-type"].startswith("text/event-stream")
+    assert one.body.startswith(b"retry: 3000\n\n")
+    message = await one.next_event()
+    assert message["event"] == "overview"
+    assert int(message["id"]) > 0
+    snapshot = json.loads(message["data"])
+    assert {j["job"] for j in snapshot["jobs"]} == {MAIL.id, REPORT.id}
+    tabs = [SseClient(app, "/live/overview") for _ in range(49)]
+    crowd, crowd_readings = await _measure([one, *tabs], hub, statements)
+    assert hub.watchers == 50
+    per_reading = alone // alone_readings
+    assert alone_readings == crowd_readings == WINDOW
+    assert abs(crowd - alone) <= per_reading, (alone, crowd)
+    for client in [one, *tabs]:
+        await client.close()
+    assert hub.watchers == 0
+    await asyncio.wait_for(hub.idle(), 5)
+    assert not hub.running
+
+
+async def test_s2_a_committed_enqueue_is_in_the_stream_within_two_seconds(live: Any) -> None:
+    """S2: a run enqueued (committed) while a client watches shows in the stream's next
+    snapshots within 2 s: dash.mail's due count goes from 0 to 1."""
+    app, hub, backend, _statements = live
+    client = SseClient(app, "/live/overview")
+    first = json.loads((await client.next_event())["data"])
+    assert {j["job"]: j["due"] for j in first["jobs"]}[MAIL.id] == 0
+    await backend.enqueue(MAIL, {"i": 1})
+    committed = time.monotonic()
+    due = 0
+    while due == 0:
+        left = 2.0 - (time.monotonic() - committed)
+        snapshot = json.loads((await client.next_event(within=max(left, 0.01)))["data"])
+        due = {j["job"]: j["due"] for j in snapshot["jobs"]}[MAIL.id]
+    assert due == 1
+    await client.close()
+    await asyncio.wait_for(hub.idle(), 5)
+    assert not hub.running
+
+
+async def test_s2_the_stream_asks_read_permission_and_checks_its_interval(live: Any) -> None:
+    """S2: a user without ``ship.jobs:read`` is refused (403, how to fix it) and starts no
+    hub; an interval outside 1..60 s is a 400; ``every=N`` spaces a client's events by N s."""
+    app, hub, _backend, _statements = live
+    refused = SseClient(app, "/live/overview", user="nobody")
+    await asyncio.wait_for(refused.task, 5)
+    assert refused.status == 403
+    assert b"Fix:" in refused.body
+    for bad in ("0", "61", "x", "1.5", "%00"):
+        answer = SseClient(app, f"/live/overview?every={bad}")
+        await asyncio.wait_for(answer.task, 5)
+        assert answer.status == 400, bad
+        assert b"Fix:" in answer.body, bad
+    assert not hub.running
+    slow = SseClient(app, "/live/overview?every=2")
+    await slow.next_event()
+    started = time.monotonic()
+    await slow.next_event()
+    assert time.monotonic() - started >= 1.5
+    await slow.close()
+    await asyncio.wait_for(hub.idle(), 5)
+    assert not hub.running
