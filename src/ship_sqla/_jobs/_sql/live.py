@@ -95,15 +95,15 @@ WITH settle AS (
     SELECT t.ord, t.id, t.token, coalesce(t.state, 'completed') AS state, t.at,
         coalesce(t.refund, false) AS refund, coalesce(t.snoozes_added, 0) AS snoozes_added,
         t.error, t.entry_kind, coalesce(t.keeps_lapses, false) AS keeps_lapses, t.started,
-        coalesce(t.keep, 1) AS keep
+        coalesce(t.keep, 1) AS keep, t.wait_for
     FROM unnest(
         CAST(:ids AS text[]), CAST(:tokens AS bigint[]), CAST(:states AS text[]),
         CAST(:ats AS timestamptz[]), CAST(:refunds AS boolean[]),
         CAST(:snoozes_added AS integer[]), CAST(:errors AS text[]), CAST(:entry_kinds AS text[]),
         CAST(:keeps_lapses AS boolean[]), CAST(:starts AS timestamptz[]),
-        CAST(:keeps AS smallint[])
+        CAST(:keeps AS smallint[]), CAST(:wait_fors AS text[])
     ) WITH ORDINALITY AS t(id, token, state, at, refund, snoozes_added, error, entry_kind,
-        keeps_lapses, started, keep, ord)
+        keeps_lapses, started, keep, wait_for, ord)
 ), kept AS (
     -- What stays live: a retry, release or snooze of a run no operator asked to cancel (K2).
     -- <runs>_pkey, one probe per settlement; the token fences out stale holders (J5).
@@ -111,7 +111,8 @@ WITH settle AS (
     SET state = 'waiting', run_at = s.at, finished_at = NULL,
         attempt = CASE WHEN s.refund THEN r.attempt - 1 ELSE r.attempt END,
         snoozes = r.snoozes + s.snoozes_added,
-        lease_expires_at = NULL, claimed_by = NULL, updated_at = {now}, wait_for = NULL,
+        -- D10: a parked run waits for '#diverged' (the settlement's wait_for); else no wait.
+        lease_expires_at = NULL, claimed_by = NULL, updated_at = {now}, wait_for = s.wait_for,
         consecutive_lapses = CASE WHEN s.keeps_lapses THEN r.consecutive_lapses ELSE 0 END,
         last_error = coalesce(s.error, r.last_error),
         history = CASE WHEN s.error IS NULL THEN r.history
