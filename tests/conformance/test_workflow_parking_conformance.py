@@ -240,3 +240,20 @@ async def test_d10_d11_a_parked_run_moves_to_a_version_it_replays_cleanly_on(
         with anyio.fail_after(20):
             await effects.done.wait()
     assert effects.ran == ["a", "b", "c"]
+
+
+async def test_d10_j16_a_run_parks_and_unparks_with_a_history_table(
+    clock, live_only_backend_factory
+):
+    """D10 with J16: on a backend whose ending statement moves runs to history, a diverging
+    run is parked (its wait_for kept by the moving settle) and an unpark completes it."""
+    await test_d10_a_diverging_run_parks_and_an_unpark_after_the_fix_completes_it(
+        clock, live_only_backend_factory
+    )
+
+
+async def test_d10_j16_a_new_build_unparks_once_with_a_history_table(
+    clock, live_only_backend_factory
+):
+    """D10 with J16: a new build unparks the parked runs once, the moving settle alike."""
+    await test_d10_a_new_build_unparks_parked_runs_once(clock, live_only_backend_factory)
