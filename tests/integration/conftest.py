@@ -30,6 +30,22 @@ def pgbouncer(ship_server: ResolvedServer) -> Iterator[PgBouncer]:
         yield bouncer
 
 
+SEEDED_TIMEOUT = 900
+"""Seconds a test asking for the seeded template may take (pytest-timeout's default is 120): the
+first such test of a session builds the template (every module's 1M-row steps, two minutes or
+more on a 2-core machine), and a timeout there would error every EXPLAIN test of the session."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests on the seeded template get :data:`SEEDED_TIMEOUT` (any of them may build it)."""
+    for item in items:
+        if "seeded_template" not in getattr(item, "fixturenames", ()):
+            continue
+        own = item.get_closest_marker("timeout")
+        if own is None or (own.args and own.args[0] < SEEDED_TIMEOUT):
+            item.add_marker(pytest.mark.timeout(SEEDED_TIMEOUT), append=False)
+
+
 @pytest.fixture(scope="session")
 def seeded_template(
     request: pytest.FixtureRequest, ship_server: ResolvedServer
