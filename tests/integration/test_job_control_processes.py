@@ -7,7 +7,6 @@ Each handler records what it did in a side table, so the test reads facts from t
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import textwrap
@@ -20,6 +19,7 @@ import anyio
 import pytest
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
+from worker_fleet import stop_processes
 
 from ship_sqla import create_job_operations, define_job
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
@@ -230,17 +230,7 @@ async def test_pause_and_cancel_hold_across_processes(
                 id=run_id,
             )
     finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait(timeout=10)
-            if worker.stdout is not None:
-                worker.stdout.close()
+        stop_processes(workers)
 
     for name, run_id in running.items():
         [(worker_name, detail)] = await query(

@@ -21,6 +21,7 @@ import anyio
 import pytest
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
+from worker_fleet import stop_processes
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
 from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
@@ -165,17 +166,7 @@ async def test_killed_worker_run_is_retaken_and_every_run_completes(
             )
         assert not open_runs, f"runs never completed: {open_runs}"
     finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.send_signal(signal.SIGTERM)
-        for worker in workers:
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                worker.kill()
-                worker.wait(timeout=10)
-            if worker.stdout is not None:
-                worker.stdout.close()
+        stop_processes(workers)
 
     [(attempt,)] = await query(
         ship_engine, f"SELECT attempt FROM ship_job_runs WHERE id = '{victim.run_id}'"

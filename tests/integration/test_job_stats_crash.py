@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 from sqlalchemy import MetaData, text
+from worker_fleet import stop_processes
 
 from ship_sqla import create_job_backend, create_job_stats, define_job, ship_job_stats_table
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
@@ -114,20 +115,6 @@ def spawn(script: Path, url: str, work: float = 0.0) -> subprocess.Popen[str]:
     return worker
 
 
-def stop(workers: list[subprocess.Popen[str]]) -> None:
-    for worker in workers:
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-    for worker in workers:
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait(timeout=10)
-        if worker.stdout is not None:
-            worker.stdout.close()
-
-
 async def setup(engine: AsyncEngine, url: str, tmp_path: Path, count: int) -> Path:
     async with engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
@@ -154,7 +141,7 @@ async def test_two_workers_flushes_merge_to_the_exact_count(
 
         await until(all_done, 60, "300 completed runs")
     finally:
-        stop(workers)
+        stop_processes(workers)
     assert all(w.returncode == 0 for w in workers)
     assert await stored(ship_engine) == 300
     hist = await scalar(
@@ -190,7 +177,7 @@ async def test_a_killed_worker_loses_at_most_one_flush_interval(
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait(timeout=10)
     finally:
-        stop([worker])
+        stop_processes([worker])
     at_kill = await truth(ship_engine)
     lost = at_kill - await stored(ship_engine)
     window = await scalar(
@@ -211,6 +198,6 @@ async def test_a_killed_worker_loses_at_most_one_flush_interval(
 
         await until(all_done, 60, "every run completed after the restart")
     finally:
-        stop([restarted])
+        stop_processes([restarted])
     assert restarted.returncode == 0
     assert await stored(ship_engine) == total - lost

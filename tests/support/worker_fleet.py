@@ -18,6 +18,7 @@ import anyio
 
 if TYPE_CHECKING:
     import random
+    from collections.abc import Sequence
     from pathlib import Path
 
 
@@ -70,18 +71,7 @@ class WorkerFleet:
 
     def stop(self) -> None:
         """SIGTERM every live worker, wait for its drain (SIGKILL past 20 s), close the pipes."""
-        for process in self.live.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.live.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-        for process in [*self.live.values(), *self.dead]:
-            if process.stdout is not None:
-                process.stdout.close()
+        stop_processes(list(self.live.values()), closed=self.dead)
 
     def log_lines(self, needle: str) -> int:
         """How many lines of the workers' logs contain ``needle``."""
@@ -90,3 +80,22 @@ class WorkerFleet:
             for log in self.logs.glob("*.log")
             for line in log.read_text().splitlines()
         )
+
+
+def stop_processes(
+    processes: Sequence[subprocess.Popen[str]], closed: Sequence[subprocess.Popen[str]] = ()
+) -> None:
+    """SIGTERM each live process, wait for its drain (SIGKILL past 20 s), then close its pipe
+    (and those of ``closed``, already ended)."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes:
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    for process in [*processes, *closed]:
+        if process.stdout is not None:
+            process.stdout.close()
