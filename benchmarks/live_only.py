@@ -25,7 +25,7 @@ import asyncio
 import json
 import statistics
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -36,6 +36,9 @@ from ship_sqla import create_job_backend, define_job, ship_job_workers_table, st
 from ship_sqla.jobs import Concurrency, EnqueueRequest
 from ship_sqla.kernel import completed
 from ship_sqla.kernel._ports import ClaimRequest
+
+if TYPE_CHECKING:
+    from ship_sqla._jobs._backend import PostgresJobBackend
 
 FULL = "live_full"
 EMPTY = "live_empty"
@@ -49,13 +52,19 @@ async def noop(ctx: object, payload: object) -> None:  # noqa: ARG001
 FILL_JOB = define_job("bench.fill", noop, payload=dict, concurrency=Concurrency(max=100_000))
 
 
-async def _fill(engine: AsyncEngine, tables: dict[str, Any], runs: int) -> float:
-    """``runs`` runs through enqueue, claim and settle; returns the seconds it took."""
+async def _fill(
+    engine: AsyncEngine, tables: dict[str, Any], runs: int, maintain_every: int = 0
+) -> tuple[float, dict[str, Any]]:
+    """``runs`` runs through enqueue, claim and settle, with a maintenance pass (J17: the
+    runs table's bloated indexes rebuilt) every ``maintain_every`` runs and at the end (0:
+    none); returns the seconds it took and what the passes did (the runs table's largest total
+    size seen before a pass, the indexes rebuilt)."""
     backend = create_job_backend(database=engine, listen=False, announce=False, **tables)
     await backend.require_support([FILL_JOB])
     request = ClaimRequest(
         job_id=FILL_JOB.id, worker=WORKER, limit=1000, max_running=None, lease=300.0
     )
+    passes: dict[str, Any] = {"passes": 0, "largest_before_pass": 0, "rebuilt": 0}
     started = time.monotonic()
     done = 0
     while done < runs:
@@ -71,7 +80,25 @@ async def _fill(engine: AsyncEngine, tables: dict[str, Any], runs: int) -> float
             outcomes = await backend.settle([completed(run) for run in claimed])
             settled += sum(1 for outcome in outcomes if outcome == "completed")
         done += size
-    return time.monotonic() - started
+        if maintain_every and (done % maintain_every == 0 or done == runs):
+            await _maintain(engine, backend, tables, passes)
+    return time.monotonic() - started, passes
+
+
+async def _maintain(
+    engine: AsyncEngine, backend: PostgresJobBackend, tables: dict[str, Any], passes: dict[str, Any]
+) -> None:
+    table = tables["table"]
+    async with engine.connect() as connection:
+        total = await connection.scalar(
+            text("SELECT pg_total_relation_size(CAST(:t AS regclass))"),
+            {"t": f'"{table.schema}".{table.name}'},
+        )
+    done = await backend.maintain_history()
+    passes["passes"] += 1
+    passes["largest_before_pass"] = max(passes["largest_before_pass"], int(total or 0))
+    passes["rebuilt"] += len(done.rebuilt)
+    passes["last"] = done.to_dict()
 
 
 async def _runs_table(engine: AsyncEngine, schema: str) -> dict[str, int]:
@@ -156,14 +183,23 @@ async def main() -> None:
     parser.add_argument("--more", type=int, default=2_000_000)
     parser.add_argument("--drain", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--maintain-every",
+        type=int,
+        default=0,
+        help="a maintenance pass (J17, the runs table's index rebuild) every N runs; 0: none",
+    )
     args = parser.parse_args()
     engine = create_async_engine(await _ensure_database(args.url), pool_size=10, max_overflow=10)
     async with engine.begin() as connection:
         await connection.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
     full = await _fresh(engine, FULL, history=True)
-    seconds = await _fill(engine, full, args.runs)
+    seconds, passes = await _fill(engine, full, args.runs, args.maintain_every)
     first = await _runs_table(engine, FULL)
-    print(json.dumps({"after_runs": args.runs, "fill_seconds": seconds, **first}), flush=True)
+    print(
+        json.dumps({"after_runs": args.runs, "fill_seconds": seconds, **first, **passes}),
+        flush=True,
+    )
     sides: dict[str, list[dict[str, float]]] = {"empty": [], "history": []}
     for _ in range(args.rounds):
         empty = await _fresh(engine, EMPTY, history=True)
@@ -174,11 +210,14 @@ async def main() -> None:
         h["server_us_per_run"] / e["server_us_per_run"]
         for h, e in zip(sides["history"], sides["empty"], strict=True)
     ]
-    print(json.dumps({"drain_server_us_ratio_median": statistics.median(ratios), "ratios": ratios}))
+    if ratios:
+        median = statistics.median(ratios)
+        print(json.dumps({"drain_server_us_ratio_median": median, "ratios": ratios}))
     if args.more:
-        seconds = await _fill(engine, full, args.more)
+        seconds, passes = await _fill(engine, full, args.more, args.maintain_every)
         second = await _runs_table(engine, FULL)
-        print(json.dumps({"after_runs": args.runs + args.more, "fill_seconds": seconds, **second}))
+        after = args.runs + args.more
+        print(json.dumps({"after_runs": after, "fill_seconds": seconds, **second, **passes}))
         print(json.dumps({"size_ratio": second["total"] / first["total"]}))
     await engine.dispose()
 

@@ -672,6 +672,21 @@ class StoreConnections:
                     yield own
             await run_after_commit(own._callbacks)  # noqa: SLF001 - same module
 
+    @asynccontextmanager
+    async def outside_transaction(self, what: str) -> AsyncIterator[AsyncConnection | None]:
+        """An AUTOCOMMIT connection of the engine's pool, each statement its own transaction,
+        for what cannot run in a transaction block (``REINDEX CONCURRENTLY``); None on the test
+        path (a connection already in a transaction can run none of it). Judged by the outage
+        rule but not bounded by ``operation_timeout``: an index rebuild takes as long as the
+        table's scan. Session settings made on it must be reset before the block ends."""
+        operation = f"{self.name} {what}"
+        if self._autocommit is None:
+            yield None
+            return
+        async with connected(self._autocommit, operation) as connection:
+            with database_outage_translated(operation, driver_only=True):
+                yield connection
+
     async def copy(
         self,
         what: str,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from sqlalchemy import MetaData, text
+from sqlalchemy.exc import DBAPIError
 
 from ship_sqla import create_job_backend, ship_job_history_table
 from ship_sqla._schema_apply import apply_ship_schema, ship_tables_metadata
@@ -290,3 +291,151 @@ async def test_j17_the_maintain_verb_migrates_and_maintains(engine: AsyncEngine)
     assert answer["migration"]["moved"] == 40
     assert answer["maintenance"]["deferred"] == []
     assert await _counts(engine) == (2, 40, 10)
+
+
+BLOAT_RUNS = text(
+    "INSERT INTO ship_job_runs (id, job_id, payload, max_attempts)"
+    " SELECT 'b' || g, 'j17-' || (g % 7), '{}', 3 FROM generate_series(1, 80000) g"
+)
+
+
+async def _bloat_runs_indexes(engine: AsyncEngine) -> None:
+    """80,000 runs inserted then deleted and vacuumed: an empty runs table whose primary key
+    and due index keep the pages they split into (J16's table after a burst)."""
+    async with engine.begin() as connection:
+        await connection.execute(BLOAT_RUNS)
+        await connection.execute(text("DELETE FROM ship_job_runs"))
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text("VACUUM ship_job_runs"))
+
+
+async def _runs_indexes(engine: AsyncEngine) -> dict[str, tuple[int, bool]]:
+    async with engine.connect() as connection:
+        rows = await connection.execute(
+            text(
+                "SELECT i.relname, pg_relation_size(i.oid), x.indisvalid FROM pg_index x"
+                " JOIN pg_class i ON i.oid = x.indexrelid"
+                " WHERE x.indrelid = 'ship_job_runs'::regclass"
+            )
+        )
+        return {row[0]: (int(row[1]), bool(row[2])) for row in rows}
+
+
+async def _snapshot_waiters(engine: AsyncEngine) -> int:
+    """Sessions of this database waiting on another transaction's end (a concurrent
+    rebuild waiting out the lockers of its table)."""
+    async with engine.connect() as connection:
+        return int(
+            await connection.scalar(
+                text(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid"
+                    " WHERE NOT l.granted AND l.locktype IN ('virtualxid', 'transactionid')"
+                    " AND a.datname = current_database()"
+                )
+            )
+        )
+
+
+async def test_j17_a_pass_rebuilds_the_runs_tables_bloated_indexes_and_leaves_small_ones(
+    engine: AsyncEngine,
+) -> None:
+    """J16, J17: after 80,000 runs came and went, the runs table's primary key is past the
+    rebuild floor (1 MiB) with no live run: the pass rebuilds it concurrently (smaller, valid,
+    no `_ccnew` copy left) and reports it; the lease index, never written, is left alone; a
+    second pass rebuilds nothing."""
+    await _bloat_runs_indexes(engine)
+    before = await _runs_indexes(engine)
+    assert before["ship_job_runs_pkey"][0] > 1 << 20, before
+    done = await _backend(engine, FrozenClock(WALL)).maintain_history()
+    assert "ship_job_runs_pkey" in done.rebuilt
+    assert "ship_job_runs_lease_idx" not in done.rebuilt
+    assert (done.deferred, done.leftovers_dropped, done.invalid) == ((), (), ())
+    assert done.rebuild_skipped is None
+    after = await _runs_indexes(engine)
+    assert set(after) == set(before)
+    assert after["ship_job_runs_pkey"][0] < before["ship_job_runs_pkey"][0] // 4, after
+    assert all(valid for _, valid in after.values())
+    again = await _backend(engine, FrozenClock(WALL)).maintain_history()
+    assert again.rebuilt == ()
+    assert done.to_dict()["rebuilt"] == list(done.rebuilt)
+
+
+async def test_j17_an_interrupted_rebuild_is_deferred_and_its_invalid_copy_dropped_first(
+    engine: AsyncEngine,
+) -> None:
+    """J17: a rebuild that must wait for an open settle transaction (ROW EXCLUSIVE on the runs
+    table) gives up after the 1 s lock_timeout and is deferred, leaving PostgreSQL's INVALID
+    `_ccnew` copy; meanwhile another settle is not made to wait. The next pass drops the copy
+    (DROP INDEX CONCURRENTLY) and rebuilds nothing; the one after rebuilds."""
+    await _bloat_runs_indexes(engine)
+    async with engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_runs (id, job_id, payload, max_attempts)"
+                " VALUES ('open', 'j17', '{}', 3), ('other', 'j17', '{}', 3)"
+            )
+        )
+    backend = _backend(engine, FrozenClock(WALL))
+    async with engine.connect() as settle:
+        await settle.execute(text("UPDATE ship_job_runs SET attempt = 1 WHERE id = 'open'"))
+        maintaining = asyncio.ensure_future(backend.maintain_history())
+        while await _snapshot_waiters(engine) == 0:  # the rebuild waits for the open settle
+            assert not maintaining.done(), maintaining
+        started = time.monotonic()
+        async with engine.begin() as other:
+            await other.execute(text("UPDATE ship_job_runs SET attempt = 1 WHERE id = 'other'"))
+        waited = time.monotonic() - started
+        done = await maintaining
+        await settle.rollback()
+    assert waited < 0.5, waited
+    assert "rebuild ship_job_runs_pkey" in done.deferred
+    assert "ship_job_runs_pkey" not in done.rebuilt
+    left = await _runs_indexes(engine)
+    assert left["ship_job_runs_pkey_ccnew"][1] is False, left
+    cleaned = await backend.maintain_history()
+    assert "ship_job_runs_pkey_ccnew" in cleaned.leftovers_dropped
+    assert cleaned.rebuilt == ()
+    assert cleaned.rebuild_skipped is not None
+    assert not any("_ccnew" in name for name in await _runs_indexes(engine))
+    rebuilt = await backend.maintain_history()
+    assert "ship_job_runs_pkey" in rebuilt.rebuilt
+    assert rebuilt.deferred == ()
+
+
+async def test_j17_an_invalid_index_not_a_rebuilds_is_reported_and_left(
+    engine: AsyncEngine,
+) -> None:
+    """J17, J22: an INVALID index of the operator's (a failed CREATE INDEX CONCURRENTLY) is
+    reported by the pass and by the maintain verb's exit status, never dropped; the bloated
+    indexes are still rebuilt."""
+    await _bloat_runs_indexes(engine)
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_runs (id, job_id, payload, max_attempts)"
+                " VALUES ('x1', 'twice', '{}', 3), ('x2', 'twice', '{}', 3)"
+            )
+        )
+        with pytest.raises(DBAPIError, match="could not create unique index"):
+            await connection.execute(
+                text(
+                    "CREATE UNIQUE INDEX CONCURRENTLY ship_job_runs_mine ON ship_job_runs (job_id)"
+                )
+            )
+    done = await _backend(engine, FrozenClock(WALL)).maintain_history()
+    assert done.invalid == ("ship_job_runs_mine",)
+    assert done.leftovers_dropped == ()
+    assert "ship_job_runs_pkey" in done.rebuilt
+    assert (await _runs_indexes(engine))["ship_job_runs_mine"][1] is False
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from ship_sqla._cli import cli  # noqa: PLC0415
+    from ship_sqla._cli.jobs.maintain import MAINTAIN_ATTENTION_EXIT  # noqa: PLC0415
+
+    url = engine.url.render_as_string(hide_password=False)
+    args = ["jobs", "maintain", "--database-url", url]
+    result = await asyncio.to_thread(CliRunner().invoke, cli, args)
+    assert result.exit_code == MAINTAIN_ATTENTION_EXIT, result.output
+    assert "index ship_job_runs_mine is INVALID" in result.output

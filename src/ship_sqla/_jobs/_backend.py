@@ -446,7 +446,11 @@ class PostgresJobBackend(JobBackendBase):
             None
             if self._history_table is None
             else PostgresHistoryMaintenance(
-                self._history_table, self.statements, self._connections, self._clock.now
+                self._history_table,
+                self.statements,
+                self._connections,
+                self._clock.now,
+                runs=self._table,
             )
         )
         self._health = self._storage_health_reader(health_bounds, steps_table, events_table)
@@ -520,7 +524,8 @@ class PostgresJobBackend(JobBackendBase):
 
     async def maintain_history(self, retentions: Sequence[Retention] = ()) -> HistoryMaintenance:
         """J17: one maintenance pass over the history's partitions (create days ahead, drop
-        expired ones, analyze the parent, count the DEFAULT partitions' strays), each DDL under
+        expired ones, analyze the parent, count the DEFAULT partitions' strays) and the runs
+        table's bloated indexes (rebuilt concurrently), each DDL under
         a 1 s ``lock_timeout`` (deferred, not waited for). ``retentions``: the registered
         jobs'; each class keeps the longest of those and the history table's own."""
         if self._maintenance is None:

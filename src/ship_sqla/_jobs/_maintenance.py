@@ -17,6 +17,10 @@ A day whose rows are already in the DEFAULT partition (maintenance stopped for m
 ``DAYS_AHEAD`` days) cannot be created by ``PARTITION OF`` (PostgreSQL refuses while the DEFAULT
 holds rows of its range); it is created as a table, the day's rows moved into it from the
 DEFAULT and attached, in one transaction under the same timeout.
+
+Last, the runs table's bloated indexes are rebuilt (J16, J17:
+:class:`~ship_sqla._jobs._reindex.RunsIndexRebuild`, ``REINDEX CONCURRENTLY`` under the same
+1 s ``lock_timeout``).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from ship_sqla._jobs._history_ddl import (
     drop_day_ddl,
     history_retention,
 )
+from ship_sqla._jobs._reindex import IndexRebuild, RunsIndexRebuild
 from ship_sqla._jobs._sql.history import HISTORY_EXISTS, HISTORY_PARTITIONS, LOCK_TIMEOUT_LOCAL
 from ship_sqla._naming import quoted_table, text_name
 from ship_sqla._scope import OWN
@@ -77,7 +82,7 @@ class PostgresHistoryMaintenance:
     """The maintenance of one history table (J17) on a store's own connections; ``now`` is the
     backend's clock (injected in tests)."""
 
-    __slots__ = ("_connections", "_history", "_now", "_s")
+    __slots__ = ("_connections", "_history", "_now", "_rebuild", "_s")
 
     def __init__(
         self,
@@ -85,11 +90,13 @@ class PostgresHistoryMaintenance:
         statements: JobStatements,
         connections: StoreConnections,
         now: Callable[[], datetime],
+        runs: Table | None = None,
     ) -> None:
         self._history = history
         self._s = statements
         self._connections = connections
         self._now = now
+        self._rebuild = None if runs is None else RunsIndexRebuild(runs, statements, connections)
 
     @property
     def table(self) -> Table:
@@ -160,6 +167,7 @@ class PostgresHistoryMaintenance:
                 "analyze", [text(f"ANALYZE {self._name(self._history)}")], deferred
             )
         strays = tuple([(cls, await self.default_rows(cls)) for cls in STATE_CLASSES])
+        rebuild = IndexRebuild() if self._rebuild is None else await self._rebuild.run(deferred)
         return HistoryMaintenance(
             created=tuple(created),
             dropped=tuple(dropped),
@@ -167,6 +175,10 @@ class PostgresHistoryMaintenance:
             analyzed=analyzed,
             default_rows=strays,
             partitions_ahead=min(ahead),
+            rebuilt=rebuild.rebuilt,
+            leftovers_dropped=rebuild.leftovers_dropped,
+            invalid=rebuild.invalid,
+            rebuild_skipped=rebuild.skipped,
         )
 
     async def _apply(

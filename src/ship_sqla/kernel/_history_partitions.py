@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DAYS_AHEAD",
+    "INDEX_REBUILD_ENTRY_BYTES",
+    "INDEX_REBUILD_FLOOR",
     "LOCK_TIMEOUT",
     "MAINTENANCE_INTERVAL",
     "STATE_CLASSES",
@@ -54,6 +56,8 @@ __all__ = [
     "day_suffix",
     "default_suffix",
     "expired_days",
+    "index_needs_rebuild",
+    "is_rebuild_leftover",
     "parse_day_suffix",
     "plan_history",
     "state_class",
@@ -83,6 +87,37 @@ is retried at the next pass (J17): no settle waits longer for maintenance."""
 MAINTENANCE_INTERVAL: Final = 600.0
 """Seconds between two maintenance passes in the fleet's sampler-lease holder (F5); a pass
 whose DDL gave up on its lock is retried at the next one."""
+
+
+INDEX_REBUILD_FLOOR: Final = 1 << 20
+"""Bytes under which a runs-table index is never rebuilt (1 MiB: 128 pages; rebuilding one
+that small saves nothing worth a pass)."""
+
+INDEX_REBUILD_ENTRY_BYTES: Final = 128
+"""Bytes allowed per live run in each of the runs table's indexes before it counts as bloated:
+twice a generous 64 B entry (a btree tuple of the widest key, its line pointer and the page's
+free space at the default fill factor, about 2x a fresh build's ~30-45 B). An index grown by
+inserts and vacuumed sits near 2x its fresh size; past 4x the free pages are never coming
+back."""
+
+
+def index_needs_rebuild(size_bytes: int, live_entries: int) -> bool:
+    """Whether a runs-table index of ``size_bytes`` holding at most ``live_entries`` live runs
+    is rebuilt by the maintenance pass (J17): larger than :data:`INDEX_REBUILD_FLOOR` and than
+    :data:`INDEX_REBUILD_ENTRY_BYTES` a live entry. J16 keeps only live runs in the table, so
+    ``live_entries`` is small and a rebuild cheap, while the index keeps every page it ever
+    split into: a btree page is reused only once wholly empty and recycled, and the primary
+    key's ids only grow (issue 39: +5.5 MiB over 2M runs with an empty queue)."""
+    return size_bytes > max(INDEX_REBUILD_FLOOR, INDEX_REBUILD_ENTRY_BYTES * max(live_entries, 0))
+
+
+def is_rebuild_leftover(index_name: str) -> bool:
+    """Whether the INVALID index ``index_name`` is what an interrupted ``REINDEX
+    CONCURRENTLY`` left (PostgreSQL names its transient copy ``<name>_ccnew``, and the old
+    index ``<name>_ccold`` when only its drop failed, with a digit when the name was taken):
+    dropping it is PostgreSQL's documented recovery. Other invalid indexes are the operator's."""
+    stem = index_name.rstrip("0123456789")
+    return stem.endswith(("_ccnew", "_ccold"))
 
 
 def class_states(cls: StateClass) -> tuple[str, ...]:
@@ -184,7 +219,13 @@ class HistoryMaintenance:
     DDL ``deferred`` (gave up on ``lock_timeout``: retried at the next pass), whether the
     parent was ``analyzed``, the rows found in each class's DEFAULT partition
     (``default_rows``: strays, reported when not zero) and the fewest days ready ahead of
-    today over the classes (``partitions_ahead``)."""
+    today over the classes (``partitions_ahead``).
+
+    And the runs table's indexes (J16, J17): those ``rebuilt`` (``REINDEX CONCURRENTLY``,
+    :func:`index_needs_rebuild`), the INVALID leftovers of an interrupted rebuild dropped
+    (``leftovers_dropped``), the INVALID indexes left alone (``invalid``: not a rebuild's; the
+    operator's to rebuild or drop), and why no rebuild was tried (``rebuild_skipped``: None
+    when it was, or nothing needed one)."""
 
     created: tuple[str, ...] = ()
     dropped: tuple[str, ...] = ()
@@ -192,6 +233,10 @@ class HistoryMaintenance:
     analyzed: bool = False
     default_rows: tuple[tuple[StateClass, int], ...] = ()
     partitions_ahead: int | None = None
+    rebuilt: tuple[str, ...] = ()
+    leftovers_dropped: tuple[str, ...] = ()
+    invalid: tuple[str, ...] = ()
+    rebuild_skipped: str | None = None
 
     @property
     def strays(self) -> int:
@@ -211,6 +256,10 @@ class HistoryMaintenance:
             "analyzed": self.analyzed,
             "default_rows": dict(self.default_rows),
             "partitions_ahead": self.partitions_ahead,
+            "rebuilt": list(self.rebuilt),
+            "leftovers_dropped": list(self.leftovers_dropped),
+            "invalid": list(self.invalid),
+            "rebuild_skipped": self.rebuild_skipped,
         }
 
 

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["COMMANDS", "MAINTAIN_ATTENTION_EXIT"]
 
 MAINTAIN_ATTENTION_EXIT: Final = 3
-"""Exit status when a DDL was deferred (a lock not granted within 1 s: run again later) or the
-DEFAULT partitions hold runs."""
+"""Exit status when a DDL was deferred (a lock not granted within 1 s: run again later), the
+DEFAULT partitions hold runs or the runs table has an INVALID index not a rebuild's."""
 
 
 async def _maintain(
@@ -83,6 +83,19 @@ def _echo(answer: dict[str, Any]) -> None:
     if strays:
         click.echo(f"{strays} run(s) in the DEFAULT partitions (days with no partition).")
     click.echo(f"{done['partitions_ahead']} day(s) ready ahead.")
+    _echo_rebuild(done)
+
+
+def _echo_rebuild(done: dict[str, Any]) -> None:
+    """The runs table's index rebuild (J17) of the pass ``done``."""
+    for name in done["rebuilt"]:
+        click.echo(f"rebuilt index {name} (it was bloated).")
+    for name in done["leftovers_dropped"]:
+        click.echo(f"dropped {name}: an interrupted rebuild's INVALID index.")
+    for name in done["invalid"]:
+        click.echo(f"index {name} is INVALID: rebuild it (REINDEX INDEX CONCURRENTLY) or drop it.")
+    if done["rebuild_skipped"]:
+        click.echo(f"no index rebuilt: {done['rebuild_skipped']}.")
 
 
 @click.command("maintain", epilog=OPERATOR_NOTE)
@@ -113,9 +126,11 @@ def jobs_maintain(
 ) -> None:
     """The run history's maintenance (J17): create each state class's day partitions up to 3
     days ahead, drop the days past the class's retention, analyze the table, report the runs
-    in the DEFAULT partitions. Every DDL waits at most 1 s for its lock (so settles never wait
-    longer); one not granted is deferred (exit 3: run again later). Run it daily (cron) when no
-    worker exports metrics (the fleet's sampler runs it otherwise).
+    in the DEFAULT partitions, rebuild the runs table's bloated indexes (REINDEX CONCURRENTLY;
+    an interrupted rebuild's INVALID leftover is dropped first). Every DDL waits at most 1 s
+    for its lock (so settles never wait longer); one not granted is deferred (exit 3: run again
+    later). Run it daily (cron) when no worker exports metrics (the fleet's sampler runs it
+    otherwise).
 
     --migrate first moves the finished runs of an existing runs table into history in batches
     of --batch-size (at most --max-batches): resumable, run it again until it says it is done;
@@ -132,7 +147,7 @@ def jobs_maintain(
     if not as_json:
         _echo(answer)
     done = answer["maintenance"]
-    if done["deferred"] or sum(done["default_rows"].values()):
+    if done["deferred"] or done["invalid"] or sum(done["default_rows"].values()):
         raise SystemExit(MAINTAIN_ATTENTION_EXIT)
 
 

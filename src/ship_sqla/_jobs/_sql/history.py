@@ -17,7 +17,10 @@ __all__ = [
     "HISTORY_PARTITIONS",
     "LOCK_TIMEOUT_LOCAL",
     "MIGRATE_FINISHED_BATCH",
+    "RUNS_INDEXES",
     "RUNS_REFERENCED_BY",
+    "SESSION_LOCK_TIMEOUT",
+    "SESSION_LOCK_TIMEOUT_RESET",
 ]
 
 HISTORY_EXISTS: Final = Template(
@@ -46,6 +49,44 @@ LOCK_TIMEOUT_LOCAL: Final = Template(
     compacted=False,
 )
 """The maintenance transaction's ``lock_timeout`` (J17: 1 s), for this transaction only."""
+
+RUNS_INDEXES: Final = Template(
+    """
+SELECT i.relname AS name, format('%I.%I', n.nspname, i.relname) AS qualified,
+       x.indisvalid AS valid, pg_relation_size(i.oid) AS size_bytes,
+       greatest(coalesce(s.n_live_tup, 0), t.reltuples::bigint, 0) AS live_entries,
+       (SELECT extract(epoch FROM clock_timestamp() - min(a.xact_start))
+          FROM pg_catalog.pg_stat_activity a
+         WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()
+           AND a.datname = current_database()) AS snapshot_age
+  -- pg_index by table (pg_index_indrelid_index): the runs table's indexes, valid or not.
+  FROM pg_catalog.pg_index x
+  JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
+  JOIN pg_catalog.pg_namespace n ON n.oid = i.relnamespace
+  JOIN pg_catalog.pg_class t ON t.oid = x.indrelid
+  LEFT JOIN pg_catalog.pg_stat_user_tables s ON s.relid = t.oid
+ WHERE x.indrelid = to_regclass(:runs)
+ ORDER BY i.relname
+""",
+    compacted=False,
+)
+"""Each index of the runs table ``:runs`` (J17's rebuild): its name (and quoted, qualified), whether
+it is valid, its size (a ``stat`` of its file), the live runs it holds at most (the table's
+live-tuple estimate or its ``reltuples``, whichever is larger: a stale estimate only delays a
+rebuild), and the age in seconds of the oldest snapshot another session of this database holds
+(NULL: none; ``REINDEX CONCURRENTLY`` waits for every older snapshot to end)."""
+
+SESSION_LOCK_TIMEOUT: Final = Template(
+    "SELECT set_config('lock_timeout', CAST(:timeout AS text), false)",
+    compacted=False,
+)
+"""``lock_timeout`` for the session (J17: 1 s, :data:`SESSION_LOCK_TIMEOUT_RESET` after):
+``REINDEX`` and ``DROP INDEX CONCURRENTLY`` run outside any transaction, where a local setting
+does not last."""
+
+SESSION_LOCK_TIMEOUT_RESET: Final = Template("RESET lock_timeout", compacted=False)
+"""The session's ``lock_timeout`` back to its default before the connection goes back to the
+pool."""
 
 MIGRATE_FINISHED_BATCH: Final = Template(
     """
