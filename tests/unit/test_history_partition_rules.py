@@ -1,25 +1,29 @@
 """J17's pure rules: state classes, partition names, which days to create and which to drop
 per class retention; the report; the fleet sampler's maintenance cadence (F5); the DEFAULT
-partition's strays as a storage-health alarm (J22)."""
+partition's strays as a storage-health alarm (J22); the runs table's index rebuild rule."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
+import pytest
 from job_helpers import settle_loop
 from sqlalchemy import MetaData
 
 from ship_sqla import ship_job_history_table
-from ship_sqla.jobs import Retention
-from ship_sqla.kernel._health import StorageHealth
+from ship_sqla.jobs import HealthBounds, HorizonHolder, Retention
+from ship_sqla.kernel._health import HORIZON_HELD, StorageHealth
 from ship_sqla.kernel._history_partitions import (
     HistoryMaintainer,
     HistoryMaintenance,
     class_retentions,
     day_suffix,
     expired_days,
+    index_needs_rebuild,
+    is_rebuild_leftover,
     parse_day_suffix,
     plan_history,
     state_class,
@@ -168,6 +172,64 @@ async def test_j17_maintenance_runs_whether_or_not_a_reader_collects_the_gauges(
     finally:
         sampler.close()
         await running
+
+
+def test_j17_an_index_is_rebuilt_past_the_floor_and_its_live_entries_allowance() -> None:
+    """J16, J17: a runs-table index is rebuilt only when larger than both 1 MiB and 128 B per
+    live run; only PostgreSQL's names for an interrupted rebuild's copies are leftovers."""
+    mib = 1 << 20
+    assert not index_needs_rebuild(mib, 0)
+    assert index_needs_rebuild(mib + 1, 0)
+    assert not index_needs_rebuild(12 * mib, 100_000)  # 12.2 MiB allowed
+    assert index_needs_rebuild(13 * mib, 100_000)
+    assert index_needs_rebuild(mib + 1, -1)  # reltuples unknown (-1) counts as none
+    assert is_rebuild_leftover("ship_job_runs_pkey_ccnew")
+    assert is_rebuild_leftover("ship_job_runs_due_idx_ccnew12")
+    assert is_rebuild_leftover("ship_job_runs_due_idx_ccold")
+    assert not is_rebuild_leftover("ship_job_runs_mine")
+    assert not is_rebuild_leftover("ship_job_runs_ccnewer")
+
+
+class _HealthSource(_Source):
+    """A history-keeping source that also reads a storage health whose snapshot is held."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.health_reads = 0
+
+    async def storage_health(self) -> StorageHealth:
+        self.health_reads += 1
+        holder = HorizonHolder(4242, "nightly-report", 900.0)
+        return StorageHealth(horizon=holder, bounds=HealthBounds(), known=True)
+
+
+async def test_j22_the_held_snapshot_warning_is_logged_whether_or_not_a_reader_collects(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """J22, J17, F5: a runtime whose gauges no metric reader collects still reads the storage
+    health every interval and logs the held-snapshot warning naming the holder (throttled as
+    with a reader), without setting any gauge."""
+    source = _HealthSource()
+    clock = FrozenClock(NOON)
+    metrics = JobMetrics()
+    assert not metrics.gauges_collected
+    shared = Plumbing(clock, lambda _exc: None, lambda _n: 0.1)
+    sampler = DepthSampler(source, metrics, ["a"], shared, interval=15.0)  # type: ignore[arg-type]
+    running = asyncio.create_task(sampler.run())
+    try:
+        with caplog.at_level(logging.WARNING, logger="ship_sqla.jobs"):
+            await settle_loop()
+            assert source.health_reads == 1
+            clock.advance(15)
+            await settle_loop()
+            assert source.health_reads == 2
+    finally:
+        sampler.close()
+        await running
+    lines = [r.getMessage() for r in caplog.records if HORIZON_HELD in r.getMessage()]
+    assert len(lines) == 1
+    assert "pid 4242" in lines[0]
+    assert source.sampled == 0
 
 
 def test_j17_include_object_skips_only_the_history_partitions() -> None:

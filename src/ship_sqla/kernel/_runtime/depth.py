@@ -37,7 +37,9 @@ OpenTelemetry SDK) and that has no history store never takes the sampler lease (
 samples its queues, so it runs the passes itself, on the same cadence (a pass that finds nothing
 to do is one catalog read and a count of the DEFAULT partitions' rows; its DDL is idempotent, so
 runtimes passing at once are harmless). Only ``queue_sample_interval=None`` (no sampler at all)
-leaves maintenance to ``ship-sqla jobs maintain``.
+leaves maintenance to ``ship-sqla jobs maintain``. Such a runtime also reads the storage health
+every interval for the held-snapshot warning alone (J22: no gauge is set), so a forgotten
+transaction is logged whether or not metrics are exported.
 """
 
 from __future__ import annotations
@@ -198,6 +200,19 @@ class DepthSampler:
         self._metrics.set_storage_health(health)
         self._horizon_warning.observe(health)
 
+    async def _warn_horizon(self) -> None:
+        """J22 with no metric reader: the held-snapshot warning alone, from a health read every
+        interval (no gauge is set: nobody would collect it). A forgotten transaction must show
+        up in the logs whether or not the application exports metrics."""
+        if self._health is None:
+            return
+        try:
+            health = await self._health.storage_health()
+        except Exception as exc:  # noqa: BLE001 - J11: reported; the next interval retries
+            self._report_error(exc)
+            return
+        self._horizon_warning.observe(health)
+
     async def run(self) -> None:
         try:
             while not self._closing:
@@ -209,8 +224,9 @@ class DepthSampler:
                         await self.sample()
                     except Exception as exc:  # noqa: BLE001 - J11: reported; the next retries
                         self._report_error(exc)
-                else:  # J17: no reader, no lease (F5): this runtime keeps the history itself
-                    await self._maintain()
+                else:  # J17, J22: no reader, no lease (F5): this runtime keeps the history
+                    await self._maintain()  # itself and warns of a held snapshot itself
+                    await self._warn_horizon()
                 await wait_event(self._wake, self._clock, self._interval)
         finally:
             for job_id in self._reported:
