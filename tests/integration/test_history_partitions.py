@@ -439,3 +439,32 @@ async def test_j17_an_invalid_index_not_a_rebuilds_is_reported_and_left(
     result = await asyncio.to_thread(CliRunner().invoke, cli, args)
     assert result.exit_code == MAINTAIN_ATTENTION_EXIT, result.output
     assert "index ship_job_runs_mine is INVALID" in result.output
+
+
+async def test_j17_no_rebuild_while_another_session_holds_an_old_snapshot(
+    engine: AsyncEngine,
+) -> None:
+    """J17, J22: while another session holds a snapshot older than the lock timeout (1 s),
+    the pass rebuilds nothing and says why (a rebuild would wait for that snapshot, give up and
+    leave an INVALID copy); once it ends, the next pass rebuilds."""
+    await _bloat_runs_indexes(engine)
+    backend = _backend(engine, FrozenClock(WALL))
+    async with engine.connect() as holder:
+        await holder.execution_options(isolation_level="REPEATABLE READ")
+        await holder.execute(text("SELECT count(*) FROM ship_job_state"))
+        pid = await holder.scalar(text("SELECT pg_backend_pid()"))
+        age = text(
+            "SELECT extract(epoch FROM clock_timestamp() - xact_start) FROM pg_stat_activity"
+            " WHERE pid = :pid"
+        )
+        async with engine.connect() as watcher:
+            while float(await watcher.scalar(age, {"pid": pid})) <= 1.2:  # the snapshot ages
+                await watcher.rollback()
+        held = await backend.maintain_history()
+        await holder.rollback()
+    assert held.rebuilt == ()
+    assert held.rebuild_skipped is not None
+    assert "snapshot held" in held.rebuild_skipped
+    assert held.deferred == ()
+    after = await backend.maintain_history()
+    assert "ship_job_runs_pkey" in after.rebuilt

@@ -60,7 +60,10 @@ _LOCK_NOT_AVAILABLE: Final = "55P03"
 SKIPPED_SNAPSHOT: Final = (
     "a snapshot held for {age:.0f} s by another session (the rebuild would wait for it)"
 )
-SKIPPED_LEFTOVERS: Final = "an interrupted rebuild's INVALID index was dropped; rebuilt next pass"
+SKIPPED_LEFTOVERS: Final = (
+    "an INVALID copy left by an interrupted rebuild (or one still running elsewhere) was found:"
+    " dropped first (or deferred), the rebuild is left to the next pass"
+)
 SKIPPED_NO_ENGINE: Final = "the backend runs on one connection (REINDEX CONCURRENTLY needs a pool)"
 
 

@@ -58,7 +58,8 @@ SELECT i.relname AS name, format('%I.%I', n.nspname, i.relname) AS qualified,
        (SELECT extract(epoch FROM clock_timestamp() - min(a.xact_start))
           FROM pg_catalog.pg_stat_activity a
          WHERE a.backend_xmin IS NOT NULL AND a.pid <> pg_backend_pid()
-           AND a.datname = current_database()) AS snapshot_age
+           AND a.datname = current_database() AND a.backend_type = 'client backend')
+           AS snapshot_age
   -- pg_index by table (pg_index_indrelid_index): the runs table's indexes, valid or not.
   FROM pg_catalog.pg_index x
   JOIN pg_catalog.pg_class i ON i.oid = x.indexrelid
@@ -73,8 +74,9 @@ SELECT i.relname AS name, format('%I.%I', n.nspname, i.relname) AS qualified,
 """Each index of the runs table ``:runs`` (J17's rebuild): its name (and quoted, qualified), whether
 it is valid, its size (a ``stat`` of its file), the live runs it holds at most (the table's
 live-tuple estimate or its ``reltuples``, whichever is larger: a stale estimate only delays a
-rebuild), and the age in seconds of the oldest snapshot another session of this database holds
-(NULL: none; ``REINDEX CONCURRENTLY`` waits for every older snapshot to end)."""
+rebuild), and the age in seconds of the oldest snapshot another client session of this database
+holds (NULL: none; ``REINDEX CONCURRENTLY`` waits for every older snapshot to end, autovacuum's
+excepted: its workers are left out)."""
 
 SESSION_LOCK_TIMEOUT: Final = Template(
     "SELECT set_config('lock_timeout', CAST(:timeout AS text), false)",
