@@ -15,7 +15,16 @@ from __future__ import annotations
 import click
 
 from ship_sqla._cli._options import OPERATOR_NOTE
-from ship_sqla._cli.jobs import bulk, control, definitions, maintain, matching, runs, upkeep
+from ship_sqla._cli.jobs import (
+    bulk,
+    control,
+    definitions,
+    errors,
+    maintain,
+    matching,
+    runs,
+    upkeep,
+)
 
 __all__ = ["jobs"]
 
@@ -36,5 +45,6 @@ for _command in (
     *bulk.COMMANDS,
     *matching.COMMANDS,
     *definitions.COMMANDS,
+    *errors.COMMANDS,
 ):
     jobs.add_command(_command)
