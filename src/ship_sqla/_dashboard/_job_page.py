@@ -27,7 +27,13 @@ from ship_sqla._dashboard._charts import bars_chart as _bars
 from ship_sqla._dashboard._charts import outcome_island, series_charts
 from ship_sqla._dashboard._html import href, render
 from ship_sqla._dashboard._reads import OVERVIEW_COUNT_CAP
-from ship_sqla.kernel._error_groups import ERROR_GROUP_SCAN, ErrorGroups, error_groups
+from ship_sqla.kernel._error_groups import (
+    ERROR_GROUP_JOBS,
+    ERROR_GROUP_PER_JOB,
+    ERROR_GROUP_SCAN,
+    ErrorGroups,
+    error_groups,
+)
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._jobs import is_job_id
 from ship_sqla.kernel._search import RunFilter
@@ -195,6 +201,8 @@ async def errors_page(state: _Dashboard, request: Request) -> Response:
             groups=groups.groups,
             note=groups.note,
             bound=ERROR_GROUP_SCAN,
+            per_job=ERROR_GROUP_PER_JOB,
+            jobs=ERROR_GROUP_JOBS,
             can_manage=can_manage,
         )
         return Content(html, _groups_data(groups))
@@ -243,11 +251,10 @@ async def errors_retry(state: _Dashboard, request: Request) -> Response:
     counted, through :meth:`JobOperations.retry_filtered` (audited)."""
 
     async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
-        def field(name: str) -> str:
-            return (fields.get(name) or [""])[0]
-
-        run_filter = _group_filter(field("job"), field("error"))
-        result = await ops.retry_filtered(run_filter, token=field("token"))
+        job = (fields.get("job") or [""])[0]
+        error = (fields.get("error") or [""])[0]
+        token = (fields.get("token") or [""])[0]
+        result = await ops.retry_filtered(_group_filter(job, error), token=token)
         done = _summary("Retried", result.changed, result.unchanged)
         return done if result.complete else done + " (stopped early: preview again for the rest)"
 

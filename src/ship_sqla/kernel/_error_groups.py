@@ -2,13 +2,15 @@
 message, for the dashboard's Errors page, the job page's top errors and ``ship-sqla jobs
 errors``.
 
-The read is bounded whatever the table size: the newest :data:`ERROR_GROUP_SCAN` dead runs (of
-one job, or of every job), read through :meth:`JobOperations.list_dead` in pages of 500 (each
-page one index-served statement, newest first by ``(finished_at, run_id)``: the dead-letters
-page's own read, whose plan ``tests/integration/test_dashboard_reads_explain.py`` proves), then
-grouped in memory. So a group's count is exact over the runs read, and the answer says when
-older dead runs were left unread (``complete`` False): at most 4 statements, and at most 2,000
-rows, at 1M or 10M runs.
+The read is bounded whatever the table size, and every statement is one job's page of
+:meth:`JobOperations.list_dead` (``<runs>_finished_idx (job_id, finished_at)`` read backwards,
+stopping at its limit: ``tests/integration/test_dashboard_errors_explain.py``): of one job, its
+newest :data:`ERROR_GROUP_SCAN` (2,000) dead runs, in at most 4 pages of 500; of every job, the
+newest :data:`ERROR_GROUP_PER_JOB` (100) dead runs of each of the :data:`ERROR_GROUP_JOBS` (20)
+jobs whose newest dead run is the newest (:meth:`JobOperations.dead_by_job`, counting to 1: the
+overview's read), 21 statements and at most 2,000 rows at 1M or 10M runs. (``list_dead`` across
+jobs is not used: it sorts every dead run.) The runs read are grouped in memory: a group's count
+is exact over them, and the answer says when older dead runs were left unread.
 
 A message is normalised by replacing what varies between occurrences of one failure: UUIDs,
 hexadecimal strings of 8 or more digits (and ``0x`` numbers), and numbers, with ``<uuid>``,
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._ports import RunRecord
 
 __all__ = [
+    "ERROR_GROUP_JOBS",
+    "ERROR_GROUP_PER_JOB",
     "ERROR_GROUP_SCAN",
     "ErrorGroup",
     "ErrorGroups",
@@ -49,7 +53,11 @@ __all__ = [
 ]
 
 ERROR_GROUP_SCAN: Final = 2000
-"""The newest dead runs an error-group read looks at (4 pages of 500)."""
+"""The most dead runs an error-group read looks at: of one job, its newest (4 pages of 500)."""
+ERROR_GROUP_JOBS: Final = 20
+"""Across jobs: the jobs read, those whose newest dead run is the newest..."""
+ERROR_GROUP_PER_JOB: Final = 100
+"""...and each one's newest dead runs (one page): 20 x 100 = 2,000 rows, 21 statements."""
 _PAGE: Final = 500
 _MAX_MESSAGE: Final = 300
 """Characters of a normalised message kept (a group's key and its shown text)."""
@@ -139,7 +147,7 @@ class ErrorGroups:
         if self.complete:
             return f"Every dead run read ({self.scanned})."
         return (
-            f"Grouped from the newest {self.scanned} dead runs (the bound: at most"
+            f"Grouped from {self.scanned} of the newest dead runs (the bound: at most"
             f" {self.bound} are read); older ones are not counted."
         )
 
@@ -175,17 +183,41 @@ def group_errors(records: Iterable[RunRecord]) -> list[ErrorGroup]:
 async def error_groups(
     ops: JobOperations, *, job_id: str | None = None, scan: int = ERROR_GROUP_SCAN
 ) -> ErrorGroups:
-    """The error groups of the newest ``scan`` (at most :data:`ERROR_GROUP_SCAN`) dead runs of
-    ``job_id`` (or every job): at most ``scan / 500`` bounded page reads."""
+    """The error groups of the newest dead runs: of ``job_id``, its newest ``scan`` (at most
+    :data:`ERROR_GROUP_SCAN`: pages of 500); of every job, the newest
+    :data:`ERROR_GROUP_PER_JOB` of each of the :data:`ERROR_GROUP_JOBS` jobs that failed last
+    (found by :meth:`JobOperations.dead_by_job`, counting to 1). Every page is one read of
+    ``<runs>_finished_idx (job_id, finished_at)`` backwards, stopping at its limit."""
     scan = max(1, min(scan, ERROR_GROUP_SCAN))
+    if job_id is not None:
+        records, complete = await _newest_dead(ops, job_id, scan)
+        return ErrorGroups(tuple(group_errors(records)), len(records), complete, scan)
+    failing = sorted(
+        await ops.dead_by_job(cap=1),
+        key=lambda f: (f.last_dead_at is not None, f.last_dead_at),
+        reverse=True,
+    )
+    per_job = max(1, min(ERROR_GROUP_PER_JOB, scan // ERROR_GROUP_JOBS))
+    records = []
+    complete = len(failing) <= ERROR_GROUP_JOBS
+    for failures in failing[:ERROR_GROUP_JOBS]:
+        found, whole = await _newest_dead(ops, failures.job_id, per_job)
+        records.extend(found)
+        complete = complete and whole
+    records.sort(key=lambda r: (r.finished_at is not None, r.finished_at), reverse=True)
+    bound = per_job * ERROR_GROUP_JOBS
+    return ErrorGroups(tuple(group_errors(records)), len(records), complete, bound)
+
+
+async def _newest_dead(ops: JobOperations, job_id: str, most: int) -> tuple[list[RunRecord], bool]:
+    """The job's newest ``most`` dead runs, and whether they are all of them."""
     records: list[RunRecord] = []
     cursor: str | None = None
-    while len(records) < scan:
-        page = await ops.list_dead(
-            job_id=job_id, limit=min(_PAGE, scan - len(records)), cursor=cursor
-        )
+    while len(records) < most:
+        limit = min(_PAGE, most - len(records))
+        page = await ops.list_dead(job_id=job_id, limit=limit, cursor=cursor)
         records.extend(page.items)
         cursor = page.next_cursor
         if cursor is None:
-            break
-    return ErrorGroups(tuple(group_errors(records)), len(records), cursor is None, scan)
+            return records, True
+    return records, False
