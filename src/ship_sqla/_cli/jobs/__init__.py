@@ -4,10 +4,10 @@ surface (:mod:`ship_sqla._cli._operator`).
 The group is assembled here from its modules, none of which imports this one: ``runs`` (one
 run: dead, show, retry, discard, rerun), ``control`` (a whole job: pause, resume, paused,
 demand), ``upkeep`` (stats, cleanup, events-purge), ``maintain`` (the run history, J17),
-``definitions`` (sync-definitions, E8) and ``bulk`` (retry-dead, discard-dead, cancel: one run,
-several, or --all with a filter) and ``matching`` (find by any filter, and retry, cancel or
-discard what matches, issue 36). Every verb that changes state is audited (S1; ``--no-audit``
-is the explicit opt-out).
+``definitions`` (sync-definitions, E8), ``errors`` (dead runs grouped by error, issue 36),
+``bulk`` (retry-dead, discard-dead, cancel: one run, several, or --all with a filter) and
+``matching`` (find by any filter, and retry, cancel or discard what matches, issue 36). Every
+verb that changes state is audited (S1; ``--no-audit`` is the explicit opt-out).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """``ship-sqla jobs errors``: the dead runs grouped by job, exception type and normalised
-message (issue 36, item 6; the dashboard's Errors page): a read of the newest 2,000 dead runs at
-most (:mod:`ship_sqla.kernel._error_groups`). Each group prints the ``--filter`` arguments that
-``ship-sqla jobs retry-matching`` takes to retry it (previewed, then confirmed)."""
+message (issue 36, item 6; the dashboard's Errors page): at most 2,000 of the newest dead runs
+read, a job at a time through its index (:mod:`ship_sqla.kernel._error_groups`). Each group
+prints the ``--filter`` arguments that ``ship-sqla jobs retry-matching`` takes to retry it
+(previewed, then confirmed)."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def format_groups(found: ErrorGroups) -> str:
     type=click.IntRange(1, ERROR_GROUP_SCAN),
     default=ERROR_GROUP_SCAN,
     show_default=True,
-    help="The newest dead runs read (the bound).",
+    help="The most dead runs read (the bound; across jobs, a twentieth of it per job).",
 )
 @json_option
 def jobs_errors(
