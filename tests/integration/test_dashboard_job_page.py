@@ -31,6 +31,7 @@ from ship_sqla import (
     create_job_stats,
     ship_job_stats_table,
 )
+from ship_sqla._jobs._sql.stats import READ_STATS_OF_JOBS
 from ship_sqla.kernel import failed
 from ship_sqla.kernel._error_groups import ERROR_GROUP_SCAN
 from ship_sqla.kernel._stats import StatsRow, minute_of
@@ -239,3 +240,36 @@ async def test_s1_s2_error_groups_and_retry_all_dead_in_a_group_confirmed_and_au
         audit = (await client.get("/audit", headers={**ADMIN, **JSON})).json()
     entries = audit["data"]["entries"] if isinstance(audit["data"], dict) else audit["data"]
     assert any("retry_filtered" in str(entry) for entry in entries)
+
+
+async def test_s2_overview_history_is_one_primary_key_read_of_the_jobs_listed(setup) -> None:
+    """S2: the overview's history is one statement (``READ_STATS_OF_JOBS``) over a week of
+    minutes of three jobs: a range of ``<stats>_pkey`` per job asked, never a sequential scan;
+    it sums only the jobs and minutes asked."""
+    engine = setup["engine"]
+    async with engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_stats (job_id, minute, completed)"
+                " SELECT j, timestamptz '2030-01-01 00:00+00' + g * interval '1 minute', 1"
+                " FROM generate_series(0, 7 * 24 * 60 - 1) g, unnest(ARRAY['a', 'b', 'c']) j"
+            )
+        )
+        await connection.execute(text("ANALYZE ship_job_stats"))
+    start = datetime(2030, 1, 7, 18, tzinfo=UTC)
+    found = await setup["stats"].read_stats_of_jobs(["b", "c"], start, start + timedelta(hours=6))
+    assert len(found) == 2 * 6 * 60
+    assert {row.job_id for row in found} == {"b", "c"}
+    async with engine.connect() as connection:
+        plan = await connection.execute(
+            text(
+                "EXPLAIN (FORMAT TEXT) "
+                + READ_STATS_OF_JOBS.replace("{stats}", "ship_job_stats")
+                .replace("CAST(:job_ids AS text[])", "ARRAY['b', 'c']")
+                .replace(":start", "timestamptz '2030-01-07 18:00+00'")
+                .replace(":end", "timestamptz '2030-01-08 00:00+00'")
+            )
+        )
+        text_plan = "\n".join(str(row[0]) for row in plan)
+    assert "ship_job_stats_pkey" in text_plan, text_plan
+    assert "Seq Scan" not in text_plan, text_plan

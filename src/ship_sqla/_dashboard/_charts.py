@@ -172,26 +172,28 @@ def series_charts(series: StatsSeries) -> list[tuple[str, Markup]]:
 OVERVIEW_HISTORY_RANGE: Final = "6h"
 """The overview's history chart: the last 6 hours in 5-minute buckets, clock-aligned."""
 OVERVIEW_HISTORY_JOBS: Final = 100
-"""Jobs whose history the overview sums (one primary-key range read each, at most 72 rows):
-past them the chart says it shows the first 100 jobs (in job id order)."""
+"""Jobs whose history the overview sums (on PostgreSQL one statement, a primary-key range per
+job of at most 72 rows): past them the chart says it shows the first 100 jobs (by id)."""
 
 
 async def overview_history(
     stats: JobStatsStore, job_ids: Sequence[str], *, now: datetime | None = None
 ) -> tuple[StatsSeries, int]:
     """Every listed job's history summed over :data:`OVERVIEW_HISTORY_RANGE` (the first
-    :data:`OVERVIEW_HISTORY_JOBS` jobs), and how many jobs were summed: one bounded read of
-    the stats table's primary key per job. The backlog figures are not summed (a job's own
-    page shows its backlog)."""
+    :data:`OVERVIEW_HISTORY_JOBS` jobs), and how many jobs were summed: one statement over the
+    stats table's primary key (``read_stats_of_jobs``; a store without it: a read per job).
+    The backlog figures are not summed (a job's own page shows its backlog)."""
     now = now if now is not None else datetime.now(UTC)
     start, end, _ = range_buckets(OVERVIEW_HISTORY_RANGE, now)
     summed = list(job_ids)[:OVERVIEW_HISTORY_JOBS]
     rows: list[StatsRow] = []
-    for job_id in summed:
-        rows.extend(
-            attrs.evolve(row, waiting=None, oldest_due_age=None)
-            for row in await stats.read_stats(job_id, start, end)
-        )
+    read_jobs = getattr(stats, "read_stats_of_jobs", None)
+    if read_jobs is not None:  # the PostgreSQL store: one statement for every job
+        rows = await read_jobs(summed, start, end)
+    else:
+        for job_id in summed:
+            found = await stats.read_stats(job_id, start, end)
+            rows.extend(attrs.evolve(row, waiting=None, oldest_due_age=None) for row in found)
     series = series_from_rows(
         "*", OVERVIEW_HISTORY_RANGE, now, rows, loss_bound=stats.flush_interval
     )
