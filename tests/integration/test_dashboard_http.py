@@ -42,6 +42,9 @@ def every_page(run_id: str) -> tuple[str, ...]:
         "/ops/outbox",
         "/ops/webhooks",
         "/ops/upkeep",
+        "/ops/jobs/dash.mail",
+        "/ops/errors",
+        "/ops/errors/retry?job=dash.mail&error=boom",
     )
 
 

@@ -48,6 +48,7 @@ NOT_ACTIONS: frozenset[tuple[str, ...]] = frozenset(
         ("outbox", "relay"),
         ("workers",),
         ("jobs", "dead"),
+        ("jobs", "errors"),
         ("jobs", "find"),
         ("jobs", "show"),
         ("jobs", "paused"),

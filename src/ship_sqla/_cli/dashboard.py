@@ -27,6 +27,7 @@ from ship_sqla._cli._options import (
     outbox_table_option,
 )
 from ship_sqla._cli._params import REGISTRY, OutboxId
+from ship_sqla._jobs._stats import create_job_stats, ship_job_stats_table
 from ship_sqla._outbox._operations import MANAGE_PERMISSION as OUTBOX_MANAGE
 from ship_sqla._outbox._operations import READ_PERMISSION as OUTBOX_READ
 from ship_sqla._webhooks._operations import MANAGE_PERMISSION as WEBHOOKS_MANAGE
@@ -92,6 +93,15 @@ __all__ = ["dashboard"]
     " Consumers & backfills page, with start and cancel.",
     dest="backfills_table",
 )
+@name_option(
+    "--stats-table",
+    "table",
+    envvar="SHIP_SQLA_STATS_TABLE",
+    default=None,
+    help="The job history table the workers flush into (in --schema; e.g. ship_job_stats):"
+    " the job pages' charts and the overview's throughput chart read it.",
+    dest="stats_table",
+)
 @click.option(
     "--webhooks",
     "show_webhooks",
@@ -135,6 +145,7 @@ def dashboard(
     outbox_table: str,
     outbox_schema: str | None,
     backfills_table: str | None,
+    stats_table: str | None,
     show_webhooks: bool,
     webhook_endpoints_table: str,
     webhook_deliveries_table: str,
@@ -149,7 +160,8 @@ def dashboard(
     --registry APP:REGISTRY gives it the job definitions (the schedules' details, idle jobs);
     --outbox-id (repeatable) adds the outbox page for those outboxes, in the outbox table
     --outbox-table (default ship_outbox) in --outbox-schema; --backfills-table the backfill
-    ledger the Consumers & backfills page lists; --webhooks the Webhooks page over the webhook
+    ledger the Consumers & backfills page lists; --stats-table the job history the charts
+    read; --webhooks the Webhooks page over the webhook
     tables (--webhook-endpoints-table, --webhook-deliveries-table)."""
     try:
         import uvicorn  # noqa: PLC0415 - an optional dependency, only for this command
@@ -191,6 +203,12 @@ def dashboard(
         )
         if show_webhooks
         else None,
+        stats=None
+        if stats_table is None
+        else create_job_stats(
+            engine,
+            ship_job_stats_table(MetaData(), name=stats_table, schema=tables.runs.schema),
+        ),
     )
     listening = _listen(host, port)
     bound = listening.getsockname()[1]

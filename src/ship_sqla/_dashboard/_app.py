@@ -45,6 +45,7 @@ from starlette.responses import (
 from starlette.routing import BaseRoute, Mount, Route
 
 from ship_sqla._dashboard import _csrf
+from ship_sqla._dashboard._charts import bars_chart, outcome_island, overview_history
 from ship_sqla._dashboard._filters import (
     INPUT_ERRORS,
     RUN_STATES,
@@ -126,6 +127,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._operations import AdministeredBackend
     from ship_sqla.kernel._ports import RunRecord
     from ship_sqla.kernel._serving import Serving
+    from ship_sqla.kernel._stats import JobStatsStore, StatsSeries
     from ship_sqla.kernel._webhooks_out import (
         DeliveryAttempt,
         WebhookDeliveryRecord,
@@ -232,6 +234,19 @@ def _chart_data(buckets: Sequence[ThroughputBucket]) -> dict[str, Any]:
     }
 
 
+def _history_parts(history: tuple[StatsSeries, int]) -> dict[str, Any]:
+    """The overview's history chart (issue 36 item 2): its SVG, its uPlot island, its totals
+    and the loss note."""
+    series, summed = history
+    return {
+        "series": series,
+        "summed": summed,
+        "chart": bars_chart(series, "attempts by outcome, every job"),
+        "island": outcome_island(series),
+        "step_minutes": int(series.step.total_seconds() // 60),
+    }
+
+
 def _overview_data(
     buckets: Sequence[ThroughputBucket],
     jobs: Sequence[JobRow],
@@ -273,6 +288,7 @@ _NAV: Final = (
     ("", "Overview"),
     ("/runs", "Runs"),
     ("/dead", "Dead letters"),
+    ("/errors", "Errors"),
     ("/schedules", "Schedules"),
     ("/workers", "Workers"),
     ("/consumers", "Consumers & backfills"),
@@ -338,8 +354,10 @@ class _Dashboard:
         audit_sink: AuditSink | None = None,
         webhooks: WebhookSender | None = None,
         backend: AdministeredBackend | None = None,
+        stats: JobStatsStore | None = None,
     ) -> None:
         self.jobs = jobs
+        self.stats = stats
         self.backend = backend
         self.webhooks = webhooks
         self.backfills = backfills
@@ -661,11 +679,9 @@ class _Dashboard:
         base = self.base(request)
 
         async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
-            buckets = await ops.throughput(
-                bucket_seconds=THROUGHPUT_BUCKET, buckets=THROUGHPUT_BUCKETS, cap=THROUGHPUT_CAP
-            )
             paused = {p.job_id: p for p in await ops.paused()}
             jobs = await overview_jobs(ops, also=[*paused, *self.definitions])
+            buckets, history = await self._throughput(ops, [job.job_id for job in jobs])
             try:
                 workers: list[WorkerRecord] | None = await ops.workers()
             except ConfigurationError:
@@ -693,8 +709,8 @@ class _Dashboard:
                     )
                 rows.append(
                     (
-                        link(base, "/runs", job_id, {"job": job_id, "state": "waiting"}),
-                        due,
+                        link(base, f"/jobs/{quote(job_id, safe='')}", job_id),
+                        link(base, "/runs", due, {"job": job_id, "state": "waiting"}),
                         text(0 if d is None else d.delayed),
                         text(0 if d is None else d.running),
                         ago(None if d is None else d.oldest_due_age),
@@ -722,11 +738,26 @@ class _Dashboard:
                 registered=len(workers or ()),
                 headers=_OVERVIEW_HEADERS,
                 count_cap=OVERVIEW_COUNT_CAP,
+                history=None if history is None else _history_parts(history),
             )
             data = _overview_data(buckets, jobs, paused, alive=len(alive), workers=workers)
+            if history is not None:
+                data["history"] = {"series": history[0], "jobs_summed": history[1]}
             return Content(html, data)
 
         return await self.page(request, "", "Overview", body, poll=True, charts=True)
+
+    async def _throughput(
+        self, ops: JobOperations, job_ids: Sequence[str]
+    ) -> tuple[list[ThroughputBucket], tuple[StatsSeries, int] | None]:
+        """The overview's chart: with a stats table its exact history (issue 36 item 2), and
+        the capped per-request count (:meth:`JobOperations.throughput`) only without one."""
+        if self.stats is not None:
+            return [], await overview_history(self.stats, job_ids)
+        buckets = await ops.throughput(
+            bucket_seconds=THROUGHPUT_BUCKET, buckets=THROUGHPUT_BUCKETS, cap=THROUGHPUT_CAP
+        )
+        return buckets, None
 
     async def _limit_waits(self, ops: JobOperations) -> Html:
         """F8/F9 seen: the partitions whose due runs wait on a partitioned limit, and until when
@@ -1716,6 +1747,7 @@ def create_dashboard(
     refresh_seconds: float = 10.0,
     backfills: BackfillLedger | None = None,
     webhooks: WebhookSender | None = None,
+    stats: JobStatsStore | None = None,
 ) -> Starlette:
     """The operator dashboard over ``backend`` (any job backend), an ASGI application to mount
     anywhere (``app.mount("/ops", create_dashboard(...))``) or serve alone
@@ -1746,6 +1778,8 @@ def create_dashboard(
       whose endpoints and deliveries the Webhooks page lists (``ship.webhooks:read``), with
       disable, enable and redeliver (``ship.webhooks:manage``, audited). No secret is shown;
       adding an endpoint and rotating its secret stay at the shell.
+    - ``stats``: the job history the workers flush into (:func:`~ship_sqla.create_job_stats`),
+      read by the job pages' charts and the overview's chart (issue 36).
     """
     if not callable(authorizer):
         raise ConfigurationError(
@@ -1753,12 +1787,7 @@ def create_dashboard(
             fix="pass authorizer=lambda request, permission, operation: ...",
         )
     audit = _checked_audit(audit, outbox)
-    key = secrets.token_bytes(32) if secret is None else secret
-    key_bytes = key.encode() if isinstance(key, str) else key
-    if len(key_bytes) < 16:  # noqa: PLR2004 - the documented minimum
-        raise ConfigurationError(
-            "the dashboard secret must be at least 16 bytes.", fix="pass secrets.token_bytes(32)."
-        )
+    key_bytes = _checked_secret(secret)
     jobs = create_job_operations(
         backend, authorizer=lambda _p, _o: False, cursor_secret=key_bytes, audit=audit
     )
@@ -1775,6 +1804,7 @@ def create_dashboard(
         audit_sink=audit,
         webhooks=_checked_webhooks(webhooks),
         backend=backend,
+        stats=stats,
     )
     tables = _TablesCheck(backend)
     return _DashboardApp(
@@ -1820,8 +1850,33 @@ def _routes(state: _Dashboard) -> list[BaseRoute]:
         Route("/upkeep", state.upkeep, methods=["GET"]),
         Route("/upkeep/{verb}", state.upkeep_action, methods=["POST"]),
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
+        *_job_page_routes(state),
         Route("/audit", state.audit, methods=["GET"]),
         Route("/live/overview", LiveOverview.of(state).stream, methods=["GET"]),
+    ]
+
+
+def _checked_secret(secret: bytes | str | None) -> bytes:
+    """The secret as bytes (default: random per process); at least 16 bytes."""
+    key = secrets.token_bytes(32) if secret is None else secret
+    key_bytes = key.encode() if isinstance(key, str) else key
+    if len(key_bytes) < 16:  # noqa: PLR2004 - the documented minimum
+        raise ConfigurationError(
+            "the dashboard secret must be at least 16 bytes.", fix="pass secrets.token_bytes(32)."
+        )
+    return key_bytes
+
+
+def _job_page_routes(state: _Dashboard) -> list[BaseRoute]:
+    """The per-job page and the error groups (:mod:`._job_page`, issue 36 item 6)."""
+    from ship_sqla._dashboard._job_page import route_handlers  # noqa: PLC0415 - it imports us
+
+    handlers = route_handlers(state)
+    return [
+        Route("/jobs/{job_id}", handlers["job"], methods=["GET"]),
+        Route("/errors", handlers["errors"], methods=["GET"]),
+        Route("/errors/retry", handlers["preview"], methods=["GET"]),
+        Route("/errors/retry", handlers["retry"], methods=["POST"]),
     ]
 
 

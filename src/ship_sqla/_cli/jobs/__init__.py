@@ -4,10 +4,10 @@ surface (:mod:`ship_sqla._cli._operator`).
 The group is assembled here from its modules, none of which imports this one: ``runs`` (one
 run: dead, show, retry, discard, rerun), ``control`` (a whole job: pause, resume, paused,
 demand), ``upkeep`` (stats, cleanup, events-purge), ``maintain`` (the run history, J17),
-``definitions`` (sync-definitions, E8) and ``bulk`` (retry-dead, discard-dead, cancel: one run,
-several, or --all with a filter) and ``matching`` (find by any filter, and retry, cancel or
-discard what matches, issue 36). Every verb that changes state is audited (S1; ``--no-audit``
-is the explicit opt-out).
+``definitions`` (sync-definitions, E8), ``errors`` (dead runs grouped by error, issue 36),
+``bulk`` (retry-dead, discard-dead, cancel: one run, several, or --all with a filter) and
+``matching`` (find by any filter, and retry, cancel or discard what matches, issue 36). Every
+verb that changes state is audited (S1; ``--no-audit`` is the explicit opt-out).
 """
 
 from __future__ import annotations
@@ -15,7 +15,16 @@ from __future__ import annotations
 import click
 
 from ship_sqla._cli._options import OPERATOR_NOTE
-from ship_sqla._cli.jobs import bulk, control, definitions, maintain, matching, runs, upkeep
+from ship_sqla._cli.jobs import (
+    bulk,
+    control,
+    definitions,
+    errors,
+    maintain,
+    matching,
+    runs,
+    upkeep,
+)
 
 __all__ = ["jobs"]
 
@@ -36,5 +45,6 @@ for _command in (
     *bulk.COMMANDS,
     *matching.COMMANDS,
     *definitions.COMMANDS,
+    *errors.COMMANDS,
 ):
     jobs.add_command(_command)

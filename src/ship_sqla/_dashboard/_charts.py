@@ -1,0 +1,200 @@
+"""The job history's charts (issue 36, item 2): a :class:`~ship_sqla.kernel._stats.StatsSeries`
+as server-side SVG (``templates/pages/series_chart.svg``: stacked bars or lines, no JavaScript)
+and as a uPlot data island (the stacked throughput chart, drawn by ``dashboard.js`` over its
+SVG when scripts run). Pure: tested alone."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+from markupsafe import Markup
+
+from ship_sqla._dashboard._html import render
+from ship_sqla.kernel._stats import range_buckets, series_from_rows
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from ship_sqla.kernel._stats import JobStatsStore, StatsBucket, StatsRow, StatsSeries
+
+__all__ = [
+    "OUTCOMES",
+    "bars_chart",
+    "lines_chart",
+    "outcome_island",
+    "overview_history",
+    "series_charts",
+]
+
+_WIDTH: Final = 720
+_HEIGHT: Final = 140
+_PAD: Final = 24
+
+OUTCOMES: Final = (
+    ("completed", "#2e7d32"),
+    ("retried", "#ef6c00"),
+    ("dead", "#c62828"),
+    ("cancelled", "#757575"),
+)
+"""The throughput chart's outcomes (bottom band first) and their colours."""
+
+
+def _label(series: StatsSeries, bucket: StatsBucket) -> str:
+    return f"{bucket.start:%Y-%m-%d %H:%M} UTC (+{int(series.step.total_seconds() // 60)} min)"
+
+
+def bars_chart(series: StatsSeries, title: str) -> Markup:
+    """Stacked bars per bucket, one band per outcome (:data:`OUTCOMES`), with a hover title."""
+    buckets = series.buckets
+    n = max(len(buckets), 1)
+    peak = max((sum(getattr(b, o) for o, _ in OUTCOMES) for b in buckets), default=0) or 1
+    slot = (_WIDTH - 2 * _PAD) / n
+    inner = _HEIGHT - 2 * _PAD
+    bars = []
+    for i, b in enumerate(buckets):
+        y = float(_HEIGHT - _PAD)
+        bands = []
+        for outcome, colour in OUTCOMES:
+            h = inner * getattr(b, outcome) / peak
+            y -= h
+            bands.append({"y": y, "h": h, "fill": colour, "name": outcome})
+        counts = ", ".join(f"{getattr(b, o)} {o}" for o, _ in OUTCOMES)
+        bars.append(
+            {"x": _PAD + i * slot, "bands": bands, "label": f"{_label(series, b)}: {counts}"}
+        )
+    return _svg(series, title, f"peak {peak} per bucket", bars=bars, bar_width=max(slot - 1, 1))
+
+
+def lines_chart(
+    series: StatsSeries,
+    title: str,
+    lines: Sequence[tuple[str, str, Callable[[StatsBucket], float | None]]],
+    unit: str,
+) -> Markup:
+    """One polyline per ``(name, colour, value of a bucket)``; a bucket with no value (no
+    finished attempt, no sample) breaks the line."""
+    buckets = series.buckets
+    n = max(len(buckets), 1)
+    values = [[f(b) for b in buckets] for _, _, f in lines]
+    peak = max((v for vs in values for v in vs if v is not None), default=0.0) or 1.0
+    slot = (_WIDTH - 2 * _PAD) / n
+    inner = _HEIGHT - 2 * _PAD
+    drawn = []
+    for (name, colour, _), vs in zip(lines, values, strict=True):
+        runs: list[list[str]] = [[]]
+        for i, v in enumerate(vs):
+            if v is None:
+                if runs[-1]:
+                    runs.append([])
+                continue
+            x = _PAD + (i + 0.5) * slot
+            runs[-1].append(f"{x:.1f},{_HEIGHT - _PAD - inner * v / peak:.1f}")
+        drawn.append({"name": name, "colour": colour, "paths": [" ".join(r) for r in runs if r]})
+    return _svg(series, title, f"peak {peak:.3g} {unit}", lines=drawn)
+
+
+def _svg(series: StatsSeries, title: str, peak: str, **parts: Any) -> Markup:  # noqa: ANN401
+    first = series.buckets[0].start if series.buckets else None
+    return Markup(  # noqa: S704 - rendered by the template (autoescaped)
+        render(
+            "pages/series_chart.svg",
+            width=_WIDTH,
+            height=_HEIGHT,
+            pad=_PAD,
+            title=title,
+            peak=peak,
+            first="" if first is None else f"{first:%m-%d %H:%M}",
+            last=f"{series.end:%m-%d %H:%M}",
+            bars=parts.get("bars", ()),
+            bar_width=parts.get("bar_width", 1),
+            lines=parts.get("lines", ()),
+        )
+    )
+
+
+def outcome_island(series: StatsSeries) -> dict[str, Any]:
+    """The throughput chart's uPlot data island (``dashboard.js`` stacks its series)."""
+    return {
+        "series": [{"label": o, "color": c} for o, c in OUTCOMES],
+        "data": [
+            [int(b.start.timestamp()) for b in series.buckets],
+            *([getattr(b, o) for b in series.buckets] for o, _ in OUTCOMES),
+        ],
+    }
+
+
+def series_charts(series: StatsSeries) -> list[tuple[str, Markup]]:
+    """The job page's charts below throughput: run time, queue wait, failure rate, backlog."""
+    return [
+        (
+            "Run time (s)",
+            lines_chart(
+                series,
+                "run time p50, p95, p99",
+                [
+                    ("p50", "#1565c0", lambda b: b.run_p50),
+                    ("p95", "#ef6c00", lambda b: b.run_p95),
+                    ("p99", "#c62828", lambda b: b.run_p99),
+                ],
+                "s",
+            ),
+        ),
+        (
+            "Queue wait p95 (s)",
+            lines_chart(series, "queue wait p95", [("p95", "#6a1b9a", lambda b: b.wait_p95)], "s"),
+        ),
+        (
+            "Failure rate",
+            lines_chart(
+                series,
+                "failed attempts over finished attempts",
+                [("rate", "#c62828", lambda b: b.failure_rate)],
+                "",
+            ),
+        ),
+        (
+            "Backlog",
+            lines_chart(
+                series,
+                "waiting runs, oldest due age (s)",
+                [
+                    ("waiting", "#1565c0", lambda b: None if b.waiting is None else b.waiting),
+                    ("oldest due age", "#ef6c00", lambda b: b.oldest_due_age),
+                ],
+                "",
+            ),
+        ),
+    ]
+
+
+OVERVIEW_HISTORY_RANGE: Final = "6h"
+"""The overview's history chart: the last 6 hours in 5-minute buckets, clock-aligned."""
+OVERVIEW_HISTORY_JOBS: Final = 100
+"""Jobs whose history the overview sums (on PostgreSQL one statement, a primary-key range per
+job of at most 72 rows): past them the chart says it shows the first 100 jobs (by id)."""
+
+
+async def overview_history(
+    stats: JobStatsStore, job_ids: Sequence[str], *, now: datetime | None = None
+) -> tuple[StatsSeries, int]:
+    """Every listed job's history summed over :data:`OVERVIEW_HISTORY_RANGE` (the first
+    :data:`OVERVIEW_HISTORY_JOBS` jobs), and how many jobs were summed: one statement over the
+    stats table's primary key (``read_stats_of_jobs``; a store without it: a read per job).
+    The backlog figures are not summed (a job's own page shows its backlog)."""
+    now = now if now is not None else datetime.now(UTC)
+    start, end, _ = range_buckets(OVERVIEW_HISTORY_RANGE, now)
+    summed = list(job_ids)[:OVERVIEW_HISTORY_JOBS]
+    rows: list[StatsRow] = []
+    read_jobs = getattr(stats, "read_stats_of_jobs", None)
+    if read_jobs is not None:  # the PostgreSQL store: one statement for every job
+        rows = await read_jobs(summed, start, end)
+    else:
+        for job_id in summed:
+            found = await stats.read_stats(job_id, start, end)
+            rows.extend(attrs.evolve(row, waiting=None, oldest_due_age=None) for row in found)
+    series = series_from_rows(
+        "*", OVERVIEW_HISTORY_RANGE, now, rows, loss_bound=stats.flush_interval
+    )
+    return series, len(summed)

@@ -1,0 +1,279 @@
+"""The per-job page and the error groups (issue 36, item 6; S1, S2).
+
+- ``GET /jobs/{job_id}``: the job's definition (when ``definitions=`` has it: retries, timeout,
+  priority, limits with their partitions, aging, schedule), its runs by state now (due,
+  delayed, running, dead: the overview's bounded counts), its history charts over a range
+  (``?range=1h|6h|24h|7d``, from the stats table given as ``stats=``; without one the page says
+  how to enable it), its top error groups and its newest dead runs. An id no job has (no
+  definition, no run, no history, not paused) is a 404.
+- ``GET /errors``: the dead runs grouped by job, exception type and normalised message
+  (:mod:`ship_sqla.kernel._error_groups`: the newest 2,000 dead runs, stated on the page).
+- ``GET /errors/retry?job=&error=``: "retry all dead in this group", previewed: the count the
+  bulk-by-filter operation would retry and a confirmation form (no JavaScript needed);
+  ``POST /errors/retry`` with the preview's token: :meth:`JobOperations.retry_filtered`
+  (audited, at most the previewed count, in transactions of 1,000).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+from urllib.parse import quote
+
+import attrs
+
+from ship_sqla._dashboard._app import Content, _Dashboard, _nonce, _NotFound, _summary
+from ship_sqla._dashboard._charts import bars_chart as _bars
+from ship_sqla._dashboard._charts import outcome_island, series_charts
+from ship_sqla._dashboard._html import href, render
+from ship_sqla._dashboard._reads import OVERVIEW_COUNT_CAP
+from ship_sqla.kernel._error_groups import (
+    ERROR_GROUP_JOBS,
+    ERROR_GROUP_PER_JOB,
+    ERROR_GROUP_SCAN,
+    ErrorGroups,
+    error_groups,
+)
+from ship_sqla.kernel._errors import ConfigurationError
+from ship_sqla.kernel._jobs import is_job_id
+from ship_sqla.kernel._search import RunFilter
+from ship_sqla.kernel._stats import RANGES, range_buckets, series_from_rows
+
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+
+    from ship_sqla._dashboard._filters import Filters
+    from ship_sqla._dashboard._html import Html
+    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._operations import JobOperations
+    from ship_sqla.kernel._stats import StatsSeries
+
+__all__ = ["errors_page", "errors_retry", "errors_retry_preview", "job_page"]
+
+JOB_PAGE_GROUPS_SCAN: Final = 500
+"""The job page's top errors: grouped from its newest 500 dead runs (one page read)."""
+JOB_PAGE_TOP_ERRORS: Final = 5
+JOB_PAGE_RECENT_DEAD: Final = 10
+DEFAULT_RANGE: Final = "1h"
+
+
+def _unknown_job(job_id: str) -> _NotFound:
+    return _NotFound(
+        f"No job has the id {job_id[:200]!r} (no definition given, no run, no history).",
+        fix="pick the job from the overview's Jobs table, or pass its definition to"
+        " create_dashboard(definitions=...) (ship-sqla dashboard --registry APP:REGISTRY).",
+    )
+
+
+def _definition_rows(definition: JobDefinition[Any]) -> list[tuple[str, str]]:
+    """The definition's settings as (name, value) lines (reprs of the library's records)."""
+    rows: list[tuple[str, str]] = [
+        ("retry", repr(definition.retry)),
+        ("timeout", "none" if definition.timeout is None else f"{definition.timeout:g} s"),
+        ("priority", str(definition.priority)),
+        ("concurrency (limits)", repr(definition.concurrency)),
+        ("rate limit", repr(definition.rate_limit)),
+        ("fairness", repr(definition.fairness)),
+        ("aging", repr(definition.aging)),
+        ("schedule", repr(definition.schedule)),
+        ("retention", repr(definition.retention)),
+        ("version", repr(definition.version)),
+    ]
+    partition = getattr(definition, "partition", None)
+    if partition is not None:
+        rows.insert(4, ("partitioned limits", repr(partition)))
+    return rows
+
+
+async def _finished_once(ops: JobOperations, job_id: str) -> bool:
+    """Whether the job has a finished run (one bounded index probe per finished state)."""
+    for state in ("completed", "cancelled", "discarded"):
+        if (await ops.list_runs(state=state, job_id=job_id, limit=1)).items:
+            return True
+    return False
+
+
+async def _job_series(state: _Dashboard, job_id: str, window: str) -> StatsSeries | None:
+    """The job's history over ``window`` (None without a stats table): one read of the stats
+    table's primary key, ``[start, end)`` of the range (at most 10,080 minute rows: 7 days)."""
+    stats = state.stats
+    if stats is None:
+        return None
+    now = datetime.now(UTC)
+    start, end, _ = range_buckets(window, now)
+    rows = await stats.read_stats(job_id, start, end)
+    return series_from_rows(job_id, window, now, rows, loss_bound=stats.flush_interval)
+
+
+async def job_page(state: _Dashboard, request: Request) -> Response:
+    """``GET /jobs/{job_id}`` (see the module docstring)."""
+    base = state.base(request)
+    job_id = str(request.path_params.get("job_id", ""))
+    window = request.query_params.get("range", DEFAULT_RANGE)
+
+    async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
+        if not is_job_id(job_id):
+            raise _unknown_job(job_id)
+        if window not in RANGES:
+            raise ConfigurationError(
+                f"range {window[:20]!r} is not a history range.",
+                fix=f"choose among {', '.join(RANGES)}.",
+            )
+        definition = state.definitions.get(job_id)
+        demand = (await ops.demand([job_id], cap=OVERVIEW_COUNT_CAP))[0]
+        failures = next(
+            (f for f in await ops.dead_by_job(cap=OVERVIEW_COUNT_CAP) if f.job_id == job_id), None
+        )
+        paused = next((p for p in await ops.paused() if p.job_id == job_id), None)
+        series = await _job_series(state, job_id, window)
+        active = demand.due or demand.delayed or demand.running
+        has_history = series is not None and any(
+            b.completed or b.retried or b.dead or b.cancelled for b in series.buckets
+        )
+        known = definition or active or failures or paused or has_history
+        if not known and not await _finished_once(ops, job_id):
+            raise _unknown_job(job_id)
+        groups = await error_groups(ops, job_id=job_id, scan=JOB_PAGE_GROUPS_SCAN)
+        dead = (await ops.list_dead(job_id=job_id, limit=JOB_PAGE_RECENT_DEAD)).items
+        html = render(
+            "pages/job.html",
+            base=base,
+            job_id=job_id,
+            job_q=quote(job_id, safe=""),
+            definition=None if definition is None else _definition_rows(definition),
+            demand=demand,
+            failures=failures,
+            paused=paused,
+            count_cap=OVERVIEW_COUNT_CAP,
+            ranges=list(RANGES),
+            window=window,
+            series=series,
+            throughput=None if series is None else _bars(series, "attempts by outcome"),
+            island=None if series is None else outcome_island(series),
+            charts=[] if series is None else series_charts(series),
+            nonce=_nonce(request),
+            groups=groups.groups[:JOB_PAGE_TOP_ERRORS],
+            groups_note=groups.note,
+            dead=dead,
+            can_manage=can_manage,
+        )
+        data = {
+            "job_id": job_id,
+            "definition": None if definition is None else dict(_definition_rows(definition)),
+            "demand": demand,
+            "failures": failures,
+            "paused": paused,
+            "range": window,
+            "series": series,
+            "stats": series is not None,
+            "top_errors": _groups_data(groups, limit=JOB_PAGE_TOP_ERRORS),
+            "recent_dead": dead,
+        }
+        return Content(html, data)
+
+    return await state.page(
+        request, f"/jobs/{quote(job_id, safe='')}", f"Job {job_id[:128]}", body, charts=True
+    )
+
+
+def _groups_data(groups: ErrorGroups, *, limit: int | None = None) -> dict[str, Any]:
+    shown = groups.groups if limit is None else groups.groups[:limit]
+    return {
+        "groups": [{**attrs.asdict(g), "filter": dict(g.run_filter.as_fields())} for g in shown],
+        "scanned": groups.scanned,
+        "complete": groups.complete,
+        "bound": groups.bound,
+        "note": groups.note,
+    }
+
+
+async def errors_page(state: _Dashboard, request: Request) -> Response:
+    """``GET /errors[?job=]``: the error groups of the newest dead runs."""
+    base = state.base(request)
+
+    async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:
+        groups = await error_groups(ops, job_id=f.job)
+        html = render(
+            "pages/errors.html",
+            base=base,
+            job=f.job,
+            groups=groups.groups,
+            note=groups.note,
+            bound=ERROR_GROUP_SCAN,
+            per_job=ERROR_GROUP_PER_JOB,
+            jobs=ERROR_GROUP_JOBS,
+            can_manage=can_manage,
+        )
+        return Content(html, _groups_data(groups))
+
+    return await state.page(request, "/errors", "Errors", body, reads=("job",))
+
+
+def _group_filter(job: str | None, error: str | None) -> RunFilter:
+    """The group's bulk filter from a form's or a link's fields: its job, dead, its error
+    text (RunFilterError, a 400, for a bad field)."""
+    return RunFilter.of(job_id=job or None, state="dead", error=error or None)
+
+
+async def errors_retry_preview(state: _Dashboard, request: Request) -> Response:
+    """``GET /errors/retry?job=&error=``: the confirmation step (a read: changes nothing)."""
+    base = state.base(request)
+    job = request.query_params.get("job", "")
+    error = request.query_params.get("error", "")
+
+    async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
+        run_filter = _group_filter(job, error)
+        if run_filter.job_id is None:
+            raise ConfigurationError(
+                "a group's retry needs its job.", fix="open it from the Errors page's group."
+            )
+        preview = await ops.preview_matching("retry", run_filter)
+        html = render(
+            "pages/errors_retry.html",
+            base=base,
+            job=run_filter.job_id,
+            error=run_filter.error or "",
+            described=run_filter.describe(),
+            preview=preview,
+            csrf=state.csrf(request),
+            back=href(base, "/errors", {"job": run_filter.job_id}),
+            can_manage=can_manage,
+        )
+        data = {"filter": dict(run_filter.as_fields()), "preview": preview}
+        return Content(html, data)
+
+    return await state.page(request, "/errors/retry", "Retry a group's dead runs", body)
+
+
+async def errors_retry(state: _Dashboard, request: Request) -> Response:
+    """``POST /errors/retry`` (job, error, token): retry the group's dead runs the preview
+    counted, through :meth:`JobOperations.retry_filtered` (audited)."""
+
+    async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
+        job = (fields.get("job") or [""])[0]
+        error = (fields.get("error") or [""])[0]
+        token = (fields.get("token") or [""])[0]
+        result = await ops.retry_filtered(_group_filter(job, error), token=token)
+        done = _summary("Retried", result.changed, result.unchanged)
+        return done if result.complete else done + " (stopped early: preview again for the rest)"
+
+    return await state.act(request, action)
+
+
+def route_handlers(state: _Dashboard) -> dict[str, Any]:
+    """The handlers bound to ``state`` (for :func:`ship_sqla._dashboard._app._routes`)."""
+
+    async def job(request: Request) -> Response:
+        return await job_page(state, request)
+
+    async def errors(request: Request) -> Response:
+        return await errors_page(state, request)
+
+    async def preview(request: Request) -> Response:
+        return await errors_retry_preview(state, request)
+
+    async def retry(request: Request) -> Response:
+        return await errors_retry(state, request)
+
+    return {"job": job, "errors": errors, "preview": preview, "retry": retry}
