@@ -23,7 +23,7 @@ VIEWER = {"x-user": "viewer"}
 JSON = {"accept": "application/json"}
 
 
-def redact(field: str, value: Any, job_id: str) -> Any:  # noqa: ANN401
+def redact(field: str, value: Any, job_id: str) -> Any:
     """The application's hook: the payload's ``i`` masked, errors' "boom" replaced."""
     assert job_id == MAIL.id
     if field == "payload":
@@ -95,7 +95,7 @@ async def test_a_redact_hook_that_raises_hides_the_value(backend: Any) -> None:
     which exception, and answers 200."""
     [run_id] = await dead_runs(backend, MAIL, 1)
 
-    def broken(field: str, value: Any, job_id: str) -> Any:  # noqa: ANN401
+    def broken(field: str, value: Any, job_id: str) -> Any:
         raise KeyError(field)
 
     client = _client(backend, broken)

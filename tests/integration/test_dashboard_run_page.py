@@ -202,7 +202,8 @@ async def test_d6_rerun_from_a_step_asks_first_then_posts_with_csrf_and_is_audit
     assert record.state == "waiting"
     steps = await backend.workflows.list_steps(run_id)
     assert [s.name for s in steps] == ["reserve"]
-    [entry] = [e for e in await audit.list_entries(limit=10) if e.operation == "jobs.rerun_from_step"]
+    entries = await audit.list_entries(limit=10)
+    [entry] = [e for e in entries if e.operation == "jobs.rerun_from_step"]
     assert (entry.actor, entry.target, entry.details) == ("admin", run_id, {"step": "fan"})
 
 

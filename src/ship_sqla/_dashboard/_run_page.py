@@ -135,6 +135,7 @@ def timeline(record: RunRecord) -> list[dict[str, Any]]:
                 "raw_at": entry.get("at"),
                 "error": entry.get("error"),
                 "since": span(_seconds(ended, previous)),
+                "after": "the previous" if lines else "creation",
                 "last": None,
             }
         )
@@ -154,6 +155,7 @@ def timeline(record: RunRecord) -> list[dict[str, Any]]:
                     "raw_at": None,
                     "error": None,
                     "since": span(_seconds(record.finished_at, previous)) if ended_run else "",
+                    "after": "the previous" if lines else "creation",
                     "last": last,
                 }
             )
