@@ -509,3 +509,44 @@ async def test_j22_the_health_banner_shows_while_a_snapshot_is_held(
     browser.get(alarmed_server + "/")
     assert not browser.find_elements(By.ID, "health-banner")
     assert _csp_violations(browser) == []
+
+
+async def test_issue_36_schedule_pause_asks_first_run_now_and_the_run_page_in_the_browser(
+    server, browser, ship_engine
+):
+    """Issue 36: on the Schedules page "Pause…" opens the confirmation (no script needed),
+    whose button pauses the job (shown on the list, audited); "Run now" adds one run of the
+    scheduled job; a dead run's page shows its attempt timeline with local times. Screenshots:
+    schedule-pause-confirm, run."""
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    _as(browser, server, "admin")
+    browser.get(server + "/schedules")
+    browser.find_element(By.LINK_TEXT, "Pause…").click()
+    _wait(browser, lambda d: "confirm=pause" in d.current_url)
+    assert browser.find_element(By.ID, "pause-confirm").is_displayed()
+    _shot(browser, "schedule-pause-confirm")
+    _click(browser, "#pause-confirm form")
+    _wait(browser, lambda d: "done=" in d.current_url)
+    browser.get(server + "/schedules")
+    assert "paused since" in browser.find_element(By.ID, "schedules").text
+    _click(browser, 'form[action$="/run-now"]')
+    _wait(browser, lambda d: "done=" in d.current_url)
+    async with ship_engine.connect() as connection:
+        runs = await connection.scalar(
+            text("SELECT count(*) FROM ship_job_runs WHERE job_id = 'dash.nightly'")
+        )
+        dead = await connection.scalar(
+            text("SELECT id FROM ship_job_runs WHERE state = 'dead' ORDER BY id LIMIT 1")
+        )
+    assert runs == 1
+    browser.get(server + "/audit")
+    audit = browser.find_element(By.TAG_NAME, "main").text
+    assert "jobs.pause" in audit
+    assert "jobs.run_now" in audit
+    browser.get(f"{server}/runs/{dead}")
+    attempt = browser.find_element(By.CSS_SELECTOR, "#attempts li time")
+    assert attempt.text
+    assert not attempt.text.endswith("UTC")
+    _shot(browser, "run")
+    assert _csp_violations(browser) == []

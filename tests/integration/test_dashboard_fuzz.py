@@ -34,7 +34,7 @@ import importlib
 import inspect
 import os
 import pkgutil
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Final, Literal, get_args
 from urllib.parse import quote
 
@@ -71,6 +71,7 @@ from ship_sqla._dashboard import _csrf
 from ship_sqla._dashboard._filters import Parameter
 from ship_sqla._dashboard._static import IMMUTABLE, asset_name
 from ship_sqla.kernel import InMemoryJobBackend, completed
+from ship_sqla.kernel._jobs import Schedule, define_job
 from ship_sqla.kernel._webhooks_out import WebhookDeliveryRecord
 from ship_sqla.webhooks import (
     create_webhook_delivery_store,
@@ -194,6 +195,10 @@ def slots_of(app: Starlette) -> list[Slot]:
     return found
 
 
+async def _tick(_payload: object) -> None:
+    """The scheduled job's handler (never run here)."""
+
+
 async def _described_only(_request: object) -> None:
     """The endpoint of the static files' slot description (requests go to the real app)."""
 
@@ -206,6 +211,13 @@ in-memory backend, so the runs table never changes)."""
 WEBHOOK_ROUTES: Final = "/webhooks/"
 """An accepted webhook action changes the webhook tables (a disable, a redeliver), by design:
 there they may change, and the audit log; a refused one changes nothing at all."""
+
+SCHEDULED = define_job(
+    "fz.tick", _tick, payload=dict, schedule=Schedule(interval=timedelta(hours=1))
+)
+"""A scheduled job: the valid ``job_id`` of the schedules' routes (issue 36: its page, its run
+now). An accepted run now adds one run, by design: there the runs table may change."""
+SCHEDULE_ROUTES: Final = "/schedules/"
 
 DONE_BACKFILL = "fz.done"
 """A completed backfill: the valid ``backfill_id`` (a cancel leaves it as it is)."""
@@ -234,7 +246,7 @@ class Fuzzed:
             else "disable"
             if route.path.startswith(WEBHOOK_ROUTES)
             else "retry",
-            "job_id": REPORT.id,
+            "job_id": SCHEDULED.id if route.path.startswith(SCHEDULE_ROUTES) else REPORT.id,
             "backfill_id": DONE_BACKFILL,
             "endpoint_id": WEBHOOK_ENDPOINT,
             "delivery_id": WEBHOOK_DELIVERY,
@@ -318,6 +330,8 @@ class Fuzzed:
         allowed = {"ship_audit"} if answer.status == 303 else set()
         if answer.status == 303 and next(iter(fuzzed)).route.path.startswith(WEBHOOK_ROUTES):
             allowed |= {"ship_webhook_endpoints", "ship_webhook_deliveries"}
+        if answer.status == 303 and next(iter(fuzzed)).route.path.startswith(SCHEDULE_ROUTES):
+            allowed |= {"ship_job_runs"}
         assert changed <= allowed, f"{where}\nchanged: {changed}"
         return answer
 
@@ -346,6 +360,7 @@ async def fuzzed(ship_engine: AsyncEngine) -> Fuzzed:
     [run] = await backend.claim(claim_request(REPORT, worker="w"))
     assert await backend.settle([completed(run)]) == ["completed"]
     await backend.enqueue(MAIL, {"n": 2})
+    await backend.install_schedules([SCHEDULED])
     outbox = create_outbox(database=ship_engine, table=outbox_table)
     await outbox.enqueue("main", "topic", {"n": 1})
     audit = create_audit_log(database=ship_engine, table=audit_table)
@@ -370,7 +385,7 @@ async def fuzzed(ship_engine: AsyncEngine) -> Fuzzed:
         audit=audit,
         outbox=create_outbox_operations(outbox, authorizer=lambda *_: False, audit=audit),
         outbox_ids=["main"],
-        definitions=[MAIL, REPORT],
+        definitions=[MAIL, REPORT, SCHEDULED],
         secret=SECRET,
         refresh_seconds=0,
         backfills=ledger,

@@ -53,6 +53,7 @@ REPORT = define_job(
 USERS = {
     "admin": {
         "ship.jobs:manage",
+        "ship.jobs:payloads",
         "ship.jobs:read",
         "ship.outbox:manage",
         "ship.outbox:read",

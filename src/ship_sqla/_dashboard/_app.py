@@ -78,6 +78,7 @@ from ship_sqla._dashboard._reads import (
     JobRow,
     overview_jobs,
 )
+from ship_sqla._dashboard._redact import Redact, Shown, check_redact, shown_operations
 from ship_sqla._dashboard._security import NONCE_KEY, SecurityHeaders
 from ship_sqla._dashboard._static import StaticAssets
 from ship_sqla._dashboard._svg import throughput_chart
@@ -89,7 +90,6 @@ from ship_sqla._webhooks._sender import WebhookSender
 from ship_sqla.kernel._backfill_operations import BackfillOperations, create_backfill_operations
 from ship_sqla.kernel._backfills import BackfillLedger
 from ship_sqla.kernel._browse import run_order
-from ship_sqla.kernel._consumers import progress_summary
 from ship_sqla.kernel._errors import (
     ConfigurationError,
     InvalidCursorError,
@@ -102,7 +102,6 @@ from ship_sqla.kernel._operations import (
     JobOperations,
     create_job_operations,
 )
-from ship_sqla.kernel._plans.schedule import previous_occurrence
 from ship_sqla.kernel._ports import JobBackend
 from ship_sqla.kernel._serving import serving_of
 from ship_sqla.kernel._webhooks_out import WebhookEndpointUnknownError, excerpt
@@ -134,7 +133,6 @@ if TYPE_CHECKING:
         WebhookEndpointRecord,
     )
     from ship_sqla.kernel._workers import WorkerRecord
-    from ship_sqla.kernel._workflows import StepRecord
 
 __all__ = ["DashboardAuthorizer", "create_dashboard"]
 
@@ -355,9 +353,11 @@ class _Dashboard:
         webhooks: WebhookSender | None = None,
         backend: AdministeredBackend | None = None,
         stats: JobStatsStore | None = None,
+        redact: Redact | None = None,
     ) -> None:
         self.jobs = jobs
         self.stats = stats
+        self.redact = redact
         self.backend = backend
         self.webhooks = webhooks
         self.backfills = backfills
@@ -384,7 +384,12 @@ class _Dashboard:
         return asks
 
     def ops(self, request: Request) -> JobOperations:
-        return self.jobs.acting_as(self.actor_of(request), authorizer=self._authorizer_for(request))
+        """The operator surface for ``request``'s user: its actor and authorizer, answering
+        runs as that user may see them (:mod:`._redact`: the ``redact`` hook, payloads behind
+        ``ship.jobs:payloads``)."""
+        asks = self._authorizer_for(request)
+        ops = self.jobs.acting_as(self.actor_of(request), authorizer=asks)
+        return shown_operations(ops, Shown(self.redact, asks))
 
     def outbox_ops(self, request: Request) -> OutboxOperations:
         if self.outbox is None:
@@ -895,72 +900,6 @@ class _Dashboard:
             form=runs_form,
         )
 
-    async def run_detail(self, request: Request) -> Response:
-        base = self.base(request)
-        run_id = request.path_params["run_id"]
-
-        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:
-            assert f.run_id is not None  # noqa: S101 - read_filters requires it
-            run_id = f.run_id
-            record = await ops.get_run(run_id)
-            if record is None:
-                raise _no_run(run_id)
-            try:
-                steps = await ops.list_steps(run_id)
-            except ConfigurationError:
-                steps = []
-            fields = (
-                ("Job", text(record.job_id)),
-                ("State", _state_cell(record.state)),
-                ("Attempt", text(f"{record.attempt} of {record.max_attempts}")),
-                # J15: lapses (its worker died while it ran), in all and in a row.
-                ("Lapses", text(f"{record.lapses} ({record.consecutive_lapses} in a row)")),
-                # C3: a consumer run's last batch (lag, time, totals), recorded with the batch.
-                ("Progress", text(progress_summary(record.progress))),
-                ("Priority", text(record.priority)),
-                ("Tenant", text(record.tenant or "—")),
-                ("Dedupe key", text(record.dedupe_key or "—")),
-                ("Created", at(record.created_at)),
-                ("Due", at(record.run_at)),
-                ("Finished", at(record.finished_at)),
-                ("Lease expires", at(record.lease_expires_at)),
-                ("Cancel requested", at(record.cancel_requested_at)),
-                (
-                    "Parent",
-                    link(base, "/runs/" + quote(record.parent_id, safe="/"), record.parent_id)
-                    if record.parent_id
-                    else "—",
-                ),
-            )
-            here = f"{base}/runs/{quote(run_id, safe='/')}"
-            rerun = can_manage and record.state in ("dead", "waiting")
-            step_rows = _step_rows(steps, here, self.csrf(request) if rerun else None)
-            actions = ""
-            if can_manage:
-                csrf = self.csrf(request)
-                for verb, states in (
-                    ("retry", ("dead",)),
-                    ("cancel", ("waiting", "running")),
-                    ("discard", ("waiting", "dead")),
-                    ("unpark", ()),
-                ):
-                    if record.state in states or (verb, record.wait_for) == _UNPARK:
-                        actions += button_form(
-                            f"{here}/{verb}", verb.capitalize(), csrf=csrf, back=here
-                        )
-            html = render(
-                "pages/run.html",
-                record=record,
-                actions=Markup(actions),  # noqa: S704 - rendered by the macros
-                fields=_marked(fields),
-                divergence=Markup(_divergence_section(record)),  # noqa: S704 - rendered
-                history=[_attempt_entry(h) for h in record.history if isinstance(h, dict)],
-                steps=_marked(step_rows) if steps else [],
-            )
-            return Content(html, {"run": record, "steps": steps})
-
-        return await self.page(request, "/runs", f"Run {run_id}", body, reads=("run_id",))
-
     async def dead(self, request: Request) -> Response:
         base = self.base(request)
 
@@ -998,24 +937,6 @@ class _Dashboard:
             reads=("job", "tenant", "cursor"),
             form=dead_form,
         )
-
-    async def schedules(self, request: Request) -> Response:
-        async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
-            rows = []
-            for s in await ops.schedules():
-                definition = self.definitions.get(s.job_id)
-                last = None
-                if definition is not None and definition.schedule is not None and s.next_at:
-                    last = previous_occurrence(
-                        definition.schedule, s.next_at - timedelta(microseconds=1)
-                    )
-                rows.append((s, last))
-            html = render(
-                "pages/schedules.html", schedules=rows, has_definitions=bool(self.definitions)
-            )
-            return Content(html, {"schedules": [{**_jsonable(s), "last_at": t} for s, t in rows]})
-
-        return await self.page(request, "/schedules", "Schedules", body)
 
     async def workers(self, request: Request) -> Response:
         async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
@@ -1482,19 +1403,6 @@ _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
-def _attempt_entry(entry: dict[str, Any]) -> dict[str, Any]:
-    """A history entry for the run page, its ``at`` (ISO 8601 text) read as a time, shown in
-    the browser's zone like every other time; kept as text when it is not one."""
-    raw = entry.get("at")
-    try:
-        when = datetime.fromisoformat(raw) if isinstance(raw, str) else None
-    except ValueError:
-        when = None
-    if when is not None and when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return {**entry, "at_time": when}
-
-
 def _state_cell(state: str | None) -> Html:
     return str(PARTS.state_cell(state))
 
@@ -1629,26 +1537,6 @@ def _serving_cell(served: Serving | None, job_id: str) -> Html:
     return text(served.workers_for(job_id))
 
 
-def _step_rows(steps: Iterable[StepRecord], here: str, csrf: str | None) -> list[tuple[Html, ...]]:
-    """A workflow run's steps as table rows, each with its "Re-run from here" form (D6) when
-    ``csrf`` is given (a manager, on a dead or waiting run)."""
-    return [
-        (
-            text(s.seq),
-            text(s.name),
-            text(s.kind),
-            text(s.state),
-            at(s.finished_at),
-            ""
-            if csrf is None
-            else button_form(
-                f"{here}/rerun", "Re-run from here", csrf=csrf, back=here, fields={"step": s.name}
-            ),
-        )
-        for s in steps
-    ]
-
-
 def _bulk_buttons(actions: Iterable[str], state: str, job: str | None, tenant: str | None) -> Html:
     """The runs page's bulk buttons: each action on the selection and, for waiting and running
     runs, the bulk-by-filter one carrying the page's filter
@@ -1748,6 +1636,7 @@ def create_dashboard(
     backfills: BackfillLedger | None = None,
     webhooks: WebhookSender | None = None,
     stats: JobStatsStore | None = None,
+    redact: Redact | None = None,
 ) -> Starlette:
     """The operator dashboard over ``backend`` (any job backend), an ASGI application to mount
     anywhere (``app.mount("/ops", create_dashboard(...))``) or serve alone
@@ -1780,6 +1669,11 @@ def create_dashboard(
       adding an endpoint and rotating its secret stay at the shell.
     - ``stats``: the job history the workers flush into (:func:`~ship_sqla.create_job_stats`),
       read by the job pages' charts and the overview's chart (issue 36).
+    - ``redact(field, value, job_id) -> value``: what every page and JSON twin shows in place
+      of a run's payload (``field`` ``"payload"``), error text (``"error"``: the last error and
+      each attempt's) or a workflow step's result (``"result"``); a hook that raises hides the
+      value. Payloads and step results are shown only to users the authorizer grants
+      ``ship.jobs:payloads`` (others see a note): :mod:`._redact`.
     """
     if not callable(authorizer):
         raise ConfigurationError(
@@ -1805,6 +1699,7 @@ def create_dashboard(
         webhooks=_checked_webhooks(webhooks),
         backend=backend,
         stats=stats,
+        redact=check_redact(redact),
     )
     tables = _TablesCheck(backend)
     return _DashboardApp(
@@ -1818,6 +1713,10 @@ def create_dashboard(
 def _routes(state: _Dashboard) -> list[BaseRoute]:
     """The dashboard's routes: each page (GET) and each action (POST, declared in
     :data:`~ship_sqla.kernel._actions.OPERATOR_ACTIONS`)."""
+    # The pages in modules of their own import this one: imported here, when it is complete.
+    from ship_sqla._dashboard._run_page import run_page  # noqa: PLC0415
+    from ship_sqla._dashboard._schedules_page import schedule_routes  # noqa: PLC0415
+
     return [
         Route("/", state.overview, methods=["GET"]),
         Mount("/static", StaticAssets()),
@@ -1826,10 +1725,10 @@ def _routes(state: _Dashboard) -> list[BaseRoute]:
         Route("/runs", state.runs, methods=["GET"]),
         Route("/runs/bulk", state.runs_bulk, methods=["POST"]),
         Route("/runs/{run_id:path}/{verb}", state.run_action, methods=["POST"]),
-        Route("/runs/{run_id:path}", state.run_detail, methods=["GET"]),
+        Route("/runs/{run_id:path}", run_page(state), methods=["GET"]),
         Route("/dead", state.dead, methods=["GET"]),
         Route("/dead/bulk", state.dead_bulk, methods=["POST"]),
-        Route("/schedules", state.schedules, methods=["GET"]),
+        *schedule_routes(state),
         Route("/workers", state.workers, methods=["GET"]),
         Route("/consumers", state.consumers, methods=["GET"]),
         Route("/backfills/{backfill_id}/{verb}", state.backfill_action, methods=["POST"]),

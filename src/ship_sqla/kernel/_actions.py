@@ -106,6 +106,12 @@ OPERATOR_ACTIONS: Final[tuple[OperatorAction, ...]] = (
     # a whole job
     _jobs("pause", CliVerb(("jobs", "pause")), DashboardRoute("/jobs/{job_id}/pause")),
     _jobs("resume", CliVerb(("jobs", "resume")), DashboardRoute("/jobs/{job_id}/resume")),
+    # a scheduled job's run now (issue 36): the Schedules page's button
+    _jobs(
+        "run_now",
+        CliVerb(("jobs", "run-now"), ("--registry",)),
+        DashboardRoute("/schedules/{job_id}/run-now"),
+    ),
     # runs in bulk: named
     _jobs(
         "retry_many",

@@ -81,7 +81,14 @@ from ship_sqla.kernel._partition_waits import (
     MAX_WAIT_PARTITIONS,
     PartitionLimits,
 )
-from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES, TERMINAL_STATES, DeadQuery
+from ship_sqla.kernel._plans.scheduled_runs import scheduled_payload
+from ship_sqla.kernel._ports import (
+    FINISHED_STATES,
+    RUN_STATES,
+    TERMINAL_STATES,
+    DeadQuery,
+    JobBackend,
+)
 from ship_sqla.kernel._replay import Replayer
 from ship_sqla.kernel._search import (
     BULK_STATES,
@@ -110,6 +117,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._partition_waits import PartitionWait
     from ship_sqla.kernel._ports import (
+        EnqueueResult,
         JobDemand,
         JobFailures,
         PausedJob,
@@ -327,8 +335,10 @@ class JobOperations:
         audit: AuditSink | None = None,
         actor: str = "unnamed",
         health: StorageHealthSource | None = None,
+        enqueuer: JobBackend | None = None,
     ) -> None:
         self._admin = admin
+        self._enqueuer = enqueuer
         self._health = health
         self._authorizer = check_authorizer(authorizer)
         self._secret = resolve_secret(cursor_secret)
@@ -355,6 +365,7 @@ class JobOperations:
             audit=self._audit,
             actor=actor,
             health=self._health,
+            enqueuer=self._enqueuer,
         )
 
     @property
@@ -945,6 +956,31 @@ class JobOperations:
         resumed = await self._admin.resume(job_id)
         await self._record("resume", job_id, int(resumed))
         return resumed
+
+    async def run_now(self, job: JobDefinition[Any]) -> EnqueueResult:
+        """Run a scheduled job now (issue 36): one run of ``job``, due at once, with the
+        payload its schedule's ticks give (``None`` or ``{}``, J9), outside its schedule (the
+        next occurrence is unchanged). An enqueue like any other: the job's idempotency policy
+        and queue-depth limit apply, and the answer says so (deduplicated, or rejected)."""
+        await self._authorize("run_now")
+        if job.schedule is None:
+            raise ConfigurationError(
+                f"job {job.id!r} has no schedule: run now gives a run the payload a schedule's"
+                " tick gives.",
+                fix="enqueue the job with its payload instead (backend.enqueue or"
+                " `ship-sqla enqueue`).",
+            )
+        if self._enqueuer is None:
+            raise ConfigurationError(
+                "these operations were built over a backend that cannot enqueue.",
+                fix="build them with create_job_operations(backend) over a whole job backend.",
+            )
+        payload = scheduled_payload(job)
+        await self._audit_ready()
+        result = await self._enqueuer.enqueue(job, payload)
+        details = {"run_id": result.run_id, "deduplicated": result.deduplicated}
+        await self._record("run_now", job.id, int(result.accepted), details)
+        return result
 
     async def paused(self, *, limit: int = 1000) -> list[PausedJob]:
         """The paused jobs with when each was paused, by job id, at most ``limit``
@@ -1697,6 +1733,7 @@ def create_job_operations(
         audit=audit,
         actor=actor,
         health=backend if isinstance(backend, StorageHealthSource) else None,
+        enqueuer=backend if isinstance(backend, JobBackend) else None,
     )
 
 

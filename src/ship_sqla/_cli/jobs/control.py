@@ -1,5 +1,5 @@
-"""``ship-sqla jobs pause|resume|paused|demand``: the operator's verbs on a whole job (K3) and
-its demand (F5), what an autoscaler reads."""
+"""``ship-sqla jobs pause|resume|paused|demand|run-now``: the operator's verbs on a whole job
+(K3), its demand (F5), what an autoscaler reads, and a scheduled job's run now (issue 36)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from ship_sqla._cli._options import (
     json_option,
 )
 from ship_sqla._cli._output import format_demand, format_paused
+from ship_sqla._cli._params import REGISTRY
 from ship_sqla._jobs._demand_app import demand_document
 from ship_sqla.kernel._operations import DEFAULT_DEMAND_CAP, MAX_DEMAND_CAP, MAX_PAUSED_JOBS
 
@@ -25,7 +26,8 @@ if TYPE_CHECKING:
 
     from ship_sqla._cli._tables import JobTables
     from ship_sqla.kernel._operations import JobOperations, PauseResult
-    from ship_sqla.kernel._ports import JobDemand, PausedJob
+    from ship_sqla.kernel._ports import EnqueueResult, JobDemand, PausedJob
+    from ship_sqla.kernel._registry import JobRegistry
 
 __all__ = ["COMMANDS"]
 
@@ -155,4 +157,63 @@ def jobs_demand(
         click.echo(format_demand(demands))
 
 
-COMMANDS: Final = (jobs_pause, jobs_resume, jobs_paused, jobs_demand)
+@click.command("run-now", epilog=OPERATOR_NOTE)
+@click.argument("job_id")
+@click.option(
+    "--registry",
+    type=REGISTRY,
+    required=True,
+    help="The jobs, as APP:REGISTRY (a JobRegistry or list of jobs): JOB_ID's definition.",
+)
+@database_url_option
+@job_tables_options(with_state_table=True)
+@audit_options
+@json_option
+def jobs_run_now(
+    *,
+    job_id: str,
+    registry: JobRegistry,
+    database_url: URL,
+    as_json: bool,
+    tables: JobTables,
+    audit_table: str | None,
+) -> None:
+    """Run a scheduled job now (issue 36): one run, due at once, with the payload its
+    schedule's ticks give; the schedule's next occurrence is unchanged. The job's idempotency
+    policy and queue-depth limit apply, as on any enqueue."""
+    job = registry.find(job_id)
+    if job is None:
+        known = ", ".join(sorted(d.id for d in registry)) or "none"
+        raise click.BadParameter(
+            f"{job_id!r} is not in that registry; it has: {known}.", param_hint="JOB_ID"
+        )
+
+    async def call(ops: JobOperations) -> EnqueueResult:
+        return await ops.run_now(job)
+
+    result = operate(
+        database_url,
+        call,
+        tables,
+        with_state_table=True,
+        as_json=as_json,
+        audit_table=audit_table,
+    )
+    if as_json:
+        body = {
+            "job_id": job_id,
+            "run_id": result.run_id,
+            "deduplicated": result.deduplicated,
+            "rejected": result.rejected,
+        }
+        click.echo(json.dumps(body, indent=2))
+    elif result.rejected is not None:
+        click.echo(f"job {job_id}: the run was refused ({result.rejected}).")
+        raise SystemExit(1)
+    elif result.deduplicated:
+        click.echo(f"job {job_id}: deduplicated onto run {result.run_id}.")
+    else:
+        click.echo(f"job {job_id}: run {result.run_id} is due now.")
+
+
+COMMANDS: Final = (jobs_pause, jobs_resume, jobs_paused, jobs_demand, jobs_run_now)
