@@ -125,11 +125,15 @@ class RunsIndexRebuild:
             try:
                 for row in leftovers:
                     statement = f"DROP INDEX CONCURRENTLY IF EXISTS {row.qualified}"
-                    if await self._concurrently(connection, statement, row.name, deferred):
+                    if await self._concurrently(
+                        connection, statement, f"drop {row.name}", deferred
+                    ):
                         dropped.append(row.name)
                 for row in [] if leftovers else bloated:
                     statement = f"REINDEX INDEX CONCURRENTLY {row.qualified}"
-                    if await self._concurrently(connection, statement, row.name, deferred):
+                    if await self._concurrently(
+                        connection, statement, f"rebuild {row.name}", deferred
+                    ):
                         done.append(row.name)
             finally:
                 await connection.execute(self._s[SESSION_LOCK_TIMEOUT_RESET])
@@ -142,16 +146,16 @@ class RunsIndexRebuild:
 
     @staticmethod
     async def _concurrently(
-        connection: AsyncConnection, statement: str, name: str, deferred: list[str]
+        connection: AsyncConnection, statement: str, what: str, deferred: list[str]
     ) -> bool:
-        """Run ``statement`` (a name the server quoted) on its own; False (and deferred) when
-        a lock or an older snapshot was not waited out within the lock timeout."""
+        """Run ``statement`` (a name the server quoted) on its own; False (and ``what``
+        deferred) when a lock or an older snapshot was not waited out within the lock timeout."""
         try:
             await connection.execute(text(text_name(statement)))
         except DBAPIError as exc:
             await connection.rollback()
             if sqlstate_of(exc) != _LOCK_NOT_AVAILABLE:
                 raise
-            deferred.append(f"rebuild {name}")
+            deferred.append(what)
             return False
         return True
