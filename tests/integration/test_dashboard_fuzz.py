@@ -68,9 +68,12 @@ from ship_sqla import (
 )
 from ship_sqla._backfills import create_backfill_ledger, ship_backfills_table
 from ship_sqla._dashboard import _csrf
+from ship_sqla._dashboard._bulk_page import BulkPages, BulkTask
 from ship_sqla._dashboard._filters import Parameter
 from ship_sqla._dashboard._static import IMMUTABLE, asset_name
 from ship_sqla.kernel import InMemoryJobBackend, completed
+from ship_sqla.kernel._operations import BulkResult
+from ship_sqla.kernel._search import RunFilter
 from ship_sqla.kernel._webhooks_out import WebhookDeliveryRecord
 from ship_sqla.webhooks import (
     create_webhook_delivery_store,
@@ -207,6 +210,9 @@ WEBHOOK_ROUTES: Final = "/webhooks/"
 """An accepted webhook action changes the webhook tables (a disable, a redeliver), by design:
 there they may change, and the audit log; a refused one changes nothing at all."""
 
+BULK_TASK = "fz.task"
+"""An ended bulk action by filter of the dashboard's process: the valid ``task_id``."""
+
 DONE_BACKFILL = "fz.done"
 """A completed backfill: the valid ``backfill_id`` (a cancel leaves it as it is)."""
 
@@ -239,6 +245,7 @@ class Fuzzed:
             "endpoint_id": WEBHOOK_ENDPOINT,
             "delivery_id": WEBHOOK_DELIVERY,
             "outbox_id": "main",
+            "task_id": BULK_TASK,
             "name": asset_name("dashboard.css"),
         }.get(name, "x")
 
@@ -376,6 +383,14 @@ async def fuzzed(ship_engine: AsyncEngine) -> Fuzzed:
         backfills=ledger,
         webhooks=sender,
     )
+    pages = next(
+        route.endpoint.__self__
+        for route in app.routes
+        if isinstance(getattr(getattr(route, "endpoint", None), "__self__", None), BulkPages)
+    )
+    ended = BulkTask(BULK_TASK, "retry", RunFilter.of(job_id=MAIL.id), "admin")
+    ended.result = BulkResult((), ())
+    pages.tasks[BULK_TASK] = ended
     tables = (
         runs,
         state,
