@@ -267,8 +267,8 @@ class BulkPages:
             return await self.state._refused(request, ops, back, problem, 400)  # noqa: SLF001
         except ShipError as exc:  # a token too old, a refused operation: said on the page
             return RedirectResponse(_with(back, failed=str(exc)), 303)
-        target = f"{self.state.base(request)}/bulk/tasks/{task.task_id}"
-        return RedirectResponse(_with(target, done=task.summary()), 303)
+        # the task's page says what it did (or how far it is): no flash message beside it
+        return RedirectResponse(f"{self.state.base(request)}/bulk/tasks/{task.task_id}", 303)
 
     async def _start(self, ops: JobOperations, verb: str, flt: RunFilter, token: str) -> BulkTask:
         """Start the action as a task; answer once it ended or committed a first batch with more
