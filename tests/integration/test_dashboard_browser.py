@@ -373,8 +373,8 @@ async def test_s2_a_read_only_user_sees_no_action_buttons(server, browser, ship_
 async def test_s1_cancel_all_of_a_filter_and_upkeep_from_the_browser(server, browser, ship_engine):
     """S1 (issue 33, 36): the runs page of waiting runs offers "Cancel all waiting runs" of its
     filter: clicked, it previews the count; confirmed, every waiting run of dash.mail is
-    cancelled (JobOperations.cancel_filtered) and the result page says how many; the Upkeep page's cleanup runs; both under the CSP, both in the
-    audit log."""
+    cancelled (JobOperations.cancel_filtered) and the result page says how many; the Upkeep
+    page's cleanup runs; both under the CSP, both in the audit log."""
     from selenium.webdriver.common.by import By  # noqa: PLC0415
 
     _as(browser, server, "admin")
