@@ -282,9 +282,16 @@ async def test_s2_pages_render_filters_page_and_a_bulk_retry_changes_the_databas
     assert "Retry: 2 changed, 0 unchanged." in browser.find_element(By.ID, "flash").text
     assert await _states(ship_engine, picked) == ["waiting", "waiting"]
 
-    browser.find_element(By.ID, "retry-all").click()
-    _wait(browser, lambda d: "58 changed" in d.page_source)
-    assert "58 changed" in browser.find_element(By.ID, "flash").text
+    browser.find_element(By.ID, "retry-all").click()  # issue 36: the count first
+    _wait(browser, lambda d: "/bulk/retry" in d.current_url)
+    assert "Retry 58 runs" in browser.find_element(By.ID, "preview-count").text
+    _shot(browser, "bulk-preview")
+    browser.find_element(By.ID, "confirm").click()
+    _wait(browser, lambda d: "/bulk/tasks/" in d.current_url)
+    _wait(browser, lambda d: "58 changed" in d.find_element(By.ID, "bulk-result").text)
+    _shot(browser, "bulk-result")
+    browser.find_element(By.LINK_TEXT, "The audit log's entry →").click()
+    _wait(browser, lambda d: "/audit" in d.current_url)
     async with ship_engine.connect() as connection:
         dead = await connection.execute(
             text("SELECT job_id, count(*) FROM ship_job_runs WHERE state = 'dead' GROUP BY 1")
@@ -293,7 +300,7 @@ async def test_s2_pages_render_filters_page_and_a_bulk_retry_changes_the_databas
 
     browser.get(server + "/audit")
     audit = browser.find_element(By.TAG_NAME, "tbody").text
-    assert "jobs.retry_dead_matching" in audit
+    assert "jobs.retry_filtered" in audit
     assert "jobs.retry_many" in audit
     assert "admin" in audit
     assert _csp_violations(browser) == []  # issue 25: every page and action under the CSP
@@ -314,6 +321,7 @@ async def test_every_page_renders_without_a_csp_violation_light_and_dark_issue_3
         "upkeep": ("/upkeep", "Upkeep"),
         "audit": ("/audit", "Audit log"),
         "schedules": ("/schedules", "Schedules"),
+        "search": ("/search?job=dash.mail&state=dead&limit=20", "Search"),
     }
     for name, (path, title) in pages.items():
         browser.get(server + path)
@@ -363,19 +371,23 @@ async def test_s2_a_read_only_user_sees_no_action_buttons(server, browser, ship_
 
 
 async def test_s1_cancel_all_of_a_filter_and_upkeep_from_the_browser(server, browser, ship_engine):
-    """S1 (issue 33): the runs page of waiting runs offers "Cancel all waiting runs" of its
-    filter: clicked, every waiting run of dash.mail is cancelled (JobOperations.cancel_matching)
-    and the page says how many; the Upkeep page's cleanup runs; both under the CSP, both in the
-    audit log."""
+    """S1 (issue 33, 36): the runs page of waiting runs offers "Cancel all waiting runs" of its
+    filter: clicked, it previews the count; confirmed, every waiting run of dash.mail is
+    cancelled (JobOperations.cancel_filtered) and the result page says how many; the Upkeep
+    page's cleanup runs; both under the CSP, both in the audit log."""
     from selenium.webdriver.common.by import By  # noqa: PLC0415
 
     _as(browser, server, "admin")
     browser.get(server + "/runs?state=waiting&job=dash.mail")
     button = browser.find_element(By.ID, "cancel-all")
-    assert button.text == "Cancel all waiting runs of job dash.mail"
+    assert button.text == "Cancel all waiting runs of job dash.mail…"
     button.click()
-    _wait(browser, lambda d: "done=" in d.current_url)
-    assert "Cancel: 5 changed, 0 unchanged." in browser.find_element(By.ID, "flash").text
+    _wait(browser, lambda d: "/bulk/cancel" in d.current_url)
+    assert "Cancel 5 runs" in browser.find_element(By.ID, "preview-count").text
+    browser.find_element(By.ID, "confirm").click()
+    _wait(browser, lambda d: "/bulk/tasks/" in d.current_url)
+    result = "Cancel: 5 changed, 0 unchanged."
+    _wait(browser, lambda d: result in d.find_element(By.ID, "bulk-result").text)
     async with ship_engine.connect() as connection:
         waiting = await connection.execute(
             text("SELECT count(*) FROM ship_job_runs WHERE state = 'waiting'")
@@ -390,7 +402,7 @@ async def test_s1_cancel_all_of_a_filter_and_upkeep_from_the_browser(server, bro
 
     browser.get(server + "/audit")
     audit = browser.find_element(By.TAG_NAME, "tbody").text
-    assert "jobs.cancel_matching" in audit
+    assert "jobs.cancel_filtered" in audit
     assert "jobs.cleanup" in audit
     assert _csp_violations(browser) == []
 

@@ -68,10 +68,13 @@ from ship_sqla import (
 )
 from ship_sqla._backfills import create_backfill_ledger, ship_backfills_table
 from ship_sqla._dashboard import _csrf
+from ship_sqla._dashboard._bulk_page import BulkPages, BulkTask
 from ship_sqla._dashboard._filters import Parameter
 from ship_sqla._dashboard._static import IMMUTABLE, asset_name
 from ship_sqla.kernel import InMemoryJobBackend, completed
 from ship_sqla.kernel._jobs import Schedule, define_job
+from ship_sqla.kernel._operations import BulkResult
+from ship_sqla.kernel._search import RunFilter
 from ship_sqla.kernel._webhooks_out import WebhookDeliveryRecord
 from ship_sqla.webhooks import (
     create_webhook_delivery_store,
@@ -218,6 +221,8 @@ SCHEDULED = define_job(
 """A scheduled job: the valid ``job_id`` of the schedules' routes (issue 36: its page, its run
 now). An accepted run now adds one run, by design: there the runs table may change."""
 SCHEDULE_ROUTES: Final = "/schedules/"
+BULK_TASK = "fz.task"
+"""An ended bulk action by filter of the dashboard's process: the valid ``task_id``."""
 
 DONE_BACKFILL = "fz.done"
 """A completed backfill: the valid ``backfill_id`` (a cancel leaves it as it is)."""
@@ -251,6 +256,7 @@ class Fuzzed:
             "endpoint_id": WEBHOOK_ENDPOINT,
             "delivery_id": WEBHOOK_DELIVERY,
             "outbox_id": "main",
+            "task_id": BULK_TASK,
             "name": asset_name("dashboard.css"),
         }.get(name, "x")
 
@@ -391,6 +397,14 @@ async def fuzzed(ship_engine: AsyncEngine) -> Fuzzed:
         backfills=ledger,
         webhooks=sender,
     )
+    pages = next(
+        route.endpoint.__self__
+        for route in app.routes
+        if isinstance(getattr(getattr(route, "endpoint", None), "__self__", None), BulkPages)
+    )
+    ended = BulkTask(BULK_TASK, "retry", RunFilter.of(job_id=MAIL.id), "admin")
+    ended.result = BulkResult((), ())
+    pages.tasks[BULK_TASK] = ended
     tables = (
         runs,
         state,

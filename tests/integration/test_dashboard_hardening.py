@@ -190,12 +190,8 @@ async def test_s1_s2_a_bad_value_in_an_action_is_refused_with_its_code_and_chang
     posts = [
         ("/runs/%00/retry", f"csrf_token={token}", "SHIP_SQLA_KEY_INVALID"),
         ("/runs/%00/cancel", f"csrf_token={token}", "SHIP_SQLA_KEY_INVALID"),
-        (
-            "/dead/bulk",
-            f"csrf_token={token}&action=retry-all&tenant=%00",
-            "SHIP_SQLA_TENANT_VIOLATION",
-        ),
-        ("/dead/bulk", f"csrf_token={token}&action=discard-all&job=%01", "SHIP_SQLA_CONFIGURATION"),
+        ("/bulk/retry", f"csrf_token={token}&state=dead&tenant=%00", "SHIP_SQLA_RUN_FILTER"),
+        ("/bulk/discard", f"csrf_token={token}&job=%01", "SHIP_SQLA_RUN_FILTER_INVALID"),
         ("/jobs/a%00b/pause", f"csrf_token={token}", "SHIP_SQLA_CONFIGURATION"),
         ("/runs/%00/discard", f"csrf_token={token}", "SHIP_SQLA_KEY_INVALID"),
         ("/runs/bulk", f"csrf_token={token}&action=retry&id=%00", "SHIP_SQLA_KEY_INVALID"),

@@ -160,19 +160,27 @@ async def test_s1_an_action_from_the_dashboard_changes_the_run_and_is_audited(
 async def test_s1_bulk_retry_of_everything_matching_the_filter_is_one_audited_operation(
     client, backend, audit
 ):
-    """S1: "Retry all matching" on the dead letters of one job retries every one of them (not
-    the other job's) in bounded batches, and writes one entry with the count."""
+    """S1, issue 36: "Retry all matching" on the dead letters of one job is a link to the
+    preview (the count, a confirmation); confirmed, it retries every one of them (not the other
+    job's) in bounded batches, and writes one entry with the filter and the count."""
     mail = await dead_runs(backend, MAIL, 7)
     report = await dead_runs(backend, REPORT, 2)
     admin = {"x-user": "admin"}
     page = await client.get("/ops/dead?job=dash.mail", headers=admin)
+    assert 'href="/ops/bulk/retry?state=dead&amp;job=dash.mail" id="retry-all"' in page.text
+    preview = await client.get("/ops/bulk/retry?state=dead&job=dash.mail", headers=admin)
+    assert "Retry 7 runs" in preview.text
+    token = re.search(r'name="token" value="([^"]+)"', preview.text)
+    assert token is not None
+    assert [await _state(backend, r) for r in mail] == ["dead"] * 7  # asked first
     answer = await client.post(
-        "/ops/dead/bulk",
+        "/ops/bulk/retry",
         data={
-            "csrf_token": csrf_of(page.text),
-            "action": "retry-all",
+            "csrf_token": csrf_of(preview.text),
+            "token": token.group(1),
             "job": "dash.mail",
-            "next": "/ops/dead?job=dash.mail",
+            "state": "dead",
+            "next": "/ops/search?job=dash.mail&state=dead",
         },
         headers=admin,
     )
@@ -181,8 +189,8 @@ async def test_s1_bulk_retry_of_everything_matching_the_filter_is_one_audited_op
     assert [await _state(backend, r) for r in report] == ["dead"] * 2
     [entry] = audit.entries
     assert (entry.operation, entry.target, entry.count) == (
-        "jobs.retry_dead_matching",
-        "dead runs of job=dash.mail",
+        "jobs.retry_filtered",
+        "runs matching job=dash.mail state=dead",
         7,
     )
 

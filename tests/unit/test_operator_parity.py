@@ -146,6 +146,12 @@ def _concrete(path: str) -> str:
 NO_DASHBOARD_FORM: dict[str, str] = {
     "webhooks.add_endpoint": "answers with the new secret, which the dashboard never shows",
     "webhooks.rotate_secret": "answers with the new secret, which the dashboard never shows",
+    # issue 36: every destructive action asks first. The dashboard's "all matching" links
+    # preview the count and confirm through jobs.retry_filtered / discard_filtered /
+    # cancel_filtered (state=dead, or the runs page's state) instead.
+    "jobs.retry_dead_matching": "the dashboard previews and confirms jobs.retry_filtered",
+    "jobs.discard_dead_matching": "the dashboard previews and confirms jobs.discard_filtered",
+    "jobs.cancel_matching": "the dashboard previews and confirms jobs.cancel_filtered",
 }
 """Actions the dashboard offers no form for, on purpose (the shell and Python have them)."""
 

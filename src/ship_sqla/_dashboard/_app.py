@@ -285,6 +285,7 @@ _UNSET: Final = _Unset()
 _NAV: Final = (
     ("", "Overview"),
     ("/runs", "Runs"),
+    ("/search", "Search"),
     ("/dead", "Dead letters"),
     ("/errors", "Errors"),
     ("/schedules", "Schedules"),
@@ -876,7 +877,7 @@ class _Dashboard:
                 actions=actions,
                 csrf=self.csrf(request) if actions else "",
                 here=_here(request),
-                bulk=Markup(_bulk_buttons(actions, state, job, tenant)),  # noqa: S704
+                bulk=Markup(_bulk_buttons(actions, state, job, tenant, base)),  # noqa: S704
                 next_href=href(base, "/runs", {**filters, "cursor": cursor}) if cursor else "",
             )
             return Content(html, {"runs": page.items, "next_cursor": cursor, "order": order})
@@ -1213,8 +1214,6 @@ class _Dashboard:
     async def runs_bulk(self, request: Request) -> Response:
         async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
             verb = (fields.get("action") or [""])[0]
-            if verb == "cancel-all":
-                return await _cancel_all(ops, fields)
             ids = fields.get("id") or []
             if not ids:
                 raise ConfigurationError("no run selected.", fix="tick the runs first.")
@@ -1233,13 +1232,6 @@ class _Dashboard:
     async def dead_bulk(self, request: Request) -> Response:
         async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
             verb = (fields.get("action") or [""])[0]
-            job = (fields.get("job") or [""])[0] or None
-            tenant = (fields.get("tenant") or [""])[0] or None
-            if verb in ("retry-all", "discard-all"):
-                walk = ops.retry_dead_matching if verb == "retry-all" else ops.discard_dead_matching
-                result = await walk(job_id=job, tenant=tenant)
-                rest = "" if result.complete else " More remain: run it again."
-                return _summary(verb, result.changed, result.unchanged) + rest
             ids = fields.get("id") or []
             if not ids:
                 raise ConfigurationError("no run selected.", fix="tick the runs first.")
@@ -1537,36 +1529,17 @@ def _serving_cell(served: Serving | None, job_id: str) -> Html:
     return text(served.workers_for(job_id))
 
 
-def _bulk_buttons(actions: Iterable[str], state: str, job: str | None, tenant: str | None) -> Html:
+def _bulk_buttons(
+    actions: Iterable[str], state: str, job: str | None, tenant: str | None, base: str
+) -> Html:
     """The runs page's bulk buttons: each action on the selection and, for waiting and running
-    runs, the bulk-by-filter one carrying the page's filter
-    (:meth:`JobOperations.cancel_matching` through :func:`_cancel_all`)."""
+    runs, a link to the preview of cancelling every run of the page's filter (issue 36: the
+    count first, then a confirmation; ``_bulk_page``)."""
     scope = f"of job {job}" if job else "of every job"
     scope += f", tenant {tenant}" if tenant else ""
     live = state in LIVE_STATES
-    return str(PARTS.bulk_buttons(list(actions), live, state, job, tenant, scope))
-
-
-async def _cancel_all(ops: JobOperations, fields: Mapping[str, list[str]]) -> str:
-    """The runs page's "Cancel all": every waiting (or running) run of the page's filter, by
-    the operations layer's bulk-by-filter (:meth:`JobOperations.cancel_matching`)."""
-
-    def field(name: str) -> str | None:
-        return (fields.get(name) or [""])[0] or None
-
-    state = field("state")
-    if state not in LIVE_STATES:
-        raise ConfigurationError(
-            f"cancel-all takes waiting or running runs, not {state!r}.",
-            fix="use the runs page of waiting or running runs.",
-        )
-    result = await ops.cancel_matching(
-        job_id=field("job"),
-        tenant=field("tenant"),
-        state="waiting" if state == "waiting" else "running",
-    )
-    rest = "" if result.complete else " More remain: run it again."
-    return _summary("Cancel", result.changed, result.unchanged) + rest
+    preview = href(base, "/bulk/cancel", {"state": state, "job": job, "tenant": tenant})
+    return str(PARTS.bulk_buttons(list(actions), live, state, preview, scope))
 
 
 MAX_RETENTION_DAYS: Final = 36_500
@@ -1714,6 +1687,7 @@ def _routes(state: _Dashboard) -> list[BaseRoute]:
     """The dashboard's routes: each page (GET) and each action (POST, declared in
     :data:`~ship_sqla.kernel._actions.OPERATOR_ACTIONS`)."""
     # The pages in modules of their own import this one: imported here, when it is complete.
+    from ship_sqla._dashboard._bulk_page import BulkPages  # noqa: PLC0415 - it imports this module
     from ship_sqla._dashboard._run_page import run_page  # noqa: PLC0415
     from ship_sqla._dashboard._schedules_page import schedule_routes  # noqa: PLC0415
 
@@ -1752,6 +1726,7 @@ def _routes(state: _Dashboard) -> list[BaseRoute]:
         *_job_page_routes(state),
         Route("/audit", state.audit, methods=["GET"]),
         Route("/live/overview", LiveOverview.of(state).stream, methods=["GET"]),
+        *BulkPages(state).routes(),
     ]
 
 

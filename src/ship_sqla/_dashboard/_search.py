@@ -68,12 +68,13 @@ def read_search(items: Iterable[tuple[str, str]]) -> SearchForm:
     kept = {name: tuple(found) for name, found in values.items()}
     limit, error = DEFAULT_PAGE_SIZE, None
     if limit_text:
-        if limit_text.isdigit() and MIN_PAGE_SIZE <= int(limit_text) <= MAX_PAGE_SIZE:
+        digits = limit_text.isascii() and limit_text.isdigit() and len(limit_text) <= 3  # noqa: PLR2004
+        if digits and MIN_PAGE_SIZE <= int(limit_text) <= MAX_PAGE_SIZE:
             limit = int(limit_text)
         else:
             error = RunFilterError(
                 "limit",
-                f"{limit_text!r} rows per page.",
+                f"{limit_text[:40]!r} rows per page.",
                 fix=f"pick one of {', '.join(map(str, PAGE_SIZES))}"
                 f" (or {MIN_PAGE_SIZE}..{MAX_PAGE_SIZE}).",
             )
