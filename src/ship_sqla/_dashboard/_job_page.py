@@ -135,7 +135,7 @@ async def job_page(state: _Dashboard, request: Request) -> Response:
         if not known and not await _finished_once(ops, job_id):
             raise _unknown_job(job_id)
         groups = await error_groups(ops, job_id=job_id, scan=JOB_PAGE_GROUPS_SCAN)
-        dead = (await ops.list_dead(job_id=job_id, limit=JOB_PAGE_RECENT_DEAD)).items
+        dead = (await ops.list_runs(state="dead", job_id=job_id, limit=JOB_PAGE_RECENT_DEAD)).items
         html = render(
             "pages/job.html",
             base=base,
