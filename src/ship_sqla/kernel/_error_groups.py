@@ -2,15 +2,17 @@
 message, for the dashboard's Errors page, the job page's top errors and ``ship-sqla jobs
 errors``.
 
-The read is bounded whatever the table size, and every statement is one job's page of
-:meth:`JobOperations.list_dead` (``<runs>_finished_idx (job_id, finished_at)`` read backwards,
-stopping at its limit: ``tests/integration/test_dashboard_errors_explain.py``): of one job, its
-newest :data:`ERROR_GROUP_SCAN` (2,000) dead runs, in at most 4 pages of 500; of every job, the
-newest :data:`ERROR_GROUP_PER_JOB` (100) dead runs of each of the :data:`ERROR_GROUP_JOBS` (20)
-jobs whose newest dead run is the newest (:meth:`JobOperations.dead_by_job`, counting to 1: the
-overview's read), 21 statements and at most 2,000 rows at 1M or 10M runs. (``list_dead`` across
-jobs is not used: it sorts every dead run.) The runs read are grouped in memory: a group's count
-is exact over them, and the answer says when older dead runs were left unread.
+The read is bounded whatever the table size, and every statement is one page of one job's
+dead runs, newest created first (:meth:`JobOperations.list_runs`, the runs pages' statement:
+``<runs>_browse_idx (state, job_id, created_at, id)`` read from its end, stopping at the page's
+limit; ``tests/integration/test_dashboard_errors_explain.py``): of one job, its newest
+:data:`ERROR_GROUP_SCAN` (2,000) dead runs, in at most 4 pages of 500; of every job, the newest
+:data:`ERROR_GROUP_PER_JOB` (100) dead runs of each of the :data:`ERROR_GROUP_JOBS` (20) jobs
+whose newest dead run is the newest (:meth:`JobOperations.dead_by_job`, counting to 1: the
+overview's read), 21 statements and at most 2,000 rows at 1M or 10M runs. (``list_dead``, in
+finish order, is not used: no index holds a job's dead runs in that order, so each of its pages
+reads and sorts every dead run of the job.) The runs read are grouped in memory: a group's
+count is exact over them, and the answer says when older dead runs were left unread.
 
 A message is normalised by replacing what varies between occurrences of one failure: UUIDs,
 hexadecimal strings of 8 or more digits (and ``0x`` numbers), and numbers, with ``<uuid>``,
@@ -210,12 +212,14 @@ async def error_groups(
 
 
 async def _newest_dead(ops: JobOperations, job_id: str, most: int) -> tuple[list[RunRecord], bool]:
-    """The job's newest ``most`` dead runs, and whether they are all of them."""
+    """The job's newest ``most`` dead runs (newest created first: the runs pages' order, which
+    ``<runs>_browse_idx`` serves page by page; ``list_dead``'s finish order is not in an index
+    of one job and reads every dead run of it), and whether they are all of them."""
     records: list[RunRecord] = []
     cursor: str | None = None
     while len(records) < most:
         limit = min(_PAGE, most - len(records))
-        page = await ops.list_dead(job_id=job_id, limit=limit, cursor=cursor)
+        page = await ops.list_runs(state="dead", job_id=job_id, limit=limit, cursor=cursor)
         records.extend(page.items)
         cursor = page.next_cursor
         if cursor is None:
