@@ -44,7 +44,7 @@ def every_page(run_id: str) -> tuple[str, ...]:
         "/ops/upkeep",
         "/ops/jobs/dash.mail",
         "/ops/errors",
-        "/ops/errors/retry?job=dash.mail&error=boom",
+        "/ops/bulk/retry?job=dash.mail&state=dead&error=boom",
     )
 
 

@@ -17,7 +17,6 @@ from dashboard_support import (
     REPORT,
     actor,
     authorizer,
-    csrf_of,
     dashboard_tables,
     dead_runs,
 )
@@ -198,41 +197,35 @@ async def test_s1_s2_error_groups_and_retry_all_dead_in_a_group_confirmed_and_au
         assert "<td>3</td>" in rows[0]
         assert "KeyError" in rows[1]
         assert "<td>2</td>" in rows[1]
-        confirm = re.search(r'href="(/errors/retry\?[^"]+)"', rows[0])
+        confirm = re.search(r'href="(/bulk/retry\?[^"]+)"', rows[0])
         assert confirm is not None
         link = confirm.group(1).replace("&amp;", "&")
         assert "post" not in (await client.get("/errors", headers=VIEWER)).text
         preview = await client.get(link, headers=ADMIN)
         assert preview.status_code == 200
-        assert 'id="preview-count">3<' in preview.text
+        assert "Retry 3 runs" in preview.text
         async with engine.connect() as connection:
             states = await connection.execute(
                 text("SELECT count(*) FROM ship_job_runs WHERE state = 'dead'")
             )
             assert states.scalar() == 5  # the preview changed nothing
-        token = re.search(r'name="token" value="([^"]+)"', preview.text)
-        error = re.search(r'name="error" value="([^"]+)"', preview.text)
-        assert token
-        assert error
-        done = await client.post(
-            "/errors/retry",
-            data={
-                "csrf_token": csrf_of(preview.text),
-                "job": MAIL.id,
-                "error": error.group(1),
-                "token": token.group(1),
-                "next": "/errors",
-            },
-            headers=ADMIN,
-        )
-        assert done.status_code == 303
-        assert "Retried" in done.headers["location"]
+        form = preview.text[preview.text.index('id="confirm-form"') :]
+        form = form[: form.index("</form>")]
+        fields: dict[str, list[str]] = {}
+        for name, value in re.findall(r'name="([^"]+)" value="([^"]*)"', form):
+            fields.setdefault(name, []).append(value.replace("&#43;", "+").replace("&amp;", "&"))
+        assert fields["job"] == [MAIL.id]
+        assert fields["state"] == ["dead"]
+        done = await client.post("/bulk/retry", data=fields, headers=ADMIN)
+        assert done.status_code == 303, done.text
+        result = await client.get(done.headers["location"], headers=ADMIN)
+        assert "Retry: 3 changed" in result.text
         for run_id in timeouts:
             assert (await backend.admin.get_run(run_id)).state == "waiting"
         for run_id in lost:
             assert (await backend.admin.get_run(run_id)).state == "dead"
         forged = await client.post(
-            "/errors/retry", data={"job": MAIL.id, "token": token.group(1)}, headers=ADMIN
+            "/bulk/retry", data={"job": MAIL.id, "token": fields["token"][0]}, headers=ADMIN
         )
         assert forged.status_code == 403
         twin = (await client.get("/errors", headers={**ADMIN, **JSON})).json()

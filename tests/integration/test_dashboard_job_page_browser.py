@@ -128,10 +128,10 @@ async def test_s2_job_page_charts_and_error_group_retry_in_the_browser(
         if "dash.mail" in r.text
     )
     row.find_element(By.PARTIAL_LINK_TEXT, "Retry all dead in this group").click()
-    _wait(browser, lambda d: d.find_element(By.ID, "preview-count").text == "60")
+    _wait(browser, lambda d: "Retry 60 runs" in d.find_element(By.ID, "preview-count").text)
     _shot(browser, "errors-retry")
-    _click(browser, "#confirm-retry")
-    _wait(browser, lambda d: "Retried: 60 changed" in d.page_source)
+    _click(browser, "#confirm-form")
+    _wait(browser, lambda d: "Retry: 60 changed" in d.page_source)
     async with ship_engine.connect() as connection:
         dead = await connection.execute(
             text("SELECT count(*) FROM ship_job_runs WHERE job_id = 'dash.mail' AND state = 'dead'")

@@ -1749,8 +1749,6 @@ def _job_page_routes(state: _Dashboard) -> list[BaseRoute]:
     return [
         Route("/jobs/{job_id}", handlers["job"], methods=["GET"]),
         Route("/errors", handlers["errors"], methods=["GET"]),
-        Route("/errors/retry", handlers["preview"], methods=["GET"]),
-        Route("/errors/retry", handlers["retry"], methods=["POST"]),
     ]
 
 

@@ -8,9 +8,9 @@
   definition, no run, no history, not paused) is a 404.
 - ``GET /errors``: the dead runs grouped by job, exception type and normalised message
   (:mod:`ship_sqla.kernel._error_groups`: the newest 2,000 dead runs, stated on the page).
-- ``GET /errors/retry?job=&error=``: "retry all dead in this group", previewed: the count the
-  bulk-by-filter operation would retry and a confirmation form (no JavaScript needed);
-  ``POST /errors/retry`` with the preview's token: :meth:`JobOperations.retry_filtered`
+- A group's "retry all dead in this group" leads to the bulk-by-filter preview
+  (``GET /bulk/retry?job=&state=dead&error=``, :mod:`._bulk_page`): the count and a
+  confirmation form (no JavaScript needed), whose POST runs :meth:`JobOperations.retry_filtered`
   (audited, at most the previewed count, in transactions of 1,000).
 """
 
@@ -22,10 +22,10 @@ from urllib.parse import quote
 
 import attrs
 
-from ship_sqla._dashboard._app import Content, _Dashboard, _nonce, _NotFound, _summary
+from ship_sqla._dashboard._app import Content, _Dashboard, _nonce, _NotFound
 from ship_sqla._dashboard._charts import bars_chart as _bars
 from ship_sqla._dashboard._charts import outcome_island, series_charts
-from ship_sqla._dashboard._html import href, render
+from ship_sqla._dashboard._html import render
 from ship_sqla._dashboard._reads import OVERVIEW_COUNT_CAP
 from ship_sqla.kernel._error_groups import (
     ERROR_GROUP_JOBS,
@@ -36,7 +36,6 @@ from ship_sqla.kernel._error_groups import (
 )
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._jobs import is_job_id
-from ship_sqla.kernel._search import RunFilter
 from ship_sqla.kernel._stats import RANGES, range_buckets, series_from_rows
 
 if TYPE_CHECKING:
@@ -49,18 +48,17 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._operations import JobOperations
     from ship_sqla.kernel._stats import StatsSeries
 
-__all__ = ["errors_page", "errors_retry", "errors_retry_preview", "job_page"]
+__all__ = ["errors_page", "job_page"]
 
 JOB_PAGE_GROUPS_SCAN: Final = 500
 """The job page's top errors: grouped from its newest 500 dead runs (one page read)."""
 JOB_PAGE_TOP_ERRORS: Final = 5
 JOB_PAGE_RECENT_DEAD: Final = 10
 DEFAULT_RANGE: Final = "1h"
-GROUP_RETRY_PATH: Final = "/errors/retry"
+GROUP_RETRY_PATH: Final = "/bulk/retry"
 """Where a group's "retry all dead in this group" link leads, with the group's filter as its
-query (``job``, ``state=dead``, ``error``: :meth:`RunFilter.as_fields`): the confirmation page
-(GET), which posts the confirmed retry. A dashboard with a bulk-by-filter confirmation page of
-its own (issue 36 item 5) may point this at it and drop the ``/errors/retry`` routes."""
+query (``job``, ``state=dead``, ``error``: :meth:`RunFilter.as_fields`): the bulk-by-filter
+preview (GET), whose confirmation form posts the retry (:mod:`._bulk_page`)."""
 
 
 def _unknown_job(job_id: str) -> _NotFound:
@@ -216,57 +214,6 @@ async def errors_page(state: _Dashboard, request: Request) -> Response:
     return await state.page(request, "/errors", "Errors", body, reads=("job",))
 
 
-def _group_filter(job: str | None, error: str | None) -> RunFilter:
-    """The group's bulk filter from a form's or a link's fields: its job, dead, its error
-    text (RunFilterError, a 400, for a bad field)."""
-    return RunFilter.of(job_id=job or None, state="dead", error=error or None)
-
-
-async def errors_retry_preview(state: _Dashboard, request: Request) -> Response:
-    """``GET /errors/retry?job=&error=``: the confirmation step (a read: changes nothing)."""
-    base = state.base(request)
-    job = request.query_params.get("job", "")
-    error = request.query_params.get("error", "")
-
-    async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
-        run_filter = _group_filter(job, error)
-        if run_filter.job_id is None:
-            raise ConfigurationError(
-                "a group's retry needs its job.", fix="open it from the Errors page's group."
-            )
-        preview = await ops.preview_matching("retry", run_filter)
-        html = render(
-            "pages/errors_retry.html",
-            base=base,
-            job=run_filter.job_id,
-            error=run_filter.error or "",
-            described=run_filter.describe(),
-            preview=preview,
-            csrf=state.csrf(request),
-            back=href(base, "/errors", {"job": run_filter.job_id}),
-            can_manage=can_manage,
-        )
-        data = {"filter": dict(run_filter.as_fields()), "preview": preview}
-        return Content(html, data)
-
-    return await state.page(request, "/errors/retry", "Retry a group's dead runs", body)
-
-
-async def errors_retry(state: _Dashboard, request: Request) -> Response:
-    """``POST /errors/retry`` (job, error, token): retry the group's dead runs the preview
-    counted, through :meth:`JobOperations.retry_filtered` (audited)."""
-
-    async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
-        job = (fields.get("job") or [""])[0]
-        error = (fields.get("error") or [""])[0]
-        token = (fields.get("token") or [""])[0]
-        result = await ops.retry_filtered(_group_filter(job, error), token=token)
-        done = _summary("Retried", result.changed, result.unchanged)
-        return done if result.complete else done + " (stopped early: preview again for the rest)"
-
-    return await state.act(request, action)
-
-
 def route_handlers(state: _Dashboard) -> dict[str, Any]:
     """The handlers bound to ``state`` (for :func:`ship_sqla._dashboard._app._routes`)."""
 
@@ -276,10 +223,4 @@ def route_handlers(state: _Dashboard) -> dict[str, Any]:
     async def errors(request: Request) -> Response:
         return await errors_page(state, request)
 
-    async def preview(request: Request) -> Response:
-        return await errors_retry_preview(state, request)
-
-    async def retry(request: Request) -> Response:
-        return await errors_retry(state, request)
-
-    return {"job": job, "errors": errors, "preview": preview, "retry": retry}
+    return {"job": job, "errors": errors}
