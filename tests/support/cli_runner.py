@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from ship_sqla._cli import cli
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
 __all__ = ["ship_sqla", "ship_sqla_in_process"]
@@ -40,16 +41,22 @@ async def ship_sqla(*args: str, cwd: Path) -> tuple[int, str, str]:
     return result.returncode, result.stdout.decode(), result.stderr.decode()
 
 
-async def ship_sqla_in_process(*args: str) -> tuple[int, str, str]:
+async def ship_sqla_in_process(
+    *args: str, env: Mapping[str, str] | None = None
+) -> tuple[int, str, str]:
     """``ship-sqla ARGS`` run in this process by click's runner, in a worker thread (a command
-    runs its own event loop), without this process's job settings: (exit code, stdout,
+    runs its own event loop), without this process's job settings (``env``: the variables to
+    set for it): (exit code, stdout,
     stderr), like :func:`ship_sqla`, and an uncaught exception's traceback on stderr as Python
     prints it. For operator commands whose test reads their exit code and output: a process of
     their own costs a second or more of imports each (tests/integration/test_cli.py keeps the
     ``python -m ship_sqla`` entry point itself covered)."""
-    unset: dict[str, str | None] = {k: None for k in os.environ if k not in _operator_environment()}
+    variables: dict[str, str | None] = {
+        k: None for k in os.environ if k not in _operator_environment()
+    }
+    variables.update(env or {})
     invoke = functools.partial(
-        CliRunner().invoke, cli, list(args), env=unset, prog_name="ship-sqla"
+        CliRunner().invoke, cli, list(args), env=variables, prog_name="ship-sqla"
     )
     result = await anyio.to_thread.run_sync(invoke)
     stderr = result.stderr
