@@ -1,5 +1,6 @@
-"""S1 (issue 33 part 2): the CLI's bulk operator actions, driven as an operator would
-(`python -m ship_sqla` in a subprocess, against a real database): `ship-sqla jobs cancel` with
+"""S1 (issue 33 part 2): the CLI's bulk operator actions, against a real database (the
+`ship-sqla` commands run in this process by click's runner; the confirmation on a terminal in
+a `python -m ship_sqla` subprocess on a pseudo-terminal): `ship-sqla jobs cancel` with
 several run ids or with --all and a filter, and `ship-sqla outbox redrive` with message ids or
 --all and a filter. Each runs in bounded batches, is audited, prints how many it changed, and
 asks for confirmation on a terminal unless --yes (off a terminal it asks nothing)."""
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
-from cli_runner import ship_sqla
+from cli_runner import ship_sqla_in_process
 from job_helpers import claim_request, default_job_backend
 from sqlalchemy import MetaData, select
 
@@ -28,8 +29,6 @@ from ship_sqla import (
 )
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 
@@ -65,7 +64,7 @@ async def _audited(engine: AsyncEngine) -> list[tuple[str, int]]:
 
 
 async def test_s1_jobs_cancel_takes_several_ids_or_a_filter(
-    ship_engine: AsyncEngine, ship_engine_url: str, backend: Any, tmp_path: Path
+    ship_engine: AsyncEngine, ship_engine_url: str, backend: Any
 ) -> None:
     """S1: `jobs cancel A B` and `jobs cancel --id C --id D --json` cancel the runs named and
     print how many changed (a finished one is unchanged); `jobs cancel --all --job X --state
@@ -78,18 +77,18 @@ async def test_s1_jobs_cancel_takes_several_ids_or_a_filter(
     [running] = await backend.claim(claim_request(MAIL, worker="w", limit=1))
     assert running.run_id == mail[0]
 
-    code, out, err = await ship_sqla("jobs", "cancel", mail[1], mail[2], *url, cwd=tmp_path)
+    code, out, err = await ship_sqla_in_process("jobs", "cancel", mail[1], mail[2], *url)
     assert (code, err) == (0, ""), err
     assert out == "Cancel: 2 run(s) changed, 0 unchanged.\n"
 
     args = ("jobs", "cancel", "--id", mail[2], "--id", mail[3], "--json")
-    code, out, err = await ship_sqla(*args, *url, cwd=tmp_path)
+    code, out, err = await ship_sqla_in_process(*args, *url)
     assert (code, err) == (0, ""), err
     answer = json.loads(out)
     assert (answer["changed"], answer["unchanged"]) == ([mail[3]], [mail[2]])
 
     args = ("jobs", "cancel", "--all", "--job", MAIL.id, "--state", "waiting", "--older-than", "0")
-    code, out, err = await ship_sqla(*args, "--yes", *url, cwd=tmp_path)
+    code, out, err = await ship_sqla_in_process(*args, "--yes", *url)
     assert (code, err) == (0, ""), err
     assert out == "Cancel: 3 run(s) changed, 0 unchanged.\n"
     assert await _states(backend, mail) == ["running"] + ["cancelled"] * 6
@@ -106,7 +105,7 @@ async def test_s1_jobs_cancel_takes_several_ids_or_a_filter(
         ((mail[0], mail[1], "--state", "waiting"), "--state filter --all"),
         (("--all", "--state", "dead"), "'dead' is not one of"),
     ):
-        code, _, err = await ship_sqla("jobs", "cancel", *bad, *url, cwd=tmp_path)
+        code, _, err = await ship_sqla_in_process("jobs", "cancel", *bad, *url)
         assert code == 2, (bad, err)
         assert says in err, (bad, err)
 
@@ -123,7 +122,7 @@ async def _dead_messages(engine: AsyncEngine, outbox_id: str, count: int) -> lis
 
 
 async def test_s1_outbox_redrive_takes_ids_or_a_filter(
-    ship_engine: AsyncEngine, ship_engine_url: str, backend: Any, tmp_path: Path
+    ship_engine: AsyncEngine, ship_engine_url: str, backend: Any
 ) -> None:
     """S1, O4: `outbox redrive ID ID` moves the dead messages named back to pending and says
     how many; `outbox redrive --all --outbox-id main --tenant acme --older-than 0 --yes
@@ -137,14 +136,12 @@ async def test_s1_outbox_redrive_takes_ids_or_a_filter(
     url = ("--database-url", ship_engine_url)
 
     ids = [str(main[0]), str(main[1])]
-    code, out, err = await ship_sqla("outbox", "redrive", *ids, *url, cwd=tmp_path)
+    code, out, err = await ship_sqla_in_process("outbox", "redrive", *ids, *url)
     assert (code, err) == (0, ""), err
     assert out == "Re-drove 2 of 2 message(s).\n"
 
     args = ("outbox", "redrive", "--all", "--outbox-id", "main", "--tenant", "acme")
-    code, out, err = await ship_sqla(
-        *args, "--older-than", "0", "--yes", "--json", *url, cwd=tmp_path
-    )
+    code, out, err = await ship_sqla_in_process(*args, "--older-than", "0", "--yes", "--json", *url)
     assert (code, err) == (0, ""), err
     answer = json.loads(out)
     assert sorted(answer["moved"]) == sorted(str(m) for m in main[2:] if main.index(m) % 2)
@@ -157,7 +154,7 @@ async def test_s1_outbox_redrive_takes_ids_or_a_filter(
         ("outbox.retry_dead_matching", 2),
     ]
 
-    code, _, err = await ship_sqla("outbox", "redrive", "--all", *url, cwd=tmp_path)
+    code, _, err = await ship_sqla_in_process("outbox", "redrive", "--all", *url)
     assert code == 2
     assert "--all needs --outbox-id" in err
 

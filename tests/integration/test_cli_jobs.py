@@ -1,5 +1,7 @@
-"""`ship-sqla worker` and `ship-sqla jobs ...` driven as an operator would: `python -m ship_sqla`
-in a subprocess against a real database. Exit codes: 0 ok, 1 failed/refused, 2 bad input."""
+"""`ship-sqla worker` and `ship-sqla jobs ...` driven as an operator would, against a real
+database: `python -m ship_sqla` in a subprocess for what imports the application's registry
+(worker, cleanup --registry); the other `jobs` commands in this process by click's runner.
+Exit codes: 0 ok, 1 failed/refused, 2 bad input."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 import pytest
+from cli_runner import ship_sqla_in_process
 from click.testing import CliRunner
 from job_helpers import claim_request
 from sqlalchemy import MetaData, text
@@ -182,7 +185,7 @@ def test_help_lists_every_command(app_dir: Path) -> None:
 
 
 async def test_dead_show_retry_discard(
-    app_dir: Path, backend: PostgresJobBackend, ship_engine: AsyncEngine, ship_engine_url: str
+    backend: PostgresJobBackend, ship_engine: AsyncEngine, ship_engine_url: str
 ) -> None:
     """J8 from the shell: `jobs dead` lists dead runs (table, --json, keyset pages, --tenant:
     F2), `show`
@@ -191,14 +194,14 @@ async def test_dead_show_retry_discard(
     first, second = await dead_runs(backend, 2)
     url = ("--database-url", ship_engine_url)
 
-    code, out, err = await ship_sqla("jobs", "dead", *url, cwd=app_dir)
+    code, out, err = await ship_sqla_in_process("jobs", "dead", *url)
     assert (code, err) == (0, ""), err
     assert out.splitlines()[0].split() == ["RUN_ID", "JOB", "ATTEMPTS", "FINISHED_AT", "LAST_ERROR"]
     assert first in out
     assert second in out
     assert "2 dead run(s)." in out
 
-    code, out, _ = await ship_sqla("jobs", "dead", *url, "--job", "cli.mail", "--json", cwd=app_dir)
+    code, out, _ = await ship_sqla_in_process("jobs", "dead", *url, "--job", "cli.mail", "--json")
     assert code == 0
     listed = json.loads(out)
     assert {r["run_id"] for r in listed["runs"]} == {first, second}
@@ -206,48 +209,47 @@ async def test_dead_show_retry_discard(
     assert all(r["state"] == "dead" for r in listed["runs"])
 
     # F2: --tenant lists only that tenant's dead runs (these have none); a blank one is bad input.
-    code, out, _ = await ship_sqla("jobs", "dead", *url, "--tenant", "acme", "--json", cwd=app_dir)
+    code, out, _ = await ship_sqla_in_process("jobs", "dead", *url, "--tenant", "acme", "--json")
     assert (code, json.loads(out)["runs"]) == (0, [])
-    code, _, err = await ship_sqla("jobs", "dead", *url, "--tenant", " ", cwd=app_dir)
+    code, _, err = await ship_sqla_in_process("jobs", "dead", *url, "--tenant", " ")
     assert code == 2, err
     assert "--tenant" in err
 
-    code, out, _ = await ship_sqla("jobs", "dead", *url, "--limit", "1", "--json", cwd=app_dir)
+    code, out, _ = await ship_sqla_in_process("jobs", "dead", *url, "--limit", "1", "--json")
     page = json.loads(out)
     assert len(page["runs"]) == 1
     assert page["next_cursor"] is not None
-    code, out, _ = await ship_sqla(
+    code, out, _ = await ship_sqla_in_process(
         "jobs", "dead", *url, "--limit", "1", "--cursor", page["next_cursor"], "--json",
-        cwd=app_dir,
     )  # fmt: skip
     rest = json.loads(out)
     assert {page["runs"][0]["run_id"], rest["runs"][0]["run_id"]} == {first, second}
 
-    code, _, err = await ship_sqla(
-        "jobs", "dead", *url, "--job", "other", "--cursor", page["next_cursor"], cwd=app_dir
+    code, _, err = await ship_sqla_in_process(
+        "jobs", "dead", *url, "--job", "other", "--cursor", page["next_cursor"]
     )
     assert code == 2
     assert "belongs to another query" in err
 
-    code, out, err = await ship_sqla("jobs", "show", first, *url, cwd=app_dir)
+    code, out, err = await ship_sqla_in_process("jobs", "show", first, *url)
     assert (code, err) == (0, ""), err
     assert "state:            dead" in out
     assert "history (1):" in out
     assert f"boom {first}" in out
-    code, out, _ = await ship_sqla("jobs", "show", first, *url, "--json", cwd=app_dir)
+    code, out, _ = await ship_sqla_in_process("jobs", "show", first, *url, "--json")
     shown = json.loads(out)
     assert shown["run_id"] == first
     assert [h["error"] for h in shown["history"]] == [f"boom {first}"]
 
-    code, out, err = await ship_sqla("jobs", "retry", first, *url, cwd=app_dir)
+    code, out, err = await ship_sqla_in_process("jobs", "retry", first, *url)
     assert (code, err) == (0, ""), err
     assert "is waiting again, due now: attempts 1 of 2 used." in out
     assert (await state_of(ship_engine, first))[:3] == ("waiting", 1, 2)
     # retry and show say the attempts the same way (issue 15).
-    code, out, _ = await ship_sqla("jobs", "show", first, *url, cwd=app_dir)
+    code, out, _ = await ship_sqla_in_process("jobs", "show", first, *url)
     assert "attempts:         1 of 2 used" in out
 
-    code, out, err = await ship_sqla("jobs", "retry", first, *url, cwd=app_dir)
+    code, out, err = await ship_sqla_in_process("jobs", "retry", first, *url)
     assert code == 1
     assert "SHIP_SQLA_JOB_OPERATION_REFUSED" in err
     assert "it is 'waiting'; retry takes only dead runs" in err
@@ -256,13 +258,13 @@ async def test_dead_show_retry_discard(
     assert "list_dead" not in err
     assert "Traceback" not in err
 
-    code, out, err = await ship_sqla("jobs", "discard", second, *url, cwd=app_dir)
+    code, out, err = await ship_sqla_in_process("jobs", "discard", second, *url)
     assert (code, err) == (0, ""), err
     assert f"run {second} (cli.mail) is discarded." in out
     assert (await state_of(ship_engine, second))[0] == "discarded"
 
     for command in ("show", "retry", "discard", "cancel"):
-        code, _, err = await ship_sqla("jobs", command, "no-such-run", *url, cwd=app_dir)
+        code, _, err = await ship_sqla_in_process("jobs", command, "no-such-run", *url)
         assert code == 1, command
         # A missing run is "no such run", not a refused operation (issue 15).
         assert "SHIP_SQLA_RUN_NOT_FOUND: no such run 'no-such-run' in ship_job_runs." in err
@@ -272,7 +274,7 @@ async def test_dead_show_retry_discard(
 
 
 async def test_stats_counts_runs_by_state(
-    app_dir: Path, backend: PostgresJobBackend, ship_engine_url: str
+    backend: PostgresJobBackend, ship_engine_url: str
 ) -> None:
     """`jobs stats` counts each job's runs by state (bounded GROUP BY), with the age of the
     oldest due waiting run."""
@@ -281,7 +283,7 @@ async def test_stats_counts_runs_by_state(
     await backend.enqueue(SLOW, {"waiting": True})
     url = ("--database-url", ship_engine_url)
 
-    code, out, err = await ship_sqla("jobs", "stats", *url, "--json", cwd=app_dir)
+    code, out, err = await ship_sqla_in_process("jobs", "stats", *url, "--json")
     assert (code, err) == (0, ""), err
     stats = json.loads(out)
     assert stats["truncated"] is False
@@ -292,7 +294,7 @@ async def test_stats_counts_runs_by_state(
     assert mail["oldest_due_seconds"] >= 0
     assert by_job["cli.slow"]["waiting"] == 1
 
-    code, out, _ = await ship_sqla("jobs", "stats", *url, cwd=app_dir)
+    code, out, _ = await ship_sqla_in_process("jobs", "stats", *url)
     assert code == 0
     header, *rows = out.splitlines()
     assert header.split()[:3] == ["JOB", "WAITING", "RUNNING"]
@@ -394,7 +396,6 @@ async def custom_backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
 
 
 async def test_job_commands_on_tables_with_other_names(
-    app_dir: Path,
     custom_backend: PostgresJobBackend,
     ship_engine: AsyncEngine,
     ship_engine_url: str,
@@ -406,37 +407,35 @@ async def test_job_commands_on_tables_with_other_names(
     url = ("--database-url", ship_engine_url)
     runs = "ops.billing_runs"
 
-    code, out, err = await ship_sqla("jobs", "dead", *url, *CUSTOM_OPTIONS, "--json", cwd=app_dir)
+    code, out, err = await ship_sqla_in_process("jobs", "dead", *url, *CUSTOM_OPTIONS, "--json")
     assert (code, err) == (0, ""), err
     assert {r["run_id"] for r in json.loads(out)["runs"]} == {first, second}
 
-    code, out, err = await ship_sqla("jobs", "show", first, *url, *CUSTOM_OPTIONS, cwd=app_dir)
+    code, out, err = await ship_sqla_in_process("jobs", "show", first, *url, *CUSTOM_OPTIONS)
     assert (code, err) == (0, ""), err
     assert "state:            dead" in out
 
-    code, out, err = await ship_sqla("jobs", "retry", first, *url, *CUSTOM_OPTIONS, cwd=app_dir)
+    code, out, err = await ship_sqla_in_process("jobs", "retry", first, *url, *CUSTOM_OPTIONS)
     assert (code, err) == (0, ""), err
     assert (await state_of(ship_engine, first, runs))[:3] == ("waiting", 1, 2)
 
-    code, _, err = await ship_sqla(
-        "jobs", "show", "no-such-run", *url, *CUSTOM_OPTIONS, cwd=app_dir
-    )
+    code, _, err = await ship_sqla_in_process("jobs", "show", "no-such-run", *url, *CUSTOM_OPTIONS)
     assert code == 1
     assert "no such run 'no-such-run' in ops.billing_runs." in err
 
     # The same through the environment, as a deployment would set it once.
     environment = {"SHIP_SQLA_JOB_RUNS_TABLE": "billing_runs", "SHIP_SQLA_JOB_SCHEMA": "ops"}
-    code, out, err = await ship_sqla("jobs", "stats", *url, "--json", cwd=app_dir, env=environment)
+    code, out, err = await ship_sqla_in_process("jobs", "stats", *url, "--json", env=environment)
     assert (code, err) == (0, ""), err
     [mail] = json.loads(out)["jobs"]
     assert (mail["job_id"], mail["waiting"], mail["dead"]) == ("cli.mail", 1, 1)
 
-    code, out, err = await ship_sqla("jobs", "discard", second, *url, cwd=app_dir, env=environment)
+    code, out, err = await ship_sqla_in_process("jobs", "discard", second, *url, env=environment)
     assert (code, err) == (0, ""), err
     assert (await state_of(ship_engine, second, runs))[0] == "discarded"
 
     # Without the options the default table is looked for, and is not there.
-    code, _, err = await ship_sqla("jobs", "stats", *url, cwd=app_dir)
+    code, _, err = await ship_sqla_in_process("jobs", "stats", *url)
     assert code == 1
     assert 'relation "ship_job_runs" does not exist' in err
     assert "here: ship_job_runs;" in err

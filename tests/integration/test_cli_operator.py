@@ -1,4 +1,5 @@
-"""Issue 15's operator CLI, driven as a user would (``python -m ship_sqla`` in a subprocess):
+"""Issue 15's operator CLI, driven as a user would (``python -m ship_sqla`` in a subprocess;
+the schema commands, which need no process of their own, run in this one by click's runner):
 `schema apply` then `schema check`, `enqueue`, the README's worker example logging a failing
 run (S3), `worker --burst`, Ctrl-C (130), and the input slips the issue lists (exit 2)."""
 
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
-from cli_runner import ship_sqla
+from cli_runner import ship_sqla, ship_sqla_in_process
 from click.testing import CliRunner
 from sqlalchemy import text
 
@@ -28,7 +29,7 @@ URL = ("--database-url", "postgresql://u@127.0.0.1:1/nothing")
 
 
 async def _apply(url: str, *extra: str) -> tuple[int, str, str]:
-    return await ship_sqla("schema", "apply", "--database-url", url, *extra, cwd=REPOSITORY)
+    return await ship_sqla_in_process("schema", "apply", "--database-url", url, *extra)
 
 
 async def test_schema_apply_then_check_passes_on_an_empty_database(
@@ -50,8 +51,8 @@ async def test_schema_apply_then_check_passes_on_an_empty_database(
     assert (report["ok"], report["created"]) == (True, [])
     assert "ship_job_runs" in report["existing"]
 
-    code, out, err = await ship_sqla(
-        "schema", "check", "--database-url", ship_engine_url, cwd=REPOSITORY
+    code, out, err = await ship_sqla_in_process(
+        "schema", "check", "--database-url", ship_engine_url
     )
     assert (code, err) == (0, ""), err
     assert out.strip() == "schema check: OK, 16 table(s) match the metadata."
@@ -62,8 +63,8 @@ async def test_schema_apply_then_check_passes_on_an_empty_database(
     assert code == 1, out
     assert "index_missing" in out
     assert "apply never alters a table" in err
-    code, _, _ = await ship_sqla(
-        "schema", "check", "--database-url", ship_engine_url, "--only", "outbox", cwd=REPOSITORY
+    code, _, _ = await ship_sqla_in_process(
+        "schema", "check", "--database-url", ship_engine_url, "--only", "outbox"
     )
     assert code == 1
 
@@ -78,13 +79,13 @@ async def test_schema_apply_with_a_schema_and_names(
     assert (code, err) == (0, ""), err
     assert "created schema ops." in out
     assert "ops.billing_runs" in out
-    code, out, err = await ship_sqla(
-        "schema", "check", "--database-url", ship_engine_url, *names, cwd=REPOSITORY
+    code, out, err = await ship_sqla_in_process(
+        "schema", "check", "--database-url", ship_engine_url, *names
     )
     assert (code, err) == (0, ""), err
-    code, out, err = await ship_sqla(
+    code, out, err = await ship_sqla_in_process(
         "jobs", "stats", "--database-url", ship_engine_url,
-        "--schema", "ops", "--runs-table", "billing_runs", cwd=REPOSITORY,
+        "--schema", "ops", "--runs-table", "billing_runs",
     )  # fmt: skip
     assert (code, out.strip()) == (0, "no runs."), err
 
@@ -95,12 +96,10 @@ async def test_schema_apply_fair_claims_adds_the_tenant_index(
     """F2: `schema apply --fair-claims` creates the runs table with ``<runs>_tenant_idx`` (the
     index fair claims read; `schema sql` prints it only with the flag); `schema check` then
     passes with --fair-claims and, without it, reports the index as extra (exit 1)."""
-    code, out, err = await ship_sqla(
-        "schema", "sql", "--only", "jobs", "--fair-claims", cwd=REPOSITORY
-    )
+    code, out, err = await ship_sqla_in_process("schema", "sql", "--only", "jobs", "--fair-claims")
     assert code == 0, err
     assert "CREATE INDEX ship_job_runs_tenant_idx ON ship_job_runs" in out
-    code, out, err = await ship_sqla("schema", "sql", "--only", "jobs", cwd=REPOSITORY)
+    code, out, err = await ship_sqla_in_process("schema", "sql", "--only", "jobs")
     assert code == 0, err
     assert "ship_job_runs_tenant_idx" not in out
 
@@ -112,9 +111,9 @@ async def test_schema_apply_fair_claims_adds_the_tenant_index(
         )
     assert found == 1
     check = ("schema", "check", "--database-url", ship_engine_url, "--only", "jobs")
-    code, out, err = await ship_sqla(*check, "--fair-claims", cwd=REPOSITORY)
+    code, out, err = await ship_sqla_in_process(*check, "--fair-claims")
     assert (code, err) == (0, ""), err
-    code, out, _ = await ship_sqla(*check, cwd=REPOSITORY)
+    code, out, _ = await ship_sqla_in_process(*check)
     assert code == 1, out
     assert "index_extra" in out
     assert "ship_job_runs_tenant_idx" in out

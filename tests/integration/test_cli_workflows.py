@@ -1,12 +1,12 @@
 """`ship-sqla jobs show | rerun | events-purge` on workflow runs, as an operator drives them
-(D6): `python -m ship_sqla` in a subprocess against a real database."""
+(D6), against a real database (the commands run in this process by click's runner)."""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
 
-from cli_runner import ship_sqla
+from cli_runner import ship_sqla_in_process
 from workflow_helpers import execute_once, workflow_backend
 
 from ship_sqla import define_job
@@ -18,8 +18,6 @@ from ship_sqla.kernel._plans.claim_floor import DEFAULT_FLOOR_SWEEP
 from ship_sqla.testing import FrozenClock
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from sqlalchemy.ext.asyncio import AsyncEngine
 
 FAIL = {"c": True}
@@ -41,7 +39,7 @@ JOB = define_job("cli.workflow", _three_steps, payload=dict, retry=RetryPolicy(a
 
 
 async def test_d6_jobs_show_rerun_and_events_purge_from_the_shell(
-    ship_engine: AsyncEngine, ship_engine_url: str, tmp_path: Path
+    ship_engine: AsyncEngine, ship_engine_url: str
 ) -> None:
     """D6: `jobs show` lists a workflow run's stored steps (text and --json); `jobs rerun RUN_ID
     --from-step b` drops b and every later step and makes the dead run due again (exit 0); a
@@ -54,31 +52,31 @@ async def test_d6_jobs_show_rerun_and_events_purge_from_the_shell(
     assert result.run_id is not None
     assert (await execute_once(backend, JOB, clock)).outcome == "dead"
 
-    code, out, err = await ship_sqla("jobs", "show", result.run_id, *url, cwd=tmp_path)
+    code, out, err = await ship_sqla_in_process("jobs", "show", result.run_id, *url)
     assert (code, err) == (0, ""), err
     assert "steps (2):" in out
     assert "0. a (step): done at" in out
     assert "1. b (step): done at" in out
 
-    code, out, err = await ship_sqla("jobs", "show", result.run_id, *url, "--json", cwd=tmp_path)
+    code, out, err = await ship_sqla_in_process("jobs", "show", result.run_id, *url, "--json")
     assert (code, err) == (0, ""), err
     shown = json.loads(out)
     assert [(s["name"], s["result"]) for s in shown["steps"]] == [("a", "A"), ("b", "B")]
 
     args = ("jobs", "rerun", result.run_id, "--from-step", "b", *url)
-    code, out, err = await ship_sqla(*args, cwd=tmp_path)
+    code, out, err = await ship_sqla_in_process(*args)
     assert (code, err) == (0, ""), err
     assert f"run {result.run_id} (cli.workflow) is due again from step 'b'" in out
     steps = await backend.workflows.list_steps(result.run_id)
     assert [s.name for s in steps] == ["a"]
 
     FAIL["c"] = False
-    # J19: the rerun (another process, the database's clock: years before this FrozenClock's)
-    # made the run due below this backend's claim floor; its next full walk, a sweep later,
-    # takes it (the K6 relaxation's bound).
+    # J19: the rerun (the command's own backend, the database's clock: years before this
+    # FrozenClock's) made the run due below this backend's claim floor; its next full walk, a
+    # sweep later, takes it (the K6 relaxation's bound).
     clock.advance(DEFAULT_FLOOR_SWEEP + 1)
     assert (await execute_once(backend, JOB, clock)).outcome == "suspended"
-    code, out, err = await ship_sqla("jobs", "show", result.run_id, *url, cwd=tmp_path)
+    code, out, err = await ship_sqla_in_process("jobs", "show", result.run_id, *url)
     assert "waits_for:        event order.shipped [o1]" in out
     assert "3. shipped (event): waiting for order.shipped [o1] until" in out
 
@@ -86,12 +84,12 @@ async def test_d6_jobs_show_rerun_and_events_purge_from_the_shell(
     on_db_clock = create_job_backend(database=ship_engine, listen=False)
     await on_db_clock.publish_event("order.shipped", {"n": 1}, key="o1")
     assert (await execute_once(backend, JOB, clock)).ended == "completed"
-    code, _, err = await ship_sqla(*args, cwd=tmp_path)
+    code, _, err = await ship_sqla_in_process(*args)
     assert code == 1
     assert "it is 'completed'" in err
 
-    code, out, err = await ship_sqla(
-        "jobs", "events-purge", "--older-than", "0", *url, "--json", cwd=tmp_path
+    code, out, err = await ship_sqla_in_process(
+        "jobs", "events-purge", "--older-than", "0", *url, "--json"
     )
     assert (code, err) == (0, ""), err
     assert json.loads(out) == {"deleted": 1}

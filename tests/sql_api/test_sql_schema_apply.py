@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 from alembic.migration import MigrationContext
 from alembic.operations import Operations
-from cli_runner import ship_sqla
+from cli_runner import ship_sqla, ship_sqla_in_process
 from sqlalchemy import text
 from test_sql_enqueue import CAPPED, PLAIN, SMALL
 from test_sql_enqueue_tx import GOLDEN, TRIGGER, _dsn, run_corpus
@@ -108,19 +108,21 @@ async def test_the_check_reports_a_missing_function_with_the_fix_and_apply_insta
     """E6 through the commands: `ship-sqla schema apply --only jobs` says it installed the
     functions; with them dropped, `ship-sqla schema check` fails naming the missing function
     and the fix; `schema apply` installs them and its check passes; `ship-sqla jobs
-    sync-definitions` then leaves apply's install as it is (it installs only a missing one)."""
+    sync-definitions` then leaves apply's install as it is (it installs only a missing one).
+    The schema commands run in this process; sync-definitions, which imports the application's
+    module from its directory, in a `python -m ship_sqla` subprocess."""
     url = ("--database-url", ship_engine_url)
-    code, out, err = await ship_sqla("schema", "apply", "--only", "jobs", *url, cwd=tmp_path)
+    code, out, err = await ship_sqla_in_process("schema", "apply", "--only", "jobs", *url)
     assert (code, err) == (0, ""), out + err
     assert f"SQL enqueue functions installed (E6): {FUNCTION}." in out
     async with ship_engine.begin() as connection:
         await connection.exec_driver_sql(f"DROP FUNCTION {SIGNATURE}")
-    code, out, _ = await ship_sqla("schema", "check", "--only", "jobs", *url, cwd=tmp_path)
+    code, out, _ = await ship_sqla_in_process("schema", "check", "--only", "jobs", *url)
     assert code != 0
     assert "function_missing" in out
     assert f"{FUNCTION} is not installed" in out
     assert "ship-sqla schema apply" in out
-    code, out, err = await ship_sqla("schema", "apply", "--only", "jobs", *url, cwd=tmp_path)
+    code, out, err = await ship_sqla_in_process("schema", "apply", "--only", "jobs", *url)
     assert (code, err) == (0, ""), out + err
     assert f"SQL enqueue functions installed (E6): {FUNCTION}." in out
     assert "schema check: OK" in out  # apply's own check, the functions included

@@ -992,7 +992,10 @@ async def test_j6_a_handler_never_starts_once_its_lease_lapsed(clock, errors):
     result = await backend.enqueue(job, {})
     stalling = SpyBackend(backend)
     stalling.answers["claim"] = claim_then_stall
-    async with await start_job_runtime(job, backend=stalling):
+    # The stall (40 s) is shorter than the poll interval: the loop's next pass comes from the
+    # hand-back's settle, not from a poll deadline the stall passed (that pass would retake the
+    # lapsed run before the hand-back, which is J6 too, but not the path under test).
+    async with await start_job_runtime(job, backend=stalling, poll_interval=60.0):
         await errors.wait_count(1)
         with anyio.fail_after(5):
             while (await record_of(backend, result.run_id)).state != "completed":

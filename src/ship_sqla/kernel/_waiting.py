@@ -2,7 +2,13 @@
 
 With :class:`SystemClock` a timeout is a plain ``asyncio.timeout``. Any other clock (the frozen
 one in tests) may only move time through its own ``sleep``, so the wait races ``event.wait()``
-against ``clock.sleep(timeout)`` in two tasks.
+against a clock sleep in two tasks.
+
+A wait's deadline is fixed on the clock's ``monotonic`` when the wait is asked, and the clock
+sleep behind it asks only for what is left of it when it starts (:func:`sleep_until`): the task
+running it starts a loop turn or more later, and a frozen clock moved by a test in between must
+not push the deadline out (the sleep would then wait until time moved again). A deadline already
+passed ends the wait at once.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from ship_sqla.kernel._clock import Clock, SystemClock
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-__all__ = ["LocalWake", "first_done", "wait_event"]
+__all__ = ["LocalWake", "first_done", "sleep_until", "wait_event", "wait_event_until"]
 
 
 async def first_done(*coroutines: Coroutine[Any, Any, Any]) -> int:
@@ -34,24 +40,39 @@ async def first_done(*coroutines: Coroutine[Any, Any, Any]) -> int:
     return winner
 
 
+async def sleep_until(clock: Clock, deadline: float) -> None:
+    """Sleep on ``clock`` until its ``monotonic()`` reaches ``deadline``; at once (one yield)
+    when it already has. The time left is read when the sleep starts, not when it was asked."""
+    await clock.sleep(deadline - clock.monotonic())
+
+
 async def wait_event(event: asyncio.Event, clock: Clock, seconds: float | None) -> bool:
     """True once ``event`` is set; False when ``seconds`` passed on ``clock`` first (None: no
-    limit)."""
+    limit). The seconds count from this call."""
     if event.is_set():
         return True
     if seconds is None:
         await event.wait()
         return True
-    if seconds <= 0:
+    return await wait_event_until(event, clock, clock.monotonic() + seconds)
+
+
+async def wait_event_until(event: asyncio.Event, clock: Clock, deadline: float) -> bool:
+    """True once ``event`` is set; False when ``clock.monotonic()`` reached ``deadline`` first
+    (at once when it already has)."""
+    if event.is_set():
+        return True
+    remaining = deadline - clock.monotonic()
+    if remaining <= 0:
         return False
     if isinstance(clock, SystemClock):
         try:
-            async with asyncio.timeout(seconds):
+            async with asyncio.timeout(remaining):
                 await event.wait()
         except TimeoutError:
             return event.is_set()
         return True
-    await first_done(event.wait(), clock.sleep(seconds))
+    await first_done(event.wait(), sleep_until(clock, deadline))
     return event.is_set()
 
 

@@ -5,6 +5,13 @@ One pass visits every job once, from a rotating start, so one busy job cannot st
 of process slots; each job with room gets one ``RunStore.claim`` (:class:`ClaimRequest`). Between
 passes the loop waits for a local wake (an enqueue or retry committed in this process), the poll
 interval (J3), or, when a pass was cut short by this process's own capacity, a slot freeing up.
+
+Every timed wait of the loop ends at a deadline on the runtime's clock counted from the pass's
+start (the poll interval, the next schedule tick, a rate window), not from the moment the wait
+begins: time that passed while the pass claimed is not waited for twice, and a deadline already
+passed starts the next pass at once. (With a frozen test clock that a test moved while the pass's
+claim was on the wire, the claim saw the old ``now``; a wait counted from after the pass would
+park the loop until the clock moved again.)
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from ship_sqla.kernel._ports import MAX_CLAIM_BATCH, ClaimRequest
 from ship_sqla.kernel._runtime.state import InFlight, crash_loop_error, lapsed_final_error
 from ship_sqla.kernel._settlement import released
-from ship_sqla.kernel._waiting import first_done, wait_event
+from ship_sqla.kernel._waiting import first_done, sleep_until, wait_event, wait_event_until
 
 logger = logging.getLogger("ship_sqla.jobs")
 
@@ -107,6 +114,8 @@ class Producer:
         self._closing = False
         # F3: the earliest monotonic time a rate-limited job's window frees (None: none waits).
         self._rate_due: float | None = None
+        # J3: the runtime clock's monotonic when the current pass began (its waits count from it).
+        self._pass_started = 0.0
 
     def close(self) -> None:
         """Stop claiming: the pass under way ends, and :meth:`run` returns."""
@@ -140,6 +149,7 @@ class Producer:
     async def run(self) -> None:
         failures = 0
         while not self._closing:
+            self._pass_started = self._clock.monotonic()
             try:
                 await self._tick_if_due()
                 freed_before_pass = self._freed
@@ -187,28 +197,57 @@ class Producer:
     async def _wait(self, *, want_capacity: bool, freed_before_pass: int) -> None:
         """Until new work may be claimable: a local wake or the poll interval (J3), or, when a
         pass was limited by this process's capacity, a slot freeing up (also one that freed
-        while the pass was still claiming: that wake must not be lost)."""
+        while the pass was still claiming: that wake must not be lost). The timed ends are
+        deadlines counted from the pass's start (:meth:`_tick_deadline`, :meth:`_poll_deadline`):
+        one already passed returns at once."""
         self._want_capacity = want_capacity or not self.has_capacity()
         try:
             if self._kick.is_set() or (self._want_capacity and self._freed != freed_before_pass):
                 return
             if not self.has_capacity():
                 self._parked_full = True
-                if self._scheduled:
-                    await wait_event(self._kick, self._clock, SCHEDULE_TICK_INTERVAL)
-                else:
+                tick = self._tick_deadline()
+                if tick is None:
                     await self._kick.wait()
+                else:
+                    await wait_event_until(self._kick, self._clock, tick)
                 return
-            timeout = self._poll_interval
-            if self._scheduled:
-                timeout = min(timeout, SCHEDULE_TICK_INTERVAL)
-            if self._rate_due is not None:
-                timeout = min(timeout, max(self._rate_due - self._clock.monotonic(), 0.0))
-                self._rate_due = None
-            await first_done(self._store.wait_for_work(timeout), self._kick.wait())
+            deadline = self._poll_deadline()
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                # Due already (the pass outlasted the interval, or a frozen clock was moved
+                # during it): claim again once the runs just started got the loop.
+                await asyncio.sleep(0)
+                return
+            # The store's wait counts its timeout from when its task starts; the loop's own
+            # deadline ends the wait on time whatever the clock did meanwhile.
+            await first_done(
+                self._store.wait_for_work(remaining),
+                self._kick.wait(),
+                sleep_until(self._clock, deadline),
+            )
         finally:
             self._want_capacity = self._parked_full = False
             self._kick.clear()
+
+    def _tick_deadline(self) -> float | None:
+        """J9: when the next schedule tick is due (None: no scheduled job)."""
+        if not self._scheduled:
+            return None
+        last = self._pass_started if self._last_tick is None else self._last_tick
+        return last + SCHEDULE_TICK_INTERVAL
+
+    def _poll_deadline(self) -> float:
+        """J3, J9, F3: when the next pass is due without a wake: the poll interval after this
+        pass's start, or sooner the next schedule tick or the first rate window to free."""
+        deadline = self._pass_started + self._poll_interval
+        tick = self._tick_deadline()
+        if tick is not None:
+            deadline = min(deadline, tick)
+        if self._rate_due is not None:
+            deadline = min(deadline, self._rate_due)
+            self._rate_due = None
+        return deadline
 
     async def _claim_pass(self) -> tuple[bool, bool]:
         """One claim per job with room. Returns (a job gave all it was asked, a job had no room).

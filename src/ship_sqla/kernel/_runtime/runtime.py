@@ -66,7 +66,7 @@ from ship_sqla.kernel._versions import (
     served_entries,
     warn_stranded,
 )
-from ship_sqla.kernel._waiting import first_done, wait_event
+from ship_sqla.kernel._waiting import first_done, sleep_until, wait_event
 from ship_sqla.kernel._workers import WorkerEntry
 
 if TYPE_CHECKING:
@@ -444,7 +444,8 @@ class JobRuntime:
             remaining = deadline - self.clock.monotonic()
             if remaining <= 0:
                 return False
-            waits = (drained.wait(), shortened.wait(), self.clock.sleep(remaining))
+            # Its deadline, not ``remaining``: the sleep's task starts a loop turn later.
+            waits = (drained.wait(), shortened.wait(), sleep_until(self.clock, deadline))
             if await first_done(*waits) == 2 and not drained.is_set():  # noqa: PLR2004 - the sleep
                 return False
         return True
