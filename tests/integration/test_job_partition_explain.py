@@ -12,6 +12,8 @@ limits allow. So at any backlog and any number of partitions:
 - no sequential scan of the runs table; the tenant, running and state primary-key indexes
   serve it;
 - ``<runs>_tenant_idx`` entries read <= limit + 4 per partition visited;
+- ``<runs>_lease_idx`` entries read <= the job's running runs (F9: the visited partitions'
+  running runs are counted in one scan a claim, never one per partition);
 - buffers within 2x of the same claim over 1,000 waiting runs of 100 partitions.
 
 One load serves every case (the data is loaded once, each EXPLAIN rolled back).

@@ -1059,10 +1059,10 @@ claim stopped), counts each one's due runs up to what its limits allow from the 
 (a partition at its limit counts none), shares the room out by weight, and takes each share's
 oldest due runs; then the gates grant from their newest versions. So its cost is about the room
 in index entries plus a handful per partition visited (its walk entry, its gate row, its count
-and, with a cap, its running runs up to ``max`` on ``<runs>_running_idx``), at any
-backlog and any number of partitions. After the claimed and buried rows, at most one ``kind`` 2
-row (the soonest a full partition frees, ``rate_wait``) and one ``kind`` 3 row (the walk's
-cursor)."""
+and, with a cap, its running runs, counted for every visited partition in one scan of
+``<runs>_running_idx``), at any backlog and any number of partitions. After the claimed and
+buried rows, at most one ``kind`` 2 row (the soonest a full partition frees, ``rate_wait``)
+and one ``kind`` 3 row (the walk's cursor)."""
 
 CLAIM_PARTITIONED_KEYED: Final = Template(_partitioned(keyed=True), claim_clock=True)
 """:data:`CLAIM_PARTITIONED` for a request that excludes single-runner keys (J4)."""
