@@ -38,6 +38,7 @@ from ship_sqla.kernel import InMemoryJobBackend, InMemoryLockProvider
 from ship_sqla.kernel._plans.backoff import ERROR_BACKOFF
 from ship_sqla.kernel._ports import HeartbeatBatch, JobLeaseLapsedError
 from ship_sqla.kernel._runtime.state import InFlight
+from ship_sqla.kernel._tenancy import tenant_ambient
 from ship_sqla.testing import FrozenClock
 
 LEASE = 30.0
@@ -742,6 +743,43 @@ async def test_claims_leave_the_room_of_unanswered_completions(clock):
             while not await all_in_state(backend, [r.run_id for r in results], "completed"):
                 await settle_loop(1)
     assert [call.args[0].limit for call in spy.calls["claim"]][:4] == [2, 2, 2, 2]
+
+
+async def test_a_cap_per_partition_bounds_no_claim_of_the_runtime(clock):
+    """F9: Concurrency(max=2, partition="tenant") is at most 2 running runs per tenant, held by
+    the backend; the runtime neither asks for half of it per claim nor leaves the room of the
+    job's unanswered completions (a job-wide cap's rules, J3): one claim asks every free slot
+    and takes 2 runs of each of 4 tenants while the first completions wait at the gate. With a
+    job-wide cap of 2 it would take 1 run per claim (a partitioned drain at 0.6x before)."""
+    backend = InMemoryJobBackend(clock=clock)
+    spy = SpyBackend(backend)
+    gate = spy.gate("settle")
+    job = define_job(
+        "roomy.parts",
+        _noop,
+        payload=dict,
+        concurrency=Concurrency(max=2, partition="tenant"),
+    )
+    ids = []
+    for tenant in ("a", "b", "c", "d"):
+        with tenant_ambient(tenant):
+            done = await backend.enqueue_many(job, [EnqueueRequest({"n": n}) for n in range(3)])
+            ids += [result.run_id for result in done]
+    async with await start_job_runtime(job, backend=spy, max_in_flight=16) as runtime:
+        try:
+            await settle_loop(100)
+            assert runtime.executing == 0
+            first = spy.calls["claim"][0].args[0]
+            assert first.limit == 16
+            assert first.max_running == 2
+            # Each tenant's third run waits on its cap: 2 running (unsettled) of each tenant.
+            states = [(await record_of(backend, run_id)).state for run_id in ids]
+            assert states == ["running", "running", "waiting"] * 4
+        finally:
+            gate.set()
+        with anyio.fail_after(5):
+            while not await all_in_state(backend, ids, "completed"):
+                await settle_loop(1)
 
 
 async def test_worker_samples_the_queue_gauges(clock, errors):

@@ -356,19 +356,33 @@ _FAIR_WALK: Final = """, tenant_walk (tenant, wrapped, k) AS (
         sum(c.weight) OVER () AS total_weight
     FROM counted c
     WHERE c.due_n > 0
-), shares (i, left_room, left_weight, tenant, share) AS (
+), lined AS (
+    -- The ordered partitions as arrays, so each water-filling step finds its row by position:
+    -- a join of each step to ``ordered`` scanned every visited partition per step (the
+    -- square of the partitions visited).
+    SELECT count(*) AS n, coalesce(max(o.total_weight), 0) AS total_weight,
+        array_agg(CAST(o.due_n AS bigint) ORDER BY o.i) AS due_n,
+        array_agg(CAST(o.weight AS bigint) ORDER BY o.i) AS weight
+    FROM ordered o
+), steps (i, left_room, left_weight, share) AS (
     SELECT CAST(0 AS bigint), CAST((SELECT n FROM room) AS bigint),
-        coalesce((SELECT max(total_weight) FROM ordered), 0), CAST(NULL AS text),
-        CAST(0 AS bigint)
+        CAST((SELECT total_weight FROM lined) AS bigint), CAST(0 AS bigint)
     UNION ALL
-    SELECT o.i, s.left_room - g.share, s.left_weight - o.weight, o.tenant, g.share
-    FROM shares s
-    JOIN ordered o ON o.i = s.i + 1
+    SELECT s.i + 1, s.left_room - g.share, s.left_weight - l.weight[s.i + 1], g.share
+    FROM steps s
+    CROSS JOIN lined l
     CROSS JOIN LATERAL (
-        SELECT least(CAST(o.due_n AS bigint),
-            CAST(ceil(s.left_room * o.weight / CAST(s.left_weight AS numeric)) AS bigint),
+        SELECT least(l.due_n[s.i + 1],
+            CAST(ceil(s.left_room * l.weight[s.i + 1] / CAST(s.left_weight AS numeric))
+                AS bigint),
             s.left_room) AS share
     ) g
+    WHERE s.i < l.n
+), shares AS (
+    -- Each step with its partition, joined once on its position.
+    SELECT s.i, s.left_room, s.left_weight, o.tenant, s.share
+    FROM steps s
+    JOIN ordered o ON o.i = s.i
 ), due AS (
     -- <runs>_tenant_idx: each tenant's oldest due runs, its share of them, in due order
     -- (rank: its place in the tenant's share, so a gate that grants less cuts every tenant
@@ -763,15 +777,26 @@ _PART_GATE_ID: Final = "CAST(:gate_row AS text) || '/' || coalesce({part}, '')"
 """A partition's gate row: ``<job_id>#claim-gate/<tenant>`` (``/`` alone: the untenanted runs;
 a tenant is never blank, so no tenant's row is theirs)."""
 
-_PARTS: Final = """, parts AS MATERIALIZED (
-    -- F8/F9, <state>_pkey and <runs>_running_idx: each visited partition's gate as this
-    -- statement's snapshot saw it (the total it granted; its starts in the window) and its
-    -- running runs, counted up to concurrency.max (none read without a cap): live or lapsed
-    -- leases alike, each holding a slot, but the lapsed runs this claim buries (counted up to
-    -- max plus the buried ones, less the partition's buried ones: min(that, max) is the count
-    -- of the others up to max, read index-only, so no other index filtered on the partition
-    -- looks cheaper to the planner; it read every running run per partition). What the
-    -- partition allows from here is an upper bound of what its gate grants below.
+_PARTS: Final = """, running_n AS MATERIALIZED (
+    -- F9, <runs>_running_idx: the running runs of the visited partitions, counted in one scan
+    -- (none read without a cap). One scan, not one per partition: on a table analysed with no
+    -- run running, every index over running runs looks empty to the planner, and a generic
+    -- plan may read them off <runs>_lease_idx filtered on the partition; per partition, that
+    -- read every running run of the job once per partition visited, here once per claim.
+    SELECT r.tenant_id AS tenant, count(*) AS n
+    FROM {runs} r
+    WHERE r.job_id = :job_id AND r.state = 'running'
+      AND CAST(:max_running AS integer) IS NOT NULL
+      AND r.tenant_id = ANY(ARRAY(SELECT w.tenant FROM tenants w WHERE w.tenant IS NOT NULL))
+    GROUP BY r.tenant_id
+), parts AS MATERIALIZED (
+    -- F8/F9, <state>_pkey: each visited partition's gate as this statement's snapshot saw it
+    -- (the total it granted; its starts in the window) and its running runs up to
+    -- concurrency.max (running_n; none read without a cap): live or lapsed leases alike,
+    -- each holding a slot, but the lapsed runs this claim buries (min(running - the
+    -- partition's buried ones, max)). The untenanted runs' count (one partition) is read on
+    -- its own, up to max plus the buried ones, index-only. What the partition allows from
+    -- here is an upper bound of what its gate grants below.
     SELECT t.tenant, t.k, t.gate, coalesce(g.claim_granted, 0) AS seen,
         CASE WHEN CAST(:max_running AS integer) IS NULL THEN 0
              WHEN t.tenant IS NULL THEN least(CAST(:max_running AS integer), (SELECT count(*) FROM (
@@ -782,12 +807,7 @@ _PARTS: Final = """, parts AS MATERIALIZED (
                     + (SELECT count(*) FROM lapsed WHERE exhausted)) h)
                 - (SELECT count(*) FROM lapsed l JOIN {runs} r ON r.id = l.id
                    WHERE l.exhausted AND r.tenant_id IS NULL))
-             ELSE least(CAST(:max_running AS integer), (SELECT count(*) FROM (
-                SELECT 1 FROM {runs} r
-                WHERE r.job_id = :job_id AND r.state = 'running' AND r.tenant_id = t.tenant
-                ORDER BY r.tenant_id
-                LIMIT CAST(:max_running AS integer)
-                    + (SELECT count(*) FROM lapsed WHERE exhausted)) h)
+             ELSE least(CAST(:max_running AS integer), coalesce(h.n, 0)
                 - (SELECT count(*) FROM lapsed l JOIN {runs} r ON r.id = l.id
                    WHERE l.exhausted AND r.tenant_id = t.tenant))
         END AS held,
@@ -798,6 +818,7 @@ _PARTS: Final = """, parts AS MATERIALIZED (
         END AS used
     FROM (SELECT w.tenant, w.k, {gate_of_w} AS gate FROM tenants w) t
     LEFT JOIN {state} g ON g.job_id = t.gate
+    LEFT JOIN running_n h ON h.tenant = t.tenant
 ), allowed AS (
     -- What each partition's limits let it take, as this snapshot sees them (at most the limit
     -- asked): max - running, limit - starts in the window.
@@ -1038,10 +1059,10 @@ claim stopped), counts each one's due runs up to what its limits allow from the 
 (a partition at its limit counts none), shares the room out by weight, and takes each share's
 oldest due runs; then the gates grant from their newest versions. So its cost is about the room
 in index entries plus a handful per partition visited (its walk entry, its gate row, its count
-and, with a cap, its running runs up to ``max`` on ``<runs>_running_idx``), at any
-backlog and any number of partitions. After the claimed and buried rows, at most one ``kind`` 2
-row (the soonest a full partition frees, ``rate_wait``) and one ``kind`` 3 row (the walk's
-cursor)."""
+and, with a cap, its running runs, counted for every visited partition in one scan of
+``<runs>_running_idx``), at any backlog and any number of partitions. After the claimed and
+buried rows, at most one ``kind`` 2 row (the soonest a full partition frees, ``rate_wait``)
+and one ``kind`` 3 row (the walk's cursor)."""
 
 CLAIM_PARTITIONED_KEYED: Final = Template(_partitioned(keyed=True), claim_clock=True)
 """:data:`CLAIM_PARTITIONED` for a request that excludes single-runner keys (J4)."""

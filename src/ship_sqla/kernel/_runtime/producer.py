@@ -52,7 +52,8 @@ class Producer:
     - The loop never claims more runs than free slots: a slot is held from claim until the run's
       task ends, and ``max_in_flight`` slots exist. It never claims more runs of a job than the
       job's ``concurrency.max`` minus this process's running and unsettled runs of it; the
-      backend caps the rest across processes (J3). One claim of a capped job takes at most
+      backend caps the rest across processes (J3); a cap per partition (F9) is the backend's
+      alone, per partition, so it bounds no claim here. One claim of a capped job takes at most
       half its cap (rounded up): the runs of one half settle while the other half is claimed
       and runs, where a claim of the whole cap would wait for every settle of the last one.
     - The loop stops claiming while ``2 * max_in_flight`` runs wait for their batched settle
@@ -289,7 +290,9 @@ class Producer:
         # more due work" and parks the loop until the poll interval. Half the cap at most per
         # claim double-buffers it: one half settles while the next is claimed.
         limit = min(self._max_in_flight - self._runs.executing, MAX_CLAIM_BATCH)
-        if concurrency.max is not None:
+        # F9: a partitioned cap is per partition, not the job's: the backend holds each
+        # partition to it, and this process's runs of the job are bounded by its slots only.
+        if concurrency.max is not None and concurrency.partition is None:
             limit = min(
                 limit,
                 (concurrency.max + 1) // 2,
