@@ -258,6 +258,7 @@ async def test_the_refresh_choice_is_a_cookie_the_pages_follow(live: Any) -> Non
         page = (await client.get("/")).text
         assert 'id="refresh-every"' in page
         assert 'hx-trigger="every 10000ms"' in page  # no choice: refresh_seconds
+        assert '<option value="10" selected>' in page
         set_live = await client.get("/refresh", params={"every": "live", "next": "/"})
         assert set_live.status_code == 303
         assert set_live.headers["location"] == "/"

@@ -387,6 +387,10 @@ class _Dashboard:
         self.secret = secret
         self.definitions = definitions
         self.poll_ms = int(refresh_seconds * 1000) if refresh_seconds > 0 else None
+        # What the header's Refresh control shows before a choice: the dashboard's own interval
+        # when it is one of the choices ("" otherwise: the control says "default").
+        default = "off" if self.poll_ms is None else f"{refresh_seconds:g}"
+        self._default_choice = refresh_choice(default) or ""
 
     # --- per request ---------------------------------------------------------------------------
 
@@ -573,7 +577,7 @@ class _Dashboard:
         Refresh control and its current choice."""
         return {
             "poll_ms": self.poll_ms_of(request) if poll else None,
-            "refresh": refresh_choice(request.cookies.get(REFRESH_COOKIE)) or "",
+            "refresh": refresh_choice(request.cookies.get(REFRESH_COOKIE)) or self._default_choice,
             "refresh_choices": REFRESH_CHOICES,
         }
 
