@@ -33,6 +33,7 @@ import contextvars
 import inspect
 import json
 import logging
+import re
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -380,7 +381,8 @@ class LiveOverview:
                 csrf=None if variant.csrf is None else CSRF_SLOT,
                 nonce=_NONCE_SLOT,
             )
-            lines = "".join(f"data: {line}\n" for line in html.split("\n"))
+            # Each of CR, LF and CRLF ends an SSE line: a CR in the content must not end one.
+            lines = "".join(f"data: {line}\n" for line in _SSE_LINES.split(html))
             snapshot.pages[key] = lines
         if variant.csrf is not None:
             lines = lines.replace(f'value="{CSRF_SLOT}"', f'value="{variant.csrf}"')
@@ -388,6 +390,7 @@ class LiveOverview:
 
 
 _NONCE_SLOT: Final = "ship-sqla-nonce-slot"
+_SSE_LINES: Final = re.compile(r"\r\n|\r|\n")
 
 
 @attrs.frozen
