@@ -562,3 +562,56 @@ async def test_issue_36_schedule_pause_asks_first_run_now_and_the_run_page_in_th
     assert not attempt.text.endswith("UTC")
     _shot(browser, "run")
     assert _csp_violations(browser) == []
+
+
+async def test_issue_36_the_live_overview_morphs_the_stream_in_and_pauses_while_hidden(
+    server, browser, ship_engine
+):
+    """Issue 36 item 3: the header's Refresh form (a plain GET) sets "live"; the overview then
+    morphs in its server-sent-events stream: a worker registering shows within the test's wait
+    while the focused Pause button keeps the focus (a morphing swap), and "updated N s ago"
+    shows; the stream is closed while the tab is hidden and opened again (and swapping) when it
+    shows; no
+    Content-Security-Policy violation."""
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    _as(browser, server, "admin")
+    browser.get(server + "/refresh?every=live&next=/ops/")
+    _wait(browser, lambda d: d.execute_script("return !!window.htmx"))
+    assert browser.find_element(By.ID, "refresh-every").get_attribute("value") == "live"
+    source = "return document.getElementById('overview-live')['htmx-internal-data'].sseEventSource"
+    _wait(browser, lambda d: d.execute_script(source + ".readyState") == 1)
+    pause = 'form[action="/ops/jobs/dash.mail/pause"] button'
+    browser.execute_script(f"document.querySelector('{pause}').focus()")
+    async with ship_engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_workers (id, host, pid, started_at, last_seen_at, job_ids,"
+                " in_flight, draining) VALUES ('worker-3', 'app-3', 4444, now(), now(),"
+                " ARRAY['dash.mail'], 0, false)"
+            )
+        )
+    _wait(browser, lambda d: d.find_element(By.ID, "workers-alive").text.startswith("2 alive"))
+    focused = browser.execute_script(
+        f"return document.activeElement === document.querySelector('{pause}')"
+    )
+    assert focused
+    _wait(browser, lambda d: "s ago" in d.find_element(By.ID, "live-stamp").text)
+    hide = (
+        "Object.defineProperty(document, 'hidden', {value: %s, configurable: true});"
+        " document.dispatchEvent(new Event('visibilitychange'));"
+    )
+    browser.execute_script(hide % "true")
+    assert browser.execute_script(source + ".readyState") == 2  # closed
+    browser.execute_script(hide % "false")
+    _wait(browser, lambda d: d.execute_script(source + ".readyState") == 1)
+    async with ship_engine.begin() as connection:  # the reopened stream swaps again
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_workers (id, host, pid, started_at, last_seen_at, job_ids,"
+                " in_flight, draining) VALUES ('worker-4', 'app-4', 4545, now(), now(),"
+                " ARRAY['dash.mail'], 0, false)"
+            )
+        )
+    _wait(browser, lambda d: d.find_element(By.ID, "workers-alive").text.startswith("3 alive"))
+    assert _csp_violations(browser) == []

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from typing import Any
 
+import httpx
 import pytest
 from dashboard_support import MAIL, REPORT, authorizer, dashboard_tables
 from sqlalchemy import event
@@ -23,7 +25,9 @@ WINDOW = 2
 class SseClient:
     """One ``GET`` of an event stream through the ASGI app; its events parsed as they come."""
 
-    def __init__(self, app: Any, target: str, user: str = "viewer") -> None:
+    def __init__(
+        self, app: Any, target: str, user: str = "viewer", cookie: str = "session=s1"
+    ) -> None:
         path, _, query = target.partition("?")
         scope = {
             "type": "http",
@@ -35,7 +39,7 @@ class SseClient:
             "raw_path": path.encode(),
             "root_path": "",
             "query_string": query.encode(),
-            "headers": [(b"x-user", user.encode())],
+            "headers": [(b"x-user", user.encode()), (b"cookie", cookie.encode())],
             "client": ("127.0.0.1", 50000),
             "server": ("dashboard.test", 80),
         }
@@ -68,7 +72,10 @@ class SseClient:
             fields: dict[str, str] = {}
             for line in block.decode().splitlines():
                 name, _, value = line.partition(":")
-                fields[name or "comment"] = value.removeprefix(" ")
+                value = value.removeprefix(" ")
+                if name == "data" and "data" in fields:  # SSE: data lines join with newlines
+                    value = fields["data"] + "\n" + value
+                fields[name or "comment"] = value
             self.blocks.put_nowait(fields)
 
     async def next_event(self, within: float = 5.0) -> dict[str, str]:
@@ -194,3 +201,85 @@ async def test_s2_the_stream_asks_read_permission_and_checks_its_interval(live: 
     await slow.close()
     await asyncio.wait_for(hub.idle(), 5)
     assert not hub.running
+
+
+def _mail_due(html: str) -> str:
+    """The overview's due cell of dash.mail (a link to its waiting runs)."""
+    found = re.search(r'job=dash\.mail&amp;state=waiting">([^<]*)</a>', html)
+    assert found is not None, html[:2000]
+    return found.group(1)
+
+
+async def test_s2_the_html_stream_shows_a_committed_enqueue_within_two_seconds(live: Any) -> None:
+    """S2 (issue 36 item 3): the overview page's own stream (``?format=html``) sends the
+    overview's content as the page renders it, and a run enqueued (committed) while it watches
+    shows within 2 s; a manager's variant carries their own form token (put in per client), a
+    viewer's has no buttons; JSON and HTML clients share the hub's one reading a second."""
+    app, hub, backend, _statements = live
+    started = time.monotonic()
+    viewer = SseClient(app, "/live/overview?format=html")
+    manager = SseClient(app, "/live/overview?format=html", user="admin")
+    figures = SseClient(app, "/live/overview")
+    first = await viewer.next_event()
+    assert first["event"] == "overview"
+    assert "<h2>Jobs</h2>" in first["data"]
+    assert _mail_due(first["data"]) == "0"
+    assert ">Pause</button>" not in first["data"]
+    managed = (await manager.next_event())["data"]
+    assert ">Pause</button>" in managed
+    assert "ship-sqla-csrf-slot" not in managed
+    tokens = set(re.findall(r'name="csrf_token" value="([0-9a-f]+)"', managed))
+    assert len(tokens) == 1, tokens
+    assert json.loads((await figures.next_event())["data"])["jobs"]
+    await backend.enqueue(MAIL, {"i": 1})
+    committed = time.monotonic()
+    due = "0"
+    while due == "0":
+        left = 2.0 - (time.monotonic() - committed)
+        due = _mail_due((await viewer.next_event(within=max(left, 0.01)))["data"])
+    assert due == "1"
+    assert hub.readings <= time.monotonic() - started + 1  # one a second for all three
+    for client in (viewer, manager, figures):
+        await client.close()
+    await asyncio.wait_for(hub.idle(), 5)
+    assert not hub.running
+
+
+async def test_the_refresh_choice_is_a_cookie_the_pages_follow(live: Any) -> None:
+    """Issue 36 item 3: the header's Refresh form (a GET, no JavaScript needed) sets the
+    per-browser cookie and returns to the page; "live" makes the overview connect to its
+    stream (no poll), N s polls every N s, "off" neither; a choice not offered is a 400 with
+    the fix, and the return path is only ever one of the dashboard's."""
+    app, _hub, _backend, _statements = live
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(
+        transport=transport, base_url="http://app", headers={"x-user": "viewer"}
+    ) as client:
+        page = (await client.get("/")).text
+        assert 'id="refresh-every"' in page
+        assert 'hx-trigger="every 10000ms"' in page  # no choice: refresh_seconds
+        assert '<option value="10" selected>' in page
+        set_live = await client.get("/refresh", params={"every": "live", "next": "/"})
+        assert set_live.status_code == 303
+        assert set_live.headers["location"] == "/"
+        assert "ship_dashboard_refresh=live" in set_live.headers["set-cookie"]
+        page = (await client.get("/")).text
+        assert 'sse-connect="/live/overview?format=html"' in page
+        assert "hx-trigger" not in page
+        assert '<option value="live" selected>' in page
+        await client.get("/refresh", params={"every": "5", "next": "/workers"})
+        assert 'hx-trigger="every 5000ms"' in (await client.get("/")).text
+        assert 'hx-trigger="every 5000ms"' in (await client.get("/workers")).text
+        await client.get("/refresh", params={"every": "off"})
+        page = (await client.get("/")).text
+        assert "hx-trigger" not in page
+        assert "sse-connect" not in page
+        away = await client.get("/refresh", params={"every": "2", "next": "//evil.example/"})
+        assert away.headers["location"] == "/"
+        bad = await client.get("/refresh", params={"every": "3"})
+        assert bad.status_code == 400
+        assert "Fix:" in bad.text
+    bad_format = SseClient(app, "/live/overview?format=xml")
+    await asyncio.wait_for(bad_format.task, 5)
+    assert bad_format.status == 400
+    assert b"Fix:" in bad_format.body

@@ -69,7 +69,12 @@ from ship_sqla._dashboard._html import (
     table,
     text,
 )
-from ship_sqla._dashboard._live import LiveOverview
+from ship_sqla._dashboard._live import (
+    REFRESH_CHOICES,
+    REFRESH_COOKIE,
+    LiveOverview,
+    refresh_choice,
+)
 from ship_sqla._dashboard._reads import (
     OVERVIEW_COUNT_CAP,
     THROUGHPUT_BUCKET,
@@ -124,7 +129,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._browse import ConsumerKeyProgress, RunOrder, ThroughputBucket
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import AdministeredBackend
-    from ship_sqla.kernel._ports import RunRecord
+    from ship_sqla.kernel._ports import PausedJob, RunRecord
     from ship_sqla.kernel._serving import Serving
     from ship_sqla.kernel._stats import JobStatsStore, StatsSeries
     from ship_sqla.kernel._webhooks_out import (
@@ -174,6 +179,18 @@ class Content:
 
     html: Html
     data: Any
+
+
+@attrs.frozen
+class OverviewReading:
+    """What the overview reads (:meth:`_Dashboard.overview_reading`), before it is rendered."""
+
+    paused: Mapping[str, PausedJob]
+    jobs: Sequence[JobRow]
+    buckets: Sequence[ThroughputBucket]
+    history: tuple[StatsSeries, int] | None
+    workers: Sequence[WorkerRecord] | None
+    limit_waits: Html
 
 
 def _wants_json(request: Request) -> bool:
@@ -370,6 +387,10 @@ class _Dashboard:
         self.secret = secret
         self.definitions = definitions
         self.poll_ms = int(refresh_seconds * 1000) if refresh_seconds > 0 else None
+        # What the header's Refresh control shows before a choice: the dashboard's own interval
+        # when it is one of the choices ("" otherwise: the control says "default").
+        default = "off" if self.poll_ms is None else f"{refresh_seconds:g}"
+        self._default_choice = refresh_choice(default) or ""
 
     # --- per request ---------------------------------------------------------------------------
 
@@ -544,12 +565,55 @@ class _Dashboard:
             here=_here(request, keep_flash=True),
             flash=request.query_params.get("done"),
             error=request.query_params.get("failed"),
-            poll_ms=self.poll_ms if poll else None,
+            **self._refreshing(request, poll=poll),
             banner=health_banner(alarms),
             charts=charts,
             fragment=request.headers.get("x-ship-fragment") == "1",
         )
         return self._respond(request, HTMLResponse(html, status))
+
+    def _refreshing(self, request: Request, *, poll: bool) -> dict[str, Any]:
+        """The layout's refresh arguments: the page's poll (when it polls), the header's
+        Refresh control and its current choice."""
+        return {
+            "poll_ms": self.poll_ms_of(request) if poll else None,
+            "refresh": refresh_choice(request.cookies.get(REFRESH_COOKIE)) or self._default_choice,
+            "refresh_choices": REFRESH_CHOICES,
+        }
+
+    def poll_ms_of(self, request: Request) -> int | None:
+        """How often a polling page refreshes for this user (issue 36 item 3): the refresh
+        cookie's N s, none for "off", else (no cookie, or "live" on a page with no stream) the
+        dashboard's ``refresh_seconds``."""
+        choice = refresh_choice(request.cookies.get(REFRESH_COOKIE))
+        if choice == "off":
+            return None
+        if choice is None or choice == "live":
+            return self.poll_ms
+        return int(choice) * 1000
+
+    async def refresh(self, request: Request) -> Response:
+        """``GET /refresh?every=live|2..60|off&next=PATH`` (the header's control, a form that
+        works without JavaScript): sets this browser's refresh cookie and returns to ``next``
+        (a path of this dashboard only)."""
+        every = request.query_params.get("every", "")
+        if refresh_choice(every) is None:
+            return PlainTextResponse(
+                f"400 every={every[:20]!r}: not a refresh choice. Fix: pick one of"
+                f" {', '.join(REFRESH_CHOICES)} in the header's Refresh control.",
+                400,
+            )
+        back = self._back(request, {"next": [request.query_params.get("next", "")]})
+        response = RedirectResponse(back, 303)
+        response.set_cookie(
+            REFRESH_COOKIE,
+            every,
+            max_age=365 * 24 * 3600,
+            httponly=True,
+            samesite="lax",
+            path=self.base(request) or "/",
+        )
+        return response
 
     async def _health_alarms(self, ops: JobOperations) -> list[tuple[str, str]]:
         """J22: the storage-health alarms (a few catalog reads per page); none for a viewer
@@ -683,75 +747,94 @@ class _Dashboard:
 
     async def overview(self, request: Request) -> Response:
         base = self.base(request)
+        choice = refresh_choice(request.cookies.get(REFRESH_COOKIE))
+        stream = base + "/live/overview?format=html" if choice == "live" else None
 
         async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
-            paused = {p.job_id: p for p in await ops.paused()}
-            jobs = await overview_jobs(ops, also=[*paused, *self.definitions])
-            buckets, history = await self._throughput(ops, [job.job_id for job in jobs])
-            try:
-                workers: list[WorkerRecord] | None = await ops.workers()
-            except ConfigurationError:
-                workers = None
-            now = datetime.now(UTC)
-            alive = [
-                w
-                for w in workers or ()
-                if (now - w.last_seen_at).total_seconds() < WORKER_STALE_AFTER
-            ]
-            served = None if workers is None else serving_of(workers, now=now)
-            csrf = self.csrf(request)
-            rows = []
-            for job in jobs:
-                job_id, d = job.job_id, job.demand
-                due = "0" if d is None else f"{d.due}{'+' if d.capped else ''}"
-                action = ""
-                if can_manage:
-                    verb = "resume" if job_id in paused else "pause"
-                    action = button_form(
-                        f"{base}/jobs/{quote(job_id)}/{verb}",
-                        verb.capitalize(),
-                        csrf=csrf,
-                        back=base + "/",
-                    )
-                rows.append(
-                    (
-                        link(base, f"/jobs/{quote(job_id, safe='')}", job_id),
-                        link(base, "/runs", due, {"job": job_id, "state": "waiting"}),
-                        text(0 if d is None else d.delayed),
-                        text(0 if d is None else d.running),
-                        ago(None if d is None else d.oldest_due_age),
-                        link(base, "/dead", job.dead, {"job": job_id})
-                        + (' <span class="state-dead">failing</span>' if job.failing else ""),
-                        at(job.last_dead_at),
-                        _serving_cell(served, job_id),
-                        "paused since " + at(paused[job_id].paused_at) if job_id in paused else "",
-                        action,
-                    )
-                )
-            html = render(
-                "pages/overview.html",
-                base=base,
-                nonce=_nonce(request),
-                hours=THROUGHPUT_BUCKETS * THROUGHPUT_BUCKET // 3600,
-                bucket_minutes=THROUGHPUT_BUCKET // 60,
-                completed=sum(b.completed for b in buckets),
-                dead=sum(b.dead for b in buckets),
-                chart=Markup(throughput_chart(buckets, bucket_seconds=THROUGHPUT_BUCKET)),  # noqa: S704
-                chart_data=_chart_data(buckets),
-                rows=_marked(rows),
-                limit_waits=Markup(await self._limit_waits(ops)),  # noqa: S704 - rendered
-                alive=len(alive),
-                registered=len(workers or ()),
-                headers=_OVERVIEW_HEADERS,
-                count_cap=OVERVIEW_COUNT_CAP,
-                history=None if history is None else _history_parts(history),
-            )
-            data = _overview_data(buckets, jobs, paused, alive=len(alive), workers=workers)
-            if history is not None:
-                data["history"] = {"series": history[0], "jobs_summed": history[1]}
-            return Content(html, data)
+            reading = await self.overview_reading(ops)
+            csrf = self.csrf(request) if can_manage else None
+            html, data = self.overview_content(reading, base=base, csrf=csrf, nonce=_nonce(request))
+            live = render("pages/overview_live.html", stream=stream, content=Markup(html))  # noqa: S704
+            return Content(live, data)
 
-        return await self.page(request, "", "Overview", body, poll=True, charts=True)
+        return await self.page(request, "", "Overview", body, poll=stream is None, charts=True)
+
+    async def overview_reading(self, ops: JobOperations) -> OverviewReading:
+        """The overview's reads (one set for the page, and one per second for every client of
+        the live stream: :mod:`._live`)."""
+        paused = {p.job_id: p for p in await ops.paused()}
+        jobs = await overview_jobs(ops, also=[*paused, *self.definitions])
+        buckets, history = await self._throughput(ops, [job.job_id for job in jobs])
+        try:
+            workers: list[WorkerRecord] | None = await ops.workers()
+        except ConfigurationError:
+            workers = None
+        limit_waits = await self._limit_waits(ops)
+        return OverviewReading(paused, jobs, buckets, history, workers, limit_waits)
+
+    def overview_content(
+        self, reading: OverviewReading, *, base: str, csrf: str | None, nonce: str
+    ) -> tuple[Html, dict[str, Any]]:
+        """The overview's content (``pages/overview.html``) and JSON twin from ``reading``: the
+        one rendering path of the page, its poll and its live stream. ``csrf`` (None: a viewer,
+        no pause / resume buttons) is the manager's form token."""
+        paused, jobs, workers = reading.paused, reading.jobs, reading.workers
+        buckets, history = reading.buckets, reading.history
+        now = datetime.now(UTC)
+        alive = [
+            w for w in workers or () if (now - w.last_seen_at).total_seconds() < WORKER_STALE_AFTER
+        ]
+        served = None if workers is None else serving_of(workers, now=now)
+        rows = []
+        for job in jobs:
+            job_id, d = job.job_id, job.demand
+            due = "0" if d is None else f"{d.due}{'+' if d.capped else ''}"
+            action = ""
+            if csrf is not None:
+                verb = "resume" if job_id in paused else "pause"
+                action = button_form(
+                    f"{base}/jobs/{quote(job_id)}/{verb}",
+                    verb.capitalize(),
+                    csrf=csrf,
+                    back=base + "/",
+                )
+            rows.append(
+                (
+                    link(base, f"/jobs/{quote(job_id, safe='')}", job_id),
+                    link(base, "/runs", due, {"job": job_id, "state": "waiting"}),
+                    text(0 if d is None else d.delayed),
+                    text(0 if d is None else d.running),
+                    ago(None if d is None else d.oldest_due_age),
+                    link(base, "/dead", job.dead, {"job": job_id})
+                    + (' <span class="state-dead">failing</span>' if job.failing else ""),
+                    at(job.last_dead_at),
+                    _serving_cell(served, job_id),
+                    "paused since " + at(paused[job_id].paused_at) if job_id in paused else "",
+                    action,
+                )
+            )
+        html = render(
+            "pages/overview.html",
+            base=base,
+            nonce=nonce,
+            hours=THROUGHPUT_BUCKETS * THROUGHPUT_BUCKET // 3600,
+            bucket_minutes=THROUGHPUT_BUCKET // 60,
+            completed=sum(b.completed for b in buckets),
+            dead=sum(b.dead for b in buckets),
+            chart=Markup(throughput_chart(buckets, bucket_seconds=THROUGHPUT_BUCKET)),  # noqa: S704
+            chart_data=_chart_data(buckets),
+            rows=_marked(rows),
+            limit_waits=Markup(reading.limit_waits),  # noqa: S704 - rendered
+            alive=len(alive),
+            registered=len(workers or ()),
+            headers=_OVERVIEW_HEADERS,
+            count_cap=OVERVIEW_COUNT_CAP,
+            history=None if history is None else _history_parts(history),
+        )
+        data = _overview_data(buckets, jobs, paused, alive=len(alive), workers=workers)
+        if history is not None:
+            data["history"] = {"series": history[0], "jobs_summed": history[1]}
+        return html, data
 
     async def _throughput(
         self, ops: JobOperations, job_ids: Sequence[str]
@@ -1696,6 +1779,7 @@ def _routes(state: _Dashboard) -> list[BaseRoute]:
         Mount("/static", StaticAssets()),
         Route("/health", state.health, methods=["GET"]),
         Route("/goto", state.goto, methods=["GET"]),
+        Route("/refresh", state.refresh, methods=["GET"]),
         Route("/runs", state.runs, methods=["GET"]),
         Route("/runs/bulk", state.runs_bulk, methods=["POST"]),
         Route("/runs/{run_id:path}/{verb}", state.run_action, methods=["POST"]),

@@ -180,6 +180,8 @@ def layout(
     flash: str | None = None,
     error: str | None = None,
     poll_ms: int | None = None,
+    refresh: str = "",
+    refresh_choices: Sequence[str] = (),
     banner: Html = "",
     charts: bool = False,
     fragment: bool = False,
@@ -200,6 +202,8 @@ def layout(
         flash=flash,
         error=error,
         poll_ms=poll_ms,
+        refresh=refresh,
+        refresh_choices=refresh_choices,
         banner=Markup(banner),  # noqa: S704 - the macro's output
         charts=charts,
         static=lambda relative: static_url(base, relative),

@@ -13,6 +13,16 @@ most every N s, and the hub reads no more often than its most eager client needs
 with a ``retry:`` hint, then ``event: overview`` messages with an ``id`` (the snapshot's
 sequence number) and a JSON ``data`` line, and a comment line every 15 s when nothing else was
 sent, so proxies keep it open and a gone client is noticed at the latest then.
+
+``?format=html`` (the overview page's own stream, with the "live" refresh choice) sends, in
+place of the JSON, the overview's content as its page renders it (``pages/overview.html``, the
+one rendering path): the hub reads the page's reads once per snapshot and each variant (the
+mount's path, viewer or manager) is rendered once per snapshot, whoever watches; a manager's
+form token is put into the rendered text per client (a string replacement). The page morphs it
+in (htmx-ext-sse, idiomorph): a ticked checkbox, the focus and the scroll survive.
+
+The refresh choice (:data:`REFRESH_COOKIE`) is per browser: ``live`` (this stream on the
+overview), ``2`` to ``60`` s (the page polls), or ``off``.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import contextvars
 import inspect
 import json
 import logging
+import re
 import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -36,6 +47,7 @@ from ship_sqla._dashboard._reads import (
     THROUGHPUT_CAP,
     overview_jobs,
 )
+from ship_sqla._dashboard._security import NONCE_KEY
 from ship_sqla.kernel._errors import (
     BoundExceededError,
     ConfigurationError,
@@ -61,17 +73,31 @@ HEARTBEAT: Final = 15.0
 RETRY_MS: Final = 3000
 """The ``retry:`` hint: how long a browser waits before it reconnects a dropped stream."""
 MAX_EVERY: Final = 60
+REFRESH_COOKIE: Final = "ship_dashboard_refresh"
+"""The cookie of the user's refresh choice (set by ``GET /refresh``)."""
+REFRESH_CHOICES: Final = ("live", "2", "5", "10", "30", "60", "off")
+CSRF_SLOT: Final = "ship-sqla-csrf-slot"
+"""The form token rendered into a manager's variant, replaced per client by its own."""
 _LIVE_OPERATION: Final = "dashboard live"
+
+
+def refresh_choice(given: str | None) -> str | None:
+    """``given`` when it is one of :data:`REFRESH_CHOICES`, else None (no choice made)."""
+    return given if given in REFRESH_CHOICES else None
 
 
 @attrs.frozen
 class Snapshot:
     """One reading of the overview: ``seq`` counts the hub's readings (the SSE ``id``), ``event``
-    is ``overview`` (or ``problem`` when the reading failed), ``data`` its JSON text."""
+    is ``overview`` (or ``problem`` when the reading failed), ``data`` its JSON text (when a
+    JSON client was due), ``reading`` the page's reads (when an HTML client was due) and
+    ``pages`` its rendered variants, each rendered once (SSE ``data:`` lines)."""
 
     seq: int
     event: str
-    data: str
+    data: str | None
+    reading: object = None
+    pages: dict[tuple[str, bool], str] = attrs.field(factory=dict)
 
 
 @attrs.define(eq=False)
@@ -80,6 +106,7 @@ class _Watcher:
     slot. Never a queue: a newer snapshot replaces one not yet sent."""
 
     every: float
+    html: bool = False
     handed_at: float | None = None
     latest: Snapshot | None = None
     wake: asyncio.Event = attrs.field(factory=asyncio.Event)
@@ -94,10 +121,12 @@ class LiveHub:
         self,
         read: Callable[[], Awaitable[Mapping[str, Any]]],
         *,
+        read_page: Callable[[], Awaitable[object]] | None = None,
         period: float = PERIOD,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._read = read
+        self._read_page = read_page
         self._period = period
         self._clock = clock
         self._watchers: set[_Watcher] = set()
@@ -123,11 +152,14 @@ class LiveHub:
         return len(self._watchers)
 
     @contextlib.asynccontextmanager
-    async def watching(self, every: float) -> AsyncIterator[_Watcher]:
+    async def watching(self, every: float, *, html: bool = False) -> AsyncIterator[_Watcher]:
         """A client watching for as long as the context lasts: the hub starts with the first
-        client and stops when the last one leaves (cancelled, not left running idle)."""
+        client and stops when the last one leaves (cancelled, not left running idle). ``html``:
+        the client wants the page's reading, not the JSON."""
         latest = self._latest if self.running else None  # a stopped hub's reading is stale
-        watcher = _Watcher(every=max(every, self._period), latest=latest)
+        if latest is not None and (latest.reading if html else latest.data) is None:
+            latest = None  # read for the other format: this client waits for the next reading
+        watcher = _Watcher(every=max(every, self._period), html=html, latest=latest)
         if latest is not None:
             watcher.wake.set()  # the newest reading at once; a fresh one follows within a period
         self._watchers.add(watcher)
@@ -156,27 +188,35 @@ class LiveHub:
                 if w.handed_at is None or started - w.handed_at >= w.every - self._period / 2
             ]
             if due:
-                snapshot = await self._reading()
+                snapshot = await self._reading(
+                    data=any(not w.html for w in due), page=any(w.html for w in due)
+                )
                 for w in due:
                     w.latest, w.handed_at = snapshot, started
                     w.wake.set()
             await asyncio.sleep(max(0.0, self._period - (self._clock() - started)))
 
-    async def _reading(self) -> Snapshot:
+    async def _reading(self, *, data: bool, page: bool) -> Snapshot:
+        """One reading, of what the due clients want: the JSON ``data``, the ``page``'s reads,
+        or both."""
         self.readings += 1
+        reading: object = None
         try:
-            data: Mapping[str, Any] = await self._read()
+            figures: Mapping[str, Any] | None = await self._read() if data else None
+            if page and self._read_page is not None:
+                reading = await self._read_page()
             event = "overview"
         except ShipError as exc:
             _log.warning("the live overview could not be read: %s", exc)
-            data, event = {"problem": str(exc)}, "problem"
+            figures, event = {"problem": str(exc)}, "problem"
         except Exception:  # noqa: BLE001 - a failed read never ends the stream; the next tries
             _log.exception("the live overview could not be read")
-            data, event = (
+            figures, event = (
                 {"problem": "the overview could not be read (see the server log)."},
                 "problem",
             )
-        snapshot = Snapshot(self.readings, event, json.dumps(data, separators=(",", ":")))
+        text = None if figures is None else json.dumps(figures, separators=(",", ":"))
+        snapshot = Snapshot(self.readings, event, text, reading)
         self._latest = snapshot
         return snapshot
 
@@ -244,6 +284,7 @@ class LiveOverview:
         *,
         authorizer: Callable[[Request, str, str], Any],
         job_ids: tuple[str, ...] = (),
+        page: _Dashboard | None = None,
         period: float = PERIOD,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -251,53 +292,66 @@ class LiveOverview:
         # permission is asked when it connects (fail closed, as every page).
         reader = jobs.acting_as("dashboard live", authorizer=_read_only)
         self.authorizer = authorizer
+        self.page = page
         self.hub = LiveHub(
             lambda: overview_figures(reader, job_ids, now=lambda: datetime.now(UTC)),
+            read_page=None if page is None else lambda: page.overview_reading(reader),
             period=period,
             clock=clock,
         )
 
     @classmethod
     def of(cls, state: _Dashboard) -> LiveOverview:
-        return cls(state.jobs, authorizer=state.authorizer, job_ids=tuple(state.definitions))
+        return cls(
+            state.jobs, authorizer=state.authorizer, job_ids=tuple(state.definitions), page=state
+        )
 
-    async def _may_read(self, request: Request) -> bool:
-        for permission in (MANAGE_PERMISSION, READ_PERMISSION):
-            answer = self.authorizer(request, permission, _LIVE_OPERATION)
-            if inspect.isawaitable(answer):
-                answer = await answer
-            if answer is True:
-                return True
-        return False
+    async def _holds(self, request: Request, permission: str) -> bool:
+        answer = self.authorizer(request, permission, _LIVE_OPERATION)
+        if inspect.isawaitable(answer):
+            answer = await answer
+        return answer is True
 
     async def stream(self, request: Request) -> Response:
         """The SSE stream (see the module); 403 without ``ship.jobs:read``, 400 for a bad
-        ``every``."""
+        ``every`` or ``format``."""
         every = _every(request.query_params.get("every"))
+        form = request.query_params.get("format", "json")
+        if form not in ("json", "html") or (form == "html" and self.page is None):
+            refused: ShipError = ConfigurationError(
+                f"format={form[:20]!r} is not a format of this stream.",
+                fix="omit it (JSON), or pass ?format=html (the overview page's own stream).",
+            )
+            return PlainTextResponse(f"400 {refused}", 400)
         if every is None:
-            refused: ShipError = BoundExceededError(
+            refused = BoundExceededError(
                 f"every must be a whole number of seconds, 1 to {MAX_EVERY}.",
                 fix="omit it (live: 1 s), or pass ?every=2 to 60; the page's 'off' sends none.",
             )
             return PlainTextResponse(f"400 {refused}", 400)
-        if not await self._may_read(request):
+        manager = await self._holds(request, MANAGE_PERMISSION)
+        if not (manager or await self._holds(request, READ_PERMISSION)):
             refused = PermissionDeniedError(
                 f"the authorizer refused both {READ_PERMISSION!r} and {MANAGE_PERMISSION!r}"
                 f" for operation {_LIVE_OPERATION!r}; nothing was read.",
                 fix=f"grant {READ_PERMISSION!r} to this user in the dashboard's authorizer.",
             )
             return PlainTextResponse(f"403 {refused}", 403)
+        variant = None
+        if form == "html" and self.page is not None:
+            csrf = self.page.csrf(request) if manager else None
+            variant = _Variant(self.page.base(request), csrf, _nonce(request))
         return StreamingResponse(
-            self._events(every),
+            self._events(every, variant),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
-    async def _events(self, every: float) -> AsyncIterator[str]:
-        """One client's messages; the server's disconnect handling cancels it, which leaves the
-        hub (``watching``'s exit)."""
+    async def _events(self, every: float, variant: _Variant | None) -> AsyncIterator[str]:
+        """One client's messages (the JSON, or with a ``variant`` the page's HTML); the
+        server's disconnect handling cancels it, which leaves the hub (``watching``'s exit)."""
         yield f"retry: {RETRY_MS}\n\n"
-        async with self.hub.watching(every) as watcher:
+        async with self.hub.watching(every, html=variant is not None) as watcher:
             while True:
                 try:
                     await asyncio.wait_for(watcher.wake.wait(), HEARTBEAT)
@@ -306,8 +360,51 @@ class LiveOverview:
                     continue
                 watcher.wake.clear()
                 snapshot = watcher.latest
-                if snapshot is not None:
-                    yield f"id: {snapshot.seq}\nevent: {snapshot.event}\ndata: {snapshot.data}\n\n"
+                if snapshot is None:
+                    continue
+                if variant is None or snapshot.event != "overview":
+                    data = f"data: {snapshot.data}\n"
+                else:
+                    data = self._page_lines(snapshot, variant)
+                yield f"id: {snapshot.seq}\nevent: {snapshot.event}\n{data}\n"
+
+    def _page_lines(self, snapshot: Snapshot, variant: _Variant) -> str:
+        """``snapshot``'s page for ``variant`` as SSE ``data:`` lines: rendered once per
+        snapshot and variant (cached in the snapshot), the client's own form token put in."""
+        key = (variant.base, variant.csrf is not None)
+        lines = snapshot.pages.get(key)
+        if lines is None:
+            assert self.page is not None  # noqa: S101 - an HTML variant is made only with a page
+            html, _data = self.page.overview_content(
+                snapshot.reading,  # type: ignore[arg-type]
+                base=variant.base,
+                csrf=None if variant.csrf is None else CSRF_SLOT,
+                nonce=_NONCE_SLOT,
+            )
+            # Each of CR, LF and CRLF ends an SSE line: a CR in the content must not end one.
+            lines = "".join(f"data: {line}\n" for line in _SSE_LINES.split(html))
+            snapshot.pages[key] = lines
+        if variant.csrf is not None:
+            lines = lines.replace(f'value="{CSRF_SLOT}"', f'value="{variant.csrf}"')
+        return lines.replace(f'nonce="{_NONCE_SLOT}"', f'nonce="{variant.nonce}"')
+
+
+_NONCE_SLOT: Final = "ship-sqla-nonce-slot"
+_SSE_LINES: Final = re.compile(r"\r\n|\r|\n")
+
+
+@attrs.frozen
+class _Variant:
+    """An HTML client: the mount's path its links start with, its form token (a manager's;
+    None: a viewer's variant, no buttons) and the nonce its data island carries."""
+
+    base: str
+    csrf: str | None
+    nonce: str
+
+
+def _nonce(request: Request) -> str:
+    return str(request.scope.get(NONCE_KEY, ""))
 
 
 def _every(given: str | None) -> float | None:

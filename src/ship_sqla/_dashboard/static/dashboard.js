@@ -5,6 +5,11 @@
 // - "/" focuses the search box (#jump), unless the focus is in a field already;
 // - live pages (<main data-live>) are refreshed by htmx (hx-trigger on <main>) with a
 //   morphing swap (idiomorph), paused while the tab is hidden;
+// - the overview with the "live" refresh choice ([data-live-stream]) morphs in the events of
+//   its server-sent-events stream (htmx-ext-sse); the stream is closed while the tab is hidden
+//   and opened again when it shows;
+// - the header's Refresh choice is applied on change; "updated N s ago" says how old the
+//   live content is;
 // - a chart with a data island (<div data-uplot>) is drawn with uPlot over its SVG fallback.
 (function () {
   document.documentElement.classList.add("js");
@@ -91,8 +96,36 @@
       e.preventDefault();
     }
   });
+  var updatedAt = Date.now();
+  function stamp() {
+    var out = document.getElementById("live-stamp");
+    if (!out || !document.querySelector("main[data-live], [data-live-stream]")) { return; }
+    out.textContent = "updated " + Math.max(0, Math.round((Date.now() - updatedAt) / 1000)) + " s ago";
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    var choice = document.getElementById("refresh-every");
+    if (choice && choice.hasAttribute("data-autosubmit")) {
+      choice.addEventListener("change", function () { choice.form.submit(); });
+    }
+    stamp();
+    window.setInterval(stamp, 1000);
+  });
+  document.addEventListener("visibilitychange", function () {
+    var live = document.querySelector("[data-live-stream]");
+    if (!live) { return; }
+    var data = live["htmx-internal-data"];
+    if (document.hidden) {
+      if (data && data.sseEventSource) { data.sseEventSource.close(); }
+    } else if (typeof htmx !== "undefined") {
+      // A changed attribute makes htmx process the element again: htmx-ext-sse connects anew.
+      live.setAttribute("data-shown-at", String(Date.now()));
+      htmx.process(live);
+    }
+  });
   document.addEventListener("htmx:afterSettle", function (e) {
     times(e.target);
     charts(e.target);
+    updatedAt = Date.now();
+    stamp();
   });
 })();
