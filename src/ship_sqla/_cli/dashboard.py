@@ -36,6 +36,8 @@ from ship_sqla._webhooks._sender import DEFAULT_JOB_ID
 from ship_sqla.kernel._operations import MANAGE_PERMISSION, READ_PERMISSION
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sqlalchemy.engine import URL
     from sqlalchemy.ext.asyncio import AsyncEngine
     from starlette.requests import Request
@@ -174,19 +176,12 @@ def dashboard(
         ) from exc
     engine = create_async_engine(database_url)
     audit = None if audit_table is None else tables.audit_log(engine, audit_table)
-    granted = {READ_PERMISSION, OUTBOX_READ, WEBHOOKS_READ}
-    if not read_only:
-        granted |= {MANAGE_PERMISSION, OUTBOX_MANAGE, WEBHOOKS_MANAGE}
-
-    def authorizer(_request: Request, permission: str, _operation: str) -> bool:
-        return permission in granted
-
     outbox = None
     if outbox_ids:
         outbox = _outbox_operations(engine, outbox_table, outbox_schema, audit)
     app: Any = create_dashboard(
         tables.backend(engine),
-        authorizer=authorizer,
+        authorizer=_shell_authorizer(read_only=read_only),
         actor=lambda _request: cli_actor(),
         audit=audit,
         outbox=outbox,
@@ -216,6 +211,21 @@ def dashboard(
     click.echo(f"ship-sqla dashboard on http://{shown}:{bound}/ (Ctrl-C to stop)")
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     server.run(sockets=[listening])
+
+
+def _shell_authorizer(*, read_only: bool) -> Callable[[Request, str, str], bool]:
+    """What the operator at this shell may do on the dashboard: every read, and (unless
+    ``--read-only``) every action. Payloads too: the shell's operator can read the tables."""
+    from ship_sqla._dashboard._redact import PAYLOADS_PERMISSION  # noqa: PLC0415 - needs starlette
+
+    granted = {READ_PERMISSION, PAYLOADS_PERMISSION, OUTBOX_READ, WEBHOOKS_READ}
+    if not read_only:
+        granted |= {MANAGE_PERMISSION, OUTBOX_MANAGE, WEBHOOKS_MANAGE}
+
+    def authorizer(_request: Request, permission: str, _operation: str) -> bool:
+        return permission in granted
+
+    return authorizer
 
 
 def _webhook_sender(

@@ -1725,17 +1725,11 @@ def create_dashboard(
       adding an endpoint and rotating its secret stay at the shell.
     - ``stats``: the job history the workers flush into (:func:`~ship_sqla.create_job_stats`),
       read by the job pages' charts and the overview's chart (issue 36).
-    - ``redact(field, value, job_id) -> value``: what every page and JSON twin shows in place
-      of a run's payload (``field`` ``"payload"``), error text (``"error"``: the last error and
-      each attempt's) or a workflow step's result (``"result"``); a hook that raises hides the
-      value. Payloads and step results are shown only to users the authorizer grants
-      ``ship.jobs:payloads`` (others see a note): :mod:`._redact`.
+    - ``redact(field, value, job_id) -> value``: shown in place of a payload (``"payload"``),
+      error text (``"error"``) or step result (``"result"``) on every page and JSON twin; a
+      hook that raises hides it. Payloads need ``ship.jobs:payloads`` (:mod:`._redact`).
     """
-    if not callable(authorizer):
-        raise ConfigurationError(
-            "authorizer must be callable(request, permission, operation) -> bool.",
-            fix="pass authorizer=lambda request, permission, operation: ...",
-        )
+    _check_authorizer(authorizer)
     audit = _checked_audit(audit, outbox)
     key_bytes = _checked_secret(secret)
     jobs = create_job_operations(
@@ -1764,6 +1758,14 @@ def create_dashboard(
         middleware=[Middleware(_TablesChecked, tables=tables)],
         lifespan=tables.at_startup,
     )
+
+
+def _check_authorizer(authorizer: object) -> None:
+    if not callable(authorizer):
+        raise ConfigurationError(
+            "authorizer must be callable(request, permission, operation) -> bool.",
+            fix="pass authorizer=lambda request, permission, operation: ...",
+        )
 
 
 def _routes(state: _Dashboard) -> list[BaseRoute]:
