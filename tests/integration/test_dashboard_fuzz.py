@@ -431,6 +431,7 @@ def test_the_fuzzer_reads_the_names_from_the_code() -> None:
     assert {"csrf_token", "next", "action", "id", "job", "tenant"} <= FORM_NAMES
 
 
+@pytest.mark.timeout(600)  # ~600 slots x 52 values: 176 s at load 11 on 2 cores, ~30 s quiet
 async def test_s2_every_slot_of_every_route_answers_the_issues_values_below_500_unchanged(
     fuzzed: Fuzzed,
 ) -> None:
