@@ -947,8 +947,10 @@ class PostgresJobBackend(JobBackendBase):
         if request.partition is not None:
             return await self._claim_partitioned(params, request)
         _aging_params(params, request)
-        # J19 for J6: the lapsed probe starts at this backend's lapsed floor (kernel).
-        lapsed_window = self.lapsed_floors.window(job_id, self._clock.now())
+        # J19 for J6: the lapsed probe starts at this backend's lapsed floor (kernel), read
+        # and recorded at a time before the statement's (so never above what it probed).
+        probed_at = self._clock.now()
+        lapsed_window = self.lapsed_floors.window(job_id, probed_at)
         params["lapsed_window"] = lapsed_window
         floors: tuple[Floor, ...] = ()
         floored = fair is None and request.aging is None
@@ -968,10 +970,9 @@ class PostgresJobBackend(JobBackendBase):
         if gate_created and not batch and not batch.buried:
             # The job's first gated claim made its gate, which grants nothing: claim again.
             batch, _, taken = await self._claim_with(statement, params, request)
-        now = self._clock.now()
-        self.lapsed_floors.record(job_id, now, lapsed_window, complete=taken.lapsed_complete)
+        self.lapsed_floors.record(job_id, probed_at, lapsed_window, complete=taken.lapsed_complete)
         if floored:
-            self.claim_floors.record(job_id, now, floors, taken.positions)
+            self.claim_floors.record(job_id, self._clock.now(), floors, taken.positions)
         return batch
 
     async def _claim_partitioned(self, params: dict[str, Any], request: ClaimRequest) -> ClaimBatch:

@@ -169,8 +169,10 @@ class LapsedFloors:
         return (now - since).total_seconds() + self.lag
 
     def record(self, job_id: str, now: datetime, window: float | None, *, complete: bool) -> None:
-        """After a probe at ``now`` from ``window`` (None: from the start): a complete one moves
-        the floor up to ``now - lag``; an incomplete one keeps it (from the start: none)."""
+        """After a probe from ``window`` (None: from the start) at ``now``, a time no later than
+        the probe's own (the PostgreSQL backend reads it before sending the statement): a
+        complete one moves the floor up to ``now - lag``; an incomplete one keeps it (from the
+        start: none)."""
         if window is None:
             self._swept[job_id] = now
             if not complete:
