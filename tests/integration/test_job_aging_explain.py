@@ -97,6 +97,7 @@ def _params() -> dict[str, Any]:
         "max_lapses": 3,
         "crash_loop": "lapsed 3 times in a row",
         "lapsed_limit": LIMIT + 100,
+        "lapsed_window": None,
         "pause_row": "aged#paused",
         "gate_row": "aged#claim-gate",
         "rate_limit": 1000,

@@ -44,6 +44,7 @@ from ship_sqla.kernel._jobs import (
     RetryPolicy,
     define_job,
 )
+from ship_sqla.kernel._plans.claim_floor import DEFAULT_FLOOR_SWEEP
 from ship_sqla.kernel._ports import (
     LEASE_LAPSED,
     LEASE_LAPSED_FINAL_ATTEMPT,
@@ -626,7 +627,10 @@ async def test_a_lapsed_final_run_a_heartbeat_holds_keeps_its_slot(
     but while another statement holds its row (a heartbeat that read the lease before it
     lapsed, say) SKIP LOCKED passes it by, and it must still count as holding its slot: this
     claim takes no due run in its place. Once the row is free a claim buries it (J6) and only
-    then starts the due run, so the job never has two running runs at concurrency.max = 1."""
+    then starts the due run, so the job never has two running runs at concurrency.max = 1.
+    J19's lapsed floor: the claim that passed it by was a complete probe, so the run is below
+    the floor and the claim that buries it is the next probe from the start, within ``sweep``
+    seconds (plus one claim interval); until then every claim takes nothing (its slot held)."""
     job = define_job(
         "report.single",
         noop,
@@ -646,7 +650,13 @@ async def test_a_lapsed_final_run_a_heartbeat_holds_keeps_its_slot(
         assert claimed == []
         assert claimed.buried == ()
         await holder.rollback()
+    freed_at = ship_clock.now()
     claimed = await backend.claim(claim_request(job, worker="B", limit=1))
+    while not claimed.buried:
+        assert claimed == []
+        ship_clock.advance(1.0)
+        assert ship_clock.now() - freed_at <= timedelta(seconds=DEFAULT_FLOOR_SWEEP + 1.0)
+        claimed = await backend.claim(claim_request(job, worker="B", limit=1))
     assert [run.run_id for run in claimed] == [due.run_id]
     assert [buried.run_id for buried in claimed.buried] == [lapsing.run_id]
     running = [row for row in await rows(engine, job.id) if row.state == "running"]

@@ -51,6 +51,7 @@ def _params(clock: FrozenClock, floors: Any) -> dict[str, Any]:
         "job_id": JOB,
         "limit": LIMIT,
         "lapsed_limit": LIMIT,
+        "lapsed_window": None,
         "lease": 30.0,
         "worker": "explain",
         "exclude_keys": [],

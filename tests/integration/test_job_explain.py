@@ -87,6 +87,7 @@ def claim_params() -> dict[str, Any]:
         "max_lapses": 3,
         "crash_loop": "lapsed 3 times in a row",
         "lapsed_limit": 150,
+        "lapsed_window": None,
         "pause_row": "bulk#paused",
         "gate_row": "bulk#claim-gate",
         "rate_limit": 1000,
@@ -107,9 +108,12 @@ def claim_params() -> dict[str, Any]:
 
 
 def floored_claim_params() -> dict[str, Any]:
-    """J19: a claim whose priority walk starts at a floor on level 0 (below every run here)."""
+    """J19: a claim whose priority walk starts at a floor on level 0 (below every run here),
+    and whose lapsed probe (J6) starts at its lapsed floor, 2 s before now (an index condition
+    of lease_idx)."""
     return {
         **claim_params(),
+        "lapsed_window": 2.0,
         "floor_priorities": [0],
         "floor_run_ats": ["2000-01-01T00:00:00+00"],
         "floor_seqs": [1],

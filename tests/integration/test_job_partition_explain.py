@@ -112,6 +112,7 @@ def params(*, cap: int | None, rate: int | None) -> dict[str, Any]:
         "max_lapses": 3,
         "crash_loop": "lapsed 3 times in a row",
         "lapsed_limit": 1000,
+        "lapsed_window": None,
         "pause_row": "bulk#paused",
         "gate_row": "bulk#claim-gate",
         "rate_limit": rate,

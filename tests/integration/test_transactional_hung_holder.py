@@ -4,6 +4,7 @@ run is retaken, and the hung transaction's writes are gone."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -16,6 +17,7 @@ from ship_sqla import JobContext, create_job_backend, define_job
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
 from ship_sqla.errors import DatabaseUnavailableError
 from ship_sqla.jobs import Concurrency
+from ship_sqla.kernel._plans.claim_floor import DEFAULT_FLOOR_SWEEP
 from ship_sqla.kernel._runtime.fused import FusedAttempt
 from ship_sqla.kernel._runtime.state import InFlight
 from ship_sqla.testing import FrozenClock
@@ -40,7 +42,8 @@ async def test_j14_a_hung_holders_lock_is_ended_by_the_server_and_the_run_retake
     holding the row); while it holds the lock no claim retakes the run, lease lapsed or not.
     The server ends the idle transaction after the lease (the fence's bound), which releases
     the lock: a claim then retakes the run, whose new holder commits it once; the hung holder's
-    write was rolled back with its session, and its late end changes nothing."""
+    write was rolled back with its session, and its late end changes nothing (J19: the run is
+    below the claimer's lapsed floor once freed, so it is retaken within ``sweep`` seconds)."""
     metadata = MetaData()
     runs = ship_job_runs_table(metadata)
     state = ship_job_state_table(metadata)
@@ -88,7 +91,15 @@ async def test_j14_a_hung_holders_lock_is_ended_by_the_server_and_the_run_retake
                     {"id": result.run_id},
                 )
                 await connection.rollback()
-        [retaken] = await backend.claim(claim_request(job, worker="B"))
+        # J19's lapsed floor: the claim above passed the locked run by in a complete probe, so
+        # it is retaken by the next probe from the start, within the sweep.
+        freed_at = clock.now()
+        batch = await backend.claim(claim_request(job, worker="B"))
+        while not batch:
+            clock.advance(1.0)
+            assert clock.now() - freed_at <= timedelta(seconds=DEFAULT_FLOOR_SWEEP + 1.0)
+            batch = await backend.claim(claim_request(job, worker="B"))
+        [retaken] = batch
         assert (retaken.run_id, retaken.attempt) == (result.run_id, 2)
         done = await _attempt(backend, job, retaken)
         assert done.landed is not None

@@ -81,6 +81,7 @@ from datetime import datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TypedDict
 
+import attrs
 from sqlalchemy import MetaData, Table, TextClause
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -163,7 +164,7 @@ from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
 from ship_sqla.kernel._history_partitions import HistoryMaintenance
 from ship_sqla.kernel._jobs import KEEP_ROW, history_keep, partition_walk
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
-from ship_sqla.kernel._plans.claim_floor import ClaimFloors, Floor
+from ship_sqla.kernel._plans.claim_floor import ClaimFloors, Floor, LapsedFloors
 from ship_sqla.kernel._ports import (
     CANCEL_LAPSED_MESSAGE,
     LEASE_LAPSED_FINAL_MESSAGE,
@@ -248,9 +249,21 @@ _BURIED: Final = 1
 _GATE_ANSWER: Final = 2
 _FAIR_CURSOR: Final = 3
 _BURIED_CHILD: Final = 4
+_LAPSED_LEFT: Final = 5
 """A claim row's ``kind``: 0 a claimed run, 1 a buried one, 2 the gate's answer (CLAIM_GATED),
 3 where a fair claim's tenant walk stopped (CLAIM_FAIR), 4 a child run the claim cancelled (its
-cancel was requested and its lease lapsed): its ``parent_id`` is woken (D5)."""
+cancel was requested and its lease lapsed): its ``parent_id`` is woken (D5), 5 the lapsed probe
+was not complete (J19 for J6: the next probe starts where this one did)."""
+
+
+@attrs.frozen
+class _Taken:
+    """J19: what a claim statement's rows say for the floors: the (priority, run_at, seq) of
+    each waiting run it claimed, and whether its lapsed probe was complete (no kind 5 row)."""
+
+    positions: list[tuple[int, datetime, int]]
+    lapsed_complete: bool = attrs.field(kw_only=True)
+
 
 _SUSPENDS_AT_ONCE: Final = 8
 """Workflow suspends of one settle batch run at once on an engine (each its own transaction)."""
@@ -362,6 +375,7 @@ class PostgresJobBackend(JobBackendBase):
         # F2: per fair job, the tenant its last claim's walk stopped at (None: from the start).
         self._fair_cursors: dict[str, str] = {}
         self.claim_floors = ClaimFloors()  # J19: where each job's next priority walk starts
+        self.lapsed_floors = LapsedFloors()  # J19 for J6: where each job's lapsed probe starts
         self.history: Final = live_only  # J16: runs that end move to history
         self._keeps: dict[str, int] = {}  # J18: per job, what its completed runs leave there
         self._fair_served = False  # F2: whether fair claims' index exists (asked until it does)
@@ -919,6 +933,7 @@ class PostgresJobBackend(JobBackendBase):
             "pause_row": state_row(job_id, "paused"),
             "tuned": self._connections.concurrent and not self.synchronous_claims,
             "now": self._now(),
+            "lapsed_window": None,  # J6: from the start (a partitioned claim always is)
         }
         s, fair = self.statements, request.fairness
         if fair is not None:
@@ -932,6 +947,11 @@ class PostgresJobBackend(JobBackendBase):
         if request.partition is not None:
             return await self._claim_partitioned(params, request)
         _aging_params(params, request)
+        # J19 for J6: the lapsed probe starts at this backend's lapsed floor (kernel), read
+        # and recorded at a time before the statement's (so never above what it probed).
+        probed_at = self._clock.now()
+        lapsed_window = self.lapsed_floors.window(job_id, probed_at)
+        params["lapsed_window"] = lapsed_window
         floors: tuple[Floor, ...] = ()
         floored = fair is None and request.aging is None
         if floored:
@@ -950,8 +970,9 @@ class PostgresJobBackend(JobBackendBase):
         if gate_created and not batch and not batch.buried:
             # The job's first gated claim made its gate, which grants nothing: claim again.
             batch, _, taken = await self._claim_with(statement, params, request)
+        self.lapsed_floors.record(job_id, probed_at, lapsed_window, complete=taken.lapsed_complete)
         if floored:
-            self.claim_floors.record(job_id, self._clock.now(), floors, taken)
+            self.claim_floors.record(job_id, self._clock.now(), floors, taken.positions)
         return batch
 
     async def _claim_partitioned(self, params: dict[str, Any], request: ClaimRequest) -> ClaimBatch:
@@ -990,15 +1011,17 @@ class PostgresJobBackend(JobBackendBase):
         request: ClaimRequest,
         *,
         walked: bool = False,
-    ) -> tuple[ClaimBatch, bool, list[tuple[int, datetime, int]]]:
+    ) -> tuple[ClaimBatch, bool, _Taken]:
         """One claim statement (F1: one autocommitted statement, one round trip: it reads the
         job's pause, K3, and a gated one takes the job's claim gate for that statement only):
         the batch, whether this statement made the job's claim gate, and (J19) the
-        (priority, run_at, seq) of each waiting run it claimed."""
+        (priority, run_at, seq) of each waiting run it claimed and whether its lapsed probe was
+        complete."""
         job_id, lease = request.job_id, request.lease
         rows = await self._connections.rows(
             f"claim of job {job_id!r}", statement, params, scope=OWN
         )
+        rows, lapsed_complete = _lapsed_left(rows)
         claimed: list[ClaimedRun] = []
         buried: list[BuriedRun] = []
         ended_children: list[str] = []
@@ -1031,7 +1054,7 @@ class PostgresJobBackend(JobBackendBase):
         # The runtime reports and counts the buried runs (J6, J10); nothing is logged here twice.
         more_due = job_id in self._fair_cursors and (walked or request.fairness is not None)
         batch = ClaimBatch(claimed, buried, rate_wait=rate_wait, more_due=more_due)
-        return batch, created, _positions(rows)
+        return batch, created, _Taken(_positions(rows), lapsed_complete=lapsed_complete)
 
     async def _move_finished(self, job_id: str) -> None:
         """J16: the claim ended runs in place (J6's burial; the claim is unchanged): move the
@@ -1407,6 +1430,13 @@ _SETTLE_FIELDS_NONE: Final[dict[str, list[Any]]] = {
     "keeps_lapses": [],
     "wait_fors": [],
 }
+
+
+def _lapsed_left(rows: Sequence[Sequence[Any]]) -> tuple[list[Sequence[Any]], bool]:
+    """J19 for J6: a claim statement's rows without its kind 5 row, and whether its lapsed probe
+    was complete (no such row)."""
+    kept = [row for row in rows if row[14] != _LAPSED_LEFT]
+    return kept, len(kept) == len(rows)
 
 
 def _positions(rows: Sequence[Sequence[Any]]) -> list[tuple[int, datetime, int]]:

@@ -91,6 +91,13 @@ WITH RECURSIVE paused AS (
             AS exhausted
     FROM {runs}
     WHERE job_id = :job_id AND state = 'running' AND lease_expires_at <= {now}
+      -- J19 for J6 (kernel LapsedFloors): an index condition of <runs>_lease_idx: the probe
+      -- starts above the leases this backend's last complete probe met (:lapsed_window
+      -- seconds before now), past the dead entries of runs that ran since (kept while an MVCC
+      -- horizon is held); NULL, every sweep: from the start.
+      AND lease_expires_at > coalesce(
+            {now} - CAST(:lapsed_window AS double precision) * interval '1 second',
+            CAST('-infinity' AS timestamptz))
       AND NOT (SELECT yes FROM paused)
     ORDER BY lease_expires_at
     LIMIT CAST(:lapsed_limit AS integer)
@@ -585,6 +592,15 @@ SELECT b.id, NULL, b.attempt, NULL, NULL, b.key, NULL, NULL, NULL, NULL, NULL, N
     b.lapses, b.consecutive_lapses, NULL, NULL
 FROM buried b
 WHERE b.state = 'dead' OR b.parent_id IS NOT NULL{gate_row}{fair_row}
+UNION ALL
+-- Kind 5 (J19 for J6, kernel lapsed_probe_complete): the lapsed probe was not complete: it
+-- hit its limit, found runs this claim neither retook nor buried, or the job is paused; the
+-- backend's next probe starts where this one did.
+SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 5,
+    NULL, false, NULL, NULL, NULL, NULL, NULL
+FROM lapsed
+HAVING count(*) >= CAST(:lapsed_limit AS integer) OR (SELECT yes FROM paused)
+    OR count(*) > (SELECT count(*) FROM claimed WHERE retaken) + (SELECT count(*) FROM buried)
 ORDER BY kind, priority DESC, run_at, seq
 """
 
@@ -719,7 +735,9 @@ stops as soon as it has the room's worth) then a small outer sort, so a claim co
 any backlog: about ``limit`` index entries plus two per priority level it visits; one
 ``state IN (...) OR ...`` scan, or one scan ordered by ``priority DESC, run_at``, could not be
 served in order past delayed runs. Returns the claimed runs in claim order, ``(priority DESC,
-run_at, seq)`` (``kind`` 0), then the runs it dead-lettered (``kind`` 1: id, attempt, key)."""
+run_at, seq)`` (``kind`` 0), then the runs it dead-lettered (``kind`` 1: id, attempt, key),
+and last (every claim template) a ``kind`` 5 row when its lapsed probe was not complete (J19
+for J6: the lapsed probe starts ``:lapsed_window`` seconds before now, NULL: from the start)."""
 
 CLAIM_GATED: Final = Template(_gated(_WALK), claim_clock=True)
 """Claim as :data:`CLAIM_UNCAPPED` does, through the job's claim gate (see the module docstring):

@@ -77,7 +77,12 @@ from ship_sqla.kernel._memory.transactions import active_transaction, required_t
 from ship_sqla.kernel._memory.workers import InMemoryWorkerRegistry
 from ship_sqla.kernel._memory.workflows import InMemoryWorkflowStore
 from ship_sqla.kernel._partition_waits import judge, window_measure
-from ship_sqla.kernel._plans.claim_floor import ClaimFloors, below_floor
+from ship_sqla.kernel._plans.claim_floor import (
+    ClaimFloors,
+    LapsedFloors,
+    below_floor,
+    lapsed_probe_complete,
+)
 from ship_sqla.kernel._plans.fairness import fair_shares
 from ship_sqla.kernel._plans.scheduled_runs import (
     fire_due,
@@ -315,20 +320,30 @@ def _scan(
     excluded: frozenset[str],
     fenced: Container[str],
     max_lapses: int | None,
-) -> tuple[int, list[_Run], list[_Run]]:
+    *,
+    lapsed_after: datetime | None,
+) -> tuple[int, list[_Run], list[_Run], int]:
     """(running runs holding a slot: live or retakable leases, claimable runs, lapsed runs that
     end here: on their final attempt, at their ``max_lapses``-th lapse in a row, J15, or
-    cancel-requested, K2). A run a transaction fenced (J13) holds its slot and is skipped, lease
-    or not, as ``FOR UPDATE SKIP LOCKED`` skips it."""
-    held = 0
+    cancel-requested, K2, and how many lapsed runs the probe found). A run a transaction fenced
+    (J13) holds its slot and is skipped, lease or not, as ``FOR UPDATE SKIP LOCKED`` skips it;
+    so is a lapsed run whose lease expired at or before ``lapsed_after`` (J19 for J6: below the
+    lapsed floor, kernel LapsedFloors; None: the probe reads every lapsed run)."""
+    held = found = 0
     candidates: list[_Run] = []
     lapsed_on_final: list[_Run] = []
     for run in live:
         if run.state == "running":
             assert run.lease_expires_at is not None  # noqa: S101 - running implies a lease
-            if run.lease_expires_at > now or run.run_id in fenced:
+            if (
+                run.lease_expires_at > now
+                or run.run_id in fenced
+                or (lapsed_after is not None and run.lease_expires_at <= lapsed_after)
+            ):
                 held += 1
-            elif (
+                continue
+            found += 1
+            if (
                 run.attempt >= run.max_attempts
                 or run.cancel_requested_at is not None
                 or _crash_loops(run, max_lapses)
@@ -340,7 +355,7 @@ def _scan(
                     candidates.append(run)
         elif run.run_at <= now and run.key not in excluded:
             candidates.append(run)
-    return held, candidates, lapsed_on_final
+    return held, candidates, lapsed_on_final, found
 
 
 class InMemoryJobBackend(JobBackendBase):
@@ -385,6 +400,7 @@ class InMemoryJobBackend(JobBackendBase):
         # job id -> the tenant its last fair claim's walk stopped at (F2, CLAIM_FAIR's cursor).
         self._fair_cursors: dict[str, str] = {}
         self.claim_floors = ClaimFloors()
+        self.lapsed_floors = LapsedFloors()  # J19 for J6: where each job's lapsed probe starts
         """J19: where the next claim of each job starts its priority walk (as a PostgreSQL
         backend's; shared by every runtime on this store, so its own enqueues lower it)."""
         # (job id, partition) -> its recent starts (F8): CLAIM_PARTITIONED's gate rows.
@@ -499,9 +515,7 @@ class InMemoryJobBackend(JobBackendBase):
         if not live or request.limit < 1 or request.job_id in self._paused:
             return ClaimBatch()
         max_lapses = request.max_lapses
-        held, candidates, lapsed_on_final = _scan(
-            live.values(), now, frozenset(request.exclude_keys), self._fenced, max_lapses
-        )
+        window, (held, candidates, lapsed_on_final, found) = self._probe(request, live, now)
         buried = self._end_lapsed(lapsed_on_final, max_lapses, now)
         started: dict[str, datetime] = {}
         if request.partition is not None:
@@ -521,6 +535,8 @@ class InMemoryJobBackend(JobBackendBase):
                 request, live.values(), held, candidates, now
             )
             started = dict.fromkeys((run.run_id for run in chosen), started_at)
+            handled = len(lapsed_on_final) + sum(run.state == "running" for run in chosen)
+            self._record_lapsed_probe(request, now, window, found, handled)
         lease = request.lease
         expires_at = now + timedelta(seconds=lease)
         claimed: list[ClaimedRun] = []
@@ -567,6 +583,29 @@ class InMemoryJobBackend(JobBackendBase):
         walked = request.fairness is not None or request.partition is not None
         more_due = walked and request.job_id in self._fair_cursors
         return ClaimBatch(claimed, buried, rate_wait=rate_wait, more_due=more_due)
+
+    def _probe(
+        self, request: ClaimRequest, live: dict[str, _Run], now: datetime
+    ) -> tuple[float | None, tuple[int, list[_Run], list[_Run], int]]:
+        """:func:`_scan` of a claim, its lapsed probe from this store's lapsed floor (J19 for
+        J6; a partitioned claim's from the start): (the probe's window, the scan)."""
+        window = None if request.partition else self.lapsed_floors.window(request.job_id, now)
+        after = None if window is None else now - timedelta(seconds=window)
+        excluded = frozenset(request.exclude_keys)
+        scan = _scan(
+            live.values(), now, excluded, self._fenced, request.max_lapses, lapsed_after=after
+        )
+        return window, scan
+
+    def _record_lapsed_probe(
+        self, request: ClaimRequest, now: datetime, window: float | None, found: int, handled: int
+    ) -> None:
+        """J19 for J6: the lapsed floor after an unpartitioned claim's probe from ``window``
+        found ``found`` lapsed runs and retook or buried ``handled`` of them (the PostgreSQL
+        claim's probe stops at ``limit + max_running``: kernel lapsed_probe_complete)."""
+        limit = request.limit + (request.max_running or 0)
+        complete = lapsed_probe_complete(found=found, handled=handled, limit=limit, paused=False)
+        self.lapsed_floors.record(request.job_id, now, window, complete=complete)
 
     def _choose_floored(
         self,

@@ -37,7 +37,9 @@ __all__ = [
     "DEFAULT_FLOOR_SWEEP",
     "ClaimFloors",
     "Floor",
+    "LapsedFloors",
     "below_floor",
+    "lapsed_probe_complete",
 ]
 
 DEFAULT_FLOOR_SWEEP: Final = 5.0
@@ -120,3 +122,60 @@ class ClaimFloors:
         floor = levels.get(priority)
         if floor is not None and run_at <= floor[0]:
             levels[priority] = (run_at, _LOWEST_SEQ)
+
+
+def lapsed_probe_complete(*, found: int, handled: int, limit: int, paused: bool) -> bool:
+    """J6/J19: whether a claim's lapsed-lease probe met every lapsed run it could see: it found
+    fewer than its limit (``lapsed_limit``), the claim retook or buried each one it found, and
+    the job was not paused (a paused claim probes nothing). Only then may the next probe start
+    above it (:class:`LapsedFloors`)."""
+    return not paused and found < limit and handled >= found
+
+
+@attrs.define
+class LapsedFloors:
+    """One backend's lapsed-lease floors, per job (J6 under J19). Not thread-safe.
+
+    The claim's lapsed probe (J6) reads ``<runs>_lease_idx`` for running runs whose lease has
+    expired. Under a held MVCC horizon every run that ran since keeps a dead entry there, and
+    once the hold is older than the lease each of those is in the probe's range: a probe from
+    the index's start reads all of them. So after a *complete* probe (:func:`
+    lapsed_probe_complete`) at time ``t``, this backend's next probes of the job read only leases
+    that expired after ``t - lag`` (every run lapsed before that was met by that probe); an
+    incomplete probe keeps the previous floor. Every ``sweep`` seconds (and at a backend's first
+    claim of a job) a probe reads from the start.
+
+    The floor is passed as a window in seconds before the claim's ``now`` (``lease_expires_at >
+    now - window``), so the database's clock may sit at any constant offset from the backend's.
+    The bounded relaxation of J6's timing: a lapsed run a concurrent statement held locked
+    (``SKIP LOCKED``: a heartbeat or settle) when a complete probe passed it, then released
+    without renewing or ending it (a rollback), or whose lease was written by a transaction open
+    longer than ``lag``, is retaken up to ``sweep`` seconds (plus one claim interval) later."""
+
+    sweep: float = DEFAULT_FLOOR_SWEEP
+    lag: float = DEFAULT_FLOOR_LAG
+    _since: dict[str, datetime] = attrs.field(factory=dict, init=False)
+    _swept: dict[str, datetime] = attrs.field(factory=dict, init=False)
+
+    def window(self, job_id: str, now: datetime) -> float | None:
+        """Seconds before ``now`` the next probe of ``job_id`` starts at (it reads leases
+        expired after ``now - window``); None: a probe from the start (the first, ``sweep``
+        seconds since the last one, no complete probe since, or the clock went back)."""
+        swept, since = self._swept.get(job_id), self._since.get(job_id)
+        if swept is None or since is None or now < swept or now < since:
+            return None
+        if (now - swept).total_seconds() >= self.sweep:
+            return None
+        return (now - since).total_seconds() + self.lag
+
+    def record(self, job_id: str, now: datetime, window: float | None, *, complete: bool) -> None:
+        """After a probe from ``window`` (None: from the start) at ``now``, a time no later than
+        the probe's own (the PostgreSQL backend reads it before sending the statement): a
+        complete one moves the floor up to ``now - lag``; an incomplete one keeps it (from the
+        start: none)."""
+        if window is None:
+            self._swept[job_id] = now
+            if not complete:
+                self._since.pop(job_id, None)
+        if complete:
+            self._since[job_id] = now
