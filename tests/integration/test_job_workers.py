@@ -27,6 +27,7 @@ from sqlalchemy import MetaData, text
 from ship_sqla import define_job, start_job_runtime
 from ship_sqla._jobs import (
     create_job_backend,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_workers_table,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)
+ship_job_history_table(metadata)  # J16: the default shape create_job_backend() reads
 state = ship_job_state_table(metadata)
 workers = ship_job_workers_table(metadata)
 
@@ -242,6 +244,7 @@ async def test_f6_without_the_workers_table_a_runtime_runs_unregistered(
     jobs, and samples its own queue gauges as before the registry existed."""
     partial = MetaData()
     ship_job_runs_table(partial)
+    ship_job_history_table(partial)  # J16: the default shape create_job_backend() reads
     ship_job_state_table(partial)
     async with ship_engine.begin() as connection:
         await connection.run_sync(partial.create_all)

@@ -43,15 +43,29 @@ def test_j16_history_declared_beside_the_runs_table_turns_the_move_on() -> None:
 
 def test_j16_no_history_declared_keeps_runs_in_place() -> None:
     """J16: without a declaration (a database built before the history) runs end in place, and
-    the steps table keeps its cascading foreign key; ``create_job_backend()`` with no tables
-    too (the library cannot know what the database holds)."""
+    the steps table keeps its cascading foreign key."""
     metadata = MetaData()
     runs = ship_job_runs_table(metadata)
     steps = ship_job_steps_table(metadata)
     assert [fk.ondelete for fk in steps.foreign_keys] == ["CASCADE"]
     assert declared_history(runs) is None
     assert not create_job_backend(database=ENGINE, table=runs, steps_table=steps).history
-    assert not create_job_backend(database=ENGINE).history
+
+
+def test_j16_no_tables_given_means_the_tables_schema_apply_creates() -> None:
+    """J16 (the tutorial's ``create_job_backend(database=engine)``): no runs table given means
+    the tables ``ship-sqla schema apply`` creates, the history included: live runs only, the
+    default history beside the default runs table, the steps table without the cascading key
+    (a finished workflow keeps its steps, D5)."""
+    backend = create_job_backend(database=ENGINE)
+    assert backend.history
+    assert backend.history_table is not None
+    assert (backend.history_table.schema, backend.history_table.name) == (
+        None,
+        "ship_job_history",
+    )
+    assert backend._steps_table is not None
+    assert not backend._steps_table.foreign_keys
 
 
 def test_j16_history_given_explicitly_still_wins() -> None:
@@ -93,13 +107,18 @@ def test_j16_steps_declared_before_the_history_are_refused_with_the_fix() -> Non
         create_job_backend(database=ENGINE, table=runs, steps_table=steps)
 
 
-def test_j16_the_cli_keeps_the_in_place_shape_for_now() -> None:
-    """J16: the commands' backend declares no history yet (their tables are built without
-    the application's metadata; a database without a history must keep working): runs end in
-    place under the CLI's own worker. Not yet: following the database's shape."""
+def test_j16_the_cli_moves_to_the_history_schema_apply_creates() -> None:
+    """J16: the commands' backend, told the database holds the history table (what
+    ``JobTables.backend`` probes), moves ended runs into ``ship_job_history`` in the runs
+    table's schema; told it does not, runs end in place (a database built before the
+    history keeps working)."""
     tables = job_tables(schema="app")
     assert declared_history(tables.runs) is None
-    assert not tables.backend(ENGINE).history
+    live = tables.shaped_backend(ENGINE, history=True)
+    assert live.history
+    assert live.history_table is not None
+    assert (live.history_table.schema, live.history_table.name) == ("app", "ship_job_history")
+    assert not tables.shaped_backend(ENGINE, history=False).history
 
 
 def test_j16_the_in_memory_backend_is_live_only_by_default() -> None:

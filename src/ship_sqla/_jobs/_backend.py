@@ -1413,11 +1413,13 @@ def _default_tables(
     history_table: Table | None,
 ) -> _BackendTables:
     """``create_job_backend``'s tables: those given, else the factories' under their default
-    names (the steps and events tables beside ``table``); J16's move is on (``live_only``) when
-    the history table was given."""
+    names (the steps and events tables beside ``table``). J16's move is on (``live_only``) when
+    the history table was given or declared beside ``table``, and when no runs table was given:
+    then the tables are those ``ship-sqla schema apply`` creates, the history included (the
+    tutorial's ``create_job_backend(database=engine)``)."""
     if history_table is None and table is not None:
         history_table = declared_history(table)  # J16: declared beside the runs table
-    live_only = history_table is not None
+    live_only = history_table is not None or table is None
     if table is None:
         table = ship_job_runs_table(MetaData())
     if state_table is None:
@@ -1643,7 +1645,11 @@ def create_job_backend(
     (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
     ``history_table`` (J16, J17): from :func:`ship_job_history_table` (default: beside
     ``table``); its partitions are kept by maintenance (``ship-sqla jobs maintain``, F5's holder).
-    Given explicitly, the runs table holds live runs only (J16, docs/jobs.md "The tables").
+    The runs table holds live runs only (J16, docs/jobs.md "The tables") when the history table
+    is given, or declared in ``table``'s metadata and schema, or when no ``table`` is given (the
+    tables ``ship-sqla schema apply`` creates, the history included); a worker's start checks
+    that shape (the history exists, no foreign key references the runs table). A ``table``
+    whose metadata declares no history keeps runs in place (a warning at a worker's start).
     """
     tables = _default_tables(table, state_table, steps_table, events_table, history_table)
     return PostgresJobBackend(
