@@ -26,6 +26,7 @@ from ship_sqla._jobs import (
     ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_steps_table,
 )
 from ship_sqla.jobs import Concurrency, Retention, RetryPolicy
 from ship_sqla.kernel import failed
@@ -108,6 +109,7 @@ async def backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
     ship_job_runs_table(metadata)
     ship_job_history_table(metadata)  # J16: the default shape, as `schema apply` creates
     ship_job_state_table(metadata)
+    ship_job_steps_table(metadata)  # after the history: no key to the runs (a settle asks it)
     ship_audit_table(metadata)  # S1: the verbs that change a run write their entry
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)

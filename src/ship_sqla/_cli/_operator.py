@@ -78,7 +78,7 @@ async def _operations(
     engine: AsyncEngine, url: URL, tables: JobTables, audit: AuditSink | None
 ) -> JobOperations:
     return create_job_operations(
-        await tables.backend(engine),
+        await tables.operator_backend(engine),
         authorizer=_operator_at_the_shell,
         cursor_secret=cli_cursor_secret(url),
         audit=audit,

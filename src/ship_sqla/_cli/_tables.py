@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Final
 
 import attrs
 from sqlalchemy import MetaData, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from ship_sqla._audit import create_audit_log, ship_audit_table
 from ship_sqla._jobs import (
@@ -18,6 +19,7 @@ from ship_sqla._jobs import (
 )
 from ship_sqla._jobs._sql.history import HISTORY_EXISTS
 from ship_sqla._naming import quoted_table
+from ship_sqla._sql_errors import outage_reason
 
 if TYPE_CHECKING:
     from sqlalchemy import Table
@@ -82,6 +84,19 @@ class JobTables:
                 _HISTORY_PRESENT, {"history": quoted_table(self.history)}
             )
         return bool(found)
+
+    async def operator_backend(self, engine: AsyncEngine) -> PostgresJobBackend:
+        """:meth:`backend` for one operator command (J8): when the database cannot be reached
+        to probe its shape, the in-place one, so the command's own checks (a malformed
+        ``--cursor``: exit 2) come first and its first statement then meets the same outage
+        (exit 1) as before the probe existed."""
+        try:
+            history = await self.history_present(engine)
+        except (SQLAlchemyError, OSError) as exc:
+            if outage_reason(exc, driver_only=True) is None:
+                raise
+            history = False
+        return self.shaped_backend(engine, history=history)
 
     async def backend(
         self,
