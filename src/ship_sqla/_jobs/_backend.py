@@ -821,13 +821,16 @@ class PostgresJobBackend(JobBackendBase):
 
     async def _settle_without_steps(self) -> None:
         """J16, J18: without a steps table in the database (an application with no workflows),
-        the moving settle asks no steps table whether an ended run is a workflow run (none
-        is: its payload leaves as any run's)."""
+        the moving settle (asked once per backend) asks no steps table whether an ended run is
+        a workflow run (none is: its payload leaves as any run's)."""
         steps = self._steps_table
         if steps is None:
+            self._steps_probed = True
             return
         needed = [Needed.table(steps, "steps")]
-        if not await missing_relations(self._connections, needed, surface="the job worker"):
+        missing = await missing_relations(self._connections, needed, surface="the job worker")
+        self._steps_probed = True
+        if not missing:
             return
         stepless = JobStatements.for_tables(
             self._table,
@@ -837,6 +840,11 @@ class PostgresJobBackend(JobBackendBase):
             live_only=True,
         )
         self._settle_moving = stepless[live_sql.SETTLE_MOVING]
+
+    _steps_probed = False
+    """J16: whether :meth:`_settle_without_steps` has asked the database (a worker's start, else
+    the first moving settle: a caller settling without a runtime, on a database without the
+    steps table, `schema apply --only jobs`)."""
 
     _settle_moving: TextClause | None = None
     """J16: the moving settle rendered without a steps table (None: the statements' own)."""
@@ -1261,6 +1269,8 @@ class PostgresJobBackend(JobBackendBase):
         params.update(_SETTLE_FIELDS_NONE if completions_only else _settle_fields(batch))
         statement = self.statements[SETTLE_IF_TOKEN_CURRENT]
         if self.history:
+            if not self._steps_probed:  # J16: once, when no worker's start asked (a caller's)
+                await self._settle_without_steps()
             moving = self._settle_moving
             statement = self.statements[live_sql.SETTLE_MOVING] if moving is None else moving
             params.update(self._history_fields(batch))
