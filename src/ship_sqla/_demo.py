@@ -36,6 +36,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ship_sqla._jobs import (
     PostgresJobBackend,
     create_job_backend,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_workers_table,
@@ -81,6 +82,7 @@ demo_orders = Table(
 )
 outbox_table = ship_outbox_table(metadata)
 job_runs = ship_job_runs_table(metadata)
+job_history = ship_job_history_table(metadata)  # J16: finished runs leave the runs table
 job_state = ship_job_state_table(metadata)
 job_workers = ship_job_workers_table(metadata)
 

@@ -48,6 +48,7 @@ _COMPONENTS: Final = {
     "runs": "jobs",
     "state": "jobs",
     "workers": "jobs",
+    "history": "jobs",
     "steps": "workflows",
     "events": "workflows",
     "outbox": "outbox",
@@ -58,7 +59,8 @@ _COMPONENTS: Final = {
     "webhook-deliveries": "webhooks_out",
 }
 """Each ship table's kind, and the ``schema apply --only`` component that creates it (its name
-option is ``--<kind>-table``)."""
+option is ``--<kind>-table``, but the history's: ``schema apply`` creates it by its default name
+beside the runs table)."""
 
 
 class MissingTablesError(ConfigurationError):
@@ -103,7 +105,7 @@ def apply_command(tables: Sequence[Needed], *, fair_claims: bool = False) -> str
     schema = next((t.schema for t in tables if t.schema is not None), None)
     if schema is not None:
         parts.append(f"--schema {schema}")
-    parts.extend(f"--{t.kind}-table {t.name}" for t in tables if t.kind is not None)
+    parts.extend(f"--{t.kind}-table {t.name}" for t in tables if t.kind not in (None, "history"))
     if fair_claims:
         parts.append("--fair-claims")
     return " ".join(parts)

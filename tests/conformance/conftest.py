@@ -6,10 +6,10 @@ clean store; calling it returns a backend on that store (call it twice for two "
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from jobs_conformance_support import INPLACE_BACKENDS, JOB_BACKENDS
 from sqlalchemy import MetaData
 
 from ship_sqla import (
@@ -67,15 +67,17 @@ def _memory_factory(*, live_only: bool = False) -> BackendFactory:
 
 @pytest.fixture
 async def postgres_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
-    async for make in _postgres_factory(ship_engine, live_only=False):
+    """J16 (the default shape): the application's metadata declares the history table beside
+    the runs table, so the runs table holds live runs only (ended runs move to history; every
+    read of finished runs reads both) and the steps table has no foreign key to the runs."""
+    async for make in _postgres_factory(ship_engine, live_only=True):
         yield make
 
 
 @pytest.fixture
-async def postgres_live_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
-    """J16: the PostgreSQL backend with a history table given, so its runs table holds live
-    runs only (ended runs move to history; every read of finished runs reads both)."""
-    async for make in _postgres_factory(ship_engine, live_only=True):
+async def postgres_inplace_job_backend_factory(ship_engine: Any) -> AsyncIterator[Any]:
+    """The legacy in-place shape (no history table declared): runs end in the runs table."""
+    async for make in _postgres_factory(ship_engine, live_only=False):
         yield make
 
 
@@ -90,9 +92,12 @@ async def _postgres_factory(ship_engine: Any, *, live_only: bool) -> AsyncIterat
     )
     state_table = ship_job_state_table(metadata)
     workers_table = ship_job_workers_table(metadata)
-    steps_table = ship_job_steps_table(metadata, runs_fkey=not live_only)
+    if live_only:
+        # J16: declared beside the runs table, before the steps table (which then declares no
+        # foreign key to the runs); the backend finds it in the runs table's metadata.
+        ship_job_history_table(metadata)
+    steps_table = ship_job_steps_table(metadata)
     events_table = ship_job_events_table(metadata)
-    history_table = ship_job_history_table(metadata) if live_only else None
     async with engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     made: list[Any] = []
@@ -113,8 +118,8 @@ async def _postgres_factory(ship_engine: Any, *, live_only: bool) -> AsyncIterat
             queue_depth_limit=queue_depth_limit,
             on_error=on_error,
             clock=clock,
-            history_table=history_table,
         )
+        assert backend.history is live_only  # J16: from the declaration
         made.append(backend)
         return backend
 
@@ -128,27 +133,36 @@ async def _postgres_factory(ship_engine: Any, *, live_only: bool) -> AsyncIterat
 # --- end of the PostgreSQL section ---------------------------------------------------------------
 
 
-JOB_BACKENDS = os.environ.get("SHIP_SQLA_CONFORMANCE_BACKENDS", "memory,postgres").split(",")
-"""The job backends the conformance suite runs on: memory and postgres by default;
-``memory-live`` and ``postgres-live`` (J16: live runs only, ended runs in history) on request
-(tests/conformance/test_job_history_conformance.py runs the J16 cases on them always)."""
+def backend_factory(request: pytest.FixtureRequest, name: str) -> BackendFactory:
+    """The factory of the backend ``name`` (one of JOB_BACKENDS or INPLACE_BACKENDS)."""
+    if name in ("memory", "memory-live", "memory-inplace"):
+        return _memory_factory(live_only=name != "memory-inplace")
+    if name == "postgres-inplace":
+        return request.getfixturevalue("postgres_inplace_job_backend_factory")  # type: ignore[no-any-return]
+    return request.getfixturevalue("postgres_job_backend_factory")  # type: ignore[no-any-return]
 
 
 @pytest.fixture(params=JOB_BACKENDS)
 def job_backend_factory(request: pytest.FixtureRequest) -> BackendFactory:
-    if request.param in ("memory", "memory-live"):
-        return _memory_factory(live_only=request.param == "memory-live")
-    if request.param == "postgres-live":
-        return request.getfixturevalue("postgres_live_job_backend_factory")  # type: ignore[no-any-return]
-    return request.getfixturevalue("postgres_job_backend_factory")  # type: ignore[no-any-return]
+    return backend_factory(request, request.param)
+
+
+@pytest.fixture(params=INPLACE_BACKENDS)
+def inplace_backend_factory(request: pytest.FixtureRequest) -> BackendFactory:
+    """The legacy in-place shape (no history table declared: runs end in the runs table)."""
+    return backend_factory(request, request.param)
+
+
+@pytest.fixture(params=JOB_BACKENDS + INPLACE_BACKENDS)
+def any_shape_backend_factory(request: pytest.FixtureRequest) -> BackendFactory:
+    """J16: every backend in the default shape and in the legacy in-place one."""
+    return backend_factory(request, request.param)
 
 
 @pytest.fixture(params=["memory-live", "postgres-live"])
 def live_only_backend_factory(request: pytest.FixtureRequest) -> BackendFactory:
     """J16: a backend whose runs table holds live runs only (ended runs in history)."""
-    if request.param == "memory-live":
-        return _memory_factory(live_only=True)
-    return request.getfixturevalue("postgres_live_job_backend_factory")  # type: ignore[no-any-return]
+    return backend_factory(request, request.param)
 
 
 # --- The outbox store port (kernel/_outbox.py): the in-memory outbox and the PostgreSQL one -------

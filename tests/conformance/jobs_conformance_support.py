@@ -3,12 +3,22 @@ runtime's recording spy is tests/support/spy_backend.py."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import os
+from typing import Any, Final, Protocol
 
 from ship_sqla.kernel import InMemoryLockProvider, JobBackend, LockProvider
 from ship_sqla.testing import FrozenClock
 
 JOB_LEASE = 30.0
+
+JOB_BACKENDS: Final = os.environ.get("SHIP_SQLA_CONFORMANCE_BACKENDS", "memory,postgres").split(",")
+"""The job backends the conformance suite runs on: memory and postgres by default, both in
+the default shape (J16: live runs only, ended runs in history); ``memory-inplace`` and
+``postgres-inplace`` (the legacy shape: runs end in the runs table) on request.
+test_job_backend_conformance.py runs on the in-place shapes too, always (INPLACE_BACKENDS)."""
+
+INPLACE_BACKENDS: Final = ["memory-inplace", "postgres-inplace"]
+"""The legacy in-place shape (no history table declared), kept under test by the core suite."""
 
 
 class BackendFactory(Protocol):

@@ -1,6 +1,9 @@
 """The JobBackend contract, run against every backend (in-memory reference, PostgreSQL).
 
-Time moves only through the FrozenClock; nothing sleeps on the wall clock.
+Each backend runs in the default shape (J16: live runs only, ended runs in history) and, here
+only, in the legacy in-place shape too (no history table declared: runs end in the runs
+table), so both stay under the contract. Time moves only through the FrozenClock; nothing
+sleeps on the wall clock.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ from ship_sqla.kernel._ports import (
 )
 
 LEASE = 30.0
+
+
+@pytest.fixture
+def job_backend_factory(any_shape_backend_factory):
+    """J16: every backend in the default shape and in the legacy in-place one."""
+    return any_shape_backend_factory
 
 
 async def _noop(ctx, payload):

@@ -15,7 +15,7 @@ from job_helpers import claim_request
 
 from ship_sqla import create_job_operations
 from ship_sqla.errors import PermissionDeniedError
-from ship_sqla.kernel import InMemoryJobBackend, failed
+from ship_sqla.kernel import failed
 from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
 from ship_sqla.kernel._search import BulkTokenError, RunFilter, RunFilterError
 from ship_sqla.kernel._tenancy import tenant_ambient
@@ -43,18 +43,11 @@ OTHER = define_job(
 )
 
 
-@pytest.fixture(params=["memory", "postgres", "memory-live", "postgres-live"])
-def backend(request: pytest.FixtureRequest, clock: FrozenClock) -> Any:
-    """Every backend, with its finished runs in the runs table and (J16, ``-live``) in
-    history: a search spans both."""
-    if request.param.startswith("memory"):
-        return InMemoryJobBackend(clock=clock, live_only=request.param == "memory-live")
-    name = (
-        "postgres_live_job_backend_factory"
-        if request.param == "postgres-live"
-        else "postgres_job_backend_factory"
-    )
-    return request.getfixturevalue(name)(clock)
+@pytest.fixture
+def backend(any_shape_backend_factory: Any, clock: FrozenClock) -> Any:
+    """Every backend, in the default shape (J16: ended runs in history) and the in-place one
+    (ended runs in the runs table): a search spans both."""
+    return any_shape_backend_factory(clock)
 
 
 @pytest.fixture

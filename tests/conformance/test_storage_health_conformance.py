@@ -28,9 +28,12 @@ async def test_j22_a_fresh_store_is_healthy_or_unknown(
 ) -> None:
     """J22: every backend is a StorageHealthSource; a fresh store answers healthy (it reads its
     tables) or unknown (it reads none), never an alarm, and the operator gate answers the
-    same health."""
+    same health. J16, J17: a history (the default shape) is maintained first: its day
+    partitions are counted from the backend's clock (frozen here, not the server's today)."""
     backend = job_backend_factory(clock)
     assert isinstance(backend, StorageHealthSource)
+    if getattr(backend, "history_maintenance", None) is not None:
+        await backend.maintain_history()
     health = await backend.storage_health()
     assert health.status in {"healthy", "unknown"}
     assert health.alarms() == ()

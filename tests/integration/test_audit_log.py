@@ -15,6 +15,7 @@ from ship_sqla import (
     create_job_backend,
     create_job_operations,
     ship_audit_table,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_workers_table,
@@ -22,6 +23,7 @@ from ship_sqla import (
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)
+history = ship_job_history_table(metadata)  # J16: the default shape create_job_backend() reads
 state = ship_job_state_table(metadata)
 workers = ship_job_workers_table(metadata)
 audit_table = ship_audit_table(metadata)
@@ -77,7 +79,12 @@ async def test_s1_cli_bulk_retry_is_audited_and_refused_without_the_audit_table(
     one entry as cli:<user>@<host>; without the audit table it changes nothing and exits 1,
     unless --no-audit."""
     only_jobs = MetaData()
-    for factory in (ship_job_runs_table, ship_job_state_table, ship_job_workers_table):
+    for factory in (
+        ship_job_runs_table,
+        ship_job_history_table,  # J16: the default shape create_job_backend() reads
+        ship_job_state_table,
+        ship_job_workers_table,
+    ):
         factory(only_jobs)
     async with ship_engine.begin() as connection:
         await connection.run_sync(only_jobs.create_all)
@@ -124,10 +131,13 @@ async def test_s1_cli_bulk_retry_is_audited_and_refused_without_the_audit_table(
         assert row.actor.startswith("cli:")
         assert row.operation == "jobs.retry_dead_matching"
         assert row[2] == 3
-        dead = await connection.execute(
-            select(func.count()).select_from(runs).where(runs.c.state == "dead")
-        )
-        assert dead.scalar() == 1
+        dead = 0
+        for table in (runs, history):  # J16: a dead run is in history
+            counted = await connection.execute(
+                select(func.count()).select_from(table).where(table.c.state == "dead")
+            )
+            dead += counted.scalar_one()
+        assert dead == 1
     code, _, err = await ship_sqla(
         "jobs", "retry-dead", "--database-url", ship_engine_url, cwd=tmp_path
     )

@@ -18,6 +18,7 @@ from ship_sqla import (
     create_job_backend,
     create_unit_of_work,
     define_job,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
 )
@@ -60,6 +61,7 @@ async def test_c3_jobs_show_prints_a_consumer_runs_progress(
     recorded none prints ``-`` (JSON null)."""
     metadata = MetaData()
     ship_job_runs_table(metadata)
+    ship_job_history_table(metadata)  # J16: the default shape; `jobs show` reads both tables
     ship_job_state_table(metadata)
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)

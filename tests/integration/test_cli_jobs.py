@@ -26,8 +26,10 @@ from ship_sqla._cli import cli
 from ship_sqla._jobs import (
     PostgresJobBackend,
     create_job_backend,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
+    ship_job_steps_table,
 )
 from ship_sqla.jobs import Concurrency, Retention, RetryPolicy
 from ship_sqla.kernel import failed
@@ -108,7 +110,9 @@ def app_dir(tmp_path: Path) -> Path:
 async def backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
     metadata = MetaData()
     ship_job_runs_table(metadata)
+    ship_job_history_table(metadata)  # J16: the default shape, as `schema apply` creates
     ship_job_state_table(metadata)
+    ship_job_steps_table(metadata)  # after the history: no key to the runs (a settle asks it)
     ship_audit_table(metadata)  # S1: the verbs that change a run write their entry
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
@@ -152,15 +156,19 @@ async def dead_runs(backend: PostgresJobBackend, count: int) -> list[str]:
 
 
 async def state_of(
-    engine: AsyncEngine, run_id: str, runs: str = "ship_job_runs"
+    engine: AsyncEngine,
+    run_id: str,
+    runs: str = "ship_job_runs",
+    history: str | None = "ship_job_history",
 ) -> tuple[str, int, int, Any]:
+    """The run's state, attempt, max_attempts and history entries, wherever it is (J16: an
+    ended run is in the history table when the database has one, ``history``)."""
+    columns = "state, attempt, max_attempts, coalesce(history, '[]'::jsonb) AS history"
+    sql = f"SELECT {columns} FROM {runs} WHERE id = :id"
+    if history is not None:
+        sql += f" UNION ALL SELECT {columns} FROM {history} WHERE id = :id"
     async with engine.connect() as connection:
-        row = (
-            await connection.execute(
-                text(f"SELECT state, attempt, max_attempts, history FROM {runs} WHERE id = :id"),
-                {"id": run_id},
-            )
-        ).one()
+        row = (await connection.execute(text(sql), {"id": run_id})).one()
     return row.state, row.attempt, row.max_attempts, row.history
 
 
@@ -301,12 +309,32 @@ async def test_stats_counts_runs_by_state(
     assert rows[0].split()[:5] == ["cli.mail", "1", "0", "0", "2"]
 
 
+@pytest.fixture
+async def inplace_backend(ship_engine: AsyncEngine) -> PostgresJobBackend:
+    """J16's legacy in-place shape: a database without the history table (built before it),
+    a backend given its runs table with no history declared; the commands follow it."""
+    metadata = MetaData()
+    runs = ship_job_runs_table(metadata)
+    state = ship_job_state_table(metadata)
+    ship_audit_table(metadata)
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(metadata.create_all)
+    backend = create_job_backend(database=ship_engine, table=runs, state_table=state)
+    assert not backend.history
+    return backend
+
+
 async def test_cleanup_applies_the_registry_retention(
-    app_dir: Path, backend: PostgresJobBackend, ship_engine: AsyncEngine, ship_engine_url: str
+    app_dir: Path,
+    inplace_backend: PostgresJobBackend,
+    ship_engine: AsyncEngine,
+    ship_engine_url: str,
 ) -> None:
-    """J8: `jobs cleanup --registry` deletes dead runs past the registered job's retention
-    (2 hours here) and keeps the younger ones."""
-    old, young = await dead_runs(backend, 2)
+    """J8, J16: `jobs cleanup --registry` deletes dead runs past the registered job's retention
+    (2 hours here) and keeps the younger ones; on the in-place shape (a database without the
+    history: the finished runs are in the runs table; with one, history leaves by its
+    partitions, J17, and cleanup applies to the live tables only)."""
+    old, young = await dead_runs(inplace_backend, 2)
     async with ship_engine.begin() as connection:
         await connection.execute(
             text(
@@ -326,12 +354,16 @@ async def test_cleanup_applies_the_registry_retention(
 
 
 async def _wait_for_state(
-    engine: AsyncEngine, run_id: str, state: str, runs: str = "ship_job_runs"
+    engine: AsyncEngine,
+    run_id: str,
+    state: str,
+    runs: str = "ship_job_runs",
+    history: str | None = "ship_job_history",
 ) -> None:
     """Poll the database (real processes: nothing to wait on in-process) until a deadline."""
     with anyio.fail_after(30):
         while True:
-            if (await state_of(engine, run_id, runs))[0] == state:
+            if (await state_of(engine, run_id, runs, history))[0] == state:
                 return
             await anyio.sleep(0.05)  # another process changes the row: nothing to wait on
 
@@ -417,7 +449,7 @@ async def test_job_commands_on_tables_with_other_names(
 
     code, out, err = await ship_sqla_in_process("jobs", "retry", first, *url, *CUSTOM_OPTIONS)
     assert (code, err) == (0, ""), err
-    assert (await state_of(ship_engine, first, runs))[:3] == ("waiting", 1, 2)
+    assert (await state_of(ship_engine, first, runs, None))[:3] == ("waiting", 1, 2)
 
     code, _, err = await ship_sqla_in_process("jobs", "show", "no-such-run", *url, *CUSTOM_OPTIONS)
     assert code == 1
@@ -432,7 +464,7 @@ async def test_job_commands_on_tables_with_other_names(
 
     code, out, err = await ship_sqla_in_process("jobs", "discard", second, *url, env=environment)
     assert (code, err) == (0, ""), err
-    assert (await state_of(ship_engine, second, runs))[0] == "discarded"
+    assert (await state_of(ship_engine, second, runs, None))[0] == "discarded"
 
     # Without the options the default table is looked for, and is not there.
     code, _, err = await ship_sqla_in_process("jobs", "stats", *url)
@@ -465,7 +497,7 @@ async def test_worker_on_tables_with_other_names(
     try:
         done = await custom_backend.enqueue(MAIL, {"to": "a@example.com"})
         assert done.run_id is not None
-        await _wait_for_state(ship_engine, done.run_id, "completed", "ops.billing_runs")
+        await _wait_for_state(ship_engine, done.run_id, "completed", "ops.billing_runs", None)
         process.send_signal(signal.SIGTERM)
         code = await anyio.to_thread.run_sync(process.wait, 30)
     finally:

@@ -168,7 +168,15 @@ async def test_enqueue_by_job_id_then_worker_burst_on_the_readme_example(
     assert "nothing due and nothing in flight (--burst)." in err
     assert "summary runs_per_s=" in err
     async with ship_engine.connect() as connection:
-        rows = (await connection.execute(text("SELECT id, state FROM ship_job_runs"))).all()
+        # J16: the database schema apply built has the history: ended runs moved there.
+        rows = (
+            await connection.execute(
+                text(
+                    "SELECT id, state FROM ship_job_runs"
+                    " UNION ALL SELECT id, state FROM ship_job_history"
+                )
+            )
+        ).all()
     states = {row.id: row.state for row in rows}
     assert states[good] == "completed"
     # The example's retry has full jitter (0 to 1 s, then 0 to 2 s): usually the retry is due

@@ -11,12 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 from explain_helpers import buffers, check_plan, explain, nodes
-from sqlalchemy import text
+from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from test_dashboard_explain import JOBS, LEVELS, SEED, big_runs
 
 from ship_sqla._dashboard._reads import OVERVIEW_COUNT_CAP
-from ship_sqla._jobs import create_job_backend
+from ship_sqla._jobs import create_job_backend, ship_job_runs_table
 from ship_sqla._jobs._sql import JobStatements, admin, browse
 
 __all__ = ["SEED"]
@@ -104,7 +104,11 @@ async def test_s2_operator_reads_run_with_jit_off_and_count_dead_runs_per_job(se
                 " now(), now() FROM generate_series(1, 3) g"
             )
         )
-        backend = create_job_backend(database=connection, listen=False, announce=False)
+        # The in-place shape (a runs table given, no history declared): its reads are measured.
+        in_place = ship_job_runs_table(MetaData())
+        backend = create_job_backend(
+            database=connection, table=in_place, listen=False, announce=False
+        )
         admin_port = backend.admin
         setting = await admin_port._operator_rows(
             "jit", text("SELECT current_setting('jit') AS jit"), {}

@@ -27,6 +27,7 @@ from ship_sqla._jobs import (
     JobBackendTimeoutError,
     PostgresJobBackend,
     create_job_backend,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
 )
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)
+ship_job_history_table(metadata)  # J16: the default shape create_job_backend() reads
 state = ship_job_state_table(metadata)
 
 

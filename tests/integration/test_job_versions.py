@@ -21,6 +21,7 @@ from sqlalchemy import MetaData
 from ship_sqla import define_job, start_job_runtime
 from ship_sqla._jobs import (
     create_job_backend,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_workers_table,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)
+ship_job_history_table(metadata)  # J16: the default shape create_job_backend() reads
 state = ship_job_state_table(metadata)
 workers = ship_job_workers_table(metadata)
 

@@ -27,6 +27,7 @@ from sqlalchemy import MetaData, text
 from ship_sqla import define_job, start_job_runtime
 from ship_sqla._jobs import (
     create_job_backend,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_workers_table,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)
+history = ship_job_history_table(metadata)  # J16: the default shape create_job_backend() reads
 state = ship_job_state_table(metadata)
 workers = ship_job_workers_table(metadata)
 
@@ -242,6 +244,7 @@ async def test_f6_without_the_workers_table_a_runtime_runs_unregistered(
     jobs, and samples its own queue gauges as before the registry existed."""
     partial = MetaData()
     ship_job_runs_table(partial)
+    ship_job_history_table(partial)  # J16: the default shape create_job_backend() reads
     ship_job_state_table(partial)
     async with ship_engine.begin() as connection:
         await connection.run_sync(partial.create_all)
@@ -355,7 +358,9 @@ async def test_f6_the_schema_check_knows_the_workers_table(ship_engine: AsyncEng
     assert "CREATE TABLE ship_job_workers" in ddl
     assert "WHERE sampler_until IS NOT NULL" in ddl
     async with ship_engine.begin() as connection:
-        await connection.run_sync(lambda sync: metadata.create_all(sync, tables=[runs, state]))
+        await connection.run_sync(
+            lambda sync: metadata.create_all(sync, tables=[runs, history, state])
+        )
     report = await check_schema(ship_engine, metadata, extra_tables=False)
     assert [(d.kind, d.table) for d in report.differences] == [
         ("table_missing", "ship_job_workers")

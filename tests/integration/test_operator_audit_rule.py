@@ -25,6 +25,7 @@ from ship_sqla import (
     create_outbox,
     create_outbox_operations,
     define_job,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_workers_table,
@@ -55,6 +56,7 @@ async def no_audit_table(ship_engine: AsyncEngine) -> Any:
     metadata = MetaData()
     for factory in (
         ship_job_runs_table,
+        ship_job_history_table,  # J16: the default shape create_job_backend() reads
         ship_job_state_table,
         ship_job_workers_table,
         ship_outbox_table,

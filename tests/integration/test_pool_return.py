@@ -29,6 +29,7 @@ from sqlalchemy.pool import NullPool
 from ship_sqla import (
     create_job_backend,
     define_job,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     start_job_runtime,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 metadata = MetaData()
 ship_job_runs_table(metadata)
+ship_job_history_table(metadata)  # J16: the default shape create_job_backend() reads
 ship_job_state_table(metadata)
 
 ENQUEUES = 24

@@ -10,10 +10,11 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from job_helpers import claim_request
+from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import AsyncEngine
 from workflow_helpers import workflow_backend
 
-from ship_sqla import define_job
+from ship_sqla import define_job, ship_job_runs_table
 from ship_sqla.errors import JobSettleRefusedError
 from ship_sqla.jobs import Concurrency, EnqueueRequest, RetryPolicy
 from ship_sqla.kernel import NewStep, Suspend, completed, failed, released, snoozed
@@ -110,7 +111,11 @@ async def test_j23_a_constraint_violation_fails_its_run_alone(ship_engine: Async
     refusal says so. The four others land as they would have alone, nothing is answered stale,
     and the statement never raises."""
     errors: list[BaseException] = []
-    backend = await workflow_backend(ship_engine, on_error=errors.append)
+    # J16: the in-place shape (the runs table given, no history declared): the application's
+    # CHECKs are on the runs table, where a dead run stays (with a history it moves there).
+    backend = await workflow_backend(
+        ship_engine, on_error=errors.append, table=ship_job_runs_table(MetaData())
+    )
     job = define_job(
         "j23.check",
         _noop,

@@ -34,6 +34,7 @@ from webhook_receiver import Receiver, serve
 from ship_sqla import (
     create_job_backend,
     create_unit_of_work,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_workers_table,
@@ -74,6 +75,7 @@ async def test_w1_a_worker_killed_mid_send_loses_nothing_and_duplicates_only_in_
     key)."""
     metadata = MetaData()
     ship_job_runs_table(metadata)
+    ship_job_history_table(metadata)  # J16: the default shape create_job_backend() reads
     ship_job_state_table(metadata)
     ship_job_workers_table(metadata)
     deliveries = ship_webhook_deliveries_table(metadata)
@@ -154,6 +156,7 @@ async def test_w1_kill_9_and_a_postgres_crash_restart_lose_nothing_and_duplicate
     engine = create_async_engine(url, poolclass=NullPool)  # no connection kept across the crash
     metadata = MetaData()
     ship_job_runs_table(metadata)
+    ship_job_history_table(metadata)  # J16: the default shape create_job_backend() reads
     ship_job_state_table(metadata)
     ship_job_workers_table(metadata)
     deliveries = ship_webhook_deliveries_table(metadata)

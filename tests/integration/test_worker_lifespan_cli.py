@@ -146,8 +146,8 @@ async def test_j24_the_cli_worker_takes_synchronous_claims(
     """J24: `ship-sqla worker --synchronous-claims` builds its backend with synchronous claims
     (committed with the server's synchronous_commit, so no acknowledged claim is lost in a
     failover under synchronous replication) and executes the runs as without it."""
-    assert job_tables().backend(ship_engine, synchronous_claims=True).synchronous_claims
-    assert not job_tables().backend(ship_engine).synchronous_claims
+    assert (await job_tables().backend(ship_engine, synchronous_claims=True)).synchronous_claims
+    assert not (await job_tables().backend(ship_engine)).synchronous_claims
     for n in (1, 2):
         await backend.enqueue(ECHO, {"n": n})
     code, err = await _worker(

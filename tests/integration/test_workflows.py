@@ -20,6 +20,7 @@ from ship_sqla import (
     create_unit_of_work,
     define_job,
     ship_job_events_table,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
@@ -32,6 +33,9 @@ from ship_sqla.testing import FrozenClock
 LEASE = 30.0
 metadata = MetaData()
 runs = ship_job_runs_table(metadata)
+# J16, D5: the default shape; declared before the steps, so they have no cascading key (a run
+# that ends moves to history and keeps its steps).
+history = ship_job_history_table(metadata)
 state = ship_job_state_table(metadata)
 steps = ship_job_steps_table(metadata)
 events = ship_job_events_table(metadata)

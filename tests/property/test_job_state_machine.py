@@ -160,7 +160,9 @@ class JobBackendMachine(RuleBasedStateMachine):
             clock=self.clock,
             queue_depth_limit=DEPTH_LIMIT,
         )
-        self.model = InMemoryJobBackend(clock=self.clock, queue_depth_limit=DEPTH_LIMIT)
+        self.model = InMemoryJobBackend(
+            clock=self.clock, queue_depth_limit=DEPTH_LIMIT, live_only=False
+        )
         self.pg_ops: JobOperations = create_job_operations(self.pg, authorizer=allow)
         self.model_ops: JobOperations = create_job_operations(self.model, authorizer=allow)
         self.claims: list[Claim] = []

@@ -148,7 +148,7 @@ class PartitionMachine(RuleBasedStateMachine):
         self.pg: PostgresJobBackend = create_job_backend(
             database=self.engine, table=runs_table, state_table=state_table, clock=self.clock
         )
-        self.model = InMemoryJobBackend(clock=self.clock)
+        self.model = InMemoryJobBackend(clock=self.clock, live_only=False)
         self.pg_ops: JobOperations = create_job_operations(self.pg, authorizer=allow)
         self.model_ops: JobOperations = create_job_operations(self.model, authorizer=allow)
         self.claims: list[Claim] = []

@@ -181,7 +181,7 @@ class PostgresWrites:
 
 class MemorySide:
     def __init__(self, clock: FrozenClock, handler: Any) -> None:
-        self.backend = InMemoryJobBackend(clock=clock)
+        self.backend = InMemoryJobBackend(clock=clock, live_only=False)
         self.outbox = InMemoryOutbox(clock=clock)
         self.inbox = InMemoryInbox(clock=clock)
         self.rows: list[Effect] = []

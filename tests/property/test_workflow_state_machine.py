@@ -183,7 +183,7 @@ class WorkflowMachine(RuleBasedStateMachine):
         workflows = self.pg.workflows
         assert workflows is not None
         self.pg_workflows = workflows
-        self.model = InMemoryJobBackend(clock=self.clock)
+        self.model = InMemoryJobBackend(clock=self.clock, live_only=False)
         self.pg_ops: JobOperations = create_job_operations(self.pg, authorizer=_allow)
         self.model_ops: JobOperations = create_job_operations(self.model, authorizer=_allow)
         self.pg_uow = create_unit_of_work(self.engine, repositories=scope_only)

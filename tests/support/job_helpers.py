@@ -132,18 +132,22 @@ class ErrorLog:
 async def default_job_backend(engine: Any) -> Any:
     """The job tables and the audit table under their default names on ``engine`` (what
     ``ship-sqla schema apply`` creates, and the verbs find without table options; S1: a verb
-    that changes state writes its audit entry), and a polling PostgreSQL backend on them."""
+    that changes state writes its audit entry), the history included (J16: the backend with no
+    tables given moves ended runs there, and the commands follow the database), and a polling
+    PostgreSQL backend on them."""
     from sqlalchemy import MetaData  # noqa: PLC0415 - job_helpers serves the in-memory tests too
 
     from ship_sqla._audit import ship_audit_table  # noqa: PLC0415
     from ship_sqla._jobs import (  # noqa: PLC0415
         create_job_backend,
+        ship_job_history_table,
         ship_job_runs_table,
         ship_job_state_table,
     )
 
     metadata = MetaData()
     ship_job_runs_table(metadata)
+    ship_job_history_table(metadata)
     ship_job_state_table(metadata)
     ship_audit_table(metadata)
     async with engine.begin() as connection:

@@ -85,15 +85,17 @@ async def execute_once(
 
 
 async def workflow_backend(engine: Any, **options: Any) -> Any:
-    """The job tables a workflow needs (runs, state, steps, events) and the audit table (S1: the
-    CLI's operator verbs write to it) under their default names on ``engine`` (created if
-    absent), and a PostgreSQL backend on them with ``options``."""
+    """The job tables a workflow needs (runs, history, state, steps, events: what ``ship-sqla
+    schema apply`` creates, J16's default shape, the steps without a key to the runs) and the
+    audit table (S1: the CLI's operator verbs write to it) under their default names on
+    ``engine`` (created if absent), and a PostgreSQL backend on them with ``options``."""
     from sqlalchemy import MetaData  # noqa: PLC0415 - the in-memory tests import this module too
 
     from ship_sqla._audit import ship_audit_table  # noqa: PLC0415
     from ship_sqla._jobs import (  # noqa: PLC0415
         create_job_backend,
         ship_job_events_table,
+        ship_job_history_table,
         ship_job_runs_table,
         ship_job_state_table,
         ship_job_steps_table,
@@ -102,6 +104,7 @@ async def workflow_backend(engine: Any, **options: Any) -> Any:
     metadata = MetaData()
     for table in (
         ship_job_runs_table,
+        ship_job_history_table,  # J16: the default shape (declared before the steps: no FK)
         ship_job_state_table,
         ship_job_steps_table,
         ship_job_events_table,

@@ -221,9 +221,11 @@ async def test_operator_discard(backend):
     assert await backend.claim(claim_request(JOB, worker="A", limit=5)) == []
 
 
-async def test_cleanup_applies_retention_in_bounded_batches(backend, clock):
+async def test_cleanup_applies_retention_in_bounded_batches(clock):
     """J8 model: cleanup (the operator surface over the memory admin port) deletes terminal runs
-    past their retention, at most ``batch_size * max_batches``."""
+    past their retention, at most ``batch_size * max_batches``. In the legacy in-place shape
+    (``live_only=False``): with a history (J16) finished runs leave by partitions (J17)."""
+    backend = InMemoryJobBackend(clock=clock, live_only=False)
     ops = create_job_operations(backend, authorizer=lambda *_: True)
     results = await backend.enqueue_many(JOB, [EnqueueRequest({"n": n}) for n in range(3)])
     done = await backend.claim(claim_request(JOB, worker="A", limit=3))

@@ -74,11 +74,11 @@ def cli_actor() -> str:
     return f"cli:{user}@{socket.gethostname()}"
 
 
-def _operations(
+async def _operations(
     engine: AsyncEngine, url: URL, tables: JobTables, audit: AuditSink | None
 ) -> JobOperations:
     return create_job_operations(
-        tables.backend(engine),
+        await tables.operator_backend(engine),
         authorizer=_operator_at_the_shell,
         cursor_secret=cli_cursor_secret(url),
         audit=audit,
@@ -99,7 +99,7 @@ async def run_operation(
     (S1). ``audit_table=None``: no audit (the reads, and a verb given ``--no-audit``)."""
     async with command_engine(url) as engine:
         audit = None if audit_table is None else tables.audit_log(engine, audit_table)
-        return await operation(_operations(engine, url, tables, audit))
+        return await operation(await _operations(engine, url, tables, audit))
 
 
 class RunNotFoundError(ShipError, LookupError):

@@ -6,16 +6,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 import attrs
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, text
+from sqlalchemy.exc import SQLAlchemyError
 
 from ship_sqla._audit import create_audit_log, ship_audit_table
 from ship_sqla._jobs import (
     create_job_backend,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_workers_table,
 )
+from ship_sqla._jobs._sql.history import HISTORY_EXISTS
 from ship_sqla._naming import quoted_table
+from ship_sqla._sql_errors import outage_reason
 
 if TYPE_CHECKING:
     from sqlalchemy import Table
@@ -39,6 +43,9 @@ DEFAULT_RUNS_TABLE: Final = "ship_job_runs"
 DEFAULT_STATE_TABLE: Final = "ship_job_state"
 DEFAULT_WORKERS_TABLE: Final = "ship_job_workers"
 DEFAULT_AUDIT_TABLE: Final = "ship_audit"
+
+_HISTORY_PRESENT: Final = text(HISTORY_EXISTS.sql)
+"""J16: whether the history table exists (the commands' one probe of the database's shape)."""
 
 
 @attrs.frozen
@@ -64,14 +71,61 @@ class JobTables:
         """Both tables' quoted, schema-qualified names, for messages."""
         return f"{self.runs_name} and {quoted_table(self.state)}"
 
-    def backend(
+    @property
+    def history(self) -> Table:
+        """The history table ``ship-sqla schema apply`` creates beside the runs table (J16: its
+        default name, in the runs table's schema)."""
+        return ship_job_history_table(MetaData(), schema=self.runs.schema)
+
+    async def history_present(self, engine: AsyncEngine) -> bool:
+        """Whether the database holds :attr:`history` (J16: the commands follow its shape)."""
+        async with engine.connect() as connection:
+            found = await connection.scalar(
+                _HISTORY_PRESENT, {"history": quoted_table(self.history)}
+            )
+        return bool(found)
+
+    async def operator_backend(self, engine: AsyncEngine) -> PostgresJobBackend:
+        """:meth:`backend` for one operator command (J8): when the database cannot be reached
+        to probe its shape, the in-place one, so the command's own checks (a malformed
+        ``--cursor``: exit 2) come first and its first statement then meets the same outage
+        (exit 1) as before the probe existed."""
+        try:
+            history = await self.history_present(engine)
+        except (SQLAlchemyError, OSError) as exc:
+            if outage_reason(exc, driver_only=True) is None:
+                raise
+            history = False
+        return self.shaped_backend(engine, history=history)
+
+    async def backend(
         self,
         engine: AsyncEngine,
         *,
         on_error: ErrorHandler | None = None,
         synchronous_claims: bool = False,
     ) -> PostgresJobBackend:
-        """The job backend on these three tables (the defaults are ``create_job_backend``'s)."""
+        """The job backend on these tables, following the database's shape (J16): when the
+        history table ``schema apply`` creates exists (:attr:`history`), runs that end move
+        into it and every read spans both tables (as the application's backend whose metadata
+        declares it); otherwise (a database built before the history) runs end in place."""
+        return self.shaped_backend(
+            engine,
+            history=await self.history_present(engine),
+            on_error=on_error,
+            synchronous_claims=synchronous_claims,
+        )
+
+    def shaped_backend(
+        self,
+        engine: AsyncEngine,
+        *,
+        history: bool,
+        on_error: ErrorHandler | None = None,
+        synchronous_claims: bool = False,
+    ) -> PostgresJobBackend:
+        """The job backend on these tables, live runs only (J16) when ``history`` (what
+        :meth:`history_present` answered), else runs ending in place."""
         return create_job_backend(
             database=engine,
             table=self.runs,
@@ -79,6 +133,7 @@ class JobTables:
             on_error=on_error,
             workers_table=self.workers,
             synchronous_claims=synchronous_claims,
+            history_table=self.history if history else None,
         )
 
     def audit_log(self, engine: AsyncEngine, name: str = DEFAULT_AUDIT_TABLE) -> PostgresAuditLog:

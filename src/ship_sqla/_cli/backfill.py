@@ -81,7 +81,7 @@ def _operate(
             audit = None if audit_table is None else tables.audit_log(engine, audit_table)
             ops = create_backfill_operations(
                 create_backfill_ledger(database=engine, table=table),
-                tables.backend(engine),
+                await tables.backend(engine),
                 authorizer=lambda *_: True,  # the operator holding the URL is trusted
                 audit=audit,
                 actor=cli_actor(),

@@ -17,6 +17,7 @@ from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ship_sqla._backfills import create_backfill_ledger, ship_backfills_table
+from ship_sqla._cli._database import command_engine, run_jobs_call
 from ship_sqla._cli._operator import cli_actor
 from ship_sqla._cli._options import (
     audit_options,
@@ -174,13 +175,14 @@ def dashboard(
             f"the dashboard needs the dashboard extra ({exc.name} is missing):"
             " pip install 'ship-sqla[dashboard]'."
         ) from exc
+    history = _history_present(database_url, tables)
     engine = create_async_engine(database_url)
     audit = None if audit_table is None else tables.audit_log(engine, audit_table)
     outbox = None
     if outbox_ids:
         outbox = _outbox_operations(engine, outbox_table, outbox_schema, audit)
     app: Any = create_dashboard(
-        tables.backend(engine),
+        tables.shaped_backend(engine, history=history),
         authorizer=_shell_authorizer(read_only=read_only),
         actor=lambda _request: cli_actor(),
         audit=audit,
@@ -194,7 +196,12 @@ def dashboard(
             table=ship_backfills_table(MetaData(), name=backfills_table, schema=tables.runs.schema),
         ),
         webhooks=_webhook_sender(
-            engine, tables, webhook_endpoints_table, webhook_deliveries_table, webhook_job_id
+            engine,
+            tables,
+            webhook_endpoints_table,
+            webhook_deliveries_table,
+            webhook_job_id,
+            history=history,
         )
         if show_webhooks
         else None,
@@ -228,8 +235,26 @@ def _shell_authorizer(*, read_only: bool) -> Callable[[Request, str, str], bool]
     return authorizer
 
 
+def _history_present(database_url: URL, tables: JobTables) -> bool:
+    """J16: whether the database holds the history table (the dashboard's pages follow its
+    shape), asked once before the server starts on its own engine (the server's loop is
+    another); a database that cannot be reached is exit 1 here."""
+
+    async def probe() -> bool:
+        async with command_engine(database_url) as engine:
+            return await tables.history_present(engine)
+
+    return run_jobs_call(database_url, probe(), tables=tables.names)
+
+
 def _webhook_sender(
-    engine: AsyncEngine, tables: JobTables, endpoints: str, deliveries: str, job_id: str
+    engine: AsyncEngine,
+    tables: JobTables,
+    endpoints: str,
+    deliveries: str,
+    job_id: str,
+    *,
+    history: bool,
 ) -> WebhookSender:
     """The Webhooks page's sender on the named tables (in --schema); it sends nothing here:
     a redeliver or an enable only enqueues the delivery job's runs."""
@@ -247,7 +272,8 @@ def _webhook_sender(
         endpoints_table=ship_webhook_endpoints_table(metadata, name=endpoints, schema=schema),
         deliveries_table=ship_webhook_deliveries_table(metadata, name=deliveries, schema=schema),
     )
-    return create_webhook_sender(store=store, backend=tables.backend(engine), job_id=job_id)
+    backend = tables.shaped_backend(engine, history=history)
+    return create_webhook_sender(store=store, backend=backend, job_id=job_id)
 
 
 def _outbox_operations(

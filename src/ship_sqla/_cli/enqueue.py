@@ -161,7 +161,7 @@ async def enqueue_run(
     then dispose; with ``check_served``, also what the worker registry says of the job's live
     workers (None: not asked, or no workers table)."""
     async with command_engine(url) as engine:
-        backend = tables.backend(engine)
+        backend = await tables.backend(engine)
         with tenant_ambient(tenant):
             result = await backend.enqueue(
                 job,

@@ -105,7 +105,7 @@ def _operate(
                 database=engine, endpoints_table=endpoints, deliveries_table=deliveries
             )
             sender = create_webhook_sender(
-                store=store, backend=tables.backend(engine), job_id=options["job_id"]
+                store=store, backend=await tables.backend(engine), job_id=options["job_id"]
             )
             ops = create_webhook_operations(
                 sender,

@@ -245,7 +245,7 @@ async def run_worker(
         # The handlers are installed before the runtime starts, so a signal is never the
         # default (abrupt) exit once a run may be executing.
         async with stop_signals() as stop:
-            backend = tables.backend(
+            backend = await tables.backend(
                 engine, on_error=_report_error, synchronous_claims=synchronous_claims
             )
             # Checked at start, not in the loop (which would retry forever): an unreachable

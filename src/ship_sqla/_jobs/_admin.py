@@ -546,7 +546,7 @@ class PostgresRunAdmin:
             StateCount(
                 row.job_id,
                 row.state,
-                row.runs,
+                int(row.runs),  # J16: sum() over both tables is numeric (a Decimal)
                 None if row.oldest_due_age is None else float(row.oldest_due_age),
             )
             for row in rows

@@ -89,6 +89,7 @@ from ship_sqla._jobs._admin import PostgresRunAdmin
 from ship_sqla._jobs._health import PostgresStorageHealth
 from ship_sqla._jobs._insert import RunInserter, inserted
 from ship_sqla._jobs._maintenance import PostgresHistoryMaintenance
+from ship_sqla._jobs._migrate import refuse_references
 from ship_sqla._jobs._schedules import PostgresSchedules
 from ship_sqla._jobs._sql import JobStatements
 from ship_sqla._jobs._sql import live as live_sql
@@ -111,6 +112,7 @@ from ship_sqla._jobs._sql.claim import (
     CLAIM_UNCAPPED_KEYED,
 )
 from ship_sqla._jobs._sql.enqueue import ANNOUNCE, ANNOUNCE_AFTER_COMMIT
+from ship_sqla._jobs._sql.history import FINISHED_LEFT_IN_RUNS
 from ship_sqla._jobs._sql.settle import (
     CLAIM_STATE_IF_TOKEN,
     FENCE_RUN_FOR_UPDATE,
@@ -120,6 +122,7 @@ from ship_sqla._jobs._sql.settle import (
 )
 from ship_sqla._jobs._sql_api import sync_job_definitions
 from ship_sqla._jobs._tables import (
+    declared_history,
     fair_claims_ddl,
     fair_claims_index_name,
     partitioned_claims_ddl,
@@ -425,6 +428,7 @@ class PostgresJobBackend(JobBackendBase):
     ) -> None:
         """The ports this backend carries apart: its admin (J8), worker registry (F6),
         workflow store (D1-D6) and storage-health reader (J22)."""
+        self._steps_table = steps_table
         self._admin = PostgresRunAdmin(
             self.statements,
             self._connections,
@@ -785,6 +789,7 @@ class PostgresJobBackend(JobBackendBase):
         self._keeps.update((job.id, history_keep(job.retention)) for job in definitions)
         fair = [job.id for job in definitions if job.fairness is not None]
         await self.require_tables("the job worker", fair_claims=bool(fair))
+        await self._require_history_shape()
         for by_key in (False, True):
             wanted = "key" if by_key else "tenant"
             partitioned = [job.id for job in definitions if job.partition == wanted]
@@ -795,6 +800,76 @@ class PostgresJobBackend(JobBackendBase):
             await self._require_fair_claims(fair)
         if self._definitions_table is not None:
             await self.sync_definitions(definitions)
+
+    async def _require_history_shape(self) -> None:
+        """J16, a worker's start: without a history table, say (once) that runs end in place
+        and how to move them out; with one, the history table exists (MissingTablesError), no
+        foreign key references the runs table (a move would delete, or be refused by, what
+        references it: ConfigurationError), and finished runs still in the runs table are
+        reported (warning) with the migration that moves them."""
+        if self._shape_checked:
+            return
+        runs = quoted_table(self._table)
+        if not self.history:
+            logger.warning(
+                "J16: the runs table %s keeps finished runs (no history table declared): it"
+                " grows with every run. Declare ship_job_history_table(metadata) beside"
+                " ship_job_runs_table(metadata) (the steps table after it), create it, then run"
+                " `ship-sqla jobs maintain --migrate` (docs/howto/history.md).",
+                runs,
+            )
+            self._shape_checked = True
+            return
+        assert self._history_table is not None  # noqa: S101 - history implies it
+        needed = [Needed.table(self._history_table, "history")]
+        await require_tables(self._connections, needed, surface="the job worker")
+        await refuse_references(self)
+        await self._settle_without_steps()
+        rows = await self._connections.rows(
+            "history_left_over", self.statements[FINISHED_LEFT_IN_RUNS], {}, scope=OWN
+        )
+        if rows and rows[0][0]:
+            logger.warning(
+                "J16: finished runs are still in the runs table %s (they stay readable; new"
+                " ones move to %s). Move them: `ship-sqla jobs maintain --migrate`"
+                " (docs/howto/history.md).",
+                runs,
+                quoted_table(self._history_table),
+            )
+        self._shape_checked = True
+
+    async def _settle_without_steps(self) -> None:
+        """J16, J18: without a steps table in the database (an application with no workflows),
+        the moving settle (asked once per backend) asks no steps table whether an ended run is
+        a workflow run (none is: its payload leaves as any run's)."""
+        steps = self._steps_table
+        if steps is None:
+            self._steps_probed = True
+            return
+        needed = [Needed.table(steps, "steps")]
+        missing = await missing_relations(self._connections, needed, surface="the job worker")
+        self._steps_probed = True
+        if not missing:
+            return
+        stepless = JobStatements.for_tables(
+            self._table,
+            self._state_table,
+            history=self._history_table,
+            server_clock=not self._clock.frozen,
+            live_only=True,
+        )
+        self._settle_moving = stepless[live_sql.SETTLE_MOVING]
+
+    _steps_probed = False
+    """J16: whether :meth:`_settle_without_steps` has asked the database (a worker's start, else
+    the first moving settle: a caller settling without a runtime, on a database without the
+    steps table, `schema apply --only jobs`)."""
+
+    _settle_moving: TextClause | None = None
+    """J16: the moving settle rendered without a steps table (None: the statements' own)."""
+
+    _shape_checked = False
+    """J16: whether :meth:`_require_history_shape` has passed (asked once per backend)."""
 
     _definitions_table: Table | None = None
     """E8: the job definitions table a worker's start upserts (:meth:`serve_sql_enqueue`)."""
@@ -1222,7 +1297,10 @@ class PostgresJobBackend(JobBackendBase):
         params.update(_SETTLE_FIELDS_NONE if completions_only else _settle_fields(batch))
         statement = self.statements[SETTLE_IF_TOKEN_CURRENT]
         if self.history:
-            statement = self.statements[live_sql.SETTLE_MOVING]
+            if not self._steps_probed:  # J16: once, when no worker's start asked (a caller's)
+                await self._settle_without_steps()
+            moving = self._settle_moving
+            statement = self.statements[live_sql.SETTLE_MOVING] if moving is None else moving
             params.update(self._history_fields(batch))
         rows = await self._connections.rows("settle", statement, params, scope=scope)
         # By position, as a claim's (SETTLE_COLUMNS): (ordinal, new state, parent id).
@@ -1373,9 +1451,13 @@ def _default_tables(
     history_table: Table | None,
 ) -> _BackendTables:
     """``create_job_backend``'s tables: those given, else the factories' under their default
-    names (the steps and events tables beside ``table``); J16's move is on (``live_only``) when
-    the history table was given."""
-    live_only = history_table is not None
+    names (the steps and events tables beside ``table``). J16's move is on (``live_only``) when
+    the history table was given or declared beside ``table``, and when no runs table was given:
+    then the tables are those ``ship-sqla schema apply`` creates, the history included (the
+    tutorial's ``create_job_backend(database=engine)``)."""
+    if history_table is None and table is not None:
+        history_table = declared_history(table)  # J16: declared beside the runs table
+    live_only = history_table is not None or table is None
     if table is None:
         table = ship_job_runs_table(MetaData())
     if state_table is None:
@@ -1608,7 +1690,11 @@ def create_job_backend(
     (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
     ``history_table`` (J16, J17): from :func:`ship_job_history_table` (default: beside
     ``table``); its partitions are kept by maintenance (``ship-sqla jobs maintain``, F5's holder).
-    Given explicitly, the runs table holds live runs only (J16, docs/jobs.md "The tables").
+    The runs table holds live runs only (J16, docs/jobs.md "The tables") when the history table
+    is given, or declared in ``table``'s metadata and schema, or when no ``table`` is given (the
+    tables ``ship-sqla schema apply`` creates, the history included); a worker's start checks
+    that shape (the history exists, no foreign key references the runs table). A ``table``
+    whose metadata declares no history keeps runs in place (a warning at a worker's start).
     """
     tables = _default_tables(table, state_table, steps_table, events_table, history_table)
     return PostgresJobBackend(

@@ -66,7 +66,7 @@ class HistoryMigration:
         return attrs.asdict(self)
 
 
-async def _refuse_references(backend: PostgresJobBackend) -> None:
+async def refuse_references(backend: PostgresJobBackend) -> None:
     rows = await backend.store_connections.rows(
         "history_migration_references",
         backend.statements[RUNS_REFERENCED_BY],
@@ -79,8 +79,8 @@ async def _refuse_references(backend: PostgresJobBackend) -> None:
             f"the runs table {quoted_table(backend.table)} is referenced by foreign keys"
             f" ({names}): moving a finished run would delete what references it (a finished"
             " workflow's steps, ON DELETE CASCADE).",
-            fix="upgrade the steps table to the release that runs finished runs from history"
-            " (its steps no longer reference the runs table), then run --migrate again.",
+            fix="drop the constraint (ALTER TABLE <steps> DROP CONSTRAINT <steps>_run_fkey;"
+            " ship_job_steps_table declares none beside a history table), then start again.",
         )
 
 
@@ -145,7 +145,7 @@ async def migrate_finished_runs(
             fix="create it first (`ship-sqla schema apply`, or ship_job_history_table in your"
             " migrations), then run `ship-sqla jobs maintain --migrate`.",
         )
-    await _refuse_references(backend)
+    await refuse_references(backend)
     retention = maintenance.retentions(retentions)
     deferred: list[str] = []
     prepared = await _prepare(backend, retention, deferred)

@@ -43,6 +43,7 @@ from sqlalchemy.schema import CreateIndex
 from ship_sqla._jobs._history_ddl import HISTORY_INFO, declare_history_retention
 from ship_sqla._naming import derived_name, derived_names
 from ship_sqla._storage_options import CHURN_OPTIONS, HOT_ROW_OPTIONS, declare_storage_options
+from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES
 
 if TYPE_CHECKING:
@@ -374,6 +375,7 @@ _HISTORY_SUFFIXES = (
     "_state_check",
     "_id_idx",
     "_job_idx",
+    "_browse_idx",
     "_parent_idx",
     "_progress_idx",
     # The partitions' names (J17): the longest a class's day or default partition takes.
@@ -464,8 +466,12 @@ def ship_job_history_table(
         # Serves every read of one run by id (get-run, durable-id dedupe, retry of a dead run):
         # a hash index, about half a btree's size on random ids, one probe per partition.
         Index(n["_id_idx"], "id", postgresql_using="hash"),
-        # Serves the dead-letter and finished pages (one state of one job, newest first).
+        # Serves the dead-letter pages (one state of one job, newest finished first).
         Index(n["_job_idx"], "job_id", "state", "finished_at"),
+        # Serves the finished pages in creation order (J16: the dashboard's browse of one
+        # finished state, one job or all, newest created first, keyset on (created_at, id)):
+        # one backward scan per day partition, merged, instead of a sort of the job's runs.
+        Index(n["_browse_idx"], "job_id", "state", "created_at", "id"),
         # Serves CHILDREN's ended children (D5).
         Index(
             n["_parent_idx"],
@@ -485,6 +491,25 @@ def ship_job_history_table(
     )
     declare_history_retention(table, retention)
     return table
+
+
+def declared_history(runs: Table) -> Table | None:
+    """J16: the history table declared beside ``runs`` (by :func:`ship_job_history_table`, in
+    its metadata and schema), else None; two of them there is ambiguous (ConfigurationError:
+    give ``history_table=``)."""
+    found = [
+        t
+        for t in runs.metadata.tables.values()
+        if t.info.get(HISTORY_INFO) and t.schema == runs.schema
+    ]
+    if len(found) > 1:
+        names = ", ".join(sorted(t.name for t in found))
+        raise ConfigurationError(
+            f"the metadata of the runs table {runs.name!r} declares several history tables"
+            f" ({names}).",
+            fix="pass the one this backend moves its ended runs to: history_table=...",
+        )
+    return found[0] if found else None
 
 
 def fair_claims_index_name(runs: Table) -> str:
@@ -608,7 +633,7 @@ def ship_job_steps_table(
     schema: str | None = None,
     *,
     runs_table: str = "ship_job_runs",
-    runs_fkey: bool = True,
+    runs_fkey: bool | None = None,
 ) -> Table:
     """The stored steps of workflow runs (SPEC §13, D1): one row per (run, step name).
 
@@ -621,8 +646,10 @@ def ship_job_steps_table(
     ``pg_snapshot`` an event wait began in, as text: an event matches when its transaction is
     not visible in it, D4), ``created_at``, ``finished_at``. ``runs_fkey=False``: no foreign key
     (a backend with a history table, J16: a run that ends leaves the runs table and keeps its
-    steps). Index ``<name>_patch_idx``
-    ``(name, created_at) WHERE kind = 'patch'``: D8's patch markers (no other step enters it).
+    steps); the default (None) declares it only when ``metadata`` declares no history table in
+    ``schema`` (:func:`declared_history`): declare the history table first. Index
+    ``<name>_patch_idx`` ``(name, created_at) WHERE kind = 'patch'``: D8's patch markers (no
+    other step enters it).
     """
     n = derived_names(
         name, ("_pkey", "_state_check", "_run_fkey", "_patch_idx"), "job steps", schema=schema
@@ -653,6 +680,10 @@ def ship_job_steps_table(
         schema=schema,
         comment="ship_sqla workflow steps (ship_job_steps_table)",
     )
+    if runs_fkey is None:
+        runs_fkey = not any(
+            t.info.get(HISTORY_INFO) and t.schema == schema for t in metadata.tables.values()
+        )
     if runs_fkey:
         table.append_constraint(
             ForeignKeyConstraint(["run_id"], [target], name=n["_run_fkey"], ondelete="CASCADE")

@@ -315,7 +315,8 @@ class PostgresWorkflows:
         self, job_id: str, patch_id: str, *, read: int
     ) -> tuple[datetime | None, PatchFigure]:
         params = {"job_id": job_id, "name": patch_step_name(patch_id), "read": read}
-        [row] = await self._rows("patch lacking", self._s[sql.PATCH_LACKING], params)
+        lacking = sql.PATCH_LACKING_EITHER if self._s.live_only else sql.PATCH_LACKING
+        [row] = await self._rows("patch lacking", self._s[lacking], params)
         return row.first_marker_at, PatchFigure(row.runs, row.read, row.read < read)
 
     async def delete_events(self, *, older_than: timedelta, limit: int) -> int:

@@ -91,7 +91,7 @@ async def _with_operations(
 
             await uow.run(handler)
 
-        return await call(_operations(engine, url, tables, audit), transaction)
+        return await call(await _operations(engine, url, tables, audit), transaction)
 
 
 @click.command("find", epilog=OPERATOR_NOTE)

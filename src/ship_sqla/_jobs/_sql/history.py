@@ -13,6 +13,7 @@ from typing import Final
 from ship_sqla._sql import Template
 
 __all__ = [
+    "FINISHED_LEFT_IN_RUNS",
     "HISTORY_EXISTS",
     "HISTORY_PARTITIONS",
     "LOCK_TIMEOUT_LOCAL",
@@ -141,3 +142,15 @@ SELECT c.conname, c.conrelid::regclass::text AS referencing
 )
 """The foreign keys that reference the runs table (the steps' ON DELETE CASCADE would take a
 finished workflow's steps with it when it moves)."""
+
+FINISHED_LEFT_IN_RUNS: Final = Template(
+    """
+SELECT EXISTS (
+    SELECT 1 FROM {runs} WHERE state IN ('completed', 'dead', 'cancelled', 'discarded')
+) AS left_over
+""",
+    compacted=False,
+)
+"""J16: whether finished runs are still in the runs table (a database upgraded to live runs
+only whose migration has not run: they stay readable, ``ship-sqla jobs maintain --migrate``
+moves them)."""

@@ -395,8 +395,8 @@ _CREATED_RANGE: Final = """
 
 def _finished_of(job: str) -> str:
     """One job's (``job``) page of runs in one finished state, newest first: the runs table's
-    leftovers (``<runs>_browse_idx``) and history (its ``(job_id, state, finished_at)`` index,
-    then a sort of the job's runs in that state: history has no creation-order index), merged."""
+    leftovers (``<runs>_browse_idx``) and history (``<history>_browse_idx``: a backward scan of
+    each day partition, merged in creation order), merged."""
     return (
         f"""SELECT x.* FROM (
     (SELECT {_LIVE_AS_RUN}, r.seq FROM {{runs}} r

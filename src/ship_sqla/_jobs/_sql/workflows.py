@@ -35,6 +35,7 @@ __all__ = [
     "PATCH_HOLDING",
     "PATCH_IDS",
     "PATCH_LACKING",
+    "PATCH_LACKING_EITHER",
     "PUBLISH_EVENT",
     "RERUN_FROM_STEP",
     "SAVE_STEP",
@@ -392,3 +393,26 @@ FROM ({_LIVE_RUNS}
 before it that do not hold it (they may take the old path), among at most ``:read`` of its live
 runs. Patch ids are best unique per application: the first marker's walk passes markers of
 other jobs with the same id."""
+
+PATCH_LACKING_EITHER: Final = Template(
+    f"""
+WITH first AS (
+    SELECT s.created_at FROM {{steps}} s
+    -- <steps>_patch_idx: the patch's markers, oldest first; the job's run in either table
+    -- (J16: <runs>_pkey, else <history>_id_idx: a run that ended moved, its steps stayed)
+    WHERE s.kind = 'patch' AND s.name = :name
+      AND (EXISTS (SELECT 1 FROM {{runs}} r WHERE r.id = s.run_id AND r.job_id = :job_id)
+           OR EXISTS (SELECT 1 FROM {{history}} h WHERE h.id = s.run_id AND h.job_id = :job_id))
+    ORDER BY s.created_at LIMIT 1
+)
+SELECT (SELECT first.created_at FROM first) AS first_marker_at,
+    count(*) FILTER (
+        WHERE live.created_at < (SELECT first.created_at FROM first) AND NOT {_HOLDS}
+    ) AS runs,
+    count(*) AS read
+FROM ({_LIVE_RUNS}
+) live
+""",  # noqa: S608 - a template of constant text
+    compacted=False,
+)
+"""PATCH_LACKING with history (J16): the first marker's run may have ended and moved."""

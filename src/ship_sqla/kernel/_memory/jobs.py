@@ -366,6 +366,10 @@ class InMemoryJobBackend(JobBackendBase):
     number of runtimes and callers in one event loop; not thread-safe. Its
     ``default_lock_provider`` is None: a runtime on it takes single-runner locks (J4) only from
     the ``lock_provider`` it is started with (an :class:`InMemoryLockProvider`, say).
+
+    ``live_only`` (J16, J18): True (default, as the PostgreSQL backend whose metadata declares
+    a history table): a run that ends moves to the history, slim (a completed run's payload is
+    kept only on request, J18); False: the legacy in-place shape (runs end where they are).
     """
 
     def __init__(
@@ -374,7 +378,7 @@ class InMemoryJobBackend(JobBackendBase):
         clock: Clock | None = None,
         queue_depth_limit: int | None = None,
         on_error: ErrorHandler | None = None,
-        live_only: bool = False,
+        live_only: bool = True,
     ) -> None:
         self._set_options(clock=clock, queue_depth_limit=queue_depth_limit, on_error=on_error)
         self._runs: dict[str, _Run] = {}

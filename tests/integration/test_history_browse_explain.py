@@ -1,0 +1,175 @@
+"""J16, J17, S2: the dashboard's finished pages over the run history, in creation order.
+
+With a history table (J16, the default shape) the finished pages (``LIST_FINISHED_OF_JOB_EITHER``
+and ``LIST_FINISHED_ALL_JOBS_EITHER``: one finished state, one job or all, newest created first,
+keyset on ``(created_at, id)``) read ``<history>_browse_idx`` ``(job_id, state, created_at,
+id)``: one backward scan of each of the class's day partitions (J17), merged, never a sort of
+the job's runs in that state and never a sequential scan, at most a bounded number of index
+entries per partition, as custom plans and as a prepared statement's generic plan. Data: 440,000
+ended runs of 20 jobs over the four day partitions, and the runs table's live runs with a few
+finished leftovers (a database not migrated yet).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from explain_helpers import explain, nodes
+from seeded_template import SeedStep
+from sqlalchemy import MetaData, text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from ship_sqla._jobs import ship_job_history_table, ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs._sql import JobStatements, live
+
+TOTAL = 440_000
+JOBS = 20
+LIMIT = 51
+DAYS = 4
+"""Today's partition and three days ahead: the ones ``create_all`` makes (J17)."""
+
+metadata = MetaData()
+runs = ship_job_runs_table(metadata)
+ship_job_state_table(metadata)
+history = ship_job_history_table(metadata)
+
+_HISTORY = f"""
+INSERT INTO ship_job_history (id, seq, job_id, state, attempt, max_attempts, run_at, created_at,
+    started_at, finished_at, claimed_by, tenant_id)
+SELECT 'h' || lpad(g::text, 9, '0'), g, 'job' || (g % {JOBS}),
+    CASE WHEN g % 11 = 0 THEN 'dead' ELSE 'completed' END, 1, 5,
+    now() - (g * interval '7 milliseconds'), now() - (g * interval '7 milliseconds'),
+    now() - (g * interval '7 milliseconds'),
+    -- spread over the day partitions: every one holds runs of every age
+    date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+        + ((g % {DAYS}) * interval '1 day') + interval '1 hour',
+    'w', 't' || (g % 7)
+FROM generate_series(1, {TOTAL}) g
+"""
+
+_RUNS = f"""
+INSERT INTO ship_job_runs (id, job_id, state, payload, max_attempts, run_at, created_at,
+    updated_at, finished_at)
+SELECT 'r' || lpad(g::text, 9, '0'), 'job' || (g % {JOBS}),
+    CASE WHEN g % 50 = 0 THEN 'completed' ELSE 'waiting' END, '{{}}'::jsonb, 5,
+    now(), now() - (g * interval '1 second'), now(),
+    CASE WHEN g % 50 = 0 THEN now() END
+FROM generate_series(1, 20000) g
+"""
+
+SEED = SeedStep(name="history_browse_explain", metadata=metadata, statements=[_HISTORY, _RUNS])
+"""The module's data set in the session's seeded template (tests/support/seeded_template.py)."""
+
+
+@pytest.fixture
+def loaded(seeded_engine: AsyncEngine) -> AsyncEngine:
+    return seeded_engine
+
+
+def _statements() -> JobStatements:
+    return JobStatements(
+        runs="ship_job_runs", state="ship_job_state", history="ship_job_history", live_only=True
+    )
+
+
+async def _browse_indexes(connection: Any) -> set[str]:
+    """``<history>_browse_idx`` and the indexes of every partition attached to it (two levels:
+    the class partitions' and their days')."""
+    rows = await connection.execute(
+        text(
+            "WITH RECURSIVE tree(oid) AS ("
+            " SELECT to_regclass('ship_job_history_browse_idx')::oid"
+            " UNION ALL SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid)"
+            " SELECT c.relname FROM tree t JOIN pg_class c ON c.oid = t.oid"
+        )
+    )
+    return {row[0] for row in rows}
+
+
+def _check(plan: dict[str, Any], browse: set[str]) -> None:
+    every = nodes(plan)
+    scans = [n for n in every if n["Node Type"] == "Seq Scan"]
+    assert not scans, f"sequential scans: {[n.get('Relation Name') for n in scans]}"
+    history_reads = [
+        n for n in every if str(n.get("Relation Name", "")).startswith("ship_job_history")
+    ]
+    assert history_reads
+    # The page's rows come through <history>_browse_idx; another index may serve only the
+    # loose scan over the jobs (one min(job_id) probe per loop).
+    paging = {str(n.get("Index Name")) for n in history_reads if n["Actual Rows"] > 1}
+    assert paging, "no page read from history"
+    assert paging <= browse, f"history paged through {paging - browse}, not <history>_browse_idx"
+    # No sort of the job's runs: a sort, if any, is of one page's rows at most per job.
+    for node in every:
+        if node["Node Type"] in ("Sort", "Incremental Sort"):
+            assert node["Actual Rows"] <= LIMIT * JOBS, node
+    # Bounded: at most a page's entries from each day partition (each class's default too).
+    read = sum(round(n["Actual Rows"] * n["Actual Loops"]) for n in history_reads)
+    assert read <= LIMIT * (DAYS + 1) * JOBS
+
+
+@pytest.mark.parametrize("state", ["completed", "dead"])
+async def test_j16_finished_page_of_one_job_reads_the_history_browse_index(
+    loaded: AsyncEngine, state: str
+) -> None:
+    """J16, J17, S2: one job's page of one finished state, first page and after a cursor, reads
+    ``<history>_browse_idx`` (each day partition's, merged in creation order), never a sort of
+    the job's 20,000 runs in that state, custom and generic."""
+    statement = _statements()[live.LIST_FINISHED_OF_JOB_EITHER]
+    async with loaded.connect() as connection:
+        browse = await _browse_indexes(connection)
+        assert "ship_job_history_browse_idx" in browse
+        first: list[Any] = []
+        for generic in (False, True):
+            for after in ((None, None), ("cursor", None)):
+                after_at = after_id = None
+                if after[0] is not None and first:
+                    after_at, after_id = first[-1].created_at, first[-1].id
+                params = {
+                    "limit": LIMIT,
+                    "tenant": None,
+                    "state": state,
+                    "created_from": None,
+                    "created_to": None,
+                    "after_at": after_at,
+                    "after_id": after_id,
+                    "job_id": "job3",
+                }
+                plan = await explain(connection, statement, params, generic=generic)
+                _check(plan, browse)
+                rows = (await connection.execute(statement, params)).all()
+                assert len(rows) == LIMIT
+                keys = [(row.created_at, row.id) for row in rows]
+                assert keys == sorted(keys, reverse=True)
+                if after_at is None:
+                    first = rows
+                else:
+                    assert keys[0] < (after_at, after_id)
+            await connection.rollback()
+
+
+async def test_j16_finished_page_of_all_jobs_reads_the_history_browse_index(
+    loaded: AsyncEngine,
+) -> None:
+    """J16, J17, S2: the page of one finished state over every job (a loose scan over the jobs,
+    then each job's page through ``<history>_browse_idx``, merged), custom and generic."""
+    statement = _statements()[live.LIST_FINISHED_ALL_JOBS_EITHER]
+    async with loaded.connect() as connection:
+        browse = await _browse_indexes(connection)
+        for generic in (False, True):
+            params = {
+                "limit": LIMIT,
+                "tenant": None,
+                "state": "completed",
+                "created_from": None,
+                "created_to": None,
+                "after_at": None,
+                "after_id": None,
+                "max_jobs": 100,
+            }
+            plan = await explain(connection, statement, params, generic=generic)
+            _check(plan, browse)
+            rows = (await connection.execute(statement, params)).all()
+            assert len(rows) == LIMIT
+            await connection.rollback()
