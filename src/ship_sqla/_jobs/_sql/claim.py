@@ -592,6 +592,11 @@ SELECT b.id, NULL, b.attempt, NULL, NULL, b.key, NULL, NULL, NULL, NULL, NULL, N
     b.lapses, b.consecutive_lapses, NULL, NULL
 FROM buried b
 WHERE b.state = 'dead' OR b.parent_id IS NOT NULL{gate_row}{fair_row}
+{lapsed_row}
+ORDER BY kind, priority DESC, run_at, seq
+"""
+
+_LAPSED_ROW: Final = """
 UNION ALL
 -- Kind 5 (J19 for J6, kernel lapsed_probe_complete): the lapsed probe was not complete: it
 -- hit its limit, found runs this claim neither retook nor buried, or the job is paused; the
@@ -600,9 +605,9 @@ SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, N
     NULL, false, NULL, NULL, NULL, NULL, NULL
 FROM lapsed
 HAVING count(*) >= CAST(:lapsed_limit AS integer) OR (SELECT yes FROM paused)
-    OR count(*) > (SELECT count(*) FROM claimed WHERE retaken) + (SELECT count(*) FROM buried)
-ORDER BY kind, priority DESC, run_at, seq
-"""
+    OR count(*) > (SELECT count(*) FROM claimed WHERE retaken) + (SELECT count(*) FROM buried)"""
+"""The claim tail's kind 5 row, in every claim but the partitioned ones (whose lapsed probe
+always starts from the start: they pass no ``:lapsed_window``, so they report no floor)."""
 
 CLAIM_COLUMNS: Final = (
     "id",
@@ -675,6 +680,7 @@ def _tail(*, started: str, gate_row: str, walk: str) -> str:
         _CLAIM_TAIL.replace("{started}", started)
         .replace("{gate_row}", gate_row)
         .replace("{fair_row}", fair_row)
+        .replace("{lapsed_row}", _LAPSED_ROW)
     )
 
 
@@ -1062,6 +1068,7 @@ def _partitioned(*, keyed: bool = False, by_key: bool = False) -> str:
         .replace("{started}", "coalesce(p.started_at, {now})")
         .replace("{gate_row}", _PART_GATE_ROW)
         .replace("{fair_row}", _FAIR_ROW)
+        .replace("{lapsed_row}", "")
     )
     return _finished(_HEAD + _ROOM_PARTITIONED + body + tail, keyed=keyed)
 
