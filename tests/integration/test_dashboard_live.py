@@ -279,6 +279,9 @@ async def test_the_refresh_choice_is_a_cookie_the_pages_follow(live: Any) -> Non
         bad = await client.get("/refresh", params={"every": "3"})
         assert bad.status_code == 400
         assert "Fix:" in bad.text
+        cleared = await client.get("/refresh", params={"next": "/"})  # no choice: the default
+        assert cleared.status_code == 303
+        assert 'hx-trigger="every 10000ms"' in (await client.get("/")).text
     bad_format = SseClient(app, "/live/overview?format=xml")
     await asyncio.wait_for(bad_format.task, 5)
     assert bad_format.status == 400

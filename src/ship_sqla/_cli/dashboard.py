@@ -164,8 +164,7 @@ def dashboard(
     --outbox-id (repeatable) adds the outbox page for those outboxes, in the outbox table
     --outbox-table (default ship_outbox) in --outbox-schema; --backfills-table the backfill
     ledger the Consumers & backfills page lists; --stats-table the job history the charts
-    read; --webhooks the Webhooks page over the webhook
-    tables (--webhook-endpoints-table, --webhook-deliveries-table)."""
+    read; --webhooks the Webhooks page over the webhook tables."""
     try:
         import uvicorn  # noqa: PLC0415 - an optional dependency, only for this command
 
@@ -178,9 +177,7 @@ def dashboard(
     history = _history_present(database_url, tables)
     engine = create_async_engine(database_url)
     audit = None if audit_table is None else tables.audit_log(engine, audit_table)
-    outbox = None
-    if outbox_ids:
-        outbox = _outbox_operations(engine, outbox_table, outbox_schema, audit)
+    outbox = _outbox_operations(engine, outbox_table, outbox_schema, audit) if outbox_ids else None
     app: Any = create_dashboard(
         tables.shaped_backend(engine, history=history),
         authorizer=_shell_authorizer(read_only=read_only),

@@ -595,15 +595,20 @@ class _Dashboard:
     async def refresh(self, request: Request) -> Response:
         """``GET /refresh?every=live|2..60|off&next=PATH`` (the header's control, a form that
         works without JavaScript): sets this browser's refresh cookie and returns to ``next``
-        (a path of this dashboard only)."""
+        (a path of this dashboard only); without ``every`` it clears the choice (the
+        dashboard's own ``refresh_seconds`` again)."""
         every = request.query_params.get("every", "")
+        back = self._back(request, {"next": [request.query_params.get("next", "")]})
+        if not every:
+            cleared = RedirectResponse(back, 303)
+            cleared.delete_cookie(REFRESH_COOKIE, path=self.base(request) or "/")
+            return cleared
         if refresh_choice(every) is None:
             return PlainTextResponse(
                 f"400 every={every[:20]!r}: not a refresh choice. Fix: pick one of"
                 f" {', '.join(REFRESH_CHOICES)} in the header's Refresh control.",
                 400,
             )
-        back = self._back(request, {"next": [request.query_params.get("next", "")]})
         response = RedirectResponse(back, 303)
         response.set_cookie(
             REFRESH_COOKIE,

@@ -375,8 +375,7 @@ class PostgresJobBackend(JobBackendBase):
         """The NOTIFY channel of cancel requests of this runs table, the same in every
         process: an operator's cancel sends on it, runtimes' listeners cancel the handler."""
         self._wire_announcements(database, listen=listen, announce=announce)
-        # F2: per fair job, the tenant its last claim's walk stopped at (None: from the start).
-        self._fair_cursors: dict[str, str] = {}
+        self._fair_cursors: dict[str, str] = {}  # F2: per fair job, where its last walk stopped
         self.claim_floors = ClaimFloors()  # J19: where each job's next priority walk starts
         self.lapsed_floors = LapsedFloors()  # J19 for J6: where each job's lapsed probe starts
         self.history: Final = live_only  # J16: runs that end move to history
@@ -1688,13 +1687,11 @@ def create_job_backend(
     True: the server's own, as enqueues and settles (docs/production.md, "Failover").
     ``health_bounds`` (J22): when :meth:`PostgresJobBackend.storage_health` is an alarm
     (default :class:`~ship_sqla.jobs.HealthBounds`: a snapshot held 5 minutes, ...).
-    ``history_table`` (J16, J17): from :func:`ship_job_history_table` (default: beside
-    ``table``); its partitions are kept by maintenance (``ship-sqla jobs maintain``, F5's holder).
-    The runs table holds live runs only (J16, docs/jobs.md "The tables") when the history table
-    is given, or declared in ``table``'s metadata and schema, or when no ``table`` is given (the
-    tables ``ship-sqla schema apply`` creates, the history included); a worker's start checks
-    that shape (the history exists, no foreign key references the runs table). A ``table``
-    whose metadata declares no history keeps runs in place (a warning at a worker's start).
+    ``history_table`` (J16, J17): from :func:`ship_job_history_table`, kept by maintenance
+    (``ship-sqla jobs maintain``, F5's holder). The runs table holds live runs only (J16,
+    docs/jobs.md "The tables") when it is given, or declared in ``table``'s metadata, or no
+    ``table`` is given (the tables ``ship-sqla schema apply`` creates); a worker's start checks
+    that shape. A ``table`` whose metadata declares no history keeps runs in place (warned).
     """
     tables = _default_tables(table, state_table, steps_table, events_table, history_table)
     return PostgresJobBackend(
