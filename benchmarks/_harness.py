@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from ship_sqla._jobs import (
     ship_job_events_table,
+    ship_job_history_table,
     ship_job_runs_table,
     ship_job_state_table,
     ship_job_steps_table,
@@ -316,11 +317,14 @@ class BenchDatabase:
         return connection
 
     async def create_job_tables(self, *, raw: str | None = None) -> None:
-        """The ship job tables with their default names (the worker registry's too, F6, as a
-        deployment has it), and a runs table named ``raw`` for a raw baseline (same columns and
-        indexes) when given."""
+        """The ship job tables with their default names (the worker registry's and the run
+        history's too, F6 and J16, as a deployment has them), and a runs table named ``raw``
+        for a raw baseline (same columns and indexes) when given."""
         metadata = MetaData()
         ship_job_runs_table(metadata)
+        # J16's default shape, as `ship-sqla schema apply` creates it: the history beside the
+        # runs table (declared before the steps table, which then has no key to the runs).
+        ship_job_history_table(metadata)
         ship_job_state_table(metadata)
         ship_job_workers_table(metadata)
         ship_job_steps_table(metadata)
