@@ -370,6 +370,18 @@ FROM ({_LIVE_RUNS}
 """D8: live runs of the job holding the marker ``:name``, among at most ``:read`` of its live
 runs (``read`` = ``:read``: a lower bound)."""
 
+_LACKING_TAIL: Final = f"""
+SELECT (SELECT first.created_at FROM first) AS first_marker_at,
+    count(*) FILTER (
+        WHERE live.created_at < (SELECT first.created_at FROM first) AND NOT {_HOLDS}
+    ) AS runs,
+    count(*) AS read
+FROM ({_LIVE_RUNS}
+) live
+"""  # noqa: S608 - a template of constant text
+"""D8: what PATCH_LACKING and PATCH_LACKING_EITHER read after their ``first`` marker: the live
+runs created before it that do not hold it, among at most ``:read``."""
+
 PATCH_LACKING: Final = Template(
     f"""
 WITH first AS (
@@ -378,15 +390,7 @@ WITH first AS (
     -- <steps>_patch_idx: the patch's markers, oldest first; <runs>_pkey: the job's
     WHERE s.kind = 'patch' AND s.name = :name AND r.job_id = :job_id
     ORDER BY s.created_at LIMIT 1
-)
-SELECT (SELECT first.created_at FROM first) AS first_marker_at,
-    count(*) FILTER (
-        WHERE live.created_at < (SELECT first.created_at FROM first) AND NOT {_HOLDS}
-    ) AS runs,
-    count(*) AS read
-FROM ({_LIVE_RUNS}
-) live
-""",  # noqa: S608 - a template of constant text
+){_LACKING_TAIL}""",  # noqa: S608 - a template of constant text
     compacted=False,
 )
 """D8: when the job's first marker ``:name`` was stored, and the live runs of the job created
@@ -404,15 +408,7 @@ WITH first AS (
       AND (EXISTS (SELECT 1 FROM {{runs}} r WHERE r.id = s.run_id AND r.job_id = :job_id)
            OR EXISTS (SELECT 1 FROM {{history}} h WHERE h.id = s.run_id AND h.job_id = :job_id))
     ORDER BY s.created_at LIMIT 1
-)
-SELECT (SELECT first.created_at FROM first) AS first_marker_at,
-    count(*) FILTER (
-        WHERE live.created_at < (SELECT first.created_at FROM first) AND NOT {_HOLDS}
-    ) AS runs,
-    count(*) AS read
-FROM ({_LIVE_RUNS}
-) live
-""",  # noqa: S608 - a template of constant text
+){_LACKING_TAIL}""",  # noqa: S608 - a template of constant text
     compacted=False,
 )
 """PATCH_LACKING with history (J16): the first marker's run may have ended and moved."""
