@@ -7,12 +7,15 @@ runs what it enqueues. Node from the system; a missing node fails in CI (``CI`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import itertools
 import json
 import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +95,57 @@ async def _run_node(node: str, dsn: str) -> dict[str, Any]:
     return report
 
 
+class Stalls:
+    """How late this process's event loop ran a callback asked for every ``TICK`` seconds, in
+    ms: a stall of the worker's own process (a collection of the test session's heap, the CPU
+    taken by others) that K8's premise ("no statement takes longer than round_trip") does not
+    cover. The longest is added to the bound, and every stall over 10 ms is printed."""
+
+    TICK = 0.005
+
+    def __init__(self) -> None:
+        self.seen: list[float] = []
+        self._handle: asyncio.TimerHandle | None = None
+
+    def _next(self, loop: asyncio.AbstractEventLoop) -> None:
+        asked = loop.time() + self.TICK
+        self._handle = loop.call_at(asked, self._tick, loop, asked)
+
+    def _tick(self, loop: asyncio.AbstractEventLoop, asked: float) -> None:
+        self.seen.append(max((loop.time() - asked) * 1000, 0.0))
+        self._next(loop)
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        self._next(asyncio.get_running_loop())
+        try:
+            yield
+        finally:
+            if self._handle is not None:
+                self._handle.cancel()
+
+    @property
+    def longest(self) -> float:
+        return max(self.seen, default=0.0)
+
+    def over(self, ms: float) -> list[int]:
+        return [round(s) for s in self.seen if s > ms]
+
+
+@contextlib.contextmanager
+def _frozen_heap() -> Iterator[None]:
+    """The test session's heap (thousands of tests' objects, which a worker process does not
+    carry) out of the collector's reach while the pickup is measured: a full collection of it
+    took the whole bound on CI (p99 811 and 837 ms on two fresh clones, never reproduced
+    alone)."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def _at(waits: list[float], fraction: float) -> float:
     return waits[min(int(len(waits) * fraction), len(waits) - 1)]
 
@@ -114,8 +168,10 @@ async def test_node_enqueues_900_runs_a_ship_worker_picks_up_with_nodes_trace_pa
     listener = await asyncpg.connect(dsn)
     heard: list[float] = []
     await listener.add_listener(CHANNEL, lambda *_: heard.append(time.time() * 1000))
+    stalls = Stalls()
     try:
-        with global_tracer() as exporter:
+        with global_tracer() as exporter, _frozen_heap():
+            frozen = gc.get_freeze_count()
             runtime = await start_job_runtime(
                 job, backend=backend, poll_interval=POLL, max_in_flight=RUNS
             )
@@ -124,9 +180,10 @@ async def test_node_enqueues_900_runs_a_ship_worker_picks_up_with_nodes_trace_pa
                 with anyio.fail_after(10):
                     await backend.listener.wait_live()
                 await parked(backend)
-                report = await _run_node(node, dsn)
-                with anyio.fail_after(60):
-                    await starts.all.wait()
+                with stalls.watching():
+                    report = await _run_node(node, dsn)
+                    with anyio.fail_after(60):
+                        await starts.all.wait()
                 starts.release.set()
             spans = [s for s in exporter.get_finished_spans() if s.name == "process sql.plain"]
     finally:
@@ -150,19 +207,24 @@ async def test_node_enqueues_900_runs_a_ship_worker_picks_up_with_nodes_trace_pa
     waits = sorted(max(at - report["committed"][n], 0.0) for n, at in starts.at.items())
     # K8's bound holds "when no statement takes longer than round_trip": the round trip is
     # Node's own, measured (p99 of its calls, at least 5 ms), so a loaded machine is allowed
-    # for as the rule says, not by a looser constant.
+    # for as the rule says, not by a looser constant; and while the worker's process runs: its
+    # event loop's longest stall, measured, is added.
     committed = report["committed"]
     calls = sorted(b - a for a, b in itertools.pairwise(committed))
     round_trip_ms = max(_at(calls, 0.99), 5.0)
-    limit_ms = bound(round_trip_ms / 1000) * 1000
+    limit_ms = bound(round_trip_ms / 1000) * 1000 + stalls.longest
     span_s = (committed[-1] - committed[0]) / 1000
+    slowest = sorted(((at - committed[n], n) for n, at in starts.at.items()), reverse=True)[:10]
     with capsys.disabled():
         print(  # noqa: T201 - the figures the issue asks to see in the CI log
             f"\nnode -> ship worker pickup (K8), {RUNS} runs of 1,000 calls in {span_s:.2f} s:"
             f" median {_at(waits, 0.5):.1f} ms, p90 {_at(waits, 0.9):.1f} ms,"
             f" p99 {_at(waits, 0.99):.1f} ms, max {waits[-1]:.1f} ms (bound {limit_ms:.0f} ms"
             f" for a call's p99 round trip of {round_trip_ms:.1f} ms);"
-            f" {len(heard)} notifications"
+            f" {len(heard)} notifications; {frozen:,} objects frozen;"
+            f" worker loop stalls over 10 ms: {stalls.over(10)}"
+            f" (bound includes the longest, {stalls.longest:.0f} ms); slowest (ms, commit"
+            f" offset ms): {[(round(w), round(committed[n] - committed[0])) for w, n in slowest]}"
         )
     # p99, not the max: a shared CI machine stalls now and then (the max is printed above).
     assert _at(waits, 0.99) <= limit_ms
