@@ -108,6 +108,7 @@ from ship_sqla.kernel._operations import (
     create_job_operations,
 )
 from ship_sqla.kernel._ports import JobBackend
+from ship_sqla.kernel._search import DEFAULT_SCAN
 from ship_sqla.kernel._serving import serving_of
 from ship_sqla.kernel._webhooks_out import WebhookEndpointUnknownError, excerpt
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
@@ -1028,14 +1029,27 @@ class _Dashboard:
         )
 
     async def workers(self, request: Request) -> Response:
+        """F6: each registered worker, its in-flight count a link to its running runs: the
+        search page's ``state=running&worker=ID``, which walks ``<runs>_lease_idx`` (the running
+        runs, each job's in lease order) and keeps that worker's, at most
+        :data:`~ship_sqla.kernel._search.DEFAULT_SCAN` entries a page (it says when it
+        stops). No new statement: the search page's own reads."""
+        base = self.base(request)
+
         async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
             now = datetime.now(UTC)
             workers = await ops.workers()
-            html = render(
-                "pages/workers.html",
-                workers=[(w, ago((now - w.last_seen_at).total_seconds())) for w in workers],
-            )
-            return Content(html, {"workers": workers})
+            shown = [
+                (
+                    w,
+                    ago((now - w.last_seen_at).total_seconds()),
+                    href(base, "/search", {"state": "running", "worker": w.worker_id}),
+                )
+                for w in workers
+            ]
+            html = render("pages/workers.html", workers=shown, scan=DEFAULT_SCAN)
+            data = [{**_jsonable(w), "in_flight_href": link} for w, _seen, link in shown]
+            return Content(html, {"workers": data})
 
         return await self.page(request, "/workers", "Workers", body, poll=True)
 
