@@ -44,7 +44,12 @@ from starlette.responses import (
 from starlette.routing import BaseRoute, Mount, Route
 
 from ship_sqla._dashboard import _csrf
-from ship_sqla._dashboard._charts import bars_chart, outcome_island, overview_history
+from ship_sqla._dashboard._charts import (
+    bars_chart,
+    outbox_trend,
+    outcome_island,
+    overview_history,
+)
 from ship_sqla._dashboard._filters import (
     INPUT_ERRORS,
     RUN_STATES,
@@ -1152,6 +1157,7 @@ class _Dashboard:
             for outbox_id in self.outbox_ids:
                 pending, claimed = await outbox.counts(outbox_id)
                 dead = await outbox.list_dead(outbox_id, limit=PAGE_SIZE)
+                trend = None if self.stats is None else await outbox_trend(self.stats, outbox_id)
                 shown.append(
                     {
                         "id": outbox_id,
@@ -1160,6 +1166,7 @@ class _Dashboard:
                         "dead": dead.items,
                         "more": dead.next_cursor is not None,
                         "purge": f"{base}/outbox/{quote(outbox_id)}/purge",
+                        "trend": trend,
                     }
                 )
             html = render(
@@ -1172,7 +1179,7 @@ class _Dashboard:
                 max_days=MAX_RETENTION_DAYS,
                 redrive=(REDRIVE_SELECTED, REDRIVE_ALL),
             )
-            return Content(html, {"outboxes": shown})
+            return Content(html, {"outboxes": [_outbox_data(o) for o in shown]})
 
         return await self.page(request, "/outbox", "Outbox", body)
 
@@ -1531,6 +1538,15 @@ def _delivery_row(
         cell,
         action,
     )
+
+
+def _outbox_data(shown: Mapping[str, Any]) -> dict[str, Any]:
+    """One outbox on the JSON twin: its counts, dead messages and trend (no SVG)."""
+    data = {k: v for k, v in shown.items() if k not in ("purge", "trend")}
+    trend = shown.get("trend")
+    if trend is not None:
+        data["trend"] = {k: trend[k] for k in ("range", "step_minutes", "sampled", "buckets")}
+    return data
 
 
 def _serving_cell(served: Serving | None, job_id: str) -> Html:
