@@ -17,6 +17,7 @@ from starlette.routing import Mount
 
 from ship_sqla import create_dashboard
 from ship_sqla.kernel import InMemoryJobBackend
+from ship_sqla.kernel._audit import AUDIT_SCAN, AuditEntry
 from ship_sqla.kernel._workers import WorkerEntry
 from ship_sqla.operators import InMemoryAuditLog
 
@@ -74,3 +75,89 @@ async def test_f6_each_worker_links_to_its_in_flight_runs(
     assert all(run_id in found.text for run_id in mine)
     assert not any(run_id in found.text for run_id in theirs)
     assert unquote(hrefs["w-two"]).endswith("worker=w-two")
+
+
+async def _entries(audit: InMemoryAuditLog) -> None:
+    """An audit log with a run's retry, a job's pause, a bulk action by filter and an outbox's
+    re-drive, by two users."""
+    await audit.record(AuditEntry("alice", "jobs.retry", "run/1", 1))
+    await audit.record(AuditEntry("bob", "jobs.pause", MAIL.id, 1))
+    details = {
+        "changed_ids": ["run/2", "run/3"],
+        "links": {"search": f"/search?job={MAIL.id}&state=dead"},
+    }
+    await audit.record(AuditEntry("alice", "jobs.retry_filtered", "runs matching x", 2, details))
+    await audit.record(AuditEntry("bob", "outbox.retry", "main", 3))
+
+
+async def test_s1_audit_page_filters_and_links_entries(
+    client: httpx.AsyncClient, audit: InMemoryAuditLog
+) -> None:
+    """S1, S2 (issue 36 item 6): the audit page filters by who, what, target text and time,
+    and links each entry to what it acted on (a run's page, a job's page, the bulk action's
+    search and changed runs, the outbox page); the JSON twin answers the same entries and
+    links."""
+    await _entries(audit)
+    page = await client.get("/ops/audit", headers=ADMIN)
+    assert page.status_code == 200
+    for link in (
+        "/ops/runs/run/1",
+        f"/ops/jobs/{MAIL.id}",
+        f"/ops/search?job={MAIL.id}&amp;state=dead",
+        "/ops/runs/run/2",
+        "/ops/outbox",
+    ):
+        assert f'href="{link}"' in page.text, link
+    alice = await client.get("/ops/audit?actor=alice", headers=JSON)
+    assert [e["operation"] for e in alice.json()["data"]["entries"]] == [
+        "jobs.retry_filtered",
+        "jobs.retry",
+    ]
+    what = await client.get("/ops/audit?operation=jobs.pause", headers=JSON)
+    assert [e["target"] for e in what.json()["data"]["entries"]] == [MAIL.id]
+    target = await client.get("/ops/audit?target=RUN/1", headers=JSON)
+    data = target.json()["data"]
+    assert [e["target"] for e in data["entries"]] == ["run/1"]
+    assert data["links"] == [{"run": "/ops/runs/run/1"}]
+    later = await client.get("/ops/audit?since=2999-01-01T00:00", headers=ADMIN)
+    assert "No entry matches." in later.text
+    assert 'value="2999-01-01T00:00"' in later.text  # the form kept as sent
+
+
+async def test_s2_audit_page_bad_filter_is_a_400_with_the_form_kept(
+    client: httpx.AsyncClient, audit: InMemoryAuditLog
+) -> None:
+    """S2: a date that is not one, or an actor of control characters, is a 400 naming the
+    parameter, with the filter form kept (the value escaped) so it can be corrected."""
+    await _entries(audit)
+    bad = await client.get("/ops/audit?since=<b>soon&actor=alice", headers=ADMIN)
+    assert bad.status_code == 400
+    assert 'data-parameter="since"' in bad.text
+    assert 'id="audit-filters"' in bad.text
+    assert 'value="&lt;b&gt;soon"' in bad.text
+    assert 'value="alice"' in bad.text
+    odd = await client.get("/ops/audit?actor=%01", headers=JSON)
+    assert odd.status_code == 400
+    assert odd.json()["error"].startswith("actor:")
+
+
+async def test_s2_audit_page_says_when_its_scan_bound_stopped_it(
+    client: httpx.AsyncClient, audit: InMemoryAuditLog
+) -> None:
+    """S2: a filter matching nothing in the newest 5,000 entries stops there, says so, and its
+    "Older" link reads on from the last entry read (keeping the filter)."""
+    for n in range(AUDIT_SCAN + 10):
+        await audit.record(AuditEntry("carol", "jobs.retry", f"r{n}", 1))
+    page = await client.get("/ops/audit?actor=dave", headers=ADMIN)
+    assert 'id="audit-stopped"' in page.text
+    assert "Read 5,000 entries" in page.text
+    assert "before=11" in page.text
+    assert "actor=dave" in page.text.split("before=11")[0].rsplit("href=", 1)[-1]
+    rest = await client.get("/ops/audit?actor=dave&before=11", headers=JSON)
+    assert rest.json()["data"] == {
+        "entries": [],
+        "links": [],
+        "older": None,
+        "scanned": 10,
+        "stopped": False,
+    }

@@ -280,7 +280,6 @@ _NAV: Final = (
     ("/outbox", "Outbox"),
     ("/webhooks", "Webhooks"),
     ("/upkeep", "Upkeep"),
-    ("/audit", "Audit log"),
 )
 """The header's links to the pages of this module (path under the mount, label), in order; a
 page module adds its own (its ``NAV``, :func:`~._page.header_links`)."""
@@ -1203,19 +1202,6 @@ class _Dashboard:
 
         return await self.page(request, "/upkeep", "Upkeep", body)
 
-    async def audit(self, request: Request) -> Response:
-        base = self.base(request)
-
-        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:  # noqa: ARG001
-            entries = await ops.audit_entries(limit=PAGE_SIZE, before=f.before)
-            older = ""
-            if len(entries) == PAGE_SIZE and entries[-1].entry_id is not None:
-                older = href(base, "/audit", {"before": entries[-1].entry_id})
-            html = render("pages/audit.html", entries=entries, older_href=older)
-            return Content(html, {"entries": entries, "older": older or None})
-
-        return await self.page(request, "/audit", "Audit log", body, reads=("before",))
-
     # --- actions -------------------------------------------------------------------------------
 
     async def run_action(self, request: Request) -> Response:
@@ -1731,7 +1717,6 @@ def _routes(state: _Dashboard) -> list[BaseRoute]:
         Route("/upkeep", state.upkeep, methods=["GET"]),
         Route("/upkeep/{verb}", state.upkeep_action, methods=["POST"]),
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
-        Route("/audit", state.audit, methods=["GET"]),
         Route("/live/overview", LiveOverview.of(state).stream, methods=["GET"]),
         *BulkPages(state).routes(),
         *page_routes(state, modules),
