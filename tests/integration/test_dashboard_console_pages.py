@@ -66,7 +66,7 @@ async def test_f6_each_worker_links_to_its_in_flight_runs(
     page = await client.get("/ops/workers", headers=ADMIN)
     assert page.status_code == 200
     link = "/ops/search?state=running&amp;worker=w-one"
-    assert f'<a href="{link}">2 running →</a>' in page.text
+    assert f'2 · <a href="{link}">its running runs →</a>' in page.text
     twin = (await client.get("/ops/workers", headers=JSON)).json()["data"]["workers"]
     hrefs = {w["worker_id"]: w["in_flight_href"] for w in twin}
     assert hrefs["w-one"] == "/ops/search?state=running&worker=w-one"
