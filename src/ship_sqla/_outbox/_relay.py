@@ -292,6 +292,12 @@ class OutboxRelay:
             recorder.close()
             await flushing
 
+    async def flush_stats(self) -> None:
+        """Write the outbox's trend now (a relay given ``stats=``; else nothing): what
+        :meth:`run_once` delivered, for a caller that drives batches itself (``--burst``)."""
+        if self._stats is not None:
+            await self._stats.flush()
+
     async def _relay_loop(self) -> None:
         self._running = True
         self._done = asyncio.Event()
