@@ -1632,9 +1632,8 @@ def create_dashboard(
       whose endpoints and deliveries the Webhooks page lists (``ship.webhooks:read``), with
       disable, enable and redeliver (``ship.webhooks:manage``, audited). No secret is shown;
       adding an endpoint and rotating its secret stay at the shell.
-    - ``stats``: the job history the workers flush into (:func:`~ship_sqla.create_job_stats`),
-      read by the job pages' charts, the overview's chart and the outbox page's trend (which
-      relays started with ``stats=`` write; issue 36).
+    - ``stats``: the job history (:func:`~ship_sqla.create_job_stats`) the workers and relays
+      flush into: the job pages' and overview's charts, the outbox page's trend (issue 36).
     - ``redact(field, value, job_id) -> value``: shown in place of a payload (``"payload"``),
       error text (``"error"``) or step result (``"result"``) on every page and JSON twin; a
       hook that raises hides it. Payloads need ``ship.jobs:payloads`` (:mod:`._redact`).
