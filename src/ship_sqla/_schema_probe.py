@@ -49,6 +49,7 @@ _COMPONENTS: Final = {
     "state": "jobs",
     "workers": "jobs",
     "history": "jobs",
+    "stats": "jobs",
     "steps": "workflows",
     "events": "workflows",
     "outbox": "outbox",
@@ -59,8 +60,8 @@ _COMPONENTS: Final = {
     "webhook-deliveries": "webhooks_out",
 }
 """Each ship table's kind, and the ``schema apply --only`` component that creates it (its name
-option is ``--<kind>-table``, but the history's: ``schema apply`` creates it by its default name
-beside the runs table)."""
+option is ``--<kind>-table``, but the history's and the stats': ``schema apply`` creates them by
+their default names beside the runs table)."""
 
 
 class MissingTablesError(ConfigurationError):
@@ -105,7 +106,9 @@ def apply_command(tables: Sequence[Needed], *, fair_claims: bool = False) -> str
     schema = next((t.schema for t in tables if t.schema is not None), None)
     if schema is not None:
         parts.append(f"--schema {schema}")
-    parts.extend(f"--{t.kind}-table {t.name}" for t in tables if t.kind not in (None, "history"))
+    parts.extend(
+        f"--{t.kind}-table {t.name}" for t in tables if t.kind not in (None, "history", "stats")
+    )
     if fair_claims:
         parts.append("--fair-claims")
     return " ".join(parts)

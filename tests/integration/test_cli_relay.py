@@ -25,6 +25,8 @@ from ship_sqla import (
     ship_job_state_table,
     ship_outbox_table,
 )
+from ship_sqla._jobs._stats import ship_job_stats_table
+from ship_sqla._outbox._stats import outbox_stats_id
 from ship_sqla.jobs import Schedule
 
 if TYPE_CHECKING:
@@ -139,6 +141,35 @@ async def test_burst_delivers_the_enqueued_messages_and_exits_0(
     assert sorted(p["id"] for p in published) == sorted(str(i) for i in ids)
     assert {p["topic"] for p in published} == {"order.placed"}
     assert set((await _states(ship_engine)).values()) == {("delivered", 1)}
+
+
+async def test_burst_with_stats_table_writes_the_outboxs_trend(
+    ship_engine: AsyncEngine, ship_engine_url: str, outbox_table: Any, tmp_path: Path
+) -> None:
+    """Issue 36 item 6: `--stats-table ship_job_stats` makes the relay write the messages it
+    delivered (and a pending sample) into the job history at its stop: the outbox page's
+    trend. A missing stats table refuses the start, naming it."""
+    stats_table = ship_job_stats_table(MetaData())
+    await _enqueue(ship_engine, outbox_table, {"n": 1}, {"n": 2})
+    sink_log = tmp_path / "sink.log"
+    args = ("relay_sinks:record", "--outbox-id", "orders", "--burst")
+    code, _out, err = await _relay(
+        ship_engine_url, sink_log, *args, "--stats-table", "ship_job_stats"
+    )
+    assert code == 1, err
+    assert "ship_job_stats" in err
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(stats_table.metadata.create_all)
+    code, _out, err = await _relay(
+        ship_engine_url, sink_log, *args, "--stats-table", "ship_job_stats"
+    )
+    assert code == 0, err
+    async with ship_engine.connect() as connection:
+        found = await connection.execute(
+            text("SELECT sum(completed), max(waiting) FROM ship_job_stats WHERE job_id = :id"),
+            {"id": outbox_stats_id("orders")},
+        )
+        assert tuple(found.one()) == (2, 0)
 
 
 async def test_friction_5_a_relay_process_is_one_command_with_its_lifespan(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from dashboard_support import (
     served,
 )
 from job_helpers import claim_request
-from sqlalchemy import text
+from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ship_sqla import (
@@ -38,8 +39,13 @@ from ship_sqla import (
     create_job_backend,
     define_job,
 )
+from ship_sqla._jobs._stats import create_job_stats, ship_job_stats_table
+from ship_sqla._outbox import create_outbox, create_outbox_operations, ship_outbox_table
+from ship_sqla._outbox._stats import outbox_stats_id
 from ship_sqla.jobs import HealthBounds, Schedule
 from ship_sqla.kernel import completed
+from ship_sqla.kernel._audit import AuditEntry
+from ship_sqla.kernel._stats import Backlog, StatsRow
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CHROMIUM = "/usr/bin/chromium"
@@ -110,9 +116,14 @@ async def seeded(ship_engine):
 
 
 def _serve(
-    ship_engine_url: str, refresh_seconds: float, health_bounds: HealthBounds | None = None
+    ship_engine_url: str,
+    refresh_seconds: float,
+    health_bounds: HealthBounds | None = None,
+    *,
+    console: bool = False,
 ) -> Any:
-    """uvicorn serving the dashboard, mounted at /ops (``dashboard_support.served``)."""
+    """uvicorn serving the dashboard, mounted at /ops (``dashboard_support.served``); with
+    ``console``, also the outbox ``main`` and the job history (issue 36 item 6)."""
     from starlette.applications import Starlette  # noqa: PLC0415 - the dashboard extra
     from starlette.routing import Mount  # noqa: PLC0415
 
@@ -125,13 +136,23 @@ def _serve(
         workers_table=workers,
         health_bounds=health_bounds,
     )
+    audit = create_audit_log(database=engine, table=audit_table)
+    extra: dict[str, Any] = {}
+    if console:
+        outbox = create_outbox(database=engine, table=ship_outbox_table(MetaData()))
+        extra = {
+            "outbox": create_outbox_operations(outbox, authorizer=lambda *_: True, audit=audit),
+            "outbox_ids": ["main"],
+            "stats": create_job_stats(engine, ship_job_stats_table(MetaData())),
+        }
     dashboard = create_dashboard(
         backend,
         authorizer=authorizer,
         actor=actor,
-        audit=create_audit_log(database=engine, table=audit_table),
+        audit=audit,
         definitions=[MAIL, REPORT, NIGHTLY],
         refresh_seconds=refresh_seconds,
+        **extra,
     )
     return served(Starlette(routes=[Mount("/ops", app=dashboard)]), dispose=engine.dispose)
 
@@ -140,6 +161,52 @@ def _serve(
 def server(seeded, ship_engine_url) -> Iterator[str]:
     """The dashboard at /ops, without the live-update poll."""
     with _serve(ship_engine_url, refresh_seconds=0) as base:
+        yield base + "/ops"
+
+
+@pytest.fixture
+async def console_seeded(seeded, ship_engine) -> Any:
+    """Issue 36 item 6: two of the waiting dash.mail runs running on worker-1, an outbox
+    ``main`` with 12 pending messages and 6 hours of its trend (delivered per minute, the
+    pending gauge every 5 minutes), and audit entries of three kinds by two users."""
+    await seeded.claim(claim_request(MAIL, worker="worker-1", limit=2))
+    outbox_table = ship_outbox_table(MetaData())
+    stats_table = ship_job_stats_table(MetaData())
+    async with ship_engine.begin() as connection:
+        await connection.run_sync(outbox_table.metadata.create_all)
+        await connection.run_sync(stats_table.metadata.create_all)
+    outbox = create_outbox(database=ship_engine, table=outbox_table)
+    for n in range(12):
+        await outbox.enqueue("main", "orders.created", {"n": n})
+    stats = create_job_stats(ship_engine, stats_table)
+    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    minutes = [now - timedelta(minutes=m) for m in range(360)]
+    await stats.add_stats(
+        [
+            StatsRow(outbox_stats_id("main"), m, completed=40 + (i * 7) % 25)
+            for i, m in enumerate(minutes)
+        ]
+    )
+    for i, m in enumerate(minutes[::5]):
+        await stats.record_backlog(m, {outbox_stats_id("main"): Backlog(12 + (i * 13) % 40, None)})
+    _, _, _, _, audit_table = dashboard_tables()
+    audit = create_audit_log(database=ship_engine, table=audit_table)
+    async with ship_engine.connect() as connection:
+        dead = await connection.scalars(
+            text("SELECT id FROM ship_job_runs WHERE state = 'dead' ORDER BY id LIMIT 3")
+        )
+        picked = list(dead)
+    for run_id in picked:
+        await audit.record(AuditEntry("alice", "jobs.retry", run_id, 1))
+    await audit.record(AuditEntry("bob", "jobs.pause", MAIL.id, 1))
+    await audit.record(AuditEntry("bob", "outbox.retry", "main", 2))
+    return seeded
+
+
+@pytest.fixture
+def console_server(console_seeded, ship_engine_url) -> Iterator[str]:
+    """The dashboard at /ops with the outbox and the job history, without the poll."""
+    with _serve(ship_engine_url, refresh_seconds=0, console=True) as base:
         yield base + "/ops"
 
 
@@ -326,7 +393,8 @@ async def test_every_page_renders_without_a_csp_violation_light_and_dark_issue_3
     for name, (path, title) in pages.items():
         browser.get(server + path)
         assert browser.find_element(By.TAG_NAME, "h1").text == title, path
-        _shot(browser, name)
+        if name not in ("workers", "outbox", "audit"):  # shot with their data: below
+            _shot(browser, name)
     browser.get(server + "/schedules")
     shown = browser.find_element(By.CSS_SELECTOR, "tbody time")
     assert shown.text
@@ -614,4 +682,53 @@ async def test_issue_36_the_live_overview_morphs_the_stream_in_and_pauses_while_
             )
         )
     _wait(browser, lambda d: d.find_element(By.ID, "workers-alive").text.startswith("3 alive"))
+    assert _csp_violations(browser) == []
+
+
+async def test_issue_36_workers_outbox_and_audit_pages_in_the_browser(console_server, browser):
+    """Issue 36 item 6 (S1, S2): the workers page's in-flight link opens the search of that
+    worker's running runs (the two it holds); the outbox page draws its delivered and pending
+    trend charts; the audit page filters by who and what, keeps its form on a bad date with
+    the message, and an entry's link opens its run. Screenshots: workers, outbox, audit,
+    audit-bad-input."""
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    _as(browser, console_server, "admin")
+    browser.get(console_server + "/workers")
+    _shot(browser, "workers")
+    browser.find_element(By.LINK_TEXT, "its running runs →").click()
+    _wait(browser, lambda d: "worker=worker-1" in d.current_url)
+    rows = browser.find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert len(rows) == 2, [r.text[:60] for r in rows]
+    assert all("running" in row.text for row in rows)
+
+    browser.get(console_server + "/outbox")
+    trend = browser.find_element(By.ID, "trend-main")
+    assert len(trend.find_elements(By.CSS_SELECTOR, "svg.chart")) == 2
+    assert "delivered" in trend.text
+    assert browser.find_elements(By.CSS_SELECTOR, "polyline.line-pending")
+    _shot(browser, "outbox")
+
+    browser.get(console_server + "/audit")
+    browser.find_element(By.NAME, "actor").send_keys("alice")
+    browser.find_element(By.NAME, "operation").send_keys("jobs.retry")
+    browser.find_element(By.ID, "filter").click()
+    _wait(browser, lambda d: "actor=alice" in d.current_url)
+    rows = browser.find_elements(By.CSS_SELECTOR, "tbody tr")
+    assert len(rows) == 3, [r.text[:60] for r in rows]
+    assert all("alice" in row.text and "jobs.retry" in row.text for row in rows)
+    _shot(browser, "audit")
+    browser.execute_script(
+        "document.querySelector('input[name=since]').type = 'text';"
+        "document.querySelector('input[name=since]').value = 'yesterday';"
+    )
+    browser.find_element(By.ID, "filter").click()
+    _wait(browser, lambda d: "since=yesterday" in d.current_url)
+    assert browser.find_element(By.ID, "problem").get_attribute("data-parameter") == "since"
+    assert browser.find_element(By.NAME, "actor").get_attribute("value") == "alice"
+    _shot(browser, "audit-bad-input")
+    browser.get(console_server + "/audit?actor=alice")
+    browser.find_element(By.LINK_TEXT, "run").click()
+    _wait(browser, lambda d: "/runs/" in d.current_url)
+    assert "Payload" in browser.page_source
     assert _csp_violations(browser) == []

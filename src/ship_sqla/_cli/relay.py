@@ -27,7 +27,12 @@ from sqlalchemy import MetaData
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from ship_sqla._cli._database import run_on_database
-from ship_sqla._cli._options import database_url_option, outbox_schema_option, outbox_table_option
+from ship_sqla._cli._options import (
+    database_url_option,
+    name_option,
+    outbox_schema_option,
+    outbox_table_option,
+)
 from ship_sqla._cli._params import LIFESPAN, SINK, Duration, OutboxId
 from ship_sqla._cli._running import (
     StopSignals,
@@ -36,6 +41,7 @@ from ship_sqla._cli._running import (
     run_options,
     stop_signals,
 )
+from ship_sqla._jobs._stats import create_job_stats, ship_job_stats_table
 from ship_sqla._outbox import (
     OutboxLeaseStaleError,
     OutboxPublishError,
@@ -108,6 +114,16 @@ relay_log = logging.getLogger("ship_sqla.relay")
     is_flag=True,
     help="Poll only, no LISTEN connection (behind a transaction-mode pooler such as PgBouncer).",
 )
+@name_option(
+    "--stats-table",
+    "table",
+    envvar="SHIP_SQLA_STATS_TABLE",
+    default=None,
+    help="The job history table (in --schema; e.g. ship_job_stats): every 15 s the relay"
+    " writes the messages it delivered and a sample of the pending ones there, the dashboard"
+    " outbox page's trend.",
+    dest="stats_table",
+)
 @run_options(
     verbose_help="failures' tracebacks too",
     drain_help="Time the sink call in flight may finish after SIGTERM before it is cancelled"
@@ -131,6 +147,7 @@ def relay(
     poll_interval: timedelta,
     ordered: bool,
     no_listen: bool,
+    stats_table: str | None,
     drain_timeout: timedelta,
     burst: bool,
     verbose: bool,
@@ -176,6 +193,9 @@ def relay(
                 options=options,
                 drain_timeout=drain_timeout.total_seconds(),
                 burst=burst,
+                stats_table=None
+                if stats_table is None
+                else ship_job_stats_table(MetaData(), name=stats_table, schema=outbox_schema),
             ),
             failing=f"cannot relay outbox {outbox_id!r}",
             fix="check the URL, that the server is up, and the outbox table's name (--table,"
@@ -194,16 +214,21 @@ async def run_relay(
     options: dict[str, Any],
     drain_timeout: float,
     burst: bool,
+    stats_table: Table | None = None,
 ) -> int:
     """Relay ``outbox_id``'s messages to ``sink`` (or the one ``lifespan`` yields) until
     SIGTERM or SIGINT (or, with ``burst``, until a claim finds nothing), then drain; a second
-    signal cuts the drain short. The exit code: 130 after a SIGINT, else 0."""
+    signal cuts the drain short; with ``stats_table``, the relay writes the outbox's trend
+    there (:mod:`ship_sqla._outbox._stats`). The exit code: 130 after a SIGINT, else 0."""
     engine = create_async_engine(url)
     try:
         async with stop_signals() as signals, contextlib.AsyncExitStack() as resources:
             # The one start-time probe: a missing table is MissingTablesError (exit 1) naming
             # it and the `schema apply` command, an unreachable database exit 1, at once.
             needed = [Needed.table(table, "outbox")]
+            if stats_table is not None:
+                needed.append(Needed.table(stats_table, "stats"))
+                options = {**options, "stats": create_job_stats(engine, stats_table)}
             await require_tables(engine, needed, surface="the outbox relay", strict=True)
             if lifespan is not None:
                 manager, sink = await enter_lifespan(lifespan, "the outbox relay")
@@ -287,10 +312,13 @@ async def _burst(relay: OutboxRelay, signals: StopSignals) -> None:
     then: each batch is settled before the next claim. A publish failure makes its message
     due again after the outbox's backoff: retried within the burst if that is already past
     at a claim, else left for later. A database error ends the burst (exit 1)."""
-    while not signals.stop.is_set():
-        if await relay.run_once() == 0:
-            relay_log.info("nothing deliverable now and nothing in flight (--burst).")
-            return
+    try:
+        while not signals.stop.is_set():
+            if await relay.run_once() == 0:
+                relay_log.info("nothing deliverable now and nothing in flight (--burst).")
+                return
+    finally:
+        await relay.flush_stats()  # --stats-table: what the burst delivered
 
 
 def _report(error: BaseException) -> None:

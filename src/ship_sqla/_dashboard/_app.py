@@ -21,12 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
-from urllib.parse import parse_qs, quote, urlencode
+from urllib.parse import parse_qs, quote
 
 import anyio
 import attrs
@@ -45,7 +44,12 @@ from starlette.responses import (
 from starlette.routing import BaseRoute, Mount, Route
 
 from ship_sqla._dashboard import _csrf
-from ship_sqla._dashboard._charts import bars_chart, outcome_island, overview_history
+from ship_sqla._dashboard._charts import (
+    bars_chart,
+    outbox_trend,
+    outcome_island,
+    overview_history,
+)
 from ship_sqla._dashboard._filters import (
     INPUT_ERRORS,
     RUN_STATES,
@@ -75,6 +79,24 @@ from ship_sqla._dashboard._live import (
     LiveOverview,
     refresh_choice,
 )
+from ship_sqla._dashboard._page import (
+    PAGE_SIZE,
+    NotFound,
+    PageBody,
+    header_links,
+    here,
+    json_response,
+    jsonable,
+    marked,
+    no_run,
+    nonce,
+    page_modules,
+    page_routes,
+    state_cell,
+    wants_json,
+    with_params,
+)
+from ship_sqla._dashboard._page import Content as Content  # noqa: PLC0414 - _bulk_page imports it
 from ship_sqla._dashboard._reads import (
     OVERVIEW_COUNT_CAP,
     THROUGHPUT_BUCKET,
@@ -84,7 +106,7 @@ from ship_sqla._dashboard._reads import (
     overview_jobs,
 )
 from ship_sqla._dashboard._redact import Redact, Shown, check_redact, shown_operations
-from ship_sqla._dashboard._security import NONCE_KEY, SecurityHeaders
+from ship_sqla._dashboard._security import SecurityHeaders
 from ship_sqla._dashboard._static import StaticAssets
 from ship_sqla._dashboard._svg import throughput_chart
 from ship_sqla._jobs._backend import PostgresJobBackend
@@ -108,6 +130,7 @@ from ship_sqla.kernel._operations import (
     create_job_operations,
 )
 from ship_sqla.kernel._ports import JobBackend
+from ship_sqla.kernel._search import DEFAULT_SCAN
 from ship_sqla.kernel._serving import serving_of
 from ship_sqla.kernel._webhooks_out import WebhookEndpointUnknownError, excerpt
 from ship_sqla.kernel._workers import WORKER_STALE_AFTER
@@ -147,7 +170,6 @@ user of ``request`` holds ``permission`` (``"ship.jobs:read"``, ``"ship.jobs:man
 ``"ship.outbox:read"``, ``"ship.outbox:manage"``, ``"ship.webhooks:read"``,
 ``"ship.webhooks:manage"``); fail closed: anything but True refuses."""
 
-PAGE_SIZE: Final = 50
 CONSUMER_KEYS_SHOWN: Final = 200
 """Consumer keys the Consumers & backfills page lists (one index probe each, C3)."""
 BACKFILLS_SHOWN: Final = 200
@@ -168,18 +190,6 @@ REDRIVE_ALL: Final = "all"
 OUTBOX_REDRIVE_PAGES: Final = 10
 """Pages of 1,000 dead messages one "re-drive all" re-drives (call it again for more)."""
 
-PageBody: TypeAlias = "Callable[[JobOperations, bool, Filters], Awaitable[Html | Content]]"
-"""A page's content: ``body(ops, can_manage, filters)`` (the filters it named, checked)."""
-
-
-@attrs.frozen
-class Content:
-    """A page's content: its HTML (rendered by its template) and the data its JSON twin
-    answers (records, counts, cursors; issue 36)."""
-
-    html: Html
-    data: Any
-
 
 @attrs.frozen
 class OverviewReading:
@@ -191,46 +201,6 @@ class OverviewReading:
     history: tuple[StatsSeries, int] | None
     workers: Sequence[WorkerRecord] | None
     limit_waits: Html
-
-
-def _wants_json(request: Request) -> bool:
-    """The JSON twin is asked for: ``Accept`` names ``application/json`` before any HTML."""
-    accept = request.headers.get("accept", "").lower()
-    if "application/json" not in accept:
-        return False
-    html_at = accept.find("text/html")
-    return html_at < 0 or accept.find("application/json") < html_at
-
-
-def _jsonable(value: Any) -> Any:  # noqa: ANN401, PLR0911 - any record
-    """``value`` as JSON values: attrs records and mappings as objects, times as ISO 8601,
-    durations as seconds, ids and anything else as text."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if attrs.has(type(value)):
-        return {
-            f.name: _jsonable(getattr(value, f.name))
-            for f in attrs.fields(type(value))
-            if not f.name.startswith("_")
-        }
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_jsonable(v) for v in value]
-    return str(value)
-
-
-def _json_response(content: Any, status: int) -> Response:  # noqa: ANN401 - any JSON value
-    return JSONResponse(_jsonable(content), status)
-
-
-def _marked(rows: Iterable[Iterable[Html]]) -> list[list[Markup]]:
-    """Table rows of cells rendered by the macros, marked safe for a page's template."""
-    return [[Markup(cell) for cell in row] for row in rows]  # noqa: S704 - rendered cells
 
 
 def _chart_data(buckets: Sequence[ThroughputBucket]) -> dict[str, Any]:
@@ -287,9 +257,10 @@ def _overview_data(
     }
 
 
-def _nonce(request: Request) -> str:
-    """The response's CSP nonce (:class:`SecurityHeaders` put it in the scope)."""
-    return str(request.scope.get(NONCE_KEY, ""))
+# The search and bulk pages (_bulk_page, edited on another branch) still import Content, _NotFound
+# and _with from here; once they import _page, these names and their import-linter line go.
+_NotFound: Final = NotFound
+_with: Final = with_params
 
 
 class _Unset:
@@ -304,32 +275,14 @@ _NAV: Final = (
     ("/runs", "Runs"),
     ("/search", "Search"),
     ("/dead", "Dead letters"),
-    ("/errors", "Errors"),
-    ("/schedules", "Schedules"),
     ("/workers", "Workers"),
     ("/consumers", "Consumers & backfills"),
     ("/outbox", "Outbox"),
     ("/webhooks", "Webhooks"),
     ("/upkeep", "Upkeep"),
-    ("/audit", "Audit log"),
 )
-"""The pages in the header, in order (path under the mount, label): a new page adds its line
-here and its Route in :func:`_routes`."""
-
-
-class _NotFound(Exception):  # noqa: N818 - an answer (404), not an error of the library
-    """The page or action names something that does not exist (a run id no run has, an action
-    or outbox the dashboard does not have): a 404 saying what and how to find the right one."""
-
-    def __init__(self, what: str, *, fix: str) -> None:
-        super().__init__(what)
-        self.what = what
-        self.fix = fix
-
-    def html(self) -> Html:
-        return render(
-            "notice.html", message=f"{self.what} Fix: {self.fix}", kind="error", id="not-found"
-        )
+"""The header's links to the pages of this module (path under the mount, label), in order; a
+page module adds its own (its ``NAV``, :func:`~._page.header_links`)."""
 
 
 def _default_actor(request: Request) -> str:
@@ -391,6 +344,8 @@ class _Dashboard:
         # when it is one of the choices ("" otherwise: the control says "default").
         default = "off" if self.poll_ms is None else f"{refresh_seconds:g}"
         self._default_choice = refresh_choice(default) or ""
+        self.nav: tuple[tuple[str, str], ...] = _NAV
+        """The header's links (:func:`_routes` adds the page modules')."""
 
     # --- per request ---------------------------------------------------------------------------
 
@@ -508,7 +463,7 @@ class _Dashboard:
         operator surface refuses) is a 400 problem page naming it, followed by the page's
         filter ``form`` filled with what was sent (the form kept, to correct it); another typed
         input error of the library a 400 saying why; a refused permission a 403; an id nothing
-        has (:class:`_NotFound`) a 404. No 5xx for any request value (issue 32: the route
+        has (:class:`NotFound`) a 404. No 5xx for any request value (issue 32: the route
         fuzzer, tests/integration/test_dashboard_fuzz.py).
 
         Issue 36: ``Accept: application/json`` answers the page's JSON twin (the same reads,
@@ -534,7 +489,7 @@ class _Dashboard:
         except PermissionDeniedError as exc:
             content, status, can_manage = render("notice.html", message=str(exc)), 403, False
             problem = str(exc)
-        except _NotFound as exc:
+        except NotFound as exc:
             content, status, problem = exc.html(), 404, f"{exc.what} Fix: {exc.fix}"
         except BadParameter as exc:
             content, status = self._problem(request, current, exc.parameter, exc.error), 400
@@ -546,11 +501,11 @@ class _Dashboard:
             content, status = render("notice.html", message=str(exc), id="problem"), 400
             problem = str(exc)
         alarms = await self._health_alarms(ops)
-        if _wants_json(request):
+        if wants_json(request):
             twin: dict[str, Any] = {"page": current or "/", "title": title, "status": status}
             twin["error" if status != 200 else "data"] = problem if status != 200 else data  # noqa: PLR2004
             twin["health"] = [{"kind": k, "message": m} for k, m in alarms]
-            return self._respond(request, _json_response(twin, status))
+            return self._respond(request, json_response(twin, status))
         if status == 400 and form is not None:  # noqa: PLR2004 - the refused request's form
             content += form(request.query_params)
         html = layout(
@@ -558,11 +513,11 @@ class _Dashboard:
             current,
             title,
             content,
-            nav=_NAV,
+            nav=self.nav,
             actor=ops.actor,
             can_manage=can_manage,
-            nonce=_nonce(request),
-            here=_here(request, keep_flash=True),
+            nonce=nonce(request),
+            here=here(request, keep_flash=True),
             flash=request.query_params.get("done"),
             error=request.query_params.get("failed"),
             **self._refreshing(request, poll=poll),
@@ -683,7 +638,7 @@ class _Dashboard:
             done = await action(ops, fields)
         except PermissionDeniedError as exc:
             return HTMLResponse(render("refused.html", message=str(exc)), 403)
-        except _NotFound as exc:
+        except NotFound as exc:
             return await self._refused(request, ops, back, exc.html(), 404)
         except INPUT_ERRORS as exc:  # refused before any statement: nothing changed
             problem = render(
@@ -694,8 +649,8 @@ class _Dashboard:
             )
             return await self._refused(request, ops, back, problem, 400)
         except ShipError as exc:  # e.g. a run no longer in a state the action takes
-            return RedirectResponse(_with(back, failed=str(exc)), 303)
-        return RedirectResponse(_with(back, done=done), 303)
+            return RedirectResponse(with_params(back, failed=str(exc)), 303)
+        return RedirectResponse(with_params(back, done=done), 303)
 
     async def _refused(
         self, request: Request, ops: JobOperations, back: str, content: Html, status: int
@@ -707,10 +662,10 @@ class _Dashboard:
             "#refused",  # no page of the header is the current one
             "Action refused",
             content + render("back.html", back=back),
-            nav=_NAV,
+            nav=self.nav,
             actor=ops.actor,
             can_manage=await ops.can_manage(),
-            nonce=_nonce(request),
+            nonce=nonce(request),
         )
         return self._respond(request, HTMLResponse(html, status))
 
@@ -758,7 +713,7 @@ class _Dashboard:
         async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
             reading = await self.overview_reading(ops)
             csrf = self.csrf(request) if can_manage else None
-            html, data = self.overview_content(reading, base=base, csrf=csrf, nonce=_nonce(request))
+            html, data = self.overview_content(reading, base=base, csrf=csrf, nonce=nonce(request))
             live = render("pages/overview_live.html", stream=stream, content=Markup(html))  # noqa: S704
             return Content(live, data)
 
@@ -828,7 +783,7 @@ class _Dashboard:
             dead=sum(b.dead for b in buckets),
             chart=Markup(throughput_chart(buckets, bucket_seconds=THROUGHPUT_BUCKET)),  # noqa: S704
             chart_data=_chart_data(buckets),
-            rows=_marked(rows),
+            rows=marked(rows),
             limit_waits=Markup(reading.limit_waits),  # noqa: S704 - rendered
             alive=len(alive),
             registered=len(workers or ()),
@@ -872,7 +827,7 @@ class _Dashboard:
             )
             for w in waits
         ]
-        return render("pages/limit_waits.html", rows=_marked(rows))
+        return render("pages/limit_waits.html", rows=marked(rows))
 
     def _run_table(
         self,
@@ -907,7 +862,7 @@ class _Dashboard:
                     pick,
                     link(base, "/runs/" + quote(r.run_id, safe="/"), r.run_id),
                     text(r.job_id),
-                    _state_cell(r.state),
+                    state_cell(r.state),
                     text(str(r.priority)),
                     text(f"{r.attempt}/{r.max_attempts}"),
                     at(r.created_at),
@@ -964,7 +919,7 @@ class _Dashboard:
                 table=Markup(listing),  # noqa: S704 - rendered
                 actions=actions,
                 csrf=self.csrf(request) if actions else "",
-                here=_here(request),
+                here=here(request),
                 bulk=Markup(_bulk_buttons(actions, state, job, tenant, base)),  # noqa: S704
                 next_href=href(base, "/runs", {**filters, "cursor": cursor}) if cursor else "",
             )
@@ -1007,7 +962,7 @@ class _Dashboard:
                 table=Markup(listing),  # noqa: S704 - rendered
                 can_manage=can_manage,
                 csrf=self.csrf(request) if can_manage else "",
-                here=_here(request),
+                here=here(request),
                 job=job,
                 tenant=tenant,
                 next_href=href(base, "/dead", {**filters, "cursor": cursor}) if cursor else "",
@@ -1028,14 +983,27 @@ class _Dashboard:
         )
 
     async def workers(self, request: Request) -> Response:
+        """F6: each registered worker, its in-flight count a link to its running runs: the
+        search page's ``state=running&worker=ID``, which walks ``<runs>_lease_idx`` (the running
+        runs, each job's in lease order) and keeps that worker's, at most
+        :data:`~ship_sqla.kernel._search.DEFAULT_SCAN` entries a page (it says when it
+        stops). No new statement: the search page's own reads."""
+        base = self.base(request)
+
         async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:  # noqa: ARG001
             now = datetime.now(UTC)
             workers = await ops.workers()
-            html = render(
-                "pages/workers.html",
-                workers=[(w, ago((now - w.last_seen_at).total_seconds())) for w in workers],
-            )
-            return Content(html, {"workers": workers})
+            shown = [
+                (
+                    w,
+                    ago((now - w.last_seen_at).total_seconds()),
+                    href(base, "/search", {"state": "running", "worker": w.worker_id}),
+                )
+                for w in workers
+            ]
+            html = render("pages/workers.html", workers=shown, scan=DEFAULT_SCAN)
+            data = [{**jsonable(w), "in_flight_href": link} for w, _seen, link in shown]
+            return Content(html, {"workers": data})
 
         return await self.page(request, "/workers", "Workers", body, poll=True)
 
@@ -1051,12 +1019,12 @@ class _Dashboard:
             missing, failed, backfills = await self._backfill_rows(request, can_manage)
             html = render(
                 "pages/consumers.html",
-                rows=_marked(rows),
+                rows=marked(rows),
                 more=len(keys) > CONSUMER_KEYS_SHOWN,
                 shown=CONSUMER_KEYS_SHOWN,
                 backfills_missing=missing,
                 backfills_error=failed,
-                backfills=_marked(backfills),
+                backfills=marked(backfills),
             )
             return Content(html, {"consumer_keys": keys[:CONSUMER_KEYS_SHOWN]})
 
@@ -1112,12 +1080,12 @@ class _Dashboard:
             html = render(
                 "pages/webhooks.html",
                 missing="",
-                endpoints=_marked(
+                endpoints=marked(
                     _endpoint_row(base, e, csrf, back) for e in endpoints[:WEBHOOK_ENDPOINTS_SHOWN]
                 ),
                 more_endpoints=len(endpoints) > WEBHOOK_ENDPOINTS_SHOWN,
                 endpoints_shown=WEBHOOK_ENDPOINTS_SHOWN,
-                deliveries=_marked(
+                deliveries=marked(
                     _delivery_row(base, d, csrf, back) for d in deliveries[:PAGE_SIZE]
                 ),
                 more_deliveries=len(deliveries) > PAGE_SIZE,
@@ -1140,7 +1108,7 @@ class _Dashboard:
 
         async def action(_ops: JobOperations, fields: dict[str, list[str]]) -> str:
             if verb not in ("disable", "enable"):
-                raise _NotFound(
+                raise NotFound(
                     f"A webhook endpoint has no action {verb[:40]!r}.",
                     fix="use the Webhooks page's buttons: disable or enable.",
                 )
@@ -1154,7 +1122,7 @@ class _Dashboard:
                     return f"Endpoint {endpoint_id} is disabled; its deliveries wait."
                 resumed = await hooks.enable_endpoint(endpoint_id)
             except WebhookEndpointUnknownError as exc:
-                raise _NotFound(str(exc), fix="act from the Webhooks page.") from exc
+                raise NotFound(str(exc), fix="act from the Webhooks page.") from exc
             return (
                 f"Endpoint {endpoint_id} is enabled; {len(resumed)} paused delivery(ies) resumed."
             )
@@ -1171,7 +1139,7 @@ class _Dashboard:
             try:
                 delivery = await hooks.redeliver(delivery_id)
             except WebhookEndpointUnknownError as exc:
-                raise _NotFound(str(exc), fix="act from the Webhooks page.") from exc
+                raise NotFound(str(exc), fix="act from the Webhooks page.") from exc
             return f"Delivery {delivery_id} is {delivery.state}: it will be sent again."
 
         return await self.act(request, action)
@@ -1188,6 +1156,7 @@ class _Dashboard:
             for outbox_id in self.outbox_ids:
                 pending, claimed = await outbox.counts(outbox_id)
                 dead = await outbox.list_dead(outbox_id, limit=PAGE_SIZE)
+                trend = None if self.stats is None else await outbox_trend(self.stats, outbox_id)
                 shown.append(
                     {
                         "id": outbox_id,
@@ -1196,6 +1165,7 @@ class _Dashboard:
                         "dead": dead.items,
                         "more": dead.next_cursor is not None,
                         "purge": f"{base}/outbox/{quote(outbox_id)}/purge",
+                        "trend": trend,
                     }
                 )
             html = render(
@@ -1208,7 +1178,7 @@ class _Dashboard:
                 max_days=MAX_RETENTION_DAYS,
                 redrive=(REDRIVE_SELECTED, REDRIVE_ALL),
             )
-            return Content(html, {"outboxes": shown})
+            return Content(html, {"outboxes": [_outbox_data(o) for o in shown]})
 
         return await self.page(request, "/outbox", "Outbox", body)
 
@@ -1232,19 +1202,6 @@ class _Dashboard:
 
         return await self.page(request, "/upkeep", "Upkeep", body)
 
-    async def audit(self, request: Request) -> Response:
-        base = self.base(request)
-
-        async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:  # noqa: ARG001
-            entries = await ops.audit_entries(limit=PAGE_SIZE, before=f.before)
-            older = ""
-            if len(entries) == PAGE_SIZE and entries[-1].entry_id is not None:
-                older = href(base, "/audit", {"before": entries[-1].entry_id})
-            html = render("pages/audit.html", entries=entries, older_href=older)
-            return Content(html, {"entries": entries, "older": older or None})
-
-        return await self.page(request, "/audit", "Audit log", body, reads=("before",))
-
     # --- actions -------------------------------------------------------------------------------
 
     async def run_action(self, request: Request) -> Response:
@@ -1252,14 +1209,14 @@ class _Dashboard:
 
         async def action(ops: JobOperations, fields: dict[str, list[str]]) -> str:
             if verb not in ("retry", "discard", "cancel", "rerun", "unpark"):
-                raise _NotFound(
+                raise NotFound(
                     f"A run has no action {verb[:40]!r}.",
                     fix="use the run page's buttons: retry, cancel, discard, unpark or re-run"
                     " from a step.",
                 )
             require_key(run_id, "run id")  # InvalidKeyError: refused before any statement
             if await ops.get_run(run_id) is None:
-                raise _no_run(run_id)
+                raise no_run(run_id)
             if verb == "rerun":
                 step = (fields.get("step") or [""])[0]
                 await ops.rerun_from_step(run_id, step)
@@ -1284,7 +1241,7 @@ class _Dashboard:
 
         async def action(_ops: JobOperations, _fields: dict[str, list[str]]) -> str:
             if verb not in ("start", "cancel"):
-                raise _NotFound(
+                raise NotFound(
                     f"A backfill has no action {verb[:40]!r}.",
                     fix="use the Consumers & backfills page's buttons: start or cancel.",
                 )
@@ -1350,7 +1307,7 @@ class _Dashboard:
             if verb == "resume":
                 resumed = await ops.resume(job_id)
                 return f"Resume {job_id}: {'done' if resumed else 'nothing to do'}."
-            raise _NotFound(
+            raise NotFound(
                 f"A job has no action {verb[:40]!r}.", fix="use the overview's pause or resume."
             )
 
@@ -1372,7 +1329,7 @@ class _Dashboard:
                 older_than = _older_than(fields)
                 purged = await ops.delete_events(older_than=older_than)
                 return f"Purged {purged} workflow event(s)."
-            raise _NotFound(
+            raise NotFound(
                 f"Upkeep has no action {verb[:40]!r}.", fix="use the upkeep page's buttons."
             )
 
@@ -1391,7 +1348,7 @@ class _Dashboard:
     def _shown_outbox(self, request: Request, outbox_id: str) -> OutboxOperations:
         """The outbox operations for ``outbox_id`` when this dashboard shows it, else a 404."""
         if self.outbox is None or outbox_id not in self.outbox_ids:
-            raise _NotFound(
+            raise NotFound(
                 f"This dashboard shows no outbox {outbox_id[:80]!r}.",
                 fix="act from the outbox page; an outbox appears there when it is in"
                 " create_dashboard(outbox_ids=[...]).",
@@ -1442,49 +1399,11 @@ _NO_BACKFILLS: Final = (
     " ship-sqla dashboard --backfills-table ship_backfills)."
 )
 
-_UNPARK: Final = ("unpark", "#diverged")
-"""D10: the run page offers Unpark for a run parked on a divergence (waiting for it)."""
-
-
-def _divergence_section(record: RunRecord) -> Html:
-    """D10: a parked run's divergence, what its history recorded beside what the code asked
-    for, from its last ``diverged`` history entry (whose last line is the divergence as JSON);
-    empty for any other run."""
-    if record.wait_for != "#diverged":
-        return ""
-    entries = [h for h in record.history if isinstance(h, dict) and h.get("kind") == "diverged"]
-    if not entries:
-        return ""
-    error = str(entries[-1].get("error", ""))
-    try:
-        found = json.loads(error.rsplit("\n", 1)[-1])
-    except ValueError:
-        found = {}
-    if not isinstance(found, dict):
-        found = {}
-
-    def call(side: object) -> str:
-        if not isinstance(side, dict):
-            return "— (nothing)"
-        return f"{side.get('name')} ({side.get('kind')})"
-
-    rows = (
-        ("Position", found.get("position", "?"), ""),
-        ("Step", call(found.get("recorded")), call(found.get("requested"))),
-        ("Reason", found.get("reason", "?"), found.get("location") or ""),
-    )
-    return str(PARTS.divergence(rows, error.rsplit("\n", 1)[0]))
-
-
 _RUN_ACTIONS: Final[dict[str, tuple[str, ...]]] = {
     "waiting": ("cancel", "discard"),
     "running": ("cancel",),
     "dead": ("retry", "discard"),
 }
-
-
-def _state_cell(state: str | None) -> Html:
-    return str(PARTS.state_cell(state))
 
 
 def _consumer_row(base: str, k: ConsumerKeyProgress) -> tuple[Html, ...]:
@@ -1532,7 +1451,7 @@ def _backfill_row(
     last_key = "—" if r.last_key is None else ", ".join(str(part) for part in r.last_key)
     return (
         text(r.id),
-        _state_cell(status),
+        state_cell(status),
         text(f"{r.pages:,}"),
         text(f"{r.rows:,}"),
         text("—" if r.pace is None else f"{r.pace:g} pages/s"),
@@ -1600,11 +1519,20 @@ def _delivery_row(
         text(d.id),
         text(d.endpoint_id),
         text(d.topic),
-        _state_cell(d.state),
+        state_cell(d.state),
         at(d.created_at),
         cell,
         action,
     )
+
+
+def _outbox_data(shown: Mapping[str, Any]) -> dict[str, Any]:
+    """One outbox on the JSON twin: its counts, dead messages and trend (no SVG)."""
+    data = {k: v for k, v in shown.items() if k not in ("purge", "trend")}
+    trend = shown.get("trend")
+    if trend is not None:
+        data["trend"] = {k: trend[k] for k in ("range", "step_minutes", "sampled", "buckets")}
+    return data
 
 
 def _serving_cell(served: Serving | None, job_id: str) -> Html:
@@ -1655,32 +1583,8 @@ def _older_than(fields: Mapping[str, list[str]]) -> timedelta:
     return timedelta(days=days)
 
 
-def _no_run(run_id: str) -> _NotFound:
-    return _NotFound(
-        f"No run has the id {run_id[:300]!r}.",
-        fix="find the run on the Runs or Dead letters page (a finished run is deleted once its"
-        " job's retention has passed).",
-    )
-
-
 def _summary(verb: str, changed: tuple[str, ...], unchanged: tuple[str, ...]) -> str:
     return f"{verb}: {len(changed)} changed, {len(unchanged)} unchanged."
-
-
-def _with(path: str, **params: str) -> str:
-    return path + ("&" if "?" in path else "?") + urlencode(params)
-
-
-def _here(request: Request, *, keep_flash: bool = False) -> str:
-    """This page's path and query under the mount; without an action's ``done`` / ``failed``
-    message unless ``keep_flash`` (the live refresh: the message stays while the page does)."""
-    root = str(request.scope.get("root_path", "")).rstrip("/")
-    path = request.url.path
-    if not path.startswith(root):
-        path = root + path
-    flash = () if keep_flash else ("done", "failed")
-    query = [(k, v) for k, v in request.query_params.multi_items() if k not in flash]
-    return path + ("?" + urlencode(query) if query else "")
 
 
 def create_dashboard(
@@ -1728,8 +1632,8 @@ def create_dashboard(
       whose endpoints and deliveries the Webhooks page lists (``ship.webhooks:read``), with
       disable, enable and redeliver (``ship.webhooks:manage``, audited). No secret is shown;
       adding an endpoint and rotating its secret stay at the shell.
-    - ``stats``: the job history the workers flush into (:func:`~ship_sqla.create_job_stats`),
-      read by the job pages' charts and the overview's chart (issue 36).
+    - ``stats``: the job history (:func:`~ship_sqla.create_job_stats`) the workers and relays
+      flush into: the job pages' and overview's charts, the outbox page's trend (issue 36).
     - ``redact(field, value, job_id) -> value``: shown in place of a payload (``"payload"``),
       error text (``"error"``) or step result (``"result"``) on every page and JSON twin; a
       hook that raises hides it. Payloads need ``ship.jobs:payloads`` (:mod:`._redact`).
@@ -1776,11 +1680,12 @@ def _check_authorizer(authorizer: object) -> None:
 def _routes(state: _Dashboard) -> list[BaseRoute]:
     """The dashboard's routes: each page (GET) and each action (POST, declared in
     :data:`~ship_sqla.kernel._actions.OPERATOR_ACTIONS`)."""
-    # The pages in modules of their own import this one: imported here, when it is complete.
+    # The search and bulk pages still import this module (_bulk_page: until it imports
+    # _page and defines routes(dashboard), like every other page module): imported here.
     from ship_sqla._dashboard._bulk_page import BulkPages  # noqa: PLC0415 - it imports this module
-    from ship_sqla._dashboard._run_page import run_page  # noqa: PLC0415
-    from ship_sqla._dashboard._schedules_page import schedule_routes  # noqa: PLC0415
 
+    modules = page_modules()
+    state.nav = header_links(_NAV, modules)
     return [
         Route("/", state.overview, methods=["GET"]),
         Mount("/static", StaticAssets()),
@@ -1790,10 +1695,8 @@ def _routes(state: _Dashboard) -> list[BaseRoute]:
         Route("/runs", state.runs, methods=["GET"]),
         Route("/runs/bulk", state.runs_bulk, methods=["POST"]),
         Route("/runs/{run_id:path}/{verb}", state.run_action, methods=["POST"]),
-        Route("/runs/{run_id:path}", run_page(state), methods=["GET"]),
         Route("/dead", state.dead, methods=["GET"]),
         Route("/dead/bulk", state.dead_bulk, methods=["POST"]),
-        *schedule_routes(state),
         Route("/workers", state.workers, methods=["GET"]),
         Route("/consumers", state.consumers, methods=["GET"]),
         Route("/backfills/{backfill_id}/{verb}", state.backfill_action, methods=["POST"]),
@@ -1814,10 +1717,9 @@ def _routes(state: _Dashboard) -> list[BaseRoute]:
         Route("/upkeep", state.upkeep, methods=["GET"]),
         Route("/upkeep/{verb}", state.upkeep_action, methods=["POST"]),
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
-        *_job_page_routes(state),
-        Route("/audit", state.audit, methods=["GET"]),
         Route("/live/overview", LiveOverview.of(state).stream, methods=["GET"]),
         *BulkPages(state).routes(),
+        *page_routes(state, modules),
     ]
 
 
@@ -1830,17 +1732,6 @@ def _checked_secret(secret: bytes | str | None) -> bytes:
             "the dashboard secret must be at least 16 bytes.", fix="pass secrets.token_bytes(32)."
         )
     return key_bytes
-
-
-def _job_page_routes(state: _Dashboard) -> list[BaseRoute]:
-    """The per-job page and the error groups (:mod:`._job_page`, issue 36 item 6)."""
-    from ship_sqla._dashboard._job_page import route_handlers  # noqa: PLC0415 - it imports us
-
-    handlers = route_handlers(state)
-    return [
-        Route("/jobs/{job_id}", handlers["job"], methods=["GET"]),
-        Route("/errors", handlers["errors"], methods=["GET"]),
-    ]
 
 
 def _checked_backfills(

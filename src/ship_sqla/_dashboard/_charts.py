@@ -12,6 +12,7 @@ import attrs
 from markupsafe import Markup
 
 from ship_sqla._dashboard._html import render
+from ship_sqla._outbox._stats import outbox_stats_id
 from ship_sqla.kernel._stats import range_buckets, series_from_rows
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ __all__ = [
     "OUTCOMES",
     "bars_chart",
     "lines_chart",
+    "outbox_trend",
     "outcome_island",
     "overview_history",
     "series_charts",
@@ -198,3 +200,45 @@ async def overview_history(
         "*", OVERVIEW_HISTORY_RANGE, now, rows, loss_bound=stats.flush_interval
     )
     return series, len(summed)
+
+
+OUTBOX_TREND_RANGE: Final = "6h"
+"""The outbox page's trend: the last 6 hours in 5-minute buckets, clock-aligned."""
+
+
+async def outbox_trend(
+    stats: JobStatsStore, outbox_id: str, *, now: datetime | None = None
+) -> dict[str, Any]:
+    """``outbox_id``'s trend over :data:`OUTBOX_TREND_RANGE` (one read of the stats table's
+    primary key, at most 360 minute rows): the messages its relays delivered per bucket and the
+    pending backlog they sampled (:mod:`ship_sqla._outbox._stats`), as two SVG charts and the
+    JSON twin's buckets. ``sampled`` is False when no relay given ``stats=`` wrote any."""
+    now = now if now is not None else datetime.now(UTC)
+    start, end, _ = range_buckets(OUTBOX_TREND_RANGE, now)
+    rows = await stats.read_stats(outbox_stats_id(outbox_id), start, end)
+    series = series_from_rows(
+        outbox_stats_id(outbox_id), OUTBOX_TREND_RANGE, now, rows, loss_bound=stats.flush_interval
+    )
+    step = int(series.step.total_seconds() // 60)
+    return {
+        "range": OUTBOX_TREND_RANGE,
+        "step_minutes": step,
+        "sampled": bool(rows),
+        "delivered_total": series.total.completed,
+        "delivered": lines_chart(
+            series,
+            f"messages delivered per {step} min",
+            [("delivered", "#2e7d32", lambda b: b.completed)],
+            "",
+        ),
+        "pending": lines_chart(
+            series,
+            "pending messages (sampled by the relays)",
+            [("pending", "#1565c0", lambda b: b.waiting)],
+            "",
+        ),
+        "buckets": [
+            {"start": b.start, "delivered": b.completed, "pending": b.waiting}
+            for b in series.buckets
+        ],
+    }

@@ -50,15 +50,27 @@ __all__ = [
 ]
 
 Parameter: TypeAlias = Literal[
-    "state", "job", "tenant", "since", "until", "cursor", "before", "run_id"
+    "state",
+    "job",
+    "tenant",
+    "since",
+    "until",
+    "cursor",
+    "before",
+    "run_id",
+    "actor",
+    "operation",
+    "target",
 ]
-"""A request parameter a page may read (``run_id`` is a path parameter, the rest the query's)."""
+"""A request parameter a page may read (``run_id`` is a path parameter, the rest the query's;
+``actor``, ``operation`` and ``target`` are the audit page's filters)."""
 
 MAX_CURSOR_CHARS: Final = 4096
 """Longer than any cursor the operator surface issues: a longer one is refused unread."""
 MAX_ENTRY_ID: Final = 2**63 - 1
 """The audit log's entry ids are PostgreSQL bigints."""
 _DATE_CHARS: Final = 64
+MAX_AUDIT_FILTER_CHARS: Final = 200
 
 INPUT_ERRORS: Final[tuple[type[ShipError], ...]] = (
     ConfigurationError,
@@ -94,6 +106,9 @@ class Filters:
     run_id: str | None = None
     raw_since: str = ""
     raw_until: str = ""
+    actor: str | None = None
+    operation: str | None = None
+    target: str | None = None
 
 
 def read_filters(
@@ -173,11 +188,30 @@ def _before(raw: str) -> int:
     return int(raw)
 
 
+def _audit_text(name: str) -> Callable[[str], str]:
+    """An audit filter's reader: printable text of at most 200 characters, trimmed."""
+
+    def read(raw: str) -> str:
+        value = raw.strip()
+        if len(value) > MAX_AUDIT_FILTER_CHARS or not value.isprintable():
+            raise ConfigurationError(
+                f"the {name} filter {raw[:40]!r} is not printable text of at most"
+                f" {MAX_AUDIT_FILTER_CHARS} characters.",
+                fix=f"type the {name} as the audit log shows it, or clear the field.",
+            )
+        return value
+
+    return read
+
+
 _READERS: Final[dict[str, Callable[[str], object]]] = {
     "job": _job,
     "tenant": _tenant,
     "cursor": _cursor,
     "before": _before,
+    "actor": _audit_text("actor"),
+    "operation": _audit_text("operation"),
+    "target": _audit_text("target"),
 }
 
 

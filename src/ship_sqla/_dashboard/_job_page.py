@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
 import attrs
+from starlette.routing import BaseRoute, Route
 
-from ship_sqla._dashboard._app import Content, _Dashboard, _nonce, _NotFound
 from ship_sqla._dashboard._charts import bars_chart as _bars
 from ship_sqla._dashboard._charts import outcome_island, series_charts
 from ship_sqla._dashboard._html import render
+from ship_sqla._dashboard._page import Content, Nav, NotFound, nonce
 from ship_sqla._dashboard._reads import OVERVIEW_COUNT_CAP
 from ship_sqla.kernel._error_groups import (
     ERROR_GROUP_JOBS,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
+    from ship_sqla._dashboard._app import _Dashboard
     from ship_sqla._dashboard._filters import Filters
     from ship_sqla._dashboard._html import Html
     from ship_sqla.kernel._jobs import JobDefinition
@@ -61,8 +63,8 @@ query (``job``, ``state=dead``, ``error``: :meth:`RunFilter.as_fields`): the bul
 preview (GET), whose confirmation form posts the retry (:mod:`._bulk_page`)."""
 
 
-def _unknown_job(job_id: str) -> _NotFound:
-    return _NotFound(
+def _unknown_job(job_id: str) -> NotFound:
+    return NotFound(
         f"No job has the id {job_id[:200]!r} (no definition given, no run, no history).",
         fix="pick the job from the overview's Jobs table, or pass its definition to"
         " create_dashboard(definitions=...) (ship-sqla dashboard --registry APP:REGISTRY).",
@@ -155,7 +157,7 @@ async def job_page(state: _Dashboard, request: Request) -> Response:
             throughput=None if series is None else _bars(series, "attempts by outcome"),
             island=None if series is None else outcome_island(series),
             charts=[] if series is None else series_charts(series),
-            nonce=_nonce(request),
+            nonce=nonce(request),
             groups=groups.groups[:JOB_PAGE_TOP_ERRORS],
             groups_note=groups.note,
             dead=dead,
@@ -214,8 +216,21 @@ async def errors_page(state: _Dashboard, request: Request) -> Response:
     return await state.page(request, "/errors", "Errors", body, reads=("job",))
 
 
+NAV: Final = Nav("/errors", "Errors", after="/dead")
+"""The error groups' link in the header (the job page is reached from the overview)."""
+
+
+def routes(dashboard: _Dashboard) -> list[BaseRoute]:
+    """The per-job page and the error groups (issue 36 item 6), found as a page module."""
+    handlers = route_handlers(dashboard)
+    return [
+        Route("/jobs/{job_id}", handlers["job"], methods=["GET"]),
+        Route("/errors", handlers["errors"], methods=["GET"]),
+    ]
+
+
 def route_handlers(state: _Dashboard) -> dict[str, Any]:
-    """The handlers bound to ``state`` (for :func:`ship_sqla._dashboard._app._routes`)."""
+    """The handlers bound to ``state`` (for :func:`routes`)."""
 
     async def job(request: Request) -> Response:
         return await job_page(state, request)

@@ -27,16 +27,17 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
 from markupsafe import Markup
+from starlette.routing import BaseRoute, Route
 
-from ship_sqla._dashboard._app import (
-    _UNPARK,
-    Content,
-    _divergence_section,
-    _marked,
-    _no_run,
-    _state_cell,
-)
 from ship_sqla._dashboard._html import ENV, PARTS, at, button_form, href, link, render, text
+from ship_sqla._dashboard._page import (
+    UNPARK,
+    Content,
+    divergence_section,
+    marked,
+    no_run,
+    state_cell,
+)
 from ship_sqla._dashboard._redact import HIDDEN, ShownOperations
 from ship_sqla.kernel._consumers import progress_summary
 from ship_sqla.kernel._errors import ConfigurationError
@@ -224,7 +225,7 @@ def _step_rows(
                 text(s.seq),
                 text(s.name),
                 text(s.kind),
-                _state_cell(s.state),
+                state_cell(s.state),
                 at(s.created_at),
                 at(s.finished_at),
                 text(took),
@@ -239,7 +240,7 @@ def _step_rows(
                 text(failed["seq"]),
                 text(name),
                 "",
-                _state_cell("failed"),
+                state_cell("failed"),
                 "",
                 "",
                 "",
@@ -268,7 +269,7 @@ def _fields(base: str, record: RunRecord) -> list[tuple[str, Html]]:
     last = _last_attempt(record)
     return [
         ("Job", text(record.job_id)),
-        ("State", _state_cell(record.state)),
+        ("State", state_cell(record.state)),
         ("Attempt", text(f"{record.attempt} of {record.max_attempts}")),
         ("Worker", text(record.worker or "—")),
         ("Last attempt started", at(record.started_at)),
@@ -303,7 +304,7 @@ def _actions(record: RunRecord, here: str, csrf: str) -> Html:
         ("discard", ("waiting", "dead")),
         ("unpark", ()),
     ):
-        if record.state in states or (verb, record.wait_for) == _UNPARK:
+        if record.state in states or (verb, record.wait_for) == UNPARK:
             actions += button_form(f"{here}/{verb}", verb.capitalize(), csrf=csrf, back=here)
     return actions
 
@@ -337,6 +338,12 @@ def _confirmation(
     return {"problem": None, "step": step, "dropped": dropped, "form": Markup(form)}  # noqa: S704
 
 
+def routes(dashboard: _Dashboard) -> list[BaseRoute]:
+    """The run page (``GET /runs/{run_id}``), found as a page module; its actions are the
+    application's (``POST /runs/{run_id}/{verb}``, declared before it)."""
+    return [Route("/runs/{run_id:path}", run_page(dashboard), methods=["GET"])]
+
+
 def run_page(dashboard: _Dashboard) -> Callable[[Request], Awaitable[Response]]:
     """The run page's endpoint over ``dashboard``."""
 
@@ -349,7 +356,7 @@ def run_page(dashboard: _Dashboard) -> Callable[[Request], Awaitable[Response]]:
             run_id = f.run_id
             record = await ops.get_run(run_id)
             if record is None:
-                raise _no_run(run_id)
+                raise no_run(run_id)
             try:
                 raw_steps = await ops.list_steps(run_id)
             except ConfigurationError:
@@ -374,10 +381,10 @@ def run_page(dashboard: _Dashboard) -> Callable[[Request], Awaitable[Response]]:
                 record=record,
                 payload_hidden=record.payload == HIDDEN,
                 actions=Markup(_actions(record, here, csrf) if can_manage else ""),  # noqa: S704
-                fields=_marked(_fields(base, record)),
-                divergence=Markup(_divergence_section(record)),  # noqa: S704 - rendered
+                fields=marked(_fields(base, record)),
+                divergence=Markup(divergence_section(record)),  # noqa: S704 - rendered
                 timeline=shown_lines,
-                steps=_marked(_step_rows(steps, here, failed, rerun=rerun)) if steps else [],
+                steps=marked(_step_rows(steps, here, failed, rerun=rerun)) if steps else [],
                 failed=failed,
                 children=[
                     {**c, "href": href(base, "/runs/" + quote(c["run_id"], safe="/"))}

@@ -23,8 +23,8 @@ from urllib.parse import quote
 
 from starlette.routing import BaseRoute, Route
 
-from ship_sqla._dashboard._app import Content, _jsonable, _NotFound
 from ship_sqla._dashboard._html import href, render
+from ship_sqla._dashboard._page import Content, Nav, NotFound, jsonable
 from ship_sqla.kernel._plans.schedule import occurrence_id, previous_occurrence
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import JobOperations
 
-__all__ = ["OCCURRENCES_SHOWN", "schedule_routes"]
+__all__ = ["NAV", "OCCURRENCES_SHOWN", "routes"]
 
 OCCURRENCES_SHOWN: Final = 20
 """The occurrences a schedule's page lists (one primary-key probe each)."""
@@ -129,7 +129,7 @@ class _Schedules:
                 back=self.d.base(request) + "/schedules",
             )
             data = [
-                {**_jsonable(r["state"]), "last_at": r["last_at"], "paused_at": r["paused_at"]}
+                {**jsonable(r["state"]), "last_at": r["last_at"], "paused_at": r["paused_at"]}
                 for r in rows
             ]
             return Content(html, {"schedules": data})
@@ -143,7 +143,7 @@ class _Schedules:
         async def body(ops: JobOperations, can_manage: bool, _f: Filters) -> Html | Content:
             found = [s for s in await ops.schedules(limit=SCHEDULES_READ) if s.job_id == job_id]
             if not found:
-                raise _NotFound(
+                raise NotFound(
                     f"No schedule is stored for job {job_id[:200]!r}.",
                     fix="pick one on the Schedules page (a schedule is stored when a worker"
                     " whose registry schedules the job starts).",
@@ -172,7 +172,7 @@ class _Schedules:
             )
             data = {
                 "schedule": {
-                    **_jsonable(found[0]),
+                    **jsonable(found[0]),
                     "last_at": row["last_at"],
                     "paused_at": row["paused_at"],
                 },
@@ -188,7 +188,7 @@ class _Schedules:
         async def action(ops: JobOperations, _fields: dict[str, list[str]]) -> str:
             definition = self.d.definitions.get(job_id)
             if definition is None:
-                raise _NotFound(
+                raise NotFound(
                     f"This dashboard has no definition of job {job_id[:200]!r}.",
                     fix="pass its definition in create_dashboard(definitions=[...]) (or"
                     " ship-sqla dashboard APP:REGISTRY), then use the Schedules page.",
@@ -203,8 +203,11 @@ class _Schedules:
         return await self.d.act(request, action)
 
 
-def schedule_routes(dashboard: _Dashboard) -> list[BaseRoute]:
-    """The schedules pages' routes."""
+NAV: Final = Nav("/schedules", "Schedules", after="/errors")
+
+
+def routes(dashboard: _Dashboard) -> list[BaseRoute]:
+    """The schedules pages' routes, found as a page module."""
     pages = _Schedules(dashboard)
     endpoints: list[tuple[str, Callable[[Request], Awaitable[Response]], str]] = [
         ("/schedules", pages.list_page, "GET"),

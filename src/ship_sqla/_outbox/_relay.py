@@ -55,6 +55,7 @@ from ship_sqla._notify import (
     check_listen,
     listener_for,
 )
+from ship_sqla._outbox._stats import OutboxStatsRecorder
 from ship_sqla._outbox._store import ErrorHandler, Outbox, check_outbox_id, default_worker
 from ship_sqla._outbox._types import (
     OutboxLeaseStaleError,
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._outbox_records import OutboxSettlement
     from ship_sqla.kernel._ports import JobBackend
+    from ship_sqla.kernel._stats import JobStatsStore
 
 __all__ = ["OutboxRelay", "OutboxSink", "job_sink", "start_outbox_relay"]
 
@@ -130,6 +132,7 @@ class OutboxRelay:
         clock: Clock | None = None,
         worker: str | None = None,
         listen: Listen = True,
+        stats: JobStatsStore | None = None,
     ) -> None:
         check_outbox_id(outbox_id)
         if batch_size < 1:
@@ -167,6 +170,18 @@ class OutboxRelay:
         self._recheck = Recheck(self._wakeup.set, self._clock)
         self.delivered = 0
         """Messages this relay has completed (a counter for tests and health checks)."""
+        self._stats = (
+            None
+            if stats is None
+            else OutboxStatsRecorder(
+                stats,
+                outbox.admin,
+                outbox_id,
+                delivered=lambda: self.delivered,
+                clock=self._clock,
+                report=self._report,
+            )
+        )
 
     @property
     def outbox_id(self) -> str:
@@ -264,6 +279,26 @@ class OutboxRelay:
         await self._loop()
 
     async def _loop(self) -> None:
+        """The relay's loop, with its history recorder beside it when given ``stats=``
+        (:mod:`._stats`: stopped, after one last flush, when the loop ends)."""
+        recorder = self._stats
+        if recorder is None:
+            await self._relay_loop()
+            return
+        flushing = asyncio.create_task(recorder.run(), name=f"outbox stats {self._outbox_id}")
+        try:
+            await self._relay_loop()
+        finally:
+            recorder.close()
+            await flushing
+
+    async def flush_stats(self) -> None:
+        """Write the outbox's trend now (a relay given ``stats=``; else nothing): what
+        :meth:`run_once` delivered, for a caller that drives batches itself (``--burst``)."""
+        if self._stats is not None:
+            await self._stats.flush()
+
+    async def _relay_loop(self) -> None:
         self._running = True
         self._done = asyncio.Event()
         failures = 0
@@ -597,6 +632,7 @@ async def start_outbox_relay(
     worker: str | None = None,
     listen: Listen = True,
     lifespan: SinkLifespan | None = None,
+    stats: JobStatsStore | None = None,
 ) -> OutboxRelay:
     """Start a relay publishing ``outbox_id``'s messages to ``sink``; returns it running.
     The outbox table is checked at the start (:class:`~ship_sqla.errors.MissingTablesError`);
@@ -619,7 +655,10 @@ async def start_outbox_relay(
     lost notification or listener delays a message by at most ``poll_interval``. Delivery is
     at-least-once.
     ``drain_timeout`` (seconds; None: no bound) is how long :meth:`OutboxRelay.stop` lets a busy
-    sink finish by default.
+    sink finish by default. ``stats`` (the job history store, :func:`~ship_sqla.create_job_stats`)
+    records the outbox's trend for the dashboard's outbox page every 15 s: the messages
+    delivered and the sampled pending backlog (:mod:`ship_sqla._outbox._stats`; nothing per
+    message).
 
     ``ordered=True`` — per-key ordering. Guarantee: a message with ordering key K is handed out
     only when no other message of K that is earlier by ``(created_at, id)`` is pending or claimed
@@ -649,6 +688,7 @@ async def start_outbox_relay(
         "clock": clock,
         "worker": worker,
         "listen": listen,
+        "stats": stats,
     }
     return await _start_relay(outbox, outbox_id, sink, lifespan, options)
 

@@ -34,9 +34,12 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._clock import Clock
 
 __all__ = [
+    "AUDIT_SCAN",
     "MAX_AUDIT_PAGE",
     "AuditEntry",
+    "AuditFilter",
     "AuditLog",
+    "AuditPage",
     "AuditSink",
     "AuditUnavailableError",
     "CheckedAuditSink",
@@ -46,6 +49,80 @@ __all__ = [
 
 MAX_AUDIT_PAGE: Final = 500
 """Entries per :meth:`AuditLog.list_entries` call."""
+AUDIT_SCAN: Final = 5000
+"""Entries a filtered audit page reads past at most (:func:`search_audit`: ten reads of the
+log's newest-first order), then stops and says so; its "older" link goes on from there."""
+MAX_AUDIT_FILTER_CHARS: Final = 200
+
+
+@attrs.frozen
+class AuditFilter:
+    """What an audit page is filtered by (each None: any): ``actor`` and ``operation``
+    (``"jobs.retry"``) exactly, ``target`` as text in the entry's target (a run id, a job id, a
+    bulk filter; case-insensitive), and ``since`` / ``until`` on the entry's time (``since``
+    included, ``until`` excluded)."""
+
+    actor: str | None = None
+    operation: str | None = None
+    target: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @property
+    def empty(self) -> bool:
+        return all(v is None for v in attrs.astuple(self))
+
+    def matches(self, entry: AuditEntry) -> bool:
+        if self.actor is not None and entry.actor != self.actor:
+            return False
+        if self.operation is not None and entry.operation != self.operation:
+            return False
+        if self.target is not None and self.target.casefold() not in entry.target.casefold():
+            return False
+        if self.since is not None and (entry.at is None or entry.at < self.since):
+            return False
+        return self.until is None or (entry.at is not None and entry.at < self.until)
+
+
+@attrs.frozen
+class AuditPage:
+    """A filtered page of the audit log, newest first: the ``entries`` that matched, the
+    entries read (``scanned``), and ``next_before`` (the id to read on from, None when the log
+    has no older entry); ``stopped`` when the scan bound ended the page before it was full."""
+
+    entries: tuple[AuditEntry, ...]
+    scanned: int
+    next_before: int | None
+    stopped: bool
+
+
+async def search_audit(
+    log: AuditLog, match: AuditFilter, *, limit: int, before: int | None, scan: int = AUDIT_SCAN
+) -> AuditPage:
+    """At most ``limit`` entries matching ``match``, newest first, older than ``before``,
+    reading at most ``scan`` entries: pages of the log's own newest-first read
+    (:meth:`AuditLog.list_entries`, served by the PostgreSQL log's primary key), the filter
+    applied to each entry. Every log, every backend: no statement of its own."""
+    found: list[AuditEntry] = []
+    scanned, cursor, more = 0, before, True
+    while more and len(found) < limit and scanned < scan:
+        asked = min(MAX_AUDIT_PAGE, scan - scanned)
+        batch = await log.list_entries(limit=asked, before=cursor)
+        more = len(batch) == asked  # a short read: the log has no older entry
+        for i, entry in enumerate(batch):
+            scanned += 1
+            cursor = entry.entry_id
+            if match.matches(entry):
+                found.append(entry)
+                if len(found) == limit:
+                    more = more or i < len(batch) - 1
+                    break
+    return AuditPage(
+        entries=tuple(found),
+        scanned=scanned,
+        next_before=cursor if more and cursor != before else None,
+        stopped=more and len(found) < limit,
+    )
 
 
 @attrs.frozen

@@ -29,11 +29,15 @@ from urllib.parse import urlencode
 import attrs
 
 from ship_sqla.kernel._audit import (
+    AUDIT_SCAN,
     MAX_AUDIT_PAGE,
     AuditEntry,
+    AuditFilter,
     AuditLog,
+    AuditPage,
     AuditSink,
     require_audit_writable,
+    search_audit,
 )
 from ship_sqla.kernel._authorize import (
     Authorizer,
@@ -1488,6 +1492,28 @@ class JobOperations:
                 fix="pass audit=create_audit_log(...) (or InMemoryAuditLog()).",
             )
         return await self._audit.list_entries(limit=limit, before=before)
+
+    async def search_audit(
+        self,
+        match: AuditFilter,
+        *,
+        limit: int = 50,
+        before: int | None = None,
+        scan: int = AUDIT_SCAN,
+    ) -> AuditPage:
+        """The audit log filtered by ``match`` (actor, operation, target text, time range),
+        newest first: at most ``limit`` (1..500) entries older than entry ``before``, reading at
+        most ``scan`` (1..50,000) entries through the log's own newest-first pages (S1, S2:
+        bounded; the page says when the bound stopped it, :class:`AuditPage`)."""
+        await self._authorize_read("search_audit")
+        _require_within("search_audit limit", limit, MAX_AUDIT_PAGE, fix="ask for fewer.")
+        _require_within("search_audit scan", scan, 10 * AUDIT_SCAN, fix="scan fewer entries.")
+        if not isinstance(self._audit, AuditLog):
+            raise ConfigurationError(
+                "these operations write to no readable audit log.",
+                fix="pass audit=create_audit_log(...) (or InMemoryAuditLog()).",
+            )
+        return await search_audit(self._audit, match, limit=limit, before=before, scan=scan)
 
     async def _refusal(self, operation: str, run_id: str, allowed: str) -> JobOperationRefusedError:
         record = await self._admin.get_run(run_id)
