@@ -1267,7 +1267,7 @@ class JobOperations:
         at all), ``progress`` told after each batch. One audit entry (S1) with the filter, the
         count and links."""
         await self._authorize("retry_filtered")
-        bulk = _Filtered("retry_filtered", "retry", self._admin.retry_dead, run_filter, token)
+        bulk = _Filtered("retry_filtered", "retry", self._admin.retry_dead_batch, run_filter, token)
         return await self._filtered(bulk, batch_size, transaction, progress)
 
     async def cancel_filtered(
@@ -1282,7 +1282,7 @@ class JobOperations:
         """Cancel (K2) the waiting and running runs matching ``run_filter`` (see
         :meth:`retry_filtered`)."""
         await self._authorize("cancel_filtered")
-        bulk = _Filtered("cancel_filtered", "cancel", self._admin.cancel, run_filter, token)
+        bulk = _Filtered("cancel_filtered", "cancel", self._admin.cancel_batch, run_filter, token)
         return await self._filtered(bulk, batch_size, transaction, progress)
 
     async def discard_filtered(
@@ -1297,7 +1297,9 @@ class JobOperations:
         """Discard the waiting and dead runs matching ``run_filter`` (see
         :meth:`retry_filtered`)."""
         await self._authorize("discard_filtered")
-        bulk = _Filtered("discard_filtered", "discard", self._admin.discard, run_filter, token)
+        bulk = _Filtered(
+            "discard_filtered", "discard", self._admin.discard_batch, run_filter, token
+        )
         return await self._filtered(bulk, batch_size, transaction, progress)
 
     async def _filtered(
@@ -1516,7 +1518,7 @@ class _Filtered:
 
     operation: str
     action: BulkAction
-    change: Callable[[str], Awaitable[object | None]]
+    change: Callable[[list[str]], Awaitable[list[str]]]
     run_filter: RunFilter
     token: str
 
