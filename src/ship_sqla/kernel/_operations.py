@@ -102,6 +102,7 @@ from ship_sqla.kernel._search import (
     SearchPage,
     act_matching,
     check_bulk_token,
+    check_bulk_total,
     preview_matching,
     search_runs,
 )
@@ -1316,6 +1317,7 @@ class JobOperations:
         total = check_bulk_token(
             self._secret, bulk.action, bulk.run_filter, bulk.token, time.time()
         )
+        check_bulk_total(bulk.operation, total)
         await self._audit_ready()
         outcome = BulkOutcome()
         try:

@@ -618,6 +618,18 @@ def check_bulk_token(secret: bytes, action: str, flt: RunFilter, token: object, 
     )
 
 
+def check_bulk_total(operation: str, total: int) -> None:
+    """Refuse a confirmed count past :data:`MAX_BULK_RUNS` (a preview never issues one: it
+    caps its count and says so) before any statement."""
+    if total > MAX_BULK_RUNS:
+        raise ConfigurationError(
+            f"{operation} was confirmed for {total:,} runs; one action takes at most"
+            f" {MAX_BULK_RUNS:,} runs.",
+            fix="preview again (the preview caps its count at the limit), act, then preview"
+            " and act again for the rest.",
+        )
+
+
 async def preview_matching(
     browser: RunBrowser,
     action: BulkAction,
