@@ -323,6 +323,39 @@ async def test_k2_a_batch_cancel_requests_running_runs_and_tells_their_holder(
     assert sorted(told) == sorted(run.run_id for run in claimed)  # after the commit
 
 
+async def test_k2_j13_a_row_someone_holds_is_cancelled_the_single_run_way(
+    ship_engine: AsyncEngine, backend: Any
+) -> None:
+    """K2, J13: the batch statement never waits for a row another transaction holds (it locks
+    ``FOR UPDATE SKIP LOCKED``); it answers the row as skipped and the backend cancels it with
+    the single-run path (told first, then requested), so the action still takes every run.
+    Here a running run's row is held ``FOR KEY SHARE`` (which the single-run request does not
+    wait for) while the action runs."""
+    await _enqueue(backend, 3)
+    [held] = await backend.claim(claim_request(BULK, worker="w"))
+    ops = create_job_operations(backend, authorizer=lambda *_: True, actor="ann")
+    flt = RunFilter.parse([f"job={BULK.id}"])
+    preview = await ops.preview_matching("cancel", flt)
+    executed = _Executed(ship_engine, backend, bulk_sql.CANCEL_BATCH_MOVING, live_sql.CANCEL_MOVING)
+    counting = _counting(ship_engine, executed)
+    async with ship_engine.connect() as holder, holder.begin():
+        lock = "SELECT 1 FROM ship_job_runs WHERE id = :id FOR KEY SHARE"
+        await holder.execute(text(lock), {"id": held.run_id})
+        next(counting)
+        try:
+            result = await ops.cancel_filtered(
+                flt, token=preview.token, transaction=_Batches(ship_engine)
+            )
+        finally:
+            next(counting, None)
+    assert len(result.changed) == 3
+    assert list(executed.counts.values()) == [1, 1]  # the batch, then the held run alone
+    record = await backend.admin.get_run(held.run_id)
+    assert record.state == "running"
+    assert record.cancel_requested_at is not None
+    assert await _states(ship_engine) == {("runs", "running"): 1, ("history", "cancelled"): 2}
+
+
 LIMIT_RUNS = int(os.environ.get("SHIP_SQLA_BULK_FILTER_RUNS", "0"))
 """Opt-in: the real limit's test (100,001 runs)."""
 
