@@ -4,7 +4,12 @@ as the single-run statement it stands for (:mod:`.admin`, :mod:`.live`). Rules: 
 :mod:`ship_sqla._jobs._sql`. Each takes ``:ids`` (``text[]``, the batch in walk order) and
 answers one row per run it changed (``id``, ``state`` after, ``parent_id``; the cancels also
 ``told`` and the rows they ``skipped``). Every run is probed by ``<runs>_pkey`` (or the
-history's id index); nothing else is read.
+history's id index); nothing else is read. The ids are matched as
+``id = ANY(ARRAY(SELECT unnest(:ids)))``: an array the planner cannot see into, so it probes
+the key for each (a custom plan given the 1,000 ids as a literal array, or a join on them,
+planned sequential scans of the runs table and the history partitions at 80,000 / 400,000
+rows, and ran 2-8 times as long under this machine's load;
+``tests/integration/test_job_bulk_filter_explain.py``).
 
 - retry (J8, J1, J16): a dead run in history moves back, one in the runs table (an older
   release's leftover) waits again in place; of several runs of the batch that share a dedupe
@@ -64,7 +69,7 @@ RETRY_DEAD_BATCH: Final = Template(
     + """, found AS (
     -- <runs>_pkey, one probe per id.
     SELECT r.id, r.job_id, r.dedupe_key, w.ord FROM {runs} r JOIN wanted w ON r.id = w.id
-    WHERE r.state = 'dead'
+    WHERE r.id = ANY(ARRAY(SELECT unnest(CAST(:ids AS text[])))) AND r.state = 'dead'
 ), """
     + _PICK_FIRST
     + """
@@ -72,8 +77,7 @@ UPDATE {runs} r
 """
     + _RETRY_SET
     + """
-FROM picked p
-WHERE r.id = p.id AND r.state = 'dead'
+WHERE r.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND r.state = 'dead'
 RETURNING r.id, r.state, r.parent_id
 """
 )
@@ -85,15 +89,17 @@ RETRY_DEAD_BATCH_BACK: Final = Template(
     + """, found AS (
     -- the history's id index (J16), then <runs>_pkey for an older release's leftovers.
     SELECT h.id, h.job_id, h.dedupe_key, w.ord FROM {history} h JOIN wanted w ON h.id = w.id
-    WHERE h.state = 'dead'
+    WHERE h.id = ANY(ARRAY(SELECT unnest(CAST(:ids AS text[])))) AND h.state = 'dead'
     UNION ALL
     SELECT r.id, r.job_id, r.dedupe_key, w.ord FROM {runs} r JOIN wanted w ON r.id = w.id
-    WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = 'dead'
+    WHERE r.id = ANY(ARRAY(SELECT unnest(CAST(:ids AS text[]))))
+      AND r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = 'dead'
 ), """
     + _PICK_FIRST
     + """, back AS (
     -- J16, J8: the dead runs leave history ...
-    DELETE FROM {history} h USING picked p WHERE h.id = p.id AND h.state = 'dead'
+    DELETE FROM {history} h
+    WHERE h.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND h.state = 'dead'
     RETURNING h.*
 ), moved AS (
     -- ... and wait again in the runs table, due now, with exactly one more attempt.
@@ -105,8 +111,7 @@ RETRY_DEAD_BATCH_BACK: Final = Template(
 """
     + _RETRY_SET
     + """
-    FROM picked p
-    WHERE r.id = p.id AND r.state = 'dead'
+    WHERE r.id = ANY(ARRAY(SELECT p.id FROM picked p)) AND r.state = 'dead'
     RETURNING r.id, r.state, r.parent_id
 )
 SELECT m.id, m.state, m.parent_id FROM moved m
@@ -121,7 +126,7 @@ UPDATE {runs} r
 SET state = 'discarded', finished_at = {now}, updated_at = {now}, lease_expires_at = NULL,
     claimed_by = NULL
 -- <runs>_pkey, one probe per id. A running run is never discarded under its holder.
-WHERE r.id = ANY(CAST(:ids AS text[])) AND r.state IN ('waiting', 'dead')
+WHERE r.id = ANY(ARRAY(SELECT unnest(CAST(:ids AS text[])))) AND r.state IN ('waiting', 'dead')
 RETURNING r.id, r.state, r.parent_id
 """)
 """Operator discard (J8) of a batch of waiting or dead runs (a backend without history)."""
@@ -130,7 +135,8 @@ DISCARD_BATCH_MOVING: Final = Template(
     """
 WITH gone AS (
     -- <runs>_pkey. A running run is never discarded under its holder (it settles first).
-    DELETE FROM {runs} r WHERE r.id = ANY(CAST(:ids AS text[])) AND r.state = 'waiting'
+    DELETE FROM {runs} r
+    WHERE r.id = ANY(ARRAY(SELECT unnest(CAST(:ids AS text[])))) AND r.state = 'waiting'
     RETURNING r.*
 ), moved AS (
     """  # noqa: S608 - constant text
@@ -140,14 +146,14 @@ WITH gone AS (
 ), dead AS (
     -- The history's id index. A dead run discarded stays in history (its state class changes).
     UPDATE {history} h SET state = 'discarded', finished_at = {now}
-    WHERE h.id = ANY(CAST(:ids AS text[])) AND h.state = 'dead'
+    WHERE h.id = ANY(ARRAY(SELECT unnest(CAST(:ids AS text[])))) AND h.state = 'dead'
     RETURNING h.id, h.state, h.parent_id
 ), kept AS (
     -- <runs>_pkey: a dead run an older release left in the runs table.
     UPDATE {runs} r
     SET state = 'discarded', finished_at = {now}, updated_at = {now}, lease_expires_at = NULL,
         claimed_by = NULL
-    WHERE r.id = ANY(CAST(:ids AS text[])) AND r.state = 'dead'
+    WHERE r.id = ANY(ARRAY(SELECT unnest(CAST(:ids AS text[])))) AND r.state = 'dead'
     RETURNING r.id, r.state, r.parent_id
 )
 SELECT m.id, m.state, m.parent_id FROM moved m
@@ -163,7 +169,8 @@ _LOCKED: Final = """locked AS (
     -- <runs>_pkey, one probe per id. A row someone holds is skipped (K2 with J13: the
     -- single-run cancel takes it, its holder told first), never waited for here.
     SELECT r.id FROM {runs} r
-    WHERE r.id = ANY(CAST(:ids AS text[])) AND r.state IN ('waiting', 'running')
+    WHERE r.id = ANY(ARRAY(SELECT unnest(CAST(:ids AS text[]))))
+      AND r.state IN ('waiting', 'running')
     FOR UPDATE SKIP LOCKED
 )"""
 
@@ -171,8 +178,8 @@ _SKIPPED: Final = """
 UNION ALL
 -- Live in this statement's snapshot, yet not locked above: held by someone (or ended since).
 SELECT s.id, 'skipped', CAST(NULL AS text), false FROM {runs} s
-WHERE s.id = ANY(CAST(:ids AS text[])) AND s.state IN ('waiting', 'running')
-  AND s.id NOT IN (SELECT l.id FROM locked l)
+WHERE s.id = ANY(ARRAY(SELECT unnest(CAST(:ids AS text[])))) AND s.state IN ('waiting', 'running')
+  AND NOT EXISTS (SELECT 1 FROM locked l WHERE l.id = s.id)
 """
 
 CANCEL_BATCH: Final = Template(
