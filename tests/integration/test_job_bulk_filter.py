@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from job_helpers import claim_request, default_job_backend
 from sqlalchemy import event, text
+from tests.integration.test_job_queue_cap import hold_then_commit
 
 from ship_sqla import create_job_operations, create_unit_of_work, define_job
 from ship_sqla._jobs._admin import PostgresRunAdmin
@@ -300,6 +301,44 @@ async def test_j1_a_retried_batch_revives_one_run_per_dedupe_key(
     preview = await ops.preview_matching("retry", flt)
     result = await ops.retry_filtered(flt, token=preview.token)
     assert (len(result.changed), len(result.unchanged)) == (0, 2)
+
+
+async def test_j1_an_enqueue_that_wins_the_dedupe_race_sends_the_batch_one_by_one(
+    ship_engine: AsyncEngine, backend: Any
+) -> None:
+    """J1, J8: a unit of work enqueues a run with a dead run's dedupe key and holds its
+    transaction while a batch retry (in a unit of work of its own) runs: the batch statement
+    waits on the unique index, and when the enqueue commits it trips it (23505). Its savepoint
+    rolls back, the batch goes run by run: the other dead run is retried, the one whose key is
+    live again is left dead (unchanged), and nothing is half done."""
+    for key in ("k", None):
+        await _enqueue(backend, 1, dedupe=key)
+        [run] = await backend.claim(claim_request(BULK, worker="w"))
+        assert await backend.settle([failed(run, "boom", retry_at=None)]) == ["dead"]
+    ops = create_job_operations(backend, authorizer=lambda *_: True, actor="ann")
+    flt = RunFilter.parse([f"job={BULK.id}", "state=dead"])
+    preview = await ops.preview_matching("retry", flt)
+    assert preview.count == 2
+
+    async def enqueue_the_key(scope: Any) -> Any:
+        return await backend.enqueue(BULK, {"n": "again"}, dedupe_key="k", scope=scope)
+
+    async def retry() -> Any:
+        return await ops.retry_filtered(flt, token=preview.token, transaction=_Batches(ship_engine))
+
+    uow = create_unit_of_work(ship_engine, repositories=lambda scope: scope)
+    batch, single = bulk_sql.RETRY_DEAD_BATCH_BACK, live_sql.RETRY_DEAD_BACK
+    executed = _Executed(ship_engine, backend, batch, single)
+    counting = _counting(ship_engine, executed)
+    next(counting)
+    try:
+        enqueued, result = await hold_then_commit(ship_engine, uow, enqueue_the_key, retry)
+    finally:
+        next(counting, None)
+    assert enqueued.run_id is not None
+    assert executed.counts == {batch: 1, single: 2}  # the batch, then each run alone
+    assert (len(result.changed), len(result.unchanged)) == (1, 1)
+    assert await _states(ship_engine) == {("runs", "waiting"): 2, ("history", "dead"): 1}
 
 
 async def test_k2_a_batch_cancel_requests_running_runs_and_tells_their_holder(
