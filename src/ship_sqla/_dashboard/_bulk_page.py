@@ -9,7 +9,8 @@ filter (issue 36 items 4-5; S1, S2).
   action would take and a confirmation form carrying the preview's token (bound to the action,
   the filter and the count), the filter's fields and the CSRF token. A read: nothing changes.
 - ``POST /bulk/{verb}``: the confirmation: ``<verb>_filtered`` with the token, in batches of
-  1,000 runs, each batch one transaction (PostgreSQL: a unit of work over the backend's engine).
+  1,000 runs, each batch one transaction (PostgreSQL: a unit of work over the backend's engine)
+  holding one statement for the batch (the admin port's ``*_batch``).
   The action runs as a task of this process; the request waits until it ended or committed a
   first batch with more to do. An action that ended (a small set, or one refused: a bad or old
   token, a permission) answers as every action does; a large one goes on in the background and

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
+from ship_sqla._jobs._sql import bulk as bulk_sql
 from ship_sqla._jobs._sql import live as live_sql
 from ship_sqla._jobs._sql.admin import (
     CANCEL_LIVE_RUN,
@@ -97,6 +98,13 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._ports import DeadQuery, RunState
 
 __all__ = ["PostgresRunAdmin", "run_record"]
+
+
+def _in_order(run_ids: Sequence[str], rows: Sequence[Any]) -> list[str]:
+    """The ids of ``rows`` (a batch statement's answer) in the batch's order."""
+    changed = {row.id for row in rows}
+    return [run_id for run_id in run_ids if run_id in changed]
+
 
 JIT_OFF: Final = text("SET LOCAL jit = off")
 """Before an operator read (:meth:`PostgresRunAdmin._operator_rows`): its transaction only."""
@@ -393,6 +401,100 @@ class PostgresRunAdmin:
         record = None if row is None else run_record(row)
         await self._after_child_ended(record)
         return record
+
+    # --- issue 36 item 5: one statement per batch (bulk_sql) ---------------------------------
+
+    async def retry_dead_batch(self, run_ids: Sequence[str]) -> list[str]:
+        """J8 for a batch (RETRY_DEAD_BATCH_BACK, J16; RETRY_DEAD_BATCH without history): the
+        ids retried, in one statement; the local loop woken after commit. A concurrent enqueue
+        that takes a dedupe key first (23505) sends the batch down the single-run path (a
+        savepoint keeps a joined unit of work usable)."""
+        template = bulk_sql.RETRY_DEAD_BATCH_BACK if self._history else bulk_sql.RETRY_DEAD_BATCH
+        rows = await self._batch_rows(
+            "retry_batch", template, {"ids": list(run_ids), "now": self._now()}
+        )
+        if rows is None:  # 23505: one at a time, each judged as retry_dead judges it
+            return [run_id for run_id in run_ids if await self.retry_dead(run_id) is not None]
+        if rows:
+            await self._connections.after_commit(None, self._wake)
+        return _in_order(run_ids, rows)
+
+    async def discard_batch(self, run_ids: Sequence[str]) -> list[str]:
+        """J8 for a batch (DISCARD_BATCH_MOVING, J16; DISCARD_BATCH): the ids discarded, in one
+        statement; the parents of the children it ended woken after commit (D5)."""
+        template = bulk_sql.DISCARD_BATCH_MOVING if self._history else bulk_sql.DISCARD_BATCH
+        rows = await self._connections.rows(
+            "discard_batch",
+            self._s[template],
+            {"ids": list(run_ids), "now": self._now()},
+            scope=None,
+            by_name=True,
+        )
+        await self._after_children_ended(rows)
+        return _in_order(run_ids, rows)
+
+    async def cancel_batch(self, run_ids: Sequence[str]) -> list[str]:
+        """K2 for a batch (CANCEL_BATCH_MOVING, J16; CANCEL_BATCH): the ids cancelled or whose
+        cancel was requested, in one statement; a row someone holds (J13's fence) is skipped
+        by it and cancelled with :meth:`cancel` after, told first, one at a time."""
+        template = bulk_sql.CANCEL_BATCH_MOVING if self._history else bulk_sql.CANCEL_BATCH
+        params = {"ids": list(run_ids), "channel": self._cancel_channel, "now": self._now()}
+        rows = await self._connections.rows(
+            "cancel_batch", self._s[template], params, scope=None, by_name=True
+        )
+        done = [row for row in rows if row.state != "skipped"]
+        told = [row.id for row in done if row.told]
+        if told:
+            requested = self._cancel_requested
+
+            def tell() -> None:
+                for run_id in told:
+                    requested(run_id)
+
+            await self._connections.after_commit(None, tell)
+        await self._after_children_ended(done)
+        changed = set(_in_order(run_ids, done))
+        for row in rows:
+            if row.state == "skipped" and await self.cancel(row.id) is not None:
+                changed.add(row.id)
+        return [run_id for run_id in run_ids if run_id in changed]
+
+    async def _batch_rows(
+        self, what: str, template: Template, params: Mapping[str, Any]
+    ) -> Sequence[Any] | None:
+        """The rows of one batch statement, or None when it tripped a unique index (23505):
+        nothing it did stays (its own transaction, or a savepoint in the joined one)."""
+        statement = self._s[template]
+        try:
+            if not self._connections.joins(None):
+                return await self._connections.rows(
+                    what, statement, params, scope=None, by_name=True
+                )
+            async with (
+                self._connections.transaction(what, scope=None) as tx,
+                tx.connection.begin_nested(),
+            ):
+                return (await tx.connection.execute(statement, params)).all()
+        except IntegrityError as exc:
+            if sqlstate_of(exc) != "23505":
+                raise
+            return None
+
+    async def _after_children_ended(self, rows: Sequence[Any]) -> None:
+        """D5: the parents of the children a batch ended wake once it commits."""
+        if self._child_ended is None:
+            return
+        wake = self._child_ended
+        parents = sorted(
+            {row.parent_id for row in rows if row.parent_id and row.state in TERMINAL_STATES}
+        )
+        if parents:
+
+            def wake_parents() -> None:
+                for parent in parents:
+                    wake(parent)
+
+            await self._connections.after_commit(None, wake_parents)
 
     async def job_known(self, job_id: str) -> bool:
         """Issue 25 (JOB_KNOWN): whether a run of ``job_id`` (any state) or a state row of it

@@ -23,7 +23,7 @@ from __future__ import annotations
 import reprlib
 import time
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, Protocol, TypeAlias
 from urllib.parse import urlencode
 
 import attrs
@@ -106,6 +106,7 @@ from ship_sqla.kernel._search import (
     SearchPage,
     act_matching,
     check_bulk_token,
+    check_bulk_total,
     preview_matching,
     search_runs,
 )
@@ -178,8 +179,6 @@ DEFAULT_DEMAND_CAP: Final = 10_000
 MAX_DEMAND_CAP: Final = 1_000_000
 """The most runs ``demand`` counts per job and kind (due, delayed, running): its cost."""
 
-
-T = TypeVar("T")
 
 BatchTransaction: TypeAlias = "Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]"
 """Runs one batch of a bulk action by filter in one transaction: ``await transaction(work)``
@@ -1022,25 +1021,28 @@ class JobOperations:
     # --- bulk operations (S1: one audited operation each) -------------------------------------
 
     async def retry_many(self, run_ids: Iterable[str]) -> BulkResult:
-        """Retry each dead run of ``run_ids`` (at most 500; see :meth:`retry`); runs that are
-        not dead (or whose dedupe key a newer live run holds, J1) are left alone and listed as
-        ``unchanged``."""
+        """Retry each dead run of ``run_ids`` (at most 500; see :meth:`retry`), in one
+        statement on PostgreSQL (the admin port's ``retry_dead_batch``); runs that are not dead
+        (or whose dedupe key a newer live run, or an earlier id of the list, holds, J1) are
+        left alone and listed as ``unchanged``."""
         await self._authorize("retry_many")
         ids = _bulk_ids(run_ids, "retry_many")
-        return await self._bulk("retry_many", ids, self._admin.retry_dead, target="ids")
+        return await self._bulk("retry_many", ids, self._admin.retry_dead_batch, target="ids")
 
     async def discard_many(self, run_ids: Iterable[str]) -> BulkResult:
-        """Discard each waiting or dead run of ``run_ids`` (at most 500)."""
+        """Discard each waiting or dead run of ``run_ids`` (at most 500), in one statement on
+        PostgreSQL (``discard_batch``)."""
         await self._authorize("discard_many")
         ids = _bulk_ids(run_ids, "discard_many")
-        return await self._bulk("discard_many", ids, self._admin.discard, target="ids")
+        return await self._bulk("discard_many", ids, self._admin.discard_batch, target="ids")
 
     async def cancel_many(self, run_ids: Iterable[str]) -> BulkResult:
-        """Cancel each run of ``run_ids`` (at most 500; see :meth:`cancel`): finished or unknown
-        runs are ``unchanged``."""
+        """Cancel each run of ``run_ids`` (at most 500; see :meth:`cancel`), in one statement on
+        PostgreSQL (``cancel_batch``; a row someone holds, J13, the single-run way after):
+        finished or unknown runs are ``unchanged``."""
         await self._authorize("cancel_many")
         ids = _bulk_ids(run_ids, "cancel_many")
-        return await self._bulk("cancel_many", ids, self._admin.cancel, target="ids")
+        return await self._bulk("cancel_many", ids, self._admin.cancel_batch, target="ids")
 
     async def retry_dead_matching(
         self,
@@ -1051,13 +1053,14 @@ class JobOperations:
         max_batches: int = 100,
     ) -> BulkResult:
         """Retry every dead run of ``job_id`` (None: every job) and ``tenant`` (None: any),
-        newest first, in batches of ``batch_size`` (1..500) read by one bounded page each, at
-        most ``max_batches``; ``complete`` is False when runs may remain (call again). Runs
-        that die while it walks, after it started, are not included."""
+        newest first, in batches of ``batch_size`` (1..500) read by one bounded page each and
+        changed by one statement each (``retry_dead_batch``), at most ``max_batches``;
+        ``complete`` is False when runs may remain (call again). Runs that die while it walks,
+        after it started, are not included."""
         await self._authorize("retry_dead_matching")
         return await self._dead_matching(
             "retry_dead_matching",
-            self._admin.retry_dead,
+            self._admin.retry_dead_batch,
             job_id=job_id,
             tenant=tenant,
             batch_size=batch_size,
@@ -1076,7 +1079,7 @@ class JobOperations:
         await self._authorize("discard_dead_matching")
         return await self._dead_matching(
             "discard_dead_matching",
-            self._admin.discard,
+            self._admin.discard_batch,
             job_id=job_id,
             tenant=tenant,
             batch_size=batch_size,
@@ -1128,9 +1131,10 @@ class JobOperations:
                 batch = await walk.next_batch()
                 if batch is None:
                     break
-                for run_id in batch:
-                    done = await self._admin.cancel(run_id)
-                    (walk.changed if done is not None else walk.unchanged).append(run_id)
+                if batch:  # one statement for the page's runs (the admin port's batch)
+                    _split(
+                        batch, await self._admin.cancel_batch(batch), walk.changed, walk.unchanged
+                    )
         except BaseException as exc:
             await self._record_bulk(operation, target, walk.changed, walk.unchanged, error=exc)
             raise
@@ -1142,7 +1146,7 @@ class JobOperations:
     async def _dead_matching(
         self,
         operation: str,
-        change: Callable[[str], Awaitable[T | None]],
+        change: Callable[[list[str]], Awaitable[list[str]]],
         *,
         job_id: str | None,
         tenant: str | None,
@@ -1161,9 +1165,9 @@ class JobOperations:
                 rows = await self._admin.list_dead(
                     DeadQuery(limit=batch_size, job_id=job_id, after=after, tenant=tenant)
                 )
-                for record in rows:
-                    done = await change(record.run_id)
-                    (changed if done is not None else unchanged).append(record.run_id)
+                if rows:  # one statement for the page's runs (the admin port's batch)
+                    ids = [record.run_id for record in rows]
+                    _split(ids, await change(ids), changed, unchanged)
                 if len(rows) < batch_size:
                     complete = True
                     break
@@ -1180,7 +1184,7 @@ class JobOperations:
         self,
         operation: str,
         ids: list[str],
-        change: Callable[[str], Awaitable[T | None]],
+        change: Callable[[list[str]], Awaitable[list[str]]],
         *,
         target: str,
     ) -> BulkResult:
@@ -1188,9 +1192,7 @@ class JobOperations:
         changed: list[str] = []
         unchanged: list[str] = []
         try:
-            for run_id in ids:
-                done = await change(run_id)
-                (changed if done is not None else unchanged).append(run_id)
+            _split(ids, await change(ids), changed, unchanged)
         except BaseException as exc:
             await self._record_bulk(operation, target, changed, unchanged, error=exc)
             raise
@@ -1271,7 +1273,7 @@ class JobOperations:
         at all), ``progress`` told after each batch. One audit entry (S1) with the filter, the
         count and links."""
         await self._authorize("retry_filtered")
-        bulk = _Filtered("retry_filtered", "retry", self._admin.retry_dead, run_filter, token)
+        bulk = _Filtered("retry_filtered", "retry", self._admin.retry_dead_batch, run_filter, token)
         return await self._filtered(bulk, batch_size, transaction, progress)
 
     async def cancel_filtered(
@@ -1286,7 +1288,7 @@ class JobOperations:
         """Cancel (K2) the waiting and running runs matching ``run_filter`` (see
         :meth:`retry_filtered`)."""
         await self._authorize("cancel_filtered")
-        bulk = _Filtered("cancel_filtered", "cancel", self._admin.cancel, run_filter, token)
+        bulk = _Filtered("cancel_filtered", "cancel", self._admin.cancel_batch, run_filter, token)
         return await self._filtered(bulk, batch_size, transaction, progress)
 
     async def discard_filtered(
@@ -1301,7 +1303,9 @@ class JobOperations:
         """Discard the waiting and dead runs matching ``run_filter`` (see
         :meth:`retry_filtered`)."""
         await self._authorize("discard_filtered")
-        bulk = _Filtered("discard_filtered", "discard", self._admin.discard, run_filter, token)
+        bulk = _Filtered(
+            "discard_filtered", "discard", self._admin.discard_batch, run_filter, token
+        )
         return await self._filtered(bulk, batch_size, transaction, progress)
 
     async def _filtered(
@@ -1318,6 +1322,7 @@ class JobOperations:
         total = check_bulk_token(
             self._secret, bulk.action, bulk.run_filter, bulk.token, time.time()
         )
+        check_bulk_total(bulk.operation, total)
         await self._audit_ready()
         outcome = BulkOutcome()
         try:
@@ -1542,9 +1547,17 @@ class _Filtered:
 
     operation: str
     action: BulkAction
-    change: Callable[[str], Awaitable[object | None]]
+    change: Callable[[list[str]], Awaitable[list[str]]]
     run_filter: RunFilter
     token: str
+
+
+def _split(ids: list[str], done: list[str], changed: list[str], unchanged: list[str]) -> None:
+    """Append each of ``ids`` to ``changed`` when a batch operation answered it in ``done``,
+    else to ``unchanged``."""
+    taken = set(done)
+    for run_id in ids:
+        (changed if run_id in taken else unchanged).append(run_id)
 
 
 def _require_filter(run_filter: object) -> None:

@@ -742,6 +742,23 @@ class RunAdmin(QueueDepthSource, RunBrowser, Protocol):
         does not exist."""
         ...
 
+    async def retry_dead_batch(self, run_ids: Sequence[str]) -> list[str]:
+        """:meth:`retry_dead` for a batch of at most 1,000 runs (issue 36 item 5), in one
+        statement where the store has statements: the ids retried (dead, and no live run or
+        earlier run of the batch holding its dedupe key, J1), in ``run_ids``' order."""
+        ...
+
+    async def discard_batch(self, run_ids: Sequence[str]) -> list[str]:
+        """:meth:`discard` for a batch of at most 1,000 runs, in one statement where the store
+        has statements: the ids discarded (they were waiting or dead), in ``run_ids``' order."""
+        ...
+
+    async def cancel_batch(self, run_ids: Sequence[str]) -> list[str]:
+        """:meth:`cancel` (K2) for a batch of at most 1,000 runs, in one statement where the
+        store has statements (a run whose row is held, J13, the single-run way after it): the
+        ids cancelled or whose cancel was requested, in ``run_ids``' order."""
+        ...
+
     async def job_known(self, job_id: str) -> bool:
         """Whether the store holds any trace of ``job_id`` (issue 25; what
         :meth:`~ship_sqla.kernel.JobOperations.pause` reports as ``known``): a run of it in any

@@ -618,6 +618,18 @@ def check_bulk_token(secret: bytes, action: str, flt: RunFilter, token: object, 
     )
 
 
+def check_bulk_total(operation: str, total: int) -> None:
+    """Refuse a confirmed count past :data:`MAX_BULK_RUNS` (a preview never issues one: it
+    caps its count and says so) before any statement."""
+    if total > MAX_BULK_RUNS:
+        raise ConfigurationError(
+            f"{operation} was confirmed for {total:,} runs; one action takes at most"
+            f" {MAX_BULK_RUNS:,} runs.",
+            fix="preview again (the preview caps its count at the limit), act, then preview"
+            " and act again for the rest.",
+        )
+
+
 async def preview_matching(
     browser: RunBrowser,
     action: BulkAction,
@@ -650,7 +662,7 @@ class BulkOutcome:
 
 async def act_matching(  # noqa: PLR0917 - the action's inputs
     browser: RunBrowser,
-    change: Callable[[str], Awaitable[object | None]],
+    change: Callable[[list[str]], Awaitable[list[str]]],
     action: BulkAction,
     flt: RunFilter,
     total: int,
@@ -660,9 +672,12 @@ async def act_matching(  # noqa: PLR0917 - the action's inputs
     transaction: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]] | None,
     progress: Callable[[BulkProgress], object] | None,
 ) -> None:
-    """Apply ``change`` to at most ``total`` matching runs, ``batch_size`` per batch, each batch
-    inside ``transaction`` (when given: all of it or none of it); ``outcome`` holds what
-    committed (a batch that raised is not in it)."""
+    """Apply ``change`` (the admin port's batch operation: ONE statement per batch on
+    PostgreSQL, answering the ids it changed) to at most ``total`` matching runs,
+    ``batch_size`` per batch, each batch inside ``transaction`` (when given: all of it or none
+    of it); ``outcome`` holds what committed (a batch that raised is not in it). The walk is
+    keyset-paginated: each batch's read starts after the last run the previous batch took, so
+    no batch reads again what an earlier one handled."""
     states = flt.states(BULK_STATES[action])
     start: Start | None = (0, None)
     done = 0
@@ -671,27 +686,20 @@ async def act_matching(  # noqa: PLR0917 - the action's inputs
         walk = await _walk(browser, flt, states, start, want=want, bound=MAX_BULK_SCAN)
         batch = [record.run_id for record, _ in walk.found]
         start = walk.found[-1][1] if len(walk.found) == want else None
-        if start is None and walk.end is not None:  # stopped at MAX_BULK_SCAN: not complete
-            outcome.complete = False
         changed: list[str] = []
-        unchanged: list[str] = []
 
-        async def apply(
-            batch: list[str] = batch, changed: list[str] = changed, unchanged: list[str] = unchanged
-        ) -> None:
-            changed.clear()
-            unchanged.clear()
-            for run_id in batch:
-                (changed if await change(run_id) is not None else unchanged).append(run_id)
+        async def apply(batch: list[str] = batch, changed: list[str] = changed) -> None:
+            changed[:] = await change(batch)
 
         if batch:
             await (apply() if transaction is None else transaction(apply))
             outcome.batches += 1
+        taken = set(changed)
         outcome.changed.extend(changed)
-        outcome.unchanged.extend(unchanged)
+        outcome.unchanged.extend(run_id for run_id in batch if run_id not in taken)
         done += len(batch)
         if progress is not None and batch:
             progress(BulkProgress(done, len(outcome.changed), total, outcome.batches))
-        if start is None and walk.end is not None:
+        if start is None and walk.end is not None:  # stopped at MAX_BULK_SCAN: not complete
             return
     outcome.complete = True

@@ -1161,6 +1161,18 @@ class InMemoryRunAdmin:
         backend._cancel_requested(run.run_id)  # noqa: SLF001
         return run.record()
 
+    async def retry_dead_batch(self, run_ids: Sequence[str]) -> list[str]:
+        """:meth:`retry_dead` of each, in order (no statements to save here)."""
+        return [run_id for run_id in run_ids if await self.retry_dead(run_id) is not None]
+
+    async def discard_batch(self, run_ids: Sequence[str]) -> list[str]:
+        """:meth:`discard` of each, in order."""
+        return [run_id for run_id in run_ids if await self.discard(run_id) is not None]
+
+    async def cancel_batch(self, run_ids: Sequence[str]) -> list[str]:
+        """:meth:`cancel` of each, in order."""
+        return [run_id for run_id in run_ids if await self.cancel(run_id) is not None]
+
     async def job_known(self, job_id: str) -> bool:
         """Whether this backend holds any trace of ``job_id``: a run in any state, its
         schedule, its pause, or its rate limit's recent starts (issue 25)."""
