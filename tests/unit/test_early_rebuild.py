@@ -46,9 +46,7 @@ def test_j17_the_allowance_is_the_rebuild_rules() -> None:
         assert index_needs_rebuild(allowed + 1, live)
 
 
-def test_j17_j22_a_released_hold_calls_for_a_rebuild_at_the_next_sample_never_while_held() -> (
-    None
-):
+def test_j17_j22_a_released_hold_calls_for_a_rebuild_at_the_next_sample_never_while_held() -> None:
     """J17, J22: a snapshot held 30 s or more is seen; while it (or any snapshot older than 1 s)
     is held nothing is due, however bloated; at the first sample without it the rebuild is due
     ("released", no gap); once a check completed, moderate bloat waits for the pass."""
@@ -158,9 +156,7 @@ class _Source:
         return DONE
 
 
-async def test_j17_j22_the_sampler_rebuilds_after_a_release_without_waiting_for_the_pass() -> (
-    None
-):
+async def test_j17_j22_the_sampler_rebuilds_after_a_release_without_waiting_for_the_pass() -> None:
     """J17, J22, F5: the sampler's step (no metric reader: the runtime keeps the history itself)
     runs its pass at first; under a 40 s hold with bloated indexes it rebuilds nothing; at the
     first step after the release it runs the rebuild step alone, 30 s later, not 10 minutes."""
