@@ -9,8 +9,12 @@ drain leaves dead. Every ``sample`` seconds the bench records, per library:
   interval (``pg_stat_statements`` differences for the bench's database; without the
   extension loaded these are NaN and the rest still runs);
 - **drain**: runs finished in the interval against the rate offered;
-- **queue table size**: ``pg_total_relation_size`` (heap + indexes), the heap alone, dead
-  tuples, and how many autovacuum passes it has had since the snapshot was released.
+- **queue table size**: ``pg_total_relation_size`` (heap + indexes), the heap alone, its
+  indexes (``pg_indexes_size``), dead tuples, and how many autovacuum passes it has had since
+  the snapshot was released. When it is first back to its pre-hold size is reported in those
+  passes, in seconds after the release and in autovacuum cycles (those seconds over the
+  server's ``autovacuum_naptime``); ship's early index rebuilds (the sampler's, J17 and J22:
+  ``SHIP_SQLA_RUNS_INDEXES_REBUILT_EARLY``) are logged with their time.
 
 After the load the worker runs on until every offered run is finished (or a timeout), then
 sampling goes on until the queue table is back to its size when the hold began or it has had
