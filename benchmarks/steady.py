@@ -34,7 +34,7 @@ its own database of the same server.
 Sizes (``--quick`` is the CI smoke): full: 1,200,000 runs at 1,000/s (20 minutes), the hold
 from minute 5 to 15, a sample a minute; quick: 200,000 runs at 2,500/s (80 s), a 60 s hold
 from 10 s to 70 s, a sample every 10 s (every 5 s from the release on: 15 s in the full
-run), at most 45 s after. Override with
+run), at most 30 s after. Override with
 ``SHIP_SQLA_BENCH_STEADY="minutes=10,rate=1000"`` (the hold is always the middle half;
 ``peers=0`` skips pgqueuer; ``--quick`` skips it unless ``peers=1``; ``early=0`` turns off
 ship's early index rebuild after the release, J17/J22, for an A/B). The issue's targets:
@@ -125,7 +125,7 @@ FULL = Shape(
     after=240.0,
     after_sample=15.0,
 )
-QUICK = Shape(runs=200_000, rate=2500.0, hold_from=10.0, hold_to=70.0, sample=10.0, after=45.0)
+QUICK = Shape(runs=200_000, rate=2500.0, hold_from=10.0, hold_to=70.0, sample=10.0, after=30.0)
 
 
 def _shape(bench: Bench) -> Shape:
