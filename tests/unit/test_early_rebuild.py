@@ -180,3 +180,35 @@ async def test_j17_j22_the_sampler_rebuilds_after_a_release_without_waiting_for_
     clock.advance(15)
     await sampler.step()
     assert source.rebuilds == 1
+
+
+async def test_j17_j22_the_lease_holders_sample_rebuilds_early_and_a_pass_counts_as_a_check() -> (
+    None
+):
+    """J17, J22, F5: the sampler-lease holder's sample (a reader collects its gauges) reads
+    the health after its queues and rebuilds at the first sample after the release; a
+    maintenance pass that falls on the release's sample checked the indexes itself, so no
+    early rebuild follows it."""
+    source = _Source()
+    clock = FrozenClock()
+    shared = Plumbing(clock, lambda _exc: None, lambda _n: 0.1)
+    sampler = DepthSampler(source, JobMetrics(), ["a"], shared)  # type: ignore[arg-type]
+    await sampler.sample()
+    source.health = _health(50 * MIB, held=35.0)
+    clock.advance(15)
+    await sampler.sample()
+    source.health = _health(60 * MIB)
+    clock.advance(15)
+    await sampler.sample()
+    assert (source.passes, source.rebuilds) == (1, 1)
+    source.health = _health(50 * MIB, held=35.0)
+    clock.advance(600)  # the next sample is also the 10-minute pass's
+    await sampler.sample()
+    assert source.passes == 2
+    source.health = _health(2 * MIB, held=50.0)
+    clock.advance(15)
+    await sampler.sample()
+    source.health = _health(2 * MIB)
+    clock.advance(600)
+    await sampler.sample()  # the pass runs first and completes: the release is handled
+    assert (source.passes, source.rebuilds) == (3, 1)
