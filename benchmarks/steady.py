@@ -9,8 +9,14 @@ drain leaves dead. Every ``sample`` seconds the bench records, per library:
   interval (``pg_stat_statements`` differences for the bench's database; without the
   extension loaded these are NaN and the rest still runs);
 - **drain**: runs finished in the interval against the rate offered;
-- **queue table size**: ``pg_total_relation_size`` (heap + indexes), the heap alone, dead
-  tuples, and how many autovacuum passes it has had since the snapshot was released.
+- **queue table size**: ``pg_total_relation_size`` (heap + indexes), the heap alone, its
+  indexes (``pg_indexes_size``), dead tuples, and how many autovacuum passes it has had since
+  the snapshot was released. When it is first back to its pre-hold size is reported in those
+  passes, in seconds after the release and in autovacuum cycles (those seconds over the
+  server's ``autovacuum_naptime``), and in cycles again within 25 % of that size
+  (``table_near_after_cycles``: under load the size moves by that much between vacuums).
+  ship's early index rebuilds (the sampler's, J17 and J22:
+  ``SHIP_SQLA_RUNS_INDEXES_REBUILT_EARLY``) are logged with their time.
 
 After the load the worker runs on until every offered run is finished (or a timeout), then
 sampling goes on until the queue table is back to its size when the hold began or it has had
@@ -29,9 +35,11 @@ its own database of the same server.
 
 Sizes (``--quick`` is the CI smoke): full: 1,200,000 runs at 1,000/s (20 minutes), the hold
 from minute 5 to 15, a sample a minute; quick: 200,000 runs at 2,500/s (80 s), a 60 s hold
-from 10 s to 70 s, a sample every 10 s, at most 10 s after. Override with
+from 10 s to 70 s, a sample every 10 s (every 5 s from the release on: 15 s in the full
+run), at most 30 s after. Override with
 ``SHIP_SQLA_BENCH_STEADY="minutes=10,rate=1000"`` (the hold is always the middle half;
-``peers=0`` skips pgqueuer; ``--quick`` skips it unless ``peers=1``). The issue's targets:
+``peers=0`` skips pgqueuer; ``--quick`` skips it unless ``peers=1``; ``early=0`` turns off
+ship's early index rebuild after the release, J17/J22, for an A/B). The issue's targets:
 claim cost <= 1.2x its pre-hold level throughout, drain >= 0.95x the offered rate, the table
 back to its pre-hold size within two autovacuum cycles of the release, 0 runs lost; ship at
 least pgqueuer's on each.
@@ -44,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import time
@@ -64,10 +73,16 @@ from ship_sqla import (
     start_job_runtime,
 )
 from ship_sqla.jobs import Concurrency, EnqueueRequest
+from ship_sqla.kernel._early_rebuild import EarlyRebuild
+from ship_sqla.kernel._runtime import depth
+from ship_sqla.kernel._runtime.depth import EARLY_REBUILD
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ship_sqla.jobs import JobDefinition
     from ship_sqla.kernel import JobRuntime
+    from ship_sqla.kernel._health import StorageHealth
 
 __all__ = ["NAME", "run"]
 
@@ -91,14 +106,28 @@ class Shape:
     sample: float
     after: float
     peers: bool = True
+    early: bool = True
+    after_sample: float = 5.0
+    """Seconds between samples from the release on (finer than ``sample``: when the table is
+    back is read to this resolution)."""
+    """ship: the sampler's early index rebuild (J17, J22) on; ``early=0`` turns it off for an
+    A/B (the rebuild then waits for the 10-minute maintenance pass)."""
 
     @property
     def seconds(self) -> float:
         return self.runs / self.rate
 
 
-FULL = Shape(runs=1_200_000, rate=1000.0, hold_from=300.0, hold_to=900.0, sample=60.0, after=240.0)
-QUICK = Shape(runs=200_000, rate=2500.0, hold_from=10.0, hold_to=70.0, sample=10.0, after=10.0)
+FULL = Shape(
+    runs=1_200_000,
+    rate=1000.0,
+    hold_from=300.0,
+    hold_to=900.0,
+    sample=60.0,
+    after=240.0,
+    after_sample=15.0,
+)
+QUICK = Shape(runs=200_000, rate=2500.0, hold_from=10.0, hold_to=70.0, sample=10.0, after=30.0)
 
 
 def _shape(bench: Bench) -> Shape:
@@ -114,7 +143,8 @@ def _shape(bench: Bench) -> Shape:
         shape = replace(shape, runs=int(shape.seconds * rate))
     # The CI smoke (--quick) runs ship's side only unless asked (peers=1): pgqueuer's side
     # would double its time, and the CI's venv may have pgqueuer installed.
-    return replace(shape, rate=rate, peers=options.get("peers", "0" if bench.quick else "1") != "0")
+    peers = options.get("peers", "0" if bench.quick else "1") != "0"
+    return replace(shape, rate=rate, peers=peers, early=options.get("early", "1") != "0")
 
 
 @dataclass(slots=True)
@@ -129,6 +159,7 @@ class Sample:
     dead: int
     autovacuums: int
     held: bool
+    index_bytes: int = 0
 
 
 @dataclass(slots=True)
@@ -143,6 +174,12 @@ class Outcome:
     finished: int = 0
     remaining: int = 0
     """Still queued when the worker stopped (not finished within ``DRAIN_AFTER``, not lost)."""
+    started: float = 0.0
+    """``time.monotonic()`` at the load's start (the samples' ``at`` is relative to it)."""
+    naptime: float = math.nan
+    """The server's ``autovacuum_naptime`` in seconds (an autovacuum cycle)."""
+    rebuilds: list[tuple[float, str]] = field(default_factory=list)
+    """ship: when (bench seconds) the sampler's early rebuild rebuilt which indexes."""
 
 
 class _Side(Protocol):
@@ -159,6 +196,25 @@ class _Side(Protocol):
 
 
 # --- the two libraries ---------------------------------------------------------------------------
+
+
+class _EarlyRebuilds(logging.Handler):
+    """Collects the sampler's early-rebuild lines (J17, J22): when, and which indexes."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.seen: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "ship.code", None) == EARLY_REBUILD:
+            self.seen.append((time.monotonic(), record.getMessage()))
+
+
+class _NeverEarly(EarlyRebuild):
+    """The A side of ``early=0``: the sampler never rebuilds before the maintenance pass."""
+
+    def due(self, health: StorageHealth) -> None:
+        del health
 
 
 class _ShipSide:
@@ -183,6 +239,7 @@ class _ShipSide:
             JOB_ID, self._handle, payload=dict, concurrency=Concurrency(max=IN_FLIGHT)
         )
         self.runtime: JobRuntime | None = None
+        self.early = _EarlyRebuilds()
 
     async def _handle(self, *_: object) -> None:
         return None
@@ -197,6 +254,10 @@ class _ShipSide:
         )
 
     async def start(self) -> None:
+        jobs_log = logging.getLogger("ship_sqla.jobs")
+        jobs_log.addHandler(self.early)
+        if not jobs_log.isEnabledFor(logging.INFO):
+            jobs_log.setLevel(logging.INFO)
         self.runtime = await start_job_runtime(
             self.job, backend=self.backend, max_in_flight=IN_FLIGHT
         )
@@ -204,6 +265,7 @@ class _ShipSide:
     async def stop(self) -> None:
         if self.runtime is not None:
             await self.runtime.stop()
+        logging.getLogger("ship_sqla.jobs").removeHandler(self.early)
 
     async def finished(self) -> int:
         async with self.db.engine.connect() as connection:
@@ -336,7 +398,8 @@ async def _sample(
             await connection.execute(
                 text(
                     "SELECT pg_total_relation_size(c.oid), pg_relation_size(c.oid),"
-                    " coalesce(s.n_dead_tup, 0), coalesce(s.autovacuum_count, 0)"
+                    " coalesce(s.n_dead_tup, 0), coalesce(s.autovacuum_count, 0),"
+                    " pg_indexes_size(c.oid)"
                     " FROM pg_class c LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid"
                     " WHERE c.oid = CAST(:t AS regclass)"
                 ),
@@ -353,6 +416,7 @@ async def _sample(
         dead=int(size[2]),
         autovacuums=int(size[3]),
         held=held,
+        index_bytes=int(size[4]),
     )
 
 
@@ -384,7 +448,7 @@ async def _load(bench: Bench, db: BenchDatabase, side: _Side, shape: Shape) -> O
     outcome = Outcome(side.library, shape)
     producer, hold = _Producer(side, shape), _Hold(db)
     await side.start()
-    started = time.monotonic()
+    started = outcome.started = time.monotonic()
     producing = asyncio.create_task(producer.run(started))
     try:
         next_sample = 0.0
@@ -405,7 +469,7 @@ async def _load(bench: Bench, db: BenchDatabase, side: _Side, shape: Shape) -> O
                 outcome.samples.append(sample)
                 outcome.finished = sample.finished
                 bench.log(_describe(outcome, sample))
-                next_sample += shape.sample
+                next_sample += shape.after_sample if now >= shape.hold_to else shape.sample
             if producing.done() and now > shape.seconds + DRAIN_AFTER:
                 break
             await asyncio.sleep(min(1.0, max(0.05, next_sample - now)))
@@ -440,7 +504,7 @@ async def _watch_after(
     while time.monotonic() < until:
         if _back_after(outcome) is not None or _passes_since_release(outcome) >= 3:
             return
-        await asyncio.sleep(min(shape.sample, max(0.0, until - time.monotonic())))
+        await asyncio.sleep(min(shape.after_sample, max(0.0, until - time.monotonic())))
         sample = await _sample(db, side, producer, started, held=False)
         outcome.samples.append(sample)
         bench.log(_describe(outcome, sample))
@@ -456,14 +520,33 @@ def _passes_since_release(outcome: Outcome) -> int:
 def _back_after(outcome: Outcome) -> int | None:
     """Autovacuum passes since the release when the table was first back to its pre-hold
     size (heap + indexes), None if it never was."""
-    base = outcome.pre_hold
-    released = [s for s in outcome.samples if s.at >= outcome.released_at]
-    if base is None or not released:
+    back = _back_sample(outcome)
+    if back is None:
         return None
-    for sample in released:
-        if sample.total_bytes <= base.total_bytes:
-            return sample.autovacuums - released[0].autovacuums
-    return None
+    released = [s for s in outcome.samples if s.at >= outcome.released_at]
+    return back.autovacuums - released[0].autovacuums
+
+
+NEAR: float = 1.25
+"""``table_near_after_cycles``'s slack over the pre-hold size: under a steady load the table
+moves by about this much between two autovacuums (7.4-9.3 MiB in a 1,000 runs/s sitting), so
+one pre-hold sample is a noisy bar for "back"."""
+
+
+def _back_sample(outcome: Outcome, slack: float = 1.0) -> Sample | None:
+    """The first sample after the release whose table (heap + indexes) is back to its
+    pre-hold size (times ``slack``), None if none was."""
+    base = outcome.pre_hold
+    if base is None:
+        return None
+    return next(
+        (
+            s
+            for s in outcome.samples
+            if s.at >= outcome.released_at and s.total_bytes <= base.total_bytes * slack
+        ),
+        None,
+    )
 
 
 def _intervals(outcome: Outcome) -> list[tuple[Sample, float, float, float, float]]:
@@ -502,7 +585,8 @@ def _describe(outcome: Outcome, sample: Sample) -> str:
         f"{outcome.library:9} t={sample.at:6.0f}s offered {sample.offered:>9,} ({pace:4.2f}x rate)"
         f" finished {sample.finished:>9,} ({drain:5.2f}x offered) claim {us:7.1f} us/run"
         f" {buffers:6.1f} buf/run table {sample.total_bytes / 2**20:7.1f} MiB"
-        f" (heap {sample.heap_bytes / 2**20:6.1f}) dead {sample.dead:>9,}"
+        f" (heap {sample.heap_bytes / 2**20:6.1f}, indexes {sample.index_bytes / 2**20:6.1f})"
+        f" dead {sample.dead:>9,}"
         f" av {sample.autovacuums}{' HELD' if sample.held else ''}"
     )
 
@@ -518,6 +602,11 @@ class Summary:
     table_pre_mib: float
     table_peak_mib: float
     back_after_passes: float
+    back_after_seconds: float
+    back_after_cycles: float
+    near_after_cycles: float
+    indexes_pre_mib: float
+    indexes_peak_mib: float
     lost: float
     unfinished: float
 
@@ -533,6 +622,10 @@ def _summarise(outcome: Outcome) -> Summary:
     offered = sum(_offered_in(outcome, r[0]) for r in loaded)
     finished = sum(r[3] * _offered_in(outcome, r[0]) for r in loaded)
     back = _back_after(outcome)
+    back_sample = _back_sample(outcome)
+    back_s = math.nan if back_sample is None else back_sample.at - outcome.released_at
+    near_sample = _back_sample(outcome, NEAR)
+    near_s = math.nan if near_sample is None else near_sample.at - outcome.released_at
     return Summary(
         claim_us_pre=pre_us,
         claim_ratio_max=max((r[1] / pre_us for r in later), default=math.nan),
@@ -543,6 +636,11 @@ def _summarise(outcome: Outcome) -> Summary:
         table_pre_mib=base.total_bytes / 2**20 if base is not None else math.nan,
         table_peak_mib=max(s.total_bytes for s in outcome.samples) / 2**20,
         back_after_passes=math.nan if back is None else float(back),
+        back_after_seconds=back_s,
+        back_after_cycles=back_s / outcome.naptime,
+        near_after_cycles=near_s / outcome.naptime,
+        indexes_pre_mib=base.index_bytes / 2**20 if base is not None else math.nan,
+        indexes_peak_mib=max(s.index_bytes for s in outcome.samples) / 2**20,
         lost=float(outcome.offered - outcome.finished - outcome.remaining),
         unfinished=float(outcome.remaining),
     )
@@ -561,10 +659,36 @@ async def _one(bench: Bench, side_type: type[_ShipSide | _PgQueuerSide], shape: 
         await side.setup()
         with contextlib.suppress(Exception):
             await db.maintain("SELECT pg_stat_statements_reset()")
-        outcome = await _load(bench, db, side, shape)
+        with _early_rebuild(on=shape.early):
+            outcome = await _load(bench, db, side, shape)
+        async with db.engine.connect() as connection:
+            outcome.naptime = float(
+                await connection.scalar(
+                    text("SELECT setting::float FROM pg_settings WHERE name = 'autovacuum_naptime'")
+                )
+            )
+    if isinstance(side, _ShipSide):
+        outcome.rebuilds = [(at - outcome.started, line) for at, line in side.early.seen]
+        for at, line in outcome.rebuilds:
+            bench.log(f"early rebuild at t={at:.0f}s ({at - outcome.released_at:+.0f}s): {line}")
     if outcome.finished < outcome.offered:
         bench.log(f"{side.library}: {outcome.offered - outcome.finished} runs not finished")
     return outcome
+
+
+@contextlib.contextmanager
+def _early_rebuild(*, on: bool) -> Iterator[None]:
+    """ship's sampler with its early index rebuild (the default) or without (``early=0``)."""
+    if on:
+        yield
+        return
+    names = vars(depth)  # the sampler builds its rule from this module's name
+    saved = names["EarlyRebuild"]
+    names["EarlyRebuild"] = _NeverEarly
+    try:
+        yield
+    finally:
+        names["EarlyRebuild"] = saved
 
 
 def _figures(ship: Summary, peer: Summary | None, note: str) -> list[Figure]:
@@ -579,6 +703,16 @@ def _figures(ship: Summary, peer: Summary | None, note: str) -> list[Figure]:
         ("table_pre_hold", "MiB", "table_pre_mib", ()),
         ("table_peak", "MiB", "table_peak_mib", ()),
         ("table_back_after", "autovacuums", "back_after_passes", (Target("value", "<=", 2),)),
+        ("table_back_after_seconds", "s", "back_after_seconds", ()),
+        (
+            "table_back_after_cycles",
+            "naptimes",
+            "back_after_cycles",
+            (Target("value", "<=", 2),),
+        ),
+        ("table_near_after_cycles", "naptimes", "near_after_cycles", ()),
+        ("indexes_pre_hold", "MiB", "indexes_pre_mib", ()),
+        ("indexes_peak", "MiB", "indexes_peak_mib", ()),
         ("runs_lost", "runs", "lost", (Target("value", "<=", 0),)),
         ("runs_unfinished", "runs", "unfinished", ()),
     ]

@@ -20,9 +20,16 @@ import pytest
 from sqlalchemy import MetaData, text
 from sqlalchemy.exc import DBAPIError
 
-from ship_sqla import create_job_backend, ship_job_history_table
+from ship_sqla import create_job_backend, define_job, ship_job_history_table
 from ship_sqla._schema_apply import apply_ship_schema, ship_tables_metadata
+from ship_sqla.jobs import Concurrency, EnqueueRequest
+from ship_sqla.kernel import completed
+from ship_sqla.kernel._early_rebuild import EarlyRebuild
 from ship_sqla.kernel._history_partitions import day_suffix
+from ship_sqla.kernel._metrics import JobMetrics
+from ship_sqla.kernel._ports import ClaimRequest
+from ship_sqla.kernel._runtime.depth import DepthSampler
+from ship_sqla.kernel._runtime.wiring import Plumbing
 from ship_sqla.schema import check_schema
 from ship_sqla.testing import FrozenClock
 
@@ -468,3 +475,77 @@ async def test_j17_no_rebuild_while_another_session_holds_an_old_snapshot(
     assert held.deferred == ()
     after = await backend.maintain_history()
     assert "ship_job_runs_pkey" in after.rebuilt
+
+
+async def _noop(ctx: object, payload: object) -> None:
+    del ctx, payload
+
+
+EARLY_JOB = define_job("j17.early", _noop, payload=dict, concurrency=Concurrency(max=100_000))
+EARLY_WORKER = "web-1:4242:e4r1y"
+
+
+async def _settle_runs(backend: Any, runs: int) -> int:
+    """``runs`` runs enqueued, claimed and completed through the backend's ports (J16: each
+    settle moves its run into history), 1,000 at a time; the count completed."""
+    request = ClaimRequest(
+        job_id=EARLY_JOB.id, worker=EARLY_WORKER, limit=1000, max_running=None, lease=300.0
+    )
+    completed_runs = 0
+    for _ in range(0, runs, 1000):
+        await backend.enqueue_many(EARLY_JOB, [EnqueueRequest(payload={})] * 1000)
+        claimed = await backend.claim(request)
+        outcomes = await backend.settle([completed(run) for run in claimed])
+        completed_runs += sum(1 for outcome in outcomes if outcome == "completed")
+    return completed_runs
+
+
+async def test_j17_j22_the_sampler_rebuilds_the_runs_indexes_at_the_first_sample_after_a_release(
+    engine: AsyncEngine,
+) -> None:
+    """J17, J22, J16 (issue 39): while another session holds a REPEATABLE READ snapshot,
+    24,000 runs settle and the runs table's primary key bloats past the rebuild rule; the
+    fleet sampler's step (its health read: the holder seen) rebuilds nothing while it is held.
+    At the first step after the release (the sampler's clock 30 s after its first pass, far
+    from the 10-minute pass) it runs the rebuild step alone: the primary key is rebuilt, a
+    fraction of its size, valid; no run is lost (all in history, none left in the table)."""
+    clock = FrozenClock(WALL)
+    backend = _backend(engine, clock)
+    await backend.require_support([EARLY_JOB])
+    errors: list[BaseException] = []
+    shared = Plumbing(clock, errors.append, lambda _n: 0.1)
+    early = EarlyRebuild(clock, hold_age=1.0)  # the default's 30 s, shortened for the test
+    sampler = DepthSampler(backend, JobMetrics(), [EARLY_JOB.id], shared, early_rebuild=early)
+    await sampler.step()  # the first maintenance pass: nothing bloated yet
+    async with engine.connect() as holder:
+        await holder.execution_options(isolation_level="REPEATABLE READ")
+        await holder.execute(text("SELECT count(*) FROM ship_job_state"))
+        pid = await holder.scalar(text("SELECT pg_backend_pid()"))
+        assert await _settle_runs(backend, 24_000) == 24_000
+        age = text(
+            "SELECT extract(epoch FROM clock_timestamp() - xact_start) FROM pg_stat_activity"
+            " WHERE pid = :pid"
+        )
+        async with engine.connect() as watcher:
+            while float(await watcher.scalar(age, {"pid": pid})) <= 1.2:  # the snapshot ages
+                await watcher.rollback()
+        clock.advance(15)
+        await sampler.step()
+        assert sampler.early_rebuilds == []
+        assert early.hold_seen
+        held = await _runs_indexes(engine)
+        await holder.rollback()
+    assert held["ship_job_runs_pkey"][0] > 1 << 20, held
+    clock.advance(15)
+    await sampler.step()
+    assert errors == []
+    [(reason, done)] = sampler.early_rebuilds
+    assert reason == "released"
+    assert "ship_job_runs_pkey" in done.rebuilt, done
+    assert done.deferred == ()
+    after = await _runs_indexes(engine)
+    assert after["ship_job_runs_pkey"][0] < held["ship_job_runs_pkey"][0] // 4, after
+    assert all(valid for _, valid in after.values())
+    assert not early.hold_seen
+    live, kept, _ = await _counts(engine)
+    assert (live, kept) == (0, 24_000)

@@ -549,6 +549,15 @@ class PostgresJobBackend(JobBackendBase):
             return HistoryMaintenance()
         return await self._maintenance.maintain(retentions)
 
+    async def rebuild_runs_indexes(self) -> HistoryMaintenance:
+        """J16, J17: the maintenance pass's index rebuild step alone (the runs table's bloated
+        indexes rebuilt concurrently under a 1 s ``lock_timeout``; skipped while a snapshot
+        older than that is held): the fleet sampler's early rebuild after a held snapshot's
+        release (:class:`~ship_sqla.kernel._early_rebuild.EarlyRebuild`)."""
+        if self._maintenance is None:
+            return HistoryMaintenance()
+        return await self._maintenance.rebuild_indexes()
+
     @property
     def database(self) -> Database:
         return self._database

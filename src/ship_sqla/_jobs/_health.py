@@ -61,6 +61,9 @@ class PostgresStorageHealth:
                 dead_tuples=int(row.dead_tuples),
                 size_bytes=int(row.size_bytes),
                 vacuum_age=None if row.vacuum_age is None else max(float(row.vacuum_age), 0.0),
+                largest_index_bytes=(
+                    None if row.largest_index_bytes is None else int(row.largest_index_bytes)
+                ),
             )
             for row in rows
         )

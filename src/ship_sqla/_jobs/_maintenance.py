@@ -20,7 +20,9 @@ DEFAULT and attached, in one transaction under the same timeout.
 
 Last, the runs table's bloated indexes are rebuilt (J16, J17:
 :class:`~ship_sqla._jobs._reindex.RunsIndexRebuild`, ``REINDEX CONCURRENTLY`` under the same
-1 s ``lock_timeout``).
+1 s ``lock_timeout``); that step also runs alone
+(:meth:`PostgresHistoryMaintenance.rebuild_indexes`) when the fleet's sampler sees a held
+snapshot released or the indexes far past the rule (:mod:`ship_sqla.kernel._early_rebuild`).
 """
 
 from __future__ import annotations
@@ -175,6 +177,22 @@ class PostgresHistoryMaintenance:
             analyzed=analyzed,
             default_rows=strays,
             partitions_ahead=min(ahead),
+            rebuilt=rebuild.rebuilt,
+            leftovers_dropped=rebuild.leftovers_dropped,
+            invalid=rebuild.invalid,
+            rebuild_skipped=rebuild.skipped,
+        )
+
+    async def rebuild_indexes(self) -> HistoryMaintenance:
+        """The pass's last step alone: the runs table's bloated indexes rebuilt (J16, J17;
+        the fleet sampler's early rebuild, :mod:`ship_sqla.kernel._early_rebuild`), as the
+        pass does it and only when the pass would (the history table exists)."""
+        if self._rebuild is None or not await self.exists():
+            return HistoryMaintenance()
+        deferred: list[str] = []
+        rebuild = await self._rebuild.run(deferred)
+        return HistoryMaintenance(
+            deferred=tuple(deferred),
             rebuilt=rebuild.rebuilt,
             leftovers_dropped=rebuild.leftovers_dropped,
             invalid=rebuild.invalid,

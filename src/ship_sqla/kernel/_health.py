@@ -95,7 +95,9 @@ class TableHealth:
     """One ship table as PostgreSQL's statistics see it: ``table`` is its role (``runs``,
     ``state``, ``workers``, ``steps``, ``events``), ``name`` its quoted, qualified name;
     ``live_tuples`` and ``dead_tuples`` the statistics' estimates; ``size_bytes`` heap, indexes
-    and TOAST; ``vacuum_age`` seconds since its last vacuum or autovacuum (None: never)."""
+    and TOAST; ``vacuum_age`` seconds since its last vacuum or autovacuum (None: never);
+    ``largest_index_bytes`` the size of its largest index (None: not read, or no index), which
+    the sampler's early index rebuild reads (J17, :mod:`ship_sqla.kernel._early_rebuild`)."""
 
     table: str
     name: str
@@ -103,6 +105,7 @@ class TableHealth:
     dead_tuples: int
     size_bytes: int
     vacuum_age: float | None
+    largest_index_bytes: int | None = None
 
 
 @attrs.frozen

@@ -24,7 +24,10 @@ SELECT t.role, t.name,
        coalesce(s.n_dead_tup, 0) AS dead_tuples,
        pg_total_relation_size(c.oid) AS size_bytes,
        extract(epoch FROM clock_timestamp() - greatest(s.last_vacuum, s.last_autovacuum))
-           AS vacuum_age
+           AS vacuum_age,
+       -- pg_index by table (pg_index_indrelid_index): a stat of each index's file.
+       (SELECT max(pg_relation_size(x.indexrelid)) FROM pg_catalog.pg_index x
+         WHERE x.indrelid = c.oid) AS largest_index_bytes
   FROM unnest(CAST(:roles AS text[]), CAST(:names AS text[])) AS t(role, name)
   -- pg_class by oid (pg_class_oid_index); a table that does not exist is left out.
   JOIN pg_catalog.pg_class c ON c.oid = to_regclass(t.name)
@@ -33,8 +36,9 @@ SELECT t.role, t.name,
     compacted=False,
 )
 """Per ship table (``:roles`` and ``:names`` side by side): live and dead tuples (statistics
-estimates), total size (heap, indexes, TOAST: a ``stat`` of each file, no page read) and
-seconds since its last vacuum or autovacuum (NULL: never)."""
+estimates), total size (heap, indexes, TOAST: a ``stat`` of each file, no page read),
+seconds since its last vacuum or autovacuum (NULL: never) and the size of its largest index
+(NULL: none; the early index rebuild's input, J17)."""
 
 HORIZON_OLDEST: Final = Template(
     """

@@ -26,6 +26,10 @@ maintenance when the source is a :class:`HistoryMaintainer`: at its first sample
 per ``MAINTENANCE_INTERVAL`` (10 minutes), sooner (at the next sample) when a DDL gave up on
 its lock (each waits at most 1 s, never holding settles longer). Each class keeps the longest
 retention of this runtime's jobs and the history table's own. A failed pass is reported (J11).
+Between passes, after each health read, :class:`EarlyRebuild` may call for the pass's runs-table
+index rebuild step alone (``rebuild_runs_indexes``, a :class:`RunsIndexRebuilder` source): at the
+first sample after a snapshot held for 30 s or more is released, or when the largest index is
+4x past the rule (at most once a minute); never while a snapshot older than 1 s is held.
 
 #36: with a history store (``stats``), each sample also records the jobs' backlog into their
 minute rows (one statement), and every maintenance interval the rows older than
@@ -45,10 +49,16 @@ transaction is logged whether or not metrics are exported.
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Final
 
+from ship_sqla.kernel._early_rebuild import EarlyRebuild, RunsIndexRebuilder
 from ship_sqla.kernel._health import HorizonWarning, StorageHealthSource
-from ship_sqla.kernel._history_partitions import MAINTENANCE_INTERVAL, HistoryMaintainer
+from ship_sqla.kernel._history_partitions import (
+    MAINTENANCE_INTERVAL,
+    HistoryMaintainer,
+    HistoryMaintenance,
+)
 from ship_sqla.kernel._parking import ParkedCountSource
 from ship_sqla.kernel._stats import Backlog, minute_of
 from ship_sqla.kernel._versions import VersionCountSource, stranded_runs
@@ -57,6 +67,7 @@ from ship_sqla.kernel._waiting import wait_event
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    from ship_sqla.kernel._health import StorageHealth
     from ship_sqla.kernel._jobs import Retention
     from ship_sqla.kernel._metrics import JobMetrics
     from ship_sqla.kernel._ports import QueueDepth, QueueDepthSource
@@ -64,6 +75,11 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._stats import JobStatsStore
 
 __all__ = ["DEPTH_SAMPLE_INTERVAL", "DepthSampler"]
+
+logger = logging.getLogger("ship_sqla.jobs")
+
+EARLY_REBUILD: Final = "SHIP_SQLA_RUNS_INDEXES_REBUILT_EARLY"
+"""The code of the INFO line a sampler logs when its early rebuild rebuilt an index."""
 
 DEPTH_SAMPLE_INTERVAL: Final = 15.0
 """Seconds between samples: a metrics exporter's usual period, and one count per job's waiting
@@ -92,6 +108,7 @@ class DepthSampler:
         retentions: Sequence[Retention] = (),
         maintenance_interval: float = MAINTENANCE_INTERVAL,
         stats: JobStatsStore | None = None,
+        early_rebuild: EarlyRebuild | None = None,
     ) -> None:
         self._source = source
         self._metrics = metrics
@@ -115,6 +132,15 @@ class DepthSampler:
         self._retentions = tuple(retentions)
         self._maintenance_interval = maintenance_interval
         self._maintained_at: float | None = None
+        # J17, J22: the runs table's index rebuild before the next pass (a hold released).
+        self._rebuilder = source if isinstance(source, RunsIndexRebuilder) else None
+        self._early = (
+            None
+            if self._rebuilder is None or self._health is None
+            else early_rebuild or EarlyRebuild(shared.clock)
+        )
+        self.early_rebuilds: list[tuple[str, HistoryMaintenance]] = []
+        """The early checks run, latest last (at most 16 kept): their reason and result."""
         # #36: the history's backlog gauge and retention, and when it was last pruned.
         self._stats = stats
         self._pruned_at: float | None = None
@@ -166,8 +192,36 @@ class DepthSampler:
         except Exception as exc:  # noqa: BLE001 - J11: reported; the next pass retries
             self._report_error(exc)
             return
+        if self._early is not None:  # the pass checked the indexes too
+            self._early.checked(done)
         if done.deferred:  # a lock was not granted within 1 s: again at the next sample
             self._maintained_at = None
+
+    async def _rebuild_early(self, health: StorageHealth) -> None:
+        """J17, J22: the runs table's index rebuild step now, when :class:`EarlyRebuild` says
+        so (a held snapshot released, or the indexes far past the rule; never while one is
+        held). A failed check is reported (J11) and retried as a deferred one."""
+        early, rebuilder = self._early, self._rebuilder
+        if early is None or rebuilder is None:
+            return
+        reason = early.due(health)
+        if reason is None:
+            return
+        try:
+            done = await rebuilder.rebuild_runs_indexes()
+        except Exception as exc:  # noqa: BLE001 - J11: reported; the next sample retries
+            self._report_error(exc)
+            done = HistoryMaintenance(rebuild_skipped=f"failed: {type(exc).__name__}")
+        early.checked(done)
+        self.early_rebuilds = [*self.early_rebuilds[-15:], (reason, done)]
+        if done.rebuilt:
+            logger.info(
+                "%s: %s (%s)",
+                EARLY_REBUILD,
+                ", ".join(done.rebuilt),
+                "a held snapshot was released" if reason == "released" else "bloated",
+                extra={"ship.code": EARLY_REBUILD, "ship.reason": reason},
+            )
 
     async def _record_history(self, depths: Mapping[str, QueueDepth]) -> None:
         """#36: the backlog into this minute's rows; the retention's prune when due."""
@@ -199,6 +253,7 @@ class DepthSampler:
             return
         self._metrics.set_storage_health(health)
         self._horizon_warning.observe(health)
+        await self._rebuild_early(health)
 
     async def _warn_horizon(self) -> None:
         """J22 with no metric reader: the held-snapshot warning alone, from a health read every
@@ -212,6 +267,20 @@ class DepthSampler:
             self._report_error(exc)
             return
         self._horizon_warning.observe(health)
+        await self._rebuild_early(health)
+
+    async def step(self) -> None:
+        """One round of :meth:`run` (without its wait): a sample when a reader collects the
+        gauges or a history store is kept; else the maintenance when due and the health read
+        for the warning and the early rebuild."""
+        if self._metrics.gauges_collected or self._stats is not None:
+            try:
+                await self.sample()
+            except Exception as exc:  # noqa: BLE001 - J11: reported; the next retries
+                self._report_error(exc)
+        else:  # J17, J22: no reader, no lease (F5): this runtime keeps the history
+            await self._maintain()  # itself and warns of a held snapshot itself
+            await self._warn_horizon()
 
     async def run(self) -> None:
         try:
@@ -219,14 +288,7 @@ class DepthSampler:
                 # Cleared before ``jobs()`` is read: a lease granted after this read wakes the
                 # wait below, one granted before it is seen by the read.
                 self._wake.clear()
-                if self._metrics.gauges_collected or self._stats is not None:
-                    try:
-                        await self.sample()
-                    except Exception as exc:  # noqa: BLE001 - J11: reported; the next retries
-                        self._report_error(exc)
-                else:  # J17, J22: no reader, no lease (F5): this runtime keeps the history
-                    await self._maintain()  # itself and warns of a held snapshot itself
-                    await self._warn_horizon()
+                await self.step()
                 await wait_event(self._wake, self._clock, self._interval)
         finally:
             for job_id in self._reported:
