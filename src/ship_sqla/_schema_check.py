@@ -46,7 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from ship_sqla._jobs._history_ddl import NO_PARTITIONS_OPTION
 from ship_sqla._jobs._sql_api import SKIP_INSTALL_OPTION, sql_enqueue_installs, status_of
-from ship_sqla._storage_options import storage_options, storage_options_ddl
+from ship_sqla._storage_options import OptionValue, storage_options, storage_options_ddl
 from ship_sqla.kernel._errors import ConfigurationError, OutageError
 
 if TYPE_CHECKING:
@@ -854,7 +854,7 @@ def _compare_functions(
     return found
 
 
-def _same_option(live: str, declared: float) -> bool:
+def _same_option(live: str, declared: OptionValue) -> bool:
     try:
         return float(live) == float(declared)
     except ValueError:

@@ -37,6 +37,13 @@ The values, and why (research: ../shared/research/storage-and-sql-enqueue.md, to
   ``<runs>_lease_idx``), so none can be HOT and reserved space would only make the heap of
   kept finished rows bigger.
 
+- ``vacuum_index_cleanup = on`` on the runs table only (J16: it holds live runs, so its
+  indexes are small): PostgreSQL 14+ skips a vacuum's index pass when under 2 % of the heap's
+  pages hold dead items, and those items then keep the heap's tail pages from being emptied,
+  so the table is never truncated back after a held snapshot's backlog is vacuumed (seen in
+  ``steady --quick``: the heap stuck at 62 MiB of 9 pre-hold in two runs of four; BENCHMARKS.md,
+  issue 39 follow-up 3). ``on`` makes every vacuum clean the indexes.
+
 The server settings a table cannot carry (``autovacuum_naptime``, ``max_wal_size``,
 ``idle_in_transaction_session_timeout``...) are docs/production.md's.
 """
@@ -53,17 +60,22 @@ if TYPE_CHECKING:
 __all__ = [
     "CHURN_OPTIONS",
     "HOT_ROW_OPTIONS",
+    "LIVE_RUNS_OPTIONS",
     "STORAGE_OPTIONS_INFO",
+    "OptionValue",
     "declare_storage_options",
     "storage_options",
     "storage_options_ddl",
     "storage_options_sql",
 ]
 
+OptionValue = int | float | str
+"""A storage option's value: a number, or a word (``on``)."""
+
 STORAGE_OPTIONS_INFO: Final = "ship_sqla.storage_options"
 """The ``Table.info`` key of a table's declared storage options."""
 
-CHURN_OPTIONS: Final[Mapping[str, int | float]] = {
+CHURN_OPTIONS: Final[Mapping[str, OptionValue]] = {
     "autovacuum_vacuum_scale_factor": 0,
     "autovacuum_vacuum_threshold": 1000,
     "autovacuum_vacuum_insert_scale_factor": 0,
@@ -73,28 +85,35 @@ CHURN_OPTIONS: Final[Mapping[str, int | float]] = {
 """Every ship table whose rows are inserted, updated and deleted all day (see the module
 docstring for each value's reason)."""
 
-HOT_ROW_OPTIONS: Final[Mapping[str, int | float]] = {**CHURN_OPTIONS, "fillfactor": 50}
+HOT_ROW_OPTIONS: Final[Mapping[str, OptionValue]] = {**CHURN_OPTIONS, "fillfactor": 50}
 """A table of few rows updated in place without touching an index (the job state table)."""
 
+LIVE_RUNS_OPTIONS: Final[Mapping[str, OptionValue]] = {
+    **CHURN_OPTIONS,
+    "vacuum_index_cleanup": "on",
+}
+"""The runs table (live runs only, J16): :data:`CHURN_OPTIONS`, and every vacuum cleans its
+indexes (see the module docstring)."""
 
-def declare_storage_options(table: Table, options: Mapping[str, int | float]) -> Table:
+
+def declare_storage_options(table: Table, options: Mapping[str, OptionValue]) -> Table:
     """Declare ``table``'s storage options (J21); the ``after_create`` hook sets them."""
     table.info[STORAGE_OPTIONS_INFO] = dict(options)
     return table
 
 
-def storage_options(table: Table) -> dict[str, int | float]:
+def storage_options(table: Table) -> dict[str, OptionValue]:
     """The storage options ``table`` declares (empty: none)."""
-    declared: Mapping[str, int | float] = table.info.get(STORAGE_OPTIONS_INFO) or {}
+    declared: Mapping[str, OptionValue] = table.info.get(STORAGE_OPTIONS_INFO) or {}
     return dict(declared)
 
 
-def storage_options_sql(options: Mapping[str, int | float]) -> str:
+def storage_options_sql(options: Mapping[str, OptionValue]) -> str:
     """``(name = value, ...)`` as ``ALTER TABLE ... SET`` takes it."""
     return "(" + ", ".join(f"{name} = {value}" for name, value in options.items()) + ")"
 
 
-def storage_options_ddl(table: Table, options: Mapping[str, int | float] | None = None) -> str:
+def storage_options_ddl(table: Table, options: Mapping[str, OptionValue] | None = None) -> str:
     """``ALTER TABLE <table> SET (...)`` of ``table``'s declared options (or ``options``): for a
     migration that creates the table without the hook (``op.execute(...)``), or sets them on a
     table created before they were declared. Empty when there are none."""

@@ -15,7 +15,7 @@ from sqlalchemy import Column, Integer, MetaData, text
 from ship_sqla import ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._history_ddl import HISTORY_PARTITION_OPTIONS
 from ship_sqla._schema_apply import apply_ship_schema, ship_tables_metadata
-from ship_sqla._storage_options import STORAGE_OPTIONS_INFO
+from ship_sqla._storage_options import STORAGE_OPTIONS_INFO, OptionValue
 from ship_sqla.schema import check_schema, storage_options
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ async def _reloptions(engine: AsyncEngine) -> dict[str, dict[str, str]]:
     return {name: dict(option.split("=", 1) for option in options or ()) for name, options in rows}
 
 
-def _as_text(options: dict[str, int | float]) -> dict[str, str]:
+def _as_text(options: dict[str, OptionValue]) -> dict[str, str]:
     return {name: str(value) for name, value in options.items()}
 
 
@@ -48,6 +48,7 @@ async def test_j21_schema_apply_creates_every_declared_option(ship_engine: Async
     live = await _reloptions(ship_engine)
     declared = {t.name: storage_options(t) for t in metadata.tables.values()}
     assert declared["ship_job_state"]["fillfactor"] == 50
+    assert declared["ship_job_runs"]["vacuum_index_cleanup"] == "on"
     for name, options in declared.items():
         assert live[name] == _as_text(options), name
     # J17: the history parent is partitioned (it takes no options); its leaves take theirs.

@@ -20,7 +20,7 @@ from ship_sqla import (
 )
 from ship_sqla._dashboard._html import health_banner
 from ship_sqla._schema_sql import schema_sql
-from ship_sqla._storage_options import CHURN_OPTIONS, HOT_ROW_OPTIONS
+from ship_sqla._storage_options import CHURN_OPTIONS, HOT_ROW_OPTIONS, LIVE_RUNS_OPTIONS
 from ship_sqla.errors import ConfigurationError
 from ship_sqla.jobs import (
     STORAGE_METRIC_NAMES,
@@ -158,14 +158,16 @@ def test_j22_banner_escapes_and_is_absent_when_healthy() -> None:
 
 
 def test_j21_factories_declare_their_storage_options() -> None:
-    """J21: every churning ship table declares the autovacuum options it needs; the state
-    table (HOT updates) a fillfactor too, and no other table; schema_sql sets them after each
+    """J21: every churning ship table declares the autovacuum options it needs; the runs table
+    (live runs only, J16) index cleanup on every vacuum too; the state table (HOT updates) a
+    fillfactor too, and no other table; schema_sql sets them after each
     CREATE TABLE; storage_options_ddl renders the migration's statement."""
     metadata = MetaData()
     runs = ship_job_runs_table(metadata, schema="q")
     state = ship_job_state_table(metadata)
+    assert storage_options(runs) == dict(LIVE_RUNS_OPTIONS)
+    assert storage_options(runs)["vacuum_index_cleanup"] == "on"
     for table in (
-        runs,
         ship_job_workers_table(metadata),
         ship_job_steps_table(metadata),
         ship_job_events_table(metadata),
@@ -177,7 +179,8 @@ def test_j21_factories_declare_their_storage_options() -> None:
     assert storage_options_ddl(runs) == (
         "ALTER TABLE q.ship_job_runs SET (autovacuum_vacuum_scale_factor = 0,"
         " autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_insert_scale_factor = 0,"
-        " autovacuum_vacuum_insert_threshold = 1000, autovacuum_vacuum_cost_delay = 0)"
+        " autovacuum_vacuum_insert_threshold = 1000, autovacuum_vacuum_cost_delay = 0,"
+        " vacuum_index_cleanup = on)"
     )
     ddl = schema_sql(metadata, tables=[state])
     assert "ALTER TABLE ship_job_state SET (" in ddl

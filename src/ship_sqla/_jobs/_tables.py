@@ -42,7 +42,12 @@ from sqlalchemy.schema import CreateIndex
 
 from ship_sqla._jobs._history_ddl import HISTORY_INFO, declare_history_retention
 from ship_sqla._naming import derived_name, derived_names
-from ship_sqla._storage_options import CHURN_OPTIONS, HOT_ROW_OPTIONS, declare_storage_options
+from ship_sqla._storage_options import (
+    CHURN_OPTIONS,
+    HOT_ROW_OPTIONS,
+    LIVE_RUNS_OPTIONS,
+    declare_storage_options,
+)
 from ship_sqla.kernel._errors import ConfigurationError
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES
 
@@ -332,8 +337,9 @@ def ship_job_runs_table(
             table.c.partition_key,
             postgresql_where=text(LEASE_PREDICATE),
         )
-    # J21: no update of a run can be HOT (each changes an indexed column), so no fillfactor.
-    return declare_storage_options(table, CHURN_OPTIONS)
+    # J21: no update of a run can be HOT (each changes an indexed column), so no fillfactor;
+    # every vacuum cleans the indexes (LIVE_RUNS_OPTIONS).
+    return declare_storage_options(table, LIVE_RUNS_OPTIONS)
 
 
 def partitioned_claims_index_names(runs: Table, *, by_key: bool = False) -> tuple[str, str]:
