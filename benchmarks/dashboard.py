@@ -38,6 +38,7 @@ Run: ``python -m benchmarks dashboard`` (opt-in; ``--quick`` for the smoke size)
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import time
@@ -54,6 +55,8 @@ from ship_sqla._jobs import create_job_backend
 from ship_sqla._jobs._stats import create_job_stats, ship_job_stats_table
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from starlette.applications import Starlette
 
     from benchmarks._harness import BenchDatabase
@@ -270,18 +273,29 @@ def _covered(app: Starlette, paths: list[str]) -> list[str]:
     return missing
 
 
-async def _time_page(client: httpx.AsyncClient, path: str, requests: int) -> list[float]:
-    for _ in range(2):  # warm: the plan cache, the buffers
+async def _sample(measure: Callable[[], Awaitable[float]], requests: int, warm: int) -> list[float]:
+    """``requests`` timings of ``measure`` (ms) after ``warm`` untimed ones (the plan cache,
+    the buffers); past the first MIN_REQUESTS, no more than BUDGET seconds of them."""
+    for _ in range(warm):
+        await measure()
+    times: list[float] = []
+    least = min(requests, MIN_REQUESTS)
+    budget = time.perf_counter() + BUDGET
+    while len(times) < requests and (len(times) < least or time.perf_counter() < budget):
+        times.append(await measure())
+    return times
+
+
+def _page(client: httpx.AsyncClient, path: str) -> Callable[[], Awaitable[float]]:
+    async def measure() -> float:
+        began = time.perf_counter()
         response = await client.get(path)
+        elapsed = (time.perf_counter() - began) * 1e3
         if response.status_code not in OK and not path.startswith("/bulk/tasks/"):
             raise BenchmarkError(f"GET {path} answered {response.status_code}")
-    times: list[float] = []
-    budget = time.perf_counter() + BUDGET
-    while len(times) < requests and (len(times) < MIN_REQUESTS or time.perf_counter() < budget):
-        began = time.perf_counter()
-        await client.get(path)
-        times.append((time.perf_counter() - began) * 1e3)
-    return times
+        return elapsed
+
+    return measure
 
 
 async def _first_event(app: Starlette, path: str) -> float:
@@ -318,16 +332,6 @@ async def _first_event(app: Starlette, path: str) -> float:
     return (at - began) * 1e3
 
 
-async def _time_stream(app: Starlette, path: str, requests: int) -> list[float]:
-    for _ in range(2):
-        await _first_event(app, path)
-    times: list[float] = []
-    budget = time.perf_counter() + BUDGET
-    while len(times) < requests and (len(times) < MIN_REQUESTS or time.perf_counter() < budget):
-        times.append(await _first_event(app, path))
-    return times
-
-
 def _only() -> tuple[str, ...]:
     return tuple(name for name in os.environ.get(ONLY_ENV, "").split(",") if name)
 
@@ -335,7 +339,7 @@ def _only() -> tuple[str, ...]:
 async def run(bench: Bench) -> list[Figure]:
     n = _size(bench)
     _check_disk(n)
-    requests = 5 if bench.quick else 40
+    requests = 3 if bench.quick else 40
     bound = 100.0 if n <= FULL_RUNS else 250.0
     only = _only()
     pages = [(name, path) for name, path in _pages(n) if not only or name.startswith(only)]
@@ -361,10 +365,12 @@ async def run(bench: Bench) -> list[Figure]:
             if "job.failing" not in overview:
                 bench.log("the overview does not list job.failing (all dead, nothing waiting)")
             for name, path in pages:
-                if path.startswith("/live/"):
-                    sample = await _time_stream(app, path, requests)
-                else:
-                    sample = await _time_page(client, path, requests)
+                measure = (
+                    functools.partial(_first_event, app, path)
+                    if path.startswith("/live/")
+                    else _page(client, path)
+                )
+                sample = await _sample(measure, requests, warm=1 if bench.quick else 2)
                 figures.append(_figure(bench, name, path, sample, n=n, bound=bound))
     return figures
 
