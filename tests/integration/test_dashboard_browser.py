@@ -562,6 +562,42 @@ async def test_s2_pages_work_under_the_content_security_policy_issue_25(
     _wait(browser, lambda d: any("img-src" in m for m in _csp_violations(d)))
 
 
+_TRANSFERRED = (
+    "return performance.getEntriesByType('navigation').concat("
+    "performance.getEntriesByType('resource')).reduce((n, e) => n + e.transferSize, 0)"
+)
+
+
+async def test_issue_36_the_first_load_of_each_page_with_every_asset_is_at_most_120_kb(
+    polling_server, browser
+):
+    """S2, issue 36: each page's first load (a cleared cache: the HTML and every asset it
+    loads, the charts' too) is at most 120 KB on the wire (gzip): the overview (above) and the
+    pages added since, the job page with its charts, the error groups, the search, a run's
+    page."""
+    from selenium.webdriver.common.by import By  # noqa: PLC0415
+
+    _as(browser, polling_server, "admin")
+    browser.get(polling_server + "/dead")
+    run_href = browser.find_element(By.CSS_SELECTOR, 'tbody a[href*="/runs/"]').get_attribute(
+        "href"
+    )
+    pages = [
+        polling_server + "/",
+        polling_server + "/jobs/dash.mail?range=7d",
+        polling_server + "/errors",
+        polling_server + "/search?job=dash.mail&state=dead&limit=200",
+        run_href,
+    ]
+    for url in pages:
+        browser.execute_cdp_cmd("Network.clearBrowserCache", {})
+        browser.get(url)
+        _wait(browser, lambda d: d.execute_script("return document.readyState") == "complete")
+        transferred = browser.execute_script(_TRANSFERRED)
+        assert 0 < transferred <= 120 * 1024, (url, transferred)
+        print(f"first load of {url}: {transferred} bytes transferred")  # noqa: T201
+
+
 async def test_j22_the_health_banner_shows_while_a_snapshot_is_held(
     alarmed_server, browser, ship_engine
 ):

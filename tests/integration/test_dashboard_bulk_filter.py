@@ -204,3 +204,28 @@ async def test_s1_the_dead_and_runs_pages_all_matching_lead_to_the_preview(setup
     assert 'data-field="from"' in kept.text
     assert 'value="yesterday"' in kept.text
     assert 'value="dash.mail"' in kept.text
+
+
+async def test_s2_issue_36_a_search_page_reads_past_at_most_500_runs(
+    setup: Any, ship_engine: Any
+) -> None:
+    """S2, issue 36 (every page <= 100 ms at 1M runs): the search page reads at most 500 runs
+    past those that do not match (the operations' default is 2,000), says "scanned 500,
+    stopped" and offers the next page, which goes on from there."""
+    _, client, _ = setup
+    async with ship_engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_runs (id, job_id, state, payload, max_attempts)"
+                " SELECT 'scan' || g, 'dash.mail', 'waiting', '{}'::jsonb, 5"
+                " FROM generate_series(1, 700) g"
+            )
+        )
+    page = await client.get("/ops/search?job=dash.mail&error=no+such+text", headers=ADMIN)
+    assert page.status_code == 200
+    assert "scanned 500, stopped" in page.text
+    following = re.search(r'href="(/ops/search\?[^"]*cursor=[^"]+)"', page.text)
+    assert following is not None
+    rest = await client.get(following.group(1).replace("&amp;", "&"), headers=ADMIN)
+    assert rest.status_code == 200
+    assert "scanned 500, stopped" not in rest.text  # the other 200 runs, then the end

@@ -12,6 +12,7 @@ finished leftovers (a database not migrated yet).
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -172,4 +173,60 @@ async def test_j16_finished_page_of_all_jobs_reads_the_history_browse_index(
             _check(plan, browse)
             rows = (await connection.execute(statement, params)).all()
             assert len(rows) == LIMIT
+            await connection.rollback()
+
+
+def _blocks(plan: dict[str, Any]) -> int:
+    """Buffers the history's scans touched (hit or read)."""
+    return sum(
+        n.get("Shared Hit Blocks", 0) + n.get("Shared Read Blocks", 0)
+        for n in nodes(plan)
+        if str(n.get("Relation Name", "")).startswith("ship_job_history")
+    )
+
+
+async def test_issue_36_a_finished_page_in_a_time_range_starts_at_the_range_s_end(
+    loaded: AsyncEngine,
+) -> None:
+    """S2, issue 36: a finished page with ``created_to`` (the runs page's ``until``, the
+    search's ``to``) starts its backward scan at ``created_to``, not at the job's newest run:
+    it touches about the buffers of a first page without a range, not those of every run newer
+    than the range (half the job's runs here), custom and generic; its rows are the newest in
+    the range, in order."""
+    statement = _statements()[live.LIST_FINISHED_OF_JOB_EITHER]
+    async with loaded.connect() as connection:
+        newest = (
+            await connection.execute(
+                text("SELECT max(created_at) FROM ship_job_history WHERE job_id = 'job3'")
+            )
+        ).scalar_one()
+        # created_at spans TOTAL x 7 ms (about 51 minutes): the range is its older half.
+        until = newest - (TOTAL * 7 // 2) * timedelta(milliseconds=1)
+        since = until - timedelta(minutes=10)
+        for generic in (False, True):
+            base = {
+                "limit": LIMIT,
+                "tenant": None,
+                "state": "completed",
+                "created_from": None,
+                "created_to": None,
+                "after_at": None,
+                "after_id": None,
+                "job_id": "job3",
+            }
+            unranged = _blocks(await explain(connection, statement, base, generic=generic))
+            ranged = {**base, "created_from": since, "created_to": until}
+            plan = await explain(connection, statement, ranged, generic=generic)
+            assert _blocks(plan) <= 2 * unranged + 20, (_blocks(plan), unranged)
+            rows = (await connection.execute(statement, ranged)).all()
+            keys = [(row.created_at, row.id) for row in rows]
+            assert len(keys) == LIMIT
+            assert keys == sorted(keys, reverse=True)
+            assert all(since <= at < until for at, _ in keys)
+            # The next page goes on after the cursor, inside the range.
+            after = {**ranged, "after_at": keys[-1][0], "after_id": keys[-1][1]}
+            more = [(r.created_at, r.id) for r in (await connection.execute(statement, after))]
+            assert more
+            assert more[0] < keys[-1]
+            assert all(since <= at < until for at, _ in more)
             await connection.rollback()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta
+from itertools import zip_longest
 from typing import TYPE_CHECKING, Final, Literal, Protocol, runtime_checkable
 
 import attrs
@@ -57,6 +58,7 @@ __all__ = [
     "range_buckets",
     "series_from_rows",
     "stats_outcome",
+    "sum_histograms",
 ]
 
 STATS_FLUSH_INTERVAL: Final = 15.0
@@ -357,22 +359,52 @@ class StatsSeries:
         )
 
 
-def _bucket(start: datetime, rows: Sequence[StatsRow]) -> StatsBucket:
-    acc = MinuteStats()
-    for row in rows:
-        acc.merge(row)
-    sampled = [row for row in rows if row.waiting is not None]
-    last = max(sampled, key=lambda row: row.minute) if sampled else None
+def sum_histograms(histograms: Iterable[Sequence[int]]) -> tuple[int, ...]:
+    """Element-wise sum of many histograms, trailing zeros trimmed: what folding
+    :func:`merge_histograms` over them gives, summed a column at a time (the 7-day chart sums
+    10,080 minute rows: one merge per row cost 100 ms of its page, issue 36)."""
+    return _trim([sum(column) for column in zip_longest(*histograms, fillvalue=0)])
+
+
+@attrs.frozen
+class _Summed:
+    """A bucket's minute rows summed (and the last one with a backlog sample)."""
+
+    completed: int
+    retried: int
+    dead: int
+    cancelled: int
+    run_hist: tuple[int, ...]
+    wait_hist: tuple[int, ...]
+    last: StatsRow | None
+
+    @classmethod
+    def of(cls, rows: Sequence[StatsRow | _Summed]) -> _Summed:
+        candidates = [row.last if isinstance(row, _Summed) else row for row in rows]
+        sampled = [row for row in candidates if row is not None and row.waiting is not None]
+        return cls(
+            completed=sum(row.completed for row in rows),
+            retried=sum(row.retried for row in rows),
+            dead=sum(row.dead for row in rows),
+            cancelled=sum(row.cancelled for row in rows),
+            run_hist=sum_histograms(row.run_hist for row in rows),
+            wait_hist=sum_histograms(row.wait_hist for row in rows),
+            last=max(sampled, key=lambda row: row.minute) if sampled else None,
+        )
+
+
+def _bucket(start: datetime, summed: _Summed) -> StatsBucket:
+    last = summed.last
     return StatsBucket(
         start=start,
-        completed=acc.completed,
-        retried=acc.retried,
-        dead=acc.dead,
-        cancelled=acc.cancelled,
-        run_p50=percentile(acc.run_hist, 0.50),
-        run_p95=percentile(acc.run_hist, 0.95),
-        run_p99=percentile(acc.run_hist, 0.99),
-        wait_p95=percentile(acc.wait_hist, 0.95),
+        completed=summed.completed,
+        retried=summed.retried,
+        dead=summed.dead,
+        cancelled=summed.cancelled,
+        run_p50=percentile(summed.run_hist, 0.50),
+        run_p95=percentile(summed.run_hist, 0.95),
+        run_p99=percentile(summed.run_hist, 0.99),
+        wait_p95=percentile(summed.wait_hist, 0.95),
         waiting=None if last is None else last.waiting,
         oldest_due_age=None if last is None else last.oldest_due_age,
     )
@@ -392,12 +424,11 @@ def series_from_rows(
     start, end, step = range_buckets(name, now)
     count = (end - start) // step
     grouped: list[list[StatsRow]] = [[] for _ in range(count)]
-    kept: list[StatsRow] = []
     for row in rows:
         if start <= row.minute < end:
             grouped[(row.minute - start) // step].append(row)
-            kept.append(row)
-    buckets = tuple(_bucket(start + i * step, grouped[i]) for i in range(count))
+    summed = [_Summed.of(group) for group in grouped]
+    buckets = tuple(_bucket(start + i * step, summed[i]) for i in range(count))
     return StatsSeries(
         job_id=job_id,
         range=name,
@@ -405,6 +436,6 @@ def series_from_rows(
         end=end,
         step=step,
         buckets=buckets,
-        total=_bucket(start, kept),
+        total=_bucket(start, _Summed.of(summed)),
         loss_bound=loss_bound,
     )

@@ -195,7 +195,10 @@ _FINISHED_IN_RANGE: Final = (
     -- backwards from the cursor to created_from. The row comparison follows the equalities on
     -- state and job_id in the index, so it is the scan's start (an index condition, written
     -- without an OR so a generic plan can use it: no cursor is ('infinity', '')), never a
-    -- filter: runs tying on created_at (enqueued in one transaction) are not read again.
+    -- filter: runs tying on created_at (enqueued in one transaction) are not read again. Its
+    -- bound is the cursor or created_to, whichever is earlier: the scan starts there (with
+    -- ('infinity', '') and created_to beside it, PostgreSQL started at the job's newest run
+    -- and read every run newer than created_to, 15 ms a job at 1M runs, issue 36).
     WHERE """
     + FINISHED
     + """ AND r.job_id = {job}
@@ -203,9 +206,12 @@ _FINISHED_IN_RANGE: Final = (
                                    CAST('-infinity' AS timestamptz))
       AND r.created_at < coalesce(CAST(:created_to AS timestamptz),
                                   CAST('infinity' AS timestamptz))
-      AND (r.created_at, r.id) < (coalesce(CAST(:after_at AS timestamptz),
-                                           CAST('infinity' AS timestamptz)),
-                                  coalesce(CAST(:after_id AS text), ''))"""
+      AND (r.created_at, r.id) < (
+          least(coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
+                coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))),
+          CASE WHEN coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
+                    < coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))
+               THEN coalesce(CAST(:after_id AS text), '') ELSE '' END)"""
     + _TENANT
     + """
     ORDER BY r.created_at DESC, r.id DESC

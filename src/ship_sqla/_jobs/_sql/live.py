@@ -385,9 +385,12 @@ _CREATED_RANGE: Final = """
                                    CAST('-infinity' AS timestamptz))
       AND ?.created_at < coalesce(CAST(:created_to AS timestamptz),
                                   CAST('infinity' AS timestamptz))
-      AND (?.created_at, ?.id) < (coalesce(CAST(:after_at AS timestamptz),
-                                           CAST('infinity' AS timestamptz)),
-                                  coalesce(CAST(:after_id AS text), ''))
+      AND (?.created_at, ?.id) < (
+          least(coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
+                coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))),
+          CASE WHEN coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
+                    < coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))
+               THEN coalesce(CAST(:after_id AS text), '') ELSE '' END)
       AND (CAST(:tenant AS text) IS NULL OR ?.tenant_id = CAST(:tenant AS text))
     ORDER BY ?.created_at DESC, ?.id DESC
     LIMIT CAST(:limit AS integer)"""
