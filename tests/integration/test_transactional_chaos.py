@@ -4,9 +4,13 @@ real worker processes killed at random, against a plain handler under the same k
 RUNS runs of a transactional job (``transaction=uow``, an :class:`~ship_sqla.jobs.Inbox` keyed by
 the payload's ``key``) and RUNS runs of a plain job, two runs per key (KEYS = RUNS / 2 distinct
 keys, the two runs of a key enqueued side by side so they often run at once), are executed by
-WORKERS worker processes on the PostgreSQL backend with a short lease. Every KILL_EVERY seconds
-the test kills a random worker with SIGKILL and starts a replacement, until every run is
-terminal. Each handler inserts one row into a table with NO unique constraint:
+WORKERS worker processes on the PostgreSQL backend with a short lease. Every KILL_EVERY seconds,
+once every worker is ready (its runtime started), the test kills a random worker with SIGKILL
+and starts a replacement, until every run is terminal. A worker killed while it still imports
+and connects held nothing, and under CPU load starting takes longer than KILL_EVERY times
+WORKERS: kills on a timer alone then killed nearly every worker before it claimed anything, and
+the runs did not end by the deadline. Each handler inserts one row into a table with NO unique
+constraint:
 
 - ``chaos_tx_effects``: written in the transactional handler's unit of work, whose fence, inbox
   mark and completion commit with it (J13). Expected: exactly one row per key, so KEYS rows,
@@ -27,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -146,25 +151,44 @@ async def query(engine: AsyncEngine, sql: str, **params: Any) -> list[tuple[Any,
 
 
 class Fleet:
-    """The worker processes: started, killed with SIGKILL, replaced at once, stopped."""
+    """The worker processes: started, killed with SIGKILL once ready, replaced at once,
+    stopped. A worker is ready once it printed ``ready`` (its runtime claims from then on)."""
 
     def __init__(self, script: Path, url: str, logs: Path) -> None:
         self.command = [sys.executable, str(script), url, str(LEASE)]
         self.logs = logs
         self.live: list[subprocess.Popen[bytes]] = []
         self.dead: list[subprocess.Popen[bytes]] = []
+        self.starting: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
         log = self.logs / f"worker-{len(self.live) + len(self.dead)}.log"
         with log.open("w") as stderr:
-            self.live.append(
-                subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=stderr)
+            process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=stderr)
+        self.live.append(process)
+        self.starting.append(process)
+
+    def all_ready(self) -> bool:
+        """Whether every live worker has said ``ready`` (read without blocking). A worker that
+        exited by itself before it was ready fails the test, its log named."""
+        for process in list(self.starting):
+            assert process.stdout is not None
+            readable, _, _ = select.select([process.stdout], [], [], 0)
+            if not readable:
+                continue
+            line = process.stdout.readline()
+            assert line == b"ready\n", (
+                f"worker {process.pid} ended before it was ready (exit {process.wait(10)}):"
+                f" see its log in {self.logs}"
             )
+            self.starting.remove(process)
+        return not self.starting
 
     def kill_one(self, rng: random.Random) -> None:
         victim = rng.choice(self.live)
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(timeout=10)
+        self._close(victim)
         self.live.remove(victim)
         self.dead.append(victim)
 
@@ -178,6 +202,13 @@ class Fleet:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+            self._close(process)
+
+    def _close(self, process: subprocess.Popen[bytes]) -> None:
+        if process in self.starting:
+            self.starting.remove(process)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 @pytest.mark.timeout(int(DEADLINE) + 120)
@@ -226,7 +257,7 @@ async def test_transactional_handlers_run_exactly_once_under_kill_9(
         deadline = time.monotonic() + DEADLINE
         # Real processes: the test polls the database for the runs' end, with a deadline.
         while time.monotonic() < deadline:
-            if time.monotonic() >= next_kill:
+            if time.monotonic() >= next_kill and fleet.all_ready():
                 fleet.kill_one(rng)
                 fleet.start()
                 kills += 1
