@@ -28,7 +28,11 @@ state = ship_job_state_table(metadata)
 async def test_f1_freed_fleet_slots_wake_the_other_processes(ship_engine: AsyncEngine) -> None:
     """F1: with Concurrency(max=2), runtime A holds both slots and runtime B, finding no room,
     parks (its poll never fires); once A's runs settle (A is stopping, so it claims no more),
-    A's backend announces the job's freed slots and B claims and runs the other two runs."""
+    A's backend announces the job's freed slots and B claims and runs the other two runs.
+
+    The slots are freed only once B's listener is live (K1): an announcement committed before
+    a listener's first LISTEN is not delivered to it, and waits for its poll (the module
+    docstring of ship_sqla._notify); a parked loop alone does not mean B can hear yet."""
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
     clock = FrozenClock()
@@ -63,6 +67,10 @@ async def test_f1_freed_fleet_slots_wake_the_other_processes(ship_engine: AsyncE
         runtime_b = await start_job_runtime(
             job, backend=backends["B"], worker_id="B", clock=clock, poll_interval=60
         )
+        listener = backends["B"].listener
+        assert listener is not None
+        with anyio.fail_after(10):
+            await listener.wait_live()
         await parked(backends["B"])
         assert "B" not in ran  # the cap is held by A
         stopping = asyncio.create_task(runtime_a.stop(drain_timeout=10))

@@ -5,8 +5,12 @@ RUNS runs of a transactional job (``transaction=uow``, an :class:`~ship_sqla.job
 the payload's ``key``) and RUNS runs of a plain job, two runs per key (KEYS = RUNS / 2 distinct
 keys, the two runs of a key enqueued side by side so they often run at once), are executed by
 WORKERS worker processes on the PostgreSQL backend with a short lease. Every KILL_EVERY seconds
-the test kills a random worker with SIGKILL and starts a replacement, until every run is
-terminal. Each handler inserts one row into a table with NO unique constraint:
+the test kills a random READY worker (its runtime started) with SIGKILL and starts a
+replacement, provided at least WORKERS_LEFT ready workers remain, until every run is terminal.
+A worker killed while it still imports and connects held nothing, and under CPU load starting
+takes longer than KILL_EVERY times WORKERS: kills on a timer alone then killed nearly every
+worker before it claimed anything, and the runs did not end by the deadline. Each handler
+inserts one row into a table with NO unique constraint:
 
 - ``chaos_tx_effects``: written in the transactional handler's unit of work, whose fence, inbox
   mark and completion commit with it (J13). Expected: exactly one row per key, so KEYS rows,
@@ -27,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -58,6 +63,7 @@ RUNS = int(os.environ.get("SHIP_SQLA_TX_CHAOS_RUNS", "300"))
 KEYS = max(1, RUNS // 2)
 CHAOS_SIZE = 10_000
 WORKERS = 4
+WORKERS_LEFT = WORKERS // 2
 LEASE = 2.0
 KILL_EVERY = 0.5
 DEADLINE = 45.0 + RUNS * 0.05
@@ -146,38 +152,64 @@ async def query(engine: AsyncEngine, sql: str, **params: Any) -> list[tuple[Any,
 
 
 class Fleet:
-    """The worker processes: started, killed with SIGKILL, replaced at once, stopped."""
+    """The worker processes: started, killed with SIGKILL once ready, replaced at once,
+    stopped. A worker is ready once it printed ``ready`` (its runtime claims from then on);
+    ``live`` are the ready ones and ``starting`` the others."""
 
     def __init__(self, script: Path, url: str, logs: Path) -> None:
         self.command = [sys.executable, str(script), url, str(LEASE)]
         self.logs = logs
         self.live: list[subprocess.Popen[bytes]] = []
         self.dead: list[subprocess.Popen[bytes]] = []
+        self.starting: list[subprocess.Popen[bytes]] = []
 
     def start(self) -> None:
-        log = self.logs / f"worker-{len(self.live) + len(self.dead)}.log"
+        log = self.logs / f"worker-{len(self.live) + len(self.starting) + len(self.dead)}.log"
         with log.open("w") as stderr:
-            self.live.append(
-                subprocess.Popen(self.command, stdout=subprocess.DEVNULL, stderr=stderr)
+            process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=stderr)
+        self.starting.append(process)
+
+    def ready(self) -> int:
+        """How many workers have said ``ready`` (read without blocking). A worker that exited
+        by itself before it was ready fails the test, its log named."""
+        for process in list(self.starting):
+            assert process.stdout is not None
+            readable, _, _ = select.select([process.stdout], [], [], 0)
+            if not readable:
+                continue
+            line = process.stdout.readline()
+            assert line == b"ready\n", (
+                f"worker {process.pid} ended before it was ready (exit {process.wait(10)}):"
+                f" see its log in {self.logs}"
             )
+            self.starting.remove(process)
+            self.live.append(process)
+        return len(self.live)
 
     def kill_one(self, rng: random.Random) -> None:
         victim = rng.choice(self.live)
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(timeout=10)
+        self._close(victim)
         self.live.remove(victim)
         self.dead.append(victim)
 
     def stop(self) -> None:
-        for process in self.live:
+        for process in self.live + self.starting:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        for process in self.live:
+        for process in self.live + self.starting:
             try:
                 process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=10)
+            self._close(process)
+
+    @staticmethod
+    def _close(process: subprocess.Popen[bytes]) -> None:
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 @pytest.mark.timeout(int(DEADLINE) + 120)
@@ -226,7 +258,7 @@ async def test_transactional_handlers_run_exactly_once_under_kill_9(
         deadline = time.monotonic() + DEADLINE
         # Real processes: the test polls the database for the runs' end, with a deadline.
         while time.monotonic() < deadline:
-            if time.monotonic() >= next_kill:
+            if time.monotonic() >= next_kill and fleet.ready() > WORKERS_LEFT:
                 fleet.kill_one(rng)
                 fleet.start()
                 kills += 1
