@@ -3,7 +3,8 @@ processes killed at random and replaced, asserted from the stored history.
 
 Three worker processes run two jobs, each with runs of six tenants: ``RateLimit(5, 0.5 s,
 partition="tenant")`` and ``Concurrency(max=2, partition="tenant")``, leases of 1.5 s. Every
-second the test kills one worker with SIGKILL and starts a replacement, so runs are left
+second the test kills one ready worker (its runtime started) with SIGKILL and starts a
+replacement, while more than one is ready (tests/support/chaos_fleet.py), so runs are left
 running under dead holders, their leases lapse, and later claims retake them (a retake is a
 start, F8, and moves the run's slot, F9). Triggers keep the history the audit reads: every
 start (each claim of a run: its new fencing token) with the start time its partition's gate
@@ -23,8 +24,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -33,6 +32,7 @@ from typing import Any
 
 import anyio
 import pytest
+from chaos_fleet import ChaosFleet
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -91,6 +91,7 @@ WORKER = textwrap.dedent(
         runtime = await start_job_runtime(
             jobs, backend=backend, worker_id=name, poll_interval=0.2, max_in_flight=16
         )
+        print("ready", flush=True)
         await stop.wait()
         await runtime.stop(drain_timeout=5)
         await engine.dispose()
@@ -147,45 +148,6 @@ async def scalar(engine: AsyncEngine, sql: str, **params: Any) -> Any:
         return (await connection.execute(text(sql), params)).scalar_one()
 
 
-class Fleet:
-    """The worker processes: started, killed with SIGKILL, replaced at once, stopped."""
-
-    def __init__(self, script: Path, url: str, logs: Path) -> None:
-        self.script, self.url, self.logs = script, url, logs
-        self.live: list[subprocess.Popen[bytes]] = []
-        self.started = 0
-
-    def start(self) -> None:
-        name = f"w{self.started}"
-        self.started += 1
-        args = [str(LIMIT), str(PERIOD), str(CAP), str(LEASE)]
-        with (self.logs / f"{name}.log").open("w") as stderr:
-            self.live.append(
-                subprocess.Popen(
-                    [sys.executable, str(self.script), self.url, name, *args],
-                    stdout=subprocess.DEVNULL,
-                    stderr=stderr,
-                )
-            )
-
-    def kill_one(self, rng: random.Random) -> None:
-        victim = rng.choice(self.live)
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.wait(timeout=10)
-        self.live.remove(victim)
-
-    def stop(self) -> None:
-        for process in self.live:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.live:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-
-
 @pytest.mark.timeout(int(DEADLINE) + 120)
 @pytest.mark.slow
 async def test_f8_f9_partitioned_limits_hold_under_kill_9(
@@ -207,7 +169,12 @@ async def test_f8_f9_partitioned_limits_hold_under_kill_9(
     )
     script = tmp_path / "chaos_worker.py"
     script.write_text(WORKER)
-    fleet = Fleet(script, ship_engine_url, tmp_path)
+    args = [str(LIMIT), str(PERIOD), str(CAP), str(LEASE)]
+    fleet = ChaosFleet(
+        lambda n: [sys.executable, str(script), ship_engine_url, f"w{n}", *args],
+        tmp_path,
+        keep=WORKERS // 2,
+    )
     rng = random.Random(int(os.environ.get("SHIP_SQLA_CHAOS_SEED", "35")))
     total = 2 * len(TENANTS) * PER_TENANT
     kills, done = 0, 0
@@ -223,9 +190,7 @@ async def test_f8_f9_partitioned_limits_hold_under_kill_9(
         next_kill = time.monotonic() + KILL_EVERY
         deadline = time.monotonic() + DEADLINE
         while time.monotonic() < deadline:
-            if time.monotonic() >= next_kill:
-                fleet.kill_one(rng)
-                fleet.start()
+            if time.monotonic() >= next_kill and fleet.kill_and_replace(rng):
                 kills += 1
                 next_kill = time.monotonic() + KILL_EVERY
             done = await scalar(

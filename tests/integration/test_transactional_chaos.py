@@ -31,9 +31,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import select
-import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -42,6 +39,7 @@ from typing import Any
 
 import anyio
 import pytest
+from chaos_fleet import ChaosFleet
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -151,67 +149,6 @@ async def query(engine: AsyncEngine, sql: str, **params: Any) -> list[tuple[Any,
         return [tuple(row) for row in await connection.execute(text(sql), params)]
 
 
-class Fleet:
-    """The worker processes: started, killed with SIGKILL once ready, replaced at once,
-    stopped. A worker is ready once it printed ``ready`` (its runtime claims from then on);
-    ``live`` are the ready ones and ``starting`` the others."""
-
-    def __init__(self, script: Path, url: str, logs: Path) -> None:
-        self.command = [sys.executable, str(script), url, str(LEASE)]
-        self.logs = logs
-        self.live: list[subprocess.Popen[bytes]] = []
-        self.dead: list[subprocess.Popen[bytes]] = []
-        self.starting: list[subprocess.Popen[bytes]] = []
-
-    def start(self) -> None:
-        log = self.logs / f"worker-{len(self.live) + len(self.starting) + len(self.dead)}.log"
-        with log.open("w") as stderr:
-            process = subprocess.Popen(self.command, stdout=subprocess.PIPE, stderr=stderr)
-        self.starting.append(process)
-
-    def ready(self) -> int:
-        """How many workers have said ``ready`` (read without blocking). A worker that exited
-        by itself before it was ready fails the test, its log named."""
-        for process in list(self.starting):
-            assert process.stdout is not None
-            readable, _, _ = select.select([process.stdout], [], [], 0)
-            if not readable:
-                continue
-            line = process.stdout.readline()
-            assert line == b"ready\n", (
-                f"worker {process.pid} ended before it was ready (exit {process.wait(10)}):"
-                f" see its log in {self.logs}"
-            )
-            self.starting.remove(process)
-            self.live.append(process)
-        return len(self.live)
-
-    def kill_one(self, rng: random.Random) -> None:
-        victim = rng.choice(self.live)
-        os.kill(victim.pid, signal.SIGKILL)
-        victim.wait(timeout=10)
-        self._close(victim)
-        self.live.remove(victim)
-        self.dead.append(victim)
-
-    def stop(self) -> None:
-        for process in self.live + self.starting:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.live + self.starting:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-            self._close(process)
-
-    @staticmethod
-    def _close(process: subprocess.Popen[bytes]) -> None:
-        if process.stdout is not None:
-            process.stdout.close()
-
-
 @pytest.mark.timeout(int(DEADLINE) + 120)
 @pytest.mark.slow
 async def test_transactional_handlers_run_exactly_once_under_kill_9(
@@ -239,7 +176,8 @@ async def test_transactional_handlers_run_exactly_once_under_kill_9(
     )
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    fleet = Fleet(script, ship_engine_url, tmp_path)
+    command = [sys.executable, str(script), ship_engine_url, str(LEASE)]
+    fleet = ChaosFleet(lambda _n: command, tmp_path, keep=WORKERS_LEFT)
     rng = random.Random(int(os.environ.get("SHIP_SQLA_CHAOS_SEED", "37")))
     began = time.monotonic()
     kills = 0
@@ -258,9 +196,7 @@ async def test_transactional_handlers_run_exactly_once_under_kill_9(
         deadline = time.monotonic() + DEADLINE
         # Real processes: the test polls the database for the runs' end, with a deadline.
         while time.monotonic() < deadline:
-            if time.monotonic() >= next_kill and fleet.ready() > WORKERS_LEFT:
-                fleet.kill_one(rng)
-                fleet.start()
+            if time.monotonic() >= next_kill and fleet.kill_and_replace(rng):
                 kills += 1
                 next_kill = time.monotonic() + KILL_EVERY
             [(terminal,)] = await query(
