@@ -104,15 +104,28 @@ async def test_j13_a_raising_handler_rolls_everything_back_then_k4_settles(
 
     async with await start_job_runtime([job], backend=backend, worker_id="w1"):
         await backend.wait_settled("fail", 1)
-        # Time moves in steps until the second attempt committed: moved only when a call was
-        # recorded, it could stop just before the runtime parked its poll (a lost wake-up).
-        await advance_until_awaited(clock, lambda: backend.wait_calls("settle_within", 1), step=0.5)
+        # Time moves in steps until the second attempt is claimed (moved only when a call was
+        # recorded, it could stop just before the runtime parked its poll: a lost wake-up),
+        # then stands still while it runs: moved on meanwhile, it outran the attempt's own
+        # database work on a loaded machine and lapsed its lease before the handler started.
+        await advance_until_awaited(clock, lambda: _claimed(backend, attempt=2), step=0.5)
+        await backend.wait_calls("settle_within", 1)
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt) == ("completed", 2)
     assert "boom after the writes" in record.history[0]["error"]
     assert await kit.effects() == ["attempt-2"]
     assert (await backend.admin.get_run(enqueued[0])) is None
     assert (await record_of(backend, enqueued[1])).state == "waiting"
+
+
+async def _claimed(backend: SpyBackend, *, attempt: int) -> None:
+    """Until a claim answered a run at ``attempt``."""
+
+    def claimed() -> bool:
+        answers = backend.answered("claim")
+        return any(run.attempt == attempt for call in answers for run in call.result)
+
+    await backend.wait_for(claimed)
 
 
 async def test_j13_k4_snooze_after_rollback_spends_no_attempt(clock, job_backend_factory):

@@ -167,6 +167,10 @@ class SpyBackend:
         """Until ``name`` was called (answered or raised) at least ``count`` times."""
         await self._wait(lambda: len(self.calls.get(name, ())) >= count, limit)
 
+    async def wait_for(self, done: Callable[[], bool], *, limit: float = 10.0) -> None:
+        """Until ``done()`` holds (checked after every call's entry and answer)."""
+        await self._wait(done, limit)
+
     async def wait_idle(self, *, limit: float = 10.0) -> None:
         """Until every call that was entered has answered (or raised): nothing in flight."""
         await self._wait(
