@@ -215,6 +215,49 @@ async def test_retry_matching_previews_asks_for_its_token_and_audits(
     assert entry.details["links"]["search"].startswith("/search?error=boom")
 
 
+async def test_preview_counts_what_the_search_finds(
+    backend: Any, ops: Any, clock: FrozenClock
+) -> None:
+    """Issue 36 items 1 and 5 (S2, J16): the preview counts in one bounded statement on
+    PostgreSQL (COUNT_MATCHING_*) and by the walk in memory; for every filter, on every
+    backend and shape, the count is exactly the runs the search finds in the action's states:
+    run id, job, tenant, worker (the holder of a running run, the last attempt's of a dead
+    one), error text (any case), payload fields, and a time range on each state's own time."""
+    ids = await seed(backend, clock)
+    now = clock.now()
+    late = (now + timedelta(minutes=10)).isoformat()
+    cases: list[tuple[str, list[str]]] = [
+        ("retry", []),
+        ("retry", [f"id={ids['dead'][4]}"]),
+        ("retry", [f"id={ids['waiting'][0]}"]),
+        ("retry", ["job=find.mail", "error=BOOM 1"]),
+        ("retry", ["payload=order.id=2"]),
+        ("retry", ["payload=order.id=2", "payload=i=5"]),
+        ("retry", ["worker=w1"]),
+        ("retry", ["tenant=acme"]),
+        ("retry", [f"to={late}"]),
+        ("cancel", []),
+        ("cancel", ["tenant=acme"]),
+        ("cancel", ["worker=w2"]),
+        ("cancel", ["state=waiting", f"from={late}"]),
+        ("cancel", ["state=running", f"to={late}"]),
+        ("cancel", ["job=find.mail", "payload=order.id=9"]),
+        ("discard", []),
+        ("discard", ["payload=order.id=0"]),
+        ("discard", ["job=find.other"]),
+        ("discard", ["error=no such text"]),
+    ]
+    states = {"retry": ("dead",), "cancel": ("waiting", "running"), "discard": ("waiting", "dead")}
+    for action, fields in cases:
+        flt = RunFilter.parse(fields)
+        found = await every_page(ops, flt)
+        expected = [r for r in found if (await ops.get_run(r)).state in states[action]]
+        preview = await ops.preview_matching(action, flt)
+        assert (action, fields, preview.count) == (action, fields, len(expected))
+        assert not preview.capped
+        assert not preview.stopped
+
+
 async def test_cancel_and_discard_matching_take_their_states_only(
     backend: Any, ops: Any, clock: FrozenClock
 ) -> None:
