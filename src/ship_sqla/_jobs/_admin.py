@@ -42,6 +42,7 @@ from ship_sqla._jobs._sql.admin import (
 )
 from ship_sqla._jobs._sql.browse import (
     CONSUMER_PROGRESS,
+    DEAD_ERRORS,
     LIST_FINISHED_ALL_JOBS,
     LIST_FINISHED_OF_JOB,
     LIST_RUNNING_ALL_JOBS,
@@ -69,6 +70,7 @@ from ship_sqla.kernel._browse import (
     ClaimPosition,
     ConsumerKeyProgress,
     CreatedPosition,
+    DeadError,
     LeasePosition,
     ScheduleState,
     ThroughputBucket,
@@ -724,6 +726,18 @@ class PostgresRunAdmin:
             "list_runs", statement, params, jit_off=query.job_id is None
         )
         return [BrowsedRun(run_record(row), row.seq) for row in rows]
+
+    async def newest_dead_errors(self, job_id: str, *, limit: int) -> list[DeadError]:
+        """DEAD_ERRORS (_EITHER): one job's newest dead runs' errors, four columns, one
+        bounded statement (``<runs>_browse_idx``, the history's browse index)."""
+        statement = self._s[live_sql.DEAD_ERRORS_EITHER if self._history else DEAD_ERRORS]
+        rows = await self._operator_rows(
+            "newest_dead_errors",
+            statement,
+            {"job_id": job_id, "limit": limit},
+            jit_off=False,
+        )
+        return [DeadError(row.id, row.job_id, row.last_error, row.finished_at) for row in rows]
 
     async def count_matching(
         self, flt: RunFilter, states: tuple[RunState, ...], *, scan: int

@@ -46,6 +46,7 @@ from ship_sqla._sql import Template
 
 __all__ = [
     "CONSUMER_PROGRESS",
+    "DEAD_ERRORS",
     "LIST_FINISHED_ALL_JOBS",
     "LIST_FINISHED_OF_JOB",
     "LIST_RUNNING_ALL_JOBS",
@@ -228,6 +229,18 @@ LIST_FINISHED_OF_JOB, LIST_FINISHED_ALL_JOBS = _pages(
 )
 """A page of one job's runs in one finished state, newest first; and of every job's, each
 job's page merged."""
+
+DEAD_ERRORS: Final = Template("""
+SELECT r.id, r.job_id, r.last_error, r.finished_at FROM {runs} r
+-- <runs>_browse_idx (state, job_id, created_at, id) read backwards: one job's newest dead runs
+WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = 'dead'
+  AND r.job_id = CAST(:job_id AS text)
+ORDER BY r.created_at DESC, r.id DESC
+LIMIT CAST(:limit AS integer)
+""")
+"""The error groups' read of one job (issue 36 items 1 and 6): its newest ``:limit`` dead runs,
+newest created first, as LIST_FINISHED_OF_JOB reads them, but only the four columns the
+grouping needs (id, job, error, finish time): one statement, not pages of full rows."""
 
 THROUGHPUT: Final = Template("""
 WITH RECURSIVE jobs(job_id, n) AS (
