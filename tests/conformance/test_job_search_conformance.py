@@ -14,7 +14,7 @@ import pytest
 from job_helpers import claim_request
 
 from ship_sqla import create_job_operations
-from ship_sqla.errors import PermissionDeniedError
+from ship_sqla.errors import BoundExceededError, PermissionDeniedError
 from ship_sqla.kernel import failed
 from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
 from ship_sqla.kernel._search import BulkTokenError, RunFilter, RunFilterError
@@ -256,6 +256,27 @@ async def test_preview_counts_what_the_search_finds(
         assert (action, fields, preview.count) == (action, fields, len(expected))
         assert not preview.capped
         assert not preview.stopped
+
+
+async def test_newest_dead_errors_reads_what_the_dead_runs_page_lists(
+    backend: Any, ops: Any, clock: FrozenClock
+) -> None:
+    """Issue 36 items 1 and 6 (S2, J16): the error groups' one narrow read (DEAD_ERRORS on
+    PostgreSQL, the runs pages in memory) answers a job's newest dead runs in the runs page's
+    order with their error and finish time, at most its limit; a limit past its bound is
+    refused before any read."""
+    await seed(backend, clock)
+    page = await ops.list_runs(state="dead", job_id="find.mail", limit=20)
+    for limit in (1, 5, 12, 2001):
+        read = await ops.newest_dead_errors("find.mail", limit=limit)
+        expected = page.items[:limit]
+        assert [r.run_id for r in read] == [r.run_id for r in expected]
+        assert [r.last_error for r in read] == [r.last_error for r in expected]
+        assert [r.finished_at for r in read] == [r.finished_at for r in expected]
+        assert {r.job_id for r in read} == {"find.mail"}
+    assert await ops.newest_dead_errors("find.other", limit=10) == []
+    with pytest.raises(BoundExceededError):
+        await ops.newest_dead_errors("find.mail", limit=2002)
 
 
 async def test_cancel_and_discard_matching_take_their_states_only(

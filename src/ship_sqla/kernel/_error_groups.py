@@ -58,11 +58,11 @@ __all__ = [
 ]
 
 ERROR_GROUP_SCAN: Final = 2000
-"""The most dead runs an error-group read looks at: of one job, its newest (4 pages of 500)."""
+"""The most dead runs an error-group read looks at: of one job, its newest (one read)."""
 ERROR_GROUP_JOBS: Final = 20
 """Across jobs: the jobs read, those whose newest dead run is the newest..."""
 ERROR_GROUP_PER_JOB: Final = 100
-"""...and each one's newest dead runs (one page): 20 x 100 = 2,000 rows, 21 statements."""
+"""...and each one's newest dead runs (one read): 20 x 100 = 2,000 rows, 21 statements."""
 _MAX_MESSAGE: Final = 300
 """Characters of a normalised message kept (a group's key and its shown text)."""
 _MAX_FRAGMENT: Final = 200
@@ -190,8 +190,8 @@ async def error_groups(
     """The error groups of the newest dead runs: of ``job_id``, its newest ``scan`` (at most
     :data:`ERROR_GROUP_SCAN`: pages of 500); of every job, the newest
     :data:`ERROR_GROUP_PER_JOB` of each of the :data:`ERROR_GROUP_JOBS` jobs that failed last
-    (found by :meth:`JobOperations.dead_by_job`, counting to 1). Every page is one read of
-    ``<runs>_finished_idx (job_id, finished_at)`` backwards, stopping at its limit."""
+    (found by :meth:`JobOperations.dead_by_job`, counting to 1). Each job is one read
+    (:meth:`JobOperations.newest_dead_errors`), stopping at its limit."""
     scan = max(1, min(scan, ERROR_GROUP_SCAN))
     if job_id is not None:
         newest, complete = await _newest_dead(ops, job_id, scan)

@@ -11,9 +11,12 @@ state's time range) is read past, at most ``scan`` index entries per page
 cursor goes on from where it stopped. The same walk serves every backend: the in-memory one is
 this module's twin of the PostgreSQL one for the conformance suite.
 
-Acting on what matches (:func:`preview_matching`, :func:`act_matching`) walks the same way, up
-to :data:`MAX_BULK_RUNS` runs in batches of ``batch_size`` (at most 1,000), each batch in one
-transaction when a ``transaction`` runner is given. The preview answers a count and a
+Acting on what matches (:func:`act_matching`) walks the same way, up to :data:`MAX_BULK_RUNS`
+runs in batches of ``batch_size`` (at most 1,000), each batch in one transaction when a
+``transaction`` runner is given. The preview (:func:`preview_matching`) only counts: a browser
+that counts itself (:class:`MatchCounter`, PostgreSQL: ONE statement, each state's index range
+at most :data:`MAX_BULK_SCAN` entries, the filters tested in SQL) does; else the walk counts
+(the in-memory backend). The preview answers a count and a
 confirmation token bound to the action, the filter and that count; the action takes only the
 token, acts on at most the previewed count, and reports progress after each batch.
 """
