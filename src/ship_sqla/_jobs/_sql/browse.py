@@ -92,27 +92,39 @@ def _loose_jobs(predicate: str, order: str, index: str) -> str:
 
 
 _WAITING_ROWS: Final = """
-SELECT p.* FROM levels l
-CROSS JOIN LATERAL (
-    -- <runs>_due_idx: one level's runs in (run_at, seq) order, at most :limit: past the cursor
-    -- on the cursor's level, from the level's start below it. The row comparison follows the
-    -- equalities on job_id and priority in the index, so it is the scan's start (an index
-    -- condition), never a filter: runs tying on run_at (enqueued in one transaction) are not
-    -- read again. seq breaks the ties, as the claim does.
-    SELECT {cols}, r.seq FROM {runs} r
-    WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.priority = l.priority
-      AND (r.run_at, r.seq) > (
-          CASE WHEN l.priority = CAST(:after_priority AS smallint)
-               THEN CAST(:after_run_at AS timestamptz)
-               ELSE CAST('-infinity' AS timestamptz) END,
-          CASE WHEN l.priority = CAST(:after_priority AS smallint)
-               THEN CAST(:after_seq AS bigint)
-               ELSE CAST(0 AS bigint) END){tenant}
-    ORDER BY r.run_at, r.seq
+SELECT f.* FROM (
+    SELECT p.* FROM levels l
+    CROSS JOIN LATERAL (
+        -- <runs>_due_idx: one level's runs in (run_at, seq) order, at most :limit: past the
+        -- cursor on the cursor's level, from the level's start below it. The row comparison
+        -- follows the equalities on job_id and priority in the index, so it is the scan's
+        -- start (an index condition), never a filter: runs tying on run_at (enqueued in one
+        -- transaction) are not read again. seq breaks the ties, as the claim does. Only the
+        -- index's columns are carried to the merge (issue 36: the merge sorted every level's
+        -- full rows, jobs x levels x :limit of them, for :limit kept).
+        SELECT r.job_id, r.priority, r.run_at, r.seq FROM {runs} r
+        WHERE r.job_id = l.job_id AND r.state = 'waiting' AND r.priority = l.priority
+          AND (r.run_at, r.seq) > (
+              CASE WHEN l.priority = CAST(:after_priority AS smallint)
+                   THEN CAST(:after_run_at AS timestamptz)
+                   ELSE CAST('-infinity' AS timestamptz) END,
+              CASE WHEN l.priority = CAST(:after_priority AS smallint)
+                   THEN CAST(:after_seq AS bigint)
+                   ELSE CAST(0 AS bigint) END){tenant}
+        ORDER BY r.run_at, r.seq
+        LIMIT CAST(:limit AS integer)
+    ) p
+    WHERE l.priority IS NOT NULL
+    ORDER BY p.priority DESC, p.run_at, p.seq
     LIMIT CAST(:limit AS integer)
-) p
-WHERE l.priority IS NOT NULL
-ORDER BY p.priority DESC, p.run_at, p.seq
+) k
+CROSS JOIN LATERAL (
+    -- the merged page's full rows: one <runs>_due_idx probe each, on all four of its columns
+    SELECT {cols}, r.seq FROM {runs} r
+    WHERE r.job_id = k.job_id AND r.state = 'waiting' AND r.priority = k.priority
+      AND r.run_at = k.run_at AND r.seq = k.seq
+) f
+ORDER BY f.priority DESC, f.run_at, f.seq
 LIMIT CAST(:limit AS integer)
 """.replace("{tenant}", _TENANT)
 
