@@ -10,7 +10,9 @@ word, as a literal, so a generic plan can use the partial index):
   priority, run_at, seq): a loose scan over the job's priority levels from the cursor's down
   (one entry each; priorities are bounded, MIN_PRIORITY..MAX_PRIORITY: at most 21 levels),
   then at most ``:limit`` entries of each level from the cursor: at most ``21 * :limit``
-  entries;
+  entries, of which only the index's columns are merged; the merged page's ``:limit`` full rows
+  are then read by one probe each (a merge of every level's full rows took 2.5 times as long at
+  1,000,000 runs, 245 rows a level: 20 ms against 8);
 - ``running`` (LIST_RUNNING_*): soonest lease to lapse first, ``(lease_expires_at, id)``,
   through ``<runs>_lease_idx`` (job_id, lease_expires_at): one range from the cursor's lease,
   at most ``:limit`` entries plus the runs whose lease ties the cursor's (the index holds no
