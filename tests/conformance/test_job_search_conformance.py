@@ -14,7 +14,7 @@ import pytest
 from job_helpers import claim_request
 
 from ship_sqla import create_job_operations
-from ship_sqla.errors import PermissionDeniedError
+from ship_sqla.errors import BoundExceededError, PermissionDeniedError
 from ship_sqla.kernel import failed
 from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
 from ship_sqla.kernel._search import BulkTokenError, RunFilter, RunFilterError
@@ -213,6 +213,70 @@ async def test_retry_matching_previews_asks_for_its_token_and_audits(
     assert entry.details["batches"] == 2
     assert sorted(entry.details["links"]["runs"]) == sorted(f"/runs/{r}" for r in expected)
     assert entry.details["links"]["search"].startswith("/search?error=boom")
+
+
+async def test_preview_counts_what_the_search_finds(
+    backend: Any, ops: Any, clock: FrozenClock
+) -> None:
+    """Issue 36 items 1 and 5 (S2, J16): the preview counts in one bounded statement on
+    PostgreSQL (COUNT_MATCHING_*) and by the walk in memory; for every filter, on every
+    backend and shape, the count is exactly the runs the search finds in the action's states:
+    run id, job, tenant, worker (the holder of a running run, the last attempt's of a dead
+    one), error text (any case), payload fields, and a time range on each state's own time."""
+    ids = await seed(backend, clock)
+    now = clock.now()
+    late = (now + timedelta(minutes=10)).isoformat()
+    cases: list[tuple[str, list[str]]] = [
+        ("retry", []),
+        ("retry", [f"id={ids['dead'][4]}"]),
+        ("retry", [f"id={ids['waiting'][0]}"]),
+        ("retry", ["job=find.mail", "error=BOOM 1"]),
+        ("retry", ["payload=order.id=2"]),
+        ("retry", ["payload=order.id=2", "payload=i=5"]),
+        ("retry", ["worker=w1"]),
+        ("retry", ["tenant=acme"]),
+        ("retry", [f"to={late}"]),
+        ("cancel", []),
+        ("cancel", ["tenant=acme"]),
+        ("cancel", ["worker=w2"]),
+        ("cancel", ["state=waiting", f"from={late}"]),
+        ("cancel", ["state=running", f"to={late}"]),
+        ("cancel", ["job=find.mail", "payload=order.id=9"]),
+        ("discard", []),
+        ("discard", ["payload=order.id=0"]),
+        ("discard", ["job=find.other"]),
+        ("discard", ["error=no such text"]),
+    ]
+    states = {"retry": ("dead",), "cancel": ("waiting", "running"), "discard": ("waiting", "dead")}
+    for action, fields in cases:
+        flt = RunFilter.parse(fields)
+        found = await every_page(ops, flt)
+        expected = [r for r in found if (await ops.get_run(r)).state in states[action]]
+        preview = await ops.preview_matching(action, flt)
+        assert (action, fields, preview.count) == (action, fields, len(expected))
+        assert not preview.capped
+        assert not preview.stopped
+
+
+async def test_newest_dead_errors_reads_what_the_dead_runs_page_lists(
+    backend: Any, ops: Any, clock: FrozenClock
+) -> None:
+    """Issue 36 items 1 and 6 (S2, J16): the error groups' one narrow read (DEAD_ERRORS on
+    PostgreSQL, the runs pages in memory) answers a job's newest dead runs in the runs page's
+    order with their error and finish time, at most its limit; a limit past its bound is
+    refused before any read."""
+    await seed(backend, clock)
+    page = await ops.list_runs(state="dead", job_id="find.mail", limit=20)
+    for limit in (1, 5, 12, 2001):
+        read = await ops.newest_dead_errors("find.mail", limit=limit)
+        expected = page.items[:limit]
+        assert [r.run_id for r in read] == [r.run_id for r in expected]
+        assert [r.last_error for r in read] == [r.last_error for r in expected]
+        assert [r.finished_at for r in read] == [r.finished_at for r in expected]
+        assert {r.job_id for r in read} == {"find.mail"}
+    assert await ops.newest_dead_errors("find.other", limit=10) == []
+    with pytest.raises(BoundExceededError):
+        await ops.newest_dead_errors("find.mail", limit=2002)
 
 
 async def test_cancel_and_discard_matching_take_their_states_only(

@@ -69,6 +69,20 @@ async def test_the_redact_hook_applies_to_every_page_and_json_twin_showing_paylo
     assert run["history"][0]["error"].startswith("[redacted]")
 
 
+async def test_the_redact_hook_applies_to_the_error_groups(backend: Any) -> None:
+    """Issue 36 items 6-7: the error groups (``/errors?job=``, the job page's top errors) read
+    a job's dead runs' errors in one narrow read (``newest_dead_errors``); the text they group
+    and show is what ``redact`` returns, never the value it was given."""
+    await dead_runs(backend, MAIL, 2)
+    client = _client(backend, redact)
+    for path in (f"/errors?job={MAIL.id}", f"/jobs/{MAIL.id}", "/errors"):
+        for headers in (ADMIN, {**ADMIN, **JSON}):
+            page = await client.get(path, headers=headers)
+            assert page.status_code == 200, (path, page.text)
+            assert "boom" not in page.text, path
+            assert "[redacted]" in page.text, path
+
+
 async def test_without_the_payloads_permission_payloads_are_hidden_with_a_note(
     backend: Any,
 ) -> None:

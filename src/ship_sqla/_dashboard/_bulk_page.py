@@ -5,9 +5,10 @@ filter (issue 36 items 4-5; S1, S2).
   worker, error text, payload fields, page size), one page of the runs that match
   (:meth:`JobOperations.search_runs`, each filter's bound said when a page stops scanning), and
   for a manager "Retry / Cancel / Discard all matching", links to the preview.
-- ``GET /bulk/{verb}``: the preview (:meth:`JobOperations.preview_matching`): the count the
-  action would take and a confirmation form carrying the preview's token (bound to the action,
-  the filter and the count), the filter's fields and the CSRF token. A read: nothing changes.
+- ``GET /bulk/{verb}``: the preview (:meth:`JobOperations.preview_matching`: on PostgreSQL one
+  counting statement, ``_jobs/_sql/count.py``): the count the action would take and a
+  confirmation form carrying the preview's token (bound to the action, the filter and the
+  count), the filter's fields and the CSRF token. A read: nothing changes.
 - ``POST /bulk/{verb}``: the confirmation: ``<verb>_filtered`` with the token, in batches of
   1,000 runs, each batch one transaction (PostgreSQL: a unit of work over the backend's engine)
   holding one statement for the batch (the admin port's ``*_batch``).

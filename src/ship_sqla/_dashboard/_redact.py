@@ -31,6 +31,7 @@ from ship_sqla.kernel._operations import JobOperations
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Iterable
 
+    from ship_sqla.kernel._browse import DeadError
     from ship_sqla.kernel._page import Page
     from ship_sqla.kernel._ports import RunRecord
     from ship_sqla.kernel._search import SearchPage
@@ -158,6 +159,13 @@ class ShownOperations(JobOperations):
     async def search_runs(self, *args: Any, **kwargs: Any) -> SearchPage:  # noqa: ANN401
         page = await super().search_runs(*args, **kwargs)
         return attrs.evolve(page, items=await self._shown.runs(page.items))
+
+    async def newest_dead_errors(self, *args: Any, **kwargs: Any) -> list[DeadError]:  # noqa: ANN401
+        """The error groups' read, each error through the hook (as :meth:`list_runs`)."""
+        found = await super().newest_dead_errors(*args, **kwargs)
+        return [
+            attrs.evolve(d, last_error=self._shown.error(d.last_error, d.job_id)) for d in found
+        ]
 
 
 def shown_operations(ops: JobOperations, shown: Shown) -> ShownOperations:

@@ -10,12 +10,14 @@ bounded by its ``operation_timeout``.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any, Final
 
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 
 from ship_sqla._jobs._sql import bulk as bulk_sql
+from ship_sqla._jobs._sql import count as count_sql
 from ship_sqla._jobs._sql import live as live_sql
 from ship_sqla._jobs._sql.admin import (
     CANCEL_LIVE_RUN,
@@ -40,6 +42,7 @@ from ship_sqla._jobs._sql.admin import (
 )
 from ship_sqla._jobs._sql.browse import (
     CONSUMER_PROGRESS,
+    DEAD_ERRORS,
     LIST_FINISHED_ALL_JOBS,
     LIST_FINISHED_OF_JOB,
     LIST_RUNNING_ALL_JOBS,
@@ -67,6 +70,7 @@ from ship_sqla.kernel._browse import (
     ClaimPosition,
     ConsumerKeyProgress,
     CreatedPosition,
+    DeadError,
     LeasePosition,
     ScheduleState,
     ThroughputBucket,
@@ -82,6 +86,7 @@ from ship_sqla.kernel._ports import (
     RunRecord,
     StateCount,
 )
+from ship_sqla.kernel._search import MatchCount
 from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount
 
 if TYPE_CHECKING:
@@ -96,6 +101,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._browse import RunQuery
     from ship_sqla.kernel._partition_waits import PartitionLimits, PartitionWait
     from ship_sqla.kernel._ports import DeadQuery, RunState
+    from ship_sqla.kernel._search import RunFilter
 
 __all__ = ["PostgresRunAdmin", "run_record"]
 
@@ -720,6 +726,51 @@ class PostgresRunAdmin:
             "list_runs", statement, params, jit_off=query.job_id is None
         )
         return [BrowsedRun(run_record(row), row.seq) for row in rows]
+
+    async def newest_dead_errors(self, job_id: str, *, limit: int) -> list[DeadError]:
+        """DEAD_ERRORS (_EITHER): one job's newest dead runs' errors, four columns, one
+        bounded statement (``<runs>_browse_idx``, the history's browse index)."""
+        statement = self._s[live_sql.DEAD_ERRORS_EITHER if self._history else DEAD_ERRORS]
+        rows = await self._operator_rows(
+            "newest_dead_errors",
+            statement,
+            {"job_id": job_id, "limit": limit},
+            jit_off=False,
+        )
+        return [DeadError(row.id, row.job_id, row.last_error, row.finished_at) for row in rows]
+
+    async def count_matching(
+        self, flt: RunFilter, states: tuple[RunState, ...], *, scan: int
+    ) -> MatchCount:
+        """COUNT_MATCHING_*: a bulk preview's count in one bounded statement (its module doc:
+        each (state, table) branch reads at most ``scan`` index entries)."""
+        params: dict[str, Any] = {
+            "waiting": "waiting" in states,
+            "running": "running" in states,
+            "dead": "dead" in states,
+            "scan": scan,
+            "run_id": flt.run_id,
+            "tenant": flt.tenant,
+            "worker": flt.worker,
+            "error": flt.error,
+            "time_from": flt.time_from,
+            "time_to": flt.time_to,
+            "payload": json.dumps([[list(path), value] for path, value in flt.payload]),
+        }
+        if self._history:
+            of_job, all_jobs = (
+                count_sql.COUNT_MATCHING_OF_JOB_EITHER,
+                count_sql.COUNT_MATCHING_ALL_JOBS_EITHER,
+            )
+        else:
+            of_job, all_jobs = count_sql.COUNT_MATCHING_OF_JOB, count_sql.COUNT_MATCHING_ALL_JOBS
+        statement = all_jobs
+        if flt.job_id is not None:
+            statement = of_job
+            params["job_id"] = flt.job_id
+        rows = await self._operator_rows("count_matching", self._s[statement], params)
+        row = rows[0]
+        return MatchCount(int(row.matched), int(row.scanned), bool(row.stopped))
 
     async def throughput(
         self, *, bucket_seconds: int, buckets: int, cap: int, max_jobs: int

@@ -47,6 +47,8 @@ __all__ = [
     "ClaimPosition",
     "ConsumerKeyProgress",
     "CreatedPosition",
+    "DeadError",
+    "DeadErrorReader",
     "LeasePosition",
     "RunBrowser",
     "RunOrder",
@@ -254,6 +256,27 @@ class ConsumerKeyProgress:
     progress: Mapping[str, Any]
     live_run_id: str | None = None
     live_state: RunState | None = None
+
+
+@attrs.frozen
+class DeadError:
+    """What the error groups read of one dead run (issue 36 item 6): its id, job, last error
+    and finish time."""
+
+    run_id: str
+    job_id: str
+    last_error: str | None
+    finished_at: datetime | None
+
+
+@runtime_checkable
+class DeadErrorReader(Protocol):
+    """A browser that reads a job's newest dead runs' errors in one narrow statement
+    (PostgreSQL: DEAD_ERRORS); without it the error groups read the runs pages."""
+
+    async def newest_dead_errors(self, job_id: str, *, limit: int) -> list[DeadError]:
+        """The job's newest ``limit`` dead runs, newest created first (the runs pages' order)."""
+        ...
 
 
 @runtime_checkable

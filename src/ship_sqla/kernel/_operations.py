@@ -51,6 +51,8 @@ from ship_sqla.kernel._browse import (
     MAX_CONSUMER_KEYS,
     MAX_THROUGHPUT_BUCKETS,
     MAX_THROUGHPUT_CAP,
+    DeadError,
+    DeadErrorReader,
     RunBrowser,
     RunQuery,
     position_cursor_values,
@@ -167,6 +169,9 @@ MAX_AUDIT_IDS: Final = 100
 """Run ids an audit entry of a bulk operation lists (the count is always exact)."""
 MAX_PAGE_LIMIT: Final = 500
 """Runs per ``list_dead`` page (R1): a larger ``limit`` is refused, never silently cut."""
+MAX_DEAD_ERRORS: Final = 2001
+"""Dead runs one ``newest_dead_errors`` read answers at most (the error groups' bound, 2,000,
+and one more to say whether older ones were left unread)."""
 MAX_CLEANUP_BATCH: Final = 10_000
 """Runs per cleanup DELETE: one short transaction each."""
 MAX_STATE_GROUPS: Final = 10_000
@@ -877,6 +882,39 @@ class JobOperations:
                     fix="ask in batches of at most 1,000 jobs.",
                 )
         return await self._admin.demand(wanted, cap=cap, max_jobs=MAX_DEMAND_JOBS)
+
+    async def newest_dead_errors(self, job_id: str, *, limit: int = 500) -> list[DeadError]:
+        """The newest ``limit`` (1..:data:`MAX_DEAD_ERRORS`) dead runs of ``job_id``, newest
+        created first (the runs pages' order): each one's id, job, last error and finish time,
+        what the error groups read (issue 36 items 1 and 6). On PostgreSQL one bounded
+        statement of those four columns (DEAD_ERRORS); elsewhere the runs pages."""
+        await self._authorize_read("newest_dead_errors")
+        _require_job_id(job_id, "newest_dead_errors")
+        _require_within(
+            "newest_dead_errors limit",
+            limit,
+            MAX_DEAD_ERRORS,
+            fix=f"ask for at most {MAX_DEAD_ERRORS:,} dead runs.",
+        )
+        browser = self._browser()
+        if isinstance(browser, DeadErrorReader):
+            return await browser.newest_dead_errors(job_id, limit=limit)
+        found: list[DeadError] = []
+        after = None
+        while len(found) < limit:
+            ask = min(MAX_PAGE_LIMIT, limit - len(found))
+            query = RunQuery(state="dead", limit=ask, job_id=job_id, after=after)
+            rows = await browser.list_runs(query, max_jobs=MAX_BROWSE_JOBS)
+            found.extend(
+                DeadError(
+                    r.record.run_id, r.record.job_id, r.record.last_error, r.record.finished_at
+                )
+                for r in rows
+            )
+            if len(rows) < ask:
+                break
+            after = position_of(rows[-1])
+        return found
 
     async def dead_by_job(self, *, cap: int = DEFAULT_DEMAND_CAP) -> list[JobFailures]:
         """Every job with dead runs (at most 1,000, in job id byte order), each with its dead

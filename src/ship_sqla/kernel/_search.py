@@ -11,9 +11,12 @@ state's time range) is read past, at most ``scan`` index entries per page
 cursor goes on from where it stopped. The same walk serves every backend: the in-memory one is
 this module's twin of the PostgreSQL one for the conformance suite.
 
-Acting on what matches (:func:`preview_matching`, :func:`act_matching`) walks the same way, up
-to :data:`MAX_BULK_RUNS` runs in batches of ``batch_size`` (at most 1,000), each batch in one
-transaction when a ``transaction`` runner is given. The preview answers a count and a
+Acting on what matches (:func:`act_matching`) walks the same way, up to :data:`MAX_BULK_RUNS`
+runs in batches of ``batch_size`` (at most 1,000), each batch in one transaction when a
+``transaction`` runner is given. The preview (:func:`preview_matching`) only counts: a browser
+that counts itself (:class:`MatchCounter`, PostgreSQL: ONE statement, each state's index range
+at most :data:`MAX_BULK_SCAN` entries, the filters tested in SQL) does; else the walk counts
+(the in-memory backend). The preview answers a count and a
 confirmation token bound to the action, the filter and that count; the action takes only the
 token, acts on at most the previewed count, and reports progress after each batch.
 """
@@ -25,7 +28,7 @@ import hmac
 import json
 import time
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, cast, runtime_checkable
 
 import attrs
 
@@ -68,6 +71,8 @@ __all__ = [
     "BulkPreview",
     "BulkProgress",
     "BulkTokenError",
+    "MatchCount",
+    "MatchCounter",
     "RunFilter",
     "RunFilterError",
     "SearchPage",
@@ -630,6 +635,42 @@ def check_bulk_total(operation: str, total: int) -> None:
         )
 
 
+@attrs.frozen
+class MatchCount:
+    """A count of the runs that match: ``matched`` (it may pass the cap), index entries
+    ``scanned``, ``stopped``: a read reached its bound with more to read."""
+
+    matched: int
+    scanned: int
+    stopped: bool
+
+
+@runtime_checkable
+class MatchCounter(Protocol):
+    """A browser that counts a filter's matches itself (PostgreSQL: one statement, J16's two
+    tables in it, ``_jobs/_sql/count.py``) rather than by the walk; it answers what the walk
+    would (the conformance suite checks both backends against one another)."""
+
+    async def count_matching(
+        self, flt: RunFilter, states: tuple[RunState, ...], *, scan: int
+    ) -> MatchCount:
+        """The runs in ``states`` matching ``flt``, reading at most ``scan`` index entries of
+        each state (and table)."""
+        ...
+
+
+async def _count(browser: RunBrowser, flt: RunFilter, states: tuple[RunState, ...]) -> MatchCount:
+    """How many runs in ``states`` match: the browser's own count when it has one, else the
+    walk (the in-memory backend: its runs are in this process), up to one more than
+    :data:`MAX_BULK_RUNS`."""
+    if isinstance(browser, MatchCounter):
+        return await browser.count_matching(flt, states, scan=MAX_BULK_SCAN)
+    walk = await _walk(
+        browser, flt, states, (0, None), want=MAX_BULK_RUNS + 1, bound=MAX_BULK_SCAN, keep=False
+    )
+    return MatchCount(walk.matched, walk.scanned, walk.end is not None)
+
+
 async def preview_matching(
     browser: RunBrowser,
     action: BulkAction,
@@ -638,16 +679,15 @@ async def preview_matching(
     secret: bytes,
     now: float | None = None,
 ) -> BulkPreview:
-    """Count the runs ``action`` would take (see :class:`BulkPreview`)."""
+    """Count the runs ``action`` would take (see :class:`BulkPreview`): one bounded count, not
+    the action's walk (a preview reads no row it does not count)."""
     states = flt.states(BULK_STATES[action])
-    walk = await _walk(
-        browser, flt, states, (0, None), want=MAX_BULK_RUNS + 1, bound=MAX_BULK_SCAN, keep=False
-    )
-    count = min(walk.matched, MAX_BULK_RUNS)
+    seen = await _count(browser, flt, states)
+    count = min(seen.matched, MAX_BULK_RUNS)
     token = bulk_token(secret, action, flt, count, time.time() if now is None else now)
-    capped = walk.matched > MAX_BULK_RUNS
-    stopped = walk.end is not None and not capped
-    return BulkPreview(action, count, capped, walk.scanned, stopped, token)
+    capped = seen.matched > MAX_BULK_RUNS
+    stopped = seen.stopped and not capped
+    return BulkPreview(action, count, capped, seen.scanned, stopped, token)
 
 
 @attrs.define

@@ -28,6 +28,7 @@ __all__ = [  # noqa: RUF022
     "CHILDREN_EITHER",
     "CLAIM_STATE_EITHER",
     "CONSUMER_PROGRESS_EITHER",
+    "DEAD_ERRORS_EITHER",
     "DISCARD_DEAD_IN_HISTORY",
     "DISCARD_WAITING_MOVING",
     "ENQUEUE_MANY_EITHER",
@@ -420,6 +421,26 @@ LIMIT CAST(:limit AS integer)"""
 
 LIST_FINISHED_OF_JOB_EITHER: Final = Template(_finished_of("CAST(:job_id AS text)") + "\n")
 """LIST_FINISHED_OF_JOB over both tables (J16)."""
+
+DEAD_ERRORS_EITHER: Final = Template("""
+SELECT x.* FROM (
+    (SELECT r.id, r.job_id, r.last_error, r.finished_at, r.created_at FROM {runs} r
+     -- <runs>_browse_idx: the runs table's leftovers (an older release's)
+     WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = 'dead'
+       AND r.job_id = CAST(:job_id AS text)
+     ORDER BY r.created_at DESC, r.id DESC
+     LIMIT CAST(:limit AS integer))
+    UNION ALL
+    (SELECT h.id, h.job_id, h.last_error, h.finished_at, h.created_at FROM {history} h
+     -- <history>_browse_idx (job_id, state, created_at, id), each day partition backwards
+     WHERE h.state = 'dead' AND h.job_id = CAST(:job_id AS text)
+     ORDER BY h.created_at DESC, h.id DESC
+     LIMIT CAST(:limit AS integer))
+) x
+ORDER BY x.created_at DESC, x.id DESC
+LIMIT CAST(:limit AS integer)
+""")
+"""DEAD_ERRORS over both tables (J16)."""
 
 LIST_FINISHED_ALL_JOBS_EITHER: Final = Template(
     """
