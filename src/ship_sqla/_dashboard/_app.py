@@ -81,6 +81,7 @@ from ship_sqla._dashboard._live import (
 )
 from ship_sqla._dashboard._page import (
     PAGE_SIZE,
+    Content,
     NotFound,
     PageBody,
     header_links,
@@ -96,7 +97,6 @@ from ship_sqla._dashboard._page import (
     wants_json,
     with_params,
 )
-from ship_sqla._dashboard._page import Content as Content  # noqa: PLC0414 - _bulk_page imports it
 from ship_sqla._dashboard._reads import (
     OVERVIEW_COUNT_CAP,
     THROUGHPUT_BUCKET,
@@ -255,12 +255,6 @@ def _overview_data(
         ],
         "workers": {"alive": alive, "registered": len(workers or ())},
     }
-
-
-# The search and bulk pages (_bulk_page, edited on another branch) still import Content, _NotFound
-# and _with from here; once they import _page, these names and their import-linter line go.
-_NotFound: Final = NotFound
-_with: Final = with_params
 
 
 class _Unset:
@@ -553,7 +547,7 @@ class _Dashboard:
         (a path of this dashboard only); without ``every`` it clears the choice (the
         dashboard's own ``refresh_seconds`` again)."""
         every = request.query_params.get("every", "")
-        back = self._back(request, {"next": [request.query_params.get("next", "")]})
+        back = self.back(request, {"next": [request.query_params.get("next", "")]})
         if not every:
             cleared = RedirectResponse(back, 303)
             cleared.delete_cookie(REFRESH_COOKIE, path=self.base(request) or "/")
@@ -632,14 +626,14 @@ class _Dashboard:
                 ),
                 403,
             )
-        back = self._back(request, fields)
+        back = self.back(request, fields)
         ops = self.ops(request)
         try:
             done = await action(ops, fields)
         except PermissionDeniedError as exc:
             return HTMLResponse(render("refused.html", message=str(exc)), 403)
         except NotFound as exc:
-            return await self._refused(request, ops, back, exc.html(), 404)
+            return await self.refused(request, ops, back, exc.html(), 404)
         except INPUT_ERRORS as exc:  # refused before any statement: nothing changed
             problem = render(
                 "notice.html",
@@ -647,12 +641,12 @@ class _Dashboard:
                 kind="error",
                 id="problem",
             )
-            return await self._refused(request, ops, back, problem, 400)
+            return await self.refused(request, ops, back, problem, 400)
         except ShipError as exc:  # e.g. a run no longer in a state the action takes
             return RedirectResponse(with_params(back, failed=str(exc)), 303)
         return RedirectResponse(with_params(back, done=done), 303)
 
-    async def _refused(
+    async def refused(
         self, request: Request, ops: JobOperations, back: str, content: Html, status: int
     ) -> Response:
         """An action's 400 or 404: what was wrong and its fix, and the way back to the page the
@@ -669,7 +663,9 @@ class _Dashboard:
         )
         return self._respond(request, HTMLResponse(html, status))
 
-    def _back(self, request: Request, fields: Mapping[str, list[str]]) -> str:
+    def back(self, request: Request, fields: Mapping[str, list[str]]) -> str:
+        """The page an action goes back to: the form's ``next`` when it is a path of this
+        dashboard, else the overview."""
         base = self.base(request)
         wanted = (fields.get("next") or [""])[0]
         # Only a path of this dashboard: never an open redirect.
@@ -829,7 +825,7 @@ class _Dashboard:
         ]
         return render("pages/limit_waits.html", rows=marked(rows))
 
-    def _run_table(
+    def run_table(
         self,
         base: str,
         runs: Iterable[RunRecord],
@@ -902,7 +898,7 @@ class _Dashboard:
             }
             order, when, time_of = _RUN_ORDERS[run_order(state)]
             actions = _RUN_ACTIONS.get(state, ()) if can_manage else ()
-            listing = self._run_table(
+            listing = self.run_table(
                 base,
                 page.items,
                 selectable=bool(actions),
@@ -950,7 +946,7 @@ class _Dashboard:
         async def body(ops: JobOperations, can_manage: bool, f: Filters) -> Html | Content:
             job, tenant = f.job, f.tenant
             page = await ops.list_dead(job_id=job, tenant=tenant, limit=PAGE_SIZE, cursor=f.cursor)
-            listing = self._run_table(
+            listing = self.run_table(
                 base, page.items, selectable=can_manage, when="Finished", empty="No dead runs."
             )
             filters = {"job": job, "tenant": tenant}
@@ -1680,10 +1676,6 @@ def _check_authorizer(authorizer: object) -> None:
 def _routes(state: _Dashboard) -> list[BaseRoute]:
     """The dashboard's routes: each page (GET) and each action (POST, declared in
     :data:`~ship_sqla.kernel._actions.OPERATOR_ACTIONS`)."""
-    # The search and bulk pages still import this module (_bulk_page: until it imports
-    # _page and defines routes(dashboard), like every other page module): imported here.
-    from ship_sqla._dashboard._bulk_page import BulkPages  # noqa: PLC0415 - it imports this module
-
     modules = page_modules()
     state.nav = header_links(_NAV, modules)
     return [
@@ -1718,7 +1710,6 @@ def _routes(state: _Dashboard) -> list[BaseRoute]:
         Route("/upkeep/{verb}", state.upkeep_action, methods=["POST"]),
         Route("/jobs/{job_id}/{verb}", state.job_action, methods=["POST"]),
         Route("/live/overview", LiveOverview.of(state).stream, methods=["GET"]),
-        *BulkPages(state).routes(),
         *page_routes(state, modules),
     ]
 

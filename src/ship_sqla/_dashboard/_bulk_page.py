@@ -42,9 +42,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ship_sqla._dashboard._app import Content, _NotFound, _with
 from ship_sqla._dashboard._filters import INPUT_ERRORS
 from ship_sqla._dashboard._html import href, render
+from ship_sqla._dashboard._page import Content, NotFound, with_params
 from ship_sqla._dashboard._search import PAGE_SIZES, SearchForm, read_search, search_query
 from ship_sqla._jobs._backend import PostgresJobBackend
 from ship_sqla._uow import create_unit_of_work
@@ -63,12 +63,12 @@ if TYPE_CHECKING:
 
     from starlette.requests import Request
 
-    from ship_sqla._dashboard._app import _Dashboard
     from ship_sqla._dashboard._filters import Filters
     from ship_sqla._dashboard._html import Html
+    from ship_sqla._dashboard._page import Dashboard
     from ship_sqla.kernel._operations import BatchTransaction, BulkResult, JobOperations
 
-__all__ = ["KEPT_TASKS", "BulkPages", "BulkTask"]
+__all__ = ["KEPT_TASKS", "BulkPages", "BulkTask", "routes"]
 
 KEPT_TASKS: Final = 50
 """Ended bulk tasks whose result page stays available, per process (the oldest go first)."""
@@ -127,7 +127,7 @@ class BulkPages:
     batch_size: int = MAX_BULK_BATCH
     """Runs per transaction (issue 36: 1,000)."""
 
-    def __init__(self, state: _Dashboard) -> None:
+    def __init__(self, state: Dashboard) -> None:
         self.state = state
         self.tasks: dict[str, BulkTask] = {}
         self._running: set[asyncio.Task[None]] = set()
@@ -169,7 +169,7 @@ class BulkPages:
                 page = await ops.search_runs(
                     flt, limit=form.limit, cursor=form.cursor, scan=SEARCH_PAGE_SCAN
                 )
-            table = self.state._run_table(  # noqa: SLF001 - the runs pages' table
+            table = self.state.run_table(
                 base,
                 () if page is None else page.items,
                 selectable=False,
@@ -253,7 +253,7 @@ class BulkPages:
                 " changed. Fix: reload the page and submit again."
             )
             return HTMLResponse(render("refused.html", message=message), 403)
-        back = self.state._back(request, fields)  # noqa: SLF001 - the actions' way back
+        back = self.state.back(request, fields)
         ops = self.state.ops(request)
         try:
             _check_verb(verb)
@@ -264,8 +264,8 @@ class BulkPages:
             task = await self._start(ops, verb, cast("RunFilter", form.run_filter), token)
         except PermissionDeniedError as exc:
             return HTMLResponse(render("refused.html", message=str(exc)), 403)
-        except _NotFound as exc:
-            return await self.state._refused(request, ops, back, exc.html(), 404)  # noqa: SLF001
+        except NotFound as exc:
+            return await self.state.refused(request, ops, back, exc.html(), 404)
         except INPUT_ERRORS as exc:  # refused before any statement: nothing changed
             problem = render(
                 "notice.html",
@@ -273,9 +273,9 @@ class BulkPages:
                 kind="error",
                 id="problem",
             )
-            return await self.state._refused(request, ops, back, problem, 400)  # noqa: SLF001
+            return await self.state.refused(request, ops, back, problem, 400)
         except ShipError as exc:  # a token too old, a refused operation: said on the page
-            return RedirectResponse(_with(back, failed=str(exc)), 303)
+            return RedirectResponse(with_params(back, failed=str(exc)), 303)
         # the task's page says what it did (or how far it is): no flash message beside it
         return RedirectResponse(f"{self.state.base(request)}/bulk/tasks/{task.task_id}", 303)
 
@@ -343,7 +343,7 @@ class BulkPages:
         async def body(_ops: JobOperations, _can_manage: bool, _f: Filters) -> Content:
             task = self.tasks.get(task_id)
             if task is None:
-                raise _NotFound(
+                raise NotFound(
                     f"No bulk action {task_id[:40]!r} on this dashboard process.",
                     fix="it ran on another replica or before a restart: its outcome is in the"
                     " audit log.",
@@ -376,6 +376,12 @@ class BulkPages:
         if response.status_code == 200 and task is not None and not task.ended:  # noqa: PLR2004
             response.headers["Refresh"] = str(PROGRESS_REFRESH)
         return response
+
+
+def routes(dashboard: Dashboard) -> list[BaseRoute]:
+    """The search page and the bulk-by-filter pages of ``dashboard`` (module doc); their
+    header link is the application's (Search, after Runs)."""
+    return BulkPages(dashboard).routes()
 
 
 def _filter_fields(fields: Mapping[str, list[str]]) -> list[tuple[str, str]]:
@@ -413,7 +419,7 @@ def _search_fields(request: Request) -> SearchForm:
 
 def _check_verb(verb: str) -> None:
     if verb not in _VERBS:
-        raise _NotFound(
+        raise NotFound(
             f"There is no bulk action {verb[:40]!r}.",
             fix="use retry, cancel or discard from the search page.",
         )

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
     from ship_sqla._dashboard._filters import Filters, Parameter
     from ship_sqla._dashboard._html import Html
-    from ship_sqla.kernel._operations import JobOperations
+    from ship_sqla.kernel._jobs import JobDefinition
+    from ship_sqla.kernel._operations import AdministeredBackend, JobOperations
     from ship_sqla.kernel._ports import RunRecord
 
 __all__ = [
@@ -95,6 +96,20 @@ class Dashboard(Protocol):
         """The form token of ``request``'s session (a manager's forms carry it)."""
         ...
 
+    @property
+    def definitions(self) -> Mapping[str, JobDefinition[Any]]:
+        """The job definitions the dashboard was given, by job id."""
+        ...
+
+    @property
+    def backend(self) -> AdministeredBackend | None:
+        """The backend the dashboard administers (None when it was given operations only)."""
+        ...
+
+    def ops(self, request: Request) -> JobOperations:
+        """The job operations of ``request``'s user (its permissions, its audit actor)."""
+        ...
+
     async def page(
         self,
         request: Request,
@@ -109,6 +124,33 @@ class Dashboard(Protocol):
     ) -> Response:
         """The page ``current``: ``reads`` checked, then ``body``, in the layout; or its JSON
         twin; refusals as 400, 403, 404."""
+        ...
+
+    def run_table(
+        self,
+        base: str,
+        runs: Iterable[RunRecord],
+        *,
+        selectable: bool,
+        when: str,
+        empty: str,
+        time_of: Callable[[RunRecord], datetime | None] | None = None,
+    ) -> Html:
+        """The runs pages' table (one row per run, ``when`` heading the time column)."""
+        ...
+
+    async def form(self, request: Request) -> dict[str, list[str]] | None:
+        """A POST's fields, or None when its CSRF token is not its session's."""
+        ...
+
+    def back(self, request: Request, fields: Mapping[str, list[str]]) -> str:
+        """The page an action goes back to (the form's ``next``, a path of this dashboard)."""
+        ...
+
+    async def refused(
+        self, request: Request, ops: JobOperations, back: str, content: Html, status: int
+    ) -> Response:
+        """An action's 400 or 404 page: ``content`` and the way ``back``."""
         ...
 
 
