@@ -341,6 +341,39 @@ async def test_j1_an_enqueue_that_wins_the_dedupe_race_sends_the_batch_one_by_on
     assert await _states(ship_engine) == {("runs", "waiting"): 2, ("history", "dead"): 1}
 
 
+async def test_j1_a_single_retry_that_loses_the_dedupe_race_leaves_the_callers_unit_of_work_usable(
+    ship_engine: AsyncEngine, backend: Any
+) -> None:
+    """J1, J8, U1: a unit of work enqueues a run with a dead run's dedupe key and holds its
+    transaction while another unit of work retries that dead run: the retry waits on the unique
+    index, and when the enqueue commits it trips it (23505). The retry answers None (the run
+    stays dead) and only its own statement rolls back (a savepoint): the same unit of work
+    enqueues another run and commits it."""
+    await _enqueue(backend, 1, dedupe="k")
+    [run] = await backend.claim(claim_request(BULK, worker="w"))
+    assert await backend.settle([failed(run, "boom", retry_at=None)]) == ["dead"]
+
+    async def enqueue_the_key(scope: Any) -> Any:
+        return await backend.enqueue(BULK, {"n": "again"}, dedupe_key="k", scope=scope)
+
+    async def retry_then_enqueue() -> Any:
+        async def work(scope: Any) -> Any:
+            retried = await backend.admin.retry_dead(run.run_id)
+            after = await backend.enqueue(BULK, {"n": "after"}, scope=scope)
+            return retried, after
+
+        return await create_unit_of_work(ship_engine, repositories=lambda scope: scope).run(work)
+
+    uow = create_unit_of_work(ship_engine, repositories=lambda scope: scope)
+    enqueued, (retried, after) = await hold_then_commit(
+        ship_engine, uow, enqueue_the_key, retry_then_enqueue
+    )
+    assert enqueued.run_id is not None
+    assert retried is None
+    assert after.run_id is not None
+    assert await _states(ship_engine) == {("runs", "waiting"): 2, ("history", "dead"): 1}
+
+
 async def test_k2_a_batch_cancel_requests_running_runs_and_tells_their_holder(
     ship_engine: AsyncEngine, backend: Any
 ) -> None:

@@ -260,19 +260,14 @@ class PostgresRunAdmin:
         params = {"id": run_id, "now": self._now()}
         # J16: a dead run in history moves back; else one the runs table still holds (an older
         # release's) waits again in place.
+        # A 23505 rolls back only its own statement (its transaction, or a savepoint in the
+        # caller's unit of work, which goes on: _batch_rows).
         statements = (live_sql.RETRY_DEAD_BACK, RETRY_DEAD) if self._history else (RETRY_DEAD,)
-        try:
-            rows: Sequence[Any] = []
-            for statement in statements:
-                rows = await self._connections.rows(
-                    "retry", self._s[statement], params, scope=None, by_name=True
-                )
-                if rows:
-                    break
-        except IntegrityError as exc:
-            if sqlstate_of(exc) != "23505":
-                raise
-            return None
+        rows: Sequence[Any] | None = []
+        for statement in statements:
+            rows = await self._batch_rows("retry", statement, params)
+            if rows is None or rows:
+                break
         if not rows:
             return None
         await self._connections.after_commit(None, self._wake)
