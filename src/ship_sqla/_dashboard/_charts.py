@@ -183,15 +183,18 @@ async def overview_history(
 ) -> tuple[StatsSeries, int]:
     """Every listed job's history summed over :data:`OVERVIEW_HISTORY_RANGE` (the first
     :data:`OVERVIEW_HISTORY_JOBS` jobs), and how many jobs were summed: one statement over the
-    stats table's primary key (``read_stats_of_jobs``; a store without it: a read per job).
+    stats table's primary key that sums the jobs' minutes per 5-minute bucket
+    (``read_stats_buckets``: 72 rows, not a row per job and minute; a store without it: a
+    read per job).
     The backlog figures are not summed (a job's own page shows its backlog)."""
     now = now if now is not None else datetime.now(UTC)
-    start, end, _ = range_buckets(OVERVIEW_HISTORY_RANGE, now)
+    start, end, step = range_buckets(OVERVIEW_HISTORY_RANGE, now)
     summed = list(job_ids)[:OVERVIEW_HISTORY_JOBS]
     rows: list[StatsRow] = []
-    read_jobs = getattr(stats, "read_stats_of_jobs", None)
-    if read_jobs is not None:  # the PostgreSQL store: one statement for every job
-        rows = await read_jobs(summed, start, end)
+    read_buckets = getattr(stats, "read_stats_buckets", None)
+    if read_buckets is not None:  # PostgreSQL: one statement summing every job per bucket
+        found = await read_buckets(summed, start, end, step)
+        rows = [attrs.evolve(row, waiting=None, oldest_due_age=None) for row in found]
     else:
         for job_id in summed:
             found = await stats.read_stats(job_id, start, end)

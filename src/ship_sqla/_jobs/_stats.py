@@ -10,6 +10,7 @@ docs/dashboard.md ("History").
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from sqlalchemy import (
@@ -29,6 +30,7 @@ from ship_sqla._jobs._sql.stats import (
     ADD_STATS,
     PRUNE_STATS,
     READ_STATS,
+    READ_STATS_BUCKETS,
     READ_STATS_OF_JOBS,
     RECORD_BACKLOG,
 )
@@ -46,7 +48,7 @@ from ship_sqla.kernel._stats import (
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from datetime import datetime, timedelta
+    from datetime import datetime
 
     from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -58,6 +60,7 @@ __all__ = ["DEFAULT_STATS_TABLE", "PostgresJobStats", "create_job_stats", "ship_
 DEFAULT_STATS_TABLE: Final = "ship_job_stats"
 
 _TSTZ = TIMESTAMP(timezone=True)
+_MINUTE: Final = timedelta(minutes=1)
 
 
 def ship_job_stats_table(
@@ -126,6 +129,7 @@ class PostgresJobStats:
         self._prune = text(PRUNE_STATS.replace("{stats}", name))
         self._read = text(READ_STATS.replace("{stats}", name))
         self._read_jobs = text(READ_STATS_OF_JOBS.replace("{stats}", name))
+        self._read_buckets = text(READ_STATS_BUCKETS.replace("{stats}", name))
 
     def __repr__(self) -> str:
         return f"PostgresJobStats({self.table.fullname!r})"
@@ -209,6 +213,45 @@ class PostgresJobStats:
             for (job_id, minute, done, retried, dead, cancelled, runs, waits) in rows
         ]
 
+    async def read_stats_buckets(
+        self,
+        job_ids: Sequence[str],
+        start: datetime,
+        end: datetime,
+        step: timedelta,
+        *,
+        job_id: str = "*",
+    ) -> list[StatsRow]:
+        """The minutes in [start, end) of every job of ``job_ids`` summed per bucket of
+        ``step`` from ``start`` (``READ_STATS_BUCKETS``): one row per bucket with a minute in
+        it, its ``minute`` the bucket's start, named ``job_id``; its backlog is the bucket's
+        last sample (meaningful for one job). :func:`series_from_rows` over these rows gives
+        the series of the minute rows (the same sums, so the same counts and percentiles), and
+        a chart of 7 days reads 84 rows, not 10,080 (issue 36)."""
+        params = {
+            "job_ids": list(job_ids),
+            "start": start,
+            "end": end,
+            "step": step.total_seconds(),
+        }
+        async with self.engine.connect() as connection:
+            rows = (await connection.execute(self._read_buckets, params)).all()
+        return [
+            StatsRow(
+                job_id,
+                start + b * step,
+                completed,
+                retried,
+                dead,
+                cancelled,
+                tuple(runs),
+                tuple(waits),
+                waiting,
+                age,
+            )
+            for (b, completed, retried, dead, cancelled, runs, waits, waiting, age) in rows
+        ]
+
     async def series(
         self, job_id: str, window: str = "1h", *, now: datetime | None = None
     ) -> StatsSeries:
@@ -216,8 +259,11 @@ class PostgresJobStats:
         clock-aligned buckets ending with the one ``now`` (default: the clock's) is in; one
         bounded read of the primary key. An unknown range raises ``UsageError``."""
         now = now if now is not None else self._clock.now()
-        start, end, _step = range_buckets(window, now)
-        rows = await self.read_stats(job_id, start, end)
+        start, end, step = range_buckets(window, now)
+        if step > _MINUTE:  # sum the bucket's minutes in the statement
+            rows = await self.read_stats_buckets([job_id], start, end, step, job_id=job_id)
+        else:
+            rows = await self.read_stats(job_id, start, end)
         return series_from_rows(job_id, window, now, rows, loss_bound=self.flush_interval)
 
 
