@@ -5,11 +5,13 @@ index-served reads); a series over a week of stored minutes has exact totals."""
 
 from __future__ import annotations
 
+import random
 import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import anyio
+import attrs
 import pytest
 from sqlalchemy import MetaData, text
 
@@ -22,6 +24,7 @@ from ship_sqla import (
 )
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
 from ship_sqla._jobs._sql.stats import READ_STATS
+from ship_sqla.kernel._stats import HISTOGRAM_BUCKETS, range_buckets, series_from_rows
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -132,3 +135,68 @@ async def test_a_week_of_minutes_reads_by_primary_key_with_exact_totals(
     text_plan = "\n".join(str(r[0]) for r in plan)
     assert "ship_job_stats_pkey" in text_plan, text_plan
     assert "Seq Scan" not in text_plan, text_plan
+
+
+async def _random_minutes(engine: AsyncEngine, jobs: tuple[str, ...], end: datetime) -> None:
+    """Two days of minute rows per job, with holes: histograms of random lengths (empty, short,
+    up to every bucket) and backlog samples on some minutes only."""
+    rng = random.Random(36)
+    rows = []
+    for job in jobs:
+        for g in range(2 * 24 * 60):
+            if rng.random() < 0.2:
+                continue  # a minute nobody finished in
+            sampled = rng.random() < 0.4
+
+            def hist() -> list[int]:
+                n = rng.choice((0, 0, 3, 9, 40, HISTOGRAM_BUCKETS))
+                return [rng.randrange(0, 5) for _ in range(n)]
+
+            rows.append(
+                {
+                    "job": job,
+                    "minute": end - timedelta(minutes=g + 1),
+                    "c": rng.randrange(0, 1000),
+                    "r": rng.randrange(0, 5),
+                    "d": rng.randrange(0, 3),
+                    "x": rng.randrange(0, 2),
+                    "rh": hist(),
+                    "wh": hist(),
+                    "w": rng.randrange(0, 10**6) if sampled else None,
+                    "a": rng.random() * 100 if sampled and rng.random() < 0.8 else None,
+                }
+            )
+    async with engine.begin() as connection:
+        await connection.execute(
+            text(
+                "INSERT INTO ship_job_stats (job_id, minute, completed, retried, dead, cancelled,"
+                " run_hist, wait_hist, waiting, oldest_due_age) VALUES (:job, :minute, :c, :r,"
+                " :d, :x, :rh, :wh, :w, :a)"
+            ),
+            rows,
+        )
+
+
+async def test_a_chart_read_per_bucket_gives_the_minutes_series(engine: AsyncEngine) -> None:
+    """S2 (issue 36): a range's buckets summed in the statement (``read_stats_buckets``: one
+    row per bucket, 84 for 7 days) give the series the job's minute rows give (every bucket's
+    counts, percentiles and last backlog sample, and the range's totals), for one job (the job
+    page, ``series``) and summed over several (the overview, without the backlog)."""
+    now = datetime(2030, 1, 8, 12, 7, 30, tzinfo=UTC)
+    await _random_minutes(engine, ("a", "b", "c"), datetime(2030, 1, 8, 12, 8, tzinfo=UTC))
+    stats = create_job_stats(engine, stats_table)
+    for window in ("6h", "24h", "7d"):
+        start, end, step = range_buckets(window, now)
+        minutes = await stats.read_stats("b", start, end)
+        expected = series_from_rows("b", window, now, minutes)
+        assert await stats.series("b", window, now=now) == expected
+        buckets = await stats.read_stats_buckets(["b"], start, end, step, job_id="b")
+        assert len(buckets) <= (end - start) // step
+        assert len(minutes) > 3 * len(buckets)
+        several = [*await stats.read_stats("a", start, end), *minutes]
+        unsampled = [attrs.evolve(r, waiting=None, oldest_due_age=None) for r in several]
+        summed = await stats.read_stats_buckets(["a", "b"], start, end, step)
+        got = [attrs.evolve(r, waiting=None, oldest_due_age=None) for r in summed]
+        assert series_from_rows("*", window, now, got) == series_from_rows(
+            "*", window, now, unsampled
+        )
