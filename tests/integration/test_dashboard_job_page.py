@@ -30,7 +30,7 @@ from ship_sqla import (
     create_job_stats,
     ship_job_stats_table,
 )
-from ship_sqla._jobs._sql.stats import READ_STATS_OF_JOBS
+from ship_sqla._jobs._sql.stats import READ_STATS_BUCKETS
 from ship_sqla.kernel import failed
 from ship_sqla.kernel._error_groups import ERROR_GROUP_SCAN
 from ship_sqla.kernel._stats import StatsRow, minute_of
@@ -236,9 +236,9 @@ async def test_s1_s2_error_groups_and_retry_all_dead_in_a_group_confirmed_and_au
 
 
 async def test_s2_overview_history_is_one_primary_key_read_of_the_jobs_listed(setup) -> None:
-    """S2: the overview's history is one statement (``READ_STATS_OF_JOBS``) over a week of
+    """S2: the overview's history is one statement (``READ_STATS_BUCKETS``) over a week of
     minutes of three jobs: a range of ``<stats>_pkey`` per job asked, never a sequential scan;
-    it sums only the jobs and minutes asked."""
+    it sums only the jobs and minutes asked, per 5-minute bucket (72 rows, not 720 minutes)."""
     engine = setup["engine"]
     async with engine.begin() as connection:
         await connection.execute(
@@ -250,17 +250,21 @@ async def test_s2_overview_history_is_one_primary_key_read_of_the_jobs_listed(se
         )
         await connection.execute(text("ANALYZE ship_job_stats"))
     start = datetime(2030, 1, 7, 18, tzinfo=UTC)
-    found = await setup["stats"].read_stats_of_jobs(["b", "c"], start, start + timedelta(hours=6))
-    assert len(found) == 2 * 6 * 60
-    assert {row.job_id for row in found} == {"b", "c"}
+    found = await setup["stats"].read_stats_buckets(
+        ["b", "c"], start, start + timedelta(hours=6), timedelta(minutes=5)
+    )
+    assert len(found) == 72
+    assert {row.completed for row in found} == {2 * 5}
+    assert found[0].minute == start
     async with engine.connect() as connection:
         plan = await connection.execute(
             text(
                 "EXPLAIN (FORMAT TEXT) "
-                + READ_STATS_OF_JOBS.replace("{stats}", "ship_job_stats")
+                + READ_STATS_BUCKETS.replace("{stats}", "ship_job_stats")
                 .replace("CAST(:job_ids AS text[])", "ARRAY['b', 'c']")
                 .replace(":start", "timestamptz '2030-01-07 18:00+00'")
                 .replace(":end", "timestamptz '2030-01-08 00:00+00'")
+                .replace(":step", "300")
             )
         )
         text_plan = "\n".join(str(row[0]) for row in plan)

@@ -31,7 +31,6 @@ from ship_sqla._jobs._sql.stats import (
     PRUNE_STATS,
     READ_STATS,
     READ_STATS_BUCKETS,
-    READ_STATS_OF_JOBS,
     RECORD_BACKLOG,
 )
 from ship_sqla._naming import derived_names, quoted_table
@@ -128,7 +127,6 @@ class PostgresJobStats:
         self._backlog = text(RECORD_BACKLOG.replace("{stats}", name))
         self._prune = text(PRUNE_STATS.replace("{stats}", name))
         self._read = text(READ_STATS.replace("{stats}", name))
-        self._read_jobs = text(READ_STATS_OF_JOBS.replace("{stats}", name))
         self._read_buckets = text(READ_STATS_BUCKETS.replace("{stats}", name))
 
     def __repr__(self) -> str:
@@ -198,19 +196,6 @@ class PostgresJobStats:
                 waiting,
                 oldest_due_age,
             ) in rows
-        ]
-
-    async def read_stats_of_jobs(
-        self, job_ids: Sequence[str], start: datetime, end: datetime
-    ) -> list[StatsRow]:
-        """The minutes in [start, end) of every job of ``job_ids``, without the backlog: one
-        statement, a range of the primary key per job (the dashboard overview's chart)."""
-        params = {"job_ids": list(job_ids), "start": start, "end": end}
-        async with self.engine.connect() as connection:
-            rows = (await connection.execute(self._read_jobs, params)).all()
-        return [
-            StatsRow(job_id, minute, done, retried, dead, cancelled, tuple(runs), tuple(waits))
-            for (job_id, minute, done, retried, dead, cancelled, runs, waits) in rows
         ]
 
     async def read_stats_buckets(

@@ -16,7 +16,6 @@ __all__ = [
     "PRUNE_STATS",
     "READ_STATS",
     "READ_STATS_BUCKETS",
-    "READ_STATS_OF_JOBS",
     "RECORD_BACKLOG",
 ]
 
@@ -69,16 +68,6 @@ SELECT minute, completed, retried, dead, cancelled, run_hist, wait_hist, waiting
  ORDER BY minute
 """
 """A job's minutes in [start, end): a range of the primary key (at most 10,080 rows a week)."""
-
-READ_STATS_OF_JOBS: Final = """
-SELECT job_id, minute, completed, retried, dead, cancelled, run_hist, wait_hist
-  FROM {stats}
- -- <stats>_pkey (job_id, minute): one range per job asked (the overview's jobs, at most
- -- 100), so at most 100 x the range's minutes rows.
- WHERE job_id = ANY(CAST(:job_ids AS text[])) AND minute >= :start AND minute < :end
- ORDER BY job_id, minute
-"""
-"""Several jobs' minutes in [start, end), without the backlog (the overview's chart, issue 36)."""
 
 READ_STATS_BUCKETS: Final = """
 SELECT t.b, CAST(sum(t.completed) AS bigint), CAST(sum(t.retried) AS bigint),
