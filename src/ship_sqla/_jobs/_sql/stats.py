@@ -70,44 +70,43 @@ SELECT minute, completed, retried, dead, cancelled, run_hist, wait_hist, waiting
 """A job's minutes in [start, end): a range of the primary key (at most 10,080 rows a week)."""
 
 READ_STATS_BUCKETS: Final = """
-SELECT t.b, CAST(sum(t.completed) AS bigint), CAST(sum(t.retried) AS bigint),
-       CAST(sum(t.dead) AS bigint), CAST(sum(t.cancelled) AS bigint),
-       coalesce(array_agg(t.x ORDER BY t.k) FILTER (WHERE t.k IS NOT NULL),
-                CAST('{}' AS bigint[])),
-       coalesce(array_agg(t.y ORDER BY t.k) FILTER (WHERE t.k IS NOT NULL),
-                CAST('{}' AS bigint[])),
-       CAST((max(t.sample))[2] AS bigint), CAST((max(t.sample))[3] AS float8)
-  FROM (
-    -- one row per (bucket, histogram index): the index's sums, and on the first index (or
-    -- the only row, of a bucket whose minutes have empty histograms) the counters and the
-    -- bucket's last backlog sample
-    SELECT m.b, u.k,
-           sum(m.completed) FILTER (WHERE u.k IS NULL OR u.k = 1) AS completed,
-           sum(m.retried) FILTER (WHERE u.k IS NULL OR u.k = 1) AS retried,
-           sum(m.dead) FILTER (WHERE u.k IS NULL OR u.k = 1) AS dead,
-           sum(m.cancelled) FILTER (WHERE u.k IS NULL OR u.k = 1) AS cancelled,
-           -- int4 sums (an int8 result, not numeric): a minute's bucket count fits an int
-           coalesce(sum(CAST(u.x AS int)), 0) AS x, coalesce(sum(CAST(u.y AS int)), 0) AS y,
-           -- the newest sampled minute's gauge: [epoch, waiting, age], the largest epoch wins
-           max(ARRAY[extract(epoch FROM m.minute), m.waiting, m.oldest_due_age])
-             FILTER (WHERE m.waiting IS NOT NULL AND (u.k IS NULL OR u.k = 1)) AS sample
-      FROM (SELECT CAST(floor(extract(epoch FROM s.minute - CAST(:start AS timestamptz))
-                              / CAST(:step AS float8)) AS int) AS b,
-                   s.minute, s.completed, s.retried, s.dead, s.cancelled, s.run_hist,
-                   s.wait_hist, s.waiting, s.oldest_due_age
-              FROM {stats} s
-             -- <stats>_pkey (job_id, minute): one range per job asked
-             WHERE s.job_id = ANY(CAST(:job_ids AS text[]))
-               AND s.minute >= :start AND s.minute < :end) AS m
-      LEFT JOIN LATERAL unnest(m.run_hist, m.wait_hist) WITH ORDINALITY AS u(x, y, k) ON true
-     GROUP BY m.b, u.k) AS t
- GROUP BY t.b
- ORDER BY t.b
+WITH m AS MATERIALIZED (
+  -- <stats>_pkey (job_id, minute): one range per job asked; each minute's bucket
+  SELECT CAST(floor(extract(epoch FROM s.minute - CAST(:start AS timestamptz))
+                    / CAST(:step AS float8)) AS int) AS b,
+         s.minute, s.completed, s.retried, s.dead, s.cancelled, s.run_hist, s.wait_hist,
+         s.waiting, s.oldest_due_age
+    FROM {stats} s
+   WHERE s.job_id = ANY(CAST(:job_ids AS text[])) AND s.minute >= :start AND s.minute < :end
+), h AS (
+  -- the histograms summed per (bucket, index), int4 sums (an int8 result, not numeric: a
+  -- minute's count in one bucket fits an int), then each bucket's arrays in index order
+  SELECT t.b, array_agg(t.x ORDER BY t.k) AS run_hist, array_agg(t.y ORDER BY t.k) AS wait_hist
+    FROM (SELECT m.b, u.k, coalesce(sum(CAST(u.x AS int)), 0) AS x,
+                 coalesce(sum(CAST(u.y AS int)), 0) AS y
+            FROM m CROSS JOIN LATERAL unnest(m.run_hist, m.wait_hist) WITH ORDINALITY AS u(x, y, k)
+           GROUP BY m.b, u.k) AS t
+   GROUP BY t.b
+), c AS (
+  -- the counters, and the newest sampled minute's gauge: [epoch, waiting, age], the
+  -- largest epoch wins
+  SELECT m.b, sum(m.completed) AS completed, sum(m.retried) AS retried, sum(m.dead) AS dead,
+         sum(m.cancelled) AS cancelled,
+         max(ARRAY[extract(epoch FROM m.minute), m.waiting, m.oldest_due_age])
+           FILTER (WHERE m.waiting IS NOT NULL) AS sample
+    FROM m GROUP BY m.b
+)
+SELECT c.b, CAST(c.completed AS bigint), CAST(c.retried AS bigint), CAST(c.dead AS bigint),
+       CAST(c.cancelled AS bigint), coalesce(h.run_hist, CAST('{}' AS bigint[])),
+       coalesce(h.wait_hist, CAST('{}' AS bigint[])), CAST(c.sample[2] AS bigint),
+       CAST(c.sample[3] AS float8)
+  FROM c LEFT JOIN h ON h.b = c.b
+ ORDER BY c.b
 """
 """The jobs' minutes in [start, end) summed per bucket of ``:step`` seconds from ``:start``
 (issue 36: a chart reads its buckets, so 7 days are 84 rows, not 10,080): each bucket's
 counters, its two histograms summed element-wise (one ``unnest(run_hist, wait_hist) WITH
-ORDINALITY`` per minute, grouped by bucket and index: the longer histogram sets the length,
+ORDINALITY`` per minute, hashed by bucket and index: the longer histogram sets the length,
 the shorter padded with zeros as ``merge_histograms`` pads), and its last backlog sample (the
 newest minute with one). The sums are the minute rows' own, so a series built from these rows
 has the same counts and percentiles as one built from the minutes."""
