@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from ship_sqla._dashboard._html import render
 from ship_sqla._outbox._stats import outbox_stats_id
@@ -48,25 +48,34 @@ def _label(series: StatsSeries, bucket: StatsBucket) -> str:
 
 
 def bars_chart(series: StatsSeries, title: str) -> Markup:
-    """Stacked bars per bucket, one band per outcome (:data:`OUTCOMES`), with a hover title."""
+    """Stacked bars per bucket, one band per outcome (:data:`OUTCOMES`), with a hover title.
+    The bars are formatted here, one string each, not through the template (the overview's 72
+    bars of 4 bands were 2,000 template expressions a render)."""
     buckets = series.buckets
     n = max(len(buckets), 1)
     peak = max((sum(getattr(b, o) for o, _ in OUTCOMES) for b in buckets), default=0) or 1
     slot = (_WIDTH - 2 * _PAD) / n
     inner = _HEIGHT - 2 * _PAD
+    width = max(slot - 1, 1)
     bars = []
     for i, b in enumerate(buckets):
+        x = _PAD + i * slot
         y = float(_HEIGHT - _PAD)
-        bands = []
+        rects = []
+        counts = []
         for outcome, colour in OUTCOMES:
-            h = inner * getattr(b, outcome) / peak
+            value = getattr(b, outcome)
+            counts.append(f"{value} {outcome}")
+            h = inner * value / peak
             y -= h
-            bands.append({"y": y, "h": h, "fill": colour, "name": outcome})
-        counts = ", ".join(f"{getattr(b, o)} {o}" for o, _ in OUTCOMES)
-        bars.append(
-            {"x": _PAD + i * slot, "bands": bands, "label": f"{_label(series, b)}: {counts}"}
-        )
-    return _svg(series, title, f"peak {peak} per bucket", bars=bars, bar_width=max(slot - 1, 1))
+            if h > 0:
+                rects.append(
+                    f'<rect class="{outcome}" x="{x:.1f}" y="{y:.1f}" width="{width:.1f}"'
+                    f' height="{h:.1f}" fill="{colour}"/>'
+                )
+        label = escape(f"{_label(series, b)}: {', '.join(counts)}")
+        bars.append(f"\n<g><title>{label}</title>{''.join(rects)}</g>")
+    return _svg(series, title, f"peak {peak} per bucket", bars=Markup("".join(bars)))  # noqa: S704
 
 
 def lines_chart(
@@ -109,8 +118,7 @@ def _svg(series: StatsSeries, title: str, peak: str, **parts: Any) -> Markup:  #
             peak=peak,
             first="" if first is None else f"{first:%m-%d %H:%M}",
             last=f"{series.end:%m-%d %H:%M}",
-            bars=parts.get("bars", ()),
-            bar_width=parts.get("bar_width", 1),
+            bars=parts.get("bars", ""),
             lines=parts.get("lines", ()),
         )
     )
