@@ -212,7 +212,7 @@ class PostgresJobStats:
         it, its ``minute`` the bucket's start, named ``job_id``; its backlog is the bucket's
         last sample (meaningful for one job). :func:`series_from_rows` over these rows gives
         the series of the minute rows (the same sums, so the same counts and percentiles), and
-        a chart of 7 days reads 84 rows, not 10,080 (issue 36)."""
+        a chart of 7 days receives 84 rows, not 10,080 (issue 36)."""
         params = {
             "job_ids": list(job_ids),
             "start": start,
