@@ -183,7 +183,8 @@ OVERVIEW_HISTORY_RANGE: Final = "6h"
 """The overview's history chart: the last 6 hours in 5-minute buckets, clock-aligned."""
 OVERVIEW_HISTORY_JOBS: Final = 100
 """Jobs whose history the overview sums (on PostgreSQL one statement, a primary-key range per
-job of at most 360 minutes, summed into 72 bucket rows): past them the chart says it shows the first 100 jobs (by id)."""
+job of at most 360 minutes, summed into 72 bucket rows): past them the chart says it shows
+the first 100 jobs (by id)."""
 
 
 async def overview_history(
