@@ -437,7 +437,10 @@ async def test_j10_metrics_are_on_by_default_through_the_global_provider(
                     gauge = meter.collect().get("ship.job.queue.depth")
                     return gauge is not None and bool(gauge.data.data_points)
 
-            await advance_until(clock, _Sampled(), step=DEPTH_SAMPLE_INTERVAL / 5)
+            # At most two sample intervals: the run due in an hour must stay waiting.
+            await advance_until(
+                clock, _Sampled(), step=DEPTH_SAMPLE_INTERVAL / 5, most=2 * DEPTH_SAMPLE_INTERVAL
+            )
             found = meter.collect()
     runs = {
         p.attributes["ship.job.outcome"]: p.value for p in found["ship.job.runs"].data.data_points
