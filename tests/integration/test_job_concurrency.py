@@ -10,7 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from sqlalchemy import MetaData
+from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import create_job_backend, ship_job_runs_table, ship_job_state_table
@@ -106,6 +106,21 @@ async def noop(ctx: object, payload: object) -> None:
     return None
 
 
+async def _rows_of(engine: AsyncEngine, run_ids: list[str]) -> list[dict[str, object]]:
+    """The stored state of ``run_ids`` (none when empty): what a failure shows."""
+    if not run_ids:
+        return []
+    async with engine.connect() as connection:
+        found = await connection.execute(
+            text(
+                "SELECT id, state, attempt, lapses, consecutive_lapses, lease_token,"
+                " lease_expires_at, finished_at, history FROM ship_job_runs WHERE id = ANY(:ids)"
+            ),
+            {"ids": run_ids},
+        )
+        return [dict(row._mapping) for row in found]
+
+
 @pytest.mark.timeout(180)
 async def test_concurrency_max_holds_across_processes(
     ship_engine: AsyncEngine, ship_engine_url: str, tmp_path: Path
@@ -153,6 +168,10 @@ async def test_concurrency_max_holds_across_processes(
     peaks = [report["peak"] for report in reports]
     assert max(peaks) <= MAX_RUNNING, peaks
     completed = [run_id for report in reports for run_id in report["completed"]]
-    assert sorted(completed) == sorted(r.run_id for r in enqueued)  # each exactly once
+    missing = sorted({r.run_id for r in enqueued} - set(completed))
+    rows = await _rows_of(ship_engine, missing)
+    # Each exactly once; a run no worker completed is shown as stored (failed once in CI:
+    # 239 of 240, the other neither waiting nor running when the workers stopped).
+    assert sorted(completed) == sorted(r.run_id for r in enqueued), (missing, rows, reports)
     assert sum(1 for report in reports if report["completed"]) >= 2  # they did contend
     assert sum(report["refused"] for report in reports) > 0  # leases did lapse
