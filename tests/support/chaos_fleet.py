@@ -17,6 +17,8 @@ import signal
 import subprocess
 from typing import TYPE_CHECKING
 
+from worker_fleet import stop_processes
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
@@ -73,17 +75,8 @@ class ChaosFleet:
         return True
 
     def stop(self) -> None:
-        everyone = self.live + self.starting
-        for process in everyone:
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in everyone:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=10)
-            _close(process)
+        """SIGTERM every worker, ready or starting, and close its pipe (worker_fleet's)."""
+        stop_processes([*self.live, *self.starting])
 
 
 def _close(process: subprocess.Popen[bytes]) -> None:
