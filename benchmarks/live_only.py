@@ -31,7 +31,7 @@ from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from benchmarks._harness import Countdown
-from benchmarks.settle_history import WORKER, _ensure_database, _fresh
+from benchmarks.settle_history import WORKER, _ensure_database, _fresh, _tables
 from ship_sqla import create_job_backend, define_job, ship_job_workers_table, start_job_runtime
 from ship_sqla.jobs import Concurrency, EnqueueRequest
 from ship_sqla.kernel import completed
@@ -184,6 +184,11 @@ async def main() -> None:
     parser.add_argument("--drain", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="keep the filled schema of an earlier run (its history rows) and only drain",
+    )
+    parser.add_argument(
         "--maintain-every",
         type=int,
         default=0,
@@ -193,13 +198,18 @@ async def main() -> None:
     engine = create_async_engine(await _ensure_database(args.url), pool_size=10, max_overflow=10)
     async with engine.begin() as connection:
         await connection.execute(text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
-    full = await _fresh(engine, FULL, history=True)
-    seconds, passes = await _fill(engine, full, args.runs, args.maintain_every)
-    first = await _runs_table(engine, FULL)
-    print(
-        json.dumps({"after_runs": args.runs, "fill_seconds": seconds, **first, **passes}),
-        flush=True,
-    )
+    if args.reuse:
+        full = _tables(FULL, history=True)[1]
+        first = await _runs_table(engine, FULL)
+        print(json.dumps({"reused": FULL, **first}), flush=True)
+    else:
+        full = await _fresh(engine, FULL, history=True)
+        seconds, passes = await _fill(engine, full, args.runs, args.maintain_every)
+        first = await _runs_table(engine, FULL)
+        print(
+            json.dumps({"after_runs": args.runs, "fill_seconds": seconds, **first, **passes}),
+            flush=True,
+        )
     sides: dict[str, list[dict[str, float]]] = {"empty": [], "history": []}
     for _ in range(args.rounds):
         empty = await _fresh(engine, EMPTY, history=True)
