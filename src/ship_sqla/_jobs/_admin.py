@@ -736,15 +736,17 @@ class PostgresRunAdmin:
         return [DeadError(row.id, row.job_id, row.last_error, row.finished_at) for row in rows]
 
     async def count_matching(
-        self, flt: RunFilter, states: tuple[RunState, ...], *, scan: int
+        self, flt: RunFilter, states: tuple[RunState, ...], *, scan: int, max_jobs: int
     ) -> MatchCount:
         """COUNT_MATCHING_*: a bulk preview's count in one bounded statement (its module doc:
-        each (state, table) branch reads at most ``scan`` index entries)."""
+        at most ``scan`` index entries in all; across jobs, the first ``max_jobs`` of each
+        state, as the runs pages across jobs read them)."""
         params: dict[str, Any] = {
             "waiting": "waiting" in states,
             "running": "running" in states,
             "dead": "dead" in states,
             "scan": scan,
+            "max_jobs": max_jobs,
             "run_id": flt.run_id,
             "tenant": flt.tenant,
             "worker": flt.worker,
