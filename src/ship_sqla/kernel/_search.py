@@ -14,9 +14,11 @@ this module's twin of the PostgreSQL one for the conformance suite.
 Acting on what matches (:func:`act_matching`) walks the same way, up to :data:`MAX_BULK_RUNS`
 runs in batches of ``batch_size`` (at most 1,000), each batch in one transaction when a
 ``transaction`` runner is given. The preview (:func:`preview_matching`) only counts: a browser
-that counts itself (:class:`MatchCounter`, PostgreSQL: ONE statement, each state's index range
-at most :data:`MAX_BULK_SCAN` entries, the filters tested in SQL) does; else the walk counts
-(the in-memory backend). The preview answers a count and a
+that counts itself (:class:`MatchCounter`, PostgreSQL: ONE statement over the states' index
+ranges, :data:`MAX_BULK_SCAN` entries at most in all, the filters tested in SQL by the rules
+:meth:`RunFilter.matches` applies) does; else the walk counts (the in-memory backend). Either
+way it counts what the action's walk reaches, no more: across jobs, the runs of the jobs the
+runs pages across jobs read (:data:`MAX_BROWSE_JOBS` per state). The preview answers a count and a
 confirmation token bound to the action, the filter and that count; the action takes only the
 token, acts on at most the previewed count, and reports progress after each batch.
 """
