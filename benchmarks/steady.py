@@ -80,8 +80,7 @@ from ship_sqla.kernel._runtime.depth import EARLY_REBUILD
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from ship_sqla.jobs import JobDefinition
-    from ship_sqla.kernel import JobRuntime
+    from ship_sqla.jobs import JobDefinition, JobRuntime
     from ship_sqla.kernel._health import StorageHealth
 
 __all__ = ["NAME", "run"]
@@ -220,7 +219,7 @@ class _NeverEarly(EarlyRebuild):
 class _ShipSide:
     library = "ship_sqla"
     table = "ship_job_runs"
-    claim_like = ("%walk (priority, ids, run_ats, seqs, taken)%",)
+    claim_like: tuple[str, ...] = ("%walk (priority, ids, run_ats, seqs, taken)%",)
 
     def __init__(self, db: BenchDatabase) -> None:
         self.db = db
@@ -286,7 +285,7 @@ class _ShipSide:
 class _PgQueuerSide:
     library = "pgqueuer"
     table = "pgqueuer"
-    claim_like = ("%next_queued%", "%eligible%")
+    claim_like: tuple[str, ...] = ("%next_queued%", "%eligible%")
 
     def __init__(self, db: BenchDatabase) -> None:
         import asyncpg  # noqa: PLC0415 - keep this module importable without pgqueuer

@@ -27,11 +27,14 @@ wake, a cancel channel. Guarantees:
   found and replaced.
 - A lost connection (``pg_terminate_backend``, a restart, a network cut found by the probe) is
   reported (:class:`ListenerLostError`) and replaced with the one backoff
-  (:data:`~ship_sqla.kernel._plans.backoff.ERROR_BACKOFF`: 0.1 s doubling to 1 s). Each time a
-  subscription's channel is listened AGAIN on a live connection (after a reconnect) its
-  ``on_gap`` runs: whatever was announced meanwhile is looked for at once, not at the next
-  poll. (Not the first time: a subscriber looks for work itself when it starts; what commits in
-  the few milliseconds before its listener is first live waits for the poll.)
+  (:data:`~ship_sqla.kernel._plans.backoff.ERROR_BACKOFF`: 0.1 s doubling to 1 s).
+- K1, no gap: each time a subscription's channel is listened on a live connection, the first
+  time as after a reconnect, its ``on_gap`` runs: whatever was announced while nothing
+  listened is looked for at once, not at the next poll. The first time covers the start: a
+  job runtime claims before its listener is live (the connect, LISTEN and probe take a few
+  round trips), and an enqueue committed between that claim and the first live LISTEN was
+  announced to nobody. One extra look per start; a subscriber joining a channel that is
+  already listened on a live connection is covered from ``subscribe`` on and gets no call.
 - Bursts are debounced: notifications that arrive together are delivered once per (channel,
   payload), after the burst has been read.
 - Nothing raises out of the listener: every error goes to ``report_error`` (J11's rule).
@@ -289,7 +292,7 @@ class Subscription:
     """One subscriber's interest in one channel of a :class:`Listener`; ends with
     :meth:`close`."""
 
-    __slots__ = ("_listener", "channel", "closed", "listened", "on_gap", "on_notify")
+    __slots__ = ("_listener", "channel", "closed", "on_gap", "on_notify")
 
     def __init__(
         self,
@@ -303,8 +306,6 @@ class Subscription:
         self.on_notify = on_notify
         self.on_gap = on_gap
         self.closed = False
-        self.listened = False
-        """Whether its channel has been listened on a live connection since it subscribed."""
 
     async def close(self) -> None:
         """Stop delivering to this subscriber. The last subscription of a listener closes its
@@ -404,16 +405,16 @@ class Listener:
     ) -> Subscription:
         """Deliver every notification on ``channel`` to ``on_notify(payload)`` from now on.
 
-        ``on_gap()`` runs each time the channel is listened AGAIN on a live connection (after
-        a reconnect): notifications sent meanwhile may have been missed; look for their work
-        then. Must be called from a running event loop.
+        ``on_gap()`` runs each time the channel is listened on a live connection: the first
+        time (K1: what committed before the listener was live was announced to nobody) and
+        after each reconnect (notifications sent meanwhile may have been missed); look for
+        their work then. Not when the channel is already listened on a live connection: it is
+        covered from now on. Must be called from a running event loop.
         """
         _check_channel(channel)
         loop = asyncio.get_running_loop()
         subscription = Subscription(self, channel, on_notify, on_gap)
         self._subscriptions.setdefault(channel, []).append(subscription)
-        if channel in self._listened and self.live:
-            subscription.listened = True  # covered from now on
         self._attention.set()
         if self._task is None:
             self._start(loop)
@@ -680,16 +681,13 @@ class Listener:
                         self._call(subscription.on_notify, payload)
 
     def _gaps(self, channels: set[str]) -> None:
+        """K1: ``channels`` were just listened on a live connection (its first live LISTEN, a
+        reconnect's, or a channel subscribed since): their subscribers look for what was
+        announced while nothing listened."""
         for channel in sorted(channels):
-            self._gaps_of(list(self._subscriptions.get(channel, ())))
-
-    def _gaps_of(self, subscriptions: list[Subscription]) -> None:
-        for subscription in subscriptions:
-            if subscription.closed:
-                continue
-            if subscription.listened:
-                self._call(subscription.on_gap)
-            subscription.listened = True
+            for subscription in list(self._subscriptions.get(channel, ())):
+                if not subscription.closed:
+                    self._call(subscription.on_gap)
 
     def _call(self, callback: Callable[..., object] | None, *args: str) -> None:
         if callback is None:

@@ -15,7 +15,9 @@ from job_helpers import claim_request
 
 from ship_sqla import create_job_operations
 from ship_sqla.errors import BoundExceededError, PermissionDeniedError
+from ship_sqla.kernel import _search as search_module
 from ship_sqla.kernel import failed
+from ship_sqla.kernel._browse import MAX_BROWSE_JOBS
 from ship_sqla.kernel._jobs import Concurrency, RetryPolicy, define_job
 from ship_sqla.kernel._search import BulkTokenError, RunFilter, RunFilterError
 from ship_sqla.kernel._tenancy import tenant_ambient
@@ -318,3 +320,80 @@ async def test_acting_on_a_filter_asks_manage(backend: Any, clock: FrozenClock) 
     preview = await reader.preview_matching("retry", flt)
     with pytest.raises(PermissionDeniedError):
         await reader.retry_filtered(flt, token=preview.token)
+
+
+async def _dead(backend: Any, payload: dict[str, Any], error: str) -> str:
+    """One dead run of JOB with ``payload``, its last error ``error``."""
+    await backend.enqueue(JOB, payload)
+    (run,) = await backend.claim(claim_request(JOB, worker="w1", limit=1))
+    assert await backend.settle([failed(run, error, retry_at=None)]) == ["dead"]
+    return str(run.run_id)
+
+
+async def test_the_preview_and_the_action_agree_on_error_case_and_json_values(
+    backend: Any, ops: Any
+) -> None:
+    """S1, S2, issue 36 item 5: the preview's count (SQL on PostgreSQL) and the action's walk
+    (Python) apply one rule, on every backend: error text matches with A-Z in any case and
+    every other character as written (no ß = ss, no É = é, whatever the database's locale);
+    a payload field compares as JSON (true is not 1, false is not 0); a path part of digits
+    indexes a list, -1 its last element (as jsonb's #> reads it)."""
+    d0 = await _dead(backend, {"flag": True, "list": [1, 2, 3]}, "Straße gesperrt")
+    d1 = await _dead(backend, {"flag": 1, "list": [3]}, "STRASSE GESPERRT")
+    d2 = await _dead(backend, {"flag": False}, "Échec: BOOM")
+    d3 = await _dead(backend, {"flag": 0}, "échec: boom")
+    cases: list[tuple[list[str], set[str]]] = [
+        (["error=straße"], {d0}),
+        (["error=strasse"], {d1}),
+        (["error=échec"], {d3}),
+        (["error=BOOM"], {d2, d3}),
+        (["payload=flag=true"], {d0}),
+        (["payload=flag=1"], {d1}),
+        (["payload=flag=0"], {d3}),
+        (["payload=list.-1=3"], {d0, d1}),
+        (["payload=list.0=3"], {d1}),
+    ]
+    for fields, expected in cases:
+        flt = RunFilter.parse(fields)
+        preview = await ops.preview_matching("retry", flt)
+        assert (fields, preview.count) == (fields, len(expected))
+        assert (fields, set(await every_page(ops, flt))) == (fields, expected)
+    flt = RunFilter.parse(["error=straße"])
+    preview = await ops.preview_matching("retry", flt)
+    result = await ops.retry_filtered(flt, token=preview.token)
+    assert set(result.changed) == {d0}
+
+
+async def test_a_preview_across_jobs_counts_the_jobs_the_action_reaches(
+    backend: Any, ops: Any
+) -> None:
+    """S2, issue 36 item 5: without a job, the action walks the runs pages across jobs, which
+    read the first 200 job ids with runs in the state (MAX_BROWSE_JOBS); the preview counts
+    those same runs, on every backend, so the action takes what it previewed; naming no job
+    again reaches the rest once the first ones have none."""
+    jobs = [define_job(f"many.{n:03}", noop, payload=dict) for n in range(MAX_BROWSE_JOBS + 3)]
+    for job in jobs:
+        await backend.enqueue(job, {})
+    everything = RunFilter.parse(["state=waiting"])
+    preview = await ops.preview_matching("cancel", everything)
+    assert preview.count == MAX_BROWSE_JOBS
+    assert not preview.stopped
+    result = await ops.cancel_filtered(everything, token=preview.token)
+    assert len(result.changed) == MAX_BROWSE_JOBS
+    assert result.complete
+    rest = await ops.preview_matching("cancel", everything)
+    assert rest.count == 3
+    left = await every_page(ops, everything)
+    assert {(await ops.get_run(r)).job_id for r in left} == {j.id for j in jobs[-3:]}
+
+
+async def test_the_preview_reads_at_most_its_scan_bound_in_all_states_together(
+    backend: Any, ops: Any, clock: FrozenClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S2, issue 36 item 5: the preview's bound (MAX_BULK_SCAN, 10 here) is on the entries of
+    every state together, as the action's walk reads them (waiting first, then running): 30
+    waiting and 5 running runs give a count of 10, stopped, on every backend."""
+    monkeypatch.setattr(search_module, "MAX_BULK_SCAN", 10)
+    await seed(backend, clock)
+    preview = await ops.preview_matching("cancel", RunFilter.parse([]))
+    assert (preview.count, preview.scanned, preview.stopped) == (10, 10, True)

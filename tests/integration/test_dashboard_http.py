@@ -291,7 +291,8 @@ async def test_s2_runs_page_of_each_state_says_its_order_and_pages_in_it(
 async def test_s1_s2_outbox_page_counts_and_redrive_is_audited(ship_connection, ship_clock):
     """S1, S2: the outbox page shows an outbox's pending, claimed and dead messages; a viewer
     gets no re-drive form; a manager's "re-drive all" moves every dead message back to pending
-    and the outbox's operations audit it."""
+    and the outbox's operations audit it; with no dead message left, the page offers no re-drive
+    (nothing to select or re-drive), and still the purge."""
     from sqlalchemy import MetaData  # noqa: PLC0415
 
     from ship_sqla import create_outbox, create_outbox_operations, ship_outbox_table  # noqa: PLC0415
@@ -319,6 +320,8 @@ async def test_s1_s2_outbox_page_counts_and_redrive_is_audited(ship_connection, 
     assert "pending 1 · claimed 0 · dead 2" in viewer.text
     assert 'method="post"' not in viewer.text
     page = await client.get("/outbox", headers={"x-user": "admin"})
+    assert "Re-drive selected" in page.text
+    assert "Re-drive all dead" in page.text
     answer = await client.post(
         "/outbox/main/redrive",
         data={"csrf_token": csrf_of(page.text), "action": "all", "next": "/outbox"},
@@ -327,6 +330,10 @@ async def test_s1_s2_outbox_page_counts_and_redrive_is_audited(ship_connection, 
     assert answer.status_code == 303
     after = await client.get("/outbox", headers={"x-user": "admin"})
     assert "pending 3 · claimed 0 · dead 0" in after.text
+    assert "No dead messages." in after.text
+    assert "Re-drive" not in after.text
+    assert "/outbox/main/redrive" not in after.text
+    assert "Purge delivered messages older than" in after.text
     [entry] = audit.entries
     assert (entry.actor, entry.operation, entry.count) == ("admin", "outbox.retry_dead_matching", 2)
 

@@ -29,6 +29,7 @@ __all__ = ["SEED"]
 
 _BASE: dict[str, Any] = {
     "scan": 1_000_000,
+    "max_jobs": 200,
     "run_id": None,
     "tenant": None,
     "worker": None,
@@ -55,7 +56,7 @@ CASES: list[tuple[str, dict[str, Any], str, set[str]]] = [
         {"waiting": False, "running": False, "dead": True, "error": "Declined"},
         (
             "SELECT count(*) FROM ship_job_runs WHERE state = 'dead'"
-            " AND strpos(lower(last_error), 'declined') > 0"
+            " AND strpos(lower(last_error COLLATE \"C\"), 'declined') > 0"
         ),
         set(),
     ),

@@ -9,6 +9,7 @@ listener's reconnect), not by polling.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import textwrap
 from datetime import timedelta
@@ -313,6 +314,43 @@ async def test_k1_a_killed_listener_reconnects_and_runs_what_it_missed_at_once(
     assert started.payloads == [{"n": "in the gap"}]
     assert ship_clock.monotonic() == 0.0
     assert {type(e) for e in errors} == {ListenerLostError}
+
+
+async def test_k1_an_enqueue_committed_before_the_listener_is_first_live_starts_at_once(
+    engine: AsyncEngine,
+    other_engine: AsyncEngine,
+    ship_clock: FrozenClock,
+    errors: Errors,
+) -> None:
+    """K1, the start gap: a worker runtime claims before its listener is live (the listener's
+    connect is held here until the run is committed); a run committed after that first claim
+    and before the first live LISTEN was announced to nobody. When the listener goes live the
+    runtime looks at once (on_gap, as after a reconnect): the run starts without a poll (the
+    runtime's clock never moves)."""
+    started = Started()
+    definition = job("k1.start-gap", started)
+    backend = receiver(engine, ship_clock, errors)
+    other = sender(other_engine)
+    listener = backend.listener
+    assert listener is not None
+    connect, release = listener._connect, asyncio.Event()
+
+    async def held_connect() -> Any:
+        await release.wait()
+        return await connect()
+
+    listener._connect = held_connect
+    async with await start_job_runtime(definition, backend=backend, poll_interval=POLL):
+        await parked(backend)  # the first claim found nothing
+        await other.enqueue(definition, {"n": "before live"})
+        assert not listener.live
+        release.set()
+        await live(backend)
+        await started.wait_for(1, within=10)
+        assert listener.connects == 1
+    assert started.payloads == [{"n": "before live"}]
+    assert ship_clock.monotonic() == 0.0
+    assert errors == []
 
 
 async def test_k1_a_listener_behind_a_transaction_mode_pooler_is_not_trusted_and_polling_covers_it(

@@ -43,9 +43,9 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-    from ship_sqla._dashboard._app import _Dashboard
     from ship_sqla._dashboard._filters import Filters
     from ship_sqla._dashboard._html import Html
+    from ship_sqla._dashboard._page import Dashboard
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import JobOperations
     from ship_sqla.kernel._stats import StatsSeries
@@ -99,7 +99,7 @@ async def _finished_once(ops: JobOperations, job_id: str) -> bool:
     return False
 
 
-async def _job_series(state: _Dashboard, job_id: str, window: str) -> StatsSeries | None:
+async def _job_series(state: Dashboard, job_id: str, window: str) -> StatsSeries | None:
     """The job's history over ``window`` (None without a stats table): one read of the stats
     table's primary key, ``[start, end)`` of the range; on PostgreSQL a range of buckets wider
     than a minute is summed per bucket in the statement (7 days: 84 rows, not 10,080 minutes;
@@ -117,7 +117,7 @@ async def _job_series(state: _Dashboard, job_id: str, window: str) -> StatsSerie
     return series_from_rows(job_id, window, now, rows, loss_bound=stats.flush_interval)
 
 
-async def job_page(state: _Dashboard, request: Request) -> Response:
+async def job_page(state: Dashboard, request: Request) -> Response:
     """``GET /jobs/{job_id}`` (see the module docstring)."""
     base = state.base(request)
     job_id = str(request.path_params.get("job_id", ""))
@@ -199,7 +199,7 @@ def _groups_data(groups: ErrorGroups, *, limit: int | None = None) -> dict[str, 
     }
 
 
-async def errors_page(state: _Dashboard, request: Request) -> Response:
+async def errors_page(state: Dashboard, request: Request) -> Response:
     """``GET /errors[?job=]``: the error groups of the newest dead runs."""
     base = state.base(request)
 
@@ -226,7 +226,7 @@ NAV: Final = Nav("/errors", "Errors", after="/dead")
 """The error groups' link in the header (the job page is reached from the overview)."""
 
 
-def routes(dashboard: _Dashboard) -> list[BaseRoute]:
+def routes(dashboard: Dashboard) -> list[BaseRoute]:
     """The per-job page and the error groups (issue 36 item 6), found as a page module."""
     handlers = route_handlers(dashboard)
     return [
@@ -235,7 +235,7 @@ def routes(dashboard: _Dashboard) -> list[BaseRoute]:
     ]
 
 
-def route_handlers(state: _Dashboard) -> dict[str, Any]:
+def route_handlers(state: Dashboard) -> dict[str, Any]:
     """The handlers bound to ``state`` (for :func:`routes`)."""
 
     async def job(request: Request) -> Response:

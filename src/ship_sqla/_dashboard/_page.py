@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import AdministeredBackend, JobOperations
     from ship_sqla.kernel._ports import RunRecord
+    from ship_sqla.kernel._stats import JobStatsStore
 
 __all__ = [
     "PAGE_SIZE",
@@ -86,7 +87,8 @@ PageBody: TypeAlias = "Callable[[JobOperations, bool, Filters], Awaitable[Html |
 
 
 class Dashboard(Protocol):
-    """What a page module uses of the dashboard it is given (:class:`~._app._Dashboard`)."""
+    """What a page module uses of the dashboard it is given (:class:`~._app._Dashboard`): page
+    modules type their dashboard by this protocol only, so everything one uses is here."""
 
     def base(self, request: Request) -> str:
         """The path the dashboard is mounted at (``""`` at the root)."""
@@ -104,6 +106,11 @@ class Dashboard(Protocol):
     @property
     def backend(self) -> AdministeredBackend | None:
         """The backend the dashboard administers (None when it was given operations only)."""
+        ...
+
+    @property
+    def stats(self) -> JobStatsStore | None:
+        """The store of the jobs' history the job page charts (None: no charts)."""
         ...
 
     def ops(self, request: Request) -> JobOperations:
@@ -137,6 +144,17 @@ class Dashboard(Protocol):
         time_of: Callable[[RunRecord], datetime | None] | None = None,
     ) -> Html:
         """The runs pages' table (one row per run, ``when`` heading the time column)."""
+        ...
+
+    async def act(
+        self,
+        request: Request,
+        action: Callable[[JobOperations, dict[str, list[str]]], Awaitable[str]],
+    ) -> Response:
+        """A POST action: its CSRF token checked (403), then ``action(ops, fields)``; back to
+        the form's page (``next``) with its message (``done``) or the library's refusal
+        (``failed``); a refused permission a 403, a refused input a 400, an id nothing has a
+        404 (:meth:`refused`)."""
         ...
 
     async def form(self, request: Request) -> dict[str, list[str]] | None:

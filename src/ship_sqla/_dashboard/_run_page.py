@@ -48,9 +48,9 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-    from ship_sqla._dashboard._app import _Dashboard
     from ship_sqla._dashboard._filters import Filters
     from ship_sqla._dashboard._html import Html
+    from ship_sqla._dashboard._page import Dashboard
     from ship_sqla.kernel._operations import JobOperations
     from ship_sqla.kernel._ports import RunRecord
     from ship_sqla.kernel._workflows import StepRecord
@@ -338,13 +338,13 @@ def _confirmation(
     return {"problem": None, "step": step, "dropped": dropped, "form": Markup(form)}  # noqa: S704
 
 
-def routes(dashboard: _Dashboard) -> list[BaseRoute]:
+def routes(dashboard: Dashboard) -> list[BaseRoute]:
     """The run page (``GET /runs/{run_id}``), found as a page module; its actions are the
     application's (``POST /runs/{run_id}/{verb}``, declared before it)."""
     return [Route("/runs/{run_id:path}", run_page(dashboard), methods=["GET"])]
 
 
-def run_page(dashboard: _Dashboard) -> Callable[[Request], Awaitable[Response]]:
+def run_page(dashboard: Dashboard) -> Callable[[Request], Awaitable[Response]]:
     """The run page's endpoint over ``dashboard``."""
 
     async def endpoint(request: Request) -> Response:

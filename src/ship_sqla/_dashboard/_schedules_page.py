@@ -34,9 +34,9 @@ if TYPE_CHECKING:
     from starlette.requests import Request
     from starlette.responses import Response
 
-    from ship_sqla._dashboard._app import _Dashboard
     from ship_sqla._dashboard._filters import Filters
     from ship_sqla._dashboard._html import Html
+    from ship_sqla._dashboard._page import Dashboard
     from ship_sqla.kernel._browse import ScheduleState
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import JobOperations
@@ -91,7 +91,7 @@ async def _occurrences(
 
 
 class _Schedules:
-    def __init__(self, dashboard: _Dashboard) -> None:
+    def __init__(self, dashboard: Dashboard) -> None:
         self.d = dashboard
 
     def _row(
@@ -206,7 +206,7 @@ class _Schedules:
 NAV: Final = Nav("/schedules", "Schedules", after="/errors")
 
 
-def routes(dashboard: _Dashboard) -> list[BaseRoute]:
+def routes(dashboard: Dashboard) -> list[BaseRoute]:
     """The schedules pages' routes, found as a page module."""
     pages = _Schedules(dashboard)
     endpoints: list[tuple[str, Callable[[Request], Awaitable[Response]], str]] = [

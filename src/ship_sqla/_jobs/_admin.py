@@ -261,11 +261,11 @@ class PostgresRunAdmin:
         # J16: a dead run in history moves back; else one the runs table still holds (an older
         # release's) waits again in place.
         # A 23505 rolls back only its own statement (its transaction, or a savepoint in the
-        # caller's unit of work, which goes on: _batch_rows).
+        # caller's unit of work, which goes on: _rows_unless_duplicate).
         statements = (live_sql.RETRY_DEAD_BACK, RETRY_DEAD) if self._history else (RETRY_DEAD,)
         rows: Sequence[Any] | None = []
         for statement in statements:
-            rows = await self._batch_rows("retry", statement, params)
+            rows = await self._rows_unless_duplicate("retry", statement, params)
             if rows is None or rows:
                 break
         if not rows:
@@ -418,7 +418,7 @@ class PostgresRunAdmin:
         that takes a dedupe key first (23505) sends the batch down the single-run path (a
         savepoint keeps a joined unit of work usable)."""
         template = bulk_sql.RETRY_DEAD_BATCH_BACK if self._history else bulk_sql.RETRY_DEAD_BATCH
-        rows = await self._batch_rows(
+        rows = await self._rows_unless_duplicate(
             "retry_batch", template, {"ids": list(run_ids), "now": self._now()}
         )
         if rows is None:  # 23505: one at a time, each judged as retry_dead judges it
@@ -467,11 +467,12 @@ class PostgresRunAdmin:
                 changed.add(row.id)
         return [run_id for run_id in run_ids if run_id in changed]
 
-    async def _batch_rows(
+    async def _rows_unless_duplicate(
         self, what: str, template: Template, params: Mapping[str, Any]
     ) -> Sequence[Any] | None:
-        """The rows of one batch statement, or None when it tripped a unique index (23505):
-        nothing it did stays (its own transaction, or a savepoint in the joined one)."""
+        """The rows of one statement that may trip a unique index (a dedupe key: a single
+        retry_dead or a batch), or None when it did (23505): nothing it did stays (its own
+        transaction, or a savepoint in a joined unit of work, which goes on)."""
         statement = self._s[template]
         try:
             if not self._connections.joins(None):
@@ -735,15 +736,17 @@ class PostgresRunAdmin:
         return [DeadError(row.id, row.job_id, row.last_error, row.finished_at) for row in rows]
 
     async def count_matching(
-        self, flt: RunFilter, states: tuple[RunState, ...], *, scan: int
+        self, flt: RunFilter, states: tuple[RunState, ...], *, scan: int, max_jobs: int
     ) -> MatchCount:
         """COUNT_MATCHING_*: a bulk preview's count in one bounded statement (its module doc:
-        each (state, table) branch reads at most ``scan`` index entries)."""
+        at most ``scan`` index entries in all; across jobs, the first ``max_jobs`` of each
+        state, as the runs pages across jobs read them)."""
         params: dict[str, Any] = {
             "waiting": "waiting" in states,
             "running": "running" in states,
             "dead": "dead" in states,
             "scan": scan,
+            "max_jobs": max_jobs,
             "run_id": flt.run_id,
             "tenant": flt.tenant,
             "worker": flt.worker,

@@ -45,9 +45,10 @@ K1 A committed insert of a due run is announced (NOTIFY on
    gap of the commit, the gaps sharing a fleet-wide budget per runs table
    (:mod:`ship_sqla.kernel._plans.announce`). While a worker runtime runs, the backend's
    :class:`~ship_sqla._notify.Listener` (``listen=``) holds one dedicated LISTEN connection and
-   wakes the loop on the announcements of the runtime's jobs, and at once after every
-   reconnect. Polling stays the fallback: a lost notification or listener delays a run by at
-   most the runtime's ``poll_interval``.
+   wakes the loop on the announcements of the runtime's jobs, and at once when it first goes
+   live and after every reconnect (what committed while nothing listened). Polling stays the
+   fallback: a lost notification or listener delays a run by at most the runtime's
+   ``poll_interval``.
 J5 Each claim draws a new fencing token; every settlement and heartbeat acts only while it is
    current, else changes nothing and answers "stale" (the runtime reports
    ``SHIP_SQLA_JOB_LEASE_STALE``). A lease that lapsed but that no claim retook is still current

@@ -14,9 +14,11 @@ this module's twin of the PostgreSQL one for the conformance suite.
 Acting on what matches (:func:`act_matching`) walks the same way, up to :data:`MAX_BULK_RUNS`
 runs in batches of ``batch_size`` (at most 1,000), each batch in one transaction when a
 ``transaction`` runner is given. The preview (:func:`preview_matching`) only counts: a browser
-that counts itself (:class:`MatchCounter`, PostgreSQL: ONE statement, each state's index range
-at most :data:`MAX_BULK_SCAN` entries, the filters tested in SQL) does; else the walk counts
-(the in-memory backend). The preview answers a count and a
+that counts itself (:class:`MatchCounter`, PostgreSQL: ONE statement over the states' index
+ranges, :data:`MAX_BULK_SCAN` entries at most in all, the filters tested in SQL by the rules
+:meth:`RunFilter.matches` applies) does; else the walk counts (the in-memory backend). Either
+way it counts what the action's walk reaches, no more: across jobs, the runs of the jobs the
+runs pages across jobs read (:data:`MAX_BROWSE_JOBS` per state). The preview answers a count and a
 confirmation token bound to the action, the filter and that count; the action takes only the
 token, acts on at most the previewed count, and reports progress after each batch.
 """
@@ -26,6 +28,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
+import string
 import time
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal, Protocol, cast, runtime_checkable
@@ -200,8 +204,10 @@ class RunFilter:
     - ``time_from`` / ``time_to``: ``[from, to)`` on the state's own time: a waiting run's due
       time (``run_at``), a running run's lease expiry, a finished run's creation time;
     - ``worker``: the worker that holds it or ran its last attempt (exact);
-    - ``error``: text in its last error (case-insensitive);
-    - ``payload``: ``(path, value)`` pairs, each ``payload[path...] == value``.
+    - ``error``: text in its last error, the letters A-Z in any case (every other character
+      as written: the same rule in SQL and in Python, whatever the database's locale);
+    - ``payload``: ``(path, value)`` pairs, each ``payload[path...] == value`` as JSON values
+      compare (``true`` is not 1; a path part of digits indexes a list, ``-1`` its last).
 
     Build with :meth:`parse` (from ``name=value`` texts, a form's or ``--filter``'s); every bad
     field raises :class:`RunFilterError` naming it and the fix."""
@@ -372,10 +378,11 @@ class RunFilter:
         if not self._in_range(record):
             return False
         if self.error is not None and (
-            record.last_error is None or self.error.casefold() not in record.last_error.casefold()
+            record.last_error is None
+            or self.error.translate(_ASCII_LOWER) not in record.last_error.translate(_ASCII_LOWER)
         ):
             return False
-        return all(_at(record.payload, path) == (True, value) for path, value in self.payload)
+        return all(_json_equal(_at(record.payload, path), value) for path, value in self.payload)
 
     def _in_range(self, record: RunRecord) -> bool:
         if self.time_from is None and self.time_to is None:
@@ -395,16 +402,43 @@ class RunFilter:
         )
 
 
+_ASCII_LOWER: Final = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+"""The error filter's case rule: the letters A-Z in any case, every other character as written
+(PostgreSQL's ``lower(... COLLATE "C")``, whatever the database's locale: the bulk preview's
+count tests it in SQL, the walk here, and both must agree)."""
+
+_INDEX: Final = re.compile(r"[+-]?[0-9]+")
+"""A path part PostgreSQL's ``#>`` reads as an array index (``-1``: the last element)."""
+
+
 def _at(payload: Any, path: tuple[str, ...]) -> tuple[bool, Any]:  # noqa: ANN401 - JSON
+    """The value at ``path`` in ``payload`` as ``payload #> path`` finds it: (False, None)
+    when there is none."""
     node = payload
     for part in path:
         if isinstance(node, dict) and part in node:
             node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
+        elif isinstance(node, list) and _INDEX.fullmatch(part):
+            index = int(part)
+            if index < 0:
+                index += len(node)
+            if not 0 <= index < len(node):
+                return False, None
+            node = node[index]
         else:
             return False, None
     return True, node
+
+
+def _json_equal(found: tuple[bool, Any], value: Any) -> bool:  # noqa: ANN401 - JSON
+    """Whether the value ``found`` (:func:`_at`) is ``value`` as JSON values compare (jsonb's
+    ``=``): ``true`` is not the number 1 (Python's ``True == 1`` is), 1 and 1.0 are equal."""
+    present, node = found
+    if not present:
+        return False
+    if isinstance(node, bool) or isinstance(value, bool):
+        return type(node) is type(value) and node == value
+    return bool(node == value)
 
 
 Start = tuple[int, "RunPosition | None"]
@@ -571,8 +605,10 @@ async def search_runs(
 class BulkPreview:
     """What a bulk action by filter would take: ``count`` runs (at most
     :data:`MAX_BULK_RUNS`; ``capped`` when more match), ``scanned`` entries read (``stopped``:
-    the walk stopped at :data:`MAX_BULK_SCAN` with more to read, so ``count`` is a lower bound),
-    and the ``token`` the action requires."""
+    the walk stopped at :data:`MAX_BULK_SCAN` entries in all with more to read, so ``count`` is
+    a lower bound), and the ``token`` the action requires. Without a job in the filter, the
+    count, as the action, covers the runs of the first :data:`MAX_BROWSE_JOBS` jobs (by id) with
+    runs in each state: what the runs pages across jobs read."""
 
     action: BulkAction
     count: int
@@ -652,10 +688,12 @@ class MatchCounter(Protocol):
     would (the conformance suite checks both backends against one another)."""
 
     async def count_matching(
-        self, flt: RunFilter, states: tuple[RunState, ...], *, scan: int
+        self, flt: RunFilter, states: tuple[RunState, ...], *, scan: int, max_jobs: int
     ) -> MatchCount:
-        """The runs in ``states`` matching ``flt``, reading at most ``scan`` index entries of
-        each state (and table)."""
+        """The runs in ``states`` matching ``flt`` that the walk reaches: reading at most
+        ``scan`` index entries in all, in the walk's order, and without a job, only runs of the
+        jobs :meth:`~ship_sqla.kernel._browse.RunBrowser.list_runs` reads across jobs (the
+        first ``max_jobs`` job ids with runs in each state)."""
         ...
 
 
@@ -664,7 +702,9 @@ async def _count(browser: RunBrowser, flt: RunFilter, states: tuple[RunState, ..
     walk (the in-memory backend: its runs are in this process), up to one more than
     :data:`MAX_BULK_RUNS`."""
     if isinstance(browser, MatchCounter):
-        return await browser.count_matching(flt, states, scan=MAX_BULK_SCAN)
+        return await browser.count_matching(
+            flt, states, scan=MAX_BULK_SCAN, max_jobs=MAX_BROWSE_JOBS
+        )
     walk = await _walk(
         browser, flt, states, (0, None), want=MAX_BULK_RUNS + 1, bound=MAX_BULK_SCAN, keep=False
     )

@@ -57,6 +57,7 @@ __all__ = [
     "LIST_WAITING_OF_JOB",
     "SCHEDULE_STATES",
     "THROUGHPUT",
+    "loose_jobs",
 ]
 
 WAITING: Final = "r.state = 'waiting'"
@@ -75,12 +76,13 @@ _TENANT: Final = """
       AND (CAST(:tenant AS text) IS NULL OR r.tenant_id = CAST(:tenant AS text))"""
 
 
-def _loose_jobs(predicate: str, order: str, index: str) -> str:
-    """The jobs CTE of a page across jobs: a loose scan of ``index`` over the job ids with runs
-    matching ``predicate``, at most ``:max_jobs``. Each probe is ordered by ``order``, the
-    leading columns of ``index`` after its equalities, so the planner reads that index (the
-    one the pages read) rather than another with the same predicate."""
-    return f"""jobs(job_id, n) AS (
+def loose_jobs(predicate: str, order: str, index: str, *, name: str = "jobs") -> str:
+    """The jobs CTE ``name(job_id, n)`` of a page across jobs: a loose scan of ``index`` over
+    the job ids with runs matching ``predicate``, at most ``:max_jobs``, then a row with job_id
+    NULL. Each probe is ordered by ``order``, the leading columns of ``index`` after its
+    equalities, so the planner reads that index (the one the pages read) rather than another
+    with the same predicate. A bulk preview's count (:mod:`.count`) reads the same jobs."""
+    return f"""{name}(job_id, n) AS (
     -- {index}, a loose index scan: the next job id with runs in the state (one probe each).
     SELECT (SELECT r.job_id FROM {{runs}} r WHERE {predicate}
             ORDER BY {order} LIMIT 1), 1
@@ -88,7 +90,7 @@ def _loose_jobs(predicate: str, order: str, index: str) -> str:
     SELECT (SELECT r.job_id FROM {{runs}} r
             WHERE {predicate} AND r.job_id > j.job_id
             ORDER BY {order} LIMIT 1), j.n + 1
-    FROM jobs j
+    FROM {name} j
     WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
 )"""  # noqa: S608 - a template of constant text
 
@@ -144,7 +146,7 @@ LIST_WAITING_OF_JOB: Final = Template(
 
 LIST_WAITING_ALL_JOBS: Final = Template(
     "WITH RECURSIVE "
-    + _loose_jobs(WAITING, "r.job_id, r.priority", "<runs>_due_idx")
+    + loose_jobs(WAITING, "r.job_id, r.priority", "<runs>_due_idx")
     + _WAITING_PAGE
 )
 """A page of every job's waiting runs in claim order (priority, run_at, seq): each job's page,
@@ -181,7 +183,7 @@ def _pages(
     of_job = select + in_range.replace("{job}", "CAST(:job_id AS text)")
     all_jobs = (
         "WITH RECURSIVE "
-        + _loose_jobs(state, index_order, index)
+        + loose_jobs(state, index_order, index)
         + "\nSELECT p.* FROM jobs j\nCROSS JOIN LATERAL (\n    "
         + select
         + in_range.replace("{job}", "j.job_id")

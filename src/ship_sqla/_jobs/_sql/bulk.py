@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ship_sqla._jobs._sql.live import _INSERT_BACK, _insert_ended
+from ship_sqla._jobs._sql._moves import INSERT_BACK, insert_ended
 from ship_sqla._sql import Template
 
 __all__ = [
@@ -104,7 +104,7 @@ RETRY_DEAD_BATCH_BACK: Final = Template(
 ), moved AS (
     -- ... and wait again in the runs table, due now, with exactly one more attempt.
     """
-    + _INSERT_BACK
+    + INSERT_BACK
     + """    RETURNING r.id, r.state, r.parent_id
 ), kept AS (
     UPDATE {runs} r
@@ -140,7 +140,7 @@ WITH gone AS (
     RETURNING r.*
 ), moved AS (
     """  # noqa: S608 - constant text
-    + _insert_ended("gone", "'discarded'", "true", "NULL")
+    + insert_ended("gone", "'discarded'", "true", "NULL")
     + """
     RETURNING h.id, h.state, h.parent_id
 ), dead AS (
@@ -213,7 +213,7 @@ CANCEL_BATCH_MOVING: Final = Template(
     RETURNING r.*
 ), moved AS (
     """
-    + _insert_ended("gone", "'cancelled'", "true", "NULL")
+    + insert_ended("gone", "'cancelled'", "true", "NULL")
     + """
     RETURNING h.id, h.state, h.parent_id
 ), requested AS (

@@ -20,16 +20,30 @@ the SELECT list as one boolean ``hit``, counted with ``FILTER``:
   ``<history>_browse_idx`` (job_id, state, created_at) for one job; the worker is the last
   attempt's (``claimed_by``).
 
-The residual filters say what :meth:`~ship_sqla.kernel._search.RunFilter.matches` says: run
-id, tenant and worker exact; ``error``: ``lower(last_error)`` contains ``lower(:error)`` (Python's
-``casefold`` folds a few more characters, e.g. ``ß``); each ``payload`` field
-``payload #> path = value`` as jsonb (a JSON ``true`` is not the number 1 here).
+The residual filters say what :meth:`~ship_sqla.kernel._search.RunFilter.matches` says, so
+the count and the walk of the action it previews agree: run id, tenant and worker exact;
+``error``: the last error contains the text with the letters A-Z in any case and every other
+character as written (``lower(... COLLATE "C")`` folds ASCII only, whatever the database's
+locale, as the walk's ``str.translate`` does); each ``payload`` field ``payload #> path =
+value`` as jsonb (JSON ``true`` is not the number 1, in both).
+
+Two bounds, the walk's own (:func:`~ship_sqla.kernel._search._walk`):
+
+- ``:scan`` index entries in all, not per branch: the branches read in the walk's order (waiting,
+  running, dead in the runs table, dead in history), each at most what the ones before it left;
+  ``stopped`` when they read ``:scan`` in all.
+- Across jobs (no ``:job_id``), the jobs a page across jobs reads (:func:`.browse.loose_jobs`):
+  of each state, the first ``:max_jobs`` job ids with runs in it (for ``dead`` with history,
+  those of the runs table's leftovers and those of history together, as
+  LIST_FINISHED_ALL_JOBS_EITHER reads them). A run of any other job is neither counted nor
+  acted on.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
+from ship_sqla._jobs._sql.browse import RUNNING, WAITING, loose_jobs
 from ship_sqla._sql import Template
 
 __all__ = [
@@ -44,7 +58,8 @@ _RESIDUAL: Final = """coalesce(
             AND (CAST(:tenant AS text) IS NULL OR ?.tenant_id = CAST(:tenant AS text))
             AND (CAST(:worker AS text) IS NULL OR {worker} = CAST(:worker AS text))
             AND (CAST(:error AS text) IS NULL
-                 OR strpos(lower(?.last_error), lower(CAST(:error AS text))) > 0)
+                 OR strpos(lower(?.last_error COLLATE "C"),
+                           lower(CAST(:error AS text) COLLATE "C")) > 0)
             AND ((CAST(:time_from AS timestamptz) IS NULL AND CAST(:time_to AS timestamptz) IS NULL)
                  OR ({at} >= coalesce(CAST(:time_from AS timestamptz),
                                       CAST('-infinity' AS timestamptz))
@@ -64,66 +79,125 @@ _CREATED: Final = """
           AND ?.created_at < coalesce(CAST(:time_to AS timestamptz),
                                       CAST('infinity' AS timestamptz))"""
 
+_DEAD: Final = "r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = 'dead'"
+"""``<runs>_browse_idx``'s predicate word for word, then the state."""
 
-def _branch(flag: str, table: str, where: str, *, worker: str, at: str, job: str) -> str:
-    """One (state, table) branch: at most ``:scan`` entries, their hits counted."""
+_ENDED_JOBS: Final = """ended_jobs(job_id, n) AS (
+    -- the history's (job_id, state, finished_at) index, a loose scan over its jobs.
+    SELECT (SELECT min(h.job_id) FROM {history} h WHERE h.state = 'dead'), 1
+    UNION ALL
+    SELECT (SELECT min(h.job_id) FROM {history} h
+            WHERE h.state = 'dead' AND h.job_id > j.job_id), j.n + 1
+    FROM ended_jobs j
+    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
+), dead_jobs(job_id) AS (
+    SELECT job_id FROM live_dead_jobs WHERE job_id IS NOT NULL
+    UNION
+    SELECT job_id FROM ended_jobs WHERE job_id IS NOT NULL
+)"""
+"""J16: the jobs a page of dead runs across jobs reads: the first ``:max_jobs`` with leftovers
+in the runs table and the first ``:max_jobs`` in history (LIST_FINISHED_ALL_JOBS_EITHER)."""
+
+
+def _branch(
+    name: str,
+    table: str,
+    where: str,
+    *,
+    worker: str,
+    at: str,
+    jobs: str | None,
+    before: tuple[str, ...],
+) -> str:
+    """One (state, table) branch ``name(matched, scanned)``: at most what ``:scan`` leaves after
+    the branches ``before`` it, of one job (``jobs`` None) or of the jobs of CTE ``jobs``."""
     alias = table[1]
     hit = _RESIDUAL.replace("{worker}", worker).replace("{at}", at).replace("?", alias)
-    return f"""
-    SELECT count(*) FILTER (WHERE b.hit) AS matched, count(*) AS scanned
+    limit = "CAST(:scan AS integer)"
+    if before:
+        read = " + ".join(f"(SELECT {b}.scanned FROM {b})" for b in before)  # noqa: S608
+        limit = f"greatest({limit} - ({read}), 0)"
+    flag = name.split("_", maxsplit=1)[0]
+    if jobs is None:
+        source = f"""{table} {alias}
+          WHERE {where} AND CAST(:{flag} AS boolean)
+            AND {alias}.job_id = CAST(:job_id AS text)"""
+    else:
+        source = f"""{jobs} j CROSS JOIN LATERAL (
+              SELECT * FROM {table} {alias}
+              WHERE {where} AND {alias}.job_id = j.job_id) {alias}
+          WHERE j.job_id IS NOT NULL AND CAST(:{flag} AS boolean)"""  # noqa: S608
+    return f"""{name}(matched, scanned) AS (
+    SELECT count(*) FILTER (WHERE b.hit), count(*)
     FROM (SELECT {hit} AS hit
-          FROM {table} {alias}
-          WHERE {where} AND CAST(:{flag} AS boolean){job.replace("?", alias)}
-          LIMIT CAST(:scan AS integer)) b"""  # noqa: S608 - constant text
+          FROM {source}
+          LIMIT {limit}) b
+)"""  # noqa: S608 - constant text
 
 
-def _count(job: str, *, history: bool) -> Template:
-    finished = "r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = 'dead'"
+def _count(*, of_job: bool, history: bool) -> Template:
     no_worker = "CAST(NULL AS text)"
-    branches = [
-        _branch(
-            "waiting", "{runs}", "r.state = 'waiting'", worker=no_worker, at="r.run_at", job=job
-        ),
-        _branch(
+    created = _CREATED.replace("?", "r")
+    dead_jobs = "dead_jobs" if history else "live_dead_jobs"
+    parts = [
+        ("waiting", "{runs}", "r.state = 'waiting'", no_worker, "r.run_at", "waiting_jobs"),
+        (
             "running",
             "{runs}",
             "r.state = 'running'",
-            worker="r.claimed_by",
-            at="r.lease_expires_at",
-            job=job,
+            "r.claimed_by",
+            "r.lease_expires_at",
+            "running_jobs",
         ),
-        _branch(
-            "dead",
-            "{runs}",
-            finished + _CREATED.replace("?", "r"),
-            worker=no_worker,
-            at="r.created_at",
-            job=job,
-        ),
+        ("dead_live", "{runs}", _DEAD + created, no_worker, "r.created_at", dead_jobs),
     ]
     if history:
         where = "h.state = 'dead'" + _CREATED.replace("?", "h")
-        branches.append(
-            _branch("dead", "{history}", where, worker="h.claimed_by", at="h.created_at", job=job)
+        parts.append(("dead_ended", "{history}", where, "h.claimed_by", "h.created_at", dead_jobs))
+    ctes: list[str] = []
+    if not of_job:
+        ctes += [
+            loose_jobs(WAITING, "r.job_id, r.priority", "<runs>_due_idx", name="waiting_jobs"),
+            loose_jobs(
+                RUNNING, "r.job_id, r.lease_expires_at", "<runs>_lease_idx", name="running_jobs"
+            ),
+            loose_jobs(_DEAD, "r.job_id, r.created_at", "<runs>_browse_idx", name="live_dead_jobs"),
+        ]
+        if history:
+            ctes.append(_ENDED_JOBS)
+    names: list[str] = []
+    for name, table, where, worker, at, jobs in parts:
+        ctes.append(
+            _branch(
+                name,
+                table,
+                where,
+                worker=worker,
+                at=at,
+                jobs=None if of_job else jobs,
+                before=tuple(names),
+            )
         )
-    union = "\n    UNION ALL".join(branches)
+        names.append(name)
+    union = "\n    UNION ALL ".join(f"SELECT * FROM {name}" for name in names)  # noqa: S608
     return Template(
-        f"""
+        "\nWITH RECURSIVE "
+        + ",\n".join(ctes)
+        + f"""
 SELECT coalesce(sum(c.matched), 0) AS matched, coalesce(sum(c.scanned), 0) AS scanned,
-       coalesce(bool_or(c.scanned >= CAST(:scan AS integer)), false) AS stopped
+       coalesce(sum(c.scanned), 0) >= CAST(:scan AS integer) AS stopped
 FROM ({union}
 ) c
 """  # noqa: S608 - constant text
     )
 
 
-_OF_JOB: Final = " AND ?.job_id = CAST(:job_id AS text)"
-
-COUNT_MATCHING_OF_JOB: Final = _count(_OF_JOB, history=False)
+COUNT_MATCHING_OF_JOB: Final = _count(of_job=True, history=False)
 """One job's runs a bulk action would take, counted (module doc)."""
-COUNT_MATCHING_ALL_JOBS: Final = _count("", history=False)
-"""Every job's runs a bulk action would take, counted (module doc)."""
-COUNT_MATCHING_OF_JOB_EITHER: Final = _count(_OF_JOB, history=True)
+COUNT_MATCHING_ALL_JOBS: Final = _count(of_job=False, history=False)
+"""Every job's runs a bulk action would take (of the first ``:max_jobs`` jobs of each state),
+counted (module doc)."""
+COUNT_MATCHING_OF_JOB_EITHER: Final = _count(of_job=True, history=True)
 """COUNT_MATCHING_OF_JOB over both tables (J16)."""
-COUNT_MATCHING_ALL_JOBS_EITHER: Final = _count("", history=True)
+COUNT_MATCHING_ALL_JOBS_EITHER: Final = _count(of_job=False, history=True)
 """COUNT_MATCHING_ALL_JOBS over both tables (J16)."""

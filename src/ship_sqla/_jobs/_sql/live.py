@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Final
 
 from ship_sqla._jobs._sql import admin, browse, enqueue
+from ship_sqla._jobs._sql._moves import HISTORY_COLUMNS, INSERT_BACK, insert_ended
 from ship_sqla._sql import Template
 
 __all__ = [  # noqa: RUF022
@@ -48,14 +49,6 @@ __all__ = [  # noqa: RUF022
     "SETTLE_MOVING",
 ]
 
-HISTORY_COLUMNS: Final = (
-    "id, seq, job_id, state, payload, key, dedupe_key, attempt, max_attempts, priority, run_at,"
-    " created_at, started_at, finished_at, claimed_by, last_error, history, trace_context,"
-    " snoozes, tenant_id, parent_id, lapses, progress, consecutive_lapses, handler_version,"
-    " partition_key"
-)
-"""The history table's columns an ending statement writes, in this order."""
-
 HISTORY_AS_RUN: Final = (
     "h.id, h.job_id, h.state, h.payload, h.key, h.dedupe_key, h.attempt, h.max_attempts,"
     " h.run_at, h.created_at, h.finished_at AS updated_at, h.finished_at,"
@@ -73,22 +66,6 @@ _LIVE_AS_RUN: Final = (
     "{cols}, CAST(NULL AS timestamptz) AS started_at, CAST(NULL AS text) AS worker"
 )
 """A runs-table row as the same columns as HISTORY_AS_RUN (a live run has no finished attempt)."""
-
-
-def _insert_ended(
-    source: str, state: str, keep_payload: str, started: str, finished: str = "{now}"
-) -> str:
-    """``INSERT INTO {history} AS h`` of the rows of CTE ``source`` (aliased ``e``, the runs
-    table's columns), ended in ``state`` at ``finished``, keeping the payload when
-    ``keep_payload``."""
-    return f"""INSERT INTO {{history}} AS h ({HISTORY_COLUMNS})
-    SELECT e.id, e.seq, e.job_id, {state},
-        CASE WHEN {keep_payload} THEN e.payload END, e.key, e.dedupe_key, e.attempt,
-        e.max_attempts, e.priority, e.run_at, e.created_at, {started}, {finished}, e.claimed_by,
-        e.last_error, nullif(e.history, CAST('[]' AS jsonb)),
-        CASE WHEN {keep_payload} THEN e.trace_context END, e.snoozes, e.tenant_id, e.parent_id,
-        e.lapses, e.progress, nullif(e.consecutive_lapses, 0), e.handler_version, e.partition_key
-    FROM {source} e"""  # noqa: S608 - constant text
 
 
 _SETTLE_INPUT: Final = """
@@ -152,7 +129,7 @@ WITH settle AS (
 
 SETTLE_MOVING: Final = Template(
     _SETTLE_INPUT  # noqa: S608 - constant text
-    + _insert_ended(
+    + insert_ended(
         "gone",
         "e.state",
         "(e.state <> 'completed' OR e.keep = 2 OR {stepped})",
@@ -224,21 +201,6 @@ LIST_DEAD_OF_JOB_EITHER: Final = _dead_pages(" AND ?.job_id = :job_id")
 LIST_DEAD_ALL_JOBS_EITHER: Final = _dead_pages("")
 """LIST_DEAD_ALL_JOBS over both tables (J16)."""
 
-_INSERT_BACK: Final = """INSERT INTO {runs} AS r (
-    id, seq, job_id, state, payload, key, dedupe_key, attempt, max_attempts, run_at, created_at,
-    updated_at, last_error, history, priority, trace_context, snoozes, tenant_id, parent_id,
-    lapses, consecutive_lapses, progress, handler_version, partition_key
-)
-SELECT b.id, b.seq, b.job_id, 'waiting', coalesce(b.payload, CAST('null' AS jsonb)), b.key,
-    b.dedupe_key, b.attempt, b.attempt + 1, {now}, b.created_at, {now}, b.last_error,
-    coalesce(b.history, CAST('[]' AS jsonb)), b.priority, b.trace_context, b.snoozes,
-    b.tenant_id, b.parent_id, b.lapses, 0, b.progress, b.handler_version, b.partition_key
-FROM back b
-"""
-"""A history row (CTE ``back``, aliased ``b``) moved back into the runs table: waiting, due
-now, with one more attempt (an operator's retry, J8; a rerun from a step, D6)."""
-
-
 RETRY_DEAD_BACK: Final = Template(
     """
 WITH back AS (
@@ -254,7 +216,7 @@ WITH back AS (
 )
 -- ... and waits again in the runs table, due now, with exactly one more attempt.
 """  # noqa: S608 - constant text
-    + _INSERT_BACK
+    + INSERT_BACK
     + """RETURNING {cols}
 """
 )
@@ -270,7 +232,7 @@ WITH gone AS (
     RETURNING r.*
 )
 """  # noqa: S608 - constant text
-    + _insert_ended("gone", "'discarded'", "true", "NULL")
+    + insert_ended("gone", "'discarded'", "true", "NULL")
     + f"\nRETURNING {HISTORY_AS_RUN}\n"
 )
 """Operator discard (J8) of a waiting run: moved into history, discarded (J16)."""
@@ -293,7 +255,7 @@ WITH gone AS (
     RETURNING r.*
 ), moved AS (
     """  # noqa: S608 - constant text
-    + _insert_ended("gone", "'cancelled'", "true", "NULL")
+    + insert_ended("gone", "'cancelled'", "true", "NULL")
     + f"""
     RETURNING {HISTORY_AS_RUN}
 ), requested AS ("""
@@ -330,7 +292,7 @@ WITH gone AS (
     RETURNING d.*
 )
 """  # noqa: S608 - constant text
-    + _insert_ended("gone", "e.state", "e.state <> 'completed'", "NULL", "e.finished_at")
+    + insert_ended("gone", "e.state", "e.state <> 'completed'", "NULL", "e.finished_at")
     + "\nRETURNING 1\n"
 )
 """J16: move one bounded batch of one job's finished rows from the runs table into history, in
@@ -565,7 +527,7 @@ WITH back AS (
 )
 -- ... and waits again in the runs table, due now, with one more attempt.
 """  # noqa: S608 - constant text
-    + _INSERT_BACK
+    + INSERT_BACK
     + """WHERE (SELECT count(*) FROM dropped) >= 0
 RETURNING {cols}
 """,
