@@ -316,6 +316,46 @@ class Subscription:
         await self._listener._unsubscribe(self)  # noqa: SLF001 - the listener's own half
 
 
+_ABANDONED: Final[set[asyncio.Task[asyncpg.Connection]]] = set()
+"""Connects a listener stopped waiting for, let finish (:func:`_whole_connect`): held here so
+none is collected before it ends."""
+
+
+async def _whole_connect(
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+) -> asyncpg.Connection:
+    """``connect()``, never cancelled halfway: a caller cancelled meanwhile (its listener stops,
+    or IO_TIMEOUT) returns at once and leaves the connect to end in the background, bounded by
+    IO_TIMEOUT; the connection it makes then is closed. asyncpg's connect cancelled between its
+    TCP connect and its first answer (``sslmode=prefer``, its default, asks for TLS first) fails
+    a future nobody reads, ``ConnectionError('unexpected connection_lost() call')``, which
+    asyncio hands to the event loop's exception handler ("Future exception was never
+    retrieved"), and anyio's test runner raises (J11: nothing leaves the loop)."""
+    task = asyncio.ensure_future(_bounded_connect(connect))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        _ABANDONED.add(task)
+        task.add_done_callback(_abandoned_connect_ended)
+        raise
+
+
+async def _bounded_connect(
+    connect: Callable[[], Awaitable[asyncpg.Connection]],
+) -> asyncpg.Connection:
+    async with asyncio.timeout(IO_TIMEOUT):
+        return await connect()
+
+
+def _abandoned_connect_ended(task: asyncio.Task[asyncpg.Connection]) -> None:
+    """A connect nobody waits for any more ended: its error read (so never logged as never
+    retrieved), its connection closed."""
+    _ABANDONED.discard(task)
+    if task.cancelled() or task.exception() is not None:
+        return
+    task.result().terminate()
+
+
 class Listener:
     """One dedicated LISTEN connection shared by a process's subscribers (see the module
     docstring). Runs while it has subscriptions: the first :meth:`subscribe` starts it (from
@@ -492,7 +532,7 @@ class Listener:
     async def _serve(self) -> None:
         """One connection, from connect to its loss (raises) or the listener's stop (returns);
         ``_went_live`` says whether it was proven live."""
-        connection = await self._io(self._connect(), "connect")
+        connection = await self._io(_whole_connect(self._connect), "connect")
         self._lost = False
         self._connection = connection
         connection.add_termination_listener(self._on_terminated)
@@ -586,7 +626,7 @@ class Listener:
         )
 
     async def _send_probe_from_elsewhere(self, token: str) -> None:
-        sender = await self._probe_connect()
+        sender = await _whole_connect(self._probe_connect)
         try:
             await sender.execute(LISTENER_PROBE.sql, self._probe_channel, token)
         finally:
