@@ -401,6 +401,25 @@ async def test_j6_lapsed_lease_is_retaken(clock, job_backend_factory):
     assert second.token > first.token
 
 
+async def test_j5_claim_state_is_the_claims_own_end_only(clock, job_backend_factory):
+    """J5, J13, J16: ``claim_state`` (how a settle whose answer was lost is resolved) answers
+    the run's state for the claim that ended it, in both shapes (an ended run in history keeps
+    no token: the claim's attempt stands for it), and nothing for an earlier claim whose lease
+    lapsed and whose run another claim retook and completed: that one's settle was stale."""
+    backend = job_backend_factory(clock)
+    definition = job(attempts=3)
+    await backend.enqueue(definition, {"n": 1})
+    [first] = await backend.claim(claim_request(definition, worker="A", limit=1))
+    assert await backend.claim_state(first) == "running"
+    clock.advance(LEASE)
+    [second] = await backend.claim(claim_request(definition, worker="B", limit=1))
+    assert await backend.claim_state(first) is None
+    assert await backend.settle([completed(second)]) == ["completed"]
+    assert await backend.claim_state(second) == "completed"
+    assert await backend.claim_state(first) is None
+    assert await backend.settle([completed(first)]) == ["stale"]
+
+
 async def test_j6_lapse_on_the_final_attempt_dead_letters(clock, job_backend_factory):
     """J6: a run whose lease lapses on its final attempt is dead-lettered with
     LEASE_LAPSED_FINAL_ATTEMPT instead of being returned by a claim."""

@@ -11,6 +11,7 @@ import asyncio
 import gc
 import itertools
 from datetime import timedelta
+from typing import Any
 
 import anyio
 import pytest
@@ -460,6 +461,37 @@ async def test_completion_failure_is_reported_and_retried(clock, backend, errors
         await advance_until_awaited(clock, lambda: spy.wait_calls("settle", 2), step=0.5)
     assert (await record_of(backend, result.run_id)).state == "completed"
     assert [type(e) for e in errors.errors] == [ConnectionError]
+
+
+async def test_j5_a_completion_whose_answer_was_lost_is_not_reported_stale_on_its_retry(
+    clock, backend, errors
+):
+    """J5, J11: a complete that landed but whose answer was lost (the connection dropped after
+    the commit) is retried; the retry finds the run already completed under this very claim,
+    so it is no stale claim: nothing but the connection error is reported (a stale report is
+    never a false alarm)."""
+    spy = SpyBackend(backend)
+    lost = ConnectionError("server closed the connection after the commit")
+    landed: list[Any] = []
+
+    async def lands_then_loses_the_answer(settlements: list[Any]) -> Any:
+        outcomes = await backend.settle(settlements)
+        if not landed:
+            landed.append(outcomes)
+            raise lost
+        return outcomes
+
+    spy.answers["settle"] = lands_then_loses_the_answer
+    job = define_job("lost-answer", _noop, payload=dict)
+    result = await backend.enqueue(job, {})
+    async with await start_job_runtime(job, backend=spy):
+        await errors.wait_count(1)
+        await advance_until_awaited(clock, lambda: spy.wait_calls("settle", 2), step=0.5)
+        await settle_loop()
+    assert landed == [["completed"]]
+    assert [call.result for call in spy.calls["settle"]] == [lost, ["stale"]]
+    assert (await record_of(backend, result.run_id)).state == "completed"
+    assert errors.errors == [lost]
 
 
 async def test_handler_failure_schedules_the_retry_with_the_policy(clock, backend):

@@ -1277,7 +1277,7 @@ class PostgresJobBackend(JobBackendBase):
         rows = await self._connections.rows(
             "claim state",
             self.statements[live_sql.CLAIM_STATE_EITHER if self.history else CLAIM_STATE_IF_TOKEN],
-            {"id": run.run_id, "token": run.token},
+            {"id": run.run_id, "token": run.token, "attempt": run.attempt},
             scope=OWN,
         )
         return None if not rows else str(rows[0][0])

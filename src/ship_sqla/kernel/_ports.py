@@ -849,8 +849,10 @@ class FencedRuns(Protocol):
         ...
 
     async def claim_state(self, run: ClaimedRun) -> str | None:
-        """The state of ``run`` while the row still carries this claim's token, else None: how
-        an ambiguous COMMIT (the connection lost during it) is resolved."""
+        """The state of ``run`` while the row still carries this claim's token (an ended run
+        moved to history, which keeps no token: ended at this claim's attempt), else None: how
+        an ambiguous COMMIT (the connection lost during it), or a settle retried after its
+        answer was lost, is resolved."""
         ...
 
     async def record_progress(self, run: ClaimedRun, progress: Mapping[str, Any]) -> bool:

@@ -499,15 +499,17 @@ LIMIT CAST(:limit AS integer)
 """STATE_COUNTS over both tables (J16)."""
 
 CLAIM_STATE_EITHER: Final = Template("""
--- <runs>_pkey, one probe: how an ambiguous COMMIT of a transactional handler is resolved (J13).
+-- <runs>_pkey, one probe: how an ambiguous COMMIT of a transactional handler, or a settle
+-- retried after its answer was lost, is resolved (J13, J5).
 SELECT r.state FROM {runs} r WHERE r.id = :id AND r.lease_token = :token
 UNION ALL
--- J16: the run ended (its end committed): history's id index. History keeps no claim token,
--- so an end another holder committed after this claim lapsed answers the same.
-SELECT h.state FROM {history} h WHERE h.id = :id
+-- J16: the run ended (its end committed): history's id index. History keeps no claim token:
+-- the claim's attempt stands for it (a retake spends one more, so an end another holder
+-- committed after this claim lapsed is at a later attempt and answers nothing).
+SELECT h.state FROM {history} h WHERE h.id = :id AND h.attempt = :attempt
 LIMIT 1
 """)
-"""CLAIM_STATE_IF_TOKEN over both tables (J13, J16)."""
+"""CLAIM_STATE_IF_TOKEN over both tables (J13, J16): ``:attempt`` is the claim's."""
 
 RERUN_FROM_STEP_BACK: Final = Template(
     """

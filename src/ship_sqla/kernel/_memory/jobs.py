@@ -913,9 +913,9 @@ class InMemoryJobBackend(JobBackendBase):
         stored = self._runs.get(run.run_id)
         if stored is None:
             # J16: an ended run is in history, which keeps no claim token: its end is the
-            # answer (CLAIM_STATE_EITHER's rule).
+            # answer when it ended at this claim's attempt (CLAIM_STATE_EITHER's rule).
             ended = self._history.get(run.run_id)
-            return None if ended is None else ended.state
+            return None if ended is None or ended.attempt != run.attempt else ended.state
         if stored.token != run.token:
             return None
         return stored.state

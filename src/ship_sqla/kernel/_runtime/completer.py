@@ -22,7 +22,10 @@ after the error backoff (capped at about a second), each settlement by its own r
 A settlement given up is safe to drop: its run is still running with a lease, which lapses and
 lets any worker retake it (J6, at-least-once). Retrying is safe because every settlement is
 fenced on its claim's token (J5): once another worker retook the run it answers ``"stale"`` and
-changes nothing.
+changes nothing. A try that raised may still have landed (its answer lost with the connection,
+after the commit): a retry answered ``"stale"`` is checked against the run's row
+(``claim_state``), and one that landed on the earlier try is answered as landed, never reported
+stale (a stale report is never a false alarm).
 """
 
 from __future__ import annotations
@@ -31,13 +34,14 @@ import asyncio
 from typing import TYPE_CHECKING, Final
 
 from ship_sqla.kernel._runtime.state import InFlight, stale_error
+from ship_sqla.kernel._settlement import Settlement
 from ship_sqla.kernel._waiting import wait_event
 
 if TYPE_CHECKING:
     from ship_sqla.kernel._metrics import JobOutcome
     from ship_sqla.kernel._ports import JobBackend, SettleOutcome
     from ship_sqla.kernel._runtime.wiring import Plumbing, RuntimeEvents
-    from ship_sqla.kernel._settlement import Settlement, SettleRequest
+    from ship_sqla.kernel._settlement import SettleRequest
 
 __all__ = ["MAX_BATCH", "Completer"]
 
@@ -195,6 +199,7 @@ class Completer:
                         " order."
                     )
                     raise RuntimeError(msg)  # noqa: TRY301 - reported with the other failures
+                outcomes = await self._landed_before(live, outcomes)
             except Exception as exc:  # noqa: BLE001 - J11: absorbed, reported, retried
                 self._report_error(exc)
                 return False
@@ -206,6 +211,31 @@ class Completer:
                 self._store.room_freed(capped)
         self._done(batch)
         return True
+
+    async def _landed_before(
+        self, live: list[InFlight], outcomes: list[SettleOutcome]
+    ) -> list[SettleOutcome]:
+        """J5: a settlement retried after a try that raised (its answer lost: the connection
+        dropped after the commit) may have landed on that try; its retry then answers "stale"
+        though no other claim took the run. The run's row says which (``claim_state``): still
+        this claim's, in the state the settlement leaves (or cancelled, K2, which a completion
+        never becomes), it landed, and is answered so; else it is stale indeed."""
+        resolved = list(outcomes)
+        for index, (entry, outcome) in enumerate(zip(live, outcomes, strict=True)):
+            settlement = entry.settlement
+            if (
+                outcome != "stale"
+                or entry.settle_failed_at is None
+                or not isinstance(settlement, Settlement)
+            ):
+                continue
+            state = await self._store.claim_state(entry.run)
+            if state is None:
+                continue
+            cancelled = state == "cancelled" and settlement.state != "completed"
+            if state == settlement.state or cancelled:
+                resolved[index] = settlement.landed(state)
+        return resolved
 
     def _answered(self, entry: InFlight, outcome: SettleOutcome) -> None:
         """The one place a settle's answer is read: a stale one is reported once per claim (J5),
