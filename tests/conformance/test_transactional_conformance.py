@@ -108,7 +108,12 @@ async def test_j13_a_raising_handler_rolls_everything_back_then_k4_settles(
         # recorded, it could stop just before the runtime parked its poll: a lost wake-up),
         # then stands still while it runs: moved on meanwhile, it outran the attempt's own
         # database work on a loaded machine and lapsed its lease before the handler started.
-        await advance_until_awaited(clock, lambda: _claimed(backend, attempt=2), step=0.5)
+        # At most 10 s in all (the retry is due 1 s after the failure, the poll is 1 s): the
+        # second claim's own statement can take long enough under load for unbounded steps to
+        # carry time past its 30 s lease before the handler starts (seen once at load ~10).
+        await advance_until_awaited(
+            clock, lambda: _claimed(backend, attempt=2), step=0.5, most=10.0
+        )
         await backend.wait_calls("settle_within", 1)
     record = await record_of(backend, result.run_id)
     assert (record.state, record.attempt) == ("completed", 2)

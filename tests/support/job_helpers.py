@@ -96,9 +96,11 @@ async def advance_until_awaited(
     *,
     step: float,
     limit: float = 10.0,
+    most: float | None = None,
 ) -> None:
     """Move frozen time forward ``step`` seconds at a time until ``waiting()`` returned (for
-    example ``lambda: spy.wait_calls("heartbeat", 2)``)."""
+    example ``lambda: spy.wait_calls("heartbeat", 2)``), at most ``most`` seconds in all (see
+    :func:`advance_until`)."""
     done = anyio.Event()
 
     async def watch() -> None:
@@ -107,7 +109,7 @@ async def advance_until_awaited(
 
     async with anyio.create_task_group() as group:
         group.start_soon(watch)
-        await advance_until(clock, done, step=step, limit=limit)
+        await advance_until(clock, done, step=step, limit=limit, most=most)
 
 
 class ErrorLog:
