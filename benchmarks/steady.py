@@ -106,6 +106,9 @@ class Shape:
     after: float
     peers: bool = True
     early: bool = True
+    capped: bool = True
+    """ship: the job capped at ``Concurrency(max=1000)`` (as committed); ``cap=0`` runs it
+    uncapped (the claim without F1's held count)."""
     after_sample: float = 5.0
     """Seconds between samples from the release on (finer than ``sample``: when the table is
     back is read to this resolution)."""
@@ -143,7 +146,9 @@ def _shape(bench: Bench) -> Shape:
     # The CI smoke (--quick) runs ship's side only unless asked (peers=1): pgqueuer's side
     # would double its time, and the CI's venv may have pgqueuer installed.
     peers = options.get("peers", "0" if bench.quick else "1") != "0"
-    return replace(shape, rate=rate, peers=peers, early=options.get("early", "1") != "0")
+    early = options.get("early", "1") != "0"
+    capped = options.get("cap", "1") != "0"
+    return replace(shape, rate=rate, peers=peers, early=early, capped=capped)
 
 
 @dataclass(slots=True)
@@ -221,7 +226,7 @@ class _ShipSide:
     table = "ship_job_runs"
     claim_like: tuple[str, ...] = ("%walk (priority, ids, run_ats, seqs, taken)%",)
 
-    def __init__(self, db: BenchDatabase) -> None:
+    def __init__(self, db: BenchDatabase, *, capped: bool = True) -> None:
         self.db = db
         self.metadata = MetaData()
         runs = ship_job_runs_table(self.metadata)
@@ -235,7 +240,10 @@ class _ShipSide:
             history_table=self.history,
         )
         self.job: JobDefinition[dict[str, Any]] = define_job(
-            JOB_ID, self._handle, payload=dict, concurrency=Concurrency(max=IN_FLIGHT)
+            JOB_ID,
+            self._handle,
+            payload=dict,
+            concurrency=Concurrency(max=IN_FLIGHT) if capped else Concurrency(),
         )
         self.runtime: JobRuntime | None = None
         self.early = _EarlyRebuilds()
@@ -580,10 +588,14 @@ def _loaded(outcome: Outcome) -> list[tuple[Sample, float, float, float, float]]
 def _describe(outcome: Outcome, sample: Sample) -> str:
     rows = _intervals(outcome)
     us, buffers, drain, pace = rows[-1][1:] if rows else (math.nan,) * 4
+    before = outcome.samples[-2].claims if len(outcome.samples) > 1 else (0, 0.0, 0, 0)
+    calls = sample.claims[0] - before[0]
+    per_claim = (sample.claims[2] - before[2]) / calls if calls else math.nan
     return (
         f"{outcome.library:9} t={sample.at:6.0f}s offered {sample.offered:>9,} ({pace:4.2f}x rate)"
         f" finished {sample.finished:>9,} ({drain:5.2f}x offered) claim {us:7.1f} us/run"
-        f" {buffers:6.1f} buf/run table {sample.total_bytes / 2**20:7.1f} MiB"
+        f" {buffers:6.1f} buf/run ({per_claim:5.0f} runs/claim)"
+        f" table {sample.total_bytes / 2**20:7.1f} MiB"
         f" (heap {sample.heap_bytes / 2**20:6.1f}, indexes {sample.index_bytes / 2**20:6.1f})"
         f" dead {sample.dead:>9,}"
         f" av {sample.autovacuums}{' HELD' if sample.held else ''}"
@@ -654,7 +666,7 @@ async def _one(bench: Bench, side_type: type[_ShipSide | _PgQueuerSide], shape: 
     async with bench.database(f"{NAME}_{side_type.library}") as db:
         with contextlib.suppress(Exception):
             await db.maintain("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-        side = side_type(db)
+        side = _ShipSide(db, capped=shape.capped) if side_type is _ShipSide else side_type(db)
         await side.setup()
         with contextlib.suppress(Exception):
             await db.maintain("SELECT pg_stat_statements_reset()")
