@@ -144,22 +144,36 @@ async def test_s2_running_runs_page_by_lease_expiry_exactly_once(
 async def test_s2_finished_runs_page_newest_first_exactly_once(
     backend: Any, ops: JobOperations, clock: FrozenClock
 ) -> None:
-    """S2: finished runs of a state page newest first by (created_at, run_id), ties on
-    created_at included, each exactly once, of one job and across jobs, within a creation-time
-    range when given."""
-    created: list[RunRecord] = []
+    """S2, J18: completed runs page newest finished first by (finished_at, run_id) (the order
+    history's (job_id, state, finished_at) index keeps; not creation order), ties on
+    finished_at (one settle batch) included, each exactly once, of one job and across jobs,
+    within a finish-time range when given; a creation-time range there is refused, and a
+    finish-time range on another state."""
+    groups = []
     for count in (4, 3, 5):
         await backend.enqueue_many(DONE, [EnqueueRequest({"n": n}) for n in range(count)])
-        claimed = await backend.claim(claim_request(DONE, worker="w", limit=count))
-        await backend.settle([completed(run) for run in claimed])
+        groups.append(count)
+        clock.advance(1)
+    claimed = await backend.claim(claim_request(DONE, worker="w", limit=12))
+    assert len(claimed) == 12
+    # Settled in another order than created: the last group first, then the first, then the
+    # middle one, each batch at one finished_at.
+    batches = [claimed[7:], claimed[:4], claimed[4:7]]
+    for batch in batches:
+        await backend.settle([completed(run) for run in batch])
         clock.advance(1)
     await backend.enqueue(DONE, {"left": "waiting"})
     page = await ops.list_runs(state="completed", job_id=DONE.id, limit=500)
     created = list(page.items)
     assert len(created) == 12
-    expected = [r.run_id for r in sorted(created, key=lambda r: (r.created_at, r.run_id))][::-1]
-    middle = sorted({r.created_at for r in created})[1]
-    in_range = [r.run_id for r in created if r.created_at == middle]
+    key = lambda r: (r.finished_at, r.run_id)  # noqa: E731
+    expected = [r.run_id for r in sorted(created, key=key)][::-1]
+    assert expected != [
+        r.run_id for r in sorted(created, key=lambda r: (r.created_at, r.run_id))
+    ][::-1]
+    middle = sorted({r.finished_at for r in created if r.finished_at is not None})[1]
+    in_range = [r.run_id for r in created if r.finished_at == middle]
+    assert len(in_range) == 4
     for limit in (1, 2, 5, 500):
         of_job = await every_page(ops, limit=limit, state="completed", job_id=DONE.id)
         assert [r.run_id for r in of_job] == expected, limit
@@ -169,11 +183,17 @@ async def test_s2_finished_runs_page_newest_first_exactly_once(
             ops,
             limit=limit,
             state="completed",
-            created_from=middle,
-            created_to=middle + timedelta(microseconds=1),
+            finished_from=middle,
+            finished_to=middle + timedelta(microseconds=1),
         )
         assert sorted(r.run_id for r in ranged) == sorted(in_range), limit
     assert (await ops.list_runs(state="dead", job_id=DONE.id)).items == ()
+    with pytest.raises(ConfigurationError) as caught:
+        await ops.list_runs(state="completed", created_from=middle)
+    assert "finished_from" in str(caught.value)
+    with pytest.raises(ConfigurationError) as caught:
+        await ops.list_runs(state="dead", finished_to=middle)
+    assert "created_from" in str(caught.value)
 
 
 async def test_s2_list_runs_refuses_a_creation_range_on_live_states_and_foreign_cursors(

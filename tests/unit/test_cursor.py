@@ -15,6 +15,7 @@ from ship_sqla.errors import ConfigurationError, InvalidCursorError
 from ship_sqla.kernel._browse import (
     ClaimPosition,
     CreatedPosition,
+    FinishedPosition,
     LeasePosition,
     RunPosition,
     position_cursor_values,
@@ -153,24 +154,31 @@ run_positions = st.one_of(
         created_at=st.datetimes(timezones=st.just(UTC)),
         run_id=st.text(min_size=1),
     ),
+    st.builds(
+        FinishedPosition,
+        finished_at=st.datetimes(timezones=st.just(UTC)),
+        run_id=st.text(min_size=1),
+    ),
 )
 _STATE_OF_KIND: dict[type, RunState] = {
     ClaimPosition: "waiting",
     LeasePosition: "running",
     CreatedPosition: "dead",
+    FinishedPosition: "completed",
 }
 
 
 @given(run_positions)
 def test_a_list_runs_position_round_trips_through_a_cursor(position: RunPosition) -> None:
-    """S2: a page of runs' position comes back from its cursor as it was, kind included, for a
-    state of its kind, and is refused, naming both kinds, for a state of any other kind."""
+    """S2, J18: a page of runs' position (completed runs' in finish order) comes back from its
+    cursor as it was, kind included, for a state of its kind, and is refused, naming both kinds, for a state of any other kind."""
     state = _STATE_OF_KIND[type(position)]
     token = encode_cursor(KeysetPosition(QUERY, position_cursor_values(position)), SECRET)
     values = decode_cursor(token, secret=SECRET, query=QUERY)
     assert position_from_cursor_values(values, state) == position
-    others = [s for s in ("waiting", "running", "completed") if run_order(s) != run_order(state)]
-    assert len(others) == 2
+    kinds = ("waiting", "running", "dead", "completed")
+    others = [s for s in kinds if run_order(s) != run_order(state)]
+    assert len(others) == 3
     for other in others:
         with pytest.raises(InvalidCursorError) as caught:
             position_from_cursor_values(values, other)

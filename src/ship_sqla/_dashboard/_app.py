@@ -152,7 +152,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._browse import ConsumerKeyProgress, RunOrder, ThroughputBucket
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import AdministeredBackend
-    from ship_sqla.kernel._ports import PausedJob, RunRecord
+    from ship_sqla.kernel._ports import PausedJob, RunRecord, RunState
     from ship_sqla.kernel._serving import Serving
     from ship_sqla.kernel._stats import JobStatsStore, StatsSeries
     from ship_sqla.kernel._webhooks_out import (
@@ -884,8 +884,8 @@ class _Dashboard:
                 state=state,
                 job_id=job,
                 tenant=tenant,
-                created_from=f.since,
-                created_to=f.until,
+                # The range is on the state's own time: finish for completed runs (J18).
+                **_time_range(state, f.since, f.until),
                 limit=PAGE_SIZE,
                 cursor=f.cursor,
             )
@@ -1386,9 +1386,21 @@ _RUN_ORDERS: Final[dict[RunOrder, tuple[str, str, Callable[[RunRecord], datetime
         lambda r: r.lease_expires_at,
     ),
     "created": ("Newest first.", "Finished", lambda r: r.finished_at),
+    "finished": ("Newest finished first.", "Finished", lambda r: r.finished_at),
 }
 """What the runs page says about its order, per state's order (:func:`run_order`), the time
 column's heading and its value."""
+
+
+def _time_range(
+    state: RunState, since: datetime | None, until: datetime | None
+) -> dict[str, datetime | None]:
+    """The runs page's since / until as :meth:`JobOperations.list_runs` takes them for
+    ``state``: a finish-time range for completed runs (J18), else a creation-time range."""
+    if run_order(state) == "finished":
+        return {"finished_from": since, "finished_to": until}
+    return {"created_from": since, "created_to": until}
+
 
 _NO_BACKFILLS: Final = (
     "No backfill ledger given (create_dashboard(backfills=create_backfill_ledger(...)), or"

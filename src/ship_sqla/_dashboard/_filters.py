@@ -125,19 +125,19 @@ def read_filters(
         except INPUT_ERRORS as exc:
             raise BadParameter(name, exc) from exc
     filters = Filters(**found)  # type: ignore[arg-type]  # each value checked by _read
-    if "state" in reads and run_order(filters.state) != "created":
+    if "state" in reads and run_order(filters.state) not in ("created", "finished"):
         for name, value in (("since", filters.since), ("until", filters.until)):
             if value is not None:
                 raise BadParameter(
                     name,
                     ConfigurationError(
-                        f"{name} (a creation-time range) applies to the finished states only:"
+                        f"{name} (a time range) applies to the finished states only:"
                         f" {filters.state} runs page in "
                         + ("claim order" if filters.state == "waiting" else "lease expiry order")
                         + ", and a range there could only be filtered, reading past every other"
                         f" {filters.state} run (S2: every page read is bounded).",
-                        fix="clear the creation-time range, or pick a finished state: completed,"
-                        " dead, discarded, cancelled.",
+                        fix="clear the time range, or pick a finished state: completed (by"
+                        " finish time), dead, discarded, cancelled (by creation time).",
                     ),
                 )
     return filters

@@ -43,6 +43,8 @@ from ship_sqla._jobs._sql.admin import (
 from ship_sqla._jobs._sql.browse import (
     CONSUMER_PROGRESS,
     DEAD_ERRORS,
+    LIST_COMPLETED_ALL_JOBS,
+    LIST_COMPLETED_OF_JOB,
     LIST_FINISHED_ALL_JOBS,
     LIST_FINISHED_OF_JOB,
     LIST_RUNNING_ALL_JOBS,
@@ -71,6 +73,7 @@ from ship_sqla.kernel._browse import (
     ConsumerKeyProgress,
     CreatedPosition,
     DeadError,
+    FinishedPosition,
     LeasePosition,
     ScheduleState,
     ThroughputBucket,
@@ -701,6 +704,16 @@ class PostgresRunAdmin:
             lease = after if isinstance(after, LeasePosition) else None
             params["after_at"] = None if lease is None else lease.lease_expires_at
             params["after_id"] = None if lease is None else lease.run_id
+        elif order == "finished":  # J18: completed runs, newest finished first
+            of_job, all_jobs = self._s[LIST_COMPLETED_OF_JOB], self._s[LIST_COMPLETED_ALL_JOBS]
+            if self._history:  # J16: the finished runs are in history
+                of_job = self._s[live_sql.LIST_COMPLETED_OF_JOB_EITHER]
+                all_jobs = self._s[live_sql.LIST_COMPLETED_ALL_JOBS_EITHER]
+            finished = after if isinstance(after, FinishedPosition) else None
+            params["finished_from"] = query.time_from
+            params["finished_to"] = query.time_to
+            params["after_at"] = None if finished is None else finished.finished_at
+            params["after_id"] = None if finished is None else finished.run_id
         else:
             of_job, all_jobs = self._s[LIST_FINISHED_OF_JOB], self._s[LIST_FINISHED_ALL_JOBS]
             if self._history:  # J16: the finished runs are in history
@@ -708,8 +721,8 @@ class PostgresRunAdmin:
                 all_jobs = self._s[live_sql.LIST_FINISHED_ALL_JOBS_EITHER]
             created = after if isinstance(after, CreatedPosition) else None
             params["state"] = query.state
-            params["created_from"] = query.created_from
-            params["created_to"] = query.created_to
+            params["created_from"] = query.time_from
+            params["created_to"] = query.time_to
             params["after_at"] = None if created is None else created.created_at
             params["after_id"] = None if created is None else created.run_id
         statement = all_jobs

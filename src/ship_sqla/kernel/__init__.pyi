@@ -4,6 +4,7 @@ from ship_sqla.kernel._backfills import BackfillSource as BackfillSource
 from ship_sqla.kernel._browse import BrowsedRun as BrowsedRun
 from ship_sqla.kernel._browse import ClaimPosition as ClaimPosition
 from ship_sqla.kernel._browse import CreatedPosition as CreatedPosition
+from ship_sqla.kernel._browse import FinishedPosition as FinishedPosition
 from ship_sqla.kernel._browse import LeasePosition as LeasePosition
 from ship_sqla.kernel._browse import RunBrowser as RunBrowser
 from ship_sqla.kernel._browse import RunOrder as RunOrder
@@ -102,6 +103,7 @@ __all__ = (
     "DeliveryAttempt",
     "FenceAnswer",
     "FencedRuns",
+    "FinishedPosition",
     "HeartbeatBatch",
     "HistoryEntry",
     "InMemoryBackfillLedger",

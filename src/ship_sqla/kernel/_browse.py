@@ -9,12 +9,17 @@ A page of runs is in its state's own order, the order of the index the state alr
   first, then ``run_at``, then creation order (``seq``); position :class:`ClaimPosition`;
 - ``running``: soonest lease to lapse first (``"lease"``): ``lease_expires_at``, then run id
   (lapsed leases, the runs a claim will retake, come first); position :class:`LeasePosition`;
-- finished (completed, dead, discarded, cancelled): newest first (``"created"``):
-  ``created_at``, then run id, descending; position :class:`CreatedPosition`.
+- ``completed``: newest finished first (``"finished"``): ``finished_at``, then run id,
+  descending; position :class:`FinishedPosition` (J18: history keeps completed runs, nearly
+  every row, in the index its dead-letter pages read by finish time, and in no creation-order
+  index);
+- dead, discarded, cancelled: newest first (``"created"``): ``created_at``, then run id,
+  descending; position :class:`CreatedPosition`.
 
-A creation-time range (``created_from`` / ``created_to``) bounds only the finished states'
-order; on a live state it could only be filtered, reading past every other waiting or running
-run of the job, so the operator surface refuses it there. A tenant filter reads past the job's
+A time range (``time_from`` / ``time_to``) on the order's own time (creation; finish for
+completed runs) bounds only the finished states' order; on a live state it could only be
+filtered, reading past every other waiting or running run of the job, so the operator surface
+refuses it there. A tenant filter reads past the job's
 other tenants' runs in the state (no index holds the tenant in these orders).
 
 Every read is bounded whatever the table size: a page of runs reads at most ``limit`` index
@@ -49,6 +54,7 @@ __all__ = [
     "CreatedPosition",
     "DeadError",
     "DeadErrorReader",
+    "FinishedPosition",
     "LeasePosition",
     "RunBrowser",
     "RunOrder",
@@ -70,17 +76,20 @@ MAX_THROUGHPUT_BUCKETS: Final = 120
 MAX_THROUGHPUT_CAP: Final = 100_000
 """Finished runs counted per job and bucket at most (the count's cost)."""
 
-RunOrder: TypeAlias = Literal["claim", "lease", "created"]
+RunOrder: TypeAlias = Literal["claim", "lease", "created", "finished"]
 """How a page of runs of one state is ordered (see the module's docstring)."""
 
 
 def run_order(state: RunState) -> RunOrder:
     """The order of a page of runs in ``state``: ``"claim"`` for waiting, ``"lease"`` for
-    running, ``"created"`` (newest first) for the finished states."""
+    running, ``"finished"`` (newest finished first) for completed, ``"created"`` (newest
+    created first) for the other finished states."""
     if state == "waiting":
         return "claim"
     if state == "running":
         return "lease"
+    if state == "completed":
+        return "finished"
     return "created"
 
 
@@ -110,13 +119,23 @@ class CreatedPosition:
     run_id: str
 
 
-RunPosition: TypeAlias = ClaimPosition | LeasePosition | CreatedPosition
+@attrs.frozen
+class FinishedPosition:
+    """A completed run's place: ``finished_at``, then ``run_id``, descending (newest finished
+    first, J18)."""
+
+    finished_at: datetime
+    run_id: str
+
+
+RunPosition: TypeAlias = ClaimPosition | LeasePosition | CreatedPosition | FinishedPosition
 """Where a page of runs stopped: its last run's place in its state's order (:func:`run_order`)."""
 
 _POSITIONS: Final[dict[RunOrder, type[RunPosition]]] = {
     "claim": ClaimPosition,
     "lease": LeasePosition,
     "created": CreatedPosition,
+    "finished": FinishedPosition,
 }
 
 
@@ -124,16 +143,17 @@ _POSITIONS: Final[dict[RunOrder, type[RunPosition]]] = {
 class RunQuery:
     """A page of runs in ``state``, in the state's order (:func:`run_order`): of ``job_id``
     (None: every job), of ``tenant`` (None: any), strictly after ``after`` (the position of the
-    last item of the page before, of the state's kind), at most ``limit``. ``created_from`` /
-    ``created_to`` (created in ``[created_from, created_to)``) apply to the finished states
+    last item of the page before, of the state's kind), at most ``limit``. ``time_from`` /
+    ``time_to`` (``[time_from, time_to)`` on the order's own time: ``created_at`` in the
+    ``"created"`` order, ``finished_at`` in the ``"finished"`` one) apply to the finished states
     only: the operator surface never sends them for a live state."""
 
     state: RunState
     limit: int
     job_id: str | None = None
     tenant: str | None = None
-    created_from: datetime | None = None
-    created_to: datetime | None = None
+    time_from: datetime | None = None
+    time_to: datetime | None = None
     after: RunPosition | None = None
 
     def __attrs_post_init__(self) -> None:
@@ -162,6 +182,10 @@ def position_of(run: BrowsedRun) -> RunPosition:
         if record.lease_expires_at is None:  # every claim sets it; nothing running clears it
             raise ValueError(f"running run {record.run_id!r} has no lease_expires_at")
         return LeasePosition(record.lease_expires_at, record.run_id)
+    if order == "finished":
+        if record.finished_at is None:  # every end sets it
+            raise ValueError(f"completed run {record.run_id!r} has no finished_at")
+        return FinishedPosition(record.finished_at, record.run_id)
     return CreatedPosition(record.created_at, record.run_id)
 
 
@@ -174,6 +198,8 @@ def position_cursor_values(position: RunPosition) -> tuple[CursorValue, ...]:
             return ("lease", lease_expires_at, run_id)
         case CreatedPosition(created_at, run_id):
             return ("created", created_at, run_id)
+        case FinishedPosition(finished_at, run_id):
+            return ("finished", finished_at, run_id)
 
 
 def position_from_cursor_values(values: tuple[CursorValue, ...], state: RunState) -> RunPosition:
@@ -196,7 +222,11 @@ def position_from_cursor_values(values: tuple[CursorValue, ...], state: RunState
             expected == "created" and _aware(created_at)
         ):
             return CreatedPosition(created_at, run_id)
-        case (str() as kind, *_) if kind in ("claim", "lease", "created") and kind != expected:
+        case ("finished", datetime() as finished_at, str() as run_id) if (
+            expected == "finished" and _aware(finished_at)
+        ):
+            return FinishedPosition(finished_at, run_id)
+        case (str() as kind, *_) if kind in _POSITIONS and kind != expected:
             raise InvalidCursorError(
                 f"the list_runs cursor holds a {kind!r} position, but a page of {state} runs"
                 f" is in {expected!r} order.",

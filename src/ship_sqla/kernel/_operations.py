@@ -281,8 +281,8 @@ def _check_list_runs(
     job_id: str | None,
     tenant: str | None,
     limit: int,
-    created_from: datetime | None,
-    created_to: datetime | None,
+    created: tuple[datetime | None, datetime | None],
+    finished: tuple[datetime | None, datetime | None],
 ) -> None:
     """:meth:`JobOperations.list_runs`' arguments, checked before any read (S2)."""
     _require_within(
@@ -299,17 +299,34 @@ def _check_list_runs(
     if job_id is not None:
         _require_job_id(job_id, "list_runs")
     check_tenant(tenant, operation="list_runs")
-    bounds: tuple[tuple[str, object], ...] = (
-        ("created_from", created_from),
-        ("created_to", created_to),
-    )
-    for name, value in bounds:
+    names = ("created_from", "created_to", "finished_from", "finished_to")
+    bounds: tuple[object, ...] = (*created, *finished)  # a caller's values, unchecked
+    for name, value in zip(names, bounds, strict=True):
         if value is not None and (not isinstance(value, datetime) or value.tzinfo is None):
             raise ConfigurationError(
                 f"list_runs {name} must be an aware datetime, got {value!r}.",
                 fix="pass datetime(..., tzinfo=UTC).",
             )
-    if run_order(state) != "created" and (created_from, created_to) != (None, None):
+    order = run_order(state)
+    if order == "finished" and created != (None, None):
+        raise ConfigurationError(
+            "list_runs of completed runs takes no created_from / created_to: completed runs"
+            " page newest finished first (J18), and a creation-time range could only be"
+            " filtered (S2: every page read is bounded).",
+            fix="pass finished_from / finished_to for completed runs.",
+        )
+    if order != "finished" and finished != (None, None):
+        raise ConfigurationError(
+            f"list_runs of {state} runs takes no finished_from / finished_to: only completed"
+            " runs page in finish order.",
+            fix="drop finished_from / finished_to"
+            + (
+                " (dead, discarded and cancelled runs take created_from / created_to)."
+                if order == "created"
+                else "."
+            ),
+        )
+    if order not in ("created", "finished") and created != (None, None):
         raise ConfigurationError(
             f"list_runs of {state} runs takes no created_from / created_to: {state} runs"
             " page in "
@@ -317,8 +334,9 @@ def _check_list_runs(
             + ", and a creation-time range could only be filtered, reading past every other"
             f" {state} run (S2: every page read is bounded).",
             fix="drop created_from / created_to for waiting and running runs (filter by job"
-            " or tenant instead); the range applies to the finished states: completed, dead,"
-            " discarded, cancelled.",
+            " or tenant instead); the range applies to the finished states: created_from /"
+            " created_to to dead, discarded and cancelled, finished_from / finished_to to"
+            " completed.",
         )
 
 
@@ -1421,6 +1439,8 @@ class JobOperations:
         tenant: str | None = None,
         created_from: datetime | None = None,
         created_to: datetime | None = None,
+        finished_from: datetime | None = None,
+        finished_to: datetime | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page[RunRecord]:
@@ -1430,9 +1450,13 @@ class JobOperations:
         - ``waiting``: claim order, highest priority first, then ``run_at``, then creation
           order (the order claims take them, K6);
         - ``running``: soonest ``lease_expires_at`` first (lapsed leases first), then run id;
-        - finished states: newest first by ``(created_at, run_id)``; only these take a
-          creation-time range, ``[created_from, created_to)`` (a live state refuses one with a
-          :class:`~ship_sqla.errors.ConfigurationError`: it cannot bound their read).
+        - ``completed``: newest finished first by ``(finished_at, run_id)`` (J18); only it
+          takes a finish-time range, ``[finished_from, finished_to)``;
+        - ``dead``, ``discarded``, ``cancelled``: newest first by ``(created_at, run_id)``;
+          only these take a creation-time range, ``[created_from, created_to)``.
+
+        A range the state's order cannot bound is refused with a
+        :class:`~ship_sqla.errors.ConfigurationError`.
 
         Across every job, the page merges at most 200 jobs' runs (by job id). A cursor is signed
         and valid only for the same state and filter."""
@@ -1442,8 +1466,13 @@ class JobOperations:
             job_id=job_id,
             tenant=tenant,
             limit=limit,
-            created_from=created_from,
-            created_to=created_to,
+            created=(created_from, created_to),
+            finished=(finished_from, finished_to),
+        )
+        start, end = (
+            (finished_from, finished_to)
+            if run_order(state) == "finished"
+            else (created_from, created_to)
         )
         query = query_fingerprint(
             (
@@ -1451,8 +1480,8 @@ class JobOperations:
                 state,
                 job_id or "",
                 tenant or "",
-                "" if created_from is None else created_from.isoformat(),
-                "" if created_to is None else created_to.isoformat(),
+                "" if start is None else start.isoformat(),
+                "" if end is None else end.isoformat(),
             )
         )
         after = (
@@ -1468,8 +1497,8 @@ class JobOperations:
                 limit=limit + 1,
                 job_id=job_id,
                 tenant=tenant,
-                created_from=created_from,
-                created_to=created_to,
+                time_from=start,
+                time_to=end,
                 after=after,
             ),
             max_jobs=MAX_BROWSE_JOBS,

@@ -202,7 +202,8 @@ class RunFilter:
     - ``job_id``, ``tenant``: exact;
     - ``state``: one run state (None: every state, live first);
     - ``time_from`` / ``time_to``: ``[from, to)`` on the state's own time: a waiting run's due
-      time (``run_at``), a running run's lease expiry, a finished run's creation time;
+      time (``run_at``), a running run's lease expiry, a completed run's finish time (J18:
+      its runs page's order), a dead, discarded or cancelled run's creation time;
     - ``worker``: the worker that holds it or ran its last attempt (exact);
     - ``error``: text in its last error, the letters A-Z in any case (every other character
       as written: the same rule in SQL and in Python, whatever the database's locale);
@@ -387,14 +388,12 @@ class RunFilter:
     def _in_range(self, record: RunRecord) -> bool:
         if self.time_from is None and self.time_to is None:
             return True
-        order = run_order(record.state)
-        at = (
-            record.run_at
-            if order == "claim"
-            else record.lease_expires_at
-            if order == "lease"
-            else record.created_at
-        )
+        at = {
+            "claim": record.run_at,
+            "lease": record.lease_expires_at,
+            "created": record.created_at,
+            "finished": record.finished_at,
+        }[run_order(record.state)]
         if at is None:
             return False
         return (self.time_from is None or at >= self.time_from) and (
@@ -501,13 +500,13 @@ async def _walk(
         state = states[index]
         ask = min(size, _READ, bound - walk.scanned)
         size = min(size * 4, _READ)
-        finished = run_order(state) == "created"
+        finished = run_order(state) in ("created", "finished")
         query = RunQuery(
             state=state,
             limit=ask,
             job_id=flt.job_id,
-            created_from=flt.time_from if finished else None,
-            created_to=flt.time_to if finished else None,
+            time_from=flt.time_from if finished else None,
+            time_to=flt.time_to if finished else None,
             after=after,
         )
         rows = await browser.list_runs(query, max_jobs=MAX_BROWSE_JOBS)
@@ -534,7 +533,7 @@ def _encode(stack: list[Start], query: str, secret: bytes) -> str:
     return encode_cursor(KeysetPosition(query, tuple(values)), secret)
 
 
-_KIND_WIDTH: Final = {"none": 0, "claim": 3, "lease": 2, "created": 2}
+_KIND_WIDTH: Final = {"none": 0, "claim": 3, "lease": 2, "created": 2, "finished": 2}
 
 
 def _decode(cursor: str, query: str, secret: bytes, states: tuple[RunState, ...]) -> list[Start]:

@@ -17,13 +17,21 @@ word, as a literal, so a generic plan can use the partial index):
   through ``<runs>_lease_idx`` (job_id, lease_expires_at): one range from the cursor's lease,
   at most ``:limit`` entries plus the runs whose lease ties the cursor's (the index holds no
   id: runs claimed or heartbeated in one statement tie, a batch at most);
-- finished states (LIST_FINISHED_*): newest first, ``(created_at, id)`` descending, through
-  ``<runs>_browse_idx`` (state, job_id, created_at, id), partial on the finished states (so a
-  run enters it once, when it finishes): one backward range from the cursor, at most
-  ``:limit`` entries, stopped at ``created_from``.
+- dead, cancelled, discarded (LIST_FINISHED_*): newest first, ``(created_at, id)``
+  descending, through ``<runs>_browse_idx`` (state, job_id, created_at, id), partial on the
+  finished states (so a run enters it once, when it finishes): one backward range from the
+  cursor, at most ``:limit`` entries, stopped at ``created_from``;
+- completed (LIST_COMPLETED_*, J18): newest finished first, ``(finished_at, id)`` descending,
+  the order history's ``<history>_job_idx`` keeps (no browse index pays for completed runs
+  there). In a runs table that keeps its finished runs (no history table) through
+  ``<runs>_finished_idx`` (job_id, finished_at), partial on the finished states: one backward
+  range from the cursor, stopped at ``finished_from``, that reads past the job's dead,
+  cancelled and discarded runs finished in it (the index holds no state) and sorts each
+  ``finished_at`` tie (a settle batch) by id.
 
 A tenant filter reads past the job's other tenants' runs in the range (no index holds the
-tenant in these orders). A creation-time range bounds only the finished states' read; the
+tenant in these orders). A time range on the order's own time (creation; finish for
+completed runs) bounds only the finished states' read; the
 operator surface refuses one on a live state (it could only be filtered there, reading past
 every other waiting or running run of the job), so the live statements take none.
 
@@ -49,6 +57,8 @@ from ship_sqla._sql import Template
 __all__ = [
     "CONSUMER_PROGRESS",
     "DEAD_ERRORS",
+    "LIST_COMPLETED_ALL_JOBS",
+    "LIST_COMPLETED_OF_JOB",
     "LIST_FINISHED_ALL_JOBS",
     "LIST_FINISHED_OF_JOB",
     "LIST_RUNNING_ALL_JOBS",
@@ -244,6 +254,63 @@ LIST_FINISHED_OF_JOB, LIST_FINISHED_ALL_JOBS = _pages(
     "p.created_at DESC, p.id DESC",
 )
 """A page of one job's runs in one finished state, newest first; and of every job's, each
+job's page merged."""
+
+COMPLETED: Final = (
+    "r.state IN ('completed', 'dead', 'discarded', 'cancelled') AND r.state = 'completed'"
+)
+"""``<runs>_finished_idx``'s and ``<runs>_browse_idx``'s predicate word for word, then the
+completed state (J18's finish order)."""
+
+
+def finish_range(alias: str) -> str:
+    """A page's range in finish order (J18, completed runs) for the table aliased ``alias``:
+    ``[:finished_from, :finished_to)`` and strictly before the cursor ``(:after_at,
+    :after_id)``, newest finished first. An index on ``finished_at`` without the id (history's
+    ``<history>_job_idx``, ``<runs>_finished_idx``) starts its backward scan at the bound's
+    ``finished_at`` (an index condition) and the row comparison filters the cursor's ties;
+    the order's ties (one settle batch's runs) are sorted by id over the index's order (an
+    incremental sort: one batch's group at most past ``:limit``)."""
+    return (
+        """
+      AND ?.finished_at >= coalesce(CAST(:finished_from AS timestamptz),
+                                    CAST('-infinity' AS timestamptz))
+      AND ?.finished_at < coalesce(CAST(:finished_to AS timestamptz),
+                                   CAST('infinity' AS timestamptz))
+      AND ?.finished_at <= least(
+          coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
+          coalesce(CAST(:finished_to AS timestamptz), CAST('infinity' AS timestamptz)))
+      AND (?.finished_at, ?.id) < (
+          least(coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
+                coalesce(CAST(:finished_to AS timestamptz), CAST('infinity' AS timestamptz))),
+          CASE WHEN coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
+                    < coalesce(CAST(:finished_to AS timestamptz), CAST('infinity' AS timestamptz))
+               THEN coalesce(CAST(:after_id AS text), '') ELSE '' END)
+      AND (CAST(:tenant AS text) IS NULL OR ?.tenant_id = CAST(:tenant AS text))
+    ORDER BY ?.finished_at DESC, ?.id DESC
+    LIMIT CAST(:limit AS integer)"""
+    ).replace("?", alias)
+
+
+_COMPLETED_IN_RANGE: Final = (
+    """
+    -- <runs>_finished_idx (job_id, finished_at), partial on the finished states, read
+    -- backwards from the cursor to finished_from (J18's finish order); the state is filtered.
+    WHERE """
+    + COMPLETED
+    + " AND r.job_id = {job}"
+    + finish_range("r")
+    + "\n"
+)
+
+LIST_COMPLETED_OF_JOB, LIST_COMPLETED_ALL_JOBS = _pages(
+    COMPLETED,
+    _COMPLETED_IN_RANGE,
+    "r.job_id, r.created_at",
+    "<runs>_browse_idx",
+    "p.finished_at DESC, p.id DESC",
+)
+"""A page of one job's completed runs, newest finished first (J18); and of every job's, each
 job's page merged."""
 
 DEAD_ERRORS: Final = Template("""

@@ -36,6 +36,8 @@ __all__ = [  # noqa: RUF022
     "JOB_KNOWN_EITHER",
     "LIST_FINISHED_ALL_JOBS_EITHER",
     "LIST_FINISHED_OF_JOB_EITHER",
+    "LIST_COMPLETED_ALL_JOBS_EITHER",
+    "LIST_COMPLETED_OF_JOB_EITHER",
     "STATE_COUNTS_EITHER",
     "THROUGHPUT_EITHER",
     "GET_RUN_EITHER",
@@ -360,8 +362,10 @@ _CREATED_RANGE: Final = """
 
 
 def _finished_of(job: str) -> str:
-    """One job's (``job``) page of runs in one finished state, newest first: the runs table's
-    leftovers (``<runs>_browse_idx``) and history (``<history>_browse_idx``: a backward scan of
+    """One job's (``job``) page of runs in one ended state other than completed (dead,
+    cancelled, discarded), newest created first: the runs table's leftovers
+    (``<runs>_browse_idx``) and history (``<history>_browse_idx``, partial on ``state <>
+    'completed'``, its predicate word for word so a generic plan proves it: a backward scan of
     each day partition, merged in creation order), merged."""
     return (
         f"""SELECT x.* FROM (
@@ -372,7 +376,8 @@ def _finished_of(job: str) -> str:
         + f""")
     UNION ALL
     (SELECT {HISTORY_AS_RUN}, h.seq FROM {{history}} h
-     WHERE h.state = CAST(:state AS text) AND h.job_id = {job}"""  # noqa: S608 - constant text
+     WHERE h.state <> 'completed' AND h.state = CAST(:state AS text)
+       AND h.job_id = {job}"""  # noqa: S608 - constant text
         + _CREATED_RANGE.replace("?", "h")
         + """)
 ) x
@@ -383,6 +388,33 @@ LIMIT CAST(:limit AS integer)"""
 
 LIST_FINISHED_OF_JOB_EITHER: Final = Template(_finished_of("CAST(:job_id AS text)") + "\n")
 """LIST_FINISHED_OF_JOB over both tables (J16)."""
+
+
+def _completed_of(job: str) -> str:
+    """One job's (``job``) page of completed runs, newest finished first (J18, keyset on
+    ``(finished_at, id)``): the runs table's leftovers (``<runs>_finished_idx``) and history
+    (``<history>_job_idx`` (job_id, state, finished_at): a backward scan of each day partition
+    of the completed class, merged in finish order; a settle batch's tie sorted by id over it,
+    an incremental sort), merged."""
+    return (
+        f"""SELECT x.* FROM (
+    (SELECT {_LIVE_AS_RUN}, r.seq FROM {{runs}} r
+     WHERE {browse.COMPLETED} AND r.job_id = {job}"""  # noqa: S608 - constant text
+        + browse.finish_range("r")
+        + f""")
+    UNION ALL
+    (SELECT {HISTORY_AS_RUN}, h.seq FROM {{history}} h
+     WHERE h.state = 'completed' AND h.job_id = {job}"""  # noqa: S608 - constant text
+        + browse.finish_range("h")
+        + """)
+) x
+ORDER BY x.finished_at DESC, x.id DESC
+LIMIT CAST(:limit AS integer)"""
+    )
+
+
+LIST_COMPLETED_OF_JOB_EITHER: Final = Template(_completed_of("CAST(:job_id AS text)") + "\n")
+"""LIST_COMPLETED_OF_JOB over both tables (J16, J18)."""
 
 DEAD_ERRORS_EITHER: Final = Template("""
 SELECT x.* FROM (
@@ -441,6 +473,45 @@ LIMIT CAST(:limit AS integer)
 """
 )
 """LIST_FINISHED_ALL_JOBS over both tables (J16): each job's page merged."""
+
+LIST_COMPLETED_ALL_JOBS_EITHER: Final = Template(
+    """
+WITH RECURSIVE live_jobs(job_id, n) AS (
+    -- <runs>_browse_idx, a loose index scan over the jobs with completed leftovers.
+    SELECT (SELECT min(r.job_id) FROM {runs} r
+            WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled')
+              AND r.state = 'completed'), 1
+    UNION ALL
+    SELECT (SELECT min(r.job_id) FROM {runs} r
+            WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled')
+              AND r.state = 'completed' AND r.job_id > j.job_id), j.n + 1
+    FROM live_jobs j
+    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
+), ended_jobs(job_id, n) AS (
+    -- the history's (job_id, state, finished_at) index, a loose scan over its jobs.
+    SELECT (SELECT min(h.job_id) FROM {history} h WHERE h.state = 'completed'), 1
+    UNION ALL
+    SELECT (SELECT min(h.job_id) FROM {history} h
+            WHERE h.state = 'completed' AND h.job_id > j.job_id), j.n + 1
+    FROM ended_jobs j
+    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
+), jobs AS (
+    SELECT job_id FROM live_jobs WHERE job_id IS NOT NULL
+    UNION
+    SELECT job_id FROM ended_jobs WHERE job_id IS NOT NULL
+)
+SELECT p.* FROM jobs j
+CROSS JOIN LATERAL (
+"""  # noqa: S608 - constant text
+    + _completed_of("j.job_id")
+    + """
+) p
+ORDER BY p.finished_at DESC, p.id DESC
+LIMIT CAST(:limit AS integer)
+"""
+)
+"""LIST_COMPLETED_ALL_JOBS over both tables (J16, J18): each job's page merged, newest
+finished first."""
 
 THROUGHPUT_EITHER: Final = Template(
     browse.THROUGHPUT.sql.replace(

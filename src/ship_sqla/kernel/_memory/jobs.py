@@ -64,7 +64,9 @@ from ship_sqla.kernel._browse import (
     ClaimPosition,
     ConsumerKeyProgress,
     CreatedPosition,
+    FinishedPosition,
     LeasePosition,
+    RunOrder,
     ScheduleState,
     ThroughputBucket,
     run_order,
@@ -260,6 +262,31 @@ def _lease_order(run: _Run) -> tuple[datetime, str]:
     if run.lease_expires_at is None:  # every claim sets it; nothing running clears it
         raise ValueError(f"running run {run.run_id!r} has no lease_expires_at")
     return run.lease_expires_at, run.run_id
+
+
+def _order_time(run: _Run, order: RunOrder) -> datetime | None:
+    """The time a page of runs in ``order`` is ordered and ranged by (the state's own time)."""
+    return {
+        "claim": run.run_at,
+        "lease": run.lease_expires_at,
+        "created": run.created_at,
+        "finished": run.finished_at,
+    }[order]
+
+
+def _in_time(at: datetime | None, start: datetime | None, end: datetime | None) -> bool:
+    """``at`` in ``[start, end)`` (None: unbounded on that side; no time: in no range)."""
+    if start is None and end is None:
+        return True
+    return at is not None and (start is None or at >= start) and (end is None or at < end)
+
+
+def _newest_key(run: _Run, order: RunOrder) -> tuple[datetime, str]:
+    """A finished run's place, newest first: (creation or finish time, run id)."""
+    at = run.finished_at if order == "finished" else run.created_at
+    if at is None:  # every end sets finished_at
+        raise ValueError(f"finished run {run.run_id!r} has no finished_at")
+    return at, run.run_id
 
 
 def _end_wait(run: _Run, settlement: SettleRequest) -> None:
@@ -1459,7 +1486,8 @@ class InMemoryRunAdmin:
     async def list_runs(self, query: RunQuery, *, max_jobs: int) -> list[BrowsedRun]:
         """Runs in ``query.state`` in the state's order (see
         :class:`~ship_sqla.kernel._browse.RunQuery`): waiting in claim order, running by
-        ``(lease_expires_at, run_id)``, finished newest first by ``(created_at, run_id)``;
+        ``(lease_expires_at, run_id)``, completed newest finished first by ``(finished_at,
+        run_id)`` (J18), the other finished states newest first by ``(created_at, run_id)``;
         across jobs, of the first ``max_jobs`` job ids with runs in the state."""
         matching = [run for run in self._backend.stored_runs.values() if run.state == query.state]
         if query.job_id is not None:
@@ -1467,15 +1495,14 @@ class InMemoryRunAdmin:
         else:
             jobs = set(sorted({run.job_id for run in matching})[:max_jobs])
             matching = [run for run in matching if run.job_id in jobs]
+        order = run_order(query.state)
         picked = [
             run
             for run in matching
             if (query.tenant is None or run.tenant == query.tenant)
-            and (query.created_from is None or run.created_at >= query.created_from)
-            and (query.created_to is None or run.created_at < query.created_to)
+            and _in_time(_order_time(run, order), query.time_from, query.time_to)
         ]
         after = query.after
-        order = run_order(query.state)
         if order == "claim":
             if isinstance(after, ClaimPosition):
                 start = (-after.priority, after.run_at, after.seq)
@@ -1487,10 +1514,14 @@ class InMemoryRunAdmin:
                 picked = [run for run in picked if _lease_order(run) > past]
             page = heapq.nsmallest(query.limit, picked, key=_lease_order)
         else:
-            if isinstance(after, CreatedPosition):
-                before = (after.created_at, after.run_id)
-                picked = [run for run in picked if (run.created_at, run.run_id) < before]
-            page = heapq.nlargest(query.limit, picked, key=lambda run: (run.created_at, run.run_id))
+            if isinstance(after, CreatedPosition | FinishedPosition):
+                before = (
+                    (after.created_at, after.run_id)
+                    if isinstance(after, CreatedPosition)
+                    else (after.finished_at, after.run_id)
+                )
+                picked = [run for run in picked if _newest_key(run, order) < before]
+            page = heapq.nlargest(query.limit, picked, key=lambda run: _newest_key(run, order))
         return [BrowsedRun(run.record(), run.seq) for run in page]
 
     async def throughput(
