@@ -1,9 +1,9 @@
 """S2: the dashboard's page queries at 1,000,000 runs: each state's page of runs reads the index
-of its order (waiting: ``<runs>_due_idx``, running: ``<runs>_lease_idx``, finished: the partial
-``<runs>_browse_idx``), never a sequential scan of the runs table, at most a bounded number of
-index entries, and a buffer count that does not grow with the table (within 2x of the same
-statement at 1,000 runs, plus a heap buffer per entry read), as custom plans and as a prepared
-statement's generic plan."""
+of its order (waiting: ``<runs>_due_idx``, running: ``<runs>_lease_idx``, dead: the partial
+``<runs>_browse_idx``, completed (J18, newest finished first): ``<runs>_finished_idx``), never
+a sequential scan of the runs table, at most a bounded number of index entries, and a buffer
+count that does not grow with the table (within 2x of the same statement at 1,000 runs, plus a
+heap buffer per entry read), as custom plans and as a prepared statement's generic plan."""
 
 from __future__ import annotations
 
@@ -96,6 +96,11 @@ def _finished(state: str, **extra: Any) -> dict[str, Any]:
     return _page(state=state, **{**unset, **extra})
 
 
+def _completed(**extra: Any) -> dict[str, Any]:
+    unset = {"finished_from": None, "finished_to": None, "after_at": None, "after_id": None}
+    return _page(**{**unset, **extra})
+
+
 ONE_JOB = LEVELS * (LIMIT + 1)
 """Index entries one job's page may read: for waiting, a probe and a page per priority level
 (at most 21 levels); for the other states one page (the same bound, comfortably)."""
@@ -150,16 +155,16 @@ CASES = [
     ),
     (
         "of_job_completed_tenant",
-        browse.LIST_FINISHED_OF_JOB,
-        _finished("completed", job_id="job3", tenant="t3"),
-        "browse_idx",
+        browse.LIST_COMPLETED_OF_JOB,
+        _completed(job_id="job3", tenant="t3"),
+        "finished_idx",
         TENANTS * ONE_JOB,
     ),
     (
         "of_job_completed_after_cursor",
-        browse.LIST_FINISHED_OF_JOB,
-        _finished("completed", job_id="job3", after_at="2100-01-01T00:00:00+00:00", after_id="r"),
-        "browse_idx",
+        browse.LIST_COMPLETED_OF_JOB,
+        _completed(job_id="job3", after_at="2100-01-01T00:00:00+00:00", after_id="r"),
+        "finished_idx",
         ONE_JOB,
     ),
     (
@@ -171,9 +176,9 @@ CASES = [
     ),
     (
         "all_jobs_completed",
-        browse.LIST_FINISHED_ALL_JOBS,
-        _finished("completed", max_jobs=200),
-        "browse_idx",
+        browse.LIST_COMPLETED_ALL_JOBS,
+        _completed(max_jobs=200),
+        "finished_idx",
         JOBS * ONE_JOB,
     ),
 ]
@@ -182,8 +187,9 @@ THROUGHPUT_PARAMS = {"bucket": 300, "buckets": 24, "cap": 500, "max_jobs": 200, 
 
 
 async def test_s2_dashboard_page_queries_are_index_served_and_bounded_at_1m_runs(loaded):
-    """S2: each state's page of runs reads the index of its order (waiting ``<runs>_due_idx``,
-    running ``<runs>_lease_idx``, finished the partial ``<runs>_browse_idx``), never a
+    """S2, J18: each state's page of runs reads the index of its order (waiting
+    ``<runs>_due_idx``, running ``<runs>_lease_idx``, dead the partial ``<runs>_browse_idx``,
+    completed ``<runs>_finished_idx`` in finish order), never a
     sequential scan, at most a bounded number of that index's entries (a page per priority
     level, per job across jobs; a tenant filter reads past the other tenants), with buffers at
     1,000,000 runs within 2x of 1,000 runs plus a small constant and one heap buffer per entry

@@ -1,13 +1,17 @@
-"""J16, J17, S2: the dashboard's finished pages over the run history, in creation order.
+"""J16, J17, J18, S2: the dashboard's finished pages over the run history.
 
-With a history table (J16, the default shape) the finished pages (``LIST_FINISHED_OF_JOB_EITHER``
-and ``LIST_FINISHED_ALL_JOBS_EITHER``: one finished state, one job or all, newest created first,
-keyset on ``(created_at, id)``) read ``<history>_browse_idx`` ``(job_id, state, created_at,
-id)``: one backward scan of each of the class's day partitions (J17), merged, never a sort of
-the job's runs in that state and never a sequential scan, at most a bounded number of index
-entries per partition, as custom plans and as a prepared statement's generic plan. Data: 440,000
-ended runs of 20 jobs over the four day partitions, and the runs table's live runs with a few
-finished leftovers (a database not migrated yet).
+With a history table (J16, the default shape) the pages of dead, cancelled and discarded runs
+(``LIST_FINISHED_OF_JOB_EITHER`` and ``LIST_FINISHED_ALL_JOBS_EITHER``: one state, one job or
+all, newest created first, keyset on ``(created_at, id)``) read ``<history>_browse_idx``
+``(job_id, state, created_at, id) WHERE state <> 'completed'``; the pages of completed runs
+(``LIST_COMPLETED_*_EITHER``, J18: newest finished first, keyset on ``(finished_at, id)``) read
+``<history>_job_idx`` ``(job_id, state, finished_at)``, so completed runs pay nothing for the
+browse index. Either way: one backward scan of each of the class's day partitions (J17),
+merged, never a sort of the job's runs in that state and never a sequential scan, at most a
+bounded number of index entries per partition (a settle batch's finished_at tie sorted by id),
+as custom plans and as a prepared statement's generic plan. Data: 440,000 ended runs of 20
+jobs over the four day partitions (settled in batches of 100: a batch shares its finished_at),
+and the runs table's live runs with a few finished leftovers (a database not migrated yet).
 """
 
 from __future__ import annotations
@@ -42,9 +46,11 @@ SELECT 'h' || lpad(g::text, 9, '0'), g, 'job' || (g % {JOBS}),
     CASE WHEN g % 11 = 0 THEN 'dead' ELSE 'completed' END, 1, 5,
     now() - (g * interval '7 milliseconds'), now() - (g * interval '7 milliseconds'),
     now() - (g * interval '7 milliseconds'),
-    -- spread over the day partitions: every one holds runs of every age
+    -- spread over the day partitions: every one holds runs of every age; a batch of 100
+    -- consecutive runs shares its finished_at (one settle statement)
     date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
-        + ((g % {DAYS}) * interval '1 day') + interval '1 hour',
+        + ((g % {DAYS}) * interval '1 day') + interval '1 hour'
+        + ((g / 100) * interval '10 milliseconds'),
     'w', 't' || (g % 7)
 FROM generate_series(1, {TOTAL}) g
 """
@@ -110,13 +116,14 @@ def _check(plan: dict[str, Any], browse: set[str]) -> None:
     assert read <= LIMIT * (DAYS + 1) * JOBS
 
 
-@pytest.mark.parametrize("state", ["completed", "dead"])
+@pytest.mark.parametrize("state", ["dead"])
 async def test_j16_finished_page_of_one_job_reads_the_history_browse_index(
     loaded: AsyncEngine, state: str
 ) -> None:
-    """J16, J17, S2: one job's page of one finished state, first page and after a cursor, reads
-    ``<history>_browse_idx`` (each day partition's, merged in creation order), never a sort of
-    the job's 20,000 runs in that state, custom and generic."""
+    """J16, J17, J18, S2: one job's page of dead runs, first page and after a cursor, reads
+    ``<history>_browse_idx`` (partial on ``state <> 'completed'``: the statement repeats the
+    predicate, so the generic plan proves it; each day partition's, merged in creation order),
+    never a sort of the job's 2,000 dead runs, custom and generic."""
     statement = _statements()[live.LIST_FINISHED_OF_JOB_EITHER]
     async with loaded.connect() as connection:
         browse = await _browse_indexes(connection)
@@ -153,7 +160,7 @@ async def test_j16_finished_page_of_one_job_reads_the_history_browse_index(
 async def test_j16_finished_page_of_all_jobs_reads_the_history_browse_index(
     loaded: AsyncEngine,
 ) -> None:
-    """J16, J17, S2: the page of one finished state over every job (a loose scan over the jobs,
+    """J16, J17, J18, S2: the page of dead runs over every job (a loose scan over the jobs,
     then each job's page through ``<history>_browse_idx``, merged), custom and generic."""
     statement = _statements()[live.LIST_FINISHED_ALL_JOBS_EITHER]
     async with loaded.connect() as connection:
@@ -162,7 +169,7 @@ async def test_j16_finished_page_of_all_jobs_reads_the_history_browse_index(
             params = {
                 "limit": LIMIT,
                 "tenant": None,
-                "state": "completed",
+                "state": "dead",
                 "created_from": None,
                 "created_to": None,
                 "after_at": None,
@@ -188,16 +195,19 @@ def _blocks(plan: dict[str, Any]) -> int:
 async def test_issue_36_a_finished_page_in_a_time_range_starts_at_the_range_s_end(
     loaded: AsyncEngine,
 ) -> None:
-    """S2, issue 36: a finished page with ``created_to`` (the runs page's ``until``, the
-    search's ``to``) starts its backward scan at ``created_to``, not at the job's newest run:
-    it touches about the buffers of a first page without a range, not those of every run newer
+    """S2, issue 36: a dead page with ``created_to`` (the runs page's ``until``, the search's
+    ``to``) starts its backward scan at ``created_to``, not at the job's newest run: it
+    touches about the buffers of a first page without a range, not those of every run newer
     than the range (half the job's runs here), custom and generic; its rows are the newest in
     the range, in order."""
     statement = _statements()[live.LIST_FINISHED_OF_JOB_EITHER]
     async with loaded.connect() as connection:
         newest = (
             await connection.execute(
-                text("SELECT max(created_at) FROM ship_job_history WHERE job_id = 'job3'")
+                text(
+                    "SELECT max(created_at) FROM ship_job_history"
+                    " WHERE job_id = 'job3' AND state = 'dead'"
+                )
             )
         ).scalar_one()
         # created_at spans TOTAL x 7 ms (about 51 minutes): the range is its older half.
@@ -207,7 +217,7 @@ async def test_issue_36_a_finished_page_in_a_time_range_starts_at_the_range_s_en
             base = {
                 "limit": LIMIT,
                 "tenant": None,
-                "state": "completed",
+                "state": "dead",
                 "created_from": None,
                 "created_to": None,
                 "after_at": None,
@@ -229,4 +239,150 @@ async def test_issue_36_a_finished_page_in_a_time_range_starts_at_the_range_s_en
             assert more
             assert more[0] < keys[-1]
             assert all(since <= at < until for at, _ in more)
+            await connection.rollback()
+
+
+async def _job_indexes(connection: Any) -> set[str]:
+    """``<history>_job_idx`` and the indexes of every partition attached to it."""
+    rows = await connection.execute(
+        text(
+            "WITH RECURSIVE tree(oid) AS ("
+            " SELECT to_regclass('ship_job_history_job_idx')::oid"
+            " UNION ALL SELECT i.inhrelid FROM pg_inherits i JOIN tree t ON i.inhparent = t.oid)"
+            " SELECT c.relname FROM tree t JOIN pg_class c ON c.oid = t.oid"
+        )
+    )
+    return {row[0] for row in rows}
+
+
+def _completed_params(**given: Any) -> dict[str, Any]:
+    return {
+        "limit": LIMIT,
+        "tenant": None,
+        "finished_from": None,
+        "finished_to": None,
+        "after_at": None,
+        "after_id": None,
+        **given,
+    }
+
+
+async def test_j18_completed_runs_pay_nothing_for_the_browse_index(loaded: AsyncEngine) -> None:
+    """J18: ``<history>_browse_idx`` holds no completed run (partial on ``state <>
+    'completed'``): the completed class's partitions' indexes of it are empty, its dead
+    partitions' hold every dead run."""
+    async with loaded.connect() as connection:
+        completed = (
+            await connection.execute(
+                text(
+                    "SELECT count(*) FROM ship_job_history"
+                    " WHERE state <> 'completed' AND state = 'completed'"
+                )
+            )
+        ).scalar_one()
+        assert completed == 0
+        predicate = (
+            await connection.execute(
+                text(
+                    "SELECT pg_get_expr(indpred, indrelid) FROM pg_index"
+                    " WHERE indexrelid = 'ship_job_history_browse_idx'::regclass"
+                )
+            )
+        ).scalar_one()
+        assert predicate == "(state <> 'completed'::text)"
+        sizes = await connection.execute(
+            text(
+                "SELECT c.relname, (SELECT count(*) FROM pg_inherits) AS n,"
+                " pg_relation_size(c.oid) AS bytes FROM pg_class c"
+                " WHERE c.relname LIKE 'ship_job_history_completed%browse%'"
+                " OR (c.relkind = 'i' AND c.oid IN (SELECT indexrelid FROM pg_index"
+                "     WHERE indrelid IN (SELECT oid FROM pg_class"
+                "         WHERE relname LIKE 'ship_job_history_completed_%'"
+                "           AND relkind = 'r')"
+                "     AND pg_get_expr(indpred, indrelid) IS NOT NULL"
+                "     AND pg_get_indexdef(indexrelid) LIKE '%created_at, id%'))"
+            )
+        )
+        leaves = [(row.relname, row.bytes) for row in sizes if row.bytes is not None]
+        assert leaves, "no completed partition's browse index found"
+        # An empty btree: its metapage (and at most a root page): nothing per run.
+        assert all(size <= 2 * 8192 for _, size in leaves), leaves
+
+
+def _check_completed(plan: dict[str, Any], job_idx: set[str], *, jobs: int = 1) -> None:
+    every = nodes(plan)
+    scans = [n for n in every if n["Node Type"] == "Seq Scan"]
+    assert not scans, f"sequential scans: {[n.get('Relation Name') for n in scans]}"
+    history_reads = [
+        n for n in every if str(n.get("Relation Name", "")).startswith("ship_job_history")
+    ]
+    paging = {str(n.get("Index Name")) for n in history_reads if n["Actual Rows"] > 1}
+    assert paging, "no page read from history"
+    assert paging <= job_idx, f"completed runs paged through {paging - job_idx}"
+    # A sort is over a page and one settle batch's tie at most per job, never the job's runs.
+    for node in every:
+        if node["Node Type"] in ("Sort", "Incremental Sort"):
+            assert node["Actual Rows"] <= (LIMIT + 100) * jobs, node
+    read = sum(round(n["Actual Rows"] * n["Actual Loops"]) for n in history_reads)
+    assert read <= (LIMIT + 100) * (DAYS + 1) * jobs, read
+
+
+async def test_j18_completed_page_of_one_job_reads_the_history_job_index(
+    loaded: AsyncEngine,
+) -> None:
+    """J18, J16, J17, S2: one job's page of completed runs, newest finished first (keyset on
+    ``(finished_at, id)``), first page and after a cursor, reads ``<history>_job_idx`` (each
+    day partition's, merged in finish order; a settle batch's tie sorted by id over it, an
+    incremental sort), never ``<history>_browse_idx``, never a sort of the job's 20,000
+    completed runs, bounded, custom and generic; a finish-time range starts the scan at its
+    end."""
+    statement = _statements()[live.LIST_COMPLETED_OF_JOB_EITHER]
+    async with loaded.connect() as connection:
+        job_idx = await _job_indexes(connection)
+        for generic in (False, True):
+            params = _completed_params(job_id="job3")
+            first_plan = await explain(connection, statement, params, generic=generic)
+            _check_completed(first_plan, job_idx)
+            rows = (await connection.execute(statement, params)).all()
+            assert len(rows) == LIMIT
+            keys = [(row.finished_at, row.id) for row in rows]
+            assert keys == sorted(keys, reverse=True)
+            after = _completed_params(job_id="job3", after_at=keys[-1][0], after_id=keys[-1][1])
+            _check_completed(await explain(connection, statement, after, generic=generic), job_idx)
+            more = [(r.finished_at, r.id) for r in (await connection.execute(statement, after))]
+            assert len(more) == LIMIT
+            assert more == sorted(more, reverse=True)
+            assert more[0] < keys[-1]
+            # A finish-time range (ten seconds, 20 s before the newest run): the scan starts
+            # at its end; its rows are the newest in it, in order.
+            until = keys[0][0] - timedelta(seconds=20)
+            since = until - timedelta(seconds=10)
+            ranged = _completed_params(job_id="job3", finished_from=since, finished_to=until)
+            plan = await explain(connection, statement, ranged, generic=generic)
+            _check_completed(plan, job_idx)
+            assert _blocks(plan) <= 2 * _blocks(first_plan) + 20
+            inside = [(r.finished_at, r.id) for r in (await connection.execute(statement, ranged))]
+            assert len(inside) == LIMIT
+            assert inside == sorted(inside, reverse=True)
+            assert all(since <= at < until for at, _ in inside)
+            await connection.rollback()
+
+
+async def test_j18_completed_page_of_all_jobs_reads_the_history_job_index(
+    loaded: AsyncEngine,
+) -> None:
+    """J18, J16, S2: the page of completed runs over every job (a loose scan over the jobs,
+    then each job's page through ``<history>_job_idx``, merged newest finished first), custom
+    and generic."""
+    statement = _statements()[live.LIST_COMPLETED_ALL_JOBS_EITHER]
+    async with loaded.connect() as connection:
+        job_idx = await _job_indexes(connection)
+        for generic in (False, True):
+            params = _completed_params(max_jobs=100)
+            plan = await explain(connection, statement, params, generic=generic)
+            _check_completed(plan, job_idx, jobs=JOBS)
+            rows = (await connection.execute(statement, params)).all()
+            assert len(rows) == LIMIT
+            keys = [(row.finished_at, row.id) for row in rows]
+            assert keys == sorted(keys, reverse=True)
             await connection.rollback()

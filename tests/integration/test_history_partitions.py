@@ -87,6 +87,67 @@ async def test_j17_schema_apply_makes_classes_defaults_and_days_and_the_check_ig
     assert report.ok, report
 
 
+OLD_BROWSE_INDEX = (
+    "CREATE INDEX ship_job_history_browse_idx ON ship_job_history (job_id, state, created_at, id)"
+)
+"""The history's browse index as an older release created it: full (completed runs in it)."""
+
+BROWSE_INDEX_RECIPE = (
+    "DROP INDEX ship_job_history_browse_idx",
+    (
+        "CREATE INDEX ship_job_history_browse_idx ON ship_job_history"
+        " (job_id, state, created_at, id) WHERE state <> 'completed'"
+    ),
+)
+"""The migration recipe of CHANGELOG.md and docs/howto/history.md, word for word."""
+
+
+async def test_j18_an_older_full_browse_index_is_reported_and_the_recipe_makes_it_partial(
+    engine: AsyncEngine,
+) -> None:
+    """J18, T3: an older release's full ``<history>_browse_idx`` (completed runs in it, ~100 B
+    each) is reported by the schema check as an index predicate difference, and nothing else;
+    the migration recipe (drop it, create it partial) leaves the check clean, and every
+    partition, those created after it too, has the partial index."""
+    metadata = ship_tables_metadata(components=["jobs"])
+    async with engine.begin() as connection:
+        await connection.exec_driver_sql("DROP INDEX ship_job_history_browse_idx")
+        await connection.exec_driver_sql(OLD_BROWSE_INDEX)
+    report = await check_schema(engine, metadata)
+    assert [(d.kind, d.name) for d in report.differences] == [
+        ("index_predicate", "ship_job_history_browse_idx")
+    ], report
+    [difference] = report.differences
+    assert difference.database is None
+    assert difference.metadata == "state <> 'completed'::text"
+    async with engine.begin() as connection:
+        for statement in BROWSE_INDEX_RECIPE:
+            await connection.exec_driver_sql(statement)
+        await connection.exec_driver_sql(
+            "CREATE TABLE ship_job_history_completed_29991231 PARTITION OF"
+            " ship_job_history_completed FOR VALUES FROM ('2999-12-31') TO ('3000-01-01')"
+        )
+    report = await check_schema(engine, metadata)
+    assert report.ok, report
+    async with engine.connect() as connection:
+        predicates = (
+            (
+                await connection.execute(
+                    text(
+                        "SELECT DISTINCT pg_get_expr(x.indpred, x.indrelid) FROM pg_index x"
+                        " JOIN pg_class c ON c.oid = x.indrelid"
+                        " WHERE c.relname LIKE 'ship\\_job\\_history%'"
+                        " AND pg_get_indexdef(x.indexrelid)"
+                        "     LIKE '%(job_id, state, created_at, id)%'"
+                    )
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert predicates == ["(state <> 'completed'::text)"]
+
+
 async def test_j17_maintenance_creates_days_ahead_drops_expired_ones_and_analyzes(
     engine: AsyncEngine,
 ) -> None:

@@ -68,15 +68,19 @@ async def test_s2_the_search_walk_s_page_is_index_served_at_its_read_size(
 ) -> None:
     """S2: the waiting runs' page across every job at the walk's 500 rows reads
     ``<runs>_due_idx``, no sequential scan, at most a page per job and priority level; the
-    finished runs' page reads ``<runs>_browse_idx`` likewise."""
+    dead runs' page reads ``<runs>_browse_idx`` likewise, the completed runs' (J18, in finish
+    order) ``<runs>_finished_idx``."""
     statements = JobStatements(runs="ship_job_runs", state="ship_job_state")
     waiting = {"limit": READ, "tenant": None, "max_jobs": 200}
     waiting |= {"after_priority": None, "after_run_at": None, "after_seq": None}
-    finished = {"limit": READ, "tenant": None, "max_jobs": 200, "state": "completed"}
+    finished = {"limit": READ, "tenant": None, "max_jobs": 200, "state": "dead"}
     finished |= {"created_from": None, "created_to": None, "after_at": None, "after_id": None}
+    completed = {"limit": READ, "tenant": None, "max_jobs": 200}
+    completed |= {"finished_from": None, "finished_to": None, "after_at": None, "after_id": None}
     for template, params, index in (
         (browse.LIST_WAITING_ALL_JOBS, waiting, "due_idx"),
         (browse.LIST_FINISHED_ALL_JOBS, finished, "browse_idx"),
+        (browse.LIST_COMPLETED_ALL_JOBS, completed, "finished_idx"),
     ):
         async with seeded_engine.connect() as connection:
             plan = await explain(connection, statements[template], params, generic=True)

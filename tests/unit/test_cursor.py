@@ -171,7 +171,8 @@ _STATE_OF_KIND: dict[type, RunState] = {
 @given(run_positions)
 def test_a_list_runs_position_round_trips_through_a_cursor(position: RunPosition) -> None:
     """S2, J18: a page of runs' position (completed runs' in finish order) comes back from its
-    cursor as it was, kind included, for a state of its kind, and is refused, naming both kinds, for a state of any other kind."""
+    cursor as it was, kind included, for a state of its kind, and is refused, naming both
+    kinds, for a state of any other kind."""
     state = _STATE_OF_KIND[type(position)]
     token = encode_cursor(KeysetPosition(QUERY, position_cursor_values(position)), SECRET)
     values = decode_cursor(token, secret=SECRET, query=QUERY)
