@@ -168,9 +168,10 @@ async def test_s2_finished_runs_page_newest_first_exactly_once(
     assert len(created) == 12
     key = lambda r: (r.finished_at, r.run_id)  # noqa: E731
     expected = [r.run_id for r in sorted(created, key=key)][::-1]
-    assert expected != [
-        r.run_id for r in sorted(created, key=lambda r: (r.created_at, r.run_id))
-    ][::-1]
+    assert (
+        expected
+        != [r.run_id for r in sorted(created, key=lambda r: (r.created_at, r.run_id))][::-1]
+    )
     middle = sorted({r.finished_at for r in created if r.finished_at is not None})[1]
     in_range = [r.run_id for r in created if r.finished_at == middle]
     assert len(in_range) == 4
