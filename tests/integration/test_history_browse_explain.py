@@ -386,3 +386,23 @@ async def test_j18_completed_page_of_all_jobs_reads_the_history_job_index(
             keys = [(row.finished_at, row.id) for row in rows]
             assert keys == sorted(keys, reverse=True)
             await connection.rollback()
+
+
+async def test_j18_the_error_groups_dead_read_still_uses_the_partial_browse_index(
+    loaded: AsyncEngine,
+) -> None:
+    """J18, J16, S2: the error groups' read of one job's newest dead runs (DEAD_ERRORS_EITHER,
+    ``state = 'dead'`` as a literal, which implies the partial index's ``state <> 'completed'``)
+    reads ``<history>_browse_idx`` backwards, bounded, custom and generic."""
+    statement = _statements()[live.DEAD_ERRORS_EITHER]
+    async with loaded.connect() as connection:
+        browse = await _browse_indexes(connection)
+        for generic in (False, True):
+            params = {"job_id": "job3", "limit": LIMIT}
+            plan = await explain(connection, statement, params, generic=generic)
+            _check(plan, browse)
+            rows = (await connection.execute(statement, params)).all()
+            assert len(rows) == LIMIT
+            keys = [(row.created_at, row.id) for row in rows]
+            assert keys == sorted(keys, reverse=True)
+            await connection.rollback()
