@@ -5,6 +5,7 @@ checked), the audit log of its actions (S1), mounting under a prefix, bulk actio
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -243,9 +244,10 @@ async def test_s2_runs_page_of_each_state_says_its_order_and_pages_in_it(
     client, backend, ship_clock
 ):
     """S2: the runs page of each state lists it in that state's order and says which (waiting:
-    claim order, priority shown; running: soonest lease first, its lease time shown; finished:
-    newest first) and pages on in it; a creation-time range on a live state is a 400 that
-    says the range is for finished states, not a 500."""
+    claim order, priority shown; running: soonest lease first, its lease time shown; dead:
+    newest first; completed: newest finished first, J18) and pages on in it; a time range on a
+    live state is a 400 that says the range is for finished states, not a 500; on completed
+    runs it is on their finish time."""
     from job_helpers import claim_request  # noqa: PLC0415 - tests/support, like the others
 
     from ship_sqla.jobs import EnqueueRequest  # noqa: PLC0415
@@ -286,6 +288,20 @@ async def test_s2_runs_page_of_each_state_says_its_order_and_pages_in_it(
     ranged = await client.get("/ops/runs?state=dead&since=2000-01-01T00:00", headers=admin)
     assert ranged.status_code == 200
     assert ranged.text.count('name="id"') == 3
+
+    # J18: completed runs page newest finished first, and since / until are on the finish time:
+    # runs created an hour before the range but finished in it are listed.
+    from ship_sqla.kernel import completed  # noqa: PLC0415
+
+    ship_clock.advance(3600)
+    await backend.settle([completed(run) for run in claimed])
+    since = (ship_clock.now() - timedelta(minutes=10)).strftime("%Y-%m-%dT%H:%M")
+    done = await client.get(f"/ops/runs?state=completed&since={since}", headers=admin)
+    assert done.status_code == 200
+    assert "Newest finished first." in done.text
+    assert "Finished from" in done.text
+    assert high.run_id in done.text
+    assert low[0].run_id in done.text
 
 
 async def test_s1_s2_outbox_page_counts_and_redrive_is_audited(ship_connection, ship_clock):
