@@ -63,6 +63,7 @@ from ship_sqla._jobs._sql.parked import (
 )
 from ship_sqla._jobs._sql.versions import VERSION_COUNTS
 from ship_sqla._jobs._tables import state_row
+from ship_sqla._naming import derived_name
 from ship_sqla._scope import OWN
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._browse import (
@@ -90,7 +91,7 @@ from ship_sqla.kernel._search import MatchCount
 from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Container, Mapping, Sequence
     from datetime import datetime, timedelta
 
     from sqlalchemy.sql.expression import Executable
@@ -116,8 +117,12 @@ JIT_OFF: Final = text("SET LOCAL jit = off")
 """Before an operator read (:meth:`PostgresRunAdmin._operator_rows`): its transaction only."""
 
 
-def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
-    """A :class:`RunRecord` from a row of ``{cols}`` (:data:`~ship_sqla._jobs._sql.RUN_COLUMNS`)."""
+def run_record(row: Any, fields: Container[str] | None = None) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
+    """A :class:`RunRecord` from a row of ``{cols}`` (:data:`~ship_sqla._jobs._sql.RUN_COLUMNS`);
+    ``fields``: the row's column names when the caller has them (one statement's rows share
+    them: ``row._fields`` builds a tuple at each call, 30 us a row, issue 36)."""
+    names = row._fields if fields is None else fields
+    holder = row.claimed_by if "claimed_by" in names else None
     return RunRecord(
         run_id=row.id,
         job_id=row.job_id,
@@ -144,21 +149,21 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         consecutive_lapses=row.consecutive_lapses,
         progress=row.progress,
         handler_version=row.handler_version,
-        started_at=_column(row, "started_at"),
-        worker=_column(row, "worker") or _holder(row),
+        # A column the statement may not have is asked of the row's names first: a missing
+        # attribute costs SQLAlchemy an exception, 4 us a row (issue 36). The worker of a
+        # running run is its holder (claimed_by; issue 36: the worker filter).
+        started_at=row.started_at if "started_at" in names else None,
+        worker=(row.worker if "worker" in names else None)
+        or (holder if row.state == "running" else None),
     )
 
 
-def _column(row: Any, name: str) -> Any:  # noqa: ANN401 - a Row's value
-    """``row``'s ``name``, None when the statement has no such column (asked of the row's
-    names first: a missing attribute costs SQLAlchemy an exception, 4 a row, a third of a
-    search page's time at 1M runs, issue 36)."""
-    return getattr(row, name) if name in row._fields else None
-
-
-def _holder(row: Any) -> str | None:  # noqa: ANN401 - a Row of the runs table's columns
-    """The worker holding a running run (its ``claimed_by``; issue 36: the worker filter)."""
-    return _column(row, "claimed_by") if row.state == "running" else None
+def run_records(rows: Sequence[Any]) -> list[RunRecord]:
+    """:func:`run_record` of each of one statement's ``rows`` (their names read once)."""
+    if not rows:
+        return []
+    fields = frozenset(rows[0]._fields)
+    return [run_record(row, fields) for row in rows]
 
 
 class PostgresRunAdmin:
@@ -250,7 +255,7 @@ class PostgresRunAdmin:
         rows = await self._operator_rows(
             "list_dead", statement, params, jit_off=query.job_id is None
         )
-        return [run_record(row) for row in rows]
+        return run_records(rows)
 
     async def retry_dead(self, run_id: str) -> RunRecord | None:
         """A dead run waits again, due now, with exactly one more attempt; the local loop is
@@ -293,7 +298,7 @@ class PostgresRunAdmin:
         rows = await self._connections.rows(
             "list_parked", self._s[statement], params, scope=None, by_name=True
         )
-        return [run_record(row) for row in rows]
+        return run_records(rows)
 
     async def parked_counts(self, job_ids: Sequence[str]) -> dict[str, int]:
         """D10: PARKED_COUNTS, parked runs per job."""
@@ -720,7 +725,8 @@ class PostgresRunAdmin:
         rows = await self._operator_rows(
             "list_runs", statement, params, jit_off=query.job_id is None
         )
-        return [BrowsedRun(run_record(row), row.seq) for row in rows]
+        records = run_records(rows)
+        return [BrowsedRun(record, row.seq) for record, row in zip(records, rows, strict=True)]
 
     async def newest_dead_errors(self, job_id: str, *, limit: int) -> list[DeadError]:
         """DEAD_ERRORS (_EITHER): one job's newest dead runs' errors, four columns, one
@@ -751,6 +757,8 @@ class PostgresRunAdmin:
             "time_from": flt.time_from,
             "time_to": flt.time_to,
             "payload": json.dumps([[list(path), value] for path, value in flt.payload]),
+            "tenant_index": self._index_name("_tenant_idx"),
+            "running_index": self._index_name("_running_idx"),
         }
         if self._history:
             of_job, all_jobs = (
@@ -766,6 +774,13 @@ class PostgresRunAdmin:
         rows = await self._operator_rows("count_matching", self._s[statement], params)
         row = rows[0]
         return MatchCount(int(row.matched), int(row.scanned), bool(row.stopped))
+
+    def _index_name(self, suffix: str) -> str:
+        """The runs table's index ``<runs><suffix>`` as ``to_regclass`` reads it (quoted, in
+        the table's schema; without one, the search path's, as the table's name)."""
+        parts = [self._s.runs_schema] if self._s.runs_schema else []
+        parts.append(str(derived_name(self._s.runs_table, suffix)))
+        return ".".join('"' + part.replace('"', '""') + '"' for part in parts)
 
     async def throughput(
         self, *, bucket_seconds: int, buckets: int, cap: int, max_jobs: int
