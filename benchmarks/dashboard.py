@@ -35,7 +35,10 @@ figure names start with one of those (a re-run of the slow ones; no route check 
 <N>`` (not dropped afterwards), and a later run of the same size re-times on it without
 seeding (minutes at 10M); drop it with ``DROP DATABASE`` when done. The seeded times are
 relative to the seed's ``now()``: the leases lapse over ``N * 7 ms`` from then (19 hours at
-10M), so re-time within that.
+10M), so re-time within that. ``SHIP_SQLA_BENCH_DASHBOARD_TENANT_INDEXES=1`` adds the runs
+table's tenant indexes after the seed (``partitioned_claims``: ``<runs>_tenant_idx`` and
+``<runs>_running_idx``, built by ``CREATE INDEX CONCURRENTLY``), which a bulk preview by job and
+tenant reads; a kept database of that shape is ``ship_sqla_bench_dashboard_<N>_tenant``.
 
 Run: ``python -m benchmarks dashboard`` (opt-in; ``--quick`` for the smoke size).
 """
@@ -57,8 +60,9 @@ from starlette.routing import Match, Mount, Route
 from benchmarks._harness import Bench, BenchmarkError, Figure, Target, percentile
 from ship_sqla._audit import create_audit_log, ship_audit_table
 from ship_sqla._dashboard import create_dashboard
-from ship_sqla._jobs import create_job_backend
+from ship_sqla._jobs import create_job_backend, ship_job_runs_table
 from ship_sqla._jobs._stats import create_job_stats, ship_job_stats_table
+from ship_sqla._jobs._tables import partitioned_claims_ddl
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -75,6 +79,7 @@ FULL_RUNS = 1_000_000
 RUNS_ENV = "SHIP_SQLA_BENCH_DASHBOARD_RUNS"
 ONLY_ENV = "SHIP_SQLA_BENCH_DASHBOARD_ONLY"
 KEEP_ENV = "SHIP_SQLA_BENCH_DASHBOARD_KEEP"
+TENANT_ENV = "SHIP_SQLA_BENCH_DASHBOARD_TENANT_INDEXES"
 SEEDED = "ship_bench_seeded"
 """The kept database's marker table: one row, written after a finished seed."""
 BYTES_PER_RUN = 1_500
@@ -175,6 +180,8 @@ async def _seed(bench: Bench, db: BenchDatabase, n: int) -> None:
             await connection.execute(text(statement))
         await connection.execute(text(f"CREATE TABLE {SEEDED} (runs bigint NOT NULL)"))
         await connection.execute(text(f"INSERT INTO {SEEDED} VALUES ({n})"))
+    if os.environ.get(TENANT_ENV):
+        await db.maintain(*partitioned_claims_ddl(ship_job_runs_table(MetaData())))
     await db.maintain("VACUUM (ANALYZE)")
     bench.log(f"seed and VACUUM (ANALYZE): {time.perf_counter() - began:.1f} s")
 
@@ -364,7 +371,7 @@ async def _database(bench: Bench, n: int) -> AsyncIterator[BenchDatabase]:
             await _seed(bench, db, n)
             yield db
         return
-    label = f"{NAME}_{n}"
+    label = f"{NAME}_{n}" + ("_tenant" if os.environ.get(TENANT_ENV) else "")
     async with bench.kept_database(label) as db:
         seeded = await _seeded(db)
     if seeded == n:
