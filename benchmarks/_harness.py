@@ -376,6 +376,31 @@ class Bench:
             print(f"  {message}", file=sys.stderr, flush=True)
 
     @asynccontextmanager
+    async def kept_database(self, label: str) -> AsyncIterator[BenchDatabase]:
+        """A database of a fixed name (``ship_sqla_bench_<label>``), created when missing and
+        kept afterwards: a benchmark that seeds for minutes can be re-timed on the same seed
+        (the benchmark itself tells a finished seed from an interrupted one and says how to
+        drop it)."""
+        name = f"{DATABASE_PREFIX}{label}"
+        admin = await asyncpg.connect(asyncpg_dsn(self.server.url))
+        try:
+            exists = await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name)
+        finally:
+            await admin.close()
+        url = self.server.database_url(name) if exists else await self._factory.create(name)
+        database = BenchDatabase(
+            name=name, url=url, engine=create_async_engine(url, pool_size=10, max_overflow=10)
+        )
+        try:
+            yield database
+        finally:
+            await database.close()
+
+    async def drop_database(self, name: str) -> None:
+        """Drop a database (a kept one whose seed was interrupted)."""
+        await self._factory.drop(name)
+
+    @asynccontextmanager
     async def database(self, label: str) -> AsyncIterator[BenchDatabase]:
         """A fresh database for one benchmark, dropped afterwards whatever happened."""
         name = f"{DATABASE_PREFIX}{label}_{secrets.token_hex(4)}"

@@ -31,6 +31,14 @@ disk), J16's default shape (ended runs in the history table):
 No baseline: the figure is the page's own p95 against the issue's bound (100 ms at 1M runs,
 250 ms at 10M). ``SHIP_SQLA_BENCH_DASHBOARD_ONLY=name,name`` times only the pages whose
 figure names start with one of those (a re-run of the slow ones; no route check then).
+``SHIP_SQLA_BENCH_DASHBOARD_KEEP=1`` seeds into a kept database, ``ship_sqla_bench_dashboard_
+<N>`` (not dropped afterwards), and a later run of the same size re-times on it without
+seeding (minutes at 10M); drop it with ``DROP DATABASE`` when done. The seeded times are
+relative to the seed's ``now()``: the leases lapse over ``N * 7 ms`` from then (19 hours at
+10M), so re-time within that. ``SHIP_SQLA_BENCH_DASHBOARD_TENANT_INDEXES=1`` adds the runs
+table's tenant indexes after the seed (``partitioned_claims``: ``<runs>_tenant_idx`` and
+``<runs>_running_idx``, built by ``CREATE INDEX CONCURRENTLY``), which a bulk preview by job and
+tenant reads; a kept database of that shape is ``ship_sqla_bench_dashboard_<N>_tenant``.
 
 Run: ``python -m benchmarks dashboard`` (opt-in; ``--quick`` for the smoke size).
 """
@@ -42,6 +50,7 @@ import functools
 import os
 import shutil
 import time
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -51,11 +60,12 @@ from starlette.routing import Match, Mount, Route
 from benchmarks._harness import Bench, BenchmarkError, Figure, Target, percentile
 from ship_sqla._audit import create_audit_log, ship_audit_table
 from ship_sqla._dashboard import create_dashboard
-from ship_sqla._jobs import create_job_backend
+from ship_sqla._jobs import create_job_backend, ship_job_runs_table
 from ship_sqla._jobs._stats import create_job_stats, ship_job_stats_table
+from ship_sqla._jobs._tables import partitioned_claims_ddl
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
     from starlette.applications import Starlette
 
@@ -68,6 +78,10 @@ QUICK_RUNS = 20_000
 FULL_RUNS = 1_000_000
 RUNS_ENV = "SHIP_SQLA_BENCH_DASHBOARD_RUNS"
 ONLY_ENV = "SHIP_SQLA_BENCH_DASHBOARD_ONLY"
+KEEP_ENV = "SHIP_SQLA_BENCH_DASHBOARD_KEEP"
+TENANT_ENV = "SHIP_SQLA_BENCH_DASHBOARD_TENANT_INDEXES"
+SEEDED = "ship_bench_seeded"
+"""The kept database's marker table: one row, written after a finished seed."""
 BYTES_PER_RUN = 1_500
 """Free disk asked per seeded run before a large seed (the table, its indexes and the WAL of
 the load, measured at 1M runs with room to spare)."""
@@ -164,6 +178,10 @@ async def _seed(bench: Bench, db: BenchDatabase, n: int) -> None:
     async with db.engine.begin() as connection:
         for statement in (FAILING, SCHEDULES, STATS):
             await connection.execute(text(statement))
+        await connection.execute(text(f"CREATE TABLE {SEEDED} (runs bigint NOT NULL)"))
+        await connection.execute(text(f"INSERT INTO {SEEDED} VALUES ({n})"))
+    if os.environ.get(TENANT_ENV):
+        await db.maintain(*partitioned_claims_ddl(ship_job_runs_table(MetaData())))
     await db.maintain("VACUUM (ANALYZE)")
     bench.log(f"seed and VACUUM (ANALYZE): {time.perf_counter() - began:.1f} s")
 
@@ -336,6 +354,36 @@ def _only() -> tuple[str, ...]:
     return tuple(name for name in os.environ.get(ONLY_ENV, "").split(",") if name)
 
 
+async def _seeded(db: BenchDatabase) -> int | None:
+    """The runs a kept database was seeded with (None: not seeded, or the seed was cut off)."""
+    async with db.engine.connect() as connection:
+        exists = await connection.scalar(text(f"SELECT to_regclass('{SEEDED}') IS NOT NULL"))
+        if not exists:
+            return None
+        return int(await connection.scalar(text(f"SELECT runs FROM {SEEDED}")))
+
+
+@asynccontextmanager
+async def _database(bench: Bench, n: int) -> AsyncIterator[BenchDatabase]:
+    """A freshly seeded database, or with KEEP_ENV the kept one (seeded when it is not yet)."""
+    if not os.environ.get(KEEP_ENV):
+        async with bench.database(NAME) as db:
+            await _seed(bench, db, n)
+            yield db
+        return
+    label = f"{NAME}_{n}" + ("_tenant" if os.environ.get(TENANT_ENV) else "")
+    async with bench.kept_database(label) as db:
+        seeded = await _seeded(db)
+    if seeded == n:
+        bench.log(f"re-timing on the kept database {db.name} ({n:,} runs, not re-seeded)")
+    else:
+        await bench.drop_database(db.name)
+    async with bench.kept_database(label) as db:
+        if seeded != n:
+            await _seed(bench, db, n)
+        yield db
+
+
 async def run(bench: Bench) -> list[Figure]:
     n = _size(bench)
     _check_disk(n)
@@ -344,7 +392,7 @@ async def run(bench: Bench) -> list[Figure]:
     only = _only()
     pages = [(name, path) for name, path in _pages(n) if not only or name.startswith(only)]
     figures: list[Figure] = []
-    async with bench.database(NAME) as db:
+    async with _database(bench, n) as db:
         backend = create_job_backend(database=db.engine, listen=False, announce=False)
         app = create_dashboard(
             backend,
@@ -358,7 +406,6 @@ async def run(bench: Bench) -> list[Figure]:
                 f"GET routes no page of benchmarks/dashboard.py measures: {', '.join(missing)}."
                 " Fix: add each to _pages (or to UNMEASURED, with the reason)."
             )
-        await _seed(bench, db, n)
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
             overview = (await client.get("/")).text

@@ -244,6 +244,12 @@ async def test_preview_counts_what_the_search_finds(
         ("cancel", ["state=waiting", f"from={late}"]),
         ("cancel", ["state=running", f"to={late}"]),
         ("cancel", ["job=find.mail", "payload=order.id=9"]),
+        # a job and a tenant: on PostgreSQL the tenant indexes' branches (the conformance
+        # tables have fair_claims and partitioned_claims), index-only, then with a residual
+        ("cancel", ["job=find.other", "tenant=acme"]),
+        ("cancel", ["job=find.other", "tenant=acme", "worker=w2"]),
+        ("cancel", ["job=find.other", "tenant=acme", "worker=w1"]),
+        ("cancel", ["job=find.mail", "tenant=acme"]),
         ("discard", []),
         ("discard", ["payload=order.id=0"]),
         ("discard", ["job=find.other"]),

@@ -12,6 +12,7 @@ the main pages are saved under ``artifacts/dashboard/`` (copies live in ``docs/i
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -39,6 +40,7 @@ from ship_sqla import (
     create_job_backend,
     define_job,
 )
+from ship_sqla._dashboard import _app as dashboard_app
 from ship_sqla._jobs._stats import create_job_stats, ship_job_stats_table
 from ship_sqla._outbox import create_outbox, create_outbox_operations, ship_outbox_table
 from ship_sqla._outbox._stats import outbox_stats_id
@@ -218,8 +220,14 @@ def polling_server(seeded, ship_engine_url) -> Iterator[str]:
 
 
 @pytest.fixture
-def alarmed_server(seeded, ship_engine_url) -> Iterator[str]:
-    """The dashboard at /ops with a horizon bound every held snapshot has crossed (J22)."""
+def alarmed_server(seeded, ship_engine_url, monkeypatch) -> Iterator[str]:
+    """The dashboard at /ops with a horizon bound every held snapshot has crossed (J22); its
+    clock moves BANNER_HEALTH_TTL a page, so each page reads the health afresh (issue 36: the
+    banner's reading is kept that long)."""
+    ticks = itertools.count()
+    monkeypatch.setattr(
+        dashboard_app, "monotonic", lambda: next(ticks) * dashboard_app.BANNER_HEALTH_TTL
+    )
     with _serve(ship_engine_url, 0, HealthBounds(horizon_alarm=1e-6)) as base:
         yield base + "/ops"
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from explain_helpers import explain, nodes
 from sqlalchemy import MetaData, text
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.schema import CreateIndex
 from statement_watch import watched
 from tests.integration.test_dashboard_explain import SEED, big_runs
 
@@ -37,6 +40,10 @@ _BASE: dict[str, Any] = {
     "time_from": None,
     "time_to": None,
     "payload": "[]",
+    # the tenant indexes' names as COUNT_MATCHING_OF_JOB's to_regclass reads them (the seeded
+    # table has neither: a table declared with fair_claims / partitioned_claims has them)
+    "tenant_index": '"ship_job_runs_tenant_idx"',
+    "running_index": '"ship_job_runs_running_idx"',
 }
 
 CASES: list[tuple[str, dict[str, Any], str, set[str]]] = [
@@ -117,7 +124,9 @@ async def test_s2_a_preview_count_is_one_index_served_statement_at_1m_runs(
 
 async def test_s2_the_preview_sends_one_count_at_1m_runs(seeded_engine: AsyncEngine) -> None:
     """S2, issue 36 item 1: ``preview_matching`` sends the count (after the cross-job reads'
-    JIT switch) and no page of rows: the preview's time is one statement's."""
+    JIT switch, which for the count also asks a custom plan: at 10M runs PostgreSQL kept the
+    prepared count's generic plan from its sixth run on, a sequential scan of the runs table,
+    380 ms against 195) and no page of rows: the preview's time is one statement's."""
     backend = create_job_backend(
         database=seeded_engine, table=ship_job_runs_table(MetaData()), listen=False
     )
@@ -128,9 +137,78 @@ async def test_s2_the_preview_sends_one_count_at_1m_runs(seeded_engine: AsyncEng
         preview = await ops.preview_matching("cancel", flt)
         elapsed = time.perf_counter() - started
     print(f"\npreview count at 1M runs, job3 tenant t3: {elapsed * 1000:.0f} ms")  # noqa: T201 - read with -s
-    sent = [s for s in seen if not s.startswith("SET LOCAL jit")]
+    settings = [s for s in seen if s.startswith("SELECT set_config('jit', 'off', true)")]
+    assert len(settings) == 1
+    assert "set_config('plan_cache_mode', 'force_custom_plan', true)" in settings[0]
+    sent = [s for s in seen if s not in settings]
     assert len(sent) == 1
     assert "count(*)" in sent[0]
     assert preview.count > 0
     assert not preview.capped
     assert not preview.stopped
+
+
+_TENANT_INDEXES = ("tenant_idx", "running_idx")
+
+
+def _tenant_index_ddl() -> list[str]:
+    """CREATE INDEX of ``<runs>_tenant_idx`` and ``<runs>_running_idx`` as a table declared
+    with ``partitioned_claims=True`` has them (plain, not CONCURRENTLY: in the test's
+    transaction, rolled back)."""
+    declared = ship_job_runs_table(MetaData(), partitioned_claims=True)
+    wanted = {f"{declared.name}_{suffix}" for suffix in _TENANT_INDEXES}
+    dialect = postgresql.dialect()  # type: ignore[no-untyped-call]
+    return [
+        str(CreateIndex(index).compile(dialect=dialect))
+        for index in declared.indexes
+        if index.name in wanted
+    ]
+
+
+@pytest.mark.parametrize("generic", [False, True], ids=["custom", "generic"])
+@pytest.mark.parametrize(
+    ("given", "only_index"),
+    [
+        ({"tenant": "t3"}, True),
+        ({"tenant": "t3", "time_to": datetime(9999, 1, 1, tzinfo=UTC)}, False),
+        ({"tenant": "t3", "worker": "w"}, False),
+    ],
+    ids=["tenant", "tenant_range", "tenant_worker"],
+)
+async def test_s2_a_tenant_count_reads_the_tenant_indexes_when_the_table_has_them(
+    seeded_engine: AsyncEngine, given: dict[str, Any], only_index: bool, generic: bool
+) -> None:
+    """S2, issue 36 items 1 and 5 (10,000,000 runs: 624 ms p50 for one job's ~200,000 live runs,
+    the tenant residual): on a runs table with ``<runs>_tenant_idx`` and ``<runs>_running_idx``
+    (fair_claims / partitioned_claims), COUNT_MATCHING_OF_JOB with a tenant reads only the job's
+    and tenant's entries there (their claim indexes' branches are switched off, never run):
+    an index-only count when no other filter is asked, else those entries' rows with the other
+    filters residual. Still at most :scan entries a branch, and the count a plain query gives."""
+    statements = JobStatements(runs="ship_job_runs", state="ship_job_state")
+    params = {**_BASE, "waiting": True, "running": True, "dead": False, "job_id": "job3", **given}
+    plain = (
+        "SELECT count(*) FROM ship_job_runs WHERE state IN ('waiting', 'running')"
+        " AND job_id = 'job3' AND tenant_id = 't3'"
+        + (" AND claimed_by = 'w' AND state = 'running'" if "worker" in given else "")
+    )
+    async with seeded_engine.connect() as connection:
+        for ddl in _tenant_index_ddl():
+            await connection.execute(text(ddl))
+        expected = (await connection.execute(text(plain))).scalar_one()
+        template = count.COUNT_MATCHING_OF_JOB
+        plan = await explain(connection, statements[template], params, generic=generic)
+        row = (await connection.execute(statements[template], params)).one()
+        await connection.rollback()
+    ran = [n for n in nodes(plan) if "Index Name" in n and n.get("Actual Loops", 0) > 0]
+    used = {n["Index Name"] for n in ran}
+    assert used == {f"{big_runs.name}_{suffix}" for suffix in _TENANT_INDEXES}, used
+    kinds = {n["Node Type"] for n in ran}
+    if only_index:
+        assert kinds == {"Index Only Scan"}, kinds
+    else:
+        assert kinds <= {"Index Scan", "Bitmap Index Scan"}, kinds
+    read = sum(int(n["Actual Rows"]) for n in ran)
+    assert read == row.scanned
+    assert read < 3_000, read  # job3's tenant t3 entries only: ~1,430 waiting, ~1,430 running
+    assert row.matched == expected
+    assert not row.stopped

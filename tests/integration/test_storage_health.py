@@ -28,6 +28,7 @@ from ship_sqla import (
     ship_job_workers_table,
 )
 from ship_sqla._cli import cli
+from ship_sqla._dashboard import _app as dashboard_app
 from ship_sqla.jobs import HealthBounds
 from ship_sqla.kernel._health import HORIZON_HELD
 from ship_sqla.kernel._metrics import JobMetrics
@@ -173,10 +174,15 @@ async def test_j22_the_sampler_warns_of_a_held_snapshot_throttled_and_exports_ga
     sampler.close()
 
 
-async def test_j22_operations_cli_and_dashboard_report_the_alarm(engine: AsyncEngine) -> None:
+async def test_j22_operations_cli_and_dashboard_report_the_alarm(
+    engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """J22: the health is data through the operator surface (JobOperations.storage_health),
     ``ship-sqla jobs health`` (JSON, exit 3 on an alarm, 0 when healthy) and the dashboard,
-    whose every page shows the banner while the alarm holds and none otherwise."""
+    whose every page shows the banner while the alarm holds and none otherwise (read at most
+    every BANNER_HEALTH_TTL seconds, issue 36: the page after the alarm is past it)."""
+    now = [0.0]
+    monkeypatch.setattr(dashboard_app, "monotonic", lambda: now[0])
     backend = _backend(engine, AT_ONCE)
     ops = create_job_operations(backend, authorizer=allow)
     dashboard = create_dashboard(
@@ -197,6 +203,7 @@ async def test_j22_operations_cli_and_dashboard_report_the_alarm(engine: AsyncEn
         assert json.loads(healthy.output)["status"] == "healthy"
         async with held_snapshot(engine) as pid:
             assert (await ops.storage_health()).status == "alarm"
+            now[0] += dashboard_app.BANNER_HEALTH_TTL
             page = (await client.get("/")).text
             alarmed = await anyio.to_thread.run_sync(run_cli, "--horizon-alarm", "1ms")
     assert 'id="health-banner"' in page

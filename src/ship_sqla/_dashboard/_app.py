@@ -24,6 +24,7 @@ import inspect
 import secrets
 import uuid
 from datetime import UTC, datetime, timedelta
+from time import monotonic
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 from urllib.parse import parse_qs, quote
 
@@ -114,6 +115,7 @@ from ship_sqla._schema_probe import MissingTablesError
 from ship_sqla._webhooks._operations import MANAGE_PERMISSION as WEBHOOKS_MANAGE
 from ship_sqla._webhooks._operations import WebhookOperations, create_webhook_operations
 from ship_sqla._webhooks._sender import WebhookSender
+from ship_sqla.kernel._authorize import authorize_read
 from ship_sqla.kernel._backfill_operations import BackfillOperations, create_backfill_operations
 from ship_sqla.kernel._backfills import BackfillLedger
 from ship_sqla.kernel._browse import run_order
@@ -126,6 +128,8 @@ from ship_sqla.kernel._errors import (
 from ship_sqla.kernel._keys import require_key
 from ship_sqla.kernel._operations import (
     LIVE_STATES,
+    MANAGE_PERMISSION,
+    READ_PERMISSION,
     JobOperations,
     create_job_operations,
 )
@@ -137,6 +141,11 @@ from ship_sqla.kernel._workers import WORKER_STALE_AFTER
 
 HEALTH_TIMEOUT: Final = 2.0
 """Seconds the health route waits for the database's ``SELECT 1``."""
+BANNER_HEALTH_TTL: Final = 5.0
+"""Seconds the health banner's storage health (J22) is kept between reads: the reads stat each
+ship table's files and count the history's DEFAULT partitions up to 100,000 rows each, 20-60 ms
+a page at 10,000,000 runs with the history's older days in DEFAULT (issue 36: every page paid
+it). Each page still asks the authorizer; an alarm shows at most this late."""
 LIMIT_WAITS_SHOWN: Final = 100
 """The most partitions per job the overview's "Waiting on a limit" table visits (tenant order)."""
 
@@ -150,6 +159,7 @@ if TYPE_CHECKING:
     from ship_sqla.kernel._audit import AuditSink
     from ship_sqla.kernel._backfills import BackfillRecord
     from ship_sqla.kernel._browse import ConsumerKeyProgress, RunOrder, ThroughputBucket
+    from ship_sqla.kernel._health import StorageHealth
     from ship_sqla.kernel._jobs import JobDefinition
     from ship_sqla.kernel._operations import AdministeredBackend
     from ship_sqla.kernel._ports import PausedJob, RunRecord, RunState
@@ -338,6 +348,8 @@ class _Dashboard:
         # when it is one of the choices ("" otherwise: the control says "default").
         default = "off" if self.poll_ms is None else f"{refresh_seconds:g}"
         self._default_choice = refresh_choice(default) or ""
+        self._banner_health: tuple[float, StorageHealth] | None = None
+        """The storage health last read for the banner, and when (monotonic seconds)."""
         self.nav: tuple[tuple[str, str], ...] = _NAV
         """The header's links (:func:`_routes` adds the page modules')."""
 
@@ -494,7 +506,7 @@ class _Dashboard:
         except INPUT_ERRORS as exc:
             content, status = render("notice.html", message=str(exc), id="problem"), 400
             problem = str(exc)
-        alarms = await self._health_alarms(ops)
+        alarms = await self._health_alarms(request, ops)
         if wants_json(request):
             twin: dict[str, Any] = {"page": current or "/", "title": title, "status": status}
             twin["error" if status != 200 else "data"] = problem if status != 200 else data  # noqa: PLR2004
@@ -569,11 +581,19 @@ class _Dashboard:
         )
         return response
 
-    async def _health_alarms(self, ops: JobOperations) -> list[tuple[str, str]]:
-        """J22: the storage-health alarms (a few catalog reads per page); none for a viewer
-        the authorizer does not let read them."""
+    async def _health_alarms(self, request: Request, ops: JobOperations) -> list[tuple[str, str]]:
+        """J22: the storage-health alarms (a few catalog reads, at most every
+        :data:`BANNER_HEALTH_TTL` seconds across pages and viewers); none for a viewer the
+        authorizer does not let read them (asked on every page, as ``storage_health`` asks)."""
+        kept, now = self._banner_health, monotonic()
         try:
-            health = await ops.storage_health()
+            if kept is not None and 0 <= now - kept[0] < BANNER_HEALTH_TTL:
+                asks = self._authorizer_for(request)
+                await authorize_read(asks, MANAGE_PERMISSION, READ_PERMISSION, "storage_health")
+                health = kept[1]
+            else:
+                health = await ops.storage_health()
+                self._banner_health = (now, health)
         except PermissionDeniedError:
             return []
         return [(alarm.kind, alarm.message) for alarm in health.alarms()]

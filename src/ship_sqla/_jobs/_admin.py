@@ -65,6 +65,7 @@ from ship_sqla._jobs._sql.parked import (
 )
 from ship_sqla._jobs._sql.versions import VERSION_COUNTS
 from ship_sqla._jobs._tables import state_row
+from ship_sqla._naming import derived_name
 from ship_sqla._scope import OWN
 from ship_sqla._sql_errors import sqlstate_of
 from ship_sqla.kernel._browse import (
@@ -93,7 +94,7 @@ from ship_sqla.kernel._search import MatchCount
 from ship_sqla.kernel._versions import MAX_VERSION_ROWS, VersionCount
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Container, Mapping, Sequence
     from datetime import datetime, timedelta
 
     from sqlalchemy.sql.expression import Executable
@@ -117,10 +118,23 @@ def _in_order(run_ids: Sequence[str], rows: Sequence[Any]) -> list[str]:
 
 JIT_OFF: Final = text("SET LOCAL jit = off")
 """Before an operator read (:meth:`PostgresRunAdmin._operator_rows`): its transaction only."""
+JIT_OFF_CUSTOM_PLAN: Final = text(
+    "SELECT set_config('jit', 'off', true),"
+    " set_config('plan_cache_mode', 'force_custom_plan', true)"
+)
+"""JIT_OFF, and a plan for the parameters given (its transaction only), in one round trip:
+before a bulk preview's count (COUNT_MATCHING_*). After five runs of a prepared statement
+PostgreSQL may keep a generic plan; the count's, not knowing ``:scan`` (its LIMIT) nor which
+branches run, read the job's waiting runs by a sequential scan of the runs table: 280-370 ms
+against 160-200 ms at 10,000,000 runs (issue 36)."""
 
 
-def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
-    """A :class:`RunRecord` from a row of ``{cols}`` (:data:`~ship_sqla._jobs._sql.RUN_COLUMNS`)."""
+def run_record(row: Any, fields: Container[str] | None = None) -> RunRecord:  # noqa: ANN401 - a Row of the runs table's columns
+    """A :class:`RunRecord` from a row of ``{cols}`` (:data:`~ship_sqla._jobs._sql.RUN_COLUMNS`);
+    ``fields``: the row's column names when the caller has them (one statement's rows share
+    them: ``row._fields`` builds a tuple at each call, 30 us a row, issue 36)."""
+    names = row._fields if fields is None else fields
+    holder = row.claimed_by if "claimed_by" in names else None
     return RunRecord(
         run_id=row.id,
         job_id=row.job_id,
@@ -147,21 +161,21 @@ def run_record(row: Any) -> RunRecord:  # noqa: ANN401 - a Row of the runs table
         consecutive_lapses=row.consecutive_lapses,
         progress=row.progress,
         handler_version=row.handler_version,
-        started_at=_column(row, "started_at"),
-        worker=_column(row, "worker") or _holder(row),
+        # A column the statement may not have is asked of the row's names first: a missing
+        # attribute costs SQLAlchemy an exception, 4 us a row (issue 36). The worker of a
+        # running run is its holder (claimed_by; issue 36: the worker filter).
+        started_at=row.started_at if "started_at" in names else None,
+        worker=(row.worker if "worker" in names else None)
+        or (holder if row.state == "running" else None),
     )
 
 
-def _column(row: Any, name: str) -> Any:  # noqa: ANN401 - a Row's value
-    """``row``'s ``name``, None when the statement has no such column (asked of the row's
-    names first: a missing attribute costs SQLAlchemy an exception, 4 a row, a third of a
-    search page's time at 1M runs, issue 36)."""
-    return getattr(row, name) if name in row._fields else None
-
-
-def _holder(row: Any) -> str | None:  # noqa: ANN401 - a Row of the runs table's columns
-    """The worker holding a running run (its ``claimed_by``; issue 36: the worker filter)."""
-    return _column(row, "claimed_by") if row.state == "running" else None
+def run_records(rows: Sequence[Any]) -> list[RunRecord]:
+    """:func:`run_record` of each of one statement's ``rows`` (their names read once)."""
+    if not rows:
+        return []
+    fields = frozenset(rows[0]._fields)
+    return [run_record(row, fields) for row in rows]
 
 
 class PostgresRunAdmin:
@@ -208,19 +222,26 @@ class PostgresRunAdmin:
         self._cancel_requested = cancel_requested
 
     async def _operator_rows(
-        self, what: str, statement: Executable, params: Mapping[str, Any], *, jit_off: bool = True
+        self,
+        what: str,
+        statement: Executable,
+        params: Mapping[str, Any],
+        *,
+        jit_off: bool = True,
+        settings: Executable = JIT_OFF,
     ) -> Sequence[Any]:
         """The rows of one operator read (a dashboard page, ``jobs demand``); with ``jit_off``
         (the reads across jobs) with JIT off, in a short transaction of its own (S2): these
         reads walk recursive CTEs whose row estimates (the planner's tenfold guess per
         recursion) put their cost past ``jit_above_cost`` although they read a bounded number of
         index entries; compiling them took 1-3 s at 1,000,000 runs, executing them
-        milliseconds. Three round trips more (BEGIN, SET LOCAL, COMMIT), so a one-job read,
+        milliseconds. ``settings``: that statement (a count's also asks a custom plan,
+        JIT_OFF_CUSTOM_PLAN). Three round trips more (BEGIN, SET LOCAL, COMMIT), so a one-job read,
         costed far below the threshold, runs alone; never on an enqueue, claim or settle."""
         if not jit_off:
             return await self._connections.rows(what, statement, params, scope=None, by_name=True)
         async with self._connections.transaction(what, scope=OWN) as tx:
-            await tx.connection.execute(JIT_OFF)
+            await tx.connection.execute(settings)
             return (await tx.connection.execute(statement, params)).all()
 
     async def get_run(self, run_id: str) -> RunRecord | None:
@@ -253,7 +274,7 @@ class PostgresRunAdmin:
         rows = await self._operator_rows(
             "list_dead", statement, params, jit_off=query.job_id is None
         )
-        return [run_record(row) for row in rows]
+        return run_records(rows)
 
     async def retry_dead(self, run_id: str) -> RunRecord | None:
         """A dead run waits again, due now, with exactly one more attempt; the local loop is
@@ -296,7 +317,7 @@ class PostgresRunAdmin:
         rows = await self._connections.rows(
             "list_parked", self._s[statement], params, scope=None, by_name=True
         )
-        return [run_record(row) for row in rows]
+        return run_records(rows)
 
     async def parked_counts(self, job_ids: Sequence[str]) -> dict[str, int]:
         """D10: PARKED_COUNTS, parked runs per job."""
@@ -734,7 +755,8 @@ class PostgresRunAdmin:
         rows = await self._operator_rows(
             "list_runs", statement, params, jit_off=query.job_id is None
         )
-        return [BrowsedRun(run_record(row), row.seq) for row in rows]
+        records = run_records(rows)
+        return [BrowsedRun(record, row.seq) for record, row in zip(records, rows, strict=True)]
 
     async def newest_dead_errors(self, job_id: str, *, limit: int) -> list[DeadError]:
         """DEAD_ERRORS (_EITHER): one job's newest dead runs' errors, four columns, one
@@ -767,6 +789,8 @@ class PostgresRunAdmin:
             "time_from": flt.time_from,
             "time_to": flt.time_to,
             "payload": json.dumps([[list(path), value] for path, value in flt.payload]),
+            "tenant_index": self._index_name("_tenant_idx"),
+            "running_index": self._index_name("_running_idx"),
         }
         if self._history:
             of_job, all_jobs = (
@@ -779,9 +803,18 @@ class PostgresRunAdmin:
         if flt.job_id is not None:
             statement = of_job
             params["job_id"] = flt.job_id
-        rows = await self._operator_rows("count_matching", self._s[statement], params)
+        rows = await self._operator_rows(
+            "count_matching", self._s[statement], params, settings=JIT_OFF_CUSTOM_PLAN
+        )
         row = rows[0]
         return MatchCount(int(row.matched), int(row.scanned), bool(row.stopped))
+
+    def _index_name(self, suffix: str) -> str:
+        """The runs table's index ``<runs><suffix>`` as ``to_regclass`` reads it (quoted, in
+        the table's schema; without one, the search path's, as the table's name)."""
+        parts = [self._s.runs_schema] if self._s.runs_schema else []
+        parts.append(str(derived_name(self._s.runs_table, suffix)))
+        return ".".join('"' + part.replace('"', '""') + '"' for part in parts)
 
     async def throughput(
         self, *, bucket_seconds: int, buckets: int, cap: int, max_jobs: int

@@ -20,6 +20,16 @@ the SELECT list as one boolean ``hit``, counted with ``FILTER``:
   ``<history>_browse_idx`` (job_id, state, created_at) for one job; the worker is the last
   attempt's (``claimed_by``).
 
+With one job and a tenant (issue 36: at 10,000,000 runs a job had ~200,000 live runs and the
+tenant residual read each one's row, 600-750 ms), each live state also has branches on its
+tenant index when the runs table has it (``<runs>_tenant_idx`` for waiting runs, declared by
+``fair_claims`` or ``partitioned_claims``; ``<runs>_running_idx`` for running runs, by
+``partitioned_claims``): the job's and tenant's entries only, ``:scan`` at most, counted
+index-only when no other filter is asked, else their rows with the other filters residual.
+Which branch runs is a one-time filter (:data:`_SERVED`: a tenant asked and ``to_regclass``
+finds the index, its name a parameter the backend gives), so the statement is the same text
+for every table and the claim index serves a table without the tenant indexes, as before.
+
 The residual filters say what :meth:`~ship_sqla.kernel._search.RunFilter.matches` says, so
 the count and the walk of the action it previews agree: run id, tenant and worker exact;
 ``error``: the last error contains the text with the letters A-Z in any case and every other
@@ -99,6 +109,21 @@ _ENDED_JOBS: Final = """ended_jobs(job_id, n) AS (
 in the runs table and the first ``:max_jobs`` in history (LIST_FINISHED_ALL_JOBS_EITHER)."""
 
 
+_SERVED: Final = (
+    "(CAST(:tenant AS text) IS NOT NULL AND to_regclass(CAST(:{index} AS text)) IS NOT NULL)"
+)
+"""Whether a live state's tenant index serves this count: a tenant asked, and the runs table
+has the index (``:tenant_index``: ``<runs>_tenant_idx``, ``:running_index``:
+``<runs>_running_idx``, their names as ``to_regclass`` reads them). Parameters and a stable
+function only: the planner makes it a one-time filter, so of a state's branches one runs."""
+
+_ONLY_TENANT: Final = """(CAST(:run_id AS text) IS NULL AND CAST(:worker AS text) IS NULL
+          AND CAST(:error AS text) IS NULL AND CAST(:time_from AS timestamptz) IS NULL
+          AND CAST(:time_to AS timestamptz) IS NULL
+          AND CAST(:payload AS jsonb) = CAST('[]' AS jsonb))"""
+"""No filter but the job and the tenant: the tenant index's entries are the matches."""
+
+
 def _branch(
     name: str,
     table: str,
@@ -108,9 +133,12 @@ def _branch(
     at: str,
     jobs: str | None,
     before: tuple[str, ...],
+    tenant_index: str | None = None,
 ) -> str:
     """One (state, table) branch ``name(matched, scanned)``: at most what ``:scan`` leaves after
-    the branches ``before`` it, of one job (``jobs`` None) or of the jobs of CTE ``jobs``."""
+    the branches ``before`` it, of one job (``jobs`` None) or of the jobs of CTE ``jobs``.
+    ``tenant_index`` (a live state's, one job): its rows come from that index instead when it
+    serves (:data:`_SERVED`), of the job's and tenant's entries only (:func:`_of_job`)."""
     alias = table[1]
     hit = _RESIDUAL.replace("{worker}", worker).replace("{at}", at).replace("?", alias)
     limit = "CAST(:scan AS integer)"
@@ -119,20 +147,46 @@ def _branch(
         limit = f"greatest({limit} - ({read}), 0)"
     flag = name.split("_", maxsplit=1)[0]
     if jobs is None:
-        source = f"""{table} {alias}
-          WHERE {where} AND CAST(:{flag} AS boolean)
-            AND {alias}.job_id = CAST(:job_id AS text)"""
+        rows = _of_job(table, where, hit=hit, flag=flag, tenant_index=tenant_index)
     else:
-        source = f"""{jobs} j CROSS JOIN LATERAL (
+        rows = f"""SELECT {hit} AS hit
+          FROM {jobs} j CROSS JOIN LATERAL (
               SELECT * FROM {table} {alias}
               WHERE {where} AND {alias}.job_id = j.job_id) {alias}
           WHERE j.job_id IS NOT NULL AND CAST(:{flag} AS boolean)"""  # noqa: S608
     return f"""{name}(matched, scanned) AS (
     SELECT count(*) FILTER (WHERE b.hit), count(*)
-    FROM (SELECT {hit} AS hit
-          FROM {source}
+    FROM ({rows}
           LIMIT {limit}) b
 )"""  # noqa: S608 - constant text
+
+
+def _of_job(table: str, where: str, *, hit: str, flag: str, tenant_index: str | None) -> str:
+    """One job's rows of a branch, each with its ``hit``. With ``tenant_index`` (issue 36: at
+    10,000,000 runs the tenant residual read ~200,000 rows of one job), three sources of which
+    one-time filters run one: the state's own index with every filter residual when the tenant
+    index does not serve; else the job's and tenant's entries of the tenant index, all hits when
+    no other filter is asked (:data:`_ONLY_TENANT`, index-only), or with the others residual."""
+    alias = table[1]
+    base = f"""FROM {table} {alias}
+          WHERE {where} AND CAST(:{flag} AS boolean)
+            AND {alias}.job_id = CAST(:job_id AS text)"""
+    if tenant_index is None:
+        return f"SELECT {hit} AS hit\n          {base}"
+    served = _SERVED.replace("{index}", tenant_index)
+    tenant = f"\n            AND {alias}.tenant_id = CAST(:tenant AS text)"
+    return f"""SELECT {hit} AS hit
+          {base} AND NOT {served}
+          UNION ALL
+          SELECT true
+          {base}{tenant} AND {served} AND {_ONLY_TENANT}
+          UNION ALL
+          SELECT {hit}
+          {base}{tenant} AND {served} AND NOT {_ONLY_TENANT}"""
+
+
+_TENANT_INDEXES: Final = {"waiting": "tenant_index", "running": "running_index"}
+"""The live states' tenant indexes, by the parameter naming each (:data:`_SERVED`)."""
 
 
 def _count(*, of_job: bool, history: bool) -> Template:
@@ -176,6 +230,7 @@ def _count(*, of_job: bool, history: bool) -> Template:
                 at=at,
                 jobs=None if of_job else jobs,
                 before=tuple(names),
+                tenant_index=_TENANT_INDEXES.get(name),
             )
         )
         names.append(name)
