@@ -831,9 +831,12 @@ _PARTS: Final = """, running_n AS MATERIALIZED (
     -- ones, index-only. What the partition allows from here is an upper bound of what its
     -- gate grants below.
     -- The gate row is one <state>_pkey lookup per visited partition, in every table state
-    -- (J20): a LATERAL subquery kept apart by its LIMIT. Joined to the state table, the
-    -- planner hashed a sequential scan of every gate row ever made (they grow with the
-    -- partitions ever claimed: 10,000 by the end of a drain over 10,000 tenants).
+    -- (J20): the first row from the gate's id on, in the index's order, kept if it is the
+    -- gate's. Joined to the state table, the planner hashed a sequential scan of every gate
+    -- row ever made (they grow with the partitions ever claimed: 10,000 by the end of a
+    -- drain over 10,000 tenants); an equality lookup LIMIT 1 took a sequential scan per
+    -- partition in a generic plan made while the table was small (a LIMITed scan looks
+    -- cheap), kept as it grew. The ORDER BY is what only the index serves without a sort.
     SELECT t.tenant, t.k, t.gate, coalesce(g.claim_granted, 0) AS seen,
         CASE WHEN CAST(:max_running AS integer) IS NULL THEN 0
              WHEN t.tenant IS NULL THEN least(CAST(:max_running AS integer), (SELECT count(*) FROM (
@@ -854,7 +857,9 @@ _PARTS: Final = """, running_n AS MATERIALIZED (
                      - CAST(:rate_period AS double precision) * interval '1 second'), 0)
         END AS used
     FROM (SELECT w.tenant, w.k, {gate_of_w} AS gate FROM tenants w) t
-    LEFT JOIN LATERAL (SELECT * FROM {state} g WHERE g.job_id = t.gate LIMIT 1) g ON true
+    LEFT JOIN LATERAL (SELECT * FROM (
+        SELECT * FROM {state} g WHERE g.job_id >= t.gate ORDER BY g.job_id LIMIT 1) g
+        WHERE g.job_id = t.gate) g ON true
     LEFT JOIN running_n h ON h.tenant = t.tenant
 ), allowed AS (
     -- What each partition's limits let it take, as this snapshot sees them (at most the limit
