@@ -175,8 +175,10 @@ async def test_f8_f9_partitioned_claim_is_bounded_at_a_million_runs_over_10000_p
     <runs>_part_idx and <runs>_part_run_idx), never scans the runs table, reads at most
     limit + (a + 2) entries per visited partition from the walked index (a: what the
     partition's limits allow it), at most the cap per visited partition from its running index
-    and none from the other partitioning's, and at most twice the buffers of the same claim
-    over 1,000 runs of 100 partitions, in custom and generic plans."""
+    and none from the other partitioning's, reads each visited partition's gate row off
+    <state>_pkey with 2,000 gate rows made after the analyse, never scanning the state table
+    (J20), and at most twice the buffers of the same claim over 1,000 runs of 100
+    partitions, in custom and generic plans."""
     report = []
     for name, (template, walked, running, other), cap, rate, allowed, returned in CASES:
         uses = {walked[1:]} | ({running[1:]} if cap is not None else set())
