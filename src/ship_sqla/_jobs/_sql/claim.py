@@ -805,22 +805,38 @@ _PARTS: Final = """, running_n AS MATERIALIZED (
     -- F9, <runs>_running_idx: the running runs of the visited partitions, counted in one scan
     -- (none read without a cap). One scan, not one per partition: on a table analysed with no
     -- run running, every index over running runs looks empty to the planner, and a generic
-    -- plan may read them off <runs>_lease_idx filtered on the partition; per partition, that
-    -- read every running run of the job once per partition visited, here once per claim.
+    -- plan reads a partition's count off <runs>_lease_idx filtered on the partition (the two
+    -- cost the same to it, measured again on PostgreSQL 15: a scalar count per partition took
+    -- <runs>_lease_idx in its generic plan); per partition, that read every running run of
+    -- the job once per partition visited, here once per claim.
     SELECT r.tenant_id AS tenant, count(*) AS n
     FROM {runs} r
     WHERE r.job_id = :job_id AND r.state = 'running'
       AND CAST(:max_running AS integer) IS NOT NULL
+      -- The walk's span (it visits partitions in index order, from where the last claim
+      -- stopped): an index condition of <runs>_running_idx, so the scan reads the running
+      -- runs of the visited partitions (and of the partitions between them that had none
+      -- waiting), not every running run of the job; a claim whose walk wrapped round spans
+      -- them all. Off <runs>_lease_idx it is a filter that spares most rows the list's.
+      AND r.tenant_id BETWEEN (SELECT min(tenant) FROM tenants)
+          AND (SELECT max(tenant) FROM tenants)
       AND r.tenant_id = ANY(ARRAY(SELECT w.tenant FROM tenants w WHERE w.tenant IS NOT NULL))
     GROUP BY r.tenant_id
 ), parts AS MATERIALIZED (
-    -- F8/F9, <state>_pkey: each visited partition's gate as this statement's snapshot saw it
-    -- (the total it granted; its starts in the window) and its running runs up to
-    -- concurrency.max (running_n; none read without a cap): live or lapsed leases alike,
-    -- each holding a slot, but the lapsed runs this claim buries (min(running - the
-    -- partition's buried ones, max)). The untenanted runs' count (one partition) is read on
-    -- its own, up to max plus the buried ones, index-only. What the partition allows from
-    -- here is an upper bound of what its gate grants below.
+    -- F8/F9: each visited partition's gate as this statement's snapshot saw it (the total it
+    -- granted; its starts in the window) and its running runs up to concurrency.max (running_n;
+    -- none read without a cap): live or lapsed leases alike, each holding a slot, but the
+    -- lapsed runs this claim buries (min(running - the partition's buried ones, max)). The
+    -- untenanted runs' count (one partition) is read on its own, up to max plus the buried
+    -- ones, index-only. What the partition allows from here is an upper bound of what its
+    -- gate grants below.
+    -- The gate row is one <state>_pkey lookup per visited partition, in every table state
+    -- (J20): the first row from the gate's id on, in the index's order, kept if it is the
+    -- gate's. Joined to the state table, the planner hashed a sequential scan of every gate
+    -- row ever made (they grow with the partitions ever claimed: 10,000 by the end of a
+    -- drain over 10,000 tenants); an equality lookup LIMIT 1 took a sequential scan per
+    -- partition in a generic plan made while the table was small (a LIMITed scan looks
+    -- cheap), kept as it grew. The ORDER BY is what only the index serves without a sort.
     SELECT t.tenant, t.k, t.gate, coalesce(g.claim_granted, 0) AS seen,
         CASE WHEN CAST(:max_running AS integer) IS NULL THEN 0
              WHEN t.tenant IS NULL THEN least(CAST(:max_running AS integer), (SELECT count(*) FROM (
@@ -841,7 +857,9 @@ _PARTS: Final = """, running_n AS MATERIALIZED (
                      - CAST(:rate_period AS double precision) * interval '1 second'), 0)
         END AS used
     FROM (SELECT w.tenant, w.k, {gate_of_w} AS gate FROM tenants w) t
-    LEFT JOIN {state} g ON g.job_id = t.gate
+    LEFT JOIN LATERAL (SELECT * FROM (
+        SELECT * FROM {state} g WHERE g.job_id >= t.gate ORDER BY g.job_id LIMIT 1) g
+        WHERE g.job_id = t.gate) g ON true
     LEFT JOIN running_n h ON h.tenant = t.tenant
 ), allowed AS (
     -- What each partition's limits let it take, as this snapshot sees them (at most the limit
@@ -942,11 +960,11 @@ _PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
     -- grants at once: no claim of the partition committed before it (it would have made the
     -- row, and this insert would have met it), so the snapshot's count is current.
     INSERT INTO {state} AS g (job_id, claim_granted, claim_grant, rate_at, rate_n, updated_at)
-    SELECT f.gate, {new_due_grant}, {new_due_grant},
+    SELECT f.gate, f.due, f.due,
         CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL ELSE ARRAY[{now}] END,
         CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL ELSE ARRAY[{new_total}] END,
         {now}
-    FROM found f
+    FROM (SELECT f.*, {new_due_grant} AS due FROM found f) f
     ORDER BY f.gate
     -- The SET reads the row's newest version (g) and the partition's own candidates (x): the
     -- claim's time t on the gate (never before its last recorded one), the rate's room in the
@@ -1009,8 +1027,11 @@ _PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
     -- COMMIT, as in every claim.
     SELECT c.id, c.started_at FROM (
         SELECT c.id, c.rank, c.priority, c.run_at, c.seq, g.due_n, g.total_n, g.started_at,
+            -- COLLATE "C": a grouping only (its order is no one's), so the sort compares
+            -- bytes, not the database's collation (strcoll per comparison).
             row_number() OVER (
-                PARTITION BY c.part ORDER BY c.rank, c.priority DESC, c.run_at, c.seq) AS place
+                PARTITION BY c.part COLLATE "C"
+                ORDER BY c.rank, c.priority DESC, c.run_at, c.seq) AS place
         FROM cands c
         JOIN gates g ON g.gate = {gate_of_c}
     ) c
@@ -1028,7 +1049,7 @@ _PART_NEW_DUE_GRANT: Final = """greatest(least(f.due_n,
 """A new gate's due grant: what the partition's candidates, its cap and its (empty) window
 allow."""
 
-_PART_NEW_TOTAL: Final = """greatest(least(CAST(:limit AS integer), f.lapsed_n + {new_due_grant},
+_PART_NEW_TOTAL: Final = """greatest(least(CAST(:limit AS integer), f.lapsed_n + f.due,
             coalesce(CAST(:rate_limit AS integer), CAST(:limit AS integer))), 0)"""
 
 _CLAIMED_WHERE: Final = "    WHERE r.id = ANY(ARRAY(SELECT id FROM picked))\n"
