@@ -505,7 +505,10 @@ async def test_failed_settles_are_retried_in_place_and_nothing_is_republished(
     async with await started as relay:
         await drive(ship_clock, lambda: relay.delivered == 2 and len(errors) == 4)
     assert published == [m0, m1, m2]
-    assert flaky.calls == {"claim": 1, "settle": 4, "heartbeat": 2}
+    # The batch's one claim, and at most one more: the start's gap pass (K1: the listener's first
+    # live LISTEN looks once for what was announced before it listened; it finds nothing here).
+    assert flaky.calls.pop("claim") in (1, 2)
+    assert flaky.calls == {"settle": 4, "heartbeat": 2}
     injected = [str(e) for e in errors if isinstance(e, InjectedError)]
     assert sorted(injected) == sorted(
         [
