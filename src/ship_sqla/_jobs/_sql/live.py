@@ -436,25 +436,29 @@ LIMIT CAST(:limit AS integer)
 """)
 """DEAD_ERRORS over both tables (J16)."""
 
-LIST_FINISHED_ALL_JOBS_EITHER: Final = Template(
-    """
-WITH RECURSIVE live_jobs(job_id, n) AS (
-    -- <runs>_browse_idx, a loose index scan over the jobs with leftovers in the state.
-    SELECT (SELECT min(r.job_id) FROM {runs} r
+
+def _jobs_either(state: str, leftovers: str) -> str:
+    """The first ``:max_jobs`` jobs with runs in the finished state ``state`` (SQL: a literal,
+    which a partial index's predicate can match in a generic plan, or ``CAST(:state AS text)``)
+    in the runs table's leftovers (``leftovers`` names them in the comment) and in history, each
+    by a loose index scan: the CTEs ``live_jobs``, ``ended_jobs`` and their union ``jobs``."""
+    return f"""WITH RECURSIVE live_jobs(job_id, n) AS (
+    -- <runs>_browse_idx, a loose index scan over the jobs with {leftovers}.
+    SELECT (SELECT min(r.job_id) FROM {{runs}} r
             WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled')
-              AND r.state = CAST(:state AS text)), 1
+              AND r.state = {state}), 1
     UNION ALL
-    SELECT (SELECT min(r.job_id) FROM {runs} r
+    SELECT (SELECT min(r.job_id) FROM {{runs}} r
             WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled')
-              AND r.state = CAST(:state AS text) AND r.job_id > j.job_id), j.n + 1
+              AND r.state = {state} AND r.job_id > j.job_id), j.n + 1
     FROM live_jobs j
     WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
 ), ended_jobs(job_id, n) AS (
     -- the history's (job_id, state, finished_at) index, a loose scan over its jobs.
-    SELECT (SELECT min(h.job_id) FROM {history} h WHERE h.state = CAST(:state AS text)), 1
+    SELECT (SELECT min(h.job_id) FROM {{history}} h WHERE h.state = {state}), 1
     UNION ALL
-    SELECT (SELECT min(h.job_id) FROM {history} h
-            WHERE h.state = CAST(:state AS text) AND h.job_id > j.job_id), j.n + 1
+    SELECT (SELECT min(h.job_id) FROM {{history}} h
+            WHERE h.state = {state} AND h.job_id > j.job_id), j.n + 1
     FROM ended_jobs j
     WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
 ), jobs AS (
@@ -462,9 +466,16 @@ WITH RECURSIVE live_jobs(job_id, n) AS (
     UNION
     SELECT job_id FROM ended_jobs WHERE job_id IS NOT NULL
 )
-SELECT p.* FROM jobs j
-CROSS JOIN LATERAL (
 """  # noqa: S608 - constant text
+
+
+LIST_FINISHED_ALL_JOBS_EITHER: Final = Template(
+    """
+"""  # noqa: S608 - constant text
+    + _jobs_either("CAST(:state AS text)", "leftovers in the state")
+    + """SELECT p.* FROM jobs j
+CROSS JOIN LATERAL (
+"""
     + _finished_of("j.job_id")
     + """
 ) p
@@ -476,33 +487,11 @@ LIMIT CAST(:limit AS integer)
 
 LIST_COMPLETED_ALL_JOBS_EITHER: Final = Template(
     """
-WITH RECURSIVE live_jobs(job_id, n) AS (
-    -- <runs>_browse_idx, a loose index scan over the jobs with completed leftovers.
-    SELECT (SELECT min(r.job_id) FROM {runs} r
-            WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled')
-              AND r.state = 'completed'), 1
-    UNION ALL
-    SELECT (SELECT min(r.job_id) FROM {runs} r
-            WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled')
-              AND r.state = 'completed' AND r.job_id > j.job_id), j.n + 1
-    FROM live_jobs j
-    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
-), ended_jobs(job_id, n) AS (
-    -- the history's (job_id, state, finished_at) index, a loose scan over its jobs.
-    SELECT (SELECT min(h.job_id) FROM {history} h WHERE h.state = 'completed'), 1
-    UNION ALL
-    SELECT (SELECT min(h.job_id) FROM {history} h
-            WHERE h.state = 'completed' AND h.job_id > j.job_id), j.n + 1
-    FROM ended_jobs j
-    WHERE j.job_id IS NOT NULL AND j.n < CAST(:max_jobs AS integer)
-), jobs AS (
-    SELECT job_id FROM live_jobs WHERE job_id IS NOT NULL
-    UNION
-    SELECT job_id FROM ended_jobs WHERE job_id IS NOT NULL
-)
-SELECT p.* FROM jobs j
-CROSS JOIN LATERAL (
 """  # noqa: S608 - constant text
+    + _jobs_either("'completed'", "completed leftovers")
+    + """SELECT p.* FROM jobs j
+CROSS JOIN LATERAL (
+"""
     + _completed_of("j.job_id")
     + """
 ) p
