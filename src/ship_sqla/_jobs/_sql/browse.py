@@ -216,6 +216,31 @@ LIST_RUNNING_OF_JOB, LIST_RUNNING_ALL_JOBS = _pages(
 """A page of one job's running runs, soonest lease to lapse first (lapsed leases first); and
 of every job's running runs, each job's page merged."""
 
+
+def creation_range(alias: str) -> str:
+    """A page's range in creation order (the finished states but completed) for the table
+    aliased ``alias``: ``[:created_from, :created_to)`` and strictly before the cursor
+    ``(:after_at, :after_id)``, the bound the earlier of the cursor and ``:created_to``; one
+    tenant's runs only when ``:tenant`` is given (F2: filtered, the index does not hold the
+    tenant, so the scan reads past the other tenants' runs in the range); newest first."""
+    return (
+        """
+      AND ?.created_at >= coalesce(CAST(:created_from AS timestamptz),
+                                   CAST('-infinity' AS timestamptz))
+      AND ?.created_at < coalesce(CAST(:created_to AS timestamptz),
+                                  CAST('infinity' AS timestamptz))
+      AND (?.created_at, ?.id) < (
+          least(coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
+                coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))),
+          CASE WHEN coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
+                    < coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))
+               THEN coalesce(CAST(:after_id AS text), '') ELSE '' END)
+      AND (CAST(:tenant AS text) IS NULL OR ?.tenant_id = CAST(:tenant AS text))
+    ORDER BY ?.created_at DESC, ?.id DESC
+    LIMIT CAST(:limit AS integer)"""
+    ).replace("?", alias)
+
+
 _FINISHED_IN_RANGE: Final = (
     """
     -- <runs>_browse_idx (state, job_id, created_at, id), partial on the finished states, read
@@ -228,22 +253,9 @@ _FINISHED_IN_RANGE: Final = (
     -- and read every run newer than created_to, 15 ms a job at 1M runs, issue 36).
     WHERE """
     + FINISHED
-    + """ AND r.job_id = {job}
-      AND r.created_at >= coalesce(CAST(:created_from AS timestamptz),
-                                   CAST('-infinity' AS timestamptz))
-      AND r.created_at < coalesce(CAST(:created_to AS timestamptz),
-                                  CAST('infinity' AS timestamptz))
-      AND (r.created_at, r.id) < (
-          least(coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
-                coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))),
-          CASE WHEN coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
-                    < coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))
-               THEN coalesce(CAST(:after_id AS text), '') ELSE '' END)"""
-    + _TENANT
-    + """
-    ORDER BY r.created_at DESC, r.id DESC
-    LIMIT CAST(:limit AS integer)
-"""
+    + " AND r.job_id = {job}"
+    + creation_range("r")
+    + "\n"
 )
 
 LIST_FINISHED_OF_JOB, LIST_FINISHED_ALL_JOBS = _pages(

@@ -345,21 +345,6 @@ JOB_KNOWN_EITHER: Final = Template(
 
 # --- the dashboard's reads of finished runs (S2) over both tables --------------------------------
 
-_CREATED_RANGE: Final = """
-      AND ?.created_at >= coalesce(CAST(:created_from AS timestamptz),
-                                   CAST('-infinity' AS timestamptz))
-      AND ?.created_at < coalesce(CAST(:created_to AS timestamptz),
-                                  CAST('infinity' AS timestamptz))
-      AND (?.created_at, ?.id) < (
-          least(coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
-                coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))),
-          CASE WHEN coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
-                    < coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))
-               THEN coalesce(CAST(:after_id AS text), '') ELSE '' END)
-      AND (CAST(:tenant AS text) IS NULL OR ?.tenant_id = CAST(:tenant AS text))
-    ORDER BY ?.created_at DESC, ?.id DESC
-    LIMIT CAST(:limit AS integer)"""
-
 
 def _finished_of(job: str) -> str:
     """One job's (``job``) page of runs in one ended state other than completed (dead,
@@ -372,13 +357,13 @@ def _finished_of(job: str) -> str:
     (SELECT {_LIVE_AS_RUN}, r.seq FROM {{runs}} r
      WHERE r.state IN ('completed', 'dead', 'discarded', 'cancelled')
        AND r.state = CAST(:state AS text) AND r.job_id = {job}"""  # noqa: S608 - constant text
-        + _CREATED_RANGE.replace("?", "r")
+        + browse.creation_range("r")
         + f""")
     UNION ALL
     (SELECT {HISTORY_AS_RUN}, h.seq FROM {{history}} h
      WHERE h.state <> 'completed' AND h.state = CAST(:state AS text)
        AND h.job_id = {job}"""  # noqa: S608 - constant text
-        + _CREATED_RANGE.replace("?", "h")
+        + browse.creation_range("h")
         + """)
 ) x
 ORDER BY x.created_at DESC, x.id DESC
@@ -469,35 +454,32 @@ def _jobs_either(state: str, leftovers: str) -> str:
 """  # noqa: S608 - constant text
 
 
-LIST_FINISHED_ALL_JOBS_EITHER: Final = Template(
-    """
-"""  # noqa: S608 - constant text
-    + _jobs_either("CAST(:state AS text)", "leftovers in the state")
-    + """SELECT p.* FROM jobs j
-CROSS JOIN LATERAL (
-"""
-    + _finished_of("j.job_id")
-    + """
+def _all_jobs_either(state: str, leftovers: str, page: str, order: str) -> Template:
+    """Every job's page merged, over both tables (J16): the jobs of :func:`_jobs_either`, each
+    job's ``page`` (its SQL, ``j.job_id`` the job) in ``order``."""
+    return Template(
+        "\n"  # noqa: S608 - constant text
+        + _jobs_either(state, leftovers)
+        + "SELECT p.* FROM jobs j\nCROSS JOIN LATERAL (\n"
+        + page
+        + f"""
 ) p
-ORDER BY p.created_at DESC, p.id DESC
+ORDER BY {order}
 LIMIT CAST(:limit AS integer)
 """
+    )
+
+
+LIST_FINISHED_ALL_JOBS_EITHER: Final = _all_jobs_either(
+    "CAST(:state AS text)",
+    "leftovers in the state",
+    _finished_of("j.job_id"),
+    "p.created_at DESC, p.id DESC",
 )
 """LIST_FINISHED_ALL_JOBS over both tables (J16): each job's page merged."""
 
-LIST_COMPLETED_ALL_JOBS_EITHER: Final = Template(
-    """
-"""  # noqa: S608 - constant text
-    + _jobs_either("'completed'", "completed leftovers")
-    + """SELECT p.* FROM jobs j
-CROSS JOIN LATERAL (
-"""
-    + _completed_of("j.job_id")
-    + """
-) p
-ORDER BY p.finished_at DESC, p.id DESC
-LIMIT CAST(:limit AS integer)
-"""
+LIST_COMPLETED_ALL_JOBS_EITHER: Final = _all_jobs_either(
+    "'completed'", "completed leftovers", _completed_of("j.job_id"), "p.finished_at DESC, p.id DESC"
 )
 """LIST_COMPLETED_ALL_JOBS over both tables (J16, J18): each job's page merged, newest
 finished first."""
