@@ -92,16 +92,32 @@ async def advance_until_listed(
     listing made on the way, the last one satisfying ``predicate``. On PostgreSQL a beat's
     statements take real time while the test moves the clock, so bounds are checked on the
     beats themselves (each entry's ``last_seen_at``, see :func:`beats`), never on how far the
-    clock was moved."""
+    clock was moved; and each step waits for the tasks it woke to park again (see
+    :func:`advance_parked`)."""
     history: list[list[WorkerRecord]] = []
+    parked = clock.sleepers
     with anyio.fail_after(limit):
         while True:
             records = await listed(backend)
             history.append(records)
             if predicate(records):
                 return history
-            clock.advance(step)
+            parked = await advance_parked(clock, step, max(parked, clock.sleepers))
             await settle_loop(5)
+
+
+async def advance_parked(clock: FrozenClock, step: float, parked: int) -> int:
+    """Move frozen time ``step`` seconds, then wait (at most a real second) until ``parked``
+    tasks are parked on the clock again: the ones the step woke are done with their statements.
+    Without it a loaded machine's slow beat lets frozen time run past a lease while that beat is
+    still in flight, and another runtime takes the lease its holder never gave up (F5). The count
+    to wait for next: ``parked``, or what was parked when the wait gave up (a task that ended)."""
+    clock.advance(step)
+    with anyio.move_on_after(1.0):
+        while clock.sleepers < parked:
+            await anyio.lowlevel.checkpoint()
+        return parked
+    return clock.sleepers
 
 
 def beats(history: Sequence[Sequence[WorkerRecord]], worker_id: str) -> list[datetime]:
