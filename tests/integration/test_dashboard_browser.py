@@ -683,7 +683,9 @@ async def test_issue_36_the_live_overview_morphs_the_stream_in_and_pauses_while_
     morphs in its server-sent-events stream: a worker registering shows within the test's wait
     while the focused Pause button keeps the focus (a morphing swap), and "updated N s ago"
     shows; the stream is closed while the tab is hidden and opened again (and swapping) when it
-    shows; no
+    shows; a reading that fails keeps the last good content under a notice naming the failure
+    and its time while the stamp goes on growing, and the next good one clears it (screenshot:
+    overview-live-problem); no
     Content-Security-Policy violation."""
     from selenium.webdriver.common.by import By  # noqa: PLC0415
 
@@ -726,6 +728,20 @@ async def test_issue_36_the_live_overview_morphs_the_stream_in_and_pauses_while_
             )
         )
     _wait(browser, lambda d: d.find_element(By.ID, "workers-alive").text.startswith("3 alive"))
+    # A reading that fails (here the workers table is away) keeps the page under a notice; the
+    # next good reading clears it.
+    async with ship_engine.begin() as connection:
+        await connection.execute(text("ALTER TABLE ship_job_workers RENAME TO away_workers"))
+    _wait(browser, lambda d: "Live updates failed" in d.find_element(By.ID, "live-problem").text)
+    assert "The figures below are from" in browser.find_element(By.ID, "live-problem").text
+    assert browser.find_element(By.ID, "workers-alive").text.startswith("3 alive")
+    # The stamp goes on growing from the last good reading while failed ones arrive.
+    _wait(browser, lambda d: int(d.find_element(By.ID, "live-stamp").text.split()[1]) >= 2)
+    assert browser.find_elements(By.ID, "live-problem")
+    _shot(browser, "overview-live-problem")
+    async with ship_engine.begin() as connection:
+        await connection.execute(text("ALTER TABLE away_workers RENAME TO ship_job_workers"))
+    _wait(browser, lambda d: not d.find_elements(By.ID, "live-problem"))
     assert _csp_violations(browser) == []
 
 

@@ -286,3 +286,46 @@ async def test_the_refresh_choice_is_a_cookie_the_pages_follow(live: Any) -> Non
     await asyncio.wait_for(bad_format.task, 5)
     assert bad_format.status == 400
     assert b"Fix:" in bad_format.body
+
+
+async def test_s2_a_failed_reading_keeps_the_page_under_a_notice_and_the_next_clears_it(
+    live: Any,
+) -> None:
+    """S2 (issue 36 item 3): a reading of the live overview that fails (the database away, a
+    query error) never ends the stream and never blanks the page: the HTML stream sends the last
+    good content under a notice naming the failure and the time of what is shown, as the page's
+    own ``overview`` event (the page swaps nothing else); the JSON stream sends a ``problem``
+    event; the next good reading clears the notice."""
+    app, hub, _backend, _statements = live
+    page = SseClient(app, "/live/overview?format=html")
+    figures = SseClient(app, "/live/overview")
+    good = await page.next_event()
+    assert good["event"] == "overview"
+    assert 'id="live-problem"' not in good["data"]
+    await figures.next_event()
+    read_page, read = hub._read_page, hub._read
+
+    async def failing() -> Any:
+        raise OSError("connection refused")
+
+    hub._read_page, hub._read = failing, failing
+    failed = await page.next_event()
+    while 'id="live-problem"' not in failed["data"]:  # a reading made before the swap
+        failed = await page.next_event()
+    assert failed["event"] == "overview"
+    assert 'id="live-problem"' in failed["data"]
+    assert "Live updates failed: the overview could not be read" in failed["data"]
+    assert "The figures below are from" in failed["data"]
+    assert "<h2>Jobs</h2>" in failed["data"]  # the last good content stays
+    problem = await figures.next_event()
+    while problem["event"] != "problem":
+        problem = await figures.next_event()
+    assert "could not be read" in json.loads(problem["data"])["problem"]
+    hub._read_page, hub._read = read_page, read
+    again = await page.next_event()
+    while 'id="live-problem"' in again["data"]:  # one reading may have failed in between
+        again = await page.next_event()
+    assert "<h2>Jobs</h2>" in again["data"]
+    for client in (page, figures):
+        await client.close()
+    await asyncio.wait_for(hub.idle(), 5)

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
+from ship_sqla._dashboard._html import render
 from ship_sqla._dashboard._reads import (
     THROUGHPUT_BUCKET,
     THROUGHPUT_BUCKETS,
@@ -98,6 +99,11 @@ class Snapshot:
     data: str | None
     reading: object = None
     pages: dict[tuple[str, bool], str] = attrs.field(factory=dict)
+    problem: str | None = None
+    """Why the reading failed (``event`` is ``problem``); its ``reading`` is then the last good
+    page reading (None: none yet), shown under a notice saying so."""
+    read_at: datetime | None = None
+    """When ``reading`` was read (UTC)."""
 
 
 @attrs.define(eq=False)
@@ -133,6 +139,8 @@ class LiveHub:
         self._task: asyncio.Task[None] | None = None
         self._stopping: asyncio.Task[None] | None = None
         self._latest: Snapshot | None = None
+        self._good: tuple[object, datetime | None] = (None, None)
+        """The last page reading that succeeded, and when."""
         self.readings = 0
         """How many snapshots the hub has read (for tests and metrics)."""
 
@@ -200,23 +208,24 @@ class LiveHub:
         """One reading, of what the due clients want: the JSON ``data``, the ``page``'s reads,
         or both."""
         self.readings += 1
-        reading: object = None
+        reading, read_at, problem = None, None, None
         try:
             figures: Mapping[str, Any] | None = await self._read() if data else None
             if page and self._read_page is not None:
-                reading = await self._read_page()
-            event = "overview"
+                reading, read_at = await self._read_page(), datetime.now(UTC)
+                self._good = (reading, read_at)
         except ShipError as exc:
             _log.warning("the live overview could not be read: %s", exc)
-            figures, event = {"problem": str(exc)}, "problem"
+            problem = str(exc)
         except Exception:  # noqa: BLE001 - a failed read never ends the stream; the next tries
             _log.exception("the live overview could not be read")
-            figures, event = (
-                {"problem": "the overview could not be read (see the server log)."},
-                "problem",
-            )
+            problem = "the overview could not be read (see the server log)."
+        if problem is not None:
+            figures = {"problem": problem}
+            reading, read_at = self._good  # the page stays, under a notice (Snapshot.problem)
         text = None if figures is None else json.dumps(figures, separators=(",", ":"))
-        snapshot = Snapshot(self.readings, event, text, reading)
+        event = "overview" if problem is None else "problem"
+        snapshot = Snapshot(self.readings, event, text, reading, problem=problem, read_at=read_at)
         self._latest = snapshot
         return snapshot
 
@@ -362,11 +371,11 @@ class LiveOverview:
                 snapshot = watcher.latest
                 if snapshot is None:
                     continue
-                if variant is None or snapshot.event != "overview":
-                    data = f"data: {snapshot.data}\n"
-                else:
-                    data = self._page_lines(snapshot, variant)
-                yield f"id: {snapshot.seq}\nevent: {snapshot.event}\n{data}\n"
+                if variant is None:
+                    event, data = snapshot.event, f"data: {snapshot.data}\n"
+                else:  # a failed reading too: the page's own event, the notice on top
+                    event, data = "overview", self._page_lines(snapshot, variant)
+                yield f"id: {snapshot.seq}\nevent: {event}\n{data}\n"
 
     def _page_lines(self, snapshot: Snapshot, variant: _Variant) -> str:
         """``snapshot``'s page for ``variant`` as SSE ``data:`` lines: rendered once per
@@ -375,18 +384,26 @@ class LiveOverview:
         lines = snapshot.pages.get(key)
         if lines is None:
             assert self.page is not None  # noqa: S101 - an HTML variant is made only with a page
-            html, _data = self.page.overview_content(
-                snapshot.reading,  # type: ignore[arg-type]
-                base=variant.base,
-                csrf=None if variant.csrf is None else CSRF_SLOT,
-                nonce=_NONCE_SLOT,
-            )
+            html = "" if snapshot.problem is None else _problem_notice(snapshot)
+            if snapshot.reading is not None:
+                html += self.page.overview_content(
+                    snapshot.reading,  # type: ignore[arg-type]
+                    base=variant.base,
+                    csrf=None if variant.csrf is None else CSRF_SLOT,
+                    nonce=_NONCE_SLOT,
+                )[0]
             # Each of CR, LF and CRLF ends an SSE line: a CR in the content must not end one.
             lines = "".join(f"data: {line}\n" for line in _SSE_LINES.split(html))
             snapshot.pages[key] = lines
         if variant.csrf is not None:
             lines = lines.replace(f'value="{CSRF_SLOT}"', f'value="{variant.csrf}"')
         return lines.replace(f'nonce="{_NONCE_SLOT}"', f'nonce="{variant.nonce}"')
+
+
+def _problem_notice(snapshot: Snapshot) -> str:
+    """The notice over a live page whose last reading failed: why, and the time of what is
+    shown under it (the next good reading replaces both)."""
+    return str(render("live_problem.html", problem=snapshot.problem, read_at=snapshot.read_at))
 
 
 _NONCE_SLOT: Final = "ship-sqla-nonce-slot"

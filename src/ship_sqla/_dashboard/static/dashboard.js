@@ -125,7 +125,10 @@
   document.addEventListener("htmx:afterSettle", function (e) {
     times(e.target);
     charts(e.target);
-    updatedAt = Date.now();
+    // A failed live reading swaps in the last good content under #live-problem: not newer.
+    if (!(e.target.querySelector && e.target.querySelector("#live-problem"))) {
+      updatedAt = Date.now();
+    }
     stamp();
   });
 })();
