@@ -147,6 +147,8 @@ _WALK_LEVELS: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
     -- room still left. The walk stops once the room is filled or no level is left, so a claim
     -- reads about room entries plus two per level it visits (one when every run of the level
     -- is delayed), at any backlog (J3). It starts above every level with nothing taken.
+    -- Both scans end with two ranges every run is in, which the planner cannot estimate
+    -- (_UNSEEN), so neither is planned as a bitmap scan and a sort under a hold (J20).
     SELECT CAST(32767 AS smallint), CAST('{}' AS text[]), CAST('{}' AS timestamptz[]),
         CAST('{}' AS bigint[]), 0
     UNION ALL
@@ -154,7 +156,7 @@ _WALK_LEVELS: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
     FROM walk w
     CROSS JOIN LATERAL (
         SELECT r.priority FROM {runs} r
-        WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.priority < w.priority
+        WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.priority < w.priority{unseen_level}
         ORDER BY r.priority DESC
         LIMIT 1
     ) level{floor_join}
@@ -172,7 +174,7 @@ _WALK_LEVELS: Final = """, walk (priority, ids, run_ats, seqs, taken) AS (
                 SELECT r.id, r.run_at, r.seq
                 FROM {runs} r
                 WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.priority = level.priority
-                  AND r.run_at <= {now}{floor_cond}{skip_keys_r}
+                  AND r.run_at <= {now}{floor_cond}{skip_keys_r}{unseen_due}
                 ORDER BY r.run_at, r.seq
                 LIMIT {claim_batch}
                 FOR UPDATE SKIP LOCKED
@@ -239,7 +241,7 @@ _AGED_WALK: Final = """, aged (priority, ids, run_ats, seqs) AS (
     FROM aged a
     CROSS JOIN LATERAL (
         SELECT r.priority FROM {runs} r
-        WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.priority < a.priority
+        WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.priority < a.priority{unseen_level}
         ORDER BY r.priority DESC
         LIMIT 1
     ) level
@@ -255,7 +257,8 @@ _AGED_WALK: Final = """, aged (priority, ids, run_ats, seqs) AS (
                   AND r.run_at <= {now} - CAST(ceil(
                         ((SELECT min(w.priority) FROM walk w) - level.priority)
                         / CAST(:aging_step AS numeric)) AS bigint)
-                      * CAST(:aging_every_us AS bigint) * interval '1 microsecond'{skip_keys_r}
+                      * CAST(:aging_every_us AS bigint) * interval '1 microsecond'
+                  {skip_keys_r}{unseen_due}
                 ORDER BY r.run_at, r.seq
                 LIMIT {claim_batch}
                 FOR UPDATE SKIP LOCKED
@@ -684,6 +687,39 @@ def _tail(*, started: str, gate_row: str, walk: str) -> str:
     )
 
 
+_UNSEEN_LEVEL: Final = """
+          AND r.priority >= (SELECT -32768)"""
+_UNSEEN_DUE: Final = """
+          AND r.run_at >= (SELECT CAST('-infinity' AS timestamptz))"""
+_UNSEEN: Final = """
+          AND r.seq BETWEEN (SELECT 0) AND (SELECT CAST(9e18 AS bigint))"""
+"""J20 under a held snapshot: each scan of the priority walk and of the aged seek gets two
+ranges that every run is in, on ``<runs>_due_idx``'s columns, whose bounds are uncorrelated
+subqueries (InitPlans: their values are never seen by the planner, in custom and generic plans
+alike). The first completes a range the scan already has on the column its start and stop are
+placed on (the level probe's ``priority < w.priority``: ``_UNSEEN_LEVEL``; the due runs'
+``run_at <= now``: ``_UNSEEN_DUE``), the second is on ``seq`` (``_UNSEEN``). The rows returned
+and the entries read are the same (index conditions each entry already passes; the J19 floor's
+row comparison still places the start), one statement, no setting.
+
+PostgreSQL prices a range with an unknown bound at 0.5 % (``DEFAULT_RANGE_INEQ_SEL``), so the
+scan's index selectivity is 40,000 times smaller. That is what an ANALYZE under a held snapshot
+needs: it counts the rows the hold keeps as dead, so the table is a few live rows on many pages
+and the walk's range is estimated at one row; an ordered index scan is then charged, for the
+index's correlation, a sequential read of its selectivity's share of the heap's pages
+(``cost_index``'s ``min_IO_cost``: ``ceil(selectivity x pages)``) while a bitmap scan of one row
+is charged one page, and a Bitmap Heap Scan plus a Sort of "one row" won (reading every entry
+in range, the hold's dead ones included; BENCHMARKS.md, "Issue 39 follow-up 5"). At 1/40,000
+that share is one page for heaps up to 40,000 pages (320 MB; more where the scan's other
+conditions are unknown too, as the floor's row comparison is; measured: no flip at 17,000
+pages, 1,000,000 runs dead to the hold), and an index scan of one row costs less than a bitmap
+scan and a sort of it. Where more rows are estimated, the LIMITs charge the ordered scan only
+for what it returns, as before: the level probe's LIMIT 1, the due runs' outer LIMIT (an
+expression: a tenth of its input). The first range being on the start/stop column, the index's
+own cost estimate (its entries in range) shrinks with the rows estimate, so that discount
+holds at a large backlog too (test_job_claim_plan, test_job_aging_explain)."""
+
+
 _SKIP_KEYS: Final = " AND ({key} IS NULL OR {key} <> ALL(CAST(:exclude_keys AS text[])))"
 """J4: leave the runs whose single-runner key this process runs (``:exclude_keys``)."""
 
@@ -698,6 +734,8 @@ def _finished(template: str, *, keyed: bool) -> str:
         skip_r = "\n                 " + _SKIP_KEYS.replace("{key}", "r.key")
     return (
         template.replace("{claim_batch}", str(MAX_CLAIM_BATCH))
+        .replace("{unseen_level}", _UNSEEN_LEVEL + _UNSEEN)
+        .replace("{unseen_due}", _UNSEEN_DUE + _UNSEEN)
         .replace("{skip_keys_r}", skip_r)
         .replace("{skip_keys}", skip)
     )
