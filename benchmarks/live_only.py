@@ -132,9 +132,10 @@ async def _server_ms(engine: AsyncEngine, schema: str) -> tuple[float, int]:
                     "SELECT coalesce(sum(total_exec_time), 0), coalesce(sum(calls), 0)"
                     " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
                     " WHERE datname = current_database()) AND query LIKE :schema"
-                    # maintenance's DDL (a runtime's first pass creates days ahead) is not
-                    # the drain's cost
-                    " AND query !~* '^\\s*(CREATE|DROP|ALTER|ANALYZE|VACUUM|LOCK)'"
+                    # maintenance's DDL (a runtime's first pass creates days ahead; the J17
+                    # rebuild of the runs table's indexes, REINDEX ... CONCURRENTLY, after the
+                    # fill's churn) is not the drain's cost
+                    " AND query !~* '^\\s*(CREATE|DROP|ALTER|ANALYZE|VACUUM|LOCK|REINDEX)'"
                 ),
                 {"schema": f"%{schema}.%"},
             )
