@@ -14,6 +14,7 @@ from sqlalchemy import MetaData, TextClause, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
+from ship_sqla._jobs._backend import _SETTLE_FIELDS_NONE
 from ship_sqla._jobs._sql import JobStatements, live, settle
 from ship_sqla._jobs._tables import ship_job_history_table
 
@@ -37,14 +38,7 @@ def _completes(**extra: Any) -> dict[str, Any]:
     return {
         "ids": ["a", "b"],
         "tokens": [7, 999],
-        "states": [],
-        "ats": [],
-        "refunds": [],
-        "snoozes_added": [],
-        "errors": [],
-        "entry_kinds": [],
-        "keeps_lapses": [],
-        "wait_fors": [],
+        **_SETTLE_FIELDS_NONE,  # a batch of completions: no other field
         "now": None,
         **extra,
     }
