@@ -692,13 +692,14 @@ _UNSEEN_LEVEL: Final = """
 _UNSEEN_DUE: Final = """
           AND r.run_at >= (SELECT CAST('-infinity' AS timestamptz))"""
 _UNSEEN: Final = """
-          AND r.seq BETWEEN (SELECT 0) AND (SELECT CAST(9e18 AS bigint))"""
+          AND r.seq BETWEEN (SELECT CAST(-9e18 AS bigint)) AND (SELECT CAST(9e18 AS bigint))"""
 """J20 under a held snapshot: each scan of the priority walk and of the aged seek gets two
 ranges that every run is in, on ``<runs>_due_idx``'s columns, whose bounds are uncorrelated
 subqueries (InitPlans: their values are never seen by the planner, in custom and generic plans
 alike). The first completes a range the scan already has on the column its start and stop are
 placed on (the level probe's ``priority < w.priority``: ``_UNSEEN_LEVEL``; the due runs'
-``run_at <= now``: ``_UNSEEN_DUE``), the second is on ``seq`` (``_UNSEEN``). The rows returned
+``run_at <= now``: ``_UNSEEN_DUE``), the second is on ``seq`` (``_UNSEEN``: +-9e18, so an
+explicit seq of either sign a caller gave its insert is in it too). The rows returned
 and the entries read are the same (index conditions each entry already passes; the J19 floor's
 row comparison still places the start), one statement, no setting.
 
