@@ -217,28 +217,45 @@ LIST_RUNNING_OF_JOB, LIST_RUNNING_ALL_JOBS = _pages(
 of every job's running runs, each job's page merged."""
 
 
+def _keyset_range(alias: str, column: str, *, index_bound: bool = False) -> str:
+    """A newest-first page's range on ``<column>_at`` for the table aliased ``alias``:
+    ``[:<column>_from, :<column>_to)`` and strictly before the cursor ``(:after_at,
+    :after_id)``, the bound the earlier of the cursor and ``:<column>_to``; one tenant's runs
+    only when ``:tenant`` is given; with ``index_bound``, the bound also as a plain comparison
+    on the column (an index condition where the index holds no id, see :func:`finish_range`)."""
+    at, upper = f"{column}_at", f"CAST(:{column}_to AS timestamptz)"
+    bound = (
+        f"""
+      AND ?.{at} <= least(
+          coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
+          coalesce({upper}, CAST('infinity' AS timestamptz)))"""
+        if index_bound
+        else ""
+    )
+    return (
+        f"""
+      AND ?.{at} >= coalesce(CAST(:{column}_from AS timestamptz),
+                             CAST('-infinity' AS timestamptz))
+      AND ?.{at} < coalesce({upper}, CAST('infinity' AS timestamptz)){bound}
+      AND (?.{at}, ?.id) < (
+          least(coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
+                coalesce({upper}, CAST('infinity' AS timestamptz))),
+          CASE WHEN coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
+                    < coalesce({upper}, CAST('infinity' AS timestamptz))
+               THEN coalesce(CAST(:after_id AS text), '') ELSE '' END)
+      AND (CAST(:tenant AS text) IS NULL OR ?.tenant_id = CAST(:tenant AS text))
+    ORDER BY ?.{at} DESC, ?.id DESC
+    LIMIT CAST(:limit AS integer)"""
+    ).replace("?", alias)
+
+
 def creation_range(alias: str) -> str:
     """A page's range in creation order (the finished states but completed) for the table
     aliased ``alias``: ``[:created_from, :created_to)`` and strictly before the cursor
     ``(:after_at, :after_id)``, the bound the earlier of the cursor and ``:created_to``; one
     tenant's runs only when ``:tenant`` is given (F2: filtered, the index does not hold the
     tenant, so the scan reads past the other tenants' runs in the range); newest first."""
-    return (
-        """
-      AND ?.created_at >= coalesce(CAST(:created_from AS timestamptz),
-                                   CAST('-infinity' AS timestamptz))
-      AND ?.created_at < coalesce(CAST(:created_to AS timestamptz),
-                                  CAST('infinity' AS timestamptz))
-      AND (?.created_at, ?.id) < (
-          least(coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
-                coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))),
-          CASE WHEN coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
-                    < coalesce(CAST(:created_to AS timestamptz), CAST('infinity' AS timestamptz))
-               THEN coalesce(CAST(:after_id AS text), '') ELSE '' END)
-      AND (CAST(:tenant AS text) IS NULL OR ?.tenant_id = CAST(:tenant AS text))
-    ORDER BY ?.created_at DESC, ?.id DESC
-    LIMIT CAST(:limit AS integer)"""
-    ).replace("?", alias)
+    return _keyset_range(alias, "created")
 
 
 _FINISHED_IN_RANGE: Final = (
@@ -283,25 +300,7 @@ def finish_range(alias: str) -> str:
     ``finished_at`` (an index condition) and the row comparison filters the cursor's ties;
     the order's ties (one settle batch's runs) are sorted by id over the index's order (an
     incremental sort: one batch's group at most past ``:limit``)."""
-    return (
-        """
-      AND ?.finished_at >= coalesce(CAST(:finished_from AS timestamptz),
-                                    CAST('-infinity' AS timestamptz))
-      AND ?.finished_at < coalesce(CAST(:finished_to AS timestamptz),
-                                   CAST('infinity' AS timestamptz))
-      AND ?.finished_at <= least(
-          coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
-          coalesce(CAST(:finished_to AS timestamptz), CAST('infinity' AS timestamptz)))
-      AND (?.finished_at, ?.id) < (
-          least(coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz)),
-                coalesce(CAST(:finished_to AS timestamptz), CAST('infinity' AS timestamptz))),
-          CASE WHEN coalesce(CAST(:after_at AS timestamptz), CAST('infinity' AS timestamptz))
-                    < coalesce(CAST(:finished_to AS timestamptz), CAST('infinity' AS timestamptz))
-               THEN coalesce(CAST(:after_id AS text), '') ELSE '' END)
-      AND (CAST(:tenant AS text) IS NULL OR ?.tenant_id = CAST(:tenant AS text))
-    ORDER BY ?.finished_at DESC, ?.id DESC
-    LIMIT CAST(:limit AS integer)"""
-    ).replace("?", alias)
+    return _keyset_range(alias, "finished", index_bound=True)
 
 
 _COMPLETED_IN_RANGE: Final = (
