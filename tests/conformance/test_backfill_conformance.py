@@ -306,6 +306,10 @@ async def test_c4_c5_an_operator_start_runs_the_pass_as_a_job_and_cancel_stops_i
     async with await start_job_runtime([backfill.job], backend=backend, worker_id="w1"):
         with anyio.fail_after(10):
             await first_page.wait()
+            # handle() returned before its page committed: a cancel landing in between rolls
+            # the page back (its effects with it), so cancel only once the page is in.
+            while await kit.effects() != IDS[:PAGE]:
+                await anyio.lowlevel.checkpoint()
         holder = (await kit.ledger.get("bf.emails")).run_id
         cancelled = await ops.cancel("bf.emails")
         assert cancelled.changed

@@ -416,7 +416,10 @@ async def test_k5_a_handler_ignoring_its_timeout_keeps_its_lease_visibly(
         payload=dict,
         timeout=4,
         concurrency=Concurrency(lease=lease),
-        retry=RetryPolicy(attempts=3),
+        # The retry is due an hour after the timeout failure, never within the steps below: a
+        # default backoff (up to 1 s, full jitter) let a slow settle's frozen-time steps reach
+        # a second attempt, which timed out too (two "fail" settlements).
+        retry=RetryPolicy(attempts=3, base_delay=3600, jitter="none"),
     )
     result = await backend.enqueue(job, {})
     runtime = await start_job_runtime([job], backend=backend)
@@ -445,7 +448,9 @@ async def test_k5_a_handler_ignoring_its_timeout_keeps_its_lease_visibly(
         record = await record_of(inner, result.run_id)
         assert (record.state, record.attempt) == ("running", 1)
         release.set()
-        await advance_until_awaited(clock, lambda: backend.wait_settled("fail", 1), step=1.0)
+        await advance_until_awaited(
+            clock, lambda: backend.wait_settled("fail", 1), step=1.0, most=600.0
+        )
     finally:
         # A failed assertion must not leave the stop waiting on frozen time or the handler.
         release.set()
