@@ -6,23 +6,32 @@ get either). One table goes through both states in turn; the third state, 1,000,
 is test_job_explain.py's seeded table (the same statements, J19's floored claims included).
 
 The statements and the indexes they must name are test_job_explain's (J3, J2, J5, F1, F2),
-J19's floored claims among them; settle and heartbeat probe the primary key. The mechanism
+J19's floored claims among them; settle and heartbeat probe the primary key. F8-F10's claims
+(the partitioned walks and the aged seek) go through the same two states on a second table,
+declared for them. The mechanism
 (statement shapes; no session setting, so it holds through PgBouncer's transaction pooling) is
 in docs/architecture.md, "Plans that cannot flip"."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from explain_helpers import check_plan, explain
-from sqlalchemy import MetaData, text
+from sqlalchemy import MetaData, Table, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from test_job_explain import CASES, GATE, _load
+from test_job_plans_held import _aged, _partitioned
 
 from ship_sqla._jobs import ship_job_runs_table, ship_job_state_table
-from ship_sqla._jobs._sql import JobStatements
+from ship_sqla._jobs._sql import JobStatements, claim
 
 metadata = MetaData()
 runs = ship_job_runs_table(metadata, name="stable_job_runs", fair_claims=True)
+flows = ship_job_runs_table(
+    metadata, name="stable_flow_runs", partitioned_claims=True, partition_keys=True
+)
+"""The claims of F8-F10 (partitioned walks, the aged seek) on a table declared for them."""
 ship_job_state_table(metadata)
 DEAD = 100_000
 
@@ -37,6 +46,15 @@ STATEMENTS = [
     ),
 ]
 """(name, statement, parameters, the indexes its plan must name)."""
+
+FLOW_STATEMENTS = [
+    # test_job_plans_held's parameters; the 1,000,000-run state is test_job_partition_explain's
+    # (F8, F9) and test_job_aging's EXPLAIN (F10).
+    ("claim aged", claim.CLAIM_AGED, _aged, {"due_idx"}),
+    ("claim aged gated", claim.CLAIM_AGED_GATED, _aged, {"due_idx", "lease_idx"}),
+    ("claim partitioned", claim.CLAIM_PARTITIONED, _partitioned, {"tenant_idx"}),
+    ("claim partitioned by key", claim.CLAIM_PARTITIONED_BY_KEY, _partitioned, {"part_idx"}),
+]
 
 
 def known_flip(state_name: str, name: str) -> bool:
@@ -58,27 +76,29 @@ def known_flip(state_name: str, name: str) -> bool:
     )
 
 
-def expected_flips(*states: str) -> list[str]:
+def expected_flips(*states: str, statements: list[Any] = STATEMENTS) -> list[str]:
     return [
         f"{state_name} {name} {kind}"
         for state_name in states
-        for name, *_ in STATEMENTS
+        for name, *_ in statements
         for kind in ("custom", "generic")
         if known_flip(state_name, name)
     ]
 
 
-async def _check(engine: AsyncEngine, state_name: str) -> list[str]:
+async def _check(
+    engine: AsyncEngine, state_name: str, table: Table = runs, statements: list[Any] = STATEMENTS
+) -> list[str]:
     """EXPLAIN every statement, custom and generic; the failures as text."""
     failures: list[str] = []
-    for name, template, params, uses in STATEMENTS:
-        statement = JobStatements(runs=runs.name, state="ship_job_state")[template]
+    for name, template, params, uses in statements:
+        statement = JobStatements(runs=table.name, state="ship_job_state")[template]
         for generic in (False, True):
             async with engine.connect() as connection, connection.begin() as transaction:
                 plan = await explain(connection, statement, params(), generic=generic)
                 await transaction.rollback()
             try:
-                check_plan(plan, runs, uses=uses)
+                check_plan(plan, table, uses=uses)
             except AssertionError as error:
                 kind = "generic" if generic else "custom"
                 failures.append(f"{state_name} {name} {kind}")
@@ -92,14 +112,14 @@ async def _create(engine: AsyncEngine) -> None:
         await connection.execute(text(GATE))
 
 
-async def _dead(engine: AsyncEngine) -> None:
+async def _dead(engine: AsyncEngine, table: Table = runs) -> None:
     async with engine.begin() as connection:
-        for statement in _load(runs.name, DEAD):
+        for statement in _load(table.name, DEAD):
             await connection.execute(text(statement))
-        await connection.execute(text(f"DELETE FROM {runs.name}"))
+        await connection.execute(text(f"DELETE FROM {table.name}"))
     async with engine.connect() as connection:
         await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text(f"ANALYZE {runs.name}"))
+        await connection.execute(text(f"ANALYZE {table.name}"))
 
 
 @pytest.mark.timeout(300)
@@ -115,3 +135,18 @@ async def test_j20_hot_statements_name_their_index_empty_and_at_100k_dead(
     await _dead(ship_engine)
     failures += await _check(ship_engine, "dead")
     assert failures == expected_flips("empty", "dead")
+
+
+@pytest.mark.timeout(300)
+async def test_j20_f8_f9_f10_claims_name_their_index_empty_and_at_100k_dead(
+    ship_engine: AsyncEngine,
+) -> None:
+    """J20 (F8, F9, F10): the partitioned claims (by tenant and by key) and the aged seek, on a
+    table declared with ``partitioned_claims`` and ``partition_keys``, name their walk's index
+    and never scan the runs table sequentially, empty (never analyzed) and at 100,000 dead
+    rows (analyzed), custom and generic, but for the flips ``known_flip`` lists."""
+    await _create(ship_engine)
+    failures = await _check(ship_engine, "empty", flows, FLOW_STATEMENTS)
+    await _dead(ship_engine, flows)
+    failures += await _check(ship_engine, "dead", flows, FLOW_STATEMENTS)
+    assert failures == expected_flips("empty", "dead", statements=FLOW_STATEMENTS)
