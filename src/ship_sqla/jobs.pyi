@@ -1,5 +1,6 @@
 from ship_sqla._jobs import PostgresJobBackend as PostgresJobBackend
 from ship_sqla._notify import Listener as Listener
+from ship_sqla.kernel._attempts import AttemptRecord as AttemptRecord
 from ship_sqla.kernel._browse import ConsumerKeyProgress as ConsumerKeyProgress
 from ship_sqla.kernel._browse import ScheduleState as ScheduleState
 from ship_sqla.kernel._browse import ThroughputBucket as ThroughputBucket
@@ -73,6 +74,7 @@ __all__ = (
     "STORAGE_METRIC_NAMES",
     "TERMINAL_STATES",
     "Aging",
+    "AttemptRecord",
     "Backoff",
     "BulkPreview",
     "BulkProgress",

@@ -6,7 +6,8 @@
   :mod:`.rls`, the schema apply's in :mod:`.schema_apply`), its docstring right after it, the
   index that serves it in a comment beside the hot ones. Its text names tables by
   placeholder (``{runs}``, ``{state}``, ``{audit}``...), reads time as ``{now}`` and writes a
-  history entry's time as ``{at}``.
+  history entry's time as ``{at}`` (and the attempt's start, a running row ``r``'s
+  ``updated_at``, as ``{began}``).
 - **Collected** automatically: :func:`collect` finds every :class:`Template` of a package's
   public modules (each module whose name has no leading underscore), so a new statement is one
   declaration; tests walk the collection (every statement prepares on odd names, fits asyncpg's
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ASYNCPG_CACHEABLE",
     "AT",
+    "BEGAN",
     "NOW",
     "SERVER_NOW",
     "TABLELESS",
@@ -69,6 +71,13 @@ def _at(now: str) -> str:
 
 AT: Final = _at(NOW)
 """A history entry's ``at`` (``{at}``): ISO-8601 UTC text whatever the session's TimeZone."""
+BEGAN: Final = _at("r.updated_at")
+"""A history entry's ``started`` (``{began}``, J18): the attempt's start, as ``at``'s text. A
+running row's ``updated_at`` is its attempt's start as its claim recorded it (F3's start, see
+:mod:`ship_sqla._jobs._sql.claim`), and nothing but the claim writes it while the run runs: the
+heartbeat, a cancel request and a parent's wake leave it (they had overwritten it, and a lapsed
+attempt's start was lost). Read through the SET of an UPDATE of alias ``r`` (the row before
+it), or a DELETE's RETURNING."""
 
 ASYNCPG_CACHEABLE: Final = 15 * 1024
 """asyncpg's default ``max_cacheable_statement_size``: a longer statement is never kept in its
@@ -168,6 +177,7 @@ class Statements:
         database's, so a :attr:`Template.claim_clock` statement says SERVER_NOW."""
         values = dict(fragments or {})
         values.update({key: text_name(name) for key, name in tables.items() if name is not None})
+        values["{began}"] = BEGAN
         self._values: Final = {**values, "{at}": AT, "{now}": NOW}
         claim_now = SERVER_NOW if server_clock else NOW
         self._claim_values: Final = {**values, "{at}": _at(claim_now), "{now}": claim_now}

@@ -36,6 +36,7 @@ from typing import (
 
 import attrs
 
+from ship_sqla.kernel._attempts import attempt_records
 from ship_sqla.kernel._browse import RunBrowser
 from ship_sqla.kernel._errors import ConfigurationError, StaleLeaseError
 
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
     from datetime import datetime, timedelta
 
+    from ship_sqla.kernel._attempts import AttemptRecord
     from ship_sqla.kernel._clock import Clock
     from ship_sqla.kernel._jobs import Fairness, JobDefinition, PartitionBy, RateLimit
     from ship_sqla.kernel._metrics import JobOutcome
@@ -368,8 +370,10 @@ class RunRecord:
 
     ``history`` holds one JSON object per attempt that did not complete (failed, snoozed,
     released with an error, lapsed...), oldest first:
-    ``{"attempt": int, "at": ISO-8601 text, "error": str, "kind": HistoryKind}`` (entries
-    written before ``kind`` existed have no ``kind``). ``snoozes`` counts the run's snoozes (K4);
+    ``{"attempt": int, "at": ISO-8601 text, "error": str, "kind": HistoryKind, "started":
+    ISO-8601 text, "worker": str | None}`` (entries written before ``kind`` existed have no
+    ``kind``; before J18's per-attempt times, no ``started`` nor ``worker``); :attr:`entries`
+    reads them typed. ``snoozes`` counts the run's snoozes (K4);
     ``lapses`` the claims that found its lease lapsed (its worker died) and ``consecutive_lapses``
     those since its handler last settled it (J15).
     """
@@ -421,6 +425,14 @@ class RunRecord:
     worker: str | None = None
     """The worker that holds the run (running), or that ran its last attempt (a finished run
     in history, J18); None otherwise."""
+
+    @property
+    def entries(self) -> tuple[AttemptRecord, ...]:
+        """:attr:`history` typed (J18): each entry's attempt, end, error, kind, start and
+        worker, so an attempt's run time (:attr:`AttemptRecord.run_time`) and the first
+        attempt's queue wait (its ``started`` minus ``run_at``, until a retry moves
+        ``run_at``) are known; a key an older entry lacks reads None."""
+        return attempt_records(self.history)
 
 
 @runtime_checkable

@@ -107,10 +107,11 @@ WITH changed AS (
     UPDATE {runs} r
     SET state = CASE WHEN r.state = 'waiting' THEN 'cancelled' ELSE r.state END,
         finished_at = CASE WHEN r.state = 'waiting' THEN {now} ELSE r.finished_at END,
+        -- A repeated request changes nothing (the first one's time is kept).
         cancel_requested_at = CASE WHEN r.state = 'running'
             THEN coalesce(r.cancel_requested_at, {now}) END,
-        -- A repeated request changes nothing (the first one's time is kept).
-        updated_at = CASE WHEN r.cancel_requested_at IS NULL THEN {now} ELSE r.updated_at END
+        -- J18: a running run's updated_at stays its attempt's start (ship_sqla._sql.BEGAN).
+        updated_at = CASE WHEN r.state = 'waiting' THEN {now} ELSE r.updated_at END
     -- <runs>_pkey. Fenced on the live states (SPEC §10: a cancel that matched "not completed"
     -- once rewrote a dead letter): a finished run is never touched. The row lock orders this
     -- with a racing settle or claim: whichever comes second reads the other's row.

@@ -191,7 +191,8 @@ CANCEL_BATCH: Final = Template(
         finished_at = CASE WHEN r.state = 'waiting' THEN {now} ELSE r.finished_at END,
         cancel_requested_at = CASE WHEN r.state = 'running'
             THEN coalesce(r.cancel_requested_at, {now}) END,
-        updated_at = CASE WHEN r.cancel_requested_at IS NULL THEN {now} ELSE r.updated_at END
+        -- J18: a running run's updated_at stays its attempt's start (ship_sqla._sql.BEGAN).
+        updated_at = CASE WHEN r.state = 'waiting' THEN {now} ELSE r.updated_at END
     FROM locked l
     WHERE r.id = l.id AND r.state IN ('waiting', 'running')
     RETURNING r.id, r.state, r.parent_id
@@ -219,8 +220,8 @@ CANCEL_BATCH_MOVING: Final = Template(
 ), requested AS (
     -- a running run's request is recorded (the first request's time is kept).
     UPDATE {runs} r
-    SET cancel_requested_at = coalesce(r.cancel_requested_at, {now}),
-        updated_at = CASE WHEN r.cancel_requested_at IS NULL THEN {now} ELSE r.updated_at END
+    -- J18: updated_at stays the attempt's start (ship_sqla._sql.BEGAN).
+    SET cancel_requested_at = coalesce(r.cancel_requested_at, {now})
     FROM locked l
     WHERE r.id = l.id AND r.state = 'running'
     RETURNING r.id, r.state, r.parent_id

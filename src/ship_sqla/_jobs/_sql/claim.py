@@ -541,17 +541,14 @@ _CLAIM_TAIL: Final = """, buried AS (
             WHEN r.consecutive_lapses + 1 >= CAST(:max_lapses AS integer)
             THEN CAST(:crash_loop AS text)
             ELSE CAST(:lapsed_final AS text) END,
-        history = r.history || CASE WHEN r.cancel_requested_at IS NOT NULL
-            THEN jsonb_build_array(jsonb_build_object(
-                'attempt', r.attempt, 'at', {at}, 'error', CAST(:cancel_lapsed AS text),
-                'kind', 'cancelled'))
-            WHEN r.consecutive_lapses + 1 >= CAST(:max_lapses AS integer)
-            THEN jsonb_build_array(jsonb_build_object(
-                'attempt', r.attempt, 'at', {at}, 'error', CAST(:crash_loop AS text),
-                'kind', 'lapsed'))
-            ELSE jsonb_build_array(jsonb_build_object(
-                'attempt', r.attempt, 'at', {at}, 'error', CAST(:lapsed_final AS text),
-                'kind', 'lapsed')) END
+        -- One entry, its error last_error's (J18: with the lapsed attempt's start and worker).
+        history = r.history || jsonb_build_array(jsonb_build_object(
+            'attempt', r.attempt, 'at', {at}, 'error', CASE
+                WHEN r.cancel_requested_at IS NOT NULL THEN CAST(:cancel_lapsed AS text)
+                WHEN r.consecutive_lapses + 1 >= CAST(:max_lapses AS integer)
+                THEN CAST(:crash_loop AS text) ELSE CAST(:lapsed_final AS text) END,
+            'kind', CASE WHEN r.cancel_requested_at IS NULL THEN 'lapsed' ELSE 'cancelled' END,
+            'started', {began}, 'worker', r.claimed_by))
     WHERE r.id = ANY(ARRAY(SELECT id FROM lapsed WHERE exhausted))
     RETURNING r.id, r.attempt, r.key, r.state, r.parent_id, r.lapses, r.consecutive_lapses
 ), claimed AS (
@@ -573,7 +570,7 @@ _CLAIM_TAIL: Final = """, buried AS (
         history = CASE WHEN r.state = 'running'
             THEN r.history || jsonb_build_array(jsonb_build_object(
                 'attempt', r.attempt, 'at', {at}, 'error', CAST(:lapsed AS text),
-                'kind', 'lapsed'))
+                'kind', 'lapsed', 'started', {began}, 'worker', r.claimed_by))
             ELSE r.history END
     WHERE r.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING r.id, r.payload, r.attempt, r.max_attempts, r.lease_token, r.key,

@@ -97,7 +97,8 @@ WITH settle AS (
         last_error = coalesce(s.error, r.last_error),
         history = CASE WHEN s.error IS NULL THEN r.history
             ELSE r.history || jsonb_build_array(jsonb_build_object(
-                'attempt', r.attempt, 'at', {at}, 'error', s.error, 'kind', s.entry_kind)) END
+                'attempt', r.attempt, 'at', {at}, 'error', s.error, 'kind', s.entry_kind,
+                'started', {began}, 'worker', r.claimed_by)) END
     FROM settle s
     WHERE r.id = s.id AND r.lease_token = s.token AND r.state = 'running'
       AND s.state = 'waiting' AND r.cancel_requested_at IS NULL
@@ -122,7 +123,8 @@ WITH settle AS (
         CASE WHEN s.keeps_lapses THEN r.consecutive_lapses ELSE 0 END AS consecutive_lapses,
         CASE WHEN s.error IS NULL THEN r.history
             ELSE r.history || jsonb_build_array(jsonb_build_object(
-                'attempt', r.attempt, 'at', {at}, 'error', s.error, 'kind', s.entry_kind)) END
+                'attempt', r.attempt, 'at', {at}, 'error', s.error, 'kind', s.entry_kind,
+                'started', {began}, 'worker', r.claimed_by)) END
             AS history
 ), moved AS (
     -- J18: keep 0 is a completion its job keeps no row of (Retention(completed=0)); keep 2
@@ -264,8 +266,8 @@ WITH gone AS (
     + """
     -- <runs>_pkey: a running run's request is recorded (the first request's time is kept).
     UPDATE {runs} r
-    SET cancel_requested_at = coalesce(r.cancel_requested_at, {now}),
-        updated_at = CASE WHEN r.cancel_requested_at IS NULL THEN {now} ELSE r.updated_at END
+    -- J18: updated_at stays the attempt's start (ship_sqla._sql.BEGAN).
+    SET cancel_requested_at = coalesce(r.cancel_requested_at, {now})
     WHERE r.id = :id AND r.state = 'running'
     RETURNING {cols}
 )

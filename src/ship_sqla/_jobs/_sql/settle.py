@@ -58,9 +58,11 @@ SET state = CASE WHEN s.state <> 'completed' AND r.cancel_requested_at IS NOT NU
     -- J15: an end the handler reached ends the run's streak of lapses; a release keeps it.
     consecutive_lapses = CASE WHEN s.keeps_lapses THEN r.consecutive_lapses ELSE 0 END,
     last_error = coalesce(s.error, r.last_error),
+    -- J18: the entry keeps the attempt's start and worker ({began}: its claim's start).
     history = CASE WHEN s.error IS NULL THEN r.history
         ELSE r.history || jsonb_build_array(jsonb_build_object(
-            'attempt', r.attempt, 'at', {at}, 'error', s.error, 'kind', s.entry_kind)) END
+            'attempt', r.attempt, 'at', {at}, 'error', s.error, 'kind', s.entry_kind,
+            'started', {began}, 'worker', r.claimed_by)) END
 FROM settle s
 -- <runs>_pkey, one probe per settlement; the token fences out stale holders (J5).
 WHERE r.id = s.id AND r.lease_token = s.token AND r.state = 'running'
@@ -96,7 +98,9 @@ WITH beat AS (
                 CAST(:leases AS double precision[])) AS t(id, token, lease)
 )
 UPDATE {runs} r
-SET lease_expires_at = {now} + b.lease * interval '1 second', updated_at = {now}
+-- updated_at stays the attempt's start (J18: a lapsed attempt's history entry reads it, see
+-- ship_sqla._sql.BEGAN); the last beat is lease_expires_at less the lease.
+SET lease_expires_at = {now} + b.lease * interval '1 second'
 FROM beat b
 -- <runs>_pkey, one probe per run. A lapsed lease is never revived, even one no claim retook
 -- yet: any claim may retake the run from the moment it lapsed, so its holder must stop.

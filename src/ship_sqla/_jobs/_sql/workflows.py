@@ -261,7 +261,9 @@ ORDER BY c.seq
 WAKE_PARENTS: Final = Template(
     """
 UPDATE {runs} p
-SET wait_for = '#children-done', updated_at = {now},
+-- J18: a running parent's updated_at stays its attempt's start (ship_sqla._sql.BEGAN).
+SET wait_for = '#children-done',
+    updated_at = CASE WHEN p.state = 'waiting' THEN {now} ELSE p.updated_at END,
     run_at = CASE WHEN p.state = 'waiting' THEN least(p.run_at, {now}) ELSE p.run_at END
 -- <runs>_pkey, then <runs>_parent_idx for the live-children check
 WHERE p.id = ANY(CAST(:parents AS text[])) AND p.wait_for = '#children'

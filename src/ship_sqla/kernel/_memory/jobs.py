@@ -868,8 +868,8 @@ class InMemoryJobBackend(JobBackendBase):
             if run is None or run.lease_expires_at is None or run.lease_expires_at <= now:
                 alive.append(False)
                 continue
+            # J18: updated_at stays the attempt's start (a lapse's history entry reads it).
             run.lease_expires_at = now + timedelta(seconds=claimed.lease)
-            run.updated_at = now
             alive.append(True)
             if run.cancel_requested_at is not None:
                 cancel_requested.append(run.run_id)
@@ -998,8 +998,19 @@ class InMemoryJobBackend(JobBackendBase):
         return settlement.landed(state)
 
     def _append_history(self, run: _Run, error: str, now: datetime, *, kind: HistoryKind) -> None:
+        """The entry of ``run``'s attempt that just ended (failed, lapsed, released with an
+        error...), before any claim changes the run: J18, its start (a running run's
+        ``updated_at``, the start its claim recorded, which nothing else writes while it runs)
+        and its worker, as PostgreSQL's ``{began}`` and ``claimed_by``."""
         run.history.append(
-            {"attempt": run.attempt, "at": now.isoformat(), "error": error, "kind": kind}
+            {
+                "attempt": run.attempt,
+                "at": now.isoformat(),
+                "error": error,
+                "kind": kind,
+                "started": run.updated_at.isoformat(),
+                "worker": run.worker,
+            }
         )
         run.last_error = error
 
@@ -1183,8 +1194,7 @@ class InMemoryRunAdmin:
             backend._finish(run, "cancelled", now)  # noqa: SLF001
             return run.record()
         if run.cancel_requested_at is None:
-            run.cancel_requested_at = now
-            run.updated_at = now
+            run.cancel_requested_at = now  # J18: updated_at stays the attempt's start
         backend._cancel_requested(run.run_id)  # noqa: SLF001
         return run.record()
 

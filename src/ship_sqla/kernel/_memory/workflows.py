@@ -258,8 +258,8 @@ class InMemoryWorkflowStore:
         if parent.state == "waiting":
             self._backend.make_due(parent)
             self._backend.wake()
-        else:  # still running: marked (its suspend sees the mark), as WAKE_PARENTS stamps it
-            parent.updated_at = self._now()
+        # still running: marked (its suspend sees the mark); as WAKE_PARENTS, its updated_at
+        # stays its attempt's start (J18)
 
     # --- the admin side (D6) ------------------------------------------------------------------
 
