@@ -244,6 +244,7 @@ async def test_dead_show_retry_discard(
     assert "state:            dead" in out
     assert "history (1):" in out
     assert f"boom {first}" in out
+    assert " on test): " in out  # J18: the attempt's start and worker
     code, out, _ = await ship_sqla_in_process("jobs", "show", first, *url, "--json")
     shown = json.loads(out)
     assert shown["run_id"] == first

@@ -139,7 +139,8 @@ async def test_the_run_page_shows_the_timeline_worker_steps_failed_step_and_chil
     client: httpx.AsyncClient, backend: Any, clock: FrozenClock
 ) -> None:
     """Issue 36 item 6, J18, D1, D5: a dead workflow run's page lists both attempts (each
-    one's end and error; the last one's start, worker, queue wait and run time), its stored
+    one's end, error, start, worker and run time, from its history entry; the last one's
+    queue wait too), its stored
     steps with their results, the step that failed (named from the traceback), and its two
     children, linked; the JSON twin carries the same."""
     run_id = await _dead_flow(backend, clock)
@@ -149,6 +150,7 @@ async def test_the_run_page_shows_the_timeline_worker_steps_failed_step_and_chil
     assert html.count('data-attempt="') == 2
     assert "started <time" in html
     assert "on worker-b" in html
+    assert "on worker-a · run time 2.0 s" in html  # J18: the first attempt's, from its entry
     assert "queue wait 5.0 s · run time 2.0 s" in html
     assert 'class="wait-run"' in html
     assert "RuntimeError: card declined" in html
@@ -162,6 +164,10 @@ async def test_the_run_page_shows_the_timeline_worker_steps_failed_step_and_chil
     data = twin["data"]
     assert data["run"]["worker"] == "worker-b"
     assert [t["attempt"] for t in data["timeline"]] == [1, 2]
+    assert [(t["worker"], t["run_s"]) for t in data["timeline"]] == [
+        ("worker-a", 2.0),
+        ("worker-b", 2.0),
+    ]
     assert data["timeline"][1]["last"]["wait_s"] == 5.0
     assert data["timeline"][1]["last"]["run_s"] == 2.0
     assert data["failed_step"] == {"seq": 2, "name": "charge"}

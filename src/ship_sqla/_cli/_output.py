@@ -169,8 +169,15 @@ def format_run(record: RunRecord) -> str:
     for entry in record.history:
         if isinstance(entry, dict):
             kind = f" [{entry['kind']}]" if "kind" in entry else ""
+            # J18: the attempt's start and worker (absent from an entry written before)
+            ran = (
+                f" (started {entry.get('started')} on {entry.get('worker') or '?'})"
+                if "started" in entry
+                else ""
+            )
             line = (
-                f"  attempt {entry.get('attempt')}{kind} at {entry.get('at')}: {entry.get('error')}"
+                f"  attempt {entry.get('attempt')}{kind} at {entry.get('at')}{ran}:"
+                f" {entry.get('error')}"
             )
             lines.append(_indented(line, " " * 4))
         else:

@@ -6,10 +6,10 @@ What it shows, from what the run record and its stored steps carry:
   attempt: J18), the last attempt's start, its queue wait (start minus due time) and run time
   (end minus start);
 - a timeline of its attempts: each history entry (an attempt that did not complete: failed,
-  lapsed, released, snoozed...) with when it ended, its kind and its error's first line, and
-  the time since the previous entry; then the last attempt with its start, worker, queue wait
-  and run time when the run has ended (J18 stores them for the last attempt only: an earlier
-  attempt's start and worker are not stored, and the page says so);
+  lapsed, released, snoozed...) with when it ended, its kind and its error's first line, the
+  time since the previous entry, and its start, worker and run time (J18: kept in the entry;
+  an entry written before has none, and the page says so); then the last attempt with its
+  start, worker, queue wait and run time when the run has ended;
 - a workflow run's stored steps (D1) with their results (behind ``ship.jobs:payloads``), and,
   on a run that failed, the step that failed: a failing step stores nothing, so it is the one
   after the last stored step, named when the error's traceback shows the call;
@@ -119,7 +119,8 @@ def _last_attempt(record: RunRecord) -> dict[str, Any]:
 
 def timeline(record: RunRecord) -> list[dict[str, Any]]:
     """The run's attempts, oldest first: each history entry (``ended_at``, ``kind``, the
-    error, the time since the previous entry), then the last attempt of an ended or running
+    error, the time since the previous entry, and J18's ``started_at``, ``worker`` and run
+    time, None for an entry written before), then the last attempt of an ended or running
     run (``last``: its start, worker, queue wait and run time, :func:`_last_attempt`), merged
     into its own history entry when it ended with one (a failure)."""
     lines: list[dict[str, Any]] = []
@@ -128,6 +129,8 @@ def timeline(record: RunRecord) -> list[dict[str, Any]]:
         if not isinstance(entry, dict):
             continue
         ended = _when(entry.get("at"))
+        started = _when(entry.get("started"))
+        worker = entry.get("worker")
         lines.append(
             {
                 "attempt": entry.get("attempt"),
@@ -137,6 +140,10 @@ def timeline(record: RunRecord) -> list[dict[str, Any]]:
                 "error": entry.get("error"),
                 "since": span(_seconds(ended, previous)),
                 "after": "the previous" if lines else "creation",
+                "started_at": started,
+                "worker": worker if isinstance(worker, str) else None,
+                "run": span(_seconds(ended, started)),
+                "run_s": _seconds(ended, started),
                 "last": None,
             }
         )
@@ -157,6 +164,10 @@ def timeline(record: RunRecord) -> list[dict[str, Any]]:
                     "error": None,
                     "since": span(_seconds(record.finished_at, previous)) if ended_run else "",
                     "after": "the previous" if lines else "creation",
+                    "started_at": last["started_at"],
+                    "worker": last["worker"],
+                    "run": last["run"],
+                    "run_s": last["run_s"],
                     "last": last,
                 }
             )
