@@ -59,6 +59,7 @@ async def test_j18_a_failed_attempt_records_its_start_and_worker(
     assert await backend.heartbeat([first]) == [True]
     running = await record_of(backend, run_id)
     assert running.updated_at == first_start  # the heartbeat kept the start
+    assert (running.started_at, running.worker) == (first_start, "w-a")
     clock.advance(5)
     assert await backend.settle([failed(first, "ValueError: one", clock.now())]) == ["retrying"]
     first_end = clock.now()

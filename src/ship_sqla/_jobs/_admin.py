@@ -164,7 +164,10 @@ def run_record(row: Any, fields: Container[str] | None = None) -> RunRecord:  # 
         # A column the statement may not have is asked of the row's names first: a missing
         # attribute costs SQLAlchemy an exception, 4 us a row (issue 36). The worker of a
         # running run is its holder (claimed_by; issue 36: the worker filter).
-        started_at=row.started_at if "started_at" in names else None,
+        # J18: a running run's updated_at is its attempt's start (nothing else writes it
+        # while it runs).
+        started_at=(row.started_at if "started_at" in names else None)
+        or (row.updated_at if row.state == "running" else None),
         worker=(row.worker if "worker" in names else None)
         or (holder if row.state == "running" else None),
     )

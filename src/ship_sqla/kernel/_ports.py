@@ -421,7 +421,8 @@ class RunRecord:
     """D9: the handler version the run was enqueued under (None: unversioned)."""
     started_at: datetime | None = None
     """J18: when the run's last attempt started (its claim), for run time and queue wait; known
-    for a run that ended with a history table (J16), else None."""
+    for a running run and for a run that ended with a history table (J16), else None (an
+    earlier attempt's start is in its history entry: :attr:`entries`)."""
     worker: str | None = None
     """The worker that holds the run (running), or that ran its last attempt (a finished run
     in history, J18); None otherwise."""

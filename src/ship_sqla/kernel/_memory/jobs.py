@@ -240,8 +240,11 @@ class _Run:
             consecutive_lapses=self.consecutive_lapses,
             progress=None if self.progress is None else dict(self.progress),
             handler_version=self.handler_version,
-            # J18: known for a run a settle moved to history (live_only), as PostgreSQL's.
-            started_at=self.started_at if self.last_worker is not None else None,
+            # J18: known for a run a settle moved to history (live_only), as PostgreSQL's,
+            # and for a running one (its updated_at: the start its claim recorded).
+            started_at=self.updated_at
+            if self.state == "running"
+            else (self.started_at if self.last_worker is not None else None),
             # the worker holding a running run, as PostgreSQL's record (issue 36's worker filter)
             worker=self.worker if self.state == "running" else self.last_worker,
         )
