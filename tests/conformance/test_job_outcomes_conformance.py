@@ -63,7 +63,7 @@ def kinds(record):
 async def test_k4_every_history_entry_records_its_kind(clock, job_backend_factory):
     """K4: a failure's history entry carries the kind the kernel chose ("failure", "retry-after",
     "timeout", "terminal"), a release with an error "released", a lapsed attempt "lapsed"; the
-    entries keep their keys attempt, at, error."""
+    entries keep their keys attempt, at, error, and (J18) the attempt's start and worker."""
     backend = job_backend_factory(clock)
     job = plain_job(attempts=10)
     result = await backend.enqueue(job, {})
@@ -85,7 +85,9 @@ async def test_k4_every_history_entry_records_its_kind(clock, job_backend_factor
     assert kinds(record) == ["failure", "retry-after", "timeout", "released", "lapsed", "terminal"]
     assert [entry["attempt"] for entry in record.history] == [1, 2, 3, 4, 4, 5]
     assert record.history[4]["error"].startswith(LEASE_LAPSED)
-    assert all(set(entry) == {"attempt", "at", "error", "kind"} for entry in record.history)
+    keys = {"attempt", "at", "error", "kind", "started", "worker"}  # J18: start and worker
+    assert all(set(entry) == keys for entry in record.history)
+    assert [entry["worker"] for entry in record.history] == ["A"] * 5 + ["B"]
     # terminal: dead on this attempt, the attempts left unspent
     assert (record.attempt, record.max_attempts) == (5, 10)
 
