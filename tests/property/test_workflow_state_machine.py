@@ -698,7 +698,8 @@ def test_a_child_ending_while_its_parent_runs_again_marks_the_parent_alike(
 ) -> None:
     """D5, as the machine found it: a parent suspended for its child, claimed again after the
     children recheck and crashed (still running, its lease held), then the child completes:
-    both backends mark the running parent (``#children-done``) and stamp its ``updated_at``."""
+    both backends mark the running parent (``#children-done``) and leave its ``updated_at``
+    (J18: a running run's updated_at is its attempt's start)."""
 
     def steps(state: WorkflowMachine) -> None:
         state.enqueue(
