@@ -41,9 +41,18 @@ class Claim:
 
 
 def normalized(record: RunRecord) -> RunRecord:
-    """History ``at`` texts differ in format (microseconds); compare them as instants."""
+    """History ``at`` (and J18's ``started``) texts differ in format (microseconds); compare
+    them as instants."""
     history = tuple(
-        {**entry, "at": datetime.fromisoformat(entry["at"])} for entry in record.history
+        {
+            **entry,
+            **{
+                key: datetime.fromisoformat(entry[key])
+                for key in ("at", "started")
+                if entry.get(key) is not None
+            },
+        }
+        for entry in record.history
     )
     return attrs.evolve(record, history=history)
 
