@@ -12,14 +12,18 @@ from hypothesis import strategies as st
 from ship_sqla.kernel._plans.claim_floor import (
     DEFAULT_FLOOR_LAG,
     DEFAULT_FLOOR_SWEEP,
+    DEFAULT_SWEEP_CEILING,
+    DEFAULT_SWEEP_SHARE,
     ClaimFloors,
     Floor,
     below_floor,
+    sweep_spacing,
 )
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 SWEEP = DEFAULT_FLOOR_SWEEP
 LAG = DEFAULT_FLOOR_LAG
+CEILING = DEFAULT_SWEEP_CEILING
 
 
 def at(seconds: float) -> datetime:
@@ -40,6 +44,30 @@ def test_j19_first_claim_is_a_full_walk_then_floored_until_the_sweep() -> None:
     assert floors.floors("j", at(SWEEP)) == ()
     assert floors.floors("j", at(-1)) == ()  # the clock went back: from the start
     assert floors.floors("other", at(1)) == ()
+
+
+def test_j19_a_slow_full_walk_spaces_the_next_one_out_up_to_the_ceiling() -> None:
+    """J19: a full walk that took ``t`` seconds is followed by the next one after
+    ``max(sweep, t / share)`` seconds, never more than the ceiling: under a held horizon the
+    full walk reads every entry the hold kept, and this keeps its share of the backend's time
+    bounded. A quick one (or an unmeasured one) keeps the ``sweep`` spacing; a slow floored
+    claim changes nothing."""
+    assert sweep_spacing(None) == sweep_spacing(0.0) == sweep_spacing(0.002) == SWEEP
+    assert sweep_spacing(-1.0) == SWEEP  # the clock went back during the claim
+    assert sweep_spacing(0.1) == 0.1 / DEFAULT_SWEEP_SHARE
+    assert sweep_spacing(5.0) == sweep_spacing(float("inf")) == CEILING
+    floors = ClaimFloors()
+    floors.record("j", at(0), (), [(0, at(-60), 7)], took=0.1)  # 20 s to the next
+    assert floors.floors("j", at(19.9)) != ()
+    floors.record("j", at(19.9), floors.floors("j", at(19.9)), [], took=9.0)  # floored
+    assert floors.floors("j", at(19.95)) != ()
+    assert floors.floors("j", at(20)) == ()
+    floors.record("j", at(20), (), [(0, at(19), 8)], took=30.0)
+    assert floors.floors("j", at(20 + CEILING - 0.1)) != ()
+    assert floors.floors("j", at(20 + CEILING)) == ()
+    floors.record("j", at(80), (), [(0, at(79), 9)], took=0.001)  # quick again
+    assert floors.floors("j", at(80 + SWEEP)) == ()
+    assert floors.floors("other", at(80)) == ()
 
 
 def test_j19_own_back_dated_enqueue_lowers_the_floor() -> None:
@@ -76,7 +104,8 @@ _ops = st.lists(
             st.booleans(),  # enqueued by this backend (lowers its floor) or by another
         ),
         st.tuples(st.just("advance"), st.sampled_from([0.0, 0.2, 1.0, 2.5, 6.0])),
-        st.tuples(st.just("claim"), st.integers(1, 4)),
+        # a claim of n runs that took this long (a slow full walk spaces the next one out)
+        st.tuples(st.just("claim"), st.integers(1, 4), st.sampled_from([None, 0.001, 0.05, 1.0])),
     ),
     max_size=80,
 )
@@ -88,34 +117,50 @@ _ops = st.lists(
 @example(
     [
         ("enqueue", 0, 0, False),
-        ("claim", 1),
+        ("claim", 1, None),
         ("advance", 0.2),
         ("enqueue", 0, -0.5, False),
         ("enqueue", 0, 0, False),
-        ("claim", 1),
+        ("claim", 1, None),
     ]
 )
 # Another process's back-dated run below the floor, passed over until the sweep's full walk.
 @example(
     [
         ("enqueue", 0, 0, False),
-        ("claim", 1),
+        ("claim", 1, None),
         ("enqueue", 0, -30, False),
         ("enqueue", 0, 0, False),
         ("enqueue", 0, 0, False),
         ("advance", 2.5),
-        ("claim", 1),
+        ("claim", 1, None),
         ("advance", 2.5),
-        ("claim", 1),
+        ("claim", 1, None),
+    ]
+)
+# The same after a slow full walk: passed over for up to its spacing (here 10 s), not the sweep.
+@example(
+    [
+        ("enqueue", 0, 0, False),
+        ("claim", 1, 0.05),
+        ("enqueue", 0, -30, False),
+        ("enqueue", 0, 0, False),
+        ("enqueue", 0, 0, False),
+        ("advance", 6.0),
+        ("claim", 1, None),
+        ("advance", 6.0),
+        ("claim", 1, None),
     ]
 )
 def test_j19_k6_no_due_run_waits_longer_than_the_sweep(ops: list[tuple[object, ...]]) -> None:
     """J19's stated relaxation of K6, as a property over any interleaving of enqueues (this
-    backend's and other processes', back-dated or not), clock steps and claims: whenever a claim
-    takes a run that K6 orders after a due waiting run r it leaves, r was enqueued by another
-    process with a run_at more than ``lag`` before its enqueue, and the claim came less than
-    ``sweep`` after that enqueue. Every other run is claimed in K6 order."""
-    floors, waiting, now, seq = ClaimFloors(), list[_Run](), 0.0, 0
+    backend's and other processes', back-dated or not), clock steps and claims (quick or slow):
+    whenever a claim takes a run that K6 orders after a due waiting run r it leaves, r was
+    enqueued by another process with a run_at more than ``lag`` before its enqueue, and the
+    claim came less than the full walks' spacing after that enqueue: ``sweep``, or after a slow
+    full walk its ``sweep_spacing``, never more than the ceiling. Every other run is claimed in
+    K6 order."""
+    floors, waiting, now, seq, spacing = ClaimFloors(), list[_Run](), 0.0, 0, SWEEP
     for op in ops:
         if op[0] == "enqueue":
             _, priority, offset, own = op
@@ -131,6 +176,8 @@ def test_j19_k6_no_due_run_waits_longer_than_the_sweep(ops: list[tuple[object, .
             now += op[1]
         else:
             assert isinstance(op[1], int)
+            took = op[2]
+            assert took is None or isinstance(took, float)
             current = floors.floors("j", at(now))
             due = sorted((r for r in waiting if r.run_at <= at(now)), key=_Run.order)
             seen = [r for r in due if not below_floor(current, r.priority, r.run_at, r.seq)]
@@ -140,7 +187,11 @@ def test_j19_k6_no_due_run_waits_longer_than_the_sweep(ops: list[tuple[object, .
                 for passed in (r for r in due if r not in taken and r.order() < last):
                     assert not passed.own, passed
                     assert passed.run_at < passed.enqueued - timedelta(seconds=LAG), passed
-                    assert at(now) < passed.enqueued + timedelta(seconds=SWEEP), passed
+                    assert at(now) < passed.enqueued + timedelta(seconds=spacing), passed
+                    assert spacing <= CEILING
             for r in taken:
                 waiting.remove(r)
-            floors.record("j", at(now), current, [(r.priority, r.run_at, r.seq) for r in taken])
+            if not current:
+                spacing = sweep_spacing(took)
+            positions = [(r.priority, r.run_at, r.seq) for r in taken]
+            floors.record("j", at(now), current, positions, took=took)

@@ -1054,9 +1054,15 @@ class PostgresJobBackend(JobBackendBase):
         if gate_created and not batch and not batch.buried:
             # The job's first gated claim made its gate, which grants nothing: claim again.
             batch, _, taken = await self._claim_with(statement, params, request)
-        self.lapsed_floors.record(job_id, probed_at, lapsed_window, complete=taken.lapsed_complete)
+        # J19: what the claim took spaces a full walk or probe from the next (kernel
+        # sweep_spacing): under a held horizon they read every entry it kept.
+        ended = self._clock.now()
+        took = (ended - probed_at).total_seconds()
+        self.lapsed_floors.record(
+            job_id, probed_at, lapsed_window, complete=taken.lapsed_complete, took=took
+        )
         if floored:
-            self.claim_floors.record(job_id, self._clock.now(), floors, taken.positions)
+            self.claim_floors.record(job_id, ended, floors, taken.positions, took=took)
         return batch
 
     async def _claim_partitioned(self, params: dict[str, Any], request: ClaimRequest) -> ClaimBatch:

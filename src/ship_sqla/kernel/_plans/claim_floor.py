@@ -8,6 +8,13 @@ previous claim took there (never later than ``now - lag``), and its next claim o
 starts there. Every ``sweep`` seconds (and at a backend's first claim of a job) a claim walks
 from the index's start instead: that is the one claim that pays for the dead prefix.
 
+That full walk's cost grows with the hold too (it reads every entry the hold kept: 0.4 s of
+server time at 10 minutes of 1,000 runs a second). So the full walks are spaced by what the
+last one took (:func:`sweep_spacing`): never sooner than ``sweep`` seconds, and later while a
+full walk takes more than ``share`` of that spacing (``took / share`` seconds), up to
+``ceiling`` seconds. Their cost is then at most ``share`` of one connection's time, however
+long the hold; a quick full walk (no hold: a few milliseconds) keeps the ``sweep`` spacing.
+
 The rule holds exactly for every run the floor can see coming: a run committed after the floor
 was recorded with ``run_at >= its commit - lag`` (every plain enqueue, retry, release, snooze and
 operator retry) is above it, and a run this backend itself enqueues below a floor lowers that
@@ -15,7 +22,9 @@ floor at once. What it relaxes (K6, stated in docs/jobs.md): a run enqueued by A
 with a ``run_at`` more than ``lag`` in the past, or whose enqueuing transaction stayed open
 longer than ``lag``, or that a concurrent statement held locked when the floor's claim passed it
 (``SKIP LOCKED``) and then released, may be claimed after lower-priority or later runs, for at
-most ``sweep`` seconds (plus one claim interval): the next full walk takes it in its turn.
+most ``sweep`` seconds (plus one claim interval): the next full walk takes it in its turn. While
+full walks are slow (each takes more than ``sweep x share``, 25 ms by default: a held horizon's
+dead entries, which J22 reports), that bound is the spacing, at most ``ceiling`` (60 s).
 
 Pure and clock-injected: the PostgreSQL backend passes the floors to CLAIM_UNCAPPED /
 CLAIM_GATED (and their keyed forms) as arrays; the in-memory backend filters its candidates by
@@ -40,10 +49,17 @@ __all__ = [
     "LapsedFloors",
     "below_floor",
     "lapsed_probe_complete",
+    "sweep_spacing",
 ]
 
 DEFAULT_FLOOR_SWEEP: Final = 5.0
 """J19: seconds between two full walks of a job by one backend (the bound of K6's relaxation)."""
+DEFAULT_SWEEP_SHARE: Final = 0.005
+"""J19: the most a backend's full walks (and full lapsed probes) of a job take of its time: a
+full walk that took ``t`` seconds is followed by the next one no sooner than ``t / share``."""
+DEFAULT_SWEEP_CEILING: Final = 60.0
+"""J19: the longest spacing of two full walks of a job by one backend, however slow they are
+(the bound of K6's relaxation while full walks are slow)."""
 DEFAULT_FLOOR_LAG: Final = 1.0
 """J19: a floor is never later than ``now - lag`` (seconds): runs back-dated by less than this,
 or whose enqueuing transaction lasted less than this, are always above every floor."""
@@ -61,6 +77,21 @@ class Floor:
     seq: int
 
 
+def sweep_spacing(
+    took: float | None,
+    *,
+    sweep: float = DEFAULT_FLOOR_SWEEP,
+    share: float = DEFAULT_SWEEP_SHARE,
+    ceiling: float = DEFAULT_SWEEP_CEILING,
+) -> float:
+    """J19: seconds from a full walk (or full lapsed probe) that took ``took`` seconds (None:
+    not measured) to the next one: ``sweep``, or ``took / share`` when that is longer, never
+    more than ``ceiling`` (nor less than ``sweep``)."""
+    if took is None or not took > 0:
+        return sweep
+    return max(sweep, min(took / share, ceiling))
+
+
 def below_floor(floors: Iterable[Floor], priority: int, run_at: datetime, seq: int) -> bool:
     """Whether a waiting run at ``(priority, run_at, seq)`` is below its level's floor (the
     floored walk does not see it). A level without a floor is walked from its start."""
@@ -76,15 +107,20 @@ class ClaimFloors:
 
     sweep: float = DEFAULT_FLOOR_SWEEP
     lag: float = DEFAULT_FLOOR_LAG
+    share: float = DEFAULT_SWEEP_SHARE
+    ceiling: float = DEFAULT_SWEEP_CEILING
     _levels: dict[str, dict[int, tuple[datetime, int]]] = attrs.field(factory=dict, init=False)
     _swept: dict[str, datetime] = attrs.field(factory=dict, init=False)
+    _spacing: dict[str, float] = attrs.field(factory=dict, init=False)
 
     def floors(self, job_id: str, now: datetime) -> tuple[Floor, ...]:
         """The floors the next claim of ``job_id`` starts at, by priority; ``()``: a full walk
-        (the backend's first claim of the job, or ``sweep`` seconds since its last full walk,
-        or the clock went back)."""
+        (the backend's first claim of the job, or the spacing since its last full walk passed:
+        ``sweep`` seconds, longer after a slow one, :func:`sweep_spacing`; or the clock went
+        back)."""
         swept = self._swept.get(job_id)
-        if swept is None or now < swept or (now - swept).total_seconds() >= self.sweep:
+        spacing = self._spacing.get(job_id, self.sweep)
+        if swept is None or now < swept or (now - swept).total_seconds() >= spacing:
             return ()
         levels = self._levels.get(job_id, {})
         return tuple(Floor(p, at, seq) for p, (at, seq) in sorted(levels.items(), reverse=True))
@@ -95,13 +131,17 @@ class ClaimFloors:
         now: datetime,
         floors: tuple[Floor, ...],
         taken: Iterable[tuple[int, datetime, int]],
+        *,
+        took: float | None = None,
     ) -> None:
         """After a claim that walked from ``floors`` (``()``: a full walk) and took the waiting
         runs ``taken`` as (priority, run_at, seq) (retaken lapsed runs excluded): each level it
         took from starts next time at the lowest position taken there, never later than
-        ``now - lag``; the other levels keep their floors (none after a full walk)."""
+        ``now - lag``; the other levels keep their floors (none after a full walk). ``took``:
+        the claim's seconds, which space a full walk from the next (:func:`sweep_spacing`)."""
         if not floors:
             self._swept[job_id] = now
+            self._spacing[job_id] = self._spaced(took)
             self._levels[job_id] = {}
         levels = self._levels.setdefault(job_id, {})
         lowest: dict[int, tuple[datetime, int]] = {}
@@ -112,6 +152,9 @@ class ClaimFloors:
         cap = (now - timedelta(seconds=self.lag), _LOWEST_SEQ)
         for priority, position in lowest.items():
             levels[priority] = min(position, cap)
+
+    def _spaced(self, took: float | None) -> float:
+        return sweep_spacing(took, sweep=self.sweep, share=self.share, ceiling=self.ceiling)
 
     def lower(self, job_id: str, priority: int, run_at: datetime) -> None:
         """A run this backend enqueued at ``run_at``: a floor of its level above it moves down
@@ -150,31 +193,48 @@ class LapsedFloors:
     The bounded relaxation of J6's timing: a lapsed run a concurrent statement held locked
     (``SKIP LOCKED``: a heartbeat or settle) when a complete probe passed it, then released
     without renewing or ending it (a rollback), or whose lease was written by a transaction open
-    longer than ``lag``, is retaken up to ``sweep`` seconds (plus one claim interval) later."""
+    longer than ``lag``, is retaken up to ``sweep`` seconds (plus one claim interval) later; while
+    full probes are slow, up to their spacing (:func:`sweep_spacing`, at most ``ceiling``)."""
 
     sweep: float = DEFAULT_FLOOR_SWEEP
     lag: float = DEFAULT_FLOOR_LAG
+    share: float = DEFAULT_SWEEP_SHARE
+    ceiling: float = DEFAULT_SWEEP_CEILING
     _since: dict[str, datetime] = attrs.field(factory=dict, init=False)
     _swept: dict[str, datetime] = attrs.field(factory=dict, init=False)
+    _spacing: dict[str, float] = attrs.field(factory=dict, init=False)
 
     def window(self, job_id: str, now: datetime) -> float | None:
         """Seconds before ``now`` the next probe of ``job_id`` starts at (it reads leases
-        expired after ``now - window``); None: a probe from the start (the first, ``sweep``
-        seconds since the last one, no complete probe since, or the clock went back)."""
+        expired after ``now - window``); None: a probe from the start (the first, its spacing
+        since the last one, :func:`sweep_spacing`; no complete probe since, or the clock went
+        back)."""
         swept, since = self._swept.get(job_id), self._since.get(job_id)
         if swept is None or since is None or now < swept or now < since:
             return None
-        if (now - swept).total_seconds() >= self.sweep:
+        if (now - swept).total_seconds() >= self._spacing.get(job_id, self.sweep):
             return None
         return (now - since).total_seconds() + self.lag
 
-    def record(self, job_id: str, now: datetime, window: float | None, *, complete: bool) -> None:
+    def record(
+        self,
+        job_id: str,
+        now: datetime,
+        window: float | None,
+        *,
+        complete: bool,
+        took: float | None = None,
+    ) -> None:
         """After a probe from ``window`` (None: from the start) at ``now``, a time no later than
         the probe's own (the PostgreSQL backend reads it before sending the statement): a
         complete one moves the floor up to ``now - lag``; an incomplete one keeps it (from the
-        start: none)."""
+        start: none). ``took``: the claim's seconds, which space a probe from the start from the
+        next (:func:`sweep_spacing`)."""
         if window is None:
             self._swept[job_id] = now
+            self._spacing[job_id] = sweep_spacing(
+                took, sweep=self.sweep, share=self.share, ceiling=self.ceiling
+            )
             if not complete:
                 self._since.pop(job_id, None)
         if complete:
