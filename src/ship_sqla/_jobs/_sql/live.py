@@ -76,14 +76,18 @@ WITH settle AS (
         coalesce(t.refund, false) AS refund, coalesce(t.snoozes_added, 0) AS snoozes_added,
         t.error, t.entry_kind, coalesce(t.keeps_lapses, false) AS keeps_lapses, t.started,
         coalesce(t.keep, 1) AS keep, t.wait_for
-    FROM unnest(
-        CAST(:ids AS text[]), CAST(:tokens AS bigint[]), CAST(:states AS text[]),
-        CAST(:ats AS timestamptz[]), CAST(:refunds AS boolean[]),
-        CAST(:snoozes_added AS integer[]), CAST(:errors AS text[]), CAST(:entry_kinds AS text[]),
-        CAST(:keeps_lapses AS boolean[]), CAST(:starts AS timestamptz[]),
-        CAST(:keeps AS smallint[]), CAST(:wait_fors AS text[])
+    -- J20: padded to 32 rows for the planner, as SETTLE_IF_TOKEN_CURRENT's (settle.py).
+    FROM ROWS FROM (
+        unnest(CAST(:ids AS text[])), unnest(CAST(:tokens AS bigint[])),
+        unnest(CAST(:states AS text[])), unnest(CAST(:ats AS timestamptz[])),
+        unnest(CAST(:refunds AS boolean[])), unnest(CAST(:snoozes_added AS integer[])),
+        unnest(CAST(:errors AS text[])), unnest(CAST(:entry_kinds AS text[])),
+        unnest(CAST(:keeps_lapses AS boolean[])), unnest(CAST(:starts AS timestamptz[])),
+        unnest(CAST(:keeps AS smallint[])), unnest(CAST(:wait_fors AS text[])),
+        generate_series(1, 32)
     ) WITH ORDINALITY AS t(id, token, state, at, refund, snoozes_added, error, entry_kind,
-        keeps_lapses, started, keep, wait_for, ord)
+        keeps_lapses, started, keep, wait_for, pad, ord)
+    WHERE t.id IS NOT NULL
 ), kept AS (
     -- What stays live: a retry, release or snooze of a run no operator asked to cancel (K2).
     -- <runs>_pkey, one probe per settlement; the token fences out stale holders (J5).
@@ -100,16 +104,20 @@ WITH settle AS (
                 'attempt', r.attempt, 'at', {at}, 'error', s.error, 'kind', s.entry_kind,
                 'started', {began}, 'worker', r.claimed_by)) END
     FROM settle s
-    WHERE r.id = s.id AND r.lease_token = s.token AND r.state = 'running'
-      AND s.state = 'waiting' AND r.cancel_requested_at IS NULL
+    -- J20: the one-path probe (settle.py's docstring).
+    WHERE r.id = ANY(ARRAY[s.id]) AND s.state = 'waiting'
+      AND (r.lease_token = s.token AND r.state = 'running'
+           AND r.cancel_requested_at IS NULL) IS TRUE
     RETURNING s.ord, r.state, r.parent_id
 ), gone AS (
     -- J16: what ends leaves the runs table in this statement. <runs>_pkey, one probe per
-    -- settlement, fenced as the UPDATE (J5). K2: once a cancel was requested, anything but a
-    -- completion ends the run cancelled, its attempt counted.
+    -- settlement (J20's one-path probe, as the UPDATE), fenced as the UPDATE (J5). K2: once a
+    -- cancel was requested, anything but a completion ends the run cancelled, its attempt
+    -- counted.
     DELETE FROM {runs} r USING settle s
-    WHERE r.id = s.id AND r.lease_token = s.token AND r.state = 'running'
-      AND (s.state <> 'waiting' OR r.cancel_requested_at IS NOT NULL)
+    WHERE r.id = ANY(ARRAY[s.id])
+      AND (r.lease_token = s.token AND r.state = 'running'
+           AND (s.state <> 'waiting' OR r.cancel_requested_at IS NOT NULL)) IS TRUE
     RETURNING s.ord, s.keep, s.started, r.id, r.seq, r.job_id, r.payload, r.key, r.dedupe_key,
         r.max_attempts, r.priority, r.run_at, r.created_at, r.claimed_by, r.trace_context,
         r.snoozes, r.tenant_id, r.parent_id, r.lapses, r.progress, r.handler_version,

@@ -1,6 +1,35 @@
 """Settling claimed runs (J5, J7): every kind of settlement of a batch in ONE statement, and the
 batched heartbeat. Rules: see :mod:`ship_sqla._jobs._sql`; above all, each matches ``id`` AND
 ``lease_token`` AND ``state = 'running'``, so a holder whose claim was retaken changes nothing.
+
+**The one-path probe (J20).** A batch's rows are found by ``<runs>_pkey`` probes, one per
+settlement, whatever the table's statistics (empty and never analyzed, 100,000 dead rows, a
+million live rows), in custom and generic plans, because the statement leaves the planner no
+other join worth costing:
+
+- ``r.id = ANY(ARRAY[s.id])`` (a one-element array of the outer row's id) is an index condition
+  of ``<runs>_pkey`` but no hash or merge join key;
+- every other check on the row is one ``(...) IS TRUE`` over both sides (here the J5 fence,
+  ``r.lease_token = s.token AND r.state = 'running'``): a join filter that neither hashes nor
+  proves a partial index's predicate (a plain ``state = 'running'`` proves
+  ``<runs>_lease_idx``'s, which the settle used to scan whole on an empty or dead table) and
+  costs the same per pair in a pass over the table as on a probed row;
+- the batch is padded to 32 rows for the planner (``generate_series(1, 32)`` in the
+  ``ROWS FROM``; the padding has no id and is dropped before the join): it assumes 10 elements
+  for an array parameter, and on a never-analyzed table (assumed 10 pages) one rescanned pass
+  is priced below 10 probes but well above 32.
+
+What is left is a nested loop with the probe inside, or one pass over the table joined by the
+filter, priced above the probes in all three states. Bounds, measured on PostgreSQL 15: on an
+analyzed table with next to no live rows the pass costs its pages and the probes ~8 each, so a
+custom plan of a batch above ~250 settlements on the 100,000-dead table, or the generic plan
+(32 priced) on one of fewer than ~260 pages (about 12,000 dead rows), takes the pass (then
+roughly what it costs). No ``ctid``: a heartbeat's, lapse's or cancel's concurrent new row
+version is rechecked by id, token and state (EvalPlanQual), as before. The moving settle
+(:mod:`.live`) is the same shape. The claim's closing UPDATEs (:mod:`.claim`) are not: there
+the shape flips them to a sequential scan on a small table analyzed under a held snapshot
+(``test_job_plans_held.py``, below the ~260 pages above) and costs ~5-10 % of a claim's server
+time (BENCHMARKS.md, "J20's two listed flips").
 """
 
 from __future__ import annotations
@@ -26,13 +55,18 @@ WITH settle AS (
     SELECT t.ord, t.id, t.token, coalesce(t.state, 'completed') AS state, t.at,
         coalesce(t.refund, false) AS refund, coalesce(t.snoozes_added, 0) AS snoozes_added,
         t.error, t.entry_kind, coalesce(t.keeps_lapses, false) AS keeps_lapses, t.wait_for
-    FROM unnest(
-        CAST(:ids AS text[]), CAST(:tokens AS bigint[]), CAST(:states AS text[]),
-        CAST(:ats AS timestamptz[]), CAST(:refunds AS boolean[]),
-        CAST(:snoozes_added AS integer[]), CAST(:errors AS text[]), CAST(:entry_kinds AS text[]),
-        CAST(:keeps_lapses AS boolean[]), CAST(:wait_fors AS text[])
+    -- J20: generate_series(1, 32) pads the batch to 32 rows (dropped: no id), so the planner
+    -- prices at least 32 probes, not the 10 it assumes for an array (module docstring).
+    FROM ROWS FROM (
+        unnest(CAST(:ids AS text[])), unnest(CAST(:tokens AS bigint[])),
+        unnest(CAST(:states AS text[])), unnest(CAST(:ats AS timestamptz[])),
+        unnest(CAST(:refunds AS boolean[])), unnest(CAST(:snoozes_added AS integer[])),
+        unnest(CAST(:errors AS text[])), unnest(CAST(:entry_kinds AS text[])),
+        unnest(CAST(:keeps_lapses AS boolean[])), unnest(CAST(:wait_fors AS text[])),
+        generate_series(1, 32)
     ) WITH ORDINALITY AS t(id, token, state, at, refund, snoozes_added, error, entry_kind,
-        keeps_lapses, wait_for, ord)
+        keeps_lapses, wait_for, pad, ord)
+    WHERE t.id IS NOT NULL
 )
 UPDATE {runs} r
 -- Each field applies the kernel's settlement as built (ship_sqla/kernel/_settlement.py decided
@@ -64,8 +98,9 @@ SET state = CASE WHEN s.state <> 'completed' AND r.cancel_requested_at IS NOT NU
             'attempt', r.attempt, 'at', {at}, 'error', s.error, 'kind', s.entry_kind,
             'started', {began}, 'worker', r.claimed_by)) END
 FROM settle s
--- <runs>_pkey, one probe per settlement; the token fences out stale holders (J5).
-WHERE r.id = s.id AND r.lease_token = s.token AND r.state = 'running'
+-- <runs>_pkey, one probe per settlement; the token fences out stale holders (J5). J20: the
+-- one-path probe (module docstring): the id as a one-element array, the fence one IS TRUE.
+WHERE r.id = ANY(ARRAY[s.id]) AND (r.lease_token = s.token AND r.state = 'running') IS TRUE
 RETURNING s.ord, r.state, r.parent_id
 """)
 """Apply a batch of settlements (:class:`~ship_sqla.kernel._settlement.Settlement`) in one round
