@@ -1,8 +1,8 @@
 """J5 on PostgreSQL: a row a heartbeat updated while the settle waited on its lock is rechecked
 on its new version (id, token, state: no ``ctid``), so the run settles once the heartbeat
 commits and a stale token still changes nothing, whatever plan the settle has (custom or
-generic). Written with the one-path ``<runs>_pkey`` probe of ``wip/tail39.patch`` (J20, not
-merged), whose settle must keep this; main's settle keeps it too."""
+generic). The settle's one-path ``<runs>_pkey`` probe (J20, settle.py's docstring) must keep
+this; so did the plan it replaced."""
 
 from __future__ import annotations
 
