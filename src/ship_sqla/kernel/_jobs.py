@@ -61,6 +61,7 @@ __all__ = [
     "Schedule",
     "define_job",
     "partition_walk",
+    "partition_walk_widest",
 ]
 
 P = TypeVar("P")
@@ -170,6 +171,21 @@ def partition_walk(fairness: Fairness | None, limit: int) -> int:
     partition visited costs its walk probe, its counts and its gate row whatever it yields."""
     most = DEFAULT_PARTITION_WALK if fairness is None else fairness.max_tenants
     return min(most, max(limit, PARTITION_WALK_FLOOR))
+
+
+def partition_walk_widest(fairness: Fairness | None, limit: int) -> int:
+    """How far past :func:`partition_walk` a partitioned claim of ``limit`` runs walks while
+    the partitions it visited hold fewer due runs than its room (F8, F9): without a
+    ``Fairness``, up to ``max(limit, 16)`` partitions (no more than it could take one run
+    from), so a claim over many small partitions fills its room in one statement rather than
+    coming back short and claiming again (each claim and each settle batch costs its own
+    round trip and statement, whatever it took); with one, its ``max_tenants`` is a hard bound
+    (the walk is :func:`partition_walk`'s). The first :func:`partition_walk` partitions are
+    always visited (when there are that many), so every partition comes round at least as
+    often as without the extension (F2)."""
+    if fairness is not None:
+        return partition_walk(fairness, limit)
+    return max(limit, PARTITION_WALK_FLOOR)
 
 
 def _require_partition(name: str, value: object) -> None:

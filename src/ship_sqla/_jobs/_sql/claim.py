@@ -947,11 +947,59 @@ _ROOM_PARTITIONED: Final = """, room AS (
 )"""
 
 
+_PART_WALK_STEPS: Final = (
+    (
+        "tenant_walk (tenant, wrapped, k) AS (",
+        "tenant_walk (tenant, wrapped, k, due) AS (",
+    ),
+    (
+        "    SELECT CAST(NULL AS text), false, 0\n",
+        "    SELECT CAST(NULL AS text), false, 0, CAST(0 AS bigint)\n",
+    ),
+    (
+        "    SELECT nxt.tenant, nxt.wrapped, w.k + 1\n",
+        """    -- F8/F9: and each partition's due runs, counted (index-only) up to the room the
+    -- partitions before it left: ``due`` is the due runs found so far, at most the room, so
+    -- the counts read at most the room's worth of entries in all.
+    SELECT nxt.tenant, nxt.wrapped, w.k + 1, w.due + (SELECT count(*) FROM (SELECT 1 FROM (
+            SELECT 1 FROM {runs} r
+            WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id = nxt.tenant
+              AND r.run_at <= {now}
+            ORDER BY r.tenant_id, r.run_at
+            LIMIT {claim_batch}) b
+            LIMIT (SELECT n FROM room) - w.due) c)
+""",
+    ),
+    (
+        "    WHERE w.k < CAST(:max_tenants AS integer) AND NOT (SELECT yes FROM paused)\n",
+        """    -- At least :max_tenants partitions (partition_walk), then on while those visited
+    -- hold fewer due runs than the room, up to :widest (kernel partition_walk_widest): a
+    -- claim over many small partitions fills its room in one statement.
+    WHERE (w.k < CAST(:max_tenants AS integer) OR w.k < CAST(:widest AS integer)
+            AND w.due < (SELECT n FROM room))
+        AND NOT (SELECT yes FROM paused)
+""",
+    ),
+)
+"""The partitioned claim's walk (F8/F9) from the fair claim's (F2): it also counts the due
+runs it finds, and goes past :max_tenants while they fall short of the claim's room (the
+in-memory model's ``_walk``)."""
+
+_PART_CURSOR: Final = """t.k >= CAST(:max_tenants AS integer)
+    AND (t.k >= CAST(:widest AS integer) OR t.due >= (SELECT n FROM room))"""
+"""The partitioned walk stopped at its width (not for want of partitions): its last row, the
+only one that passes (``due`` only grows, and the walk stops at the first row past both)."""
+
+
 def _part_walk() -> str:
     """The fair claim's walk (F2) over the partitions (the tenants), its due-run counts capped
     by each partition's limits (:data:`_PARTS`), then its water-filling, then each partition's
     due runs, each row carrying its partition (``part``)."""
     walk = _FAIR_WALK
+    for fair, partitioned in _PART_WALK_STEPS:
+        if fair not in walk:  # the fair walk changed under these replacements
+            raise AssertionError(fair)
+        walk = walk.replace(fair, partitioned)
     counted = walk.index("), counted AS MATERIALIZED (")
     ordered = walk.index("), ordered AS (")
     due = walk.index("), due AS (")
@@ -1127,7 +1175,9 @@ def _partitioned(*, keyed: bool = False, by_key: bool = False) -> str:
         _CLAIM_TAIL.replace(_CLAIMED_WHERE, _CLAIMED_FROM_PICKED)
         .replace("{started}", "coalesce(p.started_at, {now})")
         .replace("{gate_row}", _PART_GATE_ROW)
-        .replace("{fair_row}", _FAIR_ROW)
+        .replace(
+            "{fair_row}", _FAIR_ROW.replace("t.k = CAST(:max_tenants AS integer)", _PART_CURSOR)
+        )
         .replace("{lapsed_row}", "")
     )
     return _finished(_HEAD + _ROOM_PARTITIONED + body + tail, keyed=keyed)
