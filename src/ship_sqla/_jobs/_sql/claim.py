@@ -1094,11 +1094,11 @@ _PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
                 w.room), 0) AS due
         ) k
         WHERE x.gate = g.job_id)
-    RETURNING g.job_id AS gate, g.claim_grant AS due_n,
-        CASE WHEN CAST(:rate_limit AS integer) IS NULL
-            THEN least(CAST(:limit AS integer),
-                (SELECT x.lapsed_n FROM found x WHERE x.gate = g.job_id) + g.claim_grant)
-            ELSE g.rate_n[cardinality(g.rate_n)] END AS total_n,
+    -- total_n: every run the partition starts, its lapsed ones and its due grant, within
+    -- the rate (F8); none without a rate (NULL): then it is all its lapsed runs and its due
+    -- grant, which picked's rank test alone keeps to (a lookup of the partition's row of
+    -- found here was a scan of found per gate: the square of the partitions visited).
+    RETURNING g.job_id AS gate, g.claim_grant AS due_n, g.rate_n[cardinality(g.rate_n)] AS total_n,
         g.rate_at[cardinality(g.rate_at)] AS started_at,
         -- F8: the partition's window is full: seconds until its oldest start leaves it.
         CASE WHEN CAST(:rate_limit AS integer) IS NOT NULL
@@ -1122,7 +1122,7 @@ _PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
         FROM cands c
         JOIN gates g ON g.gate = {gate_of_c}
     ) c
-    WHERE c.place <= c.total_n AND c.rank <= c.due_n
+    WHERE c.place <= coalesce(c.total_n, c.place) AND c.rank <= c.due_n
     -- At most the limit in all (lapsed runs past it were granted and recorded all the same:
     -- a start not made only narrows its window; they are retaken by a later claim).
     ORDER BY c.rank, c.priority DESC, c.run_at, c.seq
