@@ -6,6 +6,7 @@ from ship_sqla.jobs import Fairness
 from ship_sqla.kernel._jobs import (
     DEFAULT_PARTITION_WALK,
     PARTITION_WALK_FLOOR,
+    PARTITION_WALK_WIDEST,
     partition_walk,
     partition_walk_widest,
 )
@@ -23,9 +24,10 @@ def test_f8_f9_the_walk_is_the_limit_within_the_floor_and_max_tenants() -> None:
 
 def test_f8_f9_f2_the_walk_goes_on_to_the_claims_size_only_without_fairness() -> None:
     """F8, F9, F2: without a Fairness a claim's walk may go on past partition_walk, up to
-    max(limit, floor) partitions (while those visited hold fewer due runs than its room); with
-    one, max_tenants stays a hard bound (the walk is partition_walk's)."""
-    assert partition_walk_widest(None, 1_000) == 1_000
+    max(limit, floor) partitions and PARTITION_WALK_WIDEST (while those visited hold fewer due
+    runs than its room); with one, max_tenants stays a hard bound (partition_walk's)."""
+    assert partition_walk_widest(None, 1_000) == PARTITION_WALK_WIDEST == 256
+    assert partition_walk_widest(None, 200) == 200
     assert partition_walk_widest(None, 40) == 40 == partition_walk(None, 40)
     assert partition_walk_widest(None, 1) == PARTITION_WALK_FLOOR
     assert partition_walk_widest(Fairness(max_tenants=64), 1_000) == 64

@@ -9,7 +9,7 @@ partition key: ``ClaimRequest.partition``):
   ``Fairness``' or :data:`DEFAULT_PARTITION_WALK`, but at most ``max(limit, 16)``
   (:func:`~ship_sqla.kernel._jobs.partition_walk`), when there are that many; without a
   ``Fairness``, on past them while the partitions visited hold fewer due runs than the
-  claim's room, up to ``max(limit, 16)``:
+  claim's room, up to ``max(limit, 16)`` (at most 256):
   :func:`~ship_sqla.kernel._jobs.partition_walk_widest`), and the runs of none as one more
   partition when any is due;
 - gives each visited partition at most what its own limits leave: ``max - running`` (every
