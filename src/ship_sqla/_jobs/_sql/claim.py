@@ -1190,10 +1190,13 @@ job's gate is (F1, F3), taken together by the statement's one upsert in gate ord
 
 The claim walks the partitions with waiting runs as a fair claim walks tenants (F2:
 ``<runs>_tenant_idx``, one entry per partition, at most ``:max_tenants``, from where the last
-claim stopped), counts each one's due runs up to what its limits allow from the snapshot
+claim stopped; on past them, up to ``:widest``, while the partitions visited hold fewer due
+runs than the room: ``_PART_WALK_STEPS``), counts each one's due runs up to what its limits
+allow from the snapshot
 (a partition at its limit counts none), shares the room out by weight, and takes each share's
-oldest due runs; then the gates grant from their newest versions. So its cost is about the room
-in index entries plus a handful per partition visited (its walk entry, its gate row, its count
+oldest due runs; then the gates grant from their newest versions. So its cost is about twice
+the room in index entries (the walk's count of the due runs it finds, then the shares) plus a
+handful per partition visited (its walk entry, its gate row, its count
 and, with a cap, its running runs, counted for every visited partition in one scan of
 ``<runs>_running_idx``), at any backlog and any number of partitions. After the claimed and
 buried rows, at most one ``kind`` 2 row (the soonest a full partition frees, ``rate_wait``)
