@@ -355,3 +355,114 @@ async def test_f8_a_small_claim_visits_as_many_partitions_as_it_can_take_from(
     for _ in range(18):
         seen += by_tenant(await backend.claim(claim_request(job, worker="w", limit=1)))
     assert seen == dict.fromkeys(tenants, 1)
+
+
+def tenant_names(count: int) -> list[str]:
+    return [f"t{n:03}" for n in range(count)]
+
+
+async def test_f8_f2_a_claim_walks_on_until_its_room_is_found(clock, job_backend_factory):
+    """F8, F2: without a Fairness, a claim whose first 64 partitions (DEFAULT_PARTITION_WALK)
+    hold fewer due runs than its room walks on, up to max(limit, 16) partitions, and stops at
+    the partition that fills it: 150 tenants of 2 due runs, a claim of 200 takes 2 of each of
+    the first 100 in one statement (not 128 from 64), the next one starts after the 100th."""
+    backend = job_backend_factory(clock)
+    job = per_tenant_rate("f8.walk_on", 1_000, 60.0)
+    tenants = tenant_names(150)
+    for tenant in tenants:
+        await fill(backend, job, tenant, 2)
+    first = await backend.claim(claim_request(job, worker="w", limit=200))
+    assert (by_tenant(first), first.more_due) == (dict.fromkeys(tenants[:100], 2), True)
+    second = await backend.claim(claim_request(job, worker="w", limit=200))
+    assert by_tenant(second) == dict.fromkeys(tenants[100:], 2)
+
+
+async def test_f8_f2_the_walk_goes_on_no_further_than_the_claims_size(clock, job_backend_factory):
+    """F8, F2: the walk goes on at most max(limit, 16) partitions: 120 tenants of one due run,
+    a claim of 100 visits 100 (its room filled there), and every tenant comes round."""
+    backend = job_backend_factory(clock)
+    job = per_tenant_rate("f8.walk_widest", 1_000, 60.0)
+    tenants = tenant_names(120)
+    for tenant in tenants:
+        await fill(backend, job, tenant, 1)
+    first = await backend.claim(claim_request(job, worker="w", limit=100))
+    assert (by_tenant(first), first.more_due) == (dict.fromkeys(tenants[:100], 1), True)
+    second = await backend.claim(claim_request(job, worker="w", limit=100))
+    assert by_tenant(second) == dict.fromkeys(tenants[100:], 1)
+
+
+async def test_f8_f2_a_walk_that_visited_every_partition_leaves_no_cursor(
+    clock, job_backend_factory
+):
+    """F8, F2: a walk that went on past 64 partitions and ran out of them (its room not
+    filled) says no more is due (more_due False): the next claim starts from the first."""
+    backend = job_backend_factory(clock)
+    job = per_tenant_rate("f8.walk_all", 1_000, 60.0)
+    tenants = tenant_names(80)
+    for tenant in tenants:
+        await fill(backend, job, tenant, 2)
+    first = await backend.claim(claim_request(job, worker="w", limit=1_000))
+    assert (by_tenant(first), first.more_due) == (dict.fromkeys(tenants, 2), False)
+
+
+async def test_f8_f2_the_first_64_partitions_are_visited_whatever_they_hold(
+    clock, job_backend_factory
+):
+    """F8, F2: the walk never stops before DEFAULT_PARTITION_WALK partitions (F2's turns are
+    as before): one tenant with 500 due runs first, then 99 of one each; a claim of 200 visits
+    64 (the first fills the room alone), shares it by water-filling (63 and 137), and the next
+    claim starts after the 64th."""
+    backend = job_backend_factory(clock)
+    job = per_tenant_rate("f8.walk_least", 1_000, 60.0)
+    tenants = tenant_names(100)
+    await fill(backend, job, tenants[0], 500)
+    for tenant in tenants[1:]:
+        await fill(backend, job, tenant, 1)
+    first = await backend.claim(claim_request(job, worker="w", limit=200))
+    assert by_tenant(first) == {tenants[0]: 137, **dict.fromkeys(tenants[1:64], 1)}
+    assert first.more_due
+    second = await backend.claim(claim_request(job, worker="w", limit=36))
+    assert by_tenant(second) == dict.fromkeys(tenants[64:], 1)
+
+
+async def test_f9_each_partitions_cap_holds_past_the_first_64(clock, job_backend_factory):
+    """F9 (with F8's walk): Concurrency(max=2, partition='tenant'), 100 tenants of 3 due runs:
+    the first 64 hold 192 due runs, under the room of 300, so the walk goes on to 100, and
+    each tenant starts 2, no more; the next claim, every tenant at its cap, starts none."""
+    backend = job_backend_factory(clock)
+    job = per_tenant_cap("f9.walk_on", 2)
+    tenants = tenant_names(100)
+    for tenant in tenants:
+        await fill(backend, job, tenant, 3)
+    first = await backend.claim(claim_request(job, worker="w", limit=300))
+    assert by_tenant(first) == dict.fromkeys(tenants, 2)
+    again = await backend.claim(claim_request(job, worker="w", limit=300))
+    assert list(again) == []
+
+
+async def test_f8_each_partitions_rate_holds_past_the_first_64(clock, job_backend_factory):
+    """F8: RateLimit(1, 600 s, partition='tenant'), 100 tenants of 2 due runs, a claim of 200:
+    the walk goes on past 64 and each tenant starts one; nothing more within the period."""
+    backend = job_backend_factory(clock)
+    job = per_tenant_rate("f8.walk_on_rate", 1, 600.0)
+    tenants = tenant_names(100)
+    for tenant in tenants:
+        await fill(backend, job, tenant, 2)
+    first = await backend.claim(claim_request(job, worker="w", limit=200))
+    assert by_tenant(first) == dict.fromkeys(tenants, 1)
+    await backend.settle([completed(run) for run in first])
+    clock.advance(300)
+    again = await backend.claim(claim_request(job, worker="w", limit=200))
+    assert list(again) == []
+
+
+async def test_f2_a_fair_partitioned_claim_keeps_max_tenants(clock, job_backend_factory):
+    """F2, F8: with a Fairness, max_tenants stays a hard bound: 100 tenants of one due run, a
+    claim of 100 takes the first 64 (the walk goes on only without one)."""
+    backend = job_backend_factory(clock)
+    job = per_tenant_rate("f8.walk_fair", 1_000, 60.0, fairness=Fairness())
+    tenants = tenant_names(100)
+    for tenant in tenants:
+        await fill(backend, job, tenant, 1)
+    first = await backend.claim(claim_request(job, worker="w", limit=100))
+    assert (by_tenant(first), first.more_due) == (dict.fromkeys(tenants[:64], 1), True)

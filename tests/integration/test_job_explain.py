@@ -94,6 +94,7 @@ def claim_params() -> dict[str, Any]:
         "rate_period": 1.0,
         "after_tenant": None,
         "max_tenants": 64,
+        "widest": 64,
         "weight_tenants": ["t3"],
         "weights": [2],
         "default_weight": 1,

@@ -166,7 +166,7 @@ from ship_sqla.kernel._backend_base import JobBackendBase
 from ship_sqla.kernel._durations import MAX_OPERATION_TIMEOUT, require_duration
 from ship_sqla.kernel._errors import ConfigurationError, DatabaseTimeoutError
 from ship_sqla.kernel._history_partitions import HistoryMaintenance
-from ship_sqla.kernel._jobs import KEEP_ROW, history_keep, partition_walk
+from ship_sqla.kernel._jobs import KEEP_ROW, history_keep, partition_walk, partition_walk_widest
 from ship_sqla.kernel._plans.announce import AnnounceThrottle
 from ship_sqla.kernel._plans.claim_floor import ClaimFloors, Floor, LapsedFloors
 from ship_sqla.kernel._ports import (
@@ -1078,6 +1078,7 @@ class PostgresJobBackend(JobBackendBase):
         params["lapsed_limit"] = MAX_CLAIM_BATCH
         params["after_tenant"] = self._fair_cursors.get(job_id)
         params["max_tenants"] = partition_walk(fair, request.limit)
+        params["widest"] = partition_walk_widest(fair, request.limit)
         params["weight_tenants"] = [] if fair is None else [tenant for tenant, _ in fair.weights]
         params["weights"] = [] if fair is None else [weight for _, weight in fair.weights]
         params["default_weight"] = 1 if fair is None else fair.default_weight

@@ -944,11 +944,59 @@ _ROOM_PARTITIONED: Final = """, room AS (
 )"""
 
 
+_PART_WALK_STEPS: Final = (
+    (
+        "tenant_walk (tenant, wrapped, k) AS (",
+        "tenant_walk (tenant, wrapped, k, due) AS (",
+    ),
+    (
+        "    SELECT CAST(NULL AS text), false, 0\n",
+        "    SELECT CAST(NULL AS text), false, 0, CAST(0 AS bigint)\n",
+    ),
+    (
+        "    SELECT nxt.tenant, nxt.wrapped, w.k + 1\n",
+        """    -- F8/F9: and each partition's due runs, counted (index-only) up to the room the
+    -- partitions before it left: ``due`` is the due runs found so far, at most the room, so
+    -- the counts read at most the room's worth of entries in all.
+    SELECT nxt.tenant, nxt.wrapped, w.k + 1, w.due + (SELECT count(*) FROM (SELECT 1 FROM (
+            SELECT 1 FROM {runs} r
+            WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id = nxt.tenant
+              AND r.run_at <= {now}
+            ORDER BY r.tenant_id, r.run_at
+            LIMIT {claim_batch}) b
+            LIMIT (SELECT n FROM room) - w.due) c)
+""",
+    ),
+    (
+        "    WHERE w.k < CAST(:max_tenants AS integer) AND NOT (SELECT yes FROM paused)\n",
+        """    -- At least :max_tenants partitions (partition_walk), then on while those visited
+    -- hold fewer due runs than the room, up to :widest (kernel partition_walk_widest): a
+    -- claim over many small partitions fills its room in one statement.
+    WHERE (w.k < CAST(:max_tenants AS integer) OR w.k < CAST(:widest AS integer)
+            AND w.due < (SELECT n FROM room))
+        AND NOT (SELECT yes FROM paused)
+""",
+    ),
+)
+"""The partitioned claim's walk (F8/F9) from the fair claim's (F2): it also counts the due
+runs it finds, and goes past :max_tenants while they fall short of the claim's room (the
+in-memory model's ``_walk``)."""
+
+_PART_CURSOR: Final = """t.k >= CAST(:max_tenants AS integer)
+    AND (t.k >= CAST(:widest AS integer) OR t.due >= (SELECT n FROM room))"""
+"""The partitioned walk stopped at its width (not for want of partitions): its last row, the
+only one that passes (``due`` only grows, and the walk stops at the first row past both)."""
+
+
 def _part_walk() -> str:
     """The fair claim's walk (F2) over the partitions (the tenants), its due-run counts capped
     by each partition's limits (:data:`_PARTS`), then its water-filling, then each partition's
     due runs, each row carrying its partition (``part``)."""
     walk = _FAIR_WALK
+    for fair, partitioned in _PART_WALK_STEPS:
+        if fair not in walk:  # the fair walk changed under these replacements
+            raise AssertionError(fair)
+        walk = walk.replace(fair, partitioned)
     counted = walk.index("), counted AS MATERIALIZED (")
     ordered = walk.index("), ordered AS (")
     due = walk.index("), due AS (")
@@ -1043,11 +1091,11 @@ _PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
                 w.room), 0) AS due
         ) k
         WHERE x.gate = g.job_id)
-    RETURNING g.job_id AS gate, g.claim_grant AS due_n,
-        CASE WHEN CAST(:rate_limit AS integer) IS NULL
-            THEN least(CAST(:limit AS integer),
-                (SELECT x.lapsed_n FROM found x WHERE x.gate = g.job_id) + g.claim_grant)
-            ELSE g.rate_n[cardinality(g.rate_n)] END AS total_n,
+    -- total_n: every run the partition starts, its lapsed ones and its due grant, within
+    -- the rate (F8); none without a rate (NULL): then it is all its lapsed runs and its due
+    -- grant, which picked's rank test alone keeps to (a lookup of the partition's row of
+    -- found here was a scan of found per gate: the square of the partitions visited).
+    RETURNING g.job_id AS gate, g.claim_grant AS due_n, g.rate_n[cardinality(g.rate_n)] AS total_n,
         g.rate_at[cardinality(g.rate_at)] AS started_at,
         -- F8: the partition's window is full: seconds until its oldest start leaves it.
         CASE WHEN CAST(:rate_limit AS integer) IS NOT NULL
@@ -1071,7 +1119,7 @@ _PICK_PARTITIONED: Final = """, cands AS MATERIALIZED (
         FROM cands c
         JOIN gates g ON g.gate = {gate_of_c}
     ) c
-    WHERE c.place <= c.total_n AND c.rank <= c.due_n
+    WHERE c.place <= coalesce(c.total_n, c.place) AND c.rank <= c.due_n
     -- At most the limit in all (lapsed runs past it were granted and recorded all the same:
     -- a start not made only narrows its window; they are retaken by a later claim).
     ORDER BY c.rank, c.priority DESC, c.run_at, c.seq
@@ -1124,7 +1172,9 @@ def _partitioned(*, keyed: bool = False, by_key: bool = False) -> str:
         _CLAIM_TAIL.replace(_CLAIMED_WHERE, _CLAIMED_FROM_PICKED)
         .replace("{started}", "coalesce(p.started_at, {now})")
         .replace("{gate_row}", _PART_GATE_ROW)
-        .replace("{fair_row}", _FAIR_ROW)
+        .replace(
+            "{fair_row}", _FAIR_ROW.replace("t.k = CAST(:max_tenants AS integer)", _PART_CURSOR)
+        )
         .replace("{lapsed_row}", "")
     )
     return _finished(_HEAD + _ROOM_PARTITIONED + body + tail, keyed=keyed)
@@ -1137,10 +1187,13 @@ job's gate is (F1, F3), taken together by the statement's one upsert in gate ord
 
 The claim walks the partitions with waiting runs as a fair claim walks tenants (F2:
 ``<runs>_tenant_idx``, one entry per partition, at most ``:max_tenants``, from where the last
-claim stopped), counts each one's due runs up to what its limits allow from the snapshot
+claim stopped; on past them, up to ``:widest``, while the partitions visited hold fewer due
+runs than the room: ``_PART_WALK_STEPS``), counts each one's due runs up to what its limits
+allow from the snapshot
 (a partition at its limit counts none), shares the room out by weight, and takes each share's
-oldest due runs; then the gates grant from their newest versions. So its cost is about the room
-in index entries plus a handful per partition visited (its walk entry, its gate row, its count
+oldest due runs; then the gates grant from their newest versions. So its cost is about twice
+the room in index entries (the walk's count of the due runs it finds, then the shares) plus a
+handful per partition visited (its walk entry, its gate row, its count
 and, with a cap, its running runs, counted for every visited partition in one scan of
 ``<runs>_running_idx``), at any backlog and any number of partitions. After the claimed and
 buried rows, at most one ``kind`` 2 row (the soonest a full partition frees, ``rate_wait``)

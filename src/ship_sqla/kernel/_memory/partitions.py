@@ -5,9 +5,12 @@ A partitioned claim (a job whose ``concurrency.max`` and ``RateLimit`` hold per 
 partition key: ``ClaimRequest.partition``):
 
 - walks the partitions that have waiting runs (the tenants or keys, sorted, from the one after where
-  this job's last partitioned claim stopped, wrapping round, at most ``max_tenants`` of them:
-  the ``Fairness``' or :data:`DEFAULT_PARTITION_WALK`, and at most ``max(limit, 16)``:
-  :func:`~ship_sqla.kernel._jobs.partition_walk`), and the runs of none as one more
+  this job's last partitioned claim stopped, wrapping round: ``max_tenants`` of them, the
+  ``Fairness``' or :data:`DEFAULT_PARTITION_WALK`, but at most ``max(limit, 16)``
+  (:func:`~ship_sqla.kernel._jobs.partition_walk`), when there are that many; without a
+  ``Fairness``, on past them while the partitions visited hold fewer due runs than the
+  claim's room, up to ``max(limit, 16)`` (at most 256):
+  :func:`~ship_sqla.kernel._jobs.partition_walk_widest`), and the runs of none as one more
   partition when any is due;
 - gives each visited partition at most what its own limits leave: ``max - running`` (every
   running run of the partition holds a slot, lapsed or not, F9) and ``limit - starts in the
@@ -24,7 +27,7 @@ import heapq
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
-from ship_sqla.kernel._jobs import partition_walk
+from ship_sqla.kernel._jobs import partition_walk, partition_walk_widest
 from ship_sqla.kernel._plans.fairness import fair_shares
 
 if TYPE_CHECKING:
@@ -73,17 +76,36 @@ class PartitionChoice(Generic[_Run]):
 
 
 def _walk(
-    request: ClaimRequest, waiting: Sequence[_RunLike], cursors: dict[str, str]
+    request: ClaimRequest,
+    waiting: Sequence[_RunLike],
+    cursors: dict[str, str],
+    due: tuple[dict[str | None, int], int],
 ) -> list[str | None]:
-    """The partitions this claim visits, as CLAIM_FAIR's tenant walk finds them."""
-    most = partition_walk(request.fairness, request.limit)
+    """The partitions this claim visits, as CLAIM_PARTITIONED's walk finds them: at least
+    ``partition_walk`` of them, then on while those visited hold fewer due runs (``due``: each
+    partition's count, and the claim's room) than the room, up to ``partition_walk_widest``.
+    The next claim starts after the last one when the walk stopped there, not for want of
+    partitions."""
+    least = partition_walk(request.fairness, request.limit)
+    widest = partition_walk_widest(request.fairness, request.limit)
+    due_of, room = due
     part = _part_of(request)
     named = sorted({p for run in waiting if (p := part(run)) is not None})
     after = cursors.pop(request.job_id, None)
     onward = [part for part in named if after is None or part > after]
     wrapped = [part for part in named if after is not None and part <= after]
-    walked = (onward + wrapped)[:most]
-    if len(walked) == most:
+    walked: list[str] = []
+    found = 0
+
+    def stops() -> bool:
+        return len(walked) >= least and (len(walked) >= widest or found >= room)
+
+    for visit in onward + wrapped:
+        if stops():
+            break
+        walked.append(visit)
+        found += due_of.get(visit, 0)
+    if walked and stops():
         cursors[request.job_id] = walked[-1]
     return [*walked]
 
@@ -141,12 +163,12 @@ def choose_partitioned(
     retakable = sorted((run for run in candidates if run.state == "running"), key=_claim_order)
     room = max(request.limit - len(retakable), 0)
     waiting = [run for run in lives if run.state == "waiting"]
-    visited = _walk(request, waiting, cursors)
     # Counted as the claim counts them: every due run of the partition, J4's keys or not.
     due_of: dict[str | None, int] = {}
     for run in waiting:
         if run.run_at <= now:
             due_of[part(run)] = due_of.get(part(run), 0) + 1
+    visited = _walk(request, waiting, cursors, (due_of, room))
     if due_of.get(None):
         visited.insert(0, None)
     gates = {part: _gate(request, part, held.get(part, 0), starts, now) for part in visited}
