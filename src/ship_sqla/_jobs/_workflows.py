@@ -192,6 +192,14 @@ class PostgresWorkflows:
                 params,
                 scope=OWN,
             )
+            if self._s.live_only:
+                # J16: a child moved to history while that statement ran (ADOPT_ENDED_CHILDREN).
+                await self._connections.execute(
+                    "adopt ended children",
+                    self._s[live_sql.ADOPT_ENDED_CHILDREN],
+                    {"parent_id": parent.run_id, "ids": list(child_ids)},
+                    scope=OWN,
+                )
 
     async def children(self, run_id: str) -> list[ChildOutcome]:
         params = {"run_id": run_id}

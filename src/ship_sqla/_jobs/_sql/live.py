@@ -669,4 +669,20 @@ WHERE p.id = :parent_id AND p.lease_token = :token AND p.state = 'running'
     compacted=False,
 )
 """ADOPT_CHILDREN over both tables (D5, J16): a spawned child that ended before its adoption
-is adopted in history."""
+is adopted in history. Followed by ADOPT_ENDED_CHILDREN: see there."""
+
+ADOPT_ENDED_CHILDREN: Final = Template(
+    """
+UPDATE {history} h SET parent_id = :parent_id
+FROM unnest(CAST(:ids AS text[])) AS i(id)
+-- the history's id index, one probe per child (a hash index takes no array, so a join)
+WHERE h.id = i.id AND h.parent_id IS NULL AND h.id <> :parent_id
+""",
+    compacted=False,
+)
+"""D5, J16: ADOPT_CHILDREN_EITHER's history half again, in a statement of its own (a snapshot
+taken after that one ended). A child whose settle moved it to history while
+ADOPT_CHILDREN_EITHER ran (committed after its snapshot: its runs-table UPDATE then finds the
+row deleted, and its history UPDATE cannot see the new row) is adopted here; without it the
+child kept no parent and ``wait_for_children`` missed it (all 20 children of a fan-out once,
+under load: the continuation saw none)."""
