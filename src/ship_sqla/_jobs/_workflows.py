@@ -185,15 +185,11 @@ class PostgresWorkflows:
         params = {"parent_id": parent.run_id, "token": parent.token, "ids": list(child_ids)}
         async with self._named():
             await self._connections.execute(
-                "adopt children",
-                self._s[
-                    live_sql.ADOPT_CHILDREN_EITHER if self._s.live_only else sql.ADOPT_CHILDREN
-                ],
-                params,
-                scope=OWN,
+                "adopt children", self._s[sql.ADOPT_CHILDREN], params, scope=OWN
             )
             if self._s.live_only:
-                # J16: a child moved to history while that statement ran (ADOPT_ENDED_CHILDREN).
+                # J16: the children already in history, in a snapshot taken after that
+                # statement ended (ADOPT_ENDED_CHILDREN).
                 await self._connections.execute(
                     "adopt ended children",
                     self._s[live_sql.ADOPT_ENDED_CHILDREN],

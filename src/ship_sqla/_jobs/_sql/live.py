@@ -647,30 +647,6 @@ ORDER BY p.job_id, p.key
 """CONSUMER_PROGRESS over both tables (C3, J16): a key's last batch is kept after its run
 ended, in history."""
 
-ADOPT_CHILDREN_EITHER: Final = Template(
-    """
-WITH adopted AS (
-    UPDATE {runs} c SET parent_id = :parent_id
-    -- <runs>_pkey
-    WHERE c.id = ANY(CAST(:ids AS text[])) AND c.parent_id IS NULL AND c.id <> :parent_id
-    RETURNING 1
-), adopted_ended AS (
-    -- J16: a child that already ended (a fast worker) is in history: the history's id index,
-    -- one probe per child (a hash index takes no array, so a join).
-    UPDATE {history} h SET parent_id = :parent_id
-    FROM unnest(CAST(:ids AS text[])) AS i(id)
-    WHERE h.id = i.id AND h.parent_id IS NULL AND h.id <> :parent_id
-    RETURNING 1
-)
-UPDATE {runs} p SET wait_for = '#children'
-WHERE p.id = :parent_id AND p.lease_token = :token AND p.state = 'running'
-  AND (SELECT count(*) FROM adopted) + (SELECT count(*) FROM adopted_ended) >= 0
-""",
-    compacted=False,
-)
-"""ADOPT_CHILDREN over both tables (D5, J16): a spawned child that ended before its adoption
-is adopted in history. Followed by ADOPT_ENDED_CHILDREN: see there."""
-
 ADOPT_ENDED_CHILDREN: Final = Template(
     """
 UPDATE {history} h SET parent_id = :parent_id
@@ -680,9 +656,9 @@ WHERE h.id = i.id AND h.parent_id IS NULL AND h.id <> :parent_id
 """,
     compacted=False,
 )
-"""D5, J16: ADOPT_CHILDREN_EITHER's history half again, in a statement of its own (a snapshot
-taken after that one ended). A child whose settle moved it to history while
-ADOPT_CHILDREN_EITHER ran (committed after its snapshot: its runs-table UPDATE then finds the
-row deleted, and its history UPDATE cannot see the new row) is adopted here; without it the
-child kept no parent and ``wait_for_children`` missed it (all 20 children of a fan-out once,
-under load: the continuation saw none)."""
+"""D5, J16: the adoption's history half, run after ADOPT_CHILDREN (the runs table's) as a
+statement of its own. A child that already ended (a fast worker) is in history, and so is one
+whose settle moved it there while ADOPT_CHILDREN ran (that UPDATE found its row gone once the
+settle committed). This statement's snapshot is taken after ADOPT_CHILDREN ended, so it sees
+both; inside ADOPT_CHILDREN's own statement the second was invisible, the child kept no parent
+and ``wait_for_children`` missed it (all 20 children of a fan-out once, under load)."""

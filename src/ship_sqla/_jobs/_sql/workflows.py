@@ -245,7 +245,8 @@ WHERE p.id = :parent_id AND p.lease_token = :token AND p.state = 'running'
     compacted=False,
 )
 """D5: the spawned runs become the parent's children (once: a replay adopts nothing new), and
-the parent is marked as having children (their end wakes it)."""
+the parent is marked as having children (their end wakes it). With a history table (J16) the
+backend then runs ADOPT_ENDED_CHILDREN (:mod:`.live`) for the children already there."""
 
 CHILDREN: Final = Template(
     """
