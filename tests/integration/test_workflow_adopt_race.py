@@ -1,9 +1,9 @@
 """D5, J16 on PostgreSQL: a spawned child whose settle moves it to history WHILE its parent's
 adoption runs is still adopted (the adoption's history half is a statement of its own,
-ADOPT_ENDED_CHILDREN, run after the runs table's). Before, the adoption's runs-table UPDATE waited on the child's row
-lock, found the row gone once the settle committed, and its history UPDATE could not see the
-new row: the child kept no parent, and ``wait_for_children`` saw none of a fan-out's 20
-children (a CI failure of test_workflows' end-to-end test under load)."""
+ADOPT_ENDED_CHILDREN, run after the runs table's). Before, the adoption's runs-table UPDATE
+waited on the child's row lock, found the row gone once the settle committed, and its history
+UPDATE could not see the new row: the child kept no parent, and ``wait_for_children`` saw none
+of a fan-out's 20 children (a CI failure of test_workflows' end-to-end test under load)."""
 
 from __future__ import annotations
 
