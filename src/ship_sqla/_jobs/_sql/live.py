@@ -22,6 +22,7 @@ from typing import Final
 
 from ship_sqla._jobs._sql import admin, browse, enqueue
 from ship_sqla._jobs._sql._moves import HISTORY_COLUMNS, INSERT_BACK, insert_ended
+from ship_sqla._jobs._sql.settle import SETTLE_INPUTS, settle_batch
 from ship_sqla._sql import Template
 
 __all__ = [  # noqa: RUF022
@@ -70,24 +71,25 @@ _LIVE_AS_RUN: Final = (
 """A runs-table row as the same columns as HISTORY_AS_RUN (a live run has no finished attempt)."""
 
 
-_SETTLE_INPUT: Final = """
+_MOVING_COLUMNS: Final = (
+    *SETTLE_INPUTS[:-1],
+    ("starts", "timestamptz", "started"),
+    ("keeps", "smallint", "keep"),
+    SETTLE_INPUTS[-1],
+)
+"""The in-place settle's input arrays, and each attempt's start and what history keeps."""
+
+_SETTLE_INPUT: Final = (
+    """
 WITH settle AS (
     SELECT t.ord, t.id, t.token, coalesce(t.state, 'completed') AS state, t.at,
         coalesce(t.refund, false) AS refund, coalesce(t.snoozes_added, 0) AS snoozes_added,
         t.error, t.entry_kind, coalesce(t.keeps_lapses, false) AS keeps_lapses, t.started,
         coalesce(t.keep, 1) AS keep, t.wait_for
-    -- J20: padded to 32 rows for the planner, as SETTLE_IF_TOKEN_CURRENT's (settle.py).
-    FROM ROWS FROM (
-        unnest(CAST(:ids AS text[])), unnest(CAST(:tokens AS bigint[])),
-        unnest(CAST(:states AS text[])), unnest(CAST(:ats AS timestamptz[])),
-        unnest(CAST(:refunds AS boolean[])), unnest(CAST(:snoozes_added AS integer[])),
-        unnest(CAST(:errors AS text[])), unnest(CAST(:entry_kinds AS text[])),
-        unnest(CAST(:keeps_lapses AS boolean[])), unnest(CAST(:starts AS timestamptz[])),
-        unnest(CAST(:keeps AS smallint[])), unnest(CAST(:wait_fors AS text[])),
-        generate_series(1, 32)
-    ) WITH ORDINALITY AS t(id, token, state, at, refund, snoozes_added, error, entry_kind,
-        keeps_lapses, started, keep, wait_for, pad, ord)
-    WHERE t.id IS NOT NULL
+    -- J20: padded to 32 rows for the planner, as SETTLE_IF_TOKEN_CURRENT's (settle_batch).
+    """  # noqa: S608 - constant text
+    + settle_batch(_MOVING_COLUMNS)
+    + """
 ), kept AS (
     -- What stays live: a retry, release or snooze of a run no operator asked to cancel (K2).
     -- <runs>_pkey, one probe per settlement; the token fences out stale holders (J5).
@@ -138,6 +140,7 @@ WITH settle AS (
     -- J18: keep 0 is a completion its job keeps no row of (Retention(completed=0)); keep 2
     -- keeps a completed run's payload (Retention(completed_payload=True)).
     """
+)
 
 SETTLE_MOVING: Final = Template(
     _SETTLE_INPUT  # noqa: S608 - constant text

@@ -46,27 +46,52 @@ __all__ = [
     "RECORD_PROGRESS_IF_TOKEN_CURRENT",
     "SETTLE_COLUMNS",
     "SETTLE_IF_TOKEN_CURRENT",
+    "SETTLE_INPUTS",
+    "settle_batch",
 ]
 
-SETTLE_IF_TOKEN_CURRENT: Final = Template("""
+SETTLE_INPUTS: Final = (
+    ("ids", "text", "id"),
+    ("tokens", "bigint", "token"),
+    ("states", "text", "state"),
+    ("ats", "timestamptz", "at"),
+    ("refunds", "boolean", "refund"),
+    ("snoozes_added", "integer", "snoozes_added"),
+    ("errors", "text", "error"),
+    ("entry_kinds", "text", "entry_kind"),
+    ("keeps_lapses", "boolean", "keeps_lapses"),
+    ("wait_fors", "text", "wait_for"),
+)
+"""A batched settle's input arrays, one element per settlement: (parameter, element type, the
+column of ``t`` it becomes); J16's moving settle (:mod:`.live`) adds two before the last."""
+
+
+def settle_batch(columns: tuple[tuple[str, str, str], ...]) -> str:
+    """The ``FROM`` of a batched settle's input ``t``: each ``columns`` array unnested side by
+    side (a shorter one padded with NULLs), numbered ``ord``, and padded to 32 rows for the
+    planner by ``generate_series(1, 32)`` (J20, the module docstring: it assumes 10 elements for
+    an array); the padding rows have no id and are dropped."""
+    arrays = ", ".join(f"unnest(CAST(:{param} AS {kind}[]))" for param, kind, _ in columns)
+    names = ", ".join(name for _, _, name in columns)
+    return f"""FROM ROWS FROM (
+        {arrays},
+        generate_series(1, 32)
+    ) WITH ORDINALITY AS t({names}, pad, ord)
+    WHERE t.id IS NOT NULL"""
+
+
+SETTLE_IF_TOKEN_CURRENT: Final = Template(
+    """
 WITH settle AS (
     -- unnest pads arrays shorter than :ids with NULLs: a NULL state is a completion, so a batch
     -- of completions sends :ids and :tokens only (the completer's common batch, at the old cost).
     SELECT t.ord, t.id, t.token, coalesce(t.state, 'completed') AS state, t.at,
         coalesce(t.refund, false) AS refund, coalesce(t.snoozes_added, 0) AS snoozes_added,
         t.error, t.entry_kind, coalesce(t.keeps_lapses, false) AS keeps_lapses, t.wait_for
-    -- J20: generate_series(1, 32) pads the batch to 32 rows (dropped: no id), so the planner
-    -- prices at least 32 probes, not the 10 it assumes for an array (module docstring).
-    FROM ROWS FROM (
-        unnest(CAST(:ids AS text[])), unnest(CAST(:tokens AS bigint[])),
-        unnest(CAST(:states AS text[])), unnest(CAST(:ats AS timestamptz[])),
-        unnest(CAST(:refunds AS boolean[])), unnest(CAST(:snoozes_added AS integer[])),
-        unnest(CAST(:errors AS text[])), unnest(CAST(:entry_kinds AS text[])),
-        unnest(CAST(:keeps_lapses AS boolean[])), unnest(CAST(:wait_fors AS text[])),
-        generate_series(1, 32)
-    ) WITH ORDINALITY AS t(id, token, state, at, refund, snoozes_added, error, entry_kind,
-        keeps_lapses, wait_for, pad, ord)
-    WHERE t.id IS NOT NULL
+    -- J20: padded to 32 rows (settle_batch), so the planner prices at least 32 probes.
+    """
+    + settle_batch(SETTLE_INPUTS)
+    + """
 )
 UPDATE {runs} r
 -- Each field applies the kernel's settlement as built (ship_sqla/kernel/_settlement.py decided
@@ -102,7 +127,8 @@ FROM settle s
 -- one-path probe (module docstring): the id as a one-element array, the fence one IS TRUE.
 WHERE r.id = ANY(ARRAY[s.id]) AND (r.lease_token = s.token AND r.state = 'running') IS TRUE
 RETURNING s.ord, r.state, r.parent_id
-""")
+"""
+)
 """Apply a batch of settlements (:class:`~ship_sqla.kernel._settlement.Settlement`) in one round
 trip (as River's ``JobSetStateIfRunningMany``): parallel arrays, one element per settlement, its
 fields as the kernel built them: ``:states`` (``'completed'`` | ``'waiting'`` | ``'dead'`` |
