@@ -11,9 +11,10 @@ drain leaves dead. Every ``sample`` seconds the bench records, per library:
 - **drain**: runs finished in the interval against the rate offered;
 - **queue table size**: ``pg_total_relation_size`` (heap + indexes), the heap alone, its
   indexes (``pg_indexes_size``), dead tuples, and how many autovacuum passes it has had since
-  the snapshot was released. When it is first back to its pre-hold size is reported in those
-  passes, in seconds after the release and in autovacuum cycles (those seconds over the
-  server's ``autovacuum_naptime``), and in cycles again within 25 % of that size
+  the snapshot was released. When it is first back to its pre-hold size (the median of the
+  samples before the hold) is reported in those passes, in seconds after the release (on the
+  sampler's grid) and in autovacuum cycles (those seconds over the server's
+  ``autovacuum_naptime``), and in cycles again within 25 % of that size
   (``table_near_after_cycles``: under load the size moves by that much between vacuums).
   ship's early index rebuilds (the sampler's, J17 and J22:
   ``SHIP_SQLA_RUNS_INDEXES_REBUILT_EARLY``) are logged with their time.
@@ -540,20 +541,35 @@ moves by about this much between two autovacuums (7.4-9.3 MiB in a 1,000 runs/s 
 one pre-hold sample is a noisy bar for "back"."""
 
 
+def _pre_hold_bytes(outcome: Outcome) -> float:
+    """The table's pre-hold size (heap + indexes): the median of the samples taken under load
+    before the hold (the one taken just before it included), so one sample caught between two
+    vacuums is not the bar ("back" compared with a single 4.08 MiB sample once read 21
+    naptimes where the indexes were back within 2)."""
+    base = outcome.pre_hold
+    if base is None:
+        return math.nan
+    return median([s.total_bytes for s in outcome.samples if 0 < s.at <= base.at])
+
+
 def _back_sample(outcome: Outcome, slack: float = 1.0) -> Sample | None:
     """The first sample after the release whose table (heap + indexes) is back to its
     pre-hold size (times ``slack``), None if none was."""
-    base = outcome.pre_hold
-    if base is None:
-        return None
+    bar = _pre_hold_bytes(outcome) * slack
     return next(
-        (
-            s
-            for s in outcome.samples
-            if s.at >= outcome.released_at and s.total_bytes <= base.total_bytes * slack
-        ),
+        (s for s in outcome.samples if s.at >= outcome.released_at and s.total_bytes <= bar),
         None,
     )
+
+
+def _after_release(outcome: Outcome, sample: Sample | None) -> float:
+    """Seconds from the release to ``sample`` on the sampler's grid (a sample every
+    ``after_sample`` seconds from the release): the few milliseconds a sample starts late are
+    the sampler's, not the table's (30.005 s read as "2.0003 naptimes", over a bar of 2)."""
+    if sample is None:
+        return math.nan
+    step = outcome.shape.after_sample
+    return round((sample.at - outcome.released_at) / step) * step
 
 
 def _intervals(outcome: Outcome) -> list[tuple[Sample, float, float, float, float]]:
@@ -633,10 +649,8 @@ def _summarise(outcome: Outcome) -> Summary:
     offered = sum(_offered_in(outcome, r[0]) for r in loaded)
     finished = sum(r[3] * _offered_in(outcome, r[0]) for r in loaded)
     back = _back_after(outcome)
-    back_sample = _back_sample(outcome)
-    back_s = math.nan if back_sample is None else back_sample.at - outcome.released_at
-    near_sample = _back_sample(outcome, NEAR)
-    near_s = math.nan if near_sample is None else near_sample.at - outcome.released_at
+    back_s = _after_release(outcome, _back_sample(outcome))
+    near_s = _after_release(outcome, _back_sample(outcome, NEAR))
     return Summary(
         claim_us_pre=pre_us,
         claim_ratio_max=max((r[1] / pre_us for r in later), default=math.nan),
@@ -644,7 +658,7 @@ def _summarise(outcome: Outcome) -> Summary:
         drain_overall=finished / offered if offered else math.nan,
         drain_worst=min((r[3] for r in loaded), default=math.nan),
         offered_pace=median([r[4] for r in loaded]),
-        table_pre_mib=base.total_bytes / 2**20 if base is not None else math.nan,
+        table_pre_mib=_pre_hold_bytes(outcome) / 2**20,
         table_peak_mib=max(s.total_bytes for s in outcome.samples) / 2**20,
         back_after_passes=math.nan if back is None else float(back),
         back_after_seconds=back_s,

@@ -466,3 +466,33 @@ async def test_f2_a_fair_partitioned_claim_keeps_max_tenants(clock, job_backend_
         await fill(backend, job, tenant, 1)
     first = await backend.claim(claim_request(job, worker="w", limit=100))
     assert (by_tenant(first), first.more_due) == (dict.fromkeys(tenants[:64], 1), True)
+
+
+async def test_f8_f2_partitions_short_of_their_share_leave_it_to_the_others(
+    clock, job_backend_factory
+):
+    """F8, F2 (issue 35 item 4, kernel counted_for_shares): a claim of 20 over four partitions
+    whose limits allow 20 each, two holding 1 due run and two holding 20. Each is counted up to
+    an equal share plus one (6) first; the two short ones leave 6 of the room, so the two full
+    ones are counted again up to 12, and the room is shared as over the whole counts: 1, 1, 9
+    and 9 (work-conserving, equal shares of what is left)."""
+    backend = job_backend_factory(clock)
+    job = per_tenant_rate("f8.short", 100, 10.0)
+    for tenant, count in (("a", 1), ("b", 1), ("c", 20), ("d", 20)):
+        await fill(backend, job, tenant, count)
+    batch = await backend.claim(claim_request(job, worker="w", limit=20))
+    assert by_tenant(batch) == {"a": 1, "b": 1, "c": 9, "d": 9}
+
+
+async def test_f8_f2_a_small_claim_over_deep_partitions_takes_one_of_each(
+    clock, job_backend_factory
+):
+    """F8, F2 (issue 35 item 4): a claim of 8 over eight partitions of 30 due runs each, whose
+    limits allow 30 each: each is counted up to 2 (an equal share, 1, plus one), not 30, and
+    each gives one run."""
+    backend = job_backend_factory(clock)
+    job = per_tenant_rate("f8.deep", 100, 10.0)
+    for tenant in "abcdefgh":
+        await fill(backend, job, tenant, 30)
+    batch = await backend.claim(claim_request(job, worker="w", limit=8))
+    assert by_tenant(batch) == dict.fromkeys("abcdefgh", 1)

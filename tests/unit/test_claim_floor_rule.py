@@ -54,10 +54,10 @@ def test_j19_a_slow_full_walk_spaces_the_next_one_out_up_to_the_ceiling() -> Non
     claim changes nothing."""
     assert sweep_spacing(None) == sweep_spacing(0.0) == sweep_spacing(0.002) == SWEEP
     assert sweep_spacing(-1.0) == SWEEP  # the clock went back during the claim
-    assert sweep_spacing(0.1) == 0.1 / DEFAULT_SWEEP_SHARE
+    assert sweep_spacing(0.02) == 0.02 / DEFAULT_SWEEP_SHARE == 20.0
     assert sweep_spacing(5.0) == sweep_spacing(float("inf")) == CEILING
     floors = ClaimFloors()
-    floors.record("j", at(0), (), [(0, at(-60), 7)], took=0.1)  # 20 s to the next
+    floors.record("j", at(0), (), [(0, at(-60), 7)], took=0.02)  # 20 s to the next
     assert floors.floors("j", at(19.9)) != ()
     floors.record("j", at(19.9), floors.floors("j", at(19.9)), [], took=9.0)  # floored
     assert floors.floors("j", at(19.95)) != ()

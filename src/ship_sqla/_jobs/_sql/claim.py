@@ -286,7 +286,67 @@ _AGED: Final = _WALK_LEVELS.replace("{floor_join}", "").replace(
 )
 """F10: the priority walk, then the aged seek, due runs by effective priority."""
 
-_FAIR_WALK: Final = """, tenant_walk (tenant, wrapped, k) AS (
+_DUE_COUNT: Final = """(
+            SELECT count(*) FROM (SELECT 1 FROM (
+                SELECT 1 FROM {runs} r
+                WHERE r.job_id = :job_id AND r.state = 'waiting' AND {match}
+                  AND r.run_at <= {now}
+                ORDER BY r.tenant_id, r.run_at
+                LIMIT {claim_batch}) b
+                LIMIT {up_to}) c)"""
+"""<runs>_tenant_idx: one partition's due runs, counted up to ``{up_to}`` (index-only, bounded).
+Two LIMITs, as in the walk: the constant inner one is what the planner sees, the outer one stops
+the count."""
+
+
+def _due_count(part: str, up_to: str) -> str:
+    """The due runs of the named partition ``part`` (a column) up to ``up_to``."""
+    return _DUE_COUNT.replace("{match}", f"r.tenant_id = {part}").replace("{up_to}", up_to)
+
+
+def _counted(allowed: str) -> str:
+    """F2, F8/F9: each visited partition's due runs counted for the water-filling, as the
+    kernel's ``counted_for_shares`` counts them (issue 35 item 4). ``allowed``: the visited
+    partitions (``tenant``, ``k``) with ``n``, what their limits allow (at most the limit)."""
+    untenanted = _DUE_COUNT.replace("{match}", "r.tenant_id IS NULL").replace("{up_to}", "x.n")
+    return (
+        """, weighed AS (
+    SELECT a.tenant, a.k, a.n, coalesce(w.weight, CAST(:default_weight AS integer)) AS weight
+    FROM {allowed} a
+    LEFT JOIN unnest(CAST(:weight_tenants AS text[]), CAST(:weights AS integer[]))
+        AS w(tenant, weight) ON w.tenant = a.tenant
+), firsts AS MATERIALIZED (
+    -- Each partition's due runs counted up to an equal share of the room, rounded up, plus one
+    -- (``top``, when the partitions whose limits allow any run have one weight; else one more
+    -- than its limits allow: whole, as before): at most the room plus two entries a
+    -- partition. A count that reaches ``top`` says the partition holds more than its share.
+    -- The untenanted runs (one partition, the NULL tenant) are counted whole, up to what
+    -- their limits allow (``c``).
+    SELECT x.*, CASE WHEN x.tenant IS NULL THEN {untenanted} ELSE {first} END AS c
+    FROM (SELECT e.*, CASE WHEN v.same THEN ((SELECT n FROM room) + v.v - 1) / v.v + 1
+            ELSE e.n + 1 END AS top
+          FROM weighed e,
+            (SELECT count(*) AS v, min(weight) = max(weight) AS same FROM weighed WHERE n > 0) v
+         ) x
+), counted AS MATERIALIZED (
+    -- Only when those counts fall short of the room: the partitions that hold more than their
+    -- share counted again, each up to ``top`` plus the room the counts left (no partition's
+    -- share can be more). MATERIALIZED: inlined into ``ordered``, each count ran once per use
+    -- of due_n there (three times).
+    SELECT f.tenant, f.k, f.weight, CASE
+        WHEN f.c < f.top OR s.spare <= 0 THEN least(f.c, f.top)
+        WHEN f.tenant IS NULL THEN least(f.c, f.top + s.spare)
+        ELSE {again} END AS due_n
+    FROM firsts f, (SELECT (SELECT n FROM room) - sum(least(c, top)) AS spare FROM firsts) s
+)""".replace("{allowed}", allowed)
+        .replace("{untenanted}", untenanted)
+        .replace("{first}", _due_count("x.tenant", "least(x.n, x.top)"))
+        .replace("{again}", _due_count("f.tenant", "least(f.n, f.top + s.spare)"))
+    )
+
+
+_FAIR_WALK: Final = (
+    """, tenant_walk (tenant, wrapped, k) AS (
     -- F2, <runs>_tenant_idx (job_id, tenant_id, run_at, seq), waiting runs: the tenants that
     -- have waiting runs, by a loose index scan (one entry per tenant), starting after the
     -- tenant where this backend's last fair claim of the job stopped (:after_tenant) and
@@ -331,34 +391,9 @@ _FAIR_WALK: Final = """, tenant_walk (tenant, wrapped, k) AS (
           AND r.run_at <= {now}
         ORDER BY r.tenant_id, r.run_at
         LIMIT 1) IS NOT NULL
-), counted AS MATERIALIZED (
-    -- <runs>_tenant_idx: each tenant's due runs, counted up to the room (index-only, bounded).
-    -- Two LIMITs, as in the walk: the constant inner one is what the planner sees, the outer
-    -- one stops the count at the room. MATERIALIZED: inlined into ``ordered``, each count ran
-    -- once per use of due_n there (three times).
-    SELECT t.tenant, t.k,
-        coalesce(w.weight, CAST(:default_weight AS integer)) AS weight,
-        CASE WHEN t.tenant IS NULL THEN (
-            SELECT count(*) FROM (SELECT 1 FROM (
-                SELECT 1 FROM {runs} r
-                WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id IS NULL
-                  AND r.run_at <= {now}
-                ORDER BY r.tenant_id, r.run_at
-                LIMIT {claim_batch}) bounded
-                LIMIT CAST(:limit AS integer)) c)
-        ELSE (
-            SELECT count(*) FROM (SELECT 1 FROM (
-                SELECT 1 FROM {runs} r
-                WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id = t.tenant
-                  AND r.run_at <= {now}
-                ORDER BY r.tenant_id, r.run_at
-                LIMIT {claim_batch}) bounded
-                LIMIT CAST(:limit AS integer)) c)
-        END AS due_n
-    FROM tenants t
-    LEFT JOIN unnest(CAST(:weight_tenants AS text[]), CAST(:weights AS integer[]))
-        AS w(tenant, weight) ON w.tenant = t.tenant
-), ordered AS (
+)"""  # noqa: S608 - constant text
+    + _counted("(SELECT t.tenant, t.k, CAST(:limit AS integer) AS n FROM tenants t)")
+    + """, ordered AS (
     -- Water-filling (kernel: fair_shares): tenants with the fewest due runs per weight first,
     -- each given at most its weighted share of the room still left, the rest passed on.
     SELECT c.*, row_number() OVER (
@@ -425,6 +460,7 @@ _FAIR_WALK: Final = """, tenant_walk (tenant, wrapped, k) AS (
     ) d
     WHERE s.i > 0 AND s.share > 0
 )"""
+)
 
 _PICK_UNGATED: Final = """, picked AS (
     -- The small outer sort: retakable lapsed runs and the due runs (at most room) together by
@@ -797,7 +833,9 @@ CLAIM_FAIR: Final = Template(_ungated(_FAIR_WALK), claim_clock=True)
 out across the tenants that have due runs, by weight, work-conserving (what a tenant with few
 due runs leaves goes to the others), each tenant's oldest first, priorities not used. A claim
 visits at most ``:max_tenants`` tenants, from the one after where this backend's last fair claim
-of the job stopped, so every tenant comes round in turn. Index: ``<runs>_tenant_idx``, which a
+of the job stopped, so every tenant comes round in turn; each tenant's due runs are counted up
+to its share of the room plus one (``_counted``, kernel ``counted_for_shares``), so a claim reads
+about ``limit`` entries plus a few per tenant. Index: ``<runs>_tenant_idx``, which a
 runs table has only when declared with ``fair_claims=True`` (the backend probes for it first:
 ``PostgresJobBackend.require_support``)."""
 
@@ -906,34 +944,7 @@ _PARTS: Final = """, running_n AS MATERIALIZED (
             CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN CAST(:limit AS integer)
                  ELSE CAST(:rate_limit AS integer) - p.used END), 0) AS n
     FROM parts p
-), counted AS MATERIALIZED (
-    -- <runs>_tenant_idx: each partition's due runs, counted up to what its limits allow it
-    -- (index-only, bounded; two LIMITs, as in the fair claim): a partition at its limit reads
-    -- none and takes no share, so its room goes to the others (work-conserving).
-    SELECT a.tenant, a.k,
-        coalesce(w.weight, CAST(:default_weight AS integer)) AS weight,
-        CASE WHEN a.n = 0 THEN 0
-            WHEN a.tenant IS NULL THEN (
-                SELECT count(*) FROM (SELECT 1 FROM (
-                    SELECT 1 FROM {runs} r
-                    WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id IS NULL
-                      AND r.run_at <= {now}
-                    ORDER BY r.tenant_id, r.run_at
-                    LIMIT {claim_batch}) bounded
-                    LIMIT a.n) c)
-            ELSE (
-                SELECT count(*) FROM (SELECT 1 FROM (
-                    SELECT 1 FROM {runs} r
-                    WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id = a.tenant
-                      AND r.run_at <= {now}
-                    ORDER BY r.tenant_id, r.run_at
-                    LIMIT {claim_batch}) bounded
-                    LIMIT a.n) c)
-        END AS due_n
-    FROM allowed a
-    LEFT JOIN unnest(CAST(:weight_tenants AS text[]), CAST(:weights AS integer[]))
-        AS w(tenant, weight) ON w.tenant = a.tenant
-)"""
+)""" + _counted("allowed")  # noqa: S608 - constant text
 
 _ROOM_PARTITIONED: Final = """, room AS (
     -- F8/F9: the due runs to look for: the limit asked less the lapsed runs this claim may
@@ -997,7 +1008,7 @@ def _part_walk() -> str:
         if fair not in walk:  # the fair walk changed under these replacements
             raise AssertionError(fair)
         walk = walk.replace(fair, partitioned)
-    counted = walk.index("), counted AS MATERIALIZED (")
+    counted = walk.index("), weighed AS (")
     ordered = walk.index("), ordered AS (")
     due = walk.index("), due AS (")
     # The slices start at a CTE's closing parenthesis: _PARTS brings its own.
@@ -1188,9 +1199,9 @@ job's gate is (F1, F3), taken together by the statement's one upsert in gate ord
 The claim walks the partitions with waiting runs as a fair claim walks tenants (F2:
 ``<runs>_tenant_idx``, one entry per partition, at most ``:max_tenants``, from where the last
 claim stopped; on past them, up to ``:widest``, while the partitions visited hold fewer due
-runs than the room: ``_PART_WALK_STEPS``), counts each one's due runs up to what its limits
-allow from the snapshot
-(a partition at its limit counts none), shares the room out by weight, and takes each share's
+runs than the room: ``_PART_WALK_STEPS``), counts each one's due runs up to its share of the
+room plus one and up to what its limits allow from the snapshot (``_counted``: a partition at
+its limit counts none), shares the room out by weight, and takes each share's
 oldest due runs; then the gates grant from their newest versions. So its cost is about twice
 the room in index entries (the walk's count of the due runs it finds, then the shares) plus a
 handful per partition visited (its walk entry, its gate row, its count

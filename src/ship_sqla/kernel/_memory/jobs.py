@@ -85,7 +85,7 @@ from ship_sqla.kernel._plans.claim_floor import (
     below_floor,
     lapsed_probe_complete,
 )
-from ship_sqla.kernel._plans.fairness import fair_shares
+from ship_sqla.kernel._plans.fairness import counted_for_shares, fair_shares
 from ship_sqla.kernel._plans.scheduled_runs import (
     fire_due,
     installable,
@@ -756,7 +756,8 @@ class InMemoryJobBackend(JobBackendBase):
     ) -> dict[str, int]:
         """F2, the PostgreSQL backend's CLAIM_FAIR: the tenants with waiting runs from the one
         after this job's cursor (wrapping round, at most ``max_tenants``; untenanted runs one
-        more tenant), each one's due runs counted up to the limit, the room shared out
+        more tenant), each one's due runs counted (:func:`counted_for_shares`, up to the
+        limit), the room shared out
         (:func:`fair_shares`), each tenant's oldest due runs taken: run id -> its rank in its
         tenant's share (1, 2, ...)."""
         fairness = request.fairness
@@ -776,11 +777,16 @@ class InMemoryJobBackend(JobBackendBase):
                 due_of[run.tenant] = due_of.get(run.tenant, 0) + 1
         if due_of.get(None):
             visited.append(None)
-        counts = [
-            (min(due_of.get(tenant, 0), request.limit), fairness.weight_of(tenant))
-            for tenant in visited
-        ]
-        shares = dict(zip(visited, fair_shares(counts, room), strict=True))
+        weights = [fairness.weight_of(tenant) for tenant in visited]
+        counts = counted_for_shares(
+            [
+                (min(due_of.get(tenant, 0), request.limit), request.limit, weight)
+                for tenant, weight in zip(visited, weights, strict=True)
+            ],
+            room,
+        )
+        fair = fair_shares(list(zip(counts, weights, strict=True)), room)
+        shares = dict(zip(visited, fair, strict=True))
         takeable: dict[str | None, list[_Run]] = {}
         for run in candidates:
             if run.state == "waiting" and shares.get(run.tenant, 0) > 0:

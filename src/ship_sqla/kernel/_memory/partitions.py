@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from ship_sqla.kernel._jobs import partition_walk, partition_walk_widest
-from ship_sqla.kernel._plans.fairness import fair_shares
+from ship_sqla.kernel._plans.fairness import counted_for_shares, fair_shares
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -188,7 +188,8 @@ def _due_shares(
     room: int,
 ) -> dict[str | None, list[_Run]]:
     """Each visited partition's oldest due runs, at most its share of ``room`` (F2's
-    water-filling over the partitions, each counted up to what its gate allows). ``due``:
+    water-filling over the partitions, each counted as :func:`counted_for_shares` says, up to
+    what its gate allows). ``due``:
     each partition's count of due runs, and the due runs this claim may take."""
     due_of, takeable = due
     part = _part_of(request)
@@ -196,15 +197,18 @@ def _due_shares(
     for run in takeable:
         by_part.setdefault(part(run), []).append(run)
     fairness = request.fairness
-    counts = [
-        (
-            min(due_of.get(part, 0), gates[part].allows(request.limit)),
-            1 if fairness is None else fairness.weight_of(part),
-        )
-        for part in visited
-    ]
+    allowed = [gates[part].allows(request.limit) for part in visited]
+    weights = [1 if fairness is None else fairness.weight_of(part) for part in visited]
+    counts = counted_for_shares(
+        [
+            (min(due_of.get(part, 0), allows), allows, weight)
+            for part, allows, weight in zip(visited, allowed, weights, strict=True)
+        ],
+        room,
+    )
+    shares = fair_shares(list(zip(counts, weights, strict=True)), room)
     ranked: dict[str | None, list[_Run]] = {}
-    for visit, share in zip(visited, fair_shares(counts, room), strict=True):
+    for visit, share in zip(visited, shares, strict=True):
         if share > 0:
             runs = by_part.get(visit, [])
             ranked[visit] = heapq.nsmallest(share, runs, key=lambda run: (run.run_at, run.seq))

@@ -12,8 +12,10 @@ That full walk's cost grows with the hold too (it reads every entry the hold kep
 server time at 10 minutes of 1,000 runs a second). So the full walks are spaced by what the
 last one took (:func:`sweep_spacing`): never sooner than ``sweep`` seconds, and later while a
 full walk takes more than ``share`` of that spacing (``took / share`` seconds), up to
-``ceiling`` seconds. Their cost is then at most ``share`` of one connection's time, however
-long the hold; a quick full walk (no hold: a few milliseconds) keeps the ``sweep`` spacing.
+``ceiling`` seconds. Their cost is then at most ``share`` of one connection's time (0.1 %: at
+1,000 runs a second, about a microsecond a claimed run for each of the two sweeps) until a full
+walk takes more than ``share x ceiling`` (60 ms), and one full walk a ``ceiling`` after that; a
+quick full walk (no hold: a few milliseconds) keeps the ``sweep`` spacing.
 
 The rule holds exactly for every run the floor can see coming: a run committed after the floor
 was recorded with ``run_at >= its commit - lag`` (every plain enqueue, retry, release, snooze and
@@ -23,7 +25,7 @@ with a ``run_at`` more than ``lag`` in the past, or whose enqueuing transaction 
 longer than ``lag``, or that a concurrent statement held locked when the floor's claim passed it
 (``SKIP LOCKED``) and then released, may be claimed after lower-priority or later runs, for at
 most ``sweep`` seconds (plus one claim interval): the next full walk takes it in its turn. While
-full walks are slow (each takes more than ``sweep x share``, 25 ms by default: a held horizon's
+full walks are slow (each takes more than ``sweep x share``, 5 ms by default: a held horizon's
 dead entries, which J22 reports), that bound is the spacing, at most ``ceiling`` (60 s).
 
 Pure and clock-injected: the PostgreSQL backend passes the floors to CLAIM_UNCAPPED /
@@ -54,9 +56,11 @@ __all__ = [
 
 DEFAULT_FLOOR_SWEEP: Final = 5.0
 """J19: seconds between two full walks of a job by one backend (the bound of K6's relaxation)."""
-DEFAULT_SWEEP_SHARE: Final = 0.005
+DEFAULT_SWEEP_SHARE: Final = 0.001
 """J19: the most a backend's full walks (and full lapsed probes) of a job take of its time: a
-full walk that took ``t`` seconds is followed by the next one no sooner than ``t / share``."""
+full walk that took ``t`` seconds is followed by the next one no sooner than ``t / share``.
+At 0.5 % the two sweeps of a 1,000 runs/s job cost its claims two thirds more under a held
+snapshot (BENCHMARKS.md, "Issue 39: the sweeps' share"); 0.1 % keeps them within a few %."""
 DEFAULT_SWEEP_CEILING: Final = 60.0
 """J19: the longest spacing of two full walks of a job by one backend, however slow they are
 (the bound of K6's relaxation while full walks are slow)."""
