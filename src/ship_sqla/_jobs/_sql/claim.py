@@ -286,29 +286,28 @@ _AGED: Final = _WALK_LEVELS.replace("{floor_join}", "").replace(
 )
 """F10: the priority walk, then the aged seek, due runs by effective priority."""
 
-_DUE_COUNT: Final = """(
-            SELECT count(*) FROM (SELECT 1 FROM (
-                SELECT 1 FROM {runs} r
-                WHERE r.job_id = :job_id AND r.state = 'waiting' AND {match}
-                  AND r.run_at <= {now}
-                ORDER BY r.tenant_id, r.run_at
-                LIMIT {claim_batch}) b
-                LIMIT {up_to}) c)"""
+_DUE_COUNT: Final = """(SELECT count(*) FROM (SELECT 1 FROM (
+            SELECT 1 FROM {runs} r
+            WHERE r.job_id = :job_id AND r.state = 'waiting' AND {match}
+              AND r.run_at <= {now}
+            ORDER BY r.tenant_id, r.run_at
+            LIMIT {claim_batch}) b
+            LIMIT {up_to}) c)"""
 """<runs>_tenant_idx: one partition's due runs, counted up to ``{up_to}`` (index-only, bounded).
-Two LIMITs, as in the walk: the constant inner one is what the planner sees, the outer one stops
-the count."""
+Two LIMITs: the constant inner one is what the planner sees, the outer one stops the count. The
+partitioned walk's count (``_PART_WALK_STEPS``) and the shares' counts (``_counted``) are this."""
 
 
-def _due_count(part: str, up_to: str) -> str:
-    """The due runs of the named partition ``part`` (a column) up to ``up_to``."""
-    return _DUE_COUNT.replace("{match}", f"r.tenant_id = {part}").replace("{up_to}", up_to)
+def _due_count(match: str, up_to: str) -> str:
+    """:data:`_DUE_COUNT` of the partition ``match`` selects (``r.tenant_id = x.tenant``, or
+    ``r.tenant_id IS NULL``: the untenanted runs), up to ``up_to``."""
+    return _DUE_COUNT.replace("{match}", match).replace("{up_to}", up_to)
 
 
 def _counted(allowed: str) -> str:
     """F2, F8/F9: each visited partition's due runs counted for the water-filling, as the
     kernel's ``counted_for_shares`` counts them (issue 35 item 4). ``allowed``: the visited
     partitions (``tenant``, ``k``) with ``n``, what their limits allow (at most the limit)."""
-    untenanted = _DUE_COUNT.replace("{match}", "r.tenant_id IS NULL").replace("{up_to}", "x.n")
     return (
         """, weighed AS (
     SELECT a.tenant, a.k, a.n, coalesce(w.weight, CAST(:default_weight AS integer)) AS weight
@@ -339,9 +338,9 @@ def _counted(allowed: str) -> str:
         ELSE {again} END AS due_n
     FROM firsts f, (SELECT (SELECT n FROM room) - sum(least(c, top)) AS spare FROM firsts) s
 )""".replace("{allowed}", allowed)
-        .replace("{untenanted}", untenanted)
-        .replace("{first}", _due_count("x.tenant", "least(x.n, x.top)"))
-        .replace("{again}", _due_count("f.tenant", "least(f.n, f.top + s.spare)"))
+        .replace("{untenanted}", _due_count("r.tenant_id IS NULL", "x.n"))
+        .replace("{first}", _due_count("r.tenant_id = x.tenant", "least(x.n, x.top)"))
+        .replace("{again}", _due_count("r.tenant_id = f.tenant", "least(f.n, f.top + s.spare)"))
     )
 
 
@@ -969,14 +968,9 @@ _PART_WALK_STEPS: Final = (
         """    -- F8/F9: and each partition's due runs, counted (index-only) up to the room the
     -- partitions before it left: ``due`` is the due runs found so far, at most the room, so
     -- the counts read at most the room's worth of entries in all.
-    SELECT nxt.tenant, nxt.wrapped, w.k + 1, w.due + (SELECT count(*) FROM (SELECT 1 FROM (
-            SELECT 1 FROM {runs} r
-            WHERE r.job_id = :job_id AND r.state = 'waiting' AND r.tenant_id = nxt.tenant
-              AND r.run_at <= {now}
-            ORDER BY r.tenant_id, r.run_at
-            LIMIT {claim_batch}) b
-            LIMIT (SELECT n FROM room) - w.due) c)
-""",
+    SELECT nxt.tenant, nxt.wrapped, w.k + 1, w.due + """  # noqa: S608 - constant text
+        + _due_count("r.tenant_id = nxt.tenant", "(SELECT n FROM room) - w.due")
+        + "\n",
     ),
     (
         "    WHERE w.k < CAST(:max_tenants AS integer) AND NOT (SELECT yes FROM paused)\n",
