@@ -541,15 +541,16 @@ moves by about this much between two autovacuums (7.4-9.3 MiB in a 1,000 runs/s 
 one pre-hold sample is a noisy bar for "back"."""
 
 
-def _pre_hold_bytes(outcome: Outcome) -> float:
-    """The table's pre-hold size (heap + indexes): the median of the samples taken under load
-    before the hold (the one taken just before it included), so one sample caught between two
-    vacuums is not the bar ("back" compared with a single 4.08 MiB sample once read 21
-    naptimes where the indexes were back within 2)."""
+def _pre_hold_bytes(outcome: Outcome, *, indexes: bool = False) -> float:
+    """The table's pre-hold size (heap + indexes; ``indexes``: its indexes alone): the median
+    of the samples taken under load before the hold (the one taken just before it included),
+    so one sample caught between two vacuums is not the bar ("back" compared with a single
+    4.08 MiB sample once read 21 naptimes where the indexes were back within 2)."""
     base = outcome.pre_hold
     if base is None:
         return math.nan
-    return median([s.total_bytes for s in outcome.samples if 0 < s.at <= base.at])
+    before = [s for s in outcome.samples if 0 < s.at <= base.at]
+    return median([s.index_bytes if indexes else s.total_bytes for s in before])
 
 
 def _back_sample(outcome: Outcome, slack: float = 1.0) -> Sample | None:
@@ -664,7 +665,7 @@ def _summarise(outcome: Outcome) -> Summary:
         back_after_seconds=back_s,
         back_after_cycles=back_s / outcome.naptime,
         near_after_cycles=near_s / outcome.naptime,
-        indexes_pre_mib=base.index_bytes / 2**20 if base is not None else math.nan,
+        indexes_pre_mib=_pre_hold_bytes(outcome, indexes=True) / 2**20,
         indexes_peak_mib=max(s.index_bytes for s in outcome.samples) / 2**20,
         lost=float(outcome.offered - outcome.finished - outcome.remaining),
         unfinished=float(outcome.remaining),
