@@ -100,6 +100,10 @@ def _params() -> dict[str, Any]:
         "lapsed_window": None,
         "pause_row": "aged#paused",
         "gate_row": "aged#claim-gate",
+        # F1's held count (kernel held_count): the base and release rows (none here).
+        "held_base": "aged#held-base",
+        "release_rows": [*(f"aged#released-{slot}" for slot in range(8)), "aged#released-claims"],
+        "claims_released": "aged#released-claims",
         "rate_limit": 1000,
         "rate_period": 1.0,
         "tuned": True,

@@ -90,6 +90,10 @@ def claim_params() -> dict[str, Any]:
         "lapsed_window": None,
         "pause_row": "bulk#paused",
         "gate_row": "bulk#claim-gate",
+        # F1's held count (kernel held_count): the base and release rows (none here).
+        "held_base": "bulk#held-base",
+        "release_rows": [*(f"bulk#released-{slot}" for slot in range(8)), "bulk#released-claims"],
+        "claims_released": "bulk#released-claims",
         "rate_limit": 1000,
         "rate_period": 1.0,
         "after_tenant": None,
