@@ -14,7 +14,7 @@ from transactional_kit import kit_for
 from workflow_helpers import execute_once
 
 from ship_sqla import create_job_operations, define_job
-from ship_sqla.jobs import Concurrency, RetryPolicy
+from ship_sqla.jobs import Concurrency, RetryPolicy, Schedule
 from ship_sqla.kernel import cancelled, completed, failed, released
 from ship_sqla.kernel._plans.claim_floor import DEFAULT_FLOOR_SWEEP
 from ship_sqla.kernel._ports import CANCELLED_MESSAGE
@@ -218,3 +218,27 @@ async def test_f1_d3_a_suspended_workflow_run_gives_its_slot_back(clock, job_bac
         clock.advance(1.0)
         execution = await execute_once(backend, definition, clock)
         assert execution.ended == "suspended"
+
+
+async def test_j9_f1_schedules_list_only_schedules_beside_a_capped_jobs_rows(
+    clock, job_backend_factory
+):
+    """J9 with F1 and D10: the operators' list of schedules (the dashboard's Schedules page)
+    holds the scheduled jobs only. A capped job's held base (written at its claims' recount,
+    the backend's first claim of the job among them) and the last build to unpark a job (D10)
+    are rows of the same state table that carry a trigger too; neither is listed as a
+    schedule, nor offered a pause under its row's name."""
+    backend = job_backend_factory(clock)
+    capped = job(2)
+    scheduled = define_job(
+        "conf.held.scheduled", _noop, payload=dict, schedule=Schedule(interval=timedelta(hours=1))
+    )
+    await backend.install_schedules([scheduled])
+    await _filled(backend, capped, 3)
+    running = await _claim(backend, clock, capped)
+    assert len(running) == 2
+    assert len(await backend.settle([completed(running[0])])) == 1
+    assert len(await _claim(backend, clock, capped)) == 1
+    assert await backend.admin.claim_build_unpark(capped.id, "B1")
+    ops = create_job_operations(backend, authorizer=_allow)
+    assert [state.job_id for state in await ops.schedules()] == [scheduled.id]

@@ -106,25 +106,46 @@ def below_floor(floors: Iterable[Floor], priority: int, run_at: datetime, seq: i
 
 
 @attrs.define
-class ClaimFloors:
-    """One backend's claim floors, per job (J19). Not thread-safe; one per backend."""
+class _Sweeps:
+    """When one backend's claims of each job read from the start (J19): its first, then each
+    ``sweep`` seconds after the last one, longer after a slow one (:func:`sweep_spacing`), or
+    when the clock went back. Shared by the claim walk's floors and the lapsed probe's."""
 
     sweep: float = DEFAULT_FLOOR_SWEEP
     lag: float = DEFAULT_FLOOR_LAG
     share: float = DEFAULT_SWEEP_SHARE
     ceiling: float = DEFAULT_SWEEP_CEILING
-    _levels: dict[str, dict[int, tuple[datetime, int]]] = attrs.field(factory=dict, init=False)
     _swept: dict[str, datetime] = attrs.field(factory=dict, init=False)
     _spacing: dict[str, float] = attrs.field(factory=dict, init=False)
+
+    def _sweeping(self, job_id: str, now: datetime) -> bool:
+        """Whether the next claim of ``job_id`` at ``now`` reads from the start."""
+        swept = self._swept.get(job_id)
+        if swept is None or now < swept:
+            return True
+        return (now - swept).total_seconds() >= self._spacing.get(job_id, self.sweep)
+
+    def _swept_at(self, job_id: str, now: datetime, took: float | None) -> None:
+        """A read from the start at ``now`` that took ``took`` seconds: the next one is
+        :func:`sweep_spacing` later."""
+        self._swept[job_id] = now
+        self._spacing[job_id] = sweep_spacing(
+            took, sweep=self.sweep, share=self.share, ceiling=self.ceiling
+        )
+
+
+@attrs.define
+class ClaimFloors(_Sweeps):
+    """One backend's claim floors, per job (J19). Not thread-safe; one per backend."""
+
+    _levels: dict[str, dict[int, tuple[datetime, int]]] = attrs.field(factory=dict, init=False)
 
     def floors(self, job_id: str, now: datetime) -> tuple[Floor, ...]:
         """The floors the next claim of ``job_id`` starts at, by priority; ``()``: a full walk
         (the backend's first claim of the job, or the spacing since its last full walk passed:
         ``sweep`` seconds, longer after a slow one, :func:`sweep_spacing`; or the clock went
         back)."""
-        swept = self._swept.get(job_id)
-        spacing = self._spacing.get(job_id, self.sweep)
-        if swept is None or now < swept or (now - swept).total_seconds() >= spacing:
+        if self._sweeping(job_id, now):
             return ()
         levels = self._levels.get(job_id, {})
         return tuple(Floor(p, at, seq) for p, (at, seq) in sorted(levels.items(), reverse=True))
@@ -144,8 +165,7 @@ class ClaimFloors:
         ``now - lag``; the other levels keep their floors (none after a full walk). ``took``:
         the claim's seconds, which space a full walk from the next (:func:`sweep_spacing`)."""
         if not floors:
-            self._swept[job_id] = now
-            self._spacing[job_id] = self._spaced(took)
+            self._swept_at(job_id, now, took)
             self._levels[job_id] = {}
         levels = self._levels.setdefault(job_id, {})
         lowest: dict[int, tuple[datetime, int]] = {}
@@ -156,9 +176,6 @@ class ClaimFloors:
         cap = (now - timedelta(seconds=self.lag), _LOWEST_SEQ)
         for priority, position in lowest.items():
             levels[priority] = min(position, cap)
-
-    def _spaced(self, took: float | None) -> float:
-        return sweep_spacing(took, sweep=self.sweep, share=self.share, ceiling=self.ceiling)
 
     def lower(self, job_id: str, priority: int, run_at: datetime) -> None:
         """A run this backend enqueued at ``run_at``: a floor of its level above it moves down
@@ -180,7 +197,7 @@ def lapsed_probe_complete(*, found: int, handled: int, limit: int, paused: bool)
 
 
 @attrs.define
-class LapsedFloors:
+class LapsedFloors(_Sweeps):
     """One backend's lapsed-lease floors, per job (J6 under J19). Not thread-safe.
 
     The claim's lapsed probe (J6) reads ``<runs>_lease_idx`` for running runs whose lease has
@@ -200,23 +217,15 @@ class LapsedFloors:
     longer than ``lag``, is retaken up to ``sweep`` seconds (plus one claim interval) later; while
     full probes are slow, up to their spacing (:func:`sweep_spacing`, at most ``ceiling``)."""
 
-    sweep: float = DEFAULT_FLOOR_SWEEP
-    lag: float = DEFAULT_FLOOR_LAG
-    share: float = DEFAULT_SWEEP_SHARE
-    ceiling: float = DEFAULT_SWEEP_CEILING
     _since: dict[str, datetime] = attrs.field(factory=dict, init=False)
-    _swept: dict[str, datetime] = attrs.field(factory=dict, init=False)
-    _spacing: dict[str, float] = attrs.field(factory=dict, init=False)
 
     def window(self, job_id: str, now: datetime) -> float | None:
         """Seconds before ``now`` the next probe of ``job_id`` starts at (it reads leases
         expired after ``now - window``); None: a probe from the start (the first, its spacing
         since the last one, :func:`sweep_spacing`; no complete probe since, or the clock went
         back)."""
-        swept, since = self._swept.get(job_id), self._since.get(job_id)
-        if swept is None or since is None or now < swept or now < since:
-            return None
-        if (now - swept).total_seconds() >= self._spacing.get(job_id, self.sweep):
+        since = self._since.get(job_id)
+        if self._sweeping(job_id, now) or since is None or now < since:
             return None
         return (now - since).total_seconds() + self.lag
 
@@ -235,10 +244,7 @@ class LapsedFloors:
         start: none). ``took``: the claim's seconds, which space a probe from the start from the
         next (:func:`sweep_spacing`)."""
         if window is None:
-            self._swept[job_id] = now
-            self._spacing[job_id] = sweep_spacing(
-                took, sweep=self.sweep, share=self.share, ceiling=self.ceiling
-            )
+            self._swept_at(job_id, now, took)
             if not complete:
                 self._since.pop(job_id, None)
         if complete:
