@@ -182,7 +182,8 @@ class PostgresWorkflows:
         return WorkflowEvent(row.name, row.key, json.loads(row.payload_json), row.id)
 
     async def adopt_children(self, parent: ClaimedRun, child_ids: Sequence[str]) -> None:
-        params = {"parent_id": parent.run_id, "token": parent.token, "ids": list(child_ids)}
+        ids = list(child_ids)
+        params = {"parent_id": parent.run_id, "token": parent.token, "ids": ids}
         async with self._named():
             await self._connections.execute(
                 "adopt children", self._s[sql.ADOPT_CHILDREN], params, scope=OWN
@@ -193,7 +194,7 @@ class PostgresWorkflows:
                 await self._connections.execute(
                     "adopt ended children",
                     self._s[live_sql.ADOPT_ENDED_CHILDREN],
-                    {"parent_id": parent.run_id, "ids": list(child_ids)},
+                    {"parent_id": parent.run_id, "ids": ids},
                     scope=OWN,
                 )
 
