@@ -23,7 +23,7 @@ import itertools
 from typing import Any
 
 import pytest
-from explain_helpers import buffers, check_plan, due_index_entries, explain
+from explain_helpers import buffers, check_plan, claim_params, due_index_entries, explain
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -84,34 +84,20 @@ async def loaded(ship_engine: AsyncEngine) -> AsyncEngine:
 
 
 def _params() -> dict[str, Any]:
-    return {
-        "job_id": "aged",
-        "limit": LIMIT,
-        "max_running": 100,
-        "lease": 30.0,
-        "worker": "explain",
-        "exclude_keys": [],
-        "lapsed_final": "lapsed on the final attempt",
-        "lapsed": "lapsed",
-        "cancel_lapsed": "cancelled, lapsed",
-        "max_lapses": 3,
-        "crash_loop": "lapsed 3 times in a row",
-        "lapsed_limit": LIMIT + 100,
-        "lapsed_window": None,
-        "pause_row": "aged#paused",
-        "gate_row": "aged#claim-gate",
-        # F1's held count (kernel held_count): the base and release rows (none here).
-        "held_base": "aged#held-base",
-        "release_rows": [*(f"aged#released-{slot}" for slot in range(8)), "aged#released-claims"],
-        "claims_released": "aged#released-claims",
-        "rate_limit": 1000,
-        "rate_period": 1.0,
-        "tuned": True,
-        "now": None,
-        "aging_step": AGING.step,
-        "aging_every_us": AGING.every_us,
-        "aging_ceiling": AGING.ceiling,
-    }
+    return claim_params(
+        "aged",
+        limit=LIMIT,
+        max_running=100,
+        max_lapses=3,
+        crash_loop="lapsed 3 times in a row",
+        lapsed_limit=LIMIT + 100,
+        rate_limit=1000,
+        rate_period=1.0,
+        tuned=True,
+        aging_step=AGING.step,
+        aging_every_us=AGING.every_us,
+        aging_ceiling=AGING.ceiling,
+    )
 
 
 GATE = (

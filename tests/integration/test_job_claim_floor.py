@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from explain_helpers import buffers, check_plan, explain
+from explain_helpers import buffers, check_plan, claim_params, explain
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -47,26 +47,14 @@ async def backlog(ship_engine: AsyncEngine) -> AsyncEngine:
 
 
 def _params(clock: FrozenClock, floors: Any) -> dict[str, Any]:
-    return {
-        "job_id": JOB,
-        "limit": LIMIT,
-        "lapsed_limit": LIMIT,
-        "lapsed_window": None,
-        "lease": 30.0,
-        "worker": "explain",
-        "exclude_keys": [],
-        "lapsed_final": "lapsed on the final attempt",
-        "lapsed": "lapsed",
-        "cancel_lapsed": "cancelled, lapsed",
-        "max_lapses": None,
-        "crash_loop": None,
-        "pause_row": f"{JOB}#paused",
-        "tuned": False,
-        "now": clock.now().isoformat(),
-        "floor_priorities": [floor.priority for floor in floors],
-        "floor_run_ats": [floor.run_at.isoformat() for floor in floors],
-        "floor_seqs": [floor.seq for floor in floors],
-    }
+    return claim_params(
+        JOB,
+        limit=LIMIT,
+        now=clock.now().isoformat(),
+        floor_priorities=[floor.priority for floor in floors],
+        floor_run_ats=[floor.run_at.isoformat() for floor in floors],
+        floor_seqs=[floor.seq for floor in floors],
+    )
 
 
 async def _claim_buffers(engine: AsyncEngine, params: dict[str, Any]) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from explain_helpers import buffers, check_plan, due_index_entries, explain
+from explain_helpers import claim_params as base_claim_params
 from seeded_template import SeedStep
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -74,42 +75,25 @@ def loaded(seeded_engine: AsyncEngine) -> AsyncEngine:
 
 
 def claim_params() -> dict[str, Any]:
-    return {
-        "job_id": "bulk",
-        "limit": 50,
-        "max_running": 100,
-        "lease": 30.0,
-        "worker": "explain",
-        "exclude_keys": [],
-        "lapsed_final": "lapsed on the final attempt",
-        "lapsed": "lapsed",
-        "cancel_lapsed": "cancelled, lapsed",
-        "max_lapses": 3,
-        "crash_loop": "lapsed 3 times in a row",
-        "lapsed_limit": 150,
-        "lapsed_window": None,
-        "pause_row": "bulk#paused",
-        "gate_row": "bulk#claim-gate",
-        # F1's held count (kernel held_count): the base and release rows (none here).
-        "held_base": "bulk#held-base",
-        "release_rows": [*(f"bulk#released-{slot}" for slot in range(8)), "bulk#released-claims"],
-        "claims_released": "bulk#released-claims",
-        "rate_limit": 1000,
-        "rate_period": 1.0,
-        "after_tenant": None,
-        "max_tenants": 64,
-        "widest": 64,
-        "weight_tenants": ["t3"],
-        "weights": [2],
-        "default_weight": 1,
-        "tuned": True,
-        "now": None,
-        # J19: a full walk (no floors), as every sweep's claim; test_job_claim_floor.py explains
-        # the floored walk.
-        "floor_priorities": [],
-        "floor_run_ats": [],
-        "floor_seqs": [],
-    }
+    # J19: a full walk (no floors), as every sweep's claim; test_job_claim_floor.py explains
+    # the floored walk.
+    return base_claim_params(
+        "bulk",
+        limit=50,
+        max_running=100,
+        max_lapses=3,
+        crash_loop="lapsed 3 times in a row",
+        lapsed_limit=150,
+        rate_limit=1000,
+        rate_period=1.0,
+        after_tenant=None,
+        max_tenants=64,
+        widest=64,
+        weight_tenants=["t3"],
+        weights=[2],
+        default_weight=1,
+        tuned=True,
+    )
 
 
 def floored_claim_params() -> dict[str, Any]:

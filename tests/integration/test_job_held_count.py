@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from explain_helpers import buffers, check_plan, explain, nodes
+from explain_helpers import buffers, check_plan, claim_params, explain, nodes
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -58,33 +58,17 @@ async def _fill(engine: AsyncEngine, n: int) -> None:
 
 def _params(clock: FrozenClock, backend: Any, *, sweep: bool) -> dict[str, Any]:
     floors = backend.claim_floors.floors(JOB, clock.now())
-    return {
-        "job_id": JOB,
-        "limit": LIMIT,
-        "lapsed_limit": LIMIT + CAP,
-        "lapsed_window": None if sweep else 1.0,
-        "lease": 30.0,
-        "worker": "explain",
-        "exclude_keys": [],
-        "lapsed_final": "lapsed on the final attempt",
-        "lapsed": "lapsed",
-        "cancel_lapsed": "cancelled, lapsed",
-        "max_lapses": None,
-        "crash_loop": None,
-        "pause_row": f"{JOB}#paused",
-        "tuned": False,
-        "now": clock.now().isoformat(),
-        "floor_priorities": [floor.priority for floor in floors],
-        "floor_run_ats": [floor.run_at.isoformat() for floor in floors],
-        "floor_seqs": [floor.seq for floor in floors],
-        "max_running": CAP,
-        "rate_limit": None,
-        "rate_period": None,
-        "gate_row": f"{JOB}#claim-gate",
-        "held_base": f"{JOB}#held-base",
-        "release_rows": release_rows(JOB),
-        "claims_released": f"{JOB}#released-claims",
-    }
+    return claim_params(
+        JOB,
+        limit=LIMIT,
+        lapsed_limit=LIMIT + CAP,
+        lapsed_window=None if sweep else 1.0,
+        now=clock.now().isoformat(),
+        floor_priorities=[floor.priority for floor in floors],
+        floor_run_ats=[floor.run_at.isoformat() for floor in floors],
+        floor_seqs=[floor.seq for floor in floors],
+        max_running=CAP,
+    )
 
 
 async def _claim_buffers(engine: AsyncEngine, params: dict[str, Any]) -> tuple[int, int]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from explain_helpers import buffers, check_plan, explain, nodes
+from explain_helpers import buffers, check_plan, claim_params, explain, nodes
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -25,26 +25,7 @@ LIMIT = 100
 
 
 def _params(window: float | None) -> dict[str, Any]:
-    return {
-        "job_id": JOB,
-        "limit": LIMIT,
-        "lapsed_limit": LIMIT,
-        "lapsed_window": window,
-        "lease": 30.0,
-        "worker": "explain",
-        "exclude_keys": [],
-        "lapsed_final": "lapsed on the final attempt",
-        "lapsed": "lapsed",
-        "cancel_lapsed": "cancelled, lapsed",
-        "max_lapses": None,
-        "crash_loop": None,
-        "pause_row": f"{JOB}#paused",
-        "tuned": False,
-        "now": None,
-        "floor_priorities": [],
-        "floor_run_ats": [],
-        "floor_seqs": [],
-    }
+    return claim_params(JOB, limit=LIMIT, lapsed_window=window)
 
 
 async def _probe_buffers(engine: AsyncEngine, window: float | None) -> int:

@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from explain_helpers import buffers, check_plan, explain, nodes
+from explain_helpers import buffers, check_plan, claim_params, explain, nodes
 from seeded_template import SeedStep
 from sqlalchemy import MetaData, Table
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -117,33 +117,23 @@ def loaded(seeded_engine: AsyncEngine) -> AsyncEngine:
 
 
 def params(*, cap: int | None, rate: int | None) -> dict[str, Any]:
-    return {
-        "job_id": "bulk",
-        "limit": LIMIT,
-        "max_running": cap,
-        "lease": 30.0,
-        "worker": "explain",
-        "exclude_keys": [],
-        "lapsed_final": "lapsed on the final attempt",
-        "lapsed": "lapsed",
-        "cancel_lapsed": "cancelled, lapsed",
-        "max_lapses": 3,
-        "crash_loop": "lapsed 3 times in a row",
-        "lapsed_limit": 1000,
-        "lapsed_window": None,
-        "pause_row": "bulk#paused",
-        "gate_row": "bulk#claim-gate",
-        "rate_limit": rate,
-        "rate_period": None if rate is None else 1.0,
-        "after_tenant": None,
-        "max_tenants": WALK,
-        "widest": WALK,
-        "weight_tenants": [],
-        "weights": [],
-        "default_weight": 1,
-        "tuned": True,
-        "now": None,
-    }
+    return claim_params(
+        "bulk",
+        limit=LIMIT,
+        max_running=cap,
+        max_lapses=3,
+        crash_loop="lapsed 3 times in a row",
+        lapsed_limit=1000,
+        rate_limit=rate,
+        rate_period=None if rate is None else 1.0,
+        after_tenant=None,
+        max_tenants=WALK,
+        widest=WALK,
+        weight_tenants=[],
+        weights=[],
+        default_weight=1,
+        tuned=True,
+    )
 
 
 def entries(plan: dict[str, Any], table: Table, suffix: str) -> int:

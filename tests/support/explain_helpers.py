@@ -11,7 +11,9 @@ from sqlalchemy import Table, TextClause, text
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-__all__ = ["buffers", "check_plan", "explain", "nodes"]
+from ship_sqla._jobs._tables import release_rows
+
+__all__ = ["buffers", "check_plan", "claim_params", "explain", "nodes"]
 
 
 def _literal(value: Any) -> str:
@@ -87,3 +89,39 @@ def due_index_entries(plan: dict[str, Any], table: Table) -> int:
         for n in nodes(plan)
         if n.get("Index Name") == f"{table.name}_due_idx"
     )
+
+
+def claim_params(job_id: str, *, limit: int, **given: Any) -> dict[str, Any]:
+    """The bind parameters of a claim of ``limit`` runs of ``job_id``, as the backend passes
+    them, for the plan tests: a full walk (no floors, J19) with no lapsed floor, no single-runner
+    key left out, no lapse limit, no cap and no rate (``given`` sets any of them, and what the
+    fair, partitioned and aged claims add). The gate's and F1's held-count rows are named as the
+    backend names them."""
+    return {
+        "job_id": job_id,
+        "limit": limit,
+        "lapsed_limit": limit,
+        "lapsed_window": None,
+        "lease": 30.0,
+        "worker": "explain",
+        "exclude_keys": [],
+        "lapsed_final": "lapsed on the final attempt",
+        "lapsed": "lapsed",
+        "cancel_lapsed": "cancelled, lapsed",
+        "max_lapses": None,
+        "crash_loop": None,
+        "pause_row": f"{job_id}#paused",
+        "gate_row": f"{job_id}#claim-gate",
+        "held_base": f"{job_id}#held-base",
+        "release_rows": release_rows(job_id),
+        "claims_released": f"{job_id}#released-claims",
+        "max_running": None,
+        "rate_limit": None,
+        "rate_period": None,
+        "tuned": False,
+        "now": None,
+        "floor_priorities": [],
+        "floor_run_ats": [],
+        "floor_seqs": [],
+        **given,
+    }
