@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from explain_helpers import buffers, check_plan, claim_params, explain
+from explain_helpers import buffers, check_plan, claim_params, explain, fill_waiting
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -31,18 +31,7 @@ LIMIT = 100
 async def backlog(ship_engine: AsyncEngine) -> AsyncEngine:
     async with ship_engine.begin() as connection:
         await connection.run_sync(metadata.create_all)
-        await connection.execute(
-            text(
-                f"INSERT INTO {runs.name} (id, job_id, payload, max_attempts, run_at)"
-                " SELECT 'r' || lpad(g::text, 9, '0'), :job, '{}', 5,"
-                "  now() - interval '1 hour' + g * interval '1 millisecond'"
-                " FROM generate_series(1, :n) g"
-            ),
-            {"job": JOB, "n": BACKLOG},
-        )
-    async with ship_engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text(f"VACUUM (ANALYZE) {runs.name}"))
+    await fill_waiting(ship_engine, runs, JOB, BACKLOG)
     return ship_engine
 
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from explain_helpers import buffers, check_plan, claim_params, explain, nodes
+from explain_helpers import buffers, check_plan, claim_params, explain, fill_waiting, nodes
 from sqlalchemy import MetaData, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -41,19 +41,7 @@ async def engine(ship_engine: AsyncEngine) -> AsyncEngine:
 
 
 async def _fill(engine: AsyncEngine, n: int) -> None:
-    async with engine.begin() as connection:
-        await connection.execute(
-            text(
-                f"INSERT INTO {runs.name} (id, job_id, payload, max_attempts, run_at)"
-                " SELECT 'r' || lpad(g::text, 9, '0'), :job, '{}', 5,"
-                "  now() - interval '1 hour' + g * interval '1 millisecond'"
-                " FROM generate_series(1, :n) g"
-            ),
-            {"job": JOB, "n": n},
-        )
-    async with engine.connect() as connection:
-        await connection.execution_options(isolation_level="AUTOCOMMIT")
-        await connection.execute(text(f"VACUUM (ANALYZE) {runs.name}"))
+    await fill_waiting(engine, runs, JOB, n)
 
 
 def _params(clock: FrozenClock, backend: Any, *, sweep: bool) -> dict[str, Any]:

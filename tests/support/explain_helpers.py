@@ -9,11 +9,11 @@ from typing import Any
 
 from sqlalchemy import Table, TextClause, text
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
-from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla._jobs._tables import release_rows
+from ship_sqla._jobs._tables import release_rows, state_row
 
-__all__ = ["buffers", "check_plan", "claim_params", "explain", "nodes"]
+__all__ = ["buffers", "check_plan", "claim_params", "explain", "fill_waiting", "nodes"]
 
 
 def _literal(value: Any) -> str:
@@ -95,8 +95,8 @@ def claim_params(job_id: str, *, limit: int, **given: Any) -> dict[str, Any]:
     """The bind parameters of a claim of ``limit`` runs of ``job_id``, as the backend passes
     them, for the plan tests: a full walk (no floors, J19) with no lapsed floor, no single-runner
     key left out, no lapse limit, no cap and no rate (``given`` sets any of them, and what the
-    fair, partitioned and aged claims add). The gate's and F1's held-count rows are named as the
-    backend names them."""
+    fair, partitioned and aged claims add). The state rows (pause, gate, F1's held count) are
+    named by the backend's own ``state_row`` and ``release_rows``."""
     return {
         "job_id": job_id,
         "limit": limit,
@@ -110,11 +110,11 @@ def claim_params(job_id: str, *, limit: int, **given: Any) -> dict[str, Any]:
         "cancel_lapsed": "cancelled, lapsed",
         "max_lapses": None,
         "crash_loop": None,
-        "pause_row": f"{job_id}#paused",
-        "gate_row": f"{job_id}#claim-gate",
-        "held_base": f"{job_id}#held-base",
+        "pause_row": state_row(job_id, "paused"),
+        "gate_row": state_row(job_id, "claim-gate"),
+        "held_base": state_row(job_id, "held-base"),
         "release_rows": release_rows(job_id),
-        "claims_released": f"{job_id}#released-claims",
+        "claims_released": state_row(job_id, "released-claims"),
         "max_running": None,
         "rate_limit": None,
         "rate_period": None,
@@ -125,3 +125,21 @@ def claim_params(job_id: str, *, limit: int, **given: Any) -> dict[str, Any]:
         "floor_seqs": [],
         **given,
     }
+
+
+async def fill_waiting(engine: AsyncEngine, runs: Table, job_id: str, n: int) -> None:
+    """``n`` waiting runs of ``job_id`` in ``runs``, due a millisecond apart over the last hour
+    in creation order, then ``VACUUM (ANALYZE)`` so the planner sees them."""
+    async with engine.begin() as connection:
+        await connection.execute(
+            text(
+                f"INSERT INTO {runs.name} (id, job_id, payload, max_attempts, run_at)"
+                " SELECT 'r' || lpad(g::text, 9, '0'), :job, '{}', 5,"
+                "  now() - interval '1 hour' + g * interval '1 millisecond'"
+                " FROM generate_series(1, :n) g"
+            ),
+            {"job": job_id, "n": n},
+        )
+    async with engine.connect() as connection:
+        await connection.execution_options(isolation_level="AUTOCOMMIT")
+        await connection.execute(text(f"VACUUM (ANALYZE) {runs.name}"))
