@@ -16,7 +16,7 @@ import attrs
 import pytest
 from job_helpers import claim_request, record_of
 
-from ship_sqla import define_job
+from ship_sqla import create_job_operations, define_job
 from ship_sqla.errors import InvalidPayloadError
 from ship_sqla.jobs import (
     Concurrency,
@@ -683,3 +683,23 @@ async def test_j9_j2_a_tick_inserts_its_occurrence_whatever_the_queue_depth(
     assert (record.state, record.run_at, record.payload) == ("waiting", fired, {})
     assert (await backend.queue_depths([scheduled.id]))[scheduled.id].depth == 3
     assert (await backend.enqueue(scheduled, {"n": 3})).rejected == "queue-full"
+
+
+def _allow_all(permission: str, operation: str) -> bool:
+    return True
+
+
+async def test_j9_d10_schedules_list_only_schedules_beside_a_jobs_other_rows(
+    clock, job_backend_factory
+):
+    """J9 with D10: the operators' list of schedules (the dashboard's Schedules page) holds the
+    scheduled jobs only. The last build to unpark a job's parked runs (D10,
+    ``<job_id>#unparked-by``) is a row of the same state table that carries a trigger too; it
+    is not listed as a schedule, nor offered a pause under its row's name."""
+    backend = job_backend_factory(clock)
+    other = job("conf.unparked")
+    scheduled = job("conf.scheduled", schedule=Schedule(interval=timedelta(hours=1)))
+    await backend.install_schedules([scheduled])
+    assert await backend.admin.claim_build_unpark(other.id, "B1")
+    ops = create_job_operations(backend, authorizer=_allow_all)
+    assert [state.job_id for state in await ops.schedules()] == [scheduled.id]

@@ -11,7 +11,7 @@ from sqlalchemy import Table, TextClause, text
 from sqlalchemy.dialects.postgresql import asyncpg as asyncpg_dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from ship_sqla._jobs._tables import release_rows, state_row
+from ship_sqla._jobs._tables import state_row
 
 __all__ = ["buffers", "check_plan", "claim_params", "explain", "fill_waiting", "nodes"]
 
@@ -95,8 +95,8 @@ def claim_params(job_id: str, *, limit: int, **given: Any) -> dict[str, Any]:
     """The bind parameters of a claim of ``limit`` runs of ``job_id``, as the backend passes
     them, for the plan tests: a full walk (no floors, J19) with no lapsed floor, no single-runner
     key left out, no lapse limit, no cap and no rate (``given`` sets any of them, and what the
-    fair, partitioned and aged claims add). The state rows (pause, gate, F1's held count) are
-    named by the backend's own ``state_row`` and ``release_rows``."""
+    fair, partitioned and aged claims add). The state rows (pause, gate) are named by the
+    backend's own ``state_row``."""
     return {
         "job_id": job_id,
         "limit": limit,
@@ -112,9 +112,6 @@ def claim_params(job_id: str, *, limit: int, **given: Any) -> dict[str, Any]:
         "crash_loop": None,
         "pause_row": state_row(job_id, "paused"),
         "gate_row": state_row(job_id, "claim-gate"),
-        "held_base": state_row(job_id, "held-base"),
-        "release_rows": release_rows(job_id),
-        "claims_released": state_row(job_id, "released-claims"),
         "max_running": None,
         "rate_limit": None,
         "rate_period": None,

@@ -128,7 +128,6 @@ from ship_sqla._jobs._tables import (
     fair_claims_index_name,
     partitioned_claims_ddl,
     partitioned_claims_index_names,
-    release_rows,
     ship_job_events_table,
     ship_job_history_table,
     ship_job_runs_table,
@@ -1050,10 +1049,6 @@ class PostgresJobBackend(JobBackendBase):
             params["rate_limit"] = None if rate is None else rate.limit
             params["rate_period"] = None if rate is None else rate.period
             params["gate_row"] = state_row(job_id, "claim-gate")
-            # F1's held count (kernel _plans/held_count.py): the job's base and release rows.
-            params["held_base"] = state_row(job_id, "held-base")
-            params["release_rows"] = release_rows(job_id)
-            params["claims_released"] = state_row(job_id, "released-claims")
         statement = s[_claim_template(request)]
         batch, gate_created, taken = await self._claim_with(statement, params, request)
         if gate_created and not batch and not batch.buried:

@@ -49,7 +49,6 @@ from ship_sqla._storage_options import (
     declare_storage_options,
 )
 from ship_sqla.kernel._errors import ConfigurationError
-from ship_sqla.kernel._plans.held_count import RELEASE_SLOTS
 from ship_sqla.kernel._ports import FINISHED_STATES, RUN_STATES
 
 if TYPE_CHECKING:
@@ -555,22 +554,10 @@ def fair_claims_ddl(runs: Table) -> str:
     return ddl.replace("CREATE INDEX", "CREATE INDEX CONCURRENTLY", 1)
 
 
-StateRowKind: TypeAlias = Literal[
-    "paused", "claim-gate", "enqueue-gate", "unparked-by", "held-base", "released-claims"
-]
+StateRowKind: TypeAlias = Literal["paused", "claim-gate", "enqueue-gate", "unparked-by"]
 """The rows a job may have in the state table beside its schedule's (which is ``<job_id>``):
 its pause (K3), its claim gate (F1, F3), its enqueue gate (J2), the last build that unparked
-its parked runs (D10, in ``trigger``), and F1's held count (kernel ``_plans/held_count.py``):
-its held base (``claim_granted``; ``trigger``: the gate total it was set at) and the claims'
-release row (``claim_granted``), beside its release slots (:func:`release_rows`)."""
-
-
-def release_rows(job_id: str) -> list[str]:
-    """F1: the state-table rows whose ``claim_granted`` sum to the runs of ``job_id`` released
-    from ``running``: one per release slot (``<job_id>#released-<slot>``, written by settles)
-    and the claims' own (``<job_id>#released-claims``)."""
-    slots = [f"{job_id}#released-{slot}" for slot in range(RELEASE_SLOTS)]
-    return [*slots, state_row(job_id, "released-claims")]
+its parked runs (D10, in ``trigger``)."""
 
 
 def state_row(job_id: str, kind: StateRowKind) -> str:

@@ -391,8 +391,8 @@ SELECT s.job_id, s.trigger, s.next_at, s.updated_at
 FROM {state} s
 -- <state>_pkey in job id order; the state table holds a few rows per job (schedule, pause,
 -- gates), never one per run. A schedule's row is the job's id itself: a job's other rows
--- (<job_id>#<kind>) may carry a trigger too (its held base, F1; the last build to unpark it,
--- D10), and a job id never holds '#'.
+-- (<job_id>#<kind>) may carry a trigger too (the last build to unpark it, D10), and a job id
+-- never holds '#'.
 WHERE s.trigger IS NOT NULL AND strpos(s.job_id, '#') = 0
 ORDER BY s.job_id
 LIMIT CAST(:limit AS integer)

@@ -109,47 +109,27 @@ _ROOM_UNGATED: Final = """, room AS (
     SELECT CASE WHEN (SELECT yes FROM paused) THEN 0 ELSE CAST(:limit AS integer) END AS n
 )"""
 
-_ROOM_GATED: Final = """, seen AS (
-    -- <state>_pkey: the gate's total as this statement's snapshot saw it (0: no gate yet), and
-    -- F1's held count (kernel _plans/held_count.py) in the same snapshot: the sum of the job's
-    -- release rows (one per release slot, and the claims'), and the kept count, granted -
-    -- released - base, read off O(1) rows and no running run. The kept count is NULL (then
-    -- ``held`` counts) on the lapsed probe's sweep (:lapsed_window NULL: a backend's first
-    -- claim of the job and every 5 s: the recount that bounds any drift), without a base
-    -- (none, or set aside at a recount above the cap), or when the gate's total does not reach
-    -- the one the base was set at (kept in ``trigger``, at least 1: the gate was made again,
-    -- and every claim after that sees its total at 0 first).
-    SELECT g.total, x.n AS freed, CASE
-        WHEN CAST(:lapsed_window AS double precision) IS NOT NULL
-          AND g.total >= CAST(b.trigger AS bigint)
-        THEN g.total - b.claim_granted - x.n END AS kept
-    FROM (SELECT coalesce((SELECT claim_granted FROM {state}
-                           WHERE job_id = CAST(:gate_row AS text)), 0) AS total) g
-    CROSS JOIN (SELECT coalesce(sum(claim_granted), 0) AS n FROM {state}
-                WHERE job_id = ANY(CAST(:release_rows AS text[]))) x
-    LEFT JOIN {state} b ON b.job_id = CAST(:held_base AS text)
-), held AS (
-    -- The kept count less the lapsed runs this claim buries (as the count below leaves
-    -- them out); <runs>_lease_idx only when the kept count is NULL (coalesce evaluates its
-    -- second argument only then): the job's running runs in this statement's snapshot, each holding
-    -- a concurrency.max slot whatever its lease, counted up to concurrency.max + 1 (at or below
-    -- the cap the count is exact, and sets the base: _HELD_WRITE); only the ones this claim
-    -- buries give theirs up. A lapsed run keeps its slot until a claim retakes it (the slot
-    -- moves) or buries it, so the bound never rests on when a lapsed holder learns that its
-    -- lease is gone: a lapsed run whose row another statement holds (a heartbeat or settle in
-    -- flight, skipped above) is counted too. The ORDER BY is the index's own: it keeps the
-    -- planner off a LIMITed sequential scan (its row estimate for one job's running runs is
-    -- often far too high).
-    SELECT coalesce(s.kept - (SELECT count(*) FROM lapsed WHERE exhausted),
-        (SELECT count(*) FROM (
+_ROOM_GATED: Final = """, held AS (
+    -- <runs>_lease_idx: the job's running runs in this statement's snapshot (none read when
+    -- the job has no cap), each holding a concurrency.max slot whatever its lease, counted up
+    -- to concurrency.max; only the ones this claim buries give theirs up. A lapsed run keeps
+    -- its slot until a claim retakes it (the slot moves) or buries it, so the bound never rests
+    -- on when a lapsed holder learns that its lease is gone: a lapsed run whose row another
+    -- statement holds (a heartbeat or settle in flight, skipped above) is counted too. The
+    -- ORDER BY is the index's own: it keeps the planner off a LIMITed sequential scan (its row
+    -- estimate for one job's running runs is often far too high).
+    SELECT count(*) AS n FROM (
         SELECT 1 FROM {runs}
         WHERE job_id = :job_id AND state = 'running'
           AND CAST(:max_running AS integer) IS NOT NULL
           AND id <> ALL(ARRAY(SELECT id FROM lapsed WHERE exhausted))
         ORDER BY lease_expires_at
-        LIMIT CAST(:max_running AS integer) + 1
-    ) h)) AS n, s.kept IS NULL AS recount
-    FROM seen s
+        LIMIT CAST(:max_running AS integer)
+    ) h
+), seen AS (
+    -- <state>_pkey: the gate's total as this statement's snapshot saw it (0: no gate yet).
+    SELECT coalesce((SELECT g.claim_granted FROM {state} g
+                     WHERE g.job_id = CAST(:gate_row AS text)), 0) AS total
 ), room AS (
     -- How many due runs to look for: the most the gate could grant (the cap as this snapshot
     -- counts it; what claims committed since were granted only lowers it).
@@ -495,9 +475,9 @@ _PICK_UNGATED: Final = """, picked AS (
     LIMIT CAST(:limit AS integer)
 )"""
 
-_DELTA: Final = """(coalesce(g.claim_granted, 0) - CASE
-            WHEN coalesce(g.claim_granted, 0) >= (SELECT total FROM seen)
-            THEN (SELECT total FROM seen) ELSE 0 END)"""
+_DELTA: Final = """(CASE WHEN coalesce(g.claim_granted, 0) >= (SELECT total FROM seen)
+            THEN coalesce(g.claim_granted, 0) - (SELECT total FROM seen)
+            ELSE coalesce(g.claim_granted, 0) END)"""
 """Due runs granted by the claims committed since this statement's snapshot (``g``: the gate's
 newest version). A total below the one the snapshot saw means the row was deleted and made again
 meanwhile: then all of it is counted."""
@@ -521,9 +501,8 @@ _DUE_GRANT: Final = """greatest(least((SELECT due_n FROM found),
 leaves."""
 
 _TOTAL: Final = """greatest(least(CAST(:limit AS integer),
-            (SELECT lapsed_n FROM found) + x.d, {rate_room}), 0)"""
-"""Every run a rate-limited claim starts: lapsed ones it retakes and due ones (``x.d``, the
-grant), within the rate."""
+            (SELECT lapsed_n FROM found) + {due_grant}, {rate_room}), 0)"""
+"""Every run a rate-limited claim starts: lapsed ones it retakes and due ones, within the rate."""
 
 _PICK_GATED: Final = """, found AS (
     -- The candidates this statement holds (locked, so whatever is granted is claimed).
@@ -537,16 +516,14 @@ _PICK_GATED: Final = """, found AS (
     INSERT INTO {state} AS g (job_id, claim_granted, claim_grant, updated_at)
     VALUES (CAST(:gate_row AS text), 0, 0, {now})
     ON CONFLICT (job_id) DO UPDATE SET
-        -- The grant (x.d) is computed once and read three times: the grant, the total granted
-        -- and, F3, the pairs still in the window then this claim's (its count may be 0:
-        -- RETURNING reads this claim's count and time there).
-        (claim_grant, claim_granted, rate_n) = (
-            SELECT x.d, coalesce(g.claim_granted, 0) + x.d,
-                CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL
-                ELSE ARRAY(SELECT u.n FROM {window} ORDER BY u.at) || {total} END
-            FROM (SELECT {due_grant} AS d) x),
+        claim_grant = {due_grant},
+        claim_granted = coalesce(g.claim_granted, 0) + {due_grant},
+        -- F3: the pairs still in the window, then this claim's (its count may be 0: RETURNING
+        -- reads this claim's count and time there).
         rate_at = CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL
             ELSE ARRAY(SELECT u.at FROM {window} ORDER BY u.at) || {t} END,
+        rate_n = CASE WHEN CAST(:rate_limit AS integer) IS NULL THEN NULL
+            ELSE ARRAY(SELECT u.n FROM {window} ORDER BY u.at) || {total} END,
         updated_at = {now}
     WHERE NOT (SELECT yes FROM paused)
     RETURNING g.claim_grant AS due_n,
@@ -635,7 +612,7 @@ _CLAIM_TAIL: Final = """, buried AS (
         r.lease_expires_at, r.created_at, r.run_at, r.seq, r.priority, r.trace_context,
         r.snoozes, r.tenant_id, r.lapses, r.consecutive_lapses,
         r.id = ANY(ARRAY(SELECT id FROM lapsed)) AS retaken, r.handler_version
-){held_write}
+)
 SELECT c.id, c.payload, c.attempt, c.max_attempts, c.lease_token, c.key, c.lease_expires_at,
     c.created_at, c.run_at, c.seq, c.priority, c.trace_context, c.snoozes, c.tenant_id,
     0 AS kind,
@@ -696,40 +673,6 @@ the backend reads a claim's rows by position, since looking a SQLAlchemy row's c
 name cost about a microsecond each (13 µs a claimed run, a fifth of a noop run's CPU). A test
 holds the four statements to this order."""
 
-_HELD_WRITE: Final = """, unfilled AS (
-    -- Due runs the gate granted that ``picked`` left for the lapsed runs it retook (the two
-    -- are sorted together): the gate's total counts them, so they leave their slots here.
-    SELECT coalesce((SELECT due_n FROM gate), 0) - (SELECT count(*) FROM picked p
-        WHERE p.id <> ALL(ARRAY(SELECT id FROM lapsed))) AS n
-), based AS (
-    -- F1 (kernel _plans/held_count.py), after the gate, so claims lock the two rows in one
-    -- order. A recount: at or below the cap the count above is exact in this snapshot, so it
-    -- sets the held base there (total - released - base = the count) with the total it was
-    -- set at, at least 1 (in ``trigger``); above the cap (inexact) it sets the base aside
-    -- (NULL: claims count until a recount at or below the cap, and settles release nothing
-    -- meanwhile); the grants it did not fill are counted out of the base.
-    -- Otherwise, the runs this claim buried and the grants it did not fill leave their slots:
-    -- the claims' own release row (``trigger`` NULL; only claims write it: no claim waits on a
-    -- settle's transaction). A recount counted the buried out already, so a claim writes one
-    -- row or none.
-    INSERT INTO {state} AS b (job_id, claim_granted, trigger)
-    SELECT CAST(:held_base AS text),
-        CASE WHEN h.n <= CAST(:max_running AS integer) THEN s.total - s.freed - h.n + u.n END,
-        CAST(greatest(s.total, 1) AS text)
-    FROM held h, seen s, unfilled u
-    WHERE h.recount AND CAST(:max_running AS integer) IS NOT NULL
-    UNION ALL
-    SELECT CAST(:claims_released AS text), (SELECT count(*) FROM buried) + u.n, NULL
-    FROM unfilled u
-    WHERE (SELECT count(*) FROM buried) + u.n > 0 AND NOT (SELECT recount FROM held)
-    ON CONFLICT (job_id) DO UPDATE SET trigger = EXCLUDED.trigger,
-        claim_granted = CASE WHEN EXCLUDED.trigger IS NULL
-            THEN b.claim_granted + EXCLUDED.claim_granted ELSE EXCLUDED.claim_granted END
-)"""
-"""The gated claim's write of F1's held count (kernel ``held_count``): the base at a recount,
-else the release of the runs it buried and of the grants it did not fill."""
-
-
 _GATE_ROW: Final = """
 UNION ALL
 -- F3/F1: the gate's answer, one row: how long the rate keeps the job full, whether it is new.
@@ -741,6 +684,7 @@ WHERE g.rate_wait IS NOT NULL OR g.created"""
 _EXPAND: Final = (
     ("{due_grant}", _DUE_GRANT),
     ("{total}", _TOTAL),
+    ("{due_grant}", _DUE_GRANT),
     ("{rate_room}", _RATE_ROOM),
     ("{delta}", _DELTA),
     ("{window}", _WINDOW),
@@ -768,8 +712,7 @@ WHERE EXISTS (SELECT 1 FROM tenant_walk t WHERE t.k = CAST(:max_tenants AS integ
 def _tail(*, started: str, gate_row: str, walk: str) -> str:
     fair_row = _FAIR_ROW if walk is _FAIR_WALK else ""
     return (
-        _CLAIM_TAIL.replace("{held_write}", _HELD_WRITE if gate_row else "")
-        .replace("{started}", started)
+        _CLAIM_TAIL.replace("{started}", started)
         .replace("{gate_row}", gate_row)
         .replace("{fair_row}", fair_row)
         .replace("{lapsed_row}", _LAPSED_ROW)
@@ -1232,7 +1175,6 @@ def _partitioned(*, keyed: bool = False, by_key: bool = False) -> str:
     # (a lookup of the gates per claimed run was a scan of every gate per run).
     tail = (
         _CLAIM_TAIL.replace(_CLAIMED_WHERE, _CLAIMED_FROM_PICKED)
-        .replace("{held_write}", "")
         .replace("{started}", "coalesce(p.started_at, {now})")
         .replace("{gate_row}", _PART_GATE_ROW)
         .replace(

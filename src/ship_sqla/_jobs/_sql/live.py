@@ -22,7 +22,7 @@ from typing import Final
 
 from ship_sqla._jobs._sql import admin, browse, enqueue
 from ship_sqla._jobs._sql._moves import HISTORY_COLUMNS, INSERT_BACK, insert_ended
-from ship_sqla._jobs._sql.settle import SETTLE_INPUTS, released_from, settle_batch
+from ship_sqla._jobs._sql.settle import SETTLE_INPUTS, settle_batch
 from ship_sqla._sql import Template
 
 __all__ = [  # noqa: RUF022
@@ -110,7 +110,7 @@ WITH settle AS (
     WHERE r.id = ANY(ARRAY[s.id]) AND s.state = 'waiting'
       AND (r.lease_token = s.token AND r.state = 'running'
            AND r.cancel_requested_at IS NULL) IS TRUE
-    RETURNING s.ord, r.state, r.parent_id, r.job_id
+    RETURNING s.ord, r.state, r.parent_id
 ), gone AS (
     -- J16: what ends leaves the runs table in this statement. <runs>_pkey, one probe per
     -- settlement (J20's one-path probe, as the UPDATE), fenced as the UPDATE (J5). K2: once a
@@ -153,9 +153,7 @@ SETTLE_MOVING: Final = Template(
     + """
     WHERE e.state <> 'completed' OR e.keep > 0
     RETURNING 1
-), """
-    + released_from("(SELECT job_id FROM kept UNION ALL SELECT job_id FROM gone)")
-    + """
+)
 SELECT k.ord, k.state, k.parent_id FROM kept k
 UNION ALL
 SELECT g.ord, g.state, g.parent_id FROM gone g

@@ -37,7 +37,6 @@ from __future__ import annotations
 from typing import Final
 
 from ship_sqla._sql import Template
-from ship_sqla.kernel._plans.held_count import RELEASE_SLOTS
 
 __all__ = [
     "CLAIM_STATE_IF_TOKEN",
@@ -48,7 +47,6 @@ __all__ = [
     "SETTLE_COLUMNS",
     "SETTLE_IF_TOKEN_CURRENT",
     "SETTLE_INPUTS",
-    "released_from",
     "settle_batch",
 ]
 
@@ -82,47 +80,6 @@ def settle_batch(columns: tuple[tuple[str, str, str], ...]) -> str:
     WHERE t.id IS NOT NULL"""
 
 
-def released_from(source: str) -> str:
-    """F1's release (kernel ``_plans/held_count.py``): CTEs that add, per job, the rows of
-    ``source`` (a CTE of runs this statement took out of ``running``, with their ``job_id``) to
-    one of the job's release slots, in the same statement as the transition; only for a job
-    whose held count is kept (its held base is set: one ``<state>_pkey`` probe per job), so an
-    uncapped job's settle writes nothing.
-
-    The slot is the first of the job's slot rows no other transaction holds (``FOR UPDATE SKIP
-    LOCKED``; this server backend's own, ``pg_backend_pid() % 8``, preferred), so a settle never
-    waits on another's slot: not on a completer's batch, nor on a transactional handler's settle
-    (J13), which holds its slot until the user's transaction commits. With no slot row free (or
-    none made yet) it makes this backend's (``ON CONFLICT DO NOTHING``: a slot that exists but is
-    held by another transaction drops this release, rule 5's drift, which only lowers the cap
-    until the next recount). A claim reads the slots without locking them."""
-    slots = f"generate_series(0, {RELEASE_SLOTS - 1})"
-    own = f"e.job_id || '#released-' || CAST(pg_backend_pid() % {RELEASE_SLOTS} AS text)"
-    return f"""releasing AS MATERIALIZED (
-    SELECT x.job_id, count(*) AS n FROM {source} x GROUP BY x.job_id
-    HAVING EXISTS (SELECT 1 FROM {{state}} b
-                   WHERE b.job_id = x.job_id || '#held-base' AND b.claim_granted IS NOT NULL)
-), released AS (
-    -- <state>_pkey: the job's slot rows, the first one free locked (its newest version).
-    UPDATE {{state}} g SET claim_granted = g.claim_granted + e.n, updated_at = {{now}}
-    FROM releasing e CROSS JOIN LATERAL (
-        SELECT s.job_id FROM {{state}} s
-        WHERE s.job_id = ANY(ARRAY(SELECT e.job_id || '#released-' || i FROM {slots} i))
-        ORDER BY s.job_id = {own} DESC
-        LIMIT 1 FOR UPDATE SKIP LOCKED
-    ) p
-    WHERE g.job_id = p.job_id
-    RETURNING e.job_id
-), released_new AS (
-    INSERT INTO {{state}} (job_id, claim_granted, updated_at)
-    SELECT {own}, e.n, {{now}} FROM releasing e
-    WHERE e.job_id NOT IN (SELECT r.job_id FROM released r)
-    ORDER BY 1
-    ON CONFLICT (job_id) DO NOTHING
-    RETURNING 1
-)"""  # noqa: S608 - constant text
-
-
 SETTLE_IF_TOKEN_CURRENT: Final = Template(
     """
 WITH settle AS (
@@ -132,10 +89,10 @@ WITH settle AS (
         coalesce(t.refund, false) AS refund, coalesce(t.snoozes_added, 0) AS snoozes_added,
         t.error, t.entry_kind, coalesce(t.keeps_lapses, false) AS keeps_lapses, t.wait_for
     -- J20: padded to 32 rows (settle_batch), so the planner prices at least 32 probes.
-    """  # noqa: S608 - constant text
+    """
     + settle_batch(SETTLE_INPUTS)
     + """
-), settled AS (
+)
 UPDATE {runs} r
 -- Each field applies the kernel's settlement as built (ship_sqla/kernel/_settlement.py decided
 -- retry or dead, the refund, the snooze and the entry). The one rule of the store's own is K2:
@@ -169,11 +126,7 @@ FROM settle s
 -- <runs>_pkey, one probe per settlement; the token fences out stale holders (J5). J20: the
 -- one-path probe (module docstring): the id as a one-element array, the fence one IS TRUE.
 WHERE r.id = ANY(ARRAY[s.id]) AND (r.lease_token = s.token AND r.state = 'running') IS TRUE
-RETURNING s.ord, r.state, r.parent_id, r.job_id
-), """
-    + released_from("settled")
-    + """
-SELECT t.ord, t.state, t.parent_id FROM settled t
+RETURNING s.ord, r.state, r.parent_id
 """
 )
 """Apply a batch of settlements (:class:`~ship_sqla.kernel._settlement.Settlement`) in one round

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import Final
 
-from ship_sqla._jobs._sql.settle import released_from
 from ship_sqla._sql import Template
 
 __all__ = [
@@ -150,7 +149,7 @@ WITH inserted AS (
     SELECT s.wake_at, s.snapshot, s.event_name, s.event_key, false FROM {{steps}} s
     WHERE s.run_id = :run_id AND s.name = :name
     LIMIT 1
-), suspended AS (
+)
 UPDATE {{runs}} r
 SET state = CASE WHEN r.cancel_requested_at IS NOT NULL THEN 'cancelled' ELSE 'waiting' END,
     finished_at = CASE WHEN r.cancel_requested_at IS NOT NULL THEN {{now}} END,
@@ -181,8 +180,6 @@ FROM st
 -- <runs>_pkey; the fence (J5)
 WHERE r.id = :run_id AND r.lease_token = :token AND r.state = 'running'
 RETURNING r.state, r.job_id, r.run_at <= {{now}} AS due
-), {released_from("suspended")}
-SELECT s.state, s.job_id, s.due FROM suspended s
 """,  # noqa: S608 - a template of constant text
     compacted=False,
 )
